@@ -1,0 +1,72 @@
+"""One exception hierarchy: every user-facing failure names host, step, what failed and what to do.
+
+The exit code is a property of the error class, so the CLI maps failures to codes in one place:
+0 ok, 1 a check failed, 2 usage or configuration error, 3 remote or connection error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class DeployError(Exception):
+    """Base of every error the tool raises on purpose."""
+
+    what: str
+    fix: str = ""
+    host: str = ""
+    step: str = ""
+    details: dict[str, object] = field(default_factory=dict)
+
+    exit_code = 1
+
+    def __post_init__(self) -> None:
+        super().__init__(self.what)
+
+    def __str__(self) -> str:
+        where = " ".join(p for p in (f"host {self.host}" if self.host else "",
+                                     f"step {self.step}" if self.step else "") if p)
+        head = f"[{where}] {self.what}" if where else self.what
+        return f"{head}\n  fix: {self.fix}" if self.fix else head
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "error": type(self).__name__,
+            "what": self.what,
+            "fix": self.fix,
+            "host": self.host,
+            "step": self.step,
+            "exit_code": self.exit_code,
+            **({"details": self.details} if self.details else {}),
+        }
+
+    def at(self, *, host: str | None = None, step: str | None = None) -> DeployError:
+        """Fill in where the error happened without losing what the raiser said."""
+        if host and not self.host:
+            self.host = host
+        if step and not self.step:
+            self.step = step
+        return self
+
+
+class CheckFailed(DeployError):
+    """A verification did not pass (P2P, health, smoke, throughput gate...)."""
+
+    exit_code = 1
+
+
+class ConfigError(DeployError):
+    """Bad inventory, flags, playbook or command line: refused before any remote change."""
+
+    exit_code = 2
+
+
+class RemoteError(DeployError):
+    """SSH, PVE API or a remote command failed."""
+
+    exit_code = 3
+
+
+class LockHeld(RemoteError):
+    """Another deploy run holds the host lock."""

@@ -1,0 +1,266 @@
+"""Typed inventory: hosts, their container, server profiles and bench presets.
+
+Every model forbids unknown keys, so a typo in YAML is an error naming the key instead of a silent default.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from orchestrator.errors import ConfigError
+
+FlagValue = str | int | float | bool | None | list[str | int | float]
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SecretRef(StrictModel):
+    """A secret is named, never written inline: it comes from an env var or a file readable by its owner only."""
+
+    env: str | None = None
+    file: Path | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> SecretRef:
+        if (self.env is None) == (self.file is None):
+            raise ValueError("give exactly one of 'env' or 'file'")
+        return self
+
+    def describe(self) -> str:
+        return f"env ${self.env}" if self.env else f"file {self.file}"
+
+    def read(self) -> str:
+        if self.env:
+            value = os.environ.get(self.env)
+            if not value:
+                raise ConfigError(f"secret env var {self.env} is not set", fix=f"export {self.env}=…")
+            return value
+        assert self.file is not None
+        path = self.file.expanduser()
+        try:
+            st = path.stat()
+        except OSError as exc:
+            raise ConfigError(f"secret file {path} cannot be read: {exc.strerror}",
+                              fix="create it with mode 0600") from exc
+        if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise ConfigError(f"secret file {path} has mode {stat.S_IMODE(st.st_mode):04o}; "
+                              "it must not be readable by group or others",
+                              fix=f"chmod 600 {path}")
+        return path.read_text().strip()
+
+
+class SshAccess(StrictModel):
+    user: str = "root"
+    port: int = Field(22, ge=1, le=65535)
+    key_file: Path | None = None
+    known_hosts: Path | None = None
+    connect_timeout_s: float = Field(10.0, gt=0)
+
+
+class PveApiAccess(StrictModel):
+    """HTTPS API with a token: enough for lifecycle, not for devN passthrough (root@pam only)."""
+
+    token_id: str
+    token_secret: SecretRef
+    port: int = Field(8006, ge=1, le=65535)
+    verify: bool | Path = True
+    timeout_s: float = Field(30.0, gt=0)
+
+    @field_validator("token_id")
+    @classmethod
+    def _token_shape(cls, v: str) -> str:
+        if not re.fullmatch(r"[^@!\s]+@[^@!\s]+![A-Za-z][A-Za-z0-9._-]*", v):
+            raise ValueError("token_id must look like USER@REALM!TOKENNAME, e.g. root@pam!deploy")
+        return v
+
+
+class PveAccess(StrictModel):
+    node: str
+    api: PveApiAccess | None = None
+    # pvesh/pct as root over the verified SSH connection: the only path that may set devN or raw lxc.* lines.
+    root_ssh: bool = True
+
+    @model_validator(mode="after")
+    def _some_path(self) -> PveAccess:
+        if self.api is None and not self.root_ssh:
+            raise ValueError("no way to reach the PVE API: set 'api' or 'root_ssh: true'")
+        return self
+
+
+class ContainerSpec(StrictModel):
+    vmid: int = Field(ge=100, le=999_999_999)
+    hostname: str
+    ostemplate: str
+    template_storage: str = "local"
+    cores: int = Field(ge=1, le=8192)
+    memory_mb: int = Field(ge=16)
+    swap_mb: int = Field(0, ge=0)
+    rootfs_storage: str = "local-lvm"
+    rootfs_size_gb: int = Field(ge=1)
+    net0: str = "name=eth0,bridge=vmbr0,ip=dhcp"
+    unprivileged: bool  # required on purpose: PVE 9 flipped the API default
+    features: dict[str, bool] = Field(default_factory=lambda: {"nesting": True})
+    onboot: bool = True
+    gpus: Literal["all"] | list[int] = "all"
+    expected_gpus: int = Field(8, ge=1)
+    passthrough: Literal["auto", "devN", "raw-lxc"] = "auto"
+    # NVIDIA .run installer on the PVE host, used to install matching userspace in the container.
+    driver_installer: str | None = None
+
+    @field_validator("hostname")
+    @classmethod
+    def _dns_name(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?", v):
+            raise ValueError("hostname must be a DNS label (letters, digits, '-')")
+        return v
+
+    @field_validator("ostemplate")
+    @classmethod
+    def _volid(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*:vztmpl/[^/\s]+\.tar\.(gz|xz|zst)", v):
+            raise ValueError("ostemplate must be a volume id like local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst")
+        return v
+
+    @property
+    def template_name(self) -> str:
+        return self.ostemplate.split("/", 1)[1]
+
+
+class SmokeCheck(StrictModel):
+    prompt: str = "What is 17 + 25? Answer with the number only."
+    expect_regex: str = r"\b42\b"
+    max_tokens: int = Field(16, ge=1)
+    timeout_s: float = Field(120.0, gt=0)
+
+
+class ServerProfile(StrictModel):
+    """What runs in the container: one sglang launch, pinned to the sglang version its flags are written for."""
+
+    model_path: str
+    weights_repo: str | None = None
+    served_model_name: str
+    tokenizer: str | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    venv: str = "/root/ml-env"
+    sglang_version: str
+    flags: dict[str, FlagValue] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    api_key: SecretRef | None = None
+    start_timeout_s: int = Field(900, ge=1)
+    bench_preset: str = "seed-1024x256"
+    min_output_throughput: float | None = Field(None, ge=0)
+    regression_threshold_pct: float = Field(5.0, ge=0, le=100)
+    keep_releases: int = Field(10, ge=2)
+    smoke: SmokeCheck = Field(default_factory=SmokeCheck)
+
+    @field_validator("flags")
+    @classmethod
+    def _flag_names(cls, v: dict[str, FlagValue]) -> dict[str, FlagValue]:
+        for key in v:
+            if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", key):
+                raise ValueError(f"flag {key!r}: write long names without leading dashes, e.g. tp-size")
+        for owned in ("model-path", "served-model-name", "port", "host", "api-key"):
+            if owned in v:
+                raise ValueError(f"flag {owned!r} comes from the profile's own field; remove it from flags")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                raise ValueError(f"env name {key!r} is not a valid variable name")
+        return v
+
+
+class BenchPreset(StrictModel):
+    """One bench_serving run. random_range_ratio has no default: bench_serving's own (0) halves mean lengths."""
+
+    dataset_name: Literal["random", "random-ids", "sharegpt"] = "random-ids"
+    dataset_path: str | None = None
+    random_input_len: int = Field(ge=1)
+    random_output_len: int = Field(ge=1)
+    random_range_ratio: float = Field(ge=0, le=1)
+    num_prompts: int = Field(ge=1)
+    request_rate: float | Literal["inf"] = "inf"
+    max_concurrency: int | None = Field(None, ge=1)
+    seed: int = 1
+    warmup_requests: int = Field(1, ge=0)
+    backend: Literal["sglang", "sglang-oai", "sglang-oai-chat"] = "sglang"
+    timeout_s: float = Field(1800.0, gt=0)
+
+
+class Host(StrictModel):
+    name: str
+    address: str
+    ssh: SshAccess = Field(default_factory=SshAccess)
+    pve: PveAccess
+    container: ContainerSpec
+    profile: str
+
+    @field_validator("name")
+    @classmethod
+    def _name_shape(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", v):
+            raise ValueError("host name may use letters, digits, '.', '_' and '-'")
+        return v
+
+    @field_validator("address")
+    @classmethod
+    def _address_shape(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9.:-]+", v):
+            raise ValueError("address must be an IP address or a DNS name")
+        return v
+
+
+HostName = Annotated[str, Field(min_length=1)]
+
+
+class Inventory(StrictModel):
+    hosts: dict[HostName, Host] = Field(default_factory=dict)
+    profiles: dict[str, ServerProfile] = Field(default_factory=dict)
+    presets: dict[str, BenchPreset] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _references_resolve(self) -> Inventory:
+        for name, host in self.hosts.items():
+            if host.profile not in self.profiles:
+                raise ValueError(f"hosts.{name}.profile: unknown profile {host.profile!r} "
+                                 f"(known: {', '.join(sorted(self.profiles)) or 'none'})")
+        for name, prof in self.profiles.items():
+            if prof.bench_preset not in self.presets:
+                raise ValueError(f"profiles.{name}.bench_preset: unknown preset {prof.bench_preset!r} "
+                                 f"(known: {', '.join(sorted(self.presets)) or 'none'})")
+        return self
+
+    def find_host(self, name_or_address: str) -> Host:
+        """A host is named by its inventory name or its address."""
+        if name_or_address in self.hosts:
+            return self.hosts[name_or_address]
+        matches = [h for h in self.hosts.values() if h.address == name_or_address]
+        if len(matches) == 1:
+            return matches[0]
+        if len(matches) > 1:
+            raise ConfigError(f"address {name_or_address} belongs to several hosts: "
+                              f"{', '.join(h.name for h in matches)}", fix="name the host instead")
+        known = ", ".join(f"{h.name} ({h.address})" for h in self.hosts.values()) or "none"
+        raise ConfigError(f"no host {name_or_address!r} in the inventory (known: {known})",
+                          fix="add it to the inventory, or check --inventory / $DEPLOY_INVENTORY")
+
+    def profile_for(self, host: Host) -> ServerProfile:
+        return self.profiles[host.profile]
+
+    def preset(self, name: str) -> BenchPreset:
+        if name not in self.presets:
+            raise ConfigError(f"no bench preset {name!r} (known: {', '.join(sorted(self.presets))})",
+                              fix="pick one of the known presets or add it under 'presets:'")
+        return self.presets[name]

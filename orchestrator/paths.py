@@ -1,0 +1,26 @@
+"""Where the tool finds its templates, playbooks and default inventory, and where it keeps local state."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+TEMPLATES_DIR = PROJECT_ROOT / "templates"
+PLAYBOOKS_DIR = PROJECT_ROOT / "playbooks"
+
+INVENTORY_ENV = "DEPLOY_INVENTORY"
+STATE_ENV = "DEPLOY_STATE_DIR"
+
+
+def default_inventory_dir() -> Path:
+    """`--inventory` default: $DEPLOY_INVENTORY, else ./inventory."""
+    return Path(os.environ.get(INVENTORY_ENV, "inventory"))
+
+
+def state_dir() -> Path:
+    """Local state (ledger, known_hosts for TOFU): $DEPLOY_STATE_DIR, else the XDG state dir."""
+    if os.environ.get(STATE_ENV):
+        return Path(os.environ[STATE_ENV])
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "deploy"
