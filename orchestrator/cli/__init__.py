@@ -1,0 +1,95 @@
+"""The `deploy` command line: one module per command group, registered here."""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from orchestrator import __version__
+from orchestrator.cli.common import AppContext
+from orchestrator.paths import default_inventory_dir
+
+# (module, attribute) of each command; modules are imported lazily so `deploy --help` stays fast.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "up": ("orchestrator.cli.up_cmd", "up"),
+    "plan": ("orchestrator.cli.up_cmd", "plan"),
+    "doctor": ("orchestrator.cli.doctor_cmd", "doctor"),
+    "verify-p2p": ("orchestrator.cli.verify_p2p_cmd", "verify_p2p"),
+    "render": ("orchestrator.cli.render_cmd", "render"),
+    "roll": ("orchestrator.cli.roll_cmd", "roll"),
+    "rollback": ("orchestrator.cli.roll_cmd", "rollback"),
+    "status": ("orchestrator.cli.roll_cmd", "status"),
+    "history": ("orchestrator.cli.roll_cmd", "history"),
+    "bench": ("orchestrator.cli.bench_cmd", "bench"),
+    "smoke": ("orchestrator.cli.bench_cmd", "smoke"),
+    "compare": ("orchestrator.cli.bench_cmd", "compare"),
+    "sim": ("orchestrator.cli.sim_cmd", "sim"),
+}
+
+SHORT_HELP = {
+    "up": "Converge one host: container, GPUs, driver, P2P, SGLang unit, health, smoke, throughput.",
+    "plan": "Show what `up` would change, changing nothing.",
+    "doctor": "Check host prerequisites (driver, nvidia-uvm, IOMMU, ACS, PVE version) with fixes.",
+    "verify-p2p": "Topology and P2P verdict: live on a host, or offline from saved nvidia-smi output.",
+    "render": "Print the passthrough lines, sglang.service and sglang.env that would be installed.",
+    "roll": "Roll a new server flag set with health and throughput gates and automatic rollback.",
+    "rollback": "Re-install a previous release.",
+    "status": "Current release, server health and GPU power now.",
+    "history": "Releases (or bench runs with --bench) with verdicts and figures.",
+    "bench": "Run bench_serving with GPU telemetry and a diagnosis; sweeps; import.",
+    "smoke": "Real generation checks against the running server.",
+    "compare": "Two ledger runs side by side with deltas.",
+    "sim": "The simulated Proxmox GPU host on this machine (up, down, status, fault).",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module_name, attr = COMMANDS[cmd_name]
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            return _not_implemented(cmd_name)
+        cmd = getattr(module, attr, None)
+        return cmd if isinstance(cmd, click.Command) else _not_implemented(cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, SHORT_HELP.get(name, "")) for name in COMMANDS]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+def _not_implemented(name: str) -> click.Command:
+    @click.command(name=name, context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+                   help=SHORT_HELP.get(name, ""))
+    def cmd() -> None:
+        click.echo(f"deploy {name}: not implemented yet", err=True)
+        raise SystemExit(2)
+
+    return cmd
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="deploy")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (also accepted after the command).")
+@click.option("--inventory", "inventory_dir", default=None, metavar="DIR[:DIR]",
+              help="Inventory directory (default ./inventory, env $DEPLOY_INVENTORY).")
+@click.pass_context
+def cli(ctx: click.Context, as_json: bool, inventory_dir: str | None) -> None:
+    """deploy: turn a Proxmox VE GPU host into a tuned SGLang server and keep it that way.
+
+    Exit codes: 0 ok, 1 a check failed, 2 usage or configuration error, 3 remote or connection error.
+    """
+    ctx.obj = AppContext(inventory_dirs=inventory_dir or str(default_inventory_dir()), as_json=as_json)
+
+
+def main() -> None:
+    cli(prog_name="deploy")

@@ -1,0 +1,130 @@
+"""Shared CLI plumbing: global options, target words, output in text or JSON, and error → exit code mapping.
+
+Every command gets `--json` and `--inventory`; a command returns a payload dict (for --json) and prints its
+human view through `Output`. Errors are DeployError subclasses; their exit_code is the process exit code.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+
+from orchestrator.errors import ConfigError, DeployError
+from orchestrator.inventory.loader import load_inventory
+from orchestrator.inventory.models import Host, Inventory
+from orchestrator.paths import INVENTORY_ENV, default_inventory_dir
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass
+class Output:
+    """Human output goes to stderr-free stdout via rich; JSON mode prints one document at the end."""
+
+    as_json: bool
+    console: Console = field(default_factory=lambda: Console(highlight=False, soft_wrap=True))
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        if not self.as_json:
+            self.console.print(*objects, **kwargs)
+
+    def line(self, text: str, style: str | None = None) -> None:
+        if not self.as_json:
+            self.console.print(text, style=style, markup=False, highlight=False)
+
+    def emit(self, payload: dict[str, Any]) -> None:
+        if self.as_json:
+            sys.stdout.write(json.dumps(payload, indent=2, default=str, sort_keys=False) + "\n")
+
+
+@dataclass
+class AppContext:
+    inventory_dirs: str
+    as_json: bool
+
+    @functools.cached_property
+    def inventory(self) -> Inventory:
+        return load_inventory(self.inventory_dirs)
+
+    @property
+    def out(self) -> Output:
+        return Output(self.as_json)
+
+
+def parse_target(words: tuple[str, ...], *, required: bool = True) -> str | None:
+    """Accept the user's grammar: `host ADDR`, or just `ADDR` / a host name."""
+    parts = list(words)
+    if parts and parts[0] == "host":
+        parts = parts[1:]
+        if not parts:
+            raise ConfigError("'host' must be followed by a host name or address", fix="e.g. deploy up host 10.1.230.174")
+    if len(parts) > 1:
+        raise ConfigError(f"expected one host, got {' '.join(parts)}", fix="name one host per command")
+    if not parts:
+        if required:
+            raise ConfigError("no host given", fix="e.g. `deploy up host 10.1.230.174` or a host name from the inventory")
+        return None
+    return parts[0]
+
+
+def resolve_host(app: AppContext, words: tuple[str, ...]) -> Host:
+    """A missing target is fine when the inventory has exactly one host."""
+    target = parse_target(words, required=False)
+    inv = app.inventory
+    if target is None:
+        if len(inv.hosts) == 1:
+            return next(iter(inv.hosts.values()))
+        names = ", ".join(sorted(inv.hosts)) or "none"
+        raise ConfigError(f"which host? the inventory has several ({names})", fix="add `host NAME`")
+    return inv.find_host(target)
+
+
+def common_options(func: F) -> F:
+    """--json and --inventory on every command (also accepted before the command name)."""
+
+    @click.option("--json", "as_json", is_flag=True, default=None, help="Print one JSON document.")
+    @click.option("--inventory", "inventory_dir", default=None, metavar="DIR[:DIR]",
+                  help=f"Inventory directory (default ./inventory, env ${INVENTORY_ENV}).")
+    @click.pass_context
+    @functools.wraps(func)
+    def wrapper(ctx: click.Context, as_json: bool | None, inventory_dir: str | None, *args: Any,
+                **kwargs: Any) -> Any:
+        parent = ctx.find_object(AppContext)
+        app = AppContext(
+            inventory_dirs=inventory_dir or (parent.inventory_dirs if parent else str(default_inventory_dir())),
+            as_json=bool(as_json) if as_json is not None else bool(parent and parent.as_json),
+        )
+        return run_command(app, func, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def run_command(app: AppContext, func: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """Run a command body and turn DeployError into a clear message and the documented exit code."""
+    out = app.out
+    try:
+        code = func(app, *args, **kwargs)
+    except DeployError as err:
+        if app.as_json:
+            out.emit({"ok": False, **err.to_dict()})
+        else:
+            Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {err}", markup=True)
+        sys.exit(err.exit_code)
+    sys.exit(int(code or 0))
+
+
+def existing_file(path: str | None, what: str) -> Path | None:
+    if path is None:
+        return None
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{what} {p} does not exist or is not a file", fix="check the path")
+    return p

@@ -1,0 +1,116 @@
+"""Facts: everything the steps read from the host and the container, gathered in ONE SSH round trip.
+
+Host facts run on the PVE node; container facts run inside the container through a single `pct exec` that
+carries its own inner batch, so reading a dozen container facts costs one `pct exec`, not a dozen.
+Parsing stays in orchestrator.parsers; this module only names commands and keeps their raw output.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shlex
+from collections.abc import Callable, Iterable
+
+from orchestrator.inventory.models import Host, ServerProfile
+from orchestrator.parsers.sections import CommandOutput, build_batch_script, split_batch_output
+from orchestrator.remote.ssh import SshHost
+
+CmdFn = Callable[[Host, ServerProfile], str]
+
+RELEASES_DIR = "/var/lib/deploy/releases"
+CURRENT_LINK = "/var/lib/deploy/current"
+UNIT_PATH = "/etc/systemd/system/sglang.service"
+ENV_PATH = "/etc/sglang/sglang.env"
+UNIT_NAME = "sglang"
+
+
+def _q(s: str) -> str:
+    return shlex.quote(s)
+
+
+HOST_FACTS: dict[str, CmdFn] = {
+    "pveversion": lambda h, p: "pveversion",
+    "driver_version": lambda h, p: "cat /proc/driver/nvidia/version",
+    "dev_listing": lambda h, p: "ls -l /dev/nvidia*",
+    "proc_devices": lambda h, p: "cat /proc/devices",
+    "cmdline": lambda h, p: "cat /proc/cmdline",
+    "modprobe": lambda h, p: "cat /etc/modprobe.d/*.conf 2>/dev/null; true",
+    "uvm_hmm": lambda h, p: "cat /sys/module/nvidia_uvm/parameters/uvm_disable_hmm",
+    "lspci_acs": lambda h, p: "lspci -vvv 2>/dev/null | grep -E '^[0-9a-f]{2,4}:|^[0-9a-f]{2}:[0-9a-f]{2}\\.|ACSCtl'",
+    "nvsmi_list": lambda h, p: "nvidia-smi -L",
+    "topo": lambda h, p: "nvidia-smi topo -m",
+    "p2p_read": lambda h, p: "nvidia-smi topo -p2p r",
+    "p2p_write": lambda h, p: "nvidia-smi topo -p2p w",
+    "ct_status": lambda h, p: f"pct status {h.container.vmid}",
+    "ct_config": lambda h, p: f"pct config {h.container.vmid}",
+    "templates": lambda h, p: (f"pvesh get /nodes/{_q(h.pve.node)}/storage/{_q(h.container.template_storage)}"
+                               "/content --content vztmpl --output-format json"),
+    "installer": lambda h, p: (f"test -f {_q(h.container.driver_installer)} && echo present"
+                               if h.container.driver_installer else "echo none"),
+}
+
+CT_FACTS: dict[str, CmdFn] = {
+    "nvsmi_list": lambda h, p: "nvidia-smi -L",
+    "driver_version": lambda h, p: "nvidia-smi --query-gpu=driver_version --format=csv,noheader",
+    "topo": lambda h, p: "nvidia-smi topo -m",
+    "p2p_read": lambda h, p: "nvidia-smi topo -p2p r",
+    "p2p_write": lambda h, p: "nvidia-smi topo -p2p w",
+    "sglang_version": lambda h, p: f"{_q(p.venv)}/bin/python -c 'import sglang; print(sglang.__version__)'",
+    "weights": lambda h, p: f"test -f {_q(p.model_path)}/config.json && echo present",
+    "unit_sha": lambda h, p: f"sha256sum {UNIT_PATH} {ENV_PATH}",
+    "current_release": lambda h, p: f"readlink {CURRENT_LINK}",
+    "releases": lambda h, p: f"ls -1 {RELEASES_DIR}",
+    "active": lambda h, p: f"systemctl is-active {UNIT_NAME}",
+    "main_pid": lambda h, p: f"systemctl show -p MainPID --value {UNIT_NAME}",
+    "health": lambda h, p: (f"curl -s -o /dev/null -m 5 -w '%{{http_code}}' "
+                            f"http://{_q(p.host)}:{p.port}/health"),
+}
+
+
+class Facts:
+    """Raw outputs by name; `ct` is empty when the container is absent or not running."""
+
+    def __init__(self, ssh: SshHost, host: Host, profile: ServerProfile) -> None:
+        self.ssh = ssh
+        self.host_cfg = host
+        self.profile = profile
+        self.host: dict[str, CommandOutput] = {}
+        self.ct: dict[str, CommandOutput] = {}
+        self.ct_running = False
+
+    def _ct_command(self, names: Iterable[str]) -> tuple[str, str]:
+        nonce = secrets.token_hex(8)
+        inner = build_batch_script({n: CT_FACTS[n](self.host_cfg, self.profile) for n in names}, nonce)
+        vmid = self.host_cfg.container.vmid
+        cmd = (f"if pct status {vmid} 2>/dev/null | grep -q 'status: running'; then "
+               f"pct exec {vmid} -- bash -c {_q(inner)}; else echo __CT_NOT_RUNNING__; fi")
+        return cmd, nonce
+
+    def gather(self, host_names: Iterable[str], ct_names: Iterable[str], *, extra: dict[str, str] | None = None,
+               what: str = "fact gathering") -> dict[str, CommandOutput]:
+        """One round trip for all named facts; `extra` commands ride along and are returned."""
+        commands = {n: HOST_FACTS[n](self.host_cfg, self.profile) for n in sorted(set(host_names))}
+        ct_list = sorted(set(ct_names))
+        nonce = ""
+        if ct_list:
+            commands["ct_facts"], nonce = self._ct_command(ct_list)
+        commands.update(extra or {})
+        out = self.ssh.batch(commands, what=what)
+        for name in host_names:
+            self.host[name] = out[name]
+        if ct_list:
+            raw = out.pop("ct_facts")
+            if "__CT_NOT_RUNNING__" in raw.stdout:
+                self.ct_running = False
+                for name in ct_list:
+                    self.ct.pop(name, None)
+            else:
+                self.ct_running = True
+                self.ct.update(split_batch_output(raw.stdout, nonce))
+        return {k: v for k, v in out.items() if k in (extra or {})}
+
+    def h(self, name: str) -> CommandOutput:
+        return self.host[name]
+
+    def c(self, name: str) -> CommandOutput | None:
+        return self.ct.get(name)

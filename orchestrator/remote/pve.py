@@ -1,0 +1,166 @@
+"""The PVE API adapter: the only module that talks to proxmoxer.
+
+Two paths to one interface:
+- `HttpsPve`: proxmoxer's real https backend with an API token. Fine for lifecycle calls; PVE refuses devN and
+  raw lxc.* keys for tokens ("configuring device passthrough is only allowed for root@pam").
+- `PveshPve`: `pvesh` run as root over our verified SSH connection, which PVE treats as root@pam. We never use
+  proxmoxer's own SSH backends: they accept unknown host keys.
+`passthrough_client` picks the one allowed to write devN and says why when neither is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import time
+from typing import Any, Protocol
+
+from orchestrator.errors import ConfigError, RemoteError
+from orchestrator.inventory.models import Host
+from orchestrator.remote.ssh import SshHost
+from orchestrator.runlog import Metrics
+
+UPID_RE = re.compile(r"^UPID:[^:]+:[0-9A-Fa-f]{8}:[0-9A-Fa-f]{8,9}:[0-9A-Fa-f]{8}:[^:]*:[^:]*:[^:]+:")
+
+
+class PveClient(Protocol):
+    identity: str
+    can_passthrough: bool
+
+    def call(self, method: str, path: str, **params: Any) -> Any: ...
+
+
+def _clean(params: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        if value is None:
+            continue
+        out[key] = int(value) if isinstance(value, bool) else value
+    return out
+
+
+class HttpsPve:
+    """proxmoxer https + token. Each call is one HTTPS request (counted as an API call)."""
+
+    def __init__(self, host: Host, metrics: Metrics) -> None:
+        from proxmoxer import ProxmoxAPI  # local import: only this module touches proxmoxer
+
+        api = host.pve.api
+        if api is None:
+            raise ConfigError("no PVE API token configured", host=host.name)
+        user, token_name = api.token_id.split("!", 1)
+        verify: bool | str = str(api.verify.expanduser()) if not isinstance(api.verify, bool) else api.verify
+        self.identity = api.token_id
+        self.can_passthrough = False  # a token is never root@pam
+        self.metrics = metrics
+        self.host = host
+        self._api = ProxmoxAPI(host.address, port=api.port, user=user, token_name=token_name,
+                               token_value=api.token_secret.read(), verify_ssl=verify, timeout=api.timeout_s,
+                               service="PVE")
+
+    def call(self, method: str, path: str, **params: Any) -> Any:
+        from proxmoxer.core import ResourceException
+
+        self.metrics.api_call()
+        resource = self._api(path.lstrip("/"))
+        try:
+            return getattr(resource, method.lower())(**_clean(params))
+        except ResourceException as exc:
+            raise RemoteError(f"PVE API {method.upper()} {path} → {exc.status_code} {exc.status_message}: "
+                              f"{exc.content or ''} {exc.errors or ''}".strip(),
+                              fix=_api_fix(exc.status_code, str(exc)), host=self.host.name,
+                              details={"status": exc.status_code, "errors": exc.errors}) from exc
+        except Exception as exc:  # requests' connection errors: keep the message, classify as remote
+            raise RemoteError(f"PVE API {self.host.address}:{self.host.pve.api.port if self.host.pve.api else 0} "
+                              f"unreachable: {exc}",
+                              fix="check the API port, the CA in pve.api.verify and the network path",
+                              host=self.host.name) from exc
+
+
+def _api_fix(status: int, message: str) -> str:
+    if "only allowed for root@pam" in message:
+        return "devN / raw lxc keys need root@pam: set pve.root_ssh: true so deploy uses pvesh over SSH"
+    if status == 401:
+        return "check pve.api.token_id and the token secret"
+    if status == 403:
+        return "grant the token the privileges named above, or use root_ssh"
+    return "see the PVE message above"
+
+
+class PveshPve:
+    """pvesh as root over the verified SSH connection: identity root@pam, so devN is allowed."""
+
+    def __init__(self, ssh: SshHost) -> None:
+        self.ssh = ssh
+        self.identity = "root@pam"
+        self.can_passthrough = True
+
+    @staticmethod
+    def command(method: str, path: str, **params: Any) -> str:
+        verb = {"get": "get", "post": "create", "put": "set", "delete": "delete"}[method.lower()]
+        args = ["pvesh", verb, path]
+        for key, value in _clean(params).items():
+            args += [f"--{key}", str(value)]
+        args += ["--output-format", "json"]
+        return shlex.join(args)
+
+    def call(self, method: str, path: str, **params: Any) -> Any:
+        res = self.ssh.run(self.command(method, path, **params), check=False, what=f"pvesh {method} {path}")
+        if res.rc != 0:
+            raise RemoteError(f"pvesh {method} {path} failed: {res.stderr.strip() or res.stdout.strip()}",
+                              fix="see the PVE message above", host=self.ssh.host.name)
+        return parse_pvesh_output(res.stdout)
+
+
+def parse_pvesh_output(text: str) -> Any:
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        # pvesh prints a bare UPID (or other plain text) for some calls.
+        return text.strip('"')
+
+
+def wait_task(client: PveClient, node: str, upid: str, *, timeout_s: float = 600, poll_s: float = 0.5,
+              host: str = "") -> dict[str, Any]:
+    """Poll a task until it stops; a TASK ERROR becomes a RemoteError carrying the task log tail."""
+    if not isinstance(upid, str) or not UPID_RE.match(upid):
+        raise RemoteError(f"expected a task id (UPID), got {upid!r}", host=host)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = client.call("get", f"/nodes/{node}/tasks/{upid}/status")
+        if status.get("status") == "stopped":
+            exit_status = str(status.get("exitstatus", ""))
+            if exit_status == "OK" or re.fullmatch(r"WARNINGS: \d+", exit_status):
+                return dict(status)
+            log = client.call("get", f"/nodes/{node}/tasks/{upid}/log", limit=50)
+            lines = [str(entry.get("t", "")) for entry in (log or [])][-5:]
+            raise RemoteError(f"PVE task {status.get('type', '?')} failed: {exit_status}",
+                              fix="see the task log: " + " | ".join(lines), host=host,
+                              details={"upid": upid, "log": lines})
+        if time.monotonic() > deadline:
+            raise RemoteError(f"PVE task {upid} still running after {timeout_s:.0f} s",
+                              fix="check the task in the PVE UI; re-run when it finished", host=host)
+        time.sleep(poll_s)
+
+
+def lifecycle_client(host: Host, ssh: SshHost, metrics: Metrics) -> PveClient:
+    """Token API when configured (no root needed for lifecycle), else pvesh over SSH."""
+    if host.pve.api is not None:
+        return HttpsPve(host, metrics)
+    return PveshPve(ssh)
+
+
+def passthrough_client(host: Host, ssh: SshHost) -> PveClient:
+    """devN needs root@pam: only pvesh over root SSH qualifies."""
+    if host.pve.root_ssh and host.ssh.user == "root":
+        return PveshPve(ssh)
+    raise ConfigError(
+        "GPU passthrough (devN) can only be configured as root@pam; an API token gets 403 "
+        "'configuring device passthrough is only allowed for root@pam'",
+        fix="set pve.root_ssh: true and ssh.user: root for this host (deploy then runs pvesh as root over SSH), "
+            "or add the devN lines to /etc/pve/lxc/<vmid>.conf yourself (deploy render prints them)",
+        host=host.name, step="container")

@@ -1,0 +1,176 @@
+"""The SSH adapter: the only module that talks to paramiko/fabric.
+
+Strict host key checking is the default: an unknown or changed host key is refused with the fingerprint and the
+fix. `tofu=True` (the user's explicit `--tofu`) accepts and records a first-seen key. Every remote command goes
+through `run`, which counts one round trip; scripts travel on stdin to `bash -s`, so their content (including
+any secret) never appears in a process argument list.
+"""
+
+from __future__ import annotations
+
+import io
+import secrets
+import shlex
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+from fabric import Connection
+from invoke.exceptions import CommandTimedOut, UnexpectedExit
+
+from orchestrator.errors import RemoteError
+from orchestrator.inventory.models import Host
+from orchestrator.parsers.sections import CommandOutput, build_batch_script, split_batch_output
+from orchestrator.runlog import Metrics
+
+
+@dataclass(frozen=True)
+class RemoteResult:
+    rc: int
+    stdout: str
+    stderr: str
+    duration_s: float
+
+
+def in_container(vmid: int, command: str) -> str:
+    """A host-side command line that runs `command` inside the container (one `pct exec`)."""
+    return f"pct exec {int(vmid)} -- bash -c {shlex.quote(command)}"
+
+
+class _Strict(paramiko.RejectPolicy):
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        raise paramiko.SSHException(f"unknown host key {key.get_name()} {key.fingerprint}")
+
+
+class SshHost:
+    """One verified SSH connection to a PVE node, reused for the whole command run."""
+
+    def __init__(self, host: Host, *, metrics: Metrics | None = None, tofu: bool = False) -> None:
+        self.host = host
+        self.metrics = metrics or Metrics()
+        self.tofu = tofu
+        self._conn: Connection | None = None
+
+    # -- connection ---------------------------------------------------------------------------------------
+    def _known_hosts(self) -> Path:
+        path = self.host.ssh.known_hosts or Path("~/.ssh/known_hosts")
+        return path.expanduser()
+
+    def connect(self) -> Connection:
+        if self._conn is not None and self._conn.is_connected:
+            return self._conn
+        ssh = self.host.ssh
+        connect_kwargs: dict[str, object] = {"look_for_keys": ssh.key_file is None, "allow_agent": True,
+                                             "banner_timeout": ssh.connect_timeout_s,
+                                             "auth_timeout": ssh.connect_timeout_s}
+        if ssh.key_file is not None:
+            connect_kwargs["key_filename"] = str(ssh.key_file.expanduser())
+        conn = Connection(self.host.address, user=ssh.user, port=ssh.port, connect_timeout=ssh.connect_timeout_s,
+                          connect_kwargs=connect_kwargs)
+        client = conn.client
+        known = self._known_hosts()
+        if known.exists():
+            client.load_host_keys(str(known))
+        elif self.tofu:
+            known.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            known.touch(mode=0o600)
+            client.load_host_keys(str(known))
+        if self.tofu:
+            client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+        else:
+            client.set_missing_host_key_policy(_Strict())
+        try:
+            conn.open()
+        except paramiko.BadHostKeyException as exc:
+            raise RemoteError(
+                f"host key of {self.host.address}:{ssh.port} CHANGED: got {exc.key.get_name()} "
+                f"{exc.key.fingerprint}, {known} has {exc.expected_key.fingerprint}",
+                fix=f"if the host was reinstalled, verify the new key out of band, then remove the old line: "
+                    f"ssh-keygen -f {known} -R '[{self.host.address}]:{ssh.port}'",
+                host=self.host.name, step="connect") from exc
+        except paramiko.SSHException as exc:
+            msg = str(exc)
+            if "unknown host key" in msg:
+                raise RemoteError(
+                    f"{self.host.address}:{ssh.port} is not in {known} ({msg}); strict host key checking refused it",
+                    fix=f"verify the fingerprint out of band and add it to {known} "
+                        f"(ssh-keyscan -p {ssh.port} {self.host.address}), or pass --tofu to trust it on first use",
+                    host=self.host.name, step="connect") from exc
+            raise RemoteError(f"SSH to {ssh.user}@{self.host.address}:{ssh.port} failed: {msg}",
+                              fix="check the key file, user and that sshd runs on the host",
+                              host=self.host.name, step="connect") from exc
+        except (OSError, socket.timeout) as exc:
+            raise RemoteError(f"cannot reach {self.host.address}:{ssh.port}: {exc}",
+                              fix="check the address, port and network path to the host",
+                              host=self.host.name, step="connect") from exc
+        self.metrics.ssh_connects += 1
+        self._conn = conn
+        return conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> SshHost:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- commands -----------------------------------------------------------------------------------------
+    def run(self, command: str, *, stdin: str | None = None, timeout: float | None = None,
+            check: bool = True, what: str = "") -> RemoteResult:
+        """One round trip. `command` must already be quoted; prefer `script` for anything non-trivial."""
+        conn = self.connect()
+        self.metrics.round_trip()
+        start = time.monotonic()
+        try:
+            res = conn.run(command, hide=True, warn=True, pty=False, timeout=timeout,
+                           in_stream=io.StringIO(stdin) if stdin is not None else False)
+        except CommandTimedOut as exc:
+            raise RemoteError(f"{what or 'remote command'} timed out after {timeout:.0f} s",
+                              fix="the host or container is slow or hung; check it and re-run",
+                              host=self.host.name) from exc
+        except UnexpectedExit as exc:  # only with warn=False; kept for completeness
+            res = exc.result
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            self._conn = None
+            raise RemoteError(f"SSH connection to {self.host.address} dropped during {what or 'a command'}: "
+                              f"{exc or type(exc).__name__}",
+                              fix="re-run the command; every step is idempotent and resumes where it stopped",
+                              host=self.host.name) from exc
+        result = RemoteResult(res.exited if res.exited is not None else -1, res.stdout, res.stderr,
+                              time.monotonic() - start)
+        if result.rc == -1:
+            self._conn = None
+            raise RemoteError(f"SSH connection to {self.host.address} dropped during {what or 'a command'}",
+                              fix="re-run the command; every step is idempotent and resumes where it stopped",
+                              host=self.host.name)
+        if check and result.rc != 0:
+            tail = (result.stderr or result.stdout).strip().splitlines()[-5:]
+            raise RemoteError(f"{what or 'remote command'} failed with exit code {result.rc}: " + " | ".join(tail),
+                              fix="see the message above", host=self.host.name,
+                              details={"stdout": result.stdout[-2000:], "stderr": result.stderr[-2000:]})
+        return result
+
+    def script(self, body: str, *, timeout: float | None = None, check: bool = True,
+               what: str = "") -> RemoteResult:
+        """Run a bash script in one round trip; the body travels on stdin, never in argv."""
+        return self.run("bash -s", stdin=body, timeout=timeout, check=check, what=what)
+
+    def batch(self, commands: Mapping[str, str], *, timeout: float | None = None,
+              what: str = "fact gathering") -> dict[str, CommandOutput]:
+        """Many read-only commands in ONE round trip; each gets its own rc/stdout/stderr."""
+        if not commands:
+            return {}
+        nonce = secrets.token_hex(8)
+        res = self.script(build_batch_script(commands, nonce), timeout=timeout, check=False, what=what)
+        try:
+            return split_batch_output(res.stdout, nonce)
+        except ValueError as exc:
+            raise RemoteError(f"{what}: output was cut short ({exc}); the connection may have dropped",
+                              fix="re-run the command", host=self.host.name) from exc

@@ -1,0 +1,114 @@
+"""Run a playbook's steps against one host and report what each did, how long it took and what it cost."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.errors import DeployError
+from orchestrator.facts import Facts
+from orchestrator.inventory.models import Host, Inventory
+from orchestrator.playbooks import load_playbook
+from orchestrator.remote.ssh import SshHost
+from orchestrator.runlog import Metrics, StepRecord
+from orchestrator.steps import REGISTRY, load_all_steps
+from orchestrator.steps.base import RunOptions, StepContext
+
+ProgressFn = Callable[[str, StepRecord | None], None]
+
+
+@dataclass
+class RunReport:
+    host: str
+    playbook: str
+    dry_run: bool
+    ok: bool = True
+    error: dict[str, Any] | None = None
+    steps: list[StepRecord] = field(default_factory=list)
+    duration_s: float = 0.0
+    ssh_connects: int = 0
+    ssh_round_trips: int = 0
+    api_calls: int = 0
+    shared: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def changed(self) -> bool:
+        return any(s.status in ("changed", "would-change") for s in self.steps)
+
+    def round_trips_before(self, step_name: str) -> int:
+        total = 0
+        for s in self.steps:
+            if s.name == step_name:
+                break
+            total += s.ssh_round_trips
+        return total
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "host": self.host,
+            "playbook": self.playbook,
+            "dry_run": self.dry_run,
+            "changed": self.changed,
+            "summary": ("would change" if self.dry_run else "changed") if self.changed else "no changes",
+            "steps": [s.to_dict() for s in self.steps],
+            "totals": {
+                "duration_s": round(self.duration_s, 3),
+                "ssh_connects": self.ssh_connects,
+                "ssh_round_trips": self.ssh_round_trips,
+                "ssh_round_trips_before_smoke": self.round_trips_before("smoke"),
+                "api_calls": self.api_calls,
+            },
+            **({"error": self.error} if self.error else {}),
+        }
+
+
+def run_playbook(name: str, host: Host, inventory: Inventory, options: RunOptions,
+                 progress: ProgressFn | None = None, say: Callable[[str], None] | None = None,
+                 shared: dict[str, Any] | None = None) -> RunReport:
+    """Run every step in order; the first failure stops the run and is re-raised after cleanup."""
+    load_all_steps()
+    playbook = load_playbook(name, REGISTRY)
+    profile = inventory.profile_for(host)
+    metrics = Metrics()
+    ssh = SshHost(host, metrics=metrics, tofu=options.tofu)
+    ctx = StepContext(host=host, profile=profile, inventory=inventory, ssh=ssh, metrics=metrics,
+                      facts=Facts(ssh, host, profile), options=options,
+                      say=say or (lambda _msg: None), shared=dict(shared or {}))
+    ctx.shared["playbook_steps"] = [ref.name for ref in playbook.steps]
+    report = RunReport(host=host.name, playbook=playbook.name, dry_run=options.dry_run)
+    start = time.monotonic()
+    notify = progress or (lambda _m, _r: None)
+    try:
+        for ref in playbook.steps:
+            record = StepRecord(ref.name)
+            report.steps.append(record)
+            ctx.records.append(record)
+            notify(ref.name, None)
+            with metrics.step(record):
+                try:
+                    REGISTRY[ref.name].fn(ctx, record)
+                except DeployError as err:
+                    record.status = "failed"
+                    record.summary = err.what
+                    raise err.at(host=host.name, step=ref.name) from None
+            notify(ref.name, record)
+    except DeployError as err:
+        report.ok = False
+        report.error = err.to_dict()
+        raise
+    finally:
+        for cleanup in ctx.shared.pop("cleanups", []):
+            try:
+                cleanup()
+            except Exception:  # cleanup must not hide the real error
+                pass
+        ssh.close()
+        report.duration_s = time.monotonic() - start
+        report.ssh_connects = metrics.ssh_connects
+        report.ssh_round_trips = metrics.ssh_round_trips
+        report.api_calls = metrics.api_calls
+        report.shared = ctx.shared
+    return report

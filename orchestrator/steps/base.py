@@ -1,0 +1,81 @@
+"""Steps are plain functions `check → change → verify` sharing one context; playbooks list them by name.
+
+A step reads facts (gathered for all steps in one SSH round trip), decides, changes only what differs, and
+records what it did in its StepRecord. In dry-run a step records `would-change` and changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.facts import Facts
+from orchestrator.inventory.models import Host, Inventory, ServerProfile
+from orchestrator.remote.ssh import SshHost
+from orchestrator.runlog import Metrics, StepRecord
+
+
+@dataclass
+class RunOptions:
+    dry_run: bool = False
+    allow_no_p2p: bool = False
+    skip_weights: bool = False
+    skip_bench: bool = False
+    tofu: bool = False
+    preset: str | None = None
+    command: str = "deploy"
+
+
+@dataclass
+class StepContext:
+    host: Host
+    profile: ServerProfile
+    inventory: Inventory
+    ssh: SshHost
+    metrics: Metrics
+    facts: Facts
+    options: RunOptions
+    say: Callable[[str], None] = print
+    # Values steps hand to later steps (rendered bundle, release id, bench result...).
+    shared: dict[str, Any] = field(default_factory=dict)
+    records: list[StepRecord] = field(default_factory=list)
+
+    @property
+    def vmid(self) -> int:
+        return self.host.container.vmid
+
+
+StepFn = Callable[[StepContext, StepRecord], None]
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    fn: StepFn
+    doc: str
+    # Names of facts (see orchestrator.facts) this step reads; gathered up front in one round trip.
+    host_facts: tuple[str, ...] = ()
+    ct_facts: tuple[str, ...] = ()
+
+
+REGISTRY: dict[str, Step] = {}
+
+
+def step(name: str, *, host_facts: tuple[str, ...] = (), ct_facts: tuple[str, ...] = ()) -> Callable[[StepFn], StepFn]:
+    def register(fn: StepFn) -> StepFn:
+        REGISTRY[name] = Step(name, fn, (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "",
+                              host_facts, ct_facts)
+        return fn
+
+    return register
+
+
+def mark_change(record: StepRecord, ctx: StepContext, what: str) -> bool:
+    """Record a change; returns False in dry-run so the caller skips doing it."""
+    record.changes.append(what)
+    if ctx.options.dry_run:
+        record.status = "would-change"
+        return False
+    record.status = "changed"
+    return True

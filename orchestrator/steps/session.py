@@ -1,0 +1,60 @@
+"""Session steps: connect with strict host keys, take the host lock, gather every fact in one round trip."""
+
+from __future__ import annotations
+
+from orchestrator.remote.lock import HostLock
+from orchestrator.runlog import StepRecord
+from orchestrator.steps.base import REGISTRY, StepContext, step
+
+
+def ensure_facts(ctx: StepContext) -> None:
+    """Gather the union of the playbook's facts once; later steps read them for free."""
+    if ctx.shared.get("facts_gathered"):
+        return
+    names = ctx.shared.get("playbook_steps", list(REGISTRY))
+    host_facts: set[str] = set()
+    ct_facts: set[str] = set()
+    for name in names:
+        st = REGISTRY.get(name)
+        if st is not None:
+            host_facts.update(st.host_facts)
+            ct_facts.update(st.ct_facts)
+    ctx.facts.gather(host_facts, ct_facts)
+    ctx.shared["facts_gathered"] = True
+
+
+def refresh_ct_facts(ctx: StepContext, *names: str) -> None:
+    """Re-read container facts after a change (one round trip)."""
+    ctx.facts.gather((), names, what="re-reading container facts")
+
+
+@step("connect")
+def connect(ctx: StepContext, record: StepRecord) -> None:
+    """Open the SSH connection (strict host key checking unless --tofu)."""
+    ctx.ssh.connect()
+    h = ctx.host
+    record.summary = f"{h.ssh.user}@{h.address}:{h.ssh.port}" + (" (TOFU)" if ctx.options.tofu else "")
+
+
+@step("lock")
+def lock(ctx: StepContext, record: StepRecord) -> None:
+    """Take the host lock (none in dry-run), then read every fact the playbook needs in one round trip."""
+    if not ctx.options.dry_run:
+        host_lock = HostLock(ctx.ssh, ctx.options.command)
+        host_lock.acquire()
+        ctx.shared.setdefault("cleanups", []).append(host_lock.release)
+        ctx.shared["lock"] = host_lock
+        record.summary = "lock taken; "
+    ensure_facts(ctx)
+    record.summary += f"{len(ctx.facts.host) + len(ctx.facts.ct)} facts read in one round trip"
+
+
+@step("unlock")
+def unlock(ctx: StepContext, record: StepRecord) -> None:
+    """Release the host lock."""
+    host_lock = ctx.shared.pop("lock", None)
+    if host_lock is not None:
+        host_lock.release()
+        record.summary = "lock released"
+    else:
+        record.status = "skipped"
