@@ -36,13 +36,15 @@ HOST_FACTS: dict[str, CmdFn] = {
     "cmdline": lambda h, p: "cat /proc/cmdline",
     "modprobe": lambda h, p: "cat /etc/modprobe.d/*.conf 2>/dev/null; true",
     "uvm_hmm": lambda h, p: "cat /sys/module/nvidia_uvm/parameters/uvm_disable_hmm",
-    "lspci_acs": lambda h, p: "lspci -vvv 2>/dev/null | grep -E '^[0-9a-f]{2,4}:|^[0-9a-f]{2}:[0-9a-f]{2}\\.|ACSCtl'",
+    # Device headers, bus ranges and ACS control only: ~20 KB instead of ~430 KB of `lspci -vvv`.
+    "lspci_acs": lambda h, p: "lspci -vvv 2>/dev/null | grep -E '^[0-9a-f]{2,4}:|ACSCtl|Bus: primary'",
     "nvsmi_list": lambda h, p: "nvidia-smi -L",
     "topo": lambda h, p: "nvidia-smi topo -m",
     "p2p_read": lambda h, p: "nvidia-smi topo -p2p r",
     "p2p_write": lambda h, p: "nvidia-smi topo -p2p w",
     "ct_status": lambda h, p: f"pct status {h.container.vmid}",
-    "ct_config": lambda h, p: f"pct config {h.container.vmid}",
+    "ct_config": lambda h, p: (f"pvesh get /nodes/{_q(h.pve.node)}/lxc/{h.container.vmid}/config "
+                                 "--output-format json"),
     "templates": lambda h, p: (f"pvesh get /nodes/{_q(h.pve.node)}/storage/{_q(h.container.template_storage)}"
                                "/content --content vztmpl --output-format json"),
     "installer": lambda h, p: (f"test -f {_q(h.container.driver_installer)} && echo present"
@@ -57,7 +59,10 @@ CT_FACTS: dict[str, CmdFn] = {
     "p2p_write": lambda h, p: "nvidia-smi topo -p2p w",
     "sglang_version": lambda h, p: f"{_q(p.venv)}/bin/python -c 'import sglang; print(sglang.__version__)'",
     "weights": lambda h, p: f"test -f {_q(p.model_path)}/config.json && echo present",
-    "unit_sha": lambda h, p: f"sha256sum {UNIT_PATH} {ENV_PATH}",
+    # Body hashes: the managed `# deploy:` header (release id) is excluded, as in render.files.body_sha256.
+    "unit_sha": lambda h, p: " ; ".join(
+        f"printf '%s %s\\n' \"$(awk 'BEGIN{{h=1}} h && /^# deploy:/ {{next}} {{h=0; print}}' {f} | sha256sum "
+        f"| cut -d' ' -f1)\" {f}" for f in (UNIT_PATH, ENV_PATH)) + f" ; test -f {UNIT_PATH} -a -f {ENV_PATH}",
     "current_release": lambda h, p: f"readlink {CURRENT_LINK}",
     "releases": lambda h, p: f"ls -1 {RELEASES_DIR}",
     "active": lambda h, p: f"systemctl is-active {UNIT_NAME}",

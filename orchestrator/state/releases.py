@@ -1,0 +1,141 @@
+"""Releases live on the target, inside the container, so every operator machine sees the same history.
+
+/var/lib/deploy/releases/<id>/   sglang.service, sglang.env (0600), flags.json, meta.json, and later
+                                 server_info.json, bench.jsonl, verdict.json
+/var/lib/deploy/current          symlink → releases/<id>
+
+Installing is one script: write the release dir under a temporary name and rename it, copy the files into place
+with temp-file + rename, swap the `current` symlink atomically, daemon-reload, restart. A kill at any point
+leaves either the old or the new complete state; re-running converges. This module only builds scripts and
+parses listings (pure); steps run them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from orchestrator.facts import CURRENT_LINK, RELEASES_DIR, UNIT_NAME
+from orchestrator.render.files import RenderedFile
+
+RELEASE_ID = re.compile(r"^(\d{8}T\d{6})-([0-9a-f]{8})$")
+
+
+def new_release_id(bundle_sha: str, now: datetime | None = None) -> str:
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%S")
+    return f"{stamp}-{bundle_sha[:8]}"
+
+
+def parse_release_ids(listing: str) -> list[str]:
+    """Release ids from `ls -1 releases`, oldest first (ids sort by time)."""
+    return sorted(line.strip() for line in listing.splitlines() if RELEASE_ID.match(line.strip()))
+
+
+def current_release(readlink_output: str) -> str | None:
+    target = readlink_output.strip().rstrip("/")
+    name = target.rsplit("/", 1)[-1] if target else ""
+    return name if RELEASE_ID.match(name) else None
+
+
+def find_by_sha(ids: Sequence[str], bundle_sha: str) -> str | None:
+    """An existing release with the same content: reuse it instead of writing a duplicate."""
+    for rid in reversed(ids):
+        m = RELEASE_ID.match(rid)
+        if m and m.group(2) == bundle_sha[:8]:
+            return rid
+    return None
+
+
+def _write_file(path: str, content: str, mode: int) -> str:
+    b64 = base64.b64encode(content.encode()).decode()
+    tag = "DEPLOY_B64_EOF"
+    return (f"base64 -d > {shlex.quote(path)} <<'{tag}'\n{b64}\n{tag}\n"
+            f"chmod {mode:04o} {shlex.quote(path)}")
+
+
+@dataclass(frozen=True)
+class ReleaseBundle:
+    release_id: str
+    files: tuple[RenderedFile, ...]
+    flags: Mapping[str, Any]
+    meta: Mapping[str, Any]
+
+
+def write_release_script(bundle: ReleaseBundle) -> str:
+    """Shell (run inside the container) that materialises a release directory atomically, if absent."""
+    rdir = f"{RELEASES_DIR}/{bundle.release_id}"
+    tmp = f"{rdir}.partial"
+    parts = ["set -e", "umask 077", f"mkdir -p {RELEASES_DIR}",
+             f"if [ ! -d {shlex.quote(rdir)} ]; then",
+             f"rm -rf {shlex.quote(tmp)}; mkdir -p {shlex.quote(tmp)}"]
+    for f in bundle.files:
+        parts.append(_write_file(f"{tmp}/{f.name}", f.content, f.mode))
+    parts.append(_write_file(f"{tmp}/flags.json", json.dumps(dict(bundle.flags), sort_keys=True) + "\n",
+                             0o644))
+    parts.append(_write_file(f"{tmp}/meta.json", json.dumps(dict(bundle.meta), sort_keys=True) + "\n",
+                             0o644))
+    parts += [f"mv -T {shlex.quote(tmp)} {shlex.quote(rdir)}", "fi"]
+    return "\n".join(parts) + "\n"
+
+
+def activate_script(release_id: str, files: Sequence[RenderedFile], *, restart: bool, keep: int) -> str:
+    """Shell (inside the container): install a release's files, point `current` at it, (re)start, prune."""
+    rdir = f"{RELEASES_DIR}/{release_id}"
+    lines = ["set -e"]
+    for f in files:
+        dest = shlex.quote(f.remote_path)
+        lines += [f"mkdir -p $(dirname {dest})",
+                  f"install -m {f.mode:04o} {shlex.quote(rdir + '/' + f.name)} {dest}.deploy-tmp",
+                  f"mv -f {dest}.deploy-tmp {dest}"]
+    lines += [f"ln -sfn releases/{shlex.quote(release_id)} {CURRENT_LINK}.deploy-tmp",
+              f"mv -T {CURRENT_LINK}.deploy-tmp {CURRENT_LINK}",
+              "systemctl daemon-reload",
+              f"systemctl enable {UNIT_NAME} >/dev/null 2>&1 || true",
+              f"systemctl {'restart' if restart else 'start'} {UNIT_NAME}"]
+    # Keep the newest `keep` releases; never the current one.
+    lines += [f"cd {RELEASES_DIR} && ls -1 | grep -E '^[0-9]{{8}}T[0-9]{{6}}-[0-9a-f]{{8}}$' | sort | head -n -{keep} "
+              f"| grep -vx {shlex.quote(release_id)} | xargs -r rm -rf --"]
+    return "\n".join(lines) + "\n"
+
+
+def record_file_script(release_id: str, name: str, content: str, mode: int = 0o644) -> str:
+    """Add evidence (server_info.json, bench.jsonl, verdict.json) to a release after the fact."""
+    path = f"{RELEASES_DIR}/{release_id}/{name}"
+    return f"set -e\n{_write_file(path + '.deploy-tmp', content, mode)}\nmv -f {path}.deploy-tmp {path}\n"
+
+
+def read_releases_script(limit: int = 50) -> str:
+    """Print every release's meta.json and verdict.json as JSON lines (for history), newest last."""
+    return (f"cd {RELEASES_DIR} 2>/dev/null || exit 0\n"
+            f"for d in $(ls -1 | grep -E '^[0-9]{{8}}T[0-9]{{6}}-[0-9a-f]{{8}}$' | sort | tail -n {int(limit)}); do\n"
+            "  printf '{\"id\":\"%s\",\"meta\":' \"$d\"; cat \"$d/meta.json\" 2>/dev/null || printf 'null';\n"
+            "  printf ',\"verdict\":'; cat \"$d/verdict.json\" 2>/dev/null || printf 'null';\n"
+            "  printf ',\"flags\":'; cat \"$d/flags.json\" 2>/dev/null || printf 'null'; printf '}\\n'\n"
+            "done\n")
+
+
+def parse_release_lines(text: str) -> list[dict[str, Any]]:
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def in_container_script(vmid: int, script: str) -> str:
+    """Host-side script that feeds `script` to bash inside the container on stdin (no argv exposure)."""
+    tag = "DEPLOY_CT_EOF"
+    if tag in script:
+        raise ValueError("script contains the heredoc terminator")
+    return f"pct exec {int(vmid)} -- bash -s <<'{tag}'\n{script}{tag}\n"

@@ -1,0 +1,154 @@
+"""Health, smoke and throughput checks against the running server, all executed inside the container."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
+
+from orchestrator.errors import CheckFailed, RemoteError
+from orchestrator.facts import UNIT_NAME
+from orchestrator.runlog import StepRecord
+from orchestrator.steps.base import StepContext, step
+from orchestrator.steps.session import ensure_facts
+from orchestrator.verdicts.server_log import argparse_error, find_fatal
+
+JOURNAL_TAIL = 40
+
+
+@dataclass
+class HealthProbe:
+    code: str
+    active: str
+    restarts: int
+    new_lines: list[str] = field(default_factory=list)
+
+
+def _probe_command(ctx: StepContext, seen_lines: int) -> str:
+    p = ctx.profile
+    inner = (f"printf 'code=%s\\n' \"$(curl -s -o /dev/null -m 5 -w '%{{http_code}}' "
+             f"http://{shlex.quote(p.host)}:{p.port}/health)\"; "
+             f"systemctl show -p ActiveState -p NRestarts {UNIT_NAME}; echo '--journal--'; "
+             f"journalctl -u {UNIT_NAME} --no-pager -o cat | tail -n +{seen_lines + 1}")
+    return f"pct exec {ctx.vmid} -- bash -c {shlex.quote(inner)}"
+
+
+def probe_health(ctx: StepContext, seen_lines: int) -> HealthProbe:
+    res = ctx.ssh.run(_probe_command(ctx, seen_lines), check=False, timeout=60, what="health probe")
+    head, _, journal = res.stdout.partition("--journal--\n")
+    values = dict(line.split("=", 1) for line in head.splitlines() if "=" in line)
+    return HealthProbe(code=values.get("code", "000"), active=values.get("ActiveState", "unknown"),
+                       restarts=int(values.get("NRestarts", "0") or 0),
+                       new_lines=[ln for ln in journal.splitlines() if ln.strip()])
+
+
+def wait_healthy(ctx: StepContext, record: StepRecord, *, timeout_s: float | None = None) -> float:
+    """Poll /health until 200; fatal log lines or a dead unit end the wait at once. Returns seconds waited."""
+    timeout = float(timeout_s or ctx.profile.start_timeout_s)
+    interval = 2.0 if timeout <= 120 else 5.0
+    seen: list[str] = []
+    start = time.monotonic()
+    restarts_at_start: list[int] = []
+
+    def attempt() -> HealthProbe | None:
+        probe = probe_health(ctx, len(seen))
+        if not restarts_at_start:
+            restarts_at_start.append(probe.restarts)
+        for line in probe.new_lines[-5:]:
+            ctx.say(f"  journal: {line}")
+        seen.extend(probe.new_lines)
+        fatal = find_fatal(probe.new_lines)
+        if fatal is not None:
+            raise CheckFailed(f"sglang logged a fatal line: {fatal.line!r} — {fatal.meaning}", fix=fatal.fix,
+                              host=ctx.host.name, details={"journal": seen[-JOURNAL_TAIL:], "code": fatal.code})
+        if probe.active in ("failed", "inactive") or probe.restarts > restarts_at_start[0]:
+            bad_flag = argparse_error(seen)
+            raise CheckFailed(
+                f"sglang exited ({probe.active}, restarts {probe.restarts}) before turning healthy"
+                + (f": {bad_flag}" if bad_flag else ""),
+                fix="read the journal excerpt; fix the flags or roll back (deploy rollback)", host=ctx.host.name,
+                details={"journal": seen[-JOURNAL_TAIL:]})
+        return probe if probe.code == "200" else None
+
+    retrying = Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(interval),
+                        retry=retry_if_result(lambda r: r is None))
+    try:
+        retrying(attempt)
+    except RetryError as exc:
+        raise CheckFailed(f"sglang did not turn healthy within {timeout:.0f} s (/health never returned 200)",
+                          fix="check the journal excerpt; raise start_timeout_s if the model needs longer",
+                          host=ctx.host.name, details={"journal": seen[-JOURNAL_TAIL:]}) from exc
+    record.details["journal_tail"] = seen[-10:]
+    return time.monotonic() - start
+
+
+@step("health", ct_facts=("health", "active"))
+def health(ctx: StepContext, record: StepRecord) -> None:
+    """Wait for /health 200 (journal excerpts while waiting; fatal lines end the wait at once)."""
+    ensure_facts(ctx)
+    if ctx.options.dry_run:
+        record.status = "skipped"
+        record.summary = "dry run"
+        return
+    fact = ctx.facts.c("health")
+    if not ctx.shared.get("restarted") and fact is not None and fact.stdout.strip() == "200":
+        record.summary = "healthy (/health 200)"
+        return
+    waited = wait_healthy(ctx, record)
+    record.summary = f"healthy after {waited:.1f} s"
+
+
+def smoke_source() -> str:
+    return resources.files("orchestrator.probes").joinpath("smoke_probe.py").read_text()
+
+
+def run_smoke(ctx: StepContext, release: str | None) -> dict[str, Any]:
+    """One round trip: /v1/models, a deterministic chat completion, /server_info saved into the release."""
+    p = ctx.profile
+    args = {"base": f"http://{p.host}:{p.port}", "model": p.served_model_name, "prompt": p.smoke.prompt,
+            "max_tokens": p.smoke.max_tokens, "timeout": p.smoke.timeout_s,
+            "server_info_path": f"/var/lib/deploy/releases/{release}/server_info.json" if release else ""}
+    script = (f"pct exec {ctx.vmid} -- {shlex.quote(p.venv + '/bin/python')} - {shlex.quote(json.dumps(args))} "
+              f"<<'DEPLOY_SMOKE_EOF'\n{smoke_source()}\nDEPLOY_SMOKE_EOF\n")
+    res = ctx.ssh.script(script, check=False, timeout=p.smoke.timeout_s + 30, what="smoke check")
+    try:
+        return dict(json.loads(res.stdout.strip().splitlines()[-1]))
+    except (json.JSONDecodeError, IndexError) as exc:
+        raise RemoteError(f"smoke check printed no result: {(res.stderr or res.stdout).strip()[-300:]}",
+                          host=ctx.host.name) from exc
+
+
+def judge_smoke(ctx: StepContext, data: dict[str, Any]) -> list[str]:
+    """Problems found in a smoke result (empty list = pass)."""
+    problems = []
+    if data.get("error"):
+        problems.append(str(data["error"]))
+    if ctx.profile.served_model_name not in data.get("models", []):
+        problems.append(f"/v1/models lists {data.get('models')} without {ctx.profile.served_model_name!r}")
+    answer = str(data.get("answer", ""))
+    if not re.search(ctx.profile.smoke.expect_regex, answer):
+        problems.append(f"answer {answer[:120]!r} does not match {ctx.profile.smoke.expect_regex!r}")
+    return problems
+
+
+@step("smoke")
+def smoke(ctx: StepContext, record: StepRecord) -> None:
+    """A real chat completion with a checked answer, and /v1/models lists the served name."""
+    if ctx.options.dry_run:
+        record.status = "skipped"
+        record.summary = "dry run"
+        return
+    data = run_smoke(ctx, ctx.shared.get("release"))
+    record.details.update({k: data.get(k) for k in ("models", "answer", "latency_s", "usage")})
+    problems = judge_smoke(ctx, data)
+    if problems:
+        raise CheckFailed("smoke check failed: " + "; ".join(problems),
+                          fix="look at the server journal (journalctl -u sglang in the container); roll back if "
+                              "a flag change caused it", host=ctx.host.name, details=data)
+    record.summary = f"answer {str(data.get('answer')).strip()[:40]!r} in {data.get('latency_s', 0):.2f} s"

@@ -1,0 +1,54 @@
+"""Host prerequisites (`deploy doctor`): driver, /dev/nvidia-uvm, uvm HMM off, IOMMU, ACS, PVE version."""
+
+from __future__ import annotations
+
+from orchestrator.errors import CheckFailed
+from orchestrator.facts import Facts
+from orchestrator.runlog import StepRecord
+from orchestrator.steps.base import StepContext, step
+from orchestrator.steps.session import ensure_facts
+from orchestrator.verdicts.host import Finding, HostFacts, doctor_findings, host_facts_from_outputs, worst_status
+
+DOCTOR_FACTS = ("driver_version", "dev_listing", "uvm_hmm", "modprobe", "cmdline", "lspci_acs", "pveversion",
+                "nvsmi_list")
+
+
+def host_facts(facts: Facts) -> HostFacts:
+    def text(name: str) -> str | None:
+        out = facts.host.get(name)
+        return out.stdout if out is not None and out.rc == 0 else None
+
+    driver = facts.host.get("driver_version")
+    return host_facts_from_outputs(
+        proc_driver_version=(driver.stdout if driver is not None and driver.rc == 0 else ""),
+        dev_listing=facts.host["dev_listing"].stdout if "dev_listing" in facts.host else None,
+        uvm_hmm_param=text("uvm_hmm"),
+        modprobe_conf=facts.host["modprobe"].stdout if "modprobe" in facts.host else None,
+        cmdline=text("cmdline"),
+        lspci_vvv=text("lspci_acs"),
+        pveversion=text("pveversion"),
+        gpu_list=text("nvsmi_list"),
+    )
+
+
+def findings_for(ctx: StepContext) -> list[Finding]:
+    ensure_facts(ctx)
+    return doctor_findings(host_facts(ctx.facts))
+
+
+@step("host_prereqs", host_facts=DOCTOR_FACTS)
+def host_prereqs(ctx: StepContext, record: StepRecord) -> None:
+    """The doctor checks; a failure stops here with the fix spelled out."""
+    findings = findings_for(ctx)
+    record.details["findings"] = [f.to_dict() for f in findings]
+    ctx.shared["pve_version"] = host_facts(ctx.facts).pve_version
+    failed = [f for f in findings if f.status == "fail"]
+    warned = [f for f in findings if f.status == "warn"]
+    for f in warned:
+        ctx.say(f"  warning: {f.check}: {f.observed}")
+    if failed:
+        raise CheckFailed("host prerequisites not met: " + "; ".join(f"{f.check}: {f.observed}" for f in failed),
+                          fix=" | ".join(f"{f.check}: {f.fix}" for f in failed), host=ctx.host.name,
+                          details={"findings": [f.to_dict() for f in findings]})
+    record.summary = f"{len(findings)} checks: {worst_status(findings)}" + (
+        f" ({', '.join(f.check for f in warned)})" if warned else "")

@@ -1,0 +1,116 @@
+"""P2P: topology and P2P read/write in the container and on the host, compared, with a verdict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.errors import CheckFailed
+from orchestrator.facts import Facts
+from orchestrator.parsers import ParseError
+from orchestrator.parsers.p2p import P2PKind, P2PMatrix, parse_p2p
+from orchestrator.parsers.topo import TopoMatrix, parse_topo
+from orchestrator.runlog import StepRecord
+from orchestrator.steps.base import StepContext, step
+from orchestrator.steps.session import ensure_facts
+from orchestrator.verdicts.p2p import P2PVerdict, TopoComparison, compare_topologies, p2p_verdict
+
+P2P_FACTS = ("topo", "p2p_read", "p2p_write")
+
+
+@dataclass(frozen=True)
+class P2PView:
+    where: str
+    topo: TopoMatrix | None
+    read: P2PMatrix | None
+    write: P2PMatrix | None
+    error: str = ""
+
+
+def view_from(outputs: dict[str, Any], where: str) -> P2PView:
+    topo_out = outputs.get("topo")
+    if topo_out is None:
+        return P2PView(where, None, None, None, "not read (container not running)")
+    try:
+        topo = parse_topo(topo_out.stdout)
+    except ParseError:
+        return P2PView(where, None, None, None, (topo_out.stdout + topo_out.stderr).strip()[:300])
+
+    def matrix(name: str, kind: P2PKind) -> P2PMatrix | None:
+        out = outputs.get(name)
+        if out is None or out.rc != 0:
+            return None
+        try:
+            return parse_p2p(out.stdout, kind)
+        except ParseError:
+            return None
+
+    return P2PView(where, topo, matrix("p2p_read", "read"), matrix("p2p_write", "write"))
+
+
+@dataclass(frozen=True)
+class P2PReport:
+    container: P2PView
+    host: P2PView
+    verdict: P2PVerdict | None
+    comparison: TopoComparison | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict.to_dict() if self.verdict else None,
+            "container_error": self.container.error,
+            "host_error": self.host.error,
+            "container_topology": self.container.topo.to_dict() if self.container.topo else None,
+            "host_topology": self.host.topo.to_dict() if self.host.topo else None,
+            "matches_host": self.comparison.to_dict() if self.comparison else None,
+        }
+
+
+def p2p_report(facts: Facts, tp_gpus: int | None = None) -> P2PReport:
+    ct = view_from(dict(facts.ct), "container")
+    host = view_from(dict(facts.host), "host")
+    primary = ct if ct.topo is not None else host
+    verdict = None
+    if primary.topo is not None:
+        gpus = primary.topo.gpus[:tp_gpus] if tp_gpus else None
+        verdict = p2p_verdict(primary.topo, primary.read, primary.write, gpus)
+    comparison = compare_topologies(host.topo, ct.topo) if host.topo and ct.topo else None
+    return P2PReport(ct, host, verdict, comparison)
+
+
+def tp_size(ctx: StepContext) -> int | None:
+    for key in ("tensor-parallel-size", "tp-size", "tp"):
+        value = ctx.profile.flags.get(key)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+@step("verify_p2p", host_facts=P2P_FACTS, ct_facts=P2P_FACTS)
+def verify_p2p(ctx: StepContext, record: StepRecord) -> None:
+    """Every tensor-parallel GPU pair has P2P read+write OK, and the container sees the host's topology."""
+    ensure_facts(ctx)
+    report = p2p_report(ctx.facts, tp_size(ctx))
+    ctx.shared["p2p_report"] = report
+    record.details.update(report.to_dict())
+    if report.verdict is None:
+        if ctx.options.dry_run:
+            record.status = "skipped"
+            record.summary = "container not running yet (dry run)"
+            return
+        raise CheckFailed(f"could not read the GPU topology: {report.container.error or report.host.error}",
+                          fix="check nvidia-smi in the container", host=ctx.host.name)
+    v = report.verdict
+    problems = list(v.reasons) if v.status == "fail" else []
+    if report.comparison is not None and not report.comparison.same:
+        problems.append("the container does not see the host's topology: " + report.comparison.describe())
+    if problems and not ctx.options.allow_no_p2p:
+        raise CheckFailed("P2P check failed: " + " ".join(problems),
+                          fix=" ".join(v.fixes) or "see deploy verify-p2p; --allow-no-p2p continues anyway",
+                          host=ctx.host.name, details=report.to_dict())
+    record.summary = f"P2P {v.status} over {len(v.gpus)} GPUs" + (
+        " (allowed by --allow-no-p2p)" if problems else "") + (
+        f"; {v.reasons[0]}" if v.reasons and v.status == "warn" else "")
+    if problems:
+        record.status = "ok"
+        record.details["allowed_failure"] = problems
