@@ -152,3 +152,61 @@ def smoke(ctx: StepContext, record: StepRecord) -> None:
                           fix="look at the server journal (journalctl -u sglang in the container); roll back if "
                               "a flag change caused it", host=ctx.host.name, details=data)
     record.summary = f"answer {str(data.get('answer')).strip()[:40]!r} in {data.get('latency_s', 0):.2f} s"
+
+
+def bench_for_release(ctx: StepContext, preset_name: str, release: str | None,
+                      overrides: dict[str, str] | None = None) -> Any:
+    """Run the preset with telemetry, store it in the local ledger, return the BenchRun."""
+    from orchestrator.bench.run import run_bench
+    from orchestrator.state.ledger import Ledger
+
+    preset = ctx.inventory.preset(preset_name)
+    nvlink = False
+    report = ctx.shared.get("p2p_report")
+    if report is not None and getattr(report, "container", None) is not None and report.container.topo:
+        nvlink = any(str(link).startswith("NV") for link in report.container.topo.cells.values())
+    flags = dict(ctx.profile.flags)
+    bundle = ctx.shared.get("bundle")
+    if bundle is not None:
+        flags = dict(bundle.flags.as_dict())
+    run = run_bench(ctx.ssh, ctx.host, ctx.profile, preset_name, preset, overrides=overrides, release_id=release,
+                    flags=flags, nvlink=nvlink)
+    try:
+        Ledger().record_run(host=ctx.host.name, bench=run.result, source="roll" if "roll" in ctx.options.command
+                            else "bench", release_id=release, preset=preset_name, started_at=run.started_at,
+                            flags=flags, telemetry=run.telemetry, diagnosis=run.diagnosis,
+                            jsonl_path=f"{ctx.host.name}:{run.remote_jsonl}", run_id=run.run_id)
+    except Exception as exc:  # the ledger is a local convenience; never fail a rollout on it
+        ctx.say(f"  warning: could not write the local ledger: {exc}")
+    return run
+
+
+@step("throughput")
+def throughput(ctx: StepContext, record: StepRecord) -> None:
+    """bench_serving with the profile's preset, GPU telemetry alongside; pass/fail against the minimum."""
+    if ctx.options.dry_run or ctx.options.skip_bench:
+        record.status = "skipped"
+        record.summary = "dry run" if ctx.options.dry_run else "--skip-bench"
+        return
+    preset_name = ctx.options.preset or ctx.profile.bench_preset
+    run = bench_for_release(ctx, preset_name, ctx.shared.get("release"))
+    ctx.shared["bench_run"] = run
+    r = run.result
+    record.details.update(run.to_dict())
+    minimum = ctx.profile.min_output_throughput
+    fails = []
+    if (r.failed or 0) > 0:
+        fails.append(f"{r.failed} of {r.num_prompts} requests failed")
+    if minimum is not None and r.output_throughput < minimum:
+        fails.append(f"output throughput {r.output_throughput:.1f} tok/s is below the minimum {minimum:.1f}")
+    for d in run.diagnosis[:3]:
+        ctx.say(f"  diagnosis: {d.message}")
+    power = ""
+    if run.telemetry is not None and run.telemetry.mean_power_pct_of_limit is not None:
+        power = f", GPUs at {run.telemetry.mean_power_pct_of_limit:.0f} % of power limit"
+    record.summary = (f"{preset_name}: {r.output_throughput:.1f} output tok/s, concurrency "
+                      f"{(r.concurrency or 0):.0f}, mean TPOT {(r.mean_tpot_ms or 0):.2f} ms{power}")
+    if fails:
+        raise CheckFailed("throughput check failed: " + "; ".join(fails),
+                          fix="see the diagnosis lines; compare with `deploy history --bench`", host=ctx.host.name,
+                          details=run.to_dict())

@@ -1,0 +1,105 @@
+"""Run bench_serving in the container with GPU samplers on the host, in ONE SSH round trip, and judge it.
+
+The JSONL goes to a fresh file per run (bench_serving appends), inside the release directory when there is one,
+so the evidence lives on the target next to the flags it measured. Telemetry is sampled on the host, where
+nvidia-smi sees every GPU, over exactly the bench window.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from orchestrator.bench.command import bench_command
+from orchestrator.errors import CheckFailed, RemoteError
+from orchestrator.inventory.models import BenchPreset, Host, ServerProfile
+from orchestrator.parsers.bench import BenchParseError, BenchResult, parse_bench_output
+from orchestrator.remote.ssh import SshHost
+from orchestrator.state.ledger import new_run_id
+from orchestrator.telemetry.sampler import (
+    SamplerOutputError,
+    build_sampled_bench_script,
+    parse_sampled_output,
+    run_samples,
+)
+from orchestrator.telemetry.summary import TelemetrySummary, summarize
+from orchestrator.verdicts.power import Diagnosis, diagnose
+
+BENCH_DIR = "/var/lib/deploy/bench"
+
+
+@dataclass
+class BenchRun:
+    run_id: str
+    preset: str
+    started_at: datetime
+    result: BenchResult
+    telemetry: TelemetrySummary | None
+    diagnosis: list[Diagnosis]
+    remote_jsonl: str
+    jsonl: str
+    overrides: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "preset": self.preset,
+            "overrides": self.overrides,
+            "started_at": self.started_at.isoformat(),
+            "remote_jsonl": self.remote_jsonl,
+            "result": self.result.model_dump(mode="json"),
+            "telemetry": self.telemetry.model_dump(mode="json") if self.telemetry else None,
+            "diagnosis": [d.model_dump(mode="json") for d in self.diagnosis],
+        }
+
+
+def flag_int(profile_flags: dict[str, Any], *names: str) -> int | None:
+    for n in names:
+        v = profile_flags.get(n)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    return None
+
+
+def run_bench(ssh: SshHost, host: Host, profile: ServerProfile, preset_name: str, preset: BenchPreset, *,
+              overrides: dict[str, str] | None = None, release_id: str | None = None,
+              flags: dict[str, Any] | None = None, nvlink: bool = False) -> BenchRun:
+    vmid = host.container.vmid
+    run_id = new_run_id()
+    out_dir = f"/var/lib/deploy/releases/{release_id}" if release_id else BENCH_DIR
+    out_file = f"{out_dir}/bench-{run_id}.jsonl"
+    inner = (f"mkdir -p {shlex.quote(out_dir)} && if [ -f /etc/sglang/sglang.env ]; then set -a; "
+             f". /etc/sglang/sglang.env; set +a; fi; export OPENAI_API_KEY=\"${{SGLANG_API_KEY:-}}\"; cd /tmp && "
+             + bench_command(preset, profile, out_file, overrides))
+    bench_cmd = f"pct exec {vmid} -- bash -c {shlex.quote(inner)}"
+    sampler = build_sampled_bench_script(bench_cmd, extra_sections=[
+        ("jsonl", f"pct exec {vmid} -- cat {shlex.quote(out_file)}")])
+    res = ssh.script(sampler.script, check=False, timeout=preset.timeout_s + 120, what=f"bench {preset_name}")
+    try:
+        run = parse_sampled_output(res.stdout, sampler.nonce)
+    except SamplerOutputError as exc:
+        raise RemoteError(f"bench {preset_name}: {exc}", fix="re-run; check the SSH connection",
+                          host=host.name, details={"stderr": res.stderr[-1000:]}) from exc
+    bench_out = run.section("bench")
+    jsonl = run.section("jsonl")
+    try:
+        result = parse_bench_output(jsonl, bench_out, num_prompts=preset.num_prompts)
+    except BenchParseError as exc:
+        tail = " | ".join(bench_out.strip().splitlines()[-6:])
+        raise CheckFailed(f"bench_serving produced no result (exit {run.bench_rc}): {tail}",
+                          fix="is the server healthy (deploy status)? is the preset valid offline "
+                              "(random-ids needs no download)?", host=host.name) from exc
+    samples, static = run_samples(run, sampler.query_fields)
+    telemetry = None
+    if samples:
+        telemetry = summarize(samples, window=(run.started_at, run.ended_at),
+                              output_tokens=result.total_output_tokens,
+                              output_throughput=result.output_throughput, static=static)
+    flags = flags or {}
+    tp = flag_int(flags, "tensor-parallel-size", "tp-size")
+    mrr = flag_int(flags, "max-running-requests")
+    diagnosis = diagnose(result, telemetry, tp_size=tp, nvlink=nvlink, max_running_requests=mrr)
+    return BenchRun(run_id, preset_name, run.started_at, result, telemetry, list(diagnosis), out_file, jsonl,
+                    dict(overrides or {}))

@@ -1,0 +1,64 @@
+"""Step progress: a rich live line per step on a TTY, plain lines otherwise (CI logs, pipes)."""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator.runlog import StepRecord
+from orchestrator.runner import RunReport
+
+STATUS_STYLE = {"ok": "green", "changed": "yellow", "would-change": "cyan", "skipped": "dim", "failed": "bold red"}
+
+
+class StepPrinter:
+    def __init__(self, console: Console, enabled: bool = True) -> None:
+        self.console = console
+        self.enabled = enabled
+        self.tty = sys.stdout.isatty()
+        self._status: object | None = None
+
+    def say(self, message: str) -> None:
+        if self.enabled:
+            self.console.print(message, markup=False, highlight=False)
+
+    def __call__(self, name: str, record: StepRecord | None) -> None:
+        if not self.enabled:
+            return
+        if record is None:
+            if self.tty:
+                self._status = self.console.status(f"{name} …")
+                self._status.__enter__()  # type: ignore[attr-defined]
+            return
+        if self._status is not None:
+            self._status.__exit__(None, None, None)  # type: ignore[attr-defined]
+            self._status = None
+        style = STATUS_STYLE.get(record.status, "")
+        self.console.print(
+            f"[{style}]{record.status:>12}[/]  {name:<16} {record.summary}  "
+            f"[dim]({record.duration_s:.2f} s, {record.ssh_round_trips} ssh)[/]", highlight=False)
+
+    def close(self) -> None:
+        if self._status is not None:
+            self._status.__exit__(None, None, None)  # type: ignore[attr-defined]
+            self._status = None
+
+
+def totals_line(report: RunReport) -> str:
+    d = report.to_dict()
+    t = d["totals"]
+    return (f"{d['summary']} on {report.host}: {t['duration_s']:.1f} s, {t['ssh_round_trips']} SSH round trips "
+            f"({t['ssh_round_trips_before_smoke']} before smoke), {t['ssh_connects']} connection(s), "
+            f"{t['api_calls']} API calls")
+
+
+def steps_table(report: RunReport) -> Table:
+    table = Table(title=f"{report.playbook} on {report.host}", show_lines=False)
+    for col in ("step", "status", "seconds", "ssh", "summary"):
+        table.add_column(col)
+    for s in report.steps:
+        table.add_row(s.name, f"[{STATUS_STYLE.get(s.status, '')}]{s.status}[/]", f"{s.duration_s:.2f}",
+                      str(s.ssh_round_trips), s.summary)
+    return table

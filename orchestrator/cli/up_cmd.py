@@ -1,0 +1,89 @@
+"""`deploy up host ADDR` and `deploy plan host ADDR`."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+import click
+
+from orchestrator.cli.common import AppContext, common_options, resolve_host
+from orchestrator.cli.progress import StepPrinter, totals_line
+from orchestrator.errors import DeployError
+from orchestrator.runner import RunReport, run_playbook
+from orchestrator.steps.base import RunOptions
+
+
+def preflight(app: AppContext, words: tuple[str, ...]) -> None:
+    """Refuse a bad inventory or flag set before any remote change."""
+    host = resolve_host(app, words)
+    profile = app.inventory.profile_for(host)
+    from orchestrator.flags import FlagSchema
+
+    if profile.sglang_version in FlagSchema.known_versions():
+        from orchestrator.flags import canonicalize
+
+        canonicalize(profile.flags, FlagSchema.load(profile.sglang_version))
+    if profile.api_key is not None:
+        profile.api_key.read()
+    if host.pve.api is not None:
+        host.pve.api.token_secret.read()
+
+
+def run_and_report(app: AppContext, words: tuple[str, ...], playbook: str, options: RunOptions) -> int:
+    preflight(app, words)
+    host = resolve_host(app, words)
+    out = app.out
+    printer = StepPrinter(out.console, enabled=not app.as_json)
+    report: RunReport | None = None
+    try:
+        report = run_playbook(playbook, host, app.inventory, options, progress=printer, say=printer.say)
+    except DeployError as err:
+        printer.close()
+        if app.as_json:
+            out.emit({"ok": False, **err.to_dict()})
+        else:
+            click.echo(f"error: {err}", err=True)
+        return err.exit_code
+    finally:
+        printer.close()
+    payload = report.to_dict()
+    payload["command"] = options.command
+    out.emit(payload)
+    out.line(totals_line(report))
+    return 0
+
+
+@click.command("up")
+@click.argument("target", nargs=-1, required=True)
+@click.option("--dry-run", is_flag=True, help="Show what would change; change nothing (same as `deploy plan`).")
+@click.option("--allow-no-p2p", is_flag=True, help="Continue when the P2P check fails.")
+@click.option("--skip-weights", is_flag=True, help="Do not download missing model weights; say what would be fetched.")
+@click.option("--skip-bench", is_flag=True, help="Skip the throughput check.")
+@click.option("--preset", default=None, help="Bench preset for the throughput check (default: the profile's).")
+@click.option("--tofu", is_flag=True, help="Trust an unknown SSH host key on first use and record it.")
+@common_options
+def up(app: AppContext, target: tuple[str, ...], dry_run: bool, allow_no_p2p: bool, skip_weights: bool,
+       skip_bench: bool, preset: str | None, tofu: bool) -> int:
+    """Converge one host: `deploy up host 10.1.230.174`.
+
+    Container with every GPU passed in, userspace driver = host kernel module, sglang at the pinned version,
+    P2P verified, unit rendered and running, health, smoke and throughput checks. A second run changes nothing.
+    """
+    options = RunOptions(dry_run=dry_run, allow_no_p2p=allow_no_p2p, skip_weights=skip_weights,
+                         skip_bench=skip_bench, tofu=tofu, preset=preset,
+                         command="deploy " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+    return run_and_report(app, target, "up", options)
+
+
+@click.command("plan")
+@click.argument("target", nargs=-1, required=True)
+@click.option("--tofu", is_flag=True, help="Trust an unknown SSH host key on first use and record it.")
+@common_options
+def plan(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
+    """What `deploy up` would change on this host; changes nothing."""
+    options = RunOptions(dry_run=True, allow_no_p2p=True, skip_weights=True, skip_bench=True, tofu=tofu,
+                         command="deploy plan")
+    return run_and_report(app, target, "up", options)
+
+
