@@ -36,6 +36,15 @@ def findings_for(ctx: StepContext) -> list[Finding]:
     return doctor_findings(host_facts(ctx.facts))
 
 
+@step("doctor", host_facts=DOCTOR_FACTS)
+def doctor(ctx: StepContext, record: StepRecord) -> None:
+    """Read and judge the host prerequisites without failing (the doctor command reports them all)."""
+    findings = findings_for(ctx)
+    ctx.shared["doctor_findings"] = findings
+    record.details["findings"] = [f.to_dict() for f in findings]
+    record.summary = f"{len(findings)} checks: {worst_status(findings)}"
+
+
 @step("host_prereqs", host_facts=DOCTOR_FACTS)
 def host_prereqs(ctx: StepContext, record: StepRecord) -> None:
     """The doctor checks; a failure stops here with the fix spelled out."""

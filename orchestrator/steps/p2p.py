@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.errors import CheckFailed
+from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.facts import Facts
 from orchestrator.parsers import ParseError
 from orchestrator.parsers.p2p import P2PKind, P2PMatrix, parse_p2p
 from orchestrator.parsers.topo import TopoMatrix, parse_topo
+from orchestrator.probes.p2p_bandwidth import (
+    p2p_bandwidth_verdict,
+    parse_p2p_probe,
+    probe_command,
+    probe_script_source,
+)
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.session import ensure_facts
@@ -114,3 +121,41 @@ def verify_p2p(ctx: StepContext, record: StepRecord) -> None:
     if problems:
         record.status = "ok"
         record.details["allowed_failure"] = problems
+
+
+def bandwidth_probe(ctx: StepContext, size_mib: int) -> dict[str, Any]:
+    """Ship the probe into the container, run it with the venv's torch, judge pairs by link type."""
+    path = "/tmp/deploy-p2p-probe.py"
+    cmd = probe_command(f"{ctx.profile.venv}/bin/python", path, size_mib=size_mib)
+    body = (f"cat > {path} <<'DEPLOY_PROBE_EOF'\n{probe_script_source()}\nDEPLOY_PROBE_EOF\n{cmd}\n"
+            f"rc=$?; rm -f {path}; exit $rc\n")
+    script = f"pct exec {ctx.vmid} -- bash -s <<'DEPLOY_CT_EOF'\n{body}DEPLOY_CT_EOF\n"
+    res = ctx.ssh.script(script, check=False, timeout=600, what="P2P bandwidth probe")
+    try:
+        result = parse_p2p_probe(res.stdout)
+    except ValueError as exc:
+        raise RemoteError(f"the bandwidth probe printed no result: {(res.stderr or res.stdout).strip()[-300:]}",
+                          fix="the probe needs torch with CUDA in the profile's venv", host=ctx.host.name) from exc
+    report = ctx.shared.get("p2p_report")
+    links: dict[tuple[int, int], str] = {}
+    topo = report.container.topo if report is not None else None
+    if topo is not None:
+        for (a, b), link in topo.cells.items():
+            if a.startswith("GPU") and b.startswith("GPU") and a != b:
+                links[(int(a[3:]), int(b[3:]))] = link
+    verdict = p2p_bandwidth_verdict(result, links)
+    return json.loads(json.dumps({"ok": verdict.ok, "probe": result.model_dump(mode="json"),
+                                  **verdict.model_dump(mode="json")}))
+
+
+@step("p2p_bandwidth")
+def p2p_bandwidth(ctx: StepContext, record: StepRecord) -> None:
+    """GPU-to-GPU copy matrix with the container venv's torch (only when asked: --bandwidth)."""
+    if not ctx.shared.get("want_bandwidth"):
+        record.status = "skipped"
+        record.summary = "not requested (--bandwidth)"
+        return
+    result = bandwidth_probe(ctx, int(ctx.shared.get("probe_size_mib", 256)))
+    ctx.shared["bandwidth"] = result
+    record.details["bandwidth"] = result
+    record.summary = str(result.get("summary", ""))

@@ -1,0 +1,40 @@
+"""`deploy doctor host ADDR`: host prerequisites, each failure with its fix. Changes nothing."""
+
+from __future__ import annotations
+
+import click
+from rich.table import Table
+
+from orchestrator.cli.common import AppContext, common_options, resolve_host
+from orchestrator.verdicts.host import worst_status
+
+STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
+
+
+@click.command("doctor")
+@click.argument("target", nargs=-1)
+@click.option("--tofu", is_flag=True, help="Trust an unknown SSH host key on first use and record it.")
+@common_options
+def doctor(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
+    """Check the host: driver loaded and its version, /dev/nvidia-uvm, uvm_disable_hmm, IOMMU, ACS, PVE version.
+
+    One SSH round trip. Exit 0 when nothing fails (warnings allowed), 1 otherwise.
+    """
+    from orchestrator.runner import run_playbook
+    from orchestrator.steps.base import RunOptions
+
+    host = resolve_host(app, target)
+    options = RunOptions(dry_run=True, tofu=tofu, command="deploy doctor")
+    report = run_playbook("doctor", host, app.inventory, options)
+    findings = report.shared.get("doctor_findings", [])
+    status = worst_status(findings)
+    app.out.emit({"ok": status != "fail", "host": host.name, "status": status,
+                  "findings": [f.to_dict() for f in findings], "totals": report.to_dict()["totals"]})
+    table = Table(title=f"doctor: {host.name} ({host.address})")
+    for col in ("check", "status", "observed", "fix"):
+        table.add_column(col, overflow="fold")
+    for f in findings:
+        table.add_row(f.check, f"[{STYLE[f.status]}]{f.status}[/]", f.observed, f.fix if f.status != "ok" else "")
+    app.out.print(table)
+    app.out.line(f"{status.upper()} — {report.ssh_round_trips} SSH round trip(s), {report.duration_s:.2f} s")
+    return 1 if status == "fail" else 0

@@ -1,0 +1,139 @@
+"""`deploy verify-p2p [host ADDR] [--bandwidth]` live, or offline from saved nvidia-smi output files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from orchestrator.cli.common import AppContext, Output, common_options, existing_file, resolve_host
+from orchestrator.errors import CheckFailed, ConfigError
+from orchestrator.parsers import ParseError
+from orchestrator.parsers.p2p import parse_p2p
+from orchestrator.parsers.topo import TopoMatrix, parse_topo
+from orchestrator.verdicts.p2p import P2PVerdict, p2p_verdict
+
+VERDICT_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
+PAIR_STYLE = {"pass": "green", "warn": "yellow", "fail": "red"}
+
+
+def matrix_table(topo: TopoMatrix, verdict: P2PVerdict, title: str) -> Table:
+    """GPU × GPU: the link type and, where measured, read/write P2P status, coloured by the pair verdict."""
+    pairs = {frozenset((p.a, p.b)): p for p in verdict.pairs}
+    table = Table(title=title, show_lines=False)
+    table.add_column("")
+    for g in topo.gpus:
+        table.add_column(g, justify="center")
+    for a in topo.gpus:
+        row = [a]
+        for b in topo.gpus:
+            if a == b:
+                row.append("[dim]X[/]")
+                continue
+            pv = pairs.get(frozenset((a, b)))
+            link = topo.link(a, b)
+            if pv is None:
+                row.append(f"[dim]{link}[/]")
+                continue
+            p2p = "/".join(s.value for s in (pv.read, pv.write) if s is not None)
+            row.append(f"[{PAIR_STYLE.get(pv.status, '')}]{link}{' ' + p2p if p2p else ''}[/]")
+        table.add_row(*row)
+    return table
+
+
+def print_verdict(out: Output, topo: TopoMatrix, verdict: P2PVerdict, title: str) -> None:
+    out.print(matrix_table(topo, verdict, title))
+    style = VERDICT_STYLE.get(verdict.status, "")
+    out.print(f"verdict: [{style}]{verdict.status.upper()}[/] (P2P {verdict.p2p}, {len(verdict.gpus)} GPUs)")
+    for reason in verdict.reasons:
+        out.line(f"  - {reason}")
+    for fix in verdict.fixes:
+        out.line(f"  fix: {fix}")
+
+
+def _read(path: Path | None) -> str | None:
+    return path.read_text() if path is not None else None
+
+
+def offline(app: AppContext, topo_file: str, read_file: str | None, write_file: str | None) -> int:
+    try:
+        topo = parse_topo(_read(existing_file(topo_file, "--topo-file")) or "")
+        read = parse_p2p(_read(existing_file(read_file, "--p2p-read-file")) or "", "read") if read_file else None
+        write = parse_p2p(_read(existing_file(write_file, "--p2p-write-file")) or "", "write") if write_file else None
+    except ParseError as exc:
+        raise ConfigError(f"cannot parse the saved output: {exc}",
+                          fix="save `nvidia-smi topo -m` and `nvidia-smi topo -p2p r|w` output as is") from exc
+    verdict = p2p_verdict(topo, read, write)
+    app.out.emit({"ok": verdict.ok, "source": "files", "verdict": verdict.to_dict(), "topology": topo.to_dict()})
+    print_verdict(app.out, topo, verdict, f"P2P from {Path(topo_file).name}")
+    return 0 if verdict.ok else 1
+
+
+def live(app: AppContext, target: tuple[str, ...], bandwidth: bool, size_mib: int, tofu: bool) -> int:
+    from orchestrator.runner import run_playbook
+    from orchestrator.steps.base import RunOptions
+
+    host = resolve_host(app, target)
+    options = RunOptions(allow_no_p2p=True, tofu=tofu, command="deploy verify-p2p")
+    shared: dict[str, Any] = {"want_bandwidth": bandwidth, "probe_size_mib": size_mib}
+    report = run_playbook("verify-p2p", host, app.inventory, options, shared=shared)
+    p2p = report.shared.get("p2p_report")
+    if p2p is None or p2p.verdict is None:
+        raise CheckFailed("no topology could be read", host=host.name, step="verify_p2p")
+    payload: dict[str, Any] = {"ok": p2p.verdict.ok, "host": host.name, **p2p.to_dict(),
+                               "totals": report.to_dict()["totals"]}
+    bw = report.shared.get("bandwidth")
+    if bw is not None:
+        payload["bandwidth"] = bw
+    ok = p2p.verdict.ok and (p2p.comparison is None or p2p.comparison.same) and (bw is None or bw.get("ok", True))
+    payload["ok"] = ok
+    app.out.emit(payload)
+    primary = p2p.container if p2p.container.topo is not None else p2p.host
+    assert primary.topo is not None
+    print_verdict(app.out, primary.topo, p2p.verdict, f"P2P in CT {host.container.vmid} on {host.name}"
+                  if primary is p2p.container else f"P2P on host {host.name} (container not running)")
+    if p2p.comparison is not None:
+        app.out.line("container topology " + ("matches the host's" if p2p.comparison.same
+                                              else "DIFFERS from the host's: " + p2p.comparison.describe()))
+    if bw is not None:
+        bt = Table(title="GPU-to-GPU copy bandwidth (GB/s)")
+        for col in ("pair", "link", "GB/s", "expected", "status"):
+            bt.add_column(col)
+        for pv in bw.get("pairs", []):
+            bt.add_row(f"{pv['src']}→{pv['dst']}", str(pv.get("link") or ""), f"{pv['gbps']:.1f}",
+                       f"{pv['expected_gbps']:.0f}" if pv.get("expected_gbps") else "-", pv["status"])
+        app.out.print(bt)
+        for msg in bw.get("messages", []):
+            app.out.line(f"  - {msg}")
+    app.out.line(f"{report.ssh_round_trips} SSH round trip(s), {report.duration_s:.2f} s")
+    return 0 if ok else 1
+
+
+@click.command("verify-p2p")
+@click.argument("target", nargs=-1)
+@click.option("--topo-file", default=None, help="Saved `nvidia-smi topo -m` output (offline mode).")
+@click.option("--p2p-read-file", default=None, help="Saved `nvidia-smi topo -p2p r` output.")
+@click.option("--p2p-write-file", default=None, help="Saved `nvidia-smi topo -p2p w` output.")
+@click.option("--bandwidth", is_flag=True, help="Also run a GPU-to-GPU copy matrix in the container (torch).")
+@click.option("--size-mib", default=256, show_default=True, help="Copy size per pair for --bandwidth.")
+@click.option("--tofu", is_flag=True, help="Trust an unknown SSH host key on first use and record it.")
+@common_options
+def verify_p2p(app: AppContext, target: tuple[str, ...], topo_file: str | None, p2p_read_file: str | None,
+               p2p_write_file: str | None, bandwidth: bool, size_mib: int, tofu: bool) -> int:
+    """Topology and P2P status as a matrix with a verdict. Exit 0 pass/warn, 1 fail.
+
+    Live: `deploy verify-p2p host 10.1.230.174` reads the container and the host in one SSH round trip.
+    Offline: `deploy verify-p2p --topo-file topo.txt --p2p-read-file r.txt --p2p-write-file w.txt`.
+    """
+    if topo_file:
+        if target:
+            raise ConfigError("give either a host or --topo-file, not both")
+        return offline(app, topo_file, p2p_read_file, p2p_write_file)
+    if p2p_read_file or p2p_write_file:
+        raise ConfigError("--p2p-read-file/--p2p-write-file need --topo-file")
+    return live(app, target, bandwidth, size_mib, tofu)
+
+
+__all__ = ["verify_p2p"]

@@ -1,0 +1,273 @@
+"""`sglang.bench_serving` results: the `--output-file` JSONL record, or the printed summary block as a fallback.
+
+Both give the same `BenchResult`, so everything downstream (gate, diagnosis, ledger, reports) ignores where the
+numbers came from. Keys and labels churn between sglang versions, so:
+- JSONL: the file is opened in append mode, so the LAST record is this run; keys are read through alias lists
+  (`total_output_tokens` or `total_output`, ...), and only `completed` and `output_throughput` are required;
+- summary: parsed by label, never by line number; rows missing in older versions (P90/P95, Peak concurrent
+  requests, Accept length) just stay None; trailing spaces are irrelevant.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+
+class BenchParseError(ValueError):
+    """Neither a usable JSONL record nor a summary block; the message says what was missing."""
+
+
+class BenchResult(BaseModel):
+    """One bench_serving run. Latencies in ms, throughputs in tokens (or requests) per second."""
+
+    # inf request rates serialise as the string "Infinity" (valid JSON, and pydantic reads it back).
+    model_config = ConfigDict(extra="forbid", frozen=True, ser_json_inf_nan="strings")
+
+    source: Literal["jsonl", "summary"]
+    backend: str | None = None
+    dataset_name: str | None = None
+    tag: str | None = None
+    request_rate: float | None = None
+    max_concurrency: int | None = None
+    random_input_len: int | None = None
+    random_output_len: int | None = None
+    random_range_ratio: float | None = None
+
+    duration_s: float | None = None
+    completed: int
+    num_prompts: int | None = None
+    failed: int | None = None
+    total_input_tokens: int | None = None
+    total_output_tokens: int | None = None
+    total_output_tokens_retokenized: int | None = None
+
+    request_throughput: float | None = None
+    input_throughput: float | None = None
+    output_throughput: float
+    total_throughput: float | None = None
+    peak_output_throughput: float | None = None  # max_output_tokens_per_s
+    concurrency: float | None = None  # mean: sum(e2e latency) / duration
+    max_concurrent_requests: int | None = None  # peak requests in flight
+    accept_length: float | None = None
+
+    mean_ttft_ms: float | None = None
+    median_ttft_ms: float | None = None
+    p90_ttft_ms: float | None = None
+    p95_ttft_ms: float | None = None
+    p99_ttft_ms: float | None = None
+    mean_tpot_ms: float | None = None
+    median_tpot_ms: float | None = None
+    p90_tpot_ms: float | None = None
+    p95_tpot_ms: float | None = None
+    p99_tpot_ms: float | None = None
+    mean_itl_ms: float | None = None
+    median_itl_ms: float | None = None
+    p90_itl_ms: float | None = None
+    p95_itl_ms: float | None = None
+    p99_itl_ms: float | None = None
+    max_itl_ms: float | None = None
+    mean_e2e_latency_ms: float | None = None
+    median_e2e_latency_ms: float | None = None
+    p90_e2e_latency_ms: float | None = None
+    p95_e2e_latency_ms: float | None = None
+    p99_e2e_latency_ms: float | None = None
+
+    server_info: dict[str, Any] | None = None
+
+
+# BenchResult field -> JSONL keys to try, first hit wins. Fields not listed use their own name.
+_JSONL_ALIASES: dict[str, tuple[str, ...]] = {
+    "duration_s": ("duration",),
+    "total_input_tokens": ("total_input_tokens", "total_input"),
+    "total_output_tokens": ("total_output_tokens", "total_output"),
+    "total_output_tokens_retokenized": ("total_output_tokens_retokenized", "total_output_retokenized"),
+    "peak_output_throughput": ("max_output_tokens_per_s", "peak_output_throughput"),
+    "max_concurrent_requests": ("max_concurrent_requests", "peak_concurrent_requests"),
+    "server_info": ("server_info", "server_args"),
+}
+
+_INT_FIELDS = {"max_concurrency", "random_input_len", "random_output_len", "completed", "num_prompts", "failed",
+               "total_input_tokens", "total_output_tokens", "total_output_tokens_retokenized",
+               "max_concurrent_requests"}
+_STR_FIELDS = {"backend", "dataset_name", "tag"}
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, int | float):
+        return float(v)
+    if isinstance(v, str):
+        s = v.strip().lower()
+        if s in ("inf", "infinity", "+inf"):
+            return math.inf
+        try:
+            return float(s)
+        except ValueError:
+            return None
+    return None
+
+
+def _coerce(name: str, v: Any) -> Any:
+    if name in _STR_FIELDS:
+        return None if v is None else str(v)
+    if name == "server_info":
+        return v if isinstance(v, dict) else None
+    f = _num(v)
+    if f is None:
+        return None
+    if name in _INT_FIELDS:
+        return int(f) if math.isfinite(f) else None
+    return f
+
+
+def bench_result_from_record(record: dict[str, Any], *, num_prompts: int | None = None) -> BenchResult:
+    """Build a BenchResult from one decoded JSONL record (the keys of any sglang version seen so far).
+
+    `num_prompts` (from the preset) lets failures be derived as num_prompts - completed; with `--output-details`
+    the record's own `input_lens` length (one entry per request, failed included) or `errors` list is used.
+    """
+    data: dict[str, Any] = {"source": "jsonl"}
+    for name in BenchResult.model_fields:
+        if name == "source":
+            continue
+        for key in _JSONL_ALIASES.get(name, (name,)):
+            if key in record and record[key] is not None:
+                val = _coerce(name, record[key])
+                if val is not None:
+                    data[name] = val
+                    break
+    if "completed" not in data:
+        raise BenchParseError("bench JSONL record has no 'completed' count")
+    if "output_throughput" not in data:
+        raise BenchParseError("bench JSONL record has no 'output_throughput'")
+    if data.get("num_prompts") is None:
+        lens = record.get("input_lens")
+        if num_prompts is not None:
+            data["num_prompts"] = num_prompts
+        elif isinstance(lens, list) and lens:
+            data["num_prompts"] = len(lens)
+    if data.get("failed") is None:
+        errors = record.get("errors")
+        if isinstance(errors, list) and errors:
+            data["failed"] = sum(1 for e in errors if e)
+        elif data.get("num_prompts") is not None:
+            data["failed"] = max(0, int(data["num_prompts"]) - int(data["completed"]))
+    return BenchResult.model_validate(data)
+
+
+def parse_bench_jsonl(text: str, *, num_prompts: int | None = None) -> BenchResult:
+    """The LAST non-empty line of a bench_serving `--output-file` (it appends one line per run).
+
+    A torn or non-JSON last line is an error rather than a silent fall back to an older run's record.
+    """
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        raise BenchParseError("bench JSONL output is empty: the run wrote no record")
+    last = lines[-1]
+    try:
+        record = json.loads(last)
+    except json.JSONDecodeError as exc:
+        raise BenchParseError(f"last line of the bench JSONL (line {len(lines)}) is not JSON: {exc.msg}") from exc
+    if not isinstance(record, dict):
+        raise BenchParseError("last line of the bench JSONL is not a JSON object")
+    return bench_result_from_record(record, num_prompts=num_prompts)
+
+
+def parse_bench_jsonl_all(text: str) -> list[dict[str, Any]]:
+    """Every JSON object line of a JSONL file (for importing a file that holds several runs)."""
+    out: list[dict[str, Any]] = []
+    for n, ln in enumerate(text.splitlines(), 1):
+        if not ln.strip():
+            continue
+        try:
+            rec = json.loads(ln)
+        except json.JSONDecodeError as exc:
+            raise BenchParseError(f"line {n} of the bench JSONL is not JSON: {exc.msg}") from exc
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+# Summary label (lower case, without the trailing colon) -> BenchResult field.
+_SUMMARY_LABELS: dict[str, str] = {
+    "backend": "backend",
+    "traffic request rate": "request_rate",
+    "max request concurrency": "max_concurrency",
+    "successful requests": "completed",
+    "benchmark duration (s)": "duration_s",
+    "total input tokens": "total_input_tokens",
+    "total generated tokens": "total_output_tokens",
+    "total generated tokens (retokenized)": "total_output_tokens_retokenized",
+    "request throughput (req/s)": "request_throughput",
+    "input token throughput (tok/s)": "input_throughput",
+    "output token throughput (tok/s)": "output_throughput",
+    "peak output token throughput (tok/s)": "peak_output_throughput",
+    "peak concurrent requests": "max_concurrent_requests",
+    "total token throughput (tok/s)": "total_throughput",
+    "concurrency": "concurrency",
+    "accept length": "accept_length",
+    "max itl (ms)": "max_itl_ms",
+}
+for _stat in ("mean", "median", "p90", "p95", "p99"):
+    for _label, _field in (("ttft", "ttft"), ("tpot", "tpot"), ("itl", "itl"), ("e2e latency", "e2e_latency")):
+        _SUMMARY_LABELS[f"{_stat} {_label} (ms)"] = f"{_stat}_{_field}_ms"
+
+_BANNER = re.compile(r"^=+\s*Serving Benchmark Result\s*=+\s*$")
+_ROW = re.compile(r"^(?P<label>[^:]+?)\s*:\s*(?P<value>.*?)\s*$")
+
+
+def parse_bench_summary(text: str, *, num_prompts: int | None = None) -> BenchResult:
+    """The printed `Serving Benchmark Result` block, by label; the last block when a log holds several."""
+    lines = text.splitlines()
+    starts = [i for i, ln in enumerate(lines) if _BANNER.match(ln.strip())]
+    if not starts:
+        raise BenchParseError("no '== Serving Benchmark Result ==' block in the bench output")
+    data: dict[str, Any] = {"source": "summary"}
+    for ln in lines[starts[-1] + 1:]:
+        s = ln.strip()
+        if re.fullmatch(r"=+", s):
+            break
+        m = _ROW.match(s)
+        if not m:
+            continue  # section rulers like '---Time to First Token---'
+        name = _SUMMARY_LABELS.get(m.group("label").strip().lower())
+        if name is None:
+            continue
+        val = _coerce(name, m.group("value"))
+        if val is not None:
+            data[name] = val
+    for required, label in (("completed", "Successful requests"),
+                            ("output_throughput", "Output token throughput (tok/s)")):
+        if required not in data:
+            raise BenchParseError(f"bench summary block has no '{label}:' row")
+    if num_prompts is not None:
+        data["num_prompts"] = num_prompts
+        data["failed"] = max(0, num_prompts - int(data["completed"]))
+    return BenchResult.model_validate(data)
+
+
+def parse_bench_output(jsonl_text: str | None, stdout: str | None, *,
+                       num_prompts: int | None = None) -> BenchResult:
+    """JSONL first (it has every key), the printed block when the JSONL is missing or unreadable."""
+    errors: list[str] = []
+    if jsonl_text and jsonl_text.strip():
+        try:
+            return parse_bench_jsonl(jsonl_text, num_prompts=num_prompts)
+        except BenchParseError as exc:
+            errors.append(f"JSONL: {exc}")
+    else:
+        errors.append("JSONL: empty or missing")
+    if stdout:
+        try:
+            return parse_bench_summary(stdout, num_prompts=num_prompts)
+        except BenchParseError as exc:
+            errors.append(f"summary: {exc}")
+    else:
+        errors.append("summary: no stdout")
+    raise BenchParseError("no bench result: " + "; ".join(errors))

@@ -1,0 +1,149 @@
+"""One SSH round trip for many commands: build the batch script, split its output back per command.
+
+Why: every round trip costs latency (and counts against the performance goals), so a step reads all the facts
+it needs with one script. Each command runs in its own `bash -c` with stdout and stderr captured to temp files
+and stdin from /dev/null (the script itself arrives on stdin with `bash -s`; a command reading stdin would eat the
+rest of the script). Only after the command has finished are its outputs printed between framing lines, so
+nothing a command prints can interleave with the framing. A random nonce in the framing keeps a command's own
+output (even if it contains `@@DEPLOY:...`) from being taken for a marker.
+
+Framing, per command, in order:
+
+    @@DEPLOY:<nonce>:BEGIN:<name>@@\\n<stdout>\\n@@DEPLOY:<nonce>:STDERR:<name>@@\\n<stderr>\\n@@DEPLOY:<nonce>:END:<name>:<rc>@@\\n
+
+preceded by one `@@DEPLOY:<nonce>:PLAN:<name> <name> ...@@` line, so the splitter can name the commands that
+never started when the connection dropped.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from orchestrator.parsers import ParseError
+
+__all__ = ["CommandOutput", "build_batch_script", "new_nonce", "split_batch_output"]
+
+_NAME_RE = re.compile(r"^[a-z0-9_-]+$")
+_NONCE_RE = re.compile(r"^[A-Za-z0-9]{8,64}$")
+
+
+@dataclass(frozen=True)
+class CommandOutput:
+    """What one command of the batch produced; stdout and stderr byte-exact (as decoded text)."""
+
+    rc: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+
+def new_nonce() -> str:
+    """A fresh random nonce (the only non-pure helper here; callers may pass their own for reproducibility)."""
+    import secrets
+
+    return secrets.token_hex(12)
+
+
+def _marker(nonce: str, *parts: str) -> str:
+    return "@@DEPLOY:" + ":".join((nonce, *parts)) + "@@"
+
+
+def _check(nonce: str, names: Iterable[str]) -> None:
+    if not _NONCE_RE.match(nonce):
+        raise ValueError(f"batch nonce must be 8-64 letters/digits, got {nonce!r}")
+    for name in names:
+        if not _NAME_RE.match(name):
+            raise ValueError(f"batch command name must match [a-z0-9_-]+, got {name!r}")
+
+
+def build_batch_script(commands: Mapping[str, str], nonce: str) -> str:
+    """A bash script (for `bash -s`) that runs every command in order and frames its outputs.
+
+    No `set -e`: one failing command must not hide the others' results; each rc is reported. `LC_ALL=C` keeps
+    the output of date/ls/locale-aware tools in the format the parsers expect.
+    """
+    _check(nonce, commands)
+    if not commands:
+        raise ValueError("batch script needs at least one command")
+    plan = _marker(nonce, "PLAN", " ".join(commands))
+    lines = [
+        "# deploy batch script: generated, one section per command",
+        "export LC_ALL=C",
+        f"printf '%s\\n' {shlex.quote(plan)}",
+        '__deploy_d=$(mktemp -d 2>/dev/null || mktemp -d -t deploy.XXXXXX) || '
+        "{ echo 'deploy batch: mktemp failed' >&2; exit 97; }",
+        "trap 'rm -rf \"$__deploy_d\"' EXIT",
+    ]
+    for name, command in commands.items():
+        begin = shlex.quote(_marker(nonce, "BEGIN", name))
+        mid = shlex.quote(_marker(nonce, "STDERR", name))
+        end_prefix = shlex.quote(f"@@DEPLOY:{nonce}:END:{name}:")
+        lines += [
+            f"bash -c {shlex.quote(command)} </dev/null >\"$__deploy_d/out\" 2>\"$__deploy_d/err\"",
+            "__deploy_rc=$?",
+            f"printf '%s\\n' {begin}",
+            'cat "$__deploy_d/out"',
+            f"printf '\\n%s\\n' {mid}",
+            'cat "$__deploy_d/err"',
+            f"printf '\\n%s%s@@\\n' {end_prefix} \"$__deploy_rc\"",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def split_batch_output(
+    text: str, nonce: str, expected: Iterable[str] | None = None
+) -> dict[str, CommandOutput]:
+    """Split the batch output into per-command results, in script order.
+
+    Exactly the framing newlines are removed: a command's output comes back as it printed it, with or without
+    a trailing newline. Text outside the frames (login banners) is ignored. Raises ParseError naming the
+    commands whose sections are missing or cut off (the connection dropped), using the PLAN line and/or
+    `expected` to know what should have been there.
+    """
+    wanted: list[str] = list(expected) if expected is not None else []
+    _check(nonce, wanted)
+    esc = re.escape(nonce)
+    plan_m = re.search(rf"^@@DEPLOY:{esc}:PLAN:([a-z0-9_ -]*)@@$", text, re.MULTILINE)
+    if plan_m:
+        wanted += [n for n in plan_m.group(1).split() if n not in wanted]
+
+    results: dict[str, CommandOutput] = {}
+    cut_off: list[str] = []
+    begin_re = re.compile(rf"^@@DEPLOY:{esc}:BEGIN:([a-z0-9_-]+)@@\n", re.MULTILINE)
+    pos = 0
+    while True:
+        b = begin_re.search(text, pos)
+        if not b:
+            break
+        name = b.group(1)
+        mid = f"\n{_marker(nonce, 'STDERR', name)}\n"
+        i = text.find(mid, b.end())
+        end_re = re.compile(rf"\n@@DEPLOY:{esc}:END:{re.escape(name)}:(-?\d+)@@(?:\n|$)")
+        e = end_re.search(text, i + len(mid)) if i >= 0 else None
+        if i < 0 or e is None:
+            cut_off.append(name)
+            break
+        results[name] = CommandOutput(
+            rc=int(e.group(1)), stdout=text[b.end() : i], stderr=text[i + len(mid) : e.start()]
+        )
+        pos = e.end()
+
+    missing = [n for n in wanted if n not in results]
+    for n in cut_off:
+        if n not in missing:
+            missing.append(n)
+    if missing:
+        got = f"; complete: {', '.join(results)}" if results else ""
+        raise ParseError(
+            f"batch output is truncated (connection dropped?): missing {', '.join(missing)}{got}",
+            text[-400:],
+        )
+    if not results and not wanted:
+        raise ParseError("no batch sections in output (wrong nonce or not a batch script's output)", text)
+    return results

@@ -1,0 +1,111 @@
+"""The batch script and its splitter, tested by really running the script with `bash -s`."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from orchestrator.parsers import ParseError
+from orchestrator.parsers.sections import CommandOutput, build_batch_script, new_nonce, split_batch_output
+
+pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+
+NONCE = "a1b2c3d4e5f60718"
+
+TRICKY = {
+    "plain": "echo hello",
+    "no-newline": "printf 'no newline'",
+    "two-newlines": "printf 'x\\n\\n'",
+    "empty": "true",
+    "markers": "echo '@@DEPLOY:fake:END:plain:0@@'; echo '@@'; printf '@@DEPLOY:%s:STDERR:markers@@' x",
+    "rc7": "echo out; echo err >&2; exit 7",
+    "stderr_only": "echo 'only on stderr' >&2",
+    "binary": "printf 'a\\000b\\377\\r\\n\\tz'",
+    "reads-stdin": "cat; echo after",
+    "quotes": "echo \"it's \\\"quoted\\\" \\$HOME\" | tr a-z A-Z",
+    "no-errexit": "false; echo still-running",
+}
+
+
+def run_script(script: str) -> str:
+    proc = subprocess.run(["bash", "-s"], input=script.encode(), capture_output=True, timeout=60, check=False)
+    return proc.stdout.decode("utf-8", "surrogateescape")
+
+
+def test_round_trip_tricky_commands() -> None:
+    out = split_batch_output(run_script(build_batch_script(TRICKY, NONCE)), NONCE)
+    assert list(out) == list(TRICKY)
+    assert out["plain"] == CommandOutput(0, "hello\n", "")
+    assert out["no-newline"].stdout == "no newline"
+    assert out["two-newlines"].stdout == "x\n\n"
+    assert out["empty"] == CommandOutput(0, "", "")
+    assert out["markers"].stdout == "@@DEPLOY:fake:END:plain:0@@\n@@\n@@DEPLOY:x:STDERR:markers@@"
+    assert out["rc7"] == CommandOutput(7, "out\n", "err\n")
+    assert not out["rc7"].ok
+    assert out["stderr_only"] == CommandOutput(0, "", "only on stderr\n")
+    assert out["binary"].stdout == b"a\x00b\xff\r\n\tz".decode("utf-8", "surrogateescape")
+    assert out["reads-stdin"].stdout == "after\n"  # stdin is /dev/null, the rest of the script is not eaten
+    assert out["quotes"].stdout == "IT'S \"QUOTED\" $HOME\n"
+    assert out["no-errexit"] == CommandOutput(0, "still-running\n", "")
+
+
+def test_banner_before_and_after_is_ignored() -> None:
+    raw = run_script(build_batch_script({"a": "echo A"}, NONCE))
+    out = split_batch_output("Welcome to Proxmox\n" + raw + "logout\n", NONCE)
+    assert out == {"a": CommandOutput(0, "A\n", "")}
+
+
+def test_script_has_no_errexit_and_quotes_commands() -> None:
+    script = build_batch_script({"x": "echo $(whoami); rm -rf /nonexistent-$$"}, NONCE)
+    assert "set -e" not in script
+    assert "bash -c 'echo $(whoami); rm -rf /nonexistent-$$'" in script
+
+
+@pytest.mark.parametrize("name", ["Upper", "with space", "semi;colon", "", "a:b"])
+def test_bad_names_rejected(name: str) -> None:
+    with pytest.raises(ValueError, match="name"):
+        build_batch_script({name: "true"}, NONCE)
+
+
+def test_bad_nonce_rejected() -> None:
+    with pytest.raises(ValueError, match="nonce"):
+        build_batch_script({"a": "true"}, "x'; rm -rf /")
+    assert len(new_nonce()) >= 16
+
+
+def test_truncated_output_names_missing_commands() -> None:
+    raw = run_script(build_batch_script({"first": "echo 1", "second": "echo 2", "third": "echo 3"}, NONCE))
+    cut = raw[: raw.index(f"@@DEPLOY:{NONCE}:STDERR:second@@") + 5]
+    with pytest.raises(ParseError) as err:
+        split_batch_output(cut, NONCE)
+    assert "missing second, third" in str(err.value)
+    assert "complete: first" in str(err.value)
+
+
+def test_truncated_before_any_section_uses_plan_or_expected() -> None:
+    raw = run_script(build_batch_script({"a": "echo 1", "b": "echo 2"}, NONCE))
+    plan_only = raw.split("\n", 1)[0] + "\n"
+    with pytest.raises(ParseError, match="missing a, b"):
+        split_batch_output(plan_only, NONCE)
+    with pytest.raises(ParseError, match="missing a, b"):
+        split_batch_output("", NONCE, expected=["a", "b"])
+    with pytest.raises(ParseError, match="no batch sections"):
+        split_batch_output("ssh: connect to host 127.0.0.2 port 22: Connection refused\n", NONCE)
+
+
+def test_wrong_nonce_finds_nothing() -> None:
+    raw = run_script(build_batch_script({"a": "echo 1"}, NONCE))
+    with pytest.raises(ParseError):
+        split_batch_output(raw, "ffffffffffffffff")
+
+
+def test_nested_batch_inside_a_command() -> None:
+    inner_nonce = "0123456789abcdef"
+    inner = build_batch_script({"x": "printf inner"}, inner_nonce)
+    import shlex
+
+    outer = split_batch_output(run_script(build_batch_script({"ct": f"bash -c {shlex.quote(inner)}"}, NONCE)),
+                               NONCE)
+    assert split_batch_output(outer["ct"].stdout, inner_nonce) == {"x": CommandOutput(0, "inner", "")}
