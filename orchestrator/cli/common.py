@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from orchestrator.errors import ConfigError, DeployError
 from orchestrator.inventory.loader import load_inventory
@@ -65,12 +66,14 @@ def parse_target(words: tuple[str, ...], *, required: bool = True) -> str | None
     if parts and parts[0] == "host":
         parts = parts[1:]
         if not parts:
-            raise ConfigError("'host' must be followed by a host name or address", fix="e.g. deploy up host 10.1.230.174")
+            raise ConfigError("'host' must be followed by a host name or address",
+                              fix="e.g. deploy up host 10.1.230.174")
     if len(parts) > 1:
         raise ConfigError(f"expected one host, got {' '.join(parts)}", fix="name one host per command")
     if not parts:
         if required:
-            raise ConfigError("no host given", fix="e.g. `deploy up host 10.1.230.174` or a host name from the inventory")
+            raise ConfigError("no host given",
+                              fix="e.g. `deploy up host 10.1.230.174` or a host name from the inventory")
         return None
     return parts[0]
 
@@ -116,7 +119,7 @@ def run_command(app: AppContext, func: Callable[..., Any], *args: Any, **kwargs:
         if app.as_json:
             out.emit({"ok": False, **err.to_dict()})
         else:
-            Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {err}", markup=True)
+            Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {escape(str(err))}", markup=True)
         sys.exit(err.exit_code)
     sys.exit(int(code or 0))
 

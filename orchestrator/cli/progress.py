@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from rich.console import Console
+from rich.status import Status
 from rich.table import Table
 
 from orchestrator.runlog import StepRecord
@@ -18,7 +19,7 @@ class StepPrinter:
         self.console = console
         self.enabled = enabled
         self.tty = sys.stdout.isatty()
-        self._status: object | None = None
+        self._status: Status | None = None
 
     def say(self, message: str) -> None:
         if self.enabled:
@@ -29,11 +30,12 @@ class StepPrinter:
             return
         if record is None:
             if self.tty:
-                self._status = self.console.status(f"{name} …")
-                self._status.__enter__()  # type: ignore[attr-defined]
+                status = self.console.status(f"{name} …")
+                status.__enter__()
+                self._status = status
             return
         if self._status is not None:
-            self._status.__exit__(None, None, None)  # type: ignore[attr-defined]
+            self._status.__exit__(None, None, None)
             self._status = None
         style = STATUS_STYLE.get(record.status, "")
         self.console.print(
@@ -42,7 +44,7 @@ class StepPrinter:
 
     def close(self) -> None:
         if self._status is not None:
-            self._status.__exit__(None, None, None)  # type: ignore[attr-defined]
+            self._status.__exit__(None, None, None)
             self._status = None
 
 

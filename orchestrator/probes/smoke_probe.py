@@ -34,7 +34,7 @@ def call(base, path, body, key, timeout):
 def main():
     args = json.loads(sys.argv[1])
     base, key, timeout = args["base"], api_key(), float(args["timeout"])
-    out = {"models": [], "answer": "", "latency_s": None, "usage": None, "error": ""}
+    out: dict = {"models": [], "answer": "", "latency_s": None, "usage": None, "error": ""}
     try:
         models = call(base, "/v1/models", None, key, timeout)
         out["models"] = [m.get("id") for m in models.get("data", [])]

@@ -1,0 +1,425 @@
+"""A validated, canonical set of sglang server flags and the operations a rollout needs on it.
+
+`canonicalize` turns what a profile or `--set` wrote (aliases, argparse abbreviations, YAML scalars) into one
+canonical long name per action with a typed value, or raises one ConfigError listing every problem with a close
+match and, where the flag exists in another known sglang release, the name it has in this one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.errors import ConfigError
+from orchestrator.flags.schema import FlagSchema, FlagSpec, ResolveError, other_schemas
+from orchestrator.inventory.models import FlagValue
+
+Scalar = str | int | float
+CanonValue = bool | Scalar | list[Scalar]
+
+#: Flags that come from the profile's own fields (or the env file), never from `flags:` / `--set`.
+RESERVED_DESTS: Mapping[str, str] = {
+    "model_path": "model_path",
+    "served_model_name": "served_model_name",
+    "host": "host",
+    "port": "port",
+    "api_key": "api_key (a SecretRef; the unit reads it from the env file)",
+}
+
+_NEG_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+_HUMAN_INT = re.compile(r"^\d+(\.\d+)?\s*[kKmMgGtT]?$")
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+
+
+@dataclass(frozen=True)
+class FlagProblem:
+    flag: str
+    error: str
+    suggestion: str = ""
+
+    def text(self) -> str:
+        return f"{self.flag}: {self.error}" + (f" — {self.suggestion}" if self.suggestion else "")
+
+
+@dataclass(frozen=True)
+class FlagSet:
+    """Canonical flags (name without dashes → typed value), sorted by name; rendered by `argv()`."""
+
+    schema: FlagSchema = field(compare=False, repr=False)
+    values: Mapping[str, CanonValue]
+    renamed: Mapping[str, str] = field(default_factory=dict, compare=False)  # written → canonical
+    notes: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def version(self) -> str:
+        return self.schema.version
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.values
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def get(self, name: str) -> CanonValue | None:
+        return self.values.get(name)
+
+    def as_dict(self) -> dict[str, CanonValue]:
+        return {k: (list(v) if isinstance(v, list) else v) for k, v in self.values.items()}
+
+    def argv(self) -> list[str]:
+        return [word for group in self.argv_groups() for word in group]
+
+    def argv_groups(self) -> list[list[str]]:
+        """One list per flag (`['--tp-size', '8']`), sorted by canonical name; omitted switches give none."""
+        out: list[list[str]] = []
+        for name in sorted(self.values):
+            spec = self.schema.by_option("--" + name)
+            assert spec is not None, name
+            group = _render(spec, name, self.values[name])
+            if group:
+                out.append(group)
+        return out
+
+
+def _render(spec: FlagSpec, name: str, value: CanonValue) -> list[str]:
+    opt = "--" + name
+    kind = spec.kind
+    if kind == "switch":
+        return [opt] if value is True else []
+    if kind == "bool_optional":
+        neg = spec.negative_option
+        return [opt] if value is True else ([neg] if neg else [])
+    if value is True:  # nargs='?' given without a value
+        return [opt]
+    if isinstance(value, list):
+        return [opt, *(_fmt(v) for v in value)]
+    text = _fmt(value)
+    if text.startswith("-") and not _NEG_NUMBER.match(text):
+        return [f"{opt}={text}"]  # argparse would read a bare '-x' as an option
+    return [opt, text]
+
+
+def _fmt(v: Scalar) -> str:
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+# ------------------------------------------------------------------------------------------------ resolution
+def _resolve(schema: FlagSchema, written: str) -> tuple[FlagSpec | None, str | None, FlagProblem | None]:
+    """→ (spec, option string matched, problem)."""
+    name = written.strip()
+    try:
+        r = schema.resolve(name)
+    except ResolveError as err:
+        return None, None, _problem_for(schema, name, err)
+    if r.spec.kind == "help":
+        return None, None, FlagProblem(r.option, "is not a server flag (argparse help)")
+    return r.spec, r.option, None
+
+
+def _problem_for(schema: FlagSchema, name: str, err: ResolveError) -> FlagProblem:
+    opt = err.name
+    hint = rename_hint(schema, opt)
+    if err.kind == "ambiguous":
+        msg = (f"ambiguous in sglang {schema.version}: {opt} is a prefix of "
+               f"{', '.join(sorted(err.candidates))}")
+        return FlagProblem(opt, msg, hint or "write the full flag name")
+    close = difflib.get_close_matches(opt, [o for o in schema.option_strings if o.startswith("--")], n=3, cutoff=0.6)
+    parts = []
+    if hint:
+        parts.append(hint)
+    if close and not (hint and close[0] in hint):
+        parts.append("did you mean " + " or ".join(close) + "?")
+    return FlagProblem(opt, f"unknown flag in sglang {schema.version}", "; ".join(parts))
+
+
+def rename_hint(schema: FlagSchema, option: str) -> str:
+    """When `option` is a flag of another known release but not of `schema`, say what it is called here."""
+    for other in other_schemas(schema.version):
+        try:
+            found = other.resolve(option)
+        except ResolveError:
+            continue
+        if not found.exact:
+            continue
+        old = found.spec
+        same_dest = schema.by_dest(old.dest)
+        if same_dest is not None:
+            return (f"{option} is a flag of sglang {other.version}; in {schema.version} it is "
+                    f"--{same_dest.canonical}")
+        new = _rename_candidates(schema, other, old)
+        if not new:
+            return f"{option} exists in sglang {other.version} but was removed in {schema.version}"
+        if len(new) > 1:
+            return (f"{option} exists in sglang {other.version}; in {schema.version} it was split into "
+                    + ", ".join("--" + s.canonical for s in new))
+        return f"renamed to --{new[0].canonical} in {schema.version}? ({option} exists in sglang {other.version})"
+    return ""
+
+
+def _rename_candidates(schema: FlagSchema, other: FlagSchema, old: FlagSpec) -> list[FlagSpec]:
+    old_dests = {s.dest for s in other.specs}
+    fresh = [s for s in schema.specs if s.dest not in old_dests and s.kind == old.kind]
+    split = [s for s in fresh if s.dest.startswith(old.dest + "_")]
+    if split:
+        return sorted(split, key=lambda s: s.canonical)
+    suffix = old.dest.split("_", 1)[1] if "_" in old.dest else old.dest
+    scored: list[tuple[float, FlagSpec]] = []
+    for s in fresh:
+        help_sim = difflib.SequenceMatcher(None, old.help.lower(), s.help.lower()).ratio()
+        name_sim = difflib.SequenceMatcher(None, old.dest, s.dest).ratio()
+        choice_sim = 0.0
+        if old.choices and s.choices:
+            a, b = {str(c) for c in old.choices}, {str(c) for c in s.choices}
+            choice_sim = len(a & b) / len(a | b)
+        suffix_bonus = 1.0 if s.dest.endswith("_" + suffix) or s.dest == suffix else 0.0
+        score = 0.35 * help_sim + 0.25 * name_sim + 0.2 * choice_sim + 0.2 * suffix_bonus
+        scored.append((score, s))
+    scored.sort(key=lambda t: (-t[0], t[1].canonical))
+    if scored and scored[0][0] >= 0.55:
+        return [scored[0][1]]
+    return []
+
+
+# ------------------------------------------------------------------------------------------------ values
+class _ValueError(Exception):
+    pass
+
+
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise _ValueError(f"takes true or false (it is an on/off switch), got {value!r}")
+
+
+def _scalar(spec: FlagSpec, value: Any) -> Scalar:
+    t = spec.type
+    if isinstance(value, bool):
+        raise _ValueError(f"takes a {t or 'str'} value, got {value!r}; quote it if you mean the text")
+    if isinstance(value, (list, dict)):
+        raise _ValueError(f"takes one {t or 'str'} value, got a list")
+    out: Scalar
+    if t == "int":
+        if isinstance(value, float) and not value.is_integer():
+            raise _ValueError(f"takes an integer, got {value!r}")
+        try:
+            out = int(value)
+        except (TypeError, ValueError):
+            raise _ValueError(f"takes an integer, got {value!r}") from None
+    elif t == "float":
+        try:
+            out = float(value)
+        except (TypeError, ValueError):
+            raise _ValueError(f"takes a number, got {value!r}") from None
+    elif t == "human_readable_int":
+        if isinstance(value, int):
+            out = value
+        elif isinstance(value, str) and _HUMAN_INT.match(value.strip()):
+            out = int(value) if value.strip().isdigit() else value.strip()
+        else:
+            raise _ValueError(f"takes an integer such as 131072 or 128k, got {value!r}")
+    elif t in ("loads", "json_list_type"):
+        text = value if isinstance(value, str) else json.dumps(value)
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise _ValueError(f"takes a JSON string, got {value!r} ({exc.msg})") from None
+        if t == "json_list_type" and not isinstance(parsed, list):
+            raise _ValueError(f"takes a JSON list, got {value!r}")
+        out = text
+    else:  # str, nullable_str, None (argparse default str) and sglang's own parse_* callables
+        out = value if isinstance(value, str) else _fmt(value)
+    if spec.choices is not None and str(out) not in {str(c) for c in spec.choices}:
+        raise _ValueError(f"invalid choice {out!r}; choose from {', '.join(str(c) for c in spec.choices)}")
+    return out
+
+
+def _convert(spec: FlagSpec, value: Any) -> CanonValue | None:
+    """Typed value, or None when the flag is to be omitted (a switch set to false)."""
+    kind = spec.kind
+    if kind == "switch":
+        return True if _to_bool(value) else None
+    if kind == "bool_optional":
+        return _to_bool(value)
+    if value is None:
+        return None
+    if spec.nargs == "?" and value is True:
+        return True
+    if spec.takes_list:
+        items = value if isinstance(value, list) else [value]
+        if spec.nargs == "+" and not items:
+            raise _ValueError("takes at least one value")
+        if isinstance(spec.nargs, int) and len(items) != spec.nargs:
+            raise _ValueError(f"takes exactly {spec.nargs} values, got {len(items)}")
+        out = [_scalar(spec, v) for v in items]
+        for v in out:
+            if isinstance(v, str) and v.startswith("-") and not _NEG_NUMBER.match(v):
+                raise _ValueError(f"list value {v!r} starts with '-' and would be read as an option")
+        return out
+    return _scalar(spec, value)
+
+
+# ------------------------------------------------------------------------------------------------ API
+def canonicalize(flags: Mapping[str, FlagValue | CanonValue], schema: FlagSchema, *,
+                 reserved: Mapping[str, str] = RESERVED_DESTS) -> FlagSet:
+    """Resolve names like argparse (exact, else unique prefix), type and check values; one error for all problems."""
+    problems: list[FlagProblem] = []
+    values: dict[str, CanonValue] = {}
+    seen: dict[str, str] = {}  # dest → written
+    renamed: dict[str, str] = {}
+    notes: list[str] = []
+    for written in sorted(flags):
+        spec, option, problem = _resolve(schema, written)
+        if problem is not None:
+            problems.append(problem)
+            continue
+        assert spec is not None and option is not None
+        shown = "--" + written.lstrip("-")
+        if spec.dest in reserved:
+            problems.append(FlagProblem(shown, f"is set from the profile field {reserved[spec.dest]}, not from flags"))
+            continue
+        if spec.dest in seen:
+            problems.append(FlagProblem(shown, f"sets the same option as --{seen[spec.dest]} (both are "
+                                               f"--{spec.canonical}); keep one"))
+            continue
+        seen[spec.dest] = written.lstrip("-")
+        raw: Any = flags[written]
+        if spec.kind == "bool_optional" and option == spec.negative_option:
+            try:
+                raw = not _to_bool(raw)
+            except _ValueError as exc:
+                problems.append(FlagProblem(shown, str(exc)))
+                continue
+        try:
+            value = _convert(spec, raw)
+        except _ValueError as exc:
+            problems.append(FlagProblem(shown, str(exc)))
+            continue
+        if written.lstrip("-") != spec.canonical:
+            renamed[written.lstrip("-")] = spec.canonical
+        if spec.deprecated:
+            notes.append(f"--{spec.canonical} is deprecated in sglang {schema.version}: {spec.help[:120]}")
+        if value is not None:
+            values[spec.canonical] = value
+    if problems:
+        raise flag_error(problems, schema)
+    return FlagSet(schema=schema, values=dict(sorted(values.items())), renamed=renamed, notes=tuple(notes))
+
+
+def flag_error(problems: Sequence[FlagProblem], schema: FlagSchema) -> ConfigError:
+    n = len(problems)
+    head = f"{n} flag problem{'s' if n > 1 else ''} for sglang {schema.version}"
+    what = f"{head}: {problems[0].text()}" if n == 1 else head + "".join(f"\n  - {p.text()}" for p in problems)
+    return ConfigError(
+        what,
+        fix="rename or remove the flags named above (the installed sglang's parser is the authority)",
+        details={"sglang_version": schema.version,
+                 "problems": [{"flag": p.flag, "error": p.error, "suggestion": p.suggestion} for p in problems]},
+    )
+
+
+def diff_flags(old: FlagSet | Mapping[str, Any], new: FlagSet | Mapping[str, Any]
+               ) -> list[tuple[str, Any, Any]]:
+    """(flag, old value or None, new value or None) for each canonical name that differs, sorted by name."""
+    a = old.values if isinstance(old, FlagSet) else old
+    b = new.values if isinstance(new, FlagSet) else new
+    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def parse_set(items: Iterable[str], schema: FlagSchema) -> dict[str, FlagValue]:
+    """`--set KEY=VALUE` strings → {KEY: typed value}; KEY with or without dashes; `KEY` alone is a switch on.
+
+    Values are typed by the schema: int/float, true/false for switches, comma-separated items for list flags,
+    otherwise the text as given (JSON included). Names are resolved later by `canonicalize`/`apply_changes`, so
+    aliases and abbreviations keep their normal errors and hints.
+    """
+    out: dict[str, FlagValue] = {}
+    problems: list[FlagProblem] = []
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not key:
+            problems.append(FlagProblem(item, "expected KEY=VALUE"))
+            continue
+        spec, _, problem = _resolve(schema, key)
+        if problem is not None:
+            problems.append(problem)
+            continue
+        assert spec is not None
+        if not sep:
+            if spec.kind in ("switch", "bool_optional") or spec.nargs == "?":
+                out[key.lstrip("-")] = True
+                continue
+            problems.append(FlagProblem("--" + key.lstrip("-"), "needs a value: KEY=VALUE"))
+            continue
+        value: FlagValue
+        if spec.kind in ("switch", "bool_optional"):
+            try:
+                value = _to_bool(text)
+            except _ValueError as exc:
+                problems.append(FlagProblem("--" + key.lstrip("-"), str(exc)))
+                continue
+        elif spec.takes_list:
+            value = [_typed_text(spec, t.strip()) for t in text.split(",") if t.strip()]
+        else:
+            value = _typed_text(spec, text)
+        out[key.lstrip("-")] = value
+    if problems:
+        raise flag_error(problems, schema)
+    return out
+
+
+def _typed_text(spec: FlagSpec, text: str) -> str | int | float:
+    if spec.type == "int":
+        try:
+            return int(text)
+        except ValueError:
+            return text  # _scalar reports it with the flag's name
+    if spec.type == "float":
+        try:
+            return float(text)
+        except ValueError:
+            return text
+    return text
+
+
+def apply_changes(base: FlagSet, set_: Mapping[str, FlagValue], unset: Sequence[str] = ()) -> FlagSet:
+    """base + changes, canonical. Setting a switch to false or unsetting a flag removes it."""
+    schema = base.schema
+    changes = canonicalize({k: v for k, v in set_.items() if v is not False}, schema)
+    turned_off = canonicalize({k: True for k, v in set_.items() if v is False}, schema) if any(
+        v is False for v in set_.values()) else None
+    problems: list[FlagProblem] = []
+    removed: set[str] = set()
+    for name in unset:
+        spec, _, problem = _resolve(schema, name)
+        if problem is not None:
+            problems.append(problem)
+            continue
+        assert spec is not None
+        if spec.canonical in changes.values:
+            problems.append(FlagProblem("--" + spec.canonical, "is both set and unset"))
+        elif spec.canonical not in base.values:
+            problems.append(FlagProblem("--" + spec.canonical, "is not in the current flag set, nothing to unset"))
+        removed.add(spec.canonical)
+    if problems:
+        raise flag_error(problems, schema)
+    merged: dict[str, CanonValue] = {k: v for k, v in base.values.items() if k not in removed}
+    if turned_off is not None:
+        for name in turned_off.values:
+            spec = schema.by_option("--" + name)
+            if spec is not None and spec.kind == "bool_optional":
+                merged[name] = False
+            else:
+                merged.pop(name, None)
+    merged.update(changes.values)
+    return FlagSet(schema=schema, values=dict(sorted(merged.items())),
+                   renamed={**base.renamed, **changes.renamed}, notes=base.notes + changes.notes)

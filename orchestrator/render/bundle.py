@@ -1,0 +1,62 @@
+"""Everything that would be installed for one host: passthrough lines, sglang.service, sglang.env, one hash."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from orchestrator.flags import FlagSchema, FlagSet, canonicalize
+from orchestrator.inventory.models import Host, ServerProfile
+from orchestrator.parsers.devices import DeviceNode
+from orchestrator.render.files import RenderedFile, sha256_text
+from orchestrator.render.passthrough import Method, render_passthrough, resolve_method
+from orchestrator.render.service import render_env, render_unit
+
+
+@dataclass(frozen=True)
+class Bundle:
+    files: tuple[RenderedFile, ...]
+    sha256: str
+    flags: FlagSet
+    method: Method | None = None
+    method_reason: str = ""
+    notes: tuple[str, ...] = field(default=())
+
+    def file(self, name: str) -> RenderedFile:
+        for f in self.files:
+            if f.name == name or f.name.startswith(name):
+                return f
+        raise KeyError(name)
+
+
+def combined_sha256(files: Sequence[RenderedFile]) -> str:
+    """One hash over (name, path, mode, body hash) of each file, in name order."""
+    lines = sorted(f"{f.name}\t{f.remote_path}\t{f.mode_octal}\t{f.sha256}\n" for f in files)
+    return sha256_text("".join(lines))
+
+
+def render_bundle(host: Host, profile: ServerProfile, *, nodes: Sequence[DeviceNode] | None = None,
+                  proc_devices: Mapping[str, int] | None = None, existing_conf: Mapping[str, str] | None = None,
+                  method: str | None = None, pve_version: str | None = None,
+                  schema: FlagSchema | None = None, flags: FlagSet | None = None, api_key: str | None = None,
+                  release_id: str | None = None) -> Bundle:
+    """Render all files. Without `nodes` the passthrough is left out (a flag rollout does not touch it).
+
+    The flag set is `flags` when given, else the profile's flags canonicalised against `schema` (default: the
+    packaged schema of profile.sglang_version).
+    """
+    if flags is None:
+        flags = canonicalize(profile.flags, schema or FlagSchema.load(profile.sglang_version))
+    files: list[RenderedFile] = []
+    chosen: Method | None = None
+    reason = ""
+    if nodes is not None:
+        chosen, reason = resolve_method(method or host.container.passthrough, pve_version)
+        files.append(render_passthrough(nodes, existing_conf or {}, proc_devices or {}, chosen,
+                                        vmid=host.container.vmid))
+    files.append(render_unit(profile, flags, release_id))
+    files.append(render_env(profile, api_key))
+    notes = list(flags.notes)
+    notes.extend(f"--{w} is written as --{c}" for w, c in sorted(flags.renamed.items()))
+    return Bundle(files=tuple(files), sha256=combined_sha256(files), flags=flags, method=chosen,
+                  method_reason=reason, notes=tuple(notes))

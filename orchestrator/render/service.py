@@ -1,0 +1,109 @@
+"""sglang.service and sglang.env for a server profile and a canonical flag set."""
+
+from __future__ import annotations
+
+import re
+
+from orchestrator.errors import ConfigError
+from orchestrator.flags import FlagSet
+from orchestrator.inventory.models import ServerProfile
+from orchestrator.render.files import (
+    RenderedFile,
+    check_env_name,
+    render_template,
+    sha256_text,
+    split_header,
+    systemd_exec_arg,
+)
+
+UNIT_PATH = "/etc/systemd/system/sglang.service"
+ENV_PATH = "/etc/sglang/sglang.env"
+API_KEY_VAR = "SGLANG_API_KEY"
+RESTART_SEC = 10
+START_LIMIT_BURST = 3
+TIMEOUT_STOP_S = 120
+
+
+def _launch_groups(profile: ServerProfile, flags: FlagSet) -> list[list[str]]:
+    schema = flags.schema
+    owned = [("model-path", profile.model_path), ("served-model-name", profile.served_model_name),
+             ("host", profile.host), ("port", str(profile.port))]
+    groups: list[list[str]] = []
+    for name, value in owned:
+        if schema.by_option("--" + name) is None:
+            raise ConfigError(f"sglang {schema.version} has no --{name}; the unit cannot pass the profile's {name}",
+                              fix="check the sglang version of the profile")
+        groups.append(["--" + name, value])
+    return groups
+
+
+def exec_start(profile: ServerProfile, flags: FlagSet) -> str:
+    """ExecStart's value: interpreter, module, then one flag per continuation line (systemd-quoted)."""
+    if not re.fullmatch(r"/[A-Za-z0-9_./-]+", profile.venv) or "/../" in profile.venv + "/":
+        raise ConfigError(f"venv {profile.venv!r} must be an absolute path of letters, digits, '_', '.', '-'",
+                          fix="e.g. venv: /root/ml-env")
+    python = profile.venv.rstrip("/") + "/bin/python"
+    lines = [f"{python} -m sglang.launch_server"]
+    for group in _launch_groups(profile, flags):
+        lines.append(" ".join(systemd_exec_arg(w) for w in group))
+    if profile.api_key is not None:
+        # systemd substitutes the variable from the 0600 EnvironmentFile; the unit never holds the key.
+        lines.append("--api-key ${" + API_KEY_VAR + "}")
+    for group in flags.argv_groups():
+        lines.append(" ".join(systemd_exec_arg(w) for w in group))
+    return " \\\n    ".join(lines)
+
+
+def launch_argv(profile: ServerProfile, flags: FlagSet, api_key: str | None = None) -> list[str]:
+    """The argv sglang receives after systemd's parsing (the API key shown as given, or its ${VAR} reference)."""
+    argv = [profile.venv.rstrip("/") + "/bin/python", "-m", "sglang.launch_server"]
+    for group in _launch_groups(profile, flags):
+        argv.extend(group)
+    if profile.api_key is not None:
+        argv.extend(["--api-key", api_key if api_key is not None else "${" + API_KEY_VAR + "}"])
+    argv.extend(flags.argv())
+    return argv
+
+
+def render_unit(profile: ServerProfile, flags: FlagSet, release_id: str | None = None) -> RenderedFile:
+    """sglang.service. The managed header (release id, body hash) is excluded from `sha256`."""
+    ctx: dict[str, object] = {
+        "served_model_name": profile.served_model_name,
+        "model_path": profile.model_path,
+        "env_file": ENV_PATH,
+        "exec_start": exec_start(profile, flags),
+        "restart_sec": RESTART_SEC,
+        "start_limit_burst": START_LIMIT_BURST,
+        "start_limit_interval_s": START_LIMIT_BURST * (profile.start_timeout_s + RESTART_SEC),
+        "timeout_start_s": profile.start_timeout_s,
+        "timeout_stop_s": TIMEOUT_STOP_S,
+    }
+    for field in ("served_model_name", "model_path"):
+        text = str(ctx[field])
+        if "\n" in text or "\r" in text:
+            raise ConfigError(f"profile {field} {text!r} contains a newline", fix="use a single-line value")
+        ctx[field] = text.replace("%", "%%").rstrip("\\")  # Description= resolves specifiers
+    body = render_template("sglang.service.j2", header=False, release_id="", body_sha256="", **ctx)
+    digest = sha256_text(body)
+    content = render_template("sglang.service.j2", header=True, release_id=release_id or "unreleased",
+                              body_sha256=digest, **ctx)
+    assert split_header(content)[1] == body
+    return RenderedFile(name="sglang.service", remote_path=UNIT_PATH, mode=0o644, content=content, sha256=digest)
+
+
+def render_env(profile: ServerProfile, api_key: str | None) -> RenderedFile:
+    """sglang.env: the profile's env (sorted) plus SGLANG_API_KEY when the profile has an api_key."""
+    env = [(check_env_name(k), v) for k, v in sorted(profile.env.items())]
+    if API_KEY_VAR in profile.env:
+        raise ConfigError(f"profile env sets {API_KEY_VAR}; the API key comes from profile.api_key",
+                          fix=f"remove {API_KEY_VAR} from env and set api_key: {{env: ...}} or {{file: ...}}")
+    if profile.api_key is not None and not api_key:
+        raise ConfigError(f"profile has an api_key ({profile.api_key.describe()}) but no key value was given",
+                          fix=f"provide the secret ({profile.api_key.describe()})")
+    if profile.api_key is None and api_key:
+        raise ConfigError("an API key was given but the profile has no api_key", fix="add api_key to the profile")
+    content = render_template("sglang.env.j2", remote_path=ENV_PATH, env=env,
+                              api_key_var=API_KEY_VAR if profile.api_key is not None else "",
+                              api_key=api_key or "")
+    return RenderedFile(name="sglang.env", remote_path=ENV_PATH, mode=0o600, content=content,
+                        sha256=sha256_text(content), secrets=(api_key,) if api_key else ())
