@@ -65,6 +65,12 @@ CT_FACTS: dict[str, CmdFn] = {
         f"| cut -d' ' -f1)\" {f}" for f in (UNIT_PATH, ENV_PATH)) + f" ; test -f {UNIT_PATH} -a -f {ENV_PATH}",
     "current_release": lambda h, p: f"readlink {CURRENT_LINK}",
     "releases": lambda h, p: f"ls -1 {RELEASES_DIR}",
+    "current_meta": lambda h, p: f"cat {CURRENT_LINK}/meta.json",
+    "current_verdict": lambda h, p: f"cat {CURRENT_LINK}/verdict.json",
+    "current_flags": lambda h, p: f"cat {CURRENT_LINK}/flags.json",
+    # The newest bench record of the current release: the baseline a roll is gated against.
+    "current_bench": lambda h, p: (f"f=$(ls -1 {CURRENT_LINK}/bench-*.jsonl 2>/dev/null | sort | tail -n 1); "
+                                   "test -n \"$f\" && tail -n 1 \"$f\""),
     "active": lambda h, p: f"systemctl is-active {UNIT_NAME}",
     "main_pid": lambda h, p: f"systemctl show -p MainPID --value {UNIT_NAME}",
     "health": lambda h, p: (f"curl -s -o /dev/null -m 5 -w '%{{http_code}}' "

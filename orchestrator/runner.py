@@ -93,7 +93,12 @@ def run_playbook(name: str, host: Host, inventory: Inventory, options: RunOption
                 except DeployError as err:
                     record.status = "failed"
                     record.summary = err.what
-                    raise err.at(host=host.name, step=ref.name) from None
+                    err.at(host=host.name, step=ref.name)
+                    # A rollout registers how to undo itself (roll back to the previous release).
+                    handler = ctx.shared.pop("on_failure", None)
+                    if handler is not None:
+                        handler(err, record)
+                    raise err from None
             notify(ref.name, record)
     except DeployError as err:
         report.ok = False

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from orchestrator.facts import CURRENT_LINK, RELEASES_DIR, UNIT_NAME
+from orchestrator.facts import CURRENT_LINK, ENV_PATH, RELEASES_DIR, UNIT_NAME, UNIT_PATH
 from orchestrator.render.files import RenderedFile
 
 RELEASE_ID = re.compile(r"^(\d{8}T\d{6})-([0-9a-f]{8})$")
@@ -84,14 +84,22 @@ def write_release_script(bundle: ReleaseBundle) -> str:
     return "\n".join(parts) + "\n"
 
 
-def activate_script(release_id: str, files: Sequence[RenderedFile], *, restart: bool, keep: int) -> str:
-    """Shell (inside the container): install a release's files, point `current` at it, (re)start, prune."""
+#: What a release installs: (file name in the release dir, installed path, mode).
+INSTALLED_FILES: tuple[tuple[str, str, int], ...] = (("sglang.service", UNIT_PATH, 0o644),
+                                                     ("sglang.env", ENV_PATH, 0o600))
+
+
+def activate_script(release_id: str, *, restart: bool, keep: int) -> str:
+    """Shell (inside the container): install a release's files, point `current` at it, (re)start, prune.
+
+    Used for new releases and for rollbacks alike: a release directory is all it needs.
+    """
     rdir = f"{RELEASES_DIR}/{release_id}"
-    lines = ["set -e"]
-    for f in files:
-        dest = shlex.quote(f.remote_path)
+    lines = ["set -e", f"test -d {shlex.quote(rdir)}"]
+    for name, path, mode in INSTALLED_FILES:
+        dest = shlex.quote(path)
         lines += [f"mkdir -p $(dirname {dest})",
-                  f"install -m {f.mode:04o} {shlex.quote(rdir + '/' + f.name)} {dest}.deploy-tmp",
+                  f"install -m {mode:04o} {shlex.quote(rdir + '/' + name)} {dest}.deploy-tmp",
                   f"mv -f {dest}.deploy-tmp {dest}"]
     lines += [f"ln -sfn releases/{shlex.quote(release_id)} {CURRENT_LINK}.deploy-tmp",
               f"mv -T {CURRENT_LINK}.deploy-tmp {CURRENT_LINK}",

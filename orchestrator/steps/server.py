@@ -80,8 +80,7 @@ def install_release(ctx: StepContext, bundle: Bundle, *, source: str, restart: b
             "sglang_version": bundle.flags.version, "argv": launch_argv(ctx.profile, bundle.flags),
             **(extra_meta or {})}
     rb = ReleaseBundle(rid, files, bundle.flags.as_dict(), meta)
-    script = write_release_script(rb) + activate_script(rid, files, restart=restart,
-                                                        keep=ctx.profile.keep_releases)
+    script = write_release_script(rb) + activate_script(rid, restart=restart, keep=ctx.profile.keep_releases)
     res = ctx.ssh.script(in_container_script(ctx.vmid, script), check=False, timeout=300,
                          what=f"install release {rid}")
     if res.rc != 0:
@@ -92,11 +91,16 @@ def install_release(ctx: StepContext, bundle: Bundle, *, source: str, restart: b
     return rid
 
 
-@step("server_unit", ct_facts=("unit_sha", "active", "current_release", "releases", "main_pid"))
+@step("server_unit", ct_facts=("unit_sha", "active", "current_release", "releases", "main_pid", "current_meta",
+                               "current_verdict", "current_flags"))
 def server_unit(ctx: StepContext, record: StepRecord) -> None:
     """Render sglang.service + sglang.env; install and restart only when they changed."""
+    from orchestrator.steps.release import desired_flags, profile_flags_sha, restore_interrupted
+
     ensure_facts(ctx)
-    flags = profile_flags(ctx)
+    if not ctx.options.dry_run:
+        restore_interrupted(ctx, record)
+    flags = desired_flags(ctx)
     bundle = bundle_for(ctx, flags)
     state = installed_state(ctx)
     unit = bundle.file("sglang.service")
@@ -120,8 +124,9 @@ def server_unit(ctx: StepContext, record: StepRecord) -> None:
         check = require_valid_flags(ctx, launch_argv(ctx.profile, flags, api_key="validation-placeholder")[3:])
         record.details["validated_with"] = f"sglang {check.version} in CT {ctx.vmid}"
     ctx.say(what)
-    rid = install_release(ctx, bundle, source=ctx.options.command, restart=state.active == "active",
-                          previous=state.release, existing=state.releases)
+    rid = install_release(ctx, bundle, source="up", restart=state.active == "active",
+                          previous=state.release, existing=state.releases,
+                          extra_meta={"profile_flags_sha": profile_flags_sha(ctx), "command": ctx.options.command})
     ctx.shared["release"] = rid
     ctx.shared["restarted"] = True
     record.summary = f"release {rid} installed and sglang {'restarted' if state.active == 'active' else 'started'}"

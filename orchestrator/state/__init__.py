@@ -1,0 +1,1 @@
+"""Local state: the SQLite ledger of bench runs."""

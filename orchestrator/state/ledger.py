@@ -1,0 +1,280 @@
+"""Local SQLite ledger of bench runs: history, comparisons, imports of runs made elsewhere.
+
+- Schema version lives in `PRAGMA user_version`; `MIGRATIONS[i]` takes a database from version i to i+1, each in
+  one transaction, so an old ledger upgrades in place and a ledger written by a newer tool is refused rather than
+  misread.
+- WAL journal and a busy timeout: a `deploy bench` writing while `deploy history` reads does not fail with
+  "database is locked". Each call opens its own short-lived connection, so a Ledger may be shared by threads.
+- Bench, telemetry and diagnosis are stored as JSON of their pydantic models (read back into the models), so new
+  optional fields do not need a migration.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.errors import ConfigError
+from orchestrator.parsers.bench import BenchResult, bench_result_from_record, parse_bench_jsonl_all
+from orchestrator.paths import state_dir
+from orchestrator.telemetry.summary import TelemetrySummary
+from orchestrator.verdicts.power import Diagnosis
+from orchestrator.verdicts.regression import DEFAULT_NOISE_PCT, delta_pct
+
+RunSource = Literal["bench", "import", "roll", "sweep"]
+
+MIGRATIONS: tuple[str, ...] = (
+    # 0 -> 1
+    """
+    CREATE TABLE runs (
+        id TEXT PRIMARY KEY,
+        host TEXT NOT NULL,
+        release_id TEXT,
+        preset TEXT,
+        started_at TEXT NOT NULL,
+        flags_json TEXT NOT NULL DEFAULT '{}',
+        bench_json TEXT,
+        telemetry_json TEXT,
+        diagnosis_json TEXT NOT NULL DEFAULT '[]',
+        source TEXT NOT NULL CHECK (source IN ('bench', 'import', 'roll', 'sweep')),
+        label TEXT,
+        jsonl_path TEXT
+    );
+    CREATE INDEX runs_host_started ON runs (host, started_at);
+    CREATE INDEX runs_started ON runs (started_at);
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+# Metrics `compare` reports: (BenchResult/Telemetry attribute, label, higher is better).
+COMPARE_METRICS: tuple[tuple[str, str, bool], ...] = (
+    ("output_throughput", "output throughput (tok/s)", True),
+    ("total_throughput", "total throughput (tok/s)", True),
+    ("peak_output_throughput", "peak output throughput (tok/s)", True),
+    ("concurrency", "concurrency (mean)", True),
+    ("max_concurrent_requests", "peak concurrent requests", True),
+    ("mean_ttft_ms", "mean TTFT (ms)", False),
+    ("p99_ttft_ms", "P99 TTFT (ms)", False),
+    ("mean_tpot_ms", "mean TPOT (ms)", False),
+    ("p99_tpot_ms", "P99 TPOT (ms)", False),
+    ("mean_itl_ms", "mean ITL (ms)", False),
+    ("mean_e2e_latency_ms", "mean E2E latency (ms)", False),
+    ("telemetry.total_mean_power_w", "total mean power (W)", False),
+    ("telemetry.tokens_per_s_per_w", "tokens/s per W", True),
+    ("telemetry.j_per_output_token", "J per output token", False),
+)
+
+
+def default_ledger_path() -> Path:
+    return state_dir() / "ledger.sqlite"
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """`r-YYYYMMDD-HHMMSS-xxxx`: sorts by time, and the random tail keeps two runs in one second apart."""
+    now = now or datetime.now()
+    return f"r-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+class RunRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    host: str
+    release_id: str | None = None
+    preset: str | None = None
+    started_at: datetime
+    flags: dict[str, Any] = {}
+    bench: BenchResult | None = None
+    telemetry: TelemetrySummary | None = None
+    diagnosis: tuple[Diagnosis, ...] = ()
+    source: RunSource = "bench"
+    label: str | None = None
+    jsonl_path: str | None = None
+
+
+class CompareRow(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    metric: str
+    a: float | None
+    b: float | None
+    delta_pct: float | None  # (b - a) / a * 100
+    beyond_noise: bool
+    better: bool | None  # None when equal within noise or not comparable
+
+
+def _value(run: RunRecord, attr: str) -> float | None:
+    obj: Any = run
+    if attr.startswith("telemetry."):
+        obj, attr = run.telemetry, attr.split(".", 1)[1]
+    else:
+        obj = run.bench
+    v = getattr(obj, attr, None) if obj is not None else None
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+class Ledger:
+    """The run history at `path` (default: `state_dir()/ledger.sqlite`), created and migrated on first use."""
+
+    def __init__(self, path: Path | str | None = None) -> None:
+        self.path = Path(path) if path is not None else default_ledger_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._migrate()
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        conn = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
+        try:
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA busy_timeout = 10000")
+            yield conn
+        finally:
+            conn.close()
+
+    def _migrate(self) -> None:
+        with self._connect() as conn:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+                if version > SCHEMA_VERSION:
+                    raise ConfigError(
+                        f"ledger {self.path} has schema version {version}, newer than this tool's "
+                        f"{SCHEMA_VERSION}", fix="upgrade deploy, or point DEPLOY_STATE_DIR at another directory")
+                for v in range(version, SCHEMA_VERSION):
+                    for stmt in MIGRATIONS[v].split(";"):
+                        if stmt.strip():
+                            conn.execute(stmt)
+                    conn.execute(f"PRAGMA user_version = {v + 1}")
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+    def schema_version(self) -> int:
+        with self._connect() as conn:
+            return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+    def record_run(
+        self,
+        *,
+        host: str,
+        bench: BenchResult | None,
+        source: RunSource = "bench",
+        release_id: str | None = None,
+        preset: str | None = None,
+        started_at: datetime | None = None,
+        flags: dict[str, Any] | None = None,
+        telemetry: TelemetrySummary | None = None,
+        diagnosis: Sequence[Diagnosis] = (),
+        label: str | None = None,
+        jsonl_path: str | None = None,
+        run_id: str | None = None,
+    ) -> RunRecord:
+        """Insert one run and return it as stored."""
+        started = started_at or datetime.now()
+        rec = RunRecord(id=run_id or new_run_id(started), host=host, release_id=release_id, preset=preset,
+                        started_at=started, flags=dict(flags or {}), bench=bench, telemetry=telemetry,
+                        diagnosis=tuple(diagnosis), source=source, label=label, jsonl_path=jsonl_path)
+        with self._connect() as conn:
+            conn.execute(
+                "INSERT INTO runs (id, host, release_id, preset, started_at, flags_json, bench_json, "
+                "telemetry_json, diagnosis_json, source, label, jsonl_path) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (rec.id, rec.host, rec.release_id, rec.preset, rec.started_at.isoformat(),
+                 json.dumps(rec.flags, sort_keys=True, default=str),
+                 rec.bench.model_dump_json() if rec.bench else None,
+                 rec.telemetry.model_dump_json() if rec.telemetry else None,
+                 json.dumps([d.model_dump(mode="json") for d in rec.diagnosis]),
+                 rec.source, rec.label, rec.jsonl_path))
+        return rec
+
+    @staticmethod
+    def _row_to_record(row: sqlite3.Row) -> RunRecord:
+        return RunRecord(
+            id=row["id"], host=row["host"], release_id=row["release_id"], preset=row["preset"],
+            started_at=datetime.fromisoformat(row["started_at"]),
+            flags=json.loads(row["flags_json"] or "{}"),
+            bench=BenchResult.model_validate_json(row["bench_json"]) if row["bench_json"] else None,
+            telemetry=(TelemetrySummary.model_validate_json(row["telemetry_json"])
+                       if row["telemetry_json"] else None),
+            diagnosis=tuple(Diagnosis.model_validate(d) for d in json.loads(row["diagnosis_json"] or "[]")),
+            source=row["source"], label=row["label"], jsonl_path=row["jsonl_path"])
+
+    def get_run(self, run_id: str) -> RunRecord:
+        """A run by id, or by a unique id prefix (`r-20261130-0203`)."""
+        with self._connect() as conn:
+            row = conn.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None:
+                esc = run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+                rows = conn.execute("SELECT * FROM runs WHERE id LIKE ? ESCAPE '\\' LIMIT 3",
+                                    (esc + "%",)).fetchall()
+                if len(rows) > 1:
+                    raise ConfigError(f"run id prefix {run_id!r} matches several runs "
+                                      f"({', '.join(r['id'] for r in rows)}...)", fix="give more of the id")
+                row = rows[0] if rows else None
+        if row is None:
+            raise ConfigError(f"no run {run_id!r} in the ledger {self.path}", fix="list runs with `deploy history`")
+        return self._row_to_record(row)
+
+    def list_runs(self, host: str | None = None, limit: int = 20, source: RunSource | None = None,
+                  preset: str | None = None) -> list[RunRecord]:
+        """Newest first."""
+        where, args = [], []
+        for col, val in (("host", host), ("source", source), ("preset", preset)):
+            if val is not None:
+                where.append(f"{col} = ?")
+                args.append(val)
+        sql = "SELECT * FROM runs" + (" WHERE " + " AND ".join(where) if where else "")
+        sql += " ORDER BY started_at DESC, id DESC LIMIT ?"
+        with self._connect() as conn:
+            rows = conn.execute(sql, (*args, max(0, limit))).fetchall()
+        return [self._row_to_record(r) for r in rows]
+
+    def compare(self, run_a: str | RunRecord, run_b: str | RunRecord,
+                noise_pct: float = DEFAULT_NOISE_PCT) -> list[CompareRow]:
+        """Metric by metric, b against a: delta % and whether it is beyond the noise band."""
+        a = run_a if isinstance(run_a, RunRecord) else self.get_run(run_a)
+        b = run_b if isinstance(run_b, RunRecord) else self.get_run(run_b)
+        rows: list[CompareRow] = []
+        for attr, label, higher in COMPARE_METRICS:
+            va, vb = _value(a, attr), _value(b, attr)
+            if va is None and vb is None:
+                continue
+            d = delta_pct(va, vb)
+            beyond = d is not None and abs(d) > noise_pct
+            better = None if not beyond or d is None else (d > 0) == higher
+            rows.append(CompareRow(metric=label, a=va, b=vb, delta_pct=d, beyond_noise=beyond, better=better))
+        return rows
+
+    def import_jsonl(self, path: Path | str, *, host: str, label: str | None = None, preset: str | None = None,
+                     num_prompts: int | None = None) -> list[RunRecord]:
+        """Record every run of a bench_serving JSONL produced elsewhere (one record per line) as `import` runs.
+
+        The file's modification time stands in for the start time (the JSONL has none); lines get increasing
+        seconds so their order survives.
+        """
+        p = Path(path)
+        try:
+            text = p.read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read {p}: {exc.strerror}", fix="check the path") from exc
+        records = parse_bench_jsonl_all(text)
+        if not records:
+            raise ConfigError(f"{p} holds no bench_serving record", fix="pass the --output-file of a finished run")
+        base = datetime.fromtimestamp(p.stat().st_mtime)
+        out: list[RunRecord] = []
+        for i, rec in enumerate(records):
+            bench = bench_result_from_record(rec, num_prompts=num_prompts)
+            started = datetime.fromtimestamp(base.timestamp() - (len(records) - 1 - i))
+            out.append(self.record_run(host=host, bench=bench, source="import", preset=preset,
+                                       started_at=started, label=label or (bench.tag or None),
+                                       jsonl_path=str(p.resolve())))
+        return out

@@ -1,0 +1,287 @@
+"""Rolling a new flag set: resolve → validate in the container → install → health/smoke/throughput → gate.
+
+Any failure after the install rolls back to the previous release, which must come back healthy; the verdict
+and its evidence (journal excerpt, bench figures side by side) are written into the failed release and shown.
+A release without a verdict.json is an unverified candidate (a roll was interrupted): `up` and `roll` restore
+the previous release first, so the host always ends with exactly one healthy release current.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from orchestrator.errors import CheckFailed, ConfigError, DeployError, RemoteError
+from orchestrator.flags import FlagSchema, FlagSet, apply_changes, canonicalize, diff_flags, parse_set
+from orchestrator.parsers.bench import BenchParseError, BenchResult, parse_bench_jsonl
+from orchestrator.render.service import launch_argv
+from orchestrator.runlog import StepRecord
+from orchestrator.state.releases import activate_script, in_container_script, record_file_script
+from orchestrator.steps.base import StepContext, step
+from orchestrator.steps.checks import bench_for_release, wait_healthy
+from orchestrator.steps.server import bundle_for, install_release, installed_state, profile_flags
+from orchestrator.steps.session import ensure_facts
+from orchestrator.steps.software import container_flag_check
+from orchestrator.verdicts.regression import gate as regression_gate
+
+RELEASE_FACTS = ("current_meta", "current_verdict", "current_flags", "current_bench", "unit_sha", "active",
+                 "current_release", "releases", "main_pid", "health", "sglang_version")
+
+
+def profile_flags_sha(ctx: StepContext) -> str:
+    return hashlib.sha256(json.dumps(ctx.profile.flags, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _json_fact(ctx: StepContext, name: str) -> Any:
+    out = ctx.facts.c(name)
+    if out is None or out.rc != 0 or not out.stdout.strip():
+        return None
+    try:
+        return json.loads(out.stdout)
+    except json.JSONDecodeError:
+        return None
+
+
+def current_meta(ctx: StepContext) -> dict[str, Any] | None:
+    meta = _json_fact(ctx, "current_meta")
+    return meta if isinstance(meta, dict) else None
+
+
+def current_verdict(ctx: StepContext) -> dict[str, Any] | None:
+    v = _json_fact(ctx, "current_verdict")
+    return v if isinstance(v, dict) else None
+
+
+def is_unverified_candidate(ctx: StepContext) -> bool:
+    """A roll that installed a release and died before its gate wrote a verdict."""
+    meta = current_meta(ctx)
+    return bool(meta and meta.get("source", "").startswith("roll") and current_verdict(ctx) is None
+                and meta.get("previous"))
+
+
+def baseline_bench(ctx: StepContext) -> BenchResult | None:
+    out = ctx.facts.c("current_bench")
+    if out is None or out.rc != 0 or not out.stdout.strip():
+        return None
+    try:
+        return parse_bench_jsonl(out.stdout)
+    except BenchParseError:
+        return None
+
+
+def write_verdict(ctx: StepContext, release: str, verdict: dict[str, Any]) -> None:
+    body = json.dumps({"at": datetime.now(UTC).isoformat(timespec="seconds"), **verdict}, sort_keys=True,
+                      default=str)
+    ctx.ssh.script(in_container_script(ctx.vmid, record_file_script(release, "verdict.json", body + "\n")),
+                   check=False, what="record verdict")
+
+
+def activate(ctx: StepContext, release: str, *, what: str) -> None:
+    res = ctx.ssh.script(in_container_script(ctx.vmid, activate_script(release, restart=True,
+                                                                       keep=ctx.profile.keep_releases)),
+                         check=False, timeout=300, what=what)
+    if res.rc != 0:
+        raise RemoteError(f"{what}: activating release {release} failed: "
+                          f"{(res.stderr or res.stdout).strip()[-400:]}", host=ctx.host.name,
+                          fix="check /var/lib/deploy/releases in the container")
+
+
+def rollback_to(ctx: StepContext, release: str, record: StepRecord, *, reason: str) -> float:
+    """Re-install `release` and wait until it is healthy again. Returns seconds to healthy."""
+    ctx.say(f"rolling back to {release}: {reason}")
+    activate(ctx, release, what=f"rollback to {release}")
+    try:
+        return wait_healthy(ctx, record)
+    except CheckFailed as exc:
+        raise CheckFailed(f"rolled back to {release}, but it did not come back healthy: {exc.what}",
+                          fix="the host needs attention: check the journal and GPUs (deploy status, doctor)",
+                          host=ctx.host.name, details=exc.details) from exc
+
+
+def restore_interrupted(ctx: StepContext, record: StepRecord) -> str | None:
+    """If the current release is an interrupted roll's candidate, bring back its predecessor."""
+    if not is_unverified_candidate(ctx):
+        return None
+    meta = current_meta(ctx) or {}
+    cand, prev = str(meta.get("id")), str(meta.get("previous"))
+    record.changes.append(f"restored {prev} (release {cand} was an interrupted roll's unverified candidate)")
+    write_verdict(ctx, cand, {"verdict": "abandoned", "reason": "the roll was interrupted before its gate",
+                              "rolled_back_to": prev})
+    rollback_to(ctx, prev, record, reason=f"{cand} was never verified (interrupted roll)")
+    ctx.facts.gather((), RELEASE_FACTS, what="re-reading release facts")
+    return prev
+
+
+# ----------------------------------------------------------------------------------------------------- roll
+@step("resolve_release", ct_facts=RELEASE_FACTS)
+def resolve_release(ctx: StepContext, record: StepRecord) -> None:
+    """The new flag set: current release's flags + --set/--unset (or --flags FILE); shows the diff."""
+    ensure_facts(ctx)
+    if not ctx.facts.ct_running:
+        raise CheckFailed(f"CT {ctx.vmid} is not running", fix="run deploy up first", host=ctx.host.name)
+    restore_interrupted(ctx, record)
+    state = installed_state(ctx)
+    if state.release is None:
+        raise CheckFailed("no release is installed yet: nothing to roll from", fix="run deploy up first",
+                          host=ctx.host.name)
+    out = ctx.facts.c("sglang_version")
+    installed_version = out.stdout.strip() if out is not None and out.rc == 0 else ctx.profile.sglang_version
+    if installed_version in FlagSchema.known_versions():
+        schema = FlagSchema.load(installed_version)
+    else:
+        probe = container_flag_check(ctx, [])
+        if probe.schema is None:
+            raise RemoteError(f"cannot read sglang's flags in CT {ctx.vmid}: {probe.error}", host=ctx.host.name)
+        schema = probe.schema
+    current_flags = _json_fact(ctx, "current_flags") or {}
+    try:
+        base = canonicalize(current_flags, schema)
+    except ConfigError as exc:
+        # The installed sglang no longer accepts the current release's flags (an upgrade renamed some).
+        raise ConfigError(f"the current release's flags do not parse with sglang {installed_version}: {exc.what}",
+                          fix="pass the renamed flags with --set/--unset (see the suggestions above)",
+                          host=ctx.host.name) from exc
+    opts = ctx.shared.get("roll", {})
+    if opts.get("flags_file"):
+        new = canonicalize(opts["flags_file"], schema)
+    else:
+        new = apply_changes(base, parse_set(opts.get("set", []), schema), opts.get("unset", []))
+    diff = diff_flags(base, new)
+    if not diff:
+        raise ConfigError("the new flag set equals the current release's: nothing to roll",
+                          fix="change at least one flag", host=ctx.host.name)
+    ctx.shared.update({"base_flags": base, "new_flags": new, "previous": state.release,
+                       "baseline": baseline_bench(ctx), "flag_diff": diff})
+    record.details["diff"] = [{"flag": k, "old": a, "new": b} for k, a, b in diff]
+    for k, a, b in diff:
+        ctx.say(f"  --{k}: {a if a is not None else '(unset)'} → {b if b is not None else '(unset)'}")
+    old_unit = bundle_for(ctx, base).file("sglang.service").content.splitlines()
+    new_unit = bundle_for(ctx, new).file("sglang.service").content.splitlines()
+    import difflib
+
+    unit_diff = [ln for ln in difflib.unified_diff(old_unit, new_unit, "sglang.service (current)",
+                                                     "sglang.service (new)", lineterm="", n=0)]
+    record.details["unit_diff"] = unit_diff
+    record.summary = f"{len(diff)} flag change(s) from release {state.release}"
+
+
+@step("validate_flags")
+def validate_flags(ctx: StepContext, record: StepRecord) -> None:
+    """Validate with the installed sglang's own parser before anything changes (one round trip)."""
+    new: FlagSet = ctx.shared["new_flags"]
+    check = container_flag_check(ctx, launch_argv(ctx.profile, new, api_key="validation-placeholder")[3:])
+    if not check.ok:
+        raise ConfigError(f"sglang {check.version} in CT {ctx.vmid} rejects the new flags: {check.error}",
+                          fix="nothing was changed; fix the flag and roll again", host=ctx.host.name)
+    record.summary = f"accepted by sglang {check.version}'s parser in CT {ctx.vmid}"
+    ctx.shared["baseline_needed"] = ctx.shared.get("baseline") is None
+
+
+@step("install_release")
+def install_candidate(ctx: StepContext, record: StepRecord) -> None:
+    """Install the candidate as a new release and restart; from here on a failure rolls back."""
+    previous: str = ctx.shared["previous"]
+    if ctx.shared.get("baseline_needed") and not ctx.options.skip_bench:
+        preset = ctx.options.preset or ctx.profile.bench_preset
+        ctx.say(f"no baseline bench for {previous}: measuring it first ({preset})")
+        ctx.shared["baseline"] = bench_for_release(ctx, preset, previous).result
+    new: FlagSet = ctx.shared["new_flags"]
+    bundle = bundle_for(ctx, new)
+    state = installed_state(ctx)
+    rid = install_release(ctx, bundle, source="roll", restart=True, previous=previous, existing=state.releases,
+                          extra_meta={"profile_flags_sha": profile_flags_sha(ctx),
+                                      "flag_diff": [[k, a, b] for k, a, b in ctx.shared["flag_diff"]]})
+    ctx.shared.update({"release": rid, "bundle": bundle, "restarted": True})
+    record.changes.append(f"release {rid} installed, sglang restarted")
+    record.status = "changed"
+    record.summary = f"candidate {rid} (previous {previous})"
+
+    def on_failure(err: DeployError, failed: StepRecord) -> None:
+        evidence = {"verdict": "rolled-back", "failed_step": failed.name, "reason": err.what,
+                    "journal": list((err.details or {}).get("journal") or [])[-20:],  # type: ignore[call-overload]
+                    "rolled_back_to": previous}
+        bench = ctx.shared.get("bench_run")
+        if bench is not None:
+            evidence["candidate"] = bench.result.model_dump(mode="json")
+        base = ctx.shared.get("baseline")
+        if base is not None:
+            evidence["baseline"] = base.model_dump(mode="json")
+        write_verdict(ctx, rid, evidence)
+        seconds = rollback_to(ctx, previous, failed, reason=err.what)
+        err.what = f"{err.what} — rolled back to {previous} (healthy again after {seconds:.0f} s)"
+        err.details = {**(err.details or {}), "rolled_back_to": previous, "candidate": rid}
+
+    ctx.shared["on_failure"] = on_failure
+
+
+@step("gate")
+def gate_step(ctx: StepContext, record: StepRecord) -> None:
+    """Throughput gate: below the baseline by more than the noise threshold → roll back (unless accepted)."""
+    opts = ctx.shared.get("roll", {})
+    run = ctx.shared.get("bench_run")
+    rid: str = ctx.shared["release"]
+    if run is None:
+        write_verdict(ctx, rid, {"verdict": "kept", "reason": "health and smoke passed; bench skipped"})
+        ctx.shared.pop("on_failure", None)
+        record.summary = f"{rid} kept (no bench)"
+        return
+    baseline: BenchResult | None = ctx.shared.get("baseline")
+    threshold = float(opts.get("threshold") or ctx.profile.regression_threshold_pct)
+    result = regression_gate(run.result, baseline, noise_pct=threshold,
+                             accept_regression=bool(opts.get("accept_regression")),
+                             min_output_throughput=ctx.profile.min_output_throughput)
+    ctx.shared["gate"] = result
+    record.details["gate"] = result.model_dump(mode="json")
+    for d in result.deltas:
+        if d.baseline is not None and d.new is not None:
+            ctx.say(f"  {d.label:<28} {d.baseline:>10.2f} → {d.new:>10.2f}  ({d.delta_pct:+.1f} %)")
+    if not result.passed:
+        raise CheckFailed(f"throughput gate: {result.verdict}: " + "; ".join(result.reasons),
+                          fix="keep it anyway with --accept-regression, or change the flags",
+                          host=ctx.host.name, details={"gate": result.model_dump(mode="json")})
+    telemetry = run.telemetry.model_dump(mode="json") if run.telemetry else None
+    write_verdict(ctx, rid, {"verdict": "kept", "gate": result.model_dump(mode="json"),
+                             "candidate": run.result.model_dump(mode="json"),
+                             "baseline": baseline.model_dump(mode="json") if baseline else None,
+                             "telemetry": telemetry})
+    ctx.shared.pop("on_failure", None)
+    record.summary = f"{rid} kept: {result.verdict}" + (f" ({result.reasons[0]})" if result.reasons else "")
+
+
+# ------------------------------------------------------------------------------------------------------ up
+def desired_flags(ctx: StepContext) -> FlagSet:
+    """What `up` converges to: the inventory profile's flags, unless a verified roll changed them since.
+
+    A release records the hash of the profile flags it started from; while the inventory still says the same,
+    the rolled flags stand. Editing the profile's flags in the inventory makes `up` apply them again.
+    """
+    meta = current_meta(ctx)
+    flags = _json_fact(ctx, "current_flags")
+    if (meta and isinstance(flags, dict) and meta.get("profile_flags_sha") == profile_flags_sha(ctx)
+            and current_verdict(ctx) is not None):
+        return canonicalize(flags, FlagSchema.load(ctx.profile.sglang_version))
+    return profile_flags(ctx)
+
+
+@step("release_verdict", ct_facts=("current_verdict", "current_meta"))
+def release_verdict(ctx: StepContext, record: StepRecord) -> None:
+    """Mark the release `up` converged to as verified (health + smoke + throughput passed)."""
+    if ctx.options.dry_run:
+        record.status = "skipped"
+        return
+    rid = ctx.shared.get("release")
+    if rid is None:
+        record.status = "skipped"
+        record.summary = "no release"
+        return
+    if not ctx.shared.get("restarted") and current_verdict(ctx) is not None:
+        record.summary = f"{rid} already verified"
+        return
+    run = ctx.shared.get("bench_run")
+    write_verdict(ctx, rid, {"verdict": "kept", "source": "up",
+                             "candidate": run.result.model_dump(mode="json") if run else None,
+                             "telemetry": run.telemetry.model_dump(mode="json") if run and run.telemetry else None})
+    record.summary = f"{rid} verified"
+
