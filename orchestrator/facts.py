@@ -47,6 +47,8 @@ HOST_FACTS: dict[str, CmdFn] = {
                                  "--output-format json"),
     "templates": lambda h, p: (f"pvesh get /nodes/{_q(h.pve.node)}/storage/{_q(h.container.template_storage)}"
                                "/content --content vztmpl --output-format json"),
+    "gpu_power": lambda h, p: ("nvidia-smi --query-gpu=index,power.draw,power.limit,utilization.gpu "
+                               "--format=csv,noheader,nounits"),
     "installer": lambda h, p: (f"test -f {_q(h.container.driver_installer)} && echo present"
                                if h.container.driver_installer else "echo none"),
 }

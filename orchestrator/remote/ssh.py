@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import secrets
 import shlex
-import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -102,7 +101,7 @@ class SshHost:
             raise RemoteError(f"SSH to {ssh.user}@{self.host.address}:{ssh.port} failed: {msg}",
                               fix="check the key file, user and that sshd runs on the host",
                               host=self.host.name, step="connect") from exc
-        except (OSError, socket.timeout) as exc:
+        except (TimeoutError, OSError) as exc:
             raise RemoteError(f"cannot reach {self.host.address}:{ssh.port}: {exc}",
                               fix="check the address, port and network path to the host",
                               host=self.host.name, step="connect") from exc

@@ -120,7 +120,8 @@ def record_file_script(release_id: str, name: str, content: str, mode: int = 0o6
 
 def read_releases_script(limit: int = 50) -> str:
     """Print every release's meta.json and verdict.json as JSON lines (for history), newest last."""
-    return (f"cd {RELEASES_DIR} 2>/dev/null || exit 0\n"
+    return (f"printf '{{\"current\":\"%s\"}}\\n' \"$(readlink {CURRENT_LINK} 2>/dev/null | sed 's#.*/##')\"\n"
+            f"cd {RELEASES_DIR} 2>/dev/null || exit 0\n"
             f"for d in $(ls -1 | grep -E '^[0-9]{{8}}T[0-9]{{6}}-[0-9a-f]{{8}}$' | sort | tail -n {int(limit)}); do\n"
             "  printf '{\"id\":\"%s\",\"meta\":' \"$d\"; cat \"$d/meta.json\" 2>/dev/null || printf 'null';\n"
             "  printf ',\"verdict\":'; cat \"$d/verdict.json\" 2>/dev/null || printf 'null';\n"

@@ -285,3 +285,91 @@ def release_verdict(ctx: StepContext, record: StepRecord) -> None:
                              "telemetry": run.telemetry.model_dump(mode="json") if run and run.telemetry else None})
     record.summary = f"{rid} verified"
 
+
+
+# ------------------------------------------------------------------------------ rollback, status, history
+@step("rollback_release", ct_facts=RELEASE_FACTS)
+def rollback_release(ctx: StepContext, record: StepRecord) -> None:
+    """Re-install a previous release (default: the current one's predecessor) and wait for health."""
+    ensure_facts(ctx)
+    state = installed_state(ctx)
+    target = ctx.shared.get("rollback_to")
+    if target is None:
+        meta = current_meta(ctx) or {}
+        target = meta.get("previous")
+        if not target and state.release in state.releases:
+            idx = state.releases.index(state.release)
+            target = state.releases[idx - 1] if idx > 0 else None
+    if not target:
+        raise ConfigError("no previous release to roll back to", fix="deploy history lists the releases",
+                          host=ctx.host.name)
+    if target not in state.releases:
+        raise ConfigError(f"no release {target} on the target (known: {', '.join(state.releases[-8:])})",
+                          fix="pick an id from deploy history", host=ctx.host.name)
+    if target == state.release:
+        record.summary = f"{target} is already current"
+        return
+    if state.release:
+        write_verdict(ctx, state.release, {"verdict": "rolled-back", "reason": "manual rollback",
+                                           "rolled_back_to": target})
+    seconds = rollback_to(ctx, target, record, reason="deploy rollback")
+    record.status = "changed"
+    record.changes.append(f"{state.release} → {target}")
+    ctx.shared["release"] = target
+    record.summary = f"{target} current and healthy after {seconds:.0f} s (was {state.release})"
+
+
+def _gpu_power(ctx: StepContext) -> list[dict[str, float | int | None]]:
+    out = ctx.facts.host.get("gpu_power")
+    rows: list[dict[str, float | int | None]] = []
+    if out is None or out.rc != 0:
+        return rows
+
+    def num(x: str) -> float | None:
+        try:
+            return float(x)
+        except ValueError:
+            return None
+
+    for line in out.stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 4 and parts[0].isdigit():
+            rows.append({"gpu": int(parts[0]), "power_w": num(parts[1]), "limit_w": num(parts[2]),
+                         "util_pct": num(parts[3])})
+    return rows
+
+
+@step("status", host_facts=("gpu_power", "ct_status"), ct_facts=RELEASE_FACTS)
+def status(ctx: StepContext, record: StepRecord) -> None:
+    """Current release, server state and health, GPU power now: one round trip."""
+    ensure_facts(ctx)
+    state = installed_state(ctx)
+    health = ctx.facts.c("health")
+    meta = current_meta(ctx) or {}
+    verdict = current_verdict(ctx) or {}
+    gpus = _gpu_power(ctx)
+    total_w = sum(float(g["power_w"] or 0) for g in gpus)
+    total_limit = sum(float(g["limit_w"] or 0) for g in gpus)
+    info = {"container_running": ctx.facts.ct_running, "release": state.release, "active": state.active,
+            "health": health.stdout.strip() if health is not None else None,
+            "release_created": meta.get("created_at"), "release_source": meta.get("source"),
+            "verdict": verdict.get("verdict"), "sglang_version": meta.get("sglang_version"),
+            "gpus": gpus, "power_w": round(total_w, 1), "power_limit_w": round(total_limit, 1)}
+    ctx.shared["status"] = info
+    record.details.update(info)
+    record.summary = (f"release {state.release or 'none'} ({info['verdict'] or 'unverified'}), sglang "
+                      f"{state.active}, /health {info['health']}, GPUs {total_w:.0f} W of {total_limit:.0f} W")
+
+
+@step("history")
+def history(ctx: StepContext, record: StepRecord) -> None:
+    """Every release on the target with its verdict and figures (one round trip)."""
+    from orchestrator.state.releases import parse_release_lines, read_releases_script
+
+    res = ctx.ssh.script(in_container_script(ctx.vmid, read_releases_script(int(ctx.shared.get("limit", 50)))),
+                         check=False, what="read releases")
+    if res.rc != 0 and "not running" in (res.stderr + res.stdout):
+        raise CheckFailed(f"CT {ctx.vmid} is not running", host=ctx.host.name, fix="deploy up")
+    rows = parse_release_lines(res.stdout)
+    ctx.shared["history"] = rows
+    record.summary = f"{len(rows)} release(s)"

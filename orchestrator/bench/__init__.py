@@ -1,0 +1,1 @@
+"""bench_serving command lines built from a preset."""

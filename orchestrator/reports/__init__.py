@@ -1,0 +1,1 @@
+"""Reports over bench runs and sweeps: tables, PNG plots, self-contained HTML."""

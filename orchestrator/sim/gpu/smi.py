@@ -1,0 +1,450 @@
+"""The `nvidia-smi` stand-in (host view and container view).
+
+Why it decides the way it does:
+- Host view (no $DEPLOY_SIM_CT): the kernel module is loaded, every GPU of the profile is visible.
+- Container view: nvidia-smi talks to the driver through the device nodes passed into the container,
+  so visibility follows `/dev/nvidiactl` and `/dev/nvidia<minor>` (minor, not index!), and NVML refuses
+  to start when the container's userspace version differs from the host kernel module.
+Output layouts are the real captured ones; see profiles.py / topo.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from . import telemetry
+from .profiles import Gpu, GpuProfile, get_profile
+from .simctx import SimContext, context_from_env
+from .topo import topo_m, topo_p2p
+
+FAIL_DRIVER = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+    "Make sure that the latest NVIDIA driver is installed and running.\n"
+)
+USERSPACE_VERSION_FILE = "opt/sim-nvidia/version"  # inside the container's fs/
+
+
+class SmiExit(Exception):
+    """Terminate with `code` after printing `text` (to stdout, as nvidia-smi does)."""
+
+    def __init__(self, code: int, text: str = "", stderr: bool = False) -> None:
+        super().__init__(text)
+        self.code, self.text, self.stderr = code, text, stderr
+
+
+@dataclass
+class View:
+    profile: GpuProfile
+    driver_version: str
+    gpus: list[Gpu]  # visible GPUs, renumbered by position
+    host_dir: Path
+
+
+def host_driver_version(ctx: SimContext, profile: GpuProfile) -> str:
+    return str(ctx.host_json.get("driver_version") or profile.driver_version)
+
+
+def userspace_version(ctx: SimContext) -> str | None:
+    """The container's NVIDIA userspace version as the installer stand-in recorded it."""
+    try:
+        return (ctx.ct_dir / "fs" / USERSPACE_VERSION_FILE).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def resolve_view(ctx: SimContext) -> View:
+    profile = get_profile(ctx.profile_name)
+    driver = host_driver_version(ctx, profile)
+    if ctx.vmid is None:
+        return View(profile, driver, list(profile.gpus), ctx.host_dir)
+    user = userspace_version(ctx)
+    if user is None:
+        raise SmiExit(127, "bash: line 1: nvidia-smi: command not found\n", stderr=True)
+    dev = ctx.dev_dir
+    if not (dev / "nvidiactl").exists():
+        raise SmiExit(9, FAIL_DRIVER)
+    visible = [g for g in profile.gpus if (dev / f"nvidia{g.minor}").exists()]
+    if not visible and not any(p.name[6:].isdigit() for p in dev.glob("nvidia[0-9]*")):
+        raise SmiExit(9, FAIL_DRIVER)
+    if user != driver:
+        short = ".".join(user.split(".")[:2])
+        raise SmiExit(18, f"Failed to initialize NVML: Driver/library version mismatch\nNVML library version: {short}\n")
+    if not visible:
+        raise SmiExit(6, "No devices were found\n")
+    return View(profile, driver, visible, ctx.host_dir)
+
+
+# ---------------------------------------------------------------------------------------------- query-gpu
+
+Getter = Callable[[Gpu, int, telemetry.Sample, View, float], str]
+
+
+def _ts(now: float) -> str:
+    t = dt.datetime.fromtimestamp(now)
+    return t.strftime("%Y/%m/%d %H:%M:%S.") + f"{t.microsecond // 1000:03d}"
+
+
+def _w(x: float) -> str:
+    return f"{x:.2f}"
+
+
+FIELDS: dict[str, tuple[str, Getter]] = {
+    "timestamp": ("", lambda g, i, s, v, now: _ts(now)),
+    "driver_version": ("", lambda g, i, s, v, now: v.driver_version),
+    "count": ("", lambda g, i, s, v, now: str(len(v.gpus))),
+    "name": ("", lambda g, i, s, v, now: g.name),
+    "serial": ("", lambda g, i, s, v, now: g.serial),
+    "uuid": ("", lambda g, i, s, v, now: g.uuid),
+    "pci.bus_id": ("", lambda g, i, s, v, now: g.bus_id),
+    "index": ("", lambda g, i, s, v, now: str(i)),
+    "vbios_version": ("", lambda g, i, s, v, now: g.vbios),
+    "persistence_mode": ("", lambda g, i, s, v, now: "Enabled"),
+    "pstate": ("", lambda g, i, s, v, now: s.pstate),
+    "compute_mode": ("", lambda g, i, s, v, now: "Default"),
+    "fan.speed": ("%", lambda g, i, s, v, now: "[N/A]"),
+    "power.draw": ("W", lambda g, i, s, v, now: _w(s.power_avg_w)),
+    "power.draw.average": ("W", lambda g, i, s, v, now: _w(s.power_avg_w)),
+    "power.draw.instant": ("W", lambda g, i, s, v, now: _w(s.power_w)),
+    "power.limit": ("W", lambda g, i, s, v, now: _w(v.profile.power_limit_w)),
+    "enforced.power.limit": ("W", lambda g, i, s, v, now: _w(v.profile.power_limit_w)),
+    "power.default_limit": ("W", lambda g, i, s, v, now: _w(v.profile.power_limit_w)),
+    "power.max_limit": ("W", lambda g, i, s, v, now: _w(v.profile.power_limit_w)),
+    "power.min_limit": ("W", lambda g, i, s, v, now: _w(v.profile.power_min_w)),
+    "utilization.gpu": ("%", lambda g, i, s, v, now: str(s.util_gpu)),
+    "utilization.memory": ("%", lambda g, i, s, v, now: str(s.util_mem)),
+    "memory.total": ("MiB", lambda g, i, s, v, now: str(g.mem_total_mib)),
+    "memory.used": ("MiB", lambda g, i, s, v, now: str(s.mem_used_mib)),
+    "memory.free": ("MiB", lambda g, i, s, v, now: str(g.mem_total_mib - s.mem_used_mib)),
+    "temperature.gpu": ("", lambda g, i, s, v, now: str(s.temp_c)),
+    "temperature.memory": ("", lambda g, i, s, v, now: "N/A" if s.mem_temp_c is None else str(s.mem_temp_c)),
+    "clocks.current.sm": ("MHz", lambda g, i, s, v, now: str(s.sm_mhz)),
+    "clocks.current.graphics": ("MHz", lambda g, i, s, v, now: str(s.sm_mhz)),
+    "clocks.current.memory": ("MHz", lambda g, i, s, v, now: str(s.mem_mhz)),
+    "clocks.max.sm": ("MHz", lambda g, i, s, v, now: str(v.profile.max_sm_mhz)),
+    "clocks.max.graphics": ("MHz", lambda g, i, s, v, now: str(v.profile.max_sm_mhz)),
+    "clocks.max.memory": ("MHz", lambda g, i, s, v, now: str(v.profile.max_mem_mhz)),
+    "pcie.link.gen.current": ("", lambda g, i, s, v, now: str(s.pcie_gen)),
+    "pcie.link.gen.gpucurrent": ("", lambda g, i, s, v, now: str(s.pcie_gen)),
+    "pcie.link.gen.max": ("", lambda g, i, s, v, now: str(v.profile.pcie_max_gen)),
+    "pcie.link.gen.gpumax": ("", lambda g, i, s, v, now: str(v.profile.pcie_max_gen)),
+    "pcie.link.gen.hostmax": ("", lambda g, i, s, v, now: str(v.profile.pcie_max_gen)),
+    "pcie.link.width.current": ("", lambda g, i, s, v, now: str(v.profile.pcie_width)),
+    "pcie.link.width.max": ("", lambda g, i, s, v, now: str(v.profile.pcie_width)),
+    "clocks_event_reasons.active": (
+        "", lambda g, i, s, v, now: "0x0000000000000004" if s.pviol else "0x0000000000000000"),
+    "clocks_event_reasons.sw_power_cap": ("", lambda g, i, s, v, now: "Active" if s.pviol else "Not Active"),
+}
+ALIASES = {
+    "gpu_name": "name", "gpu_serial": "serial", "gpu_uuid": "uuid", "gpu_bus_id": "pci.bus_id",
+    "clocks.sm": "clocks.current.sm", "clocks.gr": "clocks.current.graphics", "clocks.mem": "clocks.current.memory",
+    "clocks.max.gr": "clocks.max.graphics", "clocks.max.mem": "clocks.max.memory",
+    "enforced.power.limit": "enforced.power.limit", "temperature.gpu": "temperature.gpu",
+    "persistence-mode": "persistence_mode", "memory.reserved": "memory.used",
+    "clocks_throttle_reasons.active": "clocks_event_reasons.active",
+    "clocks_throttle_reasons.sw_power_cap": "clocks_event_reasons.sw_power_cap",
+}
+
+
+def canonical(field: str) -> str:
+    name = field.strip().lower()
+    name = ALIASES.get(name, name)
+    if name not in FIELDS:
+        raise SmiExit(2, f'Field "{field.strip()}" is not a valid field to query.\n\n')
+    return name
+
+
+def query_lines(view: View, fields: list[str], units: bool, now: float) -> list[str]:
+    loads = telemetry.read_loads(view.host_dir, now)
+    rows = []
+    for i, gpu in enumerate(view.gpus):
+        smp = telemetry.sample(view.profile, gpu, loads.get(gpu.minor), now)
+        cells = []
+        for f in fields:
+            unit, get = FIELDS[f]
+            value = get(gpu, i, smp, view, now)
+            cells.append(f"{value} {unit}" if units and unit and not value.startswith("[") else value)
+        rows.append(", ".join(cells))
+    return rows
+
+
+def query_header(fields: list[str], units: bool) -> str:
+    return ", ".join(f"{f} [{FIELDS[f][0]}]" if units and FIELDS[f][0] else f for f in fields)
+
+
+# ---------------------------------------------------------------------------------------------- dmon
+
+DMON_GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
+    ("p", [("pwr", "W"), ("gtemp", "C"), ("mtemp", "C")]),
+    ("u", [("sm", "%"), ("mem", "%"), ("enc", "%"), ("dec", "%"), ("jpg", "%"), ("ofa", "%")]),
+    ("c", [("mclk", "MHz"), ("pclk", "MHz")]),
+    ("v", [("pviol", "%"), ("tviol", "bool")]),
+    ("m", [("fb", "MB"), ("bar1", "MB"), ("ccpm", "MB")]),
+    ("e", [("sbecc", "errs"), ("dbecc", "errs"), ("pci", "errs")]),
+    ("t", [("rxpci", "MB/s"), ("txpci", "MB/s")]),
+]
+
+
+def _dmon_values(smp: telemetry.Sample) -> dict[str, str]:
+    busy = smp.util_gpu > 0
+    return {
+        "pwr": str(int(round(smp.power_w))), "gtemp": str(smp.temp_c),
+        "mtemp": "-" if smp.mem_temp_c is None else str(smp.mem_temp_c),
+        "sm": str(smp.util_gpu), "mem": str(smp.util_mem), "enc": "0", "dec": "0", "jpg": "0", "ofa": "0",
+        "mclk": str(smp.mem_mhz), "pclk": str(smp.sm_mhz), "pviol": str(smp.pviol), "tviol": "0",
+        "fb": str(smp.mem_used_mib), "bar1": str(smp.mem_used_mib + 1 if busy or smp.mem_used_mib else 1),
+        "ccpm": "0", "sbecc": "0", "dbecc": "0", "pci": "0",
+        "rxpci": str(smp.rx_mb_s), "txpci": str(smp.tx_mb_s),
+    }
+
+
+def dmon(view: View, out: TextIO, selectors: str, delay_s: float, count: int | None, opts: str,
+         ids: list[int] | None) -> None:
+    cols = [c for key, group in DMON_GROUPS if key in selectors for c in group]
+    with_date, with_time = "D" in opts.upper(), "T" in opts.upper()
+    prefix = [("#Date    ", "#YYYYMMDD")] if with_date else []
+    if with_time:
+        prefix.append(("#Time    ", "#HH:MM:SS"))
+    if prefix:
+        h1 = "".join(p[0] for p in prefix) + "     gpu" + "".join(f" {n:>6}" for n, _ in cols) + " "
+        h2 = "".join(p[1] for p in prefix) + "     Idx" + "".join(f" {u:>6}" for _, u in cols) + " "
+    else:
+        h1 = "# gpu" + "".join(f" {n:>6}" for n, _ in cols) + " "
+        h2 = "# Idx" + "".join(f" {u:>6}" for _, u in cols) + " "
+    out.write(h1 + "\n" + h2 + "\n")
+    out.flush()
+    n = 0
+    while count is None or n < count:
+        now = time.time()
+        loads = telemetry.read_loads(view.host_dir, now)
+        stamp = dt.datetime.fromtimestamp(now)
+        for i, gpu in enumerate(view.gpus):
+            if ids is not None and i not in ids:
+                continue
+            vals = _dmon_values(telemetry.sample(view.profile, gpu, loads.get(gpu.minor), now))
+            lead = []
+            if with_date:
+                lead.append(stamp.strftime(" %Y%m%d"))
+            if with_time:
+                lead.append(stamp.strftime(" %H:%M:%S"))
+            idx = f"{i:>8}" if prefix else f"{i:>5}"
+            out.write("".join(lead) + idx + "".join(f" {vals[c]:>6}" for c, _ in cols) + " \n")
+        out.flush()
+        n += 1
+        if count is None or n < count:
+            time.sleep(delay_s)
+
+
+# ---------------------------------------------------------------------------------------------- table
+
+def table(view: View, now: float) -> str:
+    p = view.profile
+    cuda = p.cuda_version
+    loads = telemetry.read_loads(view.host_dir, now)
+    sep = "+-----------------------------------------+------------------------+----------------------+"
+    lines = [
+        time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(now)) + "       ",
+        "+" + "-" * 89 + "+",
+        f"| NVIDIA-SMI {view.driver_version:<23}Driver Version: {view.driver_version:<15}CUDA Version: {cuda:<9}|",
+        sep,
+        "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |",
+        "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |",
+        "|                                         |                        |               MIG M. |",
+        "|=========================================+========================+======================|",
+    ]
+    for i, g in enumerate(view.gpus):
+        s = telemetry.sample(p, g, loads.get(g.minor), now)
+        name = g.name if len(g.name) <= 29 else g.name[:26] + "..."
+        lines.append(f"|{i:>4}  {name:<29}{'On':>4}  |{g.bus_id:>19} Off |{'0':>21} |")
+        lines.append(
+            f"| N/A{s.temp_c:>5}C{s.pstate:>6}{round(s.power_w):>15}W / {round(p.power_limit_w):>4}W "
+            f"|{s.mem_used_mib:>8}MiB / {g.mem_total_mib:>6}MiB |{s.util_gpu:>7}%{'Default':>13} |"
+        )
+        lines.append(f"|{'':41}|{'':24}|{'Disabled':>21} |")
+        lines.append(sep)
+    lines += [
+        "",
+        "+" + "-" * 89 + "+",
+        "| Processes:" + " " * 78 + "|",
+        "|  GPU   GI   CI              PID   Type   Process name                        GPU Memory |",
+        "|        ID   ID                                                               Usage      |",
+        "|" + "=" * 89 + "|",
+        "|  No running processes found" + " " * 61 + "|",
+        "+" + "-" * 89 + "+",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+
+def _quiet_signals() -> None:
+    """Loops end on SIGTERM/SIGINT/SIGPIPE without a traceback, like the real tool."""
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+
+    def _bye(signum: int, frame: object) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, _bye)
+    signal.signal(signal.SIGINT, _bye)
+
+
+def _opt(args: list[str], i: int, name: str) -> tuple[str, int]:
+    """Value of `--name=v` or `--name v` / `-x v` at args[i]; returns (value, next index)."""
+    a = args[i]
+    if "=" in a:
+        return a.split("=", 1)[1], i + 1
+    if i + 1 >= len(args):
+        raise SmiExit(2, f'Option "{name}" requires an argument.\n', stderr=True)
+    return args[i + 1], i + 2
+
+
+def _ids(spec: str, view: View) -> list[int]:
+    out = []
+    for part in spec.split(","):
+        part = part.strip()
+        for i, g in enumerate(view.gpus):
+            if part in (str(i), g.uuid, g.bus_id, g.bus_id[4:]):
+                out.append(i)
+                break
+        else:
+            raise SmiExit(6, "No devices were found\n")
+    return out
+
+
+def run(argv: list[str], ctx: SimContext, out: TextIO) -> int:
+    view = resolve_view(ctx)
+    if argv[:1] == ["topo"]:
+        return _topo(argv[1:], view, out)
+    if argv[:1] == ["dmon"]:
+        return _dmon(argv[1:], view, out)
+    if argv[:1] == ["nvlink"]:
+        cap = view.profile.capture("nvlink-s.txt")
+        out.write(cap.read_text() if cap and view.profile.name.startswith("h200") else "")
+        return 0
+    query: list[str] | None = None
+    fmt: str | None = None
+    loop_s: float | None = None
+    ids: list[int] | None = None
+    target: str | None = None
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-L", "--list-gpus"):
+            for n, g in enumerate(view.gpus):
+                out.write(f"GPU {n}: {g.name} (UUID: {g.uuid})\n")
+            return 0
+        if a in ("--version", "-v"):
+            v = view.driver_version
+            out.write(f"NVIDIA-SMI version  : {v}\nNVML version        : {'.'.join(v.split('.')[:2])}\n"
+                      f"DRIVER version      : {v}\nCUDA Version        : {view.profile.cuda_version}\n")
+            return 0
+        if a in ("-q", "--query"):
+            cap = view.profile.capture("q.txt")
+            if cap is None or len(view.gpus) != len(view.profile.gpus):
+                raise SmiExit(2, "-q is only simulated for the full GPU set\n")
+            out.write(cap.read_text())
+            return 0
+        if a.startswith("--query-gpu"):
+            spec, i = _opt(argv, i, "--query-gpu")
+            query = [canonical(f) for f in spec.split(",") if f.strip()]
+            continue
+        if a.startswith("--format"):
+            fmt, i = _opt(argv, i, "--format")
+            continue
+        if a in ("-i", "--id") or a.startswith("--id="):
+            spec, i = _opt(argv, i, "--id")
+            ids = _ids(spec, view)
+            continue
+        if a in ("-l", "--loop") or a.startswith("--loop="):
+            v, i = _opt(argv, i, "--loop")
+            loop_s = float(v)
+            continue
+        if a in ("-lms", "--loop-ms") or a.startswith("--loop-ms="):
+            v, i = _opt(argv, i, "--loop-ms")
+            loop_s = float(v) / 1000.0
+            continue
+        if a in ("-f", "--filename") or a.startswith("--filename="):
+            target, i = _opt(argv, i, "--filename")
+            continue
+        raise SmiExit(2, f"Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n\n")
+    if target:
+        out = open(target, "a")  # noqa: SIM115 - lives until the process ends
+    if query is None:
+        out.write(table(view, time.time()))
+        return 0
+    if not fmt or not fmt.split(",")[0].strip().lower() == "csv":
+        raise SmiExit(2, "CSV format must be specified with --format when querying GPUs.\n")
+    flags = {f.strip().lower() for f in fmt.split(",")}
+    units = "nounits" not in flags
+    if ids is not None:
+        view = View(view.profile, view.driver_version, [view.gpus[n] for n in ids], view.host_dir)
+    if "noheader" not in flags:
+        out.write(query_header(query, units) + "\n")
+    while True:
+        for line in query_lines(view, query, units, time.time()):
+            out.write(line + "\n")
+        out.flush()
+        if loop_s is None:
+            return 0
+        time.sleep(max(loop_s, 0.01))
+
+
+def _topo(args: list[str], view: View, out: TextIO) -> int:
+    keep = [view.profile.gpus.index(g) for g in view.gpus]
+    if args[:1] in (["-m"], ["--matrix"]):
+        out.write(topo_m(view.profile, keep))
+        return 0
+    if args[:1] == ["-p2p"] and len(args) > 1 and args[1] in ("r", "w", "n", "a", "p"):
+        out.write(topo_p2p(view.profile, args[1], keep))
+        return 0
+    raise SmiExit(2, "Invalid combination of input arguments. Please run 'nvidia-smi topo -h' for help.\n\n")
+
+
+def _dmon(args: list[str], view: View, out: TextIO) -> int:
+    selectors, delay, count, opts, ids = "puc", 1.0, None, "", None
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "-s":
+            selectors, i = _opt(args, i, "-s")
+        elif a == "-d":
+            v, i = _opt(args, i, "-d")
+            delay = float(v)
+        elif a == "-c":
+            v, i = _opt(args, i, "-c")
+            count = int(v)
+        elif a == "-o":
+            opts, i = _opt(args, i, "-o")
+        elif a == "-i":
+            v, i = _opt(args, i, "-i")
+            ids = _ids(v, view)
+        else:
+            raise SmiExit(2, f"Invalid combination of input arguments. Please run 'nvidia-smi dmon -h' for help.\n\n")
+    dmon(view, out, selectors, delay, count, opts, ids)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    _quiet_signals()
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        return run(args, context_from_env(), sys.stdout)
+    except SmiExit as e:
+        (sys.stderr if e.stderr else sys.stdout).write(e.text)
+        return e.code
+    except BrokenPipeError:
+        os._exit(0)
+    except KeyError as e:  # unknown profile in host.json
+        sys.stderr.write(f"nvidia-smi (sim): {e}\n")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Internals of the simulated sglang package (not part of sglang's API)."""

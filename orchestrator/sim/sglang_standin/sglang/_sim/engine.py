@@ -1,0 +1,146 @@
+"""The simulated scheduler: continuous batching driven by the performance model (perf.py).
+
+One asyncio task runs scheduling rounds. Each round admits waiting requests (up to max-running-requests and
+the chunked-prefill budget), runs `num_continuous_decode_steps` decode steps for the running batch, sleeps
+the round's model time divided by the time scale, then hands every request its new tokens. Streams
+therefore arrive in bursts of `steps` tokens, like the real server with continuous decode steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from sglang._sim.perf import PerfModel
+
+VOCAB = (
+    "the of and to in is that for it as was with be by on not he this are or his from at which but have an "
+    "they you were her she there one all we their can has more when will would if no what so out up said about "
+    "into than them only other time new some could these two may first then do any like my now over such our "
+    "man me even most made after also did many before must through back years where much your way well down"
+).split()
+
+
+def token_word(seed: int, i: int) -> str:
+    return VOCAB[(seed * 31 + i * 7) % len(VOCAB)]
+
+
+@dataclass
+class Req:
+    """One generation request inside the engine."""
+
+    rid: str
+    input_len: int
+    max_new: int
+    words: list[str] | None = None  # scripted output (chat answers); else vocabulary words
+    seed: int = 0
+    out: list[str] = field(default_factory=list)
+    chunks: asyncio.Queue[list[str] | None] = field(default_factory=asyncio.Queue)
+    created: float = field(default_factory=time.time)
+    first_token_at: float | None = None
+    finished: bool = False
+
+    def next_words(self, n: int) -> list[str]:
+        start = len(self.out)
+        if self.words is not None:
+            return self.words[start:start + n]
+        return [token_word(self.seed, start + i) for i in range(n)]
+
+
+class Engine:
+    """Continuous-batching loop plus counters for /metrics and the GPU load report."""
+
+    def __init__(self, perf: PerfModel, time_scale: float) -> None:
+        self.perf = perf
+        self.scale = time_scale
+        self.waiting: collections.deque[Req] = collections.deque()
+        self.running: list[Req] = []
+        self.wake = asyncio.Event()
+        self.ids = itertools.count(1)
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self.requests_total = 0
+        self.gen_throughput = 0.0  # tokens per model second over the last round
+        self.power_fraction = 0.0  # EMA over recent rounds, read by the load reporter
+        self.busy_fraction = 0.0
+        self.last_round_wall = 0.0
+        self._deadline = 0.0
+
+    def submit(self, input_len: int, max_new: int, words: list[str] | None = None) -> Req:
+        n = next(self.ids)
+        req = Req(rid=uuid.uuid4().hex, input_len=max(input_len, 1), max_new=max(max_new, 0), words=words,
+                  seed=input_len + n)
+        if words is not None:
+            req.max_new = min(req.max_new, len(words)) if max_new else len(words)
+        self.requests_total += 1
+        self.prompt_tokens_total += req.input_len
+        self.waiting.append(req)
+        self.wake.set()
+        return req
+
+    def abort(self, req: Req) -> None:
+        if req in self.waiting:
+            self.waiting.remove(req)
+        req.finished = True
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_queued(self) -> int:
+        return len(self.waiting)
+
+    async def run(self) -> None:
+        while True:
+            if not self.waiting and not self.running:
+                self.wake.clear()
+                self.gen_throughput = 0.0
+                await self.wake.wait()
+                self._deadline = time.monotonic()
+            await self._round()
+
+    async def _round(self) -> None:
+        decode = [r for r in self.running if not r.finished]
+        admitted: list[Req] = []
+        budget = self.perf.chunked_prefill
+        while self.waiting and len(decode) + len(admitted) < self.perf.max_running and (budget > 0 or not admitted):
+            req = self.waiting.popleft()
+            admitted.append(req)
+            budget -= req.input_len
+        prefill_tokens = sum(r.input_len for r in admitted)
+        ms, power = self.perf.round(len(decode), prefill_tokens)
+        busy = self.perf.busy_fraction(len(decode), prefill_tokens)
+        self._deadline = max(self._deadline, time.monotonic()) + ms / 1000.0 / self.scale
+        delay = self._deadline - time.monotonic()
+        await asyncio.sleep(max(delay, 0.0))
+        produced = 0
+        for req in decode:
+            produced += self._emit(req, self.perf.decode_steps)
+        for req in admitted:
+            produced += self._emit(req, 1)
+        self.running = [r for r in decode + admitted if not r.finished]
+        self.generation_tokens_total += produced
+        self.gen_throughput = produced / (ms / 1000.0) if ms else 0.0
+        self.power_fraction = 0.7 * self.power_fraction + 0.3 * power
+        self.busy_fraction = 0.7 * self.busy_fraction + 0.3 * busy
+        self.last_round_wall = time.time()
+
+    def _emit(self, req: Req, n: int) -> int:
+        if req.finished:
+            return 0
+        words = req.next_words(min(n, req.max_new - len(req.out)))
+        if words:
+            if req.first_token_at is None:
+                req.first_token_at = time.time()
+            req.out.extend(words)
+        if len(req.out) >= req.max_new or not words:
+            req.finished = True
+        req.chunks.put_nowait(words)
+        if req.finished:
+            req.chunks.put_nowait(None)
+        return len(words)

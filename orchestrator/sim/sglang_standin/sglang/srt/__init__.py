@@ -1,0 +1,1 @@
+"""sglang.srt (simulated): only server_args is provided."""
