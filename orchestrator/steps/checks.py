@@ -210,3 +210,31 @@ def throughput(ctx: StepContext, record: StepRecord) -> None:
         raise CheckFailed("throughput check failed: " + "; ".join(fails),
                           fix="see the diagnosis lines; compare with `deploy history --bench`", host=ctx.host.name,
                           details=run.to_dict())
+
+
+@step("bench", ct_facts=("current_release", "health"))
+def bench(ctx: StepContext, record: StepRecord) -> None:
+    """Run the preset (once, or once per sweep point) against the running server, with telemetry."""
+    from orchestrator.state.releases import current_release
+
+    ensure_facts(ctx)
+    fact = ctx.facts.c("health")
+    if fact is None or fact.stdout.strip() != "200":
+        raise CheckFailed(f"the server in CT {ctx.vmid} is not healthy (/health "
+                          f"{fact.stdout.strip() if fact else 'unreachable'})",
+                          fix="deploy status / deploy up", host=ctx.host.name)
+    link = ctx.facts.c("current_release")
+    release = current_release(link.stdout) if link is not None and link.rc == 0 else None
+    preset = ctx.options.preset or ctx.profile.bench_preset
+    points: list[dict[str, str]] = ctx.shared.get("bench_points") or [{}]
+    runs = []
+    for overrides in points:
+        label = ", ".join(f"{k}={v}" for k, v in overrides.items()) or preset
+        ctx.say(f"bench {label} …")
+        run = bench_for_release(ctx, preset, release, overrides)
+        ctx.say(f"  {run.result.output_throughput:.1f} output tok/s, concurrency {(run.result.concurrency or 0):.0f}, "
+                f"mean TPOT {(run.result.mean_tpot_ms or 0):.2f} ms")
+        runs.append(run)
+    ctx.shared["bench_runs"] = runs
+    ctx.shared["release"] = release
+    record.summary = f"{len(runs)} run(s) of {preset} on release {release}"
