@@ -1,0 +1,47 @@
+from datetime import UTC, datetime
+
+from orchestrator.parsers.pve import parse_config_json, parse_pct_status, parse_property_string
+from orchestrator.state.releases import (
+    current_release,
+    find_by_sha,
+    in_container_script,
+    new_release_id,
+    parse_release_ids,
+    parse_release_lines,
+)
+
+
+def test_release_ids_sort_by_time_and_carry_the_bundle_hash():
+    a = new_release_id("ab" * 32, datetime(2026, 11, 30, 2, 0, 0, tzinfo=UTC))
+    b = new_release_id("cd" * 32, datetime(2026, 11, 30, 3, 0, 0, tzinfo=UTC))
+    assert a == "20261130T020000-abababab"
+    assert parse_release_ids(f"{b}\n{a}\nnot-a-release\n{a}.partial\n") == [a, b]
+    assert find_by_sha([a, b], "cd" * 32) == b
+    assert find_by_sha([a, b], "ef" * 32) is None
+
+
+def test_current_release_from_readlink():
+    assert current_release("releases/20261130T020000-abababab\n") == "20261130T020000-abababab"
+    assert current_release("") is None
+    assert current_release("/somewhere/else") is None
+
+
+def test_release_lines_skip_garbage():
+    rows = parse_release_lines('{"current":"x"}\n{"id":"a","meta":null}\nnot json\n')
+    assert rows == [{"current": "x"}, {"id": "a", "meta": None}]
+
+
+def test_container_script_refuses_its_own_terminator():
+    import pytest
+
+    with pytest.raises(ValueError):
+        in_container_script(120, "echo DEPLOY_CT_EOF\n")
+    assert in_container_script(120, "true\n").startswith("pct exec 120 -- bash -s <<'DEPLOY_CT_EOF'")
+
+
+def test_pve_parsers():
+    assert parse_pct_status("status: running\n") == "running"
+    assert parse_pct_status("Configuration file 'nodes/x/lxc/120.conf' does not exist\n") is None
+    conf = parse_config_json('{"data": {"dev0": "/dev/nvidia0,mode=0666", "digest": "abc"}}')
+    assert conf["digest"] == "abc"
+    assert parse_property_string("/dev/nvidia0,mode=0666", "path") == {"path": "/dev/nvidia0", "mode": "0666"}
