@@ -1,0 +1,141 @@
+"""SQLite ledger: schema version, round trips, listing, comparisons, imports, concurrent writers."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import threading
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import ConfigError
+from orchestrator.parsers.bench import BenchResult
+from orchestrator.parsers.gpu_query import Sample
+from orchestrator.state.ledger import SCHEMA_VERSION, Ledger, default_ledger_path, new_run_id
+from orchestrator.telemetry.summary import summarize
+from orchestrator.verdicts.power import Diagnosis
+
+T0 = datetime(2026, 11, 30, 2, 0, 0)
+
+
+def bench(out: float, tpot: float = 100.0, rate: float = float("inf")) -> BenchResult:
+    return BenchResult(source="jsonl", completed=1024, num_prompts=1024, failed=0, output_throughput=out,
+                       mean_tpot_ms=tpot, mean_ttft_ms=900.0, request_rate=rate,
+                       server_info={"tp_size": 8})
+
+
+def test_run_id_shape() -> None:
+    rid = new_run_id(datetime(2026, 11, 30, 2, 3, 55))
+    assert re.fullmatch(r"r-20261130-020355-[0-9a-f]{4}", rid)
+
+
+def test_default_path_follows_state_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DEPLOY_STATE_DIR", str(tmp_path / "state"))
+    assert default_ledger_path() == tmp_path / "state" / "ledger.sqlite"
+
+
+def test_schema_and_wal(tmp_path: Path) -> None:
+    led = Ledger(tmp_path / "l.sqlite")
+    assert led.schema_version() == SCHEMA_VERSION == 1
+    conn = sqlite3.connect(tmp_path / "l.sqlite")
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    cols = [r[1] for r in conn.execute("PRAGMA table_info(runs)")]
+    assert cols == ["id", "host", "release_id", "preset", "started_at", "flags_json", "bench_json",
+                    "telemetry_json", "diagnosis_json", "source", "label", "jsonl_path"]
+    conn.close()
+    Ledger(tmp_path / "l.sqlite")  # reopening is a no-op migration
+
+
+def test_newer_schema_refused(tmp_path: Path) -> None:
+    p = tmp_path / "l.sqlite"
+    conn = sqlite3.connect(p)
+    conn.execute("PRAGMA user_version = 99")
+    conn.close()
+    with pytest.raises(ConfigError, match="schema version 99"):
+        Ledger(p)
+
+
+def test_record_and_get_round_trip(tmp_path: Path) -> None:
+    led = Ledger(tmp_path / "l.sqlite")
+    samples = [Sample(ts=T0 + timedelta(seconds=i), gpu=0, values={"power.draw": 235.0, "power.limit": 600.0})
+               for i in range(5)]
+    tel = summarize(samples, output_tokens=1000, output_throughput=100.0)
+    diag = [Diagnosis(code="gpus-idle", severity="warn", message="m", figures={"x": 1.5, "y": None})]
+    rec = led.record_run(host="pve-gpu-1", bench=bench(3000.0), release_id="rel-1", preset="seed-1024x256",
+                         started_at=T0, flags={"max-running-requests": 2048}, telemetry=tel, diagnosis=diag,
+                         label="baseline", jsonl_path="/root/bench/a.jsonl")
+    got = led.get_run(rec.id)
+    assert got == rec
+    assert got.bench is not None and got.bench.request_rate == float("inf")
+    assert got.telemetry is not None and got.telemetry.gpus[0].power_pct_of_limit == pytest.approx(39.17, 0.01)
+    assert led.get_run(rec.id[:-2]).id == rec.id  # unique prefix
+    with pytest.raises(ConfigError, match="no run"):
+        led.get_run("r-nope")
+
+
+def test_list_and_compare(tmp_path: Path) -> None:
+    led = Ledger(tmp_path / "l.sqlite")
+    a = led.record_run(host="h1", bench=bench(3000.0, 100.0), started_at=T0)
+    b = led.record_run(host="h1", bench=bench(3840.0, 98.0), started_at=T0 + timedelta(minutes=5), source="roll")
+    led.record_run(host="h2", bench=bench(1.0), started_at=T0 + timedelta(minutes=9))
+    assert [r.id for r in led.list_runs(host="h1")] == [b.id, a.id]
+    assert len(led.list_runs()) == 3
+    assert [r.host for r in led.list_runs(limit=1)] == ["h2"]
+    assert [r.id for r in led.list_runs(source="roll")] == [b.id]
+    rows = {r.metric: r for r in led.compare(a.id, b.id, noise_pct=5.0)}
+    out = rows["output throughput (tok/s)"]
+    assert (out.a, out.b, out.beyond_noise, out.better) == (3000.0, 3840.0, True, True)
+    assert out.delta_pct == pytest.approx(28.0)
+    tpot = rows["mean TPOT (ms)"]
+    assert tpot.delta_pct == pytest.approx(-2.0) and not tpot.beyond_noise and tpot.better is None
+    assert "J per output token" not in rows  # neither run has telemetry
+
+
+def test_ambiguous_prefix(tmp_path: Path) -> None:
+    led = Ledger(tmp_path / "l.sqlite")
+    led.record_run(host="h", bench=bench(1.0), run_id="r-20261130-020000-aaaa")
+    led.record_run(host="h", bench=bench(1.0), run_id="r-20261130-020000-aaab")
+    with pytest.raises(ConfigError, match="several runs"):
+        led.get_run("r-20261130-020000-aa")
+
+
+def test_import_jsonl(tmp_path: Path) -> None:
+    p = tmp_path / "sglang_1130_1024_128_256.jsonl"
+    recs = [{"backend": "sglang", "completed": 1024, "output_throughput": v, "duration": 60.0, "tag": "x"}
+            for v in (2900.0, 3100.0)]
+    p.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    led = Ledger(tmp_path / "l.sqlite")
+    runs = led.import_jsonl(p, host="elsewhere", num_prompts=1030)
+    assert [r.bench.output_throughput for r in runs if r.bench] == [2900.0, 3100.0]
+    assert all(r.source == "import" and r.jsonl_path == str(p.resolve()) and r.label == "x" for r in runs)
+    assert runs[0].bench is not None and runs[0].bench.failed == 6
+    assert [r.id for r in led.list_runs(host="elsewhere")] == [runs[1].id, runs[0].id]
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(ConfigError, match="no bench_serving record"):
+        led.import_jsonl(empty, host="h")
+
+
+def test_concurrent_writers(tmp_path: Path) -> None:
+    path = tmp_path / "l.sqlite"
+    Ledger(path)
+    errors: list[BaseException] = []
+
+    def write(n: int) -> None:
+        try:
+            led = Ledger(path)
+            for i in range(10):
+                led.record_run(host=f"h{n}", bench=bench(float(i)))
+        except BaseException as exc:  # pragma: no cover - the assertion below reports it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(Ledger(path).list_runs(limit=100)) == 40

@@ -1,0 +1,137 @@
+"""Diagnosis lines: each rule fires on its numbers and stays quiet otherwise."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from orchestrator.parsers.bench import BenchResult
+from orchestrator.parsers.dmon import parse_dmon
+from orchestrator.parsers.gpu_query import SAMPLER_FIELDS, Sample, parse_query_gpu
+from orchestrator.telemetry.summary import TelemetrySummary, summarize
+from orchestrator.verdicts.power import (
+    CONCURRENCY_SHORTFALL_RATIO,
+    LOW_POWER_PCT,
+    PCIE_NEAR_ZERO_MBPS,
+    diagnose,
+)
+
+FIX = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "nvidia-smi" / "h200x2-nvlink"
+T0 = datetime(2026, 11, 30, 2, 0, 0)
+
+
+def telemetry(power: float, util: float, *, gpus: int = 8, limit: float = 600.0, clock: float = 2400.0,
+              max_clock: float = 2430.0, temp: float = 60.0, pcie: float | None = None) -> TelemetrySummary:
+    """Ten seconds of 1 s query samples per GPU (plus dmon PCIe samples when `pcie` is given)."""
+    samples: list[Sample] = []
+    for g in range(gpus):
+        for i in range(10):
+            ts = T0 + timedelta(seconds=i)
+            samples.append(Sample(ts=ts, gpu=g, tick=i, values={
+                "power.draw": power, "power.limit": limit, "utilization.gpu": util, "clocks.sm": clock,
+                "temperature.gpu": temp}))
+            if pcie is not None:
+                samples.append(Sample(ts=ts, gpu=g, tick=i, source="dmon",
+                                      values={"rxpci": pcie / 2, "txpci": pcie / 2}))
+    static = [Sample(ts=None, gpu=g, values={"clocks.max.sm": max_clock}) for g in range(gpus)]
+    return summarize(samples, static=static, output_tokens=100_000, output_throughput=10_000.0)
+
+
+def bench(**kw: object) -> BenchResult:
+    base: dict[str, object] = {"source": "jsonl", "completed": 1024, "num_prompts": 1024, "failed": 0,
+                               "output_throughput": 3000.0, "request_rate": 999.0, "max_concurrent_requests": 1000,
+                               "concurrency": 700.0}
+    base.update(kw)
+    return BenchResult.model_validate(base)
+
+
+def codes(ds: list) -> list[str]:  # type: ignore[type-arg]
+    return [d.code for d in ds]
+
+
+def test_seed_case_low_power_high_util() -> None:
+    # The operator's observation: ~235 W of 600 W under load.
+    ds = diagnose(bench(), telemetry(235.0, 92.0), tp_size=8, nvlink=False)
+    (d,) = [d for d in ds if d.code == "kernels-not-saturating"]
+    assert d.severity == "warn"
+    assert d.message.startswith("decode ran at 39 % of the power limit (235 of 600 W per GPU) "
+                                "with SM utilisation 92 %")
+    assert "MoE kernel tuning / autotune is the lever" in d.message
+    assert d.figures["power_pct_of_limit"] == pytest.approx(39.2)
+    assert d.figures["low_power_pct"] == LOW_POWER_PCT
+
+
+def test_idle_gpus() -> None:
+    ds = diagnose(bench(), telemetry(85.0, 10.0))
+    assert codes(ds) == ["gpus-idle"]
+    assert "the load does not reach them" in ds[0].message
+
+
+def test_just_above_thresholds_is_quiet() -> None:
+    ds = diagnose(bench(), telemetry(0.51 * 600, 79.0))
+    assert ds == []
+
+
+def test_concurrency_shortfall_capped_by_mrr() -> None:
+    ds = diagnose(bench(max_concurrent_requests=512, max_concurrency=None), None, max_running_requests=512)
+    (d,) = ds
+    assert d.code == "concurrency-shortfall"
+    assert d.message == "concurrency reached 512 of 1024 (peak): capped by --max-running-requests 512"
+    assert d.figures["threshold_ratio"] == CONCURRENCY_SHORTFALL_RATIO
+
+
+def test_concurrency_shortfall_burst_and_mean_fallback() -> None:
+    ds = diagnose(bench(max_concurrent_requests=None, concurrency=633.4), None, max_running_requests=2048)
+    (d,) = ds
+    assert d.message.startswith("concurrency reached 633 of 1024 (mean): the server finished requests faster")
+    assert diagnose(bench(max_concurrent_requests=900), None) == []  # 88 % of offered: fine
+
+
+def test_concurrency_offered_respects_max_concurrency() -> None:
+    assert diagnose(bench(max_concurrency=256, max_concurrent_requests=250), None) == []
+    ds = diagnose(bench(max_concurrency=256, max_concurrent_requests=100, request_rate=4.0, duration_s=300.0),
+                  None)
+    assert "at 4 req/s arrivals spread over 256 s of the 300 s run and the server finished requests faster" \
+        in ds[0].message
+
+
+def test_failed_requests_first() -> None:
+    ds = diagnose(bench(completed=1000, failed=24), telemetry(235.0, 92.0))
+    assert ds[0].code == "failed-requests" and ds[0].severity == "fail"
+    assert ds[0].message.startswith("24 of 1024 requests failed")
+
+
+def test_pcie_near_zero_under_tp_over_pcie_only() -> None:
+    t = telemetry(235.0, 92.0, pcie=20.0)
+    ds = diagnose(None, t, tp_size=8, nvlink=False)
+    (d,) = [d for d in ds if d.code == "pcie-idle-under-tp"]
+    assert d.message.startswith("PCIe traffic near zero during TP8 decode")
+    assert "deploy verify-p2p" in d.message
+    assert d.figures["pcie_near_zero_mbps"] == PCIE_NEAR_ZERO_MBPS
+    assert "pcie-idle-under-tp" not in codes(diagnose(None, t, tp_size=8, nvlink=True))
+    assert "pcie-idle-under-tp" not in codes(diagnose(None, t, tp_size=1))
+    busy = telemetry(235.0, 92.0, pcie=8000.0)
+    assert "pcie-idle-under-tp" not in codes(diagnose(None, busy, tp_size=8))
+    # Without dmon PCIe columns there is nothing to judge.
+    assert "pcie-idle-under-tp" not in codes(diagnose(None, telemetry(235.0, 92.0), tp_size=8))
+
+
+def test_thermal_throttle() -> None:
+    ds = diagnose(None, telemetry(580.0, 99.0, clock=1600.0, temp=90.0))
+    assert "thermal-throttle" in codes(ds)
+    assert "power-capped" not in codes(ds)
+
+
+def test_real_h200_capture_is_power_bound_and_capped() -> None:
+    if not FIX.exists():
+        pytest.skip("fixtures not present")
+    loop = parse_query_gpu((FIX / "query-loop-under-load.csv").read_text(), SAMPLER_FIELDS)
+    static = parse_query_gpu((FIX / "query-gpu.csv").read_text())
+    dmon = parse_dmon((FIX / "dmon-under-load.txt").read_text()).samples
+    ds = diagnose(None, summarize([*loop, *dmon], static=static), tp_size=2, nvlink=True)
+    assert codes(ds) == ["power-bound", "power-capped"]
+    capped = ds[1]
+    assert capped.figures["sm_clock_pct_of_max"] is not None
+    assert 70 < float(capped.figures["sm_clock_pct_of_max"] or 0) < 80  # ~1465 of 1980 MHz
