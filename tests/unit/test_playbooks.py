@@ -9,8 +9,8 @@ import pytest
 from orchestrator.errors import ConfigError
 from orchestrator.playbooks import StepRef, available_playbooks, load_playbook
 
-UP = ["connect", "lock", "host_prereqs", "container", "container_gpus", "driver_userspace", "sglang_install",
-      "model_weights", "verify_p2p", "server_unit", "health", "smoke", "throughput", "unlock"]
+UP = ["connect", "lock", "host_prereqs", "container", "driver_userspace", "container_gpus", "sglang_install",
+      "model_weights", "verify_p2p", "server_unit", "health", "smoke", "throughput", "release_verdict", "unlock"]
 ROLL = ["connect", "lock", "resolve_release", "validate_flags", "install_release", "health", "smoke", "throughput",
         "gate", "unlock"]
 VALID: dict[str, object] = {name: object() for name in {*UP, *ROLL}}
@@ -20,9 +20,17 @@ def test_shipped_playbooks() -> None:
     assert {"up", "roll", "verify-p2p"} <= set(available_playbooks())
     assert load_playbook("up", VALID).step_names == UP
     assert load_playbook("roll", VALID).step_names == ROLL
-    p2p = load_playbook("verify-p2p", VALID)
-    assert p2p.name == "verify-p2p" and p2p.step_names == ["connect", "verify_p2p"]
     assert load_playbook("up", VALID).description
+
+
+def test_every_shipped_playbook_resolves_against_the_real_step_registry() -> None:
+    from orchestrator.steps import load_all_steps
+
+    registry = load_all_steps()
+    for name in available_playbooks():
+        assert load_playbook(name, registry).step_names
+    p2p = load_playbook("verify-p2p", registry)
+    assert p2p.step_names == ["connect", "verify_p2p", "p2p_bandwidth"]
 
 
 def write(tmp_path: Path, text: str) -> Path:
