@@ -20,24 +20,24 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from orchestrator.sim import layout
+from orchestrator.sim.layout import CT_ENV as CT_ENV
+from orchestrator.sim.layout import CT_PERSISTENT_PATHS as CT_PERSISTENT_PATHS
+from orchestrator.sim.layout import HOST_ENV as HOST_ENV
+from orchestrator.sim.layout import HOST_OVERLAYS as HOST_OVERLAYS
+from orchestrator.sim.layout import ROOT_ENV as ROOT_ENV
+
 # ---------------------------------------------------------------------------------------------------------------
 # Environment and fixed locations
 # ---------------------------------------------------------------------------------------------------------------
 
-ROOT_ENV = "DEPLOY_SIM_ROOT"
-HOST_ENV = "DEPLOY_SIM_HOST"
-CT_ENV = "DEPLOY_SIM_CT"
 DEFAULT_ROOT = Path("/var/lib/deploy-sim")
-
-#: Inside the host and container views the simulator's own files are reached through these aliases, because the
-#: views bind other directories over /root and /tmp, where the Python install, the repo or the sim root may live.
-VIEW_ALIAS = Path("/run/deploy-sim")
-VIEW_PY = VIEW_ALIAS / "py"  # sys.base_prefix
-VIEW_VENV = VIEW_ALIAS / "venv"  # sys.prefix when running from a virtualenv
-VIEW_REPO = VIEW_ALIAS / "repo"  # the directory holding the `orchestrator` package
-VIEW_ROOT = VIEW_ALIAS / "root"  # the sim root; DEPLOY_SIM_ROOT points here inside views
-#: Shebang interpreter for every script in <root>/bin/{host,ct}: a tiny sh launcher written by `sim up`.
-VIEW_PYTHON = VIEW_ROOT / "bin" / "python"
+VIEW_ALIAS = Path(layout.VIEW_ALIAS)
+VIEW_PY = Path(layout.VIEW_PY)
+VIEW_VENV = Path(layout.VIEW_VENV)
+VIEW_REPO = Path(layout.VIEW_REPO)
+VIEW_ROOT = Path(layout.VIEW_ROOT)
+VIEW_PYTHON = Path(layout.VIEW_PYTHON)
 
 SSH_PORT = 2222
 API_PORT = 8006
@@ -52,27 +52,6 @@ PROFILE_DRIVER: dict[str, str] = {
     "h200-x2": "580.159.04",
 }
 PROFILE_GPU_COUNT: dict[str, int] = {"rtx-pro-6000-x8": 8, "rtx-pro-6000-x8-vm": 8, "h200-x2": 2}
-
-#: Host view: `fs/<src>` is bind-mounted over `<target>` by the SSH session shell (kind: dir or file).
-HOST_OVERLAYS: tuple[tuple[str, str, str], ...] = (
-    ("etc/pve", "/etc/pve", "dir"),
-    ("proc/driver", "/proc/driver", "dir"),
-    ("proc/devices", "/proc/devices", "file"),
-    ("proc/cmdline", "/proc/cmdline", "file"),
-    ("sys/module", "/sys/module", "dir"),
-    ("etc/modprobe.d", "/etc/modprobe.d", "dir"),
-    ("root", "/root", "dir"),
-    ("var/lib/vz", "/var/lib/vz", "dir"),
-    ("var/lib/deploy", "/var/lib/deploy", "dir"),
-    ("tmp", "/tmp", "dir"),
-    # /dev last: it is bound recursively after /dev/pts has been bound into fs/dev/pts.
-    ("dev", "/dev", "dir"),
-)
-
-#: Container view: ct/<vmid>/fs/<path> is bind-mounted over each of these by `pct exec`.
-CT_PERSISTENT_PATHS: tuple[str, ...] = (
-    "/root", "/etc/systemd/system", "/etc/sglang", "/var/lib/deploy", "/var/log", "/models", "/tmp", "/opt",
-)
 
 TaskType = str  # vzcreate, vzstart, vzstop, vzshutdown, vzdestroy, download, ...
 

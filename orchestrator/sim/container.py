@@ -25,7 +25,7 @@ from orchestrator.sim.config import (
     HostPaths,
     sim_root,
 )
-from orchestrator.sim.pve.lxc import Node, PveError
+from orchestrator.sim.pve.lxc import Node, PveError, netns_path
 
 CT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -56,7 +56,7 @@ def enter(hp: HostPaths, vmid: int) -> None:
     ct = hp.ct(vmid)
     version_file = hp.fs / "proc" / "driver" / "nvidia" / "version"
     version = version_file.read_text() if version_file.exists() else None
-    nsutil.setns(f"/run/netns/{st.netns}", nsutil.CLONE_NEWNET)
+    nsutil.setns(netns_path(hp, st.netns), nsutil.CLONE_NEWNET)
     nsutil.unshare(nsutil.CLONE_NEWNS | nsutil.CLONE_NEWUTS)
     nsutil.make_private("/")
     (ct.dev / "pts").mkdir(exist_ok=True)

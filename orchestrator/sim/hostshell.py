@@ -5,36 +5,26 @@
 It enters a private mount + UTS namespace, binds the host's fs/ over the real paths (docs/simulator.md), puts
 <root>/bin/host first on PATH and execs `bash -c "$SSH_ORIGINAL_COMMAND"` (or `bash -s`, reading the script from
 stdin, when the client sent no command). Because it execs, stdin/stdout/stderr and the exit code are the client's.
-Everything is done in this one process with raw syscalls to keep the per-command overhead low.
+
+This runs on every simulated SSH command, so it imports only `os`, `ctypes` and the constant-only layout module,
+reads a flat `key=value` file instead of JSON, and does the mounts with raw syscalls (no `mount` binaries).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import sys
-from pathlib import Path
 
-from orchestrator.sim import nsutil
-from orchestrator.sim.config import (
-    HOST_ENV,
-    HOST_OVERLAYS,
-    ROOT_ENV,
-    VIEW_ALIAS,
-    VIEW_PY,
-    VIEW_REPO,
-    VIEW_ROOT,
-    VIEW_VENV,
-    HostConfig,
-    HostPaths,
-    RootConfig,
-    locked,
-    write_text_atomic,
-)
+from orchestrator.sim import layout, nsutil
 
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _KEEP_ENV = ("SSH_CLIENT", "SSH_CONNECTION", "SSH_ORIGINAL_COMMAND", "SSH_TTY", "TERM", "LANG", "LC_ALL", "TZ")
+
+
+def read_session(host_dir: str) -> dict[str, str]:
+    """sshd/session.conf written by the manager: name, node, real_root, python_prefix, venv_prefix, repo."""
+    with open(os.path.join(host_dir, "sshd", layout.SESSION_FILE)) as fh:
+        return dict(line.rstrip("\n").split("=", 1) for line in fh if "=" in line)
 
 
 def _sshd_ancestor() -> int | None:
@@ -44,8 +34,10 @@ def _sshd_ancestor() -> int | None:
         if pid <= 1:
             return None
         try:
-            comm = Path(f"/proc/{pid}/comm").read_text().strip()
-            stat = Path(f"/proc/{pid}/stat").read_text()
+            with open(f"/proc/{pid}/comm") as fh:
+                comm = fh.read().strip()
+            with open(f"/proc/{pid}/stat") as fh:
+                stat = fh.read()
         except OSError:
             return None
         if comm.startswith("sshd"):
@@ -54,12 +46,21 @@ def _sshd_ancestor() -> int | None:
     return None
 
 
-def maybe_drop_connection(hp: HostPaths, cfg: HostConfig) -> None:
+def maybe_drop_connection(host_dir: str) -> None:
     """Fault `ssh_drop_after`: count this command; past the limit, kill our sshd so the client sees a drop.
 
     The knob and counter reset before the kill, so exactly one connection dies and reconnecting works.
+    Only when the fault is set (sshd/drop-after exists) is host.json touched at all.
     """
-    limit = cfg.faults.ssh_drop_after
+    if not os.path.exists(os.path.join(host_dir, "sshd", layout.DROP_FILE)):
+        return
+    import signal
+    from pathlib import Path
+
+    from orchestrator.sim.config import HostConfig, HostPaths, locked, write_text_atomic
+
+    hp = HostPaths(Path(host_dir))
+    limit = hp.load().faults.ssh_drop_after
     if limit is None:
         return
     with locked(hp.ssh_counter):
@@ -76,44 +77,45 @@ def maybe_drop_connection(hp: HostPaths, cfg: HostConfig) -> None:
         c.faults.ssh_drop_after = None
 
     hp.update(_clear)
+    (hp.sshd / layout.DROP_FILE).unlink(missing_ok=True)
     victim = _sshd_ancestor()
     if victim is not None:
         os.kill(victim, signal.SIGKILL)
     os._exit(255)
 
 
-def enter_host_view(rc: RootConfig, host: str, node: str) -> None:
+def enter_host_view(session: dict[str, str]) -> None:
     """Private mount+UTS namespace with the host's fs/ bound over the real paths; aliases under /run/deploy-sim."""
     nsutil.unshare(nsutil.CLONE_NEWNS | nsutil.CLONE_NEWUTS)
     nsutil.make_private("/")
-    nsutil.ensure_mountpoint(str(VIEW_ALIAS), "dir")
-    nsutil.tmpfs(str(VIEW_ALIAS))
-    aliases = [(VIEW_PY, rc.python_prefix), (VIEW_VENV, rc.venv_prefix), (VIEW_REPO, rc.repo),
-               (VIEW_ROOT, rc.real_root)]
+    nsutil.ensure_mountpoint(layout.VIEW_ALIAS, "dir")
+    nsutil.tmpfs(layout.VIEW_ALIAS)
+    aliases = [(layout.VIEW_PY, session.get("python_prefix")), (layout.VIEW_VENV, session.get("venv_prefix")),
+               (layout.VIEW_REPO, session.get("repo")), (layout.VIEW_ROOT, session.get("real_root"))]
     for alias, src in aliases:
         if src:
             os.mkdir(alias)
-            nsutil.bind(src, str(alias))
-    fs = VIEW_ROOT / "hosts" / host / "fs"
-    pts = fs / "dev" / "pts"
-    if pts.is_dir():
-        nsutil.bind("/dev/pts", str(pts))
-    for src, target, kind in HOST_OVERLAYS:
-        source = fs / src
-        if not source.exists():
+            nsutil.bind(src, alias)
+    fs = f"{layout.VIEW_ROOT}/hosts/{session['name']}/fs"
+    if os.path.isdir(f"{fs}/dev/pts"):
+        nsutil.bind("/dev/pts", f"{fs}/dev/pts")
+    for src, target, kind in layout.HOST_OVERLAYS:
+        source = f"{fs}/{src}"
+        if not os.path.exists(source):
             continue
         nsutil.ensure_mountpoint(target, kind)
-        nsutil.bind(str(source), target, recursive=(src == "dev"))
-    nsutil.sethostname(node)
+        nsutil.bind(source, target, recursive=(src == "dev"))
+    nsutil.sethostname(session["node"])
 
 
 def session_env(host: str) -> dict[str, str]:
     env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
-    env.update(
-        HOME="/root", USER="root", LOGNAME="root", SHELL="/bin/bash",
-        PATH=f"{VIEW_ROOT}/bin/host:{HOST_PATH}",
-        **{ROOT_ENV: str(VIEW_ROOT), HOST_ENV: host},
-    )
+    env.update({
+        "HOME": "/root", "USER": "root", "LOGNAME": "root", "SHELL": "/bin/bash",
+        "PATH": f"{layout.VIEW_ROOT}/bin/host:{HOST_PATH}",
+        "DEPLOY_SIM_PYTHON": layout.VIEW_PYTHON, "DEPLOY_SIM_REPO": layout.VIEW_REPO,
+        layout.ROOT_ENV: layout.VIEW_ROOT, layout.HOST_ENV: host,
+    })
     env.setdefault("LANG", "C.UTF-8")
     return env
 
@@ -122,13 +124,11 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m orchestrator.sim.hostshell <host_dir>", file=sys.stderr)
         return 2
-    hp = HostPaths(Path(argv[1]))
-    cfg = hp.load()
-    root = hp.dir.parent.parent
-    rc = RootConfig.from_dict(json.loads((root / "sim.json").read_text()))
-    maybe_drop_connection(hp, cfg)
-    enter_host_view(rc, cfg.name, cfg.node)
-    env = session_env(cfg.name)
+    host_dir = argv[1]
+    session = read_session(host_dir)
+    maybe_drop_connection(host_dir)
+    enter_host_view(session)
+    env = session_env(session["name"])
     os.chdir("/root")
     command = os.environ.get("SSH_ORIGINAL_COMMAND")
     args = ["bash", "-c", command] if command else ["bash", "-s"]

@@ -7,7 +7,6 @@ on every simulated SSH command; doing it in-process keeps the session shell chea
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 
 CLONE_NEWNS = 0x00020000
@@ -21,7 +20,7 @@ MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_libc = ctypes.CDLL("libc.so.6", use_errno=True)  # not find_library(): it forks ldconfig
 
 
 def _check(ret: int, what: str) -> None:

@@ -106,12 +106,10 @@ def container(ctx: StepContext, record: StepRecord) -> None:
             record.summary = what
             return
         ctx.say(what)
-        # One call as root@pam carries the devices too; a token creates, then root adds devN.
-        if lifecycle is devices or lifecycle.identity == "root@pam":
-            _wait(lifecycle, ctx, lifecycle.call("post", f"/nodes/{node}/lxc", **params, **dev_set), "create")
-        else:
-            _wait(lifecycle, ctx, lifecycle.call("post", f"/nodes/{node}/lxc", **params), "create")
-            devices.call("put", f"/nodes/{node}/lxc/{spec.vmid}/config", **dev_set)
+        # Creating with devN (and features on a privileged CT) needs root@pam: one pvesh call as root carries
+        # everything. The token path is only used when no root SSH is configured (it then fails clearly on devN).
+        creator = devices if devices.can_passthrough else lifecycle
+        _wait(creator, ctx, creator.call("post", f"/nodes/{node}/lxc", **params, **dev_set), "create")
         status = "stopped"
         changed_anything = True
     else:

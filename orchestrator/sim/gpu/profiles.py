@@ -121,7 +121,7 @@ def _num(text: str) -> float:
 
 def _gpus_from_q(q_text: str) -> tuple[dict[str, str], tuple[Gpu, ...]]:
     header, blocks = _parse_q(q_text)
-    gpus = []
+    gpus: list[Gpu] = []
     for b in sorted(blocks, key=lambda b: b["Bus"]):
         mem_temp = b.get("Temperature/Memory Current Temp", "N/A")
         gpus.append(

@@ -76,7 +76,8 @@ def resolve_view(ctx: SimContext) -> View:
         raise SmiExit(9, FAIL_DRIVER)
     if user != driver:
         short = ".".join(user.split(".")[:2])
-        raise SmiExit(18, f"Failed to initialize NVML: Driver/library version mismatch\nNVML library version: {short}\n")
+        raise SmiExit(18, "Failed to initialize NVML: Driver/library version mismatch\n"
+                      f"NVML library version: {short}\n")
     if not visible:
         raise SmiExit(6, "No devices were found\n")
     return View(profile, driver, visible, ctx.host_dir)
@@ -195,7 +196,7 @@ DMON_GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
 def _dmon_values(smp: telemetry.Sample) -> dict[str, str]:
     busy = smp.util_gpu > 0
     return {
-        "pwr": str(int(round(smp.power_w))), "gtemp": str(smp.temp_c),
+        "pwr": str(round(smp.power_w)), "gtemp": str(smp.temp_c),
         "mtemp": "-" if smp.mem_temp_c is None else str(smp.mem_temp_c),
         "sm": str(smp.util_gpu), "mem": str(smp.util_mem), "enc": "0", "dec": "0", "jpg": "0", "ofa": "0",
         "mclk": str(smp.mem_mhz), "pclk": str(smp.sm_mhz), "pviol": str(smp.pviol), "tviol": "0",
@@ -373,7 +374,7 @@ def run(argv: list[str], ctx: SimContext, out: TextIO) -> int:
         if a in ("-f", "--filename") or a.startswith("--filename="):
             target, i = _opt(argv, i, "--filename")
             continue
-        raise SmiExit(2, f"Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n\n")
+        raise SmiExit(2, "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n\n")
     if target:
         out = open(target, "a")  # noqa: SIM115 - lives until the process ends
     if query is None:
@@ -426,7 +427,7 @@ def _dmon(args: list[str], view: View, out: TextIO) -> int:
             v, i = _opt(args, i, "-i")
             ids = _ids(v, view)
         else:
-            raise SmiExit(2, f"Invalid combination of input arguments. Please run 'nvidia-smi dmon -h' for help.\n\n")
+            raise SmiExit(2, "Invalid combination of input arguments. Please run 'nvidia-smi dmon -h' for help.\n\n")
     dmon(view, out, selectors, delay, count, opts, ids)
     return 0
 

@@ -94,7 +94,7 @@ def sample(profile: GpuProfile, gpu: Gpu, load: GpuLoad | None, now: float) -> S
     shape = profile.load
     if busy:
         sm = shape.busy_sm_mhz - (shape.busy_sm_mhz - shape.busy_sm_min_mhz) * f
-        sm = int(round(sm * _jitter(gpu, now * 1.7, 0.02) / 15.0) * 15)
+        sm = round(sm * _jitter(gpu, now * 1.7, 0.02) / 15.0) * 15
         mem_clk = shape.busy_mem_mhz
         gen = profile.pcie_max_gen
         pstate = "P1" if f < 0.5 else "P0"
@@ -104,11 +104,11 @@ def sample(profile: GpuProfile, gpu: Gpu, load: GpuLoad | None, now: float) -> S
     return Sample(
         power_w=power,
         power_avg_w=power * _jitter(gpu, now - 1.0, 0.005),
-        util_gpu=int(round(ld.util * 100)),
-        util_mem=int(round(shape.mem_util_at_full * f + (3 if busy else 0))) if busy else 0,
+        util_gpu=round(ld.util * 100),
+        util_mem=round(shape.mem_util_at_full * f + 3) if busy else 0,
         mem_used_mib=int(gpu.mem_total_mib * ld.mem_fraction),
-        temp_c=gpu.idle_temp_c + int(round(shape.temp_rise_c * f)),
-        mem_temp_c=None if gpu.idle_mem_temp_c is None else gpu.idle_mem_temp_c + int(round(8 * f)),
+        temp_c=gpu.idle_temp_c + round(shape.temp_rise_c * f),
+        mem_temp_c=None if gpu.idle_mem_temp_c is None else gpu.idle_mem_temp_c + round(8 * f),
         sm_mhz=sm,
         mem_mhz=mem_clk,
         pcie_gen=gen,

@@ -98,7 +98,7 @@ class Node:
 
     def running(self, vmid: int) -> bool:
         st = self.state(vmid)
-        return st.status == "running" and bool(st.netns) and Path(f"/run/netns/{st.netns}").exists()
+        return st.status == "running" and bool(st.netns) and netns_exists(self.hp, st.netns)
 
     # ------------------------------------------------------------------------------------------ permissions
 
@@ -316,9 +316,9 @@ class Node:
         (dev / "shm").mkdir()
         (dev / "shm").chmod(0o1777)
         (dev / "mqueue").mkdir()
-        for link, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
-                             ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
-            os.symlink(target, dev / link)
+        for link, link_target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                                  ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+            os.symlink(link_target, dev / link)
         for path, major, minor, mode in devices:
             rel = path.strip("/")
             rel = rel[4:] if rel.startswith("dev/") else rel
@@ -338,10 +338,10 @@ class Node:
             devices = self._passed_devices(vmid, conf)
             self._build_dev(vmid, devices)
             ns = netns_name(self.cfg.sim_id, self.cfg.name, vmid)
-            if Path(f"/run/netns/{ns}").exists():
-                _kill_netns(ns, signal.SIGKILL, 0)
-            _ip("netns", "add", ns)
-            _ip("-n", ns, "link", "set", "lo", "up")
+            if netns_exists(self.hp, ns):
+                kill_netns(self.hp, ns, signal.SIGKILL, 0)
+            _ip(self.hp, "netns", "add", ns)
+            _ip(self.hp, "-n", ns, "link", "set", "lo", "up")
 
             def mark(st: CtState) -> None:
                 st.status, st.netns, st.started_at = "running", ns, time.time()
@@ -357,13 +357,13 @@ class Node:
         """
         with self.lock(vmid):
             st = self.state(vmid)
-            if st.netns and Path(f"/run/netns/{st.netns}").exists():
+            if st.netns and netns_exists(self.hp, st.netns):
                 if graceful_timeout_s > 0:
-                    _kill_netns(st.netns, signal.SIGTERM, graceful_timeout_s)
-                    if not force and netns_pids(st.netns):
+                    kill_netns(self.hp, st.netns, signal.SIGTERM, graceful_timeout_s)
+                    if not force and netns_pids(self.hp, st.netns):
                         raise TaskError(f"command 'lxc-stop -n {vmid} --nokill --timeout "
                                         f"{int(graceful_timeout_s)}' failed: exit code 1")
-                _kill_netns(st.netns, signal.SIGKILL, 0)
+                kill_netns(self.hp, st.netns, signal.SIGKILL, 0)
 
             def mark(s: CtState) -> None:
                 s.status, s.started_at = "stopped", None
@@ -398,7 +398,7 @@ class Node:
             "cpu": 0.01 if run else 0, "uptime": int(time.time() - st.started_at) if run and st.started_at else 0,
             "netin": 0, "netout": 0, "diskread": 0, "diskwrite": 0, "ha": {"managed": 0},
             "template": 0 if "template" not in o else int(o["template"]),
-            **({"pid": _netns_first_pid(st.netns)} if run else {}),
+            **({"pid": _netns_first_pid(self.hp, st.netns)} if run else {}),
         }
 
     def interfaces(self, vmid: int) -> list[dict[str, Any]]:
@@ -423,27 +423,59 @@ def _size_bytes(size: str) -> int:
     return int(float(m.group(1)) * mult)
 
 
-def _ip(*args: str) -> None:
-    res = subprocess.run(["ip", *args], capture_output=True, text=True)
+def outer_pid(hp: HostPaths) -> int:
+    """A process in the simulator's real mount namespace (sshd, else the API server, else init).
+
+    Named network namespaces are bind mounts under /run/netns; SSH sessions run in private mount namespaces
+    that do not see mounts made later elsewhere, so netns handling always goes through this process's view.
+    """
+    for pidfile in (hp.sshd / "sshd.pid", hp.api / "api.pid"):
+        try:
+            pid = int(pidfile.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        if Path(f"/proc/{pid}/ns/mnt").exists():
+            return pid
+    return 1
+
+
+def netns_path(hp: HostPaths, ns: str) -> str:
+    """The netns file as the real mount namespace sees it (usable for setns from any view)."""
+    return f"/proc/{outer_pid(hp)}/root/run/netns/{ns}"
+
+
+def netns_exists(hp: HostPaths, ns: str) -> bool:
+    return os.path.exists(netns_path(hp, ns))
+
+
+def _outer(hp: HostPaths, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    pid = outer_pid(hp)
+    same = os.stat("/proc/self/ns/mnt").st_ino == os.stat(f"/proc/{pid}/ns/mnt").st_ino
+    prefix = [] if same else ["nsenter", f"--mount=/proc/{pid}/ns/mnt", "--"]
+    return subprocess.run([*prefix, *argv], capture_output=True, text=True)
+
+
+def _ip(hp: HostPaths, *args: str) -> None:
+    res = _outer(hp, ["ip", *args])
     if res.returncode != 0:
         raise TaskError(f"command 'ip {' '.join(args)}' failed: {res.stderr.strip()}")
 
 
-def netns_pids(ns: str) -> list[int]:
-    res = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+def netns_pids(hp: HostPaths, ns: str) -> list[int]:
+    res = _outer(hp, ["ip", "netns", "pids", ns])
     return [int(p) for p in res.stdout.split() if p.isdigit()]
 
 
-def _netns_first_pid(ns: str) -> int:
-    pids = netns_pids(ns) if ns else []
+def _netns_first_pid(hp: HostPaths, ns: str) -> int:
+    pids = netns_pids(hp, ns) if ns else []
     return min(pids) if pids else 0
 
 
-def _kill_netns(ns: str, sig: int, wait_s: float) -> None:
+def kill_netns(hp: HostPaths, ns: str, sig: int, wait_s: float) -> None:
     """Signal every process in the netns; with sig=SIGKILL also delete the namespace."""
     deadline = time.monotonic() + wait_s
     while True:
-        pids = [p for p in netns_pids(ns) if p != os.getpid()]
+        pids = [p for p in netns_pids(hp, ns) if p != os.getpid()]
         for pid in pids:
             try:
                 os.kill(pid, sig)
@@ -451,9 +483,9 @@ def _kill_netns(ns: str, sig: int, wait_s: float) -> None:
                 pass
         if sig == signal.SIGKILL:
             end = time.monotonic() + 3
-            while netns_pids(ns) and time.monotonic() < end:
+            while netns_pids(hp, ns) and time.monotonic() < end:
                 time.sleep(0.02)
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            _outer(hp, ["ip", "netns", "del", ns])
             return
         if not pids or time.monotonic() >= deadline:
             return

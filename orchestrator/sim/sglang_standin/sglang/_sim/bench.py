@@ -233,7 +233,7 @@ class Client:
                         last, text, tokens = t, new_text, new_tokens
             out.latency = self.now() - st
             out.generated_text, out.output_len, out.success = text, tokens, True
-        except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError, ValueError) as exc:
+        except (TimeoutError, aiohttp.ClientError, ConnectionError, ValueError) as exc:
             out.error = f"{type(exc).__name__}: {exc}"
         finally:
             self.in_flight -= 1
@@ -350,14 +350,15 @@ def print_summary(args: argparse.Namespace, m: dict[str, Any], duration: float) 
     print("=" * 50)
 
 
-JSON_KEYS = (
-    "duration completed total_input_tokens total_input_text_tokens total_input_vision_tokens total_output_tokens "
-    "total_output_tokens_retokenized request_throughput input_throughput output_throughput total_throughput "
-    "mean_e2e_latency_ms median_e2e_latency_ms std_e2e_latency_ms p90_e2e_latency_ms p99_e2e_latency_ms "
-    "mean_ttft_ms median_ttft_ms std_ttft_ms p99_ttft_ms mean_tpot_ms median_tpot_ms std_tpot_ms p99_tpot_ms "
-    "mean_itl_ms median_itl_ms std_itl_ms p95_itl_ms p99_itl_ms concurrency accept_length "
-    "max_output_tokens_per_s max_concurrent_requests"
-).split()
+JSON_KEYS = [
+    "duration", "completed", "total_input_tokens", "total_input_text_tokens", "total_input_vision_tokens",
+    "total_output_tokens", "total_output_tokens_retokenized", "request_throughput", "input_throughput",
+    "output_throughput", "total_throughput", "mean_e2e_latency_ms", "median_e2e_latency_ms",
+    "std_e2e_latency_ms", "p90_e2e_latency_ms", "p99_e2e_latency_ms", "mean_ttft_ms", "median_ttft_ms",
+    "std_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "std_tpot_ms", "p99_tpot_ms",
+    "mean_itl_ms", "median_itl_ms", "std_itl_ms", "p95_itl_ms", "p99_itl_ms", "concurrency",
+    "accept_length", "max_output_tokens_per_s", "max_concurrent_requests"
+]
 
 
 async def fetch_server_info(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:

@@ -17,12 +17,15 @@ from dataclasses import dataclass, field
 
 from sglang._sim.perf import PerfModel
 
-VOCAB = (
-    "the of and to in is that for it as was with be by on not he this are or his from at which but have an "
-    "they you were her she there one all we their can has more when will would if no what so out up said about "
-    "into than them only other time new some could these two may first then do any like my now over such our "
-    "man me even most made after also did many before must through back years where much your way well down"
-).split()
+VOCAB = [
+    "the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with", "be", "by", "on", "not",
+    "he", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an", "they", "you", "were",
+    "her", "she", "there", "one", "all", "we", "their", "can", "has", "more", "when", "will", "would", "if",
+    "no", "what", "so", "out", "up", "said", "about", "into", "than", "them", "only", "other", "time",
+    "new", "some", "could", "these", "two", "may", "first", "then", "do", "any", "like", "my", "now",
+    "over", "such", "our", "man", "me", "even", "most", "made", "after", "also", "did", "many", "before",
+    "must", "through", "back", "years", "where", "much", "your", "way", "well", "down"
+]
 
 
 def token_word(seed: int, i: int) -> str:

@@ -42,7 +42,8 @@ def resolve(args: dict[str, Any], version: str) -> dict[str, Any]:
     if r.get("attention_backend") is None:
         r["attention_backend"] = prefix if dsa_model else "flashinfer"
     fp8 = kv_label(r).startswith("fp8")
-    for phase, auto in (("prefill", "trtllm" if fp8 else "flashmla_sparse"), ("decode", "trtllm" if fp8 else "flashmla_kv")):
+    autos = (("prefill", "trtllm" if fp8 else "flashmla_sparse"), ("decode", "trtllm" if fp8 else "flashmla_kv"))
+    for phase, auto in autos:
         key = f"{prefix}_{phase}_backend"
         if key in r and r[key] is None:
             r[key] = auto

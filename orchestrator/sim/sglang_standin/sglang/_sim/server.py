@@ -162,11 +162,12 @@ def build_app(sim: Sim) -> web.Application:
 def _metrics(sim: Sim) -> str:
     e = sim.engine
     label = f'model_name="{sim.name}"'
+    used = sum(r.input_len + len(r.out) for r in e.running)
     rows = [
         ("num_running_reqs", "gauge", "The number of running requests.", e.num_running),
         ("num_queue_reqs", "gauge", "The number of requests in the waiting queue.", e.num_queued),
-        ("num_used_tokens", "gauge", "The number of used tokens.", sum(r.input_len + len(r.out) for r in e.running)),
-        ("token_usage", "gauge", "The token usage.", round(sum(r.input_len + len(r.out) for r in e.running) / KV_TOKENS, 4)),
+        ("num_used_tokens", "gauge", "The number of used tokens.", used),
+        ("token_usage", "gauge", "The token usage.", round(used / KV_TOKENS, 4)),
         ("gen_throughput", "gauge", "The generation throughput (token/s).", round(e.gen_throughput, 2)),
         ("cache_hit_rate", "gauge", "The prefix cache hit rate.", 0.0),
         ("prompt_tokens_total", "counter", "Number of prefill tokens processed.", e.prompt_tokens_total),
@@ -175,7 +176,8 @@ def _metrics(sim: Sim) -> str:
     ]
     out = []
     for name, kind, help_, value in rows:
-        out += [f"# HELP sglang:{name} {help_}", f"# TYPE sglang:{name} {kind}", f"sglang:{name}{{{label}}} {float(value)}"]
+        out += [f"# HELP sglang:{name} {help_}", f"# TYPE sglang:{name} {kind}",
+                f"sglang:{name}{{{label}}} {float(value)}"]
     return "\n".join(out) + "\n"
 
 
@@ -452,7 +454,7 @@ async def startup(sim: Sim) -> None:
     log(f"Load weight end. type={arch}, dtype=torch.bfloat16, avail mem=37.06 GB, mem usage=57.06 GB.", tp=0)
     log(f"KV Cache is allocated. #tokens: {KV_TOKENS}, KV size: 29.32 GB", tp=0)
     cgbs = a.get("cuda_graph_max_bs") or a.get("cuda_graph_max_bs_decode") or 256
-    log(f"Capture cuda graph begin. This can take up to several minutes. avail mem=7.51 GB", tp=0)
+    log("Capture cuda graph begin. This can take up to several minutes. avail mem=7.51 GB", tp=0)
     if sim.faults.get("health_never_ok"):
         return  # stuck "capturing" forever: /health stays 503
     await asyncio.sleep(step * 2)

@@ -1,0 +1,147 @@
+"""`deploy sim up|down|status|fault`: the simulated Proxmox GPU host on this machine (loopback only, root)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from orchestrator.cli.common import AppContext, common_options
+from orchestrator.errors import ConfigError
+
+ROOT_HELP = "Simulator state directory (default $DEPLOY_SIM_ROOT or /var/lib/deploy-sim)."
+
+
+def _root(root: str | None) -> Path:
+    from orchestrator.sim.config import DEFAULT_ROOT, ROOT_ENV
+
+    return Path(root or os.environ.get(ROOT_ENV) or DEFAULT_ROOT)
+
+
+def _info_dict(info: Any) -> dict[str, Any]:
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(info).items()}
+
+
+def _inventory_copy(app: AppContext) -> Path | None:
+    first = Path(app.inventory_dirs.split(":")[0])
+    return first / "sim.yaml" if first.is_dir() else None
+
+
+@click.group("sim")
+def sim() -> None:
+    """The simulated Proxmox GPU host: real sshd, a schema-checked PVE API over HTTPS, pct/pvesh, GPUs replayed
+    from real nvidia-smi captures, a simulated SGLang server. Everything listens on 127.0.0.0/8. Needs root."""
+
+
+@sim.command("up")
+@click.option("--hosts", default=1, show_default=True, help="How many simulated hosts (sim-1 on 127.0.0.2, …).")
+@click.option("--profile", default="rtx-pro-6000-x8", show_default=True,
+              type=click.Choice(["rtx-pro-6000-x8", "rtx-pro-6000-x8-vm", "h200-x2"]),
+              help="GPU profile replayed from real captures.")
+@click.option("--time-scale", default=5.0, show_default=True,
+              help="Simulated model time runs this much faster than the wall clock (bench figures stay in model "
+                   "time).")
+@click.option("--root", default=None, help=ROOT_HELP)
+@common_options
+def up(app: AppContext, hosts: int, profile: str, time_scale: float, root: str | None) -> int:
+    """Start (or keep) the simulated hosts and write their inventory entries, keys and known_hosts."""
+    from orchestrator.sim.manager import sim_up
+
+    copy = _inventory_copy(app)
+    infos = sim_up(_root(root), hosts=hosts, profile=profile, time_scale=time_scale, inventory_copy=copy)
+    app.out.emit({"ok": True, "hosts": [_info_dict(i) for i in infos], "inventory": str(copy) if copy else None})
+    for i in infos:
+        app.out.line(f"{i.name}: {i.address} ssh :{i.ssh_port} (key {i.key_file}), PVE API https://{i.address}:"
+                     f"{i.api_port} (CA {i.ca_file}), GPUs {i.gpu_profile}, driver {i.driver_version}")
+    if copy:
+        app.out.line(f"inventory entries written to {copy}")
+    app.out.line(f"next: deploy up host {infos[0].name}    (stop everything with: deploy sim down)")
+    return 0
+
+
+@sim.command("down")
+@click.option("--root", default=None, help=ROOT_HELP)
+@common_options
+def down(app: AppContext, root: str | None) -> int:
+    """Stop every simulated host, container process and API server; remove the inventory copy."""
+    from orchestrator.sim.manager import sim_down
+
+    sim_down(_root(root))
+    copy = _inventory_copy(app)
+    if copy is not None and copy.exists():
+        copy.unlink()
+    app.out.emit({"ok": True})
+    app.out.line("simulated hosts stopped")
+    return 0
+
+
+@sim.command("status")
+@click.option("--root", default=None, help=ROOT_HELP)
+@common_options
+def status(app: AppContext, root: str | None) -> int:
+    """What is running: hosts, daemons, containers."""
+    from orchestrator.sim.manager import sim_status
+
+    infos = sim_status(_root(root))
+    app.out.emit({"ok": True, "hosts": [_info_dict(i) for i in infos]})
+    table = Table(title=f"simulated hosts ({_root(root)})")
+    for col in ("host", "address", "sshd", "api", "gpus", "containers"):
+        table.add_column(col)
+    for i in infos:
+        table.add_row(i.name, i.address, str(i.sshd_pid or "stopped"), str(i.api_pid or "stopped"), i.gpu_profile,
+                      ", ".join(f"{k}:{v}" for k, v in i.containers.items()) or "-")
+    app.out.print(table)
+    if not infos:
+        app.out.line("no simulated host (deploy sim up)")
+    return 0
+
+
+def _knobs(items: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"fault {item!r} must be KNOB=VALUE", fix="e.g. missing_uvm=true")
+        low = value.strip().lower()
+        parsed: Any = value
+        if low in ("true", "false"):
+            parsed = low == "true"
+        elif low in ("none", "null", ""):
+            parsed = None
+        else:
+            try:
+                parsed = float(value) if "." in value else int(value)
+            except ValueError:
+                parsed = value
+        out[key.strip().replace("-", "_")] = parsed
+    return out
+
+
+@sim.command("fault")
+@click.argument("host")
+@click.argument("knobs", nargs=-1, required=True)
+@click.option("--ct", "vmid", type=int, default=None, help="Set container knobs of this CT instead of host knobs.")
+@click.option("--root", default=None, help=ROOT_HELP)
+@common_options
+def fault(app: AppContext, host: str, knobs: tuple[str, ...], vmid: int | None, root: str | None) -> int:
+    """Set fault knobs, e.g. `deploy sim fault sim-1 missing_uvm=true` or
+    `deploy sim fault sim-1 --ct 120 log_line="…Unsupported architecture"`.
+
+    Host knobs: missing_uvm, ssh_drop_after, task_fail, api_delay_s. Container knobs: driver_mismatch,
+    crash_on_start, health_never_ok, log_line, slow_start_s.
+    """
+    from orchestrator.sim.manager import set_ct_faults, set_faults
+
+    values = _knobs(knobs)
+    try:
+        result = (set_ct_faults(_root(root), host, vmid, **values) if vmid is not None
+                  else set_faults(_root(root), host, **values))
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"cannot set faults on {host}: {exc}") from exc
+    app.out.emit({"ok": True, "faults": dataclasses.asdict(result)})
+    app.out.line(f"faults on {host}{f' CT {vmid}' if vmid else ''}: {dataclasses.asdict(result)}")
+    return 0

@@ -1,0 +1,167 @@
+"""Fixtures for the part-2 simulator tests: a provisioned host dir, stand-in commands, a model server.
+
+Nothing here needs part 1 (sshd, namespaces): stand-ins run as plain subprocesses with env pointing at a
+temporary host dir ($DEPLOY_SIM_HOST_DIR, $DEPLOY_SIM_CT, $DEPLOY_SIM_DEV). Servers bind 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from orchestrator.sim.software import provision_container, provision_host
+
+REPO = Path(__file__).resolve().parents[2]
+SIM = REPO / "orchestrator" / "sim"
+STANDIN = SIM / "sglang_standin"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class SimHost:
+    dir: Path
+    vmid: int = 120
+
+    @property
+    def ct(self) -> Path:
+        return self.dir / "ct" / str(self.vmid)
+
+    def env(self, ct: bool = False, dev: Path | None = None, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DEPLOY_SIM", "SGLANG_SIM"))}
+        env["DEPLOY_SIM_HOST_DIR"] = str(self.dir)
+        if ct:
+            env["DEPLOY_SIM_CT"] = str(self.vmid)
+            env["DEPLOY_SIM_DEV"] = str(dev or self.ct / "dev")
+        env.update(extra)
+        return env
+
+    def run(self, script: str, *args: str, ct: bool = False, dev: Path | None = None,
+            timeout: float = 20, **extra: str) -> subprocess.CompletedProcess[str]:
+        view = "ct" if ct or script in ("systemctl", "journalctl") else "host"
+        return subprocess.run([str(SIM / "bin" / view / script), *args], env=self.env(ct or view == "ct", dev, **extra),
+                              capture_output=True, text=True, timeout=timeout)
+
+    def pass_devices(self, minors: list[int] | None = None, uvm: bool = True, ctl: bool = True) -> Path:
+        """Mirror of part 1's devN passthrough: copy the host's nodes into ct/<vmid>/dev."""
+        dev = self.ct / "dev"
+        dev.mkdir(parents=True, exist_ok=True)
+        host_dev = self.dir / "fs" / "dev"
+        names = [p.name for p in host_dev.glob("nvidia[0-9]*")]
+        if minors is not None:
+            names = [f"nvidia{m}" for m in minors]
+        if ctl:
+            names.append("nvidiactl")
+        if uvm:
+            names += ["nvidia-uvm", "nvidia-uvm-tools"]
+        for name in names:
+            st = os.stat(host_dev / name)
+            target = dev / name
+            if not target.exists():
+                os.mknod(target, st.st_mode, st.st_rdev)
+        return dev
+
+    def set_ct_faults(self, **faults: Any) -> None:
+        path = self.ct / "state.json"
+        data = json.loads(path.read_text()) if path.exists() else {"vmid": self.vmid}
+        data["faults"] = faults
+        path.write_text(json.dumps(data))
+
+
+@pytest.fixture
+def make_host(tmp_path: Path) -> Callable[..., SimHost]:
+    def make(profile: str = "rtx-pro-6000-x8", time_scale: float = 4.0, **faults: Any) -> SimHost:
+        host_dir = tmp_path / "root" / "hosts" / f"sim-{profile}"
+        host_dir.mkdir(parents=True)
+        cfg = {"gpu_profile": profile, "time_scale": time_scale, "faults": faults}
+        (host_dir / "host.json").write_text(json.dumps(cfg))
+        provision_host(host_dir, cfg)
+        h = SimHost(host_dir)
+        h.ct.mkdir(parents=True)
+        (h.ct / "state.json").write_text(json.dumps({"vmid": h.vmid}))
+        provision_container(host_dir, h.vmid, cfg)
+        return h
+
+    return make
+
+
+@pytest.fixture
+def host(make_host: Callable[..., SimHost]) -> SimHost:
+    return make_host()
+
+
+class Server:
+    def __init__(self, proc: subprocess.Popen[str], port: int, log: Path) -> None:
+        self.proc, self.port, self.log = proc, port, log
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait_status(self, want: int, timeout: float = 15.0) -> list[int | None]:
+        """Poll /health until `want`; returns every status seen (None = connection refused)."""
+        seen: list[int | None] = []
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                code: int | None = requests.get(self.url + "/health", timeout=2).status_code
+            except requests.ConnectionError:
+                code = None
+            if not seen or seen[-1] != code:
+                seen.append(code)
+            if code == want:
+                return seen
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        return seen
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+
+@pytest.fixture
+def start_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(host: SimHost | None, *flags: str, ct: bool = False, start_s: float = 0.5,
+              version: str = "0.5.12.post1") -> Server:
+        port = free_port()
+        model = tmp_path / "model"
+        model.mkdir(exist_ok=True)
+        (model / "config.json").write_text(json.dumps({"architectures": ["GlmMoeDsaForCausalLM"]}))
+        env = host.env(ct=ct) if host else {k: v for k, v in os.environ.items() if not k.startswith("DEPLOY_SIM")}
+        env.update(PYTHONPATH=str(STANDIN), SGLANG_SIM_START_S=str(start_s), SGLANG_SIM_VERSION=version)
+        log = tmp_path / f"server-{port}.log"
+        argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model), "--host", "127.0.0.1",
+                "--port", str(port), *flags]
+        with open(log, "w") as fh:
+            proc = subprocess.Popen(argv, env=env, stdout=fh, stderr=subprocess.STDOUT, text=True)
+        procs.append(proc)
+        return Server(proc, port, log)
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -1,0 +1,124 @@
+"""The simulated SGLang server: real flag parsing, health lifecycle, API shapes, fault knobs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import requests
+
+from .conftest import STANDIN, Server, SimHost
+
+
+def _launch(*flags: str, version: str = "0.5.12.post1") -> subprocess.CompletedProcess[str]:
+    env = {"PYTHONPATH": str(STANDIN), "SGLANG_SIM_VERSION": version, "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-m", "sglang.launch_server", "--model-path", "/nonexistent", *flags],
+                          env=env, capture_output=True, text=True, timeout=20)
+
+
+def test_unknown_flag_exits_2_like_argparse() -> None:
+    r = _launch("--no-such-flag")
+    assert r.returncode == 2
+    assert r.stderr.splitlines()[-1] == "sglang serve: error: unrecognized arguments: --no-such-flag"
+
+
+def test_bad_choice_exits_2() -> None:
+    r = _launch("--nsa-decode-backend", "x")
+    assert r.returncode == 2
+    assert "argument --nsa-decode-backend: invalid choice: 'x' (choose from 'flashmla_sparse'" in r.stderr
+
+
+def test_release_specific_flags() -> None:
+    r = _launch("--nsa-decode-backend", "trtllm", version="0.5.23")
+    assert r.returncode == 2 and "unrecognized arguments: --nsa-decode-backend trtllm" in r.stderr
+    r = _launch("--cuda-graph-max-bs", "8", version="0.5.23")
+    assert r.returncode == 2 and "ambiguous option: --cuda-graph-max-bs" in r.stderr
+
+
+def test_programmatic_validation_api() -> None:
+    code = ("import argparse; from sglang.srt.server_args import ServerArgs; p = argparse.ArgumentParser(); "
+            "ServerArgs.add_cli_args(p); ns = p.parse_args(['--model-path', 'm', '--tp', '8']); "
+            "print(ns.tensor_parallel_size, p._option_string_actions['--tp-size'].dest)")
+    r = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(STANDIN)}, capture_output=True, text=True)
+    assert r.stdout.split() == ["8", "tensor_parallel_size"]
+
+
+def test_health_lifecycle_and_api(start_server: Callable[..., Server]) -> None:
+    srv = start_server(None, "--served-model-name", "glm-5", "--tp", "8", "--enable-metrics", start_s=1.5)
+    seen = srv.wait_status(200)
+    assert 503 in seen and seen[-1] == 200 and seen.index(503) < seen.index(200)
+    assert "The server is fired up and ready to roll!" in srv.output()
+    assert "Load weight end." in srv.output() and "Set NSA backends for bf16 KV Cache" in srv.output()
+    models = requests.get(srv.url + "/v1/models", timeout=5).json()
+    assert models["data"][0]["id"] == "glm-5"
+    body = {"model": "glm-5", "messages": [{"role": "user", "content": "What is 17 + 25?"}],
+            "chat_template_kwargs": {"enable_thinking": False}}
+    chat = requests.post(srv.url + "/v1/chat/completions", json=body, timeout=10).json()
+    assert "42" in chat["choices"][0]["message"]["content"]
+    assert chat["choices"][0]["message"]["reasoning_content"] is None
+    assert chat["usage"]["total_tokens"] == chat["usage"]["prompt_tokens"] + chat["usage"]["completion_tokens"]
+    body["chat_template_kwargs"] = {"enable_thinking": True}
+    think = requests.post(srv.url + "/v1/chat/completions", json=body, timeout=10).json()
+    assert think["choices"][0]["message"]["content"].startswith("<think>")
+    gen = requests.post(srv.url + "/generate", json={"text": "hello", "sampling_params": {
+        "max_new_tokens": 4, "ignore_eos": True}}, timeout=10).json()
+    assert gen["meta_info"]["completion_tokens"] == 4 and len(gen["text"].split()) == 4
+    with requests.post(srv.url + "/generate", json={"text": "hi", "stream": True, "sampling_params": {
+            "max_new_tokens": 3, "ignore_eos": True}}, stream=True, timeout=10) as resp:
+        events = [ln for ln in resp.iter_lines(decode_unicode=True) if ln]
+    assert events[-1] == "data: [DONE]" and len(events) == 4
+    info = requests.get(srv.url + "/server_info", timeout=5).json()
+    assert info["version"] == "0.5.12.post1" and info["tp_size"] == 8 and info["nsa_decode_backend"]
+    assert "internal_states" in info and info["max_running_requests"] == 1024
+    metrics = requests.get(srv.url + "/metrics", timeout=5).text
+    assert 'sglang:generation_tokens_total{model_name="glm-5"}' in metrics and "sglang:num_running_reqs" in metrics
+    assert requests.post(srv.url + "/flush_cache", timeout=5).text.startswith("Cache flushed.")
+
+
+def test_api_key_required(start_server: Callable[..., Server]) -> None:
+    srv = start_server(None, "--api-key", "s3cret", start_s=0.2)
+    srv.wait_status(401)
+    assert requests.get(srv.url + "/v1/models", timeout=5).status_code == 401
+    ok = requests.get(srv.url + "/v1/models", headers={"Authorization": "Bearer s3cret"}, timeout=5)
+    assert ok.status_code == 200
+
+
+def test_fault_crash_on_start(host: SimHost, start_server: Callable[..., Server]) -> None:
+    host.pass_devices()
+    host.set_ct_faults(crash_on_start=True)
+    srv = start_server(host, "--tp", "8", ct=True, start_s=0.3)
+    assert srv.proc.wait(15) == 1
+    assert "Traceback (most recent call last):" in srv.output()
+
+
+def test_fault_health_never_ok_and_slow_start(host: SimHost, start_server: Callable[..., Server]) -> None:
+    host.pass_devices()
+    host.set_ct_faults(health_never_ok=True)
+    never = start_server(host, "--tp", "8", ct=True, start_s=0.3)
+    assert never.wait_status(503)[-1] == 503  # faults are read at startup; only then change them
+    host.set_ct_faults(slow_start_s=2.0)
+    slow = start_server(host, "--tp", "8", ct=True, start_s=0.3)
+    assert slow.wait_status(503)[-1] == 503
+    time.sleep(1.0)
+    assert slow.wait_status(503, timeout=0.2)[-1] == 503  # a normal start (0.3 s) would be ready by now
+    assert slow.wait_status(200, timeout=10)[-1] == 200
+    assert never.wait_status(200, timeout=0.5)[-1] == 503
+    assert "ready to roll" not in never.output()
+
+
+def test_fault_log_line(host: SimHost, start_server: Callable[..., Server]) -> None:
+    host.pass_devices()
+    line = "Assertion 'probability tensor contains either 'inf', 'nan' or element < 0' failed"
+    host.set_ct_faults(log_line=line)
+    srv = start_server(host, "--tp", "8", ct=True, start_s=0.2)
+    assert srv.proc.wait(15) == 1
+    out = srv.output()
+    assert "ready to roll" in out and line in out
+
+
+def test_container_without_uvm_or_gpus_crashes(host: SimHost, start_server: Callable[..., Server]) -> None:
+    host.pass_devices(uvm=False)
+    srv = start_server(host, "--tp", "8", ct=True, start_s=0.2)
+    assert srv.proc.wait(15) == 1 and "CUDA unknown error" in srv.output()
