@@ -1,0 +1,55 @@
+"""Shared fixtures. `sim_host` starts one simulated Proxmox host (sim-1 on 127.0.0.2) for the whole session under
+a temporary DEPLOY_SIM_ROOT; `sim` hands it to a test after resetting faults and containers.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def sim_skip_reason() -> str | None:
+    """Why the simulated host cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "the simulated PVE host needs root (sshd, mount/network namespaces, mknod)"
+    if not Path("/usr/sbin/sshd").exists():
+        return "openssh-server (/usr/sbin/sshd) is not installed"
+    if not shutil.which("ip") or not shutil.which("ssh"):
+        return "iproute2 (ip) and openssh-client (ssh) are needed"
+    return None
+
+
+@pytest.fixture(scope="session")
+def sim_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One simulated host for the session (a SimHostInfo); torn down with `sim_down` at the end."""
+    reason = sim_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    from orchestrator.sim.manager import sim_down, sim_up
+
+    root = tmp_path_factory.mktemp("deploy-sim")
+    old = os.environ.get("DEPLOY_SIM_ROOT")
+    os.environ["DEPLOY_SIM_ROOT"] = str(root)
+    try:
+        (info,) = sim_up(root, hosts=1)
+        yield info
+    finally:
+        sim_down(root)
+        if old is None:
+            os.environ.pop("DEPLOY_SIM_ROOT", None)
+        else:
+            os.environ["DEPLOY_SIM_ROOT"] = old
+
+
+@pytest.fixture
+def sim(sim_host: Any) -> Any:
+    """The session's simulated host, reset: no faults, no containers, default template present."""
+    from orchestrator.sim.manager import reset_host
+
+    reset_host(sim_host.host_dir.parent.parent, sim_host.name)
+    return sim_host

@@ -1,0 +1,164 @@
+"""pct on the simulated host: one state shared with the API, devN start checks, container views and netns."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from orchestrator.sim.manager import set_faults
+
+pytestmark = pytest.mark.e2e
+
+GPU_DEVS = "--dev0 /dev/nvidia0,mode=0666 --dev1 /dev/nvidiactl,mode=0666 --dev2 /dev/nvidia-uvm,mode=0666"
+
+
+def test_create_start_exec_and_api_agree(ssh: Any, make_ct: Any, prox: Any, sim: Any) -> None:
+    res = make_ct(120, GPU_DEVS)
+    assert res.rc == 0, res.err
+    assert "extracting archive '/var/lib/vz/template/cache/debian-12-standard_12.7-1_amd64.tar.zst'" in res.out
+    conf = ssh.run("cat /etc/pve/lxc/120.conf").out
+    assert "dev2: /dev/nvidia-uvm,mode=0666\n" in conf and "unprivileged" not in conf
+    assert "rootfs: local-lvm:vm-120-disk-0,size=8G\n" in conf
+    api_conf = prox.nodes(sim.node).lxc(120).config.get()
+    assert api_conf["dev0"] == "/dev/nvidia0,mode=0666" and api_conf["cores"] == 2
+    assert ssh.run("pct config 120").out.splitlines() == [ln for ln in conf.splitlines() if ln]
+    assert ssh.run("pct start 120").rc == 0
+    assert ssh.run("pct status 120").out == "status: running\n"
+    assert prox.nodes(sim.node).lxc(120).status.current.get()["status"] == "running"
+    res = ssh.run("pct exec 120 -- bash -c 'hostname; echo $DEPLOY_SIM_CT; ls /dev; "
+                  "cat /proc/driver/nvidia/version; exit 5'")
+    assert res.rc == 5
+    lines = res.out.splitlines()
+    assert lines[0] == "ct120" and lines[1] == "120"
+    assert {"nvidia0", "nvidiactl", "nvidia-uvm", "null"} <= set(lines) and "nvidia1" not in lines
+    assert sim.driver_version in res.out
+    # the API sees the same container; a stop over the API is seen by pct
+    from proxmoxer.tools import Tasks
+
+    upid = prox.nodes(sim.node).lxc(120).status.stop.post()
+    assert Tasks.blocking_status(prox, upid, polling_interval=0.1)["exitstatus"] == "OK"
+    assert ssh.run("pct status 120").out == "status: stopped\n"
+    res = ssh.run("pct exec 120 -- true")
+    assert res.rc == 255 and res.err == "CT 120 not running\n"
+
+
+def test_stdin_reaches_container_bash(ssh: Any, make_ct: Any) -> None:
+    assert make_ct(121).rc == 0
+    assert ssh.run("pct start 121").rc == 0
+    res = ssh.run("pct exec 121 -- bash -s", stdin="x=$((6*7))\necho v=$x\nexit 4\n")
+    assert (res.rc, res.out) == (4, "v=42\n")
+    res = ssh.run("pct exec 121 -- bash -s", stdin="echo $((40+2)); cat /etc/hostname 2>/dev/null; hostname\n")
+    assert res.out.splitlines()[0] == "42" and res.out.splitlines()[-1] == "ct121"
+
+
+def test_missing_uvm_fails_start_then_nvidia_modprobe_fixes_it(ssh: Any, make_ct: Any, sim: Any,
+                                                                prox: Any) -> None:
+    set_faults(sim.host_dir.parent.parent, sim.name, missing_uvm=True)
+    assert make_ct(122, GPU_DEVS).rc == 0
+    assert "nvidia-uvm" not in ssh.run("cat /proc/devices").out
+    res = ssh.run("pct start 122")
+    assert res.rc == 255 and res.err == "Device /dev/nvidia-uvm does not exist\n"
+    from proxmoxer.tools import Tasks
+
+    upid = prox.nodes(sim.node).lxc(122).status.start.post()
+    status = Tasks.blocking_status(prox, upid, polling_interval=0.1)
+    assert status["exitstatus"] == "Device /dev/nvidia-uvm does not exist"
+    log = prox.nodes(sim.node).tasks(upid).log.get()
+    assert log[-1]["t"] == "TASK ERROR: Device /dev/nvidia-uvm does not exist"
+    res = ssh.run("nvidia-modprobe -u -c=0 && ls -l /dev/nvidia-uvm && grep nvidia-uvm /proc/devices")
+    assert res.rc == 0, res.err
+    assert ssh.run("pct start 122").rc == 0
+
+
+def test_optional_raw_mount_entry_is_skipped(ssh: Any, make_ct: Any, sim: Any) -> None:
+    set_faults(sim.host_dir.parent.parent, sim.name, missing_uvm=True)
+    assert make_ct(123).rc == 0
+    script = ("cat >> /etc/pve/lxc/123.conf <<'EOF'\n"
+              "lxc.cgroup2.devices.allow: c 195:* rwm\n"
+              "lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind,optional,create=file\n"
+              "lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file\n"
+              "EOF\npct start 123 && pct exec 123 -- ls /dev")
+    res = ssh.run("bash -s", stdin=script)
+    assert res.rc == 0, res.err
+    assert "nvidia0" in res.out.split() and "nvidia-uvm" not in res.out.split()
+    last = ssh.run("pct config 123").out.splitlines()[-1]
+    assert last == "lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file"
+
+
+def test_containers_have_their_own_netns(ssh: Any, make_ct: Any) -> None:
+    assert make_ct(124).rc == 0 and make_ct(125).rc == 0
+    assert ssh.run("pct start 124 && pct start 125").rc == 0
+    listener = ("import socket,time\ns=socket.socket()\n"
+                "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                "s.bind(('127.0.0.1', 18123)); s.listen(); time.sleep(60)\n")
+    ssh.run("cat > /tmp/listener.py", stdin=listener)
+    assert ssh.run("pct push 124 /tmp/listener.py /root/listener.py").rc == 0
+    assert ssh.run("pct exec 124 -- bash -s", stdin="nohup python3 /root/listener.py >/dev/null 2>&1 &\n").rc == 0
+
+    def probe(tries: int) -> str:
+        return ("import socket,sys,time\n"
+                f"for _ in range({tries}):\n"
+                "    try:\n"
+                "        socket.create_connection(('127.0.0.1', 18123), timeout=0.2); print('open'); sys.exit()\n"
+                "    except OSError: time.sleep(0.05)\n"
+                "print('closed')\n")
+
+    assert ssh.run("pct exec 124 -- python3 -", stdin=probe(60)).out == "open\n"
+    assert ssh.run("pct exec 125 -- python3 -", stdin=probe(2)).out == "closed\n"
+    assert ssh.run("python3 -", stdin=probe(2)).out == "closed\n"
+    # stop kills the listener with the namespace
+    assert ssh.run("pct stop 124").rc == 0
+    assert ssh.run("ip netns list").out.count("-124") == 0
+
+
+def test_pct_errors_match_pve(ssh: Any, make_ct: Any, sim: Any) -> None:
+    assert make_ct(126).rc == 0
+    res = make_ct(126)
+    assert res.rc == 255 and res.err == f"CT 126 already exists on node '{sim.node}'\n"
+    res = ssh.run("pct set 126 --memory abc --bogus 1")
+    assert res.rc == 255 and res.err.startswith("Unknown option: bogus\n400 unable to parse option\n")
+    res = ssh.run("pct set 126 --memory abc --net1 bridge=vmbr0")
+    assert res.rc == 255
+    assert res.err.startswith("400 Parameter verification failed.\n")
+    assert "memory: type check ('integer') failed - got 'abc'\n" in res.err
+    assert "net1: invalid format - format error\nnet1.name: property is missing and it is not optional\n" in res.err
+    assert ssh.run("pct set 126 --cores 4 --delete features && pct config 126 | grep -c features").out == "0\n"
+    res = ssh.run("pct create 127 local:vztmpl/nope.tar.zst --hostname x")
+    assert res.rc == 255 and res.err == "unable to create CT 127 - volume 'local:vztmpl/nope.tar.zst' does not exist\n"
+    assert ssh.run("pct push 126 /etc/hostname /root/x").err == "CT 126 not running\n"
+    assert ssh.run("pct start 126 && echo secret > /tmp/f && pct push 126 /tmp/f /etc/sglang/f --perms 0600 "
+                   "&& pct exec 126 -- stat -c %a:%s /etc/sglang/f").out == "600:7\n"
+
+
+def test_pvesh_maps_to_api(ssh: Any, make_ct: Any, sim: Any) -> None:
+    assert make_ct(128).rc == 0
+    res = ssh.run(f"pvesh get /nodes/{sim.node}/lxc/128/config --output-format json")
+    assert res.rc == 0 and json.loads(res.out)["hostname"] == "ct128"
+    res = ssh.run(f"pvesh set /nodes/{sim.node}/lxc/128/config -dev5 /dev/nvidia1,mode=0666")
+    assert res.rc == 0, res.err
+    res = ssh.run(f"pvesh create /nodes/{sim.node}/lxc/128/status/start --output-format json")
+    assert res.rc == 0 and json.loads(res.out.splitlines()[-1]).startswith(f"UPID:{sim.node}:")
+    res = ssh.run(f"pvesh create /nodes/{sim.node}/lxc -vmid 129 -ostemplate local:vztmpl/x.tar.zst -foo 1")
+    assert res.rc == 255
+    assert res.err.startswith("400 Parameter verification failed.\nfoo: property is not defined in schema")
+    res = ssh.run("pveversion && lspci -d 10de: | wc -l")
+    assert res.out.startswith("pve-manager/9.1") and res.out.splitlines()[-1] == "8"
+
+
+def test_fault_knobs_are_validated_and_stored(make_ct: Any, sim: Any) -> None:
+    from orchestrator.sim.manager import set_ct_faults
+
+    root = sim.host_dir.parent.parent
+    assert make_ct(140).rc == 0
+    faults = set_ct_faults(root, sim.name, 140, driver_mismatch="580.65.06", crash_on_start=True,
+                           log_line="Unsupported architecture", slow_start_s=2.5, health_never_ok=True)
+    state = json.loads((sim.host_dir / "ct/140/state.json").read_text())
+    assert state["faults"] == {"driver_mismatch": "580.65.06", "crash_on_start": True, "health_never_ok": True,
+                               "log_line": "Unsupported architecture", "slow_start_s": 2.5}
+    assert faults.crash_on_start is True
+    with pytest.raises(ValueError, match="unknown fault 'crash'"):
+        set_ct_faults(root, sim.name, 140, crash=True)
+    with pytest.raises(ValueError, match="unknown fault"):
+        set_faults(root, sim.name, drop_ssh=1)
