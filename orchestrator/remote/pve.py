@@ -114,14 +114,19 @@ class PveshPve:
 
 
 def parse_pvesh_output(text: str) -> Any:
+    """pvesh's JSON result. Worker calls (create, start, …) print the task log first and the UPID last."""
     text = text.strip()
     if not text:
         return None
     try:
         return json.loads(text)
     except json.JSONDecodeError:
-        # pvesh prints a bare UPID (or other plain text) for some calls.
-        return text.strip('"')
+        pass
+    last = text.splitlines()[-1].strip()
+    try:
+        return json.loads(last)
+    except json.JSONDecodeError:
+        return last.strip('"')
 
 
 def wait_task(client: PveClient, node: str, upid: str, *, timeout_s: float = 600, poll_s: float = 0.5,

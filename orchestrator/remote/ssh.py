@@ -8,9 +8,9 @@ any secret) never appears in a process argument list.
 
 from __future__ import annotations
 
-import io
 import secrets
 import shlex
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,7 +18,6 @@ from pathlib import Path
 
 import paramiko
 from fabric import Connection
-from invoke.exceptions import CommandTimedOut, UnexpectedExit
 
 from orchestrator.errors import RemoteError
 from orchestrator.inventory.models import Host
@@ -123,38 +122,91 @@ class SshHost:
     # -- commands -----------------------------------------------------------------------------------------
     def run(self, command: str, *, stdin: str | None = None, timeout: float | None = None,
             check: bool = True, what: str = "") -> RemoteResult:
-        """One round trip. `command` must already be quoted; prefer `script` for anything non-trivial."""
+        """One round trip on its own channel. `command` must already be quoted; prefer `script`.
+
+        Plain paramiko channel I/O: stdin is written by a thread while stdout/stderr are drained, so neither
+        side can block the other on a full window (invoke's stdin pump sends one byte per 10 ms).
+        """
         conn = self.connect()
         self.metrics.round_trip()
         start = time.monotonic()
+        label = what or "remote command"
+        transport = conn.client.get_transport()
         try:
-            res = conn.run(command, hide=True, warn=True, pty=False, timeout=timeout,
-                           in_stream=io.StringIO(stdin) if stdin is not None else False)
-        except CommandTimedOut as exc:
-            raise RemoteError(f"{what or 'remote command'} timed out after {timeout:.0f} s",
-                              fix="the host or container is slow or hung; check it and re-run",
-                              host=self.host.name) from exc
-        except UnexpectedExit as exc:  # only with warn=False; kept for completeness
-            res = exc.result
+            if transport is None or not transport.is_active():
+                raise paramiko.SSHException("transport is not active")
+            chan = transport.open_session(timeout=self.host.ssh.connect_timeout_s)
+            chan.exec_command(command)
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self._conn = None
-            raise RemoteError(f"SSH connection to {self.host.address} dropped during {what or 'a command'}: "
-                              f"{exc or type(exc).__name__}",
-                              fix="re-run the command; every step is idempotent and resumes where it stopped",
-                              host=self.host.name) from exc
-        result = RemoteResult(res.exited if res.exited is not None else -1, res.stdout, res.stderr,
+            raise self._dropped(label, exc) from exc
+        writer: threading.Thread | None = None
+        if stdin is not None:
+            payload = stdin.encode()
+
+            def feed() -> None:
+                try:
+                    chan.sendall(payload)
+                    chan.shutdown_write()
+                except (OSError, EOFError, paramiko.SSHException):
+                    pass  # the reader notices the dropped channel
+
+            writer = threading.Thread(target=feed, name="deploy-ssh-stdin", daemon=True)
+            writer.start()
+        else:
+            chan.shutdown_write()
+        out, err = bytearray(), bytearray()
+        deadline = None if timeout is None else start + timeout
+        try:
+            while True:
+                busy = False
+                if chan.recv_ready():
+                    out += chan.recv(1 << 16)
+                    busy = True
+                if chan.recv_stderr_ready():
+                    err += chan.recv_stderr(1 << 16)
+                    busy = True
+                if busy:
+                    continue
+                if chan.exit_status_ready() or chan.closed:
+                    while chan.recv_ready():
+                        out += chan.recv(1 << 16)
+                    while chan.recv_stderr_ready():
+                        err += chan.recv_stderr(1 << 16)
+                    break
+                if not transport.is_active():
+                    raise paramiko.SSHException("connection lost")
+                if deadline is not None and time.monotonic() > deadline:
+                    chan.close()
+                    raise RemoteError(f"{label} timed out after {timeout:.0f} s",
+                                      fix="the host or container is slow or hung; check it and re-run",
+                                      host=self.host.name)
+                time.sleep(0.002)
+            rc = chan.recv_exit_status()
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            self._conn = None
+            raise self._dropped(label, exc) from exc
+        finally:
+            if writer is not None:
+                writer.join(timeout=1)
+            chan.close()
+        result = RemoteResult(rc, out.decode(errors="replace"), err.decode(errors="replace"),
                               time.monotonic() - start)
         if result.rc == -1:
             self._conn = None
-            raise RemoteError(f"SSH connection to {self.host.address} dropped during {what or 'a command'}",
-                              fix="re-run the command; every step is idempotent and resumes where it stopped",
-                              host=self.host.name)
+            raise self._dropped(label, None)
         if check and result.rc != 0:
             tail = (result.stderr or result.stdout).strip().splitlines()[-5:]
-            raise RemoteError(f"{what or 'remote command'} failed with exit code {result.rc}: " + " | ".join(tail),
+            raise RemoteError(f"{label} failed with exit code {result.rc}: " + " | ".join(tail),
                               fix="see the message above", host=self.host.name,
                               details={"stdout": result.stdout[-2000:], "stderr": result.stderr[-2000:]})
         return result
+
+    def _dropped(self, what: str, exc: BaseException | None) -> RemoteError:
+        detail = f": {exc}" if exc is not None and str(exc) else ""
+        return RemoteError(f"SSH connection to {self.host.address} dropped during {what}{detail}",
+                           fix="re-run the command; every step is idempotent and resumes where it stopped",
+                           host=self.host.name)
 
     def script(self, body: str, *, timeout: float | None = None, check: bool = True,
                what: str = "") -> RemoteResult:

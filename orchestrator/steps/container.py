@@ -53,6 +53,20 @@ def device_plan(current: dict[str, Any], nodes: list[DeviceNode]) -> tuple[dict[
     return to_set, to_delete
 
 
+#: Property-string keys: PVE fills in defaults (net0 gets hwaddr and type=veth), so compare only what we set.
+PROPERTY_KEYS = {"net0": "name", "features": None}
+
+
+def same_value(key: str, current: Any, wanted: str) -> bool:
+    if current is None:
+        return False
+    if key in PROPERTY_KEYS:
+        have = parse_property_string(str(current), PROPERTY_KEYS[key])
+        want = parse_property_string(wanted, PROPERTY_KEYS[key])
+        return all(have.get(k) == v for k, v in want.items())
+    return str(current) == wanted
+
+
 def _wait(client: PveClient, ctx: StepContext, result: Any, what: str) -> None:
     if isinstance(result, str) and result.startswith("UPID:"):
         wait_task(client, ctx.host.pve.node, result, host=ctx.host.name)
@@ -120,7 +134,7 @@ def container(ctx: StepContext, record: StepRecord) -> None:
                 f"{int(spec.unprivileged)}; PVE cannot change this on an existing container",
                 fix="set container.unprivileged to match, or back up and destroy the container yourself",
                 host=ctx.host.name, step="container")
-        base_diff = {k: v for k, v in base_config(spec).items() if str(current.get(k, "")) != v}
+        base_diff = {k: v for k, v in base_config(spec).items() if not same_value(k, current.get(k), v)}
         dev_set, dev_delete = device_plan(current, wanted)
         diff_lines = [f"{k}: {current.get(k, '(unset)')} → {v}" for k, v in base_diff.items()]
         diff_lines += [f"{k}: (unset) → {v}" for k, v in dev_set.items()]

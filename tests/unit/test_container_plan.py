@@ -47,3 +47,14 @@ def test_foreign_device_index_is_skipped(h200_nodes):
     to_set, _ = device_plan({"dev0": "/dev/dri/card0"}, h200_nodes)
     assert "dev0" not in to_set
     assert to_set["dev1"].startswith("/dev/nvidia0")
+
+
+def test_pve_defaults_in_property_strings_are_not_drift():
+    from orchestrator.steps.container import same_value
+
+    assert same_value("net0", "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:98:22:BB,ip=dhcp,type=veth",
+                      "name=eth0,bridge=vmbr0,ip=dhcp")
+    assert not same_value("net0", "name=eth0,bridge=vmbr1,ip=dhcp", "name=eth0,bridge=vmbr0,ip=dhcp")
+    assert same_value("features", "nesting=1", "nesting=1")
+    assert not same_value("cores", "16", "32")
+    assert not same_value("onboot", None, "1")
