@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,7 +128,9 @@ def bandwidth_probe(ctx: StepContext, size_mib: int) -> dict[str, Any]:
     """Ship the probe into the container, run it with the venv's torch, judge pairs by link type."""
     path = "/tmp/deploy-p2p-probe.py"
     cmd = probe_command(f"{ctx.profile.venv}/bin/python", path, size_mib=size_mib)
-    body = (f"cat > {path} <<'DEPLOY_PROBE_EOF'\n{probe_script_source()}\nDEPLOY_PROBE_EOF\n{cmd}\n"
+    pcie = ("nvidia-smi --query-gpu=pcie.link.gen.max,pcie.link.width.max --format=csv,noheader,nounits "
+            "| head -n 1 | sed 's/^/PCIE_MAX=/'")
+    body = (f"{pcie}\ncat > {path} <<'DEPLOY_PROBE_EOF'\n{probe_script_source()}\nDEPLOY_PROBE_EOF\n{cmd}\n"
             f"rc=$?; rm -f {path}; exit $rc\n")
     script = f"pct exec {ctx.vmid} -- bash -s <<'DEPLOY_CT_EOF'\n{body}DEPLOY_CT_EOF\n"
     res = ctx.ssh.script(script, check=False, timeout=600, what="P2P bandwidth probe")
@@ -143,7 +146,11 @@ def bandwidth_probe(ctx: StepContext, size_mib: int) -> dict[str, Any]:
         for (a, b), link in topo.cells.items():
             if a.startswith("GPU") and b.startswith("GPU") and a != b:
                 links[(int(a[3:]), int(b[3:]))] = link
-    verdict = p2p_bandwidth_verdict(result, links)
+    gen = width = None
+    m = re.search(r"^PCIE_MAX=\s*(\d+),\s*(\d+)", res.stdout, re.MULTILINE)
+    if m:
+        gen, width = int(m.group(1)), int(m.group(2))
+    verdict = p2p_bandwidth_verdict(result, links, pcie_gen=gen, pcie_width=width)
     return json.loads(json.dumps({"ok": verdict.ok, "probe": result.model_dump(mode="json"),
                                   **verdict.model_dump(mode="json")}))
 
