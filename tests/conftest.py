@@ -36,7 +36,9 @@ def sim_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     old = os.environ.get("DEPLOY_SIM_ROOT")
     os.environ["DEPLOY_SIM_ROOT"] = str(root)
     try:
-        (info,) = sim_up(root, hosts=1)
+        # DEPLOY_SIM_FIRST lets two test sessions run side by side on disjoint loopback addresses.
+        first = int(os.environ.get("DEPLOY_SIM_FIRST", "1"))
+        (info,) = sim_up(root, hosts=1, first=first, time_scale=5.0)
         yield info
     finally:
         sim_down(root)

@@ -49,7 +49,7 @@ class BenchRun:
             "overrides": self.overrides,
             "started_at": self.started_at.isoformat(),
             "remote_jsonl": self.remote_jsonl,
-            "result": self.result.model_dump(mode="json"),
+            "result": self.result.model_dump(mode="json", exclude={"server_info"}),
             "telemetry": self.telemetry.model_dump(mode="json") if self.telemetry else None,
             "diagnosis": [d.model_dump(mode="json") for d in self.diagnosis],
         }

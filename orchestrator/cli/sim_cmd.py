@@ -45,14 +45,16 @@ def sim() -> None:
 @click.option("--time-scale", default=5.0, show_default=True,
               help="Simulated model time runs this much faster than the wall clock (bench figures stay in model "
                    "time).")
+@click.option("--first", default=1, show_default=True, help="Number of the first host: sim-N listens on 127.0.0.(N+1).")
 @click.option("--root", default=None, help=ROOT_HELP)
 @common_options
-def up(app: AppContext, hosts: int, profile: str, time_scale: float, root: str | None) -> int:
+def up(app: AppContext, hosts: int, profile: str, time_scale: float, first: int, root: str | None) -> int:
     """Start (or keep) the simulated hosts and write their inventory entries, keys and known_hosts."""
     from orchestrator.sim.manager import sim_up
 
     copy = _inventory_copy(app)
-    infos = sim_up(_root(root), hosts=hosts, profile=profile, time_scale=time_scale, inventory_copy=copy)
+    infos = sim_up(_root(root), hosts=hosts, profile=profile, time_scale=time_scale, inventory_copy=copy,
+                   first=first)
     app.out.emit({"ok": True, "hosts": [_info_dict(i) for i in infos], "inventory": str(copy) if copy else None})
     for i in infos:
         app.out.line(f"{i.name}: {i.address} ssh :{i.ssh_port} (key {i.key_file}), PVE API https://{i.address}:"

@@ -100,6 +100,8 @@ class CtFaults:
     health_never_ok: /health stays 503 forever (start timeout).
     log_line: an extra line the model server logs (e.g. a NaN warning or "Unsupported architecture").
     slow_start_s: extra seconds before the model server becomes healthy.
+    match: the server faults above apply only when the server's command line contains this text (e.g.
+        "--num-continuous-decode-steps 16"): a flag set that crashes, while the previous release still starts.
     """
 
     driver_mismatch: str | None = None
@@ -107,6 +109,7 @@ class CtFaults:
     health_never_ok: bool = False
     log_line: str | None = None
     slow_start_s: float = 0.0
+    match: str | None = None
 
 
 @dataclass

@@ -123,9 +123,9 @@ def read_releases_script(limit: int = 50) -> str:
     return (f"printf '{{\"current\":\"%s\"}}\\n' \"$(readlink {CURRENT_LINK} 2>/dev/null | sed 's#.*/##')\"\n"
             f"cd {RELEASES_DIR} 2>/dev/null || exit 0\n"
             f"for d in $(ls -1 | grep -E '^[0-9]{{8}}T[0-9]{{6}}-[0-9a-f]{{8}}$' | sort | tail -n {int(limit)}); do\n"
-            "  printf '{\"id\":\"%s\",\"meta\":' \"$d\"; cat \"$d/meta.json\" 2>/dev/null || printf 'null';\n"
-            "  printf ',\"verdict\":'; cat \"$d/verdict.json\" 2>/dev/null || printf 'null';\n"
-            "  printf ',\"flags\":'; cat \"$d/flags.json\" 2>/dev/null || printf 'null'; printf '}\\n'\n"
+            "  printf '{\"id\":\"%s\",\"meta\":' \"$d\"; tr -d '\\n' < \"$d/meta.json\" 2>/dev/null || printf 'null';\n"
+            "  printf ',\"verdict\":'; tr -d '\\n' < \"$d/verdict.json\" 2>/dev/null || printf 'null';\n"
+            "  printf ',\"flags\":'; tr -d '\\n' < \"$d/flags.json\" 2>/dev/null || printf 'null'; printf '}\\n'\n"
             "done\n")
 
 

@@ -71,6 +71,11 @@ def baseline_bench(ctx: StepContext) -> BenchResult | None:
         return None
 
 
+def bench_dict(result: BenchResult) -> dict[str, Any]:
+    """Bench figures for verdict.json; the resolved server args are stored once, in server_info.json."""
+    return result.model_dump(mode="json", exclude={"server_info"})
+
+
 def write_verdict(ctx: StepContext, release: str, verdict: dict[str, Any]) -> None:
     body = json.dumps({"at": datetime.now(UTC).isoformat(timespec="seconds"), **verdict}, sort_keys=True,
                       default=str)
@@ -204,10 +209,10 @@ def install_candidate(ctx: StepContext, record: StepRecord) -> None:
                     "rolled_back_to": previous}
         bench = ctx.shared.get("bench_run")
         if bench is not None:
-            evidence["candidate"] = bench.result.model_dump(mode="json")
+            evidence["candidate"] = bench_dict(bench.result)
         base = ctx.shared.get("baseline")
         if base is not None:
-            evidence["baseline"] = base.model_dump(mode="json")
+            evidence["baseline"] = bench_dict(base)
         write_verdict(ctx, rid, evidence)
         seconds = rollback_to(ctx, previous, failed, reason=err.what)
         err.what = f"{err.what} — rolled back to {previous} (healthy again after {seconds:.0f} s)"
@@ -243,8 +248,8 @@ def gate_step(ctx: StepContext, record: StepRecord) -> None:
                           host=ctx.host.name, details={"gate": result.model_dump(mode="json")})
     telemetry = run.telemetry.model_dump(mode="json") if run.telemetry else None
     write_verdict(ctx, rid, {"verdict": "kept", "gate": result.model_dump(mode="json"),
-                             "candidate": run.result.model_dump(mode="json"),
-                             "baseline": baseline.model_dump(mode="json") if baseline else None,
+                             "candidate": bench_dict(run.result),
+                             "baseline": bench_dict(baseline) if baseline else None,
                              "telemetry": telemetry})
     ctx.shared.pop("on_failure", None)
     record.summary = f"{rid} kept: {result.verdict}" + (f" ({result.reasons[0]})" if result.reasons else "")
@@ -281,7 +286,7 @@ def release_verdict(ctx: StepContext, record: StepRecord) -> None:
         return
     run = ctx.shared.get("bench_run")
     write_verdict(ctx, rid, {"verdict": "kept", "source": "up",
-                             "candidate": run.result.model_dump(mode="json") if run else None,
+                             "candidate": bench_dict(run.result) if run else None,
                              "telemetry": run.telemetry.model_dump(mode="json") if run and run.telemetry else None})
     record.summary = f"{rid} verified"
 

@@ -61,6 +61,9 @@ class Sim:
         self.args = args
         self.version = version
         self.faults = env.ct_faults()
+        match = self.faults.get("match")
+        if match and str(match) not in " ".join(sys.argv):
+            self.faults = {}  # the faults belong to another flag set
         self.scale = env.time_scale()
         self.engine = Engine(PerfModel.from_args(args), self.scale)
         self.ready = False
