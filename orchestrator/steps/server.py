@@ -80,7 +80,9 @@ def install_release(ctx: StepContext, bundle: Bundle, *, source: str, restart: b
             "sglang_version": bundle.flags.version, "argv": launch_argv(ctx.profile, bundle.flags),
             **(extra_meta or {})}
     rb = ReleaseBundle(rid, files, bundle.flags.as_dict(), meta)
-    script = write_release_script(rb) + activate_script(rid, restart=restart, keep=ctx.profile.keep_releases)
+    # A reused release directory must not carry an old verdict: until this run writes one it is unverified.
+    script = (write_release_script(rb) + f"rm -f /var/lib/deploy/releases/{rid}/verdict.json\n"
+              + activate_script(rid, restart=restart, keep=ctx.profile.keep_releases))
     res = ctx.ssh.script(in_container_script(ctx.vmid, script), check=False, timeout=300,
                          what=f"install release {rid}")
     if res.rc != 0:
