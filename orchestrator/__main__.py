@@ -1,0 +1,5 @@
+"""`python -m orchestrator` = the `deploy` command."""
+
+from orchestrator.cli import main
+
+main()

@@ -1,0 +1,134 @@
+"""End-to-end harness: the real `deploy` CLI (subprocess) against the simulated host over real SSH and HTTPS.
+
+`deploy_env` gives each test a fresh simulated host (no containers, no faults), its own inventory (the repo's
+profiles with a small bench preset) and its own local state dir. Assertions read the host through the `ssh`
+binary with the simulator's key, independent of the tool's own SSH layer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+E2E_PRESET = {  # big enough that flag changes show in throughput, small enough for a 2-core CI machine
+    "dataset_name": "random-ids", "random_input_len": 32, "random_output_len": 64, "random_range_ratio": 1.0,
+    "num_prompts": 256, "request_rate": "inf",
+}
+
+
+@dataclass
+class Result:
+    rc: int
+    stdout: str
+    stderr: str
+
+    @property
+    def json(self) -> dict[str, Any]:
+        return dict(json.loads(self.stdout))
+
+    @property
+    def text(self) -> str:
+        return self.stdout + self.stderr
+
+
+@dataclass
+class DeployEnv:
+    sim: Any
+    inventory: Path
+    env: dict[str, str]
+    profile_overrides: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def root(self) -> Path:
+        return Path(self.sim.host_dir).parent.parent
+
+    @property
+    def host(self) -> str:
+        return str(self.sim.name)
+
+    def run(self, *args: str, timeout: float = 300) -> Result:
+        """`deploy ARGS` as a user would run it (a separate process)."""
+        proc = subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True,
+                              env=self.env, cwd=REPO, timeout=timeout)
+        return Result(proc.returncode, proc.stdout, proc.stderr)
+
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-m", "orchestrator", *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, env=self.env, cwd=REPO)
+
+    def ssh(self, command: str, timeout: float = 60) -> Result:
+        """Run a command on the simulated PVE host with the plain ssh client (strict host keys)."""
+        s = self.sim
+        proc = subprocess.run(
+            ["ssh", "-i", str(s.key_file), "-o", f"UserKnownHostsFile={s.known_hosts}", "-o",
+             "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-p", str(s.ssh_port), f"root@{s.address}",
+             command], capture_output=True, text=True, timeout=timeout)
+        return Result(proc.returncode, proc.stdout, proc.stderr)
+
+    def ct(self, command: str, vmid: int = 120) -> Result:
+        return self.ssh(f"pct exec {vmid} -- bash -c {shlex.quote(command)}")
+
+    def set_profile(self, **changes: Any) -> None:
+        """Change the glm5-nvfp4 profile (flags merge; other keys replace) and rewrite profiles.yaml."""
+        flags = changes.pop("flags", None)
+        if flags is not None:
+            self.profile_overrides.setdefault("flags", {}).update(flags)
+        self.profile_overrides.update(changes)
+        write_profiles(self.inventory, self.profile_overrides)
+
+    def faults(self, **knobs: Any) -> None:
+        from orchestrator.sim.manager import set_faults
+
+        set_faults(self.root, self.host, **knobs)
+
+    def ct_faults(self, vmid: int = 120, **knobs: Any) -> None:
+        from orchestrator.sim.manager import set_ct_faults
+
+        set_ct_faults(self.root, self.host, vmid, **knobs)
+
+
+def write_profiles(inventory: Path, overrides: dict[str, Any]) -> None:
+    data = yaml.safe_load((REPO / "inventory" / "profiles.yaml").read_text())
+    prof = data["profiles"]["glm5-nvfp4"]
+    prof["bench_preset"] = "e2e"
+    prof["start_timeout_s"] = 60
+    for key, value in overrides.items():
+        if key == "flags":
+            prof["flags"].update(value)
+        else:
+            prof[key] = value
+    (inventory / "profiles.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+@pytest.fixture
+def deploy_env(sim: Any, tmp_path: Path) -> DeployEnv:
+    inv = tmp_path / "inventory"
+    inv.mkdir()
+    root = Path(sim.host_dir).parent.parent
+    (inv / "sim.yaml").write_text((root / "inventory.yaml").read_text())
+    presets = yaml.safe_load((REPO / "inventory" / "presets.yaml").read_text())
+    presets["presets"]["e2e"] = E2E_PRESET
+    (inv / "presets.yaml").write_text(yaml.safe_dump(presets, sort_keys=False))
+    write_profiles(inv, {})
+    env = {**os.environ, "DEPLOY_INVENTORY": str(inv), "DEPLOY_STATE_DIR": str(tmp_path / "state"),
+           "COLUMNS": "200", "PYTHONUNBUFFERED": "1"}
+    return DeployEnv(sim=sim, inventory=inv, env=env)
+
+
+@pytest.fixture
+def converged(deploy_env: DeployEnv) -> DeployEnv:
+    """A host on which `deploy up` has already converged (bench skipped to save time)."""
+    res = deploy_env.run("--json", "up", "host", deploy_env.host, "--skip-bench")
+    assert res.rc == 0, res.text
+    return deploy_env

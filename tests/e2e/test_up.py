@@ -1,0 +1,53 @@
+"""`deploy up` from a bare simulated Proxmox host to a checked server, and again with nothing to do."""
+
+from __future__ import annotations
+
+import re
+
+from tests.e2e.conftest import DeployEnv
+
+
+def steps(payload: dict) -> dict[str, dict]:
+    return {s["name"]: s for s in payload["steps"]}
+
+
+def test_up_from_nothing_then_no_changes(deploy_env: DeployEnv) -> None:
+    first = deploy_env.run("--json", "up", "host", deploy_env.sim.address)  # named by address
+    assert first.rc == 0, first.text
+    p = first.json
+    s = steps(p)
+    assert p["ok"] and p["changed"]
+    assert s["container"]["status"] == "changed"
+    assert s["server_unit"]["status"] == "changed"
+    assert s["smoke"]["details"]["answer"] and "42" in s["smoke"]["details"]["answer"]
+    assert s["throughput"]["details"]["result"]["output_throughput"] > 0
+    assert s["throughput"]["details"]["result"]["failed"] == 0
+    assert all(rec["duration_s"] >= 0 and "ssh_round_trips" in rec for rec in p["steps"])
+    # What really happened on the host: one container with every GPU node, sglang active with the seeds' flags.
+    conf = deploy_env.ssh("cat /etc/pve/lxc/120.conf").stdout
+    assert len(re.findall(r"^dev\d+: /dev/nvidia\d+,", conf, re.MULTILINE)) == 8
+    assert "unprivileged: 1" not in conf  # privileged, as the inventory says (PVE omits 0)
+    unit = deploy_env.ct("cat /etc/systemd/system/sglang.service").stdout
+    assert "--num-continuous-decode-steps 8" in unit and "--nsa-decode-backend trtllm" in unit
+    assert "--tensor-parallel-size 8" in unit
+    env_mode = deploy_env.ct("stat -c %a /etc/sglang/sglang.env").stdout.strip()
+    assert env_mode == "600"
+    pid_before = deploy_env.ct("systemctl show -p MainPID --value sglang").stdout.strip()
+
+    second = deploy_env.run("--json", "up", "host", deploy_env.host)
+    assert second.rc == 0, second.text
+    q = second.json
+    assert not q["changed"] and q["summary"] == "no changes"
+    assert q["totals"]["ssh_round_trips_before_smoke"] <= 3
+    assert all(rec["status"] in ("ok", "skipped") for rec in q["steps"])
+    assert deploy_env.ct("systemctl show -p MainPID --value sglang").stdout.strip() == pid_before
+    assert deploy_env.ssh("ls /etc/pve/lxc").stdout.split() == ["120.conf"]
+
+
+def test_plan_changes_nothing(deploy_env: DeployEnv) -> None:
+    res = deploy_env.run("--json", "plan", "host", deploy_env.host)
+    assert res.rc == 0, res.text
+    p = res.json
+    assert p["dry_run"] and p["changed"]
+    assert any("create CT 120" in c for c in steps(p)["container"]["changes"])
+    assert deploy_env.ssh("ls /etc/pve/lxc").stdout.strip() == ""
