@@ -70,5 +70,7 @@ def load_inventory(dirs: str | Path | list[Path]) -> Inventory:
         file = origin.get((str(loc[0]), str(loc[1]))) if len(loc) >= 2 else None
         where = f"{file}: " if file else f"{', '.join(str(d) for d in dir_list)}: "
         more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-        raise ConfigError(f"{where}{_key_path(loc)}: {err['msg']}{more}",
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        key = f"{_key_path(loc)}: " if loc else ""
+        raise ConfigError(f"{where}{key}{msg}{more}",
                           fix="correct the inventory entry; unknown keys are not allowed") from None

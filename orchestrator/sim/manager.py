@@ -450,7 +450,13 @@ def set_ct_faults(root: Path, host: str, vmid: int, **knobs: Any) -> CtFaults:
         for k, v in values.items():
             setattr(st.faults, k, v)
 
-    return hp.ct(vmid).update(apply).faults
+    faults = hp.ct(vmid).update(apply).faults
+    if values.get("driver_mismatch"):
+        # Like a host driver upgrade under a running container: its userspace now differs, at once.
+        version_file = hp.dir / "ct" / str(vmid) / "fs" / "opt" / "sim-nvidia" / "version"
+        version_file.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(version_file, f"{values['driver_mismatch']}\n")
+    return faults
 
 
 def reset_host(root: Path, host: str) -> None:

@@ -104,6 +104,17 @@ def health(ctx: StepContext, record: StepRecord) -> None:
     record.summary = f"healthy after {waited:.1f} s"
 
 
+def raise_if_fatal_logged(ctx: StepContext) -> None:
+    """After a failed check, read the journal once: a known fatal line explains the failure better."""
+    res = ctx.ssh.run(f"pct exec {ctx.vmid} -- journalctl -u {UNIT_NAME} --no-pager -o cat -n 200", check=False,
+                      timeout=60, what="journal excerpt")
+    lines = res.stdout.splitlines()
+    fatal = find_fatal(lines)
+    if fatal is not None:
+        raise CheckFailed(f"sglang logged a fatal line: {fatal.line!r} — {fatal.meaning}", fix=fatal.fix,
+                          host=ctx.host.name, details={"journal": lines[-JOURNAL_TAIL:], "code": fatal.code})
+
+
 def smoke_source() -> str:
     return resources.files("orchestrator.probes").joinpath("smoke_probe.py").read_text()
 
@@ -148,6 +159,7 @@ def smoke(ctx: StepContext, record: StepRecord) -> None:
     record.details.update({k: data.get(k) for k in ("models", "answer", "latency_s", "usage")})
     problems = judge_smoke(ctx, data)
     if problems:
+        raise_if_fatal_logged(ctx)
         raise CheckFailed("smoke check failed: " + "; ".join(problems),
                           fix="look at the server journal (journalctl -u sglang in the container); roll back if "
                               "a flag change caused it", host=ctx.host.name, details=data)

@@ -111,8 +111,8 @@ def write_profiles(inventory: Path, overrides: dict[str, Any]) -> None:
     (inventory / "profiles.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 
 
-@pytest.fixture
-def deploy_env(sim: Any, tmp_path: Path) -> DeployEnv:
+def make_env(sim: Any, tmp_path: Path) -> DeployEnv:
+    """An inventory for this simulated host (the repo's profiles and presets plus the e2e preset)."""
     inv = tmp_path / "inventory"
     inv.mkdir()
     root = Path(sim.host_dir).parent.parent
@@ -124,6 +124,11 @@ def deploy_env(sim: Any, tmp_path: Path) -> DeployEnv:
     env = {**os.environ, "DEPLOY_INVENTORY": str(inv), "DEPLOY_STATE_DIR": str(tmp_path / "state"),
            "COLUMNS": "200", "PYTHONUNBUFFERED": "1"}
     return DeployEnv(sim=sim, inventory=inv, env=env)
+
+
+@pytest.fixture
+def deploy_env(sim: Any, tmp_path: Path) -> DeployEnv:
+    return make_env(sim, tmp_path)
 
 
 @pytest.fixture

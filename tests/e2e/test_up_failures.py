@@ -1,0 +1,138 @@
+"""`deploy up` on hosts that are not ready: each failure stops early, names the fix, and a re-run converges."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import sim_skip_reason
+from tests.e2e.conftest import DeployEnv, make_env
+
+NAN_LINE = ("/pytorch/aten/src/ATen/native/cuda/MultinomialKernel.cu: Assertion `probability tensor contains "
+            "either `inf`, `nan` or element < 0` failed.")
+
+
+@pytest.fixture(scope="module")
+def vm_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The same eight GPUs seen from a VM with PCIe passthrough: flat PHB topology, P2P CNS."""
+    reason = sim_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    from orchestrator.sim.manager import sim_down, sim_up
+
+    root = tmp_path_factory.mktemp("deploy-sim-vm")
+    first = int(os.environ.get("DEPLOY_SIM_FIRST", "1")) + 30
+    (info,) = sim_up(root, hosts=1, first=first, profile="rtx-pro-6000-x8-vm", time_scale=5.0)
+    try:
+        yield info
+    finally:
+        sim_down(root)
+
+
+def test_vm_passthrough_stops_at_p2p_with_the_vm_diagnosis(vm_host: Any, tmp_path: Path) -> None:
+    env = make_env(vm_host, tmp_path)
+    res = env.run("--json", "up", "host", vm_host.name, "--skip-bench")
+    assert res.rc == 1, res.text
+    err = res.json
+    assert err["step"] == "verify_p2p"
+    assert "VM" in err["what"] and "passthrough" in err["what"]
+    assert "LXC" in err["fix"] or "x-nv-gpudirect-clique" in err["fix"]
+    # Nothing after P2P ran: no unit was installed.
+    assert env.ct("test -f /etc/systemd/system/sglang.service && echo yes || echo no").stdout.strip() == "no"
+    offline = env.run("verify-p2p", "host", vm_host.name)
+    assert offline.rc == 1 and "CNS" in offline.stdout
+
+
+def test_missing_nvidia_uvm_is_named_by_doctor_and_up(deploy_env: DeployEnv) -> None:
+    deploy_env.faults(missing_uvm=True)
+    doc = deploy_env.run("--json", "doctor", "host", deploy_env.host)
+    assert doc.rc == 1, doc.text
+    uvm = next(f for f in doc.json["findings"] if "uvm" in f["check"] and f["status"] == "fail")
+    assert "nvidia-modprobe -u -c=0" in uvm["fix"] or "nvidia-persistenced" in uvm["fix"]
+    up = deploy_env.run("--json", "up", "host", deploy_env.host, "--skip-bench")
+    assert up.rc == 1
+    assert up.json["step"] == "host_prereqs" and "nvidia-uvm" in up.json["what"]
+    assert deploy_env.ssh("ls /etc/pve/lxc").stdout.strip() == ""  # refused before any change
+    # The fix the tool names, applied on the host, makes the next run converge.
+    assert deploy_env.ssh("nvidia-modprobe -u -c=0").rc == 0
+    assert deploy_env.run("up", "host", deploy_env.host, "--skip-bench").rc == 0
+
+
+def test_driver_mismatch_is_fixed_with_the_hosts_installer(converged: DeployEnv) -> None:
+    converged.ct_faults(driver_mismatch="590.48.01")
+    assert "mismatch" in converged.ct("nvidia-smi -L").text
+    res = converged.run("--json", "up", "host", converged.host, "--skip-bench")
+    assert res.rc == 0, res.text
+    step = next(s for s in res.json["steps"] if s["name"] == "driver_userspace")
+    assert step["status"] == "changed" and "595.58.03" in step["summary"]
+    assert converged.ct("nvidia-smi --query-gpu=driver_version --format=csv,noheader").stdout.split()[0] == "595.58.03"
+
+
+def test_driver_mismatch_without_installer_is_refused_with_both_versions(converged: DeployEnv) -> None:
+    sim_yaml = converged.inventory / "sim.yaml"
+    data = yaml.safe_load(sim_yaml.read_text())
+    data["hosts"][converged.host]["container"].pop("driver_installer")
+    sim_yaml.write_text(yaml.safe_dump(data))
+    converged.ct_faults(driver_mismatch="590.48.01")
+    res = converged.run("--json", "up", "host", converged.host, "--skip-bench")
+    assert res.rc == 1
+    assert "590.48" in res.json["what"] and "595.58.03" in res.json["what"]  # NVML reports major.minor
+    assert "--no-kernel-modules" in res.json["fix"]
+
+
+def test_nan_crash_fails_fast_quoting_the_line(converged: DeployEnv) -> None:
+    converged.ct_faults(log_line=NAN_LINE)
+    converged.set_profile(flags={"max-running-requests": 1024})  # a changed unit → restart → NaN
+    start = time.monotonic()
+    res = converged.run("--json", "up", "host", converged.host, "--skip-bench")
+    elapsed = time.monotonic() - start
+    assert res.rc == 1, res.text
+    # The line comes right after "ready": the wait or the first request sees the crash; either way it is quoted.
+    assert res.json["step"] in ("health", "smoke")
+    assert "probability tensor contains" in res.json["what"]
+    assert elapsed < 45  # failed at the line, not after the 60 s start timeout
+
+
+def test_killed_up_resumes_without_duplicates(deploy_env: DeployEnv) -> None:
+    proc = deploy_env.popen("up", "host", deploy_env.host, "--skip-bench")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # kill once the container exists, in the middle of the run
+        if deploy_env.ssh("test -f /etc/pve/lxc/120.conf && echo yes").stdout.strip() == "yes":
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    res = deploy_env.run("--json", "up", "host", deploy_env.host, "--skip-bench")
+    assert res.rc == 0, res.text
+    assert deploy_env.ssh("ls /etc/pve/lxc").stdout.split() == ["120.conf"]
+    releases = deploy_env.ct("ls -1 /var/lib/deploy/releases").stdout.split()
+    assert len(releases) == 1 and not any(r.endswith(".partial") for r in releases)
+    assert deploy_env.ct("ls /etc/systemd/system/ | grep -c deploy-tmp || true").stdout.strip() == "0"
+    again = deploy_env.run("--json", "up", "host", deploy_env.host, "--skip-bench")
+    assert again.rc == 0 and not again.json["changed"]
+
+
+def test_concurrent_up_is_refused_naming_the_holder(converged: DeployEnv) -> None:
+    converged.ct_faults(slow_start_s=15.0)
+    converged.set_profile(flags={"max-running-requests": 1024})  # restart, then a slow health wait
+    holder = converged.popen("up", "host", converged.host, "--skip-bench")
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            held = converged.ssh("cat /var/lib/deploy/deploy.lock.holder 2>/dev/null").stdout
+            if "pid" in held:
+                break
+            time.sleep(0.2)
+        second = converged.run("--json", "up", "host", converged.host, "--skip-bench")
+        assert second.rc == 3, second.text
+        assert "holds the lock" in second.json["what"] and f"pid {holder.pid}" in second.json["what"]
+    finally:
+        holder.wait(timeout=120)
+    assert holder.returncode == 0
