@@ -103,7 +103,9 @@ def _jsonable(v: Any) -> bool:
 def _auth_middleware(sim: Sim) -> Any:
     @web.middleware
     async def auth(request: web.Request, handler: Any) -> web.StreamResponse:
-        if sim.api_key and request.headers.get("Authorization", "") != f"Bearer {sim.api_key}":
+        # Like sglang's add_api_key_middleware: probes (/health*, /metrics) and OPTIONS need no key.
+        exempt = request.method == "OPTIONS" or request.path.startswith(("/health", "/metrics"))
+        if sim.api_key and not exempt and request.headers.get("Authorization", "") != f"Bearer {sim.api_key}":
             return web.json_response({"error": "Unauthorized"}, status=401)
         resp: web.StreamResponse = await handler(request)
         return resp
