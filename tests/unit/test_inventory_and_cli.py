@@ -1,0 +1,105 @@
+"""Inventory validation and the CLI surface: one clear error and exit 2; offline verify-p2p on real captures."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import ConfigError
+from orchestrator.inventory.loader import load_inventory
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO.parent / "shared" / "fixtures" / "nvidia-smi"
+COMMANDS = ["up", "plan", "doctor", "verify-p2p", "render", "roll", "rollback", "status", "history", "bench",
+            "smoke", "compare", "sim"]
+
+
+def deploy(*args: str, inventory: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env_inv = ["--inventory", str(inventory)] if inventory else []
+    return subprocess.run([sys.executable, "-m", "orchestrator", *env_inv, *args], capture_output=True, text=True,
+                          cwd=REPO, timeout=60)
+
+
+@pytest.fixture
+def inv(tmp_path: Path) -> Path:
+    d = tmp_path / "inventory"
+    shutil.copytree(REPO / "inventory", d)
+    for extra in d.glob("sim*.yaml"):
+        extra.unlink()
+    return d
+
+
+def test_shipped_inventory_loads_and_finds_host_by_name_or_address() -> None:
+    inv = load_inventory(REPO / "inventory")
+    assert inv.find_host("10.1.230.174").name == "pve-gpu-1"
+    assert inv.find_host("pve-gpu-1").address == "10.1.230.174"
+    prof = inv.profile_for(inv.find_host("pve-gpu-1"))
+    assert prof.flags["nsa-prefill-backend"] == "trtllm" and prof.flags["num-continuous-decode-steps"] == 8
+    assert inv.preset("seed-1024x256").random_range_ratio == 1.0
+
+
+@pytest.mark.parametrize(("edit", "needle"), [
+    (lambda t: t.replace("cores: 64", "cores: sixty-four"), "hosts.pve-gpu-1.container.cores"),
+    (lambda t: t.replace("      cores: 64", "      cores: 64\n      coers: 64"), "coers"),
+    (lambda t: t.replace("      unprivileged: false\n", ""), "unprivileged"),
+    (lambda t: t.replace("profile: glm5-nvfp4", "profile: nope"), "unknown profile 'nope'"),
+])
+def test_malformed_inventory_is_one_clear_error(inv: Path, edit, needle: str) -> None:
+    hosts = inv / "hosts.yaml"
+    hosts.write_text(edit(hosts.read_text()))
+    with pytest.raises(ConfigError) as exc:
+        load_inventory(inv)
+    assert needle in exc.value.what
+    res = deploy("up", "host", "pve-gpu-1", inventory=inv)
+    assert res.returncode == 2
+    assert needle in res.stderr and res.stderr.count("error:") == 1
+
+
+def test_missing_host_exits_2_and_lists_known_hosts(inv: Path) -> None:
+    res = deploy("--json", "up", "host", "10.9.9.9", inventory=inv)
+    assert res.returncode == 2
+    err = json.loads(res.stdout)
+    assert err["error"] == "ConfigError" and "pve-gpu-1 (10.1.230.174)" in err["what"]
+
+
+def test_help_lists_every_command_and_version() -> None:
+    res = deploy("--help")
+    assert res.returncode == 0
+    for name in COMMANDS:
+        assert f"  {name} " in res.stdout
+    assert deploy("--version").stdout.strip().startswith("deploy, version")
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="shared fixtures not present")
+def test_offline_verify_p2p_on_the_real_8_gpu_capture() -> None:
+    res = deploy("verify-p2p", "--topo-file", str(SHARED / "rtx-pro-6000-x8-bare/topo-m.txt"),
+                 "--p2p-read-file", str(SHARED / "rtx-pro-6000-x8-bare/topo-p2p-r.txt"),
+                 "--p2p-write-file", str(SHARED / "rtx-pro-6000-x8-bare/topo-p2p-w.txt"))
+    assert res.returncode == 0, res.stderr
+    for word in ("PIX", "NODE", "SYS", "WARN"):
+        assert word in res.stdout
+    js = json.loads(deploy("--json", "verify-p2p", "--topo-file", str(SHARED / "h200x2-nvlink/topo-m.txt"),
+                           "--p2p-read-file", str(SHARED / "h200x2-nvlink/topo-p2p-r.txt"),
+                           "--p2p-write-file", str(SHARED / "h200x2-nvlink/topo-p2p-w.txt")).stdout)
+    assert js["ok"] and js["verdict"]["status"] == "pass"
+    assert js["topology"]["links"]["GPU0"]["GPU1"] == "NV18"
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="shared fixtures not present")
+def test_offline_verify_p2p_fails_on_the_vm_capture() -> None:
+    res = deploy("--json", "verify-p2p", "--topo-file", str(SHARED / "rtx-pro-6000-x8-vm/topo-m.txt"),
+                 "--p2p-read-file", str(SHARED / "rtx-pro-6000-x8-vm/topo-p2p-r.txt"),
+                 "--p2p-write-file", str(SHARED / "rtx-pro-6000-x8-vm/topo-p2p-w.txt"))
+    assert res.returncode == 1
+    verdict = json.loads(res.stdout)["verdict"]
+    assert verdict["vm_passthrough"] and verdict["status"] == "fail"
+
+
+def test_unimplemented_grammar_errors_are_usage_errors() -> None:
+    res = deploy("up", "host")
+    assert res.returncode == 2 and "host" in res.stderr
