@@ -7,14 +7,16 @@ PVE allows device passthrough for root@pam only. Every config write is digest-gu
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Any
 
 from orchestrator.errors import ConfigError, RemoteError
 from orchestrator.inventory.models import ContainerSpec
-from orchestrator.parsers.devices import DeviceNode, nvidia_char_devices, parse_dev_listing
+from orchestrator.parsers.devices import DeviceNode, nvidia_char_devices, parse_dev_listing, parse_proc_devices
+from orchestrator.parsers.hostfacts import parse_pveversion
 from orchestrator.parsers.pve import parse_config_json, parse_pct_status, parse_property_string, volids
 from orchestrator.remote.pve import PveClient, lifecycle_client, passthrough_client, wait_task
-from orchestrator.render.passthrough import dev_entries
+from orchestrator.render.passthrough import dev_entries, raw_lines, resolve_method
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts
@@ -87,7 +89,37 @@ def wanted_devices(ctx: StepContext) -> list[DeviceNode]:
     return nodes
 
 
-@step("container", host_facts=("ct_status", "ct_config", "templates", "dev_listing"),
+def raw_plan(current: dict[str, Any], wanted: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], bool]:
+    """(lines to add, whether our NVIDIA lines differ) for the PVE < 8.1 raw lxc.* method."""
+    have = [(str(k), str(v)) for k, v in (current.get("lxc") or [])]
+    ours = [(k, v) for k, v in have if (k, v) in wanted or (k == "lxc.mount.entry" and v.startswith("/dev/nvidia"))]
+    missing = [pair for pair in wanted if pair not in have]
+    return missing, bool(missing) or sorted(ours) != sorted(wanted)
+
+
+def raw_apply_script(vmid: int, wanted: list[tuple[str, str]]) -> str:
+    """Rewrite the main section of /etc/pve/lxc/<vmid>.conf: drop our old NVIDIA lines, append the wanted ones.
+
+    Raw lxc.* keys cannot go through the API at all; root edits the file (pmxcfs replicates it).
+    """
+    conf = f"/etc/pve/lxc/{int(vmid)}.conf"
+    add = "".join(f"{k}: {v}\n" for k, v in wanted)
+    patterns = "|".join(re.sub(r"([.*+?()\[\]{}|^$\\])", r"\\\1", f"{k}: {v}") for k, v in wanted)
+    return (f"set -e\nf={conf}\nADD={shlex.quote(add)}\n"
+            "awk -v add=\"$ADD\" -v pat=" + shlex.quote(f"^({patterns}|lxc\\.mount\\.entry: /dev/nvidia.*)$") + " '"
+            "BEGIN{main=1} /^\\[/ { if (main) { printf \"%s\", add; main=0 } } "
+            "main && $0 ~ pat {next} {print} END{ if (main) printf \"%s\", add }' \"$f\" > \"$f.deploy-tmp\"\n"
+            "cat \"$f.deploy-tmp\" > \"$f\" && rm -f \"$f.deploy-tmp\"\n")
+
+
+def passthrough_method(ctx: StepContext) -> tuple[str, str]:
+    version = ctx.shared.get("pve_version")
+    if version is None and "pveversion" in ctx.facts.host and ctx.facts.host["pveversion"].rc == 0:
+        version = parse_pveversion(ctx.facts.host["pveversion"].stdout)
+    return resolve_method(ctx.host.container.passthrough, str(version) if version is not None else None)
+
+
+@step("container", host_facts=("ct_status", "ct_config", "templates", "dev_listing", "proc_devices", "pveversion"),
       ct_facts=CT_FACTS_AFTER_START)
 def container(ctx: StepContext, record: StepRecord) -> None:
     """Create the container if missing, converge its config and GPU passthrough, start it."""
@@ -99,6 +131,10 @@ def container(ctx: StepContext, record: StepRecord) -> None:
     lifecycle = lifecycle_client(ctx.host, ctx.ssh, ctx.metrics)
     devices = passthrough_client(ctx.host, ctx.ssh)
     changed_anything = False
+    method, method_reason = passthrough_method(ctx)
+    record.details["passthrough"] = {"method": method, "why": method_reason}
+    raw_wanted = (raw_lines(wanted, parse_proc_devices(ctx.facts.h("proc_devices").stdout))
+                  if method == "raw-lxc" else [])
 
     if status is None:
         params: dict[str, Any] = {
@@ -112,9 +148,9 @@ def container(ctx: StepContext, record: StepRecord) -> None:
                 res = lifecycle.call("post", f"/nodes/{node}/aplinfo", storage=spec.template_storage,
                                      template=spec.template_name)
                 _wait(lifecycle, ctx, res, "template download")
-        dev_set, _ = device_plan({}, wanted)
+        dev_set = device_plan({}, wanted)[0] if method == "devN" else {}
         what = (f"create CT {spec.vmid} ({spec.hostname}, unprivileged={int(spec.unprivileged)}) with "
-                f"{len(dev_set)} device nodes passed through")
+                f"{len(wanted)} device nodes passed through ({method})")
         record.details["create"] = {**params, **dev_set}
         if not mark_change(record, ctx, what):
             record.summary = what
@@ -124,6 +160,8 @@ def container(ctx: StepContext, record: StepRecord) -> None:
         # everything. The token path is only used when no root SSH is configured (it then fails clearly on devN).
         creator = devices if devices.can_passthrough else lifecycle
         _wait(creator, ctx, creator.call("post", f"/nodes/{node}/lxc", **params, **dev_set), "create")
+        if raw_wanted:
+            ctx.ssh.script(raw_apply_script(spec.vmid, raw_wanted), what="write raw lxc passthrough lines")
         status = "stopped"
         changed_anything = True
     else:
@@ -135,15 +173,19 @@ def container(ctx: StepContext, record: StepRecord) -> None:
                 fix="set container.unprivileged to match, or back up and destroy the container yourself",
                 host=ctx.host.name, step="container")
         base_diff = {k: v for k, v in base_config(spec).items() if not same_value(k, current.get(k), v)}
-        dev_set, dev_delete = device_plan(current, wanted)
+        dev_set, dev_delete = device_plan(current, wanted) if method == "devN" else ({}, [])
+        raw_missing, raw_changed = raw_plan(current, raw_wanted) if raw_wanted else ([], False)
         diff_lines = [f"{k}: {current.get(k, '(unset)')} → {v}" for k, v in base_diff.items()]
+        diff_lines += [f"{k}: (missing) → {v}" for k, v in raw_missing]
+        if raw_changed and not raw_missing:
+            diff_lines.append("stale NVIDIA lxc.mount.entry lines removed")
         diff_lines += [f"{k}: (unset) → {v}" for k, v in dev_set.items()]
         diff_lines += [f"{k}: {current[k]} → (deleted)" for k in dev_delete]
         record.details["config_diff"] = diff_lines
         if diff_lines and mark_change(record, ctx, f"config of CT {spec.vmid}: " + "; ".join(diff_lines)):
             for line in diff_lines:
                 ctx.say(f"  {line}")
-            restart_for_devices = status == "running" and bool(dev_set or dev_delete)
+            restart_for_devices = status == "running" and bool(dev_set or dev_delete or raw_changed)
             if restart_for_devices:
                 _wait(lifecycle, ctx, lifecycle.call("post", f"/nodes/{node}/lxc/{spec.vmid}/status/shutdown",
                                                      timeout=60, forceStop=1), "shutdown")
@@ -151,8 +193,11 @@ def container(ctx: StepContext, record: StepRecord) -> None:
             params = {**base_diff, **dev_set}
             if dev_delete:
                 params["delete"] = ",".join(dev_delete)
-            client = devices if (dev_set or dev_delete) else lifecycle
-            client.call("put", f"/nodes/{node}/lxc/{spec.vmid}/config", digest=current.get("digest"), **params)
+            if params:
+                client = devices if (dev_set or dev_delete) else lifecycle
+                client.call("put", f"/nodes/{node}/lxc/{spec.vmid}/config", digest=current.get("digest"), **params)
+            if raw_changed:
+                ctx.ssh.script(raw_apply_script(spec.vmid, raw_wanted), what="write raw lxc passthrough lines")
             changed_anything = True
 
     if status != "running":

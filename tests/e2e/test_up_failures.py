@@ -136,3 +136,26 @@ def test_concurrent_up_is_refused_naming_the_holder(converged: DeployEnv) -> Non
     finally:
         holder.wait(timeout=120)
     assert holder.returncode == 0
+
+
+def test_pve_before_8_1_gets_raw_lxc_lines(deploy_env: DeployEnv) -> None:
+    from orchestrator.sim.config import SimPaths
+
+    hp = SimPaths(deploy_env.root).host(deploy_env.host)
+    hp.update(lambda cfg: setattr(cfg, "pve_version", "8.0.4"))
+    try:
+        res = deploy_env.run("--json", "up", "host", deploy_env.host, "--skip-bench")
+        assert res.rc == 0, res.text
+        container = next(s for s in res.json["steps"] if s["name"] == "container")
+        assert container["details"]["passthrough"]["method"] == "raw-lxc"
+        conf = deploy_env.ssh("cat /etc/pve/lxc/120.conf").stdout
+        assert "dev0:" not in conf
+        assert "lxc.cgroup2.devices.allow: c 195:* rwm" in conf
+        assert conf.count("lxc.mount.entry: /dev/nvidia") == 12  # 8 GPUs, ctl, uvm, uvm-tools, modeset
+        assert "dev/nvidia-caps none bind,optional,create=dir" in conf
+        gpus = deploy_env.ct("nvidia-smi -L").stdout.count("GPU ")
+        assert gpus == 8
+        again = deploy_env.run("--json", "up", "host", deploy_env.host, "--skip-bench")
+        assert again.rc == 0 and not again.json["changed"], again.text
+    finally:
+        hp.update(lambda cfg: setattr(cfg, "pve_version", "9.1.2"))
