@@ -33,6 +33,10 @@ class RemoteResult:
     duration_s: float
 
 
+#: Reads the script from stdin, then runs it with stdin detached.
+LOADER = """bash -c 's=$(cat); exec </dev/null; eval "$s"'"""
+
+
 def in_container(vmid: int, command: str) -> str:
     """A host-side command line that runs `command` inside the container (one `pct exec`)."""
     return f"pct exec {int(vmid)} -- bash -c {shlex.quote(command)}"
@@ -210,8 +214,12 @@ class SshHost:
 
     def script(self, body: str, *, timeout: float | None = None, check: bool = True,
                what: str = "") -> RemoteResult:
-        """Run a bash script in one round trip; the body travels on stdin, never in argv."""
-        return self.run("bash -s", stdin=body, timeout=timeout, check=check, what=what)
+        """Run a bash script in one round trip; the body travels on stdin, never in argv or on disk.
+
+        The whole body is read first and then evaluated with stdin on /dev/null, so no command inside it (a
+        `pct exec` forwards its stdin into the container) can swallow the rest of the script.
+        """
+        return self.run(LOADER, stdin=body, timeout=timeout, check=check, what=what)
 
     def batch(self, commands: Mapping[str, str], *, timeout: float | None = None,
               what: str = "fact gathering") -> dict[str, CommandOutput]:

@@ -15,7 +15,8 @@ from typing import Any
 KNOWN_VERSIONS = ("0.5.12.post1", "0.5.23")
 DEFAULT_VERSION = "0.5.12.post1"
 VERSION_FILE = "sglang-sim.json"  # in sys.prefix (the venv root); written by provisioning and the pip shim
-SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
+#: The real flag schemas, shared with the tool (orchestrator/flags/schemas): one copy of each release's parser.
+SCHEMAS = Path(__file__).resolve().parents[3].parent / "flags" / "schemas"
 
 
 def version_file(prefix: str | None = None) -> Path:
@@ -33,7 +34,7 @@ def installed_version() -> str:
 
 
 def schema_path(version: str) -> Path:
-    return SCHEMAS / f"sglang-{version}-server-flags.json"
+    return SCHEMAS / f"sglang-{version}.json"
 
 
 def _read(path: Path) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Build a real argparse parser from the installed release's flag schema (schemas/sglang-<v>-server-flags.json).
+"""Build a real argparse parser from the installed release's flag schema (orchestrator/flags/schemas/sglang-<v>.json).
 
 The schema is a dump of the real parser's actions, so option strings, dests, nargs, choices, types and
 defaults are the real ones; argparse itself then produces the real error messages (unrecognized
