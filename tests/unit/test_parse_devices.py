@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from orchestrator.parsers import ParseError
@@ -20,15 +18,7 @@ from orchestrator.parsers.driver import (
     parse_driver_version,
     versions_match,
 )
-
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
-
-
-def fixture(rel: str) -> str:
-    path = FIXTURES / rel
-    if not path.exists():
-        pytest.skip(f"shared fixture {rel} not present")
-    return path.read_text()
+from tests.shared import fixture
 
 
 def test_proc_devices_capture() -> None:

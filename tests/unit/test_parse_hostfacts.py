@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from orchestrator.parsers import ParseError
@@ -16,16 +14,9 @@ from orchestrator.parsers.hostfacts import (
     parse_pve_version_json,
     parse_pveversion,
 )
+from tests.shared import fixture
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
 ASUS = "host/rtx-pro-6000-x8-asus"
-
-
-def fixture(rel: str) -> str:
-    path = FIXTURES / rel
-    if not path.exists():
-        pytest.skip(f"shared fixture {rel} not present")
-    return path.read_text()
 
 
 def test_real_cmdline_iommu_off() -> None:

@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from orchestrator.parsers import ParseError
 from orchestrator.parsers.p2p import P2PStatus, detect_p2p_kind, parse_p2p
-
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
-
-
-def fixture(rel: str) -> str:
-    path = FIXTURES / rel
-    if not path.exists():
-        pytest.skip(f"shared fixture {rel} not present")
-    return path.read_text()
+from tests.shared import fixture
 
 
 @pytest.mark.parametrize(

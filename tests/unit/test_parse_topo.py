@@ -2,22 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from orchestrator.parsers import ParseError
 from orchestrator.parsers.topo import expand_cpu_list, link_rank, parse_topo
-
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
-
-
-def fixture(rel: str) -> str:
-    path = FIXTURES / rel
-    if not path.exists():
-        pytest.skip(f"shared fixture {rel} not present")
-    return path.read_text()
-
+from tests.shared import fixture
 
 LEGEND = """
 Legend:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from orchestrator.parsers.hostfacts import PveVersion
@@ -16,16 +14,9 @@ from orchestrator.verdicts.host import (
     host_facts_from_outputs,
     worst_status,
 )
+from tests.shared import fixture
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
 ASUS = "host/rtx-pro-6000-x8-asus"
-
-
-def fixture(rel: str) -> str:
-    path = FIXTURES / rel
-    if not path.exists():
-        pytest.skip(f"shared fixture {rel} not present")
-    return path.read_text()
 
 
 GOOD = HostFacts(

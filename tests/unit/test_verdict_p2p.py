@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -16,15 +15,7 @@ from orchestrator.verdicts.p2p import (
     compare_topologies,
     p2p_verdict,
 )
-
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
-
-
-def fixture(rel: str) -> str:
-    path = FIXTURES / rel
-    if not path.exists():
-        pytest.skip(f"shared fixture {rel} not present")
-    return path.read_text()
+from tests.shared import fixture
 
 
 def load(box: str) -> tuple[TopoMatrix, P2PMatrix, P2PMatrix]:

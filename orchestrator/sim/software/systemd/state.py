@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.sim.gpu.simctx import SimContext, context_from_env
+from orchestrator.sim.procs import alive
 
 
 def unit_name(arg: str) -> str:
@@ -95,16 +96,5 @@ def systemd_log(units: CtUnits, unit: str, message: str) -> None:
 
 
 def pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is not alive
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(") ", 1)[1][:1] != "Z"
-    except OSError:
-        return True
+    """Alive and not a zombie (one implementation for the whole simulator)."""
+    return pid > 0 and alive(pid)
