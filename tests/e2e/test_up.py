@@ -51,3 +51,17 @@ def test_plan_changes_nothing(deploy_env: DeployEnv) -> None:
     assert p["dry_run"] and p["changed"]
     assert any("create CT 120" in c for c in steps(p)["container"]["changes"])
     assert deploy_env.ssh("ls /etc/pve/lxc").stdout.strip() == ""
+
+
+def test_live_verify_p2p_reads_container_and_host_in_one_round_trip(converged: DeployEnv) -> None:
+    res = converged.run("--json", "verify-p2p", "host", converged.host, "--bandwidth")
+    assert res.rc == 0, res.text
+    p = res.json
+    assert p["verdict"]["status"] == "warn"  # all OK, but SYS pairs cross sockets on this box
+    assert p["matches_host"]["same"] is True
+    links = p["container_topology"]["links"]
+    assert links["GPU0"]["GPU1"] == "PIX" and links["GPU0"]["GPU4"] == "SYS"
+    assert p["totals"]["ssh_round_trips"] == 2  # facts (container + host) + the bandwidth probe
+    bw = p["bandwidth"]
+    assert bw["ok"] and len(bw["pairs"]) == 56
+    assert all(pair["status"] == "ok" for pair in bw["pairs"])
