@@ -25,7 +25,7 @@ def test_ssh_binary_with_generated_key_and_known_hosts(sim: Any) -> None:
                          capture_output=True, text=True, timeout=30)
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
-    assert lines[0] == "sim-1" and lines[1] == "sim-1"
+    assert lines[0] == sim.name and lines[1] == sim.name
     assert sim.driver_version in lines[2]
     assert f"NVIDIA-Linux-x86_64-{sim.driver_version}.run" in res.stdout
     assert res.stdout.strip().endswith("/bin/host/pct")
