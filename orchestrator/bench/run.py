@@ -63,6 +63,14 @@ def flag_int(profile_flags: dict[str, Any], *names: str) -> int | None:
     return None
 
 
+def offered_prompts(preset: BenchPreset, overrides: dict[str, str] | None) -> int:
+    """The prompts actually sent: a `--set num-prompts=N` override wins over the preset (else N ≠ preset → failures)."""
+    for key, value in (overrides or {}).items():
+        if key.strip().lstrip("-").replace("_", "-") == "num-prompts":
+            return int(value)  # already validated by bench_argv
+    return preset.num_prompts
+
+
 def run_bench(ssh: SshHost, host: Host, profile: ServerProfile, preset_name: str, preset: BenchPreset, *,
               overrides: dict[str, str] | None = None, release_id: str | None = None,
               flags: dict[str, Any] | None = None, nvlink: bool = False) -> BenchRun:
@@ -85,7 +93,7 @@ def run_bench(ssh: SshHost, host: Host, profile: ServerProfile, preset_name: str
     bench_out = run.section("bench")
     jsonl = run.section("jsonl")
     try:
-        result = parse_bench_output(jsonl, bench_out, num_prompts=preset.num_prompts)
+        result = parse_bench_output(jsonl, bench_out, num_prompts=offered_prompts(preset, overrides))
     except BenchParseError as exc:
         tail = " | ".join(bench_out.strip().splitlines()[-6:])
         raise CheckFailed(f"bench_serving produced no result (exit {run.bench_rc}): {tail}",
@@ -96,7 +104,8 @@ def run_bench(ssh: SshHost, host: Host, profile: ServerProfile, preset_name: str
     if samples:
         telemetry = summarize(samples, window=(run.started_at, run.ended_at),
                               output_tokens=result.total_output_tokens,
-                              output_throughput=result.output_throughput, static=static)
+                              output_throughput=result.output_throughput, static=static,
+                              sampling_overhead_pct=run.sampler_overhead_pct)
     flags = flags or {}
     tp = flag_int(flags, "tensor-parallel-size", "tp-size")
     mrr = flag_int(flags, "max-running-requests")

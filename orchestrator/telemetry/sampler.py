@@ -109,6 +109,9 @@ def build_sampled_bench_script(
         ') >"$D/bench.out" 2>&1 </dev/null',
         "RC=$?",
         f"T1=$(date {q(ts_fmt)})",
+        # The samplers' own CPU time over the window (utime+stime in clock ticks): their measured overhead.
+        'CPU=$(cat /proc/"$QP"/stat /proc/"$DP"/stat 2>/dev/null | awk \'{t += $14 + $15} END {print t + 0}\')',
+        "HZ=$(getconf CLK_TCK 2>/dev/null || echo 100)",
         # SIGINT first (nvidia-smi ends its loop cleanly on it), SIGTERM for anything still running.
         'kill -INT "$QP" "$DP" 2>/dev/null; sleep 0.3; kill "$QP" "$DP" 2>/dev/null',
         'wait "$QP" "$DP" 2>/dev/null; QP=; DP=',
@@ -117,6 +120,7 @@ def build_sampled_bench_script(
         lines.append(f'( {cmd}\n) >"$D/extra{i}.out" 2>&1 </dev/null')
     lines += [
         'echo "$M meta bench_rc=$RC start=$T0 end=$T1"',
+        'echo "$M sampler_cpu ticks=$CPU hz=$HZ"',
         'section static "$D/static.csv"',
         'section bench "$D/bench.out"',
         'section query "$D/query.csv"',
@@ -138,6 +142,14 @@ class SampledRun:
     started_at: datetime
     ended_at: datetime
     sections: dict[str, str] = field(hash=False)
+    sampler_cpu_s: float | None = None  # CPU seconds both samplers used during the window
+
+    @property
+    def sampler_overhead_pct(self) -> float | None:
+        """Sampler CPU time as a share of one host core over the window: the cost of measuring."""
+        if self.sampler_cpu_s is None or self.duration_s <= 0:
+            return None
+        return 100.0 * self.sampler_cpu_s / self.duration_s
 
     @property
     def duration_s(self) -> float:
@@ -151,12 +163,18 @@ def parse_sampled_output(text: str, nonce: str) -> SampledRun:
     """Split the script's stdout into sections by its nonce frames."""
     marker = f"@@deploy-{nonce}"
     meta: dict[str, str] | None = None
+    cpu_s: float | None = None
     sections: dict[str, str] = {}
     current: str | None = None
     buf: list[str] = []
     for line in text.splitlines():
         if line.startswith(marker + " "):
             rest = line[len(marker) + 1:]
+            if rest.startswith("sampler_cpu "):
+                c = re.fullmatch(r"sampler_cpu ticks=(\d+) hz=(\d+)", rest)
+                if c and int(c.group(2)) > 0:
+                    cpu_s = int(c.group(1)) / int(c.group(2))
+                continue
             if rest.startswith("meta "):
                 m = re.fullmatch(r"meta bench_rc=(\d+) start=(.+?) end=(.+)", rest)
                 if not m:
@@ -176,7 +194,8 @@ def parse_sampled_output(text: str, nonce: str) -> SampledRun:
     start, end = parse_timestamp(meta["start"]), parse_timestamp(meta["end"])
     if start is None or end is None:
         raise SamplerOutputError(f"unreadable start/end times {meta['start']!r} / {meta['end']!r}")
-    return SampledRun(bench_rc=int(meta["rc"]), started_at=start, ended_at=end, sections=sections)
+    return SampledRun(bench_rc=int(meta["rc"]), started_at=start, ended_at=end, sections=sections,
+                      sampler_cpu_s=cpu_s)
 
 
 def run_samples(run: SampledRun, query_fields: Sequence[str] = SAMPLER_FIELDS) -> tuple[list[Sample], list[Sample]]:

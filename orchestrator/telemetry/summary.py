@@ -161,7 +161,8 @@ def summarize(
       mean-power fallback for energy.
     - `output_tokens` / `output_throughput`: from the BenchResult, for J/token and tokens/s per W.
     - `static`: a one-shot `--query-gpu` of limits and max clocks (STATIC_FIELDS), for what the loop lacks.
-    - `sampling_overhead_pct`: measured by the caller (bench with vs without samplers); carried as is.
+    - `sampling_overhead_pct`: measured by the caller (the samplers' CPU time as % of one core over the
+      window, or a bench with vs without samplers); carried as is.
     """
     start: datetime | None = None
     end: datetime | None = None

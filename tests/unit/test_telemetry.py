@@ -220,3 +220,14 @@ def test_real_sampled_run_on_h200() -> None:
     assert t.energy_method == "trapezoid"
     # Both GPUs over ~9.2 s of samples at ~406 W mean.
     assert t.total_energy_j == pytest.approx(7375.6, rel=0.01)
+
+
+def test_sampler_cpu_line_gives_the_measured_overhead() -> None:
+    from orchestrator.telemetry.sampler import parse_sampled_output
+
+    text = ("@@deploy-abc123 meta bench_rc=0 start=2026/11/30 02:00:00.000 end=2026/11/30 02:00:10.000\n"
+            "@@deploy-abc123 sampler_cpu ticks=50 hz=100\n")
+    run = parse_sampled_output(text, "abc123")
+    assert run.sampler_cpu_s == 0.5
+    assert run.sampler_overhead_pct == 5.0  # 0.5 CPU-seconds over 10 s = 5 % of one core
+    assert parse_sampled_output(text.splitlines()[0] + "\n", "abc123").sampler_overhead_pct is None
