@@ -70,9 +70,9 @@ CT_FACTS: dict[str, CmdFn] = {
     "current_meta": lambda h, p: f"cat {CURRENT_LINK}/meta.json",
     "current_verdict": lambda h, p: f"cat {CURRENT_LINK}/verdict.json",
     "current_flags": lambda h, p: f"cat {CURRENT_LINK}/flags.json",
-    # The newest bench record of the current release: the baseline a roll is gated against.
-    "current_bench": lambda h, p: (f"f=$(ls -1 {CURRENT_LINK}/bench-*.jsonl 2>/dev/null | sort | tail -n 1); "
-                                   "test -n \"$f\" && tail -n 1 \"$f\""),
+    # The last record of every plain bench run of the current release (file name, TAB, JSON): roll baselines.
+    "current_bench": lambda h, p: (f"cd {CURRENT_LINK} && for f in $(ls -1 bench-*--*.jsonl 2>/dev/null | sort); "
+                                   "do printf '%s\\t' \"$f\"; tail -n 1 \"$f\"; done"),
     "active": lambda h, p: f"systemctl is-active {UNIT_NAME}",
     "main_pid": lambda h, p: f"systemctl show -p MainPID --value {UNIT_NAME}",
     "health": lambda h, p: (f"curl -s -o /dev/null -m 5 -w '%{{http_code}}' "

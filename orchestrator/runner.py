@@ -87,6 +87,7 @@ def run_playbook(name: str, host: Host, inventory: Inventory, options: RunOption
             report.steps.append(record)
             ctx.records.append(record)
             notify(ref.name, None)
+            ctx.step_options = dict(ref.options)
             with metrics.step(record):
                 try:
                     REGISTRY[ref.name].fn(ctx, record)

@@ -77,7 +77,9 @@ def run_bench(ssh: SshHost, host: Host, profile: ServerProfile, preset_name: str
     vmid = host.container.vmid
     run_id = new_run_id()
     out_dir = f"/var/lib/deploy/releases/{release_id}" if release_id else BENCH_DIR
-    out_file = f"{out_dir}/bench-{run_id}.jsonl"
+    # Plain preset runs are baselines for later rolls; runs with overrides (sweep points) are not.
+    kind = "sweep" if overrides else "bench"
+    out_file = f"{out_dir}/{kind}-{preset_name}--{run_id}.jsonl"
     inner = (f"mkdir -p {shlex.quote(out_dir)} && if [ -f /etc/sglang/sglang.env ]; then set -a; "
              f". /etc/sglang/sglang.env; set +a; fi; export OPENAI_API_KEY=\"${{SGLANG_API_KEY:-}}\"; cd /tmp && "
              + bench_command(preset, profile, out_file, overrides))

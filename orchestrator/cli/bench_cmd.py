@@ -153,6 +153,9 @@ def bench(app: AppContext, target: tuple[str, ...], preset: str | None, sets: tu
     else:
         for run in runs:
             _print_run(app, run)
+            if out_dir:
+                payload.setdefault("saved", []).append(_save_point(Path(out_dir), run.run_id, run))
+                app.out.line(f"saved {out_dir}/{run.run_id}/result.json and bench.jsonl")
     app.out.emit(payload)
     return 0
 

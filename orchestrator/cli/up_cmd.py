@@ -20,17 +20,21 @@ def preflight(app: AppContext, words: tuple[str, ...]) -> None:
     profile = app.inventory.profile_for(host)
     from orchestrator.flags import FlagSchema
 
-    if profile.sglang_version in FlagSchema.known_versions():
-        from orchestrator.flags import canonicalize
+    try:
+        if profile.sglang_version in FlagSchema.known_versions():
+            from orchestrator.flags import canonicalize
 
-        canonicalize(profile.flags, FlagSchema.load(profile.sglang_version))
-    if profile.api_key is not None:
-        profile.api_key.read()
-    if host.pve.api is not None:
-        host.pve.api.token_secret.read()
+            canonicalize(profile.flags, FlagSchema.load(profile.sglang_version))
+        if profile.api_key is not None:
+            profile.api_key.read()
+        if host.pve.api is not None:
+            host.pve.api.token_secret.read()
+    except DeployError as err:
+        raise err.at(host=host.name, step="preflight") from None
 
 
 def run_and_report(app: AppContext, words: tuple[str, ...], playbook: str, options: RunOptions) -> int:
+    """`playbook` is a shipped name (playbooks/NAME.yaml) or the path of a copied, edited one."""
     preflight(app, words)
     host = resolve_host(app, words)
     out = app.out
@@ -62,9 +66,11 @@ def run_and_report(app: AppContext, words: tuple[str, ...], playbook: str, optio
 @click.option("--skip-bench", is_flag=True, help="Skip the throughput check.")
 @click.option("--preset", default=None, help="Bench preset for the throughput check (default: the profile's).")
 @click.option("--tofu", is_flag=True, help="Trust an unknown SSH host key on first use and record it.")
+@click.option("--playbook", default="up", show_default=True, metavar="NAME|FILE",
+              help="Playbook to run: a shipped name or your copied and edited YAML file.")
 @common_options
 def up(app: AppContext, target: tuple[str, ...], dry_run: bool, allow_no_p2p: bool, skip_weights: bool,
-       skip_bench: bool, preset: str | None, tofu: bool) -> int:
+       skip_bench: bool, preset: str | None, tofu: bool, playbook: str) -> int:
     """Converge one host: `deploy up host 10.1.230.174`.
 
     Container with every GPU passed in, userspace driver = host kernel module, sglang at the pinned version,
@@ -73,7 +79,7 @@ def up(app: AppContext, target: tuple[str, ...], dry_run: bool, allow_no_p2p: bo
     options = RunOptions(dry_run=dry_run, allow_no_p2p=allow_no_p2p, skip_weights=skip_weights,
                          skip_bench=skip_bench, tofu=tofu, preset=preset,
                          command="deploy " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
-    return run_and_report(app, target, "up", options)
+    return run_and_report(app, target, playbook, options)
 
 
 @click.command("plan")

@@ -38,7 +38,9 @@ def matrix_table(topo: TopoMatrix, verdict: P2PVerdict, title: str) -> Table:
                 row.append(f"[dim]{link}[/]")
                 continue
             p2p = "/".join(s.value for s in (pv.read, pv.write) if s is not None)
-            row.append(f"[{PAIR_STYLE.get(pv.status, '')}]{link}{' ' + p2p if p2p else ''}[/]")
+            text = f"{link}{' ' + p2p if p2p else ''}"
+            style = PAIR_STYLE.get(pv.status)
+            row.append(f"[{style}]{text}[/]" if style else text)
         table.add_row(*row)
     return table
 

@@ -65,12 +65,16 @@ def load_inventory(dirs: str | Path | list[Path]) -> Inventory:
     try:
         return Inventory.model_validate(merged)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = err["loc"]
-        file = origin.get((str(loc[0]), str(loc[1]))) if len(loc) >= 2 else None
-        where = f"{file}: " if file else f"{', '.join(str(d) for d in dir_list)}: "
-        more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        key = f"{_key_path(loc)}: " if loc else ""
-        raise ConfigError(f"{where}{key}{msg}{more}",
+        problems = []
+        where = ""
+        for err in exc.errors()[:5]:
+            loc = err["loc"]
+            file = origin.get((str(loc[0]), str(loc[1]))) if len(loc) >= 2 else None
+            where = where or (f"{file}: " if file else f"{', '.join(str(d) for d in dir_list)}: ")
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = "unknown key (not allowed here)"
+            problems.append(f"{_key_path(loc)}: {msg}" if loc else msg)
+        more = f" (and {len(exc.errors()) - 5} more)" if len(exc.errors()) > 5 else ""
+        raise ConfigError(f"{where}{'; '.join(problems)}{more}",
                           fix="correct the inventory entry; unknown keys are not allowed") from None

@@ -103,6 +103,8 @@ def activate_script(release_id: str, *, restart: bool, keep: int) -> str:
                   f"mv -f {dest}.deploy-tmp {dest}"]
     lines += [f"ln -sfn releases/{shlex.quote(release_id)} {CURRENT_LINK}.deploy-tmp",
               f"mv -T {CURRENT_LINK}.deploy-tmp {CURRENT_LINK}",
+              # Where this start's log begins: health waits read only lines after it.
+              f"echo \"JOURNAL_LINES=$(journalctl -u {UNIT_NAME} --no-pager -o cat 2>/dev/null | wc -l)\"",
               "systemctl daemon-reload",
               f"systemctl enable {UNIT_NAME} >/dev/null 2>&1 || true",
               f"systemctl {'restart' if restart else 'start'} {UNIT_NAME}"]
@@ -110,6 +112,15 @@ def activate_script(release_id: str, *, restart: bool, keep: int) -> str:
     lines += [f"cd {RELEASES_DIR} && ls -1 | grep -E '^[0-9]{{8}}T[0-9]{{6}}-[0-9a-f]{{8}}$' | sort | head -n -{keep} "
               f"| grep -vx {shlex.quote(release_id)} | xargs -r rm -rf --"]
     return "\n".join(lines) + "\n"
+
+
+def journal_offset(output: str) -> int:
+    """The JOURNAL_LINES=N line an activation printed (0 when absent)."""
+    for line in output.splitlines():
+        if line.startswith("JOURNAL_LINES="):
+            value = line.split("=", 1)[1].strip()
+            return int(value) if value.isdigit() else 0
+    return 0
 
 
 def record_file_script(release_id: str, name: str, content: str, mode: int = 0o644) -> str:

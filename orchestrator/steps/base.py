@@ -40,6 +40,8 @@ class StepContext:
     # Values steps hand to later steps (rendered bundle, release id, bench result...).
     shared: dict[str, Any] = field(default_factory=dict)
     records: list[StepRecord] = field(default_factory=list)
+    # Options the playbook gave the running step, e.g. `{step: health, timeout_s: 600}`.
+    step_options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def vmid(self) -> int:

@@ -27,6 +27,7 @@ class HealthProbe:
     code: str
     active: str
     restarts: int
+    sub: str = ""
     new_lines: list[str] = field(default_factory=list)
 
 
@@ -34,7 +35,7 @@ def _probe_command(ctx: StepContext, seen_lines: int) -> str:
     p = ctx.profile
     inner = (f"printf 'code=%s\\n' \"$(curl -s -o /dev/null -m 5 -w '%{{http_code}}' "
              f"http://{shlex.quote(p.host)}:{p.port}/health)\"; "
-             f"systemctl show -p ActiveState -p NRestarts {UNIT_NAME}; echo '--journal--'; "
+             f"systemctl show -p ActiveState -p SubState -p NRestarts {UNIT_NAME}; echo '--journal--'; "
              f"journalctl -u {UNIT_NAME} --no-pager -o cat | tail -n +{seen_lines + 1}")
     return f"pct exec {ctx.vmid} -- bash -c {shlex.quote(inner)}"
 
@@ -44,20 +45,22 @@ def probe_health(ctx: StepContext, seen_lines: int) -> HealthProbe:
     head, _, journal = res.stdout.partition("--journal--\n")
     values = dict(line.split("=", 1) for line in head.splitlines() if "=" in line)
     return HealthProbe(code=values.get("code", "000"), active=values.get("ActiveState", "unknown"),
-                       restarts=int(values.get("NRestarts", "0") or 0),
+                       restarts=int(values.get("NRestarts", "0") or 0), sub=values.get("SubState", ""),
                        new_lines=[ln for ln in journal.splitlines() if ln.strip()])
 
 
 def wait_healthy(ctx: StepContext, record: StepRecord, *, timeout_s: float | None = None) -> float:
     """Poll /health until 200; fatal log lines or a dead unit end the wait at once. Returns seconds waited."""
-    timeout = float(timeout_s or ctx.profile.start_timeout_s)
+    timeout = float(timeout_s or ctx.step_options.get("timeout_s") or ctx.profile.start_timeout_s)
     interval = 2.0 if timeout <= 120 else 5.0
+    # Only this start's lines count: an old fatal line must not fail a later, healthy start.
+    offset = int(ctx.shared.get("journal_offset", 0))
     seen: list[str] = []
     start = time.monotonic()
     restarts_at_start: list[int] = []
 
     def attempt() -> HealthProbe | None:
-        probe = probe_health(ctx, len(seen))
+        probe = probe_health(ctx, offset + len(seen))
         if not restarts_at_start:
             restarts_at_start.append(probe.restarts)
         for line in probe.new_lines[-5:]:
@@ -67,10 +70,12 @@ def wait_healthy(ctx: StepContext, record: StepRecord, *, timeout_s: float | Non
         if fatal is not None:
             raise CheckFailed(f"sglang logged a fatal line: {fatal.line!r} — {fatal.meaning}", fix=fatal.fix,
                               host=ctx.host.name, details={"journal": seen[-JOURNAL_TAIL:], "code": fatal.code})
-        if probe.active in ("failed", "inactive") or probe.restarts > restarts_at_start[0]:
+        # auto-restart: the process died and systemd waits RestartSec before the next start; it is dead now.
+        if (probe.active in ("failed", "inactive") or probe.sub == "auto-restart"
+                or probe.restarts > restarts_at_start[0]):
             bad_flag = argparse_error(seen)
             raise CheckFailed(
-                f"sglang exited ({probe.active}, restarts {probe.restarts}) before turning healthy"
+                f"sglang exited ({probe.active}/{probe.sub or '?'}, restarts {probe.restarts}) before turning healthy"
                 + (f": {bad_flag}" if bad_flag else ""),
                 fix="read the journal excerpt; fix the flags or roll back (deploy rollback)", host=ctx.host.name,
                 details={"journal": seen[-JOURNAL_TAIL:]})
@@ -106,8 +111,10 @@ def health(ctx: StepContext, record: StepRecord) -> None:
 
 def raise_if_fatal_logged(ctx: StepContext) -> None:
     """After a failed check, read the journal once: a known fatal line explains the failure better."""
-    res = ctx.ssh.run(f"pct exec {ctx.vmid} -- journalctl -u {UNIT_NAME} --no-pager -o cat -n 200", check=False,
-                      timeout=60, what="journal excerpt")
+    offset = int(ctx.shared.get("journal_offset", 0))
+    inner = f"journalctl -u {UNIT_NAME} --no-pager -o cat | tail -n +{offset + 1} | tail -n 200"
+    res = ctx.ssh.run(f"pct exec {ctx.vmid} -- bash -c {shlex.quote(inner)}", check=False, timeout=60,
+                      what="journal excerpt")
     lines = res.stdout.splitlines()
     fatal = find_fatal(lines)
     if fatal is not None:

@@ -129,7 +129,11 @@ def container(ctx: StepContext, record: StepRecord) -> None:
     wanted = wanted_devices(ctx)
     status = parse_pct_status(ctx.facts.h("ct_status").stdout)
     lifecycle = lifecycle_client(ctx.host, ctx.ssh, ctx.metrics)
-    devices = passthrough_client(ctx.host, ctx.ssh)
+
+    def devices() -> PveClient:
+        """Only asked for when devN must be written: a token-only setup converges everything else."""
+        return passthrough_client(ctx.host, ctx.ssh)
+
     changed_anything = False
     method, method_reason = passthrough_method(ctx)
     record.details["passthrough"] = {"method": method, "why": method_reason}
@@ -158,7 +162,9 @@ def container(ctx: StepContext, record: StepRecord) -> None:
         ctx.say(what)
         # Creating with devN (and features on a privileged CT) needs root@pam: one pvesh call as root carries
         # everything. The token path is only used when no root SSH is configured (it then fails clearly on devN).
-        creator = devices if devices.can_passthrough else lifecycle
+        # Privileged CTs and features other than nesting are root@pam-only in PVE, like devN.
+        root_only = dev_set or not spec.unprivileged or any(k != "nesting" for k in spec.features)
+        creator = devices() if root_only else lifecycle
         _wait(creator, ctx, creator.call("post", f"/nodes/{node}/lxc", **params, **dev_set), "create")
         if raw_wanted:
             ctx.ssh.script(raw_apply_script(spec.vmid, raw_wanted), what="write raw lxc passthrough lines")
@@ -194,7 +200,7 @@ def container(ctx: StepContext, record: StepRecord) -> None:
             if dev_delete:
                 params["delete"] = ",".join(dev_delete)
             if params:
-                client = devices if (dev_set or dev_delete) else lifecycle
+                client = devices() if (dev_set or dev_delete) else lifecycle
                 client.call("put", f"/nodes/{node}/lxc/{spec.vmid}/config", digest=current.get("digest"), **params)
             if raw_changed:
                 ctx.ssh.script(raw_apply_script(spec.vmid, raw_wanted), what="write raw lxc passthrough lines")

@@ -18,7 +18,7 @@ from orchestrator.flags import FlagSchema, FlagSet, apply_changes, canonicalize,
 from orchestrator.parsers.bench import BenchParseError, BenchResult, parse_bench_jsonl
 from orchestrator.render.service import launch_argv
 from orchestrator.runlog import StepRecord
-from orchestrator.state.releases import activate_script, in_container_script, record_file_script
+from orchestrator.state.releases import activate_script, in_container_script, journal_offset, record_file_script
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.checks import bench_for_release, wait_healthy
 from orchestrator.steps.server import bundle_for, install_release, installed_state, profile_flags
@@ -61,14 +61,19 @@ def is_unverified_candidate(ctx: StepContext) -> bool:
                 and meta.get("previous"))
 
 
-def baseline_bench(ctx: StepContext) -> BenchResult | None:
+def baseline_bench(ctx: StepContext, preset: str) -> BenchResult | None:
+    """The newest plain run of the same preset on the current release: the only fair baseline."""
     out = ctx.facts.c("current_bench")
-    if out is None or out.rc != 0 or not out.stdout.strip():
+    if out is None or out.rc != 0:
         return None
-    try:
-        return parse_bench_jsonl(out.stdout)
-    except BenchParseError:
-        return None
+    for line in reversed(out.stdout.splitlines()):
+        name, _, record = line.partition("\t")
+        if name.startswith(f"bench-{preset}--") and record.strip():
+            try:
+                return parse_bench_jsonl(record)
+            except BenchParseError:
+                continue
+    return None
 
 
 def bench_dict(result: BenchResult) -> dict[str, Any]:
@@ -87,6 +92,7 @@ def activate(ctx: StepContext, release: str, *, what: str) -> None:
     res = ctx.ssh.script(in_container_script(ctx.vmid, activate_script(release, restart=True,
                                                                        keep=ctx.profile.keep_releases)),
                          check=False, timeout=300, what=what)
+    ctx.shared["journal_offset"] = journal_offset(res.stdout)
     if res.rc != 0:
         raise RemoteError(f"{what}: activating release {release} failed: "
                           f"{(res.stderr or res.stdout).strip()[-400:]}", host=ctx.host.name,
@@ -112,6 +118,7 @@ def restore_interrupted(ctx: StepContext, record: StepRecord) -> str | None:
     meta = current_meta(ctx) or {}
     cand, prev = str(meta.get("id")), str(meta.get("previous"))
     record.changes.append(f"restored {prev} (release {cand} was an interrupted roll's unverified candidate)")
+    record.status = "changed"
     write_verdict(ctx, cand, {"verdict": "abandoned", "reason": "the roll was interrupted before its gate",
                               "rolled_back_to": prev})
     rollback_to(ctx, prev, record, reason=f"{cand} was never verified (interrupted roll)")
@@ -157,8 +164,9 @@ def resolve_release(ctx: StepContext, record: StepRecord) -> None:
     if not diff:
         raise ConfigError("the new flag set equals the current release's: nothing to roll",
                           fix="change at least one flag", host=ctx.host.name)
+    preset = ctx.options.preset or ctx.profile.bench_preset
     ctx.shared.update({"base_flags": base, "new_flags": new, "previous": state.release,
-                       "baseline": baseline_bench(ctx), "flag_diff": diff})
+                       "baseline": baseline_bench(ctx, preset), "flag_diff": diff})
     record.details["diff"] = [{"flag": k, "old": a, "new": b} for k, a, b in diff]
     for k, a, b in diff:
         ctx.say(f"  --{k}: {a if a is not None else '(unset)'} → {b if b is not None else '(unset)'}")
@@ -314,9 +322,8 @@ def rollback_release(ctx: StepContext, record: StepRecord) -> None:
     if target == state.release:
         record.summary = f"{target} is already current"
         return
-    if state.release:
-        write_verdict(ctx, state.release, {"verdict": "rolled-back", "reason": "manual rollback",
-                                           "rolled_back_to": target})
+    # The release we leave keeps its own verdict and figures: a manual rollback is an operator's choice,
+    # not a judgement of that release.
     seconds = rollback_to(ctx, target, record, reason="deploy rollback")
     record.status = "changed"
     record.changes.append(f"{state.release} → {target}")

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from orchestrator.errors import RemoteError
-from orchestrator.flags import FlagSchema, FlagSet, canonicalize
+from orchestrator.flags import FlagSchema, FlagSet, canonicalize, diff_flags
 from orchestrator.render.bundle import Bundle, render_bundle
 from orchestrator.render.service import launch_argv
 from orchestrator.runlog import StepRecord
@@ -21,6 +21,7 @@ from orchestrator.state.releases import (
     current_release,
     find_by_sha,
     in_container_script,
+    journal_offset,
     new_release_id,
     parse_release_ids,
     write_release_script,
@@ -58,6 +59,20 @@ def installed_state(ctx: StepContext) -> InstalledState:
     )
 
 
+def installed_flags(ctx: StepContext) -> dict[str, Any] | None:
+    """The current release's flags as stored on the target (None before the first release)."""
+    import json
+
+    out = ctx.facts.c("current_flags")
+    if out is None or out.rc != 0 or not out.stdout.strip():
+        return None
+    try:
+        data = json.loads(out.stdout)
+    except json.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def profile_flags(ctx: StepContext, schema: FlagSchema | None = None) -> FlagSet:
     return canonicalize(ctx.profile.flags, schema or FlagSchema.load(ctx.profile.sglang_version))
 
@@ -85,6 +100,7 @@ def install_release(ctx: StepContext, bundle: Bundle, *, source: str, restart: b
               + activate_script(rid, restart=restart, keep=ctx.profile.keep_releases))
     res = ctx.ssh.script(in_container_script(ctx.vmid, script), check=False, timeout=300,
                          what=f"install release {rid}")
+    ctx.shared["journal_offset"] = journal_offset(res.stdout)
     if res.rc != 0:
         raise RemoteError(f"installing release {rid} in CT {ctx.vmid} failed: "
                           f"{(res.stderr or res.stdout).strip()[-500:]}",
@@ -116,8 +132,14 @@ def server_unit(ctx: StepContext, record: StepRecord) -> None:
         record.summary = f"unit unchanged (release {state.release}), server active"
         ctx.shared["restarted"] = False
         return
+    installed = installed_flags(ctx)
+    changes = [] if installed is None else [
+        f"--{k}: {'(unset)' if a is None else a} → {'(unset)' if b is None else b}"
+        for k, a, b in diff_flags(installed, flags.as_dict())]
+    record.details["flag_changes"] = changes
     what = ("start sglang (unit unchanged)" if same else
-            f"install new unit ({len(flags)} flags, sglang {flags.version}) and "
+            f"install new unit ({len(flags)} flags, sglang {flags.version}"
+            + (f"; {', '.join(changes)}" if changes else "") + ") and "
             f"{'restart' if state.active == 'active' else 'start'} sglang")
     if not mark_change(record, ctx, what):
         record.summary = what
