@@ -1,0 +1,258 @@
+"""`deploy roll` / `deploy rollback` end to end: a new server flag set goes through the installed sglang's parser,
+becomes a release, passes (or fails) health, smoke and the throughput gate, and a failure rolls back by itself.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import DeployEnv
+
+RELEASES = "/var/lib/deploy/releases"
+UNIT = "/etc/systemd/system/sglang.service"
+
+
+def ct_out(env: DeployEnv, command: str) -> str:
+    res = env.ct(command)
+    assert res.rc == 0, f"{command}: {res.text}"
+    return res.stdout.strip()
+
+
+def current(env: DeployEnv) -> str:
+    """The release `current` points at, read in the container (not through the tool)."""
+    return ct_out(env, "readlink /var/lib/deploy/current").rsplit("/", 1)[-1]
+
+
+def health(env: DeployEnv) -> str:
+    return ct_out(env, "curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/health")
+
+
+def unit_sha(env: DeployEnv) -> str:
+    return ct_out(env, f"sha256sum {UNIT}").split()[0]
+
+
+def main_pid(env: DeployEnv) -> str:
+    return ct_out(env, "systemctl show -p MainPID --value sglang")
+
+
+def release_ids(env: DeployEnv) -> list[str]:
+    return ct_out(env, f"ls -1 {RELEASES}").split()
+
+
+def history(env: DeployEnv) -> dict[str, Any]:
+    res = env.run("--json", "history", "host", env.host)
+    assert res.rc == 0, res.text
+    return res.json
+
+
+def by_id(hist: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {r["id"]: r for r in hist["releases"]}
+
+
+def up(env: DeployEnv) -> str:
+    res = env.run("--json", "up", "host", env.host, "--skip-bench")
+    assert res.rc == 0, res.text
+    return current(env)
+
+
+def test_roll_good_change_becomes_current_with_its_verdict(deploy_env: DeployEnv) -> None:
+    env = deploy_env
+    # A server-side cap below the bench's 256 prompts: requests queue for a slot, so a faster decode loop shortens
+    # the queue wait too (with the plain burst, 8 steps per round raise TTFT and the gate rightly calls it regressed).
+    env.set_profile(flags={"num-continuous-decode-steps": 1, "max-running-requests": 64})
+    base = up(env)
+    assert "--num-continuous-decode-steps 1" in ct_out(env, f"cat {UNIT}")
+
+    res = env.run("--json", "roll", "host", env.host, "--set", "num-continuous-decode-steps=8")
+    assert res.rc == 0, res.text
+    p = res.json
+    new = p["release"]
+    assert p["ok"] and p["previous"] == base and new and new != base
+    assert p["diff"] == [{"flag": "num-continuous-decode-steps", "old": 1, "new": 8}]
+    gate = p["gate"]
+    assert gate["passed"] and not gate["accepted"] and gate["verdict"] in ("pass", "improved"), gate
+    tput = {d["metric"]: d for d in gate["deltas"]}["output_throughput"]
+    assert tput["baseline"] > 0 and tput["new"] > tput["baseline"], tput
+
+    # On the host: the candidate is current, its unit installed, the server healthy.
+    assert current(env) == new
+    assert "--num-continuous-decode-steps 8" in ct_out(env, f"cat {UNIT}")
+    assert health(env) == "200"
+    st = env.run("--json", "status", "host", env.host)
+    assert st.rc == 0, st.text
+    assert st.json["release"] == new and st.json["verdict"] == "kept" and st.json["health"] == "200"
+
+    hist = history(env)
+    assert hist["current"] == new
+    rel = by_id(hist)
+    assert list(rel) == [base, new]  # oldest first
+    assert rel[base]["verdict"]["verdict"] == "kept"
+    kept = rel[new]["verdict"]
+    assert kept["verdict"] == "kept" and kept["gate"]["verdict"] == gate["verdict"]
+    assert kept["candidate"]["output_throughput"] == pytest.approx(tput["new"])
+    assert kept["baseline"]["output_throughput"] == pytest.approx(tput["baseline"])
+    assert rel[new]["meta"]["previous"] == base and rel[new]["meta"]["source"] == "roll"
+    assert rel[new]["meta"]["flag_diff"] == [["num-continuous-decode-steps", 1, 8]]
+    assert rel[new]["flags"]["num-continuous-decode-steps"] == 8
+
+
+BAD_SETTINGS = (
+    ("no-such-flag=1", r"--no-such-flag: unknown flag in sglang"),
+    ("nsa-decode-backend=bogus", r"--nsa-decode-backend: invalid choice 'bogus'; choose from .*trtllm"),
+)
+
+
+def test_roll_refuses_bad_flags_before_any_change(converged: DeployEnv) -> None:
+    env = converged
+    before = (unit_sha(env), main_pid(env), current(env), release_ids(env))
+    assert before[1] not in ("", "0")
+    for setting, message in BAD_SETTINGS:
+        res = env.run("--json", "roll", "host", env.host, "--set", setting)
+        assert res.rc == 2, res.text
+        err = res.json
+        assert err["ok"] is False and err["error"] == "ConfigError"
+        assert re.search(message, err["what"]), err["what"]
+        assert "rolled back" not in err["what"]
+        assert (unit_sha(env), main_pid(env), current(env), release_ids(env)) == before, setting
+    assert health(env) == "200"
+    # The human-readable form says the same on stderr, with the same exit code.
+    setting, message = BAD_SETTINGS[1]
+    text = env.run("roll", "host", env.host, "--set", setting)
+    assert text.rc == 2 and re.search(message, text.stderr), text.text
+    assert (unit_sha(env), main_pid(env), current(env), release_ids(env)) == before
+
+
+FAILING_ROLLS = {
+    "crash-on-start": dict(faults={"crash_on_start": True, "match": "--max-running-requests 1024"},
+                           profile={}, args=("--set", "max-running-requests=1024", "--skip-bench"),
+                           step="health", reason=r"sglang (exited|logged a fatal line)"),
+    "never-healthy": dict(faults={"health_never_ok": True, "match": "--max-running-requests 1024"},
+                          profile={"start_timeout_s": 15}, args=("--set", "max-running-requests=1024", "--skip-bench"),
+                          step="health", reason=r"did not turn healthy within 15 s"),
+    "throughput-regression": dict(faults=None, profile={}, args=("--set", "num-continuous-decode-steps=1"),
+                                  step="gate", reason=r"throughput gate: regressed: output throughput"),
+}
+
+
+@pytest.mark.parametrize("case", list(FAILING_ROLLS), ids=list(FAILING_ROLLS))
+def test_failed_roll_rolls_back_to_the_previous_release(deploy_env: DeployEnv, case: str) -> None:
+    spec = FAILING_ROLLS[case]
+    env = deploy_env
+    if spec["profile"]:
+        env.set_profile(**spec["profile"])
+    base = up(env)
+    base_unit = unit_sha(env)
+    if spec["faults"]:
+        env.ct_faults(**spec["faults"])  # only the candidate's command line matches
+
+    t0 = time.monotonic()
+    res = env.run("--json", "roll", "host", env.host, *spec["args"])
+    assert res.rc not in (0, 2), res.text
+    err = res.json
+    assert err["ok"] is False and err["step"] == spec["step"]
+    assert "rolled back" in err["what"] and re.search(spec["reason"], err["what"]), err["what"]
+    cand = err["details"]["candidate"]
+    assert err["details"]["rolled_back_to"] == base and cand != base
+    if case == "never-healthy":
+        assert time.monotonic() - t0 < 60  # the profile's 15 s start timeout, not the default
+
+    # The previous release is current, installed and healthy again.
+    assert current(env) == base
+    assert unit_sha(env) == base_unit
+    assert health(env) == "200"
+    assert ct_out(env, "systemctl is-active sglang") == "active"
+
+    hist = history(env)
+    assert hist["current"] == base
+    rel = by_id(hist)
+    assert set(rel) == {base, cand}
+    verdict = rel[cand]["verdict"]
+    assert verdict["verdict"] == "rolled-back" and verdict["failed_step"] == spec["step"]
+    assert verdict["rolled_back_to"] == base and re.search(spec["reason"], verdict["reason"])
+    assert rel[base]["verdict"]["verdict"] == "kept"
+    if case == "throughput-regression":
+        assert verdict["candidate"]["output_throughput"] < verdict["baseline"]["output_throughput"]
+        deltas = {d["metric"]: d for d in err["details"]["gate"]["deltas"]}
+        assert deltas["output_throughput"]["status"] == "regressed"
+        assert deltas["output_throughput"]["delta_pct"] < -5
+    else:
+        assert verdict["journal"], "the failed start's journal excerpt is kept as evidence"
+
+
+def test_rollback_default_and_to_a_release(converged: DeployEnv) -> None:
+    env = converged
+    r1 = current(env)
+    res = env.run("--json", "roll", "host", env.host, "--set", "num-continuous-decode-steps=4", "--skip-bench")
+    assert res.rc == 0, res.text
+    r2 = res.json["release"]
+    assert current(env) == r2 != r1
+
+    back = env.run("--json", "rollback", "host", env.host)
+    assert back.rc == 0, back.text
+    assert back.json["release"] == r1
+    assert current(env) == r1 and health(env) == "200"
+    assert "--num-continuous-decode-steps 8" in ct_out(env, f"cat {UNIT}")
+    # Leaving a release is the operator's choice, not a judgement of it: r2 keeps its own verdict.
+    rel = by_id(history(env))
+    assert rel[r2]["verdict"]["verdict"] == "kept" and rel[r1]["verdict"]["verdict"] == "kept"
+
+    fwd = env.run("--json", "rollback", "host", env.host, "--to", r2)
+    assert fwd.rc == 0, fwd.text
+    assert fwd.json["release"] == r2
+    assert current(env) == r2 and health(env) == "200"
+    assert "--num-continuous-decode-steps 4" in ct_out(env, f"cat {UNIT}")
+
+    pid = main_pid(env)
+    bad = env.run("--json", "rollback", "host", env.host, "--to", "20990101T000000-deadbeef")
+    assert bad.rc == 2, bad.text
+    assert bad.json["error"] == "ConfigError" and "no release 20990101T000000-deadbeef" in bad.json["what"]
+    assert current(env) == r2 and main_pid(env) == pid
+
+
+def test_killed_roll_is_restored_by_the_next_run(converged: DeployEnv) -> None:
+    env = converged
+    base = current(env)
+    # The candidate takes 30 s to load: a wide window in which the roll waits for its health.
+    env.ct_faults(slow_start_s=30, match="--num-continuous-decode-steps 4")
+    proc = env.popen("roll", "host", env.host, "--set", "num-continuous-decode-steps=4", "--skip-bench")
+    try:
+        deadline = time.monotonic() + 90
+        cand = base
+        while cand == base:
+            assert proc.poll() is None, f"roll ended before it could be killed: {proc.stdout.read()}"  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "the candidate was never installed"
+            time.sleep(0.3)
+            cand = current(env)
+    finally:
+        proc.kill()
+        out = proc.communicate(timeout=30)[0]
+    assert proc.returncode == -9
+    assert "validate_flags" in out and "error" not in out, out  # killed mid-roll, not failed
+    # Killed between install and gate: an unverified candidate is current.
+    assert ct_out(env, f"test -e {RELEASES}/{cand}/verdict.json && echo yes || echo no") == "no"
+
+    res = env.run("--json", "up", "host", env.host, "--skip-bench")
+    assert res.rc == 0, res.text
+    now = current(env)
+    assert now == base
+    assert ct_out(env, f"test -f {RELEASES}/{now}/verdict.json && echo yes || echo no") == "yes"
+    assert health(env) == "200" and ct_out(env, "systemctl is-active sglang") == "active"
+    cmdline = ct_out(env, "tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value sglang)/cmdline")
+    assert "--num-continuous-decode-steps 8" in cmdline, cmdline
+    assert "--num-continuous-decode-steps 8" in ct_out(env, f"cat {UNIT}")
+
+    rel = by_id(history(env))
+    assert rel[now]["verdict"]["verdict"] == "kept"
+    assert rel[cand]["verdict"]["verdict"] == "abandoned" and rel[cand]["verdict"]["rolled_back_to"] == base
+    leftovers = ct_out(env, "find /var/lib/deploy /etc/systemd/system /etc/sglang "
+                            "\\( -name '*.partial' -o -name '*.deploy-tmp' \\) -print")
+    assert leftovers == ""
+
+    # And the next roll starts from the restored release, not the abandoned one.
+    again = env.run("--json", "roll", "host", env.host, "--set", "num-continuous-decode-steps=2", "--skip-bench")
+    assert again.rc == 0, again.text
+    assert again.json["previous"] == base
