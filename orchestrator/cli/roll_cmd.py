@@ -58,13 +58,16 @@ def _flags_file(path: str) -> dict[str, Any]:
 @click.option("--accept-regression", is_flag=True, help="Keep the new release even if throughput regressed.")
 @click.option("--threshold", type=float, default=None, help="Noise threshold in %% (default: the profile's, 5).")
 @click.option("--preset", default=None, help="Bench preset for the throughput gate (default: the profile's).")
+@click.option("--gate", "gate_metrics", multiple=True,
+              type=click.Choice(["output_throughput", "mean_tpot_ms", "mean_ttft_ms"]),
+              help="Metric the gate holds (repeatable; default: the profile's gate_metrics, output throughput).")
 @click.option("--skip-bench", is_flag=True, help="Gate on health and smoke only.")
 @click.option("--dry-run", is_flag=True, help="Show the diff and validate in the container; change nothing.")
 @click.option("--tofu", is_flag=True, help="Trust an unknown SSH host key on first use and record it.")
 @common_options
 def roll(app: AppContext, target: tuple[str, ...], sets: tuple[str, ...], unsets: tuple[str, ...],
          flags_file: str | None, profile_name: str | None, accept_regression: bool, threshold: float | None,
-         preset: str | None, skip_bench: bool, dry_run: bool, tofu: bool) -> int:
+         preset: str | None, gate_metrics: tuple[str, ...], skip_bench: bool, dry_run: bool, tofu: bool) -> int:
     """Roll a new server flag set with a health gate, a throughput gate and automatic rollback.
 
     e.g. `deploy roll host 10.1.230.174 --set num-continuous-decode-steps=8`
@@ -85,7 +88,8 @@ def roll(app: AppContext, target: tuple[str, ...], sets: tuple[str, ...], unsets
     if preset:
         app.inventory.preset(preset)
     shared = {"roll": {"set": list(sets), "unset": list(unsets), "flags_file": replacement,
-                       "accept_regression": accept_regression, "threshold": threshold}}
+                       "accept_regression": accept_regression, "threshold": threshold,
+                       "gate": list(gate_metrics)}}
     options = RunOptions(dry_run=dry_run, skip_bench=skip_bench, preset=preset, tofu=tofu, command=_command_line())
     report: RunReport | None = None
     error: DeployError | None = None

@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from orchestrator.errors import ConfigError
 
 FlagValue = str | int | float | bool | None | list[str | int | float]
+GateMetric = Literal["output_throughput", "mean_tpot_ms", "mean_ttft_ms"]
+DEFAULT_GATE: tuple[GateMetric, ...] = ("output_throughput",)
 
 
 class StrictModel(BaseModel):
@@ -159,6 +161,8 @@ class ServerProfile(StrictModel):
     bench_preset: str = "seed-1024x256"
     min_output_throughput: float | None = Field(None, ge=0)
     regression_threshold_pct: float = Field(5.0, ge=0, le=100)
+    # What the roll gate holds against the baseline (TPOT/TTFT deltas are always reported).
+    gate_metrics: list[GateMetric] = Field(default_factory=lambda: list(DEFAULT_GATE), min_length=1)
     keep_releases: int = Field(10, ge=2)
     smoke: SmokeCheck = Field(default_factory=SmokeCheck)
 

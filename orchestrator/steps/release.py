@@ -242,9 +242,10 @@ def gate_step(ctx: StepContext, record: StepRecord) -> None:
         return
     baseline: BenchResult | None = ctx.shared.get("baseline")
     threshold = float(opts.get("threshold") or ctx.profile.regression_threshold_pct)
+    gated = tuple(opts.get("gate") or ctx.profile.gate_metrics)
     result = regression_gate(run.result, baseline, noise_pct=threshold,
                              accept_regression=bool(opts.get("accept_regression")),
-                             min_output_throughput=ctx.profile.min_output_throughput)
+                             min_output_throughput=ctx.profile.min_output_throughput, gated=gated)
     ctx.shared["gate"] = result
     record.details["gate"] = result.model_dump(mode="json")
     for d in result.deltas:
