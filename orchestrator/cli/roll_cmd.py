@@ -162,6 +162,9 @@ def status(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
                       f"{pct:.0f}" if pct is not None else "-",
                       f"{g['util_pct']:.0f}" if g.get("util_pct") is not None else "-")
     app.out.print(table)
+    if not healthy:
+        app.out.line(f"not healthy (/health {info.get('health')}, sglang {info.get('active')}): see "
+                     "`journalctl -u sglang` in the container, `deploy doctor`, or `deploy rollback`")
     return 0 if healthy else 1
 
 
@@ -197,7 +200,7 @@ def history(app: AppContext, target: tuple[str, ...], bench: bool, limit: int, t
     releases = [r for r in rows if "id" in r]
     app.out.emit({"ok": True, "host": report.host, "current": current, "releases": releases})
     table = Table(title=f"releases on {report.host}")
-    for col in ("", "release", "source", "verdict", "flag changes", "out tok/s", "GPU W", "reason"):
+    for col in ("", "release", "source", "verdict", "flag changes", "out tok/s", "GPU W (sum)", "reason"):
         table.add_column(col, overflow="fold")
     for r in releases:
         meta = r.get("meta") or {}
@@ -206,6 +209,6 @@ def history(app: AppContext, target: tuple[str, ...], bench: bool, limit: int, t
         changes = ", ".join(f"{k}: {a}→{b}" for k, a, b in diff) if diff else ("(profile)" if meta else "")
         table.add_row("*" if r["id"] == current else "", r["id"], str(meta.get("source", "")),
                       str((verdict or {}).get("verdict", "unverified")), changes, _figure(verdict, "output_throughput"),
-                      _power(verdict), str((verdict or {}).get("reason", ""))[:80])
+                      _power(verdict), str((verdict or {}).get("reason", ""))[:160])
     app.out.print(table)
     return 0

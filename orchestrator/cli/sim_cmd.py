@@ -61,7 +61,8 @@ def up(app: AppContext, hosts: int, profile: str, time_scale: float, first: int,
                      f"{i.api_port} (CA {i.ca_file}), GPUs {i.gpu_profile}, driver {i.driver_version}")
     if copy:
         app.out.line(f"inventory entries written to {copy}")
-    app.out.line(f"next: deploy up host {infos[0].name}    (stop everything with: deploy sim down)")
+    root_opt = f" --root {root}" if root else ""
+    app.out.line(f"next: deploy up host {infos[0].name}    (stop everything with: deploy sim down{root_opt})")
     return 0
 
 
@@ -91,7 +92,7 @@ def status(app: AppContext, root: str | None) -> int:
     infos = sim_status(_root(root))
     app.out.emit({"ok": True, "hosts": [_info_dict(i) for i in infos]})
     table = Table(title=f"simulated hosts ({_root(root)})")
-    for col in ("host", "address", "sshd", "api", "gpus", "containers"):
+    for col in ("host", "address", "sshd pid", "api pid", "gpus", "containers"):
         table.add_column(col)
     for i in infos:
         table.add_row(i.name, i.address, str(i.sshd_pid or "stopped"), str(i.api_pid or "stopped"), i.gpu_profile,
@@ -134,7 +135,8 @@ def fault(app: AppContext, host: str, knobs: tuple[str, ...], vmid: int | None, 
     `deploy sim fault sim-1 --ct 120 log_line="…Unsupported architecture"`.
 
     Host knobs: missing_uvm, ssh_drop_after, task_fail, api_delay_s. Container knobs: driver_mismatch,
-    crash_on_start, health_never_ok, log_line, slow_start_s.
+    crash_on_start, health_never_ok, log_line, slow_start_s, and match=TEXT (the server faults apply only when the
+    server's command line contains TEXT: a flag set that fails while the previous release still starts).
     """
     from orchestrator.sim.manager import set_ct_faults, set_faults
 
