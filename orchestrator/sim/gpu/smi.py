@@ -210,15 +210,18 @@ def dmon(view: View, out: TextIO, selectors: str, delay_s: float, count: int | N
          ids: list[int] | None) -> None:
     cols = [c for key, group in DMON_GROUPS if key in selectors for c in group]
     with_date, with_time = "D" in opts.upper(), "T" in opts.upper()
-    prefix = [("#Date    ", "#YYYYMMDD")] if with_date else []
-    if with_time:
-        prefix.append(("#Time    ", "#HH:MM:SS"))
-    if prefix:
-        h1 = "".join(p[0] for p in prefix) + "     gpu" + "".join(f" {n:>6}" for n, _ in cols) + " "
-        h2 = "".join(p[1] for p in prefix) + "     Idx" + "".join(f" {u:>6}" for _, u in cols) + " "
+    # Header and row layout as the real driver prints them (captured with -o DT and -o T).
+    if with_date and with_time:
+        head1, head2 = "#Date        Time         gpu", "#YYYYMMDD    HH:MM:SS     Idx"
+        stamp_fmt = " %Y%m%d    %H:%M:%S"
+    elif with_date:
+        head1, head2, stamp_fmt = "#Date         gpu", "#YYYYMMDD     Idx", " %Y%m%d"
+    elif with_time:
+        head1, head2, stamp_fmt = "#Time         gpu", "#HH:MM:SS     Idx", " %H:%M:%S"
     else:
-        h1 = "# gpu" + "".join(f" {n:>6}" for n, _ in cols) + " "
-        h2 = "# Idx" + "".join(f" {u:>6}" for _, u in cols) + " "
+        head1, head2, stamp_fmt = "# gpu", "# Idx", ""
+    h1 = head1 + "".join(f" {n:>6}" for n, _ in cols) + " "
+    h2 = head2 + "".join(f" {u:>6}" for _, u in cols) + " "
     out.write(h1 + "\n" + h2 + "\n")
     out.flush()
     n = 0
@@ -230,13 +233,9 @@ def dmon(view: View, out: TextIO, selectors: str, delay_s: float, count: int | N
             if ids is not None and i not in ids:
                 continue
             vals = _dmon_values(telemetry.sample(view.profile, gpu, loads.get(gpu.minor), now))
-            lead = []
-            if with_date:
-                lead.append(stamp.strftime(" %Y%m%d"))
-            if with_time:
-                lead.append(stamp.strftime(" %H:%M:%S"))
-            idx = f"{i:>8}" if prefix else f"{i:>5}"
-            out.write("".join(lead) + idx + "".join(f" {vals[c]:>6}" for c, _ in cols) + " \n")
+            lead = stamp.strftime(stamp_fmt) if stamp_fmt else ""
+            idx = f"{i:>8}" if stamp_fmt else f"{i:>5}"
+            out.write(lead + idx + "".join(f" {vals[c]:>6}" for c, _ in cols) + " \n")
         out.flush()
         n += 1
         if count is None or n < count:
