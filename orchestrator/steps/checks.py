@@ -177,7 +177,7 @@ def bench_for_release(ctx: StepContext, preset_name: str, release: str | None,
                       overrides: dict[str, str] | None = None) -> Any:
     """Run the preset with telemetry, store it in the local ledger, return the BenchRun."""
     from orchestrator.bench.run import run_bench
-    from orchestrator.state.ledger import Ledger
+    from orchestrator.state.ledger import Ledger, RunSource
 
     preset = ctx.inventory.preset(preset_name)
     nvlink = False
@@ -191,8 +191,9 @@ def bench_for_release(ctx: StepContext, preset_name: str, release: str | None,
     run = run_bench(ctx.ssh, ctx.host, ctx.profile, preset_name, preset, overrides=overrides, release_id=release,
                     flags=flags, nvlink=nvlink)
     try:
-        Ledger().record_run(host=ctx.host.name, bench=run.result, source="roll" if "roll" in ctx.options.command
-                            else "bench", release_id=release, preset=preset_name, started_at=run.started_at,
+        source: RunSource = "sweep" if overrides else "roll" if "roll" in ctx.options.command else "bench"
+        Ledger().record_run(host=ctx.host.name, bench=run.result, source=source,
+                            release_id=release, preset=preset_name, started_at=run.started_at,
                             flags=flags, telemetry=run.telemetry, diagnosis=run.diagnosis,
                             jsonl_path=f"{ctx.host.name}:{run.remote_jsonl}", run_id=run.run_id)
     except Exception as exc:  # the ledger is a local convenience; never fail a rollout on it
