@@ -10,7 +10,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from orchestrator.cli.common import AppContext, common_options, parse_target, resolve_host
+from orchestrator.cli.common import AppContext, common_options, parse_target, resolve_host, tofu_option
 from orchestrator.cli.roll_cmd import _command_line, run_with_progress
 from orchestrator.errors import ConfigError
 from orchestrator.reports.sweep import (
@@ -105,7 +105,7 @@ def _print_run(app: AppContext, run: Any) -> None:
 @click.option("--keep-best", is_flag=True, help="After --sweep-server keep the best point instead of rolling back.")
 @click.option("--out", "out_dir", default=None, help="Result directory (default ./deploy-results/HOST/TIME-PARAM).")
 @click.option("--host", "import_host", default=None, help="With `bench import FILE`: the host to file it under.")
-@click.option("--tofu", is_flag=True, help="Trust an unknown SSH host key on first use and record it.")
+@tofu_option
 @common_options
 def bench(app: AppContext, target: tuple[str, ...], preset: str | None, sets: tuple[str, ...], sweep: str | None,
           sweep_server: str | None, keep_best: bool, out_dir: str | None, import_host: str | None,
@@ -201,7 +201,7 @@ def _server_sweep(app: AppContext, target: tuple[str, ...], host: str, preset: s
 
 @click.command("smoke")
 @click.argument("target", nargs=-1)
-@click.option("--tofu", is_flag=True, help="Trust an unknown SSH host key on first use and record it.")
+@tofu_option
 @common_options
 def smoke(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
     """A real chat completion with a checked answer and /v1/models; prints the latency."""

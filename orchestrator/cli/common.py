@@ -131,3 +131,7 @@ def existing_file(path: str | None, what: str) -> Path | None:
     if not p.is_file():
         raise ConfigError(f"{what} {p} does not exist or is not a file", fix="check the path")
     return p
+
+
+#: Strict host key checking is the default; trusting a first-seen key is the user's explicit choice.
+tofu_option = click.option("--tofu", is_flag=True, help="Trust an unknown SSH host key on first use and record it.")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from orchestrator.cli.common import AppContext, common_options, resolve_host
+from orchestrator.cli.common import AppContext, common_options, resolve_host, tofu_option
 from orchestrator.verdicts.host import worst_status
 
 STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
@@ -13,7 +13,7 @@ STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
 
 @click.command("doctor")
 @click.argument("target", nargs=-1)
-@click.option("--tofu", is_flag=True, help="Trust an unknown SSH host key on first use and record it.")
+@tofu_option
 @common_options
 def doctor(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
     """Check the host: driver loaded and its version, /dev/nvidia-uvm, uvm_disable_hmm, IOMMU, ACS, PVE version.

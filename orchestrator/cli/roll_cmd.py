@@ -11,7 +11,7 @@ import click
 import yaml
 from rich.table import Table
 
-from orchestrator.cli.common import AppContext, common_options, resolve_host
+from orchestrator.cli.common import AppContext, common_options, resolve_host, tofu_option
 from orchestrator.cli.progress import StepPrinter, totals_line
 from orchestrator.errors import ConfigError, DeployError
 from orchestrator.runner import RunReport, run_playbook
@@ -63,7 +63,7 @@ def _flags_file(path: str) -> dict[str, Any]:
               help="Metric the gate holds (repeatable; default: the profile's gate_metrics, output throughput).")
 @click.option("--skip-bench", is_flag=True, help="Gate on health and smoke only.")
 @click.option("--dry-run", is_flag=True, help="Show the diff and validate in the container; change nothing.")
-@click.option("--tofu", is_flag=True, help="Trust an unknown SSH host key on first use and record it.")
+@tofu_option
 @common_options
 def roll(app: AppContext, target: tuple[str, ...], sets: tuple[str, ...], unsets: tuple[str, ...],
          flags_file: str | None, profile_name: str | None, accept_regression: bool, threshold: float | None,
@@ -128,7 +128,7 @@ def roll(app: AppContext, target: tuple[str, ...], sets: tuple[str, ...], unsets
 @click.command("rollback")
 @click.argument("target", nargs=-1)
 @click.option("--to", "to_release", default=None, metavar="RELEASE", help="Release id (default: the previous one).")
-@click.option("--tofu", is_flag=True, help="Trust an unknown SSH host key on first use and record it.")
+@tofu_option
 @common_options
 def rollback(app: AppContext, target: tuple[str, ...], to_release: str | None, tofu: bool) -> int:
     """Re-install a previous release and wait until it is healthy."""
@@ -141,7 +141,7 @@ def rollback(app: AppContext, target: tuple[str, ...], to_release: str | None, t
 
 @click.command("status")
 @click.argument("target", nargs=-1)
-@click.option("--tofu", is_flag=True, help="Trust an unknown SSH host key on first use and record it.")
+@tofu_option
 @common_options
 def status(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
     """Current release, health and GPU power now (one SSH round trip). Exit 1 when not healthy."""
@@ -185,7 +185,7 @@ def _power(verdict: dict[str, Any] | None) -> str:
 @click.argument("target", nargs=-1)
 @click.option("--bench", "bench", is_flag=True, help="Bench runs from the local ledger instead of releases.")
 @click.option("--limit", default=20, show_default=True)
-@click.option("--tofu", is_flag=True, help="Trust an unknown SSH host key on first use and record it.")
+@tofu_option
 @common_options
 def history(app: AppContext, target: tuple[str, ...], bench: bool, limit: int, tofu: bool) -> int:
     """Releases on the target with time, flag diff, verdict, throughput and power; or `--bench` ledger runs."""

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from orchestrator.cli.common import AppContext, common_options, resolve_host
+from orchestrator.cli.common import AppContext, common_options, resolve_host, tofu_option
 from orchestrator.cli.progress import StepPrinter, totals_line
 from orchestrator.errors import DeployError
 from orchestrator.runner import RunReport, run_playbook
@@ -65,7 +65,7 @@ def run_and_report(app: AppContext, words: tuple[str, ...], playbook: str, optio
 @click.option("--skip-weights", is_flag=True, help="Do not download missing model weights; say what would be fetched.")
 @click.option("--skip-bench", is_flag=True, help="Skip the throughput check.")
 @click.option("--preset", default=None, help="Bench preset for the throughput check (default: the profile's).")
-@click.option("--tofu", is_flag=True, help="Trust an unknown SSH host key on first use and record it.")
+@tofu_option
 @click.option("--playbook", default="up", show_default=True, metavar="NAME|FILE",
               help="Playbook to run: a shipped name or your copied and edited YAML file.")
 @common_options
@@ -84,7 +84,7 @@ def up(app: AppContext, target: tuple[str, ...], dry_run: bool, allow_no_p2p: bo
 
 @click.command("plan")
 @click.argument("target", nargs=-1, required=True)
-@click.option("--tofu", is_flag=True, help="Trust an unknown SSH host key on first use and record it.")
+@tofu_option
 @common_options
 def plan(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
     """What `deploy up` would change on this host; changes nothing."""

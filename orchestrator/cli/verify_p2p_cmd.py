@@ -8,7 +8,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from orchestrator.cli.common import AppContext, Output, common_options, existing_file, resolve_host
+from orchestrator.cli.common import AppContext, Output, common_options, existing_file, resolve_host, tofu_option
 from orchestrator.errors import CheckFailed, ConfigError
 from orchestrator.parsers import ParseError
 from orchestrator.parsers.p2p import parse_p2p
@@ -120,7 +120,7 @@ def live(app: AppContext, target: tuple[str, ...], bandwidth: bool, size_mib: in
 @click.option("--p2p-write-file", default=None, help="Saved `nvidia-smi topo -p2p w` output.")
 @click.option("--bandwidth", is_flag=True, help="Also run a GPU-to-GPU copy matrix in the container (torch).")
 @click.option("--size-mib", default=256, show_default=True, help="Copy size per pair for --bandwidth.")
-@click.option("--tofu", is_flag=True, help="Trust an unknown SSH host key on first use and record it.")
+@tofu_option
 @common_options
 def verify_p2p(app: AppContext, target: tuple[str, ...], topo_file: str | None, p2p_read_file: str | None,
                p2p_write_file: str | None, bandwidth: bool, size_mib: int, tofu: bool) -> int:
