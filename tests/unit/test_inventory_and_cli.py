@@ -61,7 +61,7 @@ def test_malformed_inventory_is_one_clear_error(inv: Path, edit, needle: str) ->
 
 
 def test_missing_host_exits_2_and_lists_known_hosts(inv: Path) -> None:
-    res = deploy("--json", "up", "host", "10.9.9.9", inventory=inv)
+    res = deploy("--json", "up", "host", "no-such-host", inventory=inv)  # refused before any connection
     assert res.returncode == 2
     err = json.loads(res.stdout)
     assert err["error"] == "ConfigError" and "pve-gpu-1 (10.1.230.174)" in err["what"]
