@@ -198,3 +198,20 @@ def test_smoke_answers_and_status_shows_power_per_gpu(converged: DeployEnv) -> N
     assert env.ct("systemctl stop sglang").rc == 0
     down = env.run("--json", "status", "host", env.host)
     assert down.rc == 1 and down.json["ok"] is False and down.json["health"] != "200"
+
+
+def test_server_flag_sweep_rolls_each_point_and_restores_the_original(converged: DeployEnv, tmp_path: Path) -> None:
+    before = converged.ct("readlink /var/lib/deploy/current").stdout.strip()
+    out = tmp_path / "sweep-server"
+    res = converged.run("--json", "bench", "host", converged.host, "--sweep-server",
+                        "num-continuous-decode-steps=1,8", "--out", str(out), timeout=600)
+    assert res.rc == 0, res.text
+    doc = res.json
+    points = doc["sweep"]["points"]
+    assert [p["value"] for p in points] == ["1", "8"]
+    by_value = {p["value"]: p["result"]["output_throughput"] for p in points}
+    assert by_value["8"] > by_value["1"]  # the flag really changed the running server between points
+    assert doc["best"]["value"] == "8"
+    assert converged.ct("readlink /var/lib/deploy/current").stdout.strip() == before  # restored
+    assert "--num-continuous-decode-steps 8" in converged.ct("cat /etc/systemd/system/sglang.service").stdout
+    assert (out / "sweep.png").stat().st_size > 1000 and (out / "report.html").exists()
