@@ -6,7 +6,6 @@ import sys
 
 from rich.console import Console
 from rich.status import Status
-from rich.table import Table
 
 from orchestrator.runlog import StepRecord
 from orchestrator.runner import RunReport
@@ -54,13 +53,3 @@ def totals_line(report: RunReport) -> str:
     return (f"{d['summary']} on {report.host}: {t['duration_s']:.1f} s, {t['ssh_round_trips']} SSH round trips "
             f"({t['ssh_round_trips_before_smoke']} before smoke), {t['ssh_connects']} connection(s), "
             f"{t['api_calls']} API calls")
-
-
-def steps_table(report: RunReport) -> Table:
-    table = Table(title=f"{report.playbook} on {report.host}", show_lines=False)
-    for col in ("step", "status", "seconds", "ssh", "summary"):
-        table.add_column(col)
-    for s in report.steps:
-        table.add_row(s.name, f"[{STATUS_STYLE.get(s.status, '')}]{s.status}[/]", f"{s.duration_s:.2f}",
-                      str(s.ssh_round_trips), s.summary)
-    return table

@@ -85,11 +85,13 @@ def up(app: AppContext, target: tuple[str, ...], dry_run: bool, allow_no_p2p: bo
 @click.command("plan")
 @click.argument("target", nargs=-1, required=True)
 @tofu_option
+@click.option("--playbook", default="up", show_default=True, metavar="NAME|FILE",
+              help="Playbook to plan: a shipped name or your copied and edited YAML file.")
 @common_options
-def plan(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
+def plan(app: AppContext, target: tuple[str, ...], tofu: bool, playbook: str) -> int:
     """What `deploy up` would change on this host; changes nothing."""
     options = RunOptions(dry_run=True, allow_no_p2p=True, skip_weights=True, skip_bench=True, tofu=tofu,
                          command="deploy plan")
-    return run_and_report(app, target, "up", options)
+    return run_and_report(app, target, playbook, options)
 
 

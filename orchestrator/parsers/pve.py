@@ -1,4 +1,4 @@
-"""Pure parsers for PVE command output: `pct status`, container config JSON, PVE config text."""
+"""Pure parsers for PVE command output: `pct status`, container config JSON, property strings."""
 
 from __future__ import annotations
 
@@ -28,20 +28,6 @@ def parse_config_json(text: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ParseError("container config JSON is not an object", text)
     return data
-
-
-def parse_conf_text(text: str) -> dict[str, str]:
-    """PVE `key: value` config lines (as printed by `pct config`), main section only."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        if line.startswith("["):
-            break
-        if not line.strip() or line.startswith("#"):
-            continue
-        key, sep, value = line.partition(":")
-        if sep:
-            out[key.strip()] = value.strip()
-    return out
 
 
 def parse_property_string(value: str, default_key: str | None = None) -> dict[str, str]:

@@ -9,7 +9,6 @@ any secret) never appears in a process argument list.
 from __future__ import annotations
 
 import secrets
-import shlex
 import threading
 import time
 from collections.abc import Mapping
@@ -35,11 +34,6 @@ class RemoteResult:
 
 #: Reads the script from stdin, then runs it with stdin detached.
 LOADER = """bash -c 's=$(cat); exec </dev/null; eval "$s"'"""
-
-
-def in_container(vmid: int, command: str) -> str:
-    """A host-side command line that runs `command` inside the container (one `pct exec`)."""
-    return f"pct exec {int(vmid)} -- bash -c {shlex.quote(command)}"
 
 
 class _Strict(paramiko.RejectPolicy):
