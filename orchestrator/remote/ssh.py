@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,7 +119,8 @@ class SshHost:
 
     # -- commands -----------------------------------------------------------------------------------------
     def run(self, command: str, *, stdin: str | None = None, timeout: float | None = None,
-            check: bool = True, what: str = "") -> RemoteResult:
+            check: bool = True, what: str = "", progress: Callable[[str], None] | None = None,
+            progress_every_s: float = 2.0) -> RemoteResult:
         """One round trip on its own channel. `command` must already be quoted; prefer `script`.
 
         Plain paramiko channel I/O: stdin is written by a thread while stdout/stderr are drained, so neither
@@ -155,14 +156,31 @@ class SshHost:
             chan.shutdown_write()
         out, err = bytearray(), bytearray()
         deadline = None if timeout is None else start + timeout
+        last_progress = 0.0
+
+        def report(chunk: bytes) -> None:
+            """Long downloads/installs: show the latest line now and then (tqdm redraws with \\r)."""
+            nonlocal last_progress
+            if progress is None or time.monotonic() - last_progress < progress_every_s:
+                return
+            lines = [ln.strip() for ln in chunk.decode(errors="replace").replace("\r", "\n").split("\n")]
+            lines = [ln for ln in lines if ln]
+            if lines:
+                last_progress = time.monotonic()
+                progress(lines[-1])
+
         try:
             while True:
                 busy = False
                 if chan.recv_ready():
-                    out += chan.recv(1 << 16)
+                    data = chan.recv(1 << 16)
+                    out += data
+                    report(data)
                     busy = True
                 if chan.recv_stderr_ready():
-                    err += chan.recv_stderr(1 << 16)
+                    data = chan.recv_stderr(1 << 16)
+                    err += data
+                    report(data)
                     busy = True
                 if busy:
                     continue

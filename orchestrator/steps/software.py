@@ -66,7 +66,7 @@ def sglang_install(ctx: StepContext, record: StepRecord) -> None:
     inner = (f"test -x {venv}/bin/python || python3 -m venv {venv}; "
              f"{venv}/bin/pip install --progress-bar off {shlex.quote('sglang==' + want)}")
     res = ctx.ssh.run(f"pct exec {ctx.vmid} -- bash -c {shlex.quote(inner)}", check=False, timeout=3600,
-                      what="pip install sglang")
+                      what="pip install sglang", progress=lambda line: ctx.say(f"  pip: {line}"))
     if res.rc != 0:
         raise RemoteError(f"pip install sglang=={want} failed: {(res.stderr or res.stdout).strip()[-500:]}",
                           fix="check the container's network/proxy or pre-install sglang in the venv",
@@ -104,7 +104,7 @@ def model_weights(ctx: StepContext, record: StepRecord) -> None:
     inner = (f"HF_HUB_ENABLE_HF_TRANSFER=0 {shlex.quote(prof.venv)}/bin/huggingface-cli download "
              f"{shlex.quote(prof.weights_repo)} --local-dir {shlex.quote(prof.model_path)}")
     res = ctx.ssh.run(f"pct exec {ctx.vmid} -- bash -c {shlex.quote(inner)}", check=False, timeout=24 * 3600,
-                      what="weights download")
+                      what="weights download", progress=lambda line: ctx.say(f"  download: {line}"))
     if res.rc != 0:
         raise RemoteError(f"weights download failed: {(res.stderr or res.stdout).strip()[-500:]}",
                           fix="check network access to the model hub from the container, or copy the weights",

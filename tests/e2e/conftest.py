@@ -104,8 +104,10 @@ def write_profiles(inventory: Path, overrides: dict[str, Any]) -> None:
     prof["bench_preset"] = "e2e"
     prof["start_timeout_s"] = 60
     for key, value in overrides.items():
-        if key == "flags":
-            prof["flags"].update(value)
+        if key == "flags":  # None removes a flag
+            prof["flags"].update({k: v for k, v in value.items() if v is not None})
+            for k in [k for k, v in value.items() if v is None]:
+                prof["flags"].pop(k, None)
         else:
             prof[key] = value
     (inventory / "profiles.yaml").write_text(yaml.safe_dump(data, sort_keys=False))

@@ -62,13 +62,31 @@ def show(names: list[str]) -> int:
     return 0
 
 
+#: pip options that take a value as the next word (so the value is not read as a package name).
+VALUE_OPTIONS = {"--progress-bar", "-i", "--index-url", "--extra-index-url", "-c", "--constraint", "-r",
+                 "--requirement", "--target", "-t", "--cache-dir", "--timeout", "--retries", "--python-version",
+                 "--platform", "--only-binary", "--no-binary", "-f", "--find-links", "--root", "--prefix"}
+
+
+def _positionals(words: list[str]) -> list[str]:
+    out, skip = [], False
+    for word in words:
+        if skip:
+            skip = False
+        elif word in VALUE_OPTIONS:
+            skip = True
+        elif not word.startswith("-"):
+            out.append(word)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] in ("-V", "--version"):
         py = f"{sys.version_info.major}.{sys.version_info.minor}"
         print(f"pip {PIP_VERSION} from {_site()}/pip (python {py})")
         return 0
-    cmd, rest = args[0], [a for a in args[1:] if not a.startswith("-")]
+    cmd, rest = args[0], _positionals(args[1:])
     if cmd == "install":
         return install(rest)
     if cmd == "show":

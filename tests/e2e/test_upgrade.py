@@ -1,0 +1,32 @@
+"""Pinning a newer sglang: renamed flags are caught before anything changes; fixed flags install and roll out."""
+
+from __future__ import annotations
+
+from tests.e2e.conftest import DeployEnv
+
+
+def test_upgrade_that_renames_flags_is_refused_with_the_new_names(converged: DeployEnv) -> None:
+    unit_before = converged.ct("sha256sum /etc/systemd/system/sglang.service").stdout
+    converged.set_profile(sglang_version="0.5.23")
+    res = converged.run("--json", "up", "host", converged.host, "--skip-bench")
+    assert res.rc == 2, res.text
+    assert "--dsa-prefill-backend" in res.json["what"] + res.json["fix"]
+    assert converged.ct("sha256sum /etc/systemd/system/sglang.service").stdout == unit_before
+    assert converged.ct("/root/ml-env/bin/python -c 'import sglang; print(sglang.__version__)'").stdout.strip() \
+        == "0.5.12.post1"
+
+
+def test_upgrade_with_renamed_flags_installs_and_rolls_out(converged: DeployEnv) -> None:
+    converged.set_profile(sglang_version="0.5.23",
+                          flags={"nsa-prefill-backend": None, "nsa-decode-backend": None,
+                                 "dsa-prefill-backend": "trtllm", "dsa-decode-backend": "trtllm"})
+    res = converged.run("--json", "up", "host", converged.host, "--skip-bench")
+    assert res.rc == 0, res.text
+    steps = {s["name"]: s for s in res.json["steps"]}
+    assert steps["sglang_install"]["status"] == "changed"
+    assert steps["server_unit"]["status"] == "changed"
+    unit = converged.ct("cat /etc/systemd/system/sglang.service").stdout
+    assert "--dsa-prefill-backend trtllm" in unit and "--nsa-prefill-backend" not in unit
+    assert "--tp-size 8" in unit  # 0.5.23's canonical name for tensor parallelism
+    assert converged.ct("/root/ml-env/bin/python -c 'import sglang; print(sglang.__version__)'").stdout.strip() \
+        == "0.5.23"
