@@ -30,3 +30,15 @@ def test_upgrade_with_renamed_flags_installs_and_rolls_out(converged: DeployEnv)
     assert "--tp-size 8" in unit  # 0.5.23's canonical name for tensor parallelism
     assert converged.ct("/root/ml-env/bin/python -c 'import sglang; print(sglang.__version__)'").stdout.strip() \
         == "0.5.23"
+
+
+def test_missing_weights_are_named_and_skippable(converged: DeployEnv) -> None:
+    converged.ct("mv /models/GLM-5-NVFP4/config.json /models/GLM-5-NVFP4/config.json.away")
+    skipped = converged.run("--json", "up", "host", converged.host, "--skip-weights", "--skip-bench")
+    assert skipped.rc == 0, skipped.text
+    step = next(s for s in skipped.json["steps"] if s["name"] == "model_weights")
+    assert step["status"] == "skipped" and "lukealonso/GLM-5-NVFP4" in step["summary"]
+    # Without the flag the download is attempted; the simulated container has no hub client or network.
+    res = converged.run("--json", "up", "host", converged.host, "--skip-bench")
+    assert res.rc == 3 and res.json["step"] == "model_weights"
+    assert "weights download failed" in res.json["what"]
