@@ -30,7 +30,7 @@ def sim_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     reason = sim_skip_reason()
     if reason:
         pytest.skip(reason)
-    from orchestrator.sim.manager import sim_down, sim_up
+    from simulator.manager import sim_down, sim_up
 
     root = tmp_path_factory.mktemp("deploy-sim")
     old = os.environ.get("DEPLOY_SIM_ROOT")
@@ -51,7 +51,7 @@ def sim_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 @pytest.fixture
 def sim(sim_host: Any) -> Any:
     """The session's simulated host, reset: no faults, no containers, default template present."""
-    from orchestrator.sim.manager import reset_host
+    from simulator.manager import reset_host
 
     reset_host(sim_host.host_dir.parent.parent, sim_host.name)
     return sim_host

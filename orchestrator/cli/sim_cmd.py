@@ -17,7 +17,7 @@ ROOT_HELP = "Simulator state directory (default $DEPLOY_SIM_ROOT or /var/lib/dep
 
 
 def _root(root: str | None) -> Path:
-    from orchestrator.sim.config import DEFAULT_ROOT, ROOT_ENV
+    from simulator.config import DEFAULT_ROOT, ROOT_ENV
 
     return Path(root or os.environ.get(ROOT_ENV) or DEFAULT_ROOT)
 
@@ -31,10 +31,21 @@ def _inventory_copy(app: AppContext) -> Path | None:
     return first / "sim.yaml" if first.is_dir() else None
 
 
+def _require_simulator() -> None:
+    """The simulator is its own top-level package whose dependencies come with the `sim` extra."""
+    import importlib.util
+
+    missing = [m for m in ("simulator", "cryptography", "aiohttp") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(f"the simulator is not installed (missing {', '.join(missing)})",
+                          fix="install it with: pip install -e '.[sim]' (scripts/install.sh does this)")
+
+
 @click.group("sim")
 def sim() -> None:
     """The simulated Proxmox GPU host: real sshd, a schema-checked PVE API over HTTPS, pct/pvesh, GPUs replayed
     from real nvidia-smi captures, a simulated SGLang server. Everything listens on 127.0.0.0/8. Needs root."""
+    _require_simulator()
 
 
 @sim.command("up")
@@ -50,7 +61,7 @@ def sim() -> None:
 @common_options
 def up(app: AppContext, hosts: int, profile: str, time_scale: float, first: int, root: str | None) -> int:
     """Start (or keep) the simulated hosts and write their inventory entries, keys and known_hosts."""
-    from orchestrator.sim.manager import sim_up
+    from simulator.manager import sim_up
 
     copy = _inventory_copy(app)
     infos = sim_up(_root(root), hosts=hosts, profile=profile, time_scale=time_scale, inventory_copy=copy,
@@ -71,7 +82,7 @@ def up(app: AppContext, hosts: int, profile: str, time_scale: float, first: int,
 @common_options
 def down(app: AppContext, root: str | None) -> int:
     """Stop every simulated host, container process and API server; remove the inventory copy."""
-    from orchestrator.sim.manager import sim_down
+    from simulator.manager import sim_down
 
     sim_down(_root(root))
     copy = _inventory_copy(app)
@@ -87,7 +98,7 @@ def down(app: AppContext, root: str | None) -> int:
 @common_options
 def status(app: AppContext, root: str | None) -> int:
     """What is running: hosts, daemons, containers."""
-    from orchestrator.sim.manager import sim_status
+    from simulator.manager import sim_status
 
     infos = sim_status(_root(root))
     app.out.emit({"ok": True, "hosts": [_info_dict(i) for i in infos]})
@@ -138,7 +149,7 @@ def fault(app: AppContext, host: str, knobs: tuple[str, ...], vmid: int | None, 
     crash_on_start, health_never_ok, log_line, slow_start_s, and match=TEXT (the server faults apply only when the
     server's command line contains TEXT: a flag set that fails while the previous release still starts).
     """
-    from orchestrator.sim.manager import set_ct_faults, set_faults
+    from simulator.manager import set_ct_faults, set_faults
 
     values = _knobs(knobs)
     try:

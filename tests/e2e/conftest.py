@@ -88,12 +88,12 @@ class DeployEnv:
         write_profiles(self.inventory, self.profile_overrides)
 
     def faults(self, **knobs: Any) -> None:
-        from orchestrator.sim.manager import set_faults
+        from simulator.manager import set_faults
 
         set_faults(self.root, self.host, **knobs)
 
     def ct_faults(self, vmid: int = 120, **knobs: Any) -> None:
-        from orchestrator.sim.manager import set_ct_faults
+        from simulator.manager import set_ct_faults
 
         set_ct_faults(self.root, self.host, vmid, **knobs)
 

@@ -25,7 +25,7 @@ def vm_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     reason = sim_skip_reason()
     if reason:
         pytest.skip(reason)
-    from orchestrator.sim.manager import sim_down, sim_up
+    from simulator.manager import sim_down, sim_up
 
     root = tmp_path_factory.mktemp("deploy-sim-vm")
     first = int(os.environ.get("DEPLOY_SIM_FIRST", "1")) + 30
@@ -139,7 +139,7 @@ def test_concurrent_up_is_refused_naming_the_holder(converged: DeployEnv) -> Non
 
 
 def test_pve_before_8_1_gets_raw_lxc_lines(deploy_env: DeployEnv) -> None:
-    from orchestrator.sim.config import SimPaths
+    from simulator.config import SimPaths
 
     hp = SimPaths(deploy_env.root).host(deploy_env.host)
     hp.update(lambda cfg: setattr(cfg, "pve_version", "8.0.4"))

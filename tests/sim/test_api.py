@@ -11,7 +11,7 @@ from proxmoxer import ProxmoxAPI, ResourceException
 from proxmoxer.core import AuthenticationError
 from proxmoxer.tools import Tasks
 
-from orchestrator.sim.manager import set_faults
+from simulator.manager import set_faults
 
 pytestmark = pytest.mark.e2e
 TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
@@ -124,7 +124,7 @@ def test_ticket_auth_and_csrf(sim: Any) -> None:
 
 def test_tls_is_verified(sim: Any, tmp_path: Any) -> None:
     other = tmp_path / "other-ca"
-    from orchestrator.sim.pve.tls import ensure_certs
+    from simulator.pve.tls import ensure_certs
 
     ensure_certs(other, sim.address, "elsewhere")
     with pytest.raises(requests.exceptions.SSLError):

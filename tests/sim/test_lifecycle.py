@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from orchestrator.inventory.loader import load_inventory
-from orchestrator.sim.manager import sim_down, sim_status, sim_up
+from simulator.manager import sim_down, sim_status, sim_up
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from typing import Any
 import paramiko
 import pytest
 
-from orchestrator.sim.manager import set_faults
+from simulator.manager import set_faults
 
 pytestmark = pytest.mark.e2e
 

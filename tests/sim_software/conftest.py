@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 import requests
 
-from orchestrator.sim.software import provision_container, provision_host
+from simulator.software import provision_container, provision_host
 
 REPO = Path(__file__).resolve().parents[2]
-SIM = REPO / "orchestrator" / "sim"
+SIM = REPO / "simulator"
 STANDIN = SIM / "sglang_standin"
 
 

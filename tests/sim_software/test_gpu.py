@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import pytest
 
-from orchestrator.sim.gpu import create_uvm_nodes, lspci_text, pci_devices
-from orchestrator.sim.gpu.profiles import CAPTURES
+from simulator.gpu import create_uvm_nodes, lspci_text, pci_devices
+from simulator.gpu.profiles import CAPTURES
 
 from .conftest import SimHost
 
@@ -106,7 +106,7 @@ def test_container_sees_only_passed_gpus_by_minor(host: SimHost) -> None:
 def test_driver_mismatch_fault(make_host: Callable[..., SimHost]) -> None:
     h = make_host()
     h.set_ct_faults(driver_mismatch="580.95.05")
-    from orchestrator.sim.software import provision_container
+    from simulator.software import provision_container
 
     provision_container(h.dir, h.vmid, json.loads((h.dir / "host.json").read_text()))
     h.pass_devices()

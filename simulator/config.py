@@ -1,0 +1,393 @@
+"""Models, paths and fault knobs shared by every part of the simulated host (see docs/simulator.md).
+
+Plain dataclasses with explicit JSON round-tripping instead of pydantic: these are read on every simulated SSH
+command, and importing pydantic would add ~100 ms to each one. Unknown keys in a JSON file are an error so that a
+typo in a fault knob is caught instead of silently ignored.
+
+Writers take an exclusive `fcntl` lock on `<file>.lock` and replace the file atomically, because the manager, the
+API server, `pct` and the part-2 stand-ins (systemctl, the model-server) all update the same files concurrently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from simulator import layout
+from simulator.layout import CT_ENV as CT_ENV
+from simulator.layout import CT_PERSISTENT_PATHS as CT_PERSISTENT_PATHS
+from simulator.layout import HOST_ENV as HOST_ENV
+from simulator.layout import HOST_OVERLAYS as HOST_OVERLAYS
+from simulator.layout import ROOT_ENV as ROOT_ENV
+
+# ---------------------------------------------------------------------------------------------------------------
+# Environment and fixed locations
+# ---------------------------------------------------------------------------------------------------------------
+
+DEFAULT_ROOT = Path("/var/lib/deploy-sim")
+VIEW_ALIAS = Path(layout.VIEW_ALIAS)
+VIEW_PY = Path(layout.VIEW_PY)
+VIEW_VENV = Path(layout.VIEW_VENV)
+VIEW_REPO = Path(layout.VIEW_REPO)
+VIEW_ROOT = Path(layout.VIEW_ROOT)
+VIEW_PYTHON = Path(layout.VIEW_PYTHON)
+
+SSH_PORT = 2222
+API_PORT = 8006
+DEFAULT_VMID = 120
+
+GpuProfile = Literal["rtx-pro-6000-x8", "rtx-pro-6000-x8-vm", "h200-x2"]
+GPU_PROFILES: tuple[str, ...] = ("rtx-pro-6000-x8", "rtx-pro-6000-x8-vm", "h200-x2")
+#: Driver version of the real capture behind each profile (fixtures/nvidia-smi/README.md).
+PROFILE_DRIVER: dict[str, str] = {
+    "rtx-pro-6000-x8": "595.58.03",
+    "rtx-pro-6000-x8-vm": "595.58.03",
+    "h200-x2": "580.159.04",
+}
+PROFILE_GPU_COUNT: dict[str, int] = {"rtx-pro-6000-x8": 8, "rtx-pro-6000-x8-vm": 8, "h200-x2": 2}
+
+TaskType = str  # vzcreate, vzstart, vzstop, vzshutdown, vzdestroy, download, ...
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# JSON models
+# ---------------------------------------------------------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+def _from_dict(cls: type[T], data: dict[str, Any], where: str) -> T:
+    """Build a dataclass from a dict; unknown keys are an error naming the file, missing keys take defaults."""
+    known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    return cls(**data)
+
+
+@dataclass
+class HostFaults:
+    """Host-wide fault knobs. Each one models a failure seen on real hosts.
+
+    missing_uvm: /dev/nvidia-uvm(-tools) absent and `nvidia-uvm` missing from /proc/devices until
+        `nvidia-modprobe -u -c=0` runs (nothing used UVM since boot) -> `pct start` fails on a devN entry.
+    ssh_drop_after: the SSH session running command number N+1 (counted per host) is killed abruptly, once;
+        the knob then clears itself so the next connection works.
+    task_fail: PVE task type ("vzstart", "vzcreate", "download", ...) or "all": matching tasks end with
+        `TASK ERROR: ...`.
+    api_delay_s: every HTTPS API response is delayed by this many seconds (timeouts, retry logic).
+    """
+
+    missing_uvm: bool = False
+    ssh_drop_after: int | None = None
+    task_fail: str | None = None
+    api_delay_s: float = 0.0
+
+
+@dataclass
+class CtFaults:
+    """Per-container fault knobs, consumed by the part-2 stand-ins (model server, provisioning).
+
+    driver_mismatch: userspace driver version the container reports instead of the host's (installer mismatch).
+    crash_on_start: the model server exits with a traceback shortly after starting.
+    health_never_ok: /health stays 503 forever (start timeout).
+    log_line: an extra line the model server logs (e.g. a NaN warning or "Unsupported architecture").
+    slow_start_s: extra seconds before the model server becomes healthy.
+    match: the server faults above apply only when the server's command line contains this text (e.g.
+        "--num-continuous-decode-steps 16"): a flag set that crashes, while the previous release still starts.
+    """
+
+    driver_mismatch: str | None = None
+    crash_on_start: bool = False
+    health_never_ok: bool = False
+    log_line: str | None = None
+    slow_start_s: float = 0.0
+    match: str | None = None
+
+
+@dataclass
+class HostConfig:
+    """host.json: one simulated PVE node. Written by the manager, read by everyone."""
+
+    name: str
+    address: str
+    node: str
+    sim_id: str
+    ssh_port: int = SSH_PORT
+    api_port: int = API_PORT
+    pve_version: str = "9.1.2"
+    gpu_profile: str = "rtx-pro-6000-x8"
+    driver_version: str = PROFILE_DRIVER["rtx-pro-6000-x8"]
+    #: Multiplier for simulated durations (model load, bench): 0.01 makes a 10-minute load take 6 s.
+    time_scale: float = 1.0
+    faults: HostFaults = field(default_factory=HostFaults)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "host.json") -> HostConfig:
+        data = dict(data)
+        data["faults"] = _from_dict(HostFaults, data.get("faults") or {}, f"{where}: faults")
+        return _from_dict(cls, data, where)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def gpu_count(self) -> int:
+        return PROFILE_GPU_COUNT[self.gpu_profile]
+
+
+@dataclass
+class CtState:
+    """ct/<vmid>/state.json: runtime state that PVE keeps outside the conf file, plus the container's faults."""
+
+    vmid: int
+    status: Literal["running", "stopped"] = "stopped"
+    netns: str = ""
+    #: Userspace driver installed in the container (set by part-2 provisioning; None = not installed yet).
+    userspace_driver: str | None = None
+    started_at: float | None = None
+    faults: CtFaults = field(default_factory=CtFaults)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "state.json") -> CtState:
+        data = dict(data)
+        data["faults"] = _from_dict(CtFaults, data.get("faults") or {}, f"{where}: faults")
+        return _from_dict(cls, data, where)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class RootConfig:
+    """<root>/sim.json: how this machine's Python and repo are reached from inside the views."""
+
+    real_root: str
+    python_prefix: str  # sys.base_prefix, aliased at VIEW_PY
+    python_exe_rel: str  # interpreter path relative to python_prefix
+    venv_prefix: str | None  # sys.prefix if it differs (virtualenv), aliased at VIEW_VENV
+    venv_site: str | None  # the venv's site-packages relative to venv_prefix
+    repo: str  # directory containing the orchestrator package, aliased at VIEW_REPO
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "sim.json") -> RootConfig:
+        return _from_dict(cls, data, where)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Paths
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def sim_root() -> Path:
+    """The state root: $DEPLOY_SIM_ROOT (inside views this is the VIEW_ROOT alias), else the default."""
+    return Path(os.environ.get(ROOT_ENV) or DEFAULT_ROOT)
+
+
+def sim_id_for(root: Path) -> str:
+    """Short id unique per state root, used in netns names so two sim roots never collide."""
+    return hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:6]
+
+
+@dataclass(frozen=True)
+class SimPaths:
+    root: Path
+
+    @property
+    def hosts(self) -> Path:
+        return self.root / "hosts"
+
+    @property
+    def bin_host(self) -> Path:
+        return self.root / "bin" / "host"
+
+    @property
+    def bin_ct(self) -> Path:
+        return self.root / "bin" / "ct"
+
+    @property
+    def python_launcher(self) -> Path:
+        return self.root / "bin" / "python"
+
+    @property
+    def inventory(self) -> Path:
+        return self.root / "inventory.yaml"
+
+    @property
+    def root_config(self) -> Path:
+        return self.root / "sim.json"
+
+    def host(self, name: str) -> HostPaths:
+        return HostPaths(self.hosts / name)
+
+    def host_names(self) -> list[str]:
+        if not self.hosts.is_dir():
+            return []
+        return sorted(p.name for p in self.hosts.iterdir() if (p / "host.json").is_file())
+
+
+@dataclass(frozen=True)
+class HostPaths:
+    dir: Path
+
+    @property
+    def name(self) -> str:
+        return self.dir.name
+
+    @property
+    def config(self) -> Path:
+        return self.dir / "host.json"
+
+    @property
+    def sshd(self) -> Path:
+        return self.dir / "sshd"
+
+    @property
+    def client(self) -> Path:
+        return self.dir / "client"
+
+    @property
+    def api(self) -> Path:
+        return self.dir / "api"
+
+    @property
+    def fs(self) -> Path:
+        return self.dir / "fs"
+
+    @property
+    def gpu(self) -> Path:
+        return self.dir / "gpu"
+
+    @property
+    def tasks(self) -> Path:
+        return self.dir / "tasks"
+
+    @property
+    def lxc_conf_dir(self) -> Path:
+        return self.fs / "etc" / "pve" / "lxc"
+
+    @property
+    def template_cache(self) -> Path:
+        return self.fs / "var" / "lib" / "vz" / "template" / "cache"
+
+    @property
+    def ssh_counter(self) -> Path:
+        return self.sshd / "command-count"
+
+    def conf(self, vmid: int) -> Path:
+        return self.lxc_conf_dir / f"{vmid}.conf"
+
+    def ct(self, vmid: int) -> CtPaths:
+        return CtPaths(self.dir / "ct" / str(vmid))
+
+    def load(self) -> HostConfig:
+        return HostConfig.from_dict(json.loads(self.config.read_text()), str(self.config))
+
+    def save(self, cfg: HostConfig) -> None:
+        write_json(self.config, cfg.to_dict())
+
+    def update(self, fn: Callable[[HostConfig], None]) -> HostConfig:
+        """Read-modify-write host.json under its lock."""
+        with locked(self.config):
+            cfg = self.load()
+            fn(cfg)
+            write_json(self.config, cfg.to_dict(), lock=False)
+        return cfg
+
+
+@dataclass(frozen=True)
+class CtPaths:
+    dir: Path
+
+    @property
+    def vmid(self) -> int:
+        return int(self.dir.name)
+
+    @property
+    def state(self) -> Path:
+        return self.dir / "state.json"
+
+    @property
+    def fs(self) -> Path:
+        return self.dir / "fs"
+
+    @property
+    def dev(self) -> Path:
+        return self.dir / "dev"
+
+    @property
+    def journal(self) -> Path:
+        return self.dir / "journal"
+
+    @property
+    def run(self) -> Path:
+        return self.dir / "run"
+
+    def load(self) -> CtState:
+        if not self.state.is_file():
+            return CtState(vmid=self.vmid)
+        return CtState.from_dict(json.loads(self.state.read_text()), str(self.state))
+
+    def save(self, st: CtState) -> None:
+        write_json(self.state, st.to_dict())
+
+    def update(self, fn: Callable[[CtState], None]) -> CtState:
+        with locked(self.state):
+            st = self.load()
+            fn(st)
+            write_json(self.state, st.to_dict(), lock=False)
+        return st
+
+
+def current_host() -> HostPaths:
+    """The host of the current SSH session / stand-in process ($DEPLOY_SIM_HOST under $DEPLOY_SIM_ROOT)."""
+    name = os.environ.get(HOST_ENV)
+    if not name:
+        raise RuntimeError(f"${HOST_ENV} is not set: not running inside a simulated host")
+    return SimPaths(sim_root()).host(name)
+
+
+def netns_name(sim_id: str, host: str, vmid: int) -> str:
+    return f"dsim-{sim_id}-{host}-{vmid}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Locked, atomic JSON files
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Exclusive advisory lock on `<path>.lock` (the data file itself is replaced, so it cannot carry the lock)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def write_json(path: Path, data: Any, lock: bool = True) -> None:
+    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+    if lock:
+        with locked(path):
+            write_text_atomic(path, text)
+    else:
+        write_text_atomic(path, text)

@@ -1,0 +1,572 @@
+"""Bring simulated Proxmox hosts up and down (`deploy sim up|down|status`, the pytest fixture).
+
+    python -m simulator.manager up [--hosts N] [--profile NAME] [--root DIR]
+    python -m simulator.manager down|status [--root DIR]
+    python -m simulator.manager faults sim-1 ssh_drop_after=2 task_fail=vzstart
+    python -m simulator.manager ct-faults sim-1 120 crash_on_start=true
+
+Host sim-N listens on 127.0.0.(N+1): a real sshd on :2222 and the HTTPS API on :8006. Daemons are started
+detached (own session, stdio to log files) so they outlive the CLI; `down` stops exactly what `up` started,
+plus every container process (by network namespace), and is safe to repeat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from simulator import layout, procs, sshd
+from simulator.config import (
+    API_PORT,
+    DEFAULT_ROOT,
+    DEFAULT_VMID,
+    GPU_PROFILES,
+    PROFILE_DRIVER,
+    PROFILE_GPU_COUNT,
+    ROOT_ENV,
+    SSH_PORT,
+    VIEW_ALIAS,
+    VIEW_PY,
+    VIEW_REPO,
+    VIEW_VENV,
+    CtFaults,
+    HostConfig,
+    HostFaults,
+    HostPaths,
+    RootConfig,
+    SimPaths,
+    sim_id_for,
+    write_json,
+    write_text_atomic,
+)
+from simulator.pve import hardware, lxc, tls
+
+REPO = Path(__file__).resolve().parent.parent
+SIM_SRC = Path(__file__).resolve().parent
+DEFAULT_TEMPLATE = "debian-12-standard_12.7-1_amd64.tar.zst"
+TOKEN_ID = "root@pam!deploy"
+
+
+@dataclass
+class SimHostInfo:
+    """What a client needs to reach one simulated host, and whether its daemons run."""
+
+    name: str
+    address: str
+    node: str
+    ssh_port: int
+    api_port: int
+    host_dir: Path
+    key_file: Path
+    known_hosts: Path
+    ca_file: Path
+    token_id: str
+    token_secret_file: Path
+    root_password_file: Path
+    gpu_profile: str
+    driver_version: str
+    sshd_pid: int | None
+    api_pid: int | None
+    containers: dict[int, str]
+
+    @property
+    def running(self) -> bool:
+        return self.sshd_pid is not None and self.api_pid is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(self).items()}
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+
+
+def _require_root() -> None:
+    if os.geteuid() != 0:
+        raise RuntimeError("the simulator needs root (sshd, mount and network namespaces, mknod)")
+    if not sshd.SSHD.exists():
+        raise RuntimeError(f"{sshd.SSHD} not found: install openssh-server")
+
+
+def _address(index: int) -> str:
+    return f"127.0.0.{index + 1}"
+
+
+def _root_config(root: Path) -> RootConfig:
+    exe = Path(sys.executable).resolve()
+    base = Path(sys.base_prefix).resolve()
+    try:
+        rel = str(exe.relative_to(base))
+    except ValueError:
+        rel = f"bin/{exe.name}"
+    venv = Path(sys.prefix).resolve() if sys.prefix != sys.base_prefix else None
+    venv_site = None
+    if venv is not None:
+        site = next(iter(venv.glob("lib/python3*/site-packages")), None)
+        venv_site = str(site.relative_to(venv)) if site else None
+    return RootConfig(real_root=str(root.resolve()), python_prefix=str(base), python_exe_rel=rel,
+                      venv_prefix=str(venv) if venv else None, venv_site=venv_site, repo=str(REPO))
+
+
+def _install_bin(sp: SimPaths, rc: RootConfig) -> None:
+    """<root>/bin/python launcher and <root>/bin/{host,ct}/* links into the aliased repo (refreshed each up)."""
+    pythonpath = str(VIEW_REPO)
+    if rc.venv_prefix and rc.venv_site:
+        pythonpath += f":{VIEW_VENV}/{rc.venv_site}"
+    write_text_atomic(sp.python_launcher, (
+        "#!/bin/sh\n"
+        "# written by `deploy sim up`: this machine's Python, reached through the view aliases under "
+        f"{VIEW_ALIAS}\n"
+        f'LD_LIBRARY_PATH="{VIEW_PY}/lib${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}" PYTHONPATH="{pythonpath}" '
+        f'exec "{VIEW_PY}/{rc.python_exe_rel}" "$@"\n'), mode=0o755)
+    for kind, dest in (("host", sp.bin_host), ("ct", sp.bin_ct)):
+        dest.mkdir(parents=True, exist_ok=True)
+        src_dir = SIM_SRC / "bin" / kind
+        wanted = {p.name for p in src_dir.iterdir() if p.is_file()} if src_dir.is_dir() else set()
+        for old in dest.iterdir():
+            if old.name not in wanted:
+                old.unlink()
+        for name in wanted:
+            link = dest / name
+            target = VIEW_REPO / (src_dir / name).relative_to(REPO)
+            if link.is_symlink() and os.readlink(link) == str(target):
+                continue
+            link.unlink(missing_ok=True)
+            link.symlink_to(target)
+
+
+def _layout_fs(hp: HostPaths) -> None:
+    fs = hp.fs
+    for d in ("etc/pve/lxc", "etc/pve/nodes", "etc/modprobe.d", "proc/driver", "sys/module", "root",
+              "var/lib/vz/template/cache", "var/lib/vz/dump", "var/lib/deploy", "dev/pts", "dev/shm"):
+        (fs / d).mkdir(parents=True, exist_ok=True)
+    (fs / "tmp").mkdir(exist_ok=True)
+    (fs / "tmp").chmod(0o1777)
+    (fs / "dev" / "shm").chmod(0o1777)
+    for name, (major, minor) in lxc.STD_DEV_NODES.items():
+        node = fs / "dev" / name
+        if not node.exists():
+            os.mknod(node, 0o666 | 0o020000, os.makedev(major, minor))
+            node.chmod(0o666)
+    for link, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        if not (fs / "dev" / link).is_symlink():
+            (fs / "dev" / link).symlink_to(target)
+    for f in ("proc/devices", "proc/cmdline"):
+        if not (fs / f).exists():
+            (fs / f).write_text("")
+    for d in ("gpu", "ct", "tasks", "locks"):
+        (hp.dir / d).mkdir(exist_ok=True)
+
+
+def _secret_file(path: Path, nbytes: int, uuid_like: bool = False) -> None:
+    if path.exists():
+        return
+    value = (f"{secrets.token_hex(4)}-{secrets.token_hex(2)}-{secrets.token_hex(2)}-{secrets.token_hex(2)}-"
+             f"{secrets.token_hex(6)}") if uuid_like else secrets.token_urlsafe(nbytes)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(value + "\n")
+
+
+def _call_hook(name: str, *args: Any) -> None:
+    try:
+        import simulator.software as software
+    except ImportError:
+        return
+    fn = getattr(software, name, None)
+    if callable(fn):
+        fn(*args)
+
+
+def _wait_port(address: str, port: int, timeout_s: float = 10.0) -> bool:
+    assert address.startswith("127."), "the simulator only connects to 127.0.0.0/8"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((address, port), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+def _require_free(address: str, port: int) -> None:
+    if _wait_port(address, port, timeout_s=0.01):
+        raise RuntimeError(f"{address}:{port} is already in use (another sim root up with the same host numbers? "
+                           "run `down` there, or use `first=` for disjoint hosts)")
+
+
+def _start_api(hp: HostPaths, cfg: HostConfig) -> int:
+    pidfile = hp.api / "api.pid"
+    pid = procs.read_pid(pidfile)
+    if pid is not None:
+        return pid
+    _require_free(cfg.address, cfg.api_port)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    proc = procs.start_detached([str(Path(sys.executable).resolve()), "-m", "simulator.pve.server",
+                                 str(hp.dir)], hp.api / "api.log", env=env, cwd=hp.dir)
+    if not _wait_port(cfg.address, cfg.api_port):
+        proc.kill()
+        raise RuntimeError(f"API server of {cfg.name} did not come up; see {hp.api / 'api.log'}")
+    pidfile.write_text(f"{proc.pid}\n")
+    return proc.pid
+
+
+def _write_session(hp: HostPaths, cfg: HostConfig, rc: RootConfig) -> None:
+    """The flat file the session shell reads instead of host.json/sim.json (see hostshell's docstring)."""
+    values = {"name": cfg.name, "node": cfg.node, "real_root": rc.real_root, "python_prefix": rc.python_prefix,
+              "venv_prefix": rc.venv_prefix or "", "repo": rc.repo}
+    write_text_atomic(hp.sshd / layout.SESSION_FILE, "".join(f"{k}={v}\n" for k, v in values.items()))
+    drop = hp.sshd / layout.DROP_FILE
+    if cfg.faults.ssh_drop_after is not None:
+        write_text_atomic(drop, f"{cfg.faults.ssh_drop_after}\n")
+    else:
+        drop.unlink(missing_ok=True)
+
+
+def _info(hp: HostPaths) -> SimHostInfo:
+    cfg = hp.load()
+    cts: dict[int, str] = {}
+    if hp.lxc_conf_dir.is_dir():
+        node = lxc.Node(hp)
+        cts = {v: ("running" if node.running(v) else "stopped") for v in node.vmids()}
+    return SimHostInfo(
+        name=cfg.name, address=cfg.address, node=cfg.node, ssh_port=cfg.ssh_port, api_port=cfg.api_port,
+        host_dir=hp.dir, key_file=hp.client / "id_ed25519", known_hosts=hp.client / "known_hosts",
+        ca_file=hp.api / "ca.pem", token_id=TOKEN_ID, token_secret_file=hp.api / "token-secret",
+        root_password_file=hp.api / "root-password", gpu_profile=cfg.gpu_profile,
+        driver_version=cfg.driver_version, sshd_pid=sshd.running(hp),
+        api_pid=procs.read_pid(hp.api / "api.pid"), containers=cts)
+
+
+def _inventory_entry(info: SimHostInfo) -> dict[str, Any]:
+    return {
+        "address": info.address,
+        "ssh": {"user": "root", "port": info.ssh_port, "key_file": str(info.key_file),
+                "known_hosts": str(info.known_hosts)},
+        "pve": {"node": info.node, "root_ssh": True,
+                "api": {"token_id": info.token_id, "token_secret": {"file": str(info.token_secret_file)},
+                        "port": info.api_port, "verify": str(info.ca_file)}},
+        "container": {"vmid": DEFAULT_VMID, "hostname": "sglang-glm5",
+                      "ostemplate": f"local:vztmpl/{DEFAULT_TEMPLATE}", "cores": 32, "memory_mb": 65536,
+                      "rootfs_size_gb": 64, "unprivileged": False, "features": {"nesting": True},
+                      "expected_gpus": PROFILE_GPU_COUNT[info.gpu_profile],
+                      "driver_installer": f"/root/NVIDIA-Linux-x86_64-{info.driver_version}.run"},
+        "profile": "glm5-nvfp4",
+    }
+
+
+def write_inventory(root: Path, infos: list[SimHostInfo], copy_to: Path | None = None) -> Path:
+    """<root>/inventory.yaml (hosts only; profiles/presets come from the repo's inventory/)."""
+    import yaml
+
+    text = ("# written by `deploy sim up`: the simulated hosts (loopback only)\n"
+            + yaml.safe_dump({"hosts": {i.name: _inventory_entry(i) for i in infos}}, sort_keys=False))
+    path = SimPaths(root).inventory
+    write_text_atomic(path, text)
+    if copy_to is not None:
+        write_text_atomic(copy_to, text)
+    return path
+
+
+# ----------------------------------------------------------------------------------------------- public API
+
+
+def sim_up(root: Path = DEFAULT_ROOT, hosts: int = 1, profile: str = "rtx-pro-6000-x8",
+           driver_version: str | None = None, time_scale: float = 1.0,
+           inventory_copy: Path | None = None, first: int = 1) -> list[SimHostInfo]:
+    """Create (or keep) and start `hosts` simulated hosts under `root`; idempotent.
+
+    Hosts are sim-<first>..: sim-N listens on 127.0.0.(N+1), whatever the root, so two roots that are up at the
+    same time must use disjoint `first` ranges (tests use this to run a second root beside the session one).
+
+    Existing hosts keep their keys, certificates, secrets, containers and faults, so a client's known_hosts and
+    CA trust stay valid across `up`; already-running daemons are left alone. Returns one entry per host.
+    """
+    _require_root()
+    if profile not in GPU_PROFILES:
+        raise ValueError(f"unknown GPU profile {profile!r} (known: {', '.join(GPU_PROFILES)})")
+    if not (hosts >= 1 and first >= 1 and first + hosts <= 254):
+        raise ValueError("hosts must be >= 1 and sim-N must stay within 127.0.0.2-127.0.0.254")
+    root = Path(root).resolve()
+    sp = SimPaths(root)
+    root.mkdir(parents=True, exist_ok=True)
+    VIEW_ALIAS.mkdir(parents=True, exist_ok=True)
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+    rc = _root_config(root)
+    write_json(sp.root_config, dataclasses.asdict(rc))
+    _install_bin(sp, rc)
+    infos = []
+    for i in range(first, first + hosts):
+        name = f"sim-{i}"
+        hp = sp.host(name)
+        hp.dir.mkdir(parents=True, exist_ok=True)
+        if hp.config.exists():
+            cfg = hp.load()
+        else:
+            cfg = HostConfig(name=name, address=_address(i), node=name, sim_id=sim_id_for(root),
+                             gpu_profile=profile, driver_version=driver_version or PROFILE_DRIVER[profile],
+                             time_scale=time_scale)
+            hp.save(cfg)
+        _layout_fs(hp)
+        hardware.provision(hp.dir, cfg)
+        template = hp.template_cache / DEFAULT_TEMPLATE
+        if not template.exists():
+            template.write_bytes(b"\x28\xb5\x2f\xfd" + b"\0" * 4096)
+        _call_hook("provision_host", hp.dir, cfg)
+        installer = hp.fs / "root" / f"NVIDIA-Linux-x86_64-{cfg.driver_version}.run"
+        if not installer.exists():
+            installer.write_text("#!/bin/sh\n# NVIDIA driver installer stand-in (deploy sim)\nexit 0\n")
+            installer.chmod(0o755)
+        hp.api.mkdir(exist_ok=True)
+        tls.ensure_certs(hp.api, cfg.address, cfg.node)
+        _secret_file(hp.api / "token-secret", 0, uuid_like=True)
+        _secret_file(hp.api / "root-password", 18)
+        sshd.prepare(hp, cfg, REPO)
+        _write_session(hp, cfg, rc)
+        if sshd.running(hp) is None:
+            _require_free(cfg.address, cfg.ssh_port)
+        sshd.start(hp)
+        _start_api(hp, cfg)
+        infos.append(_info(hp))
+    all_infos = [_info(sp.host(n)) for n in sp.host_names()]
+    write_inventory(root, all_infos, inventory_copy)
+    return infos
+
+
+def _kill_view_processes(root: Path, host_names: list[str]) -> None:
+    """Leftover SSH-session processes (e.g. `nohup` jobs) of these hosts: matched by env and mount view."""
+    real = str(root.resolve())
+    victims = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            env = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        host = next((e[len(b"DEPLOY_SIM_HOST="):].decode() for e in env if e.startswith(b"DEPLOY_SIM_HOST=")),
+                    None)
+        if host not in host_names:
+            continue
+        try:
+            if real in Path(f"/proc/{entry}/mountinfo").read_text():
+                victims.append(int(entry))
+        except OSError:
+            continue
+    procs.kill_all(victims, timeout_s=1.0)
+
+
+def _stop_containers(hp: HostPaths) -> None:
+    if not hp.config.exists():
+        return
+    cfg = hp.load()
+    prefix = f"dsim-{cfg.sim_id}-{cfg.name}-"
+    listing = os.listdir("/run/netns") if os.path.isdir("/run/netns") else []
+    for ns in listing:
+        if ns.startswith(prefix):
+            lxc.kill_netns(hp, ns, signal.SIGKILL, 0)
+    ct_root = hp.dir / "ct"
+    for d in ct_root.iterdir() if ct_root.is_dir() else []:
+        if d.name.isdigit() and (d / "state.json").exists():
+            def mark(s: Any) -> None:
+                s.status, s.started_at = "stopped", None
+
+            hp.ct(int(d.name)).update(mark)
+
+
+def sim_down(root: Path = DEFAULT_ROOT) -> None:
+    """Stop every daemon and container process of the hosts under `root`. State on disk is kept."""
+    root = Path(root).resolve()
+    sp = SimPaths(root)
+    names = sp.host_names()
+    for name in names:
+        hp = sp.host(name)
+        _stop_containers(hp)  # first: netns handling goes through the daemons' mount namespace
+        sshd.stop(hp)
+        procs.stop_tree(hp.api / "api.pid")
+    if names:
+        _kill_view_processes(root, names)
+
+
+def sim_status(root: Path = DEFAULT_ROOT) -> list[SimHostInfo]:
+    """Every host under `root` with daemon pids (None = not running) and container states."""
+    sp = SimPaths(Path(root).resolve())
+    return [_info(sp.host(n)) for n in sp.host_names()]
+
+
+def _coerce(cls: type, knobs: dict[str, Any]) -> dict[str, Any]:
+    known = {f.name: f for f in fields(cls)}
+    out = {}
+    for key, value in knobs.items():
+        if key not in known:
+            raise ValueError(f"unknown fault {key!r} (known: {', '.join(known)})")
+        out[key] = value
+    return out
+
+
+def set_faults(root: Path, host: str, **knobs: Any) -> HostFaults:
+    """Set host fault knobs (see HostFaults); `missing_uvm` is applied to the host's /dev at once."""
+    hp = SimPaths(Path(root).resolve()).host(host)
+    values = _coerce(HostFaults, knobs)
+
+    def apply(cfg: HostConfig) -> None:
+        for k, v in values.items():
+            setattr(cfg.faults, k, v)
+
+    cfg = hp.update(apply)
+    if "missing_uvm" in values:
+        hardware.set_uvm(hp.dir, cfg, present=not cfg.faults.missing_uvm)
+    if "ssh_drop_after" in values:
+        write_text_atomic(hp.ssh_counter, "0\n")
+        drop = hp.sshd / layout.DROP_FILE
+        if cfg.faults.ssh_drop_after is None:
+            drop.unlink(missing_ok=True)
+        else:
+            write_text_atomic(drop, f"{cfg.faults.ssh_drop_after}\n")
+    return cfg.faults
+
+
+def set_ct_faults(root: Path, host: str, vmid: int, **knobs: Any) -> CtFaults:
+    """Set per-container fault knobs (see CtFaults) in ct/<vmid>/state.json."""
+    hp = SimPaths(Path(root).resolve()).host(host)
+    values = _coerce(CtFaults, knobs)
+    if not hp.conf(vmid).exists():
+        raise ValueError(f"CT {vmid} does not exist on {host}")
+
+    def apply(st: Any) -> None:
+        for k, v in values.items():
+            setattr(st.faults, k, v)
+
+    faults = hp.ct(vmid).update(apply).faults
+    if values.get("driver_mismatch"):
+        # Like a host driver upgrade under a running container: its userspace now differs, at once.
+        version_file = hp.dir / "ct" / str(vmid) / "fs" / "opt" / "sim-nvidia" / "version"
+        version_file.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(version_file, f"{values['driver_mismatch']}\n")
+    return faults
+
+
+def reset_host(root: Path, host: str) -> None:
+    """Back to a fresh host for the next test: faults cleared, uvm present, all containers destroyed."""
+    hp = SimPaths(Path(root).resolve()).host(host)
+    set_faults(root, host, **{f.name: f.default for f in fields(HostFaults)})
+    _stop_containers(hp)
+    for conf in hp.lxc_conf_dir.glob("*.conf"):
+        conf.unlink()
+    shutil.rmtree(hp.dir / "ct", ignore_errors=True)
+    (hp.dir / "ct").mkdir()
+    template = hp.template_cache / DEFAULT_TEMPLATE
+    if not template.exists():
+        template.write_bytes(b"\x28\xb5\x2f\xfd" + b"\0" * 4096)
+
+
+# ----------------------------------------------------------------------------------------------- CLI
+
+
+def _parse_knob(text: str) -> tuple[str, Any]:
+    key, sep, raw = text.partition("=")
+    if not sep:
+        raise SystemExit(f"fault knob {text!r}: write KEY=VALUE")
+    value: Any
+    if raw.lower() in ("true", "yes", "on"):
+        value = True
+    elif raw.lower() in ("false", "no", "off"):
+        value = False
+    elif raw.lower() in ("none", "null", ""):
+        value = None
+    else:
+        try:
+            value = int(raw)
+        except ValueError:
+            try:
+                value = float(raw)
+            except ValueError:
+                value = raw
+    return key, value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m simulator.manager", description=__doc__.split("\n")[0])
+    parser.add_argument("--root", type=Path, default=Path(os.environ.get(ROOT_ENV) or DEFAULT_ROOT))
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    up = sub.add_parser("up")
+    up.add_argument("--hosts", type=int, default=1)
+    up.add_argument("--profile", choices=GPU_PROFILES, default="rtx-pro-6000-x8")
+    up.add_argument("--driver", default=None)
+    up.add_argument("--time-scale", type=float, default=1.0)
+    up.add_argument("--inventory-copy", type=Path, default=None)
+    sub.add_parser("down")
+    sub.add_parser("status")
+    f = sub.add_parser("faults")
+    f.add_argument("host")
+    f.add_argument("knobs", nargs="*")
+    cf = sub.add_parser("ct-faults")
+    cf.add_argument("host")
+    cf.add_argument("vmid", type=int)
+    cf.add_argument("knobs", nargs="*")
+    args = parser.parse_args(argv)
+    try:
+        if args.cmd == "up":
+            before = {i.name for i in sim_status(args.root) if i.running}
+            infos = sim_up(args.root, args.hosts, args.profile, args.driver, args.time_scale, args.inventory_copy)
+            _report(infos, args.json, before)
+        elif args.cmd == "down":
+            sim_down(args.root)
+            if not args.json:
+                print(f"simulated hosts under {args.root} stopped")
+        elif args.cmd == "status":
+            _report(sim_status(args.root), args.json, set())
+        elif args.cmd == "faults":
+            print(json.dumps(dataclasses.asdict(set_faults(args.root, args.host,
+                                                           **dict(map(_parse_knob, args.knobs))))))
+        elif args.cmd == "ct-faults":
+            print(json.dumps(dataclasses.asdict(set_ct_faults(args.root, args.host, args.vmid,
+                                                              **dict(map(_parse_knob, args.knobs))))))
+    except (RuntimeError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _report(infos: list[SimHostInfo], as_json: bool, already: set[str]) -> None:
+    if as_json:
+        print(json.dumps([i.to_dict() for i in infos], indent=2))
+        return
+    if not infos:
+        print("no simulated hosts")
+    for i in infos:
+        state = "running" if i.running else "stopped"
+        note = " (already running)" if i.name in already else ""
+        cts = ", ".join(f"{v}:{s}" for v, s in i.containers.items()) or "none"
+        print(f"{i.name}: {state}{note}  ssh root@{i.address} -p {i.ssh_port} -i {i.key_file}  "
+              f"api https://{i.address}:{i.api_port}  profile {i.gpu_profile}  containers {cts}")
+
+
+__all__ = [
+    "API_PORT",
+    "SSH_PORT",
+    "SimHostInfo",
+    "reset_host",
+    "set_ct_faults",
+    "set_faults",
+    "sim_down",
+    "sim_status",
+    "sim_up",
+    "write_inventory",
+]
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,434 @@
+"""PVE API dispatcher shared by the HTTPS server and `pvesh`/`pct`: schema validation, then one handler per
+(method, path template). Handlers return the `data` of PVE's `{"data": ...}` envelope.
+
+The caller's identity decides what is allowed: `root@pam` (the CLI over SSH, or a root@pam ticket) may pass
+devices; an API token (`root@pam!deploy`) gets PVE's root@pam-only permission errors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.config import HostPaths
+from simulator.pve import conf as confmod
+from simulator.pve import hardware, schema, tasks
+from simulator.pve.lxc import Node, PveError
+from simulator.pve.tasks import TaskError
+
+REPOID = "b6b7d3a1c6e5f0a2"
+APLINFO = [
+    ("debian-12-standard_12.7-1_amd64.tar.zst", "debian-12-standard", "12.7-1", "debian-12",
+     "Debian 12 Bookworm (standard)"),
+    ("debian-13-standard_13.1-2_amd64.tar.zst", "debian-13-standard", "13.1-2", "debian-13",
+     "Debian 13 Trixie (standard)"),
+    ("ubuntu-24.04-standard_24.04-2_amd64.tar.zst", "ubuntu-24.04-standard", "24.04-2", "ubuntu-24.04",
+     "Ubuntu 24.04 Noble (standard)"),
+    ("ubuntu-22.04-standard_22.04-1_amd64.tar.zst", "ubuntu-22.04-standard", "22.04-1", "ubuntu-22.04",
+     "Ubuntu 22.04 Jammy (standard)"),
+]
+TEMPLATE_SIZE = 123_456_789 // 1000  # bytes actually written for a "downloaded" template (kept small)
+
+
+class TaskFailed(Exception):
+    """A foreground (CLI) task ended with an error; the CLI prints it and exits 255."""
+
+    def __init__(self, upid: str, exitstatus: str):
+        super().__init__(exitstatus)
+        self.upid = upid
+        self.exitstatus = exitstatus
+
+
+@dataclass
+class Caller:
+    user: str = "root@pam"
+    background: bool = True  # API server: tasks run in a thread; CLI: in the foreground
+    echo: Callable[[str], None] | None = None  # CLI: print task log lines as they happen
+
+    @property
+    def is_token(self) -> bool:
+        return "!" in self.user
+
+
+@dataclass
+class Ctx:
+    hp: HostPaths
+    node: Node
+    caller: Caller
+    ep: schema.Endpoint
+
+    def task(self, typ: str, id_: str, body: Callable[[tasks.TaskLog], None]) -> str:
+        upid, exitstatus = tasks.run(self.hp, typ, id_, self.caller.user, body,
+                                     background=self.caller.background, echo=self.caller.echo)
+        if not self.caller.background and exitstatus != "OK":
+            raise TaskFailed(upid, exitstatus)
+        return upid
+
+
+Handler = Callable[[Ctx, dict[str, Any]], Any]
+ROUTES: dict[tuple[str, str], Handler] = {}
+
+
+def route(method: str, template: str) -> Callable[[Handler], Handler]:
+    def deco(fn: Handler) -> Handler:
+        ROUTES[(method, template)] = fn
+        return fn
+
+    return deco
+
+
+def handle(hp: HostPaths, method: str, path: str, params: dict[str, Any], caller: Caller) -> Any:
+    """Validate and dispatch one API call. Raises ParamError (400), PveError, or TaskFailed (CLI only)."""
+    method = method.upper()
+    ep = schema.find(method, path)
+    if ep is None:
+        raise PveError(f"Method '{method} /{path.strip('/')}' not implemented", 501)
+    p = schema.validate(ep, params)
+    node = Node(hp)
+    if "node" in p and p["node"] != node.name:
+        raise PveError(f"hostname lookup '{p['node']}' failed - failed to get address info for: "
+                       f"{p['node']}: Name or service not known", 595)
+    fn = ROUTES.get((method, ep.template))
+    if fn is None:
+        raise PveError(f"Method '{method} {ep.template}' not implemented by the simulator", 501)
+    return fn(Ctx(hp, node, caller, ep), p)
+
+
+def normaliser(ep: schema.Endpoint) -> Callable[[str, Any], str]:
+    """Render a validated value the way PVE writes it to the conf (booleans 0/1, property strings re-ordered)."""
+
+    def norm(key: str, value: Any) -> str:
+        sch = schema.schema_for_key(ep.properties, key) or {}
+        if sch.get("type") == "boolean":
+            return str(schema.parse_bool(value))
+        fmt = sch.get("format")
+        if isinstance(fmt, dict):
+            parsed = schema.parse_property_string(fmt, str(value), key)
+            default_key = next((k for k, s in fmt.items() if s.get("default_key")), None)
+            parts = []
+            if default_key and default_key in parsed:
+                parts.append(str(parsed.pop(default_key)))
+            if re.fullmatch(r"net\d+", key) and "name" in parsed:
+                parts.append(f"name={parsed.pop('name')}")
+            parts.extend(f"{k}={v}" for k, v in sorted(parsed.items()))
+            return ",".join(parts)
+        return str(value)
+
+    return norm
+
+
+# ---------------------------------------------------------------------------------------------- cluster
+
+
+@route("GET", "/version")
+def _version(ctx: Ctx, p: dict[str, Any]) -> Any:
+    v = ctx.node.cfg.pve_version
+    return {"version": v, "release": ".".join(v.split(".")[:2]), "repoid": REPOID[:8], "console": "xtermjs"}
+
+
+@route("GET", "/nodes")
+def _nodes(ctx: Ctx, p: dict[str, Any]) -> Any:
+    return [_node_entry(ctx)]
+
+
+def _node_entry(ctx: Ctx) -> dict[str, Any]:
+    return {"node": ctx.node.name, "id": f"node/{ctx.node.name}", "type": "node", "status": "online",
+            "maxcpu": 128, "cpu": 0.01, "maxmem": 1 << 40, "mem": 1 << 34, "maxdisk": 1 << 40,
+            "disk": 1 << 35, "uptime": 123456, "level": "", "ssl_fingerprint": ""}
+
+
+@route("GET", "/cluster/nextid")
+def _nextid(ctx: Ctx, p: dict[str, Any]) -> Any:
+    used = set(ctx.node.vmids())
+    if "vmid" in p:
+        if p["vmid"] in used:
+            raise schema.ParamError({"vmid": f"VM {p['vmid']} already exists"})
+        return str(p["vmid"])
+    vmid = 100
+    while vmid in used:
+        vmid += 1
+    return str(vmid)
+
+
+def _guest_entry(ctx: Ctx, vmid: int) -> dict[str, Any]:
+    st = ctx.node.status(vmid)
+    return {"id": f"lxc/{vmid}", "type": "lxc", "vmid": vmid, "node": ctx.node.name, "name": st["name"],
+            "status": st["status"], "maxmem": st["maxmem"], "mem": st["mem"], "maxcpu": st["cpus"],
+            "cpu": st["cpu"], "maxdisk": st["maxdisk"], "disk": st["disk"], "uptime": st["uptime"],
+            "template": st["template"], "netin": 0, "netout": 0, "diskread": 0, "diskwrite": 0}
+
+
+@route("GET", "/cluster/resources")
+def _resources(ctx: Ctx, p: dict[str, Any]) -> Any:
+    kind = p.get("type")
+    out: list[dict[str, Any]] = []
+    if kind in (None, "vm"):
+        out += [_guest_entry(ctx, v) for v in ctx.node.vmids()]
+    if kind in (None, "node"):
+        out.append(_node_entry(ctx))
+    if kind in (None, "storage"):
+        out += [{"id": f"storage/{ctx.node.name}/{s['storage']}", "type": "storage", "storage": s["storage"],
+                 "node": ctx.node.name, "status": "available", "content": s["content"],
+                 "plugintype": s["type"], "maxdisk": s["total"], "disk": s["used"], "shared": 0}
+                for s in _storages()]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- lxc
+
+
+@route("GET", "/nodes/{node}/lxc")
+def _lxc_list(ctx: Ctx, p: dict[str, Any]) -> Any:
+    out = []
+    for vmid in ctx.node.vmids():
+        st = ctx.node.status(vmid)
+        out.append({k: st[k] for k in ("vmid", "name", "status", "type", "cpus", "maxmem", "maxswap", "maxdisk",
+                                       "mem", "disk", "cpu", "uptime", "netin", "netout")})
+    return out
+
+
+@route("POST", "/nodes/{node}/lxc")
+def _lxc_create(ctx: Ctx, p: dict[str, Any]) -> Any:
+    vmid = int(p["vmid"])
+    if p.get("restore"):
+        raise PveError("restore is not supported by the simulator", 501)
+    if "ostemplate" not in p:
+        raise schema.ParamError({"ostemplate": schema.MSG_MISSING})
+    ctx.node.precheck_create(vmid)
+    unpriv = bool(schema.parse_bool(p.get("unprivileged", 1)))
+    ctx.node.check_modify_perm(ctx.caller.user, [k for k in p if k not in ("vmid", "node")], p, unpriv)
+    conf = ctx.node.build_conf(p, normaliser(ctx.ep))
+    start = bool(p.get("start"))
+
+    def body(log: tasks.TaskLog) -> None:
+        ctx.node.create(p, conf, log)
+        if start:
+            ctx.node.start(vmid, log)
+
+    return ctx.task("vzcreate", str(vmid), body)
+
+
+@route("GET", "/nodes/{node}/lxc/{vmid}")
+def _lxc_index(ctx: Ctx, p: dict[str, Any]) -> Any:
+    ctx.node.read(int(p["vmid"]))
+    return [{"subdir": s} for s in ("config", "status", "interfaces", "pending", "rrd", "rrddata", "snapshot",
+                                    "firewall", "vncproxy", "termproxy", "migrate", "feature", "clone")]
+
+
+@route("DELETE", "/nodes/{node}/lxc/{vmid}")
+def _lxc_destroy(ctx: Ctx, p: dict[str, Any]) -> Any:
+    vmid = int(p["vmid"])
+    ctx.node.read(vmid)
+    if ctx.node.running(vmid):
+        raise PveError(f"CT {vmid} is running - destroy failed")
+    return ctx.task("vzdestroy", str(vmid), lambda log: ctx.node.destroy(vmid, log))
+
+
+@route("GET", "/nodes/{node}/lxc/{vmid}/config")
+def _config_get(ctx: Ctx, p: dict[str, Any]) -> Any:
+    data = ctx.node.config_get(int(p["vmid"]))
+    for key in list(data):
+        sch = schema.schema_for_key(ctx.ep.info.get("returns", {}).get("properties", {}), key) or {}
+        if sch.get("type") in ("integer", "boolean") and re.fullmatch(r"-?\d+", str(data[key])):
+            data[key] = int(data[key])
+        elif sch.get("type") == "number":
+            try:
+                data[key] = float(data[key])
+            except ValueError:
+                pass
+    return data
+
+
+@route("PUT", "/nodes/{node}/lxc/{vmid}/config")
+def _config_put(ctx: Ctx, p: dict[str, Any]) -> Any:
+    vmid = int(p["vmid"])
+    norm = normaliser(ctx.ep)
+    skip = {"node", "vmid", "delete", "digest", "revert"}
+    values = {k: norm(k, v) for k, v in p.items() if k not in skip}
+    delete = [d for d in re.split(r"[,;\s]+", str(p.get("delete", ""))) if d]
+    ctx.node.config_set(vmid, values, delete, p.get("digest"), ctx.caller.user)
+    return None
+
+
+@route("GET", "/nodes/{node}/lxc/{vmid}/status")
+def _status_index(ctx: Ctx, p: dict[str, Any]) -> Any:
+    ctx.node.read(int(p["vmid"]))
+    return [{"subdir": s} for s in ("current", "start", "stop", "shutdown", "reboot", "suspend", "resume")]
+
+
+@route("GET", "/nodes/{node}/lxc/{vmid}/status/current")
+def _status_current(ctx: Ctx, p: dict[str, Any]) -> Any:
+    return ctx.node.status(int(p["vmid"]))
+
+
+@route("POST", "/nodes/{node}/lxc/{vmid}/status/start")
+def _start(ctx: Ctx, p: dict[str, Any]) -> Any:
+    vmid = int(p["vmid"])
+    ctx.node.precheck_start(vmid)
+    return ctx.task("vzstart", str(vmid), lambda log: ctx.node.start(vmid, log))
+
+
+@route("POST", "/nodes/{node}/lxc/{vmid}/status/stop")
+def _stop(ctx: Ctx, p: dict[str, Any]) -> Any:
+    vmid = int(p["vmid"])
+    ctx.node.precheck_running(vmid)
+    return ctx.task("vzstop", str(vmid), lambda log: ctx.node.stop(vmid, log))
+
+
+@route("POST", "/nodes/{node}/lxc/{vmid}/status/shutdown")
+def _shutdown(ctx: Ctx, p: dict[str, Any]) -> Any:
+    vmid = int(p["vmid"])
+    ctx.node.precheck_running(vmid)
+    timeout = float(p.get("timeout", 60))
+    force = bool(p.get("forceStop", 0))
+    return ctx.task("vzshutdown", str(vmid),
+                    lambda log: ctx.node.stop(vmid, log, graceful_timeout_s=timeout, force=force))
+
+
+@route("GET", "/nodes/{node}/lxc/{vmid}/interfaces")
+def _interfaces(ctx: Ctx, p: dict[str, Any]) -> Any:
+    return ctx.node.interfaces(int(p["vmid"]))
+
+
+# ---------------------------------------------------------------------------------------------- storage
+
+
+def _storages() -> list[dict[str, Any]]:
+    return [
+        {"storage": "local", "type": "dir", "content": "vztmpl,iso,backup", "active": 1, "enabled": 1,
+         "shared": 0, "total": 100 << 30, "used": 10 << 30, "avail": 90 << 30, "used_fraction": 0.1},
+        {"storage": "local-lvm", "type": "lvmthin", "content": "rootdir,images", "active": 1, "enabled": 1,
+         "shared": 0, "total": 3 << 40, "used": 1 << 40, "avail": 2 << 40, "used_fraction": 0.333},
+    ]
+
+
+@route("GET", "/nodes/{node}/storage")
+def _storage_list(ctx: Ctx, p: dict[str, Any]) -> Any:
+    want = p.get("content")
+    return [s for s in _storages() if not want or any(c in s["content"].split(",") for c in want.split(","))]
+
+
+@route("GET", "/nodes/{node}/storage/{storage}/content")
+def _content(ctx: Ctx, p: dict[str, Any]) -> Any:
+    storage = p["storage"]
+    if storage not in {s["storage"] for s in _storages()}:
+        raise PveError(f"storage '{storage}' does not exist")
+    out: list[dict[str, Any]] = []
+    if storage == "local" and p.get("content") in (None, "vztmpl"):
+        cache = ctx.hp.template_cache
+        for f in sorted(cache.iterdir()) if cache.is_dir() else []:
+            m = re.search(r"\.tar\.(zst|xz|gz)$", f.name)
+            if not m or not f.is_file():
+                continue
+            st = f.stat()
+            out.append({"volid": f"local:vztmpl/{f.name}", "format": {"zst": "tzst", "xz": "txz", "gz": "tgz"}[
+                m.group(1)], "content": "vztmpl", "size": st.st_size, "ctime": int(st.st_mtime)})
+    if storage == "local-lvm" and p.get("content") in (None, "rootdir", "images"):
+        for vmid in ctx.node.vmids():
+            conf, _ = ctx.node.read(vmid)
+            for key, val in conf.options.items():
+                if key == "rootfs" or re.fullmatch(r"mp\d+", key):
+                    items = confmod.split_property(val, "volume")
+                    if items.get("volume", "").startswith("local-lvm:"):
+                        out.append({"volid": items["volume"], "format": "raw", "content": "rootdir",
+                                    "vmid": vmid, "size": _gib(items.get("size", "4G")), "ctime": 0})
+    return out
+
+
+def _gib(size: str) -> int:
+    m = re.fullmatch(r"(\d+)G", size)
+    return int(m.group(1)) << 30 if m else 0
+
+
+@route("GET", "/nodes/{node}/aplinfo")
+def _aplinfo(ctx: Ctx, p: dict[str, Any]) -> Any:
+    out = []
+    for template, package, version, os_, headline in APLINFO:
+        out.append({
+            "template": template, "package": package, "version": version, "os": os_, "type": "lxc",
+            "section": "system", "headline": headline, "architecture": "amd64",
+            "description": f"{headline}. A small system with basic tools.",
+            "infopage": "https://pve.proxmox.com/wiki/Linux_Container#pct_supported_distributions",
+            "location": f"http://download.proxmox.com/images/system/{template}",
+            "maintainer": "Proxmox Support Team <support@proxmox.com>", "source": "http://download.proxmox.com",
+            "sha512sum": hashlib.sha512(template.encode()).hexdigest(),
+        })
+    return out
+
+
+@route("POST", "/nodes/{node}/aplinfo")
+def _apl_download(ctx: Ctx, p: dict[str, Any]) -> Any:
+    storage, template = p["storage"], p["template"]
+    if storage not in {s["storage"] for s in _storages()}:
+        raise PveError(f"storage '{storage}' does not exist")
+    if storage != "local":
+        raise PveError(f"storage '{storage}' does not support templates")
+    if template not in {a[0] for a in APLINFO}:
+        raise PveError("no such template")
+
+    def body(log: tasks.TaskLog) -> None:
+        url = f"http://download.proxmox.com/images/system/{template}"
+        target = ctx.hp.template_cache / template
+        log(f"starting template download from: {url}")
+        log(f"target file: /var/lib/vz/template/cache/{template}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f"{template}.tmp_dwnl.{int(time.time())}")
+        tmp.write_bytes(b"\x28\xb5\x2f\xfd" + b"\0" * TEMPLATE_SIZE)
+        tmp.replace(target)
+        log(f"{TEMPLATE_SIZE // 1024}K .......... 100% 120M=1.0s")
+        log("calculating checksum...OK, checksum verified")
+        log(f"download of '{url}' to '/var/lib/vz/template/cache/{template}' finished")
+
+    return ctx.task("download", template, body)
+
+
+# ---------------------------------------------------------------------------------------------- hardware
+
+
+@route("GET", "/nodes/{node}/hardware/pci")
+def _pci(ctx: Ctx, p: dict[str, Any]) -> Any:
+    return hardware.pci_devices(ctx.node.cfg)
+
+
+# ---------------------------------------------------------------------------------------------- tasks
+
+
+def _task_or_404(ctx: Ctx, upid: str) -> dict[str, Any]:
+    try:
+        tasks.decode(upid)
+    except ValueError:
+        raise PveError(f"unable to parse worker upid '{upid}'") from None
+    st = tasks.status(ctx.hp, upid)
+    if st is None:
+        raise PveError("no such task")
+    return st
+
+
+@route("GET", "/nodes/{node}/tasks")
+def _task_list(ctx: Ctx, p: dict[str, Any]) -> Any:
+    out = tasks.listing(ctx.hp)
+    if "vmid" in p:
+        out = [t for t in out if t.get("id") == str(p["vmid"])]
+    if p.get("typefilter"):
+        out = [t for t in out if t.get("type") == p["typefilter"]]
+    start, limit = int(p.get("start", 0)), int(p.get("limit", 50))
+    return [{**t, "status": t.get("exitstatus", "RUNNING") if t.get("status") == "stopped" else None}
+            for t in out][start:start + limit]
+
+
+@route("GET", "/nodes/{node}/tasks/{upid}/status")
+def _task_status(ctx: Ctx, p: dict[str, Any]) -> Any:
+    return _task_or_404(ctx, p["upid"])
+
+
+@route("GET", "/nodes/{node}/tasks/{upid}/log")
+def _task_log(ctx: Ctx, p: dict[str, Any]) -> Any:
+    _task_or_404(ctx, p["upid"])
+    return tasks.log_lines(ctx.hp, p["upid"], int(p.get("start", 0)), int(p.get("limit", 50)))
+
+
+__all__ = ["Caller", "PveError", "TaskError", "TaskFailed", "handle"]

@@ -1,0 +1,327 @@
+"""`pct`, `pvesh`, `pveversion`, `nvidia-modprobe` and `lspci` on the simulated host (root@pam, like the real
+CLI tools over SSH). pct/pvesh go through the same dispatcher as the HTTPS API; worker tasks run in the
+foreground, print their log to stdout, and a failed task or API error goes to stderr with exit code 255.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from typing import Any
+
+from simulator.config import current_host
+from simulator.pve import api, hardware, schema
+from simulator.pve.lxc import Node, PveError
+
+EXIT_ERR = 255
+
+
+def _err(msg: str) -> int:
+    sys.stderr.write(msg if msg.endswith("\n") else msg + "\n")
+    return EXIT_ERR
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
+def parse_options(args: list[str], ep: schema.Endpoint | None) -> tuple[list[str], dict[str, str], list[str]]:
+    """PVE CLI getopt: `--key value`, `--key=value`, `-key value`; a boolean option may stand alone.
+
+    Returns (positionals, options, unknown option names).
+    """
+    pos: list[str] = []
+    opts: dict[str, str] = {}
+    unknown: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a.startswith("-") and len(a) > 1 and not re.fullmatch(r"-\d+", a):
+            key = a.lstrip("-")
+            value: str | None = None
+            if "=" in key:
+                key, value = key.split("=", 1)
+            sch = schema.schema_for_key(ep.properties, key) if ep else {}
+            if ep is not None and sch is None and key not in ("output-format", "noproxy", "human-readable",
+                                                              "noborder", "noheader", "quiet"):
+                unknown.append(key)
+            if value is None:
+                nxt = args[i + 1] if i + 1 < len(args) else None
+                if (sch or {}).get("type") == "boolean" and (nxt is None or nxt.startswith("-")
+                                                           or schema.parse_bool(nxt) is None):
+                    value = "1"
+                elif nxt is None:
+                    value = ""
+                else:
+                    value = nxt
+                    i += 1
+            opts[key] = value
+        else:
+            pos.append(a)
+        i += 1
+    return pos, opts, unknown
+
+
+def _param_error(exc: schema.ParamError, usage: str) -> int:
+    lines = "".join(f"{k}: {v}" for k, v in sorted(exc.errors.items()))
+    return _err(f"400 Parameter verification failed.\n{lines}\n{usage}\n")
+
+
+def _api_error(exc: PveError) -> int:
+    return _err(exc.message if exc.status in (500,) else f"{exc.status} {exc.message}")
+
+
+def _call(method: str, path: str, params: dict[str, Any], usage: str) -> tuple[int, Any]:
+    hp = current_host()
+    try:
+        return 0, api.handle(hp, method, path, params, api.Caller(user="root@pam", background=False,
+                                                                   echo=_print))
+    except schema.ParamError as exc:
+        return _param_error(exc, usage), None
+    except api.TaskFailed as exc:
+        return _err(exc.exitstatus), None
+    except PveError as exc:
+        return _api_error(exc), None
+
+
+# ------------------------------------------------------------------------------------------------ pct
+
+PCT_USAGE = {
+    "create": "pct create <vmid> <ostemplate> [OPTIONS]",
+    "set": "pct set <vmid> [OPTIONS]",
+    "config": "pct config <vmid> [OPTIONS]",
+    "start": "pct start <vmid> [OPTIONS]",
+    "stop": "pct stop <vmid> [OPTIONS]",
+    "shutdown": "pct shutdown <vmid> [OPTIONS]",
+    "destroy": "pct destroy <vmid> [OPTIONS]",
+    "status": "pct status <vmid> [OPTIONS]",
+    "exec": "pct exec <vmid> [<extra-args>] [OPTIONS]",
+    "push": "pct push <vmid> <file> <destination> [OPTIONS]",
+    "pull": "pct pull <vmid> <path> <destination> [OPTIONS]",
+    "list": "pct list",
+    "enter": "pct enter <vmid> [OPTIONS]",
+}
+
+
+def _vmid(value: str, usage: str) -> int | None:
+    if not re.fullmatch(r"\d+", value):
+        _err(f"400 Parameter verification failed.\nvmid: type check ('integer') failed - got '{value}'\n"
+             f"{usage}\n")
+        return None
+    return int(value)
+
+
+def pct_main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("help", "-h", "--help"):
+        _print("USAGE: pct <COMMAND> [ARGS] [OPTIONS]\n" + "\n".join(f"       {u}" for u in PCT_USAGE.values()))
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    if cmd not in PCT_USAGE:
+        return _err(f"unknown command 'pct {cmd}'\nUSAGE: pct <COMMAND> [ARGS] [OPTIONS]")
+    usage = PCT_USAGE[cmd]
+    hp = current_host()
+    node = hp.load().node
+    if cmd == "list":
+        return _pct_list()
+    if not rest:
+        return _err(f"400 not enough arguments\n{usage}")
+    vmid = _vmid(rest[0], usage)
+    if vmid is None:
+        return EXIT_ERR
+    if cmd == "exec":
+        return _pct_exec(vmid, rest[1:])
+    if cmd == "enter":
+        return _pct_exec(vmid, ["/bin/bash", "-l"])
+    base = f"/nodes/{node}/lxc"
+    endpoints = {
+        "create": ("POST", base), "set": ("PUT", f"{base}/{vmid}/config"),
+        "config": ("GET", f"{base}/{vmid}/config"), "start": ("POST", f"{base}/{vmid}/status/start"),
+        "stop": ("POST", f"{base}/{vmid}/status/stop"), "shutdown": ("POST", f"{base}/{vmid}/status/shutdown"),
+        "destroy": ("DELETE", f"{base}/{vmid}"), "status": ("GET", f"{base}/{vmid}/status/current"),
+    }
+    if cmd in ("push", "pull"):
+        return _pct_copy(cmd, vmid, rest[1:], usage)
+    method, path = endpoints[cmd]
+    ep = schema.find(method, path)
+    pos, opts, unknown = parse_options(rest[1:], ep)
+    if unknown:
+        return _err(f"Unknown option: {unknown[0]}\n400 unable to parse option\n{usage}")
+    params: dict[str, Any] = dict(opts)
+    if cmd == "create":
+        if not pos:
+            return _err(f"400 not enough arguments\n{usage}")
+        params.update(vmid=vmid, ostemplate=pos[0])
+    elif pos:
+        return _err(f"400 too many arguments\n{usage}")
+    verbose = params.pop("verbose", None) if cmd == "status" else None
+    rc, data = _call(method, path, params, usage)
+    if rc:
+        return rc
+    if cmd == "config":
+        for key in sorted(data):
+            if key in ("digest", "lxc"):
+                continue
+            _print(f"{key}: {data[key]}")
+        for k, v in data.get("lxc", []):
+            _print(f"{k}: {v}")
+    elif cmd == "status":
+        _print(f"status: {data['status']}")
+        if verbose:
+            for key in sorted(k for k in data if k != "status"):
+                _print(f"{key}: {data[key]}")
+    return 0
+
+
+def _pct_list() -> int:
+    n = Node(current_host())
+    _print(f"{'VMID':<10} {'Status':<10} {'Lock':<12} {'Name':<20}")
+    for vmid in n.vmids():
+        st = n.status(vmid)
+        _print(f"{vmid:<10} {st['status']:<10} {'':<12} {st['name']:<20}")
+    return 0
+
+
+def _pct_exec(vmid: int, args: list[str]) -> int:
+    from simulator import container
+
+    if args and args[0] == "--":
+        args = args[1:]
+    if not args:
+        return _err("missing command")
+    try:
+        container.exec_command(current_host(), vmid, args)
+    except PveError as exc:
+        return _api_error(exc)
+
+
+def _pct_copy(cmd: str, vmid: int, args: list[str], usage: str) -> int:
+    from simulator import container
+
+    pos, opts, _ = parse_options(args, None)
+    if len(pos) != 2:
+        return _err(f"400 not enough arguments\n{usage}")
+    try:
+        if cmd == "push":
+            container.push(current_host(), vmid, pos[0], pos[1], opts.get("perms"),
+                           int(opts.get("user", 0)), int(opts.get("group", 0)))
+        else:
+            container.pull(current_host(), vmid, pos[0], pos[1])
+    except PveError as exc:
+        return _api_error(exc)
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------ pvesh
+
+PVESH_METHODS = {"get": "GET", "create": "POST", "set": "PUT", "delete": "DELETE"}
+
+
+def pvesh_main(argv: list[str]) -> int:
+    if not argv or argv[0] not in PVESH_METHODS:
+        return _err("USAGE: pvesh <COMMAND> [ARGS] [OPTIONS]\n       pvesh create|delete|get|set <api_path> "
+                    "[OPTIONS] [FORMAT_OPTIONS]")
+    cmd = argv[0]
+    usage = f"pvesh {cmd} <api_path> [OPTIONS] [FORMAT_OPTIONS]"
+    if len(argv) < 2:
+        return _err(f"400 not enough arguments\n{usage}")
+    path = "/" + argv[1].strip("/")
+    method = PVESH_METHODS[cmd]
+    ep = schema.find(method, path)
+    _, opts, _ = parse_options(argv[2:], ep)
+    fmt = opts.pop("output-format", "text")
+    for flag in ("noproxy", "human-readable", "noborder", "noheader", "quiet"):
+        opts.pop(flag, None)
+    rc, data = _call(method, path, opts, usage)
+    if rc:
+        return rc
+    if fmt == "json":
+        _print(json.dumps(data, separators=(",", ":")))
+    elif fmt == "json-pretty":
+        _print(json.dumps(data, indent=4, sort_keys=True))
+    elif data is None:
+        pass
+    elif isinstance(data, (str, int, float)):
+        _print(str(data))
+    else:
+        _print(json.dumps(data, indent=4, sort_keys=True))
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------ others
+
+
+def pveversion_main(argv: list[str]) -> int:
+    cfg = current_host().load()
+    kernel = "6.17.2-1-pve"
+    if not argv:
+        _print(f"pve-manager/{cfg.pve_version}/{api.REPOID[:8]} (running kernel: {kernel})")
+        return 0
+    if argv[0] in ("-v", "--verbose"):
+        pkgs = [("proxmox-ve", f"9.1.0 (running kernel: {kernel})"),
+                ("pve-manager", f"{cfg.pve_version} (running version: {cfg.pve_version}/{api.REPOID[:8]})"),
+                (f"proxmox-kernel-{kernel}", kernel), ("ceph-fuse", "19.2.3-pve1"), ("corosync", "3.1.9-pve2"),
+                ("libpve-common-perl", "9.0.11"), ("lxc-pve", "6.0.5-3"), ("lxcfs", "6.0.4-pve1"),
+                ("proxmox-widget-toolkit", "5.1.2"), ("pve-cluster", "9.0.6"), ("pve-container", "6.0.18"),
+                ("pve-docs", "9.1.3"), ("pve-firmware", "3.17-2"), ("pve-qemu-kvm", "10.1.2-3"),
+                ("qemu-server", "9.1.0")]
+        for name, ver in pkgs:
+            _print(f"{name}: {ver}")
+        return 0
+    return _err(f"Unknown option: {argv[0].lstrip('-')}\n400 unable to parse option\npveversion [OPTIONS]")
+
+
+def nvidia_modprobe_main(argv: list[str]) -> int:
+    """`-u` loads nvidia-uvm: its /proc/devices line and /dev/nvidia-uvm(-tools) appear; the fault clears."""
+    hp = current_host()
+    if any(a == "-u" or a == "--unified-memory" or (a.startswith("-") and not a.startswith("--")
+                                                     and "u" in a[1:] and "=" not in a) for a in argv):
+        cfg = hp.load()
+        hardware.set_uvm(hp.dir, cfg, present=True)
+
+        def clear(c: Any) -> None:
+            c.faults.missing_uvm = False
+
+        hp.update(clear)
+    return 0
+
+
+def lspci_main(argv: list[str]) -> int:
+    cfg = current_host().load()
+    verbose = sum(a.count("v") for a in argv if re.fullmatch(r"-v+", a))
+    numeric = any(a in ("-n", "-nn") for a in argv)
+    domain = "-D" in argv
+    vendor = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-d"), None)
+    slot = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-s"), None)
+    blocks = [b for b in re.split(r"\n\s*\n", hardware.lspci_text(cfg)) if b.strip()]
+    devices = {d["id"][5:]: d for d in hardware.pci_devices(cfg)}
+    for block in blocks:
+        head, _, body = block.partition("\n")
+        bus = head.split()[0]
+        if vendor and (vendor.split(":")[0].lower() != "10de" or bus not in devices):
+            continue
+        if slot and not bus.endswith(slot.split(":", 1)[-1] if slot.count(":") > 1 else slot):
+            continue
+        if numeric and bus in devices:
+            d = devices[bus]
+            head = f"{bus} 3D controller [0302]: NVIDIA Corporation {d['device_name']} " \
+                   f"[10de:{d['device'][2:]}] (rev a1)"
+        if domain:
+            head = f"0000:{head}"
+        _print(head if not verbose else f"{head}\n{body}\n")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    tools = {"pct": pct_main, "pvesh": pvesh_main, "pveversion": pveversion_main,
+             "nvidia-modprobe": nvidia_modprobe_main, "lspci": lspci_main}
+    if not argv or argv[0] not in tools:
+        return _err(f"usage: python -m simulator.pve.cli {{{','.join(tools)}}} ARGS...")
+    try:
+        return tools[argv[0]](argv[1:])
+    except BrokenPipeError:
+        return 141
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,89 @@
+"""The host's GPU hardware as PVE and the host tools see it. Delegates to part 2's `simulator.gpu.devfs`
+(which replays the real captures) and falls back to a minimal built-in description if that is not importable,
+so the PVE side keeps working on its own.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from simulator.config import PROFILE_GPU_COUNT, HostConfig
+
+_RTX_BUSES = ("06", "07", "75", "76", "84", "85", "f4", "f5")
+_H200_BUSES = ("00:06", "00:07")
+
+
+def _fallback_pci(profile: str) -> list[dict[str, Any]]:
+    rtx = profile.startswith("rtx")
+    ids = [f"0000:{b}:00.0" for b in _RTX_BUSES] if rtx else [f"0000:{b}.0" for b in _H200_BUSES]
+    name = "GB202GL [RTX PRO 6000 Blackwell Server Edition]" if rtx else "GH100 [H200 SXM 141GB]"
+    return [{"id": i, "class": "0x030200", "vendor": "0x10de", "vendor_name": "NVIDIA Corporation",
+             "device": "0x2bb5" if rtx else "0x2335", "device_name": name, "iommugroup": -1, "mdev": False,
+             "subsystem_vendor": "0x10de", "subsystem_device": "0x204e" if rtx else "0x18bf"} for i in ids]
+
+
+def pci_devices(cfg: HostConfig) -> list[dict[str, Any]]:
+    try:
+        from simulator.gpu.devfs import pci_devices as part2
+    except ImportError:
+        return _fallback_pci(cfg.gpu_profile)
+    return part2(cfg.gpu_profile)
+
+
+def lspci_text(cfg: HostConfig) -> str:
+    """`lspci -vvv`-style text (one block per device, blank-line separated)."""
+    try:
+        from simulator.gpu.devfs import lspci_text as part2
+    except ImportError:
+        return "\n".join(f"{d['id'][5:]} 3D controller: NVIDIA Corporation {d['device_name']} (rev a1)\n"
+                         for d in _fallback_pci(cfg.gpu_profile))
+    return part2(cfg.gpu_profile)
+
+
+def _mknod(path: Path, major: int, minor: int, mode: int = 0o666) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() or path.is_symlink():
+        path.unlink()
+    os.mknod(path, mode | stat.S_IFCHR, os.makedev(major, minor))
+    os.chmod(path, mode)
+
+
+def provision(host_dir: Path, cfg: HostConfig) -> None:
+    """NVIDIA nodes, /proc/devices, driver version and module parameters in the host's fs/."""
+    try:
+        from simulator.gpu.devfs import provision_gpu_host
+    except ImportError:
+        fs = host_dir / "fs"
+        for i in range(PROFILE_GPU_COUNT[cfg.gpu_profile]):
+            _mknod(fs / "dev" / f"nvidia{i}", 195, i)
+        _mknod(fs / "dev" / "nvidiactl", 195, 255)
+        set_uvm(host_dir, cfg, present=not cfg.faults.missing_uvm)
+        ver = fs / "proc" / "driver" / "nvidia" / "version"
+        ver.parent.mkdir(parents=True, exist_ok=True)
+        ver.write_text(f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {cfg.driver_version}  "
+                       "Release Build  (dvs-builder@U22-I3-AE18-23-3)  \nGCC version:  gcc version 12.2.0\n")
+        return
+    provision_gpu_host(host_dir, cfg.gpu_profile, cfg.driver_version, cfg.faults.missing_uvm)
+
+
+def set_uvm(host_dir: Path, cfg: HostConfig, present: bool) -> None:
+    """Load (`nvidia-modprobe -u -c=0`) or "unload" nvidia-uvm: its nodes and its /proc/devices line."""
+    fs = host_dir / "fs"
+    if present:
+        try:
+            from simulator.gpu.devfs import create_uvm_nodes
+        except ImportError:
+            _mknod(fs / "dev" / "nvidia-uvm", 511, 0)
+            _mknod(fs / "dev" / "nvidia-uvm-tools", 511, 1)
+            return
+        create_uvm_nodes(host_dir)
+        return
+    for name in ("nvidia-uvm", "nvidia-uvm-tools"):
+        (fs / "dev" / name).unlink(missing_ok=True)
+    devices = fs / "proc" / "devices"
+    if devices.exists():
+        devices.write_text("".join(line for line in devices.read_text().splitlines(keepends=True)
+                                   if not line.rstrip().endswith(" nvidia-uvm")))

@@ -1,0 +1,503 @@
+"""The one implementation of container lifecycle and config on a simulated node.
+
+Both the HTTPS API server and the host's `pct`/`pvesh` call these functions, so every view of a container
+(conf file, API, CLI, `pct exec`) always agrees. Error texts are PVE's. Operations that PVE runs as worker tasks
+take a `log` callable and raise `TaskError`; synchronous pre-checks raise `PveError` (HTTP 500 unless stated).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from simulator.config import (
+    CT_PERSISTENT_PATHS,
+    CtState,
+    HostConfig,
+    HostPaths,
+    locked,
+    netns_name,
+)
+from simulator.pve import conf as confmod
+from simulator.pve.schema import ParamError
+from simulator.pve.tasks import TaskError
+
+ROOT_USER = "root@pam"
+Log = Callable[[str], None]
+
+#: Keys the API takes on create that are not stored in the conf file.
+CREATE_ONLY = {"vmid", "node", "ostemplate", "password", "ssh-public-keys", "start", "storage", "restore",
+               "force", "unique", "pool", "ignore-unpack-errors", "bwlimit", "ha-managed"}
+STD_DEV_NODES = {"null": (1, 3), "zero": (1, 5), "full": (1, 7), "random": (1, 8), "urandom": (1, 9),
+                 "tty": (5, 0), "ptmx": (5, 2)}
+
+
+class PveError(Exception):
+    """An API error: HTTP status + message (PVE's `die` text), optionally a per-parameter error map."""
+
+    def __init__(self, message: str, status: int = 500):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def perm_error(what: str) -> PveError:
+    return PveError(f"Permission check failed ({what})", 403)
+
+
+class Node:
+    """Container state of one simulated node (its host dir)."""
+
+    def __init__(self, hp: HostPaths):
+        self.hp = hp
+        self.cfg: HostConfig = hp.load()
+
+    @property
+    def name(self) -> str:
+        return self.cfg.node
+
+    # ------------------------------------------------------------------------------------------ conf access
+
+    @contextmanager
+    def lock(self, vmid: int) -> Iterator[None]:
+        with locked(self.hp.dir / "locks" / f"lxc-{vmid}"):
+            yield
+
+    def vmids(self) -> list[int]:
+        d = self.hp.lxc_conf_dir
+        return sorted(int(p.stem) for p in d.glob("*.conf") if p.stem.isdigit()) if d.is_dir() else []
+
+    def exists(self, vmid: int) -> bool:
+        return self.hp.conf(vmid).is_file()
+
+    def read(self, vmid: int) -> tuple[confmod.CtConf, str]:
+        try:
+            return confmod.read(self.hp.conf(vmid))
+        except FileNotFoundError:
+            raise PveError(f"Configuration file 'nodes/{self.name}/lxc/{vmid}.conf' does not exist") from None
+
+    def write(self, vmid: int, conf: confmod.CtConf) -> None:
+        path = self.hp.conf(vmid)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(conf.render())
+        os.replace(tmp, path)
+
+    def state(self, vmid: int) -> CtState:
+        return self.hp.ct(vmid).load()
+
+    def running(self, vmid: int) -> bool:
+        st = self.state(vmid)
+        return st.status == "running" and bool(st.netns) and netns_exists(self.hp, st.netns)
+
+    # ------------------------------------------------------------------------------------------ permissions
+
+    def check_modify_perm(self, user: str, keys: list[str], values: dict[str, Any], unprivileged: bool,
+                          old_features: str | None = None) -> None:
+        """pve-container check_ct_modify_config_perm: only root@pam may pass devices, touch privileged features."""
+        if user == ROOT_USER:
+            return
+        for key in keys:
+            if re.fullmatch(r"dev\d+", key):
+                raise perm_error("configuring device passthrough is only allowed for root@pam")
+            if key == "hookscript":
+                raise perm_error("changing the hookscript is only allowed for root@pam")
+            if key == "features":
+                if not unprivileged:
+                    raise perm_error("changing feature flags for privileged container is only allowed for root@pam")
+                new = confmod.split_property(str(values.get(key, "")), "")
+                old = confmod.split_property(old_features or "", "")
+                changed = {k for k in set(new) | set(old) if new.get(k) != old.get(k)}
+                if changed - {"nesting"}:
+                    raise perm_error("changing feature flags (except nesting) is only allowed for root@pam")
+
+    # ------------------------------------------------------------------------------------------ create
+
+    def precheck_create(self, vmid: int) -> None:
+        if self.exists(vmid):
+            raise PveError(f"CT {vmid} already exists on node '{self.name}'")
+
+    def template_path(self, volid: str) -> Path:
+        m = re.fullmatch(r"([a-zA-Z0-9][\w.-]*):vztmpl/(.+)", volid)
+        if not m:
+            raise TaskError(f"unable to parse volume ID '{volid}'")
+        storage, name = m.groups()
+        if storage != "local":
+            raise TaskError(f"storage '{storage}' does not support container templates")
+        return self.hp.template_cache / name
+
+    def build_conf(self, params: dict[str, Any], normalise: Callable[[str, Any], str]) -> confmod.CtConf:
+        opts: dict[str, str] = {}
+        for key, value in params.items():
+            if key in CREATE_ONLY or value is None:
+                continue
+            opts[key] = normalise(key, value)
+        vmid = int(params["vmid"])
+        opts.setdefault("arch", "amd64")
+        tmpl = str(params.get("ostemplate", "")).rsplit("/", 1)[-1]
+        ostype = next((o for o in ("debian", "ubuntu", "alpine", "centos", "fedora", "archlinux") if
+                       tmpl.startswith(o)), "unmanaged")
+        opts.setdefault("ostype", ostype)
+        if "unprivileged" not in params:
+            opts["unprivileged"] = "1"  # PVE 9: API default for create is unprivileged
+        if opts.get("unprivileged") == "0":
+            del opts["unprivileged"]
+        if "rootfs" in opts:
+            opts["rootfs"] = self._allocate_volume(opts["rootfs"], vmid, 0)
+        else:
+            opts["rootfs"] = f"local:{vmid}/vm-{vmid}-disk-0.raw,size=4G"
+        for key in sorted(k for k in opts if re.fullmatch(r"net\d+", k)):
+            opts[key] = self._fill_net(opts[key])
+        return confmod.CtConf(options=opts, description=str(params.get("description", "")))
+
+    @staticmethod
+    def _allocate_volume(spec: str, vmid: int, index: int) -> str:
+        items = confmod.split_property(spec, "volume")
+        m = re.fullmatch(r"([\w.-]+):(\d+(?:\.\d+)?)", items.get("volume", ""))
+        if m:  # STORAGE:SIZE_GiB -> allocate a new volume
+            storage, size = m.groups()
+            items["volume"] = f"{storage}:vm-{vmid}-disk-{index}"
+            items["size"] = f"{size.rstrip('0').rstrip('.') if '.' in size else size}G"
+        return confmod.join_property(items, "volume")
+
+    @staticmethod
+    def _fill_net(spec: str) -> str:
+        items = confmod.split_property(spec, "name")
+        if "hwaddr" not in items:
+            items["hwaddr"] = "BC:24:11:" + ":".join(f"{random.randrange(256):02X}" for _ in range(3))
+        items.setdefault("type", "veth")
+        name = items.pop("name", "eth0")
+        return confmod.join_property({"name": name, **dict(sorted(items.items()))}, None)
+
+    def create(self, params: dict[str, Any], conf: confmod.CtConf, log: Log) -> None:
+        """Task body of vzcreate: check the template, write the conf, lay out the container's directories."""
+        vmid = int(params["vmid"])
+        volid = str(params.get("ostemplate", ""))
+        tmpl = self.template_path(volid)
+        if not tmpl.is_file():
+            raise TaskError(f"unable to create CT {vmid} - volume '{volid}' does not exist")
+        rootfs = confmod.split_property(conf.options["rootfs"], "volume")
+        size = rootfs.get("size", "4G")
+        if rootfs.get("volume", "").startswith("local-lvm:"):
+            log(f'  Logical volume "{rootfs["volume"].split(":", 1)[1]}" created.')
+        blocks = int(float(size.rstrip("G")) * 262144)
+        log(f"Creating filesystem with {blocks} 4k blocks and {blocks // 4} inodes")
+        log(f"extracting archive '/var/lib/vz/template/cache/{tmpl.name}'")
+        log(f"Total bytes read: 524595200 (501MiB, {random.randint(150, 400)}MiB/s)")
+        distro = str(conf.options.get("ostype", "debian"))
+        ver = re.search(r"-(\d+(?:\.\d+)?)-", tmpl.name)
+        log(f"Detected OS distribution '{distro}' version '{ver.group(1) if ver else 'unknown'}'")
+        with self.lock(vmid):
+            if self.exists(vmid):
+                raise TaskError(f"unable to create CT {vmid} - CT {vmid} already exists on node '{self.name}'")
+            self.write(vmid, conf)
+        cp = self.hp.ct(vmid)
+        for p in CT_PERSISTENT_PATHS:
+            (cp.fs / p.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        (cp.fs / "tmp").chmod(0o1777)
+        for sub in (cp.dev, cp.journal, cp.run):
+            sub.mkdir(parents=True, exist_ok=True)
+        cp.save(CtState(vmid=vmid, status="stopped",
+                        netns=netns_name(self.cfg.sim_id, self.cfg.name, vmid)))
+        keys = params.get("ssh-public-keys")
+        if keys:
+            ssh = cp.fs / "root" / ".ssh"
+            ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
+            (ssh / "authorized_keys").write_text(str(keys).rstrip("\n") + "\n")
+        log("Creating SSH host key 'ssh_host_ed25519_key' - this may take some time ...")
+        log(f"done: SHA256:{os.urandom(16).hex()} root@{conf.options.get('hostname', f'CT{vmid}')}")
+        _hook("provision_container", self.hp.dir, vmid, self.cfg)
+
+    # ------------------------------------------------------------------------------------------ config
+
+    def config_get(self, vmid: int) -> dict[str, Any]:
+        conf, digest = self.read(vmid)
+        data: dict[str, Any] = dict(conf.options)
+        if conf.description:
+            data["description"] = conf.description
+        data["digest"] = digest
+        if conf.lxc:
+            data["lxc"] = [[k, v] for k, v in conf.lxc]
+        return data
+
+    def config_set(self, vmid: int, values: dict[str, str], delete: list[str], digest: str | None,
+                   user: str) -> None:
+        for opt in delete:
+            if opt in values:
+                raise ParamError({"delete": f"you can't use '-{opt}' and -delete {opt}' at the same time"})
+        with self.lock(vmid):
+            conf, current = self.read(vmid)
+            if digest and digest != current:
+                raise PveError("detected modified configuration - file changed by other user? Try again.")
+            unpriv = conf.options.get("unprivileged") == "1"
+            self.check_modify_perm(user, [*values, *delete], values, unpriv, conf.options.get("features"))
+            for opt in delete:
+                if opt == "description":
+                    conf.description = ""
+                conf.options.pop(opt, None)
+            for key, value in values.items():
+                if key == "description":
+                    conf.description = value
+                    continue
+                if re.fullmatch(r"net\d+", key):
+                    value = self._fill_net(value)
+                conf.options[key] = value
+            self.write(vmid, conf)
+
+    # ------------------------------------------------------------------------------------------ start/stop
+
+    def precheck_start(self, vmid: int) -> None:
+        self.read(vmid)
+        if self.running(vmid):
+            raise PveError(f"CT {vmid} already running")
+
+    def precheck_running(self, vmid: int) -> None:
+        self.read(vmid)
+        if not self.running(vmid):
+            raise PveError(f"CT {vmid} not running")
+
+    def _host_dev(self, path: str) -> Path:
+        return self.hp.fs / path.lstrip("/")
+
+    def _passed_devices(self, vmid: int, conf: confmod.CtConf) -> list[tuple[str, int, int, int]]:
+        """(container path, major, minor, mode) for every devN entry and every present lxc.mount.entry node."""
+        out: list[tuple[str, int, int, int]] = []
+        for _key, spec in conf.dev_entries().items():
+            items = confmod.split_property(spec, "path")
+            path = items.get("path", "")
+            node = self._host_dev(path)
+            try:
+                st = node.stat()
+            except FileNotFoundError:
+                raise TaskError(f"Device {path} does not exist") from None
+            if not stat.S_ISCHR(st.st_mode) and not stat.S_ISBLK(st.st_mode):
+                raise TaskError(f"{path} is not a device")
+            mode = int(items.get("mode", "0660"), 8)
+            out.append((path, os.major(st.st_rdev), os.minor(st.st_rdev), mode))
+        for key, value in conf.lxc:
+            if key != "lxc.mount.entry":
+                continue
+            fields = value.split()
+            if len(fields) < 4 or not fields[0].startswith("/dev/"):
+                continue
+            src, dst, opts = fields[0], fields[1], fields[3].split(",")
+            node = self._host_dev(src)
+            if not node.exists():
+                if "optional" in opts:
+                    continue  # like LXC: a missing optional bind source is skipped silently
+                raise TaskError(f"startup for container '{vmid}' failed")
+            nodes = [node] if not node.is_dir() else [p for p in node.rglob("*") if not p.is_dir()]
+            for n in nodes:
+                st = n.stat()
+                if stat.S_ISCHR(st.st_mode):
+                    rel = "/" + dst.strip("/") + str(n)[len(str(node)):]
+                    out.append((rel, os.major(st.st_rdev), os.minor(st.st_rdev), stat.S_IMODE(st.st_mode)))
+        return out
+
+    def _build_dev(self, vmid: int, devices: list[tuple[str, int, int, int]]) -> None:
+        dev = self.hp.ct(vmid).dev
+        if dev.exists():
+            shutil.rmtree(dev)
+        dev.mkdir(parents=True)
+        for name, (major, minor) in STD_DEV_NODES.items():
+            os.mknod(dev / name, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+            os.chmod(dev / name, 0o666)
+        (dev / "pts").mkdir()
+        (dev / "shm").mkdir()
+        (dev / "shm").chmod(0o1777)
+        (dev / "mqueue").mkdir()
+        for link, link_target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                                  ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+            os.symlink(link_target, dev / link)
+        for path, major, minor, mode in devices:
+            rel = path.strip("/")
+            rel = rel[4:] if rel.startswith("dev/") else rel
+            target = dev / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.exists():
+                target.unlink()
+            os.mknod(target, mode | stat.S_IFCHR, os.makedev(major, minor))
+            os.chmod(target, mode)
+
+    def start(self, vmid: int, log: Log) -> None:
+        """Task body of vzstart: check/copy passed devices, create the network namespace, mark running."""
+        with self.lock(vmid):
+            conf, _ = self.read(vmid)
+            if self.running(vmid):
+                raise TaskError(f"CT {vmid} already running")
+            devices = self._passed_devices(vmid, conf)
+            self._build_dev(vmid, devices)
+            ns = netns_name(self.cfg.sim_id, self.cfg.name, vmid)
+            if netns_exists(self.hp, ns):
+                kill_netns(self.hp, ns, signal.SIGKILL, 0)
+            _ip(self.hp, "netns", "add", ns)
+            _ip(self.hp, "-n", ns, "link", "set", "lo", "up")
+
+            def mark(st: CtState) -> None:
+                st.status, st.netns, st.started_at = "running", ns, time.time()
+
+            self.hp.ct(vmid).update(mark)
+        _hook("container_started", self.hp.dir, vmid, self.cfg)
+
+    def stop(self, vmid: int, log: Log, graceful_timeout_s: float = 0.0, force: bool = True) -> None:
+        """Task body of vzstop/vzshutdown: end every process in the container's netns, delete the netns.
+
+        Shutdown sends SIGTERM and waits up to graceful_timeout_s; without force a container that is still
+        running then makes the task fail like `lxc-stop --nokill` does.
+        """
+        with self.lock(vmid):
+            st = self.state(vmid)
+            if st.netns and netns_exists(self.hp, st.netns):
+                if graceful_timeout_s > 0:
+                    kill_netns(self.hp, st.netns, signal.SIGTERM, graceful_timeout_s)
+                    if not force and netns_pids(self.hp, st.netns):
+                        raise TaskError(f"command 'lxc-stop -n {vmid} --nokill --timeout "
+                                        f"{int(graceful_timeout_s)}' failed: exit code 1")
+                kill_netns(self.hp, st.netns, signal.SIGKILL, 0)
+
+            def mark(s: CtState) -> None:
+                s.status, s.started_at = "stopped", None
+
+            self.hp.ct(vmid).update(mark)
+
+    def destroy(self, vmid: int, log: Log) -> None:
+        with self.lock(vmid):
+            conf, _ = self.read(vmid)
+            if self.running(vmid):
+                raise TaskError(f"CT {vmid} is running - destroy failed")
+            rootfs = confmod.split_property(conf.options.get("rootfs", ""), "volume").get("volume", "")
+            if rootfs.startswith("local-lvm:"):
+                log(f'  Logical volume "{rootfs.split(":", 1)[1]}" successfully removed.')
+            self.hp.conf(vmid).unlink()
+            shutil.rmtree(self.hp.ct(vmid).dir, ignore_errors=True)
+
+    # ------------------------------------------------------------------------------------------ read-only
+
+    def status(self, vmid: int) -> dict[str, Any]:
+        conf, _ = self.read(vmid)
+        st = self.state(vmid)
+        run = self.running(vmid)
+        o = conf.options
+        mem = int(o.get("memory", "512")) * 1024 * 1024
+        size = confmod.split_property(o.get("rootfs", ""), "volume").get("size", "4G")
+        return {
+            "vmid": vmid, "name": o.get("hostname", f"CT{vmid}"), "status": "running" if run else "stopped",
+            "type": "lxc", "cpus": int(o.get("cores", "1")), "maxmem": mem,
+            "maxswap": int(o.get("swap", "512")) * 1024 * 1024, "maxdisk": _size_bytes(size),
+            "mem": mem // 20 if run else 0, "swap": 0, "disk": _size_bytes(size) // 10 if run else 0,
+            "cpu": 0.01 if run else 0, "uptime": int(time.time() - st.started_at) if run and st.started_at else 0,
+            "netin": 0, "netout": 0, "diskread": 0, "diskwrite": 0, "ha": {"managed": 0},
+            "template": 0 if "template" not in o else int(o["template"]),
+            **({"pid": _netns_first_pid(self.hp, st.netns)} if run else {}),
+        }
+
+    def interfaces(self, vmid: int) -> list[dict[str, Any]]:
+        self.precheck_running(vmid)
+        conf, _ = self.read(vmid)
+        out: list[dict[str, Any]] = [{"name": "lo", "hwaddr": "00:00:00:00:00:00", "inet": "127.0.0.1/8",
+                                      "inet6": "::1/128", "ip-addresses": [
+                                          {"ip-address": "127.0.0.1", "prefix": 8, "ip-address-type": "inet"},
+                                          {"ip-address": "::1", "prefix": 128, "ip-address-type": "inet6"}]}]
+        for key in sorted(k for k in conf.options if re.fullmatch(r"net\d+", k)):
+            items = confmod.split_property(conf.options[key], "name")
+            out.append({"name": items.get("name", "eth0"), "hwaddr": items.get("hwaddr", "").lower(),
+                        "ip-addresses": []})
+        return out
+
+
+def _size_bytes(size: str) -> int:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]?)", size)
+    if not m:
+        return 0
+    mult = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[m.group(2)]
+    return int(float(m.group(1)) * mult)
+
+
+def outer_pid(hp: HostPaths) -> int:
+    """A process in the simulator's real mount namespace (sshd, else the API server, else init).
+
+    Named network namespaces are bind mounts under /run/netns; SSH sessions run in private mount namespaces
+    that do not see mounts made later elsewhere, so netns handling always goes through this process's view.
+    """
+    for pidfile in (hp.sshd / "sshd.pid", hp.api / "api.pid"):
+        try:
+            pid = int(pidfile.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        if Path(f"/proc/{pid}/ns/mnt").exists():
+            return pid
+    return 1
+
+
+def netns_path(hp: HostPaths, ns: str) -> str:
+    """The netns file as the real mount namespace sees it (usable for setns from any view)."""
+    return f"/proc/{outer_pid(hp)}/root/run/netns/{ns}"
+
+
+def netns_exists(hp: HostPaths, ns: str) -> bool:
+    return os.path.exists(netns_path(hp, ns))
+
+
+def _outer(hp: HostPaths, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    pid = outer_pid(hp)
+    same = os.stat("/proc/self/ns/mnt").st_ino == os.stat(f"/proc/{pid}/ns/mnt").st_ino
+    prefix = [] if same else ["nsenter", f"--mount=/proc/{pid}/ns/mnt", "--"]
+    return subprocess.run([*prefix, *argv], capture_output=True, text=True)
+
+
+def _ip(hp: HostPaths, *args: str) -> None:
+    res = _outer(hp, ["ip", *args])
+    if res.returncode != 0:
+        raise TaskError(f"command 'ip {' '.join(args)}' failed: {res.stderr.strip()}")
+
+
+def netns_pids(hp: HostPaths, ns: str) -> list[int]:
+    res = _outer(hp, ["ip", "netns", "pids", ns])
+    return [int(p) for p in res.stdout.split() if p.isdigit()]
+
+
+def _netns_first_pid(hp: HostPaths, ns: str) -> int:
+    pids = netns_pids(hp, ns) if ns else []
+    return min(pids) if pids else 0
+
+
+def kill_netns(hp: HostPaths, ns: str, sig: int, wait_s: float) -> None:
+    """Signal every process in the netns; with sig=SIGKILL also delete the namespace."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        pids = [p for p in netns_pids(hp, ns) if p != os.getpid()]
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        if sig == signal.SIGKILL:
+            end = time.monotonic() + 3
+            while netns_pids(hp, ns) and time.monotonic() < end:
+                time.sleep(0.02)
+            _outer(hp, ["ip", "netns", "del", ns])
+            return
+        if not pids or time.monotonic() >= deadline:
+            return
+        time.sleep(0.1)
+
+
+def _hook(name: str, host_dir: Path, vmid: int, cfg: HostConfig) -> None:
+    """Call part 2's `simulator.software.<name>(host_dir, vmid, cfg)` if it exists."""
+    try:
+        import simulator.software as software
+    except ImportError:
+        return
+    fn = getattr(software, name, None)
+    if callable(fn):
+        fn(host_dir, vmid, cfg)

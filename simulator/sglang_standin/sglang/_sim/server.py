@@ -1,0 +1,527 @@
+"""`python -m sglang.launch_server` (simulated): real flag parsing, sglang-like logs, HTTP API, fake GPUs.
+
+Lifecycle: parse flags (argparse exits 2 like the real one) -> preflight checks against the simulated
+container (device nodes, nvidia-uvm, userspace driver version, model dir) -> bind the HTTP port (503 on
+/health while "loading") -> log the loading milestones -> "The server is fired up and ready to roll!".
+Faults from the container's state.json: crash_on_start, health_never_ok, log_line, slow_start_s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import ipaddress
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+
+from aiohttp import web
+
+from sglang._sim import env
+from sglang._sim.engine import Engine, Req
+from sglang._sim.flags import PROG, add_cli_args
+from sglang._sim.perf import PerfModel
+from sglang._sim.resolve import KV_TOKENS, model_architecture, nsa_log_line, resolve
+from sglang._sim.tinymodel import answer, count_tokens, last_user_text, prompt_text, reasoning
+
+DEFAULT_START_S = 2.0  # real seconds in "loading" before ready (plus fault slow_start_s)
+REPORT_EVERY_S = 0.5
+
+
+def log(msg: str, tp: int | None = None) -> None:
+    stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    rank = f" TP{tp}" if tp is not None else ""
+    sys.stdout.write(f"[{stamp}{rank}] {msg}\n")
+    sys.stdout.flush()
+
+
+def crash(exc_line: str, where: str = "model_runner.py") -> NoReturn:
+    """Print a traceback-shaped failure and exit 1, the way a real startup crash ends."""
+    log("Scheduler hit an exception: Traceback (most recent call last):", tp=0)
+    sys.stdout.write(
+        f'  File "/usr/local/lib/python3.11/site-packages/sglang/srt/managers/scheduler.py", line 3023, in '
+        "run_scheduler_process\n    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, "
+        f'pp_rank, dp_rank)\n  File "/usr/local/lib/python3.11/site-packages/sglang/srt/model_executor/{where}", '
+        f"line 412, in __init__\n    self.init_torch_distributed()\n{exc_line}\n\n"
+    )
+    log("Received sigquit from a child process. It usually means the child failed.")
+    sys.stdout.flush()
+    os._exit(1)
+
+
+class Sim:
+    """Everything the HTTP handlers share."""
+
+    def __init__(self, args: dict[str, Any], version: str) -> None:
+        self.args = args
+        self.version = version
+        self.faults = env.ct_faults()
+        match = self.faults.get("match")
+        if match and str(match) not in " ".join(sys.argv):
+            self.faults = {}  # the faults belong to another flag set
+        self.scale = env.time_scale()
+        self.engine = Engine(PerfModel.from_args(args), self.scale)
+        self.ready = False
+        self.started = time.time()
+        self.api_key: str | None = args.get("api_key")
+        self.stop = asyncio.Event()
+
+    @property
+    def name(self) -> str:
+        return str(self.args["served_model_name"])
+
+    def server_info(self) -> dict[str, Any]:
+        info = {k: v for k, v in self.args.items() if _jsonable(v)}
+        info.update(
+            version=self.version,
+            max_total_num_tokens=KV_TOKENS,
+            max_req_input_len=int(self.args.get("context_length") or 0) - 5,
+            internal_states=[{
+                "avg_spec_accept_length": None,
+                "last_gen_throughput": round(self.engine.gen_throughput, 2),
+                "memory_usage": {"weight": 57.06, "kvcache": 29.32, "token_capacity": KV_TOKENS, "graph": 1.23},
+            }],
+        )
+        return info
+
+
+def _jsonable(v: Any) -> bool:
+    try:
+        json.dumps(v)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+# ------------------------------------------------------------------------------------------------- routes
+
+def _auth_middleware(sim: Sim) -> Any:
+    @web.middleware
+    async def auth(request: web.Request, handler: Any) -> web.StreamResponse:
+        # Like sglang's add_api_key_middleware: probes (/health*, /metrics) and OPTIONS need no key.
+        exempt = request.method == "OPTIONS" or request.path.startswith(("/health", "/metrics"))
+        if sim.api_key and not exempt and request.headers.get("Authorization", "") != f"Bearer {sim.api_key}":
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        resp: web.StreamResponse = await handler(request)
+        return resp
+
+    return auth
+
+
+def build_app(sim: Sim) -> web.Application:
+    app = web.Application(middlewares=[_auth_middleware(sim)])
+    r = app.router
+
+    async def health(request: web.Request) -> web.Response:
+        ok = sim.ready and not sim.faults.get("health_never_ok")
+        return web.Response(status=200 if ok else 503)
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{
+            "id": sim.name, "object": "model", "created": int(sim.started), "owned_by": "sglang",
+            "root": sim.name, "max_model_len": sim.args.get("context_length")}]})
+
+    async def model_info(request: web.Request) -> web.Response:
+        return web.json_response({
+            "model_path": sim.args["model_path"], "tokenizer_path": sim.args["tokenizer_path"],
+            "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
+            "has_image_understanding": False, "has_audio_understanding": False,
+            "model_type": "glm_moe_dsa", "architectures": [model_architecture(str(sim.args["model_path"]))]})
+
+    async def server_info(request: web.Request) -> web.Response:
+        return web.json_response(sim.server_info())
+
+    async def flush_cache(request: web.Request) -> web.Response:
+        if sim.engine.num_running or sim.engine.num_queued:
+            return web.Response(status=400, text="Cache not flushed. Please check backend logs for more details. "
+                                "(When there are running or waiting requests, the operation will not be performed.)\n")
+        return web.Response(text="Cache flushed.\nPlease check backend logs for more details. (When there are running "
+                            "or waiting requests, the operation will not be performed.)\n")
+
+    async def metrics(request: web.Request) -> web.Response:
+        if not sim.args.get("enable_metrics"):
+            return web.Response(status=404, text="Not Found")
+        return web.Response(text=_metrics(sim), content_type="text/plain")
+
+    r.add_get("/health", health)
+    r.add_get("/health_generate", health)
+    r.add_get("/v1/models", models)
+    r.add_get("/get_model_info", model_info)
+    r.add_get("/model_info", model_info)
+    r.add_get("/server_info", server_info)
+    r.add_get("/get_server_info", server_info)
+    r.add_route("*", "/flush_cache", flush_cache)
+    r.add_get("/metrics", metrics)
+    r.add_route("POST", "/generate", lambda req: _generate(sim, req))
+    r.add_route("PUT", "/generate", lambda req: _generate(sim, req))
+    r.add_post("/v1/chat/completions", lambda req: _chat(sim, req))
+    r.add_post("/v1/completions", lambda req: _completions(sim, req))
+    return app
+
+
+def _metrics(sim: Sim) -> str:
+    e = sim.engine
+    label = f'model_name="{sim.name}"'
+    used = sum(r.input_len + len(r.out) for r in e.running)
+    rows = [
+        ("num_running_reqs", "gauge", "The number of running requests.", e.num_running),
+        ("num_queue_reqs", "gauge", "The number of requests in the waiting queue.", e.num_queued),
+        ("num_used_tokens", "gauge", "The number of used tokens.", used),
+        ("token_usage", "gauge", "The token usage.", round(used / KV_TOKENS, 4)),
+        ("gen_throughput", "gauge", "The generation throughput (token/s).", round(e.gen_throughput, 2)),
+        ("cache_hit_rate", "gauge", "The prefix cache hit rate.", 0.0),
+        ("prompt_tokens_total", "counter", "Number of prefill tokens processed.", e.prompt_tokens_total),
+        ("generation_tokens_total", "counter", "Number of generation tokens processed.", e.generation_tokens_total),
+        ("num_requests_total", "counter", "Number of requests processed.", e.requests_total),
+    ]
+    out = []
+    for name, kind, help_, value in rows:
+        out += [f"# HELP sglang:{name} {help_}", f"# TYPE sglang:{name} {kind}",
+                f"sglang:{name}{{{label}}} {float(value)}"]
+    return "\n".join(out) + "\n"
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise web.HTTPBadRequest(text=json.dumps({"error": f"invalid JSON body: {exc}"}),
+                                 content_type="application/json") from None
+    if not isinstance(body, dict):
+        raise web.HTTPBadRequest(text='{"error": "body must be a JSON object"}', content_type="application/json")
+    return body
+
+
+def _not_ready(sim: Sim) -> web.Response | None:
+    if not sim.ready:
+        return web.json_response({"error": {"message": "The server is not ready yet.", "code": 503}}, status=503)
+    return None
+
+
+def _stop_len(max_new: int, seed: int) -> int:
+    """Where the model emits EOS when ignore_eos is off: deterministic, within [1, max_new]."""
+    return max(1, min(max_new, 16 + (seed * 37) % max(max_new, 1)))
+
+
+async def _sse(request: web.Request) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    return resp
+
+
+async def _drain(req: Req) -> None:
+    while await req.chunks.get() is not None:
+        pass
+
+
+async def _generate(sim: Sim, request: web.Request) -> web.StreamResponse:
+    if (nr := _not_ready(sim)) is not None:
+        return nr
+    body = await _json_body(request)
+    sp = body.get("sampling_params") or {}
+    text = body.get("text")
+    ids = body.get("input_ids")
+    input_len = len(ids) if isinstance(ids, list) else count_tokens(str(text or ""))
+    max_new = int(sp.get("max_new_tokens", 128))
+    if not sp.get("ignore_eos", False):
+        max_new = _stop_len(max_new, input_len)
+    t0 = time.time()
+    req = sim.engine.submit(input_len, max_new)
+
+    def meta(done: bool) -> dict[str, Any]:
+        reason = ({"type": "length", "length": len(req.out)} if sp.get("ignore_eos") or len(req.out) >= int(
+            sp.get("max_new_tokens", 128)) else {"type": "stop", "matched": 151336}) if done else None
+        return {"id": req.rid, "finish_reason": reason, "prompt_tokens": req.input_len,
+                "completion_tokens": len(req.out), "cached_tokens": 0, "weight_version": "default",
+                "e2e_latency": (time.time() - t0) * sim.scale}
+
+    if not body.get("stream"):
+        await _drain(req)
+        return web.json_response({"text": "".join(" " + w for w in req.out), "meta_info": meta(True)})
+    resp = await _sse(request)
+    try:
+        while (chunk := await req.chunks.get()) is not None:
+            if not chunk:
+                continue
+            data = {"text": "".join(" " + w for w in req.out), "meta_info": meta(req.finished)}
+            await resp.write(f"data: {json.dumps(data)}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+    except (ConnectionResetError, asyncio.CancelledError):
+        sim.engine.abort(req)
+        raise
+    return resp
+
+
+def _usage(req: Req) -> dict[str, Any]:
+    return {"prompt_tokens": req.input_len, "completion_tokens": len(req.out),
+            "total_tokens": req.input_len + len(req.out), "prompt_tokens_details": None}
+
+
+async def _chat(sim: Sim, request: web.Request) -> web.StreamResponse:
+    if (nr := _not_ready(sim)) is not None:
+        return nr
+    body = await _json_body(request)
+    messages = body.get("messages") or []
+    if not isinstance(messages, list) or not messages:
+        return web.json_response({"object": "error", "message": "messages must be a non-empty list",
+                                  "type": "BadRequestError", "param": None, "code": 400}, status=400)
+    question = last_user_text(messages)
+    kwargs = body.get("chat_template_kwargs") or {}
+    thinking = bool(kwargs.get("enable_thinking", True))
+    think_words = reasoning(question).split() if thinking else []
+    content_words = answer(question).split()
+    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+    words = think_words + content_words
+    if max_tokens:
+        words = words[: int(max_tokens)]
+    separate = bool(sim.args.get("reasoning_parser"))
+    req = sim.engine.submit(count_tokens(prompt_text(messages)), len(words), words=words)
+    cid = f"chatcmpl-{req.rid[:24]}"
+    created = int(time.time())
+    n_think = len(think_words)
+
+    def split(out: list[str], start: int = 0) -> tuple[str | None, str | None]:
+        think = " ".join(out[start:n_think]) if start < n_think else ""
+        cont = " ".join(out[max(start, n_think):])
+        if not separate and thinking:
+            return None, ("<think>" + think + "</think>" if think else "") + cont
+        return (think or None), (cont or None)
+
+    finish = "length" if max_tokens and len(words) < n_think + len(content_words) else "stop"
+    if not body.get("stream"):
+        await _drain(req)
+        rc, content = split(req.out)
+        return web.json_response({
+            "id": cid, "object": "chat.completion", "created": created, "model": body.get("model") or sim.name,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content or "",
+                                                 "reasoning_content": rc, "tool_calls": None},
+                         "logprobs": None, "finish_reason": finish, "matched_stop": None}],
+            "usage": _usage(req)})
+    resp = await _sse(request)
+    sent = 0
+    while (chunk := await req.chunks.get()) is not None:
+        if not chunk:
+            continue
+        rc, content = split(req.out, sent)
+        sent = len(req.out)
+        delta: dict[str, Any] = {"role": "assistant"} if sent == len(chunk) else {}
+        if rc:
+            delta["reasoning_content"] = rc + " "
+        if content:
+            delta["content"] = content + " "
+        data = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": sim.name,
+                "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                             "finish_reason": finish if req.finished else None}], "usage": None}
+        await resp.write(f"data: {json.dumps(data)}\n\n".encode())
+    if (body.get("stream_options") or {}).get("include_usage"):
+        data = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": sim.name,
+                "choices": [], "usage": _usage(req)}
+        await resp.write(f"data: {json.dumps(data)}\n\n".encode())
+    await resp.write(b"data: [DONE]\n\n")
+    return resp
+
+
+async def _completions(sim: Sim, request: web.Request) -> web.StreamResponse:
+    if (nr := _not_ready(sim)) is not None:
+        return nr
+    body = await _json_body(request)
+    prompt = body.get("prompt") or ""
+    input_len = len(prompt) if isinstance(prompt, list) else count_tokens(str(prompt))
+    max_new = int(body.get("max_tokens") or 16)
+    if not body.get("ignore_eos", False):
+        max_new = _stop_len(max_new, input_len)
+    req = sim.engine.submit(input_len, max_new)
+    cid = f"cmpl-{req.rid[:24]}"
+    created = int(time.time())
+    if not body.get("stream"):
+        await _drain(req)
+        return web.json_response({"id": cid, "object": "text_completion", "created": created, "model": sim.name,
+                                  "choices": [{"index": 0, "text": "".join(" " + w for w in req.out),
+                                               "logprobs": None, "finish_reason": "length"}],
+                                  "usage": _usage(req)})
+    resp = await _sse(request)
+    while (chunk := await req.chunks.get()) is not None:
+        if not chunk:
+            continue
+        data = {"id": cid, "object": "text_completion", "created": created, "model": sim.name,
+                "choices": [{"index": 0, "text": "".join(" " + w for w in chunk), "logprobs": None,
+                             "finish_reason": "length" if req.finished else None}],
+                "usage": _usage(req) if req.finished else None}
+        await resp.write(f"data: {json.dumps(data)}\n\n".encode())
+    await resp.write(b"data: [DONE]\n\n")
+    return resp
+
+
+# ------------------------------------------------------------------------------------------------- GPUs
+
+def visible_minors(tp: int) -> list[int]:
+    """Minor numbers of the GPUs this server drives (the first `tp` the container can see)."""
+    if env.vmid() is None:
+        return list(range(tp))
+    minors = sorted(int(p.name[6:]) for p in env.dev_dir().glob("nvidia[0-9]*") if p.name[6:].isdigit())
+    return minors[:tp]
+
+
+def preflight(args: dict[str, Any]) -> None:
+    """Fail like CUDA/torch would when the container is not set up right."""
+    tp = int(args["tp_size"])
+    if env.vmid() is not None:
+        dev = env.dev_dir()
+        if not (dev / "nvidiactl").exists() or not visible_minors(tp):
+            crash("RuntimeError: No CUDA GPUs are available")
+        if not (dev / "nvidia-uvm").exists():
+            crash("RuntimeError: CUDA unknown error - this may be due to an incorrectly set up environment, e.g. "
+                  "changing env variable CUDA_VISIBLE_DEVICES after program start. Setting the available devices "
+                  "to be zero.")
+        host = env.host_dir()
+        user_v = _read_text(host / "ct" / str(env.vmid()) / "fs/opt/sim-nvidia/version") if host else None
+        driver = str(env.host_config().get("driver_version") or "")
+        if user_v and driver and user_v != driver:
+            crash("RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before "
+                  "calling NumCudaDevices() that might have already set an error? Error 803: system has unsupported "
+                  "display driver / cuda driver combination")
+        if len(visible_minors(tp)) < tp:
+            crash("torch.distributed.DistBackendError: NCCL error: invalid usage; CUDA error: invalid device ordinal "
+                  f"(tp_size={tp} but only {len(visible_minors(tp))} GPUs are visible)")
+    model = str(args["model_path"])
+    if not Path(model).exists():
+        if model.startswith(("/", ".")):
+            crash(f"OSError: {model} does not appear to have a file named config.json. Checkout "
+                  f"'https://huggingface.co/{model}/tree/main' for available files.", where="model_config.py")
+        crash(f"OSError: We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find them in "
+              f"the cached files. Check your internet connection or see how to run the library in offline mode at "
+              f"'https://huggingface.co/docs/transformers/installation#offline-mode'. ({model})",
+              where="model_config.py")
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def load_file() -> Path | None:
+    host = env.host_dir()
+    return host / "gpu" / f"load-{env.vmid() or 0}.json" if host else None
+
+
+async def report_load(sim: Sim, minors: list[int]) -> None:
+    """Tell the simulated nvidia-smi how busy our GPUs are (see simulator/gpu/telemetry.py)."""
+    path = load_file()
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mem = float(sim.args.get("mem_fraction_static") or 0.85)
+    while True:
+        e = sim.engine
+        active = (time.time() - e.last_round_wall) < 1.0
+        pf = e.power_fraction if active else 0.0
+        data = {"vmid": env.vmid(), "pid": os.getpid(), "updated": time.time(), "minors": minors,
+                "power_fraction": round(pf, 4), "util": round(e.busy_fraction if active else 0.0, 4),
+                "mem_fraction": mem if sim.ready else mem * 0.6, "pcie_rx_mb_s": round(30 + 420 * pf),
+                "pcie_tx_mb_s": round(25 + 380 * pf)}
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, path)
+        await asyncio.sleep(REPORT_EVERY_S)
+
+
+def remove_load_file() -> None:
+    path = load_file()
+    if path is not None:
+        path.unlink(missing_ok=True)
+
+
+# ------------------------------------------------------------------------------------------------- startup
+
+async def startup(sim: Sim) -> None:
+    a, tp = sim.args, int(sim.args["tp_size"])
+    start_s = float(os.environ.get("SGLANG_SIM_START_S", DEFAULT_START_S)) + float(sim.faults.get("slow_start_s") or 0)
+    step = start_s / 6
+    log(f"Attention backend not explicitly specified. Use {a['attention_backend']} backend by default.")
+    log(nsa_log_line(a, sim.version))
+    log(f"Use {a.get('moe_runner_backend')} as MoE runner backend on SM120")
+    for rank in range(tp):
+        log("Init torch distributed begin.", tp=rank)
+    await asyncio.sleep(step)
+    if sim.faults.get("crash_on_start"):
+        crash("RuntimeError: CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be "
+              "asynchronously reported at some other API call, so the stacktrace below might be incorrect.")
+    log("Load weight begin. avail mem=94.12 GB", tp=0)
+    await asyncio.sleep(step * 2)
+    arch = model_architecture(str(a["model_path"]))
+    log(f"Load weight end. type={arch}, dtype=torch.bfloat16, avail mem=37.06 GB, mem usage=57.06 GB.", tp=0)
+    log(f"KV Cache is allocated. #tokens: {KV_TOKENS}, KV size: 29.32 GB", tp=0)
+    cgbs = a.get("cuda_graph_max_bs") or a.get("cuda_graph_max_bs_decode") or 256
+    log("Capture cuda graph begin. This can take up to several minutes. avail mem=7.51 GB", tp=0)
+    if sim.faults.get("health_never_ok"):
+        return  # stuck "capturing" forever: /health stays 503
+    await asyncio.sleep(step * 2)
+    log(f"Capture cuda graph end. Time elapsed: {60 + 0.58 * int(cgbs):.2f} s. mem usage=1.23 GB. "
+        f"avail mem=6.28 GB.", tp=0)
+    log(f"max_total_num_tokens={KV_TOKENS}, chunked_prefill_size={a.get('chunked_prefill_size')}, "
+        f"max_prefill_tokens={a.get('max_prefill_tokens')}, max_running_requests={a.get('max_running_requests')}, "
+        f"context_len={a.get('context_length')}, available_gpu_mem=6.28 GB", tp=0)
+    log(f"Uvicorn running on http://{a['host']}:{a['port']} (Press CTRL+C to quit)")
+    await asyncio.sleep(step)
+    sim.ready = True
+    log("The server is fired up and ready to roll!")
+    if sim.faults.get("log_line"):
+        await asyncio.sleep(0.5)
+        log(str(sim.faults["log_line"]), tp=0)
+        crash(f"RuntimeError: {sim.faults['log_line']}")
+
+
+def bind_host(requested: str) -> str:
+    """Loopback only (simulator network rule): anything else binds 127.0.0.1 and says so."""
+    try:
+        if requested == "localhost" or ipaddress.ip_address(requested).is_loopback:
+            return requested
+    except ValueError:
+        pass
+    log(f"sim: --host {requested} is not loopback; binding 127.0.0.1 instead (the simulator never leaves 127/8)")
+    return "127.0.0.1"
+
+
+async def serve(sim: Sim) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, sim.stop.set)
+    runner = web.AppRunner(build_app(sim), access_log=None, handle_signals=False)
+    await runner.setup()
+    host = bind_host(str(sim.args["host"]))
+    try:
+        await web.TCPSite(runner, host, int(sim.args["port"]), reuse_address=True).start()
+    except OSError as exc:
+        log(f"ERROR: [Errno {exc.errno}] error while attempting to bind on address ('{host}', {sim.args['port']}): "
+            f"address already in use")
+        os._exit(1)
+    tasks = [asyncio.create_task(sim.engine.run()), asyncio.create_task(startup(sim)),
+             asyncio.create_task(report_load(sim, visible_minors(int(sim.args["tp_size"]))))]
+    await sim.stop.wait()
+    log("Gracefully exiting... Remaining number of requests 0.")
+    for t in tasks:
+        t.cancel()
+    remove_load_file()
+    await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> None:
+    version = env.installed_version()
+    parser = argparse.ArgumentParser(prog=PROG)
+    add_cli_args(parser, version)
+    ns = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    args = resolve(vars(ns), version)
+    log(f"server_args=ServerArgs({', '.join(f'{k}={v!r}' for k, v in sorted(args.items()))})")
+    preflight(args)
+    sim = Sim(args, version)
+    try:
+        asyncio.run(serve(sim))
+    finally:
+        remove_load_file()
