@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from orchestrator.errors import ConfigError
 from orchestrator.paths import PLAYBOOKS_DIR
+from orchestrator.yamlfile import load_yaml
 
 DUPLICATE_MARK = "allow_duplicate"
 _TOP_KEYS = {"name", "description", "steps"}
@@ -64,10 +63,7 @@ def load_playbook(name_or_path: str | Path, valid_steps: Mapping[str, object]) -
         known = ", ".join(available_playbooks()) or "none"
         raise ConfigError(f"playbook {name_or_path} not found at {path} (shipped playbooks: {known})",
                           fix="name a shipped playbook or give the path of a .yaml file")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"playbook {path}: not valid YAML: {exc}", fix="fix the YAML syntax") from exc
+    data = load_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"playbook {path}: top level must be a mapping with name, description, steps",
                           fix="see playbooks/up.yaml for the shape")

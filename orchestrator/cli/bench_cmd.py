@@ -10,6 +10,7 @@ from typing import Any
 import click
 from rich.table import Table
 
+from orchestrator.cli.bench_import import imported_run_json, imported_run_line
 from orchestrator.cli.common import AppContext, common_options, parse_target, resolve_host, tofu_option
 from orchestrator.cli.roll_cmd import _command_line, run_with_progress
 from orchestrator.errors import ConfigError
@@ -113,14 +114,17 @@ def bench(app: AppContext, target: tuple[str, ...], preset: str | None, sets: tu
     """Run bench_serving in the container with GPU telemetry, a diagnosis and a ledger entry.
 
     `deploy bench host X [--preset P] [--set max-concurrency=512] [--sweep max-concurrency=256,512,1024]`;
-    `deploy bench import FILE.jsonl --host NAME` records a JSONL produced elsewhere.
+    `deploy bench import FILE --host NAME` records a run made elsewhere: bench_serving's --output-file JSONL or
+    its printed `Serving Benchmark Result` block saved from a terminal.
     """
     if target and target[0] == "import":
         if len(target) != 2 or not import_host:
             raise ConfigError("usage: deploy bench import FILE --host NAME")
         recs = Ledger().import_jsonl(target[1], host=import_host, preset=preset)
-        app.out.emit({"ok": True, "imported": [r.model_dump(mode="json") for r in recs]})
-        app.out.line(f"imported {len(recs)} run(s): {', '.join(r.id for r in recs)}")
+        app.out.emit({"ok": True, "imported": [imported_run_json(r) for r in recs]})
+        app.out.line(f"imported {len(recs)} run(s) from {target[1]}:")
+        for r in recs:
+            app.out.line(f"  {r.id}: {imported_run_line(r)}")
         return 0
     if sweep and sweep_server:
         raise ConfigError("give --sweep or --sweep-server, not both")

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 from rich.table import Table
 
 from orchestrator.cli.common import AppContext, common_options, resolve_host, tofu_option
@@ -16,6 +15,7 @@ from orchestrator.cli.progress import StepPrinter, totals_line
 from orchestrator.errors import ConfigError, DeployError
 from orchestrator.runner import RunReport, run_playbook
 from orchestrator.steps.base import RunOptions
+from orchestrator.yamlfile import load_yaml
 
 
 def _command_line() -> str:
@@ -37,10 +37,7 @@ def _flags_file(path: str) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"--flags file {p} does not exist")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"--flags file {p} is not valid YAML/JSON: {exc}") from exc
+    data = load_yaml(p)  # refuses a flag written twice, naming the line
     if isinstance(data, dict) and set(data) == {"flags"}:
         data = data["flags"]
     if not isinstance(data, dict):

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.errors import ConfigError
-from orchestrator.flags.schema import FlagSchema, FlagSpec, ResolveError, other_schemas
+from orchestrator.flags.schema import FlagSchema, FlagSpec, ResolveError, other_schemas, version_key
+from orchestrator.inventory.limits import command_line_problem, flag_value_problem
 from orchestrator.inventory.models import FlagValue
 
 Scalar = str | int | float
@@ -140,7 +141,11 @@ def _problem_for(schema: FlagSchema, name: str, err: ResolveError) -> FlagProble
 
 
 def rename_hint(schema: FlagSchema, option: str) -> str:
-    """When `option` is a flag of another known release but not of `schema`, say what it is called here."""
+    """When `option` is a flag of another known release but not of `schema`, say what it is called here.
+
+    The wording follows the direction of time: a flag of an OLDER release was removed or renamed in `schema`;
+    a flag of a NEWER release was added (or renamed) after `schema`, so the older name is offered, or none.
+    """
     for other in other_schemas(schema.version):
         try:
             found = other.resolve(option)
@@ -148,12 +153,14 @@ def rename_hint(schema: FlagSchema, option: str) -> str:
             continue
         if not found.exact:
             continue
-        old = found.spec
-        same_dest = schema.by_dest(old.dest)
+        theirs = found.spec
+        same_dest = schema.by_dest(theirs.dest)
         if same_dest is not None:
             return (f"{option} is a flag of sglang {other.version}; in {schema.version} it is "
                     f"--{same_dest.canonical}")
-        new = _rename_candidates(schema, other, old)
+        if version_key(other.version) > version_key(schema.version):
+            return _newer_flag_hint(schema, other, theirs, option)
+        new = _rename_candidates(schema, other, theirs)
         if not new:
             return f"{option} exists in sglang {other.version} but was removed in {schema.version}"
         if len(new) > 1:
@@ -161,6 +168,22 @@ def rename_hint(schema: FlagSchema, option: str) -> str:
                     + ", ".join("--" + s.canonical for s in new))
         return f"renamed to --{new[0].canonical} in {schema.version}? ({option} exists in sglang {other.version})"
     return ""
+
+
+def _newer_flag_hint(schema: FlagSchema, newer: FlagSchema, spec: FlagSpec, option: str) -> str:
+    """`option` exists only in a release newer than `schema`: name the older flag it grew out of, if any."""
+    upgrade = f"pin sglang_version {newer.version} to use it"
+    merged = [s for s in schema.specs if s.kind == spec.kind and spec.dest.startswith(s.dest + "_")
+              and newer.by_dest(s.dest) is None]
+    if merged:
+        old = max(merged, key=lambda s: len(s.dest))
+        return (f"{option} was added in sglang {newer.version}, which split --{old.canonical} of "
+                f"{schema.version}; in {schema.version} use --{old.canonical}, or {upgrade}")
+    older = _rename_candidates(schema, newer, spec)  # flags of `schema` that `newer` no longer has
+    if len(older) == 1:
+        return (f"{option} is the sglang {newer.version} name; {schema.version} calls it "
+                f"--{older[0].canonical}? (or {upgrade})")
+    return f"{option} was added in sglang {newer.version}; {schema.version} does not have it ({upgrade})"
 
 
 def _rename_candidates(schema: FlagSchema, other: FlagSchema, old: FlagSpec) -> list[FlagSpec]:
@@ -298,6 +321,10 @@ def canonicalize(flags: Mapping[str, FlagValue | CanonValue], schema: FlagSchema
             except _ValueError as exc:
                 problems.append(FlagProblem(shown, str(exc)))
                 continue
+        unfit = flag_value_problem(raw) if isinstance(raw, str | list) else None
+        if unfit:  # before conversion, so no message quotes a huge or broken value
+            problems.append(FlagProblem(shown, unfit))
+            continue
         try:
             value = _convert(spec, raw)
         except _ValueError as exc:
@@ -305,13 +332,26 @@ def canonicalize(flags: Mapping[str, FlagValue | CanonValue], schema: FlagSchema
             continue
         if written.lstrip("-") != spec.canonical:
             renamed[written.lstrip("-")] = spec.canonical
+        unfit = flag_value_problem(value)
+        if unfit:
+            problems.append(FlagProblem(shown, unfit))
+            continue
         if spec.deprecated:
             notes.append(f"--{spec.canonical} is deprecated in sglang {schema.version}: {spec.help[:120]}")
         if value is not None:
             values[spec.canonical] = value
     if problems:
         raise flag_error(problems, schema)
-    return FlagSet(schema=schema, values=dict(sorted(values.items())), renamed=renamed, notes=tuple(notes))
+    return _within_limits(FlagSet(schema=schema, values=dict(sorted(values.items())), renamed=renamed,
+                                  notes=tuple(notes)))
+
+
+def _within_limits(flags: FlagSet) -> FlagSet:
+    """The whole rendered flag command line must stay under the limit (each value was checked on its own)."""
+    problem = command_line_problem(flags.argv())
+    if problem:
+        raise flag_error([FlagProblem("(all flags)", problem)], flags.schema)
+    return flags
 
 
 def flag_error(problems: Sequence[FlagProblem], schema: FlagSchema) -> ConfigError:
@@ -343,6 +383,7 @@ def parse_set(items: Iterable[str], schema: FlagSchema) -> dict[str, FlagValue]:
     """
     out: dict[str, FlagValue] = {}
     problems: list[FlagProblem] = []
+    given: dict[str, str] = {}  # dest → the --set item that set it
     for item in items:
         key, sep, text = item.partition("=")
         key = key.strip()
@@ -354,6 +395,11 @@ def parse_set(items: Iterable[str], schema: FlagSchema) -> dict[str, FlagValue]:
             problems.append(problem)
             continue
         assert spec is not None
+        if spec.dest in given:
+            problems.append(FlagProblem("--" + key.lstrip("-"), f"is given twice in --set (as {key!r} and "
+                                        f"{given[spec.dest]!r}; both are --{spec.canonical}); give each flag once"))
+            continue
+        given[spec.dest] = key
         if not sep:
             if spec.kind in ("switch", "bool_optional") or spec.nargs == "?":
                 out[key.lstrip("-")] = True
@@ -421,5 +467,5 @@ def apply_changes(base: FlagSet, set_: Mapping[str, FlagValue], unset: Sequence[
             else:
                 merged.pop(name, None)
     merged.update(changes.values)
-    return FlagSet(schema=schema, values=dict(sorted(merged.items())),
-                   renamed={**base.renamed, **changes.renamed}, notes=base.notes + changes.notes)
+    return _within_limits(FlagSet(schema=schema, values=dict(sorted(merged.items())),
+                                  renamed={**base.renamed, **changes.renamed}, notes=base.notes + changes.notes))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -201,6 +202,24 @@ def _load_packaged(version: str) -> FlagSchema:
                           fix="pin the profile's sglang_version to a known release, or validate against the "
                               "installed sglang's own flag dump")
     return FlagSchema.from_dump(json.loads(path.read_text()), version=version)
+
+
+_VERSION = re.compile(r"(?P<release>\d+(?:\.\d+)*)(?:\.?(?P<pre>a|b|rc)(?P<pre_n>\d*))?"
+                      r"(?:\.?post(?P<post>\d*))?(?:\.?dev(?P<dev>\d*))?")
+
+
+def version_key(version: str) -> tuple[tuple[int, ...], int, int, int]:
+    """Sort key of a PEP 440 style release (0.5.12.post1 < 0.5.23, 0.5.0rc2 < 0.5.0); unparsable sorts first."""
+    m = _VERSION.fullmatch(version.strip().lstrip("vV"))
+    if m is None:
+        return ((), 0, 0, 0)
+    release = tuple(int(p) for p in m["release"].split("."))
+    while len(release) > 1 and release[-1] == 0:
+        release = release[:-1]
+    pre = {"a": -3, "b": -2, "rc": -1}.get(m["pre"] or "", 0)
+    dev = -1 if m["dev"] is not None and not m["pre"] and m["post"] is None else 0
+    post = int(m["post"] or 0) + 1 if m["post"] is not None else 0
+    return (release, min(pre, dev) if pre or dev else 0, int(m["pre_n"] or 0), post)
 
 
 def other_schemas(version: str) -> Iterable[FlagSchema]:

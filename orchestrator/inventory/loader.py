@@ -1,15 +1,22 @@
-"""Read every YAML file of an inventory directory (or a ':'-separated list of them) into one Inventory."""
+"""Read every YAML file of an inventory directory (or a ':'-separated list of them) into one Inventory.
+
+Every error names the file and, where the key is in it, the line: a key written twice in one mapping, a name
+defined in two files, a reference to a profile or preset that does not exist, two spellings of one sglang flag.
+"""
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from orchestrator.errors import ConfigError
-from orchestrator.inventory.models import Inventory
+from orchestrator.flags.schema import FlagSchema, ResolveError
+from orchestrator.inventory.models import Inventory, ServerProfile
+from orchestrator.yamlfile import key_line, load_yaml
 
 SECTIONS = ("hosts", "profiles", "presets")
 
@@ -18,63 +25,136 @@ def _key_path(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(p) for p in loc)
 
 
+def _at(path: Path, *keys: str) -> str:
+    """`FILE: line N` for the deepest of `keys` found in the file, else just `FILE`."""
+    line = key_line(path, *keys)
+    return f"{path}: line {line}" if line else str(path)
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}", fix="fix the YAML syntax") from exc
+    data = load_yaml(path)
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping with keys {', '.join(SECTIONS)}")
-    unknown = sorted(set(data) - set(SECTIONS))
+    unknown = sorted(map(str, set(data) - set(SECTIONS)))
     if unknown:
         raise ConfigError(f"{path}: unknown top-level key(s) {', '.join(unknown)}",
                           fix=f"use only {', '.join(SECTIONS)}")
     return data
 
 
-def load_inventory(dirs: str | Path | list[Path]) -> Inventory:
-    """Merge all *.yaml / *.yml files; a name defined twice is an error naming both files."""
+def _dir_list(dirs: str | Path | list[Path]) -> list[Path]:
     if isinstance(dirs, str):
-        dir_list = [Path(p) for p in dirs.split(":") if p]
-    elif isinstance(dirs, Path):
-        dir_list = [dirs]
-    else:
-        dir_list = dirs
+        return [Path(p) for p in dirs.split(":") if p]
+    if isinstance(dirs, Path):
+        return [dirs]
+    return dirs
+
+
+def load_inventory(dirs: str | Path | list[Path]) -> Inventory:
+    """Merge all *.yaml / *.yml files; a name defined twice is an error naming both files and lines."""
+    dir_list = _dir_list(dirs)
     merged: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
     origin: dict[tuple[str, str], Path] = {}
+    seen_files: set[Path] = set()
     for d in dir_list:
         if not d.is_dir():
             raise ConfigError(f"inventory directory {d} does not exist",
                               fix="pass --inventory DIR or set $DEPLOY_INVENTORY")
         for path in sorted([*d.glob("*.yaml"), *d.glob("*.yml")]):
+            if path.resolve() in seen_files:
+                continue  # the same directory named twice is not a second definition
+            seen_files.add(path.resolve())
             data = _read_yaml(path)
             for section in SECTIONS:
                 entries = data.get(section) or {}
                 if not isinstance(entries, dict):
                     raise ConfigError(f"{path}: '{section}' must be a mapping of name → entry")
                 for name, body in entries.items():
+                    name = str(name)
                     if (section, name) in origin:
-                        raise ConfigError(f"{path}: {section}.{name} is already defined in "
-                                          f"{origin[(section, name)]}", fix="keep one definition")
+                        first = origin[(section, name)]
+                        raise ConfigError(f"{_at(path, section, name)}: {section}.{name} is already defined in "
+                                          f"{_at(first, section, name)}",
+                                          fix=f"keep one definition of {section}.{name} (rename or delete the other)")
                     origin[(section, name)] = path
                     if section == "hosts" and isinstance(body, dict):
                         body = {"name": name, **body}
                     merged[section][name] = body
+    _check_references(merged, origin)
     try:
-        return Inventory.model_validate(merged)
+        inventory = Inventory.model_validate(merged)
     except ValidationError as exc:
-        problems = []
-        where = ""
-        for err in exc.errors()[:5]:
-            loc = err["loc"]
-            file = origin.get((str(loc[0]), str(loc[1]))) if len(loc) >= 2 else None
-            where = where or (f"{file}: " if file else f"{', '.join(str(d) for d in dir_list)}: ")
-            msg = str(err["msg"]).removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
-                msg = "unknown key (not allowed here)"
-            problems.append(f"{_key_path(loc)}: {msg}" if loc else msg)
-        more = f" (and {len(exc.errors()) - 5} more)" if len(exc.errors()) > 5 else ""
-        raise ConfigError(f"{where}{'; '.join(problems)}{more}",
-                          fix="correct the inventory entry; unknown keys are not allowed") from None
+        raise _validation_error(exc, origin, dir_list) from None
+    _check_flag_spellings(inventory, origin)
+    return inventory
+
+
+def _validation_error(exc: ValidationError, origin: Mapping[tuple[str, str], Path],
+                      dir_list: list[Path]) -> ConfigError:
+    problems = []
+    where = ""
+    unknown_key = False
+    for err in exc.errors()[:5]:
+        loc = err["loc"]
+        file = origin.get((str(loc[0]), str(loc[1]))) if len(loc) >= 2 else None
+        if not where:
+            where = (f"{_at(file, *(str(p) for p in loc))}: " if file
+                     else f"{', '.join(str(d) for d in dir_list)}: ")
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (not allowed here)"
+            unknown_key = True
+        problems.append(f"{_key_path(loc)}: {msg}" if loc else msg)
+    more = f" (and {len(exc.errors()) - 5} more)" if len(exc.errors()) > 5 else ""
+    fix = "correct the inventory entry named above (docs/inventory.md lists every key)"
+    if unknown_key:
+        fix = "correct or remove the key: unknown keys are not allowed (docs/inventory.md lists every key)"
+    return ConfigError(f"{where}{'; '.join(problems)}{more}", fix=fix)
+
+
+def _check_references(merged: Mapping[str, Mapping[str, Any]], origin: Mapping[tuple[str, str], Path]) -> None:
+    """A host's `profile` and a profile's `bench_preset` must name an entry that exists."""
+    preset_default = ServerProfile.model_fields["bench_preset"].default
+    for section, field, target, default in (("hosts", "profile", "profiles", None),
+                                            ("profiles", "bench_preset", "presets", preset_default)):
+        known = sorted(merged[target])
+        for name, body in merged[section].items():
+            if not isinstance(body, dict):
+                continue
+            ref = body.get(field, default)
+            if not isinstance(ref, str) or ref in merged[target]:
+                continue  # a missing or mistyped field is the model's error
+            where = _at(origin[(section, name)], section, name, field)
+            close = difflib.get_close_matches(ref, known, n=1, cutoff=0.5)
+            guess = f"did you mean {close[0]!r}? " if close else ""
+            raise ConfigError(
+                f"{where}: {section}.{name}.{field}: unknown {target[:-1]} {ref!r} "
+                f"(known {target}: {', '.join(known) or 'none'})",
+                fix=f"{guess}set {field}: to one of the known {target}, or define {ref!r} under {target}:",
+                details={"known": known, "suggestion": close[0] if close else None})
+
+
+def _check_flag_spellings(inventory: Inventory, origin: Mapping[tuple[str, str], Path]) -> None:
+    """Two keys of one profile's `flags:` that are one sglang option (`tp` and `tp-size`) would silently let one
+    win; refuse them here, with the line, when the profile's sglang version has a packaged schema."""
+    known_versions = FlagSchema.known_versions()
+    for name, profile in inventory.profiles.items():
+        if profile.sglang_version not in known_versions:
+            continue
+        schema = FlagSchema.load(profile.sglang_version)
+        by_dest: dict[str, str] = {}
+        for written in profile.flags:
+            try:
+                spec = schema.resolve(written).spec
+            except ResolveError:
+                continue  # unknown or ambiguous: canonicalize reports it with suggestions
+            if spec.dest in by_dest:
+                first = by_dest[spec.dest]
+                where = _at(origin[("profiles", name)], "profiles", name, "flags", written)
+                raise ConfigError(
+                    f"{where}: profiles.{name}.flags: {first!r} and {written!r} are the same sglang "
+                    f"{profile.sglang_version} flag --{spec.canonical}; only one of them would take effect",
+                    fix=f"keep one of {first!r} and {written!r}")
+            by_dest[spec.dest] = written

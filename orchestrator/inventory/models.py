@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.errors import ConfigError
+from orchestrator.inventory.limits import flag_value_problem, text_problem
 
 FlagValue = str | int | float | bool | None | list[str | int | float]
 GateMetric = Literal["output_throughput", "mean_tpot_ms", "mean_ttft_ms"]
@@ -175,6 +176,10 @@ class ServerProfile(StrictModel):
         for owned in ("model-path", "served-model-name", "port", "host", "api-key"):
             if owned in v:
                 raise ValueError(f"flag {owned!r} comes from the profile's own field; remove it from flags")
+        for key, value in v.items():
+            problem = flag_value_problem(value)
+            if problem:
+                raise ValueError(f"flag {key!r}: {problem}")
         return v
 
     @field_validator("env")
@@ -183,6 +188,17 @@ class ServerProfile(StrictModel):
         for key in v:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
                 raise ValueError(f"env name {key!r} is not a valid variable name")
+            problem = text_problem(v[key])
+            if problem:
+                raise ValueError(f"env {key}: {problem}")
+        return v
+
+    @field_validator("model_path", "served_model_name", "tokenizer", "weights_repo")
+    @classmethod
+    def _unit_text(cls, v: str | None) -> str | None:
+        problem = text_problem(v) if v is not None else None
+        if problem:
+            raise ValueError(problem)
         return v
 
 

@@ -188,9 +188,10 @@ def parse_bench_jsonl_all(text: str) -> list[dict[str, Any]]:
         try:
             rec = json.loads(ln)
         except json.JSONDecodeError as exc:
-            raise BenchParseError(f"line {n} of the bench JSONL is not JSON: {exc.msg}") from exc
-        if isinstance(rec, dict):
-            out.append(rec)
+            raise BenchParseError(f"line {n} of the bench JSONL is not JSON: {exc.msg}") from None
+        if not isinstance(rec, dict):
+            raise BenchParseError(f"line {n} of the bench JSONL is not a JSON object")
+        out.append(rec)
     return out
 
 
@@ -222,18 +223,28 @@ _BANNER = re.compile(r"^=+\s*Serving Benchmark Result\s*=+\s*$")
 _ROW = re.compile(r"^(?P<label>[^:]+?)\s*:\s*(?P<value>.*?)\s*$")
 
 
-def parse_bench_summary(text: str, *, num_prompts: int | None = None) -> BenchResult:
-    """The printed `Serving Benchmark Result` block, by label; the last block when a log holds several."""
-    lines = text.splitlines()
-    starts = [i for i, ln in enumerate(lines) if _BANNER.match(ln.strip())]
-    if not starts:
-        raise BenchParseError("no '== Serving Benchmark Result ==' block in the bench output")
+_NAMESPACE_PROMPTS = re.compile(r"^benchmark_args=Namespace\(.*\bnum_prompts=(\d+)\b")
+
+
+def _summary_blocks(lines: list[str]) -> list[tuple[int, int]]:
+    """(banner index, end index) of every printed result block; a block ends at its '=====' ruler or the text."""
+    blocks: list[tuple[int, int]] = []
+    i = 0
+    while i < len(lines):
+        if _BANNER.match(lines[i].strip()):
+            j = i + 1
+            while j < len(lines) and not re.fullmatch(r"=+", lines[j].strip()):
+                j += 1
+            blocks.append((i, j))
+            i = j
+        i += 1
+    return blocks
+
+
+def _parse_block(rows: list[str], num_prompts: int | None) -> BenchResult:
     data: dict[str, Any] = {"source": "summary"}
-    for ln in lines[starts[-1] + 1:]:
-        s = ln.strip()
-        if re.fullmatch(r"=+", s):
-            break
-        m = _ROW.match(s)
+    for ln in rows:
+        m = _ROW.match(ln.strip())
         if not m:
             continue  # section rulers like '---Time to First Token---'
         name = _SUMMARY_LABELS.get(m.group("label").strip().lower())
@@ -250,6 +261,68 @@ def parse_bench_summary(text: str, *, num_prompts: int | None = None) -> BenchRe
         data["num_prompts"] = num_prompts
         data["failed"] = max(0, num_prompts - int(data["completed"]))
     return BenchResult.model_validate(data)
+
+
+def _printed_num_prompts(lines: list[str], after: int, before: int) -> int | None:
+    """num_prompts from the `benchmark_args=Namespace(...)` line bench_serving prints before its run, if copied."""
+    for ln in reversed(lines[after:before]):
+        m = _NAMESPACE_PROMPTS.match(ln.strip())
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def parse_bench_summary(text: str, *, num_prompts: int | None = None) -> BenchResult:
+    """The printed `Serving Benchmark Result` block, by label; the last block when a log holds several."""
+    lines = text.splitlines()
+    blocks = _summary_blocks(lines)
+    if not blocks:
+        raise BenchParseError("no '== Serving Benchmark Result ==' block in the bench output")
+    start, end = blocks[-1]
+    return _parse_block(lines[start + 1:end], num_prompts)
+
+
+BenchFileFormat = Literal["jsonl", "summary"]
+
+
+def detect_bench_format(text: str) -> BenchFileFormat | None:
+    """What a saved bench file holds: bench_serving's `--output-file` JSONL (each line one JSON object), its
+    printed result block (anywhere in the text, e.g. a terminal copy), or neither (None)."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if lines and lines[0].lstrip().startswith("{"):
+        return "jsonl"
+    if any(_BANNER.match(ln.strip()) for ln in lines):
+        return "summary"
+    return None
+
+
+def parse_bench_import(text: str, *, num_prompts: int | None = None) -> list[BenchResult]:
+    """Every run in a saved bench file, whichever of the two formats it is (see `detect_bench_format`).
+
+    `num_prompts` and `failed` come from the file where it has them: a JSONL record written with
+    `--output-details` (its per-request lists), or a `benchmark_args=Namespace(... num_prompts=N ...)` line
+    copied with a printed block; else from `num_prompts` when given; else they stay None ("unknown").
+    """
+    fmt = detect_bench_format(text)
+    if fmt == "jsonl":
+        records = parse_bench_jsonl_all(text)
+        if not records:
+            raise BenchParseError("the JSONL holds no JSON object (one bench_serving record per line)")
+        return [bench_result_from_record(rec, num_prompts=num_prompts) for rec in records]
+    if fmt == "summary":
+        lines = text.splitlines()
+        results, prev_end = [], 0
+        for start, end in _summary_blocks(lines):
+            results.append(_parse_block(lines[start + 1:end],
+                                        num_prompts or _printed_num_prompts(lines, prev_end, start)))
+            prev_end = end
+        return results
+    if not text.strip():
+        raise BenchParseError("it holds no bench_serving record (the file is empty)")
+    first = next(ln for ln in text.splitlines() if ln.strip()).strip()
+    raise BenchParseError(f"neither bench_serving JSONL (lines of JSON objects) nor its printed "
+                          f"'============ Serving Benchmark Result ============' block; it starts with "
+                          f"{first[:60]!r}")
 
 
 def parse_bench_output(jsonl_text: str | None, stdout: str | None, *,

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.errors import ConfigError
-from orchestrator.parsers.bench import BenchResult, bench_result_from_record, parse_bench_jsonl_all
+from orchestrator.parsers.bench import BenchParseError, BenchResult, parse_bench_import
 from orchestrator.paths import state_dir
 from orchestrator.telemetry.summary import TelemetrySummary
 from orchestrator.verdicts.power import Diagnosis
@@ -256,23 +256,26 @@ class Ledger:
 
     def import_jsonl(self, path: Path | str, *, host: str, label: str | None = None, preset: str | None = None,
                      num_prompts: int | None = None) -> list[RunRecord]:
-        """Record every run of a bench_serving JSONL produced elsewhere (one record per line) as `import` runs.
+        """Record every run of a bench_serving file produced elsewhere as `import` runs: its `--output-file`
+        JSONL (one record per line) or its printed result block(s) (see parsers.bench.parse_bench_import).
 
-        The file's modification time stands in for the start time (the JSONL has none); lines get increasing
+        The file's modification time stands in for the start time (neither format has one); runs get increasing
         seconds so their order survives.
         """
         p = Path(path)
         try:
-            text = p.read_text()
+            text = p.read_text(encoding="utf-8")
+            records = parse_bench_import(text, num_prompts=num_prompts)
         except OSError as exc:
-            raise ConfigError(f"cannot read {p}: {exc.strerror}", fix="check the path") from exc
-        records = parse_bench_jsonl_all(text)
-        if not records:
-            raise ConfigError(f"{p} holds no bench_serving record", fix="pass the --output-file of a finished run")
+            raise ConfigError(f"cannot read {p}: {exc.strerror}", fix="check the path") from None
+        except (UnicodeDecodeError, BenchParseError) as exc:
+            why = f"not UTF-8 text (byte {exc.start})" if isinstance(exc, UnicodeDecodeError) else str(exc)
+            raise ConfigError(f"{p} is not a bench_serving result: {why}",
+                              fix="pass the --output-file JSONL of a finished bench_serving run, or a file holding "
+                                  "its printed '============ Serving Benchmark Result ============' block") from None
         base = datetime.fromtimestamp(p.stat().st_mtime)
         out: list[RunRecord] = []
-        for i, rec in enumerate(records):
-            bench = bench_result_from_record(rec, num_prompts=num_prompts)
+        for i, bench in enumerate(records):
             started = datetime.fromtimestamp(base.timestamp() - (len(records) - 1 - i))
             out.append(self.record_run(host=host, bench=bench, source="import", preset=preset,
                                        started_at=started, label=label or (bench.tag or None),

@@ -292,8 +292,10 @@ def test_env_file_sorted_quoted_and_shell_compatible(tmp_path: Path) -> None:
     assert render_env(prof, "s3cret") == env  # deterministic
     with pytest.raises(ConfigError):
         render_env(prof, None)  # profile has api_key: the value must be given
-    with pytest.raises(ConfigError):
-        render_env(profile(env={"X": "two\nlines"}), None)
+    with pytest.raises(ValueError, match="U\\+000A"):  # the inventory refuses it ...
+        profile(env={"X": "two\nlines"})
+    with pytest.raises(ConfigError):  # ... and the renderer would too (model_copy skips validation)
+        render_env(profile().model_copy(update={"env": {"X": "two\nlines"}}), None)
 
 
 # ------------------------------------------------------------------------------------- bundle
