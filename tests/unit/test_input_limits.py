@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,15 +31,6 @@ def deploy(*args: str, inventory: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "orchestrator", "--inventory", str(inventory), *args],
                           capture_output=True, text=True, cwd=REPO, timeout=60,
                           env={**os.environ, "COLUMNS": "100000"})  # no wrapping of the error line
-
-
-@pytest.fixture
-def inv(tmp_path: Path) -> Path:
-    d = tmp_path / "inventory"
-    shutil.copytree(REPO / "inventory", d)
-    for extra in d.glob("sim*.yaml"):
-        extra.unlink()
-    return d
 
 
 def line_of(path: Path, needle: str) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,15 +22,6 @@ def deploy(*args: str, inventory: Path | None = None) -> subprocess.CompletedPro
     env_inv = ["--inventory", str(inventory)] if inventory else []
     return subprocess.run([sys.executable, "-m", "orchestrator", *env_inv, *args], capture_output=True, text=True,
                           cwd=REPO, timeout=60)
-
-
-@pytest.fixture
-def inv(tmp_path: Path) -> Path:
-    d = tmp_path / "inventory"
-    shutil.copytree(REPO / "inventory", d)
-    for extra in d.glob("sim*.yaml"):
-        extra.unlink()
-    return d
 
 
 def test_shipped_inventory_loads_and_finds_host_by_name_or_address() -> None:

@@ -1,0 +1,20 @@
+"""Fixtures shared by unit tests."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def inv(tmp_path: Path) -> Path:
+    """A private copy of the shipped inventory (without files `deploy sim up` may have left) to edit freely."""
+    d = tmp_path / "inventory"
+    shutil.copytree(REPO / "inventory", d)
+    for extra in d.glob("sim*.yaml"):
+        extra.unlink()
+    return d
