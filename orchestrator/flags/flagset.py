@@ -16,7 +16,7 @@ from typing import Any
 
 from orchestrator.errors import ConfigError
 from orchestrator.flags.schema import FlagSchema, FlagSpec, ResolveError, other_schemas, version_key
-from orchestrator.inventory.limits import command_line_problem, flag_value_problem
+from orchestrator.inventory.limits import VALUE_FIX, command_line_problem, flag_value_problem
 from orchestrator.inventory.models import FlagValue
 
 Scalar = str | int | float
@@ -299,6 +299,7 @@ def canonicalize(flags: Mapping[str, FlagValue | CanonValue], schema: FlagSchema
     seen: dict[str, str] = {}  # dest → written
     renamed: dict[str, str] = {}
     notes: list[str] = []
+    value_trouble = False
     for written in sorted(flags):
         spec, option, problem = _resolve(schema, written)
         if problem is not None:
@@ -324,6 +325,7 @@ def canonicalize(flags: Mapping[str, FlagValue | CanonValue], schema: FlagSchema
         unfit = flag_value_problem(raw) if isinstance(raw, str | list) else None
         if unfit:  # before conversion, so no message quotes a huge or broken value
             problems.append(FlagProblem(shown, unfit))
+            value_trouble = True
             continue
         try:
             value = _convert(spec, raw)
@@ -335,13 +337,14 @@ def canonicalize(flags: Mapping[str, FlagValue | CanonValue], schema: FlagSchema
         unfit = flag_value_problem(value)
         if unfit:
             problems.append(FlagProblem(shown, unfit))
+            value_trouble = True
             continue
         if spec.deprecated:
             notes.append(f"--{spec.canonical} is deprecated in sglang {schema.version}: {spec.help[:120]}")
         if value is not None:
             values[spec.canonical] = value
     if problems:
-        raise flag_error(problems, schema)
+        raise flag_error(problems, schema, values=value_trouble)
     return _within_limits(FlagSet(schema=schema, values=dict(sorted(values.items())), renamed=renamed,
                                   notes=tuple(notes)))
 
@@ -350,17 +353,21 @@ def _within_limits(flags: FlagSet) -> FlagSet:
     """The whole rendered flag command line must stay under the limit (each value was checked on its own)."""
     problem = command_line_problem(flags.argv())
     if problem:
-        raise flag_error([FlagProblem("(all flags)", problem)], flags.schema)
+        raise flag_error([FlagProblem("(all flags)", problem)], flags.schema, values=True)
     return flags
 
 
-def flag_error(problems: Sequence[FlagProblem], schema: FlagSchema) -> ConfigError:
+_RENAME_FIX = "rename or remove the flags named above (the installed sglang's parser is the authority)"
+
+
+def flag_error(problems: Sequence[FlagProblem], schema: FlagSchema, *, values: bool = False) -> ConfigError:
+    """One error for every problem; `values` when some are values over the limits or with refused characters."""
     n = len(problems)
     head = f"{n} flag problem{'s' if n > 1 else ''} for sglang {schema.version}"
     what = f"{head}: {problems[0].text()}" if n == 1 else head + "".join(f"\n  - {p.text()}" for p in problems)
     return ConfigError(
         what,
-        fix="rename or remove the flags named above (the installed sglang's parser is the authority)",
+        fix=f"{VALUE_FIX}; for a flag name, {_RENAME_FIX}" if values else _RENAME_FIX,
         details={"sglang_version": schema.version,
                  "problems": [{"flag": p.flag, "error": p.error, "suggestion": p.suggestion} for p in problems]},
     )

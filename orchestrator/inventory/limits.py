@@ -30,6 +30,17 @@ _NAMES = {
     "\x1b": "ESCAPE", "\x7f": "DELETE", "\x85": "NEXT LINE",
 }
 _REFUSED_CATEGORIES = frozenset({"Cc", "Zl", "Zp", "Cs"})
+VALUE_FIX = ("shorten the value, or remove the character named (write JSON on one line; a YAML block scalar "
+             "`|` or `>` adds a newline)")
+
+
+class UnitTextError(ValueError):
+    """A value that cannot go into a unit or env file; `key` is the flag or env name it belongs to ('' for a
+    plain field), so the inventory loader can point at that key's line."""
+
+    def __init__(self, message: str, key: str = "") -> None:
+        super().__init__(message)
+        self.key = key
 
 
 def char_label(ch: str) -> str:

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from orchestrator.errors import ConfigError
 from orchestrator.flags.schema import FlagSchema, ResolveError
+from orchestrator.inventory.limits import VALUE_FIX, UnitTextError
 from orchestrator.inventory.models import Inventory, ServerProfile
 from orchestrator.yamlfile import key_line, load_yaml
 
@@ -95,22 +96,23 @@ def _validation_error(exc: ValidationError, origin: Mapping[tuple[str, str], Pat
                       dir_list: list[Path]) -> ConfigError:
     problems = []
     where = ""
-    unknown_key = False
+    fix = "correct the inventory entry named above (docs/inventory.md lists every key)"
     for err in exc.errors()[:5]:
         loc = err["loc"]
+        cause = (err.get("ctx") or {}).get("error")
+        keys = [str(p) for p in loc]
+        if isinstance(cause, UnitTextError):
+            keys += [cause.key] if cause.key else []  # point at the flag's own line, not at `flags:`
+            fix = VALUE_FIX
         file = origin.get((str(loc[0]), str(loc[1]))) if len(loc) >= 2 else None
         if not where:
-            where = (f"{_at(file, *(str(p) for p in loc))}: " if file
-                     else f"{', '.join(str(d) for d in dir_list)}: ")
+            where = f"{_at(file, *keys)}: " if file else f"{', '.join(str(d) for d in dir_list)}: "
         msg = str(err["msg"]).removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key (not allowed here)"
-            unknown_key = True
+            fix = "correct or remove the key: unknown keys are not allowed (docs/inventory.md lists every key)"
         problems.append(f"{_key_path(loc)}: {msg}" if loc else msg)
     more = f" (and {len(exc.errors()) - 5} more)" if len(exc.errors()) > 5 else ""
-    fix = "correct the inventory entry named above (docs/inventory.md lists every key)"
-    if unknown_key:
-        fix = "correct or remove the key: unknown keys are not allowed (docs/inventory.md lists every key)"
     return ConfigError(f"{where}{'; '.join(problems)}{more}", fix=fix)
 
 

@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.errors import ConfigError
-from orchestrator.inventory.limits import flag_value_problem, text_problem
+from orchestrator.inventory.limits import UnitTextError, flag_value_problem, text_problem
 
 FlagValue = str | int | float | bool | None | list[str | int | float]
 GateMetric = Literal["output_throughput", "mean_tpot_ms", "mean_ttft_ms"]
@@ -179,7 +179,7 @@ class ServerProfile(StrictModel):
         for key, value in v.items():
             problem = flag_value_problem(value)
             if problem:
-                raise ValueError(f"flag {key!r}: {problem}")
+                raise UnitTextError(f"flag {key!r}: {problem}", key)
         return v
 
     @field_validator("env")
@@ -190,7 +190,7 @@ class ServerProfile(StrictModel):
                 raise ValueError(f"env name {key!r} is not a valid variable name")
             problem = text_problem(v[key])
             if problem:
-                raise ValueError(f"env {key}: {problem}")
+                raise UnitTextError(f"env {key}: {problem}", key)
         return v
 
     @field_validator("model_path", "served_model_name", "tokenizer", "weights_repo")
@@ -198,7 +198,7 @@ class ServerProfile(StrictModel):
     def _unit_text(cls, v: str | None) -> str | None:
         problem = text_problem(v) if v is not None else None
         if problem:
-            raise ValueError(problem)
+            raise UnitTextError(problem)
         return v
 
 

@@ -156,8 +156,9 @@ def test_inventory_refuses_an_oversized_flag_value_naming_file_and_flag(inv: Pat
                                                      "x" * 120_000 + "\n"))
     res = deploy("up", "host", "pve-gpu-1", inventory=inv)
     assert res.returncode == 2
-    assert f"{profiles}: line " in res.stderr and "flag 'chat-template': value is 120,000 characters" in res.stderr
-    assert "unknown keys" not in res.stderr
+    assert f"{profiles}: line {line_of(profiles, 'chat-template:')}: profiles.glm5-nvfp4.flags: flag " \
+           "'chat-template': value is 120,000 characters long; the limit is 8,192" in res.stderr
+    assert "fix: shorten the value" in res.stderr and "unknown keys" not in res.stderr
 
 
 # ------------------------------------------------------------------------------------------------ characters
