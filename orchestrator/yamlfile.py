@@ -79,7 +79,8 @@ def load_yaml(path: Path) -> Any:
 
 
 def key_line(path: Path, *keys: str) -> int | None:
-    """1-based line of the mapping key reached by `keys` from the top of a YAML file, if it is there."""
+    """1-based line of the mapping key reached by `keys` from the top of a YAML file; when the path ends early
+    (a missing key), the line of the deepest key that is there; None when not even the first one is."""
     try:
         node: Node | None = yaml.compose(path.read_text(encoding="utf-8"), Loader=_BaseLoader)
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
@@ -87,11 +88,11 @@ def key_line(path: Path, *keys: str) -> int | None:
     line: int | None = None
     for key in keys:
         if not isinstance(node, MappingNode):
-            return None
+            return line
         for k, v in node.value:
             if getattr(k, "value", None) == key:
                 node, line = v, k.start_mark.line + 1
                 break
         else:
-            return None
+            return line
     return line

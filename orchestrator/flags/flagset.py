@@ -403,8 +403,8 @@ def parse_set(items: Iterable[str], schema: FlagSchema) -> dict[str, FlagValue]:
             continue
         assert spec is not None
         if spec.dest in given:
-            problems.append(FlagProblem("--" + key.lstrip("-"), f"is given twice in --set (as {key!r} and "
-                                        f"{given[spec.dest]!r}; both are --{spec.canonical}); give each flag once"))
+            problems.append(FlagProblem("--" + key.lstrip("-"), f"is given twice in --set (as {given[spec.dest]!r} and "
+                                        f"then {key!r}; both are --{spec.canonical}); give each flag once"))
             continue
         given[spec.dest] = key
         if not sep:
