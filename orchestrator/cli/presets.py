@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from orchestrator.cli.common import AppContext
@@ -40,16 +42,17 @@ def preset_rows(inv: Inventory) -> list[tuple[str, str]]:
 def presets_section(ctx: click.Context) -> tuple[str, list[tuple[str, str]]]:
     """(section title, rows): the inventory's presets, or the shipped ones when the inventory cannot be read."""
     app = ctx.find_object(AppContext)
-    dirs = app.inventory_dirs if app is not None else str(default_inventory_dir())
+    given = app.inventory_dirs if app is not None else str(default_inventory_dir())
+    dirs = ":".join(str(Path(d).resolve()) for d in given.split(":") if d)
     try:
-        return f"Presets (inventory {dirs})", preset_rows(load_inventory(dirs))
+        return f"Presets (inventory {dirs})", preset_rows(load_inventory(given))
     except ConfigError as err:
         reason = err.what.splitlines()[0]
     try:
         shipped = preset_rows(load_inventory(SHIPPED_INVENTORY))
     except ConfigError:
         shipped = []
-    return f"Presets shipped in {SHIPPED_INVENTORY} (the inventory {dirs} could not be read: {reason})", shipped
+    return f"Presets shipped with deploy, in {SHIPPED_INVENTORY} (not your inventory: {reason})", shipped
 
 
 class BenchCommand(click.Command):

@@ -130,9 +130,9 @@ class SshHost:
                 host=self.host.name, step="connect", details={"cause": "authentication"}) from exc
         except paramiko.SSHException as exc:
             msg = str(exc)
-            if "protocol banner" in msg:
+            if "protocol banner" in msg or "No existing session" in msg:  # the handshake never completed
                 raise RemoteError(
-                    f"{self.host.address}:{ssh.port} accepted the connection but sent no SSH banner within "
+                    f"{self.host.address}:{ssh.port} accepted the connection but completed no SSH handshake within "
                     f"{ssh.connect_timeout_s:g} s ({msg})",
                     fix=f"check that port {ssh.port} is sshd's and not another service's, and that the host is "
                         "not overloaded; raise ssh.connect_timeout_s for a slow link",
