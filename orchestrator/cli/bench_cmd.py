@@ -320,8 +320,8 @@ def compare(app: AppContext, run_a: str, run_b: str, threshold: float, force: bo
     a, b = ledger.get_run(run_a, scope.hosts), ledger.get_run(run_b, scope.hosts)
     check = comparability(a, b)
     if not check.comparable and not force:
-        raise ConfigError(f"{a.id} and {b.id} ran different benchmarks: {'; '.join(check.refusals)}; their deltas "
-                          "would measure the benchmark, not the server",
+        raise ConfigError(f"will not compare {a.id} with {b.id}: {'; '.join(check.refusals)}; their deltas "
+                          "would measure the benchmarks, not the server",
                           fix="compare two runs of the same preset (`deploy history --bench` shows each run's "
                               "preset), or pass --force to see the deltas anyway")
     problems = [*check.refusals, *check.warnings]

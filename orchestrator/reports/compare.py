@@ -69,7 +69,7 @@ def comparability(a: RunRecord, b: RunRecord) -> Comparability:
     workload, load = _differences(a, b, WORKLOAD), _differences(a, b, LOAD)
     if a.preset and b.preset and a.preset != b.preset:
         detail = ", ".join(workload + load)
-        refusals.append(f"different presets: {a.id} ran {a.preset!r}, {b.id} ran {b.preset!r}"
+        refusals.append(f"different presets: {a.preset!r} vs {b.preset!r}"
                         + (f" ({detail})" if detail else ""))
     else:
         if workload:
