@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -216,7 +217,7 @@ def history(app: AppContext, target: tuple[str, ...], bench: bool, limit: int, a
         table_rows.append(("*" if r["id"] == current else "", r["id"], str(meta.get("source", "")),
                            str((verdict or {}).get("verdict", "unverified")), changes,
                            _figure(verdict, "output_throughput"), _power(verdict),
-                           str((verdict or {}).get("reason", ""))[:160]))
+                           textwrap.shorten(str((verdict or {}).get("reason", "")), 160, placeholder=" …")))
     headers: list[str | Column] = ["", "release", "source", "verdict", "flag changes", Column("out tok/s", "right"),
                Column("GPU W (sum)", "right"), "reason"]
     app.out.table(spec(f"releases on {report.host}", headers, table_rows))
