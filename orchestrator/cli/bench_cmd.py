@@ -241,8 +241,7 @@ def ledger_scope(app: AppContext, all_inventories: bool, *, required: bool = Tru
             return LedgerScope(None, "every host (no inventory could be read)")
         raise ConfigError(err.what, fix=f"{err.fix}; or pass --all-inventories to list every run in the ledger"
                           ) from None
-    dirs = ":".join(str(Path(d).resolve()) for d in app.inventory_dirs.split(":") if d)
-    return LedgerScope(hosts, f"{', '.join(hosts) or 'no host'} (the hosts of inventory {dirs})")
+    return LedgerScope(hosts, f"{', '.join(hosts) or 'no host'} (the hosts of inventory {app.inventory_paths})")
 
 
 def _ledger_host(app: AppContext, name: str, all_inventories: bool) -> str:

@@ -61,6 +61,11 @@ class AppContext:
         return load_inventory(self.inventory_dirs)
 
     @property
+    def inventory_paths(self) -> str:
+        """The inventory directories as absolute paths, for lines that say whose data is shown."""
+        return ":".join(str(Path(d).resolve()) for d in self.inventory_dirs.split(":") if d)
+
+    @property
     def out(self) -> Output:
         return Output(self.as_json)
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from orchestrator.cli.common import AppContext
@@ -41,11 +39,10 @@ def preset_rows(inv: Inventory) -> list[tuple[str, str]]:
 
 def presets_section(ctx: click.Context) -> tuple[str, list[tuple[str, str]]]:
     """(section title, rows): the inventory's presets, or the shipped ones when the inventory cannot be read."""
-    app = ctx.find_object(AppContext)
-    given = app.inventory_dirs if app is not None else str(default_inventory_dir())
-    dirs = ":".join(str(Path(d).resolve()) for d in given.split(":") if d)
+    app = ctx.find_object(AppContext) or AppContext(str(default_inventory_dir()), as_json=False)
+    dirs = app.inventory_paths
     try:
-        return f"Presets (inventory {dirs})", preset_rows(load_inventory(given))
+        return f"Presets (inventory {dirs})", preset_rows(load_inventory(app.inventory_dirs))
     except ConfigError as err:
         reason = err.what.splitlines()[0]
     try:
