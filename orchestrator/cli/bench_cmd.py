@@ -3,17 +3,28 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.table import Table
+from rich.text import Text
 
 from orchestrator.cli.bench_import import imported_run_json, imported_run_line
-from orchestrator.cli.common import AppContext, common_options, parse_target, resolve_host, tofu_option
+from orchestrator.cli.common import (
+    AppContext,
+    all_inventories_option,
+    common_options,
+    parse_target,
+    resolve_host,
+    tofu_option,
+)
+from orchestrator.cli.presets import BenchCommand
 from orchestrator.cli.roll_cmd import _command_line, run_with_progress
+from orchestrator.cli.tables import Column, TableSpec, spec
 from orchestrator.errors import ConfigError
+from orchestrator.reports.compare import comparability
 from orchestrator.reports.sweep import (
     SweepPoint,
     SweepResult,
@@ -23,17 +34,12 @@ from orchestrator.reports.sweep import (
     sweep_table,
     write_sweep_report,
 )
-from orchestrator.state.ledger import Ledger
+from orchestrator.state.ledger import Ledger, RunRecord
 from orchestrator.steps.base import RunOptions
 
 
-def rich_table(data: TableData, title: str) -> Table:
-    table = Table(title=title)
-    for h in data.headers:
-        table.add_column(h)
-    for row in data.rows:
-        table.add_row(*row)
-    return table
+def table_spec(data: TableData, title: str) -> TableSpec:
+    return spec(title, data.headers, data.rows)
 
 
 def _parse_kv(items: tuple[str, ...], what: str) -> dict[str, str]:
@@ -81,21 +87,21 @@ def _report_sweep(app: AppContext, host: str, preset: str, parameter: str, value
     result = SweepResult(parameter=parameter, points=tuple(points), host=host, preset=preset)
     png, html = write_sweep_report(result, out_dir)
     table = sweep_table(points)
-    app.out.print(rich_table(table, f"sweep over {parameter} on {host} ({preset})"))
+    app.out.table(table_spec(table, f"sweep over {parameter} on {host} ({preset})"))
     app.out.line(f"plot: {png}\nreport: {html}")
     return {"parameter": parameter, "png": str(png), "html": str(html), "dir": str(out_dir),
             "points": [{"value": v, **r.to_dict()} for v, r in zip(values, runs, strict=True)]}
 
 
 def _print_run(app: AppContext, run: Any) -> None:
-    app.out.print(rich_table(bench_summary_table(run.result, run.telemetry), f"bench {run.preset} ({run.run_id})"))
+    app.out.table(table_spec(bench_summary_table(run.result, run.telemetry), f"bench {run.preset} ({run.run_id})"))
     if run.telemetry is not None:
-        app.out.print(rich_table(gpu_table(run.telemetry), "GPU telemetry over the bench window"))
+        app.out.table(table_spec(gpu_table(run.telemetry), "GPU telemetry over the bench window"))
     for d in run.diagnosis:
         app.out.line(f"  [{d.severity}] {d.message}")
 
 
-@click.command("bench")
+@click.command("bench", cls=BenchCommand)
 @click.argument("target", nargs=-1)
 @click.option("--preset", default=None, help="Bench preset from the inventory (default: the profile's).")
 @click.option("--set", "sets", multiple=True, metavar="FLAG=VALUE", help="Override a bench_serving flag.")
@@ -160,6 +166,9 @@ def bench(app: AppContext, target: tuple[str, ...], preset: str | None, sets: tu
             if out_dir:
                 payload.setdefault("saved", []).append(_save_point(Path(out_dir), run.run_id, run))
                 app.out.line(f"saved {out_dir}/{run.run_id}/result.json and bench.jsonl")
+    if runs:
+        app.out.line(f"recorded in the local ledger: `deploy history --bench` lists the runs; "
+                     f"`deploy compare {runs[0].run_id} OTHER_RUN` compares two runs of the same preset")
     app.out.emit(payload)
     return 0
 
@@ -216,27 +225,81 @@ def smoke(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
     return 0
 
 
-def print_ledger_runs(app: AppContext, target: tuple[str, ...], limit: int) -> int:
-    name = parse_target(target, required=False)
-    host = app.inventory.find_host(name).name if name else None
-    runs = Ledger().list_runs(host=host, limit=limit)
-    app.out.emit({"ok": True, "runs": [r.model_dump(mode="json") for r in runs]})
-    table = Table(title="bench runs (local ledger)")
-    for col in ("run", "host", "source", "preset", "release", "out tok/s", "TPOT ms", "conc.", "W/GPU", "tok/J"):
-        table.add_column(col)
+@dataclass(frozen=True)
+class LedgerScope:
+    """Whose runs a ledger view shows: the ledger is one file per machine, shared by every inventory on it."""
+
+    hosts: tuple[str, ...] | None  # None: every host in the ledger
+    whose: str
+
+
+def ledger_scope(app: AppContext, all_inventories: bool, *, required: bool = True) -> LedgerScope:
+    """The inventory's hosts (or every host with --all-inventories). Without `required`, an inventory that
+    cannot be read means no scope: full run ids need no inventory."""
+    if all_inventories:
+        return LedgerScope(None, "every host")
+    try:
+        hosts = tuple(sorted(app.inventory.hosts))
+    except ConfigError as err:
+        if not required:
+            return LedgerScope(None, "every host (no inventory could be read)")
+        raise ConfigError(err.what, fix=f"{err.fix}; or pass --all-inventories to list every run in the ledger"
+                          ) from None
+    return LedgerScope(hosts, f"{', '.join(hosts) or 'no host'} (the hosts of inventory {app.inventory_paths})")
+
+
+def _ledger_host(app: AppContext, name: str, all_inventories: bool) -> str:
+    """A host named on the command line: the inventory's name for it; with --all-inventories any ledger host."""
+    try:
+        return app.inventory.find_host(name).name
+    except ConfigError:
+        if all_inventories:
+            return name
+        raise
+
+
+def _per_gpu_w(r: RunRecord) -> float | None:
+    t = r.telemetry
+    vals = [g.mean_power_w for g in t.gpus if g.mean_power_w is not None] if t is not None else []
+    return sum(vals) / len(vals) if vals else None
+
+
+def ledger_table(runs: list[RunRecord], title: str) -> TableSpec:
+    rows = []
     for r in runs:
-        b, t = r.bench, r.telemetry
-        per_gpu = None
-        if t is not None and t.gpus:
-            vals = [g.mean_power_w for g in t.gpus if g.mean_power_w is not None]
-            per_gpu = sum(vals) / len(vals) if vals else None
-        table.add_row(r.id, r.host, r.source, r.preset or "-", r.release_id or "-",
-                      f"{b.output_throughput:.1f}" if b else "-",
-                      f"{b.mean_tpot_ms:.2f}" if b and b.mean_tpot_ms is not None else "-",
-                      f"{b.concurrency:.0f}" if b and b.concurrency is not None else "-",
-                      f"{per_gpu:.0f}" if per_gpu is not None else "-",
-                      f"{t.output_tokens_per_j:.2f}" if t and t.output_tokens_per_j is not None else "-")
-    app.out.print(table)
+        b, t, per_gpu = r.bench, r.telemetry, _per_gpu_w(r)
+        rows.append((r.id, r.host, r.source, r.preset or "-", r.release_id or "-",
+                     f"{b.output_throughput:.1f}" if b else "-",
+                     f"{b.mean_tpot_ms:.2f}" if b and b.mean_tpot_ms is not None else "-",
+                     f"{b.concurrency:.0f}" if b and b.concurrency is not None else "-",
+                     f"{per_gpu:.0f}" if per_gpu is not None else "-",
+                     f"{t.output_tokens_per_j:.2f}" if t and t.output_tokens_per_j is not None else "-"))
+    numbers = ("out tok/s", "TPOT ms", "conc.", "W/GPU", "tok/J")
+    headers: list[str | Column] = ["run", "host", "source", "preset", "release"]
+    headers += [Column(h, "right") for h in numbers]
+    return spec(title, headers, rows)
+
+
+def print_ledger_runs(app: AppContext, target: tuple[str, ...], limit: int, all_inventories: bool = False) -> int:
+    """`deploy history --bench`: one host's runs, the inventory's hosts' runs, or (--all-inventories) all."""
+    ledger = Ledger()
+    name = parse_target(target, required=False)
+    if name:
+        host = _ledger_host(app, name, all_inventories)
+        scope = LedgerScope((host,), f"host {host}")
+        runs = ledger.list_runs(host=host, limit=limit)
+    else:
+        scope = ledger_scope(app, all_inventories)
+        runs = ledger.list_runs(limit=limit, hosts=scope.hosts)
+    hidden = {h: n for h, n in ledger.runs_per_host().items() if scope.hosts is not None and h not in scope.hosts}
+    app.out.emit({"ok": True, "ledger": str(ledger.path), "hosts": list(scope.hosts) if scope.hosts else None,
+                  "hidden_runs": sum(hidden.values()), "runs": [r.model_dump(mode="json") for r in runs]})
+    app.out.table(ledger_table(runs, f"bench runs of {scope.whose}, newest first (ledger {ledger.path})"))
+    if not runs:
+        app.out.line(f"no bench runs of {scope.whose} yet: `deploy bench` records one")
+    if hidden:
+        app.out.line(f"{sum(hidden.values())} run(s) of {len(hidden)} other host(s) not shown "
+                     f"({', '.join(sorted(hidden))}): `deploy history --bench --all-inventories` lists them")
     return 0
 
 
@@ -244,18 +307,45 @@ def print_ledger_runs(app: AppContext, target: tuple[str, ...], limit: int) -> i
 @click.argument("run_a")
 @click.argument("run_b")
 @click.option("--threshold", type=float, default=5.0, show_default=True, help="Noise threshold in %%.")
+@click.option("--force", is_flag=True,
+              help="Show the deltas even when the runs ran different benchmarks (presets, token lengths).")
+@all_inventories_option
 @common_options
-def compare(app: AppContext, run_a: str, run_b: str, threshold: float) -> int:
-    """Two ledger runs side by side with deltas and the noise threshold."""
-    rows = Ledger().compare(run_a, run_b, noise_pct=threshold)
-    app.out.emit({"ok": True, "a": run_a, "b": run_b, "threshold_pct": threshold,
+def compare(app: AppContext, run_a: str, run_b: str, threshold: float, force: bool, all_inventories: bool) -> int:
+    """Two ledger runs side by side with deltas and the noise threshold.
+
+    Runs of different presets (or token lengths) are refused, exit 2: their deltas measure the benchmark, not
+    the server. `--force` shows them anyway under a warning. Other hosts, other GPUs or a different load are
+    shown with a warning. A run id prefix is looked up among the inventory's hosts (all with --all-inventories).
+    """
+    ledger = Ledger()
+    scope = ledger_scope(app, all_inventories, required=False)
+    a, b = ledger.get_run(run_a, scope.hosts), ledger.get_run(run_b, scope.hosts)
+    check = comparability(a, b)
+    if not check.comparable and not force:
+        raise ConfigError(f"will not compare {a.id} with {b.id}: {'; '.join(check.refusals)}; their deltas "
+                          "would measure the benchmarks, not the server",
+                          fix="compare two runs of the same preset (`deploy history --bench` shows each run's "
+                              "preset), or pass --force to see the deltas anyway")
+    problems = [*check.refusals, *check.warnings]
+    rows = ledger.compare(a, b, noise_pct=threshold)
+    app.out.emit({"ok": True, "a": a.id, "b": b.id, "threshold_pct": threshold, "comparable": check.comparable,
+                  "warning": "; ".join(problems) or None, "warnings": problems,
+                  "runs": {"a": {"host": a.host, "preset": a.preset}, "b": {"host": b.host, "preset": b.preset}},
                   "rows": [r.model_dump(mode="json") for r in rows]})
-    table = Table(title=f"{run_a} → {run_b} (noise ±{threshold:g} %)")
-    for col in ("metric", "A", "B", "delta %", ""):
-        table.add_column(col)
-    for r in rows:
-        mark = "" if not r.beyond_noise else ("[green]better[/]" if r.better else "[red]worse[/]")
-        table.add_row(r.metric, f"{r.a:.2f}" if r.a is not None else "-", f"{r.b:.2f}" if r.b is not None else "-",
-                      f"{r.delta_pct:+.1f}" if r.delta_pct is not None else "-", mark)
-    app.out.print(table)
+    if not check.comparable:
+        app.out.print(Text("WARNING: NOT THE SAME BENCHMARK (--force): " + "; ".join(check.refusals)
+                           + ". The deltas below measure the benchmarks, not the server.", style="bold red"))
+    for w in check.warnings:
+        app.out.print(Text(f"warning: {w}", style="yellow"))
+    marks = {True: Text("better", style="green"), False: Text("worse", style="red")}
+    table_rows = [(r.metric, f"{r.a:.2f}" if r.a is not None else "-", f"{r.b:.2f}" if r.b is not None else "-",
+                   f"{r.delta_pct:+.1f}" if r.delta_pct is not None else "-",
+                   marks[r.better] if r.beyond_noise and r.better is not None else "") for r in rows]
+    headers: list[str | Column] = ["metric", Column("A", "right"), Column("B", "right"), Column("delta %", "right"), ""]
+    app.out.table(spec(f"{a.id} ({a.preset or 'no preset'}, {a.host}) → {b.id} ({b.preset or 'no preset'}, "
+                       f"{b.host}); noise ±{threshold:g} %", headers, table_rows))
+    if not check.comparable:
+        app.out.print(Text("(forced comparison of different benchmarks: read no verdict into these deltas)",
+                           style="bold red"))
     return 0

@@ -18,6 +18,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from orchestrator.cli.tables import TableSpec, print_table
 from orchestrator.errors import ConfigError, DeployError
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.inventory.models import Host, Inventory
@@ -41,6 +42,10 @@ class Output:
         if not self.as_json:
             self.console.print(text, style=style, markup=False, highlight=False)
 
+    def table(self, t: TableSpec) -> None:
+        if not self.as_json:
+            print_table(self.console, t)
+
     def emit(self, payload: dict[str, Any]) -> None:
         if self.as_json:
             sys.stdout.write(json.dumps(payload, indent=2, default=str, sort_keys=False) + "\n")
@@ -54,6 +59,11 @@ class AppContext:
     @functools.cached_property
     def inventory(self) -> Inventory:
         return load_inventory(self.inventory_dirs)
+
+    @property
+    def inventory_paths(self) -> str:
+        """The inventory directories as absolute paths, for lines that say whose data is shown."""
+        return ":".join(str(Path(d).resolve()) for d in self.inventory_dirs.split(":") if d)
 
     @property
     def out(self) -> Output:
@@ -119,7 +129,9 @@ def run_command(app: AppContext, func: Callable[..., Any], *args: Any, **kwargs:
         if app.as_json:
             out.emit({"ok": False, **err.to_dict()})
         else:
-            Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {escape(str(err))}", markup=True)
+            # soft_wrap: a fix line (an `ssh-keygen -R …` command) stays one line to copy; the terminal wraps it.
+            Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(err))}",
+                                                                        markup=True)
         sys.exit(err.exit_code)
     sys.exit(int(code or 0))
 
@@ -135,3 +147,8 @@ def existing_file(path: str | None, what: str) -> Path | None:
 
 #: Strict host key checking is the default; trusting a first-seen key is the user's explicit choice.
 tofu_option = click.option("--tofu", is_flag=True, help="Trust an unknown SSH host key on first use and record it.")
+
+#: The bench ledger is one file per machine, shared by every inventory on it; views show the inventory's hosts.
+all_inventories_option = click.option(
+    "--all-inventories", is_flag=True,
+    help="Every run in this machine's ledger, not only those of the inventory's hosts.")

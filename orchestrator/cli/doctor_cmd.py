@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import click
-from rich.table import Table
+from rich.text import Text
 
 from orchestrator.cli.common import AppContext, common_options, resolve_host, tofu_option
+from orchestrator.cli.tables import spec
 from orchestrator.verdicts.host import worst_status
 
 STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
@@ -30,11 +31,8 @@ def doctor(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
     status = worst_status(findings)
     app.out.emit({"ok": status != "fail", "host": host.name, "status": status,
                   "findings": [f.to_dict() for f in findings], "totals": report.to_dict()["totals"]})
-    table = Table(title=f"doctor: {host.name} ({host.address})")
-    for col in ("check", "status", "observed", "fix"):
-        table.add_column(col, overflow="fold")
-    for f in findings:
-        table.add_row(f.check, f"[{STYLE[f.status]}]{f.status}[/]", f.observed, f.fix if f.status != "ok" else "")
-    app.out.print(table)
+    rows = [(f.check, Text(f.status, style=STYLE[f.status]), f.observed, f.fix if f.status != "ok" else "")
+            for f in findings]
+    app.out.table(spec(f"doctor: {host.name} ({host.address})", ("check", "status", "observed", "fix"), rows))
     app.out.line(f"{status.upper()} — {report.ssh_round_trips} SSH round trip(s), {report.duration_s:.2f} s")
     return 1 if status == "fail" else 0

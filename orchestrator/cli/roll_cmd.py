@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import shlex
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.table import Table
 
-from orchestrator.cli.common import AppContext, common_options, resolve_host, tofu_option
+from orchestrator.cli.common import AppContext, all_inventories_option, common_options, resolve_host, tofu_option
 from orchestrator.cli.progress import StepPrinter, totals_line
+from orchestrator.cli.tables import Column, spec
 from orchestrator.errors import ConfigError, DeployError
 from orchestrator.runner import RunReport, run_playbook
 from orchestrator.steps.base import RunOptions
@@ -149,16 +150,15 @@ def status(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
     app.out.line(f"host {report.host}: release {info.get('release') or 'none'} "
                  f"({info.get('verdict') or 'unverified'}, {info.get('release_source') or '-'}, "
                  f"{info.get('release_created') or '-'}), sglang {info.get('active')}, /health {info.get('health')}")
-    table = Table(title="GPU power now")
-    for col in ("gpu", "power W", "limit W", "% of limit", "util %"):
-        table.add_column(col, justify="right")
+    gpu_rows = []
     for g in info.get("gpus", []):
         pct = (100 * g["power_w"] / g["limit_w"]) if g.get("power_w") and g.get("limit_w") else None
-        table.add_row(str(g["gpu"]), f"{g['power_w']:.0f}" if g.get("power_w") is not None else "-",
-                      f"{g['limit_w']:.0f}" if g.get("limit_w") is not None else "-",
-                      f"{pct:.0f}" if pct is not None else "-",
-                      f"{g['util_pct']:.0f}" if g.get("util_pct") is not None else "-")
-    app.out.print(table)
+        gpu_rows.append((str(g["gpu"]), f"{g['power_w']:.0f}" if g.get("power_w") is not None else "-",
+                         f"{g['limit_w']:.0f}" if g.get("limit_w") is not None else "-",
+                         f"{pct:.0f}" if pct is not None else "-",
+                         f"{g['util_pct']:.0f}" if g.get("util_pct") is not None else "-"))
+    headers = [Column(h, "right") for h in ("gpu", "power W", "limit W", "% of limit", "util %")]
+    app.out.table(spec("GPU power now", headers, gpu_rows))
     if not healthy:
         app.out.line(f"not healthy (/health {info.get('health')}, sglang {info.get('active')}): see "
                      "`journalctl -u sglang` in the container, `deploy doctor`, or `deploy rollback`")
@@ -182,30 +182,40 @@ def _power(verdict: dict[str, Any] | None) -> str:
 @click.argument("target", nargs=-1)
 @click.option("--bench", "bench", is_flag=True, help="Bench runs from the local ledger instead of releases.")
 @click.option("--limit", default=20, show_default=True)
+@all_inventories_option
 @tofu_option
 @common_options
-def history(app: AppContext, target: tuple[str, ...], bench: bool, limit: int, tofu: bool) -> int:
-    """Releases on the target with time, flag diff, verdict, throughput and power; or `--bench` ledger runs."""
+def history(app: AppContext, target: tuple[str, ...], bench: bool, limit: int, all_inventories: bool,
+            tofu: bool) -> int:
+    """Releases on the target with time, flag diff, verdict, throughput and power; or `--bench` ledger runs.
+
+    `--bench` lists the runs of the inventory's hosts (the ledger on this machine is shared by every
+    inventory); `--all-inventories` lists every run in it.
+    """
     if bench:
         from orchestrator.cli.bench_cmd import print_ledger_runs
 
-        return print_ledger_runs(app, target, limit)
+        return print_ledger_runs(app, target, limit, all_inventories)
+    if all_inventories:
+        raise ConfigError("--all-inventories applies to the local bench ledger",
+                          fix="use it with --bench: deploy history --bench --all-inventories")
     report = run_with_progress(app, target, "history", RunOptions(tofu=tofu, command="deploy history"),
                                {"limit": limit}, quiet=True)
     rows = report.shared.get("history", [])
     current = next((r.get("current") for r in rows if "current" in r), None)
     releases = [r for r in rows if "id" in r]
     app.out.emit({"ok": True, "host": report.host, "current": current, "releases": releases})
-    table = Table(title=f"releases on {report.host}")
-    for col in ("", "release", "source", "verdict", "flag changes", "out tok/s", "GPU W (sum)", "reason"):
-        table.add_column(col, overflow="fold")
+    table_rows = []
     for r in releases:
         meta = r.get("meta") or {}
         verdict = r.get("verdict")
         diff = meta.get("flag_diff") or []
         changes = ", ".join(f"{k}: {a}→{b}" for k, a, b in diff) if diff else ("(profile)" if meta else "")
-        table.add_row("*" if r["id"] == current else "", r["id"], str(meta.get("source", "")),
-                      str((verdict or {}).get("verdict", "unverified")), changes, _figure(verdict, "output_throughput"),
-                      _power(verdict), str((verdict or {}).get("reason", ""))[:160])
-    app.out.print(table)
+        table_rows.append(("*" if r["id"] == current else "", r["id"], str(meta.get("source", "")),
+                           str((verdict or {}).get("verdict", "unverified")), changes,
+                           _figure(verdict, "output_throughput"), _power(verdict),
+                           textwrap.shorten(str((verdict or {}).get("reason", "")), 160, placeholder=" …")))
+    headers: list[str | Column] = ["", "release", "source", "verdict", "flag changes", Column("out tok/s", "right"),
+               Column("GPU W (sum)", "right"), "reason"]
+    app.out.table(spec(f"releases on {report.host}", headers, table_rows))
     return 0

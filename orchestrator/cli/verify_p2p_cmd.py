@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.table import Table
+from rich.text import Text
 
 from orchestrator.cli.common import AppContext, Output, common_options, existing_file, resolve_host, tofu_option
+from orchestrator.cli.tables import Cell, Column, TableSpec, spec
 from orchestrator.errors import CheckFailed, ConfigError
 from orchestrator.parsers import ParseError
 from orchestrator.parsers.p2p import parse_p2p
@@ -19,34 +20,29 @@ VERDICT_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
 PAIR_STYLE = {"pass": "green", "warn": "yellow", "fail": "red"}
 
 
-def matrix_table(topo: TopoMatrix, verdict: P2PVerdict, title: str) -> Table:
+def matrix_table(topo: TopoMatrix, verdict: P2PVerdict, title: str) -> TableSpec:
     """GPU × GPU: the link type and, where measured, read/write P2P status, coloured by the pair verdict."""
     pairs = {frozenset((p.a, p.b)): p for p in verdict.pairs}
-    table = Table(title=title, show_lines=False)
-    table.add_column("")
-    for g in topo.gpus:
-        table.add_column(g, justify="center")
+    rows: list[tuple[Cell, ...]] = []
     for a in topo.gpus:
-        row = [a]
+        row: list[Cell] = [a]
         for b in topo.gpus:
             if a == b:
-                row.append("[dim]X[/]")
+                row.append(Text("X", style="dim"))
                 continue
             pv = pairs.get(frozenset((a, b)))
             link = topo.link(a, b)
             if pv is None:
-                row.append(f"[dim]{link}[/]")
+                row.append(Text(link, style="dim"))
                 continue
             p2p = "/".join(s.value for s in (pv.read, pv.write) if s is not None)
-            text = f"{link}{' ' + p2p if p2p else ''}"
-            style = PAIR_STYLE.get(pv.status)
-            row.append(f"[{style}]{text}[/]" if style else text)
-        table.add_row(*row)
-    return table
+            row.append(Text(f"{link}{' ' + p2p if p2p else ''}", style=PAIR_STYLE.get(pv.status, "")))
+        rows.append(tuple(row))
+    return spec(title, ["", *(Column(g, "center") for g in topo.gpus)], rows)
 
 
 def print_verdict(out: Output, topo: TopoMatrix, verdict: P2PVerdict, title: str) -> None:
-    out.print(matrix_table(topo, verdict, title))
+    out.table(matrix_table(topo, verdict, title))
     style = VERDICT_STYLE.get(verdict.status, "")
     out.print(f"verdict: [{style}]{verdict.status.upper()}[/] (P2P {verdict.p2p}, {len(verdict.gpus)} GPUs)")
     for reason in verdict.reasons:
@@ -100,13 +96,11 @@ def live(app: AppContext, target: tuple[str, ...], bandwidth: bool, size_mib: in
         app.out.line("container topology " + ("matches the host's" if p2p.comparison.same
                                               else "DIFFERS from the host's: " + p2p.comparison.describe()))
     if bw is not None:
-        bt = Table(title="GPU-to-GPU copy bandwidth (GB/s)")
-        for col in ("pair", "link", "GB/s", "expected", "status"):
-            bt.add_column(col)
-        for pv in bw.get("pairs", []):
-            bt.add_row(f"{pv['src']}→{pv['dst']}", str(pv.get("link") or ""), f"{pv['gbps']:.1f}",
-                       f"{pv['expected_gbps']:.0f}" if pv.get("expected_gbps") else "-", pv["status"])
-        app.out.print(bt)
+        bw_rows = [(f"{pv['src']}→{pv['dst']}", str(pv.get("link") or ""), f"{pv['gbps']:.1f}",
+                    f"{pv['expected_gbps']:.0f}" if pv.get("expected_gbps") else "-", pv["status"])
+                   for pv in bw.get("pairs", [])]
+        app.out.table(spec("GPU-to-GPU copy bandwidth (GB/s)", ("pair", "link", "GB/s", "expected", "status"),
+                           bw_rows))
         for msg in bw.get("messages", []):
             app.out.line(f"  - {msg}")
     app.out.line(f"{report.ssh_round_trips} SSH round trip(s), {report.duration_s:.2f} s")

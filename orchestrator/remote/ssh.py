@@ -8,7 +8,9 @@ any secret) never appears in a process argument list.
 
 from __future__ import annotations
 
+import errno
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -39,6 +41,38 @@ LOADER = """bash -c 's=$(cat); exec </dev/null; eval "$s"'"""
 class _Strict(paramiko.RejectPolicy):
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
         raise paramiko.SSHException(f"unknown host key {key.get_name()} {key.fingerprint}")
+
+
+def unreachable(exc: OSError, address: str, port: int, timeout_s: float) -> tuple[str, str, str]:
+    """(cause, reason, fix) of a TCP connect that failed.
+
+    paramiko folds "refused" and "no route" into NoValidConnectionsError, whose own text is "[Errno None] Unable
+    to connect"; the per-address errors it carries hold the real reason.
+    """
+    causes: list[OSError] = list(getattr(exc, "errors", {}).values()) or [exc]
+    first = causes[0]
+    code = first.errno
+    if isinstance(first, socket.gaierror):
+        return ("no-such-name", f"the name does not resolve ({first.strerror or first})",
+                "check the host's address in the inventory, or this machine's DNS")
+    if isinstance(first, TimeoutError) or code == errno.ETIMEDOUT:
+        return ("timeout", f"no answer within {timeout_s:g} s (connection timed out)",
+                f"the host is down, or a firewall drops packets to port {port}: check that it is up "
+                f"(`ping {address}`) and that port {port} is open to this machine; raise ssh.connect_timeout_s "
+                "for a slow link")
+    if code == errno.ECONNREFUSED:
+        return ("refused", f"connection refused: nothing listens on port {port} (or a firewall rejects it)",
+                "start sshd on the host (`systemctl start ssh`), or set ssh.port in the inventory to the port "
+                "sshd listens on")
+    if code == errno.EHOSTUNREACH:
+        return ("no-route", "no route to host: the host did not answer on its network",
+                f"check that {address} is the right address and that the host is up and on a network this "
+                "machine reaches (cabling, VLAN, routes)")
+    if code == errno.ENETUNREACH:
+        return ("network-unreachable", "network is unreachable from this machine",
+                f"this machine has no route to {address}'s network: check its network configuration or VPN")
+    reasons = {str(c.strerror or c) for c in causes}
+    return ("os-error", "; ".join(sorted(reasons)), "check the address, the port and the network path to the host")
 
 
 class SshHost:
@@ -87,8 +121,22 @@ class SshHost:
                 fix=f"if the host was reinstalled, verify the new key out of band, then remove the old line: "
                     f"ssh-keygen -f {known} -R '[{self.host.address}]:{ssh.port}'",
                 host=self.host.name, step="connect") from exc
+        except paramiko.AuthenticationException as exc:
+            raise RemoteError(
+                f"SSH to {ssh.user}@{self.host.address}:{ssh.port} was refused: authentication failed ({exc})",
+                fix=f"check ssh.user and ssh.key_file in the inventory: the key's public half must be in "
+                    f"{ssh.user}'s ~/.ssh/authorized_keys on the host (try `ssh -p {ssh.port} "
+                    f"{ssh.user}@{self.host.address}` by hand)",
+                host=self.host.name, step="connect", details={"cause": "authentication"}) from exc
         except paramiko.SSHException as exc:
             msg = str(exc)
+            if "protocol banner" in msg or "No existing session" in msg:  # the handshake never completed
+                raise RemoteError(
+                    f"{self.host.address}:{ssh.port} accepted the connection but completed no SSH handshake within "
+                    f"{ssh.connect_timeout_s:g} s ({msg})",
+                    fix=f"check that port {ssh.port} is sshd's and not another service's, and that the host is "
+                        "not overloaded; raise ssh.connect_timeout_s for a slow link",
+                    host=self.host.name, step="connect", details={"cause": "no-banner"}) from exc
             if "unknown host key" in msg:
                 raise RemoteError(
                     f"{self.host.address}:{ssh.port} is not in {known} ({msg}); strict host key checking refused it",
@@ -98,10 +146,10 @@ class SshHost:
             raise RemoteError(f"SSH to {ssh.user}@{self.host.address}:{ssh.port} failed: {msg}",
                               fix="check the key file, user and that sshd runs on the host",
                               host=self.host.name, step="connect") from exc
-        except (TimeoutError, OSError) as exc:
-            raise RemoteError(f"cannot reach {self.host.address}:{ssh.port}: {exc}",
-                              fix="check the address, port and network path to the host",
-                              host=self.host.name, step="connect") from exc
+        except OSError as exc:  # TimeoutError, socket.gaierror and paramiko's NoValidConnectionsError too
+            cause, reason, fix = unreachable(exc, self.host.address, ssh.port, ssh.connect_timeout_s)
+            raise RemoteError(f"cannot reach {self.host.address}:{ssh.port}: {reason}", fix=fix,
+                              host=self.host.name, step="connect", details={"cause": cause}) from exc
         self.metrics.ssh_connects += 1
         self._conn = conn
         return conn

@@ -208,35 +208,62 @@ class Ledger:
             diagnosis=tuple(Diagnosis.model_validate(d) for d in json.loads(row["diagnosis_json"] or "[]")),
             source=row["source"], label=row["label"], jsonl_path=row["jsonl_path"])
 
-    def get_run(self, run_id: str) -> RunRecord:
-        """A run by id, or by a unique id prefix (`r-20261130-0203`)."""
+    def get_run(self, run_id: str, hosts: Sequence[str] | None = None) -> RunRecord:
+        """A run by id, or by a unique id prefix (`r-20261130-0203`).
+
+        A full id is found whoever ran it; a prefix is matched among the runs of `hosts` only, when given (the
+        inventory's hosts), so that another inventory's runs on this machine cannot make it ambiguous.
+        """
+        scope, scope_args = self._hosts_clause(hosts)
         with self._connect() as conn:
             row = conn.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
             if row is None:
                 esc = run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-                rows = conn.execute("SELECT * FROM runs WHERE id LIKE ? ESCAPE '\\' LIMIT 3",
-                                    (esc + "%",)).fetchall()
+                sql = "SELECT * FROM runs WHERE id LIKE ? ESCAPE '\\'" + (f" AND {scope}" if scope else "")
+                rows = conn.execute(sql + " LIMIT 3", (esc + "%", *scope_args)).fetchall()
                 if len(rows) > 1:
                     raise ConfigError(f"run id prefix {run_id!r} matches several runs "
                                       f"({', '.join(r['id'] for r in rows)}...)", fix="give more of the id")
                 row = rows[0] if rows else None
         if row is None:
-            raise ConfigError(f"no run {run_id!r} in the ledger {self.path}", fix="list runs with `deploy history`")
+            where = f" among the runs of {', '.join(hosts) or 'no host'}" if hosts is not None else ""
+            raise ConfigError(f"no run {run_id!r} in the ledger {self.path}{where}",
+                              fix="list run ids with `deploy history --bench` (add --all-inventories for the runs "
+                                  "of hosts outside this inventory)")
         return self._row_to_record(row)
 
+    @staticmethod
+    def _hosts_clause(hosts: Sequence[str] | None) -> tuple[str, list[str]]:
+        """SQL condition (and its arguments) for `host IN hosts`; no condition when hosts is None."""
+        if hosts is None:
+            return "", []
+        if not hosts:
+            return "0", []
+        return f"host IN ({', '.join('?' * len(hosts))})", list(hosts)
+
     def list_runs(self, host: str | None = None, limit: int = 20, source: RunSource | None = None,
-                  preset: str | None = None) -> list[RunRecord]:
-        """Newest first."""
+                  preset: str | None = None, hosts: Sequence[str] | None = None) -> list[RunRecord]:
+        """Newest first; `hosts` keeps the runs of those hosts only (None: every host)."""
         where, args = [], []
         for col, val in (("host", host), ("source", source), ("preset", preset)):
             if val is not None:
                 where.append(f"{col} = ?")
                 args.append(val)
+        scope, scope_args = self._hosts_clause(hosts)
+        if scope:
+            where.append(scope)
+            args += scope_args
         sql = "SELECT * FROM runs" + (" WHERE " + " AND ".join(where) if where else "")
         sql += " ORDER BY started_at DESC, id DESC LIMIT ?"
         with self._connect() as conn:
             rows = conn.execute(sql, (*args, max(0, limit))).fetchall()
         return [self._row_to_record(r) for r in rows]
+
+    def runs_per_host(self) -> dict[str, int]:
+        """How many runs each host has in the ledger (to say what a scoped listing leaves out)."""
+        with self._connect() as conn:
+            rows = conn.execute("SELECT host, COUNT(*) AS n FROM runs GROUP BY host ORDER BY host").fetchall()
+        return {r["host"]: int(r["n"]) for r in rows}
 
     def compare(self, run_a: str | RunRecord, run_b: str | RunRecord,
                 noise_pct: float = DEFAULT_NOISE_PCT) -> list[CompareRow]:

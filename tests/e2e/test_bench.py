@@ -103,7 +103,8 @@ def test_bench_run_has_telemetry_diagnosis_and_ledger_entry(converged: DeployEnv
     imp = ok_json(env, "bench", "import", str(local), "--host", "bench-box-7")
     (imported,) = imp["imported"]
     assert imported["source"] == "import" and imported["host"] == "bench-box-7"
-    every = ledger_runs(env)
+    assert imported["id"] not in ledger_runs(env)  # by default: the runs of this inventory's hosts only
+    every = ledger_runs(env, "--all-inventories")
     assert {run["run_id"], slow["run_id"], imported["id"]} <= set(every)
     assert every[imported["id"]]["bench"]["output_throughput"] == pytest.approx(r["output_throughput"])
     assert every[imported["id"]]["bench"]["completed"] == 256

@@ -82,7 +82,7 @@ def test_cli_imports_a_printed_block_a_jsonl_and_refuses_garbage(tmp_path: Path)
     assert run["bench"]["completed"] == 1020
     assert run["bench"]["num_prompts"] == "unknown" and run["bench"]["failed"] == "unknown"
 
-    hist = json.loads(deploy(state, "--json", "history", "--bench").stdout)
+    hist = json.loads(deploy(state, "--json", "history", "--bench", "--all-inventories").stdout)
     assert sorted(r["bench"]["output_throughput"] for r in hist["runs"]) == [86.21, 4263.18]
 
     garbage = tmp_path / "notes.txt"
@@ -95,5 +95,5 @@ def test_cli_imports_a_printed_block_a_jsonl_and_refuses_garbage(tmp_path: Path)
         assert res.returncode == 2, res.stderr
         assert why in res.stderr and "Traceback" not in res.stderr + res.stdout
         assert res.stderr.startswith("error: ") and "fix: " in res.stderr
-    hist = json.loads(deploy(state, "--json", "history", "--bench").stdout)
+    hist = json.loads(deploy(state, "--json", "history", "--bench", "--all-inventories").stdout)
     assert len(hist["runs"]) == 2  # nothing recorded by the refused imports
