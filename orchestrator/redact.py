@@ -100,7 +100,8 @@ def redact(obj: Any) -> Any:
     if isinstance(obj, Mapping):
         out: dict[Any, Any] = {}
         for k, v in obj.items():
-            if isinstance(k, str) and is_secret_key(k) and v not in (None, "", False):
+            # Only strings are secrets: `j_per_output_token: 0.42` is a figure, `api_key: null` visibly unset.
+            if isinstance(k, str) and isinstance(v, str) and v and is_secret_key(k):
                 out[k] = REDACTED
             else:
                 out[k] = redact(v)

@@ -43,12 +43,14 @@ def test_ordinary_key_names(key: str) -> None:
 
 def test_dicts_are_redacted_recursively_by_key() -> None:
     info = {"model_path": "/models/glm", "api_key": KEY, "admin_api_key": None, "max_total_num_tokens": 314304,
-            "nested": [{"token_secret": "abc"}, {"tokenizer_path": "x"}], "pair": ("a", {"password": "pw"})}
+            "nested": [{"token_secret": "abc"}, {"tokenizer_path": "x"}], "pair": ("a", {"password": "pw"}),
+            "j_per_output_token": 0.42}
     out = redact(info)
     assert out["api_key"] == REDACTED and out["admin_api_key"] is None  # unset stays visibly unset
     assert out["max_total_num_tokens"] == 314304 and out["model_path"] == "/models/glm"
     assert out["nested"] == [{"token_secret": REDACTED}, {"tokenizer_path": "x"}]
     assert out["pair"] == ("a", {"password": REDACTED})
+    assert out["j_per_output_token"] == 0.42  # a figure, not a secret
     assert info["api_key"] == KEY  # a copy, the input is untouched
 
 
