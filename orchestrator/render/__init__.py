@@ -22,10 +22,12 @@ from orchestrator.render.passthrough import (
 from orchestrator.render.service import (
     API_KEY_VAR,
     ENV_PATH,
+    SECRETS_PATH,
     UNIT_PATH,
     exec_start,
     launch_argv,
     render_env,
+    render_secrets,
     render_unit,
 )
 
@@ -33,6 +35,7 @@ __all__ = [
     "API_KEY_VAR",
     "ENV_PATH",
     "HEADER_MARK",
+    "SECRETS_PATH",
     "UNIT_PATH",
     "Bundle",
     "DevEntry",
@@ -48,6 +51,7 @@ __all__ = [
     "render_bundle",
     "render_env",
     "render_passthrough",
+    "render_secrets",
     "render_unit",
     "resolve_method",
     "split_header",

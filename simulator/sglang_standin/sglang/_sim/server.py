@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 from aiohttp import web
 
 from sglang._sim import env
+from sglang._sim.config_file import merge_config
 from sglang._sim.engine import Engine, Req
 from sglang._sim.flags import PROG, add_cli_args
 from sglang._sim.perf import PerfModel
@@ -516,7 +517,8 @@ def main(argv: list[str] | None = None) -> None:
     version = env.installed_version()
     parser = argparse.ArgumentParser(prog=PROG)
     add_cli_args(parser, version)
-    ns = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    # Like prepare_server_args: a YAML --config file is merged into argv first (the command line wins).
+    ns = parser.parse_args(merge_config(sys.argv[1:] if argv is None else argv, parser, version))
     args = resolve(vars(ns), version)
     log(f"server_args=ServerArgs({', '.join(f'{k}={v!r}' for k, v in sorted(args.items()))})")
     preflight(args)
