@@ -20,6 +20,11 @@ UNIT_PATH = "/etc/systemd/system/sglang.service"
 ENV_PATH = "/etc/sglang/sglang.env"
 #: Server options that must stay out of argv (the API key): sglang reads them with `--config FILE`.
 SECRETS_PATH = "/etc/sglang/secrets.yaml"
+#: sglang's logging config (SGLANG_LOGGING_CONFIG_PATH) for servers with an API key; see render_logging.
+LOGGING_PATH = "/etc/sglang/logging.json"
+#: Loggers that print the API key in clear at INFO: `server_args=ServerArgs(… api_key='…')` (0.5.12.post1,
+#: sglang/srt/entrypoints/engine.py) and `server_args={… 'api_key': '…'}` (0.5.23, same module).
+KEY_LOGGING_LOGGERS = ("sglang.srt.entrypoints.engine",)
 API_KEY_VAR = "SGLANG_API_KEY"
 RESTART_SEC = 10
 START_LIMIT_BURST = 3
@@ -78,6 +83,7 @@ def render_unit(profile: ServerProfile, flags: FlagSet, release_id: str | None =
         "served_model_name": profile.served_model_name,
         "model_path": profile.model_path,
         "env_file": ENV_PATH,
+        "logging_config": LOGGING_PATH if profile.api_key is not None else "",
         "exec_start": exec_start(profile, flags),
         "restart_sec": RESTART_SEC,
         "start_limit_burst": START_LIMIT_BURST,
@@ -131,3 +137,19 @@ def render_secrets(profile: ServerProfile, api_key: str | None) -> RenderedFile 
     content = render_template("sglang-secrets.yaml.j2", remote_path=SECRETS_PATH, options=[("api-key", api_key)])
     return RenderedFile(name="secrets.yaml", remote_path=SECRETS_PATH, mode=0o600, content=content,
                         sha256=sha256_text(content), secrets=(api_key,))
+
+
+def render_logging(profile: ServerProfile, flags: FlagSet) -> RenderedFile | None:
+    """logging.json (0644, no secret) for a server with an API key, else None.
+
+    Both pinned sglang releases log their full arguments, the key included, at start (INFO). With
+    SGLANG_LOGGING_CONFIG_PATH set, sglang's configure_logger applies this dictConfig instead of its default:
+    the same line format (without the TP rank), the level of the profile's `log-level` flag (default info),
+    and the logger that prints the arguments held at WARNING.
+    """
+    if profile.api_key is None:
+        return None
+    level = str(flags.as_dict().get("log-level") or "info").upper()
+    content = render_template("sglang-logging.json.j2", level=level, quiet=KEY_LOGGING_LOGGERS)
+    return RenderedFile(name="logging.json", remote_path=LOGGING_PATH, mode=0o644, content=content,
+                        sha256=sha256_text(content))

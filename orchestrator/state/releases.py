@@ -1,6 +1,7 @@
 """Releases live on the target, inside the container, so every operator machine sees the same history.
 
-/var/lib/deploy/releases/<id>/   sglang.service, sglang.env (0600), secrets.yaml (0600, with an API key),
+/var/lib/deploy/releases/<id>/   sglang.service, sglang.env (0600), secrets.yaml (0600) and logging.json
+                                 (with an API key),
                                  flags.json, meta.json, and later
                                  server_info.json, bench.jsonl, verdict.json
 /var/lib/deploy/current          symlink → releases/<id>
@@ -25,7 +26,7 @@ from typing import Any
 from orchestrator.facts import CURRENT_LINK, ENV_PATH, RELEASES_DIR, UNIT_NAME, UNIT_PATH
 from orchestrator.redact import redact, redact_text
 from orchestrator.render.files import RenderedFile
-from orchestrator.render.service import SECRETS_PATH
+from orchestrator.render.service import LOGGING_PATH, SECRETS_PATH
 
 RELEASE_ID = re.compile(r"^(\d{8}T\d{6})-([0-9a-f]{8})$")
 
@@ -91,9 +92,10 @@ def write_release_script(bundle: ReleaseBundle) -> str:
 #: What a release installs: (file name in the release dir, installed path, mode).
 INSTALLED_FILES: tuple[tuple[str, str, int], ...] = (("sglang.service", UNIT_PATH, 0o644),
                                                      ("sglang.env", ENV_PATH, 0o600),
-                                                     ("secrets.yaml", SECRETS_PATH, 0o600))
-#: Files a release may lack (a profile without an API key has no secrets.yaml): absent → removed on the target.
-OPTIONAL_FILES = frozenset({"secrets.yaml"})
+                                                     ("secrets.yaml", SECRETS_PATH, 0o600),
+                                                     ("logging.json", LOGGING_PATH, 0o644))
+#: Files a release may lack (a profile without an API key has neither): absent → removed on the target.
+OPTIONAL_FILES = frozenset({"secrets.yaml", "logging.json"})
 
 
 def activate_script(release_id: str, *, restart: bool, keep: int) -> str:

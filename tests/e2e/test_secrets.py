@@ -21,7 +21,7 @@ def files_holding(key: str, top: Path) -> list[tuple[Path, int]]:
     """(path, mode) of every regular file under `top` whose bytes contain `key` (symlinks and devices skipped)."""
     needle = key.encode()
     hits: list[tuple[Path, int]] = []
-    for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
+    for dirpath, _dirs, filenames in os.walk(top, followlinks=False):
         for name in filenames:
             path = Path(dirpath) / name
             try:

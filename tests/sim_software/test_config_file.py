@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -69,3 +70,41 @@ def test_server_reads_its_key_from_the_file(tmp_path: Path, start_server: Callab
     ok = requests.get(srv.url + "/v1/models", headers={"Authorization": "Bearer s3cret-from-file"}, timeout=5)
     assert ok.status_code == 200
     assert "s3cret-from-file" not in " ".join(srv.proc.args)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_rendered_logging_config_keeps_the_key_out_of_the_log(tmp_path: Path, version: str,
+                                                              start_server: Callable[..., Server],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.flags import FlagSchema, canonicalize
+    from orchestrator.inventory.models import ServerProfile
+    from orchestrator.render.service import render_logging
+
+    prof = ServerProfile.model_validate({"model_path": "/models/m", "served_model_name": "m",
+                                         "api_key": {"env": "K"}, "sglang_version": version, "flags": {}})
+    conf = render_logging(prof, canonicalize({}, FlagSchema.load(version)))
+    assert conf is not None
+    path = tmp_path / "logging.json"
+    path.write_text(conf.content)
+    cfg = tmp_path / "secrets.yaml"
+    cfg.write_text('api-key: "s3cret-not-in-the-log"\n')
+    # Without the logging config the stand-in logs its arguments, key included, like the real releases ...
+    plain = start_server(None, "--config", str(cfg), start_s=0.2, version=version)
+    plain.wait_status(401)
+    assert "s3cret-not-in-the-log" in plain.output() and "server_args=" in plain.output()
+    # ... with it (SGLANG_LOGGING_CONFIG_PATH) that line is gone, the rest of the log is still there.
+    monkeypatch.setenv("SGLANG_LOGGING_CONFIG_PATH", str(path))
+    srv = start_server(None, "--config", str(cfg), start_s=0.2, version=version)
+    srv.wait_status(401)
+    time.sleep(0.3)
+    out = srv.output()
+    assert "s3cret-not-in-the-log" not in out and "server_args=" not in out
+    assert "The server is fired up and ready to roll!" in out and "Load weight end." in out
+
+
+def test_missing_logging_config_fails_like_sglang(tmp_path: Path, start_server: Callable[..., Server],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SGLANG_LOGGING_CONFIG_PATH", str(tmp_path / "absent.json"))
+    srv = start_server(None, start_s=0.2)
+    assert srv.proc.wait(15) == 1
+    assert "Setting SGLANG_LOGGING_CONFIG_PATH from env with" in srv.output()
