@@ -22,6 +22,7 @@ from orchestrator.render import (
     launch_argv,
     render_bundle,
     render_env,
+    render_logging,
     render_passthrough,
     render_secrets,
     render_unit,
@@ -254,6 +255,24 @@ def test_api_key_goes_to_a_0600_config_file_never_to_argv(tmp_path: Path) -> Non
         render_secrets(prof, None)
     with pytest.raises(ConfigError):
         render_secrets(prof, "two\nlines")
+
+
+def test_logging_config_quiets_the_logger_that_prints_the_key() -> None:
+    import json
+
+    prof = profile(api_key={"env": "MY_KEY"})
+    unit = render_unit(prof, canonicalize(prof.flags, OLD)).content
+    assert "Environment=SGLANG_LOGGING_CONFIG_PATH=/etc/sglang/logging.json" in unit
+    assert "SGLANG_LOGGING_CONFIG_PATH" not in render_unit(profile(), canonicalize(prof.flags, OLD)).content
+    conf = render_logging(prof, canonicalize({"log-level": "debug"}, OLD))
+    assert conf is not None and conf.mode == 0o644 and conf.remote_path == "/etc/sglang/logging.json"
+    cfg = json.loads(conf.content)
+    assert cfg["root"]["level"] == "DEBUG" and cfg["disable_existing_loggers"] is False
+    assert cfg["loggers"] == {"sglang.srt.entrypoints.engine": {"level": "WARNING"}}
+    # (sglang applies it with logging.config.dictConfig: tests/sim_software/test_config_file.py runs that)
+    default = render_logging(prof, canonicalize({}, OLD))
+    assert default is not None and json.loads(default.content)["root"]["level"] == "INFO"
+    assert render_logging(profile(), canonicalize({}, OLD)) is None
 
 
 def test_unit_fields_and_determinism() -> None:
