@@ -110,3 +110,17 @@ def test_stream_redacts_what_is_written() -> None:
     stream.writelines([f"{KEY}\n"])
     stream.flush()
     assert KEY not in sink.getvalue() and sink.getvalue().count(REDACTED) == 2
+
+
+def test_cli_json_document_is_redacted(capsys: pytest.CaptureFixture[str]) -> None:
+    from orchestrator.cli.common import Output
+
+    register_secret(KEY)
+    Output(as_json=True).emit({"ok": False, "details": {"journal": [f"server_args=ServerArgs(api_key='{KEY}')"]},
+                               "runs": [{"bench": {"server_info": {"api_key": KEY, "tp_size": 8}}}],
+                               "note": f"key {KEY}"})
+    out = capsys.readouterr().out
+    assert KEY not in out
+    doc = json.loads(out)
+    assert doc["runs"][0]["bench"]["server_info"] == {"api_key": REDACTED, "tp_size": 8}
+    assert doc["details"]["journal"] == [f"server_args=ServerArgs(api_key='{REDACTED}')"]
