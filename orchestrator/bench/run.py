@@ -80,7 +80,8 @@ def run_bench(ssh: SshHost, host: Host, profile: ServerProfile, preset_name: str
     # Plain preset runs are baselines for later rolls; runs with overrides (sweep points) are not.
     kind = "sweep" if overrides else "bench"
     out_file = f"{out_dir}/{kind}-{preset_name}--{run_id}.jsonl"
-    inner = (f"mkdir -p {shlex.quote(out_dir)} && if [ -f /etc/sglang/sglang.env ]; then set -a; "
+    # umask 077: bench_serving's JSONL embeds the server's /server_info, API key included.
+    inner = (f"umask 077 && mkdir -p {shlex.quote(out_dir)} && if [ -f /etc/sglang/sglang.env ]; then set -a; "
              f". /etc/sglang/sglang.env; set +a; fi; export OPENAI_API_KEY=\"${{SGLANG_API_KEY:-}}\"; cd /tmp && "
              + bench_command(preset, profile, out_file, overrides))
     bench_cmd = f"pct exec {vmid} -- bash -c {shlex.quote(inner)}"

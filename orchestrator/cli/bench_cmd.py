@@ -24,6 +24,7 @@ from orchestrator.cli.presets import BenchCommand
 from orchestrator.cli.roll_cmd import _command_line, run_with_progress
 from orchestrator.cli.tables import Column, TableSpec, spec
 from orchestrator.errors import ConfigError
+from orchestrator.redact import redact, redact_text
 from orchestrator.reports.compare import comparability
 from orchestrator.reports.sweep import (
     SweepPoint,
@@ -72,8 +73,9 @@ def _numeric(v: str) -> float | int | str:
 def _save_point(out_dir: Path, name: str, run: Any) -> str:
     d = out_dir / name
     d.mkdir(parents=True, exist_ok=True)
-    (d / "result.json").write_text(json.dumps(run.to_dict(), indent=2, default=str))
-    (d / "bench.jsonl").write_text(run.jsonl)
+    # Reports leave the machine more often than anything else: the same redaction as --json.
+    (d / "result.json").write_text(json.dumps(redact(json.loads(json.dumps(run.to_dict(), default=str))), indent=2))
+    (d / "bench.jsonl").write_text(redact_text(run.jsonl))
     return str(d)
 
 

@@ -23,6 +23,7 @@ from orchestrator.errors import ConfigError, DeployError
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.paths import INVENTORY_ENV, default_inventory_dir
+from orchestrator.redact import install_stream_redaction, redact
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -47,8 +48,10 @@ class Output:
             print_table(self.console, t)
 
     def emit(self, payload: dict[str, Any]) -> None:
+        """The one JSON document; secrets redacted by key (server_info's api_key) and by value/shape."""
         if self.as_json:
-            sys.stdout.write(json.dumps(payload, indent=2, default=str, sort_keys=False) + "\n")
+            safe = redact(json.loads(json.dumps(payload, default=str)))
+            sys.stdout.write(json.dumps(safe, indent=2, sort_keys=False) + "\n")
 
 
 @dataclass
@@ -121,7 +124,12 @@ def common_options(func: F) -> F:
 
 
 def run_command(app: AppContext, func: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-    """Run a command body and turn DeployError into a clear message and the documented exit code."""
+    """Run a command body and turn DeployError into a clear message and the documented exit code.
+
+    stdout and stderr are wrapped first, so nothing a command prints (progress, journal excerpts, tables,
+    tracebacks) can carry a secret to the terminal.
+    """
+    install_stream_redaction()
     out = app.out
     try:
         code = func(app, *args, **kwargs)

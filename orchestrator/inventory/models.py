@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from orchestrator.errors import ConfigError
 from orchestrator.inventory.limits import UnitTextError, flag_value_problem, text_problem
+from orchestrator.redact import register_secret
 
 FlagValue = str | int | float | bool | None | list[str | int | float]
 GateMetric = Literal["output_throughput", "mean_tpot_ms", "mean_ttft_ms"]
@@ -41,6 +42,12 @@ class SecretRef(StrictModel):
         return f"env ${self.env}" if self.env else f"file {self.file}"
 
     def read(self) -> str:
+        """The secret's value; it is registered with the redactor, so no output can carry it from here on."""
+        value = self._read()
+        register_secret(value)
+        return value
+
+    def _read(self) -> str:
         if self.env:
             value = os.environ.get(self.env)
             if not value:

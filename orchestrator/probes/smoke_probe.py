@@ -49,6 +49,8 @@ def main():
         if args.get("server_info_path"):
             info = call(base, "/server_info", None, key, timeout)
             path = args["server_info_path"]
+            if isinstance(info, dict):  # /server_info lists the server's own API keys: never store them
+                info = {k: ("<redacted>" if v and k.endswith("api_key") else v) for k, v in info.items()}
             if os.path.isdir(os.path.dirname(path)):
                 with open(path + ".tmp", "w") as fh:
                     json.dump(info, fh, sort_keys=True)

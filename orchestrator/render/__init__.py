@@ -22,10 +22,14 @@ from orchestrator.render.passthrough import (
 from orchestrator.render.service import (
     API_KEY_VAR,
     ENV_PATH,
+    LOGGING_PATH,
+    SECRETS_PATH,
     UNIT_PATH,
     exec_start,
     launch_argv,
     render_env,
+    render_logging,
+    render_secrets,
     render_unit,
 )
 
@@ -33,6 +37,8 @@ __all__ = [
     "API_KEY_VAR",
     "ENV_PATH",
     "HEADER_MARK",
+    "LOGGING_PATH",
+    "SECRETS_PATH",
     "UNIT_PATH",
     "Bundle",
     "DevEntry",
@@ -47,7 +53,9 @@ __all__ = [
     "raw_lines",
     "render_bundle",
     "render_env",
+    "render_logging",
     "render_passthrough",
+    "render_secrets",
     "render_unit",
     "resolve_method",
     "split_header",

@@ -1,4 +1,5 @@
-"""Everything that would be installed for one host: passthrough lines, sglang.service, sglang.env, one hash."""
+"""Everything that would be installed for one host: passthrough lines, sglang.service, sglang.env, secrets.yaml
+(with an API key), one hash."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from orchestrator.inventory.models import Host, ServerProfile
 from orchestrator.parsers.devices import DeviceNode
 from orchestrator.render.files import RenderedFile, sha256_text
 from orchestrator.render.passthrough import Method, render_passthrough, resolve_method
-from orchestrator.render.service import render_env, render_unit
+from orchestrator.render.service import render_env, render_logging, render_secrets, render_unit
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ def render_bundle(host: Host, profile: ServerProfile, *, nodes: Sequence[DeviceN
                                         vmid=host.container.vmid))
     files.append(render_unit(profile, flags, release_id))
     files.append(render_env(profile, api_key))
+    files.extend(f for f in (render_secrets(profile, api_key), render_logging(profile, flags)) if f is not None)
     notes = list(flags.notes)
     notes.extend(f"--{w} is written as --{c}" for w, c in sorted(flags.renamed.items()))
     return Bundle(files=tuple(files), sha256=combined_sha256(files), flags=flags, method=chosen,

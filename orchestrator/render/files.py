@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import re
 from dataclasses import dataclass, field, replace
 
@@ -43,6 +44,7 @@ class RenderedFile:
         for s in self.secrets:
             text = text.replace(s, REDACTED)
             text = text.replace(escape_env_value(s), REDACTED)
+            text = text.replace(json.dumps(s, ensure_ascii=True)[1:-1], REDACTED)
         return replace(self, content=text, secrets=())
 
     def to_dict(self) -> dict[str, object]:
@@ -82,6 +84,7 @@ def environment() -> Environment:
     )
     env.filters["exec_arg"] = systemd_exec_arg
     env.filters["env_value"] = env_file_value
+    env.filters["yaml_str"] = yaml_str
     return env
 
 
@@ -128,6 +131,13 @@ def env_file_value(value: str) -> str:
         raise ConfigError("an environment value contains a newline or NUL byte",
                           fix="use a single-line value (secrets included)")
     return f'"{escape_env_value(value)}"'
+
+
+def yaml_str(value: str) -> str:
+    """A YAML double-quoted scalar that loads back as exactly `value` (JSON string syntax, ASCII only)."""
+    if "\n" in value or "\r" in value or "\x00" in value:
+        raise ConfigError("a secret value contains a newline or NUL byte", fix="use a single-line value")
+    return json.dumps(value, ensure_ascii=True)
 
 
 def check_env_name(name: str) -> str:

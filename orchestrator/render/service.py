@@ -18,6 +18,13 @@ from orchestrator.render.files import (
 
 UNIT_PATH = "/etc/systemd/system/sglang.service"
 ENV_PATH = "/etc/sglang/sglang.env"
+#: Server options that must stay out of argv (the API key): sglang reads them with `--config FILE`.
+SECRETS_PATH = "/etc/sglang/secrets.yaml"
+#: sglang's logging config (SGLANG_LOGGING_CONFIG_PATH) for servers with an API key; see render_logging.
+LOGGING_PATH = "/etc/sglang/logging.json"
+#: Loggers that print the API key in clear at INFO: `server_args=ServerArgs(… api_key='…')` (0.5.12.post1,
+#: sglang/srt/entrypoints/engine.py) and `server_args={… 'api_key': '…'}` (0.5.23, same module).
+KEY_LOGGING_LOGGERS = ("sglang.srt.entrypoints.engine",)
 API_KEY_VAR = "SGLANG_API_KEY"
 RESTART_SEC = 10
 START_LIMIT_BURST = 3
@@ -47,20 +54,25 @@ def exec_start(profile: ServerProfile, flags: FlagSet) -> str:
     for group in _launch_groups(profile, flags):
         lines.append(" ".join(systemd_exec_arg(w) for w in group))
     if profile.api_key is not None:
-        # systemd substitutes the variable from the 0600 EnvironmentFile; the unit never holds the key.
-        lines.append("--api-key ${" + API_KEY_VAR + "}")
+        # The key is in a 0600 YAML file that sglang reads itself: neither the unit nor argv (ps) holds it.
+        # Two words, never `--config=FILE`: sglang only merges the file when argv has the bare `--config` token.
+        lines.append("--config " + systemd_exec_arg(SECRETS_PATH))
     for group in flags.argv_groups():
         lines.append(" ".join(systemd_exec_arg(w) for w in group))
     return " \\\n    ".join(lines)
 
 
 def launch_argv(profile: ServerProfile, flags: FlagSet, api_key: str | None = None) -> list[str]:
-    """The argv sglang receives after systemd's parsing (the API key shown as given, or its ${VAR} reference)."""
+    """The argv sglang receives from systemd: `--config SECRETS_PATH` when the profile has an API key.
+
+    With `api_key` (a placeholder, for validating a flag set with the container's parser before anything is
+    installed) the key is passed as `--api-key VALUE` instead, so the check needs no file on the target.
+    """
     argv = [profile.venv.rstrip("/") + "/bin/python", "-m", "sglang.launch_server"]
     for group in _launch_groups(profile, flags):
         argv.extend(group)
     if profile.api_key is not None:
-        argv.extend(["--api-key", api_key if api_key is not None else "${" + API_KEY_VAR + "}"])
+        argv.extend(["--api-key", api_key] if api_key is not None else ["--config", SECRETS_PATH])
     argv.extend(flags.argv())
     return argv
 
@@ -71,6 +83,7 @@ def render_unit(profile: ServerProfile, flags: FlagSet, release_id: str | None =
         "served_model_name": profile.served_model_name,
         "model_path": profile.model_path,
         "env_file": ENV_PATH,
+        "logging_config": LOGGING_PATH if profile.api_key is not None else "",
         "exec_start": exec_start(profile, flags),
         "restart_sec": RESTART_SEC,
         "start_limit_burst": START_LIMIT_BURST,
@@ -107,3 +120,36 @@ def render_env(profile: ServerProfile, api_key: str | None) -> RenderedFile:
                               api_key=api_key or "")
     return RenderedFile(name="sglang.env", remote_path=ENV_PATH, mode=0o600, content=content,
                         sha256=sha256_text(content), secrets=(api_key,) if api_key else ())
+
+
+def render_secrets(profile: ServerProfile, api_key: str | None) -> RenderedFile | None:
+    """secrets.yaml (0600): the options sglang reads with `--config`, today only `api-key`. None without a key.
+
+    sglang (0.5.12.post1 and 0.5.23 alike) turns each key into `--KEY VALUE` ahead of the command line's own
+    arguments, so argparse lets the unit's flags win; the key is spelled as the long flag (`api-key`), which
+    both versions pass through verbatim.
+    """
+    if profile.api_key is None:
+        return None
+    if not api_key:
+        raise ConfigError(f"profile has an api_key ({profile.api_key.describe()}) but no key value was given",
+                          fix=f"provide the secret ({profile.api_key.describe()})")
+    content = render_template("sglang-secrets.yaml.j2", remote_path=SECRETS_PATH, options=[("api-key", api_key)])
+    return RenderedFile(name="secrets.yaml", remote_path=SECRETS_PATH, mode=0o600, content=content,
+                        sha256=sha256_text(content), secrets=(api_key,))
+
+
+def render_logging(profile: ServerProfile, flags: FlagSet) -> RenderedFile | None:
+    """logging.json (0644, no secret) for a server with an API key, else None.
+
+    Both pinned sglang releases log their full arguments, the key included, at start (INFO). With
+    SGLANG_LOGGING_CONFIG_PATH set, sglang's configure_logger applies this dictConfig instead of its default:
+    the same line format (without the TP rank), the level of the profile's `log-level` flag (default info),
+    and the logger that prints the arguments held at WARNING.
+    """
+    if profile.api_key is None:
+        return None
+    level = str(flags.as_dict().get("log-level") or "info").upper()
+    content = render_template("sglang-logging.json.j2", level=level, quiet=KEY_LOGGING_LOGGERS)
+    return RenderedFile(name="logging.json", remote_path=LOGGING_PATH, mode=0o644, content=content,
+                        sha256=sha256_text(content))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.parsers.bench import BenchResult
+from orchestrator.redact import redact_text
 from orchestrator.telemetry.summary import TelemetrySummary
 from orchestrator.verdicts.power import Diagnosis
 
@@ -247,5 +248,5 @@ def write_sweep_report(result: SweepResult, out_dir: Path | str, *, title: str |
     page = html_report(result.points, ttl, png, parameter=result.parameter,
                        notes=[f"preset {result.preset}"] if result.preset else ())
     html_path = d / "report.html"
-    html_path.write_text(page, encoding="utf-8")
+    html_path.write_text(redact_text(page), encoding="utf-8")
     return png, html_path

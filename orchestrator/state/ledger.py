@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import sqlite3
 from collections.abc import Iterator, Sequence
@@ -25,6 +26,7 @@ from pydantic import BaseModel, ConfigDict
 from orchestrator.errors import ConfigError
 from orchestrator.parsers.bench import BenchParseError, BenchResult, parse_bench_import
 from orchestrator.paths import state_dir
+from orchestrator.redact import redact
 from orchestrator.telemetry.summary import TelemetrySummary
 from orchestrator.verdicts.power import Diagnosis
 from orchestrator.verdicts.regression import DEFAULT_NOISE_PCT, delta_pct
@@ -121,12 +123,37 @@ def _value(run: RunRecord, attr: str) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
+#: The ledger and its SQLite side files (WAL, shared memory, rollback journal) are owner-only: runs carry the
+#: server's resolved configuration, and whatever redaction misses must not be readable by other local users.
+LEDGER_FILE_MODE = 0o600
+STATE_DIR_MODE = 0o700
+SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+def secure_ledger_file(path: Path) -> None:
+    """Create the ledger 0600 (before SQLite opens it) and tighten an existing one and its side files.
+
+    The directory is made 0700 when it is the tool's state dir (or was created here); an explicitly chosen
+    directory that already exists keeps its mode, only the files in it are tightened.
+    """
+    parent = path.parent
+    created = not parent.exists()
+    parent.mkdir(parents=True, exist_ok=True, mode=STATE_DIR_MODE)
+    if created or parent.resolve() == state_dir().resolve():
+        os.chmod(parent, STATE_DIR_MODE)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, LEDGER_FILE_MODE)
+    os.close(fd)
+    for p in (path, *(path.with_name(path.name + s) for s in SIDE_FILES)):
+        if p.exists() and (p.stat().st_mode & 0o777) != LEDGER_FILE_MODE:
+            os.chmod(p, LEDGER_FILE_MODE)
+
+
 class Ledger:
     """The run history at `path` (default: `state_dir()/ledger.sqlite`), created and migrated on first use."""
 
     def __init__(self, path: Path | str | None = None) -> None:
         self.path = Path(path) if path is not None else default_ledger_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        secure_ledger_file(self.path)
         self._migrate()
 
     @contextmanager
@@ -179,11 +206,12 @@ class Ledger:
         jsonl_path: str | None = None,
         run_id: str | None = None,
     ) -> RunRecord:
-        """Insert one run and return it as stored."""
+        """Insert one run and return it as stored (secrets redacted: sglang's server_info carries its API key)."""
         started = started_at or datetime.now()
-        rec = RunRecord(id=run_id or new_run_id(started), host=host, release_id=release_id, preset=preset,
+        raw = RunRecord(id=run_id or new_run_id(started), host=host, release_id=release_id, preset=preset,
                         started_at=started, flags=dict(flags or {}), bench=bench, telemetry=telemetry,
                         diagnosis=tuple(diagnosis), source=source, label=label, jsonl_path=jsonl_path)
+        rec = RunRecord.model_validate(redact(raw.model_dump(mode="json")))
         with self._connect() as conn:
             conn.execute(
                 "INSERT INTO runs (id, host, release_id, preset, started_at, flags_json, bench_json, "
@@ -198,6 +226,12 @@ class Ledger:
 
     @staticmethod
     def _row_to_record(row: sqlite3.Row) -> RunRecord:
+        """A stored run; rows written before redaction existed are redacted as they are read."""
+        rec = Ledger._decode_row(row)
+        return RunRecord.model_validate(redact(rec.model_dump(mode="json")))
+
+    @staticmethod
+    def _decode_row(row: sqlite3.Row) -> RunRecord:
         return RunRecord(
             id=row["id"], host=row["host"], release_id=row["release_id"], preset=row["preset"],
             started_at=datetime.fromisoformat(row["started_at"]),

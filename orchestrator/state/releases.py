@@ -1,6 +1,8 @@
 """Releases live on the target, inside the container, so every operator machine sees the same history.
 
-/var/lib/deploy/releases/<id>/   sglang.service, sglang.env (0600), flags.json, meta.json, and later
+/var/lib/deploy/releases/<id>/   sglang.service, sglang.env (0600), secrets.yaml (0600) and logging.json
+                                 (with an API key),
+                                 flags.json, meta.json, and later
                                  server_info.json, bench.jsonl, verdict.json
 /var/lib/deploy/current          symlink → releases/<id>
 
@@ -22,7 +24,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from orchestrator.facts import CURRENT_LINK, ENV_PATH, RELEASES_DIR, UNIT_NAME, UNIT_PATH
+from orchestrator.redact import redact, redact_text
 from orchestrator.render.files import RenderedFile
+from orchestrator.render.service import LOGGING_PATH, SECRETS_PATH
 
 RELEASE_ID = re.compile(r"^(\d{8}T\d{6})-([0-9a-f]{8})$")
 
@@ -76,9 +80,10 @@ def write_release_script(bundle: ReleaseBundle) -> str:
              f"rm -rf {shlex.quote(tmp)}; mkdir -p {shlex.quote(tmp)}"]
     for f in bundle.files:
         parts.append(_write_file(f"{tmp}/{f.name}", f.content, f.mode))
-    parts.append(_write_file(f"{tmp}/flags.json", json.dumps(dict(bundle.flags), sort_keys=True) + "\n",
+    # flags.json and meta.json are world-readable evidence: redacted like any other output.
+    parts.append(_write_file(f"{tmp}/flags.json", json.dumps(redact(dict(bundle.flags)), sort_keys=True) + "\n",
                              0o644))
-    parts.append(_write_file(f"{tmp}/meta.json", json.dumps(dict(bundle.meta), sort_keys=True) + "\n",
+    parts.append(_write_file(f"{tmp}/meta.json", json.dumps(redact(dict(bundle.meta)), sort_keys=True) + "\n",
                              0o644))
     parts += [f"mv -T {shlex.quote(tmp)} {shlex.quote(rdir)}", "fi"]
     return "\n".join(parts) + "\n"
@@ -86,7 +91,11 @@ def write_release_script(bundle: ReleaseBundle) -> str:
 
 #: What a release installs: (file name in the release dir, installed path, mode).
 INSTALLED_FILES: tuple[tuple[str, str, int], ...] = (("sglang.service", UNIT_PATH, 0o644),
-                                                     ("sglang.env", ENV_PATH, 0o600))
+                                                     ("sglang.env", ENV_PATH, 0o600),
+                                                     ("secrets.yaml", SECRETS_PATH, 0o600),
+                                                     ("logging.json", LOGGING_PATH, 0o644))
+#: Files a release may lack (a profile without an API key has neither): absent → removed on the target.
+OPTIONAL_FILES = frozenset({"secrets.yaml", "logging.json"})
 
 
 def activate_script(release_id: str, *, restart: bool, keep: int) -> str:
@@ -97,10 +106,12 @@ def activate_script(release_id: str, *, restart: bool, keep: int) -> str:
     rdir = f"{RELEASES_DIR}/{release_id}"
     lines = ["set -e", f"test -d {shlex.quote(rdir)}"]
     for name, path, mode in INSTALLED_FILES:
-        dest = shlex.quote(path)
-        lines += [f"mkdir -p $(dirname {dest})",
-                  f"install -m {mode:04o} {shlex.quote(rdir + '/' + name)} {dest}.deploy-tmp",
-                  f"mv -f {dest}.deploy-tmp {dest}"]
+        dest, src = shlex.quote(path), shlex.quote(rdir + "/" + name)
+        install = [f"mkdir -p $(dirname {dest})", f"install -m {mode:04o} {src} {dest}.deploy-tmp",
+                   f"mv -f {dest}.deploy-tmp {dest}"]
+        if name in OPTIONAL_FILES:
+            install = [f"if [ -f {src} ]; then {'; '.join(install)}; else rm -f {dest}; fi"]
+        lines += install
     lines += [f"ln -sfn releases/{shlex.quote(release_id)} {CURRENT_LINK}.deploy-tmp",
               f"mv -T {CURRENT_LINK}.deploy-tmp {CURRENT_LINK}",
               # Where this start's log begins: health waits read only lines after it.
@@ -124,8 +135,14 @@ def journal_offset(output: str) -> int:
 
 
 def record_file_script(release_id: str, name: str, content: str, mode: int = 0o644) -> str:
-    """Add evidence (server_info.json, bench.jsonl, verdict.json) to a release after the fact."""
+    """Add evidence (server_info.json, bench.jsonl, verdict.json) to a release after the fact.
+
+    A file others may read never carries a secret (journal excerpts in a verdict quote sglang's own startup log,
+    which holds its API key): its content is redacted first.
+    """
     path = f"{RELEASES_DIR}/{release_id}/{name}"
+    if mode & 0o077:
+        content = redact_text(content)
     return f"set -e\n{_write_file(path + '.deploy-tmp', content, mode)}\nmv -f {path}.deploy-tmp {path}\n"
 
 

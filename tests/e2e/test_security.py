@@ -11,7 +11,7 @@ import yaml
 from tests.e2e.conftest import DeployEnv
 
 
-def test_api_key_lives_only_in_the_0600_env_file(deploy_env: DeployEnv, tmp_path: Path) -> None:
+def test_api_key_lives_only_in_0600_files(deploy_env: DeployEnv, tmp_path: Path) -> None:
     key = "sk-" + secrets.token_hex(16)
     key_file = tmp_path / "sglang-api-key"
     key_file.write_text(key + "\n")
@@ -21,9 +21,10 @@ def test_api_key_lives_only_in_the_0600_env_file(deploy_env: DeployEnv, tmp_path
     assert res.rc == 0, res.text
     assert key not in res.stdout and key not in res.stderr
     unit = deploy_env.ct("cat /etc/systemd/system/sglang.service").stdout
-    assert key not in unit and "${SGLANG_API_KEY}" in unit
-    assert deploy_env.ct("stat -c %a /etc/sglang/sglang.env").stdout.strip() == "600"
-    assert key in deploy_env.ct("cat /etc/sglang/sglang.env").stdout
+    assert key not in unit and "--config /etc/sglang/secrets.yaml" in unit and "SGLANG_API_KEY" not in unit
+    for path in ("/etc/sglang/sglang.env", "/etc/sglang/secrets.yaml"):
+        assert deploy_env.ct(f"stat -c %a {path}").stdout.strip() == "600"
+        assert key in deploy_env.ct(f"cat {path}").stdout
     # The server really requires the key: without it 401, and the smoke check (which reads the env file) passed.
     code = deploy_env.ct("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/v1/models").stdout
     assert code in ("401", "403")

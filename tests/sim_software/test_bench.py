@@ -36,14 +36,18 @@ def test_decode_steps_change_throughput_and_power(host: SimHost, start_server: C
         assert srv.wait_status(200)[-1] == 200
         idle = host.run("nvidia-smi", "--query-gpu=power.draw", "--format=csv,noheader,nounits", ct=True)
         samples: list[str] = []
+        done = threading.Event()
 
-        def sample(samples: list[str] = samples) -> None:
-            samples.append(host.run("nvidia-smi", "--query-gpu=power.draw", "--format=csv,noheader,nounits",
-                                    ct=True).stdout)
+        def sample(samples: list[str] = samples, done: threading.Event = done) -> None:
+            # Sample for the whole bench: a loaded machine starts the client late, so one timed sample can miss it.
+            while not done.wait(0.2):
+                samples.append(host.run("nvidia-smi", "--query-gpu=power.draw", "--format=csv,noheader,nounits",
+                                        ct=True).stdout)
 
-        t = threading.Timer(0.9, sample)
+        t = threading.Thread(target=sample)
         t.start()
         r = bench(host, srv.port, tmp_path / f"b{steps}.jsonl")
+        done.set()
         t.join()
         assert r.returncode == 0, r.stderr
         for label in LABELS:
@@ -58,7 +62,7 @@ def test_decode_steps_change_throughput_and_power(host: SimHost, start_server: C
                     "mean_tpot_ms", "p99_itl_ms", "mean_e2e_latency_ms", "total_throughput"):
             assert key in rec
         results[steps] = rec["output_throughput"]
-        busy = max(float(x) for x in samples[0].split())
+        busy = max(float(x) for sample_text in samples for x in sample_text.split())
         assert busy > max(float(x) for x in idle.stdout.split()) + 20
         srv.proc.terminate()
         srv.proc.wait(5)

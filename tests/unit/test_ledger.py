@@ -139,3 +139,46 @@ def test_concurrent_writers(tmp_path: Path) -> None:
         t.join()
     assert errors == []
     assert len(Ledger(path).list_runs(limit=100)) == 40
+
+
+def test_new_ledger_is_0600_in_a_0700_state_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DEPLOY_STATE_DIR", str(tmp_path / "state"))
+    led = Ledger()
+    led.record_run(host="h", bench=bench(100.0), started_at=T0)
+    assert (led.path.parent.stat().st_mode & 0o777) == 0o700
+    for p in led.path.parent.iterdir():  # the database and its WAL / shared-memory files
+        assert (p.stat().st_mode & 0o777) == 0o600, p
+
+
+def test_existing_loose_ledger_is_tightened(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    monkeypatch.setenv("DEPLOY_STATE_DIR", str(state))
+    Ledger().record_run(host="h", bench=bench(100.0), started_at=T0)
+    state.chmod(0o755)
+    for p in state.iterdir():
+        p.chmod(0o644)
+    led = Ledger()
+    assert (state.stat().st_mode & 0o777) == 0o700
+    assert all((p.stat().st_mode & 0o777) == 0o600 for p in state.iterdir())
+    assert len(led.list_runs()) == 1
+
+
+def test_secrets_never_reach_the_ledger_file(tmp_path: Path) -> None:
+    key = "sk-ledger-0123456789abcdef"
+    led = Ledger(tmp_path / "l.sqlite")
+    b = BenchResult(source="jsonl", completed=1, num_prompts=1, output_throughput=1.0,
+                    server_info={"api_key": key, "admin_api_key": None, "tp_size": 8})
+    rec = led.record_run(host="h", bench=b, flags={"api-key": key, "tp-size": 8}, started_at=T0)
+    assert rec.bench is not None and rec.bench.server_info == {"api_key": "<redacted>", "admin_api_key": None,
+                                                               "tp_size": 8}
+    assert rec.flags == {"api-key": "<redacted>", "tp-size": 8}
+    with sqlite3.connect(led.path) as conn:
+        conn.execute("PRAGMA wal_checkpoint(FULL)")
+    for p in tmp_path.iterdir():
+        assert key.encode() not in p.read_bytes(), p
+    # A row written by an older tool (key in clear) is redacted when read.
+    with sqlite3.connect(led.path) as conn:
+        conn.execute("UPDATE runs SET bench_json = ?", (b.model_dump_json(),))
+    (old,) = led.list_runs()
+    assert old.bench is not None and old.bench.server_info is not None
+    assert old.bench.server_info["api_key"] == "<redacted>"

@@ -81,8 +81,9 @@ def test_secret_is_never_printed(tmp_path: Path) -> None:
         res = run("pve-gpu-1", *DEV, *extra, inventory=inv, env={"TEST_SGLANG_KEY": secret})
         assert res.exit_code == 0, res.output
         assert secret not in res.output
-        assert "--api-key ${SGLANG_API_KEY}" in res.output
+        assert "--config /etc/sglang/secrets.yaml" in res.output and "--api-key" not in res.output
         assert "SGLANG_API_KEY=" in res.output and "<redacted>" in res.output
+        assert "api-key" in res.output  # secrets.yaml is shown, its value withheld
     # without the secret available, render still works and says so
     res = run("pve-gpu-1", *DEV, inventory=inv, env={"TEST_SGLANG_KEY": ""})
     assert res.exit_code == 0 and "placeholder" in res.output

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from orchestrator.errors import ConfigError
 from orchestrator.flags import FlagSchema, canonicalize
@@ -21,10 +22,13 @@ from orchestrator.render import (
     launch_argv,
     render_bundle,
     render_env,
+    render_logging,
     render_passthrough,
+    render_secrets,
     render_unit,
     resolve_method,
 )
+from orchestrator.render.service import SECRETS_PATH
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT.parent / "shared" / "fixtures" / "nvidia-smi" / "h200x2-nvlink"
@@ -223,20 +227,52 @@ def test_unit_execstart_survives_systemd_parsing() -> None:
     assert systemd_exec_words(unit, {}) == launch_argv(prof, flags)
 
 
-def test_unit_with_api_key_references_env_only() -> None:
+def test_api_key_goes_to_a_0600_config_file_never_to_argv(tmp_path: Path) -> None:
     prof = profile(api_key={"env": "MY_KEY"})
     flags = canonicalize(prof.flags, OLD)
-    secret = 'k3y with space"$%`\\'
+    secret = 'k3y with space"$%`\\: #x \'q\' \u00e9'
     unit = render_unit(prof, flags).content
     env = render_env(prof, secret)
-    assert secret not in unit and "--api-key ${SGLANG_API_KEY}" in unit
-    parsed_env = systemd_env_file(env.content)
-    assert parsed_env["SGLANG_API_KEY"] == secret
-    words = systemd_exec_words(unit, parsed_env)
-    assert words[words.index("--api-key") + 1] == secret
-    assert env.mode == 0o600 and "0600" in env.content
+    conf = render_secrets(prof, secret)
+    assert conf is not None and render_secrets(profile(), None) is None
+    # The unit names the file (two words: sglang merges only a bare `--config`), never the key or a ${VAR} of it.
+    assert secret not in unit and "${SGLANG_API_KEY}" not in unit and "--api-key" not in unit
+    words = systemd_exec_words(unit, systemd_env_file(env.content))
+    assert words[words.index("--config") + 1] == SECRETS_PATH == "/etc/sglang/secrets.yaml"
+    assert secret not in " ".join(words) and words == launch_argv(prof, flags)
+    # The file loads back as exactly the key, under the flag's own spelling, and is owner-only.
+    assert conf.mode == 0o600 and conf.remote_path == SECRETS_PATH and conf.name == "secrets.yaml"
+    assert yaml.safe_load(conf.content) == {"api-key": secret}
+    assert secret not in conf.redacted().content and "<redacted>" in conf.redacted().content
+    assert secret not in repr(conf)
+    # The env file still carries it (0600) for deploy's own smoke and bench checks.
+    assert systemd_env_file(env.content)["SGLANG_API_KEY"] == secret and env.mode == 0o600
     assert secret not in env.redacted().content and "<redacted>" in env.redacted().content
-    assert secret not in repr(env)
+    # Validation before install passes a placeholder as --api-key: no file is needed on the target yet.
+    assert launch_argv(prof, flags, api_key="placeholder")[-len(flags.argv()) - 2:][:2] == ["--api-key",
+                                                                                         "placeholder"]
+    with pytest.raises(ConfigError):
+        render_secrets(prof, None)
+    with pytest.raises(ConfigError):
+        render_secrets(prof, "two\nlines")
+
+
+def test_logging_config_quiets_the_logger_that_prints_the_key() -> None:
+    import json
+
+    prof = profile(api_key={"env": "MY_KEY"})
+    unit = render_unit(prof, canonicalize(prof.flags, OLD)).content
+    assert "Environment=SGLANG_LOGGING_CONFIG_PATH=/etc/sglang/logging.json" in unit
+    assert "SGLANG_LOGGING_CONFIG_PATH" not in render_unit(profile(), canonicalize(prof.flags, OLD)).content
+    conf = render_logging(prof, canonicalize({"log-level": "debug"}, OLD))
+    assert conf is not None and conf.mode == 0o644 and conf.remote_path == "/etc/sglang/logging.json"
+    cfg = json.loads(conf.content)
+    assert cfg["root"]["level"] == "DEBUG" and cfg["disable_existing_loggers"] is False
+    assert cfg["loggers"] == {"sglang.srt.entrypoints.engine": {"level": "WARNING"}}
+    # (sglang applies it with logging.config.dictConfig: tests/sim_software/test_config_file.py runs that)
+    default = render_logging(prof, canonicalize({}, OLD))
+    assert default is not None and json.loads(default.content)["root"]["level"] == "INFO"
+    assert render_logging(profile(), canonicalize({}, OLD)) is None
 
 
 def test_unit_fields_and_determinism() -> None:

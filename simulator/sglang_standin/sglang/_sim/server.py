@@ -13,6 +13,8 @@ import asyncio
 import datetime as dt
 import ipaddress
 import json
+import logging
+import logging.config
 import os
 import signal
 import sys
@@ -23,6 +25,7 @@ from typing import Any, NoReturn
 from aiohttp import web
 
 from sglang._sim import env
+from sglang._sim.config_file import merge_config
 from sglang._sim.engine import Engine, Req
 from sglang._sim.flags import PROG, add_cli_args
 from sglang._sim.perf import PerfModel
@@ -33,7 +36,29 @@ DEFAULT_START_S = 2.0  # real seconds in "loading" before ready (plus fault slow
 REPORT_EVERY_S = 0.5
 
 
-def log(msg: str, tp: int | None = None) -> None:
+#: Where the real server's lines come from (the logger names matter to a custom logging config).
+HTTP_LOGGER = "sglang.srt.entrypoints.http_server"
+ENGINE_LOGGER = "sglang.srt.entrypoints.engine"
+_custom_logging = False
+
+
+def configure_logging() -> None:
+    """Like sglang's configure_logger: $SGLANG_LOGGING_CONFIG_PATH (JSON dictConfig) replaces the default format."""
+    global _custom_logging
+    path = os.environ.get("SGLANG_LOGGING_CONFIG_PATH")
+    if not path:
+        return
+    if not os.path.exists(path):
+        raise Exception(f"Setting SGLANG_LOGGING_CONFIG_PATH from env with {path} but it does not exist!")
+    with open(path, encoding="utf-8") as fh:
+        logging.config.dictConfig(json.loads(fh.read()))
+    _custom_logging = True
+
+
+def log(msg: str, tp: int | None = None, logger: str = HTTP_LOGGER) -> None:
+    if _custom_logging:
+        logging.getLogger(logger).info(msg)
+        return
     stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
     rank = f" TP{tp}" if tp is not None else ""
     sys.stdout.write(f"[{stamp}{rank}] {msg}\n")
@@ -516,9 +541,16 @@ def main(argv: list[str] | None = None) -> None:
     version = env.installed_version()
     parser = argparse.ArgumentParser(prog=PROG)
     add_cli_args(parser, version)
-    ns = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    # Like prepare_server_args: a YAML --config file is merged into argv first (the command line wins).
+    ns = parser.parse_args(merge_config(sys.argv[1:] if argv is None else argv, parser, version))
     args = resolve(vars(ns), version)
-    log(f"server_args=ServerArgs({', '.join(f'{k}={v!r}' for k, v in sorted(args.items()))})")
+    configure_logging()
+    # Both real releases log every argument at INFO, the API key in clear (0.5.23 as a dict).
+    if version == "0.5.23":
+        log(f"server_args={dict(sorted(args.items()))!r}", logger=ENGINE_LOGGER)
+    else:
+        log(f"server_args=ServerArgs({', '.join(f'{k}={v!r}' for k, v in sorted(args.items()))})",
+            logger=ENGINE_LOGGER)
     preflight(args)
     sim = Sim(args, version)
     try:

@@ -10,6 +10,8 @@ import argparse
 from typing import Any
 
 from sglang._sim import flags
+from sglang._sim.config_file import merge_config
+from sglang._sim.env import installed_version
 
 
 class ServerArgs:
@@ -34,4 +36,6 @@ class ServerArgs:
 def prepare_server_args(argv: list[str]) -> ServerArgs:
     parser = argparse.ArgumentParser(prog=flags.PROG)
     ServerArgs.add_cli_args(parser)
+    if "--config" in argv:
+        argv = merge_config(argv, parser, installed_version())
     return ServerArgs.from_cli_args(parser.parse_args(argv))

@@ -1,0 +1,112 @@
+"""The secret search (issue 13 §2): with an API key read from a file, run `up`, a crashing roll, `bench`,
+`history --bench --json` and `compare`; then look for the key everywhere a user or another process could read it:
+every captured stdout/stderr, every file under the tool's state and inventory dirs, every file of the simulated
+host and its container (with its mode), and `ps -eo args` on the host and inside the container.
+The key may only turn up in files of mode 0600.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import DeployEnv, Result
+
+MAX_SCAN_BYTES = 64 * 1024 * 1024
+
+
+def files_holding(key: str, top: Path) -> list[tuple[Path, int]]:
+    """(path, mode) of every regular file under `top` whose bytes contain `key` (symlinks and devices skipped)."""
+    needle = key.encode()
+    hits: list[tuple[Path, int]] = []
+    for dirpath, _dirs, filenames in os.walk(top, followlinks=False):
+        for name in filenames:
+            path = Path(dirpath) / name
+            try:
+                st = path.lstat()
+                if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SCAN_BYTES:
+                    continue
+                data = path.read_bytes()
+            except OSError:
+                continue
+            if needle in data:
+                hits.append((path, stat.S_IMODE(st.st_mode)))
+    return hits
+
+
+@pytest.mark.timeout(900)  # nine CLI runs (two of them rollbacks, two benches) on a shared 2-core machine
+def test_api_key_is_found_only_in_0600_files(deploy_env: DeployEnv, tmp_path: Path) -> None:
+    env = deploy_env
+    key = "sk-" + secrets.token_hex(20)
+    key_file = tmp_path / "secret" / "sglang-api-key"
+    key_file.parent.mkdir()
+    key_file.write_text(key + "\n")
+    key_file.chmod(0o600)
+    env.set_profile(api_key={"file": str(key_file)})
+    outputs: dict[str, Result] = {}
+
+    def run(name: str, *args: str, ok: bool = True) -> Result:
+        res = env.run(*args)
+        outputs[name] = res
+        assert (res.rc == 0) == ok, f"{name}: {res.text}"
+        return res
+
+    run("up", "--json", "up", "host", env.host, "--skip-bench")
+    run("up again (text)", "up", "host", env.host, "--skip-bench")
+    # A crashing roll: the candidate dies at start, its journal excerpt is quoted in the error and the verdict.
+    env.ct_faults(crash_on_start=True, match="--max-running-requests 1024")
+    roll = run("crashing roll", "--json", "roll", "host", env.host, "--set", "max-running-requests=1024",
+               "--skip-bench", ok=False)
+    assert roll.rc not in (0, 2) and roll.json["details"]["journal"], roll.text
+    run("crashing roll (text)", "roll", "host", env.host, "--set", "max-running-requests=1024", "--skip-bench",
+        ok=False)
+    env.ct_faults(crash_on_start=False, match="none")
+    first = run("bench", "--json", "bench", "host", env.host, "--set", "num-prompts=32").json["runs"][0]["run_id"]
+    run("bench (text)", "bench", "host", env.host, "--set", "num-prompts=16")
+    runs = run("history --bench --json", "--json", "history", "--bench", "host", env.host).json["runs"]
+    second_id = next(r["id"] for r in runs if r["id"] != first)
+    run("history --bench", "history", "--bench", "host", env.host)
+    run("history --json", "--json", "history", "host", env.host)
+    run("compare --json", "--json", "compare", first, second_id)
+    run("compare", "compare", first, second_id)
+    run("status --json", "--json", "status", "host", env.host)
+
+    # Every violation is collected first, so one failing run lists all of them.
+    problems: list[str] = []
+    # 1. Nothing the tool printed carries the key.
+    problems += [f"printed by `{name}`" for name, res in outputs.items() if key in res.stdout or key in res.stderr]
+
+    # 2. Files: the tool's state and inventory, the simulated host and its container (sim root).
+    state = Path(env.env["DEPLOY_STATE_DIR"])
+    hits = [(p, m) for top in (state, env.inventory, env.root) for p, m in files_holding(key, top)]
+    problems += [f"in {p} (mode {m:04o})" for p, m in hits if m != 0o600]
+    print("files holding the key:", *(f"{m:04o} {p}" for p, m in hits), sep="\n  ")  # for -s runs
+    ledger = state / "ledger.sqlite"
+    for path, want in ((ledger, 0o600), (state, 0o700)):
+        if stat.S_IMODE(path.stat().st_mode) != want:
+            problems.append(f"{path} has mode {stat.S_IMODE(path.stat().st_mode):04o}, not {want:04o}")
+
+    # 3. Processes: argv on the host (LXC shares the kernel: it sees the container's processes) and in the CT.
+    host_ps = env.ssh("ps -eo args")
+    ct_ps = env.ct("ps -eo args")
+    assert host_ps.rc == 0 and ct_ps.rc == 0, host_ps.text + ct_ps.text
+    assert "sglang.launch_server" in host_ps.stdout and "sglang.launch_server" in ct_ps.stdout
+    problems += [f"in `ps -eo args` {where}" for where, res in (("on the host", host_ps), ("in the CT", ct_ps))
+                 if key in res.stdout]
+    assert problems == [], "the API key leaked:\n" + "\n".join(problems)
+
+    # The search must find the key where it belongs, in the container and in the release directories.
+    found = {p.name for p, _ in hits}
+    assert {"sglang.env", "secrets.yaml"} <= found, found
+    assert any("releases" in p.parts for p, _ in hits), hits
+    # Stricter than the mode rule for the journal: the simulator keeps it 0600, real journald 0640 (group
+    # systemd-journal). sglang's startup dump of its arguments must not reach it at all (logging.json).
+    assert not [p for p, _ in hits if "journal" in p.parts], hits
+    assert "<redacted>" in outputs["history --bench --json"].stdout  # server_info's api_key, visibly withheld
+    # The server still requires the key (it reads it from its 0600 config file, not from argv).
+    code = env.ct("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/v1/models").stdout
+    assert code in ("401", "403")

@@ -1,0 +1,126 @@
+"""The redactor: secrets by key name, by registered value, and by textual shape; ordinary text stays intact."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from orchestrator.redact import (
+    REDACTED,
+    RedactingStream,
+    forget_secrets,
+    is_secret_key,
+    redact,
+    redact_text,
+    register_secret,
+)
+
+KEY = "sk-3f9a1c0e7b2d4a6f"
+
+
+@pytest.fixture(autouse=True)
+def clean_registry() -> Iterator[None]:
+    forget_secrets()
+    yield
+    forget_secrets()
+
+
+@pytest.mark.parametrize("key", ["api_key", "admin_api_key", "--api-key", "API-KEY", "token", "hf_token",
+                                 "token_secret", "password", "db_password", "secret", "Authorization",
+                                 "private_key", "apikey"])
+def test_secret_key_names(key: str) -> None:
+    assert is_secret_key(key)
+
+
+@pytest.mark.parametrize("key", ["tokens", "max_total_num_tokens", "tokenizer_path", "token_id", "total_output_tokens",
+                                 "tokens_per_s_per_w", "keep_releases", "key", "monkey", "secretary"])
+def test_ordinary_key_names(key: str) -> None:
+    assert not is_secret_key(key)
+
+
+def test_dicts_are_redacted_recursively_by_key() -> None:
+    info = {"model_path": "/models/glm", "api_key": KEY, "admin_api_key": None, "max_total_num_tokens": 314304,
+            "nested": [{"token_secret": "abc"}, {"tokenizer_path": "x"}], "pair": ("a", {"password": "pw"}),
+            "j_per_output_token": 0.42}
+    out = redact(info)
+    assert out["api_key"] == REDACTED and out["admin_api_key"] is None  # unset stays visibly unset
+    assert out["max_total_num_tokens"] == 314304 and out["model_path"] == "/models/glm"
+    assert out["nested"] == [{"token_secret": REDACTED}, {"tokenizer_path": "x"}]
+    assert out["pair"] == ("a", {"password": REDACTED})
+    assert out["j_per_output_token"] == 0.42  # a figure, not a secret
+    assert info["api_key"] == KEY  # a copy, the input is untouched
+
+
+def test_registered_values_are_replaced_anywhere() -> None:
+    register_secret(KEY)
+    register_secret("abc")  # too short to replace by value
+    assert redact_text(f"curl -H 'x: {KEY}' ... {KEY}.") == f"curl -H 'x: {REDACTED}' ... {REDACTED}."
+    assert redact({"note": f"the key is {KEY}", "n": [KEY]}) == {"note": f"the key is {REDACTED}", "n": [REDACTED]}
+    assert redact_text("abc stays") == "abc stays"
+
+
+@pytest.mark.parametrize("text, expected", [
+    # sglang 0.5.12.post1 logs its ServerArgs repr, 0.5.23 a dict
+    (f"server_args=ServerArgs(model_path='/m', api_key='{KEY}', admin_api_key=None, port=8000)",
+     f"server_args=ServerArgs(model_path='/m', api_key='{REDACTED}', admin_api_key=None, port=8000)"),
+    (f"server_args={{'api_key': '{KEY}', 'tokenizer_path': '/m'}}",
+     f"server_args={{'api_key': '{REDACTED}', 'tokenizer_path': '/m'}}"),
+    (f'{{"api_key": "{KEY}", "max_total_num_tokens": 5}}', f'{{"api_key": "{REDACTED}", "max_total_num_tokens": 5}}'),
+    (f"python -m sglang.launch_server --api-key {KEY} --port 8000",
+     f"python -m sglang.launch_server --api-key {REDACTED} --port 8000"),
+    (f"--api-key={KEY}", f"--api-key={REDACTED}"),
+    (f"SGLANG_API_KEY={KEY}", f"SGLANG_API_KEY={REDACTED}"),
+    (f'SGLANG_API_KEY="{KEY}"', f'SGLANG_API_KEY="{REDACTED}"'),
+    (f"api_key={KEY}, port=1", f"api_key={REDACTED}, port=1"),
+    (f"api-key: {KEY}\nport: 8000\n", f"api-key: {REDACTED}\nport: 8000\n"),
+    (f"Authorization: Bearer {KEY}", f"Authorization: {REDACTED}"),
+    (f"curl -H 'Authorization: Bearer {KEY}' url", f"curl -H 'Authorization: Bearer {REDACTED}' url"),
+    ("PVEAPIToken=root@pam!deploy=0f0e-11aa", f"PVEAPIToken={REDACTED}"),
+    (f"  api_key: {KEY}  # from the vault", f"  api_key: {REDACTED}  # from the vault"),
+])
+def test_secret_shapes_in_text(text: str, expected: str) -> None:
+    assert redact_text(text) == expected
+    assert redact_text(expected) == expected  # idempotent
+
+
+@pytest.mark.parametrize("text", [
+    "server_args=ServerArgs(api_key=None, max_total_num_tokens=314304, tokenizer_path='/m')",
+    '{"output_throughput": 4455.1, "total_output_tokens": 16384, "token_id": "root@pam!deploy"}',
+    "--max-running-requests 2048 --num-continuous-decode-steps 8",
+    "The server is fired up and ready to roll!",
+])
+def test_ordinary_text_is_untouched(text: str) -> None:
+    assert redact_text(text) == text
+
+
+def test_json_text_keeps_parsing_after_redaction() -> None:
+    doc = json.dumps({"journal": [f"server_args=ServerArgs(api_key='{KEY}')"], "api_key": KEY})
+    out = json.loads(redact_text(doc))
+    assert KEY not in json.dumps(out) and out["api_key"] == REDACTED
+
+
+def test_stream_redacts_what_is_written() -> None:
+    register_secret(KEY)
+    sink = io.StringIO()
+    stream = RedactingStream(sink)
+    stream.write(f"journal: api_key='{KEY}'\n")
+    stream.writelines([f"{KEY}\n"])
+    stream.flush()
+    assert KEY not in sink.getvalue() and sink.getvalue().count(REDACTED) == 2
+
+
+def test_cli_json_document_is_redacted(capsys: pytest.CaptureFixture[str]) -> None:
+    from orchestrator.cli.common import Output
+
+    register_secret(KEY)
+    Output(as_json=True).emit({"ok": False, "details": {"journal": [f"server_args=ServerArgs(api_key='{KEY}')"]},
+                               "runs": [{"bench": {"server_info": {"api_key": KEY, "tp_size": 8}}}],
+                               "note": f"key {KEY}"})
+    out = capsys.readouterr().out
+    assert KEY not in out
+    doc = json.loads(out)
+    assert doc["runs"][0]["bench"]["server_info"] == {"api_key": REDACTED, "tp_size": 8}
+    assert doc["details"]["journal"] == [f"server_args=ServerArgs(api_key='{REDACTED}')"]
