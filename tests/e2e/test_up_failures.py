@@ -126,7 +126,7 @@ def test_concurrent_up_is_refused_naming_the_holder(converged: DeployEnv) -> Non
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            held = converged.ssh("cat /var/lib/deploy/deploy.lock.holder 2>/dev/null").stdout
+            held = converged.ssh("cat /var/lib/deploy/deploy.lease 2>/dev/null").stdout
             if "pid" in held:
                 break
             time.sleep(0.2)
