@@ -56,12 +56,15 @@ def lock(ctx: StepContext, record: StepRecord) -> None:
             lease.acquire()
         lease.start_keepalive()
         record.details["lock"] = {"run": lease.run_id, "ttl_s": lease.ttl_s}
-        taken = "lock taken"
-        if lease.took_over is not None:
-            taken = takeover_message(lease.took_over)
-            record.details["lock"]["took_over"] = {"run": lease.took_over.run, "holder": lease.took_over.holder,
-                                                   "expired_s_ago": -(lease.took_over.expires_in_s or 0)}
-        record.summary = f"{taken} (run {lease.run_id}, lease {lease.ttl_s} s); "
+        taken = f"lock taken (run {lease.run_id}, lease {lease.ttl_s} s)"
+        old = lease.took_over
+        if old is not None:
+            left = old.expires_in_s
+            taken += f", after it expired for run {old.run}" + (f" {-left} s ago" if left is not None else "")
+            record.details["lock"]["took_over"] = {"run": old.run, "holder": old.holder,
+                                                   "expired_s_ago": -left if left is not None else None,
+                                                   "message": takeover_message(old)}
+        record.summary = f"{taken}; "
     record.summary += f"{len(ctx.facts.host) + len(ctx.facts.ct)} facts read in one round trip"
 
 
