@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import queue
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -151,4 +152,35 @@ def test_killed_run_frees_the_lock_within_the_lease_time(converged: DeployEnv) -
     assert took.rc == 0, took.text
     assert re.search(rf"took over the lock of run {re.escape(held['run'])} \(.*\(expired \d+ s ago\)", took.text), \
         took.text
+    assert lease(env) == {}
+
+
+def test_run_that_lost_its_lock_stops_and_claims_nothing(converged: DeployEnv) -> None:
+    """A run frozen past its lease (a suspended laptop) finds another run took the lock, and stops."""
+    env = converged
+    base = current(env)
+    ttl = 6
+    env.ct_faults(slow_start_s=40, match="--num-continuous-decode-steps 4")
+    short = DeployEnv(sim=env.sim, inventory=env.inventory, env={**env.env, "DEPLOY_LOCK_TTL_S": str(ttl)})
+    a = Lines(short.popen("roll", "host", env.host, "--set", "num-continuous-decode-steps=4", "--skip-bench"))
+    try:
+        a.wait_for(r"^\s+changed\s+install_release", timeout=120)
+        a_run = lease(env)["run"]
+        a.proc.send_signal(signal.SIGSTOP)  # A and its keep-alive freeze; its lease runs out
+        time.sleep(ttl + 2)
+        b = env.run("up", "host", env.host, "--skip-bench", timeout=300)
+        assert b.rc == 0, b.text
+        assert f"took over the lock of run {a_run}" in b.text, b.text
+        a.proc.send_signal(signal.SIGCONT)
+        rc = a.finish(timeout=120)
+    finally:
+        if a.proc.poll() is None:
+            a.proc.send_signal(signal.SIGCONT)
+            a.proc.kill()
+    print("=== A ===\n" + a.text + "\n=== B ===\n" + b.text)
+    assert rc == 3, a.text
+    assert "this run lost the host lock" in a.text and "stopped before changing anything more" in a.text, a.text
+    assert "NOT rolled back" in a.text and not re.search(r"— rolled back to|healthy again", a.text), a.text
+    # B restored the previous release (A's candidate was an interrupted roll's); A did not touch the host after.
+    assert_one_consistent_release(env, base, "--num-continuous-decode-steps 8")
     assert lease(env) == {}
