@@ -57,6 +57,11 @@ def lock_ttl_s() -> int:
     return max(3, ttl)
 
 
+def boot_clock() -> float:
+    """Seconds on a clock that keeps counting while this machine is suspended (a suspended run's lease runs out)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME) if hasattr(time, "CLOCK_BOOTTIME") else time.monotonic()
+
+
 def new_run_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(4)
 
@@ -255,8 +260,8 @@ class HostLease:
         self.notes: list[str] = []
         self.keepalives = 0
         self._state = threading.Lock()
-        self._last_sent = 0.0
-        self._valid_until = 0.0  # local monotonic clock: send time of the last renewal + ttl
+        self._last_sent = 0.0  # local monotonic clock: send time of the last renewal
+        self._last_sent_boot = 0.0  # the same on the boot clock (counts suspended time)
         self._generation = 0  # the SSH connection the last renewal ran on
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -307,7 +312,7 @@ class HostLease:
                 self.mode = "renew"
                 self._generation = self.ssh.generation
                 self._last_sent = max(self._last_sent, sent_at)
-                self._valid_until = max(self._valid_until, sent_at + self.ttl_s)
+                self._last_sent_boot = max(self._last_sent_boot, boot_clock() - (time.monotonic() - sent_at))
         return clean
 
     def _note(self, message: str) -> None:
@@ -332,7 +337,15 @@ class HostLease:
 
     def valid_for_s(self) -> float:
         """How long the lease is certainly valid, by the local clock (conservative: from the send time)."""
-        return self._valid_until - time.monotonic()
+        return self._last_sent_boot + self.ttl_s - boot_clock()
+
+    def before_change(self) -> None:
+        """Before a change made outside SSH (PVE API over HTTPS): prove the lease unless it was renewed on this
+        connection within the last third of its lifetime, so it outlives the call."""
+        if self.mode != "renew":
+            return
+        if self.valid_for_s() < self.ttl_s * 2 / 3 or self._generation != self.ssh.generation:
+            self.ssh.run(":", what="re-check the host lock")
 
     def start_keepalive(self) -> None:
         if self._thread is None:

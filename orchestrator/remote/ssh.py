@@ -45,6 +45,9 @@ class CommandGuard(Protocol):
 
     def check(self, result: RemoteResult, sent_at: float) -> RemoteResult: ...
 
+    def before_change(self) -> None:
+        """Called before a change that does not travel over SSH (a PVE API call over HTTPS)."""
+
 
 class _Strict(paramiko.RejectPolicy):
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:

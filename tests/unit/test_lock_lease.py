@@ -5,6 +5,7 @@ id are files the test sets), the parsing of what it reports, and the run-side ve
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -168,8 +169,9 @@ def test_run_side_verdicts(host: Host, tmp_path: Path) -> None:
     lease = _lease(tmp_path)
     lease.script = host.script("run-a")
     lease.arm()
-    assert lease.check(host.run("run-a", "acquire"), 100.0).rc == 0
+    assert lease.check(host.run("run-a", "acquire"), time.monotonic()).rc == 0
     assert lease.held and lease.took_over is None
+    assert lease.ttl_s - 5 < lease.valid_for_s() <= lease.ttl_s  # counted from when the command was sent
     other = host.script("run-b")
     with pytest.raises(LockHeld) as held:
         lease_b = _lease(tmp_path)
