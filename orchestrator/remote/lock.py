@@ -19,14 +19,17 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 import secrets
 import shlex
+import signal
 import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from orchestrator.errors import DeployError, LockHeld, LockLost, RemoteError
 from orchestrator.remote.ssh import RemoteResult, SshHost
@@ -66,8 +69,14 @@ def new_run_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(4)
 
 
+_SECRET_ARG = re.compile(r"((?:api[-_]?key|token|secret|passw\w*)[\w-]*(?:=|\s+))\S+", re.IGNORECASE)
+
+
 def holder_text(command: str) -> str:
+    """Who holds the lock, for the lease file and for the runs it refuses. Values of secret-looking arguments
+    are masked: the text travels in every remote command line of the run and sits in a file on the host."""
     since = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    command = _SECRET_ARG.sub(r"\1***", command)
     text = f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()} running '{command}' since {since}"
     return " ".join(text.split())  # one line: the lease file is line-based
 
@@ -75,8 +84,10 @@ def holder_text(command: str) -> str:
 # ------------------------------------------------------------------------------------------- host-side script
 _SCRIPT = r"""(
 d=__DIR__; f="$d/__LEASE__"
-[ -d "$d" ] || mkdir -p "$d" || exit __EXIT_IO__
-exec 9>>"$d/__MUTEX__" || exit __EXIT_IO__
+io() { echo "__MARK__ io what=$1" >&2; exit __EXIT_IO__; }
+command -v flock >/dev/null 2>&1 || io "flock (util-linux) is not installed"
+[ -d "$d" ] || mkdir -p "$d" || io "cannot create $d"
+exec 9>>"$d/__MUTEX__" || io "cannot open $d/__MUTEX__"
 flock -w __WAIT__ 9 || { echo "__MARK__ busy now=?" >&2; exit __EXIT_BUSY__; }
 read -r now _ < __CLOCK__; now=${now%%.*}
 read -r boot < __BOOT__
@@ -109,7 +120,7 @@ case __MODE__ in
 esac
 { printf 'run=%s\n' __RUN__; printf 'holder=%s\n' __HOLDER__; printf 'boot=%s\n' "$boot"
   printf 'acquired=%s\n' "$l_acq"; printf 'renewed=%s\n' "$now"; printf 'expires=%s\n' "$((now + __TTL__))"
-  printf 'ttl=%s\n' __TTL__; } > "$f.tmp" && mv -f "$f.tmp" "$f" || exit __EXIT_IO__
+  printf 'ttl=%s\n' __TTL__; } > "$f.tmp" && mv -f "$f.tmp" "$f" || io "cannot write $f"
 ) </dev/null || exit $?
 """
 
@@ -152,6 +163,7 @@ class LeaseInfo:
     expires: int | None = None
     ttl: int | None = None
     same_boot: bool = True
+    what: str = ""  # for an `io` event: what failed
 
     @property
     def expires_in_s(self) -> int | None:
@@ -208,7 +220,8 @@ def parse_guard_output(stderr: str) -> GuardReport:
         raw.setdefault(event, {})[key] = value
     events = {ev: LeaseInfo(run=kv.get("run", ""), holder=kv.get("holder", ""), now=_to_int(kv.get("now")),
                             renewed=_to_int(kv.get("renewed")), expires=_to_int(kv.get("expires")),
-                            ttl=_to_int(kv.get("ttl")), same_boot=kv.get("sameboot", "1") != "0")
+                            ttl=_to_int(kv.get("ttl")), same_boot=kv.get("sameboot", "1") != "0",
+                            what=kv.get("what", ""))
               for ev, kv in raw.items()}
     return GuardReport(events, "".join(rest))
 
@@ -240,6 +253,10 @@ def lost_message(info: LeaseInfo | None) -> str:
 
 
 # ------------------------------------------------------------------------------------------------- the lease
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 class HostLease:
     """This run's lease on one host. Installed as the SshHost's command guard once acquired.
 
@@ -265,6 +282,7 @@ class HostLease:
         self._generation = 0  # the SSH connection the last renewal ran on
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._old_handlers: dict[int, Any] = {}
 
     # -- guard protocol (called by SshHost.run) -------------------------------------------------------------
     def wrap(self, command: str) -> str:
@@ -294,10 +312,10 @@ class HostLease:
             raise RemoteError(f"the host lock's mutex {LOCK_DIR}/{MUTEX_FILE} stayed busy for {MUTEX_WAIT_S} s",
                               fix="another deploy (an older version holds it for its whole run) is running: "
                                   "wait for it, then re-run", host=host, step="lock")
-        if result.rc == EXIT_IO and not result.stdout:
-            raise RemoteError(f"cannot write the host lock {LOCK_DIR}/{LEASE_FILE} ({report.stderr.strip()})",
-                              fix=f"check that {LOCK_DIR} is writable and flock (util-linux) exists on the host",
-                              host=host, step="lock")
+        if "io" in ev and result.rc == EXIT_IO:
+            raise RemoteError(f"cannot keep the host lock in {LOCK_DIR}: {ev['io'].what}",
+                              fix=f"check that {LOCK_DIR} is writable by the SSH user and flock (util-linux) is "
+                                  "installed on the host", host=host, step="lock")
         with self._state:
             if "took-over" in ev:
                 self.took_over = ev["took-over"]
@@ -348,6 +366,8 @@ class HostLease:
             self.ssh.run(":", what="re-check the host lock")
 
     def start_keepalive(self) -> None:
+        """Renew during long waits; and let SIGTERM/SIGHUP unwind the run so that its lock is released."""
+        self._trap_signals()
         if self._thread is None:
             self._thread = threading.Thread(target=self._keepalive, name="deploy-lock-keepalive", daemon=True)
             self._thread.start()
@@ -367,8 +387,27 @@ class HostLease:
             except DeployError:
                 continue  # connection trouble: try again; the main thread reports it
 
+    def _trap_signals(self) -> None:
+        """`kill`, `timeout`, a closed terminal: end the run through its cleanups (which free the lock) instead of
+        leaving the lease to expire. SIGKILL cannot be caught; then the lease expires by itself."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            try:
+                self._old_handlers[sig] = signal.signal(sig, _exit_on_signal)
+            except (ValueError, OSError):
+                pass
+
+    def _restore_signals(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig, old in self._old_handlers.items():
+            signal.signal(sig, old)
+        self._old_handlers.clear()
+
     def release(self) -> str:
         """Free the lease if it is still ours. Returns what happened, for the unlock step."""
+        self._restore_signals()
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.ssh.host.ssh.connect_timeout_s + 5)

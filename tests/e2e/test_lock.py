@@ -124,8 +124,8 @@ def test_killed_run_frees_the_lock_within_the_lease_time(converged: DeployEnv) -
     env = converged
     ttl = 30  # short for the test, yet long enough that the second run starts before it runs out
     env.ct_faults(slow_start_s=30, match="--num-continuous-decode-steps 4")
-    short = DeployEnv(sim=env.sim, inventory=env.inventory, env={**env.env, "DEPLOY_LOCK_TTL_S": str(ttl)})
-    proc = short.popen("roll", "host", env.host, "--set", "num-continuous-decode-steps=4", "--skip-bench")
+    proc = env.popen("roll", "host", env.host, "--set", "num-continuous-decode-steps=4", "--skip-bench",
+                     lock_ttl_s=ttl)
     a = Lines(proc)
     try:
         a.wait_for(r"^\s+changed\s+install_release", timeout=120)
@@ -161,8 +161,8 @@ def test_run_that_lost_its_lock_stops_and_claims_nothing(converged: DeployEnv) -
     base = current(env)
     ttl = 6
     env.ct_faults(slow_start_s=40, match="--num-continuous-decode-steps 4")
-    short = DeployEnv(sim=env.sim, inventory=env.inventory, env={**env.env, "DEPLOY_LOCK_TTL_S": str(ttl)})
-    a = Lines(short.popen("roll", "host", env.host, "--set", "num-continuous-decode-steps=4", "--skip-bench"))
+    a = Lines(env.popen("roll", "host", env.host, "--set", "num-continuous-decode-steps=4", "--skip-bench",
+                        lock_ttl_s=ttl))
     try:
         a.wait_for(r"^\s+changed\s+install_release", timeout=120)
         a_run = lease(env)["run"]
@@ -177,10 +177,30 @@ def test_run_that_lost_its_lock_stops_and_claims_nothing(converged: DeployEnv) -
         if a.proc.poll() is None:
             a.proc.send_signal(signal.SIGCONT)
             a.proc.kill()
-    print("=== A ===\n" + a.text + "\n=== B ===\n" + b.text)
     assert rc == 3, a.text
     assert "this run lost the host lock" in a.text and "stopped before changing anything more" in a.text, a.text
     assert "NOT rolled back" in a.text and not re.search(r"— rolled back to|healthy again", a.text), a.text
     # B restored the previous release (A's candidate was an interrupted roll's); A did not touch the host after.
     assert_one_consistent_release(env, base, "--num-continuous-decode-steps 8")
     assert lease(env) == {}
+
+
+def test_terminated_run_frees_its_lock_on_the_way_out(converged: DeployEnv) -> None:
+    """SIGTERM (kill, timeout, systemd) and SIGHUP (closed terminal) unwind the run, which releases its lock."""
+    env = converged
+    env.ct_faults(slow_start_s=30, match="--num-continuous-decode-steps 4")
+    a = Lines(env.popen("roll", "host", env.host, "--set", "num-continuous-decode-steps=4", "--skip-bench"))
+    try:
+        a.wait_for(r"^\s+changed\s+install_release", timeout=120)
+        assert lease(env).get("run")
+        a.proc.send_signal(signal.SIGTERM)
+        rc = a.finish(timeout=60)
+    finally:
+        if a.proc.poll() is None:
+            a.proc.kill()
+    assert rc == 128 + signal.SIGTERM, a.text
+    assert "rolled back" not in a.text, a.text
+    assert lease(env) == {}
+    nxt = env.run("--json", "up", "host", env.host, "--skip-bench")  # at once: no lease left to wait for
+    assert nxt.rc == 0, nxt.text
+    assert not any("took over" in str(s.get("details", {}).get("lock", {})) for s in nxt.json["steps"])

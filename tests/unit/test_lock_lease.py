@@ -14,11 +14,13 @@ from orchestrator.errors import LockHeld, LockLost
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.remote.lock import (
     EXIT_HELD,
+    EXIT_IO,
     EXIT_LOST,
     LEASE_FILE,
     MARK,
     HostLease,
     LeaseScript,
+    holder_text,
     parse_guard_output,
     takeover_message,
 )
@@ -187,3 +189,20 @@ def test_run_side_verdicts(host: Host, tmp_path: Path) -> None:
     assert lost.value.exit_code == 3
     assert "lost the host lock: run run-b (" in lost.value.what and "stopped before changing" in lost.value.what
     assert not lease.held
+
+
+def test_an_unwritable_lock_dir_is_named(host: Host, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    script = LeaseScript("run-a", "h", 60, lock_dir=str(blocker / "sub"), clock=str(host.clock),
+                         boot_id=str(host.boot))
+    proc = subprocess.run(["bash", "-c", script.render("acquire") + "echo body"], capture_output=True, text=True,
+                          timeout=30)
+    assert proc.returncode == EXIT_IO and "body" not in proc.stdout
+    assert "cannot create" in parse_guard_output(proc.stderr).events["io"].what
+
+
+def test_holder_text_masks_secret_looking_values() -> None:
+    text = holder_text("deploy roll host h --set api-key=abc --api-key xyz --set max-running-requests=64")
+    assert "abc" not in text and "xyz" not in text and "max-running-requests=64" in text
+    assert "\n" not in holder_text("deploy up\nhost h")
