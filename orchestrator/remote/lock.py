@@ -304,9 +304,8 @@ class HostLease:
             self.mode = None
             self._stop.set()
             raise LockLost(lost_message(info if info.run else None) + "; stopped before changing anything more",
-                           fix="nothing this run reported after this point happened; check the host with "
-                               "`deploy status` and `deploy history` (the other run may be changing it), then "
-                               "re-run",
+                           fix="this run changed nothing after it lost the lock; check the host with `deploy "
+                               "status` and `deploy history` (the other run may be changing it), then re-run",
                            host=host, details={"holder": info.holder, "run": info.run})
         if "busy" in ev and result.rc == EXIT_BUSY:
             raise RemoteError(f"the host lock's mutex {LOCK_DIR}/{MUTEX_FILE} stayed busy for {MUTEX_WAIT_S} s",
