@@ -70,3 +70,7 @@ class RemoteError(DeployError):
 
 class LockHeld(RemoteError):
     """Another deploy run holds the host lock."""
+
+
+class LockLost(RemoteError):
+    """This run's host lock expired and another run took it (or it is gone): the run stops changing the host."""

@@ -459,10 +459,13 @@ def set_ct_faults(root: Path, host: str, vmid: int, **knobs: Any) -> CtFaults:
 
 
 def reset_host(root: Path, host: str) -> None:
-    """Back to a fresh host for the next test: faults cleared, uvm present, all containers destroyed."""
+    """Back to a fresh host for the next test: faults cleared, uvm present, all containers destroyed, no deploy
+    lock lease left by an earlier (killed) run."""
     hp = SimPaths(Path(root).resolve()).host(host)
     set_faults(root, host, **{f.name: f.default for f in fields(HostFaults)})
     _stop_containers(hp)
+    for name in ("deploy.lease", "deploy.lease.tmp"):
+        (hp.fs / "var/lib/deploy" / name).unlink(missing_ok=True)
     for conf in hp.lxc_conf_dir.glob("*.conf"):
         conf.unlink()
     shutil.rmtree(hp.dir / "ct", ignore_errors=True)

@@ -43,7 +43,7 @@ def _clean(params: dict[str, Any]) -> dict[str, Any]:
 class HttpsPve:
     """proxmoxer https + token. Each call is one HTTPS request (counted as an API call)."""
 
-    def __init__(self, host: Host, metrics: Metrics) -> None:
+    def __init__(self, host: Host, metrics: Metrics, ssh: SshHost | None = None) -> None:
         from proxmoxer import ProxmoxAPI  # local import: only this module touches proxmoxer
 
         api = host.pve.api
@@ -55,6 +55,7 @@ class HttpsPve:
         self.can_passthrough = False  # a token is never root@pam
         self.metrics = metrics
         self.host = host
+        self.ssh = ssh  # its host lock (if taken) must be current before any change made over HTTPS
         self._api = ProxmoxAPI(host.address, port=api.port, user=user, token_name=token_name,
                                token_value=api.token_secret.read(), verify_ssl=verify, timeout=api.timeout_s,
                                service="PVE")
@@ -62,6 +63,9 @@ class HttpsPve:
     def call(self, method: str, path: str, **params: Any) -> Any:
         from proxmoxer.core import ResourceException
 
+        guard = self.ssh.guard if self.ssh is not None else None
+        if guard is not None and method.lower() != "get":
+            guard.before_change()
         self.metrics.api_call()
         resource = self._api(path.lstrip("/"))
         try:
@@ -155,7 +159,7 @@ def wait_task(client: PveClient, node: str, upid: str, *, timeout_s: float = 600
 def lifecycle_client(host: Host, ssh: SshHost, metrics: Metrics) -> PveClient:
     """Token API when configured (no root needed for lifecycle), else pvesh over SSH."""
     if host.pve.api is not None:
-        return HttpsPve(host, metrics)
+        return HttpsPve(host, metrics, ssh)
     return PveshPve(ssh)
 
 

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import paramiko
 from fabric import Connection
@@ -36,6 +37,18 @@ class RemoteResult:
 
 #: Reads the script from stdin, then runs it with stdin detached.
 LOADER = """bash -c 's=$(cat); exec </dev/null; eval "$s"'"""
+
+
+class CommandGuard(Protocol):
+    """Rides along with every remote command (the host lock's lease check): `wrap` prefixes the command with a
+    host-side check in the same round trip, `check` reads its verdict and may raise (lock held or lost)."""
+
+    def wrap(self, command: str) -> str: ...
+
+    def check(self, result: RemoteResult, sent_at: float) -> RemoteResult: ...
+
+    def before_change(self) -> None:
+        """Called before a change that does not travel over SSH (a PVE API call over HTTPS)."""
 
 
 class _Strict(paramiko.RejectPolicy):
@@ -83,6 +96,12 @@ class SshHost:
         self.metrics = metrics or Metrics()
         self.tofu = tofu
         self._conn: Connection | None = None
+        #: Set by the host lock: every command then proves in its own round trip that the run holds the lock,
+        #: which is what makes a reconnect safe (a new connection has no lock of its own to lose).
+        self.guard: CommandGuard | None = None
+        #: Counts connections opened; a change means the previous one dropped and we reconnected.
+        self.generation = 0
+        self._connect_lock = threading.Lock()
 
     # -- connection ---------------------------------------------------------------------------------------
     def _known_hosts(self) -> Path:
@@ -90,6 +109,10 @@ class SshHost:
         return path.expanduser()
 
     def connect(self) -> Connection:
+        with self._connect_lock:  # the lock's keep-alive thread may reconnect at the same time as the run
+            return self._connect()
+
+    def _connect(self) -> Connection:
         if self._conn is not None and self._conn.is_connected:
             return self._conn
         ssh = self.host.ssh
@@ -151,6 +174,7 @@ class SshHost:
             raise RemoteError(f"cannot reach {self.host.address}:{ssh.port}: {reason}", fix=fix,
                               host=self.host.name, step="connect", details={"cause": cause}) from exc
         self.metrics.ssh_connects += 1
+        self.generation += 1
         self._conn = conn
         return conn
 
@@ -178,6 +202,9 @@ class SshHost:
         self.metrics.round_trip()
         start = time.monotonic()
         label = what or "remote command"
+        guard = self.guard
+        if guard is not None:
+            command = guard.wrap(command)
         transport = conn.client.get_transport()
         try:
             if transport is None or not transport.is_active():
@@ -259,6 +286,8 @@ class SshHost:
         if result.rc == -1:
             self._conn = None
             raise self._dropped(label, None)
+        if guard is not None:
+            result = guard.check(result, start)
         if check and result.rc != 0:
             tail = (result.stderr or result.stdout).strip().splitlines()[-5:]
             raise RemoteError(f"{label} failed with exit code {result.rc}: " + " | ".join(tail),

@@ -12,6 +12,7 @@ from typing import Any
 
 from orchestrator.facts import Facts
 from orchestrator.inventory.models import Host, Inventory, ServerProfile
+from orchestrator.remote.lock import HostLease
 from orchestrator.remote.ssh import SshHost
 from orchestrator.runlog import Metrics, StepRecord
 
@@ -42,6 +43,8 @@ class StepContext:
     records: list[StepRecord] = field(default_factory=list)
     # Options the playbook gave the running step, e.g. `{step: health, timeout_s: 600}`.
     step_options: dict[str, Any] = field(default_factory=dict)
+    # This run's lease on the host (the `lock` step takes it, `unlock` frees it); None in dry runs and reads.
+    host_lock: HostLease | None = None
 
     @property
     def vmid(self) -> int:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 from datetime import UTC, datetime
 from typing import Any
 
-from orchestrator.errors import CheckFailed, ConfigError, DeployError, RemoteError
+from orchestrator.errors import CheckFailed, ConfigError, DeployError, LockLost, RemoteError
+from orchestrator.facts import CURRENT_LINK
 from orchestrator.flags import FlagSchema, FlagSet, apply_changes, canonicalize, diff_flags, parse_set
 from orchestrator.parsers.bench import BenchParseError, BenchResult, parse_bench_jsonl
 from orchestrator.render.service import launch_argv
@@ -99,16 +101,36 @@ def activate(ctx: StepContext, release: str, *, what: str) -> None:
                           fix="check /var/lib/deploy/releases in the container")
 
 
+def read_back_current(ctx: StepContext, release: str) -> str:
+    """After a rollback, report only what the host says: the current release and /health, read together."""
+    p = ctx.profile
+    inner = (f"readlink {shlex.quote(CURRENT_LINK)}; curl -s -o /dev/null -m 5 -w '%{{http_code}}\\n' "
+             f"http://{shlex.quote(p.host)}:{p.port}/health")
+    res = ctx.ssh.run(f"pct exec {ctx.vmid} -- bash -c {shlex.quote(inner)}", check=False, timeout=60,
+                      what="read back the current release")
+    lines = res.stdout.strip().splitlines()
+    current = lines[0].rsplit("/", 1)[-1] if lines else ""
+    code = lines[-1].strip() if len(lines) > 1 else "000"
+    if current != release or code != "200":
+        raise CheckFailed(f"rolled back to {release}, but the host now reports current release "
+                          f"{current or 'unknown'} with /health {code}",
+                          fix="check the host (deploy status, deploy history) before anything else",
+                          host=ctx.host.name)
+    return f"current release read back: {current}, /health {code}"
+
+
 def rollback_to(ctx: StepContext, release: str, record: StepRecord, *, reason: str) -> float:
     """Re-install `release` and wait until it is healthy again. Returns seconds to healthy."""
     ctx.say(f"rolling back to {release}: {reason}")
     activate(ctx, release, what=f"rollback to {release}")
     try:
-        return wait_healthy(ctx, record)
+        seconds = wait_healthy(ctx, record)
     except CheckFailed as exc:
         raise CheckFailed(f"rolled back to {release}, but it did not come back healthy: {exc.what}",
                           fix="the host needs attention: check the journal and GPUs (deploy status, doctor)",
                           host=ctx.host.name, details=exc.details) from exc
+    record.details["rollback_verified"] = read_back_current(ctx, release)
+    return seconds
 
 
 def restore_interrupted(ctx: StepContext, record: StepRecord) -> str | None:
@@ -221,9 +243,18 @@ def install_candidate(ctx: StepContext, record: StepRecord) -> None:
         base = ctx.shared.get("baseline")
         if base is not None:
             evidence["baseline"] = bench_dict(base)
-        write_verdict(ctx, rid, evidence)
-        seconds = rollback_to(ctx, previous, failed, reason=err.what)
-        err.what = f"{err.what} — rolled back to {previous} (healthy again after {seconds:.0f} s)"
+        if isinstance(err, LockLost):  # another run owns the host now: touching it would race that run
+            err.what += f"; candidate {rid} was NOT rolled back to {previous} by this run"
+            return
+        try:
+            write_verdict(ctx, rid, evidence)
+            seconds = rollback_to(ctx, previous, failed, reason=err.what)
+        except LockLost as lost:
+            lost.what += (f" — it was rolling back from {rid} to {previous} after: {err.what}; that rollback did "
+                          "not finish")
+            raise
+        err.what = (f"{err.what} — rolled back to {previous} (healthy again after {seconds:.0f} s; "
+                    f"{failed.details['rollback_verified']})")
         err.details = {**(err.details or {}), "rolled_back_to": previous, "candidate": rid}
 
     ctx.shared["on_failure"] = on_failure

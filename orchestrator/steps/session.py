@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator.remote.lock import HostLock
+from orchestrator.remote.lock import HostLease, takeover_message
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import REGISTRY, StepContext, step
 
@@ -38,23 +38,45 @@ def connect(ctx: StepContext, record: StepRecord) -> None:
 
 @step("lock")
 def lock(ctx: StepContext, record: StepRecord) -> None:
-    """Take the host lock (none in dry-run), then read every fact the playbook needs in one round trip."""
+    """Take the host lock (none in dry-run) and read every fact the playbook needs, in one round trip.
+
+    The lock is a lease that belongs to this run: the fact gathering carries its acquisition, and every later
+    remote command carries its renewal, so a command after an SSH reconnect runs only while the host still
+    names this run as the holder.
+    """
     if not ctx.options.dry_run:
-        host_lock = HostLock(ctx.ssh, ctx.options.command)
-        host_lock.acquire()
-        ctx.shared.setdefault("cleanups", []).append(host_lock.release)
-        ctx.shared["lock"] = host_lock
-        record.summary = "lock taken; "
+        new = HostLease(ctx.ssh, ctx.options.command, say=ctx.say)
+        ctx.host_lock = new
+        ctx.shared.setdefault("cleanups", []).append(new.release)
+        new.arm()
     ensure_facts(ctx)
+    lease = ctx.host_lock
+    if lease is not None:
+        if not lease.held:  # nothing to gather: take it in a round trip of its own
+            lease.acquire()
+        lease.start_keepalive()
+        record.details["lock"] = {"run": lease.run_id, "ttl_s": lease.ttl_s}
+        taken = f"lock taken (run {lease.run_id}, lease {lease.ttl_s} s)"
+        old = lease.took_over
+        if old is not None:
+            left = old.expires_in_s
+            taken += f", after it expired for run {old.run}" + (f" {-left} s ago" if left is not None else "")
+            record.details["lock"]["took_over"] = {"run": old.run, "holder": old.holder,
+                                                   "expired_s_ago": -left if left is not None else None,
+                                                   "message": takeover_message(old)}
+        record.summary = f"{taken}; "
     record.summary += f"{len(ctx.facts.host) + len(ctx.facts.ct)} facts read in one round trip"
 
 
 @step("unlock")
 def unlock(ctx: StepContext, record: StepRecord) -> None:
-    """Release the host lock."""
-    host_lock = ctx.shared.pop("lock", None)
-    if host_lock is not None:
-        host_lock.release()
-        record.summary = "lock released"
-    else:
+    """Release the host lock (one round trip: the lease file is removed if it still names this run)."""
+    lease = ctx.host_lock
+    if lease is None:
         record.status = "skipped"
+        return
+    ctx.host_lock = None
+    record.summary = lease.release()
+    if lease.notes:
+        record.details["lock_notes"] = list(lease.notes)
+    record.details["keepalives"] = lease.keepalives

@@ -63,9 +63,11 @@ class DeployEnv:
                               env=self.env, cwd=REPO, timeout=timeout)
         return Result(proc.returncode, proc.stdout, proc.stderr)
 
-    def popen(self, *args: str) -> subprocess.Popen[str]:
+    def popen(self, *args: str, lock_ttl_s: int | None = None) -> subprocess.Popen[str]:
+        """`deploy ARGS` in the background; `lock_ttl_s` shortens its host lock's lease (for runs a test kills)."""
+        env = self.env if lock_ttl_s is None else {**self.env, "DEPLOY_LOCK_TTL_S": str(lock_ttl_s)}
         return subprocess.Popen([sys.executable, "-m", "orchestrator", *args], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, env=self.env, cwd=REPO)
+                                stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
 
     def ssh(self, command: str, timeout: float = 60) -> Result:
         """Run a command on the simulated PVE host with the plain ssh client (strict host keys)."""

@@ -13,6 +13,8 @@ import pytest
 from tests.e2e.conftest import DeployEnv
 
 RELEASES = "/var/lib/deploy/releases"
+#: The lease of a run a test SIGKILLs: it holds the host lock that long after the kill.
+KILLED_LOCK_TTL_S = 5
 UNIT = "/etc/systemd/system/sglang.service"
 
 
@@ -218,7 +220,8 @@ def test_killed_roll_is_restored_by_the_next_run(converged: DeployEnv) -> None:
     base = current(env)
     # The candidate takes 30 s to load: a wide window in which the roll waits for its health.
     env.ct_faults(slow_start_s=30, match="--num-continuous-decode-steps 4")
-    proc = env.popen("roll", "host", env.host, "--set", "num-continuous-decode-steps=4", "--skip-bench")
+    proc = env.popen("roll", "host", env.host, "--set", "num-continuous-decode-steps=4", "--skip-bench",
+                     lock_ttl_s=KILLED_LOCK_TTL_S)
     try:
         deadline = time.monotonic() + 90
         cand = base
@@ -235,6 +238,7 @@ def test_killed_roll_is_restored_by_the_next_run(converged: DeployEnv) -> None:
     # Killed between install and gate: an unverified candidate is current.
     assert ct_out(env, f"test -e {RELEASES}/{cand}/verdict.json && echo yes || echo no") == "no"
 
+    time.sleep(KILLED_LOCK_TTL_S + 1)  # the killed run's host lock expires (tests/e2e/test_lock.py covers the wait)
     res = env.run("--json", "up", "host", env.host, "--skip-bench")
     assert res.rc == 0, res.text
     now = current(env)

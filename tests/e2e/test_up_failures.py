@@ -14,6 +14,7 @@ import yaml
 
 from tests.conftest import sim_skip_reason
 from tests.e2e.conftest import DeployEnv, make_env
+from tests.e2e.test_roll import KILLED_LOCK_TTL_S
 
 NAN_LINE = ("/pytorch/aten/src/ATen/native/cuda/MultinomialKernel.cu: Assertion `probability tensor contains "
             "either `inf`, `nan` or element < 0` failed.")
@@ -101,7 +102,7 @@ def test_nan_crash_fails_fast_quoting_the_line(converged: DeployEnv) -> None:
 
 
 def test_killed_up_resumes_without_duplicates(deploy_env: DeployEnv) -> None:
-    proc = deploy_env.popen("up", "host", deploy_env.host, "--skip-bench")
+    proc = deploy_env.popen("up", "host", deploy_env.host, "--skip-bench", lock_ttl_s=KILLED_LOCK_TTL_S)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # kill once the container exists, in the middle of the run
         if deploy_env.ssh("test -f /etc/pve/lxc/120.conf && echo yes").stdout.strip() == "yes":
@@ -109,6 +110,7 @@ def test_killed_up_resumes_without_duplicates(deploy_env: DeployEnv) -> None:
         time.sleep(0.2)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
+    time.sleep(KILLED_LOCK_TTL_S + 1)  # the killed run's host lock expires (tests/e2e/test_lock.py covers the wait)
     res = deploy_env.run("--json", "up", "host", deploy_env.host, "--skip-bench")
     assert res.rc == 0, res.text
     assert deploy_env.ssh("ls /etc/pve/lxc").stdout.split() == ["120.conf"]
@@ -126,7 +128,7 @@ def test_concurrent_up_is_refused_naming_the_holder(converged: DeployEnv) -> Non
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            held = converged.ssh("cat /var/lib/deploy/deploy.lock.holder 2>/dev/null").stdout
+            held = converged.ssh("cat /var/lib/deploy/deploy.lease 2>/dev/null").stdout
             if "pid" in held:
                 break
             time.sleep(0.2)
