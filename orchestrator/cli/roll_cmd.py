@@ -12,8 +12,10 @@ import yaml
 from rich.table import Table
 
 from orchestrator.cli.common import AppContext, common_options, resolve_host, tofu_option
-from orchestrator.cli.progress import StepPrinter, totals_line
+from orchestrator.cli.progress import totals_line
 from orchestrator.errors import ConfigError, DeployError
+from orchestrator.fleet.command import fleet_options
+from orchestrator.fleet.details import history_detail, status_detail
 from orchestrator.runner import RunReport, run_playbook
 from orchestrator.steps.base import RunOptions
 
@@ -25,7 +27,7 @@ def _command_line() -> str:
 def run_with_progress(app: AppContext, target: tuple[str, ...], playbook: str, options: RunOptions,
                       shared: dict[str, Any] | None = None, *, quiet: bool = False) -> RunReport:
     host = resolve_host(app, target)
-    printer = StepPrinter(app.out.console, enabled=not app.as_json and not quiet)
+    printer = app.step_printer(quiet=quiet)
     try:
         return run_playbook(playbook, host, app.inventory, options, progress=printer, say=printer.say,
                             shared=shared)
@@ -143,6 +145,7 @@ def rollback(app: AppContext, target: tuple[str, ...], to_release: str | None, t
 @click.argument("target", nargs=-1)
 @tofu_option
 @common_options
+@fleet_options(detail=status_detail)
 def status(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
     """Current release, health and GPU power now (one SSH round trip). Exit 1 when not healthy."""
     report = run_with_progress(app, target, "status", RunOptions(tofu=tofu, command="deploy status"), quiet=True)
@@ -187,6 +190,7 @@ def _power(verdict: dict[str, Any] | None) -> str:
 @click.option("--limit", default=20, show_default=True)
 @tofu_option
 @common_options
+@fleet_options(detail=history_detail)
 def history(app: AppContext, target: tuple[str, ...], bench: bool, limit: int, tofu: bool) -> int:
     """Releases on the target with time, flag diff, verdict, throughput and power; or `--bench` ledger runs."""
     if bench:

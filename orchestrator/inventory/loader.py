@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from orchestrator.errors import ConfigError
 from orchestrator.inventory.models import Inventory
 
-SECTIONS = ("hosts", "profiles", "presets")
+SECTIONS = ("hosts", "profiles", "presets", "groups")
 
 
 def _key_path(loc: tuple[int | str, ...]) -> str:

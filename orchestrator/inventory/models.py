@@ -227,15 +227,65 @@ class Host(StrictModel):
 
 
 HostName = Annotated[str, Field(min_length=1)]
+#: Words of the target grammar (`host A B`, `group G`); no host or group may be called that.
+TARGET_KEYWORDS = ("host", "group")
+
+
+def _expand_groups(groups: dict[str, list[str]], hosts: dict[str, Host]) -> dict[str, list[str]]:
+    """Every group's hosts in order of first appearance, nested groups expanded; problems raise ValueError.
+
+    A member names a host or another group. A name that is both is ambiguous; a group reaching itself is a cycle;
+    the same member listed twice in one group is a typo. Overlaps through nesting are fine (each host once).
+    """
+    problems: list[str] = []
+    for name, members in groups.items():
+        if name in hosts:
+            problems.append(f"groups.{name}: the name is also a host's; rename the group")
+        if name in TARGET_KEYWORDS:
+            problems.append(f"groups.{name}: '{name}' is a command keyword; rename the group")
+        seen: set[str] = set()
+        for member in members:
+            if member in seen:
+                problems.append(f"groups.{name}: {member!r} is listed twice")
+            seen.add(member)
+            if member not in hosts and member not in groups:
+                problems.append(f"groups.{name}: unknown host {member!r} (known hosts: "
+                                f"{', '.join(sorted(hosts)) or 'none'}; groups: {', '.join(sorted(groups))})")
+    if problems:
+        raise ValueError("; ".join(problems))
+    expanded: dict[str, list[str]] = {}
+
+    def expand(name: str, path: tuple[str, ...]) -> list[str]:
+        if name in path:
+            raise ValueError(f"groups.{path[0]}: cycle {' → '.join((*path, name))}")
+        if name in expanded:
+            return expanded[name]
+        out: list[str] = []
+        for member in groups[name]:
+            for host in expand(member, (*path, name)) if member in groups else [member]:
+                if host not in out:
+                    out.append(host)
+        expanded[name] = out
+        return out
+
+    for name in groups:
+        expand(name, ())
+    return expanded
 
 
 class Inventory(StrictModel):
     hosts: dict[HostName, Host] = Field(default_factory=dict)
     profiles: dict[str, ServerProfile] = Field(default_factory=dict)
     presets: dict[str, BenchPreset] = Field(default_factory=dict)
+    # Named sets of hosts for fleet commands (`deploy up group prod`); members are host or group names.
+    groups: dict[str, list[HostName]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _references_resolve(self) -> Inventory:
+        for name in self.hosts:
+            if name in TARGET_KEYWORDS:
+                raise ValueError(f"hosts.{name}: '{name}' is a command keyword; rename the host")
+        _expand_groups(self.groups, self.hosts)
         for name, host in self.hosts.items():
             if host.profile not in self.profiles:
                 raise ValueError(f"hosts.{name}.profile: unknown profile {host.profile!r} "
@@ -259,6 +309,13 @@ class Inventory(StrictModel):
         known = ", ".join(f"{h.name} ({h.address})" for h in self.hosts.values()) or "none"
         raise ConfigError(f"no host {name_or_address!r} in the inventory (known: {known})",
                           fix="add it to the inventory, or check --inventory / $DEPLOY_INVENTORY")
+
+    def group_hosts(self, name: str) -> list[Host]:
+        """The hosts of a group, nested groups expanded, each host once, in inventory order of first mention."""
+        if name not in self.groups:
+            raise ConfigError(f"no group {name!r} in the inventory (known: {', '.join(sorted(self.groups)) or 'none'})",
+                              fix="add it under 'groups:' in an inventory file, or check --inventory")
+        return [self.hosts[h] for h in _expand_groups(self.groups, self.hosts)[name]]
 
     def profile_for(self, host: Host) -> ServerProfile:
         return self.profiles[host.profile]
