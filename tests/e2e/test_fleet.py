@@ -1,0 +1,135 @@
+"""Fleet forms end to end: the real CLI (subprocess) against three simulated hosts over real SSH and HTTPS.
+
+One module-scoped root with three hosts (sim-(F+40)..sim-(F+42), F = $DEPLOY_SIM_FIRST), an inventory with groups.
+Faults are set per test and cleared by the `fleet` fixture, so the tests do not depend on each other's faults;
+converged containers are kept between tests (converging takes the longest).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import sim_skip_reason
+from tests.e2e.conftest import DeployEnv, make_env
+
+pytestmark = pytest.mark.e2e
+
+
+@dataclass
+class Fleet:
+    env: DeployEnv
+    names: list[str]
+    root: Path
+
+    def faults(self, host: str, **knobs: Any) -> None:
+        from simulator.manager import set_faults
+
+        set_faults(self.root, host, **knobs)
+
+    def sglang_active(self, host: str) -> str:
+        from simulator.manager import sim_status
+
+        info = next(i for i in sim_status(self.root) if i.name == host)
+        saved = self.env.sim
+        self.env.sim = info
+        try:
+            return self.env.ct("systemctl is-active sglang || true").stdout.strip()
+        finally:
+            self.env.sim = saved
+
+
+@pytest.fixture(scope="module")
+def fleet_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    """Three simulated hosts and one inventory with groups for the module."""
+    reason = sim_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    from simulator.manager import sim_down, sim_up
+
+    root = tmp_path_factory.mktemp("deploy-sim-fleet")
+    first = int(os.environ.get("DEPLOY_SIM_FIRST", "1")) + 40
+    infos = sim_up(root, hosts=3, first=first, time_scale=5.0)
+    try:
+        env = make_env(infos[0], tmp_path_factory.mktemp("fleet-env"))
+        names = [i.name for i in infos]
+        (env.inventory / "groups.yaml").write_text(
+            f"groups:\n  prod: [{', '.join(names)}]\n  first-two: [{names[0]}, {names[1]}]\n"
+            f"  bad-first: [{names[1]}, {names[0]}, {names[2]}]\n")
+        yield Fleet(env=env, names=names, root=root)
+    finally:
+        sim_down(root)
+
+
+@pytest.fixture
+def fleet(fleet_env: Fleet) -> Fleet:
+    """The module's fleet with every host fault cleared (containers are kept: converging is the slow part)."""
+    for name in fleet_env.names:
+        fleet_env.faults(name, missing_uvm=False, task_fail=None, ssh_drop_after=None)
+    return fleet_env
+
+
+def test_parallel_up_with_one_failing_host(fleet: Fleet) -> None:
+    a, bad, c = fleet.names
+    fleet.faults(bad, missing_uvm=True)
+    res = fleet.env.run("--json", "up", "group", "prod", "--parallel", "2", "--skip-bench", "--skip-weights",
+                        timeout=900)
+    assert res.rc == 1, res.text  # the failing host's exit code (a check failed)
+    doc = res.json
+    assert doc["ok"] is False and doc["targets"] == "group prod"
+    by_host = {h["host"]: h for h in doc["hosts"]}
+    assert list(by_host) == [a, bad, c]
+    assert by_host[bad]["result"] == "failed" and by_host[bad]["exit_code"] == 1
+    assert by_host[bad]["report"]["step"] == "host_prereqs" and "nvidia-uvm" in by_host[bad]["report"]["what"]
+    assert [s["name"] for s in by_host[bad]["report"]["steps"]][-1] == "host_prereqs"
+    for name in (a, c):
+        host = by_host[name]
+        assert host["exit_code"] == 0 and host["result"] in ("changed", "ok"), host
+        steps = {s["name"]: s for s in host["report"]["steps"]}
+        assert steps["lock"]["summary"].startswith("lock taken") and steps["unlock"]["summary"] == "lock released"
+        assert host["ssh_round_trips"] == host["report"]["totals"]["ssh_round_trips"] > 0
+        assert fleet.sglang_active(name) == "active"
+    assert fleet.sglang_active(bad) != "active"
+    summary = doc["fleet"]
+    assert summary["hosts"] == 3 and summary["failed"] == 1 and summary["exit_code"] == 1
+    engine = summary["engine"]
+    assert engine["workers"] == 2 and engine["peak_running"] <= 2
+    # a bounded pool: two workers, each with at most one SSH transport thread, and no socket left per host
+    assert engine["peak_threads"] - engine["baseline_threads"] <= 2 * 2 + 2
+
+
+def test_fail_fast_skips_hosts_not_started(fleet: Fleet) -> None:
+    a, bad, c = fleet.names
+    fleet.faults(bad, missing_uvm=True)
+    res = fleet.env.run("up", "group", "bad-first", "--parallel", "1", "--fail-fast", "--skip-bench",
+                        "--skip-weights", timeout=600)
+    assert res.rc == 1, res.text
+    out = res.stdout
+    assert f"{bad}: host_prereqs" in out and f"{bad}: failed" in out  # plain lines when stdout is not a TTY
+    assert f"{a}: started" not in out and f"{c}: started" not in out
+    table = {line.split("│")[1].strip(): line for line in out.splitlines() if line.startswith("│")}
+    assert "skipped" in table[a] and "skipped" in table[c] and "failed (exit 1)" in table[bad]
+    assert "fleet: 3 host(s): 1 failed, 2 skipped" in out and "exit 1" in out
+
+
+def test_status_of_a_group_and_of_several_hosts(fleet: Fleet) -> None:
+    a, bad, c = fleet.names
+    up = fleet.env.run("--json", "up", "host", a, "host", c, "--skip-bench", "--skip-weights", timeout=900)
+    assert up.rc == 0, up.text
+    assert {h["host"] for h in up.json["hosts"]} == {a, c}
+    res = fleet.env.run("--json", "status", "group", "first-two")
+    by_host = {h["host"]: h for h in res.json["hosts"]}
+    assert by_host[a]["exit_code"] == 0 and by_host[a]["report"]["health"] == "200"
+    assert by_host[a]["report"]["release"] and "/health 200" in by_host[a]["detail"]
+    if fleet.sglang_active(bad) != "active":  # the failing host of the first test never got a server
+        assert res.rc == 1 and by_host[bad]["result"] == "failed" and by_host[bad]["exit_code"] == 1
+    text = fleet.env.run("status", "group", "prod")
+    assert f"{a}: started" in text.stdout and "/health 200" in text.stdout
+    assert "fleet: 3 host(s)" in text.stdout
+    single = fleet.env.run("--json", "status", "host", a)  # one host: exactly the single-host document
+    assert single.rc == 0 and single.json["host"] == a and "hosts" not in single.json and "fleet" not in single.json
