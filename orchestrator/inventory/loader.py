@@ -12,6 +12,8 @@ from orchestrator.errors import ConfigError
 from orchestrator.inventory.models import Inventory
 
 SECTIONS = ("hosts", "profiles", "presets", "groups")
+#: Sections that are one mapping (not name → entry), defined in at most one file.
+SINGLE_SECTIONS = ("router",)
 
 
 def _key_path(loc: tuple[int | str, ...]) -> str:
@@ -27,10 +29,10 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping with keys {', '.join(SECTIONS)}")
-    unknown = sorted(set(data) - set(SECTIONS))
+    unknown = sorted(set(data) - set(SECTIONS) - set(SINGLE_SECTIONS))
     if unknown:
         raise ConfigError(f"{path}: unknown top-level key(s) {', '.join(unknown)}",
-                          fix=f"use only {', '.join(SECTIONS)}")
+                          fix=f"use only {', '.join((*SECTIONS, *SINGLE_SECTIONS))}")
     return data
 
 
@@ -44,6 +46,7 @@ def load_inventory(dirs: str | Path | list[Path]) -> Inventory:
         dir_list = dirs
     merged: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
     origin: dict[tuple[str, str], Path] = {}
+    single: dict[str, Any] = {}
     for d in dir_list:
         if not d.is_dir():
             raise ConfigError(f"inventory directory {d} does not exist",
@@ -62,8 +65,16 @@ def load_inventory(dirs: str | Path | list[Path]) -> Inventory:
                     if section == "hosts" and isinstance(body, dict):
                         body = {"name": name, **body}
                     merged[section][name] = body
+            for section in SINGLE_SECTIONS:
+                if data.get(section) is None:
+                    continue
+                if section in single:
+                    raise ConfigError(f"{path}: '{section}' is already defined in {origin[(section, '')]}",
+                                      fix="keep one definition")
+                single[section] = data[section]
+                origin[(section, "")] = path
     try:
-        return Inventory.model_validate(merged)
+        return Inventory.model_validate({**merged, **single})
     except ValidationError as exc:
         problems = []
         where = ""

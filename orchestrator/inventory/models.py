@@ -227,6 +227,50 @@ class Host(StrictModel):
 
 
 HostName = Annotated[str, Field(min_length=1)]
+RouterPolicy = Literal["random", "round_robin", "cache_aware", "power_of_two", "manual"]
+#: Router options that come from the router section's own fields, never from its flags.
+ROUTER_OWNED_FLAGS = ("worker-urls", "host", "port", "policy", "api-key")
+
+
+class RouterSpec(StrictModel):
+    """SGLang's own router (`sglang-router`, a Rust gateway) in front of the fleet's servers.
+
+    It runs on the operator's machine (`runs_on: operator`) or on an inventory host, in its own venv, as a systemd
+    unit rendered from templates/sglang-router.service.j2. Its flags are checked against the installed router's
+    own argparse parser (version pinned here). Workers are the servers of `workers` (a group; default every host),
+    at http://ADDRESS:PORT (host address, profile port) unless `worker_urls` names another URL for a host.
+    """
+
+    runs_on: str = "operator"
+    version: str = "0.3.2"
+    venv: str = "/opt/sglang-router"
+    host: str = "127.0.0.1"
+    port: int = Field(30000, ge=1, le=65535)
+    policy: RouterPolicy = "cache_aware"
+    workers: str | None = None
+    worker_urls: dict[str, str] = Field(default_factory=dict)
+    flags: dict[str, FlagValue] = Field(default_factory=dict)
+    # Clients and workers: default the workers' profile api_key (one key for the fleet), kept in a 0600 file.
+    api_key: SecretRef | None = None
+
+    @field_validator("flags")
+    @classmethod
+    def _flag_names(cls, v: dict[str, FlagValue]) -> dict[str, FlagValue]:
+        for key in v:
+            if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", key):
+                raise ValueError(f"router flag {key!r}: write long names without leading dashes, e.g. "
+                                 "health-check-interval-secs")
+            if key in ROUTER_OWNED_FLAGS:
+                raise ValueError(f"router flag {key!r} comes from the router section's own field; remove it")
+        return v
+
+    @field_validator("worker_urls")
+    @classmethod
+    def _urls(cls, v: dict[str, str]) -> dict[str, str]:
+        for host, url in v.items():
+            if not re.fullmatch(r"https?://[A-Za-z0-9.\[\]:-]+(:\d+)?/?", url):
+                raise ValueError(f"worker_urls.{host}: {url!r} must look like http://ADDRESS:PORT")
+        return v
 #: Words of the target grammar (`host A B`, `group G`); no host or group may be called that.
 TARGET_KEYWORDS = ("host", "group")
 
@@ -279,6 +323,7 @@ class Inventory(StrictModel):
     presets: dict[str, BenchPreset] = Field(default_factory=dict)
     # Named sets of hosts for fleet commands (`deploy up group prod`); members are host or group names.
     groups: dict[str, list[HostName]] = Field(default_factory=dict)
+    router: RouterSpec | None = None
 
     @model_validator(mode="after")
     def _references_resolve(self) -> Inventory:
@@ -286,6 +331,16 @@ class Inventory(StrictModel):
             if name in TARGET_KEYWORDS:
                 raise ValueError(f"hosts.{name}: '{name}' is a command keyword; rename the host")
         _expand_groups(self.groups, self.hosts)
+        if self.router is not None:
+            r = self.router
+            if r.runs_on != "operator" and r.runs_on not in self.hosts:
+                raise ValueError(f"router.runs_on: unknown host {r.runs_on!r} (give 'operator' or a host name)")
+            if r.workers is not None and r.workers not in self.groups:
+                raise ValueError(f"router.workers: unknown group {r.workers!r} "
+                                 f"(known: {', '.join(sorted(self.groups)) or 'none'})")
+            for url_host in r.worker_urls:
+                if url_host not in self.hosts:
+                    raise ValueError(f"router.worker_urls: unknown host {url_host!r}")
         for name, host in self.hosts.items():
             if host.profile not in self.profiles:
                 raise ValueError(f"hosts.{name}.profile: unknown profile {host.profile!r} "
