@@ -7,9 +7,13 @@ converged containers are kept between tests (converging takes the longest).
 
 from __future__ import annotations
 
+import json
 import os
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -133,3 +137,65 @@ def test_status_of_a_group_and_of_several_hosts(fleet: Fleet) -> None:
     assert "fleet: 3 host(s)" in text.stdout
     single = fleet.env.run("--json", "status", "host", a)  # one host: exactly the single-host document
     assert single.rc == 0 and single.json["host"] == a and "hosts" not in single.json and "fleet" not in single.json
+
+
+class _Worker(BaseHTTPRequestHandler):
+    """The smallest HTTP worker the router accepts (health, model info); the ROUTER under test is the real one."""
+
+    def do_GET(self) -> None:
+        body = {"/health": {}, "/get_server_info": {"model_path": "glm-5", "version": "0.5.12.post1"},
+                "/get_model_info": {"model_path": "glm-5", "is_generation": True},
+                "/v1/models": {"object": "list", "data": [{"id": "glm-5", "object": "model"}]}}.get(self.path)
+        data = json.dumps(body if body is not None else {"error": "not found"}).encode()
+        self.send_response(200 if body is not None else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def _until(check: Any, timeout_s: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.3)
+    return check()
+
+
+def test_router_worker_api_of_the_pinned_real_router(tmp_path: Path) -> None:
+    """The real sglang-router 0.3.2: workers are added, listed and removed through /workers; /add_worker is gone."""
+    if os.geteuid() != 0:
+        pytest.skip("the simulator's router venv lives under /var/cache/deploy-sim (root)")
+    import requests
+
+    from orchestrator.fleet.router import RouterClient
+    from simulator.router import start_router, stop_router
+
+    n = int(os.environ.get("DEPLOY_SIM_FIRST", "1")) + 44
+    worker_addr, router_addr = f"127.0.0.{n + 2}", f"127.0.0.{n + 1}"
+    server = ThreadingHTTPServer((worker_addr, 0), _Worker)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://{worker_addr}:{server.server_address[1]}"
+    run_dir = tmp_path / "router"
+    try:
+        start_router(run_dir, router_addr, 30000, policy="round_robin",
+                     extra=["--health-check-interval-secs", "1"])
+        base = f"http://{router_addr}:30000"
+        assert requests.post(f"{base}/add_worker", params={"url": url}, timeout=10).status_code == 404
+        with RouterClient(base) as client:
+            assert client.healthy() and client.list_workers() == [] and not client.ready()
+            assert client.add_worker(url)
+            worker = _until(lambda: client.find(url))
+            assert worker is not None and worker.healthy is True, client.list_workers()
+            assert _until(client.ready)
+            assert client.remove_worker(url)
+            assert _until(lambda: client.find(url) is None)
+            assert client.remove_worker(url) is False
+    finally:
+        stop_router(run_dir)
+        server.shutdown()

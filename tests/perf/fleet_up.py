@@ -38,6 +38,24 @@ class Sample:
     cpu_s: float
     doc: dict[str, Any]
     rc: int
+    sim_cpu_s: float = 0.0
+
+
+SIM_PIDS: list[int] = []
+
+
+def sim_cpu(pids: list[int]) -> float:
+    """CPU of the simulated hosts: each sshd listener's reaped children (every SSH session, with the stand-ins it
+    ran) plus its own time, from /proc/PID/stat (utime, stime, cutime, cstime)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(f) for f in fields[11:15])
+    return total / tick
 
 
 def child_cpu() -> float:
@@ -46,15 +64,16 @@ def child_cpu() -> float:
 
 
 def deploy(env: dict[str, str], *args: str) -> Sample:
-    cpu0, start = child_cpu(), time.monotonic()
+    sim0, cpu0, start = sim_cpu(SIM_PIDS), child_cpu(), time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "orchestrator", "--json", *args], capture_output=True, text=True,
                           env=env, cwd=REPO)
     wall, cpu = time.monotonic() - start, child_cpu() - cpu0
+    sim = sim_cpu(SIM_PIDS) - sim0
     try:
         doc = json.loads(proc.stdout)
     except json.JSONDecodeError:
         doc = {"stdout": proc.stdout[-2000:], "stderr": proc.stderr[-2000:]}
-    return Sample(wall, cpu, doc, proc.returncode)
+    return Sample(wall, cpu, doc, proc.returncode, sim)
 
 
 def best(env: dict[str, str], repeat: int, *args: str) -> Sample:
@@ -90,6 +109,7 @@ def main() -> int:
         t0 = time.monotonic()
         infos = sim_up(root, hosts=args.hosts, first=args.first, time_scale=5.0)
         print(f"{len(infos)} simulated hosts up in {time.monotonic() - t0:.1f} s", flush=True)
+        SIM_PIDS[:] = [i.sshd_pid for i in infos if i.sshd_pid]
         try:
             env_dir = Path(tmp) / "env"
             env_dir.mkdir()
@@ -111,10 +131,14 @@ def main() -> int:
             extra = max(args.hosts - 1, 1)
             print(f"\nconverged `up --skip-bench` (best of {args.repeat}); load average now "
                   f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-            print(f"  1 host : {one.wall_s:6.2f} s wall, {one.cpu_s:5.2f} s tool CPU, "
-                  f"{one.doc['totals']['ssh_round_trips']} SSH round trips")
+            print(f"  1 host : {one.wall_s:6.2f} s wall, {one.cpu_s:5.2f} s tool CPU, {one.sim_cpu_s:5.2f} s simulated-"
+                  f"host CPU, {one.doc['totals']['ssh_round_trips']} SSH round trips")
             print(f"  {args.hosts} hosts: {many.wall_s:6.2f} s wall, {many.cpu_s:5.2f} s tool CPU, "
-                  f"{fleet['ssh_round_trips']} SSH round trips ({fleet['ssh_round_trips'] / args.hosts:.1f}/host)")
+                  f"{many.sim_cpu_s:5.2f} s simulated-host CPU, {fleet['ssh_round_trips']} SSH round trips "
+                  f"({fleet['ssh_round_trips'] / args.hosts:.1f}/host)")
+            floor = many.sim_cpu_s / (os.cpu_count() or 1)
+            print(f"  the simulated hosts alone need {floor:.1f} s of the machine's {os.cpu_count()} cores for "
+                  f"{args.hosts} hosts ({floor / one.wall_s:.2f}x the 1-host wall time) before the tool runs at all")
             print(f"  wall ratio {args.hosts}/1: {many.wall_s / one.wall_s:.2f}x   (goal <= 1.5x)")
             print(f"  tool CPU per extra host: {(many.cpu_s - one.cpu_s) / extra:.3f} s   (goal <= 0.15 s)")
             print(f"  engine: {engine['workers']} workers, peak {engine['peak_running']} running, peak "
