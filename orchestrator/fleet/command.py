@@ -130,7 +130,8 @@ def run_fleet_command(app: AppContext, spec: TargetSpec, body: Callable[..., int
     command = "deploy " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     view = FleetView(app.out.console, [h.name for h in hosts], enabled=not app.as_json, tty=sys.stdout.isatty())
     with view:
-        run = run_fleet([h.name for h in hosts], job, parallel=parallel, fail_fast=fail_fast, on_event=view)
+        run = run_fleet([h.name for h in hosts], job, parallel=parallel, fail_fast=fail_fast, on_event=view,
+                        on_tick=view.tick)
     app.out.emit({"ok": run.exit_code == 0, "command": command, "targets": spec.describe(),
                   "fleet": fleet_summary(run), "hosts": [o.to_dict() for o in run.outcomes]})
     app.out.print(summary_table(run, f"{command}: {len(hosts)} host(s)"))

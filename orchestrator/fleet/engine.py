@@ -123,11 +123,13 @@ class FleetRun:
 
 
 def run_fleet(hosts: Sequence[str], job: Job, *, parallel: int, fail_fast: bool = False,
-              on_event: Callable[[Event], None] | None = None, tick_s: float = 0.2) -> FleetRun:
+              on_event: Callable[[Event], None] | None = None, on_tick: Callable[[], None] | None = None,
+              tick_s: float = 0.2) -> FleetRun:
     """Run `job(host, events)` for every host on min(parallel, len(hosts)) workers; outcomes keep host order.
 
     `job` must not raise (the engine turns a stray exception into a failed outcome anyway, so one bad host
-    cannot take the others down). `on_event` runs on the calling thread only.
+    cannot take the others down). `on_event` (each event) and `on_tick` (every tick_s without one) run on the
+    calling thread only.
     """
     if parallel < 1:
         raise ValueError("parallel must be >= 1")
@@ -185,6 +187,8 @@ def run_fleet(hosts: Sequence[str], job: Job, *, parallel: int, fail_fast: bool 
         stats.sample(now_running)
         if event is not None and on_event is not None:
             on_event(event)
+        elif event is None and on_tick is not None:
+            on_tick()
         if event is None and not any(t.is_alive() for t in threads):
             break
     for t in threads:

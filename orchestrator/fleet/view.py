@@ -70,6 +70,11 @@ class FleetView:
         elif event.kind != "say":  # plain lines: steps and results only (a step's chatter is in its report)
             self._plain(event)
 
+    def tick(self) -> None:
+        """Redraw the live view so elapsed times move while no host reports anything."""
+        if self._live is not None:
+            self._live.update(self._render(), refresh=True)
+
     def _plain(self, event: Event) -> None:
         if event.kind == "start":
             text = "started"

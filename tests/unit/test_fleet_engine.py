@@ -80,3 +80,11 @@ def test_host_outcome_keeps_the_steps_of_a_failed_run() -> None:
                "steps": [{"name": "container", "status": "would-change"}]}
     o = host_outcome("gpu-3", 0, planned, [])
     assert (o.result, o.changed_steps, o.ssh_round_trips) == ("would change", ["container"], 3)
+
+
+def test_the_calling_thread_gets_ticks_while_hosts_are_quiet() -> None:
+    ticks: list[int] = []
+    caller = threading.get_ident()
+    run = run_fleet(["a", "b"], Tracker().job(sleep_s=0.4), parallel=2, tick_s=0.05,
+                    on_tick=lambda: ticks.append(threading.get_ident()))
+    assert run.exit_code == 0 and len(ticks) >= 3 and set(ticks) == {caller}
