@@ -103,9 +103,28 @@ def render_router(spec: RouterSpec, schema: FlagSchema, urls: Sequence[str], api
         key_file=key, argv=tuple(argv))
 
 
+PROBE_SCRIPT = Path(__file__).resolve().parent.parent / "probes" / "router_flags_probe.py"
+
+
 def probe_command(python: str, argv: Sequence[str]) -> str:
-    """Shell command that runs the router flag probe (on stdin) with the router venv's python."""
+    """Shell command that runs the router flag probe (PROBE_SCRIPT on stdin) with the router venv's python."""
     return f"{shlex.quote(python)} - {shlex.quote(json.dumps(list(argv)))}"
+
+
+def schema_from_probe(output: str, *, where: str, pinned: str) -> FlagSchema:
+    """The installed router's parser, from the probe's JSON; refuses a missing router or another version."""
+    try:
+        doc = json.loads(output)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"router flag probe on {where} printed no JSON: {output[-300:]!r}",
+                          fix="check the router venv's python") from exc
+    if doc.get("version") is None:
+        raise ConfigError(f"sglang-router is not installed in the router venv on {where}: {doc.get('error')}",
+                          fix=f"install sglang-router=={pinned} there (deploy up does this once it manages the router)")
+    if doc["version"] != pinned:
+        raise ConfigError(f"router venv on {where} has sglang-router {doc['version']}, the inventory pins {pinned}",
+                          fix=f"set router.version: \"{doc['version']}\" or reinstall {pinned}")
+    return FlagSchema.from_dump(doc["actions"], version=f"router {doc['version']}")
 
 
 # ------------------------------------------------------------------------------------------------ worker API
