@@ -16,6 +16,7 @@ from orchestrator.cli.progress import totals_line
 from orchestrator.errors import ConfigError, DeployError
 from orchestrator.fleet.command import fleet_options
 from orchestrator.fleet.details import history_detail, status_detail
+from orchestrator.fleet.router import router_view
 from orchestrator.runner import RunReport, run_playbook
 from orchestrator.steps.base import RunOptions
 
@@ -145,7 +146,7 @@ def rollback(app: AppContext, target: tuple[str, ...], to_release: str | None, t
 @click.argument("target", nargs=-1)
 @tofu_option
 @common_options
-@fleet_options(detail=status_detail)
+@fleet_options(detail=status_detail, annotate=router_view)
 def status(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
     """Current release, health and GPU power now (one SSH round trip). Exit 1 when not healthy."""
     report = run_with_progress(app, target, "status", RunOptions(tofu=tofu, command="deploy status"), quiet=True)

@@ -28,6 +28,8 @@ from orchestrator.runlog import StepRecord
 Payload = dict[str, Any]
 Preflight = Callable[[AppContext, tuple[str, ...]], None]
 DetailFn = Callable[[Payload], str]
+#: Adds fleet-level facts after the runs (e.g. the router's view of each worker); returns the payload section.
+Annotate = Callable[[AppContext, list[HostOutcome]], Payload | None]
 DEFAULT_PARALLEL = 8
 
 
@@ -77,7 +79,7 @@ class HostApp(AppContext):
 
 
 def fleet_options(*, preflight: Preflight | None = None, detail: DetailFn | None = None,
-                  required: bool = False) -> Callable[[Any], Any]:
+                  required: bool = False, annotate: Annotate | None = None) -> Callable[[Any], Any]:
     """Add --all/--parallel/--fail-fast and run the body per host when the target words name a fleet.
 
     `preflight(app, ("host", NAME))` runs for every host before any host starts: a bad inventory or flag set on
@@ -101,7 +103,7 @@ def fleet_options(*, preflight: Preflight | None = None, detail: DetailFn | None
             if not spec.fleet:
                 return body(app, *args, target=target, **kwargs)
             return run_fleet_command(app, spec, body, kwargs, parallel=parallel, fail_fast=fail_fast,
-                                     preflight=preflight, detail=detail)
+                                     preflight=preflight, detail=detail, annotate=annotate)
 
         return wrapper
 
@@ -110,7 +112,7 @@ def fleet_options(*, preflight: Preflight | None = None, detail: DetailFn | None
 
 def run_fleet_command(app: AppContext, spec: TargetSpec, body: Callable[..., int], kwargs: dict[str, Any], *,
                       parallel: int, fail_fast: bool, preflight: Preflight | None = None,
-                      detail: DetailFn | None = None) -> int:
+                      detail: DetailFn | None = None, annotate: Annotate | None = None) -> int:
     hosts = resolve_targets(app.inventory, spec)
     if preflight is not None:
         for host in hosts:
@@ -132,10 +134,14 @@ def run_fleet_command(app: AppContext, spec: TargetSpec, body: Callable[..., int
     with view:
         run = run_fleet([h.name for h in hosts], job, parallel=parallel, fail_fast=fail_fast, on_event=view,
                         on_tick=view.tick)
+    extra = dict(annotate(app, run.outcomes) or {}) if annotate is not None else {}
+    extra_text = extra.pop("text", None)
     app.out.emit({"ok": run.exit_code == 0, "command": command, "targets": spec.describe(),
-                  "fleet": fleet_summary(run), "hosts": [o.to_dict() for o in run.outcomes]})
+                  "fleet": fleet_summary(run), **(extra or {}), "hosts": [o.to_dict() for o in run.outcomes]})
     app.out.print(summary_table(run, f"{command}: {len(hosts)} host(s)"))
     app.out.line(totals_text(run))
+    if extra_text:
+        app.out.line(str(extra_text))
     return run.exit_code
 
 

@@ -34,11 +34,13 @@ class HostOutcome:
     ssh_round_trips: int | None = None
     changed_steps: list[str] = field(default_factory=list)
     detail: str = ""
+    # What others say about this host, e.g. {"router": {...}} from the router's worker list.
+    extras: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"host": self.host, "result": self.result, "exit_code": self.exit_code,
                 "duration_s": round(self.duration_s, 3), "ssh_round_trips": self.ssh_round_trips,
-                "changed_steps": self.changed_steps, "detail": self.detail, "report": self.report}
+                "changed_steps": self.changed_steps, "detail": self.detail, **self.extras, "report": self.report}
 
 
 @dataclass(frozen=True)

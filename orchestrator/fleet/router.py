@@ -17,7 +17,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import requests
 
@@ -25,6 +25,10 @@ from orchestrator.errors import ConfigError, RemoteError
 from orchestrator.flags import FlagSchema, canonicalize
 from orchestrator.inventory.models import Host, Inventory, RouterSpec
 from orchestrator.render.files import RenderedFile, render_template, sha256_text, systemd_exec_arg
+
+if TYPE_CHECKING:
+    from orchestrator.cli.common import AppContext
+    from orchestrator.fleet.engine import HostOutcome
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
 UNIT_PATH = "/etc/systemd/system/sglang-router.service"
@@ -209,3 +213,53 @@ class RouterClient:
             return False
         self._call("DELETE", f"/workers/{worker.id}", expect=(200, 202, 204))
         return True
+
+
+# ------------------------------------------------------------------------------------------------ fleet view
+def router_base_url(inventory: Inventory) -> str:
+    """Where the operator reaches the router's API: its bind address on this machine, else its host's address."""
+    spec = inventory.router
+    assert spec is not None
+    if spec.runs_on == "operator":
+        host = "127.0.0.1" if spec.host in ("0.0.0.0", "::") else spec.host
+    else:
+        host = inventory.hosts[spec.runs_on].address
+    return f"http://{host}:{spec.port}"
+
+
+def router_api_key(inventory: Inventory) -> str | None:
+    """router.api_key, else the workers' profile api_key (one key for the fleet); None without either."""
+    spec = inventory.router
+    if spec is None:
+        return None
+    if spec.api_key is not None:
+        return spec.api_key.read()
+    workers = router_workers(inventory)
+    profile_key = inventory.profile_for(workers[0]).api_key if workers else None
+    return profile_key.read() if profile_key is not None else None
+
+
+def router_view(app: AppContext, outcomes: list[HostOutcome]) -> dict[str, Any] | None:
+    """What the router thinks of each host's server (listed, healthy, load); never changes the exit code."""
+    inventory = app.inventory
+    if inventory.router is None:
+        return None
+    base = router_base_url(inventory)
+    try:
+        with RouterClient(base, router_api_key(inventory), timeout_s=5.0) as client:
+            workers = {w.url: w for w in client.list_workers()}
+            ready = client.ready()
+    except (RemoteError, ConfigError) as err:
+        for o in outcomes:
+            o.extras["router"] = {"error": err.what}
+        return {"router": {"url": base, "error": err.what}, "text": f"router {base}: {err.what}"}
+    for o in outcomes:
+        url = worker_url(inventory, inventory.hosts[o.host])
+        w = workers.get(url)
+        o.extras["router"] = {"url": url, "listed": w is not None, "healthy": w.healthy if w else None,
+                              "load": w.load if w else None}
+        said = "not listed" if w is None else ("healthy" if w.healthy else "unhealthy") + f", load {w.load}"
+        o.detail = f"{o.detail}; router: {said}" if o.detail else f"router: {said}"
+    text = (f"router {base}: {len(workers)} worker(s), "
+            f"{sum(1 for w in workers.values() if w.healthy)} healthy, {'ready' if ready else 'NOT ready'}")
+    return {"router": {"url": base, "workers": len(workers), "ready": ready}, "text": text}

@@ -219,3 +219,54 @@ def test_installed_router_parser_matches_the_packaged_dump() -> None:
     assert json.loads(out)["ok"] is True
     with pytest.raises(ConfigError, match=r"inventory pins 0\.3\.1"):
         schema_from_probe(out, where="this machine", pinned="0.3.1")
+
+
+def test_real_router_routes_to_the_simulated_servers(fleet: Fleet, tmp_path: Path) -> None:
+    """The real router in front of two simulated servers (reached through each host's relay at ADDRESS:8000):
+    chat completions through it succeed, a removed worker takes no traffic, an added one joins when healthy."""
+    import requests
+
+    from orchestrator.fleet.router import RouterClient, worker_url
+    from orchestrator.inventory.loader import load_inventory
+    from simulator.router import start_router, stop_router
+
+    a, _bad, c = fleet.names
+    up = fleet.env.run("up", "host", a, "host", c, "--skip-bench", "--skip-weights", timeout=900)
+    assert up.rc == 0, up.text
+    inv = load_inventory(fleet.env.inventory)
+    urls = [worker_url(inv, inv.hosts[n]) for n in (a, c)]
+    n = int(os.environ.get("DEPLOY_SIM_FIRST", "1")) + 47
+    base = f"http://127.0.0.{n}:30000"
+    run_dir = tmp_path / "router"
+    router_yaml = fleet.env.inventory / "router.yaml"
+    chat = {"model": "glm-5", "max_tokens": 8,
+            "messages": [{"role": "user", "content": "What is 17 + 25? Answer with the number only."}]}
+    try:
+        start_router(run_dir, f"127.0.0.{n}", 30000, urls, policy="round_robin",
+                     extra=["--health-check-interval-secs", "1"])
+        with RouterClient(base) as router:
+            workers = _until(lambda: [w for w in router.list_workers() if w.healthy])
+            assert sorted(w.url for w in workers) == sorted(urls), router.list_workers()
+            codes = [requests.post(f"{base}/v1/chat/completions", json=chat, timeout=120).status_code
+                     for _ in range(4)]
+            assert codes == [200] * 4
+            assert router.remove_worker(urls[0])
+            assert _until(lambda: [w.url for w in router.list_workers()] == [urls[1]])
+            assert requests.post(f"{base}/v1/chat/completions", json=chat, timeout=120).status_code == 200
+            # `status group` shows what the router thinks of each host's server
+            router_yaml.write_text(f"router:\n  host: 127.0.0.{n}\n  port: 30000\n  policy: round_robin\n"
+                                   "  workers: prod\n")
+            res = fleet.env.run("--json", "status", "group", "prod")
+            doc = res.json
+            assert doc["router"] == {"url": base, "workers": 1, "ready": True}
+            view = {h["host"]: h["router"] for h in doc["hosts"]}
+            assert view[a]["listed"] is False and view[c] == {"url": urls[1], "listed": True, "healthy": True,
+                                                              "load": view[c]["load"]}
+            text = fleet.env.run("status", "group", "prod").stdout
+            assert "router: not listed" in text and "router: healthy" in text
+            assert f"router {base}: 1 worker(s), 1 healthy, ready" in text
+            router.add_worker(urls[0])
+            assert _until(lambda: len([w for w in router.list_workers() if w.healthy]) == 2)
+    finally:
+        router_yaml.unlink(missing_ok=True)
+        stop_router(run_dir)
