@@ -106,6 +106,8 @@ def test_parallel_up_with_one_failing_host(fleet: Fleet) -> None:
     assert engine["workers"] == 2 and engine["peak_running"] <= 2
     # a bounded pool: two workers, each with at most one SSH transport thread, and no socket left per host
     assert engine["peak_threads"] - engine["baseline_threads"] <= 2 * 2 + 2
+    # sockets: per worker the SSH connection and, while a container is created, the PVE API session
+    assert 1 <= engine["peak_open_sockets"] - engine["baseline_open_sockets"] <= 2 * 2
 
 
 def test_fail_fast_skips_hosts_not_started(fleet: Fleet) -> None:
