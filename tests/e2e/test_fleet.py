@@ -141,6 +141,15 @@ def test_status_of_a_group_and_of_several_hosts(fleet: Fleet) -> None:
     single = fleet.env.run("--json", "status", "host", a)  # one host: exactly the single-host document
     assert single.rc == 0 and single.json["host"] == a and "hosts" not in single.json and "fleet" not in single.json
 
+    plan = fleet.env.run("--json", "plan", "host", a, c)  # converged: nothing would change, nothing locked
+    assert plan.rc == 0, plan.text
+    assert [h["result"] for h in plan.json["hosts"]] == ["ok", "ok"]
+    assert all(h["report"]["dry_run"] and h["report"]["summary"] == "no changes" for h in plan.json["hosts"])
+    doctor = fleet.env.run("--json", "doctor", "--all", "--parallel", "3")
+    assert doctor.rc == 0, doctor.text
+    assert {h["host"] for h in doctor.json["hosts"]} == set(fleet.names)
+    assert all(h["report"]["status"] in ("ok", "warn") for h in doctor.json["hosts"])
+
 
 class _Worker(BaseHTTPRequestHandler):
     """The smallest HTTP worker the router accepts (health, model info); the ROUTER under test is the real one."""
