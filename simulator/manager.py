@@ -223,6 +223,27 @@ def _start_api(hp: HostPaths, cfg: HostConfig) -> int:
     return proc.pid
 
 
+#: The model server's port in the inventory profiles; the relay makes it reachable at the host's address.
+SERVER_PORT = 8000
+
+
+def _start_fwd(hp: HostPaths, cfg: HostConfig) -> int:
+    """The relay HOST_ADDRESS:8000 → CT 120's 127.0.0.1:8000 (simulator/portfwd.py), e.g. for the real router."""
+    pidfile = hp.dir / "fwd" / "fwd.pid"
+    pid = procs.read_pid(pidfile)
+    if pid is not None:
+        return pid
+    _require_free(cfg.address, SERVER_PORT)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    proc = procs.start_detached([str(Path(sys.executable).resolve()), "-m", "simulator.portfwd", str(hp.dir),
+                                 cfg.address, str(SERVER_PORT)], hp.dir / "fwd" / "fwd.log", env=env, cwd=hp.dir)
+    if not _wait_port(cfg.address, SERVER_PORT):
+        proc.kill()
+        raise RuntimeError(f"server relay of {cfg.name} did not come up; see {hp.dir / 'fwd' / 'fwd.log'}")
+    pidfile.write_text(f"{proc.pid}\n")
+    return proc.pid
+
+
 def _write_session(hp: HostPaths, cfg: HostConfig, rc: RootConfig) -> None:
     """The flat file the session shell reads instead of host.json/sim.json (see hostshell's docstring)."""
     values = {"name": cfg.name, "node": cfg.node, "real_root": rc.real_root, "python_prefix": rc.python_prefix,
@@ -339,6 +360,7 @@ def sim_up(root: Path = DEFAULT_ROOT, hosts: int = 1, profile: str = "rtx-pro-60
             _require_free(cfg.address, cfg.ssh_port)
         sshd.start(hp)
         _start_api(hp, cfg)
+        _start_fwd(hp, cfg)
         infos.append(_info(hp))
     all_infos = [_info(sp.host(n)) for n in sp.host_names()]
     write_inventory(root, all_infos, inventory_copy)
@@ -396,6 +418,7 @@ def sim_down(root: Path = DEFAULT_ROOT) -> None:
         _stop_containers(hp)  # first: netns handling goes through the daemons' mount namespace
         sshd.stop(hp)
         procs.stop_tree(hp.api / "api.pid")
+        procs.stop_tree(hp.dir / "fwd" / "fwd.pid")
     if names:
         _kill_view_processes(root, names)
 

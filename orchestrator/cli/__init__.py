@@ -28,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 SHORT_HELP = {
-    "up": "Converge one host: container, GPUs, driver, P2P, SGLang unit, health, smoke, throughput.",
+    "up": "Converge a host (or a fleet): container, GPUs, driver, P2P, SGLang unit, health, smoke, throughput.",
     "plan": "Show what `up` would change, changing nothing.",
     "doctor": "Check host prerequisites (driver, nvidia-uvm, IOMMU, ACS, PVE version) with fixes.",
     "verify-p2p": "Topology and P2P verdict: live on a host, or offline from saved nvidia-smi output.",

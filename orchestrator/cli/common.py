@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.console import Console
@@ -24,6 +24,9 @@ from orchestrator.inventory.loader import load_inventory
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.paths import INVENTORY_ENV, default_inventory_dir
 from orchestrator.redact import install_stream_redaction, redact
+
+if TYPE_CHECKING:
+    from orchestrator.cli.progress import StepPrinter
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -72,23 +75,31 @@ class AppContext:
     def out(self) -> Output:
         return Output(self.as_json)
 
+    def step_printer(self, *, quiet: bool = False) -> StepPrinter:
+        """Step progress of a run; a fleet run's per-host context forwards it to the live view instead."""
+        from orchestrator.cli.progress import StepPrinter
+
+        return StepPrinter(self.out.console, enabled=not self.as_json and not quiet)
+
+
+#: Commands that accept several hosts (group G, host a b, --all); see orchestrator.fleet.targets.
+FLEET_COMMANDS = ("up", "plan", "status", "doctor", "verify-p2p", "history")
+
 
 def parse_target(words: tuple[str, ...], *, required: bool = True) -> str | None:
-    """Accept the user's grammar: `host ADDR`, or just `ADDR` / a host name."""
-    parts = list(words)
-    if parts and parts[0] == "host":
-        parts = parts[1:]
-        if not parts:
-            raise ConfigError("'host' must be followed by a host name or address",
-                              fix="e.g. deploy up host 10.1.230.174")
-    if len(parts) > 1:
-        raise ConfigError(f"expected one host, got {' '.join(parts)}", fix="name one host per command")
-    if not parts:
+    """One host in the user's grammar: `host ADDR`, or just `ADDR` / a host name (fleet words are refused here)."""
+    from orchestrator.fleet.targets import parse_targets
+
+    spec = parse_targets(words)
+    if spec.fleet:
+        raise ConfigError(f"this command takes one host, got {spec.describe()}",
+                          fix=f"name one host; groups, several hosts and --all work with {', '.join(FLEET_COMMANDS)}")
+    if not spec.hosts:
         if required:
             raise ConfigError("no host given",
                               fix="e.g. `deploy up host 10.1.230.174` or a host name from the inventory")
         return None
-    return parts[0]
+    return spec.hosts[0]
 
 
 def resolve_host(app: AppContext, words: tuple[str, ...]) -> Host:

@@ -7,6 +7,8 @@ from rich.text import Text
 
 from orchestrator.cli.common import AppContext, common_options, resolve_host, tofu_option
 from orchestrator.cli.tables import spec
+from orchestrator.fleet.command import fleet_options
+from orchestrator.fleet.details import doctor_detail
 from orchestrator.verdicts.host import worst_status
 
 STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
@@ -16,6 +18,7 @@ STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
 @click.argument("target", nargs=-1)
 @tofu_option
 @common_options
+@fleet_options(detail=doctor_detail)
 def doctor(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
     """Check the host: driver loaded and its version, /dev/nvidia-uvm, uvm_disable_hmm, IOMMU, ACS, PVE version.
 

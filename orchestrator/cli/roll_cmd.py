@@ -11,9 +11,12 @@ from typing import Any
 import click
 
 from orchestrator.cli.common import AppContext, all_inventories_option, common_options, resolve_host, tofu_option
-from orchestrator.cli.progress import StepPrinter, totals_line
+from orchestrator.cli.progress import totals_line
 from orchestrator.cli.tables import Column, spec
 from orchestrator.errors import ConfigError, DeployError
+from orchestrator.fleet.command import fleet_options
+from orchestrator.fleet.details import history_detail, status_detail
+from orchestrator.fleet.router import router_view
 from orchestrator.runner import RunReport, run_playbook
 from orchestrator.steps.base import RunOptions
 from orchestrator.yamlfile import load_yaml
@@ -26,7 +29,7 @@ def _command_line() -> str:
 def run_with_progress(app: AppContext, target: tuple[str, ...], playbook: str, options: RunOptions,
                       shared: dict[str, Any] | None = None, *, quiet: bool = False) -> RunReport:
     host = resolve_host(app, target)
-    printer = StepPrinter(app.out.console, enabled=not app.as_json and not quiet)
+    printer = app.step_printer(quiet=quiet)
     try:
         return run_playbook(playbook, host, app.inventory, options, progress=printer, say=printer.say,
                             shared=shared)
@@ -141,6 +144,7 @@ def rollback(app: AppContext, target: tuple[str, ...], to_release: str | None, t
 @click.argument("target", nargs=-1)
 @tofu_option
 @common_options
+@fleet_options(detail=status_detail, annotate=router_view)
 def status(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
     """Current release, health and GPU power now (one SSH round trip). Exit 1 when not healthy."""
     report = run_with_progress(app, target, "status", RunOptions(tofu=tofu, command="deploy status"), quiet=True)
@@ -185,6 +189,7 @@ def _power(verdict: dict[str, Any] | None) -> str:
 @all_inventories_option
 @tofu_option
 @common_options
+@fleet_options(detail=history_detail)
 def history(app: AppContext, target: tuple[str, ...], bench: bool, limit: int, all_inventories: bool,
             tofu: bool) -> int:
     """Releases on the target with time, flag diff, verdict, throughput and power; or `--bench` ledger runs.

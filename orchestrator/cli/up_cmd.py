@@ -8,8 +8,9 @@ import sys
 import click
 
 from orchestrator.cli.common import AppContext, common_options, resolve_host, tofu_option
-from orchestrator.cli.progress import StepPrinter, totals_line
+from orchestrator.cli.progress import totals_line
 from orchestrator.errors import DeployError
+from orchestrator.fleet.command import fleet_options
 from orchestrator.runner import RunReport, run_playbook
 from orchestrator.steps.base import RunOptions
 
@@ -38,7 +39,7 @@ def run_and_report(app: AppContext, words: tuple[str, ...], playbook: str, optio
     preflight(app, words)
     host = resolve_host(app, words)
     out = app.out
-    printer = StepPrinter(out.console, enabled=not app.as_json)
+    printer = app.step_printer()
     report: RunReport | None = None
     try:
         report = run_playbook(playbook, host, app.inventory, options, progress=printer, say=printer.say)
@@ -59,7 +60,7 @@ def run_and_report(app: AppContext, words: tuple[str, ...], playbook: str, optio
 
 
 @click.command("up")
-@click.argument("target", nargs=-1, required=True)
+@click.argument("target", nargs=-1)
 @click.option("--dry-run", is_flag=True, help="Show what would change; change nothing (same as `deploy plan`).")
 @click.option("--allow-no-p2p", is_flag=True, help="Continue when the P2P check fails.")
 @click.option("--skip-weights", is_flag=True, help="Do not download missing model weights; say what would be fetched.")
@@ -69,9 +70,10 @@ def run_and_report(app: AppContext, words: tuple[str, ...], playbook: str, optio
 @click.option("--playbook", default="up", show_default=True, metavar="NAME|FILE",
               help="Playbook to run: a shipped name or your copied and edited YAML file.")
 @common_options
+@fleet_options(preflight=preflight, required=True)
 def up(app: AppContext, target: tuple[str, ...], dry_run: bool, allow_no_p2p: bool, skip_weights: bool,
        skip_bench: bool, preset: str | None, tofu: bool, playbook: str) -> int:
-    """Converge one host: `deploy up host 10.1.230.174`.
+    """Converge one host: `deploy up host 10.1.230.174`; or a fleet: `deploy up group prod` (see --parallel).
 
     Container with every GPU passed in, userspace driver = host kernel module, sglang at the pinned version,
     P2P verified, unit rendered and running, health, smoke and throughput checks. A second run changes nothing.
@@ -83,11 +85,12 @@ def up(app: AppContext, target: tuple[str, ...], dry_run: bool, allow_no_p2p: bo
 
 
 @click.command("plan")
-@click.argument("target", nargs=-1, required=True)
+@click.argument("target", nargs=-1)
 @tofu_option
 @click.option("--playbook", default="up", show_default=True, metavar="NAME|FILE",
               help="Playbook to plan: a shipped name or your copied and edited YAML file.")
 @common_options
+@fleet_options(preflight=preflight, required=True)
 def plan(app: AppContext, target: tuple[str, ...], tofu: bool, playbook: str) -> int:
     """What `deploy up` would change on this host; changes nothing."""
     options = RunOptions(dry_run=True, allow_no_p2p=True, skip_weights=True, skip_bench=True, tofu=tofu,

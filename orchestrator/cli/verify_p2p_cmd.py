@@ -11,6 +11,8 @@ from rich.text import Text
 from orchestrator.cli.common import AppContext, Output, common_options, existing_file, resolve_host, tofu_option
 from orchestrator.cli.tables import Cell, Column, TableSpec, spec
 from orchestrator.errors import CheckFailed, ConfigError
+from orchestrator.fleet.command import fleet_options
+from orchestrator.fleet.details import p2p_detail
 from orchestrator.parsers import ParseError
 from orchestrator.parsers.p2p import parse_p2p
 from orchestrator.parsers.topo import TopoMatrix, parse_topo
@@ -116,6 +118,7 @@ def live(app: AppContext, target: tuple[str, ...], bandwidth: bool, size_mib: in
 @click.option("--size-mib", default=256, show_default=True, help="Copy size per pair for --bandwidth.")
 @tofu_option
 @common_options
+@fleet_options(detail=p2p_detail)
 def verify_p2p(app: AppContext, target: tuple[str, ...], topo_file: str | None, p2p_read_file: str | None,
                p2p_write_file: str | None, bandwidth: bool, size_mib: int, tofu: bool) -> int:
     """Topology and P2P status as a matrix with a verdict. Exit 0 pass/warn, 1 fail.

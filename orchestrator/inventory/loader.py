@@ -19,7 +19,9 @@ from orchestrator.inventory.limits import VALUE_FIX, UnitTextError
 from orchestrator.inventory.models import Inventory, ServerProfile
 from orchestrator.yamlfile import key_line, load_yaml
 
-SECTIONS = ("hosts", "profiles", "presets")
+SECTIONS = ("hosts", "profiles", "presets", "groups")
+#: Sections that are one mapping (not name → entry), defined in at most one file.
+SINGLE_SECTIONS = ("router",)
 
 
 def _key_path(loc: tuple[int | str, ...]) -> str:
@@ -38,10 +40,10 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping with keys {', '.join(SECTIONS)}")
-    unknown = sorted(map(str, set(data) - set(SECTIONS)))
+    unknown = sorted(map(str, set(data) - set(SECTIONS) - set(SINGLE_SECTIONS)))
     if unknown:
         raise ConfigError(f"{path}: unknown top-level key(s) {', '.join(unknown)}",
-                          fix=f"use only {', '.join(SECTIONS)}")
+                          fix=f"use only {', '.join((*SECTIONS, *SINGLE_SECTIONS))}")
     return data
 
 
@@ -59,6 +61,7 @@ def load_inventory(dirs: str | Path | list[Path]) -> Inventory:
     merged: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
     origin: dict[tuple[str, str], Path] = {}
     seen_files: set[Path] = set()
+    single: dict[str, Any] = {}
     for d in dir_list:
         if not d.is_dir():
             raise ConfigError(f"inventory directory {d} does not exist",
@@ -83,9 +86,17 @@ def load_inventory(dirs: str | Path | list[Path]) -> Inventory:
                     if section == "hosts" and isinstance(body, dict):
                         body = {"name": name, **body}
                     merged[section][name] = body
+            for section in SINGLE_SECTIONS:
+                if data.get(section) is None:
+                    continue
+                if section in single:
+                    raise ConfigError(f"{_at(path, section)}: '{section}' is already defined in "
+                                      f"{_at(origin[(section, '')], section)}", fix="keep one definition")
+                single[section] = data[section]
+                origin[(section, "")] = path
     _check_references(merged, origin)
     try:
-        inventory = Inventory.model_validate(merged)
+        inventory = Inventory.model_validate({**merged, **single})
     except ValidationError as exc:
         raise _validation_error(exc, origin, dir_list) from None
     _check_flag_spellings(inventory, origin)

@@ -250,15 +250,120 @@ class Host(StrictModel):
 
 
 HostName = Annotated[str, Field(min_length=1)]
+RouterPolicy = Literal["random", "round_robin", "cache_aware", "power_of_two", "manual"]
+#: Router options that come from the router section's own fields, never from its flags.
+ROUTER_OWNED_FLAGS = ("worker-urls", "host", "port", "policy", "api-key")
+
+
+class RouterSpec(StrictModel):
+    """SGLang's own router (`sglang-router`, a Rust gateway) in front of the fleet's servers.
+
+    It runs on the operator's machine (`runs_on: operator`) or on an inventory host, in its own venv, as a systemd
+    unit rendered from templates/sglang-router.service.j2. Its flags are checked against the installed router's
+    own argparse parser (version pinned here). Workers are the servers of `workers` (a group; default every host),
+    at http://ADDRESS:PORT (host address, profile port) unless `worker_urls` names another URL for a host.
+    """
+
+    runs_on: str = "operator"
+    version: str = "0.3.2"
+    venv: str = "/opt/sglang-router"
+    host: str = "127.0.0.1"
+    port: int = Field(30000, ge=1, le=65535)
+    policy: RouterPolicy = "cache_aware"
+    workers: str | None = None
+    worker_urls: dict[str, str] = Field(default_factory=dict)
+    flags: dict[str, FlagValue] = Field(default_factory=dict)
+    # Clients and workers: default the workers' profile api_key (one key for the fleet), kept in a 0600 file.
+    api_key: SecretRef | None = None
+
+    @field_validator("flags")
+    @classmethod
+    def _flag_names(cls, v: dict[str, FlagValue]) -> dict[str, FlagValue]:
+        for key in v:
+            if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", key):
+                raise ValueError(f"router flag {key!r}: write long names without leading dashes, e.g. "
+                                 "health-check-interval-secs")
+            if key in ROUTER_OWNED_FLAGS:
+                raise ValueError(f"router flag {key!r} comes from the router section's own field; remove it")
+        return v
+
+    @field_validator("worker_urls")
+    @classmethod
+    def _urls(cls, v: dict[str, str]) -> dict[str, str]:
+        for host, url in v.items():
+            if not re.fullmatch(r"https?://[A-Za-z0-9.\[\]:-]+(:\d+)?/?", url):
+                raise ValueError(f"worker_urls.{host}: {url!r} must look like http://ADDRESS:PORT")
+        return v
+#: Words of the target grammar (`host A B`, `group G`); no host or group may be called that.
+TARGET_KEYWORDS = ("host", "group")
+
+
+def _expand_groups(groups: dict[str, list[str]], hosts: dict[str, Host]) -> dict[str, list[str]]:
+    """Every group's hosts in order of first appearance, nested groups expanded; problems raise ValueError.
+
+    A member names a host or another group. A name that is both is ambiguous; a group reaching itself is a cycle;
+    the same member listed twice in one group is a typo. Overlaps through nesting are fine (each host once).
+    """
+    problems: list[str] = []
+    for name, members in groups.items():
+        if name in hosts:
+            problems.append(f"groups.{name}: the name is also a host's; rename the group")
+        if name in TARGET_KEYWORDS:
+            problems.append(f"groups.{name}: '{name}' is a command keyword; rename the group")
+        seen: set[str] = set()
+        for member in members:
+            if member in seen:
+                problems.append(f"groups.{name}: {member!r} is listed twice")
+            seen.add(member)
+            if member not in hosts and member not in groups:
+                problems.append(f"groups.{name}: unknown host {member!r} (known hosts: "
+                                f"{', '.join(sorted(hosts)) or 'none'}; groups: {', '.join(sorted(groups))})")
+    if problems:
+        raise ValueError("; ".join(problems))
+    expanded: dict[str, list[str]] = {}
+
+    def expand(name: str, path: tuple[str, ...]) -> list[str]:
+        if name in path:
+            raise ValueError(f"groups.{path[0]}: cycle {' → '.join((*path, name))}")
+        if name in expanded:
+            return expanded[name]
+        out: list[str] = []
+        for member in groups[name]:
+            for host in expand(member, (*path, name)) if member in groups else [member]:
+                if host not in out:
+                    out.append(host)
+        expanded[name] = out
+        return out
+
+    for name in groups:
+        expand(name, ())
+    return expanded
 
 
 class Inventory(StrictModel):
     hosts: dict[HostName, Host] = Field(default_factory=dict)
     profiles: dict[str, ServerProfile] = Field(default_factory=dict)
     presets: dict[str, BenchPreset] = Field(default_factory=dict)
+    # Named sets of hosts for fleet commands (`deploy up group prod`); members are host or group names.
+    groups: dict[str, list[HostName]] = Field(default_factory=dict)
+    router: RouterSpec | None = None
 
     @model_validator(mode="after")
     def _references_resolve(self) -> Inventory:
+        for name in self.hosts:
+            if name in TARGET_KEYWORDS:
+                raise ValueError(f"hosts.{name}: '{name}' is a command keyword; rename the host")
+        _expand_groups(self.groups, self.hosts)
+        if self.router is not None:
+            r = self.router
+            if r.runs_on != "operator" and r.runs_on not in self.hosts:
+                raise ValueError(f"router.runs_on: unknown host {r.runs_on!r} (give 'operator' or a host name)")
+            if r.workers is not None and r.workers not in self.groups:
+                raise ValueError(f"router.workers: unknown group {r.workers!r} "
+                                 f"(known: {', '.join(sorted(self.groups)) or 'none'})")
+            for url_host in r.worker_urls:
+                if url_host not in self.hosts:
+                    raise ValueError(f"router.worker_urls: unknown host {url_host!r}")
         for name, host in self.hosts.items():
             if host.profile not in self.profiles:
                 raise ValueError(f"hosts.{name}.profile: unknown profile {host.profile!r} "
@@ -282,6 +387,13 @@ class Inventory(StrictModel):
         known = ", ".join(f"{h.name} ({h.address})" for h in self.hosts.values()) or "none"
         raise ConfigError(f"no host {name_or_address!r} in the inventory (known: {known})",
                           fix="add it to the inventory, or check --inventory / $DEPLOY_INVENTORY")
+
+    def group_hosts(self, name: str) -> list[Host]:
+        """The hosts of a group, nested groups expanded, each host once, in inventory order of first mention."""
+        if name not in self.groups:
+            raise ConfigError(f"no group {name!r} in the inventory (known: {', '.join(sorted(self.groups)) or 'none'})",
+                              fix="add it under 'groups:' in an inventory file, or check --inventory")
+        return [self.hosts[h] for h in _expand_groups(self.groups, self.hosts)[name]]
 
     def profile_for(self, host: Host) -> ServerProfile:
         return self.profiles[host.profile]

@@ -244,6 +244,7 @@ class SshHost:
                 last_progress = time.monotonic()
                 progress(lines[-1])
 
+        idle_s = 0.002
         try:
             while True:
                 busy = False
@@ -258,6 +259,7 @@ class SshHost:
                     report(data)
                     busy = True
                 if busy:
+                    idle_s = 0.002
                     continue
                 if chan.exit_status_ready() or chan.closed:
                     while chan.recv_ready():
@@ -272,7 +274,10 @@ class SshHost:
                     raise RemoteError(f"{label} timed out after {timeout:.0f} s",
                                       fix="the host or container is slow or hung; check it and re-run",
                                       host=self.host.name)
-                time.sleep(0.002)
+                # Wake at once when the command ends (exit status), else poll with a backoff to 20 ms: a fixed
+                # 2 ms poll costs CPU in proportion to the wait, times the number of hosts of a fleet run.
+                chan.status_event.wait(idle_s)
+                idle_s = min(idle_s * 2, 0.02)
             rc = chan.recv_exit_status()
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self._conn = None

@@ -1,0 +1,176 @@
+"""Fleet forms of a command: `@fleet_options()` under `@common_options` makes a single-host command fleet-capable.
+
+With one host (`host X`, a bare `X`, or none) the command body runs exactly as before. With a group, several hosts
+or --all, the same body runs once per host on the engine's bounded pool, each against a per-host AppContext whose
+output is captured (the payload the body would print as --json), then one summary table (or one JSON document
+holding every host's report) is printed. Per-host step progress reaches the live view through `step_printer`.
+"""
+
+from __future__ import annotations
+
+import functools
+import shlex
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+
+from orchestrator.cli.common import AppContext, Output
+from orchestrator.cli.progress import StepPrinter
+from orchestrator.errors import ConfigError, DeployError
+from orchestrator.fleet.engine import HostEvents, HostOutcome, run_fleet
+from orchestrator.fleet.targets import TargetSpec, parse_targets, resolve_targets
+from orchestrator.fleet.view import FleetView, fleet_summary, summary_table, totals_text
+from orchestrator.runlog import StepRecord
+
+Payload = dict[str, Any]
+Preflight = Callable[[AppContext, tuple[str, ...]], None]
+DetailFn = Callable[[Payload], str]
+#: Adds fleet-level facts after the runs (e.g. the router's view of each worker); returns the payload section.
+Annotate = Callable[[AppContext, list[HostOutcome]], Payload | None]
+DEFAULT_PARALLEL = 8
+
+
+@dataclass
+class CapturedOutput(Output):
+    """Keeps the payload a body emits instead of printing it; human output is dropped (the fleet has its own)."""
+
+    payload: Payload | None = None
+
+    def emit(self, payload: dict[str, Any]) -> None:
+        self.payload = payload
+
+
+class EventPrinter(StepPrinter):
+    """Step progress of one host's run → engine events; completed step records kept for the report."""
+
+    def __init__(self, events: HostEvents, records: list[StepRecord]) -> None:
+        super().__init__(Output(True).console, enabled=False)
+        self.events = events
+        self.records = records
+
+    def say(self, message: str) -> None:
+        self.events.say(message)
+
+    def __call__(self, name: str, record: StepRecord | None) -> None:
+        if record is None:
+            self.events.step(name)
+        else:
+            self.records.append(record)
+
+
+@dataclass
+class HostApp(AppContext):
+    """The AppContext one host's body runs against in a fleet run."""
+
+    events: HostEvents | None = None
+    captured: CapturedOutput = field(default_factory=lambda: CapturedOutput(True))
+    records: list[StepRecord] = field(default_factory=list)
+
+    @property
+    def out(self) -> Output:
+        return self.captured
+
+    def step_printer(self, *, quiet: bool = False) -> StepPrinter:
+        assert self.events is not None
+        return EventPrinter(self.events, self.records)
+
+
+def fleet_options(*, preflight: Preflight | None = None, detail: DetailFn | None = None,
+                  required: bool = False, annotate: Annotate | None = None) -> Callable[[Any], Any]:
+    """Add --all/--parallel/--fail-fast and run the body per host when the target words name a fleet.
+
+    `preflight(app, ("host", NAME))` runs for every host before any host starts: a bad inventory or flag set on
+    one host refuses the whole command (exit 2) and changes nothing. `detail(report)` is the summary column.
+    `required`: the command needs target words (`deploy up` alone is refused; status may default to the only host).
+    """
+
+    def decorate(body: Callable[..., int]) -> Callable[..., int]:
+        @click.option("--all", "all_hosts", is_flag=True, help="Every host in the inventory (a fleet run).")
+        @click.option("--parallel", type=click.IntRange(min=1), default=DEFAULT_PARALLEL, show_default=True,
+                      help="Fleet runs: at most N hosts at once.")
+        @click.option("--fail-fast", is_flag=True,
+                      help="Fleet runs: start no further host after a failure (those are reported as skipped).")
+        @functools.wraps(body)
+        def wrapper(app: AppContext, *args: Any, target: tuple[str, ...], all_hosts: bool, parallel: int,
+                    fail_fast: bool, **kwargs: Any) -> int:
+            spec = parse_targets(target, all_hosts=all_hosts)
+            if required and spec.empty:
+                raise ConfigError("no host given", fix="e.g. `deploy up host 10.1.230.174`, `deploy up host a b`, "
+                                                       "`deploy up group prod` or `deploy up --all`")
+            if not spec.fleet:
+                return body(app, *args, target=target, **kwargs)
+            return run_fleet_command(app, spec, body, kwargs, parallel=parallel, fail_fast=fail_fast,
+                                     preflight=preflight, detail=detail, annotate=annotate)
+
+        return wrapper
+
+    return decorate
+
+
+def run_fleet_command(app: AppContext, spec: TargetSpec, body: Callable[..., int], kwargs: dict[str, Any], *,
+                      parallel: int, fail_fast: bool, preflight: Preflight | None = None,
+                      detail: DetailFn | None = None, annotate: Annotate | None = None) -> int:
+    hosts = resolve_targets(app.inventory, spec)
+    if preflight is not None:
+        for host in hosts:
+            preflight(app, ("host", host.name))
+    inventory = app.inventory
+
+    def job(name: str, events: HostEvents) -> HostOutcome:
+        sub = HostApp(inventory_dirs=app.inventory_dirs, as_json=True, events=events)
+        sub.__dict__["inventory"] = inventory  # the loaded inventory is shared, not re-read per host
+        try:
+            code = int(body(sub, target=("host", name), **kwargs) or 0)
+            report = sub.captured.payload or {"ok": code == 0, "host": name}
+        except DeployError as err:
+            code, report = err.exit_code, {"ok": False, **err.to_dict()}
+        return host_outcome(name, code, report, sub.records, detail)
+
+    command = "deploy " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    view = FleetView(app.out.console, [h.name for h in hosts], enabled=not app.as_json, tty=sys.stdout.isatty())
+    with view:
+        run = run_fleet([h.name for h in hosts], job, parallel=parallel, fail_fast=fail_fast, on_event=view,
+                        on_tick=view.tick)
+    extra = dict(annotate(app, run.outcomes) or {}) if annotate is not None else {}
+    extra_text = extra.pop("text", None)
+    app.out.emit({"ok": run.exit_code == 0, "command": command, "targets": spec.describe(),
+                  "fleet": fleet_summary(run), **(extra or {}), "hosts": [o.to_dict() for o in run.outcomes]})
+    app.out.print(summary_table(run, f"{command}: {len(hosts)} host(s)"))
+    app.out.line(totals_text(run))
+    if extra_text:
+        app.out.line(str(extra_text))
+    return run.exit_code
+
+
+def host_outcome(name: str, code: int, report: Payload, records: list[StepRecord],
+                 detail: DetailFn | None = None) -> HostOutcome:
+    """Judge one host's report: result word, changed steps, round trips, a one-line detail."""
+    error = report.get("error") if isinstance(report.get("error"), dict) else None
+    if error is None and "what" in report:  # the body raised or emitted a DeployError dict at top level
+        error = report
+    steps = report.get("steps")
+    if steps is None and records:  # a failed run: keep the steps it completed, plus the failed one
+        steps = [r.to_dict() for r in records]
+        if error and error.get("step"):
+            steps.append({"name": error["step"], "status": "failed", "summary": error.get("what", "")})
+        report["steps"] = steps
+    changed = [s["name"] for s in steps or [] if s.get("status") in ("changed", "would-change")]
+    totals = report.get("totals") if isinstance(report.get("totals"), dict) else {}
+    trips = totals.get("ssh_round_trips") if totals else None
+    if trips is None and records:
+        trips = sum(r.ssh_round_trips for r in records)
+    if code != 0:
+        result = "failed"
+        text = (f"{error.get('step') or '?'}: {error.get('what', '')}" if error
+                else (detail(report) if detail else ""))
+    else:
+        result = ("would change" if report.get("dry_run") else "changed") if report.get("changed") else "ok"
+        text = detail(report) if detail else ""
+    return HostOutcome(name, result, exit_code=code, report=report,  # type: ignore[arg-type]
+                       ssh_round_trips=trips, changed_steps=changed, detail=text)
+
+
+__all__ = ["DEFAULT_PARALLEL", "fleet_options", "host_outcome", "parse_targets", "run_fleet_command"]

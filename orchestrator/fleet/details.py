@@ -1,0 +1,33 @@
+"""One-line summaries of a host's single-host --json payload, for the fleet summary table. Pure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+Payload = dict[str, Any]
+
+
+def status_detail(report: Payload) -> str:
+    return (f"release {report.get('release') or 'none'} ({report.get('verdict') or 'unverified'}), "
+            f"sglang {report.get('active') or '-'}, /health {report.get('health') or '-'}")
+
+
+def doctor_detail(report: Payload) -> str:
+    findings = report.get("findings") or []
+    bad = [f"{f.get('check')} {f.get('status')}" for f in findings if f.get("status") != "ok"]
+    return f"{report.get('status', '?')}" + (f": {', '.join(bad)}" if bad else "")
+
+
+def p2p_detail(report: Payload) -> str:
+    verdict = report.get("verdict") or {}
+    text = f"P2P {verdict.get('status', '?')} ({verdict.get('p2p', '?')}, {len(verdict.get('gpus') or [])} GPUs)"
+    match = report.get("matches_host")
+    if isinstance(match, dict) and not match.get("same", True):
+        text += "; container topology differs from the host's"
+    return text
+
+
+def history_detail(report: Payload) -> str:
+    if "runs" in report:  # history --bench: local ledger runs
+        return f"{len(report['runs'])} bench run(s)"
+    return f"current {report.get('current') or 'none'}, {len(report.get('releases') or [])} release(s)"

@@ -1,0 +1,204 @@
+"""The fleet engine: run one job per host on a pool of at most `parallel` worker threads.
+
+Why a pool and not a thread per host: at several hundred hosts, a thread, an SSH connection (paramiko adds a
+transport thread each) and a socket per host would be the cost. Here a worker takes the next host only when its
+previous run has ended, and each run closes its own connection, so threads and sockets stay bounded by
+`parallel`. The engine samples both (threads, open socket descriptors) so the bound is measured, not assumed.
+
+Workers never print: they post events to a queue that the calling thread drains (live view, plain lines).
+A failing host never stops the others unless `fail_fast`; then hosts not yet started are reported as skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+HostResult = Literal["ok", "changed", "would change", "failed", "skipped"]
+
+
+@dataclass
+class HostOutcome:
+    """One host's result: what the single-host command would have printed as --json is `report`."""
+
+    host: str
+    result: HostResult
+    exit_code: int = 0
+    report: dict[str, Any] | None = None
+    duration_s: float = 0.0
+    ssh_round_trips: int | None = None
+    changed_steps: list[str] = field(default_factory=list)
+    detail: str = ""
+    # What others say about this host, e.g. {"router": {...}} from the router's worker list.
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "result": self.result, "exit_code": self.exit_code,
+                "duration_s": round(self.duration_s, 3), "ssh_round_trips": self.ssh_round_trips,
+                "changed_steps": self.changed_steps, "detail": self.detail, **self.extras, "report": self.report}
+
+
+@dataclass(frozen=True)
+class Event:
+    """Posted by a worker: a host started, entered a step, said something, or finished."""
+
+    host: str
+    kind: Literal["start", "step", "say", "done"]
+    text: str = ""
+    outcome: HostOutcome | None = None
+
+
+class HostEvents:
+    """The handle a job uses to report progress; thread-safe (a queue)."""
+
+    def __init__(self, host: str, sink: queue.Queue[Event]) -> None:
+        self.host = host
+        self._sink = sink
+
+    def step(self, name: str) -> None:
+        self._sink.put(Event(self.host, "step", name))
+
+    def say(self, text: str) -> None:
+        self._sink.put(Event(self.host, "say", text))
+
+
+Job = Callable[[str, HostEvents], HostOutcome]
+
+
+def open_sockets() -> int:
+    """Socket descriptors of this process (SSH connections, API sessions): the 'open connections' count."""
+    count = 0
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return -1
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                count += 1
+        except OSError:
+            continue
+    return count
+
+
+@dataclass
+class EngineStats:
+    """What the engine used, sampled at every event and every tick of the calling thread."""
+
+    parallel: int
+    workers: int = 0
+    peak_running: int = 0
+    peak_threads: int = 0
+    peak_open_sockets: int = 0
+    baseline_threads: int = 0
+    baseline_open_sockets: int = 0
+    samples: int = 0
+
+    def sample(self, running: int) -> None:
+        self.samples += 1
+        self.peak_running = max(self.peak_running, running)
+        self.peak_threads = max(self.peak_threads, threading.active_count())
+        self.peak_open_sockets = max(self.peak_open_sockets, open_sockets())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"parallel": self.parallel, "workers": self.workers, "peak_running": self.peak_running,
+                "peak_threads": self.peak_threads, "baseline_threads": self.baseline_threads,
+                "peak_open_sockets": self.peak_open_sockets, "baseline_open_sockets": self.baseline_open_sockets,
+                "samples": self.samples}
+
+
+@dataclass
+class FleetRun:
+    outcomes: list[HostOutcome]
+    stats: EngineStats
+    duration_s: float
+
+    @property
+    def exit_code(self) -> int:
+        """The worst host's exit code (3 remote > 2 config > 1 check failed > 0)."""
+        return max((o.exit_code for o in self.outcomes), default=0)
+
+
+def run_fleet(hosts: Sequence[str], job: Job, *, parallel: int, fail_fast: bool = False,
+              on_event: Callable[[Event], None] | None = None, on_tick: Callable[[], None] | None = None,
+              tick_s: float = 0.2) -> FleetRun:
+    """Run `job(host, events)` for every host on min(parallel, len(hosts)) workers; outcomes keep host order.
+
+    `job` must not raise (the engine turns a stray exception into a failed outcome anyway, so one bad host
+    cannot take the others down). `on_event` (each event) and `on_tick` (every tick_s without one) run on the
+    calling thread only.
+    """
+    if parallel < 1:
+        raise ValueError("parallel must be >= 1")
+    stats = EngineStats(parallel=parallel, baseline_threads=threading.active_count(),
+                        baseline_open_sockets=open_sockets())
+    events: queue.Queue[Event] = queue.Queue()
+    outcomes: dict[int, HostOutcome] = {}
+    lock = threading.Lock()
+    next_index = 0
+    running = 0
+    stop = False
+    start = time.monotonic()
+
+    def take() -> int | None:
+        nonlocal next_index, running
+        with lock:
+            if stop or next_index >= len(hosts):
+                return None
+            index = next_index
+            next_index += 1
+            running += 1
+            return index
+
+    def worker() -> None:
+        nonlocal running, stop
+        while (index := take()) is not None:
+            name = hosts[index]
+            events.put(Event(name, "start"))
+            began = time.monotonic()
+            try:
+                outcome = job(name, HostEvents(name, events))
+            except Exception as exc:  # a bug in one host's run must not stop the fleet
+                outcome = HostOutcome(name, "failed", exit_code=1, detail=f"internal error: {exc!r}")
+            if not outcome.duration_s:
+                outcome.duration_s = time.monotonic() - began
+            with lock:
+                outcomes[index] = outcome
+                running -= 1
+                if fail_fast and outcome.result == "failed":
+                    stop = True
+            events.put(Event(name, "done", outcome=outcome))
+
+    threads = [threading.Thread(target=worker, name=f"deploy-fleet-{i}", daemon=True)
+               for i in range(min(parallel, len(hosts)))]
+    stats.workers = len(threads)
+    for t in threads:
+        t.start()
+    while True:
+        try:
+            event = events.get(timeout=tick_s)
+        except queue.Empty:
+            event = None
+        with lock:
+            now_running = running
+        stats.sample(now_running)
+        if event is not None and on_event is not None:
+            on_event(event)
+        elif event is None and on_tick is not None:
+            on_tick()
+        if event is None and not any(t.is_alive() for t in threads):
+            break
+    for t in threads:
+        t.join()
+    while not events.empty():  # events posted just before the last worker ended
+        event = events.get_nowait()
+        if on_event is not None:
+            on_event(event)
+    ordered = [outcomes.get(i) or HostOutcome(hosts[i], "skipped", detail="not started (--fail-fast)")
+               for i in range(len(hosts))]
+    return FleetRun(ordered, stats, time.monotonic() - start)

@@ -1,0 +1,142 @@
+"""What a fleet run shows: one live line per host with its current step (rich Live on a TTY, plain
+`host: step` lines otherwise), then a summary table. Pure rendering from engine events and outcomes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from orchestrator.fleet.engine import Event, FleetRun, HostOutcome
+
+RESULT_STYLE = {"ok": "green", "changed": "yellow", "would change": "cyan", "failed": "bold red", "skipped": "dim"}
+
+
+@dataclass
+class _HostLine:
+    state: str = "queued"
+    step: str = ""
+    note: str = ""
+    started: float | None = None
+    outcome: HostOutcome | None = None
+
+
+@dataclass
+class FleetView:
+    """Consumes engine events on the calling thread; `enabled=False` (--json) shows nothing."""
+
+    console: Console
+    hosts: list[str]
+    enabled: bool = True
+    tty: bool = False
+    max_rows: int = 40
+    lines: dict[str, _HostLine] = field(default_factory=dict)
+    _live: Live | None = None
+
+    def __post_init__(self) -> None:
+        self.lines = {h: _HostLine() for h in self.hosts}
+
+    def __enter__(self) -> FleetView:
+        if self.enabled and self.tty:
+            self._live = Live(self._render(), console=self.console, auto_refresh=False, transient=True)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.__exit__(None, None, None)
+            self._live = None
+
+    def __call__(self, event: Event) -> None:
+        line = self.lines[event.host]
+        if event.kind == "start":
+            line.state, line.started = "running", time.monotonic()
+        elif event.kind == "step":
+            line.step, line.note = event.text, ""
+        elif event.kind == "say":
+            line.note = event.text
+        elif event.kind == "done" and event.outcome is not None:
+            line.state, line.outcome = event.outcome.result, event.outcome
+        if not self.enabled:
+            return
+        if self._live is not None:
+            self._live.update(self._render(), refresh=True)
+        elif event.kind != "say":  # plain lines: steps and results only (a step's chatter is in its report)
+            self._plain(event)
+
+    def tick(self) -> None:
+        """Redraw the live view so elapsed times move while no host reports anything."""
+        if self._live is not None:
+            self._live.update(self._render(), refresh=True)
+
+    def _plain(self, event: Event) -> None:
+        if event.kind == "start":
+            text = "started"
+        elif event.kind == "step":
+            text = event.text
+        else:
+            o = event.outcome
+            assert o is not None
+            changed = f", {len(o.changed_steps)} changed" if o.changed_steps else ""
+            text = f"{o.result}{changed} ({o.duration_s:.1f} s){' — ' + o.detail if o.detail else ''}"
+        self.console.print(f"{event.host}: {text}", markup=False, highlight=False)
+
+    def _render(self) -> RenderableType:
+        counts: dict[str, int] = {}
+        for line in self.lines.values():
+            counts[line.state] = counts.get(line.state, 0) + 1
+        head = Text(" · ".join(f"{n} {state}" for state, n in sorted(counts.items())), style="bold")
+        table = Table(show_header=False, box=None, pad_edge=False)
+        for col in ("host", "state", "step", "time"):
+            table.add_column(col, overflow="ellipsis", no_wrap=True)
+        shown = [(h, ln) for h, ln in self.lines.items() if ln.state in ("running", "failed")]
+        now = time.monotonic()
+        for host, line in shown[: self.max_rows]:
+            elapsed = f"{now - line.started:.0f} s" if line.started is not None and line.outcome is None else ""
+            step = line.step + (f" — {line.note}" if line.note else "")
+            style = RESULT_STYLE.get(line.state, "")
+            table.add_row(host, Text(line.state, style=style), step, elapsed)
+        if len(shown) > self.max_rows:
+            table.add_row(f"… {len(shown) - self.max_rows} more", "", "", "")
+        return Group(head, table)
+
+
+def summary_table(run: FleetRun, title: str) -> Table:
+    table = Table(title=title)
+    for col, justify in (("host", "left"), ("result", "left"), ("changed steps / detail", "left"),
+                         ("duration", "right"), ("round trips", "right")):
+        table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for o in run.outcomes:
+        detail = ", ".join(o.changed_steps) if o.changed_steps else ""
+        if o.detail:
+            detail = f"{detail}; {o.detail}" if detail else o.detail
+        style = RESULT_STYLE.get(o.result, "")
+        result = o.result if o.exit_code == 0 else f"{o.result} (exit {o.exit_code})"
+        table.add_row(o.host, f"[{style}]{result}[/]", detail or "-",
+                      f"{o.duration_s:.1f} s" if o.result != "skipped" else "-",
+                      str(o.ssh_round_trips) if o.ssh_round_trips is not None else "-")
+    return table
+
+
+def fleet_summary(run: FleetRun) -> dict[str, Any]:
+    counts = {r: 0 for r in RESULT_STYLE}
+    for o in run.outcomes:
+        counts[o.result] += 1
+    return {"hosts": len(run.outcomes), **{k.replace(" ", "_"): v for k, v in counts.items()},
+            "exit_code": run.exit_code, "duration_s": round(run.duration_s, 3),
+            "ssh_round_trips": sum(o.ssh_round_trips or 0 for o in run.outcomes), "engine": run.stats.to_dict()}
+
+
+def totals_text(run: FleetRun) -> str:
+    s = fleet_summary(run)
+    e = run.stats
+    parts = [f"{s[k]} {k.replace('_', ' ')}" for k in ("ok", "changed", "would_change", "failed", "skipped") if s[k]]
+    return (f"fleet: {s['hosts']} host(s): {', '.join(parts)} in {run.duration_s:.1f} s, {s['ssh_round_trips']} SSH "
+            f"round trips; exit {run.exit_code} (parallel {e.parallel}: peak {e.peak_running} running, "
+            f"{e.peak_threads} threads, {e.peak_open_sockets} open sockets)")

@@ -1,0 +1,97 @@
+"""The REAL sglang-router for simulated fleets: pip-installed into its own venv, run as a detached process.
+
+Nothing about the router is simulated: `ensure_router_venv` creates a venv once per machine (cached under
+/var/cache/deploy-sim, like a downloaded template) and pip-installs the pinned `sglang-router` with this
+machine's pip configuration; `start_router` runs `python -m sglang_router.launch_router` on a loopback address.
+The tool reaches it only through its worker API (orchestrator/fleet/router.py).
+
+    python -m simulator.router install [--version 0.3.2]
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from simulator import procs
+
+ROUTER_VERSION = "0.3.2"
+CACHE = Path(os.environ.get("DEPLOY_SIM_CACHE", "/var/cache/deploy-sim"))
+
+
+def router_venv(version: str = ROUTER_VERSION) -> Path:
+    return CACHE / f"sglang-router-{version}"
+
+
+def installed(version: str = ROUTER_VERSION) -> bool:
+    return (router_venv(version) / ".installed").is_file()
+
+
+def ensure_router_venv(version: str = ROUTER_VERSION, timeout_s: float = 900) -> Path:
+    """The venv with sglang-router==VERSION (created and pip-installed on first use; ~30 MB wheel)."""
+    venv = router_venv(version)
+    if installed(version):
+        return venv
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True, timeout=timeout_s)
+    proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check",
+                           "-q", f"sglang-router=={version}"], capture_output=True, text=True, timeout=timeout_s)
+    if proc.returncode != 0:
+        raise RuntimeError(f"pip install sglang-router=={version} failed: {proc.stderr.strip()[-800:]}")
+    (venv / ".installed").write_text(f"{version}\n")
+    return venv
+
+
+def start_router(run_dir: Path, address: str, port: int, worker_urls: list[str] | None = None,
+                 policy: str = "round_robin", extra: list[str] | None = None,
+                 version: str = ROUTER_VERSION) -> int:
+    """Start the router detached (pid file and log in run_dir) and wait for its /health; returns its pid."""
+    assert address.startswith("127."), "the simulator only listens on 127.0.0.0/8"
+    venv = ensure_router_venv(version)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    pid = procs.read_pid(run_dir / "router.pid")
+    if pid is not None:
+        return pid
+    argv = [str(venv / "bin" / "python"), "-m", "sglang_router.launch_router", "--host", address,
+            "--port", str(port), "--policy", policy, "--log-level", "warn"]
+    if worker_urls:
+        argv += ["--worker-urls", *worker_urls]
+    argv += extra or []
+    proc = procs.start_detached(argv, run_dir / "router.log", env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    (run_dir / "router.pid").write_text(f"{proc.pid}\n")
+    deadline = time.monotonic() + 60
+    import urllib.request
+
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"sglang-router exited ({proc.returncode}); see {run_dir / 'router.log'}")
+        try:
+            with urllib.request.urlopen(f"http://{address}:{port}/health", timeout=1) as resp:
+                if resp.status == 200:
+                    return proc.pid
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"sglang-router did not answer /health within 60 s; see {run_dir / 'router.log'}")
+
+
+def stop_router(run_dir: Path) -> None:
+    procs.stop_tree(run_dir / "router.pid")
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m simulator.router")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    inst = sub.add_parser("install")
+    inst.add_argument("--version", default=ROUTER_VERSION)
+    args = ap.parse_args(argv)
+    print(ensure_router_venv(args.version))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

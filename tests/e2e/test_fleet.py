@@ -1,0 +1,283 @@
+"""Fleet forms end to end: the real CLI (subprocess) against three simulated hosts over real SSH and HTTPS.
+
+One module-scoped root with three hosts (sim-(F+40)..sim-(F+42), F = $DEPLOY_SIM_FIRST), an inventory with groups.
+Faults are set per test and cleared by the `fleet` fixture, so the tests do not depend on each other's faults;
+converged containers are kept between tests (converging takes the longest).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.errors import ConfigError
+from tests.conftest import sim_skip_reason
+from tests.e2e.conftest import DeployEnv, make_env
+
+pytestmark = pytest.mark.e2e
+
+
+@dataclass
+class Fleet:
+    env: DeployEnv
+    names: list[str]
+    root: Path
+
+    def faults(self, host: str, **knobs: Any) -> None:
+        from simulator.manager import set_faults
+
+        set_faults(self.root, host, **knobs)
+
+    def sglang_active(self, host: str) -> str:
+        from simulator.manager import sim_status
+
+        info = next(i for i in sim_status(self.root) if i.name == host)
+        saved = self.env.sim
+        self.env.sim = info
+        try:
+            return self.env.ct("systemctl is-active sglang || true").stdout.strip()
+        finally:
+            self.env.sim = saved
+
+
+@pytest.fixture(scope="module")
+def fleet_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    """Three simulated hosts and one inventory with groups for the module."""
+    reason = sim_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    from simulator.manager import sim_down, sim_up
+
+    root = tmp_path_factory.mktemp("deploy-sim-fleet")
+    first = int(os.environ.get("DEPLOY_SIM_FIRST", "1")) + 40
+    infos = sim_up(root, hosts=3, first=first, time_scale=5.0)
+    try:
+        env = make_env(infos[0], tmp_path_factory.mktemp("fleet-env"))
+        names = [i.name for i in infos]
+        (env.inventory / "groups.yaml").write_text(
+            f"groups:\n  prod: [{', '.join(names)}]\n  first-two: [{names[0]}, {names[1]}]\n"
+            f"  bad-first: [{names[1]}, {names[0]}, {names[2]}]\n")
+        yield Fleet(env=env, names=names, root=root)
+    finally:
+        sim_down(root)
+
+
+@pytest.fixture
+def fleet(fleet_env: Fleet) -> Fleet:
+    """The module's fleet with every host fault cleared (containers are kept: converging is the slow part)."""
+    for name in fleet_env.names:
+        fleet_env.faults(name, missing_uvm=False, task_fail=None, ssh_drop_after=None)
+    return fleet_env
+
+
+def test_parallel_up_with_one_failing_host(fleet: Fleet) -> None:
+    a, bad, c = fleet.names
+    fleet.faults(bad, missing_uvm=True)
+    res = fleet.env.run("--json", "up", "group", "prod", "--parallel", "2", "--skip-bench", "--skip-weights",
+                        timeout=900)
+    assert res.rc == 1, res.text  # the failing host's exit code (a check failed)
+    doc = res.json
+    assert doc["ok"] is False and doc["targets"] == "group prod"
+    by_host = {h["host"]: h for h in doc["hosts"]}
+    assert list(by_host) == [a, bad, c]
+    assert by_host[bad]["result"] == "failed" and by_host[bad]["exit_code"] == 1
+    assert by_host[bad]["report"]["step"] == "host_prereqs" and "nvidia-uvm" in by_host[bad]["report"]["what"]
+    assert [s["name"] for s in by_host[bad]["report"]["steps"]][-1] == "host_prereqs"
+    for name in (a, c):
+        host = by_host[name]
+        assert host["exit_code"] == 0 and host["result"] in ("changed", "ok"), host
+        steps = {s["name"]: s for s in host["report"]["steps"]}
+        assert steps["lock"]["summary"].startswith("lock taken") and steps["unlock"]["summary"] == "lock released"
+        assert host["ssh_round_trips"] == host["report"]["totals"]["ssh_round_trips"] > 0
+        assert fleet.sglang_active(name) == "active"
+    assert fleet.sglang_active(bad) != "active"
+    summary = doc["fleet"]
+    assert summary["hosts"] == 3 and summary["failed"] == 1 and summary["exit_code"] == 1
+    engine = summary["engine"]
+    assert engine["workers"] == 2 and engine["peak_running"] <= 2
+    # a bounded pool: two workers, each with at most one SSH transport thread, and no socket left per host
+    assert engine["peak_threads"] - engine["baseline_threads"] <= 2 * 2 + 2
+    # sockets: per worker the SSH connection and, while a container is created, the PVE API session
+    assert 1 <= engine["peak_open_sockets"] - engine["baseline_open_sockets"] <= 2 * 2
+
+
+def test_fail_fast_skips_hosts_not_started(fleet: Fleet) -> None:
+    a, bad, c = fleet.names
+    fleet.faults(bad, missing_uvm=True)
+    res = fleet.env.run("up", "group", "bad-first", "--parallel", "1", "--fail-fast", "--skip-bench",
+                        "--skip-weights", timeout=600)
+    assert res.rc == 1, res.text
+    out = res.stdout
+    assert f"{bad}: host_prereqs" in out and f"{bad}: failed" in out  # plain lines when stdout is not a TTY
+    assert f"{a}: started" not in out and f"{c}: started" not in out
+    table = {line.split("│")[1].strip(): line for line in out.splitlines() if line.startswith("│")}
+    assert "skipped" in table[a] and "skipped" in table[c] and "failed (exit 1)" in table[bad]
+    assert "fleet: 3 host(s): 1 failed, 2 skipped" in out and "exit 1" in out
+
+
+def test_status_of_a_group_and_of_several_hosts(fleet: Fleet) -> None:
+    a, bad, c = fleet.names
+    up = fleet.env.run("--json", "up", "host", a, "host", c, "--skip-bench", "--skip-weights", timeout=900)
+    assert up.rc == 0, up.text
+    assert {h["host"] for h in up.json["hosts"]} == {a, c}
+    res = fleet.env.run("--json", "status", "group", "first-two")
+    by_host = {h["host"]: h for h in res.json["hosts"]}
+    assert by_host[a]["exit_code"] == 0 and by_host[a]["report"]["health"] == "200"
+    assert by_host[a]["report"]["release"] and "/health 200" in by_host[a]["detail"]
+    if fleet.sglang_active(bad) != "active":  # the failing host of the first test never got a server
+        assert res.rc == 1 and by_host[bad]["result"] == "failed" and by_host[bad]["exit_code"] == 1
+    text = fleet.env.run("status", "group", "prod")
+    assert f"{a}: started" in text.stdout and "/health 200" in text.stdout
+    assert "fleet: 3 host(s)" in text.stdout
+    single = fleet.env.run("--json", "status", "host", a)  # one host: exactly the single-host document
+    assert single.rc == 0 and single.json["host"] == a and "hosts" not in single.json and "fleet" not in single.json
+
+    plan = fleet.env.run("--json", "plan", "host", a, c)  # converged: nothing would change, nothing locked
+    assert plan.rc == 0, plan.text
+    assert [h["result"] for h in plan.json["hosts"]] == ["ok", "ok"]
+    assert all(h["report"]["dry_run"] and h["report"]["summary"] == "no changes" for h in plan.json["hosts"])
+    doctor = fleet.env.run("--json", "doctor", "--all", "--parallel", "3")
+    assert doctor.rc == 0, doctor.text
+    assert {h["host"] for h in doctor.json["hosts"]} == set(fleet.names)
+    assert all(h["report"]["status"] in ("ok", "warn") for h in doctor.json["hosts"])
+
+
+class _Worker(BaseHTTPRequestHandler):
+    """The smallest HTTP worker the router accepts (health, model info); the ROUTER under test is the real one."""
+
+    def do_GET(self) -> None:
+        body = {"/health": {}, "/get_server_info": {"model_path": "glm-5", "version": "0.5.12.post1"},
+                "/get_model_info": {"model_path": "glm-5", "is_generation": True},
+                "/v1/models": {"object": "list", "data": [{"id": "glm-5", "object": "model"}]}}.get(self.path)
+        data = json.dumps(body if body is not None else {"error": "not found"}).encode()
+        self.send_response(200 if body is not None else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def _until(check: Any, timeout_s: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.3)
+    return check()
+
+
+def test_router_worker_api_of_the_pinned_real_router(tmp_path: Path) -> None:
+    """The real sglang-router 0.3.2: workers are added, listed and removed through /workers; /add_worker is gone."""
+    if os.geteuid() != 0:
+        pytest.skip("the simulator's router venv lives under /var/cache/deploy-sim (root)")
+    import requests
+
+    from orchestrator.fleet.router import RouterClient
+    from simulator.router import start_router, stop_router
+
+    n = int(os.environ.get("DEPLOY_SIM_FIRST", "1")) + 44
+    worker_addr, router_addr = f"127.0.0.{n + 2}", f"127.0.0.{n + 1}"
+    server = ThreadingHTTPServer((worker_addr, 0), _Worker)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://{worker_addr}:{server.server_address[1]}"
+    run_dir = tmp_path / "router"
+    try:
+        start_router(run_dir, router_addr, 30000, policy="round_robin",
+                     extra=["--health-check-interval-secs", "1"])
+        base = f"http://{router_addr}:30000"
+        assert requests.post(f"{base}/add_worker", params={"url": url}, timeout=10).status_code == 404
+        with RouterClient(base) as client:
+            assert client.healthy() and client.list_workers() == [] and not client.ready()
+            assert client.add_worker(url)
+            worker = _until(lambda: client.find(url))
+            assert worker is not None and worker.healthy is True, client.list_workers()
+            assert _until(client.ready)
+            assert client.remove_worker(url)
+            assert _until(lambda: client.find(url) is None)
+            assert client.remove_worker(url) is False
+    finally:
+        stop_router(run_dir)
+        server.shutdown()
+
+
+def test_installed_router_parser_matches_the_packaged_dump() -> None:
+    """The probe run by the real router venv's python sees the same options as the packaged 0.3.2 dump."""
+    import subprocess
+
+    from orchestrator.fleet.router import PROBE_SCRIPT, probe_command, router_schema, schema_from_probe
+    from simulator.router import ensure_router_venv
+
+    if os.geteuid() != 0:
+        pytest.skip("the simulator's router venv lives under /var/cache/deploy-sim (root)")
+    python = str(ensure_router_venv() / "bin" / "python")
+    out = subprocess.run(probe_command(python, ["--policy", "power_of_two"]), shell=True,
+                         input=PROBE_SCRIPT.read_text(), capture_output=True, text=True, timeout=120).stdout
+    installed = schema_from_probe(out, where="this machine", pinned="0.3.2")
+    assert set(installed.option_strings) == set(router_schema("0.3.2").option_strings)
+    assert json.loads(out)["ok"] is True
+    with pytest.raises(ConfigError, match=r"inventory pins 0\.3\.1"):
+        schema_from_probe(out, where="this machine", pinned="0.3.1")
+
+
+def test_real_router_routes_to_the_simulated_servers(fleet: Fleet, tmp_path: Path) -> None:
+    """The real router in front of two simulated servers (reached through each host's relay at ADDRESS:8000):
+    chat completions through it succeed, a removed worker takes no traffic, an added one joins when healthy."""
+    import requests
+
+    from orchestrator.fleet.router import RouterClient, worker_url
+    from orchestrator.inventory.loader import load_inventory
+    from simulator.router import start_router, stop_router
+
+    a, _bad, c = fleet.names
+    up = fleet.env.run("up", "host", a, "host", c, "--skip-bench", "--skip-weights", timeout=900)
+    assert up.rc == 0, up.text
+    inv = load_inventory(fleet.env.inventory)
+    urls = [worker_url(inv, inv.hosts[n]) for n in (a, c)]
+    n = int(os.environ.get("DEPLOY_SIM_FIRST", "1")) + 47
+    base = f"http://127.0.0.{n}:30000"
+    run_dir = tmp_path / "router"
+    router_yaml = fleet.env.inventory / "router.yaml"
+    chat = {"model": "glm-5", "max_tokens": 8,
+            "messages": [{"role": "user", "content": "What is 17 + 25? Answer with the number only."}]}
+    try:
+        start_router(run_dir, f"127.0.0.{n}", 30000, urls, policy="round_robin",
+                     extra=["--health-check-interval-secs", "1"])
+        with RouterClient(base) as router:
+            workers = _until(lambda: [w for w in router.list_workers() if w.healthy])
+            assert sorted(w.url for w in workers) == sorted(urls), router.list_workers()
+            codes = [requests.post(f"{base}/v1/chat/completions", json=chat, timeout=120).status_code
+                     for _ in range(4)]
+            assert codes == [200] * 4
+            assert router.remove_worker(urls[0])
+            assert _until(lambda: [w.url for w in router.list_workers()] == [urls[1]])
+            assert requests.post(f"{base}/v1/chat/completions", json=chat, timeout=120).status_code == 200
+            # `status group` shows what the router thinks of each host's server
+            router_yaml.write_text(f"router:\n  host: 127.0.0.{n}\n  port: 30000\n  policy: round_robin\n"
+                                   "  workers: prod\n")
+            res = fleet.env.run("--json", "status", "group", "prod")
+            doc = res.json
+            assert doc["router"] == {"url": base, "workers": 1, "ready": True}
+            view = {h["host"]: h["router"] for h in doc["hosts"]}
+            assert view[a]["listed"] is False and view[c] == {"url": urls[1], "listed": True, "healthy": True,
+                                                              "load": view[c]["load"]}
+            text = fleet.env.run("status", "group", "prod").stdout
+            assert "router: not listed" in text and "router: healthy" in text
+            assert f"router {base}: 1 worker(s), 1 healthy, ready" in text
+            router.add_worker(urls[0])
+            assert _until(lambda: len([w for w in router.list_workers() if w.healthy]) == 2)
+    finally:
+        router_yaml.unlink(missing_ok=True)
+        stop_router(run_dir)
