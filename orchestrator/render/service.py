@@ -7,6 +7,7 @@ import re
 from orchestrator.errors import ConfigError
 from orchestrator.flags import FlagSet
 from orchestrator.inventory.models import ServerProfile
+from orchestrator.remote.container import PATHS
 from orchestrator.render.files import (
     RenderedFile,
     check_env_name,
@@ -16,8 +17,8 @@ from orchestrator.render.files import (
     systemd_exec_arg,
 )
 
-UNIT_PATH = "/etc/systemd/system/sglang.service"
-ENV_PATH = "/etc/sglang/sglang.env"
+UNIT_PATH = PATHS.unit_path  # the container adapter owns the layout
+ENV_PATH = PATHS.env_path
 API_KEY_VAR = "SGLANG_API_KEY"
 RESTART_SEC = 10
 START_LIMIT_BURST = 3

@@ -7,7 +7,6 @@ PVE allows device passthrough for root@pam only. Every config write is digest-gu
 from __future__ import annotations
 
 import re
-import shlex
 from typing import Any
 
 from orchestrator.errors import ConfigError, RemoteError
@@ -18,6 +17,7 @@ from orchestrator.parsers.pve import parse_config_json, parse_pct_status, parse_
 from orchestrator.remote.pve import PveClient, lifecycle_client, passthrough_client, wait_task
 from orchestrator.render.passthrough import dev_entries, raw_lines, resolve_method
 from orchestrator.runlog import StepRecord
+from orchestrator.scripts import render_script
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts
 
@@ -102,18 +102,14 @@ def raw_apply_script(vmid: int, wanted: list[tuple[str, str]]) -> str:
 
     Raw lxc.* keys cannot go through the API at all; root edits the file (pmxcfs replicates it).
     """
-    conf = f"/etc/pve/lxc/{int(vmid)}.conf"
     add = "".join(f"{k}: {v}\n" for k, v in wanted)
     patterns = "|".join(re.sub(r"([.*+?()\[\]{}|^$\\])", r"\\\1", f"{k}: {v}") for k, v in wanted)
-    return (f"set -e\nf={conf}\nADD={shlex.quote(add)}\n"
-            "awk -v add=\"$ADD\" -v pat=" + shlex.quote(f"^({patterns}|lxc\\.mount\\.entry: /dev/nvidia.*)$") + " '"
-            "BEGIN{main=1} /^\\[/ { if (main) { printf \"%s\", add; main=0 } } "
-            "main && $0 ~ pat {next} {print} END{ if (main) printf \"%s\", add }' \"$f\" > \"$f.deploy-tmp\"\n"
-            "cat \"$f.deploy-tmp\" > \"$f\" && rm -f \"$f.deploy-tmp\"\n")
+    return render_script("raw_lxc_apply.sh.j2", conf=f"/etc/pve/lxc/{int(vmid)}.conf", add=add,
+                         pattern=f"^({patterns}|lxc\\.mount\\.entry: /dev/nvidia.*)$")
 
 
 def passthrough_method(ctx: StepContext) -> tuple[str, str]:
-    version = ctx.shared.get("pve_version")
+    version = ctx.state.pve_version
     if version is None and "pveversion" in ctx.facts.host and ctx.facts.host["pveversion"].rc == 0:
         version = parse_pveversion(ctx.facts.host["pveversion"].stdout)
     return resolve_method(ctx.host.container.passthrough, str(version) if version is not None else None)

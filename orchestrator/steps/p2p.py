@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,7 +100,7 @@ def verify_p2p(ctx: StepContext, record: StepRecord) -> None:
     """Every tensor-parallel GPU pair has P2P read+write OK, and the container sees the host's topology."""
     ensure_facts(ctx)
     report = p2p_report(ctx.facts, tp_size(ctx))
-    ctx.shared["p2p_report"] = report
+    ctx.state.p2p_report = report
     record.details.update(report.to_dict())
     if report.verdict is None:
         if ctx.options.dry_run:
@@ -126,20 +127,19 @@ def verify_p2p(ctx: StepContext, record: StepRecord) -> None:
 
 def bandwidth_probe(ctx: StepContext, size_mib: int) -> dict[str, Any]:
     """Ship the probe into the container, run it with the venv's torch, judge pairs by link type."""
-    path = "/tmp/deploy-p2p-probe.py"
-    cmd = probe_command(f"{ctx.profile.venv}/bin/python", path, size_mib=size_mib)
+    path = ctx.ct.paths.p2p_probe_path
+    cmd = probe_command(ctx.ct.paths.venv_python(ctx.profile.venv), path, size_mib=size_mib)
     pcie = ("nvidia-smi --query-gpu=pcie.link.gen.max,pcie.link.width.max --format=csv,noheader,nounits "
             "| head -n 1 | sed 's/^/PCIE_MAX=/'")
-    body = (f"{pcie}\ncat > {path} <<'DEPLOY_PROBE_EOF'\n{probe_script_source()}\nDEPLOY_PROBE_EOF\n{cmd}\n"
-            f"rc=$?; rm -f {path}; exit $rc\n")
-    script = f"pct exec {ctx.vmid} -- bash -s <<'DEPLOY_CT_EOF'\n{body}DEPLOY_CT_EOF\n"
-    res = ctx.ssh.script(script, check=False, timeout=600, what="P2P bandwidth probe")
+    body = (f"{pcie}\ncat > {shlex.quote(path)} <<'DEPLOY_PROBE_EOF'\n{probe_script_source()}\nDEPLOY_PROBE_EOF\n"
+            f"{cmd}\nrc=$?; rm -f {shlex.quote(path)}; exit $rc\n")
+    res = ctx.ct.script(body, check=False, timeout=600, what="P2P bandwidth probe")
     try:
         result = parse_p2p_probe(res.stdout)
     except ValueError as exc:
         raise RemoteError(f"the bandwidth probe printed no result: {(res.stderr or res.stdout).strip()[-300:]}",
                           fix="the probe needs torch with CUDA in the profile's venv", host=ctx.host.name) from exc
-    report = ctx.shared.get("p2p_report")
+    report = ctx.state.p2p_report
     links: dict[tuple[int, int], str] = {}
     topo = report.container.topo if report is not None else None
     if topo is not None:
@@ -158,11 +158,11 @@ def bandwidth_probe(ctx: StepContext, size_mib: int) -> dict[str, Any]:
 @step("p2p_bandwidth")
 def p2p_bandwidth(ctx: StepContext, record: StepRecord) -> None:
     """GPU-to-GPU copy matrix with the container venv's torch (only when asked: --bandwidth)."""
-    if not ctx.shared.get("want_bandwidth"):
+    if not ctx.inputs.want_bandwidth:
         record.status = "skipped"
         record.summary = "not requested (--bandwidth)"
         return
-    result = bandwidth_probe(ctx, int(ctx.shared.get("probe_size_mib", 256)))
-    ctx.shared["bandwidth"] = result
+    result = bandwidth_probe(ctx, ctx.inputs.probe_size_mib)
+    ctx.state.bandwidth = result
     record.details["bandwidth"] = result
     record.summary = str(result.get("summary", ""))
