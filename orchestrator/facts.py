@@ -19,6 +19,10 @@ from orchestrator.remote.ssh import SshHost
 
 CmdFn = Callable[[Host, ServerProfile], str]
 
+#: Before reading a just-started container: let its systemd finish booting (enabled units started), so the facts
+#: say what the boot leaves behind rather than a moment in the middle of it. Bounded; failure is not an error.
+SETTLE_BOOT = "timeout 120 systemctl is-system-running --wait >/dev/null 2>&1 || true"
+
 
 def _q(s: str) -> str:
     return shlex.quote(s)
@@ -91,19 +95,24 @@ class Facts:
         #: Set once the playbook's union of facts has been read (see steps.session.ensure_facts).
         self.gathered = False
 
-    def _ct_command(self, names: Iterable[str]) -> tuple[str, str]:
+    def _ct_command(self, names: Iterable[str], settle_boot: bool = False) -> tuple[str, str]:
         nonce = secrets.token_hex(8)
         inner = build_batch_script({n: CT_FACTS[n](self.host_cfg, self.profile) for n in names}, nonce)
+        if settle_boot:
+            inner = f"{SETTLE_BOOT}\n{inner}"
         return self.container.if_running(self.container.shell_command(inner)), nonce
 
     def gather(self, host_names: Iterable[str], ct_names: Iterable[str], *, extra: dict[str, str] | None = None,
-               what: str = "fact gathering") -> dict[str, CommandOutput]:
-        """One round trip for all named facts; `extra` commands ride along and are returned."""
+               what: str = "fact gathering", settle_boot: bool = False) -> dict[str, CommandOutput]:
+        """One round trip for all named facts; `extra` commands ride along and are returned.
+
+        `settle_boot`: the container was just started; wait (in the same round trip) until its boot is done.
+        """
         commands = {n: HOST_FACTS[n](self.host_cfg, self.profile) for n in sorted(set(host_names))}
         ct_list = sorted(set(ct_names))
         nonce = ""
         if ct_list:
-            commands["ct_facts"], nonce = self._ct_command(ct_list)
+            commands["ct_facts"], nonce = self._ct_command(ct_list, settle_boot)
         commands.update(extra or {})
         out = self.ssh.batch(commands, what=what)
         for name in host_names:

@@ -130,7 +130,7 @@ def container(ctx: StepContext, record: StepRecord) -> None:
         """Only asked for when devN must be written: a token-only setup converges everything else."""
         return passthrough_client(ctx.host, ctx.ssh)
 
-    changed_anything = False
+    changed_anything = started = False
     method, method_reason = passthrough_method(ctx)
     record.details["passthrough"] = {"method": method, "why": method_reason}
     raw_wanted = (raw_lines(wanted, parse_proc_devices(ctx.facts.h("proc_devices").stdout))
@@ -206,9 +206,10 @@ def container(ctx: StepContext, record: StepRecord) -> None:
         if mark_change(record, ctx, f"start CT {spec.vmid}"):
             ctx.say(f"starting CT {spec.vmid}")
             _wait(lifecycle, ctx, lifecycle.call("post", f"/nodes/{node}/lxc/{spec.vmid}/status/start"), "start")
-            changed_anything = True
+            changed_anything = started = True
     if changed_anything and not ctx.options.dry_run:
-        refresh_ct_facts(ctx, *CT_FACTS_AFTER_START)
+        # After a start, the facts wait for the CT's boot: sglang (enabled) is then started by systemd, not by us.
+        refresh_ct_facts(ctx, *CT_FACTS_AFTER_START, settle_boot=started)
     record.summary = "; ".join(record.changes) if record.changes else (
         f"CT {spec.vmid} running with {len(wanted)} NVIDIA device nodes passed through")
     record.details["devices"] = [n.path for n in wanted]

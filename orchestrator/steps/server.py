@@ -28,7 +28,7 @@ from orchestrator.steps.software import require_valid_flags
 def server_unit(ctx: StepContext, record: StepRecord) -> None:
     """Render sglang.service + sglang.env; install and restart only when they changed."""
     ensure_facts(ctx)
-    if unknown_until_started(ctx, record, "the installed unit"):
+    if unknown_until_started(ctx, record, "the installed unit (sglang is started then if its boot did not)"):
         return
     if not ctx.options.dry_run:
         restore_interrupted(ctx, record)

@@ -23,9 +23,9 @@ def ensure_facts(ctx: StepContext) -> None:
     ctx.facts.gathered = True
 
 
-def refresh_ct_facts(ctx: StepContext, *names: str) -> None:
-    """Re-read container facts after a change (one round trip)."""
-    ctx.facts.gather((), names, what="re-reading container facts")
+def refresh_ct_facts(ctx: StepContext, *names: str, settle_boot: bool = False) -> None:
+    """Re-read container facts after a change (one round trip; after a start, once its boot has settled)."""
+    ctx.facts.gather((), names, what="re-reading container facts", settle_boot=settle_boot)
 
 
 def unknown_until_started(ctx: StepContext, record: StepRecord, what: str) -> bool:

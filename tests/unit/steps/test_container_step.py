@@ -42,8 +42,9 @@ def test_absent_container_is_created_with_every_device_then_started(make_run) ->
     assert "--dev0 /dev/nvidia0" in creates[0] and "/dev/nvidia-uvm" in creates[0]
     assert run.node.sent("pvesh create /nodes/pve-gpu-1/lxc/120/status/start")
     assert any("create CT 120" in c for c in rec.changes) and "start CT 120" in rec.changes
-    # After the change the container's facts are read again, in one round trip.
-    assert run.ctx.facts.ct_running and run.node.commands("batch")
+    # After the start the container's facts are read again, in one round trip, once its boot has settled.
+    [reread] = run.node.commands("batch")
+    assert run.ctx.facts.ct_running and "systemctl is-system-running --wait" in reread
 
 
 def test_converged_running_container_is_left_alone(make_run) -> None:
