@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,10 +15,11 @@ from orchestrator.parsers.topo import TopoMatrix, parse_topo
 from orchestrator.probes.p2p_bandwidth import (
     p2p_bandwidth_verdict,
     parse_p2p_probe,
-    probe_command,
+    probe_argv,
     probe_script_source,
 )
 from orchestrator.runlog import StepRecord
+from orchestrator.scripts import render_script
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.session import ensure_facts
 from orchestrator.verdicts.p2p import P2PVerdict, TopoComparison, compare_topologies, p2p_verdict
@@ -128,11 +128,8 @@ def verify_p2p(ctx: StepContext, record: StepRecord) -> None:
 def bandwidth_probe(ctx: StepContext, size_mib: int) -> dict[str, Any]:
     """Ship the probe into the container, run it with the venv's torch, judge pairs by link type."""
     path = ctx.ct.paths.p2p_probe_path
-    cmd = probe_command(ctx.ct.paths.venv_python(ctx.profile.venv), path, size_mib=size_mib)
-    pcie = ("nvidia-smi --query-gpu=pcie.link.gen.max,pcie.link.width.max --format=csv,noheader,nounits "
-            "| head -n 1 | sed 's/^/PCIE_MAX=/'")
-    body = (f"{pcie}\ncat > {shlex.quote(path)} <<'DEPLOY_PROBE_EOF'\n{probe_script_source()}\nDEPLOY_PROBE_EOF\n"
-            f"{cmd}\nrc=$?; rm -f {shlex.quote(path)}; exit $rc\n")
+    body = render_script("p2p_bandwidth.sh.j2", path=path, source=probe_script_source(),
+                         probe_argv=probe_argv(ctx.ct.paths.venv_python(ctx.profile.venv), path, size_mib=size_mib))
     res = ctx.ct.script(body, check=False, timeout=600, what="P2P bandwidth probe")
     try:
         result = parse_p2p_probe(res.stdout)
