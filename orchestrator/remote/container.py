@@ -111,6 +111,10 @@ class Container:
         """Copy a file that lies on the node into the container."""
         return shlex.join(["pct", "push", str(self.vmid), node_path, ct_path, "--perms", perms])
 
+    def pull_command(self, ct_path: str, node_path: str) -> str:
+        """Copy a file out of the container onto the node."""
+        return shlex.join(["pct", "pull", str(self.vmid), ct_path, node_path])
+
     def if_running(self, command: str, *, otherwise: str = NOT_RUNNING) -> str:
         """Run `command` only when the container runs; else print `otherwise` (no `pct exec` error noise)."""
         return (f"if pct status {self.vmid} 2>/dev/null | grep -q 'status: running'; then {command}; "

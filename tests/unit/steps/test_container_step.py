@@ -73,3 +73,14 @@ def test_plan_on_a_stopped_container_predicts_only_the_start(make_run) -> None:
     rec = run.step("container")
     assert rec.status == "would-change" and rec.changes == ["start CT 120"]
     assert run.node.calls == []
+
+
+def test_the_adapter_quotes_every_argument_once() -> None:
+    from orchestrator.remote.container import Container
+
+    ct = Container(node=None, vmid=120)  # type: ignore[arg-type]  # builders only
+    assert ct.exec_command(["cat", "/a b/$HOME"]) == "pct exec 120 -- cat '/a b/$HOME'"
+    assert ct.shell_command("echo 'x'") == """pct exec 120 -- bash -c 'echo '"'"'x'"'"''"""
+    assert ct.push_command("/r/i n.run", "/tmp/x", perms="0700") == "pct push 120 '/r/i n.run' /tmp/x --perms 0700"
+    assert ct.pull_command("/var/lib/deploy/x y", "/tmp/z") == "pct pull 120 '/var/lib/deploy/x y' /tmp/z"
+    assert ct.if_running("true").startswith("if pct status 120 2>/dev/null | grep -q 'status: running'; then true;")
