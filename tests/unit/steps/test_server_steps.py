@@ -125,3 +125,20 @@ def test_gate_without_a_bench_keeps_the_candidate_and_disarms_the_rollback(make_
     assert rec.summary.endswith("kept (no bench)") and run.ctx.on_failure is None
     [verdict] = run.node.commands("script")
     assert "/var/lib/deploy/releases/20261130T030000-efefefef/verdict.json" in verdict
+
+
+def test_status_of_a_stopped_container_says_so_instead_of_release_none(make_run) -> None:
+    run = make_run({"ct_status": "status: stopped\n", "gpu_power": "0, 85.1, 600.0, 0\n1, 84.9, 600.0, 0\n"}, None)
+    rec = run.step("status")
+    info = run.ctx.state.status
+    assert info is not None and info.container == "stopped" and not info.container_running
+    assert rec.summary == "CT 120 is stopped; GPUs 170 W of 1200 W"
+    assert info.release is None and info.to_dict()["container"] == "stopped"
+
+
+def test_status_of_a_running_container_reads_the_release(make_run) -> None:
+    run = make_run({"ct_status": "status: running\n", "gpu_power": ""},
+                   {"current_release": f"releases/{CURRENT}\n", "active": "active\n", "health": "200",
+                    "current_verdict": '{"verdict": "kept"}', "current_meta": '{"source": "up"}'})
+    rec = run.step("status")
+    assert rec.summary.startswith(f"release {CURRENT} (kept), sglang active, /health 200")
