@@ -1,7 +1,7 @@
 """Facts: everything the steps read from the host and the container, gathered in ONE SSH round trip.
 
-Host facts run on the PVE node; container facts run inside the container through a single `pct exec` that
-carries its own inner batch, so reading a dozen container facts costs one `pct exec`, not a dozen.
+Host facts run on the PVE node; container facts run inside the container through ONE command of the container
+adapter that carries its own inner batch, so reading a dozen container facts costs one container exec, not a dozen.
 Parsing stays in orchestrator.parsers; this module only names commands and keeps their raw output.
 """
 
@@ -12,16 +12,16 @@ import shlex
 from collections.abc import Callable, Iterable
 
 from orchestrator.inventory.models import Host, ServerProfile
+from orchestrator.parsers.pve import parse_pct_status
 from orchestrator.parsers.sections import CommandOutput, build_batch_script, split_batch_output
+from orchestrator.remote.container import NOT_RUNNING, PATHS, Container
 from orchestrator.remote.ssh import SshHost
 
 CmdFn = Callable[[Host, ServerProfile], str]
 
-RELEASES_DIR = "/var/lib/deploy/releases"
-CURRENT_LINK = "/var/lib/deploy/current"
-UNIT_PATH = "/etc/systemd/system/sglang.service"
-ENV_PATH = "/etc/sglang/sglang.env"
-UNIT_NAME = "sglang"
+#: Before reading a just-started container: let its systemd finish booting (enabled units started), so the facts
+#: say what the boot leaves behind rather than a moment in the middle of it. Bounded; failure is not an error.
+SETTLE_BOOT = "timeout 120 systemctl is-system-running --wait >/dev/null 2>&1 || true"
 
 
 def _q(s: str) -> str:
@@ -59,22 +59,23 @@ CT_FACTS: dict[str, CmdFn] = {
     "topo": lambda h, p: "nvidia-smi topo -m",
     "p2p_read": lambda h, p: "nvidia-smi topo -p2p r",
     "p2p_write": lambda h, p: "nvidia-smi topo -p2p w",
-    "sglang_version": lambda h, p: f"{_q(p.venv)}/bin/python -c 'import sglang; print(sglang.__version__)'",
+    "sglang_version": lambda h, p: f"{_q(PATHS.venv_python(p.venv))} -c 'import sglang; print(sglang.__version__)'",
     "weights": lambda h, p: f"test -f {_q(p.model_path)}/config.json && echo present",
     # Body hashes: the managed `# deploy:` header (release id) is excluded, as in render.files.body_sha256.
     "unit_sha": lambda h, p: " ; ".join(
         f"printf '%s %s\\n' \"$(awk 'BEGIN{{h=1}} h && /^# deploy:/ {{next}} {{h=0; print}}' {f} | sha256sum "
-        f"| cut -d' ' -f1)\" {f}" for f in (UNIT_PATH, ENV_PATH)) + f" ; test -f {UNIT_PATH} -a -f {ENV_PATH}",
-    "current_release": lambda h, p: f"readlink {CURRENT_LINK}",
-    "releases": lambda h, p: f"ls -1 {RELEASES_DIR}",
-    "current_meta": lambda h, p: f"cat {CURRENT_LINK}/meta.json",
-    "current_verdict": lambda h, p: f"cat {CURRENT_LINK}/verdict.json",
-    "current_flags": lambda h, p: f"cat {CURRENT_LINK}/flags.json",
+        f"| cut -d' ' -f1)\" {f}" for f in (PATHS.unit_path, PATHS.env_path))
+    + f" ; test -f {PATHS.unit_path} -a -f {PATHS.env_path}",
+    "current_release": lambda h, p: f"readlink {PATHS.current_link}",
+    "releases": lambda h, p: f"ls -1 {PATHS.releases_dir}",
+    "current_meta": lambda h, p: f"cat {PATHS.current_link}/meta.json",
+    "current_verdict": lambda h, p: f"cat {PATHS.current_link}/verdict.json",
+    "current_flags": lambda h, p: f"cat {PATHS.current_link}/flags.json",
     # The last record of every plain bench run of the current release (file name, TAB, JSON): roll baselines.
-    "current_bench": lambda h, p: (f"cd {CURRENT_LINK} && for f in $(ls -1 bench-*--*.jsonl 2>/dev/null | sort); "
+    "current_bench": lambda h, p: (f"cd {PATHS.current_link} && for f in $(ls -1 bench-*--*.jsonl 2>/dev/null | sort); "
                                    "do printf '%s\\t' \"$f\"; tail -n 1 \"$f\"; done"),
-    "active": lambda h, p: f"systemctl is-active {UNIT_NAME}",
-    "main_pid": lambda h, p: f"systemctl show -p MainPID --value {UNIT_NAME}",
+    "active": lambda h, p: f"systemctl is-active {PATHS.unit_name}",
+    "main_pid": lambda h, p: f"systemctl show -p MainPID --value {PATHS.unit_name}",
     "health": lambda h, p: (f"curl -s -o /dev/null -m 5 -w '%{{http_code}}' "
                             f"http://{_q(p.host)}:{p.port}/health"),
 }
@@ -83,44 +84,64 @@ CT_FACTS: dict[str, CmdFn] = {
 class Facts:
     """Raw outputs by name; `ct` is empty when the container is absent or not running."""
 
-    def __init__(self, ssh: SshHost, host: Host, profile: ServerProfile) -> None:
+    def __init__(self, ssh: SshHost, host: Host, profile: ServerProfile, container: Container | None = None) -> None:
         self.ssh = ssh
         self.host_cfg = host
         self.profile = profile
+        self.container = container or Container(ssh, host.container.vmid)
         self.host: dict[str, CommandOutput] = {}
         self.ct: dict[str, CommandOutput] = {}
         self.ct_running = False
+        #: Set once the playbook's union of facts has been read (see steps.session.ensure_facts).
+        self.gathered = False
 
-    def _ct_command(self, names: Iterable[str]) -> tuple[str, str]:
+    def _ct_command(self, names: Iterable[str], settle_boot: bool = False) -> tuple[str, str]:
         nonce = secrets.token_hex(8)
         inner = build_batch_script({n: CT_FACTS[n](self.host_cfg, self.profile) for n in names}, nonce)
-        vmid = self.host_cfg.container.vmid
-        cmd = (f"if pct status {vmid} 2>/dev/null | grep -q 'status: running'; then "
-               f"pct exec {vmid} -- bash -c {_q(inner)}; else echo __CT_NOT_RUNNING__; fi")
-        return cmd, nonce
+        if settle_boot:
+            inner = f"{SETTLE_BOOT}\n{inner}"
+        return self.container.if_running(self.container.shell_command(inner)), nonce
 
     def gather(self, host_names: Iterable[str], ct_names: Iterable[str], *, extra: dict[str, str] | None = None,
-               what: str = "fact gathering") -> dict[str, CommandOutput]:
-        """One round trip for all named facts; `extra` commands ride along and are returned."""
+               what: str = "fact gathering", settle_boot: bool = False) -> dict[str, CommandOutput]:
+        """One round trip for all named facts; `extra` commands ride along and are returned.
+
+        `settle_boot`: the container was just started; wait (in the same round trip) until its boot is done.
+        """
         commands = {n: HOST_FACTS[n](self.host_cfg, self.profile) for n in sorted(set(host_names))}
         ct_list = sorted(set(ct_names))
         nonce = ""
         if ct_list:
-            commands["ct_facts"], nonce = self._ct_command(ct_list)
+            commands["ct_facts"], nonce = self._ct_command(ct_list, settle_boot)
         commands.update(extra or {})
         out = self.ssh.batch(commands, what=what)
         for name in host_names:
             self.host[name] = out[name]
         if ct_list:
-            raw = out.pop("ct_facts")
-            if "__CT_NOT_RUNNING__" in raw.stdout:
-                self.ct_running = False
-                for name in ct_list:
-                    self.ct.pop(name, None)
-            else:
-                self.ct_running = True
-                self.ct.update(split_batch_output(raw.stdout, nonce))
+            self.record_ct(out.pop("ct_facts"), ct_list, nonce)
         return {k: v for k, v in out.items() if k in (extra or {})}
+
+    def record_ct(self, raw: CommandOutput, names: Iterable[str], nonce: str) -> None:
+        """Split the container's inner batch (or note that the container is not running)."""
+        if NOT_RUNNING in raw.stdout:
+            self.ct_running = False
+            for name in names:
+                self.ct.pop(name, None)
+        else:
+            self.ct_running = True
+            self.ct.update(split_batch_output(raw.stdout, nonce))
+
+    @property
+    def ct_state(self) -> str | None:
+        """`pct status` of the container ("running", "stopped", …); None when absent or not read."""
+        out = self.host.get("ct_status")
+        return parse_pct_status(out.stdout) if out is not None else None
+
+    @property
+    def ct_stopped(self) -> bool:
+        """The container exists but is not running: facts from inside it are unknown until it starts."""
+        state = self.ct_state
+        return state is not None and state != "running" and not self.ct_running
 
     def h(self, name: str) -> CommandOutput:
         return self.host[name]

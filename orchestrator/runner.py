@@ -11,10 +11,12 @@ from orchestrator.errors import DeployError
 from orchestrator.facts import Facts
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.playbooks import load_playbook
+from orchestrator.remote.container import Container
 from orchestrator.remote.ssh import SshHost
 from orchestrator.runlog import Metrics, StepRecord
 from orchestrator.steps import REGISTRY, load_all_steps
 from orchestrator.steps.base import RunOptions, StepContext
+from orchestrator.steps.state import RunInputs, RunState
 
 ProgressFn = Callable[[str, StepRecord | None], None]
 
@@ -31,7 +33,8 @@ class RunReport:
     ssh_connects: int = 0
     ssh_round_trips: int = 0
     api_calls: int = 0
-    shared: dict[str, Any] = field(default_factory=dict)
+    # What the steps produced (release, bench runs, gate, status …), typed: see orchestrator.steps.state.
+    state: RunState = field(default_factory=RunState)
 
     @property
     def changed(self) -> bool:
@@ -67,17 +70,18 @@ class RunReport:
 
 def run_playbook(name: str, host: Host, inventory: Inventory, options: RunOptions,
                  progress: ProgressFn | None = None, say: Callable[[str], None] | None = None,
-                 shared: dict[str, Any] | None = None) -> RunReport:
+                 inputs: RunInputs | None = None) -> RunReport:
     """Run every step in order; the first failure stops the run and is re-raised after cleanup."""
     load_all_steps()
     playbook = load_playbook(name, REGISTRY)
     profile = inventory.profile_for(host)
     metrics = Metrics()
     ssh = SshHost(host, metrics=metrics, tofu=options.tofu)
+    container = Container(ssh, host.container.vmid)
     ctx = StepContext(host=host, profile=profile, inventory=inventory, ssh=ssh, metrics=metrics,
-                      facts=Facts(ssh, host, profile), options=options,
-                      say=say or (lambda _msg: None), shared=dict(shared or {}))
-    ctx.shared["playbook_steps"] = [ref.name for ref in playbook.steps]
+                      facts=Facts(ssh, host, profile, container), options=options, ct=container,
+                      say=say or (lambda _msg: None), inputs=inputs or RunInputs(),
+                      playbook_steps=[ref.name for ref in playbook.steps])
     report = RunReport(host=host.name, playbook=playbook.name, dry_run=options.dry_run)
     start = time.monotonic()
     notify = progress or (lambda _m, _r: None)
@@ -96,7 +100,7 @@ def run_playbook(name: str, host: Host, inventory: Inventory, options: RunOption
                     record.summary = err.what
                     err.at(host=host.name, step=ref.name)
                     # A rollout registers how to undo itself (roll back to the previous release).
-                    handler = ctx.shared.pop("on_failure", None)
+                    handler, ctx.on_failure = ctx.on_failure, None
                     if handler is not None:
                         handler(err, record)
                     raise err from None
@@ -106,7 +110,8 @@ def run_playbook(name: str, host: Host, inventory: Inventory, options: RunOption
         report.error = err.to_dict()
         raise
     finally:
-        for cleanup in ctx.shared.pop("cleanups", []):
+        cleanups, ctx.cleanups = ctx.cleanups, []
+        for cleanup in cleanups:
             try:
                 cleanup()
             except Exception:  # cleanup must not hide the real error
@@ -116,5 +121,5 @@ def run_playbook(name: str, host: Host, inventory: Inventory, options: RunOption
         report.ssh_connects = metrics.ssh_connects
         report.ssh_round_trips = metrics.ssh_round_trips
         report.api_calls = metrics.api_calls
-        report.shared = ctx.shared
+        report.state = ctx.state
     return report

@@ -114,7 +114,7 @@ def bench_argv(
     python: str | None = None,
 ) -> list[str]:
     """The bench_serving argv. `python` defaults to the profile venv's interpreter (no activation needed
-    under `pct exec`). Overrides use long flag names with or without dashes: {"max-concurrency": "512"}.
+    in the container). Overrides use long flag names with or without dashes: {"max-concurrency": "512"}.
     """
     if not output_file:
         raise ValueError("output_file is required: bench_serving appends, each run needs its own file")
@@ -178,5 +178,5 @@ def bench_argv(
 
 def bench_command(preset: BenchPreset, profile: ServerProfile, output_file: str,
                   overrides: Mapping[str, str] | None = None, *, python: str | None = None) -> str:
-    """The argv as one shell-quoted string (for `pct exec VMID -- ...` inside the sampler script)."""
+    """The argv as one shell-quoted string (run in the container by the sampler script)."""
     return shlex.join(bench_argv(preset, profile, output_file, overrides, python=python))

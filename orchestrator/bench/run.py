@@ -16,7 +16,7 @@ from orchestrator.bench.command import bench_command
 from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.inventory.models import BenchPreset, Host, ServerProfile
 from orchestrator.parsers.bench import BenchParseError, BenchResult, parse_bench_output
-from orchestrator.remote.ssh import SshHost
+from orchestrator.remote.container import Container
 from orchestrator.state.ledger import new_run_id
 from orchestrator.telemetry.sampler import (
     SamplerOutputError,
@@ -26,8 +26,6 @@ from orchestrator.telemetry.sampler import (
 )
 from orchestrator.telemetry.summary import TelemetrySummary, summarize
 from orchestrator.verdicts.power import Diagnosis, diagnose
-
-BENCH_DIR = "/var/lib/deploy/bench"
 
 
 @dataclass
@@ -71,23 +69,23 @@ def offered_prompts(preset: BenchPreset, overrides: dict[str, str] | None) -> in
     return preset.num_prompts
 
 
-def run_bench(ssh: SshHost, host: Host, profile: ServerProfile, preset_name: str, preset: BenchPreset, *,
+def run_bench(ct: Container, host: Host, profile: ServerProfile, preset_name: str, preset: BenchPreset, *,
               overrides: dict[str, str] | None = None, release_id: str | None = None,
               flags: dict[str, Any] | None = None, nvlink: bool = False) -> BenchRun:
-    vmid = host.container.vmid
     run_id = new_run_id()
-    out_dir = f"/var/lib/deploy/releases/{release_id}" if release_id else BENCH_DIR
+    out_dir = ct.paths.release_dir(release_id) if release_id else ct.paths.bench_dir
     # Plain preset runs are baselines for later rolls; runs with overrides (sweep points) are not.
     kind = "sweep" if overrides else "bench"
     out_file = f"{out_dir}/{kind}-{preset_name}--{run_id}.jsonl"
+    env = shlex.quote(ct.paths.env_path)
     # umask 077: bench_serving's JSONL embeds the server's /server_info, API key included.
-    inner = (f"umask 077 && mkdir -p {shlex.quote(out_dir)} && if [ -f /etc/sglang/sglang.env ]; then set -a; "
-             f". /etc/sglang/sglang.env; set +a; fi; export OPENAI_API_KEY=\"${{SGLANG_API_KEY:-}}\"; cd /tmp && "
+    inner = (f"umask 077 && mkdir -p {shlex.quote(out_dir)} && if [ -f {env} ]; then set -a; "
+             f". {env}; set +a; fi; export OPENAI_API_KEY=\"${{SGLANG_API_KEY:-}}\"; cd /tmp && "
              + bench_command(preset, profile, out_file, overrides))
-    bench_cmd = f"pct exec {vmid} -- bash -c {shlex.quote(inner)}"
-    sampler = build_sampled_bench_script(bench_cmd, extra_sections=[
-        ("jsonl", f"pct exec {vmid} -- cat {shlex.quote(out_file)}")])
-    res = ssh.script(sampler.script, check=False, timeout=preset.timeout_s + 120, what=f"bench {preset_name}")
+    # The bench runs in the container, framed by samplers on the node: one node script, one round trip.
+    sampler = build_sampled_bench_script(ct.shell_command(inner), extra_sections=[
+        ("jsonl", ct.exec_command(["cat", out_file]))])
+    res = ct.node.script(sampler.script, check=False, timeout=preset.timeout_s + 120, what=f"bench {preset_name}")
     try:
         run = parse_sampled_output(res.stdout, sampler.nonce)
     except SamplerOutputError as exc:

@@ -52,29 +52,14 @@ class LazyGroup(click.Group):
         if cmd_name not in COMMANDS:
             return None
         module_name, attr = COMMANDS[cmd_name]
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            return _not_implemented(cmd_name)
-        cmd = getattr(module, attr, None)
-        return cmd if isinstance(cmd, click.Command) else _not_implemented(cmd_name)
+        cmd = getattr(importlib.import_module(module_name), attr)
+        assert isinstance(cmd, click.Command), f"{module_name}.{attr} is not a click command"
+        return cmd
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, SHORT_HELP.get(name, "")) for name in COMMANDS]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
-
-
-def _not_implemented(name: str) -> click.Command:
-    @click.command(name=name, context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-                   help=SHORT_HELP.get(name, ""))
-    def cmd() -> None:
-        click.echo(f"deploy {name}: not implemented yet", err=True)
-        raise SystemExit(2)
-
-    return cmd
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -11,6 +11,7 @@ from typing import Any
 import click
 from rich.text import Text
 
+from orchestrator.bench.run import BenchRun
 from orchestrator.cli.bench_import import imported_run_json, imported_run_line
 from orchestrator.cli.common import (
     AppContext,
@@ -21,7 +22,7 @@ from orchestrator.cli.common import (
     tofu_option,
 )
 from orchestrator.cli.presets import BenchCommand
-from orchestrator.cli.roll_cmd import _command_line, run_with_progress
+from orchestrator.cli.run import command_line, run_with_progress
 from orchestrator.cli.tables import Column, TableSpec, spec
 from orchestrator.errors import ConfigError
 from orchestrator.redact import redact, redact_text
@@ -37,6 +38,7 @@ from orchestrator.reports.sweep import (
 )
 from orchestrator.state.ledger import Ledger, RunRecord
 from orchestrator.steps.base import RunOptions
+from orchestrator.steps.state import RollRequest, RunInputs
 
 
 def table_spec(data: TableData, title: str) -> TableSpec:
@@ -154,10 +156,10 @@ def bench(app: AppContext, target: tuple[str, ...], preset: str | None, sets: tu
 
     for pt in points:
         bench_argv(app.inventory.preset(preset_name), profile, "/tmp/x.jsonl", pt)
-    options = RunOptions(preset=preset_name, tofu=tofu, command=_command_line())
-    report = run_with_progress(app, target, "bench", options, {"bench_points": points})
-    runs = report.shared.get("bench_runs", [])
-    payload: dict[str, Any] = {"ok": True, "host": host.name, "release": report.shared.get("release"),
+    options = RunOptions(preset=preset_name, tofu=tofu, command=command_line())
+    report = run_with_progress(app, target, "bench", options, RunInputs(bench_points=tuple(points)))
+    runs = report.state.bench_runs
+    payload: dict[str, Any] = {"ok": True, "host": host.name, "release": report.state.server.release,
                                "runs": [r.to_dict() for r in runs], "totals": report.to_dict()["totals"]}
     if sweep:
         out = Path(out_dir or f"deploy-results/{host.name}/{stamp}-{parameter}")
@@ -180,22 +182,23 @@ def _server_sweep(app: AppContext, target: tuple[str, ...], host: str, preset: s
     """Roll each server flag value (gate accepts regressions), bench it, then restore (or keep the best)."""
     parameter, values = _sweep_values(spec)
     status = run_with_progress(app, target, "status", RunOptions(tofu=tofu, command="deploy status"), quiet=True)
-    original = status.shared.get("status", {}).get("release")
-    runs, releases = [], []
+    original = status.state.status.release if status.state.status is not None else None
+    runs: list[BenchRun] = []
+    releases: list[str | None] = []
     for value in values:
         app.out.line(f"— {parameter}={value}")
-        shared = {"roll": {"set": [f"{parameter}={value}"], "unset": [], "flags_file": None,
-                           "accept_regression": True, "threshold": None}}
+        request = RollRequest(set=(f"{parameter}={value}",), accept_regression=True)
+        run: BenchRun | None
         try:
             rep = run_with_progress(app, target, "roll", RunOptions(preset=preset, tofu=tofu,
-                                                                    command=_command_line()), shared)
-            run, rid = rep.shared.get("bench_run"), rep.shared.get("release")
+                                                                    command=command_line()), RunInputs(roll=request))
+            run, rid = rep.state.bench_run, rep.state.server.release
         except ConfigError as exc:
             if "equals the current release" not in exc.what:
                 raise
             rep = run_with_progress(app, target, "bench", RunOptions(preset=preset, tofu=tofu,
-                                                                     command=_command_line()), {})
-            run, rid = rep.shared["bench_runs"][0], rep.shared.get("release")
+                                                                     command=command_line()))
+            run, rid = rep.state.bench_runs[0], rep.state.server.release
         if run is None:
             raise ConfigError(f"the roll of {parameter}={value} ran no bench", fix="do not combine with --skip-bench")
         runs.append(run)
@@ -203,8 +206,8 @@ def _server_sweep(app: AppContext, target: tuple[str, ...], host: str, preset: s
     best = max(range(len(runs)), key=lambda i: runs[i].result.output_throughput)
     final = releases[best] if keep_best else original
     if final:
-        run_with_progress(app, target, "rollback", RunOptions(tofu=tofu, command=_command_line()),
-                          {"rollback_to": final})
+        run_with_progress(app, target, "rollback", RunOptions(tofu=tofu, command=command_line()),
+                          RunInputs(rollback_to=final))
     out = Path(out_dir or f"deploy-results/{host}/{stamp}-{parameter}")
     payload = {"ok": True, "host": host, "sweep": _report_sweep(app, host, preset, parameter, values, runs, out),
                "best": {"value": values[best], "release": releases[best]}, "final_release": final}

@@ -30,7 +30,7 @@ def doctor(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
     host = resolve_host(app, target)
     options = RunOptions(dry_run=True, tofu=tofu, command="deploy doctor")
     report = run_playbook("doctor", host, app.inventory, options)
-    findings = report.shared.get("doctor_findings", [])
+    findings = report.state.doctor_findings
     status = worst_status(findings)
     app.out.emit({"ok": status != "fail", "host": host.name, "status": status,
                   "findings": [f.to_dict() for f in findings], "totals": report.to_dict()["totals"]})

@@ -2,39 +2,25 @@
 
 from __future__ import annotations
 
-import shlex
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import click
 
+from orchestrator.cli.bench_cmd import print_ledger_runs
 from orchestrator.cli.common import AppContext, all_inventories_option, common_options, resolve_host, tofu_option
 from orchestrator.cli.progress import totals_line
+from orchestrator.cli.run import command_line, run_with_progress
 from orchestrator.cli.tables import Column, spec
 from orchestrator.errors import ConfigError, DeployError
 from orchestrator.fleet.command import fleet_options
 from orchestrator.fleet.details import history_detail, status_detail
 from orchestrator.fleet.router import router_view
-from orchestrator.runner import RunReport, run_playbook
+from orchestrator.runner import RunReport
 from orchestrator.steps.base import RunOptions
+from orchestrator.steps.state import RollRequest, RunInputs
 from orchestrator.yamlfile import load_yaml
-
-
-def _command_line() -> str:
-    return "deploy " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-
-
-def run_with_progress(app: AppContext, target: tuple[str, ...], playbook: str, options: RunOptions,
-                      shared: dict[str, Any] | None = None, *, quiet: bool = False) -> RunReport:
-    host = resolve_host(app, target)
-    printer = app.step_printer(quiet=quiet)
-    try:
-        return run_playbook(playbook, host, app.inventory, options, progress=printer, say=printer.say,
-                            shared=shared)
-    finally:
-        printer.close()
 
 
 def _flags_file(path: str) -> dict[str, Any]:
@@ -88,14 +74,14 @@ def roll(app: AppContext, target: tuple[str, ...], sets: tuple[str, ...], unsets
         raise ConfigError("--set/--unset cannot be combined with --flags/--profile")
     if preset:
         app.inventory.preset(preset)
-    shared = {"roll": {"set": list(sets), "unset": list(unsets), "flags_file": replacement,
-                       "accept_regression": accept_regression, "threshold": threshold,
-                       "gate": list(gate_metrics)}}
-    options = RunOptions(dry_run=dry_run, skip_bench=skip_bench, preset=preset, tofu=tofu, command=_command_line())
+    request = RollRequest(set=sets, unset=unsets, replacement=replacement, accept_regression=accept_regression,
+                          threshold_pct=threshold, gate_metrics=gate_metrics)
+    options = RunOptions(dry_run=dry_run, skip_bench=skip_bench, preset=preset, tofu=tofu, command=command_line())
     report: RunReport | None = None
     error: DeployError | None = None
     try:
-        report = run_with_progress(app, target, "roll-plan" if dry_run else "roll", options, shared)
+        report = run_with_progress(app, target, "roll-plan" if dry_run else "roll", options,
+                                   RunInputs(roll=request))
     except DeployError as err:
         error = err
     if error is not None:
@@ -108,12 +94,12 @@ def roll(app: AppContext, target: tuple[str, ...], sets: tuple[str, ...], unsets
         return error.exit_code
     assert report is not None
     payload = report.to_dict()
-    gate = report.shared.get("gate")
-    payload["release"] = report.shared.get("release")
-    payload["previous"] = report.shared.get("previous")
-    payload["diff"] = [{"flag": k, "old": a, "new": b} for k, a, b in report.shared.get("flag_diff", [])]
-    if gate is not None:
-        payload["gate"] = gate.model_dump(mode="json")
+    cand = report.state.candidate
+    payload["release"] = report.state.server.release
+    payload["previous"] = cand.previous if cand else None
+    payload["diff"] = [{"flag": k, "old": a, "new": b} for k, a, b in (cand.flag_diff if cand else [])]
+    if report.state.gate is not None:
+        payload["gate"] = report.state.gate.model_dump(mode="json")
     app.out.emit(payload)
     if dry_run:
         for rec in report.steps:
@@ -133,9 +119,9 @@ def roll(app: AppContext, target: tuple[str, ...], sets: tuple[str, ...], unsets
 @common_options
 def rollback(app: AppContext, target: tuple[str, ...], to_release: str | None, tofu: bool) -> int:
     """Re-install a previous release and wait until it is healthy."""
-    options = RunOptions(tofu=tofu, command=_command_line())
-    report = run_with_progress(app, target, "rollback", options, {"rollback_to": to_release})
-    app.out.emit({**report.to_dict(), "release": report.shared.get("release")})
+    options = RunOptions(tofu=tofu, command=command_line())
+    report = run_with_progress(app, target, "rollback", options, RunInputs(rollback_to=to_release))
+    app.out.emit({**report.to_dict(), "release": report.state.server.release})
     app.out.line(totals_line(report))
     return 0
 
@@ -148,23 +134,34 @@ def rollback(app: AppContext, target: tuple[str, ...], to_release: str | None, t
 def status(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
     """Current release, health and GPU power now (one SSH round trip). Exit 1 when not healthy."""
     report = run_with_progress(app, target, "status", RunOptions(tofu=tofu, command="deploy status"), quiet=True)
-    info = report.shared.get("status", {})
-    healthy = info.get("health") == "200"
-    app.out.emit({"ok": healthy, "host": report.host, **info, "totals": report.to_dict()["totals"]})
-    app.out.line(f"host {report.host}: release {info.get('release') or 'none'} "
-                 f"({info.get('verdict') or 'unverified'}, {info.get('release_source') or '-'}, "
-                 f"{info.get('release_created') or '-'}), sglang {info.get('active')}, /health {info.get('health')}")
+    info = report.state.status
+    if info is None:
+        raise DeployError("the status playbook reported nothing", fix="check that it runs the status step",
+                          host=report.host, step="status")
+    healthy = info.health == "200"
+    app.out.emit({"ok": healthy, "host": report.host, **info.to_dict(), "totals": report.to_dict()["totals"]})
+    vmid = resolve_host(app, target).container.vmid
+    if not info.container_running:
+        app.out.line(f"host {report.host}: CT {vmid} is {info.container}; its release and sglang cannot be read "
+                     f"until it runs. `deploy up host {report.host}` "
+                     + ("starts it" if info.container != "absent" else "creates and starts it")
+                     + (f" (or `pct start {vmid}` on the host)" if info.container != "absent" else ""))
+    else:
+        app.out.line(f"host {report.host}: release {info.release or 'none'} "
+                     f"({info.verdict or 'unverified'}, {info.release_source or '-'}, "
+                     f"{info.release_created or '-'}), sglang {info.active}, /health {info.health}")
     gpu_rows = []
-    for g in info.get("gpus", []):
-        pct = (100 * g["power_w"] / g["limit_w"]) if g.get("power_w") and g.get("limit_w") else None
-        gpu_rows.append((str(g["gpu"]), f"{g['power_w']:.0f}" if g.get("power_w") is not None else "-",
-                         f"{g['limit_w']:.0f}" if g.get("limit_w") is not None else "-",
+    for g in info.gpus:
+        power_w, limit_w, util = g.get("power_w"), g.get("limit_w"), g.get("util_pct")
+        pct = (100 * power_w / limit_w) if power_w and limit_w else None
+        gpu_rows.append((str(g["gpu"]), f"{power_w:.0f}" if power_w is not None else "-",
+                         f"{limit_w:.0f}" if limit_w is not None else "-",
                          f"{pct:.0f}" if pct is not None else "-",
-                         f"{g['util_pct']:.0f}" if g.get("util_pct") is not None else "-"))
+                         f"{util:.0f}" if util is not None else "-"))
     headers = [Column(h, "right") for h in ("gpu", "power W", "limit W", "% of limit", "util %")]
     app.out.table(spec("GPU power now", headers, gpu_rows))
-    if not healthy:
-        app.out.line(f"not healthy (/health {info.get('health')}, sglang {info.get('active')}): see "
+    if info.container_running and not healthy:
+        app.out.line(f"not healthy (/health {info.health}, sglang {info.active}): see "
                      "`journalctl -u sglang` in the container, `deploy doctor`, or `deploy rollback`")
     return 0 if healthy else 1
 
@@ -198,15 +195,13 @@ def history(app: AppContext, target: tuple[str, ...], bench: bool, limit: int, a
     inventory); `--all-inventories` lists every run in it.
     """
     if bench:
-        from orchestrator.cli.bench_cmd import print_ledger_runs
-
         return print_ledger_runs(app, target, limit, all_inventories)
     if all_inventories:
         raise ConfigError("--all-inventories applies to the local bench ledger",
                           fix="use it with --bench: deploy history --bench --all-inventories")
     report = run_with_progress(app, target, "history", RunOptions(tofu=tofu, command="deploy history"),
-                               {"limit": limit}, quiet=True)
-    rows = report.shared.get("history", [])
+                               RunInputs(history_limit=limit), quiet=True)
+    rows = report.state.history
     current = next((r.get("current") for r in rows if "current" in r), None)
     releases = [r for r in rows if "id" in r]
     app.out.emit({"ok": True, "host": report.host, "current": current, "releases": releases})

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import shlex
-import sys
-
 import click
 
 from orchestrator.cli.common import AppContext, common_options, resolve_host, tofu_option
 from orchestrator.cli.progress import totals_line
+from orchestrator.cli.run import command_line
 from orchestrator.errors import DeployError
 from orchestrator.fleet.command import fleet_options
 from orchestrator.runner import RunReport, run_playbook
@@ -80,7 +78,7 @@ def up(app: AppContext, target: tuple[str, ...], dry_run: bool, allow_no_p2p: bo
     """
     options = RunOptions(dry_run=dry_run, allow_no_p2p=allow_no_p2p, skip_weights=skip_weights,
                          skip_bench=skip_bench, tofu=tofu, preset=preset,
-                         command="deploy " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+                         command=command_line())
     return run_and_report(app, target, playbook, options)
 
 

@@ -74,17 +74,18 @@ def offline(app: AppContext, topo_file: str, read_file: str | None, write_file: 
 def live(app: AppContext, target: tuple[str, ...], bandwidth: bool, size_mib: int, tofu: bool) -> int:
     from orchestrator.runner import run_playbook
     from orchestrator.steps.base import RunOptions
+    from orchestrator.steps.state import RunInputs
 
     host = resolve_host(app, target)
     options = RunOptions(allow_no_p2p=True, tofu=tofu, command="deploy verify-p2p")
-    shared: dict[str, Any] = {"want_bandwidth": bandwidth, "probe_size_mib": size_mib}
-    report = run_playbook("verify-p2p", host, app.inventory, options, shared=shared)
-    p2p = report.shared.get("p2p_report")
+    inputs = RunInputs(want_bandwidth=bandwidth, probe_size_mib=size_mib)
+    report = run_playbook("verify-p2p", host, app.inventory, options, inputs=inputs)
+    p2p = report.state.p2p_report
     if p2p is None or p2p.verdict is None:
         raise CheckFailed("no topology could be read", host=host.name, step="verify_p2p")
     payload: dict[str, Any] = {"ok": p2p.verdict.ok, "host": host.name, **p2p.to_dict(),
                                "totals": report.to_dict()["totals"]}
-    bw = report.shared.get("bandwidth")
+    bw = report.state.bandwidth
     if bw is not None:
         payload["bandwidth"] = bw
     ok = p2p.verdict.ok and (p2p.comparison is None or p2p.comparison.same) and (bw is None or bw.get("ok", True))

@@ -189,9 +189,6 @@ class FlagSchema:
                 raise ResolveError("ambiguous", opt, matches)
         raise ResolveError("unknown", opt, [])
 
-    def canonical_names(self) -> list[str]:
-        return sorted(s.canonical for s in self.specs if s.kind != "help")
-
 
 @functools.lru_cache(maxsize=16)
 def _load_packaged(version: str) -> FlagSchema:

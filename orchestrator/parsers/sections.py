@@ -18,11 +18,11 @@ never started when the connection dropped.
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from orchestrator.parsers import ParseError
+from orchestrator.scripts import render_script
 
 __all__ = ["CommandOutput", "build_batch_script", "new_nonce", "split_batch_output"]
 
@@ -71,29 +71,9 @@ def build_batch_script(commands: Mapping[str, str], nonce: str) -> str:
     _check(nonce, commands)
     if not commands:
         raise ValueError("batch script needs at least one command")
-    plan = _marker(nonce, "PLAN", " ".join(commands))
-    lines = [
-        "# deploy batch script: generated, one section per command",
-        "export LC_ALL=C",
-        f"printf '%s\\n' {shlex.quote(plan)}",
-        '__deploy_d=$(mktemp -d 2>/dev/null || mktemp -d -t deploy.XXXXXX) || '
-        "{ echo 'deploy batch: mktemp failed' >&2; exit 97; }",
-        "trap 'rm -rf \"$__deploy_d\"' EXIT",
-    ]
-    for name, command in commands.items():
-        begin = shlex.quote(_marker(nonce, "BEGIN", name))
-        mid = shlex.quote(_marker(nonce, "STDERR", name))
-        end_prefix = shlex.quote(f"@@DEPLOY:{nonce}:END:{name}:")
-        lines += [
-            f"bash -c {shlex.quote(command)} </dev/null >\"$__deploy_d/out\" 2>\"$__deploy_d/err\"",
-            "__deploy_rc=$?",
-            f"printf '%s\\n' {begin}",
-            'cat "$__deploy_d/out"',
-            f"printf '\\n%s\\n' {mid}",
-            'cat "$__deploy_d/err"',
-            f"printf '\\n%s%s@@\\n' {end_prefix} \"$__deploy_rc\"",
-        ]
-    return "\n".join(lines) + "\n"
+    return render_script("batch.sh.j2", plan=_marker(nonce, "PLAN", " ".join(commands)), commands=[
+        {"command": command, "begin": _marker(nonce, "BEGIN", name), "mid": _marker(nonce, "STDERR", name),
+         "end_prefix": f"@@DEPLOY:{nonce}:END:{name}:"} for name, command in commands.items()])
 
 
 def split_batch_output(

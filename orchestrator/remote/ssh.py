@@ -311,7 +311,7 @@ class SshHost:
         """Run a bash script in one round trip; the body travels on stdin, never in argv or on disk.
 
         The whole body is read first and then evaluated with stdin on /dev/null, so no command inside it (a
-        `pct exec` forwards its stdin into the container) can swallow the rest of the script.
+        command run in the container forwards its stdin there) can swallow the rest of the script.
         """
         return self.run(LOADER, stdin=body, timeout=timeout, check=check, what=what)
 

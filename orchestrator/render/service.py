@@ -7,6 +7,7 @@ import re
 from orchestrator.errors import ConfigError
 from orchestrator.flags import FlagSet
 from orchestrator.inventory.models import ServerProfile
+from orchestrator.remote.container import PATHS
 from orchestrator.render.files import (
     RenderedFile,
     check_env_name,
@@ -16,12 +17,12 @@ from orchestrator.render.files import (
     systemd_exec_arg,
 )
 
-UNIT_PATH = "/etc/systemd/system/sglang.service"
-ENV_PATH = "/etc/sglang/sglang.env"
+UNIT_PATH = PATHS.unit_path  # the container adapter owns the layout
+ENV_PATH = PATHS.env_path
 #: Server options that must stay out of argv (the API key): sglang reads them with `--config FILE`.
-SECRETS_PATH = "/etc/sglang/secrets.yaml"
+SECRETS_PATH = PATHS.secrets_path
 #: sglang's logging config (SGLANG_LOGGING_CONFIG_PATH) for servers with an API key; see render_logging.
-LOGGING_PATH = "/etc/sglang/logging.json"
+LOGGING_PATH = PATHS.logging_path
 #: Loggers that print the API key in clear at INFO: `server_args=ServerArgs(… api_key='…')` (0.5.12.post1,
 #: sglang/srt/entrypoints/engine.py) and `server_args={… 'api_key': '…'}` (0.5.23, same module).
 KEY_LOGGING_LOGGERS = ("sglang.srt.entrypoints.engine",)

@@ -13,9 +13,11 @@ STEP_MODULES = (
     "orchestrator.steps.gpu",
     "orchestrator.steps.software",
     "orchestrator.steps.p2p",
-    "orchestrator.steps.server",
     "orchestrator.steps.checks",
     "orchestrator.steps.release",
+    "orchestrator.steps.server",
+    "orchestrator.steps.roll",
+    "orchestrator.steps.status",
 )
 
 

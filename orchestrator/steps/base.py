@@ -12,9 +12,11 @@ from typing import Any
 
 from orchestrator.facts import Facts
 from orchestrator.inventory.models import Host, Inventory, ServerProfile
+from orchestrator.remote.container import Container
 from orchestrator.remote.lock import HostLease
 from orchestrator.remote.ssh import SshHost
 from orchestrator.runlog import Metrics, StepRecord
+from orchestrator.steps.state import FailureHandler, RunInputs, RunState
 
 
 @dataclass
@@ -37,12 +39,19 @@ class StepContext:
     metrics: Metrics
     facts: Facts
     options: RunOptions
+    # The container on this host (commands, scripts, files, paths): steps never build container commands.
+    ct: Container
     say: Callable[[str], None] = print
-    # Values steps hand to later steps (rendered bundle, release id, bench result...).
-    shared: dict[str, Any] = field(default_factory=dict)
+    # What the command asked for, and what steps hand to later steps (and back to the command).
+    inputs: RunInputs = field(default_factory=RunInputs)
+    state: RunState = field(default_factory=RunState)
     records: list[StepRecord] = field(default_factory=list)
     # Options the playbook gave the running step, e.g. `{step: health, timeout_s: 600}`.
     step_options: dict[str, Any] = field(default_factory=dict)
+    # The playbook's step names (their facts are gathered together), run-level undo and cleanup.
+    playbook_steps: list[str] = field(default_factory=list)
+    on_failure: FailureHandler | None = None
+    cleanups: list[Callable[[], object]] = field(default_factory=list)
     # This run's lease on the host (the `lock` step takes it, `unlock` frees it); None in dry runs and reads.
     host_lock: HostLease | None = None
 

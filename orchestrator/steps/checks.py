@@ -12,9 +12,11 @@ from typing import Any
 
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
+from orchestrator.bench.run import BenchRun, run_bench
 from orchestrator.errors import CheckFailed, RemoteError
-from orchestrator.facts import UNIT_NAME
 from orchestrator.runlog import StepRecord
+from orchestrator.state.ledger import Ledger, RunSource
+from orchestrator.state.releases import current_release
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.session import ensure_facts
 from orchestrator.verdicts.server_log import argparse_error, find_fatal
@@ -31,22 +33,27 @@ class HealthProbe:
     new_lines: list[str] = field(default_factory=list)
 
 
-def _probe_command(ctx: StepContext, seen_lines: int) -> str:
+def probe_shell(ctx: StepContext, seen_lines: int) -> str:
+    """/health code, the unit's state and the journal after `seen_lines`, in one container command."""
     p = ctx.profile
-    inner = (f"printf 'code=%s\\n' \"$(curl -s -o /dev/null -m 5 -w '%{{http_code}}' "
-             f"http://{shlex.quote(p.host)}:{p.port}/health)\"; "
-             f"systemctl show -p ActiveState -p SubState -p NRestarts {UNIT_NAME}; echo '--journal--'; "
-             f"journalctl -u {UNIT_NAME} --no-pager -o cat | tail -n +{seen_lines + 1}")
-    return f"pct exec {ctx.vmid} -- bash -c {shlex.quote(inner)}"
+    unit = shlex.quote(ctx.ct.paths.unit_name)
+    return (f"printf 'code=%s\\n' \"$(curl -s -o /dev/null -m 5 -w '%{{http_code}}' "
+            f"http://{shlex.quote(p.host)}:{p.port}/health)\"; "
+            f"systemctl show -p ActiveState -p SubState -p NRestarts {unit}; echo '--journal--'; "
+            f"journalctl -u {unit} --no-pager -o cat | tail -n +{seen_lines + 1}")
 
 
-def probe_health(ctx: StepContext, seen_lines: int) -> HealthProbe:
-    res = ctx.ssh.run(_probe_command(ctx, seen_lines), check=False, timeout=60, what="health probe")
-    head, _, journal = res.stdout.partition("--journal--\n")
+def parse_health_probe(stdout: str) -> HealthProbe:
+    head, _, journal = stdout.partition("--journal--\n")
     values = dict(line.split("=", 1) for line in head.splitlines() if "=" in line)
     return HealthProbe(code=values.get("code", "000"), active=values.get("ActiveState", "unknown"),
                        restarts=int(values.get("NRestarts", "0") or 0), sub=values.get("SubState", ""),
                        new_lines=[ln for ln in journal.splitlines() if ln.strip()])
+
+
+def probe_health(ctx: StepContext, seen_lines: int) -> HealthProbe:
+    res = ctx.ct.run(probe_shell(ctx, seen_lines), check=False, timeout=60, what="health probe")
+    return parse_health_probe(res.stdout)
 
 
 def wait_healthy(ctx: StepContext, record: StepRecord, *, timeout_s: float | None = None) -> float:
@@ -54,7 +61,7 @@ def wait_healthy(ctx: StepContext, record: StepRecord, *, timeout_s: float | Non
     timeout = float(timeout_s or ctx.step_options.get("timeout_s") or ctx.profile.start_timeout_s)
     interval = 2.0 if timeout <= 120 else 5.0
     # Only this start's lines count: an old fatal line must not fail a later, healthy start.
-    offset = int(ctx.shared.get("journal_offset", 0))
+    offset = ctx.state.server.journal_offset
     seen: list[str] = []
     start = time.monotonic()
     restarts_at_start: list[int] = []
@@ -102,7 +109,7 @@ def health(ctx: StepContext, record: StepRecord) -> None:
         record.summary = "dry run"
         return
     fact = ctx.facts.c("health")
-    if not ctx.shared.get("restarted") and fact is not None and fact.stdout.strip() == "200":
+    if not ctx.state.server.restarted and fact is not None and fact.stdout.strip() == "200":
         record.summary = "healthy (/health 200)"
         return
     waited = wait_healthy(ctx, record)
@@ -111,10 +118,10 @@ def health(ctx: StepContext, record: StepRecord) -> None:
 
 def raise_if_fatal_logged(ctx: StepContext) -> None:
     """After a failed check, read the journal once: a known fatal line explains the failure better."""
-    offset = int(ctx.shared.get("journal_offset", 0))
-    inner = f"journalctl -u {UNIT_NAME} --no-pager -o cat | tail -n +{offset + 1} | tail -n 200"
-    res = ctx.ssh.run(f"pct exec {ctx.vmid} -- bash -c {shlex.quote(inner)}", check=False, timeout=60,
-                      what="journal excerpt")
+    offset = ctx.state.server.journal_offset
+    unit = shlex.quote(ctx.ct.paths.unit_name)
+    res = ctx.ct.run(f"journalctl -u {unit} --no-pager -o cat | tail -n +{offset + 1} | tail -n 200",
+                     check=False, timeout=60, what="journal excerpt")
     lines = res.stdout.splitlines()
     fatal = find_fatal(lines)
     if fatal is not None:
@@ -131,10 +138,9 @@ def run_smoke(ctx: StepContext, release: str | None) -> dict[str, Any]:
     p = ctx.profile
     args = {"base": f"http://{p.host}:{p.port}", "model": p.served_model_name, "prompt": p.smoke.prompt,
             "max_tokens": p.smoke.max_tokens, "timeout": p.smoke.timeout_s,
-            "server_info_path": f"/var/lib/deploy/releases/{release}/server_info.json" if release else ""}
-    script = (f"pct exec {ctx.vmid} -- {shlex.quote(p.venv + '/bin/python')} - {shlex.quote(json.dumps(args))} "
-              f"<<'DEPLOY_SMOKE_EOF'\n{smoke_source()}\nDEPLOY_SMOKE_EOF\n")
-    res = ctx.ssh.script(script, check=False, timeout=p.smoke.timeout_s + 30, what="smoke check")
+            "server_info_path": f"{ctx.ct.paths.release_dir(release)}/server_info.json" if release else ""}
+    res = ctx.ct.run_python(p.venv, smoke_source(), [json.dumps(args)], tag="DEPLOY_SMOKE_EOF",
+                            timeout=p.smoke.timeout_s + 30, what="smoke check")
     try:
         return dict(json.loads(res.stdout.strip().splitlines()[-1]))
     except (json.JSONDecodeError, IndexError) as exc:
@@ -162,7 +168,7 @@ def smoke(ctx: StepContext, record: StepRecord) -> None:
         record.status = "skipped"
         record.summary = "dry run"
         return
-    data = run_smoke(ctx, ctx.shared.get("release"))
+    data = run_smoke(ctx, ctx.state.server.release)
     record.details.update({k: data.get(k) for k in ("models", "answer", "latency_s", "usage")})
     problems = judge_smoke(ctx, data)
     if problems:
@@ -174,21 +180,18 @@ def smoke(ctx: StepContext, record: StepRecord) -> None:
 
 
 def bench_for_release(ctx: StepContext, preset_name: str, release: str | None,
-                      overrides: dict[str, str] | None = None) -> Any:
+                      overrides: dict[str, str] | None = None) -> BenchRun:
     """Run the preset with telemetry, store it in the local ledger, return the BenchRun."""
-    from orchestrator.bench.run import run_bench
-    from orchestrator.state.ledger import Ledger, RunSource
-
     preset = ctx.inventory.preset(preset_name)
     nvlink = False
-    report = ctx.shared.get("p2p_report")
-    if report is not None and getattr(report, "container", None) is not None and report.container.topo:
+    report = ctx.state.p2p_report
+    if report is not None and report.container.topo:
         nvlink = any(str(link).startswith("NV") for link in report.container.topo.cells.values())
     flags = dict(ctx.profile.flags)
-    bundle = ctx.shared.get("bundle")
+    bundle = ctx.state.server.bundle
     if bundle is not None:
         flags = dict(bundle.flags.as_dict())
-    run = run_bench(ctx.ssh, ctx.host, ctx.profile, preset_name, preset, overrides=overrides, release_id=release,
+    run = run_bench(ctx.ct, ctx.host, ctx.profile, preset_name, preset, overrides=overrides, release_id=release,
                     flags=flags, nvlink=nvlink)
     try:
         source: RunSource = "sweep" if overrides else "roll" if "roll" in ctx.options.command else "bench"
@@ -209,8 +212,8 @@ def throughput(ctx: StepContext, record: StepRecord) -> None:
         record.summary = "dry run" if ctx.options.dry_run else "--skip-bench"
         return
     preset_name = ctx.options.preset or ctx.profile.bench_preset
-    run = bench_for_release(ctx, preset_name, ctx.shared.get("release"))
-    ctx.shared["bench_run"] = run
+    run = bench_for_release(ctx, preset_name, ctx.state.server.release)
+    ctx.state.bench_run = run
     r = run.result
     record.details.update(run.to_dict())
     minimum = ctx.profile.min_output_throughput
@@ -235,8 +238,6 @@ def throughput(ctx: StepContext, record: StepRecord) -> None:
 @step("bench", ct_facts=("current_release", "health"))
 def bench(ctx: StepContext, record: StepRecord) -> None:
     """Run the preset (once, or once per sweep point) against the running server, with telemetry."""
-    from orchestrator.state.releases import current_release
-
     ensure_facts(ctx)
     fact = ctx.facts.c("health")
     if fact is None or fact.stdout.strip() != "200":
@@ -246,7 +247,7 @@ def bench(ctx: StepContext, record: StepRecord) -> None:
     link = ctx.facts.c("current_release")
     release = current_release(link.stdout) if link is not None and link.rc == 0 else None
     preset = ctx.options.preset or ctx.profile.bench_preset
-    points: list[dict[str, str]] = ctx.shared.get("bench_points") or [{}]
+    points = ctx.inputs.bench_points or ({},)
     runs = []
     for overrides in points:
         label = ", ".join(f"{k}={v}" for k, v in overrides.items()) or preset
@@ -255,6 +256,6 @@ def bench(ctx: StepContext, record: StepRecord) -> None:
         ctx.say(f"  {run.result.output_throughput:.1f} output tok/s, concurrency {(run.result.concurrency or 0):.0f}, "
                 f"mean TPOT {(run.result.mean_tpot_ms or 0):.2f} ms")
         runs.append(run)
-    ctx.shared["bench_runs"] = runs
-    ctx.shared["release"] = release
+    ctx.state.bench_runs = runs
+    ctx.state.server.release = release
     record.summary = f"{len(runs)} run(s) of {preset} on release {release}"

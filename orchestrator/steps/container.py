@@ -7,7 +7,7 @@ PVE allows device passthrough for root@pam only. Every config write is digest-gu
 from __future__ import annotations
 
 import re
-import shlex
+from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.errors import ConfigError, RemoteError
@@ -18,6 +18,7 @@ from orchestrator.parsers.pve import parse_config_json, parse_pct_status, parse_
 from orchestrator.remote.pve import PveClient, lifecycle_client, passthrough_client, wait_task
 from orchestrator.render.passthrough import dev_entries, raw_lines, resolve_method
 from orchestrator.runlog import StepRecord
+from orchestrator.scripts import render_script
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts
 
@@ -102,21 +103,102 @@ def raw_apply_script(vmid: int, wanted: list[tuple[str, str]]) -> str:
 
     Raw lxc.* keys cannot go through the API at all; root edits the file (pmxcfs replicates it).
     """
-    conf = f"/etc/pve/lxc/{int(vmid)}.conf"
     add = "".join(f"{k}: {v}\n" for k, v in wanted)
     patterns = "|".join(re.sub(r"([.*+?()\[\]{}|^$\\])", r"\\\1", f"{k}: {v}") for k, v in wanted)
-    return (f"set -e\nf={conf}\nADD={shlex.quote(add)}\n"
-            "awk -v add=\"$ADD\" -v pat=" + shlex.quote(f"^({patterns}|lxc\\.mount\\.entry: /dev/nvidia.*)$") + " '"
-            "BEGIN{main=1} /^\\[/ { if (main) { printf \"%s\", add; main=0 } } "
-            "main && $0 ~ pat {next} {print} END{ if (main) printf \"%s\", add }' \"$f\" > \"$f.deploy-tmp\"\n"
-            "cat \"$f.deploy-tmp\" > \"$f\" && rm -f \"$f.deploy-tmp\"\n")
+    return render_script("raw_lxc_apply.sh.j2", conf=f"/etc/pve/lxc/{int(vmid)}.conf", add=add,
+                         pattern=f"^({patterns}|lxc\\.mount\\.entry: /dev/nvidia.*)$")
 
 
 def passthrough_method(ctx: StepContext) -> tuple[str, str]:
-    version = ctx.shared.get("pve_version")
+    version = ctx.state.pve_version
     if version is None and "pveversion" in ctx.facts.host and ctx.facts.host["pveversion"].rc == 0:
         version = parse_pveversion(ctx.facts.host["pveversion"].stdout)
     return resolve_method(ctx.host.container.passthrough, str(version) if version is not None else None)
+
+
+@dataclass
+class _Clients:
+    """The PVE clients of one run: lifecycle (token or pvesh) and, only when devN is written, root pvesh."""
+
+    ctx: StepContext
+    lifecycle: PveClient
+
+    def devices(self) -> PveClient:
+        """Only asked for when devN must be written: a token-only setup converges everything else."""
+        return passthrough_client(self.ctx.host, self.ctx.ssh)
+
+
+def _create(ctx: StepContext, record: StepRecord, pve: _Clients, wanted: list[DeviceNode], method: str,
+            raw_wanted: list[tuple[str, str]]) -> bool:
+    """Create the container (template first if missing). False when a dry run stops here."""
+    spec, node = ctx.host.container, ctx.host.pve.node
+    params: dict[str, Any] = {
+        "vmid": spec.vmid, "ostemplate": spec.ostemplate, "rootfs": f"{spec.rootfs_storage}:{spec.rootfs_size_gb}",
+        "unprivileged": int(spec.unprivileged), "start": 0, **base_config(spec),
+    }
+    if spec.ostemplate not in volids(ctx.facts.h("templates").stdout):
+        if mark_change(record, ctx, f"download template {spec.template_name} to {spec.template_storage}"):
+            ctx.say(f"downloading template {spec.template_name} (aplinfo)")
+            res = pve.lifecycle.call("post", f"/nodes/{node}/aplinfo", storage=spec.template_storage,
+                                     template=spec.template_name)
+            _wait(pve.lifecycle, ctx, res, "template download")
+    dev_set = device_plan({}, wanted)[0] if method == "devN" else {}
+    what = (f"create CT {spec.vmid} ({spec.hostname}, unprivileged={int(spec.unprivileged)}) with "
+            f"{len(wanted)} device nodes passed through ({method})")
+    record.details["create"] = {**params, **dev_set}
+    if not mark_change(record, ctx, what):
+        record.summary = what
+        return False
+    ctx.say(what)
+    # Creating with devN (and features on a privileged CT) needs root@pam: one pvesh call as root carries
+    # everything. The token path is only used when no root SSH is configured (it then fails clearly on devN).
+    # Privileged CTs and features other than nesting are root@pam-only in PVE, like devN.
+    root_only = dev_set or not spec.unprivileged or any(k != "nesting" for k in spec.features)
+    creator = pve.devices() if root_only else pve.lifecycle
+    _wait(creator, ctx, creator.call("post", f"/nodes/{node}/lxc", **params, **dev_set), "create")
+    if raw_wanted:
+        ctx.ssh.script(raw_apply_script(spec.vmid, raw_wanted), what="write raw lxc passthrough lines")
+    return True
+
+
+def _converge(ctx: StepContext, record: StepRecord, pve: _Clients, status: str, wanted: list[DeviceNode],
+              method: str, raw_wanted: list[tuple[str, str]]) -> tuple[str, bool]:
+    """Write only the config keys that differ (digest-guarded). Returns (status now, whether it changed)."""
+    spec, node = ctx.host.container, ctx.host.pve.node
+    current = parse_config_json(ctx.facts.h("ct_config").stdout)
+    if "unprivileged" in current and bool(int(current["unprivileged"])) != spec.unprivileged:
+        raise ConfigError(
+            f"CT {spec.vmid} exists with unprivileged={current['unprivileged']} but the inventory says "
+            f"{int(spec.unprivileged)}; PVE cannot change this on an existing container",
+            fix="set container.unprivileged to match, or back up and destroy the container yourself",
+            host=ctx.host.name, step="container")
+    base_diff = {k: v for k, v in base_config(spec).items() if not same_value(k, current.get(k), v)}
+    dev_set, dev_delete = device_plan(current, wanted) if method == "devN" else ({}, [])
+    raw_missing, raw_changed = raw_plan(current, raw_wanted) if raw_wanted else ([], False)
+    diff_lines = [f"{k}: {current.get(k, '(unset)')} → {v}" for k, v in base_diff.items()]
+    diff_lines += [f"{k}: (missing) → {v}" for k, v in raw_missing]
+    if raw_changed and not raw_missing:
+        diff_lines.append("stale NVIDIA lxc.mount.entry lines removed")
+    diff_lines += [f"{k}: (unset) → {v}" for k, v in dev_set.items()]
+    diff_lines += [f"{k}: {current[k]} → (deleted)" for k in dev_delete]
+    record.details["config_diff"] = diff_lines
+    if not diff_lines or not mark_change(record, ctx, f"config of CT {spec.vmid}: " + "; ".join(diff_lines)):
+        return status, False
+    for line in diff_lines:
+        ctx.say(f"  {line}")
+    if status == "running" and (dev_set or dev_delete or raw_changed):  # devices apply only at start
+        _wait(pve.lifecycle, ctx, pve.lifecycle.call("post", f"/nodes/{node}/lxc/{spec.vmid}/status/shutdown",
+                                                     timeout=60, forceStop=1), "shutdown")
+        status = "stopped"
+    params: dict[str, Any] = {**base_diff, **dev_set}
+    if dev_delete:
+        params["delete"] = ",".join(dev_delete)
+    if params:
+        client = pve.devices() if (dev_set or dev_delete) else pve.lifecycle
+        client.call("put", f"/nodes/{node}/lxc/{spec.vmid}/config", digest=current.get("digest"), **params)
+    if raw_changed:
+        ctx.ssh.script(raw_apply_script(spec.vmid, raw_wanted), what="write raw lxc passthrough lines")
+    return status, True
 
 
 @step("container", host_facts=("ct_status", "ct_config", "templates", "dev_listing", "proc_devices", "pveversion"),
@@ -125,96 +207,28 @@ def container(ctx: StepContext, record: StepRecord) -> None:
     """Create the container if missing, converge its config and GPU passthrough, start it."""
     ensure_facts(ctx)
     spec = ctx.host.container
-    node = ctx.host.pve.node
     wanted = wanted_devices(ctx)
     status = parse_pct_status(ctx.facts.h("ct_status").stdout)
-    lifecycle = lifecycle_client(ctx.host, ctx.ssh, ctx.metrics)
-
-    def devices() -> PveClient:
-        """Only asked for when devN must be written: a token-only setup converges everything else."""
-        return passthrough_client(ctx.host, ctx.ssh)
-
-    changed_anything = False
+    pve = _Clients(ctx, lifecycle_client(ctx.host, ctx.ssh, ctx.metrics))
     method, method_reason = passthrough_method(ctx)
     record.details["passthrough"] = {"method": method, "why": method_reason}
     raw_wanted = (raw_lines(wanted, parse_proc_devices(ctx.facts.h("proc_devices").stdout))
                   if method == "raw-lxc" else [])
-
     if status is None:
-        params: dict[str, Any] = {
-            "vmid": spec.vmid, "ostemplate": spec.ostemplate,
-            "rootfs": f"{spec.rootfs_storage}:{spec.rootfs_size_gb}",
-            "unprivileged": int(spec.unprivileged), "start": 0, **base_config(spec),
-        }
-        if spec.ostemplate not in volids(ctx.facts.h("templates").stdout):
-            if mark_change(record, ctx, f"download template {spec.template_name} to {spec.template_storage}"):
-                ctx.say(f"downloading template {spec.template_name} (aplinfo)")
-                res = lifecycle.call("post", f"/nodes/{node}/aplinfo", storage=spec.template_storage,
-                                     template=spec.template_name)
-                _wait(lifecycle, ctx, res, "template download")
-        dev_set = device_plan({}, wanted)[0] if method == "devN" else {}
-        what = (f"create CT {spec.vmid} ({spec.hostname}, unprivileged={int(spec.unprivileged)}) with "
-                f"{len(wanted)} device nodes passed through ({method})")
-        record.details["create"] = {**params, **dev_set}
-        if not mark_change(record, ctx, what):
-            record.summary = what
+        if not _create(ctx, record, pve, wanted, method, raw_wanted):
             return
-        ctx.say(what)
-        # Creating with devN (and features on a privileged CT) needs root@pam: one pvesh call as root carries
-        # everything. The token path is only used when no root SSH is configured (it then fails clearly on devN).
-        # Privileged CTs and features other than nesting are root@pam-only in PVE, like devN.
-        root_only = dev_set or not spec.unprivileged or any(k != "nesting" for k in spec.features)
-        creator = devices() if root_only else lifecycle
-        _wait(creator, ctx, creator.call("post", f"/nodes/{node}/lxc", **params, **dev_set), "create")
-        if raw_wanted:
-            ctx.ssh.script(raw_apply_script(spec.vmid, raw_wanted), what="write raw lxc passthrough lines")
-        status = "stopped"
-        changed_anything = True
+        status, changed_anything = "stopped", True
     else:
-        current = parse_config_json(ctx.facts.h("ct_config").stdout)
-        if "unprivileged" in current and bool(int(current["unprivileged"])) != spec.unprivileged:
-            raise ConfigError(
-                f"CT {spec.vmid} exists with unprivileged={current['unprivileged']} but the inventory says "
-                f"{int(spec.unprivileged)}; PVE cannot change this on an existing container",
-                fix="set container.unprivileged to match, or back up and destroy the container yourself",
-                host=ctx.host.name, step="container")
-        base_diff = {k: v for k, v in base_config(spec).items() if not same_value(k, current.get(k), v)}
-        dev_set, dev_delete = device_plan(current, wanted) if method == "devN" else ({}, [])
-        raw_missing, raw_changed = raw_plan(current, raw_wanted) if raw_wanted else ([], False)
-        diff_lines = [f"{k}: {current.get(k, '(unset)')} → {v}" for k, v in base_diff.items()]
-        diff_lines += [f"{k}: (missing) → {v}" for k, v in raw_missing]
-        if raw_changed and not raw_missing:
-            diff_lines.append("stale NVIDIA lxc.mount.entry lines removed")
-        diff_lines += [f"{k}: (unset) → {v}" for k, v in dev_set.items()]
-        diff_lines += [f"{k}: {current[k]} → (deleted)" for k in dev_delete]
-        record.details["config_diff"] = diff_lines
-        if diff_lines and mark_change(record, ctx, f"config of CT {spec.vmid}: " + "; ".join(diff_lines)):
-            for line in diff_lines:
-                ctx.say(f"  {line}")
-            restart_for_devices = status == "running" and bool(dev_set or dev_delete or raw_changed)
-            if restart_for_devices:
-                _wait(lifecycle, ctx, lifecycle.call("post", f"/nodes/{node}/lxc/{spec.vmid}/status/shutdown",
-                                                     timeout=60, forceStop=1), "shutdown")
-                status = "stopped"
-            params = {**base_diff, **dev_set}
-            if dev_delete:
-                params["delete"] = ",".join(dev_delete)
-            if params:
-                client = devices() if (dev_set or dev_delete) else lifecycle
-                client.call("put", f"/nodes/{node}/lxc/{spec.vmid}/config", digest=current.get("digest"), **params)
-            if raw_changed:
-                ctx.ssh.script(raw_apply_script(spec.vmid, raw_wanted), what="write raw lxc passthrough lines")
-            changed_anything = True
-
-    if status != "running":
-        if mark_change(record, ctx, f"start CT {spec.vmid}"):
-            ctx.say(f"starting CT {spec.vmid}")
-            _wait(lifecycle, ctx, lifecycle.call("post", f"/nodes/{node}/lxc/{spec.vmid}/status/start"), "start")
-            changed_anything = True
+        status, changed_anything = _converge(ctx, record, pve, status, wanted, method, raw_wanted)
+    started = False
+    if status != "running" and mark_change(record, ctx, f"start CT {spec.vmid}"):
+        ctx.say(f"starting CT {spec.vmid}")
+        path = f"/nodes/{ctx.host.pve.node}/lxc/{spec.vmid}/status/start"
+        _wait(pve.lifecycle, ctx, pve.lifecycle.call("post", path), "start")
+        changed_anything = started = True
     if changed_anything and not ctx.options.dry_run:
-        refresh_ct_facts(ctx, *CT_FACTS_AFTER_START)
+        # After a start, the facts wait for the CT's boot: sglang (enabled) is then started by systemd, not by us.
+        refresh_ct_facts(ctx, *CT_FACTS_AFTER_START, settle_boot=started)
     record.summary = "; ".join(record.changes) if record.changes else (
         f"CT {spec.vmid} running with {len(wanted)} NVIDIA device nodes passed through")
     record.details["devices"] = [n.path for n in wanted]
-
-

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shlex
 
 from orchestrator.errors import CheckFailed, ConfigError, RemoteError
 from orchestrator.parsers import ParseError
@@ -11,11 +10,10 @@ from orchestrator.parsers.devices import parse_gpu_list
 from orchestrator.parsers.driver import nvidia_smi_status, parse_driver_version, versions_match
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, mark_change, step
-from orchestrator.steps.session import ensure_facts, refresh_ct_facts
+from orchestrator.steps.session import ensure_facts, refresh_ct_facts, unknown_until_started
 
 INSTALLER_FLAGS = ("--silent", "--no-kernel-modules", "--no-kernel-module-source", "--no-dkms", "--no-systemd",
                    "--no-x-check", "--no-nouveau-check", "--no-nvidia-modprobe")
-CT_INSTALLER_PATH = "/tmp/deploy-nvidia-userspace.run"
 
 
 def host_driver(ctx: StepContext) -> str:
@@ -51,6 +49,8 @@ def driver_userspace(ctx: StepContext, record: StepRecord) -> None:
     """Make the container's NVIDIA userspace equal the host kernel module version."""
     ensure_facts(ctx)
     kernel = host_driver(ctx)
+    if unknown_until_started(ctx, record, "the container's NVIDIA userspace"):
+        return
     userspace, why = container_userspace(ctx)
     record.details.update({"host_kernel_module": kernel, "container_userspace": userspace})
     if userspace is not None and versions_match(kernel, userspace):
@@ -78,16 +78,11 @@ def driver_userspace(ctx: StepContext, record: StepRecord) -> None:
         record.summary = record.changes[-1]
         return
     ctx.say(record.changes[-1])
-    vmid = ctx.vmid
-    script = "\n".join([
-        "set -e",
-        f"pct push {vmid} {shlex.quote(installer)} {CT_INSTALLER_PATH} --perms 0700",
-        f"pct exec {vmid} -- sh {CT_INSTALLER_PATH} {' '.join(INSTALLER_FLAGS)}",
-        f"pct exec {vmid} -- rm -f {CT_INSTALLER_PATH}",
-    ])
-    res = ctx.ssh.script(script, check=False, timeout=1800, what="NVIDIA userspace install")
+    path = ctx.ct.paths.installer_path
+    res = ctx.ct.push_and_run(installer, path, ["sh", path, *INSTALLER_FLAGS], perms="0700", timeout=1800,
+                              what="NVIDIA userspace install")
     if res.rc != 0:
-        raise RemoteError(f"the NVIDIA installer failed in CT {vmid}: {(res.stderr or res.stdout).strip()[-400:]}",
+        raise RemoteError(f"the NVIDIA installer failed in CT {ctx.vmid}: {(res.stderr or res.stdout).strip()[-400:]}",
                           fix="read the installer log in the container (/var/log/nvidia-installer.log)",
                           host=ctx.host.name)
     refresh_ct_facts(ctx, "driver_version", "nvsmi_list", "topo", "p2p_read", "p2p_write")

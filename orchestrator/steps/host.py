@@ -40,7 +40,7 @@ def findings_for(ctx: StepContext) -> list[Finding]:
 def doctor(ctx: StepContext, record: StepRecord) -> None:
     """Read and judge the host prerequisites without failing (the doctor command reports them all)."""
     findings = findings_for(ctx)
-    ctx.shared["doctor_findings"] = findings
+    ctx.state.doctor_findings = findings
     record.details["findings"] = [f.to_dict() for f in findings]
     record.summary = f"{len(findings)} checks: {worst_status(findings)}"
 
@@ -50,7 +50,7 @@ def host_prereqs(ctx: StepContext, record: StepRecord) -> None:
     """The doctor checks; a failure stops here with the fix spelled out."""
     findings = findings_for(ctx)
     record.details["findings"] = [f.to_dict() for f in findings]
-    ctx.shared["pve_version"] = host_facts(ctx.facts).pve_version
+    ctx.state.pve_version = host_facts(ctx.facts).pve_version
     failed = [f for f in findings if f.status == "fail"]
     warned = [f for f in findings if f.status == "warn"]
     for f in warned:

@@ -15,10 +15,11 @@ from orchestrator.parsers.topo import TopoMatrix, parse_topo
 from orchestrator.probes.p2p_bandwidth import (
     p2p_bandwidth_verdict,
     parse_p2p_probe,
-    probe_command,
+    probe_argv,
     probe_script_source,
 )
 from orchestrator.runlog import StepRecord
+from orchestrator.scripts import render_script
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.session import ensure_facts
 from orchestrator.verdicts.p2p import P2PVerdict, TopoComparison, compare_topologies, p2p_verdict
@@ -99,7 +100,7 @@ def verify_p2p(ctx: StepContext, record: StepRecord) -> None:
     """Every tensor-parallel GPU pair has P2P read+write OK, and the container sees the host's topology."""
     ensure_facts(ctx)
     report = p2p_report(ctx.facts, tp_size(ctx))
-    ctx.shared["p2p_report"] = report
+    ctx.state.p2p_report = report
     record.details.update(report.to_dict())
     if report.verdict is None:
         if ctx.options.dry_run:
@@ -126,20 +127,16 @@ def verify_p2p(ctx: StepContext, record: StepRecord) -> None:
 
 def bandwidth_probe(ctx: StepContext, size_mib: int) -> dict[str, Any]:
     """Ship the probe into the container, run it with the venv's torch, judge pairs by link type."""
-    path = "/tmp/deploy-p2p-probe.py"
-    cmd = probe_command(f"{ctx.profile.venv}/bin/python", path, size_mib=size_mib)
-    pcie = ("nvidia-smi --query-gpu=pcie.link.gen.max,pcie.link.width.max --format=csv,noheader,nounits "
-            "| head -n 1 | sed 's/^/PCIE_MAX=/'")
-    body = (f"{pcie}\ncat > {path} <<'DEPLOY_PROBE_EOF'\n{probe_script_source()}\nDEPLOY_PROBE_EOF\n{cmd}\n"
-            f"rc=$?; rm -f {path}; exit $rc\n")
-    script = f"pct exec {ctx.vmid} -- bash -s <<'DEPLOY_CT_EOF'\n{body}DEPLOY_CT_EOF\n"
-    res = ctx.ssh.script(script, check=False, timeout=600, what="P2P bandwidth probe")
+    path = ctx.ct.paths.p2p_probe_path
+    body = render_script("p2p_bandwidth.sh.j2", path=path, source=probe_script_source(),
+                         probe_argv=probe_argv(ctx.ct.paths.venv_python(ctx.profile.venv), path, size_mib=size_mib))
+    res = ctx.ct.script(body, check=False, timeout=600, what="P2P bandwidth probe")
     try:
         result = parse_p2p_probe(res.stdout)
     except ValueError as exc:
         raise RemoteError(f"the bandwidth probe printed no result: {(res.stderr or res.stdout).strip()[-300:]}",
                           fix="the probe needs torch with CUDA in the profile's venv", host=ctx.host.name) from exc
-    report = ctx.shared.get("p2p_report")
+    report = ctx.state.p2p_report
     links: dict[tuple[int, int], str] = {}
     topo = report.container.topo if report is not None else None
     if topo is not None:
@@ -158,11 +155,11 @@ def bandwidth_probe(ctx: StepContext, size_mib: int) -> dict[str, Any]:
 @step("p2p_bandwidth")
 def p2p_bandwidth(ctx: StepContext, record: StepRecord) -> None:
     """GPU-to-GPU copy matrix with the container venv's torch (only when asked: --bandwidth)."""
-    if not ctx.shared.get("want_bandwidth"):
+    if not ctx.inputs.want_bandwidth:
         record.status = "skipped"
         record.summary = "not requested (--bandwidth)"
         return
-    result = bandwidth_probe(ctx, int(ctx.shared.get("probe_size_mib", 256)))
-    ctx.shared["bandwidth"] = result
+    result = bandwidth_probe(ctx, ctx.inputs.probe_size_mib)
+    ctx.state.bandwidth = result
     record.details["bandwidth"] = result
     record.summary = str(result.get("summary", ""))

@@ -9,9 +9,9 @@ from orchestrator.steps.base import REGISTRY, StepContext, step
 
 def ensure_facts(ctx: StepContext) -> None:
     """Gather the union of the playbook's facts once; later steps read them for free."""
-    if ctx.shared.get("facts_gathered"):
+    if ctx.facts.gathered:
         return
-    names = ctx.shared.get("playbook_steps", list(REGISTRY))
+    names = ctx.playbook_steps or list(REGISTRY)
     host_facts: set[str] = set()
     ct_facts: set[str] = set()
     for name in names:
@@ -20,12 +20,26 @@ def ensure_facts(ctx: StepContext) -> None:
             host_facts.update(st.host_facts)
             ct_facts.update(st.ct_facts)
     ctx.facts.gather(host_facts, ct_facts)
-    ctx.shared["facts_gathered"] = True
+    ctx.facts.gathered = True
 
 
-def refresh_ct_facts(ctx: StepContext, *names: str) -> None:
-    """Re-read container facts after a change (one round trip)."""
-    ctx.facts.gather((), names, what="re-reading container facts")
+def refresh_ct_facts(ctx: StepContext, *names: str, settle_boot: bool = False) -> None:
+    """Re-read container facts after a change (one round trip; after a start, once its boot has settled)."""
+    ctx.facts.gather((), names, what="re-reading container facts", settle_boot=settle_boot)
+
+
+def unknown_until_started(ctx: StepContext, record: StepRecord, what: str) -> bool:
+    """In a plan, a stopped container hides its inside: say so instead of predicting a reinstall.
+
+    `up` starts the container first (step container) and only then reads these facts, so a plan that guessed
+    from the missing facts would predict changes `up` never makes. Returns True when the step should stop here.
+    """
+    if not (ctx.options.dry_run and ctx.facts.ct_stopped):
+        return False
+    record.status = "skipped"
+    record.summary = f"CT {ctx.vmid} is {ctx.facts.ct_state}: {what} is read once `up` has started it"
+    record.details["checked_after_start"] = True
+    return True
 
 
 @step("connect")
@@ -47,7 +61,7 @@ def lock(ctx: StepContext, record: StepRecord) -> None:
     if not ctx.options.dry_run:
         new = HostLease(ctx.ssh, ctx.options.command, say=ctx.say)
         ctx.host_lock = new
-        ctx.shared.setdefault("cleanups", []).append(new.release)
+        ctx.cleanups.append(new.release)
         new.arm()
     ensure_facts(ctx)
     lease = ctx.host_lock

@@ -12,7 +12,7 @@ from orchestrator.errors import CheckFailed, ConfigError, RemoteError
 from orchestrator.flags.schema import FlagSchema
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, mark_change, step
-from orchestrator.steps.session import ensure_facts, refresh_ct_facts
+from orchestrator.steps.session import ensure_facts, refresh_ct_facts, unknown_until_started
 
 
 @dataclass(frozen=True)
@@ -32,16 +32,15 @@ def container_flag_check(ctx: StepContext, argv: list[str]) -> FlagCheck:
 
     The probe travels on stdin; sglang is never imported on the operator's machine.
     """
-    venv_python = f"{ctx.profile.venv}/bin/python"
-    script = (f"pct exec {ctx.vmid} -- {shlex.quote(venv_python)} - {shlex.quote(json.dumps(argv))} "
-              f"<<'DEPLOY_PROBE_EOF'\n{probe_source()}\nDEPLOY_PROBE_EOF\n")
-    res = ctx.ssh.script(script, check=False, timeout=120, what="flag validation in the container")
+    res = ctx.ct.run_python(ctx.profile.venv, probe_source(), [json.dumps(argv)], tag="DEPLOY_PROBE_EOF",
+                            timeout=120, what="flag validation in the container")
     try:
         data: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
     except (json.JSONDecodeError, IndexError) as exc:
         raise RemoteError(f"flag validation in CT {ctx.vmid} printed no result: "
                           f"{(res.stderr or res.stdout).strip()[-300:]}",
-                          fix=f"check that {venv_python} exists and sglang imports", host=ctx.host.name) from exc
+                          fix=f"check that {ctx.ct.paths.venv_python(ctx.profile.venv)} exists and sglang imports",
+                          host=ctx.host.name) from exc
     schema = FlagSchema.from_dump(data["actions"], version=str(data.get("version"))) if data.get("actions") else None
     return FlagCheck(bool(data.get("ok")), str(data.get("error") or ""), data.get("version"), schema)
 
@@ -50,6 +49,8 @@ def container_flag_check(ctx: StepContext, argv: list[str]) -> FlagCheck:
 def sglang_install(ctx: StepContext, record: StepRecord) -> None:
     """sglang in the profile's venv at the profile's pinned version (installed when missing)."""
     ensure_facts(ctx)
+    if unknown_until_started(ctx, record, "the installed sglang version"):
+        return
     want = ctx.profile.sglang_version
     out = ctx.facts.c("sglang_version")
     have = out.stdout.strip() if out is not None and out.rc == 0 else None
@@ -65,8 +66,8 @@ def sglang_install(ctx: StepContext, record: StepRecord) -> None:
     venv = shlex.quote(ctx.profile.venv)
     inner = (f"test -x {venv}/bin/python || python3 -m venv {venv}; "
              f"{venv}/bin/pip install --progress-bar off {shlex.quote('sglang==' + want)}")
-    res = ctx.ssh.run(f"pct exec {ctx.vmid} -- bash -c {shlex.quote(inner)}", check=False, timeout=3600,
-                      what="pip install sglang", progress=lambda line: ctx.say(f"  pip: {line}"))
+    res = ctx.ct.run(inner, check=False, timeout=3600, what="pip install sglang",
+                     progress=lambda line: ctx.say(f"  pip: {line}"))
     if res.rc != 0:
         raise RemoteError(f"pip install sglang=={want} failed: {(res.stderr or res.stdout).strip()[-500:]}",
                           fix="check the container's network/proxy or pre-install sglang in the venv",
@@ -84,6 +85,8 @@ def sglang_install(ctx: StepContext, record: StepRecord) -> None:
 def model_weights(ctx: StepContext, record: StepRecord) -> None:
     """Model weights present at the profile's model_path (downloaded with progress when missing)."""
     ensure_facts(ctx)
+    if unknown_until_started(ctx, record, "whether the weights are present"):
+        return
     prof = ctx.profile
     out = ctx.facts.c("weights")
     if out is not None and out.stdout.strip() == "present":
@@ -103,8 +106,8 @@ def model_weights(ctx: StepContext, record: StepRecord) -> None:
     ctx.say(what + " (this can take long; progress is printed by huggingface-cli)")
     inner = (f"HF_HUB_ENABLE_HF_TRANSFER=0 {shlex.quote(prof.venv)}/bin/huggingface-cli download "
              f"{shlex.quote(prof.weights_repo)} --local-dir {shlex.quote(prof.model_path)}")
-    res = ctx.ssh.run(f"pct exec {ctx.vmid} -- bash -c {shlex.quote(inner)}", check=False, timeout=24 * 3600,
-                      what="weights download", progress=lambda line: ctx.say(f"  download: {line}"))
+    res = ctx.ct.run(inner, check=False, timeout=24 * 3600, what="weights download",
+                     progress=lambda line: ctx.say(f"  download: {line}"))
     if res.rc != 0:
         raise RemoteError(f"weights download failed: {(res.stderr or res.stdout).strip()[-500:]}",
                           fix="check network access to the model hub from the container, or copy the weights",

@@ -2,8 +2,8 @@
 
 Why one script: the samplers must start before the bench and stop right after it; doing that over three SSH
 round trips would put network latency into the window and leave samplers running if the connection drops. The
-script runs on the PVE host (nvidia-smi sees every GPU there); the bench itself runs in the container through the
-`pct exec VMID -- ...` command string the caller gives.
+script (orchestrator/scripts/sampled_bench.sh.j2) runs on the PVE host (nvidia-smi sees every GPU there); the
+bench itself runs in the container through the command the caller built with the container adapter.
 
 Output framing: every section is wrapped in `@@deploy-<nonce> begin <name>` / `@@deploy-<nonce> end <name>`
 lines, with a random nonce so no bench output can forge a frame. A `meta` line carries the bench exit code and the
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 import secrets
-import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -31,6 +30,7 @@ from orchestrator.parsers.gpu_query import (
     sampler_argv,
     static_query_argv,
 )
+from orchestrator.scripts import render_script
 
 _SECTION_NAME = re.compile(r"[a-z][a-z0-9_]*")
 _RESERVED = {"static", "bench", "query", "dmon", "query_err", "dmon_err"}
@@ -62,10 +62,10 @@ def build_sampled_bench_script(
 ) -> SamplerScript:
     """A bash script: static query, start both samplers, run `bench_command`, stop samplers, print everything.
 
-    `bench_command` is a complete shell command the caller already quoted (e.g. `shlex.join(["pct", "exec",
-    "120", "--", *bench_argv(...)])`); it runs in a subshell with stdin from /dev/null. `extra_sections` are
+    `bench_command` is a complete shell command the caller already quoted (e.g. the container adapter's
+    `exec_command(bench_argv(...))`); it runs in a subshell with stdin from /dev/null. `extra_sections` are
     (name, shell command) pairs run after the samplers stop, each printed as its own section -- e.g.
-    ("jsonl", "pct exec 120 -- tail -n 1 /root/bench/run.jsonl") to fetch the result file in the same channel.
+    ("jsonl", container.exec_command(["cat", path])) to fetch the result file in the same channel.
     `lead_in_s` lets the samplers produce their first rows before load starts.
     """
     if not bench_command.strip():
@@ -81,57 +81,13 @@ def build_sampled_bench_script(
             raise ValueError(f"bad extra section name {n!r} (lowercase identifier, not one of {sorted(_RESERVED)})")
     if len(set(names)) != len(names):
         raise ValueError("extra section names must be unique")
-    q = shlex.quote
-    marker = f"@@deploy-{nonce}"
-    ts_fmt = "+%Y/%m/%d %H:%M:%S.%3N"  # nvidia-smi's --query-gpu timestamp format
-    lines = [
-        "set -u",
-        "umask 077",
-        f"D=$(mktemp -d {q(tmp_dir.rstrip('/') + '/deploy-bench.XXXXXX')}) || exit 97",
-        f"M={q(marker)}",
-        "QP=; DP=",
-        'cleanup() { [ -n "$QP" ] && kill "$QP" 2>/dev/null; [ -n "$DP" ] && kill "$DP" 2>/dev/null; '
-        'rm -rf "$D"; }',
-        "trap cleanup EXIT",
-        "trap 'exit 130' HUP INT TERM",
-        'section() { echo "$M begin $1"; [ -f "$2" ] && awk 1 "$2"; echo "$M end $1"; }',
-        f'{shlex.join(static_query_argv(STATIC_FIELDS))} >"$D/static.csv" 2>/dev/null',
-        # Line-buffer the samplers where coreutils' stdbuf exists, so stopping them loses no buffered tail.
-        "SB=; command -v stdbuf >/dev/null 2>&1 && SB='stdbuf -oL'",
-        f'$SB {shlex.join(sampler_argv(query_interval_ms, query_fields))} >"$D/query.csv" 2>"$D/query.err" &',
-        "QP=$!",
-        f'$SB {shlex.join(dmon_argv(dmon_interval_s))} >"$D/dmon.txt" 2>"$D/dmon.err" &',
-        "DP=$!",
-        f"sleep {lead_in_s:g}",
-        f"T0=$(date {q(ts_fmt)})",
-        "(",
-        bench_command,
-        ') >"$D/bench.out" 2>&1 </dev/null',
-        "RC=$?",
-        f"T1=$(date {q(ts_fmt)})",
-        # The samplers' own CPU time over the window (utime+stime in clock ticks): their measured overhead.
-        'CPU=$(cat /proc/"$QP"/stat /proc/"$DP"/stat 2>/dev/null | awk \'{t += $14 + $15} END {print t + 0}\')',
-        "HZ=$(getconf CLK_TCK 2>/dev/null || echo 100)",
-        # SIGINT first (nvidia-smi ends its loop cleanly on it), SIGTERM for anything still running.
-        'kill -INT "$QP" "$DP" 2>/dev/null; sleep 0.3; kill "$QP" "$DP" 2>/dev/null',
-        'wait "$QP" "$DP" 2>/dev/null; QP=; DP=',
-    ]
-    for i, (_name, cmd) in enumerate(extra_sections):
-        lines.append(f'( {cmd}\n) >"$D/extra{i}.out" 2>&1 </dev/null')
-    lines += [
-        'echo "$M meta bench_rc=$RC start=$T0 end=$T1"',
-        'echo "$M sampler_cpu ticks=$CPU hz=$HZ"',
-        'section static "$D/static.csv"',
-        'section bench "$D/bench.out"',
-        'section query "$D/query.csv"',
-        'section dmon "$D/dmon.txt"',
-        '[ -s "$D/query.err" ] && section query_err "$D/query.err"',
-        '[ -s "$D/dmon.err" ] && section dmon_err "$D/dmon.err"',
-    ]
-    for i, (name, _) in enumerate(extra_sections):
-        lines.append(f'section {name} "$D/extra{i}.out"')
-    lines.append('exit "$RC"')
-    return SamplerScript(script="\n".join(lines) + "\n", nonce=nonce, query_fields=tuple(query_fields))
+    script = render_script(
+        "sampled_bench.sh.j2", tmp_dir=tmp_dir.rstrip("/"), marker=f"@@deploy-{nonce}",
+        static_argv=static_query_argv(STATIC_FIELDS), sampler_argv=sampler_argv(query_interval_ms, query_fields),
+        dmon_argv=dmon_argv(dmon_interval_s), lead_in=f"{lead_in_s:g}",
+        ts_fmt="+%Y/%m/%d %H:%M:%S.%3N",  # nvidia-smi's --query-gpu timestamp format
+        bench_command=bench_command, extra_sections=list(extra_sections))
+    return SamplerScript(script=script, nonce=nonce, query_fields=tuple(query_fields))
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Literal
 
@@ -253,12 +253,3 @@ def summarize(
         sampling_overhead_pct=sampling_overhead_pct,
     )
 
-
-def static_limits(static: Iterable[Sample]) -> Mapping[int, float]:
-    """GPU -> power limit (W) from a one-shot query; for callers that only want the limits."""
-    out: dict[int, float] = {}
-    for s in static:
-        v = metric(s, "power_limit_w")
-        if v is not None:
-            out[s.gpu] = v
-    return out

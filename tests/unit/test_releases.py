@@ -1,10 +1,10 @@
 from datetime import UTC, datetime
 
 from orchestrator.parsers.pve import parse_config_json, parse_pct_status, parse_property_string
+from orchestrator.remote.container import Container
 from orchestrator.state.releases import (
     current_release,
     find_by_sha,
-    in_container_script,
     new_release_id,
     parse_release_ids,
     parse_release_lines,
@@ -34,9 +34,10 @@ def test_release_lines_skip_garbage():
 def test_container_script_refuses_its_own_terminator():
     import pytest
 
+    ct = Container(node=None, vmid=120)  # type: ignore[arg-type]  # builders only: no node needed
     with pytest.raises(ValueError):
-        in_container_script(120, "echo DEPLOY_CT_EOF\n")
-    assert in_container_script(120, "true\n").startswith("pct exec 120 -- bash -s <<'DEPLOY_CT_EOF'")
+        ct.script_command("echo DEPLOY_CT_EOF\n")
+    assert ct.script_command("true\n").startswith("pct exec 120 -- bash -s <<'DEPLOY_CT_EOF'")
 
 
 def test_pve_parsers():

@@ -1,0 +1,27 @@
+"""Running a playbook from a command, with the step printer: shared by roll, rollback, status, history, bench."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+from orchestrator.cli.common import AppContext, resolve_host
+from orchestrator.runner import RunReport, run_playbook
+from orchestrator.steps.base import RunOptions
+from orchestrator.steps.state import RunInputs
+
+
+def command_line() -> str:
+    """The command as the user typed it (recorded in release meta and the host lock)."""
+    return "deploy " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+def run_with_progress(app: AppContext, target: tuple[str, ...], playbook: str, options: RunOptions,
+                      inputs: RunInputs | None = None, *, quiet: bool = False) -> RunReport:
+    host = resolve_host(app, target)
+    printer = app.step_printer(quiet=quiet)
+    try:
+        return run_playbook(playbook, host, app.inventory, options, progress=printer, say=printer.say,
+                            inputs=inputs)
+    finally:
+        printer.close()

@@ -1,0 +1,149 @@
+"""The container adapter: the only place that spells `pct exec` / `pct push`, and the container's file layout.
+
+It rides on the node's SSH adapter the way `sudo` rides on `run`: every call becomes one command on the PVE node
+that wraps the real command in `pct exec VMID -- …`. One quoting rule holds throughout: every argument is
+`shlex.quote`d here (a shell snippet is one argument of `bash -c`); scripts travel on stdin inside a quoted
+heredoc, so neither their text nor a secret in it shows in a process argument list.
+
+The builders (`exec_command`, `shell_command`, `script_command`, `if_running`) are pure and return the node-side
+command text, for callers that compose a larger node script (fact batches, the bench sampler); the runners
+(`run`, `script`, `run_python`, `push_and_run`) spend exactly one SSH round trip each.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:  # the adapter is imported by pure code for its paths; paramiko loads only with the SSH adapter
+    from orchestrator.remote.ssh import RemoteResult
+
+
+@dataclass(frozen=True)
+class ContainerPaths:
+    """Where the tool keeps things inside the container; the one definition every module reads."""
+
+    state_dir: str = "/var/lib/deploy"
+    unit_name: str = "sglang"
+    unit_path: str = "/etc/systemd/system/sglang.service"
+    env_path: str = "/etc/sglang/sglang.env"
+    #: Server options that must stay out of argv (the API key): sglang reads them with `--config FILE`.
+    secrets_path: str = "/etc/sglang/secrets.yaml"
+    #: sglang's logging config (SGLANG_LOGGING_CONFIG_PATH) for servers with an API key.
+    logging_path: str = "/etc/sglang/logging.json"
+    installer_path: str = "/tmp/deploy-nvidia-userspace.run"
+    p2p_probe_path: str = "/tmp/deploy-p2p-probe.py"
+
+    @property
+    def releases_dir(self) -> str:
+        return f"{self.state_dir}/releases"
+
+    @property
+    def current_link(self) -> str:
+        """Symlink → releases/<id>: the current release."""
+        return f"{self.state_dir}/current"
+
+    @property
+    def bench_dir(self) -> str:
+        """Bench JSONL of runs that belong to no release."""
+        return f"{self.state_dir}/bench"
+
+    def release_dir(self, release_id: str) -> str:
+        return f"{self.releases_dir}/{release_id}"
+
+    @staticmethod
+    def venv_python(venv: str) -> str:
+        """The profile venv's interpreter: no activation needed under `pct exec`."""
+        return f"{venv.rstrip('/')}/bin/python"
+
+
+#: The layout every deploy-managed container has.
+PATHS = ContainerPaths()
+
+#: Printed by `if_running` when the container is not running.
+NOT_RUNNING = "__CT_NOT_RUNNING__"
+
+
+class NodeShell(Protocol):
+    """What the container adapter needs from the node's SSH adapter (SshHost, or a recording fake in tests)."""
+
+    def run(self, command: str, *, stdin: str | None = None, timeout: float | None = None, check: bool = True,
+            what: str = "", progress: Callable[[str], None] | None = None,
+            progress_every_s: float = 2.0) -> RemoteResult: ...
+
+    def script(self, body: str, *, timeout: float | None = None, check: bool = True,
+               what: str = "") -> RemoteResult: ...
+
+
+def heredoc(body: str, tag: str) -> str:
+    """`<<'TAG'` + body + TAG: a quoted heredoc, so the body is never expanded by the node's shell."""
+    if not body.endswith("\n"):
+        body += "\n"
+    if tag in body:
+        raise ValueError(f"the script contains its heredoc terminator {tag}")
+    return f"<<'{tag}'\n{body}{tag}\n"
+
+
+class Container:
+    """Commands, scripts and files inside one LXC container, through the PVE node's shell."""
+
+    def __init__(self, node: NodeShell, vmid: int, paths: ContainerPaths = PATHS) -> None:
+        self.node = node
+        self.vmid = int(vmid)
+        self.paths = paths
+
+    # -- builders: node-side command text ------------------------------------------------------------------
+    def exec_command(self, argv: Sequence[str]) -> str:
+        """`pct exec VMID -- ARGV…`, every argument quoted."""
+        return shlex.join(["pct", "exec", str(self.vmid), "--", *argv])
+
+    def shell_command(self, shell: str) -> str:
+        """A shell snippet run by bash in the container (the snippet is one quoted argument)."""
+        return self.exec_command(["bash", "-c", shell])
+
+    def script_command(self, body: str, *, tag: str = "DEPLOY_CT_EOF") -> str:
+        """A script fed to bash in the container on stdin."""
+        return self.exec_command(["bash", "-s"]) + " " + heredoc(body, tag)
+
+    def stdin_command(self, argv: Sequence[str], body: str, *, tag: str) -> str:
+        """ARGV in the container reading `body` on stdin (e.g. `python - ARGS` with a probe's source)."""
+        return self.exec_command(argv) + " " + heredoc(body, tag)
+
+    def push_command(self, node_path: str, ct_path: str, *, perms: str = "0644") -> str:
+        """Copy a file that lies on the node into the container."""
+        return shlex.join(["pct", "push", str(self.vmid), node_path, ct_path, "--perms", perms])
+
+    def pull_command(self, ct_path: str, node_path: str) -> str:
+        """Copy a file out of the container onto the node."""
+        return shlex.join(["pct", "pull", str(self.vmid), ct_path, node_path])
+
+    def if_running(self, command: str, *, otherwise: str = NOT_RUNNING) -> str:
+        """Run `command` only when the container runs; else print `otherwise` (no `pct exec` error noise)."""
+        return (f"if pct status {self.vmid} 2>/dev/null | grep -q 'status: running'; then {command}; "
+                f"else echo {shlex.quote(otherwise)}; fi")
+
+    # -- runners: one SSH round trip each ------------------------------------------------------------------
+    def run(self, shell: str, *, timeout: float | None = None, check: bool = False, what: str = "",
+            progress: Callable[[str], None] | None = None) -> RemoteResult:
+        """A shell snippet in the container (`bash -c`); use `script` for anything long or secret."""
+        return self.node.run(self.shell_command(shell), timeout=timeout, check=check, what=what, progress=progress)
+
+    def script(self, body: str, *, timeout: float | None = None, check: bool = False,
+               what: str = "") -> RemoteResult:
+        """A bash script in the container; its text travels on stdin, never in argv."""
+        return self.node.script(self.script_command(body), timeout=timeout, check=check, what=what)
+
+    def run_python(self, venv: str, source: str, args: Sequence[str] = (), *, tag: str, timeout: float | None = None,
+                   what: str = "") -> RemoteResult:
+        """A Python program (its source on stdin) with the venv's interpreter: `python - ARGS…`."""
+        command = self.stdin_command([self.paths.venv_python(venv), "-", *args], source, tag=tag)
+        return self.node.script(command, timeout=timeout, check=False, what=what)
+
+    def push_and_run(self, node_path: str, ct_path: str, argv: Sequence[str], *, perms: str = "0700",
+                     timeout: float | None = None, what: str = "") -> RemoteResult:
+        """Push a node file into the container, run it, remove it: one round trip (`set -e`)."""
+        body = "\n".join(["set -e", self.push_command(node_path, ct_path, perms=perms),
+                          self.exec_command(argv), self.exec_command(["rm", "-f", ct_path])])
+        return self.node.script(body, timeout=timeout, check=False, what=what)

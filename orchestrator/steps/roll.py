@@ -1,0 +1,95 @@
+"""Planning a roll: resolve the new flag set from the current release and the request, validate it in the container.
+
+Nothing here changes the host (the `roll-plan` playbook is these two steps); the release lifecycle that follows
+(install_release, gate) lives in orchestrator.steps.release.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from orchestrator.errors import CheckFailed, ConfigError, RemoteError
+from orchestrator.flags import FlagSchema, apply_changes, canonicalize, diff_flags, parse_set
+from orchestrator.render.service import launch_argv
+from orchestrator.runlog import StepRecord
+from orchestrator.steps.base import StepContext, step
+from orchestrator.steps.release import (
+    RELEASE_FACTS,
+    baseline_bench,
+    bundle_for,
+    candidate,
+    installed_flags,
+    installed_state,
+    restore_interrupted,
+)
+from orchestrator.steps.session import ensure_facts
+from orchestrator.steps.software import container_flag_check
+from orchestrator.steps.state import Candidate
+
+
+def installed_schema(ctx: StepContext) -> tuple[str, FlagSchema]:
+    """The flag schema of the sglang installed in the container (bundled when known, else probed there)."""
+    out = ctx.facts.c("sglang_version")
+    version = out.stdout.strip() if out is not None and out.rc == 0 else ctx.profile.sglang_version
+    if version in FlagSchema.known_versions():
+        return version, FlagSchema.load(version)
+    probe = container_flag_check(ctx, [])
+    if probe.schema is None:
+        raise RemoteError(f"cannot read sglang's flags in CT {ctx.vmid}: {probe.error}", host=ctx.host.name)
+    return version, probe.schema
+
+
+@step("resolve_release", ct_facts=RELEASE_FACTS)
+def resolve_release(ctx: StepContext, record: StepRecord) -> None:
+    """The new flag set: current release's flags + --set/--unset (or --flags FILE); shows the diff."""
+    ensure_facts(ctx)
+    if not ctx.facts.ct_running:
+        raise CheckFailed(f"CT {ctx.vmid} is not running", fix="run deploy up first", host=ctx.host.name)
+    request = ctx.inputs.roll
+    if request is None:
+        raise ConfigError("resolve_release needs a roll request (deploy roll --set/--unset/--flags)",
+                          fix="run it through `deploy roll`", host=ctx.host.name)
+    restore_interrupted(ctx, record)
+    state = installed_state(ctx)
+    if state.release is None:
+        raise CheckFailed("no release is installed yet: nothing to roll from", fix="run deploy up first",
+                          host=ctx.host.name)
+    version, schema = installed_schema(ctx)
+    try:
+        base = canonicalize(installed_flags(ctx) or {}, schema)
+    except ConfigError as exc:
+        # The installed sglang no longer accepts the current release's flags (an upgrade renamed some).
+        raise ConfigError(f"the current release's flags do not parse with sglang {version}: {exc.what}",
+                          fix="pass the renamed flags with --set/--unset (see the suggestions above)",
+                          host=ctx.host.name) from exc
+    if request.replacement is not None:
+        new = canonicalize(request.replacement, schema)
+    else:
+        new = apply_changes(base, parse_set(list(request.set), schema), list(request.unset))
+    diff = diff_flags(base, new)
+    if not diff:
+        raise ConfigError("the new flag set equals the current release's: nothing to roll",
+                          fix="change at least one flag", host=ctx.host.name)
+    preset = ctx.options.preset or ctx.profile.bench_preset
+    ctx.state.candidate = Candidate(previous=state.release, base_flags=base, new_flags=new, flag_diff=diff,
+                                    baseline=baseline_bench(ctx, preset))
+    record.details["diff"] = [{"flag": k, "old": a, "new": b} for k, a, b in diff]
+    for k, a, b in diff:
+        ctx.say(f"  --{k}: {a if a is not None else '(unset)'} → {b if b is not None else '(unset)'}")
+    old_unit = bundle_for(ctx, base).file("sglang.service").content.splitlines()
+    new_unit = bundle_for(ctx, new).file("sglang.service").content.splitlines()
+    record.details["unit_diff"] = list(difflib.unified_diff(old_unit, new_unit, "sglang.service (current)",
+                                                            "sglang.service (new)", lineterm="", n=0))
+    record.summary = f"{len(diff)} flag change(s) from release {state.release}"
+
+
+@step("validate_flags")
+def validate_flags(ctx: StepContext, record: StepRecord) -> None:
+    """Validate with the installed sglang's own parser before anything changes (one round trip)."""
+    cand = candidate(ctx)
+    check = container_flag_check(ctx, launch_argv(ctx.profile, cand.new_flags, api_key="validation-placeholder")[3:])
+    if not check.ok:
+        raise ConfigError(f"sglang {check.version} in CT {ctx.vmid} rejects the new flags: {check.error}",
+                          fix="nothing was changed; fix the flag and roll again", host=ctx.host.name)
+    record.summary = f"accepted by sglang {check.version}'s parser in CT {ctx.vmid}"
+    cand.baseline_needed = cand.baseline is None

@@ -1,0 +1,121 @@
+"""Typed run state: what a command asks of its playbook (`RunInputs`) and what steps hand on (`RunState`).
+
+One field per value, one dataclass per concern, so a reader (and mypy) can follow a flag from `roll --set` to the
+unit file: `RollRequest.set` → `resolve_release` → `Candidate.new_flags` → `install_release` → the rendered bundle
+in `ServerRun.bundle`. The command reads the same `RunState` back from the RunReport.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # types only: the modules that produce them import the steps package themselves
+    from orchestrator.bench.run import BenchRun
+    from orchestrator.errors import DeployError
+    from orchestrator.flags import FlagSet
+    from orchestrator.parsers.bench import BenchResult
+    from orchestrator.parsers.hostfacts import PveVersion
+    from orchestrator.render.bundle import Bundle
+    from orchestrator.runlog import StepRecord
+    from orchestrator.steps.p2p import P2PReport
+    from orchestrator.verdicts.host import Finding
+    from orchestrator.verdicts.regression import GateResult
+
+
+# ------------------------------------------------------------------------------------------------ inputs
+@dataclass(frozen=True)
+class RollRequest:
+    """`deploy roll` (and each point of `bench --sweep-server`): flag changes or a replacement flag set."""
+
+    set: tuple[str, ...] = ()  # KEY=VALUE, as typed
+    unset: tuple[str, ...] = ()
+    replacement: dict[str, Any] | None = None  # --flags FILE or --profile NAME: the whole flag mapping
+    accept_regression: bool = False
+    threshold_pct: float | None = None  # None: the profile's regression_threshold_pct
+    gate_metrics: tuple[str, ...] = ()  # empty: the profile's gate_metrics
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """What the command line asked for beyond RunOptions; each field is read by the step named beside it."""
+
+    roll: RollRequest | None = None  # resolve_release, gate
+    rollback_to: str | None = None  # rollback_release (None: the current release's predecessor)
+    history_limit: int = 50  # history
+    bench_points: tuple[dict[str, str], ...] = ({},)  # bench: one run per point (bench flag overrides)
+    want_bandwidth: bool = False  # p2p_bandwidth
+    probe_size_mib: int = 256  # p2p_bandwidth
+
+
+# ------------------------------------------------------------------------------------------------ state
+@dataclass
+class ServerRun:
+    """The release the server runs now, as the steps of this run learnt or made it."""
+
+    release: str | None = None
+    bundle: Bundle | None = None  # what was rendered for it (flags included)
+    restarted: bool = False  # this run (re)started sglang: health must wait, a verdict must be written
+    journal_offset: int = 0  # journal lines before this start: health reads only what follows
+
+
+@dataclass
+class Candidate:
+    """A roll's new release: resolved and diffed by resolve_release, installed by install_release."""
+
+    previous: str
+    base_flags: FlagSet
+    new_flags: FlagSet
+    flag_diff: list[tuple[str, Any, Any]]
+    baseline: BenchResult | None  # the newest plain run of the gate's preset on `previous`
+    baseline_needed: bool = False  # no baseline yet: install_release measures `previous` first
+
+
+@dataclass
+class ServerStatus:
+    """`deploy status`: the container, the current release, the server and GPU power, read in one round trip."""
+
+    container: str  # "running", "stopped", "absent"
+    release: str | None = None
+    active: str = "unknown"
+    health: str | None = None
+    release_created: str | None = None
+    release_source: str | None = None
+    verdict: str | None = None
+    sglang_version: str | None = None
+    gpus: list[dict[str, float | int | None]] = field(default_factory=list)
+    power_w: float = 0.0
+    power_limit_w: float = 0.0
+
+    @property
+    def container_running(self) -> bool:
+        return self.container == "running"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"container": self.container, "container_running": self.container_running, "release": self.release,
+                "active": self.active, "health": self.health, "release_created": self.release_created,
+                "release_source": self.release_source, "verdict": self.verdict,
+                "sglang_version": self.sglang_version, "gpus": self.gpus, "power_w": self.power_w,
+                "power_limit_w": self.power_limit_w}
+
+
+#: Undo of a started rollout: called with the error and the failed step's record, before the error propagates.
+FailureHandler = Callable[["DeployError", "StepRecord"], None]
+
+
+@dataclass
+class RunState:
+    """Everything steps hand to later steps, and the command reads back from the RunReport."""
+
+    server: ServerRun = field(default_factory=ServerRun)
+    candidate: Candidate | None = None
+    bench_run: BenchRun | None = None  # throughput: the gate's candidate figures
+    bench_runs: list[BenchRun] = field(default_factory=list)  # bench: one per point
+    gate: GateResult | None = None
+    pve_version: PveVersion | None = None
+    p2p_report: P2PReport | None = None
+    bandwidth: dict[str, Any] | None = None
+    doctor_findings: list[Finding] = field(default_factory=list)
+    status: ServerStatus | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)  # release lines as the target stores them

@@ -1,0 +1,77 @@
+"""Reading the target without changing it: `deploy status` (one round trip) and `deploy history`."""
+
+from __future__ import annotations
+
+from orchestrator.errors import CheckFailed
+from orchestrator.runlog import StepRecord
+from orchestrator.state.releases import parse_release_lines, read_releases_script
+from orchestrator.steps.base import StepContext, step
+from orchestrator.steps.release import RELEASE_FACTS, current_meta, current_verdict, installed_state
+from orchestrator.steps.session import ensure_facts
+from orchestrator.steps.state import ServerStatus
+
+
+def gpu_power(ctx: StepContext) -> list[dict[str, float | int | None]]:
+    out = ctx.facts.host.get("gpu_power")
+    rows: list[dict[str, float | int | None]] = []
+    if out is None or out.rc != 0:
+        return rows
+
+    def num(x: str) -> float | None:
+        try:
+            return float(x)
+        except ValueError:
+            return None
+
+    for line in out.stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 4 and parts[0].isdigit():
+            rows.append({"gpu": int(parts[0]), "power_w": num(parts[1]), "limit_w": num(parts[2]),
+                         "util_pct": num(parts[3])})
+    return rows
+
+
+def container_state(ctx: StepContext) -> str:
+    """"running", "absent", or what `pct status` says ("stopped", …)."""
+    if ctx.facts.ct_running:
+        return "running"
+    return ctx.facts.ct_state or "absent"
+
+
+@step("status", host_facts=("gpu_power", "ct_status"), ct_facts=RELEASE_FACTS)
+def status(ctx: StepContext, record: StepRecord) -> None:
+    """Current release, server state and health, GPU power now: one round trip."""
+    ensure_facts(ctx)
+    gpus = gpu_power(ctx)
+    info = ServerStatus(container=container_state(ctx), gpus=gpus,
+                        power_w=round(sum(float(g["power_w"] or 0) for g in gpus), 1),
+                        power_limit_w=round(sum(float(g["limit_w"] or 0) for g in gpus), 1))
+    ctx.state.status = info
+    power = f"GPUs {info.power_w:.0f} W of {info.power_limit_w:.0f} W"
+    if not info.container_running:
+        # Nothing inside a stopped container can be read: say so instead of "release none, sglang unknown".
+        record.details.update(info.to_dict())
+        record.summary = f"CT {ctx.vmid} is {info.container}; {power}"
+        return
+    state = installed_state(ctx)
+    health = ctx.facts.c("health")
+    meta = current_meta(ctx) or {}
+    verdict = current_verdict(ctx) or {}
+    info.release, info.active = state.release, state.active
+    info.health = health.stdout.strip() if health is not None else None
+    info.release_created, info.release_source = meta.get("created_at"), meta.get("source")
+    info.verdict, info.sglang_version = verdict.get("verdict"), meta.get("sglang_version")
+    record.details.update(info.to_dict())
+    record.summary = (f"release {state.release or 'none'} ({info.verdict or 'unverified'}), sglang "
+                      f"{state.active}, /health {info.health}, {power}")
+
+
+@step("history")
+def history(ctx: StepContext, record: StepRecord) -> None:
+    """Every release on the target with its verdict and figures (one round trip)."""
+    res = ctx.ct.script(read_releases_script(ctx.inputs.history_limit), check=False, what="read releases")
+    if res.rc != 0 and "not running" in (res.stderr + res.stdout):
+        raise CheckFailed(f"CT {ctx.vmid} is not running", host=ctx.host.name, fix="deploy up")
+    rows = parse_release_lines(res.stdout)
+    ctx.state.history = rows
+    record.summary = f"{len(rows)} release(s)"

@@ -1,0 +1,164 @@
+"""In-process step tests: recorded facts in, the commands and changes a step would make out.
+
+No root, no sshd, no simulator. `FakeNode` is the one fake in the suite: a recording stand-in for the PVE node's
+SSH adapter. Everything above it is real: the container adapter builds the `pct exec` commands, Facts splits the
+framed batch output, steps decide. A test states the facts the step sees (as the batch would have returned them),
+runs the step, and asserts the record (status, changes) and the commands sent to the node.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.errors import RemoteError
+from orchestrator.facts import Facts
+from orchestrator.inventory.loader import load_inventory
+from orchestrator.inventory.models import Host, Inventory
+from orchestrator.parsers.sections import CommandOutput
+from orchestrator.remote.container import Container
+from orchestrator.remote.ssh import RemoteResult
+from orchestrator.runlog import Metrics, StepRecord
+from orchestrator.steps import REGISTRY, load_all_steps
+from orchestrator.steps.base import RunOptions, StepContext
+from orchestrator.steps.state import RunInputs
+
+REPO = Path(__file__).resolve().parents[3]
+
+Fact = str | CommandOutput
+
+
+def out(stdout: str = "", rc: int = 0, stderr: str = "") -> CommandOutput:
+    return CommandOutput(rc, stdout, stderr)
+
+
+def _as_output(value: Fact) -> CommandOutput:
+    return value if isinstance(value, CommandOutput) else out(value)
+
+
+def frame(nonce: str, outputs: Mapping[str, CommandOutput]) -> str:
+    """What a batch script prints for these outputs (the framing of orchestrator.parsers.sections)."""
+    parts = []
+    for name, o in outputs.items():
+        parts.append(f"@@DEPLOY:{nonce}:BEGIN:{name}@@\n{o.stdout}\n@@DEPLOY:{nonce}:STDERR:{name}@@\n"
+                     f"{o.stderr}\n@@DEPLOY:{nonce}:END:{name}:{o.rc}@@\n")
+    return "".join(parts)
+
+
+@dataclass
+class Call:
+    kind: str  # run | script | batch
+    command: str
+    what: str
+
+
+@dataclass
+class FakeNode:
+    """Records every round trip; answers from rules (first matching substring, newest rule first).
+
+    Container facts re-read after a change come from `ct_after` (None: the container is not running).
+    """
+
+    host: Host
+    metrics: Metrics = field(default_factory=Metrics)
+    calls: list[Call] = field(default_factory=list)
+    rules: list[tuple[str, RemoteResult]] = field(default_factory=list)
+    ct_after: dict[str, Fact] | None = None
+
+    def answer(self, needle: str, stdout: str = "", rc: int = 0, stderr: str = "") -> None:
+        self.rules.insert(0, (needle, RemoteResult(rc, stdout, stderr, 0.0)))
+
+    def _reply(self, kind: str, command: str, what: str, check: bool) -> RemoteResult:
+        self.metrics.round_trip()
+        self.calls.append(Call(kind, command, what))
+        res = next((r for needle, r in self.rules if needle in command), RemoteResult(0, "", "", 0.0))
+        if check and res.rc != 0:
+            raise RemoteError(f"{what} failed with exit code {res.rc}", host=self.host.name)
+        return res
+
+    # -- the SshHost surface the steps use ------------------------------------------------------------
+    def connect(self) -> None:
+        return None
+
+    def run(self, command: str, *, stdin: str | None = None, timeout: float | None = None, check: bool = True,
+            what: str = "", progress: Callable[[str], None] | None = None,
+            progress_every_s: float = 2.0) -> RemoteResult:
+        return self._reply("run", command, what, check)
+
+    def script(self, body: str, *, timeout: float | None = None, check: bool = True,
+               what: str = "") -> RemoteResult:
+        return self._reply("script", body, what, check)
+
+    def batch(self, commands: Mapping[str, str], *, timeout: float | None = None,
+              what: str = "fact gathering") -> dict[str, CommandOutput]:
+        self.metrics.round_trip()
+        self.calls.append(Call("batch", "\n".join(f"{k}: {v}" for k, v in commands.items()), what))
+        result = {name: out() for name in commands if name != "ct_facts"}
+        if "ct_facts" in commands:
+            if self.ct_after is None:
+                result["ct_facts"] = out("__CT_NOT_RUNNING__\n")
+            else:
+                m = re.search(r"@@DEPLOY:([A-Za-z0-9]+):PLAN:([a-z0-9_ -]*)@@", commands["ct_facts"])
+                assert m, "the container facts must travel as one inner batch"
+                names = m.group(2).split()
+                result["ct_facts"] = out(frame(m.group(1), {n: _as_output(self.ct_after.get(n, out(rc=1)))
+                                                             for n in names}))
+        return result
+
+    # -- what the test asserts on ---------------------------------------------------------------------
+    def commands(self, kind: str | None = None) -> list[str]:
+        return [c.command for c in self.calls if kind is None or c.kind == kind]
+
+    def sent(self, needle: str) -> bool:
+        return any(needle in c.command for c in self.calls)
+
+
+@dataclass
+class StepRun:
+    ctx: StepContext
+    node: FakeNode
+
+    def step(self, name: str) -> StepRecord:
+        """Run the registered step `name` once, as the runner would."""
+        record = StepRecord(name)
+        self.ctx.records.append(record)
+        REGISTRY[name].fn(self.ctx, record)
+        return record
+
+
+@pytest.fixture(scope="session")
+def inventory() -> Inventory:
+    inv = load_inventory(REPO / "inventory")
+    # Lifecycle through pvesh as root (no token API): every PVE call is then a recorded node command.
+    host = inv.hosts["pve-gpu-1"]
+    host = host.model_copy(update={"pve": host.pve.model_copy(update={"api": None})})
+    return inv.model_copy(update={"hosts": {**inv.hosts, "pve-gpu-1": host}})
+
+
+@pytest.fixture
+def make_run(inventory: Inventory) -> Callable[..., StepRun]:
+    """A StepContext on the shipped host (CT 120) whose facts are the ones given; nothing is gathered again."""
+    load_all_steps()
+
+    def make(host_facts: Mapping[str, Fact] | None = None, ct_facts: Mapping[str, Fact] | None = None, *,
+             dry_run: bool = False, inputs: RunInputs | None = None, **options: Any) -> StepRun:
+        host = inventory.hosts["pve-gpu-1"]
+        profile = inventory.profile_for(host)
+        node = FakeNode(host)
+        ct = Container(node, host.container.vmid)
+        facts = Facts(node, host, profile, ct)  # type: ignore[arg-type]
+        facts.host = {k: _as_output(v) for k, v in (host_facts or {}).items()}
+        facts.ct = {k: _as_output(v) for k, v in (ct_facts or {}).items()}
+        facts.ct_running = ct_facts is not None
+        facts.gathered = True
+        ctx = StepContext(host=host, profile=profile, inventory=inventory, ssh=node,  # type: ignore[arg-type]
+                          metrics=node.metrics, facts=facts, options=RunOptions(dry_run=dry_run, **options), ct=ct,
+                          say=lambda _msg: None, inputs=inputs or RunInputs())
+        return StepRun(ctx, node)
+
+    return make

@@ -1,0 +1,86 @@
+"""Step `container`: create when absent, leave alone when converged, write only the config diff."""
+
+from __future__ import annotations
+
+import json
+
+from orchestrator.parsers.devices import nvidia_char_devices, parse_dev_listing
+from orchestrator.steps.container import base_config, device_plan
+
+DEV_LISTING = """\
+crw-rw-rw- 1 root root 195,   0 Nov 30 10:00 /dev/nvidia0
+crw-rw-rw- 1 root root 195,   1 Nov 30 10:00 /dev/nvidia1
+crw-rw-rw- 1 root root 195, 255 Nov 30 10:00 /dev/nvidiactl
+crw-rw-rw- 1 root root 508,   0 Nov 30 10:00 /dev/nvidia-uvm
+crw-rw-rw- 1 root root 508,   1 Nov 30 10:00 /dev/nvidia-uvm-tools
+"""
+PROC_DEVICES = "Character devices:\n195 nvidia\n195 nvidiactl\n508 nvidia-uvm\n"
+PVEVERSION = "pve-manager/8.3.0/c1689ccb1065a83b (running kernel: 6.8.12-4-pve)\n"
+TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
+
+
+def host_facts(status: str, config: dict[str, object] | None = None) -> dict[str, str]:
+    return {"ct_status": status, "ct_config": json.dumps(config or {}), "dev_listing": DEV_LISTING,
+            "proc_devices": PROC_DEVICES, "pveversion": PVEVERSION,
+            "templates": json.dumps([{"volid": TEMPLATE}])}
+
+
+def converged_config(run) -> dict[str, object]:
+    spec = run.ctx.host.container
+    nodes = nvidia_char_devices(parse_dev_listing(DEV_LISTING))
+    return {**base_config(spec), **device_plan({}, nodes)[0], "digest": "d1"}
+
+
+def test_absent_container_is_created_with_every_device_then_started(make_run) -> None:
+    run = make_run(host_facts("Configuration file 'nodes/pve-gpu-1/lxc/120.conf' does not exist\n"))
+    run.node.ct_after = {"nvsmi_list": "GPU 0: NVIDIA RTX PRO 6000 (UUID: GPU-1)\n"}
+    rec = run.step("container")
+    assert rec.status == "changed"
+    creates = [c for c in run.node.commands("run") if c.startswith("pvesh create /nodes/pve-gpu-1/lxc ")]
+    assert len(creates) == 1
+    assert "--vmid 120" in creates[0] and "--unprivileged 0" in creates[0]
+    assert "--dev0 /dev/nvidia0" in creates[0] and "/dev/nvidia-uvm" in creates[0]
+    assert run.node.sent("pvesh create /nodes/pve-gpu-1/lxc/120/status/start")
+    assert any("create CT 120" in c for c in rec.changes) and "start CT 120" in rec.changes
+    # After the start the container's facts are read again, in one round trip, once its boot has settled.
+    [reread] = run.node.commands("batch")
+    assert run.ctx.facts.ct_running and "systemctl is-system-running --wait" in reread
+
+
+def test_converged_running_container_is_left_alone(make_run) -> None:
+    probe = make_run()
+    run = make_run(host_facts("status: running\n", converged_config(probe)), {})
+    rec = run.step("container")
+    assert rec.status == "ok" and rec.changes == []
+    assert run.node.calls == []  # not one command: the facts already said everything
+
+
+def test_config_diff_writes_only_the_differing_keys_with_the_digest(make_run) -> None:
+    probe = make_run()
+    config = {**converged_config(probe), "cores": "8"}
+    run = make_run(host_facts("status: running\n", config), {})
+    rec = run.step("container")
+    assert rec.status == "changed"
+    assert rec.details["config_diff"] == ["cores: 8 → 64"]
+    sets = [c for c in run.node.commands("run") if c.startswith("pvesh set /nodes/pve-gpu-1/lxc/120/config")]
+    assert sets == ["pvesh set /nodes/pve-gpu-1/lxc/120/config --digest d1 --cores 64 --output-format json"]
+    assert not run.node.sent("status/shutdown")  # cores hot-apply; only device changes need a restart
+
+
+def test_plan_on_a_stopped_container_predicts_only_the_start(make_run) -> None:
+    probe = make_run()
+    run = make_run(host_facts("status: stopped\n", converged_config(probe)), dry_run=True)
+    rec = run.step("container")
+    assert rec.status == "would-change" and rec.changes == ["start CT 120"]
+    assert run.node.calls == []
+
+
+def test_the_adapter_quotes_every_argument_once() -> None:
+    from orchestrator.remote.container import Container
+
+    ct = Container(node=None, vmid=120)  # type: ignore[arg-type]  # builders only
+    assert ct.exec_command(["cat", "/a b/$HOME"]) == "pct exec 120 -- cat '/a b/$HOME'"
+    assert ct.shell_command("echo 'x'") == """pct exec 120 -- bash -c 'echo '"'"'x'"'"''"""
+    assert ct.push_command("/r/i n.run", "/tmp/x", perms="0700") == "pct push 120 '/r/i n.run' /tmp/x --perms 0700"
+    assert ct.pull_command("/var/lib/deploy/x y", "/tmp/z") == "pct pull 120 '/var/lib/deploy/x y' /tmp/z"
+    assert ct.if_running("true").startswith("if pct status 120 2>/dev/null | grep -q 'status: running'; then true;")

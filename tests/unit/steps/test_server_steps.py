@@ -1,0 +1,147 @@
+"""server_unit (unchanged vs changed unit), health's journal reading, and a roll's install/rollback decisions."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+
+import pytest
+
+from orchestrator.errors import CheckFailed
+from orchestrator.flags import FlagSchema, canonicalize
+from orchestrator.steps.release import bundle_for, desired_flags
+from orchestrator.steps.state import Candidate
+
+CURRENT = "20261130T020000-abababab"
+PREVIOUS = "20261129T020000-cdcdcdcd"
+HEALTHY = "code=200\nActiveState=active\nSubState=running\nNRestarts=0\n--journal--\n"
+
+
+def unit_facts(run, *, same: bool, active: str = "active") -> dict[str, str]:
+    bundle = bundle_for(run.ctx, desired_flags(run.ctx))
+    unit, env = bundle.file("sglang.service"), bundle.file("sglang.env")
+    unit_sha = unit.sha256 if same else "0" * 64
+    return {"unit_sha": f"{unit_sha} /etc/systemd/system/sglang.service\n{env.sha256} /etc/sglang/sglang.env\n",
+            "active": f"{active}\n", "current_release": f"releases/{CURRENT}\n",
+            "releases": f"{PREVIOUS}\n{CURRENT}\n"}
+
+
+def test_unchanged_unit_on_an_active_server_restarts_nothing(make_run) -> None:
+    run = make_run({}, {})
+    run = make_run({}, unit_facts(run, same=True))
+    rec = run.step("server_unit")
+    assert rec.status == "ok" and rec.summary.startswith("unit unchanged")
+    assert run.node.calls == []
+    assert run.ctx.state.server.release == CURRENT and not run.ctx.state.server.restarted
+
+
+def test_changed_unit_is_validated_installed_as_a_release_and_restarted(make_run) -> None:
+    run = make_run({}, {})
+    run = make_run({}, unit_facts(run, same=False))
+    run.node.answer("DEPLOY_PROBE_EOF", json.dumps({"ok": True, "version": "0.5.12.post1"}))
+    run.node.answer("systemctl restart sglang", "JOURNAL_LINES=42\n")
+    rec = run.step("server_unit")
+    assert rec.status == "changed" and "restart sglang" in rec.changes[0]
+    probe, install = run.node.commands("script")
+    assert probe.startswith("pct exec 120 -- /root/ml-env/bin/python - ")  # the container's own sglang parser
+    assert install.startswith("pct exec 120 -- bash -s <<'DEPLOY_CT_EOF'\n")
+    assert "systemctl restart sglang" in install and "mv -T /var/lib/deploy/current.deploy-tmp" in install
+    server = run.ctx.state.server
+    assert server.restarted and server.journal_offset == 42 and server.release != CURRENT
+    assert server.bundle is not None and "--tensor-parallel-size 8" in server.bundle.file("sglang.service").content
+
+
+def test_health_reads_only_this_starts_journal_lines(make_run) -> None:
+    run = make_run({}, {"health": "000", "active": "activating\n"})
+    run.ctx.state.server.restarted = True
+    run.ctx.state.server.journal_offset = 12
+    run.node.answer("journalctl", HEALTHY + "Uvicorn running on http://127.0.0.1:8000\n")
+    rec = run.step("health")
+    assert rec.status == "ok" and rec.summary.startswith("healthy after")
+    [probe] = run.node.commands("run")
+    assert probe.startswith("pct exec 120 -- bash -c ")
+    assert "journalctl -u sglang --no-pager -o cat | tail -n +13" in probe
+    assert rec.details["journal_tail"] == ["Uvicorn running on http://127.0.0.1:8000"]
+
+
+def test_health_stops_at_once_on_a_fatal_journal_line(make_run) -> None:
+    run = make_run({}, {"health": "000"})
+    run.ctx.state.server.restarted = True
+    run.node.answer("journalctl", "code=000\nActiveState=active\nSubState=running\nNRestarts=0\n--journal--\n"
+                                  "RuntimeError: Unsupported architecture sm_120\n")
+    with pytest.raises(CheckFailed) as err:
+        run.step("health")
+    assert "Unsupported architecture" in err.value.what
+    assert len(run.node.commands("run")) == 1  # no waiting out the timeout
+
+
+def test_healthy_server_not_restarted_by_this_run_is_not_probed(make_run) -> None:
+    run = make_run({}, {"health": "200"})
+    rec = run.step("health")
+    assert rec.status == "ok" and run.node.calls == []
+
+
+def candidate(run) -> Candidate:
+    schema = FlagSchema.load("0.5.12.post1")
+    base = canonicalize(run.ctx.profile.flags, schema)
+    new = canonicalize({**run.ctx.profile.flags, "max-running-requests": 1024}, schema)
+    return Candidate(previous=CURRENT, base_flags=base, new_flags=new,
+                     flag_diff=[("max-running-requests", 2048, 1024)], baseline=None)
+
+
+def test_roll_installs_the_candidate_and_a_later_failure_rolls_back_to_the_previous_release(make_run) -> None:
+    run = make_run({}, {"releases": f"{PREVIOUS}\n{CURRENT}\n", "current_release": f"releases/{CURRENT}\n"},
+                   skip_bench=True)
+    run.ctx.state.candidate = candidate(run)
+    rec = run.step("install_release")
+    assert rec.status == "changed" and run.ctx.on_failure is not None
+    [install] = run.node.commands("script")
+    rid = run.ctx.state.server.release
+    assert rid is not None and rid != CURRENT
+    # The unit the release carries has the rolled flag: --set … → Candidate.new_flags → bundle → unit file.
+    written = re.search(rf"base64 -d > /var/lib/deploy/releases/{rid}.partial/sglang.service <<'DEPLOY_B64_EOF'\n"
+                        r"(.*?)\nDEPLOY_B64_EOF", install, re.DOTALL)
+    assert written and "--max-running-requests 1024" in base64.b64decode(written.group(1)).decode()
+    assert "systemctl restart sglang" in install
+
+    # Health fails later: the runner calls the registered undo with the error.
+    run.node.answer("journalctl", HEALTHY)
+    # The rollback reports only what it reads back: the current release and /health, together.
+    run.node.answer("readlink /var/lib/deploy/current", f"releases/{CURRENT}\n200\n")
+    err = CheckFailed("sglang did not turn healthy", details={"journal": ["boom"]})
+    run.ctx.on_failure(err, rec)
+    verdict, activate = run.node.commands("script")[1:3]
+    assert f"/var/lib/deploy/releases/{rid}/verdict.json" in verdict
+    assert f"ln -sfn releases/{CURRENT} /var/lib/deploy/current.deploy-tmp" in activate
+    assert "systemctl restart sglang" in activate
+    assert f"rolled back to {CURRENT}" in err.what and err.details["candidate"] == rid
+    assert f"current release read back: {CURRENT}, /health 200" in err.what
+
+
+def test_gate_without_a_bench_keeps_the_candidate_and_disarms_the_rollback(make_run) -> None:
+    run = make_run({}, {})
+    run.ctx.state.candidate = candidate(run)
+    run.ctx.state.server.release = "20261130T030000-efefefef"
+    run.ctx.on_failure = lambda err, rec: None
+    rec = run.step("gate")
+    assert rec.summary.endswith("kept (no bench)") and run.ctx.on_failure is None
+    [verdict] = run.node.commands("script")
+    assert "/var/lib/deploy/releases/20261130T030000-efefefef/verdict.json" in verdict
+
+
+def test_status_of_a_stopped_container_says_so_instead_of_release_none(make_run) -> None:
+    run = make_run({"ct_status": "status: stopped\n", "gpu_power": "0, 85.1, 600.0, 0\n1, 84.9, 600.0, 0\n"}, None)
+    rec = run.step("status")
+    info = run.ctx.state.status
+    assert info is not None and info.container == "stopped" and not info.container_running
+    assert rec.summary == "CT 120 is stopped; GPUs 170 W of 1200 W"
+    assert info.release is None and info.to_dict()["container"] == "stopped"
+
+
+def test_status_of_a_running_container_reads_the_release(make_run) -> None:
+    run = make_run({"ct_status": "status: running\n", "gpu_power": ""},
+                   {"current_release": f"releases/{CURRENT}\n", "active": "active\n", "health": "200",
+                    "current_verdict": '{"verdict": "kept"}', "current_meta": '{"source": "up"}'})
+    rec = run.step("status")
+    assert rec.summary.startswith(f"release {CURRENT} (kept), sglang active, /health 200")

@@ -1,0 +1,75 @@
+"""Steps inside the container: driver_userspace, sglang_install, model_weights (and plans on a stopped CT)."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.errors import CheckFailed
+from tests.unit.steps.conftest import out
+
+KERNEL = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  595.58.03  Release Build  Mon Feb 2 2026\n"
+INSTALLER = "/root/NVIDIA-Linux-x86_64-595.58.03.run"
+VENV_PY = "/root/ml-env/bin/python"
+
+
+def test_driver_userspace_that_matches_the_kernel_module_changes_nothing(make_run) -> None:
+    run = make_run({"driver_version": KERNEL, "installer": "present\n"}, {"driver_version": "595.58.03\n"})
+    rec = run.step("driver_userspace")
+    assert rec.status == "ok" and "= host kernel module 595.58.03" in rec.summary
+    assert run.node.calls == []
+
+
+def test_driver_userspace_mismatch_pushes_and_runs_the_installer_without_kernel_modules(make_run) -> None:
+    mismatch = out("Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.65\n", 18)
+    run = make_run({"driver_version": KERNEL, "installer": "present\n"}, {"driver_version": mismatch})
+    run.node.ct_after = {"driver_version": "595.58.03\n"}
+    rec = run.step("driver_userspace")
+    assert rec.status == "changed" and rec.changes == ["install NVIDIA userspace 595.58.03 in CT 120 (was 580.65)"]
+    [script] = run.node.commands("script")
+    lines = script.splitlines()
+    assert lines[0] == "set -e"
+    assert lines[1] == f"pct push 120 {INSTALLER} /tmp/deploy-nvidia-userspace.run --perms 0700"
+    assert lines[2].startswith("pct exec 120 -- sh /tmp/deploy-nvidia-userspace.run --silent --no-kernel-modules")
+    assert lines[3] == "pct exec 120 -- rm -f /tmp/deploy-nvidia-userspace.run"
+    assert rec.summary == "installed userspace 595.58.03 (= host 595.58.03)"
+
+
+def test_driver_userspace_mismatch_without_an_installer_stops_with_the_fix(make_run) -> None:
+    run = make_run({"driver_version": KERNEL, "installer": "none\n"}, {"driver_version": out("", 127)})
+    with pytest.raises(CheckFailed) as err:
+        run.step("driver_userspace")
+    assert "NVIDIA-Linux-x86_64-595.58.03.run" in (err.value.fix or "")
+    assert run.node.calls == []
+
+
+def test_sglang_at_the_pinned_version_is_not_reinstalled(make_run) -> None:
+    run = make_run({}, {"sglang_version": "0.5.12.post1\n"})
+    rec = run.step("sglang_install")
+    assert rec.status == "ok" and run.node.calls == []
+
+
+def test_missing_sglang_is_pip_installed_in_the_venv_inside_the_container(make_run) -> None:
+    run = make_run({}, {"sglang_version": out("", 1, "ModuleNotFoundError: No module named 'sglang'")})
+    run.node.ct_after = {"sglang_version": "0.5.12.post1\n"}
+    rec = run.step("sglang_install")
+    assert rec.status == "changed" and rec.summary == "installed sglang 0.5.12.post1"
+    [pip] = run.node.commands("run")
+    assert pip.startswith("pct exec 120 -- bash -c ")
+    assert "python3 -m venv /root/ml-env" in pip and "sglang==0.5.12.post1" in pip
+
+
+def test_plan_on_a_stopped_container_defers_inside_checks_instead_of_predicting_reinstalls(make_run) -> None:
+    run = make_run({"driver_version": KERNEL, "installer": "present\n", "ct_status": "status: stopped\n"},
+                   None, dry_run=True, skip_weights=True)
+    for name in ("driver_userspace", "sglang_install", "model_weights", "server_unit"):
+        rec = run.step(name)
+        assert rec.status == "skipped", (name, rec.summary)
+        assert rec.changes == [] and "CT 120 is stopped" in rec.summary
+    assert run.node.calls == []
+
+
+def test_plan_on_an_absent_container_still_predicts_the_installs(make_run) -> None:
+    run = make_run({"driver_version": KERNEL, "installer": "present\n", "ct_status": out("", 2)}, None,
+                   dry_run=True)
+    assert run.step("sglang_install").status == "would-change"
+    assert run.step("driver_userspace").status == "would-change"
