@@ -237,16 +237,23 @@ def restore_interrupted(ctx: StepContext, record: StepRecord) -> str | None:
     return prev
 
 
+def unverified_up_release(ctx: StepContext) -> str | None:
+    """The current release, when an `up` installed it and never wrote its verdict (interrupted or failed)."""
+    meta = current_meta(ctx)
+    if meta and meta.get("source") == "up" and meta.get("id") and current_verdict(ctx) is None:
+        return str(meta["id"])
+    return None
+
+
 def abandon_interrupted_up(ctx: StepContext, record: StepRecord) -> str | None:
     """If the current release came from an `up` that never passed its checks, mark it abandoned; returns its id.
 
     Unlike a roll's candidate there is no predecessor to restore: `up` installs its desired files again as a new
     release, which its own checks verify (restarting sglang only if those files differ from the running ones).
     """
-    meta = current_meta(ctx)
-    if not (meta and meta.get("source") == "up" and meta.get("id") and current_verdict(ctx) is None):
+    rid = unverified_up_release(ctx)
+    if rid is None:
         return None
-    rid = str(meta["id"])
     write_verdict(ctx, rid, {"verdict": "abandoned",
                              "reason": "the up that installed it ended before health, smoke and throughput passed"})
     record.changes.append(f"release {rid} marked abandoned (its up ended before its checks passed)")

@@ -20,6 +20,7 @@ from orchestrator.steps.release import (
     make_current,
     profile_flags_sha,
     restore_interrupted,
+    unverified_up_release,
 )
 from orchestrator.steps.session import ensure_facts, unknown_until_started
 from orchestrator.steps.software import require_valid_flags
@@ -32,8 +33,9 @@ def server_unit(ctx: StepContext, record: StepRecord) -> None:
     ensure_facts(ctx)
     if unknown_until_started(ctx, record, "the installed unit (sglang is started then if its boot did not)"):
         return
-    abandoned = None
-    if not ctx.options.dry_run:
+    if ctx.options.dry_run:  # a plan says what `up` would do with a never-verified release, and does nothing
+        abandoned = unverified_up_release(ctx)
+    else:
         restore_interrupted(ctx, record)
         abandoned = abandon_interrupted_up(ctx, record)
     flags = desired_flags(ctx)

@@ -93,6 +93,7 @@ def test_killed_rolls_bench_is_stopped_and_is_no_baseline(deploy_env: DeployEnv)
             proc.kill()
         pump.join(timeout=10)
     text = "\n".join(line for _, line in lines_b)
+    print(text)  # shown with -s: the output docs/roll.md quotes
     assert rc == 0, text
     assert f"stopped a leftover bench of run {orphan_run}" in text, text
     stamps = [t0] + [t for t, _ in lines_b]

@@ -146,3 +146,12 @@ def test_a_partial_bench_file_is_never_a_baseline(make_run) -> None:
     run = make_run({}, {"current_bench": f"bench-e2e--r-1.jsonl\t{good}\nbench-e2e--r-2.jsonl.partial\t{partial}\n"})
     base = baseline_bench(run.ctx, "e2e")
     assert base is not None and base.output_throughput == 100.0
+
+
+def test_a_plan_says_it_would_reinstall_a_never_verified_up_release_and_changes_nothing(make_run) -> None:
+    run = make_run({}, {})
+    facts = {**unit_facts(run, same=True), "current_meta": json.dumps({"id": CURRENT, "source": "up"})}
+    run = make_run({}, facts, dry_run=True)
+    rec = run.step("server_unit")
+    assert rec.status == "would-change" and f"{CURRENT} was never verified" in rec.changes[0]
+    assert run.node.calls == []
