@@ -16,6 +16,7 @@ from orchestrator.parsers.pve import parse_pct_status
 from orchestrator.parsers.sections import CommandOutput, build_batch_script, split_batch_output
 from orchestrator.remote.container import NOT_RUNNING, PATHS, Container
 from orchestrator.remote.ssh import SshHost
+from orchestrator.scripts import render_script
 
 CmdFn = Callable[[Host, ServerProfile], str]
 
@@ -74,6 +75,9 @@ CT_FACTS: dict[str, CmdFn] = {
     # The last record of every plain bench run of the current release (file name, TAB, JSON): roll baselines.
     "current_bench": lambda h, p: (f"cd {PATHS.current_link} && for f in $(ls -1 bench-*--*.jsonl 2>/dev/null | sort); "
                                    "do printf '%s\\t' \"$f\"; tail -n 1 \"$f\"; done"),
+    # Not a read: stops the benches a dead run left behind. Gathered only by runs that hold the host lock
+    # (steps.session.ensure_facts), so it costs no round trip of its own.
+    "stop_leftovers": lambda h, p: render_script("stop_leftovers.sh.j2", runs_dir=PATHS.runs_dir),
     "active": lambda h, p: f"systemctl is-active {PATHS.unit_name}",
     "main_pid": lambda h, p: f"systemctl show -p MainPID --value {PATHS.unit_name}",
     "health": lambda h, p: (f"curl -s -o /dev/null -m 5 -w '%{{http_code}}' "

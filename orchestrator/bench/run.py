@@ -1,8 +1,10 @@
 """Run bench_serving in the container with GPU samplers on the host, in ONE SSH round trip, and judge it.
 
 The JSONL goes to a fresh file per run (bench_serving appends), inside the release directory when there is one,
-so the evidence lives on the target next to the flags it measured. Telemetry is sampled on the host, where
-nvidia-smi sees every GPU, over exactly the bench window.
+so the evidence lives on the target next to the flags it measured. It is written under a temporary name and
+renamed only when bench_serving succeeded; the run sits in its own process group registered under runs/, so a
+later run can stop it when ours died (orchestrator/scripts/bench_group.sh.j2, stop_leftovers.sh.j2).
+Telemetry is sampled on the host, where nvidia-smi sees every GPU, over exactly the bench window.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.inventory.models import BenchPreset, Host, ServerProfile
 from orchestrator.parsers.bench import BenchParseError, BenchResult, parse_bench_output
 from orchestrator.remote.container import Container
+from orchestrator.scripts import render_script
 from orchestrator.state.ledger import new_run_id
 from orchestrator.telemetry.sampler import (
     SamplerOutputError,
@@ -69,6 +72,15 @@ def offered_prompts(preset: BenchPreset, overrides: dict[str, str] | None) -> in
     return preset.num_prompts
 
 
+def partial_name(out_file: str) -> str:
+    """Where bench_serving writes until it succeeded: never matched by the baseline reader's `*.jsonl`."""
+    return f"{out_file}.partial"
+
+
+def bench_pidfile(ct: Container, run_id: str) -> str:
+    return f"{ct.paths.runs_dir}/bench-{run_id}.pid"
+
+
 def run_bench(ct: Container, host: Host, profile: ServerProfile, preset_name: str, preset: BenchPreset, *,
               overrides: dict[str, str] | None = None, release_id: str | None = None,
               flags: dict[str, Any] | None = None, nvlink: bool = False) -> BenchRun:
@@ -77,14 +89,17 @@ def run_bench(ct: Container, host: Host, profile: ServerProfile, preset_name: st
     # Plain preset runs are baselines for later rolls; runs with overrides (sweep points) are not.
     kind = "sweep" if overrides else "bench"
     out_file = f"{out_dir}/{kind}-{preset_name}--{run_id}.jsonl"
-    env = shlex.quote(ct.paths.env_path)
-    # umask 077: bench_serving's JSONL embeds the server's /server_info, API key included.
-    inner = (f"umask 077 && mkdir -p {shlex.quote(out_dir)} && if [ -f {env} ]; then set -a; "
-             f". {env}; set +a; fi; export OPENAI_API_KEY=\"${{SGLANG_API_KEY:-}}\"; cd /tmp && "
-             + bench_command(preset, profile, out_file, overrides))
-    # The bench runs in the container, framed by samplers on the node: one node script, one round trip.
+    tmp_file = partial_name(out_file)
+    inner = render_script("bench_group.sh.j2", runs_dir=ct.paths.runs_dir, out_dir=out_dir,
+                          pidfile=bench_pidfile(ct, run_id), run_id=run_id, env_path=ct.paths.env_path,
+                          out_file=out_file, tmp_file=tmp_file,
+                          bench_command=bench_command(preset, profile, tmp_file, overrides))
+    # The bench runs in the container, framed by samplers on the node: one node script, one round trip. A failed
+    # run's temporary JSONL is still read once (its partial figures explain the failure), then removed.
+    read_jsonl = (f"cat {shlex.quote(out_file)} 2>/dev/null || "
+                  f"{{ cat {shlex.quote(tmp_file)} 2>/dev/null; rm -f {shlex.quote(tmp_file)}; }}")
     sampler = build_sampled_bench_script(ct.shell_command(inner), extra_sections=[
-        ("jsonl", ct.exec_command(["cat", out_file]))])
+        ("jsonl", ct.shell_command(read_jsonl))])
     res = ct.node.script(sampler.script, check=False, timeout=preset.timeout_s + 120, what=f"bench {preset_name}")
     try:
         run = parse_sampled_output(res.stdout, sampler.nonce)

@@ -50,6 +50,11 @@ class ContainerPaths:
         """Bench JSONL of runs that belong to no release."""
         return f"{self.state_dir}/bench"
 
+    @property
+    def runs_dir(self) -> str:
+        """Pidfiles of running benches (`bench-<run id>.pid`): what a later run finds and stops if ours died."""
+        return f"{self.state_dir}/runs"
+
     def release_dir(self, release_id: str) -> str:
         return f"{self.releases_dir}/{release_id}"
 

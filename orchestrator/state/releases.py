@@ -6,6 +6,10 @@
                                  server_info.json, bench.jsonl, verdict.json
 /var/lib/deploy/current          symlink → releases/<id>
 
+Every install is a new release (its own id), so each attempt keeps its own verdict and bench files. Activation
+prunes to the newest `keep_releases`, but never the current release nor the newest verified one (verdict `kept`):
+a run of failed rolls cannot delete the last good state.
+
 Installing is one script: write the release dir under a temporary name and rename it, copy the files into place
 with temp-file + rename, swap the `current` symlink atomically, daemon-reload, restart. A kill at any point
 leaves either the old or the new complete state; re-running converges. This module only builds scripts and
@@ -20,7 +24,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from orchestrator.redact import redact, redact_text
@@ -47,13 +51,19 @@ def current_release(readlink_output: str) -> str | None:
     return name if RELEASE_ID.match(name) else None
 
 
-def find_by_sha(ids: Sequence[str], bundle_sha: str) -> str | None:
-    """An existing release with the same content: reuse it instead of writing a duplicate."""
-    for rid in reversed(ids):
-        m = RELEASE_ID.match(rid)
-        if m and m.group(2) == bundle_sha[:8]:
-            return rid
-    return None
+def unique_release_id(bundle_sha: str, existing: Sequence[str], now: datetime | None = None) -> str:
+    """A fresh id for a new install: every install is its own release, even with content seen before.
+
+    Reusing the id of an earlier release with the same content would overwrite that attempt's verdict and mix
+    its bench files with the new attempt's; a new id keeps both in the history.
+    """
+    when = now or datetime.now(UTC)
+    taken = set(existing)
+    rid = new_release_id(bundle_sha, when)
+    while rid in taken:
+        when += timedelta(seconds=1)
+        rid = new_release_id(bundle_sha, when)
+    return rid
 
 
 def _b64(content: str) -> str:

@@ -19,6 +19,7 @@ from orchestrator.state.ledger import Ledger, RunSource
 from orchestrator.state.releases import current_release
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.session import ensure_facts
+from orchestrator.steps.waiting import waiting_for
 from orchestrator.verdicts.server_log import argparse_error, find_fatal
 
 JOURNAL_TAIL = 40
@@ -91,7 +92,8 @@ def wait_healthy(ctx: StepContext, record: StepRecord, *, timeout_s: float | Non
     retrying = Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(interval),
                         retry=retry_if_result(lambda r: r is None))
     try:
-        retrying(attempt)
+        with waiting_for(ctx.say, "sglang to answer /health with 200", timeout):
+            retrying(attempt)
     except RetryError as exc:
         raise CheckFailed(f"sglang did not turn healthy within {timeout:.0f} s (/health never returned 200)",
                           fix="check the journal excerpt; raise start_timeout_s if the model needs longer",
@@ -139,8 +141,9 @@ def run_smoke(ctx: StepContext, release: str | None) -> dict[str, Any]:
     args = {"base": f"http://{p.host}:{p.port}", "model": p.served_model_name, "prompt": p.smoke.prompt,
             "max_tokens": p.smoke.max_tokens, "timeout": p.smoke.timeout_s,
             "server_info_path": f"{ctx.ct.paths.release_dir(release)}/server_info.json" if release else ""}
-    res = ctx.ct.run_python(p.venv, smoke_source(), [json.dumps(args)], tag="DEPLOY_SMOKE_EOF",
-                            timeout=p.smoke.timeout_s + 30, what="smoke check")
+    with waiting_for(ctx.say, "the smoke chat completion", p.smoke.timeout_s + 30):
+        res = ctx.ct.run_python(p.venv, smoke_source(), [json.dumps(args)], tag="DEPLOY_SMOKE_EOF",
+                                timeout=p.smoke.timeout_s + 30, what="smoke check")
     try:
         return dict(json.loads(res.stdout.strip().splitlines()[-1]))
     except (json.JSONDecodeError, IndexError) as exc:
@@ -191,8 +194,11 @@ def bench_for_release(ctx: StepContext, preset_name: str, release: str | None,
     bundle = ctx.state.server.bundle
     if bundle is not None:
         flags = dict(bundle.flags.as_dict())
-    run = run_bench(ctx.ct, ctx.host, ctx.profile, preset_name, preset, overrides=overrides, release_id=release,
-                    flags=flags, nvlink=nvlink)
+    # Said at once: a bench runs for minutes, and its start is what a user (or a drill) waits to see.
+    with waiting_for(ctx.say, f"bench_serving ({preset_name}) on release {release or '(none)'}",
+                     preset.timeout_s + 120, first_after_s=0.0):
+        run = run_bench(ctx.ct, ctx.host, ctx.profile, preset_name, preset, overrides=overrides,
+                        release_id=release, flags=flags, nvlink=nvlink)
     try:
         source: RunSource = "sweep" if overrides else "roll" if "roll" in ctx.options.command else "bench"
         Ledger().record_run(host=ctx.host.name, bench=run.result, source=source,

@@ -5,7 +5,9 @@
 a roll's install rolls back to the previous release, which must come back healthy; the verdict and its evidence
 (journal excerpt, bench figures side by side) are written into the failed release. A release without a
 verdict.json is an unverified candidate (a roll was interrupted): `up` and `roll` restore the previous release
-first, so the host always ends with exactly one healthy release current.
+first, so the host always ends with exactly one healthy release current. An `up` release without a verdict (that
+`up` was interrupted) is marked abandoned by the next `up`, which installs its files again as a new release.
+Every install is a new release id, so re-rolling the same flags keeps the earlier attempt's verdict.
 
 Step functions carry their playbook names: install_release, gate, release_verdict, rollback_release.
 """
@@ -23,23 +25,23 @@ from orchestrator.errors import CheckFailed, ConfigError, DeployError, LockLost,
 from orchestrator.flags import FlagSchema, FlagSet, canonicalize
 from orchestrator.parsers.bench import BenchParseError, BenchResult, parse_bench_jsonl
 from orchestrator.render.bundle import Bundle, render_bundle
-from orchestrator.render.service import launch_argv
+from orchestrator.render.service import TIMEOUT_STOP_S, launch_argv
 from orchestrator.runlog import StepRecord
 from orchestrator.state.releases import (
     ReleaseBundle,
     activate_script,
     current_release,
-    find_by_sha,
     journal_offset,
-    new_release_id,
     parse_release_ids,
     record_file_script,
+    unique_release_id,
     write_release_script,
 )
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.checks import bench_for_release, wait_healthy
 from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.state import Candidate
+from orchestrator.steps.waiting import waiting_for
 from orchestrator.verdicts.regression import gate as regression_gate
 
 RELEASE_FACTS = ("current_meta", "current_verdict", "current_flags", "current_bench", "unit_sha", "active",
@@ -130,9 +132,10 @@ def desired_flags(ctx: StepContext) -> FlagSet:
     return profile_flags(ctx)
 
 
-def bundle_for(ctx: StepContext, flags: FlagSet) -> Bundle:
+def bundle_for(ctx: StepContext, flags: FlagSet, release_id: str | None = None) -> Bundle:
+    """The files for `flags`; `release_id` goes into the unit's managed header only (not into any hash)."""
     api_key = ctx.profile.api_key.read() if ctx.profile.api_key is not None else None
-    return render_bundle(ctx.host, ctx.profile, flags=flags, api_key=api_key)
+    return render_bundle(ctx.host, ctx.profile, flags=flags, api_key=api_key, release_id=release_id)
 
 
 def baseline_bench(ctx: StepContext, preset: str) -> BenchResult | None:
@@ -142,7 +145,8 @@ def baseline_bench(ctx: StepContext, preset: str) -> BenchResult | None:
         return None
     for line in reversed(out.stdout.splitlines()):
         name, _, record = line.partition("\t")
-        if name.startswith(f"bench-{preset}--") and record.strip():
+        # Only a finished run's file: a killed run's temporary `….jsonl.partial` is never a baseline.
+        if name.startswith(f"bench-{preset}--") and name.endswith(".jsonl") and record.strip():
             try:
                 return parse_bench_jsonl(record)
             except BenchParseError:
@@ -158,17 +162,27 @@ def bench_dict(result: BenchResult) -> dict[str, Any]:
 # ------------------------------------------------------------------------- install, make current, undo
 def install_bundle(ctx: StepContext, bundle: Bundle, *, source: str, restart: bool, previous: str | None,
                    existing: list[str], extra_meta: dict[str, Any] | None = None) -> str:
-    """Write (or reuse) the release for this bundle and make it current: one round trip. Returns its id."""
-    rid = find_by_sha(existing, bundle.sha256) or new_release_id(bundle.sha256)
+    """Write a new release for this bundle and make it current: one round trip. Returns its id.
+
+    Every install gets a new id, even for content installed before, so an earlier attempt keeps its verdict.
+    The unit's managed header names the id; the body hashes (and so the "restart only when the files changed"
+    decision, and the bundle hash in the id) do not depend on it.
+    """
+    rid = unique_release_id(bundle.sha256, existing)
+    named = bundle_for(ctx, bundle.flags, release_id=rid)
+    if named.sha256 != bundle.sha256:  # the header is outside every hash; a mismatch means the files changed
+        raise ConfigError(f"the rendered files changed while installing release {rid}",
+                          fix="re-run; check that the API key file is not being rewritten", host=ctx.host.name)
+    bundle = named
     meta = {"id": rid, "created_at": datetime.now(UTC).isoformat(timespec="seconds"), "source": source,
             "bundle_sha256": bundle.sha256, "previous": previous, "profile": ctx.host.profile,
             "sglang_version": bundle.flags.version, "argv": launch_argv(ctx.profile, bundle.flags),
             **(extra_meta or {})}
     rb = ReleaseBundle(rid, tuple(bundle.files), bundle.flags.as_dict(), meta)
-    # A reused release directory must not carry an old verdict: until this run writes one it is unverified.
-    script = (write_release_script(rb) + f"rm -f {ctx.ct.paths.release_dir(rid)}/verdict.json\n"
-              + activate_script(rid, restart=restart, keep=ctx.profile.keep_releases))
-    res = ctx.ct.script(script, check=False, timeout=300, what=f"install release {rid}")
+    script = write_release_script(rb) + activate_script(rid, restart=restart, keep=ctx.profile.keep_releases)
+    with waiting_for(ctx.say, f"sglang to {'stop and restart' if restart else 'start'} with release {rid}",
+                     TIMEOUT_STOP_S):
+        res = ctx.ct.script(script, check=False, timeout=300, what=f"install release {rid}")
     ctx.state.server.journal_offset = journal_offset(res.stdout)
     if res.rc != 0:
         raise RemoteError(f"installing release {rid} in CT {ctx.vmid} failed: "
@@ -178,10 +192,12 @@ def install_bundle(ctx: StepContext, bundle: Bundle, *, source: str, restart: bo
     return rid
 
 
-def make_current(ctx: StepContext, release: str, *, what: str) -> None:
-    """Install an existing release's files, point `current` at it and restart sglang (one round trip)."""
-    res = ctx.ct.script(activate_script(release, restart=True, keep=ctx.profile.keep_releases), check=False,
-                        timeout=300, what=what)
+def make_current(ctx: StepContext, release: str, *, what: str, restart: bool = True) -> None:
+    """Install an existing release's files, point `current` at it and (re)start sglang (one round trip)."""
+    with waiting_for(ctx.say, f"sglang to {'stop and restart' if restart else 'start'} with release {release}",
+                     TIMEOUT_STOP_S):
+        res = ctx.ct.script(activate_script(release, restart=restart, keep=ctx.profile.keep_releases),
+                            check=False, timeout=300, what=what)
     ctx.state.server.journal_offset = journal_offset(res.stdout)
     if res.rc != 0:
         raise RemoteError(f"{what}: activating release {release} failed: "
@@ -241,6 +257,30 @@ def restore_interrupted(ctx: StepContext, record: StepRecord) -> str | None:
     return prev
 
 
+def unverified_up_release(ctx: StepContext) -> str | None:
+    """The current release, when an `up` installed it and never wrote its verdict (interrupted or failed)."""
+    meta = current_meta(ctx)
+    if meta and meta.get("source") == "up" and meta.get("id") and current_verdict(ctx) is None:
+        return str(meta["id"])
+    return None
+
+
+def abandon_interrupted_up(ctx: StepContext, record: StepRecord) -> str | None:
+    """If the current release came from an `up` that never passed its checks, mark it abandoned; returns its id.
+
+    Unlike a roll's candidate there is no predecessor to restore: `up` installs its desired files again as a new
+    release, which its own checks verify (restarting sglang only if those files differ from the running ones).
+    """
+    rid = unverified_up_release(ctx)
+    if rid is None:
+        return None
+    write_verdict(ctx, rid, {"verdict": "abandoned",
+                             "reason": "the up that installed it ended before health, smoke and throughput passed"})
+    record.changes.append(f"release {rid} marked abandoned (its up ended before its checks passed)")
+    record.status = "changed"
+    return rid
+
+
 # ------------------------------------------------------------------------------------------- roll steps
 def candidate(ctx: StepContext) -> Candidate:
     if ctx.state.candidate is None:
@@ -265,7 +305,7 @@ def install_release(ctx: StepContext, record: StepRecord) -> None:
                          extra_meta={"profile_flags_sha": profile_flags_sha(ctx),
                                      "flag_diff": [[k, a, b] for k, a, b in cand.flag_diff]})
     server = ctx.state.server
-    server.release, server.bundle, server.restarted = rid, bundle, True
+    server.release, server.bundle, server.restarted, server.installed = rid, bundle, True, True
     record.changes.append(f"release {rid} installed, sglang restarted")
     record.status = "changed"
     record.summary = f"candidate {rid} (previous {previous})"
@@ -346,7 +386,7 @@ def release_verdict(ctx: StepContext, record: StepRecord) -> None:
         record.status = "skipped"
         record.summary = "no release"
         return
-    if not server.restarted and current_verdict(ctx) is not None:
+    if not server.installed and not server.restarted and current_verdict(ctx) is not None:
         record.summary = f"{server.release} already verified"
         return
     run = ctx.state.bench_run

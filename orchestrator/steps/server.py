@@ -11,13 +11,16 @@ from orchestrator.render.service import launch_argv
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.release import (
+    abandon_interrupted_up,
     bundle_for,
     desired_flags,
     install_bundle,
     installed_flags,
     installed_state,
+    make_current,
     profile_flags_sha,
     restore_interrupted,
+    unverified_up_release,
 )
 from orchestrator.steps.session import ensure_facts, unknown_until_started
 from orchestrator.steps.software import require_valid_flags
@@ -30,8 +33,11 @@ def server_unit(ctx: StepContext, record: StepRecord) -> None:
     ensure_facts(ctx)
     if unknown_until_started(ctx, record, "the installed unit (sglang is started then if its boot did not)"):
         return
-    if not ctx.options.dry_run:
+    if ctx.options.dry_run:  # a plan says what `up` would do with a never-verified release, and does nothing
+        abandoned = unverified_up_release(ctx)
+    else:
         restore_interrupted(ctx, record)
+        abandoned = abandon_interrupted_up(ctx, record)
     flags = desired_flags(ctx)
     bundle = bundle_for(ctx, flags)
     state = installed_state(ctx)
@@ -42,7 +48,7 @@ def server_unit(ctx: StepContext, record: StepRecord) -> None:
                            "flags": flags.argv()})
     server = ctx.state.server
     server.bundle, server.release = bundle, state.release
-    if same and state.active == "active":
+    if same and state.active == "active" and abandoned is None:
         record.summary = f"unit unchanged (release {state.release}), server active"
         server.restarted = False
         return
@@ -51,7 +57,8 @@ def server_unit(ctx: StepContext, record: StepRecord) -> None:
         f"--{k}: {'(unset)' if a is None else a} → {'(unset)' if b is None else b}"
         for k, a, b in diff_flags(installed, flags.as_dict())]
     record.details["flag_changes"] = changes
-    what = ("start sglang (unit unchanged)" if same else
+    what = ((f"install the same files as a new release (no restart: unchanged; {abandoned} was never verified)"
+             if state.active == "active" else "start sglang (unit unchanged)") if same else
             f"install new unit ({len(flags)} flags, sglang {flags.version}"
             + (f"; {', '.join(changes)}" if changes else "") + ") and "
             f"{'restart' if state.active == 'active' else 'start'} sglang")
@@ -62,8 +69,18 @@ def server_unit(ctx: StepContext, record: StepRecord) -> None:
         check = require_valid_flags(ctx, launch_argv(ctx.profile, flags, api_key="validation-placeholder")[3:])
         record.details["validated_with"] = f"sglang {check.version} in CT {ctx.vmid}"
     ctx.say(what)
-    rid = install_bundle(ctx, bundle, source="up", restart=state.active == "active",
+    if same and abandoned is None and state.release is not None:
+        # Stopped with the right files: start the current release again; no new release.
+        make_current(ctx, state.release, what="start sglang", restart=False)
+        server.restarted = True
+        record.summary = f"sglang started (release {state.release}, unit unchanged)"
+        return
+    # Restart only when the files changed: the body hashes decide, never the release id in the header.
+    restart = state.active == "active" and not same
+    rid = install_bundle(ctx, bundle, source="up", restart=restart,
                          previous=state.release, existing=state.releases,
                          extra_meta={"profile_flags_sha": profile_flags_sha(ctx), "command": ctx.options.command})
-    server.release, server.restarted = rid, True
-    record.summary = f"release {rid} installed and sglang {'restarted' if state.active == 'active' else 'started'}"
+    server.release, server.installed = rid, True
+    server.restarted = restart or state.active != "active"
+    done = "restarted" if restart else "started" if server.restarted else "left running (files unchanged)"
+    record.summary = f"release {rid} installed and sglang {done}"

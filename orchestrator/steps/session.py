@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from orchestrator.parsers.leftovers import parse_leftovers
 from orchestrator.remote.lock import HostLease, takeover_message
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import REGISTRY, StepContext, step
@@ -19,8 +20,23 @@ def ensure_facts(ctx: StepContext) -> None:
         if st is not None:
             host_facts.update(st.host_facts)
             ct_facts.update(st.ct_facts)
+    # A run that holds the host lock also stops what a dead run left running (its bench), in the same round trip.
+    stopping = ctx.host_lock is not None and not ctx.options.dry_run
+    if stopping:
+        ct_facts.add("stop_leftovers")
     ctx.facts.gather(host_facts, ct_facts)
     ctx.facts.gathered = True
+    if stopping:
+        report_leftovers(ctx)
+
+
+def report_leftovers(ctx: StepContext) -> None:
+    out = ctx.facts.c("stop_leftovers")
+    if out is None:
+        return
+    for leftover in parse_leftovers(out.stdout):
+        ctx.state.stopped_benches.append(leftover)
+        ctx.say(leftover.message())
 
 
 def refresh_ct_facts(ctx: StepContext, *names: str, settle_boot: bool = False) -> None:

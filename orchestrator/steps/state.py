@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # types only: the modules that produce them import the steps 
     from orchestrator.flags import FlagSet
     from orchestrator.parsers.bench import BenchResult
     from orchestrator.parsers.hostfacts import PveVersion
+    from orchestrator.parsers.leftovers import LeftoverBench
     from orchestrator.render.bundle import Bundle
     from orchestrator.runlog import StepRecord
     from orchestrator.steps.p2p import P2PReport
@@ -57,6 +58,7 @@ class ServerRun:
     release: str | None = None
     bundle: Bundle | None = None  # what was rendered for it (flags included)
     restarted: bool = False  # this run (re)started sglang: health must wait, a verdict must be written
+    installed: bool = False  # this run installed `release` (a new release id): its verdict must be written
     journal_offset: int = 0  # journal lines before this start: health reads only what follows
 
 
@@ -119,3 +121,4 @@ class RunState:
     doctor_findings: list[Finding] = field(default_factory=list)
     status: ServerStatus | None = None
     history: list[dict[str, Any]] = field(default_factory=list)  # release lines as the target stores them
+    stopped_benches: list[LeftoverBench] = field(default_factory=list)  # benches of dead runs this run stopped

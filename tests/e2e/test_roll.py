@@ -5,6 +5,7 @@ becomes a release, passes (or fails) health, smoke and the throughput gate, and 
 from __future__ import annotations
 
 import re
+import subprocess
 import time
 from typing import Any
 
@@ -215,6 +216,24 @@ def test_rollback_default_and_to_a_release(converged: DeployEnv) -> None:
     assert current(env) == r2 and main_pid(env) == pid
 
 
+def kill_once_installed(env: DeployEnv, proc: subprocess.Popen[str], base: str,
+                        within_s: float = 90) -> tuple[str, str]:
+    """SIGKILL a running deploy as soon as it made a release other than `base` current: (that release, output)."""
+    try:
+        deadline = time.monotonic() + within_s
+        new = base
+        while new == base:
+            assert proc.poll() is None, f"deploy ended before it could be killed: {proc.stdout.read()}"  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "the new release was never installed"
+            time.sleep(0.3)
+            new = current(env)
+    finally:
+        proc.kill()
+        out = proc.communicate(timeout=30)[0]
+    assert proc.returncode == -9
+    return new, out
+
+
 def test_killed_roll_is_restored_by_the_next_run(converged: DeployEnv) -> None:
     env = converged
     base = current(env)
@@ -222,18 +241,7 @@ def test_killed_roll_is_restored_by_the_next_run(converged: DeployEnv) -> None:
     env.ct_faults(slow_start_s=30, match="--num-continuous-decode-steps 4")
     proc = env.popen("roll", "host", env.host, "--set", "num-continuous-decode-steps=4", "--skip-bench",
                      lock_ttl_s=KILLED_LOCK_TTL_S)
-    try:
-        deadline = time.monotonic() + 90
-        cand = base
-        while cand == base:
-            assert proc.poll() is None, f"roll ended before it could be killed: {proc.stdout.read()}"  # type: ignore[union-attr]
-            assert time.monotonic() < deadline, "the candidate was never installed"
-            time.sleep(0.3)
-            cand = current(env)
-    finally:
-        proc.kill()
-        out = proc.communicate(timeout=30)[0]
-    assert proc.returncode == -9
+    cand, out = kill_once_installed(env, proc, base)
     assert "validate_flags" in out and "error" not in out, out  # killed mid-roll, not failed
     # Killed between install and gate: an unverified candidate is current.
     assert ct_out(env, f"test -e {RELEASES}/{cand}/verdict.json && echo yes || echo no") == "no"

@@ -4,10 +4,10 @@ from orchestrator.parsers.pve import parse_config_json, parse_pct_status, parse_
 from orchestrator.remote.container import Container
 from orchestrator.state.releases import (
     current_release,
-    find_by_sha,
     new_release_id,
     parse_release_ids,
     parse_release_lines,
+    unique_release_id,
 )
 
 
@@ -16,8 +16,16 @@ def test_release_ids_sort_by_time_and_carry_the_bundle_hash():
     b = new_release_id("cd" * 32, datetime(2026, 11, 30, 3, 0, 0, tzinfo=UTC))
     assert a == "20261130T020000-abababab"
     assert parse_release_ids(f"{b}\n{a}\nnot-a-release\n{a}.partial\n") == [a, b]
-    assert find_by_sha([a, b], "cd" * 32) == b
-    assert find_by_sha([a, b], "ef" * 32) is None
+
+
+def test_every_install_gets_a_new_id_even_for_content_seen_before():
+    when = datetime(2026, 11, 30, 2, 0, 0, tzinfo=UTC)
+    a = new_release_id("ab" * 32, when)
+    assert unique_release_id("ab" * 32, [], when) == a
+    # Same content, same second: the next free second, so the earlier attempt keeps its directory and verdict.
+    b = unique_release_id("ab" * 32, [a], when)
+    assert b == "20261130T020001-abababab" and parse_release_ids(f"{b}\n{a}\n") == [a, b]
+    assert unique_release_id("ab" * 32, [a, b], when) == "20261130T020002-abababab"
 
 
 def test_current_release_from_readlink():

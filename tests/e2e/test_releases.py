@@ -1,0 +1,103 @@
+"""Releases under many failures (issue 13 §5): pruning keeps the last good state, every attempt keeps its own
+verdict, an interrupted `up` is marked abandoned by the next one, and the unit's header names its release."""
+
+from __future__ import annotations
+
+import time
+
+from tests.e2e.conftest import DeployEnv
+from tests.e2e.test_roll import (
+    KILLED_LOCK_TTL_S,
+    RELEASES,
+    UNIT,
+    by_id,
+    ct_out,
+    current,
+    health,
+    history,
+    kill_once_installed,
+    main_pid,
+    release_ids,
+)
+
+KEEP = 10  # the profile's keep_releases (default)
+
+
+def failing_roll(env: DeployEnv, value: int) -> None:
+    res = env.run("--json", "roll", "host", env.host, "--set", f"max-running-requests={value}", "--skip-bench")
+    assert res.rc not in (0, 2), res.text
+    assert "rolled back" in res.json["what"], res.json
+
+
+def test_failed_rolls_never_prune_the_verified_release(converged: DeployEnv) -> None:
+    env = converged
+    r0 = current(env)
+    good = env.run("--json", "roll", "host", env.host, "--set", "num-continuous-decode-steps=4", "--skip-bench")
+    assert good.rc == 0, good.text
+    r1 = good.json["release"]
+    back = env.run("--json", "rollback", "host", env.host)  # the operator goes back to r0; r1 stays verified
+    assert back.rc == 0 and current(env) == r0, back.text
+
+    # Twelve candidates that crash on start (the fault matches only their command lines: 1000…1011).
+    env.ct_faults(crash_on_start=True, match="--max-running-requests 10")
+    for i in range(12):
+        failing_roll(env, 1000 + i)
+    assert current(env) == r0 and health(env) == "200"
+    ids = release_ids(env)
+    # The newest KEEP, plus the current one and the newest verified one, whatever the failed ones' verdicts.
+    assert r0 in ids and r1 in ids, ids
+    assert len(ids) == KEEP + 2, ids
+    rel = by_id(history(env))
+    assert rel[r1]["verdict"]["verdict"] == "kept"
+    assert sum(1 for r in rel.values() if (r.get("verdict") or {}).get("verdict") == "rolled-back") == KEEP
+
+    fwd = env.run("--json", "rollback", "host", env.host, "--to", r1)
+    assert fwd.rc == 0, fwd.text
+    assert current(env) == r1 and health(env) == "200"
+    assert "--num-continuous-decode-steps 4" in ct_out(env, f"cat {UNIT}")
+
+
+def test_rerolling_the_same_flags_keeps_both_attempts(converged: DeployEnv) -> None:
+    env = converged
+    r0 = current(env)
+    env.ct_faults(crash_on_start=True, match="--max-running-requests 1024")
+    failing_roll(env, 1024)
+    env.ct_faults(crash_on_start=False, match=None)
+    again = env.run("--json", "roll", "host", env.host, "--set", "max-running-requests=1024", "--skip-bench")
+    assert again.rc == 0, again.text
+    second = again.json["release"]
+
+    rel = by_id(history(env))
+    (first,) = [rid for rid in rel if rid not in (r0, second)]
+    assert first != second and first.split("-")[1] == second.split("-")[1]  # same content, two releases
+    assert rel[first]["verdict"]["verdict"] == "rolled-back" and rel[second]["verdict"]["verdict"] == "kept"
+    assert rel[first]["meta"]["flag_diff"] == rel[second]["meta"]["flag_diff"]
+
+    # The unit's managed header names the release that installed it, as meta.json does.
+    header = ct_out(env, f"head -n 3 {UNIT}")
+    assert f"# deploy: release {second} body-sha256 " in header, header
+    assert f'"id": "{second}"' in ct_out(env, f"cat {RELEASES}/{second}/meta.json")
+
+
+def test_interrupted_up_is_abandoned_by_the_next_up(converged: DeployEnv) -> None:
+    env = converged
+    r0 = current(env)
+    # A profile change whose server takes 30 s to load: `up` is killed while it waits for health.
+    env.set_profile(flags={"num-continuous-decode-steps": 4})
+    env.ct_faults(slow_start_s=30, match="--num-continuous-decode-steps 4")
+    proc = env.popen("up", "host", env.host, "--skip-bench", lock_ttl_s=KILLED_LOCK_TTL_S)
+    x, _ = kill_once_installed(env, proc, r0, within_s=120)
+    assert ct_out(env, f"test -e {RELEASES}/{x}/verdict.json && echo yes || echo no") == "no"
+    pid = main_pid(env)
+
+    time.sleep(KILLED_LOCK_TTL_S + 1)  # the killed run's host lock expires (tests/e2e/test_lock.py covers the wait)
+    res = env.run("--json", "up", "host", env.host, "--skip-bench")
+    assert res.rc == 0, res.text
+    now = current(env)
+    assert now != x
+    rel = by_id(history(env))
+    assert rel[x]["verdict"]["verdict"] == "abandoned"
+    assert rel[now]["verdict"]["verdict"] == "kept" and rel[now]["meta"]["source"] == "up"
+    assert main_pid(env) == pid  # same files: the new release did not restart the server
+    assert f"# deploy: release {now} body-sha256 " in ct_out(env, f"head -n 3 {UNIT}")
+    assert health(env) == "200"

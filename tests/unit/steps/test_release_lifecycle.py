@@ -1,0 +1,157 @@
+"""Release lifecycle decisions in-process: the header names the release id (without entering any hash), every
+install is a new release, an interrupted `up` is abandoned by the next, and pruning keeps the last good state."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import subprocess
+from pathlib import Path
+
+from orchestrator.render.files import body_sha256
+from orchestrator.state.releases import activate_script
+from orchestrator.steps.release import baseline_bench, bundle_for, desired_flags
+from tests.unit.steps.test_server_steps import CURRENT, PREVIOUS, candidate, unit_facts
+
+
+def written(script: str, rid: str, name: str) -> str:
+    m = re.search(rf"base64 -d > /var/lib/deploy/releases/{rid}.partial/{name} <<'DEPLOY_B64_EOF'\n(.*?)\n"
+                  r"DEPLOY_B64_EOF", script, re.DOTALL)
+    assert m, f"{name} of {rid} is not written"
+    return base64.b64decode(m.group(1)).decode()
+
+
+def test_the_unit_header_names_the_release_but_no_hash_depends_on_it(make_run) -> None:
+    run = make_run({}, {"releases": f"{PREVIOUS}\n{CURRENT}\n", "current_release": f"releases/{CURRENT}\n"},
+                   skip_bench=True)
+    cand = candidate(run)
+    run.ctx.state.candidate = cand
+    run.step("install_release")
+    rid = run.ctx.state.server.release
+    assert rid is not None
+    unit = written(run.node.commands("script")[0], rid, "sglang.service")
+    assert f"# deploy: release {rid} body-sha256 " in unit
+    unreleased = bundle_for(run.ctx, cand.new_flags)
+    assert "# deploy: release unreleased" in unreleased.file("sglang.service").content
+    # Same body hash as the unnamed render: the restart decision and the id's hash part ignore the id.
+    assert body_sha256(unit) == unreleased.file("sglang.service").sha256
+    assert rid.endswith(unreleased.sha256[:8])
+    meta = json.loads(written(run.node.commands("script")[0], rid, "meta.json"))
+    assert meta["id"] == rid
+
+
+def test_an_identical_candidate_still_gets_a_new_release(make_run) -> None:
+    """Content seen before (an earlier, failed attempt with the same flags) is installed as a new release."""
+    run = make_run({}, {})
+    cand = candidate(run)
+    earlier = f"20261130T010000-{bundle_for(run.ctx, cand.new_flags).sha256[:8]}"
+    run = make_run({}, {"releases": f"{PREVIOUS}\n{earlier}\n{CURRENT}\n", "current_release": f"releases/{CURRENT}\n"},
+                   skip_bench=True)
+    run.ctx.state.candidate = candidate(run)
+    run.step("install_release")
+    rid = run.ctx.state.server.release
+    assert rid not in (earlier, CURRENT, PREVIOUS)
+    assert f"/var/lib/deploy/releases/{earlier}/verdict.json" not in run.node.commands("script")[0]
+
+
+def test_next_up_abandons_an_interrupted_ups_release_without_restarting(make_run) -> None:
+    run = make_run({}, {})
+    facts = {**unit_facts(run, same=True), "current_meta": json.dumps({"id": CURRENT, "source": "up",
+                                                                       "previous": PREVIOUS})}
+    run = make_run({}, facts)  # no current_verdict: the up that installed CURRENT never finished its checks
+    run.node.answer("systemctl start sglang", "JOURNAL_LINES=7\n")
+    rec = run.step("server_unit")
+    assert rec.status == "changed"
+    assert any(f"release {CURRENT} marked abandoned" in c for c in rec.changes)
+    verdict, install = run.node.commands("script")
+    assert f"/var/lib/deploy/releases/{CURRENT}/verdict.json" in verdict
+    body = re.search(r"<<'DEPLOY_B64_EOF'\n(.*?)\nDEPLOY_B64_EOF", verdict, re.DOTALL)
+    assert body and json.loads(base64.b64decode(body.group(1)))["verdict"] == "abandoned"
+    # Its files are installed again as a new release; same files, so no restart.
+    server = run.ctx.state.server
+    assert server.installed and server.release not in (CURRENT, None) and not server.restarted
+    assert "systemctl start sglang" in install and "systemctl restart" not in install
+
+    # release_verdict then verifies the new release (the abandoned one keeps its verdict).
+    run.step("release_verdict")
+    last = run.node.commands("script")[-1]
+    assert f"/var/lib/deploy/releases/{server.release}/verdict.json" in last
+
+
+def test_a_verified_up_release_is_left_alone(make_run) -> None:
+    run = make_run({}, {})
+    facts = {**unit_facts(run, same=True), "current_meta": json.dumps({"id": CURRENT, "source": "up"}),
+             "current_verdict": json.dumps({"verdict": "kept"})}
+    run = make_run({}, facts)
+    rec = run.step("server_unit")
+    assert rec.status == "ok" and run.node.calls == []
+    assert desired_flags(run.ctx) is not None
+
+
+def test_stopped_server_with_the_right_files_starts_the_current_release_again(make_run) -> None:
+    run = make_run({}, {})
+    facts = {**unit_facts(run, same=True, active="failed"),
+             "current_meta": json.dumps({"id": CURRENT, "source": "up"}),
+             "current_verdict": json.dumps({"verdict": "kept"})}
+    run = make_run({}, facts)
+    rec = run.step("server_unit")
+    assert rec.status == "changed"
+    [start] = run.node.commands("script")
+    assert f"ln -sfn releases/{CURRENT} " in start and "systemctl start sglang" in start
+    assert ".partial" not in start  # no new release for a mere start
+    assert run.ctx.state.server.release == CURRENT and not run.ctx.state.server.installed
+
+
+def prune_in(root: Path, release_id: str, keep: int = 10) -> list[str]:
+    """Run the activation script's prune (with its PREV line) by bash on a scratch releases dir under `root`."""
+    script = activate_script(release_id, restart=True, keep=keep)
+    prev = next(line for line in script.splitlines() if line.startswith("PREV="))
+    prune = script[script.index("cd /var/lib/deploy/releases"):]
+    text = "\n".join(["set -e", prev, prune]).replace("/var/lib/deploy", str(root))
+    subprocess.run(["bash", "-c", text], check=True)
+    return sorted(p.name for p in (root / "releases").iterdir())
+
+
+def make_releases(root: Path, verdicts: dict[str, str | None], current: str) -> None:
+    for rid, verdict in verdicts.items():
+        (root / "releases" / rid).mkdir(parents=True)
+        if verdict:
+            (root / "releases" / rid / "verdict.json").write_text(json.dumps({"verdict": verdict}, sort_keys=True))
+    (root / "current").symlink_to(f"releases/{current}")
+
+
+IDS = [f"20261130T{h:02d}0000-abababab" for h in range(16)]
+
+
+def test_pruning_keeps_the_current_and_the_newest_verified_release(tmp_path: Path) -> None:
+    """Rolled back to the oldest release after many failed rolls: it and the newest verified one stay."""
+    make_releases(tmp_path, {IDS[0]: "kept", IDS[1]: "kept", **{rid: "rolled-back" for rid in IDS[2:]}}, IDS[15])
+    (tmp_path / "releases" / "20261130T000000-abababab.partial").mkdir()  # not a release: never touched
+    left = prune_in(tmp_path, IDS[0])  # the rollback makes IDS[0] current
+    assert left == sorted([IDS[0], IDS[1], *IDS[6:], "20261130T000000-abababab.partial"])
+
+
+def test_pruning_during_a_roll_keeps_the_release_it_replaces(tmp_path: Path) -> None:
+    """A candidate is activated while an old, verified-but-not-newest release is current: that is the way back."""
+    make_releases(tmp_path, {IDS[0]: "kept", IDS[1]: "kept", **{rid: "rolled-back" for rid in IDS[2:15]},
+                             IDS[15]: None}, IDS[0])
+    left = prune_in(tmp_path, IDS[15])  # the candidate; IDS[0] was current, IDS[1] is the newest verified
+    assert left == sorted([IDS[0], IDS[1], *IDS[6:]])
+
+
+def test_a_partial_bench_file_is_never_a_baseline(make_run) -> None:
+    good = json.dumps({"completed": 10, "output_throughput": 100.0, "duration": 1.0, "total_output_tokens": 100})
+    partial = json.dumps({"completed": 3, "output_throughput": 999.0, "duration": 1.0, "total_output_tokens": 30})
+    run = make_run({}, {"current_bench": f"bench-e2e--r-1.jsonl\t{good}\nbench-e2e--r-2.jsonl.partial\t{partial}\n"})
+    base = baseline_bench(run.ctx, "e2e")
+    assert base is not None and base.output_throughput == 100.0
+
+
+def test_a_plan_says_it_would_reinstall_a_never_verified_up_release_and_changes_nothing(make_run) -> None:
+    run = make_run({}, {})
+    facts = {**unit_facts(run, same=True), "current_meta": json.dumps({"id": CURRENT, "source": "up"})}
+    run = make_run({}, facts, dry_run=True)
+    rec = run.step("server_unit")
+    assert rec.status == "would-change" and f"{CURRENT} was never verified" in rec.changes[0]
+    assert run.node.calls == []
