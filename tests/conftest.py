@@ -1,5 +1,5 @@
 """Shared fixtures. `sim_host` starts one simulated Proxmox host for the whole session (one per pytest-xdist
-worker) under a temporary DEPLOY_SIM_ROOT, on a host number of its own (tests/sim_hosts.py: free numbers from 100
+worker) under a temporary DEPLOY_SIM_ROOT, on a host number of its own (tests/sim_hosts.py: free numbers from 150
 on, or DEPLOY_SIM_FIRST); `sim` hands it to a test after resetting faults and containers.
 
 Plugins: tests/skip_policy.py (a run fails on any skip but "no GPU").

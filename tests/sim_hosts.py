@@ -18,7 +18,7 @@ import socket
 
 FIRST_ENV = "DEPLOY_SIM_FIRST"  # the user's override
 BASE_ENV = "DEPLOY_TEST_SIM_BASE"  # the start chosen by the controlling process, handed to xdist workers
-AUTO_FIRST = 100  # away from the demo's sim-1 and from the numbers people pick by hand
+AUTO_FIRST = 150  # away from the demo's sim-1 and from the round numbers people pick by hand (10, 20, … 120)
 BLOCK = 10  # host numbers per test process
 LAST = 253  # sim-253 is 127.0.0.254
 

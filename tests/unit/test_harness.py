@@ -92,7 +92,7 @@ def test_the_policy_holds_with_xdist_workers(tmp_path: Path) -> None:
 @pytest.fixture
 def taken() -> Iterator[int]:
     """A host number whose sshd address:port this test occupies with a listening socket."""
-    number = sim_hosts.find_free_start(1, start=200, block=1)
+    number = sim_hosts.find_free_start(1, start=240, block=1)
     with socket.socket() as s:
         s.bind((sim_hosts.address(number), 2222))
         s.listen()
