@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Check the README's two commands on a truly fresh Debian 12 (run as root, on a Debian/Ubuntu machine):
 #   1. debootstrap a Debian 12 (bookworm) root file system once, keep it as a tarball, unpack a new copy per run;
-#   2. give it this machine's apt sources, pip configuration, resolv.conf and hosts (nothing else);
+#   2. give it this machine's apt sources, pip configuration, local CA certificates, resolv.conf and hosts
+#      (nothing else);
 #   3. copy a clean export of this checkout (git HEAD: commit first) to /root/deploy inside it;
 #   4. chroot in with /proc, /sys, /dev bound and a fresh /run, and run `bash scripts/demo.sh`, then
 #      `bash scripts/test.sh ARGS` (ARGS: pytest arguments, e.g. `tests/unit tests/e2e/test_up.py`; none = all);
@@ -91,6 +92,12 @@ if [ -f /root/.config/pip/pip.conf ]; then
   mkdir -p "$ROOT/root/.config/pip" && cp /root/.config/pip/pip.conf "$ROOT/root/.config/pip/"
 fi
 cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+# Certificate authorities this machine trusts locally (e.g. a TLS-inspecting egress proxy): the ca-certificates
+# package that install.sh installs adds them to the bundle pip uses, as it does on this machine.
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+  mkdir -p "$ROOT/usr/local/share/ca-certificates"
+  cp /usr/local/share/ca-certificates/*.crt "$ROOT/usr/local/share/ca-certificates/"
+fi
 cp /etc/hosts "$ROOT/etc/hosts"
 
 mount -t proc proc "$ROOT/proc" && mounted+=("$ROOT/proc")
