@@ -5,16 +5,21 @@ disjoint numbers. Each test process (the whole session, or one pytest-xdist work
 numbers, laid out by the OFFSET_* constants below. The block is found once per run, by the controlling process:
 - DEPLOY_SIM_FIRST=N set: the run starts at N, unchecked (the user chose it; a taken address then fails with the
   simulator's "already in use" message);
-- otherwise: the first block from AUTO_FIRST on whose addresses are all free, so `bash scripts/demo.sh` (sim-1)
-  and another test run (its own block) can keep running beside this one.
+- otherwise: the first block from AUTO_FIRST on whose addresses are all free and that no other test run has
+  reserved (a lock file per number, held until this run ends, covers the time before its hosts are up), so
+  `bash scripts/demo.sh` (sim-1) and another test run (its own block) can keep running beside this one.
 Worker gwK of pytest-xdist takes the K-th block after that start.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import socket
+import tempfile
+from pathlib import Path
+from typing import IO
 
 FIRST_ENV = "DEPLOY_SIM_FIRST"  # the user's override
 BASE_ENV = "DEPLOY_TEST_SIM_BASE"  # the start chosen by the controlling process, handed to xdist workers
@@ -49,10 +54,34 @@ def number_free(number: int, ports: tuple[int, ...] = PORTS) -> bool:
     return True
 
 
-def find_free_start(count: int, start: int = AUTO_FIRST, block: int = BLOCK) -> int:
-    """The first start >= `start`, in steps of `block`, whose `count` consecutive numbers are all free."""
+LOCK_DIR = Path(tempfile.gettempdir()) / "deploy-test-sim-numbers"
+_held: list[IO[str]] = []  # lock files of the numbers this process reserved: released when it exits
+
+
+def reserve(numbers: range) -> bool:
+    """Take the lock of every number (non-blocking); on any refusal release what was taken and say False."""
+    LOCK_DIR.mkdir(exist_ok=True)
+    taken: list[IO[str]] = []
+    for n in numbers:
+        fh = open(LOCK_DIR / f"sim-{n}.lock", "w")  # noqa: SIM115 (held open until the process exits)
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.close()
+            for other in taken:
+                other.close()
+            return False
+        taken.append(fh)
+    _held.extend(taken)
+    return True
+
+
+def find_free_start(count: int, start: int = AUTO_FIRST, block: int = BLOCK, hold: bool = False) -> int:
+    """The first start >= `start`, in steps of `block`, whose `count` consecutive numbers are all free (and, with
+    `hold`, not reserved by another run: they are then reserved for this one)."""
     for first in range(start, LAST - count + 2, block):
-        if all(number_free(n) for n in range(first, first + count)):
+        numbers = range(first, first + count)
+        if all(number_free(n) for n in numbers) and (not hold or reserve(numbers)):
             return first
     raise RuntimeError(f"no {count} free simulated host numbers from {start} to {LAST} (127.0.0.{start + 1}-254 "
                        f"all taken?): stop other simulated hosts with `deploy sim down`, or set {FIRST_ENV}=N")
@@ -66,7 +95,7 @@ def choose_base(workers: int) -> int:
         if not 1 <= first <= LAST - BLOCK * workers + 1:
             raise ValueError(f"{FIRST_ENV}={chosen}: {workers} block(s) of {BLOCK} numbers must fit in 1..{LAST}")
         return first
-    return find_free_start(BLOCK * workers)
+    return find_free_start(BLOCK * workers, hold=True)
 
 
 def worker_index() -> int:

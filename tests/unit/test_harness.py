@@ -132,3 +132,14 @@ def test_address_in_use_names_the_commands_not_python_arguments(taken: int) -> N
     assert f"{sim_hosts.address(taken)}:2222 is already in use" in text and f"sim-{taken}" in text
     assert "deploy sim down" in text and "--first N" in text and "DEPLOY_SIM_FIRST" in text
     assert "first=" not in text
+
+
+def test_a_number_reserved_by_another_run_is_not_taken() -> None:
+    number = sim_hosts.find_free_start(1, start=230, block=1, hold=True)  # "another run" holds it now
+    held = sim_hosts._held[-1]
+    try:
+        assert sim_hosts.number_free(number)  # nothing listens there yet ...
+        assert sim_hosts.find_free_start(1, start=number, block=1, hold=True) > number  # ... but it is reserved
+        sim_hosts._held.pop().close()
+    finally:
+        held.close()
