@@ -56,12 +56,10 @@ cleanup() {
     if [ "$(readlink "$proc/root" 2>/dev/null)" = "$ROOT" ]; then kill -9 "${proc#/proc/}" 2>/dev/null; fi
   done
   sleep 1
-  for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do
-    umount -R "${mounted[$i]}" 2>/dev/null || umount -R -l "${mounted[$i]}"
-  done
-  if grep -q " $ROOT" /proc/mounts; then
+  if [ ${#mounted[@]} -gt 0 ]; then umount -R "$ROOT" 2>/dev/null || umount -R -l "$ROOT"; fi
+  if grep -q " $ROOT[ /]" /proc/mounts; then
     echo "check-fresh-debian.sh: still mounted under $ROOT:" >&2
-    grep " $ROOT" /proc/mounts >&2
+    grep " $ROOT[ /]" /proc/mounts >&2
   elif [ -z "${CHECK_KEEP:-}" ]; then
     rm -rf "$ROOT"
   fi
@@ -100,10 +98,13 @@ if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
 fi
 cp /etc/hosts "$ROOT/etc/hosts"
 
-mount -t proc proc "$ROOT/proc" && mounted+=("$ROOT/proc")
-mount --rbind /sys "$ROOT/sys" && mount --make-rslave "$ROOT/sys" && mounted+=("$ROOT/sys")
-mount --rbind /dev "$ROOT/dev" && mount --make-rslave "$ROOT/dev" && mounted+=("$ROOT/dev")
-mount -t tmpfs -o mode=755 tmpfs "$ROOT/run" && mounted+=("$ROOT/run")
+# The root itself is bound onto itself first: on a real machine / is a mount point, and the simulator's
+# mount namespaces (`mount --make-rprivate /`) need that.
+mount --bind "$ROOT" "$ROOT" && mounted+=("$ROOT")
+mount -t proc proc "$ROOT/proc"
+mount --rbind /sys "$ROOT/sys" && mount --make-rslave "$ROOT/sys"
+mount --rbind /dev "$ROOT/dev" && mount --make-rslave "$ROOT/dev"
+mount -t tmpfs -o mode=755 tmpfs "$ROOT/run"
 
 mkdir -p "$ROOT/root/deploy"
 git -C "$REPO" archive HEAD | tar -x -C "$ROOT/root/deploy"
