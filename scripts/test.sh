@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
 # Install everything and run the checks CI runs: ruff, mypy, the whole pytest suite (unit + simulator + e2e).
+#
+# pytest runs in DEPLOY_TEST_JOBS processes (pytest-xdist, default 2; 0 = one process), each with its own
+# simulated host on free loopback addresses (tests/sim_hosts.py; DEPLOY_SIM_FIRST=N pins them to N..), so a
+# demo left running does not get in the way. The run fails on any skipped test except "no GPU"
+# (tests/skip_policy.py). It prints the 15 slowest tests. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
-PY=${PYTHON:-python3}
-"$PY" -m ruff check orchestrator tests
+VENV=${DEPLOY_VENV:-$PWD/.venv}
+export PATH="$VENV/bin:$PATH"
+PY="$VENV/bin/python"
+"$PY" -m ruff check orchestrator simulator tests
 "$PY" -m mypy
-"$PY" -m pytest -q -p no:cacheprovider "$@"
+"$PY" -m pytest -q -p no:cacheprovider -n "${DEPLOY_TEST_JOBS:-2}" --durations=15 "$@"

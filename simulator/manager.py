@@ -201,10 +201,23 @@ def _wait_port(address: str, port: int, timeout_s: float = 10.0) -> bool:
     return False
 
 
-def _require_free(address: str, port: int) -> None:
+class AddressInUse(RuntimeError):
+    """A simulated host's address:port is taken: said in the operator's words (commands, not Python arguments)."""
+
+    def __init__(self, name: str, address: str, port: int) -> None:
+        self.host, self.address, self.port = name, address, port
+        self.what = (f"{address}:{port} is already in use, so {name} cannot start there: another simulated host "
+                     f"(for example the one `bash scripts/demo.sh` or `deploy sim up` left running) or another "
+                     f"program listens on it")
+        self.fix = ("stop the running simulated hosts with `deploy sim down` (add `--root DIR` if they were started "
+                    "with one), or put these hosts on other numbers: `deploy sim up --first N` (sim-N listens on "
+                    "127.0.0.(N+1)); the test suite takes DEPLOY_SIM_FIRST=N")
+        super().__init__(f"{self.what}\n  fix: {self.fix}")
+
+
+def _require_free(name: str, address: str, port: int) -> None:
     if _wait_port(address, port, timeout_s=0.01):
-        raise RuntimeError(f"{address}:{port} is already in use (another sim root up with the same host numbers? "
-                           "run `down` there, or use `first=` for disjoint hosts)")
+        raise AddressInUse(name, address, port)
 
 
 def _start_api(hp: HostPaths, cfg: HostConfig) -> int:
@@ -212,7 +225,7 @@ def _start_api(hp: HostPaths, cfg: HostConfig) -> int:
     pid = procs.read_pid(pidfile)
     if pid is not None:
         return pid
-    _require_free(cfg.address, cfg.api_port)
+    _require_free(cfg.name, cfg.address, cfg.api_port)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     proc = procs.start_detached([str(Path(sys.executable).resolve()), "-m", "simulator.pve.server",
                                  str(hp.dir)], hp.api / "api.log", env=env, cwd=hp.dir)
@@ -233,7 +246,7 @@ def _start_fwd(hp: HostPaths, cfg: HostConfig) -> int:
     pid = procs.read_pid(pidfile)
     if pid is not None:
         return pid
-    _require_free(cfg.address, SERVER_PORT)
+    _require_free(cfg.name, cfg.address, SERVER_PORT)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     proc = procs.start_detached([str(Path(sys.executable).resolve()), "-m", "simulator.portfwd", str(hp.dir),
                                  cfg.address, str(SERVER_PORT)], hp.dir / "fwd" / "fwd.log", env=env, cwd=hp.dir)
@@ -357,7 +370,7 @@ def sim_up(root: Path = DEFAULT_ROOT, hosts: int = 1, profile: str = "rtx-pro-60
         sshd.prepare(hp, cfg, REPO)
         _write_session(hp, cfg, rc)
         if sshd.running(hp) is None:
-            _require_free(cfg.address, cfg.ssh_port)
+            _require_free(cfg.name, cfg.address, cfg.ssh_port)
         sshd.start(hp)
         _start_api(hp, cfg)
         _start_fwd(hp, cfg)

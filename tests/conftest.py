@@ -1,5 +1,8 @@
-"""Shared fixtures. `sim_host` starts one simulated Proxmox host (sim-1 on 127.0.0.2) for the whole session under
-a temporary DEPLOY_SIM_ROOT; `sim` hands it to a test after resetting faults and containers.
+"""Shared fixtures. `sim_host` starts one simulated Proxmox host for the whole session (one per pytest-xdist
+worker) under a temporary DEPLOY_SIM_ROOT, on a host number of its own (tests/sim_hosts.py: free numbers from 150
+on, or DEPLOY_SIM_FIRST); `sim` hands it to a test after resetting faults and containers.
+
+Plugins: tests/skip_policy.py (a run fails on any skip but "no GPU").
 """
 
 from __future__ import annotations
@@ -11,6 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests import sim_hosts
+
+pytest_plugins = ["tests.skip_policy"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The controlling process picks the run's host numbers once; xdist workers inherit them by environment."""
+    if hasattr(config, "workerinput"):
+        return
+    workers = getattr(config.option, "numprocesses", None)
+    os.environ[sim_hosts.BASE_ENV] = str(sim_hosts.choose_base(workers if isinstance(workers, int) and workers else 1))
 
 
 def sim_skip_reason() -> str | None:
@@ -36,9 +51,7 @@ def sim_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     old = os.environ.get("DEPLOY_SIM_ROOT")
     os.environ["DEPLOY_SIM_ROOT"] = str(root)
     try:
-        # DEPLOY_SIM_FIRST lets two test sessions run side by side on disjoint loopback addresses.
-        first = int(os.environ.get("DEPLOY_SIM_FIRST", "1"))
-        (info,) = sim_up(root, hosts=1, first=first, time_scale=5.0)
+        (info,) = sim_up(root, hosts=1, first=sim_hosts.sim_number(sim_hosts.OFFSET_SESSION_HOST), time_scale=5.0)
         yield info
     finally:
         sim_down(root)

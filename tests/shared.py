@@ -1,17 +1,18 @@
-"""The real captures in ../shared/fixtures (read-only): one reader for every test that uses them."""
+"""The real captures in tests/fixtures (see its README for where each came from): one reader for every test.
+
+They live inside the repository so that a clean clone tests the same as a checkout with ../shared beside it;
+a missing capture is a broken checkout, so it fails the test instead of skipping it.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+NVIDIA_SMI = FIXTURES / "nvidia-smi"
+H200_NVLINK = NVIDIA_SMI / "h200x2-nvlink"  # 2x H200 NV18, driver 580.159.04: the most-used capture set
 
 
 def fixture(rel: str) -> str:
-    """The text of a shared fixture; the test is skipped (not failed) where ../shared is absent."""
-    path = FIXTURES / rel
-    if not path.exists():
-        pytest.skip(f"shared fixture {rel} not present")
-    return path.read_text()
+    """The text of tests/fixtures/<rel>."""
+    return (FIXTURES / rel).read_text()

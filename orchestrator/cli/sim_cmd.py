@@ -61,11 +61,14 @@ def sim() -> None:
 @common_options
 def up(app: AppContext, hosts: int, profile: str, time_scale: float, first: int, root: str | None) -> int:
     """Start (or keep) the simulated hosts and write their inventory entries, keys and known_hosts."""
-    from simulator.manager import sim_up
+    from simulator.manager import AddressInUse, sim_up
 
     copy = _inventory_copy(app)
-    infos = sim_up(_root(root), hosts=hosts, profile=profile, time_scale=time_scale, inventory_copy=copy,
-                   first=first)
+    try:
+        infos = sim_up(_root(root), hosts=hosts, profile=profile, time_scale=time_scale, inventory_copy=copy,
+                       first=first)
+    except AddressInUse as exc:
+        raise ConfigError(exc.what, fix=exc.fix, host=exc.host, step="sim up") from exc
     app.out.emit({"ok": True, "hosts": [_info_dict(i) for i in infos], "inventory": str(copy) if copy else None})
     for i in infos:
         app.out.line(f"{i.name}: {i.address} ssh :{i.ssh_port} (key {i.key_file}), PVE API https://{i.address}:"

@@ -1,6 +1,6 @@
 """Fleet forms end to end: the real CLI (subprocess) against three simulated hosts over real SSH and HTTPS.
 
-One module-scoped root with three hosts (sim-(F+40)..sim-(F+42), F = $DEPLOY_SIM_FIRST), an inventory with groups.
+One module-scoped root with three hosts (numbered from tests/sim_hosts.py's OFFSET_FLEET), an inventory with groups.
 Faults are set per test and cleared by the `fleet` fixture, so the tests do not depend on each other's faults;
 converged containers are kept between tests (converging takes the longest).
 """
@@ -22,6 +22,7 @@ import pytest
 from orchestrator.errors import ConfigError
 from tests.conftest import sim_skip_reason
 from tests.e2e.conftest import DeployEnv, make_env
+from tests.sim_hosts import OFFSET_FLEET, OFFSET_FLEET_ROUTER, OFFSET_ROUTER_API, sim_number
 
 pytestmark = pytest.mark.e2e
 
@@ -58,7 +59,7 @@ def fleet_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     from simulator.manager import sim_down, sim_up
 
     root = tmp_path_factory.mktemp("deploy-sim-fleet")
-    first = int(os.environ.get("DEPLOY_SIM_FIRST", "1")) + 40
+    first = sim_number(OFFSET_FLEET)
     infos = sim_up(root, hosts=3, first=first, time_scale=5.0)
     try:
         env = make_env(infos[0], tmp_path_factory.mktemp("fleet-env"))
@@ -188,7 +189,7 @@ def test_router_worker_api_of_the_pinned_real_router(tmp_path: Path) -> None:
     from orchestrator.fleet.router import RouterClient
     from simulator.router import start_router, stop_router
 
-    n = int(os.environ.get("DEPLOY_SIM_FIRST", "1")) + 44
+    n = sim_number(OFFSET_ROUTER_API)
     worker_addr, router_addr = f"127.0.0.{n + 2}", f"127.0.0.{n + 1}"
     server = ThreadingHTTPServer((worker_addr, 0), _Worker)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -246,7 +247,7 @@ def test_real_router_routes_to_the_simulated_servers(fleet: Fleet, tmp_path: Pat
     assert up.rc == 0, up.text
     inv = load_inventory(fleet.env.inventory)
     urls = [worker_url(inv, inv.hosts[n]) for n in (a, c)]
-    n = int(os.environ.get("DEPLOY_SIM_FIRST", "1")) + 47
+    n = sim_number(OFFSET_FLEET_ROUTER) + 1  # the last octet of its address
     base = f"http://127.0.0.{n}:30000"
     run_dir = tmp_path / "router"
     router_yaml = fleet.env.inventory / "router.yaml"

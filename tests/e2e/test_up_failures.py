@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ import yaml
 from tests.conftest import sim_skip_reason
 from tests.e2e.conftest import DeployEnv, make_env
 from tests.e2e.test_roll import KILLED_LOCK_TTL_S
+from tests.sim_hosts import OFFSET_VM_HOST, sim_number
 
 NAN_LINE = ("/pytorch/aten/src/ATen/native/cuda/MultinomialKernel.cu: Assertion `probability tensor contains "
             "either `inf`, `nan` or element < 0` failed.")
@@ -29,8 +29,7 @@ def vm_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from simulator.manager import sim_down, sim_up
 
     root = tmp_path_factory.mktemp("deploy-sim-vm")
-    first = int(os.environ.get("DEPLOY_SIM_FIRST", "1")) + 30
-    (info,) = sim_up(root, hosts=1, first=first, profile="rtx-pro-6000-x8-vm", time_scale=5.0)
+    (info,) = sim_up(root, hosts=1, first=sim_number(OFFSET_VM_HOST), profile="rtx-pro-6000-x8-vm", time_scale=5.0)
     try:
         yield info
     finally:

@@ -11,10 +11,12 @@ import pytest
 
 from orchestrator.inventory.loader import load_inventory
 from simulator.manager import sim_down, sim_status, sim_up
+from tests import sim_hosts
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
-FIRST = 9  # sim-9 on 127.0.0.10: disjoint from the session host sim-1
+FIRST = sim_hosts.sim_number(sim_hosts.OFFSET_SECOND_ROOT)  # disjoint from the session host (tests/sim_hosts.py)
+NAME, ADDRESS = f"sim-{FIRST}", sim_hosts.address(FIRST)
 
 
 def leftovers(root: Path, address: str) -> list[str]:
@@ -24,7 +26,7 @@ def leftovers(root: Path, address: str) -> list[str]:
     ss = subprocess.run(["ss", "-ltnp"], capture_output=True, text=True).stdout
     found += [ln for ln in ss.splitlines() if f"{address}:" in ln]
     ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    found += [ln for ln in ns.splitlines() if "-sim-9-" in ln]
+    found += [ln for ln in ns.splitlines() if f"-{NAME}-" in ln]
     return found
 
 
@@ -35,9 +37,9 @@ def test_up_down_twice_leaves_nothing(sim_host: Any, tmp_path: Path) -> None:
         again = sim_up(root, hosts=1, first=FIRST, profile="h200-x2")
         assert [i.sshd_pid for i in infos] == [i.sshd_pid for i in again]  # idempotent: nothing restarted
         info = infos[0]
-        assert info.name == "sim-9" and info.address == "127.0.0.10" and info.running
+        assert info.name == NAME and info.address == ADDRESS and info.running
         inv = load_inventory([REPO / "inventory", root])
-        host = inv.find_host("sim-9")
+        host = inv.find_host(NAME)
         assert host.container.expected_gpus == 2 and host.pve.api is not None
         assert host.pve.api.token_secret.read() == info.token_secret_file.read_text().strip()
         assert oct(os.stat(info.token_secret_file).st_mode & 0o777) == "0o600"

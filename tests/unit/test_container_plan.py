@@ -1,20 +1,17 @@
 """The devN plan: exactly the host's NVIDIA nodes, stable numbering, other devices untouched."""
 
-from pathlib import Path
-
 import pytest
 
 from orchestrator.parsers.devices import nvidia_char_devices, parse_dev_listing
 from orchestrator.steps.container import device_plan
+from tests.shared import NVIDIA_SMI
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "nvidia-smi"
+FIXTURES = NVIDIA_SMI
 
 
 @pytest.fixture
 def h200_nodes():
     listing = FIXTURES / "h200x2-nvlink" / "ls-dev-nvidia.txt"
-    if not listing.exists():
-        pytest.skip("shared fixtures not present")
     return nvidia_char_devices(parse_dev_listing(listing.read_text()))
 
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from datetime import date, datetime
-from pathlib import Path
 
 import pytest
 
 from orchestrator.parsers.dmon import DmonParseError, dmon_argv, parse_dmon
+from tests.shared import H200_NVLINK
 
-FIX = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "nvidia-smi" / "h200x2-nvlink"
+FIX = H200_NVLINK
 
 # Header and row from reference/sglang.md 6.1 (-o T, older column order: rxpci/txpci before sbecc).
 REFERENCE_T = """\
@@ -20,10 +20,7 @@ REFERENCE_T = """\
 
 
 def fixture(name: str) -> str:
-    p = FIX / name
-    if not p.exists():
-        pytest.skip(f"fixture {p} not present")
-    return p.read_text()
+    return (FIX / name).read_text()
 
 
 def test_under_load_capture() -> None:

@@ -10,6 +10,7 @@ import pytest
 from orchestrator.errors import ConfigError
 from orchestrator.flags import FlagSchema, apply_changes, canonicalize, diff_flags, parse_set
 from orchestrator.inventory.loader import load_inventory
+from tests.shared import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[2]
 OLD, NEW = "0.5.12.post1", "0.5.23"
@@ -38,9 +39,7 @@ def test_known_versions_and_unknown_version() -> None:
 
 
 def test_packaged_schema_equals_the_reference_dump(old: FlagSchema) -> None:
-    ref = ROOT.parent / "shared" / "reference" / f"sglang-{OLD}-server-flags.json"
-    if not ref.is_file():
-        pytest.skip("reference folder not present")
+    ref = FIXTURES / "sglang" / f"sglang-{OLD}-server-flags.json"
     assert FlagSchema.from_dump(ref.read_text(), OLD).specs == old.specs
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shlex
 from datetime import datetime
-from pathlib import Path
 
 import pytest
 
@@ -15,8 +14,9 @@ from orchestrator.parsers.gpu_query import (
     parse_value,
     sampler_argv,
 )
+from tests.shared import H200_NVLINK
 
-FIX = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "nvidia-smi" / "h200x2-nvlink"
+FIX = H200_NVLINK
 
 # The field list that produced query-gpu-noheader-nounits.csv (same columns as the header of query-gpu.csv).
 CAPTURE_STATIC_FIELDS = (
@@ -28,10 +28,7 @@ CAPTURE_STATIC_FIELDS = (
 
 
 def fixture(name: str) -> str:
-    p = FIX / name
-    if not p.exists():
-        pytest.skip(f"fixture {p} not present")
-    return p.read_text()
+    return (FIX / name).read_text()
 
 
 def test_values_with_units_and_placeholders() -> None:

@@ -11,9 +11,9 @@ import pytest
 
 from orchestrator.errors import ConfigError
 from orchestrator.inventory.loader import load_inventory
+from tests.shared import NVIDIA_SMI
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared" / "fixtures" / "nvidia-smi"
 COMMANDS = ["up", "plan", "doctor", "verify-p2p", "render", "roll", "rollback", "status", "history", "bench",
             "smoke", "compare", "sim"]
 
@@ -65,26 +65,24 @@ def test_help_lists_every_command_and_version() -> None:
     assert deploy("--version").stdout.strip().startswith("deploy, version")
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason="shared fixtures not present")
 def test_offline_verify_p2p_on_the_real_8_gpu_capture() -> None:
-    res = deploy("verify-p2p", "--topo-file", str(SHARED / "rtx-pro-6000-x8-bare/topo-m.txt"),
-                 "--p2p-read-file", str(SHARED / "rtx-pro-6000-x8-bare/topo-p2p-r.txt"),
-                 "--p2p-write-file", str(SHARED / "rtx-pro-6000-x8-bare/topo-p2p-w.txt"))
+    res = deploy("verify-p2p", "--topo-file", str(NVIDIA_SMI / "rtx-pro-6000-x8-bare/topo-m.txt"),
+                 "--p2p-read-file", str(NVIDIA_SMI / "rtx-pro-6000-x8-bare/topo-p2p-r.txt"),
+                 "--p2p-write-file", str(NVIDIA_SMI / "rtx-pro-6000-x8-bare/topo-p2p-w.txt"))
     assert res.returncode == 0, res.stderr
     for word in ("PIX", "NODE", "SYS", "WARN"):
         assert word in res.stdout
-    js = json.loads(deploy("--json", "verify-p2p", "--topo-file", str(SHARED / "h200x2-nvlink/topo-m.txt"),
-                           "--p2p-read-file", str(SHARED / "h200x2-nvlink/topo-p2p-r.txt"),
-                           "--p2p-write-file", str(SHARED / "h200x2-nvlink/topo-p2p-w.txt")).stdout)
+    js = json.loads(deploy("--json", "verify-p2p", "--topo-file", str(NVIDIA_SMI / "h200x2-nvlink/topo-m.txt"),
+                           "--p2p-read-file", str(NVIDIA_SMI / "h200x2-nvlink/topo-p2p-r.txt"),
+                           "--p2p-write-file", str(NVIDIA_SMI / "h200x2-nvlink/topo-p2p-w.txt")).stdout)
     assert js["ok"] and js["verdict"]["status"] == "pass"
     assert js["topology"]["links"]["GPU0"]["GPU1"] == "NV18"
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason="shared fixtures not present")
 def test_offline_verify_p2p_fails_on_the_vm_capture() -> None:
-    res = deploy("--json", "verify-p2p", "--topo-file", str(SHARED / "rtx-pro-6000-x8-vm/topo-m.txt"),
-                 "--p2p-read-file", str(SHARED / "rtx-pro-6000-x8-vm/topo-p2p-r.txt"),
-                 "--p2p-write-file", str(SHARED / "rtx-pro-6000-x8-vm/topo-p2p-w.txt"))
+    res = deploy("--json", "verify-p2p", "--topo-file", str(NVIDIA_SMI / "rtx-pro-6000-x8-vm/topo-m.txt"),
+                 "--p2p-read-file", str(NVIDIA_SMI / "rtx-pro-6000-x8-vm/topo-p2p-r.txt"),
+                 "--p2p-write-file", str(NVIDIA_SMI / "rtx-pro-6000-x8-vm/topo-p2p-w.txt"))
     assert res.returncode == 1
     verdict = json.loads(res.stdout)["verdict"]
     assert verdict["vm_passthrough"] and verdict["status"] == "fail"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import pytest
 
@@ -17,8 +16,9 @@ from orchestrator.verdicts.power import (
     PCIE_NEAR_ZERO_MBPS,
     diagnose,
 )
+from tests.shared import H200_NVLINK
 
-FIX = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "nvidia-smi" / "h200x2-nvlink"
+FIX = H200_NVLINK
 T0 = datetime(2026, 11, 30, 2, 0, 0)
 
 
@@ -125,8 +125,6 @@ def test_thermal_throttle() -> None:
 
 
 def test_real_h200_capture_is_power_bound_and_capped() -> None:
-    if not FIX.exists():
-        pytest.skip("fixtures not present")
     loop = parse_query_gpu((FIX / "query-loop-under-load.csv").read_text(), SAMPLER_FIELDS)
     static = parse_query_gpu((FIX / "query-gpu.csv").read_text())
     dmon = parse_dmon((FIX / "dmon-under-load.txt").read_text()).samples

@@ -6,15 +6,14 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner, Result
 
 from orchestrator.cli import cli
+from tests.shared import H200_NVLINK
 
 ROOT = Path(__file__).resolve().parents[2]
 INV = ROOT / "inventory"
-FIX = ROOT.parent / "shared" / "fixtures" / "nvidia-smi" / "h200x2-nvlink"
-pytestmark = pytest.mark.skipif(not FIX.is_dir(), reason="shared fixtures not present")
+FIX = H200_NVLINK
 DEV = ["--devices-file", str(FIX / "ls-dev-nvidia.txt"), "--proc-devices-file", str(FIX / "proc-devices.txt")]
 
 

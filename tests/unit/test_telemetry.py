@@ -21,15 +21,13 @@ from orchestrator.telemetry.sampler import (
     run_samples,
 )
 from orchestrator.telemetry.summary import percentile, summarize, trapezoid_energy_j
+from tests.shared import H200_NVLINK
 
-FIX = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "nvidia-smi" / "h200x2-nvlink"
+FIX = H200_NVLINK
 
 
 def fixture(name: str) -> str:
-    p = FIX / name
-    if not p.exists():
-        pytest.skip(f"fixture {p} not present")
-    return p.read_text()
+    return (FIX / name).read_text()
 
 
 def loop_samples() -> list[Sample]:

@@ -29,12 +29,12 @@ from orchestrator.render import (
     resolve_method,
 )
 from orchestrator.render.service import SECRETS_PATH
+from tests.shared import H200_NVLINK
 
 ROOT = Path(__file__).resolve().parents[2]
-FIX = ROOT.parent / "shared" / "fixtures" / "nvidia-smi" / "h200x2-nvlink"
-H200_LS = (FIX / "ls-dev-nvidia.txt").read_text() if FIX.is_dir() else ""
-H200_PROC = (FIX / "proc-devices.txt").read_text() if FIX.is_dir() else ""
-needs_fixtures = pytest.mark.skipif(not FIX.is_dir(), reason="shared fixtures not present")
+FIX = H200_NVLINK
+H200_LS = (FIX / "ls-dev-nvidia.txt").read_text()
+H200_PROC = (FIX / "proc-devices.txt").read_text()
 
 # 8 GPUs whose minor numbers are not their indices, with modeset (as on the ASUS box); no caps.
 RTX8_LS = "\n".join(
@@ -134,7 +134,6 @@ OLD = FlagSchema.load("0.5.12.post1")
 
 
 # ------------------------------------------------------------------------------------- passthrough
-@needs_fixtures
 def test_devn_lines_from_real_h200_listing() -> None:
     nodes = parse_dev_listing(H200_LS)
     f = render_passthrough(nodes, {}, parse_proc_devices(H200_PROC), "devN", vmid=120)
@@ -176,7 +175,6 @@ def test_missing_uvm_is_refused() -> None:
     assert "/dev/nvidia-uvm" in exc.value.what and "nvidia-modprobe" in exc.value.fix
 
 
-@needs_fixtures
 def test_raw_lxc_lines_use_proc_devices_majors() -> None:
     f = render_passthrough(parse_dev_listing(H200_LS), {}, parse_proc_devices(H200_PROC), "raw-lxc")
     assert f.content == (
@@ -335,7 +333,6 @@ def test_env_file_sorted_quoted_and_shell_compatible(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------- bundle
-@needs_fixtures
 def test_bundle_for_seed_host() -> None:
     inv = load_inventory(ROOT / "inventory")
     host = inv.hosts["pve-gpu-1"]
