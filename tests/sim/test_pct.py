@@ -87,7 +87,7 @@ def test_optional_raw_mount_entry_is_skipped(ssh: Any, make_ct: Any, sim: Any) -
     assert last == "lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file"
 
 
-def test_containers_have_their_own_netns(ssh: Any, make_ct: Any) -> None:
+def test_containers_have_their_own_netns(ssh: Any, make_ct: Any, sim: Any) -> None:
     assert make_ct(124).rc == 0 and make_ct(125).rc == 0
     assert ssh.run("pct start 124 && pct start 125").rc == 0
     listener = ("import socket,time\ns=socket.socket()\n"
@@ -108,9 +108,14 @@ def test_containers_have_their_own_netns(ssh: Any, make_ct: Any) -> None:
     assert ssh.run("pct exec 124 -- python3 -", stdin=probe(60)).out == "open\n"
     assert ssh.run("pct exec 125 -- python3 -", stdin=probe(2)).out == "closed\n"
     assert ssh.run("python3 -", stdin=probe(2)).out == "closed\n"
+    # netns are machine-wide: look only at this simulated host's (other test runs may have a CT 124 too)
+    def mine() -> list[str]:
+        return [ns for ns in ssh.run("ip netns list").out.split() if ns.endswith(f"-{sim.name}-124")]
+
+    assert len(mine()) == 1
     # stop kills the listener with the namespace
     assert ssh.run("pct stop 124").rc == 0
-    assert ssh.run("ip netns list").out.count("-124") == 0
+    assert mine() == []
 
 
 def test_pct_errors_match_pve(ssh: Any, make_ct: Any, sim: Any) -> None:
