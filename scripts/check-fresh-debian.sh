@@ -4,7 +4,8 @@
 #   2. give it this machine's apt sources, pip configuration, local CA certificates, resolv.conf and hosts
 #      (nothing else);
 #   3. copy a clean export of this checkout (git HEAD: commit first) to /root/deploy inside it;
-#   4. chroot in with /proc, /sys, /dev bound and a fresh /run, and run `bash scripts/demo.sh`, then
+#   4. enter it (own mount namespace + pivot_root) with /proc, /sys, /dev bound and a fresh /run, and run
+#      `bash scripts/demo.sh`, then
 #      `bash scripts/test.sh ARGS` (ARGS: pytest arguments, e.g. `tests/unit tests/e2e/test_up.py`; none = all);
 #   5. stop the simulator and every process left inside, unmount, and say what passed.
 # Environment: CHECK_DIR (default /var/tmp/deploy-fresh-debian12), CHECK_MIRROR (default: the first Debian
@@ -53,7 +54,10 @@ cleanup() {
   fi
   # Processes still running inside the root (started by this check): each by its id.
   for proc in /proc/[0-9]*; do
-    if [ "$(readlink "$proc/root" 2>/dev/null)" = "$ROOT" ]; then kill -9 "${proc#/proc/}" 2>/dev/null; fi
+    if [ "$(readlink "$proc/root" 2>/dev/null)" = "$ROOT" ] ||
+      head -1 "$proc/mountinfo" 2>/dev/null | grep -q " $ROOT / "; then
+      kill -9 "${proc#/proc/}" 2>/dev/null
+    fi
   done
   sleep 1
   if [ ${#mounted[@]} -gt 0 ]; then umount -R "$ROOT" 2>/dev/null || umount -R -l "$ROOT"; fi
@@ -66,10 +70,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# A command inside the root, in a mount namespace of its own whose root *is* the new system (pivot_root, as in a
+# container): a plain chroot is not enough, because `nsenter --mount` (the simulator's way into its daemons'
+# namespace) resets a process's root to its namespace's root, which for a chroot is this machine's /.
 in_root() {
   local pipvars=()
   while IFS= read -r line; do pipvars+=("$line"); done < <(env | grep '^PIP_' || true)
-  chroot "$ROOT" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb CI="${CI:-}" \
+  unshare --mount --propagation private --fork -- /bin/sh -c \
+    'cd "$1" && shift && pivot_root . .oldroot && umount -l /.oldroot && cd / && exec "$@"' \
+    in_root "$ROOT" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb CI="${CI:-}" \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     DEPLOY_SIM_FIRST="${DEPLOY_SIM_FIRST:-40}" DEPLOY_DEMO_FIRST="${DEPLOY_DEMO_FIRST:-59}" "${pipvars[@]}" "$@"
 }
@@ -106,7 +115,7 @@ mount --rbind /sys "$ROOT/sys" && mount --make-rslave "$ROOT/sys"
 mount --rbind /dev "$ROOT/dev" && mount --make-rslave "$ROOT/dev"
 mount -t tmpfs -o mode=755 tmpfs "$ROOT/run"
 
-mkdir -p "$ROOT/root/deploy"
+mkdir -p "$ROOT/root/deploy" "$ROOT/.oldroot"
 git -C "$REPO" archive HEAD | tar -x -C "$ROOT/root/deploy"
 echo "== checkout: $(git -C "$REPO" log -1 --format='%h %s' | cut -c1-100)"
 
