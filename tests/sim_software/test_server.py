@@ -113,6 +113,9 @@ def test_fault_log_line(host: SimHost, start_server: Callable[..., Server]) -> N
     line = "Assertion 'probability tensor contains either 'inf', 'nan' or element < 0' failed"
     host.set_ct_faults(log_line=line)
     srv = start_server(host, "--tp", "8", ct=True, start_s=0.2)
+    # Like the real NaN crash it strikes at the first decode: /health (one generated token) never answers 200.
+    codes = srv.wait_status(200)
+    assert 200 not in codes
     assert srv.proc.wait(15) == 1
     out = srv.output()
     assert "ready to roll" in out and line in out

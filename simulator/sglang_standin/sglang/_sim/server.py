@@ -3,7 +3,8 @@
 Lifecycle: parse flags (argparse exits 2 like the real one) -> preflight checks against the simulated
 container (device nodes, nvidia-uvm, userspace driver version, model dir) -> bind the HTTP port (503 on
 /health while "loading") -> log the loading milestones -> "The server is fired up and ready to roll!".
-Faults from the container's state.json: crash_on_start, health_never_ok, log_line, slow_start_s.
+Faults from the container's state.json: crash_on_start, health_never_ok, log_line (fatal at the first decode),
+slow_start_s.
 """
 
 from __future__ import annotations
@@ -143,6 +144,8 @@ def build_app(sim: Sim) -> web.Application:
     r = app.router
 
     async def health(request: web.Request) -> web.Response:
+        if sim.ready:
+            _decode(sim)  # sglang's /health generates one token
         ok = sim.ready and not sim.faults.get("health_never_ok")
         return web.Response(status=200 if ok else 503)
 
@@ -222,9 +225,18 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
     return body
 
 
+def _decode(sim: Sim) -> None:
+    """A decode step: the `log_line` fault (a NaN in the sampler, …) ends the server at its first one, as the real
+    crash does, so no client can finish a request before the fatal line is in the journal."""
+    if sim.faults.get("log_line"):
+        log(str(sim.faults["log_line"]), tp=0)
+        crash(f"RuntimeError: {sim.faults['log_line']}")
+
+
 def _not_ready(sim: Sim) -> web.Response | None:
     if not sim.ready:
         return web.json_response({"error": {"message": "The server is not ready yet.", "code": 503}}, status=503)
+    _decode(sim)
     return None
 
 
@@ -497,10 +509,6 @@ async def startup(sim: Sim) -> None:
     await asyncio.sleep(step)
     sim.ready = True
     log("The server is fired up and ready to roll!")
-    if sim.faults.get("log_line"):
-        await asyncio.sleep(0.5)
-        log(str(sim.faults["log_line"]), tp=0)
-        crash(f"RuntimeError: {sim.faults['log_line']}")
 
 
 def bind_host(requested: str) -> str:
