@@ -56,7 +56,10 @@ def start_router(run_dir: Path, address: str, port: int, worker_urls: list[str] 
     if pid is not None:
         return pid
     argv = [str(venv / "bin" / "python"), "-m", "sglang_router.launch_router", "--host", address,
-            "--port", str(port), "--policy", policy, "--log-level", "warn"]
+            "--port", str(port), "--policy", policy, "--log-level", "warn",
+            # The metrics exporter defaults to 0.0.0.0:29000: two routers would collide, and the simulator listens
+            # on its own loopback address only.
+            "--prometheus-host", address, "--prometheus-port", str(port + 1)]
     if worker_urls:
         argv += ["--worker-urls", *worker_urls]
     argv += extra or []

@@ -41,7 +41,7 @@ ROUTER_RESERVED = {"worker_urls": "router.workers", "host": "router.host", "port
 
 
 def router_schema(version: str) -> FlagSchema:
-    """The packaged parser dump of a router release (made by orchestrator/probes/router_flags_probe.py)."""
+    """The packaged parser dump of a router release (made by orchestrator/probes/flags_probe.py)."""
     path = SCHEMAS / f"sglang-router-{version}.json"
     if not path.is_file():
         known = ", ".join(sorted(p.stem.removeprefix("sglang-router-") for p in SCHEMAS.glob("sglang-router-*.json")))
@@ -107,12 +107,12 @@ def render_router(spec: RouterSpec, schema: FlagSchema, urls: Sequence[str], api
         key_file=key, argv=tuple(argv))
 
 
-PROBE_SCRIPT = Path(__file__).resolve().parent.parent / "probes" / "router_flags_probe.py"
+PROBE_SCRIPT = Path(__file__).resolve().parent.parent / "probes" / "flags_probe.py"
 
 
 def probe_command(python: str, argv: Sequence[str]) -> str:
     """Shell command that runs the router flag probe (PROBE_SCRIPT on stdin) with the router venv's python."""
-    return f"{shlex.quote(python)} - {shlex.quote(json.dumps(list(argv)))}"
+    return f"{shlex.quote(python)} - router {shlex.quote(json.dumps(list(argv)))}"
 
 
 def schema_from_probe(output: str, *, where: str, pinned: str) -> FlagSchema:

@@ -24,7 +24,7 @@ class FlagCheck:
 
 
 def probe_source() -> str:
-    return resources.files("orchestrator.probes").joinpath("sglang_flags_probe.py").read_text()
+    return resources.files("orchestrator.probes").joinpath("flags_probe.py").read_text()
 
 
 def container_flag_check(ctx: StepContext, argv: list[str]) -> FlagCheck:
@@ -32,7 +32,7 @@ def container_flag_check(ctx: StepContext, argv: list[str]) -> FlagCheck:
 
     The probe travels on stdin; sglang is never imported on the operator's machine.
     """
-    res = ctx.ct.run_python(ctx.profile.venv, probe_source(), [json.dumps(argv)], tag="DEPLOY_PROBE_EOF",
+    res = ctx.ct.run_python(ctx.profile.venv, probe_source(), ["sglang", json.dumps(argv)], tag="DEPLOY_PROBE_EOF",
                             timeout=120, what="flag validation in the container")
     try:
         data: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])

@@ -1,5 +1,5 @@
 """The router as a managed part: inventory section, unit and launcher rendering, flags checked by the parser dump
-of the pinned sglang-router (0.3.2, dumped from the installed wheel by orchestrator/probes/router_flags_probe.py).
+of the pinned sglang-router (0.3.2, dumped from the installed wheel by orchestrator/probes/flags_probe.py, KIND router).
 """
 
 from __future__ import annotations
