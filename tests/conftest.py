@@ -7,6 +7,7 @@ Plugins: tests/skip_policy.py (a run fails on any skip but "no GPU").
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Iterator
@@ -39,22 +40,34 @@ def sim_skip_reason() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
-def sim_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One simulated host for the session (a SimHostInfo); torn down with `sim_down` at the end."""
+@contextlib.contextmanager
+def sim_root(tmp_path_factory: pytest.TempPathFactory, name: str, offset: int, hosts: int = 1,
+             **options: Any) -> Iterator[tuple[Path, list[Any]]]:
+    """A simulated root with `hosts` hosts numbered from this process's `offset` (tests/sim_hosts.py): (root, infos).
+
+    Skips when the simulator cannot run here; always brought down, even if the test failed.
+    """
     reason = sim_skip_reason()
     if reason:
         pytest.skip(reason)
     from simulator.manager import sim_down, sim_up
 
-    root = tmp_path_factory.mktemp("deploy-sim")
-    old = os.environ.get("DEPLOY_SIM_ROOT")
-    os.environ["DEPLOY_SIM_ROOT"] = str(root)
+    root = tmp_path_factory.mktemp(name)
     try:
-        (info,) = sim_up(root, hosts=1, first=sim_hosts.sim_number(sim_hosts.OFFSET_SESSION_HOST), time_scale=5.0)
-        yield info
+        yield root, sim_up(root, hosts=hosts, first=sim_hosts.sim_number(offset), time_scale=5.0, **options)
     finally:
         sim_down(root)
+
+
+@pytest.fixture(scope="session")
+def sim_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One simulated host for the session (a SimHostInfo), its root exported as DEPLOY_SIM_ROOT."""
+    old = os.environ.get("DEPLOY_SIM_ROOT")
+    try:
+        with sim_root(tmp_path_factory, "deploy-sim", sim_hosts.OFFSET_SESSION_HOST) as (root, (info,)):
+            os.environ["DEPLOY_SIM_ROOT"] = str(root)
+            yield info
+    finally:
         if old is None:
             os.environ.pop("DEPLOY_SIM_ROOT", None)
         else:

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from orchestrator.errors import ConfigError
-from tests.conftest import sim_skip_reason
+from tests.conftest import sim_root
 from tests.e2e.conftest import DeployEnv, make_env
 from tests.sim_hosts import OFFSET_FLEET, OFFSET_FLEET_ROUTER, OFFSET_ROUTER_API, sim_number
 
@@ -53,23 +53,13 @@ class Fleet:
 @pytest.fixture(scope="module")
 def fleet_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     """Three simulated hosts and one inventory with groups for the module."""
-    reason = sim_skip_reason()
-    if reason:
-        pytest.skip(reason)
-    from simulator.manager import sim_down, sim_up
-
-    root = tmp_path_factory.mktemp("deploy-sim-fleet")
-    first = sim_number(OFFSET_FLEET)
-    infos = sim_up(root, hosts=3, first=first, time_scale=5.0)
-    try:
+    with sim_root(tmp_path_factory, "deploy-sim-fleet", OFFSET_FLEET, hosts=3) as (root, infos):
         env = make_env(infos[0], tmp_path_factory.mktemp("fleet-env"))
         names = [i.name for i in infos]
         (env.inventory / "groups.yaml").write_text(
             f"groups:\n  prod: [{', '.join(names)}]\n  first-two: [{names[0]}, {names[1]}]\n"
             f"  bad-first: [{names[1]}, {names[0]}, {names[2]}]\n")
         yield Fleet(env=env, names=names, root=root)
-    finally:
-        sim_down(root)
 
 
 @pytest.fixture

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import sim_skip_reason
+from tests.conftest import sim_root
 from tests.e2e.conftest import DeployEnv, make_env
 from tests.e2e.test_roll import KILLED_LOCK_TTL_S
-from tests.sim_hosts import OFFSET_VM_HOST, sim_number
+from tests.sim_hosts import OFFSET_VM_HOST
 
 NAN_LINE = ("/pytorch/aten/src/ATen/native/cuda/MultinomialKernel.cu: Assertion `probability tensor contains "
             "either `inf`, `nan` or element < 0` failed.")
@@ -23,17 +23,8 @@ NAN_LINE = ("/pytorch/aten/src/ATen/native/cuda/MultinomialKernel.cu: Assertion 
 @pytest.fixture(scope="module")
 def vm_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The same eight GPUs seen from a VM with PCIe passthrough: flat PHB topology, P2P CNS."""
-    reason = sim_skip_reason()
-    if reason:
-        pytest.skip(reason)
-    from simulator.manager import sim_down, sim_up
-
-    root = tmp_path_factory.mktemp("deploy-sim-vm")
-    (info,) = sim_up(root, hosts=1, first=sim_number(OFFSET_VM_HOST), profile="rtx-pro-6000-x8-vm", time_scale=5.0)
-    try:
+    with sim_root(tmp_path_factory, "deploy-sim-vm", OFFSET_VM_HOST, profile="rtx-pro-6000-x8-vm") as (_, (info,)):
         yield info
-    finally:
-        sim_down(root)
 
 
 def test_vm_passthrough_stops_at_p2p_with_the_vm_diagnosis(vm_host: Any, tmp_path: Path) -> None:
