@@ -128,6 +128,10 @@ class HostConfig:
     #: Multiplier for simulated durations (model load, bench): 0.01 makes a 10-minute load take 6 s.
     time_scale: float = 1.0
     faults: HostFaults = field(default_factory=HostFaults)
+    #: Container runtime: "view" (mount views per `pct exec`) or "lxc" (real LXC containers, simulator/lxc/).
+    runtime: str = "view"
+    #: lxc runtime: the host side of the container bridge, where simulator services for containers listen.
+    bridge_address: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "host.json") -> HostConfig:

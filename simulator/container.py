@@ -1,5 +1,8 @@
 """Entering a simulated container (`pct exec`, `pct enter`) and copying files into it (`pct push`/`pull`).
 
+With the lxc runtime (host.json `runtime: lxc`) these go to simulator/lxc/runtime.py (lxc-attach). The view
+runtime is described below.
+
 A container is its network namespace (created at start) plus a mount view built per `pct exec`: the container's
 persistent directories (ct/<vmid>/fs/...) bound over /root, /etc/systemd/system, /etc/sglang, ..., its own /dev
 with only the passed-in device nodes, the host kernel module's /proc/driver/nvidia/version, and its hostname in a
@@ -11,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import NoReturn
 
@@ -25,8 +29,11 @@ from simulator.config import (
     HostPaths,
     sim_root,
 )
+from simulator.lxc.runtime import RuntimeFailure
 from simulator.pve.lxc import Node, PveError, netns_path
 
+#: After a start, `pct exec` in the lxc runtime first waits for systemd (a reboot from inside is not tracked).
+READY_WINDOW_S = 60.0
 CT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -79,6 +86,13 @@ def enter(hp: HostPaths, vmid: int) -> None:
 
 def exec_command(hp: HostPaths, vmid: int, argv: list[str]) -> NoReturn:
     """`pct exec VMID -- cmd...`: exec in place, so stdin/stdout/stderr and the exit code are the command's."""
+    node = Node(hp)
+    if node.lxc is not None:
+        require_running(node, vmid)
+        st = node.state(vmid)
+        if st.started_at is None or time.time() - st.started_at < READY_WINDOW_S:
+            node.lxc.wait_ready(vmid)  # systemctl answers only once systemd is up
+        node.lxc.exec(vmid, argv)
     enter(hp, vmid)
     env = container_env(hp, vmid)
     os.chdir("/root")
@@ -100,22 +114,38 @@ def ct_path(hp: HostPaths, vmid: int, path: str) -> Path:
                    f"{', '.join(CT_PERSISTENT_PATHS)})")
 
 
+def _mode(perms: str | None) -> int:
+    return int(perms, 0) if perms and perms.startswith("0x") else int(perms or "0644", 8)
+
+
 def push(hp: HostPaths, vmid: int, src: str, dst: str, perms: str | None, uid: int, gid: int) -> None:
     node = Node(hp)
     require_running(node, vmid)
     if not os.path.isfile(src):
         raise PveError(f"unable to open file '{src}' - No such file or directory")
+    if node.lxc is not None:
+        try:
+            node.lxc.push(vmid, src, dst, _mode(perms), uid, gid)
+        except RuntimeFailure as exc:
+            raise PveError(str(exc)) from None
+        return
     target = ct_path(hp, vmid, dst)
     if not target.parent.is_dir():
         raise PveError(f"failed to open '{dst}' for writing: No such file or directory")
     shutil.copyfile(src, target)
-    os.chmod(target, int(perms, 0) if perms and perms.startswith("0x") else int(perms or "0644", 8))
+    os.chmod(target, _mode(perms))
     os.chown(target, uid, gid)
 
 
 def pull(hp: HostPaths, vmid: int, src: str, dst: str) -> None:
     node = Node(hp)
     require_running(node, vmid)
+    if node.lxc is not None:
+        try:
+            node.lxc.pull(vmid, src, dst)
+        except RuntimeFailure as exc:
+            raise PveError(str(exc)) from None
+        return
     source = ct_path(hp, vmid, src)
     if not source.is_file():
         raise PveError(f"failed to open {src}: No such file or directory")

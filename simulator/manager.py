@@ -50,6 +50,9 @@ from simulator.config import (
     write_json,
     write_text_atomic,
 )
+from simulator.lxc import net as lxc_net
+from simulator.lxc import runtime as lxc_runtime
+from simulator.lxc import template as lxc_template
 from simulator.pve import hardware, lxc, tls
 
 REPO = Path(__file__).resolve().parent.parent
@@ -317,9 +320,17 @@ def write_inventory(root: Path, infos: list[SimHostInfo], copy_to: Path | None =
 # ----------------------------------------------------------------------------------------------- public API
 
 
+RUNTIMES = ("view", "lxc")
+
+
+def default_runtime() -> str:
+    """$DEPLOY_SIM_RUNTIME, else the view runtime."""
+    return os.environ.get("DEPLOY_SIM_RUNTIME") or "view"
+
+
 def sim_up(root: Path = DEFAULT_ROOT, hosts: int = 1, profile: str = "rtx-pro-6000-x8",
            driver_version: str | None = None, time_scale: float = 1.0,
-           inventory_copy: Path | None = None, first: int = 1) -> list[SimHostInfo]:
+           inventory_copy: Path | None = None, first: int = 1, runtime: str | None = None) -> list[SimHostInfo]:
     """Create (or keep) and start `hosts` simulated hosts under `root`; idempotent.
 
     Hosts are sim-<first>..: sim-N listens on 127.0.0.(N+1), whatever the root, so two roots that are up at the
@@ -329,6 +340,11 @@ def sim_up(root: Path = DEFAULT_ROOT, hosts: int = 1, profile: str = "rtx-pro-60
     CA trust stay valid across `up`; already-running daemons are left alone. Returns one entry per host.
     """
     _require_root()
+    runtime = runtime or default_runtime()
+    if runtime not in RUNTIMES:
+        raise ValueError(f"unknown container runtime {runtime!r} (known: {', '.join(RUNTIMES)})")
+    if runtime == "lxc":
+        lxc_runtime.require_lxc()
     if profile not in GPU_PROFILES:
         raise ValueError(f"unknown GPU profile {profile!r} (known: {', '.join(GPU_PROFILES)})")
     if not (hosts >= 1 and first >= 1 and first + hosts <= 254):
@@ -351,13 +367,13 @@ def sim_up(root: Path = DEFAULT_ROOT, hosts: int = 1, profile: str = "rtx-pro-60
         else:
             cfg = HostConfig(name=name, address=_address(i), node=name, sim_id=sim_id_for(root),
                              gpu_profile=profile, driver_version=driver_version or PROFILE_DRIVER[profile],
-                             time_scale=time_scale)
+                             time_scale=time_scale, runtime=runtime)
             hp.save(cfg)
         _layout_fs(hp)
         hardware.provision(hp.dir, cfg)
-        template = hp.template_cache / DEFAULT_TEMPLATE
-        if not template.exists():
-            template.write_bytes(b"\x28\xb5\x2f\xfd" + b"\0" * 4096)
+        if cfg.runtime == "lxc":
+            cfg = _lxc_host_up(hp, cfg)
+        _stub_template(hp)
         _call_hook("provision_host", hp.dir, cfg)
         installer = hp.fs / "root" / f"NVIDIA-Linux-x86_64-{cfg.driver_version}.run"
         if not installer.exists():
@@ -407,6 +423,10 @@ def _stop_containers(hp: HostPaths) -> None:
     if not hp.config.exists():
         return
     cfg = hp.load()
+    if cfg.runtime == "lxc":
+        rt = lxc_runtime.LxcRuntime(hp, cfg)
+        for vmid in rt.vmids():
+            rt.stop(vmid)
     prefix = f"dsim-{cfg.sim_id}-{cfg.name}-"
     listing = os.listdir("/run/netns") if os.path.isdir("/run/netns") else []
     for ns in listing:
@@ -432,6 +452,9 @@ def sim_down(root: Path = DEFAULT_ROOT) -> None:
         sshd.stop(hp)
         procs.stop_tree(hp.api / "api.pid")
         procs.stop_tree(hp.dir / "fwd" / "fwd.pid")
+        cfg = hp.load() if hp.config.exists() else None
+        if cfg is not None and cfg.runtime == "lxc":
+            lxc_net.down(lxc_net.host_net(cfg.address, cfg.sim_id))
     if names:
         _kill_view_processes(root, names)
 
@@ -506,9 +529,30 @@ def reset_host(root: Path, host: str) -> None:
         conf.unlink()
     shutil.rmtree(hp.dir / "ct", ignore_errors=True)
     (hp.dir / "ct").mkdir()
+    shutil.rmtree(hp.dir.parent.parent / "lxc" / host, ignore_errors=True)
+    _stub_template(hp)
+
+
+def _stub_template(hp: HostPaths) -> None:
+    """The view runtime never unpacks the template, so a zstd-magic stub stands in for it."""
     template = hp.template_cache / DEFAULT_TEMPLATE
     if not template.exists():
         template.write_bytes(b"\x28\xb5\x2f\xfd" + b"\0" * 4096)
+
+
+def _lxc_host_up(hp: HostPaths, cfg: HostConfig) -> HostConfig:
+    """lxc runtime: the real template in `local:vztmpl`, the host's bridge and nft table; host.json gets the
+    bridge address."""
+    built = lxc_template.ensure()
+    lxc_template.install_into(built.path, hp.template_cache)
+    hnet = lxc_net.host_net(cfg.address, cfg.sim_id)
+    lxc_net.up(hnet)
+    if cfg.bridge_address != hnet.bridge_ip:
+        def apply(c: HostConfig) -> None:
+            c.bridge_address = hnet.bridge_ip
+
+        cfg = hp.update(apply)
+    return cfg
 
 
 # ----------------------------------------------------------------------------------------------- CLI
@@ -547,6 +591,8 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--driver", default=None)
     up.add_argument("--time-scale", type=float, default=1.0)
     up.add_argument("--inventory-copy", type=Path, default=None)
+    up.add_argument("--runtime", choices=RUNTIMES, default=None)
+    up.add_argument("--first", type=int, default=1)
     sub.add_parser("down")
     sub.add_parser("status")
     f = sub.add_parser("faults")
@@ -560,7 +606,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "up":
             before = {i.name for i in sim_status(args.root) if i.running}
-            infos = sim_up(args.root, args.hosts, args.profile, args.driver, args.time_scale, args.inventory_copy)
+            infos = sim_up(args.root, args.hosts, args.profile, args.driver, args.time_scale, args.inventory_copy,
+                           first=args.first, runtime=args.runtime)
             _report(infos, args.json, before)
         elif args.cmd == "down":
             sim_down(args.root)

@@ -57,16 +57,20 @@ def sim() -> None:
               help="Simulated model time runs this much faster than the wall clock (bench figures stay in model "
                    "time).")
 @click.option("--first", default=1, show_default=True, help="Number of the first host: sim-N listens on 127.0.0.(N+1).")
+@click.option("--runtime", type=click.Choice(["view", "lxc"]), default=None,
+              help="Container runtime of new hosts: real LXC containers (lxc) or mount views (view). Default: "
+                   "$DEPLOY_SIM_RUNTIME, else view. Recorded per host.")
 @click.option("--root", default=None, help=ROOT_HELP)
 @common_options
-def up(app: AppContext, hosts: int, profile: str, time_scale: float, first: int, root: str | None) -> int:
+def up(app: AppContext, hosts: int, profile: str, time_scale: float, first: int, runtime: str | None,
+       root: str | None) -> int:
     """Start (or keep) the simulated hosts and write their inventory entries, keys and known_hosts."""
     from simulator.manager import AddressInUse, sim_up
 
     copy = _inventory_copy(app)
     try:
         infos = sim_up(_root(root), hosts=hosts, profile=profile, time_scale=time_scale, inventory_copy=copy,
-                       first=first)
+                       first=first, runtime=runtime)
     except AddressInUse as exc:
         raise ConfigError(exc.what, fix=exc.fix, host=exc.host, step="sim up") from exc
     app.out.emit({"ok": True, "hosts": [_info_dict(i) for i in infos], "inventory": str(copy) if copy else None})

@@ -289,6 +289,14 @@ def _shutdown(ctx: Ctx, p: dict[str, Any]) -> Any:
                     lambda log: ctx.node.stop(vmid, log, graceful_timeout_s=timeout, force=force))
 
 
+@route("POST", "/nodes/{node}/lxc/{vmid}/status/reboot")
+def _reboot(ctx: Ctx, p: dict[str, Any]) -> Any:
+    vmid = int(p["vmid"])
+    ctx.node.precheck_running(vmid)
+    timeout = float(p.get("timeout", 60))
+    return ctx.task("vzreboot", str(vmid), lambda log: ctx.node.reboot(vmid, log, timeout))
+
+
 @route("GET", "/nodes/{node}/lxc/{vmid}/interfaces")
 def _interfaces(ctx: Ctx, p: dict[str, Any]) -> Any:
     return ctx.node.interfaces(int(p["vmid"]))

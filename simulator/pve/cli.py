@@ -94,6 +94,7 @@ PCT_USAGE = {
     "start": "pct start <vmid> [OPTIONS]",
     "stop": "pct stop <vmid> [OPTIONS]",
     "shutdown": "pct shutdown <vmid> [OPTIONS]",
+    "reboot": "pct reboot <vmid> [OPTIONS]",
     "destroy": "pct destroy <vmid> [OPTIONS]",
     "status": "pct status <vmid> [OPTIONS]",
     "exec": "pct exec <vmid> [<extra-args>] [OPTIONS]",
@@ -138,6 +139,7 @@ def pct_main(argv: list[str]) -> int:
         "create": ("POST", base), "set": ("PUT", f"{base}/{vmid}/config"),
         "config": ("GET", f"{base}/{vmid}/config"), "start": ("POST", f"{base}/{vmid}/status/start"),
         "stop": ("POST", f"{base}/{vmid}/status/stop"), "shutdown": ("POST", f"{base}/{vmid}/status/shutdown"),
+        "reboot": ("POST", f"{base}/{vmid}/status/reboot"),
         "destroy": ("DELETE", f"{base}/{vmid}"), "status": ("GET", f"{base}/{vmid}/status/current"),
     }
     if cmd in ("push", "pull"):

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulator.config import (
     CT_PERSISTENT_PATHS,
@@ -31,6 +31,9 @@ from simulator.config import (
 from simulator.pve import conf as confmod
 from simulator.pve.schema import ParamError
 from simulator.pve.tasks import TaskError
+
+if TYPE_CHECKING:
+    from simulator.lxc.runtime import LxcRuntime
 
 ROOT_USER = "root@pam"
 Log = Callable[[str], None]
@@ -61,6 +64,18 @@ class Node:
     def __init__(self, hp: HostPaths):
         self.hp = hp
         self.cfg: HostConfig = hp.load()
+        self._rt: LxcRuntime | None = None
+
+    @property
+    def lxc(self) -> LxcRuntime | None:
+        """The real-LXC runtime when this host uses it (host.json `runtime: lxc`), else None (the view runtime)."""
+        if self.cfg.runtime != "lxc":
+            return None
+        if self._rt is None:
+            from simulator.lxc.runtime import LxcRuntime
+
+            self._rt = LxcRuntime(self.hp, self.cfg)
+        return self._rt
 
     @property
     def name(self) -> str:
@@ -97,6 +112,8 @@ class Node:
         return self.hp.ct(vmid).load()
 
     def running(self, vmid: int) -> bool:
+        if self.lxc is not None:
+            return self.exists(vmid) and self.lxc.is_running(vmid)
         st = self.state(vmid)
         return st.status == "running" and bool(st.netns) and netns_exists(self.hp, st.netns)
 
@@ -202,6 +219,9 @@ class Node:
                 raise TaskError(f"unable to create CT {vmid} - CT {vmid} already exists on node '{self.name}'")
             self.write(vmid, conf)
         cp = self.hp.ct(vmid)
+        if self.lxc is not None:
+            self._create_lxc(vmid, tmpl, params, conf, log)
+            return
         for p in CT_PERSISTENT_PATHS:
             (cp.fs / p.lstrip("/")).mkdir(parents=True, exist_ok=True)
         (cp.fs / "tmp").chmod(0o1777)
@@ -217,6 +237,24 @@ class Node:
         log("Creating SSH host key 'ssh_host_ed25519_key' - this may take some time ...")
         log(f"done: SHA256:{os.urandom(16).hex()} root@{conf.options.get('hostname', f'CT{vmid}')}")
         _hook("provision_container", self.hp.dir, vmid, self.cfg)
+
+    def _create_lxc(self, vmid: int, tmpl: Path, params: dict[str, Any], conf: confmod.CtConf, log: Log) -> None:
+        """Real rootfs from the template; no provisioning hook: a fresh container is as bare as PVE's."""
+        from simulator.lxc.runtime import RuntimeFailure
+
+        assert self.lxc is not None
+        cp = self.hp.ct(vmid)
+        cp.dir.mkdir(parents=True, exist_ok=True)
+        cp.save(CtState(vmid=vmid, status="stopped"))
+        try:
+            self.lxc.create(vmid, tmpl, str(params.get("ssh-public-keys") or "") or None)
+        except (RuntimeFailure, OSError) as exc:
+            with self.lock(vmid):
+                self.hp.conf(vmid).unlink(missing_ok=True)
+            shutil.rmtree(cp.dir, ignore_errors=True)
+            raise TaskError(f"unable to create CT {vmid} - {exc}") from None
+        log("Creating SSH host key 'ssh_host_ed25519_key' - this may take some time ...")
+        log(f"done: SHA256:{os.urandom(16).hex()} root@{conf.options.get('hostname', f'CT{vmid}')}")
 
     # ------------------------------------------------------------------------------------------ config
 
@@ -336,6 +374,9 @@ class Node:
             if self.running(vmid):
                 raise TaskError(f"CT {vmid} already running")
             devices = self._passed_devices(vmid, conf)
+            if self.lxc is not None:
+                self._start_lxc(vmid, conf, devices)
+                return
             self._build_dev(vmid, devices)
             ns = netns_name(self.cfg.sim_id, self.cfg.name, vmid)
             if netns_exists(self.hp, ns):
@@ -349,6 +390,37 @@ class Node:
             self.hp.ct(vmid).update(mark)
         _hook("container_started", self.hp.dir, vmid, self.cfg)
 
+    def _start_lxc(self, vmid: int, conf: confmod.CtConf, devices: list[tuple[str, int, int, int]]) -> None:
+        from simulator.lxc.lxcconf import ConfError, Device
+        from simulator.lxc.runtime import RuntimeFailure
+
+        assert self.lxc is not None
+        rt = self.lxc
+        devs = [Device(rt.real_host_path(self._host_dev(path)), path, major, minor)
+                for path, major, minor, _mode in devices]
+        try:
+            rt.write_config(vmid, conf, devs)
+            rt.start(vmid)
+        except ConfError as exc:
+            raise TaskError(f"startup for container '{vmid}' failed: {exc}") from None
+        except RuntimeFailure as exc:
+            raise TaskError(str(exc)) from None
+
+        def mark(st: CtState) -> None:
+            st.status, st.netns, st.started_at = "running", "", time.time()
+
+        self.hp.ct(vmid).update(mark)
+
+    def reboot(self, vmid: int, log: Log, timeout_s: float = 60.0) -> None:
+        """Task body of vzreboot: shutdown, then start again (pve-container's vm_reboot)."""
+        if self.lxc is not None:
+            with self.lock(vmid):
+                self.lxc.shutdown(vmid, timeout_s, force=True)
+            self.start(vmid, log)
+            return
+        self.stop(vmid, log, graceful_timeout_s=min(timeout_s, 5.0))
+        self.start(vmid, log)
+
     def stop(self, vmid: int, log: Log, graceful_timeout_s: float = 0.0, force: bool = True) -> None:
         """Task body of vzstop/vzshutdown: end every process in the container's netns, delete the netns.
 
@@ -357,7 +429,14 @@ class Node:
         """
         with self.lock(vmid):
             st = self.state(vmid)
-            if st.netns and netns_exists(self.hp, st.netns):
+            if self.lxc is not None:
+                if graceful_timeout_s > 0:
+                    if not self.lxc.shutdown(vmid, graceful_timeout_s, force):
+                        raise TaskError(f"command 'lxc-stop -n {vmid} --nokill --timeout "
+                                        f"{int(graceful_timeout_s)}' failed: exit code 1")
+                else:
+                    self.lxc.stop(vmid)
+            elif st.netns and netns_exists(self.hp, st.netns):
                 if graceful_timeout_s > 0:
                     kill_netns(self.hp, st.netns, signal.SIGTERM, graceful_timeout_s)
                     if not force and netns_pids(self.hp, st.netns):
@@ -379,6 +458,8 @@ class Node:
             if rootfs.startswith("local-lvm:"):
                 log(f'  Logical volume "{rootfs.split(":", 1)[1]}" successfully removed.')
             self.hp.conf(vmid).unlink()
+            if self.lxc is not None:
+                self.lxc.destroy(vmid)
             shutil.rmtree(self.hp.ct(vmid).dir, ignore_errors=True)
 
     # ------------------------------------------------------------------------------------------ read-only
@@ -398,8 +479,11 @@ class Node:
             "cpu": 0.01 if run else 0, "uptime": int(time.time() - st.started_at) if run and st.started_at else 0,
             "netin": 0, "netout": 0, "diskread": 0, "diskwrite": 0, "ha": {"managed": 0},
             "template": 0 if "template" not in o else int(o["template"]),
-            **({"pid": _netns_first_pid(self.hp, st.netns)} if run else {}),
+            **({"pid": self._pid(vmid, st)} if run else {}),
         }
+
+    def _pid(self, vmid: int, st: CtState) -> int:
+        return self.lxc.init_pid(vmid) if self.lxc is not None else _netns_first_pid(self.hp, st.netns)
 
     def interfaces(self, vmid: int) -> list[dict[str, Any]]:
         self.precheck_running(vmid)

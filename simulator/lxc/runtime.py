@@ -1,0 +1,277 @@
+"""The LXC runtime: one narrow interface (create, start, stop, shutdown, reboot, status, exec, push, pull,
+destroy) over the real lxc-* tools, called by simulator/pve/lxc.py (lifecycle tasks) and simulator/container.py
+(`pct exec/push/pull/enter`).
+
+LXC finds a running container through an abstract socket named after its lxcpath, and SSH sessions of the
+simulated host see the sim root under another path (/run/deploy-sim/root). So every lxc-* command runs in the
+simulator's real mount namespace (`nsenter`, as the netns handling does) with real paths, and Python file access
+uses this process's view of the same directories.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+
+from simulator.config import HostConfig, HostPaths
+from simulator.lxc import lxcconf, net
+from simulator.pve import conf as confmod
+
+CT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+READY_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 30
+#: Host files a container needs for package access through NAT (the spike: pip needs both).
+HOST_FILES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pip.conf", "/etc/resolv.conf")
+
+
+class RuntimeFailure(RuntimeError):
+    """An lxc-* command failed; the message names the command and LXC's own error lines."""
+
+
+def require_lxc() -> None:
+    """Refuse `--runtime lxc` on a machine without the tools, saying how to get them."""
+    missing = [t for t in ("lxc-start", "lxc-attach", "debootstrap", "nft", "zstd") if shutil.which(t) is None]
+    if missing:
+        raise RuntimeError(f"the lxc runtime needs {', '.join(missing)}: run scripts/install.sh "
+                           "(apt-get install lxc debootstrap nftables zstd)")
+
+
+@dataclass(frozen=True)
+class CtDirs:
+    """One container's LXC directory, as this process sees it (view) and as LXC sees it (real)."""
+
+    view: Path
+    real: Path
+
+    @property
+    def rootfs(self) -> Path:
+        return self.view / "rootfs"
+
+    @property
+    def config(self) -> Path:
+        return self.view / "config"
+
+
+def cgroup2_only() -> bool:
+    return not Path("/sys/fs/cgroup/devices").is_dir() and Path("/sys/fs/cgroup/cgroup.controllers").exists()
+
+
+class LxcRuntime:
+    """Containers of one simulated host: <root>/lxc/<host>/<vmid>/{config,rootfs}."""
+
+    def __init__(self, hp: HostPaths, cfg: HostConfig) -> None:
+        self.hp = hp
+        self.cfg = cfg
+        self.view_root = hp.dir.parent.parent
+        sim_json = self.view_root / "sim.json"
+        real = json.loads(sim_json.read_text())["real_root"] if sim_json.is_file() else str(self.view_root)
+        self.real_root = Path(real)
+        self.net = net.host_net(cfg.address, cfg.sim_id)
+
+    # ---------------------------------------------------------------------------------------- paths, commands
+
+    @property
+    def lxcpath(self) -> str:
+        return str(self.real_root / "lxc" / self.hp.name)
+
+    def vmids(self) -> list[int]:
+        d = self.view_root / "lxc" / self.hp.name
+        return sorted(int(p.name) for p in d.iterdir() if p.name.isdigit()) if d.is_dir() else []
+
+    def dirs(self, vmid: int) -> CtDirs:
+        return CtDirs(self.view_root / "lxc" / self.hp.name / str(vmid),
+                      self.real_root / "lxc" / self.hp.name / str(vmid))
+
+    def real_host_path(self, view_path: Path) -> str:
+        """A path under the sim root as LXC (the real mount namespace) sees it."""
+        try:
+            return str(self.real_root / view_path.relative_to(self.view_root))
+        except ValueError:
+            return str(view_path)
+
+    def _prefix(self) -> list[str]:
+        from simulator.pve.lxc import outer_pid
+
+        pid = outer_pid(self.hp)
+        if os.stat("/proc/self/ns/mnt").st_ino == os.stat(f"/proc/{pid}/ns/mnt").st_ino:
+            return []
+        return ["nsenter", f"--mount=/proc/{pid}/ns/mnt", "--"]
+
+    def _lxc(self, tool: str, vmid: int, *args: str) -> list[str]:
+        return [*self._prefix(), tool, "-P", self.lxcpath, "-n", str(vmid), *args]
+
+    def _run(self, argv: list[str], what: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        try:
+            res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise RuntimeFailure(f"{what}: no answer within {timeout:.0f} s") from None
+        if res.returncode != 0:
+            lines = [ln for ln in (res.stderr or res.stdout).strip().splitlines() if ln.strip()]
+            raise RuntimeFailure(f"{what} failed (exit {res.returncode}): {' '.join(lines[-3:])}")
+        return res
+
+    # ---------------------------------------------------------------------------------------- lifecycle
+
+    def create(self, vmid: int, template: Path, ssh_keys: str | None = None) -> None:
+        """Unpack the template into a fresh rootfs and add what PVE's create does (hostname, host keys)."""
+        d = self.dirs(vmid)
+        if d.view.exists():
+            shutil.rmtree(d.view)
+        d.rootfs.mkdir(parents=True)
+        self._run(["tar", "--numeric-owner", "--zstd", "-xpf", str(template), "-C", str(d.rootfs)],
+                  f"extracting {template.name}")
+        for src in HOST_FILES:
+            if os.path.isfile(src):
+                dest = d.rootfs / src.lstrip("/")
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                if dest.is_symlink():
+                    dest.unlink()
+                shutil.copyfile(src, dest)
+        if ssh_keys:
+            ssh = d.rootfs / "root" / ".ssh"
+            ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
+            (ssh / "authorized_keys").write_text(ssh_keys.rstrip("\n") + "\n")
+        if shutil.which("ssh-keygen") and (d.rootfs / "etc/ssh").is_dir():
+            key = d.rootfs / "etc/ssh/ssh_host_ed25519_key"
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], capture_output=True)
+
+    def set_hostname(self, vmid: int, hostname: str) -> None:
+        etc = self.dirs(vmid).rootfs / "etc"
+        (etc / "hostname").write_text(hostname + "\n")
+        hosts = etc / "hosts"
+        text = hosts.read_text() if hosts.is_file() else "127.0.0.1\tlocalhost\n"
+        if f"\t{hostname}\n" not in text:
+            hosts.write_text(text.rstrip("\n") + f"\n127.0.1.1\t{hostname}\n")
+
+    def write_config(self, vmid: int, conf: confmod.CtConf, devices: list[lxcconf.Device]) -> None:
+        """Render the LXC config from the PVE conf (at every start, as pve-container does)."""
+        if conf.options.get("unprivileged") == "1":
+            self._shift_rootfs(vmid)
+        ct = self.hp.ct(vmid)
+        vmid_file = ct.dir / "vmid"
+        vmid_file.write_text(f"{vmid}\n")
+        self.hp.gpu.mkdir(parents=True, exist_ok=True)
+        mounts = lxcconf.SimMounts(host_dir=self.real_host_path(self.hp.dir), ct_dir=self.real_host_path(ct.dir),
+                                   gpu_dir=self.real_host_path(self.hp.gpu),
+                                   vmid_file=self.real_host_path(vmid_file))
+        network = lxcconf.Network(self.net.bridge, f"{self.net.ct_ip(vmid)}/24", self.net.bridge_ip)
+        d = self.dirs(vmid)
+        text = lxcconf.render(conf, lxcconf.LxcInputs(
+            vmid=vmid, rootfs=str(d.real / "rootfs"), devices=devices, network=network, mounts=mounts,
+            cgroup2=cgroup2_only()))
+        self.set_hostname(vmid, conf.options.get("hostname", f"CT{vmid}"))
+        d.config.write_text(text)
+
+    def _shift_rootfs(self, vmid: int) -> None:
+        """Unprivileged: own the rootfs by the mapped ids once (PVE does this at create with its idmap)."""
+        d = self.dirs(vmid)
+        marker = d.view / "shifted"
+        if marker.exists():
+            return
+        base = lxcconf.IDMAP_BASE
+        for dirpath, dirnames, filenames in os.walk(d.rootfs):
+            for name in [*dirnames, *filenames, ""]:
+                path = os.path.join(dirpath, name) if name else dirpath
+                st = os.lstat(path)
+                if st.st_uid < base:
+                    mode = stat.S_IMODE(st.st_mode)
+                    os.lchown(path, st.st_uid + base, st.st_gid + base)
+                    if not stat.S_ISLNK(st.st_mode) and mode & (stat.S_ISUID | stat.S_ISGID):
+                        os.chmod(path, mode)  # chown clears set-id bits
+        marker.touch()
+
+    def start(self, vmid: int) -> None:
+        self._run(self._lxc("lxc-start", vmid, "-d", "-o", str(self.dirs(vmid).real / "lxc.log"), "-l", "INFO"),
+                  f"startup for container '{vmid}'")
+        self.wait_ready(vmid)
+
+    def wait_ready(self, vmid: int, timeout_s: float = READY_TIMEOUT_S) -> str:
+        """Until systemd answers (`is-system-running` is past `starting`); returns its state."""
+        deadline = time.monotonic() + timeout_s
+        state = "offline"
+        while time.monotonic() < deadline:
+            res = subprocess.run(self._attach_argv(vmid, ["systemctl", "is-system-running"]),
+                                 capture_output=True, text=True)
+            state = res.stdout.strip() or "offline"
+            if state in ("running", "degraded", "maintenance"):
+                return state
+            time.sleep(0.1)
+        raise RuntimeFailure(f"CT {vmid}: systemd not up after {timeout_s:.0f} s (state {state}); see "
+                             f"{self.dirs(vmid).real / 'lxc.log'} and `journalctl` inside the container")
+
+    def shutdown(self, vmid: int, timeout_s: float, force: bool) -> bool:
+        """Clean shutdown via systemd; True when it stopped. With force, kill what is left after the timeout."""
+        res = subprocess.run(self._lxc("lxc-stop", vmid, "--nokill", "--timeout", str(int(timeout_s))),
+                             capture_output=True, text=True)
+        if res.returncode == 0 or not self.is_running(vmid):
+            return True
+        if force:
+            self.stop(vmid)
+            return True
+        return False
+
+    def stop(self, vmid: int) -> None:
+        """Hard stop, like `pct stop` (lxc-stop --kill)."""
+        if self.is_running(vmid):
+            self._run(self._lxc("lxc-stop", vmid, "--kill", "--timeout", str(STOP_TIMEOUT_S)),
+                      f"stopping CT {vmid}", timeout=STOP_TIMEOUT_S + 5)
+
+    def reboot(self, vmid: int, timeout_s: float) -> None:
+        """`pct reboot`: a clean shutdown, then a start (what pve-container's vm_reboot does)."""
+        self.shutdown(vmid, timeout_s, force=True)
+        self.start(vmid)
+
+    def status(self, vmid: int) -> str:
+        res = subprocess.run(self._lxc("lxc-info", vmid, "-s", "-H"), capture_output=True, text=True)
+        return "running" if res.returncode == 0 and res.stdout.strip() == "RUNNING" else "stopped"
+
+    def is_running(self, vmid: int) -> bool:
+        return self.status(vmid) == "running"
+
+    def init_pid(self, vmid: int) -> int:
+        res = subprocess.run(self._lxc("lxc-info", vmid, "-p", "-H"), capture_output=True, text=True)
+        return int(res.stdout.strip()) if res.stdout.strip().isdigit() else 0
+
+    def destroy(self, vmid: int) -> None:
+        self.stop(vmid)
+        shutil.rmtree(self.dirs(vmid).view, ignore_errors=True)
+
+    # ---------------------------------------------------------------------------------------- attach
+
+    def _attach_argv(self, vmid: int, argv: list[str]) -> list[str]:
+        env = {"PATH": CT_PATH, "HOME": "/root", "USER": "root", "LOGNAME": "root", "container": "lxc",
+               "LANG": "C.UTF-8", **({"TERM": os.environ["TERM"]} if "TERM" in os.environ else {})}
+        sets = [a for k, v in env.items() for a in ("--set-var", f"{k}={v}")]
+        return self._lxc("lxc-attach", vmid, "--clear-env", *sets, "--", *argv)
+
+    def exec(self, vmid: int, argv: list[str]) -> NoReturn:
+        """Replace this process by lxc-attach: stdin, stdout, stderr and the exit code are the command's."""
+        full = self._attach_argv(vmid, argv)
+        sys.stdout.flush()
+        os.execvp(full[0], full)
+
+    def run(self, vmid: int, argv: list[str], stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(self._attach_argv(vmid, argv), input=stdin, capture_output=True)
+
+    def push(self, vmid: int, src: str, dst: str, mode: int, uid: int, gid: int) -> None:
+        """Copy a host file in through the container's own view (mounts included), then set owner and mode."""
+        data = Path(src).read_bytes()
+        script = 'cat > "$1" && chown "$2:$3" "$1" && chmod "$4" "$1"'
+        res = self.run(vmid, ["/bin/sh", "-c", script, "sh", dst, str(uid), str(gid), f"{mode:o}"], stdin=data)
+        if res.returncode != 0:
+            raise RuntimeFailure(f"failed to open '{dst}' for writing: "
+                                 f"{res.stderr.decode(errors='replace').strip()}")
+
+    def pull(self, vmid: int, src: str, dst: str) -> None:
+        res = self.run(vmid, ["/bin/sh", "-c", 'test -f "$1" && cat "$1"', "sh", src])
+        if res.returncode != 0:
+            raise RuntimeFailure(f"failed to open {src}: No such file or directory")
+        Path(dst).write_bytes(res.stdout)

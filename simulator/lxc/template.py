@@ -1,0 +1,145 @@
+"""The Debian 12 container template, built once per machine with debootstrap and cached like PVE's `vztmpl`.
+
+PVE's `debian-12-standard` appliance is built by Proxmox's DAB: the `required` priority set plus `systemd-sysv`,
+DAB's own includes (less, ssh/openssh-server, logrotate) and postfix, plus the `important`/`standard` priority
+sets. We keep what shapes how the tool meets a fresh container (systemd as PID 1, dbus, iproute2/ifupdown,
+openssh-server, less, logrotate) and leave out the large optional rest (postfix, man pages, ...): what matters
+is what a standard container lacks (python3-venv, curl, NVIDIA userspace), and it lacks them here too.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+CACHE_DIR = Path(os.environ.get("DEPLOY_SIM_TEMPLATE_CACHE", "/var/cache/deploy-sim/templates"))
+#: The name PVE's appliance index lists; the cached file carries it so `local:vztmpl/<name>` works unchanged.
+TEMPLATE_NAME = "debian-12-standard_12.7-1_amd64.tar.zst"
+SUITE = "bookworm"
+PACKAGES = ("systemd", "systemd-sysv", "dbus", "iproute2", "ifupdown", "less", "openssh-server", "logrotate")
+#: Never in the template (checked after the build): the tool must install these itself.
+FORBIDDEN = ("usr/bin/nvidia-smi", "root/ml-env", "models", "usr/lib/python3/dist-packages/venv")
+
+
+class TemplateError(RuntimeError):
+    """The template cannot be built; the message says what to install or fix."""
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    path: Path
+    seconds: float
+    size_bytes: int
+    built: bool  # False when the cached tarball was reused
+
+
+def apt_mirror(sources_dir: Path = Path("/etc/apt")) -> str:
+    """The Debian mirror this machine's apt uses for the main suite (deb822 .sources first, then sources.list)."""
+    texts = [p.read_text() for p in sorted((sources_dir / "sources.list.d").glob("*.sources"))]
+    for text in texts:
+        for stanza in re.split(r"\n\s*\n", text):
+            uris = re.search(r"^URIs:\s*(\S+)", stanza, re.M)
+            suites = re.search(r"^Suites:\s*(.+)$", stanza, re.M)
+            if uris and suites and SUITE in suites.group(1).split():
+                return uris.group(1)
+    legacy = sources_dir / "sources.list"
+    if legacy.is_file():
+        for line in legacy.read_text().splitlines():
+            m = re.match(r"\s*deb\s+(?:\[[^]]*\]\s+)?(\S+)\s+(\S+)", line)
+            if m and m.group(2) == SUITE:
+                return m.group(1)
+    raise TemplateError(f"no apt source for Debian {SUITE} in {sources_dir}: cannot pick a mirror for debootstrap")
+
+
+@contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+def _run(argv: list[str], what: str) -> None:
+    res = subprocess.run(argv, capture_output=True, text=True)
+    if res.returncode != 0:
+        tail = "\n".join((res.stderr or res.stdout).strip().splitlines()[-8:])
+        raise TemplateError(f"{what} failed (exit {res.returncode}): {tail}")
+
+
+def ensure(cache_dir: Path | None = None) -> BuildResult:
+    """The cached template, built first if missing. Parallel callers wait on one lock and build it once."""
+    cache = cache_dir or CACHE_DIR
+    target = cache / TEMPLATE_NAME
+    t0 = time.monotonic()
+    if target.is_file():
+        return BuildResult(target, 0.0, target.stat().st_size, False)
+    with _lock(cache / ".build.lock"):
+        if target.is_file():
+            return BuildResult(target, time.monotonic() - t0, target.stat().st_size, False)
+        for tool in ("debootstrap", "zstd"):
+            if shutil.which(tool) is None:
+                raise TemplateError(f"{tool} not installed: run scripts/install.sh")
+        mirror = apt_mirror()
+        with tempfile.TemporaryDirectory(prefix="build-", dir=cache) as tmp:
+            rootfs = Path(tmp) / "rootfs"
+            _run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(rootfs),
+                  mirror], "debootstrap")
+            _clean(rootfs)
+            part = Path(tmp) / TEMPLATE_NAME
+            _run(["tar", "--numeric-owner", "--zstd", "-cpf", str(part), "-C", str(rootfs), "."], "tar")
+            os.replace(part, target)
+    return BuildResult(target, time.monotonic() - t0, target.stat().st_size, True)
+
+
+def _clean(rootfs: Path) -> None:
+    """What PVE's appliance builder strips too: package lists, downloaded .debs, the build host's identity."""
+    for sub in ("var/lib/apt/lists", "var/cache/apt/archives"):
+        d = rootfs / sub
+        for p in d.iterdir() if d.is_dir() else []:
+            if p.is_file() and p.name != "lock":
+                p.unlink()
+    for p in (rootfs / "var/cache/apt").glob("*.bin"):
+        p.unlink()
+    (rootfs / "etc/hostname").write_text("localhost\n")
+    mid = rootfs / "etc/machine-id"
+    mid.write_text("")  # empty: systemd generates one at first boot, as in PVE's templates
+    for key in (rootfs / "etc/ssh").glob("ssh_host_*"):
+        key.unlink()  # pct create generates host keys per container
+    leftovers = [f for f in FORBIDDEN if (rootfs / f).exists()]
+    if leftovers:
+        raise TemplateError(f"template would contain {', '.join(leftovers)}")
+
+
+def install_into(cache_file: Path, template_cache: Path) -> Path:
+    """Make the cached template appear in a host's `local:vztmpl` storage (hard link, else copy)."""
+    template_cache.mkdir(parents=True, exist_ok=True)
+    dest = template_cache / cache_file.name
+    if dest.is_file() and dest.stat().st_size == cache_file.stat().st_size:
+        return dest
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(cache_file, tmp)
+    except OSError:
+        shutil.copyfile(cache_file, tmp)
+    os.replace(tmp, dest)
+    return dest
+
+
+def main() -> int:
+    res = ensure()
+    print(f"{res.path}: {res.size_bytes / 1e6:.1f} MB, {'built' if res.built else 'cached'} in {res.seconds:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
