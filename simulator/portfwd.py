@@ -7,6 +7,9 @@ short-lived thread that first joins the running container's netns (setns(2) on a
 calling thread only), so the socket lives in the container while the relay stays outside. When no container
 runs, the connection is closed at once, as a refused port would be.
 
+With the lxc runtime the container has a real address on the host's bridge (simulator/lxc/net.py), and the
+relay connects there: ADDRESS:PORT → CT_IP:PORT, so two containers can both serve :8000.
+
     python -m simulator.portfwd HOST_DIR ADDRESS PORT [VMID]
 """
 
@@ -32,16 +35,50 @@ def _running_netns(hp: HostPaths, vmid: int) -> str | None:
     return ns if state.get("status") == "running" and ns else None
 
 
+def _lxc_address(hp: HostPaths, vmid: int) -> str | None:
+    """The container's bridge address when the host uses the lxc runtime (None: the view runtime)."""
+    try:
+        cfg = json.loads(hp.config.read_text())
+    except (OSError, ValueError):
+        return None
+    if cfg.get("runtime") != "lxc":
+        return None
+    from simulator.lxc.net import host_net
+
+    return host_net(cfg["address"], cfg["sim_id"]).ct_ip(vmid)
+
+
 def connect_in_ct(hp: HostPaths, vmid: int, port: int, timeout_s: float = 5.0) -> socket.socket:
-    """A TCP connection to 127.0.0.1:port inside the container's network namespace."""
+    """A TCP connection to the container's server: its bridge address (lxc runtime), else 127.0.0.1:port inside
+    its network namespace (view runtime)."""
+    address = _lxc_address(hp, vmid)
+    if address is not None:
+        try:
+            sock = socket.create_connection((address, port), timeout=timeout_s)
+            sock.settimeout(None)
+            return sock
+        except ConnectionRefusedError:
+            # a server bound to the container's 127.0.0.1 (the profile's default host): reach it from inside
+            from simulator.lxc.runtime import LxcRuntime
+            from simulator.pve.lxc import Node
+
+            pid = LxcRuntime(hp, Node(hp).cfg).init_pid(vmid)
+            if not pid:
+                raise
+            return _connect_via(f"/proc/{pid}/ns/net", vmid, port, timeout_s)
     ns = _running_netns(hp, vmid)
     if ns is None:
         raise ConnectionRefusedError(f"CT {vmid} is not running")
+    return _connect_via(netns_path(hp, ns), vmid, port, timeout_s)
+
+
+def _connect_via(ns_file: str, vmid: int, port: int, timeout_s: float) -> socket.socket:
+    """Connect to 127.0.0.1:port in the network namespace `ns_file`, from a short-lived thread."""
     result: list[socket.socket | BaseException] = []
 
     def join_and_connect() -> None:
         try:
-            nsutil.setns(netns_path(hp, ns), nsutil.CLONE_NEWNET)
+            nsutil.setns(ns_file, nsutil.CLONE_NEWNET)
             result.append(socket.create_connection(("127.0.0.1", port), timeout=timeout_s))
         except BaseException as exc:  # handed to the caller's thread
             result.append(exc)

@@ -98,6 +98,7 @@ def ruleset(net: HostNet, dns: list[str], lan: list[str]) -> str:
         f"    chain ct_post {{\n        type nat hook postrouting priority srcnat; policy accept;\n"
         f"        ip saddr {net.subnet}/24 oifname != \"{net.bridge}\" masquerade\n    }}\n"
         f"    chain ct_forward {{\n        type filter hook forward priority filter; policy accept;\n"
+        f"        iifname \"{net.bridge}\" oifname \"{net.bridge}\" accept\n"
         f"        oifname \"{net.bridge}\" ct state established,related accept\n"
         f"        oifname \"{net.bridge}\" drop\n"
         f"{allow_dns}"

@@ -221,8 +221,7 @@ class LxcRuntime:
     def stop(self, vmid: int) -> None:
         """Hard stop, like `pct stop` (lxc-stop --kill)."""
         if self.is_running(vmid):
-            self._run(self._lxc("lxc-stop", vmid, "--kill", "--timeout", str(STOP_TIMEOUT_S)),
-                      f"stopping CT {vmid}", timeout=STOP_TIMEOUT_S + 5)
+            self._run(self._lxc("lxc-stop", vmid, "--kill"), f"stopping CT {vmid}", timeout=STOP_TIMEOUT_S)
 
     def reboot(self, vmid: int, timeout_s: float) -> None:
         """`pct reboot`: a clean shutdown, then a start (what pve-container's vm_reboot does)."""

@@ -1,0 +1,176 @@
+"""Real LXC containers behind `pct` (lxc runtime): the stock template boots systemd, devices, mounts, attach,
+reboot and the per-container network. One host and two containers for the whole module."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from simulator.lxc import template
+from tests.sim.conftest import Ssh
+from tests.sim.lxc_support import create_and_start, lxc_host
+
+pytestmark = pytest.mark.timeout(300)
+
+
+class Ct:
+    """A running container of the module's host, driven through the host's `pct` over SSH."""
+
+    def __init__(self, root: Path, info: Any, ssh: Ssh, models: Path):
+        self.root, self.info, self.ssh, self.models = root, info, ssh, models
+
+    def sh(self, script: str, vmid: int = 120, stdin: str | None = None) -> Any:
+        return self.ssh.run(f"pct exec {vmid} -- sh -c {shlex.quote(script)}", stdin=stdin, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def ct(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ct]:
+    with lxc_host(tmp_path_factory, "lxc-runtime") as (root, info, ssh):
+        models = tmp_path_factory.mktemp("models")
+        (models / "config.json").write_text('{"model": "bind-mounted"}\n')
+        create_and_start(ssh, 120, "--cores 2 --memory 1024 --dev0 /dev/nvidia0 --dev1 /dev/nvidiactl",
+                         f"--mp0 {models},mp=/models,ro=1")
+        yield Ct(root, info, ssh, models)
+
+
+def test_template_is_bare_debian_12(ct: Ct) -> None:
+    listing = subprocess.run(["tar", "--zstd", "-tf", str(template.CACHE_DIR / template.TEMPLATE_NAME)],
+                             capture_output=True, text=True, check=True).stdout.splitlines()
+    names = {n.removeprefix("./") for n in listing}
+    assert "usr/lib/systemd/systemd" in names and "usr/bin/apt-get" in names
+    for absent in ("usr/bin/nvidia-smi", "usr/bin/python3", "root/ml-env/", "models/", "var/lib/apt/lists/lock"):
+        assert absent not in names, absent
+    assert not [n for n in names if n.startswith("var/cache/apt/archives/") and n.endswith(".deb")]
+    assert not [n for n in names if "sglang" in n or "nvidia" in n.lower()]
+    res = ct.sh(". /etc/os-release; echo $VERSION_ID; test ! -e /root/ml-env; command -v nvidia-smi python3 curl")
+    assert res.rc != 0 and res.out.split() == ["12"], res  # `command -v` finds none of them
+
+
+def test_pve_conf_becomes_lxc_config(ct: Ct) -> None:
+    cfg = (ct.root / "lxc" / ct.info.name / "120" / "config").read_text().splitlines()
+    for line in ("lxc.include = /usr/share/lxc/config/debian.common.conf", "lxc.apparmor.profile = unconfined",
+                 "lxc.cgroup.memory.limit_in_bytes = 1073741824", "lxc.cgroup.cpu.cfs_quota_us = 200000",
+                 "lxc.cgroup.devices.allow = c 195:0 rwm", "lxc.cgroup.devices.allow = c 195:255 rwm",
+                 f"lxc.mount.entry = {ct.models} models none bind,create=dir,ro 0 0"):
+        assert line in cfg, line
+    res = ct.sh("cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max")
+    assert res.out.strip() == "1073741824"
+
+
+def test_systemd_is_pid_1_and_running(ct: Ct) -> None:
+    res = ct.sh("cat /proc/1/comm; systemctl is-system-running; hostname; journalctl -b --no-pager -q -n 1 "
+                ">/dev/null && echo journal-ok")
+    assert res.out.split() == ["systemd", "running", "ct120", "journal-ok"], res
+    assert ct.ssh.run("pct status 120").out.strip() == "status: running"
+
+
+def test_only_the_simulators_gpu_side_is_visible(ct: Ct) -> None:
+    res = ct.sh("cat /run/deploy-sim/vmid; ls /run/deploy-sim; test -f /run/deploy-sim/host/host.json && echo h; "
+                "touch /run/deploy-sim/gpu/probe && echo gpu-rw; touch /run/deploy-sim/host/x 2>/dev/null || "
+                "echo host-ro; mount | grep -c -e /etc/pve -e deploy-sim/repo || true")
+    assert res.out.split() == ["120", "ct", "gpu", "host", "vmid", "h", "gpu-rw", "host-ro", "0"], res
+    assert (ct.root / "hosts" / ct.info.name / "gpu" / "probe").exists()
+
+
+def test_device_nodes_have_host_majors_and_others_are_denied(ct: Ct) -> None:
+    host = os.stat(ct.root / "hosts" / ct.info.name / "fs" / "dev" / "nvidia0")
+    res = ct.sh("stat -c '%t %T' /dev/nvidia0; head -c0 /dev/nvidia0")
+    assert res.out.split() == [f"{os.major(host.st_rdev):x}", f"{os.minor(host.st_rdev):x}"], res
+    # allowed: the open reaches the (absent) driver, ENXIO; a node the cgroup does not allow stops at EPERM
+    assert "No such device or address" in res.err, res
+    denied = ct.sh("mknod /tmp/other c 195 7 && head -c0 /tmp/other")  # nvidia7: not passed in
+    assert denied.rc != 0 and "Operation not permitted" in denied.err, denied
+
+
+def test_mp_bind_mount_is_visible_read_only(ct: Ct) -> None:
+    res = ct.sh("cat /models/config.json; touch /models/x 2>/dev/null || echo ro")
+    assert res.out.splitlines() == ['{"model": "bind-mounted"}', "ro"], res
+
+
+def test_exec_push_pull_keep_bytes_exit_codes_and_quoting(ct: Ct, tmp_path: Path) -> None:
+    odd = "a b 'c' \"d\" $HOME %s \\e ü"
+    res = ct.ssh.run(f"pct exec 120 -- printf '%s|' {shlex.quote(odd)} x")
+    assert res.rc == 0 and res.out == odd + "|x|"
+    assert ct.ssh.run("pct exec 120 -- sh -c 'exit 42'").rc == 42
+    assert ct.sh("cat", stdin="piped\n").out == "piped\n"
+    missing = ct.ssh.run("pct exec 120 -- /no/such/program")
+    assert missing.rc != 0
+    env = ct.sh("env | sort").out.split()
+    assert "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" in env
+    assert not [e for e in env if e.startswith(("DEPLOY_SIM", "SSH_", "PYTHON"))], env
+    host_root = ct.root / "hosts" / ct.info.name / "fs" / "root"  # the host's /root as its SSH sessions see it
+    (host_root / "push-src").write_bytes(bytes(range(256)))
+    remote = "/root/with space.bin"
+    res = ct.ssh.run(f"pct push 120 /root/push-src {shlex.quote(remote)} --perms 0600 && pct exec 120 -- stat -c "
+                     f"'%a %U' {shlex.quote(remote)} && pct pull 120 {shlex.quote(remote)} /root/pulled")
+    assert res.rc == 0 and res.out.strip() == "600 root", res
+    assert (host_root / "pulled").read_bytes() == bytes(range(256))
+    bad = ct.ssh.run("pct pull 120 /no/such /root/x")
+    assert bad.rc != 0 and "/no/such" in bad.err
+
+
+UNIT = "[Unit]\nDescription=boot probe\n[Service]\nType=oneshot\nRemainAfterExit=yes\n" \
+       "ExecStart=/bin/sh -c 'cat /proc/sys/kernel/random/boot_id > /root/probe-boot'\n" \
+       "[Install]\nWantedBy=multi-user.target\n"
+
+
+def test_enabled_unit_starts_at_boot_and_after_pct_reboot(ct: Ct) -> None:
+    res = ct.sh("cat > /etc/systemd/system/probe.service && systemctl enable probe.service 2>/dev/null && "
+                "systemctl is-active probe.service || true", stdin=UNIT)
+    assert res.out.strip() == "inactive"  # enabled, not started
+    boot = ct.sh("cat /proc/sys/kernel/random/boot_id").out
+    t0 = time.monotonic()
+    assert ct.ssh.run("pct reboot 120", timeout=120).rc == 0
+    took = time.monotonic() - t0
+    res = ct.sh("systemctl is-active probe.service; cat /root/probe-boot; journalctl --list-boots --no-pager -q | "
+                "wc -l")
+    state, probe, boots = res.out.split()
+    assert state == "active" and probe != boot.strip() and int(boots) >= 2, (res, took)
+    assert ct.ssh.run("pct shutdown 120 && pct status 120 && pct start 120", timeout=120).out.strip() == \
+        "status: stopped"
+    assert ct.sh("systemctl is-active probe.service").out.strip() == "active"
+
+
+SOCKET = "[Socket]\nListenStream=8000\nAccept=yes\n[Install]\nWantedBy=sockets.target\n"
+ANSWER = "[Service]\nExecStart=/bin/hostname\nStandardOutput=socket\n"
+
+
+def _serve_hostname(ct: Ct, vmid: int) -> None:
+    """A real systemd socket unit answers each connection on :8000 with the hostname (minbase has no server)."""
+    res = ct.sh("cat > /etc/systemd/system/name.socket", vmid=vmid, stdin=SOCKET)
+    assert res.rc == 0
+    res = ct.ssh.run(f"pct exec {vmid} -- sh -c {shlex.quote('cat > /etc/systemd/system/name@.service')}",
+                     stdin=ANSWER)
+    assert res.rc == 0
+    assert ct.sh("systemctl daemon-reload && systemctl enable --now name.socket 2>/dev/null && "
+                 "systemctl is-active name.socket", vmid=vmid).out.strip() == "active"
+
+
+def _read(address: str, port: int = 8000) -> str:
+    with socket.create_connection((address, port), timeout=10) as s:
+        return s.makefile().read().strip()
+
+
+def test_two_containers_each_serve_port_8000(ct: Ct) -> None:
+    create_and_start(ct.ssh, 121)
+    try:
+        for vmid in (120, 121):
+            _serve_hostname(ct, vmid)
+        bridge = json.loads((ct.root / "hosts" / ct.info.name / "host.json").read_text())["bridge_address"]
+        prefix = bridge.rsplit(".", 1)[0]
+        assert _read(f"{prefix}.122") == "ct120" and _read(f"{prefix}.123") == "ct121"
+        assert _read(ct.info.address) == "ct120"  # the host's relay ADDRESS:8000 → CT 120
+        res = ct.ssh.run(f"pct exec 120 -- timeout 10 bash -c 'exec 3<>/dev/tcp/{prefix}.123/8000 && cat <&3'")
+        assert res.out.strip() == "ct121"  # same bridge
+    finally:
+        ct.ssh.run("pct stop 121; pct destroy 121", timeout=60)
+    assert not (ct.root / "lxc" / ct.info.name / "121").exists()
