@@ -65,6 +65,9 @@ def sim() -> None:
 def up(app: AppContext, hosts: int, profile: str, time_scale: float, first: int, runtime: str | None,
        root: str | None) -> int:
     """Start (or keep) the simulated hosts and write their inventory entries, keys and known_hosts."""
+    from simulator.lxc.net import NetError
+    from simulator.lxc.runtime import MissingTools
+    from simulator.lxc.template import TemplateError
     from simulator.manager import AddressInUse, sim_up
 
     copy = _inventory_copy(app)
@@ -73,6 +76,11 @@ def up(app: AppContext, hosts: int, profile: str, time_scale: float, first: int,
                        first=first, runtime=runtime)
     except AddressInUse as exc:
         raise ConfigError(exc.what, fix=exc.fix, host=exc.host, step="sim up") from exc
+    except MissingTools as exc:
+        raise ConfigError(str(exc), fix="run scripts/install.sh (as root)", step="sim up") from exc
+    except (TemplateError, NetError) as exc:
+        raise ConfigError(f"lxc runtime: {exc}", fix="see docs/simulator.md, 'The lxc runtime'",
+                          step="sim up") from exc
     app.out.emit({"ok": True, "hosts": [_info_dict(i) for i in infos], "inventory": str(copy) if copy else None})
     for i in infos:
         app.out.line(f"{i.name}: {i.address} ssh :{i.ssh_port} (key {i.key_file}), PVE API https://{i.address}:"

@@ -36,11 +36,15 @@ class RuntimeFailure(RuntimeError):
     """An lxc-* command failed; the message names the command and LXC's own error lines."""
 
 
+class MissingTools(RuntimeError):
+    """The lxc runtime's tools are not installed."""
+
+
 def require_lxc() -> None:
     """Refuse `--runtime lxc` on a machine without the tools, saying how to get them."""
     missing = [t for t in ("lxc-start", "lxc-attach", "debootstrap", "nft", "zstd") if shutil.which(t) is None]
     if missing:
-        raise RuntimeError(f"the lxc runtime needs {', '.join(missing)}: run scripts/install.sh "
+        raise MissingTools(f"the lxc runtime needs {', '.join(missing)}: run scripts/install.sh "
                            "(apt-get install lxc debootstrap nftables zstd)")
 
 
@@ -101,7 +105,10 @@ class LxcRuntime:
         from simulator.pve.lxc import outer_pid
 
         pid = outer_pid(self.hp)
-        if os.stat("/proc/self/ns/mnt").st_ino == os.stat(f"/proc/{pid}/ns/mnt").st_ino:
+        try:
+            if os.stat("/proc/self/ns/mnt").st_ino == os.stat(f"/proc/{pid}/ns/mnt").st_ino:
+                return []
+        except OSError:  # no daemon left (after `sim down`) and init not ours to inspect: this view it is
             return []
         return ["nsenter", f"--mount=/proc/{pid}/ns/mnt", "--"]
 

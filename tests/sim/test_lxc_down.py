@@ -1,0 +1,44 @@
+"""`sim down` of an lxc-runtime host leaves no container, bridge, veth, nft table or namespace, and puts
+ip_forward back."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from simulator.lxc import net
+from simulator.manager import sim_down
+from tests.sim.lxc_support import create_and_start, lxc_host
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _sh(*argv: str) -> str:
+    return subprocess.run(argv, capture_output=True, text=True).stdout
+
+
+def test_sim_down_removes_everything_it_made(tmp_path_factory: pytest.TempPathFactory) -> None:
+    before = net.IP_FORWARD.read_text()
+    with lxc_host(tmp_path_factory, "lxc-down") as (root, info, ssh):
+        create_and_start(ssh, 120)
+        cfg = info.host_dir / "host.json"
+        hn = net.host_net(info.address, __import__("json").loads(cfg.read_text())["sim_id"])
+        lxcpath = str(root / "lxc" / info.name)
+        init = _sh("lxc-info", "-P", lxcpath, "-n", "120", "-p", "-H").strip()
+        assert init.isdigit()
+        ct_netns = Path(f"/proc/{init}/ns/net").stat().st_ino
+        assert net.IP_FORWARD.read_text().strip() == "1"
+        assert net.leftovers(hn) == [f"bridge {hn.bridge}", f"nft table {hn.table}"]
+        assert f"master {hn.bridge}" in _sh("ip", "-o", "link", "show", "type", "veth")
+        sim_down(root)
+        assert _sh("lxc-ls", "-P", lxcpath, "--running").split() == []
+        assert not Path(f"/proc/{init}").exists()
+        assert net.leftovers(hn) == []
+        assert f"master {hn.bridge}" not in _sh("ip", "-o", "link", "show", "type", "veth")
+        inodes = {p.stat().st_ino for p in Path("/proc").glob("[0-9]*/ns/net") if p.exists()}
+        assert ct_netns not in inodes
+        others = [p for p in net.FWD_STATE.iterdir() if not p.name.startswith((".", "ip_forward"))]
+        if not others:  # no other simulated bridge on this machine: the value from before is back
+            assert net.IP_FORWARD.read_text() == before
