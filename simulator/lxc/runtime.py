@@ -161,7 +161,10 @@ class LxcRuntime:
     def write_config(self, vmid: int, conf: confmod.CtConf, devices: list[lxcconf.Device]) -> None:
         """Render the LXC config from the PVE conf (at every start, as pve-container does)."""
         if conf.options.get("unprivileged") == "1":
+            self._check_searchable(vmid)
+            self._delegate_ids()
             self._shift_rootfs(vmid)
+            os.chown(self.hp.gpu, lxcconf.IDMAP_BASE, lxcconf.IDMAP_BASE)  # the CT's root writes its load file
         ct = self.hp.ct(vmid)
         vmid_file = ct.dir / "vmid"
         vmid_file.write_text(f"{vmid}\n")
@@ -176,6 +179,27 @@ class LxcRuntime:
             cgroup2=cgroup2_only()))
         self.set_hostname(vmid, conf.options.get("hostname", f"CT{vmid}"))
         d.config.write_text(text)
+
+    def _check_searchable(self, vmid: int) -> None:
+        """An unprivileged container's root (host uid 100000) must be able to walk down to its rootfs."""
+        d = self.dirs(vmid)
+        for view, real in zip([d.view, *d.view.parents], [d.real, *d.real.parents], strict=False):
+            if not os.stat(view).st_mode & stat.S_IXOTH:
+                raise RuntimeFailure(
+                    f"unprivileged CT {vmid}: {real} is not searchable by the container's mapped root (host uid "
+                    f"{lxcconf.IDMAP_BASE}), so LXC cannot reach the rootfs; use a sim root whose directories are "
+                    "o+x (e.g. the default /var/lib/deploy-sim) or set unprivileged: 0")
+
+    @staticmethod
+    def _delegate_ids() -> None:
+        """Give root the id range unprivileged containers map to, as a PVE host has it (/etc/subuid, /etc/subgid);
+        LXC maps ids through newuidmap, which checks these files."""
+        line = f"root:{lxcconf.IDMAP_BASE}:{lxcconf.IDMAP_SIZE}"
+        for name in ("/etc/subuid", "/etc/subgid"):
+            path = Path(name)
+            text = path.read_text() if path.exists() else ""
+            if line not in text.splitlines():
+                path.write_text(text + ("" if not text or text.endswith("\n") else "\n") + line + "\n")
 
     def _shift_rootfs(self, vmid: int) -> None:
         """Unprivileged: own the rootfs by the mapped ids once (PVE does this at create with its idmap)."""

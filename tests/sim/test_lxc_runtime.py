@@ -7,6 +7,7 @@ import json
 import os
 import shlex
 import socket
+import stat
 import subprocess
 import time
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ import pytest
 
 from simulator.lxc import template
 from tests.sim.conftest import Ssh
-from tests.sim.lxc_support import create_and_start, lxc_host
+from tests.sim.lxc_support import TEMPLATE, create_and_start, lxc_host
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -174,3 +175,14 @@ def test_two_containers_each_serve_port_8000(ct: Ct) -> None:
     finally:
         ct.ssh.run("pct stop 121; pct destroy 121", timeout=60)
     assert not (ct.root / "lxc" / ct.info.name / "121").exists()
+
+
+def test_unprivileged_ct_under_a_private_root_is_refused_with_the_reason(ct: Ct) -> None:
+    # pytest's base temp dir is 0700: the mapped root (uid 100000) of an unprivileged CT cannot reach the rootfs
+    assert not os.stat(ct.root.parent).st_mode & stat.S_IXOTH
+    res = ct.ssh.run(f"pct create 130 {TEMPLATE} --hostname u130 --unprivileged 1 && pct start 130", timeout=120)
+    try:
+        assert res.rc != 0 and "not searchable by the container's mapped root" in res.err, res
+        assert "unprivileged: 0" in res.err and ct.ssh.run("pct status 130").out.strip() == "status: stopped"
+    finally:
+        ct.ssh.run("pct destroy 130", timeout=60)
