@@ -11,8 +11,13 @@ client makes (checked against huggingface_hub's snapshot_download / file_downloa
   a sim host has one address, so the stand-in serves them in place (what the client sees after following);
 - bodies honour `Range: bytes=N-[M]` (206 + Content-Range), so an interrupted download resumes.
 Errors carry `X-Error-Code` (RepoNotFound, RevisionNotFound, EntryNotFound) which the client maps to its
-exceptions. No xet headers are sent, so the client uses plain HTTP. `rate_bytes_s` slows bodies down so tests
-can interrupt a download; `requests` records what was asked (method, path, Range).
+exceptions. No xet headers are sent, so the client uses plain HTTP. `rate_bytes_s` slows bodies down;
+`drop_after_bytes` cuts the first transfer of each LFS file (the client then resumes it with a Range request);
+`requests` records what was asked (method, path, Range).
+
+Resume, as huggingface_hub really does it: within one `hf download`, a transfer cut by the network is resumed
+with `Range` from the last 10 MB piece written. Since 1.18 (PR #4306) each process downloads into its own
+temporary file and deletes it on failure, so a killed `hf download` starts interrupted files again from zero.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import socket
 import struct
 import threading
 import time
@@ -93,6 +99,9 @@ class HubState:
 
     repos: dict[str, dict[str, RepoFile]]
     rate_bytes_s: float | None = None
+    #: Fault knob: the first plain GET of each LFS file is cut after this many body bytes (a dropped connection).
+    drop_after_bytes: int | None = None
+    dropped: set[str] = field(default_factory=set)
     requests: list[tuple[str, str, str]] = field(default_factory=list)  # (method, path, Range header or "")
 
     def commit(self, repo: str) -> str:
@@ -124,8 +133,9 @@ class _Handler(BaseHTTPRequestHandler):
             extra["X-Repo-Commit"] = commit
         self._json(code, {"error": message}, extra)
 
-    def _body(self, data: bytes, headers: dict[str, str]) -> None:
-        """200, or 206 for `Range: bytes=N-[M]`; paced by rate_bytes_s."""
+    def _body(self, data: bytes, headers: dict[str, str], drop_key: str | None = None) -> None:
+        """200, or 206 for `Range: bytes=N-[M]`; paced by rate_bytes_s; cut once per `drop_key` when the
+        drop_after_bytes knob is set."""
         start, end = 0, len(data) - 1
         m = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
         code = 200
@@ -141,8 +151,18 @@ class _Handler(BaseHTTPRequestHandler):
         self._headers(code, headers)
         if self.command == "HEAD":
             return
-        rate = self.server.state.rate_bytes_s
+        state = self.server.state
+        rate = state.rate_bytes_s
+        cut = None
+        if drop_key and code == 200 and state.drop_after_bytes is not None and drop_key not in state.dropped:
+            state.dropped.add(drop_key)
+            cut = state.drop_after_bytes
         for off in range(start, end + 1, CHUNK):
+            if cut is not None and off >= cut:
+                self.wfile.flush()
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
             self.wfile.write(data[off:min(off + CHUNK, end + 1)])
             if rate:
                 self.wfile.flush()
@@ -217,7 +237,7 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {"X-Repo-Commit": commit, "ETag": f'"{f.git_oid}"'}
         if f.lfs:
             headers.update({"X-Linked-Etag": f'"{f.sha256}"', "X-Linked-Size": str(len(f.data))})
-        self._body(f.data, headers)
+        self._body(f.data, headers, drop_key=f.path if f.lfs and self.command == "GET" else None)
 
 
 class HubHTTPServer(ThreadingHTTPServer):
