@@ -101,7 +101,8 @@ def test_rerun_at_another_version_replaces_and_uninstall_removes(tmp_path: Path,
     assert (lib / "libnvidia-ml.so.1").readlink() == Path(f"libnvidia-ml.so.{other}")
     mismatch = smi(ct)
     assert mismatch.returncode == 18
-    assert mismatch.stdout == "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 575.57\n"
+    assert mismatch.stdout == ("Failed to initialize NVML: Driver/library version mismatch\n"
+                               "NVML library version: 575.57\n")
     un = run([str(ct.root / "usr/bin/nvidia-installer"), "--uninstall", "--silent"], ct)
     assert un.returncode == 0, un.stderr
     assert not (ct.root / "usr/bin/nvidia-smi").exists() and not list(lib.glob("libnvidia-ml.so*"))
