@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from simulator import ctside
+
 DEFAULT_ROOT = "/var/lib/deploy-sim"
 DEFAULT_PROFILE = "rtx-pro-6000-x8"
 
@@ -49,6 +51,9 @@ class SimContext:
     host_dir: Path
     vmid: int | None  # None: the host view
     dev_dir: Path  # where /dev/nvidia* are looked up
+    #: Inside a real LXC container: the container's root ("/", or a directory in tests). The simulated world is
+    #: then read only through simulator/ctside.py's mounts under it, and host_dir is its HOST_DIR.
+    ct_root: Path | None = None
 
     @property
     def host_json(self) -> dict[str, Any]:
@@ -58,7 +63,14 @@ class SimContext:
     def ct_dir(self) -> Path:
         if self.vmid is None:
             raise ValueError("not in a container view")
+        if self.ct_root is not None:
+            return self.ct_root / ctside.CT_DIR.lstrip("/")
         return self.host_dir / "ct" / str(self.vmid)
+
+    @property
+    def load_root(self) -> Path:
+        """The directory whose gpu/ holds the model servers' load files (telemetry.py)."""
+        return self.ct_root / ctside.SIM_DIR.lstrip("/") if self.ct_root is not None else self.host_dir
 
     @property
     def ct_state(self) -> dict[str, Any]:
@@ -74,6 +86,16 @@ class SimContext:
             return max(float(self.host_json.get("time_scale") or 1.0), 1e-6)
         except (TypeError, ValueError):
             return 1.0
+
+
+def context_from_ctside(ct_root: Path) -> SimContext:
+    """The context of a stand-in installed in a real container whose root is `ct_root`."""
+    try:
+        vmid_s = (ct_root / ctside.VMID_FILE.lstrip("/")).read_text().strip()
+    except OSError:
+        vmid_s = ""
+    return SimContext(host_dir=ct_root / ctside.HOST_DIR.lstrip("/"), vmid=int(vmid_s) if vmid_s.isdigit() else 0,
+                      dev_dir=ct_root / "dev", ct_root=ct_root)
 
 
 def host_dir_from_env(env: dict[str, str] | None = None) -> Path:

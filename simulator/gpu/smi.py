@@ -22,14 +22,18 @@ from typing import TextIO
 
 from . import telemetry
 from .profiles import Gpu, GpuProfile, get_profile
-from .simctx import SimContext, context_from_env
+from .simctx import SimContext, context_from_ctside, context_from_env
 from .topo import topo_m, topo_p2p
 
 FAIL_DRIVER = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
     "Make sure that the latest NVIDIA driver is installed and running.\n"
 )
-USERSPACE_VERSION_FILE = "opt/sim-nvidia/version"  # inside the container's fs/
+USERSPACE_VERSION_FILE = "opt/sim-nvidia/version"  # inside the container's fs/ (view runtime)
+NVML_LINK = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"  # real container: what the .run stand-in installs
+NO_NVML = ("NVIDIA-SMI couldn't find libnvidia-ml.so library in your system. Please make sure that the NVIDIA "
+           "Display Driver is properly installed and present in your system.\nPlease also try adding directory "
+           "that contains libnvidia-ml.so to your system PATH.\n")
 
 
 class SmiExit(Exception):
@@ -45,7 +49,7 @@ class View:
     profile: GpuProfile
     driver_version: str
     gpus: list[Gpu]  # visible GPUs, renumbered by position
-    host_dir: Path
+    load_root: Path  # its gpu/ holds the servers' load files (SimContext.load_root)
 
 
 def host_driver_version(ctx: SimContext, profile: GpuProfile) -> str:
@@ -53,7 +57,11 @@ def host_driver_version(ctx: SimContext, profile: GpuProfile) -> str:
 
 
 def userspace_version(ctx: SimContext) -> str | None:
-    """The container's NVIDIA userspace version as the installer stand-in recorded it."""
+    """The container's NVIDIA userspace version as the installer stand-in recorded it: in a real container the
+    version of the libnvidia-ml.so.1 it links (as real NVML reports its own), else the view runtime's record."""
+    if ctx.ct_root is not None:
+        target = os.readlink(link) if (link := ctx.ct_root / NVML_LINK.lstrip("/")).is_symlink() else ""
+        return target.rsplit("libnvidia-ml.so.", 1)[1] if "libnvidia-ml.so." in target else None
     try:
         return (ctx.ct_dir / "fs" / USERSPACE_VERSION_FILE).read_text().strip() or None
     except OSError:
@@ -64,8 +72,10 @@ def resolve_view(ctx: SimContext) -> View:
     profile = get_profile(ctx.profile_name)
     driver = host_driver_version(ctx, profile)
     if ctx.vmid is None:
-        return View(profile, driver, list(profile.gpus), ctx.host_dir)
+        return View(profile, driver, list(profile.gpus), ctx.load_root)
     user = userspace_version(ctx)
+    if user is None and ctx.ct_root is not None:
+        raise SmiExit(12, NO_NVML)
     if user is None:
         raise SmiExit(127, "bash: line 1: nvidia-smi: command not found\n", stderr=True)
     dev = ctx.dev_dir
@@ -80,7 +90,7 @@ def resolve_view(ctx: SimContext) -> View:
                       f"NVML library version: {short}\n")
     if not visible:
         raise SmiExit(6, "No devices were found\n")
-    return View(profile, driver, visible, ctx.host_dir)
+    return View(profile, driver, visible, ctx.load_root)
 
 
 # ---------------------------------------------------------------------------------------------- query-gpu
@@ -163,7 +173,7 @@ def canonical(field: str) -> str:
 
 
 def query_lines(view: View, fields: list[str], units: bool, now: float) -> list[str]:
-    loads = telemetry.read_loads(view.host_dir, now)
+    loads = telemetry.read_loads(view.load_root, now)
     rows = []
     for i, gpu in enumerate(view.gpus):
         smp = telemetry.sample(view.profile, gpu, loads.get(gpu.minor), now)
@@ -227,7 +237,7 @@ def dmon(view: View, out: TextIO, selectors: str, delay_s: float, count: int | N
     n = 0
     while count is None or n < count:
         now = time.time()
-        loads = telemetry.read_loads(view.host_dir, now)
+        loads = telemetry.read_loads(view.load_root, now)
         stamp = dt.datetime.fromtimestamp(now)
         for i, gpu in enumerate(view.gpus):
             if ids is not None and i not in ids:
@@ -247,7 +257,7 @@ def dmon(view: View, out: TextIO, selectors: str, delay_s: float, count: int | N
 def table(view: View, now: float) -> str:
     p = view.profile
     cuda = p.cuda_version
-    loads = telemetry.read_loads(view.host_dir, now)
+    loads = telemetry.read_loads(view.load_root, now)
     sep = "+-----------------------------------------+------------------------+----------------------+"
     lines = [
         time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(now)) + "       ",
@@ -384,7 +394,7 @@ def run(argv: list[str], ctx: SimContext, out: TextIO) -> int:
     flags = {f.strip().lower() for f in fmt.split(",")}
     units = "nounits" not in flags
     if ids is not None:
-        view = View(view.profile, view.driver_version, [view.gpus[n] for n in ids], view.host_dir)
+        view = View(view.profile, view.driver_version, [view.gpus[n] for n in ids], view.load_root)
     if "noheader" not in flags:
         out.write(query_header(query, units) + "\n")
     while True:
@@ -431,11 +441,12 @@ def _dmon(args: list[str], view: View, out: TextIO) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, ct_root: Path | None = None) -> int:
+    """Entry point; `ct_root` is set by the stub the .run stand-in installs in a real container."""
     _quiet_signals()
     args = sys.argv[1:] if argv is None else argv
     try:
-        return run(args, context_from_env(), sys.stdout)
+        return run(args, context_from_ctside(ct_root) if ct_root else context_from_env(), sys.stdout)
     except SmiExit as e:
         (sys.stderr if e.stderr else sys.stdout).write(e.text)
         return e.code

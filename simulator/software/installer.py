@@ -1,8 +1,10 @@
 """The NVIDIA `.run` installer stand-in placed in the host's /root (and the userspace-version bookkeeping).
 
-Inside a container the real installer must run with --no-kernel-modules (the kernel module belongs to the
-host); the stand-in enforces that and records the installed userspace version where the container's
-nvidia-smi reads it: <ct>/fs/opt/sim-nvidia/version (= /opt/sim-nvidia/version in the container view).
+Inside a container the real installer must run with --no-kernel-module (the kernel module belongs to the
+host); the stand-in enforces that. One file serves both runtimes: in a real LXC container (simulator.ctside's
+mounts present) it installs userspace files for real from its own payload (runfile.py, nvrun.py); in the view
+runtime it records the installed userspace version where the view's nvidia-smi reads it:
+<ct>/fs/opt/sim-nvidia/version (= /opt/sim-nvidia/version in the container view).
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ import json
 import sys
 from pathlib import Path
 
+from .runfile import append_payload, preamble
+
 USERSPACE_FILE = "opt/sim-nvidia/version"
 
 SCRIPT = r"""#!/bin/sh
 # NVIDIA-Linux-x86_64-@VERSION@.run -- simulated installer (deploy sim). Real one: a makeself archive.
 VERSION=@VERSION@
-silent=0; nokmod=0
+@PREAMBLE@silent=0; nokmod=0
 for a in "$@"; do
   case "$a" in
     --silent|-s) silent=1 ;;
@@ -62,7 +66,8 @@ def write_installer(host_dir: Path, version: str) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     path = root / installer_name(version)
     repo = Path(__file__).resolve().parents[2]
-    path.write_text(SCRIPT.replace("@VERSION@", version).replace("@REPO@", str(repo)))
+    script = SCRIPT.replace("@PREAMBLE@", preamble()).replace("@VERSION@", version).replace("@REPO@", str(repo))
+    path.write_text(append_payload(script))
     path.chmod(0o755)
     return path
 

@@ -163,7 +163,7 @@ def base_url(args: argparse.Namespace) -> str:
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = False
-    if not loopback:
+    if not loopback and not env.real_container():  # a real container's own network namespace is fine
         raise SystemExit(f"simulated bench_serving: refusing non-loopback server address {host!r}")
     return url
 
@@ -307,6 +307,28 @@ def metrics(outs: list[Out], duration: float, peak: int) -> dict[str, Any]:
     return m
 
 
+STAT_LABELS = {"mean": "Mean", "median": "Median", "p90": "P90", "p95": "P95", "p99": "P99"}
+#: Rows of the latency sections per release. 0.5.12.post1 is the single-file v0.5.x bench_serving.py (E2E
+#: Mean/Median/P90/P99, TTFT and TPOT Mean/Median/P99, ITL Mean/Median/P95/P99); 0.5.23 prints the newer block
+#: with Mean/Median/P90/P95/P99 in every section (docs/simulator.md says what was checked).
+ROWS_0_5_12: dict[str, tuple[str, ...]] = {
+    "e2e_latency": ("mean", "median", "p90", "p99"), "ttft": ("mean", "median", "p99"),
+    "tpot": ("mean", "median", "p99"), "itl": ("mean", "median", "p95", "p99")}
+ROWS_NEW: dict[str, tuple[str, ...]] = dict.fromkeys(ROWS_0_5_12, ("mean", "median", "p90", "p95", "p99"))
+
+
+def summary_rows(version: str) -> dict[str, tuple[str, ...]]:
+    return ROWS_0_5_12 if version == "0.5.12.post1" else ROWS_NEW
+
+
+def json_keys(version: str) -> list[str]:
+    """The JSONL keys: v0.5.x's list, plus the P90/P95 keys of every latency metric in newer releases."""
+    if version == "0.5.12.post1":
+        return JSON_KEYS
+    extra = [f"{k}_{metric}_ms" for metric in ROWS_NEW for k in ("p90", "p95")]
+    return JSON_KEYS + [k for k in extra if k not in JSON_KEYS]
+
+
 def print_summary(args: argparse.Namespace, m: dict[str, Any], duration: float) -> None:
     def line(label: str, value: Any, fmt: str = "{:<10}") -> None:
         print(("{:<40} " + fmt).format(label, value))
@@ -334,18 +356,13 @@ def print_summary(args: argparse.Namespace, m: dict[str, Any], duration: float) 
     line("Peak concurrent requests:", m["max_concurrent_requests"])
     f2("Total token throughput (tok/s):", m["total_throughput"])
     f2("Concurrency:", m["concurrency"])
-    sect("End-to-End Latency")
-    for k, label in (("mean", "Mean"), ("median", "Median"), ("p90", "P90"), ("p95", "P95"), ("p99", "P99")):
-        f2(f"{label} E2E Latency (ms):", m[f"{k}_e2e_latency_ms"])
-    sect("Time to First Token")
-    for k, label in (("mean", "Mean"), ("median", "Median"), ("p90", "P90"), ("p95", "P95"), ("p99", "P99")):
-        f2(f"{label} TTFT (ms):", m[f"{k}_ttft_ms"])
-    sect("Time per Output Token (excl. 1st token)")
-    for k, label in (("mean", "Mean"), ("median", "Median"), ("p90", "P90"), ("p95", "P95"), ("p99", "P99")):
-        f2(f"{label} TPOT (ms):", m[f"{k}_tpot_ms"])
-    sect("Inter-Token Latency")
-    for k, label in (("mean", "Mean"), ("median", "Median"), ("p90", "P90"), ("p95", "P95"), ("p99", "P99")):
-        f2(f"{label} ITL (ms):", m[f"{k}_itl_ms"])
+    rows = summary_rows(env.installed_version())
+    for title, metric, label in (("End-to-End Latency", "e2e_latency", "E2E Latency"), ("Time to First Token", "ttft",
+                                 "TTFT"), ("Time per Output Token (excl. 1st token)", "tpot", "TPOT"),
+                                 ("Inter-Token Latency", "itl", "ITL")):
+        sect(title)
+        for k in rows[metric]:
+            f2(f"{STAT_LABELS[k]} {label} (ms):", m[f"{k}_{metric}_ms"])
     f2("Max ITL (ms):", m["max_itl_ms"])
     print("=" * 50)
 
@@ -424,7 +441,7 @@ async def run(args: argparse.Namespace, dataset: list[tuple[str, int, int]]) -> 
         "random_output_len": args.random_output_len, "random_range_ratio": args.random_range_ratio,
         "server_info": server_info, "duration": duration,
     }
-    record.update({k: m[k] for k in JSON_KEYS if k != "duration"})
+    record.update({k: m[k] for k in json_keys(env.installed_version()) if k != "duration"})
     if args.output_details:
         record.update(input_lens=[o.prompt_len for o in outs], output_lens=[o.output_len for o in outs],
                       ttfts=[o.ttft for o in outs], itls=[o.itl for o in outs],

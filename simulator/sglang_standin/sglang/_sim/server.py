@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -35,6 +36,7 @@ from sglang._sim.tinymodel import answer, count_tokens, last_user_text, prompt_t
 
 DEFAULT_START_S = 2.0  # real seconds in "loading" before ready (plus fault slow_start_s)
 REPORT_EVERY_S = 0.5
+HEALTH_POLL_S = 1.0  # model seconds a /health generate takes at least
 
 
 #: Where the real server's lines come from (the logger names matter to a custom logging config).
@@ -145,7 +147,9 @@ def build_app(sim: Sim) -> web.Application:
 
     async def health(request: web.Request) -> web.Response:
         if sim.ready:
-            _decode(sim)  # sglang's /health generates one token
+            _decode(sim)  # sglang's /health generates one token,
+            # and polls for it once a second (http_server.health_generate: `await asyncio.sleep(1)`).
+            await asyncio.sleep(HEALTH_POLL_S / env.time_scale())
         ok = sim.ready and not sim.faults.get("health_never_ok")
         return web.Response(status=200 if ok else 503)
 
@@ -415,8 +419,10 @@ def preflight(args: dict[str, Any]) -> None:
             crash("RuntimeError: CUDA unknown error - this may be due to an incorrectly set up environment, e.g. "
                   "changing env variable CUDA_VISIBLE_DEVICES after program start. Setting the available devices "
                   "to be zero.")
-        host = env.host_dir()
-        user_v = _read_text(host / "ct" / str(env.vmid()) / "fs/opt/sim-nvidia/version") if host else None
+        user_v = env.userspace_version()
+        if user_v is None and env.real_container():
+            crash("RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU "
+                  "and installed a driver from http://www.nvidia.com/Download/index.aspx")
         driver = str(env.host_config().get("driver_version") or "")
         if user_v and driver and user_v != driver:
             crash("RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before "
@@ -436,16 +442,9 @@ def preflight(args: dict[str, Any]) -> None:
               where="model_config.py")
 
 
-def _read_text(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
 def load_file() -> Path | None:
-    host = env.host_dir()
-    return host / "gpu" / f"load-{env.vmid() or 0}.json" if host else None
+    folder = env.gpu_dir()
+    return folder / f"load-{env.vmid() or 0}.json" if folder else None
 
 
 async def report_load(sim: Sim, minors: list[int]) -> None:
@@ -477,7 +476,7 @@ def remove_load_file() -> None:
 
 # ------------------------------------------------------------------------------------------------- startup
 
-async def startup(sim: Sim) -> None:
+async def startup(sim: Sim, bind_late: Callable[[], Awaitable[None]] | None = None) -> None:
     a, tp = sim.args, int(sim.args["tp_size"])
     start_s = float(os.environ.get("SGLANG_SIM_START_S", DEFAULT_START_S)) + float(sim.faults.get("slow_start_s") or 0)
     step = start_s / 6
@@ -505,6 +504,8 @@ async def startup(sim: Sim) -> None:
     log(f"max_total_num_tokens={KV_TOKENS}, chunked_prefill_size={a.get('chunked_prefill_size')}, "
         f"max_prefill_tokens={a.get('max_prefill_tokens')}, max_running_requests={a.get('max_running_requests')}, "
         f"context_len={a.get('context_length')}, available_gpu_mem=6.28 GB", tp=0)
+    if bind_late is not None:
+        await bind_late()
     log(f"Uvicorn running on http://{a['host']}:{a['port']} (Press CTRL+C to quit)")
     await asyncio.sleep(step)
     sim.ready = True
@@ -512,7 +513,10 @@ async def startup(sim: Sim) -> None:
 
 
 def bind_host(requested: str) -> str:
-    """Loopback only (simulator network rule): anything else binds 127.0.0.1 and says so."""
+    """Loopback only in the view runtime (simulator network rule): anything else binds 127.0.0.1 and says so.
+    A real container has its own network namespace, so there the requested address is used as given."""
+    if env.real_container():
+        return requested
     try:
         if requested == "localhost" or ipaddress.ip_address(requested).is_loopback:
             return requested
@@ -529,13 +533,21 @@ async def serve(sim: Sim) -> None:
     runner = web.AppRunner(build_app(sim), access_log=None, handle_signals=False)
     await runner.setup()
     host = bind_host(str(sim.args["host"]))
-    try:
-        await web.TCPSite(runner, host, int(sim.args["port"]), reuse_address=True).start()
-    except OSError as exc:
-        log(f"ERROR: [Errno {exc.errno}] error while attempting to bind on address ('{host}', {sim.args['port']}): "
-            f"address already in use")
-        os._exit(1)
-    tasks = [asyncio.create_task(sim.engine.run()), asyncio.create_task(startup(sim)),
+
+    async def bind() -> None:
+        try:
+            await web.TCPSite(runner, host, int(sim.args["port"]), reuse_address=True).start()
+        except OSError as exc:
+            log(f"ERROR: [Errno {exc.errno}] error while attempting to bind on address ('{host}', "
+                f"{sim.args['port']}): address already in use")
+            os._exit(1)
+
+    # Real sglang starts uvicorn only once the schedulers report the model loaded; the view runtime keeps its
+    # early bind (503 while loading), which its tests and the tool's health wait were built on.
+    late = env.real_container() or bool(os.environ.get("SGLANG_SIM_BIND_LATE"))
+    if not late:
+        await bind()
+    tasks = [asyncio.create_task(sim.engine.run()), asyncio.create_task(startup(sim, bind if late else None)),
              asyncio.create_task(report_load(sim, visible_minors(int(sim.args["tp_size"]))))]
     await sim.stop.wait()
     log("Gracefully exiting... Remaining number of requests 0.")

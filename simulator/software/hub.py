@@ -1,0 +1,297 @@
+"""A model hub stand-in: what `hf download REPO --local-dir DIR` (huggingface_hub 1.x) needs, on a local address.
+
+Why: the tool fetches weights in a real container with the real `hf` CLI. This server answers the calls that
+client makes (checked against huggingface_hub's snapshot_download / file_download / hf_api sources):
+- `GET /api/models/{repo}[/revision/{rev}]`: model info with `sha` and `siblings` (older 1.x list files here);
+- `GET /api/models/{repo}/tree/{rev}?recursive=…`: the file listing newer 1.x releases read (no Link header,
+  so one page);
+- `HEAD|GET /{repo}/resolve/{rev}/{file}`: 200 with `X-Repo-Commit`, `ETag` (git blob id) and `Content-Length`;
+  LFS files (the safetensors shards) add `X-Linked-Etag` (sha256) and `X-Linked-Size`. The real Hub redirects
+  LFS files to a CDN host; the client follows redirects on the same host itself and stops at other hosts, and
+  a sim host has one address, so the stand-in serves them in place (what the client sees after following);
+- bodies honour `Range: bytes=N-[M]` (206 + Content-Range), so an interrupted download resumes.
+Errors carry `X-Error-Code` (RepoNotFound, RevisionNotFound, EntryNotFound) which the client maps to its
+exceptions. No xet headers are sent, so the client uses plain HTTP. `rate_bytes_s` slows bodies down;
+`drop_after_bytes` cuts the first transfer of each LFS file (the client then resumes it with a Range request);
+`requests` records what was asked (method, path, Range).
+
+Resume, as huggingface_hub really does it: within one `hf download`, a transfer cut by the network is resumed
+with `Range` from the last 10 MB piece written. Since 1.18 (PR #4306) each process downloads into its own
+temporary file and deletes it on failure, so a killed `hf download` starts interrupted files again from zero.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from .venv import MODEL_CONFIG
+
+REPO_ID = "zai-org/GLM-5-NVFP4"
+HUB_FILE = "hub.json"  # in the host dir: where this host's hub listens
+CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True)
+class RepoFile:
+    path: str
+    data: bytes
+    lfs: bool
+
+    @cached_property
+    def git_oid(self) -> str:
+        """Git blob id: the ETag the Hub gives regular files."""
+        return hashlib.sha1(b"blob %d\0" % len(self.data) + self.data).hexdigest()
+
+    @cached_property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+
+def _safetensors(name: str, size: int) -> bytes:
+    """A valid safetensors file with one U8 tensor of deterministic bytes (`size` bytes of payload)."""
+    header = json.dumps({name: {"dtype": "U8", "shape": [size], "data_offsets": [0, size]},
+                         "__metadata__": {"format": "pt"}}).encode()
+    header += b" " * (-len(header) % 8)
+    seed = hashlib.sha256(name.encode()).digest()
+    body = (seed * (size // len(seed) + 1))[:size]
+    return struct.pack("<Q", len(header)) + header + body
+
+
+def glm5_repo(shard_bytes: int = 1 << 20, shards: int = 4) -> dict[str, RepoFile]:
+    """A small GLM-5-NVFP4-like repo: the config the server stand-in accepts, tokenizer files, a few shards."""
+    names = [f"model-{i:05d}-of-{shards:05d}.safetensors" for i in range(1, shards + 1)]
+    index = {"metadata": {"total_size": shard_bytes * shards},
+             "weight_map": {f"model.layers.{n}.mlp.experts.weight": names[n % shards] for n in range(8)}}
+    small = {
+        "config.json": json.dumps(MODEL_CONFIG, indent=2) + "\n",
+        "generation_config.json": json.dumps({"do_sample": True, "temperature": 1.0, "top_p": 0.95}) + "\n",
+        "tokenizer_config.json": json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}) + "\n",
+        "tokenizer.json": json.dumps({"version": "1.0", "model": {"type": "WordLevel", "vocab": {"<unk>": 0}}}) + "\n",
+        "model.safetensors.index.json": json.dumps(index, indent=2) + "\n",
+        "README.md": "# GLM-5-NVFP4 (deploy simulator stand-in)\n",
+    }
+    files = {p: RepoFile(p, text.encode(), False) for p, text in small.items()}
+    files.update({n: RepoFile(n, _safetensors(f"shard{i}", shard_bytes), True) for i, n in enumerate(names)})
+    return files
+
+
+def commit_of(files: dict[str, RepoFile]) -> str:
+    h = hashlib.sha1()
+    for p in sorted(files):
+        h.update(p.encode() + b"\0" + files[p].git_oid.encode())
+    return h.hexdigest()
+
+
+@dataclass
+class HubState:
+    """What the server serves, and what it saw."""
+
+    repos: dict[str, dict[str, RepoFile]]
+    rate_bytes_s: float | None = None
+    #: Fault knob: the first plain GET of each LFS file is cut after this many body bytes (a dropped connection).
+    drop_after_bytes: int | None = None
+    dropped: set[str] = field(default_factory=set)
+    requests: list[tuple[str, str, str]] = field(default_factory=list)  # (method, path, Range header or "")
+
+    def commit(self, repo: str) -> str:
+        return commit_of(self.repos[repo])
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: HubHTTPServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def _headers(self, code: int, headers: dict[str, str]) -> None:
+        self.send_response(code)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.end_headers()
+
+    def _json(self, code: int, obj: object, extra: dict[str, str] | None = None) -> None:
+        body = json.dumps(obj).encode()
+        self._headers(code, {"Content-Type": "application/json", "Content-Length": str(len(body)), **(extra or {})})
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _error(self, code: int, error_code: str, message: str, commit: str | None = None) -> None:
+        extra = {"X-Error-Code": error_code, "X-Error-Message": message}
+        if commit:
+            extra["X-Repo-Commit"] = commit
+        self._json(code, {"error": message}, extra)
+
+    def _body(self, data: bytes, headers: dict[str, str], drop_key: str | None = None) -> None:
+        """200, or 206 for `Range: bytes=N-[M]`; paced by rate_bytes_s; cut once per `drop_key` when the
+        drop_after_bytes knob is set."""
+        start, end = 0, len(data) - 1
+        m = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+        code = 200
+        if m:
+            start, end = int(m.group(1)), min(int(m.group(2) or end), end)
+            if start > end:
+                self._headers(416, {"Content-Range": f"bytes */{len(data)}", "Content-Length": "0"})
+                return
+            code = 206
+            headers["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
+        headers.update({"Content-Length": str(end - start + 1), "Accept-Ranges": "bytes",
+                        "Content-Type": "application/octet-stream"})
+        self._headers(code, headers)
+        if self.command == "HEAD":
+            return
+        state = self.server.state
+        rate = state.rate_bytes_s
+        cut = None
+        if drop_key and code == 200 and state.drop_after_bytes is not None and drop_key not in state.dropped:
+            state.dropped.add(drop_key)
+            cut = state.drop_after_bytes
+        for off in range(start, end + 1, CHUNK):
+            if cut is not None and off >= cut:
+                self.wfile.flush()
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            self.wfile.write(data[off:min(off + CHUNK, end + 1)])
+            if rate:
+                self.wfile.flush()
+                time.sleep(CHUNK / rate)
+
+    def do_HEAD(self) -> None:
+        self.do_GET()
+
+    def do_GET(self) -> None:
+        state = self.server.state
+        path = unquote(urlsplit(self.path).path)
+        state.requests.append((self.command, path, self.headers.get("Range", "")))
+        m = re.fullmatch(r"/api/models/([^/]+/[^/]+)(?:/revision/([^/]+))?", path)
+        if m:
+            self._model_info(m.group(1), m.group(2) or "main")
+            return
+        m = re.fullmatch(r"/api/models/([^/]+/[^/]+)/tree/([^/]+)(/.*)?", path)
+        if m:
+            self._tree(m.group(1), m.group(2), (m.group(3) or "").strip("/"))
+            return
+        m = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
+        if m:
+            self._resolve(m.group(1), m.group(2), m.group(3))
+            return
+        self._error(404, "EntryNotFound", "Not found")
+
+    def _revision(self, repo: str, rev: str) -> str | None:
+        """The commit for `rev` (main or the commit id itself), after answering 404 when unknown."""
+        state = self.server.state
+        if repo not in state.repos:
+            self._error(404, "RepoNotFound", f"Repository Not Found for url: {self.path}.")
+            return None
+        commit = state.commit(repo)
+        if rev not in ("main", commit):
+            self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
+            return None
+        return commit
+
+    def _model_info(self, repo: str, rev: str) -> None:
+        commit = self._revision(repo, rev)
+        if commit is None:
+            return
+        files = self.server.state.repos[repo]
+        self._json(200, {"_id": commit[:24], "id": repo, "modelId": repo, "author": repo.split("/")[0],
+                         "sha": commit, "private": False, "gated": False, "disabled": False,
+                         "lastModified": "2026-01-01T00:00:00.000Z", "library_name": "transformers",
+                         "tags": ["transformers", "safetensors"], "pipeline_tag": "text-generation",
+                         "siblings": [{"rfilename": p} for p in sorted(files)]})
+
+    def _tree(self, repo: str, rev: str, prefix: str) -> None:
+        commit = self._revision(repo, rev)
+        if commit is None:
+            return
+        out = []
+        for p, f in sorted(self.server.state.repos[repo].items()):
+            if prefix and not p.startswith(prefix + "/"):
+                continue
+            entry: dict[str, object] = {"type": "file", "oid": f.git_oid, "size": len(f.data), "path": p}
+            if f.lfs:
+                entry["lfs"] = {"oid": f.sha256, "size": len(f.data), "pointerSize": 134}
+            out.append(entry)
+        self._json(200, out)
+
+    def _resolve(self, repo: str, rev: str, name: str) -> None:
+        commit = self._revision(repo, rev)
+        if commit is None:
+            return
+        f = self.server.state.repos[repo].get(name)
+        if f is None:
+            self._error(404, "EntryNotFound", f"Entry not found: {name}", commit)
+            return
+        headers = {"X-Repo-Commit": commit, "ETag": f'"{f.git_oid}"'}
+        if f.lfs:
+            headers.update({"X-Linked-Etag": f'"{f.sha256}"', "X-Linked-Size": str(len(f.data))})
+        self._body(f.data, headers, drop_key=f.path if f.lfs and self.command == "GET" else None)
+
+
+class HubHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], state: HubState) -> None:
+        super().__init__(address, _Handler)
+        self.state = state
+
+
+@dataclass
+class Hub:
+    """A running hub: its endpoint (for HF_ENDPOINT), its state, how to stop it."""
+
+    server: HubHTTPServer
+    host_dir: Path
+    thread: threading.Thread = field(repr=False)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    @property
+    def state(self) -> HubState:
+        return self.server.state
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        (self.host_dir / HUB_FILE).unlink(missing_ok=True)
+
+
+def start_hub(host_dir: Path, address: str, port: int, shard_bytes: int = 1 << 20) -> Hub:
+    """Serve the synthetic GLM-5-NVFP4 repo on address:port (0: any free port) in a daemon thread, and record
+    the endpoint in <host_dir>/hub.json."""
+    server = HubHTTPServer((address, port), HubState({REPO_ID: glm5_repo(shard_bytes)}))
+    thread = threading.Thread(target=server.serve_forever, name=f"model-hub-{address}", daemon=True)
+    thread.start()
+    hub = Hub(server, host_dir, thread)
+    host_dir.mkdir(parents=True, exist_ok=True)
+    (host_dir / HUB_FILE).write_text(json.dumps({"endpoint": hub.url, "repos": [REPO_ID]}) + "\n")
+    return hub
+
+
+def main() -> int:
+    """`python -m simulator.software.hub HOST_DIR ADDRESS PORT`: serve until killed (for a daemonised runtime)."""
+    import sys
+
+    hub = start_hub(Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]))
+    print(hub.url, flush=True)
+    hub.thread.join()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,155 @@
+"""A PEP 503 "simple" package index over the wheelhouse, one per simulated host.
+
+Why: the tool installs sglang in a real container with the container's real pip and `--index-url`, as an
+air-gapped site would from its own mirror. The LXC runtime starts this on the host's bridge address; tests
+start it on a loopback address. Stdlib only (threaded http.server); it serves files and nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import re
+import sys
+import threading
+from dataclasses import dataclass, field
+from functools import cache
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote
+
+from .wheelhouse import fill
+
+INDEX_FILE = "index.json"  # in the host dir: where this host's index listens
+
+
+def normalize(name: str) -> str:
+    """PEP 503 name normalisation."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def project_of(filename: str) -> str:
+    """The normalised project name of a wheel file (its first dash-separated field)."""
+    return normalize(filename.split("-", 1)[0])
+
+
+@cache
+def _sha256(path: Path, mtime_ns: int, size: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def sha256_of(path: Path) -> str:
+    st = path.stat()
+    return _sha256(path, st.st_mtime_ns, st.st_size)
+
+
+def _page(title: str, links: list[tuple[str, str]]) -> bytes:
+    body = "".join(f'    <a href="{html.escape(href)}">{html.escape(text)}</a><br/>\n' for href, text in links)
+    return (f"<!DOCTYPE html>\n<html>\n  <head><meta name=\"pypi:repository-version\" content=\"1.0\">"
+            f"<title>{html.escape(title)}</title></head>\n  <body>\n{body}  </body>\n</html>\n").encode()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: IndexHTTPServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: object) -> None:
+        self.server.requests.append(f"{self.command} {self.path}")
+
+    def _send(self, code: int, body: bytes, ctype: str = "text/html; charset=utf-8") -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def do_HEAD(self) -> None:
+        self.do_GET()
+
+    def do_GET(self) -> None:
+        root = self.server.wheelhouse
+        path = unquote(self.path.split("?", 1)[0])
+        wheels = sorted(root.glob("*.whl"))
+        if path in ("/simple", "/simple/"):
+            names = sorted({project_of(w.name) for w in wheels})
+            self._send(200, _page("Simple index", [(f"/simple/{n}/", n) for n in names]))
+            return
+        m = re.fullmatch(r"/simple/([^/]+)/?", path)
+        if m:
+            if not path.endswith("/"):
+                self.send_response(301)
+                self.send_header("Location", path + "/")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            files = [w for w in wheels if project_of(w.name) == normalize(m.group(1))]
+            if not files:
+                self._send(404, b"Not Found\n", "text/plain")
+                return
+            links = [(f"/files/{w.name}#sha256={sha256_of(w)}", w.name) for w in files]
+            self._send(200, _page(f"Links for {m.group(1)}", links))
+            return
+        m = re.fullmatch(r"/files/([^/]+\.whl)", path)
+        if m and (root / m.group(1)).is_file():
+            self._send(200, (root / m.group(1)).read_bytes(), "application/octet-stream")
+            return
+        self._send(404, b"Not Found\n", "text/plain")
+
+
+class IndexHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], wheelhouse: Path) -> None:
+        super().__init__(address, _Handler)
+        self.wheelhouse = wheelhouse
+        self.requests: list[str] = []
+
+
+@dataclass
+class PackageIndex:
+    """A running index: its URL for `pip install --index-url`, and how to stop it."""
+
+    server: IndexHTTPServer
+    host_dir: Path
+    thread: threading.Thread = field(repr=False)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host!s}:{port}/simple"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        (self.host_dir / INDEX_FILE).unlink(missing_ok=True)
+
+
+def start_index(host_dir: Path, address: str, port: int, wheelhouse: Path | None = None) -> PackageIndex:
+    """Fill the wheelhouse if needed, serve it on address:port (port 0: any free one) in a daemon thread, and
+    record the URL in <host_dir>/index.json."""
+    wh = fill(wheelhouse)
+    server = IndexHTTPServer((address, port), wh.path)
+    thread = threading.Thread(target=server.serve_forever, name=f"pkg-index-{address}", daemon=True)
+    thread.start()
+    idx = PackageIndex(server, host_dir, thread)
+    host_dir.mkdir(parents=True, exist_ok=True)
+    (host_dir / INDEX_FILE).write_text(json.dumps({"url": idx.url, "wheelhouse": str(wh.path)}) + "\n")
+    return idx
+
+
+def main() -> int:
+    """`python -m simulator.software.index HOST_DIR ADDRESS PORT`: serve until killed."""
+    idx = start_index(Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]))
+    print(idx.url, flush=True)
+    idx.thread.join()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""The stand-in wheels: valid files pip accepts, one flag schema each, the version from their own metadata."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from simulator.software.wheels import SGLANG_VERSIONS, build_standin_wheels, sglang_spec
+
+from .standins import clean_env
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("wheels")
+    return {p.name: p for p in build_standin_wheels(out)}
+
+
+def _metadata(whl: Path) -> str:
+    with zipfile.ZipFile(whl) as zf:
+        name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        return zf.read(name).decode()
+
+
+def test_record_lists_every_file_with_its_hash(wheels: dict[str, Path]) -> None:
+    assert sorted(wheels) == ["sglang-0.5.12.post1-py3-none-any.whl", "sglang-0.5.23-py3-none-any.whl",
+                              "torch-2.9.1+deploysim-py3-none-any.whl"]
+    for whl in wheels.values():
+        with zipfile.ZipFile(whl) as zf:
+            names = zf.namelist()
+            record_name = next(n for n in names if n.endswith(".dist-info/RECORD"))
+            rows = [line.split(",") for line in zf.read(record_name).decode().splitlines()]
+            assert sorted(r[0] for r in rows) == sorted(names)
+            for path, digest, size in rows:
+                if path == record_name:
+                    assert digest == size == ""
+                    continue
+                data = zf.read(path)
+                want = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+                assert digest == f"sha256={want}" and int(size) == len(data), path
+
+
+def test_each_sglang_wheel_carries_its_own_schema_and_metadata(wheels: dict[str, Path]) -> None:
+    for version in SGLANG_VERSIONS:
+        whl = wheels[f"sglang-{version}-py3-none-any.whl"]
+        with zipfile.ZipFile(whl) as zf:
+            names = zf.namelist()
+        schemas = [n for n in names if n.startswith("sglang/_sim/schemas/")]
+        assert schemas == [f"sglang/_sim/schemas/sglang-{version}.json"]
+        assert "sglang/_sim/ctside.py" in names and "sglang/_sim/pip.py" not in names
+        meta = _metadata(whl)
+        assert f"\nVersion: {version}\n" in meta
+        for req in ("aiohttp", "pyyaml", "huggingface_hub", "torch"):
+            assert f"Requires-Dist: {req}\n" in meta
+        assert "Provides-Extra: srt\n" in meta and "Provides-Extra: blackwell\n" in meta
+        with zipfile.ZipFile(whl) as zf:
+            ep = zf.read(f"sglang-{version}.dist-info/entry_points.txt").decode()
+        assert "sglang = sglang.cli:main" in ep
+
+
+def test_builds_are_byte_identical(wheels: dict[str, Path], tmp_path: Path) -> None:
+    again = {p.name: p for p in build_standin_wheels(tmp_path)}
+    assert {n: p.read_bytes() for n, p in again.items()} == {n: p.read_bytes() for n, p in wheels.items()}
+
+
+def test_unknown_version_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"no flag schema for sglang 0\.4\.0"):
+        sglang_spec("0.4.0")
+
+
+@pytest.mark.parametrize("version", SGLANG_VERSIONS)
+def test_installed_wheel_reports_the_version_of_its_metadata(wheels: dict[str, Path], tmp_path: Path,
+                                                             version: str) -> None:
+    target = tmp_path / "site"
+    res = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+                          "--target", str(target), str(wheels[f"sglang-{version}-py3-none-any.whl"])],
+                         env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert not (target / "sglang-sim.json").exists()
+    code = ("import sglang, sglang.version; from sglang._sim import env, flags; "
+            "print(sglang.__version__, sglang.version.__version__, env.SCHEMAS.is_relative_to(env.WHEEL_SCHEMAS), "
+            "any('--cuda-graph-max-bs-decode' in a['option_strings'] for a in flags.load_schema(sglang.__version__)))")
+    out = subprocess.run([sys.executable, "-c", code], env=clean_env(PYTHONPATH=str(target)), cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [version, version, "True", str(version == "0.5.23")]
