@@ -29,7 +29,9 @@ def test_driver_userspace_mismatch_pushes_and_runs_the_installer_without_kernel_
     lines = script.splitlines()
     assert lines[0] == "set -e"
     assert lines[1] == f"pct push 120 {INSTALLER} /tmp/deploy-nvidia-userspace.run --perms 0700"
-    assert lines[2].startswith("pct exec 120 -- sh /tmp/deploy-nvidia-userspace.run --silent --no-kernel-modules")
+    # nvidia-installer's own option names: userspace only, no question, no UI, the license accepted.
+    assert lines[2] == ("pct exec 120 -- sh /tmp/deploy-nvidia-userspace.run --silent --no-kernel-module "
+                        "--no-questions --ui=none --accept-license")
     assert lines[3] == "pct exec 120 -- rm -f /tmp/deploy-nvidia-userspace.run"
     assert rec.summary == "installed userspace 595.58.03 (= host 595.58.03)"
 
