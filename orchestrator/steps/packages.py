@@ -58,9 +58,8 @@ def ct_packages(ctx: StepContext, record: StepRecord) -> None:
         record.summary = f"{', '.join(CT_PACKAGES)} installed"
         return
     proxy = f" through {ctx.host.container.apt_proxy}" if ctx.host.container.apt_proxy else ""
-    names = ", ".join(missing) if missing is not None else (
-        f"those of {', '.join(CT_PACKAGES)} the new container lacks")
-    what = f"apt-get install {names} in CT {ctx.vmid}{proxy}"
+    what = (f"apt-get install {', '.join(missing)} in CT {ctx.vmid}{proxy}" if missing is not None else
+            f"apt-get install in CT {ctx.vmid} whichever of {', '.join(CT_PACKAGES)} it lacks{proxy}")
     if not mark_change(record, ctx, what):
         record.summary = what
         return

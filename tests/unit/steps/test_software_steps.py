@@ -63,7 +63,7 @@ def test_missing_sglang_is_pip_installed_in_the_venv_inside_the_container(make_r
 def test_plan_on_a_stopped_container_defers_inside_checks_instead_of_predicting_reinstalls(make_run) -> None:
     run = make_run({"driver_version": KERNEL, "installer": "present\n", "ct_status": "status: stopped\n"},
                    None, dry_run=True, skip_weights=True)
-    for name in ("driver_userspace", "sglang_install", "model_weights", "server_unit"):
+    for name in ("ct_packages", "driver_userspace", "sglang_install", "model_weights", "server_unit"):
         rec = run.step(name)
         assert rec.status == "skipped", (name, rec.summary)
         assert rec.changes == [] and "CT 120 is stopped" in rec.summary
