@@ -12,6 +12,7 @@ import shlex
 from collections.abc import Callable, Iterable
 
 from orchestrator.inventory.models import Host, ServerProfile
+from orchestrator.parsers.packages import DPKG_FORMAT
 from orchestrator.parsers.pve import parse_pct_status
 from orchestrator.parsers.sections import CommandOutput, build_batch_script, split_batch_output
 from orchestrator.remote.container import NOT_RUNNING, PATHS, Container
@@ -23,6 +24,13 @@ CmdFn = Callable[[Host, ServerProfile], str]
 #: Before reading a just-started container: let its systemd finish booting (enabled units started), so the facts
 #: say what the boot leaves behind rather than a moment in the middle of it. Bounded; failure is not an error.
 SETTLE_BOOT = "timeout 120 systemctl is-system-running --wait >/dev/null 2>&1 || true"
+
+
+#: Debian packages the pipeline needs inside the container, which a stock debian-12-standard may lack:
+#: python3 + python3-venv (the venv sglang lives in; ensurepip brings pip), curl (health facts and probes),
+#: ca-certificates (https indexes, mirrors and the model hub). Checked in the facts round trip, installed by
+#: the ct_packages step.
+CT_PACKAGES = ("ca-certificates", "curl", "python3", "python3-venv")
 
 
 def _q(s: str) -> str:
@@ -52,6 +60,9 @@ HOST_FACTS: dict[str, CmdFn] = {
                                "--format=csv,noheader,nounits"),
     "installer": lambda h, p: (f"test -f {_q(h.container.driver_installer)} && echo present"
                                if h.container.driver_installer else "echo none"),
+    # The host directory bind-mounted at the model path: it must exist before the container step mounts it.
+    "model_mount": lambda h, p: (f"test -d {_q(h.container.model_mount)} && echo present || echo absent"
+                                 if h.container.model_mount else "echo none"),
 }
 
 CT_FACTS: dict[str, CmdFn] = {
@@ -62,6 +73,7 @@ CT_FACTS: dict[str, CmdFn] = {
     "p2p_write": lambda h, p: "nvidia-smi topo -p2p w",
     "sglang_version": lambda h, p: f"{_q(PATHS.venv_python(p.venv))} -c 'import sglang; print(sglang.__version__)'",
     "weights": lambda h, p: f"test -f {_q(p.model_path)}/config.json && echo present",
+    "missing_pkgs": lambda h, p: f"dpkg-query -W -f {_q(DPKG_FORMAT)} {' '.join(map(_q, CT_PACKAGES))}",
     # Body hashes: the managed `# deploy:` header (release id) is excluded, as in render.files.body_sha256.
     "unit_sha": lambda h, p: " ; ".join(
         f"printf '%s %s\\n' \"$(awk 'BEGIN{{h=1}} h && /^# deploy:/ {{next}} {{h=0; print}}' {f} | sha256sum "
@@ -79,6 +91,7 @@ CT_FACTS: dict[str, CmdFn] = {
     # (steps.session.ensure_facts), so it costs no round trip of its own.
     "stop_leftovers": lambda h, p: render_script("stop_leftovers.sh.j2", runs_dir=PATHS.runs_dir),
     "active": lambda h, p: f"systemctl is-active {PATHS.unit_name}",
+    "enabled": lambda h, p: f"systemctl is-enabled {PATHS.unit_name}",
     "main_pid": lambda h, p: f"systemctl show -p MainPID --value {PATHS.unit_name}",
     "health": lambda h, p: (f"curl -s -o /dev/null -m 5 -w '%{{http_code}}' "
                             f"http://{_q(p.host)}:{p.port}/health"),

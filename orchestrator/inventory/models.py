@@ -22,6 +22,38 @@ GateMetric = Literal["output_throughput", "mean_tpot_ms", "mean_ttft_ms"]
 DEFAULT_GATE: tuple[GateMetric, ...] = ("output_throughput",)
 
 
+#: A mirror, proxy or index URL: scheme, host, optional port and path; no credentials (they would travel in argv
+#: and logs: give them in the container's own pip.conf / apt.conf instead), no spaces or quotes.
+SITE_URL = re.compile(r"https?://[A-Za-z0-9._~-]+(:\d{1,5})?(/[A-Za-z0-9._~/%+-]*)?")
+
+
+def site_url_problem(value: str) -> str | None:
+    """Why `value` is not a usable mirror/proxy URL (None when it is)."""
+    if "@" in value.split("://", 1)[-1].split("/", 1)[0]:
+        return "must not carry credentials (user:password@): they would show in argv and logs"
+    if not SITE_URL.fullmatch(value):
+        return "must be an http:// or https:// URL: scheme, host, optional :port and path, e.g. http://10.0.0.5:3142"
+    return None
+
+
+def _site_url(value: str | None) -> str | None:
+    problem = site_url_problem(value) if value is not None else None
+    if problem:
+        raise ValueError(f"{value!r} {problem}")
+    return value
+
+
+def mount_path_problem(path: str) -> str | None:
+    """Why `path` cannot be one end of a PVE bind mount (`mpN: HOST,mp=CT`); None when it can."""
+    if not path.startswith("/") or path == "/":
+        return "must be an absolute directory other than /"
+    if any(part in (".", "..") for part in path.split("/")) or "//" in path:
+        return "must be a normalised absolute path (no '.', '..' or '//')"
+    if not re.fullmatch(r"[A-Za-z0-9._/+@-]+", path):
+        return "may use letters, digits and . _ / + @ - only (no spaces, commas or '=' in a PVE mount point)"
+    return None
+
+
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -124,6 +156,25 @@ class ContainerSpec(StrictModel):
     passthrough: Literal["auto", "devN", "raw-lxc"] = "auto"
     # NVIDIA .run installer on the PVE host, used to install matching userspace in the container.
     driver_installer: str | None = None
+    # Where the container gets its software (air-gapped sites name their own mirrors; unset: the defaults).
+    apt_proxy: str | None = None  # apt-get -o Acquire::http::Proxy=URL
+    pip_index_url: str | None = None  # pip --index-url (an http:// index is also passed as --trusted-host)
+    hf_endpoint: str | None = None  # HF_ENDPOINT for `hf download` (a model hub mirror)
+    # A host directory holding the model, bind-mounted as mpN at the profile's model_path (no download then).
+    model_mount: str | None = None
+
+    @field_validator("apt_proxy", "pip_index_url", "hf_endpoint")
+    @classmethod
+    def _urls(cls, v: str | None) -> str | None:
+        return _site_url(v)
+
+    @field_validator("model_mount")
+    @classmethod
+    def _host_dir(cls, v: str | None) -> str | None:
+        problem = mount_path_problem(v) if v is not None else None
+        if problem:
+            raise ValueError(f"{v!r} (a directory on the PVE host, e.g. /tank/models/GLM-5-NVFP4) {problem}")
+        return v.rstrip("/") if v is not None else None
 
     @field_validator("hostname")
     @classmethod
@@ -162,6 +213,8 @@ class ServerProfile(StrictModel):
     port: int = Field(8000, ge=1, le=65535)
     venv: str = "/root/ml-env"
     sglang_version: str
+    # pip extras installed with sglang (`sglang[srt]==VERSION`); empty: plain `sglang==VERSION`.
+    sglang_extras: list[str] = Field(default_factory=list)
     flags: dict[str, FlagValue] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
     api_key: SecretRef | None = None
@@ -188,6 +241,20 @@ class ServerProfile(StrictModel):
             if problem:
                 raise UnitTextError(f"flag {key!r}: {problem}", key)
         return v
+
+    @field_validator("sglang_extras")
+    @classmethod
+    def _extras(cls, v: list[str]) -> list[str]:
+        for extra in v:
+            if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", extra):
+                raise ValueError(f"sglang_extras: {extra!r} is not a pip extra name (letters, digits, . _ -)")
+        return v
+
+    @property
+    def sglang_requirement(self) -> str:
+        """The pip requirement for the pinned sglang, with its extras: `sglang[srt]==0.5.23`."""
+        extras = f"[{','.join(self.sglang_extras)}]" if self.sglang_extras else ""
+        return f"sglang{extras}=={self.sglang_version}"
 
     @field_validator("env")
     @classmethod
@@ -368,6 +435,11 @@ class Inventory(StrictModel):
             if host.profile not in self.profiles:
                 raise ValueError(f"hosts.{name}.profile: unknown profile {host.profile!r} "
                                  f"(known: {', '.join(sorted(self.profiles)) or 'none'})")
+            target = self.profiles[host.profile].model_path
+            problem = mount_path_problem(target) if host.container.model_mount is not None else None
+            if problem:
+                raise ValueError(f"hosts.{name}.container.model_mount: the profile's model_path {target!r} is where "
+                                 f"it is mounted in the container, and {problem}")
         for name, prof in self.profiles.items():
             if prof.bench_preset not in self.presets:
                 raise ValueError(f"profiles.{name}.bench_preset: unknown preset {prof.bench_preset!r} "

@@ -107,13 +107,16 @@ def activate_script(release_id: str, *, restart: bool, keep: int) -> str:
                          unit=PATHS.unit_name, restart=restart, keep=keep, releases_dir=PATHS.releases_dir)
 
 
-def journal_offset(output: str) -> int:
-    """The JOURNAL_LINES=N line an activation printed (0 when absent)."""
+def journal_cursor(output: str) -> str | None:
+    """The JOURNAL_CURSOR=… line an activation printed: the unit's last journal entry before this start.
+
+    None when the unit had no entry yet (everything in its journal then belongs to this start) or the line is
+    missing.
+    """
     for line in output.splitlines():
-        if line.startswith("JOURNAL_LINES="):
-            value = line.split("=", 1)[1].strip()
-            return int(value) if value.isdigit() else 0
-    return 0
+        if line.startswith("JOURNAL_CURSOR="):
+            return line.split("=", 1)[1].strip() or None
+    return None
 
 
 def record_file_script(release_id: str, name: str, content: str, mode: int = 0o644) -> str:

@@ -10,6 +10,7 @@ STEP_MODULES = (
     "orchestrator.steps.session",
     "orchestrator.steps.host",
     "orchestrator.steps.container",
+    "orchestrator.steps.packages",
     "orchestrator.steps.gpu",
     "orchestrator.steps.software",
     "orchestrator.steps.p2p",

@@ -32,28 +32,53 @@ class HealthProbe:
     restarts: int
     sub: str = ""
     new_lines: list[str] = field(default_factory=list)
+    cursor: str | None = None  # the journal position after `new_lines`: the next probe reads only what follows
 
 
-def probe_shell(ctx: StepContext, seen_lines: int) -> str:
-    """/health code, the unit's state and the journal after `seen_lines`, in one container command."""
+def journal_after(unit: str, cursor: str | None) -> str:
+    """The unit's journal of this start, then `-- cursor: …` for the last entry shown.
+
+    With a cursor (taken just before this run started the unit): the entries after it. Without one (the unit had
+    no entry before, or systemd started it, e.g. at boot): the entries since its main process started
+    (ExecMainStartTimestamp), so lines of an earlier start before a reboot are never read. `-q` drops
+    "-- No entries --" and "-- Boot … --" lines.
+    """
+    q = shlex.quote(unit)
+    base = f"journalctl -u {q} --no-pager -q -o cat --show-cursor"
+    if cursor:
+        return f"{base} --after-cursor={shlex.quote(cursor)}"
+    return (f"__t=$(systemctl show -p ExecMainStartTimestamp --value {q} 2>/dev/null); "
+            f"{base} ${{__t:+--since=\"$__t\"}}")
+
+
+def split_cursor(lines: list[str]) -> tuple[list[str], str | None]:
+    """(log lines, cursor) from `journalctl --show-cursor` output: the cursor is its last line, when present."""
+    if lines and lines[-1].startswith("-- cursor: "):
+        return lines[:-1], lines[-1][len("-- cursor: "):].strip() or None
+    return lines, None
+
+
+def probe_shell(ctx: StepContext, cursor: str | None) -> str:
+    """/health code, the unit's state and the journal after `cursor`, in one container command."""
     p = ctx.profile
     unit = shlex.quote(ctx.ct.paths.unit_name)
     return (f"printf 'code=%s\\n' \"$(curl -s -o /dev/null -m 5 -w '%{{http_code}}' "
             f"http://{shlex.quote(p.host)}:{p.port}/health)\"; "
             f"systemctl show -p ActiveState -p SubState -p NRestarts {unit}; echo '--journal--'; "
-            f"journalctl -u {unit} --no-pager -o cat | tail -n +{seen_lines + 1}")
+            f"{journal_after(ctx.ct.paths.unit_name, cursor)}")
 
 
 def parse_health_probe(stdout: str) -> HealthProbe:
     head, _, journal = stdout.partition("--journal--\n")
     values = dict(line.split("=", 1) for line in head.splitlines() if "=" in line)
+    lines, cursor = split_cursor(journal.splitlines())
     return HealthProbe(code=values.get("code", "000"), active=values.get("ActiveState", "unknown"),
                        restarts=int(values.get("NRestarts", "0") or 0), sub=values.get("SubState", ""),
-                       new_lines=[ln for ln in journal.splitlines() if ln.strip()])
+                       new_lines=[ln for ln in lines if ln.strip()], cursor=cursor)
 
 
-def probe_health(ctx: StepContext, seen_lines: int) -> HealthProbe:
-    res = ctx.ct.run(probe_shell(ctx, seen_lines), check=False, timeout=60, what="health probe")
+def probe_health(ctx: StepContext, cursor: str | None) -> HealthProbe:
+    res = ctx.ct.run(probe_shell(ctx, cursor), check=False, timeout=60, what="health probe")
     return parse_health_probe(res.stdout)
 
 
@@ -61,14 +86,17 @@ def wait_healthy(ctx: StepContext, record: StepRecord, *, timeout_s: float | Non
     """Poll /health until 200; fatal log lines or a dead unit end the wait at once. Returns seconds waited."""
     timeout = float(timeout_s or ctx.step_options.get("timeout_s") or ctx.profile.start_timeout_s)
     interval = 2.0 if timeout <= 120 else 5.0
-    # Only this start's lines count: an old fatal line must not fail a later, healthy start.
-    offset = ctx.state.server.journal_offset
+    # Only this start's entries count: the wait begins at the cursor taken just before the start, and each probe
+    # moves it on, so an old fatal line never fails a later, healthy start and no line is read twice.
+    cursor: list[str | None] = [ctx.state.server.journal_cursor]
     seen: list[str] = []
     start = time.monotonic()
     restarts_at_start: list[int] = []
 
     def attempt() -> HealthProbe | None:
-        probe = probe_health(ctx, offset + len(seen))
+        probe = probe_health(ctx, cursor[0])
+        if probe.cursor is not None:
+            cursor[0] = probe.cursor
         if not restarts_at_start:
             restarts_at_start.append(probe.restarts)
         for line in probe.new_lines[-5:]:
@@ -120,11 +148,9 @@ def health(ctx: StepContext, record: StepRecord) -> None:
 
 def raise_if_fatal_logged(ctx: StepContext) -> None:
     """After a failed check, read the journal once: a known fatal line explains the failure better."""
-    offset = ctx.state.server.journal_offset
-    unit = shlex.quote(ctx.ct.paths.unit_name)
-    res = ctx.ct.run(f"journalctl -u {unit} --no-pager -o cat | tail -n +{offset + 1} | tail -n 200",
+    res = ctx.ct.run(f"{journal_after(ctx.ct.paths.unit_name, ctx.state.server.journal_cursor)} | tail -n 201",
                      check=False, timeout=60, what="journal excerpt")
-    lines = res.stdout.splitlines()
+    lines, _ = split_cursor(res.stdout.splitlines())
     fatal = find_fatal(lines)
     if fatal is not None:
         raise CheckFailed(f"sglang logged a fatal line: {fatal.line!r} — {fatal.meaning}", fix=fatal.fix,

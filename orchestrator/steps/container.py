@@ -23,10 +23,13 @@ from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts
 
 DEV_KEY = re.compile(r"^dev(\d+)$")
+MP_KEY = re.compile(r"^mp(\d+)$")
+#: PVE allows mp0 … mp255.
+MAX_MOUNT_POINTS = 256
 NVIDIA_PATH = re.compile(r"^/dev/nvidia")
 CT_FACTS_AFTER_START = ("nvsmi_list", "driver_version", "sglang_version", "weights", "unit_sha",
-                        "current_release", "releases", "active", "main_pid", "health", "topo", "p2p_read",
-                        "p2p_write")
+                        "current_release", "releases", "active", "enabled", "main_pid", "health", "topo", "p2p_read",
+                        "p2p_write", "missing_pkgs")
 
 
 def base_config(spec: ContainerSpec) -> dict[str, str]:
@@ -54,6 +57,38 @@ def device_plan(current: dict[str, Any], nodes: list[DeviceNode]) -> tuple[dict[
     to_set = {k: v for k, v in wanted.items() if conf.get(k) != v}
     to_delete = sorted((k for k in have if k not in wanted), key=lambda k: int(k[3:]))
     return to_set, to_delete
+
+
+def mount_plan(current: dict[str, Any], host_dir: str | None, ct_path: str) -> dict[str, str]:
+    """The mpN key to set so `host_dir` is bind-mounted at `ct_path` (empty when it already is, or no mount).
+
+    An mpN that already mounts something at `ct_path` is the one rewritten; otherwise the first free number.
+    """
+    if host_dir is None:
+        return {}
+    want = f"{host_dir},mp={ct_path}"
+    for key, value in sorted(current.items()):
+        if not MP_KEY.match(key):
+            continue
+        props = parse_property_string(str(value), "volume")
+        if props.get("mp", "").rstrip("/") == ct_path.rstrip("/"):
+            return {} if props.get("volume", "").rstrip("/") == host_dir else {key: want}
+    free = next((f"mp{i}" for i in range(MAX_MOUNT_POINTS) if f"mp{i}" not in current), None)
+    if free is None:
+        raise ConfigError(f"every mount point key (mp0…mp{MAX_MOUNT_POINTS - 1}) is in use",
+                          fix="remove an unused mpN from the container config", step="container")
+    return {free: want}
+
+
+def require_mount_source(ctx: StepContext) -> None:
+    """Refuse a model_mount directory that does not exist on the host, before any change."""
+    spec = ctx.host.container
+    if spec.model_mount is None:
+        return
+    if ctx.facts.h("model_mount").stdout.strip() != "present":
+        raise ConfigError(f"container.model_mount {spec.model_mount} is not a directory on {ctx.host.name}",
+                          fix=f"create it on the host and put the model there (mkdir -p {spec.model_mount}), or "
+                              "fix the path; nothing was changed", host=ctx.host.name, step="container")
 
 
 #: Property-string keys: PVE fills in defaults (net0 gets hwaddr and type=veth), so compare only what we set.
@@ -143,9 +178,11 @@ def _create(ctx: StepContext, record: StepRecord, pve: _Clients, wanted: list[De
                                      template=spec.template_name)
             _wait(pve.lifecycle, ctx, res, "template download")
     dev_set = device_plan({}, wanted)[0] if method == "devN" else {}
+    mounts = mount_plan({}, spec.model_mount, ctx.profile.model_path)
     what = (f"create CT {spec.vmid} ({spec.hostname}, unprivileged={int(spec.unprivileged)}) with "
-            f"{len(wanted)} device nodes passed through ({method})")
-    record.details["create"] = {**params, **dev_set}
+            f"{len(wanted)} device nodes passed through ({method})"
+            + "".join(f", {k}: {v}" for k, v in mounts.items()))
+    record.details["create"] = {**params, **dev_set, **mounts}
     if not mark_change(record, ctx, what):
         record.summary = what
         return False
@@ -153,9 +190,10 @@ def _create(ctx: StepContext, record: StepRecord, pve: _Clients, wanted: list[De
     # Creating with devN (and features on a privileged CT) needs root@pam: one pvesh call as root carries
     # everything. The token path is only used when no root SSH is configured (it then fails clearly on devN).
     # Privileged CTs and features other than nesting are root@pam-only in PVE, like devN.
-    root_only = dev_set or not spec.unprivileged or any(k != "nesting" for k in spec.features)
+    # Bind mounts of host directories are root@pam-only too.
+    root_only = dev_set or mounts or not spec.unprivileged or any(k != "nesting" for k in spec.features)
     creator = pve.devices() if root_only else pve.lifecycle
-    _wait(creator, ctx, creator.call("post", f"/nodes/{node}/lxc", **params, **dev_set), "create")
+    _wait(creator, ctx, creator.call("post", f"/nodes/{node}/lxc", **params, **dev_set, **mounts), "create")
     if raw_wanted:
         ctx.ssh.script(raw_apply_script(spec.vmid, raw_wanted), what="write raw lxc passthrough lines")
     return True
@@ -175,7 +213,8 @@ def _converge(ctx: StepContext, record: StepRecord, pve: _Clients, status: str, 
     base_diff = {k: v for k, v in base_config(spec).items() if not same_value(k, current.get(k), v)}
     dev_set, dev_delete = device_plan(current, wanted) if method == "devN" else ({}, [])
     raw_missing, raw_changed = raw_plan(current, raw_wanted) if raw_wanted else ([], False)
-    diff_lines = [f"{k}: {current.get(k, '(unset)')} → {v}" for k, v in base_diff.items()]
+    mounts = mount_plan(current, spec.model_mount, ctx.profile.model_path)
+    diff_lines = [f"{k}: {current.get(k, '(unset)')} → {v}" for k, v in {**base_diff, **mounts}.items()]
     diff_lines += [f"{k}: (missing) → {v}" for k, v in raw_missing]
     if raw_changed and not raw_missing:
         diff_lines.append("stale NVIDIA lxc.mount.entry lines removed")
@@ -186,26 +225,29 @@ def _converge(ctx: StepContext, record: StepRecord, pve: _Clients, status: str, 
         return status, False
     for line in diff_lines:
         ctx.say(f"  {line}")
-    if status == "running" and (dev_set or dev_delete or raw_changed):  # devices apply only at start
+    # Devices and bind mounts apply only at start.
+    if status == "running" and (dev_set or dev_delete or raw_changed or mounts):
         _wait(pve.lifecycle, ctx, pve.lifecycle.call("post", f"/nodes/{node}/lxc/{spec.vmid}/status/shutdown",
                                                      timeout=60, forceStop=1), "shutdown")
         status = "stopped"
-    params: dict[str, Any] = {**base_diff, **dev_set}
+    params: dict[str, Any] = {**base_diff, **dev_set, **mounts}
     if dev_delete:
         params["delete"] = ",".join(dev_delete)
     if params:
-        client = pve.devices() if (dev_set or dev_delete) else pve.lifecycle
+        client = pve.devices() if (dev_set or dev_delete or mounts) else pve.lifecycle
         client.call("put", f"/nodes/{node}/lxc/{spec.vmid}/config", digest=current.get("digest"), **params)
     if raw_changed:
         ctx.ssh.script(raw_apply_script(spec.vmid, raw_wanted), what="write raw lxc passthrough lines")
     return status, True
 
 
-@step("container", host_facts=("ct_status", "ct_config", "templates", "dev_listing", "proc_devices", "pveversion"),
+@step("container", host_facts=("ct_status", "ct_config", "templates", "dev_listing", "proc_devices", "pveversion",
+                                 "model_mount"),
       ct_facts=CT_FACTS_AFTER_START)
 def container(ctx: StepContext, record: StepRecord) -> None:
-    """Create the container if missing, converge its config and GPU passthrough, start it."""
+    """Create the container if missing, converge its config, GPU passthrough and model mount, start it."""
     ensure_facts(ctx)
+    require_mount_source(ctx)
     spec = ctx.host.container
     wanted = wanted_devices(ctx)
     status = parse_pct_status(ctx.facts.h("ct_status").stdout)

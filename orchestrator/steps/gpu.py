@@ -12,8 +12,9 @@ from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts, unknown_until_started
 
-INSTALLER_FLAGS = ("--silent", "--no-kernel-modules", "--no-kernel-module-source", "--no-dkms", "--no-systemd",
-                   "--no-x-check", "--no-nouveau-check", "--no-nvidia-modprobe")
+#: nvidia-installer's own option names (its option table): userspace only, never a question or a prompt. The
+#: kernel module belongs to the host; in a container the installer must not build or replace it.
+INSTALLER_FLAGS = ("--silent", "--no-kernel-module", "--no-questions", "--ui=none", "--accept-license")
 
 
 def host_driver(ctx: StepContext) -> str:
@@ -67,7 +68,7 @@ def driver_userspace(ctx: StepContext, record: StepRecord) -> None:
             f"container NVIDIA userspace is {seen} ({why}) but the host kernel module is {kernel}",
             fix=(f"install exactly {kernel} in the container without kernel modules: copy "
                  f"NVIDIA-Linux-x86_64-{kernel}.run to the host and set container.driver_installer to its path "
-                 "(deploy then runs it with --no-kernel-modules), or install the matching distro packages"),
+                 f"(deploy then runs it with {' '.join(INSTALLER_FLAGS)}), or install the matching distro packages"),
             host=ctx.host.name)
     m = re.search(r"(\d+\.\d+(?:\.\d+)?)\.run$", installer)
     if m and not versions_match(kernel, m.group(1)):

@@ -31,7 +31,7 @@ from orchestrator.state.releases import (
     ReleaseBundle,
     activate_script,
     current_release,
-    journal_offset,
+    journal_cursor,
     parse_release_ids,
     record_file_script,
     unique_release_id,
@@ -183,7 +183,7 @@ def install_bundle(ctx: StepContext, bundle: Bundle, *, source: str, restart: bo
     with waiting_for(ctx.say, f"sglang to {'stop and restart' if restart else 'start'} with release {rid}",
                      TIMEOUT_STOP_S):
         res = ctx.ct.script(script, check=False, timeout=300, what=f"install release {rid}")
-    ctx.state.server.journal_offset = journal_offset(res.stdout)
+    ctx.state.server.journal_cursor = journal_cursor(res.stdout)
     if res.rc != 0:
         raise RemoteError(f"installing release {rid} in CT {ctx.vmid} failed: "
                           f"{(res.stderr or res.stdout).strip()[-500:]}",
@@ -198,7 +198,7 @@ def make_current(ctx: StepContext, release: str, *, what: str, restart: bool = T
                      TIMEOUT_STOP_S):
         res = ctx.ct.script(activate_script(release, restart=restart, keep=ctx.profile.keep_releases),
                             check=False, timeout=300, what=what)
-    ctx.state.server.journal_offset = journal_offset(res.stdout)
+    ctx.state.server.journal_cursor = journal_cursor(res.stdout)
     if res.rc != 0:
         raise RemoteError(f"{what}: activating release {release} failed: "
                           f"{(res.stderr or res.stdout).strip()[-400:]}", host=ctx.host.name,

@@ -6,6 +6,9 @@ restarts nothing. Writing and activating the release is the release lifecycle's 
 
 from __future__ import annotations
 
+import shlex
+
+from orchestrator.errors import RemoteError
 from orchestrator.flags import diff_flags
 from orchestrator.render.service import launch_argv
 from orchestrator.runlog import StepRecord
@@ -26,8 +29,32 @@ from orchestrator.steps.session import ensure_facts, unknown_until_started
 from orchestrator.steps.software import require_valid_flags
 
 
-@step("server_unit", ct_facts=("unit_sha", "active", "current_release", "releases", "main_pid", "current_meta",
-                               "current_verdict", "current_flags"))
+def unit_enabled(ctx: StepContext) -> bool:
+    """`systemctl is-enabled` says `enabled`: the container's systemd starts sglang when the container boots."""
+    out = ctx.facts.c("enabled")
+    return out is not None and out.stdout.strip() == "enabled"
+
+
+def enable_unit(ctx: StepContext, record: StepRecord) -> None:
+    """Enable the running, unchanged unit so it comes back after a container reboot (one round trip)."""
+    unit = ctx.ct.paths.unit_name
+    what = f"enable {unit}.service so the container starts it at boot"
+    if not mark_change(record, ctx, what):
+        record.summary = what
+        return
+    ctx.say(what)
+    res = ctx.ct.run(f"systemctl enable --quiet {shlex.quote(unit)} && systemctl is-enabled {shlex.quote(unit)}",
+                     check=False, timeout=60, what=f"enable {unit}")
+    if res.rc != 0 or res.stdout.strip().splitlines()[-1:] != ["enabled"]:
+        raise RemoteError(f"systemctl enable {unit} failed in CT {ctx.vmid}: "
+                          f"{(res.stderr or res.stdout).strip()[-300:]}",
+                          fix=f"check {ctx.ct.paths.unit_path} in the container (its [Install] section)",
+                          host=ctx.host.name)
+    record.summary = f"{unit}.service enabled at boot (unit unchanged, server active)"
+
+
+@step("server_unit", ct_facts=("unit_sha", "active", "enabled", "current_release", "releases", "main_pid",
+                               "current_meta", "current_verdict", "current_flags"))
 def server_unit(ctx: StepContext, record: StepRecord) -> None:
     """Render sglang.service + sglang.env; install and restart only when they changed."""
     ensure_facts(ctx)
@@ -48,9 +75,14 @@ def server_unit(ctx: StepContext, record: StepRecord) -> None:
                            "flags": flags.argv()})
     server = ctx.state.server
     server.bundle, server.release = bundle, state.release
+    enabled = unit_enabled(ctx)
+    record.details["enabled"] = enabled
     if same and state.active == "active" and abandoned is None:
-        record.summary = f"unit unchanged (release {state.release}), server active"
         server.restarted = False
+        if enabled:
+            record.summary = f"unit unchanged (release {state.release}), server active, enabled at boot"
+            return
+        enable_unit(ctx, record)
         return
     installed = installed_flags(ctx)
     changes = [] if installed is None else [

@@ -10,6 +10,7 @@ from typing import Any
 
 from orchestrator.errors import CheckFailed, ConfigError, RemoteError
 from orchestrator.flags.schema import FlagSchema
+from orchestrator.inventory.models import ContainerSpec
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts, unknown_until_started
@@ -45,33 +46,57 @@ def container_flag_check(ctx: StepContext, argv: list[str]) -> FlagCheck:
     return FlagCheck(bool(data.get("ok")), str(data.get("error") or ""), data.get("version"), schema)
 
 
+def pip_index_options(spec: ContainerSpec) -> str:
+    """`--index-url URL` (and `--trusted-host HOST` for a plain-http index) when the inventory names one.
+
+    pip refuses a plain-http index on any host but localhost unless that host is trusted; an operator who wrote
+    the URL into the inventory has made that choice, so the host of an http:// index is passed as trusted.
+    """
+    url = spec.pip_index_url
+    if url is None:
+        return ""
+    opts = f" --index-url {shlex.quote(url)}"
+    if url.startswith("http://"):
+        opts += f" --trusted-host {shlex.quote(url[len('http://'):].split('/', 1)[0])}"
+    return opts
+
+
+def sglang_install_command(ctx: StepContext) -> str:
+    """The venv (made with the container's own `python3 -m venv` when absent), then the pinned sglang + extras."""
+    prof = ctx.profile
+    venv = shlex.quote(prof.venv)
+    return (f"test -x {venv}/bin/python || python3 -m venv {venv} && "
+            f"{venv}/bin/pip install --disable-pip-version-check --progress-bar off"
+            f"{pip_index_options(ctx.host.container)} {shlex.quote(prof.sglang_requirement)}")
+
+
 @step("sglang_install", ct_facts=("sglang_version",))
 def sglang_install(ctx: StepContext, record: StepRecord) -> None:
-    """sglang in the profile's venv at the profile's pinned version (installed when missing)."""
+    """sglang in the profile's venv at the profile's pinned version, with its extras (installed when missing)."""
     ensure_facts(ctx)
     if unknown_until_started(ctx, record, "the installed sglang version"):
         return
     want = ctx.profile.sglang_version
     out = ctx.facts.c("sglang_version")
     have = out.stdout.strip() if out is not None and out.rc == 0 else None
-    record.details.update({"wanted": want, "installed": have})
+    record.details.update({"wanted": want, "installed": have, "requirement": ctx.profile.sglang_requirement})
     if have == want:
         record.summary = f"sglang {have} in {ctx.profile.venv}"
         return
-    what = f"install sglang=={want} in {ctx.profile.venv} (found {have or 'none'})"
+    index = ctx.host.container.pip_index_url
+    what = (f"install {ctx.profile.sglang_requirement} in {ctx.profile.venv} (found {have or 'none'})"
+            + (f" from {index}" if index else ""))
     if not mark_change(record, ctx, what):
         record.summary = what
         return
     ctx.say(what)
-    venv = shlex.quote(ctx.profile.venv)
-    inner = (f"test -x {venv}/bin/python || python3 -m venv {venv}; "
-             f"{venv}/bin/pip install --progress-bar off {shlex.quote('sglang==' + want)}")
-    res = ctx.ct.run(inner, check=False, timeout=3600, what="pip install sglang",
+    res = ctx.ct.run(sglang_install_command(ctx), check=False, timeout=3600, what="pip install sglang",
                      progress=lambda line: ctx.say(f"  pip: {line}"))
     if res.rc != 0:
-        raise RemoteError(f"pip install sglang=={want} failed: {(res.stderr or res.stdout).strip()[-500:]}",
-                          fix="check the container's network/proxy or pre-install sglang in the venv",
-                          host=ctx.host.name)
+        raise RemoteError(f"pip install {ctx.profile.sglang_requirement} failed: "
+                          f"{(res.stderr or res.stdout).strip()[-500:]}",
+                          fix=("check the container's network or set container.pip_index_url to a reachable "
+                               "index (air-gapped: a local mirror or wheelhouse)"), host=ctx.host.name)
     refresh_ct_facts(ctx, "sglang_version")
     out = ctx.facts.c("sglang_version")
     have = out.stdout.strip() if out is not None and out.rc == 0 else None
@@ -81,21 +106,53 @@ def sglang_install(ctx: StepContext, record: StepRecord) -> None:
     record.summary = f"installed sglang {have}"
 
 
+#: huggingface_hub 1.x ships the `hf` CLI (`huggingface-cli` was removed in 1.0).
+HF_HUB_REQUIREMENT = "huggingface_hub>=1.0"
+
+
+def hf_download_command(ctx: StepContext) -> str:
+    """`hf download REPO --local-dir DIR` from the venv (resumes, prints progress); `hf` installed if absent."""
+    prof, spec = ctx.profile, ctx.host.container
+    venv = shlex.quote(prof.venv)
+    assert prof.weights_repo is not None
+    env = f"HF_ENDPOINT={shlex.quote(spec.hf_endpoint)} " if spec.hf_endpoint else ""
+    return (f"{{ test -x {venv}/bin/hf || {venv}/bin/pip install --disable-pip-version-check --progress-bar off"
+            f"{pip_index_options(spec)} {shlex.quote(HF_HUB_REQUIREMENT)}; }} && "
+            f"{env}{venv}/bin/hf download {shlex.quote(prof.weights_repo)} --local-dir {shlex.quote(prof.model_path)}")
+
+
 @step("model_weights", ct_facts=("weights",))
 def model_weights(ctx: StepContext, record: StepRecord) -> None:
-    """Model weights present at the profile's model_path (downloaded with progress when missing)."""
+    """Model weights present at the profile's model_path (host mount, or `hf download` with progress)."""
     ensure_facts(ctx)
     if unknown_until_started(ctx, record, "whether the weights are present"):
         return
-    prof = ctx.profile
+    prof, spec = ctx.profile, ctx.host.container
     out = ctx.facts.c("weights")
-    if out is not None and out.stdout.strip() == "present":
+    present = out is not None and out.stdout.strip() == "present"
+    if spec.model_mount is not None:
+        # The weights live on host storage, mounted by the container step: check them, never download over them.
+        record.details["mount"] = {"host": spec.model_mount, "container": prof.model_path}
+        if present:
+            record.summary = f"weights present at {prof.model_path} (host {spec.model_mount})"
+            return
+        if out is None and ctx.options.dry_run:
+            record.status = "skipped"
+            record.summary = f"{spec.model_mount} is mounted at {prof.model_path} once the container runs"
+            return
+        raise CheckFailed(f"no model weights (config.json) at {prof.model_path}, the mount of host directory "
+                          f"{spec.model_mount}",
+                          fix=f"put the model files in {spec.model_mount} on the host (or drop container.model_mount "
+                              "to download them with weights_repo)", host=ctx.host.name)
+    if present:
         record.summary = f"weights present at {prof.model_path}"
         return
     if prof.weights_repo is None:
         raise CheckFailed(f"no model weights at {prof.model_path} (no config.json) and no weights_repo to fetch",
-                          fix="copy the weights there or set profiles.<name>.weights_repo", host=ctx.host.name)
-    what = f"download {prof.weights_repo} to {prof.model_path}"
+                          fix="copy the weights there, set profiles.<name>.weights_repo, or mount a host directory "
+                              "there with container.model_mount", host=ctx.host.name)
+    what = f"download {prof.weights_repo} to {prof.model_path}" + (
+        f" from {spec.hf_endpoint}" if spec.hf_endpoint else "")
     if ctx.options.skip_weights:
         record.status = "skipped"
         record.summary = f"--skip-weights: would {what}"
@@ -103,16 +160,18 @@ def model_weights(ctx: StepContext, record: StepRecord) -> None:
     if not mark_change(record, ctx, what):
         record.summary = what
         return
-    ctx.say(what + " (this can take long; progress is printed by huggingface-cli)")
-    inner = (f"HF_HUB_ENABLE_HF_TRANSFER=0 {shlex.quote(prof.venv)}/bin/huggingface-cli download "
-             f"{shlex.quote(prof.weights_repo)} --local-dir {shlex.quote(prof.model_path)}")
-    res = ctx.ct.run(inner, check=False, timeout=24 * 3600, what="weights download",
+    ctx.say(what + " (this can take long; `hf download` prints its progress and resumes a partial download)")
+    res = ctx.ct.run(hf_download_command(ctx), check=False, timeout=24 * 3600, what="weights download",
                      progress=lambda line: ctx.say(f"  download: {line}"))
     if res.rc != 0:
         raise RemoteError(f"weights download failed: {(res.stderr or res.stdout).strip()[-500:]}",
-                          fix="check network access to the model hub from the container, or copy the weights",
-                          host=ctx.host.name)
+                          fix="check access to the model hub from the container (container.hf_endpoint names a "
+                              "mirror); re-running resumes the download", host=ctx.host.name)
     refresh_ct_facts(ctx, "weights")
+    out = ctx.facts.c("weights")
+    if out is None or out.stdout.strip() != "present":
+        raise CheckFailed(f"`hf download {prof.weights_repo}` finished but {prof.model_path}/config.json is missing",
+                          fix="check that weights_repo names the model repository itself", host=ctx.host.name)
     record.summary = f"downloaded {prof.weights_repo}"
 
 

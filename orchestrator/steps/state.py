@@ -59,7 +59,7 @@ class ServerRun:
     bundle: Bundle | None = None  # what was rendered for it (flags included)
     restarted: bool = False  # this run (re)started sglang: health must wait, a verdict must be written
     installed: bool = False  # this run installed `release` (a new release id): its verdict must be written
-    journal_offset: int = 0  # journal lines before this start: health reads only what follows
+    journal_cursor: str | None = None  # the unit's last journal entry before this start: health reads what follows
 
 
 @dataclass

@@ -75,7 +75,7 @@ def test_driver_mismatch_without_installer_is_refused_with_both_versions(converg
     res = converged.run("--json", "up", "host", converged.host, "--skip-bench")
     assert res.rc == 1
     assert "590.48" in res.json["what"] and "595.58.03" in res.json["what"]  # NVML reports major.minor
-    assert "--no-kernel-modules" in res.json["fix"]
+    assert "--no-kernel-module " in res.json["fix"]  # nvidia-installer's option (singular), userspace only
 
 
 def test_nan_crash_fails_fast_quoting_the_line(converged: DeployEnv) -> None:

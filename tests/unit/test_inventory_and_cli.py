@@ -38,6 +38,18 @@ def test_shipped_inventory_loads_and_finds_host_by_name_or_address() -> None:
     (lambda t: t.replace("      cores: 64", "      cores: 64\n      coers: 64"), "coers"),
     (lambda t: t.replace("      unprivileged: false\n", ""), "unprivileged"),
     (lambda t: t.replace("profile: glm5-nvfp4", "profile: nope"), "unknown profile 'nope'"),
+    # Air-gapped sites: mirrors are URLs only, and never carry credentials (argv, logs).
+    (lambda t: t.replace("      gpus: all\n", "      gpus: all\n      apt_proxy: 10.0.0.5:3142\n"),
+     "must be an http:// or https:// URL"),
+    (lambda t: t.replace("      gpus: all\n", "      gpus: all\n      pip_index_url: 'http://u:pw@10.0.0.5/simple'\n"),
+     "must not carry credentials"),
+    (lambda t: t.replace("      gpus: all\n", "      gpus: all\n      hf_endpoint: \"https://hub.example/ x\"\n"),
+     "hosts.pve-gpu-1.container.hf_endpoint"),
+    # A host model directory is an absolute, normalised path.
+    (lambda t: t.replace("      gpus: all\n", "      gpus: all\n      model_mount: tank/models\n"),
+     "must be an absolute directory"),
+    (lambda t: t.replace("      gpus: all\n", "      gpus: all\n      model_mount: /tank/../etc\n"),
+     "must be a normalised absolute path"),
 ])
 def test_malformed_inventory_is_one_clear_error(inv: Path, edit, needle: str) -> None:
     hosts = inv / "hosts.yaml"
@@ -91,3 +103,24 @@ def test_offline_verify_p2p_fails_on_the_vm_capture() -> None:
 def test_unimplemented_grammar_errors_are_usage_errors() -> None:
     res = deploy("up", "host")
     assert res.returncode == 2 and "host" in res.stderr
+
+
+def test_a_relative_model_path_cannot_be_a_mount_target(inv: Path) -> None:
+    (inv / "hosts.yaml").write_text((inv / "hosts.yaml").read_text().replace(
+        "      gpus: all\n", "      gpus: all\n      model_mount: /tank/models/glm5\n"))
+    (inv / "profiles.yaml").write_text((inv / "profiles.yaml").read_text().replace(
+        "model_path: /models/GLM-5-NVFP4", "model_path: zai-org/GLM-5"))
+    with pytest.raises(ConfigError) as exc:
+        load_inventory(inv)
+    assert "container.model_mount" in exc.value.what and "'zai-org/GLM-5'" in exc.value.what
+
+
+def test_sglang_extras_make_the_pinned_requirement(inv: Path) -> None:
+    (inv / "profiles.yaml").write_text((inv / "profiles.yaml").read_text().replace(
+        "model_path: /models/GLM-5-NVFP4", "model_path: /models/GLM-5-NVFP4\n    sglang_extras: [srt, 'bad extra']"))
+    with pytest.raises(ConfigError) as exc:
+        load_inventory(inv)
+    assert "'bad extra' is not a pip extra name" in exc.value.what
+    (inv / "profiles.yaml").write_text((inv / "profiles.yaml").read_text().replace("'bad extra'", "blackwell"))
+    prof = load_inventory(inv).profiles["glm5-nvfp4"]
+    assert prof.sglang_requirement == f"sglang[srt,blackwell]=={prof.sglang_version}"

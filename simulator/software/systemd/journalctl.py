@@ -1,7 +1,10 @@
-"""`journalctl -u UNIT [-n N] [-o cat] [-f] [--no-pager] [--since ...]` over ct/<vmid>/journal/<unit>.log.
+"""`journalctl -u UNIT [-n N] [-o cat] [-f] [-q] [--show-cursor] [--after-cursor C] [--no-pager] [--since ...]`
+over ct/<vmid>/journal/<unit>.log.
 
 Lines are stored in journalctl's default "short" format; `-o cat` strips the "Mon DD HH:MM:SS host ident[pid]: "
-prefix, which is what log scrapers in the deploy tool read.
+prefix, which is what log scrapers in the deploy tool read. A cursor is `sim;u=UNIT;i=N`, the position after
+the N-th line of the unit's log (real cursors are opaque too); `--after-cursor` shows what follows it, and
+`--show-cursor` prints `-- cursor: …` after the last entry shown, as journalctl does.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ IGNORED_WITH_VALUE = ("--since", "-S", "--until", "-U", "-b", "--boot", "-p", "-
 def run(argv: list[str], units: CtUnits) -> int:
     names: list[str] = []
     count: int | None = None
-    cat = follow = False
+    cat = follow = quiet = show_cursor = False
+    after: int | None = None
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -28,7 +32,17 @@ def run(argv: list[str], units: CtUnits) -> int:
             names.append(unit_name(nxt))
             i += 2
             continue
-        if a.startswith("--unit="):
+        if a == "--after-cursor":
+            after = _cursor_index(nxt)
+            i += 2
+            continue
+        if a.startswith("--after-cursor="):
+            after = _cursor_index(a.split("=", 1)[1])
+        elif a in ("-q", "--quiet"):
+            quiet = True
+        elif a == "--show-cursor":
+            show_cursor = True
+        elif a.startswith("--unit="):
             names.append(unit_name(a.split("=", 1)[1]))
         elif a in ("-n", "--lines"):
             if nxt.isdigit():
@@ -56,13 +70,19 @@ def run(argv: list[str], units: CtUnits) -> int:
             lines += units.journal(name).read_text().splitlines()
         except OSError:
             pass
+    end = len(lines)
+    if after is not None:
+        lines = lines[after:]
     if count is not None:
         lines = lines[-count:] if count else []
     if not lines and not follow:
-        print("-- No entries --")
+        if not quiet:
+            print("-- No entries --")
         return 0
     for line in lines:
         print(PREFIX.sub("", line, count=1) if cat else line)
+    if show_cursor and not follow:
+        print(f"-- cursor: sim;u={','.join(names)};i={end}")
     sys.stdout.flush()
     if follow and names:
         path = units.journal(names[0])
@@ -79,6 +99,14 @@ def run(argv: list[str], units: CtUnits) -> int:
                         print(PREFIX.sub("", line, count=1) if cat else line, flush=True)
         except KeyboardInterrupt:
             return 0
+    return 0
+
+
+def _cursor_index(cursor: str) -> int:
+    """The line position a `sim;…;i=N` cursor names (0 for anything else: a real cursor means nothing here)."""
+    for part in cursor.split(";"):
+        if part.startswith("i=") and part[2:].isdigit():
+            return int(part[2:])
     return 0
 
 

@@ -60,7 +60,7 @@ def test_next_up_abandons_an_interrupted_ups_release_without_restarting(make_run
     facts = {**unit_facts(run, same=True), "current_meta": json.dumps({"id": CURRENT, "source": "up",
                                                                        "previous": PREVIOUS})}
     run = make_run({}, facts)  # no current_verdict: the up that installed CURRENT never finished its checks
-    run.node.answer("systemctl start sglang", "JOURNAL_LINES=7\n")
+    run.node.answer("systemctl start sglang", "JOURNAL_CURSOR=s=1;i=7\n")
     rec = run.step("server_unit")
     assert rec.status == "changed"
     assert any(f"release {CURRENT} marked abandoned" in c for c in rec.changes)

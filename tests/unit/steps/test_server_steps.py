@@ -5,11 +5,13 @@ from __future__ import annotations
 import base64
 import json
 import re
+import shlex
 
 import pytest
 
 from orchestrator.errors import CheckFailed
 from orchestrator.flags import FlagSchema, canonicalize
+from orchestrator.steps.checks import raise_if_fatal_logged
 from orchestrator.steps.release import bundle_for, desired_flags
 from orchestrator.steps.state import Candidate
 
@@ -18,12 +20,12 @@ PREVIOUS = "20261129T020000-cdcdcdcd"
 HEALTHY = "code=200\nActiveState=active\nSubState=running\nNRestarts=0\n--journal--\n"
 
 
-def unit_facts(run, *, same: bool, active: str = "active") -> dict[str, str]:
+def unit_facts(run, *, same: bool, active: str = "active", enabled: str = "enabled") -> dict[str, str]:
     bundle = bundle_for(run.ctx, desired_flags(run.ctx))
     unit, env = bundle.file("sglang.service"), bundle.file("sglang.env")
     unit_sha = unit.sha256 if same else "0" * 64
     return {"unit_sha": f"{unit_sha} /etc/systemd/system/sglang.service\n{env.sha256} /etc/sglang/sglang.env\n",
-            "active": f"{active}\n", "current_release": f"releases/{CURRENT}\n",
+            "active": f"{active}\n", "enabled": f"{enabled}\n", "current_release": f"releases/{CURRENT}\n",
             "releases": f"{PREVIOUS}\n{CURRENT}\n"}
 
 
@@ -40,29 +42,79 @@ def test_changed_unit_is_validated_installed_as_a_release_and_restarted(make_run
     run = make_run({}, {})
     run = make_run({}, unit_facts(run, same=False))
     run.node.answer("DEPLOY_PROBE_EOF", json.dumps({"ok": True, "version": "0.5.12.post1"}))
-    run.node.answer("systemctl restart sglang", "JOURNAL_LINES=42\n")
+    run.node.answer("systemctl restart sglang", "JOURNAL_CURSOR=s=4a;i=2a;b=77\n")
     rec = run.step("server_unit")
     assert rec.status == "changed" and "restart sglang" in rec.changes[0]
     probe, install = run.node.commands("script")
     assert probe.startswith("pct exec 120 -- /root/ml-env/bin/python - ")  # the container's own sglang parser
     assert install.startswith("pct exec 120 -- bash -s <<'DEPLOY_CT_EOF'\n")
     assert "systemctl restart sglang" in install and "mv -T /var/lib/deploy/current.deploy-tmp" in install
+    # The cursor is taken before the restart, and the unit is enabled so the container's boot starts it.
+    assert install.index("--show-cursor") < install.index("systemctl enable --quiet sglang") < install.index(
+        "systemctl restart sglang")
     server = run.ctx.state.server
-    assert server.restarted and server.journal_offset == 42 and server.release != CURRENT
+    assert server.restarted and server.journal_cursor == "s=4a;i=2a;b=77" and server.release != CURRENT
     assert server.bundle is not None and "--tensor-parallel-size 8" in server.bundle.file("sglang.service").content
 
 
-def test_health_reads_only_this_starts_journal_lines(make_run) -> None:
+def test_unchanged_active_but_disabled_unit_is_enabled_without_a_restart(make_run) -> None:
+    run = make_run({}, {})
+    run = make_run({}, unit_facts(run, same=True, enabled="disabled"))
+    run.node.answer("systemctl enable", "enabled\n")
+    rec = run.step("server_unit")
+    assert rec.status == "changed" and rec.changes == ["enable sglang.service so the container starts it at boot"]
+    [enable] = run.node.commands("run")
+    assert enable == "pct exec 120 -- bash -c 'systemctl enable --quiet sglang && systemctl is-enabled sglang'"
+    assert not run.ctx.state.server.restarted
+
+
+def test_plan_says_it_would_enable_a_disabled_unit(make_run) -> None:
+    run = make_run({}, {}, dry_run=True)
+    run = make_run({}, unit_facts(run, same=True, enabled="disabled"), dry_run=True)
+    rec = run.step("server_unit")
+    assert rec.status == "would-change" and "enable sglang.service" in rec.summary
+    assert run.node.calls == []
+
+
+def test_health_reads_the_journal_after_the_cursor_taken_at_start_and_moves_it_on(make_run) -> None:
     run = make_run({}, {"health": "000", "active": "activating\n"})
     run.ctx.state.server.restarted = True
-    run.ctx.state.server.journal_offset = 12
-    run.node.answer("journalctl", HEALTHY + "Uvicorn running on http://127.0.0.1:8000\n")
+    run.ctx.state.server.journal_cursor = "s=1;i=c0"
+    run.ctx.step_options["timeout_s"] = 30
+    # The first probe (after the start cursor) sees loading lines and the next cursor; the second one, only
+    # asked for what follows that cursor, sees the server up.
+    run.node.answer("i=c0", HEALTHY.replace("code=200", "code=000")
+                    + "Load weight begin\n-- cursor: s=1;i=c1\n")
+    run.node.answer("i=c1", HEALTHY + "Uvicorn running on http://127.0.0.1:8000\n"
+                    + "-- cursor: s=1;i=c2\n")
     rec = run.step("health")
     assert rec.status == "ok" and rec.summary.startswith("healthy after")
+    first, second = (shlex.split(c) for c in run.node.commands("run"))
+    assert first[:6] == ["pct", "exec", "120", "--", "bash", "-c"]
+    assert "journalctl -u sglang --no-pager -q -o cat --show-cursor --after-cursor='s=1;i=c0'" in first[6]
+    assert "--after-cursor='s=1;i=c1'" in second[6] and "tail -n" not in first[6] + second[6]  # no line count
+    assert rec.details["journal_tail"] == ["Load weight begin", "Uvicorn running on http://127.0.0.1:8000"]
+
+
+def test_health_without_a_cursor_reads_only_since_the_units_start(make_run) -> None:
+    """systemd started sglang (container boot): nothing before its main process's start is read."""
+    run = make_run({}, {"health": "000", "active": "activating\n"})
+    run.node.answer("journalctl", HEALTHY + "-- cursor: s=1;i=9\n")
+    assert run.step("health").status == "ok"
     [probe] = run.node.commands("run")
-    assert probe.startswith("pct exec 120 -- bash -c ")
-    assert "journalctl -u sglang --no-pager -o cat | tail -n +13" in probe
-    assert rec.details["journal_tail"] == ["Uvicorn running on http://127.0.0.1:8000"]
+    assert "systemctl show -p ExecMainStartTimestamp --value sglang" in probe
+    assert "--since=" in probe and "--after-cursor" not in probe
+
+
+def test_raise_if_fatal_logged_reads_from_the_start_cursor(make_run) -> None:
+    run = make_run({}, {})
+    run.ctx.state.server.journal_cursor = "s=9;i=5"
+    run.node.answer("journalctl", "RuntimeError: Unsupported architecture sm_120\n-- cursor: s=9;i=6\n")
+    with pytest.raises(CheckFailed) as err:
+        raise_if_fatal_logged(run.ctx)
+    assert "Unsupported architecture" in err.value.what
+    [read] = run.node.commands("run")
+    assert "--after-cursor='s=9;i=5'" in shlex.split(read)[6]
 
 
 def test_health_stops_at_once_on_a_fatal_journal_line(make_run) -> None:

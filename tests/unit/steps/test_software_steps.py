@@ -29,7 +29,9 @@ def test_driver_userspace_mismatch_pushes_and_runs_the_installer_without_kernel_
     lines = script.splitlines()
     assert lines[0] == "set -e"
     assert lines[1] == f"pct push 120 {INSTALLER} /tmp/deploy-nvidia-userspace.run --perms 0700"
-    assert lines[2].startswith("pct exec 120 -- sh /tmp/deploy-nvidia-userspace.run --silent --no-kernel-modules")
+    # nvidia-installer's own option names: userspace only, no question, no UI, the license accepted.
+    assert lines[2] == ("pct exec 120 -- sh /tmp/deploy-nvidia-userspace.run --silent --no-kernel-module "
+                        "--no-questions --ui=none --accept-license")
     assert lines[3] == "pct exec 120 -- rm -f /tmp/deploy-nvidia-userspace.run"
     assert rec.summary == "installed userspace 595.58.03 (= host 595.58.03)"
 
@@ -61,7 +63,7 @@ def test_missing_sglang_is_pip_installed_in_the_venv_inside_the_container(make_r
 def test_plan_on_a_stopped_container_defers_inside_checks_instead_of_predicting_reinstalls(make_run) -> None:
     run = make_run({"driver_version": KERNEL, "installer": "present\n", "ct_status": "status: stopped\n"},
                    None, dry_run=True, skip_weights=True)
-    for name in ("driver_userspace", "sglang_install", "model_weights", "server_unit"):
+    for name in ("ct_packages", "driver_userspace", "sglang_install", "model_weights", "server_unit"):
         rec = run.step(name)
         assert rec.status == "skipped", (name, rec.summary)
         assert rec.changes == [] and "CT 120 is stopped" in rec.summary

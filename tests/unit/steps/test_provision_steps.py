@@ -1,0 +1,230 @@
+"""Provisioning a bare container: packages, venv + sglang from an index, weights by `hf download` or a host mount.
+
+Facts in, commands out: every command below is what the real container adapter would send to the PVE node.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from orchestrator.errors import CheckFailed, ConfigError, RemoteError
+from orchestrator.facts import CT_FACTS, CT_PACKAGES
+from orchestrator.steps.container import mount_plan
+from tests.unit.steps.conftest import StepRun, out
+from tests.unit.steps.test_container_step import converged_config, host_facts
+
+ALL_INSTALLED = "".join(f"{p}\tinstalled\n" for p in CT_PACKAGES)
+BARE = out("ca-certificates\tinstalled\npython3\tinstalled\n", 1,
+           "dpkg-query: no packages found matching curl\ndpkg-query: no packages found matching python3-venv\n")
+NO_SGLANG = out("", 1, "ModuleNotFoundError: No module named 'sglang'")
+
+
+def with_container(run: StepRun, **update: object) -> StepRun:
+    """The same run on a host whose container section has these fields (as if the inventory said so)."""
+    host = run.ctx.host
+    run.ctx.host = host.model_copy(update={"container": host.container.model_copy(update=update)})
+    return run
+
+
+def with_profile(run: StepRun, **update: object) -> StepRun:
+    run.ctx.profile = run.ctx.profile.model_copy(update=update)
+    return run
+
+
+def inner(command: str) -> str:
+    """The shell snippet a `pct exec 120 -- bash -c SNIPPET` command runs in the container."""
+    argv = shlex.split(command)
+    assert argv[:6] == ["pct", "exec", "120", "--", "bash", "-c"], argv[:6]
+    return argv[6]
+
+
+# ------------------------------------------------------------------------------------------- ct_packages
+def test_the_packages_fact_is_one_dpkg_query_for_the_required_set(make_run) -> None:
+    run = make_run()
+    cmd = CT_FACTS["missing_pkgs"](run.ctx.host, run.ctx.profile)
+    assert cmd == ("dpkg-query -W -f '${Package}\\t${db:Status-Status}\\n' "
+                   "ca-certificates curl python3 python3-venv")
+
+
+def test_nothing_missing_changes_nothing_and_costs_no_round_trip(make_run) -> None:
+    run = make_run({}, {"missing_pkgs": ALL_INSTALLED})
+    rec = run.step("ct_packages")
+    assert rec.status == "ok" and rec.changes == [] and run.node.calls == []
+
+
+def test_missing_packages_get_one_update_and_one_noninteractive_install(make_run) -> None:
+    run = make_run({}, {"missing_pkgs": BARE})
+    run.node.ct_after = {"missing_pkgs": ALL_INSTALLED}
+    rec = run.step("ct_packages")
+    assert rec.status == "changed" and rec.changes == ["apt-get install curl, python3-venv in CT 120"]
+    [apt] = run.node.commands("run")
+    shell = inner(apt)
+    assert shell.count("apt-get") == 2 and shell.count(" update") == 1
+    assert shell.startswith("export DEBIAN_FRONTEND=noninteractive; apt-get -q update && apt-get ")
+    assert "-y --no-install-recommends" in shell and shell.endswith(" install curl python3-venv")
+    assert "Proxy" not in shell
+    assert rec.summary == "installed curl, python3-venv"
+    assert [c.what for c in run.node.calls] == ["apt-get install", "re-reading container facts"]
+
+
+def test_the_inventorys_apt_proxy_is_passed_to_both_apt_calls_quoted(make_run) -> None:
+    run = with_container(make_run({}, {"missing_pkgs": BARE}), apt_proxy="http://10.9.0.2:3142")
+    run.node.ct_after = {"missing_pkgs": ALL_INSTALLED}
+    rec = run.step("ct_packages")
+    assert "through http://10.9.0.2:3142" in rec.changes[0]
+    shell = inner(run.node.commands("run")[0])
+    assert shell.count("-o Acquire::http::Proxy=http://10.9.0.2:3142 ") == 2
+
+
+def test_packages_still_missing_after_apt_are_a_check_failure(make_run) -> None:
+    run = make_run({}, {"missing_pkgs": BARE})
+    run.node.ct_after = {"missing_pkgs": BARE}
+    with pytest.raises(CheckFailed) as err:
+        run.step("ct_packages")
+    assert "still lacks curl, python3-venv" in err.value.what
+
+
+def test_a_failing_apt_names_the_proxy_setting_in_its_fix(make_run) -> None:
+    run = make_run({}, {"missing_pkgs": BARE})
+    run.node.answer("apt-get", "", rc=100, stderr="E: Unable to locate package python3-venv")
+    with pytest.raises(RemoteError) as err:
+        run.step("ct_packages")
+    assert "Unable to locate package" in err.value.what and "container.apt_proxy" in (err.value.fix or "")
+
+
+def test_plan_says_which_packages_it_would_install(make_run) -> None:
+    run = make_run({}, {"missing_pkgs": BARE}, dry_run=True)
+    rec = run.step("ct_packages")
+    assert rec.status == "would-change" and rec.summary == "apt-get install curl, python3-venv in CT 120"
+    assert run.node.calls == []
+
+
+def test_plan_for_a_container_not_created_yet_names_the_required_set(make_run) -> None:
+    run = make_run({"ct_status": out("", 2)}, None, dry_run=True)
+    rec = run.step("ct_packages")
+    assert rec.status == "would-change" and "ca-certificates, curl, python3, python3-venv" in rec.summary
+
+
+# ------------------------------------------------------------------------------------------ sglang_install
+def test_venv_and_pinned_sglang_with_extras_from_the_configured_index(make_run) -> None:
+    run = with_container(make_run({}, {"sglang_version": NO_SGLANG}), pip_index_url="http://10.9.0.2:8080/simple/")
+    with_profile(run, sglang_extras=["srt"])
+    run.node.ct_after = {"sglang_version": "0.5.12.post1\n"}
+    rec = run.step("sglang_install")
+    assert rec.status == "changed" and "from http://10.9.0.2:8080/simple/" in rec.changes[0]
+    shell = inner(run.node.commands("run")[0])
+    assert shell.startswith("test -x /root/ml-env/bin/python || python3 -m venv /root/ml-env && "
+                            "/root/ml-env/bin/pip install ")
+    # The requirement is one quoted word (brackets are shell globs); an http index is trusted by its host:port.
+    assert shell.endswith(" --index-url http://10.9.0.2:8080/simple/ --trusted-host 10.9.0.2:8080 "
+                          "'sglang[srt]==0.5.12.post1'")
+
+
+def test_an_https_index_is_not_marked_trusted(make_run) -> None:
+    run = with_container(make_run({}, {"sglang_version": NO_SGLANG}), pip_index_url="https://pypi.example/simple")
+    run.node.ct_after = {"sglang_version": "0.5.12.post1\n"}
+    run.step("sglang_install")
+    shell = inner(run.node.commands("run")[0])
+    assert "--index-url https://pypi.example/simple " in shell and "--trusted-host" not in shell
+    assert shell.endswith(" sglang==0.5.12.post1")
+
+
+def test_pip_failure_points_at_the_index_setting(make_run) -> None:
+    run = make_run({}, {"sglang_version": NO_SGLANG})
+    run.node.answer("pip install", "", rc=1, stderr="ERROR: No matching distribution found for sglang==0.5.12.post1")
+    with pytest.raises(RemoteError) as err:
+        run.step("sglang_install")
+    assert "No matching distribution" in err.value.what and "pip_index_url" in (err.value.fix or "")
+
+
+# ------------------------------------------------------------------------------------------- model_weights
+def test_missing_weights_are_fetched_with_hf_download_from_the_venv_through_the_endpoint(make_run) -> None:
+    run = with_container(make_run({}, {"weights": out("", 1)}), hf_endpoint="http://10.9.0.2:8081",
+                         pip_index_url="http://10.9.0.2:8080/simple")
+    with_profile(run, weights_repo="zai-org/GLM-5-NVFP4")
+    run.node.ct_after = {"weights": "present\n"}
+    rec = run.step("model_weights")
+    assert rec.status == "changed" and rec.summary == "downloaded zai-org/GLM-5-NVFP4"
+    shell = inner(run.node.commands("run")[0])
+    # `hf` (huggingface_hub 1.x) comes from the same index when the venv lacks it; huggingface-cli is gone.
+    assert shell.startswith("{ test -x /root/ml-env/bin/hf || /root/ml-env/bin/pip install ")
+    assert "--index-url http://10.9.0.2:8080/simple --trusted-host 10.9.0.2:8080 'huggingface_hub>=1.0'; }" in shell
+    assert shell.endswith("&& HF_ENDPOINT=http://10.9.0.2:8081 /root/ml-env/bin/hf download zai-org/GLM-5-NVFP4 "
+                          "--local-dir /models/GLM-5-NVFP4")
+    assert "huggingface-cli" not in shell
+
+
+def test_a_download_that_leaves_no_config_json_is_a_check_failure(make_run) -> None:
+    run = with_profile(make_run({}, {"weights": out("", 1)}), weights_repo="zai-org/GLM-5-NVFP4")
+    run.node.ct_after = {"weights": out("", 1)}
+    with pytest.raises(CheckFailed) as err:
+        run.step("model_weights")
+    assert "config.json is missing" in err.value.what
+
+
+def test_mounted_weights_are_checked_never_downloaded(make_run) -> None:
+    run = with_container(make_run({}, {"weights": "present\n"}), model_mount="/tank/models/glm5")
+    with_profile(run, weights_repo="zai-org/GLM-5-NVFP4")
+    rec = run.step("model_weights")
+    assert rec.status == "ok" and "(host /tank/models/glm5)" in rec.summary and run.node.calls == []
+
+    run = with_container(make_run({}, {"weights": out("", 1)}), model_mount="/tank/models/glm5")
+    with_profile(run, weights_repo="zai-org/GLM-5-NVFP4")
+    with pytest.raises(CheckFailed) as err:
+        run.step("model_weights")
+    assert "/tank/models/glm5" in err.value.what and run.node.calls == []
+
+
+# ------------------------------------------------------------------------------ container: the model mount
+def test_mount_plan_picks_a_free_mp_key_or_rewrites_the_one_at_the_model_path() -> None:
+    assert mount_plan({}, None, "/models/m") == {}
+    assert mount_plan({"mp0": "/data,mp=/data"}, "/tank/m", "/models/m") == {"mp1": "/tank/m,mp=/models/m"}
+    assert mount_plan({"mp3": "/tank/m,mp=/models/m"}, "/tank/m", "/models/m") == {}
+    assert mount_plan({"mp3": "/old,mp=/models/m/"}, "/tank/m", "/models/m") == {"mp3": "/tank/m,mp=/models/m"}
+
+
+def test_a_running_container_gets_the_mount_as_mp_with_a_restart(make_run) -> None:
+    probe = make_run()
+    run = make_run({**host_facts("status: running\n", converged_config(probe)), "model_mount": "present\n"}, {})
+    with_container(run, model_mount="/tank/models/glm5")
+    run.node.ct_after = {"weights": "present\n"}
+    rec = run.step("container")
+    assert rec.status == "changed"
+    assert any("mp0: (unset) → /tank/models/glm5,mp=/models/GLM-5-NVFP4" in c for c in rec.changes)
+    commands = run.node.commands("run")
+    put = next(c for c in commands if c.startswith("pvesh set /nodes/pve-gpu-1/lxc/120/config"))
+    assert "--mp0 /tank/models/glm5,mp=/models/GLM-5-NVFP4" in put and "--digest d1" in put
+    # Mount points apply at start: shut down, set, start again.
+    assert commands.index(next(c for c in commands if "status/shutdown" in c)) < commands.index(put)
+    assert run.node.sent("lxc/120/status/start")
+
+
+def test_a_model_mount_missing_on_the_host_is_refused_before_any_change(make_run) -> None:
+    probe = make_run()
+    run = make_run({**host_facts("status: running\n", converged_config(probe)), "model_mount": "absent\n"}, {})
+    with_container(run, model_mount="/tank/models/glm5")
+    with pytest.raises(ConfigError) as err:
+        run.step("container")
+    assert "/tank/models/glm5 is not a directory on pve-gpu-1" in err.value.what
+    assert run.node.calls == []
+
+
+def test_the_mount_fact_is_quoted(make_run) -> None:
+    from orchestrator.facts import HOST_FACTS
+    run = with_container(make_run(), model_mount="/tank/models/glm5+v2")
+    assert HOST_FACTS["model_mount"](run.ctx.host, run.ctx.profile) == (
+        "test -d /tank/models/glm5+v2 && echo present || echo absent")
+
+
+def test_create_carries_the_mount(make_run) -> None:
+    run = make_run({**host_facts("Configuration file 'nodes/pve-gpu-1/lxc/120.conf' does not exist\n"),
+                    "model_mount": "present\n"})
+    with_container(run, model_mount="/tank/models/glm5")
+    run.node.ct_after = {}
+    run.step("container")
+    create = next(c for c in run.node.commands("run") if c.startswith("pvesh create /nodes/pve-gpu-1/lxc "))
+    assert "--mp0 /tank/models/glm5,mp=/models/GLM-5-NVFP4" in create
+    assert json.dumps("mp0") in json.dumps(run.ctx.records[-1].details["create"])

@@ -1,0 +1,37 @@
+"""dpkg-query's answer → the required packages a container lacks."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.parsers import ParseError
+from orchestrator.parsers.packages import missing_packages
+
+REQUIRED = ("ca-certificates", "curl", "python3", "python3-venv")
+
+
+def test_all_installed_means_nothing_missing() -> None:
+    stdout = "ca-certificates\tinstalled\ncurl\tinstalled\npython3\tinstalled\npython3-venv\tinstalled\n"
+    assert missing_packages(REQUIRED, stdout, "", 0) == []
+
+
+def test_unknown_names_and_removed_packages_are_missing_in_the_order_required() -> None:
+    # A stock template: curl was never installed (dpkg has no record), python3-venv was removed (config-files).
+    stdout = "ca-certificates\tinstalled\npython3\tinstalled\npython3-venv\tconfig-files\n"
+    stderr = "dpkg-query: no packages found matching curl\n"
+    assert missing_packages(REQUIRED, stdout, stderr, 1) == ["curl", "python3-venv"]
+
+
+def test_a_multiarch_name_counts_for_the_package() -> None:
+    stdout = "ca-certificates\tinstalled\ncurl\tinstalled\npython3:amd64\tinstalled\npython3-venv\tinstalled\n"
+    assert missing_packages(REQUIRED, stdout, "", 0) == []
+
+
+@pytest.mark.parametrize(("stdout", "stderr", "rc"), [
+    ("", "bash: line 1: dpkg-query: command not found", 127),
+    ("", "dpkg-query: error: cannot access archive", 1),
+    ("garbage without a tab\n", "", 0),
+])
+def test_output_that_is_not_dpkg_querys_is_an_error(stdout: str, stderr: str, rc: int) -> None:
+    with pytest.raises(ParseError):
+        missing_packages(REQUIRED, stdout, stderr, rc)
