@@ -22,11 +22,11 @@ import signal
 import socket
 import sys
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from simulator import layout, procs, sshd
+from simulator import hostsvc, layout, procs, sshd
 from simulator.config import (
     API_PORT,
     DEFAULT_ROOT,
@@ -82,6 +82,8 @@ class SimHostInfo:
     sshd_pid: int | None
     api_pid: int | None
     containers: dict[int, str]
+    #: Inventory `container:` options pointing at the host's own services (lxc runtime: index and hub).
+    container_options: dict[str, str] = field(default_factory=dict)
 
     @property
     def running(self) -> bool:
@@ -284,7 +286,7 @@ def _info(hp: HostPaths) -> SimHostInfo:
         ca_file=hp.api / "ca.pem", token_id=TOKEN_ID, token_secret_file=hp.api / "token-secret",
         root_password_file=hp.api / "root-password", gpu_profile=cfg.gpu_profile,
         driver_version=cfg.driver_version, sshd_pid=sshd.running(hp),
-        api_pid=procs.read_pid(hp.api / "api.pid"), containers=cts)
+        api_pid=procs.read_pid(hp.api / "api.pid"), containers=cts, container_options=hostsvc.container_options(cfg))
 
 
 def _inventory_entry(info: SimHostInfo) -> dict[str, Any]:
@@ -299,7 +301,8 @@ def _inventory_entry(info: SimHostInfo) -> dict[str, Any]:
                       "ostemplate": f"local:vztmpl/{DEFAULT_TEMPLATE}", "cores": 32, "memory_mb": 65536,
                       "rootfs_size_gb": 64, "unprivileged": False, "features": {"nesting": True},
                       "expected_gpus": PROFILE_GPU_COUNT[info.gpu_profile],
-                      "driver_installer": f"/root/NVIDIA-Linux-x86_64-{info.driver_version}.run"},
+                      "driver_installer": f"/root/NVIDIA-Linux-x86_64-{info.driver_version}.run",
+                      **info.container_options},
         "profile": "glm5-nvfp4",
     }
 
@@ -390,6 +393,8 @@ def sim_up(root: Path = DEFAULT_ROOT, hosts: int = 1, profile: str = "rtx-pro-60
         sshd.start(hp)
         _start_api(hp, cfg)
         _start_fwd(hp, cfg)
+        if cfg.runtime == "lxc":
+            hostsvc.start(hp, cfg)
         infos.append(_info(hp))
     all_infos = [_info(sp.host(n)) for n in sp.host_names()]
     write_inventory(root, all_infos, inventory_copy)
@@ -452,6 +457,7 @@ def sim_down(root: Path = DEFAULT_ROOT) -> None:
         sshd.stop(hp)
         procs.stop_tree(hp.api / "api.pid")
         procs.stop_tree(hp.dir / "fwd" / "fwd.pid")
+        hostsvc.stop(hp)
         cfg = hp.load() if hp.config.exists() else None
         if cfg is not None and cfg.runtime == "lxc":
             lxc_net.down(lxc_net.host_net(cfg.address, cfg.sim_id))

@@ -37,7 +37,7 @@ from urllib.parse import unquote, urlsplit
 
 from .venv import MODEL_CONFIG
 
-REPO_ID = "zai-org/GLM-5-NVFP4"
+REPO_ID = "lukealonso/GLM-5-NVFP4"  # the repo inventory/profiles.yaml names
 HUB_FILE = "hub.json"  # in the host dir: where this host's hub listens
 CHUNK = 64 * 1024
 
