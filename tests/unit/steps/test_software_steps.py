@@ -75,3 +75,13 @@ def test_plan_on_an_absent_container_still_predicts_the_installs(make_run) -> No
                    dry_run=True)
     assert run.step("sglang_install").status == "would-change"
     assert run.step("driver_userspace").status == "would-change"
+
+
+def test_driver_userspace_still_mismatched_after_the_installer_is_a_check_failure(make_run) -> None:
+    mismatch = out("Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.65\n", 18)
+    run = make_run({"driver_version": KERNEL, "installer": "present\n"}, {"driver_version": mismatch})
+    run.node.ct_after = {"driver_version": mismatch}  # the .run "succeeded" but left the old userspace
+    with pytest.raises(CheckFailed) as err:
+        run.step("driver_userspace")
+    assert "after installing, the container userspace is 580.65, host is 595.58.03" in err.value.what
+    assert [c.what for c in run.node.calls] == ["NVIDIA userspace install", "re-reading container facts"]
