@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ from proxmoxer import ProxmoxAPI, ResourceException
 from proxmoxer.tools import Tasks
 
 from simulator.manager import set_faults
+from tests.e2e.conftest import REPO
 
 pytestmark = pytest.mark.e2e
 TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
@@ -142,10 +145,9 @@ def test_task_status_names_the_token_and_unknown_upids_are_400(prox: Any, sim: A
         {"n": 1, "t": "unable to open file - No such file or directory"}]
 
 
-def test_task_log_pages_with_start_limit_and_total(ssh: Any, sim: Any) -> None:
-    # 8 GPUs x (create + download) logs are short; a template download log of the simulator has 6 lines, so
-    # make a long one the way a real failing apt hook would: pct create with many ssh keys is not it either.
-    # A task log file is only ever written by the task, so write one like PVE's worker would.
+def test_task_log_pages_with_start_limit_and_total(ssh: Any, sim: Any, tmp_path: Path) -> None:
+    # The simulator's own tasks log a few lines; a real vzcreate with a hook script logs hundreds. Lengthen a
+    # finished task's log file the way such a worker would have written it.
     res = ssh.run(f"pvesh create /nodes/{sim.node}/aplinfo --storage local "
                   "--template debian-13-standard_13.1-2_amd64.tar.zst --output-format json")
     upid = json.loads(res.out.splitlines()[-1])
@@ -164,6 +166,18 @@ def test_task_log_pages_with_start_limit_and_total(ssh: Any, sim: Any) -> None:
     assert page["data"][-1]["t"] == "TASK OK"
     everything = requests.get(url, params={"limit": 0}, headers=headers, verify=str(sim.ca_file), timeout=10).json()
     assert len(everything["data"]) == total
+    # the tool reads the whole log when it reports a failed task (here through its real token client)
+    from orchestrator.inventory.loader import load_inventory
+    from orchestrator.remote.pve import HttpsPve, read_task_log
+    from orchestrator.runlog import Metrics
+
+    inv_dir = tmp_path / "inventory"
+    inv_dir.mkdir()
+    (inv_dir / "sim.yaml").write_text((sim.host_dir.parent.parent / "inventory.yaml").read_text())
+    for name in ("profiles.yaml", "presets.yaml"):
+        shutil.copy(REPO / "inventory" / name, inv_dir / name)
+    client = HttpsPve(load_inventory(inv_dir).hosts[sim.name], Metrics())
+    assert read_task_log(client, sim.node, upid) == [e["t"] for e in everything["data"]]
 
 
 def test_pvesh_prints_text_unless_asked_for_json(ssh: Any, make_ct: Any, sim: Any) -> None:
