@@ -246,7 +246,8 @@ def _converge(ctx: StepContext, record: StepRecord, pve: _Clients, status: str, 
     restart_what = f"restart CT {spec.vmid}: " + "; ".join(restart)
     planned = [w for w, needed in ((config_what, diff_lines), (restart_what, restart)) if needed]
     if not all([mark_change(record, ctx, what) for what in planned]):
-        return status, False  # dry run: every change is recorded, none is made
+        # dry run: every change is recorded, none is made; after a restart up also records the start
+        return ("stopped" if restart else status), False
     for line in diff_lines:
         ctx.say(f"  {line}")
     if restart:  # stop first: a stopped CT takes every key at once, and its start passes the current device nodes
@@ -257,7 +258,10 @@ def _converge(ctx: StepContext, record: StepRecord, pve: _Clients, status: str, 
     if dev_delete:
         params["delete"] = ",".join(dev_delete)
     if params:
-        client = pve.devices() if (dev_set or dev_delete) else pve.lifecycle
+        # devN, and features on a privileged CT (or other than nesting), are root@pam-only in PVE, as on create
+        features_root_only = "features" in base_diff and (not spec.unprivileged or
+                                                          any(k != "nesting" for k in spec.features))
+        client = pve.devices() if (dev_set or dev_delete or features_root_only) else pve.lifecycle
         client.call("put", f"/nodes/{node}/lxc/{spec.vmid}/config", digest=current.get("digest"), **params)
         if status == "running":  # hot-applied keys only; a key that stayed pending after all means a restart
             late = sorted(k for k in parse_pending(json.dumps(pve.lifecycle.call(

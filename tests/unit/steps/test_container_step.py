@@ -112,7 +112,7 @@ def test_wanted_values_already_pending_restart_the_container(make_run) -> None:
     rec = make_run(facts, {}, dry_run=True).step("container")
     assert rec.details["config_diff"] == []  # GET config shows the pending value: nothing to write
     assert rec.changes == ["restart CT 120: features pending in PVE since an earlier change (applied at the next "
-                           "start)"]
+                           "start)", "start CT 120"]
 
 
 def test_a_stale_uvm_node_in_the_running_container_restarts_it(make_run) -> None:
@@ -122,7 +122,7 @@ def test_a_stale_uvm_node_in_the_running_container_restarts_it(make_run) -> None
                    dry_run=True).step("container")
     assert rec.changes == ["restart CT 120: /dev/nvidia-uvm is 508:0 on the host but 509:0 in the CT; "
                            "/dev/nvidia-uvm-tools is 508:1 on the host but 509:1 in the CT (host driver reloaded "
-                           "or rebooted since the CT started)"]
+                           "or rebooted since the CT started)", "start CT 120"]
     same = make_run(host_facts("status: running\n", converged_config(probe)), {"dev_listing": DEV_LISTING},
                     dry_run=True).step("container")
     assert same.changes == []
