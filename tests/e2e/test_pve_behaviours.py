@@ -60,12 +60,13 @@ def test_a_token_lacking_a_privilege_gets_the_pveum_command_that_grants_it(conve
 
     up = converged.run("--json", "up", "host", host, "--skip-bench")
     assert up.rc == 2, up.text
-    assert '"PermissionDenied"' in up.stdout and "403" in up.stdout
-    assert "Permission check failed (/vms/120, VM.PowerMgmt)" in up.stdout
-    assert '"privileges": ["VM.PowerMgmt"]' in up.stdout.replace("\n", "").replace("  ", "") or \
-        "VM.PowerMgmt on /vms/120" in up.stdout
-    grant = re.search(r"pveum acl modify /vms/120 --tokens 'root@pam!ops' --roles PVEVMAdmin", up.text)
-    assert grant, up.text
+    err = up.json
+    assert (err["error"], err["exit_code"], err["host"], err["step"]) == ("PermissionDenied", 2, host, "container")
+    assert "403" in err["what"] and "Permission check failed (/vms/120, VM.PowerMgmt)" in err["what"]
+    assert err["details"]["missing"] == {"path": "/vms/120", "privileges": ["VM.PowerMgmt"]}
+    assert "lacks VM.PowerMgmt on /vms/120" in err["fix"]
+    grant = re.search(r"pveum acl modify /vms/120 --tokens 'root@pam!ops' --roles PVEVMAdmin", err["fix"])
+    assert grant, err["fix"]
     assert converged.ssh("pct status 120").stdout == "status: stopped\n"
 
     assert converged.ssh(grant.group(0)).rc == 0  # the command the error names, as the operator would run it
