@@ -173,7 +173,7 @@ def _resources(ctx: Ctx, p: dict[str, Any]) -> Any:
     kind = p.get("type")
     out: list[dict[str, Any]] = []
     if kind in (None, "vm"):
-        out += [_guest_entry(ctx, v) for v in ctx.node.vmids()]
+        out += [_guest_entry(ctx, v) for v in _visible(ctx)]
     if kind in (None, "node"):
         out.append(_node_entry(ctx))
     if kind in (None, "storage"):
@@ -187,10 +187,15 @@ def _resources(ctx: Ctx, p: dict[str, Any]) -> Any:
 # ---------------------------------------------------------------------------------------------- lxc
 
 
+def _visible(ctx: Ctx) -> list[int]:
+    """Lists show only the CTs the caller has VM.Audit on (pve-container's vmlist, cluster/resources)."""
+    return [v for v in ctx.node.vmids() if acl.allowed(ctx.hp, ctx.caller.user, f"/vms/{v}", ["VM.Audit"])]
+
+
 @route("GET", "/nodes/{node}/lxc")
 def _lxc_list(ctx: Ctx, p: dict[str, Any]) -> Any:
     out = []
-    for vmid in ctx.node.vmids():
+    for vmid in _visible(ctx):
         st = ctx.node.status(vmid)
         out.append({k: st[k] for k in ("vmid", "name", "status", "type", "cpus", "maxmem", "maxswap", "maxdisk",
                                        "mem", "disk", "cpu", "uptime", "netin", "netout")})

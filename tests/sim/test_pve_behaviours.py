@@ -64,6 +64,8 @@ def test_privsep_token_gets_only_its_acls(ssh: Any, make_ct: Any, sim: Any) -> N
     assert make_ct(151).rc == 0
     auditor = _restricted(ssh, sim, "audit", "/vms/151=PVEAuditor")
     assert auditor.nodes(sim.node).lxc(151).config.get()["hostname"] == "ct151"
+    assert make_ct(158).rc == 0
+    assert [c["vmid"] for c in auditor.nodes(sim.node).lxc.get()] == [151]  # lists show what it may audit
     for call, message in (
             (lambda: auditor.nodes(sim.node).lxc(151).config.put(memory=2048),  # the endpoint's any-of check
              "Permission check failed (/vms/151, VM.Config.Disk|VM.Config.CPU|VM.Config.Memory|VM.Config.Network|"
