@@ -96,6 +96,7 @@ PCT_USAGE = {
     "create": "pct create <vmid> <ostemplate> [OPTIONS]",
     "set": "pct set <vmid> [OPTIONS]",
     "config": "pct config <vmid> [OPTIONS]",
+    "pending": "pct pending <vmid>",
     "start": "pct start <vmid> [OPTIONS]",
     "stop": "pct stop <vmid> [OPTIONS]",
     "shutdown": "pct shutdown <vmid> [OPTIONS]",
@@ -141,7 +142,8 @@ def pct_main(argv: list[str]) -> int:
     base = f"/nodes/{node}/lxc"
     endpoints = {
         "create": ("POST", base), "set": ("PUT", f"{base}/{vmid}/config"),
-        "config": ("GET", f"{base}/{vmid}/config"), "start": ("POST", f"{base}/{vmid}/status/start"),
+        "config": ("GET", f"{base}/{vmid}/config"), "pending": ("GET", f"{base}/{vmid}/pending"),
+        "start": ("POST", f"{base}/{vmid}/status/start"),
         "stop": ("POST", f"{base}/{vmid}/status/stop"), "shutdown": ("POST", f"{base}/{vmid}/status/shutdown"),
         "destroy": ("DELETE", f"{base}/{vmid}"), "status": ("GET", f"{base}/{vmid}/status/current"),
     }
@@ -170,6 +172,18 @@ def pct_main(argv: list[str]) -> int:
             _print(f"{key}: {data[key]}")
         for k, v in data.get("lxc", []):
             _print(f"{k}: {v}")
+    elif cmd == "pending":  # PVE::GuestHelpers::format_pending
+        for item in sorted(data, key=lambda i: i["key"]):
+            key, cur, new = item["key"], item.get("value"), item.get("pending")
+            if key == "digest":
+                continue
+            if cur is not None and item.get("delete"):
+                _print(f"del {key}: {cur}")
+                continue
+            if cur is not None:
+                _print(f"cur {key}: {cur}")
+            if new is not None:
+                _print(f"new {key}: {new}")
     elif cmd == "status":
         _print(f"status: {data['status']}")
         if verbose:

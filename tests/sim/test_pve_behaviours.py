@@ -51,6 +51,9 @@ def test_keys_that_cannot_hot_apply_stay_pending_until_start(ssh: Any, make_ct: 
     listed = {e["key"]: e for e in api.pending.get()}
     assert listed["features"] == {"key": "features", "value": "nesting=1", "pending": "keyctl=1,nesting=1"}
     assert listed["cores"] == {"key": "cores", "value": "4"} and "digest" in listed
+    shown = ssh.run("pct pending 150").out.splitlines()
+    assert "cur features: nesting=1" in shown and "new features: keyctl=1,nesting=1" in shown
+    assert "cur cores: 4" in shown and not any(line.startswith("del ") for line in shown)
     ssh.run("pct set 150 --delete ostype")
     assert ssh.run("pct set 150 --delete memory").err == "unable to delete required option 'memory'\n"
     # a stopped container takes changes at once; the next start applies what was pending
