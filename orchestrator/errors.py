@@ -62,6 +62,13 @@ class ConfigError(DeployError):
     exit_code = 2
 
 
+class PermissionDenied(ConfigError):
+    """The API token lacks a PVE privilege (403). A configuration error: retrying cannot help, an ACL must change.
+
+    Steps that ran before it may already have changed the host; a re-run after the grant continues from there.
+    """
+
+
 class RemoteError(DeployError):
     """SSH, PVE API or a remote command failed."""
 

@@ -54,6 +54,9 @@ HOST_FACTS: dict[str, CmdFn] = {
     "ct_status": lambda h, p: f"pct status {h.container.vmid}",
     "ct_config": lambda h, p: (f"pvesh get /nodes/{_q(h.pve.node)}/lxc/{h.container.vmid}/config "
                                  "--output-format json"),
+    # Keys that wait for the CT's next start ([pve:pending]); `ct_config` shows their pending values.
+    "ct_pending": lambda h, p: (f"pvesh get /nodes/{_q(h.pve.node)}/lxc/{h.container.vmid}/pending "
+                                "--output-format json"),
     "templates": lambda h, p: (f"pvesh get /nodes/{_q(h.pve.node)}/storage/{_q(h.container.template_storage)}"
                                "/content --content vztmpl --output-format json"),
     "gpu_power": lambda h, p: ("nvidia-smi --query-gpu=index,power.draw,power.limit,utilization.gpu "
@@ -66,6 +69,8 @@ HOST_FACTS: dict[str, CmdFn] = {
 }
 
 CT_FACTS: dict[str, CmdFn] = {
+    # The device nodes the running CT got at its start: a driver reload on the host since then leaves them stale.
+    "dev_listing": lambda h, p: "ls -l /dev/nvidia*",
     "nvsmi_list": lambda h, p: "nvidia-smi -L",
     "driver_version": lambda h, p: "nvidia-smi --query-gpu=driver_version --format=csv,noheader",
     "topo": lambda h, p: "nvidia-smi topo -m",

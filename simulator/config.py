@@ -83,12 +83,16 @@ class HostFaults:
     task_fail: PVE task type ("vzstart", "vzcreate", "download", ...) or "all": matching tasks end with
         `TASK ERROR: ...`.
     api_delay_s: every HTTPS API response is delayed by this many seconds (timeouts, retry logic).
+    driver_reload: a host reboot or NVIDIA driver reload gave nvidia-uvm another dynamic major (one below the
+        capture's): /proc/devices and /dev/nvidia-uvm(-tools) change at once; a running container keeps the nodes
+        it was started with (stale major, denied by its devices cgroup) until it is restarted.
     """
 
     missing_uvm: bool = False
     ssh_drop_after: int | None = None
     task_fail: str | None = None
     api_delay_s: float = 0.0
+    driver_reload: bool = False
 
 
 @dataclass

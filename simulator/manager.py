@@ -491,7 +491,7 @@ def set_faults(root: Path, host: str, **knobs: Any) -> HostFaults:
             setattr(cfg.faults, k, v)
 
     cfg = hp.update(apply)
-    if "missing_uvm" in values:
+    if "missing_uvm" in values or "driver_reload" in values:
         hardware.set_uvm(hp.dir, cfg, present=not cfg.faults.missing_uvm)
     if "ssh_drop_after" in values:
         write_text_atomic(hp.ssh_counter, "0\n")
@@ -533,6 +533,8 @@ def reset_host(root: Path, host: str) -> None:
         (hp.fs / "var/lib/deploy" / name).unlink(missing_ok=True)
     for conf in hp.lxc_conf_dir.glob("*.conf"):
         conf.unlink()
+    for cfg_file in ("user.cfg", "priv/token.cfg"):  # tokens and ACLs a test made (simulator.pve.acl)
+        (hp.fs / "etc/pve" / cfg_file).unlink(missing_ok=True)
     shutil.rmtree(hp.dir / "ct", ignore_errors=True)
     (hp.dir / "ct").mkdir()
     shutil.rmtree(hp.dir.parent.parent / "lxc" / host, ignore_errors=True)

@@ -1,8 +1,11 @@
-"""Pure parsers for PVE command output: `pct status`, container config JSON, property strings."""
+"""Pure parsers for PVE command output: `pct status`, container config JSON, pending changes, property strings,
+permission errors."""
 
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.parsers import ParseError
@@ -52,3 +55,53 @@ def volids(templates_json: str) -> set[str]:
     except json.JSONDecodeError:
         return set()
     return {str(item.get("volid")) for item in data if isinstance(item, dict)} if isinstance(data, list) else set()
+
+
+@dataclass(frozen=True)
+class PendingChange:
+    """One key of `GET …/lxc/{vmid}/pending` that waits for the container's next start."""
+
+    key: str
+    current: str | None
+    pending: str | None  # None with delete=True: the key is deleted at the next start
+    delete: bool = False
+
+
+def parse_pending(text: str) -> dict[str, PendingChange]:
+    """`pvesh get …/pending --output-format json`: only the keys with a pending value or deletion.
+
+    Empty when the output is not a list (no such container, or the call failed: the config read says why).
+    """
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return {}
+    out: dict[str, PendingChange] = {}
+    for item in data if isinstance(data, list) else []:
+        if not isinstance(item, dict) or "key" not in item:
+            continue
+        if "pending" in item or item.get("delete"):
+            key = str(item["key"])
+            out[key] = PendingChange(key, None if item.get("value") is None else str(item["value"]),
+                                     None if item.get("pending") is None else str(item["pending"]),
+                                     bool(item.get("delete")))
+    return out
+
+
+PERM_RE = re.compile(r"Permission check failed(?: \((?P<path>/[^,)]*), (?P<privs>[\w.|]+)\))?")
+
+
+@dataclass(frozen=True)
+class MissingPrivilege:
+    """PVE's `Permission check failed (PATH, PRIV)`; `privs` has several entries when any one of them would do."""
+
+    path: str
+    privs: tuple[str, ...]
+
+
+def parse_permission_error(message: str) -> MissingPrivilege | None:
+    """The path and privilege(s) a 403 names; None for other errors or a bare "Permission check failed"."""
+    m = PERM_RE.search(message)
+    if not m or not m.group("path"):
+        return None
+    return MissingPrivilege(m.group("path"), tuple(m.group("privs").split("|")))

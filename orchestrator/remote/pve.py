@@ -16,8 +16,9 @@ import shlex
 import time
 from typing import Any, Protocol
 
-from orchestrator.errors import ConfigError, RemoteError
+from orchestrator.errors import ConfigError, PermissionDenied, RemoteError
 from orchestrator.inventory.models import Host
+from orchestrator.parsers.pve import MissingPrivilege, parse_permission_error
 from orchestrator.remote.ssh import SshHost
 from orchestrator.runlog import Metrics
 
@@ -71,15 +72,55 @@ class HttpsPve:
         try:
             return getattr(resource, method.lower())(**_clean(params))
         except ResourceException as exc:
-            raise RemoteError(f"PVE API {method.upper()} {path} → {exc.status_code} {exc.status_message}: "
-                              f"{exc.content or ''} {exc.errors or ''}".strip(),
-                              fix=_api_fix(exc.status_code, str(exc)), host=self.host.name,
-                              details={"status": exc.status_code, "errors": exc.errors}) from exc
+            what = (f"PVE API {method.upper()} {path} → {exc.status_code} {exc.status_message}: "
+                    f"{exc.content or ''} {exc.errors or ''}").strip()
+            details: dict[str, object] = {"status": exc.status_code, "errors": exc.errors}
+            if exc.status_code == 403 and "only allowed for root@pam" not in str(exc.content):
+                missing = parse_permission_error(str(exc.content)) or required_privilege(method, path, params)
+                if missing is not None:
+                    details["missing"] = {"path": missing.path, "privileges": list(missing.privs)}
+                raise PermissionDenied(what, fix=grant_fix(self.identity, missing), host=self.host.name,
+                                       details=details) from exc
+            raise RemoteError(what, fix=_api_fix(exc.status_code, str(exc)), host=self.host.name,
+                              details=details) from exc
         except Exception as exc:  # requests' connection errors: keep the message, classify as remote
             raise RemoteError(f"PVE API {self.host.address}:{self.host.pve.api.port if self.host.pve.api else 0} "
                               f"unreachable: {exc}",
                               fix="check the API port, the CA in pve.api.verify and the network path",
                               host=self.host.name) from exc
+
+
+#: The privilege PVE checks first for the calls deploy makes whose 403 names none ("Permission check failed").
+BARE_403 = ((re.compile(r"^post /nodes/[^/]+/lxc$"), "/vms/{vmid}", "VM.Allocate"),)
+#: Built-in PVE roles (pve-access-control) that carry a privilege, by its prefix: the smallest that fits.
+GRANTING_ROLE = (("VM.Audit", "PVEAuditor"), ("VM.", "PVEVMAdmin"), ("Datastore.AllocateSpace", "PVEDatastoreUser"),
+                 ("Datastore.Audit", "PVEAuditor"), ("Datastore.", "PVEDatastoreAdmin"), ("Sys.Audit", "PVEAuditor"),
+                 ("Sys.Console", "PVESysAdmin"), ("Sys.Syslog", "PVESysAdmin"), ("SDN.Use", "PVESDNUser"),
+                 ("SDN.", "PVESDNAdmin"))
+
+
+def required_privilege(method: str, path: str, params: dict[str, Any]) -> MissingPrivilege | None:
+    for pattern, acl_path, priv in BARE_403:
+        if pattern.match(f"{method.lower()} {path.rstrip('/')}"):
+            return MissingPrivilege(acl_path.format(**{k: params.get(k, "?") for k in ("vmid",)}), (priv,))
+    return None
+
+
+def grant_fix(token_id: str, missing: MissingPrivilege | None) -> str:
+    """The pveum commands (run as root on the node) that grant what a 403 says is missing."""
+    if missing is None:
+        return (f"grant the token {token_id} the privilege PVE names above (pveum acl modify PATH --tokens "
+                f"'{token_id}' --roles ROLE), or use root_ssh")
+    privs = ",".join(missing.privs)
+    needs = missing.privs[0] if len(missing.privs) == 1 else f"one of {', '.join(missing.privs)}"
+    role = next((r for prefix, r in GRANTING_ROLE if missing.privs[0].startswith(prefix)), None)
+    tok = shlex.quote(token_id)
+    own = (f"or a role with only that privilege: pveum role add DeployPriv --privs {shlex.quote(missing.privs[0])}"
+           f" && pveum acl modify {shlex.quote(missing.path)} --tokens {tok} --roles DeployPriv")
+    grant = (f"pveum acl modify {shlex.quote(missing.path)} --tokens {tok} --roles {role}; " if role else
+             f"{missing.privs[0]} is kept for administrators (privileged containers need Sys.Modify on /: set "
+             "container.unprivileged: true or use root_ssh); ")
+    return f"the token {token_id} lacks {needs} on {missing.path} ({privs}): {grant}{own}"
 
 
 def _api_fix(status: int, message: str) -> str:
@@ -145,15 +186,28 @@ def wait_task(client: PveClient, node: str, upid: str, *, timeout_s: float = 600
             exit_status = str(status.get("exitstatus", ""))
             if exit_status == "OK" or re.fullmatch(r"WARNINGS: \d+", exit_status):
                 return dict(status)
-            log = client.call("get", f"/nodes/{node}/tasks/{upid}/log", limit=50)
-            lines = [str(entry.get("t", "")) for entry in (log or [])][-5:]
+            lines = read_task_log(client, node, upid)
             raise RemoteError(f"PVE task {status.get('type', '?')} failed: {exit_status}",
-                              fix="see the task log: " + " | ".join(lines), host=host,
+                              fix="see the task log: " + " | ".join(lines[-5:]), host=host,
                               details={"upid": upid, "log": lines})
         if time.monotonic() > deadline:
             raise RemoteError(f"PVE task {upid} still running after {timeout_s:.0f} s",
                               fix="check the task in the PVE UI; re-run when it finished", host=host)
         time.sleep(poll_s)
+
+
+LOG_PAGE = 500
+
+
+def read_task_log(client: PveClient, node: str, upid: str, max_lines: int = 20000) -> list[str]:
+    """The whole task log: PVE pages it (`start`/`limit`, 50 lines by default), so read pages until one is short."""
+    lines: list[str] = []
+    while len(lines) < max_lines:
+        page = client.call("get", f"/nodes/{node}/tasks/{upid}/log", start=len(lines), limit=LOG_PAGE) or []
+        lines += [str(entry.get("t", "")) for entry in page if isinstance(entry, dict)]
+        if len(page) < LOG_PAGE:
+            break
+    return lines
 
 
 def lifecycle_client(host: Host, ssh: SshHost, metrics: Metrics) -> PveClient:

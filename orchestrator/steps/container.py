@@ -6,6 +6,7 @@ PVE allows device passthrough for root@pam only. Every config write is digest-gu
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +15,13 @@ from orchestrator.errors import ConfigError, RemoteError
 from orchestrator.inventory.models import ContainerSpec
 from orchestrator.parsers.devices import DeviceNode, nvidia_char_devices, parse_dev_listing, parse_proc_devices
 from orchestrator.parsers.hostfacts import parse_pveversion
-from orchestrator.parsers.pve import parse_config_json, parse_pct_status, parse_property_string, volids
+from orchestrator.parsers.pve import (
+    parse_config_json,
+    parse_pct_status,
+    parse_pending,
+    parse_property_string,
+    volids,
+)
 from orchestrator.remote.pve import PveClient, lifecycle_client, passthrough_client, wait_task
 from orchestrator.render.passthrough import dev_entries, raw_lines, resolve_method
 from orchestrator.runlog import StepRecord
@@ -103,6 +110,52 @@ def same_value(key: str, current: Any, wanted: str) -> bool:
         want = parse_property_string(wanted, PROPERTY_KEYS[key])
         return all(have.get(k) == v for k, v in want.items())
     return str(current) == wanted
+
+
+#: Keys pve-container applies to a running CT (vmconfig_hotplug_pending: its fast-plug options, cgroup limits, the
+#: veth, new mount points and devices). Any other changed key stays in [pve:pending] until the CT's next start.
+HOT_APPLIED = re.compile(r"^(description|onboot|startup|protection|hostname|hookscript|cores|tags|lock|cpulimit|"
+                         r"cpuunits|memory|swap|net\d+)$")
+
+
+def stays_pending(key: str) -> bool:
+    return not HOT_APPLIED.match(key)
+
+
+def stale_devices(host_nodes: list[DeviceNode], ct_listing: str) -> list[str]:
+    """Nodes the running CT got at its start that no longer match the host's (nvidia-uvm's dynamic major
+    changes when the driver is reloaded or the host reboots): the CT's devices cgroup then denies the new one."""
+    in_ct = {n.path: n for n in parse_dev_listing(ct_listing)}
+    out = []
+    for node in host_nodes:
+        seen = in_ct.get(node.path)
+        if seen is not None and (seen.major, seen.minor) != (node.major, node.minor):
+            out.append(f"{node.path} is {node.major}:{node.minor} on the host but {seen.major}:{seen.minor} in the CT")
+    return out
+
+
+def restart_reasons(ctx: StepContext, current: dict[str, Any], base_diff: dict[str, str],
+                    wanted: list[DeviceNode]) -> list[str]:
+    """Why a running CT must restart for its config to take effect (empty: it need not)."""
+    pending_out = ctx.facts.host.get("ct_pending")
+    pending = parse_pending(pending_out.stdout) if pending_out is not None and pending_out.rc == 0 else {}
+    ours = set(base_config(ctx.host.container)) | {
+        k for k, change in pending.items() if DEV_KEY.match(k) and NVIDIA_PATH.match(
+            parse_property_string(change.pending or change.current or "", "path").get("path", ""))}
+    reasons = []
+    waiting = sorted(k for k in pending if k in ours and k not in base_diff)
+    if waiting:
+        reasons.append(f"{', '.join(waiting)} pending in PVE since an earlier change (applied at the next start)")
+    cold = sorted(k for k in base_diff if stays_pending(k))
+    if cold:
+        reasons.append(f"{', '.join(cold)} cannot change on a running container (PVE keeps it pending until the "
+                       "next start)")
+    listing = ctx.facts.c("dev_listing")
+    if listing is not None:
+        stale = stale_devices(wanted, listing.stdout)
+        if stale:
+            reasons.append("; ".join(stale) + " (host driver reloaded or rebooted since the CT started)")
+    return reasons
 
 
 def _wait(client: PveClient, ctx: StepContext, result: Any, what: str) -> None:
@@ -221,29 +274,57 @@ def _converge(ctx: StepContext, record: StepRecord, pve: _Clients, status: str, 
     diff_lines += [f"{k}: (unset) → {v}" for k, v in dev_set.items()]
     diff_lines += [f"{k}: {current[k]} → (deleted)" for k in dev_delete]
     record.details["config_diff"] = diff_lines
-    if not diff_lines or not mark_change(record, ctx, f"config of CT {spec.vmid}: " + "; ".join(diff_lines)):
+    restart = restart_reasons(ctx, current, base_diff, wanted) if status == "running" else []
+    if status == "running" and (dev_set or dev_delete or raw_changed):
+        restart.append("device passthrough changes apply at start")
+    if status == "running" and mounts:
+        restart.append("bind mounts apply at start")
+    if restart:
+        record.details["restart_because"] = restart
+    if not diff_lines and not restart:
         return status, False
+    config_what = f"config of CT {spec.vmid}: " + "; ".join(diff_lines)
+    restart_what = f"restart CT {spec.vmid}: " + "; ".join(restart)
+    planned = [w for w, needed in ((config_what, diff_lines), (restart_what, restart)) if needed]
+    if not all([mark_change(record, ctx, what) for what in planned]):
+        # dry run: every change is recorded, none is made; after a restart up also records the start
+        return ("stopped" if restart else status), False
     for line in diff_lines:
         ctx.say(f"  {line}")
-    # Devices and bind mounts apply only at start.
-    if status == "running" and (dev_set or dev_delete or raw_changed or mounts):
-        _wait(pve.lifecycle, ctx, pve.lifecycle.call("post", f"/nodes/{node}/lxc/{spec.vmid}/status/shutdown",
-                                                     timeout=60, forceStop=1), "shutdown")
+    if restart:  # stop first: a stopped CT takes every key at once, and its start passes the current device nodes
+        ctx.say(f"restarting CT {spec.vmid}: " + "; ".join(restart))
+        _shutdown(ctx, pve)
         status = "stopped"
     params: dict[str, Any] = {**base_diff, **dev_set, **mounts}
     if dev_delete:
         params["delete"] = ",".join(dev_delete)
     if params:
-        client = pve.devices() if (dev_set or dev_delete or mounts) else pve.lifecycle
+        # devN, and features on a privileged CT (or other than nesting), are root@pam-only in PVE, as on create
+        features_root_only = "features" in base_diff and (not spec.unprivileged or
+                                                          any(k != "nesting" for k in spec.features))
+        client = pve.devices() if (dev_set or dev_delete or mounts or features_root_only) else pve.lifecycle
         client.call("put", f"/nodes/{node}/lxc/{spec.vmid}/config", digest=current.get("digest"), **params)
+        if status == "running":  # hot-applied keys only; a key that stayed pending after all means a restart
+            late = sorted(k for k in parse_pending(json.dumps(pve.lifecycle.call(
+                "get", f"/nodes/{node}/lxc/{spec.vmid}/pending"))) if k in params)
+            if late:
+                mark_change(record, ctx, f"restart CT {spec.vmid}: {', '.join(late)} stayed pending")
+                ctx.say(f"restarting CT {spec.vmid}: {', '.join(late)} stayed pending on the running container")
+                _shutdown(ctx, pve)
+                status = "stopped"
     if raw_changed:
         ctx.ssh.script(raw_apply_script(spec.vmid, raw_wanted), what="write raw lxc passthrough lines")
     return status, True
 
 
-@step("container", host_facts=("ct_status", "ct_config", "templates", "dev_listing", "proc_devices", "pveversion",
-                                 "model_mount"),
-      ct_facts=CT_FACTS_AFTER_START)
+def _shutdown(ctx: StepContext, pve: _Clients) -> None:
+    path = f"/nodes/{ctx.host.pve.node}/lxc/{ctx.host.container.vmid}/status/shutdown"
+    _wait(pve.lifecycle, ctx, pve.lifecycle.call("post", path, timeout=60, forceStop=1), "shutdown")
+
+
+@step("container", host_facts=("ct_status", "ct_config", "ct_pending", "templates", "dev_listing", "proc_devices",
+                               "pveversion", "model_mount"),
+      ct_facts=(*CT_FACTS_AFTER_START, "dev_listing"))
 def container(ctx: StepContext, record: StepRecord) -> None:
     """Create the container if missing, converge its config, GPU passthrough and model mount, start it."""
     ensure_facts(ctx)

@@ -12,12 +12,13 @@ import re
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from simulator.config import HostPaths
+from simulator.pve import acl, hardware, pending, schema, tasks
 from simulator.pve import conf as confmod
-from simulator.pve import hardware, schema, tasks
+from simulator.pve import lxc as lxcmod
 from simulator.pve.lxc import Node, PveError
 from simulator.pve.tasks import TaskError
 
@@ -49,6 +50,9 @@ class Caller:
     user: str = "root@pam"
     background: bool = True  # API server: tasks run in a thread; CLI: in the foreground
     echo: Callable[[str], None] | None = None  # CLI: print task log lines as they happen
+
+    #: Result attributes PVE puts next to `data` in the envelope (`total` of a task log).
+    attrs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def is_token(self) -> bool:
@@ -96,6 +100,8 @@ def handle(hp: HostPaths, method: str, path: str, params: dict[str, Any], caller
     fn = ROUTES.get((method, ep.template))
     if fn is None:
         raise PveError(f"Method '{method} {ep.template}' not implemented by the simulator", 501)
+    acl.check_schema(hp, caller.user, (ep.info.get("permissions") or {}).get("check") or [],
+                     {**ep.path_params, **p})
     return fn(Ctx(hp, node, caller, ep), p)
 
 
@@ -168,7 +174,7 @@ def _resources(ctx: Ctx, p: dict[str, Any]) -> Any:
     kind = p.get("type")
     out: list[dict[str, Any]] = []
     if kind in (None, "vm"):
-        out += [_guest_entry(ctx, v) for v in ctx.node.vmids()]
+        out += [_guest_entry(ctx, v) for v in _visible(ctx)]
     if kind in (None, "node"):
         out.append(_node_entry(ctx))
     if kind in (None, "storage"):
@@ -182,10 +188,15 @@ def _resources(ctx: Ctx, p: dict[str, Any]) -> Any:
 # ---------------------------------------------------------------------------------------------- lxc
 
 
+def _visible(ctx: Ctx) -> list[int]:
+    """Lists show only the CTs the caller has VM.Audit on (pve-container's vmlist, cluster/resources)."""
+    return [v for v in ctx.node.vmids() if acl.allowed(ctx.hp, ctx.caller.user, f"/vms/{v}", ["VM.Audit"])]
+
+
 @route("GET", "/nodes/{node}/lxc")
 def _lxc_list(ctx: Ctx, p: dict[str, Any]) -> Any:
     out = []
-    for vmid in ctx.node.vmids():
+    for vmid in _visible(ctx):
         st = ctx.node.status(vmid)
         out.append({k: st[k] for k in ("vmid", "name", "status", "type", "cpus", "maxmem", "maxswap", "maxdisk",
                                        "mem", "disk", "cpu", "uptime", "netin", "netout")})
@@ -199,10 +210,12 @@ def _lxc_create(ctx: Ctx, p: dict[str, Any]) -> Any:
         raise PveError("restore is not supported by the simulator", 501)
     if "ostemplate" not in p:
         raise schema.ParamError({"ostemplate": schema.MSG_MISSING})
-    ctx.node.precheck_create(vmid)
     unpriv = bool(schema.parse_bool(p.get("unprivileged", 1)))
+    _create_perms(ctx, p, vmid, unpriv)
+    ctx.node.precheck_create(vmid)
     ctx.node.check_modify_perm(ctx.caller.user, [k for k in p if k not in ("vmid", "node")], p, unpriv)
     conf = ctx.node.build_conf(p, normaliser(ctx.ep))
+    ctx.node.check_devices(conf.options)  # update_pct_config runs before the worker: the call itself fails
     start = bool(p.get("start"))
 
     def body(log: tasks.TaskLog) -> None:
@@ -211,6 +224,31 @@ def _lxc_create(ctx: Ctx, p: dict[str, Any]) -> Any:
             ctx.node.start(vmid, log)
 
     return ctx.task("vzcreate", str(vmid), body)
+
+
+def _create_perms(ctx: Ctx, p: dict[str, Any], vmid: int, unpriv: bool) -> None:
+    """create_vm: Sys.Modify on / for a privileged CT, VM.Allocate on the CT (a bare "Permission check failed"),
+    then the per-key config privileges; a new rootfs volume needs Datastore.AllocateSpace on its storage."""
+    user = ctx.caller.user
+    if user == lxcmod.ROOT_USER:
+        return
+    if not unpriv:
+        acl.require(ctx.hp, user, "/", ["Sys.Modify"])
+    if not acl.allowed(ctx.hp, user, f"/vms/{vmid}", ["VM.Allocate"]):
+        raise PveError("Permission check failed", 403)
+    _config_perms(ctx, vmid, [k for k in p if k not in lxcmod.CREATE_ONLY])
+    m = re.match(r"([\w.-]+):\d", str(p.get("rootfs", "local-lvm:4")))
+    if m:
+        acl.require(ctx.hp, user, f"/storage/{m.group(1)}", ["Datastore.AllocateSpace"])
+
+
+def _config_perms(ctx: Ctx, vmid: int, keys: list[str]) -> None:
+    if ctx.caller.user == lxcmod.ROOT_USER:
+        return
+    for key in sorted(keys):
+        priv = acl.config_privilege(key)
+        if priv:
+            acl.require(ctx.hp, ctx.caller.user, f"/vms/{vmid}", [priv])
 
 
 @route("GET", "/nodes/{node}/lxc/{vmid}")
@@ -231,7 +269,7 @@ def _lxc_destroy(ctx: Ctx, p: dict[str, Any]) -> Any:
 
 @route("GET", "/nodes/{node}/lxc/{vmid}/config")
 def _config_get(ctx: Ctx, p: dict[str, Any]) -> Any:
-    data = ctx.node.config_get(int(p["vmid"]))
+    data = ctx.node.config_get(int(p["vmid"]), current=bool(p.get("current")))
     for key in list(data):
         sch = schema.schema_for_key(ctx.ep.info.get("returns", {}).get("properties", {}), key) or {}
         if sch.get("type") in ("integer", "boolean") and re.fullmatch(r"-?\d+", str(data[key])):
@@ -251,8 +289,15 @@ def _config_put(ctx: Ctx, p: dict[str, Any]) -> Any:
     skip = {"node", "vmid", "delete", "digest", "revert"}
     values = {k: norm(k, v) for k, v in p.items() if k not in skip}
     delete = [d for d in re.split(r"[,;\s]+", str(p.get("delete", ""))) if d]
+    _config_perms(ctx, vmid, [*values, *delete])
     ctx.node.config_set(vmid, values, delete, p.get("digest"), ctx.caller.user)
     return None
+
+
+@route("GET", "/nodes/{node}/lxc/{vmid}/pending")
+def _pending(ctx: Ctx, p: dict[str, Any]) -> Any:
+    conf, digest = ctx.node.read(int(p["vmid"]))
+    return pending.pending_list(conf, digest)
 
 
 @route("GET", "/nodes/{node}/lxc/{vmid}/status")
@@ -415,38 +460,46 @@ def _pci(ctx: Ctx, p: dict[str, Any]) -> Any:
 # ---------------------------------------------------------------------------------------------- tasks
 
 
-def _task_or_404(ctx: Ctx, upid: str) -> dict[str, Any]:
+def _task(ctx: Ctx, upid: str, need_file: bool = True) -> dict[str, Any]:
+    """pve-manager Tasks.pm: a bad UPID or a missing task is a parameter error (400); another user's task
+    needs Sys.Audit on /nodes/<node>."""
     try:
-        tasks.decode(upid)
+        decoded = tasks.decode(upid)
     except ValueError:
-        raise PveError(f"unable to parse worker upid '{upid}'") from None
+        raise schema.ParamError({"upid": "unable to parse worker upid"}) from None
     st = tasks.status(ctx.hp, upid)
-    if st is None:
-        raise PveError("no such task")
-    return st
+    if st is None and need_file:
+        raise schema.ParamError({"upid": "no such task"})
+    if not tasks.owns(decoded, ctx.caller.user):
+        acl.require(ctx.hp, ctx.caller.user, f"/nodes/{ctx.node.name}", ["Sys.Audit"])
+    return tasks.with_token(st or decoded)
 
 
 @route("GET", "/nodes/{node}/tasks")
 def _task_list(ctx: Ctx, p: dict[str, Any]) -> Any:
     out = tasks.listing(ctx.hp)
+    if not acl.allowed(ctx.hp, ctx.caller.user, f"/nodes/{ctx.node.name}", ["Sys.Audit"]):
+        out = [t for t in out if tasks.owns(t, ctx.caller.user)]
     if "vmid" in p:
         out = [t for t in out if t.get("id") == str(p["vmid"])]
     if p.get("typefilter"):
         out = [t for t in out if t.get("type") == p["typefilter"]]
     start, limit = int(p.get("start", 0)), int(p.get("limit", 50))
-    return [{**t, "status": t.get("exitstatus", "RUNNING") if t.get("status") == "stopped" else None}
-            for t in out][start:start + limit]
+    return [tasks.with_token({**t, "status": t.get("exitstatus", "RUNNING") if t.get("status") == "stopped"
+                              else None}) for t in out][start:start + limit]
 
 
 @route("GET", "/nodes/{node}/tasks/{upid}/status")
 def _task_status(ctx: Ctx, p: dict[str, Any]) -> Any:
-    return _task_or_404(ctx, p["upid"])
+    return _task(ctx, p["upid"])
 
 
 @route("GET", "/nodes/{node}/tasks/{upid}/log")
 def _task_log(ctx: Ctx, p: dict[str, Any]) -> Any:
-    _task_or_404(ctx, p["upid"])
-    return tasks.log_lines(ctx.hp, p["upid"], int(p.get("start", 0)), int(p.get("limit", 50)))
+    _task(ctx, p["upid"], need_file=False)  # like PVE: an unknown task's log is "unable to open file"
+    total, lines = tasks.log_lines(ctx.hp, p["upid"], int(p.get("start", 0)), int(p.get("limit", 50)))
+    ctx.caller.attrs["total"] = total
+    return lines
 
 
 __all__ = ["Caller", "PveError", "TaskError", "TaskFailed", "handle"]

@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from simulator.config import current_host
-from simulator.pve import api, hardware, schema
+from simulator.pve import acl, api, hardware, schema, textout
 from simulator.pve.lxc import Node, PveError
 
 EXIT_ERR = 255
@@ -24,6 +24,10 @@ def _err(msg: str) -> int:
 
 def _print(line: str) -> None:
     print(line, flush=True)
+
+
+#: pvesh's boolean format options (pve-common CLIFormatter / RESTHandler standard options).
+FORMAT_FLAGS = ("noproxy", "human-readable", "noborder", "noheader", "quiet")
 
 
 def parse_options(args: list[str], ep: schema.Endpoint | None) -> tuple[list[str], dict[str, str], list[str]]:
@@ -43,8 +47,9 @@ def parse_options(args: list[str], ep: schema.Endpoint | None) -> tuple[list[str
             if "=" in key:
                 key, value = key.split("=", 1)
             sch = schema.schema_for_key(ep.properties, key) if ep else {}
-            if ep is not None and sch is None and key not in ("output-format", "noproxy", "human-readable",
-                                                              "noborder", "noheader", "quiet"):
+            if key in FORMAT_FLAGS:
+                sch = {"type": "boolean"}
+            elif ep is not None and sch is None and key != "output-format":
                 unknown.append(key)
             if value is None:
                 nxt = args[i + 1] if i + 1 < len(args) else None
@@ -91,6 +96,7 @@ PCT_USAGE = {
     "create": "pct create <vmid> <ostemplate> [OPTIONS]",
     "set": "pct set <vmid> [OPTIONS]",
     "config": "pct config <vmid> [OPTIONS]",
+    "pending": "pct pending <vmid>",
     "start": "pct start <vmid> [OPTIONS]",
     "stop": "pct stop <vmid> [OPTIONS]",
     "shutdown": "pct shutdown <vmid> [OPTIONS]",
@@ -137,7 +143,8 @@ def pct_main(argv: list[str]) -> int:
     base = f"/nodes/{node}/lxc"
     endpoints = {
         "create": ("POST", base), "set": ("PUT", f"{base}/{vmid}/config"),
-        "config": ("GET", f"{base}/{vmid}/config"), "start": ("POST", f"{base}/{vmid}/status/start"),
+        "config": ("GET", f"{base}/{vmid}/config"), "pending": ("GET", f"{base}/{vmid}/pending"),
+        "start": ("POST", f"{base}/{vmid}/status/start"),
         "stop": ("POST", f"{base}/{vmid}/status/stop"), "shutdown": ("POST", f"{base}/{vmid}/status/shutdown"),
         "reboot": ("POST", f"{base}/{vmid}/status/reboot"),
         "destroy": ("DELETE", f"{base}/{vmid}"), "status": ("GET", f"{base}/{vmid}/status/current"),
@@ -167,6 +174,18 @@ def pct_main(argv: list[str]) -> int:
             _print(f"{key}: {data[key]}")
         for k, v in data.get("lxc", []):
             _print(f"{k}: {v}")
+    elif cmd == "pending":  # PVE::GuestHelpers::format_pending
+        for item in sorted(data, key=lambda i: i["key"]):
+            key, cur, new = item["key"], item.get("value"), item.get("pending")
+            if key == "digest":
+                continue
+            if cur is not None and item.get("delete"):
+                _print(f"del {key}: {cur}")
+                continue
+            if cur is not None:
+                _print(f"cur {key}: {cur}")
+            if new is not None:
+                _print(f"new {key}: {new}")
     elif cmd == "status":
         _print(f"status: {data['status']}")
         if verbose:
@@ -232,22 +251,72 @@ def pvesh_main(argv: list[str]) -> int:
     ep = schema.find(method, path)
     _, opts, _ = parse_options(argv[2:], ep)
     fmt = opts.pop("output-format", "text")
-    for flag in ("noproxy", "human-readable", "noborder", "noheader", "quiet"):
-        opts.pop(flag, None)
+    if fmt not in ("text", "json", "json-pretty", "yaml"):
+        return _err(f"400 Parameter verification failed.\noutput-format: value '{fmt}' does not have a value in "
+                    "the enumeration 'text, json, json-pretty, yaml'\n{usage}\n")
+    flags = {flag: schema.parse_bool(opts.pop(flag)) for flag in FORMAT_FLAGS if flag in opts}
     rc, data = _call(method, path, opts, usage)
-    if rc:
+    if rc or flags.get("quiet"):
         return rc
     if fmt == "json":
-        _print(json.dumps(data, separators=(",", ":")))
+        _print(json.dumps(data, separators=(",", ":"), sort_keys=True))
     elif fmt == "json-pretty":
         _print(json.dumps(data, indent=4, sort_keys=True))
-    elif data is None:
-        pass
-    elif isinstance(data, (str, int, float)):
-        _print(str(data))
+    elif fmt == "yaml":
+        import yaml
+
+        sys.stdout.write(yaml.safe_dump(data, sort_keys=True))
     else:
-        _print(json.dumps(data, indent=4, sort_keys=True))
+        returns = ep.info.get("returns", {}) if ep is not None else {}
+        sys.stdout.write(textout.render(data, returns, border=not flags.get("noborder"),
+                                        header=not flags.get("noheader")))
     return 0
+
+
+# ------------------------------------------------------------------------------------------------ pveum
+
+PVEUM_USAGE = ("USAGE: pveum user token add <userid> <tokenid> [--privsep <boolean>] [OPTIONS]\n"
+               "       pveum role add <roleid> [--privs <string>]\n"
+               "       pveum acl modify <path> --roles <string> [--tokens <string>] [--propagate <boolean>] "
+               "[--delete <boolean>]")
+
+
+def pveum_main(argv: list[str]) -> int:
+    """The pveum subcommands a test needs to make a privilege-separated token and grant it roles."""
+    hp = current_host()
+    words = [a for a in argv[:3] if not a.startswith("-")]
+    try:
+        if argv[:3] == ["user", "token", "add"]:
+            pos, opts, _ = parse_options(argv[3:], None)
+            if len(pos) != 2:
+                return _err(f"400 not enough arguments\n{PVEUM_USAGE}")
+            tokenid = f"{pos[0]}!{pos[1]}"
+            privsep = schema.parse_bool(opts.get("privsep", "1"))
+            secret = acl.add_token(hp, tokenid, privsep=bool(privsep))
+            data = {"full-tokenid": tokenid, "info": {"privsep": int(bool(privsep))}, "value": secret}
+            if opts.get("output-format", "text") == "text":
+                sys.stdout.write(textout.render(data, {}))
+            else:
+                _print(json.dumps(data, sort_keys=True))
+            return 0
+        if words[:2] == ["role", "add"]:
+            pos, opts, _ = parse_options(argv[2:], None)
+            if len(pos) != 1:
+                return _err(f"400 not enough arguments\n{PVEUM_USAGE}")
+            acl.add_role(hp, pos[0], [p for p in opts.get("privs", "").replace(";", ",").split(",") if p])
+            return 0
+        if words[:2] == ["acl", "modify"]:
+            pos, opts, _ = parse_options(argv[2:], None)
+            if len(pos) != 1 or "roles" not in opts:
+                return _err(f"400 not enough arguments\n{PVEUM_USAGE}")
+            split = [r for r in opts["roles"].replace(";", ",").split(",") if r]
+            tokens = [t for t in opts.get("tokens", "").replace(";", ",").split(",") if t]
+            acl.modify_acl(hp, pos[0], split, tokens, propagate=schema.parse_bool(opts.get("propagate", "1")) == 1,
+                           delete=schema.parse_bool(opts.get("delete", "0")) == 1)
+            return 0
+    except PveError as exc:
+        return _api_error(exc)
+    return _err(f"unknown command 'pveum {' '.join(words)}'\n{PVEUM_USAGE}")
 
 
 # ------------------------------------------------------------------------------------------------ others
@@ -315,7 +384,7 @@ def lspci_main(argv: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    tools = {"pct": pct_main, "pvesh": pvesh_main, "pveversion": pveversion_main,
+    tools = {"pct": pct_main, "pvesh": pvesh_main, "pveversion": pveversion_main, "pveum": pveum_main,
              "nvidia-modprobe": nvidia_modprobe_main, "lspci": lspci_main}
     if not argv or argv[0] not in tools:
         return _err(f"usage: python -m simulator.pve.cli {{{','.join(tools)}}} ARGS...")

@@ -1,6 +1,8 @@
 """/etc/pve/lxc/<vmid>.conf in PVE's own format: `key: value` lines, description as leading `#` comments,
 raw `lxc.*` lines kept verbatim and in order, written sorted by key like pve-container's write_pct_config.
-The digest is the SHA-1 of the file content, exactly what PVE compares for optimistic locking.
+Changes that a running container cannot take live in a `[pve:pending]` section (a `delete:` line lists pending
+deletions), as pve-container writes it. The digest is the SHA-1 of the file content, exactly what PVE compares
+for optimistic locking.
 """
 
 from __future__ import annotations
@@ -17,16 +19,22 @@ class CtConf:
     options: dict[str, str] = field(default_factory=dict)
     lxc: list[tuple[str, str]] = field(default_factory=list)
     description: str = ""
+    #: `[pve:pending]`: values that apply at the next start (description included as the key "description").
+    pending: dict[str, str] = field(default_factory=dict)
+    #: The pending section's `delete:` list, in order.
+    pending_delete: list[str] = field(default_factory=list)
 
     def render(self) -> str:
-        out = [f"#{urllib.parse.quote(line, safe=' !#$&()*+,-./:;<=>?@[]^_`{|}~')}\n"
-               for line in self.description.splitlines()]
-        for key in sorted(self.options):
-            value = self.options[key]
-            if "\n" in value:
-                raise ValueError(f"detected invalid newline inside property '{key}'")
-            out.append(f"{key}: {value}\n")
+        out = [f"#{_encode(line)}\n" for line in self.description.splitlines()]
+        out.extend(_options(self.options))
         out.extend(f"{k}: {v}\n" for k, v in self.lxc)
+        if self.pending or self.pending_delete:
+            out.append("\n[pve:pending]\n")
+            pending = dict(self.pending)
+            out.extend(f"#{_encode(line)}\n" for line in pending.pop("description", "").splitlines())
+            if self.pending_delete:
+                pending["delete"] = ",".join(self.pending_delete)
+            out.extend(_options(pending))
         return "".join(out)
 
     def digest(self) -> str:
@@ -38,27 +46,54 @@ class CtConf:
         return {k: self.options[k] for k in keys}
 
 
+def _encode(line: str) -> str:
+    return urllib.parse.quote(line, safe=" !#$&()*+,-./:;<=>?@[]^_`{|}~")
+
+
+def _options(options: dict[str, str]) -> list[str]:
+    out = []
+    for key in sorted(options):
+        value = options[key]
+        if "\n" in value:
+            raise ValueError(f"detected invalid newline inside property '{key}'")
+        out.append(f"{key}: {value}\n")
+    return out
+
+
 def parse(text: str) -> CtConf:
     conf = CtConf()
     descr: list[str] = []
+    pending_descr: list[str] = []
+    section = ""
     for raw in text.splitlines():
         line = raw.rstrip()
         if not line:
             continue
-        if line.startswith("["):  # snapshot / pending sections: not simulated, stop at the first one
-            break
+        if line.startswith("["):
+            section = line.strip("[]")
+            if section != "pve:pending":  # snapshots are not simulated: stop at the first one
+                break
+            continue
         if line.startswith("#"):
-            descr.append(urllib.parse.unquote(line[1:]))
+            (pending_descr if section else descr).append(urllib.parse.unquote(line[1:]))
             continue
         m = re.fullmatch(r"(lxc\.[a-z0-9_.\-]+)\s*[:=]\s*(.*)", line)
         if m:
-            conf.lxc.append((m.group(1), m.group(2)))
+            if not section:
+                conf.lxc.append((m.group(1), m.group(2)))
             continue
         m = re.fullmatch(r"([a-z][a-z_\-]*\d*):\s*(.*)", line)
         if not m:
             raise ValueError(f"unable to parse config line: {line}")
-        conf.options[m.group(1)] = m.group(2)
+        if not section:
+            conf.options[m.group(1)] = m.group(2)
+        elif m.group(1) == "delete":
+            conf.pending_delete = [d for d in re.split(r"[,;\s]+", m.group(2)) if d]
+        else:
+            conf.pending[m.group(1)] = m.group(2)
     conf.description = "\n".join(descr)
+    if pending_descr:
+        conf.pending["description"] = "\n".join(pending_descr)
     return conf
 
 

@@ -67,6 +67,34 @@ def provision(host_dir: Path, cfg: HostConfig) -> None:
                        "Release Build  (dvs-builder@U22-I3-AE18-23-3)  \nGCC version:  gcc version 12.2.0\n")
         return
     provision_gpu_host(host_dir, cfg.gpu_profile, cfg.driver_version, cfg.faults.missing_uvm)
+    if cfg.faults.driver_reload and not cfg.faults.missing_uvm:
+        _set_uvm_major(host_dir / "fs", uvm_major(cfg))
+
+
+FALLBACK_UVM_MAJOR = 511
+
+
+def uvm_major(cfg: HostConfig) -> int:
+    """nvidia-uvm's dynamic major now: the capture's, or one below it after the `driver_reload` fault."""
+    try:
+        from simulator.gpu.profiles import get_profile
+    except ImportError:
+        base = FALLBACK_UVM_MAJOR
+    else:
+        base = get_profile(cfg.gpu_profile).uvm_major
+    return base - 1 if cfg.faults.driver_reload else base
+
+
+def _set_uvm_major(fs: Path, major: int) -> None:
+    """Give the loaded nvidia-uvm this major: its /proc/devices line and both nodes."""
+    for name, minor in (("nvidia-uvm", 0), ("nvidia-uvm-tools", 1)):
+        node = fs / "dev" / name
+        if node.exists() and os.major(node.stat().st_rdev) != major:
+            _mknod(node, major, minor)
+    devices = fs / "proc" / "devices"
+    if devices.exists():
+        devices.write_text("".join(f"{major:>3} nvidia-uvm\n" if line.rstrip().endswith(" nvidia-uvm") else line
+                                   for line in devices.read_text().splitlines(keepends=True)))
 
 
 def set_uvm(host_dir: Path, cfg: HostConfig, present: bool) -> None:
@@ -76,10 +104,11 @@ def set_uvm(host_dir: Path, cfg: HostConfig, present: bool) -> None:
         try:
             from simulator.gpu.devfs import create_uvm_nodes
         except ImportError:
-            _mknod(fs / "dev" / "nvidia-uvm", 511, 0)
-            _mknod(fs / "dev" / "nvidia-uvm-tools", 511, 1)
-            return
-        create_uvm_nodes(host_dir)
+            _mknod(fs / "dev" / "nvidia-uvm", FALLBACK_UVM_MAJOR, 0)
+            _mknod(fs / "dev" / "nvidia-uvm-tools", FALLBACK_UVM_MAJOR, 1)
+        else:
+            create_uvm_nodes(host_dir)
+        _set_uvm_major(fs, uvm_major(cfg))
         return
     for name in ("nvidia-uvm", "nvidia-uvm-tools"):
         (fs / "dev" / name).unlink(missing_ok=True)

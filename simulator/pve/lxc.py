@@ -258,8 +258,12 @@ class Node:
 
     # ------------------------------------------------------------------------------------------ config
 
-    def config_get(self, vmid: int) -> dict[str, Any]:
+    def config_get(self, vmid: int, current: bool = False) -> dict[str, Any]:
+        """GET config: pending values by default, like PVE (`current=1`: the values the container runs with)."""
+        from simulator.pve import pending
+
         conf, digest = self.read(vmid)
+        conf = conf if current else pending.with_pending(conf)
         data: dict[str, Any] = dict(conf.options)
         if conf.description:
             data["description"] = conf.description
@@ -279,18 +283,24 @@ class Node:
                 raise PveError("detected modified configuration - file changed by other user? Try again.")
             unpriv = conf.options.get("unprivileged") == "1"
             self.check_modify_perm(user, [*values, *delete], values, unpriv, conf.options.get("features"))
-            for opt in delete:
-                if opt == "description":
-                    conf.description = ""
-                conf.options.pop(opt, None)
-            for key, value in values.items():
-                if key == "description":
-                    conf.description = value
-                    continue
-                if re.fullmatch(r"net\d+", key):
-                    value = self._fill_net(value)
-                conf.options[key] = value
+            values = {k: self._fill_net(v) if re.fullmatch(r"net\d+", k) else v for k, v in values.items()}
+            self.check_devices(values)
+            from simulator.pve import pending
+
+            pending.update(conf, values, delete, running=self.running(vmid))
             self.write(vmid, conf)
+
+    def check_devices(self, values: dict[str, Any]) -> None:
+        """update_pct_config stats every devN path on the host when it is set (Tools::get_device_mode_and_rdev)."""
+        for key, spec in values.items():
+            if re.fullmatch(r"dev\d+", key):
+                path = confmod.split_property(str(spec), "path").get("path", "")
+                try:
+                    mode = self._host_dev(path).stat().st_mode
+                except FileNotFoundError:
+                    raise PveError(f"Device {path} does not exist") from None
+                if not stat.S_ISCHR(mode) and not stat.S_ISBLK(mode):
+                    raise PveError(f"{path} is not a device")
 
     # ------------------------------------------------------------------------------------------ start/stop
 
@@ -373,6 +383,11 @@ class Node:
             conf, _ = self.read(vmid)
             if self.running(vmid):
                 raise TaskError(f"CT {vmid} already running")
+            if conf.pending or conf.pending_delete:  # vm_start: "apply pending changes while starting"
+                from simulator.pve import pending
+
+                pending.apply(conf)
+                self.write(vmid, conf)
             devices = self._passed_devices(vmid, conf)
             if self.lxc is not None:
                 self._start_lxc(vmid, conf, devices)

@@ -22,17 +22,18 @@ from pathlib import Path
 from typing import Any
 
 from simulator.config import HostPaths
-from simulator.pve import api, schema
+from simulator.pve import acl, api, schema
 from simulator.pve.lxc import PveError
 
-TOKEN_ID = "root@pam!deploy"
+TOKEN_ID = acl.DEFAULT_TOKEN
 TICKET_LIFETIME_S = 7200
 
 
 class Auth:
     """Token secret and root password from the 0600 files in api/; tickets kept in memory."""
 
-    def __init__(self, api_dir: Path):
+    def __init__(self, api_dir: Path, hp: HostPaths):
+        self.hp = hp
         self.token_secret = (api_dir / "token-secret").read_text().strip()
         self.root_password = (api_dir / "root-password").read_text().strip()
         self.tickets: dict[str, tuple[str, float, str]] = {}  # ticket -> (user, issued, csrf)
@@ -58,6 +59,9 @@ class Auth:
         value = header[len("PVEAPIToken="):]
         tokenid, _, secret = value.partition("=")
         if tokenid == TOKEN_ID and hmac.compare_digest(secret, self.token_secret):
+            return tokenid
+        other = acl.token_secret(self.hp, tokenid) if tokenid != TOKEN_ID else None  # pveum-made tokens
+        if other is not None and hmac.compare_digest(secret, other):
             return tokenid
         return None
 
@@ -126,8 +130,9 @@ class Handler(BaseHTTPRequestHandler):
         user = self._authenticate(method)
         if user is None:
             return
+        caller = api.Caller(user=user, background=True)
         try:
-            data = api.handle(self.hp, method, path, params, api.Caller(user=user, background=True))
+            data = api.handle(self.hp, method, path, params, caller)
         except schema.ParamError as exc:
             self._send(400, {"errors": exc.errors, "data": None}, "Parameter verification failed.")
             return
@@ -137,7 +142,7 @@ class Handler(BaseHTTPRequestHandler):
         except Exception as exc:  # a simulator bug must not look like a hung API
             self._error(500, f"simulator internal error: {type(exc).__name__}: {exc}")
             raise
-        self._send(200, {"data": data})
+        self._send(200, {**caller.attrs, "data": data})
 
     def _authenticate(self, method: str) -> str | None:
         header = self.headers.get("Authorization") or ""
@@ -201,7 +206,7 @@ def serve(hp: HostPaths) -> None:
     cfg = hp.load()
     if not cfg.address.startswith("127."):
         raise SystemExit(f"refusing to bind {cfg.address}: the simulator only uses 127.0.0.0/8")
-    handler = type("BoundHandler", (Handler,), {"hp": hp, "auth": Auth(hp.api)})
+    handler = type("BoundHandler", (Handler,), {"hp": hp, "auth": Auth(hp.api, hp)})
     httpd = ThreadingHTTPServer((cfg.address, cfg.api_port), handler)
     httpd.daemon_threads = True
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -124,10 +124,34 @@ def status(hp: HostPaths, upid: str) -> dict[str, Any] | None:
     return data
 
 
-def log_lines(hp: HostPaths, upid: str, start: int = 0, limit: int = 50) -> list[dict[str, Any]]:
+def with_token(task: dict[str, Any]) -> dict[str, Any]:
+    """pve-manager's convert_token_task: `root@pam!deploy` becomes user `root@pam` plus tokenid `deploy`."""
+    user = str(task.get("user", ""))
+    if "!" in user:
+        name, _, token = user.partition("!")
+        return {**task, "user": name, "tokenid": token}
+    return task
+
+
+def owns(task: dict[str, Any], caller: str) -> bool:
+    """check_task_user: a token sees only its own tasks; its user sees the user's and the tokens' tasks."""
+    task = with_token(task)
+    if task.get("tokenid"):
+        return caller in (f"{task['user']}!{task['tokenid']}", task["user"])
+    return caller == task.get("user")
+
+
+def log_lines(hp: HostPaths, upid: str, start: int = 0, limit: int = 50) -> tuple[int, list[dict[str, Any]]]:
+    """PVE::Tools::dump_logfile: (total line count, the page); limit 0 reads to the end; `n` counts from 1."""
     _, log_file = _files(hp, upid)
-    lines = log_file.read_text().splitlines() if log_file.exists() else []
-    return [{"n": i + 1, "t": t} for i, t in enumerate(lines)][start:start + limit]
+    try:
+        lines = log_file.read_text().splitlines()
+    except FileNotFoundError:
+        return 1, [{"n": 1, "t": "unable to open file - No such file or directory"}]
+    if not lines:
+        return 1, [{"n": 1, "t": "no content"}]
+    end = len(lines) if limit == 0 else start + limit
+    return len(lines), [{"n": i + 1, "t": lines[i]} for i in range(start, min(end, len(lines)))]
 
 
 def listing(hp: HostPaths) -> list[dict[str, Any]]:

@@ -55,8 +55,8 @@ def test_stdin_reaches_container_bash(ssh: Any, make_ct: Any) -> None:
 
 def test_missing_uvm_fails_start_then_nvidia_modprobe_fixes_it(ssh: Any, make_ct: Any, sim: Any,
                                                                 prox: Any) -> None:
+    assert make_ct(122, GPU_DEVS).rc == 0  # configured while uvm was loaded; then the host rebooted
     set_faults(sim.host_dir.parent.parent, sim.name, missing_uvm=True)
-    assert make_ct(122, GPU_DEVS).rc == 0
     assert "nvidia-uvm" not in ssh.run("cat /proc/devices").out
     res = ssh.run("pct start 122")
     assert res.rc == 255 and res.err == "Device /dev/nvidia-uvm does not exist\n"

@@ -84,3 +84,45 @@ def test_the_adapter_quotes_every_argument_once() -> None:
     assert ct.push_command("/r/i n.run", "/tmp/x", perms="0700") == "pct push 120 '/r/i n.run' /tmp/x --perms 0700"
     assert ct.pull_command("/var/lib/deploy/x y", "/tmp/z") == "pct pull 120 '/var/lib/deploy/x y' /tmp/z"
     assert ct.if_running("true").startswith("if pct status 120 2>/dev/null | grep -q 'status: running'; then true;")
+
+
+def test_a_key_that_stays_pending_on_a_running_container_makes_plan_and_up_restart_it(make_run) -> None:
+    probe = make_run()
+    config = {**converged_config(probe), "features": "nesting=0"}
+    plan = make_run(host_facts("status: running\n", config), {}, dry_run=True)
+    rec = plan.step("container")
+    assert rec.status == "would-change" and plan.node.calls == []
+    assert rec.changes[1].startswith("restart CT 120: features cannot change on a running container")
+    run = make_run(host_facts("status: running\n", config), {})
+    run.node.answer("/status/shutdown", '"UPID:pve-gpu-1:0000A1B2:0001C3D4:6745A1B2:vzshutdown:120:root@pam:"')
+    run.node.answer("/tasks/", '{"status": "stopped", "exitstatus": "OK"}')
+    rec = run.step("container")
+    sent = run.node.commands("run")
+    # stop first, then write (a stopped CT takes every key at once), then start: nothing is left pending
+    order = [next(i for i, c in enumerate(sent) if needle in c)
+             for needle in ("/status/shutdown", "/config --digest", "/status/start")]
+    assert order == sorted(order) and rec.changes[-1] == "start CT 120"
+
+
+def test_wanted_values_already_pending_restart_the_container(make_run) -> None:
+    probe = make_run()
+    pending = json.dumps([{"key": "features", "value": "nesting=0", "pending": "nesting=1"},
+                          {"key": "cores", "value": "64"}, {"key": "digest", "value": "d1"}])
+    facts = {**host_facts("status: running\n", converged_config(probe)), "ct_pending": pending}
+    rec = make_run(facts, {}, dry_run=True).step("container")
+    assert rec.details["config_diff"] == []  # GET config shows the pending value: nothing to write
+    assert rec.changes == ["restart CT 120: features pending in PVE since an earlier change (applied at the next "
+                           "start)", "start CT 120"]
+
+
+def test_a_stale_uvm_node_in_the_running_container_restarts_it(make_run) -> None:
+    probe = make_run()
+    ct_listing = DEV_LISTING.replace("508,", "509,")  # the CT started before the host's driver reload
+    rec = make_run(host_facts("status: running\n", converged_config(probe)), {"dev_listing": ct_listing},
+                   dry_run=True).step("container")
+    assert rec.changes == ["restart CT 120: /dev/nvidia-uvm is 508:0 on the host but 509:0 in the CT; "
+                           "/dev/nvidia-uvm-tools is 508:1 on the host but 509:1 in the CT (host driver reloaded "
+                           "or rebooted since the CT started)", "start CT 120"]
+    same = make_run(host_facts("status: running\n", converged_config(probe)), {"dev_listing": DEV_LISTING},
+                    dry_run=True).step("container")
+    assert same.changes == []
