@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, RemoteError
+from orchestrator.flags import FlagSchema
 from orchestrator.fleet.router import (
     CONF_DIR,
     KEY_PATH,
@@ -89,6 +90,7 @@ class RouterFacts:
     probe: str  # the flags probe's JSON output (installed version, parser actions, argv verdict)
     file_sha: dict[str, str | None]
     active: str
+    execstart: str = ""  # the installed unit's ExecStart line (no secret: the key is never in it)
 
     def probe_doc(self) -> dict[str, Any]:
         try:
@@ -115,6 +117,7 @@ def facts_commands(spec: RouterSpec, argv: list[str]) -> dict[str, str]:
     commands = {"probe": probe}
     for name, path in FILE_FACTS.items():
         commands[f"sha-{name}"] = f"sha256sum {_q(path)} 2>/dev/null | cut -d' ' -f1"
+    commands["execstart"] = f"grep '^ExecStart=' {_q(UNIT_PATH)} 2>/dev/null || true"
     commands["active"] = f"systemctl is-active {UNIT} 2>/dev/null || true"
     return commands
 
@@ -126,7 +129,35 @@ def parse_facts(outputs: dict[str, CommandOutput]) -> RouterFacts:
 
     return RouterFacts(probe=text("probe"),
                        file_sha={n: (text(f"sha-{n}") or None) for n in FILE_FACTS},
-                       active=text("active") or "unknown")
+                       active=text("active") or "unknown", execstart=text("execstart"))
+
+
+def installed_workers(execstart: str) -> list[str] | None:
+    """The worker URLs in an installed ExecStart line (the words after --worker-urls); None without the line."""
+    if not execstart.startswith("ExecStart="):
+        return None
+    words = execstart.split()
+    if "--worker-urls" not in words:
+        return []
+    out = []
+    for word in words[words.index("--worker-urls") + 1:]:
+        if word.startswith("--"):
+            break
+        out.append(word)
+    return out
+
+
+def workers_only_change(spec: RouterSpec, schema: FlagSchema, facts: RouterFacts, bundle: RouterBundle,
+                        urls: list[str], api_key: str | None) -> tuple[list[str], list[str]] | None:
+    """(to add, to remove) when the running router differs from the rendered one in its worker set alone: then
+    the worker API changes it live and nothing restarts (a restart would drop every request in flight). The test:
+    re-rendered with the installed workers, the unit is byte for byte the installed one."""
+    if facts.active != "active" or changed_files(bundle, facts) != [UNIT_PATH]:
+        return None
+    have = installed_workers(facts.execstart)
+    if have is None or render_router(spec, schema, have, api_key).unit.sha256 != facts.file_sha.get("unit"):
+        return None
+    return [u for u in urls if u not in have], [u for u in have if u not in urls]
 
 
 def changed_files(bundle: RouterBundle, facts: RouterFacts) -> list[str]:
@@ -140,12 +171,13 @@ def changed_files(bundle: RouterBundle, facts: RouterFacts) -> list[str]:
     return out
 
 
-def apply_script(bundle: RouterBundle, *, restart: bool) -> str:
+def apply_script(bundle: RouterBundle, *, action: str | None) -> str:
+    """Write the files, daemon-reload, then `systemctl ACTION` (restart, start; None: leave the process be)."""
     files = [{"path": f.remote_path, "mode": f.mode, "b64": base64.b64encode(f.content.encode()).decode()}
              for f in bundle.files]
     remove = [] if bundle.key_file is not None else [KEY_PATH]
     return render_script("router_apply.sh.j2", conf_dir=CONF_DIR, files=files, remove=remove, unit=UNIT,
-                         restart=restart)
+                         action=action)
 
 
 def _q(text: str) -> str:
@@ -249,7 +281,24 @@ def _converge(spec: RouterSpec, inventory: Inventory, ct: Container, urls: list[
                           fix="re-make the packaged dump with orchestrator/probes/flags_probe.py")
     changed = changed_files(bundle, facts)
     running = facts.active == "active"
-    if not changed and running:
+    live_change = workers_only_change(spec, schema, facts, bundle, urls, api_key)
+    if live_change is not None:
+        add, remove = live_change
+        what = (f"change the workers live ({', '.join([*('+' + u for u in add), *('-' + u for u in remove)])}; "
+                f"{len(urls)} worker(s)), no restart; the unit is rewritten for the next start")
+        record.changes.append(what)
+        if dry_run:
+            record.status, record.summary = "would-change", what
+            return
+        say(what)
+        _apply(ct, bundle, action=None)
+        with RouterClient(base_url, api_key, timeout_s=10.0) as client:
+            for url in remove:
+                client.remove_worker(url)
+            for url in add:
+                client.add_worker(url, api_key)
+        record.status, record.summary = "changed", what
+    elif not changed and running:
         record.summary = (record.summary or f"unit unchanged, router active with {len(urls)} worker(s)")
     else:
         verb = "restart" if running else "start"
@@ -260,15 +309,19 @@ def _converge(spec: RouterSpec, inventory: Inventory, ct: Container, urls: list[
             record.status, record.summary = "would-change", what
             return
         say(what)
-        res = ct.script(apply_script(bundle, restart=running), check=False, timeout=120, what="router files")
-        if res.rc != 0:
-            raise RemoteError(f"installing the router's files in CT {ct.vmid} failed: "
-                              f"{(res.stderr or res.stdout).strip()[-400:]}",
-                              fix=f"see `journalctl -u {UNIT}` in CT {ct.vmid}; re-run deploy up")
+        _apply(ct, bundle, action="restart" if running else "start")
         record.status, record.summary = "changed", what
     if dry_run:
         return
     record.details["health"] = _wait_healthy(base_url, api_key, urls, health_timeout_s, say)
+
+
+def _apply(ct: Container, bundle: RouterBundle, *, action: str | None) -> None:
+    res = ct.script(apply_script(bundle, action=action), check=False, timeout=120, what="router files")
+    if res.rc != 0:
+        raise RemoteError(f"installing the router's files in CT {ct.vmid} failed: "
+                          f"{(res.stderr or res.stdout).strip()[-400:]}",
+                          fix=f"see `journalctl -u {UNIT}` in CT {ct.vmid}; re-run deploy up")
 
 
 def _read_facts(ct: Container, spec: RouterSpec, argv: list[str]) -> RouterFacts:

@@ -31,6 +31,7 @@ class RouterFleet:
     env: DeployEnv
     names: list[str]
     router_yaml: str
+    root: Path
 
     @property
     def url(self) -> str:
@@ -47,7 +48,7 @@ def rfleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterFleet]:
     from simulator.router import ensure_router_venv
 
     venv = ensure_router_venv(ct=True)
-    with sim_root(tmp_path_factory, "deploy-sim-router-up", OFFSET_ROUTER_UP, hosts=2) as (_root, infos):
+    with sim_root(tmp_path_factory, "deploy-sim-router-up", OFFSET_ROUTER_UP, hosts=2) as (root, infos):
         tmp = tmp_path_factory.mktemp("router-env")
         env = make_env(infos[0], tmp)
         names = [i.name for i in infos]
@@ -58,7 +59,7 @@ def rfleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterFleet]:
         (env.inventory / "groups.yaml").write_text(f"groups:\n  prod: [{', '.join(names)}]\n")
         router_yaml = (f"router:\n  runs_on: {names[0]}\n  venv: {venv}\n  policy: round_robin\n"
                        "  workers: prod\n  flags:\n    health-check-interval-secs: 1\n")
-        fleet = RouterFleet(env, names, router_yaml)
+        fleet = RouterFleet(env, names, router_yaml, root)
         fleet.write_router()
         yield fleet
 
@@ -105,6 +106,37 @@ def test_up_brings_the_router_up_with_both_workers_then_changes_nothing(rfleet: 
     assert router["step"]["summary"] == "unit unchanged, router active with 2 worker(s)"
     text = env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
     assert f"router {a} CT 120 {rfleet.url}: ok — unit unchanged, router active with 2 worker(s)" in text.stdout
+
+
+def test_a_failing_host_leaves_the_router_live_and_comes_back_without_a_restart(rfleet: RouterFleet) -> None:
+    """A host whose `up` fails is taken out of the router through its worker API, and put back by the next `up`;
+    the router process is never restarted for a change of its worker set (that would drop requests in flight)."""
+    from simulator.manager import set_faults
+
+    env, (a, b) = rfleet.env, rfleet.names
+    pid = env.ct("systemctl show -p MainPID --value sglang-router").stdout.strip()
+    set_faults(rfleet.root, b, missing_uvm=True)
+    try:
+        res = env.run("--json", "up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
+    finally:
+        set_faults(rfleet.root, b, missing_uvm=False)
+    assert res.rc == 1, res.text  # the failing host's exit code
+    router = res.json["router"]
+    assert router["workers"] == [a] and router["left_out"] == [b] and router["exit_code"] == 0, router
+    assert router["step"]["summary"].startswith(f"change the workers live (-http://{_address(rfleet, b)}:8000")
+    assert _chat(rfleet.url, KEY) == 200
+    back = env.run("--json", "up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
+    assert back.rc == 0, back.text
+    assert back.json["router"]["step"]["summary"].startswith(
+        f"change the workers live (+http://{_address(rfleet, b)}:8000; 2 worker(s)), no restart")
+    assert back.json["router"]["step"]["details"]["health"]["healthy_workers"] == 2
+    assert env.ct("systemctl show -p MainPID --value sglang-router").stdout.strip() == pid
+
+
+def _address(rfleet: RouterFleet, name: str) -> str:
+    from orchestrator.inventory.loader import load_inventory
+
+    return load_inventory(rfleet.env.inventory).hosts[name].address
 
 
 def test_a_bad_router_flag_is_refused_before_any_change(rfleet: RouterFleet) -> None:

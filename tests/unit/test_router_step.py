@@ -74,11 +74,11 @@ def test_apply_script_carries_files_base64_and_never_the_key_in_clear() -> None:
     spec = inventory({"runs_on": "gpu-1"}).router
     assert spec is not None
     bundle = render_router(spec, router_schema("0.3.2"), URLS, KEY)
-    script = apply_script(bundle, restart=True)
+    script = apply_script(bundle, action="restart")
     assert KEY not in script and base64.b64encode((KEY + "\n").encode()).decode() in script
     assert f"chmod 0600 {KEY_PATH}.deploy-tmp" in script and f"mkdir -p {CONF_DIR}" in script
     assert script.rstrip().endswith("systemctl restart sglang-router")
-    keyless = apply_script(render_router(spec, router_schema("0.3.2"), URLS, None), restart=False)
+    keyless = apply_script(render_router(spec, router_schema("0.3.2"), URLS, None), action="start")
     assert f"rm -f {KEY_PATH}" in keyless and keyless.rstrip().endswith("systemctl start sglang-router")
 
 
@@ -86,7 +86,7 @@ def test_facts_batch_runs_the_probe_with_the_router_venv_and_reads_it_back() -> 
     spec = inventory({"runs_on": "gpu-1", "venv": "/srv/router venv"}).router
     assert spec is not None
     cmds = facts_commands(spec, ["--policy", "random"])
-    assert list(cmds) == ["probe", "sha-unit", "sha-launcher", "sha-key", "active"]
+    assert list(cmds) == ["probe", "sha-unit", "sha-launcher", "sha-key", "execstart", "active"]
     assert "'/srv/router venv/bin/python' - router" in cmds["probe"]
     assert "<<'DEPLOY_PROBE_EOF'" in cmds["probe"] and "RouterArgs.add_cli_args" in cmds["probe"]
     facts = parse_facts({"probe": CommandOutput(0, '{"version": "0.3.2", "ok": true, "actions": []}\n', ""),
