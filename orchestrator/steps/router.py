@@ -77,6 +77,11 @@ def preflight_router(inventory: Inventory) -> None:
         return
     try:
         render_router(spec, router_schema(spec.version), [], None)
+    except ConfigError as err:
+        err.fix = (f"fix router.flags in the inventory (names and choices are sglang-router {spec.version}'s own); "
+                   "nothing was changed")
+        raise err.at(step="router preflight", host=spec.runs_on) from None
+    try:
         router_api_key(inventory)
     except DeployError as err:
         raise err.at(step="router preflight", host=spec.runs_on) from None
