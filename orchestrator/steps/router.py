@@ -202,6 +202,7 @@ class RouterReport:
     exit_code: int = 0
     workers: list[str] = field(default_factory=list)
     left_out: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
     error: dict[str, Any] | None = None
 
     @property
@@ -212,7 +213,8 @@ class RouterReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"place": self.place, "url": self.url, "result": self.result, "exit_code": self.exit_code,
-                "workers": self.workers, "left_out": self.left_out, "step": self.record.to_dict(),
+                "workers": self.workers, "left_out": self.left_out, "kept": self.kept,
+                "step": self.record.to_dict(),
                 **({"error": self.error} if self.error else {})}
 
     def text(self) -> str:
@@ -222,11 +224,46 @@ class RouterReport:
         out += f" — {self.record.summary}"
         if self.left_out:
             out += f"; left out (not healthy): {', '.join(self.left_out)}"
+        if self.kept:
+            out += f"; kept as they were (not in this run): {', '.join(self.kept)}"
         return out
 
 
-def converge_router(inventory: Inventory, healthy: list[str], *, dry_run: bool = False, tofu: bool = False,
-                    say: Callable[[str], None] = lambda _m: None,
+@dataclass(frozen=True)
+class WorkerChoice:
+    """The router's workers after a fleet run, by host name, and their URLs."""
+
+    workers: list[str]
+    left_out: list[str]  # targeted by this run, and not healthy
+    kept: list[str]  # not targeted: kept as the installed router has them
+    urls: list[str]
+
+
+def choose_workers(candidates: list[tuple[str, str]], targeted: list[str], healthy: list[str],
+                   installed: list[str] | None) -> WorkerChoice:
+    """Pure: (name, url) candidates → workers. A host this run converged counts by its result; a host it did not
+    touch keeps its place in the installed router (so `up host a` never drops host b), and joins a router being
+    installed for the first time (installed None) only if it was converged."""
+    workers: list[str] = []
+    left_out: list[str] = []
+    kept: list[str] = []
+    urls: list[str] = []
+    for name, url in candidates:
+        if name in targeted:
+            ok = name in healthy
+            (workers if ok else left_out).append(name)
+        else:
+            ok = installed is not None and url in installed
+            if ok:
+                workers.append(name)
+                kept.append(name)
+        if ok:
+            urls.append(url)
+    return WorkerChoice(workers, left_out, kept, urls)
+
+
+def converge_router(inventory: Inventory, targeted: list[str], healthy: list[str], *, dry_run: bool = False,
+                    tofu: bool = False, say: Callable[[str], None] = lambda _m: None,
                     health_timeout_s: float = HEALTH_TIMEOUT_S) -> RouterReport | None:
     """Converge the managed router with the healthy hosts among its workers; None when it is not managed."""
     place = router_place(inventory)
@@ -235,18 +272,16 @@ def converge_router(inventory: Inventory, healthy: list[str], *, dry_run: bool =
         return None
     record = StepRecord(STEP)
     report = RouterReport(place=place.describe(), url=router_base_url(inventory), record=record)
-    candidates = router_workers(inventory)
-    report.workers = [h.name for h in candidates if h.name in healthy]
-    report.left_out = [h.name for h in candidates if h.name not in healthy]
-    urls = [worker_url(inventory, h) for h in candidates if h.name in healthy]
+    candidates = [(h.name, worker_url(inventory, h)) for h in router_workers(inventory)]
     started = time.monotonic()
     metrics = Metrics(current=record)
     from orchestrator.remote.ssh import SshHost  # paramiko loads only when a router is managed
 
     try:
         with SshHost(place.host, metrics=metrics, tofu=tofu) as ssh:
-            _converge(spec, inventory, Container(ssh, place.vmid), urls, record, dry_run=dry_run, say=say,
-                      health_timeout_s=health_timeout_s, base_url=report.url)
+            _converge(spec, inventory, Container(ssh, place.vmid), report,
+                      lambda installed: choose_workers(candidates, targeted, healthy, installed),
+                      dry_run=dry_run, say=say, health_timeout_s=health_timeout_s)
     except DeployError as err:
         err = err.at(host=place.host.name, step=STEP)
         record.status = "failed"
@@ -255,11 +290,19 @@ def converge_router(inventory: Inventory, healthy: list[str], *, dry_run: bool =
     return report
 
 
-def _converge(spec: RouterSpec, inventory: Inventory, ct: Container, urls: list[str], record: StepRecord, *,
-              dry_run: bool, say: Callable[[str], None], health_timeout_s: float, base_url: str) -> None:
+def _converge(spec: RouterSpec, inventory: Inventory, ct: Container, report: RouterReport,
+              choose: Callable[[list[str] | None], WorkerChoice], *, dry_run: bool, say: Callable[[str], None],
+              health_timeout_s: float) -> None:
+    record, base_url = report.record, report.url
     api_key = router_api_key(inventory)
+    # The probe checks the argv as it would be with every candidate (the worker list does not change its
+    # validity); the workers are chosen once the installed router's own list is known.
+    probe_bundle = render_router(spec, router_schema(spec.version), choose([]).urls, api_key)
+    facts = _read_facts(ct, spec, list(probe_bundle.argv))
+    choice = choose(installed_workers(facts.execstart))
+    urls = choice.urls
+    report.workers, report.left_out, report.kept = choice.workers, choice.left_out, choice.kept
     bundle = render_router(spec, router_schema(spec.version), urls, api_key)
-    facts = _read_facts(ct, spec, list(bundle.argv))
     record.details.update({"venv": spec.venv, "installed_version": facts.version, "active": facts.active,
                            "workers": urls})
     if facts.version != spec.version:
@@ -270,17 +313,17 @@ def _converge(spec: RouterSpec, inventory: Inventory, ct: Container, urls: list[
             return
         say(what)
         _install(ct, spec)
-        facts = _read_facts(ct, spec, list(bundle.argv))
+        facts = _read_facts(ct, spec, list(probe_bundle.argv))
         record.status = "changed"
     # The installed router's own parser: the canonical argv must be what it builds, and it must accept it.
     schema = schema_from_probe(facts.probe, where=f"CT {ct.vmid}", pinned=spec.version)
-    live = render_router(spec, schema, urls, api_key)
+    live = render_router(spec, schema, choose([]).urls, api_key)
     doc = facts.probe_doc()
     if not doc.get("ok"):
         raise ConfigError(f"sglang-router {facts.version} in CT {ct.vmid} rejects the router flags: "
                           f"{doc.get('error')}", fix="fix router.flags in the inventory; nothing was changed")
     record.details["validated_with"] = f"sglang-router {facts.version} in CT {ct.vmid}"
-    if live.argv != bundle.argv:
+    if live.argv != probe_bundle.argv:
         raise ConfigError(f"the installed sglang-router's parser reads the router flags differently from the "
                           f"packaged {spec.version} dump: {' '.join(live.argv)}",
                           fix="re-make the packaged dump with orchestrator/probes/flags_probe.py")

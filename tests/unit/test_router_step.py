@@ -19,6 +19,7 @@ from orchestrator.steps.router import (
     RouterFacts,
     apply_script,
     changed_files,
+    choose_workers,
     facts_commands,
     parse_facts,
     preflight_router,
@@ -39,6 +40,18 @@ def test_where_the_router_runs() -> None:
     assert place is not None and place.describe() == "gpu-2 CT 130"
     with pytest.raises(ValueError, match=r"router\.vmid: only with runs_on: HOST"):
         inventory({"runs_on": "operator", "vmid": 130})
+
+
+def test_workers_are_the_healthy_targets_and_the_untouched_hosts_keep_their_place() -> None:
+    cands = [("a", "http://a:8000"), ("b", "http://b:8000"), ("c", "http://c:8000")]
+    first = choose_workers(cands, ["a", "b", "c"], ["a", "c"], None)
+    assert (first.workers, first.left_out, first.kept, first.urls) == (["a", "c"], ["b"], [],
+                                                                        ["http://a:8000", "http://c:8000"])
+    # `up host a` (b failed earlier, c is in the router): c keeps its place, b stays out until it is converged
+    later = choose_workers(cands, ["a"], ["a"], ["http://a:8000", "http://c:8000"])
+    assert (later.workers, later.left_out, later.kept) == (["a", "c"], [], ["c"])
+    fresh = choose_workers(cands, ["a"], ["a"], None)  # no router installed yet: only what this run converged
+    assert fresh.urls == ["http://a:8000"]
 
 
 def test_preflight_names_the_flag_and_its_choices() -> None:
