@@ -36,7 +36,8 @@ HOST_OVERLAYS: tuple[tuple[str, str, str], ...] = (
 
 #: Container view: ct/<vmid>/fs/<path> is bind-mounted over each of these by `pct exec`.
 CT_PERSISTENT_PATHS: tuple[str, ...] = (
-    "/root", "/etc/systemd/system", "/etc/sglang", "/var/lib/deploy", "/var/log", "/models", "/tmp", "/opt",
+    "/root", "/etc/systemd/system", "/etc/sglang", "/etc/sglang-router", "/var/lib/deploy", "/var/log", "/models",
+    "/tmp", "/opt",
 )
 
 #: Written by the manager into hosts/<name>/sshd/: what the session shell needs, as `key=value` lines.

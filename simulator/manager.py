@@ -243,19 +243,24 @@ def _start_api(hp: HostPaths, cfg: HostConfig) -> int:
 
 #: The model server's port in the inventory profiles; the relay makes it reachable at the host's address.
 SERVER_PORT = 8000
+#: A router run by `deploy up` in CT 120 (sglang-router's default port): reachable at the host's address too.
+ROUTER_PORT = 30000
 
 
 def _start_fwd(hp: HostPaths, cfg: HostConfig) -> int:
-    """The relay HOST_ADDRESS:8000 → CT 120's 127.0.0.1:8000 (simulator/portfwd.py), e.g. for the real router."""
+    """The relays (simulator/portfwd.py): HOST_ADDRESS:8000 and :30000 → CT 120's 127.0.0.1, and inside CT 120
+    every sim host's ADDRESS:8000 → that address outside (a router in the CT reaches every host's server)."""
     pidfile = hp.dir / "fwd" / "fwd.pid"
     pid = procs.read_pid(pidfile)
     if pid is not None:
         return pid
     _require_free(cfg.name, cfg.address, SERVER_PORT)
+    _require_free(cfg.name, cfg.address, ROUTER_PORT)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     proc = procs.start_detached([str(Path(sys.executable).resolve()), "-m", "simulator.portfwd", str(hp.dir),
-                                 cfg.address, str(SERVER_PORT)], hp.dir / "fwd" / "fwd.log", env=env, cwd=hp.dir)
-    if not _wait_port(cfg.address, SERVER_PORT):
+                                 cfg.address, f"{SERVER_PORT},{ROUTER_PORT}"], hp.dir / "fwd" / "fwd.log",
+                                env=env, cwd=hp.dir)
+    if not _wait_port(cfg.address, SERVER_PORT) or not _wait_port(cfg.address, ROUTER_PORT):
         proc.kill()
         raise RuntimeError(f"server relay of {cfg.name} did not come up; see {hp.dir / 'fwd' / 'fwd.log'}")
     pidfile.write_text(f"{proc.pid}\n")

@@ -1,16 +1,22 @@
-"""Reach a simulated container's model server from outside: HOST_ADDRESS:PORT → the CT's 127.0.0.1:PORT.
+"""Reach a simulated container's ports from outside, and other hosts' servers from inside a container.
 
-On a real PVE node the container has its own address on a bridge and the router reaches its server there. A
-simulated container is a network namespace with loopback only, so each simulated host runs this small TCP relay
-on its own loopback address (127.0.0.(N+1):8000). For every connection it opens the upstream socket from a
-short-lived thread that first joins the running container's netns (setns(2) on a network namespace applies to the
-calling thread only), so the socket lives in the container while the relay stays outside. When no container
-runs, the connection is closed at once, as a refused port would be.
+On a real PVE node the container has its own address on a bridge: the router reaches each host's server there,
+and clients reach a router that runs in a container there. A simulated container is a network namespace with
+loopback only, so each simulated host runs this small TCP relay, in both directions:
+- inbound: HOST_ADDRESS:PORT → the CT's 127.0.0.1:PORT, for the server's port 8000 and the router's port 30000.
+  For every connection it opens the upstream socket from a short-lived thread that first joins the running
+  container's netns (setns(2) on a network namespace applies to the calling thread only), so the socket lives in
+  the container while the relay stays outside. When no container runs, the connection is closed at once, as a
+  refused port would be;
+- outbound: inside the running CT's netns it listens on every simulated host's ADDRESS:8000 of the same sim root
+  and relays each connection to that address outside, so a router in this container reaches every host's server
+  at its worker URL, as on a bridge. The listeners are made again whenever the container (re)starts. A server in
+  the container must then not bind 0.0.0.0:8000 (the simulated profiles bind 127.0.0.1, sglang's default).
 
 With the lxc runtime the container has a real address on the host's bridge (simulator/lxc/net.py), and the
-relay connects there: ADDRESS:PORT → CT_IP:PORT, so two containers can both serve :8000.
+inbound relay connects there: ADDRESS:PORT → CT_IP:PORT, so two containers can both serve :8000.
 
-    python -m simulator.portfwd HOST_DIR ADDRESS PORT [VMID]
+    python -m simulator.portfwd HOST_DIR ADDRESS PORT[,PORT...] [VMID]
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import json
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 
 from simulator import nsutil
@@ -122,10 +129,96 @@ def _relay(client: socket.socket, hp: HostPaths, vmid: int, port: int) -> None:
     upstream.close()
 
 
-def serve(host_dir: Path, address: str, port: int, vmid: int = DEFAULT_VMID) -> None:
+def _relay_out(client: socket.socket, address: str, port: int) -> None:
+    """A connection made inside the container, relayed to ADDRESS:PORT outside it."""
+    try:
+        upstream = socket.create_connection((address, port), timeout=5.0)
+        upstream.settimeout(None)
+    except OSError:
+        client.close()
+        return
+    back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
+    back.start()
+    _pump(client, upstream)
+    back.join()
+    client.close()
+    upstream.close()
+
+
+def _accept_out(listener: socket.socket, address: str, port: int) -> None:
+    while True:
+        try:
+            client, _ = listener.accept()
+        except OSError:  # closed: the container stopped
+            return
+        threading.Thread(target=_relay_out, args=(client, address, port), daemon=True).start()
+
+
+def sim_host_addresses(hp: HostPaths) -> list[str]:
+    """Every simulated host's address in this host's sim root (hosts/<name>/host.json)."""
+    out = []
+    for conf in sorted(hp.dir.parent.glob("*/host.json")):
+        try:
+            out.append(str(json.loads(conf.read_text())["address"]))
+        except (OSError, ValueError, KeyError):
+            continue
+    return out
+
+
+def _listen_in_ct(hp: HostPaths, ns: str, addresses: list[str], port: int) -> dict[str, socket.socket]:
+    """Listening sockets on ADDRESS:PORT inside the netns `ns` (made by a thread that joined it)."""
+    made: dict[str, socket.socket] = {}
+
+    def join_and_listen() -> None:
+        try:
+            nsutil.setns(netns_path(hp, ns), nsutil.CLONE_NEWNET)
+        except OSError:
+            return
+        for address in addresses:
+            try:
+                made[address] = socket.create_server((address, port), backlog=128)
+            except OSError:  # taken inside the container (e.g. a server bound to 0.0.0.0): leave that one be
+                continue
+
+    t = threading.Thread(target=join_and_listen, daemon=True)
+    t.start()
+    t.join(10)
+    return made
+
+
+def serve_outbound(hp: HostPaths, vmid: int, port: int, poll_s: float = 0.5) -> None:
+    """Keep listeners for every sim host's ADDRESS:PORT inside the running container; remake them on restart."""
+    netns: str | None = None
+    listeners: dict[str, socket.socket] = {}
+    while True:
+        ns = _running_netns(hp, vmid)
+        if ns != netns:
+            for sock in listeners.values():
+                sock.close()
+            listeners, netns = {}, ns
+        if ns is not None:
+            missing = [a for a in sim_host_addresses(hp) if a not in listeners]
+            if missing:
+                for address, sock in _listen_in_ct(hp, ns, missing, port).items():
+                    listeners[address] = sock
+                    threading.Thread(target=_accept_out, args=(sock, address, port), daemon=True).start()
+        time.sleep(poll_s)
+
+
+def serve(host_dir: Path, address: str, ports: list[int], vmid: int = DEFAULT_VMID,
+          outbound_port: int | None = None) -> None:
     assert address.startswith("127."), "the simulator only listens on 127.0.0.0/8"
     hp = HostPaths(host_dir)
-    listener = socket.create_server((address, port), backlog=128)
+    for port in ports:
+        listener = socket.create_server((address, port), backlog=128)
+        threading.Thread(target=_accept_in, args=(listener, hp, vmid, port), daemon=True).start()
+    if outbound_port is not None:
+        serve_outbound(hp, vmid, outbound_port)
+    else:
+        threading.Event().wait()
+
+
+def _accept_in(listener: socket.socket, hp: HostPaths, vmid: int, port: int) -> None:
     while True:
         client, _ = listener.accept()
         threading.Thread(target=_relay, args=(client, hp, vmid, port), daemon=True).start()
@@ -133,7 +226,8 @@ def serve(host_dir: Path, address: str, port: int, vmid: int = DEFAULT_VMID) -> 
 
 def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
-    serve(Path(args[0]), args[1], int(args[2]), int(args[3]) if len(args) > 3 else DEFAULT_VMID)
+    ports = [int(p) for p in args[2].split(",")]
+    serve(Path(args[0]), args[1], ports, int(args[3]) if len(args) > 3 else DEFAULT_VMID, outbound_port=ports[0])
     return 0
 
 

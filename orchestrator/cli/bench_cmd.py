@@ -25,6 +25,7 @@ from orchestrator.cli.presets import BenchCommand
 from orchestrator.cli.run import command_line, run_with_progress
 from orchestrator.cli.tables import Column, TableSpec, spec
 from orchestrator.errors import ConfigError
+from orchestrator.fleet.targets import TargetSpec, parse_targets, resolve_targets
 from orchestrator.redact import redact, redact_text
 from orchestrator.reports.compare import comparability
 from orchestrator.reports.sweep import (
@@ -138,6 +139,12 @@ def bench(app: AppContext, target: tuple[str, ...], preset: str | None, sets: tu
         return 0
     if sweep and sweep_server:
         raise ConfigError("give --sweep or --sweep-server, not both")
+    targets = parse_targets(target)
+    if targets.fleet:
+        if sweep_server or keep_best:
+            raise ConfigError("--sweep-server rolls one host; a fleet bench takes --sweep (bench flags) only",
+                              fix="roll the fleet (deploy roll) and bench it, or sweep one host")
+        return fleet_bench(app, targets, preset, sets, sweep, tofu)
     host = resolve_host(app, target)
     profile = app.inventory.profile_for(host)
     preset_name = preset or profile.bench_preset
@@ -173,6 +180,68 @@ def bench(app: AppContext, target: tuple[str, ...], preset: str | None, sets: tu
     if runs:
         app.out.line(f"recorded in the local ledger: `deploy history --bench` lists the runs; "
                      f"`deploy compare {runs[0].run_id} OTHER_RUN` compares two runs of the same preset")
+    app.out.emit(payload)
+    return 0
+
+
+def _share_row(label: str, tokens: int | None, tok_s: float | None, watts: float | None, per_w: float | None,
+               j_tok: float | None) -> tuple[str, ...]:
+    def f(v: float | int | None, fmt: str) -> str:
+        return format(v, fmt) if v is not None else "-"
+
+    return (label, f(tokens, "d"), f(tok_s, ".1f"), f(watts, ".0f"), f(per_w, ".3f"), f(j_tok, ".3f"))
+
+
+FLEET_HEADERS: list[str | Column] = ["host", Column("out tokens", "right"), Column("out tok/s", "right"),
+                                     Column("GPU W", "right"), Column("tok/s per W", "right"),
+                                     Column("J/token", "right")]
+
+
+def fleet_bench(app: AppContext, targets: TargetSpec, preset: str | None, sets: tuple[str, ...],
+                sweep: str | None, tofu: bool) -> int:
+    """`deploy bench group G`: through the router, every host's GPUs sampled at once (orchestrator/bench/fleet.py)."""
+    from orchestrator.bench.command import bench_argv
+    from orchestrator.bench.fleet import bench_client, run_fleet_bench
+
+    inventory = app.inventory
+    hosts = resolve_targets(inventory, targets)
+    client = bench_client(inventory)
+    profile = inventory.profile_for(client.host)
+    preset_name = preset or profile.bench_preset
+    inventory.preset(preset_name)
+    overrides = _parse_kv(sets, "--set")
+    points, parameter, values = [overrides], "", list[str]()
+    if sweep:
+        parameter, values = _sweep_values(sweep)
+        points = [{**overrides, parameter: v} for v in values]
+    for pt in points:  # every override checked before any host is touched
+        bench_argv(inventory.preset(preset_name), profile, "/tmp/x.jsonl", pt)
+    say = (lambda _m: None) if app.as_json else app.out.line
+    results = run_fleet_bench(inventory, hosts, preset_name, points, tofu=tofu, say=say)
+    for point in results:
+        title = (f"bench {point.run.preset}"
+                 + (" " + ", ".join(f"{k}={v}" for k, v in point.run.overrides.items()) if point.run.overrides else "")
+                 + f" through the router {point.router_url} (client {point.client}, {point.run.run_id})")
+        rows = [_share_row(s.host, s.output_tokens, s.output_tok_s, s.mean_power_w, s.tok_s_per_w, s.j_per_token)
+                for s in point.shares]
+        rows.append(_share_row("total", point.run.result.total_output_tokens, point.output_tok_s,
+                               point.mean_power_w, point.tok_s_per_w, point.j_per_token))
+        app.out.table(spec(title, FLEET_HEADERS, rows))
+        r = point.run.result
+        app.out.line(f"  {r.completed} requests completed, {r.failed or 0} failed; per-host shares from each "
+                     f"server's generation-token counter ({point.attributed_tokens} of {r.total_output_tokens} "
+                     "tokens attributed)")
+        for s in point.shares:
+            if s.error:
+                app.out.line(f"  {s.host}: {s.error}")
+    payload: dict[str, Any] = {"ok": True, "targets": targets.describe(), "client": client.host.name,
+                               "preset": preset_name, "points": [p.to_dict() for p in results]}
+    if sweep:
+        rows = [(v, *_share_row("", p.run.result.total_output_tokens, p.output_tok_s, p.mean_power_w,
+                                p.tok_s_per_w, p.j_per_token)[1:]) for v, p in zip(values, results, strict=True)]
+        app.out.table(spec(f"fleet sweep over {parameter} ({len(hosts)} hosts, through the router)",
+                           [parameter, *FLEET_HEADERS[1:]], rows))
+        payload["sweep"] = {"parameter": parameter, "values": values}
     app.out.emit(payload)
     return 0
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from orchestrator.cli.common import AppContext, common_options, resolve_host, tofu_option
@@ -9,6 +11,8 @@ from orchestrator.cli.progress import totals_line
 from orchestrator.cli.run import command_line
 from orchestrator.errors import DeployError
 from orchestrator.fleet.command import fleet_options
+from orchestrator.fleet.engine import HostOutcome
+from orchestrator.inventory.models import Host
 from orchestrator.runner import RunReport, run_playbook
 from orchestrator.steps.base import RunOptions
 
@@ -30,6 +34,26 @@ def preflight(app: AppContext, words: tuple[str, ...]) -> None:
             host.pve.api.token_secret.read()
     except DeployError as err:
         raise err.at(host=host.name, step="preflight") from None
+
+
+def router_preflight(app: AppContext, hosts: list[Host]) -> None:
+    """Fleet `up`/`plan`: a bad router section refuses the whole command before any host starts."""
+    from orchestrator.steps.router import preflight_router
+
+    preflight_router(app.inventory)
+
+
+def converge_router_after(app: AppContext, outcomes: list[HostOutcome], options: dict[str, Any]) -> dict[str, Any]:
+    """After the hosts: converge the managed router with the hosts that came out healthy as its workers."""
+    from orchestrator.steps.router import converge_router
+
+    healthy = [o.host for o in outcomes if o.exit_code == 0 and o.result != "skipped"]
+    dry_run = bool(options.get("dry_run", True))
+    report = converge_router(app.inventory, [o.host for o in outcomes], healthy, dry_run=dry_run,
+                             tofu=bool(options.get("tofu")))
+    if report is None:
+        return {}
+    return {"router": report.to_dict(), "text": report.text(), "exit_code": report.exit_code}
 
 
 def run_and_report(app: AppContext, words: tuple[str, ...], playbook: str, options: RunOptions) -> int:
@@ -68,7 +92,7 @@ def run_and_report(app: AppContext, words: tuple[str, ...], playbook: str, optio
 @click.option("--playbook", default="up", show_default=True, metavar="NAME|FILE",
               help="Playbook to run: a shipped name or your copied and edited YAML file.")
 @common_options
-@fleet_options(preflight=preflight, required=True)
+@fleet_options(preflight=preflight, required=True, fleet_preflight=router_preflight, annotate=converge_router_after)
 def up(app: AppContext, target: tuple[str, ...], dry_run: bool, allow_no_p2p: bool, skip_weights: bool,
        skip_bench: bool, preset: str | None, tofu: bool, playbook: str) -> int:
     """Converge one host: `deploy up host 10.1.230.174`; or a fleet: `deploy up group prod` (see --parallel).
@@ -88,7 +112,7 @@ def up(app: AppContext, target: tuple[str, ...], dry_run: bool, allow_no_p2p: bo
 @click.option("--playbook", default="up", show_default=True, metavar="NAME|FILE",
               help="Playbook to plan: a shipped name or your copied and edited YAML file.")
 @common_options
-@fleet_options(preflight=preflight, required=True)
+@fleet_options(preflight=preflight, required=True, fleet_preflight=router_preflight, annotate=converge_router_after)
 def plan(app: AppContext, target: tuple[str, ...], tofu: bool, playbook: str) -> int:
     """What `deploy up` would change on this host; changes nothing."""
     options = RunOptions(dry_run=True, allow_no_p2p=True, skip_weights=True, skip_bench=True, tofu=tofu,

@@ -23,13 +23,18 @@ from orchestrator.errors import ConfigError, DeployError
 from orchestrator.fleet.engine import HostEvents, HostOutcome, run_fleet
 from orchestrator.fleet.targets import TargetSpec, parse_targets, resolve_targets
 from orchestrator.fleet.view import FleetView, fleet_summary, summary_table, totals_text
+from orchestrator.inventory.models import Host
 from orchestrator.runlog import StepRecord
 
 Payload = dict[str, Any]
 Preflight = Callable[[AppContext, tuple[str, ...]], None]
 DetailFn = Callable[[Payload], str]
-#: Adds fleet-level facts after the runs (e.g. the router's view of each worker); returns the payload section.
-Annotate = Callable[[AppContext, list[HostOutcome]], Payload | None]
+#: Adds fleet-level facts or work after the runs (the router's view of each worker; `up` converging the router),
+#: given the body's options; returns payload sections, "text" (a line after the table) and optionally "exit_code"
+#: (folded into the run's: the worst wins).
+Annotate = Callable[[AppContext, list[HostOutcome], dict[str, Any]], Payload | None]
+#: Checks that concern the whole fleet (e.g. the router section), before any host starts.
+FleetPreflight = Callable[[AppContext, list[Host]], None]
 DEFAULT_PARALLEL = 8
 
 
@@ -79,7 +84,8 @@ class HostApp(AppContext):
 
 
 def fleet_options(*, preflight: Preflight | None = None, detail: DetailFn | None = None,
-                  required: bool = False, annotate: Annotate | None = None) -> Callable[[Any], Any]:
+                  required: bool = False, annotate: Annotate | None = None,
+                  fleet_preflight: FleetPreflight | None = None) -> Callable[[Any], Any]:
     """Add --all/--parallel/--fail-fast and run the body per host when the target words name a fleet.
 
     `preflight(app, ("host", NAME))` runs for every host before any host starts: a bad inventory or flag set on
@@ -103,7 +109,8 @@ def fleet_options(*, preflight: Preflight | None = None, detail: DetailFn | None
             if not spec.fleet:
                 return body(app, *args, target=target, **kwargs)
             return run_fleet_command(app, spec, body, kwargs, parallel=parallel, fail_fast=fail_fast,
-                                     preflight=preflight, detail=detail, annotate=annotate)
+                                     preflight=preflight, detail=detail, annotate=annotate,
+                                     fleet_preflight=fleet_preflight)
 
         return wrapper
 
@@ -112,11 +119,14 @@ def fleet_options(*, preflight: Preflight | None = None, detail: DetailFn | None
 
 def run_fleet_command(app: AppContext, spec: TargetSpec, body: Callable[..., int], kwargs: dict[str, Any], *,
                       parallel: int, fail_fast: bool, preflight: Preflight | None = None,
-                      detail: DetailFn | None = None, annotate: Annotate | None = None) -> int:
+                      detail: DetailFn | None = None, annotate: Annotate | None = None,
+                      fleet_preflight: FleetPreflight | None = None) -> int:
     hosts = resolve_targets(app.inventory, spec)
     if preflight is not None:
         for host in hosts:
             preflight(app, ("host", host.name))
+    if fleet_preflight is not None:
+        fleet_preflight(app, hosts)
     inventory = app.inventory
 
     def job(name: str, events: HostEvents) -> HostOutcome:
@@ -134,15 +144,17 @@ def run_fleet_command(app: AppContext, spec: TargetSpec, body: Callable[..., int
     with view:
         run = run_fleet([h.name for h in hosts], job, parallel=parallel, fail_fast=fail_fast, on_event=view,
                         on_tick=view.tick)
-    extra = dict(annotate(app, run.outcomes) or {}) if annotate is not None else {}
+    extra = dict(annotate(app, run.outcomes, kwargs) or {}) if annotate is not None else {}
     extra_text = extra.pop("text", None)
-    app.out.emit({"ok": run.exit_code == 0, "command": command, "targets": spec.describe(),
-                  "fleet": fleet_summary(run), **(extra or {}), "hosts": [o.to_dict() for o in run.outcomes]})
+    exit_code = max(run.exit_code, int(extra.pop("exit_code", 0) or 0))
+    app.out.emit({"ok": exit_code == 0, "command": command, "targets": spec.describe(),
+                  "fleet": fleet_summary(run), **(extra or {}), "hosts": [o.to_dict() for o in run.outcomes],
+                  **({"exit_code": exit_code} if exit_code != run.exit_code else {})})
     app.out.print(summary_table(run, f"{command}: {len(hosts)} host(s)"))
     app.out.line(totals_text(run))
     if extra_text:
         app.out.line(str(extra_text))
-    return run.exit_code
+    return exit_code
 
 
 def host_outcome(name: str, code: int, report: Payload, records: list[StepRecord],

@@ -217,9 +217,13 @@ class RouterClient:
 
 # ------------------------------------------------------------------------------------------------ fleet view
 def router_base_url(inventory: Inventory) -> str:
-    """Where the operator reaches the router's API: its bind address on this machine, else its host's address."""
+    """Where the operator reaches the router's API: router.url, else its bind address on this machine, else its
+    host's address (a router in a container: the simulator relays HOST:PORT into the container; on a real node
+    the container has its own address, which router.url names)."""
     spec = inventory.router
     assert spec is not None
+    if spec.url is not None:
+        return spec.url
     if spec.runs_on == "operator":
         host = "127.0.0.1" if spec.host in ("0.0.0.0", "::") else spec.host
     else:
@@ -239,12 +243,15 @@ def router_api_key(inventory: Inventory) -> str | None:
     return profile_key.read() if profile_key is not None else None
 
 
-def router_view(app: AppContext, outcomes: list[HostOutcome]) -> dict[str, Any] | None:
-    """What the router thinks of each host's server (listed, healthy, load); never changes the exit code."""
+def router_view(app: AppContext, outcomes: list[HostOutcome],
+                options: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """What the router thinks of each host's server (listed, healthy, load), and its unit's state when deploy
+    manages it; never changes the exit code."""
     inventory = app.inventory
     if inventory.router is None:
         return None
     base = router_base_url(inventory)
+    unit = managed_unit_state(inventory, tofu=bool((options or {}).get("tofu")))
     try:
         with RouterClient(base, router_api_key(inventory), timeout_s=5.0) as client:
             workers = {w.url: w for w in client.list_workers()}
@@ -252,7 +259,8 @@ def router_view(app: AppContext, outcomes: list[HostOutcome]) -> dict[str, Any] 
     except (RemoteError, ConfigError) as err:
         for o in outcomes:
             o.extras["router"] = {"error": err.what}
-        return {"router": {"url": base, "error": err.what}, "text": f"router {base}: {err.what}"}
+        return {"router": {"url": base, "error": err.what, **unit},
+                "text": f"router {base}{_unit_text(unit)}: {err.what}"}
     for o in outcomes:
         url = worker_url(inventory, inventory.hosts[o.host])
         w = workers.get(url)
@@ -260,6 +268,30 @@ def router_view(app: AppContext, outcomes: list[HostOutcome]) -> dict[str, Any] 
                               "load": w.load if w else None}
         said = "not listed" if w is None else ("healthy" if w.healthy else "unhealthy") + f", load {w.load}"
         o.detail = f"{o.detail}; router: {said}" if o.detail else f"router: {said}"
-    text = (f"router {base}: {len(workers)} worker(s), "
+    text = (f"router {base}{_unit_text(unit)}: {len(workers)} worker(s), "
             f"{sum(1 for w in workers.values() if w.healthy)} healthy, {'ready' if ready else 'NOT ready'}")
-    return {"router": {"url": base, "workers": len(workers), "ready": ready}, "text": text}
+    return {"router": {"url": base, "workers": len(workers), "ready": ready, **unit}, "text": text}
+
+
+def managed_unit_state(inventory: Inventory, *, tofu: bool = False) -> dict[str, Any]:
+    """`systemctl is-active sglang-router` in the router's container (one round trip), when deploy manages it."""
+    spec = inventory.router
+    if spec is None or spec.runs_on == "operator":
+        return {}
+    from orchestrator.remote.container import Container
+    from orchestrator.remote.ssh import SshHost
+
+    host = inventory.hosts[spec.runs_on]
+    vmid = spec.vmid if spec.vmid is not None else host.container.vmid
+    where = {"runs_on": host.name, "vmid": vmid}
+    try:
+        with SshHost(host, tofu=tofu) as ssh:
+            res = Container(ssh, vmid).run("systemctl is-active sglang-router || true", timeout=60,
+                                           what="router unit state")
+        return {**where, "unit": res.stdout.strip() or "unknown"}
+    except RemoteError as err:
+        return {**where, "unit": "unknown", "unit_error": err.what}
+
+
+def _unit_text(unit: dict[str, Any]) -> str:
+    return f" ({unit['runs_on']} CT {unit['vmid']}, unit {unit['unit']})" if unit else ""

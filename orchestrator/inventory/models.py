@@ -325,15 +325,24 @@ ROUTER_OWNED_FLAGS = ("worker-urls", "host", "port", "policy", "api-key")
 class RouterSpec(StrictModel):
     """SGLang's own router (`sglang-router`, a Rust gateway) in front of the fleet's servers.
 
-    It runs on the operator's machine (`runs_on: operator`) or on an inventory host, in its own venv, as a systemd
-    unit rendered from templates/sglang-router.service.j2. Its flags are checked against the installed router's
-    own argparse parser (version pinned here). Workers are the servers of `workers` (a group; default every host),
-    at http://ADDRESS:PORT (host address, profile port) unless `worker_urls` names another URL for a host.
+    `runs_on: HOST`: `deploy up` on a fleet converges it in container `vmid` of that inventory host (default: the
+    host's server container), in its own venv, as a systemd unit rendered from templates/sglang-router.service.j2,
+    with its flags checked against the installed router's own argparse parser (version pinned here). A container,
+    not the PVE node: operators keep the hypervisor free of services of their own. `runs_on: operator`: the
+    operator runs it on this machine; deploy only talks to it (status, bench, drains). Workers are the servers of
+    `workers` (a group; default every host), at http://ADDRESS:PORT (host address, profile port) unless
+    `worker_urls` names another URL for a host.
     """
 
     runs_on: str = "operator"
+    #: The container on `runs_on` the router runs in; default the host's server container (container.vmid).
+    vmid: int | None = Field(None, ge=100, le=999999999)
     version: str = "0.3.2"
     venv: str = "/opt/sglang-router"
+    #: Where pip finds sglang-router when the venv lacks it (`pip install --index-url`); default pip's own.
+    pip_index_url: str | None = None
+    #: Where clients and deploy reach the router; default http://<runs_on host's address>:<port>.
+    url: str | None = None
     host: str = "127.0.0.1"
     port: int = Field(30000, ge=1, le=65535)
     policy: RouterPolicy = "cache_aware"
@@ -353,6 +362,13 @@ class RouterSpec(StrictModel):
             if key in ROUTER_OWNED_FLAGS:
                 raise ValueError(f"router flag {key!r} comes from the router section's own field; remove it")
         return v
+
+    @field_validator("url", "pip_index_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"(https?|file)://\S+", v):
+            raise ValueError(f"{v!r} must be a URL (http://…, https://… or file://…)")
+        return v.rstrip("/") if v is not None else None
 
     @field_validator("worker_urls")
     @classmethod
@@ -425,6 +441,8 @@ class Inventory(StrictModel):
             r = self.router
             if r.runs_on != "operator" and r.runs_on not in self.hosts:
                 raise ValueError(f"router.runs_on: unknown host {r.runs_on!r} (give 'operator' or a host name)")
+            if r.runs_on == "operator" and r.vmid is not None:
+                raise ValueError("router.vmid: only with runs_on: HOST (the router's container on that host)")
             if r.workers is not None and r.workers not in self.groups:
                 raise ValueError(f"router.workers: unknown group {r.workers!r} "
                                  f"(known: {', '.join(sorted(self.groups)) or 'none'})")

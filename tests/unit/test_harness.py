@@ -119,7 +119,8 @@ def test_deploy_sim_first_overrides_and_workers_get_disjoint_blocks(monkeypatch:
     first = [sim_hosts.sim_number(o) for o in (sim_hosts.OFFSET_SESSION_HOST, sim_hosts.OFFSET_VM_HOST)]
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
     second = [sim_hosts.sim_number(o) for o in (sim_hosts.OFFSET_SESSION_HOST, sim_hosts.OFFSET_VM_HOST)]
-    assert first == [40, 42] and second == [50, 52]
+    block = sim_hosts.BLOCK
+    assert first == [40, 42] and second == [40 + block, 42 + block]
     monkeypatch.setenv(sim_hosts.FIRST_ENV, "250")
     with pytest.raises(ValueError, match="DEPLOY_SIM_FIRST=250"):
         sim_hosts.choose_base(1)

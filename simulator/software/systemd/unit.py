@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-CT_PERSISTENT_PATHS = ("/root", "/etc/systemd/system", "/etc/sglang", "/var/lib/deploy", "/var/log", "/models",
-                       "/tmp", "/opt")
+CT_PERSISTENT_PATHS = ("/root", "/etc/systemd/system", "/etc/sglang", "/etc/sglang-router", "/var/lib/deploy",
+                       "/var/log", "/models", "/tmp", "/opt")
 
 
 def parse_seconds(value: str, default: float) -> float:

@@ -1,0 +1,419 @@
+"""The router as a managed part of `deploy up` on a fleet: venv, files, live flag check, restart on change, health.
+
+It runs once per fleet `up`, after the hosts converged, with the hosts that came out healthy as its workers (a
+host that failed is left out of the router rather than sent traffic). Where: container `router.vmid` (default the
+server container) of inventory host `router.runs_on`, through the same container adapter and systemd unit
+machinery as the server. Round trips: one for the facts (installed router version and its parser, from the venv's
+own python; the installed files' hashes; the unit's state), one more only when something must change (plus one
+for a missing venv). The rendered argv is validated by the installed router's own parser before any file is
+written; a second `up` with the same healthy workers changes nothing and restarts nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.errors import CheckFailed, ConfigError, DeployError, RemoteError
+from orchestrator.flags import FlagSchema
+from orchestrator.fleet.router import (
+    CONF_DIR,
+    KEY_PATH,
+    LAUNCHER_PATH,
+    UNIT_PATH,
+    RouterBundle,
+    RouterClient,
+    probe_command,
+    render_router,
+    router_api_key,
+    router_base_url,
+    router_schema,
+    router_workers,
+    schema_from_probe,
+    worker_url,
+)
+from orchestrator.inventory.models import Host, Inventory, RouterSpec
+from orchestrator.parsers.sections import CommandOutput, build_batch_script, new_nonce, split_batch_output
+from orchestrator.remote.container import Container, heredoc
+from orchestrator.runlog import Metrics, StepRecord
+from orchestrator.scripts import render_script
+from orchestrator.steps.software import probe_source
+
+UNIT = "sglang-router"
+#: How long `up` waits for the router's /health and for its workers to be listed healthy after a (re)start.
+HEALTH_TIMEOUT_S = 120.0
+STEP = "router"
+
+
+@dataclass(frozen=True)
+class RouterPlace:
+    """Where the managed router runs: an inventory host's container."""
+
+    host: Host
+    vmid: int
+
+    def describe(self) -> str:
+        return f"{self.host.name} CT {self.vmid}"
+
+
+def router_place(inventory: Inventory) -> RouterPlace | None:
+    """None when the inventory has no router or the operator runs it (`runs_on: operator`): nothing to converge."""
+    spec = inventory.router
+    if spec is None or spec.runs_on == "operator":
+        return None
+    host = inventory.hosts[spec.runs_on]
+    return RouterPlace(host, spec.vmid if spec.vmid is not None else host.container.vmid)
+
+
+def preflight_router(inventory: Inventory) -> None:
+    """Refuse a bad router section before any host is touched: flags against the pinned release's parser dump,
+    and the API key readable. The installed router's own parser checks the argv again before any file changes."""
+    spec = inventory.router
+    if spec is None:
+        return
+    try:
+        render_router(spec, router_schema(spec.version), [], None)
+    except ConfigError as err:
+        err.fix = (f"fix router.flags in the inventory (names and choices are sglang-router {spec.version}'s own); "
+                   "nothing was changed")
+        raise err.at(step="router preflight", host=spec.runs_on) from None
+    try:
+        router_api_key(inventory)
+    except DeployError as err:
+        raise err.at(step="router preflight", host=spec.runs_on) from None
+
+
+# ------------------------------------------------------------------------------------------------ facts (pure)
+@dataclass(frozen=True)
+class RouterFacts:
+    """What is installed in the router's container, read in one round trip."""
+
+    probe: str  # the flags probe's JSON output (installed version, parser actions, argv verdict)
+    file_sha: dict[str, str | None]
+    active: str
+    execstart: str = ""  # the installed unit's ExecStart line (no secret: the key is never in it)
+
+    def probe_doc(self) -> dict[str, Any]:
+        try:
+            doc = json.loads(self.probe.strip().splitlines()[-1]) if self.probe.strip() else {}
+        except json.JSONDecodeError:
+            doc = {}
+        return doc if isinstance(doc, dict) else {}
+
+    @property
+    def version(self) -> str | None:
+        v = self.probe_doc().get("version")
+        return str(v) if v else None
+
+
+FILE_FACTS = {"unit": UNIT_PATH, "launcher": LAUNCHER_PATH, "key": KEY_PATH}
+
+
+def facts_commands(spec: RouterSpec, argv: list[str]) -> dict[str, str]:
+    """The facts batch: the probe runs with the router venv's python, its source in a quoted heredoc."""
+    python = f"{spec.venv.rstrip('/')}/bin/python"
+    probe = (f"if [ -x {_q(python)} ]; then {probe_command(python, argv)} "
+             + heredoc(probe_source(), "DEPLOY_PROBE_EOF").rstrip("\n")
+             + f"\nelse echo '{json.dumps({'version': None, 'error': f'no venv at {spec.venv}'})}'; fi")
+    commands = {"probe": probe}
+    for name, path in FILE_FACTS.items():
+        commands[f"sha-{name}"] = f"sha256sum {_q(path)} 2>/dev/null | cut -d' ' -f1"
+    commands["execstart"] = f"grep '^ExecStart=' {_q(UNIT_PATH)} 2>/dev/null || true"
+    commands["active"] = f"systemctl is-active {UNIT} 2>/dev/null || true"
+    return commands
+
+
+def parse_facts(outputs: dict[str, CommandOutput]) -> RouterFacts:
+    def text(name: str) -> str:
+        out = outputs.get(name)
+        return out.stdout.strip() if out is not None else ""
+
+    return RouterFacts(probe=text("probe"),
+                       file_sha={n: (text(f"sha-{n}") or None) for n in FILE_FACTS},
+                       active=text("active") or "unknown", execstart=text("execstart"))
+
+
+def installed_workers(execstart: str) -> list[str] | None:
+    """The worker URLs in an installed ExecStart line (the words after --worker-urls); None without the line."""
+    if not execstart.startswith("ExecStart="):
+        return None
+    words = execstart.split()
+    if "--worker-urls" not in words:
+        return []
+    out = []
+    for word in words[words.index("--worker-urls") + 1:]:
+        if word.startswith("--"):
+            break
+        out.append(word)
+    return out
+
+
+def workers_only_change(spec: RouterSpec, schema: FlagSchema, facts: RouterFacts, bundle: RouterBundle,
+                        urls: list[str], api_key: str | None) -> tuple[list[str], list[str]] | None:
+    """(to add, to remove) when the running router differs from the rendered one in its worker set alone: then
+    the worker API changes it live and nothing restarts (a restart would drop every request in flight). The test:
+    re-rendered with the installed workers, the unit is byte for byte the installed one."""
+    if facts.active != "active" or changed_files(bundle, facts) != [UNIT_PATH]:
+        return None
+    have = installed_workers(facts.execstart)
+    if have is None or render_router(spec, schema, have, api_key).unit.sha256 != facts.file_sha.get("unit"):
+        return None
+    return [u for u in urls if u not in have], [u for u in have if u not in urls]
+
+
+def changed_files(bundle: RouterBundle, facts: RouterFacts) -> list[str]:
+    """Paths whose installed content differs from the rendered one (a key file that must go counts too)."""
+    want = {"unit": bundle.unit, "launcher": bundle.launcher, "key": bundle.key_file}
+    out = []
+    for name, path in FILE_FACTS.items():
+        f = want[name]
+        if (f.sha256 if f is not None else None) != facts.file_sha.get(name):
+            out.append(path)
+    return out
+
+
+def apply_script(bundle: RouterBundle, *, action: str | None) -> str:
+    """Write the files, daemon-reload, then `systemctl ACTION` (restart, start; None: leave the process be)."""
+    files = [{"path": f.remote_path, "mode": f.mode, "b64": base64.b64encode(f.content.encode()).decode()}
+             for f in bundle.files]
+    remove = [] if bundle.key_file is not None else [KEY_PATH]
+    return render_script("router_apply.sh.j2", conf_dir=CONF_DIR, files=files, remove=remove, unit=UNIT,
+                         action=action)
+
+
+def _q(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
+
+
+# ------------------------------------------------------------------------------------------------ converge
+@dataclass
+class RouterReport:
+    """What the router step did; `--json` carries it as the fleet report's top-level "router"."""
+
+    place: str
+    url: str
+    record: StepRecord
+    exit_code: int = 0
+    workers: list[str] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    error: dict[str, Any] | None = None
+
+    @property
+    def result(self) -> str:
+        if self.exit_code:
+            return "failed"
+        return {"changed": "changed", "would-change": "would change"}.get(self.record.status, "ok")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"place": self.place, "url": self.url, "result": self.result, "exit_code": self.exit_code,
+                "workers": self.workers, "left_out": self.left_out, "kept": self.kept,
+                "step": self.record.to_dict(),
+                **({"error": self.error} if self.error else {})}
+
+    def text(self) -> str:
+        out = f"router {self.place} {self.url}: {self.result}"
+        if self.error:
+            return f"{out} — {self.error.get('what', '')}"
+        out += f" — {self.record.summary}"
+        if self.left_out:
+            out += f"; left out (not healthy): {', '.join(self.left_out)}"
+        if self.kept:
+            out += f"; kept as they were (not in this run): {', '.join(self.kept)}"
+        return out
+
+
+@dataclass(frozen=True)
+class WorkerChoice:
+    """The router's workers after a fleet run, by host name, and their URLs."""
+
+    workers: list[str]
+    left_out: list[str]  # targeted by this run, and not healthy
+    kept: list[str]  # not targeted: kept as the installed router has them
+    urls: list[str]
+
+
+def choose_workers(candidates: list[tuple[str, str]], targeted: list[str], healthy: list[str],
+                   installed: list[str] | None) -> WorkerChoice:
+    """Pure: (name, url) candidates → workers. A host this run converged counts by its result; a host it did not
+    touch keeps its place in the installed router (so `up host a` never drops host b), and joins a router being
+    installed for the first time (installed None) only if it was converged."""
+    workers: list[str] = []
+    left_out: list[str] = []
+    kept: list[str] = []
+    urls: list[str] = []
+    for name, url in candidates:
+        if name in targeted:
+            ok = name in healthy
+            (workers if ok else left_out).append(name)
+        else:
+            ok = installed is not None and url in installed
+            if ok:
+                workers.append(name)
+                kept.append(name)
+        if ok:
+            urls.append(url)
+    return WorkerChoice(workers, left_out, kept, urls)
+
+
+def converge_router(inventory: Inventory, targeted: list[str], healthy: list[str], *, dry_run: bool = False,
+                    tofu: bool = False, say: Callable[[str], None] = lambda _m: None,
+                    health_timeout_s: float = HEALTH_TIMEOUT_S) -> RouterReport | None:
+    """Converge the managed router with the healthy hosts among its workers; None when it is not managed."""
+    place = router_place(inventory)
+    spec = inventory.router
+    if place is None or spec is None:
+        return None
+    record = StepRecord(STEP)
+    report = RouterReport(place=place.describe(), url=router_base_url(inventory), record=record)
+    candidates = [(h.name, worker_url(inventory, h)) for h in router_workers(inventory)]
+    started = time.monotonic()
+    metrics = Metrics(current=record)
+    from orchestrator.remote.ssh import SshHost  # paramiko loads only when a router is managed
+
+    try:
+        with SshHost(place.host, metrics=metrics, tofu=tofu) as ssh:
+            _converge(spec, inventory, Container(ssh, place.vmid), report,
+                      lambda installed: choose_workers(candidates, targeted, healthy, installed),
+                      dry_run=dry_run, say=say, health_timeout_s=health_timeout_s)
+    except DeployError as err:
+        err = err.at(host=place.host.name, step=STEP)
+        record.status = "failed"
+        report.exit_code, report.error = err.exit_code, err.to_dict()
+    record.duration_s = time.monotonic() - started
+    return report
+
+
+def _converge(spec: RouterSpec, inventory: Inventory, ct: Container, report: RouterReport,
+              choose: Callable[[list[str] | None], WorkerChoice], *, dry_run: bool, say: Callable[[str], None],
+              health_timeout_s: float) -> None:
+    record, base_url = report.record, report.url
+    api_key = router_api_key(inventory)
+    # The probe checks the argv as it would be with every candidate (the worker list does not change its
+    # validity); the workers are chosen once the installed router's own list is known.
+    probe_bundle = render_router(spec, router_schema(spec.version), choose([]).urls, api_key)
+    facts = _read_facts(ct, spec, list(probe_bundle.argv))
+    choice = choose(installed_workers(facts.execstart))
+    urls = choice.urls
+    report.workers, report.left_out, report.kept = choice.workers, choice.left_out, choice.kept
+    bundle = render_router(spec, router_schema(spec.version), urls, api_key)
+    record.details.update({"venv": spec.venv, "installed_version": facts.version, "active": facts.active,
+                           "workers": urls})
+    if facts.version != spec.version:
+        what = f"install sglang-router=={spec.version} in {spec.venv} (found {facts.version or 'none'})"
+        record.changes.append(what)
+        if dry_run:
+            record.status, record.summary = "would-change", what
+            return
+        say(what)
+        _install(ct, spec)
+        facts = _read_facts(ct, spec, list(probe_bundle.argv))
+        record.status = "changed"
+    # The installed router's own parser: the canonical argv must be what it builds, and it must accept it.
+    schema = schema_from_probe(facts.probe, where=f"CT {ct.vmid}", pinned=spec.version)
+    live = render_router(spec, schema, choose([]).urls, api_key)
+    doc = facts.probe_doc()
+    if not doc.get("ok"):
+        raise ConfigError(f"sglang-router {facts.version} in CT {ct.vmid} rejects the router flags: "
+                          f"{doc.get('error')}", fix="fix router.flags in the inventory; nothing was changed")
+    record.details["validated_with"] = f"sglang-router {facts.version} in CT {ct.vmid}"
+    if live.argv != probe_bundle.argv:
+        raise ConfigError(f"the installed sglang-router's parser reads the router flags differently from the "
+                          f"packaged {spec.version} dump: {' '.join(live.argv)}",
+                          fix="re-make the packaged dump with orchestrator/probes/flags_probe.py")
+    changed = changed_files(bundle, facts)
+    running = facts.active == "active"
+    live_change = workers_only_change(spec, schema, facts, bundle, urls, api_key)
+    if live_change is not None:
+        add, remove = live_change
+        what = (f"change the workers live ({', '.join([*('+' + u for u in add), *('-' + u for u in remove)])}; "
+                f"{len(urls)} worker(s)), no restart; the unit is rewritten for the next start")
+        record.changes.append(what)
+        if dry_run:
+            record.status, record.summary = "would-change", what
+            return
+        say(what)
+        _apply(ct, bundle, action=None)
+        with RouterClient(base_url, api_key, timeout_s=10.0) as client:
+            for url in remove:
+                client.remove_worker(url)
+            for url in add:
+                client.add_worker(url, api_key)
+        record.status, record.summary = "changed", what
+    elif not changed and running:
+        record.summary = (record.summary or f"unit unchanged, router active with {len(urls)} worker(s)")
+    else:
+        verb = "restart" if running else "start"
+        what = (f"install {', '.join(changed)} and {verb} the router ({len(urls)} worker(s))" if changed
+                else f"start the router (files unchanged, unit {facts.active})")
+        record.changes.append(what)
+        if dry_run:
+            record.status, record.summary = "would-change", what
+            return
+        say(what)
+        _apply(ct, bundle, action="restart" if running else "start")
+        record.status, record.summary = "changed", what
+    if dry_run:
+        return
+    record.details["health"] = _wait_healthy(base_url, api_key, urls, health_timeout_s, say)
+
+
+def _apply(ct: Container, bundle: RouterBundle, *, action: str | None) -> None:
+    res = ct.script(apply_script(bundle, action=action), check=False, timeout=120, what="router files")
+    if res.rc != 0:
+        raise RemoteError(f"installing the router's files in CT {ct.vmid} failed: "
+                          f"{(res.stderr or res.stdout).strip()[-400:]}",
+                          fix=f"see `journalctl -u {UNIT}` in CT {ct.vmid}; re-run deploy up")
+
+
+def _read_facts(ct: Container, spec: RouterSpec, argv: list[str]) -> RouterFacts:
+    nonce = new_nonce()
+    commands = facts_commands(spec, argv)
+    res = ct.script(build_batch_script(commands, nonce), check=False, timeout=120, what="router facts")
+    try:
+        return parse_facts(split_batch_output(res.stdout, nonce, commands))
+    except ValueError as exc:
+        raise RemoteError(f"reading the router's facts in CT {ct.vmid} failed: {exc}; "
+                          f"{(res.stderr or '').strip()[-300:]}",
+                          fix=f"check that CT {ct.vmid} runs (pct status {ct.vmid})") from exc
+
+
+def _install(ct: Container, spec: RouterSpec) -> None:
+    python = f"{spec.venv.rstrip('/')}/bin/python"
+    script = render_script("router_install.sh.j2", python=python, venv=spec.venv, index_url=spec.pip_index_url,
+                           requirement=f"sglang-router=={spec.version}")
+    res = ct.script(script, check=False, timeout=1800, what="pip install sglang-router")
+    if res.rc != 0:
+        raise RemoteError(f"pip install sglang-router=={spec.version} in CT {ct.vmid} failed: "
+                          f"{(res.stderr or res.stdout).strip()[-500:]}",
+                          fix="check the container's network or set router.pip_index_url to a reachable index")
+
+
+def _wait_healthy(base_url: str, api_key: str | None, urls: list[str], timeout_s: float,
+                  say: Callable[[str], None]) -> dict[str, Any]:
+    """/health 200, then every worker listed healthy (and /readiness 200 when there is a worker)."""
+    deadline = time.monotonic() + timeout_s
+    last = "no answer"
+    with RouterClient(base_url, api_key, timeout_s=5.0) as client:
+        while time.monotonic() < deadline:
+            if client.healthy():
+                try:
+                    workers = {w.url: w for w in client.list_workers()}
+                    missing = [u for u in urls if u not in workers or not workers[u].healthy]
+                    ready = client.ready() if urls else False
+                except RemoteError as err:
+                    last = err.what
+                else:
+                    if not missing and (ready or not urls):
+                        return {"health": 200, "readiness": 200 if ready else 503,
+                                "healthy_workers": len(urls)}
+                    last = f"workers not yet healthy: {', '.join(missing) or '(readiness 503)'}"
+            time.sleep(1.0)
+    raise CheckFailed(f"router at {base_url} not healthy within {timeout_s:.0f} s: {last}",
+                      fix=f"see `journalctl -u {UNIT}` in the router's container; check the worker URLs")

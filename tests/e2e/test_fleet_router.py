@@ -1,0 +1,197 @@
+"""The router as a managed part, end to end: the real CLI (subprocess), two simulated hosts, the REAL sglang-router.
+
+One module-scoped root with two hosts (tests/sim_hosts.py OFFSET_ROUTER_UP) and an inventory whose router runs in
+the first host's server container (CT 120), from the container-usable venv `python -m simulator.router install`
+built (the container view shows /var/cache/deploy-sim). The servers have an API key, so the router's key file and
+its use towards the workers are exercised. The tests run in file order: the first one converges everything.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.conftest import sim_root
+from tests.e2e.conftest import DeployEnv, make_env
+from tests.sim_hosts import OFFSET_ROUTER_UP
+
+pytestmark = pytest.mark.e2e
+KEY = "sk-fleet-router-e2e-7f3a9c"
+CHAT = {"model": "glm-5", "max_tokens": 8,
+        "messages": [{"role": "user", "content": "What is 17 + 25? Answer with the number only."}]}
+
+
+@dataclass
+class RouterFleet:
+    env: DeployEnv
+    names: list[str]
+    router_yaml: str
+    root: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.env.sim.address}:30000"
+
+    def write_router(self, extra_flags: str = "") -> None:
+        (self.env.inventory / "router.yaml").write_text(self.router_yaml + extra_flags)
+
+
+@pytest.fixture(scope="module")
+def rfleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterFleet]:
+    if os.geteuid() != 0:
+        pytest.skip("the simulator's router venv lives under /var/cache/deploy-sim (root)")
+    from simulator.router import ensure_router_venv
+
+    venv = ensure_router_venv(ct=True)
+    with sim_root(tmp_path_factory, "deploy-sim-router-up", OFFSET_ROUTER_UP, hosts=2) as (root, infos):
+        tmp = tmp_path_factory.mktemp("router-env")
+        env = make_env(infos[0], tmp)
+        names = [i.name for i in infos]
+        key_file = tmp / "api-key"
+        key_file.write_text(KEY + "\n")
+        key_file.chmod(0o600)
+        env.set_profile(api_key={"file": str(key_file)})
+        (env.inventory / "groups.yaml").write_text(f"groups:\n  prod: [{', '.join(names)}]\n")
+        router_yaml = (f"router:\n  runs_on: {names[0]}\n  venv: {venv}\n  policy: round_robin\n"
+                       "  workers: prod\n  flags:\n    health-check-interval-secs: 1\n")
+        fleet = RouterFleet(env, names, router_yaml, root)
+        fleet.write_router()
+        yield fleet
+
+
+def _cmdlines() -> list[bytes]:
+    out = []
+    for p in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            out.append(p.read_bytes())
+        except OSError:  # the process ended meanwhile
+            continue
+    return out
+
+
+def _chat(url: str, key: str | None) -> int:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return requests.post(f"{url}/v1/chat/completions", json=CHAT, headers=headers, timeout=120).status_code
+
+
+def test_up_brings_the_router_up_with_both_workers_then_changes_nothing(rfleet: RouterFleet) -> None:
+    env, (a, b) = rfleet.env, rfleet.names
+    res = env.run("--json", "up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
+    assert res.rc == 0, res.text
+    router = res.json["router"]
+    assert router["result"] == "changed" and router["place"] == f"{a} CT 120", router
+    assert router["workers"] == [a, b] and router["left_out"] == []
+    details = router["step"]["details"]
+    assert details["validated_with"] == "sglang-router 0.3.2 in CT 120"
+    assert details["health"] == {"health": 200, "readiness": 200, "healthy_workers": 2}
+    # The key: a 0600 file in the container, used by the router towards clients and workers, never in an argv.
+    assert env.ct("stat -c %a /etc/sglang-router/api-key").stdout.strip() == "600"
+    assert KEY not in env.ct("cat /etc/systemd/system/sglang-router.service").stdout
+    argvs = _cmdlines()
+    # The router retitles itself (setproctitle); its argv came from the unit, which holds no key.
+    assert any(c.startswith(b"sglang::router") for c in argvs), "the router process is not running"
+    assert not any(KEY.encode() in c for c in argvs)
+    assert KEY not in res.stdout + res.stderr
+    assert _chat(rfleet.url, KEY) == 200 and _chat(rfleet.url, None) == 401
+
+    again = env.run("--json", "up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
+    assert again.rc == 0, again.text
+    router = again.json["router"]
+    assert router["result"] == "ok" and router["step"]["changes"] == [], router
+    assert router["step"]["summary"] == "unit unchanged, router active with 2 worker(s)"
+    text = env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
+    assert f"router {a} CT 120 {rfleet.url}: ok — unit unchanged, router active with 2 worker(s)" in text.stdout
+
+
+def test_a_failing_host_leaves_the_router_live_and_comes_back_without_a_restart(rfleet: RouterFleet) -> None:
+    """A host whose `up` fails is taken out of the router through its worker API, and put back by the next `up`;
+    the router process is never restarted for a change of its worker set (that would drop requests in flight)."""
+    from simulator.manager import set_faults
+
+    env, (a, b) = rfleet.env, rfleet.names
+    pid = env.ct("systemctl show -p MainPID --value sglang-router").stdout.strip()
+    set_faults(rfleet.root, b, missing_uvm=True)
+    try:
+        res = env.run("--json", "up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
+    finally:
+        set_faults(rfleet.root, b, missing_uvm=False)
+    assert res.rc == 1, res.text  # the failing host's exit code
+    router = res.json["router"]
+    assert router["workers"] == [a] and router["left_out"] == [b] and router["exit_code"] == 0, router
+    assert router["step"]["summary"].startswith(f"change the workers live (-http://{_address(rfleet, b)}:8000")
+    assert _chat(rfleet.url, KEY) == 200
+    back = env.run("--json", "up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
+    assert back.rc == 0, back.text
+    assert back.json["router"]["step"]["summary"].startswith(
+        f"change the workers live (+http://{_address(rfleet, b)}:8000; 2 worker(s)), no restart")
+    assert back.json["router"]["step"]["details"]["health"]["healthy_workers"] == 2
+    assert env.ct("systemctl show -p MainPID --value sglang-router").stdout.strip() == pid
+
+
+def _address(rfleet: RouterFleet, name: str) -> str:
+    from orchestrator.inventory.loader import load_inventory
+
+    return load_inventory(rfleet.env.inventory).hosts[name].address
+
+
+def test_a_bad_router_flag_is_refused_before_any_change(rfleet: RouterFleet) -> None:
+    env = rfleet.env
+    snapshot = "sha256sum /etc/systemd/system/sglang-router.service; ls /var/lib/deploy/releases"
+    before = env.ct(snapshot).stdout
+    rfleet.write_router("    log-level: verbose\n")
+    try:
+        res = env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=300)
+    finally:
+        rfleet.write_router()
+    assert res.rc == 2, res.text
+    assert "--log-level: invalid choice 'verbose'; choose from debug, info, warn, error" in res.stderr
+    assert "router preflight" in res.stderr
+    assert "connect" not in res.stdout  # no host started
+    assert env.ct(snapshot).stdout == before
+
+
+def test_status_group_shows_the_router_unit_and_its_view_of_each_worker(rfleet: RouterFleet) -> None:
+    env, a = rfleet.env, rfleet.names[0]
+    res = env.run("--json", "status", "group", "prod")
+    assert res.rc == 0, res.text
+    doc = res.json
+    assert doc["router"] == {"url": rfleet.url, "workers": 2, "ready": True, "runs_on": a, "vmid": 120,
+                             "unit": "active"}
+    for host in doc["hosts"]:
+        assert host["router"]["listed"] is True and host["router"]["healthy"] is True, host
+    text = env.run("status", "group", "prod").stdout
+    assert f"router {rfleet.url} ({a} CT 120, unit active): 2 worker(s), 2 healthy, ready" in text
+    assert text.count("router: healthy") == 2
+
+
+def test_bench_group_drives_load_through_the_router_and_reports_each_host(rfleet: RouterFleet) -> None:
+    env, names = rfleet.env, rfleet.names
+    res = env.run("--json", "bench", "group", "prod", "--sweep", "max-concurrency=8,64", timeout=600)
+    assert res.rc == 0, res.text
+    doc = res.json
+    assert doc["client"] == names[0] and [p["overrides"] for p in doc["points"]] == [
+        {"max-concurrency": "8"}, {"max-concurrency": "64"}]
+    for point in doc["points"]:
+        total = point["total"]
+        assert point["router"] == rfleet.url and total["failed"] in (0, None)
+        hosts = {h["host"]: h for h in point["hosts"]}
+        assert sorted(hosts) == names
+        for h in hosts.values():  # round_robin: both servers took a share, and both hosts' GPUs were sampled
+            assert h["output_tokens"] > 0 and h["output_tok_s"] > 0, h
+            assert h["mean_power_w"] > 0 and h["j_per_token"] > 0 and h["tok_s_per_w"] > 0, h
+        # Shares come from the servers' own counters: they add up to what the client received (the router's
+        # health checks and bench_serving's warm-up add a few tokens).
+        attributed = sum(h["output_tokens"] for h in hosts.values())
+        assert total["output_tokens"] <= attributed <= total["output_tokens"] * 1.05
+        assert total["mean_power_w"] == pytest.approx(sum(h["mean_power_w"] for h in hosts.values()), abs=0.1)
+        assert total["j_per_token"] == pytest.approx(total["energy_j"] / total["output_tokens"], rel=1e-3)
+    fast, slow = doc["points"][1]["total"], doc["points"][0]["total"]
+    assert fast["output_tok_s"] > slow["output_tok_s"]  # more concurrency, more throughput on the simulator
+    text = env.run("bench", "group", "prod", timeout=600).stdout
+    assert f"through the router {rfleet.url} (client {names[0]}" in text
+    assert all(any(line.startswith(n) for line in text.splitlines()) for n in (*names, "total"))
