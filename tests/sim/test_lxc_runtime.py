@@ -65,6 +65,10 @@ def test_pve_conf_becomes_lxc_config(ct: Ct) -> None:
         assert line in cfg, line
     res = ct.sh("cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max")
     assert res.out.strip() == "1073741824"
+    ifaces = json.loads(ct.ssh.run(f"pvesh get /nodes/{ct.info.node}/lxc/120/interfaces --output-format json").out)
+    eth0 = next(i for i in ifaces if i["name"] == "eth0")
+    inside = ct.sh("ip -4 -o addr show dev eth0").out.split()
+    assert eth0["inet"] == inside[inside.index("inet") + 1]
 
 
 def test_systemd_is_pid_1_and_running(ct: Ct) -> None:
