@@ -20,7 +20,8 @@ from simulator.lxc import template
 from tests.sim.conftest import Ssh
 from tests.sim.lxc_support import TEMPLATE, create_and_start, lxc_host
 
-pytestmark = pytest.mark.timeout(300)
+# 600 s: the first module on a fresh machine also builds the template (debootstrap, ~3 min on 2 busy cores)
+pytestmark = pytest.mark.timeout(600)
 
 
 class Ct:
