@@ -85,6 +85,11 @@ def test_only_the_simulators_gpu_side_is_visible(ct: Ct) -> None:
                 "echo host-ro; mount | grep -c -e /etc/pve -e deploy-sim/repo || true")
     assert res.out.split() == ["120", "ct", "gpu", "host", "vmid", "h", "gpu-rw", "host-ro", "0"], res
     assert (ct.root / "hosts" / ct.info.name / "gpu" / "probe").exists()
+    # the host dir is there for host.json only: no token secret, client key, host files or other containers
+    res = ct.sh("grep -c ' /run/deploy-sim/host/[a-z]* tmpfs ' /proc/mounts; ls -A /run/deploy-sim/host/api "
+                "/run/deploy-sim/host/client /run/deploy-sim/host/fs /run/deploy-sim/host/ct | grep -v : | grep -c . "
+                "|| true")
+    assert res.out.split() == ["8", "0"], res
 
 
 def test_device_nodes_have_host_majors_and_others_are_denied(ct: Ct) -> None:
