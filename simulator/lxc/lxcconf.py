@@ -17,6 +17,10 @@ from simulator.pve import conf as confmod
 COMMON_INCLUDE = "/usr/share/lxc/config/debian.common.conf"
 NESTING_INCLUDE = "/usr/share/lxc/config/nesting.conf"
 USERNS_INCLUDE = "/usr/share/lxc/config/debian.userns.conf"
+#: Parts of the host dir (bound read-only at ctside.HOST_DIR for host.json) that a container must not see: API
+#: token secret, the client's private key, sshd keys, the host's own files, other containers, tasks. Each gets an
+#: empty read-only tmpfs over it inside the container.
+HIDDEN_HOST_PARTS = ("api", "client", "sshd", "fs", "ct", "tasks", "locks", "fwd")
 #: Unprivileged containers map container root to this host uid/gid (PVE's default range).
 IDMAP_BASE = 100000
 IDMAP_SIZE = 65536
@@ -126,8 +130,11 @@ def render(conf: confmod.CtConf, inp: LxcInputs) -> str:
     lines.append("lxc.mount.entry = tmpfs run tmpfs rw,nosuid,nodev,mode=755,create=dir 0 0")
     if inp.mounts is not None:
         m = inp.mounts
-        lines += [_bind(m.host_dir, ctside.HOST_DIR, "dir", ro=True), _bind(m.ct_dir, ctside.CT_DIR, "dir", ro=True),
-                  _bind(m.gpu_dir, ctside.GPU_DIR, "dir"), _bind(m.vmid_file, ctside.VMID_FILE, "file", ro=True)]
+        lines.append(_bind(m.host_dir, ctside.HOST_DIR, "dir", ro=True))
+        lines += [f"lxc.mount.entry = tmpfs {ctside.HOST_DIR[1:]}/{part} tmpfs ro,nosuid,nodev,noexec,size=4k,"
+                  "mode=0555,optional 0 0" for part in HIDDEN_HOST_PARTS]
+        lines += [_bind(m.ct_dir, ctside.CT_DIR, "dir", ro=True), _bind(m.gpu_dir, ctside.GPU_DIR, "dir"),
+                  _bind(m.vmid_file, ctside.VMID_FILE, "file", ro=True)]
     for key in sorted((k for k in o if re.fullmatch(r"mp\d+", k)), key=lambda k: int(k[2:])):
         mp = confmod.split_property(o[key], "volume")
         src, target = mp.get("volume", ""), mp.get("mp", "")

@@ -509,8 +509,13 @@ class Node:
                                           {"ip-address": "::1", "prefix": 128, "ip-address-type": "inet6"}]}]
         for key in sorted(k for k in conf.options if re.fullmatch(r"net\d+", k)):
             items = confmod.split_property(conf.options[key], "name")
-            out.append({"name": items.get("name", "eth0"), "hwaddr": items.get("hwaddr", "").lower(),
-                        "ip-addresses": []})
+            entry: dict[str, Any] = {"name": items.get("name", "eth0"), "hwaddr": items.get("hwaddr", "").lower(),
+                                     "ip-addresses": []}
+            if self.lxc is not None and key == "net0":  # the address the lxc runtime gives it on the bridge
+                ip = self.lxc.net.ct_ip(vmid)
+                entry["inet"] = f"{ip}/24"
+                entry["ip-addresses"] = [{"ip-address": ip, "prefix": 24, "ip-address-type": "inet"}]
+            out.append(entry)
         return out
 
 

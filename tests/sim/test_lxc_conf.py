@@ -49,7 +49,9 @@ def test_limits_network_devices_and_mounts() -> None:
                  "lxc.cgroup.devices.allow = c 195:0 rwm"):
         assert line in lines, line
     # The simulator's GPU-side state: exactly the ctside contract, /run mounted first so systemd keeps it.
-    sim = [ln for ln in lines if "deploy-sim" in ln]
+    sim = [ln for ln in lines if "deploy-sim" in ln and " tmpfs " not in ln]
+    hidden = [ln.split()[3].rsplit("/", 1)[1] for ln in lines if "deploy-sim/host/" in ln and " tmpfs " in ln]
+    assert {"api", "client", "sshd", "fs", "ct"} <= set(hidden)
     assert sim == [
         f"lxc.mount.entry = /r/hosts/sim-10 {ctside.HOST_DIR[1:]} none bind,create=dir,ro 0 0",
         f"lxc.mount.entry = /r/hosts/sim-10/ct/120 {ctside.CT_DIR[1:]} none bind,create=dir,ro 0 0",

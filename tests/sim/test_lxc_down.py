@@ -12,7 +12,8 @@ from simulator.lxc import net
 from simulator.manager import sim_down
 from tests.sim.lxc_support import create_and_start, lxc_host
 
-pytestmark = pytest.mark.timeout(300)
+# 600 s: the first module on a fresh machine also builds the template (debootstrap, ~3 min on 2 busy cores)
+pytestmark = pytest.mark.timeout(600)
 
 
 def _sh(*argv: str) -> str:

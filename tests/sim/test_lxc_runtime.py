@@ -20,7 +20,8 @@ from simulator.lxc import template
 from tests.sim.conftest import Ssh
 from tests.sim.lxc_support import TEMPLATE, create_and_start, lxc_host
 
-pytestmark = pytest.mark.timeout(300)
+# 600 s: the first module on a fresh machine also builds the template (debootstrap, ~3 min on 2 busy cores)
+pytestmark = pytest.mark.timeout(600)
 
 
 class Ct:
@@ -65,6 +66,10 @@ def test_pve_conf_becomes_lxc_config(ct: Ct) -> None:
         assert line in cfg, line
     res = ct.sh("cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max")
     assert res.out.strip() == "1073741824"
+    ifaces = json.loads(ct.ssh.run(f"pvesh get /nodes/{ct.info.node}/lxc/120/interfaces --output-format json").out)
+    eth0 = next(i for i in ifaces if i["name"] == "eth0")
+    inside = ct.sh("ip -4 -o addr show dev eth0").out.split()
+    assert eth0["inet"] == inside[inside.index("inet") + 1]
 
 
 def test_systemd_is_pid_1_and_running(ct: Ct) -> None:
@@ -80,6 +85,11 @@ def test_only_the_simulators_gpu_side_is_visible(ct: Ct) -> None:
                 "echo host-ro; mount | grep -c -e /etc/pve -e deploy-sim/repo || true")
     assert res.out.split() == ["120", "ct", "gpu", "host", "vmid", "h", "gpu-rw", "host-ro", "0"], res
     assert (ct.root / "hosts" / ct.info.name / "gpu" / "probe").exists()
+    # the host dir is there for host.json only: no token secret, client key, host files or other containers
+    res = ct.sh("grep -c ' /run/deploy-sim/host/[a-z]* tmpfs ' /proc/mounts; ls -A /run/deploy-sim/host/api "
+                "/run/deploy-sim/host/client /run/deploy-sim/host/fs /run/deploy-sim/host/ct | grep -v : | grep -c . "
+                "|| true")
+    assert res.out.split() == ["8", "0"], res
 
 
 def test_device_nodes_have_host_majors_and_others_are_denied(ct: Ct) -> None:

@@ -22,7 +22,8 @@ from orchestrator.render.service import ENV_PATH, UNIT_PATH, launch_argv
 from tests.sim.conftest import Ssh
 from tests.sim.lxc_support import create_and_start, lxc_host
 
-pytestmark = pytest.mark.timeout(300)
+# 600 s: the first module on a fresh machine also builds the template (debootstrap, ~3 min on 2 busy cores)
+pytestmark = pytest.mark.timeout(600)
 
 VENV = "/opt/argv"
 #: Stands in for the venv's python: records "$@" as files 1..N, then moves the directory into place at once.
