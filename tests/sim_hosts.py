@@ -32,7 +32,6 @@ OFFSET_SESSION_HOST = 0  # the session's sim_host (tests/conftest.py)
 OFFSET_SECOND_ROOT = 1  # tests/sim/test_lifecycle.py: up/down of a second root
 #: tests/sim/test_lxc_*.py: an lxc-runtime host per module. Shares test_lifecycle's number: both are up only
 #: while their own module runs, and one process runs one module at a time.
-OFFSET_LXC = OFFSET_SECOND_ROOT
 OFFSET_VM_HOST = 2  # tests/e2e/test_up_failures.py: the VM-passthrough host
 OFFSET_ADDRESS_TAKEN = 3  # tests/sim/test_address_in_use.py: a number whose address the test itself occupies
 OFFSET_FLEET = 4  # tests/e2e/test_fleet.py: three hosts of one root (4, 5, 6)
