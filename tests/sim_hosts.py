@@ -30,15 +30,13 @@ LAST = 253  # sim-253 is 127.0.0.254
 # What each number of a block is for (add one here when a test starts another simulated root).
 OFFSET_SESSION_HOST = 0  # the session's sim_host (tests/conftest.py)
 OFFSET_SECOND_ROOT = 1  # tests/sim/test_lifecycle.py: up/down of a second root
-#: tests/sim/test_lxc_*.py: an lxc-runtime host per module. Shares test_lifecycle's number: both are up only
-#: while their own module runs, and one process runs one module at a time.
 OFFSET_VM_HOST = 2  # tests/e2e/test_up_failures.py: the VM-passthrough host
 OFFSET_ADDRESS_TAKEN = 3  # tests/sim/test_address_in_use.py: a number whose address the test itself occupies
 OFFSET_FLEET = 4  # tests/e2e/test_fleet.py: three hosts of one root (4, 5, 6)
 OFFSET_ROUTER_API = 7  # tests/e2e/test_fleet.py: a router and a stand-in worker (7, 8)
 OFFSET_FLEET_ROUTER = 9  # tests/e2e/test_fleet.py: the router in front of the fleet's servers
 OFFSET_ROUTER_UP = 10  # tests/e2e/test_fleet_router.py: two hosts, the router managed by `up` (10, 11)
-OFFSET_LXC = 12  # tests/sim/test_lxc_*.py, tests/e2e/test_up_real_container.py: a host with the lxc runtime
+OFFSET_LXC = 12  # tests/sim/test_lxc_*.py, tests/e2e/test_up_real_container.py: an lxc-runtime host per module
 
 PORTS = (2222, 8006)  # simulator.config.SSH_PORT, API_PORT
 
