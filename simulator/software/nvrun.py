@@ -78,7 +78,10 @@ FLAGS = {"--no-kernel-module": "no_kernel_module", "--no-kernel-modules": "no_ke
          "-s": "silent", "--uninstall": "uninstall", "-v": "version", "--version": "version"}
 IGNORED = ("--accept-license", "-a", "--no-questions", "-q", "--ui=none", "--disable-nouveau", "--no-x-check",
            "--no-nouveau-check", "--no-drm", "--install-libglvnd", "--no-install-libglvnd", "--dkms", "--no-dkms",
-           "--no-cc-version-check", "--no-kernel-module-source", "--no-nvidia-modprobe", "--no-distro-scripts")
+           "--no-cc-version-check", "--no-kernel-module-source", "--no-nvidia-modprobe", "--no-distro-scripts",
+           "--no-systemd", "--no-opengl-files", "--no-install-compat32-libs", "--no-peermem", "--no-backup",
+           "--no-rpms", "--no-check-for-alternate-installs", "--no-libglx-indirect", "--no-wine-files",
+           "--no-precompiled-interface", "--no-glvnd-egl-client", "--no-glvnd-glx-client")
 
 
 def parse(argv: list[str]) -> Options:
