@@ -6,9 +6,12 @@ its own version (libnvidia-ml / libcuda and their .so.1 links, nvidia-smi, nvidi
 /var/log/nvidia-installer.log, and `--uninstall` / a rerun at another version replacing them.
 Stdlib only and free of repo imports except simulator.ctside and simulator.gpu, which the .run carries.
 
-Options checked against nvidia-installer's option table: `--no-kernel-module` is the real spelling (the
-stand-in also accepts `--no-kernel-modules`, which older docs of this repo used), `-s/--silent`,
-`-a/--accept-license`, `-q/--no-questions`, `--ui=none`, `--uninstall`, `-v/--version`.
+Options checked against nvidia-installer's option table and history: `--no-kernel-module` is the original
+name; 515.43.04 added `--no-kernel-modules` (the same option, named for the several modules of newer drivers;
+NVIDIA's note in open-gpu-kernel-modules PR #324), so both are accepted. Also `-s/--silent`,
+`-a/--accept-license`, `-q/--no-questions`, `--ui=none`, `--uninstall`, `-v/--version`, and the no-op options
+the tool passes (`--no-dkms`, `--no-systemd`, …). Anything else is refused, as the real installer refuses an
+unknown option.
 """
 
 from __future__ import annotations
