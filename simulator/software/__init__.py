@@ -4,6 +4,10 @@ Part 1 calls `provision_host(host_dir, cfg)` at `sim up` and `provision_containe
 `pct create`. `cfg` is part 1's HostConfig (simulator.config) or an equivalent dict; optional
 attributes `sglang_preinstalled` (default True) and `sglang_version` (default 0.5.12.post1) are honoured
 when present. The container's faults (driver_mismatch) are read from its state.json.
+
+What a real LXC container installs (docs/simulator.md): `wheels` (sglang/torch stand-ins as real wheels),
+`wheelhouse` + `index` (`start_index`, a PEP 503 index per host), `runfile` + `nvrun` (the .run's self-contained
+real-container install), `hub` (`start_hub`, the model hub stand-in for `hf download`).
 """
 
 from __future__ import annotations

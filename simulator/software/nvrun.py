@@ -6,9 +6,12 @@ its own version (libnvidia-ml / libcuda and their .so.1 links, nvidia-smi, nvidi
 /var/log/nvidia-installer.log, and `--uninstall` / a rerun at another version replacing them.
 Stdlib only and free of repo imports except simulator.ctside and simulator.gpu, which the .run carries.
 
-Options checked against nvidia-installer's option table: `--no-kernel-module` is the real spelling (the
-stand-in also accepts `--no-kernel-modules`, which older docs of this repo used), `-s/--silent`,
-`-a/--accept-license`, `-q/--no-questions`, `--ui=none`, `--uninstall`, `-v/--version`.
+Options checked against nvidia-installer's option table and history: `--no-kernel-module` is the original
+name; 515.43.04 added `--no-kernel-modules` (the same option, named for the several modules of newer drivers;
+NVIDIA's note in open-gpu-kernel-modules PR #324), so both are accepted. Also `-s/--silent`,
+`-a/--accept-license`, `-q/--no-questions`, `--ui=none`, `--uninstall`, `-v/--version`, and the no-op options
+the tool passes (`--no-dkms`, `--no-systemd`, …). Anything else is refused, as the real installer refuses an
+unknown option.
 """
 
 from __future__ import annotations
@@ -78,7 +81,10 @@ FLAGS = {"--no-kernel-module": "no_kernel_module", "--no-kernel-modules": "no_ke
          "-s": "silent", "--uninstall": "uninstall", "-v": "version", "--version": "version"}
 IGNORED = ("--accept-license", "-a", "--no-questions", "-q", "--ui=none", "--disable-nouveau", "--no-x-check",
            "--no-nouveau-check", "--no-drm", "--install-libglvnd", "--no-install-libglvnd", "--dkms", "--no-dkms",
-           "--no-cc-version-check", "--no-kernel-module-source", "--no-nvidia-modprobe", "--no-distro-scripts")
+           "--no-cc-version-check", "--no-kernel-module-source", "--no-nvidia-modprobe", "--no-distro-scripts",
+           "--no-systemd", "--no-opengl-files", "--no-install-compat32-libs", "--no-peermem", "--no-backup",
+           "--no-rpms", "--no-check-for-alternate-installs", "--no-libglx-indirect", "--no-wine-files",
+           "--no-precompiled-interface", "--no-glvnd-egl-client", "--no-glvnd-glx-client")
 
 
 def parse(argv: list[str]) -> Options:

@@ -8,8 +8,10 @@ machine's pip configuration is switched off, so pip sees only the simulated host
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -77,10 +79,19 @@ def make_ct_root(path: Path, minors: list[int] | None = None, time_scale: float 
     return ct
 
 
+def _session_dir(prefix: str) -> Path:
+    """A temporary directory removed when the test session's process exits."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
 @cache
 def session_index() -> PackageIndex:
     """The simulated host's index over the (cached) wheelhouse, once per test session."""
-    return start_index(Path(tempfile.mkdtemp(prefix="sim-host-")), loopback(), 0)
+    idx = start_index(_session_dir("sim-host-"), loopback(), 0)
+    atexit.register(idx.stop)
+    return idx
 
 
 @dataclass(frozen=True)
@@ -110,4 +121,4 @@ def make_venv(path: Path, *requirements: str) -> Venv:
 @cache
 def sglang_venv() -> Venv:
     """One venv per session with `sglang[srt]==0.5.23` from the index (it brings `hf`)."""
-    return make_venv(Path(tempfile.mkdtemp(prefix="ml-env-")) / "venv", "sglang[srt]==0.5.23")
+    return make_venv(_session_dir("ml-env-") / "venv", "sglang[srt]==0.5.23")

@@ -76,6 +76,17 @@ def test_installs_userspace_at_its_version_and_nvidia_smi_replays(tmp_path: Path
     assert q.stdout.splitlines() == [f"{i}, {HOST_DRIVER}" for i in range(8)]
 
 
+def test_the_tool_s_installer_flags_are_accepted(tmp_path: Path, ct: CtRoot) -> None:
+    from orchestrator.steps.gpu import INSTALLER_FLAGS
+
+    pushed = ct.root / "tmp" / "deploy-nvidia-userspace.run"  # as the tool pushes and runs it: sh FILE FLAGS
+    pushed.parent.mkdir()
+    pushed.write_bytes(run_file(tmp_path, HOST_DRIVER).read_bytes())
+    res = run(["sh", str(pushed), *INSTALLER_FLAGS], ct)
+    assert res.returncode == 0, res.stderr
+    assert (ct.root / LIB / "libnvidia-ml.so.1").is_symlink()
+
+
 def test_nvidia_smi_follows_the_container_s_devices_and_load(tmp_path: Path) -> None:
     ct = make_ct_root(tmp_path / "ct", minors=[3])
     assert run([str(run_file(tmp_path, HOST_DRIVER)), *FLAGS], ct).returncode == 0
