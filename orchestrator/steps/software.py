@@ -108,6 +108,9 @@ def sglang_install(ctx: StepContext, record: StepRecord) -> None:
 
 #: huggingface_hub 1.x ships the `hf` CLI (`huggingface-cli` was removed in 1.0).
 HF_HUB_REQUIREMENT = "huggingface_hub>=1.0"
+#: `hf` otherwise asks a package registry for a newer release of itself at every start and sends telemetry: the
+#: download must talk to the model hub (or the site's mirror) only.
+HF_QUIET_ENV = "HF_HUB_DISABLE_UPDATE_CHECK=1 HF_HUB_DISABLE_TELEMETRY=1 "
 
 
 def hf_download_command(ctx: StepContext) -> str:
@@ -115,7 +118,7 @@ def hf_download_command(ctx: StepContext) -> str:
     prof, spec = ctx.profile, ctx.host.container
     venv = shlex.quote(prof.venv)
     assert prof.weights_repo is not None
-    env = f"HF_ENDPOINT={shlex.quote(spec.hf_endpoint)} " if spec.hf_endpoint else ""
+    env = HF_QUIET_ENV + (f"HF_ENDPOINT={shlex.quote(spec.hf_endpoint)} " if spec.hf_endpoint else "")
     return (f"{{ test -x {venv}/bin/hf || {venv}/bin/pip install --disable-pip-version-check --progress-bar off"
             f"{pip_index_options(spec)} {shlex.quote(HF_HUB_REQUIREMENT)}; }} && "
             f"{env}{venv}/bin/hf download {shlex.quote(prof.weights_repo)} --local-dir {shlex.quote(prof.model_path)}")
