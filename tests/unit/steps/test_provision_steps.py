@@ -152,7 +152,8 @@ def test_missing_weights_are_fetched_with_hf_download_from_the_venv_through_the_
     # `hf` (huggingface_hub 1.x) comes from the same index when the venv lacks it; huggingface-cli is gone.
     assert shell.startswith("{ test -x /root/ml-env/bin/hf || /root/ml-env/bin/pip install ")
     assert "--index-url http://10.9.0.2:8080/simple --trusted-host 10.9.0.2:8080 'huggingface_hub>=1.0'; }" in shell
-    assert shell.endswith("&& HF_HUB_DISABLE_UPDATE_CHECK=1 HF_HUB_DISABLE_TELEMETRY=1 HF_ENDPOINT=http://10.9.0.2:8081 /root/ml-env/bin/hf download zai-org/GLM-5-NVFP4 "
+    assert shell.endswith("&& HF_HUB_DISABLE_UPDATE_CHECK=1 HF_HUB_DISABLE_TELEMETRY=1 "
+                          "HF_ENDPOINT=http://10.9.0.2:8081 /root/ml-env/bin/hf download zai-org/GLM-5-NVFP4 "
                           "--local-dir /models/GLM-5-NVFP4")
     assert "huggingface-cli" not in shell
 
