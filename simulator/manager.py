@@ -332,8 +332,8 @@ RUNTIMES = ("view", "lxc")
 
 
 def default_runtime() -> str:
-    """$DEPLOY_SIM_RUNTIME, else the view runtime."""
-    return os.environ.get("DEPLOY_SIM_RUNTIME") or "view"
+    """$DEPLOY_SIM_RUNTIME, else real LXC containers (what a PVE node runs)."""
+    return os.environ.get("DEPLOY_SIM_RUNTIME") or "lxc"
 
 
 def sim_up(root: Path = DEFAULT_ROOT, hosts: int = 1, profile: str = "rtx-pro-6000-x8",

@@ -22,7 +22,13 @@ pytest_plugins = ["tests.skip_policy"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The controlling process picks the run's host numbers once; xdist workers inherit them by environment."""
+    """The controlling process picks the run's host numbers once; xdist workers inherit them by environment.
+
+    Simulated hosts default to the view runtime here: most tests start from a fresh container, and a real bare
+    container costs minutes of apt, pip and downloads each time. The real-container modules
+    (tests/sim/test_lxc_*.py, tests/e2e/test_up_real_container.py) ask for `runtime="lxc"` themselves.
+    """
+    os.environ.setdefault("DEPLOY_SIM_RUNTIME", "view")
     if hasattr(config, "workerinput"):
         return
     workers = getattr(config.option, "numprocesses", None)

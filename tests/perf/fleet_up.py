@@ -107,7 +107,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="deploy-fleet-perf-") as tmp:
         root = Path(args.keep) if args.keep else Path(tmp) / "sim"
         t0 = time.monotonic()
-        infos = sim_up(root, hosts=args.hosts, first=args.first, time_scale=5.0)
+        infos = sim_up(root, hosts=args.hosts, first=args.first, time_scale=5.0, runtime="view")
         print(f"{len(infos)} simulated hosts up in {time.monotonic() - t0:.1f} s", flush=True)
         SIM_PIDS[:] = [i.sshd_pid for i in infos if i.sshd_pid]
         try:

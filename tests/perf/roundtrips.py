@@ -25,7 +25,8 @@ from tests.e2e.conftest import make_env  # noqa: E402
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="deploy-perf-") as tmp:
         root = Path(tmp) / "sim"
-        (info,) = sim_up(root, hosts=1, first=int(os.environ.get("DEPLOY_SIM_FIRST", "90")), time_scale=5.0)
+        first = int(os.environ.get("DEPLOY_SIM_FIRST", "90"))
+        (info,) = sim_up(root, hosts=1, first=first, time_scale=5.0, runtime="view")  # cheap, provisioned CT
         try:
             env = make_env(info, Path(tmp))
             runs = [("up (from nothing)", ["up", "host", info.name, "--skip-bench"]),
