@@ -3,18 +3,19 @@
     python tests/perf/ssh_session_cost.py [--runs 20] [--first 50] [--json]
 
 Starts one simulated host on its own temporary root (sim-FIRST on 127.0.0.(FIRST+1); default $DEPLOY_SIM_FIRST,
-else 50), creates a stopped CT 120 for `pct config`, and then times, over one paramiko connection with strict host
-keys (as the tool connects):
+else 50), creates a stopped CT 120 for `pct config`, and then times, over a paramiko connection with strict host
+keys (as the tool connects), back to back as the tool sends its round trips:
 
 - `true` in a new session on the open connection (the per-session floor);
 - a new connection + session running `true` (key exchange, auth, session);
 - the replayed `nvidia-smi` power query of the tool's facts, `pct list`, `pct config 120` and `pvesh get` of the
   container config, each in a session on the open connection.
 
-Each case runs --runs times; the table gives the median and minimum wall time seen by the client, the mean CPU time
-spent on the host side (user+sys of sshd's whole process tree: the per-connection sshd, the session shell and what
-it ran; the kernel counts it in 10 ms ticks, hence the mean) and the median on the client side (this process:
-paramiko). Nothing is asserted: a measurement.
+Each case runs --runs times with each of two client sockets: paramiko's default one (Nagle's algorithm on) and one
+with TCP_NODELAY, as the tool opens it (orchestrator/remote/ssh.py). The table gives the median and minimum wall
+time seen by the client for both, the mean CPU time spent on the host side (user+sys of sshd's whole process tree:
+the per-connection sshd, the session shell and what it ran; the kernel counts it in 10 ms ticks, hence the mean)
+and the median on the client side (this process: paramiko). Nothing is asserted: a measurement.
 Run as root. docs/simulator.md ("What a session costs") keeps the figures.
 """
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import statistics
 import sys
 import tempfile
@@ -50,6 +52,8 @@ class Row:
     runs: int
     wall_median_ms: float
     wall_min_ms: float
+    nodelay_median_ms: float
+    nodelay_min_ms: float
     host_cpu_mean_ms: float
     client_cpu_median_ms: float
 
@@ -81,12 +85,15 @@ def tree_cpu(root_pid: int) -> float:
     return sum(times.get(pid, 0) for pid in members) / TICK
 
 
-def connect(info: Any) -> paramiko.SSHClient:
+def connect(info: Any, nodelay: bool) -> paramiko.SSHClient:
+    sock = socket.create_connection((info.address, info.ssh_port), timeout=10)
+    if nodelay:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     client = paramiko.SSHClient()
     client.load_host_keys(str(info.known_hosts))
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
     client.connect(info.address, port=info.ssh_port, username="root", key_filename=str(info.key_file),
-                   look_for_keys=False, allow_agent=False, timeout=10)
+                   look_for_keys=False, allow_agent=False, timeout=10, sock=sock)
     return client
 
 
@@ -97,33 +104,45 @@ def run(client: paramiko.SSHClient, command: str) -> tuple[int, str, str]:
     return out.channel.recv_exit_status(), o, e
 
 
-def measure(case: str, command: str, runs: int, sshd_pid: int, once: Callable[[], None]) -> Row:
-    walls: list[float] = []
+Once = Callable[[paramiko.SSHClient], None]
+
+
+def measure(info: Any, case: str, command: str, runs: int, once: Once) -> Row:
+    """`once` runs times on a connection of each kind, after one warm-up (page cache, first imports)."""
+    walls: dict[bool, list[float]] = {False: [], True: []}
     hosts: list[float] = []
     clients: list[float] = []
-    once()  # warm-up: page cache, the first-time imports
-    for _ in range(runs):
-        h0, c0, t0 = tree_cpu(sshd_pid), time.process_time(), time.perf_counter()
-        once()
-        t1, c1 = time.perf_counter(), time.process_time()
-        time.sleep(0.05)  # let sshd reap the session before reading the tree's CPU
-        hosts.append(tree_cpu(sshd_pid) - h0)
-        walls.append(t1 - t0)
-        clients.append(c1 - c0)
-    return Row(case, command, runs, 1000 * statistics.median(walls), 1000 * min(walls),
+    for nodelay in (False, True):
+        client = connect(info, nodelay)
+        try:
+            once(client)
+            for _ in range(runs):
+                # sshd reaps a session before it sends the exit status, so the tree already holds its CPU
+                h0, c0, t0 = tree_cpu(info.sshd_pid), time.process_time(), time.perf_counter()
+                once(client)
+                t1, c1 = time.perf_counter(), time.process_time()
+                hosts.append(tree_cpu(info.sshd_pid) - h0)
+                walls[nodelay].append(t1 - t0)
+                clients.append(c1 - c0)
+        finally:
+            client.close()
+    return Row(case, command, runs, 1000 * statistics.median(walls[False]), 1000 * min(walls[False]),
+               1000 * statistics.median(walls[True]), 1000 * min(walls[True]),
                1000 * statistics.fmean(hosts), 1000 * statistics.median(clients))
 
 
-def cases(info: Any, client: paramiko.SSHClient) -> list[tuple[str, str, Callable[[], None]]]:
-    def on_open(command: str) -> Callable[[], None]:
-        def once() -> None:
+def cases(info: Any) -> list[tuple[str, str, Once]]:
+    def on_open(command: str) -> Once:
+        def once(client: paramiko.SSHClient) -> None:
             rc, out, err = run(client, command)
             if rc != 0:
                 raise SystemExit(f"{command!r} failed with exit {rc}: {err or out}")
         return once
 
-    def new_connection() -> None:
-        fresh = connect(info)
+    def new_connection(client: paramiko.SSHClient) -> None:
+        transport = client.get_transport()
+        nodelay = bool(transport and transport.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        fresh = connect(info, nodelay)
         try:
             rc, _, err = run(fresh, "true")
             if rc != 0:
@@ -154,27 +173,27 @@ def main() -> int:
         try:
             if info.sshd_pid is None:
                 raise SystemExit("sshd of the simulated host did not start")
-            client = connect(info)
+            client = connect(info, nodelay=True)
             rc, out, err = run(client, f"pct create 120 {TEMPLATE} --hostname ct120 --cores 2 --memory 1024 "
                                        "--rootfs local-lvm:8 --unprivileged 0")
             if rc != 0:
                 raise SystemExit(f"pct create 120 failed with exit {rc}: {err or out}")
             load0 = os.getloadavg()[0]
-            rows = [measure(case, command, args.runs, info.sshd_pid, once)
-                    for case, command, once in cases(info, client)]
-            load1 = os.getloadavg()[0]
             client.close()
+            rows = [measure(info, case, command, args.runs, once) for case, command, once in cases(info)]
+            load1 = os.getloadavg()[0]
         finally:
             sim_down(root)
     if args.json:
         print(json.dumps({"runs": args.runs, "load_average": [load0, load1], "cores": os.cpu_count(),
                           "rows": [asdict(r) for r in rows]}, indent=1))
         return 0
-    print(f"{'case':<28} {'wall median':>11} {'wall min':>9} {'host CPU*':>9} {'client CPU':>10}   (ms, median of "
-          f"{args.runs}; *mean)")
+    print(f"{'':<28} {'paramiko default':>17} {'TCP_NODELAY':>17}")
+    print(f"{'case':<28} {'median':>8} {'min':>8} {'median':>8} {'min':>8} {'host CPU*':>9} {'client CPU':>10}   "
+          f"(ms; wall median/min of {args.runs}; *mean)")
     for r in rows:
-        print(f"{r.case:<28} {r.wall_median_ms:11.1f} {r.wall_min_ms:9.1f} {r.host_cpu_mean_ms:9.1f} "
-              f"{r.client_cpu_median_ms:10.1f}")
+        print(f"{r.case:<28} {r.wall_median_ms:8.1f} {r.wall_min_ms:8.1f} {r.nodelay_median_ms:8.1f} "
+              f"{r.nodelay_min_ms:8.1f} {r.host_cpu_mean_ms:9.1f} {r.client_cpu_median_ms:10.1f}")
     print(f"load average {load0:.2f} before, {load1:.2f} after, on {os.cpu_count()} cores")
     return 0
 
