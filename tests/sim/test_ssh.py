@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import paramiko
 import pytest
 
+from orchestrator.inventory.loader import load_inventory
+from orchestrator.remote.ssh import SshHost
 from simulator import sshd
 from simulator.config import HostPaths
 from simulator.manager import set_faults, sim_up
 
 pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[2]
 
 
 def ssh_argv(info: Any, known_hosts: str) -> list[str]:
@@ -55,6 +60,17 @@ def test_paramiko_reject_policy_connects(sim: Any) -> None:
     _, out, _ = client.exec_command("echo ok")
     assert out.read() == b"ok\n"
     client.close()
+
+
+def test_tool_connection_turns_nagle_off(sim: Any) -> None:
+    """The tool's own SSH connection runs with TCP_NODELAY (orchestrator.remote.ssh.open_tcp): with Nagle on,
+    each back-to-back command waited ~40 ms for a delayed ACK."""
+    host = load_inventory([REPO / "inventory", sim.host_dir.parent.parent]).find_host(sim.name)
+    with SshHost(host) as ssh:
+        assert ssh.run("hostname").stdout == f"{sim.node}\n"
+        transport = ssh.connect().client.get_transport()
+        assert transport is not None
+        assert transport.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
 
 
 def test_bash_s_reads_script_from_stdin(ssh: Any) -> None:
