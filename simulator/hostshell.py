@@ -1,13 +1,17 @@
-"""The SSH session shell of a simulated host: sshd's ForceCommand.
+"""The host view of a simulated host, and the one Python step an SSH session may need.
 
-    python -S -m simulator.hostshell <host_dir>
+    python -S -m simulator.hostshell hold <host_dir>   # started by `deploy sim up` (simulator.sshd), once per host
+    python -S -m simulator.hostshell drop <host_dir>   # run by a session only while `ssh_drop_after` is set
 
-It enters a private mount + UTS namespace, binds the host's fs/ over the real paths (docs/simulator.md), puts
-<root>/bin/host first on PATH and execs `bash -c "$SSH_ORIGINAL_COMMAND"` (or `bash -s`, reading the script from
-stdin, when the client sent no command). Because it execs, stdin/stdout/stderr and the exit code are the client's.
+`hold` builds the host view once: a private mount + UTS namespace with the host's fs/ bound over the real paths
+(docs/simulator.md), its cwd at the view's /root, and then becomes a `sleep` that keeps the namespace alive (its
+pid in sshd/view.pid). Every SSH session joins that namespace with `nsenter` from the sh snippet that sshd's
+ForceCommand sources (simulator.sshd), so a session starts no Python and mounts nothing: the view costs one
+setns(2), as on a real host where sshd runs in the host's own root. Like on a real host, mounts made by one
+session stay for the next, and the view is as old as the `sim up` that built it.
 
-This runs on every simulated SSH command, so it imports only `os`, `ctypes` and the constant-only layout module,
-reads a flat `key=value` file instead of JSON, and does the mounts with raw syscalls (no `mount` binaries).
+`drop` runs only while the fault file exists; it imports only `os`, `ctypes` and the constant-only layout module
+until the fault is really set, and reads a flat `key=value` file instead of JSON.
 """
 
 from __future__ import annotations
@@ -15,10 +19,7 @@ from __future__ import annotations
 import os
 import sys
 
-from simulator import layout, nsutil
-
-HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-_KEEP_ENV = ("SSH_CLIENT", "SSH_CONNECTION", "SSH_ORIGINAL_COMMAND", "SSH_TTY", "TERM", "LANG", "LC_ALL", "TZ")
+from simulator import layout
 
 
 def read_session(host_dir: str) -> dict[str, str]:
@@ -86,6 +87,8 @@ def maybe_drop_connection(host_dir: str) -> None:
 
 def enter_host_view(session: dict[str, str]) -> None:
     """Private mount+UTS namespace with the host's fs/ bound over the real paths; aliases under /run/deploy-sim."""
+    from simulator import nsutil  # ctypes: only the view holder needs it, not the `drop` check
+
     nsutil.unshare(nsutil.CLONE_NEWNS | nsutil.CLONE_NEWUTS)
     nsutil.make_private("/")
     nsutil.ensure_mountpoint(layout.VIEW_ALIAS, "dir")
@@ -108,31 +111,27 @@ def enter_host_view(session: dict[str, str]) -> None:
     nsutil.sethostname(session["node"])
 
 
-def session_env(host: str) -> dict[str, str]:
-    env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
-    env.update({
-        "HOME": "/root", "USER": "root", "LOGNAME": "root", "SHELL": "/bin/bash",
-        "PATH": f"{layout.VIEW_ROOT}/bin/host:{HOST_PATH}",
-        "DEPLOY_SIM_PYTHON": layout.VIEW_PYTHON, "DEPLOY_SIM_REPO": layout.VIEW_REPO,
-        layout.ROOT_ENV: layout.VIEW_ROOT, layout.HOST_ENV: host,
-    })
-    env.setdefault("LANG", "C.UTF-8")
-    return env
+def hold(host_dir: str) -> None:
+    """Build the host view, record our pid where sessions find it, and become a sleeper that keeps it."""
+    session = read_session(host_dir)
+    enter_host_view(session)
+    os.chdir("/root")  # sessions inherit it (nsenter -w); it also identifies us: /proc/PID/cwd is the host's fs/root
+    pidfile = f"{layout.VIEW_ROOT}/hosts/{session['name']}/sshd/{layout.VIEW_PID_FILE}"
+    with open(f"{pidfile}.tmp", "w") as fh:
+        fh.write(f"{os.getpid()}\n")
+    os.rename(f"{pidfile}.tmp", pidfile)
+    # argv[0] names the host directory, so `pgrep -f <root>` finds a holder left behind like any other daemon
+    os.execv("/bin/sleep", [f"deploy-sim-view {host_dir}", "infinity"])
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: python -m simulator.hostshell <host_dir>", file=sys.stderr)
+    if len(argv) != 3 or argv[1] not in ("hold", "drop"):
+        print("usage: python -m simulator.hostshell hold|drop <host_dir>", file=sys.stderr)
         return 2
-    host_dir = argv[1]
-    session = read_session(host_dir)
-    maybe_drop_connection(host_dir)
-    enter_host_view(session)
-    env = session_env(session["name"])
-    os.chdir("/root")
-    command = os.environ.get("SSH_ORIGINAL_COMMAND")
-    args = ["bash", "-c", command] if command else ["bash", "-s"]
-    os.execve("/bin/bash", args, env)
+    if argv[1] == "drop":
+        maybe_drop_connection(argv[2])
+        return 0
+    hold(argv[2])
     return 127  # not reached
 
 

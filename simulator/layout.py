@@ -42,5 +42,9 @@ CT_PERSISTENT_PATHS: tuple[str, ...] = (
 
 #: Written by the manager into hosts/<name>/sshd/: what the session shell needs, as `key=value` lines.
 SESSION_FILE = "session.conf"
+#: The pid of the process that holds a host's view (simulator.hostshell hold); sessions join its namespaces.
+VIEW_PID_FILE = "view.pid"
+#: The sh snippet that sshd's ForceCommand sources for every session (written by simulator.sshd.prepare).
+SESSION_SCRIPT = "session.sh"
 #: Present (content: N) while the host's `ssh_drop_after` fault is set, so sessions skip host.json otherwise.
 DROP_FILE = "drop-after"

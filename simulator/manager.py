@@ -5,9 +5,10 @@
     python -m simulator.manager faults sim-1 ssh_drop_after=2 task_fail=vzstart
     python -m simulator.manager ct-faults sim-1 120 crash_on_start=true
 
-Host sim-N listens on 127.0.0.(N+1): a real sshd on :2222 and the HTTPS API on :8006. Daemons are started
-detached (own session, stdio to log files) so they outlive the CLI; `down` stops exactly what `up` started,
-plus every container process (by network namespace), and is safe to repeat.
+Host sim-N listens on 127.0.0.(N+1) (beyond sim-253: 127.0.1.1, …, see _address): a real sshd on :2222 and
+the HTTPS API on :8006. Daemons are started detached (own session, stdio to log files) so they outlive the CLI;
+`down` stops exactly what `up` started, plus every container process (by network namespace), and is safe to
+repeat.
 """
 
 from __future__ import annotations
@@ -103,8 +104,17 @@ def _require_root() -> None:
         raise RuntimeError(f"{sshd.SSHD} not found: install openssh-server")
 
 
+#: Highest host number: the addresses below stay inside 127.0.0.0/8 (see _address).
+MAX_HOST_NUMBER = 253 + 254 * 255
+
+
 def _address(index: int) -> str:
-    return f"127.0.0.{index + 1}"
+    """sim-N listens on 127.0.0.(N+1) up to sim-253; fleets beyond go on in 127.0.1.1-254, 127.0.2.1-254, ...
+    (sim-254 is 127.0.1.1), skipping the .0 and .255 addresses."""
+    if index <= 253:
+        return f"127.0.0.{index + 1}"
+    block, last = divmod(index - 254, 254)
+    return f"127.0.{block + 1}.{last + 1}"
 
 
 def _root_config(root: Path) -> RootConfig:
@@ -355,8 +365,9 @@ def sim_up(root: Path = DEFAULT_ROOT, hosts: int = 1, profile: str = "rtx-pro-60
         lxc_runtime.require_lxc()
     if profile not in GPU_PROFILES:
         raise ValueError(f"unknown GPU profile {profile!r} (known: {', '.join(GPU_PROFILES)})")
-    if not (hosts >= 1 and first >= 1 and first + hosts <= 254):
-        raise ValueError("hosts must be >= 1 and sim-N must stay within 127.0.0.2-127.0.0.254")
+    if not (hosts >= 1 and first >= 1 and first + hosts - 1 <= MAX_HOST_NUMBER):
+        raise ValueError(f"hosts must be >= 1 and sim-N must stay within sim-1..sim-{MAX_HOST_NUMBER} "
+                         "(127.0.0.2-127.0.255.254)")
     root = Path(root).resolve()
     sp = SimPaths(root)
     root.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from simulator import derived
+
 CAPTURES = Path(__file__).resolve().parent / "captures"
 
 
@@ -84,6 +86,9 @@ class GpuProfile:
         return None
 
 
+_GPU_HEADING = re.compile(r"^GPU ([0-9A-Fa-f:.]+)$")
+
+
 def _parse_q(text: str) -> tuple[dict[str, str], list[dict[str, str]]]:
     """Parse `nvidia-smi -q` into a header dict and one flat 'Section/Key' dict per GPU."""
     header: dict[str, str] = {}
@@ -93,7 +98,7 @@ def _parse_q(text: str) -> tuple[dict[str, str], list[dict[str, str]]]:
     for line in text.splitlines():
         if not line.strip() or line.startswith("="):
             continue
-        m = re.match(r"^GPU ([0-9A-Fa-f:.]+)$", line)
+        m = _GPU_HEADING.match(line)
         if m:
             cur = {"Bus": m.group(1)}
             gpus.append(cur)
@@ -119,8 +124,7 @@ def _num(text: str) -> float:
     return float(m.group(0)) if m else 0.0
 
 
-def _gpus_from_q(q_text: str) -> tuple[dict[str, str], tuple[Gpu, ...]]:
-    header, blocks = _parse_q(q_text)
+def _gpus_from_q(header: dict[str, str], blocks: list[dict[str, str]]) -> tuple[dict[str, str], tuple[Gpu, ...]]:
     gpus: list[Gpu] = []
     for b in sorted(blocks, key=lambda b: b["Bus"]):
         mem_temp = b.get("Temperature/Memory Current Temp", "N/A")
@@ -149,9 +153,10 @@ def _build(
     name: str, capture_dir: str, ident_dir: str, load: LoadShape, uvm_major: int, caps_major: int,
     caps_imex_major: int, cpu_affinity: str, p2p_default: dict[str, str],
 ) -> GpuProfile:
-    q_text = (CAPTURES / ident_dir / "q.txt").read_text()
-    header, gpus = _gpus_from_q(q_text)
-    _, blocks = _parse_q(q_text)
+    q_file = CAPTURES / ident_dir / "q.txt"
+    # parsed once per machine (simulator.derived): every replayed nvidia-smi needs it
+    header, blocks = derived.cached(q_file, lambda: _parse_q(q_file.read_text()))
+    header, gpus = _gpus_from_q(header, blocks)
     b0 = sorted(blocks, key=lambda b: b["Bus"])[0]
     return GpuProfile(
         name=name,

@@ -58,6 +58,28 @@ def sim_cpu(pids: list[int]) -> float:
     return total / tick
 
 
+def sim_pss_mib(root: Path) -> float:
+    """Memory of the simulated hosts: the proportional set size (shared pages split) of every daemon of every host
+    (sshd, API server, relay, view holder) and everything they run, from /proc/PID/smaps_rollup."""
+    from simulator import procs
+
+    pids: set[int] = set()
+    for pidfile in [*root.glob("hosts/*/sshd/*.pid"), *root.glob("hosts/*/api/api.pid"),
+                    *root.glob("hosts/*/fwd/fwd.pid")]:
+        pid = procs.read_pid(pidfile)
+        if pid is not None:
+            pids |= {pid, *procs.descendants(pid)}
+    total_kb = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total_kb += int(line.split()[1])
+        except OSError:
+            continue
+    return total_kb / 1024
+
+
 def child_cpu() -> float:
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
@@ -108,7 +130,8 @@ def main() -> int:
         root = Path(args.keep) if args.keep else Path(tmp) / "sim"
         t0 = time.monotonic()
         infos = sim_up(root, hosts=args.hosts, first=args.first, time_scale=5.0, runtime="view")
-        print(f"{len(infos)} simulated hosts up in {time.monotonic() - t0:.1f} s", flush=True)
+        print(f"{len(infos)} simulated hosts up in {time.monotonic() - t0:.1f} s; their daemons use "
+              f"{sim_pss_mib(root):.0f} MiB (PSS)", flush=True)
         SIM_PIDS[:] = [i.sshd_pid for i in infos if i.sshd_pid]
         try:
             env_dir = Path(tmp) / "env"
@@ -144,6 +167,9 @@ def main() -> int:
             print(f"  engine: {engine['workers']} workers, peak {engine['peak_running']} running, peak "
                   f"{engine['peak_threads']} threads (baseline {engine['baseline_threads']}), peak "
                   f"{engine['peak_open_sockets']} open sockets")
+            peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+            print(f"  memory: deploy process peak RSS {peak_mib:.0f} MiB (largest run so far); simulated hosts "
+                  f"{sim_pss_mib(root):.0f} MiB PSS after the runs")
             per_host = sorted(h["duration_s"] for h in many.doc["hosts"])
             print(f"  per-host durations in the fleet run: min {per_host[0]:.2f} s, median "
                   f"{per_host[len(per_host) // 2]:.2f} s, max {per_host[-1]:.2f} s")

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import paramiko
 import pytest
 
-from simulator.manager import set_faults
+from orchestrator.inventory.loader import load_inventory
+from orchestrator.remote.ssh import SshHost
+from simulator import sshd
+from simulator.config import HostPaths
+from simulator.manager import set_faults, sim_up
 
 pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[2]
 
 
 def ssh_argv(info: Any, known_hosts: str) -> list[str]:
@@ -53,6 +62,17 @@ def test_paramiko_reject_policy_connects(sim: Any) -> None:
     client.close()
 
 
+def test_tool_connection_turns_nagle_off(sim: Any) -> None:
+    """The tool's own SSH connection runs with TCP_NODELAY (orchestrator.remote.ssh.open_tcp): with Nagle on,
+    each back-to-back command waited ~40 ms for a delayed ACK."""
+    host = load_inventory([REPO / "inventory", sim.host_dir.parent.parent]).find_host(sim.name)
+    with SshHost(host) as ssh:
+        assert ssh.run("hostname").stdout == f"{sim.node}\n"
+        transport = ssh.connect().client.get_transport()
+        assert transport is not None
+        assert transport.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+
+
 def test_bash_s_reads_script_from_stdin(ssh: Any) -> None:
     res = ssh.run("bash -s", stdin="set -e\nx=$((6*7))\necho answer=$x\nexit 3\n")
     assert res.rc == 3
@@ -66,6 +86,48 @@ def test_host_view_is_private(ssh: Any, sim: Any) -> None:
     assert (sim.host_dir / "fs/tmp/sim-private-probe").exists()
     assert (sim.host_dir / "fs/root/probe").exists()
     assert not __import__("os").path.exists("/tmp/sim-private-probe")
+
+
+def test_session_environment_is_the_documented_one(ssh: Any, sim: Any) -> None:
+    """Nothing from this machine's shell init (root's .bashrc: pyenv here) or sshd's own settings leaks in."""
+    res = ssh.run("env -0")
+    assert res.rc == 0, res.err
+    env = dict(kv.split("=", 1) for kv in res.out.split("\0") if kv)
+    assert set(env) == {"HOME", "USER", "LOGNAME", "SHELL", "PATH", "LANG", "PWD", "SHLVL", "_", "SSH_CLIENT",
+                        "SSH_CONNECTION", "SSH_ORIGINAL_COMMAND", "DEPLOY_SIM_PYTHON", "DEPLOY_SIM_REPO",
+                        "DEPLOY_SIM_ROOT", "DEPLOY_SIM_HOST"}
+    assert env["PATH"].split(":")[0] == "/run/deploy-sim/root/bin/host"
+    assert (env["DEPLOY_SIM_HOST"], env["PWD"]) == (sim.name, "/root")
+
+
+def test_sessions_share_one_persistent_host_view(ssh: Any, sim: Any) -> None:
+    """Every session joins the view `sim up` built (one mount namespace, not this machine's), as sessions on a
+    real host share its root: a mount made in one session is still there in the next."""
+    first = ssh.run("readlink /proc/self/ns/mnt; mkdir -p /tmp/viewprobe && mount -t tmpfs probe /tmp/viewprobe "
+                    "&& touch /tmp/viewprobe/mark")
+    assert first.rc == 0, first.err
+    try:
+        second = ssh.run("readlink /proc/self/ns/mnt; hostname; ls /tmp/viewprobe")
+        assert second.out.split() == [first.out.strip(), sim.node, "mark"]
+        assert first.out.strip() != os.readlink("/proc/self/ns/mnt")
+        assert not (sim.host_dir / "fs/tmp/viewprobe/mark").exists()  # on the tmpfs, inside the view only
+    finally:
+        ssh.run("umount /tmp/viewprobe; rmdir /tmp/viewprobe")
+
+
+def test_lost_host_view_is_reported_and_sim_up_restores_it(ssh: Any, sim: Any) -> None:
+    hp = HostPaths(sim.host_dir)
+    view = sshd.view_running(hp)
+    assert view is not None
+    ssh.close()
+    os.kill(view, signal.SIGKILL)
+    res = subprocess.run([*ssh_argv(sim, str(sim.known_hosts)), "true"], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 255
+    assert f"deploy sim: {sim.name}: the host view" in res.stderr and "deploy sim up --root" in res.stderr
+    root = sim.host_dir.parent.parent
+    (info,) = sim_up(root, hosts=1, first=int(sim.name.split("-")[1]), time_scale=5.0)
+    assert sshd.view_running(hp) not in (None, view) and info.sshd_pid is not None
+    assert ssh.run("hostname").out == f"{sim.node}\n"
 
 
 def test_ssh_drop_after_kills_one_connection(ssh: Any, sim: Any) -> None:
