@@ -30,6 +30,7 @@ from orchestrator.fleet.rollout import (
     HostRoll,
     RollSpec,
     RollStore,
+    flags_sha,
     new_roll_id,
     now_text,
     plan_waves,
@@ -176,7 +177,8 @@ class FleetRoller:
         view = FleetView(self.app.out.console, names, enabled=not self.app.as_json, tty=sys.stdout.isatty())
         with view:
             run = run_fleet(names, job, parallel=DEFAULT_PARALLEL, on_event=view, on_tick=view.tick)
-        problems: list[str] = []
+        problems: dict[str, list[str]] = {}  # one message → the hosts that gave it (a bad flag is refused by all)
+        fixes: list[str] = []
         for o in run.outcomes:
             host = self.roll.host(o.host)
             report = o.report or {}
@@ -186,16 +188,26 @@ class FleetRoller:
                     host.previous_flags_sha = report.get("previous_flags_sha")
                 host.release = host.release or report.get("previous")
                 host.flags_sha = host.flags_sha or report.get("previous_flags_sha")
-            elif host.state == "in_progress" and "equals the current release" in str(report.get("what", "")):
-                host.state, host.detail = "rolled", "already on the new flags (the interrupted run finished it)"
-                host.flags_sha = None
+            elif isinstance(report.get("details"), dict) and report["details"].get("unchanged"):
+                # Already on the requested flags (a roll that stopped earlier, or a killed run that finished it):
+                # nothing to roll here, and nothing for `rollback group` to put back.
+                details = report["details"]
+                host.state, host.release = "rolled", details.get("release")
+                host.flags_sha = flags_sha(details.get("flags") or {})
+                host.detail = "already on these flags: nothing to roll"
+                if host.previous_release is None:
+                    host.previous_flags_sha = host.flags_sha
             else:
-                problems.append(f"{o.host}: {o.detail}")
+                problems.setdefault(o.detail, []).append(o.host)
+                fix = str(report.get("fix") or "")
+                if fix and fix not in fixes:
+                    fixes.append(fix)
         if problems:
             worst = max(o.exit_code for o in run.outcomes)
-            raise _error_for(worst, f"the flag change was refused on {len(problems)} host(s) before any was "
-                                    f"changed: {'; '.join(problems)}",
-                             "fix the flags (or the host) and roll again; no host was drained or restarted")
+            count = sum(len(h) for h in problems.values())
+            text = "; ".join(f"{', '.join(hosts)}: {detail}" for detail, hosts in problems.items())
+            raise _error_for(worst, f"the flag change was refused on {count} host(s) before any was changed: {text}",
+                             "; ".join([*fixes, "no host was drained or restarted: fix it and roll again"]))
 
     # ------------------------------------------------------------------------------------------ roll
     def roll_job(self, name: str, events: HostEvents) -> HostOutcome:
@@ -212,7 +224,7 @@ class FleetRoller:
             host.detail = "; ".join(f"--{d['flag']}: {d['old']} → {d['new']}" for d in report.get("diff") or [])
         else:
             what = str(report.get("what") or outcome.detail)
-            rolled_back = "rolled back to" in what
+            rolled_back = "rolled back to" in what and "did not come back healthy" not in what
             host.state = "rolled_back" if rolled_back else "failed"
             if report.get("release") and not rolled_back:  # rolled, then not back in the router
                 host.release, host.flags_sha = report.get("release"), report.get("flags_sha")
