@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -105,3 +109,53 @@ def test_in_flight_sums_running_and_queued_requests() -> None:
     assert in_flight(SGLANG_METRICS) == 5
     assert in_flight(SGLANG_METRICS.replace("3.0", "0.0").replace("2.0", "0.0")) == 0
     assert in_flight("# nothing\nsglang:gen_throughput 1.0\n") is None
+
+
+# ---------------------------------------------------------------------------------------- CLI refusals (no host)
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """`deploy` against a two-host inventory on a loopback address where nothing listens (never reached)."""
+    inv = tmp_path / "inventory"
+    shutil.copytree(REPO / "inventory", inv)
+    for extra in inv.glob("sim*.yaml"):
+        extra.unlink()
+    hosts = (inv / "hosts.yaml").read_text().replace("10.1.230.174", "127.0.0.254")
+    (inv / "hosts.yaml").write_text(hosts)
+    (inv / "groups.yaml").write_text("groups:\n  prod: [pve-gpu-1]\n")
+    env = {**os.environ, "DEPLOY_STATE_DIR": str(tmp_path / "state")}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "orchestrator", "--inventory", str(inv), *args],
+                              capture_output=True, text=True, cwd=REPO, timeout=60, env=env)
+
+    return run
+
+
+def test_fleet_only_options_are_refused_for_one_host(cli: Callable[..., subprocess.CompletedProcess[str]]) -> None:
+    res = cli("roll", "host", "pve-gpu-1", "--set", "max-running-requests=64", "--canary", "1", "--rollback-all")
+    assert res.returncode == 2 and "--canary, --rollback-all apply to fleet rolls" in res.stderr
+    res = cli("rollback", "group", "prod", "--to", "20261130T000000-abcdef12")
+    assert res.returncode == 2 and "--to names one host's release" in res.stderr
+    res = cli("roll", "group", "prod", "--resume", "--set", "max-running-requests=64")
+    assert res.returncode == 2 and "--resume replays the interrupted fleet roll" in res.stderr
+
+
+def test_resume_and_rollback_without_a_record_say_so(cli: Callable[..., subprocess.CompletedProcess[str]]) -> None:
+    res = cli("roll", "group", "prod", "--resume")
+    assert res.returncode == 2 and "no unfinished fleet roll of group prod to resume" in res.stderr
+    res = cli("rollback", "group", "prod")
+    assert res.returncode == 2 and "no fleet roll of group prod is recorded on this machine" in res.stderr
+
+
+def test_a_roll_is_refused_while_an_interrupted_one_is_unfinished(
+        cli: Callable[..., subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
+    roll = _roll("fleetroll-20261130T100000-1", ["pve-gpu-1"])
+    roll.hosts[0].state = "in_progress"
+    RollStore(tmp_path / "state" / "fleet-rolls").save(roll)
+    res = cli("roll", "group", "prod", "--set", "max-running-requests=64")
+    assert res.returncode == 2, res.stderr
+    assert "fleet roll fleetroll-20261130T100000-1" in res.stderr and "did not finish" in res.stderr
+    assert "deploy roll group prod --resume" in res.stderr and "deploy rollback group prod" in res.stderr
