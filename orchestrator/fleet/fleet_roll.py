@@ -361,7 +361,7 @@ def fleet_roll(app: AppContext, targets: TargetSpec, spec: RollSpec | None, bodi
     roller.save()
     ok = roller.run()
     if not ok and roll.spec.rollback_all:
-        back = [h.host for h in roll.hosts if h.state == "rolled"]
+        back = roll.to_revert()
         roller.revert(back, f"--rollback-all: reverting {len(back)} rolled host(s): {', '.join(back) or 'none'}")
     roller.finish("done" if ok else "failed")
     print_report(app, roll, roller.outcomes, _command(), str(store.path(roll.id)), roll.exit_code)
@@ -380,7 +380,7 @@ def fleet_rollback(app: AppContext, targets: TargetSpec, bodies_for: BodiesFor, 
                           fix="roll back single hosts with `deploy rollback host X [--to ID]`")
     if roll.state == "running" and process_alive(roll.pid):
         raise ConfigError(f"fleet roll {roll.id} is still running (pid {roll.pid})", fix="wait for it to finish")
-    back = [h.host for h in roll.hosts if h.state in ("rolled", "in_progress") and h.previous_release]
+    back = roll.to_revert()
     roll.pid = _own_pid()
     roll.notes.append(f"rollback {now_text()} by {_command()}")
     roller = FleetRoller(app, roll, bodies_for(roll.spec), store, drain_timeout_s)

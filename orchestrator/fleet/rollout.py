@@ -119,6 +119,12 @@ class FleetRoll(BaseModel):
     def host_names(self) -> list[str]:
         return [h.host for h in self.hosts]
 
+    def to_revert(self) -> list[str]:
+        """Hosts this roll left off their previous release: rolled, in progress when it died, or failed after the
+        new release was installed (e.g. not back in the router)."""
+        return [h.host for h in self.hosts if h.previous_release and (
+            h.state in ("rolled", "in_progress") or (h.state == "failed" and h.release != h.previous_release))]
+
     @property
     def exit_code(self) -> int:
         return max((h.exit_code for h in self.hosts), default=0)

@@ -159,3 +159,15 @@ def test_a_roll_is_refused_while_an_interrupted_one_is_unfinished(
     assert res.returncode == 2, res.stderr
     assert "fleet roll fleetroll-20261130T100000-1" in res.stderr and "did not finish" in res.stderr
     assert "deploy roll group prod --resume" in res.stderr and "deploy rollback group prod" in res.stderr
+
+
+def test_to_revert_is_every_host_the_roll_moved_off_its_release() -> None:
+    roll = _roll("fleetroll-20261130T100000-1", ["a", "b", "c", "d", "e", "f"])
+    states = {"a": ("rolled", "r2"), "b": ("in_progress", "r1"), "c": ("failed", "r2"), "d": ("failed", "r1"),
+              "e": ("rolled_back", "r1"), "f": ("untouched", "r1")}
+    for h in roll.hosts:
+        h.state, h.release = states[h.host]  # type: ignore[assignment]
+        h.previous_release = "r1"
+    assert roll.to_revert() == ["a", "b", "c"]
+    roll.host("a").previous_release = None  # already on the flags before this roll: nothing to put back
+    assert roll.to_revert() == ["b", "c"]
