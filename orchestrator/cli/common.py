@@ -83,7 +83,7 @@ class AppContext:
 
 
 #: Commands that accept several hosts (group G, host a b, --all); see orchestrator.fleet.targets.
-FLEET_COMMANDS = ("up", "plan", "status", "doctor", "verify-p2p", "history")
+FLEET_COMMANDS = ("up", "plan", "status", "doctor", "verify-p2p", "history", "roll", "rollback")
 
 
 def parse_target(words: tuple[str, ...], *, required: bool = True) -> str | None:

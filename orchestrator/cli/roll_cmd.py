@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,10 @@ from orchestrator.cli.tables import Column, spec
 from orchestrator.errors import ConfigError, DeployError
 from orchestrator.fleet.command import fleet_options
 from orchestrator.fleet.details import history_detail, status_detail
+from orchestrator.fleet.fleet_roll import Bodies, fleet_roll, fleet_rollback
+from orchestrator.fleet.rollout import RollSpec, flags_sha
 from orchestrator.fleet.router import router_view
+from orchestrator.fleet.targets import parse_targets
 from orchestrator.runner import RunReport
 from orchestrator.steps.base import RunOptions
 from orchestrator.steps.state import RollRequest, RunInputs
@@ -36,6 +40,36 @@ def _flags_file(path: str) -> dict[str, Any]:
     return data
 
 
+def _fleet_bodies(request: RollRequest, *, preset: str | None, skip_bench: bool, tofu: bool) -> Bodies:
+    """The single-host bodies a fleet roll runs per host (each against that host's captured context)."""
+    return Bodies(
+        plan=lambda sub, name: roll_host(sub, ("host", name), request, preset=preset, skip_bench=skip_bench,
+                                         dry_run=True, tofu=tofu),
+        roll=lambda sub, name: roll_host(sub, ("host", name), request, preset=preset, skip_bench=skip_bench,
+                                         dry_run=False, tofu=tofu),
+        revert=lambda sub, name, to: rollback_host(sub, ("host", name), to, tofu=tofu))
+
+
+def _request(app: AppContext, sets: tuple[str, ...], unsets: tuple[str, ...], flags_file: str | None,
+             profile_name: str | None, accept_regression: bool, threshold: float | None,
+             gate_metrics: tuple[str, ...]) -> RollRequest:
+    if flags_file and profile_name:
+        raise ConfigError("give either --flags or --profile")
+    replacement: dict[str, Any] | None = None
+    if flags_file:
+        replacement = _flags_file(flags_file)
+    elif profile_name:
+        if profile_name not in app.inventory.profiles:
+            raise ConfigError(f"no profile {profile_name!r}", fix=f"known: {', '.join(app.inventory.profiles)}")
+        replacement = dict(app.inventory.profiles[profile_name].flags)
+    if replacement is None and not sets and not unsets:
+        raise ConfigError("nothing to roll", fix="give --set KEY=VALUE, --unset KEY, --flags FILE or --profile")
+    if replacement is not None and (sets or unsets):
+        raise ConfigError("--set/--unset cannot be combined with --flags/--profile")
+    return RollRequest(set=sets, unset=unsets, replacement=replacement, accept_regression=accept_regression,
+                       threshold_pct=threshold, gate_metrics=gate_metrics)
+
+
 @click.command("roll")
 @click.argument("target", nargs=-1)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Set a server flag (repeatable).")
@@ -50,32 +84,73 @@ def _flags_file(path: str) -> dict[str, Any]:
               help="Metric the gate holds (repeatable; default: the profile's gate_metrics, output throughput).")
 @click.option("--skip-bench", is_flag=True, help="Gate on health and smoke only.")
 @click.option("--dry-run", is_flag=True, help="Show the diff and validate in the container; change nothing.")
+@click.option("--all", "all_hosts", is_flag=True, help="Every host in the inventory (a fleet roll).")
+@click.option("--canary", type=int, default=None, help="Fleet rolls: hosts rolled first [default: 1].")
+@click.option("--batch", default=None, help="Fleet rolls: hosts per wave after the canary, N or P% [default: 25%].")
+@click.option("--max-unavailable", type=int, default=None,
+              help="Fleet rolls: at most N hosts out of service at once [default: 1].")
+@click.option("--rollback-all", is_flag=True, help="Fleet rolls: on a failure, roll back the hosts already rolled too.")
+@click.option("--resume", is_flag=True, help="Fleet rolls: continue the interrupted fleet roll of these hosts.")
+@click.option("--drain-timeout", type=float, default=120.0, show_default=True,
+              help="Fleet rolls behind a router: seconds to wait for a drained host's requests to finish.")
 @tofu_option
 @common_options
 def roll(app: AppContext, target: tuple[str, ...], sets: tuple[str, ...], unsets: tuple[str, ...],
          flags_file: str | None, profile_name: str | None, accept_regression: bool, threshold: float | None,
-         preset: str | None, gate_metrics: tuple[str, ...], skip_bench: bool, dry_run: bool, tofu: bool) -> int:
+         preset: str | None, gate_metrics: tuple[str, ...], skip_bench: bool, dry_run: bool, all_hosts: bool,
+         canary: int | None, batch: str | None, max_unavailable: int | None, rollback_all: bool, resume: bool,
+         drain_timeout: float, tofu: bool) -> int:
     """Roll a new server flag set with a health gate, a throughput gate and automatic rollback.
 
-    e.g. `deploy roll host 10.1.230.174 --set num-continuous-decode-steps=8`
+    e.g. `deploy roll host 10.1.230.174 --set num-continuous-decode-steps=8`;
+    a fleet: `deploy roll group prod --set K=V --canary 1 --batch 25% --max-unavailable 1 [--rollback-all]`
     """
-    if flags_file and profile_name:
-        raise ConfigError("give either --flags or --profile")
-    replacement: dict[str, Any] | None = None
-    if flags_file:
-        replacement = _flags_file(flags_file)
-    elif profile_name:
-        if profile_name not in app.inventory.profiles:
-            raise ConfigError(f"no profile {profile_name!r}", fix=f"known: {', '.join(app.inventory.profiles)}")
-        replacement = dict(app.inventory.profiles[profile_name].flags)
-    if replacement is None and not sets and not unsets:
-        raise ConfigError("nothing to roll", fix="give --set KEY=VALUE, --unset KEY, --flags FILE or --profile")
-    if replacement is not None and (sets or unsets):
-        raise ConfigError("--set/--unset cannot be combined with --flags/--profile")
+    targets = parse_targets(target, all_hosts=all_hosts)
+    fleet_only = {"--canary": canary is not None, "--batch": batch is not None,
+                  "--max-unavailable": max_unavailable is not None, "--rollback-all": rollback_all,
+                  "--resume": resume}
+    if not targets.fleet:
+        given = [k for k, v in fleet_only.items() if v]
+        if given:
+            raise ConfigError(f"{', '.join(given)} apply to fleet rolls (a group, several hosts or --all)",
+                              fix="e.g. `deploy roll group prod --set K=V --canary 1 --batch 25%`")
     if preset:
         app.inventory.preset(preset)
-    request = RollRequest(set=sets, unset=unsets, replacement=replacement, accept_regression=accept_regression,
-                          threshold_pct=threshold, gate_metrics=gate_metrics)
+    if targets.fleet and resume:
+        if sets or unsets or flags_file or profile_name or dry_run:
+            raise ConfigError("--resume replays the interrupted fleet roll's own flag change and options",
+                              fix=f"drop --set/--unset/--flags/--profile/--dry-run: `deploy roll {targets.describe()} "
+                                  "--resume`")
+        return fleet_roll(app, targets, None, _bodies_for(tofu), resume=True, drain_timeout_s=drain_timeout)
+    request = _request(app, sets, unsets, flags_file, profile_name, accept_regression, threshold, gate_metrics)
+    if not targets.fleet:
+        return roll_host(app, target, request, preset=preset, skip_bench=skip_bench, dry_run=dry_run, tofu=tofu)
+    if dry_run:
+        raise ConfigError("--dry-run is for one host", fix="`deploy plan`-like check per host: deploy roll host X "
+                                                           "--set K=V --dry-run")
+    spec = RollSpec(set=list(sets), unset=list(unsets), replacement=request.replacement,
+                    accept_regression=accept_regression, threshold_pct=threshold, gate_metrics=list(gate_metrics),
+                    preset=preset, skip_bench=skip_bench, canary=1 if canary is None else canary,
+                    batch=batch or "25%", max_unavailable=1 if max_unavailable is None else max_unavailable,
+                    rollback_all=rollback_all)
+    return fleet_roll(app, targets, spec, _bodies_for(tofu), resume=False, drain_timeout_s=drain_timeout)
+
+
+def _bodies_for(tofu: bool) -> Callable[[RollSpec], Bodies]:
+    """A fleet roll's per-host bodies, built from its recorded request (so --resume replays the same one)."""
+
+    def build(spec: RollSpec) -> Bodies:
+        request = RollRequest(set=tuple(spec.set), unset=tuple(spec.unset), replacement=spec.replacement,
+                              accept_regression=spec.accept_regression, threshold_pct=spec.threshold_pct,
+                              gate_metrics=tuple(spec.gate_metrics))
+        return _fleet_bodies(request, preset=spec.preset, skip_bench=spec.skip_bench, tofu=tofu)
+
+    return build
+
+
+def roll_host(app: AppContext, target: tuple[str, ...], request: RollRequest, *, preset: str | None,
+              skip_bench: bool, dry_run: bool, tofu: bool) -> int:
+    """One host's roll (the single-host command's body; a fleet roll runs it per host)."""
     options = RunOptions(dry_run=dry_run, skip_bench=skip_bench, preset=preset, tofu=tofu, command=command_line())
     report: RunReport | None = None
     error: DeployError | None = None
@@ -98,6 +173,9 @@ def roll(app: AppContext, target: tuple[str, ...], sets: tuple[str, ...], unsets
     payload["release"] = report.state.server.release
     payload["previous"] = cand.previous if cand else None
     payload["diff"] = [{"flag": k, "old": a, "new": b} for k, a, b in (cand.flag_diff if cand else [])]
+    if cand is not None:
+        payload["flags_sha"] = flags_sha(cand.new_flags.as_dict())
+        payload["previous_flags_sha"] = flags_sha(cand.base_flags.as_dict())
     if report.state.gate is not None:
         payload["gate"] = report.state.gate.model_dump(mode="json")
     app.out.emit(payload)
@@ -115,10 +193,27 @@ def roll(app: AppContext, target: tuple[str, ...], sets: tuple[str, ...], unsets
 @click.command("rollback")
 @click.argument("target", nargs=-1)
 @click.option("--to", "to_release", default=None, metavar="RELEASE", help="Release id (default: the previous one).")
+@click.option("--all", "all_hosts", is_flag=True, help="Every host in the inventory (reverts its last fleet roll).")
+@click.option("--drain-timeout", type=float, default=120.0, show_default=True,
+              help="Fleets behind a router: seconds to wait for a drained host's requests to finish.")
 @tofu_option
 @common_options
-def rollback(app: AppContext, target: tuple[str, ...], to_release: str | None, tofu: bool) -> int:
-    """Re-install a previous release and wait until it is healthy."""
+def rollback(app: AppContext, target: tuple[str, ...], to_release: str | None, all_hosts: bool,
+             drain_timeout: float, tofu: bool) -> int:
+    """Re-install a previous release and wait until it is healthy.
+
+    On a fleet (`deploy rollback group prod`): every host the last fleet roll of those hosts changed goes back
+    to the release it had before that roll, drained through the router like a roll.
+    """
+    targets = parse_targets(target, all_hosts=all_hosts)
+    if targets.fleet:
+        if to_release:
+            raise ConfigError("--to names one host's release", fix="use it with `deploy rollback host X --to ID`")
+        return fleet_rollback(app, targets, _bodies_for(tofu), drain_timeout_s=drain_timeout)
+    return rollback_host(app, target, to_release, tofu=tofu)
+
+
+def rollback_host(app: AppContext, target: tuple[str, ...], to_release: str | None, *, tofu: bool) -> int:
     options = RunOptions(tofu=tofu, command=command_line())
     report = run_with_progress(app, target, "rollback", options, RunInputs(rollback_to=to_release))
     app.out.emit({**report.to_dict(), "release": report.state.server.release})

@@ -69,7 +69,8 @@ def resolve_release(ctx: StepContext, record: StepRecord) -> None:
     diff = diff_flags(base, new)
     if not diff:
         raise ConfigError("the new flag set equals the current release's: nothing to roll",
-                          fix="change at least one flag", host=ctx.host.name)
+                          fix="change at least one flag", host=ctx.host.name,
+                          details={"unchanged": True, "release": state.release, "flags": base.as_dict()})
     preset = ctx.options.preset or ctx.profile.bench_preset
     ctx.state.candidate = Candidate(previous=state.release, base_flags=base, new_flags=new, flag_diff=diff,
                                     baseline=baseline_bench(ctx, preset))

@@ -107,9 +107,10 @@ def test_group_with_an_unknown_host_in_yaml_is_exit_2_naming_group_and_host(inv_
 
 def test_single_host_commands_refuse_fleet_targets(inv_dir: Path) -> None:
     (inv_dir / "groups.yaml").write_text("groups:\n  prod: [pve-gpu-1]\n")
-    res = deploy("roll", "group", "prod", "--set", "max-running-requests=64", inventory=inv_dir)
+    res = deploy("smoke", "group", "prod", inventory=inv_dir)
     assert res.returncode == 2
     assert "this command takes one host, got group prod" in res.stderr and "up, plan, status" in res.stderr
+    assert "roll, rollback" in res.stderr  # fleet rolls: tests/unit/test_fleet_rollout.py, tests/e2e
 
 
 def test_up_without_a_target_and_a_fleet_with_a_bad_name_change_nothing(inv_dir: Path) -> None:

@@ -1,0 +1,107 @@
+"""Draining a host through the real router before its restart, and adding it back once healthy.
+
+Why these signals (sglang-router 0.3.2, see docs/fleet.md "The router"):
+- removal is `DELETE /workers/{id}` (through RouterClient.remove_worker); after it the router sends the worker no
+  new request, but requests it already forwarded keep running on the server;
+- once removed, the router no longer lists the worker, so its `load` cannot say when those finish. The server's
+  own Prometheus gauges can: `sglang:num_running_reqs` and `sglang:num_queue_reqs` on `/metrics` (sglang exempts
+  `/metrics` from the API key; the profile's `enable-metrics` turns it on). The drain waits until both read 0
+  twice in a row, so a request the router had picked just before the removal is counted too;
+- adding back is `POST /workers` (202, queued); the worker joins only after the router's own health check, so the
+  drain waits until `GET /workers` lists it healthy before the roll moves on.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import requests
+
+from orchestrator.errors import RemoteError
+from orchestrator.fleet.router import RouterClient
+
+IN_FLIGHT_GAUGES = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+([-+0-9.eEinfaINF]+)")
+
+
+def in_flight(metrics_text: str) -> int | None:
+    """Running + queued requests from sglang's /metrics text; None when neither gauge is there. Pure."""
+    total, seen = 0.0, False
+    for line in metrics_text.splitlines():
+        m = _SAMPLE.match(line)
+        if m and m.group(1) in IN_FLIGHT_GAUGES:
+            total += float(m.group(2))
+            seen = True
+    return int(total) if seen else None
+
+
+@dataclass
+class DrainResult:
+    removed: bool  # the router listed the worker and removed it
+    waited_s: float
+    in_flight_at_removal: int | None
+    note: str
+
+
+class Drainer:
+    """One router, many workers: drain (remove + wait for in-flight) and restore (add + wait until healthy)."""
+
+    def __init__(self, client: RouterClient, *, drain_timeout_s: float = 120.0, join_timeout_s: float = 180.0,
+                 poll_s: float = 0.5, say: Callable[[str], None] | None = None) -> None:
+        self.client = client
+        self.drain_timeout_s = drain_timeout_s
+        self.join_timeout_s = join_timeout_s
+        self.poll_s = poll_s
+        self.say = say or (lambda _text: None)
+
+    def _server_in_flight(self, url: str) -> int | None:
+        try:
+            resp = requests.get(f"{url}/metrics", timeout=5)
+        except requests.RequestException:
+            return None
+        return in_flight(resp.text) if resp.status_code == 200 else None
+
+    def drain(self, url: str) -> DrainResult:
+        """Remove the worker, then wait until its server has no running or queued request (bounded)."""
+        began = time.monotonic()
+        removed = self.client.remove_worker(url)
+        first = self._server_in_flight(url)
+        if first is None:
+            note = (f"removed from the router; its server's /metrics gives no in-flight count (enable-metrics "
+                    f"off?): waited a grace of {self.poll_s * 10:.0f} s")
+            time.sleep(self.poll_s * 10)
+            return DrainResult(removed, time.monotonic() - began, None, note)
+        zero_reads = 0
+        current: int | None = first
+        while time.monotonic() - began < self.drain_timeout_s:
+            zero_reads = zero_reads + 1 if current == 0 else 0
+            if zero_reads >= 2:
+                waited = time.monotonic() - began
+                what = "removed from the router" if removed else "not listed by the router"
+                return DrainResult(removed, waited, first,
+                                   f"{what}; {first} request(s) in flight finished in {waited:.1f} s")
+            if current:
+                self.say(f"draining: {current} request(s) still in flight on {url}")
+            time.sleep(self.poll_s)
+            current = self._server_in_flight(url)
+        raise RemoteError(f"drain of {url}: {current} request(s) still in flight after {self.drain_timeout_s:.0f} s",
+                          fix="the worker is out of the router and was not restarted; wait for the long requests "
+                              "or raise --drain-timeout, then resume", step="drain")
+
+    def restore(self, url: str, api_key: str | None = None) -> float:
+        """Add the worker back and wait until the router lists it healthy; returns the seconds it took."""
+        began = time.monotonic()
+        worker = self.client.find(url)
+        if worker is None:
+            self.client.add_worker(url, api_key)
+        while time.monotonic() - began < self.join_timeout_s:
+            worker = self.client.find(url)
+            if worker is not None and worker.healthy:
+                return time.monotonic() - began
+            time.sleep(self.poll_s)
+        raise RemoteError(f"router did not list {url} as a healthy worker within {self.join_timeout_s:.0f} s "
+                          "after POST /workers", fix="check the router's journal and the host's /health; the host "
+                          "is rolled but out of the router", step="router")

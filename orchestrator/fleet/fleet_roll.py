@@ -1,0 +1,400 @@
+"""`deploy roll group G` and `deploy rollback group G`: canary first, then waves, each host drained through the router.
+
+Why it is built on the single-host commands: each host's roll is exactly `deploy roll host X` (validation, health,
+smoke, throughput gate against that host's own baseline, automatic rollback), run as a body on the fleet engine
+with its output captured. This module only decides which host goes when (waves, at most --max-unavailable out of
+service at once), drains it around its roll, stops at the first failure, and keeps the record (rollout.py) that
+--resume and `rollback group` read.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.cli.common import AppContext
+from orchestrator.cli.tables import Column
+from orchestrator.cli.tables import spec as table_spec
+from orchestrator.errors import CheckFailed, ConfigError, DeployError, RemoteError
+from orchestrator.fleet.command import DEFAULT_PARALLEL, HostApp, host_outcome
+from orchestrator.fleet.drain import Drainer
+from orchestrator.fleet.engine import HostEvents, HostOutcome, run_fleet
+from orchestrator.fleet.rollout import (
+    STATE_WORDS,
+    FleetRoll,
+    HostRoll,
+    RollSpec,
+    RollStore,
+    flags_sha,
+    new_roll_id,
+    now_text,
+    plan_waves,
+    process_alive,
+)
+from orchestrator.fleet.router import RouterClient, router_api_key, router_base_url, router_workers, worker_url
+from orchestrator.fleet.targets import TargetSpec, resolve_targets
+from orchestrator.fleet.view import FleetView
+
+Payload = dict[str, Any]
+#: Runs one host's single-host body against `app` (a captured HostApp); returns its exit code.
+HostBody = Callable[[AppContext, str], int]
+#: Reverts one host to a release id (the single-host `rollback --to`).
+RevertBody = Callable[[AppContext, str, str], int]
+
+
+@dataclass
+class Bodies:
+    plan: HostBody  # `roll --dry-run`: resolve + validate in the container, changes nothing
+    roll: HostBody  # `roll host X`
+    revert: RevertBody  # `rollback host X --to ID`
+
+
+def _run_body(app: AppContext, name: str, events: HostEvents, call: Callable[[AppContext], int]) -> HostOutcome:
+    sub = HostApp(inventory_dirs=app.inventory_dirs, as_json=True, events=events)
+    sub.__dict__["inventory"] = app.inventory
+    try:
+        code = int(call(sub) or 0)
+        report = sub.captured.payload or {"ok": code == 0, "host": name}
+    except DeployError as err:
+        code, report = err.exit_code, {"ok": False, **err.to_dict()}
+    return host_outcome(name, code, report, sub.records)
+
+
+class _Router:
+    """The router's side of a fleet roll: which hosts are its workers, and a Drainer per host job."""
+
+    def __init__(self, app: AppContext, drain_timeout_s: float) -> None:
+        inv = app.inventory
+        self.spec = inv.router
+        self.base = router_base_url(inv) if self.spec is not None else None
+        self.key = router_api_key(inv) if self.spec is not None else None
+        self.urls = {h.name: worker_url(inv, h) for h in router_workers(inv)}
+        self.worker_keys: dict[str, str | None] = {}
+        for h in router_workers(inv):
+            key = inv.profile_for(h).api_key
+            self.worker_keys[h.name] = key.read() if key is not None else None
+        self.drain_timeout_s = drain_timeout_s
+
+    def check(self) -> None:
+        if self.base is None:
+            return
+        with RouterClient(self.base, self.key, timeout_s=5.0) as client:
+            if not client.healthy():
+                raise RemoteError(f"router {self.base} does not answer /health: hosts cannot be drained",
+                                  fix="start the router (systemctl start sglang-router), or remove the router: "
+                                      "section to roll without draining; nothing was changed", step="drain")
+
+    def drainer(self, events: HostEvents) -> Drainer:
+        assert self.base is not None
+        return Drainer(RouterClient(self.base, self.key), drain_timeout_s=self.drain_timeout_s, say=events.say)
+
+    def around(self, host: HostRoll, events: HostEvents, action: Callable[[], HostOutcome]) -> HostOutcome:
+        """Drain, act, and add the host back only when the action succeeded (a failed host stays out)."""
+        url = self.urls.get(host.host)
+        if self.base is None or url is None:
+            host.router = "no router: not drained" if self.base is None else "not a router worker: not drained"
+            return action()
+        drainer = self.drainer(events)
+        try:
+            events.step("drain")
+            try:
+                drained = drainer.drain(url)
+            except DeployError as err:
+                err.at(host=host.host, step="drain")
+                host.router = f"drain failed: {err.what}"
+                return HostOutcome(host.host, "failed", exit_code=err.exit_code,
+                                   report={"ok": False, **err.to_dict()}, detail=f"drain: {err.what}")
+            outcome = action()
+            if outcome.exit_code != 0:
+                host.router = f"{drained.note}; left out of the router after the failure (add it back once checked)"
+                return outcome
+            events.step("router add")
+            try:
+                took = drainer.restore(url, self.worker_keys.get(host.host))
+            except DeployError as err:
+                err.at(host=host.host, step="router")
+                host.router = f"{drained.note}; NOT back in the router: {err.what}"
+                outcome.exit_code, outcome.result = err.exit_code, "failed"
+                outcome.detail = f"router: {err.what}"
+                return outcome
+            host.router = f"{drained.note}; back in the router, healthy after {took:.1f} s"
+            return outcome
+        finally:
+            drainer.client.close()
+
+
+def _error_for(code: int, what: str, fix: str) -> DeployError:
+    cls: type[DeployError] = {2: ConfigError, 3: RemoteError}.get(code, CheckFailed)
+    return cls(what, fix=fix, step="preflight")
+
+
+#: Builds the bodies from a roll's recorded request (a new roll's, or the one --resume replays).
+BodiesFor = Callable[[RollSpec], Bodies]
+
+
+class FleetRoller:
+    """One fleet roll (new or resumed) or revert, with its record saved after every host."""
+
+    def __init__(self, app: AppContext, roll: FleetRoll, bodies: Bodies, store: RollStore,
+                 drain_timeout_s: float) -> None:
+        self.app, self.roll, self.bodies, self.store = app, roll, bodies, store
+        self.router = _Router(app, drain_timeout_s)
+        self.roll.router = self.router.base
+        self._lock = threading.Lock()
+        self.outcomes: dict[str, HostOutcome] = {}
+
+    def save(self) -> None:
+        with self._lock:
+            self.store.save(self.roll)
+
+    def _wave(self, names: list[str], job: Callable[[str, HostEvents], HostOutcome], parallel: int,
+              title: str) -> bool:
+        """Run one wave; True when every host in it succeeded."""
+        self.app.out.line(title)
+        view = FleetView(self.app.out.console, names, enabled=not self.app.as_json, tty=sys.stdout.isatty())
+        with view:
+            run = run_fleet(names, job, parallel=max(1, min(parallel, len(names))), fail_fast=True,
+                            on_event=view, on_tick=view.tick)
+        for o in run.outcomes:
+            self.outcomes[o.host] = o
+        return all(o.exit_code == 0 and o.result != "skipped" for o in run.outcomes)
+
+    # ------------------------------------------------------------------------------------------ preflight
+    def preflight(self, names: list[str]) -> None:
+        """Validate the flag request on every host still to roll (its own sglang's parser); refuse on any problem."""
+        if not names:
+            return
+
+        def job(name: str, events: HostEvents) -> HostOutcome:
+            return _run_body(self.app, name, events, lambda sub: self.bodies.plan(sub, name))
+
+        self.app.out.line(f"checking the flag change on {len(names)} host(s) before touching any")
+        view = FleetView(self.app.out.console, names, enabled=not self.app.as_json, tty=sys.stdout.isatty())
+        with view:
+            run = run_fleet(names, job, parallel=DEFAULT_PARALLEL, on_event=view, on_tick=view.tick)
+        problems: dict[str, list[str]] = {}  # one message → the hosts that gave it (a bad flag is refused by all)
+        fixes: list[str] = []
+        for o in run.outcomes:
+            host = self.roll.host(o.host)
+            report = o.report or {}
+            if o.exit_code == 0:
+                if host.previous_release is None:
+                    host.previous_release = report.get("previous")
+                    host.previous_flags_sha = report.get("previous_flags_sha")
+                host.release = host.release or report.get("previous")
+                host.flags_sha = host.flags_sha or report.get("previous_flags_sha")
+            elif isinstance(report.get("details"), dict) and report["details"].get("unchanged"):
+                # Already on the requested flags (a roll that stopped earlier, or a killed run that finished it):
+                # nothing to roll here, and nothing for `rollback group` to put back.
+                details = report["details"]
+                host.state, host.release = "rolled", details.get("release")
+                host.flags_sha = flags_sha(details.get("flags") or {})
+                host.detail = "already on these flags: nothing to roll"
+                if host.previous_release is None:
+                    host.previous_flags_sha = host.flags_sha
+            else:
+                problems.setdefault(o.detail, []).append(o.host)
+                fix = str(report.get("fix") or "")
+                if fix and fix not in fixes:
+                    fixes.append(fix)
+        if problems:
+            worst = max(o.exit_code for o in run.outcomes)
+            count = sum(len(h) for h in problems.values())
+            text = "; ".join(f"{', '.join(hosts)}: {detail}" for detail, hosts in problems.items())
+            raise _error_for(worst, f"the flag change was refused on {count} host(s) before any was changed: {text}",
+                             "; ".join([*fixes, "no host was drained or restarted: fix it and roll again"]))
+
+    # ------------------------------------------------------------------------------------------ roll
+    def roll_job(self, name: str, events: HostEvents) -> HostOutcome:
+        host = self.roll.host(name)
+        host.state = "in_progress"
+        self.save()
+        outcome = self.router.around(host, events, lambda: _run_body(
+            self.app, name, events, lambda sub: self.bodies.roll(sub, name)))
+        report = outcome.report or {}
+        if outcome.exit_code == 0:
+            host.state, host.exit_code = "rolled", 0
+            host.release = report.get("release") or host.release
+            host.flags_sha = report.get("flags_sha") or host.flags_sha
+            host.detail = "; ".join(f"--{d['flag']}: {d['old']} → {d['new']}" for d in report.get("diff") or [])
+        else:
+            what = str(report.get("what") or outcome.detail)
+            rolled_back = "rolled back to" in what and "did not come back healthy" not in what
+            host.state = "rolled_back" if rolled_back else "failed"
+            if report.get("release") and not rolled_back:  # rolled, then not back in the router
+                host.release, host.flags_sha = report.get("release"), report.get("flags_sha")
+            else:
+                host.release, host.flags_sha = host.previous_release, host.previous_flags_sha
+            host.exit_code = outcome.exit_code or 1
+            host.detail = outcome.detail or what
+        self.save()
+        return outcome
+
+    def revert_job(self, name: str, events: HostEvents) -> HostOutcome:
+        host = self.roll.host(name)
+        target = host.previous_release
+        assert target is not None
+        outcome = self.router.around(host, events, lambda: _run_body(
+            self.app, name, events, lambda sub: self.bodies.revert(sub, name, target)))
+        if outcome.exit_code == 0:
+            host.state, host.exit_code = "reverted", 0
+            host.release, host.flags_sha = target, host.previous_flags_sha
+            host.detail = f"back on {target}"
+        else:
+            host.state, host.exit_code = "failed", outcome.exit_code
+            host.detail = f"revert to {target} failed: {outcome.detail}"
+        self.save()
+        return outcome
+
+    def run(self) -> bool:
+        """The waves in order; stops at the first failed wave. True when every host rolled."""
+        spec = self.roll.spec
+        for index, wave in enumerate(self.roll.waves):
+            todo = [n for n in wave if self.roll.host(n).state in ("pending", "in_progress")]
+            done = [n for n in wave if n not in todo]
+            kind = "canary" if index == 0 and spec.canary else "wave"
+            if not todo:
+                self.app.out.line(f"{kind} {index}: {', '.join(wave)} already done (skipped)")
+                continue
+            title = (f"{kind} {index}: {', '.join(todo)}" + (f" (already done: {', '.join(done)})" if done else "")
+                     + f"; at most {spec.max_unavailable} out of service at once")
+            if not self._wave(todo, self.roll_job, spec.max_unavailable, title):
+                return False
+        return True
+
+    def revert(self, names: list[str], title: str) -> bool:
+        if not names:
+            return True
+        return self._wave(names, self.revert_job, self.roll.spec.max_unavailable, title)
+
+    def finish(self, state: str) -> None:
+        for h in self.roll.hosts:
+            if h.state == "pending":
+                h.state = "untouched"
+                h.detail = h.detail or "not rolled: the rollout stopped before this host"
+        self.roll.state = state  # type: ignore[assignment]
+        self.save()
+
+
+# ---------------------------------------------------------------------------------------------- report
+def report_payload(roll: FleetRoll, outcomes: dict[str, HostOutcome], command: str, exit_code: int) -> Payload:
+    return {"ok": exit_code == 0 and roll.state in ("done", "reverted"), "command": command, "exit_code": exit_code,
+            "targets": roll.targets,
+            "roll": {"id": roll.id, "state": roll.state, "waves": roll.waves, "router": roll.router,
+                     **roll.spec.model_dump(mode="json"), "record": None},
+            "hosts": [{**h.model_dump(mode="json"), "result": STATE_WORDS[h.state],
+                       "report": outcomes[h.host].report if h.host in outcomes else None} for h in roll.hosts]}
+
+
+def print_report(app: AppContext, roll: FleetRoll, outcomes: dict[str, HostOutcome], command: str,
+                 record_path: str, exit_code: int) -> None:
+    payload = report_payload(roll, outcomes, command, exit_code)
+    payload["roll"]["record"] = record_path
+    app.out.emit(payload)
+    rows = []
+    for h in roll.hosts:
+        wave = "canary" if h.wave == 0 and roll.spec.canary else str(h.wave)
+        rows.append((h.host, wave, STATE_WORDS[h.state], h.release or "-", h.flags_sha or "-",
+                     h.router or "-", h.detail or "-"))
+    headers: list[str | Column] = ["host", "wave", "result", "release now", "flags", "router", "detail"]
+    app.out.table(table_spec(f"{command}: fleet roll {roll.id} {roll.state}", headers, rows))
+    counts: dict[str, int] = {}
+    for h in roll.hosts:
+        counts[STATE_WORDS[h.state]] = counts.get(STATE_WORDS[h.state], 0) + 1
+    app.out.line(f"fleet roll {roll.id}: " + ", ".join(f"{n} {w}" for w, n in counts.items())
+                 + f"; {roll.state}; exit {exit_code}; record {record_path}")
+
+
+# ---------------------------------------------------------------------------------------------- commands
+def _command() -> str:
+    return "deploy " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+def fleet_roll(app: AppContext, targets: TargetSpec, spec: RollSpec | None, bodies_for: BodiesFor, *, resume: bool,
+               drain_timeout_s: float, store: RollStore | None = None) -> int:
+    """`deploy roll <fleet> …` (spec given) or `… --resume` (spec None: the record's)."""
+    store = store or RollStore()
+    names = [h.name for h in resolve_targets(app.inventory, targets)]
+    unfinished = store.unfinished(names)
+    words = targets.describe()
+    if unfinished is not None and process_alive(unfinished.pid):
+        raise ConfigError(f"fleet roll {unfinished.id} ({unfinished.command}) is still running (pid "
+                          f"{unfinished.pid}) on hosts {', '.join(unfinished.host_names)}",
+                          fix="wait for it to finish; `deploy status " + words + "` shows the hosts meanwhile")
+    if resume:
+        if unfinished is None:
+            raise ConfigError(f"no unfinished fleet roll of {words} to resume",
+                              fix=f"start one with `deploy roll {words} --set K=V`; `deploy rollback {words}` "
+                                  "reverts the last finished one")
+        roll = unfinished
+        roll.pid = _own_pid()
+        roll.notes.append(f"resumed {now_text()} by {_command()}")
+    else:
+        if unfinished is not None:
+            rolled = [h.host for h in unfinished.hosts if h.state in ("rolled", "in_progress")]
+            raise ConfigError(f"fleet roll {unfinished.id} ({unfinished.command}) did not finish: it was "
+                              f"interrupted with {len(rolled)} host(s) rolled or in progress "
+                              f"({', '.join(rolled) or 'none'})",
+                              fix=f"continue it with `deploy roll {words} --resume`, or revert it with "
+                                  f"`deploy rollback {words}`; then roll again")
+        assert spec is not None
+        if spec.max_unavailable < 1:
+            raise ConfigError("--max-unavailable must be at least 1", fix="e.g. --max-unavailable 1")
+        waves = plan_waves(names, canary=spec.canary, batch=spec.batch)
+        wave_of = {n: i for i, w in enumerate(waves) for n in w}
+        roll = FleetRoll(id=new_roll_id(), command=_command(), targets=words, inventory=app.inventory_paths,
+                         pid=_own_pid(), started=now_text(), updated=now_text(), spec=spec, waves=waves,
+                         hosts=[HostRoll(host=n, wave=wave_of[n]) for n in names])
+    roller = FleetRoller(app, roll, bodies_for(roll.spec), store, drain_timeout_s)
+    roller.router.check()
+    if roller.router.base is None:
+        app.out.line("no router: section in the inventory: hosts are rolled without draining")
+    else:
+        app.out.line(f"router {roller.router.base}: each host is removed (DELETE /workers/{{id}}), drained, rolled, "
+                     "and added back (POST /workers) once healthy")
+    roller.preflight([h.host for h in roll.hosts if h.state in ("pending", "in_progress")])
+    roller.save()
+    ok = roller.run()
+    if not ok and roll.spec.rollback_all:
+        back = roll.to_revert()
+        roller.revert(back, f"--rollback-all: reverting {len(back)} rolled host(s): {', '.join(back) or 'none'}")
+    roller.finish("done" if ok else "failed")
+    print_report(app, roll, roller.outcomes, _command(), str(store.path(roll.id)), roll.exit_code)
+    return roll.exit_code
+
+
+def fleet_rollback(app: AppContext, targets: TargetSpec, bodies_for: BodiesFor, *, drain_timeout_s: float,
+                   store: RollStore | None = None) -> int:
+    """`deploy rollback <fleet>`: every host the last fleet roll of these hosts changed goes back to its release."""
+    store = store or RollStore()
+    names = [h.name for h in resolve_targets(app.inventory, targets)]
+    roll = store.last(names)
+    words = targets.describe()
+    if roll is None:
+        raise ConfigError(f"no fleet roll of {words} is recorded on this machine ({store.root})",
+                          fix="roll back single hosts with `deploy rollback host X [--to ID]`")
+    if roll.state == "running" and process_alive(roll.pid):
+        raise ConfigError(f"fleet roll {roll.id} is still running (pid {roll.pid})", fix="wait for it to finish")
+    back = roll.to_revert()
+    roll.pid = _own_pid()
+    roll.notes.append(f"rollback {now_text()} by {_command()}")
+    roller = FleetRoller(app, roll, bodies_for(roll.spec), store, drain_timeout_s)
+    roller.router.check()
+    for h in roll.hosts:
+        if h.state == "pending":
+            h.state = "untouched"
+    ok = roller.revert(back, f"reverting fleet roll {roll.id} ({roll.command}) on {len(back)} host(s): "
+                             f"{', '.join(back) or 'none (no host is on its new flags)'}")
+    roller.finish("reverted" if ok else "failed")
+    code = max((o.exit_code for o in roller.outcomes.values()), default=0)
+    print_report(app, roll, roller.outcomes, _command(), str(store.path(roll.id)), code)
+    return code
+
+
+def _own_pid() -> int:
+    return os.getpid()

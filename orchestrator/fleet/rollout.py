@@ -1,0 +1,200 @@
+"""A fleet roll's plan and progress: the waves (pure), and the record kept on the operator machine (typed state).
+
+Why a record on this machine: a fleet roll outlives any one host's lock. If the `deploy` process dies mid-wave,
+`deploy roll … --resume` needs the same flag request, the same waves and which hosts are already done, and
+`deploy rollback group G` needs every host's release from before the roll. Each host's own releases live on the
+host; this file only says which host the fleet roll took where. One JSON file per fleet roll under
+`state_dir()/fleet-rolls/`, rewritten atomically after every host's step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from orchestrator.errors import ConfigError
+from orchestrator.paths import state_dir
+
+HostState = Literal["pending", "in_progress", "rolled", "rolled_back", "failed", "untouched", "reverted"]
+RollState = Literal["running", "done", "failed", "reverted"]
+#: How each host state reads in the report.
+STATE_WORDS: dict[str, str] = {"pending": "pending", "in_progress": "in progress", "rolled": "rolled",
+                               "rolled_back": "rolled back", "failed": "failed", "untouched": "untouched",
+                               "reverted": "reverted"}
+
+
+def flags_sha(values: Mapping[str, Any]) -> str:
+    """A short, stable digest of a canonical flag set (what the report shows beside each release id)."""
+    return hashlib.sha256(json.dumps(dict(values), sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+# ------------------------------------------------------------------------------------------------ the plan
+def batch_size(batch: str, hosts: int) -> int:
+    """`--batch`: a count (`2`) or a percentage of the whole fleet (`25%`, rounded up, at least 1)."""
+    text = batch.strip()
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)%", text)
+    if m:
+        pct = float(m.group(1))
+        if not 0 < pct <= 100:
+            raise ConfigError(f"--batch {batch}: a percentage must be above 0 and at most 100",
+                              fix="e.g. --batch 25% or --batch 2")
+        return max(1, math.ceil(hosts * pct / 100))
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigError(f"--batch {batch}: give a host count (at least 1) or a percentage",
+                          fix="e.g. --batch 25% or --batch 2")
+    return int(text)
+
+
+def plan_waves(hosts: Sequence[str], *, canary: int, batch: str) -> list[list[str]]:
+    """Wave 0 holds the canaries (the first `canary` hosts in target order); the rest go in waves of `batch`."""
+    if canary < 0 or canary > len(hosts):
+        raise ConfigError(f"--canary {canary}: the targets have {len(hosts)} host(s)",
+                          fix=f"give --canary between 0 and {len(hosts)}")
+    size = batch_size(batch, len(hosts))
+    waves = [list(hosts[:canary])] if canary else []
+    rest = list(hosts[canary:])
+    waves += [rest[i:i + size] for i in range(0, len(rest), size)]
+    return waves
+
+
+# ------------------------------------------------------------------------------------------------ the record
+class RollSpec(BaseModel):
+    """What `deploy roll` was asked to do: replayed as-is by --resume."""
+
+    set: list[str] = Field(default_factory=list)
+    unset: list[str] = Field(default_factory=list)
+    replacement: dict[str, Any] | None = None
+    accept_regression: bool = False
+    threshold_pct: float | None = None
+    gate_metrics: list[str] = Field(default_factory=list)
+    preset: str | None = None
+    skip_bench: bool = False
+    canary: int = 1
+    batch: str = "25%"
+    max_unavailable: int = 1
+    rollback_all: bool = False
+
+
+class HostRoll(BaseModel):
+    host: str
+    wave: int
+    state: HostState = "pending"
+    previous_release: str | None = None  # the release before this fleet roll (read by the plan)
+    previous_flags_sha: str | None = None
+    release: str | None = None  # the release the host is on now, as far as this roll knows
+    flags_sha: str | None = None
+    router: str = ""  # what the drain did: "no router", "drained, back in the router", "left out of the router"
+    detail: str = ""
+    exit_code: int = 0
+
+
+class FleetRoll(BaseModel):
+    id: str
+    command: str
+    targets: str
+    inventory: str
+    pid: int
+    started: str
+    updated: str
+    state: RollState = "running"
+    spec: RollSpec
+    waves: list[list[str]]
+    hosts: list[HostRoll]
+    router: str | None = None  # the router's URL when hosts are drained through it
+    notes: list[str] = Field(default_factory=list)
+
+    def host(self, name: str) -> HostRoll:
+        return next(h for h in self.hosts if h.host == name)
+
+    @property
+    def host_names(self) -> list[str]:
+        return [h.host for h in self.hosts]
+
+    def to_revert(self) -> list[str]:
+        """Hosts this roll left off their previous release: rolled, in progress when it died, or failed after the
+        new release was installed (e.g. not back in the router)."""
+        return [h.host for h in self.hosts if h.previous_release and (
+            h.state in ("rolled", "in_progress") or (h.state == "failed" and h.release != h.previous_release))]
+
+    @property
+    def exit_code(self) -> int:
+        return max((h.exit_code for h in self.hosts), default=0)
+
+
+def now_text() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def new_roll_id() -> str:
+    return datetime.now(UTC).strftime("fleetroll-%Y%m%dT%H%M%S") + f"-{os.getpid()}"
+
+
+class RollStore:
+    """The fleet-roll records on this machine (0700 directory, one JSON file per roll, atomic rewrites)."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root or state_dir() / "fleet-rolls"
+
+    def path(self, roll_id: str) -> Path:
+        return self.root / f"{roll_id}.json"
+
+    def save(self, roll: FleetRoll) -> None:
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        roll.updated = now_text()
+        tmp = self.path(roll.id).with_suffix(".tmp")
+        tmp.write_text(roll.model_dump_json(indent=1))
+        os.replace(tmp, self.path(roll.id))
+
+    def all(self) -> list[FleetRoll]:
+        """Every record, oldest first (ids sort by start time)."""
+        if not self.root.is_dir():
+            return []
+        rolls = []
+        for p in sorted(self.root.glob("fleetroll-*.json")):
+            try:
+                rolls.append(FleetRoll.model_validate_json(p.read_text()))
+            except ValueError as exc:
+                raise ConfigError(f"fleet roll record {p} is unreadable: {exc}",
+                                  fix="move the file away (it only records a past fleet roll)") from exc
+        return sorted(rolls, key=lambda r: r.started + r.id)
+
+    def unfinished(self, hosts: Sequence[str]) -> FleetRoll | None:
+        """The newest unfinished roll that shares a host with `hosts`."""
+        wanted = set(hosts)
+        for roll in reversed(self.all()):
+            if roll.state == "running" and wanted & set(roll.host_names):
+                return roll
+        return None
+
+    def last(self, hosts: Sequence[str]) -> FleetRoll | None:
+        """The newest roll over exactly these hosts (any order), else the newest sharing one of them."""
+        rolls = list(reversed(self.all()))
+        wanted = set(hosts)
+        exact = next((r for r in rolls if set(r.host_names) == wanted), None)
+        return exact or next((r for r in rolls if wanted & set(r.host_names)), None)
+
+
+def process_alive(pid: int) -> bool:
+    """True while a process with this pid runs on this machine (the record's owner may still be rolling)."""
+    if pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return "orchestrator" in Path(f"/proc/{pid}/cmdline").read_text() or "deploy" in Path(
+            f"/proc/{pid}/cmdline").read_text()
+    except OSError:
+        return True

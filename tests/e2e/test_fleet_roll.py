@@ -1,0 +1,292 @@
+"""Fleet rolls end to end: the real CLI (subprocess) against three simulated hosts behind the real sglang-router.
+
+One module-scoped root with three hosts (the numbers of tests/e2e/test_fleet.py's fleet: the two modules' roots are
+never up at once), converged once, and the real router 0.3.2 in front of their servers with a `router:` section in
+the inventory. One host is made to fail during a wave with the CT knobs `crash_on_start` + `match=` (the fault
+strikes only the server started with the candidate flag), so the previous release still starts on rollback.
+Each test rolls a different value of one flag, so every roll is a real change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import sim_root
+from tests.e2e.conftest import DeployEnv, make_env
+from tests.sim_hosts import OFFSET_FLEET, OFFSET_FLEET_ROUTER, sim_number
+
+# Each test runs 2-4 fleet rolls of 3 hosts through the CLI; under a shared 2-core machine's load that outlasts the
+# suite's default 300 s.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
+FLAG = "num-continuous-decode-steps"
+CHAT = {"model": "glm-5", "max_tokens": 24,
+        "messages": [{"role": "user", "content": "What is 17 + 25? Answer with the number only."}]}
+
+
+@dataclass
+class RolledFleet:
+    env: DeployEnv
+    names: list[str]
+    root: Path
+    router: str
+    urls: dict[str, str]
+    state: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.state = Path(self.env.env["DEPLOY_STATE_DIR"]) / "fleet-rolls"
+
+    def ct_faults(self, host: str, **knobs: Any) -> None:
+        from simulator.manager import set_ct_faults
+
+        set_ct_faults(self.root, host, 120, **knobs)
+
+    def releases(self) -> dict[str, str]:
+        doc = self.env.run("--json", "status", "group", "prod").json
+        return {h["host"]: h["report"]["release"] for h in doc["hosts"]}
+
+    def listed(self) -> dict[str, bool]:
+        """Which hosts the router lists as healthy workers."""
+        from orchestrator.fleet.router import RouterClient
+
+        with RouterClient(self.router) as client:
+            healthy = {w.url for w in client.list_workers() if w.healthy}
+        return {name: url in healthy for name, url in self.urls.items()}
+
+    def back_in_router(self) -> None:
+        """Put every host back (a failed host is left out on purpose) and wait until all are healthy."""
+        from orchestrator.fleet.router import RouterClient
+
+        with RouterClient(self.router) as client:
+            for url in self.urls.values():
+                if client.find(url) is None:
+                    client.add_worker(url)
+        assert _until(lambda: all(self.listed().values()), 120), self.listed()
+
+
+def _until(check: Any, timeout_s: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.3)
+    return check()
+
+
+@pytest.fixture(scope="module")
+def rolled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RolledFleet]:
+    if os.geteuid() != 0:
+        pytest.skip("the simulator's router venv lives under /var/cache/deploy-sim (root)")
+    from orchestrator.fleet.router import worker_url
+    from orchestrator.inventory.loader import load_inventory
+    from simulator.router import start_router, stop_router
+
+    with sim_root(tmp_path_factory, "deploy-sim-fleetroll", OFFSET_FLEET, hosts=3) as (root, infos):
+        env = make_env(infos[0], tmp_path_factory.mktemp("fleetroll-env"))
+        names = [i.name for i in infos]
+        (env.inventory / "groups.yaml").write_text(f"groups:\n  prod: [{', '.join(names)}]\n")
+        up = env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=1200)
+        assert up.rc == 0, up.text
+        inv = load_inventory(env.inventory)
+        urls = {n: worker_url(inv, inv.hosts[n]) for n in names}
+        address = f"127.0.0.{sim_number(OFFSET_FLEET_ROUTER) + 1}"
+        run_dir = tmp_path_factory.mktemp("fleetroll-router")
+        try:
+            start_router(run_dir, address, 30000, list(urls.values()), policy="round_robin",
+                         extra=["--health-check-interval-secs", "1"])
+            (env.inventory / "router.yaml").write_text(
+                f"router:\n  host: {address}\n  port: 30000\n  policy: round_robin\n  workers: prod\n")
+            fleet = RolledFleet(env=env, names=names, root=root, router=f"http://{address}:30000", urls=urls)
+            assert _until(lambda: all(fleet.listed().values()), 120), fleet.listed()
+            yield fleet
+        finally:
+            stop_router(run_dir)
+
+
+@pytest.fixture
+def fleet(rolled: RolledFleet) -> RolledFleet:
+    for name in rolled.names:
+        rolled.ct_faults(name, crash_on_start=False, match=None)
+    for record in rolled.state.glob("fleetroll-*.json"):  # a test that failed mid-roll must not refuse the next
+        record.unlink()
+    rolled.back_in_router()
+    return rolled
+
+
+class Client:
+    """Chat completions through the router, back to back on two threads, for as long as the test runs."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.ok = 0
+        self.failed: list[str] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(2)]
+
+    def _loop(self) -> None:
+        import requests
+
+        with requests.Session() as s:
+            while not self._stop.is_set():
+                try:
+                    resp = s.post(f"{self.base}/v1/chat/completions", json=CHAT, timeout=60)
+                    if resp.status_code == 200 and resp.json()["choices"][0]["message"]["content"]:
+                        self.ok += 1
+                    else:
+                        self.failed.append(f"{resp.status_code} {resp.text[:200]}")
+                except Exception as exc:  # every failure counts, whatever its kind
+                    self.failed.append(repr(exc))
+
+    def __enter__(self) -> Client:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=90)
+
+
+def _hosts(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {h["host"]: h for h in doc["hosts"]}
+
+
+def test_canary_roll_passes_and_a_client_through_the_router_sees_no_failed_request(fleet: RolledFleet) -> None:
+    before = fleet.releases()
+    with Client(fleet.router) as client:
+        time.sleep(2)
+        res = fleet.env.run("--json", "roll", "group", "prod", "--set", f"{FLAG}=4", "--canary", "1", "--batch", "1",
+                            "--max-unavailable", "1", "--skip-bench", timeout=900)
+        time.sleep(2)
+    assert res.rc == 0, res.text
+    doc = res.json
+    assert doc["ok"] is True and doc["roll"]["state"] == "done"
+    assert doc["roll"]["waves"] == [[n] for n in fleet.names] and doc["roll"]["router"] == fleet.router
+    hosts = _hosts(doc)
+    after = fleet.releases()
+    shas = {h["flags_sha"] for h in hosts.values()}
+    assert len(shas) == 1 and None not in shas
+    for name in fleet.names:
+        h = hosts[name]
+        assert h["result"] == "rolled" and h["release"] == after[name] != before[name], h
+        assert h["previous_release"] == before[name] and h["previous_flags_sha"] != h["flags_sha"]
+        assert "removed from the router" in h["router"] and "back in the router, healthy" in h["router"], h
+        assert [s["name"] for s in h["report"]["steps"]][-4:] == ["smoke", "throughput", "gate", "unlock"]
+    assert all(fleet.listed().values())
+    assert client.ok > 10 and client.failed == [], (client.ok, client.failed[:5])
+    text = fleet.env.run("status", "group", "prod").stdout
+    assert text.count("router: healthy") == 3
+
+
+def test_canary_failure_leaves_the_rest_untouched(fleet: RolledFleet) -> None:
+    canary, b, c = fleet.names
+    before = fleet.releases()
+    bad = fleet.env.run("roll", "group", "prod", "--set", "num-continuous-decode-stpes=2", "--skip-bench")
+    assert bad.rc == 2, bad.text  # refused by every host's own parser before any host is drained or restarted
+    assert "refused on 3 host(s) before any was changed" in bad.stderr and "did you mean" in bad.text
+    assert fleet.releases() == before and all(fleet.listed().values())
+    fleet.ct_faults(canary, crash_on_start=True, match=f"--{FLAG} 2")
+    res = fleet.env.run("--json", "roll", "group", "prod", "--set", f"{FLAG}=2", "--skip-bench", timeout=900)
+    assert res.rc == 1, res.text
+    doc = res.json
+    assert doc["ok"] is False and doc["roll"]["state"] == "failed"
+    hosts = _hosts(doc)
+    assert hosts[canary]["result"] == "rolled back" and hosts[canary]["release"] == before[canary]
+    assert "left out of the router" in hosts[canary]["router"]
+    for name in (b, c):
+        assert hosts[name]["result"] == "untouched" and hosts[name]["report"] is None
+        assert hosts[name]["release"] == before[name]
+    assert fleet.releases() == before
+    assert fleet.listed() == {canary: False, b: True, c: True}
+    text = fleet.env.run("roll", "group", "prod", "--set", f"{FLAG}=2", "--skip-bench", "--canary", "9")
+    assert text.rc == 2 and "--canary 9: the targets have 3 host(s)" in text.stderr
+
+
+def test_wave_failure_with_rollback_all(fleet: RolledFleet) -> None:
+    a, b, bad = fleet.names
+    before = fleet.releases()
+    fleet.ct_faults(bad, crash_on_start=True, match=f"--{FLAG} 5")
+    res = fleet.env.run("--json", "roll", "group", "prod", "--set", f"{FLAG}=5", "--batch", "1", "--rollback-all",
+                        "--skip-bench", timeout=1200)
+    assert res.rc == 1, res.text
+    hosts = _hosts(res.json)
+    assert hosts[bad]["result"] == "rolled back" and "rolled back to" in hosts[bad]["detail"]
+    for name in (a, b):
+        assert hosts[name]["result"] == "reverted" and hosts[name]["release"] == before[name], hosts[name]
+        assert hosts[name]["flags_sha"] == hosts[name]["previous_flags_sha"]
+    assert fleet.releases() == before
+    assert fleet.listed() == {a: True, b: True, bad: False}
+
+
+def test_an_interrupted_fleet_roll_is_refused_then_resumed_then_reverted(fleet: RolledFleet) -> None:
+    a, b, c = fleet.names
+    before = fleet.releases()
+    proc = fleet.env.popen("roll", "group", "prod", "--set", f"{FLAG}=6", "--batch", "1", "--skip-bench",
+                           lock_ttl_s=5)
+    try:
+        def second_host_started() -> bool:
+            for p in fleet.state.glob("fleetroll-*.json"):
+                doc = json.loads(p.read_text())
+                if doc["state"] == "running" and {h["host"]: h["state"] for h in doc["hosts"]}[b] == "in_progress":
+                    return True
+            return False
+
+        assert _until(second_host_started, 600), proc.stdout.read() if proc.stdout else ""
+        time.sleep(1.5)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    again = fleet.env.run("roll", "group", "prod", "--set", f"{FLAG}=7", "--skip-bench")
+    assert again.rc == 2, again.text
+    assert "did not finish" in again.stderr and "--resume" in again.stderr
+    assert "deploy rollback group prod" in again.stderr
+    time.sleep(6)  # the killed run's host lock lease (5 s) expires
+    res = fleet.env.run("--json", "roll", "group", "prod", "--resume", timeout=900)
+    assert res.rc == 0, res.text
+    hosts = _hosts(res.json)
+    assert res.json["roll"]["state"] == "done"
+    assert hosts[a]["report"] is None and hosts[a]["result"] == "rolled"  # done before the kill: skipped
+    assert hosts[b]["report"] is not None and hosts[c]["report"] is not None
+    now = fleet.releases()
+    assert all(now[n] == hosts[n]["release"] != before[n] for n in fleet.names)
+    assert all(fleet.listed().values())
+    back = fleet.env.run("--json", "rollback", "group", "prod", timeout=900)
+    assert back.rc == 0, back.text
+    assert {h["host"]: h["result"] for h in back.json["hosts"]} == {n: "reverted" for n in fleet.names}
+    assert fleet.releases() == before
+    assert all(fleet.listed().values())
+
+
+def test_hosts_already_on_the_flags_are_skipped_and_not_reverted(fleet: RolledFleet) -> None:
+    a, b, c = fleet.names
+    single = fleet.env.run("roll", "host", a, "--set", f"{FLAG}=9", "--skip-bench", timeout=600)
+    assert single.rc == 0, single.text
+    before = fleet.releases()
+    res = fleet.env.run("--json", "roll", "group", "prod", "--set", f"{FLAG}=9", "--batch", "2", "--skip-bench",
+                        timeout=900)
+    assert res.rc == 0, res.text
+    hosts = _hosts(res.json)
+    assert res.json["roll"]["waves"] == [[a], [b, c]]
+    assert hosts[a]["result"] == "rolled" and hosts[a]["report"] is None and hosts[a]["release"] == before[a]
+    assert hosts[a]["detail"] == "already on these flags: nothing to roll"
+    assert {h["flags_sha"] for h in hosts.values()} == {hosts[a]["flags_sha"]}
+    back = fleet.env.run("--json", "rollback", "group", "prod", timeout=900)
+    assert back.rc == 0, back.text
+    result = {h["host"]: h["result"] for h in back.json["hosts"]}
+    assert result == {a: "rolled", b: "reverted", c: "reverted"}
+    now = fleet.releases()
+    assert now[a] == before[a] and now[b] == before[b] and now[c] == before[c]
+    assert fleet.env.run("rollback", "host", a, timeout=600).rc == 0  # leave the fleet on one flag set

@@ -1,0 +1,187 @@
+"""Zero-downtime figure: a canary fleet roll of N (default 4) simulated hosts behind the real sglang-router 0.3.2,
+with a steady streaming client sending chat completions through the router for the whole roll.
+
+    python tests/perf/fleet_canary_roll.py [--hosts 4] [--first 60] [--clients 4] [--before-s 30] [--with-bench]
+                                           [--no-drain]
+
+Starts N simulated hosts on their own root, converges them (`up --skip-bench --skip-weights`), starts the real
+router in front of their servers, starts the clients, measures TTFT (time to the first streamed token) for
+`--before-s` seconds, then runs `deploy roll group fleet --set num-continuous-decode-steps=4 --canary 1 --batch 25%
+--max-unavailable 1` (with `--skip-bench` unless `--with-bench`) while the clients keep going. Prints the number of
+requests and failed requests before and during the roll, p50/p99 TTFT in both phases, the roll's wall time, and
+each host's drain line. Nothing is asserted: a measurement. Run as root (the router venv lives under
+/var/cache/deploy-sim).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from simulator.manager import sim_down, sim_up  # noqa: E402
+from simulator.router import start_router, stop_router  # noqa: E402
+from tests.e2e.conftest import make_env  # noqa: E402
+
+CHAT = {"model": "glm-5", "max_tokens": 32, "stream": True,
+        "messages": [{"role": "user", "content": "What is 17 + 25? Answer with the number only."}]}
+
+
+@dataclass
+class Phase:
+    ttft_s: list[float] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Clients:
+    base: str
+    count: int
+    phase: Phase = field(default_factory=Phase)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def one(self, session: requests.Session) -> None:
+        start = time.monotonic()
+        phase = self.phase  # a request counts in the phase it started in
+        try:
+            with session.post(f"{self.base}/v1/chat/completions", json=CHAT, stream=True, timeout=120) as resp:
+                if resp.status_code != 200:
+                    phase.failed.append(f"HTTP {resp.status_code}: {resp.text[:200]}")
+                    return
+                first: float | None = None
+                done = False
+                for line in resp.iter_lines():
+                    if not line.startswith(b"data: "):
+                        continue
+                    if line == b"data: [DONE]":
+                        done = True
+                        break
+                    chunk = json.loads(line[6:])
+                    if "error" in chunk:
+                        phase.failed.append(f"stream error: {chunk['error']}")
+                        return
+                    if first is None and (chunk.get("choices") or [{}])[0].get("delta", {}).get("content"):
+                        first = time.monotonic() - start
+                if not done or first is None:
+                    phase.failed.append("stream ended without [DONE] or without a token")
+                    return
+                phase.ttft_s.append(first)
+        except requests.RequestException as exc:
+            phase.failed.append(repr(exc))
+
+    def loop(self) -> None:
+        with requests.Session() as s:
+            while not self.stop.is_set():
+                self.one(s)
+
+    def start(self) -> list[threading.Thread]:
+        threads = [threading.Thread(target=self.loop, daemon=True) for _ in range(self.count)]
+        for t in threads:
+            t.start()
+        return threads
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def describe(name: str, phase: Phase, seconds: float) -> str:
+    n = len(phase.ttft_s) + len(phase.failed)
+    return (f"  {name:<7} {seconds:6.1f} s: {n:5d} requests, {len(phase.failed)} failed; TTFT p50 "
+            f"{pct(phase.ttft_s, 50) * 1000:7.1f} ms, p99 {pct(phase.ttft_s, 99) * 1000:7.1f} ms, max "
+            f"{max(phase.ttft_s, default=float('nan')) * 1000:7.1f} ms")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--hosts", type=int, default=4)
+    ap.add_argument("--first", type=int, default=int(os.environ.get("DEPLOY_SIM_FIRST", "60")))
+    ap.add_argument("--clients", type=int, default=4, help="concurrent streaming clients through the router")
+    ap.add_argument("--before-s", type=float, default=30.0, help="seconds of traffic measured before the roll")
+    ap.add_argument("--with-bench", action="store_true", help="keep each host's throughput gate (slower)")
+    ap.add_argument("--no-drain", action="store_true",
+                    help="control run: the router stays in front, but the inventory has no router: section, so "
+                         "deploy restarts each host without draining it")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="deploy-canary-perf-") as tmp:
+        root = Path(tmp) / "sim"
+        infos = sim_up(root, hosts=args.hosts, first=args.first, time_scale=5.0)
+        router_dir = Path(tmp) / "router"
+        try:
+            env_dir = Path(tmp) / "env"
+            env_dir.mkdir()
+            env = make_env(infos[0], env_dir)
+            names = [i.name for i in infos]
+            (env.inventory / "groups.yaml").write_text(f"groups:\n  fleet: [{', '.join(names)}]\n")
+            up = env.run("up", "group", "fleet", "--skip-bench", "--skip-weights", timeout=1800)
+            if up.rc != 0:
+                print(up.text[-3000:])
+                return 1
+            address = f"127.0.0.{args.first + args.hosts + 1}"
+            urls = [f"http://{i.address}:8000" for i in infos]
+            start_router(router_dir, address, 30000, urls, policy="round_robin",
+                         extra=["--health-check-interval-secs", "1"])
+            if not args.no_drain:
+                (env.inventory / "router.yaml").write_text(
+                    f"router:\n  host: {address}\n  port: 30000\n  policy: round_robin\n  workers: fleet\n")
+            base = f"http://{address}:30000"
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                workers = requests.get(f"{base}/workers", timeout=5).json().get("workers") or []
+                if sum(1 for w in workers if w.get("is_healthy")) == len(urls):
+                    break
+                time.sleep(0.5)
+            clients = Clients(base, args.clients)
+            threads = clients.start()
+            time.sleep(3)  # warm-up, not measured
+            before = clients.phase = Phase()
+            time.sleep(args.before_s)
+            during = clients.phase = Phase()
+            t0 = time.monotonic()
+            argv = ["--json", "roll", "group", "fleet", "--set", "num-continuous-decode-steps=4", "--canary", "1",
+                    "--batch", "25%", "--max-unavailable", "1"] + ([] if args.with_bench else ["--skip-bench"])
+            roll = env.run(*argv, timeout=3600)
+            roll_s = time.monotonic() - t0
+            clients.phase = Phase()  # requests after the roll are not counted
+            clients.stop.set()
+            for t in threads:
+                t.join(timeout=150)
+            print(f"\n{args.hosts} hosts behind sglang-router 0.3.2, {args.clients} streaming clients"
+                  + (" (control: NO drain)" if args.no_drain else "") + "; load average "
+                  f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+            print(f"  deploy {' '.join(argv[1:])}: exit {roll.rc} in {roll_s:.1f} s")
+            print(describe("before", before, args.before_s))
+            print(describe("during", during, roll_s))
+            ratio = pct(during.ttft_s, 99) / pct(before.ttft_s, 99)
+            print(f"  p99 TTFT during / before: {ratio:.2f}x")
+            for f in (before.failed + during.failed)[:10]:
+                print(f"  failed: {f}")
+            try:
+                doc = json.loads(roll.stdout)
+                for h in doc["hosts"]:
+                    print(f"  {h['host']}: {h['result']}, release {h['release']}, flags {h['flags_sha']}; "
+                          f"{h['router']}")
+            except (json.JSONDecodeError, KeyError):
+                print(roll.text[-3000:])
+        finally:
+            stop_router(router_dir)
+            sim_down(root)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
