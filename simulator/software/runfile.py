@@ -2,7 +2,7 @@
 
 Why self-contained: the tool pushes the host's .run into a bare container and runs it there, where neither this
 repo nor any venv exists. Like the real makeself archive, the file carries what it installs: a base64 zip of
-simulator.ctside, simulator.gpu (the replay code and captures nvidia-smi needs) and simulator.software.nvrun,
+simulator.ctside, simulator.derived, simulator.gpu (the replay code and captures nvidia-smi needs) and simulator.software.nvrun,
 unpacked by the container's own /usr/bin/python3 (stdlib only).
 """
 
@@ -52,7 +52,8 @@ fi
 
 def _files() -> dict[str, bytes]:
     files = {name: b"" for name in STUB_INITS}
-    files["simulator/ctside.py"] = (SIM / "ctside.py").read_bytes()
+    for module in ("ctside.py", "derived.py"):  # stdlib-only modules simulator.gpu imports
+        files[f"simulator/{module}"] = (SIM / module).read_bytes()
     files["simulator/software/nvrun.py"] = (SIM / "software" / "nvrun.py").read_bytes()
     for p in sorted((SIM / "gpu").rglob("*")):
         if p.is_file() and "__pycache__" not in p.parts:
