@@ -4,7 +4,8 @@ Why a stand-in: the real installer needs a real GPU kernel module. This one beha
 tell: the real option names, the refusal to touch kernel modules inside a container, the userspace files at
 its own version (libnvidia-ml / libcuda and their .so.1 links, nvidia-smi, nvidia-installer), the log in
 /var/log/nvidia-installer.log, and `--uninstall` / a rerun at another version replacing them.
-Stdlib only and free of repo imports except simulator.ctside, simulator.derived and simulator.gpu, which the .run carries.
+Stdlib only and free of repo imports except simulator.ctside, simulator.derived and simulator.gpu, which the
+.run carries.
 
 Options checked against nvidia-installer's option table and history: `--no-kernel-module` is the original
 name; 515.43.04 added `--no-kernel-modules` (the same option, named for the several modules of newer drivers;

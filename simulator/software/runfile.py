@@ -2,8 +2,8 @@
 
 Why self-contained: the tool pushes the host's .run into a bare container and runs it there, where neither this
 repo nor any venv exists. Like the real makeself archive, the file carries what it installs: a base64 zip of
-simulator.ctside, simulator.derived, simulator.gpu (the replay code and captures nvidia-smi needs) and simulator.software.nvrun,
-unpacked by the container's own /usr/bin/python3 (stdlib only).
+simulator.ctside, simulator.derived, simulator.gpu (the replay code and captures nvidia-smi needs) and
+simulator.software.nvrun, unpacked by the container's own /usr/bin/python3 (stdlib only).
 """
 
 from __future__ import annotations
