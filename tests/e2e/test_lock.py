@@ -194,7 +194,7 @@ def test_terminated_run_frees_its_lock_on_the_way_out(converged: DeployEnv) -> N
         a.wait_for(r"^\s+changed\s+install_release", timeout=120)
         assert lease(env).get("run")
         a.proc.send_signal(signal.SIGTERM)
-        rc = a.finish(timeout=60)
+        rc = a.finish(timeout=120)  # the unwinding joins the keep-alive thread, which may sit in a command
     finally:
         if a.proc.poll() is None:
             a.proc.kill()
