@@ -17,6 +17,7 @@ from pathlib import Path
 
 from simulator import procs
 from simulator.config import HostConfig, HostPaths
+from simulator.software import wheelhouse
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -64,6 +65,9 @@ def _wait_listening(address: str, port: int, timeout_s: float) -> bool:
 def start(hp: HostPaths, cfg: HostConfig) -> None:
     """Start (or keep) every service on the host's bridge address; raises RuntimeError naming the log."""
     assert cfg.bridge_address, "lxc hosts get a bridge address before their services start"
+    # Fill the wheelhouse here, once per machine (downloads on a fresh one): its errors then reach `sim up`
+    # directly, and the index daemon below starts on a filled one within the wait.
+    wheelhouse.fill()
     (hp.dir / "svc").mkdir(exist_ok=True)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     for svc in SERVICES:
