@@ -3,8 +3,8 @@ wheelhouse (pip) and the model hub stand-in (`hf download`).
 
 Why on the bridge: a container's network reaches only NAT'd package registries and its host's bridge address,
 as an air-gapped site reaches its own mirrors. The inventory entries `deploy sim up` writes point the tool at
-them (`container.pip_index_url`, `container.hf_endpoint`). Each runs as its own daemon with a pid file, so
-`sim down` stops them like the API server.
+them (`container.pip_index_url`, `container.hf_endpoint`). Both run in one daemon per host with a pid file
+(`python -m simulator.hostsvc HOST_DIR ADDRESS`), so `sim down` stops them like the API server.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from simulator import procs
@@ -20,25 +19,20 @@ from simulator.config import HostConfig, HostPaths
 from simulator.software import wheelhouse
 
 REPO = Path(__file__).resolve().parents[1]
+INDEX_PORT = 3141
+HUB_PORT = 8088
 
 
-@dataclass(frozen=True)
-class Service:
-    name: str
-    module: str
-    port: int
-
-    def url(self, address: str) -> str:
-        return f"http://{address}:{self.port}" + ("/simple" if self.name == "index" else "")
+def index_url(address: str) -> str:
+    return f"http://{address}:{INDEX_PORT}/simple"
 
 
-INDEX = Service("index", "simulator.software.index", 3141)
-HUB = Service("hub", "simulator.software.hub", 8088)
-SERVICES = (INDEX, HUB)
+def hub_url(address: str) -> str:
+    return f"http://{address}:{HUB_PORT}"
 
 
-def _pidfile(hp: HostPaths, svc: Service) -> Path:
-    return hp.dir / "svc" / f"{svc.name}.pid"
+def _pidfile(hp: HostPaths) -> Path:
+    return hp.dir / "svc" / "services.pid"
 
 
 def listening(address: str, port: int) -> bool:
@@ -53,43 +47,58 @@ def listening(address: str, port: int) -> bool:
     return any(parts[1] == want and parts[3] == "0A" for parts in (line.split() for line in lines))
 
 
-def _wait_listening(address: str, port: int, timeout_s: float) -> bool:
+def _wait_listening(address: str, ports: tuple[int, ...], timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if listening(address, port):
+        if all(listening(address, port) for port in ports):
             return True
         time.sleep(0.1)
     return False
 
 
 def start(hp: HostPaths, cfg: HostConfig) -> None:
-    """Start (or keep) every service on the host's bridge address; raises RuntimeError naming the log."""
+    """Start (or keep) the services on the host's bridge address; raises RuntimeError naming the log."""
     assert cfg.bridge_address, "lxc hosts get a bridge address before their services start"
     # Fill the wheelhouse here, once per machine (downloads on a fresh one): its errors then reach `sim up`
-    # directly, and the index daemon below starts on a filled one within the wait.
+    # directly, and the daemon below starts on a filled one within the wait.
     wheelhouse.fill()
-    (hp.dir / "svc").mkdir(exist_ok=True)
+    pidfile = _pidfile(hp)
+    if procs.read_pid(pidfile) is not None:
+        return
+    pidfile.parent.mkdir(exist_ok=True)
+    log = pidfile.with_suffix(".log")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    for svc in SERVICES:
-        pidfile = _pidfile(hp, svc)
-        if procs.read_pid(pidfile) is not None:
-            continue
-        log = hp.dir / "svc" / f"{svc.name}.log"
-        proc = procs.start_detached([str(Path(sys.executable).resolve()), "-m", svc.module, str(hp.dir),
-                                     cfg.bridge_address, str(svc.port)], log, env=env, cwd=hp.dir)
-        if not _wait_listening(cfg.bridge_address, svc.port, 120.0):
-            proc.kill()
-            raise RuntimeError(f"{svc.name} service of {cfg.name} did not come up; see {log}")
-        pidfile.write_text(f"{proc.pid}\n")
+    proc = procs.start_detached([str(Path(sys.executable).resolve()), "-m", "simulator.hostsvc", str(hp.dir),
+                                 cfg.bridge_address], log, env=env, cwd=hp.dir)
+    if not _wait_listening(cfg.bridge_address, (INDEX_PORT, HUB_PORT), 120.0):
+        proc.kill()
+        raise RuntimeError(f"package index / model hub of {cfg.name} did not come up; see {log}")
+    pidfile.write_text(f"{proc.pid}\n")
 
 
 def stop(hp: HostPaths) -> None:
-    for svc in SERVICES:
-        procs.stop_tree(_pidfile(hp, svc))
+    procs.stop_tree(_pidfile(hp))
 
 
 def container_options(cfg: HostConfig) -> dict[str, str]:
     """The inventory `container:` options that point the tool at this host's services (lxc hosts only)."""
     if cfg.runtime != "lxc" or not cfg.bridge_address:
         return {}
-    return {"pip_index_url": INDEX.url(cfg.bridge_address), "hf_endpoint": HUB.url(cfg.bridge_address)}
+    return {"pip_index_url": index_url(cfg.bridge_address), "hf_endpoint": hub_url(cfg.bridge_address)}
+
+
+def main() -> int:
+    """`python -m simulator.hostsvc HOST_DIR ADDRESS`: the index and the hub, served until killed."""
+    from simulator.software.hub import start_hub
+    from simulator.software.index import start_index
+
+    host_dir, address = Path(sys.argv[1]), sys.argv[2]
+    index = start_index(host_dir, address, INDEX_PORT)
+    hub = start_hub(host_dir, address, HUB_PORT)
+    print(index.url, hub.url, flush=True)
+    index.thread.join()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

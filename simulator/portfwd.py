@@ -115,18 +115,23 @@ def _pump(src: socket.socket, dst: socket.socket) -> None:
             pass
 
 
-def _relay(client: socket.socket, hp: HostPaths, vmid: int, port: int) -> None:
-    try:
-        upstream = connect_in_ct(hp, vmid, port)
-    except OSError:
-        client.close()
-        return
+def _splice(client: socket.socket, upstream: socket.socket) -> None:
+    """Copy both ways until each side has closed, then close both."""
     back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
     back.start()
     _pump(client, upstream)
     back.join()
     client.close()
     upstream.close()
+
+
+def _relay(client: socket.socket, hp: HostPaths, vmid: int, port: int) -> None:
+    try:
+        upstream = connect_in_ct(hp, vmid, port)
+    except OSError:
+        client.close()
+        return
+    _splice(client, upstream)
 
 
 def _relay_out(client: socket.socket, address: str, port: int) -> None:
@@ -137,12 +142,7 @@ def _relay_out(client: socket.socket, address: str, port: int) -> None:
     except OSError:
         client.close()
         return
-    back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
-    back.start()
-    _pump(client, upstream)
-    back.join()
-    client.close()
-    upstream.close()
+    _splice(client, upstream)
 
 
 def _accept_out(listener: socket.socket, address: str, port: int) -> None:

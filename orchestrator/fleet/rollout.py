@@ -194,7 +194,7 @@ def process_alive(pid: int) -> bool:
     except PermissionError:
         return True
     try:
-        return "orchestrator" in Path(f"/proc/{pid}/cmdline").read_text() or "deploy" in Path(
-            f"/proc/{pid}/cmdline").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_text()
     except OSError:
         return True
+    return "orchestrator" in cmdline or "deploy" in cmdline

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,7 +42,7 @@ from orchestrator.parsers.sections import CommandOutput, build_batch_script, new
 from orchestrator.remote.container import Container, heredoc
 from orchestrator.runlog import Metrics, StepRecord
 from orchestrator.scripts import render_script
-from orchestrator.steps.software import probe_source
+from orchestrator.steps.software import pip_index_options, probe_source
 
 UNIT = "sglang-router"
 #: How long `up` waits for the router's /health and for its workers to be listed healthy after a (re)start.
@@ -116,13 +117,13 @@ FILE_FACTS = {"unit": UNIT_PATH, "launcher": LAUNCHER_PATH, "key": KEY_PATH}
 def facts_commands(spec: RouterSpec, argv: list[str]) -> dict[str, str]:
     """The facts batch: the probe runs with the router venv's python, its source in a quoted heredoc."""
     python = f"{spec.venv.rstrip('/')}/bin/python"
-    probe = (f"if [ -x {_q(python)} ]; then {probe_command(python, argv)} "
+    probe = (f"if [ -x {shlex.quote(python)} ]; then {probe_command(python, argv)} "
              + heredoc(probe_source(), "DEPLOY_PROBE_EOF").rstrip("\n")
              + f"\nelse echo '{json.dumps({'version': None, 'error': f'no venv at {spec.venv}'})}'; fi")
     commands = {"probe": probe}
     for name, path in FILE_FACTS.items():
-        commands[f"sha-{name}"] = f"sha256sum {_q(path)} 2>/dev/null | cut -d' ' -f1"
-    commands["execstart"] = f"grep '^ExecStart=' {_q(UNIT_PATH)} 2>/dev/null || true"
+        commands[f"sha-{name}"] = f"sha256sum {shlex.quote(path)} 2>/dev/null | cut -d' ' -f1"
+    commands["execstart"] = f"grep '^ExecStart=' {shlex.quote(UNIT_PATH)} 2>/dev/null || true"
     commands["active"] = f"systemctl is-active {UNIT} 2>/dev/null || true"
     return commands
 
@@ -183,12 +184,6 @@ def apply_script(bundle: RouterBundle, *, action: str | None) -> str:
     remove = [] if bundle.key_file is not None else [KEY_PATH]
     return render_script("router_apply.sh.j2", conf_dir=CONF_DIR, files=files, remove=remove, unit=UNIT,
                          action=action)
-
-
-def _q(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
 
 
 # ------------------------------------------------------------------------------------------------ converge
@@ -312,7 +307,7 @@ def _converge(spec: RouterSpec, inventory: Inventory, ct: Container, report: Rou
             record.status, record.summary = "would-change", what
             return
         say(what)
-        _install(ct, spec)
+        _install(ct, spec, install_script(inventory))
         facts = _read_facts(ct, spec, list(probe_bundle.argv))
         record.status = "changed"
     # The installed router's own parser: the canonical argv must be what it builds, and it must accept it.
@@ -384,15 +379,22 @@ def _read_facts(ct: Container, spec: RouterSpec, argv: list[str]) -> RouterFacts
                           fix=f"check that CT {ct.vmid} runs (pct status {ct.vmid})") from exc
 
 
-def _install(ct: Container, spec: RouterSpec) -> None:
-    python = f"{spec.venv.rstrip('/')}/bin/python"
-    script = render_script("router_install.sh.j2", python=python, venv=spec.venv, index_url=spec.pip_index_url,
-                           requirement=f"sglang-router=={spec.version}")
+def install_script(inventory: Inventory) -> str:
+    """Pure: the venv and the pinned router, from router.pip_index_url, else its host container's site index."""
+    spec = inventory.router
+    assert spec is not None and spec.runs_on != "operator"
+    index_url = spec.pip_index_url or inventory.hosts[spec.runs_on].container.pip_index_url
+    return render_script("router_install.sh.j2", python=f"{spec.venv.rstrip('/')}/bin/python", venv=spec.venv,
+                         index_options=pip_index_options(index_url), requirement=f"sglang-router=={spec.version}")
+
+
+def _install(ct: Container, spec: RouterSpec, script: str) -> None:
     res = ct.script(script, check=False, timeout=1800, what="pip install sglang-router")
     if res.rc != 0:
         raise RemoteError(f"pip install sglang-router=={spec.version} in CT {ct.vmid} failed: "
                           f"{(res.stderr or res.stdout).strip()[-500:]}",
-                          fix="check the container's network or set router.pip_index_url to a reachable index")
+                          fix="check the container's network, or set router.pip_index_url (or the host's "
+                              "container.pip_index_url) to a reachable index")
 
 
 def _wait_healthy(base_url: str, api_key: str | None, urls: list[str], timeout_s: float,

@@ -10,7 +10,6 @@ from typing import Any
 
 from orchestrator.errors import CheckFailed, ConfigError, RemoteError
 from orchestrator.flags.schema import FlagSchema
-from orchestrator.inventory.models import ContainerSpec
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts, unknown_until_started
@@ -46,13 +45,12 @@ def container_flag_check(ctx: StepContext, argv: list[str]) -> FlagCheck:
     return FlagCheck(bool(data.get("ok")), str(data.get("error") or ""), data.get("version"), schema)
 
 
-def pip_index_options(spec: ContainerSpec) -> str:
+def pip_index_options(url: str | None) -> str:
     """`--index-url URL` (and `--trusted-host HOST` for a plain-http index) when the inventory names one.
 
     pip refuses a plain-http index on any host but localhost unless that host is trusted; an operator who wrote
     the URL into the inventory has made that choice, so the host of an http:// index is passed as trusted.
     """
-    url = spec.pip_index_url
     if url is None:
         return ""
     opts = f" --index-url {shlex.quote(url)}"
@@ -67,7 +65,7 @@ def sglang_install_command(ctx: StepContext) -> str:
     venv = shlex.quote(prof.venv)
     return (f"test -x {venv}/bin/python || python3 -m venv {venv} && "
             f"{venv}/bin/pip install --disable-pip-version-check --progress-bar off"
-            f"{pip_index_options(ctx.host.container)} {shlex.quote(prof.sglang_requirement)}")
+            f"{pip_index_options(ctx.host.container.pip_index_url)} {shlex.quote(prof.sglang_requirement)}")
 
 
 @step("sglang_install", ct_facts=("sglang_version",))
@@ -120,7 +118,7 @@ def hf_download_command(ctx: StepContext) -> str:
     assert prof.weights_repo is not None
     env = HF_QUIET_ENV + (f"HF_ENDPOINT={shlex.quote(spec.hf_endpoint)} " if spec.hf_endpoint else "")
     return (f"{{ test -x {venv}/bin/hf || {venv}/bin/pip install --disable-pip-version-check --progress-bar off"
-            f"{pip_index_options(spec)} {shlex.quote(HF_HUB_REQUIREMENT)}; }} && "
+            f"{pip_index_options(spec.pip_index_url)} {shlex.quote(HF_HUB_REQUIREMENT)}; }} && "
             f"{env}{venv}/bin/hf download {shlex.quote(prof.weights_repo)} --local-dir {shlex.quote(prof.model_path)}")
 
 

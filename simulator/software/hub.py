@@ -281,17 +281,3 @@ def start_hub(host_dir: Path, address: str, port: int, shard_bytes: int = 1 << 2
     host_dir.mkdir(parents=True, exist_ok=True)
     (host_dir / HUB_FILE).write_text(json.dumps({"endpoint": hub.url, "repos": [REPO_ID]}) + "\n")
     return hub
-
-
-def main() -> int:
-    """`python -m simulator.software.hub HOST_DIR ADDRESS PORT`: serve until killed (for a daemonised runtime)."""
-    import sys
-
-    hub = start_hub(Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]))
-    print(hub.url, flush=True)
-    hub.thread.join()
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -11,7 +11,6 @@ import hashlib
 import html
 import json
 import re
-import sys
 import threading
 from dataclasses import dataclass, field
 from functools import cache
@@ -141,15 +140,3 @@ def start_index(host_dir: Path, address: str, port: int, wheelhouse: Path | None
     host_dir.mkdir(parents=True, exist_ok=True)
     (host_dir / INDEX_FILE).write_text(json.dumps({"url": idx.url, "wheelhouse": str(wh.path)}) + "\n")
     return idx
-
-
-def main() -> int:
-    """`python -m simulator.software.index HOST_DIR ADDRESS PORT`: serve until killed."""
-    idx = start_index(Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]))
-    print(idx.url, flush=True)
-    idx.thread.join()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

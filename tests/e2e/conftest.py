@@ -12,6 +12,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,25 @@ def make_env(sim: Any, tmp_path: Path) -> DeployEnv:
     env = {**os.environ, "DEPLOY_INVENTORY": str(inv), "DEPLOY_STATE_DIR": str(tmp_path / "state"),
            "COLUMNS": "200", "PYTHONUNBUFFERED": "1"}
     return DeployEnv(sim=sim, inventory=inv, env=env)
+
+
+def make_fleet_env(infos: list[Any], tmp_path: Path, groups: dict[str, list[str]] | None = None) -> DeployEnv:
+    """An inventory for several simulated hosts of one root (make_env) with `groups:` (default: prod = all)."""
+    env = make_env(infos[0], tmp_path)
+    groups = groups or {"prod": [i.name for i in infos]}
+    (env.inventory / "groups.yaml").write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
+    return env
+
+
+def until(check: Any, timeout_s: float = 60.0, interval_s: float = 0.3) -> Any:
+    """Poll `check()` until it returns something truthy (returned) or the time is up (its last value)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(interval_s)
+    return check()
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,7 +20,7 @@ import pytest
 
 from orchestrator.errors import ConfigError
 from tests.conftest import sim_root
-from tests.e2e.conftest import DeployEnv, make_env
+from tests.e2e.conftest import DeployEnv, make_fleet_env, until
 from tests.sim_hosts import OFFSET_FLEET, OFFSET_FLEET_ROUTER, OFFSET_ROUTER_API, sim_number
 
 pytestmark = pytest.mark.e2e
@@ -54,11 +53,9 @@ class Fleet:
 def fleet_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     """Three simulated hosts and one inventory with groups for the module."""
     with sim_root(tmp_path_factory, "deploy-sim-fleet", OFFSET_FLEET, hosts=3) as (root, infos):
-        env = make_env(infos[0], tmp_path_factory.mktemp("fleet-env"))
         names = [i.name for i in infos]
-        (env.inventory / "groups.yaml").write_text(
-            f"groups:\n  prod: [{', '.join(names)}]\n  first-two: [{names[0]}, {names[1]}]\n"
-            f"  bad-first: [{names[1]}, {names[0]}, {names[2]}]\n")
+        env = make_fleet_env(infos, tmp_path_factory.mktemp("fleet-env"), {
+            "prod": names, "first-two": names[:2], "bad-first": [names[1], names[0], names[2]]})
         yield Fleet(env=env, names=names, root=root)
 
 
@@ -161,16 +158,6 @@ class _Worker(BaseHTTPRequestHandler):
         pass
 
 
-def _until(check: Any, timeout_s: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.3)
-    return check()
-
-
 def test_router_worker_api_of_the_pinned_real_router(tmp_path: Path) -> None:
     """The real sglang-router 0.3.2: workers are added, listed and removed through /workers; /add_worker is gone."""
     if os.geteuid() != 0:
@@ -194,11 +181,11 @@ def test_router_worker_api_of_the_pinned_real_router(tmp_path: Path) -> None:
         with RouterClient(base) as client:
             assert client.healthy() and client.list_workers() == [] and not client.ready()
             assert client.add_worker(url)
-            worker = _until(lambda: client.find(url))
+            worker = until(lambda: client.find(url))
             assert worker is not None and worker.healthy is True, client.list_workers()
-            assert _until(client.ready)
+            assert until(client.ready)
             assert client.remove_worker(url)
-            assert _until(lambda: client.find(url) is None)
+            assert until(lambda: client.find(url) is None)
             assert client.remove_worker(url) is False
     finally:
         stop_router(run_dir)
@@ -248,13 +235,13 @@ def test_real_router_routes_to_the_simulated_servers(fleet: Fleet, tmp_path: Pat
         start_router(run_dir, f"127.0.0.{n}", 30000, urls, policy="round_robin",
                      extra=["--health-check-interval-secs", "1"])
         with RouterClient(base) as router:
-            workers = _until(lambda: [w for w in router.list_workers() if w.healthy])
+            workers = until(lambda: [w for w in router.list_workers() if w.healthy])
             assert sorted(w.url for w in workers) == sorted(urls), router.list_workers()
             codes = [requests.post(f"{base}/v1/chat/completions", json=chat, timeout=120).status_code
                      for _ in range(4)]
             assert codes == [200] * 4
             assert router.remove_worker(urls[0])
-            assert _until(lambda: [w.url for w in router.list_workers()] == [urls[1]])
+            assert until(lambda: [w.url for w in router.list_workers()] == [urls[1]])
             assert requests.post(f"{base}/v1/chat/completions", json=chat, timeout=120).status_code == 200
             # `status group` shows what the router thinks of each host's server
             router_yaml.write_text(f"router:\n  host: 127.0.0.{n}\n  port: 30000\n  policy: round_robin\n"
@@ -269,7 +256,7 @@ def test_real_router_routes_to_the_simulated_servers(fleet: Fleet, tmp_path: Pat
             assert "router: not listed" in text and "router: healthy" in text
             assert f"router {base}: 1 worker(s), 1 healthy, ready" in text
             router.add_worker(urls[0])
-            assert _until(lambda: len([w for w in router.list_workers() if w.healthy]) == 2)
+            assert until(lambda: len([w for w in router.list_workers() if w.healthy]) == 2)
     finally:
         router_yaml.unlink(missing_ok=True)
         stop_router(run_dir)

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import sim_root
-from tests.e2e.conftest import DeployEnv, make_env
+from tests.e2e.conftest import DeployEnv, make_fleet_env, until
 from tests.sim_hosts import OFFSET_FLEET, OFFSET_FLEET_ROUTER, sim_number
 
 # Each test runs 2-4 fleet rolls of 3 hosts through the CLI; under a shared 2-core machine's load that outlasts the
@@ -70,17 +70,7 @@ class RolledFleet:
             for url in self.urls.values():
                 if client.find(url) is None:
                     client.add_worker(url)
-        assert _until(lambda: all(self.listed().values()), 120), self.listed()
-
-
-def _until(check: Any, timeout_s: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.3)
-    return check()
+        assert until(lambda: all(self.listed().values()), 120), self.listed()
 
 
 @pytest.fixture(scope="module")
@@ -92,9 +82,8 @@ def rolled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RolledFleet]:
     from simulator.router import start_router, stop_router
 
     with sim_root(tmp_path_factory, "deploy-sim-fleetroll", OFFSET_FLEET, hosts=3) as (root, infos):
-        env = make_env(infos[0], tmp_path_factory.mktemp("fleetroll-env"))
+        env = make_fleet_env(infos, tmp_path_factory.mktemp("fleetroll-env"))
         names = [i.name for i in infos]
-        (env.inventory / "groups.yaml").write_text(f"groups:\n  prod: [{', '.join(names)}]\n")
         up = env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=1200)
         assert up.rc == 0, up.text
         inv = load_inventory(env.inventory)
@@ -107,7 +96,7 @@ def rolled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RolledFleet]:
             (env.inventory / "router.yaml").write_text(
                 f"router:\n  host: {address}\n  port: 30000\n  policy: round_robin\n  workers: prod\n")
             fleet = RolledFleet(env=env, names=names, root=root, router=f"http://{address}:30000", urls=urls)
-            assert _until(lambda: all(fleet.listed().values()), 120), fleet.listed()
+            assert until(lambda: all(fleet.listed().values()), 120), fleet.listed()
             yield fleet
         finally:
             stop_router(run_dir)
@@ -242,7 +231,7 @@ def test_an_interrupted_fleet_roll_is_refused_then_resumed_then_reverted(fleet: 
                     return True
             return False
 
-        assert _until(second_host_started, 600), proc.stdout.read() if proc.stdout else ""
+        assert until(second_host_started, 600), proc.stdout.read() if proc.stdout else ""
         time.sleep(1.5)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)

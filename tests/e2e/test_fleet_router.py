@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from tests.conftest import sim_root
-from tests.e2e.conftest import DeployEnv, make_env
+from tests.e2e.conftest import DeployEnv, make_fleet_env
 from tests.sim_hosts import OFFSET_ROUTER_UP
 
 pytestmark = pytest.mark.e2e
@@ -50,13 +50,12 @@ def rfleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterFleet]:
     venv = ensure_router_venv(ct=True)
     with sim_root(tmp_path_factory, "deploy-sim-router-up", OFFSET_ROUTER_UP, hosts=2) as (root, infos):
         tmp = tmp_path_factory.mktemp("router-env")
-        env = make_env(infos[0], tmp)
+        env = make_fleet_env(infos, tmp)
         names = [i.name for i in infos]
         key_file = tmp / "api-key"
         key_file.write_text(KEY + "\n")
         key_file.chmod(0o600)
         env.set_profile(api_key={"file": str(key_file)})
-        (env.inventory / "groups.yaml").write_text(f"groups:\n  prod: [{', '.join(names)}]\n")
         router_yaml = (f"router:\n  runs_on: {names[0]}\n  venv: {venv}\n  policy: round_robin\n"
                        "  workers: prod\n  flags:\n    health-check-interval-secs: 1\n")
         fleet = RouterFleet(env, names, router_yaml, root)

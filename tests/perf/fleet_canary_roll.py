@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from simulator.manager import sim_down, sim_up  # noqa: E402
 from simulator.router import start_router, stop_router  # noqa: E402
-from tests.e2e.conftest import make_env  # noqa: E402
+from tests.e2e.conftest import make_fleet_env  # noqa: E402
 
 CHAT = {"model": "glm-5", "max_tokens": 32, "stream": True,
         "messages": [{"role": "user", "content": "What is 17 + 25? Answer with the number only."}]}
@@ -119,14 +119,13 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="deploy-canary-perf-") as tmp:
         root = Path(tmp) / "sim"
-        infos = sim_up(root, hosts=args.hosts, first=args.first, time_scale=5.0)
+        infos = sim_up(root, hosts=args.hosts, first=args.first, time_scale=5.0, runtime="view")
         router_dir = Path(tmp) / "router"
         try:
             env_dir = Path(tmp) / "env"
             env_dir.mkdir()
-            env = make_env(infos[0], env_dir)
             names = [i.name for i in infos]
-            (env.inventory / "groups.yaml").write_text(f"groups:\n  fleet: [{', '.join(names)}]\n")
+            env = make_fleet_env(infos, env_dir, {"fleet": names})
             up = env.run("up", "group", "fleet", "--skip-bench", "--skip-weights", timeout=1800)
             if up.rc != 0:
                 print(up.text[-3000:])

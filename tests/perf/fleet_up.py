@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from simulator.manager import sim_down, sim_up  # noqa: E402
-from tests.e2e.conftest import make_env  # noqa: E402
+from tests.e2e.conftest import make_fleet_env  # noqa: E402
 
 
 @dataclass
@@ -136,9 +136,8 @@ def main() -> int:
         try:
             env_dir = Path(tmp) / "env"
             env_dir.mkdir()
-            env = make_env(infos[0], env_dir)
             names = [i.name for i in infos]
-            (env.inventory / "groups.yaml").write_text(f"groups:\n  fleet: [{', '.join(names)}]\n")
+            env = make_fleet_env(infos, env_dir, {"fleet": names})
             first = deploy(env.env, "up", "group", "fleet", "--parallel", str(args.hosts), "--skip-bench",
                            "--skip-weights")
             print(f"converge from nothing: {first.wall_s:.1f} s wall, {first.cpu_s:.2f} s tool CPU, exit {first.rc}",

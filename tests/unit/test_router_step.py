@@ -12,6 +12,7 @@ from orchestrator.bench.fleet import FleetBenchPoint, HostShare, bench_client, w
 from orchestrator.bench.run import BenchRun
 from orchestrator.errors import ConfigError
 from orchestrator.fleet.router import CONF_DIR, KEY_PATH, LAUNCHER_PATH, UNIT_PATH, render_router, router_schema
+from orchestrator.inventory.models import Inventory
 from orchestrator.parsers.bench import BenchResult
 from orchestrator.parsers.sections import CommandOutput
 from orchestrator.parsers.server_metrics import GENERATION_TOKENS, counter, delta
@@ -21,6 +22,7 @@ from orchestrator.steps.router import (
     changed_files,
     choose_workers,
     facts_commands,
+    install_script,
     parse_facts,
     preflight_router,
     router_place,
@@ -40,6 +42,22 @@ def test_where_the_router_runs() -> None:
     assert place is not None and place.describe() == "gpu-2 CT 130"
     with pytest.raises(ValueError, match=r"router\.vmid: only with runs_on: HOST"):
         inventory({"runs_on": "operator", "vmid": 130})
+
+
+def with_site_index(inv: Inventory, host: str, url: str) -> Inventory:
+    h = inv.hosts[host]
+    ct = h.container.model_copy(update={"pip_index_url": url})
+    return inv.model_copy(update={"hosts": {**inv.hosts, host: h.model_copy(update={"container": ct})}})
+
+
+def test_router_installs_from_the_sites_index_unless_its_own_is_named() -> None:
+    inv = inventory({"runs_on": "gpu-2"})
+    assert "--index-url" not in install_script(inv)  # pip's own configuration
+    script = install_script(with_site_index(inv, "gpu-2", "http://10.9.0.5:3141/simple"))
+    assert "--index-url http://10.9.0.5:3141/simple --trusted-host 10.9.0.5:3141 sglang-router==0.3.2" in script
+    own = inventory({"runs_on": "gpu-2", "pip_index_url": "https://pypi.example/simple"})
+    script = install_script(with_site_index(own, "gpu-2", "http://10.9.0.5:3141/simple"))
+    assert "--index-url https://pypi.example/simple sglang-router==0.3.2" in script and "10.9.0.5" not in script
 
 
 def test_workers_are_the_healthy_targets_and_the_untouched_hosts_keep_their_place() -> None:
