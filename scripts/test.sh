@@ -3,7 +3,8 @@
 #
 # pytest runs in DEPLOY_TEST_JOBS processes (pytest-xdist, default 2; 0 = one process), each with its own
 # simulated host on free loopback addresses (tests/sim_hosts.py; DEPLOY_SIM_FIRST=N pins them to N..), so a
-# demo left running does not get in the way. The run fails on any skipped test except "no GPU"
+# demo left running does not get in the way. Each test file runs whole in one process (--dist loadfile): the
+# end-to-end modules share one simulated host or fleet per module and run their tests in order. The run fails on any skipped test except "no GPU"
 # (tests/skip_policy.py). It prints the 15 slowest tests. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,4 +14,4 @@ export PATH="$VENV/bin:$PATH"
 PY="$VENV/bin/python"
 "$PY" -m ruff check orchestrator simulator tests
 "$PY" -m mypy
-"$PY" -m pytest -q -p no:cacheprovider -n "${DEPLOY_TEST_JOBS:-2}" --durations=15 "$@"
+"$PY" -m pytest -q -p no:cacheprovider -n "${DEPLOY_TEST_JOBS:-2}" --dist loadfile --durations=15 "$@"
