@@ -5,7 +5,9 @@
 # simulated host on free loopback addresses (tests/sim_hosts.py; DEPLOY_SIM_FIRST=N pins them to N..), so a
 # demo left running does not get in the way. Each test file runs whole in one process (--dist loadfile): the
 # end-to-end modules share one simulated host or fleet per module and run their tests in order. The run fails on any skipped test except "no GPU"
-# (tests/skip_policy.py). It prints the 15 slowest tests. Extra arguments go to pytest.
+# (tests/skip_policy.py). It prints the 15 slowest tests. Extra arguments go to pytest. Before pytest it builds the
+# container templates the tests use, once per machine and code version (tests/e2e/site_template.py), so that no
+# test's timeout has to cover a cold build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
@@ -14,4 +16,5 @@ export PATH="$VENV/bin:$PATH"
 PY="$VENV/bin/python"
 "$PY" -m ruff check orchestrator simulator tests
 "$PY" -m mypy
+"$PY" -m tests.e2e.site_template  # the stock and the site container templates, cached (cold: a few minutes)
 "$PY" -m pytest -q -p no:cacheprovider -n "${DEPLOY_TEST_JOBS:-2}" --dist loadfile --durations=15 "$@"

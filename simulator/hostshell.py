@@ -98,7 +98,7 @@ def enter_host_view(session: dict[str, str]) -> None:
     for alias, src in aliases:
         if src:
             os.mkdir(alias)
-            nsutil.bind(src, alias)
+            nsutil.bind(src, alias, recursive=alias == layout.VIEW_ROOT)  # the root's lxc/ may be a tmpfs
     fs = f"{layout.VIEW_ROOT}/hosts/{session['name']}/fs"
     if os.path.isdir(f"{fs}/dev/pts"):
         nsutil.bind("/dev/pts", f"{fs}/dev/pts")

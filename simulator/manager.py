@@ -22,6 +22,7 @@ import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -53,6 +54,7 @@ from simulator.config import (
 )
 from simulator.lxc import net as lxc_net
 from simulator.lxc import runtime as lxc_runtime
+from simulator.lxc import storage as lxc_storage
 from simulator.lxc import template as lxc_template
 from simulator.pve import hardware, lxc, tls
 
@@ -348,7 +350,8 @@ def default_runtime() -> str:
 
 def sim_up(root: Path = DEFAULT_ROOT, hosts: int = 1, profile: str = "rtx-pro-6000-x8",
            driver_version: str | None = None, time_scale: float = 1.0,
-           inventory_copy: Path | None = None, first: int = 1, runtime: str | None = None) -> list[SimHostInfo]:
+           inventory_copy: Path | None = None, first: int = 1, runtime: str | None = None,
+           ct_storage: str = "disk") -> list[SimHostInfo]:
     """Create (or keep) and start `hosts` simulated hosts under `root`; idempotent.
 
     Hosts are sim-<first>..: sim-N listens on 127.0.0.(N+1), whatever the root, so two roots that are up at the
@@ -356,6 +359,7 @@ def sim_up(root: Path = DEFAULT_ROOT, hosts: int = 1, profile: str = "rtx-pro-60
 
     Existing hosts keep their keys, certificates, secrets, containers and faults, so a client's known_hosts and
     CA trust stay valid across `up`; already-running daemons are left alone. Returns one entry per host.
+    `ct_storage="tmpfs"` keeps the lxc runtime's container filesystems in memory (simulator/lxc/storage.py).
     """
     _require_root()
     runtime = runtime or default_runtime()
@@ -373,6 +377,8 @@ def sim_up(root: Path = DEFAULT_ROOT, hosts: int = 1, profile: str = "rtx-pro-60
     root.mkdir(parents=True, exist_ok=True)
     VIEW_ALIAS.mkdir(parents=True, exist_ok=True)
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+    if runtime == "lxc":
+        lxc_storage.prepare(root / "lxc", ct_storage)  # before any daemon's view copies the root's mounts
     rc = _root_config(root)
     write_json(sp.root_config, dataclasses.asdict(rc))
     _install_bin(sp, rc)
@@ -479,6 +485,16 @@ def sim_down(root: Path = DEFAULT_ROOT) -> None:
             lxc_net.down(lxc_net.host_net(cfg.address, cfg.sim_id))
     if names:
         _kill_view_processes(root, names)
+    if lxc_storage.release(root / "lxc"):
+        for name in names:
+            _forget_containers(sp.host(name))
+
+
+def _forget_containers(hp: HostPaths) -> None:
+    """The containers' volumes were in memory and are gone: so are their configs and runtime state."""
+    for conf in hp.lxc_conf_dir.glob("*.conf") if hp.lxc_conf_dir.is_dir() else []:
+        conf.unlink()
+    shutil.rmtree(hp.dir / "ct", ignore_errors=True)
 
 
 def sim_status(root: Path = DEFAULT_ROOT) -> list[SimHostInfo]:
@@ -533,10 +549,26 @@ def set_ct_faults(root: Path, host: str, vmid: int, **knobs: Any) -> CtFaults:
     faults = hp.ct(vmid).update(apply).faults
     if values.get("driver_mismatch"):
         # Like a host driver upgrade under a running container: its userspace now differs, at once.
-        version_file = hp.dir / "ct" / str(vmid) / "fs" / "opt" / "sim-nvidia" / "version"
-        version_file.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(version_file, f"{values['driver_mismatch']}\n")
+        if hp.load().runtime == "lxc":
+            _install_userspace(hp, vmid, str(values["driver_mismatch"]))
+        else:
+            version_file = hp.dir / "ct" / str(vmid) / "fs" / "opt" / "sim-nvidia" / "version"
+            version_file.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(version_file, f"{values['driver_mismatch']}\n")
     return faults
+
+
+def _install_userspace(hp: HostPaths, vmid: int, version: str) -> None:
+    """A real container gets userspace `version`: what the `.run` of that version leaves in its rootfs."""
+    from simulator.software import nvrun, runfile
+
+    rootfs = lxc_runtime.LxcRuntime(hp, hp.load()).dirs(vmid).rootfs
+    with tempfile.TemporaryDirectory(prefix="nvidia-installer.") as tmp:
+        for name, data in runfile.payload_files().items():
+            (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
+            (Path(tmp) / name).write_bytes(data)
+        nvrun.uninstall(rootfs)
+        nvrun.install(rootfs, version, Path(tmp))
 
 
 def reset_host(root: Path, host: str) -> None:
@@ -617,6 +649,7 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--inventory-copy", type=Path, default=None)
     up.add_argument("--runtime", choices=RUNTIMES, default=None)
     up.add_argument("--first", type=int, default=1)
+    up.add_argument("--ct-storage", choices=lxc_storage.STORAGES, default="disk")
     sub.add_parser("down")
     sub.add_parser("status")
     f = sub.add_parser("faults")
@@ -631,7 +664,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "up":
             before = {i.name for i in sim_status(args.root) if i.running}
             infos = sim_up(args.root, args.hosts, args.profile, args.driver, args.time_scale, args.inventory_copy,
-                           first=args.first, runtime=args.runtime)
+                           first=args.first, runtime=args.runtime, ct_storage=args.ct_storage)
             _report(infos, args.json, before)
         elif args.cmd == "down":
             sim_down(args.root)
@@ -645,7 +678,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "ct-faults":
             print(json.dumps(dataclasses.asdict(set_ct_faults(args.root, args.host, args.vmid,
                                                               **dict(map(_parse_knob, args.knobs))))))
-    except (RuntimeError, ValueError) as exc:
+    except (RuntimeError, ValueError) as exc:  # StorageError, AddressInUse … are RuntimeErrors
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

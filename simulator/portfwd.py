@@ -14,7 +14,9 @@ loopback only, so each simulated host runs this small TCP relay, in both directi
   the container must then not bind 0.0.0.0:8000 (the simulated profiles bind 127.0.0.1, sglang's default).
 
 With the lxc runtime the container has a real address on the host's bridge (simulator/lxc/net.py), and the
-inbound relay connects there: ADDRESS:PORT → CT_IP:PORT, so two containers can both serve :8000.
+inbound relay connects there: ADDRESS:PORT → CT_IP:PORT, so two containers can both serve :8000. The outbound
+listeners live in the real container's network namespace (/proc/<its init pid>/ns/net), so a router in it
+reaches every host's server at its worker URL, as it would over a site's LAN.
 
     python -m simulator.portfwd HOST_DIR ADDRESS PORT[,PORT...] [VMID]
 """
@@ -33,13 +35,50 @@ from simulator.config import DEFAULT_VMID, HostPaths
 from simulator.pve.lxc import netns_path
 
 
-def _running_netns(hp: HostPaths, vmid: int) -> str | None:
+def _running_state(hp: HostPaths, vmid: int) -> dict[str, object] | None:
     try:
         state = json.loads((hp.dir / "ct" / str(vmid) / "state.json").read_text())
     except (OSError, ValueError):
         return None
-    ns = state.get("netns") or ""
-    return ns if state.get("status") == "running" and ns else None
+    return state if isinstance(state, dict) and state.get("status") == "running" else None
+
+
+def _running_netns(hp: HostPaths, vmid: int) -> str | None:
+    state = _running_state(hp, vmid)
+    ns = str(state.get("netns") or "") if state else ""
+    return ns or None
+
+
+class NetnsTracker:
+    """The running container's network namespace file, or None; looked up again only when it (re)starts.
+
+    View runtime: the named netns of its state. lxc runtime: /proc/<its init pid>/ns/net, asked of LXC once per
+    start (the state's `started_at` tells a restart), so polling costs a file read, not an lxc-info call.
+    """
+
+    def __init__(self, hp: HostPaths, vmid: int) -> None:
+        self.hp, self.vmid = hp, vmid
+        self._start: object = None
+        self._file: str | None = None
+
+    def current(self) -> str | None:
+        state = _running_state(self.hp, self.vmid)
+        if state is None:
+            self._start, self._file = None, None
+            return None
+        if state.get("started_at") != self._start or self._file is None:
+            self._start, self._file = state.get("started_at"), self._lookup(state)
+        return self._file
+
+    def _lookup(self, state: dict[str, object]) -> str | None:
+        if _lxc_address(self.hp, self.vmid) is None:
+            ns = str(state.get("netns") or "")
+            return netns_path(self.hp, ns) if ns else None
+        from simulator.lxc.runtime import LxcRuntime
+        from simulator.pve.lxc import Node
+
+        pid = LxcRuntime(self.hp, Node(self.hp).cfg).init_pid(self.vmid)
+        return f"/proc/{pid}/ns/net" if pid else None
 
 
 def _lxc_address(hp: HostPaths, vmid: int) -> str | None:
@@ -165,13 +204,13 @@ def sim_host_addresses(hp: HostPaths) -> list[str]:
     return out
 
 
-def _listen_in_ct(hp: HostPaths, ns: str, addresses: list[str], port: int) -> dict[str, socket.socket]:
-    """Listening sockets on ADDRESS:PORT inside the netns `ns` (made by a thread that joined it)."""
+def _listen_in_ct(ns_file: str, addresses: list[str], port: int) -> dict[str, socket.socket]:
+    """Listening sockets on ADDRESS:PORT inside the netns `ns_file` (made by a thread that joined it)."""
     made: dict[str, socket.socket] = {}
 
     def join_and_listen() -> None:
         try:
-            nsutil.setns(netns_path(hp, ns), nsutil.CLONE_NEWNET)
+            nsutil.setns(ns_file, nsutil.CLONE_NEWNET)
         except OSError:
             return
         for address in addresses:
@@ -190,8 +229,9 @@ def serve_outbound(hp: HostPaths, vmid: int, port: int, poll_s: float = 0.5) -> 
     """Keep listeners for every sim host's ADDRESS:PORT inside the running container; remake them on restart."""
     netns: str | None = None
     listeners: dict[str, socket.socket] = {}
+    tracker = NetnsTracker(hp, vmid)
     while True:
-        ns = _running_netns(hp, vmid)
+        ns = tracker.current()
         if ns != netns:
             for sock in listeners.values():
                 sock.close()
@@ -199,7 +239,7 @@ def serve_outbound(hp: HostPaths, vmid: int, port: int, poll_s: float = 0.5) -> 
         if ns is not None:
             missing = [a for a in sim_host_addresses(hp) if a not in listeners]
             if missing:
-                for address, sock in _listen_in_ct(hp, ns, missing, port).items():
+                for address, sock in _listen_in_ct(ns, missing, port).items():
                     listeners[address] = sock
                     threading.Thread(target=_accept_out, args=(sock, address, port), daemon=True).start()
         time.sleep(poll_s)

@@ -24,7 +24,7 @@ from typing import IO
 FIRST_ENV = "DEPLOY_SIM_FIRST"  # the user's override
 BASE_ENV = "DEPLOY_TEST_SIM_BASE"  # the start chosen by the controlling process, handed to xdist workers
 AUTO_FIRST = 150  # away from the demo's sim-1 and from the round numbers people pick by hand (10, 20, … 120)
-BLOCK = 13  # host numbers per test process
+BLOCK = 14  # host numbers per test process
 LAST = 253  # sim-253 is 127.0.0.254
 
 # What each number of a block is for (add one here when a test starts another simulated root).
@@ -37,6 +37,7 @@ OFFSET_ROUTER_API = 7  # tests/e2e/test_fleet.py: a router and a stand-in worker
 OFFSET_FLEET_ROUTER = 9  # tests/e2e/test_fleet.py: the router in front of the fleet's servers
 OFFSET_ROUTER_UP = 10  # tests/e2e/test_fleet_router.py: two hosts, the router managed by `up` (10, 11)
 OFFSET_LXC = 12  # tests/sim/test_lxc_*.py, tests/e2e/test_up_real_container.py: an lxc-runtime host per module
+OFFSET_SITE_TEMPLATE = 13  # tests/e2e/site_template.py: the host that provisions and dumps the site template
 
 PORTS = (2222, 8006)  # simulator.config.SSH_PORT, API_PORT
 

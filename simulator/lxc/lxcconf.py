@@ -55,6 +55,9 @@ class SimMounts:
     ct_dir: str
     gpu_dir: str
     vmid_file: str
+    #: The host's /proc/driver (its kernel module's version file): /proc/driver is not namespaced, so a real
+    #: container shows the host's, as the tool's driver check expects.
+    proc_driver: str | None = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,8 @@ def render(conf: confmod.CtConf, inp: LxcInputs) -> str:
                   "mode=0555,optional 0 0" for part in HIDDEN_HOST_PARTS]
         lines += [_bind(m.ct_dir, ctside.CT_DIR, "dir", ro=True), _bind(m.gpu_dir, ctside.GPU_DIR, "dir"),
                   _bind(m.vmid_file, ctside.VMID_FILE, "file", ro=True)]
+        if m.proc_driver:
+            lines.append(f"lxc.mount.entry = {m.proc_driver} proc/driver none bind,ro,optional 0 0")
     for key in sorted((k for k in o if re.fullmatch(r"mp\d+", k)), key=lambda k: int(k[2:])):
         mp = confmod.split_property(o[key], "volume")
         src, target = mp.get("volume", ""), mp.get("mp", "")

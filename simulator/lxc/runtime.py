@@ -147,8 +147,11 @@ class LxcRuntime:
             ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
             (ssh / "authorized_keys").write_text(ssh_keys.rstrip("\n") + "\n")
         if shutil.which("ssh-keygen") and (d.rootfs / "etc/ssh").is_dir():
+            for old in (d.rootfs / "etc/ssh").glob("ssh_host_*"):
+                old.unlink()  # a site template dumped from a container carries that container's keys
             key = d.rootfs / "etc/ssh/ssh_host_ed25519_key"
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], capture_output=True)
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], capture_output=True,
+                           stdin=subprocess.DEVNULL)
 
     def set_hostname(self, vmid: int, hostname: str) -> None:
         etc = self.dirs(vmid).rootfs / "etc"
@@ -171,7 +174,8 @@ class LxcRuntime:
         self.hp.gpu.mkdir(parents=True, exist_ok=True)
         mounts = lxcconf.SimMounts(host_dir=self.real_host_path(self.hp.dir), ct_dir=self.real_host_path(ct.dir),
                                    gpu_dir=self.real_host_path(self.hp.gpu),
-                                   vmid_file=self.real_host_path(vmid_file))
+                                   vmid_file=self.real_host_path(vmid_file),
+                                   proc_driver=self.real_host_path(self.hp.fs / "proc" / "driver"))
         network = lxcconf.Network(self.net.bridge, f"{self.net.ct_ip(vmid)}/24", self.net.bridge_ip)
         d = self.dirs(vmid)
         text = lxcconf.render(conf, lxcconf.LxcInputs(
@@ -250,9 +254,30 @@ class LxcRuntime:
         return False
 
     def stop(self, vmid: int) -> None:
-        """Hard stop, like `pct stop` (lxc-stop --kill)."""
+        """Hard stop, like `pct stop` (lxc-stop --kill); returns once LXC's monitor of the CT has gone too."""
         if self.is_running(vmid):
             self._run(self._lxc("lxc-stop", vmid, "--kill"), f"stopping CT {vmid}", timeout=STOP_TIMEOUT_S)
+        self._wait_monitor_gone(vmid)
+
+    def _wait_monitor_gone(self, vmid: int, timeout_s: float = 5.0) -> None:
+        """`lxc-stop` returns when the container is down; its `[lxc monitor] PATH VMID` process exits just after."""
+        title = f"[lxc monitor] {self.lxcpath} {vmid}".encode()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            alive = False
+            for entry in os.scandir("/proc"):
+                if not entry.name.isdigit():
+                    continue
+                try:
+                    with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
+                        alive = fh.read().replace(b"\0", b" ").strip() == title
+                except OSError:
+                    continue
+                if alive:
+                    break
+            if not alive:
+                return
+            time.sleep(0.05)
 
     def reboot(self, vmid: int, timeout_s: float) -> None:
         """`pct reboot`: a clean shutdown, then a start (what pve-container's vm_reboot does)."""

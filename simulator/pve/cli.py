@@ -383,9 +383,36 @@ def lspci_main(argv: list[str]) -> int:
     return 0
 
 
+def vzdump_main(argv: list[str]) -> int:
+    """Runs in the foreground like `vzdump` on a shell: progress on stdout, errors on stderr."""
+    from simulator.pve import vzdump
+
+    if not argv or argv[0] in ("help", "-h", "--help"):
+        _print(f"USAGE: {vzdump.USAGE}")
+        return 0
+    hp = current_host()
+    node = Node(hp)
+    try:
+        req = vzdump.parse_args(argv)
+        base = f"/nodes/{node.name}/lxc/{req.vmid}/status"
+
+        def call(action: str) -> None:
+            if _call("POST", f"{base}/{action}", {}, vzdump.USAGE)[0]:
+                raise PveError(f"{action} of CT {req.vmid} failed")
+
+        _print(f"INFO: starting new backup job: vzdump {' '.join(argv)}")
+        vzdump.dump(node, req, lambda line: _print(line), lambda: call("shutdown"), lambda: call("start"))
+    except PveError as exc:
+        if exc.status == 500:
+            _print(f"ERROR: Backup of VM {argv[0]} failed - {exc.message}")
+        return _api_error(exc)
+    _print("INFO: Backup job finished successfully")
+    return 0
+
+
 def main(argv: list[str]) -> int:
-    tools = {"pct": pct_main, "pvesh": pvesh_main, "pveversion": pveversion_main, "pveum": pveum_main,
-             "nvidia-modprobe": nvidia_modprobe_main, "lspci": lspci_main}
+    tools = {"pct": pct_main, "vzdump": vzdump_main, "pvesh": pvesh_main, "pveversion": pveversion_main,
+             "pveum": pveum_main, "nvidia-modprobe": nvidia_modprobe_main, "lspci": lspci_main}
     if not argv or argv[0] not in tools:
         return _err(f"usage: python -m simulator.pve.cli {{{','.join(tools)}}} ARGS...")
     try:

@@ -50,7 +50,8 @@ fi
 """
 
 
-def _files() -> dict[str, bytes]:
+def payload_files() -> dict[str, bytes]:
+    """The payload's files by path: what the `.run` unpacks in the container before nvrun installs."""
     files = {name: b"" for name in STUB_INITS}
     for module in ("ctside.py", "derived.py"):  # stdlib-only modules simulator.gpu imports
         files[f"simulator/{module}"] = (SIM / module).read_bytes()
@@ -66,7 +67,7 @@ def payload() -> str:
     """The base64 zip appended to the .run after the marker line."""
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, data in _files().items():
+        for name, data in payload_files().items():
             zf.writestr(zipfile.ZipInfo(name, (2025, 1, 1, 0, 0, 0)), data, zipfile.ZIP_DEFLATED)
     return base64.encodebytes(buf.getvalue()).decode()
 

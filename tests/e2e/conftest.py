@@ -116,12 +116,17 @@ def write_profiles(inventory: Path, overrides: dict[str, Any]) -> None:
     (inventory / "profiles.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 
 
-def make_env(sim: Any, tmp_path: Path) -> DeployEnv:
-    """An inventory for this simulated host (the repo's profiles and presets plus the e2e preset)."""
+def make_env(sim: Any, tmp_path: Path, ostemplate: str | None = None) -> DeployEnv:
+    """An inventory for this simulated host (the repo's profiles and presets plus the e2e preset); `ostemplate`
+    replaces every host's container template (a site template, tests/e2e/site_template.py)."""
     inv = tmp_path / "inventory"
     inv.mkdir()
     root = Path(sim.host_dir).parent.parent
-    (inv / "sim.yaml").write_text((root / "inventory.yaml").read_text())
+    hosts = yaml.safe_load((root / "inventory.yaml").read_text())
+    if ostemplate:
+        for entry in hosts["hosts"].values():
+            entry["container"]["ostemplate"] = ostemplate
+    (inv / "sim.yaml").write_text(yaml.safe_dump(hosts, sort_keys=False))
     presets = yaml.safe_load((REPO / "inventory" / "presets.yaml").read_text())
     presets["presets"]["e2e"] = E2E_PRESET
     (inv / "presets.yaml").write_text(yaml.safe_dump(presets, sort_keys=False))
@@ -131,9 +136,21 @@ def make_env(sim: Any, tmp_path: Path) -> DeployEnv:
     return DeployEnv(sim=sim, inventory=inv, env=env)
 
 
-def make_fleet_env(infos: list[Any], tmp_path: Path, groups: dict[str, list[str]] | None = None) -> DeployEnv:
+def site_ostemplate(tmp_path_factory: pytest.TempPathFactory, infos: list[Any]) -> str | None:
+    """The site template installed on these hosts (lxc runtime), or None (view hosts never unpack one)."""
+    from tests.e2e import site_template
+
+    if json.loads((Path(infos[0].host_dir) / "host.json").read_text()).get("runtime") != "lxc":
+        return None
+    workdir = tmp_path_factory.mktemp("site-template")
+    volids = {site_template.install(workdir, Path(i.host_dir)) for i in infos}
+    return volids.pop()
+
+
+def make_fleet_env(infos: list[Any], tmp_path: Path, groups: dict[str, list[str]] | None = None,
+                   ostemplate: str | None = None) -> DeployEnv:
     """An inventory for several simulated hosts of one root (make_env) with `groups:` (default: prod = all)."""
-    env = make_env(infos[0], tmp_path)
+    env = make_env(infos[0], tmp_path, ostemplate)
     groups = groups or {"prod": [i.name for i in infos]}
     (env.inventory / "groups.yaml").write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
     return env
@@ -151,8 +168,8 @@ def until(check: Any, timeout_s: float = 60.0, interval_s: float = 0.3) -> Any:
 
 
 @pytest.fixture
-def deploy_env(sim: Any, tmp_path: Path) -> DeployEnv:
-    return make_env(sim, tmp_path)
+def deploy_env(sim: Any, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> DeployEnv:
+    return make_env(sim, tmp_path, site_ostemplate(tmp_path_factory, [sim]))
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import pytest
 
 from orchestrator.errors import ConfigError
 from tests.conftest import sim_root
-from tests.e2e.conftest import DeployEnv, make_fleet_env, until
+from tests.e2e.conftest import DeployEnv, make_fleet_env, site_ostemplate, until
 from tests.sim_hosts import OFFSET_FLEET, OFFSET_FLEET_ROUTER, OFFSET_ROUTER_API, sim_number
 
 pytestmark = pytest.mark.e2e
@@ -55,7 +55,8 @@ def fleet_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     with sim_root(tmp_path_factory, "deploy-sim-fleet", OFFSET_FLEET, hosts=3) as (root, infos):
         names = [i.name for i in infos]
         env = make_fleet_env(infos, tmp_path_factory.mktemp("fleet-env"), {
-            "prod": names, "first-two": names[:2], "bad-first": [names[1], names[0], names[2]]})
+            "prod": names, "first-two": names[:2], "bad-first": [names[1], names[0], names[2]]},
+            site_ostemplate(tmp_path_factory, infos))
         yield Fleet(env=env, names=names, root=root)
 
 

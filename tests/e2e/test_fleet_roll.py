@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import sim_root
-from tests.e2e.conftest import DeployEnv, make_fleet_env, until
+from tests.e2e.conftest import DeployEnv, make_fleet_env, site_ostemplate, until
 from tests.sim_hosts import OFFSET_FLEET, OFFSET_FLEET_ROUTER, sim_number
 
 # Each test runs 2-4 fleet rolls of 3 hosts through the CLI; under a shared 2-core machine's load that outlasts the
@@ -82,7 +82,8 @@ def rolled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RolledFleet]:
     from simulator.router import start_router, stop_router
 
     with sim_root(tmp_path_factory, "deploy-sim-fleetroll", OFFSET_FLEET, hosts=3) as (root, infos):
-        env = make_fleet_env(infos, tmp_path_factory.mktemp("fleetroll-env"))
+        env = make_fleet_env(infos, tmp_path_factory.mktemp("fleetroll-env"),
+                             ostemplate=site_ostemplate(tmp_path_factory, infos))
         names = [i.name for i in infos]
         up = env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=1200)
         assert up.rc == 0, up.text

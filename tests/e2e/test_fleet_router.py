@@ -1,14 +1,14 @@
 """The router as a managed part, end to end: the real CLI (subprocess), two simulated hosts, the REAL sglang-router.
 
 One module-scoped root with two hosts (tests/sim_hosts.py OFFSET_ROUTER_UP) and an inventory whose router runs in
-the first host's server container (CT 120), from the container-usable venv `python -m simulator.router install`
-built (the container view shows /var/cache/deploy-sim). The servers have an API key, so the router's key file and
-its use towards the workers are exercised. The tests run in file order: the first one converges everything.
+the first host's server container (CT 120), a real LXC container: `up` makes the router's venv there and
+pip-installs sglang-router from the host's package index, as on a site without a venv of its own. The servers
+have an API key, so the router's key file and its use towards the workers are exercised. The tests run in file
+order: the first one converges everything.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from tests.conftest import sim_root
-from tests.e2e.conftest import DeployEnv, make_fleet_env
+from tests.e2e.conftest import DeployEnv, make_fleet_env, site_ostemplate
 from tests.sim_hosts import OFFSET_ROUTER_UP
 
 pytestmark = pytest.mark.e2e
@@ -43,20 +43,15 @@ class RouterFleet:
 
 @pytest.fixture(scope="module")
 def rfleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterFleet]:
-    if os.geteuid() != 0:
-        pytest.skip("the simulator's router venv lives under /var/cache/deploy-sim (root)")
-    from simulator.router import ensure_router_venv
-
-    venv = ensure_router_venv(ct=True)
     with sim_root(tmp_path_factory, "deploy-sim-router-up", OFFSET_ROUTER_UP, hosts=2) as (root, infos):
         tmp = tmp_path_factory.mktemp("router-env")
-        env = make_fleet_env(infos, tmp)
+        env = make_fleet_env(infos, tmp, ostemplate=site_ostemplate(tmp_path_factory, infos))
         names = [i.name for i in infos]
         key_file = tmp / "api-key"
         key_file.write_text(KEY + "\n")
         key_file.chmod(0o600)
         env.set_profile(api_key={"file": str(key_file)})
-        router_yaml = (f"router:\n  runs_on: {names[0]}\n  venv: {venv}\n  policy: round_robin\n"
+        router_yaml = (f"router:\n  runs_on: {names[0]}\n  policy: round_robin\n"
                        "  workers: prod\n  flags:\n    health-check-interval-secs: 1\n")
         fleet = RouterFleet(env, names, router_yaml, root)
         fleet.write_router()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import yaml
+
 from tests.e2e.conftest import DeployEnv
 
 
@@ -38,7 +40,20 @@ def test_missing_weights_are_named_and_skippable(converged: DeployEnv) -> None:
     assert skipped.rc == 0, skipped.text
     step = next(s for s in skipped.json["steps"] if s["name"] == "model_weights")
     assert step["status"] == "skipped" and "lukealonso/GLM-5-NVFP4" in step["summary"]
-    # Without the flag the download is attempted; the simulated container has no hub client or network.
+    # A hub that does not answer: the download is attempted, fails, and is named.
+    sim_yaml = converged.inventory / "sim.yaml"
+    good = sim_yaml.read_text()
+    data = yaml.safe_load(good)
+    hub = data["hosts"][converged.host]["container"]["hf_endpoint"]
+    data["hosts"][converged.host]["container"]["hf_endpoint"] = hub.rsplit(":", 1)[0] + ":9"  # nothing listens
+    sim_yaml.write_text(yaml.safe_dump(data, sort_keys=False))
     res = converged.run("--json", "up", "host", converged.host, "--skip-bench")
-    assert res.rc == 3 and res.json["step"] == "model_weights"
+    assert res.rc == 3 and res.json["step"] == "model_weights", res.text[-2000:]
     assert "weights download failed" in res.json["what"]
+    # Without the flag, and the host's hub reachable, `hf download` brings the weights back.
+    sim_yaml.write_text(good)
+    res = converged.run("--json", "up", "host", converged.host, "--skip-bench")
+    assert res.rc == 0, res.text[-2000:]
+    step = next(s for s in res.json["steps"] if s["name"] == "model_weights")
+    assert step["status"] == "changed", step
+    assert converged.ct("test -f /models/GLM-5-NVFP4/config.json").rc == 0

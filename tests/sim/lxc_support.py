@@ -43,9 +43,9 @@ def lxc_host(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[tu
             ssh.close()
 
 
-def create_and_start(ssh: Ssh, vmid: int, *options: str) -> None:
+def create_and_start(ssh: Ssh, vmid: int, *options: str, template: str = TEMPLATE) -> None:
     """`pct create` from the stock template (privileged, with a veth) and `pct start`, asserting both work."""
-    res = ssh.run(f"pct create {vmid} {TEMPLATE} --hostname ct{vmid} --unprivileged 0 "
+    res = ssh.run(f"pct create {vmid} {template} --hostname ct{vmid} --unprivileged 0 "
                   f"--net0 name=eth0,bridge=vmbr0,ip=dhcp {' '.join(options)}", timeout=120)
     assert res.rc == 0, res.err
     res = ssh.run(f"pct start {vmid}", timeout=120)

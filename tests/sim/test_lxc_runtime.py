@@ -196,3 +196,33 @@ def test_unprivileged_ct_under_a_private_root_is_refused_with_the_reason(ct: Ct)
         assert "unprivileged: 0" in res.err and ct.ssh.run("pct status 130").out.strip() == "status: stopped"
     finally:
         ct.ssh.run("pct destroy 130", timeout=60)
+
+
+def test_vzdump_archive_is_a_template_for_new_containers(ct: Ct) -> None:
+    """vzdump --mode stop stops, dumps and restarts the CT; `pct create` from the archive gets its files, fresh host
+    keys, and the dumped PVE config only as etc/vzdump/pct.conf. Other modes and options are refused by name."""
+    assert ct.sh("echo provisioned > /root/site-marker").rc == 0
+    keys_before = ct.sh("cat /etc/ssh/ssh_host_ed25519_key.pub").out
+    refused = ct.ssh.run("vzdump 120 --dumpdir /var/lib/vz/template/cache")
+    assert refused.rc != 0 and "only `--mode stop`" in refused.err, refused
+    refused = ct.ssh.run("vzdump 120 --mode frozen")
+    assert refused.rc != 0 and "mode: value 'frozen'" in refused.err, refused
+    res = ct.ssh.run("vzdump 120 --mode stop --compress zstd --dumpdir /var/lib/vz/template/cache", timeout=300)
+    assert res.rc == 0, res.err
+    assert "INFO: stopping virtual guest" in res.out and "INFO: Backup job finished successfully" in res.out
+    assert ct.ssh.run("pct status 120").out.strip() == "status: running"
+    name = next(line.split("'")[1].rsplit("/", 1)[1] for line in res.out.splitlines()
+                if "creating vzdump archive" in line)
+    assert name.startswith("vzdump-lxc-120-") and name.endswith(".tar.zst")
+    archive = ct.root / "hosts" / ct.info.name / "fs/var/lib/vz/template/cache" / name
+    conf = subprocess.run(["tar", "--zstd", "-xOf", str(archive), "./etc/vzdump/pct.conf"], capture_output=True,
+                          text=True, check=True).stdout
+    assert "hostname: ct120" in conf
+    create_and_start(ct.ssh, 124, template=f"local:vztmpl/{name}")
+    try:
+        assert ct.sh("cat /root/site-marker", vmid=124).out.strip() == "provisioned"
+        assert ct.sh("cat /etc/ssh/ssh_host_ed25519_key.pub", vmid=124).out != keys_before
+        assert ct.sh("hostname", vmid=124).out.strip() == "ct124"
+    finally:
+        ct.ssh.run("pct stop 124; pct destroy 124", timeout=60)
+        archive.unlink(missing_ok=True)

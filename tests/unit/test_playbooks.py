@@ -34,6 +34,17 @@ def test_every_shipped_playbook_resolves_against_the_real_step_registry() -> Non
     assert p2p.step_names == ["connect", "verify_p2p", "p2p_bandwidth"]
 
 
+def test_provision_is_up_without_anything_that_runs_a_server() -> None:
+    """The site-template playbook: every install step of `up`, in `up`'s order, and no unit, server or release."""
+    from orchestrator.steps import load_all_steps
+
+    steps = load_playbook("provision", load_all_steps()).step_names
+    assert steps == [s for s in UP if s in steps]
+    assert {"ct_packages", "driver_userspace", "sglang_install", "model_weights"} <= set(steps)
+    assert not {"server_unit", "health", "smoke", "throughput", "release_verdict"} & set(steps)
+    assert steps[:2] == ["connect", "lock"] and steps[-1] == "unlock"
+
+
 def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "mine.yaml"
     path.write_text(text)

@@ -1,0 +1,119 @@
+"""`vzdump VMID --mode stop`: a container's root filesystem as a `.tar.zst` archive, as PVE's backup tool writes it.
+
+Operators use such an archive as a site template: provision one container (`deploy up --playbook provision`),
+dump it into `/var/lib/vz/template/cache`, and name it as `container.ostemplate`; `pct create` unpacks it like any
+template. The archive holds the rootfs plus the container's PVE config as `etc/vzdump/pct.conf`, as a real one
+does. Only the `stop` mode is simulated (the default `snapshot` needs storage snapshots, `suspend` a freezer), and
+only the lxc runtime has a root filesystem to dump.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from simulator.pve.lxc import Node, PveError
+
+USAGE = "vzdump {<vmid>} [OPTIONS]"
+MODES = ("snapshot", "suspend", "stop")
+COMPRESSORS = {"zstd": ".tar.zst", "0": ".tar"}
+DEFAULT_DUMPDIR = "/var/lib/vz/dump"
+
+
+@dataclass(frozen=True)
+class DumpRequest:
+    vmid: int
+    mode: str = "snapshot"
+    compress: str = "0"
+    dumpdir: str = DEFAULT_DUMPDIR
+
+
+def parse_args(argv: list[str]) -> DumpRequest:
+    """vzdump's own options (pve-manager PVE::VZDump); refused like the real tool's parameter check."""
+    vmids: list[int] = []
+    opts: dict[str, str] = {}
+    it = iter(argv)
+    for arg in it:
+        if arg.startswith("--"):
+            key, _, value = arg[2:].partition("=")
+            if key not in ("mode", "compress", "dumpdir", "storage"):
+                raise PveError(f"Unknown option: {key}\n400 unable to parse option\n{USAGE}", 400)
+            opts[key] = value or next(it, "")
+        elif arg.isdigit():
+            vmids.append(int(arg))
+        else:
+            raise PveError(f"400 Parameter verification failed.\nvmid: invalid format - value '{arg}' does not "
+                           f"look like a valid VM ID\n{USAGE}", 400)
+    if len(vmids) != 1:
+        raise PveError(f"400 Parameter verification failed.\nvmid: exactly one VM ID (the simulator dumps one "
+                       f"container per call)\n{USAGE}", 400)
+    mode = opts.get("mode", "snapshot")
+    if mode not in MODES:
+        raise PveError(f"400 Parameter verification failed.\nmode: value '{mode}' does not have a value in the "
+                       f"enumeration '{', '.join(MODES)}'\n{USAGE}", 400)
+    compress = {"1": "zstd", "": "zstd"}.get(opts.get("compress", "0"), opts.get("compress", "0"))
+    if compress not in COMPRESSORS:
+        raise PveError(f"400 Parameter verification failed.\ncompress: simulator: only 0 and zstd are "
+                       f"simulated, not '{compress}'\n{USAGE}", 400)
+    storage = opts.get("storage")
+    if storage not in (None, "local"):
+        raise PveError(f"storage '{storage}' does not exist", 400)
+    return DumpRequest(vmids[0], mode, compress, opts.get("dumpdir", DEFAULT_DUMPDIR))
+
+
+def archive_name(vmid: int, compress: str, when: float) -> str:
+    return f"vzdump-lxc-{vmid}-{time.strftime('%Y_%m_%d-%H_%M_%S', time.localtime(when))}{COMPRESSORS[compress]}"
+
+
+def dump(node: Node, req: DumpRequest, log: Callable[[str], None],
+         stop: Callable[[], None], start: Callable[[], None]) -> Path:
+    """Write the archive; a running container is shut down for it and started again (mode stop)."""
+    conf, _digest = node.read(req.vmid)
+    rt = node.lxc
+    if rt is None:
+        raise PveError("simulator: the view runtime has no root filesystem to dump (use `--runtime lxc`)")
+    running = node.running(req.vmid)
+    if running and req.mode != "stop":
+        raise PveError(f"simulator: only `--mode stop` is simulated for a running container (asked: {req.mode})")
+    dumpdir = Path(req.dumpdir)
+    if not dumpdir.is_dir():
+        raise PveError(f"unable to access dump directory '{req.dumpdir}'")
+    t0 = time.time()
+    target = dumpdir / archive_name(req.vmid, req.compress, t0)
+    log(f"INFO: Starting Backup of VM {req.vmid} (lxc)")
+    log(f"INFO: status = {'running' if running else 'stopped'}")
+    log(f"INFO: backup mode: {req.mode}")
+    log(f"INFO: CT Name: {conf.options.get('hostname', f'CT{req.vmid}')}")
+    log("INFO: including mount point rootfs ('/') in backup")
+    if running:
+        log("INFO: stopping virtual guest")
+        stop()
+    rootfs = rt.dirs(req.vmid).rootfs
+    try:
+        with tempfile.TemporaryDirectory(prefix="vzdump-") as tmp:
+            vz = Path(tmp) / "etc" / "vzdump"
+            vz.mkdir(parents=True)
+            (vz / "pct.conf").write_text(conf.render())
+            log(f"INFO: creating vzdump archive '{target}'")
+            part = target.with_name(f".{target.name}.tmp")
+            argv = ["tar", "--numeric-owner", "--sparse", "-cpf", str(part), "-C", str(rootfs), ".",
+                    "-C", tmp, "./etc/vzdump/pct.conf"]
+            if req.compress == "zstd":
+                argv.insert(1, "--zstd")
+            res = subprocess.run(argv, capture_output=True, text=True)
+            if res.returncode not in (0, 1):  # 1: a file changed while read; PVE's tar warns and goes on too
+                part.unlink(missing_ok=True)
+                raise PveError(f"command 'tar' failed: {res.stderr.strip()[-300:]}")
+            os.replace(part, target)
+    finally:
+        if running:
+            log("INFO: restarting vm")
+            start()
+    log(f"INFO: archive file size: {target.stat().st_size / 2**20:.0f}MB")
+    log(f"INFO: Finished Backup of VM {req.vmid} ({time.strftime('%H:%M:%S', time.gmtime(time.time() - t0))})")
+    return target

@@ -1,0 +1,129 @@
+"""A site template for the end-to-end tests: a container provisioned by the tool itself, dumped with `vzdump`.
+
+Most end-to-end tests are about what happens after provisioning (units, releases, rolls, gates, faults), and a
+bare Debian container costs 20-40 s of apt, pip and downloads per test. Operators solve the same problem the
+same way: provision one container (`deploy up --playbook provision`), clean it, `vzdump` it, and create the
+others from that archive (docs/playbooks.md). So the archive is built here once per machine and code version:
+on a throwaway simulated host, by the real CLI, against the real template, real apt, pip and `hf download`.
+Tests that are about provisioning (tests/e2e/test_up_real_container.py) still start from the stock template.
+
+The cache key covers everything that decides the archive's content (the tool, the playbooks, the inventory
+profiles, the simulated software and the stock template), so a change to any of them builds it again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from simulator.lxc import template as lxc_template
+from tests import sim_hosts
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = lxc_template.CACHE_DIR / "site"
+KEEP = 3  # archives of other code versions kept (other worktrees, a switch back)
+#: What an operator removes before dumping a template: apt caches, logs, the machine's identity.
+CLEAN = "apt-get clean && rm -rf /var/lib/apt/lists/* /var/log/journal/* && : > /etc/machine-id"
+INPUTS = ("orchestrator", "playbooks", "inventory", "simulator/software", "simulator/sglang_standin",
+          "simulator/gpu")
+
+
+def cache_key() -> str:
+    h = hashlib.sha256()
+    stock = lxc_template.ensure().path
+    h.update(f"{stock.name}:{stock.stat().st_size}".encode())
+    for top in INPUTS:
+        for path in sorted((REPO / top).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                h.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+def site_template(workdir: Path) -> Path:
+    """The cached archive for this code version, built first (under `workdir`) if missing; xdist workers and
+    parallel runs wait for one build."""
+    target = CACHE / f"deploy-site-{cache_key()}.tar.zst"
+    if target.is_file():
+        return target
+    with _locked(CACHE / ".build.lock"):
+        if not target.is_file():
+            _build(workdir, target)
+            _prune(target)
+    return target
+
+
+def _build(workdir: Path, target: Path) -> None:
+    from simulator.manager import sim_down, sim_up
+    from tests.e2e.conftest import make_env
+
+    root = workdir / "site-template-sim"
+    try:
+        (info,) = sim_up(root, first=sim_hosts.sim_number(sim_hosts.OFFSET_SITE_TEMPLATE), time_scale=5.0,
+                         runtime="lxc", ct_storage="tmpfs")
+        (workdir / "env").mkdir(exist_ok=True)
+        env = make_env(info, workdir / "env")
+        res = env.run("--json", "up", "host", info.name, "--playbook", "provision", timeout=1500)
+        if res.rc != 0:
+            raise RuntimeError(f"building the site template: `deploy up --playbook provision` failed:\n"
+                               f"{res.text[-3000:]}")
+        cleaned = env.ct(CLEAN)
+        if cleaned.rc != 0:
+            raise RuntimeError(f"cleaning the site template's container failed: {cleaned.text}")
+        dumped = env.ssh("vzdump 120 --mode stop --compress zstd --dumpdir /var/lib/vz/dump", timeout=600)
+        if dumped.rc != 0:
+            raise RuntimeError(f"vzdump of the site template's container failed: {dumped.text}")
+        archive = next((info.host_dir / "fs" / "var/lib/vz/dump").glob("vzdump-lxc-120-*.tar.zst"))
+        part = target.with_name(f".{target.name}.{os.getpid()}")
+        shutil.copyfile(archive, part)
+        os.replace(part, target)
+    finally:
+        sim_down(root)
+
+
+def _prune(keep: Path) -> None:
+    others = sorted((p for p in CACHE.glob("deploy-site-*.tar.zst") if p != keep), key=lambda p: p.stat().st_mtime)
+    for old in others[:-KEEP] if len(others) > KEEP else []:
+        old.unlink(missing_ok=True)
+
+
+def install(workdir: Path, host_dir: Path) -> str:
+    """Put the site template into a simulated host's `local:vztmpl` storage; its volume ID."""
+    archive = site_template(workdir)
+    lxc_template.install_into(archive, host_dir / "fs" / "var/lib/vz/template/cache")
+    return f"local:vztmpl/{archive.name}"
+
+
+def main() -> int:
+    """scripts/test.sh builds both templates before pytest, so no test's timeout has to cover a cold build."""
+    from tests.conftest import sim_skip_reason
+    from tests.sim.lxc_support import lxc_skip_reason
+
+    reason = sim_skip_reason() or lxc_skip_reason()
+    if reason:
+        print(f"site template: not built ({reason})")
+        return 0
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="deploy-site-template-") as tmp:
+        path = site_template(Path(tmp))
+    print(f"site template: {path} ({path.stat().st_size / 1e6:.0f} MB, {time.monotonic() - t0:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
