@@ -16,7 +16,9 @@ loopback only, so each simulated host runs this small TCP relay, in both directi
 With the lxc runtime the container has a real address on the host's bridge (simulator/lxc/net.py), and the
 inbound relay connects there: ADDRESS:PORT → CT_IP:PORT, so two containers can both serve :8000. The outbound
 listeners live in the real container's network namespace (/proc/<its init pid>/ns/net), so a router in it
-reaches every host's server at its worker URL, as it would over a site's LAN.
+reaches every host's server at its worker URL, as it would over a site's LAN. They exist only while the
+container has a router unit installed: a listener on ADDRESS:8000 would make a server's own 0.0.0.0:8000 bind
+fail, and a container without a router needs no other host.
 
     python -m simulator.portfwd HOST_DIR ADDRESS PORT[,PORT...] [VMID]
 """
@@ -33,6 +35,9 @@ from pathlib import Path
 from simulator import nsutil
 from simulator.config import DEFAULT_VMID, HostPaths
 from simulator.pve.lxc import netns_path
+
+#: The unit `deploy up` installs for a router in a container (orchestrator/fleet/router.py UNIT_PATH).
+ROUTER_UNIT = "/etc/systemd/system/sglang-router.service"
 
 
 def _running_state(hp: HostPaths, vmid: int) -> dict[str, object] | None:
@@ -60,6 +65,7 @@ class NetnsTracker:
         self.hp, self.vmid = hp, vmid
         self._start: object = None
         self._file: str | None = None
+        self._rootfs: Path | None = None
 
     def current(self) -> str | None:
         state = _running_state(self.hp, self.vmid)
@@ -69,6 +75,18 @@ class NetnsTracker:
         if state.get("started_at") != self._start or self._file is None:
             self._start, self._file = state.get("started_at"), self._lookup(state)
         return self._file
+
+    def router_here(self) -> bool:
+        """Whether the container runs a router (its unit is installed): only then does it need the other hosts'
+        servers. A real container sees no listener of ours otherwise, so its own server may bind 0.0.0.0:8000."""
+        if _lxc_address(self.hp, self.vmid) is None:
+            return True  # view runtime: its servers bind the container's loopback
+        if self._rootfs is None:
+            from simulator.lxc.runtime import LxcRuntime
+            from simulator.pve.lxc import Node
+
+            self._rootfs = LxcRuntime(self.hp, Node(self.hp).cfg).dirs(self.vmid).rootfs
+        return (self._rootfs / ROUTER_UNIT.lstrip("/")).is_file()
 
     def _lookup(self, state: dict[str, object]) -> str | None:
         if _lxc_address(self.hp, self.vmid) is None:
@@ -231,7 +249,7 @@ def serve_outbound(hp: HostPaths, vmid: int, port: int, poll_s: float = 0.5) -> 
     listeners: dict[str, socket.socket] = {}
     tracker = NetnsTracker(hp, vmid)
     while True:
-        ns = tracker.current()
+        ns = tracker.current() if tracker.router_here() else None
         if ns != netns:
             for sock in listeners.values():
                 sock.close()
