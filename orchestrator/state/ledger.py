@@ -79,6 +79,10 @@ def default_ledger_path() -> Path:
     return state_dir() / "ledger.sqlite"
 
 
+#: Tries to draw a free run id before an insert gives up (a 16-bit tail per second; see record_run).
+ID_ATTEMPTS = 8
+
+
 def new_run_id(now: datetime | None = None) -> str:
     """`r-YYYYMMDD-HHMMSS-xxxx`: sorts by time, and the random tail keeps two runs in one second apart."""
     now = now or datetime.now()
@@ -208,10 +212,22 @@ class Ledger:
     ) -> RunRecord:
         """Insert one run and return it as stored (secrets redacted: sglang's server_info carries its API key)."""
         started = started_at or datetime.now()
-        raw = RunRecord(id=run_id or new_run_id(started), host=host, release_id=release_id, preset=preset,
-                        started_at=started, flags=dict(flags or {}), bench=bench, telemetry=telemetry,
-                        diagnosis=tuple(diagnosis), source=source, label=label, jsonl_path=jsonl_path)
-        rec = RunRecord.model_validate(redact(raw.model_dump(mode="json")))
+        for attempt in range(ID_ATTEMPTS):
+            raw = RunRecord(id=run_id or new_run_id(started), host=host, release_id=release_id, preset=preset,
+                            started_at=started, flags=dict(flags or {}), bench=bench, telemetry=telemetry,
+                            diagnosis=tuple(diagnosis), source=source, label=label, jsonl_path=jsonl_path)
+            rec = RunRecord.model_validate(redact(raw.model_dump(mode="json")))
+            try:
+                self._insert(rec)
+                return rec
+            except sqlite3.IntegrityError:
+                # Two runs of one second drew the same 16-bit tail (a fleet bench records many at once): draw
+                # again. A caller's own id is never replaced.
+                if run_id is not None or attempt == ID_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _insert(self, rec: RunRecord) -> None:
         with self._connect() as conn:
             conn.execute(
                 "INSERT INTO runs (id, host, release_id, preset, started_at, flags_json, bench_json, "
@@ -222,7 +238,6 @@ class Ledger:
                  rec.telemetry.model_dump_json() if rec.telemetry else None,
                  json.dumps([d.model_dump(mode="json") for d in rec.diagnosis]),
                  rec.source, rec.label, rec.jsonl_path))
-        return rec
 
     @staticmethod
     def _row_to_record(row: sqlite3.Row) -> RunRecord:

@@ -182,3 +182,19 @@ def test_secrets_never_reach_the_ledger_file(tmp_path: Path) -> None:
     (old,) = led.list_runs()
     assert old.bench is not None and old.bench.server_info is not None
     assert old.bench.server_info["api_key"] == "<redacted>"
+
+
+def test_a_run_id_drawn_twice_in_one_second_is_drawn_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """16 random bits per second collide when a fleet bench records many runs at once: the insert draws again,
+    and a caller's own id is never silently replaced."""
+    from orchestrator.state import ledger as ledger_mod
+
+    drawn = iter(["r-20261130-020000-aaaa", "r-20261130-020000-aaaa", "r-20261130-020000-bbbb"])
+    monkeypatch.setattr(ledger_mod, "new_run_id", lambda _now=None: next(drawn))
+    led = Ledger(tmp_path / "l.sqlite")
+    first = led.record_run(host="h1", bench=bench(1.0), started_at=T0)
+    second = led.record_run(host="h2", bench=bench(2.0), started_at=T0)
+    assert (first.id, second.id) == ("r-20261130-020000-aaaa", "r-20261130-020000-bbbb")
+    assert {r.host for r in led.list_runs()} == {"h1", "h2"}
+    with pytest.raises(sqlite3.IntegrityError):
+        led.record_run(host="h3", bench=bench(3.0), run_id=first.id)
