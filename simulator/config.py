@@ -22,7 +22,6 @@ from typing import Any, Literal, TypeVar
 
 from simulator import layout
 from simulator.layout import CT_ENV as CT_ENV
-from simulator.layout import CT_PERSISTENT_PATHS as CT_PERSISTENT_PATHS
 from simulator.layout import HOST_ENV as HOST_ENV
 from simulator.layout import HOST_OVERLAYS as HOST_OVERLAYS
 from simulator.layout import ROOT_ENV as ROOT_ENV
@@ -116,6 +115,17 @@ class CtFaults:
     match: str | None = None
 
 
+class RetiredRuntime(ValueError):
+    """host.json of a host made for a container runtime that no longer exists (`view`: mount views, no LXC)."""
+
+    def __init__(self, where: str, runtime: str):
+        root = Path(where).parent.parent.parent  # <root>/hosts/<name>/host.json
+        super().__init__(f"{where}: this host was made for the retired {runtime!r} container runtime, which no "
+                         f"longer exists (containers are real LXC containers now); stop it with `deploy sim down "
+                         f"--root {root}`, remove {root}, then run `deploy sim up` again")
+        self.root = root
+
+
 @dataclass
 class HostConfig:
     """host.json: one simulated PVE node. Written by the manager, read by everyone."""
@@ -132,14 +142,15 @@ class HostConfig:
     #: Multiplier for simulated durations (model load, bench): 0.01 makes a 10-minute load take 6 s.
     time_scale: float = 1.0
     faults: HostFaults = field(default_factory=HostFaults)
-    #: Container runtime: "view" (mount views per `pct exec`) or "lxc" (real LXC containers, simulator/lxc/).
-    runtime: str = "view"
-    #: lxc runtime: the host side of the container bridge, where simulator services for containers listen.
+    #: The host side of the container bridge, where simulator services for containers listen.
     bridge_address: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "host.json") -> HostConfig:
         data = dict(data)
+        runtime = data.pop("runtime", "lxc")  # hosts made while there were two container runtimes
+        if runtime != "lxc":
+            raise RetiredRuntime(where, str(runtime))
         data["faults"] = _from_dict(HostFaults, data.get("faults") or {}, f"{where}: faults")
         return _from_dict(cls, data, where)
 
@@ -157,7 +168,6 @@ class CtState:
 
     vmid: int
     status: Literal["running", "stopped"] = "stopped"
-    netns: str = ""
     #: Userspace driver installed in the container (set by part-2 provisioning; None = not installed yet).
     userspace_driver: str | None = None
     started_at: float | None = None
@@ -166,6 +176,7 @@ class CtState:
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "state.json") -> CtState:
         data = dict(data)
+        data.pop("netns", None)  # written while the retired view runtime existed (always "" for LXC containers)
         data["faults"] = _from_dict(CtFaults, data.get("faults") or {}, f"{where}: faults")
         return _from_dict(cls, data, where)
 
@@ -200,7 +211,7 @@ def sim_root() -> Path:
 
 
 def sim_id_for(root: Path) -> str:
-    """Short id unique per state root, used in netns names so two sim roots never collide."""
+    """Short id unique per state root, used in bridge and nft table names so two sim roots never collide."""
     return hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:6]
 
 
@@ -215,10 +226,6 @@ class SimPaths:
     @property
     def bin_host(self) -> Path:
         return self.root / "bin" / "host"
-
-    @property
-    def bin_ct(self) -> Path:
-        return self.root / "bin" / "ct"
 
     @property
     def python_launcher(self) -> Path:
@@ -322,22 +329,6 @@ class CtPaths:
     def state(self) -> Path:
         return self.dir / "state.json"
 
-    @property
-    def fs(self) -> Path:
-        return self.dir / "fs"
-
-    @property
-    def dev(self) -> Path:
-        return self.dir / "dev"
-
-    @property
-    def journal(self) -> Path:
-        return self.dir / "journal"
-
-    @property
-    def run(self) -> Path:
-        return self.dir / "run"
-
     def load(self) -> CtState:
         if not self.state.is_file():
             return CtState(vmid=self.vmid)
@@ -360,10 +351,6 @@ def current_host() -> HostPaths:
     if not name:
         raise RuntimeError(f"${HOST_ENV} is not set: not running inside a simulated host")
     return SimPaths(sim_root()).host(name)
-
-
-def netns_name(sim_id: str, host: str, vmid: int) -> str:
-    return f"dsim-{sim_id}-{host}-{vmid}"
 
 
 # ---------------------------------------------------------------------------------------------------------------
