@@ -1,8 +1,8 @@
 """`python -m sglang.launch_server` (simulated): real flag parsing, sglang-like logs, HTTP API, fake GPUs.
 
 Lifecycle: parse flags (argparse exits 2 like the real one) -> preflight checks against the simulated
-container (device nodes, nvidia-uvm, userspace driver version, model dir) -> bind the HTTP port (503 on
-/health while "loading") -> log the loading milestones -> "The server is fired up and ready to roll!".
+container (device nodes, nvidia-uvm, userspace driver version, model dir) -> log the loading milestones -> bind
+the HTTP port once the model is loaded, as real sglang starts uvicorn -> "The server is fired up and ready to roll!".
 Faults from the container's state.json: crash_on_start, health_never_ok, log_line (fatal at the first decode),
 slow_start_s.
 """
@@ -497,7 +497,7 @@ async def startup(sim: Sim, bind: Callable[[], Awaitable[None]]) -> None:
     cgbs = a.get("cuda_graph_max_bs") or a.get("cuda_graph_max_bs_decode") or 256
     log("Capture cuda graph begin. This can take up to several minutes. avail mem=7.51 GB", tp=0)
     if sim.faults.get("health_never_ok"):
-        return  # stuck "capturing" forever: /health stays 503
+        return  # stuck "capturing" forever: the port never opens
     await asyncio.sleep(step * 2)
     log(f"Capture cuda graph end. Time elapsed: {60 + 0.58 * int(cgbs):.2f} s. mem usage=1.23 GB. "
         f"avail mem=6.28 GB.", tp=0)
