@@ -5,7 +5,7 @@ command, and importing pydantic would add ~100 ms to each one. Unknown keys in a
 typo in a fault knob is caught instead of silently ignored.
 
 Writers take an exclusive `fcntl` lock on `<file>.lock` and replace the file atomically, because the manager, the
-API server, `pct` and the part-2 stand-ins (systemctl, the model-server) all update the same files concurrently.
+API server and `pct` all update the same files concurrently.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from simulator import layout
-from simulator.layout import CT_ENV as CT_ENV
 from simulator.layout import HOST_ENV as HOST_ENV
 from simulator.layout import HOST_OVERLAYS as HOST_OVERLAYS
 from simulator.layout import ROOT_ENV as ROOT_ENV
@@ -168,15 +167,14 @@ class CtState:
 
     vmid: int
     status: Literal["running", "stopped"] = "stopped"
-    #: Userspace driver installed in the container (set by part-2 provisioning; None = not installed yet).
-    userspace_driver: str | None = None
     started_at: float | None = None
     faults: CtFaults = field(default_factory=CtFaults)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "state.json") -> CtState:
         data = dict(data)
-        data.pop("netns", None)  # written while the retired view runtime existed (always "" for LXC containers)
+        for legacy in ("netns", "userspace_driver"):  # written while the retired view runtime existed
+            data.pop(legacy, None)
         data["faults"] = _from_dict(CtFaults, data.get("faults") or {}, f"{where}: faults")
         return _from_dict(cls, data, where)
 

@@ -6,7 +6,6 @@ millisecond of import time is paid per command. `simulator.config` re-exports th
 
 ROOT_ENV = "DEPLOY_SIM_ROOT"
 HOST_ENV = "DEPLOY_SIM_HOST"
-CT_ENV = "DEPLOY_SIM_CT"
 
 #: Inside the host view (SSH sessions) the simulator's own files are reached through these aliases, because the
 #: view binds other directories over /root and /tmp, where the Python install, the repo or the sim root may live.

@@ -85,7 +85,7 @@ class SimHostInfo:
     sshd_pid: int | None
     api_pid: int | None
     containers: dict[int, str]
-    #: Inventory `container:` options pointing at the host's own services (lxc runtime: index and hub).
+    #: Inventory `container:` options pointing at the host's own services (index and hub).
     container_options: dict[str, str] = field(default_factory=dict)
 
     @property

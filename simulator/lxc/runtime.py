@@ -53,7 +53,7 @@ class RuntimeFailure(RuntimeError):
 
 
 class MissingTools(RuntimeError):
-    """The lxc runtime's tools are not installed."""
+    """The tools the simulator's LXC containers need are not installed."""
 
 
 def require_lxc() -> None:

@@ -3,8 +3,7 @@
 Operators use such an archive as a site template: provision one container (`deploy up --playbook provision`),
 dump it into `/var/lib/vz/template/cache`, and name it as `container.ostemplate`; `pct create` unpacks it like any
 template. The archive holds the rootfs plus the container's PVE config as `etc/vzdump/pct.conf`, as a real one
-does. Only the `stop` mode is simulated (the default `snapshot` needs storage snapshots, `suspend` a freezer), and
-only the lxc runtime has a root filesystem to dump.
+does. Only the `stop` mode is simulated (the default `snapshot` needs storage snapshots, `suspend` a freezer).
 """
 
 from __future__ import annotations
