@@ -122,7 +122,7 @@ class RetiredRuntime(ValueError):
         super().__init__(f"{where}: this host was made for the retired {runtime!r} container runtime, which no "
                          f"longer exists (containers are real LXC containers now); stop it with `deploy sim down "
                          f"--root {root}`, remove {root}, then run `deploy sim up` again")
-        self.root = root
+        self.root, self.host = root, Path(where).parent.name
 
 
 @dataclass

@@ -78,7 +78,7 @@ def up(app: AppContext, hosts: int, profile: str, time_scale: float, first: int,
                        first=first, ct_storage=ct_storage)
     except RetiredRuntime as exc:
         raise ConfigError(str(exc), fix=f"deploy sim down --root {exc.root}; rm -rf {exc.root}; deploy sim up",
-                          step="sim up") from exc
+                          host=exc.host, step="sim up") from exc
     except AddressInUse as exc:
         raise ConfigError(exc.what, fix=exc.fix, host=exc.host, step="sim up") from exc
     except MissingTools as exc:
