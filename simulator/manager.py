@@ -146,6 +146,7 @@ def _install_bin(sp: SimPaths, rc: RootConfig) -> None:
         f"{VIEW_ALIAS}\n"
         f'LD_LIBRARY_PATH="{VIEW_PY}/lib${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}" PYTHONPATH="{pythonpath}" '
         f'exec "{VIEW_PY}/{rc.python_exe_rel}" "$@"\n'), mode=0o755)
+    shutil.rmtree(sp.root / "bin" / "ct", ignore_errors=True)  # the retired view runtime's container stand-ins
     dest = sp.bin_host
     dest.mkdir(parents=True, exist_ok=True)
     src_dir = SIM_SRC / "bin" / "host"

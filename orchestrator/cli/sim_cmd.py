@@ -41,6 +41,12 @@ def _require_simulator() -> None:
                           fix="install it with: pip install -e '.[sim]' (scripts/install.sh does this)")
 
 
+def _retired(exc: Any, step: str) -> ConfigError:
+    """A root of the retired view runtime (simulator.config.RetiredRuntime): stop it, remove it, start afresh."""
+    return ConfigError(str(exc), fix=f"deploy sim down --root {exc.root}; rm -rf {exc.root}; deploy sim up",
+                       host=exc.host, step=step)
+
+
 @click.group("sim")
 def sim() -> None:
     """The simulated Proxmox GPU host: real sshd, a schema-checked PVE API over HTTPS, pct/pvesh, GPUs replayed
@@ -77,8 +83,7 @@ def up(app: AppContext, hosts: int, profile: str, time_scale: float, first: int,
         infos = sim_up(_root(root), hosts=hosts, profile=profile, time_scale=time_scale, inventory_copy=copy,
                        first=first, ct_storage=ct_storage)
     except RetiredRuntime as exc:
-        raise ConfigError(str(exc), fix=f"deploy sim down --root {exc.root}; rm -rf {exc.root}; deploy sim up",
-                          host=exc.host, step="sim up") from exc
+        raise _retired(exc, "sim up") from exc
     except AddressInUse as exc:
         raise ConfigError(exc.what, fix=exc.fix, host=exc.host, step="sim up") from exc
     except MissingTools as exc:
@@ -118,9 +123,13 @@ def down(app: AppContext, root: str | None) -> int:
 @common_options
 def status(app: AppContext, root: str | None) -> int:
     """What is running: hosts, daemons, containers."""
+    from simulator.config import RetiredRuntime
     from simulator.manager import sim_status
 
-    infos = sim_status(_root(root))
+    try:
+        infos = sim_status(_root(root))
+    except RetiredRuntime as exc:
+        raise _retired(exc, "sim status") from exc
     app.out.emit({"ok": True, "hosts": [_info_dict(i) for i in infos]})
     table = Table(title=f"simulated hosts ({_root(root)})")
     for col in ("host", "address", "sshd pid", "api pid", "gpus", "containers"):

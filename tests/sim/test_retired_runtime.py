@@ -44,5 +44,7 @@ def test_sim_up_refuses_a_view_runtime_root(tmp_path: Path) -> None:
     assert json.loads(host_json.read_text()) == old  # nothing of the root changed
     assert sorted(p.name for p in (root / "hosts" / f"sim-{number}").iterdir()) == ["host.json"]
     assert not (root / "lxc").exists()
+    status = deploy("sim", "status", "--root", str(root))
+    assert status.returncode == 2 and "retired 'view' container runtime" in " ".join(status.stderr.split())
     down = deploy("sim", "down", "--root", str(root))
     assert down.returncode == 0, down.stderr
