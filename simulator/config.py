@@ -5,7 +5,7 @@ command, and importing pydantic would add ~100 ms to each one. Unknown keys in a
 typo in a fault knob is caught instead of silently ignored.
 
 Writers take an exclusive `fcntl` lock on `<file>.lock` and replace the file atomically, because the manager, the
-API server, `pct` and the part-2 stand-ins (systemctl, the model-server) all update the same files concurrently.
+API server and `pct` all update the same files concurrently.
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from simulator import layout
-from simulator.layout import CT_ENV as CT_ENV
-from simulator.layout import CT_PERSISTENT_PATHS as CT_PERSISTENT_PATHS
 from simulator.layout import HOST_ENV as HOST_ENV
 from simulator.layout import HOST_OVERLAYS as HOST_OVERLAYS
 from simulator.layout import ROOT_ENV as ROOT_ENV
@@ -116,6 +114,17 @@ class CtFaults:
     match: str | None = None
 
 
+class RetiredRuntime(ValueError):
+    """host.json of a host made for a container runtime that no longer exists (`view`: mount views, no LXC)."""
+
+    def __init__(self, where: str, runtime: str):
+        root = Path(where).parent.parent.parent  # <root>/hosts/<name>/host.json
+        super().__init__(f"{where}: this host was made for the retired {runtime!r} container runtime, which no "
+                         f"longer exists (containers are real LXC containers now); stop it with `deploy sim down "
+                         f"--root {root}`, remove {root}, then run `deploy sim up` again")
+        self.root, self.host = root, Path(where).parent.name
+
+
 @dataclass
 class HostConfig:
     """host.json: one simulated PVE node. Written by the manager, read by everyone."""
@@ -132,14 +141,15 @@ class HostConfig:
     #: Multiplier for simulated durations (model load, bench): 0.01 makes a 10-minute load take 6 s.
     time_scale: float = 1.0
     faults: HostFaults = field(default_factory=HostFaults)
-    #: Container runtime: "view" (mount views per `pct exec`) or "lxc" (real LXC containers, simulator/lxc/).
-    runtime: str = "view"
-    #: lxc runtime: the host side of the container bridge, where simulator services for containers listen.
+    #: The host side of the container bridge, where simulator services for containers listen.
     bridge_address: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "host.json") -> HostConfig:
         data = dict(data)
+        runtime = data.pop("runtime", "lxc")  # hosts made while there were two container runtimes
+        if runtime != "lxc":
+            raise RetiredRuntime(where, str(runtime))
         data["faults"] = _from_dict(HostFaults, data.get("faults") or {}, f"{where}: faults")
         return _from_dict(cls, data, where)
 
@@ -157,15 +167,14 @@ class CtState:
 
     vmid: int
     status: Literal["running", "stopped"] = "stopped"
-    netns: str = ""
-    #: Userspace driver installed in the container (set by part-2 provisioning; None = not installed yet).
-    userspace_driver: str | None = None
     started_at: float | None = None
     faults: CtFaults = field(default_factory=CtFaults)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "state.json") -> CtState:
         data = dict(data)
+        for legacy in ("netns", "userspace_driver"):  # written while the retired view runtime existed
+            data.pop(legacy, None)
         data["faults"] = _from_dict(CtFaults, data.get("faults") or {}, f"{where}: faults")
         return _from_dict(cls, data, where)
 
@@ -200,7 +209,7 @@ def sim_root() -> Path:
 
 
 def sim_id_for(root: Path) -> str:
-    """Short id unique per state root, used in netns names so two sim roots never collide."""
+    """Short id unique per state root, used in bridge and nft table names so two sim roots never collide."""
     return hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:6]
 
 
@@ -215,10 +224,6 @@ class SimPaths:
     @property
     def bin_host(self) -> Path:
         return self.root / "bin" / "host"
-
-    @property
-    def bin_ct(self) -> Path:
-        return self.root / "bin" / "ct"
 
     @property
     def python_launcher(self) -> Path:
@@ -322,22 +327,6 @@ class CtPaths:
     def state(self) -> Path:
         return self.dir / "state.json"
 
-    @property
-    def fs(self) -> Path:
-        return self.dir / "fs"
-
-    @property
-    def dev(self) -> Path:
-        return self.dir / "dev"
-
-    @property
-    def journal(self) -> Path:
-        return self.dir / "journal"
-
-    @property
-    def run(self) -> Path:
-        return self.dir / "run"
-
     def load(self) -> CtState:
         if not self.state.is_file():
             return CtState(vmid=self.vmid)
@@ -360,10 +349,6 @@ def current_host() -> HostPaths:
     if not name:
         raise RuntimeError(f"${HOST_ENV} is not set: not running inside a simulated host")
     return SimPaths(sim_root()).host(name)
-
-
-def netns_name(sim_id: str, host: str, vmid: int) -> str:
-    return f"dsim-{sim_id}-{host}-{vmid}"
 
 
 # ---------------------------------------------------------------------------------------------------------------

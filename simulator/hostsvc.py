@@ -81,8 +81,8 @@ def stop(hp: HostPaths) -> None:
 
 
 def container_options(cfg: HostConfig) -> dict[str, str]:
-    """The inventory `container:` options that point the tool at this host's services (lxc hosts only)."""
-    if cfg.runtime != "lxc" or not cfg.bridge_address:
+    """The inventory `container:` options that point the tool at this host's services (once the bridge is up)."""
+    if not cfg.bridge_address:
         return {}
     return {"pip_index_url": index_url(cfg.bridge_address), "hf_endpoint": hub_url(cfg.bridge_address)}
 

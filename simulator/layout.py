@@ -6,16 +6,15 @@ millisecond of import time is paid per command. `simulator.config` re-exports th
 
 ROOT_ENV = "DEPLOY_SIM_ROOT"
 HOST_ENV = "DEPLOY_SIM_HOST"
-CT_ENV = "DEPLOY_SIM_CT"
 
-#: Inside the host and container views the simulator's own files are reached through these aliases, because the
-#: views bind other directories over /root and /tmp, where the Python install, the repo or the sim root may live.
+#: Inside the host view (SSH sessions) the simulator's own files are reached through these aliases, because the
+#: view binds other directories over /root and /tmp, where the Python install, the repo or the sim root may live.
 VIEW_ALIAS = "/run/deploy-sim"
 VIEW_PY = VIEW_ALIAS + "/py"  # sys.base_prefix
 VIEW_VENV = VIEW_ALIAS + "/venv"  # sys.prefix when running from a virtualenv
 VIEW_REPO = VIEW_ALIAS + "/repo"  # the directory holding the `orchestrator` package
 VIEW_ROOT = VIEW_ALIAS + "/root"  # the sim root; DEPLOY_SIM_ROOT points here inside views
-#: Interpreter for the stand-ins in <root>/bin/{host,ct} ($DEPLOY_SIM_PYTHON): a sh launcher written by `sim up`.
+#: Interpreter for the stand-ins in <root>/bin/host ($DEPLOY_SIM_PYTHON): a sh launcher written by `sim up`.
 VIEW_PYTHON = VIEW_ROOT + "/bin/python"
 
 #: Host view: `fs/<src>` is bind-mounted over `<target>` by the SSH session shell (kind: dir or file).
@@ -32,12 +31,6 @@ HOST_OVERLAYS: tuple[tuple[str, str, str], ...] = (
     ("tmp", "/tmp", "dir"),
     # /dev last: it is bound recursively after /dev/pts has been bound into fs/dev/pts.
     ("dev", "/dev", "dir"),
-)
-
-#: Container view: ct/<vmid>/fs/<path> is bind-mounted over each of these by `pct exec`.
-CT_PERSISTENT_PATHS: tuple[str, ...] = (
-    "/root", "/etc/systemd/system", "/etc/sglang", "/etc/sglang-router", "/var/lib/deploy", "/var/log", "/models",
-    "/tmp", "/opt",
 )
 
 #: Written by the manager into hosts/<name>/sshd/: what the session shell needs, as `key=value` lines.

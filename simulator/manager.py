@@ -7,8 +7,7 @@
 
 Host sim-N listens on 127.0.0.(N+1) (beyond sim-253: 127.0.1.1, …, see _address): a real sshd on :2222 and
 the HTTPS API on :8006. Daemons are started detached (own session, stdio to log files) so they outlive the CLI;
-`down` stops exactly what `up` started, plus every container process (by network namespace), and is safe to
-repeat.
+`down` stops exactly what `up` started, plus every container, and is safe to repeat.
 """
 
 from __future__ import annotations
@@ -19,8 +18,8 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -46,6 +45,7 @@ from simulator.config import (
     HostConfig,
     HostFaults,
     HostPaths,
+    RetiredRuntime,
     RootConfig,
     SimPaths,
     sim_id_for,
@@ -85,7 +85,7 @@ class SimHostInfo:
     sshd_pid: int | None
     api_pid: int | None
     containers: dict[int, str]
-    #: Inventory `container:` options pointing at the host's own services (lxc runtime: index and hub).
+    #: Inventory `container:` options pointing at the host's own services (index and hub).
     container_options: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -136,7 +136,7 @@ def _root_config(root: Path) -> RootConfig:
 
 
 def _install_bin(sp: SimPaths, rc: RootConfig) -> None:
-    """<root>/bin/python launcher and <root>/bin/{host,ct}/* links into the aliased repo (refreshed each up)."""
+    """<root>/bin/python launcher and <root>/bin/host/* links into the aliased repo (refreshed each up)."""
     pythonpath = str(VIEW_REPO)
     if rc.venv_prefix and rc.venv_site:
         pythonpath += f":{VIEW_VENV}/{rc.venv_site}"
@@ -146,20 +146,21 @@ def _install_bin(sp: SimPaths, rc: RootConfig) -> None:
         f"{VIEW_ALIAS}\n"
         f'LD_LIBRARY_PATH="{VIEW_PY}/lib${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}" PYTHONPATH="{pythonpath}" '
         f'exec "{VIEW_PY}/{rc.python_exe_rel}" "$@"\n'), mode=0o755)
-    for kind, dest in (("host", sp.bin_host), ("ct", sp.bin_ct)):
-        dest.mkdir(parents=True, exist_ok=True)
-        src_dir = SIM_SRC / "bin" / kind
-        wanted = {p.name for p in src_dir.iterdir() if p.is_file()} if src_dir.is_dir() else set()
-        for old in dest.iterdir():
-            if old.name not in wanted:
-                old.unlink()
-        for name in wanted:
-            link = dest / name
-            target = VIEW_REPO / (src_dir / name).relative_to(REPO)
-            if link.is_symlink() and os.readlink(link) == str(target):
-                continue
-            link.unlink(missing_ok=True)
-            link.symlink_to(target)
+    shutil.rmtree(sp.root / "bin" / "ct", ignore_errors=True)  # the retired view runtime's container stand-ins
+    dest = sp.bin_host
+    dest.mkdir(parents=True, exist_ok=True)
+    src_dir = SIM_SRC / "bin" / "host"
+    wanted = {p.name for p in src_dir.iterdir() if p.is_file()}
+    for old in dest.iterdir():
+        if old.name not in wanted:
+            old.unlink()
+    for name in wanted:
+        link = dest / name
+        target = VIEW_REPO / (src_dir / name).relative_to(REPO)
+        if link.is_symlink() and os.readlink(link) == str(target):
+            continue
+        link.unlink(missing_ok=True)
+        link.symlink_to(target)
 
 
 def _layout_fs(hp: HostPaths) -> None:
@@ -340,18 +341,9 @@ def write_inventory(root: Path, infos: list[SimHostInfo], copy_to: Path | None =
 # ----------------------------------------------------------------------------------------------- public API
 
 
-RUNTIMES = ("view", "lxc")
-
-
-def default_runtime() -> str:
-    """$DEPLOY_SIM_RUNTIME, else real LXC containers (what a PVE node runs)."""
-    return os.environ.get("DEPLOY_SIM_RUNTIME") or "lxc"
-
-
 def sim_up(root: Path = DEFAULT_ROOT, hosts: int = 1, profile: str = "rtx-pro-6000-x8",
            driver_version: str | None = None, time_scale: float = 1.0,
-           inventory_copy: Path | None = None, first: int = 1, runtime: str | None = None,
-           ct_storage: str = "disk") -> list[SimHostInfo]:
+           inventory_copy: Path | None = None, first: int = 1, ct_storage: str = "disk") -> list[SimHostInfo]:
     """Create (or keep) and start `hosts` simulated hosts under `root`; idempotent.
 
     Hosts are sim-<first>..: sim-N listens on 127.0.0.(N+1), whatever the root, so two roots that are up at the
@@ -359,14 +351,11 @@ def sim_up(root: Path = DEFAULT_ROOT, hosts: int = 1, profile: str = "rtx-pro-60
 
     Existing hosts keep their keys, certificates, secrets, containers and faults, so a client's known_hosts and
     CA trust stay valid across `up`; already-running daemons are left alone. Returns one entry per host.
-    `ct_storage="tmpfs"` keeps the lxc runtime's container filesystems in memory (simulator/lxc/storage.py).
+    `ct_storage="tmpfs"` keeps the container filesystems in memory (simulator/lxc/storage.py). A host made for the
+    retired view runtime is refused (config.RetiredRuntime, a ValueError) before anything of it changes.
     """
     _require_root()
-    runtime = runtime or default_runtime()
-    if runtime not in RUNTIMES:
-        raise ValueError(f"unknown container runtime {runtime!r} (known: {', '.join(RUNTIMES)})")
-    if runtime == "lxc":
-        lxc_runtime.require_lxc()
+    lxc_runtime.require_lxc()
     if profile not in GPU_PROFILES:
         raise ValueError(f"unknown GPU profile {profile!r} (known: {', '.join(GPU_PROFILES)})")
     if not (hosts >= 1 and first >= 1 and first + hosts - 1 <= MAX_HOST_NUMBER):
@@ -377,8 +366,10 @@ def sim_up(root: Path = DEFAULT_ROOT, hosts: int = 1, profile: str = "rtx-pro-60
     root.mkdir(parents=True, exist_ok=True)
     VIEW_ALIAS.mkdir(parents=True, exist_ok=True)
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
-    if runtime == "lxc":
-        lxc_storage.prepare(root / "lxc", ct_storage)  # before any daemon's view copies the root's mounts
+    for name in sp.host_names():  # refuse a retired host before any daemon or mount changes
+        if sp.host(name).config.exists():
+            sp.host(name).load()
+    lxc_storage.prepare(root / "lxc", ct_storage)  # before any daemon's view copies the root's mounts
     rc = _root_config(root)
     write_json(sp.root_config, dataclasses.asdict(rc))
     _install_bin(sp, rc)
@@ -392,13 +383,11 @@ def sim_up(root: Path = DEFAULT_ROOT, hosts: int = 1, profile: str = "rtx-pro-60
         else:
             cfg = HostConfig(name=name, address=_address(i), node=name, sim_id=sim_id_for(root),
                              gpu_profile=profile, driver_version=driver_version or PROFILE_DRIVER[profile],
-                             time_scale=time_scale, runtime=runtime)
+                             time_scale=time_scale)
             hp.save(cfg)
         _layout_fs(hp)
         hardware.provision(hp.dir, cfg)
-        if cfg.runtime == "lxc":
-            cfg = _lxc_host_up(hp, cfg)
-        _stub_template(hp)
+        cfg = _lxc_host_up(hp, cfg)
         _call_hook("provision_host", hp.dir, cfg)
         installer = hp.fs / "root" / f"NVIDIA-Linux-x86_64-{cfg.driver_version}.run"
         if not installer.exists():
@@ -415,8 +404,7 @@ def sim_up(root: Path = DEFAULT_ROOT, hosts: int = 1, profile: str = "rtx-pro-60
         sshd.start(hp)
         _start_api(hp, cfg)
         _start_fwd(hp, cfg)
-        if cfg.runtime == "lxc":
-            hostsvc.start(hp, cfg)
+        hostsvc.start(hp, cfg)
         infos.append(_info(hp))
     all_infos = [_info(sp.host(n)) for n in sp.host_names()]
     write_inventory(root, all_infos, inventory_copy)
@@ -446,19 +434,36 @@ def _kill_view_processes(root: Path, host_names: list[str]) -> None:
     procs.kill_all(victims, timeout_s=1.0)
 
 
+def _current_config(hp: HostPaths) -> HostConfig | None:
+    """host.json, or None when there is none or it belongs to the retired view runtime (`sim down` still works)."""
+    try:
+        return hp.load() if hp.config.exists() else None
+    except RetiredRuntime:
+        return None
+
+
+def _remove_view_netns(hp: HostPaths) -> None:
+    """A host of the retired view runtime: its containers were named netns `dsim-<sim id>-<host>-<vmid>`."""
+    if not hp.config.exists():
+        return
+    prefix = f"dsim-{json.loads(hp.config.read_text()).get('sim_id', '')}-{hp.name}-"
+    for ns in os.listdir("/run/netns") if os.path.isdir("/run/netns") else []:
+        if ns.startswith(prefix):
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+            procs.kill_all([int(p) for p in pids if p.isdigit()], timeout_s=1.0)
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
 def _stop_containers(hp: HostPaths) -> None:
     if not hp.config.exists():
         return
-    cfg = hp.load()
-    if cfg.runtime == "lxc":
+    cfg = _current_config(hp)
+    if cfg is None:
+        _remove_view_netns(hp)
+    else:
         rt = lxc_runtime.LxcRuntime(hp, cfg)
         for vmid in rt.vmids():
             rt.stop(vmid)
-    prefix = f"dsim-{cfg.sim_id}-{cfg.name}-"
-    listing = os.listdir("/run/netns") if os.path.isdir("/run/netns") else []
-    for ns in listing:
-        if ns.startswith(prefix):
-            lxc.kill_netns(hp, ns, signal.SIGKILL, 0)
     ct_root = hp.dir / "ct"
     for d in ct_root.iterdir() if ct_root.is_dir() else []:
         if d.name.isdigit() and (d / "state.json").exists():
@@ -475,13 +480,13 @@ def sim_down(root: Path = DEFAULT_ROOT) -> None:
     names = sp.host_names()
     for name in names:
         hp = sp.host(name)
-        _stop_containers(hp)  # first: netns handling goes through the daemons' mount namespace
+        _stop_containers(hp)  # first: lxc-* commands go through the daemons' mount namespace
         sshd.stop(hp)
         procs.stop_tree(hp.api / "api.pid")
         procs.stop_tree(hp.dir / "fwd" / "fwd.pid")
         hostsvc.stop(hp)
-        cfg = hp.load() if hp.config.exists() else None
-        if cfg is not None and cfg.runtime == "lxc":
+        cfg = _current_config(hp)
+        if cfg is not None:
             lxc_net.down(lxc_net.host_net(cfg.address, cfg.sim_id))
     if names:
         _kill_view_processes(root, names)
@@ -549,12 +554,7 @@ def set_ct_faults(root: Path, host: str, vmid: int, **knobs: Any) -> CtFaults:
     faults = hp.ct(vmid).update(apply).faults
     if values.get("driver_mismatch"):
         # Like a host driver upgrade under a running container: its userspace now differs, at once.
-        if hp.load().runtime == "lxc":
-            _install_userspace(hp, vmid, str(values["driver_mismatch"]))
-        else:
-            version_file = hp.dir / "ct" / str(vmid) / "fs" / "opt" / "sim-nvidia" / "version"
-            version_file.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(version_file, f"{values['driver_mismatch']}\n")
+        _install_userspace(hp, vmid, str(values["driver_mismatch"]))
     return faults
 
 
@@ -586,19 +586,10 @@ def reset_host(root: Path, host: str) -> None:
     shutil.rmtree(hp.dir / "ct", ignore_errors=True)
     (hp.dir / "ct").mkdir()
     shutil.rmtree(hp.dir.parent.parent / "lxc" / host, ignore_errors=True)
-    _stub_template(hp)
-
-
-def _stub_template(hp: HostPaths) -> None:
-    """The view runtime never unpacks the template, so a zstd-magic stub stands in for it."""
-    template = hp.template_cache / DEFAULT_TEMPLATE
-    if not template.exists():
-        template.write_bytes(b"\x28\xb5\x2f\xfd" + b"\0" * 4096)
 
 
 def _lxc_host_up(hp: HostPaths, cfg: HostConfig) -> HostConfig:
-    """lxc runtime: the real template in `local:vztmpl`, the host's bridge and nft table; host.json gets the
-    bridge address."""
+    """The real template in `local:vztmpl`, the host's bridge and nft table; host.json gets the bridge address."""
     built = lxc_template.ensure()
     lxc_template.install_into(built.path, hp.template_cache)
     hnet = lxc_net.host_net(cfg.address, cfg.sim_id)
@@ -647,7 +638,6 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--driver", default=None)
     up.add_argument("--time-scale", type=float, default=1.0)
     up.add_argument("--inventory-copy", type=Path, default=None)
-    up.add_argument("--runtime", choices=RUNTIMES, default=None)
     up.add_argument("--first", type=int, default=1)
     up.add_argument("--ct-storage", choices=lxc_storage.STORAGES, default="disk")
     sub.add_parser("down")
@@ -664,7 +654,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "up":
             before = {i.name for i in sim_status(args.root) if i.running}
             infos = sim_up(args.root, args.hosts, args.profile, args.driver, args.time_scale, args.inventory_copy,
-                           first=args.first, runtime=args.runtime, ct_storage=args.ct_storage)
+                           first=args.first, ct_storage=args.ct_storage)
             _report(infos, args.json, before)
         elif args.cmd == "down":
             sim_down(args.root)

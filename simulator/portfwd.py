@@ -1,24 +1,19 @@
 """Reach a simulated container's ports from outside, and other hosts' servers from inside a container.
 
 On a real PVE node the container has its own address on a bridge: the router reaches each host's server there,
-and clients reach a router that runs in a container there. A simulated container is a network namespace with
-loopback only, so each simulated host runs this small TCP relay, in both directions:
-- inbound: HOST_ADDRESS:PORT → the CT's 127.0.0.1:PORT, for the server's port 8000 and the router's port 30000.
-  For every connection it opens the upstream socket from a short-lived thread that first joins the running
-  container's netns (setns(2) on a network namespace applies to the calling thread only), so the socket lives in
-  the container while the relay stays outside. When no container runs, the connection is closed at once, as a
-  refused port would be;
-- outbound: inside the running CT's netns it listens on every simulated host's ADDRESS:8000 of the same sim root
-  and relays each connection to that address outside, so a router in this container reaches every host's server
-  at its worker URL, as on a bridge. The listeners are made again whenever the container (re)starts. A server in
-  the container must then not bind 0.0.0.0:8000 (the simulated profiles bind 127.0.0.1, sglang's default).
-
-With the lxc runtime the container has a real address on the host's bridge (simulator/lxc/net.py), and the
-inbound relay connects there: ADDRESS:PORT → CT_IP:PORT, so two containers can both serve :8000. The outbound
-listeners live in the real container's network namespace (/proc/<its init pid>/ns/net), so a router in it
-reaches every host's server at its worker URL, as it would over a site's LAN. They exist only while the
-container has a router unit installed: a listener on ADDRESS:8000 would make a server's own 0.0.0.0:8000 bind
-fail, and a container without a router needs no other host.
+and clients reach a router that runs in a container there. A simulated container has a real address on the
+host's bridge (simulator/lxc/net.py), but that bridge is not on the machine's LAN, so each simulated host runs this
+small TCP relay, in both directions:
+- inbound: HOST_ADDRESS:PORT → CT_IP:PORT, for the server's port 8000 and the router's port 30000, so two
+  containers can both serve :8000. A server bound to the container's 127.0.0.1 is reached from a short-lived
+  thread that first joins the container's network namespace (setns(2) on a network namespace applies to the
+  calling thread only). When no container runs, the connection is closed at once, as a refused port would be;
+- outbound: inside the running container's network namespace (/proc/<its init pid>/ns/net) it listens on every
+  simulated host's ADDRESS:8000 of the same sim root and relays each connection to that address outside, so a
+  router in this container reaches every host's server at its worker URL, as it would over a site's LAN. The
+  listeners are made again whenever the container (re)starts. They exist only while the container has a router
+  unit installed: a listener on ADDRESS:8000 would make a server's own 0.0.0.0:8000 bind fail, and a container
+  without a router needs no other host.
 
     python -m simulator.portfwd HOST_DIR ADDRESS PORT[,PORT...] [VMID]
 """
@@ -34,7 +29,6 @@ from pathlib import Path
 
 from simulator import nsutil
 from simulator.config import DEFAULT_VMID, HostPaths
-from simulator.pve.lxc import netns_path
 
 #: The unit `deploy up` installs for a router in a container (orchestrator/fleet/router.py UNIT_PATH).
 ROUTER_UNIT = "/etc/systemd/system/sglang-router.service"
@@ -48,17 +42,11 @@ def _running_state(hp: HostPaths, vmid: int) -> dict[str, object] | None:
     return state if isinstance(state, dict) and state.get("status") == "running" else None
 
 
-def _running_netns(hp: HostPaths, vmid: int) -> str | None:
-    state = _running_state(hp, vmid)
-    ns = str(state.get("netns") or "") if state else ""
-    return ns or None
-
-
 class NetnsTracker:
     """The running container's network namespace file, or None; looked up again only when it (re)starts.
 
-    View runtime: the named netns of its state. lxc runtime: /proc/<its init pid>/ns/net, asked of LXC once per
-    start (the state's `started_at` tells a restart), so polling costs a file read, not an lxc-info call.
+    /proc/<its init pid>/ns/net, asked of LXC once per start (the state's `started_at` tells a restart), so
+    polling costs a file read, not an lxc-info call.
     """
 
     def __init__(self, hp: HostPaths, vmid: int) -> None:
@@ -73,14 +61,12 @@ class NetnsTracker:
             self._start, self._file = None, None
             return None
         if state.get("started_at") != self._start or self._file is None:
-            self._start, self._file = state.get("started_at"), self._lookup(state)
+            self._start, self._file = state.get("started_at"), _ns_file(self.hp, self.vmid)
         return self._file
 
     def router_here(self) -> bool:
         """Whether the container runs a router (its unit is installed): only then does it need the other hosts'
         servers. A real container sees no listener of ours otherwise, so its own server may bind 0.0.0.0:8000."""
-        if _lxc_address(self.hp, self.vmid) is None:
-            return True  # view runtime: its servers bind the container's loopback
         if self._rootfs is None:
             from simulator.lxc.runtime import LxcRuntime
             from simulator.pve.lxc import Node
@@ -88,24 +74,21 @@ class NetnsTracker:
             self._rootfs = LxcRuntime(self.hp, Node(self.hp).cfg).dirs(self.vmid).rootfs
         return (self._rootfs / ROUTER_UNIT.lstrip("/")).is_file()
 
-    def _lookup(self, state: dict[str, object]) -> str | None:
-        if _lxc_address(self.hp, self.vmid) is None:
-            ns = str(state.get("netns") or "")
-            return netns_path(self.hp, ns) if ns else None
-        from simulator.lxc.runtime import LxcRuntime
-        from simulator.pve.lxc import Node
 
-        pid = LxcRuntime(self.hp, Node(self.hp).cfg).init_pid(self.vmid)
-        return f"/proc/{pid}/ns/net" if pid else None
+def _ns_file(hp: HostPaths, vmid: int) -> str | None:
+    """The running container's network namespace file, asked of LXC (None: not running)."""
+    from simulator.lxc.runtime import LxcRuntime
+    from simulator.pve.lxc import Node
+
+    pid = LxcRuntime(hp, Node(hp).cfg).init_pid(vmid)
+    return f"/proc/{pid}/ns/net" if pid else None
 
 
-def _lxc_address(hp: HostPaths, vmid: int) -> str | None:
-    """The container's bridge address when the host uses the lxc runtime (None: the view runtime)."""
+def _bridge_address(hp: HostPaths, vmid: int) -> str | None:
+    """The container's address on its host's bridge (None: no readable host.json)."""
     try:
         cfg = json.loads(hp.config.read_text())
     except (OSError, ValueError):
-        return None
-    if cfg.get("runtime") != "lxc":
         return None
     from simulator.lxc.net import host_net
 
@@ -113,27 +96,20 @@ def _lxc_address(hp: HostPaths, vmid: int) -> str | None:
 
 
 def connect_in_ct(hp: HostPaths, vmid: int, port: int, timeout_s: float = 5.0) -> socket.socket:
-    """A TCP connection to the container's server: its bridge address (lxc runtime), else 127.0.0.1:port inside
-    its network namespace (view runtime)."""
-    address = _lxc_address(hp, vmid)
-    if address is not None:
-        try:
-            sock = socket.create_connection((address, port), timeout=timeout_s)
-            sock.settimeout(None)
-            return sock
-        except ConnectionRefusedError:
-            # a server bound to the container's 127.0.0.1 (the profile's default host): reach it from inside
-            from simulator.lxc.runtime import LxcRuntime
-            from simulator.pve.lxc import Node
-
-            pid = LxcRuntime(hp, Node(hp).cfg).init_pid(vmid)
-            if not pid:
-                raise
-            return _connect_via(f"/proc/{pid}/ns/net", vmid, port, timeout_s)
-    ns = _running_netns(hp, vmid)
-    if ns is None:
-        raise ConnectionRefusedError(f"CT {vmid} is not running")
-    return _connect_via(netns_path(hp, ns), vmid, port, timeout_s)
+    """A TCP connection to the container's server: its bridge address, else (a server bound to the container's
+    127.0.0.1, the profile's default host) 127.0.0.1:port inside its network namespace."""
+    address = _bridge_address(hp, vmid)
+    if address is None:
+        raise ConnectionRefusedError(f"CT {vmid}: host {hp.name} has no readable host.json")
+    try:
+        sock = socket.create_connection((address, port), timeout=timeout_s)
+        sock.settimeout(None)
+        return sock
+    except ConnectionRefusedError:
+        ns_file = _ns_file(hp, vmid)
+        if ns_file is None:
+            raise
+        return _connect_via(ns_file, vmid, port, timeout_s)
 
 
 def _connect_via(ns_file: str, vmid: int, port: int, timeout_s: float) -> socket.socket:

@@ -22,33 +22,22 @@ ROUTER_VERSION = "0.3.2"
 CACHE = Path(os.environ.get("DEPLOY_SIM_CACHE", "/var/cache/deploy-sim"))
 
 
-#: The interpreter of the venv a router in a simulated container runs from: the system Python, which every
-#: container view sees (a venv of the tool's own Python may point under /root, which the views bind away).
-CT_BASE_PYTHON = "/usr/bin/python3"
+def router_venv(version: str = ROUTER_VERSION) -> Path:
+    """The operator-side venv (a router in a simulated container is installed there by the tool itself)."""
+    return CACHE / f"sglang-router-{version}"
 
 
-def router_venv(version: str = ROUTER_VERSION, *, ct: bool = False) -> Path:
-    """The operator-side venv, or (ct=True) the one a router in a simulated container uses (`router.venv`)."""
-    return CACHE / (f"sglang-router-{version}-ct" if ct else f"sglang-router-{version}")
+def installed(version: str = ROUTER_VERSION) -> bool:
+    return (router_venv(version) / ".installed").is_file()
 
 
-def installed(version: str = ROUTER_VERSION, *, ct: bool = False) -> bool:
-    return (router_venv(version, ct=ct) / ".installed").is_file()
-
-
-def ensure_router_venv(version: str = ROUTER_VERSION, timeout_s: float = 900, *, ct: bool = False) -> Path:
-    """The venv with sglang-router==VERSION (created and pip-installed on first use; ~30 MB wheel).
-
-    ct=True: built with the system Python, so a router in a simulated container can run from it. The container
-    views show the machine's own filesystem outside their persistent paths, so /var/cache/deploy-sim is visible
-    in every container as it is here: an inventory's `router.venv` names this path (see docs/simulator.md).
-    """
-    venv = router_venv(version, ct=ct)
-    if installed(version, ct=ct):
+def ensure_router_venv(version: str = ROUTER_VERSION, timeout_s: float = 900) -> Path:
+    """The venv with sglang-router==VERSION (created and pip-installed on first use; ~30 MB wheel)."""
+    venv = router_venv(version)
+    if installed(version):
         return venv
     venv.parent.mkdir(parents=True, exist_ok=True)
-    base = CT_BASE_PYTHON if ct else sys.executable
-    subprocess.run([base, "-m", "venv", "--clear", str(venv)], check=True, timeout=timeout_s)
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True, timeout=timeout_s)
     proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check",
                            "-q", f"sglang-router=={version}"], capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
@@ -105,7 +94,6 @@ def main(argv: list[str] | None = None) -> int:
     inst.add_argument("--version", default=ROUTER_VERSION)
     args = ap.parse_args(argv)
     print(ensure_router_venv(args.version))
-    print(ensure_router_venv(args.version, ct=True))
     return 0
 
 

@@ -24,8 +24,7 @@ pytest_plugins = ["tests.skip_policy"]
 def pytest_configure(config: pytest.Config) -> None:
     """The controlling process picks the run's host numbers once; xdist workers inherit them by environment.
 
-    Simulated hosts run real LXC containers (the simulator's default runtime; DEPLOY_SIM_RUNTIME=view runs the
-    suite on mount views instead). End-to-end tests create their container from a site template that the tool
+    Simulated hosts run real LXC containers. End-to-end tests create their container from a site template that the tool
     itself provisioned (tests/e2e/site_template.py); the provisioning tests start from the stock template.
     """
     if hasattr(config, "workerinput"):
@@ -50,8 +49,8 @@ def sim_root(tmp_path_factory: pytest.TempPathFactory, name: str, offset: int, h
              **options: Any) -> Iterator[tuple[Path, list[Any]]]:
     """A simulated root with `hosts` hosts numbered from this process's `offset` (tests/sim_hosts.py): (root, infos).
 
-    Skips when the simulator cannot run here; always brought down, even if the test failed. Containers of the
-    lxc runtime live on a tmpfs (simulator/lxc/storage.py): a test creates and destroys them by the hundred.
+    Skips when the simulator cannot run here; always brought down, even if the test failed. Containers live
+    on a tmpfs (simulator/lxc/storage.py): a test creates and destroys them by the hundred.
     """
     options.setdefault("ct_storage", "tmpfs")
     reason = sim_skip_reason()

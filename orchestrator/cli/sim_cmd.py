@@ -41,6 +41,12 @@ def _require_simulator() -> None:
                           fix="install it with: pip install -e '.[sim]' (scripts/install.sh does this)")
 
 
+def _retired(exc: Any, step: str) -> ConfigError:
+    """A root of the retired view runtime (simulator.config.RetiredRuntime): stop it, remove it, start afresh."""
+    return ConfigError(str(exc), fix=f"deploy sim down --root {exc.root}; rm -rf {exc.root}; deploy sim up",
+                       host=exc.host, step=step)
+
+
 @click.group("sim")
 def sim() -> None:
     """The simulated Proxmox GPU host: real sshd, a schema-checked PVE API over HTTPS, pct/pvesh, GPUs replayed
@@ -57,17 +63,15 @@ def sim() -> None:
               help="Simulated model time runs this much faster than the wall clock (bench figures stay in model "
                    "time).")
 @click.option("--first", default=1, show_default=True, help="Number of the first host: sim-N listens on 127.0.0.(N+1).")
-@click.option("--runtime", type=click.Choice(["view", "lxc"]), default=None,
-              help="Container runtime of new hosts: real LXC containers (lxc) or mount views (view). Default: "
-                   "$DEPLOY_SIM_RUNTIME, else lxc. Recorded per host.")
 @click.option("--ct-storage", type=click.Choice(["disk", "tmpfs"]), default="disk", show_default=True,
-              help="lxc runtime: where container filesystems live. tmpfs is fast to create and destroy, and "
+              help="Where container filesystems live. tmpfs is fast to create and destroy, and "
                    "volatile: `sim down` removes the containers.")
 @click.option("--root", default=None, help=ROOT_HELP)
 @common_options
-def up(app: AppContext, hosts: int, profile: str, time_scale: float, first: int, runtime: str | None,
-       ct_storage: str, root: str | None) -> int:
+def up(app: AppContext, hosts: int, profile: str, time_scale: float, first: int, ct_storage: str,
+       root: str | None) -> int:
     """Start (or keep) the simulated hosts and write their inventory entries, keys and known_hosts."""
+    from simulator.config import RetiredRuntime
     from simulator.lxc.net import NetError
     from simulator.lxc.runtime import MissingTools
     from simulator.lxc.storage import StorageError
@@ -77,13 +81,15 @@ def up(app: AppContext, hosts: int, profile: str, time_scale: float, first: int,
     copy = _inventory_copy(app)
     try:
         infos = sim_up(_root(root), hosts=hosts, profile=profile, time_scale=time_scale, inventory_copy=copy,
-                       first=first, runtime=runtime, ct_storage=ct_storage)
+                       first=first, ct_storage=ct_storage)
+    except RetiredRuntime as exc:
+        raise _retired(exc, "sim up") from exc
     except AddressInUse as exc:
         raise ConfigError(exc.what, fix=exc.fix, host=exc.host, step="sim up") from exc
     except MissingTools as exc:
         raise ConfigError(str(exc), fix="run scripts/install.sh (as root)", step="sim up") from exc
     except (TemplateError, NetError, StorageError) as exc:
-        raise ConfigError(f"lxc runtime: {exc}", fix="see docs/simulator.md, 'The lxc runtime'",
+        raise ConfigError(f"containers: {exc}", fix="see docs/simulator.md, 'Containers'",
                           step="sim up") from exc
     app.out.emit({"ok": True, "hosts": [_info_dict(i) for i in infos], "inventory": str(copy) if copy else None})
     for i in infos:
@@ -117,9 +123,13 @@ def down(app: AppContext, root: str | None) -> int:
 @common_options
 def status(app: AppContext, root: str | None) -> int:
     """What is running: hosts, daemons, containers."""
+    from simulator.config import RetiredRuntime
     from simulator.manager import sim_status
 
-    infos = sim_status(_root(root))
+    try:
+        infos = sim_status(_root(root))
+    except RetiredRuntime as exc:
+        raise _retired(exc, "sim status") from exc
     app.out.emit({"ok": True, "hosts": [_info_dict(i) for i in infos]})
     table = Table(title=f"simulated hosts ({_root(root)})")
     for col in ("host", "address", "sshd pid", "api pid", "gpus", "containers"):

@@ -1,10 +1,10 @@
 """Where a simulator command runs: which host directory, which container, which /dev.
 
-The stand-ins (nvidia-smi, systemctl, ...) run inside the SSH session's mount namespace or inside a
-`pct exec` container view, where `/root` and friends are bind mounts. This module is stdlib-only on
-purpose: in those views only the system Python is reachable (`/root/.pyenv` and venvs are hidden),
-so nothing here may need pydantic. host.json / state.json are read as plain JSON; their models live
-in `simulator.config` (part 1) and this module only reads the few keys it needs.
+The GPU stand-ins (nvidia-smi, ...) run in the SSH session's host view, where `/root` and friends are bind
+mounts, or in a real container, where only simulator/ctside.py's mounts show the simulated world. This module is
+stdlib-only on purpose: in the host view only the system Python is reachable without site packages, and in a
+container only the payload the .run unpacks, so nothing here may need pydantic. host.json / state.json are read
+as plain JSON; their models live in `simulator.config` (part 1) and this module only reads the few keys it needs.
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ class SimContext:
     host_dir: Path
     vmid: int | None  # None: the host view
     dev_dir: Path  # where /dev/nvidia* are looked up
-    #: Inside a real LXC container: the container's root ("/", or a directory in tests). The simulated world is
-    #: then read only through simulator/ctside.py's mounts under it, and host_dir is its HOST_DIR.
+    #: Inside a container: the container's root ("/", or a directory in tests). The simulated world is then read
+    #: only through simulator/ctside.py's mounts under it, and host_dir is its HOST_DIR.
     ct_root: Path | None = None
 
     @property
@@ -61,11 +61,9 @@ class SimContext:
 
     @property
     def ct_dir(self) -> Path:
-        if self.vmid is None:
-            raise ValueError("not in a container view")
-        if self.ct_root is not None:
-            return self.ct_root / ctside.CT_DIR.lstrip("/")
-        return self.host_dir / "ct" / str(self.vmid)
+        if self.ct_root is None:
+            raise ValueError("not in a container")
+        return self.ct_root / ctside.CT_DIR.lstrip("/")
 
     @property
     def load_root(self) -> Path:
@@ -109,8 +107,5 @@ def host_dir_from_env(env: dict[str, str] | None = None) -> Path:
 
 
 def context_from_env(env: dict[str, str] | None = None) -> SimContext:
-    """Build the context; $DEPLOY_SIM_DEV overrides /dev for tests that run without namespaces."""
-    env = dict(os.environ) if env is None else env
-    vmid_s = env.get("DEPLOY_SIM_CT") or ""
-    vmid = int(vmid_s) if vmid_s.isdigit() else None
-    return SimContext(host_dir=host_dir_from_env(env), vmid=vmid, dev_dir=Path(env.get("DEPLOY_SIM_DEV") or "/dev"))
+    """The host view's context (in a container, context_from_ctside is the only way in)."""
+    return SimContext(host_dir=host_dir_from_env(env), vmid=None, dev_dir=Path("/dev"))

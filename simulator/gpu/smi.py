@@ -1,10 +1,10 @@
-"""The `nvidia-smi` stand-in (host view and container view).
+"""The `nvidia-smi` stand-in (the host's, and the one the .run stand-in installs in a container).
 
 Why it decides the way it does:
-- Host view (no $DEPLOY_SIM_CT): the kernel module is loaded, every GPU of the profile is visible.
-- Container view: nvidia-smi talks to the driver through the device nodes passed into the container,
-  so visibility follows `/dev/nvidiactl` and `/dev/nvidia<minor>` (minor, not index!), and NVML refuses
-  to start when the container's userspace version differs from the host kernel module.
+- Host: the kernel module is loaded, every GPU of the profile is visible.
+- Container (simulator/ctside.py's mounts): nvidia-smi talks to the driver through the device nodes passed
+  into the container, so visibility follows `/dev/nvidiactl` and `/dev/nvidia<minor>` (minor, not index!), and
+  NVML refuses to start when the container's userspace version differs from the host kernel module.
 Output layouts are the real captured ones; see profiles.py / topo.py.
 """
 
@@ -29,8 +29,7 @@ FAIL_DRIVER = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
     "Make sure that the latest NVIDIA driver is installed and running.\n"
 )
-USERSPACE_VERSION_FILE = "opt/sim-nvidia/version"  # inside the container's fs/ (view runtime)
-NVML_LINK = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"  # real container: what the .run stand-in installs
+NVML_LINK = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"  # what the .run stand-in installs in a container
 NO_NVML = ("NVIDIA-SMI couldn't find libnvidia-ml.so library in your system. Please make sure that the NVIDIA "
            "Display Driver is properly installed and present in your system.\nPlease also try adding directory "
            "that contains libnvidia-ml.so to your system PATH.\n")
@@ -57,15 +56,12 @@ def host_driver_version(ctx: SimContext, profile: GpuProfile) -> str:
 
 
 def userspace_version(ctx: SimContext) -> str | None:
-    """The container's NVIDIA userspace version as the installer stand-in recorded it: in a real container the
-    version of the libnvidia-ml.so.1 it links (as real NVML reports its own), else the view runtime's record."""
-    if ctx.ct_root is not None:
-        target = os.readlink(link) if (link := ctx.ct_root / NVML_LINK.lstrip("/")).is_symlink() else ""
-        return target.rsplit("libnvidia-ml.so.", 1)[1] if "libnvidia-ml.so." in target else None
-    try:
-        return (ctx.ct_dir / "fs" / USERSPACE_VERSION_FILE).read_text().strip() or None
-    except OSError:
+    """The container's NVIDIA userspace version: the one its libnvidia-ml.so.1 links to (as real NVML reports its
+    own), as the installer stand-in left it."""
+    if ctx.ct_root is None:
         return None
+    target = os.readlink(link) if (link := ctx.ct_root / NVML_LINK.lstrip("/")).is_symlink() else ""
+    return target.rsplit("libnvidia-ml.so.", 1)[1] if "libnvidia-ml.so." in target else None
 
 
 def resolve_view(ctx: SimContext) -> View:
@@ -74,10 +70,8 @@ def resolve_view(ctx: SimContext) -> View:
     if ctx.vmid is None:
         return View(profile, driver, list(profile.gpus), ctx.load_root)
     user = userspace_version(ctx)
-    if user is None and ctx.ct_root is not None:
-        raise SmiExit(12, NO_NVML)
     if user is None:
-        raise SmiExit(127, "bash: line 1: nvidia-smi: command not found\n", stderr=True)
+        raise SmiExit(12, NO_NVML)
     dev = ctx.dev_dir
     if not (dev / "nvidiactl").exists():
         raise SmiExit(9, FAIL_DRIVER)
@@ -442,7 +436,7 @@ def _dmon(args: list[str], view: View, out: TextIO) -> int:
 
 
 def main(argv: list[str] | None = None, ct_root: Path | None = None) -> int:
-    """Entry point; `ct_root` is set by the stub the .run stand-in installs in a real container."""
+    """Entry point; `ct_root` is set by the stub the .run stand-in installs in a container."""
     _quiet_signals()
     args = sys.argv[1:] if argv is None else argv
     try:

@@ -4,7 +4,7 @@ destroy) over the real lxc-* tools, called by simulator/pve/lxc.py (lifecycle ta
 
 LXC finds a running container through an abstract socket named after its lxcpath, and SSH sessions of the
 simulated host see the sim root under another path (/run/deploy-sim/root). So every lxc-* command runs in the
-simulator's real mount namespace (`nsenter`, as the netns handling does) with real paths, and Python file access
+simulator's real mount namespace (`nsenter`) with real paths, and Python file access
 uses this process's view of the same directories.
 """
 
@@ -32,19 +32,35 @@ STOP_TIMEOUT_S = 30
 HOST_FILES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pip.conf", "/etc/resolv.conf")
 
 
+def outer_pid(hp: HostPaths) -> int:
+    """A process in the simulator's real mount namespace (sshd, else the API server, else init).
+
+    SSH sessions run in private mount namespaces that see the sim root under another path, so lxc-* commands
+    go through this process's view.
+    """
+    for pidfile in (hp.sshd / "sshd.pid", hp.api / "api.pid"):
+        try:
+            pid = int(pidfile.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        if Path(f"/proc/{pid}/ns/mnt").exists():
+            return pid
+    return 1
+
+
 class RuntimeFailure(RuntimeError):
     """An lxc-* command failed; the message names the command and LXC's own error lines."""
 
 
 class MissingTools(RuntimeError):
-    """The lxc runtime's tools are not installed."""
+    """The tools the simulator's LXC containers need are not installed."""
 
 
 def require_lxc() -> None:
-    """Refuse `--runtime lxc` on a machine without the tools, saying how to get them."""
+    """Refuse `sim up` on a machine without the tools, saying how to get them."""
     missing = [t for t in ("lxc-start", "lxc-attach", "debootstrap", "nft", "zstd") if shutil.which(t) is None]
     if missing:
-        raise MissingTools(f"the lxc runtime needs {', '.join(missing)}: run scripts/install.sh "
+        raise MissingTools(f"the simulator's containers need {', '.join(missing)}: run scripts/install.sh "
                            "(apt-get install lxc debootstrap nftables zstd)")
 
 
@@ -102,8 +118,6 @@ class LxcRuntime:
             return str(view_path)
 
     def _prefix(self) -> list[str]:
-        from simulator.pve.lxc import outer_pid
-
         pid = outer_pid(self.hp)
         try:
             if os.stat("/proc/self/ns/mnt").st_ino == os.stat(f"/proc/{pid}/ns/mnt").st_ino:

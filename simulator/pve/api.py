@@ -434,8 +434,8 @@ def _apl_download(ctx: Ctx, p: dict[str, Any]) -> Any:
         size = TEMPLATE_SIZE
         from simulator.lxc import template as lxc_template
 
-        if ctx.node.lxc is not None and template == lxc_template.TEMPLATE_NAME:
-            # the lxc runtime serves the real, locally built Debian 12 template
+        if template == lxc_template.TEMPLATE_NAME:
+            # the real, locally built Debian 12 template
             built = lxc_template.ensure()
             shutil.copyfile(built.path, tmp)
             size = built.size_bytes

@@ -11,23 +11,14 @@ import os
 import random
 import re
 import shutil
-import signal
 import stat
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from simulator.config import (
-    CT_PERSISTENT_PATHS,
-    CtState,
-    HostConfig,
-    HostPaths,
-    locked,
-    netns_name,
-)
+from simulator.config import CtState, HostConfig, HostPaths, locked
 from simulator.pve import conf as confmod
 from simulator.pve.schema import ParamError
 from simulator.pve.tasks import TaskError
@@ -67,10 +58,8 @@ class Node:
         self._rt: LxcRuntime | None = None
 
     @property
-    def lxc(self) -> LxcRuntime | None:
-        """The real-LXC runtime when this host uses it (host.json `runtime: lxc`), else None (the view runtime)."""
-        if self.cfg.runtime != "lxc":
-            return None
+    def lxc(self) -> LxcRuntime:
+        """The LXC runtime that runs this node's containers (made on first use: most callers only read confs)."""
         if self._rt is None:
             from simulator.lxc.runtime import LxcRuntime
 
@@ -112,10 +101,7 @@ class Node:
         return self.hp.ct(vmid).load()
 
     def running(self, vmid: int) -> bool:
-        if self.lxc is not None:
-            return self.exists(vmid) and self.lxc.is_running(vmid)
-        st = self.state(vmid)
-        return st.status == "running" and bool(st.netns) and netns_exists(self.hp, st.netns)
+        return self.exists(vmid) and self.lxc.is_running(vmid)
 
     # ------------------------------------------------------------------------------------------ permissions
 
@@ -218,31 +204,12 @@ class Node:
             if self.exists(vmid):
                 raise TaskError(f"unable to create CT {vmid} - CT {vmid} already exists on node '{self.name}'")
             self.write(vmid, conf)
-        cp = self.hp.ct(vmid)
-        if self.lxc is not None:
-            self._create_lxc(vmid, tmpl, params, conf, log)
-            return
-        for p in CT_PERSISTENT_PATHS:
-            (cp.fs / p.lstrip("/")).mkdir(parents=True, exist_ok=True)
-        (cp.fs / "tmp").chmod(0o1777)
-        for sub in (cp.dev, cp.journal, cp.run):
-            sub.mkdir(parents=True, exist_ok=True)
-        cp.save(CtState(vmid=vmid, status="stopped",
-                        netns=netns_name(self.cfg.sim_id, self.cfg.name, vmid)))
-        keys = params.get("ssh-public-keys")
-        if keys:
-            ssh = cp.fs / "root" / ".ssh"
-            ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
-            (ssh / "authorized_keys").write_text(str(keys).rstrip("\n") + "\n")
-        log("Creating SSH host key 'ssh_host_ed25519_key' - this may take some time ...")
-        log(f"done: SHA256:{os.urandom(16).hex()} root@{conf.options.get('hostname', f'CT{vmid}')}")
-        _hook("provision_container", self.hp.dir, vmid, self.cfg)
+        self._create_rootfs(vmid, tmpl, params, conf, log)
 
-    def _create_lxc(self, vmid: int, tmpl: Path, params: dict[str, Any], conf: confmod.CtConf, log: Log) -> None:
-        """Real rootfs from the template; no provisioning hook: a fresh container is as bare as PVE's."""
+    def _create_rootfs(self, vmid: int, tmpl: Path, params: dict[str, Any], conf: confmod.CtConf, log: Log) -> None:
+        """Real rootfs from the template; nothing is pre-installed: a fresh container is as bare as PVE's."""
         from simulator.lxc.runtime import RuntimeFailure
 
-        assert self.lxc is not None
         cp = self.hp.ct(vmid)
         cp.dir.mkdir(parents=True, exist_ok=True)
         cp.save(CtState(vmid=vmid, status="stopped"))
@@ -352,31 +319,6 @@ class Node:
                     out.append((rel, os.major(st.st_rdev), os.minor(st.st_rdev), stat.S_IMODE(st.st_mode)))
         return out
 
-    def _build_dev(self, vmid: int, devices: list[tuple[str, int, int, int]]) -> None:
-        dev = self.hp.ct(vmid).dev
-        if dev.exists():
-            shutil.rmtree(dev)
-        dev.mkdir(parents=True)
-        for name, (major, minor) in STD_DEV_NODES.items():
-            os.mknod(dev / name, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
-            os.chmod(dev / name, 0o666)
-        (dev / "pts").mkdir()
-        (dev / "shm").mkdir()
-        (dev / "shm").chmod(0o1777)
-        (dev / "mqueue").mkdir()
-        for link, link_target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
-                                  ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
-            os.symlink(link_target, dev / link)
-        for path, major, minor, mode in devices:
-            rel = path.strip("/")
-            rel = rel[4:] if rel.startswith("dev/") else rel
-            target = dev / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if target.exists():
-                target.unlink()
-            os.mknod(target, mode | stat.S_IFCHR, os.makedev(major, minor))
-            os.chmod(target, mode)
-
     def start(self, vmid: int, log: Log) -> None:
         """Task body of vzstart: check/copy passed devices, create the network namespace, mark running."""
         with self.lock(vmid):
@@ -388,28 +330,12 @@ class Node:
 
                 pending.apply(conf)
                 self.write(vmid, conf)
-            devices = self._passed_devices(vmid, conf)
-            if self.lxc is not None:
-                self._start_lxc(vmid, conf, devices)
-                return
-            self._build_dev(vmid, devices)
-            ns = netns_name(self.cfg.sim_id, self.cfg.name, vmid)
-            if netns_exists(self.hp, ns):
-                kill_netns(self.hp, ns, signal.SIGKILL, 0)
-            _ip(self.hp, "netns", "add", ns)
-            _ip(self.hp, "-n", ns, "link", "set", "lo", "up")
-
-            def mark(st: CtState) -> None:
-                st.status, st.netns, st.started_at = "running", ns, time.time()
-
-            self.hp.ct(vmid).update(mark)
-        _hook("container_started", self.hp.dir, vmid, self.cfg)
+            self._start_lxc(vmid, conf, self._passed_devices(vmid, conf))
 
     def _start_lxc(self, vmid: int, conf: confmod.CtConf, devices: list[tuple[str, int, int, int]]) -> None:
         from simulator.lxc.lxcconf import ConfError, Device
         from simulator.lxc.runtime import RuntimeFailure
 
-        assert self.lxc is not None
         rt = self.lxc
         devs = [Device(rt.real_host_path(self._host_dev(path)), path, major, minor)
                 for path, major, minor, _mode in devices]
@@ -422,42 +348,29 @@ class Node:
             raise TaskError(str(exc)) from None
 
         def mark(st: CtState) -> None:
-            st.status, st.netns, st.started_at = "running", "", time.time()
+            st.status, st.started_at = "running", time.time()
 
         self.hp.ct(vmid).update(mark)
 
     def reboot(self, vmid: int, log: Log, timeout_s: float = 60.0) -> None:
         """Task body of vzreboot: shutdown, then start again (pve-container's vm_reboot)."""
-        if self.lxc is not None:
-            with self.lock(vmid):
-                self.lxc.shutdown(vmid, timeout_s, force=True)
-            self.start(vmid, log)
-            return
-        self.stop(vmid, log, graceful_timeout_s=min(timeout_s, 5.0))
+        with self.lock(vmid):
+            self.lxc.shutdown(vmid, timeout_s, force=True)
         self.start(vmid, log)
 
     def stop(self, vmid: int, log: Log, graceful_timeout_s: float = 0.0, force: bool = True) -> None:
-        """Task body of vzstop/vzshutdown: end every process in the container's netns, delete the netns.
+        """Task body of vzstop/vzshutdown: `lxc-stop` (kill) or a clean shutdown of the container's systemd.
 
-        Shutdown sends SIGTERM and waits up to graceful_timeout_s; without force a container that is still
-        running then makes the task fail like `lxc-stop --nokill` does.
+        Shutdown waits up to graceful_timeout_s; without force a container that is still running then makes the
+        task fail like `lxc-stop --nokill` does.
         """
         with self.lock(vmid):
-            st = self.state(vmid)
-            if self.lxc is not None:
-                if graceful_timeout_s > 0:
-                    if not self.lxc.shutdown(vmid, graceful_timeout_s, force):
-                        raise TaskError(f"command 'lxc-stop -n {vmid} --nokill --timeout "
-                                        f"{int(graceful_timeout_s)}' failed: exit code 1")
-                else:
-                    self.lxc.stop(vmid)
-            elif st.netns and netns_exists(self.hp, st.netns):
-                if graceful_timeout_s > 0:
-                    kill_netns(self.hp, st.netns, signal.SIGTERM, graceful_timeout_s)
-                    if not force and netns_pids(self.hp, st.netns):
-                        raise TaskError(f"command 'lxc-stop -n {vmid} --nokill --timeout "
-                                        f"{int(graceful_timeout_s)}' failed: exit code 1")
-                kill_netns(self.hp, st.netns, signal.SIGKILL, 0)
+            if graceful_timeout_s > 0:
+                if not self.lxc.shutdown(vmid, graceful_timeout_s, force):
+                    raise TaskError(f"command 'lxc-stop -n {vmid} --nokill --timeout "
+                                    f"{int(graceful_timeout_s)}' failed: exit code 1")
+            else:
+                self.lxc.stop(vmid)
 
             def mark(s: CtState) -> None:
                 s.status, s.started_at = "stopped", None
@@ -473,8 +386,7 @@ class Node:
             if rootfs.startswith("local-lvm:"):
                 log(f'  Logical volume "{rootfs.split(":", 1)[1]}" successfully removed.')
             self.hp.conf(vmid).unlink()
-            if self.lxc is not None:
-                self.lxc.destroy(vmid)
+            self.lxc.destroy(vmid)
             shutil.rmtree(self.hp.ct(vmid).dir, ignore_errors=True)
 
     # ------------------------------------------------------------------------------------------ read-only
@@ -494,11 +406,8 @@ class Node:
             "cpu": 0.01 if run else 0, "uptime": int(time.time() - st.started_at) if run and st.started_at else 0,
             "netin": 0, "netout": 0, "diskread": 0, "diskwrite": 0, "ha": {"managed": 0},
             "template": 0 if "template" not in o else int(o["template"]),
-            **({"pid": self._pid(vmid, st)} if run else {}),
+            **({"pid": self.lxc.init_pid(vmid)} if run else {}),
         }
-
-    def _pid(self, vmid: int, st: CtState) -> int:
-        return self.lxc.init_pid(vmid) if self.lxc is not None else _netns_first_pid(self.hp, st.netns)
 
     def interfaces(self, vmid: int) -> list[dict[str, Any]]:
         self.precheck_running(vmid)
@@ -511,7 +420,7 @@ class Node:
             items = confmod.split_property(conf.options[key], "name")
             entry: dict[str, Any] = {"name": items.get("name", "eth0"), "hwaddr": items.get("hwaddr", "").lower(),
                                      "ip-addresses": []}
-            if self.lxc is not None and key == "net0":  # the address the lxc runtime gives it on the bridge
+            if key == "net0":  # the address the simulator's bridge gives it
                 ip = self.lxc.net.ct_ip(vmid)
                 entry["inet"] = f"{ip}/24"
                 entry["ip-addresses"] = [{"ip-address": ip, "prefix": 24, "ip-address-type": "inet"}]
@@ -526,82 +435,3 @@ def _size_bytes(size: str) -> int:
     mult = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[m.group(2)]
     return int(float(m.group(1)) * mult)
 
-
-def outer_pid(hp: HostPaths) -> int:
-    """A process in the simulator's real mount namespace (sshd, else the API server, else init).
-
-    Named network namespaces are bind mounts under /run/netns; SSH sessions run in private mount namespaces
-    that do not see mounts made later elsewhere, so netns handling always goes through this process's view.
-    """
-    for pidfile in (hp.sshd / "sshd.pid", hp.api / "api.pid"):
-        try:
-            pid = int(pidfile.read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-        if Path(f"/proc/{pid}/ns/mnt").exists():
-            return pid
-    return 1
-
-
-def netns_path(hp: HostPaths, ns: str) -> str:
-    """The netns file as the real mount namespace sees it (usable for setns from any view)."""
-    return f"/proc/{outer_pid(hp)}/root/run/netns/{ns}"
-
-
-def netns_exists(hp: HostPaths, ns: str) -> bool:
-    return os.path.exists(netns_path(hp, ns))
-
-
-def _outer(hp: HostPaths, argv: list[str]) -> subprocess.CompletedProcess[str]:
-    pid = outer_pid(hp)
-    same = os.stat("/proc/self/ns/mnt").st_ino == os.stat(f"/proc/{pid}/ns/mnt").st_ino
-    prefix = [] if same else ["nsenter", f"--mount=/proc/{pid}/ns/mnt", "--"]
-    return subprocess.run([*prefix, *argv], capture_output=True, text=True)
-
-
-def _ip(hp: HostPaths, *args: str) -> None:
-    res = _outer(hp, ["ip", *args])
-    if res.returncode != 0:
-        raise TaskError(f"command 'ip {' '.join(args)}' failed: {res.stderr.strip()}")
-
-
-def netns_pids(hp: HostPaths, ns: str) -> list[int]:
-    res = _outer(hp, ["ip", "netns", "pids", ns])
-    return [int(p) for p in res.stdout.split() if p.isdigit()]
-
-
-def _netns_first_pid(hp: HostPaths, ns: str) -> int:
-    pids = netns_pids(hp, ns) if ns else []
-    return min(pids) if pids else 0
-
-
-def kill_netns(hp: HostPaths, ns: str, sig: int, wait_s: float) -> None:
-    """Signal every process in the netns; with sig=SIGKILL also delete the namespace."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        pids = [p for p in netns_pids(hp, ns) if p != os.getpid()]
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        if sig == signal.SIGKILL:
-            end = time.monotonic() + 3
-            while netns_pids(hp, ns) and time.monotonic() < end:
-                time.sleep(0.02)
-            _outer(hp, ["ip", "netns", "del", ns])
-            return
-        if not pids or time.monotonic() >= deadline:
-            return
-        time.sleep(0.1)
-
-
-def _hook(name: str, host_dir: Path, vmid: int, cfg: HostConfig) -> None:
-    """Call part 2's `simulator.software.<name>(host_dir, vmid, cfg)` if it exists."""
-    try:
-        import simulator.software as software
-    except ImportError:
-        return
-    fn = getattr(software, name, None)
-    if callable(fn):
-        fn(host_dir, vmid, cfg)

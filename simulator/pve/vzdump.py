@@ -3,8 +3,7 @@
 Operators use such an archive as a site template: provision one container (`deploy up --playbook provision`),
 dump it into `/var/lib/vz/template/cache`, and name it as `container.ostemplate`; `pct create` unpacks it like any
 template. The archive holds the rootfs plus the container's PVE config as `etc/vzdump/pct.conf`, as a real one
-does. Only the `stop` mode is simulated (the default `snapshot` needs storage snapshots, `suspend` a freezer), and
-only the lxc runtime has a root filesystem to dump.
+does. Only the `stop` mode is simulated (the default `snapshot` needs storage snapshots, `suspend` a freezer).
 """
 
 from __future__ import annotations
@@ -75,8 +74,6 @@ def dump(node: Node, req: DumpRequest, log: Callable[[str], None],
     """Write the archive; a running container is shut down for it and started again (mode stop)."""
     conf, _digest = node.read(req.vmid)
     rt = node.lxc
-    if rt is None:
-        raise PveError("simulator: the view runtime has no root filesystem to dump (use `--runtime lxc`)")
     running = node.running(req.vmid)
     if running and req.mode != "stop":
         raise PveError(f"simulator: only `--mode stop` is simulated for a running container (asked: {req.mode})")

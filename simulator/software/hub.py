@@ -35,11 +35,20 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from .venv import MODEL_CONFIG
-
 REPO_ID = "lukealonso/GLM-5-NVFP4"  # the repo inventory/profiles.yaml names
 HUB_FILE = "hub.json"  # in the host dir: where this host's hub listens
 CHUNK = 64 * 1024
+#: The model's config.json: enough for the server's config checks and the tool's probes (no weights).
+MODEL_CONFIG = {
+    "architectures": ["GlmMoeDsaForCausalLM"],
+    "model_type": "glm_moe_dsa",
+    "hidden_size": 6144,
+    "num_hidden_layers": 78,
+    "num_attention_heads": 64,
+    "max_position_embeddings": 202752,
+    "torch_dtype": "bfloat16",
+    "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4"},
+}
 
 
 @dataclass(frozen=True)

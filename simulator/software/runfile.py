@@ -37,7 +37,7 @@ BOOT = (
 )
 
 PREAMBLE = """ct_root=${DEPLOY_SIM_CT_ROOT:-}
-if [ -z "$DEPLOY_SIM_CT" ] && [ -f "$ct_root@VMID_FILE@" ]; then
+if [ -f "$ct_root@VMID_FILE@" ]; then
   # A real LXC container of the simulated host: install for real (see simulator/software/nvrun.py).
   echo "Verifying archive integrity... OK"
   echo "Uncompressing NVIDIA Accelerated Graphics Driver for Linux-x86_64 $VERSION.................................."

@@ -25,8 +25,6 @@ TORCH_VERSION = "2.9.1+deploysim"
 SGLANG_REQUIRES = ("aiohttp", "pyyaml", "huggingface_hub", "requests", "tqdm", "torch")
 #: Extras real sglang 0.5.x declares (python/pyproject.toml); accepted, and empty here.
 SGLANG_EXTRAS = ("srt", "blackwell", "all", "openai", "test", "dev", "decord", "tracing")
-#: Modules of the stand-in tree that a real install does not have (the view runtime's pip shim).
-EXCLUDE = ("sglang/_sim/pip.py",)
 ZIP_DATE = (2025, 1, 1, 0, 0, 0)
 
 
@@ -98,7 +96,7 @@ def build_wheel(spec: WheelSpec, out_dir: Path) -> Path:
 def _tree(top: str) -> Iterator[tuple[str, bytes]]:
     for p in sorted((STANDIN / top).rglob("*")):
         rel = p.relative_to(STANDIN).as_posix()
-        if p.is_file() and "__pycache__" not in p.parts and rel not in EXCLUDE:
+        if p.is_file() and "__pycache__" not in p.parts:
             yield rel, p.read_bytes()
 
 

@@ -136,12 +136,10 @@ def make_env(sim: Any, tmp_path: Path, ostemplate: str | None = None) -> DeployE
     return DeployEnv(sim=sim, inventory=inv, env=env)
 
 
-def site_ostemplate(tmp_path_factory: pytest.TempPathFactory, infos: list[Any]) -> str | None:
-    """The site template installed on these hosts (lxc runtime), or None (view hosts never unpack one)."""
+def site_ostemplate(tmp_path_factory: pytest.TempPathFactory, infos: list[Any]) -> str:
+    """The site template installed on these hosts."""
     from tests.e2e import site_template
 
-    if json.loads((Path(infos[0].host_dir) / "host.json").read_text()).get("runtime") != "lxc":
-        return None
     workdir = tmp_path_factory.mktemp("site-template")
     volids = {site_template.install(workdir, Path(i.host_dir)) for i in infos}
     return volids.pop()

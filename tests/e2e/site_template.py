@@ -75,7 +75,7 @@ def _build(workdir: Path, target: Path) -> None:
     root = workdir / "site-template-sim"
     try:
         (info,) = sim_up(root, first=sim_hosts.sim_number(sim_hosts.OFFSET_SITE_TEMPLATE), time_scale=5.0,
-                         runtime="lxc", ct_storage="tmpfs")
+                         ct_storage="tmpfs")
         (workdir / "env").mkdir(exist_ok=True)
         env = make_env(info, workdir / "env")
         res = env.run("--json", "up", "host", info.name, "--playbook", "provision", timeout=1500)

@@ -28,7 +28,7 @@ def bare_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DeployEnv]:
     reason = lxc_skip_reason()
     if reason:
         pytest.skip(reason)
-    with sim_root(tmp_path_factory, "lxc-e2e", sim_hosts.OFFSET_LXC, runtime="lxc") as (_root, (info,)):
+    with sim_root(tmp_path_factory, "lxc-e2e", sim_hosts.OFFSET_LXC) as (_root, (info,)):
         yield make_env(info, tmp_path_factory.mktemp("lxc-e2e-env"))
 
 

@@ -32,6 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from simulator.manager import sim_down, sim_up  # noqa: E402
 from simulator.router import start_router, stop_router  # noqa: E402
+from tests.e2e import site_template  # noqa: E402
 from tests.e2e.conftest import make_fleet_env  # noqa: E402
 
 CHAT = {"model": "glm-5", "max_tokens": 32, "stream": True,
@@ -119,13 +120,14 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="deploy-canary-perf-") as tmp:
         root = Path(tmp) / "sim"
-        infos = sim_up(root, hosts=args.hosts, first=args.first, time_scale=5.0, runtime="view")
+        infos = sim_up(root, hosts=args.hosts, first=args.first, time_scale=5.0)
         router_dir = Path(tmp) / "router"
         try:
             env_dir = Path(tmp) / "env"
             env_dir.mkdir()
             names = [i.name for i in infos]
-            env = make_fleet_env(infos, env_dir, {"fleet": names})
+            volids = {site_template.install(Path(tmp), Path(i.host_dir)) for i in infos}
+            env = make_fleet_env(infos, env_dir, {"fleet": names}, ostemplate=volids.pop())
             up = env.run("up", "group", "fleet", "--skip-bench", "--skip-weights", timeout=1800)
             if up.rc != 0:
                 print(up.text[-3000:])

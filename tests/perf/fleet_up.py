@@ -29,6 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from simulator.manager import sim_down, sim_up  # noqa: E402
+from tests.e2e import site_template  # noqa: E402
 from tests.e2e.conftest import make_fleet_env  # noqa: E402
 
 
@@ -129,7 +130,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="deploy-fleet-perf-") as tmp:
         root = Path(args.keep) if args.keep else Path(tmp) / "sim"
         t0 = time.monotonic()
-        infos = sim_up(root, hosts=args.hosts, first=args.first, time_scale=5.0, runtime="view")
+        infos = sim_up(root, hosts=args.hosts, first=args.first, time_scale=5.0)
         print(f"{len(infos)} simulated hosts up in {time.monotonic() - t0:.1f} s; their daemons use "
               f"{sim_pss_mib(root):.0f} MiB (PSS)", flush=True)
         SIM_PIDS[:] = [i.sshd_pid for i in infos if i.sshd_pid]
@@ -137,7 +138,8 @@ def main() -> int:
             env_dir = Path(tmp) / "env"
             env_dir.mkdir()
             names = [i.name for i in infos]
-            env = make_fleet_env(infos, env_dir, {"fleet": names})
+            volids = {site_template.install(Path(tmp), Path(i.host_dir)) for i in infos}
+            env = make_fleet_env(infos, env_dir, {"fleet": names}, ostemplate=volids.pop())
             first = deploy(env.env, "up", "group", "fleet", "--parallel", str(args.hosts), "--skip-bench",
                            "--skip-weights")
             print(f"converge from nothing: {first.wall_s:.1f} s wall, {first.cpu_s:.2f} s tool CPU, exit {first.rc}",

@@ -1,4 +1,4 @@
-"""Figures of the simulator's lxc runtime: template, `sim up` to a ready host, container create+start, idle
+"""Figures of the simulator's LXC containers: template, `sim up` to a ready host, container create+start, idle
 memory per container, lxc-attach cost. Nothing is asserted: this is a measurement.
 
 Run as root: `DEPLOY_SIM_FIRST=N python tests/perf/lxc_figures.py` (uses sim-N and sim-N's bridge /24). The
@@ -47,8 +47,8 @@ def main() -> int:
               f"{built.seconds:.1f} s")
         root = Path(tmp) / "sim"
         t0 = time.monotonic()
-        (info,) = sim_up(root, hosts=1, first=first, runtime="lxc")
-        print(f"sim up --runtime lxc to a ready host: {time.monotonic() - t0:.2f} s")
+        (info,) = sim_up(root, hosts=1, first=first)
+        print(f"sim up to a ready host: {time.monotonic() - t0:.2f} s")
         try:
             hp = SimPaths(root).host(info.name)
             node = Node(hp)

@@ -19,6 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from simulator.manager import sim_down, sim_up  # noqa: E402
+from tests.e2e import site_template  # noqa: E402
 from tests.e2e.conftest import make_env  # noqa: E402
 
 
@@ -26,9 +27,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="deploy-perf-") as tmp:
         root = Path(tmp) / "sim"
         first = int(os.environ.get("DEPLOY_SIM_FIRST", "90"))
-        (info,) = sim_up(root, hosts=1, first=first, time_scale=5.0, runtime="view")  # cheap, provisioned CT
-        try:
-            env = make_env(info, Path(tmp))
+        (info,) = sim_up(root, hosts=1, first=first, time_scale=5.0)
+        try:  # the container starts from a provisioned site template, as in the e2e tests
+            env = make_env(info, Path(tmp), site_template.install(Path(tmp), Path(info.host_dir)))
             runs = [("up (from nothing)", ["up", "host", info.name, "--skip-bench"]),
                     ("up (converged)", ["up", "host", info.name, "--skip-bench"]),
                     ("status", ["status", "host", info.name]),

@@ -169,7 +169,7 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="deploy-sshcost-") as tmp:
         root = Path(tmp) / "sim"
-        (info,) = sim_up(root, hosts=1, first=args.first, time_scale=5.0, runtime="view")  # the figures in docs
+        (info,) = sim_up(root, hosts=1, first=args.first, time_scale=5.0)
         try:
             if info.sshd_pid is None:
                 raise SystemExit("sshd of the simulated host did not start")

@@ -1,4 +1,4 @@
-"""A simulated host with the lxc runtime for tests/sim/test_lxc_*.py: one per test module, brought down after it."""
+"""A simulated host for tests/sim/test_lxc_*.py: one per test module, brought down after it."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def lxc_host(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[tu
     reason = lxc_skip_reason()
     if reason:
         pytest.skip(reason)
-    with sim_root(tmp_path_factory, name, sim_hosts.OFFSET_LXC, runtime="lxc") as (root, (info,)):
+    with sim_root(tmp_path_factory, name, sim_hosts.OFFSET_LXC) as (root, (info,)):
         ssh = Ssh(info)
         try:
             yield root, info, ssh

@@ -25,8 +25,6 @@ def leftovers(root: Path, address: str) -> list[str]:
     found += [ln for ln in ps.splitlines() if "pgrep" not in ln]
     ss = subprocess.run(["ss", "-ltnp"], capture_output=True, text=True).stdout
     found += [ln for ln in ss.splitlines() if f"{address}:" in ln]
-    ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    found += [ln for ln in ns.splitlines() if f"-{NAME}-" in ln]
     return found
 
 

@@ -1,4 +1,4 @@
-"""`pct reboot` (POST …/status/reboot) on the view runtime: a shutdown, then a start, like pve-container."""
+"""`pct reboot` (POST …/status/reboot): a shutdown, then a start, like pve-container."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ def test_pct_reboot_restarts_a_running_container_and_refuses_a_stopped_one(ssh: 
                                                                           sim: Any) -> None:
     assert make_ct(120).rc == 0
     assert ssh.run("pct start 120").rc == 0
-    # the view runtime has no pid namespace: find the container's process by a command line of its own
+    # a process of the container's own, found by its command line
     assert ssh.run("pct exec 120 -- sh -c 'nohup sleep 3017.5 >/dev/null 2>&1 &'").rc == 0
     assert ssh.run("pct exec 120 -- pgrep -f 'sleep 3017.5'").out.split()
     res = ssh.run("pct reboot 120")

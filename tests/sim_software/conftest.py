@@ -1,7 +1,8 @@
-"""Fixtures for the part-2 simulator tests: a provisioned host dir, stand-in commands, a model server.
+"""Fixtures for the part-2 simulator tests: a provisioned host dir, the host's stand-in commands, a model server.
 
-Nothing here needs part 1 (sshd, namespaces): stand-ins run as plain subprocesses with env pointing at a
-temporary host dir ($DEPLOY_SIM_HOST_DIR, $DEPLOY_SIM_CT, $DEPLOY_SIM_DEV). Servers bind 127.0.0.1 only.
+Nothing here needs part 1 (sshd, namespaces): the host's stand-ins run as plain subprocesses with env pointing at
+a temporary host dir ($DEPLOY_SIM_HOST_DIR); a server "in a container" runs against a directory laid out like a
+container root (standins.make_ct_root). Servers bind 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from typing import Any
 import pytest
 import requests
 
-from simulator.software import provision_container, provision_host
+from simulator.software import provision_host
+
+from .standins import CtRoot, clean_env
 
 REPO = Path(__file__).resolve().parents[2]
 SIM = REPO / "simulator"
@@ -37,51 +40,17 @@ def free_port() -> int:
 @dataclass
 class SimHost:
     dir: Path
-    vmid: int = 120
 
-    @property
-    def ct(self) -> Path:
-        return self.dir / "ct" / str(self.vmid)
-
-    def env(self, ct: bool = False, dev: Path | None = None, **extra: str) -> dict[str, str]:
+    def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DEPLOY_SIM", "SGLANG_SIM"))}
         env["DEPLOY_SIM_HOST_DIR"] = str(self.dir)
-        if ct:
-            env["DEPLOY_SIM_CT"] = str(self.vmid)
-            env["DEPLOY_SIM_DEV"] = str(dev or self.ct / "dev")
         env.update(extra)
         return env
 
-    def run(self, script: str, *args: str, ct: bool = False, dev: Path | None = None,
-            timeout: float = 20, **extra: str) -> subprocess.CompletedProcess[str]:
-        view = "ct" if ct or script in ("systemctl", "journalctl") else "host"
-        return subprocess.run([str(SIM / "bin" / view / script), *args], env=self.env(ct or view == "ct", dev, **extra),
+    def run(self, script: str, *args: str, timeout: float = 20, **extra: str) -> subprocess.CompletedProcess[str]:
+        """One of the host's stand-ins (simulator/bin/host)."""
+        return subprocess.run([str(SIM / "bin" / "host" / script), *args], env=self.env(**extra),
                               capture_output=True, text=True, timeout=timeout)
-
-    def pass_devices(self, minors: list[int] | None = None, uvm: bool = True, ctl: bool = True) -> Path:
-        """Mirror of part 1's devN passthrough: copy the host's nodes into ct/<vmid>/dev."""
-        dev = self.ct / "dev"
-        dev.mkdir(parents=True, exist_ok=True)
-        host_dev = self.dir / "fs" / "dev"
-        names = [p.name for p in host_dev.glob("nvidia[0-9]*")]
-        if minors is not None:
-            names = [f"nvidia{m}" for m in minors]
-        if ctl:
-            names.append("nvidiactl")
-        if uvm:
-            names += ["nvidia-uvm", "nvidia-uvm-tools"]
-        for name in names:
-            st = os.stat(host_dev / name)
-            target = dev / name
-            if not target.exists():
-                os.mknod(target, st.st_mode, st.st_rdev)
-        return dev
-
-    def set_ct_faults(self, **faults: Any) -> None:
-        path = self.ct / "state.json"
-        data = json.loads(path.read_text()) if path.exists() else {"vmid": self.vmid}
-        data["faults"] = faults
-        path.write_text(json.dumps(data))
 
 
 @pytest.fixture
@@ -92,11 +61,7 @@ def make_host(tmp_path: Path) -> Callable[..., SimHost]:
         cfg = {"gpu_profile": profile, "time_scale": time_scale, "faults": faults}
         (host_dir / "host.json").write_text(json.dumps(cfg))
         provision_host(host_dir, cfg)
-        h = SimHost(host_dir)
-        h.ct.mkdir(parents=True)
-        (h.ct / "state.json").write_text(json.dumps({"vmid": h.vmid}))
-        provision_container(host_dir, h.vmid, cfg)
-        return h
+        return SimHost(host_dir)
 
     return make
 
@@ -140,13 +105,13 @@ class Server:
 def start_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
     procs: list[subprocess.Popen[str]] = []
 
-    def start(host: SimHost | None, *flags: str, ct: bool = False, start_s: float = 0.5,
-              version: str = "0.5.12.post1") -> Server:
+    def start(ct: CtRoot | None, *flags: str, start_s: float = 0.5, version: str = "0.5.12.post1") -> Server:
+        """The server from the repo tree, in the "container" `ct` (faults, devices, GPU dir) or in none."""
         port = free_port()
         model = tmp_path / "model"
         model.mkdir(exist_ok=True)
         (model / "config.json").write_text(json.dumps({"architectures": ["GlmMoeDsaForCausalLM"]}))
-        env = host.env(ct=ct) if host else {k: v for k, v in os.environ.items() if not k.startswith("DEPLOY_SIM")}
+        env = ct.env() if ct else clean_env()
         env.update(PYTHONPATH=str(STANDIN), SGLANG_SIM_START_S=str(start_s), SGLANG_SIM_VERSION=version)
         log = tmp_path / f"server-{port}.log"
         argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model), "--host", "127.0.0.1",

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ from simulator.software.index import PackageIndex, start_index
 
 CT_PYTHON = "/usr/bin/python3"
 HOST_DRIVER = "580.95.05"
+REPO = Path(__file__).resolve().parents[2]
+LIB = "usr/lib/x86_64-linux-gnu"
 
 
 def loopback() -> str:
@@ -77,6 +80,26 @@ def make_ct_root(path: Path, minors: list[int] | None = None, time_scale: float 
     for name in ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", *(f"nvidia{m}" for m in wanted)]:
         (dev / name).touch()
     return ct
+
+
+def with_userspace(ct: CtRoot, version: str | None = HOST_DRIVER) -> CtRoot:
+    """What the .run leaves behind that the stand-ins look at: libnvidia-ml.so.1 -> libnvidia-ml.so.<version>."""
+    lib = ct.root / LIB
+    lib.mkdir(parents=True, exist_ok=True)
+    link = lib / "libnvidia-ml.so.1"
+    link.unlink(missing_ok=True)
+    if version:
+        (lib / f"libnvidia-ml.so.{version}").write_text("placeholder\n")
+        link.symlink_to(f"libnvidia-ml.so.{version}")
+    return ct
+
+
+def ct_smi(ct: CtRoot, *args: str, timeout: float = 20) -> subprocess.CompletedProcess[str]:
+    """nvidia-smi in the "container" `ct`, as the stub the .run installs runs it (simulator.gpu.smi, ct_root)."""
+    code = ("import sys; from pathlib import Path; from simulator.gpu.smi import main; "
+            f"sys.exit(main(sys.argv[1:], ct_root=Path({str(ct.root)!r})))")
+    return subprocess.run([sys.executable, "-S", "-c", code, *args], env=ct.env(PYTHONPATH=str(REPO)),
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def _session_dir(prefix: str) -> Path:

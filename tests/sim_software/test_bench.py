@@ -9,7 +9,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from .conftest import STANDIN, Server, SimHost
+from .conftest import STANDIN, Server
+from .standins import CtRoot, ct_smi, make_ct_root, with_userspace
 
 LABELS = ["Backend:", "Traffic request rate:", "Max request concurrency:", "Successful requests:",
           "Benchmark duration (s):", "Total input tokens:", "Total generated tokens:",
@@ -17,8 +18,8 @@ LABELS = ["Backend:", "Traffic request rate:", "Max request concurrency:", "Succ
           "Mean TPOT (ms):", "P99 ITL (ms):"]
 
 
-def bench(host: SimHost | None, port: int, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    env = host.env(ct=True) if host else {}
+def bench(ct: CtRoot | None, port: int, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = ct.env() if ct else {}
     env.update(PYTHONPATH=str(STANDIN), PATH="/usr/bin:/bin")
     argv = [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--host", "127.0.0.1", "--port",
             str(port), "--model", "glm-5", "--tokenizer", "/models/GLM-5-NVFP4", "--dataset-name", "random-ids",
@@ -27,26 +28,24 @@ def bench(host: SimHost | None, port: int, out: Path, *extra: str) -> subprocess
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
 
 
-def test_decode_steps_change_throughput_and_power(host: SimHost, start_server: Callable[..., Server],
-                                                  tmp_path: Path) -> None:
-    host.pass_devices()
+def test_decode_steps_change_throughput_and_power(start_server: Callable[..., Server], tmp_path: Path) -> None:
+    ct = with_userspace(make_ct_root(tmp_path / "ct"))
     results = {}
     for steps in ("1", "8"):
-        srv = start_server(host, "--tp", "8", "--num-continuous-decode-steps", steps, ct=True, start_s=0.2)
+        srv = start_server(ct, "--tp", "8", "--num-continuous-decode-steps", steps, start_s=0.2)
         assert srv.wait_status(200)[-1] == 200
-        idle = host.run("nvidia-smi", "--query-gpu=power.draw", "--format=csv,noheader,nounits", ct=True)
+        idle = ct_smi(ct, "--query-gpu=power.draw", "--format=csv,noheader,nounits")
         samples: list[str] = []
         done = threading.Event()
 
         def sample(samples: list[str] = samples, done: threading.Event = done) -> None:
             # Sample for the whole bench: a loaded machine starts the client late, so one timed sample can miss it.
             while not done.wait(0.2):
-                samples.append(host.run("nvidia-smi", "--query-gpu=power.draw", "--format=csv,noheader,nounits",
-                                        ct=True).stdout)
+                samples.append(ct_smi(ct, "--query-gpu=power.draw", "--format=csv,noheader,nounits").stdout)
 
         t = threading.Thread(target=sample)
         t.start()
-        r = bench(host, srv.port, tmp_path / f"b{steps}.jsonl")
+        r = bench(ct, srv.port, tmp_path / f"b{steps}.jsonl")
         done.set()
         t.join()
         assert r.returncode == 0, r.stderr

@@ -6,6 +6,7 @@ import json
 import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,7 @@ from simulator.gpu import create_uvm_nodes, lspci_text, pci_devices
 from simulator.gpu.profiles import CAPTURES
 
 from .conftest import SimHost
+from .standins import ct_smi, make_ct_root, with_userspace
 
 QUERY = ("index,uuid,name,pci.bus_id,driver_version,power.draw,power.limit,enforced.power.limit,power.max_limit,"
          "utilization.gpu,utilization.memory,memory.used,memory.total,temperature.gpu,clocks.current.sm,"
@@ -86,33 +88,31 @@ def test_loop_prints_until_killed(host: SimHost) -> None:
     assert re.fullmatch(r"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{3}, 0, \d+\.\d\d", lines[0])
 
 
-def test_container_without_devices_fails_like_real(host: SimHost) -> None:
-    empty = host.ct / "emptydev"
-    empty.mkdir()
-    r = host.run("nvidia-smi", ct=True, dev=empty)
+def test_container_without_devices_fails_like_real(tmp_path: Path) -> None:
+    ct = with_userspace(make_ct_root(tmp_path / "ct", minors=[]))
+    for name in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"):
+        (ct.root / "dev" / name).unlink()
+    r = ct_smi(ct)
     assert r.returncode == 9
     assert r.stdout == ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure "
                         "that the latest NVIDIA driver is installed and running.\n")
 
 
-def test_container_sees_only_passed_gpus_by_minor(host: SimHost) -> None:
-    host.pass_devices(minors=[0, 1])  # minors 0/1 are the GPUs at 75:00.0 and 76:00.0 (indices 2/3 on the host)
-    out = host.run("nvidia-smi", "--query-gpu=index,pci.bus_id", "--format=csv,noheader", ct=True).stdout
+def test_container_sees_only_passed_gpus_by_minor(tmp_path: Path) -> None:
+    # minors 0/1 are the GPUs at 75:00.0 and 76:00.0 (indices 2/3 on the host)
+    ct = with_userspace(make_ct_root(tmp_path / "ct", minors=[0, 1]))
+    out = ct_smi(ct, "--query-gpu=index,pci.bus_id", "--format=csv,noheader").stdout
     assert out == "0, 00000000:75:00.0\n1, 00000000:76:00.0\n"
-    topo = host.run("nvidia-smi", "topo", "-m", ct=True).stdout
+    topo = ct_smi(ct, "topo", "-m").stdout
     assert topo.splitlines()[1].startswith("GPU0\t X \tPIX\t")
 
 
-def test_driver_mismatch_fault(make_host: Callable[..., SimHost]) -> None:
-    h = make_host()
-    h.set_ct_faults(driver_mismatch="580.95.05")
-    from simulator.software import provision_container
-
-    provision_container(h.dir, h.vmid, json.loads((h.dir / "host.json").read_text()))
-    h.pass_devices()
-    r = h.run("nvidia-smi", ct=True)
+def test_driver_mismatch(tmp_path: Path) -> None:
+    """Userspace of another version than the host's kernel module (HOST_DRIVER): NVML refuses, as on a real box."""
+    ct = with_userspace(make_ct_root(tmp_path / "ct"), "575.57.08")
+    r = ct_smi(ct)
     assert r.returncode == 18
-    assert r.stdout == "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.95\n"
+    assert r.stdout == "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 575.57\n"
 
 
 def test_missing_uvm_fault_and_nvidia_modprobe(make_host: Callable[..., SimHost]) -> None:

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.software.hub import REPO_ID, Hub, start_hub
-from simulator.software.venv import MODEL_CONFIG
+from simulator.software.hub import MODEL_CONFIG, REPO_ID, Hub, start_hub
 
 from .standins import clean_env, loopback, sglang_venv
 

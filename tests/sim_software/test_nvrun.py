@@ -121,12 +121,3 @@ def test_rerun_at_another_version_replaces_and_uninstall_removes(tmp_path: Path,
     again = run([str(run_file(tmp_path, other)), "--uninstall"], ct)
     assert again.returncode == 1 and "No NVIDIA driver is currently installed" in again.stderr
 
-
-def test_view_runtime_keeps_its_own_path(tmp_path: Path, ct: CtRoot) -> None:
-    """With $DEPLOY_SIM_CT set (the view runtime's pct exec), the ctside branch is not taken."""
-    env = ct.env(PATH="/usr/bin:/bin", DEPLOY_SIM_CT="120", DEPLOY_SIM_HOST_DIR=str(tmp_path / "h"))
-    res = subprocess.run([str(run_file(tmp_path, HOST_DRIVER)), "--silent", "--no-kernel-module"], env=env,
-                         capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0
-    assert (tmp_path / "h/ct/120/fs/opt/sim-nvidia/version").read_text().strip() == HOST_DRIVER
-    assert not (ct.root / LIB).exists()

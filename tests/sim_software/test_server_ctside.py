@@ -14,24 +14,11 @@ from pathlib import Path
 import pytest
 import requests
 
-from simulator.software.venv import MODEL_CONFIG
+from simulator import ctside
+from simulator.software.hub import MODEL_CONFIG
 
 from .conftest import STANDIN, free_port
-from .standins import HOST_DRIVER, CtRoot, loopback, make_ct_root, sglang_venv
-
-LIB = "usr/lib/x86_64-linux-gnu"
-
-
-def with_userspace(ct: CtRoot, version: str | None = HOST_DRIVER) -> CtRoot:
-    """What the .run leaves behind that the server looks at: libnvidia-ml.so.1 -> libnvidia-ml.so.<version>."""
-    lib = ct.root / LIB
-    lib.mkdir(parents=True, exist_ok=True)
-    link = lib / "libnvidia-ml.so.1"
-    link.unlink(missing_ok=True)
-    if version:
-        (lib / f"libnvidia-ml.so.{version}").write_text("placeholder\n")
-        link.symlink_to(f"libnvidia-ml.so.{version}")
-    return ct
+from .standins import CtRoot, loopback, make_ct_root, sglang_venv, with_userspace
 
 
 @pytest.fixture
@@ -121,15 +108,14 @@ def test_faults_and_devices_come_from_the_ctside_mounts(tmp_path: Path, launch: 
     assert proc.wait(30) == 1 and "an illegal memory access was encountered" in log.read_text()
 
 
-def test_view_runtime_env_still_wins(tmp_path: Path) -> None:
-    """With $DEPLOY_SIM_HOST_DIR set (view runtime) the ctside files are not read even when present."""
+def test_only_the_ctside_mounts_make_a_container(tmp_path: Path) -> None:
+    """Host variables of this machine's environment do not make a container; the ctside vmid file does."""
     ct = make_ct_root(tmp_path / "ct")
-    env = ct.env(PYTHONPATH=str(STANDIN), DEPLOY_SIM_HOST_DIR=str(tmp_path / "nohost"))
-    out = subprocess.run([sys.executable, "-c", "from sglang._sim import env; print(env.real_container(), env.vmid())"],
-                         env=env, capture_output=True, text=True, timeout=30)
-    assert out.stdout.split() == ["False", "None"], out.stderr
-    env.pop("DEPLOY_SIM_HOST_DIR")
-    out = subprocess.run([sys.executable, "-c", "from sglang._sim import env; print(env.real_container(), env.vmid())"],
-                         env=env, capture_output=True, text=True, timeout=30)
-    assert out.stdout.split() == ["True", "120"], out.stderr
+    probe = "from sglang._sim import env; print(env.real_container(), env.vmid(), env.host_config() != {})"
+    env = ct.env(PYTHONPATH=str(STANDIN), DEPLOY_SIM_HOST_DIR=str(tmp_path / "nohost"), DEPLOY_SIM_CT="7")
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=30)
+    assert out.stdout.split() == ["True", "120", "True"], out.stderr
+    (ct.root / ctside.VMID_FILE.lstrip("/")).unlink()
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=30)
+    assert out.stdout.split() == ["False", "None", "False"], out.stderr
     assert os.environ.get("DEPLOY_SIM_CT_ROOT") is None

@@ -53,7 +53,7 @@ def test_each_sglang_wheel_carries_its_own_schema_and_metadata(wheels: dict[str,
             names = zf.namelist()
         schemas = [n for n in names if n.startswith("sglang/_sim/schemas/")]
         assert schemas == [f"sglang/_sim/schemas/sglang-{version}.json"]
-        assert "sglang/_sim/ctside.py" in names and "sglang/_sim/pip.py" not in names
+        assert "sglang/_sim/ctside.py" in names
         meta = _metadata(whl)
         assert f"\nVersion: {version}\n" in meta
         for req in ("aiohttp", "pyyaml", "huggingface_hub", "torch"):
@@ -82,7 +82,6 @@ def test_installed_wheel_reports_the_version_of_its_metadata(wheels: dict[str, P
                           "--target", str(target), str(wheels[f"sglang-{version}-py3-none-any.whl"])],
                          env=clean_env(), capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    assert not (target / "sglang-sim.json").exists()
     code = ("import sglang, sglang.version; from sglang._sim import env, flags; "
             "print(sglang.__version__, sglang.version.__version__, env.SCHEMAS.is_relative_to(env.WHEEL_SCHEMAS), "
             "any('--cuda-graph-max-bs-decode' in a['option_strings'] for a in flags.load_schema(sglang.__version__)))")

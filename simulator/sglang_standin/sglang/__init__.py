@@ -1,7 +1,7 @@
 """Simulated `sglang` for the deploy simulator: same CLI flags (from the real schemas), fake GPUs.
 
-`__version__` comes from the venv's sglang-sim.json (written by provisioning and the pip shim), so one code
-tree serves both simulated releases (0.5.12.post1 and 0.5.23).
+`__version__` comes from the installed wheel's metadata (or $SGLANG_SIM_VERSION), so one code tree serves both
+simulated releases (0.5.12.post1 and 0.5.23).
 """
 
 from sglang._sim.env import installed_version

@@ -1,30 +1,25 @@
 """Where the simulated sglang runs: installed version, the simulated host/container, time scale, faults.
 
-Self-contained (stdlib only) on purpose: this package is imported from a container venv, where only the
-venv, the system site-packages and this directory (via a .pth file) are on sys.path.
+Self-contained (stdlib only) on purpose: it runs from a wheel in a container's venv, where nothing of the
+simulator but the ctside mounts (ctside.py) is reachable. Outside a container (tests running the tree from the
+repo) there is no host, no container and no GPU check.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 KNOWN_VERSIONS = ("0.5.12.post1", "0.5.23")
 DEFAULT_VERSION = "0.5.12.post1"
-VERSION_FILE = "sglang-sim.json"  # in sys.prefix (the venv root); written by provisioning and the pip shim
 #: In a wheel: the release's own schema, baked in at build time (simulator/software/wheels.py).
 WHEEL_SCHEMAS = Path(__file__).resolve().parent / "schemas"
-#: In the repo (view runtime): the real flag schemas, shared with the tool (orchestrator/flags/schemas).
+#: In the repo (tests): the real flag schemas, shared with the tool (orchestrator/flags/schemas).
 REPO_SCHEMAS = Path(__file__).resolve().parents[4] / "orchestrator" / "flags" / "schemas"
 SCHEMAS = WHEEL_SCHEMAS if WHEEL_SCHEMAS.is_dir() else REPO_SCHEMAS
-
-
-def version_file(prefix: str | None = None) -> Path:
-    return Path(prefix or sys.prefix) / VERSION_FILE
 
 
 def wheel_version() -> str | None:
@@ -41,16 +36,10 @@ def wheel_version() -> str | None:
 
 
 def installed_version() -> str:
-    """$SGLANG_SIM_VERSION, else the wheel's metadata, else the view venv's version file, else the default."""
+    """$SGLANG_SIM_VERSION, else the wheel's metadata, else (the tree run from the repo) the default."""
     if os.environ.get("SGLANG_SIM_VERSION"):
         return os.environ["SGLANG_SIM_VERSION"]
-    from_wheel = wheel_version()
-    if from_wheel:
-        return from_wheel
-    try:
-        return str(json.loads(version_file().read_text())["version"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return DEFAULT_VERSION
+    return wheel_version() or DEFAULT_VERSION
 
 
 def schema_path(version: str) -> Path:
@@ -94,24 +83,12 @@ def in_path(absolute: str) -> Path:
 
 
 def real_container() -> bool:
-    """True inside a real LXC container: the simulator's mounts (ctside.py) are there, and no view env is set."""
-    if os.environ.get("DEPLOY_SIM_HOST_DIR") or os.environ.get("DEPLOY_SIM_HOST"):
-        return False
+    """True inside a container of a simulated host: the simulator's mounts (ctside.py) are there."""
     return in_path(ctside.VMID_FILE).is_file()
 
 
-def host_dir() -> Path | None:
-    """The simulated host's directory (view runtime), or None outside any simulated host / in a real container."""
-    if os.environ.get("DEPLOY_SIM_HOST_DIR"):
-        return Path(os.environ["DEPLOY_SIM_HOST_DIR"])
-    if os.environ.get("DEPLOY_SIM_HOST"):
-        root = Path(os.environ.get("DEPLOY_SIM_ROOT") or "/var/lib/deploy-sim")
-        return root / "hosts" / os.environ["DEPLOY_SIM_HOST"]
-    return None
-
-
 def vmid() -> int | None:
-    v = (_read_text(in_path(ctside.VMID_FILE)) or "") if real_container() else os.environ.get("DEPLOY_SIM_CT", "")
+    v = (_read_text(in_path(ctside.VMID_FILE)) or "") if real_container() else ""
     return int(v) if v.isdigit() else None
 
 
@@ -123,25 +100,16 @@ def _read_text(path: Path) -> str | None:
 
 
 def host_config() -> dict[str, Any]:
-    if real_container():
-        return _read(in_path(ctside.HOST_DIR) / "host.json")
-    h = host_dir()
-    return _read(h / "host.json") if h else {}
+    return _read(in_path(ctside.HOST_DIR) / "host.json") if real_container() else {}
 
 
 def ct_state() -> dict[str, Any]:
-    if real_container():
-        return _read(in_path(ctside.CT_DIR) / "state.json")
-    h, v = host_dir(), vmid()
-    return _read(h / "ct" / str(v) / "state.json") if h and v is not None else {}
+    return _read(in_path(ctside.CT_DIR) / "state.json") if real_container() else {}
 
 
 def gpu_dir() -> Path | None:
-    """Where the server reports its GPU load for nvidia-smi (ctside GPU_DIR, or <host_dir>/gpu)."""
-    if real_container():
-        return in_path(ctside.GPU_DIR)
-    h = host_dir()
-    return h / "gpu" if h else None
+    """Where the server reports its GPU load for nvidia-smi (ctside GPU_DIR; None outside a container)."""
+    return in_path(ctside.GPU_DIR) if real_container() else None
 
 
 #: Where the .run stand-in puts NVML in a real container; its link target names the userspace version.
@@ -149,19 +117,13 @@ NVML_LINK = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
 
 
 def userspace_version() -> str | None:
-    """The container's NVIDIA userspace version: from the installed libnvidia-ml (real container), else the
-    view runtime's record."""
-    if real_container():
-        link = in_path(NVML_LINK)
-        target = os.readlink(link) if link.is_symlink() else ""
-        return target.split("libnvidia-ml.so.", 1)[1] if "libnvidia-ml.so." in target else None
-    h, v = host_dir(), vmid()
-    return _read_text(h / "ct" / str(v) / "fs/opt/sim-nvidia/version") if h and v is not None else None
+    """The container's NVIDIA userspace version: the one the installed libnvidia-ml.so.1 links to."""
+    link = in_path(NVML_LINK)
+    target = os.readlink(link) if link.is_symlink() else ""
+    return target.split("libnvidia-ml.so.", 1)[1] if "libnvidia-ml.so." in target else None
 
 
 def dev_dir() -> Path:
-    if os.environ.get("DEPLOY_SIM_DEV"):
-        return Path(os.environ["DEPLOY_SIM_DEV"])
     return in_path("/dev")
 
 

@@ -1,8 +1,8 @@
 """`python -m sglang.launch_server` (simulated): real flag parsing, sglang-like logs, HTTP API, fake GPUs.
 
 Lifecycle: parse flags (argparse exits 2 like the real one) -> preflight checks against the simulated
-container (device nodes, nvidia-uvm, userspace driver version, model dir) -> bind the HTTP port (503 on
-/health while "loading") -> log the loading milestones -> "The server is fired up and ready to roll!".
+container (device nodes, nvidia-uvm, userspace driver version, model dir) -> log the loading milestones -> bind
+the HTTP port once the model is loaded, as real sglang starts uvicorn -> "The server is fired up and ready to roll!".
 Faults from the container's state.json: crash_on_start, health_never_ok, log_line (fatal at the first decode),
 slow_start_s.
 """
@@ -420,7 +420,7 @@ def preflight(args: dict[str, Any]) -> None:
                   "changing env variable CUDA_VISIBLE_DEVICES after program start. Setting the available devices "
                   "to be zero.")
         user_v = env.userspace_version()
-        if user_v is None and env.real_container():
+        if user_v is None:
             crash("RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU "
                   "and installed a driver from http://www.nvidia.com/Download/index.aspx")
         driver = str(env.host_config().get("driver_version") or "")
@@ -476,7 +476,7 @@ def remove_load_file() -> None:
 
 # ------------------------------------------------------------------------------------------------- startup
 
-async def startup(sim: Sim, bind_late: Callable[[], Awaitable[None]] | None = None) -> None:
+async def startup(sim: Sim, bind: Callable[[], Awaitable[None]]) -> None:
     a, tp = sim.args, int(sim.args["tp_size"])
     start_s = float(os.environ.get("SGLANG_SIM_START_S", DEFAULT_START_S)) + float(sim.faults.get("slow_start_s") or 0)
     step = start_s / 6
@@ -497,15 +497,14 @@ async def startup(sim: Sim, bind_late: Callable[[], Awaitable[None]] | None = No
     cgbs = a.get("cuda_graph_max_bs") or a.get("cuda_graph_max_bs_decode") or 256
     log("Capture cuda graph begin. This can take up to several minutes. avail mem=7.51 GB", tp=0)
     if sim.faults.get("health_never_ok"):
-        return  # stuck "capturing" forever: /health stays 503
+        return  # stuck "capturing" forever: the port never opens
     await asyncio.sleep(step * 2)
     log(f"Capture cuda graph end. Time elapsed: {60 + 0.58 * int(cgbs):.2f} s. mem usage=1.23 GB. "
         f"avail mem=6.28 GB.", tp=0)
     log(f"max_total_num_tokens={KV_TOKENS}, chunked_prefill_size={a.get('chunked_prefill_size')}, "
         f"max_prefill_tokens={a.get('max_prefill_tokens')}, max_running_requests={a.get('max_running_requests')}, "
         f"context_len={a.get('context_length')}, available_gpu_mem=6.28 GB", tp=0)
-    if bind_late is not None:
-        await bind_late()
+    await bind()
     log(f"Uvicorn running on http://{a['host']}:{a['port']} (Press CTRL+C to quit)")
     await asyncio.sleep(step)
     sim.ready = True
@@ -513,8 +512,8 @@ async def startup(sim: Sim, bind_late: Callable[[], Awaitable[None]] | None = No
 
 
 def bind_host(requested: str) -> str:
-    """Loopback only in the view runtime (simulator network rule): anything else binds 127.0.0.1 and says so.
-    A real container has its own network namespace, so there the requested address is used as given."""
+    """A container has its own network namespace, so there the requested address is used as given. Outside one
+    (tests run from the repo) loopback only (simulator network rule): anything else binds 127.0.0.1 and says so."""
     if env.real_container():
         return requested
     try:
@@ -542,12 +541,8 @@ async def serve(sim: Sim) -> None:
                 f"{sim.args['port']}): address already in use")
             os._exit(1)
 
-    # Real sglang starts uvicorn only once the schedulers report the model loaded; the view runtime keeps its
-    # early bind (503 while loading), which its tests and the tool's health wait were built on.
-    late = env.real_container() or bool(os.environ.get("SGLANG_SIM_BIND_LATE"))
-    if not late:
-        await bind()
-    tasks = [asyncio.create_task(sim.engine.run()), asyncio.create_task(startup(sim, bind if late else None)),
+    # Real sglang starts uvicorn only once the schedulers report the model loaded: the port is closed until then.
+    tasks = [asyncio.create_task(sim.engine.run()), asyncio.create_task(startup(sim, bind)),
              asyncio.create_task(report_load(sim, visible_minors(int(sim.args["tp_size"]))))]
     await sim.stop.wait()
     log("Gracefully exiting... Remaining number of requests 0.")
