@@ -63,6 +63,7 @@ class NetnsTracker:
 
     def __init__(self, hp: HostPaths, vmid: int) -> None:
         self.hp, self.vmid = hp, vmid
+        self._lxc = _lxc_address(hp, vmid) is not None  # a host keeps its runtime: asked once
         self._start: object = None
         self._file: str | None = None
         self._rootfs: Path | None = None
@@ -79,7 +80,7 @@ class NetnsTracker:
     def router_here(self) -> bool:
         """Whether the container runs a router (its unit is installed): only then does it need the other hosts'
         servers. A real container sees no listener of ours otherwise, so its own server may bind 0.0.0.0:8000."""
-        if _lxc_address(self.hp, self.vmid) is None:
+        if not self._lxc:
             return True  # view runtime: its servers bind the container's loopback
         if self._rootfs is None:
             from simulator.lxc.runtime import LxcRuntime
@@ -89,7 +90,7 @@ class NetnsTracker:
         return (self._rootfs / ROUTER_UNIT.lstrip("/")).is_file()
 
     def _lookup(self, state: dict[str, object]) -> str | None:
-        if _lxc_address(self.hp, self.vmid) is None:
+        if not self._lxc:
             ns = str(state.get("netns") or "")
             return netns_path(self.hp, ns) if ns else None
         from simulator.lxc.runtime import LxcRuntime
