@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
+from simulator import procs
 from simulator.config import HostConfig, HostPaths
 from simulator.lxc import lxcconf, net
 from simulator.pve import conf as confmod
@@ -276,21 +277,10 @@ class LxcRuntime:
     def _wait_monitor_gone(self, vmid: int, timeout_s: float = 5.0) -> None:
         """`lxc-stop` returns when the container is down; its `[lxc monitor] PATH VMID` process exits just after."""
         title = f"[lxc monitor] {self.lxcpath} {vmid}".encode()
+        monitor = next((int(e.name) for e in os.scandir("/proc") if e.name.isdigit() and _cmdline(e.name) == title),
+                       None)
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            alive = False
-            for entry in os.scandir("/proc"):
-                if not entry.name.isdigit():
-                    continue
-                try:
-                    with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
-                        alive = fh.read().replace(b"\0", b" ").strip() == title
-                except OSError:
-                    continue
-                if alive:
-                    break
-            if not alive:
-                return
+        while monitor is not None and procs.alive(monitor) and time.monotonic() < deadline:
             time.sleep(0.05)
 
     def reboot(self, vmid: int, timeout_s: float) -> None:
@@ -344,3 +334,11 @@ class LxcRuntime:
         if res.returncode != 0:
             raise RuntimeFailure(f"failed to open {src}: No such file or directory")
         Path(dst).write_bytes(res.stdout)
+
+
+def _cmdline(pid: str) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").strip()
+    except OSError:
+        return b""

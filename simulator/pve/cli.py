@@ -401,7 +401,7 @@ def vzdump_main(argv: list[str]) -> int:
                 raise PveError(f"{action} of CT {req.vmid} failed")
 
         _print(f"INFO: starting new backup job: vzdump {' '.join(argv)}")
-        vzdump.dump(node, req, lambda line: _print(line), lambda: call("shutdown"), lambda: call("start"))
+        vzdump.dump(node, req, _print, lambda: call("shutdown"), lambda: call("start"))
     except PveError as exc:
         if exc.status == 500:
             _print(f"ERROR: Backup of VM {argv[0]} failed - {exc.message}")

@@ -55,8 +55,8 @@ def parse_args(argv: list[str]) -> DumpRequest:
     if mode not in MODES:
         raise PveError(f"400 Parameter verification failed.\nmode: value '{mode}' does not have a value in the "
                        f"enumeration '{', '.join(MODES)}'\n{USAGE}", 400)
-    compress = {"1": "zstd", "": "zstd"}.get(opts.get("compress", "0"), opts.get("compress", "0"))
-    if compress not in COMPRESSORS:
+    compress = opts.get("compress", "0")
+    if compress not in COMPRESSORS:  # PVE also takes 1 (= lzo), gzip and lzo
         raise PveError(f"400 Parameter verification failed.\ncompress: simulator: only 0 and zstd are "
                        f"simulated, not '{compress}'\n{USAGE}", 400)
     storage = opts.get("storage")

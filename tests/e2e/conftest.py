@@ -136,12 +136,11 @@ def make_env(sim: Any, tmp_path: Path, ostemplate: str | None = None) -> DeployE
     return DeployEnv(sim=sim, inventory=inv, env=env)
 
 
-def site_ostemplate(tmp_path_factory: pytest.TempPathFactory, infos: list[Any]) -> str:
+def site_ostemplate(infos: list[Any]) -> str:
     """The site template installed on these hosts."""
     from tests.e2e import site_template
 
-    workdir = tmp_path_factory.mktemp("site-template")
-    volids = {site_template.install(workdir, Path(i.host_dir)) for i in infos}
+    volids = {site_template.install(Path(i.host_dir)) for i in infos}
     return volids.pop()
 
 
@@ -166,8 +165,8 @@ def until(check: Any, timeout_s: float = 60.0, interval_s: float = 0.3) -> Any:
 
 
 @pytest.fixture
-def deploy_env(sim: Any, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> DeployEnv:
-    return make_env(sim, tmp_path, site_ostemplate(tmp_path_factory, [sim]))
+def deploy_env(sim: Any, tmp_path: Path) -> DeployEnv:
+    return make_env(sim, tmp_path, site_ostemplate([sim]))
 
 
 @pytest.fixture

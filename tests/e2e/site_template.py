@@ -55,15 +55,16 @@ def _locked(path: Path) -> Iterator[None]:
         yield
 
 
-def site_template(workdir: Path) -> Path:
-    """The cached archive for this code version, built first (under `workdir`) if missing; xdist workers and
-    parallel runs wait for one build."""
+def site_template() -> Path:
+    """The cached archive for this code version, built first if missing; xdist workers and parallel runs wait
+    for one build."""
     target = CACHE / f"deploy-site-{cache_key()}.tar.zst"
     if target.is_file():
         return target
     with _locked(CACHE / ".build.lock"):
         if not target.is_file():
-            _build(workdir, target)
+            with tempfile.TemporaryDirectory(prefix="deploy-site-template-") as workdir:
+                _build(Path(workdir), target)
             _prune(target)
     return target
 
@@ -102,9 +103,9 @@ def _prune(keep: Path) -> None:
         old.unlink(missing_ok=True)
 
 
-def install(workdir: Path, host_dir: Path) -> str:
+def install(host_dir: Path) -> str:
     """Put the site template into a simulated host's `local:vztmpl` storage; its volume ID."""
-    archive = site_template(workdir)
+    archive = site_template()
     lxc_template.install_into(archive, host_dir / "fs" / "var/lib/vz/template/cache")
     return f"local:vztmpl/{archive.name}"
 
@@ -119,8 +120,7 @@ def main() -> int:
         print(f"site template: not built ({reason})")
         return 0
     t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="deploy-site-template-") as tmp:
-        path = site_template(Path(tmp))
+    path = site_template()
     print(f"site template: {path} ({path.stat().st_size / 1e6:.0f} MB, {time.monotonic() - t0:.1f} s)")
     return 0
 

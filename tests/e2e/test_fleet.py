@@ -56,7 +56,7 @@ def fleet_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         names = [i.name for i in infos]
         env = make_fleet_env(infos, tmp_path_factory.mktemp("fleet-env"), {
             "prod": names, "first-two": names[:2], "bad-first": [names[1], names[0], names[2]]},
-            site_ostemplate(tmp_path_factory, infos))
+            site_ostemplate(infos))
         yield Fleet(env=env, names=names, root=root)
 
 

@@ -83,7 +83,7 @@ def rolled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RolledFleet]:
 
     with sim_root(tmp_path_factory, "deploy-sim-fleetroll", OFFSET_FLEET, hosts=3) as (root, infos):
         env = make_fleet_env(infos, tmp_path_factory.mktemp("fleetroll-env"),
-                             ostemplate=site_ostemplate(tmp_path_factory, infos))
+                             ostemplate=site_ostemplate(infos))
         names = [i.name for i in infos]
         up = env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=1200)
         assert up.rc == 0, up.text

@@ -45,7 +45,7 @@ class RouterFleet:
 def rfleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterFleet]:
     with sim_root(tmp_path_factory, "deploy-sim-router-up", OFFSET_ROUTER_UP, hosts=2) as (root, infos):
         tmp = tmp_path_factory.mktemp("router-env")
-        env = make_fleet_env(infos, tmp, ostemplate=site_ostemplate(tmp_path_factory, infos))
+        env = make_fleet_env(infos, tmp, ostemplate=site_ostemplate(infos))
         names = [i.name for i in infos]
         key_file = tmp / "api-key"
         key_file.write_text(KEY + "\n")

@@ -27,9 +27,8 @@ def vm_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield info
 
 
-def test_vm_passthrough_stops_at_p2p_with_the_vm_diagnosis(vm_host: Any, tmp_path: Path,
-                                                           tmp_path_factory: pytest.TempPathFactory) -> None:
-    env = make_env(vm_host, tmp_path, site_ostemplate(tmp_path_factory, [vm_host]))
+def test_vm_passthrough_stops_at_p2p_with_the_vm_diagnosis(vm_host: Any, tmp_path: Path) -> None:
+    env = make_env(vm_host, tmp_path, site_ostemplate([vm_host]))
     res = env.run("--json", "up", "host", vm_host.name, "--skip-bench")
     assert res.rc == 1, res.text
     err = res.json

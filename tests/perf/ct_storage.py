@@ -52,14 +52,14 @@ def main() -> int:
     args = parser.parse_args()
     first = int(os.environ.get("DEPLOY_SIM_FIRST", "90"))
     with tempfile.TemporaryDirectory(prefix="deploy-ct-storage-") as tmp:
-        site = site_template.site_template(Path(tmp))
+        site = site_template.site_template()
         print(f"site template: {site.name}, {site.stat().st_size / 1e6:.0f} MB compressed")
         for offset, storage in enumerate(("disk", "tmpfs")):
             root = Path(tmp) / storage
             (info,) = sim_up(root, first=first + offset, time_scale=5.0, ct_storage=storage)
             try:
                 hp = SimPaths(root).host(info.name)
-                site_volid = site_template.install(Path(tmp), hp.dir)
+                site_volid = site_template.install(hp.dir)
                 for label, volid in (("stock", f"local:vztmpl/{template.TEMPLATE_NAME}"), ("site", site_volid)):
                     creates, starts, destroys = _cycles(Node(hp), volid, args.cycles)
                     print(f"{storage:5} {label:5}: create median {statistics.median(creates):.2f} s "

@@ -207,6 +207,8 @@ def test_vzdump_archive_is_a_template_for_new_containers(ct: Ct) -> None:
     assert refused.rc != 0 and "only `--mode stop`" in refused.err, refused
     refused = ct.ssh.run("vzdump 120 --mode frozen")
     assert refused.rc != 0 and "mode: value 'frozen'" in refused.err, refused
+    refused = ct.ssh.run("vzdump 120 --mode stop --compress 1")  # 1 is lzo on PVE: not simulated, not zstd
+    assert refused.rc != 0 and "not '1'" in refused.err, refused
     res = ct.ssh.run("vzdump 120 --mode stop --compress zstd --dumpdir /var/lib/vz/template/cache", timeout=300)
     assert res.rc == 0, res.err
     assert "INFO: stopping virtual guest" in res.out and "INFO: Backup job finished successfully" in res.out
