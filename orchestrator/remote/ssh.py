@@ -35,6 +35,9 @@ class RemoteResult:
     duration_s: float
 
 
+#: How long to keep reading after the exit status for the output that sshd still forwards (seconds).
+EOF_GRACE_S = 5.0
+
 #: Reads the script from stdin, then runs it with stdin detached.
 LOADER = """bash -c 's=$(cat); exec </dev/null; eval "$s"'"""
 
@@ -269,6 +272,7 @@ class SshHost:
                 progress(lines[-1])
 
         idle_s = 0.002
+        exited_at = 0.0
         try:
             while True:
                 busy = False
@@ -286,6 +290,13 @@ class SshHost:
                     idle_s = 0.002
                     continue
                 if chan.exit_status_ready() or chan.closed:
+                    # sshd sends the exit status as soon as the command exits, while it may still be draining
+                    # the command's pipes: read on until EOF, or the end of a bounded grace (something the
+                    # command left running may hold its stdout open), so the last output is never cut off.
+                    exited_at = exited_at or time.monotonic()
+                    if not (chan.eof_received or chan.closed) and time.monotonic() - exited_at < EOF_GRACE_S:
+                        time.sleep(0.002)
+                        continue
                     while chan.recv_ready():
                         out += chan.recv(1 << 16)
                     while chan.recv_stderr_ready():

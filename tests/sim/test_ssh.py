@@ -150,3 +150,14 @@ def sim_host_faults(sim: Any) -> dict[str, Any]:
     import json
 
     return dict(json.loads((sim.host_dir / "host.json").read_text())["faults"])
+
+
+def test_output_sent_after_the_exit_status_is_not_cut_off(sim: Any) -> None:
+    """sshd sends the exit status when the command exits, and forwards what is still in its pipes after that (here:
+    a child that outlives the shell and writes later). The tool reads to EOF: the fact batch's last section was
+    once lost this way on a loaded machine."""
+    host = load_inventory([REPO / "inventory", sim.host_dir.parent.parent]).find_host(sim.name)
+    with SshHost(host) as ssh:
+        res = ssh.run("(sleep 0.5; echo late; echo late-err >&2) & echo early", check=False)
+        assert res.rc == 0
+        assert res.stdout == "early\nlate\n" and res.stderr == "late-err\n"
