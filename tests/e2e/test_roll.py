@@ -136,7 +136,10 @@ FAILING_ROLLS = {
     "never-healthy": dict(faults={"health_never_ok": True, "match": "--max-running-requests 1024"},
                           profile={"start_timeout_s": 15}, args=("--set", "max-running-requests=1024", "--skip-bench"),
                           step="health", reason=r"did not turn healthy within 15 s"),
-    "throughput-regression": dict(faults=None, profile={}, args=("--set", "num-continuous-decode-steps=1"),
+    # A regression far beyond what machine load does to a bench: the baseline is measured at `up`, the candidate
+    # minutes later, and on a busy 2-core machine the same flags measured 1.8k and 3.1k tok/s. 16 running
+    # requests cap the candidate near 0.6k tok/s (the stand-in's model), whatever else the machine is doing.
+    "throughput-regression": dict(faults=None, profile={}, args=("--set", "max-running-requests=16"),
                                   step="gate", reason=r"throughput gate: regressed: output throughput"),
 }
 
