@@ -16,5 +16,6 @@ export PATH="$VENV/bin:$PATH"
 PY="$VENV/bin/python"
 "$PY" -m ruff check orchestrator simulator tests
 "$PY" -m mypy
+"$PY" -m mypy tests/perf  # the perf scripts: no test imports them
 "$PY" -m tests.e2e.site_template  # the stock and the site container templates, cached (cold: a few minutes)
 "$PY" -m pytest -q -p no:cacheprovider -n "${DEPLOY_TEST_JOBS:-2}" --dist loadfile --durations=15 "$@"

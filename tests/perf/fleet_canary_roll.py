@@ -126,7 +126,7 @@ def main() -> int:
             env_dir = Path(tmp) / "env"
             env_dir.mkdir()
             names = [i.name for i in infos]
-            volids = {site_template.install(Path(tmp), Path(i.host_dir)) for i in infos}
+            volids = {site_template.install(Path(i.host_dir)) for i in infos}
             env = make_fleet_env(infos, env_dir, {"fleet": names}, ostemplate=volids.pop())
             up = env.run("up", "group", "fleet", "--skip-bench", "--skip-weights", timeout=1800)
             if up.rc != 0:

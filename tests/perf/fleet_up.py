@@ -138,7 +138,7 @@ def main() -> int:
             env_dir = Path(tmp) / "env"
             env_dir.mkdir()
             names = [i.name for i in infos]
-            volids = {site_template.install(Path(tmp), Path(i.host_dir)) for i in infos}
+            volids = {site_template.install(Path(i.host_dir)) for i in infos}
             env = make_fleet_env(infos, env_dir, {"fleet": names}, ostemplate=volids.pop())
             first = deploy(env.env, "up", "group", "fleet", "--parallel", str(args.hosts), "--skip-bench",
                            "--skip-weights")

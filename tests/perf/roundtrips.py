@@ -29,7 +29,7 @@ def main() -> int:
         first = int(os.environ.get("DEPLOY_SIM_FIRST", "90"))
         (info,) = sim_up(root, hosts=1, first=first, time_scale=5.0)
         try:  # the container starts from a provisioned site template, as in the e2e tests
-            env = make_env(info, Path(tmp), site_template.install(Path(tmp), Path(info.host_dir)))
+            env = make_env(info, Path(tmp), site_template.install(Path(info.host_dir)))
             runs = [("up (from nothing)", ["up", "host", info.name, "--skip-bench"]),
                     ("up (converged)", ["up", "host", info.name, "--skip-bench"]),
                     ("status", ["status", "host", info.name]),
