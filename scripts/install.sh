@@ -29,6 +29,9 @@ for pair in sshd:openssh-server ssh:openssh-client ip:iproute2 flock:util-linux 
   if ! command -v "$bin" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$bin" ]; then need_apt+=("$pkg"); fi
 done
 [ -e /etc/ssl/certs/ca-certificates.crt ] || need_apt+=(ca-certificates)
+# The simulator's container configs include lxc's distribution configs (debian.common.conf, nesting.conf,
+# debian.userns.conf): they come from lxc-templates, a recommendation of lxc that --no-install-recommends skips.
+[ -e /usr/share/lxc/config/debian.common.conf ] || need_apt+=(lxc-templates)
 
 PY=${PYTHON:-}
 if [ -z "$PY" ]; then
