@@ -18,7 +18,7 @@ import pytest
 
 from tests import sim_hosts
 
-pytest_plugins = ["tests.skip_policy"]
+pytest_plugins = ["tests.skip_policy", "tests.module_times"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -60,7 +60,7 @@ def sim_root(tmp_path_factory: pytest.TempPathFactory, name: str, offset: int, h
 
     root = tmp_path_factory.mktemp(name)
     try:
-        yield root, sim_up(root, hosts=hosts, first=sim_hosts.sim_number(offset), time_scale=5.0, **options)
+        yield root, sim_up(root, hosts=hosts, first=sim_hosts.claim(offset, hosts), time_scale=5.0, **options)
     finally:
         sim_down(root)
 

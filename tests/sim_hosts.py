@@ -82,12 +82,13 @@ def reserve(numbers: range) -> bool:
     return True
 
 
-def find_free_start(count: int, start: int = AUTO_FIRST, block: int = BLOCK, hold: bool = False) -> int:
+def find_free_start(count: int, start: int = AUTO_FIRST, block: int = BLOCK, hold: bool = False,
+                    ports: tuple[int, ...] = PORTS) -> int:
     """The first start >= `start`, in steps of `block`, whose `count` consecutive numbers are all free (and, with
     `hold`, not reserved by another run: they are then reserved for this one)."""
     for first in range(start, LAST - count + 2, block):
         numbers = range(first, first + count)
-        if all(number_free(n) for n in numbers) and (not hold or reserve(numbers)):
+        if all(number_free(n, ports) for n in numbers) and (not hold or reserve(numbers)):
             return first
     raise RuntimeError(f"no {count} free simulated host numbers from {start} to {LAST} (127.0.0.{start + 1}-254 "
                        f"all taken?): stop other simulated hosts with `deploy sim down`, or set {FIRST_ENV}=N")
@@ -115,3 +116,16 @@ def sim_number(offset: int) -> int:
     base = os.environ.get(BASE_ENV) or os.environ.get(FIRST_ENV)
     start = int(base) if base else find_free_start(BLOCK)
     return start + BLOCK * worker_index() + offset
+
+
+def claim(offset: int, count: int = 1, ports: tuple[int, ...] = PORTS) -> int:
+    """The first of `count` numbers for `offset`, proven free now, just before the caller binds them.
+
+    The run's block was free when the run began, but a simulated host started since (a demo, another root on a
+    number picked by hand) may sit on one of its numbers. Then the numbers move to the first free run of `count`
+    that no other test run has reserved (reserved now for this one), instead of failing with "already in use".
+    """
+    planned = sim_number(offset)
+    if all(number_free(n, ports) for n in range(planned, planned + count)):
+        return planned
+    return find_free_start(count, start=1, block=1, hold=True, ports=ports)

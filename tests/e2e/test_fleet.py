@@ -21,7 +21,7 @@ import pytest
 from orchestrator.errors import ConfigError
 from tests.conftest import sim_root
 from tests.e2e.conftest import DeployEnv, make_fleet_env, site_ostemplate, until
-from tests.sim_hosts import OFFSET_FLEET, OFFSET_FLEET_ROUTER, OFFSET_ROUTER_API, sim_number
+from tests.sim_hosts import OFFSET_FLEET, OFFSET_FLEET_ROUTER, OFFSET_ROUTER_API, claim
 
 pytestmark = pytest.mark.e2e
 
@@ -168,7 +168,7 @@ def test_router_worker_api_of_the_pinned_real_router(tmp_path: Path) -> None:
     from orchestrator.fleet.router import RouterClient
     from simulator.router import start_router, stop_router
 
-    n = sim_number(OFFSET_ROUTER_API)
+    n = claim(OFFSET_ROUTER_API, 2, ports=(30000,))  # the router on n+1, the stand-in worker on n+2
     worker_addr, router_addr = f"127.0.0.{n + 2}", f"127.0.0.{n + 1}"
     server = ThreadingHTTPServer((worker_addr, 0), _Worker)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -226,7 +226,7 @@ def test_real_router_routes_to_the_simulated_servers(fleet: Fleet, tmp_path: Pat
     assert up.rc == 0, up.text
     inv = load_inventory(fleet.env.inventory)
     urls = [worker_url(inv, inv.hosts[n]) for n in (a, c)]
-    n = sim_number(OFFSET_FLEET_ROUTER) + 1  # the last octet of its address
+    n = claim(OFFSET_FLEET_ROUTER, ports=(30000,)) + 1  # the last octet of its address
     base = f"http://127.0.0.{n}:30000"
     run_dir = tmp_path / "router"
     router_yaml = fleet.env.inventory / "router.yaml"

@@ -21,9 +21,10 @@ from typing import Any
 
 import pytest
 
+from tests import sim_hosts
 from tests.conftest import sim_root
 from tests.e2e.conftest import DeployEnv, make_fleet_env, site_ostemplate, until
-from tests.sim_hosts import OFFSET_FLEET, OFFSET_FLEET_ROUTER, sim_number
+from tests.sim_hosts import OFFSET_FLEET, OFFSET_FLEET_ROUTER, claim
 
 # Each test runs 2-4 fleet rolls of 3 hosts through the CLI; under a shared 2-core machine's load that outlasts the
 # suite's default 300 s.
@@ -89,7 +90,7 @@ def rolled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RolledFleet]:
         assert up.rc == 0, up.text
         inv = load_inventory(env.inventory)
         urls = {n: worker_url(inv, inv.hosts[n]) for n in names}
-        address = f"127.0.0.{sim_number(OFFSET_FLEET_ROUTER) + 1}"
+        address = sim_hosts.address(claim(OFFSET_FLEET_ROUTER, ports=(30000,)))
         run_dir = tmp_path_factory.mktemp("fleetroll-router")
         try:
             start_router(run_dir, address, 30000, list(urls.values()), policy="round_robin",

@@ -144,3 +144,22 @@ def test_a_number_reserved_by_another_run_is_not_taken() -> None:
         sim_hosts._held.pop().close()
     finally:
         held.close()
+
+
+def test_claim_moves_off_a_number_taken_after_the_run_chose_its_block(taken: int,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A simulated host started after the run began (the demo, a root on sim-170) sits on a planned number: the
+    claim proves the numbers free when it takes them and moves to free ones instead of failing "already in use"."""
+    monkeypatch.delenv(sim_hosts.FIRST_ENV, raising=False)
+    monkeypatch.setenv(sim_hosts.BASE_ENV, str(taken - sim_hosts.OFFSET_FLEET))
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    assert sim_hosts.sim_number(sim_hosts.OFFSET_FLEET) == taken
+    first = sim_hosts.claim(sim_hosts.OFFSET_FLEET, 3)
+    try:
+        assert taken not in range(first, first + 3)
+        assert all(sim_hosts.number_free(n) for n in range(first, first + 3))
+    finally:
+        for _ in range(3):
+            sim_hosts._held.pop().close()
+    free = sim_hosts.claim(sim_hosts.OFFSET_FLEET + 1)  # the planned number itself when nothing sits on it
+    assert free == taken + 1
