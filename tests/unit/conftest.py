@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.shared import EXAMPLE_INVENTORY
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -14,7 +16,5 @@ REPO = Path(__file__).resolve().parents[2]
 def inv(tmp_path: Path) -> Path:
     """A private copy of the shipped inventory (without files `deploy sim up` may have left) to edit freely."""
     d = tmp_path / "inventory"
-    shutil.copytree(REPO / "inventory", d)
-    for extra in d.glob("sim*.yaml"):
-        extra.unlink()
+    shutil.copytree(EXAMPLE_INVENTORY, d)
     return d
