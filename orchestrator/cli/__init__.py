@@ -6,7 +6,7 @@ import importlib
 
 import click
 
-from orchestrator import __version__
+from orchestrator import DISTRIBUTION, __version__
 from orchestrator.cli.common import AppContext
 from orchestrator.paths import default_inventory_dir
 
@@ -63,7 +63,7 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="deploy")
+@click.version_option(__version__, prog_name="deploy", message=f"%(prog)s, version %(version)s ({DISTRIBUTION})")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (also accepted after the command).")
 @click.option("--inventory", "inventory_dir", default=None, metavar="DIR[:DIR]",
               help="Inventory directory (default ./inventory, env $DEPLOY_INVENTORY).")
