@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "smoke": ("orchestrator.cli.bench_cmd", "smoke"),
     "compare": ("orchestrator.cli.bench_cmd", "compare"),
     "sim": ("orchestrator.cli.sim_cmd", "sim"),
+    "init": ("orchestrator.cli.init_cmd", "init"),
 }
 
 SHORT_HELP = {
@@ -41,6 +42,7 @@ SHORT_HELP = {
     "smoke": "Real generation checks against the running server.",
     "compare": "Two ledger runs side by side with deltas.",
     "sim": "The simulated Proxmox GPU host on this machine (up, down, status, fault).",
+    "init": "Write an example inventory (hosts, profiles, presets) for a new site into a directory.",
 }
 
 
