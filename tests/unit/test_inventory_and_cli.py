@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import __version__
 from orchestrator.errors import ConfigError
 from orchestrator.inventory.loader import load_inventory
 from tests.shared import EXAMPLE_INVENTORY, NVIDIA_SMI
 
 REPO = Path(__file__).resolve().parents[2]
 COMMANDS = ["up", "plan", "doctor", "verify-p2p", "render", "roll", "rollback", "status", "history", "bench",
-            "smoke", "compare", "sim"]
+            "smoke", "compare", "sim", "init"]
 
 
 def deploy(*args: str, inventory: Path = EXAMPLE_INVENTORY) -> subprocess.CompletedProcess[str]:
@@ -73,7 +74,7 @@ def test_help_lists_every_command_and_version() -> None:
     assert res.returncode == 0
     for name in COMMANDS:
         assert f"  {name} " in res.stdout
-    assert deploy("--version").stdout.strip().startswith("deploy, version")
+    assert deploy("--version").stdout.strip() == f"deploy, version {__version__} (pve-sglang-deploy)"
 
 
 def test_offline_verify_p2p_on_the_real_8_gpu_capture() -> None:
