@@ -1,13 +1,12 @@
-"""Where the tool finds its templates, playbooks and default inventory, and where it keeps local state."""
+"""Where the tool finds the user's inventory by default and where it keeps local state.
+
+Data shipped inside the package (templates, playbooks, the example inventory) is orchestrator/resources.py's.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-TEMPLATES_DIR = PROJECT_ROOT / "templates"
-PLAYBOOKS_DIR = PROJECT_ROOT / "playbooks"
 
 INVENTORY_ENV = "DEPLOY_INVENTORY"
 STATE_ENV = "DEPLOY_STATE_DIR"

@@ -56,7 +56,14 @@ if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import sys; sys.exit(
   rm -rf "$VENV"
   "$PY" -m venv "$VENV"
 fi
+# The distribution was called "deploy" before it became pve-sglang-deploy: drop that install from an older venv,
+# so that one editable install owns the `deploy` script, and its build metadata from the checkout (-I: the check
+# must not find that metadata through the current directory).
+if "$VENV/bin/python" -I -c 'import importlib.metadata as m; m.distribution("deploy")' 2>/dev/null; then
+  "$VENV/bin/python" -I -m pip uninstall --quiet --yes deploy
+fi
+rm -rf deploy.egg-info
 # Editable: the venv runs this checkout, so an edit needs no reinstall. The extra brings the simulator's
-# dependencies and the test tools (pytest, pytest-xdist, ruff, mypy).
+# dependencies and the test tools (pytest, pytest-xdist, ruff, mypy; setuptools and wheel for tests/dist).
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test]'
-echo "install.sh: deploy $("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("deploy"))') in $VENV (python $("$VENV/bin/python" -c 'import platform; print(platform.python_version())')); use it with: . $VENV/bin/activate"
+echo "install.sh: deploy $("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("pve-sglang-deploy"))') in $VENV (python $("$VENV/bin/python" -c 'import platform; print(platform.python_version())')); use it with: . $VENV/bin/activate"

@@ -326,7 +326,8 @@ def _inventory_entry(info: SimHostInfo) -> dict[str, Any]:
 
 
 def write_inventory(root: Path, infos: list[SimHostInfo], copy_to: Path | None = None) -> Path:
-    """<root>/inventory.yaml (hosts only; profiles/presets come from the repo's inventory/)."""
+    """<root>/inventory.yaml and its copy `copy_to` (its directory made if missing): hosts only. The profile and
+    presets the hosts use are the tool's (`deploy sim up` writes its example's beside the copy when needed)."""
     import yaml
 
     text = ("# written by `deploy sim up`: the simulated hosts (loopback only)\n"
@@ -334,6 +335,7 @@ def write_inventory(root: Path, infos: list[SimHostInfo], copy_to: Path | None =
     path = SimPaths(root).inventory
     write_text_atomic(path, text)
     if copy_to is not None:
+        copy_to.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(copy_to, text)
     return path
 

@@ -29,7 +29,7 @@ LAST = 253  # sim-253 is 127.0.0.254
 
 # What each number of a block is for (add one here when a test starts another simulated root).
 OFFSET_SESSION_HOST = 0  # the session's sim_host (tests/conftest.py)
-OFFSET_SECOND_ROOT = 1  # tests/sim/test_lifecycle.py: up/down of a second root
+OFFSET_SECOND_ROOT = 1  # tests/sim/test_lifecycle.py, test_sim_inventory.py: up/down of a second root in one test
 OFFSET_VM_HOST = 2  # tests/e2e/test_up_failures.py: the VM-passthrough host
 OFFSET_ADDRESS_TAKEN = 3  # tests/sim/test_address_in_use.py: a number whose address the test itself occupies
 OFFSET_FLEET = 4  # tests/e2e/test_fleet.py: three hosts of one root (4, 5, 6)

@@ -6,7 +6,7 @@ import importlib
 
 import click
 
-from orchestrator import __version__
+from orchestrator import DISTRIBUTION, __version__
 from orchestrator.cli.common import AppContext
 from orchestrator.paths import default_inventory_dir
 
@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "smoke": ("orchestrator.cli.bench_cmd", "smoke"),
     "compare": ("orchestrator.cli.bench_cmd", "compare"),
     "sim": ("orchestrator.cli.sim_cmd", "sim"),
+    "init": ("orchestrator.cli.init_cmd", "init"),
 }
 
 SHORT_HELP = {
@@ -41,6 +42,7 @@ SHORT_HELP = {
     "smoke": "Real generation checks against the running server.",
     "compare": "Two ledger runs side by side with deltas.",
     "sim": "The simulated Proxmox GPU host on this machine (up, down, status, fault).",
+    "init": "Write an example inventory (hosts, profiles, presets) for a new site into a directory.",
 }
 
 
@@ -63,7 +65,7 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="deploy")
+@click.version_option(__version__, prog_name="deploy", message=f"%(prog)s, version %(version)s ({DISTRIBUTION})")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (also accepted after the command).")
 @click.option("--inventory", "inventory_dir", default=None, metavar="DIR[:DIR]",
               help="Inventory directory (default ./inventory, env $DEPLOY_INVENTORY).")

@@ -8,9 +8,8 @@ from orchestrator.cli.common import AppContext
 from orchestrator.errors import ConfigError
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.inventory.models import BenchPreset, Inventory
-from orchestrator.paths import PROJECT_ROOT, default_inventory_dir
-
-SHIPPED_INVENTORY = PROJECT_ROOT / "inventory"
+from orchestrator.paths import default_inventory_dir
+from orchestrator.resources import example_inventory_dir
 
 
 def describe_preset(p: BenchPreset) -> str:
@@ -45,11 +44,12 @@ def presets_section(ctx: click.Context) -> tuple[str, list[tuple[str, str]]]:
         return f"Presets (inventory {dirs})", preset_rows(load_inventory(app.inventory_dirs))
     except ConfigError as err:
         reason = err.what.splitlines()[0]
+    example = example_inventory_dir()
     try:
-        shipped = preset_rows(load_inventory(SHIPPED_INVENTORY))
+        shipped = preset_rows(load_inventory(example))
     except ConfigError:
         shipped = []
-    return f"Presets shipped with deploy, in {SHIPPED_INVENTORY} (not your inventory: {reason})", shipped
+    return f"Presets shipped with deploy, in {example} (not your inventory: {reason})", shipped
 
 
 class BenchCommand(click.Command):

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from orchestrator.cli.common import AppContext, common_options
 from orchestrator.errors import ConfigError
+from orchestrator.inventory.example import seed_server_files
 
 ROOT_HELP = "Simulator state directory (default $DEPLOY_SIM_ROOT or /var/lib/deploy-sim)."
 
@@ -26,9 +27,9 @@ def _info_dict(info: Any) -> dict[str, Any]:
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(info).items()}
 
 
-def _inventory_copy(app: AppContext) -> Path | None:
-    first = Path(app.inventory_dirs.split(":")[0])
-    return first / "sim.yaml" if first.is_dir() else None
+def _inventory_copy(app: AppContext) -> Path:
+    """sim.yaml in the first inventory directory: `deploy up host sim-1` then finds the hosts by default."""
+    return Path(app.inventory_dirs.split(":")[0]) / "sim.yaml"
 
 
 def _require_simulator() -> None:
@@ -91,12 +92,16 @@ def up(app: AppContext, hosts: int, profile: str, time_scale: float, first: int,
     except (TemplateError, NetError, StorageError) as exc:
         raise ConfigError(f"containers: {exc}", fix="see docs/simulator.md, 'Containers'",
                           step="sim up") from exc
-    app.out.emit({"ok": True, "hosts": [_info_dict(i) for i in infos], "inventory": str(copy) if copy else None})
+    seeded = seed_server_files(copy.parent, copy)
+    app.out.emit({"ok": True, "hosts": [_info_dict(i) for i in infos], "inventory": str(copy),
+                  "example_written": [str(p) for p in seeded]})
     for i in infos:
         app.out.line(f"{i.name}: {i.address} ssh :{i.ssh_port} (key {i.key_file}), PVE API https://{i.address}:"
                      f"{i.api_port} (CA {i.ca_file}), GPUs {i.gpu_profile}, driver {i.driver_version}")
-    if copy:
-        app.out.line(f"inventory entries written to {copy}")
+    app.out.line(f"inventory entries written to {copy}")
+    if seeded:
+        app.out.line(f"the example's profiles and presets (which the entries use) written to "
+                     f"{', '.join(str(p) for p in seeded)}")
     root_opt = f" --root {root}" if root else ""
     app.out.line(f"next: deploy up host {infos[0].name}    (stop everything with: deploy sim down{root_opt})")
     return 0
@@ -111,7 +116,7 @@ def down(app: AppContext, root: str | None) -> int:
 
     sim_down(_root(root))
     copy = _inventory_copy(app)
-    if copy is not None and copy.exists():
+    if copy.exists():
         copy.unlink()
     app.out.emit({"ok": True})
     app.out.line("simulated hosts stopped")

@@ -57,7 +57,7 @@ def converge_router_after(app: AppContext, outcomes: list[HostOutcome], options:
 
 
 def run_and_report(app: AppContext, words: tuple[str, ...], playbook: str, options: RunOptions) -> int:
-    """`playbook` is a shipped name (playbooks/NAME.yaml) or the path of a copied, edited one."""
+    """`playbook` is a shipped name (orchestrator/playbooks/NAME.yaml) or the path of a copied, edited one."""
     preflight(app, words)
     host = resolve_host(app, words)
     out = app.out

@@ -14,12 +14,10 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from orchestrator.errors import ConfigError
-
-SCHEMAS_DIR = Path(__file__).resolve().parent / "schemas"
+from orchestrator.resources import flag_schemas_dir
 
 Kind = Literal["switch", "bool_optional", "value", "help"]
 
@@ -116,7 +114,7 @@ class FlagSchema:
     # ----------------------------------------------------------------------------------------------- loading
     @staticmethod
     def known_versions() -> list[str]:
-        return sorted(p.name[len("sglang-"):-len(".json")] for p in SCHEMAS_DIR.glob("sglang-*.json"))
+        return sorted(p.name[len("sglang-"):-len(".json")] for p in flag_schemas_dir().glob("sglang-*.json"))
 
     @classmethod
     def load(cls, version: str) -> FlagSchema:
@@ -192,7 +190,7 @@ class FlagSchema:
 
 @functools.lru_cache(maxsize=16)
 def _load_packaged(version: str) -> FlagSchema:
-    path = SCHEMAS_DIR / f"sglang-{version}.json"
+    path = flag_schemas_dir() / f"sglang-{version}.json"
     if not path.is_file():
         known = ", ".join(FlagSchema.known_versions()) or "none"
         raise ConfigError(f"no packaged flag schema for sglang {version} (known: {known})",

@@ -16,7 +16,6 @@ import json
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import requests
@@ -25,12 +24,12 @@ from orchestrator.errors import ConfigError, RemoteError
 from orchestrator.flags import FlagSchema, canonicalize
 from orchestrator.inventory.models import Host, Inventory, RouterSpec
 from orchestrator.render.files import RenderedFile, render_template, sha256_text, systemd_exec_arg
+from orchestrator.resources import router_schemas_dir
 
 if TYPE_CHECKING:
     from orchestrator.cli.common import AppContext
     from orchestrator.fleet.engine import HostOutcome
 
-SCHEMAS = Path(__file__).resolve().parent / "schemas"
 UNIT_PATH = "/etc/systemd/system/sglang-router.service"
 CONF_DIR = "/etc/sglang-router"
 LAUNCHER_PATH = f"{CONF_DIR}/launch.py"
@@ -42,9 +41,10 @@ ROUTER_RESERVED = {"worker_urls": "router.workers", "host": "router.host", "port
 
 def router_schema(version: str) -> FlagSchema:
     """The packaged parser dump of a router release (made by orchestrator/probes/flags_probe.py)."""
-    path = SCHEMAS / f"sglang-router-{version}.json"
+    schemas = router_schemas_dir()
+    path = schemas / f"sglang-router-{version}.json"
     if not path.is_file():
-        known = ", ".join(sorted(p.stem.removeprefix("sglang-router-") for p in SCHEMAS.glob("sglang-router-*.json")))
+        known = ", ".join(sorted(p.stem.removeprefix("sglang-router-") for p in schemas.glob("sglang-router-*.json")))
         raise ConfigError(f"no packaged flag schema for sglang-router {version} (known: {known or 'none'})",
                           fix="pin router.version to a known release, or validate against the installed router")
     return FlagSchema.from_dump(path.read_text(), version=f"router {version}")
@@ -107,11 +107,8 @@ def render_router(spec: RouterSpec, schema: FlagSchema, urls: Sequence[str], api
         key_file=key, argv=tuple(argv))
 
 
-PROBE_SCRIPT = Path(__file__).resolve().parent.parent / "probes" / "flags_probe.py"
-
-
 def probe_command(python: str, argv: Sequence[str]) -> str:
-    """Shell command that runs the router flag probe (PROBE_SCRIPT on stdin) with the router venv's python."""
+    """Shell command that runs the router flag probe (probes/flags_probe.py on stdin) with the router venv's python."""
     return f"{shlex.quote(python)} - router {shlex.quote(json.dumps(list(argv)))}"
 
 

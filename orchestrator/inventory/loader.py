@@ -55,6 +55,13 @@ def _dir_list(dirs: str | Path | list[Path]) -> list[Path]:
     return dirs
 
 
+def inventory_files(directory: Path) -> list[Path]:
+    """The files of one inventory directory that `load_inventory` reads, in its order (none if it is missing)."""
+    if not directory.is_dir():
+        return []
+    return sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")])
+
+
 def load_inventory(dirs: str | Path | list[Path]) -> Inventory:
     """Merge all *.yaml / *.yml files; a name defined twice is an error naming both files and lines."""
     dir_list = _dir_list(dirs)
@@ -66,7 +73,7 @@ def load_inventory(dirs: str | Path | list[Path]) -> Inventory:
         if not d.is_dir():
             raise ConfigError(f"inventory directory {d} does not exist",
                               fix="pass --inventory DIR or set $DEPLOY_INVENTORY")
-        for path in sorted([*d.glob("*.yaml"), *d.glob("*.yml")]):
+        for path in inventory_files(d):
             if path.resolve() in seen_files:
                 continue  # the same directory named twice is not a second definition
             seen_files.add(path.resolve())

@@ -18,12 +18,11 @@ import json
 import re
 import shlex
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-PROBE_SCRIPT_PATH = Path(__file__).with_name("p2p_probe_script.py")
+from orchestrator.resources import probe_text
 
 NVLINK_GBPS_PER_LINK = 20.0
 PCIE_X16_GBPS: dict[int, float] = {3: 12.0, 4: 25.0, 5: 50.0, 6: 100.0}
@@ -81,7 +80,7 @@ class P2PBandwidthVerdict(BaseModel):
 
 def probe_script_source() -> str:
     """The probe's source text, to `pct push` / write into the container."""
-    return PROBE_SCRIPT_PATH.read_text()
+    return probe_text("p2p_probe_script.py")
 
 
 def probe_argv(python: str, script_path: str, *, size_mib: int = 256, iters: int = 20) -> list[str]:

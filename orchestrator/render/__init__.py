@@ -1,4 +1,4 @@
-"""Pure renderers (Jinja templates from `templates/`): GPU passthrough lines, sglang.service, sglang.env."""
+"""Pure renderers (Jinja templates shipped in orchestrator/templates/): passthrough lines, sglang.service, .env."""
 
 from __future__ import annotations
 

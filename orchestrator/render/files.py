@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from orchestrator.errors import ConfigError
-from orchestrator.paths import TEMPLATES_DIR
+from orchestrator.resources import templates_dir
 
 #: The managed header: lines at the very top of a file that start with this marker are not part of the body
 #: hash, so the release id and the hash itself can live in the file without changing the hash.
@@ -75,7 +75,7 @@ def body_sha256(content: str) -> str:
 @functools.lru_cache(maxsize=1)
 def environment() -> Environment:
     env = Environment(
-        loader=FileSystemLoader(str(TEMPLATES_DIR)),
+        loader=FileSystemLoader(str(templates_dir())),
         undefined=StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,

@@ -10,23 +10,20 @@ from __future__ import annotations
 
 import shlex
 from functools import cache
-from importlib import resources
 from typing import Any
 
 import jinja2
 
+from orchestrator.resources import scripts_dir
+
 
 @cache
 def _env() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FunctionLoader(_source), undefined=jinja2.StrictUndefined,
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(scripts_dir())), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, autoescape=False, trim_blocks=True, lstrip_blocks=True)
     env.filters["q"] = lambda value: shlex.quote(str(value))
     env.filters["qjoin"] = lambda argv: shlex.join(str(a) for a in argv)
     return env
-
-
-def _source(name: str) -> str:
-    return resources.files(__name__).joinpath(name).read_text()
 
 
 def render_script(name: str, **params: Any) -> str:

@@ -7,13 +7,13 @@ import re
 import shlex
 import time
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from orchestrator.bench.run import BenchRun, run_bench
 from orchestrator.errors import CheckFailed, RemoteError
+from orchestrator.resources import probe_text
 from orchestrator.runlog import StepRecord
 from orchestrator.state.ledger import Ledger, RunSource
 from orchestrator.state.releases import current_release
@@ -158,7 +158,7 @@ def raise_if_fatal_logged(ctx: StepContext) -> None:
 
 
 def smoke_source() -> str:
-    return resources.files("orchestrator.probes").joinpath("smoke_probe.py").read_text()
+    return probe_text("smoke_probe.py")
 
 
 def run_smoke(ctx: StepContext, release: str | None) -> dict[str, Any]:

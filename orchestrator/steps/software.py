@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 from orchestrator.errors import CheckFailed, ConfigError, RemoteError
 from orchestrator.flags.schema import FlagSchema
+from orchestrator.resources import probe_text
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts, unknown_until_started
@@ -24,7 +24,7 @@ class FlagCheck:
 
 
 def probe_source() -> str:
-    return resources.files("orchestrator.probes").joinpath("flags_probe.py").read_text()
+    return probe_text("flags_probe.py")
 
 
 def container_flag_check(ctx: StepContext, argv: list[str]) -> FlagCheck:

@@ -35,7 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-REPO_ID = "lukealonso/GLM-5-NVFP4"  # the repo inventory/profiles.yaml names
+REPO_ID = "lukealonso/GLM-5-NVFP4"  # the repo the example profile (orchestrator/examples/inventory) names
 HUB_FILE = "hub.json"  # in the host dir: where this host's hub listens
 CHUNK = 64 * 1024
 #: The model's config.json: enough for the server's config checks and the tool's probes (no weights).

@@ -1,8 +1,8 @@
 """End-to-end harness: the real `deploy` CLI (subprocess) against the simulated host over real SSH and HTTPS.
 
-`deploy_env` gives each test a fresh simulated host (no containers, no faults), its own inventory (the repo's
-profiles with a small bench preset) and its own local state dir. Assertions read the host through the `ssh`
-binary with the simulator's key, independent of the tool's own SSH layer.
+`deploy_env` gives each test a fresh simulated host (no containers, no faults), its own inventory (the
+shipped example's profiles with a small bench preset) and its own local state dir. Assertions read the host
+through the `ssh` binary with the simulator's key, independent of the tool's own SSH layer.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from tests.shared import EXAMPLE_INVENTORY
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -102,7 +104,7 @@ class DeployEnv:
 
 
 def write_profiles(inventory: Path, overrides: dict[str, Any]) -> None:
-    data = yaml.safe_load((REPO / "inventory" / "profiles.yaml").read_text())
+    data = yaml.safe_load((EXAMPLE_INVENTORY / "profiles.yaml").read_text())
     prof = data["profiles"]["glm5-nvfp4"]
     prof["bench_preset"] = "e2e"
     prof["start_timeout_s"] = 60
@@ -117,7 +119,7 @@ def write_profiles(inventory: Path, overrides: dict[str, Any]) -> None:
 
 
 def make_env(sim: Any, tmp_path: Path, ostemplate: str | None = None) -> DeployEnv:
-    """An inventory for this simulated host (the repo's profiles and presets plus the e2e preset); `ostemplate`
+    """An inventory for this simulated host (the example's profiles and presets plus the e2e preset); `ostemplate`
     replaces every host's container template (a site template, tests/e2e/site_template.py)."""
     inv = tmp_path / "inventory"
     inv.mkdir()
@@ -127,7 +129,7 @@ def make_env(sim: Any, tmp_path: Path, ostemplate: str | None = None) -> DeployE
         for entry in hosts["hosts"].values():
             entry["container"]["ostemplate"] = ostemplate
     (inv / "sim.yaml").write_text(yaml.safe_dump(hosts, sort_keys=False))
-    presets = yaml.safe_load((REPO / "inventory" / "presets.yaml").read_text())
+    presets = yaml.safe_load((EXAMPLE_INVENTORY / "presets.yaml").read_text())
     presets["presets"]["e2e"] = E2E_PRESET
     (inv / "presets.yaml").write_text(yaml.safe_dump(presets, sort_keys=False))
     write_profiles(inv, {})

@@ -32,7 +32,7 @@ CACHE = lxc_template.CACHE_DIR / "site"
 KEEP = 3  # archives of other code versions kept (other worktrees, a switch back)
 #: What an operator removes before dumping a template: apt caches, logs, the machine's identity.
 CLEAN = "apt-get clean && rm -rf /var/lib/apt/lists/* /var/log/journal/* && : > /etc/machine-id"
-INPUTS = ("orchestrator", "playbooks", "inventory", "simulator/software", "simulator/sglang_standin",
+INPUTS = ("orchestrator", "simulator/software", "simulator/sglang_standin",
           "simulator/gpu")
 
 

@@ -197,14 +197,15 @@ def test_installed_router_parser_matches_the_packaged_dump() -> None:
     """The probe run by the real router venv's python sees the same options as the packaged 0.3.2 dump."""
     import subprocess
 
-    from orchestrator.fleet.router import PROBE_SCRIPT, probe_command, router_schema, schema_from_probe
+    from orchestrator.fleet.router import probe_command, router_schema, schema_from_probe
+    from orchestrator.resources import probe_text
     from simulator.router import ensure_router_venv
 
     if os.geteuid() != 0:
         pytest.skip("the simulator's router venv lives under /var/cache/deploy-sim (root)")
     python = str(ensure_router_venv() / "bin" / "python")
     out = subprocess.run(probe_command(python, ["--policy", "power_of_two"]), shell=True,
-                         input=PROBE_SCRIPT.read_text(), capture_output=True, text=True, timeout=120).stdout
+                         input=probe_text("flags_probe.py"), capture_output=True, text=True, timeout=120).stdout
     installed = schema_from_probe(out, where="this machine", pinned="0.3.2")
     assert set(installed.option_strings) == set(router_schema("0.3.2").option_strings)
     assert json.loads(out)["ok"] is True

@@ -12,6 +12,7 @@ import pytest
 from orchestrator.inventory.loader import load_inventory
 from simulator.manager import sim_down, sim_status, sim_up
 from tests import sim_hosts
+from tests.shared import EXAMPLE_INVENTORY
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
@@ -36,7 +37,7 @@ def test_up_down_twice_leaves_nothing(sim_host: Any, tmp_path: Path) -> None:
         assert [i.sshd_pid for i in infos] == [i.sshd_pid for i in again]  # idempotent: nothing restarted
         info = infos[0]
         assert info.name == NAME and info.address == ADDRESS and info.running
-        inv = load_inventory([REPO / "inventory", root])
+        inv = load_inventory([EXAMPLE_INVENTORY, root])
         host = inv.find_host(NAME)
         assert host.container.expected_gpus == 2 and host.pve.api is not None
         assert host.pve.api.token_secret.read() == info.token_secret_file.read_text().strip()

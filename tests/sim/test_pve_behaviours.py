@@ -16,7 +16,7 @@ from proxmoxer import ProxmoxAPI, ResourceException
 from proxmoxer.tools import Tasks
 
 from simulator.manager import set_faults
-from tests.e2e.conftest import REPO
+from tests.shared import EXAMPLE_INVENTORY
 
 pytestmark = pytest.mark.e2e
 TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
@@ -180,7 +180,7 @@ def test_task_log_pages_with_start_limit_and_total(ssh: Any, sim: Any, tmp_path:
     inv_dir.mkdir()
     (inv_dir / "sim.yaml").write_text((sim.host_dir.parent.parent / "inventory.yaml").read_text())
     for name in ("profiles.yaml", "presets.yaml"):
-        shutil.copy(REPO / "inventory" / name, inv_dir / name)
+        shutil.copy(EXAMPLE_INVENTORY / name, inv_dir / name)
     client = HttpsPve(load_inventory(inv_dir).hosts[sim.name], Metrics())
     assert read_task_log(client, sim.node, upid) == [e["t"] for e in everything["data"]]
 

@@ -17,6 +17,7 @@ from orchestrator.remote.ssh import SshHost
 from simulator import sshd
 from simulator.config import HostPaths
 from simulator.manager import set_faults, sim_up
+from tests.shared import EXAMPLE_INVENTORY
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
@@ -65,7 +66,7 @@ def test_paramiko_reject_policy_connects(sim: Any) -> None:
 def test_tool_connection_turns_nagle_off(sim: Any) -> None:
     """The tool's own SSH connection runs with TCP_NODELAY (orchestrator.remote.ssh.open_tcp): with Nagle on,
     each back-to-back command waited ~40 ms for a delayed ACK."""
-    host = load_inventory([REPO / "inventory", sim.host_dir.parent.parent]).find_host(sim.name)
+    host = load_inventory([EXAMPLE_INVENTORY, sim.host_dir.parent.parent]).find_host(sim.name)
     with SshHost(host) as ssh:
         assert ssh.run("hostname").stdout == f"{sim.node}\n"
         transport = ssh.connect().client.get_transport()
@@ -156,7 +157,7 @@ def test_output_sent_after_the_exit_status_is_not_cut_off(sim: Any) -> None:
     """sshd sends the exit status when the command exits, and forwards what is still in its pipes after that (here:
     a child that outlives the shell and writes later). The tool reads to EOF: the fact batch's last section was
     once lost this way on a loaded machine."""
-    host = load_inventory([REPO / "inventory", sim.host_dir.parent.parent]).find_host(sim.name)
+    host = load_inventory([EXAMPLE_INVENTORY, sim.host_dir.parent.parent]).find_host(sim.name)
     with SshHost(host) as ssh:
         res = ssh.run("(sleep 0.5; echo late; echo late-err >&2) & echo early", check=False)
         assert res.rc == 0

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.shared import EXAMPLE_INVENTORY
+
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
 def inv(tmp_path: Path) -> Path:
-    """A private copy of the shipped inventory (without files `deploy sim up` may have left) to edit freely."""
+    """A private copy of the example inventory shipped in the package, to edit freely."""
     d = tmp_path / "inventory"
-    shutil.copytree(REPO / "inventory", d)
-    for extra in d.glob("sim*.yaml"):
-        extra.unlink()
+    shutil.copytree(EXAMPLE_INVENTORY, d)
     return d

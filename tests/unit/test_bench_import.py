@@ -65,7 +65,7 @@ def test_refusals_say_what_is_wrong(text: str, needle: str) -> None:
 def deploy(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "DEPLOY_STATE_DIR": str(state), "COLUMNS": "400"}
     return subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True,
-                          cwd=REPO, timeout=60, env=env)
+                          cwd=state.parent, timeout=60, env=env)  # not the checkout: its ./inventory is the demo's
 
 
 def test_cli_imports_a_printed_block_a_jsonl_and_refuses_garbage(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from orchestrator.parsers.gpu_query import Sample
 from orchestrator.reports.compare import comparability
 from orchestrator.state.ledger import Ledger, RunRecord
 from orchestrator.telemetry.summary import TelemetrySummary, summarize
+from tests.shared import EXAMPLE_INVENTORY
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 11, 30, 3, 0, 0)
@@ -48,7 +49,7 @@ def ledger(state: Path) -> Ledger:
     return Ledger(state / "ledger.sqlite")
 
 
-def deploy(state: Path, *args: str, inventory: Path = REPO / "inventory") -> Result:
+def deploy(state: Path, *args: str, inventory: Path = EXAMPLE_INVENTORY) -> Result:
     return CliRunner().invoke(cli, ["--inventory", str(inventory), *args],
                               env={"DEPLOY_STATE_DIR": str(state), "COLUMNS": "80"})
 
@@ -174,7 +175,7 @@ def test_missing_run_hint_names_history_bench(ledger: Ledger) -> None:
 # ------------------------------------------------------------------------------------------------- bench --help
 def test_bench_help_lists_the_inventory_presets(tmp_path: Path, state: Path) -> None:
     inv = tmp_path / "inventory"
-    shutil.copytree(REPO / "inventory", inv)
+    shutil.copytree(EXAMPLE_INVENTORY, inv)
     presets = yaml.safe_load((inv / "presets.yaml").read_text())
     presets["presets"]["long-ctx"] = {"random_input_len": 8192, "random_output_len": 512, "random_range_ratio": 1.0,
                                       "num_prompts": 200, "request_rate": 4, "max_concurrency": 32}
@@ -199,6 +200,6 @@ def test_bench_help_falls_back_to_the_shipped_presets(tmp_path: Path) -> None:
                              env={"COLUMNS": "200"})
     assert res.exit_code == 0
     assert "Presets shipped with deploy" in res.output and "does not exist" in res.output
-    shipped = yaml.safe_load((REPO / "inventory" / "presets.yaml").read_text())["presets"]
+    shipped = yaml.safe_load((EXAMPLE_INVENTORY / "presets.yaml").read_text())["presets"]
     for name in shipped:
         assert f"\n  {name} " in res.output

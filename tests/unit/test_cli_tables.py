@@ -16,6 +16,7 @@ from orchestrator.cli.tables import fit_widths, plain_lines, print_table, spec
 from orchestrator.parsers.bench import BenchResult
 from orchestrator.reports.sweep import SweepPoint, sweep_table
 from orchestrator.state.ledger import Ledger, RunRecord
+from tests.shared import EXAMPLE_INVENTORY
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 11, 30, 3, 0, 0)
@@ -96,7 +97,7 @@ def test_history_bench_piped_at_80_columns(tmp_path: Path) -> None:
     ids = [led.record_run(host="pve-gpu-1", bench=bench(1000.0 + i), preset="quick", release_id=RELEASE,
                           started_at=T0 + timedelta(seconds=i)).id for i in range(3)]
     env = {**os.environ, "COLUMNS": "80", "DEPLOY_STATE_DIR": str(tmp_path / "state"),
-           "DEPLOY_INVENTORY": str(REPO / "inventory")}
+           "DEPLOY_INVENTORY": str(EXAMPLE_INVENTORY)}
     proc = subprocess.run([sys.executable, "-m", "orchestrator", "history", "--bench"], capture_output=True,
                           text=True, env=env, cwd=tmp_path, timeout=60)
     assert proc.returncode == 0, proc.stderr

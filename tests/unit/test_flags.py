@@ -10,7 +10,7 @@ import pytest
 from orchestrator.errors import ConfigError
 from orchestrator.flags import FlagSchema, apply_changes, canonicalize, diff_flags, parse_set
 from orchestrator.inventory.loader import load_inventory
-from tests.shared import FIXTURES
+from tests.shared import EXAMPLE_INVENTORY, FIXTURES
 
 ROOT = Path(__file__).resolve().parents[2]
 OLD, NEW = "0.5.12.post1", "0.5.23"
@@ -146,7 +146,7 @@ def test_profile_owned_flags_refused(old: FlagSchema) -> None:
 
 
 def test_glm5_profile_canonicalises_cleanly(old: FlagSchema) -> None:
-    inv = load_inventory(ROOT / "inventory")
+    inv = load_inventory(EXAMPLE_INVENTORY)
     fs = canonicalize(inv.profiles["glm5-nvfp4"].flags, old)
     argv = fs.argv()
     names = [w for w in argv if w.startswith("--")]
@@ -160,7 +160,7 @@ def test_glm5_profile_canonicalises_cleanly(old: FlagSchema) -> None:
 
 
 def test_glm5_profile_against_new_schema_names_every_rename(new: FlagSchema) -> None:
-    inv = load_inventory(ROOT / "inventory")
+    inv = load_inventory(EXAMPLE_INVENTORY)
     with pytest.raises(ConfigError) as exc:
         canonicalize(inv.profiles["glm5-nvfp4"].flags, new)
     assert {p["flag"] for p in problems(exc)} == {"--nsa-prefill-backend", "--nsa-decode-backend"}

@@ -23,6 +23,7 @@ from orchestrator.fleet.rollout import (
     plan_waves,
     process_alive,
 )
+from tests.shared import EXAMPLE_INVENTORY
 
 HOSTS = [f"h{i}" for i in range(1, 9)]
 
@@ -119,9 +120,7 @@ REPO = Path(__file__).resolve().parents[2]
 def cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     """`deploy` against a two-host inventory on a loopback address where nothing listens (never reached)."""
     inv = tmp_path / "inventory"
-    shutil.copytree(REPO / "inventory", inv)
-    for extra in inv.glob("sim*.yaml"):
-        extra.unlink()
+    shutil.copytree(EXAMPLE_INVENTORY, inv)
     hosts = (inv / "hosts.yaml").read_text().replace("10.1.230.174", "127.0.0.254")
     (inv / "hosts.yaml").write_text(hosts)
     (inv / "groups.yaml").write_text("groups:\n  prod: [pve-gpu-1]\n")

@@ -12,13 +12,14 @@ from orchestrator.errors import ConfigError
 from orchestrator.fleet.router import KEY_PATH, render_router, router_schema, router_workers, worker_url
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.inventory.models import Inventory, RouterSpec
+from tests.shared import EXAMPLE_INVENTORY
 
 REPO = Path(__file__).resolve().parents[2]
 URLS = ["http://127.0.0.141:8000", "http://127.0.0.142:8000"]
 
 
 def inventory(router: dict[str, object], groups: dict[str, list[str]] | None = None) -> Inventory:
-    base = load_inventory(REPO / "inventory")
+    base = load_inventory(EXAMPLE_INVENTORY)
     seed = base.hosts["pve-gpu-1"]
     hosts = {n: seed.model_copy(update={"name": n, "address": f"10.9.0.{i}"}).model_dump()
              for i, n in enumerate(["gpu-1", "gpu-2", "gpu-3"], start=1)}
@@ -85,9 +86,7 @@ def test_router_section_in_yaml_is_one_mapping_in_one_file(tmp_path: Path) -> No
     import shutil
 
     inv = tmp_path / "inventory"
-    shutil.copytree(REPO / "inventory", inv)
-    for extra in inv.glob("sim*.yaml"):
-        extra.unlink()
+    shutil.copytree(EXAMPLE_INVENTORY, inv)
     (inv / "router.yaml").write_text("router:\n  runs_on: pve-gpu-1\n  policy: power_of_two\n")
     assert load_inventory(inv).router == RouterSpec(runs_on="pve-gpu-1", policy="power_of_two")
     (inv / "router2.yaml").write_text("router:\n  port: 30001\n")

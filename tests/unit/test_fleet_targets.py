@@ -13,12 +13,13 @@ from orchestrator.errors import ConfigError
 from orchestrator.fleet.targets import parse_targets, resolve_targets
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.inventory.models import Inventory
+from tests.shared import EXAMPLE_INVENTORY
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def fleet_inventory(groups: dict[str, list[str]], n: int = 4) -> Inventory:
-    base = load_inventory(REPO / "inventory")
+    base = load_inventory(EXAMPLE_INVENTORY)
     seed = base.hosts["pve-gpu-1"]
     hosts = {f"gpu-{i}": seed.model_copy(update={"name": f"gpu-{i}", "address": f"10.9.0.{i}"})
              for i in range(1, n + 1)}
@@ -92,9 +93,7 @@ def deploy(*args: str, inventory: Path) -> subprocess.CompletedProcess[str]:
 @pytest.fixture
 def inv_dir(tmp_path: Path) -> Path:
     d = tmp_path / "inventory"
-    shutil.copytree(REPO / "inventory", d)
-    for extra in d.glob("sim*.yaml"):
-        extra.unlink()
+    shutil.copytree(EXAMPLE_INVENTORY, d)
     return d
 
 

@@ -9,23 +9,23 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import __version__
 from orchestrator.errors import ConfigError
 from orchestrator.inventory.loader import load_inventory
-from tests.shared import NVIDIA_SMI
+from tests.shared import EXAMPLE_INVENTORY, NVIDIA_SMI
 
 REPO = Path(__file__).resolve().parents[2]
 COMMANDS = ["up", "plan", "doctor", "verify-p2p", "render", "roll", "rollback", "status", "history", "bench",
-            "smoke", "compare", "sim"]
+            "smoke", "compare", "sim", "init"]
 
 
-def deploy(*args: str, inventory: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env_inv = ["--inventory", str(inventory)] if inventory else []
-    return subprocess.run([sys.executable, "-m", "orchestrator", *env_inv, *args], capture_output=True, text=True,
-                          cwd=REPO, timeout=60)
+def deploy(*args: str, inventory: Path = EXAMPLE_INVENTORY) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "orchestrator", "--inventory", str(inventory), *args],
+                          capture_output=True, text=True, cwd=REPO, timeout=60)
 
 
 def test_shipped_inventory_loads_and_finds_host_by_name_or_address() -> None:
-    inv = load_inventory(REPO / "inventory")
+    inv = load_inventory(EXAMPLE_INVENTORY)
     assert inv.find_host("10.1.230.174").name == "pve-gpu-1"
     assert inv.find_host("pve-gpu-1").address == "10.1.230.174"
     prof = inv.profile_for(inv.find_host("pve-gpu-1"))
@@ -74,7 +74,7 @@ def test_help_lists_every_command_and_version() -> None:
     assert res.returncode == 0
     for name in COMMANDS:
         assert f"  {name} " in res.stdout
-    assert deploy("--version").stdout.strip().startswith("deploy, version")
+    assert deploy("--version").stdout.strip() == f"deploy, version {__version__} (pve-sglang-deploy)"
 
 
 def test_offline_verify_p2p_on_the_real_8_gpu_capture() -> None:

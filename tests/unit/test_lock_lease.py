@@ -25,6 +25,7 @@ from orchestrator.remote.lock import (
     takeover_message,
 )
 from orchestrator.remote.ssh import RemoteResult, SshHost
+from tests.shared import EXAMPLE_INVENTORY
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -162,7 +163,7 @@ def test_parse_keeps_the_commands_own_stderr() -> None:
 
 
 def _lease(tmp_path: Path) -> HostLease:
-    inv = load_inventory(REPO / "inventory")
+    inv = load_inventory(EXAMPLE_INVENTORY)
     ssh = SshHost(next(iter(inv.hosts.values())))  # never connected: check() reads results only
     return HostLease(ssh, "deploy roll", ttl_s=60, run_id="run-a")
 

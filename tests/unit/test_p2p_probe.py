@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from orchestrator.probes.p2p_bandwidth import (
-    PROBE_SCRIPT_PATH,
     P2PProbeParseError,
     P2PProbeResult,
     expected_gbps,
@@ -21,9 +20,11 @@ from orchestrator.probes.p2p_bandwidth import (
     probe_argv,
     probe_script_source,
 )
+from orchestrator.resources import probes_dir
 from tests.shared import H200_NVLINK
 
 FIX = H200_NVLINK
+PROBE = probes_dir() / "p2p_probe_script.py"
 
 
 def capture() -> str:
@@ -88,7 +89,7 @@ def test_script_is_standalone() -> None:
 
 def test_script_without_torch_says_so() -> None:
     # -S: no site-packages, so torch is not importable even where it is installed (the probe needs only stdlib)
-    proc = subprocess.run([sys.executable, "-S", str(PROBE_SCRIPT_PATH)], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-S", str(PROBE)], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 3
     assert "torch is not importable" in proc.stderr and proc.stdout == ""
@@ -106,7 +107,7 @@ def _cuda_gpus() -> int:
 def test_probe_runs_for_real() -> None:
     n = _cuda_gpus()  # the gpu marker skips this test where there is none (tests/skip_policy.py)
     assert n > 0
-    proc = subprocess.run([sys.executable, str(PROBE_SCRIPT_PATH), "--size-mib", "64", "--iters", "5"],
+    proc = subprocess.run([sys.executable, str(PROBE), "--size-mib", "64", "--iters", "5"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)

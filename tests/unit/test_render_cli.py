@@ -9,10 +9,10 @@ from pathlib import Path
 from click.testing import CliRunner, Result
 
 from orchestrator.cli import cli
-from tests.shared import H200_NVLINK
+from tests.shared import EXAMPLE_INVENTORY, H200_NVLINK
 
 ROOT = Path(__file__).resolve().parents[2]
-INV = ROOT / "inventory"
+INV = EXAMPLE_INVENTORY
 FIX = H200_NVLINK
 DEV = ["--devices-file", str(FIX / "ls-dev-nvidia.txt"), "--proc-devices-file", str(FIX / "proc-devices.txt")]
 

@@ -29,7 +29,7 @@ from orchestrator.render import (
     resolve_method,
 )
 from orchestrator.render.service import SECRETS_PATH
-from tests.shared import H200_NVLINK
+from tests.shared import EXAMPLE_INVENTORY, H200_NVLINK
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = H200_NVLINK
@@ -334,7 +334,7 @@ def test_env_file_sorted_quoted_and_shell_compatible(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------------------- bundle
 def test_bundle_for_seed_host() -> None:
-    inv = load_inventory(ROOT / "inventory")
+    inv = load_inventory(EXAMPLE_INVENTORY)
     host = inv.hosts["pve-gpu-1"]
     prof = inv.profile_for(host)
     kw = {"nodes": parse_dev_listing(H200_LS), "proc_devices": parse_proc_devices(H200_PROC)}

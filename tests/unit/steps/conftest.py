@@ -27,6 +27,7 @@ from orchestrator.runlog import Metrics, StepRecord
 from orchestrator.steps import REGISTRY, load_all_steps
 from orchestrator.steps.base import RunOptions, StepContext
 from orchestrator.steps.state import RunInputs
+from tests.shared import EXAMPLE_INVENTORY
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -133,7 +134,7 @@ class StepRun:
 
 @pytest.fixture(scope="session")
 def inventory() -> Inventory:
-    inv = load_inventory(REPO / "inventory")
+    inv = load_inventory(EXAMPLE_INVENTORY)
     # Lifecycle through pvesh as root (no token API): every PVE call is then a recorded node command.
     host = inv.hosts["pve-gpu-1"]
     host = host.model_copy(update={"pve": host.pve.model_copy(update={"api": None})})

@@ -8,7 +8,8 @@ steps:
   - {step: health, timeout_s: 600}
   - {step: health, allow_duplicate: true}   # a step may appear twice only when marked
 ```
-Users copy and edit these files, so every mistake is reported with the file, the item and the valid choices.
+The shipped ones are the YAML files of this package (orchestrator/playbooks/); users copy one, edit it and pass
+its path, so every mistake is reported with the file, the item and the valid choices.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ConfigError
-from orchestrator.paths import PLAYBOOKS_DIR
+from orchestrator.resources import playbooks_dir
 from orchestrator.yamlfile import load_yaml
 
 DUPLICATE_MARK = "allow_duplicate"
@@ -46,15 +47,16 @@ class Playbook:
 
 
 def playbook_path(name_or_path: str | Path) -> Path:
-    """A bare name is playbooks/<name>.yaml; anything with a '/' or a .yaml/.yml suffix is a path."""
+    """A bare name is a shipped playbook (this package's <name>.yaml); anything with a '/' or a .yaml/.yml suffix
+    is the path of the user's own file."""
     text = str(name_or_path)
     if "/" in text or text.endswith((".yaml", ".yml")):
         return Path(text).expanduser()
-    return PLAYBOOKS_DIR / f"{text}.yaml"
+    return playbooks_dir() / f"{text}.yaml"
 
 
 def available_playbooks() -> list[str]:
-    return sorted(p.stem for p in PLAYBOOKS_DIR.glob("*.yaml"))
+    return sorted(p.stem for p in playbooks_dir().glob("*.yaml"))
 
 
 def load_playbook(name_or_path: str | Path, valid_steps: Mapping[str, object]) -> Playbook:
@@ -66,7 +68,7 @@ def load_playbook(name_or_path: str | Path, valid_steps: Mapping[str, object]) -
     data = load_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"playbook {path}: top level must be a mapping with name, description, steps",
-                          fix="see playbooks/up.yaml for the shape")
+                          fix=f"see {playbooks_dir() / 'up.yaml'} for the shape")
     unknown = sorted(set(data) - _TOP_KEYS)
     if unknown:
         raise ConfigError(f"playbook {path}: unknown key(s) {', '.join(unknown)}",
