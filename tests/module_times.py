@@ -11,6 +11,7 @@ from collections import defaultdict
 import pytest
 
 _seconds: dict[str, float] = defaultdict(float)
+SHOWN = 30  # modules listed one by one, slowest first
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -21,7 +22,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
                             config: pytest.Config) -> None:
     if hasattr(config, "workerinput") or not _seconds:
         return
+    ranked = sorted(_seconds.items(), key=lambda item: -item[1])
     terminalreporter.write_sep("=", "time per module (setup, tests and teardown)")
-    for module, seconds in sorted(_seconds.items(), key=lambda item: -item[1]):
+    for module, seconds in ranked[:SHOWN]:
         terminalreporter.write_line(f"{seconds:8.1f} s  {module}")
+    if len(ranked) > SHOWN:
+        rest = ranked[SHOWN:]
+        terminalreporter.write_line(f"{sum(s for _, s in rest):8.1f} s  the other {len(rest)} modules")
     terminalreporter.write_line(f"{sum(_seconds.values()):8.1f} s  all modules, over every process")

@@ -300,6 +300,18 @@ class Host(StrictModel):
     pve: PveAccess
     container: ContainerSpec
     profile: str
+    #: The shipped example's host (`deploy init`): its address is a worked example, not a machine of this site, so
+    #: the tool refuses to connect to it until the operator has put in their own address and removed the key.
+    example: bool = False
+
+    def require_configured(self) -> None:
+        """Refuse (exit 2, before any connection) to reach a host that is still the example's."""
+        if self.example:
+            raise ConfigError(
+                f"host {self.name} is the example inventory's host ({self.address} is the worked example's address, "
+                "not a machine of yours): nothing was contacted",
+                fix=f"edit its entry in your inventory's hosts.yaml: set your node's address, then delete the line "
+                    f"`example: true` under {self.name}")
 
     @field_validator("name")
     @classmethod

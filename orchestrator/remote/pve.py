@@ -57,6 +57,7 @@ class HttpsPve:
         self.metrics = metrics
         self.host = host
         self.ssh = ssh  # its host lock (if taken) must be current before any change made over HTTPS
+        host.require_configured()
         self._api = ProxmoxAPI(host.address, port=api.port, user=user, token_name=token_name,
                                token_value=api.token_secret.read(), verify_ssl=verify, timeout=api.timeout_s,
                                service="PVE")

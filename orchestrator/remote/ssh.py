@@ -131,6 +131,7 @@ class SshHost:
     def _connect(self) -> Connection:
         if self._conn is not None and self._conn.is_connected:
             return self._conn
+        self.host.require_configured()
         ssh = self.host.ssh
         connect_kwargs: dict[str, object] = {"look_for_keys": ssh.key_file is None, "allow_agent": True,
                                              "banner_timeout": ssh.connect_timeout_s,

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
+from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential
 
 from orchestrator.bench.run import BenchRun, run_bench
 from orchestrator.errors import CheckFailed, RemoteError
@@ -117,7 +117,9 @@ def wait_healthy(ctx: StepContext, record: StepRecord, *, timeout_s: float | Non
                 details={"journal": seen[-JOURNAL_TAIL:]})
         return probe if probe.code == "200" else None
 
-    retrying = Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(interval),
+    # The first probes come quickly (a restart of a small or cached model is healthy within a second or two), then
+    # settle at `interval`: a probe is one round trip, and a GLM-5 load takes minutes either way.
+    retrying = Retrying(stop=stop_after_delay(timeout), wait=wait_exponential(multiplier=0.25, min=0.5, max=interval),
                         retry=retry_if_result(lambda r: r is None))
     try:
         with waiting_for(ctx.say, "sglang to answer /health with 200", timeout):

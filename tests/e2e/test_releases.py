@@ -20,7 +20,7 @@ from tests.e2e.test_roll import (
     release_ids,
 )
 
-KEEP = 10  # the profile's keep_releases (default)
+KEEP = 3  # the profile's keep_releases in the pruning test (default 10: the same rule, fewer rolls to reach it)
 
 
 def failing_roll(env: DeployEnv, value: int) -> None:
@@ -31,6 +31,7 @@ def failing_roll(env: DeployEnv, value: int) -> None:
 
 def test_failed_rolls_never_prune_the_verified_release(converged: DeployEnv) -> None:
     env = converged
+    env.set_profile(keep_releases=KEEP)
     r0 = current(env)
     good = env.run("--json", "roll", "host", env.host, "--set", "num-continuous-decode-steps=4", "--skip-bench")
     assert good.rc == 0, good.text
@@ -38,9 +39,10 @@ def test_failed_rolls_never_prune_the_verified_release(converged: DeployEnv) -> 
     back = env.run("--json", "rollback", "host", env.host)  # the operator goes back to r0; r1 stays verified
     assert back.rc == 0 and current(env) == r0, back.text
 
-    # Twelve candidates that crash on start (the fault matches only their command lines: 1000…1011).
+    # KEEP + 2 candidates that crash on start (the fault matches only their command lines: 1000…1004), so that
+    # pruning has failed releases to remove and r0 and r1 would be among the oldest.
     env.ct_faults(crash_on_start=True, match="--max-running-requests 10")
-    for i in range(12):
+    for i in range(KEEP + 2):
         failing_roll(env, 1000 + i)
     assert current(env) == r0 and health(env) == "200"
     ids = release_ids(env)

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 def host_at(port: int, tmp_path: Path) -> Host:
     h = load_inventory(EXAMPLE_INVENTORY).hosts["pve-gpu-1"]
     ssh = h.ssh.model_copy(update={"port": port, "connect_timeout_s": 1.0, "known_hosts": tmp_path / "kh"})
-    return h.model_copy(update={"address": "127.0.0.1", "ssh": ssh})
+    return h.model_copy(update={"address": "127.0.0.1", "ssh": ssh, "example": False})
 
 
 @pytest.fixture

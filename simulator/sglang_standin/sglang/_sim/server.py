@@ -34,7 +34,7 @@ from sglang._sim.perf import PerfModel
 from sglang._sim.resolve import KV_TOKENS, model_architecture, nsa_log_line, resolve
 from sglang._sim.tinymodel import answer, count_tokens, last_user_text, prompt_text, reasoning
 
-DEFAULT_START_S = 2.0  # real seconds in "loading" before ready (plus fault slow_start_s)
+DEFAULT_START_S = 2.0  # MODEL seconds in "loading" before ready, like every other time here (plus slow_start_s)
 REPORT_EVERY_S = 0.5
 HEALTH_POLL_S = 1.0  # model seconds a /health generate takes at least
 
@@ -478,7 +478,9 @@ def remove_load_file() -> None:
 
 async def startup(sim: Sim, bind: Callable[[], Awaitable[None]]) -> None:
     a, tp = sim.args, int(sim.args["tp_size"])
-    start_s = float(os.environ.get("SGLANG_SIM_START_S", DEFAULT_START_S)) + float(sim.faults.get("slow_start_s") or 0)
+    # slow_start_s is real seconds: a test that injects a slow start means a wall-clock window it can act in.
+    base_s = float(os.environ.get("SGLANG_SIM_START_S", DEFAULT_START_S / sim.scale))
+    start_s = base_s + float(sim.faults.get("slow_start_s") or 0)
     step = start_s / 6
     log(f"Attention backend not explicitly specified. Use {a['attention_backend']} backend by default.")
     log(nsa_log_line(a, sim.version))
