@@ -86,3 +86,20 @@ def test_no_route_inside_paramikos_wrapper() -> None:
 def test_each_cause_gets_its_own_reason_and_fix(exc: OSError, cause: str, words: str) -> None:
     got_cause, reason, fix = unreachable(exc, "pve.example", 22, 10.0)
     assert got_cause == cause and words in reason and fix
+
+
+def test_the_example_host_is_refused_before_any_connection(silent_port: int, tmp_path: Path) -> None:
+    """`deploy init` writes the worked example's host with `example: true`: the tool contacts nothing for it."""
+    from orchestrator.errors import ConfigError
+    from orchestrator.remote.pve import HttpsPve
+    from orchestrator.runlog import Metrics
+
+    example = host_at(silent_port, tmp_path).model_copy(update={"example": True})
+    with pytest.raises(ConfigError) as exc:
+        SshHost(example).connect()
+    assert "example" in exc.value.what and "nothing was contacted" in exc.value.what
+    assert "example: true" in (exc.value.fix or "")
+    with pytest.raises(ConfigError):
+        HttpsPve(example, Metrics())
+    shipped = load_inventory(EXAMPLE_INVENTORY).hosts["pve-gpu-1"]
+    assert shipped.example, "the shipped example must stay marked: its address is not the user's"
