@@ -62,16 +62,24 @@ def _check(nonce: str, names: Iterable[str]) -> None:
             raise ValueError(f"batch command name must match [a-z0-9_-]+, got {name!r}")
 
 
-def build_batch_script(commands: Mapping[str, str], nonce: str) -> str:
-    """A bash script (for `bash -s`) that runs every command in order and frames its outputs.
+#: Commands of one batch that run at the same time: the facts round trip costs about its slowest command, and a
+#: PVE node (dozens of cores) or its container is not loaded by eight short reads at once.
+BATCH_PARALLEL = 8
 
-    No `set -e`: one failing command must not hide the others' results; each rc is reported. `LC_ALL=C` keeps
-    the output of date/ls/locale-aware tools in the format the parsers expect.
+
+def build_batch_script(commands: Mapping[str, str], nonce: str, parallel: int = BATCH_PARALLEL) -> str:
+    """A bash script (for `bash -s`) that runs the commands concurrently and frames their outputs in order.
+
+    The commands must not depend on each other (every batch holds reads, plus `stop_leftovers`, which no read
+    depends on). No `set -e`: one failing command must not hide the others' results; each rc is reported.
+    `LC_ALL=C` keeps the output of date/ls/locale-aware tools in the format the parsers expect.
     """
+    if parallel < 1:
+        raise ValueError("a batch runs at least one command at a time")
     _check(nonce, commands)
     if not commands:
         raise ValueError("batch script needs at least one command")
-    return render_script("batch.sh.j2", plan=_marker(nonce, "PLAN", " ".join(commands)), commands=[
+    return render_script("batch.sh.j2", plan=_marker(nonce, "PLAN", " ".join(commands)), parallel=parallel, commands=[
         {"command": command, "begin": _marker(nonce, "BEGIN", name), "mid": _marker(nonce, "STDERR", name),
          "end_prefix": f"@@DEPLOY:{nonce}:END:{name}:"} for name, command in commands.items()])
 

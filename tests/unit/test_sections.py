@@ -60,7 +60,7 @@ def test_banner_before_and_after_is_ignored() -> None:
 def test_script_has_no_errexit_and_quotes_commands() -> None:
     script = build_batch_script({"x": "echo $(whoami); rm -rf /nonexistent-$$"}, NONCE)
     assert "set -e" not in script
-    assert "bash -c 'echo $(whoami); rm -rf /nonexistent-$$'" in script
+    assert "__deploy_run 1 'echo $(whoami); rm -rf /nonexistent-$$' &" in script  # one quoted argument
 
 
 @pytest.mark.parametrize("name", ["Upper", "with space", "semi;colon", "", "a:b"])
@@ -109,3 +109,35 @@ def test_nested_batch_inside_a_command() -> None:
     outer = split_batch_output(run_script(build_batch_script({"ct": f"bash -c {shlex.quote(inner)}"}, NONCE)),
                                NONCE)
     assert split_batch_output(outer["ct"].stdout, inner_nonce) == {"x": CommandOutput(0, "inner", "")}
+
+
+def test_commands_run_at_the_same_time_and_report_in_order(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`first` waits for a file that only `second`, later in the batch, creates: run one after another, `first`
+    would give up after 10 s and say so; run together, it sees the file. Outputs still come back in order."""
+    flag = tmp_path / "second-ran"
+    commands = {
+        "first": f"for i in $(seq 100); do test -e {flag} && {{ echo saw-second; exit 0; }}; sleep 0.1; done; "
+                 "echo alone; exit 3",
+        "silent": "true",
+        "second": f"touch {flag}; echo made",
+        "failing": "echo partial; echo why >&2; exit 5",
+    }
+    out = split_batch_output(run_script(build_batch_script(commands, NONCE)), NONCE)
+    assert list(out) == list(commands)
+    assert out["first"] == CommandOutput(0, "saw-second\n", "")
+    assert out["silent"] == CommandOutput(0, "", "")
+    assert out["second"] == CommandOutput(0, "made\n", "")
+    assert out["failing"] == CommandOutput(5, "partial\n", "why\n")
+
+
+def test_no_more_than_parallel_commands_run_at_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    running = tmp_path / "running"
+    running.mkdir()
+    probe = (f"touch {running}/$$; sleep 0.3; ls {running} | wc -l; rm {running}/$$")
+    out = split_batch_output(run_script(build_batch_script({f"c{i}": probe for i in range(6)}, NONCE, parallel=2)),
+                             NONCE)
+    seen = [int(o.stdout) for o in out.values()]
+    assert len(seen) == 6 and max(seen) <= 2, seen
+    assert max(seen) == 2, seen  # and they did overlap
+    with pytest.raises(ValueError):
+        build_batch_script({"a": "true"}, NONCE, parallel=0)
