@@ -166,6 +166,24 @@ def until(check: Any, timeout_s: float = 60.0, interval_s: float = 0.3) -> Any:
     return check()
 
 
+def wait_lease_expired(env: DeployEnv, timeout_s: float = 60.0) -> None:
+    """Until the host lock's lease (left by a run the test killed) has run out, on the host's own lease clock.
+
+    The lock script calls a lease live while `now < expires`, `now` being /proc/uptime's seconds: this waits for
+    exactly that, instead of sleeping the whole lease time plus a margin.
+    """
+    from orchestrator.remote.lock import LEASE_FILE, LOCK_DIR
+
+    probe = (f"read -r now _ < /proc/uptime; exp=$(sed -n 's/^expires=//p' {LOCK_DIR}/{LEASE_FILE} 2>/dev/null); "
+             "echo $(( ${exp:-0} - ${now%%.*} ))")
+
+    def expired() -> bool:
+        res = env.ssh(probe)
+        return res.rc == 0 and int(res.stdout.strip() or 0) <= 0
+
+    assert until(expired, timeout_s, 0.2), "the killed run's host lock lease never expired"
+
+
 @pytest.fixture
 def deploy_env(sim: Any, tmp_path: Path) -> DeployEnv:
     return make_env(sim, tmp_path, site_ostemplate([sim]))

@@ -15,7 +15,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ import pytest
 
 from tests import sim_hosts
 from tests.conftest import sim_root
-from tests.e2e.conftest import DeployEnv, make_fleet_env, site_ostemplate, until
+from tests.e2e.conftest import DeployEnv, make_fleet_env, site_ostemplate, until, wait_lease_expired
 from tests.sim_hosts import OFFSET_FLEET, OFFSET_FLEET_ROUTER, claim
 
 # Each test runs 2-4 fleet rolls of 3 hosts through the CLI; under a shared 2-core machine's load that outlasts the
@@ -41,10 +41,16 @@ class RolledFleet:
     root: Path
     router: str
     urls: dict[str, str]
+    infos: list[Any] = field(default_factory=list)
     state: Path = field(init=False)
 
     def __post_init__(self) -> None:
         self.state = Path(self.env.env["DEPLOY_STATE_DIR"]) / "fleet-rolls"
+
+    def host_env(self, name: str) -> DeployEnv:
+        """The fleet's environment, with `ssh`/`ct` reaching host `name`."""
+        (info,) = [i for i in self.infos if i.name == name]
+        return replace(self.env, sim=info)
 
     def ct_faults(self, host: str, **knobs: Any) -> None:
         from simulator.manager import set_ct_faults
@@ -97,7 +103,8 @@ def rolled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RolledFleet]:
                          extra=["--health-check-interval-secs", "1"])
             (env.inventory / "router.yaml").write_text(
                 f"router:\n  host: {address}\n  port: 30000\n  policy: round_robin\n  workers: prod\n")
-            fleet = RolledFleet(env=env, names=names, root=root, router=f"http://{address}:30000", urls=urls)
+            fleet = RolledFleet(env=env, names=names, root=root, router=f"http://{address}:30000", urls=urls,
+                                infos=infos)
             assert until(lambda: all(fleet.listed().values()), 120), fleet.listed()
             yield fleet
         finally:
@@ -244,7 +251,8 @@ def test_an_interrupted_fleet_roll_is_refused_then_resumed_then_reverted(fleet: 
     assert again.rc == 2, again.text
     assert "did not finish" in again.stderr and "--resume" in again.stderr
     assert "deploy rollback group prod" in again.stderr
-    time.sleep(6)  # the killed run's host lock lease (5 s) expires
+    for name in fleet.names:  # each killed host job's lock lease runs out
+        wait_lease_expired(fleet.host_env(name))
     res = fleet.env.run("--json", "roll", "group", "prod", "--resume", timeout=900)
     assert res.rc == 0, res.text
     hosts = _hosts(res.json)

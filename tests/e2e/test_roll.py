@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import DeployEnv
+from tests.e2e.conftest import DeployEnv, wait_lease_expired
 
 RELEASES = "/var/lib/deploy/releases"
 #: The lease of a run a test SIGKILLs: it holds the host lock that long after the kill.
@@ -250,7 +250,7 @@ def test_killed_roll_is_restored_by_the_next_run(converged: DeployEnv) -> None:
     # Killed between install and gate: an unverified candidate is current.
     assert ct_out(env, f"test -e {RELEASES}/{cand}/verdict.json && echo yes || echo no") == "no"
 
-    time.sleep(KILLED_LOCK_TTL_S + 1)  # the killed run's host lock expires (tests/e2e/test_lock.py covers the wait)
+    wait_lease_expired(env)  # the killed run's host lock (tests/e2e/test_lock.py covers the wait itself)
     res = env.run("--json", "up", "host", env.host, "--skip-bench")
     assert res.rc == 0, res.text
     now = current(env)
