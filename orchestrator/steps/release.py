@@ -223,9 +223,18 @@ def read_back_current(ctx: StepContext, release: str) -> str:
 
 
 def write_verdict(ctx: StepContext, release: str, verdict: dict[str, Any]) -> None:
+    """Record a release's verdict; a failed write raises (a release without verdict.json counts as unverified,
+    so an unrecorded "kept" would make the next up or roll undo a good release)."""
     body = json.dumps({"at": datetime.now(UTC).isoformat(timespec="seconds"), **verdict}, sort_keys=True,
                       default=str)
-    ctx.ct.script(record_file_script(release, "verdict.json", body + "\n"), check=False, what="record verdict")
+    res = ctx.ct.script(record_file_script(release, "verdict.json", body + "\n"), check=False,
+                        what="record verdict")
+    if res.rc != 0:
+        raise RemoteError(f"recording the verdict ({verdict.get('verdict')}) of release {release} in CT {ctx.vmid} "
+                          f"failed: {(res.stderr or res.stdout).strip()[-300:] or f'exit code {res.rc}'}",
+                          fix=f"free space in the container (`df -h {ctx.ct.paths.releases_dir}` in CT {ctx.vmid}) "
+                              "and re-run; until its verdict is recorded the release counts as unverified",
+                          host=ctx.host.name)
 
 
 def roll_back_to(ctx: StepContext, release: str, record: StepRecord, *, reason: str) -> float:
@@ -322,7 +331,10 @@ def install_release(ctx: StepContext, record: StepRecord) -> None:
             err.what += f"; candidate {rid} was NOT rolled back to {previous} by this run"
             return
         try:
-            write_verdict(ctx, rid, evidence)
+            try:
+                write_verdict(ctx, rid, evidence)
+            except RemoteError as unrecorded:  # the rollback matters more than its evidence (a full disk)
+                err.what += f"; {unrecorded.what}"
             seconds = roll_back_to(ctx, previous, failed, reason=err.what)
         except LockLost as lost:
             lost.what += (f" — it was rolling back from {rid} to {previous} after: {err.what}; that rollback did "
