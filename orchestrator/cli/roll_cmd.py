@@ -174,8 +174,8 @@ def roll_host(app: AppContext, target: tuple[str, ...], request: RollRequest, *,
     payload["previous"] = cand.previous if cand else None
     payload["diff"] = [{"flag": k, "old": a, "new": b} for k, a, b in (cand.flag_diff if cand else [])]
     if cand is not None:
-        payload["flags_sha"] = flags_sha(cand.new_flags.as_dict())
-        payload["previous_flags_sha"] = flags_sha(cand.base_flags.as_dict())
+        payload["flags_sha"] = flags_sha(cand.stored(cand.new_flags))  # hashes no secret
+        payload["previous_flags_sha"] = flags_sha(cand.stored(cand.base_flags))
     if report.state.gate is not None:
         payload["gate"] = report.state.gate.model_dump(mode="json")
     app.out.emit(payload)

@@ -218,6 +218,9 @@ class ServerProfile(StrictModel):
     flags: dict[str, FlagValue] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
     api_key: SecretRef | None = None
+    #: Flags whose values are secrets although sglang's schema does not say so (it marks admin-api-key,
+    #: ssl-keyfile-password): sglang reads them from the 0600 secrets.yaml, never from argv.
+    secret_flags: list[str] = Field(default_factory=list)
     start_timeout_s: int = Field(900, ge=1)
     bench_preset: str = "seed-1024x256"
     min_output_throughput: float | None = Field(None, ge=0)

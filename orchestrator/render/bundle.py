@@ -57,7 +57,7 @@ def render_bundle(host: Host, profile: ServerProfile, *, nodes: Sequence[DeviceN
                                         vmid=host.container.vmid))
     files.append(render_unit(profile, flags, release_id))
     files.append(render_env(profile, api_key))
-    files.extend(f for f in (render_secrets(profile, api_key), render_logging(profile, flags)) if f is not None)
+    files.extend(f for f in (render_secrets(profile, api_key, flags), render_logging(profile, flags)) if f is not None)
     notes = list(flags.notes)
     notes.extend(f"--{w} is written as --{c}" for w, c in sorted(flags.renamed.items()))
     return Bundle(files=tuple(files), sha256=combined_sha256(files), flags=flags, method=chosen,

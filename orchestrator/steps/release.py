@@ -17,15 +17,19 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import yaml
+
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, LockLost, RemoteError
-from orchestrator.flags import FlagSchema, FlagSet, canonicalize
+from orchestrator.flags import FlagSchema, FlagSet, canonicalize, with_secret_values
 from orchestrator.parsers.bench import BenchParseError, BenchResult, parse_bench_jsonl
+from orchestrator.redact import SECRET_REF
 from orchestrator.render.bundle import Bundle, render_bundle
-from orchestrator.render.service import TIMEOUT_STOP_S, launch_argv
+from orchestrator.render.service import TIMEOUT_STOP_S, launch_argv, public_flags
 from orchestrator.runlog import StepRecord
 from orchestrator.state.releases import (
     ReleaseBundle,
@@ -97,9 +101,25 @@ def current_verdict(ctx: StepContext) -> dict[str, Any] | None:
     return json_fact(ctx, "current_verdict")
 
 
-def installed_flags(ctx: StepContext) -> dict[str, Any] | None:
-    """The current release's flags as stored on the target (None before the first release)."""
-    return json_fact(ctx, "current_flags")
+def installed_flags(ctx: StepContext, given: Iterable[str] = ()) -> dict[str, Any] | None:
+    """The current release's flags (None before the first release): flags.json, with each secret flag's value read
+    back from the release's own 0600 secrets.yaml (one round trip, only when it has secret flags). A secret stored
+    redacted is an error unless the caller gives that flag anew (`given`): evidence is never configuration."""
+    stored = json_fact(ctx, "current_flags")
+    if stored is None:
+        return None
+    values: dict[str, Any] = {}
+    if SECRET_REF in stored.values():
+        path = f"{ctx.ct.paths.current_link}/secrets.yaml"
+        res = ctx.ct.run(f"cat {shlex.quote(path)}", check=False, timeout=60, what="read the secret flags")
+        try:
+            loaded = yaml.safe_load(res.stdout) if res.rc == 0 else None
+        except yaml.YAMLError:
+            loaded = None
+        values = loaded if isinstance(loaded, dict) else {}
+    link = ctx.facts.c("current_release")
+    return with_secret_values(stored, values, f"release {current_release(link.stdout) if link else 'current'}",
+                              given=given)
 
 
 def is_unverified_candidate(ctx: StepContext) -> bool:
@@ -125,7 +145,11 @@ def desired_flags(ctx: StepContext) -> FlagSet:
     the rolled flags stand. Editing the profile's flags in the inventory makes `up` apply them again.
     """
     meta = current_meta(ctx)
-    flags = installed_flags(ctx)
+    try:
+        flags = installed_flags(ctx)
+    except ConfigError as exc:  # a secret stored redacted by an older deploy: the profile is the real source
+        ctx.say(f"{exc.what}: converging to the profile's flags")
+        return profile_flags(ctx)
     if (meta and flags is not None and meta.get("profile_flags_sha") == profile_flags_sha(ctx)
             and current_verdict(ctx) is not None):
         return canonicalize(flags, FlagSchema.load(ctx.profile.sglang_version))
@@ -178,7 +202,7 @@ def install_bundle(ctx: StepContext, bundle: Bundle, *, source: str, restart: bo
             "bundle_sha256": bundle.sha256, "previous": previous, "profile": ctx.host.profile,
             "sglang_version": bundle.flags.version, "argv": launch_argv(ctx.profile, bundle.flags),
             **(extra_meta or {})}
-    rb = ReleaseBundle(rid, tuple(bundle.files), bundle.flags.as_dict(), meta)
+    rb = ReleaseBundle(rid, tuple(bundle.files), public_flags(ctx.profile, bundle.flags), meta)
     script = write_release_script(rb) + activate_script(rid, restart=restart, keep=ctx.profile.keep_releases)
     with waiting_for(ctx.say, f"sglang to {'stop and restart' if restart else 'start'} with release {rid}",
                      TIMEOUT_STOP_S):

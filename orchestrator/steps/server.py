@@ -9,8 +9,8 @@ from __future__ import annotations
 import shlex
 
 from orchestrator.errors import RemoteError
-from orchestrator.flags import diff_flags
-from orchestrator.render.service import launch_argv
+from orchestrator.flags import diff_flags, masked_diff
+from orchestrator.render.service import launch_argv, secret_flags
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.release import (
@@ -87,7 +87,7 @@ def server_unit(ctx: StepContext, record: StepRecord) -> None:
     installed = installed_flags(ctx)
     changes = [] if installed is None else [
         f"--{k}: {'(unset)' if a is None else a} → {'(unset)' if b is None else b}"
-        for k, a, b in diff_flags(installed, flags.as_dict())]
+        for k, a, b in masked_diff(diff_flags(installed, flags.as_dict()), secret_flags(ctx.profile, flags))]
     record.details["flag_changes"] = changes
     what = ((f"install the same files as a new release (no restart: unchanged; {abandoned} was never verified)"
              if state.active == "active" else "start sglang (unit unchanged)") if same else
