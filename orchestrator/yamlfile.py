@@ -16,6 +16,7 @@ import yaml
 from yaml.nodes import MappingNode, Node
 
 from orchestrator.errors import ConfigError
+from orchestrator.localfile import read_text_file
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 #: Nodes a document may hold once every alias is expanded. A real inventory or flag file has hundreds; an alias
@@ -111,13 +112,7 @@ def parse_yaml(text: str, source: str) -> Any:
 
 def load_yaml(path: Path) -> Any:
     """Read and decode one YAML file (see `parse_yaml`); an unreadable file is a ConfigError too."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})", fix="save the file as UTF-8") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot be read: {exc.strerror}", fix="check the path and its permissions") from None
-    return parse_yaml(text, str(path))
+    return parse_yaml(read_text_file(path, "YAML file"), str(path))
 
 
 def key_line(path: Path, *keys: str) -> int | None:

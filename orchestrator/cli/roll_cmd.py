@@ -22,6 +22,7 @@ from orchestrator.fleet.rollout import RollSpec, flags_sha
 from orchestrator.fleet.router import router_view
 from orchestrator.fleet.targets import parse_targets
 from orchestrator.runner import RunReport
+from orchestrator.state.releases import RELEASE_ID
 from orchestrator.steps.base import RunOptions
 from orchestrator.steps.state import RollRequest, RunInputs
 from orchestrator.yamlfile import load_yaml
@@ -205,6 +206,9 @@ def rollback(app: AppContext, target: tuple[str, ...], to_release: str | None, a
     On a fleet (`deploy rollback group prod`): every host the last fleet roll of those hosts changed goes back
     to the release it had before that roll, drained through the router like a roll.
     """
+    if to_release is not None and not RELEASE_ID.match(to_release):  # `--to ''` is no "default"
+        raise ConfigError(f"--to {to_release!r} is not a release id (like 20261130T020000-abababab)",
+                          fix="`deploy history host X` lists the ids; leave --to out for the previous release")
     targets = parse_targets(target, all_hosts=all_hosts)
     if targets.fleet:
         if to_release:

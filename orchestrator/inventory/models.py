@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from orchestrator.errors import ConfigError
 from orchestrator.inventory.limits import UnitTextError, flag_value_problem, text_problem
+from orchestrator.localfile import read_text_file
 from orchestrator.redact import register_secret
 
 FlagValue = str | int | float | bool | None | list[str | int | float]
@@ -96,7 +97,7 @@ class SecretRef(StrictModel):
             raise ConfigError(f"secret file {path} has mode {stat.S_IMODE(st.st_mode):04o}; "
                               "it must not be readable by group or others",
                               fix=f"chmod 600 {path}")
-        return path.read_text().strip()
+        return read_text_file(path, "secret file").strip()
 
 
 class SshAccess(StrictModel):
