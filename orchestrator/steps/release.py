@@ -203,7 +203,8 @@ def install_bundle(ctx: StepContext, bundle: Bundle, *, source: str, restart: bo
             "sglang_version": bundle.flags.version, "argv": launch_argv(ctx.profile, bundle.flags),
             **(extra_meta or {})}
     rb = ReleaseBundle(rid, tuple(bundle.files), public_flags(ctx.profile, bundle.flags), meta)
-    script = write_release_script(rb) + activate_script(rid, restart=restart, keep=ctx.profile.keep_releases)
+    script = write_release_script(rb) + activate_script(rid, restart=restart, keep=ctx.profile.keep_releases,
+                                                        fresh=True)
     with waiting_for(ctx.say, f"sglang to {'stop and restart' if restart else 'start'} with release {rid}",
                      TIMEOUT_STOP_S):
         res = ctx.ct.script(script, check=False, timeout=300, what=f"install release {rid}")
