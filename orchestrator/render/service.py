@@ -28,6 +28,7 @@ LOGGING_PATH = PATHS.logging_path
 #: sglang/srt/entrypoints/engine.py) and `server_args={… 'api_key': '…'}` (0.5.23, same module).
 KEY_LOGGING_LOGGERS = ("sglang.srt.entrypoints.engine",)
 API_KEY_VAR = "SGLANG_API_KEY"
+SECRET_FLAG_VAR = "DEPLOY_SECRET_FLAG_"
 RESTART_SEC = 10
 START_LIMIT_BURST = 3
 TIMEOUT_STOP_S = 120
@@ -130,9 +131,13 @@ def render_unit(profile: ServerProfile, flags: FlagSet, release_id: str | None =
     return RenderedFile(name="sglang.service", remote_path=UNIT_PATH, mode=0o644, content=content, sha256=digest)
 
 
-def render_env(profile: ServerProfile, api_key: str | None) -> RenderedFile:
-    """sglang.env: the profile's env (sorted) plus SGLANG_API_KEY when the profile has an api_key."""
+def render_env(profile: ServerProfile, api_key: str | None, flags: FlagSet | None = None) -> RenderedFile:
+    """sglang.env: the profile's env (sorted) plus SGLANG_API_KEY when the profile has an api_key, plus each
+    secret flag as DEPLOY_SECRET_FLAG_<NAME> (as the key: `up` sees a changed secret in this file's hash; the
+    server reads its value from secrets.yaml)."""
     env = [(check_env_name(k), v) for k, v in sorted(profile.env.items())]
+    secret = sorted(secret_flags(profile, flags)) if flags is not None else []
+    env += [(SECRET_FLAG_VAR + n.upper().replace("-", "_"), str(flags.values[n])) for n in secret if flags]
     if API_KEY_VAR in profile.env:
         raise ConfigError(f"profile env sets {API_KEY_VAR}; the API key comes from profile.api_key",
                           fix=f"remove {API_KEY_VAR} from env and set api_key: {{env: ...}} or {{file: ...}}")
@@ -145,7 +150,8 @@ def render_env(profile: ServerProfile, api_key: str | None) -> RenderedFile:
                               api_key_var=API_KEY_VAR if profile.api_key is not None else "",
                               api_key=api_key or "")
     return RenderedFile(name="sglang.env", remote_path=ENV_PATH, mode=0o600, content=content,
-                        sha256=sha256_text(content), secrets=(api_key,) if api_key else ())
+                        sha256=sha256_text(content),
+                        secrets=((api_key,) if api_key else ()) + tuple(str(flags.values[n]) for n in secret if flags))
 
 
 def render_secrets(profile: ServerProfile, api_key: str | None, flags: FlagSet | None = None) -> RenderedFile | None:

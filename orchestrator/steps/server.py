@@ -72,7 +72,7 @@ def server_unit(ctx: StepContext, record: StepRecord) -> None:
     env = bundle.file("sglang.env")
     same = state.unit_sha == unit.sha256 and state.env_sha == env.sha256
     record.details.update({"bundle_sha256": bundle.sha256, "release": state.release, "active": state.active,
-                           "flags": flags.argv()})
+                           "flags": flags.argv(without=secret_flags(ctx.profile, flags))})
     server = ctx.state.server
     server.bundle, server.release = bundle, state.release
     enabled = unit_enabled(ctx)

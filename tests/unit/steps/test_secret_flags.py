@@ -110,3 +110,16 @@ def test_a_secret_stored_redacted_is_refused_unless_given_anew(make_run) -> None
     run.step("resolve_release")
     cand = run.ctx.state.candidate
     assert cand is not None and cand.new_flags.get("admin-api-key") == ADMIN
+
+
+def test_a_changed_secret_flag_changes_the_env_hash_so_up_installs_it(inventory) -> None:
+    """`up` compares the installed unit and env hashes: a new secret value must show in one of them."""
+    host = inventory.hosts["pve-gpu-1"]
+    prof: ServerProfile = inventory.profile_for(host).model_copy(update={"api_key": None})
+    first, second = (render_bundle(host, prof, flags=canonicalize({**prof.flags, "admin-api-key": key}, SCHEMA))
+                     for key in (ADMIN, ADMIN + "-rotated"))
+    assert first.file("sglang.service").sha256 == second.file("sglang.service").sha256
+    assert first.file("sglang.env").sha256 != second.file("sglang.env").sha256
+    env = first.file("sglang.env")
+    assert env.mode == 0o600 and f'DEPLOY_SECRET_FLAG_ADMIN_API_KEY="{ADMIN}"' in env.content
+    assert ADMIN not in env.redacted().content
