@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shlex
 
-from orchestrator.errors import RemoteError
+from orchestrator.errors import ConfigError, RemoteError
 from orchestrator.flags import diff_flags, masked_diff
 from orchestrator.render.service import launch_argv, secret_flags
 from orchestrator.runlog import StepRecord
@@ -84,7 +84,10 @@ def server_unit(ctx: StepContext, record: StepRecord) -> None:
             return
         enable_unit(ctx, record)
         return
-    installed = installed_flags(ctx)
+    try:
+        installed = installed_flags(ctx)
+    except ConfigError:  # a secret an older deploy stored redacted: no diff to show (desired_flags said so)
+        installed = None
     changes = [] if installed is None else [
         f"--{k}: {'(unset)' if a is None else a} → {'(unset)' if b is None else b}"
         for k, a, b in masked_diff(diff_flags(installed, flags.as_dict()), secret_flags(ctx.profile, flags))]

@@ -123,3 +123,20 @@ def test_a_changed_secret_flag_changes_the_env_hash_so_up_installs_it(inventory)
     env = first.file("sglang.env")
     assert env.mode == 0o600 and f'DEPLOY_SECRET_FLAG_ADMIN_API_KEY="{ADMIN}"' in env.content
     assert ADMIN not in env.redacted().content
+
+
+def test_up_over_a_secret_stored_redacted_converges_to_the_profile(make_run) -> None:
+    """A release from an older deploy holds `<redacted>` in flags.json: `up` never runs with it."""
+    from tests.unit.steps.test_server_steps import unit_facts
+
+    run = make_run({}, {})
+    stored = {**canonicalize(run.ctx.profile.flags, SCHEMA).as_dict(), "admin-api-key": REDACTED}
+    facts = {**unit_facts(run, same=False), "current_flags": json.dumps(stored),
+             "current_meta": json.dumps({"id": CURRENT, "source": "up"}), "current_verdict": '{"verdict": "kept"}'}
+    run = make_run({}, facts)
+    run.node.answer("DEPLOY_PROBE_EOF", json.dumps({"ok": True, "version": "0.5.12.post1"}))
+    rec = run.step("server_unit")
+    assert rec.status == "changed"
+    bundle = run.ctx.state.server.bundle
+    assert bundle is not None and "admin-api-key" not in bundle.flags
+    assert REDACTED not in bundle.file("sglang.service").content
