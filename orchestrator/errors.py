@@ -1,7 +1,8 @@
 """One exception hierarchy: every user-facing failure names host, step, what failed and what to do.
 
 The exit code is a property of the error class, so the CLI maps failures to codes in one place:
-0 ok, 1 a check failed, 2 usage or configuration error, 3 remote or connection error.
+0 ok, 1 a check failed, 2 usage or configuration error, 3 remote or connection error; 130 interrupted (Ctrl-C),
+143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
@@ -67,6 +68,18 @@ class PermissionDenied(ConfigError):
 
     Steps that ran before it may already have changed the host; a re-run after the grant continues from there.
     """
+
+
+class Interrupted(DeployError):
+    """The user stopped the run (Ctrl-C, SIGINT): the shell's code for death by SIGINT, never "a check failed"."""
+
+    exit_code = 130
+
+
+class Terminated(Interrupted):
+    """The run was told to stop (SIGTERM)."""
+
+    exit_code = 143
 
 
 class RemoteError(DeployError):

@@ -20,6 +20,9 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 REDACTED = "<redacted>"
+#: What evidence holds instead of a secret server flag whose value lives in the release's 0600 secrets.yaml (a
+#: reference, not a redaction: the next release reads the value back from that file). Safe to print as it is.
+SECRET_REF = "<secret: secrets.yaml>"
 
 #: Shorter values are not replaced by value: a 3-character "secret" would turn ordinary text into confetti.
 MIN_VALUE_LEN = 6
@@ -101,7 +104,7 @@ def redact(obj: Any) -> Any:
         out: dict[Any, Any] = {}
         for k, v in obj.items():
             # Only strings are secrets: `j_per_output_token: 0.42` is a figure, `api_key: null` visibly unset.
-            if isinstance(k, str) and isinstance(v, str) and v and is_secret_key(k):
+            if isinstance(k, str) and isinstance(v, str) and v and v != SECRET_REF and is_secret_key(k):
                 out[k] = REDACTED
             else:
                 out[k] = redact(v)

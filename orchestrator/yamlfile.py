@@ -16,8 +16,13 @@ import yaml
 from yaml.nodes import MappingNode, Node
 
 from orchestrator.errors import ConfigError
+from orchestrator.localfile import read_text_file
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+#: Nodes a document may hold once every alias is expanded. A real inventory or flag file has hundreds; an alias
+#: bomb ("billion laughs": nine anchors of nine aliases each) has hundreds of millions, and every later walk over
+#: the loaded data (a size check, a JSON dump) would expand them, for minutes and gigabytes.
+MAX_EXPANDED_NODES = 100_000
 _BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
@@ -31,8 +36,43 @@ class DuplicateKeyError(yaml.constructor.ConstructorError):
         super().__init__(None, None, f"key {key!r} on line {line} repeats line {first_line}")
 
 
+class AliasBombError(yaml.YAMLError):
+    """The document expands to more than MAX_EXPANDED_NODES nodes through its aliases."""
+
+
+def expanded_nodes(root: Node) -> int:
+    """How many nodes `root` stands for with every alias expanded, counted without expanding (each distinct node
+    once, memoised; iterative, so deep nesting cannot exhaust the stack). Stops counting past the limit."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in sizes:
+            continue
+        kids: list[Node] = []
+        if isinstance(node.value, list):
+            for item in node.value:
+                kids.extend(item if isinstance(item, tuple) else (item,))
+        if children_done:
+            sizes[id(node)] = min(1 + sum(sizes.get(id(k), 0) for k in kids), MAX_EXPANDED_NODES + 1)
+        else:
+            stack.append((node, True))
+            stack.extend((k, False) for k in kids if id(k) not in sizes)
+    return sizes[id(root)]
+
+
 class UniqueKeyLoader(_BaseLoader):  # type: ignore[valid-type,misc]
-    """SafeLoader that refuses a mapping holding the same key twice (merge keys `<<:` may still be overridden)."""
+    """SafeLoader that refuses a mapping holding the same key twice (merge keys `<<:` may still be overridden)
+    and a document whose aliases expand past MAX_EXPANDED_NODES nodes, before constructing anything."""
+
+    def get_single_data(self) -> Any:
+        node = self.get_single_node()
+        if node is None:
+            return None
+        size = expanded_nodes(node)
+        if size > MAX_EXPANDED_NODES:
+            raise AliasBombError(f"its aliases expand to more than {MAX_EXPANDED_NODES:,} nodes")
+        return self.construct_document(node)
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Hashable, Any]:
         seen: dict[object, int] = {}
@@ -62,6 +102,9 @@ def parse_yaml(text: str, source: str) -> Any:
                           fix=f"keep one {exc.key!r} in that block and delete the other",
                           details={"file": source, "line": exc.line, "first_line": exc.first_line,
                                    "key": exc.key}) from None
+    except AliasBombError as exc:
+        raise ConfigError(f"{source}: refused: {exc} (a YAML alias bomb?)",
+                          fix="write the values out instead of repeating anchors (`*name`) inside anchors") from None
     except yaml.YAMLError as exc:
         where = str(exc).replace('"<unicode string>"', source)
         raise ConfigError(f"{source}: not valid YAML: {where}", fix="fix the YAML syntax at the line named") from None
@@ -69,13 +112,7 @@ def parse_yaml(text: str, source: str) -> Any:
 
 def load_yaml(path: Path) -> Any:
     """Read and decode one YAML file (see `parse_yaml`); an unreadable file is a ConfigError too."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})", fix="save the file as UTF-8") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot be read: {exc.strerror}", fix="check the path and its permissions") from None
-    return parse_yaml(text, str(path))
+    return parse_yaml(read_text_file(path, "YAML file"), str(path))
 
 
 def key_line(path: Path, *keys: str) -> int | None:

@@ -104,6 +104,9 @@ class CtFaults:
     slow_start_s: extra seconds before the model server becomes healthy.
     match: the server faults above apply only when the server's command line contains this text (e.g.
         "--num-continuous-decode-steps 16"): a flag set that crashes, while the previous release still starts.
+    full_disk: a directory in the running container (e.g. /etc/sglang) covered at once by a small tmpfs that holds
+        a copy of its files and is filled to the last byte: reads work, every write fails with ENOSPC, as on a
+        full filesystem. None (or "") unmounts it, and the directory's own files are back.
     """
 
     driver_mismatch: str | None = None
@@ -112,6 +115,7 @@ class CtFaults:
     log_line: str | None = None
     slow_start_s: float = 0.0
     match: str | None = None
+    full_disk: str | None = None
 
 
 class RetiredRuntime(ValueError):

@@ -553,11 +553,46 @@ def set_ct_faults(root: Path, host: str, vmid: int, **knobs: Any) -> CtFaults:
         for k, v in values.items():
             setattr(st.faults, k, v)
 
+    if "full_disk" in values:
+        # Before recording it: a knob that did not take effect must not say it did.
+        previous = hp.ct(vmid).load().faults.full_disk
+        _full_disk(hp, vmid, str(values["full_disk"] or ""), previous)
     faults = hp.ct(vmid).update(apply).faults
     if values.get("driver_mismatch"):
         # Like a host driver upgrade under a running container: its userspace now differs, at once.
         _install_userspace(hp, vmid, str(values["driver_mismatch"]))
     return faults
+
+
+#: Mounts a small tmpfs over DIR holding a copy of its files, filled to ENOSPC (in the CT's mount namespace).
+_FULL_DISK = r"""set -e
+D="$1"; mkdir -p "$D"
+T=$(mktemp -d /run/deploy-sim-full.XXXXXX)
+cp -a "$D"/. "$T"/
+mount -t tmpfs -o size=512k,mode=0755 deploy-sim-full "$D"
+cp -a "$T"/. "$D"/
+rm -rf "$T"
+dd if=/dev/zero of="$D/.deploy-sim-filler" bs=1k 2>/dev/null || true
+"""
+
+
+def _full_disk(hp: HostPaths, vmid: int, path: str, previous: str | None) -> None:
+    """The `full_disk` knob: unmount the previous full tmpfs, then cover `path` (absolute, in the CT) with one."""
+    if path and not path.startswith("/"):
+        raise ValueError(f"full_disk {path!r} must be an absolute path in the container")
+    pid = lxc_runtime.LxcRuntime(hp, hp.load()).init_pid(vmid)
+    if not pid:
+        raise ValueError(f"CT {vmid} is not running: full_disk needs a running container")
+    enter = ["nsenter", "-t", str(pid), "-m", "-p", "-r", "-w", "--"]  # -p: the CT's /proc/self is ours
+    if previous:
+        res = subprocess.run([*enter, "umount", "-l", previous], capture_output=True, text=True, timeout=30)
+        if res.returncode != 0 and "not mounted" not in res.stderr:
+            raise ValueError(f"full_disk: unmounting {previous}: {res.stderr.strip() or res.returncode}")
+    if path:
+        res = subprocess.run([*enter, "sh", "-c", _FULL_DISK, "full_disk", path], capture_output=True, text=True,
+                             timeout=60)
+        if res.returncode != 0:
+            raise ValueError(f"full_disk {path}: {res.stderr.strip() or res.returncode}")
 
 
 def _install_userspace(hp: HostPaths, vmid: int, version: str) -> None:

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import functools
 import json
+import math
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from orchestrator.cli.tables import TableSpec, print_table
-from orchestrator.errors import ConfigError, DeployError
+from orchestrator.errors import ConfigError, DeployError, Interrupted, Terminated
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.paths import INVENTORY_ENV, default_inventory_dir
@@ -53,8 +56,20 @@ class Output:
     def emit(self, payload: dict[str, Any]) -> None:
         """The one JSON document; secrets redacted by key (server_info's api_key) and by value/shape."""
         if self.as_json:
-            safe = redact(json.loads(json.dumps(payload, default=str)))
+            safe = redact(json.loads(json.dumps(finite(payload), default=str)))
             sys.stdout.write(json.dumps(safe, indent=2, sort_keys=False) + "\n")
+
+
+def finite(obj: Any) -> Any:
+    """`obj` with every non-finite float as the string pydantic writes for it ("NaN", "Infinity"): json.dumps
+    would write bare NaN/Infinity, which is not JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "NaN" if math.isnan(obj) else ("Infinity" if obj > 0 else "-Infinity")
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite(v) for v in obj]
+    return obj
 
 
 @dataclass
@@ -134,6 +149,14 @@ def common_options(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+class _SigTerm(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so the run unwinds exactly as on Ctrl-C."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise _SigTerm()
+
+
 def run_command(app: AppContext, func: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
     """Run a command body and turn DeployError into a clear message and the documented exit code.
 
@@ -142,8 +165,16 @@ def run_command(app: AppContext, func: Callable[..., Any], *args: Any, **kwargs:
     """
     install_stream_redaction()
     out = app.out
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        code = func(app, *args, **kwargs)
+        try:
+            code = func(app, *args, **kwargs)
+        except KeyboardInterrupt as stop:  # unwinds like Ctrl-C: `finally` blocks release the lock, close SSH
+            term = isinstance(stop, _SigTerm)
+            cls = Terminated if term else Interrupted
+            raise cls(f"{'terminated (SIGTERM)' if term else 'interrupted (Ctrl-C)'}; run the command again: an "
+                      "interrupted up or roll is undone by the next one") from None
     except DeployError as err:
         if app.as_json:
             out.emit({"ok": False, **err.to_dict()})

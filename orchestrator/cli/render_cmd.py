@@ -12,6 +12,7 @@ from orchestrator.flags import FlagSchema
 from orchestrator.parsers import ParseError
 from orchestrator.parsers.devices import DeviceNode, parse_dev_listing, parse_proc_devices
 from orchestrator.render import Bundle, render_bundle
+from orchestrator.render.service import public_flags, secret_flags
 
 PLACEHOLDER_KEY = "api-key-not-available-offline"
 
@@ -116,8 +117,8 @@ def render(app: AppContext, target: tuple[str, ...], devices_file: str | None, p
         "sglang_version": version,
         "method": bundle.method,
         "method_reason": bundle.method_reason,
-        "flags": bundle.flags.as_dict(),
-        "argv": bundle.flags.argv(),
+        "flags": public_flags(profile, bundle.flags),
+        "argv": bundle.flags.argv(without=secret_flags(profile, bundle.flags)),
         "renamed": dict(bundle.flags.renamed),
         "notes": notes,
         "sha256": bundle.sha256,

@@ -22,6 +22,7 @@ from orchestrator.fleet.rollout import RollSpec, flags_sha
 from orchestrator.fleet.router import router_view
 from orchestrator.fleet.targets import parse_targets
 from orchestrator.runner import RunReport
+from orchestrator.state.releases import RELEASE_ID
 from orchestrator.steps.base import RunOptions
 from orchestrator.steps.state import RollRequest, RunInputs
 from orchestrator.yamlfile import load_yaml
@@ -174,8 +175,8 @@ def roll_host(app: AppContext, target: tuple[str, ...], request: RollRequest, *,
     payload["previous"] = cand.previous if cand else None
     payload["diff"] = [{"flag": k, "old": a, "new": b} for k, a, b in (cand.flag_diff if cand else [])]
     if cand is not None:
-        payload["flags_sha"] = flags_sha(cand.new_flags.as_dict())
-        payload["previous_flags_sha"] = flags_sha(cand.base_flags.as_dict())
+        payload["flags_sha"] = flags_sha(cand.stored(cand.new_flags))  # hashes no secret
+        payload["previous_flags_sha"] = flags_sha(cand.stored(cand.base_flags))
     if report.state.gate is not None:
         payload["gate"] = report.state.gate.model_dump(mode="json")
     app.out.emit(payload)
@@ -205,6 +206,9 @@ def rollback(app: AppContext, target: tuple[str, ...], to_release: str | None, a
     On a fleet (`deploy rollback group prod`): every host the last fleet roll of those hosts changed goes back
     to the release it had before that roll, drained through the router like a roll.
     """
+    if to_release is not None and not RELEASE_ID.match(to_release):  # `--to ''` is no "default"
+        raise ConfigError(f"--to {to_release!r} is not a release id (like 20261130T020000-abababab)",
+                          fix="`deploy history host X` lists the ids; leave --to out for the previous release")
     targets = parse_targets(target, all_hosts=all_hosts)
     if targets.fleet:
         if to_release:

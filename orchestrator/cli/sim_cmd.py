@@ -181,7 +181,8 @@ def fault(app: AppContext, host: str, knobs: tuple[str, ...], vmid: int | None, 
 
     Host knobs: missing_uvm, ssh_drop_after, task_fail, api_delay_s. Container knobs: driver_mismatch,
     crash_on_start, health_never_ok, log_line, slow_start_s, and match=TEXT (the server faults apply only when the
-    server's command line contains TEXT: a flag set that fails while the previous release still starts).
+    server's command line contains TEXT: a flag set that fails while the previous release still starts), and
+    full_disk=DIR (a full filesystem at DIR in the running container; full_disk=none clears it).
     """
     from simulator.manager import set_ct_faults, set_faults
 

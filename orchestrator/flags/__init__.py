@@ -10,8 +10,12 @@ from orchestrator.flags.flagset import (
     apply_changes,
     canonicalize,
     diff_flags,
+    masked_diff,
     parse_set,
     rename_hint,
+    secret_names,
+    stored_flags,
+    with_secret_values,
 )
 from orchestrator.flags.schema import FlagSchema, FlagSpec
 
@@ -25,6 +29,10 @@ __all__ = [
     "apply_changes",
     "canonicalize",
     "diff_flags",
+    "masked_diff",
     "parse_set",
     "rename_hint",
+    "secret_names",
+    "stored_flags",
+    "with_secret_values",
 ]

@@ -18,6 +18,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.flags.schema import FlagSchema, FlagSpec, ResolveError, other_schemas, version_key
 from orchestrator.inventory.limits import VALUE_FIX, command_line_problem, flag_value_problem
 from orchestrator.inventory.models import FlagValue
+from orchestrator.redact import REDACTED, SECRET_REF, register_secret
 
 Scalar = str | int | float
 CanonValue = bool | Scalar | list[Scalar]
@@ -72,13 +73,15 @@ class FlagSet:
     def as_dict(self) -> dict[str, CanonValue]:
         return {k: (list(v) if isinstance(v, list) else v) for k, v in self.values.items()}
 
-    def argv(self) -> list[str]:
-        return [word for group in self.argv_groups() for word in group]
+    def argv(self, without: Iterable[str] = ()) -> list[str]:
+        return [word for group in self.argv_groups(without) for word in group]
 
-    def argv_groups(self) -> list[list[str]]:
-        """One list per flag (`['--tp-size', '8']`), sorted by canonical name; omitted switches give none."""
+    def argv_groups(self, without: Iterable[str] = ()) -> list[list[str]]:
+        """One list per flag (`['--tp-size', '8']`), sorted by canonical name; omitted switches give none, and so
+        do the names in `without` (the secret flags, which sglang reads from its `--config` file)."""
         out: list[list[str]] = []
-        for name in sorted(self.values):
+        skip = set(without)
+        for name in sorted(n for n in self.values if n not in skip):
             spec = self.schema.by_option("--" + name)
             assert spec is not None, name
             group = _render(spec, name, self.values[name])
@@ -322,6 +325,9 @@ def canonicalize(flags: Mapping[str, FlagValue | CanonValue], schema: FlagSchema
             except _ValueError as exc:
                 problems.append(FlagProblem(shown, str(exc)))
                 continue
+        if raw in (REDACTED, SECRET_REF):  # evidence read back as configuration would run with the placeholder
+            problems.append(FlagProblem(shown, f"the value {raw} stands for a withheld secret, not a value"))
+            continue
         unfit = flag_value_problem(raw) if isinstance(raw, str | list) else None
         if unfit:  # before conversion, so no message quotes a huge or broken value
             problems.append(FlagProblem(shown, unfit))
@@ -371,6 +377,70 @@ def flag_error(problems: Sequence[FlagProblem], schema: FlagSchema, *, values: b
         details={"sglang_version": schema.version,
                  "problems": [{"flag": p.flag, "error": p.error, "suggestion": p.suggestion} for p in problems]},
     )
+
+
+# ------------------------------------------------------------------------------------------------ secrets
+def secret_names(flags: FlagSet, marked: Iterable[str] = ()) -> frozenset[str]:
+    """The secret flags of `flags` (canonical names): those the schema marks (FlagSpec.secret) and those a profile
+    marks (`secret_flags`). Their values are registered with the redactor. A secret must be a text option."""
+    extra: set[str] = set()
+    for written in marked:
+        spec, _, problem = _resolve(flags.schema, written)
+        if problem is not None or spec is None:
+            raise ConfigError(f"secret_flags: {problem.text() if problem else written}",
+                              fix=f"name flags of sglang {flags.version}, without leading dashes")
+        if spec.kind != "value" or spec.type not in (None, "str") or spec.takes_list:
+            raise ConfigError(f"secret_flags: --{spec.canonical} does not take one text value; only text flags can "
+                              "be kept secret", fix=f"remove {written} from secret_flags")
+        extra.add(spec.canonical)
+    names = frozenset(n for n in flags.values if n in extra or _spec(flags, n).secret)
+    for name in names:
+        register_secret(str(flags.values[name]))
+    return names
+
+
+def _spec(flags: FlagSet, name: str) -> FlagSpec:
+    spec = flags.schema.by_option("--" + name)
+    assert spec is not None, name
+    return spec
+
+
+def stored_flags(flags: FlagSet, secrets: Iterable[str]) -> dict[str, CanonValue]:
+    """The flags as evidence stores them (flags.json): each secret's value replaced by SECRET_REF."""
+    hidden = set(secrets)
+    return {k: (SECRET_REF if k in hidden else v) for k, v in flags.as_dict().items()}
+
+
+def masked_diff(diff: Iterable[tuple[str, Any, Any]], secrets: Iterable[str]) -> list[tuple[str, Any, Any]]:
+    """A flag diff fit for output, meta.json and history: a secret's values shown as SECRET_REF (or None)."""
+    hidden = set(secrets)
+    def shown(name: str, value: Any) -> Any:
+        return SECRET_REF if name in hidden and value is not None else value
+
+    return [(k, shown(k, a), shown(k, b)) for k, a, b in diff]
+
+
+def with_secret_values(stored: Mapping[str, Any], values: Mapping[str, Any], where: str, *,
+                       given: Iterable[str] = ()) -> dict[str, Any]:
+    """Stored flags (flags.json) with every SECRET_REF replaced by the value from its real source (`values`, the
+    release's secrets.yaml). A value stored redacted, or a reference without a value, is an error, never a flag;
+    unless the caller gives that flag anew (`given`, canonical names): then it is left out here."""
+    out = dict(stored)
+    renewed = set(given)
+    for name, value in stored.items():
+        if value in (SECRET_REF, REDACTED) and name in renewed and not values.get(name):
+            del out[name]
+        elif value == SECRET_REF:
+            real = values.get(name)
+            if not isinstance(real, str) or not real:
+                raise ConfigError(f"the secret flag --{name} of {where} has no value in its secrets.yaml",
+                                  fix=f"give it again: --set {name}=VALUE (or --unset {name})")
+            register_secret(real)
+            out[name] = real
+        elif value == REDACTED:
+            raise ConfigError(f"flag --{name} of {where} was stored redacted (by an older deploy): its value is "
+                              "not on the target", fix=f"give it again: --set {name}=VALUE (or --unset {name})")
+    return out
 
 
 def diff_flags(old: FlagSet | Mapping[str, Any], new: FlagSet | Mapping[str, Any]

@@ -17,11 +17,18 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from orchestrator.errors import ConfigError
+from orchestrator.redact import is_secret_key
 from orchestrator.resources import flag_schemas_dir
 
 Kind = Literal["switch", "bool_optional", "value", "help"]
 
 _REQUIRED_KEYS = ("option_strings", "dest", "nargs", "action")
+
+
+def _named_secret(entry: Mapping[str, Any]) -> bool:
+    """A text option (`--admin-api-key KEY`) whose dest names a secret, as the redactor reads mapping keys."""
+    return (entry.get("type") in (None, "str") and entry.get("nargs") is None and entry.get("action") == "_StoreAction"
+            and is_secret_key(str(entry["dest"])))
 
 
 @dataclass(frozen=True)
@@ -37,6 +44,10 @@ class FlagSpec:
     action: str
     required: bool = False
     help: str = ""
+    #: A secret value (a key, a password): kept out of argv, units, meta files and output. The dump may say so
+    #: (`"secret": true`); otherwise a single text value whose dest's last word names a secret (`api_key`,
+    #: `admin_api_key`, `ssl_keyfile_password`; not the figures `bucket_time_to_first_token`) marks it.
+    secret: bool = False
 
     @property
     def kind(self) -> Kind:
@@ -153,6 +164,7 @@ class FlagSchema:
                 action=str(entry["action"]),
                 required=bool(entry.get("required", False)),
                 help=str(entry.get("help") or ""),
+                secret=bool(entry.get("secret", _named_secret(entry))),
             ))
         by_option: dict[str, FlagSpec] = {}
         for spec in specs:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from orchestrator.errors import ConfigError
 from orchestrator.inventory.limits import UnitTextError, flag_value_problem, text_problem
+from orchestrator.localfile import read_text_file
 from orchestrator.redact import register_secret
 
 FlagValue = str | int | float | bool | None | list[str | int | float]
@@ -96,7 +97,7 @@ class SecretRef(StrictModel):
             raise ConfigError(f"secret file {path} has mode {stat.S_IMODE(st.st_mode):04o}; "
                               "it must not be readable by group or others",
                               fix=f"chmod 600 {path}")
-        return path.read_text().strip()
+        return read_text_file(path, "secret file").strip()
 
 
 class SshAccess(StrictModel):
@@ -218,6 +219,9 @@ class ServerProfile(StrictModel):
     flags: dict[str, FlagValue] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
     api_key: SecretRef | None = None
+    #: Flags whose values are secrets although sglang's schema does not say so (it marks admin-api-key,
+    #: ssl-keyfile-password): sglang reads them from the 0600 secrets.yaml, never from argv.
+    secret_flags: list[str] = Field(default_factory=list)
     start_timeout_s: int = Field(900, ge=1)
     bench_preset: str = "seed-1024x256"
     min_output_throughput: float | None = Field(None, ge=0)

@@ -123,7 +123,8 @@ def _coerce(name: str, v: Any) -> Any:
         return None
     if name in _INT_FIELDS:
         return int(f) if math.isfinite(f) else None
-    return f
+    # NaN is no figure (and no JSON): missing. Only a request rate may be infinite (`--request-rate inf`).
+    return f if math.isfinite(f) or (name == "request_rate" and f == math.inf) else None
 
 
 def bench_result_from_record(record: dict[str, Any], *, num_prompts: int | None = None) -> BenchResult:

@@ -13,7 +13,10 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import ssl
+import sys
 import time
+import warnings
 from typing import Any, Protocol
 
 from orchestrator.errors import ConfigError, PermissionDenied, RemoteError
@@ -21,6 +24,35 @@ from orchestrator.inventory.models import Host
 from orchestrator.parsers.pve import MissingPrivilege, parse_permission_error
 from orchestrator.remote.ssh import SshHost
 from orchestrator.runlog import Metrics
+
+#: The CA that signs every PVE node's API certificate (pve-cluster), to copy here and name in pve.api.verify.
+PVE_CA = "/etc/pve/pve-root-ca.pem"
+CERT_FIX = (f"PVE signs its API certificate with the cluster's own CA: copy {PVE_CA} from the node to this machine "
+            "and set pve.api.verify to that file's path (or give the node a certificate this machine trusts)")
+_warned_unverified: set[str] = set()
+
+
+def warn_unverified(host: Host) -> None:
+    """One warning per host and process: with pve.api.verify false the token travels to whoever answers."""
+    import urllib3  # requests' transport: its own warning would repeat on every request; ours says it once
+
+    warnings.filterwarnings("ignore", category=urllib3.exceptions.InsecureRequestWarning)
+    if host.name in _warned_unverified:
+        return
+    _warned_unverified.add(host.name)
+    print(f"warning: host {host.name}: pve.api.verify is false: the PVE API's TLS certificate is not checked, so "
+          f"anyone on the path can pose as the node and read the API token. {CERT_FIX}.", file=sys.stderr)
+
+
+def is_certificate_error(exc: BaseException) -> bool:
+    """requests' SSLError (or an ssl error under it) for a certificate the client does not trust."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
 
 UPID_RE = re.compile(r"^UPID:[^:]+:[0-9A-Fa-f]{8}:[0-9A-Fa-f]{8,9}:[0-9A-Fa-f]{8}:[^:]*:[^:]*:[^:]+:")
 
@@ -52,6 +84,8 @@ class HttpsPve:
             raise ConfigError("no PVE API token configured", host=host.name)
         user, token_name = api.token_id.split("!", 1)
         verify: bool | str = str(api.verify.expanduser()) if not isinstance(api.verify, bool) else api.verify
+        if verify is False:
+            warn_unverified(host)
         self.identity = api.token_id
         self.can_passthrough = False  # a token is never root@pam
         self.metrics = metrics
@@ -85,6 +119,10 @@ class HttpsPve:
             raise RemoteError(what, fix=_api_fix(exc.status_code, str(exc)), host=self.host.name,
                               details=details) from exc
         except Exception as exc:  # requests' connection errors: keep the message, classify as remote
+            if is_certificate_error(exc):
+                raise RemoteError(f"PVE API {self.host.address}:{self.host.pve.api.port if self.host.pve.api else 0}"
+                                  f": its TLS certificate failed verification ({exc})", fix=CERT_FIX,
+                                  host=self.host.name, details={"cause": "certificate"}) from exc
             raise RemoteError(f"PVE API {self.host.address}:{self.host.pve.api.port if self.host.pve.api else 0} "
                               f"unreachable: {exc}",
                               fix="check the API port, the CA in pve.api.verify and the network path",

@@ -9,6 +9,7 @@ any secret) never appears in a process argument list.
 from __future__ import annotations
 
 import errno
+import os
 import secrets
 import socket
 import threading
@@ -54,9 +55,68 @@ class CommandGuard(Protocol):
         """Called before a change that does not travel over SSH (a PVE API call over HTTPS)."""
 
 
-class _Strict(paramiko.RejectPolicy):
+@dataclass
+class KnownHosts:
+    """An OpenSSH known_hosts file as deploy reads it: never rewritten, only appended to (TOFU)."""
+
+    path: Path
+    revoked: list[paramiko.PKey]  # `@revoked` keys: never accepted, whatever else the file says
+    skipped: int  # `@cert-authority` lines (paramiko cannot check host certificates) and unreadable lines
+
+
+def load_known_hosts(path: Path, into: paramiko.HostKeys) -> KnownHosts:
+    """Add the usable entries of `path` to `into`. paramiko's own loader raises InvalidHostKey on a marker line
+    (`@cert-authority`, `@revoked`), and its save rewrites the whole file, dropping comments and every line it
+    could not parse; this reader skips what it cannot use and keeps `@revoked` keys to refuse them."""
+    revoked: list[paramiko.PKey] = []
+    entries: list[paramiko.hostkeys.HostKeyEntry] = []
+    skipped = 0
+    text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        marker = ""
+        if line.startswith("@"):
+            marker, _, line = line.replace("\t", " ").partition(" ")
+            line = line.strip()
+        try:
+            entry = paramiko.hostkeys.HostKeyEntry.from_line(line)
+        except Exception:  # InvalidHostKey, an unknown key type, a malformed key blob
+            entry = None
+        if entry is None or entry.key is None or marker not in ("", "@revoked"):
+            skipped += 1
+        elif marker == "@revoked":
+            revoked.append(entry.key)
+        else:
+            entries.append(entry)
+    for entry in entries:
+        if not any(entry.key.asbytes() == r.asbytes() for r in revoked):
+            for name in entry.hostnames:
+                into.add(name, entry.key.get_name(), entry.key)
+    return KnownHosts(path, revoked, skipped)
+
+
+class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
+    """A key not in known_hosts: refused (strict), or with `tofu` appended as one new line; a revoked key never."""
+
+    def __init__(self, known: KnownHosts, *, tofu: bool) -> None:
+        self.known = known
+        self.tofu = tofu
+
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
-        raise paramiko.SSHException(f"unknown host key {key.get_name()} {key.fingerprint}")
+        if any(key.asbytes() == r.asbytes() for r in self.known.revoked):
+            raise paramiko.SSHException(f"revoked host key {key.get_name()} {key.fingerprint}")
+        if not self.tofu:
+            raise paramiko.SSHException(f"unknown host key {key.get_name()} {key.fingerprint}")
+        path = self.known.path
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        before = path.read_bytes() if path.exists() else b""
+        with open(path, "a", encoding="utf-8", opener=lambda p, f: os.open(p, f, 0o600)) as fh:
+            if before and not before.endswith(b"\n"):
+                fh.write("\n")
+            fh.write(paramiko.hostkeys.HostKeyEntry([hostname], key).to_line())
+        client.get_host_keys().add(hostname, key.get_name(), key)
 
 
 def open_tcp(address: str, port: int, timeout_s: float) -> socket.socket:
@@ -142,16 +202,8 @@ class SshHost:
                           connect_kwargs=connect_kwargs)
         client = conn.client
         known = self._known_hosts()
-        if known.exists():
-            client.load_host_keys(str(known))
-        elif self.tofu:
-            known.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            known.touch(mode=0o600)
-            client.load_host_keys(str(known))
-        if self.tofu:
-            client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
-        else:
-            client.set_missing_host_key_policy(_Strict())
+        hosts = load_known_hosts(known, client.get_host_keys())
+        client.set_missing_host_key_policy(_HostKeyPolicy(hosts, tofu=self.tofu))
         try:
             self._open(conn)
         except paramiko.BadHostKeyException as exc:
@@ -177,9 +229,17 @@ class SshHost:
                     fix=f"check that port {ssh.port} is sshd's and not another service's, and that the host is "
                         "not overloaded; raise ssh.connect_timeout_s for a slow link",
                     host=self.host.name, step="connect", details={"cause": "no-banner"}) from exc
-            if "unknown host key" in msg:
+            if "revoked host key" in msg:
                 raise RemoteError(
-                    f"{self.host.address}:{ssh.port} is not in {known} ({msg}); strict host key checking refused it",
+                    f"host key of {self.host.address}:{ssh.port} is marked @revoked in {known} ({msg}); refused",
+                    fix="the key was revoked on purpose: verify the host out of band; never --tofu past it",
+                    host=self.host.name, step="connect", details={"cause": "revoked-host-key"}) from exc
+            if "unknown host key" in msg:
+                skipped = (f"; {hosts.skipped} line(s) of it skipped: @cert-authority (host certificates are not "
+                           "supported) or unreadable" if hosts.skipped else "")
+                raise RemoteError(
+                    f"{self.host.address}:{ssh.port} is not in {known} ({msg}{skipped}); strict host key checking "
+                    "refused it",
                     fix=f"verify the fingerprint out of band and add it to {known} "
                         f"(ssh-keyscan -p {ssh.port} {self.host.address}), or pass --tofu to trust it on first use",
                     host=self.host.name, step="connect") from exc

@@ -56,8 +56,8 @@ def render_bundle(host: Host, profile: ServerProfile, *, nodes: Sequence[DeviceN
         files.append(render_passthrough(nodes, existing_conf or {}, proc_devices or {}, chosen,
                                         vmid=host.container.vmid))
     files.append(render_unit(profile, flags, release_id))
-    files.append(render_env(profile, api_key))
-    files.extend(f for f in (render_secrets(profile, api_key), render_logging(profile, flags)) if f is not None)
+    files.append(render_env(profile, api_key, flags))
+    files.extend(f for f in (render_secrets(profile, api_key, flags), render_logging(profile, flags)) if f is not None)
     notes = list(flags.notes)
     notes.extend(f"--{w} is written as --{c}" for w, c in sorted(flags.renamed.items()))
     return Bundle(files=tuple(files), sha256=combined_sha256(files), flags=flags, method=chosen,

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from orchestrator.errors import ConfigError
-from orchestrator.flags import FlagSet
+from orchestrator.flags import FlagSet, secret_names, stored_flags
 from orchestrator.inventory.models import ServerProfile
 from orchestrator.remote.container import PATHS
 from orchestrator.render.files import (
@@ -27,6 +28,7 @@ LOGGING_PATH = PATHS.logging_path
 #: sglang/srt/entrypoints/engine.py) and `server_args={… 'api_key': '…'}` (0.5.23, same module).
 KEY_LOGGING_LOGGERS = ("sglang.srt.entrypoints.engine",)
 API_KEY_VAR = "SGLANG_API_KEY"
+SECRET_FLAG_VAR = "DEPLOY_SECRET_FLAG_"
 RESTART_SEC = 10
 START_LIMIT_BURST = 3
 TIMEOUT_STOP_S = 120
@@ -45,6 +47,22 @@ def _launch_groups(profile: ServerProfile, flags: FlagSet) -> list[list[str]]:
     return groups
 
 
+def secret_flags(profile: ServerProfile, flags: FlagSet) -> frozenset[str]:
+    """The one rule for secret server flags: the schema or the profile (`secret_flags`) marks them. Like the API
+    key they go into secrets.yaml (0600, read by sglang with `--config`), never into argv or the unit."""
+    return secret_names(flags, profile.secret_flags)
+
+
+def public_flags(profile: ServerProfile, flags: FlagSet) -> dict[str, Any]:
+    """The flags as evidence, output and the ledger carry them: a secret's value replaced by its reference."""
+    return stored_flags(flags, secret_flags(profile, flags))
+
+
+def has_secrets(profile: ServerProfile, flags: FlagSet) -> bool:
+    """The server reads secrets.yaml (and keeps its argument dump out of the journal): an API key or secret flags."""
+    return profile.api_key is not None or bool(secret_flags(profile, flags))
+
+
 def exec_start(profile: ServerProfile, flags: FlagSet) -> str:
     """ExecStart's value: interpreter, module, then one flag per continuation line (systemd-quoted)."""
     if not re.fullmatch(r"/[A-Za-z0-9_./-]+", profile.venv) or "/../" in profile.venv + "/":
@@ -54,27 +72,35 @@ def exec_start(profile: ServerProfile, flags: FlagSet) -> str:
     lines = [f"{python} -m sglang.launch_server"]
     for group in _launch_groups(profile, flags):
         lines.append(" ".join(systemd_exec_arg(w) for w in group))
-    if profile.api_key is not None:
-        # The key is in a 0600 YAML file that sglang reads itself: neither the unit nor argv (ps) holds it.
+    secret = secret_flags(profile, flags)
+    if profile.api_key is not None or secret:
+        # The secrets are in a 0600 YAML file that sglang reads itself: neither the unit nor argv (ps) holds them.
         # Two words, never `--config=FILE`: sglang only merges the file when argv has the bare `--config` token.
         lines.append("--config " + systemd_exec_arg(SECRETS_PATH))
-    for group in flags.argv_groups():
+    for group in flags.argv_groups(without=secret):
         lines.append(" ".join(systemd_exec_arg(w) for w in group))
     return " \\\n    ".join(lines)
 
 
 def launch_argv(profile: ServerProfile, flags: FlagSet, api_key: str | None = None) -> list[str]:
-    """The argv sglang receives from systemd: `--config SECRETS_PATH` when the profile has an API key.
+    """The argv sglang receives from systemd: `--config SECRETS_PATH` when there are secrets (has_secrets).
 
     With `api_key` (a placeholder, for validating a flag set with the container's parser before anything is
-    installed) the key is passed as `--api-key VALUE` instead, so the check needs no file on the target.
+    installed) the key and every secret flag are passed as `--NAME PLACEHOLDER` instead, so the check needs no
+    file on the target and no secret reaches its argv.
     """
     argv = [profile.venv.rstrip("/") + "/bin/python", "-m", "sglang.launch_server"]
     for group in _launch_groups(profile, flags):
         argv.extend(group)
-    if profile.api_key is not None:
-        argv.extend(["--api-key", api_key] if api_key is not None else ["--config", SECRETS_PATH])
-    argv.extend(flags.argv())
+    secret = secret_flags(profile, flags)
+    if api_key is None:
+        if profile.api_key is not None or secret:
+            argv.extend(["--config", SECRETS_PATH])
+    else:
+        if profile.api_key is not None:
+            argv.extend(["--api-key", api_key])
+        flags = FlagSet(schema=flags.schema, values={**flags.values, **{n: api_key for n in secret}})
+    argv.extend(flags.argv(without=secret if api_key is None else ()))
     return argv
 
 
@@ -84,7 +110,7 @@ def render_unit(profile: ServerProfile, flags: FlagSet, release_id: str | None =
         "served_model_name": profile.served_model_name,
         "model_path": profile.model_path,
         "env_file": ENV_PATH,
-        "logging_config": LOGGING_PATH if profile.api_key is not None else "",
+        "logging_config": LOGGING_PATH if has_secrets(profile, flags) else "",
         "exec_start": exec_start(profile, flags),
         "restart_sec": RESTART_SEC,
         "start_limit_burst": START_LIMIT_BURST,
@@ -105,9 +131,13 @@ def render_unit(profile: ServerProfile, flags: FlagSet, release_id: str | None =
     return RenderedFile(name="sglang.service", remote_path=UNIT_PATH, mode=0o644, content=content, sha256=digest)
 
 
-def render_env(profile: ServerProfile, api_key: str | None) -> RenderedFile:
-    """sglang.env: the profile's env (sorted) plus SGLANG_API_KEY when the profile has an api_key."""
+def render_env(profile: ServerProfile, api_key: str | None, flags: FlagSet | None = None) -> RenderedFile:
+    """sglang.env: the profile's env (sorted) plus SGLANG_API_KEY when the profile has an api_key, plus each
+    secret flag as DEPLOY_SECRET_FLAG_<NAME> (as the key: `up` sees a changed secret in this file's hash; the
+    server reads its value from secrets.yaml)."""
     env = [(check_env_name(k), v) for k, v in sorted(profile.env.items())]
+    secret = sorted(secret_flags(profile, flags)) if flags is not None else []
+    env += [(SECRET_FLAG_VAR + n.upper().replace("-", "_"), str(flags.values[n])) for n in secret if flags]
     if API_KEY_VAR in profile.env:
         raise ConfigError(f"profile env sets {API_KEY_VAR}; the API key comes from profile.api_key",
                           fix=f"remove {API_KEY_VAR} from env and set api_key: {{env: ...}} or {{file: ...}}")
@@ -120,35 +150,42 @@ def render_env(profile: ServerProfile, api_key: str | None) -> RenderedFile:
                               api_key_var=API_KEY_VAR if profile.api_key is not None else "",
                               api_key=api_key or "")
     return RenderedFile(name="sglang.env", remote_path=ENV_PATH, mode=0o600, content=content,
-                        sha256=sha256_text(content), secrets=(api_key,) if api_key else ())
+                        sha256=sha256_text(content),
+                        secrets=((api_key,) if api_key else ()) + tuple(str(flags.values[n]) for n in secret if flags))
 
 
-def render_secrets(profile: ServerProfile, api_key: str | None) -> RenderedFile | None:
-    """secrets.yaml (0600): the options sglang reads with `--config`, today only `api-key`. None without a key.
+def render_secrets(profile: ServerProfile, api_key: str | None, flags: FlagSet | None = None) -> RenderedFile | None:
+    """secrets.yaml (0600): the options sglang reads with `--config`: `api-key` and the secret flags of `flags`
+    (secret_flags). None without any.
 
     sglang (0.5.12.post1 and 0.5.23 alike) turns each key into `--KEY VALUE` ahead of the command line's own
     arguments, so argparse lets the unit's flags win; the key is spelled as the long flag (`api-key`), which
     both versions pass through verbatim.
     """
-    if profile.api_key is None:
+    options: list[tuple[str, str]] = []
+    if profile.api_key is not None:
+        if not api_key:
+            raise ConfigError(f"profile has an api_key ({profile.api_key.describe()}) but no key value was given",
+                              fix=f"provide the secret ({profile.api_key.describe()})")
+        options.append(("api-key", api_key))
+    if flags is not None:
+        options.extend((name, str(flags.values[name])) for name in sorted(secret_flags(profile, flags)))
+    if not options:
         return None
-    if not api_key:
-        raise ConfigError(f"profile has an api_key ({profile.api_key.describe()}) but no key value was given",
-                          fix=f"provide the secret ({profile.api_key.describe()})")
-    content = render_template("sglang-secrets.yaml.j2", remote_path=SECRETS_PATH, options=[("api-key", api_key)])
+    content = render_template("sglang-secrets.yaml.j2", remote_path=SECRETS_PATH, options=options)
     return RenderedFile(name="secrets.yaml", remote_path=SECRETS_PATH, mode=0o600, content=content,
-                        sha256=sha256_text(content), secrets=(api_key,))
+                        sha256=sha256_text(content), secrets=tuple(v for _, v in options))
 
 
 def render_logging(profile: ServerProfile, flags: FlagSet) -> RenderedFile | None:
-    """logging.json (0644, no secret) for a server with an API key, else None.
+    """logging.json (0644, no secret) for a server with secrets (has_secrets), else None.
 
     Both pinned sglang releases log their full arguments, the key included, at start (INFO). With
     SGLANG_LOGGING_CONFIG_PATH set, sglang's configure_logger applies this dictConfig instead of its default:
     the same line format (without the TP rank), the level of the profile's `log-level` flag (default info),
     and the logger that prints the arguments held at WARNING.
     """
-    if profile.api_key is None:
+    if not has_secrets(profile, flags):
         return None
     level = str(flags.as_dict().get("log-level") or "info").upper()
     content = render_template("sglang-logging.json.j2", level=level, quiet=KEY_LOGGING_LOGGERS)

@@ -10,8 +10,9 @@ Every install is a new release (its own id), so each attempt keeps its own verdi
 prunes to the newest `keep_releases`, but never the current release nor the newest verified one (verdict `kept`):
 a run of failed rolls cannot delete the last good state.
 
-Installing is one script: write the release dir under a temporary name and rename it, copy the files into place
-with temp-file + rename, swap the `current` symlink atomically, daemon-reload, restart. A kill at any point
+Installing is one script: write the release dir under a temporary name and rename it, stage every file next to
+its target (temp files) and only then rename them all into place and swap the `current` symlink, daemon-reload,
+restart. A failure while staging (a full disk) leaves every installed file as it was. A kill at any point
 leaves either the old or the new complete state; re-running converges. This module only builds scripts and
 parses listings (pure); steps run them through the container adapter. The scripts themselves are shipped files
 (orchestrator/scripts/*.sh.j2); the paths come from the container adapter's one `ContainerPaths`.
@@ -100,9 +101,14 @@ INSTALLED_FILES: tuple[tuple[str, str, int], ...] = (("sglang.service", PATHS.un
 OPTIONAL_FILES = frozenset({"secrets.yaml", "logging.json"})
 
 
-def activate_script(release_id: str, *, restart: bool, keep: int) -> str:
-    """Shell (inside the container): install a release's files, point `current` at it, (re)start, prune."""
+def activate_script(release_id: str, *, restart: bool, keep: int, fresh: bool = False) -> str:
+    """Shell (inside the container): install a release's files, point `current` at it, (re)start, prune.
+
+    Every file is staged before any is replaced; a failure before the swap changes nothing installed, and with
+    `fresh` (a release written by the same script, never current) also removes that release's directory.
+    """
     return render_script("activate_release.sh.j2", release_id=release_id, release_dir=PATHS.release_dir(release_id),
+                         fresh=fresh,
                          files=INSTALLED_FILES, optional=OPTIONAL_FILES, current_link=PATHS.current_link,
                          unit=PATHS.unit_name, restart=restart, keep=keep, releases_dir=PATHS.releases_dir)
 

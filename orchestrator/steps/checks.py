@@ -13,6 +13,7 @@ from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wa
 
 from orchestrator.bench.run import BenchRun, run_bench
 from orchestrator.errors import CheckFailed, RemoteError
+from orchestrator.render.service import public_flags
 from orchestrator.resources import probe_text
 from orchestrator.runlog import StepRecord
 from orchestrator.state.ledger import Ledger, RunSource
@@ -221,7 +222,7 @@ def bench_for_release(ctx: StepContext, preset_name: str, release: str | None,
     flags = dict(ctx.profile.flags)
     bundle = ctx.state.server.bundle
     if bundle is not None:
-        flags = dict(bundle.flags.as_dict())
+        flags = public_flags(ctx.profile, bundle.flags)  # the ledger never holds a secret flag's value
     # Said at once: a bench runs for minutes, and its start is what a user (or a drill) waits to see.
     with waiting_for(ctx.say, f"bench_serving ({preset_name}) on release {release or '(none)'}",
                      preset.timeout_s + 120, first_after_s=0.0):

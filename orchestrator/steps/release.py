@@ -17,15 +17,19 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import yaml
+
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, LockLost, RemoteError
-from orchestrator.flags import FlagSchema, FlagSet, canonicalize
+from orchestrator.flags import FlagSchema, FlagSet, canonicalize, with_secret_values
 from orchestrator.parsers.bench import BenchParseError, BenchResult, parse_bench_jsonl
+from orchestrator.redact import SECRET_REF
 from orchestrator.render.bundle import Bundle, render_bundle
-from orchestrator.render.service import TIMEOUT_STOP_S, launch_argv
+from orchestrator.render.service import TIMEOUT_STOP_S, launch_argv, public_flags
 from orchestrator.runlog import StepRecord
 from orchestrator.state.releases import (
     ReleaseBundle,
@@ -97,9 +101,25 @@ def current_verdict(ctx: StepContext) -> dict[str, Any] | None:
     return json_fact(ctx, "current_verdict")
 
 
-def installed_flags(ctx: StepContext) -> dict[str, Any] | None:
-    """The current release's flags as stored on the target (None before the first release)."""
-    return json_fact(ctx, "current_flags")
+def installed_flags(ctx: StepContext, given: Iterable[str] = ()) -> dict[str, Any] | None:
+    """The current release's flags (None before the first release): flags.json, with each secret flag's value read
+    back from the release's own 0600 secrets.yaml (one round trip, only when it has secret flags). A secret stored
+    redacted is an error unless the caller gives that flag anew (`given`): evidence is never configuration."""
+    stored = json_fact(ctx, "current_flags")
+    if stored is None:
+        return None
+    values: dict[str, Any] = {}
+    if SECRET_REF in stored.values():
+        path = f"{ctx.ct.paths.current_link}/secrets.yaml"
+        res = ctx.ct.run(f"cat {shlex.quote(path)}", check=False, timeout=60, what="read the secret flags")
+        try:
+            loaded = yaml.safe_load(res.stdout) if res.rc == 0 else None
+        except yaml.YAMLError:
+            loaded = None
+        values = loaded if isinstance(loaded, dict) else {}
+    link = ctx.facts.c("current_release")
+    return with_secret_values(stored, values, f"release {current_release(link.stdout) if link else 'current'}",
+                              given=given)
 
 
 def is_unverified_candidate(ctx: StepContext) -> bool:
@@ -125,7 +145,11 @@ def desired_flags(ctx: StepContext) -> FlagSet:
     the rolled flags stand. Editing the profile's flags in the inventory makes `up` apply them again.
     """
     meta = current_meta(ctx)
-    flags = installed_flags(ctx)
+    try:
+        flags = installed_flags(ctx)
+    except ConfigError as exc:  # a secret stored redacted by an older deploy: the profile is the real source
+        ctx.say(f"{exc.what}: converging to the profile's flags")
+        return profile_flags(ctx)
     if (meta and flags is not None and meta.get("profile_flags_sha") == profile_flags_sha(ctx)
             and current_verdict(ctx) is not None):
         return canonicalize(flags, FlagSchema.load(ctx.profile.sglang_version))
@@ -178,8 +202,9 @@ def install_bundle(ctx: StepContext, bundle: Bundle, *, source: str, restart: bo
             "bundle_sha256": bundle.sha256, "previous": previous, "profile": ctx.host.profile,
             "sglang_version": bundle.flags.version, "argv": launch_argv(ctx.profile, bundle.flags),
             **(extra_meta or {})}
-    rb = ReleaseBundle(rid, tuple(bundle.files), bundle.flags.as_dict(), meta)
-    script = write_release_script(rb) + activate_script(rid, restart=restart, keep=ctx.profile.keep_releases)
+    rb = ReleaseBundle(rid, tuple(bundle.files), public_flags(ctx.profile, bundle.flags), meta)
+    script = write_release_script(rb) + activate_script(rid, restart=restart, keep=ctx.profile.keep_releases,
+                                                        fresh=True)
     with waiting_for(ctx.say, f"sglang to {'stop and restart' if restart else 'start'} with release {rid}",
                      TIMEOUT_STOP_S):
         res = ctx.ct.script(script, check=False, timeout=300, what=f"install release {rid}")
@@ -223,9 +248,18 @@ def read_back_current(ctx: StepContext, release: str) -> str:
 
 
 def write_verdict(ctx: StepContext, release: str, verdict: dict[str, Any]) -> None:
+    """Record a release's verdict; a failed write raises (a release without verdict.json counts as unverified,
+    so an unrecorded "kept" would make the next up or roll undo a good release)."""
     body = json.dumps({"at": datetime.now(UTC).isoformat(timespec="seconds"), **verdict}, sort_keys=True,
                       default=str)
-    ctx.ct.script(record_file_script(release, "verdict.json", body + "\n"), check=False, what="record verdict")
+    res = ctx.ct.script(record_file_script(release, "verdict.json", body + "\n"), check=False,
+                        what="record verdict")
+    if res.rc != 0:
+        raise RemoteError(f"recording the verdict ({verdict.get('verdict')}) of release {release} in CT {ctx.vmid} "
+                          f"failed: {(res.stderr or res.stdout).strip()[-300:] or f'exit code {res.rc}'}",
+                          fix=f"free space in the container (`df -h {ctx.ct.paths.releases_dir}` in CT {ctx.vmid}) "
+                              "and re-run; until its verdict is recorded the release counts as unverified",
+                          host=ctx.host.name)
 
 
 def roll_back_to(ctx: StepContext, release: str, record: StepRecord, *, reason: str) -> float:
@@ -322,7 +356,10 @@ def install_release(ctx: StepContext, record: StepRecord) -> None:
             err.what += f"; candidate {rid} was NOT rolled back to {previous} by this run"
             return
         try:
-            write_verdict(ctx, rid, evidence)
+            try:
+                write_verdict(ctx, rid, evidence)
+            except RemoteError as unrecorded:  # the rollback matters more than its evidence (a full disk)
+                err.what += f"; {unrecorded.what}"
             seconds = roll_back_to(ctx, previous, failed, reason=err.what)
         except LockLost as lost:
             lost.what += (f" — it was rolling back from {rid} to {previous} after: {err.what}; that rollback did "

@@ -9,8 +9,17 @@ from __future__ import annotations
 import difflib
 
 from orchestrator.errors import CheckFailed, ConfigError, RemoteError
-from orchestrator.flags import FlagSchema, apply_changes, canonicalize, diff_flags, parse_set
-from orchestrator.render.service import launch_argv
+from orchestrator.flags import (
+    FlagSchema,
+    apply_changes,
+    canonicalize,
+    diff_flags,
+    masked_diff,
+    parse_set,
+    stored_flags,
+)
+from orchestrator.flags.schema import ResolveError
+from orchestrator.render.service import launch_argv, secret_flags
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.release import (
@@ -24,7 +33,7 @@ from orchestrator.steps.release import (
 )
 from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.software import container_flag_check
-from orchestrator.steps.state import Candidate
+from orchestrator.steps.state import Candidate, RollRequest
 
 
 def installed_schema(ctx: StepContext) -> tuple[str, FlagSchema]:
@@ -37,6 +46,21 @@ def installed_schema(ctx: StepContext) -> tuple[str, FlagSchema]:
     if probe.schema is None:
         raise RemoteError(f"cannot read sglang's flags in CT {ctx.vmid}: {probe.error}", host=ctx.host.name)
     return version, probe.schema
+
+
+def requested_names(request: RollRequest, schema: FlagSchema) -> set[str]:
+    """Canonical names of the flags a roll request gives anew (a replacement gives them all)."""
+    if request.replacement is not None:
+        written = list(request.replacement)
+    else:
+        written = [item.partition("=")[0] for item in request.set] + list(request.unset)
+    names = set()
+    for name in written:
+        try:
+            names.add(schema.resolve(name.strip()).spec.canonical)
+        except ResolveError:
+            continue  # reported by canonicalize with its hints
+    return names
 
 
 @step("resolve_release", ct_facts=RELEASE_FACTS)
@@ -55,8 +79,9 @@ def resolve_release(ctx: StepContext, record: StepRecord) -> None:
         raise CheckFailed("no release is installed yet: nothing to roll from", fix="run deploy up first",
                           host=ctx.host.name)
     version, schema = installed_schema(ctx)
+    stored = installed_flags(ctx, given=requested_names(request, schema))
     try:
-        base = canonicalize(installed_flags(ctx) or {}, schema)
+        base = canonicalize(stored or {}, schema)
     except ConfigError as exc:
         # The installed sglang no longer accepts the current release's flags (an upgrade renamed some).
         raise ConfigError(f"the current release's flags do not parse with sglang {version}: {exc.what}",
@@ -66,14 +91,16 @@ def resolve_release(ctx: StepContext, record: StepRecord) -> None:
         new = canonicalize(request.replacement, schema)
     else:
         new = apply_changes(base, parse_set(list(request.set), schema), list(request.unset))
-    diff = diff_flags(base, new)
+    secret = secret_flags(ctx.profile, base) | secret_flags(ctx.profile, new)
+    diff = masked_diff(diff_flags(base, new), secret)  # a secret's values never reach output, meta or history
     if not diff:
         raise ConfigError("the new flag set equals the current release's: nothing to roll",
                           fix="change at least one flag", host=ctx.host.name,
-                          details={"unchanged": True, "release": state.release, "flags": base.as_dict()})
+                          details={"unchanged": True, "release": state.release,
+                                   "flags": stored_flags(base, secret)})
     preset = ctx.options.preset or ctx.profile.bench_preset
     ctx.state.candidate = Candidate(previous=state.release, base_flags=base, new_flags=new, flag_diff=diff,
-                                    baseline=baseline_bench(ctx, preset))
+                                    baseline=baseline_bench(ctx, preset), secret=secret)
     record.details["diff"] = [{"flag": k, "old": a, "new": b} for k, a, b in diff]
     for k, a, b in diff:
         ctx.say(f"  --{k}: {a if a is not None else '(unset)'} → {b if b is not None else '(unset)'}")

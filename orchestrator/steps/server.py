@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import shlex
 
-from orchestrator.errors import RemoteError
-from orchestrator.flags import diff_flags
-from orchestrator.render.service import launch_argv
+from orchestrator.errors import ConfigError, RemoteError
+from orchestrator.flags import diff_flags, masked_diff
+from orchestrator.render.service import launch_argv, secret_flags
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.release import (
@@ -72,7 +72,7 @@ def server_unit(ctx: StepContext, record: StepRecord) -> None:
     env = bundle.file("sglang.env")
     same = state.unit_sha == unit.sha256 and state.env_sha == env.sha256
     record.details.update({"bundle_sha256": bundle.sha256, "release": state.release, "active": state.active,
-                           "flags": flags.argv()})
+                           "flags": flags.argv(without=secret_flags(ctx.profile, flags))})
     server = ctx.state.server
     server.bundle, server.release = bundle, state.release
     enabled = unit_enabled(ctx)
@@ -84,10 +84,13 @@ def server_unit(ctx: StepContext, record: StepRecord) -> None:
             return
         enable_unit(ctx, record)
         return
-    installed = installed_flags(ctx)
+    try:
+        installed = installed_flags(ctx)
+    except ConfigError:  # a secret an older deploy stored redacted: no diff to show (desired_flags said so)
+        installed = None
     changes = [] if installed is None else [
         f"--{k}: {'(unset)' if a is None else a} → {'(unset)' if b is None else b}"
-        for k, a, b in diff_flags(installed, flags.as_dict())]
+        for k, a, b in masked_diff(diff_flags(installed, flags.as_dict()), secret_flags(ctx.profile, flags))]
     record.details["flag_changes"] = changes
     what = ((f"install the same files as a new release (no restart: unchanged; {abandoned} was never verified)"
              if state.active == "active" else "start sglang (unit unchanged)") if same else

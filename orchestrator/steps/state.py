@@ -72,6 +72,13 @@ class Candidate:
     flag_diff: list[tuple[str, Any, Any]]
     baseline: BenchResult | None  # the newest plain run of the gate's preset on `previous`
     baseline_needed: bool = False  # no baseline yet: install_release measures `previous` first
+    secret: frozenset[str] = frozenset()  # the secret flags of either set (render.service.secret_flags)
+
+    def stored(self, flags: FlagSet) -> dict[str, Any]:
+        """`flags` as evidence and output carry them: each secret's value replaced by its reference."""
+        from orchestrator.flags import stored_flags  # at call time: this module is imported by the flags' users
+
+        return stored_flags(flags, self.secret)
 
 
 @dataclass

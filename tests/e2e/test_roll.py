@@ -272,3 +272,28 @@ def test_killed_roll_is_restored_by_the_next_run(converged: DeployEnv) -> None:
     again = env.run("--json", "roll", "host", env.host, "--set", "num-continuous-decode-steps=2", "--skip-bench")
     assert again.rc == 0, again.text
     assert again.json["previous"] == base
+
+
+def test_a_full_etc_sglang_leaves_every_installed_file_of_the_previous_release(converged: DeployEnv) -> None:
+    """Issue 21 §7 (MED): with /etc/sglang full the roll failed and said "the previous release stays", but the unit
+    file already held the new flags. Every file is staged before any is replaced: all or nothing."""
+    env = converged
+    base = current(env)
+    files = f"{UNIT} /etc/sglang/sglang.env"
+    before = ct_out(env, f"sha256sum {files}")
+    env.ct_faults(full_disk="/etc/sglang")
+    try:
+        res = env.run("--json", "roll", "host", env.host, "--set", "max-running-requests=64", "--skip-bench")
+        assert res.rc == 3, res.text
+        assert "No space left on device" in res.json["what"] and "previous release stays" in res.json["fix"]
+        assert ct_out(env, f"sha256sum {files}") == before  # the unit too: nothing was replaced
+        assert "--max-running-requests 64" not in ct_out(env, f"cat {UNIT}")
+        assert current(env) == base and health(env) == "200"
+        leftovers = ct_out(env, "ls -a /etc/systemd/system /etc/sglang /var/lib/deploy /var/lib/deploy/releases")
+        assert ".deploy-tmp" not in leftovers and ".partial" not in leftovers
+        assert ct_out(env, "ls /var/lib/deploy/releases").split() == [base]  # no never-current release left
+    finally:
+        env.ct_faults(full_disk=None)
+    res = env.run("--json", "roll", "host", env.host, "--set", "max-running-requests=64", "--skip-bench")
+    assert res.rc == 0, res.text
+    assert "--max-running-requests 64" in ct_out(env, f"cat {UNIT}")

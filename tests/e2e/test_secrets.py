@@ -7,6 +7,7 @@ The key may only turn up in files of mode 0600.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import stat
@@ -110,3 +111,49 @@ def test_api_key_is_found_only_in_0600_files(deploy_env: DeployEnv, tmp_path: Pa
     # The server still requires the key (it reads it from its 0600 config file, not from argv).
     code = env.ct("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/v1/models").stdout
     assert code in ("401", "403")
+
+
+@pytest.mark.timeout(900)
+def test_secret_flag_is_found_only_in_0600_files_and_the_server_runs_with_it(converged: DeployEnv) -> None:
+    """Issue 21 §1: `roll --set admin-api-key=S`, a second roll and `up` again; S never in argv, the unit, meta or
+    flags files, the journal or output, and every later release still runs with S (never with `<redacted>`)."""
+    env = converged
+    admin = "adm-" + secrets.token_hex(20)
+    outputs: dict[str, Result] = {}
+
+    def run(name: str, *args: str) -> Result:
+        res = env.run(*args)
+        outputs[name] = res
+        assert res.rc == 0, f"{name}: {res.text}"
+        return res
+
+    first = run("roll --set admin-api-key", "--json", "roll", "host", env.host, "--set", f"admin-api-key={admin}",
+                "--skip-bench").json
+    assert first["diff"] == [{"flag": "admin-api-key", "old": None, "new": "<secret: secrets.yaml>"}]
+    run("second roll (text)", "roll", "host", env.host, "--set", "max-running-requests=64", "--skip-bench")
+    run("up again", "--json", "up", "host", env.host, "--skip-bench")
+    history = run("history --json", "--json", "history", "host", env.host).json
+    run("history", "history", "host", env.host)
+    run("status --json", "--json", "status", "host", env.host)
+
+    # The server of the newest release really runs with S: it read it from its 0600 secrets.yaml.
+    info = json.loads(env.ct("curl -s http://127.0.0.1:8000/server_info").stdout)
+    assert info["admin_api_key"] == admin and info["max_running_requests"] == 64
+    current = history["current"]
+    stored = json.loads(env.ct(f"cat /var/lib/deploy/releases/{current}/flags.json").stdout)
+    assert stored["admin-api-key"] == "<secret: secrets.yaml>"
+
+    problems = [f"printed by `{name}`" for name, res in outputs.items() if admin in res.stdout or admin in res.stderr]
+    hits = [(p, m) for top in (Path(env.env["DEPLOY_STATE_DIR"]), env.inventory, env.root)
+            for p, m in files_holding(admin, top)]
+    problems += [f"in {p} (mode {m:04o})" for p, m in hits if m != 0o600]
+    problems += [f"in the journal file {p}" for p, _ in hits if "journal" in p.parts]
+    problems += [f"in `ps -eo args` {where}" for where, res in (("on the host", env.ssh("ps -eo args")),
+                                                                 ("in the CT", env.ct("ps -eo args")))
+                 if admin in res.stdout or "sglang.launch_server" not in res.stdout]
+    journal = env.ct("journalctl -u sglang --no-pager -o cat")
+    problems += ["in journalctl -u sglang"] if admin in journal.stdout else []
+    problems += ["<redacted> in the unit"] if "<redacted>" in env.ct("cat /etc/systemd/system/sglang.service").stdout \
+        else []
+    assert problems == [], "the admin API key leaked:\n" + "\n".join(problems)
+    assert {p.name for p, _ in hits} >= {"secrets.yaml"}, hits

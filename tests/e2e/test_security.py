@@ -81,3 +81,27 @@ def test_changed_host_key_is_refused(deploy_env: DeployEnv, tmp_path: Path) -> N
     res = deploy_env.run("--json", "doctor", "host", deploy_env.host, "--tofu")
     assert res.rc == 3
     assert "CHANGED" in res.json["what"] and "ssh-keygen" in res.json["fix"]
+
+
+def test_known_hosts_markers_are_skipped_tofu_appends_and_a_revoked_key_is_refused(deploy_env: DeployEnv,
+                                                                                   tmp_path: Path) -> None:
+    """Issue 21 §9: `@cert-authority` / `@revoked` lines gave a paramiko InvalidHostKey traceback, and --tofu
+    rewrote the whole file without its comments and the lines it could not parse."""
+    real = Path(deploy_env.sim.known_hosts).read_text().split()
+    ca = tmp_path / "ca_key"
+    assert os.system(f"ssh-keygen -q -t ed25519 -N '' -f {ca}") == 0
+    ca_pub = ca.with_suffix(".pub").read_text().split()
+    known = tmp_path / "known_hosts"
+    before = f"# site CA\n@cert-authority *.example.com {ca_pub[0]} {ca_pub[1]}\nnot a key line at all\n"
+    known.write_text(before)
+    _point_known_hosts(deploy_env, known)
+    ok = deploy_env.run("--json", "doctor", "host", deploy_env.host, "--tofu")
+    assert ok.rc == 0 and "Traceback" not in ok.text, ok.text
+    after = known.read_text()
+    assert after.startswith(before) and after[len(before):].count("\n") == 1 and real[2] in after[len(before):]
+    assert deploy_env.run("doctor", "host", deploy_env.host).rc == 0  # strict mode reads it back
+
+    known.write_text(after + f"@revoked {real[0]} {real[1]} {real[2]}\n")
+    refused = deploy_env.run("--json", "doctor", "host", deploy_env.host, "--tofu")
+    assert refused.rc == 3 and "Traceback" not in refused.text, refused.text
+    assert "@revoked" in refused.json["what"]

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -287,3 +288,37 @@ def test_unknown_preset_name_suggests_the_closest(inv: Path) -> None:
     with pytest.raises(ConfigError) as exc:
         load_inventory(inv)
     assert "unknown preset 'seed-1024x265'" in exc.value.what and "did you mean 'seed-1024x256'?" in exc.value.fix
+
+
+# ------------------------------------------------------------------------------------------------ alias bombs
+def alias_bomb(levels: int = 9) -> str:
+    text = 'a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n'
+    prev = "a"
+    for name in "bcdefghijk"[:levels - 1]:
+        text += f"{name}: &{name} [{', '.join([f'*{prev}'] * 9)}]\n"
+        prev = name
+    return text
+
+
+def test_the_yaml_loader_refuses_an_alias_bomb_without_expanding_it() -> None:
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=r"f.yaml: refused: its aliases expand to more than 100,000 nodes"):
+        parse_yaml(alias_bomb(), "f.yaml")
+    assert time.monotonic() - started < 1.0
+    # Ordinary anchors and merge keys still load.
+    assert parse_yaml("x: &x {a: 1}\ny: *x\nz:\n  <<: *x\n  b: 2\n", "f.yaml")["z"] == {"a": 1, "b": 2}
+
+
+def test_roll_flags_file_alias_bomb_is_refused_before_any_connection(inv: Path, tmp_path: Path) -> None:
+    """Issue 21 §10: the same loader as the inventory, before the SSH connect (the host here is loopback with a
+    closed port: a run that got as far as connecting would report it unreachable instead)."""
+    hosts = inv / "hosts.yaml"
+    hosts.write_text(hosts.read_text().replace("address: 10.1.230.174", "address: 127.0.0.254")
+                     .replace("port: 22\n", "port: 9\n", 1))
+    bomb = tmp_path / "flags.yaml"
+    bomb.write_text("flags:\n  " + alias_bomb().replace("\n", "\n  ").rstrip() + "\n  max-running-requests: *i\n")
+    started = time.monotonic()
+    res = deploy("roll", "host", "pve-gpu-1", "--flags", str(bomb), inventory=inv)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "refused: its aliases expand to more than 100,000 nodes" in res.stderr and "Traceback" not in res.stderr
+    assert time.monotonic() - started < 30

@@ -155,3 +155,18 @@ def test_a_plan_says_it_would_reinstall_a_never_verified_up_release_and_changes_
     rec = run.step("server_unit")
     assert rec.status == "would-change" and f"{CURRENT} was never verified" in rec.changes[0]
     assert run.node.calls == []
+
+
+def test_activation_stages_every_file_before_it_replaces_any() -> None:
+    """Issue 21 §7 (MED): a failure while writing (a full /etc/sglang) must leave every installed file as it was."""
+    script = activate_script(CURRENT, restart=True, keep=10, fresh=True)
+    lines = script.splitlines()
+    writes = [i for i, ln in enumerate(lines) if "install -m" in ln or "ln -sfn" in ln]
+    swaps = [i for i, ln in enumerate(lines) if re.search(r"\bmv -[fT] ", ln)]
+    assert writes and swaps and max(writes) < min(swaps), script
+    # Until the swap, a failure removes the staged files and the never-current release directory.
+    trap = next(ln for ln in lines if ln.startswith("trap "))
+    assert "/etc/systemd/system/sglang.service.deploy-tmp" in trap
+    assert f"rm -rf /var/lib/deploy/releases/{CURRENT}" in trap
+    assert "rm -rf" not in next(ln for ln in activate_script(CURRENT, restart=True, keep=10).splitlines()
+                                if ln.startswith("trap "))  # a rollback's release is never removed

@@ -9,7 +9,7 @@ import shlex
 
 import pytest
 
-from orchestrator.errors import CheckFailed
+from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.flags import FlagSchema, canonicalize
 from orchestrator.steps.checks import raise_if_fatal_logged
 from orchestrator.steps.release import bundle_for, desired_flags
@@ -197,3 +197,26 @@ def test_status_of_a_running_container_reads_the_release(make_run) -> None:
                     "current_verdict": '{"verdict": "kept"}', "current_meta": '{"source": "up"}'})
     rec = run.step("status")
     assert rec.summary.startswith(f"release {CURRENT} (kept), sglang active, /health 200")
+
+
+def test_a_verdict_that_cannot_be_written_fails_the_gate_instead_of_reporting_kept(make_run) -> None:
+    """Issue 21 §2: with a full disk the verdict write fails; the roll must fail, not say `kept` with no verdict."""
+    run = make_run({}, {"releases": f"{PREVIOUS}\n{CURRENT}\n", "current_release": f"releases/{CURRENT}\n"},
+                   skip_bench=True)
+    run.ctx.state.candidate = candidate(run)
+    rec = run.step("install_release")
+    rid = run.ctx.state.server.release
+    run.node.answer("verdict.json", rc=1, stderr="base64: write error: No space left on device")
+    with pytest.raises(RemoteError) as failed:
+        run.step("gate")
+    assert f"recording the verdict (kept) of release {rid}" in failed.value.what
+    assert "No space left on device" in failed.value.what and "df -h" in failed.value.fix
+    # The runner then undoes the roll: the evidence cannot be written either, the rollback still happens.
+    assert run.ctx.on_failure is not None
+    run.node.answer("journalctl", HEALTHY)
+    run.node.answer("readlink /var/lib/deploy/current", f"releases/{CURRENT}\n200\n")
+    run.ctx.on_failure(failed.value, rec)
+    assert any(f"ln -sfn releases/{CURRENT} /var/lib/deploy/current.deploy-tmp" in c
+               for c in run.node.commands("script"))
+    assert f"rolled back to {CURRENT}" in failed.value.what
+    assert "recording the verdict (rolled-back)" in failed.value.what
