@@ -7,10 +7,12 @@ Parsing stays in orchestrator.parsers; this module only names commands and keeps
 
 from __future__ import annotations
 
+import re
 import secrets
 import shlex
 from collections.abc import Callable, Iterable
 
+from orchestrator.errors import CheckFailed
 from orchestrator.inventory.models import Host, ServerProfile
 from orchestrator.parsers.packages import DPKG_FORMAT
 from orchestrator.parsers.pve import parse_pct_status
@@ -21,9 +23,16 @@ from orchestrator.scripts import render_script
 
 CmdFn = Callable[[Host, ServerProfile], str]
 
-#: Before reading a just-started container: let its systemd finish booting (enabled units started), so the facts
-#: say what the boot leaves behind rather than a moment in the middle of it. Bounded; failure is not an error.
-SETTLE_BOOT = "timeout 120 systemctl is-system-running --wait >/dev/null 2>&1 || true"
+#: Before reading a just-started container: wait until its systemd has finished booting (enabled units started),
+#: so the facts say what the boot leaves behind rather than a moment in the middle of it. `pct start` returns
+#: before the container's systemd is up, and `pct exec` does not wait for it either. Bounded: a boot that has not
+#: reached `running` or `degraded` within BOOT_WAIT_S prints BOOT_UNSETTLED and its state, and no fact is read.
+BOOT_WAIT_S = 120
+BOOT_UNSETTLED = "__CT_BOOT_UNSETTLED__"
+BOOT_STATES = ("running", "degraded")
+SETTLE_BOOT = (f"boot_state=$(timeout {BOOT_WAIT_S} systemctl is-system-running --wait 2>/dev/null); "
+               f'case "$boot_state" in {"|".join(BOOT_STATES)}) ;; '
+               f'*) echo "{BOOT_UNSETTLED} ${{boot_state:-no answer}}"; exit 0 ;; esac')
 
 
 #: Debian packages the pipeline needs inside the container, which a stock debian-12-standard may lack:
@@ -145,6 +154,16 @@ class Facts:
 
     def record_ct(self, raw: CommandOutput, names: Iterable[str], nonce: str) -> None:
         """Split the container's inner batch (or note that the container is not running)."""
+        unsettled = re.search(rf"^{BOOT_UNSETTLED} (.*)$", raw.stdout, re.MULTILINE)
+        if unsettled:
+            vmid = self.host_cfg.container.vmid
+            raise CheckFailed(
+                f"CT {vmid} did not finish booting within {BOOT_WAIT_S} s: its systemd says "
+                f"{unsettled.group(1).strip()!r} (waited for `systemctl is-system-running --wait` to say "
+                f"{' or '.join(BOOT_STATES)}); no facts were read from the half-booted container",
+                fix=f"see what the boot waits for: `pct exec {vmid} -- systemctl list-jobs` and "
+                    f"`pct exec {vmid} -- systemctl --failed` on the host; fix or disable that unit, then run "
+                    "deploy up again", host=self.host_cfg.name, details={"boot_state": unsettled.group(1).strip()})
         if NOT_RUNNING in raw.stdout:
             self.ct_running = False
             for name in names:

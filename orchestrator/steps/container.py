@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.errors import ConfigError, RemoteError
+from orchestrator.facts import BOOT_STATES, BOOT_WAIT_S
 from orchestrator.inventory.models import ContainerSpec
 from orchestrator.parsers.devices import DeviceNode, nvidia_char_devices, parse_dev_listing, parse_proc_devices
 from orchestrator.parsers.hostfacts import parse_pveversion
@@ -351,6 +352,9 @@ def container(ctx: StepContext, record: StepRecord) -> None:
         changed_anything = started = True
     if changed_anything and not ctx.options.dry_run:
         # After a start, the facts wait for the CT's boot: sglang (enabled) is then started by systemd, not by us.
+        if started:
+            ctx.say(f"waiting for CT {spec.vmid} to finish booting (systemd {' or '.join(BOOT_STATES)}, "
+                    f"at most {BOOT_WAIT_S} s) before reading it")
         refresh_ct_facts(ctx, *CT_FACTS_AFTER_START, settle_boot=started)
     record.summary = "; ".join(record.changes) if record.changes else (
         f"CT {spec.vmid} running with {len(wanted)} NVIDIA device nodes passed through")

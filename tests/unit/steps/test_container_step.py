@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
+import pytest
+
+from orchestrator.errors import CheckFailed
+from orchestrator.facts import BOOT_UNSETTLED, SETTLE_BOOT
 from orchestrator.parsers.devices import nvidia_char_devices, parse_dev_listing
 from orchestrator.steps.container import base_config, device_plan
 
@@ -45,6 +50,37 @@ def test_absent_container_is_created_with_every_device_then_started(make_run) ->
     # After the start the container's facts are read again, in one round trip, once its boot has settled.
     [reread] = run.node.commands("batch")
     assert run.ctx.facts.ct_running and "systemctl is-system-running --wait" in reread
+
+
+def _boot_settle(tmp_path, systemctl_body: str) -> str:
+    """What the boot-settle line prints, run by a real bash against a stand-in `systemctl`."""
+    fake = tmp_path / "systemctl"
+    fake.write_text(f"#!/bin/sh\n{systemctl_body}\n")
+    fake.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+    res = subprocess.run(["bash", "-c", f"{SETTLE_BOOT}\necho FACTS-READ"], capture_output=True, text=True,
+                         env=env, timeout=30, check=True)
+    return res.stdout
+
+
+def test_boot_settle_reads_facts_only_once_systemd_says_running_or_degraded(tmp_path) -> None:
+    assert _boot_settle(tmp_path, "echo running") == "FACTS-READ\n"
+    assert _boot_settle(tmp_path, "echo degraded; exit 1") == "FACTS-READ\n"
+    # a boot stuck in maintenance, or a systemd that never answered within the wait: no fact is read
+    assert _boot_settle(tmp_path, "echo maintenance; exit 1") == f"{BOOT_UNSETTLED} maintenance\n"
+    assert _boot_settle(tmp_path, "exit 1") == f"{BOOT_UNSETTLED} no answer\n"
+
+
+def test_a_start_whose_boot_does_not_settle_is_a_clear_error(make_run) -> None:
+    probe = make_run()
+    run = make_run(host_facts("status: stopped\n", converged_config(probe)))
+    run.node.ct_after = {"nvsmi_list": "GPU 0: NVIDIA RTX PRO 6000 (UUID: GPU-1)\n"}
+    run.node.ct_boot_unsettled = f"{BOOT_UNSETTLED} starting\n"
+    with pytest.raises(CheckFailed) as err:
+        run.step("container")
+    assert "CT 120 did not finish booting within 120 s" in err.value.what and "'starting'" in err.value.what
+    assert "systemctl list-jobs" in err.value.fix
+    assert not run.ctx.facts.ct_running and run.ctx.facts.c("nvsmi_list") is None  # nothing read half-booted
 
 
 def test_converged_running_container_is_left_alone(make_run) -> None:
