@@ -213,7 +213,7 @@ def _lxc_create(ctx: Ctx, p: dict[str, Any]) -> Any:
     unpriv = bool(schema.parse_bool(p.get("unprivileged", 1)))
     _create_perms(ctx, p, vmid, unpriv)
     ctx.node.precheck_create(vmid)
-    ctx.node.check_modify_perm(ctx.caller.user, [k for k in p if k not in ("vmid", "node")], p, unpriv)
+    ctx.node.check_modify_perm(ctx.caller.user, vmid, [k for k in p if k not in ("vmid", "node")], p, unpriv)
     conf = ctx.node.build_conf(p, normaliser(ctx.ep))
     ctx.node.check_devices(conf.options)  # update_pct_config runs before the worker: the call itself fails
     start = bool(p.get("start"))
