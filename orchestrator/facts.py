@@ -17,6 +17,7 @@ from orchestrator.inventory.models import Host, ServerProfile
 from orchestrator.parsers.packages import DPKG_FORMAT
 from orchestrator.parsers.pve import parse_pct_status
 from orchestrator.parsers.sections import CommandOutput, build_batch_script, split_batch_output
+from orchestrator.parsers.weights import RECORD_PATH
 from orchestrator.remote.container import NOT_RUNNING, PATHS, Container
 from orchestrator.remote.ssh import SshHost
 from orchestrator.scripts import render_script
@@ -86,7 +87,9 @@ CT_FACTS: dict[str, CmdFn] = {
     "p2p_read": lambda h, p: "nvidia-smi topo -p2p r",
     "p2p_write": lambda h, p: "nvidia-smi topo -p2p w",
     "sglang_version": lambda h, p: f"{_q(PATHS.venv_python(p.venv))} -c 'import sglang; print(sglang.__version__)'",
-    "weights": lambda h, p: f"test -f {_q(p.model_path)}/config.json && echo present",
+    # Complete weights, not just config.json: every file of deploy's record of the download (with sizes), or the
+    # shards the index names (orchestrator.parsers.weights).
+    "weights": lambda h, p: render_script("weights_check.sh.j2", model_path=p.model_path, record_path=RECORD_PATH),
     "missing_pkgs": lambda h, p: f"dpkg-query -W -f {_q(DPKG_FORMAT)} {' '.join(map(_q, CT_PACKAGES))}",
     # Body hashes: the managed `# deploy:` header (release id) is excluded, as in render.files.body_sha256.
     "unit_sha": lambda h, p: " ; ".join(

@@ -207,6 +207,8 @@ class ServerProfile(StrictModel):
 
     model_path: str
     weights_repo: str | None = None
+    #: The hub revision (branch, tag or commit) of weights_repo to download; resolved to its commit at download.
+    weights_revision: str = "main"
     served_model_name: str
     tokenizer: str | None = None
     host: str = "127.0.0.1"
