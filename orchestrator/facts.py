@@ -67,6 +67,9 @@ HOST_FACTS: dict[str, CmdFn] = {
     # Keys that wait for the CT's next start ([pve:pending]); `ct_config` shows their pending values.
     "ct_pending": lambda h, p: (f"pvesh get /nodes/{_q(h.pve.node)}/lxc/{h.container.vmid}/pending "
                                 "--output-format json"),
+    # The node's appliance index, which `POST aplinfo` downloads from: read only while the CT does not exist.
+    "aplinfo": lambda h, p: (f"pct status {h.container.vmid} >/dev/null 2>&1 || "
+                             f"pvesh get /nodes/{_q(h.pve.node)}/aplinfo --output-format json"),
     "templates": lambda h, p: (f"pvesh get /nodes/{_q(h.pve.node)}/storage/{_q(h.container.template_storage)}"
                                "/content --content vztmpl --output-format json"),
     "gpu_power": lambda h, p: ("nvidia-smi --query-gpu=index,power.draw,power.limit,utilization.gpu "

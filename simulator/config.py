@@ -88,6 +88,8 @@ class HostFaults:
         real Hub serves from its CDN; counted from when the knob is set), then cuts every such transfer at once, as a
         link that went down: `hf download` retries, gives up and deletes its partial files; the small files
         (config.json) still come. None clears it.
+    aplinfo: the node's appliance index (`GET/POST /nodes/N/aplinfo`) lists these template names (comma-separated)
+        instead of today's (an index from another time; an empty string: `pveam update` never ran). None: today's.
     """
 
     missing_uvm: bool = False
@@ -96,6 +98,7 @@ class HostFaults:
     api_delay_s: float = 0.0
     driver_reload: bool = False
     hub_cut_after_bytes: int | None = None
+    aplinfo: str | None = None
 
 
 @dataclass

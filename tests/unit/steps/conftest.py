@@ -50,6 +50,13 @@ def frame(nonce: str, outputs: Mapping[str, CommandOutput]) -> str:
     return "".join(parts)
 
 
+def with_container(run: StepRun, **update: object) -> StepRun:
+    """The same run on a host whose container section has these fields (as if the inventory said so)."""
+    host = run.ctx.host
+    run.ctx.host = host.model_copy(update={"container": host.container.model_copy(update=update)})
+    return run
+
+
 @dataclass
 class Call:
     kind: str  # run | script | batch

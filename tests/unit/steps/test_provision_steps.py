@@ -17,20 +17,13 @@ from orchestrator.facts import CT_FACTS, CT_PACKAGES
 from orchestrator.parsers.weights import RECORD_PATH, WeightsState, parse_weights_check
 from orchestrator.scripts import render_script
 from orchestrator.steps.container import mount_plan
-from tests.unit.steps.conftest import StepRun, out
+from tests.unit.steps.conftest import StepRun, out, with_container
 from tests.unit.steps.test_container_step import converged_config, host_facts
 
 ALL_INSTALLED = "".join(f"{p}\tinstalled\n" for p in CT_PACKAGES)
 BARE = out("ca-certificates\tinstalled\npython3\tinstalled\n", 1,
            "dpkg-query: no packages found matching curl\ndpkg-query: no packages found matching python3-venv\n")
 NO_SGLANG = out("", 1, "ModuleNotFoundError: No module named 'sglang'")
-
-
-def with_container(run: StepRun, **update: object) -> StepRun:
-    """The same run on a host whose container section has these fields (as if the inventory said so)."""
-    host = run.ctx.host
-    run.ctx.host = host.model_copy(update={"container": host.container.model_copy(update=update)})
-    return run
 
 
 def with_profile(run: StepRun, **update: object) -> StepRun:
