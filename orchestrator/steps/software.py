@@ -185,12 +185,17 @@ def model_weights(ctx: StepContext, record: StepRecord) -> None:
                           + " and no weights_repo to fetch them",
                           fix="copy the weights there, set profiles.<name>.weights_repo, or mount a host directory "
                               "there with container.model_mount", host=ctx.host.name)
-    partial = state is not None and state.record != "none"
-    what = (f"{'finish the download of' if partial else 'download'} {prof.weights_repo}@{prof.weights_revision} "
-            f"to {prof.model_path}" + (f" from {spec.hf_endpoint}" if spec.hf_endpoint else ""))
+    source = f"{prof.weights_repo}@{prof.weights_revision}"
     if state is not None and state.missing:
         record.details["missing"] = [m.path for m in state.missing]
-        what += f" ({len(state.missing)} file(s) missing or short: {state.missing_summary(3)})"
+        what = (f"finish the download of {source} to {prof.model_path} ({len(state.missing)} file(s) missing or "
+                f"short: {state.missing_summary(3)})")
+    elif state is not None and state.record != "none":
+        what = (f"check {prof.model_path} against the file list of {source} and record it (no record of a finished "
+                "download; `hf download` fetches only what is missing)")
+    else:
+        what = f"download {source} to {prof.model_path}"
+    what += f" from {spec.hf_endpoint}" if spec.hf_endpoint else ""
     if ctx.options.skip_weights:
         record.status = "skipped"
         record.summary = f"--skip-weights: would {what}"

@@ -174,6 +174,12 @@ def test_a_cut_download_with_config_json_is_finished_not_skipped(make_run) -> No
         "finish the download of zai-org/GLM-5-NVFP4@main to /models/GLM-5-NVFP4")
     assert "4 file(s) missing or short: model-00001-of-00004.safetensors" in rec.changes[0]
     assert run.node.sent("hf download zai-org/GLM-5-NVFP4")
+    # every shard there but no record of a finished download (e.g. weights fetched by an older deploy): checked
+    # against the hub's file list once, through the same command
+    run = with_profile(make_run({}, {"weights": "record\tindex\n"}), weights_repo="zai-org/GLM-5-NVFP4")
+    run.node.ct_after = {"weights": RECORDED}
+    assert run.step("model_weights").changes[0].startswith(
+        "check /models/GLM-5-NVFP4 against the file list of zai-org/GLM-5-NVFP4@main and record it")
     # a recorded, complete download is left alone: not one command
     run = with_profile(make_run({}, {"weights": RECORDED}), weights_repo="zai-org/GLM-5-NVFP4")
     assert run.step("model_weights").status == "ok" and run.node.calls == []
