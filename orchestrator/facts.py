@@ -7,23 +7,33 @@ Parsing stays in orchestrator.parsers; this module only names commands and keeps
 
 from __future__ import annotations
 
+import re
 import secrets
 import shlex
 from collections.abc import Callable, Iterable
 
+from orchestrator.errors import CheckFailed
 from orchestrator.inventory.models import Host, ServerProfile
 from orchestrator.parsers.packages import DPKG_FORMAT
 from orchestrator.parsers.pve import parse_pct_status
 from orchestrator.parsers.sections import CommandOutput, build_batch_script, split_batch_output
+from orchestrator.parsers.weights import RECORD_PATH
 from orchestrator.remote.container import NOT_RUNNING, PATHS, Container
 from orchestrator.remote.ssh import SshHost
 from orchestrator.scripts import render_script
 
 CmdFn = Callable[[Host, ServerProfile], str]
 
-#: Before reading a just-started container: let its systemd finish booting (enabled units started), so the facts
-#: say what the boot leaves behind rather than a moment in the middle of it. Bounded; failure is not an error.
-SETTLE_BOOT = "timeout 120 systemctl is-system-running --wait >/dev/null 2>&1 || true"
+#: Before reading a just-started container: wait until its systemd has finished booting (enabled units started),
+#: so the facts say what the boot leaves behind rather than a moment in the middle of it. `pct start` returns
+#: before the container's systemd is up, and `pct exec` does not wait for it either. Bounded: a boot that has not
+#: reached `running` or `degraded` within BOOT_WAIT_S prints BOOT_UNSETTLED and its state, and no fact is read.
+BOOT_WAIT_S = 120
+BOOT_UNSETTLED = "__CT_BOOT_UNSETTLED__"
+BOOT_STATES = ("running", "degraded")
+SETTLE_BOOT = (f"boot_state=$(timeout {BOOT_WAIT_S} systemctl is-system-running --wait 2>/dev/null); "
+               f'case "$boot_state" in {"|".join(BOOT_STATES)}) ;; '
+               f'*) echo "{BOOT_UNSETTLED} ${{boot_state:-no answer}}"; exit 0 ;; esac')
 
 
 #: Debian packages the pipeline needs inside the container, which a stock debian-12-standard may lack:
@@ -57,6 +67,9 @@ HOST_FACTS: dict[str, CmdFn] = {
     # Keys that wait for the CT's next start ([pve:pending]); `ct_config` shows their pending values.
     "ct_pending": lambda h, p: (f"pvesh get /nodes/{_q(h.pve.node)}/lxc/{h.container.vmid}/pending "
                                 "--output-format json"),
+    # The node's appliance index, which `POST aplinfo` downloads from: read only while the CT does not exist.
+    "aplinfo": lambda h, p: (f"pct status {h.container.vmid} >/dev/null 2>&1 || "
+                             f"pvesh get /nodes/{_q(h.pve.node)}/aplinfo --output-format json"),
     "templates": lambda h, p: (f"pvesh get /nodes/{_q(h.pve.node)}/storage/{_q(h.container.template_storage)}"
                                "/content --content vztmpl --output-format json"),
     "gpu_power": lambda h, p: ("nvidia-smi --query-gpu=index,power.draw,power.limit,utilization.gpu "
@@ -77,7 +90,9 @@ CT_FACTS: dict[str, CmdFn] = {
     "p2p_read": lambda h, p: "nvidia-smi topo -p2p r",
     "p2p_write": lambda h, p: "nvidia-smi topo -p2p w",
     "sglang_version": lambda h, p: f"{_q(PATHS.venv_python(p.venv))} -c 'import sglang; print(sglang.__version__)'",
-    "weights": lambda h, p: f"test -f {_q(p.model_path)}/config.json && echo present",
+    # Complete weights, not just config.json: every file of deploy's record of the download (with sizes), or the
+    # shards the index names (orchestrator.parsers.weights).
+    "weights": lambda h, p: render_script("weights_check.sh.j2", model_path=p.model_path, record_path=RECORD_PATH),
     "missing_pkgs": lambda h, p: f"dpkg-query -W -f {_q(DPKG_FORMAT)} {' '.join(map(_q, CT_PACKAGES))}",
     # Body hashes: the managed `# deploy:` header (release id) is excluded, as in render.files.body_sha256.
     "unit_sha": lambda h, p: " ; ".join(
@@ -145,6 +160,16 @@ class Facts:
 
     def record_ct(self, raw: CommandOutput, names: Iterable[str], nonce: str) -> None:
         """Split the container's inner batch (or note that the container is not running)."""
+        unsettled = re.search(rf"^{BOOT_UNSETTLED} (.*)$", raw.stdout, re.MULTILINE)
+        if unsettled:
+            vmid = self.host_cfg.container.vmid
+            raise CheckFailed(
+                f"CT {vmid} did not finish booting within {BOOT_WAIT_S} s: its systemd says "
+                f"{unsettled.group(1).strip()!r} (waited for `systemctl is-system-running --wait` to say "
+                f"{' or '.join(BOOT_STATES)}); no facts were read from the half-booted container",
+                fix=f"see what the boot waits for: `pct exec {vmid} -- systemctl list-jobs` and "
+                    f"`pct exec {vmid} -- systemctl --failed` on the host; fix or disable that unit, then run "
+                    "deploy up again", host=self.host_cfg.name, details={"boot_state": unsettled.group(1).strip()})
         if NOT_RUNNING in raw.stdout:
             self.ct_running = False
             for name in names:

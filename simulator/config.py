@@ -84,6 +84,12 @@ class HostFaults:
     driver_reload: a host reboot or NVIDIA driver reload gave nvidia-uvm another dynamic major (one below the
         capture's): /proc/devices and /dev/nvidia-uvm(-tools) change at once; a running container keeps the nodes
         it was started with (stale major, denied by its devices cgroup) until it is restarted.
+    hub_cut_after_bytes: the model hub stand-in serves this many bytes of LFS file bodies (the shards, which the
+        real Hub serves from its CDN; counted from when the knob is set), then cuts every such transfer at once, as a
+        link that went down: `hf download` retries, gives up and deletes its partial files; the small files
+        (config.json) still come. None clears it.
+    aplinfo: the node's appliance index (`GET/POST /nodes/N/aplinfo`) lists these template names (comma-separated)
+        instead of today's (an index from another time; an empty string: `pveam update` never ran). None: today's.
     """
 
     missing_uvm: bool = False
@@ -91,6 +97,8 @@ class HostFaults:
     task_fail: str | None = None
     api_delay_s: float = 0.0
     driver_reload: bool = False
+    hub_cut_after_bytes: int | None = None
+    aplinfo: str | None = None
 
 
 @dataclass

@@ -60,7 +60,6 @@ from simulator.pve import hardware, lxc, tls
 
 REPO = Path(__file__).resolve().parent.parent
 SIM_SRC = Path(__file__).resolve().parent
-DEFAULT_TEMPLATE = "debian-12-standard_12.7-1_amd64.tar.zst"
 TOKEN_ID = "root@pam!deploy"
 
 
@@ -316,7 +315,7 @@ def _inventory_entry(info: SimHostInfo) -> dict[str, Any]:
                 "api": {"token_id": info.token_id, "token_secret": {"file": str(info.token_secret_file)},
                         "port": info.api_port, "verify": str(info.ca_file)}},
         "container": {"vmid": DEFAULT_VMID, "hostname": "sglang-glm5",
-                      "ostemplate": f"local:vztmpl/{DEFAULT_TEMPLATE}", "cores": 32, "memory_mb": 65536,
+                      "ostemplate": "local:vztmpl/debian-12-standard", "cores": 32, "memory_mb": 65536,
                       "rootfs_size_gb": 64, "unprivileged": False, "features": {"nesting": True},
                       "expected_gpus": PROFILE_GPU_COUNT[info.gpu_profile],
                       "driver_installer": f"/root/NVIDIA-Linux-x86_64-{info.driver_version}.run",

@@ -179,7 +179,9 @@ def fault(app: AppContext, host: str, knobs: tuple[str, ...], vmid: int | None, 
     """Set fault knobs, e.g. `deploy sim fault sim-1 missing_uvm=true` or
     `deploy sim fault sim-1 --ct 120 log_line="…Unsupported architecture"`.
 
-    Host knobs: missing_uvm, ssh_drop_after, task_fail, api_delay_s. Container knobs: driver_mismatch,
+    Host knobs: missing_uvm, ssh_drop_after, task_fail, api_delay_s, driver_reload, hub_cut_after_bytes (the model
+    hub cuts every download once that many bytes went out; =none clears it), aplinfo=NAME,… (the node's appliance
+    index lists these templates instead of today's). Container knobs: driver_mismatch,
     crash_on_start, health_never_ok, log_line, slow_start_s, and match=TEXT (the server faults apply only when the
     server's command line contains TEXT: a flag set that fails while the previous release still starts), and
     full_disk=DIR (a full filesystem at DIR in the running container; full_disk=none clears it).

@@ -187,13 +187,21 @@ class ContainerSpec(StrictModel):
     @field_validator("ostemplate")
     @classmethod
     def _volid(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*:vztmpl/[^/\s]+\.tar\.(gz|xz|zst)", v):
-            raise ValueError("ostemplate must be a volume id like local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*:vztmpl/[^/\s]+", v):
+            raise ValueError("ostemplate must be a volume id like local:vztmpl/debian-12-standard_12.12-1_amd64.tar.zst"
+                             ", or a template family like local:vztmpl/debian-12-standard (the newest version in the "
+                             "node's appliance index is taken)")
         return v
 
     @property
     def template_name(self) -> str:
         return self.ostemplate.split("/", 1)[1]
+
+    @property
+    def template_family(self) -> str | None:
+        """`debian-12-standard` when ostemplate names a family (no version, no archive suffix); None when pinned."""
+        name = self.template_name
+        return None if re.search(r"\.tar\.(gz|xz|zst)$", name) else name
 
 
 class SmokeCheck(StrictModel):
@@ -208,6 +216,8 @@ class ServerProfile(StrictModel):
 
     model_path: str
     weights_repo: str | None = None
+    #: The hub revision (branch, tag or commit) of weights_repo to download; resolved to its commit at download.
+    weights_revision: str = "main"
     served_model_name: str
     tokenizer: str | None = None
     host: str = "127.0.0.1"

@@ -33,6 +33,38 @@ def parse_config_json(text: str) -> dict[str, Any]:
     return data
 
 
+@dataclass(frozen=True)
+class Appliance:
+    """One template of the node's appliance index (`GET /nodes/N/aplinfo`)."""
+
+    template: str  # debian-12-standard_12.12-1_amd64.tar.zst
+    package: str  # debian-12-standard
+    version: str  # 12.12-1
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """`12.12-1` → (12, 12, 1): 12.12-1 is newer than 12.7-1 (as numbers, not as text)."""
+    return tuple(int(n) for n in re.findall(r"\d+", version))
+
+
+def parse_aplinfo(text: str) -> list[Appliance]:
+    """`pvesh get /nodes/N/aplinfo --output-format json`; empty when not read (the container exists) or not JSON."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return []
+    if isinstance(data, dict) and "data" in data:
+        data = data["data"]
+    return [Appliance(str(e["template"]), str(e.get("package") or str(e["template"]).split("_", 1)[0]),
+                      str(e.get("version") or ""))
+            for e in data if isinstance(e, dict) and e.get("template")] if isinstance(data, list) else []
+
+
+def template_family(template: str) -> str:
+    """`debian-12-standard_12.12-1_amd64.tar.zst` → `debian-12-standard` (names are PACKAGE_VERSION_ARCH)."""
+    return template.split("_", 1)[0]
+
+
 def parse_property_string(value: str, default_key: str | None = None) -> dict[str, str]:
     """`/dev/nvidia0,mode=0666` → {"path": "/dev/nvidia0", "mode": "0666"} with the schema's default key."""
     out: dict[str, str] = {}

@@ -12,14 +12,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.errors import ConfigError, RemoteError
+from orchestrator.facts import BOOT_STATES, BOOT_WAIT_S
 from orchestrator.inventory.models import ContainerSpec
 from orchestrator.parsers.devices import DeviceNode, nvidia_char_devices, parse_dev_listing, parse_proc_devices
 from orchestrator.parsers.hostfacts import parse_pveversion
 from orchestrator.parsers.pve import (
+    parse_aplinfo,
     parse_config_json,
     parse_pct_status,
     parse_pending,
     parse_property_string,
+    template_family,
+    version_key,
     volids,
 )
 from orchestrator.remote.pve import PveClient, lifecycle_client, passthrough_client, wait_task
@@ -216,19 +220,60 @@ class _Clients:
         return passthrough_client(self.ctx.host, self.ctx.ssh)
 
 
+def resolve_template(ctx: StepContext) -> tuple[str, bool]:
+    """The volume ID to create from, and whether it must be downloaded first (POST aplinfo).
+
+    A family (`local:vztmpl/debian-12-standard`) takes the newest version in the node's appliance index (or, with
+    an index that lists none, the newest already in the storage). A pinned name is used when the storage has it;
+    otherwise it must be in the index, which moves on: PVE's `POST aplinfo` accepts only names listed there now.
+    Raises ConfigError (exit 2) before anything is changed.
+    """
+    spec, node = ctx.host.container, ctx.host.pve.node
+    storage = spec.ostemplate.split(":", 1)[0]
+    local = volids(ctx.facts.h("templates").stdout)
+    index = parse_aplinfo(ctx.facts.h("aplinfo").stdout)
+    family = spec.template_family or template_family(spec.template_name)
+    offered = sorted((a for a in index if a.package == family), key=lambda a: version_key(a.version))
+    if spec.template_family is None:
+        if spec.ostemplate in local:
+            return spec.ostemplate, False
+        if any(a.template == spec.template_name for a in index):
+            return spec.ostemplate, True
+    else:
+        if offered:
+            volid = f"{storage}:vztmpl/{offered[-1].template}"
+            return volid, volid not in local
+        have = sorted((v for v in local if template_family(v.split("/", 1)[-1]) == family),
+                      key=lambda v: version_key(v.split("_", 1)[-1]))
+        if have:
+            return have[-1], False
+    listed = ", ".join(a.template for a in offered) or "none"
+    families = ", ".join(sorted({a.package for a in index})) or "none: run `pveam update` on the host"
+    raise ConfigError(
+        f"template {spec.template_name} is neither in storage {storage} nor in the appliance index of node {node} "
+        f"(POST aplinfo downloads only the names the index lists now; it lists for {family}: {listed})",
+        fix=(f"set container.ostemplate to {storage}:vztmpl/{family} (the newest version in the index is taken)"
+             + (f" or pin one the index lists, e.g. {storage}:vztmpl/{offered[-1].template}" if offered else
+                f"; families in the index: {families}")
+             + "; `pveam available --section system` on the host lists the index. Nothing was created"),
+        host=ctx.host.name, details={"available": [a.template for a in offered]})
+
+
 def _create(ctx: StepContext, record: StepRecord, pve: _Clients, wanted: list[DeviceNode], method: str,
             raw_wanted: list[tuple[str, str]]) -> bool:
     """Create the container (template first if missing). False when a dry run stops here."""
     spec, node = ctx.host.container, ctx.host.pve.node
+    ostemplate, download = resolve_template(ctx)
+    record.details["template"] = {"ostemplate": ostemplate, "asked": spec.ostemplate, "download": download}
     params: dict[str, Any] = {
-        "vmid": spec.vmid, "ostemplate": spec.ostemplate, "rootfs": f"{spec.rootfs_storage}:{spec.rootfs_size_gb}",
+        "vmid": spec.vmid, "ostemplate": ostemplate, "rootfs": f"{spec.rootfs_storage}:{spec.rootfs_size_gb}",
         "unprivileged": int(spec.unprivileged), "start": 0, **base_config(spec),
     }
-    if spec.ostemplate not in volids(ctx.facts.h("templates").stdout):
-        if mark_change(record, ctx, f"download template {spec.template_name} to {spec.template_storage}"):
-            ctx.say(f"downloading template {spec.template_name} (aplinfo)")
-            res = pve.lifecycle.call("post", f"/nodes/{node}/aplinfo", storage=spec.template_storage,
-                                     template=spec.template_name)
+    if download:
+        name = ostemplate.split("/", 1)[1]
+        if mark_change(record, ctx, f"download template {name} to {spec.template_storage}"):
+            ctx.say(f"downloading template {name} (aplinfo)")
+            res = pve.lifecycle.call("post", f"/nodes/{node}/aplinfo", storage=spec.template_storage, template=name)
             _wait(pve.lifecycle, ctx, res, "template download")
     dev_set = device_plan({}, wanted)[0] if method == "devN" else {}
     mounts = mount_plan({}, spec.model_mount, ctx.profile.model_path)
@@ -322,7 +367,8 @@ def _shutdown(ctx: StepContext, pve: _Clients) -> None:
     _wait(pve.lifecycle, ctx, pve.lifecycle.call("post", path, timeout=60, forceStop=1), "shutdown")
 
 
-@step("container", host_facts=("ct_status", "ct_config", "ct_pending", "templates", "dev_listing", "proc_devices",
+@step("container", host_facts=("ct_status", "ct_config", "ct_pending", "templates", "aplinfo", "dev_listing",
+                               "proc_devices",
                                "pveversion", "model_mount"),
       ct_facts=(*CT_FACTS_AFTER_START, "dev_listing"))
 def container(ctx: StepContext, record: StepRecord) -> None:
@@ -351,6 +397,9 @@ def container(ctx: StepContext, record: StepRecord) -> None:
         changed_anything = started = True
     if changed_anything and not ctx.options.dry_run:
         # After a start, the facts wait for the CT's boot: sglang (enabled) is then started by systemd, not by us.
+        if started:
+            ctx.say(f"waiting for CT {spec.vmid} to finish booting (systemd {' or '.join(BOOT_STATES)}, "
+                    f"at most {BOOT_WAIT_S} s) before reading it")
         refresh_ct_facts(ctx, *CT_FACTS_AFTER_START, settle_boot=started)
     record.summary = "; ".join(record.changes) if record.changes else (
         f"CT {spec.vmid} running with {len(wanted)} NVIDIA device nodes passed through")

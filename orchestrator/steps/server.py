@@ -26,7 +26,7 @@ from orchestrator.steps.release import (
     unverified_up_release,
 )
 from orchestrator.steps.session import ensure_facts, unknown_until_started
-from orchestrator.steps.software import require_valid_flags
+from orchestrator.steps.software import require_complete_weights, require_valid_flags
 
 
 def unit_enabled(ctx: StepContext) -> bool:
@@ -54,7 +54,7 @@ def enable_unit(ctx: StepContext, record: StepRecord) -> None:
 
 
 @step("server_unit", ct_facts=("unit_sha", "active", "enabled", "current_release", "releases", "main_pid",
-                               "current_meta", "current_verdict", "current_flags"))
+                               "current_meta", "current_verdict", "current_flags", "weights"))
 def server_unit(ctx: StepContext, record: StepRecord) -> None:
     """Render sglang.service + sglang.env; install and restart only when they changed."""
     ensure_facts(ctx)
@@ -100,6 +100,7 @@ def server_unit(ctx: StepContext, record: StepRecord) -> None:
     if not mark_change(record, ctx, what):
         record.summary = what
         return
+    require_complete_weights(ctx)
     if not same:
         check = require_valid_flags(ctx, launch_argv(ctx.profile, flags, api_key="validation-placeholder")[3:])
         record.details["validated_with"] = f"sglang {check.version} in CT {ctx.vmid}"

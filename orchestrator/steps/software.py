@@ -9,6 +9,7 @@ from typing import Any
 
 from orchestrator.errors import CheckFailed, ConfigError, RemoteError
 from orchestrator.flags.schema import FlagSchema
+from orchestrator.parsers.weights import RECORD_PATH, WeightsState, parse_weights_check
 from orchestrator.resources import probe_text
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, mark_change, step
@@ -111,49 +112,90 @@ HF_HUB_REQUIREMENT = "huggingface_hub>=1.0"
 HF_QUIET_ENV = "HF_HUB_DISABLE_UPDATE_CHECK=1 HF_HUB_DISABLE_TELEMETRY=1 "
 
 
+def weights_probe_source() -> str:
+    return probe_text("weights_probe.py")
+
+
 def hf_download_command(ctx: StepContext) -> str:
-    """`hf download REPO --local-dir DIR` from the venv (resumes, prints progress); `hf` installed if absent."""
+    """`hf` installed if absent; the revision resolved to its commit; `hf download REPO --revision COMMIT
+    --local-dir DIR` (resumes, prints progress); then the hub's file list of that commit checked file by file
+    (name and size) and recorded in DIR/RECORD_PATH, the record the weights fact trusts. One container command."""
     prof, spec = ctx.profile, ctx.host.container
     venv = shlex.quote(prof.venv)
     assert prof.weights_repo is not None
+    repo, path = shlex.quote(prof.weights_repo), shlex.quote(prof.model_path)
     env = HF_QUIET_ENV + (f"HF_ENDPOINT={shlex.quote(spec.hf_endpoint)} " if spec.hf_endpoint else "")
+    probe = f"{venv}/bin/python -c {shlex.quote(weights_probe_source())}"
     return (f"{{ test -x {venv}/bin/hf || {venv}/bin/pip install --disable-pip-version-check --progress-bar off"
-            f"{pip_index_options(spec.pip_index_url)} {shlex.quote(HF_HUB_REQUIREMENT)}; }} && "
-            f"{env}{venv}/bin/hf download {shlex.quote(prof.weights_repo)} --local-dir {shlex.quote(prof.model_path)}")
+            f"{pip_index_options(spec.pip_index_url)} {shlex.quote(HF_HUB_REQUIREMENT)}; }} && export {env}&& "
+            f"commit=$({probe} resolve {repo} {shlex.quote(prof.weights_revision)}) && "
+            f"{venv}/bin/hf download {repo} --revision \"$commit\" --local-dir {path} && "
+            f"{probe} record {repo} \"$commit\" {path} {shlex.quote(RECORD_PATH)}")
+
+
+def weights_state(ctx: StepContext) -> WeightsState | None:
+    """What the weights fact found (None: not read, e.g. the container is not running)."""
+    out = ctx.facts.c("weights")
+    return parse_weights_check(out.stdout) if out is not None else None
 
 
 @step("model_weights", ct_facts=("weights",))
 def model_weights(ctx: StepContext, record: StepRecord) -> None:
-    """Model weights present at the profile's model_path (host mount, or `hf download` with progress)."""
+    """Complete model weights at the profile's model_path (host mount, or `hf download` with progress).
+
+    Complete means every file is there: against deploy's record of a finished download (the hub's file list of
+    the pinned revision, with sizes), or for a mounted directory the shards its index names. config.json alone
+    proves nothing: `hf download` writes the small files first and deletes a partial file when it fails.
+    """
     ensure_facts(ctx)
-    if unknown_until_started(ctx, record, "whether the weights are present"):
+    if unknown_until_started(ctx, record, "whether the weights are complete"):
         return
     prof, spec = ctx.profile, ctx.host.container
-    out = ctx.facts.c("weights")
-    present = out is not None and out.stdout.strip() == "present"
+    state = weights_state(ctx)
     if spec.model_mount is not None:
         # The weights live on host storage, mounted by the container step: check them, never download over them.
         record.details["mount"] = {"host": spec.model_mount, "container": prof.model_path}
-        if present:
-            record.summary = f"weights present at {prof.model_path} (host {spec.model_mount})"
+        if state is not None and state.complete:
+            record.summary = f"weights complete at {prof.model_path} (host {spec.model_mount})"
             return
-        if out is None and ctx.options.dry_run:
+        if state is None and ctx.options.dry_run:
             record.status = "skipped"
             record.summary = f"{spec.model_mount} is mounted at {prof.model_path} once the container runs"
             return
-        raise CheckFailed(f"no model weights (config.json) at {prof.model_path}, the mount of host directory "
-                          f"{spec.model_mount}",
-                          fix=f"put the model files in {spec.model_mount} on the host (or drop container.model_mount "
-                              "to download them with weights_repo)", host=ctx.host.name)
-    if present:
-        record.summary = f"weights present at {prof.model_path}"
+        if state is None or state.record == "none":
+            raise CheckFailed(f"no model weights (config.json) at {prof.model_path}, the mount of host directory "
+                              f"{spec.model_mount}",
+                              fix=f"put the model files in {spec.model_mount} on the host (or drop "
+                                  "container.model_mount to download them with weights_repo)", host=ctx.host.name)
+        record.details["missing"] = [m.path for m in state.missing]
+        raise CheckFailed(f"the weights in host directory {spec.model_mount} (mounted at {prof.model_path}) are "
+                          f"incomplete: {len(state.missing)} file(s) missing or short: {state.missing_summary()}",
+                          fix=f"copy the missing files into {spec.model_mount} on the host (e.g. finish the `hf "
+                              "download` there), then re-run; the server is not started on partial weights",
+                          host=ctx.host.name, details={"missing": [m.path for m in state.missing]})
+    if state is not None and state.recorded:
+        record.summary = f"weights complete at {prof.model_path} ({state.repo} at {state.commit[:12]})"
         return
     if prof.weights_repo is None:
-        raise CheckFailed(f"no model weights at {prof.model_path} (no config.json) and no weights_repo to fetch",
+        if state is not None and state.complete:
+            record.summary = f"weights complete at {prof.model_path} (every shard its index names)"
+            return
+        raise CheckFailed(f"no complete model weights at {prof.model_path}"
+                          + (f" (missing: {state.missing_summary()})" if state is not None and state.missing else "")
+                          + " and no weights_repo to fetch them",
                           fix="copy the weights there, set profiles.<name>.weights_repo, or mount a host directory "
                               "there with container.model_mount", host=ctx.host.name)
-    what = f"download {prof.weights_repo} to {prof.model_path}" + (
-        f" from {spec.hf_endpoint}" if spec.hf_endpoint else "")
+    source = f"{prof.weights_repo}@{prof.weights_revision}"
+    if state is not None and state.missing:
+        record.details["missing"] = [m.path for m in state.missing]
+        what = (f"finish the download of {source} to {prof.model_path} ({len(state.missing)} file(s) missing or "
+                f"short: {state.missing_summary(3)})")
+    elif state is not None and state.record != "none":
+        what = (f"check {prof.model_path} against the file list of {source} and record it (no record of a finished "
+                "download; `hf download` fetches only what is missing)")
+    else:
+        what = f"download {source} to {prof.model_path}"
+    what += f" from {spec.hf_endpoint}" if spec.hf_endpoint else ""
     if ctx.options.skip_weights:
         record.status = "skipped"
         record.summary = f"--skip-weights: would {what}"
@@ -161,19 +203,40 @@ def model_weights(ctx: StepContext, record: StepRecord) -> None:
     if not mark_change(record, ctx, what):
         record.summary = what
         return
-    ctx.say(what + " (this can take long; `hf download` prints its progress and resumes a partial download)")
+    ctx.say(what + " (this can take long; `hf download` prints its progress and skips the files it already has)")
     res = ctx.ct.run(hf_download_command(ctx), check=False, timeout=24 * 3600, what="weights download",
                      progress=lambda line: ctx.say(f"  download: {line}"))
     if res.rc != 0:
-        raise RemoteError(f"weights download failed: {(res.stderr or res.stdout).strip()[-500:]}",
+        refresh_ct_facts(ctx, "weights")  # what the failed download left: named in the error
+        left = weights_state(ctx)
+        raise RemoteError(f"weights download failed; the weights at {prof.model_path} are incomplete"
+                          + (f" ({left.missing_summary()} missing or short)" if left and left.missing else "")
+                          + f": {(res.stderr or res.stdout).strip()[-500:]}",
                           fix="check access to the model hub from the container (container.hf_endpoint names a "
-                              "mirror); re-running resumes the download", host=ctx.host.name)
+                              "mirror); re-running `deploy up` finishes the download (files already complete are "
+                              "kept); the server is not started on partial weights", host=ctx.host.name)
     refresh_ct_facts(ctx, "weights")
-    out = ctx.facts.c("weights")
-    if out is None or out.stdout.strip() != "present":
-        raise CheckFailed(f"`hf download {prof.weights_repo}` finished but {prof.model_path}/config.json is missing",
-                          fix="check that weights_repo names the model repository itself", host=ctx.host.name)
-    record.summary = f"downloaded {prof.weights_repo}"
+    state = weights_state(ctx)
+    if state is None or not state.recorded:
+        raise CheckFailed(f"`hf download {prof.weights_repo}` finished but the weights at {prof.model_path} are "
+                          f"not complete: {state.missing_summary() if state else 'nothing could be read'}",
+                          fix="check that weights_repo names the model repository itself, and the free space "
+                              f"under {prof.model_path}", host=ctx.host.name)
+    record.summary = f"downloaded {prof.weights_repo} at {state.commit[:12]} ({prof.model_path} complete)"
+
+
+def require_complete_weights(ctx: StepContext) -> None:
+    """The server is never started on partial weights (`up --skip-weights` after a cut download, a short mount)."""
+    state = weights_state(ctx)
+    if state is None or state.complete:
+        return
+    where = ctx.profile.model_path
+    raise CheckFailed(f"not starting sglang: the weights at {where} are incomplete"
+                      + (f" ({state.missing_summary()} missing or short)" if state.missing else " (no config.json)"),
+                      fix="run `deploy up` without --skip-weights to finish the download"
+                          + (f", or complete host directory {ctx.host.container.model_mount}"
+                             if ctx.host.container.model_mount else ""),
+                      host=ctx.host.name, details={"missing": [m.path for m in state.missing]})
 
 
 def require_valid_flags(ctx: StepContext, argv: list[str]) -> FlagCheck:

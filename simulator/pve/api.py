@@ -23,8 +23,11 @@ from simulator.pve.lxc import Node, PveError
 from simulator.pve.tasks import TaskError
 
 REPOID = "b6b7d3a1c6e5f0a2"
+#: The system templates Proxmox's appliance index lists now (it lists one version per template and moves on:
+#: debian-12-standard_12.7-1, which sim hosts still have in their storage, is gone from it). The host fault
+#: `aplinfo=NAME,…` starts a node with another index.
 APLINFO = [
-    ("debian-12-standard_12.7-1_amd64.tar.zst", "debian-12-standard", "12.7-1", "debian-12",
+    ("debian-12-standard_12.12-1_amd64.tar.zst", "debian-12-standard", "12.12-1", "debian-12",
      "Debian 12 Bookworm (standard)"),
     ("debian-13-standard_13.1-2_amd64.tar.zst", "debian-13-standard", "13.1-2", "debian-13",
      "Debian 13 Trixie (standard)"),
@@ -213,7 +216,7 @@ def _lxc_create(ctx: Ctx, p: dict[str, Any]) -> Any:
     unpriv = bool(schema.parse_bool(p.get("unprivileged", 1)))
     _create_perms(ctx, p, vmid, unpriv)
     ctx.node.precheck_create(vmid)
-    ctx.node.check_modify_perm(ctx.caller.user, [k for k in p if k not in ("vmid", "node")], p, unpriv)
+    ctx.node.check_modify_perm(ctx.caller.user, vmid, [k for k in p if k not in ("vmid", "node")], p, unpriv)
     conf = ctx.node.build_conf(p, normaliser(ctx.ep))
     ctx.node.check_devices(conf.options)  # update_pct_config runs before the worker: the call itself fails
     start = bool(p.get("start"))
@@ -398,10 +401,23 @@ def _gib(size: str) -> int:
     return int(m.group(1)) << 30 if m else 0
 
 
+def _index(ctx: Ctx) -> list[tuple[str, str, str, str, str]]:
+    """The node's appliance index: today's, or the names the host's `aplinfo` fault lists."""
+    names = ctx.hp.load().faults.aplinfo
+    if names is None:
+        return APLINFO
+    out = []
+    for name in (n.strip() for n in names.split(",") if n.strip()):
+        package, _, rest = name.partition("_")
+        os_ = package.rsplit("-", 1)[0]
+        out.append((name, package, rest.split("_", 1)[0], os_, f"{os_} ({package.rsplit('-', 1)[-1]})"))
+    return out
+
+
 @route("GET", "/nodes/{node}/aplinfo")
 def _aplinfo(ctx: Ctx, p: dict[str, Any]) -> Any:
     out = []
-    for template, package, version, os_, headline in APLINFO:
+    for template, package, version, os_, headline in _index(ctx):
         out.append({
             "template": template, "package": package, "version": version, "os": os_, "type": "lxc",
             "section": "system", "headline": headline, "architecture": "amd64",
@@ -421,8 +437,8 @@ def _apl_download(ctx: Ctx, p: dict[str, Any]) -> Any:
         raise PveError(f"storage '{storage}' does not exist")
     if storage != "local":
         raise PveError(f"storage '{storage}' does not support templates")
-    if template not in {a[0] for a in APLINFO}:
-        raise PveError("no such template")
+    if template not in {a[0] for a in _index(ctx)}:
+        raise schema.ParamError({"template": "no such template"})
 
     def body(log: tasks.TaskLog) -> None:
         url = f"http://download.proxmox.com/images/system/{template}"
@@ -434,8 +450,8 @@ def _apl_download(ctx: Ctx, p: dict[str, Any]) -> Any:
         size = TEMPLATE_SIZE
         from simulator.lxc import template as lxc_template
 
-        if template == lxc_template.TEMPLATE_NAME:
-            # the real, locally built Debian 12 template
+        if template.split("_", 1)[0] == lxc_template.TEMPLATE_NAME.split("_", 1)[0]:
+            # the real, locally built Debian 12 template, under whichever debian-12-standard version the index lists
             built = lxc_template.ensure()
             shutil.copyfile(built.path, tmp)
             size = built.size_bytes

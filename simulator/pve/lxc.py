@@ -105,11 +105,16 @@ class Node:
 
     # ------------------------------------------------------------------------------------------ permissions
 
-    def check_modify_perm(self, user: str, keys: list[str], values: dict[str, Any], unprivileged: bool,
-                          old_features: str | None = None) -> None:
-        """pve-container check_ct_modify_config_perm: only root@pam may pass devices, touch privileged features."""
+    def check_modify_perm(self, user: str, vmid: int, keys: list[str], values: dict[str, Any], unprivileged: bool,
+                          old: dict[str, str] | None = None) -> None:
+        """pve-container check_ct_modify_config_perm: only root@pam may pass devices, touch privileged features;
+        nesting needs VM.Allocate on the CT, a netN bridge SDN.Use on its zone (check_bridge_access, for the old
+        and the new value). The per-key VM.Config.* privileges are checked by the API first (api._config_perms)."""
         if user == ROOT_USER:
             return
+        from simulator.pve import acl
+
+        old = old or {}
         for key in keys:
             if re.fullmatch(r"dev\d+", key):
                 raise perm_error("configuring device passthrough is only allowed for root@pam")
@@ -119,10 +124,38 @@ class Node:
                 if not unprivileged:
                     raise perm_error("changing feature flags for privileged container is only allowed for root@pam")
                 new = confmod.split_property(str(values.get(key, "")), "")
-                old = confmod.split_property(old_features or "", "")
-                changed = {k for k in set(new) | set(old) if new.get(k) != old.get(k)}
+                was = confmod.split_property(old.get(key, ""), "")
+                changed = {k for k in set(new) | set(was) if new.get(k) != was.get(k)}
                 if changed - {"nesting"}:
                     raise perm_error("changing feature flags (except nesting) is only allowed for root@pam")
+                if changed:
+                    acl.require(self.hp, user, f"/vms/{vmid}", ["VM.Allocate"])
+            if re.fullmatch(r"net\d+", key):
+                for raw in (old.get(key), values.get(key)):
+                    if raw:
+                        self._check_bridge_access(user, str(raw))
+
+    def _check_bridge_access(self, user: str, raw: str) -> None:
+        """pve-guest-common check_vnet_access: a plain bridge is a vnet of the `localnetwork` zone; SDN.Use on
+        the bridge, or on each VLAN tag (`tag=`, `trunks=`) below it."""
+        from simulator.pve import acl
+
+        net = confmod.split_property(raw, "name")
+        bridge = net.get("bridge")
+        if not bridge:
+            return
+        zone = f"/sdn/zones/localnetwork/{bridge}"
+        tags: set[str] = set()
+        for part in (net.get("trunks") or "").split(";"):
+            lo, _, hi = part.partition("-")
+            if lo.isdigit():
+                tags.update(str(t) for t in range(int(lo), int(hi or lo) + 1))
+        if net.get("tag"):
+            acl.require(self.hp, user, f"{zone}/{net['tag']}", ["SDN.Use"])
+        for tag in sorted(tags):
+            acl.require(self.hp, user, f"{zone}/{tag}", ["SDN.Use"])
+        if not (net.get("tag") or tags):
+            acl.require(self.hp, user, zone, ["SDN.Use"])
 
     # ------------------------------------------------------------------------------------------ create
 
@@ -249,7 +282,7 @@ class Node:
             if digest and digest != current:
                 raise PveError("detected modified configuration - file changed by other user? Try again.")
             unpriv = conf.options.get("unprivileged") == "1"
-            self.check_modify_perm(user, [*values, *delete], values, unpriv, conf.options.get("features"))
+            self.check_modify_perm(user, vmid, [*values, *delete], values, unpriv, conf.options)
             values = {k: self._fill_net(v) if re.fullmatch(r"net\d+", k) else v for k, v in values.items()}
             self.check_devices(values)
             from simulator.pve import pending

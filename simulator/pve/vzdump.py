@@ -4,11 +4,18 @@ Operators use such an archive as a site template: provision one container (`depl
 dump it into `/var/lib/vz/template/cache`, and name it as `container.ostemplate`; `pct create` unpacks it like any
 template. The archive holds the rootfs plus the container's PVE config as `etc/vzdump/pct.conf`, as a real one
 does. Only the `stop` mode is simulated (the default `snapshot` needs storage snapshots, `suspend` a freezer).
+`--exclude-path PATTERN` (repeatable; each value split like a shell line) and the standard excludes
+(`--stdexcludes`, on by default: /tmp/?*, /var/tmp/?*, /var/run/?*.pid) reach tar as PVE's VZDump::LXC passes them:
+a pattern starting with `/` is anchored at the container's root (`--exclude=./PATTERN`), others match anywhere; a
+trailing slash matches nothing with tar, and vzdump warns about it. Bind mount points (`mpN` of a host directory)
+are never in the archive.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import subprocess
 import tempfile
 import time
@@ -22,6 +29,7 @@ USAGE = "vzdump {<vmid>} [OPTIONS]"
 MODES = ("snapshot", "suspend", "stop")
 COMPRESSORS = {"zstd": ".tar.zst", "0": ".tar"}
 DEFAULT_DUMPDIR = "/var/lib/vz/dump"
+STD_EXCLUDES = ("/tmp/?*", "/var/tmp/?*", "/var/run/?*.pid")
 
 
 @dataclass(frozen=True)
@@ -30,19 +38,31 @@ class DumpRequest:
     mode: str = "snapshot"
     compress: str = "0"
     dumpdir: str = DEFAULT_DUMPDIR
+    exclude_path: tuple[str, ...] = ()
+    stdexcludes: bool = True
+
+    @property
+    def findexcl(self) -> list[str]:
+        """PVE::VZDump's exclusion list: --exclude-path, then the standard excludes."""
+        return [*self.exclude_path, *(STD_EXCLUDES if self.stdexcludes else ())]
 
 
 def parse_args(argv: list[str]) -> DumpRequest:
     """vzdump's own options (pve-manager PVE::VZDump); refused like the real tool's parameter check."""
     vmids: list[int] = []
     opts: dict[str, str] = {}
+    excludes: list[str] = []
     it = iter(argv)
     for arg in it:
         if arg.startswith("--"):
-            key, _, value = arg[2:].partition("=")
-            if key not in ("mode", "compress", "dumpdir", "storage"):
+            key, sep, value = arg[2:].partition("=")
+            if key not in ("mode", "compress", "dumpdir", "storage", "exclude-path", "stdexcludes"):
                 raise PveError(f"Unknown option: {key}\n400 unable to parse option\n{USAGE}", 400)
-            opts[key] = value or next(it, "")
+            value = value if sep else next(it, "")
+            if key == "exclude-path":
+                excludes += shlex.split(value)
+            else:
+                opts[key] = value
         elif arg.isdigit():
             vmids.append(int(arg))
         else:
@@ -62,7 +82,11 @@ def parse_args(argv: list[str]) -> DumpRequest:
     storage = opts.get("storage")
     if storage not in (None, "local"):
         raise PveError(f"storage '{storage}' does not exist", 400)
-    return DumpRequest(vmids[0], mode, compress, opts.get("dumpdir", DEFAULT_DUMPDIR))
+    std = opts.get("stdexcludes", "1")
+    if std not in ("0", "1"):
+        raise PveError(f"400 Parameter verification failed.\nstdexcludes: type check ('boolean') failed - got "
+                       f"'{std}'\n{USAGE}", 400)
+    return DumpRequest(vmids[0], mode, compress, opts.get("dumpdir", DEFAULT_DUMPDIR), tuple(excludes), std == "1")
 
 
 def archive_name(vmid: int, compress: str, when: float) -> str:
@@ -87,6 +111,11 @@ def dump(node: Node, req: DumpRequest, log: Callable[[str], None],
     log(f"INFO: backup mode: {req.mode}")
     log(f"INFO: CT Name: {conf.options.get('hostname', f'CT{req.vmid}')}")
     log("INFO: including mount point rootfs ('/') in backup")
+    for key in sorted((k for k in conf.options if re.fullmatch(r"mp\d+", k)), key=lambda k: int(k[2:])):
+        source, _, rest = conf.options[key].partition(",")
+        mount = dict(p.split("=", 1) for p in rest.split(",") if "=" in p).get("mp", "?")
+        if source.startswith("/"):  # a host directory: PVE's type bind, never backed up
+            log(f"INFO: excluding bind mount point {key} ('{mount}') from backup (not a volume)")
     if running:
         log("INFO: stopping virtual guest")
         stop()
@@ -98,8 +127,13 @@ def dump(node: Node, req: DumpRequest, log: Callable[[str], None],
             (vz / "pct.conf").write_text(conf.render())
             log(f"INFO: creating vzdump archive '{target}'")
             part = target.with_name(f".{target.name}.tmp")
-            argv = ["tar", "--numeric-owner", "--sparse", "-cpf", str(part), "-C", str(rootfs), ".",
-                    "-C", tmp, "./etc/vzdump/pct.conf"]
+            for pattern in req.findexcl:
+                if pattern.endswith("/"):
+                    log(f"WARN: tar does not match exclusion with a trailing slash '{pattern}'")
+            argv = ["tar", "--numeric-owner", "--sparse", "-cpf", str(part), "-C", tmp, "./etc/vzdump/pct.conf",
+                    "-C", str(rootfs), "--no-anchored",
+                    *(f"--exclude={p}" for p in req.findexcl if not p.startswith("/")), "--anchored",
+                    *(f"--exclude=.{p}" for p in req.findexcl if p.startswith("/")), "."]
             if req.compress == "zstd":
                 argv.insert(1, "--zstd")
             res = subprocess.run(argv, capture_output=True, text=True)

@@ -13,6 +13,8 @@ client makes (checked against huggingface_hub's snapshot_download / file_downloa
 Errors carry `X-Error-Code` (RepoNotFound, RevisionNotFound, EntryNotFound) which the client maps to its
 exceptions. No xet headers are sent, so the client uses plain HTTP. `rate_bytes_s` slows bodies down;
 `drop_after_bytes` cuts the first transfer of each LFS file (the client then resumes it with a Range request);
+the host fault `hub_cut_after_bytes` cuts every LFS transfer once that many body bytes went out (a link that went down:
+the client gives up, and what it leaves on disk is what a cut real download leaves);
 `requests` records what was asked (method, path, Range).
 
 Resume, as huggingface_hub really does it: within one `hf download`, a transfer cut by the network is resumed
@@ -112,9 +114,34 @@ class HubState:
     drop_after_bytes: int | None = None
     dropped: set[str] = field(default_factory=set)
     requests: list[tuple[str, str, str]] = field(default_factory=list)  # (method, path, Range header or "")
+    #: Fault knob `hub_cut_after_bytes` (the host's faults in host.json when `host_dir` is set, else set here): LFS
+    #: file bodies (what the real Hub serves from its CDN) stop after this many bytes in all, counted from when the
+    #: knob took its value; from then on every such transfer is cut at once, as a link that went down (`hf
+    #: download` retries 5 times, then fails). The small files still come.
+    cut_after_bytes: int | None = None
+    cut_served: int = 0
+    host_dir: Path | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def commit(self, repo: str) -> str:
         return commit_of(self.repos[repo])
+
+    def take_budget(self, want: int) -> int:
+        """How many of the next `want` body bytes may go out before the cut (`want` when no cut is set)."""
+        with self.lock:
+            if self.host_dir is not None:
+                try:
+                    faults = json.loads((self.host_dir / "host.json").read_text()).get("faults") or {}
+                except (OSError, ValueError):
+                    faults = {}
+                knob = faults.get("hub_cut_after_bytes")
+                if knob != self.cut_after_bytes:
+                    self.cut_after_bytes, self.cut_served = knob, 0
+            if self.cut_after_bytes is None:
+                return want
+            allowed = max(0, min(want, self.cut_after_bytes - self.cut_served))
+            self.cut_served += allowed
+            return allowed
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -167,15 +194,24 @@ class _Handler(BaseHTTPRequestHandler):
             state.dropped.add(drop_key)
             cut = state.drop_after_bytes
         for off in range(start, end + 1, CHUNK):
-            if cut is not None and off >= cut:
-                self.wfile.flush()
-                self.close_connection = True
-                self.connection.shutdown(socket.SHUT_RDWR)
+            piece = data[off:min(off + CHUNK, end + 1)]
+            allowed = state.take_budget(len(piece)) if drop_key else len(piece)
+            if (cut is not None and off >= cut) or allowed == 0:
+                self._cut()
                 return
-            self.wfile.write(data[off:min(off + CHUNK, end + 1)])
+            self.wfile.write(piece[:allowed])
+            if allowed < len(piece):
+                self._cut()
+                return
             if rate:
                 self.wfile.flush()
                 time.sleep(CHUNK / rate)
+
+    def _cut(self) -> None:
+        """The connection drops mid-body: the client sees fewer bytes than Content-Length said."""
+        self.wfile.flush()
+        self.close_connection = True
+        self.connection.shutdown(socket.SHUT_RDWR)
 
     def do_HEAD(self) -> None:
         self.do_GET()
@@ -283,7 +319,7 @@ class Hub:
 def start_hub(host_dir: Path, address: str, port: int, shard_bytes: int = 1 << 20) -> Hub:
     """Serve the synthetic GLM-5-NVFP4 repo on address:port (0: any free port) in a daemon thread, and record
     the endpoint in <host_dir>/hub.json."""
-    server = HubHTTPServer((address, port), HubState({REPO_ID: glm5_repo(shard_bytes)}))
+    server = HubHTTPServer((address, port), HubState({REPO_ID: glm5_repo(shard_bytes)}, host_dir=host_dir))
     thread = threading.Thread(target=server.serve_forever, name=f"model-hub-{address}", daemon=True)
     thread.start()
     hub = Hub(server, host_dir, thread)

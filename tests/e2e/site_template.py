@@ -32,6 +32,11 @@ CACHE = lxc_template.CACHE_DIR / "site"
 KEEP = 3  # archives of other code versions kept (other worktrees, a switch back)
 #: What an operator removes before dumping a template: apt caches, logs, the machine's identity.
 CLEAN = "apt-get clean && rm -rf /var/lib/apt/lists/* /var/log/journal/* && : > /etc/machine-id"
+#: docs/playbooks.md: the archive holds at most the rootfs (`du -x`; zstd only shrinks it); refuse to dump when the
+#: dump directory's filesystem (the host's root on a default install) cannot take it. The tests' 4 MB model stays
+#: in the archive (the recipe's `--exclude-path MODEL_PATH` would make every test's container download it again).
+SPACE_CHECK = ("need=$(pct exec 120 -- du -sxb / | cut -f1); free=$(df -B1 --output=avail /var/lib/vz/dump | "
+               "tail -n 1); echo \"archive at most $need bytes, $free free\"; [ \"$need\" -lt \"$free\" ]")
 INPUTS = ("orchestrator", "simulator/software", "simulator/sglang_standin",
           "simulator/gpu")
 
@@ -86,6 +91,9 @@ def _build(workdir: Path, target: Path) -> None:
         cleaned = env.ct(CLEAN)
         if cleaned.rc != 0:
             raise RuntimeError(f"cleaning the site template's container failed: {cleaned.text}")
+        space = env.ssh(SPACE_CHECK)
+        if space.rc != 0:
+            raise RuntimeError(f"the dump directory cannot take the site template: {space.text}")
         dumped = env.ssh("vzdump 120 --mode stop --compress zstd --dumpdir /var/lib/vz/dump", timeout=600)
         if dumped.rc != 0:
             raise RuntimeError(f"vzdump of the site template's container failed: {dumped.text}")

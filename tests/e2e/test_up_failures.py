@@ -56,6 +56,28 @@ def test_missing_nvidia_uvm_is_named_by_doctor_and_up(deploy_env: DeployEnv) -> 
     assert deploy_env.run("up", "host", deploy_env.host, "--skip-bench").rc == 0
 
 
+def test_a_pinned_template_the_index_moved_past_is_refused_with_the_versions_it_lists(sim: Any,
+                                                                                         tmp_path: Path) -> None:
+    """Issue 20: real `POST aplinfo` accepts only the names in the node's current index; a pinned 12.7-1 that the
+    storage lacks is exit 2 naming what the index has, and nothing is created."""
+    env = make_env(sim, tmp_path, "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst")
+    assert env.ssh("rm /var/lib/vz/template/cache/debian-12-standard_12.7-1_amd64.tar.zst").rc == 0
+    env.faults(aplinfo="debian-12-standard_12.9-1_amd64.tar.zst,debian-12-standard_12.12-1_amd64.tar.zst")
+    up = env.run("--json", "up", "host", env.host, "--skip-bench")
+    assert up.rc == 2 and up.json["step"] == "container", up.text[-2000:]
+    assert "it lists for debian-12-standard: debian-12-standard_12.9-1_amd64.tar.zst, " \
+           "debian-12-standard_12.12-1_amd64.tar.zst" in up.json["what"]
+    assert "local:vztmpl/debian-12-standard" in up.json["fix"]
+    assert env.ssh("ls /etc/pve/lxc").stdout.strip() == ""  # nothing created
+    assert "debian-12-standard" not in env.ssh("ls /var/lib/vz/template/cache").stdout  # nothing downloaded
+    # the family form takes the newest the index lists: the plan says it would download 12.12-1
+    (env.inventory / "sim.yaml").write_text((env.inventory / "sim.yaml").read_text().replace(
+        "debian-12-standard_12.7-1_amd64.tar.zst", "debian-12-standard"))
+    plan = env.run("--json", "plan", "host", env.host)
+    changes = next(s for s in plan.json["steps"] if s["name"] == "container")["changes"]
+    assert changes[0] == "download template debian-12-standard_12.12-1_amd64.tar.zst to local", changes
+
+
 def test_driver_mismatch_is_fixed_with_the_hosts_installer(converged: DeployEnv) -> None:
     converged.ct_faults(driver_mismatch="590.48.01")
     assert "mismatch" in converged.ct("nvidia-smi -L").text

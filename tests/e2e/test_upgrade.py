@@ -57,3 +57,34 @@ def test_missing_weights_are_named_and_skippable(converged: DeployEnv) -> None:
     step = next(s for s in res.json["steps"] if s["name"] == "model_weights")
     assert step["status"] == "changed", step
     assert converged.ct("test -f /models/GLM-5-NVFP4/config.json").rc == 0
+
+
+def test_a_cut_download_fails_up_and_the_next_up_finishes_it_before_the_server_loads(converged: DeployEnv) -> None:
+    """Issue 20: `hf download` writes config.json first and deletes partial files when it fails, so a cut
+    download must not count as weights; the next `up` finishes it and only then starts the server."""
+    model = "/models/GLM-5-NVFP4"
+    converged.ct(f"systemctl stop sglang && rm -rf {model}")
+    converged.faults(hub_cut_after_bytes=600_000)  # the link to the hub goes down 600 kB into the download
+    cut = converged.run("--json", "up", "host", converged.host, "--skip-bench")
+    assert cut.rc == 3 and cut.json["step"] == "model_weights", cut.text[-2000:]
+    assert f"weights download failed; the weights at {model} are incomplete (" in cut.json["what"]
+    assert "model-00001-of-00004.safetensors" in cut.json["what"]
+    assert "re-running `deploy up` finishes the download" in cut.json["fix"]
+    assert converged.ct(f"test -f {model}/config.json").rc == 0  # what real `hf download` leaves behind
+    assert converged.ct(f"ls {model}/*.safetensors").rc != 0
+    assert converged.ct("systemctl is-active sglang").stdout.strip() != "active"  # never started on partial weights
+    plan = converged.run("--json", "plan", "host", converged.host)
+    step = next(s for s in plan.json["steps"] if s["name"] == "model_weights")
+    assert step["summary"].startswith(  # plan never downloads (it runs as --skip-weights)
+        f"--skip-weights: would finish the download of lukealonso/GLM-5-NVFP4@main to {model}"), step
+
+    converged.faults(hub_cut_after_bytes=None)
+    res = converged.run("--json", "up", "host", converged.host, "--skip-bench")
+    assert res.rc == 0, res.text[-2000:]
+    steps = {s["name"]: s for s in res.json["steps"]}
+    assert steps["model_weights"]["status"] == "changed" and f"({model} complete)" in steps["model_weights"]["summary"]
+    sizes = converged.ct(f"stat -c '%s %n' {model}/*.safetensors").stdout.split()
+    assert len(sizes) == 8 and len(set(sizes[0::2])) == 1 and int(sizes[0]) > 1 << 20  # four whole shards
+    assert converged.ct("systemctl is-active sglang").stdout.strip() == "active"
+    again = converged.run("--json", "up", "host", converged.host, "--skip-bench")
+    assert again.rc == 0 and next(s for s in again.json["steps"] if s["name"] == "model_weights")["status"] == "ok"

@@ -79,7 +79,15 @@ def test_digest_and_duplicate_and_nextid(prox: Any, sim: Any) -> None:
 
 def test_templates_download_and_content(prox: Any, sim: Any) -> None:
     names = [a["template"] for a in prox.nodes(sim.node).aplinfo.get()]
-    assert "debian-12-standard_12.7-1_amd64.tar.zst" in names
+    # the index lists today's versions: the 12.7-1 the host keeps in its storage is no longer offered
+    assert "debian-12-standard_12.12-1_amd64.tar.zst" in names and TEMPLATE.split("/")[1] not in names
+    with pytest.raises(ResourceException) as err:
+        prox.nodes(sim.node).aplinfo.post(storage="local", template=TEMPLATE.split("/")[1])
+    assert err.value.status_code == 400 and err.value.errors == {"template": "no such template\n"}
+    # another index (the `aplinfo` fault): what the node offers is what it downloads
+    set_faults(sim.host_dir.parent.parent, sim.name, aplinfo="debian-12-standard_12.9-1_amd64.tar.zst")
+    assert [a["template"] for a in prox.nodes(sim.node).aplinfo.get()] == ["debian-12-standard_12.9-1_amd64.tar.zst"]
+    set_faults(sim.host_dir.parent.parent, sim.name, aplinfo=None)
     new = next(n for n in names if n.startswith("debian-13"))
     upid = prox.nodes(sim.node).aplinfo.post(storage="local", template=new)
     assert Tasks.blocking_status(prox, upid, polling_interval=0.1)["exitstatus"] == "OK"

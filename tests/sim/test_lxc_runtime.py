@@ -201,7 +201,8 @@ def test_unprivileged_ct_under_a_private_root_is_refused_with_the_reason(ct: Ct)
 def test_vzdump_archive_is_a_template_for_new_containers(ct: Ct) -> None:
     """vzdump --mode stop stops, dumps and restarts the CT; `pct create` from the archive gets its files, fresh host
     keys, and the dumped PVE config only as etc/vzdump/pct.conf. Other modes and options are refused by name."""
-    assert ct.sh("echo provisioned > /root/site-marker").rc == 0
+    assert ct.sh("echo provisioned > /root/site-marker && mkdir -p /opt/weights /srv/keep/ && "
+                 "echo w > /opt/weights/shard && echo k > /srv/keep/file && echo t > /tmp/scratch").rc == 0
     keys_before = ct.sh("cat /etc/ssh/ssh_host_ed25519_key.pub").out
     refused = ct.ssh.run("vzdump 120 --dumpdir /var/lib/vz/template/cache")
     assert refused.rc != 0 and "only `--mode stop`" in refused.err, refused
@@ -209,8 +210,12 @@ def test_vzdump_archive_is_a_template_for_new_containers(ct: Ct) -> None:
     assert refused.rc != 0 and "mode: value 'frozen'" in refused.err, refused
     refused = ct.ssh.run("vzdump 120 --mode stop --compress 1")  # 1 is lzo on PVE: not simulated, not zstd
     assert refused.rc != 0 and "not '1'" in refused.err, refused
-    res = ct.ssh.run("vzdump 120 --mode stop --compress zstd --dumpdir /var/lib/vz/template/cache", timeout=300)
+    # the weights stay out of the archive with --exclude-path (anchored at the CT's root, as PVE passes it to
+    # tar); a trailing slash matches nothing in tar, and vzdump says so; /tmp is a standard exclude
+    res = ct.ssh.run("vzdump 120 --mode stop --compress zstd --dumpdir /var/lib/vz/template/cache "
+                     "--exclude-path /opt/weights --exclude-path /srv/keep/", timeout=300)
     assert res.rc == 0, res.err
+    assert "WARN: tar does not match exclusion with a trailing slash '/srv/keep/'" in res.out
     assert "INFO: stopping virtual guest" in res.out and "INFO: Backup job finished successfully" in res.out
     assert ct.ssh.run("pct status 120").out.strip() == "status: running"
     name = next(line.split("'")[1].rsplit("/", 1)[1] for line in res.out.splitlines()
@@ -220,6 +225,10 @@ def test_vzdump_archive_is_a_template_for_new_containers(ct: Ct) -> None:
     conf = subprocess.run(["tar", "--zstd", "-xOf", str(archive), "./etc/vzdump/pct.conf"], capture_output=True,
                           text=True, check=True).stdout
     assert "hostname: ct120" in conf
+    members = set(subprocess.run(["tar", "--zstd", "-tf", str(archive)], capture_output=True, text=True,
+                                 check=True).stdout.split())
+    assert "./opt/weights/shard" not in members and "./opt/weights/" not in members and "./opt/" in members
+    assert "./srv/keep/file" in members and "./tmp/scratch" not in members and "./tmp/" in members
     create_and_start(ct.ssh, 124, template=f"local:vztmpl/{name}")
     try:
         assert ct.sh("cat /root/site-marker", vmid=124).out.strip() == "provisioned"

@@ -199,3 +199,67 @@ def test_pvesh_prints_text_unless_asked_for_json(ssh: Any, make_ct: Any, sim: An
     assert re.search(r"^hostname +ct157$", plain, re.M) and "|" not in plain
     assert ssh.run(f"pvesh get /nodes/{sim.node}/lxc/157/status/current --output-format json").out.startswith("{")
     assert ssh.run("pvesh get /version").out.count("release") == 1
+
+
+def test_a_token_lacking_sdn_use_allocate_or_datastore_privileges_gets_pves_403_and_the_tool_names_it(
+        ssh: Any, sim: Any, tmp_path: Path) -> None:
+    """pve-container check_ct_modify_config_perm / pve-guest-common check_vnet_access (net0 bridge: SDN.Use on the
+    localnetwork zone; nesting: VM.Allocate), pve-manager apl_download (Datastore.AllocateTemplate) and create's
+    rootfs volume (Datastore.AllocateSpace): each a 403 with PVE's text, each named by the tool's error."""
+    from orchestrator.errors import PermissionDenied
+    from orchestrator.inventory.loader import load_inventory
+    from orchestrator.remote.pve import HttpsPve
+    from orchestrator.runlog import Metrics
+
+    made = ssh.run("pct create 159 local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst --hostname ct159 "
+                   "--rootfs local-lvm:8 --unprivileged 1 --net0 name=eth0,bridge=vmbr0,ip=dhcp")
+    assert made.rc == 0, made.err
+    res = ssh.run("pveum user token add root@pam lean --privsep 1 --output-format json")
+    secret = tmp_path / "lean-token"
+    secret.write_text(json.loads(res.out)["value"] + "\n")
+    secret.chmod(0o600)
+    # every VM.Config.* privilege on the CTs, but not VM.Allocate; nothing on storage or SDN
+    assert ssh.run("pveum role add DeployLean --privs VM.Audit,VM.PowerMgmt,VM.Config.Network,VM.Config.Options,"
+                   "VM.Config.CPU,VM.Config.Memory,VM.Config.Disk").rc == 0
+    assert ssh.run("pveum acl modify /vms --roles DeployLean --tokens 'root@pam!lean'").rc == 0
+    inv_dir = tmp_path / "inventory"
+    inv_dir.mkdir()
+    (inv_dir / "sim.yaml").write_text((sim.host_dir.parent.parent / "inventory.yaml").read_text()
+                                      .replace(sim.token_id, "root@pam!lean")
+                                      .replace(str(sim.token_secret_file), str(secret)))
+    for name in ("profiles.yaml", "presets.yaml"):
+        shutil.copy(EXAMPLE_INVENTORY / name, inv_dir / name)
+    client = HttpsPve(load_inventory(inv_dir).hosts[sim.name], Metrics())
+    assert client.identity == "root@pam!lean"
+    node = f"/nodes/{sim.node}"
+    for (method, path, params), (acl_path, priv, role) in (
+            (("put", f"{node}/lxc/159/config", {"net0": "name=eth0,bridge=vmbr0,ip=dhcp,tag=30"}),
+             ("/sdn/zones/localnetwork/vmbr0", "SDN.Use", "PVESDNUser")),  # the old value (untagged) first
+            (("put", f"{node}/lxc/159/config", {"features": "nesting=1"}), ("/vms/159", "VM.Allocate", "PVEVMAdmin")),
+            (("post", f"{node}/aplinfo", {"storage": "local", "template": "debian-13-standard_13.1-2_amd64.tar.zst"}),
+             ("/storage/local", "Datastore.AllocateTemplate", "PVEDatastoreAdmin"))):
+        with pytest.raises(PermissionDenied) as err:
+            client.call(method, path, **params)
+        assert f"403 Forbidden: Permission check failed ({acl_path}, {priv})" in err.value.what, \
+            err.value.what
+        assert err.value.details["missing"] == {"path": acl_path, "privileges": [priv]}
+        assert f"lacks {priv} on {acl_path}" in err.value.fix and f"--roles {role}" in err.value.fix
+    # then the new one: a tagged bridge needs SDN.Use on that VLAN (or propagated from the bridge)
+    assert ssh.run("pveum acl modify /sdn/zones/localnetwork/vmbr0 --roles PVESDNUser --propagate 0 "
+                   "--tokens 'root@pam!lean'").rc == 0
+    with pytest.raises(PermissionDenied) as err:
+        client.call("put", f"{node}/lxc/159/config", net0="name=eth0,bridge=vmbr0,ip=dhcp,tag=30")
+    assert err.value.details["missing"] == {"path": "/sdn/zones/localnetwork/vmbr0/30", "privileges": ["SDN.Use"]}
+    # granted as the fix says, each call goes through
+    assert ssh.run("pveum acl modify /sdn/zones/localnetwork/vmbr0 --roles PVESDNUser --tokens 'root@pam!lean'"
+                   ).rc == 0
+    client.call("put", f"{node}/lxc/159/config", net0="name=eth0,bridge=vmbr0,ip=dhcp,tag=30")
+    assert ssh.run("pveum acl modify /vms/159 --roles PVEVMAdmin --tokens 'root@pam!lean'").rc == 0
+    client.call("put", f"{node}/lxc/159/config", features="nesting=1")
+    assert "features: nesting=1\n" in ssh.run("cat /etc/pve/lxc/159.conf").out
+    # creating needs Datastore.AllocateSpace on the rootfs storage (VM.Allocate on the new CT is there now)
+    assert ssh.run("pveum acl modify /vms/160 --roles PVEVMAdmin --tokens 'root@pam!lean'").rc == 0
+    with pytest.raises(PermissionDenied) as err:
+        client.call("post", f"{node}/lxc", vmid=160, ostemplate=TEMPLATE, unprivileged=1, rootfs="local-lvm:8")
+    assert err.value.details["missing"] == {"path": "/storage/local-lvm", "privileges": ["Datastore.AllocateSpace"]}
+    assert "--roles PVEDatastoreUser" in err.value.fix

@@ -111,6 +111,7 @@ def start_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
         model = tmp_path / "model"
         model.mkdir(exist_ok=True)
         (model / "config.json").write_text(json.dumps({"architectures": ["GlmMoeDsaForCausalLM"]}))
+        (model / "model.safetensors").write_bytes(b"")  # the loader looks for weights files, not into them
         env = ct.env() if ct else clean_env()
         env.update(PYTHONPATH=str(STANDIN), SGLANG_SIM_START_S=str(start_s), SGLANG_SIM_VERSION=version)
         log = tmp_path / f"server-{port}.log"

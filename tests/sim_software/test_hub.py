@@ -71,3 +71,49 @@ def test_unknown_repo_fails_clearly(hub: Hub, tmp_path: Path) -> None:
     res = download(hub, tmp_path / "x", repo="zai-org/NoSuchModel")
     assert res.returncode != 0
     assert "Repository Not Found" in res.stderr or "not found" in res.stderr.lower(), res.stderr
+
+
+def test_a_cut_download_leaves_small_files_only_and_the_record_is_written_once_complete(tmp_path: Path) -> None:
+    """The `hub_cut_after_bytes` fault (read from the host's faults) against the real `hf download`, and deploy's
+    check of the hub's file list (orchestrator/probes/weights_probe.py) on what it leaves, then on a full download."""
+    from orchestrator.parsers.weights import RECORD_PATH
+    from orchestrator.steps.software import weights_probe_source
+
+    host_dir = tmp_path / "host"
+    host_dir.mkdir()
+    (host_dir / "host.json").write_text(json.dumps({"faults": {"hub_cut_after_bytes": 600_000}}))
+    hub = start_hub(host_dir, loopback(), 0, shard_bytes=1 << 20)
+    dest = tmp_path / "GLM-5-NVFP4"
+    env = hf_env(hub, tmp_path / "hf-home")
+
+    def probe(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sglang_venv().bin("python"), "-c", weights_probe_source(), *args], env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    try:
+        commit = probe("resolve", REPO_ID, "main").stdout.strip()
+        assert commit == hub.state.commit(REPO_ID)
+        cut = download(hub, dest)
+        assert cut.returncode != 0 and "Trying to resume download..." in cut.stderr
+        files = hub.state.repos[REPO_ID]
+        left = sorted(p.name for p in dest.iterdir() if p.is_file())
+        # the small files came and stay; every shard was cut and its partial file deleted
+        assert (dest / "config.json").is_file() and not [n for n in left if n.endswith(".safetensors")]
+        assert not list(dest.rglob("*.incomplete"))
+        short = probe("record", REPO_ID, commit, str(dest), RECORD_PATH)
+        assert short.returncode == 1 and not (dest / RECORD_PATH).exists()
+        assert sorted(line.split("\t")[1] for line in short.stdout.splitlines()) == sorted(
+            p for p, f in files.items() if f.lfs)
+        # the link is back: the next download finishes what is missing, and the record lists every file and size
+        (host_dir / "host.json").write_text(json.dumps({"faults": {"hub_cut_after_bytes": None}}))
+        again = subprocess.run([sglang_venv().bin("hf"), "download", REPO_ID, "--revision", commit, "--local-dir",
+                                str(dest)], env=env, capture_output=True, text=True, timeout=180)
+        assert again.returncode == 0, again.stderr
+        done = probe("record", REPO_ID, commit, str(dest), RECORD_PATH)
+        assert done.returncode == 0, done.stdout + done.stderr
+        lines = (dest / RECORD_PATH).read_text().splitlines()
+        assert lines[0] == f"{REPO_ID}\t{commit}"
+        assert sorted(lines[1:]) == sorted(f"{len(f.data)}\t{p}" for p, f in files.items())
+        assert_complete(hub, dest)
+    finally:
+        hub.stop()

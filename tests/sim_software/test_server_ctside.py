@@ -26,6 +26,7 @@ def model(tmp_path: Path) -> Path:
     path = tmp_path / "GLM-5-NVFP4"
     path.mkdir()
     (path / "config.json").write_text(json.dumps(MODEL_CONFIG))
+    (path / "model.safetensors").write_bytes(b"")  # the loader looks for weights files, not into them
     return path
 
 

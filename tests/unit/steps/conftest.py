@@ -51,6 +51,13 @@ def frame(nonce: str, outputs: Mapping[str, CommandOutput]) -> str:
     return "".join(parts)
 
 
+def with_container(run: StepRun, **update: object) -> StepRun:
+    """The same run on a host whose container section has these fields (as if the inventory said so)."""
+    host = run.ctx.host
+    run.ctx.host = host.model_copy(update={"container": host.container.model_copy(update=update)})
+    return run
+
+
 @dataclass
 class Call:
     kind: str  # run | script | batch
@@ -70,6 +77,8 @@ class FakeNode:
     calls: list[Call] = field(default_factory=list)
     rules: list[tuple[str, RemoteResult]] = field(default_factory=list)
     ct_after: dict[str, Fact] | None = None
+    #: What the container prints instead of its facts when a just-started boot does not settle (None: it settles).
+    ct_boot_unsettled: str | None = None
 
     def answer(self, needle: str, stdout: str = "", rc: int = 0, stderr: str = "") -> None:
         self.rules.insert(0, (needle, RemoteResult(rc, stdout, stderr, 0.0)))
@@ -103,6 +112,8 @@ class FakeNode:
         if "ct_facts" in commands:
             if self.ct_after is None:
                 result["ct_facts"] = out("__CT_NOT_RUNNING__\n")
+            elif self.ct_boot_unsettled is not None and "is-system-running --wait" in commands["ct_facts"]:
+                result["ct_facts"] = out(self.ct_boot_unsettled)
             else:
                 m = re.search(r"@@DEPLOY:([A-Za-z0-9]+):PLAN:([a-z0-9_ -]*)@@", commands["ct_facts"])
                 assert m, "the container facts must travel as one inner batch"

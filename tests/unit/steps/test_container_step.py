@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
+import pytest
+
+from orchestrator.errors import CheckFailed, ConfigError
+from orchestrator.facts import BOOT_UNSETTLED, SETTLE_BOOT
 from orchestrator.parsers.devices import nvidia_char_devices, parse_dev_listing
 from orchestrator.steps.container import base_config, device_plan
+from tests.unit.steps.conftest import with_container
 
 DEV_LISTING = """\
 crw-rw-rw- 1 root root 195,   0 Nov 30 10:00 /dev/nvidia0
@@ -22,7 +28,7 @@ TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
 def host_facts(status: str, config: dict[str, object] | None = None) -> dict[str, str]:
     return {"ct_status": status, "ct_config": json.dumps(config or {}), "dev_listing": DEV_LISTING,
             "proc_devices": PROC_DEVICES, "pveversion": PVEVERSION,
-            "templates": json.dumps([{"volid": TEMPLATE}])}
+            "templates": json.dumps([{"volid": TEMPLATE}]), "aplinfo": "[]"}
 
 
 def converged_config(run) -> dict[str, object]:
@@ -45,6 +51,37 @@ def test_absent_container_is_created_with_every_device_then_started(make_run) ->
     # After the start the container's facts are read again, in one round trip, once its boot has settled.
     [reread] = run.node.commands("batch")
     assert run.ctx.facts.ct_running and "systemctl is-system-running --wait" in reread
+
+
+def _boot_settle(tmp_path, systemctl_body: str) -> str:
+    """What the boot-settle line prints, run by a real bash against a stand-in `systemctl`."""
+    fake = tmp_path / "systemctl"
+    fake.write_text(f"#!/bin/sh\n{systemctl_body}\n")
+    fake.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+    res = subprocess.run(["bash", "-c", f"{SETTLE_BOOT}\necho FACTS-READ"], capture_output=True, text=True,
+                         env=env, timeout=30, check=True)
+    return res.stdout
+
+
+def test_boot_settle_reads_facts_only_once_systemd_says_running_or_degraded(tmp_path) -> None:
+    assert _boot_settle(tmp_path, "echo running") == "FACTS-READ\n"
+    assert _boot_settle(tmp_path, "echo degraded; exit 1") == "FACTS-READ\n"
+    # a boot stuck in maintenance, or a systemd that never answered within the wait: no fact is read
+    assert _boot_settle(tmp_path, "echo maintenance; exit 1") == f"{BOOT_UNSETTLED} maintenance\n"
+    assert _boot_settle(tmp_path, "exit 1") == f"{BOOT_UNSETTLED} no answer\n"
+
+
+def test_a_start_whose_boot_does_not_settle_is_a_clear_error(make_run) -> None:
+    probe = make_run()
+    run = make_run(host_facts("status: stopped\n", converged_config(probe)))
+    run.node.ct_after = {"nvsmi_list": "GPU 0: NVIDIA RTX PRO 6000 (UUID: GPU-1)\n"}
+    run.node.ct_boot_unsettled = f"{BOOT_UNSETTLED} starting\n"
+    with pytest.raises(CheckFailed) as err:
+        run.step("container")
+    assert "CT 120 did not finish booting within 120 s" in err.value.what and "'starting'" in err.value.what
+    assert "systemctl list-jobs" in err.value.fix
+    assert not run.ctx.facts.ct_running and run.ctx.facts.c("nvsmi_list") is None  # nothing read half-booted
 
 
 def test_converged_running_container_is_left_alone(make_run) -> None:
@@ -126,3 +163,47 @@ def test_a_stale_uvm_node_in_the_running_container_restarts_it(make_run) -> None
     same = make_run(host_facts("status: running\n", converged_config(probe)), {"dev_listing": DEV_LISTING},
                     dry_run=True).step("container")
     assert same.changes == []
+
+
+def _aplinfo(*names: str) -> str:
+    return json.dumps([{"template": n, "package": n.split("_")[0], "version": n.split("_")[1], "type": "lxc"}
+                      for n in names])
+
+
+ABSENT = "Configuration file 'nodes/pve-gpu-1/lxc/120.conf' does not exist\n"
+INDEX = _aplinfo("debian-13-standard_13.1-2_amd64.tar.zst", "debian-12-standard_12.9-1_amd64.tar.zst",
+                 "debian-12-standard_12.12-1_amd64.tar.zst")
+
+
+def test_a_template_family_takes_the_newest_version_in_the_nodes_index(make_run) -> None:
+    run = make_run({**host_facts(ABSENT), "aplinfo": INDEX})
+    assert run.ctx.host.container.ostemplate == "local:vztmpl/debian-12-standard"  # the shipped inventory
+    run.node.ct_after = {}
+    rec = run.step("container")
+    assert rec.changes[0] == "download template debian-12-standard_12.12-1_amd64.tar.zst to local"
+    assert run.node.sent("aplinfo --storage local --template debian-12-standard_12.12-1_amd64.tar.zst")
+    [create] = [c for c in run.node.commands("run") if c.startswith("pvesh create /nodes/pve-gpu-1/lxc ")]
+    assert "--ostemplate local:vztmpl/debian-12-standard_12.12-1_amd64.tar.zst" in create
+    # the newest already in the storage: no download
+    run = make_run({**host_facts(ABSENT), "aplinfo": INDEX,
+                    "templates": json.dumps([{"volid": "local:vztmpl/debian-12-standard_12.12-1_amd64.tar.zst"}])})
+    run.node.ct_after = {}
+    run.step("container")
+    assert not run.node.sent("aplinfo")
+
+
+def test_a_pinned_template_the_index_no_longer_lists_is_refused_with_the_versions_it_has(make_run) -> None:
+    # 12.7-1: gone from the index, not in the storage
+    run = with_container(make_run({**host_facts(ABSENT), "aplinfo": INDEX, "templates": "[]"}), ostemplate=TEMPLATE)
+    with pytest.raises(ConfigError) as err:
+        run.step("container")
+    assert err.value.exit_code == 2
+    assert ("it lists for debian-12-standard: debian-12-standard_12.9-1_amd64.tar.zst, "
+            "debian-12-standard_12.12-1_amd64.tar.zst)") in err.value.what
+    assert "local:vztmpl/debian-12-standard (the newest version in the index is taken)" in err.value.fix
+    assert run.node.calls == []  # nothing downloaded, nothing created
+    # pinned and in the storage: used as it is, whatever the index says
+    run = with_container(make_run({**host_facts(ABSENT), "aplinfo": INDEX}), ostemplate=TEMPLATE)
+    run.node.ct_after = {}
+    run.step("container")
+    assert not run.node.sent("aplinfo") and run.node.sent(f"--ostemplate {TEMPLATE}")

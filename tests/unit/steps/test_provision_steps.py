@@ -7,26 +7,23 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
+from pathlib import Path
 
 import pytest
 
 from orchestrator.errors import CheckFailed, ConfigError, RemoteError
 from orchestrator.facts import CT_FACTS, CT_PACKAGES
+from orchestrator.parsers.weights import RECORD_PATH, WeightsState, parse_weights_check
+from orchestrator.scripts import render_script
 from orchestrator.steps.container import mount_plan
-from tests.unit.steps.conftest import StepRun, out
+from tests.unit.steps.conftest import StepRun, out, with_container
 from tests.unit.steps.test_container_step import converged_config, host_facts
 
 ALL_INSTALLED = "".join(f"{p}\tinstalled\n" for p in CT_PACKAGES)
 BARE = out("ca-certificates\tinstalled\npython3\tinstalled\n", 1,
            "dpkg-query: no packages found matching curl\ndpkg-query: no packages found matching python3-venv\n")
 NO_SGLANG = out("", 1, "ModuleNotFoundError: No module named 'sglang'")
-
-
-def with_container(run: StepRun, **update: object) -> StepRun:
-    """The same run on a host whose container section has these fields (as if the inventory said so)."""
-    host = run.ctx.host
-    run.ctx.host = host.model_copy(update={"container": host.container.model_copy(update=update)})
-    return run
 
 
 def with_profile(run: StepRun, **update: object) -> StepRun:
@@ -141,42 +138,128 @@ def test_pip_failure_points_at_the_index_setting(make_run) -> None:
 
 
 # ------------------------------------------------------------------------------------------- model_weights
+COMMIT = "4f5e6d7c8b9a4f5e6d7c8b9a4f5e6d7c8b9a4f5e"
+RECORDED = f"record\tdeploy\tzai-org/GLM-5-NVFP4\t{COMMIT}\n"
+#: What a cut `hf download` leaves: the small files (config.json, the index) but no shard (partials are deleted).
+CUT = ("record\tindex\n" + "".join(f"missing\tmodel-0000{i}-of-00004.safetensors\tnone\t?\n" for i in range(1, 5)))
+
+
 def test_missing_weights_are_fetched_with_hf_download_from_the_venv_through_the_endpoint(make_run) -> None:
-    run = with_container(make_run({}, {"weights": out("", 1)}), hf_endpoint="http://10.9.0.2:8081",
+    run = with_container(make_run({}, {"weights": "record\tnone\n"}), hf_endpoint="http://10.9.0.2:8081",
                          pip_index_url="http://10.9.0.2:8080/simple")
     with_profile(run, weights_repo="zai-org/GLM-5-NVFP4")
-    run.node.ct_after = {"weights": "present\n"}
+    run.node.ct_after = {"weights": RECORDED}
     rec = run.step("model_weights")
-    assert rec.status == "changed" and rec.summary == "downloaded zai-org/GLM-5-NVFP4"
+    assert rec.status == "changed"
+    assert rec.summary == "downloaded zai-org/GLM-5-NVFP4 at 4f5e6d7c8b9a (/models/GLM-5-NVFP4 complete)"
     shell = inner(run.node.commands("run")[0])
     # `hf` (huggingface_hub 1.x) comes from the same index when the venv lacks it; huggingface-cli is gone.
     assert shell.startswith("{ test -x /root/ml-env/bin/hf || /root/ml-env/bin/pip install ")
     assert "--index-url http://10.9.0.2:8080/simple --trusted-host 10.9.0.2:8080 'huggingface_hub>=1.0'; }" in shell
-    assert shell.endswith("&& HF_HUB_DISABLE_UPDATE_CHECK=1 HF_HUB_DISABLE_TELEMETRY=1 "
-                          "HF_ENDPOINT=http://10.9.0.2:8081 /root/ml-env/bin/hf download zai-org/GLM-5-NVFP4 "
-                          "--local-dir /models/GLM-5-NVFP4")
+    assert ("export HF_HUB_DISABLE_UPDATE_CHECK=1 HF_HUB_DISABLE_TELEMETRY=1 HF_ENDPOINT=http://10.9.0.2:8081 "
+            in shell)
+    # the revision is resolved once, downloaded at that commit, and the hub's file list of it checked and recorded
+    assert " resolve zai-org/GLM-5-NVFP4 main) && " in shell
+    assert ('/root/ml-env/bin/hf download zai-org/GLM-5-NVFP4 --revision "$commit" --local-dir /models/GLM-5-NVFP4 '
+            '&& ') in shell
+    assert shell.endswith(' record zai-org/GLM-5-NVFP4 "$commit" /models/GLM-5-NVFP4 .cache/deploy/weights.tsv')
     assert "huggingface-cli" not in shell
 
 
-def test_a_download_that_leaves_no_config_json_is_a_check_failure(make_run) -> None:
-    run = with_profile(make_run({}, {"weights": out("", 1)}), weights_repo="zai-org/GLM-5-NVFP4")
-    run.node.ct_after = {"weights": out("", 1)}
+def test_a_cut_download_with_config_json_is_finished_not_skipped(make_run) -> None:
+    run = with_profile(make_run({}, {"weights": CUT}), weights_repo="zai-org/GLM-5-NVFP4")
+    run.node.ct_after = {"weights": RECORDED}
+    rec = run.step("model_weights")
+    assert rec.status == "changed" and rec.changes[0].startswith(
+        "finish the download of zai-org/GLM-5-NVFP4@main to /models/GLM-5-NVFP4")
+    assert "4 file(s) missing or short: model-00001-of-00004.safetensors" in rec.changes[0]
+    assert run.node.sent("hf download zai-org/GLM-5-NVFP4")
+    # every shard there but no record of a finished download (e.g. weights fetched by an older deploy): checked
+    # against the hub's file list once, through the same command
+    run = with_profile(make_run({}, {"weights": "record\tindex\n"}), weights_repo="zai-org/GLM-5-NVFP4")
+    run.node.ct_after = {"weights": RECORDED}
+    assert run.step("model_weights").changes[0].startswith(
+        "check /models/GLM-5-NVFP4 against the file list of zai-org/GLM-5-NVFP4@main and record it")
+    # a recorded, complete download is left alone: not one command
+    run = with_profile(make_run({}, {"weights": RECORDED}), weights_repo="zai-org/GLM-5-NVFP4")
+    assert run.step("model_weights").status == "ok" and run.node.calls == []
+
+
+def test_a_download_that_stays_incomplete_is_a_check_failure(make_run) -> None:
+    run = with_profile(make_run({}, {"weights": "record\tnone\n"}), weights_repo="zai-org/GLM-5-NVFP4")
+    run.node.ct_after = {"weights": RECORDED + "missing\tmodel-00002-of-00004.safetensors\t1000\t1048672\n"}
     with pytest.raises(CheckFailed) as err:
         run.step("model_weights")
-    assert "config.json is missing" in err.value.what
+    assert "are not complete: model-00002-of-00004.safetensors (1000 of 1048672 bytes)" in err.value.what
+
+
+def test_a_failed_download_names_what_it_left_missing(make_run) -> None:
+    run = with_profile(make_run({}, {"weights": "record\tnone\n"}), weights_repo="zai-org/GLM-5-NVFP4")
+    run.node.answer("hf download", stdout="", rc=1, stderr="httpx.RemoteProtocolError: peer closed connection")
+    run.node.ct_after = {"weights": CUT}
+    with pytest.raises(RemoteError) as err:
+        run.step("model_weights")
+    assert "weights download failed; the weights at /models/GLM-5-NVFP4 are incomplete" in err.value.what
+    assert "model-00001-of-00004.safetensors" in err.value.what and "peer closed connection" in err.value.what
+    assert "re-running `deploy up` finishes the download" in err.value.fix
 
 
 def test_mounted_weights_are_checked_never_downloaded(make_run) -> None:
-    run = with_container(make_run({}, {"weights": "present\n"}), model_mount="/tank/models/glm5")
+    run = with_container(make_run({}, {"weights": "record\tindex\n"}), model_mount="/tank/models/glm5")
     with_profile(run, weights_repo="zai-org/GLM-5-NVFP4")
     rec = run.step("model_weights")
     assert rec.status == "ok" and "(host /tank/models/glm5)" in rec.summary and run.node.calls == []
 
-    run = with_container(make_run({}, {"weights": out("", 1)}), model_mount="/tank/models/glm5")
+    run = with_container(make_run({}, {"weights": "record\tnone\n"}), model_mount="/tank/models/glm5")
     with_profile(run, weights_repo="zai-org/GLM-5-NVFP4")
     with pytest.raises(CheckFailed) as err:
         run.step("model_weights")
     assert "/tank/models/glm5" in err.value.what and run.node.calls == []
+
+
+def test_a_mount_with_missing_shards_is_refused_naming_them(make_run) -> None:
+    run = with_container(make_run({}, {"weights": CUT}), model_mount="/tank/models/glm5")
+    with_profile(run, weights_repo="zai-org/GLM-5-NVFP4")
+    with pytest.raises(CheckFailed) as err:
+        run.step("model_weights")
+    assert "the weights in host directory /tank/models/glm5 (mounted at /models/GLM-5-NVFP4) are incomplete: " \
+           "4 file(s) missing or short: model-00001-of-00004.safetensors, model-00002" in err.value.what
+    assert err.value.details["missing"][3] == "model-00004-of-00004.safetensors" and run.node.calls == []
+
+
+def _weights_check(model_dir: Path) -> WeightsState:
+    """The weights fact, run by a real bash on a local directory."""
+    script = render_script("weights_check.sh.j2", model_path=str(model_dir), record_path=RECORD_PATH)
+    res = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30, check=True)
+    return parse_weights_check(res.stdout)
+
+
+def test_the_weights_fact_trusts_only_a_complete_file_list(tmp_path: Path) -> None:
+    from simulator.software.hub import glm5_repo
+
+    d = tmp_path / "GLM-5-NVFP4"
+    assert _weights_check(d).record == "none"
+    repo = glm5_repo(shard_bytes=4096)
+    for f in repo.values():  # what a cut `hf download` leaves: the small files, no shard
+        if not f.lfs:
+            (d / f.path).parent.mkdir(parents=True, exist_ok=True)
+            (d / f.path).write_bytes(f.data)
+    cut = _weights_check(d)
+    assert cut.record == "index" and not cut.complete
+    assert [m.path for m in cut.missing] == sorted(p for p, f in repo.items() if f.lfs)
+    for f in repo.values():
+        (d / f.path).write_bytes(f.data)
+    assert _weights_check(d).complete and not _weights_check(d).recorded  # a full mount, never recorded
+    record = d / RECORD_PATH
+    record.parent.mkdir(parents=True)
+    record.write_text(f"lukealonso/GLM-5-NVFP4\t{COMMIT}\n"
+                      + "".join(f"{len(f.data)}\t{f.path}\n" for f in repo.values()))
+    assert _weights_check(d).recorded and _weights_check(d).commit == COMMIT
+    shard = d / "model-00002-of-00004.safetensors"
+    shard.write_bytes(shard.read_bytes()[:100])
+    short = _weights_check(d)
+    assert not short.complete and short.missing_summary() == \
+        f"model-00002-of-00004.safetensors (100 of {len(repo[shard.name].data)} bytes)"
 
 
 # ------------------------------------------------------------------------------ container: the model mount

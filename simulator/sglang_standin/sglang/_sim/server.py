@@ -440,6 +440,19 @@ def preflight(args: dict[str, Any]) -> None:
               f"the cached files. Check your internet connection or see how to run the library in offline mode at "
               f"'https://huggingface.co/docs/transformers/installation#offline-mode'. ({model})",
               where="model_config.py")
+    folder = Path(model)
+    if folder.is_dir():
+        # the model loader's _prepare_weights: the *.safetensors in the folder (those the index names, when there is
+        # one); none at all is its RuntimeError. (Some missing shards load silently in real sglang: not modelled.)
+        shards = {p.name for p in folder.glob("*.safetensors")}
+        index = folder / "model.safetensors.index.json"
+        if index.is_file():
+            try:
+                shards &= set(json.loads(index.read_text()).get("weight_map", {}).values())
+            except ValueError:
+                pass
+        if not shards:
+            crash(f"RuntimeError: Cannot find any model weights with `{model}`")
 
 
 def load_file() -> Path | None:

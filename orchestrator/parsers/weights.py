@@ -1,0 +1,69 @@
+"""What the weights check (orchestrator/scripts/weights_check.sh.j2) found at the model path.
+
+Why: `hf download` writes the small files (config.json first) and deletes a partial file when it fails, so a
+directory with config.json can lack every shard. Weights count as complete only against a list of every file:
+deploy's record of a finished download (the hub's file list with sizes), or, for a directory the operator filled,
+the shards model.safetensors.index.json names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: Where deploy records a finished download, relative to the model path (beside hf's own .cache/huggingface).
+RECORD_PATH = ".cache/deploy/weights.tsv"
+
+
+@dataclass(frozen=True)
+class MissingFile:
+    path: str
+    have: int | None  # bytes on disk; None: absent
+    want: int | None  # bytes the record lists; None: only its presence is known
+
+    def describe(self) -> str:
+        if self.have is None:
+            return self.path
+        return f"{self.path} ({self.have} of {self.want} bytes)"
+
+
+@dataclass(frozen=True)
+class WeightsState:
+    #: deploy (a recorded download), index (model.safetensors.index.json), config (config.json only), none
+    record: str
+    repo: str = ""
+    commit: str = ""
+    missing: list[MissingFile] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        """Every listed file is there (with its size, where the list has sizes)."""
+        return self.record != "none" and not self.missing
+
+    @property
+    def recorded(self) -> bool:
+        """A download deploy checked against the hub's file list, every file there with its size."""
+        return self.record == "deploy" and not self.missing
+
+    def missing_summary(self, most: int = 6) -> str:
+        names = [m.describe() for m in self.missing[:most]]
+        more = len(self.missing) - most
+        return ", ".join(names) + (f" and {more} more" if more > 0 else "")
+
+
+def _size(text: str) -> int | None:
+    return int(text) if text.isdigit() else None
+
+
+def parse_weights_check(text: str) -> WeightsState:
+    """The check's output; anything unreadable (no output, the container's shell failed) is `none`."""
+    record, repo, commit = "none", "", ""
+    missing: list[MissingFile] = []
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if parts[0] == "record" and len(parts) >= 2:
+            record = parts[1]
+            if len(parts) >= 4:
+                repo, commit = parts[2], parts[3]
+        elif parts[0] == "missing" and len(parts) == 4:
+            missing.append(MissingFile(parts[1], _size(parts[2]), _size(parts[3])))
+    return WeightsState(record, repo, commit, missing)
