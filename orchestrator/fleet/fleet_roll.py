@@ -1,10 +1,11 @@
 """`deploy roll group G` and `deploy rollback group G`: canary first, then waves, each host drained through the router.
 
-Why it is built on the single-host commands: each host's roll is exactly `deploy roll host X` (validation, health,
-smoke, throughput gate against that host's own baseline, automatic rollback), run as a body on the fleet engine
-with its output captured. This module only decides which host goes when (waves, at most --max-unavailable out of
-service at once), drains it around its roll, stops at the first failure, and keeps the record (rollout.py) that
---resume and `rollback group` read.
+Why it is built on the single-host roll (orchestrator.roll): each host's roll is exactly `deploy roll host X`
+(validation, health, smoke, throughput gate against that host's own baseline, automatic rollback), run on the
+fleet engine; its typed outcome (kept, rolled back, failed, refused, already on the flags) decides what the
+record says. This module only decides which host goes when (waves, at most --max-unavailable out of service at
+once), drains it around its roll, stops at the first failure, and keeps the record (rollout.py) that --resume
+and `rollback group` read.
 """
 
 from __future__ import annotations
@@ -14,14 +15,15 @@ import shlex
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from orchestrator.cli.common import AppContext
 from orchestrator.cli.tables import Column
 from orchestrator.cli.tables import spec as table_spec
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, RemoteError
-from orchestrator.fleet.command import DEFAULT_PARALLEL, HostApp, host_outcome
+from orchestrator.flags.digest import flags_sha
+from orchestrator.fleet.command import DEFAULT_PARALLEL, EventPrinter, host_outcome
 from orchestrator.fleet.drain import Drainer
 from orchestrator.fleet.engine import HostEvents, HostOutcome, run_fleet
 from orchestrator.fleet.rollout import (
@@ -30,7 +32,6 @@ from orchestrator.fleet.rollout import (
     HostRoll,
     RollSpec,
     RollStore,
-    flags_sha,
     new_roll_id,
     now_text,
     plan_waves,
@@ -39,30 +40,61 @@ from orchestrator.fleet.rollout import (
 from orchestrator.fleet.router import RouterClient, router_api_key, router_base_url, router_workers, worker_url
 from orchestrator.fleet.targets import TargetSpec, resolve_targets
 from orchestrator.fleet.view import FleetView
+from orchestrator.inventory.models import Inventory
+from orchestrator.roll import RollOutcome, RollResult, refused, roll_host, rollback_host, rollback_payload
+from orchestrator.runlog import StepRecord
+from orchestrator.steps.base import RunOptions
+from orchestrator.steps.state import RollRequest
 
 Payload = dict[str, Any]
-#: Runs one host's single-host body against `app` (a captured HostApp); returns its exit code.
-HostBody = Callable[[AppContext, str], int]
-#: Reverts one host to a release id (the single-host `rollback --to`).
-RevertBody = Callable[[AppContext, str, str], int]
 
 
-@dataclass
-class Bodies:
-    plan: HostBody  # `roll --dry-run`: resolve + validate in the container, changes nothing
-    roll: HostBody  # `roll host X`
-    revert: RevertBody  # `rollback host X --to ID`
+def roll_request(spec: RollSpec) -> RollRequest:
+    """The single-host request that a fleet roll's record replays on every host (and --resume replays again)."""
+    return RollRequest(set=tuple(spec.set), unset=tuple(spec.unset), replacement=spec.replacement,
+                       accept_regression=spec.accept_regression, threshold_pct=spec.threshold_pct,
+                       gate_metrics=tuple(spec.gate_metrics))
 
 
-def _run_body(app: AppContext, name: str, events: HostEvents, call: Callable[[AppContext], int]) -> HostOutcome:
-    sub = HostApp(inventory_dirs=app.inventory_dirs, as_json=True, events=events)
-    sub.__dict__["inventory"] = app.inventory
-    try:
-        code = int(call(sub) or 0)
-        report = sub.captured.payload or {"ok": code == 0, "host": name}
-    except DeployError as err:
-        code, report = err.exit_code, {"ok": False, **err.to_dict()}
-    return host_outcome(name, code, report, sub.records)
+@dataclass(frozen=True)
+class HostRolls:
+    """Each host's single-host roll, plan and revert (orchestrator.roll), its steps reported as engine events."""
+
+    inventory: Inventory
+    request: RollRequest
+    options: RunOptions  # preset, skip_bench, tofu and the command line, as the fleet roll was given them
+
+    def _roll(self, name: str, events: HostEvents, *, dry_run: bool) -> tuple[RollOutcome, HostOutcome]:
+        records: list[StepRecord] = []
+        printer = EventPrinter(events, records)
+        try:
+            host = self.inventory.find_host(name)
+        except DeployError as err:
+            rolled = refused(name, err)
+        else:
+            rolled = roll_host(host, self.inventory, self.request, replace(self.options, dry_run=dry_run),
+                               progress=printer, say=printer.say)
+        return rolled, host_outcome(name, rolled.exit_code, rolled.payload(), records)
+
+    def plan(self, name: str, events: HostEvents) -> tuple[RollOutcome, HostOutcome]:
+        """`roll --dry-run`: resolve and validate in the container; changes nothing."""
+        return self._roll(name, events, dry_run=True)
+
+    def roll(self, name: str, events: HostEvents) -> tuple[RollOutcome, HostOutcome]:
+        return self._roll(name, events, dry_run=False)
+
+    def revert(self, name: str, events: HostEvents, to_release: str) -> HostOutcome:
+        """`rollback host X --to ID`."""
+        records: list[StepRecord] = []
+        printer = EventPrinter(events, records)
+        options = RunOptions(tofu=self.options.tofu, command=self.options.command)
+        try:
+            report = rollback_host(self.inventory.find_host(name), self.inventory, to_release, options,
+                                   progress=printer, say=printer.say)
+        except DeployError as err:
+            return host_outcome(name, err.exit_code, {"ok": False, **err.to_dict()}, records)
+        code = report.failure.exit_code if report.failure is not None else 0
+        return host_outcome(name, code, rollback_payload(report), records)
 
 
 class _Router:
@@ -133,16 +165,33 @@ def _error_for(code: int, what: str, fix: str) -> DeployError:
     return cls(what, fix=fix, step="preflight")
 
 
-#: Builds the bodies from a roll's recorded request (a new roll's, or the one --resume replays).
-BodiesFor = Callable[[RollSpec], Bodies]
+def record_roll(host: HostRoll, rolled: RollOutcome | None, outcome: HostOutcome) -> None:
+    """Pure: what a host's roll (None: never started, its drain failed) and the router around it leave in the
+    record. A host whose roll was kept but that is not back in the router counts as failed, on its new release."""
+    if outcome.exit_code == 0 and rolled is not None:
+        host.state, host.exit_code = "rolled", 0
+        host.release = rolled.release or host.release
+        host.flags_sha = rolled.flags_sha or host.flags_sha
+        diff = rolled.candidate.flag_diff if rolled.candidate is not None else []
+        host.detail = "; ".join(f"--{flag}: {old} → {new}" for flag, old, new in diff)
+        return
+    result = rolled.result if rolled is not None else None
+    host.state = "rolled_back" if result is RollResult.ROLLED_BACK else "failed"
+    if rolled is not None and result is RollResult.KEPT:  # rolled, then not back in the router
+        host.release, host.flags_sha = rolled.release, rolled.flags_sha
+    else:
+        host.release, host.flags_sha = host.previous_release, host.previous_flags_sha
+    host.exit_code = outcome.exit_code or 1
+    what = rolled.error.what if rolled is not None and rolled.error is not None else ""
+    host.detail = outcome.detail or what
 
 
 class FleetRoller:
     """One fleet roll (new or resumed) or revert, with its record saved after every host."""
 
-    def __init__(self, app: AppContext, roll: FleetRoll, bodies: Bodies, store: RollStore,
+    def __init__(self, app: AppContext, roll: FleetRoll, rolls: HostRolls, store: RollStore,
                  drain_timeout_s: float) -> None:
-        self.app, self.roll, self.bodies, self.store = app, roll, bodies, store
+        self.app, self.roll, self.rolls, self.store = app, roll, rolls, store
         self.router = _Router(app, drain_timeout_s)
         self.roll.router = self.router.base
         self._lock = threading.Lock()
@@ -170,8 +219,11 @@ class FleetRoller:
         if not names:
             return
 
+        planned: dict[str, RollOutcome] = {}
+
         def job(name: str, events: HostEvents) -> HostOutcome:
-            return _run_body(self.app, name, events, lambda sub: self.bodies.plan(sub, name))
+            planned[name], outcome = self.rolls.plan(name, events)
+            return outcome
 
         self.app.out.line(f"checking the flag change on {len(names)} host(s) before touching any")
         view = FleetView(self.app.out.console, names, enabled=not self.app.as_json, tty=sys.stdout.isatty())
@@ -181,25 +233,25 @@ class FleetRoller:
         fixes: list[str] = []
         for o in run.outcomes:
             host = self.roll.host(o.host)
-            report = o.report or {}
-            if o.exit_code == 0:
+            rolled = planned.get(o.host)
+            result = rolled.result if rolled is not None else None
+            if rolled is not None and result is RollResult.PLANNED:
                 if host.previous_release is None:
-                    host.previous_release = report.get("previous")
-                    host.previous_flags_sha = report.get("previous_flags_sha")
-                host.release = host.release or report.get("previous")
-                host.flags_sha = host.flags_sha or report.get("previous_flags_sha")
-            elif isinstance(report.get("details"), dict) and report["details"].get("unchanged"):
+                    host.previous_release = rolled.previous
+                    host.previous_flags_sha = rolled.previous_flags_sha
+                host.release = host.release or rolled.previous
+                host.flags_sha = host.flags_sha or rolled.previous_flags_sha
+            elif rolled is not None and rolled.already_on is not None:
                 # Already on the requested flags (a roll that stopped earlier, or a killed run that finished it):
                 # nothing to roll here, and nothing for `rollback group` to put back.
-                details = report["details"]
-                host.state, host.release = "rolled", details.get("release")
-                host.flags_sha = flags_sha(details.get("flags") or {})
+                host.state, host.release = "rolled", rolled.already_on.release
+                host.flags_sha = flags_sha(rolled.already_on.flags)
                 host.detail = "already on these flags: nothing to roll"
                 if host.previous_release is None:
                     host.previous_flags_sha = host.flags_sha
             else:
                 problems.setdefault(o.detail, []).append(o.host)
-                fix = str(report.get("fix") or "")
+                fix = rolled.error.fix if rolled is not None and rolled.error is not None else ""
                 if fix and fix not in fixes:
                     fixes.append(fix)
         if problems:
@@ -214,24 +266,15 @@ class FleetRoller:
         host = self.roll.host(name)
         host.state = "in_progress"
         self.save()
-        outcome = self.router.around(host, events, lambda: _run_body(
-            self.app, name, events, lambda sub: self.bodies.roll(sub, name)))
-        report = outcome.report or {}
-        if outcome.exit_code == 0:
-            host.state, host.exit_code = "rolled", 0
-            host.release = report.get("release") or host.release
-            host.flags_sha = report.get("flags_sha") or host.flags_sha
-            host.detail = "; ".join(f"--{d['flag']}: {d['old']} → {d['new']}" for d in report.get("diff") or [])
-        else:
-            what = str(report.get("what") or outcome.detail)
-            rolled_back = "rolled back to" in what and "did not come back healthy" not in what
-            host.state = "rolled_back" if rolled_back else "failed"
-            if report.get("release") and not rolled_back:  # rolled, then not back in the router
-                host.release, host.flags_sha = report.get("release"), report.get("flags_sha")
-            else:
-                host.release, host.flags_sha = host.previous_release, host.previous_flags_sha
-            host.exit_code = outcome.exit_code or 1
-            host.detail = outcome.detail or what
+        rolled: list[RollOutcome] = []
+
+        def act() -> HostOutcome:
+            result, outcome = self.rolls.roll(name, events)
+            rolled.append(result)
+            return outcome
+
+        outcome = self.router.around(host, events, act)
+        record_roll(host, rolled[0] if rolled else None, outcome)
         self.save()
         return outcome
 
@@ -239,8 +282,7 @@ class FleetRoller:
         host = self.roll.host(name)
         target = host.previous_release
         assert target is not None
-        outcome = self.router.around(host, events, lambda: _run_body(
-            self.app, name, events, lambda sub: self.bodies.revert(sub, name, target)))
+        outcome = self.router.around(host, events, lambda: self.rolls.revert(name, events, target))
         if outcome.exit_code == 0:
             host.state, host.exit_code = "reverted", 0
             host.release, host.flags_sha = target, host.previous_flags_sha
@@ -315,7 +357,7 @@ def _command() -> str:
     return "deploy " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 
-def fleet_roll(app: AppContext, targets: TargetSpec, spec: RollSpec | None, bodies_for: BodiesFor, *, resume: bool,
+def fleet_roll(app: AppContext, targets: TargetSpec, spec: RollSpec | None, *, tofu: bool, resume: bool,
                drain_timeout_s: float, store: RollStore | None = None) -> int:
     """`deploy roll <fleet> …` (spec given) or `… --resume` (spec None: the record's)."""
     store = store or RollStore()
@@ -350,7 +392,7 @@ def fleet_roll(app: AppContext, targets: TargetSpec, spec: RollSpec | None, bodi
         roll = FleetRoll(id=new_roll_id(), command=_command(), targets=words, inventory=app.inventory_paths,
                          pid=_own_pid(), started=now_text(), updated=now_text(), spec=spec, waves=waves,
                          hosts=[HostRoll(host=n, wave=wave_of[n]) for n in names])
-    roller = FleetRoller(app, roll, bodies_for(roll.spec), store, drain_timeout_s)
+    roller = FleetRoller(app, roll, _host_rolls(app.inventory, roll.spec, tofu), store, drain_timeout_s)
     roller.router.check()
     if roller.router.base is None:
         app.out.line("no router: section in the inventory: hosts are rolled without draining")
@@ -368,7 +410,7 @@ def fleet_roll(app: AppContext, targets: TargetSpec, spec: RollSpec | None, bodi
     return roll.exit_code
 
 
-def fleet_rollback(app: AppContext, targets: TargetSpec, bodies_for: BodiesFor, *, drain_timeout_s: float,
+def fleet_rollback(app: AppContext, targets: TargetSpec, *, tofu: bool, drain_timeout_s: float,
                    store: RollStore | None = None) -> int:
     """`deploy rollback <fleet>`: every host the last fleet roll of these hosts changed goes back to its release."""
     store = store or RollStore()
@@ -383,7 +425,7 @@ def fleet_rollback(app: AppContext, targets: TargetSpec, bodies_for: BodiesFor, 
     back = roll.to_revert()
     roll.pid = _own_pid()
     roll.notes.append(f"rollback {now_text()} by {_command()}")
-    roller = FleetRoller(app, roll, bodies_for(roll.spec), store, drain_timeout_s)
+    roller = FleetRoller(app, roll, _host_rolls(app.inventory, roll.spec, tofu), store, drain_timeout_s)
     roller.router.check()
     for h in roll.hosts:
         if h.state == "pending":
@@ -394,6 +436,11 @@ def fleet_rollback(app: AppContext, targets: TargetSpec, bodies_for: BodiesFor, 
     code = max((o.exit_code for o in roller.outcomes.values()), default=0)
     print_report(app, roll, roller.outcomes, _command(), str(store.path(roll.id)), code)
     return code
+
+
+def _host_rolls(inventory: Inventory, spec: RollSpec, tofu: bool) -> HostRolls:
+    options = RunOptions(preset=spec.preset, skip_bench=spec.skip_bench, tofu=tofu, command=_command())
+    return HostRolls(inventory, roll_request(spec), options)
 
 
 def _own_pid() -> int:

@@ -24,7 +24,7 @@ from orchestrator.steps.release import (
 )
 from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.software import container_flag_check
-from orchestrator.steps.state import Candidate
+from orchestrator.steps.state import Candidate, CurrentFlags
 
 
 def installed_schema(ctx: StepContext) -> tuple[str, FlagSchema]:
@@ -68,6 +68,7 @@ def resolve_release(ctx: StepContext, record: StepRecord) -> None:
         new = apply_changes(base, parse_set(list(request.set), schema), list(request.unset))
     diff = diff_flags(base, new)
     if not diff:
+        ctx.state.already_on = CurrentFlags(state.release, base.as_dict())
         raise ConfigError("the new flag set equals the current release's: nothing to roll",
                           fix="change at least one flag", host=ctx.host.name,
                           details={"unchanged": True, "release": state.release, "flags": base.as_dict()})

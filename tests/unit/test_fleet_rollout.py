@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ConfigError
+from orchestrator.flags.digest import flags_sha
 from orchestrator.fleet.drain import in_flight
 from orchestrator.fleet.rollout import (
     FleetRoll,
@@ -19,7 +20,6 @@ from orchestrator.fleet.rollout import (
     RollSpec,
     RollStore,
     batch_size,
-    flags_sha,
     plan_waves,
     process_alive,
 )
