@@ -7,10 +7,9 @@ human view through `Output`. Errors are DeployError subclasses; their exit_code 
 from __future__ import annotations
 
 import functools
-import json
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -18,43 +17,17 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from orchestrator.cli.tables import TableSpec, print_table
 from orchestrator.errors import ConfigError, DeployError
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.paths import INVENTORY_ENV, default_inventory_dir
-from orchestrator.redact import install_stream_redaction, redact
+from orchestrator.redact import install_stream_redaction
+from orchestrator.ui.output import Output
 
 if TYPE_CHECKING:
-    from orchestrator.cli.progress import StepPrinter
+    from orchestrator.ui.progress import StepPrinter
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-@dataclass
-class Output:
-    """Human output goes to stderr-free stdout via rich; JSON mode prints one document at the end."""
-
-    as_json: bool
-    console: Console = field(default_factory=lambda: Console(highlight=False, soft_wrap=True))
-
-    def print(self, *objects: Any, **kwargs: Any) -> None:
-        if not self.as_json:
-            self.console.print(*objects, **kwargs)
-
-    def line(self, text: str, style: str | None = None) -> None:
-        if not self.as_json:
-            self.console.print(text, style=style, markup=False, highlight=False)
-
-    def table(self, t: TableSpec) -> None:
-        if not self.as_json:
-            print_table(self.console, t)
-
-    def emit(self, payload: dict[str, Any]) -> None:
-        """The one JSON document; secrets redacted by key (server_info's api_key) and by value/shape."""
-        if self.as_json:
-            safe = redact(json.loads(json.dumps(payload, default=str)))
-            sys.stdout.write(json.dumps(safe, indent=2, sort_keys=False) + "\n")
 
 
 @dataclass
@@ -77,7 +50,7 @@ class AppContext:
 
     def step_printer(self, *, quiet: bool = False) -> StepPrinter:
         """Step progress of a run; a fleet run's per-host context forwards it to the live view instead."""
-        from orchestrator.cli.progress import StepPrinter
+        from orchestrator.ui.progress import StepPrinter
 
         return StepPrinter(self.out.console, enabled=not self.as_json and not quiet)
 

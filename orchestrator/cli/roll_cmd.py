@@ -10,19 +10,19 @@ import click
 
 from orchestrator.cli.bench_cmd import print_ledger_runs
 from orchestrator.cli.common import AppContext, all_inventories_option, common_options, resolve_host, tofu_option
-from orchestrator.cli.progress import totals_line
+from orchestrator.cli.fleet import fleet_options
+from orchestrator.cli.router_view import router_view
 from orchestrator.cli.run import command_line, run_with_progress
-from orchestrator.cli.tables import Column, spec
 from orchestrator.errors import ConfigError, DeployError
-from orchestrator.fleet.command import fleet_options
 from orchestrator.fleet.details import history_detail, status_detail
 from orchestrator.fleet.fleet_roll import fleet_roll, fleet_rollback
 from orchestrator.fleet.rollout import RollSpec
-from orchestrator.fleet.router import router_view
 from orchestrator.fleet.targets import parse_targets
 from orchestrator.roll import RollOutcome, refused, roll_host, rollback_host, rollback_payload
 from orchestrator.steps.base import RunOptions
 from orchestrator.steps.state import RollRequest, RunInputs
+from orchestrator.ui.progress import totals_line
+from orchestrator.ui.tables import Column, spec
 from orchestrator.yamlfile import load_yaml
 
 

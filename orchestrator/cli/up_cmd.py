@@ -7,14 +7,14 @@ from typing import Any
 import click
 
 from orchestrator.cli.common import AppContext, common_options, resolve_host, tofu_option
-from orchestrator.cli.progress import totals_line
+from orchestrator.cli.fleet import fleet_options
 from orchestrator.cli.run import command_line
 from orchestrator.errors import DeployError
-from orchestrator.fleet.command import fleet_options
 from orchestrator.fleet.engine import HostOutcome
 from orchestrator.inventory.models import Host
 from orchestrator.runner import RunReport, run_playbook
 from orchestrator.steps.base import RunOptions
+from orchestrator.ui.progress import totals_line
 
 
 def preflight(app: AppContext, words: tuple[str, ...]) -> None:

@@ -16,16 +16,14 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
-from orchestrator.cli.common import AppContext
-from orchestrator.cli.tables import Column
-from orchestrator.cli.tables import spec as table_spec
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, RemoteError
 from orchestrator.flags.digest import flags_sha
-from orchestrator.fleet.command import DEFAULT_PARALLEL, EventPrinter, host_outcome
 from orchestrator.fleet.drain import Drainer
-from orchestrator.fleet.engine import HostEvents, HostOutcome, run_fleet
+from orchestrator.fleet.engine import DEFAULT_PARALLEL, HostEvents, HostOutcome, run_fleet
+from orchestrator.fleet.outcome import host_outcome
+from orchestrator.fleet.progress import EventPrinter
 from orchestrator.fleet.rollout import (
     STATE_WORDS,
     FleetRoll,
@@ -45,8 +43,25 @@ from orchestrator.roll import RollOutcome, RollResult, refused, roll_host, rollb
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import RunOptions
 from orchestrator.steps.state import RollRequest
+from orchestrator.ui.output import Output
+from orchestrator.ui.tables import Column
+from orchestrator.ui.tables import spec as table_spec
 
 Payload = dict[str, Any]
+
+
+class Caller(Protocol):
+    """What a fleet roll needs from the command that runs it (the CLI's AppContext is one): the loaded
+    inventory, the directories it came from (for the record) and where output goes."""
+
+    @property
+    def inventory(self) -> Inventory: ...
+
+    @property
+    def inventory_paths(self) -> str: ...
+
+    @property
+    def out(self) -> Output: ...
 
 
 def roll_request(spec: RollSpec) -> RollRequest:
@@ -100,8 +115,7 @@ class HostRolls:
 class _Router:
     """The router's side of a fleet roll: which hosts are its workers, and a Drainer per host job."""
 
-    def __init__(self, app: AppContext, drain_timeout_s: float) -> None:
-        inv = app.inventory
+    def __init__(self, inv: Inventory, drain_timeout_s: float) -> None:
         self.spec = inv.router
         self.base = router_base_url(inv) if self.spec is not None else None
         self.key = router_api_key(inv) if self.spec is not None else None
@@ -189,10 +203,10 @@ def record_roll(host: HostRoll, rolled: RollOutcome | None, outcome: HostOutcome
 class FleetRoller:
     """One fleet roll (new or resumed) or revert, with its record saved after every host."""
 
-    def __init__(self, app: AppContext, roll: FleetRoll, rolls: HostRolls, store: RollStore,
+    def __init__(self, app: Caller, roll: FleetRoll, rolls: HostRolls, store: RollStore,
                  drain_timeout_s: float) -> None:
         self.app, self.roll, self.rolls, self.store = app, roll, rolls, store
-        self.router = _Router(app, drain_timeout_s)
+        self.router = _Router(app.inventory, drain_timeout_s)
         self.roll.router = self.router.base
         self._lock = threading.Lock()
         self.outcomes: dict[str, HostOutcome] = {}
@@ -205,7 +219,7 @@ class FleetRoller:
               title: str) -> bool:
         """Run one wave; True when every host in it succeeded."""
         self.app.out.line(title)
-        view = FleetView(self.app.out.console, names, enabled=not self.app.as_json, tty=sys.stdout.isatty())
+        view = FleetView(self.app.out.console, names, enabled=not self.app.out.as_json, tty=sys.stdout.isatty())
         with view:
             run = run_fleet(names, job, parallel=max(1, min(parallel, len(names))), fail_fast=True,
                             on_event=view, on_tick=view.tick)
@@ -226,7 +240,7 @@ class FleetRoller:
             return outcome
 
         self.app.out.line(f"checking the flag change on {len(names)} host(s) before touching any")
-        view = FleetView(self.app.out.console, names, enabled=not self.app.as_json, tty=sys.stdout.isatty())
+        view = FleetView(self.app.out.console, names, enabled=not self.app.out.as_json, tty=sys.stdout.isatty())
         with view:
             run = run_fleet(names, job, parallel=DEFAULT_PARALLEL, on_event=view, on_tick=view.tick)
         problems: dict[str, list[str]] = {}  # one message → the hosts that gave it (a bad flag is refused by all)
@@ -333,7 +347,7 @@ def report_payload(roll: FleetRoll, outcomes: dict[str, HostOutcome], command: s
                        "report": outcomes[h.host].report if h.host in outcomes else None} for h in roll.hosts]}
 
 
-def print_report(app: AppContext, roll: FleetRoll, outcomes: dict[str, HostOutcome], command: str,
+def print_report(app: Caller, roll: FleetRoll, outcomes: dict[str, HostOutcome], command: str,
                  record_path: str, exit_code: int) -> None:
     payload = report_payload(roll, outcomes, command, exit_code)
     payload["roll"]["record"] = record_path
@@ -357,7 +371,7 @@ def _command() -> str:
     return "deploy " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 
-def fleet_roll(app: AppContext, targets: TargetSpec, spec: RollSpec | None, *, tofu: bool, resume: bool,
+def fleet_roll(app: Caller, targets: TargetSpec, spec: RollSpec | None, *, tofu: bool, resume: bool,
                drain_timeout_s: float, store: RollStore | None = None) -> int:
     """`deploy roll <fleet> …` (spec given) or `… --resume` (spec None: the record's)."""
     store = store or RollStore()
@@ -410,7 +424,7 @@ def fleet_roll(app: AppContext, targets: TargetSpec, spec: RollSpec | None, *, t
     return roll.exit_code
 
 
-def fleet_rollback(app: AppContext, targets: TargetSpec, *, tofu: bool, drain_timeout_s: float,
+def fleet_rollback(app: Caller, targets: TargetSpec, *, tofu: bool, drain_timeout_s: float,
                    store: RollStore | None = None) -> int:
     """`deploy rollback <fleet>`: every host the last fleet roll of these hosts changed goes back to its release."""
     store = store or RollStore()

@@ -17,7 +17,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import requests
 
@@ -25,10 +25,6 @@ from orchestrator.errors import ConfigError, RemoteError
 from orchestrator.flags import FlagSchema, canonicalize
 from orchestrator.inventory.models import Host, Inventory, RouterSpec
 from orchestrator.render.files import RenderedFile, render_template, sha256_text, systemd_exec_arg
-
-if TYPE_CHECKING:
-    from orchestrator.cli.common import AppContext
-    from orchestrator.fleet.engine import HostOutcome
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
 UNIT_PATH = "/etc/systemd/system/sglang-router.service"
@@ -243,36 +239,6 @@ def router_api_key(inventory: Inventory) -> str | None:
     return profile_key.read() if profile_key is not None else None
 
 
-def router_view(app: AppContext, outcomes: list[HostOutcome],
-                options: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """What the router thinks of each host's server (listed, healthy, load), and its unit's state when deploy
-    manages it; never changes the exit code."""
-    inventory = app.inventory
-    if inventory.router is None:
-        return None
-    base = router_base_url(inventory)
-    unit = managed_unit_state(inventory, tofu=bool((options or {}).get("tofu")))
-    try:
-        with RouterClient(base, router_api_key(inventory), timeout_s=5.0) as client:
-            workers = {w.url: w for w in client.list_workers()}
-            ready = client.ready()
-    except (RemoteError, ConfigError) as err:
-        for o in outcomes:
-            o.extras["router"] = {"error": err.what}
-        return {"router": {"url": base, "error": err.what, **unit},
-                "text": f"router {base}{_unit_text(unit)}: {err.what}"}
-    for o in outcomes:
-        url = worker_url(inventory, inventory.hosts[o.host])
-        w = workers.get(url)
-        o.extras["router"] = {"url": url, "listed": w is not None, "healthy": w.healthy if w else None,
-                              "load": w.load if w else None}
-        said = "not listed" if w is None else ("healthy" if w.healthy else "unhealthy") + f", load {w.load}"
-        o.detail = f"{o.detail}; router: {said}" if o.detail else f"router: {said}"
-    text = (f"router {base}{_unit_text(unit)}: {len(workers)} worker(s), "
-            f"{sum(1 for w in workers.values() if w.healthy)} healthy, {'ready' if ready else 'NOT ready'}")
-    return {"router": {"url": base, "workers": len(workers), "ready": ready, **unit}, "text": text}
-
-
 def managed_unit_state(inventory: Inventory, *, tofu: bool = False) -> dict[str, Any]:
     """`systemctl is-active sglang-router` in the router's container (one round trip), when deploy manages it."""
     spec = inventory.router
@@ -291,7 +257,3 @@ def managed_unit_state(inventory: Inventory, *, tofu: bool = False) -> dict[str,
         return {**where, "unit": res.stdout.strip() or "unknown"}
     except RemoteError as err:
         return {**where, "unit": "unknown", "unit_error": err.what}
-
-
-def _unit_text(unit: dict[str, Any]) -> str:
-    return f" ({unit['runs_on']} CT {unit['vmid']}, unit {unit['unit']})" if unit else ""

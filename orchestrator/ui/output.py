@@ -1,0 +1,39 @@
+"""Output in text or JSON: a command prints its human view through `Output`, and one JSON document with --json."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+
+from orchestrator.redact import redact
+from orchestrator.ui.tables import TableSpec, print_table
+
+
+@dataclass
+class Output:
+    """Human output goes to stderr-free stdout via rich; JSON mode prints one document at the end."""
+
+    as_json: bool
+    console: Console = field(default_factory=lambda: Console(highlight=False, soft_wrap=True))
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        if not self.as_json:
+            self.console.print(*objects, **kwargs)
+
+    def line(self, text: str, style: str | None = None) -> None:
+        if not self.as_json:
+            self.console.print(text, style=style, markup=False, highlight=False)
+
+    def table(self, t: TableSpec) -> None:
+        if not self.as_json:
+            print_table(self.console, t)
+
+    def emit(self, payload: dict[str, Any]) -> None:
+        """The one JSON document; secrets redacted by key (server_info's api_key) and by value/shape."""
+        if self.as_json:
+            safe = redact(json.loads(json.dumps(payload, default=str)))
+            sys.stdout.write(json.dumps(safe, indent=2, sort_keys=False) + "\n")
