@@ -7,7 +7,9 @@ from typing import Any
 from orchestrator.cli.common import AppContext
 from orchestrator.errors import ConfigError, RemoteError
 from orchestrator.fleet.engine import HostOutcome
-from orchestrator.fleet.router import RouterClient, managed_unit_state, router_api_key, router_base_url, worker_url
+from orchestrator.router.client import RouterClient
+from orchestrator.router.converge import managed_unit_state
+from orchestrator.router.places import router_api_key, router_base_url, worker_url
 
 
 def router_view(app: AppContext, outcomes: list[HostOutcome],

@@ -20,7 +20,6 @@ from typing import Any, Protocol
 
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, RemoteError
 from orchestrator.flags.digest import flags_sha
-from orchestrator.fleet.drain import Drainer
 from orchestrator.fleet.engine import DEFAULT_PARALLEL, HostEvents, HostOutcome, run_fleet
 from orchestrator.fleet.outcome import host_outcome
 from orchestrator.fleet.progress import EventPrinter
@@ -35,11 +34,13 @@ from orchestrator.fleet.rollout import (
     plan_waves,
     process_alive,
 )
-from orchestrator.fleet.router import RouterClient, router_api_key, router_base_url, router_workers, worker_url
 from orchestrator.fleet.targets import TargetSpec, resolve_targets
 from orchestrator.fleet.view import FleetView
 from orchestrator.inventory.models import Inventory
 from orchestrator.roll import RollOutcome, RollResult, refused, roll_host, rollback_host, rollback_payload
+from orchestrator.router.client import RouterClient
+from orchestrator.router.drain import Drainer
+from orchestrator.router.places import router_api_key, router_base_url, router_workers, worker_url
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import RunOptions
 from orchestrator.steps.state import RollRequest

@@ -13,7 +13,6 @@ import pytest
 
 from orchestrator.errors import ConfigError
 from orchestrator.flags.digest import flags_sha
-from orchestrator.fleet.drain import in_flight
 from orchestrator.fleet.rollout import (
     FleetRoll,
     HostRoll,
@@ -23,6 +22,7 @@ from orchestrator.fleet.rollout import (
     plan_waves,
     process_alive,
 )
+from orchestrator.router.drain import in_flight
 
 HOSTS = [f"h{i}" for i in range(1, 9)]
 

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ConfigError
-from orchestrator.fleet.router import KEY_PATH, render_router, router_schema, router_workers, worker_url
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.inventory.models import Inventory, RouterSpec
+from orchestrator.router.places import router_workers, worker_url
+from orchestrator.router.render import KEY_PATH, render_router, router_schema
 
 REPO = Path(__file__).resolve().parents[2]
 URLS = ["http://127.0.0.141:8000", "http://127.0.0.142:8000"]
