@@ -14,7 +14,7 @@ Installing is one script: write the release dir under a temporary name and renam
 with temp-file + rename, swap the `current` symlink atomically, daemon-reload, restart. A kill at any point
 leaves either the old or the new complete state; re-running converges. This module only builds scripts and
 parses listings (pure); steps run them through the container adapter. The scripts themselves are shipped files
-(orchestrator/scripts/*.sh.j2); the paths come from the container adapter's one `ContainerPaths`.
+(orchestrator/scripts/*.sh.j2); the paths come from the one `ContainerPaths` (orchestrator/layout.py).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from orchestrator.layout import PATHS
 from orchestrator.redact import redact, redact_text
-from orchestrator.remote.container import PATHS
 from orchestrator.render.files import RenderedFile
 from orchestrator.scripts import render_script
 
