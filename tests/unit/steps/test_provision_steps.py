@@ -14,7 +14,7 @@ from orchestrator.errors import CheckFailed, ConfigError, RemoteError
 from orchestrator.facts import CT_FACTS, CT_PACKAGES
 from orchestrator.steps.container import mount_plan
 from tests.unit.steps.conftest import StepRun, out
-from tests.unit.steps.test_container_step import converged_config, host_facts
+from tests.unit.steps.test_container_step import converged_config, host_facts, pve_accepts
 
 ALL_INSTALLED = "".join(f"{p}\tinstalled\n" for p in CT_PACKAGES)
 BARE = out("ca-certificates\tinstalled\npython3\tinstalled\n", 1,
@@ -58,6 +58,7 @@ def test_nothing_missing_changes_nothing_and_costs_no_round_trip(make_run) -> No
 def test_missing_packages_get_one_update_and_one_noninteractive_install(make_run) -> None:
     run = make_run({}, {"missing_pkgs": BARE})
     run.node.ct_after = {"missing_pkgs": ALL_INSTALLED}
+    run.node.succeed("apt-get")
     rec = run.step("ct_packages")
     assert rec.status == "changed" and rec.changes == ["apt-get install curl, python3-venv in CT 120"]
     [apt] = run.node.commands("run")
@@ -73,6 +74,7 @@ def test_missing_packages_get_one_update_and_one_noninteractive_install(make_run
 def test_the_inventorys_apt_proxy_is_passed_to_both_apt_calls_quoted(make_run) -> None:
     run = with_container(make_run({}, {"missing_pkgs": BARE}), apt_proxy="http://10.9.0.2:3142")
     run.node.ct_after = {"missing_pkgs": ALL_INSTALLED}
+    run.node.succeed("apt-get")
     rec = run.step("ct_packages")
     assert "through http://10.9.0.2:3142" in rec.changes[0]
     shell = inner(run.node.commands("run")[0])
@@ -82,6 +84,7 @@ def test_the_inventorys_apt_proxy_is_passed_to_both_apt_calls_quoted(make_run) -
 def test_packages_still_missing_after_apt_are_a_check_failure(make_run) -> None:
     run = make_run({}, {"missing_pkgs": BARE})
     run.node.ct_after = {"missing_pkgs": BARE}
+    run.node.succeed("apt-get")
     with pytest.raises(CheckFailed) as err:
         run.step("ct_packages")
     assert "still lacks curl, python3-venv" in err.value.what
@@ -113,6 +116,7 @@ def test_venv_and_pinned_sglang_with_extras_from_the_configured_index(make_run) 
     run = with_container(make_run({}, {"sglang_version": NO_SGLANG}), pip_index_url="http://10.9.0.2:8080/simple/")
     with_profile(run, sglang_extras=["srt"])
     run.node.ct_after = {"sglang_version": "0.5.12.post1\n"}
+    run.node.succeed("pip install")
     rec = run.step("sglang_install")
     assert rec.status == "changed" and "from http://10.9.0.2:8080/simple/" in rec.changes[0]
     shell = inner(run.node.commands("run")[0])
@@ -126,6 +130,7 @@ def test_venv_and_pinned_sglang_with_extras_from_the_configured_index(make_run) 
 def test_an_https_index_is_not_marked_trusted(make_run) -> None:
     run = with_container(make_run({}, {"sglang_version": NO_SGLANG}), pip_index_url="https://pypi.example/simple")
     run.node.ct_after = {"sglang_version": "0.5.12.post1\n"}
+    run.node.succeed("pip install")
     run.step("sglang_install")
     shell = inner(run.node.commands("run")[0])
     assert "--index-url https://pypi.example/simple " in shell and "--trusted-host" not in shell
@@ -146,6 +151,7 @@ def test_missing_weights_are_fetched_with_hf_download_from_the_venv_through_the_
                          pip_index_url="http://10.9.0.2:8080/simple")
     with_profile(run, weights_repo="zai-org/GLM-5-NVFP4")
     run.node.ct_after = {"weights": "present\n"}
+    run.node.succeed("hf download")
     rec = run.step("model_weights")
     assert rec.status == "changed" and rec.summary == "downloaded zai-org/GLM-5-NVFP4"
     shell = inner(run.node.commands("run")[0])
@@ -161,6 +167,7 @@ def test_missing_weights_are_fetched_with_hf_download_from_the_venv_through_the_
 def test_a_download_that_leaves_no_config_json_is_a_check_failure(make_run) -> None:
     run = with_profile(make_run({}, {"weights": out("", 1)}), weights_repo="zai-org/GLM-5-NVFP4")
     run.node.ct_after = {"weights": out("", 1)}
+    run.node.succeed("hf download")
     with pytest.raises(CheckFailed) as err:
         run.step("model_weights")
     assert "config.json is missing" in err.value.what
@@ -192,6 +199,7 @@ def test_a_running_container_gets_the_mount_as_mp_with_a_restart(make_run) -> No
     run = make_run({**host_facts("status: running\n", converged_config(probe)), "model_mount": "present\n"}, {})
     with_container(run, model_mount="/tank/models/glm5")
     run.node.ct_after = {"weights": "present\n"}
+    pve_accepts(run.node)
     rec = run.step("container")
     assert rec.status == "changed"
     assert any("mp0: (unset) → /tank/models/glm5,mp=/models/GLM-5-NVFP4" in c for c in rec.changes)
@@ -225,6 +233,7 @@ def test_create_carries_the_mount(make_run) -> None:
                     "model_mount": "present\n"})
     with_container(run, model_mount="/tank/models/glm5")
     run.node.ct_after = {}
+    pve_accepts(run.node)
     run.step("container")
     create = next(c for c in run.node.commands("run") if c.startswith("pvesh create /nodes/pve-gpu-1/lxc "))
     assert "--mp0 /tank/models/glm5,mp=/models/GLM-5-NVFP4" in create
