@@ -47,7 +47,7 @@ class RollOutcome:
 
     @property
     def failed_step(self) -> str | None:
-        return self.error.step or None if self.error is not None else None
+        return (self.error.step or None) if self.error is not None else None
 
     @property
     def _state(self) -> RunState:
