@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from orchestrator.errors import CheckFailed, ConfigError, LockLost
 from orchestrator.fleet.engine import HostOutcome
-from orchestrator.fleet.fleet_roll import record_roll
+from orchestrator.fleet.host_rolls import record_roll
 from orchestrator.fleet.rollout import HostRoll
 from orchestrator.roll import RollResult, judge, refused
 from orchestrator.runner import RunReport
