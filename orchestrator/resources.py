@@ -49,7 +49,7 @@ def flag_schemas_dir() -> Path:
 
 def router_schemas_dir() -> Path:
     """The real `sglang-router` flag schemas, one JSON file per router version."""
-    return _shipped("fleet", "schemas")
+    return _shipped("router", "schemas")
 
 
 def probes_dir() -> Path:

@@ -35,6 +35,8 @@ class RunReport:
     api_calls: int = 0
     # What the steps produced (release, bench runs, gate, status …), typed: see orchestrator.steps.state.
     state: RunState = field(default_factory=RunState)
+    # The error that stopped the run (to_dict() of it is `error`); None when every step passed.
+    failure: DeployError | None = field(default=None, repr=False)
 
     @property
     def changed(self) -> bool:
@@ -72,6 +74,18 @@ def run_playbook(name: str, host: Host, inventory: Inventory, options: RunOption
                  progress: ProgressFn | None = None, say: Callable[[str], None] | None = None,
                  inputs: RunInputs | None = None) -> RunReport:
     """Run every step in order; the first failure stops the run and is re-raised after cleanup."""
+    report = run_playbook_to_end(name, host, inventory, options, progress, say, inputs)
+    if report.failure is not None:
+        raise report.failure
+    return report
+
+
+def run_playbook_to_end(name: str, host: Host, inventory: Inventory, options: RunOptions,
+                        progress: ProgressFn | None = None, say: Callable[[str], None] | None = None,
+                        inputs: RunInputs | None = None) -> RunReport:
+    """Like run_playbook, but a failed step ends the run with the report (its `failure` set) instead of raising:
+    a caller that decides on what the run left behind (a roll's rollback) reads the state of a failed run too.
+    Errors before the first step (the playbook, the profile) still raise."""
     load_all_steps()
     playbook = load_playbook(name, REGISTRY)
     profile = inventory.profile_for(host)
@@ -108,7 +122,7 @@ def run_playbook(name: str, host: Host, inventory: Inventory, options: RunOption
     except DeployError as err:
         report.ok = False
         report.error = err.to_dict()
-        raise
+        report.failure = err
     finally:
         cleanups, ctx.cleanups = ctx.cleanups, []
         for cleanup in cleanups:

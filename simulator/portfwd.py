@@ -30,7 +30,7 @@ from pathlib import Path
 from simulator import nsutil
 from simulator.config import DEFAULT_VMID, HostPaths
 
-#: The unit `deploy up` installs for a router in a container (orchestrator/fleet/router.py UNIT_PATH).
+#: The unit `deploy up` installs for a router in a container (orchestrator/router/render.py UNIT_PATH).
 ROUTER_UNIT = "/etc/systemd/system/sglang-router.service"
 
 

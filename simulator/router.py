@@ -3,7 +3,7 @@
 Nothing about the router is simulated: `ensure_router_venv` creates a venv once per machine (cached under
 /var/cache/deploy-sim, like a downloaded template) and pip-installs the pinned `sglang-router` with this
 machine's pip configuration; `start_router` runs `python -m sglang_router.launch_router` on a loopback address.
-The tool reaches it only through its worker API (orchestrator/fleet/router.py).
+The tool reaches it only through its worker API (orchestrator/router/client.py).
 
     python -m simulator.router install [--version 0.3.2]
 """

@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.bench.command import connect_host
 from orchestrator.bench.run import BenchRun, run_bench
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, RemoteError
-from orchestrator.fleet.router import router_base_url
 from orchestrator.inventory.models import Host, Inventory, ServerProfile
 from orchestrator.parsers.server_metrics import GENERATION_TOKENS, REQUESTS, delta
 from orchestrator.remote.container import Container
+from orchestrator.router.places import router_address_in, router_base_url
 from orchestrator.state.ledger import new_run_id
 from orchestrator.telemetry.sampler import (
     SampledRun,
@@ -71,13 +71,8 @@ def bench_client(inventory: Inventory) -> BenchClient:
                           fix="set router.runs_on to an inventory host (deploy up then runs it there)")
     host = inventory.hosts[spec.runs_on]
     vmid = host.container.vmid
-    if spec.vmid in (None, vmid):  # same container: the router's bind address, a wildcard seen on loopback
-        target = "127.0.0.1" if spec.host in ("0.0.0.0", "::", "127.0.0.1") else spec.host
-        return BenchClient(host, vmid, target, spec.port)
-    url = router_base_url(inventory)
-    hostport = url.split("://", 1)[1]
-    addr, _, port = hostport.rpartition(":")
-    return BenchClient(host, vmid, addr, int(port))
+    addr, port = router_address_in(inventory, vmid)
+    return BenchClient(host, vmid, addr, port)
 
 
 @dataclass

@@ -23,7 +23,6 @@ from orchestrator.cli.common import (
 )
 from orchestrator.cli.presets import BenchCommand
 from orchestrator.cli.run import command_line, run_with_progress
-from orchestrator.cli.tables import Column, TableSpec, spec
 from orchestrator.errors import ConfigError
 from orchestrator.fleet.targets import TargetSpec, parse_targets, resolve_targets
 from orchestrator.redact import redact, redact_text
@@ -40,6 +39,7 @@ from orchestrator.reports.sweep import (
 from orchestrator.state.ledger import Ledger, RunRecord
 from orchestrator.steps.base import RunOptions
 from orchestrator.steps.state import RollRequest, RunInputs
+from orchestrator.ui.tables import Column, TableSpec, spec
 
 
 def table_spec(data: TableData, title: str) -> TableSpec:

@@ -7,13 +7,11 @@ human view through `Output`. Errors are DeployError subclasses; their exit_code 
 from __future__ import annotations
 
 import functools
-import json
-import math
 import signal
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -21,55 +19,17 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from orchestrator.cli.tables import TableSpec, print_table
 from orchestrator.errors import ConfigError, DeployError, Interrupted, Terminated
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.paths import INVENTORY_ENV, default_inventory_dir
-from orchestrator.redact import install_stream_redaction, redact
+from orchestrator.redact import install_stream_redaction
+from orchestrator.ui.output import Output
 
 if TYPE_CHECKING:
-    from orchestrator.cli.progress import StepPrinter
+    from orchestrator.ui.progress import StepPrinter
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-@dataclass
-class Output:
-    """Human output goes to stderr-free stdout via rich; JSON mode prints one document at the end."""
-
-    as_json: bool
-    console: Console = field(default_factory=lambda: Console(highlight=False, soft_wrap=True))
-
-    def print(self, *objects: Any, **kwargs: Any) -> None:
-        if not self.as_json:
-            self.console.print(*objects, **kwargs)
-
-    def line(self, text: str, style: str | None = None) -> None:
-        if not self.as_json:
-            self.console.print(text, style=style, markup=False, highlight=False)
-
-    def table(self, t: TableSpec) -> None:
-        if not self.as_json:
-            print_table(self.console, t)
-
-    def emit(self, payload: dict[str, Any]) -> None:
-        """The one JSON document; secrets redacted by key (server_info's api_key) and by value/shape."""
-        if self.as_json:
-            safe = redact(json.loads(json.dumps(finite(payload), default=str)))
-            sys.stdout.write(json.dumps(safe, indent=2, sort_keys=False) + "\n")
-
-
-def finite(obj: Any) -> Any:
-    """`obj` with every non-finite float as the string pydantic writes for it ("NaN", "Infinity"): json.dumps
-    would write bare NaN/Infinity, which is not JSON."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return "NaN" if math.isnan(obj) else ("Infinity" if obj > 0 else "-Infinity")
-    if isinstance(obj, dict):
-        return {k: finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [finite(v) for v in obj]
-    return obj
 
 
 @dataclass
@@ -92,7 +52,7 @@ class AppContext:
 
     def step_printer(self, *, quiet: bool = False) -> StepPrinter:
         """Step progress of a run; a fleet run's per-host context forwards it to the live view instead."""
-        from orchestrator.cli.progress import StepPrinter
+        from orchestrator.ui.progress import StepPrinter
 
         return StepPrinter(self.out.console, enabled=not self.as_json and not quiet)
 

@@ -6,9 +6,9 @@ import click
 from rich.text import Text
 
 from orchestrator.cli.common import AppContext, common_options, resolve_host, tofu_option
-from orchestrator.cli.tables import spec
-from orchestrator.fleet.command import fleet_options
+from orchestrator.cli.fleet import fleet_options
 from orchestrator.fleet.details import doctor_detail
+from orchestrator.ui.tables import spec
 from orchestrator.verdicts.host import worst_status
 
 STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}

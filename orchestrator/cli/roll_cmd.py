@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,20 +10,20 @@ import click
 
 from orchestrator.cli.bench_cmd import print_ledger_runs
 from orchestrator.cli.common import AppContext, all_inventories_option, common_options, resolve_host, tofu_option
-from orchestrator.cli.progress import totals_line
+from orchestrator.cli.fleet import fleet_options
+from orchestrator.cli.router_view import router_view
 from orchestrator.cli.run import command_line, run_with_progress
-from orchestrator.cli.tables import Column, spec
 from orchestrator.errors import ConfigError, DeployError
-from orchestrator.fleet.command import fleet_options
 from orchestrator.fleet.details import history_detail, status_detail
-from orchestrator.fleet.fleet_roll import Bodies, fleet_roll, fleet_rollback
-from orchestrator.fleet.rollout import RollSpec, flags_sha
-from orchestrator.fleet.router import router_view
+from orchestrator.fleet.fleet_roll import fleet_roll, fleet_rollback
+from orchestrator.fleet.rollout import RollSpec
 from orchestrator.fleet.targets import parse_targets
-from orchestrator.runner import RunReport
+from orchestrator.roll import RollOutcome, refused, roll_host, rollback_host, rollback_payload
 from orchestrator.state.releases import RELEASE_ID
 from orchestrator.steps.base import RunOptions
 from orchestrator.steps.state import RollRequest, RunInputs
+from orchestrator.ui.progress import totals_line
+from orchestrator.ui.tables import Column, spec
 from orchestrator.yamlfile import load_yaml
 
 
@@ -39,16 +38,6 @@ def _flags_file(path: str) -> dict[str, Any]:
         raise ConfigError(f"--flags file {p} must be a mapping of flag name → value",
                           fix="e.g. `max-running-requests: 2048` one per line")
     return data
-
-
-def _fleet_bodies(request: RollRequest, *, preset: str | None, skip_bench: bool, tofu: bool) -> Bodies:
-    """The single-host bodies a fleet roll runs per host (each against that host's captured context)."""
-    return Bodies(
-        plan=lambda sub, name: roll_host(sub, ("host", name), request, preset=preset, skip_bench=skip_bench,
-                                         dry_run=True, tofu=tofu),
-        roll=lambda sub, name: roll_host(sub, ("host", name), request, preset=preset, skip_bench=skip_bench,
-                                         dry_run=False, tofu=tofu),
-        revert=lambda sub, name, to: rollback_host(sub, ("host", name), to, tofu=tofu))
 
 
 def _request(app: AppContext, sets: tuple[str, ...], unsets: tuple[str, ...], flags_file: str | None,
@@ -122,10 +111,10 @@ def roll(app: AppContext, target: tuple[str, ...], sets: tuple[str, ...], unsets
             raise ConfigError("--resume replays the interrupted fleet roll's own flag change and options",
                               fix=f"drop --set/--unset/--flags/--profile/--dry-run: `deploy roll {targets.describe()} "
                                   "--resume`")
-        return fleet_roll(app, targets, None, _bodies_for(tofu), resume=True, drain_timeout_s=drain_timeout)
+        return fleet_roll(app, targets, None, tofu=tofu, resume=True, drain_timeout_s=drain_timeout)
     request = _request(app, sets, unsets, flags_file, profile_name, accept_regression, threshold, gate_metrics)
     if not targets.fleet:
-        return roll_host(app, target, request, preset=preset, skip_bench=skip_bench, dry_run=dry_run, tofu=tofu)
+        return roll_one(app, target, request, preset=preset, skip_bench=skip_bench, dry_run=dry_run, tofu=tofu)
     if dry_run:
         raise ConfigError("--dry-run is for one host", fix="`deploy plan`-like check per host: deploy roll host X "
                                                            "--set K=V --dry-run")
@@ -134,59 +123,46 @@ def roll(app: AppContext, target: tuple[str, ...], sets: tuple[str, ...], unsets
                     preset=preset, skip_bench=skip_bench, canary=1 if canary is None else canary,
                     batch=batch or "25%", max_unavailable=1 if max_unavailable is None else max_unavailable,
                     rollback_all=rollback_all)
-    return fleet_roll(app, targets, spec, _bodies_for(tofu), resume=False, drain_timeout_s=drain_timeout)
+    return fleet_roll(app, targets, spec, tofu=tofu, resume=False, drain_timeout_s=drain_timeout)
 
 
-def _bodies_for(tofu: bool) -> Callable[[RollSpec], Bodies]:
-    """A fleet roll's per-host bodies, built from its recorded request (so --resume replays the same one)."""
-
-    def build(spec: RollSpec) -> Bodies:
-        request = RollRequest(set=tuple(spec.set), unset=tuple(spec.unset), replacement=spec.replacement,
-                              accept_regression=spec.accept_regression, threshold_pct=spec.threshold_pct,
-                              gate_metrics=tuple(spec.gate_metrics))
-        return _fleet_bodies(request, preset=spec.preset, skip_bench=spec.skip_bench, tofu=tofu)
-
-    return build
-
-
-def roll_host(app: AppContext, target: tuple[str, ...], request: RollRequest, *, preset: str | None,
-              skip_bench: bool, dry_run: bool, tofu: bool) -> int:
-    """One host's roll (the single-host command's body; a fleet roll runs it per host)."""
+def roll_one(app: AppContext, target: tuple[str, ...], request: RollRequest, *, preset: str | None,
+             skip_bench: bool, dry_run: bool, tofu: bool) -> int:
+    """One host's roll (`deploy roll host X`): run it with the step printer, then print its outcome."""
     options = RunOptions(dry_run=dry_run, skip_bench=skip_bench, preset=preset, tofu=tofu, command=command_line())
-    report: RunReport | None = None
-    error: DeployError | None = None
     try:
-        report = run_with_progress(app, target, "roll-plan" if dry_run else "roll", options,
-                                   RunInputs(roll=request))
+        host = resolve_host(app, target)
     except DeployError as err:
-        error = err
+        return print_roll(app, refused("", err), dry_run=dry_run)
+    printer = app.step_printer()
+    try:
+        outcome = roll_host(host, app.inventory, request, options, progress=printer, say=printer.say)
+    finally:
+        printer.close()
+    return print_roll(app, outcome, dry_run=dry_run)
+
+
+def print_roll(app: AppContext, outcome: RollOutcome, *, dry_run: bool) -> int:
+    """The roll's JSON document, or its error with the journal's last lines, or the releases and totals."""
+    error = outcome.error
     if error is not None:
         if app.as_json:
-            app.out.emit({"ok": False, **error.to_dict()})
+            app.out.emit(outcome.payload())
         else:
             click.echo(f"error: {error}", err=True)
             for line in list((error.details or {}).get("journal") or [])[-8:]:  # type: ignore[call-overload]
                 click.echo(f"  journal: {line}", err=True)
         return error.exit_code
+    report = outcome.report
     assert report is not None
-    payload = report.to_dict()
-    cand = report.state.candidate
-    payload["release"] = report.state.server.release
-    payload["previous"] = cand.previous if cand else None
-    payload["diff"] = [{"flag": k, "old": a, "new": b} for k, a, b in (cand.flag_diff if cand else [])]
-    if cand is not None:
-        payload["flags_sha"] = flags_sha(cand.stored(cand.new_flags))  # hashes no secret
-        payload["previous_flags_sha"] = flags_sha(cand.stored(cand.base_flags))
-    if report.state.gate is not None:
-        payload["gate"] = report.state.gate.model_dump(mode="json")
-    app.out.emit(payload)
+    app.out.emit(outcome.payload())
     if dry_run:
         for rec in report.steps:
             for line in rec.details.get("unit_diff", []):
                 app.out.line(line)
         app.out.line("dry run: nothing changed")
     else:
-        app.out.line(f"release {payload['release']} is current (previous {payload['previous']})")
+        app.out.line(f"release {outcome.release} is current (previous {outcome.previous})")
     app.out.line(totals_line(report))
     return 0
 
@@ -213,14 +189,17 @@ def rollback(app: AppContext, target: tuple[str, ...], to_release: str | None, a
     if targets.fleet:
         if to_release:
             raise ConfigError("--to names one host's release", fix="use it with `deploy rollback host X --to ID`")
-        return fleet_rollback(app, targets, _bodies_for(tofu), drain_timeout_s=drain_timeout)
-    return rollback_host(app, target, to_release, tofu=tofu)
-
-
-def rollback_host(app: AppContext, target: tuple[str, ...], to_release: str | None, *, tofu: bool) -> int:
-    options = RunOptions(tofu=tofu, command=command_line())
-    report = run_with_progress(app, target, "rollback", options, RunInputs(rollback_to=to_release))
-    app.out.emit({**report.to_dict(), "release": report.state.server.release})
+        return fleet_rollback(app, targets, tofu=tofu, drain_timeout_s=drain_timeout)
+    host = resolve_host(app, target)
+    printer = app.step_printer()
+    try:
+        report = rollback_host(host, app.inventory, to_release, RunOptions(tofu=tofu, command=command_line()),
+                               progress=printer, say=printer.say)
+    finally:
+        printer.close()
+    if report.failure is not None:
+        raise report.failure
+    app.out.emit(rollback_payload(report))
     app.out.line(totals_line(report))
     return 0
 

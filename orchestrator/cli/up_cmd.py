@@ -7,14 +7,14 @@ from typing import Any
 import click
 
 from orchestrator.cli.common import AppContext, common_options, resolve_host, tofu_option
-from orchestrator.cli.progress import totals_line
+from orchestrator.cli.fleet import fleet_options
 from orchestrator.cli.run import command_line
 from orchestrator.errors import DeployError
-from orchestrator.fleet.command import fleet_options
 from orchestrator.fleet.engine import HostOutcome
 from orchestrator.inventory.models import Host
 from orchestrator.runner import RunReport, run_playbook
 from orchestrator.steps.base import RunOptions
+from orchestrator.ui.progress import totals_line
 
 
 def preflight(app: AppContext, words: tuple[str, ...]) -> None:
@@ -38,14 +38,14 @@ def preflight(app: AppContext, words: tuple[str, ...]) -> None:
 
 def router_preflight(app: AppContext, hosts: list[Host]) -> None:
     """Fleet `up`/`plan`: a bad router section refuses the whole command before any host starts."""
-    from orchestrator.steps.router import preflight_router
+    from orchestrator.router.converge import preflight_router
 
     preflight_router(app.inventory)
 
 
 def converge_router_after(app: AppContext, outcomes: list[HostOutcome], options: dict[str, Any]) -> dict[str, Any]:
     """After the hosts: converge the managed router with the hosts that came out healthy as its workers."""
-    from orchestrator.steps.router import converge_router
+    from orchestrator.router.converge import converge_router
 
     healthy = [o.host for o in outcomes if o.exit_code == 0 and o.result != "skipped"]
     dry_run = bool(options.get("dry_run", True))

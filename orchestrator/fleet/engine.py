@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+#: Hosts run at once unless --parallel says otherwise.
+DEFAULT_PARALLEL = 8
 HostResult = Literal["ok", "changed", "would change", "failed", "skipped"]
 
 

@@ -1,10 +1,11 @@
 """`deploy roll group G` and `deploy rollback group G`: canary first, then waves, each host drained through the router.
 
-Why it is built on the single-host commands: each host's roll is exactly `deploy roll host X` (validation, health,
-smoke, throughput gate against that host's own baseline, automatic rollback), run as a body on the fleet engine
-with its output captured. This module only decides which host goes when (waves, at most --max-unavailable out of
-service at once), drains it around its roll, stops at the first failure, and keeps the record (rollout.py) that
---resume and `rollback group` read.
+Why it is built on the single-host roll (orchestrator.roll): each host's roll is exactly `deploy roll host X`
+(validation, health, smoke, throughput gate against that host's own baseline, automatic rollback), run on the
+fleet engine; its typed outcome (kept, rolled back, failed, refused, already on the flags) decides what the
+record says. This module only decides which host goes when (waves, at most --max-unavailable out of service at
+once), drains it around its roll, stops at the first failure, and keeps the record (rollout.py) that --resume
+and `rollback group` read.
 """
 
 from __future__ import annotations
@@ -14,62 +15,56 @@ import shlex
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from orchestrator.cli.common import AppContext
-from orchestrator.cli.tables import Column
-from orchestrator.cli.tables import spec as table_spec
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, RemoteError
-from orchestrator.fleet.command import DEFAULT_PARALLEL, HostApp, host_outcome
-from orchestrator.fleet.drain import Drainer
-from orchestrator.fleet.engine import HostEvents, HostOutcome, run_fleet
+from orchestrator.flags.digest import flags_sha
+from orchestrator.fleet.engine import DEFAULT_PARALLEL, HostEvents, HostOutcome, run_fleet
+from orchestrator.fleet.host_rolls import HostRolls, record_roll, roll_request
 from orchestrator.fleet.rollout import (
     STATE_WORDS,
     FleetRoll,
     HostRoll,
     RollSpec,
     RollStore,
-    flags_sha,
     new_roll_id,
     now_text,
     plan_waves,
     process_alive,
 )
-from orchestrator.fleet.router import RouterClient, router_api_key, router_base_url, router_workers, worker_url
 from orchestrator.fleet.targets import TargetSpec, resolve_targets
 from orchestrator.fleet.view import FleetView
+from orchestrator.inventory.models import Inventory
+from orchestrator.roll import RollOutcome, RollResult
+from orchestrator.router.client import RouterClient
+from orchestrator.router.drain import Drainer
+from orchestrator.router.places import router_api_key, router_base_url, router_workers, worker_url
+from orchestrator.steps.base import RunOptions
+from orchestrator.ui.output import Output
+from orchestrator.ui.tables import Column
+from orchestrator.ui.tables import spec as table_spec
 
 Payload = dict[str, Any]
-#: Runs one host's single-host body against `app` (a captured HostApp); returns its exit code.
-HostBody = Callable[[AppContext, str], int]
-#: Reverts one host to a release id (the single-host `rollback --to`).
-RevertBody = Callable[[AppContext, str, str], int]
 
 
-@dataclass
-class Bodies:
-    plan: HostBody  # `roll --dry-run`: resolve + validate in the container, changes nothing
-    roll: HostBody  # `roll host X`
-    revert: RevertBody  # `rollback host X --to ID`
+class Caller(Protocol):
+    """What a fleet roll needs from the command that runs it (the CLI's AppContext is one): the loaded
+    inventory, the directories it came from (for the record) and where output goes."""
 
+    @property
+    def inventory(self) -> Inventory: ...
 
-def _run_body(app: AppContext, name: str, events: HostEvents, call: Callable[[AppContext], int]) -> HostOutcome:
-    sub = HostApp(inventory_dirs=app.inventory_dirs, as_json=True, events=events)
-    sub.__dict__["inventory"] = app.inventory
-    try:
-        code = int(call(sub) or 0)
-        report = sub.captured.payload or {"ok": code == 0, "host": name}
-    except DeployError as err:
-        code, report = err.exit_code, {"ok": False, **err.to_dict()}
-    return host_outcome(name, code, report, sub.records)
+    @property
+    def inventory_paths(self) -> str: ...
+
+    @property
+    def out(self) -> Output: ...
 
 
 class _Router:
     """The router's side of a fleet roll: which hosts are its workers, and a Drainer per host job."""
 
-    def __init__(self, app: AppContext, drain_timeout_s: float) -> None:
-        inv = app.inventory
+    def __init__(self, inv: Inventory, drain_timeout_s: float) -> None:
         self.spec = inv.router
         self.base = router_base_url(inv) if self.spec is not None else None
         self.key = router_api_key(inv) if self.spec is not None else None
@@ -133,17 +128,13 @@ def _error_for(code: int, what: str, fix: str) -> DeployError:
     return cls(what, fix=fix, step="preflight")
 
 
-#: Builds the bodies from a roll's recorded request (a new roll's, or the one --resume replays).
-BodiesFor = Callable[[RollSpec], Bodies]
-
-
 class FleetRoller:
     """One fleet roll (new or resumed) or revert, with its record saved after every host."""
 
-    def __init__(self, app: AppContext, roll: FleetRoll, bodies: Bodies, store: RollStore,
+    def __init__(self, app: Caller, roll: FleetRoll, rolls: HostRolls, store: RollStore,
                  drain_timeout_s: float) -> None:
-        self.app, self.roll, self.bodies, self.store = app, roll, bodies, store
-        self.router = _Router(app, drain_timeout_s)
+        self.app, self.roll, self.rolls, self.store = app, roll, rolls, store
+        self.router = _Router(app.inventory, drain_timeout_s)
         self.roll.router = self.router.base
         self._lock = threading.Lock()
         self.outcomes: dict[str, HostOutcome] = {}
@@ -156,7 +147,7 @@ class FleetRoller:
               title: str) -> bool:
         """Run one wave; True when every host in it succeeded."""
         self.app.out.line(title)
-        view = FleetView(self.app.out.console, names, enabled=not self.app.as_json, tty=sys.stdout.isatty())
+        view = FleetView(self.app.out.console, names, enabled=not self.app.out.as_json, tty=sys.stdout.isatty())
         with view:
             run = run_fleet(names, job, parallel=max(1, min(parallel, len(names))), fail_fast=True,
                             on_event=view, on_tick=view.tick)
@@ -170,36 +161,39 @@ class FleetRoller:
         if not names:
             return
 
+        planned: dict[str, RollOutcome] = {}
+
         def job(name: str, events: HostEvents) -> HostOutcome:
-            return _run_body(self.app, name, events, lambda sub: self.bodies.plan(sub, name))
+            planned[name], outcome = self.rolls.plan(name, events)
+            return outcome
 
         self.app.out.line(f"checking the flag change on {len(names)} host(s) before touching any")
-        view = FleetView(self.app.out.console, names, enabled=not self.app.as_json, tty=sys.stdout.isatty())
+        view = FleetView(self.app.out.console, names, enabled=not self.app.out.as_json, tty=sys.stdout.isatty())
         with view:
             run = run_fleet(names, job, parallel=DEFAULT_PARALLEL, on_event=view, on_tick=view.tick)
         problems: dict[str, list[str]] = {}  # one message → the hosts that gave it (a bad flag is refused by all)
         fixes: list[str] = []
         for o in run.outcomes:
             host = self.roll.host(o.host)
-            report = o.report or {}
-            if o.exit_code == 0:
+            rolled = planned.get(o.host)
+            result = rolled.result if rolled is not None else None
+            if rolled is not None and result is RollResult.PLANNED:
                 if host.previous_release is None:
-                    host.previous_release = report.get("previous")
-                    host.previous_flags_sha = report.get("previous_flags_sha")
-                host.release = host.release or report.get("previous")
-                host.flags_sha = host.flags_sha or report.get("previous_flags_sha")
-            elif isinstance(report.get("details"), dict) and report["details"].get("unchanged"):
+                    host.previous_release = rolled.previous
+                    host.previous_flags_sha = rolled.previous_flags_sha
+                host.release = host.release or rolled.previous
+                host.flags_sha = host.flags_sha or rolled.previous_flags_sha
+            elif rolled is not None and rolled.already_on is not None:
                 # Already on the requested flags (a roll that stopped earlier, or a killed run that finished it):
                 # nothing to roll here, and nothing for `rollback group` to put back.
-                details = report["details"]
-                host.state, host.release = "rolled", details.get("release")
-                host.flags_sha = flags_sha(details.get("flags") or {})
+                host.state, host.release = "rolled", rolled.already_on.release
+                host.flags_sha = flags_sha(rolled.already_on.flags)
                 host.detail = "already on these flags: nothing to roll"
                 if host.previous_release is None:
                     host.previous_flags_sha = host.flags_sha
             else:
                 problems.setdefault(o.detail, []).append(o.host)
-                fix = str(report.get("fix") or "")
+                fix = rolled.error.fix if rolled is not None and rolled.error is not None else ""
                 if fix and fix not in fixes:
                     fixes.append(fix)
         if problems:
@@ -214,24 +208,15 @@ class FleetRoller:
         host = self.roll.host(name)
         host.state = "in_progress"
         self.save()
-        outcome = self.router.around(host, events, lambda: _run_body(
-            self.app, name, events, lambda sub: self.bodies.roll(sub, name)))
-        report = outcome.report or {}
-        if outcome.exit_code == 0:
-            host.state, host.exit_code = "rolled", 0
-            host.release = report.get("release") or host.release
-            host.flags_sha = report.get("flags_sha") or host.flags_sha
-            host.detail = "; ".join(f"--{d['flag']}: {d['old']} → {d['new']}" for d in report.get("diff") or [])
-        else:
-            what = str(report.get("what") or outcome.detail)
-            rolled_back = "rolled back to" in what and "did not come back healthy" not in what
-            host.state = "rolled_back" if rolled_back else "failed"
-            if report.get("release") and not rolled_back:  # rolled, then not back in the router
-                host.release, host.flags_sha = report.get("release"), report.get("flags_sha")
-            else:
-                host.release, host.flags_sha = host.previous_release, host.previous_flags_sha
-            host.exit_code = outcome.exit_code or 1
-            host.detail = outcome.detail or what
+        rolled: list[RollOutcome] = []
+
+        def act() -> HostOutcome:
+            result, outcome = self.rolls.roll(name, events)
+            rolled.append(result)
+            return outcome
+
+        outcome = self.router.around(host, events, act)
+        record_roll(host, rolled[0] if rolled else None, outcome)
         self.save()
         return outcome
 
@@ -239,8 +224,7 @@ class FleetRoller:
         host = self.roll.host(name)
         target = host.previous_release
         assert target is not None
-        outcome = self.router.around(host, events, lambda: _run_body(
-            self.app, name, events, lambda sub: self.bodies.revert(sub, name, target)))
+        outcome = self.router.around(host, events, lambda: self.rolls.revert(name, events, target))
         if outcome.exit_code == 0:
             host.state, host.exit_code = "reverted", 0
             host.release, host.flags_sha = target, host.previous_flags_sha
@@ -291,7 +275,7 @@ def report_payload(roll: FleetRoll, outcomes: dict[str, HostOutcome], command: s
                        "report": outcomes[h.host].report if h.host in outcomes else None} for h in roll.hosts]}
 
 
-def print_report(app: AppContext, roll: FleetRoll, outcomes: dict[str, HostOutcome], command: str,
+def print_report(app: Caller, roll: FleetRoll, outcomes: dict[str, HostOutcome], command: str,
                  record_path: str, exit_code: int) -> None:
     payload = report_payload(roll, outcomes, command, exit_code)
     payload["roll"]["record"] = record_path
@@ -315,7 +299,7 @@ def _command() -> str:
     return "deploy " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 
-def fleet_roll(app: AppContext, targets: TargetSpec, spec: RollSpec | None, bodies_for: BodiesFor, *, resume: bool,
+def fleet_roll(app: Caller, targets: TargetSpec, spec: RollSpec | None, *, tofu: bool, resume: bool,
                drain_timeout_s: float, store: RollStore | None = None) -> int:
     """`deploy roll <fleet> …` (spec given) or `… --resume` (spec None: the record's)."""
     store = store or RollStore()
@@ -350,7 +334,7 @@ def fleet_roll(app: AppContext, targets: TargetSpec, spec: RollSpec | None, bodi
         roll = FleetRoll(id=new_roll_id(), command=_command(), targets=words, inventory=app.inventory_paths,
                          pid=_own_pid(), started=now_text(), updated=now_text(), spec=spec, waves=waves,
                          hosts=[HostRoll(host=n, wave=wave_of[n]) for n in names])
-    roller = FleetRoller(app, roll, bodies_for(roll.spec), store, drain_timeout_s)
+    roller = FleetRoller(app, roll, _host_rolls(app.inventory, roll.spec, tofu), store, drain_timeout_s)
     roller.router.check()
     if roller.router.base is None:
         app.out.line("no router: section in the inventory: hosts are rolled without draining")
@@ -368,7 +352,7 @@ def fleet_roll(app: AppContext, targets: TargetSpec, spec: RollSpec | None, bodi
     return roll.exit_code
 
 
-def fleet_rollback(app: AppContext, targets: TargetSpec, bodies_for: BodiesFor, *, drain_timeout_s: float,
+def fleet_rollback(app: Caller, targets: TargetSpec, *, tofu: bool, drain_timeout_s: float,
                    store: RollStore | None = None) -> int:
     """`deploy rollback <fleet>`: every host the last fleet roll of these hosts changed goes back to its release."""
     store = store or RollStore()
@@ -383,7 +367,7 @@ def fleet_rollback(app: AppContext, targets: TargetSpec, bodies_for: BodiesFor, 
     back = roll.to_revert()
     roll.pid = _own_pid()
     roll.notes.append(f"rollback {now_text()} by {_command()}")
-    roller = FleetRoller(app, roll, bodies_for(roll.spec), store, drain_timeout_s)
+    roller = FleetRoller(app, roll, _host_rolls(app.inventory, roll.spec, tofu), store, drain_timeout_s)
     roller.router.check()
     for h in roll.hosts:
         if h.state == "pending":
@@ -394,6 +378,11 @@ def fleet_rollback(app: AppContext, targets: TargetSpec, bodies_for: BodiesFor, 
     code = max((o.exit_code for o in roller.outcomes.values()), default=0)
     print_report(app, roll, roller.outcomes, _command(), str(store.path(roll.id)), code)
     return code
+
+
+def _host_rolls(inventory: Inventory, spec: RollSpec, tofu: bool) -> HostRolls:
+    options = RunOptions(preset=spec.preset, skip_bench=spec.skip_bench, tofu=tofu, command=_command())
+    return HostRolls(inventory, roll_request(spec), options)
 
 
 def _own_pid() -> int:

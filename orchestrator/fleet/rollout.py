@@ -9,12 +9,10 @@ host; this file only says which host the fleet roll took where. One JSON file pe
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -30,11 +28,6 @@ RollState = Literal["running", "done", "failed", "reverted"]
 STATE_WORDS: dict[str, str] = {"pending": "pending", "in_progress": "in progress", "rolled": "rolled",
                                "rolled_back": "rolled back", "failed": "failed", "untouched": "untouched",
                                "reverted": "reverted"}
-
-
-def flags_sha(values: Mapping[str, Any]) -> str:
-    """A short, stable digest of a canonical flag set (what the report shows beside each release id)."""
-    return hashlib.sha256(json.dumps(dict(values), sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 # ------------------------------------------------------------------------------------------------ the plan

@@ -1,4 +1,4 @@
-"""The container adapter: the only place that spells `pct exec` / `pct push`, and the container's file layout.
+"""The container adapter: the only place that spells `pct exec` / `pct push` (the file layout is orchestrator.layout).
 
 It rides on the node's SSH adapter the way `sudo` rides on `run`: every call becomes one command on the PVE node
 that wraps the real command in `pct exec VMID -- …`. One quoting rule holds throughout: every argument is
@@ -14,58 +14,15 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-if TYPE_CHECKING:  # the adapter is imported by pure code for its paths; paramiko loads only with the SSH adapter
+from orchestrator.layout import PATHS, ContainerPaths
+
+if TYPE_CHECKING:  # paramiko loads only with the SSH adapter
     from orchestrator.remote.ssh import RemoteResult
 
+__all__ = ["NOT_RUNNING", "PATHS", "Container", "ContainerPaths", "NodeShell", "heredoc"]
 
-@dataclass(frozen=True)
-class ContainerPaths:
-    """Where the tool keeps things inside the container; the one definition every module reads."""
-
-    state_dir: str = "/var/lib/deploy"
-    unit_name: str = "sglang"
-    unit_path: str = "/etc/systemd/system/sglang.service"
-    env_path: str = "/etc/sglang/sglang.env"
-    #: Server options that must stay out of argv (the API key): sglang reads them with `--config FILE`.
-    secrets_path: str = "/etc/sglang/secrets.yaml"
-    #: sglang's logging config (SGLANG_LOGGING_CONFIG_PATH) for servers with an API key.
-    logging_path: str = "/etc/sglang/logging.json"
-    installer_path: str = "/tmp/deploy-nvidia-userspace.run"
-    p2p_probe_path: str = "/tmp/deploy-p2p-probe.py"
-
-    @property
-    def releases_dir(self) -> str:
-        return f"{self.state_dir}/releases"
-
-    @property
-    def current_link(self) -> str:
-        """Symlink → releases/<id>: the current release."""
-        return f"{self.state_dir}/current"
-
-    @property
-    def bench_dir(self) -> str:
-        """Bench JSONL of runs that belong to no release."""
-        return f"{self.state_dir}/bench"
-
-    @property
-    def runs_dir(self) -> str:
-        """Pidfiles of running benches (`bench-<run id>.pid`): what a later run finds and stops if ours died."""
-        return f"{self.state_dir}/runs"
-
-    def release_dir(self, release_id: str) -> str:
-        return f"{self.releases_dir}/{release_id}"
-
-    @staticmethod
-    def venv_python(venv: str) -> str:
-        """The profile venv's interpreter: no activation needed under `pct exec`."""
-        return f"{venv.rstrip('/')}/bin/python"
-
-
-#: The layout every deploy-managed container has.
-PATHS = ContainerPaths()
 
 #: Printed by `if_running` when the container is not running.
 NOT_RUNNING = "__CT_NOT_RUNNING__"

@@ -8,7 +8,7 @@ from typing import Any
 from orchestrator.errors import ConfigError
 from orchestrator.flags import FlagSet, secret_names, stored_flags
 from orchestrator.inventory.models import ServerProfile
-from orchestrator.remote.container import PATHS
+from orchestrator.layout import PATHS
 from orchestrator.render.files import (
     RenderedFile,
     check_env_name,
@@ -18,7 +18,7 @@ from orchestrator.render.files import (
     systemd_exec_arg,
 )
 
-UNIT_PATH = PATHS.unit_path  # the container adapter owns the layout
+UNIT_PATH = PATHS.unit_path  # orchestrator.layout owns the layout
 ENV_PATH = PATHS.env_path
 #: Server options that must stay out of argv (the API key): sglang reads them with `--config FILE`.
 SECRETS_PATH = PATHS.secrets_path

@@ -15,7 +15,7 @@ its target (temp files) and only then rename them all into place and swap the `c
 restart. A failure while staging (a full disk) leaves every installed file as it was. A kill at any point
 leaves either the old or the new complete state; re-running converges. This module only builds scripts and
 parses listings (pure); steps run them through the container adapter. The scripts themselves are shipped files
-(orchestrator/scripts/*.sh.j2); the paths come from the container adapter's one `ContainerPaths`.
+(orchestrator/scripts/*.sh.j2); the paths come from the one `ContainerPaths` (orchestrator/layout.py).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from orchestrator.layout import PATHS
 from orchestrator.redact import redact, redact_text
-from orchestrator.remote.container import PATHS
 from orchestrator.render.files import RenderedFile
 from orchestrator.scripts import render_script
 

@@ -44,7 +44,7 @@ from orchestrator.state.releases import (
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.checks import bench_for_release, wait_healthy
 from orchestrator.steps.session import ensure_facts
-from orchestrator.steps.state import Candidate
+from orchestrator.steps.state import Candidate, Rollback
 from orchestrator.steps.waiting import waiting_for
 from orchestrator.verdicts.regression import gate as regression_gate
 
@@ -368,6 +368,7 @@ def install_release(ctx: StepContext, record: StepRecord) -> None:
         err.what = (f"{err.what} — rolled back to {previous} (healthy again after {seconds:.0f} s; "
                     f"{failed.details['rollback_verified']})")
         err.details = {**(err.details or {}), "rolled_back_to": previous, "candidate": rid}
+        ctx.state.rollback = Rollback(to=previous, candidate=rid)
 
     ctx.on_failure = on_failure
 

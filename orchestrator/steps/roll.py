@@ -33,7 +33,7 @@ from orchestrator.steps.release import (
 )
 from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.software import container_flag_check
-from orchestrator.steps.state import Candidate, RollRequest
+from orchestrator.steps.state import Candidate, CurrentFlags, RollRequest
 
 
 def installed_schema(ctx: StepContext) -> tuple[str, FlagSchema]:
@@ -94,6 +94,7 @@ def resolve_release(ctx: StepContext, record: StepRecord) -> None:
     secret = secret_flags(ctx.profile, base) | secret_flags(ctx.profile, new)
     diff = masked_diff(diff_flags(base, new), secret)  # a secret's values never reach output, meta or history
     if not diff:
+        ctx.state.already_on = CurrentFlags(state.release, stored_flags(base, secret))
         raise ConfigError("the new flag set equals the current release's: nothing to roll",
                           fix="change at least one flag", host=ctx.host.name,
                           details={"unchanged": True, "release": state.release,

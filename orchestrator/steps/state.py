@@ -109,6 +109,22 @@ class ServerStatus:
                 "power_limit_w": self.power_limit_w}
 
 
+@dataclass(frozen=True)
+class Rollback:
+    """A failed roll's automatic rollback that finished: `to` is current again and healthy, `candidate` is not."""
+
+    to: str
+    candidate: str
+
+
+@dataclass(frozen=True)
+class CurrentFlags:
+    """The host already runs the flags a roll asked for (the roll is refused: there is nothing to roll)."""
+
+    release: str
+    flags: dict[str, Any]
+
+
 #: Undo of a started rollout: called with the error and the failed step's record, before the error propagates.
 FailureHandler = Callable[["DeployError", "StepRecord"], None]
 
@@ -129,3 +145,5 @@ class RunState:
     status: ServerStatus | None = None
     history: list[dict[str, Any]] = field(default_factory=list)  # release lines as the target stores them
     stopped_benches: list[LeftoverBench] = field(default_factory=list)  # benches of dead runs this run stopped
+    rollback: Rollback | None = None  # install_release's undo, once it rolled back and verified
+    already_on: CurrentFlags | None = None  # resolve_release: the requested flags are the current release's

@@ -31,7 +31,7 @@ PKG = REPO / "orchestrator"
 BUILD_INPUTS = ("pyproject.toml", "README.md", "orchestrator", "simulator")
 #: The shipped data, by folder of the package and pattern: each file must be in the wheel and in the sdist.
 DATA = (("templates", "*.j2"), ("playbooks", "*.yaml"), ("scripts", "*.j2"), ("examples/inventory", "*.yaml"),
-        ("flags/schemas", "*.json"), ("fleet/schemas", "*.json"), ("probes", "*.py"))
+        ("flags/schemas", "*.json"), ("router/schemas", "*.json"), ("probes", "*.py"))
 
 #: Run by the installed venv's python: where its orchestrator lives, and every shipped file loaded the way the
 #: tool loads it (playbooks checked against the step registry, templates and scripts compiled by Jinja).
@@ -40,7 +40,7 @@ import json, orchestrator
 from importlib import metadata
 from orchestrator import resources
 from orchestrator.flags.schema import FlagSchema
-from orchestrator.fleet.router import router_schema
+from orchestrator.router.render import router_schema
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.playbooks import available_playbooks, load_playbook
 from orchestrator.render.files import environment

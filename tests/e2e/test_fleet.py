@@ -165,7 +165,7 @@ def test_router_worker_api_of_the_pinned_real_router(tmp_path: Path) -> None:
         pytest.skip("the simulator's router venv lives under /var/cache/deploy-sim (root)")
     import requests
 
-    from orchestrator.fleet.router import RouterClient
+    from orchestrator.router.client import RouterClient
     from simulator.router import start_router, stop_router
 
     n = claim(OFFSET_ROUTER_API, 2, ports=(30000,))  # the router on n+1, the stand-in worker on n+2
@@ -197,8 +197,8 @@ def test_installed_router_parser_matches_the_packaged_dump() -> None:
     """The probe run by the real router venv's python sees the same options as the packaged 0.3.2 dump."""
     import subprocess
 
-    from orchestrator.fleet.router import probe_command, router_schema, schema_from_probe
     from orchestrator.resources import probe_text
+    from orchestrator.router.render import probe_command, router_schema, schema_from_probe
     from simulator.router import ensure_router_venv
 
     if os.geteuid() != 0:
@@ -218,8 +218,9 @@ def test_real_router_routes_to_the_simulated_servers(fleet: Fleet, tmp_path: Pat
     chat completions through it succeed, a removed worker takes no traffic, an added one joins when healthy."""
     import requests
 
-    from orchestrator.fleet.router import RouterClient, worker_url
     from orchestrator.inventory.loader import load_inventory
+    from orchestrator.router.client import RouterClient
+    from orchestrator.router.places import worker_url
     from simulator.router import start_router, stop_router
 
     a, _bad, c = fleet.names

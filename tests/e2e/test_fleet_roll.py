@@ -63,7 +63,7 @@ class RolledFleet:
 
     def listed(self) -> dict[str, bool]:
         """Which hosts the router lists as healthy workers."""
-        from orchestrator.fleet.router import RouterClient
+        from orchestrator.router.client import RouterClient
 
         with RouterClient(self.router) as client:
             healthy = {w.url for w in client.list_workers() if w.healthy}
@@ -71,7 +71,7 @@ class RolledFleet:
 
     def back_in_router(self) -> None:
         """Put every host back (a failed host is left out on purpose) and wait until all are healthy."""
-        from orchestrator.fleet.router import RouterClient
+        from orchestrator.router.client import RouterClient
 
         with RouterClient(self.router) as client:
             for url in self.urls.values():
@@ -84,8 +84,8 @@ class RolledFleet:
 def rolled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RolledFleet]:
     if os.geteuid() != 0:
         pytest.skip("the simulator's router venv lives under /var/cache/deploy-sim (root)")
-    from orchestrator.fleet.router import worker_url
     from orchestrator.inventory.loader import load_inventory
+    from orchestrator.router.places import worker_url
     from simulator.router import start_router, stop_router
 
     with sim_root(tmp_path_factory, "deploy-sim-fleetroll", OFFSET_FLEET, hosts=3) as (root, infos):

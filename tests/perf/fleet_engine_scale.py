@@ -19,8 +19,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from orchestrator.fleet.command import host_outcome  # noqa: E402
 from orchestrator.fleet.engine import HostEvents, HostOutcome, run_fleet  # noqa: E402
+from orchestrator.fleet.outcome import host_outcome  # noqa: E402
 from orchestrator.fleet.view import fleet_summary  # noqa: E402
 from orchestrator.runlog import StepRecord  # noqa: E402
 

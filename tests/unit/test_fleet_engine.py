@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
-from orchestrator.fleet.command import host_outcome
 from orchestrator.fleet.engine import Event, HostEvents, HostOutcome, run_fleet
+from orchestrator.fleet.outcome import host_outcome
 from orchestrator.runlog import StepRecord
 
 

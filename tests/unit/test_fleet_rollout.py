@@ -12,17 +12,17 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ConfigError
-from orchestrator.fleet.drain import in_flight
+from orchestrator.flags.digest import flags_sha
 from orchestrator.fleet.rollout import (
     FleetRoll,
     HostRoll,
     RollSpec,
     RollStore,
     batch_size,
-    flags_sha,
     plan_waves,
     process_alive,
 )
+from orchestrator.router.drain import in_flight
 from tests.shared import EXAMPLE_INVENTORY
 
 HOSTS = [f"h{i}" for i in range(1, 9)]

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ConfigError
-from orchestrator.fleet.router import KEY_PATH, render_router, router_schema, router_workers, worker_url
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.inventory.models import Inventory, RouterSpec
+from orchestrator.router.places import router_workers, worker_url
+from orchestrator.router.render import KEY_PATH, render_router, router_schema
 from tests.shared import EXAMPLE_INVENTORY
 
 REPO = Path(__file__).resolve().parents[2]

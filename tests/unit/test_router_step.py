@@ -11,22 +11,14 @@ import pytest
 from orchestrator.bench.fleet import FleetBenchPoint, HostShare, bench_client, wait_command
 from orchestrator.bench.run import BenchRun
 from orchestrator.errors import ConfigError
-from orchestrator.fleet.router import CONF_DIR, KEY_PATH, LAUNCHER_PATH, UNIT_PATH, render_router, router_schema
 from orchestrator.inventory.models import Inventory
 from orchestrator.parsers.bench import BenchResult
 from orchestrator.parsers.sections import CommandOutput
 from orchestrator.parsers.server_metrics import GENERATION_TOKENS, counter, delta
-from orchestrator.steps.router import (
-    RouterFacts,
-    apply_script,
-    changed_files,
-    choose_workers,
-    facts_commands,
-    install_script,
-    parse_facts,
-    preflight_router,
-    router_place,
-)
+from orchestrator.router.converge import choose_workers, install_script, preflight_router
+from orchestrator.router.facts import RouterFacts, apply_script, changed_files, facts_commands, parse_facts
+from orchestrator.router.places import router_place
+from orchestrator.router.render import CONF_DIR, KEY_PATH, LAUNCHER_PATH, UNIT_PATH, render_router, router_schema
 from orchestrator.telemetry.summary import TelemetrySummary
 from tests.unit.test_fleet_router import URLS, inventory
 

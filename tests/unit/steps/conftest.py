@@ -69,6 +69,9 @@ class Call:
 class FakeNode:
     """Records every round trip; answers from rules (first matching substring, newest rule first).
 
+A command no rule matches fails the test (AssertionError naming it): a test declares every answer its step needs,
+so a new or changed remote command never passes unnoticed on an empty "success".
+
     Container facts re-read after a change come from `ct_after` (None: the container is not running).
     """
 
@@ -83,10 +86,18 @@ class FakeNode:
     def answer(self, needle: str, stdout: str = "", rc: int = 0, stderr: str = "") -> None:
         self.rules.insert(0, (needle, RemoteResult(rc, stdout, stderr, 0.0)))
 
+    def succeed(self, *needles: str) -> None:
+        """Commands that contain any of these succeed with no output (a change the test expects to be made)."""
+        for needle in needles:
+            self.answer(needle)
+
     def _reply(self, kind: str, command: str, what: str, check: bool) -> RemoteResult:
         self.metrics.round_trip()
         self.calls.append(Call(kind, command, what))
-        res = next((r for needle, r in self.rules if needle in command), RemoteResult(0, "", "", 0.0))
+        res = next((r for needle, r in self.rules if needle in command), None)
+        if res is None:
+            raise AssertionError(f"FakeNode has no answer for this {kind} ({what or 'no description'}); declare "
+                                 f"one with node.answer(NEEDLE, stdout, rc=...):\n{command[:2000]}")
         if check and res.rc != 0:
             raise RemoteError(f"{what} failed with exit code {res.rc}", host=self.host.name)
         return res
@@ -108,7 +119,11 @@ class FakeNode:
               what: str = "fact gathering") -> dict[str, CommandOutput]:
         self.metrics.round_trip()
         self.calls.append(Call("batch", "\n".join(f"{k}: {v}" for k, v in commands.items()), what))
-        result = {name: out() for name in commands if name != "ct_facts"}
+        unknown = [name for name in commands if name != "ct_facts"]
+        if unknown:
+            raise AssertionError(f"FakeNode has no answer for the host facts {', '.join(unknown)} ({what}); give "
+                                 "them to make_run, or extend FakeNode if a step re-reads host facts")
+        result: dict[str, CommandOutput] = {}
         if "ct_facts" in commands:
             if self.ct_after is None:
                 result["ct_facts"] = out("__CT_NOT_RUNNING__\n")

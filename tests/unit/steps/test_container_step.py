@@ -22,6 +22,7 @@ crw-rw-rw- 1 root root 508,   1 Nov 30 10:00 /dev/nvidia-uvm-tools
 """
 PROC_DEVICES = "Character devices:\n195 nvidia\n195 nvidiactl\n508 nvidia-uvm\n"
 PVEVERSION = "pve-manager/8.3.0/c1689ccb1065a83b (running kernel: 6.8.12-4-pve)\n"
+UPID = "UPID:pve-gpu-1:0000A1B2:0001C3D4:6745A1B2:"
 TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
 
 
@@ -29,6 +30,16 @@ def host_facts(status: str, config: dict[str, object] | None = None) -> dict[str
     return {"ct_status": status, "ct_config": json.dumps(config or {}), "dev_listing": DEV_LISTING,
             "proc_devices": PROC_DEVICES, "pveversion": PVEVERSION,
             "templates": json.dumps([{"volid": TEMPLATE}]), "aplinfo": "[]"}
+
+
+def pve_accepts(node) -> None:
+    """PVE's answers to lifecycle calls through pvesh: a worker call prints its task id, the task ends OK, a
+    config `set` prints nothing."""
+    node.answer("pvesh create /nodes/pve-gpu-1/lxc", f'"{UPID}vzcreate:120:root@pam:"')
+    node.answer("/status/", f'"{UPID}vzstart:120:root@pam:"')
+    node.answer("/tasks/", '{"status": "stopped", "exitstatus": "OK"}')
+    node.answer("pvesh set /nodes/pve-gpu-1/lxc/120/config", "")
+    node.answer("pvesh create /nodes/pve-gpu-1/aplinfo", f'"{UPID}download:debian-12-standard:root@pam:"')
 
 
 def converged_config(run) -> dict[str, object]:
@@ -40,6 +51,7 @@ def converged_config(run) -> dict[str, object]:
 def test_absent_container_is_created_with_every_device_then_started(make_run) -> None:
     run = make_run(host_facts("Configuration file 'nodes/pve-gpu-1/lxc/120.conf' does not exist\n"))
     run.node.ct_after = {"nvsmi_list": "GPU 0: NVIDIA RTX PRO 6000 (UUID: GPU-1)\n"}
+    pve_accepts(run.node)
     rec = run.step("container")
     assert rec.status == "changed"
     creates = [c for c in run.node.commands("run") if c.startswith("pvesh create /nodes/pve-gpu-1/lxc ")]
@@ -75,6 +87,7 @@ def test_boot_settle_reads_facts_only_once_systemd_says_running_or_degraded(tmp_
 def test_a_start_whose_boot_does_not_settle_is_a_clear_error(make_run) -> None:
     probe = make_run()
     run = make_run(host_facts("status: stopped\n", converged_config(probe)))
+    pve_accepts(run.node)
     run.node.ct_after = {"nvsmi_list": "GPU 0: NVIDIA RTX PRO 6000 (UUID: GPU-1)\n"}
     run.node.ct_boot_unsettled = f"{BOOT_UNSETTLED} starting\n"
     with pytest.raises(CheckFailed) as err:
@@ -96,6 +109,9 @@ def test_config_diff_writes_only_the_differing_keys_with_the_digest(make_run) ->
     probe = make_run()
     config = {**converged_config(probe), "cores": "8"}
     run = make_run(host_facts("status: running\n", config), {})
+    pve_accepts(run.node)
+    # cores hot-apply: read back, nothing is left pending
+    run.node.answer("/pending", json.dumps([{"key": "cores", "value": "64"}, {"key": "digest", "value": "d2"}]))
     rec = run.step("container")
     assert rec.status == "changed"
     assert rec.details["config_diff"] == ["cores: 8 → 64"]
@@ -131,8 +147,8 @@ def test_a_key_that_stays_pending_on_a_running_container_makes_plan_and_up_resta
     assert rec.status == "would-change" and plan.node.calls == []
     assert rec.changes[1].startswith("restart CT 120: features cannot change on a running container")
     run = make_run(host_facts("status: running\n", config), {})
+    pve_accepts(run.node)
     run.node.answer("/status/shutdown", '"UPID:pve-gpu-1:0000A1B2:0001C3D4:6745A1B2:vzshutdown:120:root@pam:"')
-    run.node.answer("/tasks/", '{"status": "stopped", "exitstatus": "OK"}')
     rec = run.step("container")
     sent = run.node.commands("run")
     # stop first, then write (a stopped CT takes every key at once), then start: nothing is left pending
@@ -177,6 +193,7 @@ INDEX = _aplinfo("debian-13-standard_13.1-2_amd64.tar.zst", "debian-12-standard_
 
 def test_a_template_family_takes_the_newest_version_in_the_nodes_index(make_run) -> None:
     run = make_run({**host_facts(ABSENT), "aplinfo": INDEX})
+    pve_accepts(run.node)
     assert run.ctx.host.container.ostemplate == "local:vztmpl/debian-12-standard"  # the shipped inventory
     run.node.ct_after = {}
     rec = run.step("container")
@@ -187,6 +204,7 @@ def test_a_template_family_takes_the_newest_version_in_the_nodes_index(make_run)
     # the newest already in the storage: no download
     run = make_run({**host_facts(ABSENT), "aplinfo": INDEX,
                     "templates": json.dumps([{"volid": "local:vztmpl/debian-12-standard_12.12-1_amd64.tar.zst"}])})
+    pve_accepts(run.node)
     run.node.ct_after = {}
     run.step("container")
     assert not run.node.sent("aplinfo")
@@ -195,6 +213,7 @@ def test_a_template_family_takes_the_newest_version_in_the_nodes_index(make_run)
 def test_a_pinned_template_the_index_no_longer_lists_is_refused_with_the_versions_it_has(make_run) -> None:
     # 12.7-1: gone from the index, not in the storage
     run = with_container(make_run({**host_facts(ABSENT), "aplinfo": INDEX, "templates": "[]"}), ostemplate=TEMPLATE)
+    pve_accepts(run.node)
     with pytest.raises(ConfigError) as err:
         run.step("container")
     assert err.value.exit_code == 2
@@ -204,6 +223,7 @@ def test_a_pinned_template_the_index_no_longer_lists_is_refused_with_the_version
     assert run.node.calls == []  # nothing downloaded, nothing created
     # pinned and in the storage: used as it is, whatever the index says
     run = with_container(make_run({**host_facts(ABSENT), "aplinfo": INDEX}), ostemplate=TEMPLATE)
+    pve_accepts(run.node)
     run.node.ct_after = {}
     run.step("container")
     assert not run.node.sent("aplinfo") and run.node.sent(f"--ostemplate {TEMPLATE}")

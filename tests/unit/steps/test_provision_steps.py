@@ -18,7 +18,7 @@ from orchestrator.parsers.weights import RECORD_PATH, WeightsState, parse_weight
 from orchestrator.scripts import render_script
 from orchestrator.steps.container import mount_plan
 from tests.unit.steps.conftest import StepRun, out, with_container
-from tests.unit.steps.test_container_step import converged_config, host_facts
+from tests.unit.steps.test_container_step import converged_config, host_facts, pve_accepts
 
 ALL_INSTALLED = "".join(f"{p}\tinstalled\n" for p in CT_PACKAGES)
 BARE = out("ca-certificates\tinstalled\npython3\tinstalled\n", 1,
@@ -55,6 +55,7 @@ def test_nothing_missing_changes_nothing_and_costs_no_round_trip(make_run) -> No
 def test_missing_packages_get_one_update_and_one_noninteractive_install(make_run) -> None:
     run = make_run({}, {"missing_pkgs": BARE})
     run.node.ct_after = {"missing_pkgs": ALL_INSTALLED}
+    run.node.succeed("apt-get")
     rec = run.step("ct_packages")
     assert rec.status == "changed" and rec.changes == ["apt-get install curl, python3-venv in CT 120"]
     [apt] = run.node.commands("run")
@@ -70,6 +71,7 @@ def test_missing_packages_get_one_update_and_one_noninteractive_install(make_run
 def test_the_inventorys_apt_proxy_is_passed_to_both_apt_calls_quoted(make_run) -> None:
     run = with_container(make_run({}, {"missing_pkgs": BARE}), apt_proxy="http://10.9.0.2:3142")
     run.node.ct_after = {"missing_pkgs": ALL_INSTALLED}
+    run.node.succeed("apt-get")
     rec = run.step("ct_packages")
     assert "through http://10.9.0.2:3142" in rec.changes[0]
     shell = inner(run.node.commands("run")[0])
@@ -79,6 +81,7 @@ def test_the_inventorys_apt_proxy_is_passed_to_both_apt_calls_quoted(make_run) -
 def test_packages_still_missing_after_apt_are_a_check_failure(make_run) -> None:
     run = make_run({}, {"missing_pkgs": BARE})
     run.node.ct_after = {"missing_pkgs": BARE}
+    run.node.succeed("apt-get")
     with pytest.raises(CheckFailed) as err:
         run.step("ct_packages")
     assert "still lacks curl, python3-venv" in err.value.what
@@ -110,6 +113,7 @@ def test_venv_and_pinned_sglang_with_extras_from_the_configured_index(make_run) 
     run = with_container(make_run({}, {"sglang_version": NO_SGLANG}), pip_index_url="http://10.9.0.2:8080/simple/")
     with_profile(run, sglang_extras=["srt"])
     run.node.ct_after = {"sglang_version": "0.5.12.post1\n"}
+    run.node.succeed("pip install")
     rec = run.step("sglang_install")
     assert rec.status == "changed" and "from http://10.9.0.2:8080/simple/" in rec.changes[0]
     shell = inner(run.node.commands("run")[0])
@@ -123,6 +127,7 @@ def test_venv_and_pinned_sglang_with_extras_from_the_configured_index(make_run) 
 def test_an_https_index_is_not_marked_trusted(make_run) -> None:
     run = with_container(make_run({}, {"sglang_version": NO_SGLANG}), pip_index_url="https://pypi.example/simple")
     run.node.ct_after = {"sglang_version": "0.5.12.post1\n"}
+    run.node.succeed("pip install")
     run.step("sglang_install")
     shell = inner(run.node.commands("run")[0])
     assert "--index-url https://pypi.example/simple " in shell and "--trusted-host" not in shell
@@ -149,6 +154,7 @@ def test_missing_weights_are_fetched_with_hf_download_from_the_venv_through_the_
                          pip_index_url="http://10.9.0.2:8080/simple")
     with_profile(run, weights_repo="zai-org/GLM-5-NVFP4")
     run.node.ct_after = {"weights": RECORDED}
+    run.node.succeed("hf download")
     rec = run.step("model_weights")
     assert rec.status == "changed"
     assert rec.summary == "downloaded zai-org/GLM-5-NVFP4 at 4f5e6d7c8b9a (/models/GLM-5-NVFP4 complete)"
@@ -168,6 +174,7 @@ def test_missing_weights_are_fetched_with_hf_download_from_the_venv_through_the_
 
 def test_a_cut_download_with_config_json_is_finished_not_skipped(make_run) -> None:
     run = with_profile(make_run({}, {"weights": CUT}), weights_repo="zai-org/GLM-5-NVFP4")
+    run.node.succeed("hf download")
     run.node.ct_after = {"weights": RECORDED}
     rec = run.step("model_weights")
     assert rec.status == "changed" and rec.changes[0].startswith(
@@ -177,16 +184,19 @@ def test_a_cut_download_with_config_json_is_finished_not_skipped(make_run) -> No
     # every shard there but no record of a finished download (e.g. weights fetched by an older deploy): checked
     # against the hub's file list once, through the same command
     run = with_profile(make_run({}, {"weights": "record\tindex\n"}), weights_repo="zai-org/GLM-5-NVFP4")
+    run.node.succeed("hf download")
     run.node.ct_after = {"weights": RECORDED}
     assert run.step("model_weights").changes[0].startswith(
         "check /models/GLM-5-NVFP4 against the file list of zai-org/GLM-5-NVFP4@main and record it")
     # a recorded, complete download is left alone: not one command
     run = with_profile(make_run({}, {"weights": RECORDED}), weights_repo="zai-org/GLM-5-NVFP4")
+    run.node.succeed("hf download")
     assert run.step("model_weights").status == "ok" and run.node.calls == []
 
 
 def test_a_download_that_stays_incomplete_is_a_check_failure(make_run) -> None:
     run = with_profile(make_run({}, {"weights": "record\tnone\n"}), weights_repo="zai-org/GLM-5-NVFP4")
+    run.node.succeed("hf download")
     run.node.ct_after = {"weights": RECORDED + "missing\tmodel-00002-of-00004.safetensors\t1000\t1048672\n"}
     with pytest.raises(CheckFailed) as err:
         run.step("model_weights")
@@ -275,6 +285,7 @@ def test_a_running_container_gets_the_mount_as_mp_with_a_restart(make_run) -> No
     run = make_run({**host_facts("status: running\n", converged_config(probe)), "model_mount": "present\n"}, {})
     with_container(run, model_mount="/tank/models/glm5")
     run.node.ct_after = {"weights": "present\n"}
+    pve_accepts(run.node)
     rec = run.step("container")
     assert rec.status == "changed"
     assert any("mp0: (unset) → /tank/models/glm5,mp=/models/GLM-5-NVFP4" in c for c in rec.changes)
@@ -308,6 +319,7 @@ def test_create_carries_the_mount(make_run) -> None:
                     "model_mount": "present\n"})
     with_container(run, model_mount="/tank/models/glm5")
     run.node.ct_after = {}
+    pve_accepts(run.node)
     run.step("container")
     create = next(c for c in run.node.commands("run") if c.startswith("pvesh create /nodes/pve-gpu-1/lxc "))
     assert "--mp0 /tank/models/glm5,mp=/models/GLM-5-NVFP4" in create

@@ -12,7 +12,7 @@ from pathlib import Path
 from orchestrator.render.files import body_sha256
 from orchestrator.state.releases import activate_script
 from orchestrator.steps.release import baseline_bench, bundle_for, desired_flags
-from tests.unit.steps.test_server_steps import CURRENT, PREVIOUS, candidate, unit_facts
+from tests.unit.steps.test_server_steps import CURRENT, PREVIOUS, candidate, releases_accepted, unit_facts
 
 
 def written(script: str, rid: str, name: str) -> str:
@@ -27,6 +27,7 @@ def test_the_unit_header_names_the_release_but_no_hash_depends_on_it(make_run) -
                    skip_bench=True)
     cand = candidate(run)
     run.ctx.state.candidate = cand
+    releases_accepted(run.node)
     run.step("install_release")
     rid = run.ctx.state.server.release
     assert rid is not None
@@ -49,6 +50,7 @@ def test_an_identical_candidate_still_gets_a_new_release(make_run) -> None:
     run = make_run({}, {"releases": f"{PREVIOUS}\n{earlier}\n{CURRENT}\n", "current_release": f"releases/{CURRENT}\n"},
                    skip_bench=True)
     run.ctx.state.candidate = candidate(run)
+    releases_accepted(run.node)
     run.step("install_release")
     rid = run.ctx.state.server.release
     assert rid not in (earlier, CURRENT, PREVIOUS)
@@ -60,7 +62,7 @@ def test_next_up_abandons_an_interrupted_ups_release_without_restarting(make_run
     facts = {**unit_facts(run, same=True), "current_meta": json.dumps({"id": CURRENT, "source": "up",
                                                                        "previous": PREVIOUS})}
     run = make_run({}, facts)  # no current_verdict: the up that installed CURRENT never finished its checks
-    run.node.answer("systemctl start sglang", "JOURNAL_CURSOR=s=1;i=7\n")
+    releases_accepted(run.node)
     rec = run.step("server_unit")
     assert rec.status == "changed"
     assert any(f"release {CURRENT} marked abandoned" in c for c in rec.changes)
@@ -95,6 +97,7 @@ def test_stopped_server_with_the_right_files_starts_the_current_release_again(ma
              "current_meta": json.dumps({"id": CURRENT, "source": "up"}),
              "current_verdict": json.dumps({"verdict": "kept"})}
     run = make_run({}, facts)
+    releases_accepted(run.node)
     rec = run.step("server_unit")
     assert rec.status == "changed"
     [start] = run.node.commands("script")

@@ -19,7 +19,7 @@ from orchestrator.redact import REDACTED, SECRET_REF
 from orchestrator.render.bundle import render_bundle
 from orchestrator.render.service import launch_argv, secret_flags
 from orchestrator.steps.state import RollRequest, RunInputs
-from tests.unit.steps.test_server_steps import CURRENT, PREVIOUS
+from tests.unit.steps.test_server_steps import CURRENT, PREVIOUS, releases_accepted
 
 SCHEMA = FlagSchema.load("0.5.12.post1")
 ADMIN = "adm-0123456789abcdef"
@@ -78,6 +78,7 @@ def test_the_next_release_reads_the_secret_back_from_secrets_yaml_and_stores_onl
     base = {**canonicalize(make_run({}, {}).ctx.profile.flags, SCHEMA).as_dict()}
     run = roll_run(make_run, {**base, "admin-api-key": SECRET_REF},
                    secrets_yaml=f'api-key: "k"\nadmin-api-key: "{ADMIN}"\n', sets=("max-running-requests=64",))
+    releases_accepted(run.node)
     rec = run.step("resolve_release")
     cand = run.ctx.state.candidate
     assert cand is not None and cand.new_flags.get("admin-api-key") == ADMIN  # the real value, from its source
@@ -135,6 +136,7 @@ def test_up_over_a_secret_stored_redacted_converges_to_the_profile(make_run) -> 
              "current_meta": json.dumps({"id": CURRENT, "source": "up"}), "current_verdict": '{"verdict": "kept"}'}
     run = make_run({}, facts)
     run.node.answer("DEPLOY_PROBE_EOF", json.dumps({"ok": True, "version": "0.5.12.post1"}))
+    releases_accepted(run.node)
     rec = run.step("server_unit")
     assert rec.status == "changed"
     bundle = run.ctx.state.server.bundle

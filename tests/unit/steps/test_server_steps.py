@@ -134,6 +134,13 @@ def test_healthy_server_not_restarted_by_this_run_is_not_probed(make_run) -> Non
     assert rec.status == "ok" and run.node.calls == []
 
 
+def releases_accepted(node) -> None:
+    """The container's answers to release scripts: a recorded verdict prints nothing; installing a release or
+    making one current prints the unit's journal cursor."""
+    node.answer("verdict.json", "")
+    node.answer("JOURNAL_CURSOR=", "JOURNAL_CURSOR=s=1;i=7\n")
+
+
 def candidate(run) -> Candidate:
     schema = FlagSchema.load("0.5.12.post1")
     base = canonicalize(run.ctx.profile.flags, schema)
@@ -146,6 +153,7 @@ def test_roll_installs_the_candidate_and_a_later_failure_rolls_back_to_the_previ
     run = make_run({}, {"releases": f"{PREVIOUS}\n{CURRENT}\n", "current_release": f"releases/{CURRENT}\n"},
                    skip_bench=True)
     run.ctx.state.candidate = candidate(run)
+    releases_accepted(run.node)
     rec = run.step("install_release")
     assert rec.status == "changed" and run.ctx.on_failure is not None
     [install] = run.node.commands("script")
@@ -176,6 +184,7 @@ def test_gate_without_a_bench_keeps_the_candidate_and_disarms_the_rollback(make_
     run.ctx.state.candidate = candidate(run)
     run.ctx.state.server.release = "20261130T030000-efefefef"
     run.ctx.on_failure = lambda err, rec: None
+    releases_accepted(run.node)
     rec = run.step("gate")
     assert rec.summary.endswith("kept (no bench)") and run.ctx.on_failure is None
     [verdict] = run.node.commands("script")
@@ -204,6 +213,7 @@ def test_a_verdict_that_cannot_be_written_fails_the_gate_instead_of_reporting_ke
     run = make_run({}, {"releases": f"{PREVIOUS}\n{CURRENT}\n", "current_release": f"releases/{CURRENT}\n"},
                    skip_bench=True)
     run.ctx.state.candidate = candidate(run)
+    releases_accepted(run.node)
     rec = run.step("install_release")
     rid = run.ctx.state.server.release
     run.node.answer("verdict.json", rc=1, stderr="base64: write error: No space left on device")

@@ -23,6 +23,7 @@ def test_driver_userspace_mismatch_pushes_and_runs_the_installer_without_kernel_
     mismatch = out("Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.65\n", 18)
     run = make_run({"driver_version": KERNEL, "installer": "present\n"}, {"driver_version": mismatch})
     run.node.ct_after = {"driver_version": "595.58.03\n"}
+    run.node.succeed("deploy-nvidia-userspace.run --silent")
     rec = run.step("driver_userspace")
     assert rec.status == "changed" and rec.changes == ["install NVIDIA userspace 595.58.03 in CT 120 (was 580.65)"]
     [script] = run.node.commands("script")
@@ -53,6 +54,7 @@ def test_sglang_at_the_pinned_version_is_not_reinstalled(make_run) -> None:
 def test_missing_sglang_is_pip_installed_in_the_venv_inside_the_container(make_run) -> None:
     run = make_run({}, {"sglang_version": out("", 1, "ModuleNotFoundError: No module named 'sglang'")})
     run.node.ct_after = {"sglang_version": "0.5.12.post1\n"}
+    run.node.succeed("pip install")
     rec = run.step("sglang_install")
     assert rec.status == "changed" and rec.summary == "installed sglang 0.5.12.post1"
     [pip] = run.node.commands("run")
@@ -81,6 +83,7 @@ def test_driver_userspace_still_mismatched_after_the_installer_is_a_check_failur
     mismatch = out("Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.65\n", 18)
     run = make_run({"driver_version": KERNEL, "installer": "present\n"}, {"driver_version": mismatch})
     run.node.ct_after = {"driver_version": mismatch}  # the .run "succeeded" but left the old userspace
+    run.node.succeed("deploy-nvidia-userspace.run --silent")
     with pytest.raises(CheckFailed) as err:
         run.step("driver_userspace")
     assert "after installing, the container userspace is 580.65, host is 595.58.03" in err.value.what

@@ -12,10 +12,10 @@ from pathlib import Path
 from rich.console import Console
 
 from orchestrator.cli.bench_cmd import ledger_table, table_spec
-from orchestrator.cli.tables import fit_widths, plain_lines, print_table, spec
 from orchestrator.parsers.bench import BenchResult
 from orchestrator.reports.sweep import SweepPoint, sweep_table
 from orchestrator.state.ledger import Ledger, RunRecord
+from orchestrator.ui.tables import fit_widths, plain_lines, print_table, spec
 from tests.shared import EXAMPLE_INVENTORY
 
 REPO = Path(__file__).resolve().parents[2]

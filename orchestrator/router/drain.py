@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import requests
 
 from orchestrator.errors import RemoteError
-from orchestrator.fleet.router import RouterClient
+from orchestrator.router.client import RouterClient
 
 IN_FLIGHT_GAUGES = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+([-+0-9.eEinfaINF]+)")

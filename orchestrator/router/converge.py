@@ -11,63 +11,35 @@ written; a second `up` with the same healthy workers changes nothing and restart
 
 from __future__ import annotations
 
-import base64
-import json
-import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, RemoteError
-from orchestrator.flags import FlagSchema
-from orchestrator.fleet.router import (
-    CONF_DIR,
-    KEY_PATH,
-    LAUNCHER_PATH,
-    UNIT_PATH,
-    RouterBundle,
-    RouterClient,
-    probe_command,
-    render_router,
-    router_api_key,
-    router_base_url,
-    router_schema,
-    router_workers,
-    schema_from_probe,
-    worker_url,
+from orchestrator.inventory.models import Inventory, RouterSpec
+from orchestrator.parsers.sections import build_batch_script, new_nonce, split_batch_output
+from orchestrator.remote.container import Container
+from orchestrator.router.client import RouterClient
+from orchestrator.router.facts import (
+    UNIT,
+    RouterFacts,
+    apply_script,
+    changed_files,
+    facts_commands,
+    installed_workers,
+    parse_facts,
+    workers_only_change,
 )
-from orchestrator.inventory.models import Host, Inventory, RouterSpec
-from orchestrator.parsers.sections import CommandOutput, build_batch_script, new_nonce, split_batch_output
-from orchestrator.remote.container import Container, heredoc
+from orchestrator.router.places import router_api_key, router_base_url, router_place, router_workers, worker_url
+from orchestrator.router.render import RouterBundle, render_router, router_schema, schema_from_probe
 from orchestrator.runlog import Metrics, StepRecord
 from orchestrator.scripts import render_script
-from orchestrator.steps.software import pip_index_options, probe_source
+from orchestrator.steps.software import pip_index_options
 
-UNIT = "sglang-router"
 #: How long `up` waits for the router's /health and for its workers to be listed healthy after a (re)start.
 HEALTH_TIMEOUT_S = 120.0
 STEP = "router"
-
-
-@dataclass(frozen=True)
-class RouterPlace:
-    """Where the managed router runs: an inventory host's container."""
-
-    host: Host
-    vmid: int
-
-    def describe(self) -> str:
-        return f"{self.host.name} CT {self.vmid}"
-
-
-def router_place(inventory: Inventory) -> RouterPlace | None:
-    """None when the inventory has no router or the operator runs it (`runs_on: operator`): nothing to converge."""
-    spec = inventory.router
-    if spec is None or spec.runs_on == "operator":
-        return None
-    host = inventory.hosts[spec.runs_on]
-    return RouterPlace(host, spec.vmid if spec.vmid is not None else host.container.vmid)
 
 
 def preflight_router(inventory: Inventory) -> None:
@@ -86,104 +58,6 @@ def preflight_router(inventory: Inventory) -> None:
         router_api_key(inventory)
     except DeployError as err:
         raise err.at(step="router preflight", host=spec.runs_on) from None
-
-
-# ------------------------------------------------------------------------------------------------ facts (pure)
-@dataclass(frozen=True)
-class RouterFacts:
-    """What is installed in the router's container, read in one round trip."""
-
-    probe: str  # the flags probe's JSON output (installed version, parser actions, argv verdict)
-    file_sha: dict[str, str | None]
-    active: str
-    execstart: str = ""  # the installed unit's ExecStart line (no secret: the key is never in it)
-
-    def probe_doc(self) -> dict[str, Any]:
-        try:
-            doc = json.loads(self.probe.strip().splitlines()[-1]) if self.probe.strip() else {}
-        except json.JSONDecodeError:
-            doc = {}
-        return doc if isinstance(doc, dict) else {}
-
-    @property
-    def version(self) -> str | None:
-        v = self.probe_doc().get("version")
-        return str(v) if v else None
-
-
-FILE_FACTS = {"unit": UNIT_PATH, "launcher": LAUNCHER_PATH, "key": KEY_PATH}
-
-
-def facts_commands(spec: RouterSpec, argv: list[str]) -> dict[str, str]:
-    """The facts batch: the probe runs with the router venv's python, its source in a quoted heredoc."""
-    python = f"{spec.venv.rstrip('/')}/bin/python"
-    probe = (f"if [ -x {shlex.quote(python)} ]; then {probe_command(python, argv)} "
-             + heredoc(probe_source(), "DEPLOY_PROBE_EOF").rstrip("\n")
-             + f"\nelse echo '{json.dumps({'version': None, 'error': f'no venv at {spec.venv}'})}'; fi")
-    commands = {"probe": probe}
-    for name, path in FILE_FACTS.items():
-        commands[f"sha-{name}"] = f"sha256sum {shlex.quote(path)} 2>/dev/null | cut -d' ' -f1"
-    commands["execstart"] = f"grep '^ExecStart=' {shlex.quote(UNIT_PATH)} 2>/dev/null || true"
-    commands["active"] = f"systemctl is-active {UNIT} 2>/dev/null || true"
-    return commands
-
-
-def parse_facts(outputs: dict[str, CommandOutput]) -> RouterFacts:
-    def text(name: str) -> str:
-        out = outputs.get(name)
-        return out.stdout.strip() if out is not None else ""
-
-    return RouterFacts(probe=text("probe"),
-                       file_sha={n: (text(f"sha-{n}") or None) for n in FILE_FACTS},
-                       active=text("active") or "unknown", execstart=text("execstart"))
-
-
-def installed_workers(execstart: str) -> list[str] | None:
-    """The worker URLs in an installed ExecStart line (the words after --worker-urls); None without the line."""
-    if not execstart.startswith("ExecStart="):
-        return None
-    words = execstart.split()
-    if "--worker-urls" not in words:
-        return []
-    out = []
-    for word in words[words.index("--worker-urls") + 1:]:
-        if word.startswith("--"):
-            break
-        out.append(word)
-    return out
-
-
-def workers_only_change(spec: RouterSpec, schema: FlagSchema, facts: RouterFacts, bundle: RouterBundle,
-                        urls: list[str], api_key: str | None) -> tuple[list[str], list[str]] | None:
-    """(to add, to remove) when the running router differs from the rendered one in its worker set alone: then
-    the worker API changes it live and nothing restarts (a restart would drop every request in flight). The test:
-    re-rendered with the installed workers, the unit is byte for byte the installed one."""
-    if facts.active != "active" or changed_files(bundle, facts) != [UNIT_PATH]:
-        return None
-    have = installed_workers(facts.execstart)
-    if have is None or render_router(spec, schema, have, api_key).unit.sha256 != facts.file_sha.get("unit"):
-        return None
-    return [u for u in urls if u not in have], [u for u in have if u not in urls]
-
-
-def changed_files(bundle: RouterBundle, facts: RouterFacts) -> list[str]:
-    """Paths whose installed content differs from the rendered one (a key file that must go counts too)."""
-    want = {"unit": bundle.unit, "launcher": bundle.launcher, "key": bundle.key_file}
-    out = []
-    for name, path in FILE_FACTS.items():
-        f = want[name]
-        if (f.sha256 if f is not None else None) != facts.file_sha.get(name):
-            out.append(path)
-    return out
-
-
-def apply_script(bundle: RouterBundle, *, action: str | None) -> str:
-    """Write the files, daemon-reload, then `systemctl ACTION` (restart, start; None: leave the process be)."""
-    files = [{"path": f.remote_path, "mode": f.mode, "b64": base64.b64encode(f.content.encode()).decode()}
-             for f in bundle.files]
-    remove = [] if bundle.key_file is not None else [KEY_PATH]
-    return render_script("router_apply.sh.j2", conf_dir=CONF_DIR, files=files, remove=remove, unit=UNIT,
-                         action=action)
 
 
 # ------------------------------------------------------------------------------------------------ converge
@@ -419,3 +293,20 @@ def _wait_healthy(base_url: str, api_key: str | None, urls: list[str], timeout_s
             time.sleep(1.0)
     raise CheckFailed(f"router at {base_url} not healthy within {timeout_s:.0f} s: {last}",
                       fix=f"see `journalctl -u {UNIT}` in the router's container; check the worker URLs")
+
+
+def managed_unit_state(inventory: Inventory, *, tofu: bool = False) -> dict[str, Any]:
+    """`systemctl is-active sglang-router` in the router's container (one round trip), when deploy manages it."""
+    place = router_place(inventory)
+    if place is None:
+        return {}
+    from orchestrator.remote.ssh import SshHost
+
+    where = {"runs_on": place.host.name, "vmid": place.vmid}
+    try:
+        with SshHost(place.host, tofu=tofu) as ssh:
+            res = Container(ssh, place.vmid).run(f"systemctl is-active {UNIT} || true", timeout=60,
+                                                 what="router unit state")
+        return {**where, "unit": res.stdout.strip() or "unknown"}
+    except RemoteError as err:
+        return {**where, "unit": "unknown", "unit_error": err.what}

@@ -4,6 +4,7 @@ With one host (`host X`, a bare `X`, or none) the command body runs exactly as b
 or --all, the same body runs once per host on the engine's bounded pool, each against a per-host AppContext whose
 output is captured (the payload the body would print as --json), then one summary table (or one JSON document
 holding every host's report) is printed. Per-host step progress reaches the live view through `step_printer`.
+The engine, the live view and the judging of each host's report live in orchestrator/fleet; this is the CLI side.
 """
 
 from __future__ import annotations
@@ -18,24 +19,24 @@ from typing import Any
 import click
 
 from orchestrator.cli.common import AppContext, Output
-from orchestrator.cli.progress import StepPrinter
 from orchestrator.errors import ConfigError, DeployError
-from orchestrator.fleet.engine import HostEvents, HostOutcome, run_fleet
+from orchestrator.fleet.engine import DEFAULT_PARALLEL, HostEvents, HostOutcome, run_fleet
+from orchestrator.fleet.outcome import DetailFn, host_outcome
+from orchestrator.fleet.progress import EventPrinter
 from orchestrator.fleet.targets import TargetSpec, parse_targets, resolve_targets
 from orchestrator.fleet.view import FleetView, fleet_summary, summary_table, totals_text
 from orchestrator.inventory.models import Host
 from orchestrator.runlog import StepRecord
+from orchestrator.ui.progress import StepPrinter
 
 Payload = dict[str, Any]
 Preflight = Callable[[AppContext, tuple[str, ...]], None]
-DetailFn = Callable[[Payload], str]
 #: Adds fleet-level facts or work after the runs (the router's view of each worker; `up` converging the router),
 #: given the body's options; returns payload sections, "text" (a line after the table) and optionally "exit_code"
 #: (folded into the run's: the worst wins).
 Annotate = Callable[[AppContext, list[HostOutcome], dict[str, Any]], Payload | None]
 #: Checks that concern the whole fleet (e.g. the router section), before any host starts.
 FleetPreflight = Callable[[AppContext, list[Host]], None]
-DEFAULT_PARALLEL = 8
 
 
 @dataclass
@@ -46,24 +47,6 @@ class CapturedOutput(Output):
 
     def emit(self, payload: dict[str, Any]) -> None:
         self.payload = payload
-
-
-class EventPrinter(StepPrinter):
-    """Step progress of one host's run → engine events; completed step records kept for the report."""
-
-    def __init__(self, events: HostEvents, records: list[StepRecord]) -> None:
-        super().__init__(Output(True).console, enabled=False)
-        self.events = events
-        self.records = records
-
-    def say(self, message: str) -> None:
-        self.events.say(message)
-
-    def __call__(self, name: str, record: StepRecord | None) -> None:
-        if record is None:
-            self.events.step(name)
-        else:
-            self.records.append(record)
 
 
 @dataclass
@@ -157,32 +140,4 @@ def run_fleet_command(app: AppContext, spec: TargetSpec, body: Callable[..., int
     return exit_code
 
 
-def host_outcome(name: str, code: int, report: Payload, records: list[StepRecord],
-                 detail: DetailFn | None = None) -> HostOutcome:
-    """Judge one host's report: result word, changed steps, round trips, a one-line detail."""
-    error = report.get("error") if isinstance(report.get("error"), dict) else None
-    if error is None and "what" in report:  # the body raised or emitted a DeployError dict at top level
-        error = report
-    steps = report.get("steps")
-    if steps is None and records:  # a failed run: keep the steps it completed, plus the failed one
-        steps = [r.to_dict() for r in records]
-        if error and error.get("step"):
-            steps.append({"name": error["step"], "status": "failed", "summary": error.get("what", "")})
-        report["steps"] = steps
-    changed = [s["name"] for s in steps or [] if s.get("status") in ("changed", "would-change")]
-    totals = report.get("totals") if isinstance(report.get("totals"), dict) else {}
-    trips = totals.get("ssh_round_trips") if totals else None
-    if trips is None and records:
-        trips = sum(r.ssh_round_trips for r in records)
-    if code != 0:
-        result = "failed"
-        text = (f"{error.get('step') or '?'}: {error.get('what', '')}" if error
-                else (detail(report) if detail else ""))
-    else:
-        result = ("would change" if report.get("dry_run") else "changed") if report.get("changed") else "ok"
-        text = detail(report) if detail else ""
-    return HostOutcome(name, result, exit_code=code, report=report,  # type: ignore[arg-type]
-                       ssh_round_trips=trips, changed_steps=changed, detail=text)
-
-
-__all__ = ["DEFAULT_PARALLEL", "fleet_options", "host_outcome", "parse_targets", "run_fleet_command"]
+__all__ = ["fleet_options", "parse_targets", "run_fleet_command"]

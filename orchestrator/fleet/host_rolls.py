@@ -1,0 +1,87 @@
+"""Each host of a fleet roll: its single-host roll, plan and revert (orchestrator.roll) run on the fleet engine,
+and what its typed outcome leaves in the fleet roll's record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from orchestrator.errors import DeployError
+from orchestrator.fleet.engine import HostEvents, HostOutcome
+from orchestrator.fleet.outcome import host_outcome
+from orchestrator.fleet.progress import EventPrinter
+from orchestrator.fleet.rollout import HostRoll, RollSpec
+from orchestrator.inventory.models import Inventory
+from orchestrator.roll import RollOutcome, RollResult, refused, roll_host, rollback_host, rollback_payload
+from orchestrator.runlog import StepRecord
+from orchestrator.steps.base import RunOptions
+from orchestrator.steps.state import RollRequest
+
+
+def roll_request(spec: RollSpec) -> RollRequest:
+    """The single-host request that a fleet roll's record replays on every host (and --resume replays again)."""
+    return RollRequest(set=tuple(spec.set), unset=tuple(spec.unset), replacement=spec.replacement,
+                       accept_regression=spec.accept_regression, threshold_pct=spec.threshold_pct,
+                       gate_metrics=tuple(spec.gate_metrics))
+
+
+@dataclass(frozen=True)
+class HostRolls:
+    """Each host's single-host roll, plan and revert (orchestrator.roll), its steps reported as engine events."""
+
+    inventory: Inventory
+    request: RollRequest
+    options: RunOptions  # preset, skip_bench, tofu and the command line, as the fleet roll was given them
+
+    def _roll(self, name: str, events: HostEvents, *, dry_run: bool) -> tuple[RollOutcome, HostOutcome]:
+        records: list[StepRecord] = []
+        printer = EventPrinter(events, records)
+        try:
+            host = self.inventory.find_host(name)
+        except DeployError as err:
+            rolled = refused(name, err)
+        else:
+            rolled = roll_host(host, self.inventory, self.request, replace(self.options, dry_run=dry_run),
+                               progress=printer, say=printer.say)
+        return rolled, host_outcome(name, rolled.exit_code, rolled.payload(), records)
+
+    def plan(self, name: str, events: HostEvents) -> tuple[RollOutcome, HostOutcome]:
+        """`roll --dry-run`: resolve and validate in the container; changes nothing."""
+        return self._roll(name, events, dry_run=True)
+
+    def roll(self, name: str, events: HostEvents) -> tuple[RollOutcome, HostOutcome]:
+        return self._roll(name, events, dry_run=False)
+
+    def revert(self, name: str, events: HostEvents, to_release: str) -> HostOutcome:
+        """`rollback host X --to ID`."""
+        records: list[StepRecord] = []
+        printer = EventPrinter(events, records)
+        options = RunOptions(tofu=self.options.tofu, command=self.options.command)
+        try:
+            report = rollback_host(self.inventory.find_host(name), self.inventory, to_release, options,
+                                   progress=printer, say=printer.say)
+        except DeployError as err:
+            return host_outcome(name, err.exit_code, {"ok": False, **err.to_dict()}, records)
+        code = report.failure.exit_code if report.failure is not None else 0
+        return host_outcome(name, code, rollback_payload(report), records)
+
+
+def record_roll(host: HostRoll, rolled: RollOutcome | None, outcome: HostOutcome) -> None:
+    """Pure: what a host's roll (None: never started, its drain failed) and the router around it leave in the
+    record. A host whose roll was kept but that is not back in the router counts as failed, on its new release."""
+    if outcome.exit_code == 0 and rolled is not None:
+        host.state, host.exit_code = "rolled", 0
+        host.release = rolled.release or host.release
+        host.flags_sha = rolled.flags_sha or host.flags_sha
+        diff = rolled.candidate.flag_diff if rolled.candidate is not None else []
+        host.detail = "; ".join(f"--{flag}: {old} → {new}" for flag, old, new in diff)
+        return
+    result = rolled.result if rolled is not None else None
+    host.state = "rolled_back" if result is RollResult.ROLLED_BACK else "failed"
+    if rolled is not None and result is RollResult.KEPT:  # rolled, then not back in the router
+        host.release, host.flags_sha = rolled.release, rolled.flags_sha
+    else:
+        host.release, host.flags_sha = host.previous_release, host.previous_flags_sha
+    host.exit_code = outcome.exit_code or 1
+    what = rolled.error.what if rolled is not None and rolled.error is not None else ""
+    host.detail = outcome.detail or what

@@ -1,0 +1,56 @@
+"""The container's file layout: where the tool keeps units, releases, benches and probes inside a managed CT.
+
+Pure (no I/O imports) so renderers and release scripts can read it without importing the remote adapters; the
+container adapter (orchestrator.remote.container) re-exports it for the steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ContainerPaths:
+    """Where the tool keeps things inside the container; the one definition every module reads."""
+
+    state_dir: str = "/var/lib/deploy"
+    unit_name: str = "sglang"
+    unit_path: str = "/etc/systemd/system/sglang.service"
+    env_path: str = "/etc/sglang/sglang.env"
+    #: Server options that must stay out of argv (the API key): sglang reads them with `--config FILE`.
+    secrets_path: str = "/etc/sglang/secrets.yaml"
+    #: sglang's logging config (SGLANG_LOGGING_CONFIG_PATH) for servers with an API key.
+    logging_path: str = "/etc/sglang/logging.json"
+    installer_path: str = "/tmp/deploy-nvidia-userspace.run"
+    p2p_probe_path: str = "/tmp/deploy-p2p-probe.py"
+
+    @property
+    def releases_dir(self) -> str:
+        return f"{self.state_dir}/releases"
+
+    @property
+    def current_link(self) -> str:
+        """Symlink → releases/<id>: the current release."""
+        return f"{self.state_dir}/current"
+
+    @property
+    def bench_dir(self) -> str:
+        """Bench JSONL of runs that belong to no release."""
+        return f"{self.state_dir}/bench"
+
+    @property
+    def runs_dir(self) -> str:
+        """Pidfiles of running benches (`bench-<run id>.pid`): what a later run finds and stops if ours died."""
+        return f"{self.state_dir}/runs"
+
+    def release_dir(self, release_id: str) -> str:
+        return f"{self.releases_dir}/{release_id}"
+
+    @staticmethod
+    def venv_python(venv: str) -> str:
+        """The profile venv's interpreter: no activation needed under `pct exec`."""
+        return f"{venv.rstrip('/')}/bin/python"
+
+
+#: The layout every deploy-managed container has.
+PATHS = ContainerPaths()

@@ -1,0 +1,102 @@
+"""The router's files, rendered: its unit, its launcher and its key file, from the inventory's router section. Pure.
+
+Facts about the pinned sglang-router 0.3.2 that shape this module (checked on the installed wheel; see
+docs/fleet.md "The router"): `python -m sglang_router.launch_router` parses argv with `RouterArgs.add_cli_args`;
+`--api-key` exists only as a command-line option (no env var, no config file), so the rendered launcher reads the
+key from a 0600 file and passes it to `parse_router_args` in-process, never in the unit's argv.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from orchestrator.errors import ConfigError
+from orchestrator.flags import FlagSchema, canonicalize
+from orchestrator.inventory.models import RouterSpec
+from orchestrator.render.files import RenderedFile, render_template, sha256_text, systemd_exec_arg
+from orchestrator.resources import router_schemas_dir
+
+UNIT_PATH = "/etc/systemd/system/sglang-router.service"
+CONF_DIR = "/etc/sglang-router"
+LAUNCHER_PATH = f"{CONF_DIR}/launch.py"
+KEY_PATH = f"{CONF_DIR}/api-key"
+#: Router options set from the router section's fields (dest → field), refused in `flags`.
+ROUTER_RESERVED = {"worker_urls": "router.workers", "host": "router.host", "port": "router.port",
+                   "policy": "router.policy", "api_key": "router.api_key"}
+
+
+def router_schema(version: str) -> FlagSchema:
+    """The packaged parser dump of a router release (made by orchestrator/probes/flags_probe.py)."""
+    schemas = router_schemas_dir()
+    path = schemas / f"sglang-router-{version}.json"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem.removeprefix("sglang-router-") for p in schemas.glob("sglang-router-*.json")))
+        raise ConfigError(f"no packaged flag schema for sglang-router {version} (known: {known or 'none'})",
+                          fix="pin router.version to a known release, or validate against the installed router")
+    return FlagSchema.from_dump(path.read_text(), version=f"router {version}")
+
+
+@dataclass(frozen=True)
+class RouterBundle:
+    """Everything installed for the router: unit, launcher, key file (0600, absent without a key), and argv."""
+
+    unit: RenderedFile
+    launcher: RenderedFile
+    key_file: RenderedFile | None
+    argv: tuple[str, ...]
+
+    @property
+    def files(self) -> list[RenderedFile]:
+        return [f for f in (self.unit, self.launcher, self.key_file) if f is not None]
+
+
+def router_argv(spec: RouterSpec, schema: FlagSchema, urls: Sequence[str]) -> list[str]:
+    """The router's argv (no key): owned fields first, then the flags canonicalised by the router's parser."""
+    flagset = canonicalize(spec.flags, schema, reserved=ROUTER_RESERVED)
+    argv = ["--host", spec.host, "--port", str(spec.port), "--policy", spec.policy]
+    if urls:
+        argv += ["--worker-urls", *urls]
+    return argv + flagset.argv()
+
+
+def render_router(spec: RouterSpec, schema: FlagSchema, urls: Sequence[str], api_key: str | None) -> RouterBundle:
+    """Pure: the files for a router whose workers are `urls` (the caller passes the healthy servers only)."""
+    argv = router_argv(spec, schema, urls)
+    python = f"{spec.venv.rstrip('/')}/bin/python"
+    exec_start = " ".join(systemd_exec_arg(a) for a in (python, LAUNCHER_PATH, *argv))
+    unit = render_template("sglang-router.service.j2", version=spec.version, policy=spec.policy,
+                           worker_count=len(urls), key_file=KEY_PATH if api_key else "", exec_start=exec_start)
+    launcher = render_template("sglang-router-launch.py.j2", version=spec.version,
+                               key_file=KEY_PATH if api_key else "")
+    key = (RenderedFile(name="api-key", remote_path=KEY_PATH, mode=0o600, content=api_key + "\n",
+                        sha256=sha256_text(api_key + "\n"), secrets=(api_key,)) if api_key else None)
+    return RouterBundle(
+        unit=RenderedFile(name="sglang-router.service", remote_path=UNIT_PATH, mode=0o644, content=unit,
+                          sha256=sha256_text(unit)),
+        launcher=RenderedFile(name="launch.py", remote_path=LAUNCHER_PATH, mode=0o644, content=launcher,
+                              sha256=sha256_text(launcher)),
+        key_file=key, argv=tuple(argv))
+
+
+def probe_command(python: str, argv: Sequence[str]) -> str:
+    """Shell command that runs the router flag probe (probes/flags_probe.py on stdin) with the router venv's python."""
+    return f"{shlex.quote(python)} - router {shlex.quote(json.dumps(list(argv)))}"
+
+
+def schema_from_probe(output: str, *, where: str, pinned: str) -> FlagSchema:
+    """The installed router's parser, from the probe's JSON; refuses a missing router or another version."""
+    try:
+        doc = json.loads(output)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"router flag probe on {where} printed no JSON: {output[-300:]!r}",
+                          fix="check the router venv's python") from exc
+    if doc.get("version") is None:
+        raise ConfigError(f"sglang-router is not installed in the router venv on {where}: {doc.get('error')}",
+                          fix=f"install sglang-router=={pinned} there (deploy up does this once it manages the router)")
+    if doc["version"] != pinned:
+        raise ConfigError(f"router venv on {where} has sglang-router {doc['version']}, the inventory pins {pinned}",
+                          fix=f"set router.version: \"{doc['version']}\" or reinstall {pinned}")
+    return FlagSchema.from_dump(doc["actions"], version=f"router {doc['version']}")

@@ -1,0 +1,60 @@
+"""One host's roll outcome is decided by the run's typed state, never by the words of an error message."""
+
+from __future__ import annotations
+
+from orchestrator.errors import CheckFailed, ConfigError, LockLost
+from orchestrator.fleet.engine import HostOutcome
+from orchestrator.fleet.host_rolls import record_roll
+from orchestrator.fleet.rollout import HostRoll
+from orchestrator.roll import RollResult, judge, refused
+from orchestrator.runner import RunReport
+from orchestrator.steps.state import CurrentFlags, Rollback, RunState, ServerRun
+
+
+def report(state: RunState | None = None, *, dry_run: bool = False) -> RunReport:
+    return RunReport(host="gpu-1", playbook="roll", dry_run=dry_run, state=state or RunState())
+
+
+def test_a_run_without_error_is_kept_or_planned() -> None:
+    kept = judge("gpu-1", report(RunState(server=ServerRun(release="r-2"))), None, dry_run=False)
+    assert kept.result is RollResult.KEPT and kept.release == "r-2" and kept.exit_code == 0
+    assert judge("gpu-1", report(dry_run=True), None, dry_run=True).result is RollResult.PLANNED
+
+
+def test_a_verified_rollback_is_rolled_back_to_that_release() -> None:
+    err = CheckFailed("health: the server did not come up", step="health")
+    state = RunState(server=ServerRun(release="r-2", installed=True), rollback=Rollback(to="r-1", candidate="r-2"))
+    outcome = judge("gpu-1", report(state), err, dry_run=False)
+    assert outcome.result is RollResult.ROLLED_BACK
+    assert (outcome.release, outcome.rolled_back_to, outcome.failed_step, outcome.exit_code) == ("r-1", "r-1",
+                                                                                                  "health", 1)
+
+
+def test_words_about_a_rollback_do_not_make_one() -> None:
+    err = LockLost("lock lost; candidate r-2 was NOT rolled back to r-1 by this run", step="gate")
+    outcome = judge("gpu-1", report(RunState(server=ServerRun(release="r-2", installed=True))), err, dry_run=False)
+    assert outcome.result is RollResult.FAILED and outcome.release is None and outcome.exit_code == 3
+
+
+def test_refusals_before_the_install() -> None:
+    unchanged = judge("gpu-1", report(RunState(already_on=CurrentFlags("r-1", {"tp-size": 8}))),
+                      ConfigError("nothing to roll"), dry_run=False)
+    assert unchanged.result is RollResult.UNCHANGED and unchanged.release == "r-1"
+    assert judge("gpu-1", report(), ConfigError("bad flag"), dry_run=True).result is RollResult.REFUSED
+    assert refused("gpu-1", ConfigError("no host gpu-1")).payload()["ok"] is False
+    assert judge("gpu-1", report(), CheckFailed("CT 120 is not running"), dry_run=False).result is RollResult.FAILED
+
+
+def test_a_kept_roll_that_did_not_rejoin_the_router_fails_on_its_new_release() -> None:
+    host = HostRoll(host="gpu-1", wave=0, previous_release="r-1", release="r-1")
+    kept = judge("gpu-1", report(RunState(server=ServerRun(release="r-2"))), None, dry_run=False)
+    record_roll(host, kept, HostOutcome("gpu-1", "failed", exit_code=3, detail="router: not healthy"))
+    assert (host.state, host.release, host.exit_code, host.detail) == ("failed", "r-2", 3, "router: not healthy")
+
+
+def test_a_rolled_back_host_is_recorded_on_its_previous_release() -> None:
+    host = HostRoll(host="gpu-1", wave=0, previous_release="r-1", previous_flags_sha="abc")
+    state = RunState(rollback=Rollback(to="r-1", candidate="r-2"))
+    back = judge("gpu-1", report(state), CheckFailed("gate: regression", step="gate"), dry_run=False)
+    record_roll(host, back, HostOutcome("gpu-1", "failed", exit_code=1, detail="gate: gate: regression"))
+    assert (host.state, host.release, host.flags_sha) == ("rolled_back", "r-1", "abc")
