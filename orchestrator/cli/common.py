@@ -134,6 +134,28 @@ def common_options(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def inventory_names(**params: str) -> Callable[[F], F]:
+    """Check the options that name an inventory thing (`preset=PARAM`, `profile=PARAM`) before the body runs.
+
+    Under @common_options and above @fleet_options: a typo is refused (exit 2, "did you mean") before any SSH
+    connection, for one host and a fleet alike, whatever other options (--skip-bench) make of it later.
+    """
+    lookups: dict[str, Callable[[Inventory, str], object]] = {"preset": Inventory.preset,
+                                                              "profile": Inventory.profile}
+
+    def decorate(func: F) -> F:
+        @functools.wraps(func)
+        def wrapper(app: AppContext, *args: Any, **kwargs: Any) -> Any:
+            for kind, param in params.items():
+                if kwargs.get(param) is not None:
+                    lookups[kind](app.inventory, kwargs[param])
+            return func(app, *args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
 def run_command(app: AppContext, func: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
     """Run a command body and turn DeployError into a clear message and the documented exit code.
 

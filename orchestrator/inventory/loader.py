@@ -6,14 +6,13 @@ defined in two files, a reference to a profile or preset that does not exist, tw
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, did_you_mean
 from orchestrator.flags.schema import FlagSchema, ResolveError
 from orchestrator.inventory.limits import VALUE_FIX, UnitTextError
 from orchestrator.inventory.models import Inventory, ServerProfile
@@ -140,13 +139,13 @@ def _check_references(merged: Mapping[str, Mapping[str, Any]], origin: Mapping[t
             if not isinstance(ref, str) or ref in merged[target]:
                 continue  # a missing or mistyped field is the model's error
             where = _at(origin[(section, name)], section, name, field)
-            close = difflib.get_close_matches(ref, known, n=1, cutoff=0.5)
-            guess = f"did you mean {close[0]!r}? " if close else ""
+            close = did_you_mean(ref, known)
+            guess = f"did you mean {close!r}? " if close else ""
             raise ConfigError(
                 f"{where}: {section}.{name}.{field}: unknown {target[:-1]} {ref!r} "
                 f"(known {target}: {', '.join(known) or 'none'})",
                 fix=f"{guess}set {field}: to one of the known {target}, or define {ref!r} under {target}:",
-                details={"known": known, "suggestion": close[0] if close else None})
+                details={"known": known, "suggestion": close})
 
 
 def _check_flag_spellings(inventory: Inventory, origin: Mapping[tuple[str, str], Path]) -> None:

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, did_you_mean, unknown_name
 from orchestrator.inventory.limits import UnitTextError, flag_value_problem, text_problem
 from orchestrator.redact import register_secret
 
@@ -475,21 +475,30 @@ class Inventory(StrictModel):
             raise ConfigError(f"address {name_or_address} belongs to several hosts: "
                               f"{', '.join(h.name for h in matches)}", fix="name the host instead")
         known = ", ".join(f"{h.name} ({h.address})" for h in self.hosts.values()) or "none"
+        guess = did_you_mean(name_or_address, [*self.hosts, *(h.address for h in self.hosts.values())])
         raise ConfigError(f"no host {name_or_address!r} in the inventory (known: {known})",
-                          fix="add it to the inventory, or check --inventory / $DEPLOY_INVENTORY")
+                          fix=(f"did you mean {guess!r}? " if guess else "")
+                          + "add it to the inventory, or check --inventory / $DEPLOY_INVENTORY",
+                          details={"suggestion": guess})
 
     def group_hosts(self, name: str) -> list[Host]:
         """The hosts of a group, nested groups expanded, each host once, in inventory order of first mention."""
         if name not in self.groups:
-            raise ConfigError(f"no group {name!r} in the inventory (known: {', '.join(sorted(self.groups)) or 'none'})",
-                              fix="add it under 'groups:' in an inventory file, or check --inventory")
+            raise unknown_name("group", name, self.groups, where=" in the inventory",
+                               fix="add it under 'groups:' in an inventory file, or check --inventory")
         return [self.hosts[h] for h in _expand_groups(self.groups, self.hosts)[name]]
 
     def profile_for(self, host: Host) -> ServerProfile:
         return self.profiles[host.profile]
 
+    def profile(self, name: str) -> ServerProfile:
+        if name not in self.profiles:
+            raise unknown_name("profile", name, self.profiles,
+                               fix="pick one of the known profiles or add it under 'profiles:'")
+        return self.profiles[name]
+
     def preset(self, name: str) -> BenchPreset:
         if name not in self.presets:
-            raise ConfigError(f"no bench preset {name!r} (known: {', '.join(sorted(self.presets))})",
-                              fix="pick one of the known presets or add it under 'presets:'")
+            raise unknown_name("bench preset", name, self.presets,
+                               fix="pick one of the known presets or add it under 'presets:'")
         return self.presets[name]

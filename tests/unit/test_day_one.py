@@ -1,0 +1,57 @@
+"""What an operator meets on day one (issue 25): typos refused early with "did you mean", accurate hints and
+summaries. Every CLI run here is refused or answered before any SSH connection: the hosts point at a closed
+loopback port, so a run that got as far as connecting would fail with exit 3 instead."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def deploy(*args: str, inventory: Path | None = None) -> subprocess.CompletedProcess[str]:
+    inv = ["--inventory", str(inventory)] if inventory else []
+    env = {**os.environ, "DEPLOY_PVE_TOKEN_SECRET": "not-used", "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "orchestrator", *inv, *args], capture_output=True, text=True,
+                          cwd=REPO, timeout=60, env=env)
+
+
+@pytest.fixture
+def local_inv(inv: Path) -> Path:
+    """The shipped inventory with its host moved to a closed loopback port: a connection attempt fails fast."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    hosts = inv / "hosts.yaml"
+    hosts.write_text(hosts.read_text().replace("address: 10.1.230.174", "address: 127.0.0.1")
+                     .replace("port: 22", f"port: {port}"))
+    return inv
+
+
+@pytest.mark.parametrize("args", [
+    ("up", "host", "pve-gpu-1", "--preset", "quik"),
+    ("up", "host", "pve-gpu-1", "--preset", "quik", "--skip-bench"),
+    ("up", "--all", "--preset", "quik"),
+    ("roll", "host", "pve-gpu-1", "--set", "chunked-prefill-size=4096", "--preset", "quik"),
+    ("bench", "host", "pve-gpu-1", "--preset", "quik"),
+])
+def test_a_mistyped_preset_is_refused_before_any_connection(local_inv: Path, args: tuple[str, ...]) -> None:
+    res = deploy("--json", *args, inventory=local_inv)
+    assert res.returncode == 2, res.stderr
+    err = json.loads(res.stdout)
+    assert "no bench preset 'quik'" in err["what"] and "quick" in err["what"]
+    assert err["fix"].startswith("did you mean 'quick'?")
+
+
+def test_a_mistyped_profile_is_refused_with_did_you_mean(local_inv: Path) -> None:
+    res = deploy("roll", "host", "pve-gpu-1", "--profile", "glm5-nvfp", inventory=local_inv)
+    assert res.returncode == 2
+    assert "no profile 'glm5-nvfp'" in res.stderr and "did you mean 'glm5-nvfp4'?" in res.stderr
