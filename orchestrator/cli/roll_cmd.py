@@ -82,7 +82,7 @@ def _request(app: AppContext, sets: tuple[str, ...], unsets: tuple[str, ...], fl
 @click.option("--flags", "flags_file", default=None, metavar="FILE", help="Replace the flag set with a YAML mapping.")
 @click.option("--profile", "profile_name", default=None, help="Roll to another inventory profile's flags.")
 @click.option("--accept-regression", is_flag=True, help="Keep the new release even if throughput regressed.")
-@click.option("--threshold", type=float, default=None, help="Noise threshold in %% (default: the profile's, 5).")
+@click.option("--threshold", type=float, default=None, help="Noise threshold in % (default: the profile's, 5).")
 @click.option("--preset", default=None, help="Bench preset for the throughput gate (default: the profile's).")
 @click.option("--gate", "gate_metrics", multiple=True,
               type=click.Choice(["output_throughput", "mean_tpot_ms", "mean_ttft_ms"]),
