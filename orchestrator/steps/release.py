@@ -380,6 +380,7 @@ def release_verdict(ctx: StepContext, record: StepRecord) -> None:
     """Mark the release `up` converged to as verified (health + smoke + throughput passed)."""
     if ctx.options.dry_run:
         record.status = "skipped"
+        record.summary = "dry run"
         return
     server = ctx.state.server
     if server.release is None:
