@@ -5,6 +5,7 @@ Every model forbids unknown keys, so a typo in YAML is an error naming the key i
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import stat
@@ -276,6 +277,11 @@ class ServerProfile(StrictModel):
         return v
 
 
+#: A bench request's allowance: a start (queueing, prefill) and a slow decode step per output token (2 tok/s).
+REQUEST_START_S = 60.0
+SLOW_TPOT_S = 0.5
+
+
 class BenchPreset(StrictModel):
     """One bench_serving run. random_range_ratio has no default: bench_serving's own (0) halves mean lengths."""
 
@@ -290,7 +296,24 @@ class BenchPreset(StrictModel):
     seed: int = 1
     warmup_requests: int = Field(1, ge=0)
     backend: Literal["sglang", "sglang-oai", "sglang-oai-chat"] = "sglang"
+    #: The most a run may take. Unset: derived from the preset's shape (`limit_s`), at most this default.
     timeout_s: float = Field(1800.0, gt=0)
+
+    @property
+    def limit_s(self) -> float:
+        """How long a run of this preset may take: `timeout_s` when the preset sets it, else its shape's bound.
+
+        The prompts arrive over num_prompts / request_rate seconds, then run in waves of max_concurrency (one wave
+        when unbounded), each request allowed REQUEST_START_S plus SLOW_TPOT_S per output token; the warmup
+        requests are one wave more.
+        """
+        if "timeout_s" in self.model_fields_set:
+            return self.timeout_s
+        arrival_s = 0.0 if self.request_rate == "inf" else self.num_prompts / float(self.request_rate)
+        waves = math.ceil(self.num_prompts / self.max_concurrency) if self.max_concurrency else 1
+        waves += 1 if self.warmup_requests else 0
+        per_request_s = REQUEST_START_S + SLOW_TPOT_S * self.random_output_len
+        return min(self.timeout_s, arrival_s + waves * per_request_s)
 
 
 class Host(StrictModel):

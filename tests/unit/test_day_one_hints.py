@@ -67,3 +67,23 @@ def test_a_misspelt_set_flag_still_says_rename() -> None:
 def test_a_fix_without_roll_back_advice_is_kept_as_it_is() -> None:
     fix = "re-run the command; every step is idempotent and resumes where it stopped"
     assert rolled_back_fix(fix, "R") == fix
+
+
+def test_the_bench_wait_bound_follows_the_preset() -> None:
+    """Issue 25 item 19: a 64-prompt `quick` bench said "up to 1920 s" (timeout_s + 120 for every preset)."""
+    from orchestrator.bench.run import SETUP_S, bench_limit_s
+    from orchestrator.inventory.models import REQUEST_START_S, SLOW_TPOT_S
+
+    presets = load_inventory(REPO / "inventory").presets
+    quick = presets["quick"]  # 64 prompts, 64 output tokens, rate inf, no concurrency cap, 1 warmup request
+    per_request = REQUEST_START_S + SLOW_TPOT_S * 64
+    assert bench_limit_s(quick) == 2 * per_request + SETUP_S < 400
+    # more waves (a concurrency cap) and a finite rate (arrival time) lengthen it
+    c256 = presets["seed-c256"]  # 1024 prompts at most 256 at once: 4 waves + warmup
+    assert bench_limit_s(c256) == 5 * (REQUEST_START_S + SLOW_TPOT_S * 256) + SETUP_S
+    paced = quick.model_copy(update={"request_rate": 1.0})
+    assert bench_limit_s(paced) == bench_limit_s(quick) + 64
+    # a preset that sets timeout_s gets exactly it; an estimate never passes the default cap
+    assert bench_limit_s(quick.model_validate({**quick.model_dump(), "timeout_s": 900})) == 900 + SETUP_S
+    huge = quick.model_validate({**quick.model_dump(), "num_prompts": 100000, "max_concurrency": 1})
+    assert bench_limit_s(huge) == 1800 + SETUP_S
