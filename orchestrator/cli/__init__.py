@@ -7,8 +7,7 @@ import importlib
 import click
 
 from orchestrator import __version__
-from orchestrator.cli.common import AppContext
-from orchestrator.errors import did_you_mean
+from orchestrator.cli.common import AppContext, SuggestingGroup
 from orchestrator.paths import default_inventory_dir
 
 # (module, attribute) of each command; modules are imported lazily so `deploy --help` stays fast.
@@ -45,7 +44,7 @@ SHORT_HELP = {
 }
 
 
-class LazyGroup(click.Group):
+class LazyGroup(SuggestingGroup):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
 
@@ -56,16 +55,6 @@ class LazyGroup(click.Group):
         cmd = getattr(importlib.import_module(module_name), attr)
         assert isinstance(cmd, click.Command), f"{module_name}.{attr} is not a click command"
         return cmd
-
-    def resolve_command(self, ctx: click.Context,
-                        args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
-        """An unknown command is a usage error naming the closest known one."""
-        name = click.utils.make_str(args[0])
-        if name not in COMMANDS and not name.startswith("-"):
-            guess = did_you_mean(name, COMMANDS)
-            ctx.fail(f"No such command {name!r}." + (f" Did you mean {guess!r}?" if guess else "")
-                     + f" Commands: {', '.join(COMMANDS)}.")
-        return super().resolve_command(ctx, args)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, SHORT_HELP.get(name, "")) for name in COMMANDS]

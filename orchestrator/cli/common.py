@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from orchestrator.cli.tables import TableSpec, print_table
-from orchestrator.errors import ConfigError, DeployError
+from orchestrator.errors import ConfigError, DeployError, did_you_mean
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.paths import INVENTORY_ENV, default_inventory_dir
@@ -84,6 +84,20 @@ class AppContext:
 
 #: Commands that accept several hosts (group G, host a b, --all); see orchestrator.fleet.targets.
 FLEET_COMMANDS = ("up", "plan", "status", "doctor", "verify-p2p", "history", "roll", "rollback")
+
+
+class SuggestingGroup(click.Group):
+    """A command group whose unknown command is a usage error naming the closest known one (difflib)."""
+
+    def resolve_command(self, ctx: click.Context,
+                        args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        name = click.utils.make_str(args[0])
+        known = self.list_commands(ctx)
+        if name not in known and not name.startswith("-"):
+            guess = did_you_mean(name, known)
+            ctx.fail(f"No such command {name!r}." + (f" Did you mean {guess!r}?" if guess else "")
+                     + f" Commands: {', '.join(known)}.")
+        return super().resolve_command(ctx, args)
 
 
 def parse_target(words: tuple[str, ...], *, required: bool = True) -> str | None:

@@ -63,6 +63,11 @@ def test_a_mistyped_command_names_the_closest_one() -> None:
     assert "No such command 'uo'. Did you mean 'up'?" in res.stderr and "verify-p2p" in res.stderr
 
 
+def test_a_mistyped_subcommand_of_sim_names_the_closest_one() -> None:
+    res = deploy("sim", "stauts")
+    assert res.returncode == 2 and "No such command 'stauts'. Did you mean 'status'?" in res.stderr
+
+
 def test_a_mistyped_host_names_the_closest_one(local_inv: Path) -> None:
     res = deploy("--json", "status", "host", "pve-gpu1", inventory=local_inv)
     assert res.returncode == 2
