@@ -7,6 +7,8 @@ The exit code is a property of the error class, so the CLI maps failures to code
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
@@ -94,3 +96,18 @@ class LockHeld(RemoteError):
 
 class LockLost(RemoteError):
     """This run's host lock expired and another run took it (or it is gone): the run stops changing the host."""
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str | None:
+    """The known name closest to a mistyped one (difflib), or None when none is close."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.5)
+    return close[0] if close else None
+
+
+def unknown_name(kind: str, name: str, known: Iterable[str], *, fix: str, where: str = "") -> ConfigError:
+    """`no KIND 'NAME'[ WHERE] (known: …)`, the fix led by "did you mean 'X'?" when a known name is close."""
+    names = sorted(known)
+    guess = did_you_mean(name, names)
+    return ConfigError(f"no {kind} {name!r}{where} (known: {', '.join(names) or 'none'})",
+                       fix=(f"did you mean {guess!r}? " if guess else "") + fix,
+                       details={"known": names, "suggestion": guess})

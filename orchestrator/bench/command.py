@@ -12,7 +12,7 @@ import math
 import shlex
 from collections.abc import Callable, Mapping
 
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, did_you_mean
 from orchestrator.inventory.models import BenchPreset, ServerProfile
 
 
@@ -148,7 +148,9 @@ def bench_argv(
                                  fix=f"overridable flags: {allowed}")
         check = ALLOWED_OVERRIDES.get(key)
         if check is None:
-            raise BenchFlagError(f"unknown bench flag --{key}", fix=f"overridable flags: {allowed}")
+            guess = did_you_mean(key, ALLOWED_OVERRIDES)
+            raise BenchFlagError(f"unknown bench flag --{key}",
+                                 fix=(f"did you mean --{guess}? " if guess else "") + f"overridable flags: {allowed}")
         if check is _FLAG:
             v = str(raw_val).strip().lower()
             if v in ("", "true", "1", "yes"):

@@ -30,6 +30,14 @@ from orchestrator.telemetry.sampler import (
 from orchestrator.telemetry.summary import TelemetrySummary, summarize
 from orchestrator.verdicts.power import Diagnosis, diagnose
 
+#: Beyond the bench itself: the samplers, bench_serving's start and tokenizer load, reading the files back.
+SETUP_S = 120.0
+
+
+def bench_limit_s(preset: BenchPreset) -> float:
+    """How long one sampled bench run of this preset may take, and the bound its wait line names."""
+    return preset.limit_s + SETUP_S
+
 
 @dataclass
 class BenchRun:
@@ -100,7 +108,7 @@ def run_bench(ct: Container, host: Host, profile: ServerProfile, preset_name: st
                   f"{{ cat {shlex.quote(tmp_file)} 2>/dev/null; rm -f {shlex.quote(tmp_file)}; }}")
     sampler = build_sampled_bench_script(ct.shell_command(inner), extra_sections=[
         ("jsonl", ct.shell_command(read_jsonl))])
-    res = ct.node.script(sampler.script, check=False, timeout=preset.timeout_s + 120, what=f"bench {preset_name}")
+    res = ct.node.script(sampler.script, check=False, timeout=bench_limit_s(preset), what=f"bench {preset_name}")
     try:
         run = parse_sampled_output(res.stdout, sampler.nonce)
     except SamplerOutputError as exc:

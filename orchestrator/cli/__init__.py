@@ -7,7 +7,7 @@ import importlib
 import click
 
 from orchestrator import DISTRIBUTION, __version__
-from orchestrator.cli.common import AppContext
+from orchestrator.cli.common import AppContext, SuggestingGroup
 from orchestrator.paths import default_inventory_dir
 
 # (module, attribute) of each command; modules are imported lazily so `deploy --help` stays fast.
@@ -46,7 +46,7 @@ SHORT_HELP = {
 }
 
 
-class LazyGroup(click.Group):
+class LazyGroup(SuggestingGroup):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
 

@@ -380,7 +380,7 @@ def print_ledger_runs(app: AppContext, target: tuple[str, ...], limit: int, all_
 @click.command("compare")
 @click.argument("run_a")
 @click.argument("run_b")
-@click.option("--threshold", type=float, default=5.0, show_default=True, help="Noise threshold in %%.")
+@click.option("--threshold", type=float, default=5.0, show_default=True, help="Noise threshold in %.")
 @click.option("--force", is_flag=True,
               help="Show the deltas even when the runs ran different benchmarks (presets, token lengths).")
 @all_inventories_option

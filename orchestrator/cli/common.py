@@ -19,7 +19,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from orchestrator.errors import ConfigError, DeployError, Interrupted, Terminated
+from orchestrator.errors import ConfigError, DeployError, Interrupted, Terminated, did_you_mean
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.paths import INVENTORY_ENV, default_inventory_dir
@@ -59,6 +59,20 @@ class AppContext:
 
 #: Commands that accept several hosts (group G, host a b, --all); see orchestrator.fleet.targets.
 FLEET_COMMANDS = ("up", "plan", "status", "doctor", "verify-p2p", "history", "roll", "rollback")
+
+
+class SuggestingGroup(click.Group):
+    """A command group whose unknown command is a usage error naming the closest known one (difflib)."""
+
+    def resolve_command(self, ctx: click.Context,
+                        args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        name = click.utils.make_str(args[0])
+        known = self.list_commands(ctx)
+        if name not in known and not name.startswith("-"):
+            guess = did_you_mean(name, known)
+            ctx.fail(f"No such command {name!r}." + (f" Did you mean {guess!r}?" if guess else "")
+                     + f" Commands: {', '.join(known)}.")
+        return super().resolve_command(ctx, args)
 
 
 def parse_target(words: tuple[str, ...], *, required: bool = True) -> str | None:
@@ -115,6 +129,28 @@ class _SigTerm(KeyboardInterrupt):
 
 def _on_sigterm(signum: int, frame: Any) -> None:
     raise _SigTerm()
+
+
+def inventory_names(**params: str) -> Callable[[F], F]:
+    """Check the options that name an inventory thing (`preset=PARAM`, `profile=PARAM`) before the body runs.
+
+    Under @common_options and above @fleet_options: a typo is refused (exit 2, "did you mean") before any SSH
+    connection, for one host and a fleet alike, whatever other options (--skip-bench) make of it later.
+    """
+    lookups: dict[str, Callable[[Inventory, str], object]] = {"preset": Inventory.preset,
+                                                              "profile": Inventory.profile}
+
+    def decorate(func: F) -> F:
+        @functools.wraps(func)
+        def wrapper(app: AppContext, *args: Any, **kwargs: Any) -> Any:
+            for kind, param in params.items():
+                if kwargs.get(param) is not None:
+                    lookups[kind](app.inventory, kwargs[param])
+            return func(app, *args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
 
 
 def run_command(app: AppContext, func: Callable[..., Any], *args: Any, **kwargs: Any) -> None:

@@ -9,7 +9,14 @@ from typing import Any
 import click
 
 from orchestrator.cli.bench_cmd import print_ledger_runs
-from orchestrator.cli.common import AppContext, all_inventories_option, common_options, resolve_host, tofu_option
+from orchestrator.cli.common import (
+    AppContext,
+    all_inventories_option,
+    common_options,
+    inventory_names,
+    resolve_host,
+    tofu_option,
+)
 from orchestrator.cli.fleet import fleet_options
 from orchestrator.cli.router_view import router_view
 from orchestrator.cli.run import command_line, run_with_progress
@@ -49,9 +56,7 @@ def _request(app: AppContext, sets: tuple[str, ...], unsets: tuple[str, ...], fl
     if flags_file:
         replacement = _flags_file(flags_file)
     elif profile_name:
-        if profile_name not in app.inventory.profiles:
-            raise ConfigError(f"no profile {profile_name!r}", fix=f"known: {', '.join(app.inventory.profiles)}")
-        replacement = dict(app.inventory.profiles[profile_name].flags)
+        replacement = dict(app.inventory.profile(profile_name).flags)
     if replacement is None and not sets and not unsets:
         raise ConfigError("nothing to roll", fix="give --set KEY=VALUE, --unset KEY, --flags FILE or --profile")
     if replacement is not None and (sets or unsets):
@@ -67,7 +72,7 @@ def _request(app: AppContext, sets: tuple[str, ...], unsets: tuple[str, ...], fl
 @click.option("--flags", "flags_file", default=None, metavar="FILE", help="Replace the flag set with a YAML mapping.")
 @click.option("--profile", "profile_name", default=None, help="Roll to another inventory profile's flags.")
 @click.option("--accept-regression", is_flag=True, help="Keep the new release even if throughput regressed.")
-@click.option("--threshold", type=float, default=None, help="Noise threshold in %% (default: the profile's, 5).")
+@click.option("--threshold", type=float, default=None, help="Noise threshold in % (default: the profile's, 5).")
 @click.option("--preset", default=None, help="Bench preset for the throughput gate (default: the profile's).")
 @click.option("--gate", "gate_metrics", multiple=True,
               type=click.Choice(["output_throughput", "mean_tpot_ms", "mean_ttft_ms"]),
@@ -85,6 +90,7 @@ def _request(app: AppContext, sets: tuple[str, ...], unsets: tuple[str, ...], fl
               help="Fleet rolls behind a router: seconds to wait for a drained host's requests to finish.")
 @tofu_option
 @common_options
+@inventory_names(preset="preset", profile="profile_name")
 def roll(app: AppContext, target: tuple[str, ...], sets: tuple[str, ...], unsets: tuple[str, ...],
          flags_file: str | None, profile_name: str | None, accept_regression: bool, threshold: float | None,
          preset: str | None, gate_metrics: tuple[str, ...], skip_bench: bool, dry_run: bool, all_hosts: bool,
@@ -104,8 +110,6 @@ def roll(app: AppContext, target: tuple[str, ...], sets: tuple[str, ...], unsets
         if given:
             raise ConfigError(f"{', '.join(given)} apply to fleet rolls (a group, several hosts or --all)",
                               fix="e.g. `deploy roll group prod --set K=V --canary 1 --batch 25%`")
-    if preset:
-        app.inventory.preset(preset)
     if targets.fleet and resume:
         if sets or unsets or flags_file or profile_name or dry_run:
             raise ConfigError("--resume replays the interrupted fleet roll's own flag change and options",

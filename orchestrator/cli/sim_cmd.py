@@ -10,7 +10,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from orchestrator.cli.common import AppContext, common_options
+from orchestrator.cli.common import AppContext, SuggestingGroup, common_options
 from orchestrator.errors import ConfigError
 from orchestrator.inventory.example import seed_server_files
 
@@ -48,7 +48,7 @@ def _retired(exc: Any, step: str) -> ConfigError:
                        host=exc.host, step=step)
 
 
-@click.group("sim")
+@click.group("sim", cls=SuggestingGroup)
 def sim() -> None:
     """The simulated Proxmox GPU host: real sshd, a schema-checked PVE API over HTTPS, pct/pvesh, GPUs replayed
     from real nvidia-smi captures, a simulated SGLang server. Everything listens on 127.0.0.0/8. Needs root."""

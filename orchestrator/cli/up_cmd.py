@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from orchestrator.cli.common import AppContext, common_options, resolve_host, tofu_option
+from orchestrator.cli.common import AppContext, common_options, inventory_names, resolve_host, tofu_option
 from orchestrator.cli.fleet import fleet_options
 from orchestrator.cli.run import command_line
 from orchestrator.errors import DeployError
@@ -92,6 +92,7 @@ def run_and_report(app: AppContext, words: tuple[str, ...], playbook: str, optio
 @click.option("--playbook", default="up", show_default=True, metavar="NAME|FILE",
               help="Playbook to run: a shipped name or your copied and edited YAML file.")
 @common_options
+@inventory_names(preset="preset")
 @fleet_options(preflight=preflight, required=True, fleet_preflight=router_preflight, annotate=converge_router_after)
 def up(app: AppContext, target: tuple[str, ...], dry_run: bool, allow_no_p2p: bool, skip_weights: bool,
        skip_bench: bool, preset: str | None, tofu: bool, playbook: str) -> int:

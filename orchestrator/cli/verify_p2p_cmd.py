@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,41 @@ def matrix_table(topo: TopoMatrix, verdict: P2PVerdict, title: str) -> TableSpec
             row.append(Text(f"{link}{' ' + p2p if p2p else ''}", style=PAIR_STYLE.get(pv.status, "")))
         rows.append(tuple(row))
     return spec(title, ["", *(Column(g, "center") for g in topo.gpus)], rows)
+
+
+BANDWIDTH_STYLE = {"ok": "green", "slow": "bold red", "no-peer": "bold red", "unchecked": "dim"}
+
+
+def bandwidth_matrix(bw: Mapping[str, Any]) -> tuple[TableSpec, list[str]]:
+    """The copy probe's verdict as a source × destination matrix of GB/s, and the lines under it: the summary,
+    the threshold with what each link is expected to give, and every failing pair. Pure: `bw` is the
+    p2p_bandwidth step's result (the `bandwidth` of `--json`)."""
+    pairs = list(bw.get("pairs") or [])
+    gpus = sorted({int(p["src"]) for p in pairs} | {int(p["dst"]) for p in pairs})
+    by_pair = {(int(p["src"]), int(p["dst"])): p for p in pairs}
+    rows: list[tuple[Cell, ...]] = []
+    for a in gpus:
+        row: list[Cell] = [f"GPU{a}"]
+        for b in gpus:
+            p = by_pair.get((a, b))
+            if a == b or p is None:
+                row.append(Text("X" if a == b else "-", style="dim"))
+            else:
+                mark = "" if p["status"] == "ok" else f" {p['status']}"
+                row.append(Text(f"{p['gbps']:.1f}{mark}", style=BANDWIDTH_STYLE.get(p["status"], "")))
+        rows.append(tuple(row))
+    table = spec("GPU-to-GPU copy GB/s (row: from, column: to)",
+                 ["", *(Column(f"GPU{g}", "right") for g in gpus)], rows)
+    expected: dict[float, list[str]] = {}
+    for p in pairs:
+        if p.get("expected_gbps") and p.get("link") and p["link"] not in expected.get(p["expected_gbps"], []):
+            expected.setdefault(p["expected_gbps"], []).append(p["link"])
+    over = ", ".join(f"~{gbps:.0f} GB/s over {'/'.join(sorted(links))}" for gbps, links in sorted(expected.items()))
+    lines = [str(bw.get("summary", "")),
+             f"threshold: a pair below {float(bw.get('min_fraction', 0.5)) * 100:.0f} % of its link's expected "
+             f"bandwidth is slow" + (f" (expected {over})" if over else "")]
+    lines += [f"  - {p['message']}" for p in pairs if p["status"] in ("slow", "no-peer")]
+    return table, lines
 
 
 def print_verdict(out: Output, topo: TopoMatrix, verdict: P2PVerdict, title: str) -> None:
@@ -99,13 +135,10 @@ def live(app: AppContext, target: tuple[str, ...], bandwidth: bool, size_mib: in
         app.out.line("container topology " + ("matches the host's" if p2p.comparison.same
                                               else "DIFFERS from the host's: " + p2p.comparison.describe()))
     if bw is not None:
-        bw_rows = [(f"{pv['src']}→{pv['dst']}", str(pv.get("link") or ""), f"{pv['gbps']:.1f}",
-                    f"{pv['expected_gbps']:.0f}" if pv.get("expected_gbps") else "-", pv["status"])
-                   for pv in bw.get("pairs", [])]
-        app.out.table(spec("GPU-to-GPU copy bandwidth (GB/s)", ("pair", "link", "GB/s", "expected", "status"),
-                           bw_rows))
-        for msg in bw.get("messages", []):
-            app.out.line(f"  - {msg}")
+        table, lines = bandwidth_matrix(bw)
+        app.out.table(table)
+        for line in lines:
+            app.out.line(line)
     app.out.line(f"{report.ssh_round_trips} SSH round trip(s), {report.duration_s:.2f} s")
     return 0 if ok else 1
 

@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from orchestrator.errors import ConfigError
 from orchestrator.flags.schema import FlagSchema, FlagSpec, ResolveError, other_schemas, version_key
@@ -43,6 +43,8 @@ class FlagProblem:
     flag: str
     error: str
     suggestion: str = ""
+    #: What the fix is about: the flag's name, its value (a type or choice it does not fit), or the KEY=VALUE form.
+    kind: Literal["name", "value", "syntax"] = "name"
 
     def text(self) -> str:
         return f"{self.flag}: {self.error}" + (f" — {self.suggestion}" if self.suggestion else "")
@@ -323,7 +325,7 @@ def canonicalize(flags: Mapping[str, FlagValue | CanonValue], schema: FlagSchema
             try:
                 raw = not _to_bool(raw)
             except _ValueError as exc:
-                problems.append(FlagProblem(shown, str(exc)))
+                problems.append(FlagProblem(shown, str(exc), kind="value"))
                 continue
         if raw in (REDACTED, SECRET_REF):  # evidence read back as configuration would run with the placeholder
             problems.append(FlagProblem(shown, f"the value {raw} stands for a withheld secret, not a value"))
@@ -336,7 +338,8 @@ def canonicalize(flags: Mapping[str, FlagValue | CanonValue], schema: FlagSchema
         try:
             value = _convert(spec, raw)
         except _ValueError as exc:
-            problems.append(FlagProblem(shown, str(exc)))
+            typed = f" (type {spec.type} in sglang {schema.version}'s flag schema)" if spec.type else ""
+            problems.append(FlagProblem(shown, f"{exc}{typed}", kind="value"))
             continue
         if written.lstrip("-") != spec.canonical:
             renamed[written.lstrip("-")] = spec.canonical
@@ -364,6 +367,9 @@ def _within_limits(flags: FlagSet) -> FlagSet:
 
 
 _RENAME_FIX = "rename or remove the flags named above (the installed sglang's parser is the authority)"
+_FIXES = {"syntax": "write each --set as KEY=VALUE (e.g. --set max-running-requests=2048)",
+          "value": "give each flag named above a value of the type or choice it names",
+          "name": _RENAME_FIX}
 
 
 def flag_error(problems: Sequence[FlagProblem], schema: FlagSchema, *, values: bool = False) -> ConfigError:
@@ -371,9 +377,11 @@ def flag_error(problems: Sequence[FlagProblem], schema: FlagSchema, *, values: b
     n = len(problems)
     head = f"{n} flag problem{'s' if n > 1 else ''} for sglang {schema.version}"
     what = f"{head}: {problems[0].text()}" if n == 1 else head + "".join(f"\n  - {p.text()}" for p in problems)
+    kinds = {p.kind for p in problems}
     return ConfigError(
         what,
-        fix=f"{VALUE_FIX}; for a flag name, {_RENAME_FIX}" if values else _RENAME_FIX,
+        fix=(f"{VALUE_FIX}; for a flag name, {_RENAME_FIX}" if values
+             else "; ".join(fix for kind, fix in _FIXES.items() if kind in kinds)),
         details={"sglang_version": schema.version,
                  "problems": [{"flag": p.flag, "error": p.error, "suggestion": p.suggestion} for p in problems]},
     )
@@ -465,7 +473,7 @@ def parse_set(items: Iterable[str], schema: FlagSchema) -> dict[str, FlagValue]:
         key, sep, text = item.partition("=")
         key = key.strip()
         if not key:
-            problems.append(FlagProblem(item, "expected KEY=VALUE"))
+            problems.append(FlagProblem(item, "expected KEY=VALUE", kind="syntax"))
             continue
         spec, _, problem = _resolve(schema, key)
         if problem is not None:
@@ -481,14 +489,15 @@ def parse_set(items: Iterable[str], schema: FlagSchema) -> dict[str, FlagValue]:
             if spec.kind in ("switch", "bool_optional") or spec.nargs == "?":
                 out[key.lstrip("-")] = True
                 continue
-            problems.append(FlagProblem("--" + key.lstrip("-"), "needs a value: KEY=VALUE"))
+            problems.append(FlagProblem("--" + key.lstrip("-"), f"needs a value: write {key.lstrip('-')}=VALUE",
+                                        kind="syntax"))
             continue
         value: FlagValue
         if spec.kind in ("switch", "bool_optional"):
             try:
                 value = _to_bool(text)
             except _ValueError as exc:
-                problems.append(FlagProblem("--" + key.lstrip("-"), str(exc)))
+                problems.append(FlagProblem("--" + key.lstrip("-"), str(exc), kind="value"))
                 continue
         elif spec.takes_list:
             value = [_typed_text(spec, t.strip()) for t in text.split(",") if t.strip()]

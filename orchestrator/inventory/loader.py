@@ -6,14 +6,14 @@ defined in two files, a reference to a profile or preset that does not exist, tw
 
 from __future__ import annotations
 
-import difflib
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, did_you_mean
 from orchestrator.flags.schema import FlagSchema, ResolveError
 from orchestrator.inventory.limits import VALUE_FIX, UnitTextError
 from orchestrator.inventory.models import Inventory, ServerProfile
@@ -128,10 +128,29 @@ def _validation_error(exc: ValidationError, origin: Mapping[tuple[str, str], Pat
         msg = str(err["msg"]).removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key (not allowed here)"
-            fix = "correct or remove the key: unknown keys are not allowed (docs/inventory.md lists every key)"
+            guess = did_you_mean(str(loc[-1]), _known_keys(loc))
+            fix = ((f"did you mean {guess!r}? " if guess else "")
+                   + "correct or remove the key: unknown keys are not allowed (docs/inventory.md lists every key)")
         problems.append(f"{_key_path(loc)}: {msg}" if loc else msg)
     more = f" (and {len(exc.errors()) - 5} more)" if len(exc.errors()) > 5 else ""
     return ConfigError(f"{where}{'; '.join(problems)}{more}", fix=fix)
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation holds: `Host`, `dict[str, Host]`, `PveApi | None`, …"""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
+
+
+def _known_keys(loc: tuple[int | str, ...]) -> list[str]:
+    """The keys allowed beside the last one of `loc` (an error's location in the inventory)."""
+    models: list[type[BaseModel]] = [Inventory]
+    for part in loc[:-1]:
+        inner = [m for model in models if part in model.model_fields
+                 for m in _models_in(model.model_fields[part].annotation)]
+        models = inner or models  # not a field: a mapping's key or a list's index, same models inside
+    return sorted({name for model in models for name in model.model_fields})
 
 
 def _check_references(merged: Mapping[str, Mapping[str, Any]], origin: Mapping[tuple[str, str], Path]) -> None:
@@ -147,13 +166,13 @@ def _check_references(merged: Mapping[str, Mapping[str, Any]], origin: Mapping[t
             if not isinstance(ref, str) or ref in merged[target]:
                 continue  # a missing or mistyped field is the model's error
             where = _at(origin[(section, name)], section, name, field)
-            close = difflib.get_close_matches(ref, known, n=1, cutoff=0.5)
-            guess = f"did you mean {close[0]!r}? " if close else ""
+            close = did_you_mean(ref, known)
+            guess = f"did you mean {close!r}? " if close else ""
             raise ConfigError(
                 f"{where}: {section}.{name}.{field}: unknown {target[:-1]} {ref!r} "
                 f"(known {target}: {', '.join(known) or 'none'})",
                 fix=f"{guess}set {field}: to one of the known {target}, or define {ref!r} under {target}:",
-                details={"known": known, "suggestion": close[0] if close else None})
+                details={"known": known, "suggestion": close})
 
 
 def _check_flag_spellings(inventory: Inventory, origin: Mapping[tuple[str, str], Path]) -> None:

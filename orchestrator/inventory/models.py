@@ -5,6 +5,7 @@ Every model forbids unknown keys, so a typo in YAML is an error naming the key i
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import stat
@@ -13,7 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, did_you_mean, unknown_name
 from orchestrator.inventory.limits import UnitTextError, flag_value_problem, text_problem
 from orchestrator.localfile import read_text_file
 from orchestrator.redact import register_secret
@@ -290,6 +291,11 @@ class ServerProfile(StrictModel):
         return v
 
 
+#: A bench request's allowance: a start (queueing, prefill) and a slow decode step per output token (2 tok/s).
+REQUEST_START_S = 60.0
+SLOW_TPOT_S = 0.5
+
+
 class BenchPreset(StrictModel):
     """One bench_serving run. random_range_ratio has no default: bench_serving's own (0) halves mean lengths."""
 
@@ -304,7 +310,24 @@ class BenchPreset(StrictModel):
     seed: int = 1
     warmup_requests: int = Field(1, ge=0)
     backend: Literal["sglang", "sglang-oai", "sglang-oai-chat"] = "sglang"
+    #: The most a run may take. Unset: derived from the preset's shape (`limit_s`), at most this default.
     timeout_s: float = Field(1800.0, gt=0)
+
+    @property
+    def limit_s(self) -> float:
+        """How long a run of this preset may take: `timeout_s` when the preset sets it, else its shape's bound.
+
+        The prompts arrive over num_prompts / request_rate seconds, then run in waves of max_concurrency (one wave
+        when unbounded), each request allowed REQUEST_START_S plus SLOW_TPOT_S per output token; the warmup
+        requests are one wave more.
+        """
+        if "timeout_s" in self.model_fields_set:
+            return self.timeout_s
+        arrival_s = 0.0 if self.request_rate == "inf" else self.num_prompts / float(self.request_rate)
+        waves = math.ceil(self.num_prompts / self.max_concurrency) if self.max_concurrency else 1
+        waves += 1 if self.warmup_requests else 0
+        per_request_s = REQUEST_START_S + SLOW_TPOT_S * self.random_output_len
+        return min(self.timeout_s, arrival_s + waves * per_request_s)
 
 
 class Host(StrictModel):
@@ -501,21 +524,30 @@ class Inventory(StrictModel):
             raise ConfigError(f"address {name_or_address} belongs to several hosts: "
                               f"{', '.join(h.name for h in matches)}", fix="name the host instead")
         known = ", ".join(f"{h.name} ({h.address})" for h in self.hosts.values()) or "none"
+        guess = did_you_mean(name_or_address, [*self.hosts, *(h.address for h in self.hosts.values())])
         raise ConfigError(f"no host {name_or_address!r} in the inventory (known: {known})",
-                          fix="add it to the inventory, or check --inventory / $DEPLOY_INVENTORY")
+                          fix=(f"did you mean {guess!r}? " if guess else "")
+                          + "add it to the inventory, or check --inventory / $DEPLOY_INVENTORY",
+                          details={"suggestion": guess})
 
     def group_hosts(self, name: str) -> list[Host]:
         """The hosts of a group, nested groups expanded, each host once, in inventory order of first mention."""
         if name not in self.groups:
-            raise ConfigError(f"no group {name!r} in the inventory (known: {', '.join(sorted(self.groups)) or 'none'})",
-                              fix="add it under 'groups:' in an inventory file, or check --inventory")
+            raise unknown_name("group", name, self.groups, where=" in the inventory",
+                               fix="add it under 'groups:' in an inventory file, or check --inventory")
         return [self.hosts[h] for h in _expand_groups(self.groups, self.hosts)[name]]
 
     def profile_for(self, host: Host) -> ServerProfile:
         return self.profiles[host.profile]
 
+    def profile(self, name: str) -> ServerProfile:
+        if name not in self.profiles:
+            raise unknown_name("profile", name, self.profiles,
+                               fix="pick one of the known profiles or add it under 'profiles:'")
+        return self.profiles[name]
+
     def preset(self, name: str) -> BenchPreset:
         if name not in self.presets:
-            raise ConfigError(f"no bench preset {name!r} (known: {', '.join(sorted(self.presets))})",
-                              fix="pick one of the known presets or add it under 'presets:'")
+            raise unknown_name("bench preset", name, self.presets,
+                               fix="pick one of the known presets or add it under 'presets:'")
         return self.presets[name]

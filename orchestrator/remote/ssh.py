@@ -9,6 +9,7 @@ any secret) never appears in a process argument list.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import secrets
 import socket
@@ -26,6 +27,12 @@ from orchestrator.errors import RemoteError
 from orchestrator.inventory.models import Host
 from orchestrator.parsers.sections import CommandOutput, build_batch_script, split_batch_output
 from orchestrator.runlog import Metrics
+
+# paramiko's transport thread logs a failed handshake at ERROR with its traceback ("Exception (client): Error
+# reading SSH protocol banner") before the caller gets the same exception; with no handler configured, Python's
+# last-resort handler printed those ~20 lines to stderr around deploy's own error. A NullHandler keeps them off
+# the terminal (an application that configures logging still receives them); the error itself is raised here.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential
 
-from orchestrator.bench.run import BenchRun, run_bench
+from orchestrator.bench.run import BenchRun, bench_limit_s, run_bench
 from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.render.service import public_flags
 from orchestrator.resources import probe_text
@@ -225,7 +225,7 @@ def bench_for_release(ctx: StepContext, preset_name: str, release: str | None,
         flags = public_flags(ctx.profile, bundle.flags)  # the ledger never holds a secret flag's value
     # Said at once: a bench runs for minutes, and its start is what a user (or a drill) waits to see.
     with waiting_for(ctx.say, f"bench_serving ({preset_name}) on release {release or '(none)'}",
-                     preset.timeout_s + 120, first_after_s=0.0):
+                     bench_limit_s(preset), first_after_s=0.0):
         run = run_bench(ctx.ct, ctx.host, ctx.profile, preset_name, preset, overrides=overrides,
                         release_id=release, flags=flags, nvlink=nvlink)
     try:

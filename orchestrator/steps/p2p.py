@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,14 +76,14 @@ class P2PReport:
         }
 
 
-def p2p_report(facts: Facts, tp_gpus: int | None = None) -> P2PReport:
+def p2p_report(facts: Facts, tp_gpus: int | None = None, env: Mapping[str, str] | None = None) -> P2PReport:
     ct = view_from(dict(facts.ct), "container")
     host = view_from(dict(facts.host), "host")
     primary = ct if ct.topo is not None else host
     verdict = None
     if primary.topo is not None:
         gpus = primary.topo.gpus[:tp_gpus] if tp_gpus else None
-        verdict = p2p_verdict(primary.topo, primary.read, primary.write, gpus)
+        verdict = p2p_verdict(primary.topo, primary.read, primary.write, gpus, env)
     comparison = compare_topologies(host.topo, ct.topo) if host.topo and ct.topo else None
     return P2PReport(ct, host, verdict, comparison)
 
@@ -99,7 +100,7 @@ def tp_size(ctx: StepContext) -> int | None:
 def verify_p2p(ctx: StepContext, record: StepRecord) -> None:
     """Every tensor-parallel GPU pair has P2P read+write OK, and the container sees the host's topology."""
     ensure_facts(ctx)
-    report = p2p_report(ctx.facts, tp_size(ctx))
+    report = p2p_report(ctx.facts, tp_size(ctx), ctx.profile.env)
     ctx.state.p2p_report = report
     record.details.update(report.to_dict())
     if report.verdict is None:

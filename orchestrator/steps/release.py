@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -367,10 +368,25 @@ def install_release(ctx: StepContext, record: StepRecord) -> None:
             raise
         err.what = (f"{err.what} — rolled back to {previous} (healthy again after {seconds:.0f} s; "
                     f"{failed.details['rollback_verified']})")
+        err.fix = rolled_back_fix(err.fix, previous)
         err.details = {**(err.details or {}), "rolled_back_to": previous, "candidate": rid}
         ctx.state.rollback = Rollback(to=previous, candidate=rid)
 
     ctx.on_failure = on_failure
+
+
+#: A failing check's advice to roll back ("…, or roll back", "; roll back if a flag change caused it"): stale once
+#: the roll has rolled back by itself.
+ROLL_BACK_ADVICE = re.compile(r"(,| or|;)* *roll back( \(deploy rollback\)| if a flag change caused it)?")
+
+
+def rolled_back_fix(fix: str, previous: str | None) -> str:
+    """The fix of an error after the automatic rollback: advice to roll back is replaced by what happened."""
+    own, advised = ROLL_BACK_ADVICE.subn("", fix)
+    if not advised:
+        return fix
+    now = f"the roll already put the host back on {previous}, so there is nothing to roll back"
+    return f"{own.strip(' ;,')}; {now}" if own.strip(" ;,") else now
 
 
 @step("gate")
@@ -418,6 +434,7 @@ def release_verdict(ctx: StepContext, record: StepRecord) -> None:
     """Mark the release `up` converged to as verified (health + smoke + throughput passed)."""
     if ctx.options.dry_run:
         record.status = "skipped"
+        record.summary = "dry run"
         return
     server = ctx.state.server
     if server.release is None:

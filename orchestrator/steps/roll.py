@@ -110,6 +110,8 @@ def resolve_release(ctx: StepContext, record: StepRecord) -> None:
     record.details["unit_diff"] = list(difflib.unified_diff(old_unit, new_unit, "sglang.service (current)",
                                                             "sglang.service (new)", lineterm="", n=0))
     record.summary = f"{len(diff)} flag change(s) from release {state.release}"
+    if ctx.options.dry_run:
+        record.status = "would-change"  # the plan's totals say "would change", not "no changes"
 
 
 @step("validate_flags")

@@ -104,6 +104,7 @@ def unlock(ctx: StepContext, record: StepRecord) -> None:
     lease = ctx.host_lock
     if lease is None:
         record.status = "skipped"
+        record.summary = "dry run: no lock taken" if ctx.options.dry_run else "no lock held"
         return
     ctx.host_lock = None
     record.summary = lease.release()

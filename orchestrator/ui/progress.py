@@ -47,9 +47,14 @@ class StepPrinter:
             self._status = None
 
 
+def counted(n: int, word: str) -> str:
+    """`1 SSH round trip`, `2 SSH round trips`, `0 API calls`."""
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
 def totals_line(report: RunReport) -> str:
     d = report.to_dict()
     t = d["totals"]
-    return (f"{d['summary']} on {report.host}: {t['duration_s']:.1f} s, {t['ssh_round_trips']} SSH round trips "
-            f"({t['ssh_round_trips_before_smoke']} before smoke), {t['ssh_connects']} connection(s), "
-            f"{t['api_calls']} API calls")
+    return (f"{d['summary']} on {report.host}: {t['duration_s']:.1f} s, "
+            f"{counted(t['ssh_round_trips'], 'SSH round trip')} ({t['ssh_round_trips_before_smoke']} before smoke), "
+            f"{counted(t['ssh_connects'], 'connection')}, {counted(t['api_calls'], 'API call')}")

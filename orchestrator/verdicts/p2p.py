@@ -9,7 +9,7 @@ slower and NCCL only uses P2P there with `NCCL_P2P_LEVEL=SYS`: a warning, not a 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -161,11 +161,14 @@ def p2p_verdict(
     read: P2PMatrix | None = None,
     write: P2PMatrix | None = None,
     tp_gpus: Sequence[str | int] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> P2PVerdict:
     """Judge P2P for the tensor-parallel GPU set (default: every GPU in the matrix).
 
     pass: every pair reads and writes OK. warn: OK but some pairs cross sockets (SYS), or P2P was not measured.
     fail: any pair is not OK for read or write; a flat all-PHB topology with CNS/NS is named as a VM.
+    `env`: the server's environment (the profile's `env:`); where it already sets NCCL_P2P_LEVEL=SYS, that fix
+    is not advised again.
     """
     gpus = tuple(topo.gpu_name(g) for g in tp_gpus) if tp_gpus is not None else topo.gpus
     if len(set(gpus)) != len(gpus):
@@ -213,7 +216,10 @@ def p2p_verdict(
     if sys_pairs:
         reasons.append(f"{len(sys_pairs)} pair(s) cross the inter-socket link (SYS): P2P works but is slower: "
                        f"{_pairs_text(sys_pairs)}")
-        fixes.append(SYS_FIX)
+        if str((env or {}).get("NCCL_P2P_LEVEL", "")).upper() == "SYS":
+            reasons.append("the server's environment already sets NCCL_P2P_LEVEL=SYS, so NCCL uses P2P there")
+        else:
+            fixes.append(SYS_FIX)
 
     status: Overall
     if failed:

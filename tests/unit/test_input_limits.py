@@ -314,6 +314,7 @@ def test_roll_flags_file_alias_bomb_is_refused_before_any_connection(inv: Path, 
     closed port: a run that got as far as connecting would report it unreachable instead)."""
     hosts = inv / "hosts.yaml"
     hosts.write_text(hosts.read_text().replace("address: 10.1.230.174", "address: 127.0.0.254")
+                     .replace("example: true", "example: false")
                      .replace("port: 22\n", "port: 9\n", 1))
     bomb = tmp_path / "flags.yaml"
     bomb.write_text("flags:\n  " + alias_bomb().replace("\n", "\n  ").rstrip() + "\n  max-running-requests: *i\n")

@@ -7,7 +7,10 @@ exception objects the socket layer raises for them (they cannot be produced on l
 from __future__ import annotations
 
 import errno
+import os
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -103,3 +106,18 @@ def test_the_example_host_is_refused_before_any_connection(silent_port: int, tmp
         HttpsPve(example, Metrics())
     shipped = load_inventory(EXAMPLE_INVENTORY).hosts["pve-gpu-1"]
     assert shipped.example, "the shipped example must stay marked: its address is not the user's"
+
+
+def test_a_silent_port_prints_deploys_error_and_no_paramiko_traceback(silent_port: int, inv: Path) -> None:
+    """Issue 25 item 7: paramiko's transport thread logged its traceback to stderr beside deploy's own error."""
+    hosts = inv / "hosts.yaml"
+    hosts.write_text(hosts.read_text().replace("address: 10.1.230.174", "address: 127.0.0.1")
+                     .replace("example: true", "example: false")
+                     .replace("      port: 22\n", f"      port: {silent_port}\n      connect_timeout_s: 1\n")
+                     .replace("~/.ssh/known_hosts", str(inv / "known_hosts")))
+    res = subprocess.run([sys.executable, "-m", "orchestrator", "--inventory", str(inv), "status", "host",
+                          "pve-gpu-1"], capture_output=True, text=True, cwd=REPO, timeout=60,
+                         env={**os.environ, "DEPLOY_PVE_TOKEN_SECRET": "not-used"})
+    assert res.returncode == 3
+    assert "accepted the connection but completed no SSH handshake" in res.stderr
+    assert "Traceback" not in res.stderr and "paramiko" not in res.stderr, res.stderr
