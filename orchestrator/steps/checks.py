@@ -20,7 +20,7 @@ from orchestrator.state.releases import current_release
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.waiting import waiting_for
-from orchestrator.verdicts.server_log import argparse_error, find_fatal
+from orchestrator.verdicts.server_log import CapturePhase, FatalLine, argparse_error, find_fatal
 
 JOURNAL_TAIL = 40
 
@@ -82,9 +82,29 @@ def probe_health(ctx: StepContext, cursor: str | None) -> HealthProbe:
     return parse_health_probe(res.stdout)
 
 
+def fatal_failure(ctx: StepContext, fatal: FatalLine, journal: list[str]) -> CheckFailed:
+    """The failure a known fatal line makes: the line quoted, what it means, its fix, and its verdict code."""
+    return CheckFailed(f"sglang logged a fatal line: {fatal.line!r} — {fatal.meaning}", fix=fatal.fix,
+                       host=ctx.host.name, details={"journal": journal[-JOURNAL_TAIL:], "code": fatal.code})
+
+
+def capture_stuck_failure(ctx: StepContext, phase: CapturePhase, journal: list[str], waited_s: float) -> CheckFailed:
+    stuck = phase.stuck()
+    assert stuck is not None
+    return CheckFailed(f"CUDA-graph capture never ended within {waited_s:.0f} s (last capture line: {stuck.line!r})"
+                       f" — {stuck.meaning}", fix=stuck.fix, host=ctx.host.name,
+                       details={"journal": journal[-JOURNAL_TAIL:], "code": stuck.code})
+
+
 def wait_healthy(ctx: StepContext, record: StepRecord, *, timeout_s: float | None = None) -> float:
-    """Poll /health until 200; fatal log lines or a dead unit end the wait at once. Returns seconds waited."""
+    """Poll /health until 200; fatal log lines or a dead unit end the wait at once. Returns seconds waited.
+
+    A CUDA-graph capture that began and did not end is not a line but an absence: when the wait runs out while a
+    rank is still capturing, or capture has run longer than the step option `capture_timeout_s`, the failure is
+    the `capture-stuck` verdict instead of a plain timeout.
+    """
     timeout = float(timeout_s or ctx.step_options.get("timeout_s") or ctx.profile.start_timeout_s)
+    capture_bound = ctx.step_options.get("capture_timeout_s")
     interval = 2.0 if timeout <= 120 else 5.0
     # Only this start's entries count: the wait begins at the cursor taken just before the start, and each probe
     # moves it on, so an old fatal line never fails a later, healthy start and no line is read twice.
@@ -92,6 +112,8 @@ def wait_healthy(ctx: StepContext, record: StepRecord, *, timeout_s: float | Non
     seen: list[str] = []
     start = time.monotonic()
     restarts_at_start: list[int] = []
+    phase = CapturePhase()
+    capture_since: list[float] = []  # when this wait first saw a rank capturing, while one still is
 
     def attempt() -> HealthProbe | None:
         probe = probe_health(ctx, cursor[0])
@@ -102,10 +124,15 @@ def wait_healthy(ctx: StepContext, record: StepRecord, *, timeout_s: float | Non
         for line in probe.new_lines[-5:]:
             ctx.say(f"  journal: {line}")
         seen.extend(probe.new_lines)
-        fatal = find_fatal(probe.new_lines)
+        fatal = find_fatal(probe.new_lines, phase)
         if fatal is not None:
-            raise CheckFailed(f"sglang logged a fatal line: {fatal.line!r} — {fatal.meaning}", fix=fatal.fix,
-                              host=ctx.host.name, details={"journal": seen[-JOURNAL_TAIL:], "code": fatal.code})
+            raise fatal_failure(ctx, fatal, seen)
+        if not phase.capturing:
+            capture_since.clear()
+        elif not capture_since:
+            capture_since.append(time.monotonic())
+        elif capture_bound and time.monotonic() - capture_since[0] > float(capture_bound):
+            raise capture_stuck_failure(ctx, phase, seen, time.monotonic() - capture_since[0])
         # auto-restart: the process died and systemd waits RestartSec before the next start; it is dead now.
         if (probe.active in ("failed", "inactive") or probe.sub == "auto-restart"
                 or probe.restarts > restarts_at_start[0]):
@@ -125,6 +152,8 @@ def wait_healthy(ctx: StepContext, record: StepRecord, *, timeout_s: float | Non
         with waiting_for(ctx.say, "sglang to answer /health with 200", timeout):
             retrying(attempt)
     except RetryError as exc:
+        if phase.capturing:
+            raise capture_stuck_failure(ctx, phase, seen, time.monotonic() - capture_since[0]) from exc
         raise CheckFailed(f"sglang did not turn healthy within {timeout:.0f} s (/health never returned 200)",
                           fix="check the journal excerpt; raise start_timeout_s if the model needs longer",
                           host=ctx.host.name, details={"journal": seen[-JOURNAL_TAIL:]}) from exc
@@ -155,8 +184,7 @@ def raise_if_fatal_logged(ctx: StepContext) -> None:
     lines, _ = split_cursor(res.stdout.splitlines())
     fatal = find_fatal(lines)
     if fatal is not None:
-        raise CheckFailed(f"sglang logged a fatal line: {fatal.line!r} — {fatal.meaning}", fix=fatal.fix,
-                          host=ctx.host.name, details={"journal": lines[-JOURNAL_TAIL:], "code": fatal.code})
+        raise fatal_failure(ctx, fatal, lines)
 
 
 def smoke_source() -> str:
