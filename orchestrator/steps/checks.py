@@ -23,6 +23,8 @@ from orchestrator.steps.waiting import waiting_for
 from orchestrator.verdicts.server_log import CapturePhase, FatalLine, argparse_error, find_fatal
 
 JOURNAL_TAIL = 40
+XID_MARGIN_S = 60  # the host's kernel log is read from this long before the wait began
+XID_TAIL = 20
 
 
 @dataclass
@@ -96,6 +98,25 @@ def capture_stuck_failure(ctx: StepContext, phase: CapturePhase, journal: list[s
                        details={"journal": journal[-JOURNAL_TAIL:], "code": stuck.code})
 
 
+def host_xid_shell(since_s: float) -> str:
+    """The NVIDIA driver's Xid lines of the host's kernel log (not visible in the container) of the last seconds."""
+    return (f"journalctl -k -q --no-pager -o short-iso --since=-{int(since_s) + XID_MARGIN_S}s 2>/dev/null "
+            f"| grep -F 'NVRM: Xid' | tail -n {XID_TAIL}")
+
+
+def add_host_xids(ctx: StepContext, err: CheckFailed, since_s: float) -> None:
+    """After a failed health wait, one read of the host's kernel log: a GPU Xid there is often the real cause of
+    an illegal memory access, an NCCL timeout or a hung capture. Names the last one in `err`; never fails."""
+    try:
+        res = ctx.ssh.run(host_xid_shell(since_s), check=False, timeout=30, what="host kernel log (Xid lines)")
+    except RemoteError:
+        return
+    xids = [hit for ln in res.stdout.splitlines() if (hit := find_fatal([ln])) is not None and hit.code == "gpu-xid"]
+    if xids:
+        err.what += f"; the host's kernel log has {len(xids)} Xid line(s), the last: {xids[-1].meaning}"
+        err.details["host_xids"] = [x.line for x in xids]
+
+
 def wait_healthy(ctx: StepContext, record: StepRecord, *, timeout_s: float | None = None) -> float:
     """Poll /health until 200; fatal log lines or a dead unit end the wait at once. Returns seconds waited.
 
@@ -149,14 +170,18 @@ def wait_healthy(ctx: StepContext, record: StepRecord, *, timeout_s: float | Non
     retrying = Retrying(stop=stop_after_delay(timeout), wait=wait_exponential(multiplier=0.25, min=0.5, max=interval),
                         retry=retry_if_result(lambda r: r is None))
     try:
-        with waiting_for(ctx.say, "sglang to answer /health with 200", timeout):
-            retrying(attempt)
-    except RetryError as exc:
-        if phase.capturing:
-            raise capture_stuck_failure(ctx, phase, seen, time.monotonic() - capture_since[0]) from exc
-        raise CheckFailed(f"sglang did not turn healthy within {timeout:.0f} s (/health never returned 200)",
-                          fix="check the journal excerpt; raise start_timeout_s if the model needs longer",
-                          host=ctx.host.name, details={"journal": seen[-JOURNAL_TAIL:]}) from exc
+        try:
+            with waiting_for(ctx.say, "sglang to answer /health with 200", timeout):
+                retrying(attempt)
+        except RetryError as exc:
+            if phase.capturing:
+                raise capture_stuck_failure(ctx, phase, seen, time.monotonic() - capture_since[0]) from exc
+            raise CheckFailed(f"sglang did not turn healthy within {timeout:.0f} s (/health never returned 200)",
+                              fix="check the journal excerpt; raise start_timeout_s if the model needs longer",
+                              host=ctx.host.name, details={"journal": seen[-JOURNAL_TAIL:]}) from exc
+    except CheckFailed as err:
+        add_host_xids(ctx, err, time.monotonic() - start)
+        raise
     record.details["journal_tail"] = seen[-10:]
     return time.monotonic() - start
 

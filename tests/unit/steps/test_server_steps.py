@@ -125,7 +125,7 @@ def test_health_stops_at_once_on_a_fatal_journal_line(make_run) -> None:
     with pytest.raises(CheckFailed) as err:
         run.step("health")
     assert "Unsupported architecture" in err.value.what
-    assert len(run.node.commands("run")) == 1  # no waiting out the timeout
+    assert len(probes(run)) == 1  # no waiting out the timeout
 
 
 STARTING = HEALTHY.replace("code=200", "code=000")
@@ -174,7 +174,26 @@ def test_health_capture_bound_ends_the_wait_before_the_start_timeout(make_run) -
     with pytest.raises(CheckFailed) as err:
         run.step("health")
     assert err.value.details["code"] == "capture-stuck"
-    assert len(run.node.commands("run")) == 2  # the probe that saw capture begin, and the one past the bound
+    assert len(probes(run)) == 2  # the probe that saw capture begin, and the one past the bound
+
+
+def test_a_failed_health_wait_reads_the_hosts_kernel_log_once_for_xids(make_run) -> None:
+    run = make_run({}, {"health": "000"})
+    run.ctx.state.server.restarted = True
+    run.node.answer("journalctl", STARTING + "[2026-11-30 03:20:00 TP3] RuntimeError: CUDA error: an illegal memory "
+                                             "access was encountered\n")
+    run.node.answer("journalctl -k", "2026-11-30T03:19:58+0000 pve kernel: NVRM: Xid (PCI:0000:44:00): 79, GPU has "
+                                     "fallen off the bus\n")
+    with pytest.raises(CheckFailed) as err:
+        run.step("health")
+    assert err.value.details["code"] == "illegal-memory-access"
+    assert "Xid 79 on GPU 0000:44:00" in err.value.what and len(err.value.details["host_xids"]) == 1
+    [read] = [c for c in run.node.commands("run") if "journalctl -k" in c]
+    assert not read.startswith("pct exec") and "--since=-" in read  # on the host, not in the container
+
+
+def probes(run) -> list[str]:
+    return [c for c in run.node.commands("run") if c.startswith("pct exec")]
 
 
 def test_healthy_server_not_restarted_by_this_run_is_not_probed(make_run) -> None:
