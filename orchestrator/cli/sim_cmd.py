@@ -180,8 +180,10 @@ def fault(app: AppContext, host: str, knobs: tuple[str, ...], vmid: int | None, 
     `deploy sim fault sim-1 --ct 120 log_line="…Unsupported architecture"`.
 
     Host knobs: missing_uvm, ssh_drop_after, task_fail, api_delay_s. Container knobs: driver_mismatch,
-    crash_on_start, health_never_ok, log_line, slow_start_s, and match=TEXT (the server faults apply only when the
-    server's command line contains TEXT: a flag set that fails while the previous release still starts).
+    crash_on_start, health_never_ok, log_line, slow_start_s, fatal=CODE (unsupported-arch, illegal-memory-access,
+    cuda-graph-oom, nccl-timeout, capture-stuck: the real line where the real server prints it), and match=TEXT
+    (the server faults apply only when the server's command line contains TEXT: a flag set that fails while the
+    previous release still starts).
     """
     from simulator.manager import set_ct_faults, set_faults
 
