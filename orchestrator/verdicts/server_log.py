@@ -48,7 +48,7 @@ XID_MEANINGS: dict[int, str] = {
 
 def _xid_detail(m: re.Match[str]) -> str:
     number = int(m.group("xid"))
-    return f"Xid {number} on GPU {m.group('pci')}: {XID_MEANINGS.get(number, 'see NVIDIA’s Xid catalogue')}"
+    return f"Xid {number} on GPU {m.group('pci')}: {XID_MEANINGS.get(number, 'see the NVIDIA Xid catalogue')}"
 
 
 NAN = FatalPattern(
