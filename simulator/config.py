@@ -110,6 +110,9 @@ class CtFaults:
     health_never_ok: /health stays 503 forever (start timeout).
     log_line: an extra line the model server logs (e.g. a NaN warning or "Unsupported architecture").
     slow_start_s: extra seconds before the model server becomes healthy.
+    fatal: a verdict code of the tool's known fatal lines (FATAL_FAULTS): the model server prints that failure's
+        real line where the real server does (during CUDA-graph capture, or at the first decode) and exits;
+        `capture-stuck` stalls in capture instead (no line, like health_never_ok).
     match: the server faults above apply only when the server's command line contains this text (e.g.
         "--num-continuous-decode-steps 16"): a flag set that crashes, while the previous release still starts.
     full_disk: a directory in the running container (e.g. /etc/sglang) covered at once by a small tmpfs that holds
@@ -122,8 +125,13 @@ class CtFaults:
     health_never_ok: bool = False
     log_line: str | None = None
     slow_start_s: float = 0.0
+    fatal: str | None = None
     match: str | None = None
     full_disk: str | None = None
+
+
+#: The values of CtFaults.fatal (the stand-in server knows each one's line and phase).
+FATAL_FAULTS = ("unsupported-arch", "illegal-memory-access", "cuda-graph-oom", "nccl-timeout", "capture-stuck")
 
 
 class RetiredRuntime(ValueError):

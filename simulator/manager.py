@@ -32,6 +32,7 @@ from simulator.config import (
     API_PORT,
     DEFAULT_ROOT,
     DEFAULT_VMID,
+    FATAL_FAULTS,
     GPU_PROFILES,
     PROFILE_DRIVER,
     PROFILE_GPU_COUNT,
@@ -545,6 +546,8 @@ def set_ct_faults(root: Path, host: str, vmid: int, **knobs: Any) -> CtFaults:
     """Set per-container fault knobs (see CtFaults) in ct/<vmid>/state.json."""
     hp = SimPaths(Path(root).resolve()).host(host)
     values = _coerce(CtFaults, knobs)
+    if values.get("fatal") and values["fatal"] not in FATAL_FAULTS:
+        raise ValueError(f"unknown fatal fault {values['fatal']!r} (known: {', '.join(FATAL_FAULTS)})")
     if not hp.conf(vmid).exists():
         raise ValueError(f"CT {vmid} does not exist on {host}")
 

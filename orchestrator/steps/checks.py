@@ -21,9 +21,11 @@ from orchestrator.state.releases import current_release
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.waiting import waiting_for
-from orchestrator.verdicts.server_log import argparse_error, find_fatal
+from orchestrator.verdicts.server_log import CapturePhase, FatalLine, argparse_error, find_fatal
 
 JOURNAL_TAIL = 40
+XID_MARGIN_S = 60  # the host's kernel log is read from this long before the wait began
+XID_TAIL = 20
 
 
 @dataclass
@@ -83,9 +85,48 @@ def probe_health(ctx: StepContext, cursor: str | None) -> HealthProbe:
     return parse_health_probe(res.stdout)
 
 
+def fatal_failure(ctx: StepContext, fatal: FatalLine, journal: list[str]) -> CheckFailed:
+    """The failure a known fatal line makes: the line quoted, what it means, its fix, and its verdict code."""
+    return CheckFailed(f"sglang logged a fatal line: {fatal.line!r} — {fatal.meaning}", fix=fatal.fix,
+                       host=ctx.host.name, details={"journal": journal[-JOURNAL_TAIL:], "code": fatal.code})
+
+
+def capture_stuck_failure(ctx: StepContext, phase: CapturePhase, journal: list[str], waited_s: float) -> CheckFailed:
+    stuck = phase.stuck()
+    assert stuck is not None
+    return CheckFailed(f"CUDA-graph capture never ended within {waited_s:.0f} s (last capture line: {stuck.line!r})"
+                       f" — {stuck.meaning}", fix=stuck.fix, host=ctx.host.name,
+                       details={"journal": journal[-JOURNAL_TAIL:], "code": stuck.code})
+
+
+def host_xid_shell(since_s: float) -> str:
+    """The NVIDIA driver's Xid lines of the host's kernel log (not visible in the container) of the last seconds."""
+    return (f"journalctl -k -q --no-pager -o short-iso --since=-{int(since_s) + XID_MARGIN_S}s 2>/dev/null "
+            f"| grep -F 'NVRM: Xid' | tail -n {XID_TAIL}")
+
+
+def add_host_xids(ctx: StepContext, err: CheckFailed, since_s: float) -> None:
+    """After a failed health wait, one read of the host's kernel log: a GPU Xid there is often the real cause of
+    an illegal memory access, an NCCL timeout or a hung capture. Names the last one in `err`; never fails."""
+    try:
+        res = ctx.ssh.run(host_xid_shell(since_s), check=False, timeout=30, what="host kernel log (Xid lines)")
+    except RemoteError:
+        return
+    xids = [hit for ln in res.stdout.splitlines() if (hit := find_fatal([ln])) is not None and hit.code == "gpu-xid"]
+    if xids:
+        err.what += f"; the host's kernel log has {len(xids)} Xid line(s), the last: {xids[-1].meaning}"
+        err.details["host_xids"] = [x.line for x in xids]
+
+
 def wait_healthy(ctx: StepContext, record: StepRecord, *, timeout_s: float | None = None) -> float:
-    """Poll /health until 200; fatal log lines or a dead unit end the wait at once. Returns seconds waited."""
+    """Poll /health until 200; fatal log lines or a dead unit end the wait at once. Returns seconds waited.
+
+    A CUDA-graph capture that began and did not end is not a line but an absence: when the wait runs out while a
+    rank is still capturing, or capture has run longer than the step option `capture_timeout_s`, the failure is
+    the `capture-stuck` verdict instead of a plain timeout.
+    """
     timeout = float(timeout_s or ctx.step_options.get("timeout_s") or ctx.profile.start_timeout_s)
+    capture_bound = ctx.step_options.get("capture_timeout_s")
     interval = 2.0 if timeout <= 120 else 5.0
     # Only this start's entries count: the wait begins at the cursor taken just before the start, and each probe
     # moves it on, so an old fatal line never fails a later, healthy start and no line is read twice.
@@ -93,6 +134,8 @@ def wait_healthy(ctx: StepContext, record: StepRecord, *, timeout_s: float | Non
     seen: list[str] = []
     start = time.monotonic()
     restarts_at_start: list[int] = []
+    phase = CapturePhase()
+    capture_since: list[float] = []  # when this wait first saw a rank capturing, while one still is
 
     def attempt() -> HealthProbe | None:
         probe = probe_health(ctx, cursor[0])
@@ -103,10 +146,15 @@ def wait_healthy(ctx: StepContext, record: StepRecord, *, timeout_s: float | Non
         for line in probe.new_lines[-5:]:
             ctx.say(f"  journal: {line}")
         seen.extend(probe.new_lines)
-        fatal = find_fatal(probe.new_lines)
+        fatal = find_fatal(probe.new_lines, phase)
         if fatal is not None:
-            raise CheckFailed(f"sglang logged a fatal line: {fatal.line!r} — {fatal.meaning}", fix=fatal.fix,
-                              host=ctx.host.name, details={"journal": seen[-JOURNAL_TAIL:], "code": fatal.code})
+            raise fatal_failure(ctx, fatal, seen)
+        if not phase.capturing:
+            capture_since.clear()
+        elif not capture_since:
+            capture_since.append(time.monotonic())
+        elif capture_bound and time.monotonic() - capture_since[0] > float(capture_bound):
+            raise capture_stuck_failure(ctx, phase, seen, time.monotonic() - capture_since[0])
         # auto-restart: the process died and systemd waits RestartSec before the next start; it is dead now.
         if (probe.active in ("failed", "inactive") or probe.sub == "auto-restart"
                 or probe.restarts > restarts_at_start[0]):
@@ -123,12 +171,18 @@ def wait_healthy(ctx: StepContext, record: StepRecord, *, timeout_s: float | Non
     retrying = Retrying(stop=stop_after_delay(timeout), wait=wait_exponential(multiplier=0.25, min=0.5, max=interval),
                         retry=retry_if_result(lambda r: r is None))
     try:
-        with waiting_for(ctx.say, "sglang to answer /health with 200", timeout):
-            retrying(attempt)
-    except RetryError as exc:
-        raise CheckFailed(f"sglang did not turn healthy within {timeout:.0f} s (/health never returned 200)",
-                          fix="check the journal excerpt; raise start_timeout_s if the model needs longer",
-                          host=ctx.host.name, details={"journal": seen[-JOURNAL_TAIL:]}) from exc
+        try:
+            with waiting_for(ctx.say, "sglang to answer /health with 200", timeout):
+                retrying(attempt)
+        except RetryError as exc:
+            if phase.capturing:
+                raise capture_stuck_failure(ctx, phase, seen, time.monotonic() - capture_since[0]) from exc
+            raise CheckFailed(f"sglang did not turn healthy within {timeout:.0f} s (/health never returned 200)",
+                              fix="check the journal excerpt; raise start_timeout_s if the model needs longer",
+                              host=ctx.host.name, details={"journal": seen[-JOURNAL_TAIL:]}) from exc
+    except CheckFailed as err:
+        add_host_xids(ctx, err, time.monotonic() - start)
+        raise
     record.details["journal_tail"] = seen[-10:]
     return time.monotonic() - start
 
@@ -156,8 +210,7 @@ def raise_if_fatal_logged(ctx: StepContext) -> None:
     lines, _ = split_cursor(res.stdout.splitlines())
     fatal = find_fatal(lines)
     if fatal is not None:
-        raise CheckFailed(f"sglang logged a fatal line: {fatal.line!r} — {fatal.meaning}", fix=fatal.fix,
-                          host=ctx.host.name, details={"journal": lines[-JOURNAL_TAIL:], "code": fatal.code})
+        raise fatal_failure(ctx, fatal, lines)
 
 
 def smoke_source() -> str:

@@ -1,9 +1,17 @@
-"""Known fatal lines in an SGLang server log: seeing one ends a health wait at once, quoting the line."""
+"""Known fatal lines in an SGLang server log: seeing one ends a health wait at once, quoting the line.
+
+Each verdict has a stable code, what it means and a fix an operator can act on. The texts are the ones real
+servers print (tests/fixtures/sglang/fatal/ keeps each with its upstream source). One verdict is an absence,
+not a line: `capture-stuck`, a `Capture cuda graph begin` with no `Capture cuda graph end` after it
+(`CapturePhase`). Xid lines come from the NVIDIA kernel driver: they are in the PVE host's kernel log
+(`journalctl -k`), not in the container's journal, but are classified the same wherever they are read.
+"""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -12,25 +20,89 @@ class FatalPattern:
     pattern: re.Pattern[str]
     meaning: str
     fix: str
+    detail: Callable[[re.Match[str]], str] | None = None  # more meaning read from the matched line itself
 
 
-FATAL_PATTERNS: tuple[FatalPattern, ...] = (
-    FatalPattern("nan", re.compile(r"probability tensor contains either .inf., .nan.|\bnan\b.*(detected|logits)",
-                                   re.IGNORECASE),
-                 "the sampler saw NaN/inf probabilities (FP4 GEMM race or a backend bug on this GPU)",
-                 "try --fp4-gemm-backend flashinfer_cudnn, wipe the JIT cache, or roll back"),
-    FatalPattern("unsupported-arch", re.compile(r"Unsupported architecture"),
-                 "a kernel (e.g. trtllm-gen NSA/DSA) has no build for this GPU architecture (SM120)",
-                 "pick another NSA/DSA backend (e.g. flashinfer_sparse_mla / tilelang) or a build with SM120 "
-                 "kernels"),
-    FatalPattern("cuda-oom", re.compile(r"CUDA out of memory|OutOfMemoryError|out of memory.*cuda graph",
-                                        re.IGNORECASE),
-                 "CUDA ran out of memory (often during CUDA-graph capture)",
-                 "lower --cuda-graph-max-bs / --mem-fraction-static / --max-running-requests"),
-    FatalPattern("no-cuda-arch", re.compile(r"No supported CUDA architectures found"),
-                 "a fused kernel was built for other GPU generations",
-                 "drop the fusion flag (e.g. --enable-flashinfer-allreduce-fusion) for this GPU"),
-)
+#: What the commonest Xids say (NVIDIA's Xid catalogue); any other number is still fatal, with its number quoted.
+XID_MEANINGS: dict[int, str] = {
+    8: "GPU stopped processing (channel timeout)",
+    13: "graphics engine exception (a kernel faulted: bad instruction or out-of-range access)",
+    31: "GPU memory page fault (MMU fault: a kernel touched an unmapped address)",
+    43: "GPU stopped processing (the faulting context was killed)",
+    45: "preemptive cleanup after an earlier error (read the Xid before it)",
+    48: "double-bit ECC error",
+    61: "internal micro-controller breakpoint/warning",
+    62: "internal micro-controller halt",
+    63: "ECC page retirement or row remapping recorded",
+    64: "ECC page retirement or row remapper failure",
+    74: "NVLink error",
+    79: "GPU has fallen off the bus (PCIe link lost)",
+    92: "high single-bit ECC error rate",
+    94: "contained ECC error",
+    95: "uncontained ECC error",
+    109: "context switch timeout",
+    119: "GSP RPC timeout",
+    120: "GSP error",
+}
+
+
+def _xid_detail(m: re.Match[str]) -> str:
+    number = int(m.group("xid"))
+    return f"Xid {number} on GPU {m.group('pci')}: {XID_MEANINGS.get(number, 'see the NVIDIA Xid catalogue')}"
+
+
+NAN = FatalPattern(
+    "nan", re.compile(r"probability tensor contains either .inf., .nan.|\bnan\b.*(detected|logits)", re.IGNORECASE),
+    "the sampler saw NaN/inf probabilities (FP4 GEMM race or a backend bug on this GPU)",
+    "try --fp4-gemm-backend flashinfer_cudnn, wipe the JIT cache, or roll back")
+UNSUPPORTED_ARCH = FatalPattern(
+    "unsupported-arch",
+    re.compile(r"Unsupported architecture|no kernel image is available for execution on the device"
+               r"|Arch conditional MMA instruction used without targeting appropriate compute capability"),
+    "a kernel (e.g. trtllm-gen NSA/DSA) has no build for this GPU architecture (SM120)",
+    "pick another NSA/DSA backend (e.g. flashinfer_sparse_mla / tilelang) or a build with SM120 kernels")
+CUDA_GRAPH_OOM = FatalPattern(
+    "cuda-graph-oom", re.compile(r"Capture cuda graph failed:.*out of memory", re.IGNORECASE),
+    "CUDA ran out of memory while capturing CUDA graphs (after the weights and KV cache were allocated)",
+    "lower --cuda-graph-max-bs (256 or less on 96 GB cards) or --mem-fraction-static; --disable-cuda-graph "
+    "confirms it")
+CUDA_OOM = FatalPattern(
+    "cuda-oom", re.compile(r"CUDA out of memory|OutOfMemoryError|out of memory.*cuda graph", re.IGNORECASE),
+    "CUDA ran out of memory",
+    "lower --mem-fraction-static / --max-running-requests / --cuda-graph-max-bs")
+ILLEGAL_MEMORY = FatalPattern(
+    "illegal-memory-access", re.compile(r"an illegal memory access was encountered|cudaErrorIllegalAddress"),
+    "a CUDA kernel read or wrote memory it does not own (a kernel bug for this GPU/backend, or a bad GPU)",
+    "switch the attention/MoE backend or speculative settings the release changed, or roll back; "
+    "CUDA_LAUNCH_BLOCKING=1 names the kernel; check the host's kernel log for Xid 13/31")
+NCCL_TIMEOUT = FatalPattern(
+    "nccl-timeout", re.compile(r"Watchdog caught collective operation timeout"),
+    "an NCCL collective between the tensor-parallel ranks never completed (a rank hung or P2P is broken)",
+    "check P2P (deploy verify-p2p), try --disable-custom-all-reduce or NCCL_P2P_DISABLE=1 to confirm, and read the "
+    "host's kernel log for Xids")
+GPU_XID = FatalPattern(
+    "gpu-xid", re.compile(r"NVRM: Xid \(PCI:(?P<pci>[0-9A-Fa-f:.]+)\): (?P<xid>\d+)"),
+    "the NVIDIA kernel driver reported a GPU error (Xid)",
+    "read the host's kernel log (journalctl -k -g 'NVRM: Xid'); 79 or repeated ECC Xids: reseat or replace the GPU "
+    "(power, PCIe riser); others: restart the server, and report kernel Xids (13/31/43) with the release's flags",
+    detail=_xid_detail)
+NO_CUDA_ARCH = FatalPattern(
+    "no-cuda-arch", re.compile(r"No supported CUDA architectures found"),
+    "a fused kernel was built for other GPU generations",
+    "drop the fusion flag (e.g. --enable-flashinfer-allreduce-fusion) for this GPU")
+
+#: In order: the first pattern a line matches names its verdict.
+FATAL_PATTERNS: tuple[FatalPattern, ...] = (NAN, UNSUPPORTED_ARCH, CUDA_GRAPH_OOM, CUDA_OOM, ILLEGAL_MEMORY,
+                                            NCCL_TIMEOUT, GPU_XID, NO_CUDA_ARCH)
+
+CAPTURE_STUCK = FatalPattern(
+    "capture-stuck", re.compile(r"Capture cuda graph begin"),
+    "CUDA-graph capture began and never ended (a hung collective or kernel during capture)",
+    "lower --cuda-graph-max-bs, or --disable-cuda-graph to confirm; on PCIe-only GPUs check P2P (deploy verify-p2p) "
+    "and try --disable-custom-all-reduce; raise start_timeout_s only if capture was still progressing")
+CAPTURE_END = re.compile(r"Capture cuda graph end")
+#: The rank tags of sglang's default log prefix, e.g. `[2026-05-05 04:41:51 DP2 TP2 EP2]` → `DP2 TP2 EP2`.
+RANK_PREFIX = re.compile(r"^\[[^\]]*?\b((?:[DTPE]P\d+\s*)+)\]")
 
 
 @dataclass(frozen=True)
@@ -41,11 +113,56 @@ class FatalLine:
     fix: str
 
 
-def find_fatal(lines: list[str]) -> FatalLine | None:
+def _verdict(pat: FatalPattern, line: str, m: re.Match[str]) -> FatalLine:
+    meaning = pat.meaning if pat.detail is None else f"{pat.meaning}: {pat.detail(m)}"
+    return FatalLine(pat.code, line.strip(), meaning, pat.fix)
+
+
+@dataclass
+class CapturePhase:
+    """Which ranks are inside CUDA-graph capture: their `Capture cuda graph begin` has no `end` after it yet.
+
+    Fed line by line across health probes, so that an out-of-memory line during capture is told from one
+    elsewhere, and a wait that ends while a rank is still capturing can say so.
+    """
+
+    open: dict[str, str] = field(default_factory=dict)  # rank tag ("" without one) -> its begin line
+
+    def feed(self, line: str) -> None:
+        if CAPTURE_STUCK.pattern.search(line):
+            self.open[rank_of(line)] = line.strip()
+        elif CAPTURE_END.search(line):
+            self.open.pop(rank_of(line), None)
+
+    @property
+    def capturing(self) -> bool:
+        return bool(self.open)
+
+    def stuck(self) -> FatalLine | None:
+        """The capture-stuck verdict, quoting the oldest begin line still open; None when no rank is capturing."""
+        if not self.open:
+            return None
+        line = next(iter(self.open.values()))
+        m = CAPTURE_STUCK.pattern.search(line)
+        assert m is not None
+        return _verdict(CAPTURE_STUCK, line, m)
+
+
+def rank_of(line: str) -> str:
+    m = RANK_PREFIX.match(line.strip())
+    return " ".join(m.group(1).split()) if m else ""
+
+
+def find_fatal(lines: list[str], phase: CapturePhase | None = None) -> FatalLine | None:
+    """The first known fatal line. `phase` carries the capture state over from earlier lines (and is updated):
+    an out-of-memory line while a rank is capturing CUDA graphs is `cuda-graph-oom`, not plain `cuda-oom`."""
+    phase = phase if phase is not None else CapturePhase()
     for line in lines:
+        phase.feed(line)
         for pat in FATAL_PATTERNS:
-            if pat.pattern.search(line):
-                return FatalLine(pat.code, line.strip(), pat.meaning, pat.fix)
+            m = pat.pattern.search(line)
+            if m is not None:
+                return _verdict(CUDA_GRAPH_OOM if pat is CUDA_OOM and phase.capturing else pat, line, m)
     return None
 
 

@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 import requests
 
+from orchestrator.verdicts.server_log import CapturePhase, find_fatal
+from simulator.config import FATAL_FAULTS
+
 from .conftest import STANDIN, Server
 from .standins import CtRoot, make_ct_root, with_userspace
 
@@ -135,3 +138,31 @@ def test_container_without_uvm_or_gpus_crashes(ct: CtRoot, start_server: Callabl
         (ct.root / "dev" / name).unlink()
     srv = start_server(ct, "--tp", "8", start_s=0.2)
     assert srv.proc.wait(15) == 1 and "CUDA unknown error" in srv.output()
+
+
+@pytest.mark.parametrize("code", [c for c in FATAL_FAULTS if c != "capture-stuck"])
+def test_fault_fatal_prints_the_real_line_the_tool_classifies(ct: CtRoot, start_server: Callable[..., Server],
+                                                              code: str) -> None:
+    ct.set_state(fatal=code)
+    srv = start_server(ct, "--tp", "8", start_s=0.2)
+    codes = srv.wait_status(200, timeout=5)
+    assert 200 not in codes
+    assert srv.proc.wait(15) == 1
+    out = srv.output()
+    hit = find_fatal(out.splitlines(), CapturePhase())
+    assert hit is not None and hit.code == code, out
+    # decode faults strike after "ready" (at the first generated token); an OOM in capture, before the port opens
+    assert ("ready to roll" in out) == (code != "cuda-graph-oom")
+
+
+def test_fault_fatal_capture_stuck_never_ends_capture(ct: CtRoot, start_server: Callable[..., Server]) -> None:
+    ct.set_state(fatal="capture-stuck")
+    srv = start_server(ct, "--tp", "8", start_s=0.2)
+    deadline = time.time() + 15
+    while "Capture cuda graph begin" not in srv.output() and time.time() < deadline:
+        time.sleep(0.05)
+    assert set(srv.wait_status(200, timeout=1.0)) == {None} and srv.proc.poll() is None  # the port never opens
+    phase = CapturePhase()
+    assert find_fatal(srv.output().splitlines(), phase) is None
+    stuck = phase.stuck()
+    assert stuck is not None and stuck.code == "capture-stuck"

@@ -125,7 +125,76 @@ def test_health_stops_at_once_on_a_fatal_journal_line(make_run) -> None:
     with pytest.raises(CheckFailed) as err:
         run.step("health")
     assert "Unsupported architecture" in err.value.what
-    assert len(run.node.commands("run")) == 1  # no waiting out the timeout
+    assert len(probes(run)) == 1  # no waiting out the timeout
+
+
+STARTING = HEALTHY.replace("code=200", "code=000")
+CAPTURE_BEGIN = "[2026-11-30 03:15:55 TP0] Capture cuda graph begin. This can take up to several minutes.\n"
+
+
+def test_health_names_an_oom_after_capture_began_in_an_earlier_probe_cuda_graph_oom(make_run) -> None:
+    run = make_run({}, {"health": "000"})
+    run.ctx.state.server.restarted = True
+    run.ctx.state.server.journal_cursor = "s=1;i=c0"
+    run.ctx.step_options["timeout_s"] = 30
+    run.node.answer("i=c0", STARTING + CAPTURE_BEGIN + "-- cursor: s=1;i=c1\n")
+    run.node.answer("i=c1", STARTING + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 100.00 MiB.\n")
+    run.node.answer("NVRM: Xid", "")  # the host's kernel log, read once after a failed wait: no Xid
+    with pytest.raises(CheckFailed) as err:
+        run.step("health")
+    assert err.value.details["code"] == "cuda-graph-oom" and "--cuda-graph-max-bs" in (err.value.fix or "")
+
+
+def test_health_wait_that_runs_out_while_capturing_says_capture_stuck(make_run) -> None:
+    run = make_run({}, {"health": "000"})
+    run.ctx.state.server.restarted = True
+    run.ctx.step_options["timeout_s"] = 0.01
+    run.node.answer("journalctl", STARTING + CAPTURE_BEGIN)
+    with pytest.raises(CheckFailed) as err:
+        run.step("health")
+    assert err.value.what.startswith("CUDA-graph capture never ended within")
+    assert "Capture cuda graph begin" in err.value.what and err.value.details["code"] == "capture-stuck"
+
+
+def test_health_wait_that_runs_out_after_capture_ended_is_a_plain_timeout(make_run) -> None:
+    run = make_run({}, {"health": "000"})
+    run.ctx.state.server.restarted = True
+    run.ctx.step_options["timeout_s"] = 0.01
+    run.node.answer("journalctl", STARTING + CAPTURE_BEGIN
+                    + "[2026-11-30 03:19:23 TP0] Capture cuda graph end. Time elapsed: 208.48 s.\n")
+    with pytest.raises(CheckFailed) as err:
+        run.step("health")
+    assert err.value.what.startswith("sglang did not turn healthy within") and "code" not in err.value.details
+
+
+def test_health_capture_bound_ends_the_wait_before_the_start_timeout(make_run) -> None:
+    run = make_run({}, {"health": "000"})
+    run.ctx.state.server.restarted = True
+    run.ctx.step_options.update(timeout_s=60, capture_timeout_s=0.001)
+    run.node.answer("journalctl", STARTING + CAPTURE_BEGIN)
+    with pytest.raises(CheckFailed) as err:
+        run.step("health")
+    assert err.value.details["code"] == "capture-stuck"
+    assert len(probes(run)) == 2  # the probe that saw capture begin, and the one past the bound
+
+
+def test_a_failed_health_wait_reads_the_hosts_kernel_log_once_for_xids(make_run) -> None:
+    run = make_run({}, {"health": "000"})
+    run.ctx.state.server.restarted = True
+    run.node.answer("journalctl", STARTING + "[2026-11-30 03:20:00 TP3] RuntimeError: CUDA error: an illegal memory "
+                                             "access was encountered\n")
+    run.node.answer("journalctl -k", "2026-11-30T03:19:58+0000 pve kernel: NVRM: Xid (PCI:0000:44:00): 79, GPU has "
+                                     "fallen off the bus\n")
+    with pytest.raises(CheckFailed) as err:
+        run.step("health")
+    assert err.value.details["code"] == "illegal-memory-access"
+    assert "Xid 79 on GPU 0000:44:00" in err.value.what and len(err.value.details["host_xids"]) == 1
+    [read] = [c for c in run.node.commands("run") if "journalctl -k" in c]
+    assert not read.startswith("pct exec") and "--since=-" in read  # on the host, not in the container
+
+
+def probes(run) -> list[str]:
+    return [c for c in run.node.commands("run") if c.startswith("pct exec")]
 
 
 def test_healthy_server_not_restarted_by_this_run_is_not_probed(make_run) -> None:

@@ -4,7 +4,7 @@ Lifecycle: parse flags (argparse exits 2 like the real one) -> preflight checks 
 container (device nodes, nvidia-uvm, userspace driver version, model dir) -> log the loading milestones -> bind
 the HTTP port once the model is loaded, as real sglang starts uvicorn -> "The server is fired up and ready to roll!".
 Faults from the container's state.json: crash_on_start, health_never_ok, log_line (fatal at the first decode),
-slow_start_s.
+slow_start_s, fatal=CODE (a real failure line, FATAL_LINES, in the phase where the real server prints it).
 """
 
 from __future__ import annotations
@@ -35,6 +35,21 @@ from sglang._sim.resolve import KV_TOKENS, model_architecture, nsa_log_line, res
 from sglang._sim.tinymodel import answer, count_tokens, last_user_text, prompt_text, reasoning
 
 DEFAULT_START_S = 2.0  # MODEL seconds in "loading" before ready, like every other time here (plus slow_start_s)
+
+#: The `fatal=CODE` fault: (phase, line). The lines are the real ones in the deploy tool's
+#: tests/fixtures/sglang/fatal/ (sources in its README); "capture" strikes after `Capture cuda graph begin`, before
+#: the port opens, "decode" at the first generated token. capture-stuck has no line: capture never ends.
+FATAL_LINES: dict[str, tuple[str, str]] = {
+    "unsupported-arch": ("decode", "RuntimeError: Error in function 'TllmGenFmhaRunner' at /workspace/include/"
+                                   "flashinfer/trtllm/fmha/fmhaRunner.cuh:30: Unsupported architecture"),
+    "illegal-memory-access": ("decode", "RuntimeError: CUDA error: an illegal memory access was encountered"),
+    "nccl-timeout": ("decode", "[rank0]:[E103 21:38:08.812271514 ProcessGroupNCCL.cpp:683] [Rank 0] Watchdog caught "
+                               "collective operation timeout: WorkNCCL(SeqNum=16172, OpType=ALLREDUCE, NumelIn=615000, "
+                               "NumelOut=615000, Timeout(ms)=600000) ran for 600006 milliseconds before timing out."),
+    "cuda-graph-oom": ("capture", "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 448.00 "
+                                  "MiB. GPU 0 has a total capacity of 94.97 GiB of which 301.56 MiB is free."),
+    "capture-stuck": ("capture", ""),
+}
 REPORT_EVERY_S = 0.5
 HEALTH_POLL_S = 1.0  # model seconds a /health generate takes at least
 
@@ -235,6 +250,15 @@ def _decode(sim: Sim) -> None:
     if sim.faults.get("log_line"):
         log(str(sim.faults["log_line"]), tp=0)
         crash(f"RuntimeError: {sim.faults['log_line']}")
+    line = fatal_fault(sim, "decode")
+    if line:
+        crash(line)
+
+
+def fatal_fault(sim: Sim, phase: str) -> str | None:
+    """The `fatal=CODE` fault's line when it strikes in `phase` ("" for a capture that never ends), else None."""
+    spec = FATAL_LINES.get(str(sim.faults.get("fatal") or ""))
+    return spec[1] if spec is not None and spec[0] == phase else None
 
 
 def _not_ready(sim: Sim) -> web.Response | None:
@@ -511,8 +535,11 @@ async def startup(sim: Sim, bind: Callable[[], Awaitable[None]]) -> None:
     log(f"KV Cache is allocated. #tokens: {KV_TOKENS}, KV size: 29.32 GB", tp=0)
     cgbs = a.get("cuda_graph_max_bs") or a.get("cuda_graph_max_bs_decode") or 256
     log("Capture cuda graph begin. This can take up to several minutes. avail mem=7.51 GB", tp=0)
-    if sim.faults.get("health_never_ok"):
+    stuck = fatal_fault(sim, "capture")
+    if sim.faults.get("health_never_ok") or stuck == "":
         return  # stuck "capturing" forever: the port never opens
+    if stuck:
+        crash(stuck, where="cuda_graph_runner.py")
     await asyncio.sleep(step * 2)
     log(f"Capture cuda graph end. Time elapsed: {60 + 0.58 * int(cgbs):.2f} s. mem usage=1.23 GB. "
         f"avail mem=6.28 GB.", tp=0)
