@@ -136,7 +136,7 @@ FAILING_ROLLS = {
                            step="health", reason=r"sglang (exited|logged a fatal line)"),
     "never-healthy": dict(faults={"health_never_ok": True, "match": "--max-running-requests 1024"},
                           profile={"start_timeout_s": 15}, args=("--set", "max-running-requests=1024", "--skip-bench"),
-                          step="health", reason=r"did not turn healthy within 15 s"),
+                          step="health", reason=r"CUDA-graph capture never ended within \d+ s"),  # stuck capturing
     # A regression far beyond what machine load does to a bench: the baseline is measured at `up`, the candidate
     # minutes later, and on a busy 2-core machine the same flags measured 1.8k and 3.1k tok/s. 16 running
     # requests cap the candidate near 0.5k tok/s (487 measured), whatever else the machine is doing.

@@ -147,7 +147,7 @@ def test_fault_knobs_are_validated_and_stored(make_ct: Any, sim: Any) -> None:
     state = json.loads((sim.host_dir / "ct/140/state.json").read_text())
     assert state["faults"] == {"driver_mismatch": "580.65.06", "crash_on_start": True, "health_never_ok": True,
                                "log_line": "Unsupported architecture", "slow_start_s": 2.5, "fatal": None,
-                               "match": None}
+                               "match": None, "full_disk": None}
     assert faults.crash_on_start is True
     with pytest.raises(ValueError, match="unknown fault 'crash'"):
         set_ct_faults(root, sim.name, 140, crash=True)
