@@ -278,11 +278,22 @@ def roll_back_to(ctx: StepContext, release: str, record: StepRecord, *, reason: 
 
 
 def restore_interrupted(ctx: StepContext, record: StepRecord) -> str | None:
-    """If the current release is an interrupted roll's candidate, bring back its predecessor."""
+    """If the current release is an interrupted roll's candidate, bring back its predecessor.
+
+    Only a run that changes the host does it (it holds the host lock): a dry run, a plan or a fleet preflight
+    only reports what it would restore, since the "interrupted" candidate may be a live roll's, still loading."""
     if not is_unverified_candidate(ctx):
         return None
     meta = current_meta(ctx) or {}
     cand, prev = str(meta.get("id")), str(meta.get("previous"))
+    if ctx.options.dry_run:
+        note = (f"would restore the interrupted release {prev} (release {cand} is an unverified candidate: an "
+                "interrupted roll's, or a roll still running)")
+        record.changes.append(note)
+        record.details["would_restore"] = {"release": prev, "candidate": cand}
+        record.status = "would-change"
+        ctx.say(note)
+        return None
     record.changes.append(f"restored {prev} (release {cand} was an interrupted roll's unverified candidate)")
     record.status = "changed"
     write_verdict(ctx, cand, {"verdict": "abandoned", "reason": "the roll was interrupted before its gate",
