@@ -274,6 +274,37 @@ def test_killed_roll_is_restored_by_the_next_run(converged: DeployEnv) -> None:
     assert again.json["previous"] == base
 
 
+def test_a_dry_run_during_a_live_roll_changes_nothing(converged: DeployEnv) -> None:
+    """Issue 21 item 1 (HIGH): `roll --dry-run` started while a roll's candidate loaded took it for an interrupted
+    roll's and rolled it back; the live roll then reported `kept` against the old release. A plan changes nothing:
+    it says what it would restore, and the live roll keeps its own, verified candidate."""
+    env = converged
+    base = current(env)
+    env.ct_faults(slow_start_s=20, match="--num-continuous-decode-steps 4")
+    proc = env.popen("--json", "roll", "host", env.host, "--set", "num-continuous-decode-steps=4", "--skip-bench")
+    try:
+        deadline = time.monotonic() + 90
+        cand = base
+        while cand == base:
+            assert proc.poll() is None, f"the roll ended before its candidate was installed: {proc.stdout.read()}"  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "the candidate was never installed"
+            time.sleep(0.3)
+            cand = current(env)
+        plan = env.run("--json", "roll", "host", env.host, "--set", "num-continuous-decode-steps=2", "--dry-run")
+        assert current(env) == cand, plan.text  # the live candidate is untouched
+        assert f"would restore the interrupted release {base}" in plan.text, plan.text
+        assert ct_out(env, f"test -e {RELEASES}/{cand}/verdict.json && echo yes || echo no") == "no"
+        out = proc.communicate(timeout=240)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+        env.ct_faults(slow_start_s=0, match=None)
+    assert proc.returncode == 0, out
+    assert current(env) == cand and health(env) == "200"
+    assert by_id(history(env))[cand]["verdict"]["verdict"] == "kept"
+
+
 def test_a_full_etc_sglang_leaves_every_installed_file_of_the_previous_release(converged: DeployEnv) -> None:
     """Issue 21 §7 (MED): with /etc/sglang full the roll failed and said "the previous release stays", but the unit
     file already held the new flags. Every file is staged before any is replaced: all or nothing."""
