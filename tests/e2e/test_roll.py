@@ -220,17 +220,23 @@ def test_rollback_default_and_to_a_release(converged: DeployEnv) -> None:
     assert current(env) == r2 and main_pid(env) == pid
 
 
+def wait_installed(env: DeployEnv, proc: subprocess.Popen[str], base: str, within_s: float = 90) -> str:
+    """The release other than `base` that a running deploy made current, as soon as it did."""
+    deadline = time.monotonic() + within_s
+    new = base
+    while new == base:
+        assert proc.poll() is None, f"deploy ended before it installed a new release: {proc.stdout.read()}"  # type: ignore[union-attr]
+        assert time.monotonic() < deadline, "the new release was never installed"
+        time.sleep(0.3)
+        new = current(env)
+    return new
+
+
 def kill_once_installed(env: DeployEnv, proc: subprocess.Popen[str], base: str,
                         within_s: float = 90) -> tuple[str, str]:
     """SIGKILL a running deploy as soon as it made a release other than `base` current: (that release, output)."""
     try:
-        deadline = time.monotonic() + within_s
-        new = base
-        while new == base:
-            assert proc.poll() is None, f"deploy ended before it could be killed: {proc.stdout.read()}"  # type: ignore[union-attr]
-            assert time.monotonic() < deadline, "the new release was never installed"
-            time.sleep(0.3)
-            new = current(env)
+        new = wait_installed(env, proc, base, within_s)
     finally:
         proc.kill()
         out = proc.communicate(timeout=30)[0]
@@ -283,13 +289,7 @@ def test_a_dry_run_during_a_live_roll_changes_nothing(converged: DeployEnv) -> N
     env.ct_faults(slow_start_s=20, match="--num-continuous-decode-steps 4")
     proc = env.popen("--json", "roll", "host", env.host, "--set", "num-continuous-decode-steps=4", "--skip-bench")
     try:
-        deadline = time.monotonic() + 90
-        cand = base
-        while cand == base:
-            assert proc.poll() is None, f"the roll ended before its candidate was installed: {proc.stdout.read()}"  # type: ignore[union-attr]
-            assert time.monotonic() < deadline, "the candidate was never installed"
-            time.sleep(0.3)
-            cand = current(env)
+        cand = wait_installed(env, proc, base)
         plan = env.run("--json", "roll", "host", env.host, "--set", "num-continuous-decode-steps=2", "--dry-run")
         assert current(env) == cand, plan.text  # the live candidate is untouched
         assert f"would restore the interrupted release {base}" in plan.text, plan.text
