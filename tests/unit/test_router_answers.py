@@ -11,11 +11,13 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import ClassVar
 
 import pytest
 from rich.console import Console
 
+from orchestrator.cli.router_view import router_view
 from orchestrator.errors import RemoteError
 from orchestrator.fleet.engine import EngineStats, FleetRun, HostEvents, HostOutcome
 from orchestrator.fleet.fleet_roll import fleet_roll
@@ -152,3 +154,14 @@ def test_the_fleet_totals_line_says_the_process_exit_code() -> None:
     # e.g. `up` on a fleet whose hosts all passed but whose router report failed: the command exits 1
     assert "; exit 1 (parallel 2" in totals_text(run, 1) and fleet_summary(run, 1)["exit_code"] == 1
     assert "; exit 0 (parallel 2" in totals_text(run)
+
+
+@pytest.mark.parametrize("kind, body", [("text/html", HTML), ("application/json", '["not", "an", "object"]')])
+def test_status_of_a_group_reports_a_router_answering_something_else(router, kind, body) -> None:
+    """`deploy status group G` printed a JSONDecodeError / AttributeError traceback; now one line says why."""
+    base, answers = router
+    answers["/workers"] = (200, kind, body)
+    outcomes = [HostOutcome("gpu-1", "ok"), HostOutcome("gpu-2", "ok")]
+    view = router_view(SimpleNamespace(inventory=_inventory(base)), outcomes)  # type: ignore[arg-type]
+    assert view is not None and "not a JSON object" in view["router"]["error"]
+    assert view["text"].startswith(f"router {base}: ") and all("error" in o.extras["router"] for o in outcomes)
