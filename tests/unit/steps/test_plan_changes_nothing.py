@@ -96,3 +96,11 @@ def test_a_gate_whose_server_is_no_longer_the_candidate_fails_instead_of_keeping
         run.step("gate")
     assert f"not the candidate {CANDIDATE}: the current release is now {PREVIOUS}" in failed.value.what
     assert run.ctx.on_failure is armed  # the runner's failure path still runs (the roll fails, never `kept`)
+
+
+def test_an_up_plan_over_an_unverified_candidate_says_it_would_restore_it(make_run) -> None:
+    profile = make_run().ctx.profile
+    run = make_run({}, {**interrupted_facts(profile), "active": "active\n"}, dry_run=True)
+    rec = run.step("server_unit")
+    assert any(f"would restore the interrupted release {PREVIOUS}" in c for c in rec.changes)
+    assert not run.node.sent("verdict.json") and not run.node.sent("ln -sfn")
