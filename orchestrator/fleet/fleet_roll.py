@@ -153,6 +153,10 @@ class FleetRoller:
                             on_event=view, on_tick=view.tick)
         for o in run.outcomes:
             self.outcomes[o.host] = o
+            host = self.roll.host(o.host)
+            if o.exit_code != 0 and host.exit_code == 0:  # the job raised before it recorded its result
+                host.state, host.exit_code, host.detail = "failed", o.exit_code, o.detail
+        self.save()
         return all(o.exit_code == 0 and o.result != "skipped" for o in run.outcomes)
 
     # ------------------------------------------------------------------------------------------ preflight

@@ -68,7 +68,13 @@ class HostRolls:
 
 def record_roll(host: HostRoll, rolled: RollOutcome | None, outcome: HostOutcome) -> None:
     """Pure: what a host's roll (None: never started, its drain failed) and the router around it leave in the
-    record. A host whose roll was kept but that is not back in the router counts as failed, on its new release."""
+    record. A host whose roll was kept but that is not back in the router counts as failed, on its new release.
+
+    The release to go back to is the one the roll started from: the preflight's plan changes nothing, so on a host
+    whose current release was an interrupted roll's candidate it saw that candidate; the roll (holding the lock)
+    restored its predecessor first and rolled from there."""
+    if rolled is not None and rolled.previous is not None and rolled.previous != host.previous_release:
+        host.previous_release, host.previous_flags_sha = rolled.previous, rolled.previous_flags_sha
     if outcome.exit_code == 0 and rolled is not None:
         host.state, host.exit_code = "rolled", 0
         host.release = rolled.release or host.release

@@ -124,19 +124,21 @@ def summary_table(run: FleetRun, title: str) -> Table:
     return table
 
 
-def fleet_summary(run: FleetRun) -> dict[str, Any]:
+def fleet_summary(run: FleetRun, exit_code: int | None = None) -> dict[str, Any]:
+    """`exit_code`: the command's own when more than the hosts decide it (e.g. the router's report after `up`)."""
     counts = {r: 0 for r in RESULT_STYLE}
     for o in run.outcomes:
         counts[o.result] += 1
     return {"hosts": len(run.outcomes), **{k.replace(" ", "_"): v for k, v in counts.items()},
-            "exit_code": run.exit_code, "duration_s": round(run.duration_s, 3),
+            "exit_code": run.exit_code if exit_code is None else exit_code, "duration_s": round(run.duration_s, 3),
             "ssh_round_trips": sum(o.ssh_round_trips or 0 for o in run.outcomes), "engine": run.stats.to_dict()}
 
 
-def totals_text(run: FleetRun) -> str:
-    s = fleet_summary(run)
+def totals_text(run: FleetRun, exit_code: int | None = None) -> str:
+    """The totals line; its "exit N" is the process's exit code (pass it when more than the hosts decide it)."""
+    s = fleet_summary(run, exit_code)
     e = run.stats
     parts = [f"{s[k]} {k.replace('_', ' ')}" for k in ("ok", "changed", "would_change", "failed", "skipped") if s[k]]
     return (f"fleet: {s['hosts']} host(s): {', '.join(parts)} in {run.duration_s:.1f} s, {s['ssh_round_trips']} SSH "
-            f"round trips; exit {run.exit_code} (parallel {e.parallel}: peak {e.peak_running} running, "
+            f"round trips; exit {s['exit_code']} (parallel {e.parallel}: peak {e.peak_running} running, "
             f"{e.peak_threads} threads, {e.peak_open_sockets} open sockets)")

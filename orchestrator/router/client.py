@@ -58,6 +58,28 @@ class RouterClient:
                               step="router")
         return resp
 
+    def _json(self, method: str, path: str, resp: requests.Response) -> dict[str, Any]:
+        """The answer's JSON object; anything else (an HTML page from a proxy, a list, a string) is a RemoteError
+        that says what came back."""
+        try:
+            data = resp.json()
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            kind = resp.headers.get("Content-Type", "no content type")
+            raise RemoteError(f"router {self.base_url}: {method} {path} answered {resp.status_code} with "
+                              f"{'a JSON ' + type(data).__name__ if data is not None else 'no JSON'} ({kind}), "
+                              f"not a JSON object: {' '.join(resp.text[:200].split()) or '(empty body)'}",
+                              fix="check that the router URL (router: in the inventory) reaches sglang-router "
+                                  "itself and not a proxy or another service", step="router")
+        return data
+
+    def _malformed(self, method: str, path: str, what: str, got: object) -> RemoteError:
+        return RemoteError(f"router {self.base_url}: {method} {path} answered JSON of an unexpected shape: "
+                           f"{what}, got {str(got)[:200]}",
+                           fix="check that the router is sglang-router 0.3.2 (the worker API deploy speaks)",
+                           step="router")
+
     def healthy(self) -> bool:
         """The router's own liveness (`/health`); it does not say whether any worker is healthy (`/readiness`)."""
         try:
@@ -70,9 +92,14 @@ class RouterClient:
         return self._call("GET", "/readiness", expect=(200, 503)).status_code == 200
 
     def list_workers(self) -> list[RouterWorker]:
-        data = self._call("GET", "/workers", expect=(200,)).json()
+        data = self._json("GET", "/workers", self._call("GET", "/workers", expect=(200,)))
+        workers = data.get("workers") or []
+        if not isinstance(workers, list):
+            raise self._malformed("GET", "/workers", '"workers" should be a list', workers)
         out = []
-        for w in data.get("workers") or []:
+        for w in workers:
+            if not isinstance(w, dict):
+                raise self._malformed("GET", "/workers", "each worker should be an object", w)
             out.append(RouterWorker(id=str(w.get("id", "")), url=str(w.get("url", "")).rstrip("/"),
                                     healthy=w.get("is_healthy"), load=w.get("load"), raw=w))
         return out
@@ -87,7 +114,7 @@ class RouterClient:
         if api_key:
             body["api_key"] = api_key
         resp = self._call("POST", "/workers", expect=(200, 201, 202), json=body)
-        return str(resp.json().get("worker_id", ""))
+        return str(self._json("POST", "/workers", resp).get("worker_id", ""))
 
     def remove_worker(self, url: str) -> bool:
         """Remove a worker by URL (the API removes by id); False when the router does not list it."""

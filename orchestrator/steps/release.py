@@ -248,13 +248,40 @@ def read_back_current(ctx: StepContext, release: str) -> str:
     return f"current release read back: {current}, /health {code}"
 
 
-def write_verdict(ctx: StepContext, release: str, verdict: dict[str, Any]) -> None:
+#: What the guard of a "kept" verdict prints (and its exit code) when the server is no longer the candidate.
+NOT_CANDIDATE, NOT_CANDIDATE_RC = "DEPLOY_NOT_THE_CANDIDATE", 86
+
+
+def candidate_guard(ctx: StepContext, release: str) -> str:
+    """Shell lines that stop a script (exit 86) unless `current` names `release` and sglang is active: the server
+    the gates measured must still be the candidate when its "kept" verdict is written (same round trip)."""
+    link, unit = shlex.quote(ctx.ct.paths.current_link), shlex.quote(ctx.ct.paths.unit_name)
+    return (f'cur=$(readlink {link} || true); cur=${{cur##*/}}; act=$(systemctl is-active {unit} || true)\n'
+            f'if [ "$cur" != {shlex.quote(release)} ] || [ "$act" != active ]; then '
+            f'echo "{NOT_CANDIDATE} ${{cur:-none}} ${{act:-unknown}}"; exit {NOT_CANDIDATE_RC}; fi\n')
+
+
+def not_the_candidate(ctx: StepContext, release: str, stdout: str) -> CheckFailed:
+    words = next((ln.split()[1:] for ln in stdout.splitlines() if ln.startswith(NOT_CANDIDATE)), [])
+    current, active = [*words, "unknown", "unknown"][:2]
+    return CheckFailed(f"the server the checks measured is not the candidate {release}: the current release is "
+                       f"now {current} (sglang {active}); something outside this roll changed the host during it, "
+                       "so its health, smoke and bench results do not describe the candidate",
+                       fix="see `deploy history` and `deploy status` for what changed it, then roll again",
+                       host=ctx.host.name, details={"current": current, "active": active})
+
+
+def write_verdict(ctx: StepContext, release: str, verdict: dict[str, Any], *, guard: bool = False) -> None:
     """Record a release's verdict; a failed write raises (a release without verdict.json counts as unverified,
-    so an unrecorded "kept" would make the next up or roll undo a good release)."""
+    so an unrecorded "kept" would make the next up or roll undo a good release). `guard`: write it only while
+    `release` is current and sglang active (a "kept" verdict), else CheckFailed."""
     body = json.dumps({"at": datetime.now(UTC).isoformat(timespec="seconds"), **verdict}, sort_keys=True,
                       default=str)
-    res = ctx.ct.script(record_file_script(release, "verdict.json", body + "\n"), check=False,
+    script = record_file_script(release, "verdict.json", body + "\n")
+    res = ctx.ct.script(candidate_guard(ctx, release) + script if guard else script, check=False,
                         what="record verdict")
+    if guard and res.rc == NOT_CANDIDATE_RC and NOT_CANDIDATE in res.stdout:
+        raise not_the_candidate(ctx, release, res.stdout)
     if res.rc != 0:
         raise RemoteError(f"recording the verdict ({verdict.get('verdict')}) of release {release} in CT {ctx.vmid} "
                           f"failed: {(res.stderr or res.stdout).strip()[-300:] or f'exit code {res.rc}'}",
@@ -278,11 +305,22 @@ def roll_back_to(ctx: StepContext, release: str, record: StepRecord, *, reason: 
 
 
 def restore_interrupted(ctx: StepContext, record: StepRecord) -> str | None:
-    """If the current release is an interrupted roll's candidate, bring back its predecessor."""
+    """If the current release is an interrupted roll's candidate, bring back its predecessor.
+
+    Only a run that changes the host does it (it holds the host lock): a dry run, a plan or a fleet preflight
+    only reports what it would restore, since the "interrupted" candidate may be a live roll's, still loading."""
     if not is_unverified_candidate(ctx):
         return None
     meta = current_meta(ctx) or {}
     cand, prev = str(meta.get("id")), str(meta.get("previous"))
+    if ctx.options.dry_run:
+        note = (f"would restore the interrupted release {prev} (release {cand} is an unverified candidate: an "
+                "interrupted roll's, or a roll still running)")
+        record.changes.append(note)
+        record.details["would_restore"] = {"release": prev, "candidate": cand}
+        record.status = "would-change"
+        ctx.say(note)
+        return None
     record.changes.append(f"restored {prev} (release {cand} was an interrupted roll's unverified candidate)")
     record.status = "changed"
     write_verdict(ctx, cand, {"verdict": "abandoned", "reason": "the roll was interrupted before its gate",
@@ -399,7 +437,7 @@ def gate(ctx: StepContext, record: StepRecord) -> None:
         raise ConfigError("no candidate release to gate", fix="run install_release before gate in the playbook",
                           host=ctx.host.name)
     if run is None:
-        write_verdict(ctx, rid, {"verdict": "kept", "reason": "health and smoke passed; bench skipped"})
+        write_verdict(ctx, rid, {"verdict": "kept", "reason": "health and smoke passed; bench skipped"}, guard=True)
         ctx.on_failure = None
         record.summary = f"{rid} kept (no bench)"
         return
@@ -423,7 +461,7 @@ def gate(ctx: StepContext, record: StepRecord) -> None:
     write_verdict(ctx, rid, {"verdict": "kept", "gate": result.model_dump(mode="json"),
                              "candidate": bench_dict(run.result),
                              "baseline": bench_dict(baseline) if baseline else None,
-                             "telemetry": telemetry})
+                             "telemetry": telemetry}, guard=True)
     ctx.on_failure = None
     record.summary = f"{rid} kept: {result.verdict}" + (f" ({result.reasons[0]})" if result.reasons else "")
 

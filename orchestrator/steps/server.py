@@ -60,11 +60,9 @@ def server_unit(ctx: StepContext, record: StepRecord) -> None:
     ensure_facts(ctx)
     if unknown_until_started(ctx, record, "the installed unit (sglang is started then if its boot did not)"):
         return
-    if ctx.options.dry_run:  # a plan says what `up` would do with a never-verified release, and does nothing
-        abandoned = unverified_up_release(ctx)
-    else:
-        restore_interrupted(ctx, record)
-        abandoned = abandon_interrupted_up(ctx, record)
+    # A plan only says what `up` would do with a never-verified release (a roll's or an up's), and does nothing.
+    restore_interrupted(ctx, record)
+    abandoned = unverified_up_release(ctx) if ctx.options.dry_run else abandon_interrupted_up(ctx, record)
     flags = desired_flags(ctx)
     bundle = bundle_for(ctx, flags)
     state = installed_state(ctx)

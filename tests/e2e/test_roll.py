@@ -220,17 +220,23 @@ def test_rollback_default_and_to_a_release(converged: DeployEnv) -> None:
     assert current(env) == r2 and main_pid(env) == pid
 
 
+def wait_installed(env: DeployEnv, proc: subprocess.Popen[str], base: str, within_s: float = 90) -> str:
+    """The release other than `base` that a running deploy made current, as soon as it did."""
+    deadline = time.monotonic() + within_s
+    new = base
+    while new == base:
+        assert proc.poll() is None, f"deploy ended before it installed a new release: {proc.stdout.read()}"  # type: ignore[union-attr]
+        assert time.monotonic() < deadline, "the new release was never installed"
+        time.sleep(0.3)
+        new = current(env)
+    return new
+
+
 def kill_once_installed(env: DeployEnv, proc: subprocess.Popen[str], base: str,
                         within_s: float = 90) -> tuple[str, str]:
     """SIGKILL a running deploy as soon as it made a release other than `base` current: (that release, output)."""
     try:
-        deadline = time.monotonic() + within_s
-        new = base
-        while new == base:
-            assert proc.poll() is None, f"deploy ended before it could be killed: {proc.stdout.read()}"  # type: ignore[union-attr]
-            assert time.monotonic() < deadline, "the new release was never installed"
-            time.sleep(0.3)
-            new = current(env)
+        new = wait_installed(env, proc, base, within_s)
     finally:
         proc.kill()
         out = proc.communicate(timeout=30)[0]
@@ -272,6 +278,31 @@ def test_killed_roll_is_restored_by_the_next_run(converged: DeployEnv) -> None:
     again = env.run("--json", "roll", "host", env.host, "--set", "num-continuous-decode-steps=2", "--skip-bench")
     assert again.rc == 0, again.text
     assert again.json["previous"] == base
+
+
+def test_a_dry_run_during_a_live_roll_changes_nothing(converged: DeployEnv) -> None:
+    """Issue 21 item 1 (HIGH): `roll --dry-run` started while a roll's candidate loaded took it for an interrupted
+    roll's and rolled it back; the live roll then reported `kept` against the old release. A plan changes nothing:
+    it says what it would restore, and the live roll keeps its own, verified candidate."""
+    env = converged
+    base = current(env)
+    env.ct_faults(slow_start_s=20, match="--num-continuous-decode-steps 4")
+    proc = env.popen("--json", "roll", "host", env.host, "--set", "num-continuous-decode-steps=4", "--skip-bench")
+    try:
+        cand = wait_installed(env, proc, base)
+        plan = env.run("--json", "roll", "host", env.host, "--set", "num-continuous-decode-steps=2", "--dry-run")
+        assert current(env) == cand, plan.text  # the live candidate is untouched
+        assert f"would restore the interrupted release {base}" in plan.text, plan.text
+        assert ct_out(env, f"test -e {RELEASES}/{cand}/verdict.json && echo yes || echo no") == "no"
+        out = proc.communicate(timeout=240)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+        env.ct_faults(slow_start_s=0, match=None)
+    assert proc.returncode == 0, out
+    assert current(env) == cand and health(env) == "200"
+    assert by_id(history(env))[cand]["verdict"]["verdict"] == "kept"
 
 
 def test_a_full_etc_sglang_leaves_every_installed_file_of_the_previous_release(converged: DeployEnv) -> None:

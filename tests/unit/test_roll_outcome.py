@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from orchestrator.errors import CheckFailed, ConfigError, LockLost
+from orchestrator.flags import FlagSchema, canonicalize
 from orchestrator.fleet.engine import HostOutcome
 from orchestrator.fleet.host_rolls import record_roll
 from orchestrator.fleet.rollout import HostRoll
 from orchestrator.roll import RollResult, judge, refused
 from orchestrator.runner import RunReport
-from orchestrator.steps.state import CurrentFlags, Rollback, RunState, ServerRun
+from orchestrator.steps.state import Candidate, CurrentFlags, Rollback, RunState, ServerRun
 
 
 def report(state: RunState | None = None, *, dry_run: bool = False) -> RunReport:
@@ -58,3 +59,18 @@ def test_a_rolled_back_host_is_recorded_on_its_previous_release() -> None:
     back = judge("gpu-1", report(state), CheckFailed("gate: regression", step="gate"), dry_run=False)
     record_roll(host, back, HostOutcome("gpu-1", "failed", exit_code=1, detail="gate: gate: regression"))
     assert (host.state, host.release, host.flags_sha) == ("rolled_back", "r-1", "abc")
+
+
+def test_the_release_to_go_back_to_is_the_one_the_roll_started_from() -> None:
+    """Issue 21 item 1: the fleet preflight's plan no longer restores an interrupted roll's candidate (r-9), so it
+    records r-9 as the host's previous release; the roll itself restored r-1 first and rolled from it."""
+    schema = FlagSchema.load("0.5.12.post1")
+    base = canonicalize({"tp-size": 8}, schema)
+    new = canonicalize({"tp-size": 8, "max-running-requests": 64}, schema)
+    cand = Candidate(previous="r-1", base_flags=base, new_flags=new, flag_diff=[("max-running-requests", None, 64)],
+                     baseline=None)
+    host = HostRoll(host="gpu-1", wave=0, previous_release="r-9", previous_flags_sha="sha-of-r-9", release="r-9")
+    kept = judge("gpu-1", report(RunState(server=ServerRun(release="r-2"), candidate=cand)), None, dry_run=False)
+    record_roll(host, kept, HostOutcome("gpu-1", "changed"))
+    assert (host.state, host.release, host.previous_release) == ("rolled", "r-2", "r-1")
+    assert host.previous_flags_sha == kept.previous_flags_sha != "sha-of-r-9"
