@@ -129,29 +129,26 @@ git -C "$REPO" archive "$REF" | tar -x -C "$ROOT/root/deploy"
 echo "== checkout: $(git -C "$REPO" log -1 --format='%h %s' "$REF" | cut -c1-100)"
 phase root "$phase_start"
 
-demo_rc=skipped
-if [ -z "${CHECK_SKIP_DEMO:-}" ]; then
-  echo "== bash scripts/demo.sh (log: $LOGS/demo.log)"
+# One of the README's commands inside the root: its output also in $LOGS/NAME.log, its exit code in $rc, its time
+# as a phase line.
+rc=0
+readme_command() {
+  local name=$1 start
+  shift
+  echo "== bash scripts/$name.sh${*:+ $*} (log: $LOGS/$name.log)"
   start=$(date +%s)
   set +e
-  in_root bash -c 'cd /root/deploy && bash scripts/demo.sh' 2>&1 | tee "$LOGS/demo.log"
-  demo_rc=${PIPESTATUS[0]}
+  in_root bash -c "cd /root/deploy && bash scripts/$name.sh \"\$@\"" "$name.sh" "$@" 2>&1 | tee "$LOGS/$name.log"
+  rc=${PIPESTATUS[0]}
   set -e
-  echo "== demo.sh: exit $demo_rc in $(($(date +%s) - start)) s"
-  phase demo "$start"
-fi
+  echo "== $name.sh: exit $rc in $(($(date +%s) - start)) s"
+  phase "$name" "$start"
+}
 
+demo_rc=skipped
+if [ -z "${CHECK_SKIP_DEMO:-}" ]; then readme_command demo; demo_rc=$rc; fi
 test_rc=skipped
-if [ -z "${CHECK_SKIP_TESTS:-}" ]; then
-  echo "== bash scripts/test.sh $* (log: $LOGS/test.log)"
-  start=$(date +%s)
-  set +e
-  in_root bash -c 'cd /root/deploy && bash scripts/test.sh "$@"' test.sh "$@" 2>&1 | tee "$LOGS/test.log"
-  test_rc=${PIPESTATUS[0]}
-  set -e
-  echo "== test.sh: exit $test_rc in $(($(date +%s) - start)) s"
-  phase tests "$start"
-fi
+if [ -z "${CHECK_SKIP_TESTS:-}" ]; then readme_command test "$@"; test_rc=$rc; fi
 echo "== result: demo.sh $demo_rc, test.sh $test_rc (Debian $(cat "$ROOT/etc/debian_version"), python $(
   chroot "$ROOT" /usr/bin/python3 -c 'import platform; print(platform.python_version())' 2>/dev/null))"
 [ "$demo_rc" = 0 ] || [ "$demo_rc" = skipped ] || exit 1
