@@ -93,9 +93,10 @@ def test_parallel_up_with_one_failing_host(fleet: Fleet) -> None:
     assert summary["hosts"] == 3 and summary["failed"] == 1 and summary["exit_code"] == 1
     engine = summary["engine"]
     assert engine["workers"] == 2 and engine["peak_running"] <= 2
-    # a bounded pool: per running host its worker, its SSH transport thread and its lease keep-alive; nothing per
-    # host beyond the two running ones
-    assert engine["peak_threads"] - engine["baseline_threads"] <= 2 * 3 + 2
+    # a bounded pool: per running host its worker, its SSH transport thread, its lease keep-alive and, while a
+    # script goes out on stdin, that command's writer (seen alive on a loaded machine: 9 over the baseline);
+    # nothing per host beyond the two running ones (all three at once would be 3 * 4 + 2)
+    assert engine["peak_threads"] - engine["baseline_threads"] <= 2 * 4 + 2
     # sockets: per worker the SSH connection and, while a container is created, the PVE API session
     assert 1 <= engine["peak_open_sockets"] - engine["baseline_open_sockets"] <= 2 * 2
 
