@@ -109,18 +109,37 @@ def installed_flags(ctx: StepContext, given: Iterable[str] = ()) -> dict[str, An
     stored = json_fact(ctx, "current_flags")
     if stored is None:
         return None
+    link = ctx.facts.c("current_release")
+    rid = current_release(link.stdout) if link else None
+    return _with_secrets(ctx, stored, ctx.ct.paths.current_link, f"release {rid or 'current'}", given)
+
+
+def release_flags(ctx: StepContext, rid: str, given: Iterable[str] = ()) -> dict[str, Any] | None:
+    """Another release's flags, read as `installed_flags` reads the current one's (one round trip more): a plan
+    over an interrupted roll rolls from the release the real run would restore first, not from the candidate."""
+    path = f"{ctx.ct.paths.release_dir(rid)}/flags.json"
+    res = ctx.ct.run(f"cat {shlex.quote(path)}", check=False, timeout=60, what=f"read release {rid}'s flags")
+    try:
+        stored = json.loads(res.stdout) if res.rc == 0 and res.stdout.strip() else None
+    except json.JSONDecodeError:
+        stored = None
+    if not isinstance(stored, dict):
+        return None
+    return _with_secrets(ctx, stored, ctx.ct.paths.release_dir(rid), f"release {rid}", given)
+
+
+def _with_secrets(ctx: StepContext, stored: dict[str, Any], release_dir: str, where: str,
+                  given: Iterable[str]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     if SECRET_REF in stored.values():
-        path = f"{ctx.ct.paths.current_link}/secrets.yaml"
+        path = f"{release_dir}/secrets.yaml"
         res = ctx.ct.run(f"cat {shlex.quote(path)}", check=False, timeout=60, what="read the secret flags")
         try:
             loaded = yaml.safe_load(res.stdout) if res.rc == 0 else None
         except yaml.YAMLError:
             loaded = None
         values = loaded if isinstance(loaded, dict) else {}
-    link = ctx.facts.c("current_release")
-    return with_secret_values(stored, values, f"release {current_release(link.stdout) if link else 'current'}",
-                              given=given)
+    return with_secret_values(stored, values, where, given=given)
 
 
 def is_unverified_candidate(ctx: StepContext) -> bool:

@@ -29,6 +29,7 @@ from orchestrator.steps.release import (
     candidate,
     installed_flags,
     installed_state,
+    release_flags,
     restore_interrupted,
 )
 from orchestrator.steps.session import ensure_facts
@@ -79,7 +80,13 @@ def resolve_release(ctx: StepContext, record: StepRecord) -> None:
         raise CheckFailed("no release is installed yet: nothing to roll from", fix="run deploy up first",
                           host=ctx.host.name)
     version, schema = installed_schema(ctx)
-    stored = installed_flags(ctx, given=requested_names(request, schema))
+    # A plan over an interrupted roll's candidate: the real run restores that candidate's predecessor first and
+    # rolls from it, so the plan does too (else a fleet preflight would call the host "already on" the candidate's
+    # flags and skip it, leaving the never-verified candidate current).
+    restoring = record.details.get("would_restore")
+    from_release = str(restoring["release"]) if restoring else state.release
+    given = requested_names(request, schema)
+    stored = release_flags(ctx, from_release, given) if restoring else installed_flags(ctx, given=given)
     try:
         base = canonicalize(stored or {}, schema)
     except ConfigError as exc:
@@ -94,13 +101,13 @@ def resolve_release(ctx: StepContext, record: StepRecord) -> None:
     secret = secret_flags(ctx.profile, base) | secret_flags(ctx.profile, new)
     diff = masked_diff(diff_flags(base, new), secret)  # a secret's values never reach output, meta or history
     if not diff:
-        ctx.state.already_on = CurrentFlags(state.release, stored_flags(base, secret))
+        ctx.state.already_on = CurrentFlags(from_release, stored_flags(base, secret))
         raise ConfigError("the new flag set equals the current release's: nothing to roll",
                           fix="change at least one flag", host=ctx.host.name,
-                          details={"unchanged": True, "release": state.release,
+                          details={"unchanged": True, "release": from_release,
                                    "flags": stored_flags(base, secret)})
     preset = ctx.options.preset or ctx.profile.bench_preset
-    ctx.state.candidate = Candidate(previous=state.release, base_flags=base, new_flags=new, flag_diff=diff,
+    ctx.state.candidate = Candidate(previous=from_release, base_flags=base, new_flags=new, flag_diff=diff,
                                     baseline=baseline_bench(ctx, preset), secret=secret)
     record.details["diff"] = [{"flag": k, "old": a, "new": b} for k, a, b in diff]
     for k, a, b in diff:
@@ -109,7 +116,7 @@ def resolve_release(ctx: StepContext, record: StepRecord) -> None:
     new_unit = bundle_for(ctx, new).file("sglang.service").content.splitlines()
     record.details["unit_diff"] = list(difflib.unified_diff(old_unit, new_unit, "sglang.service (current)",
                                                             "sglang.service (new)", lineterm="", n=0))
-    record.summary = f"{len(diff)} flag change(s) from release {state.release}"
+    record.summary = f"{len(diff)} flag change(s) from release {from_release}"
     if ctx.options.dry_run:
         record.status = "would-change"  # the plan's totals say "would change", not "no changes"
 

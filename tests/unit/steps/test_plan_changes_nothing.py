@@ -31,13 +31,33 @@ def test_a_roll_plan_over_an_unverified_candidate_sends_nothing_and_says_what_it
     run = make_run({}, interrupted_facts(profile), dry_run=True,
                    inputs=RunInputs(roll=RollRequest(set=("num-continuous-decode-steps=4",))))
     run.ctx.say = said.append
-    # No answer is declared: any command at all (a verdict write, a `current` switch, a restart) fails the test.
+    # Only the read of the release the run would restore is answered: any other command (a verdict write, a
+    # `current` switch, a restart) fails the test.
+    run.node.answer(f"cat /var/lib/deploy/releases/{PREVIOUS}/flags.json", json.dumps(dict(profile.flags)))
     rec = run.step("resolve_release")
-    assert run.node.calls == []
+    assert [c for c in run.node.commands("run") if "flags.json" not in c] == []
     assert rec.status == "would-change"
     assert any(f"would restore the interrupted release {PREVIOUS}" in c for c in rec.changes)
     assert rec.details["would_restore"] == {"release": PREVIOUS, "candidate": CANDIDATE}
     assert any("would restore" in line for line in said)
+
+
+def test_a_plan_over_an_interrupted_candidate_rolls_from_the_release_it_would_restore(make_run) -> None:
+    """A fleet `--resume` after a kill: the candidate already has the requested flags, the release before it does
+    not. The plan must not call the host "already on these flags" (the fleet would skip it and leave the never
+    verified candidate current); it plans the roll from the release the real run restores first."""
+    profile = make_run().ctx.profile
+    facts = interrupted_facts(profile)
+    facts["current_flags"] = json.dumps({**dict(profile.flags), "num-continuous-decode-steps": 4})
+    run = make_run({}, facts, dry_run=True,
+                   inputs=RunInputs(roll=RollRequest(set=("num-continuous-decode-steps=4",))))
+    run.node.answer(f"cat /var/lib/deploy/releases/{PREVIOUS}/flags.json", json.dumps(dict(profile.flags)))
+    rec = run.step("resolve_release")
+    assert run.ctx.state.already_on is None
+    cand = run.ctx.state.candidate
+    assert cand is not None and cand.previous == PREVIOUS
+    assert [k for k, _, _ in cand.flag_diff] == ["num-continuous-decode-steps"]
+    assert rec.summary == f"1 flag change(s) from release {PREVIOUS}"
 
 
 def test_a_run_holding_the_lock_still_restores_the_interrupted_release(make_run) -> None:
