@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator.fleet.engine import Event, FleetRun, HostOutcome
+from orchestrator.ui.tables import Cell, Column, TableSpec, spec
 
 RESULT_STYLE = {"ok": "green", "changed": "yellow", "would change": "cyan", "failed": "bold red", "skipped": "dim"}
 
@@ -107,21 +108,19 @@ class FleetView:
         return Group(head, table)
 
 
-def summary_table(run: FleetRun, title: str) -> Table:
-    table = Table(title=title)
-    for col, justify in (("host", "left"), ("result", "left"), ("changed steps / detail", "left"),
-                         ("duration", "right"), ("round trips", "right")):
-        table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+def summary_table(run: FleetRun, title: str) -> TableSpec:
+    """The per-host summary; printed through `Output.table`: boxed on a wide terminal, plain columns in a pipe."""
+    rows: list[tuple[Cell, ...]] = []
     for o in run.outcomes:
         detail = ", ".join(o.changed_steps) if o.changed_steps else ""
         if o.detail:
             detail = f"{detail}; {o.detail}" if detail else o.detail
-        style = RESULT_STYLE.get(o.result, "")
         result = o.result if o.exit_code == 0 else f"{o.result} (exit {o.exit_code})"
-        table.add_row(o.host, f"[{style}]{result}[/]", detail or "-",
-                      f"{o.duration_s:.1f} s" if o.result != "skipped" else "-",
-                      str(o.ssh_round_trips) if o.ssh_round_trips is not None else "-")
-    return table
+        rows.append((o.host, Text(result, style=RESULT_STYLE.get(o.result, "")), detail or "-",
+                     f"{o.duration_s:.1f} s" if o.result != "skipped" else "-",
+                     str(o.ssh_round_trips) if o.ssh_round_trips is not None else "-"))
+    return spec(title, ["host", "result", "changed steps / detail", Column("duration", "right"),
+                        Column("round trips", "right")], rows)
 
 
 def fleet_summary(run: FleetRun, exit_code: int | None = None) -> dict[str, Any]:
