@@ -26,7 +26,7 @@ from orchestrator.cli.run import command_line, run_with_progress
 from orchestrator.errors import ConfigError
 from orchestrator.fleet.targets import TargetSpec, parse_targets, resolve_targets
 from orchestrator.redact import redact, redact_text
-from orchestrator.reports.compare import comparability
+from orchestrator.reports.compare import comparability, flag_changes, header_lines
 from orchestrator.reports.sweep import (
     SweepPoint,
     SweepResult,
@@ -405,13 +405,17 @@ def compare(app: AppContext, run_a: str, run_b: str, threshold: float, force: bo
     rows = ledger.compare(a, b, noise_pct=threshold)
     app.out.emit({"ok": True, "a": a.id, "b": b.id, "threshold_pct": threshold, "comparable": check.comparable,
                   "warning": "; ".join(problems) or None, "warnings": problems,
-                  "runs": {"a": {"host": a.host, "preset": a.preset}, "b": {"host": b.host, "preset": b.preset}},
+                  "runs": {k: {"host": r.host, "preset": r.preset, "release_id": r.release_id, "flags": r.flags}
+                           for k, r in (("a", a), ("b", b))},
+                  "flag_changes": flag_changes(a.flags, b.flags) if a.flags and b.flags else None,
                   "rows": [r.model_dump(mode="json") for r in rows]})
     if not check.comparable:
         app.out.print(Text("WARNING: NOT THE SAME BENCHMARK (--force): " + "; ".join(check.refusals)
                            + ". The deltas below measure the benchmarks, not the server.", style="bold red"))
     for w in check.warnings:
         app.out.print(Text(f"warning: {w}", style="yellow"))
+    for line in header_lines(a, b):
+        app.out.line(line)
     marks = {True: Text("better", style="green"), False: Text("worse", style="red")}
     table_rows = [(r.metric, f"{r.a:.2f}" if r.a is not None else "-", f"{r.b:.2f}" if r.b is not None else "-",
                    f"{r.delta_pct:+.1f}" if r.delta_pct is not None else "-",

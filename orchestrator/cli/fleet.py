@@ -133,7 +133,7 @@ def run_fleet_command(app: AppContext, spec: TargetSpec, body: Callable[..., int
     app.out.emit({"ok": exit_code == 0, "command": command, "targets": spec.describe(),
                   "fleet": fleet_summary(run, exit_code), **(extra or {}), "hosts": [o.to_dict() for o in run.outcomes],
                   **({"exit_code": exit_code} if exit_code != run.exit_code else {})})
-    app.out.print(summary_table(run, f"{command}: {len(hosts)} host(s)"))
+    app.out.table(summary_table(run, f"{command}: {len(hosts)} host(s)"))
     app.out.line(totals_text(run, exit_code))
     if extra_text:
         app.out.line(str(extra_text))

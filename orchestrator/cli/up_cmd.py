@@ -50,7 +50,7 @@ def converge_router_after(app: AppContext, outcomes: list[HostOutcome], options:
     healthy = [o.host for o in outcomes if o.exit_code == 0 and o.result != "skipped"]
     dry_run = bool(options.get("dry_run", True))
     report = converge_router(app.inventory, [o.host for o in outcomes], healthy, dry_run=dry_run,
-                             tofu=bool(options.get("tofu")))
+                             tofu=bool(options.get("tofu")), say=lambda m: app.out.line(f"router: {m}"))
     if report is None:
         return {}
     return {"router": report.to_dict(), "text": report.text(), "exit_code": report.exit_code}

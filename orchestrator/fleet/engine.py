@@ -47,12 +47,15 @@ class HostOutcome:
 
 @dataclass(frozen=True)
 class Event:
-    """Posted by a worker: a host started, entered a step, said something, or finished."""
+    """Posted by a worker: a host started, entered a step, ended a step (its status and seconds), said something,
+    or finished."""
 
     host: str
-    kind: Literal["start", "step", "say", "done"]
+    kind: Literal["start", "step", "ended", "say", "done"]
     text: str = ""
     outcome: HostOutcome | None = None
+    status: str = ""
+    duration_s: float = 0.0
 
 
 class HostEvents:
@@ -64,6 +67,9 @@ class HostEvents:
 
     def step(self, name: str) -> None:
         self._sink.put(Event(self.host, "step", name))
+
+    def ended(self, name: str, status: str, duration_s: float) -> None:
+        self._sink.put(Event(self.host, "ended", name, status=status, duration_s=duration_s))
 
     def say(self, text: str) -> None:
         self._sink.put(Event(self.host, "say", text))

@@ -14,6 +14,7 @@ import os
 import shlex
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -97,26 +98,32 @@ class _Router:
         drainer = self.drainer(events)
         try:
             events.step("drain")
+            began = time.monotonic()
             try:
                 drained = drainer.drain(url)
             except DeployError as err:
+                events.ended("drain", "failed", time.monotonic() - began)
                 err.at(host=host.host, step="drain")
                 host.router = f"drain failed: {err.what}"
                 return HostOutcome(host.host, "failed", exit_code=err.exit_code,
                                    report={"ok": False, **err.to_dict()}, detail=f"drain: {err.what}")
+            events.ended("drain", "ok", time.monotonic() - began)
             outcome = action()
             if outcome.exit_code != 0:
                 host.router = f"{drained.note}; left out of the router after the failure (add it back once checked)"
                 return outcome
             events.step("router add")
+            began = time.monotonic()
             try:
                 took = drainer.restore(url, self.worker_keys.get(host.host))
             except DeployError as err:
+                events.ended("router add", "failed", time.monotonic() - began)
                 err.at(host=host.host, step="router")
                 host.router = f"{drained.note}; NOT back in the router: {err.what}"
                 outcome.exit_code, outcome.result = err.exit_code, "failed"
                 outcome.detail = f"router: {err.what}"
                 return outcome
+            events.ended("router add", "ok", time.monotonic() - began)
             host.router = f"{drained.note}; back in the router, healthy after {took:.1f} s"
             return outcome
         finally:

@@ -25,3 +25,4 @@ class EventPrinter(StepPrinter):
             self.events.step(name)
         else:
             self.records.append(record)
+            self.events.ended(name, record.status, record.duration_s)

@@ -1,5 +1,6 @@
-"""What a fleet run shows: one live line per host with its current step (rich Live on a TTY, plain
-`host: step` lines otherwise), then a summary table. Pure rendering from engine events and outcomes.
+"""What a fleet run shows: one live line per host with its current step (rich Live on a TTY; otherwise plain
+`host: step status (seconds; elapsed)` lines as steps end), then a summary table. Pure rendering from engine
+events and outcomes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator.fleet.engine import Event, FleetRun, HostOutcome
+from orchestrator.ui.tables import Cell, Column, TableSpec, spec
 
 RESULT_STYLE = {"ok": "green", "changed": "yellow", "would change": "cyan", "failed": "bold red", "skipped": "dim"}
 
@@ -25,6 +27,7 @@ class _HostLine:
     note: str = ""
     started: float | None = None
     outcome: HostOutcome | None = None
+    skipped_steps: int = 0
 
 
 @dataclass
@@ -59,6 +62,8 @@ class FleetView:
             line.state, line.started = "running", time.monotonic()
         elif event.kind == "step":
             line.step, line.note = event.text, ""
+        elif event.kind == "ended" and event.status == "skipped":
+            line.skipped_steps += 1
         elif event.kind == "say":
             line.note = event.text
         elif event.kind == "done" and event.outcome is not None:
@@ -67,25 +72,37 @@ class FleetView:
             return
         if self._live is not None:
             self._live.update(self._render(), refresh=True)
-        elif event.kind != "say":  # plain lines: steps and results only (a step's chatter is in its report)
-            self._plain(event)
+        else:
+            self._plain(event, line)
 
     def tick(self) -> None:
         """Redraw the live view so elapsed times move while no host reports anything."""
         if self._live is not None:
             self._live.update(self._render(), refresh=True)
 
-    def _plain(self, event: Event) -> None:
+    def _plain(self, event: Event, line: _HostLine) -> None:
+        """One line per host event: a start, each step that ended (status, its seconds, the host's elapsed
+        seconds) and the result. Skipped steps are counted on the result line, not listed; a step's start and
+        its chatter are not printed (the step's line comes when it ends, its chatter is in its report)."""
         if event.kind == "start":
             text = "started"
-        elif event.kind == "step":
-            text = event.text
-        else:
+        elif event.kind == "ended":
+            if event.status == "skipped":
+                return
+            text = f"{event.text} {event.status} ({event.duration_s:.1f} s; {self._elapsed(line):.1f} s elapsed)"
+        elif event.kind == "done":
             o = event.outcome
             assert o is not None
             changed = f", {len(o.changed_steps)} changed" if o.changed_steps else ""
-            text = f"{o.result}{changed} ({o.duration_s:.1f} s){' — ' + o.detail if o.detail else ''}"
-        self.console.print(f"{event.host}: {text}", markup=False, highlight=False)
+            skipped = f", {line.skipped_steps} step(s) skipped" if line.skipped_steps else ""
+            text = f"{o.result}{changed}{skipped} ({o.duration_s:.1f} s){' — ' + o.detail if o.detail else ''}"
+        else:
+            return
+        self.console.print(f"{event.host}: {text}", markup=False, highlight=False, soft_wrap=True)
+
+    @staticmethod
+    def _elapsed(line: _HostLine) -> float:
+        return time.monotonic() - line.started if line.started is not None else 0.0
 
     def _render(self) -> RenderableType:
         counts: dict[str, int] = {}
@@ -107,21 +124,19 @@ class FleetView:
         return Group(head, table)
 
 
-def summary_table(run: FleetRun, title: str) -> Table:
-    table = Table(title=title)
-    for col, justify in (("host", "left"), ("result", "left"), ("changed steps / detail", "left"),
-                         ("duration", "right"), ("round trips", "right")):
-        table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+def summary_table(run: FleetRun, title: str) -> TableSpec:
+    """The per-host summary; printed through `Output.table`: boxed on a wide terminal, plain columns in a pipe."""
+    rows: list[tuple[Cell, ...]] = []
     for o in run.outcomes:
         detail = ", ".join(o.changed_steps) if o.changed_steps else ""
         if o.detail:
             detail = f"{detail}; {o.detail}" if detail else o.detail
-        style = RESULT_STYLE.get(o.result, "")
         result = o.result if o.exit_code == 0 else f"{o.result} (exit {o.exit_code})"
-        table.add_row(o.host, f"[{style}]{result}[/]", detail or "-",
-                      f"{o.duration_s:.1f} s" if o.result != "skipped" else "-",
-                      str(o.ssh_round_trips) if o.ssh_round_trips is not None else "-")
-    return table
+        rows.append((o.host, Text(result, style=RESULT_STYLE.get(o.result, "")), detail or "-",
+                     f"{o.duration_s:.1f} s" if o.result != "skipped" else "-",
+                     str(o.ssh_round_trips) if o.ssh_round_trips is not None else "-"))
+    return spec(title, ["host", "result", "changed steps / detail", Column("duration", "right"),
+                        Column("round trips", "right")], rows)
 
 
 def fleet_summary(run: FleetRun, exit_code: int | None = None) -> dict[str, Any]:

@@ -86,3 +86,42 @@ def comparability(a: RunRecord, b: RunRecord) -> Comparability:
     if ga is not None and gb is not None and ga != gb:
         warnings.append(f"different GPUs: {_describe_gpus(ga)} vs {_describe_gpus(gb)}")
     return Comparability(tuple(refusals), tuple(warnings))
+
+
+def _flag(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return ",".join(_flag(v) for v in value)
+    return str(value)
+
+
+def _flags_text(flags: dict[str, Any]) -> str:
+    return " ".join(f"{k}={_flag(v)}" for k, v in sorted(flags.items())) if flags else "not recorded"
+
+
+def flag_changes(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """b's flags against a's: `key: A → B`, `+key=B` (only in b), `-key` (only in a)."""
+    out = []
+    for k in sorted(set(a) | set(b)):
+        if k not in b:
+            out.append(f"-{k}")
+        elif k not in a:
+            out.append(f"+{k}={_flag(b[k])}")
+        elif a[k] != b[k]:
+            out.append(f"{k}: {_flag(a[k])} → {_flag(b[k])}")
+    return out
+
+
+def header_lines(a: RunRecord, b: RunRecord) -> list[str]:
+    """What each run was: its release and the server flags it ran with (as the ledger recorded them), then what
+    changed between them, so a delta is read against the change that made it."""
+    lines = []
+    for tag, run in (("A", a), ("B", b)):
+        lines.append(f"{tag}: {run.id} on {run.host}, release {run.release_id or 'not recorded'}, "
+                     f"preset {run.preset or 'not recorded'}, {run.source} run at {run.started_at:%Y-%m-%d %H:%M:%S}")
+        lines.append(f"   flags: {_flags_text(run.flags)}")
+    if a.flags and b.flags:
+        changes = flag_changes(a.flags, b.flags)
+        lines.append(f"flag changes A → B: {', '.join(changes)}" if changes else "flags: the same in A and B")
+    return lines

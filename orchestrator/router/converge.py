@@ -146,6 +146,7 @@ def converge_router(inventory: Inventory, targeted: list[str], healthy: list[str
     metrics = Metrics(current=record)
     from orchestrator.remote.ssh import SshHost  # paramiko loads only when a router is managed
 
+    say(f"{'checking' if dry_run else 'converging'} the router on {report.place} ({len(healthy)} healthy worker(s))")
     try:
         with SshHost(place.host, metrics=metrics, tofu=tofu) as ssh:
             _converge(spec, inventory, Container(ssh, place.vmid), report,
@@ -156,6 +157,7 @@ def converge_router(inventory: Inventory, targeted: list[str], healthy: list[str
         record.status = "failed"
         report.exit_code, report.error = err.exit_code, err.to_dict()
     record.duration_s = time.monotonic() - started
+    say(f"{report.result} in {record.duration_s:.1f} s")
     return report
 
 
@@ -181,7 +183,9 @@ def _converge(spec: RouterSpec, inventory: Inventory, ct: Container, report: Rou
             record.status, record.summary = "would-change", what
             return
         say(what)
+        began = time.monotonic()
         _install(ct, spec, install_script(inventory))
+        say(f"installed sglang-router=={spec.version} in {time.monotonic() - began:.1f} s")
         facts = _read_facts(ct, spec, list(probe_bundle.argv))
         record.status = "changed"
     # The installed router's own parser: the canonical argv must be what it builds, and it must accept it.

@@ -56,20 +56,22 @@ MIGRATIONS: tuple[str, ...] = (
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
-# Metrics `compare` reports: (BenchResult/Telemetry attribute, label, higher is better).
-COMPARE_METRICS: tuple[tuple[str, str, bool], ...] = (
+# Metrics `compare` reports: (BenchResult/Telemetry attribute, label, higher is better). None: a neutral fact,
+# neither better nor worse when it moves: the load a run ran under (concurrency) and the power it drew (what the
+# power buys is tokens/s per W and J per token).
+COMPARE_METRICS: tuple[tuple[str, str, bool | None], ...] = (
     ("output_throughput", "output throughput (tok/s)", True),
     ("total_throughput", "total throughput (tok/s)", True),
     ("peak_output_throughput", "peak output throughput (tok/s)", True),
-    ("concurrency", "concurrency (mean)", True),
-    ("max_concurrent_requests", "peak concurrent requests", True),
+    ("concurrency", "concurrency (mean)", None),
+    ("max_concurrent_requests", "peak concurrent requests", None),
     ("mean_ttft_ms", "mean TTFT (ms)", False),
     ("p99_ttft_ms", "P99 TTFT (ms)", False),
     ("mean_tpot_ms", "mean TPOT (ms)", False),
     ("p99_tpot_ms", "P99 TPOT (ms)", False),
     ("mean_itl_ms", "mean ITL (ms)", False),
     ("mean_e2e_latency_ms", "mean E2E latency (ms)", False),
-    ("telemetry.total_mean_power_w", "total mean power (W)", False),
+    ("telemetry.total_mean_power_w", "total mean power (W)", None),
     ("telemetry.tokens_per_s_per_w", "tokens/s per W", True),
     ("telemetry.j_per_output_token", "J per output token", False),
 )
@@ -114,7 +116,7 @@ class CompareRow(BaseModel):
     b: float | None
     delta_pct: float | None  # (b - a) / a * 100
     beyond_noise: bool
-    better: bool | None  # None when equal within noise or not comparable
+    better: bool | None  # None when equal within noise, not comparable, or a neutral fact (concurrency, power)
 
 
 def _value(run: RunRecord, attr: str) -> float | None:
@@ -326,7 +328,7 @@ class Ledger:
                 continue
             d = delta_pct(va, vb)
             beyond = d is not None and abs(d) > noise_pct
-            better = None if not beyond or d is None else (d > 0) == higher
+            better = None if not beyond or d is None or higher is None else (d > 0) == higher
             rows.append(CompareRow(metric=label, a=va, b=vb, delta_pct=d, beyond_noise=beyond, better=better))
         return rows
 

@@ -203,3 +203,52 @@ def test_bench_help_falls_back_to_the_shipped_presets(tmp_path: Path) -> None:
     shipped = yaml.safe_load((EXAMPLE_INVENTORY / "presets.yaml").read_text())["presets"]
     for name in shipped:
         assert f"\n  {name} " in res.output
+
+
+# ------------------------------------------------------------------- compare: directions, release and flags (25.18)
+def drawing(watts: float, out_tps: float) -> TelemetrySummary:
+    samples = [Sample(ts=T0 + timedelta(seconds=i), gpu=g, values={"power.draw": watts, "power.limit": 700.0})
+               for g in range(2) for i in range(3)]
+    return summarize(samples, duration_s=10.0, output_tokens=int(out_tps * 10), output_throughput=out_tps)
+
+
+def loaded(out: float, conc: float) -> BenchResult:
+    return BenchResult(source="jsonl", completed=64, num_prompts=64, failed=0, output_throughput=out,
+                       mean_tpot_ms=35.0, mean_ttft_ms=100.0 * conc / 30, concurrency=conc, random_input_len=64,
+                       random_output_len=64, random_range_ratio=1.0, dataset_name="random-ids")
+
+
+def test_compare_calls_concurrency_and_power_neither_better_nor_worse(state: Path, ledger: Ledger) -> None:
+    a = ledger.record_run(host="pve-gpu-1", bench=loaded(1000.0, 30.0), preset="quick", run_id="r-20261130-030001-aaaa",
+                          started_at=T0, release_id="20261130T030547-f040fd49", telemetry=drawing(200.0, 1000.0),
+                          flags={"tp": 2, "mem-fraction-static": 0.85, "enable-metrics": True})
+    b = ledger.record_run(host="pve-gpu-1", bench=loaded(1200.0, 60.0), preset="quick", run_id="r-20261130-040001-bbbb",
+                          started_at=T0 + timedelta(hours=1), release_id="20261130T040112-9e1d2c3b",
+                          telemetry=drawing(300.0, 1200.0),
+                          flags={"tp": 2, "mem-fraction-static": 0.9, "cuda-graph-max-bs": 64})
+    rows = {r.metric: r for r in ledger.compare(a, b, noise_pct=5.0)}
+    for neutral in ("concurrency (mean)", "total mean power (W)"):
+        assert rows[neutral].beyond_noise and rows[neutral].better is None, neutral
+    assert rows["output throughput (tok/s)"].better is True
+    assert rows["mean TTFT (ms)"].better is False  # latencies: lower is better
+    per_w, j = rows["tokens/s per W"], rows["J per output token"]
+    assert per_w.beyond_noise and per_w.better == (per_w.delta_pct > 0)  # type: ignore[operator]
+    assert j.beyond_noise and j.better == (j.delta_pct < 0)  # type: ignore[operator]
+
+    text = deploy(state, "compare", a.id, b.id).output
+    lines = text.splitlines()
+    conc = next(ln for ln in lines if ln.startswith("concurrency (mean)"))
+    power = next(ln for ln in lines if ln.startswith("total mean power (W)"))
+    assert "+100.0" in conc and "better" not in conc and "worse" not in conc
+    assert "+50.0" in power and "better" not in power and "worse" not in power
+    assert "better" in next(ln for ln in lines if ln.startswith("output throughput (tok/s)"))
+    assert (f"A: {a.id} on pve-gpu-1, release 20261130T030547-f040fd49, preset quick, bench run at "
+            "2026-11-30 03:00:00") in lines
+    assert "   flags: enable-metrics=true mem-fraction-static=0.85 tp=2" in lines
+    assert any(ln.startswith(f"B: {b.id} on pve-gpu-1, release 20261130T040112-9e1d2c3b,") for ln in lines)
+    assert "   flags: cuda-graph-max-bs=64 mem-fraction-static=0.9 tp=2" in lines
+    assert ("flag changes A → B: +cuda-graph-max-bs=64, -enable-metrics, mem-fraction-static: 0.85 → 0.9"
+            in lines)
+    js = json.loads(deploy(state, "--json", "compare", a.id, b.id).output)
+    assert js["runs"]["a"]["release_id"] == "20261130T030547-f040fd49" and js["runs"]["b"]["flags"]["tp"] == 2
+    assert "mem-fraction-static: 0.85 → 0.9" in js["flag_changes"]
