@@ -138,3 +138,14 @@ def test_a_remote_error_keeps_the_steps_it_ran(local_inv: Path) -> None:
     assert (code, doc["error"], doc["host"], doc["playbook"]) == (3, "remote-error", "pve-gpu-1", "up")
     assert doc["steps"] and doc["steps"][-1]["status"] == "failed" and doc["steps"][-1]["name"] == doc["step"]
     assert doc["totals"]["ssh_round_trips"] == 0 and doc["changed"] is False
+
+
+def test_a_failed_roll_and_a_failed_fleet_have_the_envelope(local_inv: Path) -> None:
+    code, doc = deploy("--inventory", str(local_inv), "--json", "roll", "host", "pve-gpu-1", "--set",
+                       "chunked-prefill-size=4096", "--skip-bench")
+    assert (code, doc["error"], doc["result"], doc["rolled_back_to"]) == (3, "remote-error", "failed", None)
+    assert [s["name"] for s in doc["steps"]] == ["connect"] and "ssh_round_trips" in doc["totals"]
+    code, doc = deploy("--inventory", str(local_inv), "--json", "up", "--all", "--skip-bench")
+    assert (code, doc["error"]) == (3, "remote-error")
+    report = check(doc["hosts"][0]["report"], 3)  # each host's report is its single-host document
+    assert report["error"] == "remote-error" and report["steps"][-1]["status"] == "failed"
