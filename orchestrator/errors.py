@@ -2,7 +2,8 @@
 
 The exit code is a property of the error class, so the CLI maps failures to codes in one place:
 0 ok, 1 a check failed, 2 usage or configuration error, 3 remote or connection error; 130 interrupted (Ctrl-C),
-143 terminated (SIGTERM).
+143 terminated (SIGTERM). The `--json` document names the failure by a stable kebab-case code (`error_code`,
+one table: ERROR_CODES), never by a class name.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class DeployError(Exception):
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "error": type(self).__name__,
+            "error": error_code(self),
             "what": self.what,
             "fix": self.fix,
             "host": self.host,
@@ -63,6 +64,11 @@ class ConfigError(DeployError):
     """Bad inventory, flags, playbook or command line: refused before any remote change."""
 
     exit_code = 2
+
+
+class UsageError(ConfigError):
+    """A command line the tool itself refuses (target words: `host` with no name, `--all` with names); click's own
+    usage errors (unknown option, bad value) have the same `usage-error` code in --json documents."""
 
 
 class PermissionDenied(ConfigError):
@@ -96,6 +102,38 @@ class LockHeld(RemoteError):
 
 class LockLost(RemoteError):
     """This run's host lock expired and another run took it (or it is gone): the run stops changing the host."""
+
+
+#: The `error` of a --json document: one stable code per error class (docs/json.md). A subclass not listed has
+#: the code of its nearest listed base.
+ERROR_CODES: dict[type, str] = {
+    DeployError: "error",
+    CheckFailed: "check-failed",
+    ConfigError: "config-error",
+    UsageError: "usage-error",
+    PermissionDenied: "permission-denied",
+    Interrupted: "interrupted",
+    Terminated: "terminated",
+    RemoteError: "remote-error",
+    LockHeld: "lock-held",
+    LockLost: "lock-lost",
+}
+#: A command line click refused (unknown option, missing argument, bad value): exit 2, no DeployError.
+USAGE_ERROR = ERROR_CODES[UsageError]
+#: A failure with no error object (a command that returned a non-zero exit code): the code of its exit code.
+EXIT_CODE_ERRORS: dict[int, str] = {1: "check-failed", 2: "config-error", 3: "remote-error", 130: "interrupted",
+                                    143: "terminated"}
+
+
+def error_code(err: DeployError | type[DeployError]) -> str:
+    """The stable code of an error (or error class) for --json documents."""
+    cls = err if isinstance(err, type) else type(err)
+    return next(ERROR_CODES[c] for c in cls.__mro__ if c in ERROR_CODES)
+
+
+def exit_code_error(exit_code: int) -> str | None:
+    """The `error` code of a document whose command exited with `exit_code` (None for 0)."""
+    return None if exit_code == 0 else EXIT_CODE_ERRORS.get(exit_code, "error")
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str | None:

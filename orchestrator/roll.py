@@ -93,13 +93,19 @@ class RollOutcome:
         return flags_sha(self.candidate.stored(self.candidate.base_flags)) if self.candidate is not None else None
 
     def payload(self) -> dict[str, Any]:
-        """The `deploy roll host X --json` document."""
-        if self.error is not None or self.report is None:
-            return {"ok": False, **(self.error.to_dict() if self.error is not None else {})}
+        """The `deploy roll host X --json` document. A failed roll's keeps the steps and totals it ran, says how
+        it ended (`result`) and, after an automatic rollback, the release it rolled back to (`rolled_back_to`,
+        then also `release`)."""
+        if self.report is None:
+            return {"ok": False, "result": self.result.value, **(self.error.to_dict() if self.error else {})}
         payload = self.report.to_dict()
         cand = self.candidate
-        payload["release"] = self.report.state.server.release
+        payload["result"] = self.result.value
+        payload["release"] = self.report.state.server.release if self.error is None else self.release
         payload["previous"] = self.previous
+        if self.error is not None:
+            payload["rolled_back_to"] = self.rolled_back_to
+            payload.update(self.error.to_dict())
         payload["diff"] = [{"flag": k, "old": a, "new": b} for k, a, b in (cand.flag_diff if cand else [])]
         if cand is not None:
             payload["flags_sha"] = self.flags_sha
@@ -152,6 +158,6 @@ def rollback_host(host: Host, inventory: Inventory, to_release: str | None, opti
 
 def rollback_payload(report: RunReport) -> dict[str, Any]:
     """The `deploy rollback host X --json` document."""
-    if report.failure is not None:
-        return {"ok": False, **report.failure.to_dict()}
+    if report.failure is not None:  # keeps the steps and totals it ran, with the error's code
+        return report.to_dict()
     return {**report.to_dict(), "release": report.state.server.release}

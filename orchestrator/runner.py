@@ -35,7 +35,7 @@ class RunReport:
     api_calls: int = 0
     # What the steps produced (release, bench runs, gate, status …), typed: see orchestrator.steps.state.
     state: RunState = field(default_factory=RunState)
-    # The error that stopped the run (to_dict() of it is `error`); None when every step passed.
+    # The error that stopped the run (`error` is its to_dict(), flat in to_dict()); None when every step passed.
     failure: DeployError | None = field(default=None, repr=False)
 
     @property
@@ -66,7 +66,7 @@ class RunReport:
                 "ssh_round_trips_before_smoke": self.round_trips_before("smoke"),
                 "api_calls": self.api_calls,
             },
-            **({"error": self.error} if self.error else {}),
+            **(self.error or {}),  # a failed run: the error's code, what, fix, host, step, exit_code
         }
 
 

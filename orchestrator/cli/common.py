@@ -19,7 +19,8 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from orchestrator.errors import ConfigError, DeployError, Interrupted, Terminated, did_you_mean
+from orchestrator.envelope import failure, usage_failure
+from orchestrator.errors import ConfigError, DeployError, Interrupted, Terminated, UsageError, did_you_mean
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.paths import INVENTORY_ENV, default_inventory_dir
@@ -46,8 +47,9 @@ class AppContext:
         """The inventory directories as absolute paths, for lines that say whose data is shown."""
         return ":".join(str(Path(d).resolve()) for d in self.inventory_dirs.split(":") if d)
 
-    @property
+    @functools.cached_property
     def out(self) -> Output:
+        """One per command: run_command prints the document the body emitted once its exit code is known."""
         return Output(self.as_json)
 
     def step_printer(self, *, quiet: bool = False) -> StepPrinter:
@@ -61,8 +63,44 @@ class AppContext:
 FLEET_COMMANDS = ("up", "plan", "status", "doctor", "verify-p2p", "history", "roll", "rollback")
 
 
+def json_requested(args: list[str]) -> bool:
+    """`--json` anywhere on the command line (before a `--`): click may refuse the line before it parsed it."""
+    return "--json" in (args[:args.index("--")] if "--" in args else args)
+
+
 class SuggestingGroup(click.Group):
-    """A command group whose unknown command is a usage error naming the closest known one (difflib)."""
+    """A command group whose unknown command is a usage error naming the closest known one (difflib).
+
+    With `--json` on the command line a usage error (click's UsageError: an unknown option or command, a missing
+    argument, a bad value; exit 2) is the same JSON document as any failure (docs/json.md), on stdout.
+    """
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        argv = list(args)
+        try:
+            ctx = super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as err:
+            self._usage_error(err, argv)
+            raise
+        ctx.meta.setdefault("deploy.argv", argv)
+        return ctx
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as err:
+            self._usage_error(err, list(ctx.meta.get("deploy.argv", [])))
+            raise
+
+    @staticmethod
+    def _usage_error(err: click.UsageError, argv: list[str]) -> None:
+        if not json_requested(argv):
+            return
+        cmd = err.ctx.command_path if err.ctx is not None else "deploy"
+        install_stream_redaction()
+        Output(True).write(usage_failure(err.format_message(), fix=f"see `{cmd} --help`", exit_code=err.exit_code))
+        sys.exit(err.exit_code)
 
     def resolve_command(self, ctx: click.Context,
                         args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
@@ -81,12 +119,12 @@ def parse_target(words: tuple[str, ...], *, required: bool = True) -> str | None
 
     spec = parse_targets(words)
     if spec.fleet:
-        raise ConfigError(f"this command takes one host, got {spec.describe()}",
-                          fix=f"name one host; groups, several hosts and --all work with {', '.join(FLEET_COMMANDS)}")
+        raise UsageError(f"this command takes one host, got {spec.describe()}",
+                         fix=f"name one host; groups, several hosts and --all work with {', '.join(FLEET_COMMANDS)}")
     if not spec.hosts:
         if required:
-            raise ConfigError("no host given",
-                              fix="e.g. `deploy up host 10.1.230.174` or a host name from the inventory")
+            raise UsageError("no host given",
+                             fix="e.g. `deploy up host 10.1.230.174` or a host name from the inventory")
         return None
     return spec.hosts[0]
 
@@ -161,6 +199,7 @@ def run_command(app: AppContext, func: Callable[..., Any], *args: Any, **kwargs:
     """
     install_stream_redaction()
     out = app.out
+    out.hold = True
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm)
     try:
@@ -173,12 +212,13 @@ def run_command(app: AppContext, func: Callable[..., Any], *args: Any, **kwargs:
                       "interrupted up or roll is undone by the next one") from None
     except DeployError as err:
         if app.as_json:
-            out.emit({"ok": False, **err.to_dict()})
+            out.write(failure(err, out.held))
         else:
             # soft_wrap: a fix line (an `ssh-keygen -R …` command) stays one line to copy; the terminal wraps it.
             Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(err))}",
                                                                         markup=True)
         sys.exit(err.exit_code)
+    out.finish(int(code or 0))
     sys.exit(int(code or 0))
 
 

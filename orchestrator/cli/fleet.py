@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from orchestrator.cli.common import AppContext, Output
-from orchestrator.errors import ConfigError, DeployError
+from orchestrator.errors import DeployError, UsageError
 from orchestrator.fleet.engine import DEFAULT_PARALLEL, HostEvents, HostOutcome, run_fleet
 from orchestrator.fleet.outcome import DetailFn, host_outcome
 from orchestrator.fleet.progress import EventPrinter
@@ -87,8 +87,8 @@ def fleet_options(*, preflight: Preflight | None = None, detail: DetailFn | None
                     fail_fast: bool, **kwargs: Any) -> int:
             spec = parse_targets(target, all_hosts=all_hosts)
             if required and spec.empty:
-                raise ConfigError("no host given", fix="e.g. `deploy up host 10.1.230.174`, `deploy up host a b`, "
-                                                       "`deploy up group prod` or `deploy up --all`")
+                raise UsageError("no host given", fix="e.g. `deploy up host 10.1.230.174`, `deploy up host a b`, "
+                                                      "`deploy up group prod` or `deploy up --all`")
             if not spec.fleet:
                 return body(app, *args, target=target, **kwargs)
             return run_fleet_command(app, spec, body, kwargs, parallel=parallel, fail_fast=fail_fast,
@@ -131,6 +131,7 @@ def run_fleet_command(app: AppContext, spec: TargetSpec, body: Callable[..., int
     extra_text = extra.pop("text", None)
     exit_code = max(run.exit_code, int(extra.pop("exit_code", 0) or 0))
     app.out.emit({"ok": exit_code == 0, "command": command, "targets": spec.describe(),
+                  "changed": any(o.changed_steps for o in run.outcomes),
                   "fleet": fleet_summary(run, exit_code), **(extra or {}), "hosts": [o.to_dict() for o in run.outcomes],
                   **({"exit_code": exit_code} if exit_code != run.exit_code else {})})
     app.out.table(summary_table(run, f"{command}: {len(hosts)} host(s)"))

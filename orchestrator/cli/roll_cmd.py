@@ -201,9 +201,11 @@ def rollback(app: AppContext, target: tuple[str, ...], to_release: str | None, a
                                progress=printer, say=printer.say)
     finally:
         printer.close()
+    app.out.emit(rollback_payload(report))  # a failed one's keeps the steps and totals it ran
     if report.failure is not None:
-        raise report.failure
-    app.out.emit(rollback_payload(report))
+        if not app.as_json:
+            click.echo(f"error: {report.failure}", err=True)
+        return report.failure.exit_code
     app.out.line(totals_line(report))
     return 0
 

@@ -12,7 +12,7 @@ from orchestrator.cli.run import command_line
 from orchestrator.errors import DeployError
 from orchestrator.fleet.engine import HostOutcome
 from orchestrator.inventory.models import Host
-from orchestrator.runner import RunReport, run_playbook
+from orchestrator.runner import run_playbook_to_end
 from orchestrator.steps.base import RunOptions
 from orchestrator.ui.progress import totals_line
 
@@ -62,21 +62,17 @@ def run_and_report(app: AppContext, words: tuple[str, ...], playbook: str, optio
     host = resolve_host(app, words)
     out = app.out
     printer = app.step_printer()
-    report: RunReport | None = None
     try:
-        report = run_playbook(playbook, host, app.inventory, options, progress=printer, say=printer.say)
-    except DeployError as err:
-        printer.close()
-        if app.as_json:
-            out.emit({"ok": False, **err.to_dict()})
-        else:
-            click.echo(f"error: {err}", err=True)
-        return err.exit_code
+        report = run_playbook_to_end(playbook, host, app.inventory, options, progress=printer, say=printer.say)
     finally:
         printer.close()
     payload = report.to_dict()
     payload["command"] = options.command
-    out.emit(payload)
+    out.emit(payload)  # a failed run's document keeps the steps and totals it ran, with the error's code
+    if report.failure is not None:
+        if not app.as_json:
+            click.echo(f"error: {report.failure}", err=True)
+        return report.failure.exit_code
     out.line(totals_line(report))
     return 0
 

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from orchestrator.envelope import failure
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, RemoteError
 from orchestrator.flags.digest import flags_sha
 from orchestrator.fleet.engine import DEFAULT_PARALLEL, HostEvents, HostOutcome, run_fleet
@@ -106,7 +107,7 @@ class _Router:
                 err.at(host=host.host, step="drain")
                 host.router = f"drain failed: {err.what}"
                 return HostOutcome(host.host, "failed", exit_code=err.exit_code,
-                                   report={"ok": False, **err.to_dict()}, detail=f"drain: {err.what}")
+                                   report=failure(err), detail=f"drain: {err.what}")
             events.ended("drain", "ok", time.monotonic() - began)
             outcome = action()
             if outcome.exit_code != 0:
@@ -279,7 +280,7 @@ class FleetRoller:
 # ---------------------------------------------------------------------------------------------- report
 def report_payload(roll: FleetRoll, outcomes: dict[str, HostOutcome], command: str, exit_code: int) -> Payload:
     return {"ok": exit_code == 0 and roll.state in ("done", "reverted"), "command": command, "exit_code": exit_code,
-            "targets": roll.targets,
+            "targets": roll.targets, "changed": any(o.changed_steps for o in outcomes.values()),
             "roll": {"id": roll.id, "state": roll.state, "waves": roll.waves, "router": roll.router,
                      **roll.spec.model_dump(mode="json"), "record": None},
             "hosts": [{**h.model_dump(mode="json"), "result": STATE_WORDS[h.state],

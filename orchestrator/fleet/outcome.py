@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from orchestrator.envelope import envelope
 from orchestrator.fleet.engine import HostOutcome
 from orchestrator.runlog import StepRecord
 
@@ -18,12 +19,12 @@ DetailFn = Callable[[Payload], str]
 
 def host_outcome(name: str, code: int, report: Payload, records: list[StepRecord],
                  detail: DetailFn | None = None) -> HostOutcome:
-    """Judge one host's report: result word, changed steps, round trips, a one-line detail."""
-    error = report.get("error") if isinstance(report.get("error"), dict) else None
-    if error is None and "what" in report:  # the body raised or emitted a DeployError dict at top level
-        error = report
+    """Judge one host's report (given the envelope of docs/json.md): result word, changed steps, round trips,
+    a one-line detail."""
+    report = envelope(report, exit_code=code)
+    error = report if "what" in report else None  # the body raised or emitted a DeployError's document
     steps = report.get("steps")
-    if steps is None and records:  # a failed run: keep the steps it completed, plus the failed one
+    if not steps and records:  # a failed run: keep the steps it completed, plus the failed one
         steps = [r.to_dict() for r in records]
         if error and error.get("step"):
             steps.append({"name": error["step"], "status": "failed", "summary": error.get("what", "")})

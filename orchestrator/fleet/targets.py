@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, UsageError
 from orchestrator.inventory.models import TARGET_KEYWORDS, Host, Inventory
 
 
@@ -52,15 +52,15 @@ def parse_targets(words: tuple[str, ...] | list[str], *, all_hosts: bool = False
     for word in words:
         if word in TARGET_KEYWORDS:
             if pending is not None:
-                raise ConfigError(f"'{pending}' must be followed by a name", fix=_EXAMPLE)
+                raise UsageError(f"'{pending}' must be followed by a name", fix=_EXAMPLE)
             mode = pending = word
             continue
         pending = None
         (groups if mode == "group" else hosts).append(word)
     if pending is not None:
-        raise ConfigError(f"'{pending}' must be followed by a name", fix=_EXAMPLE)
+        raise UsageError(f"'{pending}' must be followed by a name", fix=_EXAMPLE)
     if all_hosts and (hosts or groups):
-        raise ConfigError("--all cannot be combined with host or group names", fix="give either --all or the names")
+        raise UsageError("--all cannot be combined with host or group names", fix="give either --all or the names")
     return TargetSpec(tuple(hosts), tuple(groups), all_hosts)
 
 

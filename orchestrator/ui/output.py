@@ -10,6 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
+from orchestrator.envelope import envelope
 from orchestrator.redact import redact
 from orchestrator.ui.tables import TableSpec, print_table
 
@@ -20,6 +21,9 @@ class Output:
 
     as_json: bool
     console: Console = field(default_factory=lambda: Console(highlight=False, soft_wrap=True))
+    #: Set by the CLI's run_command: emit keeps the payload, and `finish` prints it once the exit code is known.
+    hold: bool = False
+    held: dict[str, Any] | None = None
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
         if not self.as_json:
@@ -35,6 +39,17 @@ class Output:
 
     def emit(self, payload: dict[str, Any]) -> None:
         """The one JSON document; secrets redacted by key (server_info's api_key) and by value/shape."""
+        if self.as_json and self.hold:
+            self.held = payload
+        elif self.as_json:
+            self.write(payload)
+
+    def finish(self, exit_code: int) -> None:
+        """Print the held payload as the command's document (docs/json.md): the envelope with `exit_code`."""
+        if self.as_json:
+            self.write(envelope(self.held or {}, exit_code=exit_code))
+
+    def write(self, payload: dict[str, Any]) -> None:
         if self.as_json:
             safe = redact(json.loads(json.dumps(finite(payload), default=str)))
             sys.stdout.write(json.dumps(safe, indent=2, sort_keys=False) + "\n")

@@ -101,7 +101,7 @@ def test_ssh_drop_during_rollback_never_lets_a_second_run_in(converged: DeployEn
     # B was refused while A rolled back, and was told who holds the lock.
     assert b.rc == 3, f"B was not refused while A rolled back:\n{b.text}\nA:\n{a.text}"
     assert holder.get("run") and f"pid {a.proc.pid} " in holder.get("holder", ""), holder
-    assert b.json["error"] == "LockHeld" and b.json["step"] == "lock", b.json
+    assert b.json["error"] == "lock-held" and b.json["step"] == "lock", b.json
     assert f"run {holder['run']}" in b.json["what"] and f"pid {a.proc.pid} " in b.json["what"], b.json["what"]
     assert re.search(r"expires in \d+ s", b.json["what"]), b.json["what"]
     # A kept its lock through the reconnect and finished the rollback, or stopped saying it lost the lock.

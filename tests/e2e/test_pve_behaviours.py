@@ -61,7 +61,7 @@ def test_a_token_lacking_a_privilege_gets_the_pveum_command_that_grants_it(conve
     up = converged.run("--json", "up", "host", host, "--skip-bench")
     assert up.rc == 2, up.text
     err = up.json
-    assert (err["error"], err["exit_code"], err["host"], err["step"]) == ("PermissionDenied", 2, host, "container")
+    assert (err["error"], err["exit_code"], err["host"], err["step"]) == ("permission-denied", 2, host, "container")
     assert "403" in err["what"] and "Permission check failed (/vms/120, VM.PowerMgmt)" in err["what"]
     assert err["details"]["missing"] == {"path": "/vms/120", "privileges": ["VM.PowerMgmt"]}
     assert "lacks VM.PowerMgmt on /vms/120" in err["fix"]

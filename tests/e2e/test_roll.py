@@ -118,7 +118,7 @@ def test_roll_refuses_bad_flags_before_any_change(converged: DeployEnv) -> None:
         res = env.run("--json", "roll", "host", env.host, "--set", setting)
         assert res.rc == 2, res.text
         err = res.json
-        assert err["ok"] is False and err["error"] == "ConfigError"
+        assert err["ok"] is False and err["error"] == "config-error"
         assert re.search(message, err["what"]), err["what"]
         assert "rolled back" not in err["what"]
         assert (unit_sha(env), main_pid(env), current(env), release_ids(env)) == before, setting
@@ -216,7 +216,7 @@ def test_rollback_default_and_to_a_release(converged: DeployEnv) -> None:
     pid = main_pid(env)
     bad = env.run("--json", "rollback", "host", env.host, "--to", "20990101T000000-deadbeef")
     assert bad.rc == 2, bad.text
-    assert bad.json["error"] == "ConfigError" and "no release 20990101T000000-deadbeef" in bad.json["what"]
+    assert bad.json["error"] == "config-error" and "no release 20990101T000000-deadbeef" in bad.json["what"]
     assert current(env) == r2 and main_pid(env) == pid
 
 

@@ -109,7 +109,7 @@ def test_compare_refuses_runs_of_different_presets(state: Path, ledger: Ledger) 
     assert "'quick'" in res.output and "'seed-1024x256'" in res.output and "--force" in res.output
     assert "better" not in res.output
     js = json.loads(deploy(state, "--json", "compare", a.id, b.id).output)
-    assert js["ok"] is False and js["error"] == "ConfigError" and "different presets" in js["what"]
+    assert js["ok"] is False and js["error"] == "config-error" and "different presets" in js["what"]
 
 
 def test_compare_force_prints_a_loud_warning(state: Path, ledger: Ledger) -> None:

@@ -68,10 +68,11 @@ def test_fail_fast_starts_nothing_after_a_failure() -> None:
 def test_host_outcome_keeps_the_steps_of_a_failed_run() -> None:
     rec = StepRecord("connect", ssh_round_trips=0)
     lock = StepRecord("lock", status="changed", ssh_round_trips=2)
-    report = {"ok": False, "error": "CheckFailed", "what": "no uvm", "step": "host_prereqs", "exit_code": 1}
+    report = {"ok": False, "error": "check-failed", "what": "no uvm", "step": "host_prereqs", "exit_code": 1}
     o = host_outcome("gpu-1", 1, report, [rec, lock])
     assert o.result == "failed" and o.ssh_round_trips == 2 and o.changed_steps == ["lock"]
-    assert [s["name"] for s in report["steps"]] == ["connect", "lock", "host_prereqs"]  # type: ignore[index]
+    assert [s["name"] for s in o.report["steps"]] == ["connect", "lock", "host_prereqs"]  # type: ignore[index]
+    assert (o.report["exit_code"], o.report["error"], o.report["changed"]) == (1, "check-failed", False)  # type: ignore[index]
     assert o.detail == "host_prereqs: no uvm"
     converged = {"ok": True, "changed": False, "dry_run": False, "steps": [{"name": "lock", "status": "ok"}],
                  "totals": {"ssh_round_trips": 3}}

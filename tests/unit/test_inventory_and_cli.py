@@ -66,7 +66,7 @@ def test_missing_host_exits_2_and_lists_known_hosts(inv: Path) -> None:
     res = deploy("--json", "up", "host", "no-such-host", inventory=inv)  # refused before any connection
     assert res.returncode == 2
     err = json.loads(res.stdout)
-    assert err["error"] == "ConfigError" and "pve-gpu-1 (10.1.230.174)" in err["what"]
+    assert err["error"] == "config-error" and "pve-gpu-1 (10.1.230.174)" in err["what"]
 
 
 def test_help_lists_every_command_and_version() -> None:

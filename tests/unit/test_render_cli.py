@@ -58,7 +58,7 @@ def test_renamed_flag_in_newer_sglang_is_reported() -> None:
     res = run("host", "10.1.230.174", *DEV, "--sglang-version", "0.5.23", "--json")
     assert res.exit_code == 2
     doc = json.loads(res.output)
-    assert doc["error"] == "ConfigError" and doc["host"] == "pve-gpu-1"
+    assert doc["error"] == "config-error" and doc["host"] == "pve-gpu-1"
     assert "--dsa-prefill-backend" in doc["what"]
     res = run("host", "10.1.230.174", *DEV, "--sglang-version", "0.4.0")
     assert res.exit_code == 2 and "0.5.12.post1" in res.output

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from orchestrator.envelope import envelope
 from orchestrator.errors import CheckFailed, ConfigError, LockLost
 from orchestrator.flags import FlagSchema, canonicalize
 from orchestrator.fleet.engine import HostOutcome
 from orchestrator.fleet.host_rolls import record_roll
 from orchestrator.fleet.rollout import HostRoll
 from orchestrator.roll import RollResult, judge, refused
+from orchestrator.runlog import StepRecord
 from orchestrator.runner import RunReport
 from orchestrator.steps.state import Candidate, CurrentFlags, Rollback, RunState, ServerRun
 
@@ -74,3 +76,26 @@ def test_the_release_to_go_back_to_is_the_one_the_roll_started_from() -> None:
     record_roll(host, kept, HostOutcome("gpu-1", "changed"))
     assert (host.state, host.release, host.previous_release) == ("rolled", "r-2", "r-1")
     assert host.previous_flags_sha == kept.previous_flags_sha != "sha-of-r-9"
+
+
+def test_a_failed_roll_document_keeps_its_steps_totals_and_the_release_it_rolled_back_to() -> None:
+    """Issue 25 item 5: a failed roll's --json document has the envelope, the steps and totals it ran, how it
+    ended and the release it rolled back to; `error` is the stable code, not a class name."""
+    err = CheckFailed("gate: 7% below the baseline", step="gate", host="gpu-1")
+    state = RunState(server=ServerRun(release="r-2", installed=True), rollback=Rollback(to="r-1", candidate="r-2"))
+    run = RunReport(host="gpu-1", playbook="roll", dry_run=False, ok=False, error=err.to_dict(), failure=err,
+                    state=state, ssh_round_trips=12, duration_s=3.5,
+                    steps=[StepRecord("install_release", "changed", ssh_round_trips=5),
+                           StepRecord("gate", "failed", err.what, ssh_round_trips=7)])
+    outcome = judge("gpu-1", run, err, dry_run=False)
+    doc = envelope(outcome.payload(), exit_code=outcome.exit_code)
+    assert (doc["ok"], doc["exit_code"], doc["error"], doc["changed"]) == (False, 1, "check-failed", True)
+    assert [(s["name"], s["status"]) for s in doc["steps"]] == [("install_release", "changed"), ("gate", "failed")]
+    assert doc["totals"]["ssh_round_trips"] == 12 and doc["totals"]["duration_s"] == 3.5
+    assert (doc["result"], doc["rolled_back_to"], doc["release"]) == ("rolled back", "r-1", "r-1")
+    assert (doc["step"], doc["host"], doc["what"]) == ("gate", "gpu-1", "gate: 7% below the baseline")
+    # a roll refused before any run: the same envelope, no steps
+    refusal = refused("gpu-1", ConfigError("no host gpu-1"))
+    doc = envelope(refusal.payload(), exit_code=refusal.exit_code)
+    assert (doc["ok"], doc["exit_code"], doc["error"], doc["steps"], doc["totals"]) == (False, 2, "config-error",
+                                                                                         [], {})
