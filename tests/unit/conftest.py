@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import socket
 from pathlib import Path
 
 import pytest
@@ -18,3 +19,17 @@ def inv(tmp_path: Path) -> Path:
     d = tmp_path / "inventory"
     shutil.copytree(EXAMPLE_INVENTORY, d)
     return d
+
+
+@pytest.fixture
+def local_inv(inv: Path) -> Path:
+    """The example inventory with its host on a closed loopback port and `example: false` (else exit 2 would come
+    from the example guard): a command that got as far as connecting fails fast with exit 3."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    hosts = inv / "hosts.yaml"
+    hosts.write_text(hosts.read_text().replace("address: 10.1.230.174", "address: 127.0.0.1")
+                     .replace("example: true", "example: false").replace("port: 22", f"port: {port}"))
+    return inv

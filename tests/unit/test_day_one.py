@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -22,19 +21,6 @@ def deploy(*args: str, inventory: Path | None = None) -> subprocess.CompletedPro
     return subprocess.run([sys.executable, "-m", "orchestrator", *inv, *args], capture_output=True, text=True,
                           cwd=REPO, timeout=60, env=env)
 
-
-@pytest.fixture
-def local_inv(inv: Path) -> Path:
-    """The shipped inventory with its host moved to a closed loopback port: a connection attempt fails fast."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    hosts = inv / "hosts.yaml"
-    hosts.write_text(hosts.read_text().replace("address: 10.1.230.174", "address: 127.0.0.1")
-                     .replace("example: true", "example: false")  # else exit 2 would come from the example guard
-                     .replace("port: 22", f"port: {port}"))
-    return inv
 
 
 @pytest.mark.parametrize("args", [

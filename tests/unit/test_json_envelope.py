@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -78,18 +77,6 @@ def deploy(*args: str) -> tuple[int, dict[str, Any]]:
         raise AssertionError(f"not one JSON document (exit {res.returncode}): {res.stdout!r} {res.stderr!r}") from None
     return res.returncode, check(doc, res.returncode)
 
-
-@pytest.fixture
-def local_inv(inv: Path) -> Path:
-    """The shipped inventory with its host moved to a closed loopback port (see test_day_one)."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    hosts = inv / "hosts.yaml"
-    hosts.write_text(hosts.read_text().replace("address: 10.1.230.174", "address: 127.0.0.1")
-                     .replace("example: true", "example: false").replace("port: 22", f"port: {port}"))
-    return inv
 
 
 def test_the_schema_names_every_error_code() -> None:
