@@ -28,6 +28,7 @@ class _HostLine:
     started: float | None = None
     outcome: HostOutcome | None = None
     skipped_steps: int = 0
+    last_ended: str = ""
 
 
 @dataclass
@@ -62,8 +63,9 @@ class FleetView:
             line.state, line.started = "running", time.monotonic()
         elif event.kind == "step":
             line.step, line.note = event.text, ""
-        elif event.kind == "ended" and event.status == "skipped":
-            line.skipped_steps += 1
+        elif event.kind == "ended":
+            line.last_ended = event.text
+            line.skipped_steps += event.status == "skipped"
         elif event.kind == "say":
             line.note = event.text
         elif event.kind == "done" and event.outcome is not None:
@@ -93,6 +95,9 @@ class FleetView:
         elif event.kind == "done":
             o = event.outcome
             assert o is not None
+            if o.exit_code != 0 and line.step and line.step != line.last_ended:  # the step that raised never ended
+                self.console.print(f"{event.host}: {line.step} failed ({self._elapsed(line):.1f} s elapsed)",
+                                   markup=False, highlight=False, soft_wrap=True)
             changed = f", {len(o.changed_steps)} changed" if o.changed_steps else ""
             skipped = f", {line.skipped_steps} step(s) skipped" if line.skipped_steps else ""
             text = f"{o.result}{changed}{skipped} ({o.duration_s:.1f} s){' — ' + o.detail if o.detail else ''}"

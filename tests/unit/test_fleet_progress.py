@@ -60,6 +60,28 @@ def test_plain_progress_is_one_line_per_step_with_status_and_seconds() -> None:
     assert len([ln for ln in lines if ln.startswith("gpu-2: ")]) == 5
 
 
+def failing_job(host: str, events: HostEvents) -> HostOutcome:
+    """A host whose second step raises: the runner reports no end for that step, only the host's failure."""
+    records: list[StepRecord] = []
+    printer = EventPrinter(events, records)
+    printer("connect", None)
+    printer("connect", StepRecord("connect", status="ok", duration_s=0.1))  # type: ignore[arg-type]
+    printer("host_prereqs", None)
+    err = RemoteError("/dev/nvidia-uvm is missing", host=host, step="host_prereqs")
+    return host_outcome(host, 1, {"ok": False, **err.to_dict()}, records)
+
+
+def test_plain_progress_names_the_step_that_failed() -> None:
+    buf = io.StringIO()
+    console = Console(file=buf, width=80, force_terminal=False, color_system=None, highlight=False)
+    view = FleetView(console, ["gpu-1"], enabled=True, tty=False)
+    with view:
+        run_fleet(["gpu-1"], failing_job, parallel=1, on_event=view, on_tick=view.tick, tick_s=0.01)
+    lines = buf.getvalue().splitlines()
+    assert re.fullmatch(r"gpu-1: host_prereqs failed \(\d+\.\d s elapsed\)", lines[2]), lines
+    assert lines[3].startswith("gpu-1: failed"), lines
+
+
 def test_plain_progress_prints_nothing_with_json() -> None:
     buf = io.StringIO()
     view = FleetView(Console(file=buf, force_terminal=False), ["gpu-1"], enabled=False, tty=False)
