@@ -118,6 +118,10 @@ def add_host_xids(ctx: StepContext, err: CheckFailed, since_s: float) -> None:
         err.details["host_xids"] = [x.line for x in xids]
 
 
+#: How long the health wait gives journald to store a dead server's last lines before it reads them once more.
+JOURNAL_SETTLE_S = 0.5
+
+
 def wait_healthy(ctx: StepContext, record: StepRecord, *, timeout_s: float | None = None) -> float:
     """Poll /health until 200; fatal log lines or a dead unit end the wait at once. Returns seconds waited.
 
@@ -137,18 +141,22 @@ def wait_healthy(ctx: StepContext, record: StepRecord, *, timeout_s: float | Non
     phase = CapturePhase()
     capture_since: list[float] = []  # when this wait first saw a rank capturing, while one still is
 
-    def attempt() -> HealthProbe | None:
-        probe = probe_health(ctx, cursor[0])
+    def read(probe: HealthProbe) -> None:
+        """Take a probe's new journal lines; a fatal one ends the wait at once, quoted."""
         if probe.cursor is not None:
             cursor[0] = probe.cursor
-        if not restarts_at_start:
-            restarts_at_start.append(probe.restarts)
         for line in probe.new_lines[-5:]:
             ctx.say(f"  journal: {line}")
         seen.extend(probe.new_lines)
         fatal = find_fatal(probe.new_lines, phase)
         if fatal is not None:
             raise fatal_failure(ctx, fatal, seen)
+
+    def attempt() -> HealthProbe | None:
+        probe = probe_health(ctx, cursor[0])
+        if not restarts_at_start:
+            restarts_at_start.append(probe.restarts)
+        read(probe)
         if not phase.capturing:
             capture_since.clear()
         elif not capture_since:
@@ -158,6 +166,10 @@ def wait_healthy(ctx: StepContext, record: StepRecord, *, timeout_s: float | Non
         # auto-restart: the process died and systemd waits RestartSec before the next start; it is dead now.
         if (probe.active in ("failed", "inactive") or probe.sub == "auto-restart"
                 or probe.restarts > restarts_at_start[0]):
+            # journald may store a dying process's last lines after systemd saw it exit: read once more, so the
+            # line that says why (NaN, an illegal memory access) is quoted instead of a bare "exited".
+            time.sleep(JOURNAL_SETTLE_S)
+            read(probe_health(ctx, cursor[0]))
             bad_flag = argparse_error(seen)
             raise CheckFailed(
                 f"sglang exited ({probe.active}/{probe.sub or '?'}, restarts {probe.restarts}) before turning healthy"

@@ -132,6 +132,21 @@ STARTING = HEALTHY.replace("code=200", "code=000")
 CAPTURE_BEGIN = "[2026-11-30 03:15:55 TP0] Capture cuda graph begin. This can take up to several minutes.\n"
 
 
+def test_a_server_seen_dead_before_journald_stored_its_last_line_is_named_by_that_line(make_run) -> None:
+    """systemd reported the exit before journald had stored the NaN line: one more read quotes it."""
+    run = make_run({}, {"health": "000"})
+    run.ctx.state.server.restarted = True
+    run.ctx.state.server.journal_cursor = "s=1;i=d0"
+    run.node.answer("i=d0", "code=000\nActiveState=activating\nSubState=auto-restart\nNRestarts=0\n--journal--\n"
+                            "-- cursor: s=1;i=d1\n")
+    run.node.answer("i=d1", "code=000\nActiveState=activating\nSubState=auto-restart\nNRestarts=0\n--journal--\n"
+                            "RuntimeError: probability tensor contains either `inf`, `nan` or element < 0\n")
+    run.node.answer("NVRM: Xid", "")  # the host's kernel log, read once after a failed wait: no Xid
+    with pytest.raises(CheckFailed) as err:
+        run.step("health")
+    assert "probability tensor contains" in err.value.what and "exited" not in err.value.what
+
+
 def test_health_names_an_oom_after_capture_began_in_an_earlier_probe_cuda_graph_oom(make_run) -> None:
     run = make_run({}, {"health": "000"})
     run.ctx.state.server.restarted = True
