@@ -233,12 +233,17 @@ def candidate(run) -> Candidate:
                      flag_diff=[("max-running-requests", 2048, 1024)], baseline=None)
 
 
-def test_roll_installs_the_candidate_and_a_later_failure_rolls_back_to_the_previous_release(make_run) -> None:
+def installed_candidate(make_run) -> tuple:  # type: ignore[no-untyped-def]
+    """A roll's run that has just installed its candidate (CURRENT stays the previous release): (run, record)."""
     run = make_run({}, {"releases": f"{PREVIOUS}\n{CURRENT}\n", "current_release": f"releases/{CURRENT}\n"},
                    skip_bench=True)
     run.ctx.state.candidate = candidate(run)
     releases_accepted(run.node)
-    rec = run.step("install_release")
+    return run, run.step("install_release")
+
+
+def test_roll_installs_the_candidate_and_a_later_failure_rolls_back_to_the_previous_release(make_run) -> None:
+    run, rec = installed_candidate(make_run)
     assert rec.status == "changed" and run.ctx.on_failure is not None
     [install] = run.node.commands("script")
     rid = run.ctx.state.server.release
@@ -294,11 +299,7 @@ def test_status_of_a_running_container_reads_the_release(make_run) -> None:
 
 def test_a_verdict_that_cannot_be_written_fails_the_gate_instead_of_reporting_kept(make_run) -> None:
     """Issue 21 §2: with a full disk the verdict write fails; the roll must fail, not say `kept` with no verdict."""
-    run = make_run({}, {"releases": f"{PREVIOUS}\n{CURRENT}\n", "current_release": f"releases/{CURRENT}\n"},
-                   skip_bench=True)
-    run.ctx.state.candidate = candidate(run)
-    releases_accepted(run.node)
-    rec = run.step("install_release")
+    run, rec = installed_candidate(make_run)
     rid = run.ctx.state.server.release
     run.node.answer("verdict.json", rc=1, stderr="base64: write error: No space left on device")
     with pytest.raises(RemoteError) as failed:
