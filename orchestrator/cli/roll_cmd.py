@@ -28,6 +28,7 @@ from orchestrator.fleet.targets import parse_targets
 from orchestrator.roll import RollOutcome, refused, roll_host, rollback_host, rollback_payload
 from orchestrator.state.releases import RELEASE_ID
 from orchestrator.steps.base import RunOptions
+from orchestrator.steps.release import drift_line
 from orchestrator.steps.state import RollRequest, RunInputs
 from orchestrator.ui.progress import totals_line
 from orchestrator.ui.tables import Column, spec
@@ -234,6 +235,8 @@ def status(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
         app.out.line(f"host {report.host}: release {info.release or 'none'} "
                      f"({info.verdict or 'unverified'}, {info.release_source or '-'}, "
                      f"{info.release_created or '-'}), sglang {info.active}, /health {info.health}")
+        if info.drift:
+            app.out.line(f"drift: {drift_line(info.drift, resolve_host(app, target).profile)}")
     gpu_rows = []
     for g in info.gpus:
         power_w, limit_w, util = g.get("power_w"), g.get("limit_w"), g.get("util_pct")

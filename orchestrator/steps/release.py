@@ -26,11 +26,11 @@ from typing import Any
 import yaml
 
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, LockLost, RemoteError
-from orchestrator.flags import FlagSchema, FlagSet, canonicalize, with_secret_values
+from orchestrator.flags import FlagSchema, FlagSet, canonicalize, diff_flags, with_secret_values
 from orchestrator.parsers.bench import BenchParseError, BenchResult, parse_bench_jsonl
-from orchestrator.redact import SECRET_REF
+from orchestrator.redact import REDACTED, SECRET_REF
 from orchestrator.render.bundle import Bundle, render_bundle
-from orchestrator.render.service import TIMEOUT_STOP_S, launch_argv, public_flags
+from orchestrator.render.service import TIMEOUT_STOP_S, launch_argv, public_flags, secret_flags
 from orchestrator.runlog import StepRecord
 from orchestrator.state.releases import (
     ReleaseBundle,
@@ -45,7 +45,7 @@ from orchestrator.state.releases import (
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.checks import bench_for_release, wait_healthy
 from orchestrator.steps.session import ensure_facts
-from orchestrator.steps.state import Candidate, Rollback
+from orchestrator.steps.state import Candidate, FlagDrift, Rollback
 from orchestrator.steps.waiting import waiting_for
 from orchestrator.verdicts.regression import gate as regression_gate
 
@@ -174,6 +174,40 @@ def desired_flags(ctx: StepContext) -> FlagSet:
             and current_verdict(ctx) is not None):
         return canonicalize(flags, FlagSchema.load(ctx.profile.sglang_version))
     return profile_flags(ctx)
+
+
+def flag_drift(ctx: StepContext) -> list[FlagDrift]:
+    """Where the current release's flags differ from the inventory profile's, as `plan` and `status` show them.
+
+    A verified roll's flags stand until the profile is edited (`desired_flags`), so `plan` says "no changes" while
+    the host runs something the inventory does not say: operators coming from Terraform expect to see that. Read
+    from flags.json only (no secrets.yaml round trip): a secret flag counts as drift only when it is set on one
+    side and not on the other, and its values are never shown. Empty before the first release, or when the
+    profile's flags do not parse (the run's other steps report that)."""
+    stored = json_fact(ctx, "current_flags")
+    if stored is None:
+        return []
+    try:
+        wanted = profile_flags(ctx)
+    except ConfigError:
+        return []
+    hidden = secret_flags(ctx.profile, wanted) | {k for k, v in stored.items() if v in (SECRET_REF, REDACTED)}
+    out = []
+    for name, profile_value, running in diff_flags(wanted.as_dict(), stored):
+        if name in hidden:
+            if (profile_value is None) == (running is None):
+                continue
+            profile_value = None if profile_value is None else SECRET_REF
+            running = None if running is None else SECRET_REF
+        out.append(FlagDrift(name, profile_value, running))
+    return out
+
+
+def drift_line(drift: list[FlagDrift], profile: str) -> str:
+    """One line for humans: which flags run differently from the profile, and what makes them agree."""
+    shown = ", ".join(d.describe() for d in drift)
+    return (f"running flags differ from profile '{profile}': {shown}; a verified roll's flags stand until the "
+            "profile is edited (put them in the profile to keep them, or `deploy roll` back)")
 
 
 def bundle_for(ctx: StepContext, flags: FlagSet, release_id: str | None = None) -> Bundle:

@@ -81,6 +81,23 @@ class Candidate:
         return stored_flags(flags, self.secret)
 
 
+@dataclass(frozen=True)
+class FlagDrift:
+    """One flag the running release has differently from the inventory profile (None: not set on that side)."""
+
+    flag: str
+    profile: Any
+    running: Any
+
+    def describe(self) -> str:
+        def shown(v: Any) -> str:
+            return "(unset)" if v is None else str(v)
+        return f"--{self.flag} {shown(self.running)} (profile: {shown(self.profile)})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"flag": self.flag, "profile": self.profile, "running": self.running}
+
+
 @dataclass
 class ServerStatus:
     """`deploy status`: the container, the current release, the server and GPU power, read in one round trip."""
@@ -96,6 +113,7 @@ class ServerStatus:
     gpus: list[dict[str, float | int | None]] = field(default_factory=list)
     power_w: float = 0.0
     power_limit_w: float = 0.0
+    drift: list[FlagDrift] = field(default_factory=list)
 
     @property
     def container_running(self) -> bool:
@@ -106,7 +124,7 @@ class ServerStatus:
                 "active": self.active, "health": self.health, "release_created": self.release_created,
                 "release_source": self.release_source, "verdict": self.verdict,
                 "sglang_version": self.sglang_version, "gpus": self.gpus, "power_w": self.power_w,
-                "power_limit_w": self.power_limit_w}
+                "power_limit_w": self.power_limit_w, "drift": [d.to_dict() for d in self.drift]}
 
 
 @dataclass(frozen=True)

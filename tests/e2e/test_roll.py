@@ -89,6 +89,16 @@ def test_roll_good_change_becomes_current_with_its_verdict(deploy_env: DeployEnv
     st = env.run("--json", "status", "host", env.host)
     assert st.rc == 0, st.text
     assert st.json["release"] == new and st.json["verdict"] == "kept" and st.json["health"] == "200"
+    # Drift: the kept roll's flag differs from the inventory's profile; plan changes nothing but says so.
+    assert st.json["drift"] == [{"flag": "max-running-requests", "profile": 16, "running": 128}]
+    plain = env.run("status", "host", env.host)
+    assert "drift: running flags differ from profile" in plain.stdout
+    assert "--max-running-requests 128 (profile: 16)" in plain.stdout, plain.text
+    plan = env.run("--json", "plan", "host", env.host)
+    assert plan.rc == 0, plan.text
+    unit_step = {s["name"]: s for s in plan.json["steps"]}["server_unit"]
+    assert unit_step["details"]["drift"] == [{"flag": "max-running-requests", "profile": 16, "running": 128}]
+    assert not plan.json["changed"], plan.json
 
     hist = history(env)
     assert hist["current"] == new
