@@ -342,7 +342,8 @@ def ledger_table(runs: list[RunRecord], title: str) -> TableSpec:
     rows = []
     for r in runs:
         b, t, per_gpu = r.bench, r.telemetry, _per_gpu_w(r)
-        rows.append((r.id, r.host, r.source, r.preset or "-", r.release_id or "-",
+        source = f"{r.source} {r.label}" if r.source == "sweep" and r.label else r.source
+        rows.append((r.id, r.host, source, r.preset or "-", r.release_id or "-",
                      f"{b.output_throughput:.1f}" if b else "-",
                      f"{b.mean_tpot_ms:.2f}" if b and b.mean_tpot_ms is not None else "-",
                      f"{b.concurrency:.0f}" if b and b.concurrency is not None else "-",

@@ -259,6 +259,13 @@ def _figure(verdict: dict[str, Any] | None, key: str) -> str:
     return f"{v:.1f}" if isinstance(v, int | float) else "-"
 
 
+def _preset(verdict: dict[str, Any] | None) -> str:
+    """The preset the release's figures were measured with: tok/s of two presets are not comparable."""
+    if not (verdict or {}).get("candidate"):
+        return "-"
+    return str((verdict or {}).get("preset") or "?")
+
+
 def _power(verdict: dict[str, Any] | None) -> str:
     tel = (verdict or {}).get("telemetry") or {}
     gpus = tel.get("gpus") or []
@@ -300,9 +307,9 @@ def history(app: AppContext, target: tuple[str, ...], bench: bool, limit: int, a
         changes = ", ".join(f"{k}: {a}→{b}" for k, a, b in diff) if diff else ("(profile)" if meta else "")
         table_rows.append(("*" if r["id"] == current else "", r["id"], str(meta.get("source", "")),
                            str((verdict or {}).get("verdict", "unverified")), changes,
-                           _figure(verdict, "output_throughput"), _power(verdict),
+                           _preset(verdict), _figure(verdict, "output_throughput"), _power(verdict),
                            textwrap.shorten(str((verdict or {}).get("reason", "")), 160, placeholder=" …")))
-    headers: list[str | Column] = ["", "release", "source", "verdict", "flag changes", Column("out tok/s", "right"),
-               Column("GPU W (sum)", "right"), "reason"]
+    headers: list[str | Column] = ["", "release", "source", "verdict", "flag changes", "preset",
+                                   Column("out tok/s", "right"), Column("GPU W (sum)", "right"), "reason"]
     app.out.table(spec(f"releases on {report.host}", headers, table_rows))
     return 0

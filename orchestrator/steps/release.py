@@ -442,6 +442,7 @@ def install_release(ctx: StepContext, record: StepRecord) -> None:
                     "rolled_back_to": previous}
         if ctx.state.bench_run is not None:
             evidence["candidate"] = bench_dict(ctx.state.bench_run.result)
+            evidence["preset"] = ctx.state.bench_run.preset
         if cand.baseline is not None:
             evidence["baseline"] = bench_dict(cand.baseline)
         if isinstance(err, LockLost):  # another run owns the host now: touching it would race that run
@@ -511,7 +512,7 @@ def gate(ctx: StepContext, record: StepRecord) -> None:
                           fix="keep it anyway with --accept-regression, or change the flags",
                           host=ctx.host.name, details={"gate": result.model_dump(mode="json")})
     telemetry = run.telemetry.model_dump(mode="json") if run.telemetry else None
-    write_verdict(ctx, rid, {"verdict": "kept", "gate": result.model_dump(mode="json"),
+    write_verdict(ctx, rid, {"verdict": "kept", "gate": result.model_dump(mode="json"), "preset": run.preset,
                              "candidate": bench_dict(run.result),
                              "baseline": bench_dict(baseline) if baseline else None,
                              "telemetry": telemetry}, guard=True)
@@ -538,6 +539,7 @@ def release_verdict(ctx: StepContext, record: StepRecord) -> None:
     run = ctx.state.bench_run
     write_verdict(ctx, server.release, {
         "verdict": "kept", "source": "up", "candidate": bench_dict(run.result) if run else None,
+        "preset": run.preset if run else None,
         "telemetry": run.telemetry.model_dump(mode="json") if run and run.telemetry else None})
     record.summary = f"{server.release} verified"
 
