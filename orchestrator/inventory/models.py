@@ -237,6 +237,9 @@ class ServerProfile(StrictModel):
     bench_preset: str = "seed-1024x256"
     min_output_throughput: float | None = Field(None, ge=0)
     regression_threshold_pct: float = Field(5.0, ge=0, le=100)
+    #: A stored baseline older than this is measured again by the roll: the machine's load, driver and clocks
+    #: move, and a week-old figure judges the candidate against a machine that no longer exists.
+    baseline_max_age_h: float = Field(24.0, gt=0)
     # What the roll gate holds against the baseline (TPOT/TTFT deltas are always reported).
     gate_metrics: list[GateMetric] = Field(default_factory=lambda: list(DEFAULT_GATE), min_length=1)
     keep_releases: int = Field(10, ge=2)

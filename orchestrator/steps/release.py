@@ -32,6 +32,7 @@ from orchestrator.redact import REDACTED, SECRET_REF
 from orchestrator.render.bundle import Bundle, render_bundle
 from orchestrator.render.service import TIMEOUT_STOP_S, launch_argv, public_flags, secret_flags
 from orchestrator.runlog import StepRecord
+from orchestrator.state.ledger import run_started
 from orchestrator.state.releases import (
     ReleaseBundle,
     activate_script,
@@ -45,7 +46,7 @@ from orchestrator.state.releases import (
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.checks import bench_for_release, wait_healthy
 from orchestrator.steps.session import ensure_facts
-from orchestrator.steps.state import Candidate, FlagDrift, Rollback
+from orchestrator.steps.state import BaselineEvidence, Candidate, FlagDrift, Rollback
 from orchestrator.steps.waiting import waiting_for
 from orchestrator.verdicts.regression import gate as regression_gate
 
@@ -216,8 +217,8 @@ def bundle_for(ctx: StepContext, flags: FlagSet, release_id: str | None = None) 
     return render_bundle(ctx.host, ctx.profile, flags=flags, api_key=api_key, release_id=release_id)
 
 
-def baseline_bench(ctx: StepContext, preset: str) -> BenchResult | None:
-    """The newest plain run of the same preset on the current release: the only fair baseline."""
+def baseline_bench(ctx: StepContext, preset: str) -> tuple[BenchResult, str] | None:
+    """The newest plain run of the same preset on the current release, with its run id: the only fair baseline."""
     out = ctx.facts.c("current_bench")
     if out is None or out.rc != 0:
         return None
@@ -226,10 +227,26 @@ def baseline_bench(ctx: StepContext, preset: str) -> BenchResult | None:
         # Only a finished run's file: a killed run's temporary `….jsonl.partial` is never a baseline.
         if name.startswith(f"bench-{preset}--") and name.endswith(".jsonl") and record.strip():
             try:
-                return parse_bench_jsonl(record)
+                return parse_bench_jsonl(record), name.removeprefix(f"bench-{preset}--").removesuffix(".jsonl")
             except BenchParseError:
                 continue
     return None
+
+
+def usable_baseline(ctx: StepContext, preset: str, release: str
+                    ) -> tuple[BenchResult | None, BaselineEvidence | None, str]:
+    """The stored baseline a roll's gate may use, its evidence, and otherwise why there is none: no plain run of
+    the preset on `release`, or the newest is older than the profile's `baseline_max_age_h`."""
+    found = baseline_bench(ctx, preset)
+    if found is None:
+        return None, None, f"no plain run of preset {preset} on {release}"
+    result, run_id = found
+    started = run_started(run_id)
+    age_s = (datetime.now() - started).total_seconds() if started is not None else None
+    max_h = ctx.profile.baseline_max_age_h
+    if age_s is not None and age_s > max_h * 3600:
+        return None, None, f"the newest, {run_id}, is {age_s / 3600:.1f} h old (baseline_max_age_h {max_h:g})"
+    return result, BaselineEvidence(run_id, release, preset, age_s), ""
 
 
 def bench_dict(result: BenchResult) -> dict[str, Any]:
@@ -423,8 +440,11 @@ def install_release(ctx: StepContext, record: StepRecord) -> None:
     previous = cand.previous
     if cand.baseline_needed and not ctx.options.skip_bench:
         preset = ctx.options.preset or ctx.profile.bench_preset
-        ctx.say(f"no baseline bench for {previous}: measuring it first ({preset})")
-        cand.baseline = bench_for_release(ctx, preset, previous).result
+        why = cand.baseline_missing or f"no plain run of preset {preset} on {previous}"
+        ctx.say(f"measuring a baseline on {previous} first ({preset}): {why}")
+        run = bench_for_release(ctx, preset, previous)
+        cand.baseline = run.result
+        cand.baseline_evidence = BaselineEvidence(run.run_id, previous, preset, 0.0, remeasured=why)
     bundle = bundle_for(ctx, cand.new_flags)
     state = installed_state(ctx)
     rid = install_bundle(ctx, bundle, source="roll", restart=True, previous=previous, existing=state.releases,
@@ -445,6 +465,8 @@ def install_release(ctx: StepContext, record: StepRecord) -> None:
             evidence["preset"] = ctx.state.bench_run.preset
         if cand.baseline is not None:
             evidence["baseline"] = bench_dict(cand.baseline)
+        if cand.baseline_evidence is not None:
+            evidence["baseline_evidence"] = cand.baseline_evidence.to_dict()
         if isinstance(err, LockLost):  # another run owns the host now: touching it would race that run
             err.what += f"; candidate {rid} was NOT rolled back to {previous} by this run"
             return
@@ -504,6 +526,10 @@ def gate(ctx: StepContext, record: StepRecord) -> None:
                              min_output_throughput=ctx.profile.min_output_throughput, gated=gated)
     ctx.state.gate = result
     record.details["gate"] = result.model_dump(mode="json")
+    seen = ctx.state.candidate.baseline_evidence if ctx.state.candidate is not None else None
+    record.details["baseline"] = seen.to_dict() if seen is not None else None
+    if seen is not None:
+        ctx.say(f"  baseline: {seen.describe()}; noise band ±{float(threshold):g} %")
     for d in result.deltas:
         if d.baseline is not None and d.new is not None:
             ctx.say(f"  {d.label:<28} {d.baseline:>10.2f} → {d.new:>10.2f}  ({d.delta_pct:+.1f} %)")
@@ -515,6 +541,7 @@ def gate(ctx: StepContext, record: StepRecord) -> None:
     write_verdict(ctx, rid, {"verdict": "kept", "gate": result.model_dump(mode="json"), "preset": run.preset,
                              "candidate": bench_dict(run.result),
                              "baseline": bench_dict(baseline) if baseline else None,
+                             "baseline_evidence": seen.to_dict() if seen is not None else None,
                              "telemetry": telemetry}, guard=True)
     ctx.on_failure = None
     record.summary = f"{rid} kept: {result.verdict}" + (f" ({result.reasons[0]})" if result.reasons else "")
