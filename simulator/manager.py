@@ -325,13 +325,27 @@ def _inventory_entry(info: SimHostInfo) -> dict[str, Any]:
     }
 
 
+#: The group `deploy sim up` writes with every host it started: `deploy up group sim` converges them all.
+SIM_GROUP = "sim"
+
+
+def router_stub(runs_on: str) -> str:
+    """A commented `router:` section for a simulated fleet: uncommented, `deploy up group sim` installs and
+    converges sglang-router in `runs_on`'s container with the group's hosts as workers (docs/fleet.md)."""
+    return ("# A managed router for these hosts: uncomment it, then `deploy up group sim` installs sglang-router in\n"
+            f"# {runs_on}'s container with the hosts of group {SIM_GROUP} as its workers (docs/fleet.md).\n"
+            f"# router:\n#   runs_on: {runs_on}\n#   workers: {SIM_GROUP}\n")
+
+
 def write_inventory(root: Path, infos: list[SimHostInfo], copy_to: Path | None = None) -> Path:
     """<root>/inventory.yaml and its copy `copy_to` (its directory made if missing): hosts only. The profile and
     presets the hosts use are the tool's (`deploy sim up` writes its example's beside the copy when needed)."""
     import yaml
 
-    text = ("# written by `deploy sim up`: the simulated hosts (loopback only)\n"
-            + yaml.safe_dump({"hosts": {i.name: _inventory_entry(i) for i in infos}}, sort_keys=False))
+    text = ("# written by `deploy sim up`: the simulated hosts (loopback only), removed by `deploy sim down`\n"
+            + yaml.safe_dump({"hosts": {i.name: _inventory_entry(i) for i in infos},
+                              "groups": {SIM_GROUP: [i.name for i in infos]}}, sort_keys=False)
+            + (router_stub(infos[0].name) if len(infos) > 1 else ""))
     path = SimPaths(root).inventory
     write_text_atomic(path, text)
     if copy_to is not None:

@@ -83,16 +83,21 @@ def _save_point(out_dir: Path, name: str, run: Any) -> str:
 
 
 def _report_sweep(app: AppContext, host: str, preset: str, parameter: str, values: list[str], runs: list[Any],
-                  out_dir: Path) -> dict[str, Any]:
+                  out_dir: Path, *, release: str | None = None, overrides: tuple[str, ...] = ()) -> dict[str, Any]:
     points = []
     for value, run in zip(values, runs, strict=True):
         rdir = _save_point(out_dir, f"{parameter}={value}", run)
         points.append(SweepPoint(value=_numeric(value), bench=run.result, telemetry=run.telemetry,
                                  diagnosis=tuple(run.diagnosis), result_dir=rdir, run_id=run.run_id))
-    result = SweepResult(parameter=parameter, points=tuple(points), host=host, preset=preset)
+    started = min((r.started_at for r in runs), default=None)
+    result = SweepResult(parameter=parameter, points=tuple(points), host=host, preset=preset, release=release,
+                         started_at=started.isoformat(timespec="seconds") if started else None, overrides=overrides)
     png, html = write_sweep_report(result, out_dir)
     table = sweep_table(points)
-    app.out.table(table_spec(table, f"sweep over {parameter} on {host} ({preset})"))
+    app.out.table(table_spec(table, result.title().replace("Sweep", "sweep", 1)))
+    for point in points:  # the diagnosis belongs on the terminal too, not only in the HTML
+        for d in point.diagnosis:
+            app.out.line(f"  {parameter}={point.value}: [{d.severity}] {d.message}")
     app.out.line(f"plot: {png}\nreport: {html}")
     return {"parameter": parameter, "png": str(png), "html": str(html), "dir": str(out_dir),
             "points": [{"value": v, **r.to_dict()} for v, r in zip(values, runs, strict=True)]}
@@ -170,7 +175,9 @@ def bench(app: AppContext, target: tuple[str, ...], preset: str | None, sets: tu
                                "runs": [r.to_dict() for r in runs], "totals": report.to_dict()["totals"]}
     if sweep:
         out = Path(out_dir or f"deploy-results/{host.name}/{stamp}-{parameter}")
-        payload["sweep"] = _report_sweep(app, host.name, preset_name, parameter, values, runs, out)
+        payload["sweep"] = _report_sweep(app, host.name, preset_name, parameter, values, runs, out,
+                                         release=report.state.server.release,
+                                         overrides=tuple(f"{k}={v}" for k, v in overrides.items()))
     else:
         for run in runs:
             _print_run(app, run)
@@ -278,7 +285,9 @@ def _server_sweep(app: AppContext, target: tuple[str, ...], host: str, preset: s
         run_with_progress(app, target, "rollback", RunOptions(tofu=tofu, command=command_line()),
                           RunInputs(rollback_to=final))
     out = Path(out_dir or f"deploy-results/{host}/{stamp}-{parameter}")
-    payload = {"ok": True, "host": host, "sweep": _report_sweep(app, host, preset, parameter, values, runs, out),
+    swept = _report_sweep(app, host, preset, parameter, values, runs, out,
+                          release=f"one per point, then {final or original}")
+    payload = {"ok": True, "host": host, "sweep": swept,
                "best": {"value": values[best], "release": releases[best]}, "final_release": final}
     app.out.line(f"best: {parameter}={values[best]} ({runs[best].result.output_throughput:.1f} tok/s); "
                  f"current release now {final}")
@@ -342,7 +351,8 @@ def ledger_table(runs: list[RunRecord], title: str) -> TableSpec:
     rows = []
     for r in runs:
         b, t, per_gpu = r.bench, r.telemetry, _per_gpu_w(r)
-        rows.append((r.id, r.host, r.source, r.preset or "-", r.release_id or "-",
+        source = f"{r.source} {r.label}" if r.source == "sweep" and r.label else r.source
+        rows.append((r.id, r.host, source, r.preset or "-", r.release_id or "-",
                      f"{b.output_throughput:.1f}" if b else "-",
                      f"{b.mean_tpot_ms:.2f}" if b and b.mean_tpot_ms is not None else "-",
                      f"{b.concurrency:.0f}" if b and b.concurrency is not None else "-",

@@ -28,6 +28,7 @@ from orchestrator.fleet.targets import parse_targets
 from orchestrator.roll import RollOutcome, refused, roll_host, rollback_host, rollback_payload
 from orchestrator.state.releases import RELEASE_ID
 from orchestrator.steps.base import RunOptions
+from orchestrator.steps.release import drift_line
 from orchestrator.steps.state import RollRequest, RunInputs
 from orchestrator.ui.progress import totals_line
 from orchestrator.ui.tables import Column, spec
@@ -234,6 +235,8 @@ def status(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
         app.out.line(f"host {report.host}: release {info.release or 'none'} "
                      f"({info.verdict or 'unverified'}, {info.release_source or '-'}, "
                      f"{info.release_created or '-'}), sglang {info.active}, /health {info.health}")
+        if info.drift:
+            app.out.line(f"drift: {drift_line(info.drift, resolve_host(app, target).profile)}")
     gpu_rows = []
     for g in info.gpus:
         power_w, limit_w, util = g.get("power_w"), g.get("limit_w"), g.get("util_pct")
@@ -254,6 +257,13 @@ def _figure(verdict: dict[str, Any] | None, key: str) -> str:
     cand = (verdict or {}).get("candidate") or {}
     v = cand.get(key)
     return f"{v:.1f}" if isinstance(v, int | float) else "-"
+
+
+def _preset(verdict: dict[str, Any] | None) -> str:
+    """The preset the release's figures were measured with: tok/s of two presets are not comparable."""
+    if not (verdict or {}).get("candidate"):
+        return "-"
+    return str((verdict or {}).get("preset") or "?")
 
 
 def _power(verdict: dict[str, Any] | None) -> str:
@@ -297,9 +307,9 @@ def history(app: AppContext, target: tuple[str, ...], bench: bool, limit: int, a
         changes = ", ".join(f"{k}: {a}→{b}" for k, a, b in diff) if diff else ("(profile)" if meta else "")
         table_rows.append(("*" if r["id"] == current else "", r["id"], str(meta.get("source", "")),
                            str((verdict or {}).get("verdict", "unverified")), changes,
-                           _figure(verdict, "output_throughput"), _power(verdict),
+                           _preset(verdict), _figure(verdict, "output_throughput"), _power(verdict),
                            textwrap.shorten(str((verdict or {}).get("reason", "")), 160, placeholder=" …")))
-    headers: list[str | Column] = ["", "release", "source", "verdict", "flag changes", Column("out tok/s", "right"),
-               Column("GPU W (sum)", "right"), "reason"]
+    headers: list[str | Column] = ["", "release", "source", "verdict", "flag changes", "preset",
+                                   Column("out tok/s", "right"), Column("GPU W (sum)", "right"), "reason"]
     app.out.table(spec(f"releases on {report.host}", headers, table_rows))
     return 0

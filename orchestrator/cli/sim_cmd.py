@@ -12,7 +12,7 @@ from rich.table import Table
 
 from orchestrator.cli.common import AppContext, SuggestingGroup, common_options
 from orchestrator.errors import ConfigError
-from orchestrator.inventory.example import seed_server_files
+from orchestrator.inventory.example import seed_server_files, seeded_files
 
 ROOT_HELP = "Simulator state directory (default $DEPLOY_SIM_ROOT or /var/lib/deploy-sim)."
 
@@ -116,10 +116,16 @@ def down(app: AppContext, root: str | None) -> int:
 
     sim_down(_root(root))
     copy = _inventory_copy(app)
-    if copy.exists():
-        copy.unlink()
-    app.out.emit({"ok": True})
-    app.out.line("simulated hosts stopped")
+    # What `sim up` wrote goes with it: sim.yaml, and the example's profiles and presets it seeded beside it
+    # unless they were edited since (those stay, and are named).
+    seeds, edited = seeded_files(copy.parent, copy) if copy.exists() else ([], [])
+    removed = [p for p in (copy, *seeds) if p.exists()]
+    for p in removed:
+        p.unlink()
+    app.out.emit({"ok": True, "removed": [str(p) for p in removed], "kept": [str(p) for p in edited]})
+    app.out.line("simulated hosts stopped" + (f"; removed {', '.join(str(p) for p in removed)}" if removed else ""))
+    if edited:
+        app.out.line(f"kept {', '.join(str(p) for p in edited)}: edited since `deploy sim up` wrote it")
     return 0
 
 

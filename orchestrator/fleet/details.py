@@ -30,4 +30,16 @@ def p2p_detail(report: Payload) -> str:
 def history_detail(report: Payload) -> str:
     if "runs" in report:  # history --bench: local ledger runs
         return f"{len(report['runs'])} bench run(s)"
-    return f"current {report.get('current') or 'none'}, {len(report.get('releases') or [])} release(s)"
+    releases = report.get("releases") or []
+    current = report.get("current")
+    row = next((r for r in releases if r.get("id") == current), None)
+    if row is None:
+        return f"current {current or 'none'}, {len(releases)} release(s)"
+    meta, verdict = row.get("meta") or {}, row.get("verdict") or {}
+    diff = meta.get("flag_diff") or []
+    changes = ", ".join(f"{k}: {a}→{b}" for k, a, b in diff) if diff else "profile flags"
+    figures = verdict.get("candidate") or {}
+    tput = figures.get("output_throughput")
+    measured = (f", {tput:.1f} tok/s ({verdict.get('preset') or '?'})" if isinstance(tput, int | float) else "")
+    return (f"current {current} ({verdict.get('verdict', 'unverified')}, {meta.get('source') or '-'}: {changes}"
+            f"{measured}), {len(releases)} release(s)")

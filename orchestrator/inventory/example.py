@@ -41,3 +41,15 @@ def seed_server_files(directory: Path, own: Path) -> list[Path]:
     if any(p != own for p in inventory_files(directory)):
         return []
     return write_example(directory, SERVER_FILES)
+
+
+
+def seeded_files(directory: Path, own: Path) -> tuple[list[Path], list[Path]]:
+    """What `seed_server_files` wrote, for `deploy sim down` to remove with `own`: (unchanged since, edited since).
+    Nothing when the directory holds anything else: an inventory of the user's (from `deploy init`) keeps its
+    files."""
+    files = [p for p in inventory_files(directory) if p != own]
+    if any(p.name not in SERVER_FILES for p in files):
+        return [], []
+    same = [p for p in files if p.read_text() == (example_inventory_dir() / p.name).read_text()]
+    return same, [p for p in files if p not in same]

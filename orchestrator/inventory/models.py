@@ -237,6 +237,9 @@ class ServerProfile(StrictModel):
     bench_preset: str = "seed-1024x256"
     min_output_throughput: float | None = Field(None, ge=0)
     regression_threshold_pct: float = Field(5.0, ge=0, le=100)
+    #: A stored baseline older than this is measured again by the roll: the machine's load, driver and clocks
+    #: move, and a week-old figure judges the candidate against a machine that no longer exists.
+    baseline_max_age_h: float = Field(24.0, gt=0)
     # What the roll gate holds against the baseline (TPOT/TTFT deltas are always reported).
     gate_metrics: list[GateMetric] = Field(default_factory=lambda: list(DEFAULT_GATE), min_length=1)
     keep_releases: int = Field(10, ge=2)
@@ -435,6 +438,9 @@ def _expand_groups(groups: dict[str, list[str]], hosts: dict[str, Host]) -> dict
 
     A member names a host or another group. A name that is both is ambiguous; a group reaching itself is a cycle;
     the same member listed twice in one group is a typo. Overlaps through nesting are fine (each host once).
+    A member that names neither is kept as a host name here: the group is refused when a command targets it
+    (`Inventory.group_hosts`), not when the inventory loads, so that a groups file naming hosts that are gone
+    (the simulator's, after `deploy sim down`) does not break every other command.
     """
     problems: list[str] = []
     for name, members in groups.items():
@@ -447,9 +453,6 @@ def _expand_groups(groups: dict[str, list[str]], hosts: dict[str, Host]) -> dict
             if member in seen:
                 problems.append(f"groups.{name}: {member!r} is listed twice")
             seen.add(member)
-            if member not in hosts and member not in groups:
-                problems.append(f"groups.{name}: unknown host {member!r} (known hosts: "
-                                f"{', '.join(sorted(hosts)) or 'none'}; groups: {', '.join(sorted(groups))})")
     if problems:
         raise ValueError("; ".join(problems))
     expanded: dict[str, list[str]] = {}
@@ -535,7 +538,17 @@ class Inventory(StrictModel):
         if name not in self.groups:
             raise unknown_name("group", name, self.groups, where=" in the inventory",
                                fix="add it under 'groups:' in an inventory file, or check --inventory")
-        return [self.hosts[h] for h in _expand_groups(self.groups, self.hosts)[name]]
+        members = _expand_groups(self.groups, self.hosts)[name]
+        unknown = [m for m in members if m not in self.hosts]
+        if unknown:
+            guesses = {m: did_you_mean(m, list(self.hosts)) for m in unknown}
+            raise ConfigError(
+                f"group {name!r} names host(s) the inventory does not have: "
+                + ", ".join(f"{m!r}" + (f" (did you mean {guesses[m]!r}?)" if guesses[m] else "") for m in unknown)
+                + f" (known hosts: {', '.join(sorted(self.hosts)) or 'none'})",
+                fix=f"add them to the inventory, or remove them from groups.{name} (simulated hosts leave the "
+                    "inventory with `deploy sim down`); nothing was contacted")
+        return [self.hosts[h] for h in members]
 
     def profile_for(self, host: Host) -> ServerProfile:
         return self.profiles[host.profile]

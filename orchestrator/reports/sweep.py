@@ -38,6 +38,22 @@ class SweepResult:
     points: tuple[SweepPoint, ...]
     host: str | None = None
     preset: str | None = None
+    release: str | None = None  # the release the points ran on (a server sweep: each point's own, see run ids)
+    started_at: str | None = None  # when the sweep began (ISO)
+    overrides: tuple[str, ...] = ()  # other bench overrides every point ran with (KEY=VALUE)
+
+    def context(self) -> list[str]:
+        """What a reader needs to trust the figures: preset, release, overrides (for titles and the HTML)."""
+        out = [f"preset {self.preset}"] if self.preset else []
+        if self.release:
+            out.append(f"release {self.release}")
+        if self.overrides:
+            out.append("overrides " + ", ".join(self.overrides))
+        return out
+
+    def title(self) -> str:
+        head = f"Sweep over {self.parameter}" + (f" on {self.host}" if self.host else "")
+        return head + (f" — {'; '.join(self.context())}" if self.context() else "")
 
 
 @dataclass(frozen=True)
@@ -130,6 +146,15 @@ def gpu_table(telemetry: TelemetrySummary) -> TableData:
                               "PCIe tx MB/s", "max °C"), rows=rows)
 
 
+def power_axis(points: Sequence[SweepPoint], watts: Sequence[float]) -> tuple[float, float | None]:
+    """The power panel's top and the per-GPU limit line: the axis runs from 0 to the limit. On an auto-scaled
+    axis a 3 W wobble filled the panel and read as a trend; against the limit the panel shows what matters, how
+    much of the GPUs' power the load uses."""
+    limits = [g.power_limit_w for p in points if p.telemetry for g in p.telemetry.gpus if g.power_limit_w]
+    limit = max(limits) if limits else None
+    return max(limit or 0.0, max(watts, default=0.0) * 1.15) or 1.0, limit
+
+
 def _x(v: float | int | str) -> float:
     if isinstance(v, str):
         raise TypeError("string sweep values are plotted as categories")
@@ -173,6 +198,12 @@ def plot_sweep(points: Sequence[SweepPoint], path: Path | str, *, parameter: str
                 ax.set_xscale("log", base=2)
             ax.set_xticks(xs)
             ax.set_xticklabels([str(p.value) for p in points], fontsize=8)
+            if label.startswith("Mean power") and pts:
+                top, limit = power_axis(points, [y for _, y in pts])
+                ax.set_ylim(0, top)
+                if limit:
+                    ax.axhline(limit, color="grey", linestyle="--", linewidth=1)
+                    ax.text(xs[0], limit, " power limit", va="bottom", fontsize=8, color="grey")
         fig.suptitle(title or f"Sweep over {parameter}", fontsize=12)
         fig.tight_layout()
         out = Path(path)
@@ -230,10 +261,11 @@ def html_report(points: Sequence[SweepPoint], title: str, png_path: Path | str |
     if diag_parts:
         parts.append("<h2>Diagnosis</h2>")
         parts += diag_parts
-    dirs = [(p.value, p.result_dir) for p in points if p.result_dir]
-    if dirs:
-        parts.append("<h2>Result files</h2><ul>")
-        parts += [f"<li>{html.escape(str(v))}: <code>{html.escape(d)}</code></li>" for v, d in dirs]
+    runs = [(p.value, p.run_id, p.result_dir) for p in points if p.run_id or p.result_dir]
+    if runs:
+        parts.append("<h2>Runs</h2><ul>")
+        parts += [f"<li>{html.escape(str(v))}: run <code>{html.escape(r or '-')}</code>"
+                  + (f", files <code>{html.escape(d)}</code>" if d else "") + "</li>" for v, r, d in runs]
         parts.append("</ul>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
@@ -243,10 +275,10 @@ def write_sweep_report(result: SweepResult, out_dir: Path | str, *, title: str |
     """Write `sweep.png` and `report.html` into `out_dir`; return both paths."""
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
-    ttl = title or f"Sweep over {result.parameter}" + (f" on {result.host}" if result.host else "")
+    ttl = title or result.title()
     png = plot_sweep(result.points, d / "sweep.png", parameter=result.parameter, title=ttl)
-    page = html_report(result.points, ttl, png, parameter=result.parameter,
-                       notes=[f"preset {result.preset}"] if result.preset else ())
+    notes = [*result.context(), *([f"started {result.started_at}"] if result.started_at else [])]
+    page = html_report(result.points, ttl, png, parameter=result.parameter, notes=notes)
     html_path = d / "report.html"
     html_path.write_text(redact_text(page), encoding="utf-8")
     return png, html_path

@@ -19,7 +19,7 @@ from typing import Any
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, RemoteError
 from orchestrator.inventory.models import Inventory, RouterSpec
 from orchestrator.parsers.sections import build_batch_script, new_nonce, split_batch_output
-from orchestrator.remote.container import Container
+from orchestrator.remote.container import NOT_RUNNING, Container
 from orchestrator.router.client import RouterClient
 from orchestrator.router.facts import (
     UNIT,
@@ -169,6 +169,18 @@ def _converge(spec: RouterSpec, inventory: Inventory, ct: Container, report: Rou
     # The probe checks the argv as it would be with every candidate (the worker list does not change its
     # validity); the workers are chosen once the installed router's own list is known.
     probe_bundle = render_router(spec, router_schema(spec.version), choose([]).urls, api_key)
+    if dry_run and not _container_runs(ct):
+        # A plan on fresh hosts: the router's container is made by its host's `up`, so there is nothing to read
+        # yet; say what `up` would do instead of failing on the missing container.
+        first = choose(None)
+        report.workers, report.left_out = first.workers, first.left_out
+        what = (f"install sglang-router=={spec.version} in {spec.venv} once `up` has created and started CT "
+                f"{ct.vmid}, and start the router ({len(first.urls)} worker(s))")
+        record.changes.append(what)
+        record.status, record.summary = "would-change", what
+        record.details.update({"venv": spec.venv, "installed_version": None, "active": None,
+                               "workers": first.urls})
+        return
     facts = _read_facts(ct, spec, list(probe_bundle.argv))
     choice = choose(installed_workers(facts.execstart))
     urls = choice.urls
@@ -243,6 +255,12 @@ def _apply(ct: Container, bundle: RouterBundle, *, action: str | None) -> None:
         raise RemoteError(f"installing the router's files in CT {ct.vmid} failed: "
                           f"{(res.stderr or res.stdout).strip()[-400:]}",
                           fix=f"see `journalctl -u {UNIT}` in CT {ct.vmid}; re-run deploy up")
+
+
+def _container_runs(ct: Container) -> bool:
+    """One round trip, plans only: whether the router's container exists and runs (a fresh host's does not)."""
+    res = ct.node.run(ct.if_running("true"), check=False, timeout=60, what=f"is CT {ct.vmid} running")
+    return res.rc == 0 and NOT_RUNNING not in res.stdout
 
 
 def _read_facts(ct: Container, spec: RouterSpec, argv: list[str]) -> RouterFacts:

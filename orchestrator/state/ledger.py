@@ -91,6 +91,14 @@ def new_run_id(now: datetime | None = None) -> str:
     return f"r-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
+def run_started(run_id: str) -> datetime | None:
+    """When a run began, from its id (`new_run_id`'s local time); None for an id of another shape."""
+    try:
+        return datetime.strptime(run_id[2:17], "%Y%m%d-%H%M%S") if run_id.startswith("r-") else None
+    except ValueError:
+        return None
+
+
 class RunRecord(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

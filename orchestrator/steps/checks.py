@@ -298,7 +298,8 @@ def bench_for_release(ctx: StepContext, preset_name: str, release: str | None,
         Ledger().record_run(host=ctx.host.name, bench=run.result, source=source,
                             release_id=release, preset=preset_name, started_at=run.started_at,
                             flags=flags, telemetry=run.telemetry, diagnosis=run.diagnosis,
-                            jsonl_path=f"{ctx.host.name}:{run.remote_jsonl}", run_id=run.run_id)
+                            jsonl_path=f"{ctx.host.name}:{run.remote_jsonl}", run_id=run.run_id,
+                            label=", ".join(f"{k}={v}" for k, v in overrides.items()) if overrides else None)
     except Exception as exc:  # the ledger is a local convenience; never fail a rollout on it
         ctx.say(f"  warning: could not write the local ledger: {exc}")
     return run

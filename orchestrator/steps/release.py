@@ -26,12 +26,13 @@ from typing import Any
 import yaml
 
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, LockLost, RemoteError
-from orchestrator.flags import FlagSchema, FlagSet, canonicalize, with_secret_values
+from orchestrator.flags import FlagSchema, FlagSet, canonicalize, diff_flags, with_secret_values
 from orchestrator.parsers.bench import BenchParseError, BenchResult, parse_bench_jsonl
-from orchestrator.redact import SECRET_REF
+from orchestrator.redact import REDACTED, SECRET_REF
 from orchestrator.render.bundle import Bundle, render_bundle
-from orchestrator.render.service import TIMEOUT_STOP_S, launch_argv, public_flags
+from orchestrator.render.service import TIMEOUT_STOP_S, launch_argv, public_flags, secret_flags
 from orchestrator.runlog import StepRecord
+from orchestrator.state.ledger import run_started
 from orchestrator.state.releases import (
     ReleaseBundle,
     activate_script,
@@ -45,7 +46,7 @@ from orchestrator.state.releases import (
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.checks import bench_for_release, wait_healthy
 from orchestrator.steps.session import ensure_facts
-from orchestrator.steps.state import Candidate, Rollback
+from orchestrator.steps.state import BaselineEvidence, Candidate, FlagDrift, Rollback
 from orchestrator.steps.waiting import waiting_for
 from orchestrator.verdicts.regression import gate as regression_gate
 
@@ -176,14 +177,48 @@ def desired_flags(ctx: StepContext) -> FlagSet:
     return profile_flags(ctx)
 
 
+def flag_drift(ctx: StepContext) -> list[FlagDrift]:
+    """Where the current release's flags differ from the inventory profile's, as `plan` and `status` show them.
+
+    A verified roll's flags stand until the profile is edited (`desired_flags`), so `plan` says "no changes" while
+    the host runs something the inventory does not say: operators coming from Terraform expect to see that. Read
+    from flags.json only (no secrets.yaml round trip): a secret flag counts as drift only when it is set on one
+    side and not on the other, and its values are never shown. Empty before the first release, or when the
+    profile's flags do not parse (the run's other steps report that)."""
+    stored = json_fact(ctx, "current_flags")
+    if stored is None:
+        return []
+    try:
+        wanted = profile_flags(ctx)
+    except ConfigError:
+        return []
+    hidden = secret_flags(ctx.profile, wanted) | {k for k, v in stored.items() if v in (SECRET_REF, REDACTED)}
+    out = []
+    for name, profile_value, running in diff_flags(wanted.as_dict(), stored):
+        if name in hidden:
+            if (profile_value is None) == (running is None):
+                continue
+            profile_value = None if profile_value is None else SECRET_REF
+            running = None if running is None else SECRET_REF
+        out.append(FlagDrift(name, profile_value, running))
+    return out
+
+
+def drift_line(drift: list[FlagDrift], profile: str) -> str:
+    """One line for humans: which flags run differently from the profile, and what makes them agree."""
+    shown = ", ".join(d.describe() for d in drift)
+    return (f"running flags differ from profile '{profile}': {shown}; a verified roll's flags stand until the "
+            "profile is edited (put them in the profile to keep them, or `deploy roll` back)")
+
+
 def bundle_for(ctx: StepContext, flags: FlagSet, release_id: str | None = None) -> Bundle:
     """The files for `flags`; `release_id` goes into the unit's managed header only (not into any hash)."""
     api_key = ctx.profile.api_key.read() if ctx.profile.api_key is not None else None
     return render_bundle(ctx.host, ctx.profile, flags=flags, api_key=api_key, release_id=release_id)
 
 
-def baseline_bench(ctx: StepContext, preset: str) -> BenchResult | None:
-    """The newest plain run of the same preset on the current release: the only fair baseline."""
+def baseline_bench(ctx: StepContext, preset: str) -> tuple[BenchResult, str] | None:
+    """The newest plain run of the same preset on the current release, with its run id: the only fair baseline."""
     out = ctx.facts.c("current_bench")
     if out is None or out.rc != 0:
         return None
@@ -192,10 +227,26 @@ def baseline_bench(ctx: StepContext, preset: str) -> BenchResult | None:
         # Only a finished run's file: a killed run's temporary `….jsonl.partial` is never a baseline.
         if name.startswith(f"bench-{preset}--") and name.endswith(".jsonl") and record.strip():
             try:
-                return parse_bench_jsonl(record)
+                return parse_bench_jsonl(record), name.removeprefix(f"bench-{preset}--").removesuffix(".jsonl")
             except BenchParseError:
                 continue
     return None
+
+
+def usable_baseline(ctx: StepContext, preset: str, release: str
+                    ) -> tuple[BenchResult | None, BaselineEvidence | None, str]:
+    """The stored baseline a roll's gate may use, its evidence, and otherwise why there is none: no plain run of
+    the preset on `release`, or the newest is older than the profile's `baseline_max_age_h`."""
+    found = baseline_bench(ctx, preset)
+    if found is None:
+        return None, None, f"no plain run of preset {preset} on {release}"
+    result, run_id = found
+    started = run_started(run_id)
+    age_s = (datetime.now() - started).total_seconds() if started is not None else None
+    max_h = ctx.profile.baseline_max_age_h
+    if age_s is not None and age_s > max_h * 3600:
+        return None, None, f"the newest, {run_id}, is {age_s / 3600:.1f} h old (baseline_max_age_h {max_h:g})"
+    return result, BaselineEvidence(run_id, release, preset, age_s), ""
 
 
 def bench_dict(result: BenchResult) -> dict[str, Any]:
@@ -389,8 +440,11 @@ def install_release(ctx: StepContext, record: StepRecord) -> None:
     previous = cand.previous
     if cand.baseline_needed and not ctx.options.skip_bench:
         preset = ctx.options.preset or ctx.profile.bench_preset
-        ctx.say(f"no baseline bench for {previous}: measuring it first ({preset})")
-        cand.baseline = bench_for_release(ctx, preset, previous).result
+        why = cand.baseline_missing or f"no plain run of preset {preset} on {previous}"
+        ctx.say(f"measuring a baseline on {previous} first ({preset}): {why}")
+        run = bench_for_release(ctx, preset, previous)
+        cand.baseline = run.result
+        cand.baseline_evidence = BaselineEvidence(run.run_id, previous, preset, 0.0, remeasured=why)
     bundle = bundle_for(ctx, cand.new_flags)
     state = installed_state(ctx)
     rid = install_bundle(ctx, bundle, source="roll", restart=True, previous=previous, existing=state.releases,
@@ -408,8 +462,11 @@ def install_release(ctx: StepContext, record: StepRecord) -> None:
                     "rolled_back_to": previous}
         if ctx.state.bench_run is not None:
             evidence["candidate"] = bench_dict(ctx.state.bench_run.result)
+            evidence["preset"] = ctx.state.bench_run.preset
         if cand.baseline is not None:
             evidence["baseline"] = bench_dict(cand.baseline)
+        if cand.baseline_evidence is not None:
+            evidence["baseline_evidence"] = cand.baseline_evidence.to_dict()
         if isinstance(err, LockLost):  # another run owns the host now: touching it would race that run
             err.what += f"; candidate {rid} was NOT rolled back to {previous} by this run"
             return
@@ -469,6 +526,10 @@ def gate(ctx: StepContext, record: StepRecord) -> None:
                              min_output_throughput=ctx.profile.min_output_throughput, gated=gated)
     ctx.state.gate = result
     record.details["gate"] = result.model_dump(mode="json")
+    seen = ctx.state.candidate.baseline_evidence if ctx.state.candidate is not None else None
+    record.details["baseline"] = seen.to_dict() if seen is not None else None
+    if seen is not None:
+        ctx.say(f"  baseline: {seen.describe()}; noise band ±{float(threshold):g} %")
     for d in result.deltas:
         if d.baseline is not None and d.new is not None:
             ctx.say(f"  {d.label:<28} {d.baseline:>10.2f} → {d.new:>10.2f}  ({d.delta_pct:+.1f} %)")
@@ -477,9 +538,10 @@ def gate(ctx: StepContext, record: StepRecord) -> None:
                           fix="keep it anyway with --accept-regression, or change the flags",
                           host=ctx.host.name, details={"gate": result.model_dump(mode="json")})
     telemetry = run.telemetry.model_dump(mode="json") if run.telemetry else None
-    write_verdict(ctx, rid, {"verdict": "kept", "gate": result.model_dump(mode="json"),
+    write_verdict(ctx, rid, {"verdict": "kept", "gate": result.model_dump(mode="json"), "preset": run.preset,
                              "candidate": bench_dict(run.result),
                              "baseline": bench_dict(baseline) if baseline else None,
+                             "baseline_evidence": seen.to_dict() if seen is not None else None,
                              "telemetry": telemetry}, guard=True)
     ctx.on_failure = None
     record.summary = f"{rid} kept: {result.verdict}" + (f" ({result.reasons[0]})" if result.reasons else "")
@@ -504,6 +566,7 @@ def release_verdict(ctx: StepContext, record: StepRecord) -> None:
     run = ctx.state.bench_run
     write_verdict(ctx, server.release, {
         "verdict": "kept", "source": "up", "candidate": bench_dict(run.result) if run else None,
+        "preset": run.preset if run else None,
         "telemetry": run.telemetry.model_dump(mode="json") if run and run.telemetry else None})
     record.summary = f"{server.release} verified"
 

@@ -24,13 +24,13 @@ from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.release import (
     RELEASE_FACTS,
-    baseline_bench,
     bundle_for,
     candidate,
     installed_flags,
     installed_state,
     release_flags,
     restore_interrupted,
+    usable_baseline,
 )
 from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.software import container_flag_check
@@ -107,8 +107,10 @@ def resolve_release(ctx: StepContext, record: StepRecord) -> None:
                           details={"unchanged": True, "release": from_release,
                                    "flags": stored_flags(base, secret)})
     preset = ctx.options.preset or ctx.profile.bench_preset
+    baseline, evidence, missing = usable_baseline(ctx, preset, from_release)
     ctx.state.candidate = Candidate(previous=from_release, base_flags=base, new_flags=new, flag_diff=diff,
-                                    baseline=baseline_bench(ctx, preset), secret=secret)
+                                    baseline=baseline, secret=secret, baseline_evidence=evidence,
+                                    baseline_missing=missing)
     record.details["diff"] = [{"flag": k, "old": a, "new": b} for k, a, b in diff]
     for k, a, b in diff:
         ctx.say(f"  --{k}: {a if a is not None else '(unset)'} → {b if b is not None else '(unset)'}")

@@ -17,6 +17,8 @@ from orchestrator.steps.release import (
     abandon_interrupted_up,
     bundle_for,
     desired_flags,
+    drift_line,
+    flag_drift,
     install_bundle,
     installed_flags,
     installed_state,
@@ -77,8 +79,11 @@ def server_unit(ctx: StepContext, record: StepRecord) -> None:
     record.details["enabled"] = enabled
     if same and state.active == "active" and abandoned is None:
         server.restarted = False
+        drift = flag_drift(ctx)
+        record.details["drift"] = [d.to_dict() for d in drift]
         if enabled:
-            record.summary = f"unit unchanged (release {state.release}), server active, enabled at boot"
+            record.summary = (f"unit unchanged (release {state.release}), server active, enabled at boot"
+                              + (f"; {drift_line(drift, ctx.host.profile)}" if drift else ""))
             return
         enable_unit(ctx, record)
         return

@@ -62,6 +62,37 @@ class ServerRun:
     journal_cursor: str | None = None  # the unit's last journal entry before this start: health reads what follows
 
 
+@dataclass(frozen=True)
+class BaselineEvidence:
+    """The run a roll's throughput gate compared with: a verdict is only as good as its baseline, so the gate
+    shows its age, preset and release, and whether this roll measured it because the stored one would not do."""
+
+    run_id: str | None
+    release: str
+    preset: str
+    age_s: float | None  # None when the run id carries no time (an older deploy's run)
+    remeasured: str = ""  # why this roll measured it ("" when a stored run was used)
+
+    def describe(self) -> str:
+        if self.remeasured:
+            return (f"run {self.run_id} of release {self.release}, preset {self.preset}, measured by this roll "
+                    f"({self.remeasured})")
+        age = "age unknown" if self.age_s is None else f"{_age(self.age_s)} old"
+        return f"run {self.run_id} of release {self.release}, preset {self.preset}, {age}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "release": self.release, "preset": self.preset,
+                "age_s": None if self.age_s is None else round(self.age_s, 1), "remeasured": self.remeasured or None}
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 @dataclass
 class Candidate:
     """A roll's new release: resolved and diffed by resolve_release, installed by install_release."""
@@ -70,15 +101,34 @@ class Candidate:
     base_flags: FlagSet
     new_flags: FlagSet
     flag_diff: list[tuple[str, Any, Any]]
-    baseline: BenchResult | None  # the newest plain run of the gate's preset on `previous`
-    baseline_needed: bool = False  # no baseline yet: install_release measures `previous` first
+    baseline: BenchResult | None  # the newest plain run of the gate's preset on `previous`, young enough
+    baseline_needed: bool = False  # no usable baseline: install_release measures `previous` first
     secret: frozenset[str] = frozenset()  # the secret flags of either set (render.service.secret_flags)
+    baseline_evidence: BaselineEvidence | None = None  # which run `baseline` is, for the verdict and output
+    baseline_missing: str = ""  # why there is no usable baseline (none of the preset, or too old)
 
     def stored(self, flags: FlagSet) -> dict[str, Any]:
         """`flags` as evidence and output carry them: each secret's value replaced by its reference."""
         from orchestrator.flags import stored_flags  # at call time: this module is imported by the flags' users
 
         return stored_flags(flags, self.secret)
+
+
+@dataclass(frozen=True)
+class FlagDrift:
+    """One flag the running release has differently from the inventory profile (None: not set on that side)."""
+
+    flag: str
+    profile: Any
+    running: Any
+
+    def describe(self) -> str:
+        def shown(v: Any) -> str:
+            return "(unset)" if v is None else str(v)
+        return f"--{self.flag} {shown(self.running)} (profile: {shown(self.profile)})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"flag": self.flag, "profile": self.profile, "running": self.running}
 
 
 @dataclass
@@ -96,6 +146,7 @@ class ServerStatus:
     gpus: list[dict[str, float | int | None]] = field(default_factory=list)
     power_w: float = 0.0
     power_limit_w: float = 0.0
+    drift: list[FlagDrift] = field(default_factory=list)
 
     @property
     def container_running(self) -> bool:
@@ -106,7 +157,7 @@ class ServerStatus:
                 "active": self.active, "health": self.health, "release_created": self.release_created,
                 "release_source": self.release_source, "verdict": self.verdict,
                 "sglang_version": self.sglang_version, "gpus": self.gpus, "power_w": self.power_w,
-                "power_limit_w": self.power_limit_w}
+                "power_limit_w": self.power_limit_w, "drift": [d.to_dict() for d in self.drift]}
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,14 @@ from orchestrator.errors import CheckFailed
 from orchestrator.runlog import StepRecord
 from orchestrator.state.releases import parse_release_lines, read_releases_script
 from orchestrator.steps.base import StepContext, step
-from orchestrator.steps.release import RELEASE_FACTS, current_meta, current_verdict, installed_state
+from orchestrator.steps.release import (
+    RELEASE_FACTS,
+    current_meta,
+    current_verdict,
+    drift_line,
+    flag_drift,
+    installed_state,
+)
 from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.state import ServerStatus
 
@@ -61,9 +68,11 @@ def status(ctx: StepContext, record: StepRecord) -> None:
     info.health = health.stdout.strip() if health is not None else None
     info.release_created, info.release_source = meta.get("created_at"), meta.get("source")
     info.verdict, info.sglang_version = verdict.get("verdict"), meta.get("sglang_version")
+    info.drift = flag_drift(ctx)
     record.details.update(info.to_dict())
     record.summary = (f"release {state.release or 'none'} ({info.verdict or 'unverified'}), sglang "
-                      f"{state.active}, /health {info.health}, {power}")
+                      f"{state.active}, /health {info.health}, {power}"
+                      + (f"; {drift_line(info.drift, ctx.host.profile)}" if info.drift else ""))
 
 
 @step("history")

@@ -81,6 +81,12 @@ def test_roll_good_change_becomes_current_with_its_verdict(deploy_env: DeployEnv
     assert gate["passed"] and not gate["accepted"] and gate["verdict"] in ("pass", "improved"), gate
     tput = {d["metric"]: d for d in gate["deltas"]}["output_throughput"]
     assert tput["baseline"] > 0 and tput["new"] > tput["baseline"], tput
+    # The gate's evidence: which run it compared with, and why this roll measured it (`up --skip-bench` left none).
+    seen = {s["name"]: s for s in p["steps"]}["gate"]["details"]["baseline"]
+    assert seen["release"] == base and seen["run_id"].startswith("r-") and seen["age_s"] == 0, seen
+    assert seen["remeasured"] == f"no plain run of preset {seen['preset']} on {base}", seen
+    plain = env.run("history", "host", env.host)
+    assert "preset" in plain.stdout, plain.text
 
     # On the host: the candidate is current, its unit installed, the server healthy.
     assert current(env) == new
@@ -89,6 +95,16 @@ def test_roll_good_change_becomes_current_with_its_verdict(deploy_env: DeployEnv
     st = env.run("--json", "status", "host", env.host)
     assert st.rc == 0, st.text
     assert st.json["release"] == new and st.json["verdict"] == "kept" and st.json["health"] == "200"
+    # Drift: the kept roll's flag differs from the inventory's profile; plan changes nothing but says so.
+    assert st.json["drift"] == [{"flag": "max-running-requests", "profile": 16, "running": 128}]
+    plain = env.run("status", "host", env.host)
+    assert "drift: running flags differ from profile" in plain.stdout
+    assert "--max-running-requests 128 (profile: 16)" in plain.stdout, plain.text
+    plan = env.run("--json", "plan", "host", env.host)
+    assert plan.rc == 0, plan.text
+    unit_step = {s["name"]: s for s in plan.json["steps"]}["server_unit"]
+    assert unit_step["details"]["drift"] == [{"flag": "max-running-requests", "profile": 16, "running": 128}]
+    assert not plan.json["changed"], plan.json
 
     hist = history(env)
     assert hist["current"] == new
@@ -99,6 +115,7 @@ def test_roll_good_change_becomes_current_with_its_verdict(deploy_env: DeployEnv
     assert kept["verdict"] == "kept" and kept["gate"]["verdict"] == gate["verdict"]
     assert kept["candidate"]["output_throughput"] == pytest.approx(tput["new"])
     assert kept["baseline"]["output_throughput"] == pytest.approx(tput["baseline"])
+    assert kept["baseline_evidence"]["run_id"] == seen["run_id"] and kept["preset"] == seen["preset"]
     assert rel[new]["meta"]["previous"] == base and rel[new]["meta"]["source"] == "roll"
     assert rel[new]["meta"]["flag_diff"] == [["max-running-requests", 16, 128]]
     assert rel[new]["flags"]["max-running-requests"] == 128

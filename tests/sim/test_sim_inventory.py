@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests import sim_hosts
 from tests.conftest import sim_skip_reason
@@ -43,6 +44,9 @@ def test_sim_up_in_a_directory_without_inventory_gives_the_demo_what_it_needs(tm
         for name in ("profiles.yaml", "presets.yaml"):
             assert (inv / name).read_text() == (EXAMPLE_INVENTORY / name).read_text()
 
+        written = yaml.safe_load((inv / "sim.yaml").read_text())
+        assert written["groups"] == {"sim": [host]}  # `deploy up group sim` works at once
+        assert "router:" not in (inv / "sim.yaml").read_text()  # one host: no router stub
         plan = deploy("plan", "host", host)
         assert plan.returncode == 0, plan.stdout + plan.stderr
         assert "install new unit (13 flags, sglang 0.5.12.post1)" in plan.stdout
@@ -56,4 +60,18 @@ def test_sim_up_in_a_directory_without_inventory_gives_the_demo_what_it_needs(tm
     finally:
         down = deploy("sim", "down", "--root", str(root))
     assert down.returncode == 0, down.stderr
-    assert sorted(p.name for p in inv.iterdir()) == ["presets.yaml", "profiles.yaml"]
+    # What `sim up` wrote goes with `sim down`, except the file the user edited, which is named.
+    assert sorted(p.name for p in inv.iterdir()) == ["profiles.yaml"]
+    assert "kept inventory/profiles.yaml: edited since `deploy sim up` wrote it" in down.stdout
+
+
+def test_the_router_stub_of_a_simulated_fleet_is_a_valid_router_section_once_uncommented() -> None:
+    from orchestrator.inventory.models import RouterSpec
+    from simulator.manager import SIM_GROUP, router_stub
+
+    stub = router_stub("sim-1")
+    assert all(line.startswith("#") for line in stub.splitlines())  # inert until the operator uncomments it
+    section = yaml.safe_load("\n".join(line.removeprefix("# ") for line in stub.splitlines()
+                                       if line.startswith("# router") or line.startswith("#   ")))
+    spec = RouterSpec(**section["router"])
+    assert (spec.runs_on, spec.workers) == ("sim-1", SIM_GROUP)

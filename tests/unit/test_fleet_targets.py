@@ -13,7 +13,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.fleet.targets import parse_targets, resolve_targets
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.inventory.models import Inventory
-from tests.shared import EXAMPLE_INVENTORY
+from tests.shared import EXAMPLE_INVENTORY, H200_NVLINK
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -74,7 +74,6 @@ def test_unknown_names_on_the_command_line_are_all_reported() -> None:
 
 
 @pytest.mark.parametrize(("groups", "needle"), [
-    ({"prod": ["gpu-1", "gpu-7"]}, "groups.prod: unknown host 'gpu-7'"),
     ({"prod": ["gpu-1", "gpu-1"]}, "groups.prod: 'gpu-1' is listed twice"),
     ({"gpu-1": ["gpu-2"]}, "groups.gpu-1: the name is also a host's"),
     ({"a": ["b"], "b": ["c"], "c": ["a"]}, "cycle a → b → c → a"),
@@ -97,11 +96,30 @@ def inv_dir(tmp_path: Path) -> Path:
     return d
 
 
+def test_a_group_naming_an_unknown_host_is_refused_when_targeted() -> None:
+    inv = fleet_inventory({"prod": ["gpu-1", "gpu-7"], "lab": ["gpu-2"]})  # loads: gpu-7 may be gone for now
+    with pytest.raises(ConfigError) as exc:
+        inv.group_hosts("prod")
+    assert exc.value.what.startswith("group 'prod' names host(s) the inventory does not have: 'gpu-7'")
+    assert "nothing was contacted" in (exc.value.fix or "")
+    assert [h.name for h in inv.group_hosts("lab")] == ["gpu-2"]
+
+
 def test_group_with_an_unknown_host_in_yaml_is_exit_2_naming_group_and_host(inv_dir: Path) -> None:
     (inv_dir / "groups.yaml").write_text("groups:\n  prod: [pve-gpu-1, pve-gpu-9]\n")
     res = deploy("status", "group", "prod", inventory=inv_dir)
     assert res.returncode == 2, res.stderr
-    assert "groups.prod: unknown host 'pve-gpu-9'" in res.stderr and res.stderr.count("error:") == 1
+    assert "group 'prod' names host(s) the inventory does not have: 'pve-gpu-9'" in res.stderr
+    assert res.stderr.count("error:") == 1
+
+
+def test_a_groups_file_naming_hosts_that_are_gone_breaks_no_other_command(inv_dir: Path) -> None:
+    """Issue 25 item 11: after `deploy sim down` removed sim.yaml, a hand-written groups file still names sim-1."""
+    (inv_dir / "groups.yaml").write_text("groups:\n  lab: [sim-1, sim-2]\n")
+    fixtures = H200_NVLINK
+    res = deploy("render", "host", "pve-gpu-1", "--devices-file", str(fixtures / "ls-dev-nvidia.txt"),
+                 "--proc-devices-file", str(fixtures / "proc-devices.txt"), inventory=inv_dir)
+    assert res.returncode == 0, res.stderr
 
 
 def test_single_host_commands_refuse_fleet_targets(inv_dir: Path) -> None:

@@ -18,6 +18,7 @@ from orchestrator.reports.sweep import (
     gpu_table,
     html_report,
     plot_sweep,
+    power_axis,
     sweep_table,
     write_sweep_report,
 )
@@ -116,3 +117,27 @@ def test_bench_summary_and_gpu_tables() -> None:
     assert p.telemetry is not None
     g = gpu_table(p.telemetry)
     assert len(g.rows) == 8 and g.rows[0][0] == "0" and g.rows[0][1] == "235"
+
+
+def test_a_sweep_report_says_what_its_figures_are_from(tmp_path: Path) -> None:
+    """Issue 25 item 16: the title names preset, release and overrides; the HTML also the date and each run id."""
+    pts = [SweepPoint(value=p.value, bench=p.bench, telemetry=p.telemetry, diagnosis=p.diagnosis,
+                      result_dir=p.result_dir, run_id=f"r-20261201-1200{i:02d}-ab{i:02d}")
+           for i, p in enumerate(points())]
+    result = SweepResult(parameter="max-concurrency", points=tuple(pts), host="sim-70", preset="quick",
+                         release="20261201T115900-0a1b2c3d", started_at="2026-12-01T12:00:00",
+                         overrides=("random-input-len=2048",))
+    assert result.title() == ("Sweep over max-concurrency on sim-70 — preset quick; release "
+                              "20261201T115900-0a1b2c3d; overrides random-input-len=2048")
+    _, html_path = write_sweep_report(result, tmp_path / "r")
+    text = html_path.read_text()
+    for needle in ("release 20261201T115900-0a1b2c3d", "started 2026-12-01T12:00:00", "r-20261201-120003-ab03",
+                   "overrides random-input-len=2048"):
+        assert needle in text, needle
+
+
+def test_the_power_panel_runs_from_zero_to_the_power_limit() -> None:
+    top, limit = power_axis(points(), [210.0, 235.0, 250.0, 255.0])
+    assert limit == 600.0 and top == 600.0  # a 45 W spread on a 600 W scale, not a panel-filling trend
+    top, limit = power_axis([SweepPoint(value=1, bench=points()[0].bench)], [100.0, 104.0])
+    assert limit is None and top == pytest.approx(104.0 * 1.15)

@@ -7,11 +7,13 @@ import base64
 import json
 import re
 import subprocess
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from orchestrator.render.files import body_sha256
+from orchestrator.state.ledger import new_run_id
 from orchestrator.state.releases import activate_script
-from orchestrator.steps.release import baseline_bench, bundle_for, desired_flags
+from orchestrator.steps.release import baseline_bench, bundle_for, desired_flags, usable_baseline
 from tests.unit.steps.test_server_steps import CURRENT, PREVIOUS, candidate, releases_accepted, unit_facts
 
 
@@ -147,8 +149,35 @@ def test_a_partial_bench_file_is_never_a_baseline(make_run) -> None:
     good = json.dumps({"completed": 10, "output_throughput": 100.0, "duration": 1.0, "total_output_tokens": 100})
     partial = json.dumps({"completed": 3, "output_throughput": 999.0, "duration": 1.0, "total_output_tokens": 30})
     run = make_run({}, {"current_bench": f"bench-e2e--r-1.jsonl\t{good}\nbench-e2e--r-2.jsonl.partial\t{partial}\n"})
-    base = baseline_bench(run.ctx, "e2e")
-    assert base is not None and base.output_throughput == 100.0
+    found = baseline_bench(run.ctx, "e2e")
+    assert found is not None and found[0].output_throughput == 100.0 and found[1] == "r-1"
+
+
+def _bench_line(run_id: str, tput: float) -> str:
+    record = json.dumps({"completed": 10, "output_throughput": tput, "duration": 1.0, "total_output_tokens": 100})
+    return f"bench-e2e--{run_id}.jsonl\t{record}\n"
+
+
+def test_the_gate_baseline_carries_its_age_preset_and_release(make_run) -> None:
+    """Issue 25 item 2: a verdict names the run it compared with, and how old it was."""
+    young = new_run_id(datetime.now() - timedelta(minutes=5))
+    run = make_run({}, {"current_bench": _bench_line(young, 120.0)})
+    result, evidence, missing = usable_baseline(run.ctx, "e2e", "R1")
+    assert result is not None and result.output_throughput == 120.0 and missing == ""
+    assert evidence is not None and (evidence.run_id, evidence.release, evidence.preset) == (young, "R1", "e2e")
+    assert evidence.age_s is not None and 290 < evidence.age_s < 400
+    assert evidence.describe().startswith(f"run {young} of release R1, preset e2e, 5 min old")
+
+
+def test_a_baseline_older_than_the_profile_allows_is_measured_again(make_run) -> None:
+    old = new_run_id(datetime.now() - timedelta(hours=30))
+    run = make_run({}, {"current_bench": _bench_line(old, 120.0)})
+    result, evidence, missing = usable_baseline(run.ctx, "e2e", "R1")
+    assert result is None and evidence is None
+    assert missing == f"the newest, {old}, is 30.0 h old (baseline_max_age_h 24)"
+    run.ctx.profile = run.ctx.profile.model_copy(update={"baseline_max_age_h": 48})
+    assert usable_baseline(run.ctx, "e2e", "R1")[0] is not None
+    assert usable_baseline(run.ctx, "other", "R1")[2] == "no plain run of preset other on R1"
 
 
 def test_a_plan_says_it_would_reinstall_a_never_verified_up_release_and_changes_nothing(make_run) -> None:

@@ -1,0 +1,46 @@
+"""`history` never puts figures of two presets side by side unlabelled, and says what a sweep row swept (issue 25
+item 9): the releases table has a preset column, a sweep run shows its point, `history group` names the current
+release's verdict, flag changes and figure."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from orchestrator.cli.bench_cmd import ledger_table
+from orchestrator.cli.roll_cmd import _preset
+from orchestrator.fleet.details import history_detail
+from orchestrator.parsers.bench import BenchResult
+from orchestrator.state.ledger import RunRecord
+from orchestrator.ui.tables import plain_lines
+
+BENCH = BenchResult(source="jsonl", completed=64, num_prompts=64, failed=0, output_throughput=1347.1,
+                    total_throughput=2694.2, mean_tpot_ms=35.1, concurrency=61.2)
+
+
+def test_a_sweep_row_shows_the_point_it_measured() -> None:
+    rows = [RunRecord(id="r-20261201-120000-ab01", host="sim-70", preset="quick", release_id="R1",
+                      started_at=datetime(2026, 12, 1, 12), bench=BENCH, source="sweep",
+                      label="max-concurrency=256"),
+            RunRecord(id="r-20261201-120100-ab02", host="sim-70", preset="quick", release_id="R1",
+                      started_at=datetime(2026, 12, 1, 12, 1), bench=BENCH, source="bench")]
+    lines = plain_lines(ledger_table(rows, "runs"))
+    assert "sweep max-concurrency=256" in lines[2]
+    assert lines[3].split()[2] == "bench"
+
+
+def test_the_releases_table_names_each_figures_preset() -> None:
+    assert _preset({"verdict": "kept", "preset": "quick", "candidate": {"output_throughput": 5086.9}}) == "quick"
+    assert _preset({"verdict": "kept", "candidate": {"output_throughput": 1.0}}) == "?"  # older verdicts
+    assert _preset({"verdict": "kept", "reason": "bench skipped"}) == "-"  # no figure, no preset
+    assert _preset(None) == "-"
+
+
+def test_history_group_line_says_what_the_current_release_is() -> None:
+    report = {"current": "R2", "releases": [
+        {"id": "R1", "meta": {"source": "up"}, "verdict": {"verdict": "kept"}},
+        {"id": "R2", "meta": {"source": "roll", "flag_diff": [["max-running-requests", 16, 128]]},
+         "verdict": {"verdict": "kept", "preset": "quick", "candidate": {"output_throughput": 5086.9}}}]}
+    assert history_detail(report) == ("current R2 (kept, roll: max-running-requests: 16→128, 5086.9 tok/s "
+                                       "(quick)), 2 release(s)")
+    assert history_detail({"current": None, "releases": []}) == "current none, 0 release(s)"
+    assert history_detail({"runs": [{}, {}]}) == "2 bench run(s)"
