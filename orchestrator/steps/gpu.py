@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from orchestrator.errors import CheckFailed, ConfigError, RemoteError
+from orchestrator.facts import CT, HOST
 from orchestrator.parsers import ParseError
 from orchestrator.parsers.devices import parse_gpu_list
 from orchestrator.parsers.driver import nvidia_smi_status, parse_driver_version, versions_match
@@ -18,7 +19,7 @@ INSTALLER_FLAGS = ("--silent", "--no-kernel-module", "--no-questions", "--ui=non
 
 
 def host_driver(ctx: StepContext) -> str:
-    out = ctx.facts.h("driver_version")
+    out = ctx.facts.get(HOST.driver_version)
     try:
         return parse_driver_version(out.stdout).version
     except ParseError as exc:
@@ -29,7 +30,7 @@ def host_driver(ctx: StepContext) -> str:
 
 def container_userspace(ctx: StepContext) -> tuple[str | None, str]:
     """(version or None, why) of the container's NVML userspace."""
-    out = ctx.facts.c("driver_version")
+    out = ctx.facts.get(CT.driver_version)
     if out is None:
         return None, "container not running"
     if out.rc == 127:
@@ -45,7 +46,7 @@ def container_userspace(ctx: StepContext) -> tuple[str | None, str]:
         return None, "nvidia-smi printed no driver version"
 
 
-@step("driver_userspace", host_facts=("driver_version", "installer"), ct_facts=("driver_version",))
+@step("driver_userspace", host_facts=(HOST.driver_version, HOST.installer), ct_facts=(CT.driver_version,))
 def driver_userspace(ctx: StepContext, record: StepRecord) -> None:
     """Make the container's NVIDIA userspace equal the host kernel module version."""
     ensure_facts(ctx)
@@ -63,7 +64,7 @@ def driver_userspace(ctx: StepContext, record: StepRecord) -> None:
                               "`pct config` for devN lines", host=ctx.host.name)
     installer = ctx.host.container.driver_installer
     seen = userspace or "none"
-    if installer is None or ctx.facts.h("installer").stdout.strip() != "present":
+    if installer is None or ctx.facts.get(HOST.installer).stdout.strip() != "present":
         raise CheckFailed(
             f"container NVIDIA userspace is {seen} ({why}) but the host kernel module is {kernel}",
             fix=(f"install exactly {kernel} in the container without kernel modules: copy "
@@ -86,7 +87,7 @@ def driver_userspace(ctx: StepContext, record: StepRecord) -> None:
         raise RemoteError(f"the NVIDIA installer failed in CT {ctx.vmid}: {(res.stderr or res.stdout).strip()[-400:]}",
                           fix="read the installer log in the container (/var/log/nvidia-installer.log)",
                           host=ctx.host.name)
-    refresh_ct_facts(ctx, "driver_version", "nvsmi_list", "topo", "p2p_read", "p2p_write")
+    refresh_ct_facts(ctx, CT.driver_version, CT.nvsmi_list, CT.topo, CT.p2p_read, CT.p2p_write)
     after, why_after = container_userspace(ctx)
     if after is None or not versions_match(kernel, after):
         raise CheckFailed(f"after installing, the container userspace is {after or why_after}, host is {kernel}",
@@ -94,11 +95,11 @@ def driver_userspace(ctx: StepContext, record: StepRecord) -> None:
     record.summary = f"installed userspace {after} (= host {kernel})"
 
 
-@step("container_gpus", ct_facts=("nvsmi_list",))
+@step("container_gpus", ct_facts=(CT.nvsmi_list,))
 def container_gpus(ctx: StepContext, record: StepRecord) -> None:
     """The container sees exactly the inventory's GPU count."""
     ensure_facts(ctx)
-    out = ctx.facts.c("nvsmi_list")
+    out = ctx.facts.get(CT.nvsmi_list)
     expected = ctx.host.container.expected_gpus
     if out is None:
         if ctx.options.dry_run:

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from orchestrator.errors import CheckFailed, ConfigError
-from orchestrator.facts import BOOT_UNSETTLED, SETTLE_BOOT
+from orchestrator.facts import BOOT_UNSETTLED, CT, SETTLE_BOOT
 from orchestrator.parsers.devices import nvidia_char_devices, parse_dev_listing
 from orchestrator.steps.container import base_config, device_plan
 from tests.unit.steps.conftest import with_container
@@ -94,7 +94,7 @@ def test_a_start_whose_boot_does_not_settle_is_a_clear_error(make_run) -> None:
         run.step("container")
     assert "CT 120 did not finish booting within 120 s" in err.value.what and "'starting'" in err.value.what
     assert "systemctl list-jobs" in err.value.fix
-    assert not run.ctx.facts.ct_running and run.ctx.facts.c("nvsmi_list") is None  # nothing read half-booted
+    assert not run.ctx.facts.ct_running and run.ctx.facts.get(CT.nvsmi_list) is None  # nothing read half-booted
 
 
 def test_converged_running_container_is_left_alone(make_run) -> None:
