@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar, overload
 
 from orchestrator.errors import CheckFailed
 from orchestrator.inventory.models import Host, ServerProfile
+from orchestrator.parsers.ct_gpus import CT_GPU_QUERY, CtGpus, parse_ct_gpus
 from orchestrator.parsers.packages import DPKG_FORMAT
 from orchestrator.parsers.pve import parse_pct_status
 from orchestrator.parsers.sections import CommandOutput, build_batch_script, split_batch_output
@@ -85,6 +86,10 @@ def _pct_state(out: CommandOutput) -> str | None:
     return parse_pct_status(out.stdout)
 
 
+def _ct_gpus(out: CommandOutput) -> CtGpus:
+    return parse_ct_gpus(out.stdout, out.stderr, out.rc)
+
+
 def _json_object(out: CommandOutput) -> dict[str, Any] | None:
     """A file holding one JSON object (a release's meta.json, verdict.json, flags.json); None when absent/invalid."""
     if out.rc != 0 or not out.stdout.strip():
@@ -94,6 +99,17 @@ def _json_object(out: CommandOutput) -> dict[str, Any] | None:
     except json.JSONDecodeError:
         return None
     return data if isinstance(data, dict) else None
+
+
+def _unless_ct_exists(h: Host, command: str) -> str:
+    """`command` only while the CT does not exist (prints nothing otherwise).
+
+    Why the config file and not `pct status`: skipping on it is exactly as safe and costs no program start (pct
+    is a Perl program, about 0.2 s on a node). `pct status` fails precisely when PVE's `load_config` finds no
+    `/etc/pve/nodes/<this node>/lxc/<vmid>.conf`, and `/etc/pve/lxc` is PVE's link to that directory; a CT of
+    another cluster node fails both the same way.
+    """
+    return f"test -e /etc/pve/lxc/{h.container.vmid}.conf || {command}"
 
 
 class HOST:
@@ -120,12 +136,12 @@ class HOST:
     # Keys that wait for the CT's next start ([pve:pending]); `ct_config` shows their pending values.
     ct_pending = HostFact("ct_pending", lambda h, p: (
         f"pvesh get /nodes/{_q(h.pve.node)}/lxc/{h.container.vmid}/pending --output-format json"), raw)
-    # The node's appliance index, which `POST aplinfo` downloads from: read only while the CT does not exist.
-    aplinfo = HostFact("aplinfo", lambda h, p: (
-        f"pct status {h.container.vmid} >/dev/null 2>&1 || "
-        f"pvesh get /nodes/{_q(h.pve.node)}/aplinfo --output-format json"), raw)
-    templates = HostFact("templates", lambda h, p: (
-        f"pvesh get /nodes/{_q(h.pve.node)}/storage/{_q(h.container.template_storage)}"
+    # The node's appliance index, which `POST aplinfo` downloads from, and the templates in the storage: read only
+    # while the CT does not exist (the container step creates from them, and reads them for nothing else).
+    aplinfo = HostFact("aplinfo", lambda h, p: _unless_ct_exists(
+        h, f"pvesh get /nodes/{_q(h.pve.node)}/aplinfo --output-format json"), raw)
+    templates = HostFact("templates", lambda h, p: _unless_ct_exists(
+        h, f"pvesh get /nodes/{_q(h.pve.node)}/storage/{_q(h.container.template_storage)}"
         "/content --content vztmpl --output-format json"), raw)
     gpu_power = HostFact("gpu_power", lambda h, p: (
         "nvidia-smi --query-gpu=index,power.draw,power.limit,utilization.gpu --format=csv,noheader,nounits"), raw)
@@ -143,9 +159,8 @@ class CT:
 
     # The device nodes the running CT got at its start: a driver reload on the host since then leaves them stale.
     dev_listing = CtFact("dev_listing", lambda h, p: "ls -l /dev/nvidia*", raw)
-    nvsmi_list = CtFact("nvsmi_list", lambda h, p: "nvidia-smi -L", raw)
-    driver_version = CtFact("driver_version", lambda h, p: (
-        "nvidia-smi --query-gpu=driver_version --format=csv,noheader"), raw)
+    # The GPUs the CT sees and its NVML userspace version: one nvidia-smi instead of `-L` plus a driver query.
+    gpus = CtFact("gpus", lambda h, p: CT_GPU_QUERY, _ct_gpus)
     topo = CtFact("topo", lambda h, p: "nvidia-smi topo -m", raw)
     p2p_read = CtFact("p2p_read", lambda h, p: "nvidia-smi topo -p2p r", raw)
     p2p_write = CtFact("p2p_write", lambda h, p: "nvidia-smi topo -p2p w", raw)

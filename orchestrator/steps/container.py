@@ -37,7 +37,7 @@ MP_KEY = re.compile(r"^mp(\d+)$")
 #: PVE allows mp0 … mp255.
 MAX_MOUNT_POINTS = 256
 NVIDIA_PATH = re.compile(r"^/dev/nvidia")
-CT_FACTS_AFTER_START = (CT.nvsmi_list, CT.driver_version, CT.sglang_version, CT.weights, CT.unit_sha,
+CT_FACTS_AFTER_START = (CT.gpus, CT.sglang_version, CT.weights, CT.unit_sha,
                         CT.current_release, CT.releases, CT.active, CT.enabled, CT.main_pid, CT.health, CT.topo,
                         CT.p2p_read, CT.p2p_write, CT.missing_pkgs)
 

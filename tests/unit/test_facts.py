@@ -56,3 +56,12 @@ def test_a_misspelt_or_string_fact_is_a_type_error(tmp_path: Path) -> None:
     assert 'typo.py:5: error: "type[HOST]" has no attribute "driver_verison"' in proc.stdout
     assert "typo.py:6: error: No overload variant" in proc.stdout
     assert "typo.py:7: error:" in proc.stdout
+
+
+def test_create_only_facts_cost_no_program_start_once_the_ct_exists(facts: Facts) -> None:
+    """The appliance index and the storage's templates matter only for a CT to create: once its config file exists
+    they print nothing, and the test for that is the shell's, not a second `pct status` (a Perl program)."""
+    h, p = facts.host_cfg, facts.profile
+    for fact in (HOST.aplinfo, HOST.templates):
+        assert fact.command(h, p).startswith("test -e /etc/pve/lxc/120.conf || pvesh get /nodes/pve-gpu-1/")
+    assert [f.name for f in HOST_FACTS.values() if "pct " in f.command(h, p)] == ["ct_status"]
