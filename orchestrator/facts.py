@@ -7,13 +7,17 @@ Parsing stays in orchestrator.parsers; this module only names commands and keeps
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import shlex
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, overload
 
 from orchestrator.errors import CheckFailed
 from orchestrator.inventory.models import Host, ServerProfile
+from orchestrator.parsers.ct_gpus import CT_GPU_QUERY, CtGpus, parse_ct_gpus
 from orchestrator.parsers.packages import DPKG_FORMAT
 from orchestrator.parsers.pve import parse_pct_status
 from orchestrator.parsers.sections import CommandOutput, build_batch_script, split_batch_output
@@ -47,79 +51,166 @@ def _q(s: str) -> str:
     return shlex.quote(s)
 
 
-HOST_FACTS: dict[str, CmdFn] = {
-    "pveversion": lambda h, p: "pveversion",
-    "driver_version": lambda h, p: "cat /proc/driver/nvidia/version",
-    "dev_listing": lambda h, p: "ls -l /dev/nvidia*",
-    "proc_devices": lambda h, p: "cat /proc/devices",
-    "cmdline": lambda h, p: "cat /proc/cmdline",
-    "modprobe": lambda h, p: "cat /etc/modprobe.d/*.conf 2>/dev/null; true",
-    "uvm_hmm": lambda h, p: "cat /sys/module/nvidia_uvm/parameters/uvm_disable_hmm",
-    # Device headers, bus ranges and ACS control only: ~20 KB instead of ~430 KB of `lspci -vvv`.
-    "lspci_acs": lambda h, p: "lspci -vvv 2>/dev/null | grep -E '^[0-9a-f]{2,4}:|ACSCtl|Bus: primary'",
-    "nvsmi_list": lambda h, p: "nvidia-smi -L",
-    "topo": lambda h, p: "nvidia-smi topo -m",
-    "p2p_read": lambda h, p: "nvidia-smi topo -p2p r",
-    "p2p_write": lambda h, p: "nvidia-smi topo -p2p w",
-    "ct_status": lambda h, p: f"pct status {h.container.vmid}",
-    "ct_config": lambda h, p: (f"pvesh get /nodes/{_q(h.pve.node)}/lxc/{h.container.vmid}/config "
-                                 "--output-format json"),
-    # Keys that wait for the CT's next start ([pve:pending]); `ct_config` shows their pending values.
-    "ct_pending": lambda h, p: (f"pvesh get /nodes/{_q(h.pve.node)}/lxc/{h.container.vmid}/pending "
-                                "--output-format json"),
-    # The node's appliance index, which `POST aplinfo` downloads from: read only while the CT does not exist.
-    "aplinfo": lambda h, p: (f"pct status {h.container.vmid} >/dev/null 2>&1 || "
-                             f"pvesh get /nodes/{_q(h.pve.node)}/aplinfo --output-format json"),
-    "templates": lambda h, p: (f"pvesh get /nodes/{_q(h.pve.node)}/storage/{_q(h.container.template_storage)}"
-                               "/content --content vztmpl --output-format json"),
-    "gpu_power": lambda h, p: ("nvidia-smi --query-gpu=index,power.draw,power.limit,utilization.gpu "
-                               "--format=csv,noheader,nounits"),
-    "installer": lambda h, p: (f"test -f {_q(h.container.driver_installer)} && echo present"
-                               if h.container.driver_installer else "echo none"),
-    # The host directory bind-mounted at the model path: it must exist before the container step mounts it.
-    "model_mount": lambda h, p: (f"test -d {_q(h.container.model_mount)} && echo present || echo absent"
-                                 if h.container.model_mount else "echo none"),
-}
+T = TypeVar("T")
 
-CT_FACTS: dict[str, CmdFn] = {
+
+def raw(out: CommandOutput) -> CommandOutput:
+    """The parser of a fact whose step reads the exit code and text itself."""
+    return out
+
+
+@dataclass(frozen=True)
+class Fact(Generic[T]):
+    """One read: its name in the batch, its command (from the host and profile), the parser of its output.
+
+    Steps name facts by these objects (`ctx.facts.get(HOST.driver_version)`), never by string, so a typo is a
+    mypy error rather than a KeyError in the middle of a run.
+    """
+
+    name: str
+    command: CmdFn
+    parse: Callable[[CommandOutput], T]
+
+
+@dataclass(frozen=True)
+class HostFact(Fact[T]):
+    """A fact read on the PVE node; always read when a step names it."""
+
+
+@dataclass(frozen=True)
+class CtFact(Fact[T]):
+    """A fact read inside the container, in its one inner batch; unknown (None) while it is not running."""
+
+
+def _pct_state(out: CommandOutput) -> str | None:
+    return parse_pct_status(out.stdout)
+
+
+def _ct_gpus(out: CommandOutput) -> CtGpus:
+    return parse_ct_gpus(out.stdout, out.stderr, out.rc)
+
+
+def _json_object(out: CommandOutput) -> dict[str, Any] | None:
+    """A file holding one JSON object (a release's meta.json, verdict.json, flags.json); None when absent/invalid."""
+    if out.rc != 0 or not out.stdout.strip():
+        return None
+    try:
+        data = json.loads(out.stdout)
+    except json.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _unless_ct_exists(h: Host, command: str) -> str:
+    """`command` only while the CT does not exist (prints nothing otherwise).
+
+    Why the config file and not `pct status`: skipping on it is exactly as safe and costs no program start (pct
+    is a Perl program, about 0.2 s on a node). `pct status` fails precisely when PVE's `load_config` finds no
+    `/etc/pve/nodes/<this node>/lxc/<vmid>.conf`, and `/etc/pve/lxc` is PVE's link to that directory; a CT of
+    another cluster node fails both the same way.
+    """
+    return f"test -e /etc/pve/lxc/{h.container.vmid}.conf || {command}"
+
+
+class HOST:
+    """The node's facts."""
+
+    pveversion = HostFact("pveversion", lambda h, p: "pveversion", raw)
+    driver_version = HostFact("driver_version", lambda h, p: "cat /proc/driver/nvidia/version", raw)
+    dev_listing = HostFact("dev_listing", lambda h, p: "ls -l /dev/nvidia*", raw)
+    proc_devices = HostFact("proc_devices", lambda h, p: "cat /proc/devices", raw)
+    cmdline = HostFact("cmdline", lambda h, p: "cat /proc/cmdline", raw)
+    modprobe = HostFact("modprobe", lambda h, p: "cat /etc/modprobe.d/*.conf 2>/dev/null; true", raw)
+    uvm_hmm = HostFact("uvm_hmm", lambda h, p: "cat /sys/module/nvidia_uvm/parameters/uvm_disable_hmm", raw)
+    # Device headers, bus ranges and ACS control only: ~20 KB instead of ~430 KB of `lspci -vvv`.
+    lspci_acs = HostFact("lspci_acs", lambda h, p: (
+        "lspci -vvv 2>/dev/null | grep -E '^[0-9a-f]{2,4}:|ACSCtl|Bus: primary'"), raw)
+    nvsmi_list = HostFact("nvsmi_list", lambda h, p: "nvidia-smi -L", raw)
+    topo = HostFact("topo", lambda h, p: "nvidia-smi topo -m", raw)
+    p2p_read = HostFact("p2p_read", lambda h, p: "nvidia-smi topo -p2p r", raw)
+    p2p_write = HostFact("p2p_write", lambda h, p: "nvidia-smi topo -p2p w", raw)
+    #: `pct status` of the container ("running", "stopped", …); None when it does not exist.
+    ct_status = HostFact("ct_status", lambda h, p: f"pct status {h.container.vmid}", _pct_state)
+    ct_config = HostFact("ct_config", lambda h, p: (
+        f"pvesh get /nodes/{_q(h.pve.node)}/lxc/{h.container.vmid}/config --output-format json"), raw)
+    # Keys that wait for the CT's next start ([pve:pending]); `ct_config` shows their pending values.
+    ct_pending = HostFact("ct_pending", lambda h, p: (
+        f"pvesh get /nodes/{_q(h.pve.node)}/lxc/{h.container.vmid}/pending --output-format json"), raw)
+    # The node's appliance index, which `POST aplinfo` downloads from, and the templates in the storage: read only
+    # while the CT does not exist (the container step creates from them, and reads them for nothing else).
+    aplinfo = HostFact("aplinfo", lambda h, p: _unless_ct_exists(
+        h, f"pvesh get /nodes/{_q(h.pve.node)}/aplinfo --output-format json"), raw)
+    templates = HostFact("templates", lambda h, p: _unless_ct_exists(
+        h, f"pvesh get /nodes/{_q(h.pve.node)}/storage/{_q(h.container.template_storage)}"
+        "/content --content vztmpl --output-format json"), raw)
+    gpu_power = HostFact("gpu_power", lambda h, p: (
+        "nvidia-smi --query-gpu=index,power.draw,power.limit,utilization.gpu --format=csv,noheader,nounits"), raw)
+    installer = HostFact("installer", lambda h, p: (
+        f"test -f {_q(h.container.driver_installer)} && echo present" if h.container.driver_installer
+        else "echo none"), raw)
+    # The host directory bind-mounted at the model path: it must exist before the container step mounts it.
+    model_mount = HostFact("model_mount", lambda h, p: (
+        f"test -d {_q(h.container.model_mount)} && echo present || echo absent" if h.container.model_mount
+        else "echo none"), raw)
+
+
+class CT:
+    """The container's facts."""
+
     # The device nodes the running CT got at its start: a driver reload on the host since then leaves them stale.
-    "dev_listing": lambda h, p: "ls -l /dev/nvidia*",
-    "nvsmi_list": lambda h, p: "nvidia-smi -L",
-    "driver_version": lambda h, p: "nvidia-smi --query-gpu=driver_version --format=csv,noheader",
-    "topo": lambda h, p: "nvidia-smi topo -m",
-    "p2p_read": lambda h, p: "nvidia-smi topo -p2p r",
-    "p2p_write": lambda h, p: "nvidia-smi topo -p2p w",
-    "sglang_version": lambda h, p: f"{_q(PATHS.venv_python(p.venv))} -c 'import sglang; print(sglang.__version__)'",
+    dev_listing = CtFact("dev_listing", lambda h, p: "ls -l /dev/nvidia*", raw)
+    # The GPUs the CT sees and its NVML userspace version: one nvidia-smi instead of `-L` plus a driver query.
+    gpus = CtFact("gpus", lambda h, p: CT_GPU_QUERY, _ct_gpus)
+    topo = CtFact("topo", lambda h, p: "nvidia-smi topo -m", raw)
+    p2p_read = CtFact("p2p_read", lambda h, p: "nvidia-smi topo -p2p r", raw)
+    p2p_write = CtFact("p2p_write", lambda h, p: "nvidia-smi topo -p2p w", raw)
+    sglang_version = CtFact("sglang_version", lambda h, p: (
+        f"{_q(PATHS.venv_python(p.venv))} -c 'import sglang; print(sglang.__version__)'"), raw)
     # Complete weights, not just config.json: every file of deploy's record of the download (with sizes), or the
     # shards the index names (orchestrator.parsers.weights).
-    "weights": lambda h, p: render_script("weights_check.sh.j2", model_path=p.model_path, record_path=RECORD_PATH),
-    "missing_pkgs": lambda h, p: f"dpkg-query -W -f {_q(DPKG_FORMAT)} {' '.join(map(_q, CT_PACKAGES))}",
+    weights = CtFact("weights", lambda h, p: (
+        render_script("weights_check.sh.j2", model_path=p.model_path, record_path=RECORD_PATH)), raw)
+    missing_pkgs = CtFact("missing_pkgs", lambda h, p: (
+        f"dpkg-query -W -f {_q(DPKG_FORMAT)} {' '.join(map(_q, CT_PACKAGES))}"), raw)
     # Body hashes: the managed `# deploy:` header (release id) is excluded, as in render.files.body_sha256.
-    "unit_sha": lambda h, p: " ; ".join(
+    unit_sha = CtFact("unit_sha", lambda h, p: " ; ".join(
         f"printf '%s %s\\n' \"$(awk 'BEGIN{{h=1}} h && /^# deploy:/ {{next}} {{h=0; print}}' {f} | sha256sum "
         f"| cut -d' ' -f1)\" {f}" for f in (PATHS.unit_path, PATHS.env_path))
-    + f" ; test -f {PATHS.unit_path} -a -f {PATHS.env_path}",
-    "current_release": lambda h, p: f"readlink {PATHS.current_link}",
-    "releases": lambda h, p: f"ls -1 {PATHS.releases_dir}",
-    "current_meta": lambda h, p: f"cat {PATHS.current_link}/meta.json",
-    "current_verdict": lambda h, p: f"cat {PATHS.current_link}/verdict.json",
-    "current_flags": lambda h, p: f"cat {PATHS.current_link}/flags.json",
+        + f" ; test -f {PATHS.unit_path} -a -f {PATHS.env_path}", raw)
+    current_release = CtFact("current_release", lambda h, p: f"readlink {PATHS.current_link}", raw)
+    releases = CtFact("releases", lambda h, p: f"ls -1 {PATHS.releases_dir}", raw)
+    current_meta = CtFact("current_meta", lambda h, p: f"cat {PATHS.current_link}/meta.json", _json_object)
+    current_verdict = CtFact("current_verdict", lambda h, p: f"cat {PATHS.current_link}/verdict.json", _json_object)
+    current_flags = CtFact("current_flags", lambda h, p: f"cat {PATHS.current_link}/flags.json", _json_object)
     # The last record of every plain bench run of the current release (file name, TAB, JSON): roll baselines.
-    "current_bench": lambda h, p: (f"cd {PATHS.current_link} && for f in $(ls -1 bench-*--*.jsonl 2>/dev/null | sort); "
-                                   "do printf '%s\\t' \"$f\"; tail -n 1 \"$f\"; done"),
+    current_bench = CtFact("current_bench", lambda h, p: (
+        f"cd {PATHS.current_link} && for f in $(ls -1 bench-*--*.jsonl 2>/dev/null | sort); "
+        "do printf '%s\\t' \"$f\"; tail -n 1 \"$f\"; done"), raw)
     # Not a read: stops the benches a dead run left behind. Gathered only by runs that hold the host lock
     # (steps.session.ensure_facts), so it costs no round trip of its own.
-    "stop_leftovers": lambda h, p: render_script("stop_leftovers.sh.j2", runs_dir=PATHS.runs_dir),
-    "active": lambda h, p: f"systemctl is-active {PATHS.unit_name}",
-    "enabled": lambda h, p: f"systemctl is-enabled {PATHS.unit_name}",
-    "main_pid": lambda h, p: f"systemctl show -p MainPID --value {PATHS.unit_name}",
-    "health": lambda h, p: (f"curl -s -o /dev/null -m 5 -w '%{{http_code}}' "
-                            f"http://{_q(p.host)}:{p.port}/health"),
-}
+    stop_leftovers = CtFact("stop_leftovers", lambda h, p: (
+        render_script("stop_leftovers.sh.j2", runs_dir=PATHS.runs_dir)), raw)
+    active = CtFact("active", lambda h, p: f"systemctl is-active {PATHS.unit_name}", raw)
+    enabled = CtFact("enabled", lambda h, p: f"systemctl is-enabled {PATHS.unit_name}", raw)
+    main_pid = CtFact("main_pid", lambda h, p: f"systemctl show -p MainPID --value {PATHS.unit_name}", raw)
+    health = CtFact("health", lambda h, p: (
+        f"curl -s -o /dev/null -m 5 -w '%{{http_code}}' http://{_q(p.host)}:{p.port}/health"), raw)
+
+
+def _named(ns: type, kind: type[Fact[Any]]) -> dict[str, Any]:
+    facts = {f.name: f for f in vars(ns).values() if isinstance(f, kind)}
+    assert all(getattr(ns, n) is f for n, f in facts.items()), f"a {ns.__name__} attribute is not its fact's name"
+    return facts
+
+
+#: Every fact by its batch name (the batch output comes back by name); steps never look facts up here.
+HOST_FACTS: dict[str, HostFact[Any]] = _named(HOST, HostFact)
+CT_FACTS: dict[str, CtFact[Any]] = _named(CT, CtFact)
 
 
 class Facts:
-    """Raw outputs by name; `ct` is empty when the container is absent or not running."""
+    """Raw outputs by fact name (internal: look them up with `get(HOST.x)` / `get(CT.x)`); `ct` is empty when
+    the container is absent or not running."""
 
     def __init__(self, ssh: SshHost, host: Host, profile: ServerProfile, container: Container | None = None) -> None:
         self.ssh = ssh
@@ -132,30 +223,32 @@ class Facts:
         #: Set once the playbook's union of facts has been read (see steps.session.ensure_facts).
         self.gathered = False
 
-    def _ct_command(self, names: Iterable[str], settle_boot: bool = False) -> tuple[str, str]:
+    def _ct_command(self, facts: Iterable[CtFact[Any]], settle_boot: bool = False) -> tuple[str, str]:
         nonce = secrets.token_hex(8)
-        inner = build_batch_script({n: CT_FACTS[n](self.host_cfg, self.profile) for n in names}, nonce)
+        inner = build_batch_script({f.name: f.command(self.host_cfg, self.profile) for f in facts}, nonce)
         if settle_boot:
             inner = f"{SETTLE_BOOT}\n{inner}"
         return self.container.if_running(self.container.shell_command(inner)), nonce
 
-    def gather(self, host_names: Iterable[str], ct_names: Iterable[str], *, extra: dict[str, str] | None = None,
-               what: str = "fact gathering", settle_boot: bool = False) -> dict[str, CommandOutput]:
-        """One round trip for all named facts; `extra` commands ride along and are returned.
+    def gather(self, host_facts: Iterable[HostFact[Any]], ct_facts: Iterable[CtFact[Any]], *,
+               extra: dict[str, str] | None = None, what: str = "fact gathering",
+               settle_boot: bool = False) -> dict[str, CommandOutput]:
+        """One round trip for all given facts; `extra` commands ride along and are returned.
 
         `settle_boot`: the container was just started; wait (in the same round trip) until its boot is done.
         """
-        commands = {n: HOST_FACTS[n](self.host_cfg, self.profile) for n in sorted(set(host_names))}
-        ct_list = sorted(set(ct_names))
+        host_list = sorted(set(host_facts), key=lambda f: f.name)
+        commands = {f.name: f.command(self.host_cfg, self.profile) for f in host_list}
+        ct_list = sorted(set(ct_facts), key=lambda f: f.name)
         nonce = ""
         if ct_list:
             commands["ct_facts"], nonce = self._ct_command(ct_list, settle_boot)
         commands.update(extra or {})
         out = self.ssh.batch(commands, what=what)
-        for name in host_names:
-            self.host[name] = out[name]
+        for f in host_list:
+            self.host[f.name] = out[f.name]
         if ct_list:
-            self.record_ct(out.pop("ct_facts"), ct_list, nonce)
+            self.record_ct(out.pop("ct_facts"), [f.name for f in ct_list], nonce)
         return {k: v for k, v in out.items() if k in (extra or {})}
 
     def record_ct(self, raw: CommandOutput, names: Iterable[str], nonce: str) -> None:
@@ -181,8 +274,7 @@ class Facts:
     @property
     def ct_state(self) -> str | None:
         """`pct status` of the container ("running", "stopped", …); None when absent or not read."""
-        out = self.host.get("ct_status")
-        return parse_pct_status(out.stdout) if out is not None else None
+        return self.find(HOST.ct_status)
 
     @property
     def ct_stopped(self) -> bool:
@@ -190,8 +282,26 @@ class Facts:
         state = self.ct_state
         return state is not None and state != "running" and not self.ct_running
 
-    def h(self, name: str) -> CommandOutput:
-        return self.host[name]
+    @property
+    def count(self) -> int:
+        """How many facts have been read (host and container)."""
+        return len(self.host) + len(self.ct)
 
-    def c(self, name: str) -> CommandOutput | None:
-        return self.ct.get(name)
+    @overload
+    def get(self, fact: HostFact[T]) -> T: ...
+
+    @overload
+    def get(self, fact: CtFact[T]) -> T | None: ...
+
+    def get(self, fact: HostFact[T] | CtFact[T]) -> T | None:
+        """A host fact's parsed value (it must have been read: a step names it in `host_facts=`), or a
+        container fact's (None while the container is not running)."""
+        if isinstance(fact, HostFact):
+            return fact.parse(self.host[fact.name])
+        out = self.ct.get(fact.name)
+        return fact.parse(out) if out is not None else None
+
+    def find(self, fact: Fact[T]) -> T | None:
+        """Like `get`, but None for a fact this run did not read (code shared by steps that read different sets)."""
+        out = (self.host if isinstance(fact, HostFact) else self.ct).get(fact.name)
+        return fact.parse(out) if out is not None else None

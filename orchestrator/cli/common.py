@@ -16,18 +16,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from rich.console import Console
-from rich.markup import escape
 
 from orchestrator.envelope import failure, usage_failure
 from orchestrator.errors import ConfigError, DeployError, Interrupted, Terminated, UsageError, did_you_mean
-from orchestrator.inventory.loader import load_inventory
-from orchestrator.inventory.models import Host, Inventory
 from orchestrator.paths import INVENTORY_ENV, default_inventory_dir
 from orchestrator.redact import install_stream_redaction
-from orchestrator.ui.output import Output
 
+# The inventory models (pydantic, the flag schemas), rich and the output layer are imported where they are used,
+# not here: `deploy --help` and a usage error need none of them (tests/unit/test_lazy_imports.py).
 if TYPE_CHECKING:
+    from orchestrator.inventory.models import Host, Inventory
+    from orchestrator.ui.output import Output
     from orchestrator.ui.progress import StepPrinter
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -40,6 +39,8 @@ class AppContext:
 
     @functools.cached_property
     def inventory(self) -> Inventory:
+        from orchestrator.inventory.loader import load_inventory
+
         return load_inventory(self.inventory_dirs)
 
     @property
@@ -50,6 +51,8 @@ class AppContext:
     @functools.cached_property
     def out(self) -> Output:
         """One per command: run_command prints the document the body emitted once its exit code is known."""
+        from orchestrator.ui.output import Output
+
         return Output(self.as_json)
 
     def step_printer(self, *, quiet: bool = False) -> StepPrinter:
@@ -99,6 +102,8 @@ class SuggestingGroup(click.Group):
             return
         cmd = err.ctx.command_path if err.ctx is not None else "deploy"
         install_stream_redaction()
+        from orchestrator.ui.output import Output
+
         Output(True).write(usage_failure(err.format_message(), fix=f"see `{cmd} --help`", exit_code=err.exit_code))
         sys.exit(err.exit_code)
 
@@ -175,6 +180,8 @@ def inventory_names(**params: str) -> Callable[[F], F]:
     Under @common_options and above @fleet_options: a typo is refused (exit 2, "did you mean") before any SSH
     connection, for one host and a fleet alike, whatever other options (--skip-bench) make of it later.
     """
+    from orchestrator.inventory.models import Inventory
+
     lookups: dict[str, Callable[[Inventory, str], object]] = {"preset": Inventory.preset,
                                                               "profile": Inventory.profile}
 
@@ -214,6 +221,9 @@ def run_command(app: AppContext, func: Callable[..., Any], *args: Any, **kwargs:
         if app.as_json:
             out.write(failure(err, out.held))
         else:
+            from rich.console import Console
+            from rich.markup import escape
+
             # soft_wrap: a fix line (an `ssh-keygen -R …` command) stays one line to copy; the terminal wraps it.
             Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(err))}",
                                                                         markup=True)

@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from orchestrator.cli.common import AppContext, Output
+from orchestrator.cli.common import AppContext
 from orchestrator.errors import DeployError, UsageError
 from orchestrator.fleet.engine import DEFAULT_PARALLEL, HostEvents, HostOutcome, run_fleet
 from orchestrator.fleet.outcome import DetailFn, host_outcome
@@ -27,6 +27,7 @@ from orchestrator.fleet.targets import TargetSpec, parse_targets, resolve_target
 from orchestrator.fleet.view import FleetView, fleet_summary, summary_table, totals_text
 from orchestrator.inventory.models import Host
 from orchestrator.runlog import StepRecord
+from orchestrator.ui.output import Output
 from orchestrator.ui.progress import StepPrinter
 
 Payload = dict[str, Any]

@@ -9,13 +9,14 @@ from typing import Any
 import click
 from rich.text import Text
 
-from orchestrator.cli.common import AppContext, Output, common_options, existing_file, resolve_host, tofu_option
+from orchestrator.cli.common import AppContext, common_options, existing_file, resolve_host, tofu_option
 from orchestrator.cli.fleet import fleet_options
 from orchestrator.errors import CheckFailed, ConfigError
 from orchestrator.fleet.details import p2p_detail
 from orchestrator.parsers import ParseError
 from orchestrator.parsers.p2p import parse_p2p
 from orchestrator.parsers.topo import TopoMatrix, parse_topo
+from orchestrator.ui.output import Output
 from orchestrator.ui.tables import Cell, Column, TableSpec, spec
 from orchestrator.verdicts.p2p import P2PVerdict, p2p_verdict
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.facts import Facts
+from orchestrator.facts import CtFact, Facts, HostFact
 from orchestrator.inventory.models import Host, Inventory, ServerProfile
 from orchestrator.remote.container import Container
 from orchestrator.remote.lock import HostLease
@@ -68,15 +68,16 @@ class Step:
     name: str
     fn: StepFn
     doc: str
-    # Names of facts (see orchestrator.facts) this step reads; gathered up front in one round trip.
-    host_facts: tuple[str, ...] = ()
-    ct_facts: tuple[str, ...] = ()
+    # The facts (orchestrator.facts.HOST / CT) this step reads; gathered up front in one round trip.
+    host_facts: tuple[HostFact[Any], ...] = ()
+    ct_facts: tuple[CtFact[Any], ...] = ()
 
 
 REGISTRY: dict[str, Step] = {}
 
 
-def step(name: str, *, host_facts: tuple[str, ...] = (), ct_facts: tuple[str, ...] = ()) -> Callable[[StepFn], StepFn]:
+def step(name: str, *, host_facts: tuple[HostFact[Any], ...] = (),
+         ct_facts: tuple[CtFact[Any], ...] = ()) -> Callable[[StepFn], StepFn]:
     def register(fn: StepFn) -> StepFn:
         REGISTRY[name] = Step(name, fn, (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "",
                               host_facts, ct_facts)

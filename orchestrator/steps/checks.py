@@ -13,6 +13,7 @@ from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wa
 
 from orchestrator.bench.run import BenchRun, bench_limit_s, run_bench
 from orchestrator.errors import CheckFailed, RemoteError
+from orchestrator.facts import CT
 from orchestrator.render.service import public_flags
 from orchestrator.resources import probe_text
 from orchestrator.runlog import StepRecord
@@ -199,7 +200,7 @@ def wait_healthy(ctx: StepContext, record: StepRecord, *, timeout_s: float | Non
     return time.monotonic() - start
 
 
-@step("health", ct_facts=("health", "active"))
+@step("health", ct_facts=(CT.health, CT.active))
 def health(ctx: StepContext, record: StepRecord) -> None:
     """Wait for /health 200 (journal excerpts while waiting; fatal lines end the wait at once)."""
     ensure_facts(ctx)
@@ -207,7 +208,7 @@ def health(ctx: StepContext, record: StepRecord) -> None:
         record.status = "skipped"
         record.summary = "dry run"
         return
-    fact = ctx.facts.c("health")
+    fact = ctx.facts.get(CT.health)
     if not ctx.state.server.restarted and fact is not None and fact.stdout.strip() == "200":
         record.summary = "healthy (/health 200)"
         return
@@ -336,16 +337,16 @@ def throughput(ctx: StepContext, record: StepRecord) -> None:
                           details=run.to_dict())
 
 
-@step("bench", ct_facts=("current_release", "health"))
+@step("bench", ct_facts=(CT.current_release, CT.health))
 def bench(ctx: StepContext, record: StepRecord) -> None:
     """Run the preset (once, or once per sweep point) against the running server, with telemetry."""
     ensure_facts(ctx)
-    fact = ctx.facts.c("health")
+    fact = ctx.facts.get(CT.health)
     if fact is None or fact.stdout.strip() != "200":
         raise CheckFailed(f"the server in CT {ctx.vmid} is not healthy (/health "
                           f"{fact.stdout.strip() if fact else 'unreachable'})",
                           fix="deploy status / deploy up", host=ctx.host.name)
-    link = ctx.facts.c("current_release")
+    link = ctx.facts.get(CT.current_release)
     release = current_release(link.stdout) if link is not None and link.rc == 0 else None
     preset = ctx.options.preset or ctx.profile.bench_preset
     points = ctx.inputs.bench_points or ({},)

@@ -12,14 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.errors import ConfigError, RemoteError
-from orchestrator.facts import BOOT_STATES, BOOT_WAIT_S
+from orchestrator.facts import BOOT_STATES, BOOT_WAIT_S, CT, HOST
 from orchestrator.inventory.models import ContainerSpec
 from orchestrator.parsers.devices import DeviceNode, nvidia_char_devices, parse_dev_listing, parse_proc_devices
 from orchestrator.parsers.hostfacts import parse_pveversion
 from orchestrator.parsers.pve import (
     parse_aplinfo,
     parse_config_json,
-    parse_pct_status,
     parse_pending,
     parse_property_string,
     template_family,
@@ -38,9 +37,9 @@ MP_KEY = re.compile(r"^mp(\d+)$")
 #: PVE allows mp0 … mp255.
 MAX_MOUNT_POINTS = 256
 NVIDIA_PATH = re.compile(r"^/dev/nvidia")
-CT_FACTS_AFTER_START = ("nvsmi_list", "driver_version", "sglang_version", "weights", "unit_sha",
-                        "current_release", "releases", "active", "enabled", "main_pid", "health", "topo", "p2p_read",
-                        "p2p_write", "missing_pkgs")
+CT_FACTS_AFTER_START = (CT.gpus, CT.sglang_version, CT.weights, CT.unit_sha,
+                        CT.current_release, CT.releases, CT.active, CT.enabled, CT.main_pid, CT.health, CT.topo,
+                        CT.p2p_read, CT.p2p_write, CT.missing_pkgs)
 
 
 def base_config(spec: ContainerSpec) -> dict[str, str]:
@@ -96,7 +95,7 @@ def require_mount_source(ctx: StepContext) -> None:
     spec = ctx.host.container
     if spec.model_mount is None:
         return
-    if ctx.facts.h("model_mount").stdout.strip() != "present":
+    if ctx.facts.get(HOST.model_mount).stdout.strip() != "present":
         raise ConfigError(f"container.model_mount {spec.model_mount} is not a directory on {ctx.host.name}",
                           fix=f"create it on the host and put the model there (mkdir -p {spec.model_mount}), or "
                               "fix the path; nothing was changed", host=ctx.host.name, step="container")
@@ -141,7 +140,7 @@ def stale_devices(host_nodes: list[DeviceNode], ct_listing: str) -> list[str]:
 def restart_reasons(ctx: StepContext, current: dict[str, Any], base_diff: dict[str, str],
                     wanted: list[DeviceNode]) -> list[str]:
     """Why a running CT must restart for its config to take effect (empty: it need not)."""
-    pending_out = ctx.facts.host.get("ct_pending")
+    pending_out = ctx.facts.find(HOST.ct_pending)
     pending = parse_pending(pending_out.stdout) if pending_out is not None and pending_out.rc == 0 else {}
     ours = set(base_config(ctx.host.container)) | {
         k for k, change in pending.items() if DEV_KEY.match(k) and NVIDIA_PATH.match(
@@ -154,7 +153,7 @@ def restart_reasons(ctx: StepContext, current: dict[str, Any], base_diff: dict[s
     if cold:
         reasons.append(f"{', '.join(cold)} cannot change on a running container (PVE keeps it pending until the "
                        "next start)")
-    listing = ctx.facts.c("dev_listing")
+    listing = ctx.facts.get(CT.dev_listing)
     if listing is not None:
         stale = stale_devices(wanted, listing.stdout)
         if stale:
@@ -171,7 +170,7 @@ def _wait(client: PveClient, ctx: StepContext, result: Any, what: str) -> None:
 
 def wanted_devices(ctx: StepContext) -> list[DeviceNode]:
     """Every NVIDIA char device on the host (or the listed GPU minors), as the container must see them."""
-    nodes = nvidia_char_devices(parse_dev_listing(ctx.facts.h("dev_listing").stdout))
+    nodes = nvidia_char_devices(parse_dev_listing(ctx.facts.get(HOST.dev_listing).stdout))
     spec = ctx.host.container
     if spec.gpus != "all":
         keep = {f"/dev/nvidia{i}" for i in spec.gpus}
@@ -203,8 +202,9 @@ def raw_apply_script(vmid: int, wanted: list[tuple[str, str]]) -> str:
 
 def passthrough_method(ctx: StepContext) -> tuple[str, str]:
     version = ctx.state.pve_version
-    if version is None and "pveversion" in ctx.facts.host and ctx.facts.host["pveversion"].rc == 0:
-        version = parse_pveversion(ctx.facts.host["pveversion"].stdout)
+    out = ctx.facts.find(HOST.pveversion)
+    if version is None and out is not None and out.rc == 0:
+        version = parse_pveversion(out.stdout)
     return resolve_method(ctx.host.container.passthrough, str(version) if version is not None else None)
 
 
@@ -230,8 +230,8 @@ def resolve_template(ctx: StepContext) -> tuple[str, bool]:
     """
     spec, node = ctx.host.container, ctx.host.pve.node
     storage = spec.ostemplate.split(":", 1)[0]
-    local = volids(ctx.facts.h("templates").stdout)
-    index = parse_aplinfo(ctx.facts.h("aplinfo").stdout)
+    local = volids(ctx.facts.get(HOST.templates).stdout)
+    index = parse_aplinfo(ctx.facts.get(HOST.aplinfo).stdout)
     family = spec.template_family or template_family(spec.template_name)
     offered = sorted((a for a in index if a.package == family), key=lambda a: version_key(a.version))
     if spec.template_family is None:
@@ -301,7 +301,7 @@ def _converge(ctx: StepContext, record: StepRecord, pve: _Clients, status: str, 
               method: str, raw_wanted: list[tuple[str, str]]) -> tuple[str, bool]:
     """Write only the config keys that differ (digest-guarded). Returns (status now, whether it changed)."""
     spec, node = ctx.host.container, ctx.host.pve.node
-    current = parse_config_json(ctx.facts.h("ct_config").stdout)
+    current = parse_config_json(ctx.facts.get(HOST.ct_config).stdout)
     if "unprivileged" in current and bool(int(current["unprivileged"])) != spec.unprivileged:
         raise ConfigError(
             f"CT {spec.vmid} exists with unprivileged={current['unprivileged']} but the inventory says "
@@ -367,21 +367,20 @@ def _shutdown(ctx: StepContext, pve: _Clients) -> None:
     _wait(pve.lifecycle, ctx, pve.lifecycle.call("post", path, timeout=60, forceStop=1), "shutdown")
 
 
-@step("container", host_facts=("ct_status", "ct_config", "ct_pending", "templates", "aplinfo", "dev_listing",
-                               "proc_devices",
-                               "pveversion", "model_mount"),
-      ct_facts=(*CT_FACTS_AFTER_START, "dev_listing"))
+@step("container", host_facts=(HOST.ct_status, HOST.ct_config, HOST.ct_pending, HOST.templates, HOST.aplinfo,
+                               HOST.dev_listing, HOST.proc_devices, HOST.pveversion, HOST.model_mount),
+      ct_facts=(*CT_FACTS_AFTER_START, CT.dev_listing))
 def container(ctx: StepContext, record: StepRecord) -> None:
     """Create the container if missing, converge its config, GPU passthrough and model mount, start it."""
     ensure_facts(ctx)
     require_mount_source(ctx)
     spec = ctx.host.container
     wanted = wanted_devices(ctx)
-    status = parse_pct_status(ctx.facts.h("ct_status").stdout)
+    status = ctx.facts.get(HOST.ct_status)
     pve = _Clients(ctx, lifecycle_client(ctx.host, ctx.ssh, ctx.metrics))
     method, method_reason = passthrough_method(ctx)
     record.details["passthrough"] = {"method": method, "why": method_reason}
-    raw_wanted = (raw_lines(wanted, parse_proc_devices(ctx.facts.h("proc_devices").stdout))
+    raw_wanted = (raw_lines(wanted, parse_proc_devices(ctx.facts.get(HOST.proc_devices).stdout))
                   if method == "raw-lxc" else [])
     if status is None:
         if not _create(ctx, record, pve, wanted, method, raw_wanted):

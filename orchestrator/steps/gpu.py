@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 
 from orchestrator.errors import CheckFailed, ConfigError, RemoteError
+from orchestrator.facts import CT, HOST
 from orchestrator.parsers import ParseError
-from orchestrator.parsers.devices import parse_gpu_list
-from orchestrator.parsers.driver import nvidia_smi_status, parse_driver_version, versions_match
+from orchestrator.parsers.driver import parse_driver_version, versions_match
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts, unknown_until_started
@@ -18,7 +18,7 @@ INSTALLER_FLAGS = ("--silent", "--no-kernel-module", "--no-questions", "--ui=non
 
 
 def host_driver(ctx: StepContext) -> str:
-    out = ctx.facts.h("driver_version")
+    out = ctx.facts.get(HOST.driver_version)
     try:
         return parse_driver_version(out.stdout).version
     except ParseError as exc:
@@ -29,23 +29,22 @@ def host_driver(ctx: StepContext) -> str:
 
 def container_userspace(ctx: StepContext) -> tuple[str | None, str]:
     """(version or None, why) of the container's NVML userspace."""
-    out = ctx.facts.c("driver_version")
-    if out is None:
+    answer = ctx.facts.get(CT.gpus)
+    if answer is None:
         return None, "container not running"
-    if out.rc == 127:
+    if answer.missing:
         return None, "nvidia-smi is not installed in the container"
-    status = nvidia_smi_status(out.stdout + out.stderr, out.rc)
+    status = answer.status
     if status.state == "version_mismatch":
         return status.library_version, "Driver/library version mismatch"
     if not status.ok:
-        return None, status.message or f"nvidia-smi exited {out.rc}"
-    try:
-        return parse_driver_version(out.stdout).version, "ok"
-    except ParseError:
+        return None, status.message or f"nvidia-smi exited {answer.rc}"
+    if answer.driver_version is None:
         return None, "nvidia-smi printed no driver version"
+    return answer.driver_version, "ok"
 
 
-@step("driver_userspace", host_facts=("driver_version", "installer"), ct_facts=("driver_version",))
+@step("driver_userspace", host_facts=(HOST.driver_version, HOST.installer), ct_facts=(CT.gpus,))
 def driver_userspace(ctx: StepContext, record: StepRecord) -> None:
     """Make the container's NVIDIA userspace equal the host kernel module version."""
     ensure_facts(ctx)
@@ -63,7 +62,7 @@ def driver_userspace(ctx: StepContext, record: StepRecord) -> None:
                               "`pct config` for devN lines", host=ctx.host.name)
     installer = ctx.host.container.driver_installer
     seen = userspace or "none"
-    if installer is None or ctx.facts.h("installer").stdout.strip() != "present":
+    if installer is None or ctx.facts.get(HOST.installer).stdout.strip() != "present":
         raise CheckFailed(
             f"container NVIDIA userspace is {seen} ({why}) but the host kernel module is {kernel}",
             fix=(f"install exactly {kernel} in the container without kernel modules: copy "
@@ -86,7 +85,7 @@ def driver_userspace(ctx: StepContext, record: StepRecord) -> None:
         raise RemoteError(f"the NVIDIA installer failed in CT {ctx.vmid}: {(res.stderr or res.stdout).strip()[-400:]}",
                           fix="read the installer log in the container (/var/log/nvidia-installer.log)",
                           host=ctx.host.name)
-    refresh_ct_facts(ctx, "driver_version", "nvsmi_list", "topo", "p2p_read", "p2p_write")
+    refresh_ct_facts(ctx, CT.gpus, CT.topo, CT.p2p_read, CT.p2p_write)
     after, why_after = container_userspace(ctx)
     if after is None or not versions_match(kernel, after):
         raise CheckFailed(f"after installing, the container userspace is {after or why_after}, host is {kernel}",
@@ -94,23 +93,22 @@ def driver_userspace(ctx: StepContext, record: StepRecord) -> None:
     record.summary = f"installed userspace {after} (= host {kernel})"
 
 
-@step("container_gpus", ct_facts=("nvsmi_list",))
+@step("container_gpus", ct_facts=(CT.gpus,))
 def container_gpus(ctx: StepContext, record: StepRecord) -> None:
     """The container sees exactly the inventory's GPU count."""
     ensure_facts(ctx)
-    out = ctx.facts.c("nvsmi_list")
+    answer = ctx.facts.get(CT.gpus)
     expected = ctx.host.container.expected_gpus
-    if out is None:
+    if answer is None:
         if ctx.options.dry_run:
             record.status = "skipped"
             record.summary = "container not running yet (dry run)"
             return
         raise CheckFailed("the container is not running", host=ctx.host.name, fix="re-run deploy up")
-    status = nvidia_smi_status(out.stdout + out.stderr, out.rc)
-    if not status.ok:
-        raise CheckFailed(f"nvidia-smi -L failed in the container: {status.message}", host=ctx.host.name,
+    if not answer.status.ok:
+        raise CheckFailed(f"nvidia-smi failed in the container: {answer.status.message}", host=ctx.host.name,
                           fix="check device passthrough (pct config) and the userspace driver version")
-    gpus = parse_gpu_list(out.stdout)
+    gpus = answer.gpus
     record.details["gpus"] = [g.name for g in gpus]
     if len(gpus) != expected:
         raise CheckFailed(f"the container sees {len(gpus)} GPU(s), the inventory expects {expected}",

@@ -3,31 +3,35 @@
 from __future__ import annotations
 
 from orchestrator.errors import CheckFailed
-from orchestrator.facts import Facts
+from orchestrator.facts import HOST, Facts, HostFact
+from orchestrator.parsers.sections import CommandOutput
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.session import ensure_facts
 from orchestrator.verdicts.host import Finding, HostFacts, doctor_findings, host_facts_from_outputs, worst_status
 
-DOCTOR_FACTS = ("driver_version", "dev_listing", "uvm_hmm", "modprobe", "cmdline", "lspci_acs", "pveversion",
-                "nvsmi_list")
+DOCTOR_FACTS = (HOST.driver_version, HOST.dev_listing, HOST.uvm_hmm, HOST.modprobe, HOST.cmdline, HOST.lspci_acs,
+                HOST.pveversion, HOST.nvsmi_list)
 
 
 def host_facts(facts: Facts) -> HostFacts:
-    def text(name: str) -> str | None:
-        out = facts.host.get(name)
+    def text(fact: HostFact[CommandOutput]) -> str | None:
+        out = facts.find(fact)
         return out.stdout if out is not None and out.rc == 0 else None
 
-    driver = facts.host.get("driver_version")
+    def any_text(fact: HostFact[CommandOutput]) -> str | None:
+        out = facts.find(fact)
+        return out.stdout if out is not None else None
+
     return host_facts_from_outputs(
-        proc_driver_version=(driver.stdout if driver is not None and driver.rc == 0 else ""),
-        dev_listing=facts.host["dev_listing"].stdout if "dev_listing" in facts.host else None,
-        uvm_hmm_param=text("uvm_hmm"),
-        modprobe_conf=facts.host["modprobe"].stdout if "modprobe" in facts.host else None,
-        cmdline=text("cmdline"),
-        lspci_vvv=text("lspci_acs"),
-        pveversion=text("pveversion"),
-        gpu_list=text("nvsmi_list"),
+        proc_driver_version=text(HOST.driver_version) or "",
+        dev_listing=any_text(HOST.dev_listing),
+        uvm_hmm_param=text(HOST.uvm_hmm),
+        modprobe_conf=any_text(HOST.modprobe),
+        cmdline=text(HOST.cmdline),
+        lspci_vvv=text(HOST.lspci_acs),
+        pveversion=text(HOST.pveversion),
+        gpu_list=text(HOST.nvsmi_list),
     )
 
 

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.errors import CheckFailed, RemoteError
-from orchestrator.facts import Facts
+from orchestrator.facts import CT, HOST, Fact, Facts
 from orchestrator.parsers import ParseError
 from orchestrator.parsers.p2p import P2PKind, P2PMatrix, parse_p2p
+from orchestrator.parsers.sections import CommandOutput
 from orchestrator.parsers.topo import TopoMatrix, parse_topo
 from orchestrator.probes.p2p_bandwidth import (
     p2p_bandwidth_verdict,
@@ -25,7 +26,8 @@ from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.session import ensure_facts
 from orchestrator.verdicts.p2p import P2PVerdict, TopoComparison, compare_topologies, p2p_verdict
 
-P2P_FACTS = ("topo", "p2p_read", "p2p_write")
+HOST_P2P = (HOST.topo, HOST.p2p_read, HOST.p2p_write)
+CT_P2P = (CT.topo, CT.p2p_read, CT.p2p_write)
 
 
 @dataclass(frozen=True)
@@ -37,8 +39,9 @@ class P2PView:
     error: str = ""
 
 
-def view_from(outputs: dict[str, Any], where: str) -> P2PView:
-    topo_out = outputs.get("topo")
+def view_from(facts: Facts, which: tuple[Fact[CommandOutput], ...], where: str) -> P2PView:
+    """The topology and P2P matrices one side (host or container) reported; `which` = (topo, read, write)."""
+    topo_out, read_out, write_out = (facts.find(f) for f in which)
     if topo_out is None:
         return P2PView(where, None, None, None, "not read (container not running)")
     try:
@@ -46,8 +49,7 @@ def view_from(outputs: dict[str, Any], where: str) -> P2PView:
     except ParseError:
         return P2PView(where, None, None, None, (topo_out.stdout + topo_out.stderr).strip()[:300])
 
-    def matrix(name: str, kind: P2PKind) -> P2PMatrix | None:
-        out = outputs.get(name)
+    def matrix(out: CommandOutput | None, kind: P2PKind) -> P2PMatrix | None:
         if out is None or out.rc != 0:
             return None
         try:
@@ -55,7 +57,7 @@ def view_from(outputs: dict[str, Any], where: str) -> P2PView:
         except ParseError:
             return None
 
-    return P2PView(where, topo, matrix("p2p_read", "read"), matrix("p2p_write", "write"))
+    return P2PView(where, topo, matrix(read_out, "read"), matrix(write_out, "write"))
 
 
 @dataclass(frozen=True)
@@ -77,8 +79,8 @@ class P2PReport:
 
 
 def p2p_report(facts: Facts, tp_gpus: int | None = None, env: Mapping[str, str] | None = None) -> P2PReport:
-    ct = view_from(dict(facts.ct), "container")
-    host = view_from(dict(facts.host), "host")
+    ct = view_from(facts, CT_P2P, "container")
+    host = view_from(facts, HOST_P2P, "host")
     primary = ct if ct.topo is not None else host
     verdict = None
     if primary.topo is not None:
@@ -96,7 +98,7 @@ def tp_size(ctx: StepContext) -> int | None:
     return None
 
 
-@step("verify_p2p", host_facts=P2P_FACTS, ct_facts=P2P_FACTS)
+@step("verify_p2p", host_facts=HOST_P2P, ct_facts=CT_P2P)
 def verify_p2p(ctx: StepContext, record: StepRecord) -> None:
     """Every tensor-parallel GPU pair has P2P read+write OK, and the container sees the host's topology."""
     ensure_facts(ctx)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 
 from orchestrator.errors import CheckFailed, RemoteError
-from orchestrator.facts import CT_PACKAGES
+from orchestrator.facts import CT, CT_PACKAGES
 from orchestrator.inventory.models import ContainerSpec
 from orchestrator.parsers import ParseError
 from orchestrator.parsers.packages import missing_packages
@@ -35,7 +35,7 @@ def apt_install_command(spec: ContainerSpec, packages: list[str]) -> str:
 
 def container_missing(ctx: StepContext) -> list[str] | None:
     """The required packages the container lacks; None when it is not running (unknown)."""
-    out = ctx.facts.c("missing_pkgs")
+    out = ctx.facts.get(CT.missing_pkgs)
     if out is None:
         return None
     try:
@@ -46,7 +46,7 @@ def container_missing(ctx: StepContext) -> list[str] | None:
                           host=ctx.host.name) from exc
 
 
-@step("ct_packages", ct_facts=("missing_pkgs",))
+@step("ct_packages", ct_facts=(CT.missing_pkgs,))
 def ct_packages(ctx: StepContext, record: StepRecord) -> None:
     """Debian packages the pipeline needs in the container (python3-venv, curl, …), installed when missing."""
     ensure_facts(ctx)
@@ -74,7 +74,7 @@ def ct_packages(ctx: StepContext, record: StepRecord) -> None:
                           fix=("check the container's network and its apt sources; an air-gapped site sets "
                                "container.apt_proxy (or a local mirror in the container's sources.list)"),
                           host=ctx.host.name)
-    refresh_ct_facts(ctx, "missing_pkgs")
+    refresh_ct_facts(ctx, CT.missing_pkgs)
     still = container_missing(ctx)
     if still:
         raise CheckFailed(f"after apt-get install, CT {ctx.vmid} still lacks {', '.join(still)}",

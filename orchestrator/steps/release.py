@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, LockLost, RemoteError
+from orchestrator.facts import CT
 from orchestrator.flags import FlagSchema, FlagSet, canonicalize, diff_flags, with_secret_values
 from orchestrator.parsers.bench import BenchParseError, BenchResult, parse_bench_jsonl
 from orchestrator.redact import REDACTED, SECRET_REF
@@ -50,8 +51,8 @@ from orchestrator.steps.state import BaselineEvidence, Candidate, FlagDrift, Rol
 from orchestrator.steps.waiting import waiting_for
 from orchestrator.verdicts.regression import gate as regression_gate
 
-RELEASE_FACTS = ("current_meta", "current_verdict", "current_flags", "current_bench", "unit_sha", "active",
-                 "current_release", "releases", "main_pid", "health", "sglang_version")
+RELEASE_FACTS = (CT.current_meta, CT.current_verdict, CT.current_flags, CT.current_bench, CT.unit_sha, CT.active,
+                 CT.current_release, CT.releases, CT.main_pid, CT.health, CT.sglang_version)
 
 
 # ------------------------------------------------------------------------------------ what is installed
@@ -66,14 +67,14 @@ class InstalledState:
 
 def installed_state(ctx: StepContext) -> InstalledState:
     shas: dict[str, str] = {}
-    out = ctx.facts.c("unit_sha")
+    out = ctx.facts.get(CT.unit_sha)
     if out is not None and out.rc == 0:
         for line in out.stdout.splitlines():
             digest, _, path = line.partition(" ")
             shas[path.strip()] = digest
-    active = ctx.facts.c("active")
-    link = ctx.facts.c("current_release")
-    rels = ctx.facts.c("releases")
+    active = ctx.facts.get(CT.active)
+    link = ctx.facts.get(CT.current_release)
+    rels = ctx.facts.get(CT.releases)
     return InstalledState(
         unit_sha=shas.get(ctx.ct.paths.unit_path),
         env_sha=shas.get(ctx.ct.paths.env_path),
@@ -83,34 +84,22 @@ def installed_state(ctx: StepContext) -> InstalledState:
     )
 
 
-def json_fact(ctx: StepContext, name: str) -> dict[str, Any] | None:
-    """A container fact holding a JSON object (meta.json, verdict.json, flags.json of the current release)."""
-    out = ctx.facts.c(name)
-    if out is None or out.rc != 0 or not out.stdout.strip():
-        return None
-    try:
-        data = json.loads(out.stdout)
-    except json.JSONDecodeError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def current_meta(ctx: StepContext) -> dict[str, Any] | None:
-    return json_fact(ctx, "current_meta")
+    return ctx.facts.get(CT.current_meta)
 
 
 def current_verdict(ctx: StepContext) -> dict[str, Any] | None:
-    return json_fact(ctx, "current_verdict")
+    return ctx.facts.get(CT.current_verdict)
 
 
 def installed_flags(ctx: StepContext, given: Iterable[str] = ()) -> dict[str, Any] | None:
     """The current release's flags (None before the first release): flags.json, with each secret flag's value read
     back from the release's own 0600 secrets.yaml (one round trip, only when it has secret flags). A secret stored
     redacted is an error unless the caller gives that flag anew (`given`): evidence is never configuration."""
-    stored = json_fact(ctx, "current_flags")
+    stored = ctx.facts.get(CT.current_flags)
     if stored is None:
         return None
-    link = ctx.facts.c("current_release")
+    link = ctx.facts.get(CT.current_release)
     rid = current_release(link.stdout) if link else None
     return _with_secrets(ctx, stored, ctx.ct.paths.current_link, f"release {rid or 'current'}", given)
 
@@ -185,7 +174,7 @@ def flag_drift(ctx: StepContext) -> list[FlagDrift]:
     from flags.json only (no secrets.yaml round trip): a secret flag counts as drift only when it is set on one
     side and not on the other, and its values are never shown. Empty before the first release, or when the
     profile's flags do not parse (the run's other steps report that)."""
-    stored = json_fact(ctx, "current_flags")
+    stored = ctx.facts.get(CT.current_flags)
     if stored is None:
         return []
     try:
@@ -219,7 +208,7 @@ def bundle_for(ctx: StepContext, flags: FlagSet, release_id: str | None = None) 
 
 def baseline_bench(ctx: StepContext, preset: str) -> tuple[BenchResult, str] | None:
     """The newest plain run of the same preset on the current release, with its run id: the only fair baseline."""
-    out = ctx.facts.c("current_bench")
+    out = ctx.facts.get(CT.current_bench)
     if out is None or out.rc != 0:
         return None
     for line in reversed(out.stdout.splitlines()):
@@ -548,7 +537,7 @@ def gate(ctx: StepContext, record: StepRecord) -> None:
 
 
 # ------------------------------------------------------------------------------------- up and rollback
-@step("release_verdict", ct_facts=("current_verdict", "current_meta"))
+@step("release_verdict", ct_facts=(CT.current_verdict, CT.current_meta))
 def release_verdict(ctx: StepContext, record: StepRecord) -> None:
     """Mark the release `up` converged to as verified (health + smoke + throughput passed)."""
     if ctx.options.dry_run:

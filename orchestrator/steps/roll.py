@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 
 from orchestrator.errors import CheckFailed, ConfigError, RemoteError
+from orchestrator.facts import CT
 from orchestrator.flags import (
     FlagSchema,
     apply_changes,
@@ -39,7 +40,7 @@ from orchestrator.steps.state import Candidate, CurrentFlags, RollRequest
 
 def installed_schema(ctx: StepContext) -> tuple[str, FlagSchema]:
     """The flag schema of the sglang installed in the container (bundled when known, else probed there)."""
-    out = ctx.facts.c("sglang_version")
+    out = ctx.facts.get(CT.sglang_version)
     version = out.stdout.strip() if out is not None and out.rc == 0 else ctx.profile.sglang_version
     if version in FlagSchema.known_versions():
         return version, FlagSchema.load(version)

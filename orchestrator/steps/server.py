@@ -9,6 +9,7 @@ from __future__ import annotations
 import shlex
 
 from orchestrator.errors import ConfigError, RemoteError
+from orchestrator.facts import CT
 from orchestrator.flags import diff_flags, masked_diff
 from orchestrator.render.service import launch_argv, secret_flags
 from orchestrator.runlog import StepRecord
@@ -33,7 +34,7 @@ from orchestrator.steps.software import require_complete_weights, require_valid_
 
 def unit_enabled(ctx: StepContext) -> bool:
     """`systemctl is-enabled` says `enabled`: the container's systemd starts sglang when the container boots."""
-    out = ctx.facts.c("enabled")
+    out = ctx.facts.get(CT.enabled)
     return out is not None and out.stdout.strip() == "enabled"
 
 
@@ -55,8 +56,8 @@ def enable_unit(ctx: StepContext, record: StepRecord) -> None:
     record.summary = f"{unit}.service enabled at boot (unit unchanged, server active)"
 
 
-@step("server_unit", ct_facts=("unit_sha", "active", "enabled", "current_release", "releases", "main_pid",
-                               "current_meta", "current_verdict", "current_flags", "weights"))
+@step("server_unit", ct_facts=(CT.unit_sha, CT.active, CT.enabled, CT.current_release, CT.releases, CT.main_pid,
+                               CT.current_meta, CT.current_verdict, CT.current_flags, CT.weights))
 def server_unit(ctx: StepContext, record: StepRecord) -> None:
     """Render sglang.service + sglang.env; install and restart only when they changed."""
     ensure_facts(ctx)

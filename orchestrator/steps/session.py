@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from orchestrator.facts import CT, CtFact, HostFact
 from orchestrator.parsers.leftovers import parse_leftovers
 from orchestrator.remote.lock import HostLease, takeover_message
 from orchestrator.runlog import StepRecord
@@ -13,8 +16,8 @@ def ensure_facts(ctx: StepContext) -> None:
     if ctx.facts.gathered:
         return
     names = ctx.playbook_steps or list(REGISTRY)
-    host_facts: set[str] = set()
-    ct_facts: set[str] = set()
+    host_facts: set[HostFact[Any]] = set()
+    ct_facts: set[CtFact[Any]] = set()
     for name in names:
         st = REGISTRY.get(name)
         if st is not None:
@@ -23,7 +26,7 @@ def ensure_facts(ctx: StepContext) -> None:
     # A run that holds the host lock also stops what a dead run left running (its bench), in the same round trip.
     stopping = ctx.host_lock is not None and not ctx.options.dry_run
     if stopping:
-        ct_facts.add("stop_leftovers")
+        ct_facts.add(CT.stop_leftovers)
     ctx.facts.gather(host_facts, ct_facts)
     ctx.facts.gathered = True
     if stopping:
@@ -31,7 +34,7 @@ def ensure_facts(ctx: StepContext) -> None:
 
 
 def report_leftovers(ctx: StepContext) -> None:
-    out = ctx.facts.c("stop_leftovers")
+    out = ctx.facts.get(CT.stop_leftovers)
     if out is None:
         return
     for leftover in parse_leftovers(out.stdout):
@@ -39,9 +42,9 @@ def report_leftovers(ctx: StepContext) -> None:
         ctx.say(leftover.message())
 
 
-def refresh_ct_facts(ctx: StepContext, *names: str, settle_boot: bool = False) -> None:
+def refresh_ct_facts(ctx: StepContext, *facts: CtFact[Any], settle_boot: bool = False) -> None:
     """Re-read container facts after a change (one round trip; after a start, once its boot has settled)."""
-    ctx.facts.gather((), names, what="re-reading container facts", settle_boot=settle_boot)
+    ctx.facts.gather((), facts, what="re-reading container facts", settle_boot=settle_boot)
 
 
 def unknown_until_started(ctx: StepContext, record: StepRecord, what: str) -> bool:
@@ -95,7 +98,7 @@ def lock(ctx: StepContext, record: StepRecord) -> None:
                                                    "expired_s_ago": -left if left is not None else None,
                                                    "message": takeover_message(old)}
         record.summary = f"{taken}; "
-    record.summary += f"{len(ctx.facts.host) + len(ctx.facts.ct)} facts read in one round trip"
+    record.summary += f"{ctx.facts.count} facts read in one round trip"
 
 
 @step("unlock")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.errors import CheckFailed, ConfigError, RemoteError
+from orchestrator.facts import CT
 from orchestrator.flags.schema import FlagSchema
 from orchestrator.parsers.weights import RECORD_PATH, WeightsState, parse_weights_check
 from orchestrator.resources import probe_text
@@ -69,14 +70,14 @@ def sglang_install_command(ctx: StepContext) -> str:
             f"{pip_index_options(ctx.host.container.pip_index_url)} {shlex.quote(prof.sglang_requirement)}")
 
 
-@step("sglang_install", ct_facts=("sglang_version",))
+@step("sglang_install", ct_facts=(CT.sglang_version,))
 def sglang_install(ctx: StepContext, record: StepRecord) -> None:
     """sglang in the profile's venv at the profile's pinned version, with its extras (installed when missing)."""
     ensure_facts(ctx)
     if unknown_until_started(ctx, record, "the installed sglang version"):
         return
     want = ctx.profile.sglang_version
-    out = ctx.facts.c("sglang_version")
+    out = ctx.facts.get(CT.sglang_version)
     have = out.stdout.strip() if out is not None and out.rc == 0 else None
     record.details.update({"wanted": want, "installed": have, "requirement": ctx.profile.sglang_requirement})
     if have == want:
@@ -96,8 +97,8 @@ def sglang_install(ctx: StepContext, record: StepRecord) -> None:
                           f"{(res.stderr or res.stdout).strip()[-500:]}",
                           fix=("check the container's network or set container.pip_index_url to a reachable "
                                "index (air-gapped: a local mirror or wheelhouse)"), host=ctx.host.name)
-    refresh_ct_facts(ctx, "sglang_version")
-    out = ctx.facts.c("sglang_version")
+    refresh_ct_facts(ctx, CT.sglang_version)
+    out = ctx.facts.get(CT.sglang_version)
     have = out.stdout.strip() if out is not None and out.rc == 0 else None
     if have != want:
         raise CheckFailed(f"after installing, sglang reports {have}, wanted {want}", host=ctx.host.name,
@@ -135,11 +136,11 @@ def hf_download_command(ctx: StepContext) -> str:
 
 def weights_state(ctx: StepContext) -> WeightsState | None:
     """What the weights fact found (None: not read, e.g. the container is not running)."""
-    out = ctx.facts.c("weights")
+    out = ctx.facts.get(CT.weights)
     return parse_weights_check(out.stdout) if out is not None else None
 
 
-@step("model_weights", ct_facts=("weights",))
+@step("model_weights", ct_facts=(CT.weights,))
 def model_weights(ctx: StepContext, record: StepRecord) -> None:
     """Complete model weights at the profile's model_path (host mount, or `hf download` with progress).
 
@@ -207,7 +208,7 @@ def model_weights(ctx: StepContext, record: StepRecord) -> None:
     res = ctx.ct.run(hf_download_command(ctx), check=False, timeout=24 * 3600, what="weights download",
                      progress=lambda line: ctx.say(f"  download: {line}"))
     if res.rc != 0:
-        refresh_ct_facts(ctx, "weights")  # what the failed download left: named in the error
+        refresh_ct_facts(ctx, CT.weights)  # what the failed download left: named in the error
         left = weights_state(ctx)
         raise RemoteError(f"weights download failed; the weights at {prof.model_path} are incomplete"
                           + (f" ({left.missing_summary()} missing or short)" if left and left.missing else "")
@@ -215,7 +216,7 @@ def model_weights(ctx: StepContext, record: StepRecord) -> None:
                           fix="check access to the model hub from the container (container.hf_endpoint names a "
                               "mirror); re-running `deploy up` finishes the download (files already complete are "
                               "kept); the server is not started on partial weights", host=ctx.host.name)
-    refresh_ct_facts(ctx, "weights")
+    refresh_ct_facts(ctx, CT.weights)
     state = weights_state(ctx)
     if state is None or not state.recorded:
         raise CheckFailed(f"`hf download {prof.weights_repo}` finished but the weights at {prof.model_path} are "

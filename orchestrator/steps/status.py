@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from orchestrator.errors import CheckFailed
+from orchestrator.facts import CT, HOST
 from orchestrator.runlog import StepRecord
 from orchestrator.state.releases import parse_release_lines, read_releases_script
 from orchestrator.steps.base import StepContext, step
@@ -19,7 +20,7 @@ from orchestrator.steps.state import ServerStatus
 
 
 def gpu_power(ctx: StepContext) -> list[dict[str, float | int | None]]:
-    out = ctx.facts.host.get("gpu_power")
+    out = ctx.facts.find(HOST.gpu_power)
     rows: list[dict[str, float | int | None]] = []
     if out is None or out.rc != 0:
         return rows
@@ -45,7 +46,7 @@ def container_state(ctx: StepContext) -> str:
     return ctx.facts.ct_state or "absent"
 
 
-@step("status", host_facts=("gpu_power", "ct_status"), ct_facts=RELEASE_FACTS)
+@step("status", host_facts=(HOST.gpu_power, HOST.ct_status), ct_facts=RELEASE_FACTS)
 def status(ctx: StepContext, record: StepRecord) -> None:
     """Current release, server state and health, GPU power now: one round trip."""
     ensure_facts(ctx)
@@ -61,7 +62,7 @@ def status(ctx: StepContext, record: StepRecord) -> None:
         record.summary = f"CT {ctx.vmid} is {info.container}; {power}"
         return
     state = installed_state(ctx)
-    health = ctx.facts.c("health")
+    health = ctx.facts.get(CT.health)
     meta = current_meta(ctx) or {}
     verdict = current_verdict(ctx) or {}
     info.release, info.active = state.release, state.active

@@ -113,7 +113,7 @@ def test_stream_redacts_what_is_written() -> None:
 
 
 def test_cli_json_document_is_redacted(capsys: pytest.CaptureFixture[str]) -> None:
-    from orchestrator.cli.common import Output
+    from orchestrator.ui.output import Output
 
     register_secret(KEY)
     Output(as_json=True).emit({"ok": False, "details": {"journal": [f"server_args=ServerArgs(api_key='{KEY}')"]},

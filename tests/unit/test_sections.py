@@ -141,3 +141,24 @@ def test_no_more_than_parallel_commands_run_at_once(tmp_path) -> None:  # type: 
     assert max(seen) == 2, seen  # and they did overlap
     with pytest.raises(ValueError):
         build_batch_script({"a": "true"}, NONCE, parallel=0)
+
+
+def test_overlapping_commands_keep_their_own_output_and_exit_code() -> None:
+    """More commands than run at once (16 at the default 8), each writing its stdout and stderr line by line while
+    the others do, finishing in the reverse of their order, with its own exit code: every section holds only its
+    own lines, whole, and the code its command exited with, in the order given. One fails without a word, one is
+    killed by a signal, one prints nothing and succeeds."""
+    def chatty(i: int) -> str:
+        return (f"for n in 1 2 3 4 5; do echo c{i}-out-$n; echo c{i}-err-$n >&2; sleep 0.0{9 - i % 8}; done; "
+                f"exit {i % 4}")
+
+    commands = {f"c{i}": chatty(i) for i in range(13)}
+    commands |= {"fails-silently": "exit 9", "killed": "kill -TERM $$", "prints-nothing": "true"}
+    out = split_batch_output(run_script(build_batch_script(commands, NONCE)), NONCE)
+    assert list(out) == list(commands)
+    for i in range(13):
+        assert out[f"c{i}"] == CommandOutput(i % 4, "".join(f"c{i}-out-{n}\n" for n in range(1, 6)),
+                                             "".join(f"c{i}-err-{n}\n" for n in range(1, 6)))
+    assert out["fails-silently"] == CommandOutput(9, "", "")
+    assert out["killed"].rc == 128 + 15 and out["killed"].stdout == ""
+    assert out["prints-nothing"] == CommandOutput(0, "", "")

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from orchestrator.errors import RemoteError
-from orchestrator.facts import Facts
+from orchestrator.facts import CT_FACTS, HOST_FACTS, Facts
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.parsers.sections import CommandOutput
@@ -40,6 +40,12 @@ def out(stdout: str = "", rc: int = 0, stderr: str = "") -> CommandOutput:
 
 def _as_output(value: Fact) -> CommandOutput:
     return value if isinstance(value, CommandOutput) else out(value)
+
+
+def _known(facts: Mapping[str, object], name: str) -> str:
+    """A fact name a test gives must be a real fact's (orchestrator.facts.HOST / CT): a typo fails the test."""
+    assert name in facts, f"no fact named {name!r}; known: {', '.join(sorted(facts))}"
+    return name
 
 
 def frame(nonce: str, outputs: Mapping[str, CommandOutput]) -> str:
@@ -133,6 +139,8 @@ so a new or changed remote command never passes unnoticed on an empty "success".
                 m = re.search(r"@@DEPLOY:([A-Za-z0-9]+):PLAN:([a-z0-9_ -]*)@@", commands["ct_facts"])
                 assert m, "the container facts must travel as one inner batch"
                 names = m.group(2).split()
+                for name in self.ct_after:
+                    _known(CT_FACTS, name)
                 result["ct_facts"] = out(frame(m.group(1), {n: _as_output(self.ct_after.get(n, out(rc=1)))
                                                              for n in names}))
         return result
@@ -179,8 +187,8 @@ def make_run(inventory: Inventory) -> Callable[..., StepRun]:
         node = FakeNode(host)
         ct = Container(node, host.container.vmid)
         facts = Facts(node, host, profile, ct)  # type: ignore[arg-type]
-        facts.host = {k: _as_output(v) for k, v in (host_facts or {}).items()}
-        facts.ct = {k: _as_output(v) for k, v in (ct_facts or {}).items()}
+        facts.host = {_known(HOST_FACTS, k): _as_output(v) for k, v in (host_facts or {}).items()}
+        facts.ct = {_known(CT_FACTS, k): _as_output(v) for k, v in (ct_facts or {}).items()}
         facts.ct_running = ct_facts is not None
         facts.gathered = True
         ctx = StepContext(host=host, profile=profile, inventory=inventory, ssh=node,  # type: ignore[arg-type]

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from orchestrator.errors import CheckFailed, ConfigError
-from orchestrator.facts import BOOT_UNSETTLED, SETTLE_BOOT
+from orchestrator.facts import BOOT_UNSETTLED, CT, SETTLE_BOOT
 from orchestrator.parsers.devices import nvidia_char_devices, parse_dev_listing
 from orchestrator.steps.container import base_config, device_plan
 from tests.unit.steps.conftest import with_container
@@ -24,6 +24,7 @@ PROC_DEVICES = "Character devices:\n195 nvidia\n195 nvidiactl\n508 nvidia-uvm\n"
 PVEVERSION = "pve-manager/8.3.0/c1689ccb1065a83b (running kernel: 6.8.12-4-pve)\n"
 UPID = "UPID:pve-gpu-1:0000A1B2:0001C3D4:6745A1B2:"
 TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
+ONE_GPU = "index, uuid, name, pci.bus_id, driver_version\n0, GPU-1, NVIDIA RTX PRO 6000, 00000000:01:00.0, 595.58.03\n"
 
 
 def host_facts(status: str, config: dict[str, object] | None = None) -> dict[str, str]:
@@ -50,7 +51,7 @@ def converged_config(run) -> dict[str, object]:
 
 def test_absent_container_is_created_with_every_device_then_started(make_run) -> None:
     run = make_run(host_facts("Configuration file 'nodes/pve-gpu-1/lxc/120.conf' does not exist\n"))
-    run.node.ct_after = {"nvsmi_list": "GPU 0: NVIDIA RTX PRO 6000 (UUID: GPU-1)\n"}
+    run.node.ct_after = {"gpus": ONE_GPU}
     pve_accepts(run.node)
     rec = run.step("container")
     assert rec.status == "changed"
@@ -88,13 +89,13 @@ def test_a_start_whose_boot_does_not_settle_is_a_clear_error(make_run) -> None:
     probe = make_run()
     run = make_run(host_facts("status: stopped\n", converged_config(probe)))
     pve_accepts(run.node)
-    run.node.ct_after = {"nvsmi_list": "GPU 0: NVIDIA RTX PRO 6000 (UUID: GPU-1)\n"}
+    run.node.ct_after = {"gpus": ONE_GPU}
     run.node.ct_boot_unsettled = f"{BOOT_UNSETTLED} starting\n"
     with pytest.raises(CheckFailed) as err:
         run.step("container")
     assert "CT 120 did not finish booting within 120 s" in err.value.what and "'starting'" in err.value.what
     assert "systemctl list-jobs" in err.value.fix
-    assert not run.ctx.facts.ct_running and run.ctx.facts.c("nvsmi_list") is None  # nothing read half-booted
+    assert not run.ctx.facts.ct_running and run.ctx.facts.get(CT.gpus) is None  # nothing read half-booted
 
 
 def test_converged_running_container_is_left_alone(make_run) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import CheckFailed, ConfigError, RemoteError
-from orchestrator.facts import CT_FACTS, CT_PACKAGES
+from orchestrator.facts import CT, CT_PACKAGES, HOST
 from orchestrator.parsers.weights import RECORD_PATH, WeightsState, parse_weights_check
 from orchestrator.scripts import render_script
 from orchestrator.steps.container import mount_plan
@@ -41,7 +41,7 @@ def inner(command: str) -> str:
 # ------------------------------------------------------------------------------------------- ct_packages
 def test_the_packages_fact_is_one_dpkg_query_for_the_required_set(make_run) -> None:
     run = make_run()
-    cmd = CT_FACTS["missing_pkgs"](run.ctx.host, run.ctx.profile)
+    cmd = CT.missing_pkgs.command(run.ctx.host, run.ctx.profile)
     assert cmd == ("dpkg-query -W -f '${Package}\\t${db:Status-Status}\\n' "
                    "ca-certificates curl python3 python3-venv")
 
@@ -308,9 +308,8 @@ def test_a_model_mount_missing_on_the_host_is_refused_before_any_change(make_run
 
 
 def test_the_mount_fact_is_quoted(make_run) -> None:
-    from orchestrator.facts import HOST_FACTS
     run = with_container(make_run(), model_mount="/tank/models/glm5+v2")
-    assert HOST_FACTS["model_mount"](run.ctx.host, run.ctx.profile) == (
+    assert HOST.model_mount.command(run.ctx.host, run.ctx.profile) == (
         "test -d /tank/models/glm5+v2 && echo present || echo absent")
 
 

@@ -12,8 +12,14 @@ INSTALLER = "/root/NVIDIA-Linux-x86_64-595.58.03.run"
 VENV_PY = "/root/ml-env/bin/python"
 
 
+def gpus(version: str) -> str:
+    """The container's one nvidia-smi answer (CT_GPU_QUERY) for one GPU with this userspace version."""
+    return (f"index, uuid, name, pci.bus_id, driver_version\n"
+            f"0, GPU-1, NVIDIA RTX PRO 6000, 00000000:01:00.0, {version}\n")
+
+
 def test_driver_userspace_that_matches_the_kernel_module_changes_nothing(make_run) -> None:
-    run = make_run({"driver_version": KERNEL, "installer": "present\n"}, {"driver_version": "595.58.03\n"})
+    run = make_run({"driver_version": KERNEL, "installer": "present\n"}, {"gpus": gpus("595.58.03")})
     rec = run.step("driver_userspace")
     assert rec.status == "ok" and "= host kernel module 595.58.03" in rec.summary
     assert run.node.calls == []
@@ -21,8 +27,8 @@ def test_driver_userspace_that_matches_the_kernel_module_changes_nothing(make_ru
 
 def test_driver_userspace_mismatch_pushes_and_runs_the_installer_without_kernel_modules(make_run) -> None:
     mismatch = out("Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.65\n", 18)
-    run = make_run({"driver_version": KERNEL, "installer": "present\n"}, {"driver_version": mismatch})
-    run.node.ct_after = {"driver_version": "595.58.03\n"}
+    run = make_run({"driver_version": KERNEL, "installer": "present\n"}, {"gpus": mismatch})
+    run.node.ct_after = {"gpus": gpus("595.58.03")}
     run.node.succeed("deploy-nvidia-userspace.run --silent")
     rec = run.step("driver_userspace")
     assert rec.status == "changed" and rec.changes == ["install NVIDIA userspace 595.58.03 in CT 120 (was 580.65)"]
@@ -38,7 +44,7 @@ def test_driver_userspace_mismatch_pushes_and_runs_the_installer_without_kernel_
 
 
 def test_driver_userspace_mismatch_without_an_installer_stops_with_the_fix(make_run) -> None:
-    run = make_run({"driver_version": KERNEL, "installer": "none\n"}, {"driver_version": out("", 127)})
+    run = make_run({"driver_version": KERNEL, "installer": "none\n"}, {"gpus": out("", 127)})
     with pytest.raises(CheckFailed) as err:
         run.step("driver_userspace")
     assert "NVIDIA-Linux-x86_64-595.58.03.run" in (err.value.fix or "")
@@ -81,8 +87,8 @@ def test_plan_on_an_absent_container_still_predicts_the_installs(make_run) -> No
 
 def test_driver_userspace_still_mismatched_after_the_installer_is_a_check_failure(make_run) -> None:
     mismatch = out("Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.65\n", 18)
-    run = make_run({"driver_version": KERNEL, "installer": "present\n"}, {"driver_version": mismatch})
-    run.node.ct_after = {"driver_version": mismatch}  # the .run "succeeded" but left the old userspace
+    run = make_run({"driver_version": KERNEL, "installer": "present\n"}, {"gpus": mismatch})
+    run.node.ct_after = {"gpus": mismatch}  # the .run "succeeded" but left the old userspace
     run.node.succeed("deploy-nvidia-userspace.run --silent")
     with pytest.raises(CheckFailed) as err:
         run.step("driver_userspace")
