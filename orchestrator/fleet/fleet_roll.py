@@ -76,6 +76,7 @@ class _Router:
             key = inv.profile_for(h).api_key
             self.worker_keys[h.name] = key.read() if key is not None else None
         self.drain_timeout_s = drain_timeout_s
+        self.guard = threading.Lock()
 
     def check(self) -> None:
         if self.base is None:
@@ -88,10 +89,14 @@ class _Router:
 
     def drainer(self, events: HostEvents) -> Drainer:
         assert self.base is not None
-        return Drainer(RouterClient(self.base, self.key), drain_timeout_s=self.drain_timeout_s, say=events.say)
+        return Drainer(RouterClient(self.base, self.key), drain_timeout_s=self.drain_timeout_s, say=events.say,
+                       guard=self.guard)
 
-    def around(self, host: HostRoll, events: HostEvents, action: Callable[[], HostOutcome]) -> HostOutcome:
-        """Drain, act, and add the host back only when the action succeeded (a failed host stays out)."""
+    def around(self, host: HostRoll, events: HostEvents, action: Callable[[], HostOutcome],
+               undo: Callable[[], HostOutcome] | None = None) -> HostOutcome:
+        """Drain, act, and add the host back only when the action succeeded (a failed host stays out). When the
+        router checks after the add fail (the worker does not answer, or the router does not reach it), `undo`
+        puts the host back on its previous release and it is added back once that release passes them."""
         url = self.urls.get(host.host)
         if self.base is None or url is None:
             host.router = "no router: not drained" if self.base is None else "not a router worker: not drained"
@@ -123,12 +128,32 @@ class _Router:
                 host.router = f"{drained.note}; NOT back in the router: {err.what}"
                 outcome.exit_code, outcome.result = err.exit_code, "failed"
                 outcome.detail = f"router: {err.what}"
+                if undo is not None:
+                    self._undo(host, events, drainer, url, undo, outcome)
                 return outcome
             events.ended("router add", "ok", time.monotonic() - began)
-            host.router = f"{drained.note}; back in the router, healthy after {took:.1f} s"
+            reach = f"; {drainer.last_reach.note}" if drainer.last_reach is not None else ""
+            host.router = f"{drained.note}; back in the router, healthy after {took:.1f} s{reach}"
             return outcome
         finally:
             drainer.client.close()
+
+
+    def _undo(self, host: HostRoll, events: HostEvents, drainer: Drainer, url: str,
+              undo: Callable[[], HostOutcome], outcome: HostOutcome) -> None:
+        """The new release failed the router's checks: back to the previous release, and back into the router
+        once that release passes the same checks (else it stays out, and the record says so)."""
+        reverted = undo()
+        outcome.extras["rolled_back"] = reverted.exit_code == 0
+        if reverted.exit_code != 0:
+            host.router += f"; rolling back failed too: {reverted.detail}"
+            return
+        try:
+            drainer.restore(url, self.worker_keys.get(host.host))
+        except DeployError as err:
+            host.router += f"; rolled back, and still out of the router: {err.what}"
+            return
+        host.router += "; rolled back to the previous release and back in the router"
 
 
 def _error_for(code: int, what: str, fix: str) -> DeployError:
@@ -227,7 +252,13 @@ class FleetRoller:
             rolled.append(result)
             return outcome
 
-        outcome = self.router.around(host, events, act)
+        def undo() -> HostOutcome:
+            previous = rolled[0].previous if rolled and rolled[0].previous else host.previous_release
+            if previous is None:
+                return HostOutcome(name, "failed", exit_code=1, detail="no previous release to go back to")
+            return self.rolls.revert(name, events, previous)
+
+        outcome = self.router.around(host, events, act, undo)
         record_roll(host, rolled[0] if rolled else None, outcome)
         self.save()
         return outcome

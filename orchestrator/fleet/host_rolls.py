@@ -83,8 +83,9 @@ def record_roll(host: HostRoll, rolled: RollOutcome | None, outcome: HostOutcome
         host.detail = "; ".join(f"--{flag}: {old} → {new}" for flag, old, new in diff)
         return
     result = rolled.result if rolled is not None else None
-    host.state = "rolled_back" if result is RollResult.ROLLED_BACK else "failed"
-    if rolled is not None and result is RollResult.KEPT:  # rolled, then not back in the router
+    undone = outcome.extras.get("rolled_back") is True  # kept, failed the router's checks, then rolled back
+    host.state = "rolled_back" if result is RollResult.ROLLED_BACK or undone else "failed"
+    if rolled is not None and result is RollResult.KEPT and not undone:  # rolled, then not back in the router
         host.release, host.flags_sha = rolled.release, rolled.flags_sha
     else:
         host.release, host.flags_sha = host.previous_release, host.previous_flags_sha
