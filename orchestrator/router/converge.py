@@ -230,13 +230,13 @@ def _converge(spec: RouterSpec, inventory: Inventory, ct: Container, report: Rou
     elif not changed and running:
         # The unit is right, but the worker API may have changed the running router since (a fleet roll that
         # stopped with a host drained): its live worker list is what counts.
-        live = _reconcile_live(base_url, api_key, report, urls, dry_run=dry_run, say=say)
-        if live.changed:
-            record.changes.append(live.text(dry_run=dry_run))
+        listed = _reconcile_live(base_url, api_key, report, urls, dry_run=dry_run, say=say)
+        if listed.changed:
+            record.changes.append(listed.text(dry_run=dry_run))
             record.status = "would-change" if dry_run else "changed"
         record.summary = record.summary or (
             f"unit unchanged, router active with {len(urls)} worker(s)"
-            + (f"; live workers: {live.text(dry_run=dry_run)}" if live.changed or live.refused else ""))
+            + (f"; live workers: {listed.text(dry_run=dry_run)}" if listed.changed or listed.refused else ""))
         if dry_run:
             return
     else:
