@@ -41,6 +41,7 @@ from orchestrator.roll import RollOutcome, RollResult
 from orchestrator.router.client import RouterClient
 from orchestrator.router.drain import Drainer
 from orchestrator.router.places import router_api_key, router_base_url, router_workers, worker_url
+from orchestrator.state.claims import claim_hosts
 from orchestrator.steps.base import RunOptions
 from orchestrator.ui.output import Output
 from orchestrator.ui.tables import Column
@@ -154,6 +155,37 @@ class _Router:
             host.router += f"; rolled back, and still out of the router: {err.what}"
             return
         host.router += "; rolled back to the previous release and back in the router"
+
+
+    def rejoin(self, hosts: list[HostRoll]) -> dict[str, DeployError]:
+        """Put each host the router does not list back, after the same checks as a roll's add-back (the worker
+        answers with its key, is listed healthy, and a request through the router reaches it). A host that an
+        interrupted roll left out (rolled, never re-added) comes back here; returns the hosts that did not."""
+        missing: dict[str, DeployError] = {}
+        if self.base is None:
+            return missing
+        with RouterClient(self.base, self.key) as client:
+            listed = {w.url for w in client.list_workers()}
+            drainer = Drainer(client, drain_timeout_s=self.drain_timeout_s, guard=self.guard)
+            for host in hosts:
+                url = self.urls.get(host.host)
+                if url is None or url in listed:
+                    continue
+                try:
+                    took = drainer.restore(url, self.worker_keys.get(host.host))
+                except DeployError as err:
+                    err.at(host=host.host, step="router")
+                    missing[host.host] = err
+                    host.router = _joined(host.router, f"NOT back in the router: {err.what}")
+                    continue
+                reach = f"; {drainer.last_reach.note}" if drainer.last_reach is not None else ""
+                host.router = _joined(host.router, f"was not in the router: added back, healthy after "
+                                                   f"{took:.1f} s{reach}")
+        return missing
+
+
+def _joined(before: str, now: str) -> str:
+    return f"{before}; {now}" if before else now
 
 
 def _error_for(code: int, what: str, fix: str) -> DeployError:
@@ -294,6 +326,20 @@ class FleetRoller:
                 return False
         return True
 
+    def rejoin_rolled(self) -> bool:
+        """--resume: hosts already rolled (before the interruption, or found on the flags by the preflight) that
+        the router does not list are checked and added back first; one that fails its check stops the roll."""
+        rolled = [h for h in self.roll.hosts if h.state == "rolled"]
+        missing = self.router.rejoin(rolled)
+        for name, err in missing.items():
+            host = self.roll.host(name)
+            host.state, host.exit_code, host.detail = "failed", err.exit_code, f"router: {err.what}"
+        self.save()
+        if missing:
+            self.app.out.line(f"not back in the router: {', '.join(missing)}; the roll stops here "
+                              f"(fix: {next(iter(missing.values())).fix})")
+        return not missing
+
     def revert(self, names: list[str], title: str) -> bool:
         if not names:
             return True
@@ -344,9 +390,16 @@ def _command() -> str:
 
 def fleet_roll(app: Caller, targets: TargetSpec, spec: RollSpec | None, *, tofu: bool, resume: bool,
                drain_timeout_s: float, store: RollStore | None = None) -> int:
-    """`deploy roll <fleet> …` (spec given) or `… --resume` (spec None: the record's)."""
-    store = store or RollStore()
+    """`deploy roll <fleet> …` (spec given) or `… --resume` (spec None: the record's). Every host is claimed first
+    (state/claims.py): an overlapping fleet roll or single-host command is refused before any planning."""
     names = [h.name for h in resolve_targets(app.inventory, targets)]
+    with claim_hosts(names, _command()):
+        return _fleet_roll(app, targets, names, spec, tofu=tofu, resume=resume, drain_timeout_s=drain_timeout_s,
+                           store=store or RollStore())
+
+
+def _fleet_roll(app: Caller, targets: TargetSpec, names: list[str], spec: RollSpec | None, *, tofu: bool,
+                resume: bool, drain_timeout_s: float, store: RollStore) -> int:
     unfinished = store.unfinished(names)
     words = targets.describe()
     if unfinished is not None and process_alive(unfinished.pid):
@@ -386,7 +439,8 @@ def fleet_roll(app: Caller, targets: TargetSpec, spec: RollSpec | None, *, tofu:
                      "and added back (POST /workers) once healthy")
     roller.preflight([h.host for h in roll.hosts if h.state in ("pending", "in_progress")])
     roller.save()
-    ok = roller.run()
+    ok = roller.rejoin_rolled() if resume else True
+    ok = ok and roller.run()
     if not ok and roll.spec.rollback_all:
         back = roll.to_revert()
         roller.revert(back, f"--rollback-all: reverting {len(back)} rolled host(s): {', '.join(back) or 'none'}")
@@ -398,8 +452,14 @@ def fleet_roll(app: Caller, targets: TargetSpec, spec: RollSpec | None, *, tofu:
 def fleet_rollback(app: Caller, targets: TargetSpec, *, tofu: bool, drain_timeout_s: float,
                    store: RollStore | None = None) -> int:
     """`deploy rollback <fleet>`: every host the last fleet roll of these hosts changed goes back to its release."""
-    store = store or RollStore()
     names = [h.name for h in resolve_targets(app.inventory, targets)]
+    with claim_hosts(names, _command()):
+        return _fleet_rollback(app, targets, names, tofu=tofu, drain_timeout_s=drain_timeout_s,
+                               store=store or RollStore())
+
+
+def _fleet_rollback(app: Caller, targets: TargetSpec, names: list[str], *, tofu: bool, drain_timeout_s: float,
+                    store: RollStore) -> int:
     roll = store.last(names)
     words = targets.describe()
     if roll is None:
@@ -415,10 +475,20 @@ def fleet_rollback(app: Caller, targets: TargetSpec, *, tofu: bool, drain_timeou
     for h in roll.hosts:
         if h.state == "pending":
             h.state = "untouched"
+    # Hosts already on a checked release (rolled back by their own gate) go back first: the revert drains the
+    # others, and never the last healthy worker.
+    roller.router.rejoin([h for h in roll.hosts if h.host not in back and h.state in ("rolled_back", "rolled")])
     ok = roller.revert(back, f"reverting fleet roll {roll.id} ({roll.command}) on {len(back)} host(s): "
                              f"{', '.join(back) or 'none (no host is on its new flags)'}")
-    roller.finish("reverted" if ok else "failed")
-    code = max((o.exit_code for o in roller.outcomes.values()), default=0)
+    # Every host the roll touched that is now on a release that passed its checks ends back in the router.
+    missing = roller.router.rejoin([h for h in roll.hosts if h.state in ("reverted", "rolled_back", "rolled")])
+    roller.finish("reverted" if ok and not missing else "failed")
+    code = max([o.exit_code for o in roller.outcomes.values()] + [e.exit_code for e in missing.values()],
+               default=0)
+    if missing:
+        app.out.line(f"NOT back in the router: {', '.join(missing)}: "
+                     + "; ".join(f"{n}: {e.what}" for n, e in missing.items())
+                     + " (fix: check the host, then `deploy router add HOST`)")
     print_report(app, roll, roller.outcomes, _command(), str(store.path(roll.id)), code)
     return code
 

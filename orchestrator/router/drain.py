@@ -148,12 +148,14 @@ class Drainer:
                 break
             time.sleep(self.poll_s)
         else:
+            self.client.remove_worker(url)  # not left queued: the router would add it whenever it turns healthy
             raise RemoteError(f"router did not list {url} as a healthy worker within {self.join_timeout_s:.0f} s "
                               "after POST /workers", fix="check the router's journal and the host's /health; the "
                               "host is rolled but out of the router", step="router")
         self.last_reach = self.reach(url)
         if not self.last_reach.reached:
-            raise CheckFailed(f"the router lists {url} healthy, but {self.last_reach.note}",
+            self.client.remove_worker(url)  # a worker the router cannot reach is not left in its list
+            raise CheckFailed(f"the router listed {url} healthy, but {self.last_reach.note}; taken out again",
                               fix="check the router's worker URL for the host (router.worker_urls) and its journal",
                               step="router")
         return time.monotonic() - began
