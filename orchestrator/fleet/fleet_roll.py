@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from orchestrator.envelope import failure
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, RemoteError
 from orchestrator.flags.digest import flags_sha
-from orchestrator.fleet.engine import DEFAULT_PARALLEL, HostEvents, HostOutcome, run_fleet
+from orchestrator.fleet.engine import DEFAULT_PARALLEL, FleetRun, HostEvents, HostOutcome, run_fleet
 from orchestrator.fleet.host_rolls import HostRolls, record_roll, roll_request
 from orchestrator.fleet.rollout import (
     STATE_WORDS,
@@ -197,8 +197,10 @@ class FleetRoller:
     """One fleet roll (new or resumed) or revert, with its record saved after every host."""
 
     def __init__(self, app: Caller, roll: FleetRoll, rolls: HostRolls, store: RollStore,
-                 drain_timeout_s: float) -> None:
+                 drain_timeout_s: float, cancel: threading.Event | None = None) -> None:
         self.app, self.roll, self.rolls, self.store = app, roll, rolls, store
+        #: Set on Ctrl-C/SIGTERM/SIGHUP (the engine does it): each host's run stops before its next step.
+        self.cancel = cancel or threading.Event()
         self.router = _Router(app.inventory, drain_timeout_s)
         self.roll.router = self.router.base
         self._lock = threading.Lock()
@@ -213,16 +215,27 @@ class FleetRoller:
         """Run one wave; True when every host in it succeeded."""
         self.app.out.line(title)
         view = FleetView(self.app.out.console, names, enabled=not self.app.out.as_json, tty=sys.stdout.isatty())
-        with view:
-            run = run_fleet(names, job, parallel=max(1, min(parallel, len(names))), fail_fast=True,
-                            on_event=view, on_tick=view.tick)
+        try:
+            with view:
+                run = run_fleet(names, job, parallel=max(1, min(parallel, len(names))), fail_fast=True,
+                                on_event=view, on_tick=view.tick, cancel=self.cancel)
+        except KeyboardInterrupt as stop:
+            # Every worker has ended through its own cleanup (leases released); what each left is recorded.
+            self._record(getattr(stop, "run", None))
+            raise
+        self._record(run)
+        return all(o.exit_code == 0 and o.result != "skipped" for o in run.outcomes)
+
+    def _record(self, run: FleetRun | None) -> None:
+        if run is None:
+            self.save()
+            return
         for o in run.outcomes:
             self.outcomes[o.host] = o
             host = self.roll.host(o.host)
-            if o.exit_code != 0 and host.exit_code == 0:  # the job raised before it recorded its result
+            if o.exit_code != 0 and host.exit_code == 0 and o.result != "skipped":  # the job raised
                 host.state, host.exit_code, host.detail = "failed", o.exit_code, o.detail
         self.save()
-        return all(o.exit_code == 0 and o.result != "skipped" for o in run.outcomes)
 
     # ------------------------------------------------------------------------------------------ preflight
     def preflight(self, names: list[str]) -> None:
@@ -430,7 +443,9 @@ def _fleet_roll(app: Caller, targets: TargetSpec, names: list[str], spec: RollSp
         roll = FleetRoll(id=new_roll_id(), command=_command(), targets=words, inventory=app.inventory_paths,
                          pid=_own_pid(), started=now_text(), updated=now_text(), spec=spec, waves=waves,
                          hosts=[HostRoll(host=n, wave=wave_of[n]) for n in names])
-    roller = FleetRoller(app, roll, _host_rolls(app.inventory, roll.spec, tofu), store, drain_timeout_s)
+    cancel = threading.Event()
+    roller = FleetRoller(app, roll, _host_rolls(app.inventory, roll.spec, tofu, cancel), store, drain_timeout_s,
+                         cancel)
     roller.router.check()
     if roller.router.base is None:
         app.out.line("no router: section in the inventory: hosts are rolled without draining")
@@ -439,8 +454,12 @@ def _fleet_roll(app: Caller, targets: TargetSpec, names: list[str], spec: RollSp
                      "and added back (POST /workers) once healthy")
     roller.preflight([h.host for h in roll.hosts if h.state in ("pending", "in_progress")])
     roller.save()
-    ok = roller.rejoin_rolled() if resume else True
-    ok = ok and roller.run()
+    try:
+        ok = roller.rejoin_rolled() if resume else True
+        ok = ok and roller.run()
+    except KeyboardInterrupt as stop:
+        _report_interrupted(app, roller, store, int(getattr(stop, "exit_code", 130)))
+        raise
     if not ok and roll.spec.rollback_all:
         back = roll.to_revert()
         roller.revert(back, f"--rollback-all: reverting {len(back)} rolled host(s): {', '.join(back) or 'none'}")
@@ -470,7 +489,9 @@ def _fleet_rollback(app: Caller, targets: TargetSpec, names: list[str], *, tofu:
     back = roll.to_revert()
     roll.pid = _own_pid()
     roll.notes.append(f"rollback {now_text()} by {_command()}")
-    roller = FleetRoller(app, roll, _host_rolls(app.inventory, roll.spec, tofu), store, drain_timeout_s)
+    cancel = threading.Event()
+    roller = FleetRoller(app, roll, _host_rolls(app.inventory, roll.spec, tofu, cancel), store, drain_timeout_s,
+                         cancel)
     roller.router.check()
     for h in roll.hosts:
         if h.state == "pending":
@@ -493,8 +514,21 @@ def _fleet_rollback(app: Caller, targets: TargetSpec, names: list[str], *, tofu:
     return code
 
 
-def _host_rolls(inventory: Inventory, spec: RollSpec, tofu: bool) -> HostRolls:
-    options = RunOptions(preset=spec.preset, skip_bench=spec.skip_bench, tofu=tofu, command=_command())
+def _report_interrupted(app: Caller, roller: FleetRoller, store: RollStore, code: int) -> None:
+    """The record stays unfinished (for --resume); the report says where each host was left, then the signal's
+    exit code follows (cli/common.py)."""
+    roll = roller.roll
+    roll.notes.append(f"interrupted {now_text()}")
+    roller.save()
+    words = roll.targets
+    print_report(app, roll, roller.outcomes, _command(), str(store.path(roll.id)), code)
+    app.out.line(f"interrupted: continue with `deploy roll {words} --resume`, or revert with "
+                 f"`deploy rollback {words}`")
+
+
+def _host_rolls(inventory: Inventory, spec: RollSpec, tofu: bool, cancel: threading.Event | None = None) -> HostRolls:
+    options = RunOptions(preset=spec.preset, skip_bench=spec.skip_bench, tofu=tofu, command=_command(),
+                         cancel=cancel)
     return HostRolls(inventory, roll_request(spec), options)
 
 

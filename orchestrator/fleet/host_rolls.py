@@ -56,7 +56,7 @@ class HostRolls:
         """`rollback host X --to ID`."""
         records: list[StepRecord] = []
         printer = EventPrinter(events, records)
-        options = RunOptions(tofu=self.options.tofu, command=self.options.command)
+        options = RunOptions(tofu=self.options.tofu, command=self.options.command, cancel=self.options.cancel)
         try:
             report = rollback_host(self.inventory.find_host(name), self.inventory, to_release, options,
                                    progress=printer, say=printer.say)
