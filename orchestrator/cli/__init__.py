@@ -76,7 +76,7 @@ def cli(ctx: click.Context, as_json: bool, inventory_dir: str | None) -> None:
     """deploy: turn a Proxmox VE GPU host into a tuned SGLang server and keep it that way.
 
     Exit codes: 0 ok, 1 a check failed, 2 usage or configuration error, 3 remote or connection error,
-    130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
+    129 hung up (SIGHUP), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
     """
     ctx.obj = AppContext(inventory_dirs=inventory_dir or str(default_inventory_dir()), as_json=as_json)
 
