@@ -339,6 +339,45 @@ class FleetRoller:
                 return False
         return True
 
+    def stale(self, names: list[str]) -> dict[str, int]:
+        """`rollback group` must not trust a stale record: a host whose current release is not the one this fleet
+        roll installed (single-host releases came after it) is refused, naming the releases; → {host: exit code}.
+        A host killed mid-roll (in progress) may be on the candidate the record never saw: not judged here."""
+        judged = [n for n in names if self.roll.host(n).state != "in_progress" and self.roll.host(n).release]
+        found: dict[str, tuple[str | None, list[str]] | DeployError] = {}
+
+        def job(name: str, events: HostEvents) -> HostOutcome:
+            try:
+                found[name] = self.rolls.releases(name)
+            except DeployError as err:
+                found[name] = err
+                return HostOutcome(name, "failed", exit_code=err.exit_code, detail=err.what)
+            return HostOutcome(name, "ok")
+
+        if judged:
+            run_fleet(judged, job, parallel=DEFAULT_PARALLEL)
+        refused: dict[str, int] = {}
+        for name in judged:
+            host, got = self.roll.host(name), found.get(name)
+            if isinstance(got, DeployError) or got is None:
+                what = got.what if isinstance(got, DeployError) else "no answer"
+                host.detail = f"not reverted: its releases could not be read: {what}"
+                refused[name] = got.exit_code if isinstance(got, DeployError) else 3
+                continue
+            current, ids = got
+            if current == host.release:
+                continue
+            later = [i for i in ids if host.release is not None and i > host.release]
+            host.detail = (f"not reverted: it runs {current or 'no release'}, not {host.release} that fleet roll "
+                           f"{self.roll.id} installed; later release(s): {', '.join(later) or 'none'}. Keep them, "
+                           f"or `deploy rollback host {name} --to {host.previous_release}`, or --force")
+            host.exit_code = 2
+            refused[name] = 2
+        if refused:
+            self.app.out.line("refused (the record is stale for these hosts): "
+                              + "; ".join(f"{n}: {self.roll.host(n).detail}" for n in refused))
+        return refused
+
     def rejoin_rolled(self) -> bool:
         """--resume: hosts already rolled (before the interruption, or found on the flags by the preflight) that
         the router does not list are checked and added back first; one that fails its check stops the roll."""
@@ -469,16 +508,16 @@ def _fleet_roll(app: Caller, targets: TargetSpec, names: list[str], spec: RollSp
 
 
 def fleet_rollback(app: Caller, targets: TargetSpec, *, tofu: bool, drain_timeout_s: float,
-                   store: RollStore | None = None) -> int:
+                   store: RollStore | None = None, force: bool = False) -> int:
     """`deploy rollback <fleet>`: every host the last fleet roll of these hosts changed goes back to its release."""
     names = [h.name for h in resolve_targets(app.inventory, targets)]
     with claim_hosts(names, _command()):
         return _fleet_rollback(app, targets, names, tofu=tofu, drain_timeout_s=drain_timeout_s,
-                               store=store or RollStore())
+                               store=store or RollStore(), force=force)
 
 
 def _fleet_rollback(app: Caller, targets: TargetSpec, names: list[str], *, tofu: bool, drain_timeout_s: float,
-                    store: RollStore) -> int:
+                    store: RollStore, force: bool) -> int:
     roll = store.last(names)
     words = targets.describe()
     if roll is None:
@@ -496,6 +535,8 @@ def _fleet_rollback(app: Caller, targets: TargetSpec, names: list[str], *, tofu:
     for h in roll.hosts:
         if h.state == "pending":
             h.state = "untouched"
+    refused = {} if force else roller.stale(back)
+    back = [n for n in back if n not in refused]
     # Hosts already on a checked release (rolled back by their own gate) go back first: the revert drains the
     # others, and never the last healthy worker.
     roller.router.rejoin([h for h in roll.hosts if h.host not in back and h.state in ("rolled_back", "rolled")])
@@ -504,8 +545,11 @@ def _fleet_rollback(app: Caller, targets: TargetSpec, names: list[str], *, tofu:
     # Every host the roll touched that is now on a release that passed its checks ends back in the router.
     missing = roller.router.rejoin([h for h in roll.hosts if h.state in ("reverted", "rolled_back", "rolled")])
     roller.finish("reverted" if ok and not missing else "failed")
-    code = max([o.exit_code for o in roller.outcomes.values()] + [e.exit_code for e in missing.values()],
-               default=0)
+    code = max([o.exit_code for o in roller.outcomes.values()] + [e.exit_code for e in missing.values()]
+               + list(refused.values()), default=0)
+    if refused:
+        roll.state = "failed"
+        roller.save()
     if missing:
         app.out.line(f"NOT back in the router: {', '.join(missing)}: "
                      + "; ".join(f"{n}: {e.what}" for n, e in missing.items())

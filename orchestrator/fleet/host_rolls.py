@@ -14,8 +14,9 @@ from orchestrator.fleet.rollout import HostRoll, RollSpec
 from orchestrator.inventory.models import Inventory
 from orchestrator.roll import RollOutcome, RollResult, refused, roll_host, rollback_host, rollback_payload
 from orchestrator.runlog import StepRecord
+from orchestrator.runner import run_playbook_to_end
 from orchestrator.steps.base import RunOptions
-from orchestrator.steps.state import RollRequest
+from orchestrator.steps.state import RollRequest, RunInputs
 
 
 def roll_request(spec: RollSpec) -> RollRequest:
@@ -51,6 +52,18 @@ class HostRolls:
 
     def roll(self, name: str, events: HostEvents) -> tuple[RollOutcome, HostOutcome]:
         return self._roll(name, events, dry_run=False)
+
+    def releases(self, name: str) -> tuple[str | None, list[str]]:
+        """The host's current release and every release id stored on it (the `history` playbook: one round
+        trip); raises DeployError when they cannot be read."""
+        options = RunOptions(tofu=self.options.tofu, command=self.options.command)
+        report = run_playbook_to_end("history", self.inventory.find_host(name), self.inventory, options,
+                                     inputs=RunInputs(history_limit=200))
+        if report.failure is not None:
+            raise report.failure
+        rows = report.state.history
+        current = next((r.get("current") for r in rows if "current" in r), None)
+        return (str(current) if current else None), sorted(str(r["id"]) for r in rows if "id" in r)
 
     def revert(self, name: str, events: HostEvents, to_release: str) -> HostOutcome:
         """`rollback host X --to ID`."""

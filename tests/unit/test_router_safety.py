@@ -276,6 +276,10 @@ class _Rolls:
     """HostRolls' surface: plans pass, rolls are kept, reverts succeed; what was reverted is kept."""
 
     reverted: list[str] = field(default_factory=list)
+    current: dict[str, str] = field(default_factory=dict)  # host → its current release (default: r-new)
+
+    def releases(self, name: str) -> tuple[str | None, list[str]]:
+        return self.current.get(name, "r-new"), ["r-new", *self.current.values()]
 
     def plan(self, name: str, events: HostEvents) -> tuple[RollOutcome, HostOutcome]:
         return _Rolled(name, RollResult.PLANNED), HostOutcome(name, "would change")
@@ -387,3 +391,28 @@ def test_an_overlapping_fleet_roll_is_refused_and_leaves_no_record(fleet, tmp_pa
         proc.kill()
         proc.wait()
     assert store.all() == [] and rolls.reverted == [] and set(router.workers) == {a.url, b.url}
+
+
+def test_rollback_group_refuses_a_host_whose_record_is_stale_unless_forced(fleet) -> None:
+    """Issue 21 item 11: single-host releases came after the fleet roll; reverting would silently drop them."""
+    router, a, b, rolls, app, store = fleet
+    _listed(router, a, b)
+    roll = FleetRoll(id="fleetroll-20261201T000000-3", command="deploy roll group g", targets="group g",
+                     inventory="inventory", pid=0, started="2026-12-01T00:00:00Z", updated="", state="done",
+                     spec=RollSpec(set=["max-running-requests=64"]), waves=[["gpu-1"], ["gpu-2"]],
+                     hosts=[HostRoll(host=n, wave=i, state="rolled", previous_release="r-old", release="r-new")
+                            for i, n in enumerate(["gpu-1", "gpu-2"])])
+    store.save(roll)
+    rolls.current["gpu-2"] = "r-zlater"  # `deploy roll host gpu-2` ran after the fleet roll
+    code = fleet_rollback(app, TargetSpec(groups=("g",)), tofu=False, drain_timeout_s=2.0, store=store)
+    text = app.out.console.export_text()
+    assert code == 2, text
+    assert rolls.reverted == ["gpu-1->r-old"]
+    detail = store.all()[0].host("gpu-2").detail
+    assert "runs r-zlater, not r-new" in detail and "later release(s): r-zlater" in detail and "--force" in detail
+    roll = store.all()[0]
+    roll.state, roll.host("gpu-1").state = "done", "reverted"
+    store.save(roll)
+    forced = fleet_rollback(app, TargetSpec(groups=("g",)), tofu=False, drain_timeout_s=2.0, store=store,
+                            force=True)
+    assert forced == 0 and rolls.reverted == ["gpu-1->r-old", "gpu-2->r-old"]
