@@ -26,7 +26,6 @@ from orchestrator.fleet.engine import HostEvents, HostOutcome
 from orchestrator.fleet.fleet_roll import fleet_roll, fleet_rollback
 from orchestrator.fleet.rollout import FleetRoll, HostRoll, RollSpec, RollStore
 from orchestrator.fleet.targets import TargetSpec
-from orchestrator.inventory.loader import load_inventory
 from orchestrator.inventory.models import Inventory
 from orchestrator.roll import RollOutcome, RollResult
 from orchestrator.router.client import RouterClient
@@ -34,7 +33,7 @@ from orchestrator.router.drain import Drainer
 from orchestrator.router.reconcile import Worker, reconcile
 from orchestrator.state.claims import claim_hosts, claims_dir
 from orchestrator.ui.output import Output
-from tests.shared import EXAMPLE_INVENTORY
+from tests.unit.test_router_answers import _inventory
 
 KEY = "sk-unit-router-key"
 
@@ -293,15 +292,7 @@ class _Rolls:
 
 
 def _fleet_inventory(router: FakeRouter, a: FakeWorker, b: FakeWorker) -> Inventory:
-    base = load_inventory(EXAMPLE_INVENTORY)
-    seed = base.hosts["pve-gpu-1"]
-    hosts = {n: seed.model_copy(update={"name": n, "address": f"10.9.0.{i}"}).model_dump()
-             for i, n in enumerate(["gpu-1", "gpu-2"], start=1)}
-    profiles = {k: v.model_copy(update={"api_key": None}).model_dump() for k, v in base.profiles.items()}
-    return Inventory.model_validate({"hosts": hosts, "profiles": profiles,
-                                     "presets": {k: v.model_dump() for k, v in base.presets.items()},
-                                     "groups": {"g": ["gpu-1", "gpu-2"]},
-                                     "router": {"url": router.url, "worker_urls": {"gpu-1": a.url, "gpu-2": b.url}}})
+    return _inventory(router.url, worker_urls={"gpu-1": a.url, "gpu-2": b.url})
 
 
 @pytest.fixture
