@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from orchestrator.envelope import failure
-from orchestrator.errors import CheckFailed, ConfigError, DeployError, RemoteError
+from orchestrator.errors import CheckFailed, ConfigError, DeployError, Interrupted, RemoteError
 from orchestrator.flags.digest import flags_sha
 from orchestrator.fleet.engine import DEFAULT_PARALLEL, FleetRun, HostEvents, HostOutcome, run_fleet
 from orchestrator.fleet.host_rolls import HostRolls, record_roll, roll_request
@@ -184,6 +184,14 @@ class _Router:
         return missing
 
 
+def _on_previous(rolled: RollOutcome) -> bool:
+    """Pure: the host runs its previous release after an interrupted roll (never installed, or rolled back)."""
+    if rolled.result is RollResult.ROLLED_BACK:
+        return True
+    installed = rolled.report is not None and rolled.report.state.server.installed
+    return rolled.result is RollResult.FAILED and isinstance(rolled.error, Interrupted) and not installed
+
+
 def _joined(before: str, now: str) -> str:
     return f"{before}; {now}" if before else now
 
@@ -233,7 +241,7 @@ class FleetRoller:
         for o in run.outcomes:
             self.outcomes[o.host] = o
             host = self.roll.host(o.host)
-            if o.exit_code != 0 and host.exit_code == 0 and o.result != "skipped":  # the job raised
+            if o.exit_code != 0 and host.exit_code == 0 and host.state == "in_progress":  # the job raised
                 host.state, host.exit_code, host.detail = "failed", o.exit_code, o.detail
         self.save()
 
@@ -305,6 +313,12 @@ class FleetRoller:
 
         outcome = self.router.around(host, events, act, undo)
         record_roll(host, rolled[0] if rolled else None, outcome)
+        if self.cancel.is_set() and rolled and _on_previous(rolled[0]):
+            # Interrupted before its candidate was installed, or rolled back by its own failure path: it serves
+            # its previous release, so it goes back into the router (checked), and --resume rolls it again.
+            host.state, host.exit_code, host.release = "pending", 0, host.previous_release
+            host.detail = "interrupted: still on its previous release; --resume rolls it"
+            self.router.rejoin([host])
         self.save()
         return outcome
 
