@@ -81,6 +81,7 @@ class Drainer:
         """The router's other healthy workers; refuses (CheckFailed) when the router lists one of them unhealthy,
         and waits (bounded by the drain timeout) while none is healthy: draining `url` then would empty the pool."""
         began = time.monotonic()
+        said = False
         while True:
             workers = self.client.list_workers()
             me = next((w for w in workers if w.url == url), None)
@@ -97,7 +98,10 @@ class Drainer:
                                   f"with none; waited {self.drain_timeout_s:.0f} s for another",
                                   fix="bring another worker back first (`deploy router add HOST`, `deploy up group "
                                       "G`), then resume; nothing was drained", step="drain")
-            self.say(f"{url} is the last healthy worker: waiting for another before draining it")
+            if not said:
+                self.say(f"{url} is the last healthy worker: waiting up to {self.drain_timeout_s:.0f} s for another "
+                         "before draining it")
+                said = True
             time.sleep(self.poll_s)
 
     def drain(self, url: str) -> DrainResult:
