@@ -143,7 +143,7 @@ def roll_host(host: Host, inventory: Inventory, request: RollRequest, options: R
     roll back on a failed gate. Never raises a DeployError: the outcome carries it."""
     playbook = "roll-plan" if options.dry_run else "roll"
     try:
-        with claim_hosts([host.name], options.command):  # before any planning: see state/claims.py
+        with claim_hosts([host.name], options.command, exclusive=False):  # before any planning: state/claims.py
             report = run_playbook_to_end(playbook, host, inventory, options, progress=progress, say=say,
                                          inputs=RunInputs(roll=request))
     except DeployError as err:
@@ -155,7 +155,7 @@ def rollback_host(host: Host, inventory: Inventory, to_release: str | None, opti
                   progress: ProgressFn | None = None, say: Say | None = None) -> RunReport:
     """Re-install `to_release` (None: the current release's predecessor); the report's `failure` says if not.
     Raises LockHeld when another deploy command on this machine holds the host (state/claims.py)."""
-    with claim_hosts([host.name], options.command):
+    with claim_hosts([host.name], options.command, exclusive=False):
         return run_playbook_to_end("rollback", host, inventory, options, progress=progress, say=say,
                                    inputs=RunInputs(rollback_to=to_release))
 

@@ -6,6 +6,10 @@ rolls (or a `roll host X` during a fleet roll of X) both ran. The claim is taken
 until the command ends: an exclusive `flock` on `state_dir()/claims/HOST.claim`, released by the kernel when the
 process dies (SIGKILL included), so a dead run never leaves a claim behind. The file names the holder.
 
+Two kinds: a fleet command claims its hosts exclusively; a single-host `roll`/`rollback` claims its host shared.
+So a fleet roll and any other command over one of its hosts exclude each other, while two single-host runs on one
+host meet at the host's own lease (remote/lock.py), which names the run that holds it.
+
 Within one process the claim is re-entrant: a fleet roll holds its hosts' claims while its worker threads run each
 host's single-host roll, which claims the same host again.
 """
@@ -26,7 +30,7 @@ from pathlib import Path
 from orchestrator.errors import LockHeld
 from orchestrator.paths import state_dir
 
-_HELD: dict[str, tuple[int, int]] = {}  # host → (fd, depth) held by this process
+_HELD: dict[str, tuple[int, int, bool]] = {}  # host → (fd, depth, exclusive) held by this process
 _MUTEX = threading.Lock()
 _SECRET_ARG = re.compile(r"((?:api[-_]?key|token|secret|passw\w*)[\w-]*(?:=|\s+))\S+", re.IGNORECASE)
 
@@ -45,47 +49,52 @@ def holder(command: str) -> str:
     return f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()} running '{masked}' since {since}"
 
 
-def _take(host: str, command: str) -> str | None:
+def _take(host: str, command: str, exclusive: bool) -> str | None:
     """Claim `host` (re-entrant); None when done, else who holds it."""
     with _MUTEX:
         if host in _HELD:
-            fd, depth = _HELD[host]
-            _HELD[host] = (fd, depth + 1)
+            fd, depth, excl = _HELD[host]
+            _HELD[host] = (fd, depth + 1, excl)
             return None
         claims_dir().mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(_path(host), os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
         except BlockingIOError:
             try:
-                who = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "another deploy process"
+                lines = os.pread(fd, 4096, 0).decode(errors="replace").strip().splitlines()
+                # Only an exclusive (fleet) holder writes its name: shared holders come and go together.
+                who = lines[0].strip() if lines else "a single-host roll or rollback"
             finally:
                 os.close(fd)
             return who
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, holder(command).encode() + b"\n", 0)
-        _HELD[host] = (fd, 1)
+        if exclusive:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, holder(command).encode() + b"\n", 0)
+        _HELD[host] = (fd, 1, exclusive)
         return None
 
 
 def _release(host: str) -> None:
     with _MUTEX:
-        fd, depth = _HELD[host]
+        fd, depth, excl = _HELD[host]
         if depth > 1:
-            _HELD[host] = (fd, depth - 1)
+            _HELD[host] = (fd, depth - 1, excl)
             return
         del _HELD[host]
-        os.ftruncate(fd, 0)
+        if excl:
+            os.ftruncate(fd, 0)
         os.close(fd)  # closing the only descriptor releases the flock
 
 
 @contextmanager
-def claim_hosts(hosts: Sequence[str], command: str) -> Iterator[None]:
-    """Hold every host's claim for the block; refuses (LockHeld, exit 3) naming each holder, claiming none."""
+def claim_hosts(hosts: Sequence[str], command: str, *, exclusive: bool = True) -> Iterator[None]:
+    """Hold every host's claim for the block (exclusive: a fleet command; shared: a single-host one); refuses
+    (LockHeld, exit 3) naming each holder, claiming none."""
     taken: list[str] = []
     refused: dict[str, str] = {}
     for host in hosts:
-        who = _take(host, command)
+        who = _take(host, command, exclusive)
         if who is None:
             taken.append(host)
         else:

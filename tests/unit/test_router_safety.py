@@ -231,6 +231,7 @@ with claim_hosts(["gpu-1"], "deploy roll group g --set x=1"):
     print("held", flush=True)
     time.sleep(60)
 """
+HOLD_SHARED = HOLD.replace('"deploy roll group g --set x=1")', '"deploy roll host gpu-1 --set x=1", exclusive=False)')
 
 
 def test_a_host_claimed_by_another_process_is_refused_naming_the_holder(tmp_path: Path, monkeypatch) -> None:
@@ -250,6 +251,23 @@ def test_a_host_claimed_by_another_process_is_refused_naming_the_holder(tmp_path
         proc.wait()
     with claim_hosts(["gpu-1"], "after the holder died"):  # the kernel dropped the dead holder's flock
         assert (claims_dir() / "gpu-1.claim").stat().st_mode & 0o777 == 0o600
+
+
+def test_single_host_runs_share_a_claim_that_a_fleet_command_cannot_take(tmp_path: Path, monkeypatch) -> None:
+    """Two single-host runs on one host meet at the host's lease (which names the run); a fleet roll is refused."""
+    monkeypatch.setenv("DEPLOY_STATE_DIR", str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_SHARED], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "DEPLOY_STATE_DIR": str(tmp_path)})
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        with claim_hosts(["gpu-1"], "deploy rollback host gpu-1", exclusive=False):
+            pass
+        with pytest.raises(LockHeld, match="holds gpu-1: gpu-1: a single-host roll or rollback"), \
+                claim_hosts(["gpu-1"], "deploy roll group g"):
+            pass
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 # ---------------------------------------------------------------------------------------------- fleet rolls
