@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -425,3 +426,25 @@ def test_rollback_group_refuses_a_host_whose_record_is_stale_unless_forced(fleet
     forced = fleet_rollback(app, TargetSpec(groups=("g",)), tofu=False, drain_timeout_s=2.0, store=store,
                             force=True)
     assert forced == 0 and rolls.reverted == ["gpu-1->r-old", "gpu-2->r-old"]
+
+
+# ---------------------------------------------------------------------------------------------- deploy router
+def _deploy(inventory: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "orchestrator", "--inventory", str(inventory), *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_deploy_router_refuses_bad_input_before_any_request(tmp_path: Path) -> None:
+    from tests.shared import EXAMPLE_INVENTORY
+
+    res = _deploy(EXAMPLE_INVENTORY, "router", "status")
+    assert res.returncode == 2 and "the inventory has no router: section" in res.stderr, res.stderr
+    inv = tmp_path / "inv"
+    shutil.copytree(EXAMPLE_INVENTORY, inv)
+    (inv / "router.yaml").write_text("router:\n  url: http://127.0.0.1:9\n  workers: g\n")
+    (inv / "groups.yaml").write_text("groups:\n  g: []\n")
+    res = _deploy(inv, "router", "add", "pve-gpu-1")
+    assert res.returncode == 2 and "pve-gpu-1: not among the router's workers" in res.stderr, res.stderr
+    res = _deploy(inv, "--json", "router", "add", "nosuch")
+    assert res.returncode == 2 and json.loads(res.stdout)["error"] == "config-error"
+    assert "Traceback" not in res.stderr
