@@ -90,6 +90,12 @@ class Terminated(Interrupted):
     exit_code = 143
 
 
+class HungUp(Interrupted):
+    """The run's terminal went away (SIGHUP)."""
+
+    exit_code = 129
+
+
 class RemoteError(DeployError):
     """SSH, PVE API or a remote command failed."""
 
@@ -114,6 +120,7 @@ ERROR_CODES: dict[type, str] = {
     PermissionDenied: "permission-denied",
     Interrupted: "interrupted",
     Terminated: "terminated",
+    HungUp: "hung-up",
     RemoteError: "remote-error",
     LockHeld: "lock-held",
     LockLost: "lock-lost",
@@ -121,8 +128,8 @@ ERROR_CODES: dict[type, str] = {
 #: A command line click refused (unknown option, missing argument, bad value): exit 2, no DeployError.
 USAGE_ERROR = ERROR_CODES[UsageError]
 #: A failure with no error object (a command that returned a non-zero exit code): the code of its exit code.
-EXIT_CODE_ERRORS: dict[int, str] = {1: "check-failed", 2: "config-error", 3: "remote-error", 130: "interrupted",
-                                    143: "terminated"}
+EXIT_CODE_ERRORS: dict[int, str] = {1: "check-failed", 2: "config-error", 3: "remote-error", 129: "hung-up",
+                                    130: "interrupted", 143: "terminated"}
 
 
 def error_code(err: DeployError | type[DeployError]) -> str:

@@ -17,6 +17,7 @@ from orchestrator.errors import ConfigError, DeployError
 from orchestrator.flags.digest import flags_sha
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.runner import ProgressFn, RunReport, run_playbook_to_end
+from orchestrator.state.claims import claim_hosts
 from orchestrator.steps.base import RunOptions
 from orchestrator.steps.state import Candidate, CurrentFlags, RollRequest, RunInputs, RunState
 
@@ -142,8 +143,9 @@ def roll_host(host: Host, inventory: Inventory, request: RollRequest, options: R
     roll back on a failed gate. Never raises a DeployError: the outcome carries it."""
     playbook = "roll-plan" if options.dry_run else "roll"
     try:
-        report = run_playbook_to_end(playbook, host, inventory, options, progress=progress, say=say,
-                                     inputs=RunInputs(roll=request))
+        with claim_hosts([host.name], options.command, exclusive=False):  # before any planning: state/claims.py
+            report = run_playbook_to_end(playbook, host, inventory, options, progress=progress, say=say,
+                                         inputs=RunInputs(roll=request))
     except DeployError as err:
         return judge(host.name, None, err, dry_run=options.dry_run)
     return judge(host.name, report, report.failure, dry_run=options.dry_run)
@@ -151,9 +153,11 @@ def roll_host(host: Host, inventory: Inventory, request: RollRequest, options: R
 
 def rollback_host(host: Host, inventory: Inventory, to_release: str | None, options: RunOptions, *,
                   progress: ProgressFn | None = None, say: Say | None = None) -> RunReport:
-    """Re-install `to_release` (None: the current release's predecessor); the report's `failure` says if not."""
-    return run_playbook_to_end("rollback", host, inventory, options, progress=progress, say=say,
-                               inputs=RunInputs(rollback_to=to_release))
+    """Re-install `to_release` (None: the current release's predecessor); the report's `failure` says if not.
+    Raises LockHeld when another deploy command on this machine holds the host (state/claims.py)."""
+    with claim_hosts([host.name], options.command, exclusive=False):
+        return run_playbook_to_end("rollback", host, inventory, options, progress=progress, say=say,
+                                   inputs=RunInputs(rollback_to=to_release))
 
 
 def rollback_payload(report: RunReport) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.errors import DeployError
+from orchestrator.errors import DeployError, Interrupted
 from orchestrator.facts import Facts
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.playbooks import load_playbook
@@ -108,6 +108,10 @@ def run_playbook_to_end(name: str, host: Host, inventory: Inventory, options: Ru
             ctx.step_options = dict(ref.options)
             with metrics.step(record):
                 try:
+                    if options.cancel is not None and options.cancel.is_set():
+                        raise Interrupted(f"stopped before {ref.name}: the fleet run was interrupted",
+                                          fix="the host is left on its previous release; resume or roll back "
+                                              "the fleet roll")
                     REGISTRY[ref.name].fn(ctx, record)
                 except DeployError as err:
                     record.status = "failed"

@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("orchestrator.cli.bench_cmd", "bench"),
     "smoke": ("orchestrator.cli.bench_cmd", "smoke"),
     "compare": ("orchestrator.cli.bench_cmd", "compare"),
+    "router": ("orchestrator.cli.router_cmd", "router"),
     "sim": ("orchestrator.cli.sim_cmd", "sim"),
     "init": ("orchestrator.cli.init_cmd", "init"),
 }
@@ -41,6 +42,7 @@ SHORT_HELP = {
     "bench": "Run bench_serving with GPU telemetry and a diagnosis; sweeps; import.",
     "smoke": "Real generation checks against the running server.",
     "compare": "Two ledger runs side by side with deltas.",
+    "router": "The router's live worker list: status, and a checked host put into or taken out of rotation.",
     "sim": "The simulated Proxmox GPU host on this machine (up, down, status, fault).",
     "init": "Write an example inventory (hosts, profiles, presets) for a new site into a directory.",
 }
@@ -74,7 +76,7 @@ def cli(ctx: click.Context, as_json: bool, inventory_dir: str | None) -> None:
     """deploy: turn a Proxmox VE GPU host into a tuned SGLang server and keep it that way.
 
     Exit codes: 0 ok, 1 a check failed, 2 usage or configuration error, 3 remote or connection error,
-    130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
+    129 hung up (SIGHUP), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
     """
     ctx.obj = AppContext(inventory_dirs=inventory_dir or str(default_inventory_dir()), as_json=as_json)
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from orchestrator.envelope import failure, usage_failure
-from orchestrator.errors import ConfigError, DeployError, Interrupted, Terminated, UsageError, did_you_mean
+from orchestrator.errors import ConfigError, DeployError, HungUp, Interrupted, Terminated, UsageError, did_you_mean
 from orchestrator.paths import INVENTORY_ENV, default_inventory_dir
 from orchestrator.redact import install_stream_redaction
 
@@ -169,9 +169,17 @@ def common_options(func: F) -> F:
 class _SigTerm(KeyboardInterrupt):
     """SIGTERM, raised in the main thread so the run unwinds exactly as on Ctrl-C."""
 
+    exit_code = 143
+
+
+class _SigHup(KeyboardInterrupt):
+    """SIGHUP (the terminal went away), unwound as Ctrl-C."""
+
+    exit_code = 129
+
 
 def _on_sigterm(signum: int, frame: Any) -> None:
-    raise _SigTerm()
+    raise _SigHup() if signum == signal.SIGHUP else _SigTerm()
 
 
 def inventory_names(**params: str) -> Callable[[F], F]:
@@ -209,14 +217,16 @@ def run_command(app: AppContext, func: Callable[..., Any], *args: Any, **kwargs:
     out.hold = True
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm)
+        signal.signal(signal.SIGHUP, _on_sigterm)
     try:
         try:
             code = func(app, *args, **kwargs)
         except KeyboardInterrupt as stop:  # unwinds like Ctrl-C: `finally` blocks release the lock, close SSH
-            term = isinstance(stop, _SigTerm)
-            cls = Terminated if term else Interrupted
-            raise cls(f"{'terminated (SIGTERM)' if term else 'interrupted (Ctrl-C)'}; run the command again: an "
-                      "interrupted up or roll is undone by the next one") from None
+            cls, said = ((HungUp, "hung up (SIGHUP)") if isinstance(stop, _SigHup)
+                         else (Terminated, "terminated (SIGTERM)") if isinstance(stop, _SigTerm)
+                         else (Interrupted, "interrupted (Ctrl-C)"))
+            raise cls(f"{said}; run the command again: an interrupted up or roll is undone by the next one "
+                      "(a fleet roll: `deploy roll group G --resume` or `deploy rollback group G`)") from None
     except DeployError as err:
         if app.as_json:
             out.write(failure(err, out.held))

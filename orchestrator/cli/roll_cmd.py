@@ -178,10 +178,12 @@ def print_roll(app: AppContext, outcome: RollOutcome, *, dry_run: bool) -> int:
 @click.option("--all", "all_hosts", is_flag=True, help="Every host in the inventory (reverts its last fleet roll).")
 @click.option("--drain-timeout", type=float, default=120.0, show_default=True,
               help="Fleets behind a router: seconds to wait for a drained host's requests to finish.")
+@click.option("--force", is_flag=True,
+              help="Fleets: revert a host even when releases were installed on it after the fleet roll.")
 @tofu_option
 @common_options
 def rollback(app: AppContext, target: tuple[str, ...], to_release: str | None, all_hosts: bool,
-             drain_timeout: float, tofu: bool) -> int:
+             drain_timeout: float, force: bool, tofu: bool) -> int:
     """Re-install a previous release and wait until it is healthy.
 
     On a fleet (`deploy rollback group prod`): every host the last fleet roll of those hosts changed goes back
@@ -194,7 +196,7 @@ def rollback(app: AppContext, target: tuple[str, ...], to_release: str | None, a
     if targets.fleet:
         if to_release:
             raise ConfigError("--to names one host's release", fix="use it with `deploy rollback host X --to ID`")
-        return fleet_rollback(app, targets, tofu=tofu, drain_timeout_s=drain_timeout)
+        return fleet_rollback(app, targets, tofu=tofu, drain_timeout_s=drain_timeout, force=force)
     host = resolve_host(app, target)
     printer = app.step_printer()
     try:

@@ -134,12 +134,17 @@ class FleetRun:
 
 def run_fleet(hosts: Sequence[str], job: Job, *, parallel: int, fail_fast: bool = False,
               on_event: Callable[[Event], None] | None = None, on_tick: Callable[[], None] | None = None,
-              tick_s: float = 0.2) -> FleetRun:
+              tick_s: float = 0.2, cancel: threading.Event | None = None) -> FleetRun:
     """Run `job(host, events)` for every host on min(parallel, len(hosts)) workers; outcomes keep host order.
 
     `job` must not raise (the engine turns a stray exception into a failed outcome anyway, so one bad host
     cannot take the others down). `on_event` (each event) and `on_tick` (every tick_s without one) run on the
     calling thread only.
+
+    Signals arrive in the calling thread (Ctrl-C, SIGTERM and SIGHUP as KeyboardInterrupt) while the hosts' work
+    and its leases live in the workers. With `cancel`, the first one sets it (jobs observe it and end through their
+    own cleanup), no further host starts, the workers are waited for, then the KeyboardInterrupt is re-raised; a
+    second one stops waiting. Without `cancel` it propagates at once.
     """
     if parallel < 1:
         raise ValueError("parallel must be >= 1")
@@ -185,28 +190,55 @@ def run_fleet(hosts: Sequence[str], job: Job, *, parallel: int, fail_fast: bool 
     threads = [threading.Thread(target=worker, name=f"deploy-fleet-{i}", daemon=True)
                for i in range(min(parallel, len(hosts)))]
     stats.workers = len(threads)
-    for t in threads:
-        t.start()
+    interrupted: KeyboardInterrupt | None = None
+
+    def on_signal(exc: KeyboardInterrupt) -> None:
+        nonlocal interrupted, stop
+        if cancel is None or interrupted is not None:
+            raise exc
+        interrupted = exc
+        cancel.set()
+        with lock:
+            stop = True
+
+    try:  # a signal can land while a worker starts: it already runs a host
+        for t in threads:
+            t.start()
+    except KeyboardInterrupt as exc:
+        on_signal(exc)
     while True:
         try:
-            event = events.get(timeout=tick_s)
-        except queue.Empty:
-            event = None
-        with lock:
-            now_running = running
-        stats.sample(now_running)
-        if event is not None and on_event is not None:
-            on_event(event)
-        elif event is None and on_tick is not None:
-            on_tick()
-        if event is None and not any(t.is_alive() for t in threads):
-            break
+            try:
+                event = events.get(timeout=tick_s)
+            except queue.Empty:
+                event = None
+            with lock:
+                now_running = running
+            stats.sample(now_running)
+            if event is not None and on_event is not None:
+                on_event(event)
+            elif event is None and on_tick is not None:
+                on_tick()
+            if event is None and not any(t.is_alive() for t in threads):
+                break
+        except KeyboardInterrupt as exc:
+            on_signal(exc)
     for t in threads:
-        t.join()
+        if t.ident is not None:
+            try:
+                t.join()
+            except KeyboardInterrupt as exc:
+                on_signal(exc)
+                t.join()
     while not events.empty():  # events posted just before the last worker ended
         event = events.get_nowait()
         if on_event is not None:
             on_event(event)
-    ordered = [outcomes.get(i) or HostOutcome(hosts[i], "skipped", detail="not started (--fail-fast)")
+    ordered = [outcomes.get(i) or HostOutcome(hosts[i], "skipped", detail="not started (--fail-fast)"
+                                              if interrupted is None else "not started (interrupted)")
                for i in range(len(hosts))]
-    return FleetRun(ordered, stats, time.monotonic() - start)
+    run = FleetRun(ordered, stats, time.monotonic() - start)
+    if interrupted is not None:
+        interrupted.run = run  # type: ignore[attr-defined]  # what ran, for the caller's report
+        raise interrupted
+    return run

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from orchestrator.envelope import failure
-from orchestrator.errors import CheckFailed, ConfigError, DeployError, RemoteError
+from orchestrator.errors import CheckFailed, ConfigError, DeployError, Interrupted, RemoteError
 from orchestrator.flags.digest import flags_sha
-from orchestrator.fleet.engine import DEFAULT_PARALLEL, HostEvents, HostOutcome, run_fleet
+from orchestrator.fleet.engine import DEFAULT_PARALLEL, FleetRun, HostEvents, HostOutcome, run_fleet
 from orchestrator.fleet.host_rolls import HostRolls, record_roll, roll_request
 from orchestrator.fleet.rollout import (
     STATE_WORDS,
@@ -41,6 +41,7 @@ from orchestrator.roll import RollOutcome, RollResult
 from orchestrator.router.client import RouterClient
 from orchestrator.router.drain import Drainer
 from orchestrator.router.places import router_api_key, router_base_url, router_workers, worker_url
+from orchestrator.state.claims import claim_hosts
 from orchestrator.steps.base import RunOptions
 from orchestrator.ui.output import Output
 from orchestrator.ui.tables import Column
@@ -76,6 +77,7 @@ class _Router:
             key = inv.profile_for(h).api_key
             self.worker_keys[h.name] = key.read() if key is not None else None
         self.drain_timeout_s = drain_timeout_s
+        self.guard = threading.Lock()
 
     def check(self) -> None:
         if self.base is None:
@@ -88,10 +90,14 @@ class _Router:
 
     def drainer(self, events: HostEvents) -> Drainer:
         assert self.base is not None
-        return Drainer(RouterClient(self.base, self.key), drain_timeout_s=self.drain_timeout_s, say=events.say)
+        return Drainer(RouterClient(self.base, self.key), drain_timeout_s=self.drain_timeout_s, say=events.say,
+                       guard=self.guard)
 
-    def around(self, host: HostRoll, events: HostEvents, action: Callable[[], HostOutcome]) -> HostOutcome:
-        """Drain, act, and add the host back only when the action succeeded (a failed host stays out)."""
+    def around(self, host: HostRoll, events: HostEvents, action: Callable[[], HostOutcome],
+               undo: Callable[[], HostOutcome] | None = None) -> HostOutcome:
+        """Drain, act, and add the host back only when the action succeeded (a failed host stays out). When the
+        router checks after the add fail (the worker does not answer, or the router does not reach it), `undo`
+        puts the host back on its previous release and it is added back once that release passes them."""
         url = self.urls.get(host.host)
         if self.base is None or url is None:
             host.router = "no router: not drained" if self.base is None else "not a router worker: not drained"
@@ -123,12 +129,71 @@ class _Router:
                 host.router = f"{drained.note}; NOT back in the router: {err.what}"
                 outcome.exit_code, outcome.result = err.exit_code, "failed"
                 outcome.detail = f"router: {err.what}"
+                if undo is not None:
+                    self._undo(host, events, drainer, url, undo, outcome)
                 return outcome
             events.ended("router add", "ok", time.monotonic() - began)
-            host.router = f"{drained.note}; back in the router, healthy after {took:.1f} s"
+            reach = f"; {drainer.last_reach.note}" if drainer.last_reach is not None else ""
+            host.router = f"{drained.note}; back in the router, healthy after {took:.1f} s{reach}"
             return outcome
         finally:
             drainer.client.close()
+
+
+    def _undo(self, host: HostRoll, events: HostEvents, drainer: Drainer, url: str,
+              undo: Callable[[], HostOutcome], outcome: HostOutcome) -> None:
+        """The new release failed the router's checks: back to the previous release, and back into the router
+        once that release passes the same checks (else it stays out, and the record says so)."""
+        reverted = undo()
+        outcome.extras["rolled_back"] = reverted.exit_code == 0
+        if reverted.exit_code != 0:
+            host.router += f"; rolling back failed too: {reverted.detail}"
+            return
+        try:
+            drainer.restore(url, self.worker_keys.get(host.host))
+        except DeployError as err:
+            host.router += f"; rolled back, and still out of the router: {err.what}"
+            return
+        host.router += "; rolled back to the previous release and back in the router"
+
+
+    def rejoin(self, hosts: list[HostRoll]) -> dict[str, DeployError]:
+        """Put each host the router does not list back, after the same checks as a roll's add-back (the worker
+        answers with its key, is listed healthy, and a request through the router reaches it). A host that an
+        interrupted roll left out (rolled, never re-added) comes back here; returns the hosts that did not."""
+        missing: dict[str, DeployError] = {}
+        if self.base is None:
+            return missing
+        with RouterClient(self.base, self.key) as client:
+            listed = {w.url for w in client.list_workers()}
+            drainer = Drainer(client, drain_timeout_s=self.drain_timeout_s, guard=self.guard)
+            for host in hosts:
+                url = self.urls.get(host.host)
+                if url is None or url in listed:
+                    continue
+                try:
+                    took = drainer.restore(url, self.worker_keys.get(host.host))
+                except DeployError as err:
+                    err.at(host=host.host, step="router")
+                    missing[host.host] = err
+                    host.router = _joined(host.router, f"NOT back in the router: {err.what}")
+                    continue
+                reach = f"; {drainer.last_reach.note}" if drainer.last_reach is not None else ""
+                host.router = _joined(host.router, f"was not in the router: added back, healthy after "
+                                                   f"{took:.1f} s{reach}")
+        return missing
+
+
+def _on_previous(rolled: RollOutcome) -> bool:
+    """Pure: the host runs its previous release after an interrupted roll (never installed, or rolled back)."""
+    if rolled.result is RollResult.ROLLED_BACK:
+        return True
+    installed = rolled.report is not None and rolled.report.state.server.installed
+    return rolled.result is RollResult.FAILED and isinstance(rolled.error, Interrupted) and not installed
+
+
+def _joined(before: str, now: str) -> str:
+    return f"{before}; {now}" if before else now
 
 
 def _error_for(code: int, what: str, fix: str) -> DeployError:
@@ -140,8 +205,10 @@ class FleetRoller:
     """One fleet roll (new or resumed) or revert, with its record saved after every host."""
 
     def __init__(self, app: Caller, roll: FleetRoll, rolls: HostRolls, store: RollStore,
-                 drain_timeout_s: float) -> None:
+                 drain_timeout_s: float, cancel: threading.Event | None = None) -> None:
         self.app, self.roll, self.rolls, self.store = app, roll, rolls, store
+        #: Set on Ctrl-C/SIGTERM/SIGHUP (the engine does it): each host's run stops before its next step.
+        self.cancel = cancel or threading.Event()
         self.router = _Router(app.inventory, drain_timeout_s)
         self.roll.router = self.router.base
         self._lock = threading.Lock()
@@ -156,16 +223,27 @@ class FleetRoller:
         """Run one wave; True when every host in it succeeded."""
         self.app.out.line(title)
         view = FleetView(self.app.out.console, names, enabled=not self.app.out.as_json, tty=sys.stdout.isatty())
-        with view:
-            run = run_fleet(names, job, parallel=max(1, min(parallel, len(names))), fail_fast=True,
-                            on_event=view, on_tick=view.tick)
+        try:
+            with view:
+                run = run_fleet(names, job, parallel=max(1, min(parallel, len(names))), fail_fast=True,
+                                on_event=view, on_tick=view.tick, cancel=self.cancel)
+        except KeyboardInterrupt as stop:
+            # Every worker has ended through its own cleanup (leases released); what each left is recorded.
+            self._record(getattr(stop, "run", None))
+            raise
+        self._record(run)
+        return all(o.exit_code == 0 and o.result != "skipped" for o in run.outcomes)
+
+    def _record(self, run: FleetRun | None) -> None:
+        if run is None:
+            self.save()
+            return
         for o in run.outcomes:
             self.outcomes[o.host] = o
             host = self.roll.host(o.host)
-            if o.exit_code != 0 and host.exit_code == 0:  # the job raised before it recorded its result
+            if o.exit_code != 0 and host.exit_code == 0 and host.state == "in_progress":  # the job raised
                 host.state, host.exit_code, host.detail = "failed", o.exit_code, o.detail
         self.save()
-        return all(o.exit_code == 0 and o.result != "skipped" for o in run.outcomes)
 
     # ------------------------------------------------------------------------------------------ preflight
     def preflight(self, names: list[str]) -> None:
@@ -227,8 +305,20 @@ class FleetRoller:
             rolled.append(result)
             return outcome
 
-        outcome = self.router.around(host, events, act)
+        def undo() -> HostOutcome:
+            previous = rolled[0].previous if rolled and rolled[0].previous else host.previous_release
+            if previous is None:
+                return HostOutcome(name, "failed", exit_code=1, detail="no previous release to go back to")
+            return self.rolls.revert(name, events, previous)
+
+        outcome = self.router.around(host, events, act, undo)
         record_roll(host, rolled[0] if rolled else None, outcome)
+        if self.cancel.is_set() and rolled and _on_previous(rolled[0]):
+            # Interrupted before its candidate was installed, or rolled back by its own failure path: it serves
+            # its previous release, so it goes back into the router (checked), and --resume rolls it again.
+            host.state, host.exit_code, host.release = "pending", 0, host.previous_release
+            host.detail = "interrupted: still on its previous release; --resume rolls it"
+            self.router.rejoin([host])
         self.save()
         return outcome
 
@@ -262,6 +352,59 @@ class FleetRoller:
             if not self._wave(todo, self.roll_job, spec.max_unavailable, title):
                 return False
         return True
+
+    def stale(self, names: list[str]) -> dict[str, int]:
+        """`rollback group` must not trust a stale record: a host whose current release is not the one this fleet
+        roll installed (single-host releases came after it) is refused, naming the releases; → {host: exit code}.
+        A host killed mid-roll (in progress) may be on the candidate the record never saw: not judged here."""
+        judged = [n for n in names if self.roll.host(n).state != "in_progress" and self.roll.host(n).release]
+        found: dict[str, tuple[str | None, list[str]] | DeployError] = {}
+
+        def job(name: str, events: HostEvents) -> HostOutcome:
+            try:
+                found[name] = self.rolls.releases(name)
+            except DeployError as err:
+                found[name] = err
+                return HostOutcome(name, "failed", exit_code=err.exit_code, detail=err.what)
+            return HostOutcome(name, "ok")
+
+        if judged:
+            run_fleet(judged, job, parallel=DEFAULT_PARALLEL)
+        refused: dict[str, int] = {}
+        for name in judged:
+            host, got = self.roll.host(name), found.get(name)
+            if isinstance(got, DeployError) or got is None:
+                what = got.what if isinstance(got, DeployError) else "no answer"
+                host.detail = f"not reverted: its releases could not be read: {what}"
+                refused[name] = got.exit_code if isinstance(got, DeployError) else 3
+                continue
+            current, ids = got
+            if current == host.release:
+                continue
+            later = [i for i in ids if host.release is not None and i > host.release]
+            host.detail = (f"not reverted: it runs {current or 'no release'}, not {host.release} that fleet roll "
+                           f"{self.roll.id} installed; later release(s): {', '.join(later) or 'none'}. Keep them, "
+                           f"or `deploy rollback host {name} --to {host.previous_release}`, or --force")
+            host.exit_code = 2
+            refused[name] = 2
+        if refused:
+            self.app.out.line("refused (the record is stale for these hosts): "
+                              + "; ".join(f"{n}: {self.roll.host(n).detail}" for n in refused))
+        return refused
+
+    def rejoin_rolled(self) -> bool:
+        """--resume: hosts already rolled (before the interruption, or found on the flags by the preflight) that
+        the router does not list are checked and added back first; one that fails its check stops the roll."""
+        rolled = [h for h in self.roll.hosts if h.state == "rolled"]
+        missing = self.router.rejoin(rolled)
+        for name, err in missing.items():
+            host = self.roll.host(name)
+            host.state, host.exit_code, host.detail = "failed", err.exit_code, f"router: {err.what}"
+        self.save()
+        if missing:
+            self.app.out.line(f"not back in the router: {', '.join(missing)}; the roll stops here "
+                              f"(fix: {next(iter(missing.values())).fix})")
+        return not missing
 
     def revert(self, names: list[str], title: str) -> bool:
         if not names:
@@ -313,9 +456,16 @@ def _command() -> str:
 
 def fleet_roll(app: Caller, targets: TargetSpec, spec: RollSpec | None, *, tofu: bool, resume: bool,
                drain_timeout_s: float, store: RollStore | None = None) -> int:
-    """`deploy roll <fleet> …` (spec given) or `… --resume` (spec None: the record's)."""
-    store = store or RollStore()
+    """`deploy roll <fleet> …` (spec given) or `… --resume` (spec None: the record's). Every host is claimed first
+    (state/claims.py): an overlapping fleet roll or single-host command is refused before any planning."""
     names = [h.name for h in resolve_targets(app.inventory, targets)]
+    with claim_hosts(names, _command()):
+        return _fleet_roll(app, targets, names, spec, tofu=tofu, resume=resume, drain_timeout_s=drain_timeout_s,
+                           store=store or RollStore())
+
+
+def _fleet_roll(app: Caller, targets: TargetSpec, names: list[str], spec: RollSpec | None, *, tofu: bool,
+                resume: bool, drain_timeout_s: float, store: RollStore) -> int:
     unfinished = store.unfinished(names)
     words = targets.describe()
     if unfinished is not None and process_alive(unfinished.pid):
@@ -346,7 +496,9 @@ def fleet_roll(app: Caller, targets: TargetSpec, spec: RollSpec | None, *, tofu:
         roll = FleetRoll(id=new_roll_id(), command=_command(), targets=words, inventory=app.inventory_paths,
                          pid=_own_pid(), started=now_text(), updated=now_text(), spec=spec, waves=waves,
                          hosts=[HostRoll(host=n, wave=wave_of[n]) for n in names])
-    roller = FleetRoller(app, roll, _host_rolls(app.inventory, roll.spec, tofu), store, drain_timeout_s)
+    cancel = threading.Event()
+    roller = FleetRoller(app, roll, _host_rolls(app.inventory, roll.spec, tofu, cancel), store, drain_timeout_s,
+                         cancel)
     roller.router.check()
     if roller.router.base is None:
         app.out.line("no router: section in the inventory: hosts are rolled without draining")
@@ -355,7 +507,12 @@ def fleet_roll(app: Caller, targets: TargetSpec, spec: RollSpec | None, *, tofu:
                      "and added back (POST /workers) once healthy")
     roller.preflight([h.host for h in roll.hosts if h.state in ("pending", "in_progress")])
     roller.save()
-    ok = roller.run()
+    try:
+        ok = roller.rejoin_rolled() if resume else True
+        ok = ok and roller.run()
+    except KeyboardInterrupt as stop:
+        _report_interrupted(app, roller, store, int(getattr(stop, "exit_code", 130)))
+        raise
     if not ok and roll.spec.rollback_all:
         back = roll.to_revert()
         roller.revert(back, f"--rollback-all: reverting {len(back)} rolled host(s): {', '.join(back) or 'none'}")
@@ -365,10 +522,16 @@ def fleet_roll(app: Caller, targets: TargetSpec, spec: RollSpec | None, *, tofu:
 
 
 def fleet_rollback(app: Caller, targets: TargetSpec, *, tofu: bool, drain_timeout_s: float,
-                   store: RollStore | None = None) -> int:
+                   store: RollStore | None = None, force: bool = False) -> int:
     """`deploy rollback <fleet>`: every host the last fleet roll of these hosts changed goes back to its release."""
-    store = store or RollStore()
     names = [h.name for h in resolve_targets(app.inventory, targets)]
+    with claim_hosts(names, _command()):
+        return _fleet_rollback(app, targets, names, tofu=tofu, drain_timeout_s=drain_timeout_s,
+                               store=store or RollStore(), force=force)
+
+
+def _fleet_rollback(app: Caller, targets: TargetSpec, names: list[str], *, tofu: bool, drain_timeout_s: float,
+                    store: RollStore, force: bool) -> int:
     roll = store.last(names)
     words = targets.describe()
     if roll is None:
@@ -379,21 +542,51 @@ def fleet_rollback(app: Caller, targets: TargetSpec, *, tofu: bool, drain_timeou
     back = roll.to_revert()
     roll.pid = _own_pid()
     roll.notes.append(f"rollback {now_text()} by {_command()}")
-    roller = FleetRoller(app, roll, _host_rolls(app.inventory, roll.spec, tofu), store, drain_timeout_s)
+    cancel = threading.Event()
+    roller = FleetRoller(app, roll, _host_rolls(app.inventory, roll.spec, tofu, cancel), store, drain_timeout_s,
+                         cancel)
     roller.router.check()
     for h in roll.hosts:
         if h.state == "pending":
             h.state = "untouched"
+    refused = {} if force else roller.stale(back)
+    back = [n for n in back if n not in refused]
+    # Hosts already on a checked release (rolled back by their own gate) go back first: the revert drains the
+    # others, and never the last healthy worker.
+    roller.router.rejoin([h for h in roll.hosts if h.host not in back and h.state in ("rolled_back", "rolled")])
     ok = roller.revert(back, f"reverting fleet roll {roll.id} ({roll.command}) on {len(back)} host(s): "
                              f"{', '.join(back) or 'none (no host is on its new flags)'}")
-    roller.finish("reverted" if ok else "failed")
-    code = max((o.exit_code for o in roller.outcomes.values()), default=0)
+    # Every host the roll touched that is now on a release that passed its checks ends back in the router.
+    missing = roller.router.rejoin([h for h in roll.hosts if h.state in ("reverted", "rolled_back", "rolled")])
+    roller.finish("reverted" if ok and not missing else "failed")
+    code = max([o.exit_code for o in roller.outcomes.values()] + [e.exit_code for e in missing.values()]
+               + list(refused.values()), default=0)
+    if refused:
+        roll.state = "failed"
+        roller.save()
+    if missing:
+        app.out.line(f"NOT back in the router: {', '.join(missing)}: "
+                     + "; ".join(f"{n}: {e.what}" for n, e in missing.items())
+                     + " (fix: check the host, then `deploy router add HOST`)")
     print_report(app, roll, roller.outcomes, _command(), str(store.path(roll.id)), code)
     return code
 
 
-def _host_rolls(inventory: Inventory, spec: RollSpec, tofu: bool) -> HostRolls:
-    options = RunOptions(preset=spec.preset, skip_bench=spec.skip_bench, tofu=tofu, command=_command())
+def _report_interrupted(app: Caller, roller: FleetRoller, store: RollStore, code: int) -> None:
+    """The record stays unfinished (for --resume); the report says where each host was left, then the signal's
+    exit code follows (cli/common.py)."""
+    roll = roller.roll
+    roll.notes.append(f"interrupted {now_text()}")
+    roller.save()
+    words = roll.targets
+    print_report(app, roll, roller.outcomes, _command(), str(store.path(roll.id)), code)
+    app.out.line(f"interrupted: continue with `deploy roll {words} --resume`, or revert with "
+                 f"`deploy rollback {words}`")
+
+
+def _host_rolls(inventory: Inventory, spec: RollSpec, tofu: bool, cancel: threading.Event | None = None) -> HostRolls:
+    options = RunOptions(preset=spec.preset, skip_bench=spec.skip_bench, tofu=tofu, command=_command(),
+                         cancel=cancel)
     return HostRolls(inventory, roll_request(spec), options)
 
 

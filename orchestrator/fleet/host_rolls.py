@@ -14,8 +14,9 @@ from orchestrator.fleet.rollout import HostRoll, RollSpec
 from orchestrator.inventory.models import Inventory
 from orchestrator.roll import RollOutcome, RollResult, refused, roll_host, rollback_host, rollback_payload
 from orchestrator.runlog import StepRecord
+from orchestrator.runner import run_playbook_to_end
 from orchestrator.steps.base import RunOptions
-from orchestrator.steps.state import RollRequest
+from orchestrator.steps.state import RollRequest, RunInputs
 
 
 def roll_request(spec: RollSpec) -> RollRequest:
@@ -52,11 +53,23 @@ class HostRolls:
     def roll(self, name: str, events: HostEvents) -> tuple[RollOutcome, HostOutcome]:
         return self._roll(name, events, dry_run=False)
 
+    def releases(self, name: str) -> tuple[str | None, list[str]]:
+        """The host's current release and every release id stored on it (the `history` playbook: one round
+        trip); raises DeployError when they cannot be read."""
+        options = RunOptions(tofu=self.options.tofu, command=self.options.command)
+        report = run_playbook_to_end("history", self.inventory.find_host(name), self.inventory, options,
+                                     inputs=RunInputs(history_limit=200))
+        if report.failure is not None:
+            raise report.failure
+        rows = report.state.history
+        current = next((r.get("current") for r in rows if "current" in r), None)
+        return (str(current) if current else None), sorted(str(r["id"]) for r in rows if "id" in r)
+
     def revert(self, name: str, events: HostEvents, to_release: str) -> HostOutcome:
         """`rollback host X --to ID`."""
         records: list[StepRecord] = []
         printer = EventPrinter(events, records)
-        options = RunOptions(tofu=self.options.tofu, command=self.options.command)
+        options = RunOptions(tofu=self.options.tofu, command=self.options.command, cancel=self.options.cancel)
         try:
             report = rollback_host(self.inventory.find_host(name), self.inventory, to_release, options,
                                    progress=printer, say=printer.say)
@@ -83,8 +96,9 @@ def record_roll(host: HostRoll, rolled: RollOutcome | None, outcome: HostOutcome
         host.detail = "; ".join(f"--{flag}: {old} → {new}" for flag, old, new in diff)
         return
     result = rolled.result if rolled is not None else None
-    host.state = "rolled_back" if result is RollResult.ROLLED_BACK else "failed"
-    if rolled is not None and result is RollResult.KEPT:  # rolled, then not back in the router
+    undone = outcome.extras.get("rolled_back") is True  # kept, failed the router's checks, then rolled back
+    host.state = "rolled_back" if result is RollResult.ROLLED_BACK or undone else "failed"
+    if rolled is not None and result is RollResult.KEPT and not undone:  # rolled, then not back in the router
         host.release, host.flags_sha = rolled.release, rolled.flags_sha
     else:
         host.release, host.flags_sha = host.previous_release, host.previous_flags_sha

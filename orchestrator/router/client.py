@@ -32,6 +32,7 @@ class RouterClient:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self.session = session or requests.Session()
+        self.api_key = api_key
         if api_key:
             self.session.headers["Authorization"] = f"Bearer {api_key}"
 

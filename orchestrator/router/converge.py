@@ -32,6 +32,7 @@ from orchestrator.router.facts import (
     workers_only_change,
 )
 from orchestrator.router.places import router_api_key, router_base_url, router_place, router_workers, worker_url
+from orchestrator.router.reconcile import Reconciled, Worker, reconcile, workers_of
 from orchestrator.router.render import RouterBundle, render_router, router_schema, schema_from_probe
 from orchestrator.runlog import Metrics, StepRecord
 from orchestrator.scripts import render_script
@@ -73,9 +74,13 @@ class RouterReport:
     left_out: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
     error: dict[str, Any] | None = None
+    all_workers: list[Worker] = field(default_factory=list)  # the inventory's workers, with their keys
+    live: Reconciled | None = None  # what the live worker list needed (an unchanged, running router)
 
     @property
     def result(self) -> str:
+        if self.exit_code and self.error is None and self.live is not None and self.live.refused:
+            return "incomplete"
         if self.exit_code:
             return "failed"
         return {"changed": "changed", "would-change": "would change"}.get(self.record.status, "ok")
@@ -83,6 +88,8 @@ class RouterReport:
     def to_dict(self) -> dict[str, Any]:
         return {"place": self.place, "url": self.url, "result": self.result, "exit_code": self.exit_code,
                 "workers": self.workers, "left_out": self.left_out, "kept": self.kept,
+                **({"live": {"added": self.live.added, "removed": self.live.removed,
+                             "refused": self.live.refused}} if self.live is not None else {}),
                 "step": self.record.to_dict(),
                 **({"error": self.error} if self.error else {})}
 
@@ -140,7 +147,8 @@ def converge_router(inventory: Inventory, targeted: list[str], healthy: list[str
     if place is None or spec is None:
         return None
     record = StepRecord(STEP)
-    report = RouterReport(place=place.describe(), url=router_base_url(inventory), record=record)
+    report = RouterReport(place=place.describe(), url=router_base_url(inventory), record=record,
+                          all_workers=workers_of(inventory))
     candidates = [(h.name, worker_url(inventory, h)) for h in router_workers(inventory)]
     started = time.monotonic()
     metrics = Metrics(current=record)
@@ -232,7 +240,17 @@ def _converge(spec: RouterSpec, inventory: Inventory, ct: Container, report: Rou
                 client.add_worker(url, api_key)
         record.status, record.summary = "changed", what
     elif not changed and running:
-        record.summary = (record.summary or f"unit unchanged, router active with {len(urls)} worker(s)")
+        # The unit is right, but the worker API may have changed the running router since (a fleet roll that
+        # stopped with a host drained): its live worker list is what counts.
+        listed = _reconcile_live(base_url, api_key, report, urls, dry_run=dry_run, say=say)
+        if listed.changed:
+            record.changes.append(listed.text(dry_run=dry_run))
+            record.status = "would-change" if dry_run else "changed"
+        record.summary = record.summary or (
+            f"unit unchanged, router active with {len(urls)} worker(s)"
+            + (f"; live workers: {listed.text(dry_run=dry_run)}" if listed.changed or listed.refused else ""))
+        if dry_run:
+            return
     else:
         verb = "restart" if running else "start"
         what = (f"install {', '.join(changed)} and {verb} the router ({len(urls)} worker(s))" if changed
@@ -247,6 +265,29 @@ def _converge(spec: RouterSpec, inventory: Inventory, ct: Container, report: Rou
     if dry_run:
         return
     record.details["health"] = _wait_healthy(base_url, api_key, urls, health_timeout_s, say)
+
+
+def _reconcile_live(base_url: str, api_key: str | None, report: RouterReport, urls: list[str], *, dry_run: bool,
+                    say: Callable[[str], None]) -> Reconciled:
+    """Add the chosen workers the running router does not list (each after it answers a generation with its key),
+    remove the inventory's other workers it lists; a worker whose check fails is left out and named."""
+    workers = {w.url: w for w in report.all_workers}
+    keep = [w for u, w in workers.items() if u in urls]
+    drop = [w for u, w in workers.items() if u not in urls]
+    with RouterClient(base_url, api_key, timeout_s=10.0) as client:
+        done = reconcile(client, keep, drop, dry_run=dry_run)
+    report.live = done
+    if done.changed or done.refused:
+        say(f"live workers: {done.text(dry_run=dry_run)}")
+    for name in done.refused:
+        url = next(w.url for w in keep if w.name == name)
+        urls.remove(url)
+        if name in report.workers:
+            report.workers.remove(name)
+        report.left_out.append(name)
+    if done.refused and not dry_run:
+        report.exit_code = 1
+    return done
 
 
 def _apply(ct: Container, bundle: RouterBundle, *, action: str | None) -> None:

@@ -9,19 +9,27 @@ Why these signals (sglang-router 0.3.2, see docs/fleet.md "The router"):
   twice in a row, so a request the router had picked just before the removal is counted too;
 - adding back is `POST /workers` (202, queued); the worker joins only after the router's own health check, so the
   drain waits until `GET /workers` lists it healthy before the roll moves on.
+
+Safety (issue 22 §3, checks.py says why these signals): the last healthy worker is never drained (the drain waits
+a bounded time for another one, then refuses with the reason); a worker the router lists unhealthy stops the
+drain (a wave must not take a second worker out while one is sick); before a worker is added back a real
+generation is answered by it with the key, and after it is listed healthy one request through the router must
+reach it (its own request counter advances).
 """
 
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import requests
 
-from orchestrator.errors import RemoteError
-from orchestrator.router.client import RouterClient
+from orchestrator.errors import CheckFailed, RemoteError
+from orchestrator.router.checks import Reach, generate_error, reach_through_router
+from orchestrator.router.client import RouterClient, RouterWorker
 
 IN_FLIGHT_GAUGES = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+([-+0-9.eEinfaINF]+)")
@@ -50,12 +58,17 @@ class Drainer:
     """One router, many workers: drain (remove + wait for in-flight) and restore (add + wait until healthy)."""
 
     def __init__(self, client: RouterClient, *, drain_timeout_s: float = 120.0, join_timeout_s: float = 180.0,
-                 poll_s: float = 0.5, say: Callable[[str], None] | None = None) -> None:
+                 poll_s: float = 0.5, say: Callable[[str], None] | None = None,
+                 guard: threading.Lock | None = None) -> None:
         self.client = client
         self.drain_timeout_s = drain_timeout_s
         self.join_timeout_s = join_timeout_s
         self.poll_s = poll_s
         self.say = say or (lambda _text: None)
+        self.last_reach: Reach | None = None
+        #: Shared by the drains of one fleet roll: the check "another worker is healthy" and the removal are one
+        #: step, so two hosts drained at once cannot both see the other as the healthy one.
+        self.guard = guard or threading.Lock()
 
     def _server_in_flight(self, url: str) -> int | None:
         try:
@@ -64,10 +77,40 @@ class Drainer:
             return None
         return in_flight(resp.text) if resp.status_code == 200 else None
 
-    def drain(self, url: str) -> DrainResult:
-        """Remove the worker, then wait until its server has no running or queued request (bounded)."""
+    def others_ok(self, url: str) -> list[RouterWorker]:
+        """The router's other healthy workers; refuses (CheckFailed) when the router lists one of them unhealthy,
+        and waits (bounded by the drain timeout) while none is healthy: draining `url` then would empty the pool."""
         began = time.monotonic()
-        removed = self.client.remove_worker(url)
+        said = False
+        while True:
+            workers = self.client.list_workers()
+            me = next((w for w in workers if w.url == url), None)
+            sick = [w.url for w in workers if w.url != url and w.healthy is False]
+            if sick:
+                raise CheckFailed(f"the router lists {', '.join(sick)} as unhealthy: {url} is not drained, the wave "
+                                  "stops", fix="check the unhealthy worker (deploy status group G, deploy router "
+                                  "status), then resume with `deploy roll … --resume`", step="drain")
+            healthy = [w for w in workers if w.url != url and w.healthy]
+            if healthy or me is None or not me.healthy:  # nothing to protect when this one is not serving
+                return healthy
+            if time.monotonic() - began >= self.drain_timeout_s:
+                raise CheckFailed(f"{url} is the router's last healthy worker: draining it would leave the router "
+                                  f"with none; waited {self.drain_timeout_s:.0f} s for another",
+                                  fix="bring another worker back first (`deploy router add HOST`, `deploy up group "
+                                      "G`), then resume; nothing was drained", step="drain")
+            if not said:
+                self.say(f"{url} is the last healthy worker: waiting up to {self.drain_timeout_s:.0f} s for another "
+                         "before draining it")
+                said = True
+            time.sleep(self.poll_s)
+
+    def drain(self, url: str) -> DrainResult:
+        """Remove the worker, then wait until its server has no running or queued request (bounded). Refuses to
+        drain the last healthy worker or while another is unhealthy (others_ok)."""
+        began = time.monotonic()
+        with self.guard:
+            self.others_ok(url)
+            removed = self.client.remove_worker(url)
         first = self._server_in_flight(url)
         if first is None:
             note = (f"removed from the router; its server's /metrics gives no in-flight count (enable-metrics "
@@ -92,16 +135,35 @@ class Drainer:
                               "or raise --drain-timeout, then resume", step="drain")
 
     def restore(self, url: str, api_key: str | None = None) -> float:
-        """Add the worker back and wait until the router lists it healthy; returns the seconds it took."""
+        """Check the worker answers, add it back, wait until the router lists it healthy, then check that a
+        request through the router reaches it; returns the seconds it took. CheckFailed when a check fails."""
         began = time.monotonic()
+        error = generate_error(url, api_key)
+        if error is not None:
+            raise CheckFailed(f"{url} did not answer a generation before being added back: {error}",
+                              fix="the host stays out of the router; check its server (deploy status host X), then "
+                                  "`deploy router add HOST`", step="router")
         worker = self.client.find(url)
         if worker is None:
             self.client.add_worker(url, api_key)
         while time.monotonic() - began < self.join_timeout_s:
             worker = self.client.find(url)
             if worker is not None and worker.healthy:
-                return time.monotonic() - began
+                break
             time.sleep(self.poll_s)
-        raise RemoteError(f"router did not list {url} as a healthy worker within {self.join_timeout_s:.0f} s "
-                          "after POST /workers", fix="check the router's journal and the host's /health; the host "
-                          "is rolled but out of the router", step="router")
+        else:
+            self.client.remove_worker(url)  # not left queued: the router would add it whenever it turns healthy
+            raise RemoteError(f"router did not list {url} as a healthy worker within {self.join_timeout_s:.0f} s "
+                              "after POST /workers", fix="check the router's journal and the host's /health; the "
+                              "host is rolled but out of the router", step="router")
+        self.last_reach = self.reach(url)
+        if not self.last_reach.reached:
+            self.client.remove_worker(url)  # a worker the router cannot reach is not left in its list
+            raise CheckFailed(f"the router listed {url} healthy, but {self.last_reach.note}; taken out again",
+                              fix="check the router's worker URL for the host (router.worker_urls) and its journal",
+                              step="router")
+        return time.monotonic() - began
+
+    def reach(self, url: str) -> Reach:
+        workers = sum(1 for w in self.client.list_workers() if w.healthy)
+        return reach_through_router(self.client.base_url, self.client.api_key, url, workers=workers)

@@ -6,6 +6,7 @@ records what it did in its StepRecord. In dry-run a step records `would-change` 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,9 @@ class RunOptions:
     tofu: bool = False
     preset: str | None = None
     command: str = "deploy"
+    #: Set by a fleet run's main thread on Ctrl-C/SIGTERM/SIGHUP: the run stops before its next step, through the
+    #: same failure path as a failed step (the roll's rollback, then the lease's release).
+    cancel: threading.Event | None = None
 
 
 @dataclass

@@ -291,3 +291,38 @@ def test_hosts_already_on_the_flags_are_skipped_and_not_reverted(fleet: RolledFl
     now = fleet.releases()
     assert now[a] == before[a] and now[b] == before[b] and now[c] == before[c]
     assert fleet.env.run("rollback", "host", a, timeout=600).rc == 0  # leave the fleet on one flag set
+
+
+def test_a_second_roll_is_refused_and_sigterm_ends_the_first_through_its_cleanup(fleet: RolledFleet) -> None:
+    """Issue 21 items 4 and 8: the second of two overlapping fleet rolls is refused before it plans anything
+    (exit 3, the holder named, no record); SIGTERM ends the first through the workers' own cleanup (leases
+    released, every host serving and in the router or reported), exit 143; --resume then finishes it."""
+    before = fleet.releases()
+    proc = fleet.env.popen("roll", "group", "prod", "--set", f"{FLAG}=3", "--batch", "1", "--skip-bench")
+    try:
+        def rolling() -> bool:
+            docs = [json.loads(p.read_text()) for p in fleet.state.glob("fleetroll-*.json")]
+            return any(d["state"] == "running" and any(h["state"] == "in_progress" for h in d["hosts"])
+                       for d in docs)
+
+        assert until(rolling, 600), proc.stdout.read() if proc.stdout else ""
+        second = fleet.env.run("roll", "group", "prod", "--set", f"{FLAG}=7", "--skip-bench")
+        assert second.rc == 3, second.text
+        assert "another deploy command on this machine holds" in second.stderr and f"pid {proc.pid}" in second.stderr
+        assert len(list(fleet.state.glob("fleetroll-*.json"))) == 1  # the refused roll saved no record
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, out
+    assert "terminated (SIGTERM)" in out and "deploy roll group prod --resume" in out
+    for name in fleet.names:  # released on the way out, not left to expire
+        wait_lease_expired(fleet.host_env(name), timeout_s=3)
+    assert all(fleet.listed().values()), (fleet.listed(), out)
+    res = fleet.env.run("--json", "roll", "group", "prod", "--resume", timeout=900)
+    assert res.rc == 0, res.text
+    assert all(fleet.listed().values())
+    back = fleet.env.run("--json", "rollback", "group", "prod", timeout=900)
+    assert back.rc == 0, back.text
+    assert fleet.releases() == before and all(fleet.listed().values())

@@ -127,6 +127,39 @@ def test_a_failing_host_leaves_the_router_live_and_comes_back_without_a_restart(
     assert env.ct("systemctl show -p MainPID --value sglang-router").stdout.strip() == pid
 
 
+def test_a_worker_missing_from_the_live_router_is_put_back_by_up_and_by_router_add(rfleet: RouterFleet) -> None:
+    """Issue 25 item 1: a host taken out through the worker API (an interrupted fleet roll) while the unit still
+    names it. `up group` used to send nothing and time out; now it reconciles the live list, and `deploy router`
+    shows, removes (never the last healthy worker) and adds back a checked host."""
+    from orchestrator.router.client import RouterClient
+
+    env, (a, b) = rfleet.env, rfleet.names
+    url_b = f"http://{_address(rfleet, b)}:8000"
+    with RouterClient(rfleet.url, KEY) as client:
+        assert client.remove_worker(url_b)
+    status = env.run("--json", "router", "status", "prod")
+    assert status.rc == 0, status.text
+    assert {r["host"]: r["listed"] for r in status.json["workers"]} == {a: True, b: False}
+    status_text = env.run("router", "status").stdout
+    assert f"not listed: {b} (put back with `deploy router add HOST`)" in status_text
+    res = env.run("--json", "up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
+    assert res.rc == 0, res.text
+    router = res.json["router"]
+    assert router["result"] == "changed" and router["live"] == {"added": [b], "removed": [], "refused": {}}, router
+    assert router["step"]["details"]["health"]["healthy_workers"] == 2
+    removed = env.run("--json", "router", "remove", b, timeout=300)
+    assert removed.rc == 0, removed.text
+    last = env.run("router", "remove", a, "--timeout", "2", timeout=300)
+    assert last.rc == 1 and "last healthy worker" in last.stdout, last.text
+    added = env.run("router", "add", b, timeout=300)
+    assert added.rc == 0, added.text
+    assert f"{b}: added, listed healthy; a request through the router reached it" in added.stdout, added.text
+    print(status_text, last.text, added.text, sep="\n")  # docs/fleet.md's example run (pytest -s)
+    with RouterClient(rfleet.url, KEY) as client:
+        assert {w.url: w.healthy for w in client.list_workers()}[url_b] is True
+    assert _chat(rfleet.url, KEY) == 200
+
+
 def _address(rfleet: RouterFleet, name: str) -> str:
     from orchestrator.inventory.loader import load_inventory
 

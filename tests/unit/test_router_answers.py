@@ -113,7 +113,8 @@ class _Rolls:
         raise AssertionError("nothing to revert")
 
 
-def _inventory(router_url: str | None) -> Inventory:
+def _inventory(router_url: str | None, **router: object) -> Inventory:
+    """Two hosts in group g, no API key; a router section at `router_url` (with more `router` fields) if given."""
     base = load_inventory(EXAMPLE_INVENTORY)
     seed = base.hosts["pve-gpu-1"]
     hosts = {n: seed.model_copy(update={"name": n, "address": f"10.9.0.{i}"}).model_dump()
@@ -122,7 +123,7 @@ def _inventory(router_url: str | None) -> Inventory:
     return Inventory.model_validate({"hosts": hosts, "profiles": profiles,
                                      "presets": {k: v.model_dump() for k, v in base.presets.items()},
                                      "groups": {"g": ["gpu-1", "gpu-2"]},
-                                     "router": {"url": router_url} if router_url else None})
+                                     "router": {"url": router_url, **router} if router_url else None})
 
 
 def _roll(monkeypatch, tmp_path: Path, inventory: Inventory, rolls: _Rolls) -> tuple[int, str]:

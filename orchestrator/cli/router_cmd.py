@@ -1,0 +1,131 @@
+"""`deploy router status [GROUP]`, `deploy router add HOST…`, `deploy router remove HOST…`: the router's live
+worker list, and a checked host put into or taken out of rotation (issue 25 item 1).
+
+Adding runs the same checks a fleet roll runs before and after it adds a host back (router/drain.py): the server
+answers a generation with its key, the router lists it healthy, and a request through the router reaches it.
+Removing drains (waits for the host's in-flight requests) and never takes out the last healthy worker.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+
+from orchestrator.cli.common import AppContext, SuggestingGroup, common_options
+from orchestrator.errors import ConfigError, DeployError
+from orchestrator.inventory.models import Host, Inventory
+from orchestrator.router.client import RouterClient
+from orchestrator.router.drain import Drainer
+from orchestrator.router.places import router_api_key, router_base_url, router_workers
+from orchestrator.router.reconcile import Worker, workers_of
+from orchestrator.ui.tables import spec as table_spec
+
+
+@click.group("router", cls=SuggestingGroup)
+def router() -> None:
+    """The router's live worker list: status, and a checked host put into (add) or taken out of (remove) rotation."""
+
+
+def _base(inventory: Inventory) -> tuple[str, str | None]:
+    if inventory.router is None:
+        raise ConfigError("the inventory has no router: section", fix="see docs/fleet.md, 'The router'")
+    return router_base_url(inventory), router_api_key(inventory)
+
+
+def _workers(inventory: Inventory, names: tuple[str, ...]) -> list[Worker]:
+    """The named hosts as router workers; a host that is not one of the router's workers is refused (exit 2)."""
+    hosts: list[Host] = [inventory.find_host(n) for n in names]
+    known = {h.name for h in router_workers(inventory)}
+    strangers = [h.name for h in hosts if h.name not in known]
+    if strangers:
+        raise ConfigError(f"{', '.join(strangers)}: not among the router's workers (router.workers)",
+                          fix=f"router workers: {', '.join(sorted(known)) or 'none'}")
+    return workers_of(inventory, hosts)
+
+
+@router.command("status")
+@click.argument("group", required=False)
+@common_options
+def status(app: AppContext, group: str | None) -> int:
+    """What the router lists: each inventory worker (listed, healthy, load) and any URL it lists that no host has."""
+    inv = app.inventory
+    base, key = _base(inv)
+    wanted = workers_of(inv, inv.group_hosts(group) if group else None)
+    with RouterClient(base, key, timeout_s=5.0) as client:
+        live = {w.url: w for w in client.list_workers()}
+        ready = client.ready()
+    rows: list[dict[str, Any]] = []
+    for w in wanted:
+        seen = live.get(w.url)
+        rows.append({"host": w.name, "url": w.url, "listed": seen is not None,
+                     "healthy": seen.healthy if seen else None, "load": seen.load if seen else None})
+    known = {w.url for w in workers_of(inv)}
+    strangers = [u for u in live if u not in known]
+    app.out.emit({"ok": True, "router": base, "ready": ready, "workers": rows, "unknown_urls": strangers})
+    table = [(r["host"], r["url"], "yes" if r["listed"] else "NO",
+              "-" if r["healthy"] is None else ("yes" if r["healthy"] else "NO"),
+              "-" if r["load"] is None else str(r["load"])) for r in rows]
+    app.out.table(table_spec(f"router {base}", ["host", "url", "listed", "healthy", "load"], table))
+    out = [r["host"] for r in rows if not r["listed"]]
+    app.out.line(f"router {base}: {sum(1 for r in rows if r['healthy'])} of {len(rows)} worker(s) healthy, "
+                 f"{'ready' if ready else 'NOT ready'}"
+                 + (f"; not listed: {', '.join(out)} (put back with `deploy router add HOST`)" if out else "")
+                 + (f"; listed but no inventory host: {', '.join(strangers)}" if strangers else ""))
+    return 0
+
+
+@router.command("add")
+@click.argument("hosts", nargs=-1, required=True)
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=180.0, show_default=True,
+              help="Seconds to wait for the router to list the host healthy.")
+@common_options
+def add(app: AppContext, hosts: tuple[str, ...], timeout_s: float) -> int:
+    """Put checked hosts back into rotation: each answers a generation with its key, is added, listed healthy,
+    and reached by a request through the router. A host that fails a check stays out (exit 1)."""
+    return _each(app, hosts, "add", timeout_s)
+
+
+@router.command("remove")
+@click.argument("hosts", nargs=-1, required=True)
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=120.0, show_default=True,
+              help="Seconds to wait for the host's in-flight requests (and for another healthy worker).")
+@common_options
+def remove(app: AppContext, hosts: tuple[str, ...], timeout_s: float) -> int:
+    """Take hosts out of rotation and wait for their in-flight requests; the last healthy worker is never removed."""
+    return _each(app, hosts, "remove", timeout_s)
+
+
+def _each(app: AppContext, names: tuple[str, ...], action: str, timeout_s: float) -> int:
+    inv = app.inventory
+    workers = _workers(inv, names)
+    base, key = _base(inv)
+    results: list[dict[str, Any]] = []
+    code = 0
+    with RouterClient(base, key, timeout_s=10.0) as client:
+        drainer = Drainer(client, drain_timeout_s=timeout_s, join_timeout_s=timeout_s, say=app.out.line)
+        for w in workers:
+            began = time.monotonic()
+            try:
+                if action == "add":
+                    drainer.restore(w.url, w.key)
+                    reach = drainer.last_reach.note if drainer.last_reach is not None else ""
+                    note = f"added, listed healthy; {reach}"
+                else:
+                    note = drainer.drain(w.url).note
+            except DeployError as err:
+                err.at(host=w.name, step=f"router {action}")
+                code = max(code, err.exit_code)
+                results.append({"host": w.name, "url": w.url, "ok": False, "exit_code": err.exit_code,
+                                "what": err.what, "fix": err.fix})
+                app.out.line(f"{w.name}: NOT {'added' if action == 'add' else 'removed'}: {err.what} "
+                             f"(fix: {err.fix})")
+                continue
+            took = time.monotonic() - began
+            results.append({"host": w.name, "url": w.url, "ok": True, "exit_code": 0, "what": note,
+                            "duration_s": round(took, 3)})
+            app.out.line(f"{w.name}: {note} ({took:.1f} s)")
+    app.out.emit({"ok": code == 0, "exit_code": code, "router": base, "action": action, "hosts": results,
+                  "changed": any(r["ok"] for r in results)})
+    return code

@@ -1,0 +1,99 @@
+"""Checks that a worker really serves before and after the router sends it traffic (issue 22 §3, issue 25 item 1).
+
+Why these signals, all of which a real sglang server offers:
+- "answers": a real generation (`POST /generate`, a few tokens at temperature 0) sent to the worker itself with
+  the profile's API key. `/health` can say 200 while generation is stuck (sglang#22779, #6624).
+- "reached through the router": sglang's own counter `sglang:num_requests_total` on the worker's `/metrics`
+  (exempt from the API key; the profile's `enable-metrics` turns it on). Requests are sent through the router
+  until that counter advances: with round_robin that takes at most one request per healthy worker; other
+  policies may take a few more, so the tries are bounded by a multiple of the worker count.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+
+REQUESTS_COUNTER = "sglang:num_requests_total"
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+([-+0-9.eEinfaINF]+)")
+_SEQ = itertools.count()
+
+
+def _headers(key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def _generate_body() -> dict[str, Any]:
+    # A distinct prompt per call, so a cache-aware policy does not pin every try to one worker.
+    n = next(_SEQ)
+    return {"text": f"deploy router check {n}: what is {n} + 1? Answer with the number only.",
+            "sampling_params": {"temperature": 0.0, "max_new_tokens": 4}}
+
+
+def requests_counter(metrics_text: str) -> float | None:
+    """`sglang:num_requests_total` summed over its label sets; None when the server does not export it. Pure."""
+    total, seen = 0.0, False
+    for line in metrics_text.splitlines():
+        m = _SAMPLE.match(line)
+        if m and m.group(1) == REQUESTS_COUNTER:
+            total += float(m.group(2))
+            seen = True
+    return total if seen else None
+
+
+def generate_error(base: str, key: str | None, *, timeout_s: float = 60.0) -> str | None:
+    """None when `POST BASE/generate` answers 200 with generated text; else what came back, in words."""
+    try:
+        resp = requests.post(f"{base.rstrip('/')}/generate", json=_generate_body(), headers=_headers(key),
+                             timeout=timeout_s)
+    except requests.RequestException as exc:
+        return f"POST /generate failed: {exc.__class__.__name__}: {exc}"
+    if resp.status_code != 200:
+        return f"POST /generate answered {resp.status_code}: {' '.join(resp.text[:200].split())}"
+    try:
+        data = resp.json()
+    except ValueError:
+        data = None
+    if not isinstance(data, dict) or not isinstance(data.get("text"), str) or not data["text"].strip():
+        return f"POST /generate answered 200 without generated text: {' '.join(resp.text[:200].split())}"
+    return None
+
+
+def served_count(url: str) -> float | None:
+    """The worker's request counter, or None when /metrics is off or unreachable."""
+    try:
+        resp = requests.get(f"{url.rstrip('/')}/metrics", timeout=5)
+    except requests.RequestException:
+        return None
+    return requests_counter(resp.text) if resp.status_code == 200 else None
+
+
+@dataclass(frozen=True)
+class Reach:
+    """Whether requests sent through the router reached one worker, and how many it took."""
+
+    reached: bool
+    tries: int
+    note: str
+
+
+def reach_through_router(router: str, router_key: str | None, url: str, *, workers: int) -> Reach:
+    """Send requests through the router until the worker's request counter advances (at most 2 per worker + 2)."""
+    before = served_count(url)
+    if before is None:
+        return Reach(False, 0, f"{url}/metrics gives no {REQUESTS_COUNTER} (enable-metrics off?): cannot tell "
+                               "whether the router reaches this worker")
+    tries = 2 * max(1, workers) + 2
+    for n in range(1, tries + 1):
+        error = generate_error(router, router_key)
+        if error is not None:
+            return Reach(False, n, f"a request through the router failed: {error}")
+        after = served_count(url)
+        if after is not None and after > before:
+            return Reach(True, n, f"a request through the router reached it ({n} tried)")
+    return Reach(False, tries, f"{tries} requests through the router answered, none reached {url} "
+                               f"({REQUESTS_COUNTER} stayed at {before:g})")
