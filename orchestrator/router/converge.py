@@ -20,6 +20,7 @@ from orchestrator.errors import CheckFailed, ConfigError, DeployError, RemoteErr
 from orchestrator.inventory.models import Inventory, RouterSpec
 from orchestrator.parsers.sections import build_batch_script, new_nonce, split_batch_output
 from orchestrator.remote.container import Container
+from orchestrator.router.addresses import learn_fleet
 from orchestrator.router.client import RouterClient
 from orchestrator.router.facts import (
     UNIT,
@@ -31,7 +32,7 @@ from orchestrator.router.facts import (
     parse_facts,
     workers_only_change,
 )
-from orchestrator.router.places import router_api_key, router_base_url, router_place, router_workers, worker_url
+from orchestrator.router.places import known_worker_urls, router_api_key, router_base_url, router_place, router_workers
 from orchestrator.router.render import RouterBundle, render_router, router_schema, schema_from_probe
 from orchestrator.runlog import Metrics, StepRecord
 from orchestrator.scripts import render_script
@@ -140,8 +141,19 @@ def converge_router(inventory: Inventory, targeted: list[str], healthy: list[str
     if place is None or spec is None:
         return None
     record = StepRecord(STEP)
-    report = RouterReport(place=place.describe(), url=router_base_url(inventory), record=record)
-    candidates = [(h.name, worker_url(inventory, h)) for h in router_workers(inventory)]
+    addresses = learn_fleet(inventory, tofu=tofu)
+    try:
+        url = router_base_url(inventory, addresses)
+    except DeployError as err:
+        report = RouterReport(place=place.describe(), url="", record=record)
+        err = err.at(host=place.host.name, step=STEP)
+        record.status = "failed"
+        report.exit_code, report.error = err.exit_code, err.to_dict()
+        return report
+    report = RouterReport(place=place.describe(), url=url, record=record)
+    # A worker whose container address is unknown (stopped, no lease) cannot be healthy: it is left out.
+    urls = known_worker_urls(inventory, addresses)
+    candidates = [(h.name, urls[h.name]) for h in router_workers(inventory) if h.name in urls]
     started = time.monotonic()
     metrics = Metrics(current=record)
     from orchestrator.remote.ssh import SshHost  # paramiko loads only when a router is managed
