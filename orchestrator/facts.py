@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 
 from orchestrator.errors import CheckFailed
 from orchestrator.inventory.models import Host, ServerProfile
+from orchestrator.parsers.netaddr import address_command, net0_ifname
 from orchestrator.parsers.packages import DPKG_FORMAT
 from orchestrator.parsers.pve import parse_pct_status
 from orchestrator.parsers.sections import CommandOutput, build_batch_script, split_batch_output
@@ -111,6 +112,8 @@ CT_FACTS: dict[str, CmdFn] = {
     # (steps.session.ensure_facts), so it costs no round trip of its own.
     "stop_leftovers": lambda h, p: render_script("stop_leftovers.sh.j2", runs_dir=PATHS.runs_dir),
     "active": lambda h, p: f"systemctl is-active {PATHS.unit_name}",
+    # the container's address on the site network (a DHCP lease is known only inside): orchestrator.parsers.netaddr
+    "ct_address": lambda h, p: address_command(net0_ifname(h.container.net0)),
     "enabled": lambda h, p: f"systemctl is-enabled {PATHS.unit_name}",
     "main_pid": lambda h, p: f"systemctl show -p MainPID --value {PATHS.unit_name}",
     "health": lambda h, p: (f"curl -s -o /dev/null -m 5 -w '%{{http_code}}' "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import shlex
 
 
 def net0_items(net0: str) -> dict[str, str]:
@@ -30,6 +31,11 @@ def net0_static_ip(net0: str) -> str | None:
         return str(ipaddress.IPv4Interface(ip).ip)
     except ValueError:
         return None
+
+
+def address_command(ifname: str) -> str:
+    """What is run inside the container (the facts batch, router/addresses.py); parse_ip_addr reads its output."""
+    return f"ip -4 -o addr show dev {shlex.quote(ifname)}"
 
 
 def parse_ip_addr(text: str) -> str | None:

@@ -8,13 +8,12 @@ command: a DHCP lease may move between runs.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from orchestrator.errors import DeployError, RemoteError
 from orchestrator.inventory.models import Host, Inventory
-from orchestrator.parsers.netaddr import net0_ifname, net0_static_ip, parse_ip_addr
+from orchestrator.parsers.netaddr import address_command, net0_ifname, net0_static_ip, parse_ip_addr
 from orchestrator.router.places import SiteAddresses, router_place, router_workers
 
 
@@ -22,10 +21,9 @@ def static_address(host: Host, vmid: int) -> str | None:
     return net0_static_ip(host.container.net0) if vmid == host.container.vmid else None
 
 
-def address_command(host: Host, vmid: int) -> str:
+def ct_address_command(host: Host, vmid: int) -> str:
     """The command run inside the container (its interface from the inventory's net0 when it is the host's)."""
-    iface = net0_ifname(host.container.net0) if vmid == host.container.vmid else "eth0"
-    return f"ip -4 -o addr show dev {shlex.quote(iface)}"
+    return address_command(net0_ifname(host.container.net0) if vmid == host.container.vmid else "eth0")
 
 
 def _ask(host: Host, vmid: int, tofu: bool) -> str | RemoteError:
@@ -34,7 +32,7 @@ def _ask(host: Host, vmid: int, tofu: bool) -> str | RemoteError:
 
     try:
         with SshHost(host, tofu=tofu) as ssh:
-            res = Container(ssh, vmid).run(address_command(host, vmid), what="the container's address")
+            res = Container(ssh, vmid).run(ct_address_command(host, vmid), what="the container's address")
     except DeployError as err:
         return RemoteError(f"{host.name} CT {vmid}: its address could not be read: {err.what}", host=host.name)
     address = parse_ip_addr(res.stdout) if res.rc == 0 else None

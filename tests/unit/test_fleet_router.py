@@ -107,7 +107,7 @@ def test_static_net0_addresses_need_no_round_trip() -> None:
     host = inv.hosts["gpu-1"].model_copy(update={"container": static})
     site = addresses.learn([(host, 120)])  # no SSH: the address is the static ip=
     assert site.of(host, 120) == "10.20.1.7" and addresses.static_address(host, 130) is None
-    assert addresses.address_command(host, 120) == "ip -4 -o addr show dev eth0"
+    assert addresses.ct_address_command(host, 120) == "ip -4 -o addr show dev eth0"
 
 
 def test_router_section_in_yaml_is_one_mapping_in_one_file(tmp_path: Path) -> None:
