@@ -18,6 +18,7 @@ from typing import Any, Generic, TypeVar, overload
 from orchestrator.errors import CheckFailed
 from orchestrator.inventory.models import Host, ServerProfile
 from orchestrator.parsers.ct_gpus import CT_GPU_QUERY, CtGpus, parse_ct_gpus
+from orchestrator.parsers.netaddr import address_command, net0_ifname
 from orchestrator.parsers.packages import DPKG_FORMAT
 from orchestrator.parsers.pve import parse_pct_status
 from orchestrator.parsers.sections import CommandOutput, build_batch_script, split_batch_output
@@ -191,6 +192,8 @@ class CT:
     stop_leftovers = CtFact("stop_leftovers", lambda h, p: (
         render_script("stop_leftovers.sh.j2", runs_dir=PATHS.runs_dir)), raw)
     active = CtFact("active", lambda h, p: f"systemctl is-active {PATHS.unit_name}", raw)
+    # the container's address on the site network (a DHCP lease is known only inside): orchestrator.parsers.netaddr
+    ct_address = CtFact("ct_address", lambda h, p: address_command(net0_ifname(h.container.net0)), raw)
     enabled = CtFact("enabled", lambda h, p: f"systemctl is-enabled {PATHS.unit_name}", raw)
     main_pid = CtFact("main_pid", lambda h, p: f"systemctl show -p MainPID --value {PATHS.unit_name}", raw)
     health = CtFact("health", lambda h, p: (

@@ -24,7 +24,7 @@ usable_python() {
 need_apt=()
 for pair in sshd:openssh-server ssh:openssh-client ip:iproute2 flock:util-linux unshare:util-linux \
   nsenter:util-linux curl:curl pgrep:procps systemd-analyze:systemd \
-  lxc-start:lxc debootstrap:debootstrap nft:nftables zstd:zstd; do
+  lxc-start:lxc debootstrap:debootstrap nft:nftables zstd:zstd dnsmasq:dnsmasq-base; do
   bin=${pair%%:*} pkg=${pair#*:}
   if ! command -v "$bin" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$bin" ]; then need_apt+=("$pkg"); fi
 done

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import ipaddress
 import json
 import os
 import secrets
@@ -254,32 +255,6 @@ def _start_api(hp: HostPaths, cfg: HostConfig) -> int:
     return proc.pid
 
 
-#: The model server's port in the inventory profiles; the relay makes it reachable at the host's address.
-SERVER_PORT = 8000
-#: A router run by `deploy up` in CT 120 (sglang-router's default port): reachable at the host's address too.
-ROUTER_PORT = 30000
-
-
-def _start_fwd(hp: HostPaths, cfg: HostConfig) -> int:
-    """The relays (simulator/portfwd.py): HOST_ADDRESS:8000 and :30000 → CT 120's 127.0.0.1, and inside CT 120
-    every sim host's ADDRESS:8000 → that address outside (a router in the CT reaches every host's server)."""
-    pidfile = hp.dir / "fwd" / "fwd.pid"
-    pid = procs.read_pid(pidfile)
-    if pid is not None:
-        return pid
-    _require_free(cfg.name, cfg.address, SERVER_PORT)
-    _require_free(cfg.name, cfg.address, ROUTER_PORT)
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    proc = procs.start_detached([str(Path(sys.executable).resolve()), "-m", "simulator.portfwd", str(hp.dir),
-                                 cfg.address, f"{SERVER_PORT},{ROUTER_PORT}"], hp.dir / "fwd" / "fwd.log",
-                                env=env, cwd=hp.dir)
-    if not _wait_port(cfg.address, SERVER_PORT) or not _wait_port(cfg.address, ROUTER_PORT):
-        proc.kill()
-        raise RuntimeError(f"server relay of {cfg.name} did not come up; see {hp.dir / 'fwd' / 'fwd.log'}")
-    pidfile.write_text(f"{proc.pid}\n")
-    return proc.pid
-
-
 def _write_session(hp: HostPaths, cfg: HostConfig, rc: RootConfig) -> None:
     """The flat file the session shell reads instead of host.json/sim.json (see hostshell's docstring)."""
     values = {"name": cfg.name, "node": cfg.node, "real_root": rc.real_root, "python_prefix": rc.python_prefix,
@@ -419,7 +394,6 @@ def sim_up(root: Path = DEFAULT_ROOT, hosts: int = 1, profile: str = "rtx-pro-60
             _require_free(cfg.name, cfg.address, cfg.ssh_port)
         sshd.start(hp)
         _start_api(hp, cfg)
-        _start_fwd(hp, cfg)
         hostsvc.start(hp, cfg)
         infos.append(_info(hp))
     all_infos = [_info(sp.host(n)) for n in sp.host_names()]
@@ -499,11 +473,8 @@ def sim_down(root: Path = DEFAULT_ROOT) -> None:
         _stop_containers(hp)  # first: lxc-* commands go through the daemons' mount namespace
         sshd.stop(hp)
         procs.stop_tree(hp.api / "api.pid")
-        procs.stop_tree(hp.dir / "fwd" / "fwd.pid")
         hostsvc.stop(hp)
-        cfg = _current_config(hp)
-        if cfg is not None:
-            lxc_net.down(lxc_net.host_net(cfg.address, cfg.sim_id))
+    lxc_net.site_down(root)  # after every container: the site network goes with the root's last host
     if names:
         _kill_view_processes(root, names)
     if lxc_storage.release(root / "lxc"):
@@ -644,16 +615,23 @@ def reset_host(root: Path, host: str) -> None:
 
 
 def _lxc_host_up(hp: HostPaths, cfg: HostConfig) -> HostConfig:
-    """The real template in `local:vztmpl`, the host's bridge and nft table; host.json gets the bridge address."""
+    """The real template in `local:vztmpl`; the root's site network (made by its first host); the host's own
+    address on it, recorded in host.json as `bridge_address` (where its services for containers listen)."""
     built = lxc_template.ensure()
     lxc_template.install_into(built.path, hp.template_cache)
-    hnet = lxc_net.host_net(cfg.address, cfg.sim_id)
-    lxc_net.up(hnet)
-    if cfg.bridge_address != hnet.bridge_ip:
+    root = hp.dir.parent.parent
+    site = lxc_net.site_up(root, cfg.sim_id)
+    address = cfg.bridge_address
+    if address is None or ipaddress.ip_address(address) not in site.network:
+        others = {c.bridge_address for n in SimPaths(root).host_names() if n != hp.name
+                  if (c := _current_config(SimPaths(root).host(n))) is not None}
+        address = next(a for a in (site.host_address(i) for i in range(254)) if a not in others)
+
         def apply(c: HostConfig) -> None:
-            c.bridge_address = hnet.bridge_ip
+            c.bridge_address = address
 
         cfg = hp.update(apply)
+    lxc_net.add_host_address(site, address)
     return cfg
 
 

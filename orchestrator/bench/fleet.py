@@ -31,7 +31,8 @@ from orchestrator.errors import CheckFailed, ConfigError, DeployError, RemoteErr
 from orchestrator.inventory.models import Host, Inventory, ServerProfile
 from orchestrator.parsers.server_metrics import GENERATION_TOKENS, REQUESTS, delta
 from orchestrator.remote.container import Container
-from orchestrator.router.places import router_address_in, router_base_url
+from orchestrator.router.addresses import learn_router
+from orchestrator.router.places import SiteAddresses, router_address_in, router_base_url
 from orchestrator.state.ledger import new_run_id
 from orchestrator.telemetry.sampler import (
     SampledRun,
@@ -59,8 +60,17 @@ class BenchClient:
     router_port: int
 
 
-def bench_client(inventory: Inventory) -> BenchClient:
-    """The server container of the router's host; refuses a fleet without a router in a host's container."""
+def bench_client(inventory: Inventory, addresses: SiteAddresses) -> BenchClient:
+    """The server container of the router's host, and where it reaches the router."""
+    host = bench_client_host(inventory)
+    vmid = host.container.vmid
+    addr, port = router_address_in(inventory, vmid, addresses)
+    return BenchClient(host, vmid, addr, port)
+
+
+def bench_client_host(inventory: Inventory) -> Host:
+    """The router's host (its server container runs bench_serving); refuses a fleet without a router in a host's
+    container. No I/O."""
     spec = inventory.router
     if spec is None:
         raise ConfigError("`deploy bench group` drives load through the router, and the inventory has no router:",
@@ -69,10 +79,7 @@ def bench_client(inventory: Inventory) -> BenchClient:
         raise ConfigError("`deploy bench group` runs bench_serving in the router host's container, and the router "
                           "runs on the operator's machine (router.runs_on: operator)",
                           fix="set router.runs_on to an inventory host (deploy up then runs it there)")
-    host = inventory.hosts[spec.runs_on]
-    vmid = host.container.vmid
-    addr, port = router_address_in(inventory, vmid)
-    return BenchClient(host, vmid, addr, port)
+    return inventory.hosts[spec.runs_on]
 
 
 @dataclass
@@ -260,7 +267,8 @@ def run_fleet_bench(inventory: Inventory, hosts: list[Host], preset_name: str, p
     """One FleetBenchPoint per point (bench flag overrides), each through the router with every host sampled."""
     from orchestrator.remote.ssh import SshHost
 
-    client = bench_client(inventory)
+    addresses = learn_router(inventory, tofu=tofu)
+    client = bench_client(inventory, addresses)
     names = [h.name for h in hosts]
     if client.host.name not in names:
         raise ConfigError(f"the bench client runs on the router's host {client.host.name}, which is not among the "
@@ -268,7 +276,7 @@ def run_fleet_bench(inventory: Inventory, hosts: list[Host], preset_name: str, p
     preset = inventory.preset(preset_name)
     client_profile = inventory.profile_for(client.host)
     aimed = client_profile.model_copy(update={"host": client.router_host, "port": client.router_port})
-    router_url = router_base_url(inventory)
+    router_url = router_base_url(inventory, addresses)
     opened: list[_Host] = []
     try:
         for host in hosts:

@@ -208,12 +208,11 @@ def fleet_bench(app: AppContext, targets: TargetSpec, preset: str | None, sets: 
                 sweep: str | None, tofu: bool) -> int:
     """`deploy bench group G`: through the router, every host's GPUs sampled at once (orchestrator/bench/fleet.py)."""
     from orchestrator.bench.command import bench_argv
-    from orchestrator.bench.fleet import bench_client, run_fleet_bench
+    from orchestrator.bench.fleet import bench_client_host, run_fleet_bench
 
     inventory = app.inventory
     hosts = resolve_targets(inventory, targets)
-    client = bench_client(inventory)
-    profile = inventory.profile_for(client.host)
+    profile = inventory.profile_for(bench_client_host(inventory))
     preset_name = preset or profile.bench_preset
     inventory.preset(preset_name)
     overrides = _parse_kv(sets, "--set")
@@ -241,7 +240,7 @@ def fleet_bench(app: AppContext, targets: TargetSpec, preset: str | None, sets: 
         for s in point.shares:
             if s.error:
                 app.out.line(f"  {s.host}: {s.error}")
-    payload: dict[str, Any] = {"ok": True, "targets": targets.describe(), "client": client.host.name,
+    payload: dict[str, Any] = {"ok": True, "targets": targets.describe(), "client": bench_client_host(inventory).name,
                                "preset": preset_name, "points": [p.to_dict() for p in results]}
     if sweep:
         rows = [(v, *_share_row("", p.run.result.total_output_tokens, p.output_tok_s, p.mean_power_w,

@@ -16,9 +16,10 @@ import click
 from orchestrator.cli.common import AppContext, SuggestingGroup, common_options
 from orchestrator.errors import ConfigError, DeployError
 from orchestrator.inventory.models import Host, Inventory
+from orchestrator.router.addresses import learn_fleet
 from orchestrator.router.client import RouterClient
 from orchestrator.router.drain import Drainer
-from orchestrator.router.places import router_api_key, router_base_url, router_workers
+from orchestrator.router.places import SiteAddresses, router_api_key, router_base_url, router_workers
 from orchestrator.router.reconcile import Worker, workers_of
 from orchestrator.ui.tables import spec as table_spec
 
@@ -28,13 +29,16 @@ def router() -> None:
     """The router's live worker list: status, and a checked host put into (add) or taken out of (remove) rotation."""
 
 
-def _base(inventory: Inventory) -> tuple[str, str | None]:
+def _base(inventory: Inventory) -> tuple[str, str | None, SiteAddresses]:
+    """The router's URL and key, and the container addresses on the site network (one round trip per host whose
+    net0 has no static ip=): workers and the managed router are reached at their containers' addresses."""
     if inventory.router is None:
         raise ConfigError("the inventory has no router: section", fix="see docs/fleet.md, 'The router'")
-    return router_base_url(inventory), router_api_key(inventory)
+    addresses = learn_fleet(inventory)
+    return router_base_url(inventory, addresses), router_api_key(inventory), addresses
 
 
-def _workers(inventory: Inventory, names: tuple[str, ...]) -> list[Worker]:
+def _workers(inventory: Inventory, names: tuple[str, ...], addresses: SiteAddresses) -> list[Worker]:
     """The named hosts as router workers; a host that is not one of the router's workers is refused (exit 2)."""
     hosts: list[Host] = [inventory.find_host(n) for n in names]
     known = {h.name for h in router_workers(inventory)}
@@ -42,7 +46,13 @@ def _workers(inventory: Inventory, names: tuple[str, ...]) -> list[Worker]:
     if strangers:
         raise ConfigError(f"{', '.join(strangers)}: not among the router's workers (router.workers)",
                           fix=f"router workers: {', '.join(sorted(known)) or 'none'}")
-    return workers_of(inventory, hosts)
+    found = workers_of(inventory, addresses, hosts)
+    missing = [h.name for h in hosts if h.name not in {w.name for w in found}]
+    if missing:
+        raise addresses.errors.get((missing[0], inventory.hosts[missing[0]].container.vmid)) or ConfigError(
+            f"{', '.join(missing)}: the container's address on the site network is not known",
+            fix="start the container (deploy up host NAME)")
+    return found
 
 
 @router.command("status")
@@ -51,8 +61,8 @@ def _workers(inventory: Inventory, names: tuple[str, ...]) -> list[Worker]:
 def status(app: AppContext, group: str | None) -> int:
     """What the router lists: each inventory worker (listed, healthy, load) and any URL it lists that no host has."""
     inv = app.inventory
-    base, key = _base(inv)
-    wanted = workers_of(inv, inv.group_hosts(group) if group else None)
+    base, key, addresses = _base(inv)
+    wanted = workers_of(inv, addresses, inv.group_hosts(group) if group else None)
     with RouterClient(base, key, timeout_s=5.0) as client:
         live = {w.url: w for w in client.list_workers()}
         ready = client.ready()
@@ -61,7 +71,7 @@ def status(app: AppContext, group: str | None) -> int:
         seen = live.get(w.url)
         rows.append({"host": w.name, "url": w.url, "listed": seen is not None,
                      "healthy": seen.healthy if seen else None, "load": seen.load if seen else None})
-    known = {w.url for w in workers_of(inv)}
+    known = {w.url for w in workers_of(inv, addresses)}
     strangers = [u for u in live if u not in known]
     app.out.emit({"ok": True, "router": base, "ready": ready, "workers": rows, "unknown_urls": strangers})
     table = [(r["host"], r["url"], "yes" if r["listed"] else "NO",
@@ -99,8 +109,8 @@ def remove(app: AppContext, hosts: tuple[str, ...], timeout_s: float) -> int:
 
 def _each(app: AppContext, names: tuple[str, ...], action: str, timeout_s: float) -> int:
     inv = app.inventory
-    workers = _workers(inv, names)
-    base, key = _base(inv)
+    base, key, addresses = _base(inv)
+    workers = _workers(inv, names, addresses)
     results: list[dict[str, Any]] = []
     code = 0
     with RouterClient(base, key, timeout_s=10.0) as client:

@@ -7,9 +7,10 @@ from typing import Any
 from orchestrator.cli.common import AppContext
 from orchestrator.errors import ConfigError, RemoteError
 from orchestrator.fleet.engine import HostOutcome
+from orchestrator.router.addresses import learn_fleet
 from orchestrator.router.client import RouterClient
 from orchestrator.router.converge import managed_unit_state
-from orchestrator.router.places import router_api_key, router_base_url, worker_url
+from orchestrator.router.places import known_worker_urls, router_api_key, router_base_url
 
 
 def router_view(app: AppContext, outcomes: list[HostOutcome],
@@ -19,8 +20,16 @@ def router_view(app: AppContext, outcomes: list[HostOutcome],
     inventory = app.inventory
     if inventory.router is None:
         return None
-    base = router_base_url(inventory)
-    unit = managed_unit_state(inventory, tofu=bool((options or {}).get("tofu")))
+    tofu = bool((options or {}).get("tofu"))
+    unit = managed_unit_state(inventory, tofu=tofu)
+    try:
+        addresses = learn_fleet(inventory, tofu=tofu)
+        base = router_base_url(inventory, addresses)
+        urls = known_worker_urls(inventory, addresses)
+    except (RemoteError, ConfigError) as err:
+        for o in outcomes:
+            o.extras["router"] = {"error": err.what}
+        return {"router": {"error": err.what, **unit}, "text": f"router{_unit_text(unit)}: {err.what}"}
     try:
         with RouterClient(base, router_api_key(inventory), timeout_s=5.0) as client:
             workers = {w.url: w for w in client.list_workers()}
@@ -31,8 +40,8 @@ def router_view(app: AppContext, outcomes: list[HostOutcome],
         return {"router": {"url": base, "error": err.what, **unit},
                 "text": f"router {base}{_unit_text(unit)}: {err.what}"}
     for o in outcomes:
-        url = worker_url(inventory, inventory.hosts[o.host])
-        w = workers.get(url)
+        url = urls.get(o.host)
+        w = workers.get(url) if url is not None else None
         o.extras["router"] = {"url": url, "listed": w is not None, "healthy": w.healthy if w else None,
                               "load": w.load if w else None}
         said = "not listed" if w is None else ("healthy" if w.healthy else "unhealthy") + f", load {w.load}"

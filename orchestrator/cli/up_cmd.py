@@ -68,12 +68,19 @@ def run_and_report(app: AppContext, words: tuple[str, ...], playbook: str, optio
         printer.close()
     payload = report.to_dict()
     payload["command"] = options.command
+    from orchestrator.verdicts.exposure import keyless_on_lan
+
+    note = keyless_on_lan(host.profile, app.inventory.profile_for(host)) if options.dry_run else None
+    if note is not None:
+        payload["notes"] = [note]
     out.emit(payload)  # a failed run's document keeps the steps and totals it ran, with the error's code
     if report.failure is not None:
         if not app.as_json:
             click.echo(f"error: {report.failure}", err=True)
         return report.failure.exit_code
     out.line(totals_line(report))
+    if note is not None:
+        out.line(f"note: {note}")
     return 0
 
 

@@ -38,9 +38,10 @@ from orchestrator.fleet.targets import TargetSpec, resolve_targets
 from orchestrator.fleet.view import FleetView
 from orchestrator.inventory.models import Inventory
 from orchestrator.roll import RollOutcome, RollResult
+from orchestrator.router.addresses import learn_fleet
 from orchestrator.router.client import RouterClient
 from orchestrator.router.drain import Drainer
-from orchestrator.router.places import router_api_key, router_base_url, router_workers, worker_url
+from orchestrator.router.places import known_worker_urls, router_api_key, router_base_url, router_workers
 from orchestrator.state.claims import claim_hosts
 from orchestrator.steps.base import RunOptions
 from orchestrator.ui.output import Output
@@ -69,9 +70,15 @@ class _Router:
 
     def __init__(self, inv: Inventory, drain_timeout_s: float) -> None:
         self.spec = inv.router
-        self.base = router_base_url(inv) if self.spec is not None else None
+        # Container addresses on the site network, read once before the first wave (workers keep their
+        # containers, so their addresses, through a roll).
+        addresses = learn_fleet(inv) if self.spec is not None else None
+        self.base = router_base_url(inv, addresses) if addresses is not None else None
         self.key = router_api_key(inv) if self.spec is not None else None
-        self.urls = {h.name: worker_url(inv, h) for h in router_workers(inv)}
+        self.urls = known_worker_urls(inv, addresses) if addresses is not None else {}
+        #: Workers whose container address could not be read: rolled without a drain they would not be.
+        self.unknown = {h.name: addresses.errors[(h.name, h.container.vmid)] for h in router_workers(inv)
+                        if addresses is not None and (h.name, h.container.vmid) in addresses.errors}
         self.worker_keys: dict[str, str | None] = {}
         for h in router_workers(inv):
             key = inv.profile_for(h).api_key
@@ -99,6 +106,11 @@ class _Router:
         router checks after the add fail (the worker does not answer, or the router does not reach it), `undo`
         puts the host back on its previous release and it is added back once that release passes them."""
         url = self.urls.get(host.host)
+        if self.base is not None and host.host in self.unknown:
+            err = self.unknown[host.host].at(host=host.host, step="drain")
+            host.router = f"drain failed: {err.what}"
+            return HostOutcome(host.host, "failed", exit_code=err.exit_code, report=failure(err),
+                               detail=f"drain: {err.what}")
         if self.base is None or url is None:
             host.router = "no router: not drained" if self.base is None else "not a router worker: not drained"
             return action()

@@ -382,8 +382,9 @@ class RouterSpec(StrictModel):
     with its flags checked against the installed router's own argparse parser (version pinned here). A container,
     not the PVE node: operators keep the hypervisor free of services of their own. `runs_on: operator`: the
     operator runs it on this machine; deploy only talks to it (status, bench, drains). Workers are the servers of
-    `workers` (a group; default every host), at http://ADDRESS:PORT (host address, profile port) unless
-    `worker_urls` names another URL for a host.
+    `workers` (a group; default every host), at http://CT_ADDRESS:PORT (the server container's own address on the
+    site network, profile port) unless `worker_urls` names another URL for a host. A router in a container binds
+    0.0.0.0 unless `host` says otherwise: clients reach it at its container's address.
     """
 
     runs_on: str = "operator"
@@ -393,7 +394,7 @@ class RouterSpec(StrictModel):
     venv: str = "/opt/sglang-router"
     #: Where pip finds sglang-router when the venv lacks it (`pip install --index-url`); default pip's own.
     pip_index_url: str | None = None
-    #: Where clients and deploy reach the router; default http://<runs_on host's address>:<port>.
+    #: Where clients and deploy reach the router; default http://<its container's address>:<port>.
     url: str | None = None
     host: str = "127.0.0.1"
     port: int = Field(30000, ge=1, le=65535)
@@ -403,6 +404,13 @@ class RouterSpec(StrictModel):
     flags: dict[str, FlagValue] = Field(default_factory=dict)
     # Clients and workers: default the workers' profile api_key (one key for the fleet), kept in a 0600 file.
     api_key: SecretRef | None = None
+
+    @model_validator(mode="after")
+    def _bind_in_container(self) -> RouterSpec:
+        """A router in a container is reached over the site network: bind every address unless told."""
+        if "host" not in self.model_fields_set and self.runs_on != "operator":
+            object.__setattr__(self, "host", "0.0.0.0")
+        return self
 
     @field_validator("flags")
     @classmethod

@@ -20,6 +20,7 @@ from orchestrator.errors import CheckFailed, ConfigError, DeployError, RemoteErr
 from orchestrator.inventory.models import Inventory, RouterSpec
 from orchestrator.parsers.sections import build_batch_script, new_nonce, split_batch_output
 from orchestrator.remote.container import NOT_RUNNING, Container
+from orchestrator.router.addresses import learn_fleet
 from orchestrator.router.client import RouterClient
 from orchestrator.router.facts import (
     UNIT,
@@ -31,7 +32,7 @@ from orchestrator.router.facts import (
     parse_facts,
     workers_only_change,
 )
-from orchestrator.router.places import router_api_key, router_base_url, router_place, router_workers, worker_url
+from orchestrator.router.places import known_worker_urls, router_api_key, router_base_url, router_place, router_workers
 from orchestrator.router.reconcile import Reconciled, Worker, reconcile, workers_of
 from orchestrator.router.render import RouterBundle, render_router, router_schema, schema_from_probe
 from orchestrator.runlog import Metrics, StepRecord
@@ -147,9 +148,24 @@ def converge_router(inventory: Inventory, targeted: list[str], healthy: list[str
     if place is None or spec is None:
         return None
     record = StepRecord(STEP)
-    report = RouterReport(place=place.describe(), url=router_base_url(inventory), record=record,
-                          all_workers=workers_of(inventory))
-    candidates = [(h.name, worker_url(inventory, h)) for h in router_workers(inventory)]
+    addresses = learn_fleet(inventory, tofu=tofu)
+    try:
+        url = router_base_url(inventory, addresses)
+    except DeployError as err:
+        report = RouterReport(place=place.describe(), url="", record=record)
+        if dry_run:  # a plan on fresh hosts: the router's container, so its address, does not exist yet
+            report.workers = [h.name for h in router_workers(inventory) if h.name in healthy]
+            _plan_before_up(spec, place.vmid, report, len(report.workers))
+            return report
+        err = err.at(host=place.host.name, step=STEP)
+        record.status = "failed"
+        report.exit_code, report.error = err.exit_code, err.to_dict()
+        return report
+    report = RouterReport(place=place.describe(), url=url, record=record,
+                          all_workers=workers_of(inventory, addresses))
+    # A worker whose container address is unknown (stopped, no lease) cannot be healthy: it is left out.
+    urls = known_worker_urls(inventory, addresses)
+    candidates = [(h.name, urls[h.name]) for h in router_workers(inventory) if h.name in urls]
     started = time.monotonic()
     metrics = Metrics(current=record)
     from orchestrator.remote.ssh import SshHost  # paramiko loads only when a router is managed
@@ -182,12 +198,7 @@ def _converge(spec: RouterSpec, inventory: Inventory, ct: Container, report: Rou
         # yet; say what `up` would do instead of failing on the missing container.
         first = choose(None)
         report.workers, report.left_out = first.workers, first.left_out
-        what = (f"install sglang-router=={spec.version} in {spec.venv} once `up` has created and started CT "
-                f"{ct.vmid}, and start the router ({len(first.urls)} worker(s))")
-        record.changes.append(what)
-        record.status, record.summary = "would-change", what
-        record.details.update({"venv": spec.venv, "installed_version": None, "active": None,
-                               "workers": first.urls})
+        _plan_before_up(spec, ct.vmid, report, len(first.urls))
         return
     facts = _read_facts(ct, spec, list(probe_bundle.argv))
     choice = choose(installed_workers(facts.execstart))
@@ -296,6 +307,16 @@ def _apply(ct: Container, bundle: RouterBundle, *, action: str | None) -> None:
         raise RemoteError(f"installing the router's files in CT {ct.vmid} failed: "
                           f"{(res.stderr or res.stdout).strip()[-400:]}",
                           fix=f"see `journalctl -u {UNIT}` in CT {ct.vmid}; re-run deploy up")
+
+
+def _plan_before_up(spec: RouterSpec, vmid: int, report: RouterReport, workers: int) -> None:
+    """What a plan says while the router's container does not exist or run yet: what `up` would do."""
+    what = (f"install sglang-router=={spec.version} in {spec.venv} once `up` has created and started CT {vmid}, "
+            f"and start the router ({workers} worker(s))")
+    record = report.record
+    record.changes.append(what)
+    record.status, record.summary = "would-change", what
+    record.details.update({"venv": spec.venv, "installed_version": None, "active": None})
 
 
 def _container_runs(ct: Container) -> bool:

@@ -1,12 +1,33 @@
 """Where the router and its workers are, from the inventory: which hosts are workers, their URLs, the router's
-address, its API key (read from its file), and the container it runs in when deploy manages it. No remote I/O.
+address, its API key (read from its file), and the container it runs in when deploy manages it. No remote I/O:
+container addresses come in a SiteAddresses (router/addresses.py learns them).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
+from orchestrator.errors import RemoteError
 from orchestrator.inventory.models import Host, Inventory
+
+
+@dataclass(frozen=True)
+class SiteAddresses:
+    """Container addresses on the site network by (host name, vmid), and why a container had none."""
+
+    by_ct: Mapping[tuple[str, int], str] = field(default_factory=dict)
+    errors: Mapping[tuple[str, int], RemoteError] = field(default_factory=dict)
+
+    def get(self, host: Host, vmid: int) -> str | None:
+        return self.by_ct.get((host.name, vmid))
+
+    def of(self, host: Host, vmid: int) -> str:
+        address = self.get(host, vmid)
+        if address is None:
+            raise self.errors.get((host.name, vmid)) or RemoteError(
+                f"{host.name} CT {vmid}: its address on the site network is not known", host=host.name)
+        return address
 
 
 def router_workers(inventory: Inventory) -> list[Host]:
@@ -16,12 +37,25 @@ def router_workers(inventory: Inventory) -> list[Host]:
     return inventory.group_hosts(spec.workers) if spec.workers else list(inventory.hosts.values())
 
 
-def worker_url(inventory: Inventory, host: Host) -> str:
-    """Where the router reaches a host's server: router.worker_urls, else http://ADDRESS:PROFILE_PORT."""
+def worker_url(inventory: Inventory, host: Host, addresses: SiteAddresses) -> str:
+    """Where the router reaches a host's server: router.worker_urls, else http://CT_ADDRESS:PROFILE_PORT, the
+    server container's own address on the site network (never the node's: nothing forwards node ports into a
+    container on a PVE node). Raises RemoteError when that address is not known."""
     spec = inventory.router
     if spec is not None and host.name in spec.worker_urls:
         return spec.worker_urls[host.name].rstrip("/")
-    return f"http://{host.address}:{inventory.profile_for(host).port}"
+    return f"http://{addresses.of(host, host.container.vmid)}:{inventory.profile_for(host).port}"
+
+
+def known_worker_urls(inventory: Inventory, addresses: SiteAddresses) -> dict[str, str]:
+    """Each router worker's URL, leaving out a host whose container address is not known (stopped, no lease)."""
+    out = {}
+    for host in router_workers(inventory):
+        try:
+            out[host.name] = worker_url(inventory, host, addresses)
+        except RemoteError:
+            continue
+    return out
 
 
 @dataclass(frozen=True)
@@ -44,10 +78,9 @@ def router_place(inventory: Inventory) -> RouterPlace | None:
     return RouterPlace(host, spec.vmid if spec.vmid is not None else host.container.vmid)
 
 
-def router_base_url(inventory: Inventory) -> str:
-    """Where the operator reaches the router's API: router.url, else its bind address on this machine, else its
-    host's address (a router in a container: the simulator relays HOST:PORT into the container; on a real node
-    the container has its own address, which router.url names)."""
+def router_base_url(inventory: Inventory, addresses: SiteAddresses) -> str:
+    """Where the operator reaches the router's API: router.url, else its bind address on this machine, else the
+    address of the container it runs in (on the site network, as a client on the LAN reaches it)."""
     spec = inventory.router
     assert spec is not None
     if spec.url is not None:
@@ -55,7 +88,9 @@ def router_base_url(inventory: Inventory) -> str:
     if spec.runs_on == "operator":
         host = "127.0.0.1" if spec.host in ("0.0.0.0", "::") else spec.host
     else:
-        host = inventory.hosts[spec.runs_on].address
+        place = router_place(inventory)
+        assert place is not None
+        host = addresses.of(place.host, place.vmid)
     return f"http://{host}:{spec.port}"
 
 
@@ -71,13 +106,13 @@ def router_api_key(inventory: Inventory) -> str | None:
     return profile_key.read() if profile_key is not None else None
 
 
-def router_address_in(inventory: Inventory, vmid: int) -> tuple[str, int]:
+def router_address_in(inventory: Inventory, vmid: int, addresses: SiteAddresses) -> tuple[str, int]:
     """Host and port at which a process in container `vmid` of the router's host reaches the router: its bind
     address when the router runs in that same container (a wildcard seen on loopback), else its base URL's."""
     spec = inventory.router
     assert spec is not None
     if spec.vmid in (None, vmid):
         return ("127.0.0.1" if spec.host in ("0.0.0.0", "::", "127.0.0.1") else spec.host), spec.port
-    hostport = router_base_url(inventory).split("://", 1)[1]
+    hostport = router_base_url(inventory, addresses).split("://", 1)[1]
     addr, _, port = hostport.rpartition(":")
     return addr, int(port)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.router.checks import generate_error
 from orchestrator.router.client import RouterClient
-from orchestrator.router.places import router_workers, worker_url
+from orchestrator.router.places import SiteAddresses, known_worker_urls, router_workers
 
 
 @dataclass(frozen=True)
@@ -27,15 +27,17 @@ class Worker:
     key: str | None
 
 
-def workers_of(inventory: Inventory, hosts: list[Host] | None = None) -> list[Worker]:
-    """The router's workers from the inventory (all of them, or those among `hosts`), with each one's key."""
+def workers_of(inventory: Inventory, addresses: SiteAddresses, hosts: list[Host] | None = None) -> list[Worker]:
+    """The router's workers from the inventory (all of them, or those among `hosts`), with each one's key; a host
+    whose container address is not known (stopped, no lease) is left out: it cannot serve."""
     names = {h.name for h in hosts} if hosts is not None else None
+    urls = known_worker_urls(inventory, addresses)
     out = []
     for h in router_workers(inventory):
-        if names is not None and h.name not in names:
+        if (names is not None and h.name not in names) or h.name not in urls:
             continue
         key = inventory.profile_for(h).api_key
-        out.append(Worker(h.name, worker_url(inventory, h), key.read() if key is not None else None))
+        out.append(Worker(h.name, urls[h.name], key.read() if key is not None else None))
     return out
 
 

@@ -147,6 +147,9 @@ class ServerStatus:
     power_w: float = 0.0
     power_limit_w: float = 0.0
     drift: list[FlagDrift] = field(default_factory=list)
+    #: The container's address on the site network (net0's static ip=, else read inside it): where the
+    #: router and clients reach the server.
+    address: str | None = None
 
     @property
     def container_running(self) -> bool:
@@ -157,7 +160,8 @@ class ServerStatus:
                 "active": self.active, "health": self.health, "release_created": self.release_created,
                 "release_source": self.release_source, "verdict": self.verdict,
                 "sglang_version": self.sglang_version, "gpus": self.gpus, "power_w": self.power_w,
-                "power_limit_w": self.power_limit_w, "drift": [d.to_dict() for d in self.drift]}
+                "power_limit_w": self.power_limit_w, "drift": [d.to_dict() for d in self.drift],
+                "address": self.address}
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from orchestrator.errors import CheckFailed
 from orchestrator.facts import CT, HOST
+from orchestrator.parsers.netaddr import net0_static_ip, parse_ip_addr
 from orchestrator.runlog import StepRecord
 from orchestrator.state.releases import parse_release_lines, read_releases_script
 from orchestrator.steps.base import StepContext, step
@@ -46,7 +47,7 @@ def container_state(ctx: StepContext) -> str:
     return ctx.facts.ct_state or "absent"
 
 
-@step("status", host_facts=(HOST.gpu_power, HOST.ct_status), ct_facts=RELEASE_FACTS)
+@step("status", host_facts=(HOST.gpu_power, HOST.ct_status), ct_facts=(*RELEASE_FACTS, CT.ct_address))
 def status(ctx: StepContext, record: StepRecord) -> None:
     """Current release, server state and health, GPU power now: one round trip."""
     ensure_facts(ctx)
@@ -70,6 +71,8 @@ def status(ctx: StepContext, record: StepRecord) -> None:
     info.release_created, info.release_source = meta.get("created_at"), meta.get("source")
     info.verdict, info.sglang_version = verdict.get("verdict"), meta.get("sglang_version")
     info.drift = flag_drift(ctx)
+    addr = ctx.facts.get(CT.ct_address)
+    info.address = net0_static_ip(ctx.host.container.net0) or (parse_ip_addr(addr.stdout) if addr else None)
     record.details.update(info.to_dict())
     record.summary = (f"release {state.release or 'none'} ({info.verdict or 'unverified'}), sglang "
                       f"{state.active}, /health {info.health}, {power}"

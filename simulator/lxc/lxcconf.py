@@ -20,7 +20,7 @@ USERNS_INCLUDE = "/usr/share/lxc/config/debian.userns.conf"
 #: Parts of the host dir (bound read-only at ctside.HOST_DIR for host.json) that a container must not see: API
 #: token secret, the client's private key, sshd keys, the host's own files, other containers, tasks. Each gets an
 #: empty read-only tmpfs over it inside the container.
-HIDDEN_HOST_PARTS = ("api", "client", "sshd", "fs", "ct", "tasks", "locks", "fwd")
+HIDDEN_HOST_PARTS = ("api", "client", "sshd", "fs", "ct", "tasks", "locks")
 #: Unprivileged containers map container root to this host uid/gid (PVE's default range).
 IDMAP_BASE = 100000
 IDMAP_SIZE = 65536
@@ -42,9 +42,10 @@ class Device:
 
 @dataclass(frozen=True)
 class Network:
+    """The site bridge a container's veth joins. Its address is no LXC setting: as on PVE, the container's own
+    ifupdown sets it from the /etc/network/interfaces pve-container writes (simulator/lxc/ctnet.py)."""
+
     bridge: str
-    address: str  # CIDR inside the CT, e.g. 172.30.11.122/24
-    gateway: str
 
 
 @dataclass(frozen=True)
@@ -121,9 +122,7 @@ def render(conf: confmod.CtConf, inp: LxcInputs) -> str:
     if inp.network is not None and any(re.fullmatch(r"net\d+", k) for k in o):
         net = confmod.split_property(o.get("net0", ""), "name")
         lines += ["lxc.net.0.type = veth", f"lxc.net.0.link = {inp.network.bridge}", "lxc.net.0.flags = up",
-                  f"lxc.net.0.name = {net.get('name', 'eth0')}",
-                  f"lxc.net.0.ipv4.address = {inp.network.address}",
-                  f"lxc.net.0.ipv4.gateway = {inp.network.gateway}"]
+                  f"lxc.net.0.name = {net.get('name', 'eth0')}"]
         if net.get("hwaddr"):
             lines.append(f"lxc.net.0.hwaddr = {net['hwaddr'].lower()}")
     else:

@@ -1,31 +1,48 @@
-"""Per-host container network: a bridge with a private /24, nft masquerade and a filter, ip_forward bookkeeping.
+"""The site network of one simulator root: one bridge every simulated host's containers attach to, like vmbr0 on a
+site's LAN, with a DHCP server, nft masquerade and a filter, and ip_forward bookkeeping.
 
-Host sim-N (address 127.0.0.(N+1)) gets 172.30.N.0/24: the bridge holds 172.30.N.1 (host.json `bridge_address`,
-where simulator services for containers listen) and a container VMID gets 172.30.N.(VMID % 250 + 2). Containers
-reach the bridge address and, through NAT, public addresses and this machine's DNS servers; private,
-loopback, link-local and multicast ranges and this machine's own LAN are dropped. ip_forward is switched on while
-any simulated bridge exists on the machine and restored to its earlier value when the last one goes.
+- One root, one site: bridge `dss<sim id>` with a /22 chosen from SITE_POOL that no route or address of this
+  machine overlaps (checked under a machine-wide lock, so parallel roots never pick the same one). It is recorded
+  in <root>/site/site.json, made by the first `sim up` and removed by `sim down`.
+- Addresses on a /22 site: .0.1 the gateway (this machine's side, where the operator reaches containers from, as
+  from a LAN); .0.2-.0.255 the simulated hosts' own LAN addresses (host.json `bridge_address`, where the
+  simulator services for containers listen); .1.x free for static `ip=` addresses; .2.1-.3.254 the DHCP pool.
+- DHCP: Debian's dnsmasq on the bridge answers `net0: ip=dhcp` (leases in <root>/site/); it hands out the gateway
+  and this machine's DNS servers.
+- Containers reach the site's addresses, this machine's DNS servers and, through NAT, public addresses; private,
+  loopback, link-local and multicast ranges and this machine's own LAN are dropped. Nothing from outside the
+  bridge is forwarded into it except replies. ip_forward is switched on while any simulated bridge exists on the
+  machine and restored to its earlier value when the last one goes.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import ipaddress
+import json
 import re
+import shutil
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-SUBNET_BASE = "172.30"
+from simulator import procs
+
 IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
 #: Machine-wide bookkeeping of ip_forward: one file per live bridge plus the value found before the first one.
 FWD_STATE = Path("/run/deploy-sim-net")
+#: Where sites are carved from, a /22 each (private space no simulated host uses for anything else).
+SITE_POOL = ipaddress.IPv4Network("10.128.0.0/9")
+SITE_PREFIX = 22
 #: Private, loopback, link-local, shared and multicast space; plus, at run time, this machine's own LAN subnets.
 #: (Documentation ranges stay open: on a sandboxed machine the package registries may appear there.)
 BLOCKED = ("0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
            "192.168.0.0/16", "224.0.0.0/4", "240.0.0.0/4")
+LEASE_TIME = "1h"
 
 
 class NetError(RuntimeError):
@@ -33,27 +50,62 @@ class NetError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class HostNet:
-    """The names and addresses of one simulated host's container network."""
+class SiteNet:
+    """The names and addresses of one root's site network (<root>/site/site.json)."""
 
     bridge: str
     table: str
-    subnet: str
-    bridge_ip: str
+    subnet: str  # CIDR, e.g. 10.131.4.0/22
 
     @property
-    def bridge_cidr(self) -> str:
-        return f"{self.bridge_ip}/24"
+    def network(self) -> ipaddress.IPv4Network:
+        return ipaddress.IPv4Network(self.subnet)
 
-    def ct_ip(self, vmid: int) -> str:
-        return f"{self.subnet.rsplit('.', 1)[0]}.{vmid % 250 + 2}"
+    def _at(self, offset: int) -> str:
+        return str(self.network.network_address + offset)
+
+    @property
+    def gateway(self) -> str:
+        return self._at(1)
+
+    @property
+    def prefixlen(self) -> int:
+        return self.network.prefixlen
+
+    def host_address(self, slot: int) -> str:
+        """A simulated host's LAN address (slot 0..253)."""
+        if not 0 <= slot < 254:
+            raise NetError(f"a site holds at most 254 simulated hosts (slot {slot})")
+        return self._at(2 + slot)
+
+    def static_address(self, n: int) -> str:
+        """An address outside the DHCP pool and the hosts' range, for a static `ip=` (n 0..255)."""
+        return self._at(256 + n)
+
+    @property
+    def dhcp_range(self) -> tuple[str, str]:
+        return self._at(512 + 1), self._at(self.network.num_addresses - 2)
 
 
-def host_net(address: str, sim_id: str) -> HostNet:
-    """Names from the host's loopback address: sim-N on 127.0.0.(N+1) gets 172.30.N.0/24."""
-    n = int(address.rsplit(".", 1)[1]) - 1
-    return HostNet(bridge=f"dsb{sim_id[:6]}{n}"[:15], table=f"dsim_{sim_id}_{n}",
-                   subnet=f"{SUBNET_BASE}.{n}.0", bridge_ip=f"{SUBNET_BASE}.{n}.1")
+def site_for(sim_id: str, subnet: str) -> SiteNet:
+    return SiteNet(bridge=f"dss{sim_id}"[:15], table=f"dsite_{sim_id}", subnet=subnet)
+
+
+class SitePaths:
+    """<root>/site/: the site's record, the DHCP server's pid, log and leases."""
+
+    def __init__(self, root: Path) -> None:
+        self.dir = Path(root) / "site"
+        self.record = self.dir / "site.json"
+        self.pid = self.dir / "dnsmasq.pid"
+        self.log = self.dir / "dnsmasq.log"
+        self.leases = self.dir / "dnsmasq.leases"
+
+    def load(self) -> SiteNet | None:
+        try:
+            return SiteNet(**json.loads(self.record.read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
 
 
 def _run(argv: list[str], stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -89,24 +141,72 @@ def local_subnets() -> list[str]:
     return out
 
 
-def ruleset(net: HostNet, dns: list[str], lan: list[str]) -> str:
-    """The host's nft table (pure): masquerade out, containers reach the bridge address, DNS and public space."""
-    blocked = list(dict.fromkeys([*BLOCKED, *(n for n in lan if n != f"{net.subnet}/24")]))
-    allow_dns = f"        iifname \"{net.bridge}\" ip daddr {{ {', '.join(dns)} }} accept\n" if dns else ""
+def used_networks() -> list[ipaddress.IPv4Network]:
+    """Every IPv4 route destination (all tables) and interface address on this machine."""
+    out: list[ipaddress.IPv4Network] = []
+    routes = _run(["ip", "-4", "-o", "route", "show", "table", "all"], check=False).stdout
+    addrs = _run(["ip", "-4", "-o", "addr", "show"], check=False).stdout
+    words = [ln.split()[0] for ln in routes.splitlines() if ln.split()]
+    words += [m.group(1) for m in re.finditer(r"\binet (\S+)", addrs)]
+    for word in words:
+        if word in ("default", "broadcast", "local", "unreachable", "blackhole", "prohibit", "multicast"):
+            continue
+        try:
+            out.append(ipaddress.IPv4Network(word, strict=False))
+        except ValueError:
+            continue
+    return out
+
+
+def pick_subnet(sim_id: str, used: Iterable[ipaddress.IPv4Network]) -> str:
+    """The first /22 of SITE_POOL, starting at one derived from the root's id, that overlaps nothing in `used`
+    (pure: the caller holds the machine-wide lock and passes what exists)."""
+    taken = [n for n in used if n.prefixlen > 0]
+    blocks: list[ipaddress.IPv4Network] = list(SITE_POOL.subnets(new_prefix=SITE_PREFIX))
+    start = int(hashlib.sha1(sim_id.encode()).hexdigest(), 16) % len(blocks)
+    for i in range(len(blocks)):
+        cand = blocks[(start + i) % len(blocks)]
+        if not any(cand.overlaps(n) for n in taken):
+            return str(cand)
+    raise NetError(f"no free /{SITE_PREFIX} left in {SITE_POOL} for a simulated site")
+
+
+def ruleset(site: SiteNet, dns: list[str], lan: list[str]) -> str:
+    """The site's nft table (pure): masquerade out; containers reach the site, DNS and public space; DHCP in."""
+    blocked = list(dict.fromkeys([*BLOCKED, *(n for n in lan if n != site.subnet)]))
+    br = site.bridge
+    allow_dns = f"        iifname \"{br}\" ip daddr {{ {', '.join(dns)} }} accept\n" if dns else ""
     return (
-        f"table ip {net.table} {{\n"
+        f"table ip {site.table} {{\n"
         f"    chain ct_post {{\n        type nat hook postrouting priority srcnat; policy accept;\n"
-        f"        ip saddr {net.subnet}/24 oifname != \"{net.bridge}\" masquerade\n    }}\n"
+        f"        ip saddr {site.subnet} oifname != \"{br}\" masquerade\n    }}\n"
         f"    chain ct_forward {{\n        type filter hook forward priority filter; policy accept;\n"
-        f"        iifname \"{net.bridge}\" oifname \"{net.bridge}\" accept\n"
-        f"        oifname \"{net.bridge}\" ct state established,related accept\n"
-        f"        oifname \"{net.bridge}\" drop\n"
+        f"        iifname \"{br}\" oifname \"{br}\" accept\n"
+        f"        oifname \"{br}\" ct state established,related accept\n"
+        f"        oifname \"{br}\" drop\n"
         f"{allow_dns}"
-        f"        iifname \"{net.bridge}\" ip daddr {{ {', '.join(blocked)} }} drop\n    }}\n"
+        f"        iifname \"{br}\" ip daddr {site.subnet} accept\n"
+        f"        iifname \"{br}\" ip daddr {{ {', '.join(blocked)} }} drop\n    }}\n"
         f"    chain ct_input {{\n        type filter hook input priority filter; policy accept;\n"
-        f"        iifname \"{net.bridge}\" ip daddr != {net.bridge_ip} drop\n    }}\n"
+        f"        iifname \"{br}\" udp sport 68 udp dport 67 accept\n"
+        f"        iifname \"{br}\" ip daddr != {site.subnet} drop\n    }}\n"
         f"}}\n"
     )
+
+
+def dnsmasq_argv(site: SiteNet, paths: SitePaths, dns: list[str]) -> list[str]:
+    """Debian's dnsmasq as a DHCP server only (port 0: no DNS), bound to the site bridge alone, as libvirt runs
+    one per network; leases and pid in <root>/site/."""
+    first, last = site.dhcp_range
+    argv = [shutil.which("dnsmasq") or "/usr/sbin/dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null",
+            "--port=0", "--bind-dynamic", f"--interface={site.bridge}", "--except-interface=lo",
+            f"--pid-file={paths.pid}", f"--dhcp-leasefile={paths.leases}", "--dhcp-authoritative",
+            "--user=root", "--group=root", "--log-dhcp", "--log-facility=-",
+            f"--dhcp-range={first},{last},{site.network.netmask},{LEASE_TIME}",
+            f"--dhcp-option=option:router,{site.gateway}"]
+    if dns:
+        argv.append(f"--dhcp-option=option:dns-server,{','.join(dns)}")
+    return argv
 
 
 @contextmanager
@@ -117,42 +217,98 @@ def _fwd_lock() -> Iterator[None]:
         yield
 
 
-def up(net: HostNet) -> None:
-    """Create the bridge, its address and nft table (idempotent); switch ip_forward on."""
-    if _run(["ip", "link", "show", net.bridge], check=False).returncode != 0:
-        _run(["ip", "link", "add", net.bridge, "type", "bridge"])
-    addrs = _run(["ip", "-o", "-4", "addr", "show", "dev", net.bridge]).stdout
-    if net.bridge_cidr not in addrs:
-        _run(["ip", "addr", "add", net.bridge_cidr, "dev", net.bridge])
-    _run(["ip", "link", "set", net.bridge, "up"])
-    _run(["nft", "delete", "table", "ip", net.table], check=False)
-    _run(["nft", "-f", "-"], stdin=ruleset(net, nameservers(), local_subnets()))
+def _bridge_exists(name: str) -> bool:
+    return _run(["ip", "link", "show", name], check=False).returncode == 0
+
+
+def site_up(root: Path, sim_id: str) -> SiteNet:
+    """The root's site network, made if missing (idempotent): bridge, gateway address, nft table, DHCP server."""
+    paths = SitePaths(root)
+    paths.dir.mkdir(parents=True, exist_ok=True)
     with _fwd_lock():
+        site = paths.load()
+        if site is None or not _bridge_exists(site.bridge):
+            if site is not None:
+                _run(["nft", "delete", "table", "ip", site.table], check=False)
+            site = site_for(sim_id, pick_subnet(sim_id, used_networks()))
+            _run(["ip", "link", "add", site.bridge, "type", "bridge"])
+            _run(["ip", "addr", "add", f"{site.gateway}/{site.prefixlen}", "dev", site.bridge])
+            paths.record.write_text(json.dumps(asdict(site)) + "\n")
+            paths.leases.unlink(missing_ok=True)
+        _run(["ip", "link", "set", site.bridge, "up"])
+        _run(["nft", "delete", "table", "ip", site.table], check=False)
+        dns = nameservers()
+        _run(["nft", "-f", "-"], stdin=ruleset(site, dns, local_subnets()))
         original = FWD_STATE / "ip_forward.original"
         if not original.exists():
             original.write_text(IP_FORWARD.read_text())
-        (FWD_STATE / net.bridge).touch()
+        (FWD_STATE / site.bridge).touch()
         IP_FORWARD.write_text("1\n")
+    _start_dhcp(site, paths, dns)
+    return site
 
 
-def down(net: HostNet) -> None:
-    """Remove the bridge and nft table; restore ip_forward when no simulated bridge is left (idempotent)."""
-    _run(["ip", "link", "del", net.bridge], check=False)
-    _run(["nft", "delete", "table", "ip", net.table], check=False)
+def _start_dhcp(site: SiteNet, paths: SitePaths, dns: list[str]) -> None:
+    if procs.read_pid(paths.pid) is not None:
+        return
+    proc = procs.start_detached(dnsmasq_argv(site, paths, dns), paths.log)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise NetError(f"the site's DHCP server (dnsmasq) exited at once; see {paths.log}")
+        if procs.read_pid(paths.pid) == proc.pid:
+            return
+        time.sleep(0.05)
+    proc.kill()
+    raise NetError(f"the site's DHCP server (dnsmasq) wrote no pid file within 10 s; see {paths.log}")
+
+
+def add_host_address(site: SiteNet, address: str) -> None:
+    """A simulated host's own LAN address on the site bridge (idempotent)."""
+    have = _run(["ip", "-o", "-4", "addr", "show", "dev", site.bridge]).stdout
+    if f"inet {address}/" not in have:
+        _run(["ip", "addr", "add", f"{address}/{site.prefixlen}", "dev", site.bridge])
+
+
+def site_down(root: Path) -> None:
+    """Stop the DHCP server, remove the bridge and nft table; restore ip_forward when no simulated bridge is left
+    (idempotent). Leases and the record go too: the next `sim up` proves a subnet free again."""
+    paths = SitePaths(root)
+    procs.stop_tree(paths.pid)
+    site = paths.load()
+    if site is None:
+        return
+    _run(["ip", "link", "del", site.bridge], check=False)
+    _run(["nft", "delete", "table", "ip", site.table], check=False)
     with _fwd_lock():
-        (FWD_STATE / net.bridge).unlink(missing_ok=True)
+        (FWD_STATE / site.bridge).unlink(missing_ok=True)
         original = FWD_STATE / "ip_forward.original"
         live = [p for p in FWD_STATE.iterdir() if not p.name.startswith((".", "ip_forward"))]
         if not live and original.exists():
             IP_FORWARD.write_text(original.read_text())
             original.unlink()
+    paths.record.unlink(missing_ok=True)
+    paths.leases.unlink(missing_ok=True)
 
 
-def leftovers(net: HostNet) -> list[str]:
-    """What of this host's network still exists (for `sim down` checks)."""
+def leftovers(site: SiteNet) -> list[str]:
+    """What of the site network still exists (for `sim down` checks)."""
     out = []
-    if _run(["ip", "link", "show", net.bridge], check=False).returncode == 0:
-        out.append(f"bridge {net.bridge}")
-    if _run(["nft", "list", "table", "ip", net.table], check=False).returncode == 0:
-        out.append(f"nft table {net.table}")
+    if _bridge_exists(site.bridge):
+        out.append(f"bridge {site.bridge}")
+    if _run(["nft", "list", "table", "ip", site.table], check=False).returncode == 0:
+        out.append(f"nft table {site.table}")
     return out
+
+
+def lease_address(paths: SitePaths, hwaddr: str) -> str | None:
+    """The address dnsmasq leased to `hwaddr` (its lease file: EXPIRY MAC IP NAME CLIENT-ID), None if none."""
+    try:
+        lines = paths.leases.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 3 and parts[1].lower() == hwaddr.lower():
+            return parts[2]
+    return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -23,7 +24,7 @@ from typing import NoReturn
 
 from simulator import procs
 from simulator.config import HostConfig, HostPaths
-from simulator.lxc import lxcconf, net
+from simulator.lxc import ctnet, lxcconf, net
 from simulator.pve import conf as confmod
 
 CT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -95,7 +96,7 @@ class LxcRuntime:
         sim_json = self.view_root / "sim.json"
         real = json.loads(sim_json.read_text())["real_root"] if sim_json.is_file() else str(self.view_root)
         self.real_root = Path(real)
-        self.net = net.host_net(cfg.address, cfg.sim_id)
+        self.site_paths = net.SitePaths(self.view_root)
 
     # ---------------------------------------------------------------------------------------- paths, commands
 
@@ -176,6 +177,18 @@ class LxcRuntime:
         if f"\t{hostname}\n" not in text:
             hosts.write_text(text.rstrip("\n") + f"\n127.0.1.1\t{hostname}\n")
 
+    def setup_network(self, vmid: int, conf: confmod.CtConf) -> None:
+        """/etc/network/interfaces as pve-container writes it at every start (ctnet.py), owner kept."""
+        nets = [n for k in sorted(conf.options) if re.fullmatch(r"net\d+", k)
+                if (n := ctnet.iface_from_net(confmod.split_property(conf.options[k], "name"))) is not None]
+        path = self.dirs(vmid).rootfs / "etc/network/interfaces"
+        if not nets or not path.parent.is_dir():
+            return
+        old = path.read_text() if path.is_file() else ""
+        owner = path.parent.stat()
+        path.write_text(ctnet.render_interfaces(old, nets))
+        os.chown(path, owner.st_uid, owner.st_gid)
+
     def write_config(self, vmid: int, conf: confmod.CtConf, devices: list[lxcconf.Device]) -> None:
         """Render the LXC config from the PVE conf (at every start, as pve-container does)."""
         if conf.options.get("unprivileged") == "1":
@@ -191,12 +204,16 @@ class LxcRuntime:
                                    gpu_dir=self.real_host_path(self.hp.gpu),
                                    vmid_file=self.real_host_path(vmid_file),
                                    proc_driver=self.real_host_path(self.hp.fs / "proc" / "driver"))
-        network = lxcconf.Network(self.net.bridge, f"{self.net.ct_ip(vmid)}/24", self.net.bridge_ip)
+        site = self.site_paths.load()
+        if site is None:
+            raise RuntimeFailure(f"CT {vmid}: the site network of {self.view_root} is not up (run `deploy sim up`)")
+        network = lxcconf.Network(site.bridge)
         d = self.dirs(vmid)
         text = lxcconf.render(conf, lxcconf.LxcInputs(
             vmid=vmid, rootfs=str(d.real / "rootfs"), devices=devices, network=network, mounts=mounts,
             cgroup2=cgroup2_only()))
         self.set_hostname(vmid, conf.options.get("hostname", f"CT{vmid}"))
+        self.setup_network(vmid, conf)
         d.config.write_text(text)
 
     def _check_searchable(self, vmid: int) -> None:

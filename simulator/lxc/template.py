@@ -2,14 +2,16 @@
 
 PVE's `debian-12-standard` appliance is built by Proxmox's DAB: the `required` priority set plus `systemd-sysv`,
 DAB's own includes (less, ssh/openssh-server, logrotate) and postfix, plus the `important`/`standard` priority
-sets. We keep what shapes how the tool meets a fresh container (systemd as PID 1, dbus, iproute2/ifupdown,
-openssh-server, less, logrotate) and leave out the large optional rest (postfix, man pages, ...): what matters
+sets. We keep what shapes how the tool meets a fresh container (systemd as PID 1, dbus, iproute2/ifupdown with
+isc-dhcp-client, so `net0: ip=dhcp` really asks DHCP as in the real template, openssh-server, less, logrotate)
+and leave out the large optional rest (postfix, man pages, ...): what matters
 is what a standard container lacks (python3-venv, curl, NVIDIA userspace), and it lacks them here too.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import re
 import shutil
@@ -25,7 +27,8 @@ CACHE_DIR = Path(os.environ.get("DEPLOY_SIM_TEMPLATE_CACHE", "/var/cache/deploy-
 #: The name PVE's appliance index lists; the cached file carries it so `local:vztmpl/<name>` works unchanged.
 TEMPLATE_NAME = "debian-12-standard_12.7-1_amd64.tar.zst"
 SUITE = "bookworm"
-PACKAGES = ("systemd", "systemd-sysv", "dbus", "iproute2", "ifupdown", "less", "openssh-server", "logrotate")
+PACKAGES = ("systemd", "systemd-sysv", "dbus", "iproute2", "ifupdown", "isc-dhcp-client", "less", "openssh-server",
+            "logrotate")
 #: Never in the template (checked after the build): the tool must install these itself.
 FORBIDDEN = ("usr/bin/nvidia-smi", "root/ml-env", "models", "usr/lib/python3/dist-packages/venv")
 
@@ -75,10 +78,17 @@ def _run(argv: list[str], what: str) -> None:
         raise TemplateError(f"{what} failed (exit {res.returncode}): {tail}")
 
 
+def cached_path(cache_dir: Path | None = None) -> Path:
+    """Where the template built from PACKAGES is cached: a folder per package set, so a template built with
+    another set (an older checkout's) is never taken for this one, and both can live side by side."""
+    digest = hashlib.sha256(" ".join(PACKAGES).encode()).hexdigest()[:10]
+    return (cache_dir or CACHE_DIR) / f"stock-{digest}" / TEMPLATE_NAME
+
+
 def ensure(cache_dir: Path | None = None) -> BuildResult:
     """The cached template, built first if missing. Parallel callers wait on one lock and build it once."""
     cache = cache_dir or CACHE_DIR
-    target = cache / TEMPLATE_NAME
+    target = cached_path(cache)
     t0 = time.monotonic()
     if target.is_file():
         return BuildResult(target, 0.0, target.stat().st_size, False)
@@ -89,6 +99,7 @@ def ensure(cache_dir: Path | None = None) -> BuildResult:
             if shutil.which(tool) is None:
                 raise TemplateError(f"{tool} not installed: run scripts/install.sh")
         mirror = apt_mirror()
+        target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="build-", dir=cache) as tmp:
             rootfs = Path(tmp) / "rootfs"
             _run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(rootfs),

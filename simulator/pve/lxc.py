@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simulator.config import CtState, HostConfig, HostPaths, locked
+from simulator.lxc import net as lxc_net
 from simulator.pve import conf as confmod
 from simulator.pve.schema import ParamError
 from simulator.pve.tasks import TaskError
@@ -442,6 +443,18 @@ class Node:
             **({"pid": self.lxc.init_pid(vmid)} if run else {}),
         }
 
+    def _inet(self, items: dict[str, str]) -> str | None:
+        """The interface's address as the container has it: a static `ip=`, else its lease on the site's DHCP
+        server (None before it has one)."""
+        ip = items.get("ip", "")
+        if "/" in ip:
+            return ip
+        if ip != "dhcp" or not items.get("hwaddr"):
+            return None
+        site = self.lxc.site_paths.load()
+        leased = lxc_net.lease_address(self.lxc.site_paths, items["hwaddr"])
+        return f"{leased}/{site.prefixlen}" if leased and site else None
+
     def interfaces(self, vmid: int) -> list[dict[str, Any]]:
         self.precheck_running(vmid)
         conf, _ = self.read(vmid)
@@ -453,10 +466,11 @@ class Node:
             items = confmod.split_property(conf.options[key], "name")
             entry: dict[str, Any] = {"name": items.get("name", "eth0"), "hwaddr": items.get("hwaddr", "").lower(),
                                      "ip-addresses": []}
-            if key == "net0":  # the address the simulator's bridge gives it
-                ip = self.lxc.net.ct_ip(vmid)
-                entry["inet"] = f"{ip}/24"
-                entry["ip-addresses"] = [{"ip-address": ip, "prefix": 24, "ip-address-type": "inet"}]
+            cidr = self._inet(items)
+            if cidr is not None:
+                ip, prefix = cidr.split("/")
+                entry["inet"] = cidr
+                entry["ip-addresses"] = [{"ip-address": ip, "prefix": int(prefix), "ip-address-type": "inet"}]
             out.append(entry)
         return out
 

@@ -216,20 +216,28 @@ def test_installed_router_parser_matches_the_packaged_dump() -> None:
 
 
 def test_real_router_routes_to_the_simulated_servers(fleet: Fleet, tmp_path: Path) -> None:
-    """The real router in front of two simulated servers (reached through each host's relay at ADDRESS:8000):
-    chat completions through it succeed, a removed worker takes no traffic, an added one joins when healthy."""
+    """The real router in front of two simulated servers (reached at their containers' addresses on the site
+    network, nothing on the nodes' addresses): chat completions through it succeed, a removed worker takes no
+    traffic, an added one joins when healthy."""
     import requests
 
     from orchestrator.inventory.loader import load_inventory
+    from orchestrator.router.addresses import learn
     from orchestrator.router.client import RouterClient
     from orchestrator.router.places import worker_url
+    from simulator.manager import sim_status
     from simulator.router import start_router, stop_router
+    from tests.e2e.site import assert_container_urls, assert_no_relay
 
     a, _bad, c = fleet.names
     up = fleet.env.run("up", "host", a, "host", c, "--skip-bench", "--skip-weights", timeout=900)
     assert up.rc == 0, up.text
     inv = load_inventory(fleet.env.inventory)
-    urls = [worker_url(inv, inv.hosts[n]) for n in (a, c)]
+    site = learn([(inv.hosts[n], inv.hosts[n].container.vmid) for n in (a, c)])  # read inside each container
+    urls = [worker_url(inv, inv.hosts[n], site) for n in (a, c)]
+    infos = sim_status(fleet.root)
+    assert_container_urls(fleet.root, infos, urls)
+    assert_no_relay(infos)
     n = claim(OFFSET_FLEET_ROUTER, ports=(30000,)) + 1  # the last octet of its address
     base = f"http://127.0.0.{n}:30000"
     run_dir = tmp_path / "router"

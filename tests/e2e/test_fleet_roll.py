@@ -85,8 +85,10 @@ def rolled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RolledFleet]:
     if os.geteuid() != 0:
         pytest.skip("the simulator's router venv lives under /var/cache/deploy-sim (root)")
     from orchestrator.inventory.loader import load_inventory
+    from orchestrator.router.addresses import learn
     from orchestrator.router.places import worker_url
     from simulator.router import start_router, stop_router
+    from tests.e2e.site import assert_container_urls, assert_no_relay
 
     with sim_root(tmp_path_factory, "deploy-sim-fleetroll", OFFSET_FLEET, hosts=3) as (root, infos):
         env = make_fleet_env(infos, tmp_path_factory.mktemp("fleetroll-env"),
@@ -95,7 +97,10 @@ def rolled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RolledFleet]:
         up = env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=1200)
         assert up.rc == 0, up.text
         inv = load_inventory(env.inventory)
-        urls = {n: worker_url(inv, inv.hosts[n]) for n in names}
+        site = learn([(inv.hosts[n], inv.hosts[n].container.vmid) for n in names])  # from inside each container
+        urls = {n: worker_url(inv, inv.hosts[n], site) for n in names}
+        assert_container_urls(root, infos, list(urls.values()))
+        assert_no_relay(infos)  # the router reaches the servers on the site network, never via a node port
         address = sim_hosts.address(claim(OFFSET_FLEET_ROUTER, ports=(30000,)))
         run_dir = tmp_path_factory.mktemp("fleetroll-router")
         try:

@@ -18,6 +18,7 @@ import requests
 
 from tests.conftest import sim_root
 from tests.e2e.conftest import DeployEnv, make_fleet_env, site_ostemplate
+from tests.e2e.site import assert_container_urls, assert_no_relay
 from tests.sim_hosts import OFFSET_ROUTER_UP
 
 pytestmark = pytest.mark.e2e
@@ -35,7 +36,16 @@ class RouterFleet:
 
     @property
     def url(self) -> str:
-        return f"http://{self.env.sim.address}:30000"
+        """The router in host A's CT 120, at that container's address on the site network (no relay)."""
+        return f"http://{self.address(self.names[0])}:30000"
+
+    def address(self, name: str) -> str:
+        """Host `name`'s CT 120 address, read from inside the container by the tool's own code (a DHCP lease)."""
+        from orchestrator.inventory.loader import load_inventory
+        from orchestrator.router.addresses import learn
+
+        host = load_inventory(self.env.inventory).hosts[name]
+        return learn([(host, host.container.vmid)]).of(host, host.container.vmid)
 
     def write_router(self, extra_flags: str = "") -> None:
         (self.env.inventory / "router.yaml").write_text(self.router_yaml + extra_flags)
@@ -92,6 +102,18 @@ def test_up_brings_the_router_up_with_both_workers_then_changes_nothing(rfleet: 
     assert not any(KEY.encode() in c for c in argvs)
     assert KEY not in res.stdout + res.stderr
     assert _chat(rfleet.url, KEY) == 200 and _chat(rfleet.url, None) == 401
+    # The router lists its workers at their containers' addresses on the site network, and it reaches B's from
+    # A's container over that network; the nodes' addresses forward nothing.
+    from orchestrator.router.client import RouterClient
+    from simulator.manager import sim_status
+
+    with RouterClient(rfleet.url, KEY) as client:
+        listed = sorted(w.url for w in client.list_workers())
+    assert listed == sorted(f"http://{rfleet.address(n)}:8000" for n in (a, b))
+    infos = sim_status(rfleet.root)
+    assert_container_urls(rfleet.root, infos, listed)
+    assert_no_relay(infos)
+    assert_no_relay(infos, 30000)
 
     again = env.run("--json", "up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
     assert again.rc == 0, again.text
@@ -117,12 +139,12 @@ def test_a_failing_host_leaves_the_router_live_and_comes_back_without_a_restart(
     assert res.rc == 1, res.text  # the failing host's exit code
     router = res.json["router"]
     assert router["workers"] == [a] and router["left_out"] == [b] and router["exit_code"] == 0, router
-    assert router["step"]["summary"].startswith(f"change the workers live (-http://{_address(rfleet, b)}:8000")
+    assert router["step"]["summary"].startswith(f"change the workers live (-http://{rfleet.address(b)}:8000")
     assert _chat(rfleet.url, KEY) == 200
     back = env.run("--json", "up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
     assert back.rc == 0, back.text
     assert back.json["router"]["step"]["summary"].startswith(
-        f"change the workers live (+http://{_address(rfleet, b)}:8000; 2 worker(s)), no restart")
+        f"change the workers live (+http://{rfleet.address(b)}:8000; 2 worker(s)), no restart")
     assert back.json["router"]["step"]["details"]["health"]["healthy_workers"] == 2
     assert env.ct("systemctl show -p MainPID --value sglang-router").stdout.strip() == pid
 
@@ -134,7 +156,7 @@ def test_a_worker_missing_from_the_live_router_is_put_back_by_up_and_by_router_a
     from orchestrator.router.client import RouterClient
 
     env, (a, b) = rfleet.env, rfleet.names
-    url_b = f"http://{_address(rfleet, b)}:8000"
+    url_b = f"http://{rfleet.address(b)}:8000"
     with RouterClient(rfleet.url, KEY) as client:
         assert client.remove_worker(url_b)
     status = env.run("--json", "router", "status", "prod")
@@ -158,12 +180,6 @@ def test_a_worker_missing_from_the_live_router_is_put_back_by_up_and_by_router_a
     with RouterClient(rfleet.url, KEY) as client:
         assert {w.url: w.healthy for w in client.list_workers()}[url_b] is True
     assert _chat(rfleet.url, KEY) == 200
-
-
-def _address(rfleet: RouterFleet, name: str) -> str:
-    from orchestrator.inventory.loader import load_inventory
-
-    return load_inventory(rfleet.env.inventory).hosts[name].address
 
 
 def test_a_bad_router_flag_is_refused_before_any_change(rfleet: RouterFleet) -> None:

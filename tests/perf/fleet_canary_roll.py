@@ -128,12 +128,24 @@ def main() -> int:
             names = [i.name for i in infos]
             volids = {site_template.install(Path(i.host_dir)) for i in infos}
             env = make_fleet_env(infos, env_dir, {"fleet": names}, ostemplate=volids.pop())
+            t_up = time.monotonic()
             up = env.run("up", "group", "fleet", "--skip-bench", "--skip-weights", timeout=1800)
+            up_s = time.monotonic() - t_up
             if up.rc != 0:
                 print(up.text[-3000:])
                 return 1
+            print(f"  deploy up group fleet --skip-bench --skip-weights ({args.hosts} hosts, fresh containers from "
+                  f"the site template): exit {up.rc} in {up_s:.1f} s")
             address = f"127.0.0.{args.first + args.hosts + 1}"
-            urls = [f"http://{i.address}:8000" for i in infos]
+            # the workers' containers' addresses on the site network, read inside each as the tool does
+            from orchestrator.inventory.loader import load_inventory
+            from orchestrator.router.addresses import learn
+            from orchestrator.router.places import worker_url
+
+            inv = load_inventory(env.inventory)
+            site = learn([(inv.hosts[n], inv.hosts[n].container.vmid) for n in names])
+            urls = [worker_url(inv, inv.hosts[n], site) for n in names]
+            print(f"  worker URLs: {', '.join(urls)}")
             start_router(router_dir, address, 30000, urls, policy="round_robin",
                          extra=["--health-check-interval-secs", "1"])
             if not args.no_drain:

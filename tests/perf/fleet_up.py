@@ -61,12 +61,12 @@ def sim_cpu(pids: list[int]) -> float:
 
 def sim_pss_mib(root: Path) -> float:
     """Memory of the simulated hosts: the proportional set size (shared pages split) of every daemon of every host
-    (sshd, API server, relay, view holder) and everything they run, from /proc/PID/smaps_rollup."""
+    (sshd, API server, view holder) and the site's DHCP server and everything they run, from /proc/PID/smaps_rollup."""
     from simulator import procs
 
     pids: set[int] = set()
     for pidfile in [*root.glob("hosts/*/sshd/*.pid"), *root.glob("hosts/*/api/api.pid"),
-                    *root.glob("hosts/*/fwd/fwd.pid")]:
+                    root / "site" / "dnsmasq.pid"]:
         pid = procs.read_pid(pidfile)
         if pid is not None:
             pids |= {pid, *procs.descendants(pid)}

@@ -1,16 +1,18 @@
-"""The lxc runtime's pure parts: PVE conf → LXC config, the nft rule set, the mirror debootstrap uses."""
+"""The lxc runtime's pure parts: PVE conf → LXC config, the container's /etc/network/interfaces, the site's nft rule
+set and subnet choice, the mirror debootstrap uses."""
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 import pytest
 
 from simulator import ctside
-from simulator.lxc import lxcconf, net, template
+from simulator.lxc import ctnet, lxcconf, net, template
 from simulator.pve import conf as confmod
 
-NET = lxcconf.Network("dsbabc12310", "172.30.10.122/24", "172.30.10.1")
+NET = lxcconf.Network("dssabc123")
 MOUNTS = lxcconf.SimMounts("/r/hosts/sim-10", "/r/hosts/sim-10/ct/120", "/r/hosts/sim-10/gpu",
                            "/r/hosts/sim-10/ct/120/vmid")
 
@@ -41,8 +43,7 @@ def test_limits_network_devices_and_mounts() -> None:
     lines = render(c, devices=[dev], network=NET, mounts=MOUNTS)
     for line in ("lxc.cgroup.memory.limit_in_bytes = 2147483648", "lxc.cgroup.cpu.cfs_quota_us = 400000",
                  "lxc.cgroup.cpu.cfs_period_us = 100000", f"lxc.include = {lxcconf.NESTING_INCLUDE}",
-                 "lxc.net.0.type = veth", "lxc.net.0.link = dsbabc12310", "lxc.net.0.name = eth0",
-                 "lxc.net.0.ipv4.address = 172.30.10.122/24", "lxc.net.0.ipv4.gateway = 172.30.10.1",
+                 "lxc.net.0.type = veth", "lxc.net.0.link = dssabc123", "lxc.net.0.name = eth0",
                  "lxc.net.0.hwaddr = bc:24:11:aa:bb:cc",
                  "lxc.mount.entry = /srv/models models none bind,create=dir,ro 0 0",
                  "lxc.mount.entry = /r/hosts/sim-10/fs/dev/nvidia0 dev/nvidia0 none bind,create=file 0 0",
@@ -81,19 +82,68 @@ def test_raw_lxc_keys_pass_through_and_bad_mounts_are_refused() -> None:
         render(conf(mp0="/srv/a b,mp=/data"))
 
 
-def test_network_names_rules_and_addresses() -> None:
-    hn = net.host_net("127.0.0.11", "b00fab")
-    assert (hn.bridge, hn.table, hn.bridge_ip, hn.ct_ip(120)) == ("dsbb00fab10", "dsim_b00fab_10", "172.30.10.1",
-                                                                  "172.30.10.122")
-    assert len(net.host_net("127.0.0.254", "ffffff").bridge) <= 15  # IFNAMSIZ
-    rules = net.ruleset(hn, ["10.255.255.53"], ["192.0.2.0/24", "172.30.10.0/24"])
-    assert 'ip saddr 172.30.10.0/24 oifname != "dsbb00fab10" masquerade' in rules
-    assert 'iifname "dsbb00fab10" ip daddr { 10.255.255.53 } accept' in rules
+def test_no_address_in_the_lxc_config() -> None:
+    """As on PVE, LXC sets no address: the container's own ifupdown does, from what pve-container wrote."""
+    lines = render(conf(net0="name=eth0,bridge=vmbr0,ip=10.1.1.5/22,gw=10.1.0.1"), network=NET)
+    assert not any("ipv4" in ln for ln in lines)
+
+
+def test_site_names_rules_and_addresses() -> None:
+    site = net.site_for("b00fab", "10.163.88.0/22")
+    assert (site.bridge, site.table, site.gateway, site.host_address(0), site.static_address(7)) == (
+        "dssb00fab", "dsite_b00fab", "10.163.88.1", "10.163.88.2", "10.163.89.7")
+    assert site.dhcp_range == ("10.163.90.1", "10.163.91.254")
+    with pytest.raises(net.NetError, match="at most 254"):
+        site.host_address(254)
+    rules = net.ruleset(site, ["10.255.255.53"], ["192.0.2.0/24", "10.163.88.0/22"])
+    assert 'ip saddr 10.163.88.0/22 oifname != "dssb00fab" masquerade' in rules
+    assert 'iifname "dssb00fab" ip daddr { 10.255.255.53 } accept' in rules
     blocked = next(ln for ln in rules.splitlines() if ln.strip().endswith("} drop"))
-    assert "10.0.0.0/8" in blocked and "192.0.2.0/24" in blocked and "172.30.10.0/24" not in blocked
-    assert 'iifname "dsbb00fab10" ip daddr != 172.30.10.1 drop' in rules
-    assert 'iifname "dsbb00fab10" oifname "dsbb00fab10" accept' in rules  # container to container (bridged)
-    assert rules.index("ct state established,related accept") < rules.index('oifname "dsbb00fab10" drop')
+    assert "10.0.0.0/8" in blocked and "192.0.2.0/24" in blocked and "10.163.88.0/22" not in blocked
+    assert rules.index('iifname "dssb00fab" ip daddr 10.163.88.0/22 accept') < rules.index(blocked.strip())
+    assert 'iifname "dssb00fab" udp sport 68 udp dport 67 accept' in rules  # DHCP to the site's dnsmasq
+    assert 'iifname "dssb00fab" ip daddr != 10.163.88.0/22 drop' in rules
+    assert 'iifname "dssb00fab" oifname "dssb00fab" accept' in rules  # container to container (bridged)
+    assert rules.index("ct state established,related accept") < rules.index('oifname "dssb00fab" drop')
+
+
+def test_a_site_subnet_overlaps_nothing_on_the_machine() -> None:
+    first = ipaddress.IPv4Network(net.pick_subnet("b00fab", []))
+    assert first.prefixlen == net.SITE_PREFIX and first.subnet_of(net.SITE_POOL)
+    used = [first, ipaddress.IPv4Network("10.0.0.0/9")]  # another root's site, and a LAN route overlapping the pool
+    second = ipaddress.IPv4Network(net.pick_subnet("b00fab", used))
+    assert not any(second.overlaps(u) for u in used)
+    assert net.pick_subnet("b00fab", [ipaddress.IPv4Network("0.0.0.0/0")]) == str(first)  # a default route is no use
+
+
+def test_dnsmasq_serves_dhcp_only_on_the_site_bridge(tmp_path: Path) -> None:
+    site = net.site_for("b00fab", "10.163.88.0/22")
+    argv = net.dnsmasq_argv(site, net.SitePaths(tmp_path), ["10.255.255.53"])
+    for arg in ("--port=0", "--bind-dynamic", "--interface=dssb00fab", "--except-interface=lo",
+                "--dhcp-range=10.163.90.1,10.163.91.254,255.255.252.0,1h", "--dhcp-option=option:router,10.163.88.1",
+                "--dhcp-option=option:dns-server,10.255.255.53", f"--dhcp-leasefile={tmp_path}/site/dnsmasq.leases"):
+        assert arg in argv, arg
+
+
+def test_interfaces_as_pve_container_writes_them() -> None:
+    """PVE::LXC::Setup::Debian::setup_network: dhcp, static with a dotted netmask and gateway, other stanzas kept."""
+    dhcp = ctnet.iface_from_net({"name": "eth0", "bridge": "vmbr0", "ip": "dhcp"})
+    assert dhcp is not None
+    stock = "auto lo\niface lo inet loopback\n\nsource /etc/network/interfaces.d/*\n"
+    assert ctnet.render_interfaces(stock, [dhcp]) == (
+        "auto lo\niface lo inet loopback\n\nsource /etc/network/interfaces.d/*\n\nauto eth0\niface eth0 inet dhcp\n\n")
+    static = ctnet.iface_from_net({"name": "eth0", "ip": "10.163.89.7/22", "gw": "10.163.88.1"})
+    assert static is not None
+    again = ctnet.render_interfaces(ctnet.render_interfaces(stock, [dhcp]), [static])
+    assert again == ("auto lo\niface lo inet loopback\n\nsource /etc/network/interfaces.d/*\n\nauto eth0\n"
+                     "iface eth0 inet static\n\taddress 10.163.89.7\n\tnetmask 255.255.252.0\n"
+                     "\tgateway 10.163.88.1\n\n")
+    assert ctnet.render_interfaces(again, [static]) == again  # every start writes it again: stable
+    far = ctnet.iface_from_net({"name": "eth0", "ip": "10.163.89.7/24", "gw": "10.163.88.1"})
+    assert far is not None and far.needs_route
+    assert "\tpost-up ip route add default via 10.163.88.1 dev eth0\n" in ctnet.render_interfaces("", [far])
+    assert ctnet.render_interfaces("", [dhcp]).startswith("auto lo\niface lo inet loopback\niface lo inet6 loopback\n")
+    assert ctnet.iface_from_net({"name": "eth0", "bridge": "vmbr0"}) is None  # no ip=: no inet stanza
 
 
 def test_mirror_comes_from_apt_sources(tmp_path: Path) -> None:

@@ -24,8 +24,9 @@ def test_sim_down_removes_everything_it_made(tmp_path_factory: pytest.TempPathFa
     before = net.IP_FORWARD.read_text()
     with lxc_host(tmp_path_factory, "lxc-down") as (root, info, ssh):
         create_and_start(ssh, 120)
-        cfg = info.host_dir / "host.json"
-        hn = net.host_net(info.address, __import__("json").loads(cfg.read_text())["sim_id"])
+        hn = net.SitePaths(root).load()
+        assert hn is not None
+        dhcp_pid = int(net.SitePaths(root).pid.read_text())
         lxcpath = str(root / "lxc" / info.name)
         init = _sh("lxc-info", "-P", lxcpath, "-n", "120", "-p", "-H").strip()
         assert init.isdigit()
@@ -37,6 +38,7 @@ def test_sim_down_removes_everything_it_made(tmp_path_factory: pytest.TempPathFa
         assert _sh("lxc-ls", "-P", lxcpath, "--running").split() == []
         assert not Path(f"/proc/{init}").exists()
         assert net.leftovers(hn) == []
+        assert not Path(f"/proc/{dhcp_pid}").exists() and not net.SitePaths(root).record.exists()  # dnsmasq gone
         assert f"master {hn.bridge}" not in _sh("ip", "-o", "link", "show", "type", "veth")
         inodes = {p.stat().st_ino for p in Path("/proc").glob("[0-9]*/ns/net") if p.exists()}
         assert ct_netns not in inodes

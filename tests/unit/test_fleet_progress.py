@@ -20,6 +20,7 @@ from orchestrator.inventory.loader import load_inventory
 from orchestrator.inventory.models import RouterSpec
 from orchestrator.router import converge
 from orchestrator.router.facts import RouterFacts
+from orchestrator.router.places import SiteAddresses
 from orchestrator.runlog import StepRecord
 from tests.shared import EXAMPLE_INVENTORY
 
@@ -105,6 +106,7 @@ def test_router_converge_says_when_it_starts_when_the_install_starts_and_ends_an
 
     monkeypatch.setattr(ssh, "SshHost", lambda *a, **k: nullcontext(object()))
     monkeypatch.setattr(converge, "router_api_key", lambda _inv: None)
+    monkeypatch.setattr(converge, "learn_fleet", lambda _inv, tofu: SiteAddresses({("pve-gpu-1", 120): "10.9.0.5"}))
     monkeypatch.setattr(converge, "_read_facts", read_facts)
     monkeypatch.setattr(converge, "_install", lambda ct, spec, script: None)
     said: list[str] = []

@@ -17,7 +17,7 @@ from orchestrator.parsers.sections import CommandOutput
 from orchestrator.parsers.server_metrics import GENERATION_TOKENS, counter, delta
 from orchestrator.router.converge import choose_workers, install_script, preflight_router
 from orchestrator.router.facts import RouterFacts, apply_script, changed_files, facts_commands, parse_facts
-from orchestrator.router.places import router_place
+from orchestrator.router.places import SiteAddresses, router_place
 from orchestrator.router.render import CONF_DIR, KEY_PATH, LAUNCHER_PATH, UNIT_PATH, render_router, router_schema
 from orchestrator.telemetry.summary import TelemetrySummary
 from tests.unit.test_fleet_router import URLS, inventory
@@ -163,13 +163,17 @@ def test_fleet_point_figures_per_host_and_total() -> None:
 
 
 def test_bench_client_is_the_routers_host_and_needs_a_managed_router() -> None:
-    client = bench_client(inventory({"runs_on": "gpu-2", "port": 31000}))
+    client = bench_client(inventory({"runs_on": "gpu-2", "port": 31000}), SiteAddresses())
     assert (client.host.name, client.vmid, client.router_host, client.router_port) == ("gpu-2", 120, "127.0.0.1",
                                                                                          31000)
-    other_ct = bench_client(inventory({"runs_on": "gpu-2", "vmid": 130, "url": "http://10.9.0.50:30000"}))
+    other_ct = bench_client(inventory({"runs_on": "gpu-2", "vmid": 130, "url": "http://10.9.0.50:30000"}),
+                            SiteAddresses())
     assert (other_ct.router_host, other_ct.router_port) == ("10.9.0.50", 30000)
+    # A router in another container without url: its container's address on the site network.
+    learned = bench_client(inventory({"runs_on": "gpu-2", "vmid": 130}), SiteAddresses({("gpu-2", 130): "10.20.2.9"}))
+    assert (learned.router_host, learned.router_port) == ("10.20.2.9", 30000)
     with pytest.raises(ConfigError, match="runs on the operator's machine"):
-        bench_client(inventory({"runs_on": "operator"}))
+        bench_client(inventory({"runs_on": "operator"}), SiteAddresses())
     with pytest.raises(ConfigError, match="no router"):
-        bench_client(inventory(None))  # type: ignore[arg-type]
+        bench_client(inventory(None), SiteAddresses())  # type: ignore[arg-type]
     assert wait_command("/tmp/x y.stop", 90).startswith("timeout 90 bash -c ")

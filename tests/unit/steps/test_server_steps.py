@@ -297,6 +297,16 @@ def test_status_of_a_running_container_reads_the_release(make_run) -> None:
     assert rec.summary.startswith(f"release {CURRENT} (kept), sglang active, /health 200")
 
 
+def test_status_reads_the_containers_address_in_the_same_round_trip(make_run) -> None:
+    """A DHCP address is known only inside the container: read by the facts batch, typed in the status."""
+    run = make_run({"ct_status": "status: running\n", "gpu_power": ""},
+                   {"current_release": f"releases/{CURRENT}\n", "active": "active\n", "health": "200",
+                    "ct_address": "2: eth0    inet 10.163.90.17/22 brd 10.163.91.255 scope global dynamic eth0\n"})
+    run.step("status")
+    info = run.ctx.state.status
+    assert info is not None and info.address == "10.163.90.17" and info.to_dict()["address"] == "10.163.90.17"
+
+
 def test_a_verdict_that_cannot_be_written_fails_the_gate_instead_of_reporting_kept(make_run) -> None:
     """Issue 21 §2: with a full disk the verdict write fails; the roll must fail, not say `kept` with no verdict."""
     run, rec = installed_candidate(make_run)
