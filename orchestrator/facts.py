@@ -24,16 +24,30 @@ from orchestrator.scripts import render_script
 
 CmdFn = Callable[[Host, ServerProfile], str]
 
-#: Before reading a just-started container: wait until its systemd has finished booting (enabled units started),
-#: so the facts say what the boot leaves behind rather than a moment in the middle of it. `pct start` returns
-#: before the container's systemd is up, and `pct exec` does not wait for it either. Bounded: a boot that has not
-#: reached `running` or `degraded` within BOOT_WAIT_S prints BOOT_UNSETTLED and its state, and no fact is read.
+#: Before reading a container's facts: wait until its systemd has finished booting (enabled units started), so the
+#: facts say what the boot leaves behind rather than a moment in the middle of it. `pct start` returns once LXC says
+#: the container runs, and `pct exec` does not wait for its systemd either; after a host reboot pve-guests starts the
+#: container while nobody watches. So every container read waits (a booted container answers at once), bounded:
+#: early in a boot `systemctl` cannot reach systemd yet ("Failed to connect to bus", no output), which is asked again
+#: until the bound; a boot that has not reached `running` or `degraded` within BOOT_WAIT_S prints BOOT_UNSETTLED and
+#: its state, and no fact is read.
 BOOT_WAIT_S = 120
 BOOT_UNSETTLED = "__CT_BOOT_UNSETTLED__"
 BOOT_STATES = ("running", "degraded")
-SETTLE_BOOT = (f"boot_state=$(timeout {BOOT_WAIT_S} systemctl is-system-running --wait 2>/dev/null); "
-               f'case "$boot_state" in {"|".join(BOOT_STATES)}) ;; '
-               f'*) echo "{BOOT_UNSETTLED} ${{boot_state:-no answer}}"; exit 0 ;; esac')
+
+
+def settle_boot_script(wait_s: int) -> str:
+    """The shell that waits for the container's boot (at most wait_s seconds), or prints why it gave up."""
+    return (f"boot_end=$(( $(date +%s) + {int(wait_s)} )); "
+            "while :; do boot_left=$(( boot_end - $(date +%s) )); "
+            '[ "$boot_left" -gt 0 ] || boot_left=1; '
+            'boot_state=$(timeout "$boot_left" systemctl is-system-running --wait 2>/dev/null); '
+            f'case "$boot_state" in {"|".join(BOOT_STATES)}) break ;; '
+            '""|offline|initializing|starting) [ "$(date +%s)" -lt "$boot_end" ] && { sleep 0.2; continue; } ;; '
+            f'esac; echo "{BOOT_UNSETTLED} ${{boot_state:-no answer}}"; exit 0; done')
+
+
+SETTLE_BOOT = settle_boot_script(BOOT_WAIT_S)
 
 
 #: Debian packages the pipeline needs inside the container, which a stock debian-12-standard may lack:
@@ -132,24 +146,23 @@ class Facts:
         #: Set once the playbook's union of facts has been read (see steps.session.ensure_facts).
         self.gathered = False
 
-    def _ct_command(self, names: Iterable[str], settle_boot: bool = False) -> tuple[str, str]:
+    def _ct_command(self, names: Iterable[str]) -> tuple[str, str]:
+        """The container's inner batch, behind the boot settle: no fact is read from a half-booted container."""
         nonce = secrets.token_hex(8)
         inner = build_batch_script({n: CT_FACTS[n](self.host_cfg, self.profile) for n in names}, nonce)
-        if settle_boot:
-            inner = f"{SETTLE_BOOT}\n{inner}"
-        return self.container.if_running(self.container.shell_command(inner)), nonce
+        return self.container.if_running(self.container.shell_command(f"{SETTLE_BOOT}\n{inner}")), nonce
 
     def gather(self, host_names: Iterable[str], ct_names: Iterable[str], *, extra: dict[str, str] | None = None,
-               what: str = "fact gathering", settle_boot: bool = False) -> dict[str, CommandOutput]:
+               what: str = "fact gathering") -> dict[str, CommandOutput]:
         """One round trip for all named facts; `extra` commands ride along and are returned.
 
-        `settle_boot`: the container was just started; wait (in the same round trip) until its boot is done.
+        Container facts are read only once the container's boot has settled (SETTLE_BOOT, same round trip).
         """
         commands = {n: HOST_FACTS[n](self.host_cfg, self.profile) for n in sorted(set(host_names))}
         ct_list = sorted(set(ct_names))
         nonce = ""
         if ct_list:
-            commands["ct_facts"], nonce = self._ct_command(ct_list, settle_boot)
+            commands["ct_facts"], nonce = self._ct_command(ct_list)
         commands.update(extra or {})
         out = self.ssh.batch(commands, what=what)
         for name in host_names:
