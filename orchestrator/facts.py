@@ -20,6 +20,7 @@ from orchestrator.parsers.sections import CommandOutput, build_batch_script, spl
 from orchestrator.parsers.weights import RECORD_PATH
 from orchestrator.remote.container import NOT_RUNNING, PATHS, Container
 from orchestrator.remote.ssh import SshHost
+from orchestrator.render.boot_unit import boot_unit_fact
 from orchestrator.scripts import render_script
 
 CmdFn = Callable[[Host, ServerProfile], str]
@@ -72,6 +73,7 @@ HOST_FACTS: dict[str, CmdFn] = {
     # Device headers, bus ranges and ACS control only: ~20 KB instead of ~430 KB of `lspci -vvv`.
     "lspci_acs": lambda h, p: "lspci -vvv 2>/dev/null | grep -E '^[0-9a-f]{2,4}:|ACSCtl|Bus: primary'",
     "nvsmi_list": lambda h, p: "nvidia-smi -L",
+    "boot_unit": lambda h, p: boot_unit_fact(),
     "topo": lambda h, p: "nvidia-smi topo -m",
     "p2p_read": lambda h, p: "nvidia-smi topo -p2p r",
     "p2p_write": lambda h, p: "nvidia-smi topo -p2p w",

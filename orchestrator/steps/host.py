@@ -1,16 +1,27 @@
-"""Host prerequisites (`deploy doctor`): driver, /dev/nvidia-uvm, uvm HMM off, IOMMU, ACS, PVE version."""
+"""Host prerequisites (`deploy doctor`): driver, /dev/nvidia-uvm, the boot unit that recreates it, uvm HMM off,
+IOMMU, ACS, PVE version; and `boot_nodes`, which installs that unit."""
 
 from __future__ import annotations
 
 from orchestrator.errors import CheckFailed
 from orchestrator.facts import Facts
+from orchestrator.parsers.devices import nvidia_char_devices, parse_dev_listing
+from orchestrator.render.boot_unit import (
+    UNIT_NAME,
+    UNIT_PATH,
+    BootUnitState,
+    exec_lines,
+    install_script,
+    parse_boot_unit,
+    render_boot_unit,
+)
 from orchestrator.runlog import StepRecord
-from orchestrator.steps.base import StepContext, step
+from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts
 from orchestrator.verdicts.host import Finding, HostFacts, doctor_findings, host_facts_from_outputs, worst_status
 
 DOCTOR_FACTS = ("driver_version", "dev_listing", "uvm_hmm", "modprobe", "cmdline", "lspci_acs", "pveversion",
-                "nvsmi_list")
+                "nvsmi_list", "boot_unit")
 
 
 def host_facts(facts: Facts) -> HostFacts:
@@ -28,6 +39,7 @@ def host_facts(facts: Facts) -> HostFacts:
         lspci_vvv=text("lspci_acs"),
         pveversion=text("pveversion"),
         gpu_list=text("nvsmi_list"),
+        boot_unit=text("boot_unit"),
     )
 
 
@@ -61,3 +73,23 @@ def host_prereqs(ctx: StepContext, record: StepRecord) -> None:
                           details={"findings": [f.to_dict() for f in findings]})
     record.summary = f"{len(findings)} checks: {worst_status(findings)}" + (
         f" ({', '.join(f.check for f in warned)})" if warned else "")
+
+
+@step("boot_nodes", host_facts=("dev_listing", "boot_unit"))
+def boot_nodes(ctx: StepContext, record: StepRecord) -> None:
+    """A host unit that recreates the on-demand NVIDIA nodes at every boot, before pve-guests starts the containers
+    (why a unit and not a hookscript: orchestrator/render/boot_unit.py)."""
+    ensure_facts(ctx)
+    listing, fact = ctx.facts.h("dev_listing"), ctx.facts.h("boot_unit")
+    wanted = render_boot_unit(nvidia_char_devices(parse_dev_listing(listing.stdout)))
+    have = parse_boot_unit(fact.stdout) if fact is not None and fact.rc == 0 else BootUnitState(False, None)
+    record.details["unit"] = UNIT_PATH
+    if have.in_place(wanted):
+        record.summary = f"{UNIT_NAME} enabled (nvidia-modprobe before pve-guests.service)"
+        return
+    what = (f"{'update' if have.text is not None else 'install'} {UNIT_NAME}: "
+            f"{'; '.join(exec_lines(nvidia_char_devices(parse_dev_listing(listing.stdout))))} at boot, "
+            "before pve-guests.service")
+    if mark_change(record, ctx, what):
+        ctx.ssh.script(install_script(wanted), what=f"install {UNIT_NAME}")
+    record.summary = what
