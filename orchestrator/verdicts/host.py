@@ -40,14 +40,12 @@ __all__ = [
 FindingStatus = Literal["ok", "warn", "fail"]
 
 UVM_FIX = (
-    "create the nodes now with `nvidia-modprobe -u -c0` (plus `-m`, and `-f /proc/driver/nvidia/capabilities/mig/"
-    "config -f …/mig/monitor` for /dev/nvidia-caps), then `deploy up`: it installs deploy-nvidia-nodes.service, "
-    "which runs nvidia-modprobe at every boot before pve-guests.service (nvidia-persistenced does not load "
-    "nvidia-uvm)"
+    "now: `nvidia-modprobe -u -c0` on the host (docs/troubleshooting.md lists the other on-demand nodes); for every "
+    "boot: `deploy up` installs deploy-nvidia-nodes.service, which runs nvidia-modprobe before pve-guests.service "
+    "(nvidia-persistenced does not load nvidia-uvm)"
 )
 BOOT_UNIT_FIX = (
-    f"run `deploy up`: it writes {UNIT_PATH} (nvidia-modprobe for every on-demand node, ordered before "
-    f"pve-guests.service) and runs `systemctl enable {UNIT_NAME}` (the unit is shown in docs/up.md, "
+    f"`deploy up` writes and enables {UNIT_PATH} (nvidia-modprobe before pve-guests.service; docs/up.md, "
     "'After a host reboot')"
 )
 HMM_FIX = (
@@ -137,9 +135,8 @@ def _boot_unit(f: HostFacts) -> Finding | None:
         return Finding("boot-nodes-unit", "ok", f"{UNIT_NAME} enabled: nvidia-modprobe recreates the on-demand "
                        "NVIDIA nodes at boot, before pve-guests.service starts the containers")
     if unit.text is None:
-        observed = (f"no {UNIT_NAME}: after a host reboot /dev/nvidia-uvm (and the other on-demand nodes) will be "
-                    "missing, PVE refuses to start the container (`Device /dev/nvidia-uvm does not exist`) and the "
-                    "server stays down until someone runs nvidia-modprobe")
+        observed = (f"no {UNIT_NAME}: after a reboot PVE will refuse to start the container (`Device "
+                    "/dev/nvidia-uvm does not exist`) until someone runs nvidia-modprobe")
     elif not unit.enabled:
         observed = f"{UNIT_NAME} is not enabled: a reboot will not run it"
     else:
