@@ -64,10 +64,10 @@ def main() -> int:
         finally:
             sim_down(root)
     print(f"median of {args.runs} reboots of a converged simulated host (time_scale {args.time_scale:g})")
-    print(f"deploy sim reboot (guests down, boot unit, pve-guests)  {statistics.median(reboots):6.2f} s   all: "
-          + " ".join(f"{x:.2f}" for x in reboots))
-    print(f"reboot start until /health answers 200               {statistics.median(serves):6.2f} s   all: "
-          + " ".join(f"{x:.2f}" for x in serves))
+    rows = (("deploy sim reboot (guests down, boot unit, pve-guests)", reboots),
+            ("reboot start until /health answers 200", serves))
+    for label, values in rows:
+        print(f"{label:<56}{statistics.median(values):7.2f} s   all: {' '.join(f'{x:.2f}' for x in values)}")
     return 0
 
 
