@@ -25,20 +25,35 @@ from orchestrator.parsers.sections import CommandOutput, build_batch_script, spl
 from orchestrator.parsers.weights import RECORD_PATH
 from orchestrator.remote.container import NOT_RUNNING, PATHS, Container
 from orchestrator.remote.ssh import SshHost
+from orchestrator.render.boot_unit import boot_unit_fact
 from orchestrator.scripts import render_script
 
 CmdFn = Callable[[Host, ServerProfile], str]
 
-#: Before reading a just-started container: wait until its systemd has finished booting (enabled units started),
-#: so the facts say what the boot leaves behind rather than a moment in the middle of it. `pct start` returns
-#: before the container's systemd is up, and `pct exec` does not wait for it either. Bounded: a boot that has not
-#: reached `running` or `degraded` within BOOT_WAIT_S prints BOOT_UNSETTLED and its state, and no fact is read.
+#: Before reading a container's facts: wait until its systemd has finished booting (enabled units started), so the
+#: facts say what the boot leaves behind rather than a moment in the middle of it. `pct start` returns once LXC says
+#: the container runs, and `pct exec` does not wait for its systemd either; after a host reboot pve-guests starts the
+#: container while nobody watches. So every container read waits (a booted container answers at once), bounded:
+#: early in a boot `systemctl` cannot reach systemd yet ("Failed to connect to bus", no output), which is asked again
+#: until the bound; a boot that has not reached `running` or `degraded` within BOOT_WAIT_S prints BOOT_UNSETTLED and
+#: its state, and no fact is read.
 BOOT_WAIT_S = 120
 BOOT_UNSETTLED = "__CT_BOOT_UNSETTLED__"
 BOOT_STATES = ("running", "degraded")
-SETTLE_BOOT = (f"boot_state=$(timeout {BOOT_WAIT_S} systemctl is-system-running --wait 2>/dev/null); "
-               f'case "$boot_state" in {"|".join(BOOT_STATES)}) ;; '
-               f'*) echo "{BOOT_UNSETTLED} ${{boot_state:-no answer}}"; exit 0 ;; esac')
+
+
+def settle_boot_script(wait_s: int) -> str:
+    """The shell that waits for the container's boot (at most wait_s seconds), or prints why it gave up."""
+    return (f"boot_end=$(( $(date +%s) + {int(wait_s)} )); "
+            "while :; do boot_left=$(( boot_end - $(date +%s) )); "
+            '[ "$boot_left" -gt 0 ] || boot_left=1; '
+            'boot_state=$(timeout "$boot_left" systemctl is-system-running --wait 2>/dev/null); '
+            f'case "$boot_state" in {"|".join(BOOT_STATES)}) break ;; '
+            '""|offline|initializing|starting) [ "$(date +%s)" -lt "$boot_end" ] && { sleep 0.2; continue; } ;; '
+            f'esac; echo "{BOOT_UNSETTLED} ${{boot_state:-no answer}}"; exit 0; done')
+
+
+SETTLE_BOOT = settle_boot_script(BOOT_WAIT_S)
 
 
 #: Debian packages the pipeline needs inside the container, which a stock debian-12-standard may lack:
@@ -127,6 +142,8 @@ class HOST:
     lspci_acs = HostFact("lspci_acs", lambda h, p: (
         "lspci -vvv 2>/dev/null | grep -E '^[0-9a-f]{2,4}:|ACSCtl|Bus: primary'"), raw)
     nvsmi_list = HostFact("nvsmi_list", lambda h, p: "nvidia-smi -L", raw)
+    #: The boot unit that recreates the on-demand NVIDIA nodes before pve-guests (render/boot_unit.py).
+    boot_unit = HostFact("boot_unit", lambda h, p: boot_unit_fact(), raw)
     topo = HostFact("topo", lambda h, p: "nvidia-smi topo -m", raw)
     p2p_read = HostFact("p2p_read", lambda h, p: "nvidia-smi topo -p2p r", raw)
     p2p_write = HostFact("p2p_write", lambda h, p: "nvidia-smi topo -p2p w", raw)
@@ -226,26 +243,24 @@ class Facts:
         #: Set once the playbook's union of facts has been read (see steps.session.ensure_facts).
         self.gathered = False
 
-    def _ct_command(self, facts: Iterable[CtFact[Any]], settle_boot: bool = False) -> tuple[str, str]:
+    def _ct_command(self, facts: Iterable[CtFact[Any]]) -> tuple[str, str]:
+        """The container's inner batch, behind the boot settle: no fact is read from a half-booted container."""
         nonce = secrets.token_hex(8)
         inner = build_batch_script({f.name: f.command(self.host_cfg, self.profile) for f in facts}, nonce)
-        if settle_boot:
-            inner = f"{SETTLE_BOOT}\n{inner}"
-        return self.container.if_running(self.container.shell_command(inner)), nonce
+        return self.container.if_running(self.container.shell_command(f"{SETTLE_BOOT}\n{inner}")), nonce
 
     def gather(self, host_facts: Iterable[HostFact[Any]], ct_facts: Iterable[CtFact[Any]], *,
-               extra: dict[str, str] | None = None, what: str = "fact gathering",
-               settle_boot: bool = False) -> dict[str, CommandOutput]:
+               extra: dict[str, str] | None = None, what: str = "fact gathering") -> dict[str, CommandOutput]:
         """One round trip for all given facts; `extra` commands ride along and are returned.
 
-        `settle_boot`: the container was just started; wait (in the same round trip) until its boot is done.
+        Container facts are read only once the container's boot has settled (SETTLE_BOOT, same round trip).
         """
         host_list = sorted(set(host_facts), key=lambda f: f.name)
         commands = {f.name: f.command(self.host_cfg, self.profile) for f in host_list}
         ct_list = sorted(set(ct_facts), key=lambda f: f.name)
         nonce = ""
         if ct_list:
-            commands["ct_facts"], nonce = self._ct_command(ct_list, settle_boot)
+            commands["ct_facts"], nonce = self._ct_command(ct_list)
         commands.update(extra or {})
         out = self.ssh.batch(commands, what=what)
         for f in host_list:

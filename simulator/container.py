@@ -6,15 +6,11 @@ A container is a real LXC container (simulator/lxc/runtime.py): these go through
 from __future__ import annotations
 
 import os
-import time
 from typing import NoReturn
 
 from simulator.config import HostPaths
 from simulator.lxc.runtime import RuntimeFailure
 from simulator.pve.lxc import Node, PveError
-
-#: After a start, `pct exec` first waits for systemd (a reboot from inside is not tracked).
-READY_WINDOW_S = 60.0
 
 
 def require_running(node: Node, vmid: int) -> None:
@@ -24,13 +20,13 @@ def require_running(node: Node, vmid: int) -> None:
 
 
 def exec_command(hp: HostPaths, vmid: int, argv: list[str]) -> NoReturn:
-    """`pct exec VMID -- cmd...`: exec in place, so stdin/stdout/stderr and the exit code are the command's."""
+    """`pct exec VMID -- cmd...`: exec in place, so stdin/stdout/stderr and the exit code are the command's.
+
+    As pve-container's `pct exec`: `lxc-attach --keep-env` (keep-env defaults to 1) and no wait for the container's
+    boot, so a command sent right after `pct start` may meet a systemd that is still starting."""
     node = Node(hp)
     require_running(node, vmid)
-    st = node.state(vmid)
-    if st.started_at is None or time.time() - st.started_at < READY_WINDOW_S:
-        node.lxc.wait_ready(vmid)  # systemctl answers only once systemd is up
-    node.lxc.exec(vmid, argv)
+    node.lxc.exec(vmid, argv)  # no wait for the CT's systemd, the caller's environment kept: pct's defaults
 
 
 def _mode(perms: str | None) -> int:

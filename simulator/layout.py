@@ -29,6 +29,10 @@ HOST_OVERLAYS: tuple[tuple[str, str, str], ...] = (
     ("var/lib/vz", "/var/lib/vz", "dir"),
     ("var/lib/deploy", "/var/lib/deploy", "dir"),
     ("tmp", "/tmp", "dir"),
+    # The host's own units (the stand-in `systemctl` reads them; `deploy sim reboot` starts the enabled ones) and
+    # the boot id that changes at each `deploy sim reboot`: never the machine's own.
+    ("etc/systemd/system", "/etc/systemd/system", "dir"),
+    ("proc/sys/kernel/random/boot_id", "/proc/sys/kernel/random/boot_id", "file"),
     # /dev last: it is bound recursively after /dev/pts has been bound into fs/dev/pts.
     ("dev", "/dev", "dir"),
 )

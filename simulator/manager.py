@@ -4,6 +4,7 @@
     python -m simulator.manager down|status [--root DIR]
     python -m simulator.manager faults sim-1 ssh_drop_after=2 task_fail=vzstart
     python -m simulator.manager ct-faults sim-1 120 crash_on_start=true
+    python -m simulator.manager reboot sim-1
 
 Host sim-N listens on 127.0.0.(N+1) (beyond sim-253: 127.0.1.1, …, see _address): a real sshd on :2222 and
 the HTTPS API on :8006. Daemons are started detached (own session, stdio to log files) so they outlive the CLI;
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from simulator import hostsvc, layout, procs, sshd
+from simulator import hostsvc, layout, procs, reboot, sshd
 from simulator.config import (
     API_PORT,
     DEFAULT_ROOT,
@@ -167,7 +168,8 @@ def _install_bin(sp: SimPaths, rc: RootConfig) -> None:
 def _layout_fs(hp: HostPaths) -> None:
     fs = hp.fs
     for d in ("etc/pve/lxc", "etc/pve/nodes", "etc/modprobe.d", "proc/driver", "sys/module", "root",
-              "var/lib/vz/template/cache", "var/lib/vz/dump", "var/lib/deploy", "dev/pts", "dev/shm"):
+              "var/lib/vz/template/cache", "var/lib/vz/dump", "var/lib/deploy", "dev/pts", "dev/shm",
+              "etc/systemd/system", "proc/sys/kernel/random"):
         (fs / d).mkdir(parents=True, exist_ok=True)
     (fs / "tmp").mkdir(exist_ok=True)
     (fs / "tmp").chmod(0o1777)
@@ -184,6 +186,8 @@ def _layout_fs(hp: HostPaths) -> None:
     for f in ("proc/devices", "proc/cmdline"):
         if not (fs / f).exists():
             (fs / f).write_text("")
+    if not (fs / reboot.BOOT_ID).exists():
+        reboot.new_boot(hp)
     for d in ("gpu", "ct", "tasks", "locks"):
         (hp.dir / d).mkdir(exist_ok=True)
 
@@ -482,6 +486,29 @@ def sim_down(root: Path = DEFAULT_ROOT) -> None:
             _forget_containers(sp.host(name))
 
 
+def sim_reboot(root: Path, host: str) -> list[str]:
+    """Reboot one simulated host (simulator/reboot.py): guests shut down, SSH and API connections drop, a new boot
+    without the on-demand NVIDIA nodes, the host's enabled units, then its `onboot` guests. Returns the boot log."""
+    root = Path(root).resolve()
+    hp = SimPaths(root).host(host)
+    if not hp.config.exists():
+        raise ValueError(f"no simulated host {host!r} under {root}")
+    cfg = hp.load()
+    if sshd.running(hp) is None:
+        raise ValueError(f"{host} is not running: start it with `deploy sim up --root {root}` first")
+    log = reboot.boot_log(hp)
+    reboot.shutdown_guests(hp, log)  # first: lxc-* commands go through the daemons' mount namespace
+    sshd.stop(hp)
+    procs.stop_tree(hp.api / "api.pid")
+    _kill_view_processes(root, [host])
+    log("SSH sessions and API connections closed")
+    reboot.power_on(hp, cfg, log)
+    sshd.start(hp)
+    _start_api(hp, cfg)
+    reboot.boot(hp, hp.load(), log)
+    return log.lines
+
+
 def _forget_containers(hp: HostPaths) -> None:
     """The containers' volumes were in memory and are gone: so are their configs and runtime state."""
     for conf in hp.lxc_conf_dir.glob("*.conf") if hp.lxc_conf_dir.is_dir() else []:
@@ -612,6 +639,11 @@ def reset_host(root: Path, host: str) -> None:
     shutil.rmtree(hp.dir / "ct", ignore_errors=True)
     (hp.dir / "ct").mkdir()
     shutil.rmtree(hp.dir.parent.parent / "lxc" / host, ignore_errors=True)
+    units = hp.fs / "etc/systemd/system"  # units a test (or `deploy up`) installed, and every on-demand node back
+    units.mkdir(parents=True, exist_ok=True)
+    for entry in units.iterdir():  # the directory itself stays: the host view has it bind-mounted
+        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    hardware.provision(hp.dir, hp.load())
 
 
 def _lxc_host_up(hp: HostPaths, cfg: HostConfig) -> HostConfig:
@@ -678,6 +710,8 @@ def main(argv: list[str] | None = None) -> int:
     f = sub.add_parser("faults")
     f.add_argument("host")
     f.add_argument("knobs", nargs="*")
+    rb = sub.add_parser("reboot")
+    rb.add_argument("host")
     cf = sub.add_parser("ct-faults")
     cf.add_argument("host")
     cf.add_argument("vmid", type=int)
@@ -698,6 +732,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "faults":
             print(json.dumps(dataclasses.asdict(set_faults(args.root, args.host,
                                                            **dict(map(_parse_knob, args.knobs))))))
+        elif args.cmd == "reboot":
+            print("\n".join(sim_reboot(args.root, args.host)))
         elif args.cmd == "ct-faults":
             print(json.dumps(dataclasses.asdict(set_ct_faults(args.root, args.host, args.vmid,
                                                               **dict(map(_parse_knob, args.knobs))))))
@@ -729,6 +765,7 @@ __all__ = [
     "set_ct_faults",
     "set_faults",
     "sim_down",
+    "sim_reboot",
     "sim_status",
     "sim_up",
     "write_inventory",

@@ -1,4 +1,4 @@
-"""`deploy sim up|down|status|fault`: the simulated Proxmox GPU host on this machine (loopback only, root)."""
+"""`deploy sim up|down|status|fault|reboot`: the simulated Proxmox GPU host on this machine (loopback only, root)."""
 
 from __future__ import annotations
 
@@ -151,6 +151,28 @@ def status(app: AppContext, root: str | None) -> int:
     app.out.print(table)
     if not infos:
         app.out.line("no simulated host (deploy sim up)")
+    return 0
+
+
+@sim.command("reboot")
+@click.argument("host")
+@click.option("--root", default=None, help=ROOT_HELP)
+@common_options
+def reboot(app: AppContext, host: str, root: str | None) -> int:
+    """Reboot a simulated host as a PVE host reboots: its containers shut down, SSH and API connections drop, a new
+    boot id; the on-demand NVIDIA nodes (/dev/nvidia-uvm, -uvm-tools, -modeset, /dev/nvidia-caps) stay absent until
+    `nvidia-modprobe` runs; the host's enabled units start (those before pve-guests.service first), then its
+    `onboot: 1` containers in `startup` order. Returns when pve-guests is done, not when the servers serve."""
+    from simulator.manager import sim_reboot
+
+    try:
+        lines = sim_reboot(_root(root), host)
+    except (ValueError, RuntimeError) as exc:
+        raise ConfigError(f"cannot reboot {host}: {exc}", fix="deploy sim status shows the hosts of this root",
+                          host=host, step="sim reboot") from exc
+    app.out.emit({"ok": True, "host": host, "boot_log": lines})
+    for line in lines:
+        app.out.line(line)
     return 0
 
 

@@ -67,7 +67,8 @@ def select_nodes(nodes: Sequence[DeviceNode]) -> list[DeviceNode]:
                           "(nvidia-smi must list the GPUs) and capture `ls -l /dev/nvidia* /dev/nvidia-caps/*` again")
     for required, fix in (("/dev/nvidiactl", "load the nvidia kernel module on the host"),
                           ("/dev/nvidia-uvm", "create it on the host before the container starts: "
-                                              "`nvidia-modprobe -u -c=0` (or a oneshot unit; see docs)")):
+                                              "`nvidia-modprobe -u -c0` (`deploy up` installs a unit that does it at "
+                                              "boot)")):
         if required not in paths:
             raise ConfigError(f"{required} does not exist on the host; CUDA needs it in the container", fix=fix)
     return chosen
@@ -113,7 +114,7 @@ def raw_lines(nodes: Sequence[DeviceNode], proc_devices: Mapping[str, int]) -> l
     chosen = select_nodes(nodes)
     if "nvidia-uvm" not in proc_devices:
         raise ConfigError("/proc/devices on the host has no nvidia-uvm major",
-                          fix="load nvidia_uvm on the host (`nvidia-modprobe -u -c=0`) and capture /proc/devices again")
+                          fix="load nvidia_uvm on the host (`nvidia-modprobe -u -c0`) and capture /proc/devices again")
     nvidia_major = proc_devices.get("nvidia", 195)
     majors = [nvidia_major, proc_devices["nvidia-uvm"]]
     caps = [n for n in chosen if n.path.startswith("/dev/nvidia-caps/")]

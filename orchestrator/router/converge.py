@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, RemoteError
+from orchestrator.facts import BOOT_UNSETTLED, BOOT_WAIT_S, SETTLE_BOOT
 from orchestrator.inventory.models import Inventory, RouterSpec
 from orchestrator.parsers.sections import build_batch_script, new_nonce, split_batch_output
 from orchestrator.remote.container import NOT_RUNNING, Container
@@ -328,7 +329,13 @@ def _container_runs(ct: Container) -> bool:
 def _read_facts(ct: Container, spec: RouterSpec, argv: list[str]) -> RouterFacts:
     nonce = new_nonce()
     commands = facts_commands(spec, argv)
-    res = ct.script(build_batch_script(commands, nonce), check=False, timeout=120, what="router facts")
+    res = ct.script(f"{SETTLE_BOOT}\n{build_batch_script(commands, nonce)}", check=False,
+                    timeout=BOOT_WAIT_S + 120, what="router facts")
+    unsettled = next((ln for ln in res.stdout.splitlines() if ln.startswith(BOOT_UNSETTLED)), None)
+    if unsettled is not None:  # never read from a half-booted container
+        raise RemoteError(f"CT {ct.vmid} did not finish booting within {BOOT_WAIT_S} s (its systemd says "
+                          f"{unsettled.removeprefix(BOOT_UNSETTLED).strip()!r}); the router's facts were not read",
+                          fix=f"`pct exec {ct.vmid} -- systemctl list-jobs` shows what the boot waits for")
     try:
         return parse_facts(split_batch_output(res.stdout, nonce, commands))
     except ValueError as exc:

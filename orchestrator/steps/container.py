@@ -399,7 +399,7 @@ def container(ctx: StepContext, record: StepRecord) -> None:
         if started:
             ctx.say(f"waiting for CT {spec.vmid} to finish booting (systemd {' or '.join(BOOT_STATES)}, "
                     f"at most {BOOT_WAIT_S} s) before reading it")
-        refresh_ct_facts(ctx, *CT_FACTS_AFTER_START, settle_boot=started)
+        refresh_ct_facts(ctx, *CT_FACTS_AFTER_START)
     record.summary = "; ".join(record.changes) if record.changes else (
         f"CT {spec.vmid} running with {len(wanted)} NVIDIA device nodes passed through")
     record.details["devices"] = [n.path for n in wanted]

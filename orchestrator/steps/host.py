@@ -1,17 +1,28 @@
-"""Host prerequisites (`deploy doctor`): driver, /dev/nvidia-uvm, uvm HMM off, IOMMU, ACS, PVE version."""
+"""Host prerequisites (`deploy doctor`): driver, /dev/nvidia-uvm, the boot unit that recreates it, uvm HMM off,
+IOMMU, ACS, PVE version; and `boot_nodes`, which installs that unit."""
 
 from __future__ import annotations
 
 from orchestrator.errors import CheckFailed
 from orchestrator.facts import HOST, Facts, HostFact
+from orchestrator.parsers.devices import nvidia_char_devices, parse_dev_listing
 from orchestrator.parsers.sections import CommandOutput
+from orchestrator.render.boot_unit import (
+    UNIT_NAME,
+    UNIT_PATH,
+    BootUnitState,
+    exec_lines,
+    install_script,
+    parse_boot_unit,
+    render_boot_unit,
+)
 from orchestrator.runlog import StepRecord
-from orchestrator.steps.base import StepContext, step
+from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts
 from orchestrator.verdicts.host import Finding, HostFacts, doctor_findings, host_facts_from_outputs, worst_status
 
 DOCTOR_FACTS = (HOST.driver_version, HOST.dev_listing, HOST.uvm_hmm, HOST.modprobe, HOST.cmdline, HOST.lspci_acs,
-                HOST.pveversion, HOST.nvsmi_list)
+                HOST.pveversion, HOST.nvsmi_list, HOST.boot_unit)
 
 
 def host_facts(facts: Facts) -> HostFacts:
@@ -32,6 +43,7 @@ def host_facts(facts: Facts) -> HostFacts:
         lspci_vvv=text(HOST.lspci_acs),
         pveversion=text(HOST.pveversion),
         gpu_list=text(HOST.nvsmi_list),
+        boot_unit=text(HOST.boot_unit),
     )
 
 
@@ -56,12 +68,34 @@ def host_prereqs(ctx: StepContext, record: StepRecord) -> None:
     record.details["findings"] = [f.to_dict() for f in findings]
     ctx.state.pve_version = host_facts(ctx.facts).pve_version
     failed = [f for f in findings if f.status == "fail"]
-    warned = [f for f in findings if f.status == "warn"]
+    installs_unit = "boot_nodes" in ctx.playbook_steps  # its warning is this run's next change, not news
+    warned = [f for f in findings if f.status == "warn" and not (installs_unit and f.check == "boot-nodes-unit")]
     for f in warned:
         ctx.say(f"  warning: {f.check}: {f.observed}")
     if failed:
         raise CheckFailed("host prerequisites not met: " + "; ".join(f"{f.check}: {f.observed}" for f in failed),
                           fix=" | ".join(f"{f.check}: {f.fix}" for f in failed), host=ctx.host.name,
                           details={"findings": [f.to_dict() for f in findings]})
-    record.summary = f"{len(findings)} checks: {worst_status(findings)}" + (
+    judged = [f for f in findings if f.status != "warn" or f in warned]
+    record.summary = f"{len(findings)} checks: {worst_status(judged)}" + (
         f" ({', '.join(f.check for f in warned)})" if warned else "")
+
+
+@step("boot_nodes", host_facts=(HOST.dev_listing, HOST.boot_unit))
+def boot_nodes(ctx: StepContext, record: StepRecord) -> None:
+    """A host unit that recreates the on-demand NVIDIA nodes at every boot, before pve-guests starts the containers
+    (why a unit and not a hookscript: orchestrator/render/boot_unit.py)."""
+    ensure_facts(ctx)
+    listing, fact = ctx.facts.get(HOST.dev_listing), ctx.facts.get(HOST.boot_unit)
+    wanted = render_boot_unit(nvidia_char_devices(parse_dev_listing(listing.stdout)))
+    have = parse_boot_unit(fact.stdout) if fact is not None and fact.rc == 0 else BootUnitState(False, None)
+    record.details["unit"] = UNIT_PATH
+    if have.in_place(wanted):
+        record.summary = f"{UNIT_NAME} enabled (nvidia-modprobe before pve-guests.service)"
+        return
+    what = (f"{'update' if have.text is not None else 'install'} {UNIT_NAME}: "
+            f"{'; '.join(exec_lines(nvidia_char_devices(parse_dev_listing(listing.stdout))))} at boot, "
+            "before pve-guests.service")
+    if mark_change(record, ctx, what):
+        ctx.ssh.script(install_script(wanted), what=f"install {UNIT_NAME}")
+    record.summary = what

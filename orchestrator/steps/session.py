@@ -42,9 +42,9 @@ def report_leftovers(ctx: StepContext) -> None:
         ctx.say(leftover.message())
 
 
-def refresh_ct_facts(ctx: StepContext, *facts: CtFact[Any], settle_boot: bool = False) -> None:
+def refresh_ct_facts(ctx: StepContext, *facts: CtFact[Any]) -> None:
     """Re-read container facts after a change (one round trip; after a start, once its boot has settled)."""
-    ctx.facts.gather((), facts, what="re-reading container facts", settle_boot=settle_boot)
+    ctx.facts.gather((), facts, what="re-reading container facts")
 
 
 def unknown_until_started(ctx: StepContext, record: StepRecord, what: str) -> bool:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from orchestrator.parsers import ParseError
-from orchestrator.parsers.devices import parse_dev_listing, parse_gpu_list
+from orchestrator.parsers.devices import nvidia_char_devices, parse_dev_listing, parse_gpu_list
 from orchestrator.parsers.driver import parse_driver_version
 from orchestrator.parsers.hostfacts import (
     IommuMode,
@@ -22,9 +22,11 @@ from orchestrator.parsers.hostfacts import (
     parse_module_param_bool,
     parse_pveversion,
 )
+from orchestrator.render.boot_unit import UNIT_NAME, UNIT_PATH, BootUnitState, parse_boot_unit, render_boot_unit
 
 __all__ = [
     "ACS_FIX_TAIL",
+    "BOOT_UNIT_FIX",
     "HMM_FIX",
     "IOMMU_FIX",
     "UVM_FIX",
@@ -38,8 +40,13 @@ __all__ = [
 FindingStatus = Literal["ok", "warn", "fail"]
 
 UVM_FIX = (
-    "enable nvidia-persistenced (`systemctl enable --now nvidia-persistenced`) or add a boot unit running "
-    "`nvidia-modprobe -u -c=0` before pve-guests.service"
+    "now: `nvidia-modprobe -u -c0` on the host (docs/troubleshooting.md lists the other on-demand nodes); for every "
+    "boot: `deploy up` installs deploy-nvidia-nodes.service, which runs nvidia-modprobe before pve-guests.service "
+    "(nvidia-persistenced does not load nvidia-uvm)"
+)
+BOOT_UNIT_FIX = (
+    f"`deploy up` writes and enables {UNIT_PATH} (nvidia-modprobe before pve-guests.service; docs/up.md, "
+    "'After a host reboot')"
 )
 HMM_FIX = (
     "`echo 'options nvidia_uvm uvm_disable_hmm=1' > /etc/modprobe.d/nvidia-uvm.conf` + "
@@ -82,6 +89,8 @@ class HostFacts:
     pve_version: PveVersion | None = None
     gpu_count_pci: int | None = None
     gpu_count_driver: int | None = None
+    boot_unit: BootUnitState | None = None  # None: not read
+    boot_unit_wanted: str | None = None  # what `up` would write for the host's nodes now
 
 
 def _driver(f: HostFacts) -> Finding:
@@ -115,6 +124,24 @@ def _uvm(f: HostFacts) -> Finding | None:
         return Finding("nvidia-uvm-node", "ok", "/dev/nvidia-uvm exists")
     return Finding("nvidia-uvm-node", "fail",
                    "/dev/nvidia-uvm does not exist: the container would fail to start or lack CUDA", UVM_FIX)
+
+
+def _boot_unit(f: HostFacts) -> Finding | None:
+    """Warn, not fail: the host works now; only its next reboot would leave the container down."""
+    unit, wanted = f.boot_unit, f.boot_unit_wanted
+    if unit is None or wanted is None:
+        return None
+    if unit.in_place(wanted):
+        return Finding("boot-nodes-unit", "ok", f"{UNIT_NAME} enabled: nvidia-modprobe recreates the on-demand "
+                       "NVIDIA nodes at boot, before pve-guests.service starts the containers")
+    if unit.text is None:
+        observed = (f"no {UNIT_NAME}: after a reboot PVE will refuse to start the container (`Device "
+                    "/dev/nvidia-uvm does not exist`) until someone runs nvidia-modprobe")
+    elif not unit.enabled:
+        observed = f"{UNIT_NAME} is not enabled: a reboot will not run it"
+    else:
+        observed = f"{UNIT_NAME} does not create the nodes the host has now (the driver's node set changed)"
+    return Finding("boot-nodes-unit", "warn", observed, BOOT_UNIT_FIX)
 
 
 def _hmm(f: HostFacts) -> Finding | None:
@@ -181,7 +208,7 @@ def _pve(f: HostFacts) -> Finding | None:
 
 def doctor_findings(facts: HostFacts) -> list[Finding]:
     """Findings in a fixed order (driver first: without it the rest says little)."""
-    checks = (_driver, _gpus, _uvm, _hmm, _iommu, _acs, _pve)
+    checks = (_driver, _gpus, _uvm, _boot_unit, _hmm, _iommu, _acs, _pve)
     return [found for check in checks if (found := check(facts)) is not None]
 
 
@@ -201,6 +228,7 @@ def host_facts_from_outputs(
     lspci_vvv: str | None = None,
     pveversion: str | None = None,
     gpu_list: str | None = None,
+    boot_unit: str | None = None,
 ) -> HostFacts:
     """Build HostFacts from the raw texts of one batched read (pure: the caller did the I/O).
 
@@ -215,8 +243,11 @@ def host_facts_from_outputs(
         except ParseError:
             driver = None
     uvm_present: bool | None = None
+    wanted_unit: str | None = None
     if dev_listing is not None:
-        uvm_present = any(n.path == "/dev/nvidia-uvm" and n.kind == "c" for n in parse_dev_listing(dev_listing))
+        listed = parse_dev_listing(dev_listing)
+        uvm_present = any(n.path == "/dev/nvidia-uvm" and n.kind == "c" for n in listed)
+        wanted_unit = render_boot_unit(nvidia_char_devices(listed))
     kc = parse_kernel_cmdline(cmdline) if cmdline is not None else None
     bridges: tuple[str, ...] | None = None
     pci_gpus: int | None = None
@@ -243,4 +274,6 @@ def host_facts_from_outputs(
         pve_version=parse_pveversion(pveversion) if pveversion else None,
         gpu_count_pci=pci_gpus,
         gpu_count_driver=driver_gpus,
+        boot_unit=parse_boot_unit(boot_unit) if boot_unit is not None else None,
+        boot_unit_wanted=wanted_unit,
     )

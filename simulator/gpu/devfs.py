@@ -84,6 +84,10 @@ def provision_gpu_host(host_dir: Path, profile_name: str, driver_version: str | 
     _uvm(fs, profile, not missing_uvm)
     (fs / "proc/driver/nvidia").mkdir(parents=True, exist_ok=True)
     (fs / "proc/driver/nvidia/version").write_text(driver_version_text(driver_version or profile.driver_version))
+    mig = fs / "proc/driver/nvidia/capabilities/mig"  # what `nvidia-modprobe -f` reads to make the caps nodes
+    mig.mkdir(parents=True, exist_ok=True)
+    for name, minor, mode in (("config", 1, 0o400), ("monitor", 2, 0o444)):
+        (mig / name).write_text(f"DeviceFileMinor: {minor}\nDeviceFileMode: {mode}\nDeviceFileModify: 1\n")
     (fs / "proc/devices").write_text(proc_devices_text(profile, with_uvm=not missing_uvm))
     (fs / "proc/cmdline").write_bytes(CMDLINE_CAPTURE.read_bytes())
     (fs / "etc/modprobe.d").mkdir(parents=True, exist_ok=True)

@@ -256,9 +256,10 @@ class LxcRuntime:
         marker.touch()
 
     def start(self, vmid: int) -> None:
+        """Returns when LXC says the container runs (`lxc-start -d` waits for RUNNING), as `pct start` does: its
+        systemd is still booting then, and `systemctl` inside may not answer yet."""
         self._run(self._lxc("lxc-start", vmid, "-d", "-o", str(self.dirs(vmid).real / "lxc.log"), "-l", "INFO"),
                   f"startup for container '{vmid}'")
-        self.wait_ready(vmid)
 
     def wait_ready(self, vmid: int, timeout_s: float = READY_TIMEOUT_S) -> str:
         """Until systemd answers (`is-system-running` is past `starting`); returns its state."""
@@ -329,10 +330,12 @@ class LxcRuntime:
         return self._lxc("lxc-attach", vmid, "--clear-env", *sets, "--", *argv)
 
     def exec(self, vmid: int, argv: list[str]) -> NoReturn:
-        """Replace this process by lxc-attach: stdin, stdout, stderr and the exit code are the command's."""
-        full = self._attach_argv(vmid, argv)
+        """`pct exec`: replace this process by `lxc-attach --keep-env` (pct's keep-env default), so the command
+        runs with the caller's environment (LANG, LC_*, SSH_*, …) and stdin, stdout, stderr and the exit code are
+        the command's. Like pct, it never waits for the container's systemd."""
+        full = [*self._prefix(), "lxc-attach", "-P", self.lxcpath, "-n", str(vmid), "--keep-env", "--", *argv]
         sys.stdout.flush()
-        os.execvp(full[0], full)
+        os.execvpe(full[0], full, caller_env(os.environ))
 
     def run(self, vmid: int, argv: list[str], stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(self._attach_argv(vmid, argv), input=stdin, capture_output=True)
@@ -351,6 +354,21 @@ class LxcRuntime:
         if res.returncode != 0:
             raise RuntimeFailure(f"failed to open {src}: No such file or directory")
         Path(dst).write_bytes(res.stdout)
+
+
+#: What the simulator itself adds to a host session's environment (its launcher, its own variables, the
+#: ForceCommand's SSH_ORIGINAL_COMMAND): not on a real
+#: host, so not passed into a container. pct's clean_environment drops SSL_CERT_FILE and SSL_CERT_DIR.
+_NOT_PASSED = ("PYTHONPATH", "LD_LIBRARY_PATH", "PYTHONNOUSERSITE", "SSL_CERT_FILE", "SSL_CERT_DIR",
+               "SSH_ORIGINAL_COMMAND")
+
+
+def caller_env(env: dict[str, str] | os._Environ[str]) -> dict[str, str]:
+    """The environment `pct exec` hands to `lxc-attach --keep-env`: the caller's, less the simulator's own parts."""
+    out = {k: v for k, v in env.items() if k not in _NOT_PASSED and not k.startswith("DEPLOY_SIM_")}
+    if "PATH" in out:
+        out["PATH"] = ":".join(p for p in out["PATH"].split(":") if p and not p.startswith("/run/deploy-sim/"))
+    return out
 
 
 def _cmdline(pid: str) -> bytes:

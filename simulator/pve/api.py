@@ -145,10 +145,18 @@ def _nodes(ctx: Ctx, p: dict[str, Any]) -> Any:
     return [_node_entry(ctx)]
 
 
+def _uptime_s(hp: HostPaths) -> int:
+    """Seconds since the host's boot: the boot id file is written at each boot (simulator/reboot.py)."""
+    try:
+        return max(0, int(time.time() - (hp.fs / "proc/sys/kernel/random/boot_id").stat().st_mtime))
+    except OSError:
+        return 0
+
+
 def _node_entry(ctx: Ctx) -> dict[str, Any]:
     return {"node": ctx.node.name, "id": f"node/{ctx.node.name}", "type": "node", "status": "online",
             "maxcpu": 128, "cpu": 0.01, "maxmem": 1 << 40, "mem": 1 << 34, "maxdisk": 1 << 40,
-            "disk": 1 << 35, "uptime": 123456, "level": "", "ssl_fingerprint": ""}
+            "disk": 1 << 35, "uptime": _uptime_s(ctx.node.hp), "level": "", "ssl_fingerprint": ""}
 
 
 @route("GET", "/cluster/nextid")

@@ -343,18 +343,33 @@ def pveversion_main(argv: list[str]) -> int:
 
 
 def nvidia_modprobe_main(argv: list[str]) -> int:
-    """`-u` loads nvidia-uvm: its /proc/devices line and /dev/nvidia-uvm(-tools) appear; the fault clears."""
+    """NVIDIA's option parsing and actions (simulator.gpu.modprobe); `-u -c0` makes the uvm nodes and clears the
+    `missing_uvm` fault, `-u` alone only loads the module."""
+    from simulator.gpu import modprobe
+    from simulator.gpu.profiles import get_profile
+
     hp = current_host()
-    if any(a == "-u" or a == "--unified-memory" or (a.startswith("-") and not a.startswith("--")
-                                                     and "u" in a[1:] and "=" not in a) for a in argv):
-        cfg = hp.load()
+    try:
+        req = modprobe.parse(argv)
+    except modprobe.Usage as exc:
+        return modprobe.main_usage(exc)
+    if {"h", "v"} & req.flags:
+        _print("nvidia-modprobe:  version " + hp.load().driver_version)
+        return 0
+    cfg = hp.load()
+
+    def load_uvm(create_nodes: bool) -> None:
+        if not create_nodes:
+            hardware.load_uvm_module(hp.dir, cfg)
+            return
         hardware.set_uvm(hp.dir, cfg, present=True)
 
         def clear(c: Any) -> None:
             c.faults.missing_uvm = False
 
         hp.update(clear)
-    return 0
+
+    return modprobe.run(req, load_uvm, hp.fs, get_profile(cfg.gpu_profile).caps_major)
 
 
 def lspci_main(argv: list[str]) -> int:

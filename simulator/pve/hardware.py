@@ -116,3 +116,31 @@ def set_uvm(host_dir: Path, cfg: HostConfig, present: bool) -> None:
     if devices.exists():
         devices.write_text("".join(line for line in devices.read_text().splitlines(keepends=True)
                                    if not line.rstrip().endswith(" nvidia-uvm")))
+
+
+def load_uvm_module(host_dir: Path, cfg: HostConfig) -> None:
+    """nvidia-uvm loaded but no node made (`nvidia-modprobe -u` without `-c`): its /proc/devices line only."""
+    from simulator.gpu.devfs import proc_devices_text
+    from simulator.gpu.profiles import get_profile
+
+    fs = host_dir / "fs"
+    (fs / "proc/devices").write_text(proc_devices_text(get_profile(cfg.gpu_profile), with_uvm=True))
+    _set_uvm_major(fs, uvm_major(cfg))
+
+
+#: Nodes a host has only once something ran `nvidia-modprobe` since its boot (no udev rule makes them).
+ON_DEMAND_NODES = ("nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset", "nvidia-caps")
+
+
+def boot_nodes(host_dir: Path, cfg: HostConfig) -> None:
+    """A fresh boot: the NVIDIA module is loaded (/dev/nvidiaN, nvidiactl), nvidia-uvm and the on-demand nodes not."""
+    import shutil
+
+    set_uvm(host_dir, cfg, present=False)
+    dev = host_dir / "fs" / "dev"
+    for name in ON_DEMAND_NODES:
+        path = dev / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)

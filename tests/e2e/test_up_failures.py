@@ -46,7 +46,7 @@ def test_missing_nvidia_uvm_is_named_by_doctor_and_up(deploy_env: DeployEnv) -> 
     doc = deploy_env.run("--json", "doctor", "host", deploy_env.host)
     assert doc.rc == 1, doc.text
     uvm = next(f for f in doc.json["findings"] if "uvm" in f["check"] and f["status"] == "fail")
-    assert "nvidia-modprobe -u -c=0" in uvm["fix"] or "nvidia-persistenced" in uvm["fix"]
+    assert "nvidia-modprobe -u -c0" in uvm["fix"] and "deploy up" in uvm["fix"]
     up = deploy_env.run("--json", "up", "host", deploy_env.host, "--skip-bench")
     assert up.rc == 1
     assert up.json["step"] == "host_prereqs" and "nvidia-uvm" in up.json["what"]

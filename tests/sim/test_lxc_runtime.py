@@ -18,7 +18,7 @@ import pytest
 
 from simulator.lxc import template
 from tests.sim.conftest import Ssh
-from tests.sim.lxc_support import TEMPLATE, create_and_start, lxc_host
+from tests.sim.lxc_support import TEMPLATE, create_and_start, lxc_host, wait_booted
 
 # 600 s: the first module on a fresh machine also builds the template (debootstrap, ~3 min on 2 busy cores)
 pytestmark = pytest.mark.timeout(600)
@@ -117,7 +117,9 @@ def test_exec_push_pull_keep_bytes_exit_codes_and_quoting(ct: Ct, tmp_path: Path
     assert missing.rc != 0
     env = ct.sh("env | sort").out.split()
     assert "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" in env
-    assert not [e for e in env if e.startswith(("DEPLOY_SIM", "SSH_", "PYTHON"))], env
+    # pct's keep-env: the SSH session's own variables come along; nothing of the simulator's does
+    assert [e for e in env if e.startswith("SSH_CONNECTION=")], env
+    assert not [e for e in env if e.startswith(("DEPLOY_SIM", "SSH_ORIGINAL", "PYTHON", "LD_LIBRARY"))], env
     host_root = ct.root / "hosts" / ct.info.name / "fs" / "root"  # the host's /root as its SSH sessions see it
     (host_root / "push-src").write_bytes(bytes(range(256)))
     remote = "/root/with space.bin"
@@ -142,12 +144,14 @@ def test_enabled_unit_starts_at_boot_and_after_pct_reboot(ct: Ct) -> None:
     t0 = time.monotonic()
     assert ct.ssh.run("pct reboot 120", timeout=120).rc == 0
     took = time.monotonic() - t0
+    assert wait_booted(ct.ssh, 120) in ("running", "degraded")  # pct reboot, like pct start, does not wait
     res = ct.sh("systemctl is-active probe.service; cat /root/probe-boot; journalctl --list-boots --no-pager -q | "
                 "wc -l")
     state, probe, boots = res.out.split()
     assert state == "active" and probe != boot.strip() and int(boots) >= 2, (res, took)
     assert ct.ssh.run("pct shutdown 120 && pct status 120 && pct start 120", timeout=120).out.strip() == \
         "status: stopped"
+    assert wait_booted(ct.ssh, 120) in ("running", "degraded")
     assert ct.sh("systemctl is-active probe.service").out.strip() == "active"
 
 

@@ -177,3 +177,27 @@ def test_bench_client_is_the_routers_host_and_needs_a_managed_router() -> None:
     with pytest.raises(ConfigError, match="no router"):
         bench_client(inventory(None), SiteAddresses())  # type: ignore[arg-type]
     assert wait_command("/tmp/x y.stop", 90).startswith("timeout 90 bash -c ")
+
+
+def test_router_facts_are_never_read_from_a_half_booted_container() -> None:
+    from orchestrator.errors import RemoteError
+    from orchestrator.facts import BOOT_UNSETTLED
+    from orchestrator.remote.container import Container
+    from orchestrator.remote.ssh import RemoteResult
+    from orchestrator.router.converge import _read_facts
+
+    class Node:
+        def __init__(self) -> None:
+            self.sent: list[str] = []
+
+        def script(self, body: str, **_: object) -> RemoteResult:
+            self.sent.append(body)
+            return RemoteResult(0, f"{BOOT_UNSETTLED} starting\n", "", 0.0)
+
+    node = Node()
+    spec = inventory({"runs_on": "gpu-1"}).router
+    assert spec is not None
+    with pytest.raises(RemoteError) as err:
+        _read_facts(Container(node, 120), spec, ["--policy", "random"])  # type: ignore[arg-type]
+    assert "CT 120 did not finish booting" in err.value.what and "'starting'" in err.value.what
+    assert "systemctl is-system-running --wait" in node.sent[0]

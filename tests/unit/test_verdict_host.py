@@ -60,7 +60,7 @@ def test_missing_uvm_node() -> None:
     f = by_check(doctor_findings(replace(uvm_node_present=False)))["nvidia-uvm-node"]
     assert f.status == "fail"
     assert f.fix == UVM_FIX
-    assert "systemctl enable --now nvidia-persistenced" in f.fix and "nvidia-modprobe -u -c=0" in f.fix
+    assert "nvidia-modprobe -u -c0" in f.fix and "deploy up" in f.fix
     assert "pve-guests.service" in f.fix
 
 

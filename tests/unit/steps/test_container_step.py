@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from orchestrator.errors import CheckFailed, ConfigError
-from orchestrator.facts import BOOT_UNSETTLED, CT, SETTLE_BOOT
+from orchestrator.facts import BOOT_UNSETTLED, CT, SETTLE_BOOT, settle_boot_script
 from orchestrator.parsers.devices import nvidia_char_devices, parse_dev_listing
 from orchestrator.steps.container import base_config, device_plan
 from tests.unit.steps.conftest import with_container
@@ -66,13 +66,13 @@ def test_absent_container_is_created_with_every_device_then_started(make_run) ->
     assert run.ctx.facts.ct_running and "systemctl is-system-running --wait" in reread
 
 
-def _boot_settle(tmp_path, systemctl_body: str) -> str:
+def _boot_settle(tmp_path, systemctl_body: str, script: str = SETTLE_BOOT) -> str:
     """What the boot-settle line prints, run by a real bash against a stand-in `systemctl`."""
     fake = tmp_path / "systemctl"
     fake.write_text(f"#!/bin/sh\n{systemctl_body}\n")
     fake.chmod(0o755)
     env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
-    res = subprocess.run(["bash", "-c", f"{SETTLE_BOOT}\necho FACTS-READ"], capture_output=True, text=True,
+    res = subprocess.run(["bash", "-c", f"{script}\necho FACTS-READ"], capture_output=True, text=True,
                          env=env, timeout=30, check=True)
     return res.stdout
 
@@ -82,7 +82,17 @@ def test_boot_settle_reads_facts_only_once_systemd_says_running_or_degraded(tmp_
     assert _boot_settle(tmp_path, "echo degraded; exit 1") == "FACTS-READ\n"
     # a boot stuck in maintenance, or a systemd that never answered within the wait: no fact is read
     assert _boot_settle(tmp_path, "echo maintenance; exit 1") == f"{BOOT_UNSETTLED} maintenance\n"
-    assert _boot_settle(tmp_path, "exit 1") == f"{BOOT_UNSETTLED} no answer\n"
+    assert _boot_settle(tmp_path, "exit 1", settle_boot_script(1)) == f"{BOOT_UNSETTLED} no answer\n"
+
+
+def test_boot_settle_asks_again_while_systemd_is_not_on_its_bus_yet(tmp_path) -> None:
+    # Right after `pct start` (which does not wait) systemctl cannot reach systemd: no output, exit 1. That is a
+    # boot in progress, not a verdict: asked again until systemd answers.
+    calls = tmp_path / "calls"
+    body = (f'echo x >> {calls}; [ "$(wc -l < {calls})" -ge 3 ] && {{ echo running; exit 0; }}; '
+            'echo "Failed to connect to bus: No such file or directory" >&2; exit 1')
+    assert _boot_settle(tmp_path, body) == "FACTS-READ\n"
+    assert calls.read_text().count("x") == 3
 
 
 def test_a_start_whose_boot_does_not_settle_is_a_clear_error(make_run) -> None:
