@@ -90,3 +90,12 @@ def test_output_fault_honours_match(serve: Callable[..., Server]) -> None:
     hit = probe(serve("--num-continuous-decode-steps", "16", output="garbage",
                       match="--num-continuous-decode-steps 16"))
     assert not judge(hit, reference, Thresholds()).passed
+
+
+def test_sim_fault_refuses_an_unknown_output_and_a_drift_out_of_range(tmp_path) -> None:
+    from simulator.manager import set_ct_faults
+
+    with pytest.raises(ValueError, match=r"unknown output fault 'bogus' \(known: ok, garbage, zeros, nan, repeat\)"):
+        set_ct_faults(tmp_path, "sim-1", 120, output="bogus")
+    with pytest.raises(ValueError, match="drift is a logprob change in nats between 0 and 1"):
+        set_ct_faults(tmp_path, "sim-1", 120, drift="5")
