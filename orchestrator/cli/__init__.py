@@ -35,7 +35,7 @@ SHORT_HELP = {
     "doctor": "Check host prerequisites (driver, nvidia-uvm, IOMMU, ACS, PVE version) with fixes.",
     "verify-p2p": "Topology and P2P verdict: live on a host, or offline from saved nvidia-smi output.",
     "render": "Print the passthrough lines, sglang.service and sglang.env that would be installed.",
-    "roll": "Roll a new server flag set with health and throughput gates and automatic rollback.",
+    "roll": "Roll a new server flag set with health, correctness and throughput gates and automatic rollback.",
     "rollback": "Re-install a previous release.",
     "status": "Current release, server health and GPU power now.",
     "history": "Releases (or bench runs with --bench) with verdicts and figures.",
