@@ -82,6 +82,8 @@ def judged(ctx: StepContext, record: StepRecord, release: str, reference: str | 
     for note in notes:
         ctx.say(f"  {note}")
     if not verdict.passed:
+        for finding in verdict.findings[:12]:  # every prompt's first problem, before the rollback's lines
+            ctx.say(f"  {finding.line()}")
         first = verdict.findings[0]
         more = f" (+{len(verdict.findings) - 1} more)" if len(verdict.findings) > 1 else ""
         raise CheckFailed(f"correctness gate: {first.line()}{more}"
