@@ -55,7 +55,7 @@ class DeployError(Exception):
 
 
 class CheckFailed(DeployError):
-    """A verification did not pass (P2P, health, smoke, throughput gate...)."""
+    """A verification did not pass (P2P, health, smoke, correctness gate, throughput gate...)."""
 
     exit_code = 1
 

@@ -62,6 +62,11 @@ def probe_text(name: str) -> str:
     return (probes_dir() / name).read_text()
 
 
+def golden_prompts_file() -> Path:
+    """The correctness gate's shipped golden prompts (a profile's `correctness.prompts` replaces them)."""
+    return _shipped("gates") / "golden.yaml"
+
+
 def example_inventory_dir() -> Path:
     """The worked example (the seeds' host, the glm5-nvfp4 profile, bench presets): `deploy init` copies it."""
     return _shipped("examples", "inventory")

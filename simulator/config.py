@@ -118,6 +118,11 @@ class CtFaults:
     full_disk: a directory in the running container (e.g. /etc/sglang) covered at once by a small tmpfs that holds
         a copy of its files and is filled to the last byte: reads work, every write fails with ENOSPC, as on a
         full filesystem. None (or "") unmounts it, and the directory's own files are back.
+    output: what /generate with logprobs answers (OUTPUTS): garbage (random tokens, control characters), zeros
+        (token 0, flat logprobs: a GEMM returning zeros), nan (NaN logprobs, written null), repeat (one token looped),
+        ok (or None): the right answer. Chat completions stay right, so a regex smoke check passes (as upstream).
+    drift: a small deterministic change of logprobs (chosen tokens by up to `drift`, low-probability alternatives
+        by up to 5x, a few swapped): batched-kernel nondeterminism that the correctness gate must tolerate.
     """
 
     driver_mismatch: str | None = None
@@ -128,6 +133,12 @@ class CtFaults:
     fatal: str | None = None
     match: str | None = None
     full_disk: str | None = None
+    output: str | None = None
+    drift: float = 0.0
+
+
+#: The values of CtFaults.output (the stand-in server's /generate answers; simulator/sglang_standin golden.py).
+OUTPUTS = ("ok", "garbage", "zeros", "nan", "repeat")
 
 
 #: The values of CtFaults.fatal (the stand-in server knows each one's line and phase).

@@ -36,6 +36,7 @@ from simulator.config import (
     DEFAULT_VMID,
     FATAL_FAULTS,
     GPU_PROFILES,
+    OUTPUTS,
     PROFILE_DRIVER,
     PROFILE_GPU_COUNT,
     ROOT_ENV,
@@ -560,6 +561,10 @@ def set_ct_faults(root: Path, host: str, vmid: int, **knobs: Any) -> CtFaults:
     values = _coerce(CtFaults, knobs)
     if values.get("fatal") and values["fatal"] not in FATAL_FAULTS:
         raise ValueError(f"unknown fatal fault {values['fatal']!r} (known: {', '.join(FATAL_FAULTS)})")
+    if values.get("output") and values["output"] not in OUTPUTS:
+        raise ValueError(f"unknown output fault {values['output']!r} (known: {', '.join(OUTPUTS)})")
+    if not 0 <= float(values.get("drift") or 0) <= 1:
+        raise ValueError("drift is a logprob change in nats between 0 and 1 (the gate tolerates about 0.1)")
     if not hp.conf(vmid).exists():
         raise ValueError(f"CT {vmid} does not exist on {host}")
 

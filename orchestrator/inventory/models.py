@@ -212,6 +212,54 @@ class SmokeCheck(StrictModel):
     timeout_s: float = Field(120.0, gt=0)
 
 
+class GoldenPrompt(StrictModel):
+    """One golden prompt: `text`, then `context` repeated `context_repeat` times (long context), then `question`."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    text: str = Field(min_length=1)
+    context: str = ""
+    context_repeat: int = Field(0, ge=0, le=100_000)
+    question: str = ""
+
+    @property
+    def full_text(self) -> str:
+        return self.text + self.context * self.context_repeat + self.question
+
+
+def shipped_golden_prompts() -> list[GoldenPrompt]:
+    """The golden prompts shipped in the package (orchestrator/gates/golden.yaml)."""
+    import yaml  # at call time: only a profile without its own prompts reads the shipped file
+
+    from orchestrator.resources import golden_prompts_file
+
+    return [GoldenPrompt.model_validate(p) for p in yaml.safe_load(golden_prompts_file().read_text())]
+
+
+class CorrectnessGate(StrictModel):
+    """The correctness gate (docs/gates.md): golden prompts at temperature 0, compared with the current release's
+    record. The defaults tolerate batched-kernel nondeterminism (near-tie flips, logprobs moved by hundredths)."""
+
+    enabled: bool = True
+    prompts: list[GoldenPrompt] = Field(default_factory=shipped_golden_prompts, min_length=1)
+    max_new_tokens: int = Field(32, ge=1, le=4096)
+    top_logprobs: int = Field(5, ge=2, le=20)
+    prefix_tokens: int = Field(16, ge=1)
+    tie_margin: float = Field(0.5, ge=0)
+    max_logprob_delta: float = Field(0.5, gt=0)
+    mean_logprob_delta: float = Field(0.1, gt=0)
+    max_repeat_run: int = Field(8, ge=2)
+    timeout_s: float = Field(120.0, gt=0)
+
+    @field_validator("prompts")
+    @classmethod
+    def _unique(cls, v: list[GoldenPrompt]) -> list[GoldenPrompt]:
+        names = [p.name for p in v]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"golden prompt names must be unique: {', '.join(dup)} given twice")
+        return v
+
+
 class ServerProfile(StrictModel):
     """What runs in the container: one sglang launch, pinned to the sglang version its flags are written for."""
 
@@ -244,6 +292,7 @@ class ServerProfile(StrictModel):
     gate_metrics: list[GateMetric] = Field(default_factory=lambda: list(DEFAULT_GATE), min_length=1)
     keep_releases: int = Field(10, ge=2)
     smoke: SmokeCheck = Field(default_factory=SmokeCheck)
+    correctness: CorrectnessGate = Field(default_factory=CorrectnessGate)
 
     @field_validator("flags")
     @classmethod

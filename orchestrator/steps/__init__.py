@@ -15,6 +15,7 @@ STEP_MODULES = (
     "orchestrator.steps.software",
     "orchestrator.steps.p2p",
     "orchestrator.steps.checks",
+    "orchestrator.steps.correctness",
     "orchestrator.steps.release",
     "orchestrator.steps.server",
     "orchestrator.steps.roll",

@@ -120,7 +120,7 @@ def server_unit(ctx: StepContext, record: StepRecord) -> None:
     rid = install_bundle(ctx, bundle, source="up", restart=restart,
                          previous=state.release, existing=state.releases,
                          extra_meta={"profile_flags_sha": profile_flags_sha(ctx), "command": ctx.options.command})
-    server.release, server.installed = rid, True
+    server.release, server.installed, server.previous = rid, True, state.release
     server.restarted = restart or state.active != "active"
     done = "restarted" if restart else "started" if server.restarted else "left running (files unchanged)"
     record.summary = f"release {rid} installed and sglang {done}"

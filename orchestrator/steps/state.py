@@ -60,6 +60,7 @@ class ServerRun:
     restarted: bool = False  # this run (re)started sglang: health must wait, a verdict must be written
     installed: bool = False  # this run installed `release` (a new release id): its verdict must be written
     journal_cursor: str | None = None  # the unit's last journal entry before this start: health reads what follows
+    previous: str | None = None  # the release current before this run installed `release` (the gate's reference)
 
 
 @dataclass(frozen=True)

@@ -185,7 +185,8 @@ def test_canary_roll_passes_and_a_client_through_the_router_sees_no_failed_reque
         assert h["result"] == "rolled" and h["release"] == after[name] != before[name], h
         assert h["previous_release"] == before[name] and h["previous_flags_sha"] != h["flags_sha"]
         assert "removed from the router" in h["router"] and "back in the router, healthy" in h["router"], h
-        assert [s["name"] for s in h["report"]["steps"]][-4:] == ["smoke", "throughput", "gate", "unlock"]
+        names = [s["name"] for s in h["report"]["steps"]]
+        assert names[-5:] == ["smoke", "correctness", "throughput", "gate", "unlock"]
     assert all(fleet.listed().values())
     assert client.ok > 10 and client.failed == [], (client.ok, client.failed[:5])
     text = fleet.env.run("status", "group", "prod").stdout

@@ -26,9 +26,9 @@ from typing import Any, NoReturn
 
 from aiohttp import web
 
-from sglang._sim import env
+from sglang._sim import env, golden
 from sglang._sim.config_file import merge_config
-from sglang._sim.engine import Engine, Req
+from sglang._sim.engine import VOCAB, Engine, Req
 from sglang._sim.flags import PROG, add_cli_args
 from sglang._sim.perf import PerfModel
 from sglang._sim.resolve import KV_TOKENS, model_architecture, nsa_log_line, resolve
@@ -296,6 +296,8 @@ async def _generate(sim: Sim, request: web.Request) -> web.StreamResponse:
     if not sp.get("ignore_eos", False):
         max_new = _stop_len(max_new, input_len)
     t0 = time.time()
+    if body.get("return_logprob") and not body.get("stream"):
+        return await _generate_logprobs(sim, body, input_len, max_new, t0)
     req = sim.engine.submit(input_len, max_new)
 
     def meta(done: bool) -> dict[str, Any]:
@@ -320,6 +322,28 @@ async def _generate(sim: Sim, request: web.Request) -> web.StreamResponse:
         sim.engine.abort(req)
         raise
     return resp
+
+
+async def _generate_logprobs(sim: Sim, body: dict[str, Any], input_len: int, max_new: int,
+                             t0: float) -> web.Response:
+    """/generate with return_logprob: a deterministic answer for (model, prompt) with its logprobs (golden.py),
+    shaped by the `output=` and `drift=` faults."""
+    sp = body.get("sampling_params") or {}
+    prompt = str(body.get("text") or body.get("input_ids") or "")
+    toks = golden.tokens(str(sim.args["model_path"]), prompt, max_new, str(sim.faults.get("output") or "ok"),
+                         float(sim.faults.get("drift") or 0))
+    req = sim.engine.submit(input_len, len(toks), words=[t.text for t in toks])
+    await _drain(req)
+    toks = toks[:len(req.out)]
+    top_n = max(0, min(int(body.get("top_logprobs_num") or 0), golden.CANDIDATES))
+    limit = int(sp.get("max_new_tokens", 128))
+    reason = {"type": "length", "length": len(toks)} if len(toks) >= limit else {"type": "stop", "matched": 151336}
+    meta = {"id": req.rid, "finish_reason": reason, "prompt_tokens": req.input_len, "completion_tokens": len(toks),
+            "cached_tokens": 0, "weight_version": "default", "e2e_latency": (time.time() - t0) * sim.scale,
+            **golden.logprob_fields(toks, top_n, golden.word_id(input_len % len(VOCAB)),
+                                    with_text=bool(body.get("return_text_in_logprobs")))}
+    return web.json_response({"text": "".join(t.text for t in toks), "output_ids": [t.id for t in toks],
+                              "meta_info": meta})
 
 
 def _usage(req: Req) -> dict[str, Any]:
