@@ -114,7 +114,8 @@ def _each(app: AppContext, names: tuple[str, ...], action: str, timeout_s: float
     results: list[dict[str, Any]] = []
     code = 0
     with RouterClient(base, key, timeout_s=10.0) as client:
-        drainer = Drainer(client, drain_timeout_s=timeout_s, join_timeout_s=timeout_s, say=app.out.line)
+        drainer = Drainer(client, drain_timeout_s=timeout_s, join_timeout_s=timeout_s, say=app.out.line,
+                          policy=inv.router.policy if inv.router is not None else None)
         for w in workers:
             began = time.monotonic()
             try:

@@ -98,7 +98,7 @@ class _Router:
     def drainer(self, events: HostEvents) -> Drainer:
         assert self.base is not None
         return Drainer(RouterClient(self.base, self.key), drain_timeout_s=self.drain_timeout_s, say=events.say,
-                       guard=self.guard)
+                       guard=self.guard, policy=self.spec.policy if self.spec is not None else None)
 
     def around(self, host: HostRoll, events: HostEvents, action: Callable[[], HostOutcome],
                undo: Callable[[], HostOutcome] | None = None) -> HostOutcome:
@@ -178,7 +178,8 @@ class _Router:
             return missing
         with RouterClient(self.base, self.key) as client:
             listed = {w.url for w in client.list_workers()}
-            drainer = Drainer(client, drain_timeout_s=self.drain_timeout_s, guard=self.guard)
+            drainer = Drainer(client, drain_timeout_s=self.drain_timeout_s, guard=self.guard,
+                              policy=self.spec.policy if self.spec is not None else None)
             for host in hosts:
                 url = self.urls.get(host.host)
                 if url is None or url in listed:

@@ -79,6 +79,7 @@ class Reach:
     reached: bool
     tries: int
     note: str
+    answered: bool = False  # every request through the router was answered (by some worker)
 
 
 def reach_through_router(router: str, router_key: str | None, url: str, *, workers: int) -> Reach:
@@ -96,4 +97,4 @@ def reach_through_router(router: str, router_key: str | None, url: str, *, worke
         if after is not None and after > before:
             return Reach(True, n, f"a request through the router reached it ({n} tried)")
     return Reach(False, tries, f"{tries} requests through the router answered, none reached {url} "
-                               f"({REQUESTS_COUNTER} stayed at {before:g})")
+                               f"({REQUESTS_COUNTER} stayed at {before:g})", answered=True)

@@ -209,6 +209,21 @@ def test_a_worker_listed_healthy_that_the_router_never_reaches_fails_the_add(poo
     assert drainer.last_reach is not None and drainer.last_reach.reached and b.served >= 1
 
 
+def test_under_cache_aware_a_re_added_worker_the_router_does_not_pick_yet_stays_in_with_a_note(pool) -> None:
+    """The real sglang-router 0.3.2 with cache_aware sent 0 of 12 random prompts to a worker added back through
+    POST /workers (the others had room): that is the policy, so the worker stays in and the note says so. A
+    request that fails through the router still fails the add."""
+    router, (a, b, _c) = pool
+    _listed(router, a)
+    router.routes_to = [a.url]
+    drainer = Drainer(RouterClient(router.url, KEY, timeout_s=5.0), join_timeout_s=5.0, poll_s=0.1,
+                      policy="cache_aware")
+    drainer.restore(b.url, KEY)
+    assert b.url in router.workers
+    assert drainer.last_reach is not None and not drainer.last_reach.reached
+    assert "not verified that a request through the router reaches it: cache_aware" in drainer.last_reach.note
+
+
 def test_reconcile_adds_checked_workers_and_removes_the_others(pool) -> None:
     router, (a, b, c) = pool
     _listed(router, a, c)
@@ -311,7 +326,9 @@ class _Rolls:
 
 
 def _fleet_inventory(router: FakeRouter, a: FakeWorker, b: FakeWorker) -> Inventory:
-    return _inventory(router.url, worker_urls={"gpu-1": a.url, "gpu-2": b.url})
+    # round_robin: a policy under which "no request through the router reached it" means a broken path (under
+    # cache_aware it is the policy's choice: test_under_cache_aware_…)
+    return _inventory(router.url, worker_urls={"gpu-1": a.url, "gpu-2": b.url}, policy="round_robin")
 
 
 @pytest.fixture
