@@ -166,7 +166,7 @@ class Drainer:
             # router's requests all answered, elsewhere. Rolling back a good host for the policy's choice would
             # split the fleet, so the roll goes on and says what was not verified.
             self.last_reach = Reach(False, self.last_reach.tries, answered=True, note=(
-                f"listed healthy; not verified that a request through the router reaches it: cache_aware sends new "
+                f"not verified that a request through the router reaches it: cache_aware sends new "
                 f"prompts to a worker added through the API only once the others are busier "
                 f"({self.last_reach.tries} request(s) answered by the other workers)"))
             return time.monotonic() - began
