@@ -237,6 +237,8 @@ class ServerProfile(StrictModel):
     bench_preset: str = "seed-1024x256"
     min_output_throughput: float | None = Field(None, ge=0)
     regression_threshold_pct: float = Field(5.0, ge=0, le=100)
+    #: Bench runs of a roll's throughput step; the gate judges their median (a noisy machine, no false revert).
+    gate_repeats: int = Field(1, ge=1, le=10)
     # What the roll gate holds against the baseline (TPOT/TTFT deltas are always reported).
     gate_metrics: list[GateMetric] = Field(default_factory=lambda: list(DEFAULT_GATE), min_length=1)
     keep_releases: int = Field(10, ge=2)
