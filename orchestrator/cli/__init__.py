@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("orchestrator.cli.bench_cmd", "bench"),
     "smoke": ("orchestrator.cli.bench_cmd", "smoke"),
     "compare": ("orchestrator.cli.bench_cmd", "compare"),
+    "tune": ("orchestrator.cli.tune_cmd", "tune"),
     "sim": ("orchestrator.cli.sim_cmd", "sim"),
     "init": ("orchestrator.cli.init_cmd", "init"),
 }
@@ -41,6 +42,7 @@ SHORT_HELP = {
     "bench": "Run bench_serving with GPU telemetry and a diagnosis; sweeps; import.",
     "smoke": "Real generation checks against the running server.",
     "compare": "Two ledger runs side by side with deltas.",
+    "tune": "Best server flags under a latency SLO: each point rolled, its SLO limit searched; --apply rolls it.",
     "sim": "The simulated Proxmox GPU host on this machine (up, down, status, fault).",
     "init": "Write an example inventory (hosts, profiles, presets) for a new site into a directory.",
 }
