@@ -98,7 +98,7 @@ def tune(app: AppContext, target: tuple[str, ...], slo: str | None, over: tuple[
     app.out.line(f"tune {record.tune_id} on {host.name}: {len(record.points)} points (the current flags and "
                  f"{len(plan.points)} rolled), concurrency {record.range} ({len(plan.grid)} values, at most "
                  f"{plan.max_runs_per_point} search runs a point), SLO {record.slo}")
-    printer = app.step_printer(quiet=True)
+    printer = app.step_printer()
     ctx = TuneContext(host, app.inventory, plan, parse_slo(record.slo), record, printer, printer.say, tofu=tofu)
     try:
         run_tune(ctx)

@@ -140,7 +140,10 @@ def current_release(ctx: TuneContext) -> str | None:
 def roll_point(ctx: TuneContext, point: PointRecord) -> bool:
     """Roll the point's flags; False (and why, on the point) when a gate, a refusal or a crash stopped it."""
     ctx.say(f"— {point.label}: roll")
-    outcome = roll_host(ctx.host, ctx.inventory, RollRequest(set=tuple(point.sets)),
+    # Validation, health, smoke and a crash still stop a point; the throughput gate measures but does not revert
+    # (as --sweep-server): its baseline is the previous candidate at the preset's one load, while the tune judges
+    # goodput at each point's own SLO limit. --apply rolls the winner with the full gate against the original.
+    outcome = roll_host(ctx.host, ctx.inventory, RollRequest(set=tuple(point.sets), accept_regression=True),
                         ctx.options("deploy tune"), progress=ctx.progress, say=ctx.say)
     if outcome.result is RollResult.KEPT:
         point.release = outcome.release

@@ -8,6 +8,7 @@ import pytest
 
 from orchestrator.bench.stats import estimate
 from orchestrator.tune.search import (
+    MAX_REPEATS,
     Measurement,
     Ranked,
     bracket,
@@ -67,7 +68,17 @@ def test_a_borderline_probe_is_run_again_and_decided_on_the_mean() -> None:
         return Measurement(c, {"ttft_p99": ttft, "tpot_p99": 10.0}, 100.0)
 
     res = bracket((64,), SLO, measure, noise_pct=5.0)
-    assert res.runs == 2 and res.repeats == 1 and res.limit is None
+    assert res.runs == 4 and res.repeats == MAX_REPEATS == 3 and res.limit is None  # never out of the band
+
+
+def test_repeats_stop_once_the_mean_leaves_the_noise_band() -> None:
+    ttfts = iter([1990.0, 1500.0])
+
+    def measure(c: int) -> Measurement:
+        return Measurement(c, {"ttft_p99": next(ttfts), "tpot_p99": 10.0}, 100.0)
+
+    res = bracket((64,), SLO, measure, noise_pct=5.0)
+    assert res.runs == 2 and res.limit == 64
 
 
 def test_goodput_pools_the_limit_probe_and_the_confirmations() -> None:
