@@ -99,6 +99,9 @@ def test_tune_of_two_flags_finds_the_knee_and_restores_the_original(converged: D
 def test_apply_rolls_the_winner_and_a_killed_tune_resumes(converged: DeployEnv) -> None:
     env = converged
     add_preset(env)
+    # The winner's roll is a normal release: its throughput gate at the 16-prompt preset is all noise (the knee is
+    # past it), so the gate judges the median of 3 runs (gate_repeats) with a 10 % band: no false revert.
+    env.set_profile(gate_repeats=3, regression_threshold_pct=10)
     # the current flags have the knee at 16: the mrr=64 points beat them beyond any noise
     res = env.run("--json", "roll", "host", env.host, "--set", "max-running-requests=16", "--accept-regression",
                   timeout=600)
@@ -136,3 +139,7 @@ def test_apply_rolls_the_winner_and_a_killed_tune_resumes(converged: DeployEnv) 
     winner_mrr = doc["winner"].split(",")[0].split("=")[1]
     assert f"--max-running-requests {winner_mrr}" in unit(env)
     assert env.ct("pgrep -fc 'sglang.launch_server|sglang serve'").stdout.strip() == "1"
+    # the applied release's gate ran its 3 repeats (each a ledger run of that release)
+    ledger = Ledger(Path(env.env["DEPLOY_STATE_DIR"]) / "ledger.sqlite")
+    gated = [r for r in ledger.list_runs(host=env.host, limit=200, source="roll") if r.release_id == current(env)]
+    assert len(gated) == 3, [(r.id, r.release_id) for r in gated]
