@@ -93,6 +93,13 @@ def test_tune_of_two_flags_finds_the_knee_and_restores_the_original(converged: D
     linked = Ledger(Path(env.env["DEPLOY_STATE_DIR"]) / "ledger.sqlite").tune_runs(doc["tune_id"])
     runs = [r["run_id"] for p in doc["points"] for r in p["runs"]]
     assert sorted(r[0] for r in linked) == sorted(runs) and len(runs) >= 6
+    # bench --repeat on the restored server: mean, interval and spread over two runs
+    rep = env.run("--json", "bench", "host", env.host, "--preset", "tune", "--repeat", "2", timeout=300)
+    assert rep.rc == 0, rep.text
+    (point,) = rep.json["repeat"]
+    out_rate = point["output_throughput"]
+    assert len(point["runs"]) == len(rep.json["runs"]) == 2 and out_rate["n"] == 2
+    assert out_rate["min"] <= out_rate["mean"] <= out_rate["max"] and out_rate["ci95_low"] <= out_rate["mean"]
 
 
 @pytest.mark.timeout(1200)
@@ -141,5 +148,5 @@ def test_apply_rolls_the_winner_and_a_killed_tune_resumes(converged: DeployEnv) 
     assert env.ct("pgrep -fc 'sglang.launch_server|sglang serve'").stdout.strip() == "1"
     # the applied release's gate ran its 3 repeats (each a ledger run of that release)
     ledger = Ledger(Path(env.env["DEPLOY_STATE_DIR"]) / "ledger.sqlite")
-    gated = [r for r in ledger.list_runs(host=env.host, limit=200, source="roll") if r.release_id == current(env)]
+    gated = [r for r in ledger.list_runs(host=env.host, limit=200) if r.release_id == current(env)]
     assert len(gated) == 3, [(r.id, r.release_id) for r in gated]

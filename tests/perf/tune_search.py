@@ -117,6 +117,7 @@ def main() -> int:
 
     best_ok = limit_ok = 0
     runs_used: list[int] = []
+    most_probes = 0
     for seed in range(args.seeds):
         verdict, info = tune(points, slo, args.noise, seed)
         found = info["found"]
@@ -127,11 +128,14 @@ def main() -> int:
         best_ok += verdict.best in best_true
         limit_ok += limits_within
         runs_used.append(info["runs"])
+        most_probes = max(most_probes, *(r.search_runs for r in found.values()))
         print(f"seed {seed}: best {verdict.best} (winner {verdict.winner}, {verdict.margin_pct or 0:+.1f} % over "
               f"current), limits within one step: {limits_within}, bench runs {info['runs']}")
     grid_runs = len(points) * len(GRID)
     print(f"found the true best point: {best_ok} of {args.seeds}; every SLO limit within one grid step: "
           f"{limit_ok} of {args.seeds}")
+    print(f"search probes per point: at most {most_probes} (bound ceil(log2({len(GRID)})) + 2 = "
+          f"{max_search_runs(len(GRID))}); noise repeats and confirmations come on top")
     mean_runs = sum(runs_used) / len(runs_used)
     print(f"bench runs per tune: {mean_runs:.1f} (min {min(runs_used)}, max {max(runs_used)}) for {len(points)} "
           f"points, against {grid_runs} for an exhaustive grid run once ({grid_runs * (1 + CONFIRM)} with the same "
