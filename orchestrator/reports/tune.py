@@ -82,19 +82,22 @@ def plot_tune(record: TuneRecord, path: Path) -> Path:
         ax.bar(xs, means, yerr=errs, color=colors, capsize=4)
         for x, p in zip(xs, record.points, strict=True):
             if p.status != "done":
-                ax.text(x, 0, (p.reason.split(":")[0] or p.status).upper(), ha="center", va="bottom",
-                        fontsize=8, color="#c0392b", rotation=90)
+                ax.text(x, max(means or [1.0]) * 0.02, "lost: " + (p.reason.split(":")[0] or p.status),
+                        ha="center", va="bottom", fontsize=9, color="#c0392b", rotation=90)
             elif p.limit is not None:
                 ax.text(x, means[x] + errs[x], f"c≤{p.limit}", ha="center", va="bottom", fontsize=8)
         ax.set_xticks(xs)
-        ax.set_xticklabels(labels, fontsize=7)
+        ax.set_xticklabels([lbl if p.label == "current" else f"#{i}\n{lbl}"
+                            for i, (lbl, p) in enumerate(zip(labels, record.points, strict=True))], fontsize=7)
         ax.set_title(f"Goodput under {record.slo} (output tok/s at the SLO limit, 95 % CI)", fontsize=10)
         ax.grid(True, axis="y", alpha=0.3)
-        for ax, idx, title in ((axes[1], 2, "GPU power, % of limit"), (axes[2], 0, "Output tok/s per W")):
+        short = ["current" if p.label == "current" else f"#{i}" for i, p in enumerate(record.points)]
+        for ax, idx, title in ((axes[1], 2, "GPU power at the limit, % of power limit"),
+                               (axes[2], 0, "Output tok/s per W at the limit")):
             vals = [e[idx] or 0.0 for e in energy]
             ax.bar(xs, vals, color=colors)
             ax.set_xticks(xs)
-            ax.set_xticklabels(labels, fontsize=7)
+            ax.set_xticklabels(short, fontsize=8)
             ax.set_title(title, fontsize=10)
             ax.grid(True, axis="y", alpha=0.3)
         fig.suptitle(f"deploy tune {record.tune_id} on {record.host} ({record.preset}): {record.verdict}",

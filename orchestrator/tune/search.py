@@ -175,6 +175,9 @@ def choose(points: Sequence[Ranked], current: str | None) -> Verdict:
     if cur is not None and cur.goodput is not None and cur.goodput.overlaps(best.goodput):
         return Verdict(current, best.label, ties, margin,
                        f"{best.label} is not distinguishable from the current flags: keep them")
+    if cur is not None and cur.goodput is None:
+        return Verdict(best.label, best.label, ties, None,
+                       "best goodput; the current flags met the SLO at no concurrency of the grid")
     return Verdict(best.label, best.label, ties, margin, "best goodput, beyond the noise of the current flags")
 
 

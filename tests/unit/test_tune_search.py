@@ -103,4 +103,5 @@ def test_a_clear_winner_with_its_margin() -> None:
     v = choose([cur, better, lost], "current")
     assert v.winner == "steps=8" and v.margin_pct == pytest.approx(30.0) and v.indistinguishable == ()
     assert choose([lost], "current").winner is None
-    assert choose([Ranked("current", None), better], "current").winner == "steps=8"
+    no_slo = choose([Ranked("current", None), better], "current")
+    assert no_slo.winner == "steps=8" and no_slo.margin_pct is None and "met the SLO at no concurrency" in no_slo.reason
