@@ -105,3 +105,11 @@ def test_a_clear_winner_with_its_margin() -> None:
     assert choose([lost], "current").winner is None
     no_slo = choose([Ranked("current", None), better], "current")
     assert no_slo.winner == "steps=8" and no_slo.margin_pct is None and "met the SLO at no concurrency" in no_slo.reason
+
+
+def test_no_repeat_when_another_bound_is_missed_by_far() -> None:
+    def measure(c: int) -> Measurement:
+        return Measurement(c, {"ttft_p99": 7000.0, "tpot_p99": 79.0}, 100.0)  # TPOT borderline, TTFT far off
+
+    res = bracket((64,), SLO, measure, noise_pct=5.0)
+    assert res.runs == 1 and res.limit is None
