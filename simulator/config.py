@@ -115,6 +115,8 @@ class CtFaults:
         `capture-stuck` stalls in capture instead (no line, like health_never_ok).
     match: the server faults above apply only when the server's command line contains this text (e.g.
         "--num-continuous-decode-steps 16"): a flag set that crashes, while the previous release still starts.
+    perf_noise, perf_seed: a noisy machine: the model server's every busy period runs slower or faster by one
+        factor drawn from N(1, perf_noise) seeded by (perf_seed, period) (sglang_standin README, "Noise").
     full_disk: a directory in the running container (e.g. /etc/sglang) covered at once by a small tmpfs that holds
         a copy of its files and is filled to the last byte: reads work, every write fails with ENOSPC, as on a
         full filesystem. None (or "") unmounts it, and the directory's own files are back.
@@ -135,6 +137,8 @@ class CtFaults:
     full_disk: str | None = None
     output: str | None = None
     drift: float = 0.0
+    perf_noise: float = 0.0
+    perf_seed: int = 0
 
 
 #: The values of CtFaults.output (the stand-in server's /generate answers; simulator/sglang_standin golden.py).

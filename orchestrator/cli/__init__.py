@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("orchestrator.cli.check_cmd", "check"),
     "compare": ("orchestrator.cli.bench_cmd", "compare"),
     "router": ("orchestrator.cli.router_cmd", "router"),
+    "tune": ("orchestrator.cli.tune_cmd", "tune"),
     "sim": ("orchestrator.cli.sim_cmd", "sim"),
     "init": ("orchestrator.cli.init_cmd", "init"),
 }
@@ -45,6 +46,7 @@ SHORT_HELP = {
     "check": "The correctness gate: golden prompts against the current release's record; changes nothing.",
     "compare": "Two ledger runs side by side with deltas.",
     "router": "The router's live worker list: status, and a checked host put into or taken out of rotation.",
+    "tune": "Best server flags under a latency SLO: each point rolled, its SLO limit searched; --apply rolls it.",
     "sim": "The simulated Proxmox GPU host on this machine (up, down, status, fault).",
     "init": "Write an example inventory (hosts, profiles, presets) for a new site into a directory.",
 }

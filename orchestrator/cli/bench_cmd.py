@@ -12,6 +12,7 @@ import click
 from rich.text import Text
 
 from orchestrator.bench.run import BenchRun
+from orchestrator.bench.stats import median_index
 from orchestrator.cli.bench_import import imported_run_json, imported_run_line
 from orchestrator.cli.common import (
     AppContext,
@@ -27,6 +28,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.fleet.targets import TargetSpec, parse_targets, resolve_targets
 from orchestrator.redact import redact, redact_text
 from orchestrator.reports.compare import comparability, flag_changes, header_lines
+from orchestrator.reports.repeat import repeat_stats, repeat_table
 from orchestrator.reports.sweep import (
     SweepPoint,
     SweepResult,
@@ -119,13 +121,15 @@ def _print_run(app: AppContext, run: Any) -> None:
               help="Sweep a bench flag (e.g. max-concurrency=256,512,1024,2048).")
 @click.option("--sweep-server", default=None, metavar="FLAG=V1,V2,…",
               help="Sweep a SERVER flag: each point is rolled with the roll machinery.")
+@click.option("--repeat", type=click.IntRange(1, 20), default=1, show_default=True,
+              help="Run each point N times: mean, 95 % confidence interval and spread.")
 @click.option("--keep-best", is_flag=True, help="After --sweep-server keep the best point instead of rolling back.")
 @click.option("--out", "out_dir", default=None, help="Result directory (default ./deploy-results/HOST/TIME-PARAM).")
 @click.option("--host", "import_host", default=None, help="With `bench import FILE`: the host to file it under.")
 @tofu_option
 @common_options
 def bench(app: AppContext, target: tuple[str, ...], preset: str | None, sets: tuple[str, ...], sweep: str | None,
-          sweep_server: str | None, keep_best: bool, out_dir: str | None, import_host: str | None,
+          sweep_server: str | None, repeat: int, keep_best: bool, out_dir: str | None, import_host: str | None,
           tofu: bool) -> int:
     """Run bench_serving in the container with GPU telemetry, a diagnosis and a ledger entry.
 
@@ -144,6 +148,9 @@ def bench(app: AppContext, target: tuple[str, ...], preset: str | None, sets: tu
         return 0
     if sweep and sweep_server:
         raise ConfigError("give --sweep or --sweep-server, not both")
+    if repeat > 1 and (sweep_server or (target and parse_targets(target).fleet)):
+        raise ConfigError("--repeat takes one host's bench or --sweep",
+                          fix="deploy tune measures server flags with repeats (docs/tune.md)")
     targets = parse_targets(target)
     if targets.fleet:
         if sweep_server or keep_best:
@@ -169,17 +176,27 @@ def bench(app: AppContext, target: tuple[str, ...], preset: str | None, sets: tu
     for pt in points:
         bench_argv(app.inventory.preset(preset_name), profile, "/tmp/x.jsonl", pt)
     options = RunOptions(preset=preset_name, tofu=tofu, command=command_line())
-    report = run_with_progress(app, target, "bench", options, RunInputs(bench_points=tuple(points)))
-    runs = report.state.bench_runs
+    repeated = tuple(pt for pt in points for _ in range(repeat))
+    report = run_with_progress(app, target, "bench", options, RunInputs(bench_points=repeated))
+    all_runs = report.state.bench_runs
+    groups = [all_runs[i:i + repeat] for i in range(0, len(all_runs), repeat)]
+    # Each point is told by its median run (tables, sweep report); the repeats' statistics stand beside it.
+    runs = [g[median_index([r.result.output_throughput for r in g])] for g in groups]
     payload: dict[str, Any] = {"ok": True, "host": host.name, "release": report.state.server.release,
-                               "runs": [r.to_dict() for r in runs], "totals": report.to_dict()["totals"]}
+                               "runs": [r.to_dict() for r in all_runs], "totals": report.to_dict()["totals"]}
+    if repeat > 1:
+        labels = [", ".join(f"{k}={v}" for k, v in pt.items()) or preset_name for pt in points]
+        stats = [repeat_stats(g) for g in groups]
+        payload["repeat"] = [{"point": label, "runs": [r.run_id for r in g], **st.to_dict()}
+                             for label, g, st in zip(labels, groups, stats, strict=True)]
+        app.out.table(repeat_table(labels, stats, f"{repeat} runs per point on {host.name} ({preset_name})"))
     if sweep:
         out = Path(out_dir or f"deploy-results/{host.name}/{stamp}-{parameter}")
         payload["sweep"] = _report_sweep(app, host.name, preset_name, parameter, values, runs, out,
                                          release=report.state.server.release,
                                          overrides=tuple(f"{k}={v}" for k, v in overrides.items()))
     else:
-        for run in runs:
+        for run in (runs if repeat > 1 else all_runs):
             _print_run(app, run)
             if out_dir:
                 payload.setdefault("saved", []).append(_save_point(Path(out_dir), run.run_id, run))

@@ -288,6 +288,8 @@ class ServerProfile(StrictModel):
     #: A stored baseline older than this is measured again by the roll: the machine's load, driver and clocks
     #: move, and a week-old figure judges the candidate against a machine that no longer exists.
     baseline_max_age_h: float = Field(24.0, gt=0)
+    #: Bench runs of a roll's throughput step; the gate judges their median (a noisy machine, no false revert).
+    gate_repeats: int = Field(1, ge=1, le=10)
     # What the roll gate holds against the baseline (TPOT/TTFT deltas are always reported).
     gate_metrics: list[GateMetric] = Field(default_factory=lambda: list(DEFAULT_GATE), min_length=1)
     keep_releases: int = Field(10, ge=2)

@@ -53,6 +53,17 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX runs_host_started ON runs (host, started_at);
     CREATE INDEX runs_started ON runs (started_at);
     """,
+    # 1 -> 2: every bench run of a `deploy tune`, linked to the tune, its flag point and why it ran
+    """
+    CREATE TABLE tune_runs (
+        tune_id TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        point TEXT NOT NULL,
+        concurrency INTEGER NOT NULL,
+        purpose TEXT NOT NULL CHECK (purpose IN ('search', 'confirm')),
+        PRIMARY KEY (tune_id, run_id)
+    );
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -199,6 +210,19 @@ class Ledger:
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
+
+    def link_tune_run(self, tune_id: str, run_id: str, *, point: str, concurrency: int, purpose: str) -> None:
+        """File a bench run (already recorded in `runs`) under a tune: which point, concurrency and why."""
+        with self._connect() as conn:
+            conn.execute("INSERT OR REPLACE INTO tune_runs VALUES (?, ?, ?, ?, ?)",
+                         (tune_id, run_id, point, int(concurrency), purpose))
+
+    def tune_runs(self, tune_id: str) -> list[tuple[str, str, int, str]]:
+        """(run id, point, concurrency, purpose) of every run filed under the tune, oldest first."""
+        with self._connect() as conn:
+            rows = conn.execute("SELECT run_id, point, concurrency, purpose FROM tune_runs WHERE tune_id = ? "
+                                "ORDER BY run_id", (tune_id,)).fetchall()
+        return [(r[0], r[1], int(r[2]), r[3]) for r in rows]
 
     def schema_version(self) -> int:
         with self._connect() as conn:

@@ -12,6 +12,7 @@ from typing import Any
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential
 
 from orchestrator.bench.run import BenchRun, bench_limit_s, run_bench
+from orchestrator.bench.stats import estimate, median_index
 from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.facts import CT
 from orchestrator.render.service import public_flags
@@ -314,10 +315,20 @@ def throughput(ctx: StepContext, record: StepRecord) -> None:
         record.summary = "dry run" if ctx.options.dry_run else "--skip-bench"
         return
     preset_name = ctx.options.preset or ctx.profile.bench_preset
-    run = bench_for_release(ctx, preset_name, ctx.state.server.release)
+    repeats = [bench_for_release(ctx, preset_name, ctx.state.server.release)
+               for _ in range(ctx.profile.gate_repeats)]
+    # With repeats the gate judges the median run: one slow run on a busy machine does not revert a release.
+    rates = [x.result.output_throughput for x in repeats]
+    run = repeats[median_index(rates)]
     ctx.state.bench_run = run
     r = run.result
     record.details.update(run.to_dict())
+    if len(repeats) > 1:
+        est = estimate(rates)
+        record.details["repeats"] = {"output_throughput": est.to_dict(), "runs": [x.run_id for x in repeats],
+                                     "gated_run": run.run_id}
+        ctx.say(f"  {len(repeats)} runs: {est.text()} tok/s (95 % CI), spread {est.low:.1f}..{est.high:.1f}; "
+                f"the gate takes the median run {run.run_id}")
     minimum = ctx.profile.min_output_throughput
     fails = []
     if (r.failed or 0) > 0:

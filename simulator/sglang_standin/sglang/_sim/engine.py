@@ -15,7 +15,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from sglang._sim.perf import PerfModel
+from sglang._sim.perf import PerfModel, noise_factor
 
 VOCAB = [
     "the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with", "be", "by", "on", "not",
@@ -57,9 +57,15 @@ class Req:
 class Engine:
     """Continuous-batching loop plus counters for /metrics and the GPU load report."""
 
-    def __init__(self, perf: PerfModel, time_scale: float) -> None:
+    def __init__(self, perf: PerfModel, time_scale: float, noise: float = 0.0, seed: int = 0) -> None:
         self.perf = perf
         self.scale = time_scale
+        # A noisy machine: each busy period (idle → work) runs slower or faster by one seeded factor, so a bench
+        # run moves as a whole, as on a shared host, and the same seed replays the same sequence.
+        self.noise = noise
+        self.seed = seed
+        self.period = 0
+        self.factor = 1.0
         self.waiting: collections.deque[Req] = collections.deque()
         self.running: list[Req] = []
         self.wake = asyncio.Event()
@@ -105,6 +111,8 @@ class Engine:
                 self.gen_throughput = 0.0
                 await self.wake.wait()
                 self._deadline = time.monotonic()
+                self.period += 1
+                self.factor = noise_factor(self.seed, self.noise, self.period)
             await self._round()
 
     async def _round(self) -> None:
@@ -117,6 +125,7 @@ class Engine:
             budget -= req.input_len
         prefill_tokens = sum(r.input_len for r in admitted)
         ms, power = self.perf.round(len(decode), prefill_tokens)
+        ms *= self.factor
         busy = self.perf.busy_fraction(len(decode), prefill_tokens)
         self._deadline = max(self._deadline, time.monotonic()) + ms / 1000.0 / self.scale
         delay = self._deadline - time.monotonic()

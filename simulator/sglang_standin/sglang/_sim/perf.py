@@ -16,6 +16,8 @@ simple and monotone so that a flag change measurably moves a benchmark:
 
 from __future__ import annotations
 
+import math
+import random
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +84,10 @@ class PerfModel:
         power = (decode * intensity + prefill * 0.8) / total if total else 0.0
         return total, power
 
+    def steps_round(self, batch: int) -> float:
+        """A decode-only round over `batch` requests (model ms)."""
+        return self.round(batch, 0)[0]
+
     def busy_fraction(self, decode_batch: int, prefill_tokens: int) -> float:
         decode = self.decode_steps * self.step_ms(decode_batch) if decode_batch else 0.0
         prefill = self.prefill_ms(prefill_tokens)
@@ -93,3 +99,42 @@ class PerfModel:
         b = min(batch, self.max_running)
         ms, _ = self.round(b, 0)
         return b * self.decode_steps / ms * 1000.0
+
+
+@dataclass(frozen=True)
+class Latency:
+    """The model's steady-state figures for a closed loop of `concurrency` clients (model milliseconds)."""
+
+    concurrency: int
+    batch: int
+    ttft_ms: float  # the p99: the last of a wave of arrivals to be admitted, plus its prefill round
+    tpot_ms: float
+    output_tok_s: float
+
+
+def latency(model: PerfModel, concurrency: int, input_len: int, output_len: int) -> Latency:
+    """The closed form the tune search is checked against (README, "The knee").
+
+    b = min(c, max_running). A decode round costs R(b) = steps·t_step(b) + o(b), so TPOT = R(b)/steps.
+    Arrivals are admitted at round boundaries, at most chunked_prefill prompt tokens a round, so the last of
+    min(c, mrr) arrivals waits n_adm = ceil(min(c, mrr)·in / chunk) rounds of R(b) + prefill(chunk'): more decode
+    steps lower TPOT but raise TTFT. Past max-running-requests the rest queue for a free slot, a whole request's
+    decode: TTFT += ceil((c − mrr)/mrr) · out · TPOT — the knee.
+    """
+    c = max(int(concurrency), 1)
+    b = min(c, model.max_running)
+    decode_round = model.steps_round(b)
+    tpot = decode_round / model.decode_steps
+    per_round = max(model.chunked_prefill // max(input_len, 1), 1)
+    rounds = math.ceil(b / per_round)
+    ttft = rounds * (decode_round + model.prefill_ms(min(per_round, b) * input_len))
+    if c > model.max_running:
+        ttft += math.ceil((c - model.max_running) / model.max_running) * output_len * tpot
+    return Latency(c, b, ttft, tpot, b * 1000.0 / tpot if tpot else 0.0)
+
+
+def noise_factor(seed: int, sigma: float, period: int) -> float:
+    """A busy period's slowdown: deterministic given (seed, period), mean 1, spread sigma, clipped to [0.5, 2]."""
+    if sigma <= 0:
+        return 1.0
+    return min(max(random.Random(f"{seed}:{period}").gauss(1.0, sigma), 0.5), 2.0)

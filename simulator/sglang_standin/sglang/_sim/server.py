@@ -108,7 +108,9 @@ class Sim:
         if match and str(match) not in " ".join(sys.argv):
             self.faults = {}  # the faults belong to another flag set
         self.scale = env.time_scale()
-        self.engine = Engine(PerfModel.from_args(args), self.scale)
+        perf = env.ct_faults()  # a noisy machine is the host's, whatever flag set `match` names
+        self.engine = Engine(PerfModel.from_args(args), self.scale, noise=float(perf.get("perf_noise") or 0.0),
+                             seed=int(perf.get("perf_seed") or 0))
         self.ready = False
         self.started = time.time()
         self.api_key: str | None = args.get("api_key")

@@ -1,0 +1,144 @@
+"""`deploy tune`: the best server flags under a latency SLO (docs/tune.md). Parses and refuses here; the tune
+itself is orchestrator/tune/driver.py, its report orchestrator/reports/tune.py."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from orchestrator.cli.common import AppContext, common_options, resolve_host, tofu_option
+from orchestrator.errors import ConfigError, Interrupted, Terminated
+from orchestrator.flags.schema import FlagSchema
+from orchestrator.reports.tune import tune_table, write_tune_report
+from orchestrator.tune.driver import TuneContext, ranked, run_tune
+from orchestrator.tune.plan import TunePlan, make_plan
+from orchestrator.tune.record import CURRENT, PointRecord, TuneRecord, load, new_tune_id, save
+from orchestrator.tune.search import choose
+from orchestrator.tune.slo import parse_slo
+from orchestrator.ui.tables import Column, spec
+
+DEFAULT_RANGE = "8:256:8"
+
+
+def _new_record(host: str, preset: str, slo: str, over: tuple[str, ...], range_text: str, budget: str | None,
+                apply: bool, confirm: int, noise_pct: float, plan: TunePlan) -> TuneRecord:
+    points = [PointRecord(label=CURRENT, sets=[])]
+    points += [PointRecord(label=p.label, sets=list(p.sets)) for p in plan.points]
+    return TuneRecord(tune_id=new_tune_id(), host=host, preset=preset, slo=slo, over=list(over), range=range_text,
+                      budget=budget, apply=apply, confirm=confirm, noise_pct=noise_pct,
+                      started_at=datetime.now().isoformat(timespec="seconds"), points=points)
+
+
+def _step(plan: TunePlan) -> int:
+    g = plan.grid
+    return max((b - a for a, b in itertools.pairwise(g)), default=0)
+
+
+@click.command("tune")
+@click.argument("target", nargs=-1)
+@click.option("--slo", default=None, metavar='"ttft_p99<=2s,tpot_p99<=80ms"', help="Latency bounds to meet.")
+@click.option("--over", multiple=True, metavar="FLAG=V1,V2,…", help="A server flag's values (repeatable).")
+@click.option("--range", "range_text", default=None, metavar="LO:HI[:STEP]",
+              help=f"The concurrency grid searched per point (default {DEFAULT_RANGE}).")
+@click.option("--preset", default=None, help="Bench preset (default: the profile's).")
+@click.option("--budget", default=None, metavar="30m", help="Time budget; points not started by then are skipped.")
+@click.option("--confirm", type=click.IntRange(1, 10), default=2, show_default=True,
+              help="Extra runs at each point's SLO limit, for its goodput's confidence interval.")
+@click.option("--noise", "noise_pct", type=click.FloatRange(0, 50), default=5.0, show_default=True,
+              help="Noise band in %: a figure this close to a bound is measured again.")
+@click.option("--apply", "apply", is_flag=True, help="Roll the winner as a normal release (all gates).")
+@click.option("--resume", default=None, metavar="TUNE_ID", help="Go on with an interrupted tune.")
+@click.option("--out", "out_dir", default=None, help="Report directory (default ./deploy-results/HOST/TUNE_ID).")
+@tofu_option
+@common_options
+def tune(app: AppContext, target: tuple[str, ...], slo: str | None, over: tuple[str, ...], range_text: str | None,
+         preset: str | None, budget: str | None, confirm: int, noise_pct: float, apply: bool, resume: str | None,
+         out_dir: str | None, tofu: bool) -> int:
+    """Find the server flags with the best goodput under a latency SLO, and optionally roll them.
+
+    `deploy tune host X --slo "ttft_p99<=2s,tpot_p99<=80ms" --over num-continuous-decode-steps=4,8
+    --over max-running-requests=64,128 [--range 8:256:8] [--preset P] [--budget 30m] [--apply]`.
+    Each flag point is rolled (every gate of a roll), then its SLO limit is bracketed (at most
+    ceil(log2(grid)) + 2 bench runs) and confirmed. Without --apply the original release is restored.
+    """
+    host = resolve_host(app, target)
+    if resume:
+        if slo or over or range_text or budget or apply or preset:
+            raise ConfigError("--resume takes the tune's own settings; give only the host (and --out)",
+                              fix=f"deploy tune host {host.name} --resume {resume}")
+        record = load(resume)
+        if record.host != host.name:
+            raise ConfigError(f"tune {resume} ran on {record.host}, not {host.name}",
+                              fix=f"deploy tune host {record.host} --resume {resume}")
+        if record.phase == "done":
+            raise ConfigError(f"tune {resume} is finished", fix="start a new tune")
+        record.phase = "running"
+    else:
+        if not slo:
+            raise ConfigError("deploy tune needs --slo", fix='e.g. --slo "ttft_p99<=2s,tpot_p99<=80ms"')
+        profile = app.inventory.profile_for(host)
+        preset_name = preset or profile.bench_preset
+        app.inventory.preset(preset_name)
+        parse_slo(slo)
+        make_plan(over, range_text or DEFAULT_RANGE, budget, FlagSchema.load(profile.sglang_version))
+        record = None
+    # Everything above refused bad input; only now is anything written or any host touched.
+    profile = app.inventory.profile_for(host)
+    if record is None:
+        assert slo is not None
+        plan = make_plan(over, range_text or DEFAULT_RANGE, budget, FlagSchema.load(profile.sglang_version))
+        record = _new_record(host.name, preset or profile.bench_preset, parse_slo(slo).text(), over,
+                             range_text or DEFAULT_RANGE, budget, apply, confirm, noise_pct, plan)
+    plan = make_plan(tuple(record.over), record.range, record.budget, FlagSchema.load(profile.sglang_version))
+    save(record)
+    app.out.line(f"tune {record.tune_id} on {host.name}: {len(record.points)} points (the current flags and "
+                 f"{len(plan.points)} rolled), concurrency {record.range} ({len(plan.grid)} values, at most "
+                 f"{plan.max_runs_per_point} search runs a point), SLO {record.slo}")
+    printer = app.step_printer()
+    ctx = TuneContext(host, app.inventory, plan, parse_slo(record.slo), record, printer, printer.say, tofu=tofu)
+    try:
+        run_tune(ctx)
+    except KeyboardInterrupt as stop:
+        term = type(stop).__name__ == "_SigTerm"  # run_command's SIGTERM
+        cls = Terminated if term else Interrupted
+        raise cls(f"tune {record.tune_id} {'terminated' if term else 'interrupted'}; the original release "
+                  f"{record.original_release} was restored",
+                  fix=f"deploy tune host {host.name} --resume {record.tune_id}") from None
+    finally:
+        printer.close()
+    return _report(app, record, plan, out_dir)
+
+
+def _report(app: AppContext, record: TuneRecord, plan: TunePlan, out_dir: str | None) -> int:
+    verdict = choose(ranked(record), CURRENT)
+    out = Path(out_dir or f"deploy-results/{record.host}/{record.tune_id}")
+    lines = [f"verdict: {record.verdict}"]
+    if verdict.best and verdict.margin_pct is not None and verdict.best != CURRENT:
+        lines.append(f"best point {verdict.best}: {verdict.margin_pct:+.1f} % goodput over the current flags")
+    if verdict.indistinguishable:
+        lines.append(f"not distinguishable from {verdict.best} (95 % intervals overlap): "
+                     + ", ".join(verdict.indistinguishable))
+    lines.append(f"release now {record.final_release} (was {record.original_release})")
+    png, page = write_tune_report(record, out, _step(plan), lines)
+    table = tune_table(record, _step(plan))
+    headers: list[str | Column] = [table.headers[0], table.headers[1], *(Column(h, "right") for h in
+                                                                         table.headers[2:8]), table.headers[8]]
+    app.out.table(spec(f"tune {record.tune_id} on {record.host} ({record.preset}), SLO {record.slo}", headers,
+                       list(table.rows)))
+    for line in lines:
+        app.out.line(line)
+    app.out.line(f"plot: {png}\nreport: {page}")
+    payload: dict[str, Any] = {
+        "ok": True, "tune_id": record.tune_id, "host": record.host, "preset": record.preset, "slo": record.slo,
+        "over": record.over, "grid": list(plan.grid), "max_search_runs_per_point": plan.max_runs_per_point,
+        "points": [p.model_dump(mode="json") for p in record.points], "winner": record.winner,
+        "best": verdict.best, "margin_pct": verdict.margin_pct, "indistinguishable": list(verdict.indistinguishable),
+        "verdict": record.verdict, "original_release": record.original_release,
+        "final_release": record.final_release, "changed": record.final_release != record.original_release,
+        "report": {"png": str(png), "html": str(page)}}
+    app.out.emit(payload)
+    return 0

@@ -1,0 +1,245 @@
+"""One host's tune: the current flags, then each flag point rolled (roll.py, every gate), bracketed and
+confirmed; the original flags restored (or, with apply, the winner rolled as a normal release).
+
+Every bench run is saved in the tune's record and filed in the ledger under the tune the moment it ends, so a
+killed tune resumes from there (`TuneRecord`); a SIGINT/SIGTERM restores the original release before it exits.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from orchestrator.bench.run import BenchRun
+from orchestrator.bench.stats import Estimate
+from orchestrator.errors import CheckFailed, DeployError
+from orchestrator.inventory.models import Host, Inventory
+from orchestrator.roll import RollResult, roll_host, rollback_host
+from orchestrator.runner import ProgressFn, run_playbook_to_end
+from orchestrator.state.ledger import Ledger
+from orchestrator.steps.base import RunOptions
+from orchestrator.steps.state import RollRequest, RunInputs
+from orchestrator.tune.plan import TunePlan
+from orchestrator.tune.record import CURRENT, PointRecord, RunEntry, TuneRecord, save
+from orchestrator.tune.search import Measurement, Ranked, Verdict, bracket, choose, goodput
+from orchestrator.tune.slo import Slo
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class TuneContext:
+    host: Host
+    inventory: Inventory
+    plan: TunePlan
+    slo: Slo
+    record: TuneRecord
+    progress: ProgressFn | None
+    say: Say
+    tofu: bool = False
+    started: float = 0.0
+
+    def options(self, command: str) -> RunOptions:
+        return RunOptions(preset=self.record.preset, command=command, tofu=self.tofu)
+
+
+def prompts_for(ctx: TuneContext, concurrency: int) -> int:
+    """At least two waves at this concurrency: a p99 of one wave is its last request, not a percentile."""
+    return max(ctx.inventory.preset(ctx.record.preset).num_prompts, 2 * concurrency)
+
+
+def bench_at(ctx: TuneContext, point: PointRecord, concurrency: int, purpose: Literal["search", "confirm"]
+             ) -> RunEntry:
+    """One bench run at `concurrency` on the running release, recorded in the tune and the ledger at once."""
+    overrides = {"max-concurrency": str(concurrency), "num-prompts": str(prompts_for(ctx, concurrency))}
+    report = run_playbook_to_end("bench", ctx.host, ctx.inventory, ctx.options("deploy tune"),
+                                 progress=ctx.progress, say=ctx.say,
+                                 inputs=RunInputs(bench_points=(overrides,)))
+    if report.failure is not None:
+        raise report.failure
+    run: BenchRun = report.state.bench_runs[0]
+    t = run.telemetry
+    entry = RunEntry(run_id=run.run_id, concurrency=concurrency, purpose=purpose,
+                     figures=ctx.slo.figures(run.result), output_tok_s=run.result.output_throughput,
+                     tok_s_per_w=t.tokens_per_s_per_w if t else None,
+                     j_per_token=t.j_per_output_token if t else None,
+                     power_pct_of_limit=t.mean_power_pct_of_limit if t else None)
+    point.runs.append(entry)
+    save(ctx.record)
+    try:
+        Ledger().link_tune_run(ctx.record.tune_id, run.run_id, point=point.label, concurrency=concurrency,
+                               purpose=entry.purpose)
+    except Exception as exc:  # the ledger is a local convenience; the record holds the run too
+        ctx.say(f"  warning: could not file run {run.run_id} under the tune in the ledger: {exc}")
+    figs = ", ".join(f"{k} {v:.0f} ms" for k, v in entry.figures.items() if v is not None)
+    ctx.say(f"  [{point.label}] c={concurrency} ({purpose}): {entry.output_tok_s:.1f} tok/s, {figs}")
+    return entry
+
+
+def over_budget(ctx: TuneContext) -> bool:
+    budget = ctx.plan.budget_s
+    return budget is not None and ctx.record.elapsed_s + (time.monotonic() - ctx.started) > budget
+
+
+def measure_point(ctx: TuneContext, point: PointRecord) -> None:
+    """Bracket the point's SLO limit (replaying the runs a killed session already made), then confirm."""
+    cached = [r for r in point.runs if r.purpose == "search"]
+    confirms = [r for r in point.runs if r.purpose == "confirm"]
+    point.runs = []
+    replay = list(cached)
+
+    def measure(c: int) -> Measurement:
+        if replay and replay[0].concurrency == c:  # the same search asks again what it asked before the kill
+            entry = replay.pop(0)
+            point.runs.append(entry)
+            return entry.measurement()
+        replay.clear()  # off the old trace: the rest of it answers other questions
+        return bench_at(ctx, point, c, "search").measurement()
+
+    result = bracket(ctx.plan.grid, ctx.slo, measure, noise_pct=ctx.record.noise_pct)
+    point.runs = [r for r in point.runs if r.purpose == "search"] + confirms
+    point.search_runs, point.repeats = result.search_runs, result.repeats
+    point.limit, point.at_top = result.limit, result.at_top
+    if result.limit is None:
+        low = result.probes[-1]
+        point.status = "lost"
+        point.reason = f"SLO: missed even at concurrency {low.concurrency} ({'; '.join(low.misses)})"
+        save(ctx.record)
+        return
+    confirms = [c for c in confirms if c.concurrency == result.limit]
+    point.runs = [r for r in point.runs if r.purpose == "search"] + confirms
+    while len(confirms) < ctx.record.confirm:
+        confirms.append(bench_at(ctx, point, result.limit, "confirm"))
+    est = goodput(result, [c.measurement() for c in confirms if c.concurrency == result.limit],
+                  noise_pct=ctx.record.noise_pct)
+    point.goodput = est.to_dict() if est is not None else None
+    point.status = "done"
+    save(ctx.record)
+
+
+def restore(ctx: TuneContext, release: str | None) -> None:
+    """Make `release` current again (a rollback to it, gates of a rollback: health, smoke)."""
+    if release is None:
+        return
+    ctx.say(f"restoring release {release}")
+    report = rollback_host(ctx.host, ctx.inventory, release, ctx.options("deploy tune (restore)"),
+                           progress=ctx.progress, say=ctx.say)
+    if report.failure is not None:
+        raise report.failure
+
+
+def current_release(ctx: TuneContext) -> str | None:
+    report = run_playbook_to_end("status", ctx.host, ctx.inventory, ctx.options("deploy status"))
+    if report.failure is not None:
+        raise report.failure
+    return report.state.status.release if report.state.status is not None else None
+
+
+def roll_point(ctx: TuneContext, point: PointRecord) -> bool:
+    """Roll the point's flags; False (and why, on the point) when a gate, a refusal or a crash stopped it."""
+    ctx.say(f"— {point.label}: roll")
+    # Validation, health, smoke and a crash still stop a point; the throughput gate measures but does not revert
+    # (as --sweep-server): its baseline is the previous candidate at the preset's one load, while the tune judges
+    # goodput at each point's own SLO limit. --apply rolls the winner with the full gate against the original.
+    outcome = roll_host(ctx.host, ctx.inventory, RollRequest(set=tuple(point.sets), accept_regression=True),
+                        ctx.options("deploy tune"), progress=ctx.progress, say=ctx.say)
+    if outcome.result is RollResult.KEPT:
+        point.release = outcome.release
+        return True
+    if outcome.result is RollResult.UNCHANGED:  # these flags are the current ones
+        point.release = outcome.release
+        return True
+    err = outcome.error
+    what = err.what if err is not None else outcome.result.value
+    kind = {RollResult.ROLLED_BACK: "gate", RollResult.REFUSED: "refused"}.get(outcome.result, "crash")
+    if outcome.failed_step in ("health", "smoke") and outcome.result is RollResult.ROLLED_BACK:
+        kind = "crash"  # the server did not come up or did not answer: not a throughput verdict
+    point.status, point.reason = "lost", f"{kind}: {what}"
+    save(ctx.record)
+    if outcome.result is RollResult.FAILED:
+        restore(ctx, ctx.record.original_release)  # no verified rollback: put the original back ourselves
+    return False
+
+
+def ranked(record: TuneRecord) -> list[Ranked]:
+    out = []
+    for p in record.points:
+        g = p.goodput
+        est = (Estimate(int(g["n"]), float(g["mean"]), float(g["stdev"]), float(g["ci95_low"]),
+                        float(g["ci95_high"]), float(g["min"]), float(g["max"])) if g else None)
+        out.append(Ranked(p.label, est if p.status == "done" else None))
+    return out
+
+
+def _tune(ctx: TuneContext) -> Verdict:
+    """Each pending point, the verdict, then the restore (or the winner's roll)."""
+    rec = ctx.record
+    now = current_release(ctx)
+    if rec.original_release is None:
+        rec.original_release = now
+        save(rec)
+    elif now != rec.original_release:  # a killed session left a candidate: take it down first
+        ctx.say(f"resuming: release {now} is current, not the original {rec.original_release}")
+        restore(ctx, rec.original_release)
+    for point in rec.points:
+        if point.status != "pending":
+            continue
+        if over_budget(ctx):
+            point.status, point.reason = "skipped", "budget: --budget spent before this point"
+            save(rec)
+            continue
+        if point.label == CURRENT:
+            point.release = rec.original_release
+            ctx.say(f"— current flags (release {rec.original_release})")
+        elif not roll_point(ctx, point):
+            continue
+        try:
+            measure_point(ctx, point)
+        except CheckFailed as err:  # the bench itself failed: the server broke under load
+            point.status, point.reason = "lost", f"crash: {err.what}"
+            save(rec)
+    verdict = choose(ranked(rec), CURRENT)
+    rec.winner, rec.verdict = verdict.winner, verdict.reason
+    apply_winner = (rec.apply and verdict.winner not in (None, CURRENT))
+    restore(ctx, rec.original_release)
+    if apply_winner:
+        winner = rec.point(str(verdict.winner))
+        ctx.say(f"— applying {winner.label} as a release")
+        outcome = roll_host(ctx.host, ctx.inventory, RollRequest(set=tuple(winner.sets)),
+                            ctx.options("deploy tune --apply"), progress=ctx.progress, say=ctx.say)
+        if outcome.result is not RollResult.KEPT:
+            rec.verdict += f"; --apply: the roll of {winner.label} ended {outcome.result.value}"
+            rec.final_release = current_release(ctx)
+            rec.elapsed_s += time.monotonic() - ctx.started
+            rec.phase = "done"
+            save(rec)
+            raise outcome.error or CheckFailed(f"--apply: the roll ended {outcome.result.value}")
+        rec.final_release = outcome.release
+    else:
+        rec.final_release = rec.original_release
+    rec.elapsed_s += time.monotonic() - ctx.started
+    rec.phase = "done"
+    save(rec)
+    return verdict
+
+
+def run_tune(ctx: TuneContext) -> Verdict:
+    """The whole tune (or the rest of a resumed one). On SIGINT/SIGTERM (KeyboardInterrupt) the original release
+    is restored and the record marked interrupted before the interrupt goes on up."""
+    rec = ctx.record
+    ctx.started = time.monotonic()
+    try:
+        return _tune(ctx)
+    except KeyboardInterrupt:
+        rec.elapsed_s += time.monotonic() - ctx.started
+        rec.phase = "interrupted"
+        save(rec)
+        ctx.say("interrupted: restoring the original release (then `deploy tune --resume "
+                f"{rec.tune_id}` goes on)")
+        try:
+            restore(ctx, rec.original_release)
+        except DeployError as err:
+            ctx.say(f"  the restore failed: {err.what}")
+        raise

@@ -1,0 +1,109 @@
+"""A tune's record on this machine: what it asked, what each point measured, where it stands (`--resume`).
+
+Why a file: a tune runs for many minutes and may be killed. Every bench run is saved here as soon as it ends
+(and filed in the ledger under the tune), so `deploy tune --resume ID` goes on from the last finished run and
+replays the runs a killed point already made. 0600 under the state dir; it holds no secret (flags as the user
+typed them on --over, release ids, figures).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from datetime import datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from orchestrator.errors import ConfigError
+from orchestrator.paths import state_dir
+from orchestrator.tune.search import Measurement
+
+PointStatus = Literal["pending", "done", "lost", "skipped"]
+CURRENT = "current"
+
+
+class RunEntry(BaseModel):
+    run_id: str
+    concurrency: int
+    purpose: Literal["search", "confirm"]
+    figures: dict[str, float | None]
+    output_tok_s: float
+    tok_s_per_w: float | None = None
+    j_per_token: float | None = None
+    power_pct_of_limit: float | None = None
+
+    def measurement(self) -> Measurement:
+        return Measurement(self.concurrency, dict(self.figures), self.output_tok_s, self.run_id)
+
+
+class PointRecord(BaseModel):
+    label: str
+    sets: list[str]
+    status: PointStatus = "pending"
+    reason: str = ""  # why it lost: "SLO: …", "gate: …", "crash: …", "budget"
+    release: str | None = None
+    runs: list[RunEntry] = Field(default_factory=list)
+    limit: int | None = None
+    at_top: bool = False
+    goodput: dict[str, float | int] | None = None  # Estimate.to_dict() of output tok/s at the limit
+    search_runs: int = 0
+    repeats: int = 0
+
+
+class TuneRecord(BaseModel):
+    tune_id: str
+    host: str
+    preset: str
+    slo: str
+    over: list[str]
+    range: str
+    budget: str | None = None
+    apply: bool = False
+    confirm: int = 2
+    noise_pct: float = 5.0
+    started_at: str
+    elapsed_s: float = 0.0  # time spent in earlier sessions of this tune (the budget counts across resumes)
+    phase: Literal["running", "interrupted", "done"] = "running"
+    original_release: str | None = None
+    points: list[PointRecord] = Field(default_factory=list)
+    winner: str | None = None
+    verdict: str = ""
+    final_release: str | None = None
+
+    def point(self, label: str) -> PointRecord:
+        return next(p for p in self.points if p.label == label)
+
+
+def tunes_dir() -> Path:
+    return state_dir() / "tunes"
+
+
+def new_tune_id() -> str:
+    return f"t-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def save(record: TuneRecord) -> Path:
+    """Atomic (a kill mid-write leaves the previous record), 0600 in a 0700 directory."""
+    path = tunes_dir() / f"{record.tune_id}.json"
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(record.model_dump_json(indent=1))
+    os.replace(tmp, path)
+    return path
+
+
+def load(tune_id: str) -> TuneRecord:
+    if not tune_id.startswith("t-") or "/" in tune_id or os.sep in tune_id:
+        raise ConfigError(f"--resume {tune_id!r} is not a tune id", fix="tune ids look like t-20261201-180000-ab12")
+    path = tunes_dir() / f"{tune_id}.json"
+    try:
+        return TuneRecord.model_validate_json(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"no tune {tune_id} on this machine ({path})",
+                          fix="`ls` the tunes directory; a tune's id is printed when it starts") from None
+    except ValueError as exc:
+        raise ConfigError(f"tune record {path} cannot be read: {exc}", fix="start a new tune") from None

@@ -1,0 +1,152 @@
+"""Issue 23: `deploy tune` through the real CLI on a simulated host: two flags, the knee found, the original
+restored; --apply rolls the winner; a SIGKILLed tune resumes and leaves no candidate running.
+
+Bounded: a 32/96-token preset, concurrency 16..64 step 16 (at most 4 search runs a point), one confirmation run.
+The stand-in's knee (simulator/sglang_standin/README.md, "The knee"): past max-running-requests TTFT grows by a
+whole request's decode (96 tokens × ~30 ms ≈ 2.9 s), far beyond the 1.5 s bound, so mrr=16 meets the SLO up to
+concurrency 16 and mrr=64 up to 64.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.state.ledger import Ledger
+
+from .conftest import DeployEnv, wait_lease_expired
+
+PRESET = {"dataset_name": "random-ids", "random_input_len": 32, "random_output_len": 96, "random_range_ratio": 1.0,
+          "num_prompts": 16, "request_rate": "inf"}
+SLO = "ttft_p99<=1.5s,tpot_p99<=200ms"
+ARGS = ("--slo", SLO, "--over", "max-running-requests=16,64", "--over", "num-continuous-decode-steps=8",
+        "--range", "16:64:16", "--preset", "tune", "--confirm", "1")
+
+
+def add_preset(env: DeployEnv) -> None:
+    path = env.inventory / "presets.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["presets"]["tune"] = PRESET
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def current(env: DeployEnv) -> str:
+    return env.ct("readlink /var/lib/deploy/current").stdout.strip().removeprefix("releases/")
+
+
+def unit(env: DeployEnv) -> str:
+    return env.ct("cat /etc/systemd/system/sglang.service").stdout
+
+
+def test_bad_input_is_refused_before_any_remote_change(deploy_env: DeployEnv) -> None:
+    add_preset(deploy_env)
+    env = deploy_env
+    cases = [
+        (("--slo", "ttft_p99<=2", "--over", "max-running-requests=16,64"), "unit must be ms or s"),
+        (("--slo", "tftt_p99<=2s", "--over", "max-running-requests=16,64"), "did you mean ttft_p99"),
+        (("--slo", SLO, "--over", "max-runing-requests=16,64"), "did you mean --max-running-requests"),
+        (("--slo", SLO, "--over", "max-running-requests=16,64", "--range", "64:8"), "LO:HI"),
+        (("--slo", SLO, "--over", "max-running-requests=16,64", "--budget", "soon"), "not a duration"),
+        (("--over", "max-running-requests=16,64"), "needs --slo"),
+    ]
+    for args, words in cases:
+        res = env.run("--json", "tune", "host", env.host, *args)
+        assert res.rc == 2, (args, res.text)
+        assert words in json.dumps(res.json), (args, res.json)
+        assert res.json["error"] and res.json["exit_code"] == 2
+    # nothing was made on the host (no container yet) and no tune was recorded
+    assert env.ssh("pct list").stdout.count("\n") <= 1
+    assert not (Path(env.env["DEPLOY_STATE_DIR"]) / "tunes").exists()
+
+
+@pytest.mark.timeout(900)  # a dozen bench runs and three rolls on a shared 2-core machine
+def test_tune_of_two_flags_finds_the_knee_and_restores_the_original(converged: DeployEnv, tmp_path: Path) -> None:
+    env = converged
+    add_preset(env)
+    before, before_unit = current(env), unit(env)
+    out = tmp_path / "tune"
+    res = env.run("--json", "tune", "host", env.host, *ARGS, "--out", str(out), timeout=900)
+    assert res.rc == 0, res.text
+    doc = res.json
+    assert doc["ok"] and doc["exit_code"] == 0 and doc["changed"] is False
+    points = {p["label"]: p for p in doc["points"]}
+    assert list(points) == ["current", "max-running-requests=16,num-continuous-decode-steps=8",
+                            "max-running-requests=64,num-continuous-decode-steps=8"]
+    low, high = points["max-running-requests=16,num-continuous-decode-steps=8"], \
+        points["max-running-requests=64,num-continuous-decode-steps=8"]
+    assert low["status"] == "done" and low["limit"] == 16, low  # the knee at max-running-requests
+    assert high["status"] == "done" and high["limit"] == 64 and high["at_top"], high
+    for p in points.values():
+        assert p["search_runs"] <= doc["max_search_runs_per_point"] == 4
+        assert p["goodput"] is None or p["goodput"]["ci95_low"] <= p["goodput"]["mean"] <= p["goodput"]["ci95_high"]
+    assert doc["best"] != "max-running-requests=16,num-continuous-decode-steps=8"
+    # restored: the same release and unit as before, and no candidate left running
+    assert current(env) == before and unit(env) == before_unit
+    assert doc["final_release"] == doc["original_release"] == before
+    assert (out / "tune.png").stat().st_size > 1000 and "goodput" in (out / "report.html").read_text()
+    # every bench run is in the ledger, filed under the tune
+    linked = Ledger(Path(env.env["DEPLOY_STATE_DIR"]) / "ledger.sqlite").tune_runs(doc["tune_id"])
+    runs = [r["run_id"] for p in doc["points"] for r in p["runs"]]
+    assert sorted(r[0] for r in linked) == sorted(runs) and len(runs) >= 6
+    # bench --repeat on the restored server: mean, interval and spread over two runs
+    rep = env.run("--json", "bench", "host", env.host, "--preset", "tune", "--repeat", "2", timeout=300)
+    assert rep.rc == 0, rep.text
+    (point,) = rep.json["repeat"]
+    out_rate = point["output_throughput"]
+    assert len(point["runs"]) == len(rep.json["runs"]) == 2 and out_rate["n"] == 2
+    assert out_rate["min"] <= out_rate["mean"] <= out_rate["max"] and out_rate["ci95_low"] <= out_rate["mean"]
+
+
+@pytest.mark.timeout(1200)
+def test_apply_rolls_the_winner_and_a_killed_tune_resumes(converged: DeployEnv) -> None:
+    env = converged
+    add_preset(env)
+    # The winner's roll is a normal release: its throughput gate at the 16-prompt preset is all noise (the knee is
+    # past it), so the gate judges the median of 3 runs (gate_repeats) with a 10 % band: no false revert.
+    env.set_profile(gate_repeats=3, regression_threshold_pct=10)
+    # the current flags have the knee at 16: the mrr=64 points beat them beyond any noise
+    res = env.run("--json", "roll", "host", env.host, "--set", "max-running-requests=16", "--accept-regression",
+                  timeout=600)
+    assert res.rc == 0, res.text
+    original = current(env)
+    args = ("tune", "host", env.host, "--slo", SLO, "--over", "max-running-requests=32,64", "--over",
+            "num-continuous-decode-steps=8", "--range", "16:64:16", "--preset", "tune", "--confirm", "1", "--apply")
+    proc = env.popen(*args, lock_ttl_s=5)
+    assert proc.stdout is not None
+    tune_id, seen = None, []
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if line.startswith("tune t-"):
+            tune_id = line.split()[1]
+        if "[max-running-requests=32" in line and "(search)" in line:
+            proc.send_signal(signal.SIGKILL)  # mid-tune: a candidate is rolled and being measured
+            break
+    proc.wait(timeout=30)
+    assert tune_id is not None and proc.returncode == -signal.SIGKILL, "".join(seen)
+    assert current(env) != original  # the kill left the candidate current
+    wait_lease_expired(env)
+    res = env.run("--json", "tune", "host", env.host, "--resume", tune_id, timeout=900)
+    assert res.rc == 0, res.text
+    doc = res.json
+    assert doc["tune_id"] == tune_id and doc["original_release"] == original
+    labels = [p["label"] for p in doc["points"]]
+    assert labels[0] == "current" and all(p["status"] == "done" for p in doc["points"]), doc["points"]
+    assert doc["winner"] in labels[1:] and doc["margin_pct"] > 50, doc["verdict"]
+    # the winner rolled as a normal release: a new current release with its flags, the only server running
+    assert doc["changed"] and doc["final_release"] == current(env) not in (original,)
+    winner_mrr = doc["winner"].split(",")[0].split("=")[1]
+    assert f"--max-running-requests {winner_mrr}" in unit(env)
+    assert env.ct("pgrep -fc 'sglang.launch_server|sglang serve'").stdout.strip() == "1"
+    # the applied release's gate ran its 3 repeats (each a ledger run of that release)
+    ledger = Ledger(Path(env.env["DEPLOY_STATE_DIR"]) / "ledger.sqlite")
+    gated = [r for r in ledger.list_runs(host=env.host, limit=200) if r.release_id == current(env)]
+    assert len(gated) == 3, [(r.id, r.release_id) for r in gated]
