@@ -1,4 +1,8 @@
-"""End-to-end harness: the real `deploy` CLI (subprocess) against the simulated host over real SSH and HTTPS.
+"""End-to-end harness: the real `deploy` CLI against the simulated host over real SSH and HTTPS.
+
+`DeployEnv.run` runs the CLI in the test process (tests/e2e/inprocess.py: isolated environment, cwd, argv and
+streams); `run_process` and `popen` start it as a separate process, for tests about the process (signals, exit
+codes, start-up).
 
 `deploy_env` gives each test a fresh simulated host (no containers, no faults), its own inventory (the
 shipped example's profiles with a small bench preset) and its own local state dir. Assertions read the host
@@ -20,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.e2e.inprocess import run_cli, subprocess_forced
 from tests.shared import EXAMPLE_INVENTORY
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,7 +66,14 @@ class DeployEnv:
         return str(self.sim.name)
 
     def run(self, *args: str, timeout: float = 300) -> Result:
-        """`deploy ARGS` as a user would run it (a separate process)."""
+        """`deploy ARGS` in this process as a fresh process would run it (tests/e2e/inprocess.py): same exit code,
+        stdout and stderr, real SSH and HTTPS to the simulated host, without a second of interpreter start-up."""
+        if subprocess_forced():
+            return self.run_process(*args, timeout=timeout)
+        return Result(*run_cli(args, self.env, REPO))
+
+    def run_process(self, *args: str, timeout: float = 300) -> Result:
+        """`deploy ARGS` as a separate process, for tests about the process itself (start-up, exit, signals)."""
         proc = subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True,
                               env=self.env, cwd=REPO, timeout=timeout)
         return Result(proc.returncode, proc.stdout, proc.stderr)
