@@ -17,6 +17,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -199,6 +200,33 @@ def wait_lease_expired(env: DeployEnv, timeout_s: float = 60.0) -> None:
 @pytest.fixture
 def deploy_env(sim: Any, tmp_path: Path) -> DeployEnv:
     return make_env(sim, tmp_path, site_ostemplate([sim]))
+
+
+SHARED = "converged-host"  # the xdist group of the tests that share one converged host
+
+
+@pytest.fixture
+def converged_shared(request: pytest.FixtureRequest, sim_host: Any, sim_resets: Any,
+                     tmp_path: Path) -> Iterator[DeployEnv]:
+    """A converged host shared by the tests that only read it (status, plan, verify-p2p, history, bench, refused
+    input): converged once, then handed on while no other test reset the session host in between. Mark such a
+    test `@pytest.mark.xdist_group(SHARED)`, so that under `--dist loadgroup` the sharing tests of every module run
+    on one worker, one after another. Each test gets its own inventory and local state (ledger); it must leave
+    the host as it found it: no change, no fault, no stopped server.
+    """
+    from simulator.manager import reset_host
+
+    env = make_env(sim_host, tmp_path, site_ostemplate([sim_host]))
+    if sim_resets.shared_at != sim_resets.count:
+        sim_resets.count += 1
+        reset_host(sim_host.host_dir.parent.parent, sim_host.name)
+        res = env.run("--json", "up", "host", env.host, "--skip-bench")
+        assert res.rc == 0, res.text
+        sim_resets.shared_at = sim_resets.count
+    failed = request.session.testsfailed
+    yield env
+    if request.session.testsfailed != failed:  # a failed test may have left the host changed: converge again
+        sim_resets.shared_at = None
 
 
 @pytest.fixture
