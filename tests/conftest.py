@@ -11,6 +11,7 @@ import contextlib
 import os
 import shutil
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,25 @@ import pytest
 from tests import sim_hosts
 
 pytest_plugins = ["tests.skip_policy", "tests.module_times"]
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the node ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test without an xdist group runs in its module's group: `--dist loadgroup` then keeps a module on one
+    worker (its module-scoped hosts and fleets) as `--dist loadfile` does, and a group named across modules
+    (`converged-host`, tests/e2e/conftest.py) puts those tests on one worker, one after another. Without xdist the
+    tests of such a group are moved next to the first of them, so one process shares as much as one worker."""
+    groups: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        if mark is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+            continue
+        groups.setdefault(str(mark.args[0] if mark.args else mark.kwargs.get("name")), []).append(item)
+    for members in groups.values():
+        rest = [item for item in items if item not in members]
+        at = items.index(members[0])
+        items[:] = rest[:at] + members + rest[at:]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -80,10 +100,25 @@ def sim_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
             os.environ["DEPLOY_SIM_ROOT"] = old
 
 
+@dataclass
+class HostResets:
+    """How often this process reset its session host, and at which count a converged host was last shared
+    (tests/e2e/conftest.py `converged_shared`: still valid while no reset came since)."""
+
+    count: int = 0
+    shared_at: int | None = None
+
+
+@pytest.fixture(scope="session")
+def sim_resets() -> HostResets:
+    return HostResets()
+
+
 @pytest.fixture
-def sim(sim_host: Any) -> Any:
+def sim(sim_host: Any, sim_resets: HostResets) -> Any:
     """The session's simulated host, reset: no faults, no containers, default template present."""
     from simulator.manager import reset_host
 
+    sim_resets.count += 1
     reset_host(sim_host.host_dir.parent.parent, sim_host.name)
     return sim_host

@@ -1,4 +1,8 @@
-"""End-to-end harness: the real `deploy` CLI (subprocess) against the simulated host over real SSH and HTTPS.
+"""End-to-end harness: the real `deploy` CLI against the simulated host over real SSH and HTTPS.
+
+`DeployEnv.run` runs the CLI in the test process (tests/e2e/inprocess.py: isolated environment, cwd, argv and
+streams); `run_process` and `popen` start it as a separate process, for tests about the process (signals, exit
+codes, start-up).
 
 `deploy_env` gives each test a fresh simulated host (no containers, no faults), its own inventory (the
 shipped example's profiles with a small bench preset) and its own local state dir. Assertions read the host
@@ -13,6 +17,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.e2e.inprocess import run_cli, subprocess_forced
 from tests.shared import EXAMPLE_INVENTORY
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,7 +67,14 @@ class DeployEnv:
         return str(self.sim.name)
 
     def run(self, *args: str, timeout: float = 300) -> Result:
-        """`deploy ARGS` as a user would run it (a separate process)."""
+        """`deploy ARGS` in this process as a fresh process would run it (tests/e2e/inprocess.py): same exit code,
+        stdout and stderr, real SSH and HTTPS to the simulated host, without a second of interpreter start-up."""
+        if subprocess_forced():
+            return self.run_process(*args, timeout=timeout)
+        return Result(*run_cli(args, self.env, REPO))
+
+    def run_process(self, *args: str, timeout: float = 300) -> Result:
+        """`deploy ARGS` as a separate process, for tests about the process itself (start-up, exit, signals)."""
         proc = subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True,
                               env=self.env, cwd=REPO, timeout=timeout)
         return Result(proc.returncode, proc.stdout, proc.stderr)
@@ -187,6 +200,33 @@ def wait_lease_expired(env: DeployEnv, timeout_s: float = 60.0) -> None:
 @pytest.fixture
 def deploy_env(sim: Any, tmp_path: Path) -> DeployEnv:
     return make_env(sim, tmp_path, site_ostemplate([sim]))
+
+
+SHARED = "converged-host"  # the xdist group of the tests that share one converged host
+
+
+@pytest.fixture
+def converged_shared(request: pytest.FixtureRequest, sim_host: Any, sim_resets: Any,
+                     tmp_path: Path) -> Iterator[DeployEnv]:
+    """A converged host shared by the tests that only read it (status, plan, verify-p2p, history, bench, refused
+    input): converged once, then handed on while no other test reset the session host in between. Mark such a
+    test `@pytest.mark.xdist_group(SHARED)`, so that under `--dist loadgroup` the sharing tests of every module run
+    on one worker, one after another. Each test gets its own inventory and local state (ledger); it must leave
+    the host as it found it: no change, no fault, no stopped server.
+    """
+    from simulator.manager import reset_host
+
+    env = make_env(sim_host, tmp_path, site_ostemplate([sim_host]))
+    if sim_resets.shared_at != sim_resets.count:
+        sim_resets.count += 1
+        reset_host(sim_host.host_dir.parent.parent, sim_host.name)
+        res = env.run("--json", "up", "host", env.host, "--skip-bench")
+        assert res.rc == 0, res.text
+        sim_resets.shared_at = sim_resets.count
+    failed = request.session.testsfailed
+    yield env
+    if request.session.testsfailed != failed:  # a failed test may have left the host changed: converge again
+        sim_resets.shared_at = None
 
 
 @pytest.fixture

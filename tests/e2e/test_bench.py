@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import DeployEnv
+from tests.e2e.conftest import SHARED, DeployEnv
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -41,8 +41,9 @@ def png_size(data: bytes) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
-def test_bench_run_has_telemetry_diagnosis_and_ledger_entry(converged: DeployEnv, tmp_path: Path) -> None:
-    env = converged
+@pytest.mark.xdist_group(SHARED)
+def test_bench_run_has_telemetry_diagnosis_and_ledger_entry(converged_shared: DeployEnv, tmp_path: Path) -> None:
+    env = converged_shared
     release = env.ct("readlink /var/lib/deploy/current").stdout.strip().rsplit("/", 1)[-1]
 
     p = ok_json(env, "bench", "host", env.host)
@@ -111,8 +112,9 @@ def test_bench_run_has_telemetry_diagnosis_and_ledger_entry(converged: DeployEnv
     assert imported["id"] not in ledger_runs(env, "host", env.host)  # filed under its own host
 
 
-def test_bench_sweep_writes_plot_report_and_point_dirs(converged: DeployEnv, tmp_path: Path) -> None:
-    env = converged
+@pytest.mark.xdist_group(SHARED)
+def test_bench_sweep_writes_plot_report_and_point_dirs(converged_shared: DeployEnv, tmp_path: Path) -> None:
+    env = converged_shared
     out = tmp_path / "sweep"
     p = ok_json(env, "bench", "host", env.host, "--sweep", "max-concurrency=16,64", "--set", "num-prompts=64",
                 "--out", str(out))

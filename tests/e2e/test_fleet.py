@@ -1,6 +1,7 @@
-"""Fleet forms end to end: the real CLI (subprocess) against three simulated hosts over real SSH and HTTPS.
+"""Fleet forms end to end: the real CLI against three simulated hosts over real SSH and HTTPS.
 
-One module-scoped root with three hosts (numbered from tests/sim_hosts.py's OFFSET_FLEET), an inventory with groups.
+One module-scoped root with three hosts (numbered from tests/sim_hosts.py's OFFSET_FLEET), an inventory with groups
+(tests/e2e/fleet_harness.py).
 Faults are set per test and cleared by the `fleet` fixture, so the tests do not depend on each other's faults;
 converged containers are kept between tests (converging takes the longest).
 """
@@ -11,7 +12,6 @@ import json
 import os
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -19,52 +19,28 @@ from typing import Any
 import pytest
 
 from orchestrator.errors import ConfigError
-from tests.conftest import sim_root
-from tests.e2e.conftest import DeployEnv, make_fleet_env, site_ostemplate, until
+from tests.e2e.conftest import until
+from tests.e2e.fleet_harness import FleetHarness, fleet_root
 from tests.sim_hosts import OFFSET_FLEET, OFFSET_FLEET_ROUTER, OFFSET_ROUTER_API, claim
 
 pytestmark = pytest.mark.e2e
 
 
-@dataclass
-class Fleet:
-    env: DeployEnv
-    names: list[str]
-    root: Path
-
-    def faults(self, host: str, **knobs: Any) -> None:
-        from simulator.manager import set_faults
-
-        set_faults(self.root, host, **knobs)
-
-    def sglang_active(self, host: str) -> str:
-        from simulator.manager import sim_status
-
-        info = next(i for i in sim_status(self.root) if i.name == host)
-        saved = self.env.sim
-        self.env.sim = info
-        try:
-            return self.env.ct("systemctl is-active sglang || true").stdout.strip()
-        finally:
-            self.env.sim = saved
+Fleet = FleetHarness  # the module's fleet: three hosts, groups prod, first-two and bad-first
 
 
 @pytest.fixture(scope="module")
 def fleet_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     """Three simulated hosts and one inventory with groups for the module."""
-    with sim_root(tmp_path_factory, "deploy-sim-fleet", OFFSET_FLEET, hosts=3) as (root, infos):
-        names = [i.name for i in infos]
-        env = make_fleet_env(infos, tmp_path_factory.mktemp("fleet-env"), {
-            "prod": names, "first-two": names[:2], "bad-first": [names[1], names[0], names[2]]},
-            site_ostemplate(infos))
-        yield Fleet(env=env, names=names, root=root)
+    with fleet_root(tmp_path_factory, "deploy-sim-fleet", OFFSET_FLEET, 3, lambda names: {
+            "prod": names, "first-two": names[:2], "bad-first": [names[1], names[0], names[2]]}) as fleet:
+        yield fleet
 
 
 @pytest.fixture
 def fleet(fleet_env: Fleet) -> Fleet:
     """The module's fleet with every host fault cleared (containers are kept: converging is the slow part)."""
-    for name in fleet_env.names:
-        fleet_env.faults(name, missing_uvm=False, task_fail=None, ssh_drop_after=None)
+    fleet_env.clear_faults()
     return fleet_env
 
 

@@ -1,4 +1,4 @@
-"""Fleet rolls end to end: the real CLI (subprocess) against three simulated hosts behind the real sglang-router.
+"""Fleet rolls end to end: the real CLI against three simulated hosts behind the real sglang-router.
 
 One module-scoped root with three hosts (the numbers of tests/e2e/test_fleet.py's fleet: the two modules' roots are
 never up at once), converged once, and the real router 0.3.2 in front of their servers with a `router:` section in
@@ -15,15 +15,13 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests import sim_hosts
-from tests.conftest import sim_root
-from tests.e2e.conftest import DeployEnv, make_fleet_env, site_ostemplate, until, wait_lease_expired
+from tests.e2e.conftest import until, wait_lease_expired
+from tests.e2e.fleet_harness import RoutedFleet, fleet_root, worker_urls
 from tests.sim_hosts import OFFSET_FLEET, OFFSET_FLEET_ROUTER, claim
 
 # Each test runs 2-4 fleet rolls of 3 hosts through the CLI; under a shared 2-core machine's load that outlasts the
@@ -34,82 +32,31 @@ CHAT = {"model": "glm-5", "max_tokens": 24,
         "messages": [{"role": "user", "content": "What is 17 + 25? Answer with the number only."}]}
 
 
-@dataclass
-class RolledFleet:
-    env: DeployEnv
-    names: list[str]
-    root: Path
-    router: str
-    urls: dict[str, str]
-    infos: list[Any] = field(default_factory=list)
-    state: Path = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.state = Path(self.env.env["DEPLOY_STATE_DIR"]) / "fleet-rolls"
-
-    def host_env(self, name: str) -> DeployEnv:
-        """The fleet's environment, with `ssh`/`ct` reaching host `name`."""
-        (info,) = [i for i in self.infos if i.name == name]
-        return replace(self.env, sim=info)
-
-    def ct_faults(self, host: str, **knobs: Any) -> None:
-        from simulator.manager import set_ct_faults
-
-        set_ct_faults(self.root, host, 120, **knobs)
-
-    def releases(self) -> dict[str, str]:
-        doc = self.env.run("--json", "status", "group", "prod").json
-        return {h["host"]: h["report"]["release"] for h in doc["hosts"]}
-
-    def listed(self) -> dict[str, bool]:
-        """Which hosts the router lists as healthy workers."""
-        from orchestrator.router.client import RouterClient
-
-        with RouterClient(self.router) as client:
-            healthy = {w.url for w in client.list_workers() if w.healthy}
-        return {name: url in healthy for name, url in self.urls.items()}
-
-    def back_in_router(self) -> None:
-        """Put every host back (a failed host is left out on purpose) and wait until all are healthy."""
-        from orchestrator.router.client import RouterClient
-
-        with RouterClient(self.router) as client:
-            for url in self.urls.values():
-                if client.find(url) is None:
-                    client.add_worker(url)
-        assert until(lambda: all(self.listed().values()), 120), self.listed()
+RolledFleet = RoutedFleet  # three converged hosts behind the real router, named in the inventory's router.yaml
 
 
 @pytest.fixture(scope="module")
 def rolled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RolledFleet]:
     if os.geteuid() != 0:
         pytest.skip("the simulator's router venv lives under /var/cache/deploy-sim (root)")
-    from orchestrator.inventory.loader import load_inventory
-    from orchestrator.router.addresses import learn
-    from orchestrator.router.places import worker_url
     from simulator.router import start_router, stop_router
     from tests.e2e.site import assert_container_urls, assert_no_relay
 
-    with sim_root(tmp_path_factory, "deploy-sim-fleetroll", OFFSET_FLEET, hosts=3) as (root, infos):
-        env = make_fleet_env(infos, tmp_path_factory.mktemp("fleetroll-env"),
-                             ostemplate=site_ostemplate(infos))
-        names = [i.name for i in infos]
-        up = env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=1200)
+    with fleet_root(tmp_path_factory, "deploy-sim-fleetroll", OFFSET_FLEET, 3) as base:
+        up = base.env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=1200)
         assert up.rc == 0, up.text
-        inv = load_inventory(env.inventory)
-        site = learn([(inv.hosts[n], inv.hosts[n].container.vmid) for n in names])  # from inside each container
-        urls = {n: worker_url(inv, inv.hosts[n], site) for n in names}
-        assert_container_urls(root, infos, list(urls.values()))
-        assert_no_relay(infos)  # the router reaches the servers on the site network, never via a node port
+        urls = worker_urls(base)
+        assert_container_urls(base.root, base.infos, list(urls.values()))
+        assert_no_relay(base.infos)  # the router reaches the servers on the site network, never via a node port
         address = sim_hosts.address(claim(OFFSET_FLEET_ROUTER, ports=(30000,)))
         run_dir = tmp_path_factory.mktemp("fleetroll-router")
         try:
             start_router(run_dir, address, 30000, list(urls.values()), policy="round_robin",
                          extra=["--health-check-interval-secs", "1"])
-            (env.inventory / "router.yaml").write_text(
+            (base.env.inventory / "router.yaml").write_text(
                 f"router:\n  host: {address}\n  port: 30000\n  policy: round_robin\n  workers: prod\n")
-            fleet = RolledFleet(env=env, names=names, root=root, router=f"http://{address}:30000", urls=urls,
-                                infos=infos)
+            fleet = RolledFleet(env=base.env, names=base.names, root=base.root, infos=base.infos,
+                                router=f"http://{address}:30000", urls=urls)
             assert until(lambda: all(fleet.listed().values()), 120), fleet.listed()
             yield fleet
         finally:
@@ -118,8 +65,7 @@ def rolled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RolledFleet]:
 
 @pytest.fixture
 def fleet(rolled: RolledFleet) -> RolledFleet:
-    for name in rolled.names:
-        rolled.ct_faults(name, crash_on_start=False, match=None)
+    rolled.clear_faults(host_knobs=False, ct_knobs=True)
     for record in rolled.state.glob("fleetroll-*.json"):  # a test that failed mid-roll must not refuse the next
         record.unlink()
     rolled.back_in_router()
@@ -168,10 +114,11 @@ def _hosts(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_canary_roll_passes_and_a_client_through_the_router_sees_no_failed_request(fleet: RolledFleet) -> None:
     before = fleet.releases()
     with Client(fleet.router) as client:
-        time.sleep(2)
+        assert until(lambda: client.ok >= 2, 60), client.failed[:5]  # traffic flows before the roll starts
         res = fleet.env.run("--json", "roll", "group", "prod", "--set", f"{FLAG}=4", "--canary", "1", "--batch", "1",
                             "--max-unavailable", "1", "--skip-bench", timeout=900)
-        time.sleep(2)
+        after_roll = client.ok
+        assert until(lambda: client.ok >= after_roll + 2, 60)  # and still flows once it is done
     assert res.rc == 0, res.text
     doc = res.json
     assert doc["ok"] is True and doc["roll"]["state"] == "done"

@@ -1,4 +1,4 @@
-"""The router as a managed part, end to end: the real CLI (subprocess), two simulated hosts, the REAL sglang-router.
+"""The router as a managed part, end to end: the real CLI, two simulated hosts, the REAL sglang-router.
 
 One module-scoped root with two hosts (tests/sim_hosts.py OFFSET_ROUTER_UP) and an inventory whose router runs in
 the first host's server container (CT 120), a real LXC container: `up` makes the router's venv there and
@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import sim_root
-from tests.e2e.conftest import DeployEnv, make_fleet_env, site_ostemplate
+from tests.e2e.fleet_harness import FleetHarness, fleet_root
 from tests.e2e.site import assert_container_urls, assert_no_relay
 from tests.sim_hosts import OFFSET_ROUTER_UP
 
@@ -28,11 +27,10 @@ CHAT = {"model": "glm-5", "max_tokens": 8,
 
 
 @dataclass
-class RouterFleet:
-    env: DeployEnv
-    names: list[str]
-    router_yaml: str
-    root: Path
+class RouterFleet(FleetHarness):
+    """Two hosts whose router runs in the first host's server container, managed by `up`."""
+
+    router_yaml: str = ""
 
     @property
     def url(self) -> str:
@@ -53,17 +51,15 @@ class RouterFleet:
 
 @pytest.fixture(scope="module")
 def rfleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterFleet]:
-    with sim_root(tmp_path_factory, "deploy-sim-router-up", OFFSET_ROUTER_UP, hosts=2) as (root, infos):
-        tmp = tmp_path_factory.mktemp("router-env")
-        env = make_fleet_env(infos, tmp, ostemplate=site_ostemplate(infos))
-        names = [i.name for i in infos]
-        key_file = tmp / "api-key"
+    with fleet_root(tmp_path_factory, "deploy-sim-router-up", OFFSET_ROUTER_UP, 2) as base:
+        key_file = base.env.inventory.parent / "api-key"
         key_file.write_text(KEY + "\n")
         key_file.chmod(0o600)
-        env.set_profile(api_key={"file": str(key_file)})
+        base.env.set_profile(api_key={"file": str(key_file)})
+        names = base.names
         router_yaml = (f"router:\n  runs_on: {names[0]}\n  policy: round_robin\n"
                        "  workers: prod\n  flags:\n    health-check-interval-secs: 1\n")
-        fleet = RouterFleet(env, names, router_yaml, root)
+        fleet = RouterFleet(env=base.env, names=names, root=base.root, infos=base.infos, router_yaml=router_yaml)
         fleet.write_router()
         yield fleet
 
@@ -127,15 +123,13 @@ def test_up_brings_the_router_up_with_both_workers_then_changes_nothing(rfleet: 
 def test_a_failing_host_leaves_the_router_live_and_comes_back_without_a_restart(rfleet: RouterFleet) -> None:
     """A host whose `up` fails is taken out of the router through its worker API, and put back by the next `up`;
     the router process is never restarted for a change of its worker set (that would drop requests in flight)."""
-    from simulator.manager import set_faults
-
     env, (a, b) = rfleet.env, rfleet.names
     pid = env.ct("systemctl show -p MainPID --value sglang-router").stdout.strip()
-    set_faults(rfleet.root, b, missing_uvm=True)
+    rfleet.faults(b, missing_uvm=True)
     try:
         res = env.run("--json", "up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
     finally:
-        set_faults(rfleet.root, b, missing_uvm=False)
+        rfleet.faults(b, missing_uvm=False)
     assert res.rc == 1, res.text  # the failing host's exit code
     router = res.json["router"]
     assert router["workers"] == [a] and router["left_out"] == [b] and router["exit_code"] == 0, router

@@ -8,9 +8,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
-from tests.e2e.conftest import DeployEnv
+from tests.e2e.conftest import SHARED, DeployEnv
 
 UNIT = "/etc/systemd/system/sglang.service"
 HUGE = "x" * 120_000
@@ -66,8 +67,9 @@ def test_up_refuses_duplicate_keys_huge_values_and_line_separators(deploy_env: D
     no_container(env)
 
 
-def test_roll_refuses_bad_flag_input_and_changes_nothing(converged: DeployEnv, tmp_path: Path) -> None:
-    env = converged
+@pytest.mark.xdist_group(SHARED)
+def test_roll_refuses_bad_flag_input_and_changes_nothing(converged_shared: DeployEnv, tmp_path: Path) -> None:
+    env = converged_shared
 
     def host_state() -> tuple[str, str, str, str]:
         cur = env.ct("readlink /var/lib/deploy/current")

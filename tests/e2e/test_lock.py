@@ -13,7 +13,7 @@ import subprocess
 import threading
 import time
 
-from tests.e2e.conftest import DeployEnv
+from tests.e2e.conftest import DeployEnv, wait_lease_expired
 from tests.e2e.test_roll import RELEASES, UNIT, ct_out, current, health
 
 LEASE = "/var/lib/deploy/deploy.lease"
@@ -122,7 +122,7 @@ def test_ssh_drop_during_rollback_never_lets_a_second_run_in(converged: DeployEn
 
 def test_killed_run_frees_the_lock_within_the_lease_time(converged: DeployEnv) -> None:
     env = converged
-    ttl = 30  # short for the test, yet long enough that the second run starts before it runs out
+    ttl = 15  # short for the test, yet long enough that the second run (in-process) starts before it runs out
     env.ct_faults(slow_start_s=30, match="--num-continuous-decode-steps 4")
     proc = env.popen("roll", "host", env.host, "--set", "num-continuous-decode-steps=4", "--skip-bench",
                      lock_ttl_s=ttl)
@@ -167,7 +167,7 @@ def test_run_that_lost_its_lock_stops_and_claims_nothing(converged: DeployEnv) -
         a.wait_for(r"^\s+changed\s+install_release", timeout=120)
         a_run = lease(env)["run"]
         a.proc.send_signal(signal.SIGSTOP)  # A and its keep-alive freeze; its lease runs out
-        time.sleep(ttl + 2)
+        wait_lease_expired(env, timeout_s=ttl + 30)
         b = env.run("up", "host", env.host, "--skip-bench", timeout=300)
         assert b.rc == 0, b.text
         assert f"took over the lock of run {a_run}" in b.text, b.text

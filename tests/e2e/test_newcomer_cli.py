@@ -8,13 +8,15 @@ import dataclasses
 import re
 from pathlib import Path
 
-from tests.e2e.conftest import DeployEnv, Result
+import pytest
+
+from tests.e2e.conftest import SHARED, DeployEnv, Result
 
 RUN_ID = r"r-\d{8}-\d{6}-[0-9a-f]{4}"
 
 
 def at_80(env: DeployEnv, *args: str) -> Result:
-    """The CLI as a subprocess with a pipe for stdout (no TTY) and an 80-column COLUMNS."""
+    """The CLI with stdout not a terminal (as in a pipe) and an 80-column COLUMNS."""
     narrow = dataclasses.replace(env, env={**env.env, "COLUMNS": "80"})
     res = narrow.run(*args)
     assert res.rc in (0, 1), res.text
@@ -27,8 +29,10 @@ def line_of(text: str, first: str) -> list[str]:
     return line.split()
 
 
-def test_80_columns_keep_ids_whole_and_compare_refuses_other_presets(converged: DeployEnv, tmp_path: Path) -> None:
-    env = converged
+@pytest.mark.xdist_group(SHARED)
+def test_80_columns_keep_ids_whole_and_compare_refuses_other_presets(converged_shared: DeployEnv,
+                                                                     tmp_path: Path) -> None:
+    env = converged_shared
     release = env.ct("readlink /var/lib/deploy/current").stdout.strip().rsplit("/", 1)[-1]
 
     bench = at_80(env, "bench", "host", env.host)

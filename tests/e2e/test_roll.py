@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import DeployEnv, wait_lease_expired
+from tests.e2e.conftest import SHARED, DeployEnv, wait_lease_expired
 
 RELEASES = "/var/lib/deploy/releases"
 #: The lease of a run a test SIGKILLs: it holds the host lock that long after the kill.
@@ -127,8 +127,9 @@ BAD_SETTINGS = (
 )
 
 
-def test_roll_refuses_bad_flags_before_any_change(converged: DeployEnv) -> None:
-    env = converged
+@pytest.mark.xdist_group(SHARED)
+def test_roll_refuses_bad_flags_before_any_change(converged_shared: DeployEnv) -> None:
+    env = converged_shared
     before = (unit_sha(env), main_pid(env), current(env), release_ids(env))
     assert before[1] not in ("", "0")
     for setting, message in BAD_SETTINGS:

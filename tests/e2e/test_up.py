@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 
-from tests.e2e.conftest import DeployEnv
+import pytest
+
+from tests.e2e.conftest import SHARED, DeployEnv
 
 
 def steps(payload: dict) -> dict[str, dict]:
@@ -53,7 +55,9 @@ def test_plan_changes_nothing(deploy_env: DeployEnv) -> None:
     assert deploy_env.ssh("ls /etc/pve/lxc").stdout.strip() == ""
 
 
-def test_live_verify_p2p_reads_container_and_host_in_one_round_trip(converged: DeployEnv) -> None:
+@pytest.mark.xdist_group(SHARED)
+def test_live_verify_p2p_reads_container_and_host_in_one_round_trip(converged_shared: DeployEnv) -> None:
+    converged = converged_shared
     res = converged.run("--json", "verify-p2p", "host", converged.host, "--bandwidth")
     assert res.rc == 0, res.text
     p = res.json

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
-from tests.e2e.conftest import DeployEnv
+from tests.e2e.conftest import SHARED, DeployEnv
 
 
-def test_upgrade_that_renames_flags_is_refused_with_the_new_names(converged: DeployEnv) -> None:
+@pytest.mark.xdist_group(SHARED)
+def test_upgrade_that_renames_flags_is_refused_with_the_new_names(converged_shared: DeployEnv) -> None:
+    converged = converged_shared
     unit_before = converged.ct("sha256sum /etc/systemd/system/sglang.service").stdout
     converged.set_profile(sglang_version="0.5.23")
     res = converged.run("--json", "up", "host", converged.host, "--skip-bench")
