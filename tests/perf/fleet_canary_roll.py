@@ -51,12 +51,15 @@ class Clients:
     count: int
     phase: Phase = field(default_factory=Phase)
     stop: threading.Event = field(default_factory=threading.Event)
+    api_key: str | None = None  # the router's key, when the fleet's servers have one
 
     def one(self, session: requests.Session) -> None:
         start = time.monotonic()
         phase = self.phase  # a request counts in the phase it started in
         try:
-            with session.post(f"{self.base}/v1/chat/completions", json=CHAT, stream=True, timeout=120) as resp:
+            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            with session.post(f"{self.base}/v1/chat/completions", json=CHAT, stream=True, timeout=120,
+                              headers=headers) as resp:
                 if resp.status_code != 200:
                     phase.failed.append(f"HTTP {resp.status_code}: {resp.text[:200]}")
                     return
