@@ -118,6 +118,10 @@ class CtFaults:
     full_disk: a directory in the running container (e.g. /etc/sglang) covered at once by a small tmpfs that holds
         a copy of its files and is filled to the last byte: reads work, every write fails with ENOSPC, as on a
         full filesystem. None (or "") unmounts it, and the directory's own files are back.
+    stall_after: after this many finished generations the model server stops scheduling: requests hang, its token
+        counters stop, /health stays 200 (sglang#22779: alive but not serving). Read when the server starts.
+    slow_prefill_s: real seconds every prefill takes, in chunks that advance the prefill token counter (a long
+        GLM-5 prompt, sglang#22511): slow but making progress.
     """
 
     driver_mismatch: str | None = None
@@ -128,6 +132,8 @@ class CtFaults:
     fatal: str | None = None
     match: str | None = None
     full_disk: str | None = None
+    stall_after: int | None = None
+    slow_prefill_s: float = 0.0
 
 
 #: The values of CtFaults.fatal (the stand-in server knows each one's line and phase).

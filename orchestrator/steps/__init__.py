@@ -19,6 +19,7 @@ STEP_MODULES = (
     "orchestrator.steps.server",
     "orchestrator.steps.roll",
     "orchestrator.steps.status",
+    "orchestrator.steps.watchdog",
 )
 
 

@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # types only: the modules that produce them import the steps 
     from orchestrator.parsers.bench import BenchResult
     from orchestrator.parsers.hostfacts import PveVersion
     from orchestrator.parsers.leftovers import LeftoverBench
+    from orchestrator.parsers.watchdog import WatchdogStatus
     from orchestrator.render.bundle import Bundle
     from orchestrator.runlog import StepRecord
     from orchestrator.steps.p2p import P2PReport
@@ -96,6 +97,7 @@ class ServerStatus:
     gpus: list[dict[str, float | int | None]] = field(default_factory=list)
     power_w: float = 0.0
     power_limit_w: float = 0.0
+    watchdog: WatchdogStatus | None = None  # the in-container watchdog's state file (None: container not running)
 
     @property
     def container_running(self) -> bool:
@@ -106,7 +108,8 @@ class ServerStatus:
                 "active": self.active, "health": self.health, "release_created": self.release_created,
                 "release_source": self.release_source, "verdict": self.verdict,
                 "sglang_version": self.sglang_version, "gpus": self.gpus, "power_w": self.power_w,
-                "power_limit_w": self.power_limit_w}
+                "power_limit_w": self.power_limit_w,
+                "watchdog": None if self.watchdog is None else self.watchdog.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,7 @@ class RunState:
     doctor_findings: list[Finding] = field(default_factory=list)
     status: ServerStatus | None = None
     history: list[dict[str, Any]] = field(default_factory=list)  # release lines as the target stores them
+    watchdog: WatchdogStatus | None = None  # history: the watchdog's state file, its restarts among the actions
     stopped_benches: list[LeftoverBench] = field(default_factory=list)  # benches of dead runs this run stopped
     rollback: Rollback | None = None  # install_release's undo, once it rolled back and verified
     already_on: CurrentFlags | None = None  # resolve_release: the requested flags are the current release's

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from orchestrator.errors import CheckFailed
+from orchestrator.layout import PATHS
+from orchestrator.parsers.watchdog import parse_watchdog_state
 from orchestrator.runlog import StepRecord
 from orchestrator.state.releases import parse_release_lines, read_releases_script
 from orchestrator.steps.base import StepContext, step
@@ -38,7 +40,19 @@ def container_state(ctx: StepContext) -> str:
     return ctx.facts.ct_state or "absent"
 
 
-@step("status", host_facts=("gpu_power", "ct_status"), ct_facts=RELEASE_FACTS)
+#: Between the release lines and the watchdog's state file in `history`'s one round trip.
+WATCHDOG_MARK = "__DEPLOY_WATCHDOG_STATE__"
+
+
+def read_watchdog(ctx: StepContext) -> None:
+    """The state file from the facts; "absent" when the watchdog never ran (not installed, or an older deploy)."""
+    out = ctx.facts.c("watchdog_state")
+    ctx_status = ctx.state.status
+    if ctx_status is not None:
+        ctx_status.watchdog = parse_watchdog_state(out.stdout if out is not None and out.rc == 0 else None)
+
+
+@step("status", host_facts=("gpu_power", "ct_status"), ct_facts=(*RELEASE_FACTS, "watchdog_state"))
 def status(ctx: StepContext, record: StepRecord) -> None:
     """Current release, server state and health, GPU power now: one round trip."""
     ensure_facts(ctx)
@@ -61,17 +75,24 @@ def status(ctx: StepContext, record: StepRecord) -> None:
     info.health = health.stdout.strip() if health is not None else None
     info.release_created, info.release_source = meta.get("created_at"), meta.get("source")
     info.verdict, info.sglang_version = verdict.get("verdict"), meta.get("sglang_version")
+    read_watchdog(ctx)
     record.details.update(info.to_dict())
     record.summary = (f"release {state.release or 'none'} ({info.verdict or 'unverified'}), sglang "
-                      f"{state.active}, /health {info.health}, {power}")
+                      f"{state.active}, /health {info.health}, {power}, watchdog "
+                      f"{info.watchdog.state if info.watchdog else 'unknown'}")
 
 
 @step("history")
 def history(ctx: StepContext, record: StepRecord) -> None:
     """Every release on the target with its verdict and figures (one round trip)."""
-    res = ctx.ct.script(read_releases_script(ctx.inputs.history_limit), check=False, what="read releases")
+    script = (f"{read_releases_script(ctx.inputs.history_limit)}\necho {WATCHDOG_MARK}\n"
+              f"cat {PATHS.watchdog_state} 2>/dev/null || true\n")
+    res = ctx.ct.script(script, check=False, what="read releases")
     if res.rc != 0 and "not running" in (res.stderr + res.stdout):
         raise CheckFailed(f"CT {ctx.vmid} is not running", host=ctx.host.name, fix="deploy up")
-    rows = parse_release_lines(res.stdout)
+    releases, _, state = res.stdout.partition(f"{WATCHDOG_MARK}\n")
+    rows = parse_release_lines(releases)
     ctx.state.history = rows
-    record.summary = f"{len(rows)} release(s)"
+    ctx.state.watchdog = parse_watchdog_state(state)
+    restarts = [a for a in ctx.state.watchdog.actions if a.action == "restart"]
+    record.summary = f"{len(rows)} release(s), {len(restarts)} watchdog restart(s)"
