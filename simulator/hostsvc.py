@@ -68,6 +68,8 @@ def start(hp: HostPaths, cfg: HostConfig) -> None:
     pidfile.parent.mkdir(exist_ok=True)
     log = pidfile.with_suffix(".log")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    if os.environ.get("DEPLOY_SIM_WHEELHOUSE"):  # the index serves the wheelhouse fill() just filled, not the default
+        env["DEPLOY_SIM_WHEELHOUSE"] = os.environ["DEPLOY_SIM_WHEELHOUSE"]
     proc = procs.start_detached([str(Path(sys.executable).resolve()), "-m", "simulator.hostsvc", str(hp.dir),
                                  cfg.bridge_address], log, env=env, cwd=hp.dir)
     if not _wait_listening(cfg.bridge_address, (INDEX_PORT, HUB_PORT), 120.0):

@@ -89,8 +89,6 @@ class Engine:
                   seed=input_len + n)
         if words is not None:
             req.max_new = min(req.max_new, len(words)) if max_new else len(words)
-        self.requests_total += 1
-        self.prompt_tokens_total += req.input_len
         self.waiting.append(req)
         self.wake.set()
         return req
@@ -152,7 +150,6 @@ class Engine:
         for req in admitted:
             produced += self._emit(req, 1)
         self.running = [r for r in decode + admitted if not r.finished]
-        self.generation_tokens_total += produced
         self.realtime["decode"] += produced
         self.gen_throughput = produced / (ms / 1000.0) if ms else 0.0
         self.power_fraction = 0.7 * self.power_fraction + 0.3 * power
@@ -171,6 +168,11 @@ class Engine:
             req.finished = True
         req.chunks.put_nowait(words)
         if req.finished:
+            # Like the tokenizer manager's observe_one_finished_request: the per-request counters move when a
+            # request finishes (a stuck request never moves them); realtime_tokens_total moves every round.
             self.finished_total += 1
+            self.requests_total += 1
+            self.prompt_tokens_total += req.input_len
+            self.generation_tokens_total += len(req.out)
             req.chunks.put_nowait(None)
         return len(words)

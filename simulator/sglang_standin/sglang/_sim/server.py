@@ -599,6 +599,9 @@ async def serve(sim: Sim) -> None:
     for t in tasks:
         t.cancel()
     remove_load_file()
+    if sim.engine.stalled:
+        # Its hung requests would never finish: real sglang kills its process tree on SIGTERM without waiting.
+        os._exit(0)
     await runner.cleanup()
 
 
