@@ -234,6 +234,9 @@ def main() -> int:
     mem = load_memory(cfg.state_path)
     result = decide(sample(cfg), mem, cfg)
     if result.action == "restart":
+        # The unit's StartLimitBurst guards against crash loops; these restarts have their own budget, so flush its
+        # counter first (reset-failed), or the fourth start within StartLimitIntervalSec would leave sglang failed.
+        subprocess.run(["systemctl", "reset-failed", cfg.unit], capture_output=True, text=True)
         done = subprocess.run(["systemctl", "restart", "--no-block", cfg.unit], capture_output=True, text=True)
         if done.returncode != 0:
             print(f"sglang-watchdog: systemctl restart {cfg.unit} failed: {done.stderr.strip()}", flush=True)

@@ -65,27 +65,17 @@ def client_loop(env: DeployEnv, seconds: int) -> list[tuple[float, bool]]:
 
 
 def stall_figures(env: DeployEnv, stalls: int) -> list[tuple[float, float]]:
-    """(detected: first hung request → restart, serving again: first hung request → first answer after)."""
-    figures: list[tuple[float, float]] = []
+    """Per watchdog restart: (first hung request → the restart, first hung request → first answer after it). The
+    stall began at the first failed request after the last answer before the restart."""
     samples = client_loop(env, 100 * stalls)
-    restarted = restarts(state(env))
-    i = 0
-    while i < len(samples):
-        while i < len(samples) and samples[i][1]:
-            i += 1
-        if i >= len(samples):
-            break
-        hung_at = samples[i][0]
-        j = i
-        while j < len(samples) and not samples[j][1]:
-            j += 1
-        if j >= len(samples):
-            print(f"  stall at {hung_at:.0f}: no answer again before the client stopped")
-            break
-        restart = next((r for r in restarted if r >= hung_at - 5), None)
-        figures.append((restart - hung_at if restart is not None else float("nan"), samples[j][0] - hung_at))
-        i = j
-    return figures[:stalls]
+    figures: list[tuple[float, float]] = []
+    for r in restarts(state(env))[:stalls]:
+        before = [t for t, ok in samples if ok and t < r]
+        hung = [t for t, ok in samples if not ok and t < r and (not before or t > before[-1])]
+        after = [t for t, ok in samples if ok and t > r]
+        if hung and after:
+            figures.append((r - hung[0], after[0] - hung[0]))
+    return figures
 
 
 def main() -> int:
