@@ -40,7 +40,7 @@ MAX_MOUNT_POINTS = 256
 NVIDIA_PATH = re.compile(r"^/dev/nvidia")
 CT_FACTS_AFTER_START = ("nvsmi_list", "driver_version", "sglang_version", "weights", "unit_sha",
                         "current_release", "releases", "active", "enabled", "main_pid", "health", "topo", "p2p_read",
-                        "p2p_write", "missing_pkgs")
+                        "p2p_write", "missing_pkgs", "watchdog")
 
 
 def base_config(spec: ContainerSpec) -> dict[str, str]:
