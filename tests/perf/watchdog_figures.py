@@ -105,7 +105,9 @@ def main() -> int:
 
             # 2. A long prefill: no stall, a fresh budget, every prefill args.prefill_s seconds.
             env.ct_faults(stall_after=None, slow_prefill_s=args.prefill_s)
-            env.ct(f"rm -f {STATE}; systemctl restart sglang")
+            # The timer stops first: a check under way would write the old state (its spent budget) back.
+            env.ct(f"systemctl stop sglang-watchdog.timer sglang-watchdog.service; rm -f {STATE}; "
+                   "systemctl reset-failed sglang; systemctl restart sglang; systemctl start sglang-watchdog.timer")
             until_up = time.monotonic() + 120
             while time.monotonic() < until_up and env.ct("curl -s -m 5 -o /dev/null -w '%{http_code}' "
                                                         "http://127.0.0.1:8000/health").stdout != "200":
