@@ -61,6 +61,8 @@ SETTLE_BOOT = settle_boot_script(BOOT_WAIT_S)
 #: ca-certificates (https indexes, mirrors and the model hub). Checked in the facts round trip, installed by
 #: the ct_packages step.
 CT_PACKAGES = ("ca-certificates", "curl", "python3", "python3-venv")
+#: The watchdog's files as the `watchdog` fact lists them (orchestrator.render.watchdog writes them).
+WATCHDOG_FILES = (PATHS.watchdog_script, PATHS.watchdog_config, PATHS.watchdog_unit_path, PATHS.watchdog_timer_path)
 
 
 def _q(s: str) -> str:
@@ -216,6 +218,13 @@ class CT:
     health = CtFact("health", lambda h, p: (
         f"curl -s -o /dev/null -m 5 -w '%{{http_code}}' http://{_q(p.host)}:{p.port}/health"), raw)
 
+    # The watchdog's installed files ("PATH MODE BODY-SHA256" each, header excluded) and its timer's state.
+    watchdog = CtFact("watchdog", lambda h, p: " ; ".join(
+        f"printf '%s %s %s\\n' {f} \"$(stat -c %a {f} 2>/dev/null)\" \"$(awk 'BEGIN{{h=1}} h && /^# deploy:/ "
+        f"{{next}} {{h=0; print}}' {f} 2>/dev/null | sha256sum | cut -d' ' -f1)\"" for f in WATCHDOG_FILES)
+        + " ; printf 'timer %s %s\\n' \"$(systemctl is-active sglang-watchdog.timer)\" "
+          "\"$(systemctl is-enabled sglang-watchdog.timer 2>/dev/null)\"", raw)
+    watchdog_state = CtFact("watchdog_state", lambda h, p: f"cat {PATHS.watchdog_state}", raw)
 
 def _named(ns: type, kind: type[Fact[Any]]) -> dict[str, Any]:
     facts = {f.name: f for f in vars(ns).values() if isinstance(f, kind)}

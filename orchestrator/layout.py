@@ -22,6 +22,9 @@ class ContainerPaths:
     #: sglang's logging config (SGLANG_LOGGING_CONFIG_PATH) for servers with an API key.
     logging_path: str = "/etc/sglang/logging.json"
     installer_path: str = "/tmp/deploy-nvidia-userspace.run"
+    #: The watchdog's systemd units (a timer firing a oneshot check; orchestrator.steps.watchdog installs them).
+    watchdog_unit_path: str = "/etc/systemd/system/sglang-watchdog.service"
+    watchdog_timer_path: str = "/etc/systemd/system/sglang-watchdog.timer"
     p2p_probe_path: str = "/tmp/deploy-p2p-probe.py"
 
     @property
@@ -42,6 +45,24 @@ class ContainerPaths:
     def runs_dir(self) -> str:
         """Pidfiles of running benches (`bench-<run id>.pid`): what a later run finds and stops if ours died."""
         return f"{self.state_dir}/runs"
+
+    @property
+    def watchdog_dir(self) -> str:
+        """Root-only (0700): the watchdog's program, its config and its state file."""
+        return f"{self.state_dir}/watchdog"
+
+    @property
+    def watchdog_script(self) -> str:
+        return f"{self.watchdog_dir}/watchdog.py"
+
+    @property
+    def watchdog_config(self) -> str:
+        return f"{self.watchdog_dir}/config.json"
+
+    @property
+    def watchdog_state(self) -> str:
+        """Last check, state word, restarts in the budget window, last actions (JSON, 0600)."""
+        return f"{self.watchdog_dir}/state.json"
 
     def release_dir(self, release_id: str) -> str:
         return f"{self.releases_dir}/{release_id}"

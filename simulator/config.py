@@ -125,6 +125,10 @@ class CtFaults:
         ok (or None): the right answer. Chat completions stay right, so a regex smoke check passes (as upstream).
     drift: a small deterministic change of logprobs (chosen tokens by up to `drift`, low-probability alternatives
         by up to 5x, a few swapped): batched-kernel nondeterminism that the correctness gate must tolerate.
+    stall_after: after this many finished generations the model server stops scheduling: requests hang, its token
+        counters stop, /health stays 200 (sglang#22779: alive but not serving). Read when the server starts.
+    slow_prefill_s: real seconds every prefill takes, in chunks that advance the prefill token counter (a long
+        GLM-5 prompt, sglang#22511): slow but making progress.
     """
 
     driver_mismatch: str | None = None
@@ -139,6 +143,8 @@ class CtFaults:
     drift: float = 0.0
     perf_noise: float = 0.0
     perf_seed: int = 0
+    stall_after: int | None = None
+    slow_prefill_s: float = 0.0
 
 
 #: The values of CtFaults.output (the stand-in server's /generate answers; simulator/sglang_standin golden.py).

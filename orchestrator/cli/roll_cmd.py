@@ -25,6 +25,7 @@ from orchestrator.fleet.details import history_detail, status_detail
 from orchestrator.fleet.fleet_roll import fleet_roll, fleet_rollback
 from orchestrator.fleet.rollout import RollSpec
 from orchestrator.fleet.targets import parse_targets
+from orchestrator.parsers.watchdog import WatchdogStatus
 from orchestrator.roll import RollOutcome, refused, roll_host, rollback_host, rollback_payload
 from orchestrator.state.releases import RELEASE_ID
 from orchestrator.steps.base import RunOptions
@@ -225,7 +226,8 @@ def status(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
     if info is None:
         raise DeployError("the status playbook reported nothing", fix="check that it runs the status step",
                           host=report.host, step="status")
-    healthy = info.health == "200"
+    gave_up = info.watchdog is not None and info.watchdog.exhausted
+    healthy = info.health == "200" and not gave_up
     app.out.emit({"ok": healthy, "host": report.host, **info.to_dict(), "totals": report.to_dict()["totals"]})
     vmid = resolve_host(app, target).container.vmid
     if not info.container_running:
@@ -249,10 +251,29 @@ def status(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
                          f"{util:.0f}" if util is not None else "-"))
     headers = [Column(h, "right") for h in ("gpu", "power W", "limit W", "% of limit", "util %")]
     app.out.table(spec("GPU power now", headers, gpu_rows))
-    if info.container_running and not healthy:
+    if info.watchdog is not None:
+        print_watchdog(app, info.watchdog)
+    if gave_up:
+        app.out.line("the watchdog gave up restarting sglang (its restart budget is spent): the server may be stuck; "
+                     "see `journalctl -u sglang -u sglang-watchdog` in the container, `deploy doctor`, "
+                     "docs/troubleshooting.md")
+    elif info.container_running and not healthy:
         app.out.line(f"not healthy (/health {info.health}, sglang {info.active}): see "
                      "`journalctl -u sglang` in the container, `deploy doctor`, or `deploy rollback`")
     return 0 if healthy else 1
+
+
+def print_watchdog(app: AppContext, wd: WatchdogStatus, limit: int = 5) -> None:
+    """The watchdog's state line and its last actions (restarts, give-ups), newest last."""
+    if wd.state == "absent":
+        app.out.line("watchdog: not installed (`deploy up` installs it; profile watchdog.enabled)")
+        return
+    app.out.line(f"watchdog: {wd.state}" + (f" ({wd.reason})" if wd.reason else "")
+                 + f"; {wd.restarts_in_window} of {wd.budget} restart(s) used in the last {wd.window_s:.0f} s; "
+                 + f"last check {wd.to_dict()['last_check'] or '-'}")
+    rows = [(a["at"] or "-", a["action"], a["reason"]) for a in wd.to_dict()["actions"][-limit:]]
+    if rows:
+        app.out.table(spec("watchdog: last actions", ("at", "action", "reason"), rows))
 
 
 def _figure(verdict: dict[str, Any] | None, key: str) -> str:
@@ -300,7 +321,9 @@ def history(app: AppContext, target: tuple[str, ...], bench: bool, limit: int, a
     rows = report.state.history
     current = next((r.get("current") for r in rows if "current" in r), None)
     releases = [r for r in rows if "id" in r]
-    app.out.emit({"ok": True, "host": report.host, "current": current, "releases": releases})
+    wd = report.state.watchdog
+    app.out.emit({"ok": True, "host": report.host, "current": current, "releases": releases,
+                  "watchdog": None if wd is None else wd.to_dict()})
     table_rows = []
     for r in releases:
         meta = r.get("meta") or {}
@@ -314,4 +337,7 @@ def history(app: AppContext, target: tuple[str, ...], bench: bool, limit: int, a
     headers: list[str | Column] = ["", "release", "source", "verdict", "flag changes", "preset",
                                    Column("out tok/s", "right"), Column("GPU W (sum)", "right"), "reason"]
     app.out.table(spec(f"releases on {report.host}", headers, table_rows))
+    if wd is not None and wd.actions:
+        wd_rows = [(a["at"] or "-", a["action"], a["reason"]) for a in wd.to_dict()["actions"][-limit:]]
+        app.out.table(spec(f"watchdog actions on {report.host}", ("at", "action", "reason"), wd_rows))
     return 0

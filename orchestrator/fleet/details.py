@@ -9,7 +9,8 @@ Payload = dict[str, Any]
 
 def status_detail(report: Payload) -> str:
     return (f"release {report.get('release') or 'none'} ({report.get('verdict') or 'unverified'}), "
-            f"sglang {report.get('active') or '-'}, /health {report.get('health') or '-'}")
+            f"sglang {report.get('active') or '-'}, /health {report.get('health') or '-'}"
+            + (f", watchdog {(report.get('watchdog') or {}).get('state')}" if report.get("watchdog") else ""))
 
 
 def doctor_detail(report: Payload) -> str:

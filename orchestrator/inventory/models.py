@@ -260,6 +260,19 @@ class CorrectnessGate(StrictModel):
         return v
 
 
+class WatchdogSettings(StrictModel):
+    """The in-container watchdog (docs/gates.md, "Watchdog"): a check every `interval_s`; sglang is restarted when
+    /health answers but a tiny generation fails and no token counter moved for `stall_s`, at most `restart_budget`
+    times per `budget_window_s`. The defaults notice a stall within 60 s; tests shorten them."""
+
+    enabled: bool = True
+    interval_s: int = Field(10, ge=1, le=3600)
+    stall_s: int = Field(30, ge=1)
+    probe_timeout_s: int = Field(10, ge=1)
+    restart_budget: int = Field(3, ge=0)
+    budget_window_s: int = Field(3600, ge=60)
+
+
 class ServerProfile(StrictModel):
     """What runs in the container: one sglang launch, pinned to the sglang version its flags are written for."""
 
@@ -295,6 +308,7 @@ class ServerProfile(StrictModel):
     keep_releases: int = Field(10, ge=2)
     smoke: SmokeCheck = Field(default_factory=SmokeCheck)
     correctness: CorrectnessGate = Field(default_factory=CorrectnessGate)
+    watchdog: WatchdogSettings = Field(default_factory=WatchdogSettings)
 
     @field_validator("flags")
     @classmethod

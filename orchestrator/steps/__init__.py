@@ -20,6 +20,7 @@ STEP_MODULES = (
     "orchestrator.steps.server",
     "orchestrator.steps.roll",
     "orchestrator.steps.status",
+    "orchestrator.steps.watchdog",
 )
 
 

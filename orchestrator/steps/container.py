@@ -39,7 +39,7 @@ MAX_MOUNT_POINTS = 256
 NVIDIA_PATH = re.compile(r"^/dev/nvidia")
 CT_FACTS_AFTER_START = (CT.gpus, CT.sglang_version, CT.weights, CT.unit_sha,
                         CT.current_release, CT.releases, CT.active, CT.enabled, CT.main_pid, CT.health, CT.topo,
-                        CT.p2p_read, CT.p2p_write, CT.missing_pkgs)
+                        CT.p2p_read, CT.p2p_write, CT.missing_pkgs, CT.watchdog)
 
 
 def base_config(spec: ContainerSpec) -> dict[str, str]:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # types only: the modules that produce them import the steps 
     from orchestrator.parsers.bench import BenchResult
     from orchestrator.parsers.hostfacts import PveVersion
     from orchestrator.parsers.leftovers import LeftoverBench
+    from orchestrator.parsers.watchdog import WatchdogStatus
     from orchestrator.render.bundle import Bundle
     from orchestrator.runlog import StepRecord
     from orchestrator.steps.p2p import P2PReport
@@ -151,6 +152,7 @@ class ServerStatus:
     #: The container's address on the site network (net0's static ip=, else read inside it): where the
     #: router and clients reach the server.
     address: str | None = None
+    watchdog: WatchdogStatus | None = None  # the in-container watchdog's state file (None: container not running)
 
     @property
     def container_running(self) -> bool:
@@ -162,7 +164,7 @@ class ServerStatus:
                 "release_source": self.release_source, "verdict": self.verdict,
                 "sglang_version": self.sglang_version, "gpus": self.gpus, "power_w": self.power_w,
                 "power_limit_w": self.power_limit_w, "drift": [d.to_dict() for d in self.drift],
-                "address": self.address}
+                "address": self.address, "watchdog": None if self.watchdog is None else self.watchdog.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -200,6 +202,7 @@ class RunState:
     doctor_findings: list[Finding] = field(default_factory=list)
     status: ServerStatus | None = None
     history: list[dict[str, Any]] = field(default_factory=list)  # release lines as the target stores them
+    watchdog: WatchdogStatus | None = None  # history: the watchdog's state file, its restarts among the actions
     stopped_benches: list[LeftoverBench] = field(default_factory=list)  # benches of dead runs this run stopped
     rollback: Rollback | None = None  # install_release's undo, once it rolled back and verified
     already_on: CurrentFlags | None = None  # resolve_release: the requested flags are the current release's

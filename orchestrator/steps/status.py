@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from orchestrator.errors import CheckFailed
 from orchestrator.facts import CT, HOST
+from orchestrator.layout import PATHS
 from orchestrator.parsers.netaddr import net0_static_ip, parse_ip_addr
+from orchestrator.parsers.watchdog import parse_watchdog_state
 from orchestrator.runlog import StepRecord
 from orchestrator.state.releases import parse_release_lines, read_releases_script
 from orchestrator.steps.base import StepContext, step
@@ -47,7 +49,20 @@ def container_state(ctx: StepContext) -> str:
     return ctx.facts.ct_state or "absent"
 
 
-@step("status", host_facts=(HOST.gpu_power, HOST.ct_status), ct_facts=(*RELEASE_FACTS, CT.ct_address))
+#: Between the release lines and the watchdog's state file in `history`'s one round trip.
+WATCHDOG_MARK = "__DEPLOY_WATCHDOG_STATE__"
+
+
+def read_watchdog(ctx: StepContext) -> None:
+    """The state file from the facts; "absent" when the watchdog never ran (not installed, or an older deploy)."""
+    out = ctx.facts.get(CT.watchdog_state)
+    ctx_status = ctx.state.status
+    if ctx_status is not None:
+        ctx_status.watchdog = parse_watchdog_state(out.stdout if out is not None and out.rc == 0 else None)
+
+
+@step("status", host_facts=(HOST.gpu_power, HOST.ct_status),
+      ct_facts=(*RELEASE_FACTS, CT.ct_address, CT.watchdog_state))
 def status(ctx: StepContext, record: StepRecord) -> None:
     """Current release, server state and health, GPU power now: one round trip."""
     ensure_facts(ctx)
@@ -73,18 +88,25 @@ def status(ctx: StepContext, record: StepRecord) -> None:
     info.drift = flag_drift(ctx)
     addr = ctx.facts.get(CT.ct_address)
     info.address = net0_static_ip(ctx.host.container.net0) or (parse_ip_addr(addr.stdout) if addr else None)
+    read_watchdog(ctx)
     record.details.update(info.to_dict())
     record.summary = (f"release {state.release or 'none'} ({info.verdict or 'unverified'}), sglang "
-                      f"{state.active}, /health {info.health}, {power}"
+                      f"{state.active}, /health {info.health}, {power}, watchdog "
+                      f"{info.watchdog.state if info.watchdog else 'unknown'}"
                       + (f"; {drift_line(info.drift, ctx.host.profile)}" if info.drift else ""))
 
 
 @step("history")
 def history(ctx: StepContext, record: StepRecord) -> None:
     """Every release on the target with its verdict and figures (one round trip)."""
-    res = ctx.ct.script(read_releases_script(ctx.inputs.history_limit), check=False, what="read releases")
+    script = (f"{read_releases_script(ctx.inputs.history_limit)}\necho {WATCHDOG_MARK}\n"
+              f"cat {PATHS.watchdog_state} 2>/dev/null || true\n")
+    res = ctx.ct.script(script, check=False, what="read releases")
     if res.rc != 0 and "not running" in (res.stderr + res.stdout):
         raise CheckFailed(f"CT {ctx.vmid} is not running", host=ctx.host.name, fix="deploy up")
-    rows = parse_release_lines(res.stdout)
+    releases, _, state = res.stdout.partition(f"{WATCHDOG_MARK}\n")
+    rows = parse_release_lines(releases)
     ctx.state.history = rows
-    record.summary = f"{len(rows)} release(s)"
+    ctx.state.watchdog = parse_watchdog_state(state)
+    restarts = [a for a in ctx.state.watchdog.actions if a.action == "restart"]
+    record.summary = f"{len(rows)} release(s), {len(restarts)} watchdog restart(s)"

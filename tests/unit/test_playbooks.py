@@ -11,7 +11,7 @@ from orchestrator.playbooks import StepRef, available_playbooks, load_playbook
 
 UP = ["connect", "lock", "host_prereqs", "boot_nodes", "container", "ct_packages", "driver_userspace", "container_gpus",
       "sglang_install", "model_weights", "verify_p2p", "server_unit", "health", "smoke", "correctness", "throughput",
-      "release_verdict", "unlock"]
+      "release_verdict", "watchdog", "unlock"]
 ROLL = ["connect", "lock", "resolve_release", "validate_flags", "install_release", "health", "smoke", "correctness",
         "throughput", "gate", "unlock"]
 VALID: dict[str, object] = {name: object() for name in {*UP, *ROLL}}

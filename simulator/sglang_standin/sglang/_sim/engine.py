@@ -4,6 +4,10 @@ One asyncio task runs scheduling rounds. Each round admits waiting requests (up 
 the chunked-prefill budget), runs `num_continuous_decode_steps` decode steps for the running batch, sleeps
 the round's model time divided by the time scale, then hands every request its new tokens. Streams
 therefore arrive in bursts of `steps` tokens, like the real server with continuous decode steps.
+
+Two faults live here: `stall_after` (after that many finished requests no round runs again: requests hang and
+every counter stops, while /health, which does not go through this loop, stays 200) and `slow_prefill_s` (each
+prefill takes that many real seconds, in chunks that advance the prefill counter as real chunked prefill does).
 """
 
 from __future__ import annotations
@@ -57,7 +61,8 @@ class Req:
 class Engine:
     """Continuous-batching loop plus counters for /metrics and the GPU load report."""
 
-    def __init__(self, perf: PerfModel, time_scale: float, noise: float = 0.0, seed: int = 0) -> None:
+    def __init__(self, perf: PerfModel, time_scale: float, noise: float = 0.0, seed: int = 0,
+                 stall_after: int | None = None, slow_prefill_s: float = 0.0) -> None:
         self.perf = perf
         self.scale = time_scale
         # A noisy machine: each busy period (idle → work) runs slower or faster by one seeded factor, so a bench
@@ -66,6 +71,11 @@ class Engine:
         self.seed = seed
         self.period = 0
         self.factor = 1.0
+        self.stall_after = stall_after
+        self.slow_prefill_s = slow_prefill_s
+        self.finished_total = 0
+        #: sglang:realtime_tokens_total by mode: the scheduler's live counters (advance during a request).
+        self.realtime = {"prefill_compute": 0.0, "prefill_cache": 0.0, "decode": 0.0}
         self.waiting: collections.deque[Req] = collections.deque()
         self.running: list[Req] = []
         self.wake = asyncio.Event()
@@ -85,8 +95,6 @@ class Engine:
                   seed=input_len + n)
         if words is not None:
             req.max_new = min(req.max_new, len(words)) if max_new else len(words)
-        self.requests_total += 1
-        self.prompt_tokens_total += req.input_len
         self.waiting.append(req)
         self.wake.set()
         return req
@@ -104,8 +112,15 @@ class Engine:
     def num_queued(self) -> int:
         return len(self.waiting)
 
+    @property
+    def stalled(self) -> bool:
+        return self.stall_after is not None and self.finished_total >= self.stall_after
+
     async def run(self) -> None:
         while True:
+            if self.stalled:
+                self.gen_throughput = 0.0
+                await asyncio.Event().wait()  # alive but never scheduling again (sglang#22779)
             if not self.waiting and not self.running:
                 self.wake.clear()
                 self.gen_throughput = 0.0
@@ -124,6 +139,14 @@ class Engine:
             admitted.append(req)
             budget -= req.input_len
         prefill_tokens = sum(r.input_len for r in admitted)
+        if admitted and self.slow_prefill_s > 0:
+            chunks = max(1, round(self.slow_prefill_s / 0.5))
+            for _ in range(chunks):  # one chunk of the prompt at a time: the counter moves while it runs
+                await asyncio.sleep(self.slow_prefill_s / chunks)
+                self.realtime["prefill_compute"] += prefill_tokens / chunks
+            self._deadline = time.monotonic()
+        else:
+            self.realtime["prefill_compute"] += prefill_tokens
         ms, power = self.perf.round(len(decode), prefill_tokens)
         ms *= self.factor
         busy = self.perf.busy_fraction(len(decode), prefill_tokens)
@@ -136,7 +159,7 @@ class Engine:
         for req in admitted:
             produced += self._emit(req, 1)
         self.running = [r for r in decode + admitted if not r.finished]
-        self.generation_tokens_total += produced
+        self.realtime["decode"] += produced
         self.gen_throughput = produced / (ms / 1000.0) if ms else 0.0
         self.power_fraction = 0.7 * self.power_fraction + 0.3 * power
         self.busy_fraction = 0.7 * self.busy_fraction + 0.3 * busy
@@ -154,5 +177,11 @@ class Engine:
             req.finished = True
         req.chunks.put_nowait(words)
         if req.finished:
+            # Like the tokenizer manager's observe_one_finished_request: the per-request counters move when a
+            # request finishes (a stuck request never moves them); realtime_tokens_total moves every round.
+            self.finished_total += 1
+            self.requests_total += 1
+            self.prompt_tokens_total += req.input_len
+            self.generation_tokens_total += len(req.out)
             req.chunks.put_nowait(None)
         return len(words)

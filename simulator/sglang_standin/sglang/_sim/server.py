@@ -4,7 +4,8 @@ Lifecycle: parse flags (argparse exits 2 like the real one) -> preflight checks 
 container (device nodes, nvidia-uvm, userspace driver version, model dir) -> log the loading milestones -> bind
 the HTTP port once the model is loaded, as real sglang starts uvicorn -> "The server is fired up and ready to roll!".
 Faults from the container's state.json: crash_on_start, health_never_ok, log_line (fatal at the first decode),
-slow_start_s, fatal=CODE (a real failure line, FATAL_LINES, in the phase where the real server prints it).
+slow_start_s, stall_after and slow_prefill_s (engine.py), fatal=CODE (a real failure line, FATAL_LINES, in the
+phase where the real server prints it).
 """
 
 from __future__ import annotations
@@ -109,8 +110,11 @@ class Sim:
             self.faults = {}  # the faults belong to another flag set
         self.scale = env.time_scale()
         perf = env.ct_faults()  # a noisy machine is the host's, whatever flag set `match` names
+        stall = self.faults.get("stall_after")
         self.engine = Engine(PerfModel.from_args(args), self.scale, noise=float(perf.get("perf_noise") or 0.0),
-                             seed=int(perf.get("perf_seed") or 0))
+                             seed=int(perf.get("perf_seed") or 0),
+                             stall_after=None if stall is None else int(stall),
+                             slow_prefill_s=float(self.faults.get("slow_prefill_s") or 0))
         self.ready = False
         self.started = time.time()
         self.api_key: str | None = args.get("api_key")
@@ -232,6 +236,10 @@ def _metrics(sim: Sim) -> str:
     for name, kind, help_, value in rows:
         out += [f"# HELP sglang:{name} {help_}", f"# TYPE sglang:{name} {kind}",
                 f"sglang:{name}{{{label}}} {float(value)}"]
+    # The scheduler's live counter (real sglang: "updated on each log interval"), by mode.
+    out += ["# HELP sglang:realtime_tokens_total Total number of tokens processed (updated on each log interval).",
+            "# TYPE sglang:realtime_tokens_total counter"]
+    out += [f'sglang:realtime_tokens_total{{mode="{mode}",{label}}} {float(v)}' for mode, v in e.realtime.items()]
     return "\n".join(out) + "\n"
 
 
@@ -617,6 +625,9 @@ async def serve(sim: Sim) -> None:
     for t in tasks:
         t.cancel()
     remove_load_file()
+    if sim.engine.stalled:
+        # Its hung requests would never finish: real sglang kills its process tree on SIGTERM without waiting.
+        os._exit(0)
     await runner.cleanup()
 
 

@@ -1,0 +1,74 @@
+"""The in-container watchdog through the real CLI over SSH: `up` installs it; a server that stops serving while
+/health stays 200 (the stand-in's stall_after) is restarted by the container itself and serves again; past the
+restart budget the watchdog gives up, and `status` and `history` say so.
+
+Timers are shortened through the profile (watchdog.interval_s and friends); the defaults are docs/gates.md's.
+"""
+
+from __future__ import annotations
+
+import json
+
+from tests.e2e.conftest import DeployEnv, until
+
+FAST = {"interval_s": 2, "stall_s": 6, "probe_timeout_s": 3, "restart_budget": 2, "budget_window_s": 3600}
+
+
+def watchdog_state(env: DeployEnv) -> dict:  # type: ignore[type-arg]
+    """The state file as the container holds it, read with the plain ssh client (not the tool)."""
+    res = env.ct("cat /var/lib/deploy/watchdog/state.json")
+    return dict(json.loads(res.stdout)) if res.rc == 0 and res.stdout.strip() else {}
+
+
+def read_journal(env: DeployEnv) -> str:
+    """The watchdog's and the server's last lines and the server's counters: what a failed wait shows."""
+    return env.ct("journalctl -u sglang-watchdog -u sglang -o cat --no-pager | grep -v server_args "
+                  "| grep -v 'watchdog.service' | tail -n 40; "
+                  "curl -s http://127.0.0.1:8000/metrics | grep -v '^#'").stdout
+
+
+def test_a_stalled_server_is_restarted_by_the_container_until_the_budget_is_spent(deploy_env: DeployEnv) -> None:
+    env = deploy_env
+    env.set_profile(watchdog=FAST)
+    up = env.run("--json", "up", "host", env.host, "--skip-bench")
+    assert up.rc == 0, up.text
+    step = next(s for s in up.json["steps"] if s["name"] == "watchdog")
+    assert step["status"] == "changed" and "every 2 s" in step["summary"]
+    mode = env.ct("stat -c %a /var/lib/deploy/watchdog /var/lib/deploy/watchdog/config.json").stdout.split()
+    assert mode == ["700", "600"]
+    assert until(lambda: watchdog_state(env).get("state") == "ok", 30)
+    again = env.run("--json", "up", "host", env.host, "--skip-bench")
+    assert next(s for s in again.json["steps"] if s["name"] == "watchdog")["status"] == "ok", again.text
+
+    # The server's next start stops serving after 3 finished generations (the watchdog's own tiny ones): requests
+    # hang, the token counters stop, /health stays 200. Every restarted server does the same again.
+    env.ct_faults(stall_after=3)
+    assert env.ct("systemctl restart sglang").rc == 0
+
+    # No one but the container acts: the first restart comes by itself, and the new server answers again.
+    assert until(lambda: [a["action"] for a in watchdog_state(env).get("actions", [])] == ["restart"], 90), \
+        (watchdog_state(env), read_journal(env))
+    journal = until(lambda: (lambda t: t if "ok: a tiny generation answered" in t.split("restarting sglang")[-1]
+                             else None)(env.ct("journalctl -u sglang-watchdog -o cat --no-pager").stdout), 60)
+    assert "no token counter moved" in journal
+
+    # The next stalls spend the budget (2 an hour here): the watchdog gives up and stops restarting.
+    final = until(lambda: (lambda s: s if s.get("state") == "exhausted" else None)(watchdog_state(env)), 120)
+    assert [a["action"] for a in final["actions"]] == ["restart", "restart", "gave-up"]
+    assert "giving up" in env.ct("journalctl -u sglang-watchdog -o cat --no-pager").stdout
+
+    status = env.run("--json", "status", "host", env.host)
+    assert status.rc == 1, status.text  # /health is 200, but the server is stuck and nothing will restart it
+    wd = status.json["watchdog"]
+    assert wd["state"] == "exhausted" and wd["restarts_in_window"] == 2 and wd["restart_budget"] == 2
+    assert [a["action"] for a in wd["actions"]] == ["restart", "restart", "gave-up"]
+    assert status.json["health"] == "200"
+    text = env.run("status", "host", env.host)
+    assert text.rc == 1 and "watchdog: exhausted" in text.stdout and "gave up restarting" in text.stdout
+
+    history = env.run("--json", "history", "host", env.host)
+    assert history.rc == 0, history.text
+    restarts = [a for a in history.json["watchdog"]["actions"] if a["action"] == "restart"]
+    assert len(restarts) == 2 and all(a["at"].endswith("Z") for a in restarts)
+    assert "watchdog actions on" in env.run("history", "host", env.host).stdout
+
