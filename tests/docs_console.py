@@ -3,8 +3,8 @@
 A page's fenced ```console block holds `$ command` lines, each followed by the output the page shows for it.
 Run against a simulated host, the real output must have the same shape: the same lines in the same order, once
 numbers, ids, times and addresses are set aside (`normalize`). A line `...` (or `…`) on the page stands for
-lines left out; the streamed chatter of the tools a step runs (`apt:`, `pip:`, `download:`, `journal:` lines) is
-never compared. Pure: text in, typed values out.
+lines left out; the streamed chatter of the tools a step runs (`apt:`, `pip:`, `download:`, `journal:` lines) and
+the bench's `diagnosis:` lines (they depend on the figures measured) are never compared. Pure: text in, typed values out.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 FENCE = re.compile(r"^```(\w*)\s*$")
 GAPS = {"...", "…"}
-CHATTER = re.compile(r"^\s+(apt|pip|download|journal): ")
+CHATTER = re.compile(r"^\s+(apt|pip|download|journal|diagnosis): ")
 _PATTERNS = (
     (re.compile(r"\b\d{8}T\d{6}-[0-9a-f]{8}\b"), "<release>"),
     (re.compile(r"\br-\d{8}-\d{6}-[0-9a-f]{4}\b"), "<run>"),
