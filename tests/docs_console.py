@@ -4,7 +4,8 @@ A page's fenced ```console block holds `$ command` lines, each followed by the o
 Run against a simulated host, the real output must have the same shape: the same lines in the same order, once
 numbers, ids, times and addresses are set aside (`normalize`). A line `...` (or `…`) on the page stands for
 lines left out; the streamed chatter of the tools a step runs (`apt:`, `pip:`, `download:`, `journal:` lines) and
-the bench's `diagnosis:` lines (they depend on the figures measured) are never compared. Pure: text in, typed values out.
+the bench's `diagnosis:` lines (they depend on the figures measured) are never compared.
+Pure: text in, typed values out.
 """
 
 from __future__ import annotations

@@ -117,25 +117,26 @@ class WorkerChoice:
     urls: list[str]
 
 
-def choose_workers(candidates: list[tuple[str, str]], targeted: list[str], healthy: list[str],
+def choose_workers(candidates: list[tuple[str, str | None]], targeted: list[str], healthy: list[str],
                    installed: list[str] | None) -> WorkerChoice:
     """Pure: (name, url) candidates → workers. A host this run converged counts by its result; a host it did not
     touch keeps its place in the installed router (so `up host a` never drops host b), and joins a router being
-    installed for the first time (installed None) only if it was converged."""
+    installed for the first time (installed None) only if it was converged. A host whose container address is not
+    known (url None: stopped, no lease) cannot be reached, so it is left out when targeted and never kept."""
     workers: list[str] = []
     left_out: list[str] = []
     kept: list[str] = []
     urls: list[str] = []
     for name, url in candidates:
         if name in targeted:
-            ok = name in healthy
+            ok = name in healthy and url is not None
             (workers if ok else left_out).append(name)
         else:
-            ok = installed is not None and url in installed
+            ok = installed is not None and url is not None and url in installed
             if ok:
                 workers.append(name)
                 kept.append(name)
-        if ok:
+        if ok and url is not None:
             urls.append(url)
     return WorkerChoice(workers, left_out, kept, urls)
 
@@ -166,7 +167,7 @@ def converge_router(inventory: Inventory, targeted: list[str], healthy: list[str
                           all_workers=workers_of(inventory, addresses))
     # A worker whose container address is unknown (stopped, no lease) cannot be healthy: it is left out.
     urls = known_worker_urls(inventory, addresses)
-    candidates = [(h.name, urls[h.name]) for h in router_workers(inventory) if h.name in urls]
+    candidates = [(h.name, urls.get(h.name)) for h in router_workers(inventory)]
     started = time.monotonic()
     metrics = Metrics(current=record)
     from orchestrator.remote.ssh import SshHost  # paramiko loads only when a router is managed

@@ -45,8 +45,9 @@ def test_up_refuses_duplicate_keys_huge_values_and_line_separators(deploy_env: D
     no_container(env)
 
     # the host entry given twice, the second pointing elsewhere: once it silently redirected the connection
-    entry = good.split("hosts:\n", 1)[1]
-    sim_yaml.write_text(good + entry.replace(data["hosts"][env.host]["address"], "127.0.0.250"))
+    hosts_block = good.split("hosts:\n", 1)[1].split("groups:\n", 1)[0]  # sim up writes a group after the hosts
+    twice = hosts_block + hosts_block.replace(data["hosts"][env.host]["address"], "127.0.0.250")
+    sim_yaml.write_text(good.replace(hosts_block, twice, 1))
     assert yaml.safe_load(sim_yaml.read_text())["hosts"][env.host]["address"] == "127.0.0.250"
     err = refused(env, "up", "host", env.host, "--skip-bench")
     assert f"key '{env.host}' is given twice" in err

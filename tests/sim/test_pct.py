@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 import pytest
 
 from simulator.manager import set_faults
+from tests.e2e.conftest import until
 
 pytestmark = pytest.mark.e2e
 
@@ -95,7 +97,13 @@ def test_containers_have_their_own_netns(ssh: Any, make_ct: Any, sim: Any) -> No
     ns = {v: ssh.run(f"pct exec {v} -- readlink /proc/self/ns/net").out.strip() for v in (124, 125)}
     host = ssh.run("readlink /proc/self/ns/net").out.strip()
     assert ns[124].startswith("net:[") and len({ns[124], ns[125], host}) == 3, (ns, host)
-    addresses = {v: ssh.run(f"pct exec {v} -- ip -o -4 addr show eth0").out.split()[3] for v in (124, 125)}
+    # `pct start` returns once LXC says running, as on PVE: the container's DHCP lease comes a moment later.
+    def address(v: int) -> str | None:
+        words = ssh.run(f"pct exec {v} -- ip -o -4 addr show eth0").out.split()
+        return words[3] if len(words) > 3 else None
+
+    addresses = {v: until(lambda v=v: address(v), 60) for v in (124, 125)}
+    assert all(addresses.values()), addresses
     assert addresses[124] != addresses[125], addresses
     # stop ends the container and its namespace with it
     assert ssh.run("pct stop 124").rc == 0
@@ -145,9 +153,11 @@ def test_fault_knobs_are_validated_and_stored(make_ct: Any, sim: Any) -> None:
     faults = set_ct_faults(root, sim.name, 140, driver_mismatch="580.65.06", crash_on_start=True,
                            log_line="Unsupported architecture", slow_start_s=2.5, health_never_ok=True)
     state = json.loads((sim.host_dir / "ct/140/state.json").read_text())
-    assert state["faults"] == {"driver_mismatch": "580.65.06", "crash_on_start": True, "health_never_ok": True,
-                               "log_line": "Unsupported architecture", "slow_start_s": 2.5, "fatal": None,
-                               "match": None, "full_disk": None}
+    from simulator.config import CtFaults
+
+    assert state["faults"] == {**dataclasses.asdict(CtFaults()), "driver_mismatch": "580.65.06",
+                               "crash_on_start": True, "health_never_ok": True,
+                               "log_line": "Unsupported architecture", "slow_start_s": 2.5}
     assert faults.crash_on_start is True
     with pytest.raises(ValueError, match="unknown fault 'crash'"):
         set_ct_faults(root, sim.name, 140, crash=True)

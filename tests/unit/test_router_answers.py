@@ -129,6 +129,7 @@ def _inventory(router_url: str | None, **router: object) -> Inventory:
 
 def _roll(monkeypatch, tmp_path: Path, inventory: Inventory, rolls: _Rolls) -> tuple[int, str]:
     monkeypatch.setattr("orchestrator.fleet.fleet_roll._host_rolls", lambda *a, **k: rolls)
+    monkeypatch.setenv("DEPLOY_STATE_DIR", str(tmp_path / "state"))  # its own host claims, not another test's
     app = _App(inventory)
     code = fleet_roll(app, TargetSpec(groups=("g",)), RollSpec(set=["max-running-requests=64"]), tofu=False,
                       resume=False, drain_timeout_s=5.0, store=RollStore(tmp_path / "rolls"))
