@@ -3,10 +3,10 @@
 #
 # pytest runs in DEPLOY_TEST_JOBS processes (pytest-xdist, default 2; 0 = one process), each with its own
 # simulated host on free loopback addresses (tests/sim_hosts.py; DEPLOY_SIM_FIRST=N pins them to N..), so a
-# demo left running does not get in the way. Each test file runs whole in one process (--dist loadgroup, every module
-# its own group: tests/conftest.py): the end-to-end modules share one simulated host or fleet per module and run their
-# tests in order; the tests that only read a converged host share one across modules (group converged-host, on one
-# worker). The CLI runs in-process where the process is not the point (tests/e2e/inprocess.py). The run fails on any
+# demo left running does not get in the way. Each test file runs whole in one process, in order (--dist loadfile;
+# `loadgroup` split modules across workers, and a module's first test converges the hosts its later tests use): the
+# end-to-end modules share one simulated host or fleet per module; the tests that only read a converged host share
+# one per process (tests/e2e/conftest.py, converged_shared). The CLI runs in-process where the process is not the point (tests/e2e/inprocess.py). The run fails on any
 # skipped test except "no GPU"
 # (tests/skip_policy.py). It prints the 15 slowest tests. Extra arguments go to pytest. Before pytest it builds the
 # container templates the tests use, once per machine and code version (tests/e2e/site_template.py), so that no
@@ -21,4 +21,4 @@ PY="$VENV/bin/python"
 "$PY" -m mypy
 "$PY" -m mypy tests/perf  # the perf scripts: no test imports them
 "$PY" -m tests.e2e.site_template  # the stock and the site container templates, cached (cold: a few minutes)
-"$PY" -m pytest -q -p no:cacheprovider -n "${DEPLOY_TEST_JOBS:-2}" --dist loadgroup --durations=15 "$@"
+"$PY" -m pytest -q -p no:cacheprovider -n "${DEPLOY_TEST_JOBS:-2}" --dist loadfile --durations=15 "$@"

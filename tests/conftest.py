@@ -24,10 +24,10 @@ pytest_plugins = ["tests.skip_policy", "tests.module_times"]
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test without an xdist group runs in its module's group: `--dist loadgroup` then keeps a module on one
-    worker (its module-scoped hosts and fleets) as `--dist loadfile` does, and a group named across modules
-    (`converged-host`, tests/e2e/conftest.py) puts those tests on one worker, one after another. Without xdist the
-    tests of such a group are moved next to the first of them, so one process shares as much as one worker."""
+    """Without xdist, the tests of a group named across modules (`converged-host`, tests/e2e/conftest.py) are moved
+    next to the first of them, so one process shares one converged host. Under xdist (`--dist loadfile`) nothing
+    moves: a module's tests stay together and in order on one worker. Every other test is marked with its module's
+    group, for a run with `--dist loadgroup`."""
     groups: dict[str, list[pytest.Item]] = {}
     for item in items:
         mark = item.get_closest_marker("xdist_group")
@@ -35,6 +35,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
             continue
         groups.setdefault(str(mark.args[0] if mark.args else mark.kwargs.get("name")), []).append(item)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # Under xdist (scripts/test.sh: `--dist loadfile`) a module's tests must stay together and in order: its
+        # module-scoped hosts are converged by its first test. Moving a shared test next to another module's would
+        # split its module; each worker then converges its own shared host once instead.
+        return
     for members in groups.values():
         rest = [item for item in items if item not in members]
         at = items.index(members[0])

@@ -210,8 +210,8 @@ def converged_shared(request: pytest.FixtureRequest, sim_host: Any, sim_resets: 
                      tmp_path: Path) -> Iterator[DeployEnv]:
     """A converged host shared by the tests that only read it (status, plan, verify-p2p, history, bench, refused
     input): converged once, then handed on while no other test reset the session host in between. Mark such a
-    test `@pytest.mark.xdist_group(SHARED)`, so that under `--dist loadgroup` the sharing tests of every module run
-    on one worker, one after another. Each test gets its own inventory and local state (ledger); it must leave
+    test `@pytest.mark.xdist_group(SHARED)` (without xdist such tests run one after another; under xdist each worker
+    converges its own once). Each test gets its own inventory and local state (ledger); it must leave
     the host as it found it: no change, no fault, no stopped server.
     """
     from simulator.manager import reset_host
