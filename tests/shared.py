@@ -1,6 +1,6 @@
 """The real captures in tests/fixtures (see its README for where each came from): one reader for every test.
 
-They live inside the repository so that a clean clone tests the same as a checkout with ../shared beside it;
+They live inside the repository (a clean clone has nothing beside it), and no test reads outside it;
 a missing capture is a broken checkout, so it fails the test instead of skipping it.
 """
 

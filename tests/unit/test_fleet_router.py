@@ -81,8 +81,8 @@ def test_workers_are_the_group_with_url_overrides() -> None:
     inv = inventory({"workers": "prod", "worker_urls": {"gpu-2": "http://10.8.0.2:30001/"}},
                     {"prod": ["gpu-1", "gpu-2"]})
     assert [h.name for h in router_workers(inv)] == ["gpu-1", "gpu-2"]
-    site = SiteAddresses({("gpu-1", 120): "10.20.0.41", ("gpu-2", 120): "10.20.0.42"})
-    assert [worker_url(inv, h, site) for h in router_workers(inv)] == ["http://10.20.0.41:8000",
+    site = SiteAddresses({("gpu-1", 120): "127.0.20.41", ("gpu-2", 120): "127.0.20.42"})
+    assert [worker_url(inv, h, site) for h in router_workers(inv)] == ["http://127.0.20.41:8000",
                                                                        "http://10.8.0.2:30001"]
 
 
@@ -90,20 +90,20 @@ def test_worker_urls_are_container_addresses_never_the_nodes() -> None:
     """The server container's own address on the site network; the node's address (10.9.0.N) is never used, and a
     container whose address is unknown gives an error naming it, not a guess."""
     inv = inventory({"runs_on": "gpu-1"}, {"prod": ["gpu-1", "gpu-2"]})
-    site = SiteAddresses({("gpu-1", 120): "10.20.0.41"})
-    assert worker_url(inv, inv.hosts["gpu-1"], site) == "http://10.20.0.41:8000"
+    site = SiteAddresses({("gpu-1", 120): "127.0.20.41"})
+    assert worker_url(inv, inv.hosts["gpu-1"], site) == "http://127.0.20.41:8000"
     with pytest.raises(RemoteError, match="gpu-2 CT 120: its address on the site network is not known"):
         worker_url(inv, inv.hosts["gpu-2"], site)
-    assert known_worker_urls(inv, site) == {"gpu-1": "http://10.20.0.41:8000"}
-    assert router_base_url(inv, site) == "http://10.20.0.41:30000"
+    assert known_worker_urls(inv, site) == {"gpu-1": "http://127.0.20.41:8000"}
+    assert router_base_url(inv, site) == "http://127.0.20.41:30000"
     assert inv.router is not None and inv.router.host == "0.0.0.0"  # in a container: reached over the site network
-    assert RouterSpec().host == "127.0.0.1" and RouterSpec(runs_on="gpu-1", host="10.20.0.41").host == "10.20.0.41"
+    assert RouterSpec().host == "127.0.0.1" and RouterSpec(runs_on="gpu-1", host="127.0.20.41").host == "127.0.20.41"
 
 
 def test_static_net0_addresses_need_no_round_trip() -> None:
     inv = inventory({"runs_on": "gpu-1"})
     static = inv.hosts["gpu-1"].container.model_copy(update={"net0": "name=eth0,bridge=vmbr0,ip=10.20.1.7/22,"
-                                                                      "gw=10.20.0.1"})
+                                                                      "gw=127.0.20.1"})
     host = inv.hosts["gpu-1"].model_copy(update={"container": static})
     site = addresses.learn([(host, 120)])  # no SSH: the address is the static ip=
     assert site.of(host, 120) == "10.20.1.7" and addresses.static_address(host, 130) is None

@@ -118,7 +118,7 @@ def _inventory(router_url: str | None, **router: object) -> Inventory:
     base = load_inventory(EXAMPLE_INVENTORY)
     seed = base.hosts["pve-gpu-1"]
     hosts = {n: seed.model_copy(update={"name": n, "address": f"10.9.0.{i}", "container": seed.container.model_copy(
-                 update={"net0": f"name=eth0,bridge=vmbr0,ip=10.20.0.{i}/22,gw=10.20.0.254"})}).model_dump()
+                 update={"net0": f"name=eth0,bridge=vmbr0,ip=127.0.20.{i}/22,gw=127.0.20.254"})}).model_dump()
              for i, n in enumerate(["gpu-1", "gpu-2"], start=1)}
     profiles = {k: v.model_copy(update={"api_key": None}).model_dump() for k, v in base.profiles.items()}
     return Inventory.model_validate({"hosts": hosts, "profiles": profiles,
