@@ -52,6 +52,7 @@ class Sample:
     probe: str
     progress: float | None = None
     in_flight: int | None = None
+    invocation: str = ""  # systemd's InvocationID of the server unit: a new one is a new start
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,8 @@ class Memory:
     actions: tuple[Action, ...] = ()
     budget: int = 3
     window_s: float = 3600.0
+    invocation: str = ""
+    served: bool = False  # this invocation has answered /health at least once
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -85,7 +88,8 @@ class Memory:
                    last_check=data.get("last_check"), last_progress=data.get("last_progress"),
                    progress_at=data.get("progress_at"),
                    restarts=tuple(float(t) for t in data.get("restarts") or ()), actions=acts,
-                   budget=int(data.get("budget", 3)), window_s=float(data.get("window_s", 3600.0)))
+                   budget=int(data.get("budget", 3)), window_s=float(data.get("window_s", 3600.0)),
+                   invocation=str(data.get("invocation", "")), served=bool(data.get("served", False)))
 
 
 @dataclass(frozen=True)
@@ -98,10 +102,16 @@ class Decision:
 def decide(s: Sample, mem: Memory, cfg: Config) -> Decision:
     """One check's verdict. Acts only on evidence of a stall (a tiny generation timed out or failed, or /health
     failing while the port answers) when no counter moved for `stall_s`: a long prefill advances the counters, so it
-    is never restarted; a server that is starting or down is systemd's and deploy's business, not ours."""
+    is never restarted; a server that is starting or down is systemd's and deploy's business, not ours. Starting
+    includes the warm-up after the port opens (sglang answers /health 503 then): until this start of the unit
+    has once answered /health, a failing check is waiting, never a stall, and what an earlier start left in the
+    memory (its counters, when progress was seen) says nothing about this one."""
+    if s.invocation != mem.invocation:
+        mem = replace(mem, invocation=s.invocation, served=False, last_progress=None, progress_at=None)
     recent = tuple(t for t in mem.restarts if s.now - t < cfg.budget_window_s)
     base = replace(mem, last_check=s.now, restarts=recent, budget=cfg.restart_budget, window_s=cfg.budget_window_s,
-                   last_progress=s.progress if s.progress is not None else mem.last_progress)
+                   last_progress=s.progress if s.progress is not None else mem.last_progress,
+                   served=mem.served or s.health_ok or s.probe == "ok")
 
     def keep(state: str, reason: str, *, progress: bool) -> Decision:
         new = replace(base, state=state, reason=reason, progress_at=s.now if progress else mem.progress_at)
@@ -111,6 +121,9 @@ def decide(s: Sample, mem: Memory, cfg: Config) -> Decision:
         return keep("waiting", f"{cfg.unit} is {s.unit} (systemd restarts a crashed server)", progress=True)
     if not s.http_up:
         return keep("waiting", "the server's port does not answer yet (loading)", progress=True)
+    if not base.served:
+        return keep("waiting", "the server has not answered /health since it started (loading or warming up)",
+                    progress=True)
     moved = s.progress is not None and mem.last_progress is not None and s.progress != mem.last_progress
     if s.probe == "ok":
         return keep("ok", "a tiny generation answered", progress=True)
@@ -193,10 +206,13 @@ def metric_sum(text: str, names: tuple[str, ...]) -> float | None:
 
 
 def sample(cfg: Config) -> Sample:
-    unit = subprocess.run(["systemctl", "is-active", cfg.unit], capture_output=True, text=True).stdout.strip()
+    shown = subprocess.run(["systemctl", "show", "-p", "ActiveState", "-p", "InvocationID", cfg.unit],
+                           capture_output=True, text=True).stdout
+    props = dict(line.split("=", 1) for line in shown.splitlines() if "=" in line)
+    unit, invocation = props.get("ActiveState", "").strip(), props.get("InvocationID", "").strip()
     now = time.time()
     if unit != "active":
-        return Sample(now, unit or "unknown", False, False, "skipped")
+        return Sample(now, unit or "unknown", False, False, "skipped", invocation=invocation)
     health, _ = http(cfg.base + "/health", cfg.health_timeout_s)
     probe = "skipped"
     if health == 200:
@@ -208,7 +224,8 @@ def sample(cfg: Config) -> Sample:
     progress = metric_sum(text, PROGRESS_COUNTERS) if mcode == 200 else None
     flight = metric_sum(text, IN_FLIGHT_GAUGES) if mcode == 200 else None
     up = health not in (-1,) or mcode > 0
-    return Sample(time.time(), unit, up, health == 200, probe, progress, None if flight is None else int(flight))
+    return Sample(time.time(), unit, up, health == 200, probe, progress, None if flight is None else int(flight),
+                  invocation)
 
 
 def load_memory(path: str) -> Memory:

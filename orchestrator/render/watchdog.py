@@ -22,6 +22,14 @@ def _file(name: str, path: str, mode: int, content: str) -> RenderedFile:
                         sha256=sha256_text(split_header(content)[1]))
 
 
+def check_now_script() -> str:
+    """Shell lines that run one watchdog check now, when its timer is active, and wait for it. Appended to a "kept"
+    verdict's script: the state `deploy status` shows right after a roll then describes the release just verified,
+    not the restart the last timer tick caught (no extra round trip; a failing check never fails the verdict)."""
+    return (f"if systemctl is-active --quiet {TIMER}; then "
+            f"timeout 60 systemctl start {SERVICE} >/dev/null 2>&1 || true; fi\n")
+
+
 def watchdog_config(profile: ServerProfile) -> dict[str, object]:
     """What one check needs (orchestrator/probes/watchdog_probe.py `Config`); no secret: the key stays in
     sglang.env, which the check reads as root."""

@@ -31,6 +31,7 @@ from orchestrator.flags import FlagSchema, FlagSet, canonicalize, diff_flags, wi
 from orchestrator.parsers.bench import BenchParseError, BenchResult, parse_bench_jsonl
 from orchestrator.redact import REDACTED, SECRET_REF
 from orchestrator.render.bundle import Bundle, render_bundle
+from orchestrator.render.watchdog import check_now_script
 from orchestrator.render.service import TIMEOUT_STOP_S, launch_argv, public_flags, secret_flags
 from orchestrator.runlog import StepRecord
 from orchestrator.state.ledger import run_started
@@ -337,8 +338,10 @@ def write_verdict(ctx: StepContext, release: str, verdict: dict[str, Any], *, gu
     body = json.dumps({"at": datetime.now(UTC).isoformat(timespec="seconds"), **verdict}, sort_keys=True,
                       default=str)
     script = record_file_script(release, "verdict.json", body + "\n")
+    if verdict.get("verdict") == "kept":
+        script += check_now_script()
     res = ctx.ct.script(candidate_guard(ctx, release) + script if guard else script, check=False,
-                        what="record verdict")
+                        timeout=120, what="record verdict")
     if guard and res.rc == NOT_CANDIDATE_RC and NOT_CANDIDATE in res.stdout:
         raise not_the_candidate(ctx, release, res.stdout)
     if res.rc != 0:

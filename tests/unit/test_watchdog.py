@@ -64,7 +64,7 @@ def test_health_failing_with_frozen_counters_while_the_port_answers_is_a_stall()
 
 
 def test_without_counters_a_failing_health_is_not_acted_on() -> None:
-    samples = [Sample(t, "active", True, False, "skipped", None, None) for t in range(0, 300, 10)]
+    samples = [serving(0, 100)] + [Sample(t, "active", True, False, "skipped", None, None) for t in range(10, 300, 10)]
     actions, mem = run(samples)
     assert set(actions) == {"none"} and "enable-metrics" in mem.reason
 
@@ -74,6 +74,21 @@ def test_a_starting_server_restarts_the_clock() -> None:
     samples = [Sample(t, "active", False, False, "skipped") for t in range(0, 600, 10)] + [stuck(600), stuck(610)]
     actions, mem = run(samples)
     assert set(actions) == {"none"} and mem.state == "suspect"
+
+
+def test_a_warm_up_longer_than_stall_s_is_waiting_never_a_stall() -> None:
+    """sglang opens its port, then answers /health 503 until warm-up ends, with counters that do not move."""
+    samples = [Sample(t, "active", True, False, "skipped", 0.0, 0, "inv-a") for t in range(0, 300, 10)]
+    actions, mem = run(samples)
+    assert set(actions) == {"none"} and mem.state == "waiting" and "since it started" in mem.reason
+
+
+def test_a_new_start_of_the_unit_voids_what_the_last_one_left() -> None:
+    """Progress last seen at t=0 under one start must not make the next start's first slow probe a long stall."""
+    first = Sample(0, "active", True, True, "ok", 100.0, 0, "inv-a")
+    later = [Sample(t, "active", True, True, "timeout", 100.0, 1, "inv-b") for t in (200, 210)]
+    actions, mem = run([first, *later])
+    assert set(actions) == {"none"} and mem.state == "suspect" and mem.invocation == "inv-b"
 
 
 def test_a_dead_unit_is_systemds_business() -> None:
