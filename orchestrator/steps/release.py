@@ -31,8 +31,8 @@ from orchestrator.flags import FlagSchema, FlagSet, canonicalize, diff_flags, wi
 from orchestrator.parsers.bench import BenchParseError, BenchResult, parse_bench_jsonl
 from orchestrator.redact import REDACTED, SECRET_REF
 from orchestrator.render.bundle import Bundle, render_bundle
-from orchestrator.render.watchdog import check_now_script
 from orchestrator.render.service import TIMEOUT_STOP_S, launch_argv, public_flags, secret_flags
+from orchestrator.render.watchdog import check_now_script
 from orchestrator.runlog import StepRecord
 from orchestrator.state.ledger import run_started
 from orchestrator.state.releases import (
