@@ -58,12 +58,17 @@ class MissingTools(RuntimeError):
     """The tools the simulator's LXC containers need are not installed."""
 
 
+#: Each program `sim up` runs on this machine, and the Debian package that has it (dnsmasq: the site LAN's DHCP).
+REQUIRED_TOOLS = {"lxc-start": "lxc", "lxc-attach": "lxc", "debootstrap": "debootstrap", "nft": "nftables",
+                  "zstd": "zstd", "dnsmasq": "dnsmasq-base"}
+
+
 def require_lxc() -> None:
     """Refuse `sim up` on a machine without the tools, saying how to get them."""
-    missing = [t for t in ("lxc-start", "lxc-attach", "debootstrap", "nft", "zstd") if shutil.which(t) is None]
+    missing = [t for t in REQUIRED_TOOLS if shutil.which(t) is None]
     if missing:
         raise MissingTools(f"the simulator's containers need {', '.join(missing)}: run scripts/install.sh "
-                           "(apt-get install lxc debootstrap nftables zstd)")
+                           f"(apt-get install {' '.join(dict.fromkeys(REQUIRED_TOOLS[t] for t in missing))})")
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ violation it finds becomes a regression test.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import random
@@ -146,8 +147,8 @@ class Soak:
             check = self.in_ct(info, (
                 "rid=$(basename $(readlink -f /var/lib/deploy/current)); echo \"release $rid\"; "
                 "pid=$(systemctl show -p MainPID --value sglang); "
-                "tr '\\0' ' ' < /proc/$pid/cmdline; echo; "
-                "grep '^ExecStart=' /var/lib/deploy/current/sglang.service | cut -d= -f2-; "
+                "tr '\\0' '\\n' < /proc/$pid/cmdline | base64 -w0; echo; "
+                "base64 -w0 /var/lib/deploy/current/sglang.service; echo; "
                 "find /etc/sglang /var/lib/deploy/current -perm -o+r -type f -exec cat {} + 2>/dev/null "
                 f"| grep -c -F {shlex.quote(self.api_key)} || true"))
             lines = check.stdout.splitlines()
@@ -155,10 +156,11 @@ class Soak:
                 problems.append(f"{info.name}: could not read the running server: {check.stderr[-200:]}")
                 continue
             release = lines[0].removeprefix("release ")
-            running, unit, leaks = lines[1].split(), lines[2].split(), lines[-1].strip()
+            running = [a for a in b64(lines[1]).split("\n") if a]
+            unit, leaks = exec_start(b64(lines[2])), lines[-1].strip()
             if running != unit:
-                problems.append(f"{info.name}: the server runs `{' '.join(running)}`, release {release}'s unit "
-                                f"says `{' '.join(unit)}`")
+                problems.append(f"{info.name}: the server runs `{shlex.join(running)}`, release {release}'s unit "
+                                f"says `{shlex.join(unit)}`")
             if reported.get(info.name) not in (None, release):
                 problems.append(f"{info.name}: deploy status says release {reported.get(info.name)}, the host's "
                                 f"current link names {release}")
@@ -195,6 +197,18 @@ class Soak:
         if resume.rc != 0:
             up = self.deploy("up", "group", GROUP, "--skip-bench")
             step.recovery.append(f"up group: exit {up.rc}")
+
+
+def b64(text: str) -> str:
+    return base64.b64decode(text.strip() or b"").decode(errors="replace")
+
+
+def exec_start(unit: str) -> list[str]:
+    """The argv of a unit file's ExecStart= (continuation lines joined, systemd's own quoting rules are shell-like
+    for what the renderer writes)."""
+    joined = unit.replace("\\\n", " ")
+    line = next((ln for ln in joined.splitlines() if ln.startswith("ExecStart=")), "ExecStart=")
+    return shlex.split(line.split("=", 1)[1].lstrip("@-:+!"))
 
 
 # ---------------------------------------------------------------------------------------------------- faults
@@ -308,6 +322,7 @@ def main() -> int:
         env_dir.mkdir()
         volids = {site_template.install(Path(i.host_dir)) for i in infos}
         env = make_fleet_env(infos, env_dir, {GROUP: [i.name for i in infos]}, ostemplate=volids.pop())
+        env.env["DEPLOY_SIM_ROOT"] = str(root)  # `deploy sim fault` acts on this soak's hosts
         key_file = env_dir / "fleet.key"
         api_key = f"chaos-{rng.getrandbits(64):016x}"
         key_file.write_text(api_key)
