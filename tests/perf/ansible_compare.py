@@ -259,11 +259,13 @@ def main() -> int:
     print("load average (1 min) before, during, after: " + " ".join(f"{lo[0]:.2f}" for lo in loads))
     print("uptime before: " + uptimes[0])
     print("uptime after:  " + uptimes[-1])
-    print("commands:")
-    print(f"  DEPLOY_INVENTORY=<tmp>/inventory {shlex.join(['python', '-m', 'orchestrator', *up[3:]])}")
+    print(f"commands (in {tmp}, removed since; the Ansible one with cwd there and ANSIBLE_CONFIG, ANSIBLE_HOME, "
+          "ANSIBLE_LOCAL_TEMP and ANSIBLE_SSH_CONTROL_PATH_DIR inside it):")
+    print("  " + " ".join(f"{k}={shlex.quote(env.env[k])}" for k in ("DEPLOY_INVENTORY", "DEPLOY_STATE_DIR"))
+          + f" {shlex.join(['python', '-m', 'orchestrator', *up[3:]])}")
     print("  " + " ".join(f"{k}={shlex.quote(aenv[k])}" for k in ("ANSIBLE_PIPELINING", "ANSIBLE_SSH_ARGS",
                                                                   "ANSIBLE_HOST_KEY_CHECKING"))
-          + f" {shlex.join([playbook_bin, '-i', '<tmp>/hosts.yml', str(PLAYBOOK.relative_to(REPO))])}")
+          + f" {shlex.join(play)}")
     print(f"  ({version.stdout.splitlines()[0] if version.stdout else playbook_bin})")
     return 0
 
