@@ -53,7 +53,7 @@ ROLL_TIMEOUT_S = 900
 SERVE_TIMEOUT_S = 240.0
 #: The flag every roll changes; each roll takes the next value, so every roll is a real change.
 KNOB = "num-continuous-decode-steps"
-VALUES = (2, 4, 8, 16)
+VALUES = (2, 4, 16)  # not 8: the profile's own value, which would make the first roll a no-op
 
 
 @dataclass
@@ -310,6 +310,7 @@ def main() -> int:
     args = ap.parse_args()
     os.environ["DEPLOY_TEST_CLI"] = "process"  # every deploy command a real process, as an operator runs it
     rng = random.Random(args.seed)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped soak still takes its hosts down (finally)
     names = args.fault or sorted(FAULTS)
     print(f"chaos soak: seed {args.seed}, {args.faults} faults from {', '.join(names)}, {args.hosts} hosts",
           flush=True)
