@@ -45,6 +45,9 @@ class Phase:
     failed: list[str] = field(default_factory=list)
 
 
+FAILED_BACKOFF_S = 0.5
+
+
 @dataclass
 class Clients:
     base: str
@@ -87,7 +90,10 @@ class Clients:
     def loop(self) -> None:
         with requests.Session() as s:
             while not self.stop.is_set():
+                failed = len(self.phase.failed)
                 self.one(s)
+                if len(self.phase.failed) > failed:
+                    self.stop.wait(FAILED_BACKOFF_S)  # as a client with retries would: a refused port is no busy loop
 
     def start(self) -> list[threading.Thread]:
         threads = [threading.Thread(target=self.loop, daemon=True) for _ in range(self.count)]
