@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,12 @@ import pytest
 from tests import sim_hosts
 
 pytest_plugins = ["tests.skip_policy", "tests.module_times"]
+
+# A suite started in the background of a non-interactive shell (`bash .ci/run &`) inherits SIGINT ignored, and an
+# ignored signal stays ignored across exec: the tests that press Ctrl-C on a `deploy` they started would see it do
+# nothing. A handled signal is reset to its default in every child, so the children get Ctrl-C as a terminal gives it.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the node ids
