@@ -33,6 +33,7 @@ from typing import Any
 
 from orchestrator.errors import DeployError, LockHeld, LockLost, RemoteError
 from orchestrator.remote.ssh import RemoteResult, SshHost
+from orchestrator.state import local_runs
 
 LOCK_DIR = "/var/lib/deploy"
 LEASE_FILE = "deploy.lease"
@@ -101,12 +102,16 @@ case $l_exp in ''|*[!0-9]*) l_exp=0;; esac
 case $l_acq in ''|*[!0-9]*) l_acq=$now;; esac
 live=0
 if [ -n "$l_run" ] && [ "$l_boot" = "$boot" ] && [ "$now" -lt "$l_exp" ]; then live=1; fi
+dead=0
+__DEAD_CASE__
 show() { { echo "__MARK__ $1 now=$now"; echo "__MARK__ $1 sameboot=$([ "$l_boot" = "$boot" ] && echo 1 || echo 0)"
   while IFS= read -r line; do echo "__MARK__ $1 $line"; done < "$f"; } >&2; }
 case __MODE__ in
   acquire)
-    if [ "$l_run" != __RUN__ ] && [ $live = 1 ]; then show held; exit __EXIT_HELD__; fi
-    if [ -n "$l_run" ] && [ "$l_run" != __RUN__ ]; then show took-over; fi
+    if [ "$l_run" != __RUN__ ] && [ $live = 1 ] && [ $dead = 0 ]; then show held; exit __EXIT_HELD__; fi
+    if [ -n "$l_run" ] && [ "$l_run" != __RUN__ ]; then
+      show took-over; [ $dead = 0 ] || echo "__MARK__ took-over dead=1" >&2
+    fi
     l_acq=$now;;
   renew)
     if [ "$l_run" != __RUN__ ]; then
@@ -135,6 +140,8 @@ class LeaseScript:
     lock_dir: str = LOCK_DIR
     clock: str = "/proc/uptime"
     boot_id: str = "/proc/sys/kernel/random/boot_id"
+    #: Runs this machine proves dead (state/local_runs.py): a lease naming one is taken over before it expires.
+    dead_runs: tuple[str, ...] = ()
 
     def render(self, mode: str) -> str:
         if mode not in ("acquire", "renew", "release"):
@@ -145,6 +152,8 @@ class LeaseScript:
                   "__HOLDER__": shlex.quote(self.holder), "__TTL__": str(int(self.ttl_s)),
                   "__EXIT_HELD__": str(EXIT_HELD), "__EXIT_LOST__": str(EXIT_LOST),
                   "__EXIT_BUSY__": str(EXIT_BUSY), "__EXIT_IO__": str(EXIT_IO)}
+        dead = "|".join(shlex.quote(r) for r in self.dead_runs)
+        values["__DEAD_CASE__"] = f'case $l_run in {dead}) dead=1;; esac' if dead else ":"
         text = _SCRIPT
         for key, value in values.items():
             text = text.replace(key, value)
@@ -164,6 +173,7 @@ class LeaseInfo:
     ttl: int | None = None
     same_boot: bool = True
     what: str = ""  # for an `io` event: what failed
+    dead: bool = False  # taken over because this machine proved its run dead (not because it expired)
 
     @property
     def expires_in_s(self) -> int | None:
@@ -221,7 +231,7 @@ def parse_guard_output(stderr: str) -> GuardReport:
     events = {ev: LeaseInfo(run=kv.get("run", ""), holder=kv.get("holder", ""), now=_to_int(kv.get("now")),
                             renewed=_to_int(kv.get("renewed")), expires=_to_int(kv.get("expires")),
                             ttl=_to_int(kv.get("ttl")), same_boot=kv.get("sameboot", "1") != "0",
-                            what=kv.get("what", ""))
+                            what=kv.get("what", ""), dead=kv.get("dead") == "1")
               for ev, kv in raw.items()}
     return GuardReport(events, "".join(rest))
 
@@ -238,7 +248,9 @@ def held_fix(info: LeaseInfo) -> str:
 
 def takeover_message(info: LeaseInfo) -> str:
     left = info.expires_in_s
-    if left is None:
+    if info.dead and (left is None or left > 0):
+        why = "its process on this machine is gone; the lease had not expired yet"
+    elif left is None:
         why = "from before the host's last boot" if not info.same_boot else "expired"
     else:
         why = f"expired {-left} s ago"
@@ -270,7 +282,9 @@ class HostLease:
         self.ssh = ssh
         self.run_id = run_id or new_run_id()
         self.ttl_s = ttl_s or lock_ttl_s()
-        self.script = LeaseScript(self.run_id, holder_text(command), self.ttl_s)
+        self.dead_runs = local_runs.dead_runs(ssh.host.name)
+        self.script = LeaseScript(self.run_id, holder_text(command), self.ttl_s, dead_runs=self.dead_runs)
+        self.local: local_runs.LocalRun | None = None
         self.say = say or (lambda _m: None)
         self.mode: str | None = None  # None: not armed; "acquire" until the first command ran; then "renew"
         self.took_over: LeaseInfo | None = None
@@ -325,6 +339,8 @@ class HostLease:
                            "other run took it: renewed")
             if self.mode is not None and self._generation and self._generation != self.ssh.generation:
                 self._note(f"SSH reconnected; the host confirmed run {self.run_id} still holds the lock")
+            if self.mode == "acquire" and self.dead_runs:
+                local_runs.forget(self.ssh.host.name, self.dead_runs)  # the lease names this run now
             if self.mode is not None:
                 self.mode = "renew"
                 self._generation = self.ssh.generation
@@ -342,6 +358,8 @@ class HostLease:
         """The next remote command takes the lease (same round trip); from then on every command renews it."""
         self.mode = "acquire"
         self.ssh.guard = self
+        if self.local is None:
+            self.local = local_runs.start_run(self.ssh.host.name, self.run_id, self.script.holder)
 
     def acquire(self) -> None:
         """Take the lease now in a round trip of its own (when no command follows to carry it)."""
@@ -406,6 +424,14 @@ class HostLease:
 
     def release(self) -> str:
         """Free the lease if it is still ours. Returns what happened, for the unlock step."""
+        try:
+            return self._release()
+        finally:
+            if self.local is not None:  # after the remote release: until then this run may still hold the lease
+                self.local.end()
+                self.local = None
+
+    def _release(self) -> str:
         self._restore_signals()
         self._stop.set()
         if self._thread is not None:

@@ -93,9 +93,13 @@ def lock(ctx: StepContext, record: StepRecord) -> None:
         old = lease.took_over
         if old is not None:
             left = old.expires_in_s
-            taken += f", after it expired for run {old.run}" + (f" {-left} s ago" if left is not None else "")
+            if old.dead and (left is None or left > 0):
+                taken += f", from run {old.run}, whose process on this machine is gone"
+            else:
+                taken += f", after it expired for run {old.run}" + (f" {-left} s ago" if left is not None else "")
             record.details["lock"]["took_over"] = {"run": old.run, "holder": old.holder,
                                                    "expired_s_ago": -left if left is not None else None,
+                                                   "proven_dead": old.dead,
                                                    "message": takeover_message(old)}
         record.summary = f"{taken}; "
     record.summary += f"{ctx.facts.count} facts read in one round trip"

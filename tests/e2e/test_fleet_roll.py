@@ -204,8 +204,8 @@ def test_an_interrupted_fleet_roll_is_refused_then_resumed_then_reverted(fleet: 
     assert again.rc == 2, again.text
     assert "did not finish" in again.stderr and "--resume" in again.stderr
     assert "deploy rollback group prod" in again.stderr
-    for name in fleet.names:  # each killed host job's lock lease runs out
-        wait_lease_expired(fleet.host_env(name))
+    # No wait for the killed host jobs' leases: this machine proves their runs dead (their process is gone), so
+    # the resume takes each lease over at once.
     res = fleet.env.run("--json", "roll", "group", "prod", "--resume", timeout=900)
     assert res.rc == 0, res.text
     hosts = _hosts(res.json)

@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import select
 import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,28 +35,40 @@ def env_for(state: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def silent_host(inv: Path) -> Iterator[Path]:
-    """The shipped inventory pointed at a loopback port that accepts connections and never answers."""
+def silent_socket() -> Iterator[socket.socket]:
+    """A loopback port that accepts connections and never answers."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(8)
+    yield sock
+    sock.close()
+
+
+@pytest.fixture
+def silent_host(inv: Path, silent_socket: socket.socket) -> Iterator[Path]:
+    """The shipped inventory pointed at the silent port."""
+    sock = silent_socket
     hosts = inv / "hosts.yaml"
     hosts.write_text(hosts.read_text().replace("address: 10.1.230.174", "address: 127.0.0.1")
                      .replace("example: true", "example: false")
                      .replace("port: 22\n", f"port: {sock.getsockname()[1]}\n", 1))
     yield inv
-    sock.close()
 
 
 @pytest.mark.parametrize(("sig", "code", "word"), [(signal.SIGINT, 130, "interrupted (Ctrl-C)"),
                                                    (signal.SIGTERM, 143, "terminated (SIGTERM)")])
-def test_a_signal_ends_the_run_with_its_own_code_and_one_line(silent_host: Path, tmp_path: Path, sig: int,
-                                                              code: int, word: str) -> None:
+def test_a_signal_ends_the_run_with_its_own_code_and_one_line(silent_host: Path, silent_socket: socket.socket,
+                                                              tmp_path: Path, sig: int, code: int, word: str) -> None:
     proc = subprocess.Popen(deploy_cmd(silent_host, tmp_path, "status", "host", "pve-gpu-1"), cwd=REPO,
                             env=env_for(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(3.0)  # imports done, waiting for the SSH banner that never comes
+    # Signalled once it connected (imports done, waiting for the SSH banner that never comes), however slow the
+    # machine: a fixed sleep raced the interpreter's start-up on a loaded machine.
+    readable, _, _ = select.select([silent_socket], [], [], 60)
+    assert readable, "deploy never connected"
+    conn, _ = silent_socket.accept()
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)
+    conn.close()
     assert proc.returncode == code, out + err
     assert "Traceback" not in out + err and "Aborted" not in err
     lines = [ln for ln in err.splitlines() if ln.strip()]

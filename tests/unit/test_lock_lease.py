@@ -45,13 +45,13 @@ class Host:
         if boot is not None:
             self.boot.write_text(boot + "\n")
 
-    def script(self, run: str, ttl: int = 60, holder: str = "") -> LeaseScript:
+    def script(self, run: str, ttl: int = 60, holder: str = "", dead: tuple[str, ...] = ()) -> LeaseScript:
         return LeaseScript(run, holder or f"me@box pid 1 running 'deploy roll' ({run})", ttl, lock_dir=str(self.dir),
-                           clock=str(self.clock), boot_id=str(self.boot))
+                           clock=str(self.clock), boot_id=str(self.boot), dead_runs=dead)
 
-    def run(self, run: str, mode: str, body: str = "", ttl: int = 60) -> RemoteResult:
-        proc = subprocess.run(["bash", "-c", self.script(run, ttl).render(mode) + body], capture_output=True,
-                              text=True, timeout=30)
+    def run(self, run: str, mode: str, body: str = "", ttl: int = 60, dead: tuple[str, ...] = ()) -> RemoteResult:
+        proc = subprocess.run(["bash", "-c", self.script(run, ttl, dead=dead).render(mode) + body],
+                              capture_output=True, text=True, timeout=30)
         return RemoteResult(proc.returncode, proc.stdout, proc.stderr, 0.0)
 
     def lease(self) -> dict[str, str]:
@@ -85,6 +85,17 @@ def test_a_live_lease_refuses_another_run_and_its_command_never_runs(host: Host)
     assert info.run == "run-a" and "(run-a)" in info.holder
     assert info.expires_in_s == 48 and info.renewed_ago_s == 12
     assert host.lease()["run"] == "run-a"  # untouched
+
+
+def test_a_live_lease_of_a_run_proven_dead_is_taken_over_at_once_and_said(host: Host) -> None:
+    assert host.run("run-a", "acquire").rc == 0
+    host.set(now=1005)  # 55 s before it expires
+    refused = host.run("run-b", "acquire", "echo body ran", dead=("run-x", "run-y"))
+    assert refused.rc == EXIT_HELD and "body ran" not in refused.stdout  # another run's death proves nothing
+    res = host.run("run-b", "acquire", "echo body ran", dead=("run-x", "run-a"))
+    assert res.rc == 0 and res.stdout == "body ran\n" and host.lease()["run"] == "run-b"
+    info = parse_guard_output(res.stderr).events["took-over"]
+    assert info.run == "run-a" and info.dead and "process on this machine is gone" in takeover_message(info)
 
 
 def test_every_command_renews_and_an_expired_lease_is_taken_over(host: Host) -> None:
