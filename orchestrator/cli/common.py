@@ -6,11 +6,12 @@ human view through `Output`. Errors are DeployError subclasses; their exit_code 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -182,6 +183,22 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise _SigHup() if signum == signal.SIGHUP else _SigTerm()
 
 
+@contextlib.contextmanager
+def _settled() -> Iterator[None]:
+    """While the outcome is written and the process exits: the command's body has ended, so a late Ctrl-C or SIGTERM
+    no longer changes what happened (it would escape as a traceback and exit "interrupted" after a roll that
+    finished). The old handlers come back afterwards, for an in-process caller."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
 def inventory_names(**params: str) -> Callable[[F], F]:
     """Check the options that name an inventory thing (`preset=PARAM`, `profile=PARAM`) before the body runs.
 
@@ -228,18 +245,20 @@ def run_command(app: AppContext, func: Callable[..., Any], *args: Any, **kwargs:
             raise cls(f"{said}; run the command again: an interrupted up or roll is undone by the next one "
                       "(a fleet roll: `deploy roll group G --resume` or `deploy rollback group G`)") from None
     except DeployError as err:
-        if app.as_json:
-            out.write(failure(err, out.held))
-        else:
-            from rich.console import Console
-            from rich.markup import escape
+        with _settled():
+            if app.as_json:
+                out.write(failure(err, out.held))
+            else:
+                from rich.console import Console
+                from rich.markup import escape
 
-            # soft_wrap: a fix line (an `ssh-keygen -R …` command) stays one line to copy; the terminal wraps it.
-            Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(err))}",
-                                                                        markup=True)
-        sys.exit(err.exit_code)
-    out.finish(int(code or 0))
-    sys.exit(int(code or 0))
+                # soft_wrap: a fix line (an `ssh-keygen -R …` command) stays one line to copy; the terminal wraps it.
+                Console(stderr=True, highlight=False, soft_wrap=True).print(
+                    f"[bold red]error:[/] {escape(str(err))}", markup=True)
+            sys.exit(err.exit_code)
+    with _settled():
+        out.finish(int(code or 0))
+        sys.exit(int(code or 0))
 
 
 def existing_file(path: str | None, what: str) -> Path | None:

@@ -75,3 +75,30 @@ def test_the_engine_reraises_after_the_workers_ended_with_what_ran() -> None:
     run = caught.value.run  # type: ignore[attr-defined]
     assert [(o.host, o.result) for o in run.outcomes] == [("a", "failed"), ("b", "failed"), ("c", "skipped")]
     assert run.outcomes[2].detail == "not started (interrupted)"
+
+
+FINISHED = """
+import os, signal, sys, time
+from orchestrator.cli.common import AppContext, run_command
+
+app = AppContext(inventory_dirs="/nonexistent", as_json=False)
+write = app.out.finish
+
+def finish(code):  # the signal lands after the command's body returned, while its report is written
+    os.kill(os.getpid(), signal.{sig})
+    time.sleep(0.3)
+    write(code)
+
+app.out.finish = finish
+run_command(app, lambda app: 0)
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_after_the_command_finished_does_not_turn_its_result_into_an_interruption(sig: str) -> None:
+    """A fleet roll that had finished (its record `done`) exited by SIGINT when Ctrl-C came during its last lines
+    (found by tests/perf/chaos_soak.py): the exit code then said "interrupted" about a roll that was not."""
+    proc = subprocess.run([sys.executable, "-c", FINISHED.replace("{sig}", sig)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
