@@ -37,6 +37,7 @@ from orchestrator.fleet.rollout import (
 from orchestrator.fleet.targets import TargetSpec, resolve_targets
 from orchestrator.fleet.view import FleetView
 from orchestrator.inventory.models import Inventory
+from orchestrator.remote.lock import free_dead_runs_leases
 from orchestrator.roll import RollOutcome, RollResult
 from orchestrator.router.addresses import learn_fleet
 from orchestrator.router.client import RouterClient
@@ -520,6 +521,8 @@ def _fleet_roll(app: Caller, targets: TargetSpec, names: list[str], spec: RollSp
                      "and added back (POST /workers) once healthy")
     roller.preflight([h.host for h in roll.hosts if h.state in ("pending", "in_progress")])
     roller.save()
+    if resume:
+        _free_dead_leases(app, [h.host for h in roll.hosts if h.state == "rolled"], tofu)
     try:
         ok = roller.rejoin_rolled() if resume else True
         ok = ok and roller.run()
@@ -583,6 +586,19 @@ def _fleet_rollback(app: Caller, targets: TargetSpec, names: list[str], *, tofu:
                      + " (fix: check the host, then `deploy router add HOST`)")
     print_report(app, roll, roller.outcomes, _command(), str(store.path(roll.id)), code)
     return code
+
+
+def _free_dead_leases(app: Caller, names: list[str], tofu: bool) -> None:
+    """The killed run may have ended with a host rolled but its lease not yet released; nothing of this resume
+    locks that host again, so the lease is freed here instead of lingering until it expires."""
+    for name in names:
+        try:
+            freed = free_dead_runs_leases(app.inventory.find_host(name), tofu=tofu)
+        except DeployError as err:
+            app.out.line(f"{name}: the dead run's lease was left to expire ({err.what})")
+            continue
+        if freed:
+            app.out.line(f"{name}: freed the lease of dead run(s) {', '.join(freed)}")
 
 
 def _report_interrupted(app: Caller, roller: FleetRoller, store: RollStore, code: int) -> None:

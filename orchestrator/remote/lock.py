@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from orchestrator.errors import DeployError, LockHeld, LockLost, RemoteError
+from orchestrator.inventory.models import Host
 from orchestrator.remote.ssh import RemoteResult, SshHost
 from orchestrator.state import local_runs
 
@@ -448,3 +449,19 @@ class HostLease:
         if other is not None:
             return f"lock released (it was no longer ours: {other.who()} holds it)"
         return "lock released"
+
+
+def free_dead_runs_leases(host: Host, *, tofu: bool) -> tuple[str, ...]:
+    """Remove the leases that this machine's dead runs (state/local_runs.py) left on `host`, each only while it
+    still names that run, and forget those runs. For hosts a command does not otherwise lock, such as the hosts a
+    resumed fleet roll had already rolled before it was killed; every other command takes such a lease over anyway.
+    Returns the runs whose leases were looked for (none: no connection made)."""
+    dead = local_runs.dead_runs(host.name)
+    if not dead:
+        return ()
+    script = "".join(LeaseScript(run, "", DEFAULT_TTL_S).render("release") for run in dead)
+    with SshHost(host, tofu=tofu) as ssh:
+        ssh.run(script, check=False, what="free the leases of dead runs")
+    local_runs.forget(host.name, dead)
+    return dead
+

@@ -218,3 +218,15 @@ def test_holder_text_masks_secret_looking_values() -> None:
     text = holder_text("deploy roll host h --set api-key=abc --api-key xyz --set max-running-requests=64")
     assert "abc" not in text and "xyz" not in text and "max-running-requests=64" in text
     assert "\n" not in holder_text("deploy up\nhost h")
+
+
+def test_the_release_scripts_of_dead_runs_remove_only_a_lease_naming_one_of_them(host: Host) -> None:
+    """What free_dead_runs_leases sends: one release per dead run, concatenated into one round trip."""
+    assert host.run("run-a", "acquire").rc == 0
+
+    def release_all(*runs: str) -> int:
+        script = "".join(host.script(r).render("release") for r in runs)
+        return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30).returncode
+
+    assert release_all("run-x", "run-y") == 0 and host.lease()["run"] == "run-a"  # another run's lease stays
+    assert release_all("run-x", "run-a") == 0 and host.lease() == {}
