@@ -74,6 +74,7 @@ class Soak:
     rng: random.Random
     api_key: str
     outputs: list[str] = field(default_factory=list)
+    seen: list[str] = field(default_factory=list)
     value_index: int = 0
 
     # -------------------------------------------------------------------------------- the tool, as operators run it
@@ -175,6 +176,7 @@ class Soak:
             if self.api_key in text:
                 problems.append("the API key appears in deploy's output")
                 break
+        self.seen = list(self.outputs) if problems else []  # what deploy printed, to read a violation by
         self.outputs.clear()
         return problems
 
@@ -364,6 +366,9 @@ def main() -> int:
                   f"{len(step.violations)} violation(s)", flush=True)
             for v in step.violations:
                 print(f"      VIOLATION: {v}", flush=True)
+            for text in soak.seen:  # every deploy command of this step, its last lines (secrets masked by deploy)
+                tail = "\n".join(text.strip().splitlines()[-15:])
+                print("      | " + tail.replace("\n", "\n      | "), flush=True)
         clients.stop.set()
         for t in threads:
             t.join(timeout=150)
