@@ -132,6 +132,9 @@ class FleetRun:
         return max((o.exit_code for o in self.outcomes), default=0)
 
 
+_new_lock = threading.Lock  # a name tests can replace with a lock that is hit by a signal
+
+
 def run_fleet(hosts: Sequence[str], job: Job, *, parallel: int, fail_fast: bool = False,
               on_event: Callable[[Event], None] | None = None, on_tick: Callable[[], None] | None = None,
               tick_s: float = 0.2, cancel: threading.Event | None = None) -> FleetRun:
@@ -152,7 +155,10 @@ def run_fleet(hosts: Sequence[str], job: Job, *, parallel: int, fail_fast: bool 
                         baseline_open_sockets=open_sockets())
     events: queue.Queue[Event] = queue.Queue()
     outcomes: dict[int, HostOutcome] = {}
-    lock = threading.Lock()
+    # Held by the workers only. The calling thread never takes it: a signal raised between a lock's acquire and
+    # its `with` block leaves it held for good, and the next acquire (the workers', or the handler's own) would
+    # wait forever; a Ctrl-C that landed there hung a fleet run instead of ending it.
+    lock = _new_lock()
     next_index = 0
     running = 0
     stop = False
@@ -161,7 +167,7 @@ def run_fleet(hosts: Sequence[str], job: Job, *, parallel: int, fail_fast: bool 
     def take() -> int | None:
         nonlocal next_index, running
         with lock:
-            if stop or next_index >= len(hosts):
+            if stop or (cancel is not None and cancel.is_set()) or next_index >= len(hosts):
                 return None
             index = next_index
             next_index += 1
@@ -197,9 +203,8 @@ def run_fleet(hosts: Sequence[str], job: Job, *, parallel: int, fail_fast: bool 
         if cancel is None or interrupted is not None:
             raise exc
         interrupted = exc
-        cancel.set()
-        with lock:
-            stop = True
+        cancel.set()  # before `stop`: take() checks both, so no host starts after this line
+        stop = True
 
     try:  # a signal can land while a worker starts: it already runs a host
         for t in threads:
@@ -212,9 +217,7 @@ def run_fleet(hosts: Sequence[str], job: Job, *, parallel: int, fail_fast: bool 
                 event = events.get(timeout=tick_s)
             except queue.Empty:
                 event = None
-            with lock:
-                now_running = running
-            stats.sample(now_running)
+            stats.sample(running)  # read without the lock (see `lock`): a sample may be one step stale
             if event is not None and on_event is not None:
                 on_event(event)
             elif event is None and on_tick is not None:

@@ -90,3 +90,30 @@ def test_the_calling_thread_gets_ticks_while_hosts_are_quiet() -> None:
     run = run_fleet(["a", "b"], Tracker().job(sleep_s=0.4), parallel=2, tick_s=0.05,
                     on_tick=lambda: ticks.append(threading.get_ident()))
     assert run.exit_code == 0 and len(ticks) >= 3 and set(ticks) == {caller}
+
+
+def test_the_calling_thread_never_takes_the_workers_lock(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A signal that lands between a lock's acquire and its `with` block leaves the lock held for good: if the
+    calling thread (where Ctrl-C and SIGTERM land) ever took the workers' lock, a badly timed signal would hang the
+    fleet run (seen: a fleet run's SIGTERM test left a process waiting on that lock for 38 min)."""
+    from orchestrator.fleet import engine
+
+    takers: set[int] = set()
+
+    class Watched:
+        def __init__(self) -> None:
+            self.inner = threading.Lock()
+
+        def __enter__(self) -> None:
+            takers.add(threading.get_ident())
+            self.inner.acquire()
+
+        def __exit__(self, *exc: object) -> None:
+            self.inner.release()
+
+    monkeypatch.setattr(engine, "_new_lock", Watched)
+    cancel = threading.Event()
+    run = run_fleet([f"h{i}" for i in range(20)], Tracker().job(sleep_s=0.005), parallel=3, tick_s=0.001,
+                    cancel=cancel)
+    assert all(o.result == "ok" for o in run.outcomes)
+    assert takers and threading.get_ident() not in takers
