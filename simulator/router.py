@@ -10,6 +10,7 @@ The tool reaches it only through its worker API (orchestrator/router/client.py).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -32,17 +33,24 @@ def installed(version: str = ROUTER_VERSION) -> bool:
 
 
 def ensure_router_venv(version: str = ROUTER_VERSION, timeout_s: float = 900) -> Path:
-    """The venv with sglang-router==VERSION (created and pip-installed on first use; ~30 MB wheel)."""
+    """The venv with sglang-router==VERSION (created and pip-installed on first use; ~30 MB wheel).
+
+    Built under an exclusive lock, checked again once held: two test processes that both found it missing ran
+    `venv --clear` over each other, and one started a router from a venv the other had just emptied."""
     venv = router_venv(version)
     if installed(version):
         return venv
     venv.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True, timeout=timeout_s)
-    proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check",
-                           "-q", f"sglang-router=={version}"], capture_output=True, text=True, timeout=timeout_s)
-    if proc.returncode != 0:
-        raise RuntimeError(f"pip install sglang-router=={version} failed: {proc.stderr.strip()[-800:]}")
-    (venv / ".installed").write_text(f"{version}\n")
+    with open(venv.parent / f".{venv.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if installed(version):
+            return venv
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True, timeout=timeout_s)
+        proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check",
+                               "-q", f"sglang-router=={version}"], capture_output=True, text=True, timeout=timeout_s)
+        if proc.returncode != 0:
+            raise RuntimeError(f"pip install sglang-router=={version} failed: {proc.stderr.strip()[-800:]}")
+        (venv / ".installed").write_text(f"{version}\n")
     return venv
 
 
