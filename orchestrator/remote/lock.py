@@ -177,6 +177,12 @@ class LeaseInfo:
     dead: bool = False  # taken over because this machine proved its run dead (not because it expired)
 
     @property
+    def taken_before_expiry(self) -> bool:
+        """Taken over while still live, because this machine proved its run dead."""
+        left = self.expires_in_s
+        return self.dead and (left is None or left > 0)
+
+    @property
     def expires_in_s(self) -> int | None:
         """Positive: still valid for that long; negative: expired that long ago (host clock, same boot)."""
         if self.now is None or self.expires is None or not self.same_boot:
@@ -249,7 +255,7 @@ def held_fix(info: LeaseInfo) -> str:
 
 def takeover_message(info: LeaseInfo) -> str:
     left = info.expires_in_s
-    if info.dead and (left is None or left > 0):
+    if info.taken_before_expiry:
         why = "its process on this machine is gone; the lease had not expired yet"
     elif left is None:
         why = "from before the host's last boot" if not info.same_boot else "expired"

@@ -93,7 +93,7 @@ def lock(ctx: StepContext, record: StepRecord) -> None:
         old = lease.took_over
         if old is not None:
             left = old.expires_in_s
-            if old.dead and (left is None or left > 0):
+            if old.taken_before_expiry:
                 taken += f", from run {old.run}, whose process on this machine is gone"
             else:
                 taken += f", after it expired for run {old.run}" + (f" {-left} s ago" if left is not None else "")
