@@ -29,6 +29,7 @@ from pathlib import Path
 
 from orchestrator.errors import LockHeld
 from orchestrator.paths import state_dir
+from orchestrator.state.local_runs import file_name
 
 _HELD: dict[str, tuple[int, int, bool]] = {}  # host → (fd, depth, exclusive) held by this process
 _MUTEX = threading.Lock()
@@ -40,7 +41,7 @@ def claims_dir() -> Path:
 
 
 def _path(host: str) -> Path:
-    return claims_dir() / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', host)}.claim"
+    return claims_dir() / f"{file_name(host)}.claim"
 
 
 def holder(command: str) -> str:

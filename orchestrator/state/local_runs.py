@@ -19,11 +19,16 @@ from pathlib import Path
 
 from orchestrator.paths import state_dir
 
+#: A host name or run id as a file name (as state/claims.py names its files).
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
+def file_name(text: str) -> str:
+    return _SAFE.sub("_", text)
+
+
 def runs_dir(host: str) -> Path:
-    return state_dir() / "runs" / _SAFE.sub("_", host)
+    return state_dir() / "runs" / file_name(host)
 
 
 @dataclass
@@ -44,7 +49,7 @@ class LocalRun:
 def start_run(host: str, run_id: str, holder: str) -> LocalRun:
     """Mark `run_id` as alive on this machine (best effort: without a writable state dir nothing is proven later,
     and the lease simply expires as before)."""
-    path = runs_dir(host) / f"{_SAFE.sub('_', run_id)}.run"
+    path = runs_dir(host) / f"{file_name(run_id)}.run"
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -88,4 +93,4 @@ def dead_runs(host: str) -> tuple[str, ...]:
 def forget(host: str, run_ids: tuple[str, ...]) -> None:
     """Drop the marks of dead runs once the host's lease no longer names them."""
     for run_id in run_ids:
-        (runs_dir(host) / f"{_SAFE.sub('_', run_id)}.run").unlink(missing_ok=True)
+        (runs_dir(host) / f"{file_name(run_id)}.run").unlink(missing_ok=True)
