@@ -2,7 +2,7 @@
 would use, with the fleet's invariants checked over SSH (never through deploy's own report) after every step.
 
     python tests/perf/chaos_soak.py [--hosts 4] [--faults 10] [--seed 1] [--first 60] [--clients 2]
-                                    [--fault NAME ...] [--keep]
+                                    [--minutes M] [--fault NAME ...] [--keep]
 
 Starts `--hosts` simulated hosts (a site template, so the first `up` is short), converges them as group `prod` with
 the router managed by `deploy up` on the first host, starts `--clients` streaming clients through the router, then
@@ -17,8 +17,9 @@ the router managed by `deploy up` on the first host, starts `--clients` streamin
 
 Prints the seed, each fault with its recovery and the seconds until every host served again, every invariant
 violation, and the failed client requests grouped by the fault they happened in. Bounded: `--faults` faults, each
-roll with its own timeout. Exit 1 when any invariant was violated. Run as root. A measurement, not a test; a
-violation it finds becomes a regression test.
+roll with its own timeout; `--minutes M` starts no new fault after M minutes (the summary is still printed).
+Exit 1 when any invariant was violated. Run as root. A measurement, not a test; a violation it finds becomes a
+regression test.
 """
 
 from __future__ import annotations
@@ -307,6 +308,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--first", type=int, default=int(os.environ.get("DEPLOY_SIM_FIRST", "60")))
     ap.add_argument("--clients", type=int, default=2)
+    ap.add_argument("--minutes", type=float, default=None, help="start no new fault after this long")
     ap.add_argument("--fault", action="append", choices=sorted(FAULTS), help="only these faults (repeatable)")
     ap.add_argument("--keep", action="store_true", help="leave the simulated hosts up at the end")
     args = ap.parse_args()
@@ -344,7 +346,11 @@ def main() -> int:
         clients = Clients(router_url, args.clients, api_key=api_key)
         threads = clients.start()
         worst: float = 0.0
+        stop_at = time.monotonic() + args.minutes * 60 if args.minutes else None
         for n in range(1, args.faults + 1):
+            if stop_at is not None and time.monotonic() > stop_at:
+                print(f"--minutes {args.minutes:g} reached: no new fault after {n - 1}", flush=True)
+                break
             name = rng.choice(names)
             step = Step(name, None, "")
             clients.phase = Phase()
