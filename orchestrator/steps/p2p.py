@@ -28,6 +28,11 @@ from orchestrator.verdicts.p2p import P2PVerdict, TopoComparison, compare_topolo
 
 HOST_P2P = (HOST.topo, HOST.p2p_read, HOST.p2p_write)
 CT_P2P = (CT.topo, CT.p2p_read, CT.p2p_write)
+#: The host's P2P status matrices are judged only when the container's topology cannot be read (p2p_report: the
+#: verdict is the container's whenever it has a topology, and the report shows the host's topology alone, never
+#: its status matrices). So the step's one round trip reads the host's `topo -m` (compared with the container's)
+#: and no more; the two `topo -p2p` runs on the host follow in a round trip of their own only in that case.
+HOST_P2P_STATUS = (HOST.p2p_read, HOST.p2p_write)
 
 
 @dataclass(frozen=True)
@@ -98,10 +103,13 @@ def tp_size(ctx: StepContext) -> int | None:
     return None
 
 
-@step("verify_p2p", host_facts=HOST_P2P, ct_facts=CT_P2P)
+@step("verify_p2p", host_facts=(HOST.topo,), ct_facts=CT_P2P)
 def verify_p2p(ctx: StepContext, record: StepRecord) -> None:
     """Every tensor-parallel GPU pair has P2P read+write OK, and the container sees the host's topology."""
     ensure_facts(ctx)
+    unread = [f for f in HOST_P2P_STATUS if ctx.facts.find(f) is None]
+    if unread and view_from(ctx.facts, CT_P2P, "container").topo is None:
+        ctx.facts.gather(unread, (), what="reading the host's P2P status (no container topology)")
     report = p2p_report(ctx.facts, tp_size(ctx), ctx.profile.env)
     ctx.state.p2p_report = report
     record.details.update(report.to_dict())

@@ -86,6 +86,8 @@ so a new or changed remote command never passes unnoticed on an empty "success".
     calls: list[Call] = field(default_factory=list)
     rules: list[tuple[str, RemoteResult]] = field(default_factory=list)
     ct_after: dict[str, Fact] | None = None
+    #: Host facts a step reads again in a round trip of its own (answered by name; any other fails the test).
+    host_after: dict[str, Fact] = field(default_factory=dict)
     #: What the container prints instead of its facts when a just-started boot does not settle (None: it settles).
     ct_boot_unsettled: str | None = None
 
@@ -125,11 +127,12 @@ so a new or changed remote command never passes unnoticed on an empty "success".
               what: str = "fact gathering") -> dict[str, CommandOutput]:
         self.metrics.round_trip()
         self.calls.append(Call("batch", "\n".join(f"{k}: {v}" for k, v in commands.items()), what))
-        unknown = [name for name in commands if name != "ct_facts"]
+        unknown = [name for name in commands if name != "ct_facts" and name not in self.host_after]
         if unknown:
             raise AssertionError(f"FakeNode has no answer for the host facts {', '.join(unknown)} ({what}); give "
-                                 "them to make_run, or extend FakeNode if a step re-reads host facts")
-        result: dict[str, CommandOutput] = {}
+                                 "them to make_run, or to node.host_after if the step reads them again")
+        result: dict[str, CommandOutput] = {name: _as_output(self.host_after[_known(HOST_FACTS, name)])
+                                            for name in commands if name != "ct_facts"}
         if "ct_facts" in commands:
             if self.ct_after is None:
                 result["ct_facts"] = out("__CT_NOT_RUNNING__\n")
