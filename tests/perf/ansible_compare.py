@@ -170,7 +170,8 @@ def ansible_env(tmp: Path) -> dict[str, str]:
     cfg = tmp / "ansible.cfg"
     cfg.write_text("[defaults]\nretry_files_enabled = False\n")
     (tmp / "cp").mkdir()
-    return {**os.environ, "ANSIBLE_CONFIG": str(cfg), "ANSIBLE_HOME": str(tmp / "ansible-home"),
+    inherited = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # as make_env does
+    return {**inherited, "ANSIBLE_CONFIG": str(cfg), "ANSIBLE_HOME": str(tmp / "ansible-home"),
             "ANSIBLE_LOCAL_TEMP": str(tmp / "ansible-tmp"), "ANSIBLE_SSH_CONTROL_PATH_DIR": str(tmp / "cp"),
             "ANSIBLE_PIPELINING": "1", "ANSIBLE_SSH_ARGS": SSH_ARGS, "ANSIBLE_HOST_KEY_CHECKING": "True",
             "ANSIBLE_NOCOLOR": "1"}
