@@ -22,7 +22,7 @@ from orchestrator.steps.session import ensure_facts
 from orchestrator.verdicts.host import Finding, HostFacts, doctor_findings, host_facts_from_outputs, worst_status
 
 DOCTOR_FACTS = (HOST.driver_version, HOST.dev_listing, HOST.uvm_hmm, HOST.modprobe, HOST.cmdline, HOST.lspci_acs,
-                HOST.pveversion, HOST.nvsmi_list, HOST.boot_unit)
+                HOST.pveversion, HOST.topo, HOST.boot_unit)
 
 
 def host_facts(facts: Facts) -> HostFacts:
@@ -42,7 +42,7 @@ def host_facts(facts: Facts) -> HostFacts:
         cmdline=text(HOST.cmdline),
         lspci_vvv=text(HOST.lspci_acs),
         pveversion=text(HOST.pveversion),
-        gpu_list=text(HOST.nvsmi_list),
+        gpu_topology=text(HOST.topo),
         boot_unit=text(HOST.boot_unit),
     )
 

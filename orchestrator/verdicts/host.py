@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from orchestrator.parsers import ParseError
-from orchestrator.parsers.devices import nvidia_char_devices, parse_dev_listing, parse_gpu_list
+from orchestrator.parsers.devices import nvidia_char_devices, parse_dev_listing
 from orchestrator.parsers.driver import parse_driver_version
 from orchestrator.parsers.hostfacts import (
     IommuMode,
@@ -22,6 +22,7 @@ from orchestrator.parsers.hostfacts import (
     parse_module_param_bool,
     parse_pveversion,
 )
+from orchestrator.parsers.topo import parse_topo
 from orchestrator.render.boot_unit import UNIT_NAME, UNIT_PATH, BootUnitState, parse_boot_unit, render_boot_unit
 
 __all__ = [
@@ -227,7 +228,7 @@ def host_facts_from_outputs(
     cmdline: str | None = None,
     lspci_vvv: str | None = None,
     pveversion: str | None = None,
-    gpu_list: str | None = None,
+    gpu_topology: str | None = None,
     boot_unit: str | None = None,
 ) -> HostFacts:
     """Build HostFacts from the raw texts of one batched read (pure: the caller did the I/O).
@@ -258,9 +259,9 @@ def host_facts_from_outputs(
         chosen = report.gpu_path_redirect_bridges() if placed else report.redirect_bridges
         bridges = tuple(a.bdf for a in chosen)
     driver_gpus: int | None = None
-    if gpu_list is not None:
+    if gpu_topology is not None:  # `nvidia-smi topo -m`: a row per GPU NVML enumerates, as `-L` lists them
         try:
-            driver_gpus = len(parse_gpu_list(gpu_list))
+            driver_gpus = len(parse_topo(gpu_topology).gpus)
         except ParseError:
             driver_gpus = 0
     return HostFacts(

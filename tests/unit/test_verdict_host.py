@@ -127,7 +127,7 @@ def test_facts_from_real_captures() -> None:
         cmdline=fixture(f"{ASUS}/proc-cmdline.txt"),
         lspci_vvv=fixture(f"{ASUS}/lspci-vvv.txt"),
         pveversion="pve-manager/9.1.2/abcdef (running kernel: 6.17.2-1-pve)\n",
-        gpu_list=fixture(f"{smi}/list.txt"),
+        gpu_topology=fixture(f"{smi}/topo-m.txt"),
     )
     assert facts.driver_version == "580.159.04"
     assert facts.uvm_node_present is True
@@ -136,7 +136,7 @@ def test_facts_from_real_captures() -> None:
     assert (facts.gpu_count_pci, facts.gpu_count_driver) == (8, 2)
     checks = by_check(doctor_findings(facts))
     assert checks["uvm-disable-hmm"].status == "fail"
-    assert checks["gpus"].status == "fail"  # 8 on the bus (ASUS lspci) but 2 in the (H200) -L capture
+    assert checks["gpus"].status == "fail"  # 8 on the bus (ASUS lspci) but 2 in the (H200) topo -m capture
     assert checks["iommu"].status == "ok" and checks["acs-redirect"].status == "ok"
 
 
@@ -156,3 +156,17 @@ def test_facts_acs_from_grepped_lspci_without_bus_ranges() -> None:
     assert checks["nvidia-driver"].status == "fail"
     assert checks["acs-redirect"].status == "fail"
     assert checks["nvidia-uvm-node"].status == "fail"
+
+
+def test_the_driver_gpu_count_comes_from_the_topology_matrix_one_row_per_gpu() -> None:
+    """The doctor counts the driver's GPUs from `topo -m` (read anyway for the P2P check): the same count as the
+    `-L` list of the same box, and "unknown" or 0 where `-L` gave those."""
+    for smi in ("nvidia-smi/h200x2-nvlink", "nvidia-smi/h200x2-device"):  # captures of both, one box each
+        topo = host_facts_from_outputs(gpu_topology=fixture(f"{smi}/topo-m.txt")).gpu_count_driver
+        listed = [line for line in fixture(f"{smi}/list.txt").splitlines() if line.startswith("GPU ")]
+        assert topo == len(listed) == 2
+    bare = host_facts_from_outputs(gpu_topology=fixture("nvidia-smi/rtx-pro-6000-x8-bare/topo-m.txt"))
+    assert bare.gpu_count_driver == 8
+    assert host_facts_from_outputs(gpu_topology=None).gpu_count_driver is None  # not read (the command failed)
+    nvml = "Failed to initialize NVML: Driver/library version mismatch\n"
+    assert host_facts_from_outputs(gpu_topology=nvml).gpu_count_driver == 0
