@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import sys
+from collections.abc import Iterator
+from typing import Any
 
 import click
 
@@ -52,7 +56,28 @@ SHORT_HELP = {
 }
 
 
+@contextlib.contextmanager
+def _interrupted_before_the_body() -> Iterator[None]:
+    """Ctrl-C before a command's body runs (its lazy import, option parsing, the inventory read) exits 130 as one
+    during the body does (run_command), not with click's "Aborted!" and 1, the code of a failed check. Nothing has
+    been sent to a host by then: the body is where a command connects."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        print("error: interrupted (Ctrl-C) before the command started; nothing was changed", file=sys.stderr)
+        sys.exit(130)
+
+
 class LazyGroup(SuggestingGroup):
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        with _interrupted_before_the_body():
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _interrupted_before_the_body():
+            return super().invoke(ctx)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
 

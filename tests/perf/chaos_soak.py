@@ -219,12 +219,15 @@ def signal_mid_roll(sig: signal.Signals) -> Callable[[Soak, Step], None]:
     def inject(soak: Soak, step: Step) -> None:
         proc = soak.start_roll()
         delay = soak.rng.uniform(1.0, 30.0)
+        sent = False
         try:
             proc.wait(timeout=delay)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, sig)
+            sent = True
         rc = soak.finish(proc)
-        step.detail = f"{sig.name} after {delay:.1f} s: exit {rc}"
+        step.detail = (f"{sig.name} after {delay:.1f} s: exit {rc}" if sent
+                       else f"{sig.name} not sent: the roll ended within {delay:.1f} s (exit {rc})")
     return inject
 
 
@@ -315,6 +318,10 @@ def main() -> int:
     os.environ["DEPLOY_TEST_CLI"] = "process"  # every deploy command a real process, as an operator runs it
     rng = random.Random(args.seed)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped soak still takes its hosts down (finally)
+    # A soak started in a shell's background inherits SIGINT ignored, and so does every deploy it starts (an ignored
+    # signal stays ignored across exec): its SIGINT faults were no faults, the roll ran on to exit 0.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     names = args.fault or sorted(FAULTS)
     print(f"chaos soak: seed {args.seed}, {args.faults} faults from {', '.join(names)}, {args.hosts} hosts",
           flush=True)
