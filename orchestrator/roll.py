@@ -76,6 +76,12 @@ class RollOutcome:
         return self.previous if self.result is RollResult.PLANNED else None
 
     @property
+    def installed(self) -> str | None:
+        """The release this run installed and made current (its candidate), whatever came after; None if none."""
+        server = self._state.server
+        return server.release if server.installed else None
+
+    @property
     def rolled_back_to(self) -> str | None:
         rollback = self._state.rollback
         return rollback.to if rollback is not None else None

@@ -202,8 +202,13 @@ def _on_previous(rolled: RollOutcome) -> bool:
     """Pure: the host runs its previous release after an interrupted roll (never installed, or rolled back)."""
     if rolled.result is RollResult.ROLLED_BACK:
         return True
-    installed = rolled.report is not None and rolled.report.state.server.installed
-    return rolled.result is RollResult.FAILED and isinstance(rolled.error, Interrupted) and not installed
+    return rolled.result is RollResult.FAILED and isinstance(rolled.error, Interrupted) and rolled.installed is None
+
+
+def _on_candidate(rolled: RollOutcome) -> bool:
+    """Pure: the roll was interrupted after it installed its candidate (a gate, the verdict or the unlock still to
+    come): the host runs that candidate, verified or not."""
+    return rolled.result is RollResult.FAILED and isinstance(rolled.error, Interrupted) and rolled.installed is not None
 
 
 def _joined(before: str, now: str) -> str:
@@ -227,6 +232,8 @@ class FleetRoller:
         self.roll.router = self.router.base
         self._lock = threading.Lock()
         self.outcomes: dict[str, HostOutcome] = {}
+        #: Hosts whose job ran to its end and recorded what it left (a job that raised never gets here).
+        self._recorded: set[str] = set()
 
     def save(self) -> None:
         with self._lock:
@@ -255,7 +262,7 @@ class FleetRoller:
         for o in run.outcomes:
             self.outcomes[o.host] = o
             host = self.roll.host(o.host)
-            if o.exit_code != 0 and host.exit_code == 0 and host.state == "in_progress":  # the job raised
+            if o.exit_code != 0 and host.state == "in_progress" and o.host not in self._recorded:  # the job raised
                 host.state, host.exit_code, host.detail = "failed", o.exit_code, o.detail
         self.save()
 
@@ -333,6 +340,14 @@ class FleetRoller:
             host.state, host.exit_code, host.release = "pending", 0, host.previous_release
             host.detail = "interrupted: still on its previous release; --resume rolls it"
             self.router.rejoin([host])
+        elif self.cancel.is_set() and rolled and _on_candidate(rolled[0]):
+            # Not a failure of the host: its roll stopped at a step boundary with the candidate current. The record
+            # names that candidate and leaves the host to --resume, whose roll (holding the host's lock) keeps it if
+            # its verdict was written and undoes it if not; `rollback group` reverts it like any rolled host.
+            host.state, host.exit_code, host.release = "in_progress", 0, rolled[0].installed
+            host.flags_sha = rolled[0].flags_sha or host.flags_sha
+            host.detail = "interrupted after its candidate was installed; --resume checks it and finishes the roll"
+        self._recorded.add(name)
         self.save()
         return outcome
 

@@ -10,6 +10,7 @@ import http.server
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -22,7 +23,7 @@ import pytest
 import requests
 from rich.console import Console
 
-from orchestrator.errors import CheckFailed, LockHeld
+from orchestrator.errors import CheckFailed, Interrupted, LockHeld
 from orchestrator.fleet.engine import HostEvents, HostOutcome
 from orchestrator.fleet.fleet_roll import fleet_roll, fleet_rollback
 from orchestrator.fleet.rollout import FleetRoll, HostRoll, RollSpec, RollStore
@@ -465,3 +466,56 @@ def test_deploy_router_refuses_bad_input_before_any_request(tmp_path: Path) -> N
     res = _deploy(inv, "--json", "router", "add", "nosuch")
     assert res.returncode == 2 and json.loads(res.stdout)["error"] == "config-error"
     assert "Traceback" not in res.stderr
+
+
+class _InterruptedAfterInstall(_Rolled):
+    installed = "r-cand"  # the candidate this roll made current before the interruption
+    flags_sha = "sha-cand"
+
+
+@dataclass
+class _InterruptedRolls(_Rolls):
+    """gpu-1's roll stops at a step boundary after installing its candidate, the run being cancelled (a signal)."""
+
+    cancel: threading.Event | None = None
+    interrupt: bool = True
+
+    def roll(self, name: str, events: HostEvents) -> tuple[RollOutcome, HostOutcome]:
+        if name == "gpu-1" and self.interrupt:
+            assert self.cancel is not None
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C: the engine's calling thread sets the cancel event
+            assert self.cancel.wait(10)
+            self.interrupt = False
+            what = "stopped before unlock: the fleet run was interrupted"
+            return (_InterruptedAfterInstall(name, RollResult.FAILED, error=Interrupted(what)),
+                    HostOutcome(name, "failed", exit_code=130, detail=what))
+        return super().roll(name, events)
+
+
+def test_a_host_interrupted_after_its_candidate_was_installed_is_left_to_resume_on_that_candidate(
+        fleet, monkeypatch) -> None:
+    """Found by the chaos soak (seed 6, fault 38): a SIGTERM landed while gpu-1's roll was between its gate and its
+    unlock. The record called the host failed, on its previous release, while it ran the candidate; --resume then
+    skipped it and ended `done` with exit 130. Now the record names the candidate and --resume finishes the host."""
+    router, a, b, _rolls, app, store = fleet
+    _listed(router, a, b)
+    rolls = _InterruptedRolls()
+
+    def host_rolls(inventory: Inventory, spec: RollSpec, tofu: bool, cancel: threading.Event | None = None):
+        rolls.cancel = cancel
+        return rolls
+
+    monkeypatch.setattr("orchestrator.fleet.fleet_roll._host_rolls", host_rolls)
+    with pytest.raises(KeyboardInterrupt):
+        fleet_roll(app, TargetSpec(groups=("g",)), RollSpec(set=["max-running-requests=64"]), tofu=False,
+                   resume=False, drain_timeout_s=2.0, store=store)
+    (roll,) = store.all()
+    assert roll.state == "running"  # unfinished: --resume takes it
+    one = roll.host("gpu-1")
+    assert (one.state, one.release, one.flags_sha, one.exit_code) == ("in_progress", "r-cand", "sha-cand", 0)
+    assert "--resume checks it" in one.detail
+    code = fleet_roll(app, TargetSpec(groups=("g",)), None, tofu=False, resume=True, drain_timeout_s=2.0,
+                      store=store)
+    (roll,) = store.all()
+    assert code == 0 and roll.state == "done", app.out.console.export_text()
+    assert [h.state for h in roll.hosts] == ["rolled", "rolled"] and set(router.workers) == {a.url, b.url}
