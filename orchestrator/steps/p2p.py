@@ -107,10 +107,11 @@ def tp_size(ctx: StepContext) -> int | None:
 def verify_p2p(ctx: StepContext, record: StepRecord) -> None:
     """Every tensor-parallel GPU pair has P2P read+write OK, and the container sees the host's topology."""
     ensure_facts(ctx)
-    unread = [f for f in HOST_P2P_STATUS if ctx.facts.find(f) is None]
-    if unread and view_from(ctx.facts, CT_P2P, "container").topo is None:
-        ctx.facts.gather(unread, (), what="reading the host's P2P status (no container topology)")
     report = p2p_report(ctx.facts, tp_size(ctx), ctx.profile.env)
+    unread = [f for f in HOST_P2P_STATUS if ctx.facts.find(f) is None]
+    if unread and report.container.topo is None:
+        ctx.facts.gather(unread, (), what="reading the host's P2P status (no container topology)")
+        report = p2p_report(ctx.facts, tp_size(ctx), ctx.profile.env)
     ctx.state.p2p_report = report
     record.details.update(report.to_dict())
     if report.verdict is None:

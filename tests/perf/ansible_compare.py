@@ -49,7 +49,7 @@ from orchestrator.render.boot_unit import UNIT_PATH as BOOT_UNIT_PATH  # noqa: E
 from orchestrator.scripts import render_script  # noqa: E402
 from simulator.manager import SimHostInfo, sim_down, sim_up  # noqa: E402
 from tests.e2e import site_template  # noqa: E402
-from tests.e2e.conftest import make_env  # noqa: E402
+from tests.e2e.conftest import installed_like_environ, make_env  # noqa: E402
 
 PLAYBOOK = REPO / "tests" / "perf" / "ansible" / "converged.yml"
 #: Bounds: no run may take longer than this, and no more runs than MAX_RUNS of each.
@@ -170,8 +170,7 @@ def ansible_env(tmp: Path) -> dict[str, str]:
     cfg = tmp / "ansible.cfg"
     cfg.write_text("[defaults]\nretry_files_enabled = False\n")
     (tmp / "cp").mkdir()
-    inherited = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # as make_env does
-    return {**inherited, "ANSIBLE_CONFIG": str(cfg), "ANSIBLE_HOME": str(tmp / "ansible-home"),
+    return {**installed_like_environ(), "ANSIBLE_CONFIG": str(cfg), "ANSIBLE_HOME": str(tmp / "ansible-home"),
             "ANSIBLE_LOCAL_TEMP": str(tmp / "ansible-tmp"), "ANSIBLE_SSH_CONTROL_PATH_DIR": str(tmp / "cp"),
             "ANSIBLE_PIPELINING": "1", "ANSIBLE_SSH_ARGS": SSH_ARGS, "ANSIBLE_HOST_KEY_CHECKING": "True",
             "ANSIBLE_NOCOLOR": "1"}
