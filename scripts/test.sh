@@ -37,4 +37,5 @@ if [ -z "${DEPLOY_TEST_TMP:-}" ] && [ "$(id -u)" = 0 ]; then
   fi
 fi
 if [ -n "${DEPLOY_TEST_TMP:-}" ]; then export TMPDIR=$DEPLOY_TEST_TMP; fi
-"$PY" -m pytest -q -p no:cacheprovider -n "${DEPLOY_TEST_JOBS:-4}" --dist loadfile --durations=15 "$@"
+"$PY" -m pytest -q -p no:cacheprovider -n "${DEPLOY_TEST_JOBS:-4}" --dist loadfile \
+  --no-loadscope-reorder --durations=15 "$@"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -251,6 +250,8 @@ def sim_root() -> Path:
 
 def sim_id_for(root: Path) -> str:
     """Short id unique per state root, used in bridge and nft table names so two sim roots never collide."""
+    import hashlib  # here: every simulated command imports this module, few ask for an id
+
     return hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:6]
 
 

@@ -32,9 +32,9 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Without xdist, the tests of a group named across modules (`converged-host`, tests/e2e/conftest.py) are moved
-    next to the first of them, so one process shares one converged host. Under xdist (`--dist loadfile`) nothing
-    moves: a module's tests stay together and in order on one worker. Every other test is marked with its module's
-    group, for a run with `--dist loadgroup`."""
+    next to the first of them, so one process shares one converged host. Under xdist (`--dist loadfile`) only whole
+    modules move, slowest first: a module's tests stay together and in order on one worker. Every other test is
+    marked with its module's group, for a run with `--dist loadgroup`."""
     groups: dict[str, list[pytest.Item]] = {}
     for item in items:
         mark = item.get_closest_marker("xdist_group")
@@ -45,7 +45,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if os.environ.get("PYTEST_XDIST_WORKER"):
         # Under xdist (scripts/test.sh: `--dist loadfile`) a module's tests must stay together and in order: its
         # module-scoped hosts are converged by its first test. Moving a shared test next to another module's would
-        # split its module; each worker then converges its own shared host once instead.
+        # split its module; each worker then converges its own shared host once instead. Whole modules are
+        # ordered slowest first (tests/module_times.py): every worker sorts alike, so their collections agree.
+        from tests import module_times  # here: imported before pytest loads it as a plugin, it warns
+
+        module_times.order_by_time(items, module_times.measured_times())
         return
     for members in groups.values():
         rest = [item for item in items if item not in members]

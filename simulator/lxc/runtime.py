@@ -20,15 +20,19 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from simulator import procs
 from simulator.config import HostConfig, HostPaths
-from simulator.lxc import ctnet, lxcconf, net
 from simulator.pve import conf as confmod
 
+if TYPE_CHECKING:
+    from simulator.lxc import lxcconf, net
+
+# The network and LXC-config modules are imported where a container is made or started: `pct exec`, the most
+# frequent command on a host, builds a runtime only to attach, and every import costs each of its calls.
+
 CT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30
 #: Host files a container needs for package access through NAT (the spike: pip needs both).
 HOST_FILES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pip.conf", "/etc/resolv.conf")
@@ -101,7 +105,12 @@ class LxcRuntime:
         sim_json = self.view_root / "sim.json"
         real = json.loads(sim_json.read_text())["real_root"] if sim_json.is_file() else str(self.view_root)
         self.real_root = Path(real)
-        self.site_paths = net.SitePaths(self.view_root)
+
+    @property
+    def site_paths(self) -> net.SitePaths:
+        from simulator.lxc import net
+
+        return net.SitePaths(self.view_root)
 
     # ---------------------------------------------------------------------------------------- paths, commands
 
@@ -184,6 +193,8 @@ class LxcRuntime:
 
     def setup_network(self, vmid: int, conf: confmod.CtConf) -> None:
         """/etc/network/interfaces as pve-container writes it at every start (ctnet.py), owner kept."""
+        from simulator.lxc import ctnet
+
         nets = [n for k in sorted(conf.options) if re.fullmatch(r"net\d+", k)
                 if (n := ctnet.iface_from_net(confmod.split_property(conf.options[k], "name"))) is not None]
         path = self.dirs(vmid).rootfs / "etc/network/interfaces"
@@ -196,6 +207,8 @@ class LxcRuntime:
 
     def write_config(self, vmid: int, conf: confmod.CtConf, devices: list[lxcconf.Device]) -> None:
         """Render the LXC config from the PVE conf (at every start, as pve-container does)."""
+        from simulator.lxc import lxcconf
+
         if conf.options.get("unprivileged") == "1":
             self._check_searchable(vmid)
             self._delegate_ids()
@@ -223,6 +236,8 @@ class LxcRuntime:
 
     def _check_searchable(self, vmid: int) -> None:
         """An unprivileged container's root (host uid 100000) must be able to walk down to its rootfs."""
+        from simulator.lxc import lxcconf
+
         d = self.dirs(vmid)
         for view, real in zip([d.view, *d.view.parents], [d.real, *d.real.parents], strict=False):
             if not os.stat(view).st_mode & stat.S_IXOTH:
@@ -235,6 +250,8 @@ class LxcRuntime:
     def _delegate_ids() -> None:
         """Give root the id range unprivileged containers map to, as a PVE host has it (/etc/subuid, /etc/subgid);
         LXC maps ids through newuidmap, which checks these files."""
+        from simulator.lxc import lxcconf
+
         line = f"root:{lxcconf.IDMAP_BASE}:{lxcconf.IDMAP_SIZE}"
         for name in ("/etc/subuid", "/etc/subgid"):
             path = Path(name)
@@ -244,6 +261,8 @@ class LxcRuntime:
 
     def _shift_rootfs(self, vmid: int) -> None:
         """Unprivileged: own the rootfs by the mapped ids once (PVE does this at create with its idmap)."""
+        from simulator.lxc import lxcconf
+
         d = self.dirs(vmid)
         marker = d.view / "shifted"
         if marker.exists():
@@ -265,20 +284,6 @@ class LxcRuntime:
         systemd is still booting then, and `systemctl` inside may not answer yet."""
         self._run(self._lxc("lxc-start", vmid, "-d", "-o", str(self.dirs(vmid).real / "lxc.log"), "-l", "INFO"),
                   f"startup for container '{vmid}'")
-
-    def wait_ready(self, vmid: int, timeout_s: float = READY_TIMEOUT_S) -> str:
-        """Until systemd answers (`is-system-running` is past `starting`); returns its state."""
-        deadline = time.monotonic() + timeout_s
-        state = "offline"
-        while time.monotonic() < deadline:
-            res = subprocess.run(self._attach_argv(vmid, ["systemctl", "is-system-running"]),
-                                 capture_output=True, text=True)
-            state = res.stdout.strip() or "offline"
-            if state in ("running", "degraded", "maintenance"):
-                return state
-            time.sleep(0.1)
-        raise RuntimeFailure(f"CT {vmid}: systemd not up after {timeout_s:.0f} s (state {state}); see "
-                             f"{self.dirs(vmid).real / 'lxc.log'} and `journalctl` inside the container")
 
     def shutdown(self, vmid: int, timeout_s: float, force: bool) -> bool:
         """Clean shutdown via systemd; True when it stopped. With force, kill what is left after the timeout."""

@@ -5,14 +5,18 @@ foreground, print their log to stdout, and a failed task or API error goes to st
 
 from __future__ import annotations
 
-import json
 import re
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulator.config import current_host
-from simulator.pve import acl, api, hardware, schema, textout
-from simulator.pve.lxc import Node, PveError
+from simulator.pve.errors import PveError
+
+if TYPE_CHECKING:
+    from simulator.pve import schema
+
+# The API, its schema, the ACLs and the container logic are imported by the subcommands that use them: `pct exec`
+# and `pct push`, by far the most frequent commands on a host, need none of them (each import costs every call).
 
 EXIT_ERR = 255
 
@@ -35,6 +39,8 @@ def parse_options(args: list[str], ep: schema.Endpoint | None) -> tuple[list[str
 
     Returns (positionals, options, unknown option names).
     """
+    from simulator.pve import schema
+
     pos: list[str] = []
     opts: dict[str, str] = {}
     unknown: list[str] = []
@@ -78,6 +84,8 @@ def _api_error(exc: PveError) -> int:
 
 
 def _call(method: str, path: str, params: dict[str, Any], usage: str) -> tuple[int, Any]:
+    from simulator.pve import api, schema
+
     hp = current_host()
     try:
         return 0, api.handle(hp, method, path, params, api.Caller(user="root@pam", background=False,
@@ -151,6 +159,8 @@ def pct_main(argv: list[str]) -> int:
     }
     if cmd in ("push", "pull"):
         return _pct_copy(cmd, vmid, rest[1:], usage)
+    from simulator.pve import schema
+
     method, path = endpoints[cmd]
     ep = schema.find(method, path)
     pos, opts, unknown = parse_options(rest[1:], ep)
@@ -195,6 +205,8 @@ def pct_main(argv: list[str]) -> int:
 
 
 def _pct_list() -> int:
+    from simulator.pve.lxc import Node
+
     n = Node(current_host())
     _print(f"{'VMID':<10} {'Status':<10} {'Lock':<12} {'Name':<20}")
     for vmid in n.vmids():
@@ -239,6 +251,10 @@ PVESH_METHODS = {"get": "GET", "create": "POST", "set": "PUT", "delete": "DELETE
 
 
 def pvesh_main(argv: list[str]) -> int:
+    import json
+
+    from simulator.pve import schema, textout
+
     if not argv or argv[0] not in PVESH_METHODS:
         return _err("USAGE: pvesh <COMMAND> [ARGS] [OPTIONS]\n       pvesh create|delete|get|set <api_path> "
                     "[OPTIONS] [FORMAT_OPTIONS]")
@@ -283,6 +299,10 @@ PVEUM_USAGE = ("USAGE: pveum user token add <userid> <tokenid> [--privsep <boole
 
 def pveum_main(argv: list[str]) -> int:
     """The pveum subcommands a test needs to make a privilege-separated token and grant it roles."""
+    import json
+
+    from simulator.pve import acl, schema, textout
+
     hp = current_host()
     words = [a for a in argv[:3] if not a.startswith("-")]
     try:
@@ -323,6 +343,8 @@ def pveum_main(argv: list[str]) -> int:
 
 
 def pveversion_main(argv: list[str]) -> int:
+    from simulator.pve import api
+
     cfg = current_host().load()
     kernel = "6.17.2-1-pve"
     if not argv:
@@ -347,6 +369,7 @@ def nvidia_modprobe_main(argv: list[str]) -> int:
     `missing_uvm` fault, `-u` alone only loads the module."""
     from simulator.gpu import modprobe
     from simulator.gpu.profiles import get_profile
+    from simulator.pve import hardware
 
     hp = current_host()
     try:
@@ -373,6 +396,8 @@ def nvidia_modprobe_main(argv: list[str]) -> int:
 
 
 def lspci_main(argv: list[str]) -> int:
+    from simulator.pve import hardware
+
     cfg = current_host().load()
     verbose = sum(a.count("v") for a in argv if re.fullmatch(r"-v+", a))
     numeric = any(a in ("-n", "-nn") for a in argv)
@@ -401,6 +426,7 @@ def lspci_main(argv: list[str]) -> int:
 def vzdump_main(argv: list[str]) -> int:
     """Runs in the foreground like `vzdump` on a shell: progress on stdout, errors on stderr."""
     from simulator.pve import vzdump
+    from simulator.pve.lxc import Node
 
     if not argv or argv[0] in ("help", "-h", "--help"):
         _print(f"USAGE: {vzdump.USAGE}")

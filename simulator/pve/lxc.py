@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from simulator.config import CtState, HostConfig, HostPaths, locked
 from simulator.lxc import net as lxc_net
 from simulator.pve import conf as confmod
+from simulator.pve.errors import PveError as PveError
 from simulator.pve.schema import ParamError
 from simulator.pve.tasks import TaskError
 
@@ -35,15 +36,6 @@ CREATE_ONLY = {"vmid", "node", "ostemplate", "password", "ssh-public-keys", "sta
                "force", "unique", "pool", "ignore-unpack-errors", "bwlimit", "ha-managed"}
 STD_DEV_NODES = {"null": (1, 3), "zero": (1, 5), "full": (1, 7), "random": (1, 8), "urandom": (1, 9),
                  "tty": (5, 0), "ptmx": (5, 2)}
-
-
-class PveError(Exception):
-    """An API error: HTTP status + message (PVE's `die` text), optionally a per-parameter error map."""
-
-    def __init__(self, message: str, status: int = 500):
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 def perm_error(what: str) -> PveError:

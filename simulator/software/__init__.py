@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from simulator.gpu import provision_gpu_host
+from simulator.gpu.devfs import provision_gpu_host
 from simulator.gpu.profiles import get_profile
 
 from .installer import write_installer

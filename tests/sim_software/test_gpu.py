@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.gpu import create_uvm_nodes, lspci_text, pci_devices
+from simulator.gpu.devfs import create_uvm_nodes, lspci_text, pci_devices
 from simulator.gpu.profiles import CAPTURES
 
 from .conftest import SimHost
