@@ -175,14 +175,21 @@ def make_fleet_env(infos: list[Any], tmp_path: Path, groups: dict[str, list[str]
     return env
 
 
-def until(check: Any, timeout_s: float = 60.0, interval_s: float = 0.3) -> Any:
-    """Poll `check()` until it returns something truthy (returned) or the time is up (its last value)."""
+def until(check: Any, timeout_s: float = 60.0, interval_s: float = 0.3, max_interval_s: float = 1.0) -> Any:
+    """Poll `check()` until it returns something truthy (returned) or the time is up (its last value).
+
+    The pause grows from `interval_s` to `max_interval_s`: most checks are an SSH command and a `pct exec` (~0.2 s
+    of CPU on the 2-core machine the suite shares), and a wait of minutes at a fixed 0.3 s cost more CPU than the
+    test it waited in.
+    """
     deadline = time.monotonic() + timeout_s
+    pause = interval_s
     while time.monotonic() < deadline:
         value = check()
         if value:
             return value
-        time.sleep(interval_s)
+        time.sleep(pause)
+        pause = min(pause * 1.5, max(max_interval_s, interval_s))
     return check()
 
 

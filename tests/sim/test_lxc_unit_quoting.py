@@ -9,7 +9,7 @@ import shlex
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -68,6 +68,7 @@ def _profile(name: str, template: str) -> ServerProfile:
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
           derandomize=False)
 @given(name=values, template=values)
+@example(name="0", template="-")  # a value starting with '-' is rendered `--chat-template=-` (found by this test)
 def test_flag_values_reach_argv_literally_or_are_refused(ssh: Ssh, name: str, template: str) -> None:
     try:
         prof = _profile(name, template)
@@ -83,4 +84,14 @@ def test_flag_values_reach_argv_literally_or_are_refused(ssh: Ssh, name: str, te
     assert res.rc == 0, res.err
     got = [base64.b64decode(line).decode() for line in res.out.splitlines()]
     assert got == launch_argv(prof, flags)[1:]
-    assert got[got.index("--served-model-name") + 1] == name and got[got.index("--chat-template") + 1] == template
+    assert value_of(got, "--served-model-name") == name and value_of(got, "--chat-template") == template
+
+
+def value_of(argv: list[str], opt: str) -> str:
+    """An option's value as argparse reads it: the next argument, or after `=` where it starts with '-'."""
+    for i, arg in enumerate(argv):
+        if arg == opt:
+            return argv[i + 1]
+        if arg.startswith(opt + "="):
+            return arg[len(opt) + 1:]
+    raise AssertionError(f"{opt} not in {argv}")
