@@ -28,7 +28,7 @@ from simulator.layout import ROOT_ENV as ROOT_ENV
 # Environment and fixed locations
 # ---------------------------------------------------------------------------------------------------------------
 
-DEFAULT_ROOT = Path("/var/lib/deploy-sim")
+DEFAULT_ROOT = Path(layout.DEFAULT_ROOT)
 VIEW_ALIAS = Path(layout.VIEW_ALIAS)
 VIEW_PY = Path(layout.VIEW_PY)
 VIEW_VENV = Path(layout.VIEW_VENV)
@@ -387,10 +387,7 @@ class CtPaths:
 
 def current_host() -> HostPaths:
     """The host of the current SSH session / stand-in process ($DEPLOY_SIM_HOST under $DEPLOY_SIM_ROOT)."""
-    name = os.environ.get(HOST_ENV)
-    if not name:
-        raise RuntimeError(f"${HOST_ENV} is not set: not running inside a simulated host")
-    return SimPaths(sim_root()).host(name)
+    return HostPaths(Path(layout.current_host_dir()))
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Entering a simulated container (`pct exec`, `pct enter`) and copying files into it (`pct push`/`pull`).
+"""Copying files into and out of a simulated container (`pct push`/`pull`); entering one is simulator/lxc/attach.py.
 
 A container is a real LXC container (simulator/lxc/runtime.py): these go through lxc-attach, as pct does.
 """
@@ -6,7 +6,6 @@ A container is a real LXC container (simulator/lxc/runtime.py): these go through
 from __future__ import annotations
 
 import os
-from typing import NoReturn
 
 from simulator.config import HostPaths
 from simulator.lxc.runtime import RuntimeFailure
@@ -17,16 +16,6 @@ def require_running(node: Node, vmid: int) -> None:
     node.read(vmid)
     if not node.running(vmid):
         raise PveError(f"CT {vmid} not running")
-
-
-def exec_command(hp: HostPaths, vmid: int, argv: list[str]) -> NoReturn:
-    """`pct exec VMID -- cmd...`: exec in place, so stdin/stdout/stderr and the exit code are the command's.
-
-    As pve-container's `pct exec`: `lxc-attach --keep-env` (keep-env defaults to 1) and no wait for the container's
-    boot, so a command sent right after `pct start` may meet a systemd that is still starting."""
-    node = Node(hp)
-    require_running(node, vmid)
-    node.lxc.exec(vmid, argv)  # no wait for the CT's systemd, the caller's environment kept: pct's defaults
 
 
 def _mode(perms: str | None) -> int:

@@ -1,11 +1,24 @@
 """The layout contract of docs/simulator.md as plain string constants, importable without any other module.
 
-Kept free of imports on purpose: the SSH session shell reads it on every simulated command, and every
-millisecond of import time is paid per command. `simulator.config` re-exports these (as Paths).
+Kept free of imports on purpose (`os` is loaded by every interpreter before any module): the SSH session shell
+reads it on every simulated command, and every millisecond of import time is paid per command. `simulator.config`
+re-exports these (as Paths).
 """
+
+import os
 
 ROOT_ENV = "DEPLOY_SIM_ROOT"
 HOST_ENV = "DEPLOY_SIM_HOST"
+DEFAULT_ROOT = "/var/lib/deploy-sim"
+
+
+def current_host_dir() -> str:
+    """The directory of the host this process runs on ($DEPLOY_SIM_ROOT/hosts/$DEPLOY_SIM_HOST): set in every
+    session of a simulated host and in its stand-in processes."""
+    name = os.environ.get(HOST_ENV)
+    if not name:
+        raise RuntimeError(f"${HOST_ENV} is not set: not running inside a simulated host")
+    return os.path.join(os.environ.get(ROOT_ENV) or DEFAULT_ROOT, "hosts", name)
 
 #: Inside the host view (SSH sessions) the simulator's own files are reached through these aliases, because the
 #: view binds other directories over /root and /tmp, where the Python install, the repo or the sim root may live.

@@ -16,14 +16,14 @@ import re
 import shutil
 import stat
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 from simulator import procs
 from simulator.config import HostConfig, HostPaths
+from simulator.lxc.attach import mount_prefix
 from simulator.pve import conf as confmod
 
 if TYPE_CHECKING:
@@ -36,22 +36,6 @@ CT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 STOP_TIMEOUT_S = 30
 #: Host files a container needs for package access through NAT (the spike: pip needs both).
 HOST_FILES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pip.conf", "/etc/resolv.conf")
-
-
-def outer_pid(hp: HostPaths) -> int:
-    """A process in the simulator's real mount namespace (sshd, else the API server, else init).
-
-    SSH sessions run in private mount namespaces that see the sim root under another path, so lxc-* commands
-    go through this process's view.
-    """
-    for pidfile in (hp.sshd / "sshd.pid", hp.api / "api.pid"):
-        try:
-            pid = int(pidfile.read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-        if Path(f"/proc/{pid}/ns/mnt").exists():
-            return pid
-    return 1
 
 
 class RuntimeFailure(RuntimeError):
@@ -134,13 +118,7 @@ class LxcRuntime:
             return str(view_path)
 
     def _prefix(self) -> list[str]:
-        pid = outer_pid(self.hp)
-        try:
-            if os.stat("/proc/self/ns/mnt").st_ino == os.stat(f"/proc/{pid}/ns/mnt").st_ino:
-                return []
-        except OSError:  # no daemon left (after `sim down`) and init not ours to inspect: this view it is
-            return []
-        return ["nsenter", f"--mount=/proc/{pid}/ns/mnt", "--"]
+        return mount_prefix(str(self.hp.dir))
 
     def _lxc(self, tool: str, vmid: int, *args: str) -> list[str]:
         return [*self._prefix(), tool, "-P", self.lxcpath, "-n", str(vmid), *args]
@@ -339,14 +317,6 @@ class LxcRuntime:
         sets = [a for k, v in env.items() for a in ("--set-var", f"{k}={v}")]
         return self._lxc("lxc-attach", vmid, "--clear-env", *sets, "--", *argv)
 
-    def exec(self, vmid: int, argv: list[str]) -> NoReturn:
-        """`pct exec`: replace this process by `lxc-attach --keep-env` (pct's keep-env default), so the command
-        runs with the caller's environment (LANG, LC_*, SSH_*, …) and stdin, stdout, stderr and the exit code are
-        the command's. Like pct, it never waits for the container's systemd."""
-        full = [*self._prefix(), "lxc-attach", "-P", self.lxcpath, "-n", str(vmid), "--keep-env", "--", *argv]
-        sys.stdout.flush()
-        os.execvpe(full[0], full, caller_env(os.environ))
-
     def run(self, vmid: int, argv: list[str], stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(self._attach_argv(vmid, argv), input=stdin, capture_output=True)
 
@@ -364,21 +334,6 @@ class LxcRuntime:
         if res.returncode != 0:
             raise RuntimeFailure(f"failed to open {src}: No such file or directory")
         Path(dst).write_bytes(res.stdout)
-
-
-#: What the simulator itself adds to a host session's environment (its launcher, its own variables, the
-#: ForceCommand's SSH_ORIGINAL_COMMAND): not on a real
-#: host, so not passed into a container. pct's clean_environment drops SSL_CERT_FILE and SSL_CERT_DIR.
-_NOT_PASSED = ("PYTHONPATH", "LD_LIBRARY_PATH", "PYTHONNOUSERSITE", "SSL_CERT_FILE", "SSL_CERT_DIR",
-               "SSH_ORIGINAL_COMMAND")
-
-
-def caller_env(env: dict[str, str] | os._Environ[str]) -> dict[str, str]:
-    """The environment `pct exec` hands to `lxc-attach --keep-env`: the caller's, less the simulator's own parts."""
-    out = {k: v for k, v in env.items() if k not in _NOT_PASSED and not k.startswith("DEPLOY_SIM_")}
-    if "PATH" in out:
-        out["PATH"] = ":".join(p for p in out["PATH"].split(":") if p and not p.startswith("/run/deploy-sim/"))
-    return out
 
 
 def _cmdline(pid: str) -> bytes:

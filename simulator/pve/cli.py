@@ -216,16 +216,9 @@ def _pct_list() -> int:
 
 
 def _pct_exec(vmid: int, args: list[str]) -> int:
-    from simulator import container
+    from simulator.lxc.attach import exec_command
 
-    if args and args[0] == "--":
-        args = args[1:]
-    if not args:
-        return _err("missing command")
-    try:
-        container.exec_command(current_host(), vmid, args)
-    except PveError as exc:
-        return _api_error(exc)
+    return exec_command(str(current_host().dir), vmid, args)
 
 
 def _pct_copy(cmd: str, vmid: int, args: list[str], usage: str) -> int:

@@ -11,11 +11,15 @@ through the `ssh` binary with the simulator's key, independent of the tool's own
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -86,12 +90,17 @@ class DeployEnv:
                                 stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
 
     def ssh(self, command: str, timeout: float = 60) -> Result:
-        """Run a command on the simulated PVE host with the plain ssh client (strict host keys)."""
+        """Run a command on the simulated PVE host with the plain ssh client (strict host keys).
+
+        The client shares one connection per host (ControlMaster, closed 20 s after its last use): a test reads
+        the host hundreds of times, and a handshake per read cost more CPU than the reads themselves.
+        """
         s = self.sim
         proc = subprocess.run(
             ["ssh", "-i", str(s.key_file), "-o", f"UserKnownHostsFile={s.known_hosts}", "-o",
-             "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-p", str(s.ssh_port), f"root@{s.address}",
-             command], capture_output=True, text=True, timeout=timeout)
+             "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ControlMaster=auto", "-o",
+             f"ControlPath={control_dir()}/%C", "-o", "ControlPersist=20", "-p", str(s.ssh_port),
+             f"root@{s.address}", command], capture_output=True, text=True, timeout=timeout)
         return Result(proc.returncode, proc.stdout, proc.stderr)
 
     def ct(self, command: str, vmid: int = 120) -> Result:
@@ -116,11 +125,24 @@ class DeployEnv:
         set_ct_faults(self.root, self.host, vmid, **knobs)
 
 
+@functools.cache
+def control_dir() -> Path:
+    """This process's directory of shared SSH connections (a short path: a socket's name is at most 107 bytes, and
+    the tests' temporary directory is deep); removed at exit, each connection ending by itself when idle."""
+    path = Path(tempfile.mkdtemp(prefix="deploy-test-ssh-", dir="/tmp"))
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
 def write_profiles(inventory: Path, overrides: dict[str, Any]) -> None:
     data = yaml.safe_load((EXAMPLE_INVENTORY / "profiles.yaml").read_text())
     prof = data["profiles"]["glm5-nvfp4"]
     prof["bench_preset"] = "e2e"
     prof["start_timeout_s"] = 60
+    # A check every 30 s instead of 10: a converged container keeps its watchdog running until the next test resets
+    # the host, and on the suite's shared 2-core machine those idle checks (a Python start and a tiny generation
+    # each) added up to minutes of CPU. The watchdog's own tests set their intervals (tests/e2e/test_watchdog.py).
+    prof["watchdog"] = {"interval_s": 30}
     for key, value in overrides.items():
         if key == "flags":  # None removes a flag
             prof["flags"].update({k: v for k, v in value.items() if v is not None})

@@ -14,7 +14,7 @@ import time
 import pytest
 import yaml
 
-from tests.e2e.conftest import E2E_PRESET, DeployEnv
+from tests.e2e.conftest import E2E_PRESET, DeployEnv, until
 from tests.e2e.test_roll import KILLED_LOCK_TTL_S, RELEASES, by_id, ct_out, current, history
 
 RUNS = "/var/lib/deploy/runs"
@@ -75,8 +75,9 @@ def test_killed_rolls_bench_is_stopped_and_is_no_baseline(deploy_env: DeployEnv)
     assert proc.returncode == -9
     cand_a = current(env)
     assert cand_a != base
-    # The orphan: its process group still runs in the container, registered under runs/.
-    pidfiles = ct_out(env, f"ls -1 {RUNS}").split()
+    # The orphan: its process group still runs in the container, registered under runs/ (by the bench itself, once
+    # the node-side script that the killed roll started is past its samplers' lead-in: it runs on without its client).
+    pidfiles = until(lambda: ct_out(env, f"ls -1 {RUNS}").split(), 60)
     assert len(pidfiles) == 1 and pidfiles[0].startswith("bench-"), pidfiles
     orphan_run = pidfiles[0].removeprefix("bench-").removesuffix(".pid")
     pid = ct_out(env, f"cut -d' ' -f1 {RUNS}/{pidfiles[0]}")

@@ -85,8 +85,9 @@ def test_interrupted_up_is_abandoned_by_the_next_up(converged: DeployEnv) -> Non
     # A profile change whose server takes 30 s to load: `up` is killed while it waits for health.
     env.set_profile(flags={"num-continuous-decode-steps": 4})
     env.ct_faults(slow_start_s=30, match="--num-continuous-decode-steps 4")
+    before = main_pid(env)
     proc = env.popen("up", "host", env.host, "--skip-bench", lock_ttl_s=KILLED_LOCK_TTL_S)
-    x, _ = kill_once_installed(env, proc, r0, within_s=120)
+    x, _ = kill_once_installed(env, proc, r0, within_s=120, restarted_from=before)
     assert ct_out(env, f"test -e {RELEASES}/{x}/verdict.json && echo yes || echo no") == "no"
     pid = main_pid(env)
 

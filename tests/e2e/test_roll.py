@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import SHARED, DeployEnv
+from tests.e2e.conftest import SHARED, DeployEnv, until
 
 RELEASES = "/var/lib/deploy/releases"
 #: The lease of a run a test SIGKILLs: it holds the host lock that long after the kill.
@@ -251,10 +251,15 @@ def wait_installed(env: DeployEnv, proc: subprocess.Popen[str], base: str, withi
 
 
 def kill_once_installed(env: DeployEnv, proc: subprocess.Popen[str], base: str,
-                        within_s: float = 90) -> tuple[str, str]:
-    """SIGKILL a running deploy as soon as it made a release other than `base` current: (that release, output)."""
+                        within_s: float = 90, restarted_from: str | None = None) -> tuple[str, str]:
+    """SIGKILL a running deploy as soon as it made a release other than `base` current: (that release, output).
+    With `restarted_from` (the server's MainPID before), only once it has also restarted the server onto it."""
     try:
         new = wait_installed(env, proc, base, within_s)
+        if restarted_from is not None:
+            assert until(lambda: proc.poll() is not None or main_pid(env) not in ("0", restarted_from), within_s), \
+                "the server was never restarted onto the new release"
+            assert proc.poll() is None, f"deploy ended before it was killed: {proc.stdout.read()}"  # type: ignore[union-attr]
     finally:
         proc.kill()
         out = proc.communicate(timeout=30)[0]

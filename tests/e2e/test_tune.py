@@ -3,8 +3,10 @@ restored; --apply rolls the winner; a SIGKILLed tune resumes and leaves no candi
 
 Bounded: a 32/96-token preset, concurrency 16..64 step 16 (at most 4 search runs a point), one confirmation run.
 The stand-in's knee (simulator/sglang_standin/README.md, "The knee"): past max-running-requests TTFT grows by a
-whole request's decode (96 tokens × ~30 ms ≈ 2.9 s), far beyond the 1.5 s bound, so mrr=16 meets the SLO up to
-concurrency 16 and mrr=64 up to 64.
+whole request's decode (96 tokens × ~30 ms ≈ 2.9 s), beyond the 2.5 s bound, so mrr=16 meets the SLO up to
+concurrency 16 and mrr=64 up to 64. The bound sits just under that step: on the simulated clock (5x) every 0.1 s
+the shared machine holds a request back reads as 0.5 s more TTFT, so a bound far below the step failed points
+under the knee when the suite's heaviest modules ran at once; above the knee such delays only add to the step.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from .conftest import DeployEnv
 
 PRESET = {"dataset_name": "random-ids", "random_input_len": 32, "random_output_len": 96, "random_range_ratio": 1.0,
           "num_prompts": 16, "request_rate": "inf"}
-SLO = "ttft_p99<=1.5s,tpot_p99<=200ms"
+SLO = "ttft_p99<=2.5s,tpot_p99<=200ms"
 ARGS = ("--slo", SLO, "--over", "max-running-requests=16,64", "--over", "num-continuous-decode-steps=8",
         "--range", "16:64:16", "--preset", "tune", "--confirm", "1")
 

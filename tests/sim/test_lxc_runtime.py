@@ -175,12 +175,18 @@ def _read(address: str, port: int = 8000) -> str:
         return s.makefile().read().strip()
 
 
-def ct_address(ssh: Any, vmid: int) -> str:
-    """The container's address as the tool reads it: from inside, after its DHCP client got a lease."""
+def ct_address(ssh: Any, vmid: int, timeout_s: float = 30.0) -> str:
+    """The container's address as the tool reads it: from inside, once its ifupdown has set it (a DHCP lease or
+    the static address). Right after `pct start` eth0 may have none yet, as on a real node."""
     from orchestrator.parsers.netaddr import parse_ip_addr
 
-    res = ssh.run(f"pct exec {vmid} -- ip -4 -o addr show dev eth0")
-    address = parse_ip_addr(res.out)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        res = ssh.run(f"pct exec {vmid} -- ip -4 -o addr show dev eth0")
+        address = parse_ip_addr(res.out)
+        if address is not None or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert address is not None, res
     return address
 
