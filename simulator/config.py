@@ -245,7 +245,7 @@ class RootConfig:
 
 def sim_root() -> Path:
     """The state root: $DEPLOY_SIM_ROOT (inside views this is the VIEW_ROOT alias), else the default."""
-    return Path(os.environ.get(ROOT_ENV) or DEFAULT_ROOT)
+    return Path(layout.sim_root_dir())
 
 
 def sim_id_for(root: Path) -> str:

@@ -12,13 +12,18 @@ HOST_ENV = "DEPLOY_SIM_HOST"
 DEFAULT_ROOT = "/var/lib/deploy-sim"
 
 
+def sim_root_dir() -> str:
+    """The state root: $DEPLOY_SIM_ROOT (inside views this is the VIEW_ROOT alias), else the default."""
+    return os.environ.get(ROOT_ENV) or DEFAULT_ROOT
+
+
 def current_host_dir() -> str:
     """The directory of the host this process runs on ($DEPLOY_SIM_ROOT/hosts/$DEPLOY_SIM_HOST): set in every
     session of a simulated host and in its stand-in processes."""
     name = os.environ.get(HOST_ENV)
     if not name:
         raise RuntimeError(f"${HOST_ENV} is not set: not running inside a simulated host")
-    return os.path.join(os.environ.get(ROOT_ENV) or DEFAULT_ROOT, "hosts", name)
+    return os.path.join(sim_root_dir(), "hosts", name)
 
 #: Inside the host view (SSH sessions) the simulator's own files are reached through these aliases, because the
 #: view binds other directories over /root and /tmp, where the Python install, the repo or the sim root may live.

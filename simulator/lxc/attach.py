@@ -20,6 +20,8 @@ from simulator.hostshell import read_session
 from simulator.layout import current_host_dir
 
 EXIT_ERR = 255
+#: What `pct enter` runs: a login shell.
+ENTER_COMMAND = ["/bin/bash", "-l"]
 #: What the simulator itself adds to a host session's environment (its launcher, its own variables, the
 #: ForceCommand's SSH_ORIGINAL_COMMAND): not on a real host, so not passed into a container. pct's
 #: clean_environment drops SSL_CERT_FILE and SSL_CERT_DIR.
@@ -118,7 +120,7 @@ def exec_command(host_dir: str, vmid: int, argv: list[str]) -> int:
 def main(argv: list[str]) -> int:
     """`exec VMID [--] CMD...` or `enter VMID`; any other shape is the full `pct`'s to answer."""
     if len(argv) >= 2 and argv[0] in ("exec", "enter") and argv[1].isascii() and argv[1].isdigit():
-        command = argv[2:] if argv[0] == "exec" else ["/bin/bash", "-l"]
+        command = argv[2:] if argv[0] == "exec" else ENTER_COMMAND
         return exec_command(current_host_dir(), int(argv[1]), command)
     from simulator.pve.cli import main as pct
 

@@ -147,7 +147,9 @@ def pct_main(argv: list[str]) -> int:
     if cmd == "exec":
         return _pct_exec(vmid, rest[1:])
     if cmd == "enter":
-        return _pct_exec(vmid, ["/bin/bash", "-l"])
+        from simulator.lxc.attach import ENTER_COMMAND
+
+        return _pct_exec(vmid, ENTER_COMMAND)
     base = f"/nodes/{node}/lxc"
     endpoints = {
         "create": ("POST", base), "set": ("PUT", f"{base}/{vmid}/config"),

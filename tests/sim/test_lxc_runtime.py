@@ -179,16 +179,11 @@ def ct_address(ssh: Any, vmid: int, timeout_s: float = 30.0) -> str:
     """The container's address as the tool reads it: from inside, once its ifupdown has set it (a DHCP lease or
     the static address). Right after `pct start` eth0 may have none yet, as on a real node."""
     from orchestrator.parsers.netaddr import parse_ip_addr
+    from tests.e2e.conftest import until
 
-    deadline = time.monotonic() + timeout_s
-    while True:
-        res = ssh.run(f"pct exec {vmid} -- ip -4 -o addr show dev eth0")
-        address = parse_ip_addr(res.out)
-        if address is not None or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    assert address is not None, res
-    return address
+    address = until(lambda: parse_ip_addr(ssh.run(f"pct exec {vmid} -- ip -4 -o addr show dev eth0").out), timeout_s)
+    assert address is not None, f"CT {vmid} has no IPv4 address on eth0 after {timeout_s:.0f} s"
+    return str(address)
 
 
 def test_two_containers_each_serve_port_8000(ct: Ct) -> None:

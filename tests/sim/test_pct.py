@@ -126,6 +126,15 @@ def test_pct_errors_match_pve(ssh: Any, make_ct: Any, sim: Any) -> None:
     res = ssh.run("pct create 127 local:vztmpl/nope.tar.zst --hostname x")
     assert res.rc == 255 and res.err == "unable to create CT 127 - volume 'local:vztmpl/nope.tar.zst' does not exist\n"
     assert ssh.run("pct push 126 /etc/hostname /root/x").err == "CT 126 not running\n"
+    # pct exec/enter take the light path (simulator/lxc/attach.py) with pct's own refusals; a malformed call gets
+    # the full pct's answer
+    absent = f"Configuration file 'nodes/{sim.node}/lxc/199.conf' does not exist\n"
+    for command, err in (("pct exec 126 -- true", "CT 126 not running\n"), ("pct enter 126", "CT 126 not running\n"),
+                         ("pct exec 199 -- true", absent), ("pct exec 126 --", "missing command\n")):
+        res = ssh.run(command)
+        assert (res.rc, res.err) == (255, err), (command, res)
+    res = ssh.run("pct exec 12x -- true")
+    assert res.rc == 255 and "vmid: type check ('integer') failed - got '12x'" in res.err, res
     assert ssh.run("pct start 126 && echo secret > /tmp/f && pct push 126 /tmp/f /root/f --perms 0600 "
                    "&& pct exec 126 -- stat -c %a:%s /root/f").out == "600:7\n"
 
