@@ -4,11 +4,12 @@
     python -S -m simulator.hostshell drop <host_dir>   # run by a session only while `ssh_drop_after` is set
 
 `hold` builds the host view once: a private mount + UTS namespace with the host's fs/ bound over the real paths
-(docs/simulator.md), its cwd at the view's /root, and then becomes a `sleep` that keeps the namespace alive (its
-pid in sshd/view.pid). Every SSH session joins that namespace with `nsenter` from the sh snippet that sshd's
-ForceCommand sources (simulator.sshd), so a session starts no Python and mounts nothing: the view costs one
-setns(2), as on a real host where sshd runs in the host's own root. Like on a real host, mounts made by one
-session stay for the next, and the view is as old as the `sim up` that built it.
+(docs/simulator.md), its cwd at the view's /root, and then becomes the host's stand-in server
+(simulator.standin_server), which keeps the namespace alive (its pid in sshd/view.pid). Every SSH session joins that
+namespace with `nsenter` from the sh snippet that sshd's ForceCommand sources (simulator.sshd), so a session starts
+no Python and mounts nothing: the view costs one setns(2), as on a real host where sshd runs in the host's own root.
+Like on a real host, mounts made by one session stay for the next, and the view is as old as the `sim up` that
+built it.
 
 `drop` runs only while the fault file exists; it imports only `os`, `ctypes` and the constant-only layout module
 until the fault is really set, and reads a flat `key=value` file instead of JSON.
@@ -112,7 +113,7 @@ def enter_host_view(session: dict[str, str]) -> None:
 
 
 def hold(host_dir: str) -> None:
-    """Build the host view, record our pid where sessions find it, and become a sleeper that keeps it."""
+    """Build the host view, record our pid where sessions find it, and become the stand-in server that keeps it."""
     session = read_session(host_dir)
     enter_host_view(session)
     os.chdir("/root")  # sessions inherit it (nsenter -w); it also identifies us: /proc/PID/cwd is the host's fs/root
@@ -120,8 +121,14 @@ def hold(host_dir: str) -> None:
     with open(f"{pidfile}.tmp", "w") as fh:
         fh.write(f"{os.getpid()}\n")
     os.rename(f"{pidfile}.tmp", pidfile)
-    # argv[0] names the host directory, so `pgrep -f <root>` finds a holder left behind like any other daemon
-    os.execv("/bin/sleep", [f"deploy-sim-view {host_dir}", "infinity"])
+    # Keep the view as the stand-in server (simulator.standin_server): same pid, namespaces and cwd, started through
+    # the view's interpreter launcher so that its module paths are a direct stand-in run's. Its argv names the host
+    # directory, so `pgrep -f <root>` finds a holder left behind like any other daemon.
+    env = {**layout.session_env(session["name"]), "LANG": "C.UTF-8"}
+    try:
+        os.execve("/bin/sh", ["sh", layout.VIEW_PYTHON, "-S", "-m", "simulator.standin_server", host_dir], env)
+    except OSError:
+        os.execv("/bin/sleep", [f"deploy-sim-view {host_dir}", "infinity"])
 
 
 def main(argv: list[str]) -> int:

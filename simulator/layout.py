@@ -34,6 +34,15 @@ VIEW_REPO = VIEW_ALIAS + "/repo"  # the directory holding the `orchestrator` pac
 VIEW_ROOT = VIEW_ALIAS + "/root"  # the sim root; DEPLOY_SIM_ROOT points here inside views
 #: Interpreter for the stand-ins in <root>/bin/host ($DEPLOY_SIM_PYTHON): a sh launcher written by `sim up`.
 VIEW_PYTHON = VIEW_ROOT + "/bin/python"
+#: PATH inside a session: the host stand-ins first (<root>/bin/host through the view alias), then a PVE host's.
+SESSION_PATH = f"{VIEW_ROOT}/bin/host:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def session_env(host: str) -> dict[str, str]:
+    """The environment of everything that runs in a host's view: SSH sessions, boot-time units, the stand-in
+    server (simulator.standin_server)."""
+    return {"HOME": "/root", "USER": "root", "LOGNAME": "root", "SHELL": "/bin/bash", "PATH": SESSION_PATH,
+            "DEPLOY_SIM_PYTHON": VIEW_PYTHON, "DEPLOY_SIM_REPO": VIEW_REPO, ROOT_ENV: VIEW_ROOT, HOST_ENV: host}
 
 #: Host view: `fs/<src>` is bind-mounted over `<target>` by the SSH session shell (kind: dir or file).
 HOST_OVERLAYS: tuple[tuple[str, str, str], ...] = (

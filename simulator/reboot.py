@@ -111,14 +111,11 @@ def _view_pid(hp: HostPaths) -> int:
 
 def _run_units(hp: HostPaths, cfg: HostConfig, log: BootLog, before_guests: bool) -> None:
     """Start the enabled units on one side of pve-guests, in the host view, as the host's systemd would."""
-    from simulator import sshd
 
     for unit in hostunits.enabled_units(hp.fs / "etc/systemd/system"):
         if unit.before_guests != before_guests:
             continue
-        env = {"HOME": "/root", "PATH": sshd.SESSION_PATH, "LANG": "C.UTF-8",
-               "DEPLOY_SIM_PYTHON": layout.VIEW_PYTHON, "DEPLOY_SIM_REPO": layout.VIEW_REPO,
-               layout.ROOT_ENV: layout.VIEW_ROOT, layout.HOST_ENV: cfg.name}
+        env = {**layout.session_env(cfg.name), "LANG": "C.UTF-8"}
         argv = [shutil.which("nsenter") or "/usr/bin/nsenter", "--target", str(_view_pid(hp)), "--mount", "--uts",
                 "--wd", "--", "env", "-i", *(f"{k}={v}" for k, v in env.items()), layout.VIEW_PYTHON, "-S", "-m",
                 "simulator.hostunits", "start", unit.name]
