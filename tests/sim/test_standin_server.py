@@ -59,25 +59,30 @@ def test_descriptors_environment_cwd_and_umask_are_the_callers(ssh: Any) -> None
     assert ssh.run(f"LC_ALL=C {DIRECT['pvesh']} get /version").out == plain.out
 
 
+#: The commands the server forked for this host (its children), by name: other hosts' and containers' processes
+#: share the machine's pid space.
+SERVER = "$(cat $DEPLOY_SIM_ROOT/hosts/$DEPLOY_SIM_HOST/sshd/view.pid)"
+MINE = f"pgrep -P {SERVER} -x nvidia-smi"
+LOOP = "nvidia-smi --query-gpu=index --format=csv -l 1 > /dev/null"
+
+
 def test_the_command_runs_under_its_own_name(ssh: Any) -> None:
-    res = ssh.run("nvidia-smi --query-gpu=index --format=csv -l 1 > /dev/null & sleep 1; "
-                  "pgrep -x nvidia-smi >/dev/null && echo named; kill %1; wait")
+    res = ssh.run(f"{LOOP} & sleep 1; {MINE} > /dev/null && echo named; kill %1; wait")
     assert "named" in res.out, res
 
 
 def test_a_signal_reaches_the_command_and_a_killed_caller_takes_it_along(ssh: Any) -> None:
-    loop = "nvidia-smi --query-gpu=index --format=csv -l 1 > /dev/null"
     # SIGTERM to the caller reaches the looping nvidia-smi, which ends as the direct run does (quietly, 0)
-    term = "& pid=$!; sleep 1; kill -TERM $pid; wait $pid; echo rc=$?; sleep 0.5; pgrep -x nvidia-smi || echo gone"
+    term = "& pid=$!; sleep 1; kill -TERM $pid; wait $pid; echo rc=$?"
     direct = ssh.run(f"{DIRECT['nvidia-smi']} --query-gpu=index --format=csv -l 1 > /dev/null {term}")
-    res = ssh.run(f"{loop} {term}")
-    assert res.out == direct.out == "rc=0\ngone\n", (res, direct)
+    res = ssh.run(f"{LOOP} {term}; sleep 0.5; {MINE} || echo gone")
+    assert direct.out == "rc=0\n" and res.out == "rc=0\ngone\n", (res, direct)
     # the command killed by a signal: the caller ends by the same signal (the shell reads 128 + 9)
-    res = ssh.run(f"{loop} & pid=$!; sleep 1; pkill -KILL -x nvidia-smi; wait $pid; echo rc=$?")
+    res = ssh.run(f"{LOOP} & pid=$!; sleep 1; pkill -KILL -P {SERVER} -x nvidia-smi; wait $pid; echo rc=$?")
     assert res.out == "rc=137\n", res
     # SIGKILL to the caller: the command cannot outlive it
-    res = ssh.run(f"{loop} & pid=$!; sleep 1; pgrep -x nvidia-smi > /dev/null && echo running; "
-                  "kill -KILL $pid; wait $pid; sleep 0.5; pgrep -x nvidia-smi || echo gone")
+    res = ssh.run(f"{LOOP} & pid=$!; sleep 1; {MINE} > /dev/null && echo running; "
+                  f"kill -KILL $pid; wait $pid; sleep 0.5; {MINE} || echo gone")
     assert "running" in res.out and "gone" in res.out, res
 
 
