@@ -2,9 +2,10 @@
 
 Why real wheels: a real container's pip installs them into a real venv, so `pip show`, `pip install
 sglang[srt]==X`, console scripts and `python -m sglang.launch_server` behave as they do for the real package.
-Each sglang wheel carries only its own release's flag schema; its version lives in the wheel's METADATA (read
-back with importlib.metadata), never in a side file. Builds are deterministic (fixed timestamps), so a rebuild
-of the same tree gives byte-identical wheels and pip's cache stays valid.
+Each sglang wheel carries only its own release's flag schema; its version is in the wheel's METADATA and, so that
+`import sglang` needs no importlib.metadata, in a module the build writes (sglang/_sim/wheel_version.py). Builds
+are deterministic (fixed timestamps), so a rebuild of the same tree gives byte-identical wheels and pip's cache
+stays valid.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ SGLANG_REQUIRES = ("aiohttp", "pyyaml", "huggingface_hub", "requests", "tqdm", "
 #: Extras real sglang 0.5.x declares (python/pyproject.toml); accepted, and empty here.
 SGLANG_EXTRAS = ("srt", "blackwell", "all", "openai", "test", "dev", "decord", "tracing")
 ZIP_DATE = (2025, 1, 1, 0, 0, 0)
+#: The module a sglang wheel carries its version in (read by sglang/_sim/env.py before the metadata).
+VERSION_MODULE = "sglang/_sim/wheel_version.py"
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,12 @@ def _tree(top: str) -> Iterator[tuple[str, bytes]]:
             yield rel, p.read_bytes()
 
 
+def version_module(version: str) -> bytes:
+    """sglang/_sim/wheel_version.py: the release as a constant, so `import sglang` needs no importlib.metadata."""
+    return (f'"""The version of this wheel, written by its build (simulator/software/wheels.py)."""\n\n'
+            f"VERSION = {version!r}\n").encode()
+
+
 def sglang_spec(version: str) -> WheelSpec:
     """The sglang stand-in at `version`, with that release's flag schema baked into sglang/_sim/schemas/."""
     schema = SCHEMAS / f"sglang-{version}.json"
@@ -108,6 +117,7 @@ def sglang_spec(version: str) -> WheelSpec:
     files = dict(_tree("sglang"))
     files[f"sglang/_sim/schemas/sglang-{version}.json"] = schema.read_bytes()
     files["sglang/_sim/ctside.py"] = (REPO / "simulator" / "ctside.py").read_bytes()
+    files[VERSION_MODULE] = version_module(version)
     return WheelSpec("sglang", version, files, "SGLang stand-in of the deploy simulator (no GPU code)",
                      SGLANG_REQUIRES, SGLANG_EXTRAS, {"sglang": "sglang.cli:main"})
 

@@ -20,8 +20,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 NEWER = "0.5.23"  # aliases as keys, dict values, any single-value action
 
 
@@ -69,6 +67,8 @@ def _load(path: str) -> dict[str, Any]:
         raise ValueError(f"Config file must be YAML format, got: {p.suffix}")
     if not p.exists():
         raise ValueError(f"Config file not found: {path}")
+    import yaml  # here, not at the top: only a --config run pays for it (sglang.srt.server_args imports this module)
+
     with open(p) as fh:
         data = yaml.safe_load(fh)
     if data is None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +22,22 @@ SCHEMAS = WHEEL_SCHEMAS if WHEEL_SCHEMAS.is_dir() else REPO_SCHEMAS
 
 
 def wheel_version() -> str | None:
-    """The version in the installed wheel's metadata, when this very tree was installed by pip."""
+    """The installed wheel's version: the constant its build baked in (simulator/software/wheels.py), else its
+    metadata when this very tree was installed by pip (a wheel built before the constant existed).
+
+    The constant first because importlib.metadata (with email, zipfile, csv) costs about 40 ms of CPU, and every
+    server, bench and flag probe in a container imports sglang.
+    """
+    try:
+        from sglang._sim.wheel_version import VERSION  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        pass
+    else:
+        return str(VERSION)
     if not WHEEL_SCHEMAS.is_dir():
         return None
+    from importlib import metadata
+
     try:
         dist = metadata.distribution("sglang")
         if Path(str(dist.locate_file("sglang/_sim/env.py"))).resolve() == Path(__file__).resolve():
@@ -36,7 +48,7 @@ def wheel_version() -> str | None:
 
 
 def installed_version() -> str:
-    """$SGLANG_SIM_VERSION, else the wheel's metadata, else (the tree run from the repo) the default."""
+    """$SGLANG_SIM_VERSION, else the wheel's version, else (the tree run from the repo) the default."""
     if os.environ.get("SGLANG_SIM_VERSION"):
         return os.environ["SGLANG_SIM_VERSION"]
     return wheel_version() or DEFAULT_VERSION
