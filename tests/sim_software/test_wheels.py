@@ -93,15 +93,15 @@ def test_installed_wheel_reports_the_version_of_its_metadata(wheels: dict[str, P
 
 def test_installed_wheel_imports_cheaply(wheels: dict[str, Path], tmp_path: Path) -> None:
     """The version is a constant in the wheel, so `import sglang` (every server, bench and flag probe) reads no
-    metadata; yaml waits for a --config file."""
+    metadata; yaml waits for a --config file and nothing imports aiohttp (the wheel still depends on it)."""
     target = tmp_path / "site"
     res = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
                           "--target", str(target), str(wheels["sglang-0.5.23-py3-none-any.whl"])],
                          env=clean_env(), capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert (target / "sglang" / "_sim" / "wheel_version.py").read_text().endswith("VERSION = '0.5.23'\n")
-    heavy = ("importlib.metadata", "email", "yaml")
-    code = ("import sys, sglang, sglang.srt.server_args; "
+    heavy = ("importlib.metadata", "email", "yaml", "aiohttp")
+    code = ("import sys, sglang, sglang.srt.server_args, sglang._sim.server, sglang._sim.bench; "
             f"print(sglang.__version__, [m for m in {heavy!r} if m in sys.modules])")
     # -S: no site hooks of the test venv's own packages; the wheel's tree comes first on PYTHONPATH
     out = subprocess.run([sys.executable, "-S", "-c", code], env=clean_env(PYTHONPATH=str(target)), cwd=tmp_path,

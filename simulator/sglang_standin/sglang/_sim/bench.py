@@ -24,16 +24,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-import aiohttp
-
 from sglang._sim import env
 from sglang._sim.engine import VOCAB
+from sglang._sim.http_client import Client as HTTPClient
+from sglang._sim.http_client import ClientError
 
 SHAREGPT_URL = ("https://huggingface.co/datasets/anon8231489123/ShareGPT_Vicuna_unfiltered/resolve/main/"
                 "ShareGPT_V3_unfiltered_cleaned_split.json")
 BACKENDS = ["sglang", "sglang-native", "sglang-oai", "sglang-oai-chat", "vllm", "vllm-chat", "lmdeploy",
             "lmdeploy-chat", "trt", "gserver", "truss"]
 DATASETS = ["sharegpt", "random", "random-ids", "generated-shared-prefix", "mmmu", "random-image", "mooncake"]
+REQUEST_TIMEOUT_S = 6 * 3600  # bench_serving's AIOHTTP_TIMEOUT: a request's whole exchange
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -192,52 +193,55 @@ class Client:
     def now(self) -> float:
         return (time.perf_counter() - self.t0) * self.scale
 
-    async def request(self, session: aiohttp.ClientSession, prompt: str, plen: int, olen: int) -> Out:
+    async def request(self, http: HTTPClient, prompt: str, plen: int, olen: int) -> Out:
         path, payload = self._payload(prompt, olen)
         out = Out(prompt_len=plen)
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
-        st = self.now()
-        out.start = st
-        last = st
-        text = ""
-        tokens = 0
+        out.start = self.now()
         try:
-            async with session.post(self.url + path, json=payload) as resp:
-                if resp.status != 200:
-                    out.error = f"HTTP {resp.status}: {(await resp.text())[:200]}"
-                    return out
-                if not payload.get("stream"):
-                    body = await resp.json()
-                    text, tokens = _final_text(body)
-                    out.ttft = self.now() - st
-                    out.chunk_times.append((self.now(), tokens))
-                else:
-                    async for raw in resp.content:
-                        line = raw.decode().strip()
-                        if not line.startswith("data:"):
-                            continue
-                        data = line[5:].strip()
-                        if data == "[DONE]":
-                            break
-                        new_text, new_tokens = _chunk(json.loads(data), text, tokens)
-                        if new_tokens <= tokens and not new_text:
-                            continue
-                        t = self.now()
-                        gained = max(new_tokens - tokens, 1)
-                        if out.ttft == 0.0:
-                            out.ttft = t - st
-                        else:
-                            out.itl.extend([(t - last) / gained] * gained)
-                        out.chunk_times.append((t, gained))
-                        last, text, tokens = t, new_text, new_tokens
-            out.latency = self.now() - st
-            out.generated_text, out.output_len, out.success = text, tokens, True
-        except (TimeoutError, aiohttp.ClientError, ConnectionError, ValueError) as exc:
+            await asyncio.wait_for(self._exchange(http, path, payload, out), REQUEST_TIMEOUT_S)
+        except (TimeoutError, ClientError, ConnectionError, ValueError) as exc:
             out.error = f"{type(exc).__name__}: {exc}"
         finally:
             self.in_flight -= 1
         return out
+
+    async def _exchange(self, http: HTTPClient, path: str, payload: dict[str, Any], out: Out) -> None:
+        """One request measured into `out` (success and latency only when its response came whole)."""
+        st = last = out.start
+        text = ""
+        tokens = 0
+        async with http.request("POST", self.url + path, payload) as resp:
+            if resp.status != 200:
+                out.error = f"HTTP {resp.status}: {(await resp.text())[:200]}"
+                return
+            if not payload.get("stream"):
+                body = await resp.json()
+                text, tokens = _final_text(body)
+                out.ttft = self.now() - st
+                out.chunk_times.append((self.now(), tokens))
+            else:
+                async for raw in resp.lines():
+                    line = raw.decode().strip()
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    new_text, new_tokens = _chunk(json.loads(data), text, tokens)
+                    if new_tokens <= tokens and not new_text:
+                        continue
+                    t = self.now()
+                    gained = max(new_tokens - tokens, 1)
+                    if out.ttft == 0.0:
+                        out.ttft = t - st
+                    else:
+                        out.itl.extend([(t - last) / gained] * gained)
+                    out.chunk_times.append((t, gained))
+                    last, text, tokens = t, new_text, new_tokens
+        out.latency = self.now() - st
+        out.generated_text, out.output_len, out.success = text, tokens, True
 
 
 def _final_text(body: dict[str, Any]) -> tuple[str, int]:
@@ -378,15 +382,15 @@ JSON_KEYS = [
 ]
 
 
-async def fetch_server_info(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
+async def fetch_server_info(http: HTTPClient, url: str) -> dict[str, Any]:
     for path in ("/server_info", "/get_server_info"):
         try:
-            async with session.get(url + path) as resp:
+            async with http.request("GET", url + path) as resp:
                 if resp.status == 200:
                     data = await resp.json()
                     if isinstance(data, dict):
                         return data
-        except (aiohttp.ClientError, ValueError):
+        except (ClientError, ValueError):
             continue
     return {}
 
@@ -397,41 +401,39 @@ async def run(args: argparse.Namespace, dataset: list[tuple[str, int, int]]) -> 
     headers = {}
     if env_key := __import__("os").environ.get("OPENAI_API_KEY"):
         headers["Authorization"] = f"Bearer {env_key}"
-    timeout = aiohttp.ClientTimeout(total=6 * 3600)
-    async with aiohttp.ClientSession(timeout=timeout, headers=headers,
-                                     connector=aiohttp.TCPConnector(limit=0, force_close=True)) as session:
-        client = Client(args, url, scale)
-        if args.warmup_requests > 0:
-            print(f"Starting warmup with {args.warmup_requests} sequences...")
-            p, plen, olen = dataset[0]
-            warm = await asyncio.gather(*[client.request(session, p, plen, min(olen, 32))
-                                          for _ in range(args.warmup_requests)])
-            if not any(o.success for o in warm):
-                raise SystemExit("Warmup failed - Please make sure benchmark arguments are correctly specified. "
-                                 f"Error: {warm[0].error}")
-            print(f"Warmup completed with {args.warmup_requests} sequences. Starting main benchmark run...")
-        if args.flush_cache:
-            async with session.post(url + "/flush_cache"):
-                pass
-        server_info = await fetch_server_info(session, url)
-        sem = asyncio.Semaphore(args.max_concurrency) if args.max_concurrency else None
-        rng = random.Random(args.seed)
-        client.peak = 0
-        client.t0 = time.perf_counter()
+    http = HTTPClient(headers)
+    client = Client(args, url, scale)
+    if args.warmup_requests > 0:
+        print(f"Starting warmup with {args.warmup_requests} sequences...")
+        p, plen, olen = dataset[0]
+        warm = await asyncio.gather(*[client.request(http, p, plen, min(olen, 32))
+                                      for _ in range(args.warmup_requests)])
+        if not any(o.success for o in warm):
+            raise SystemExit("Warmup failed - Please make sure benchmark arguments are correctly specified. "
+                             f"Error: {warm[0].error}")
+        print(f"Warmup completed with {args.warmup_requests} sequences. Starting main benchmark run...")
+    if args.flush_cache:
+        async with http.request("POST", url + "/flush_cache"):
+            pass
+    server_info = await fetch_server_info(http, url)
+    sem = asyncio.Semaphore(args.max_concurrency) if args.max_concurrency else None
+    rng = random.Random(args.seed)
+    client.peak = 0
+    client.t0 = time.perf_counter()
 
-        async def one(item: tuple[str, int, int]) -> Out:
-            if sem is None:
-                return await client.request(session, *item)
-            async with sem:
-                return await client.request(session, *item)
+    async def one(item: tuple[str, int, int]) -> Out:
+        if sem is None:
+            return await client.request(http, *item)
+        async with sem:
+            return await client.request(http, *item)
 
-        tasks = []
-        for item in dataset:
-            tasks.append(asyncio.create_task(one(item)))
-            if not math.isinf(args.request_rate):
-                await asyncio.sleep(rng.expovariate(args.request_rate) / scale)
-        outs = await asyncio.gather(*tasks)
-        duration = client.now()
+    tasks = []
+    for item in dataset:
+        tasks.append(asyncio.create_task(one(item)))
+        if not math.isinf(args.request_rate):
+            await asyncio.sleep(rng.expovariate(args.request_rate) / scale)
+    outs = await asyncio.gather(*tasks)
+    duration = client.now()
     m = metrics(outs, max(duration, 1e-9), client.peak)
     print_summary(args, m, duration)
     record: dict[str, Any] = {

@@ -13,10 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import ipaddress
 import json
-import logging
-import logging.config
 import os
 import signal
 import sys
@@ -25,12 +22,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from aiohttp import web
-
-from sglang._sim import env, golden
+from sglang._sim import env
 from sglang._sim.config_file import merge_config
 from sglang._sim.engine import VOCAB, Engine, Req
 from sglang._sim.flags import PROG, add_cli_args
+from sglang._sim.http_server import App, Guard, HTTPError, Request, Response, Stream, json_response, text_response
 from sglang._sim.perf import PerfModel
 from sglang._sim.resolve import KV_TOKENS, model_architecture, nsa_log_line, resolve
 from sglang._sim.tinymodel import answer, count_tokens, last_user_text, prompt_text, reasoning
@@ -69,6 +65,8 @@ def configure_logging() -> None:
         return
     if not os.path.exists(path):
         raise Exception(f"Setting SGLANG_LOGGING_CONFIG_PATH from env with {path} but it does not exist!")
+    import logging.config  # here: logging.config (with logging.handlers, socket, pickle) is for this case only
+
     with open(path, encoding="utf-8") as fh:
         logging.config.dictConfig(json.loads(fh.read()))
     _custom_logging = True
@@ -76,6 +74,8 @@ def configure_logging() -> None:
 
 def log(msg: str, tp: int | None = None, logger: str = HTTP_LOGGER) -> None:
     if _custom_logging:
+        import logging
+
         logging.getLogger(logger).info(msg)
         return
     stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
@@ -149,71 +149,64 @@ def _jsonable(v: Any) -> bool:
 
 # ------------------------------------------------------------------------------------------------- routes
 
-def _auth_middleware(sim: Sim) -> Any:
-    @web.middleware
-    async def auth(request: web.Request, handler: Any) -> web.StreamResponse:
+def _auth_guard(sim: Sim) -> Guard:
+    def auth(request: Request) -> Response | None:
         # Like sglang's add_api_key_middleware: probes (/health*, /metrics) and OPTIONS need no key.
         exempt = request.method == "OPTIONS" or request.path.startswith(("/health", "/metrics"))
-        if sim.api_key and not exempt and request.headers.get("Authorization", "") != f"Bearer {sim.api_key}":
-            return web.json_response({"error": "Unauthorized"}, status=401)
-        resp: web.StreamResponse = await handler(request)
-        return resp
+        if sim.api_key and not exempt and request.header("Authorization") != f"Bearer {sim.api_key}":
+            return json_response({"error": "Unauthorized"}, status=401)
+        return None
 
     return auth
 
 
-def build_app(sim: Sim) -> web.Application:
-    app = web.Application(middlewares=[_auth_middleware(sim)])
-    r = app.router
+def build_app(sim: Sim) -> App:
+    app = App(guard=_auth_guard(sim))
 
-    async def health(request: web.Request) -> web.Response:
+    async def health(request: Request) -> Response:
         if sim.ready:
             _decode(sim)  # sglang's /health generates one token,
             # and polls for it once a second (http_server.health_generate: `await asyncio.sleep(1)`).
             await asyncio.sleep(HEALTH_POLL_S / env.time_scale())
         ok = sim.ready and not sim.faults.get("health_never_ok")
-        return web.Response(status=200 if ok else 503)
+        return Response(status=200 if ok else 503)
 
-    async def models(request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{
+    async def models(request: Request) -> Response:
+        return json_response({"object": "list", "data": [{
             "id": sim.name, "object": "model", "created": int(sim.started), "owned_by": "sglang",
             "root": sim.name, "max_model_len": sim.args.get("context_length")}]})
 
-    async def model_info(request: web.Request) -> web.Response:
-        return web.json_response({
+    async def model_info(request: Request) -> Response:
+        return json_response({
             "model_path": sim.args["model_path"], "tokenizer_path": sim.args["tokenizer_path"],
             "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
             "has_image_understanding": False, "has_audio_understanding": False,
             "model_type": "glm_moe_dsa", "architectures": [model_architecture(str(sim.args["model_path"]))]})
 
-    async def server_info(request: web.Request) -> web.Response:
-        return web.json_response(sim.server_info())
+    async def server_info(request: Request) -> Response:
+        return json_response(sim.server_info())
 
-    async def flush_cache(request: web.Request) -> web.Response:
+    async def flush_cache(request: Request) -> Response:
         if sim.engine.num_running or sim.engine.num_queued:
-            return web.Response(status=400, text="Cache not flushed. Please check backend logs for more details. "
-                                "(When there are running or waiting requests, the operation will not be performed.)\n")
-        return web.Response(text="Cache flushed.\nPlease check backend logs for more details. (When there are running "
-                            "or waiting requests, the operation will not be performed.)\n")
+            return text_response("Cache not flushed. Please check backend logs for more details. (When there are "
+                                 "running or waiting requests, the operation will not be performed.)\n", 400)
+        return text_response("Cache flushed.\nPlease check backend logs for more details. (When there are running "
+                             "or waiting requests, the operation will not be performed.)\n")
 
-    async def metrics(request: web.Request) -> web.Response:
+    async def metrics(request: Request) -> Response:
         if not sim.args.get("enable_metrics"):
-            return web.Response(status=404, text="Not Found")
-        return web.Response(text=_metrics(sim), content_type="text/plain")
+            return text_response("Not Found", 404)
+        return text_response(_metrics(sim))
 
-    r.add_get("/health", health)
-    r.add_get("/health_generate", health)
-    r.add_get("/v1/models", models)
-    r.add_get("/get_model_info", model_info)
-    r.add_get("/model_info", model_info)
-    r.add_get("/server_info", server_info)
-    r.add_get("/get_server_info", server_info)
-    r.add_route("*", "/flush_cache", flush_cache)
-    r.add_get("/metrics", metrics)
-    r.add_route("POST", "/generate", lambda req: _generate(sim, req))
-    r.add_route("PUT", "/generate", lambda req: _generate(sim, req))
-    r.add_post("/v1/chat/completions", lambda req: _chat(sim, req))
-    r.add_post("/v1/completions", lambda req: _completions(sim, req))
+    for path, handler in (("/health", health), ("/health_generate", health), ("/v1/models", models),
+                          ("/get_model_info", model_info), ("/model_info", model_info), ("/server_info", server_info),
+                          ("/get_server_info", server_info), ("/metrics", metrics)):
+        app.route("GET", path, handler)  # HEAD too, as aiohttp's add_get
+    app.route("*", "/flush_cache", flush_cache)
+    app.route("POST", "/generate", lambda req: _generate(sim, req))
+    app.route("PUT", "/generate", lambda req: _generate(sim, req))
+    app.route("POST", "/v1/chat/completions", lambda req: _chat(sim, req))
+    app.route("POST", "/v1/completions", lambda req: _completions(sim, req))
     return app
 
 
@@ -243,14 +236,14 @@ def _metrics(sim: Sim) -> str:
     return "\n".join(out) + "\n"
 
 
-async def _json_body(request: web.Request) -> dict[str, Any]:
+def _json_body(request: Request) -> dict[str, Any]:
     try:
-        body = await request.json()
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise web.HTTPBadRequest(text=json.dumps({"error": f"invalid JSON body: {exc}"}),
-                                 content_type="application/json") from None
+        body = request.json()
+    except ValueError as exc:  # UnicodeDecodeError included
+        raise HTTPError(text_response(json.dumps({"error": f"invalid JSON body: {exc}"}), 400,
+                                      "application/json")) from None
     if not isinstance(body, dict):
-        raise web.HTTPBadRequest(text='{"error": "body must be a JSON object"}', content_type="application/json")
+        raise HTTPError(text_response('{"error": "body must be a JSON object"}', 400, "application/json"))
     return body
 
 
@@ -271,9 +264,9 @@ def fatal_fault(sim: Sim, phase: str) -> str | None:
     return spec[1] if spec is not None and spec[0] == phase else None
 
 
-def _not_ready(sim: Sim) -> web.Response | None:
+def _not_ready(sim: Sim) -> Response | None:
     if not sim.ready:
-        return web.json_response({"error": {"message": "The server is not ready yet.", "code": 503}}, status=503)
+        return json_response({"error": {"message": "The server is not ready yet.", "code": 503}}, status=503)
     _decode(sim)
     return None
 
@@ -283,10 +276,8 @@ def _stop_len(max_new: int, seed: int) -> int:
     return max(1, min(max_new, 16 + (seed * 37) % max(max_new, 1)))
 
 
-async def _sse(request: web.Request) -> web.StreamResponse:
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-    await resp.prepare(request)
-    return resp
+async def _sse(request: Request) -> Stream:
+    return await request.stream({"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
 
 
 async def _drain(req: Req) -> None:
@@ -294,10 +285,10 @@ async def _drain(req: Req) -> None:
         pass
 
 
-async def _generate(sim: Sim, request: web.Request) -> web.StreamResponse:
+async def _generate(sim: Sim, request: Request) -> Response | Stream:
     if (nr := _not_ready(sim)) is not None:
         return nr
-    body = await _json_body(request)
+    body = _json_body(request)
     sp = body.get("sampling_params") or {}
     text = body.get("text")
     ids = body.get("input_ids")
@@ -319,7 +310,7 @@ async def _generate(sim: Sim, request: web.Request) -> web.StreamResponse:
 
     if not body.get("stream"):
         await _drain(req)
-        return web.json_response({"text": "".join(" " + w for w in req.out), "meta_info": meta(True)})
+        return json_response({"text": "".join(" " + w for w in req.out), "meta_info": meta(True)})
     resp = await _sse(request)
     try:
         while (chunk := await req.chunks.get()) is not None:
@@ -335,9 +326,11 @@ async def _generate(sim: Sim, request: web.Request) -> web.StreamResponse:
 
 
 async def _generate_logprobs(sim: Sim, body: dict[str, Any], input_len: int, max_new: int,
-                             t0: float) -> web.Response:
+                             t0: float) -> Response:
     """/generate with return_logprob: a deterministic answer for (model, prompt) with its logprobs (golden.py),
     shaped by the `output=` and `drift=` faults."""
+    from sglang._sim import golden  # here: hashlib and the logprob tables, for the correctness gate's requests only
+
     sp = body.get("sampling_params") or {}
     prompt = str(body.get("text") or body.get("input_ids") or "")
     toks = golden.tokens(str(sim.args["model_path"]), prompt, max_new, str(sim.faults.get("output") or "ok"),
@@ -352,7 +345,7 @@ async def _generate_logprobs(sim: Sim, body: dict[str, Any], input_len: int, max
             "cached_tokens": 0, "weight_version": "default", "e2e_latency": (time.time() - t0) * sim.scale,
             **golden.logprob_fields(toks, top_n, golden.word_id(input_len % len(VOCAB)),
                                     with_text=bool(body.get("return_text_in_logprobs")))}
-    return web.json_response({"text": "".join(t.text for t in toks), "output_ids": [t.id for t in toks],
+    return json_response({"text": "".join(t.text for t in toks), "output_ids": [t.id for t in toks],
                               "meta_info": meta})
 
 
@@ -361,13 +354,13 @@ def _usage(req: Req) -> dict[str, Any]:
             "total_tokens": req.input_len + len(req.out), "prompt_tokens_details": None}
 
 
-async def _chat(sim: Sim, request: web.Request) -> web.StreamResponse:
+async def _chat(sim: Sim, request: Request) -> Response | Stream:
     if (nr := _not_ready(sim)) is not None:
         return nr
-    body = await _json_body(request)
+    body = _json_body(request)
     messages = body.get("messages") or []
     if not isinstance(messages, list) or not messages:
-        return web.json_response({"object": "error", "message": "messages must be a non-empty list",
+        return json_response({"object": "error", "message": "messages must be a non-empty list",
                                   "type": "BadRequestError", "param": None, "code": 400}, status=400)
     question = last_user_text(messages)
     kwargs = body.get("chat_template_kwargs") or {}
@@ -395,7 +388,7 @@ async def _chat(sim: Sim, request: web.Request) -> web.StreamResponse:
     if not body.get("stream"):
         await _drain(req)
         rc, content = split(req.out)
-        return web.json_response({
+        return json_response({
             "id": cid, "object": "chat.completion", "created": created, "model": body.get("model") or sim.name,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": content or "",
                                                  "reasoning_content": rc, "tool_calls": None},
@@ -425,10 +418,10 @@ async def _chat(sim: Sim, request: web.Request) -> web.StreamResponse:
     return resp
 
 
-async def _completions(sim: Sim, request: web.Request) -> web.StreamResponse:
+async def _completions(sim: Sim, request: Request) -> Response | Stream:
     if (nr := _not_ready(sim)) is not None:
         return nr
-    body = await _json_body(request)
+    body = _json_body(request)
     prompt = body.get("prompt") or ""
     input_len = len(prompt) if isinstance(prompt, list) else count_tokens(str(prompt))
     max_new = int(body.get("max_tokens") or 16)
@@ -439,7 +432,7 @@ async def _completions(sim: Sim, request: web.Request) -> web.StreamResponse:
     created = int(time.time())
     if not body.get("stream"):
         await _drain(req)
-        return web.json_response({"id": cid, "object": "text_completion", "created": created, "model": sim.name,
+        return json_response({"id": cid, "object": "text_completion", "created": created, "model": sim.name,
                                   "choices": [{"index": 0, "text": "".join(" " + w for w in req.out),
                                                "logprobs": None, "finish_reason": "length"}],
                                   "usage": _usage(req)})
@@ -592,6 +585,8 @@ def bind_host(requested: str) -> str:
     (tests run from the repo) loopback only (simulator network rule): anything else binds 127.0.0.1 and says so."""
     if env.real_container():
         return requested
+    import ipaddress
+
     try:
         if requested == "localhost" or ipaddress.ip_address(requested).is_loopback:
             return requested
@@ -605,13 +600,12 @@ async def serve(sim: Sim) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, sim.stop.set)
-    runner = web.AppRunner(build_app(sim), access_log=None, handle_signals=False)
-    await runner.setup()
+    app = build_app(sim)
     host = bind_host(str(sim.args["host"]))
 
     async def bind() -> None:
         try:
-            await web.TCPSite(runner, host, int(sim.args["port"]), reuse_address=True).start()
+            await app.start(host, int(sim.args["port"]))
         except OSError as exc:
             log(f"ERROR: [Errno {exc.errno}] error while attempting to bind on address ('{host}', "
                 f"{sim.args['port']}): address already in use")
@@ -628,7 +622,7 @@ async def serve(sim: Sim) -> None:
     if sim.engine.stalled:
         # Its hung requests would never finish: real sglang kills its process tree on SIGTERM without waiting.
         os._exit(0)
-    await runner.cleanup()
+    await app.close()  # ends open connections at once: with the engine gone their requests could never finish
 
 
 def main(argv: list[str] | None = None) -> None:
