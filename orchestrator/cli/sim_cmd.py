@@ -36,7 +36,7 @@ def _require_simulator() -> None:
     """The simulator is its own top-level package whose dependencies come with the `sim` extra."""
     import importlib.util
 
-    missing = [m for m in ("simulator", "cryptography", "aiohttp") if importlib.util.find_spec(m) is None]
+    missing = [m for m in ("simulator", "cryptography") if importlib.util.find_spec(m) is None]
     if missing:
         raise ConfigError(f"the simulator is not installed (missing {', '.join(missing)})",
                           fix="install it with: pip install -e '.[sim]' (scripts/install.sh does this)")
