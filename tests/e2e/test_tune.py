@@ -1,7 +1,10 @@
 """Issue 23: `deploy tune` through the real CLI on a simulated host: two flags, the knee found, the original
 restored; --apply rolls the winner; a SIGKILLed tune resumes and leaves no candidate running.
 
-Bounded: a 32/96-token preset, concurrency 16..64 step 16 (at most 4 search runs a point), one confirmation run.
+Bounded: a 32/96-token preset, concurrency 16..64 step 16 (at most 4 search runs a point), one confirmation run;
+two (the default) where the test asserts a winner: a goodput over 2 runs has a 95 % interval 12.7 standard errors
+wide each side (Student's t, 1 degree of freedom), so one run slowed by a busy machine made the winner "not
+distinguishable" (seen in CI); over 3 runs it is 4.3.
 The stand-in's knee (simulator/sglang_standin/README.md, "The knee"): past max-running-requests TTFT grows by a
 whole request's decode (96 tokens × ~30 ms ≈ 2.9 s), beyond the 2.5 s bound, so mrr=16 meets the SLO up to
 concurrency 16 and mrr=64 up to 64. The bound sits just under that step: on the simulated clock (5x) every 0.1 s
@@ -117,7 +120,7 @@ def test_apply_rolls_the_winner_and_a_killed_tune_resumes(converged: DeployEnv) 
     assert res.rc == 0, res.text
     original = current(env)
     args = ("tune", "host", env.host, "--slo", SLO, "--over", "max-running-requests=32,64", "--over",
-            "num-continuous-decode-steps=8", "--range", "16:64:16", "--preset", "tune", "--confirm", "1", "--apply")
+            "num-continuous-decode-steps=8", "--range", "16:64:16", "--preset", "tune", "--confirm", "2", "--apply")
     proc = env.popen(*args, lock_ttl_s=5)
     assert proc.stdout is not None
     tune_id, seen = None, []
