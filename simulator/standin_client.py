@@ -75,8 +75,8 @@ def _open_stdio() -> tuple[list[int], int]:
 
 
 def call(sock: "_socket.socket", tool: str, args: list[str]) -> int | None:
-    """Run TOOL ARGS through the server; its exit status (128+N for signal N), or None when the server declined
-    before running anything."""
+    """Run TOOL ARGS through the server; its exit status (128+N for signal N), or None when the server did not run
+    it (it answered `stale`, or closed the connection before `run`: a call queued while it stopped listening)."""
     env = posix.environ
     argv = [tool.encode(), *(a.encode("utf-8", "surrogateescape") for a in args)]
     umask = posix.umask(0o022)
@@ -99,8 +99,9 @@ def call(sock: "_socket.socket", tool: str, args: list[str]) -> int | None:
         if _signal.getsignal(signum) != _signal.SIG_IGN:
             _signal.signal(signum, forward)
     reply = sock.recv(64)
-    if reply == b"stale":
+    if reply != b"run":  # b"stale", or a connection the server never took (it stopped listening): nothing ran
         return None
+    reply = sock.recv(64)
     if not reply:
         posix.write(2, f"deploy sim: the stand-in server stopped while `{tool}` ran\n".encode())
         return 255

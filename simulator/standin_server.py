@@ -6,8 +6,9 @@ It runs as the process that holds the host view (same pid, namespaces and cwd), 
 interpreter launcher, so its module paths are the ones a direct run has. Each call (simulator.standin_client) is one
 SOCK_SEQPACKET message with the caller's argv, environment, cwd, umask and stdin/stdout/stderr descriptors; the
 server forks, the child takes all of that over, runs the tool's `main` and exits with its status, which the server
-sends back. Bytes from the client after the request are signals to pass on; the client gone (killed) kills the
-command, as it would have died with it.
+sends back after a `run` message (so a client whose connection closes before `run`, queued while the server
+stopped listening, knows nothing ran and runs the tool directly). Bytes from the client after the request are
+signals to pass on; the client gone (killed) kills the command, as it would have died with it.
 
 A call costs the fork and the command's own work, not the ~0.1 s of imports of a direct run. The server must not
 change what a command does: each child starts from the state right after the imports (no command ever runs in the
@@ -245,6 +246,10 @@ class Server:
         if pid == 0:
             run_child(request, fds)
         self._close_fds(fds)
+        try:
+            conn.sendall(b"run")  # before the status (sent from this loop too): the client knows the call ran
+        except OSError:
+            pass  # the client is gone: its command is killed when its connection reads EOF
         self.calls[pid] = conn
         self.sel.register(conn, selectors.EVENT_READ, pid)
 
