@@ -1,8 +1,9 @@
 """One SSH round trip for many commands: build the batch script, split its output back per command.
 
 Why: every round trip costs latency (and counts against the performance goals), so a step reads all the facts
-it needs with one script. Each command runs in its own `bash -c` with stdout and stderr captured to temp files
-and stdin from /dev/null (the script itself arrives on stdin with `bash -s`; a command reading stdin would eat the
+it needs with one script. Each command runs in a subshell of its own (`eval`, so `$$` is the script's PID: the
+builder refuses it, `$BASHPID` is the command's) with stdout and stderr captured to temp files and stdin from
+/dev/null (the script itself arrives on stdin with `bash -s`; a command reading stdin would eat the
 rest of the script). Only after the command has finished are its outputs printed between framing lines, so
 nothing a command prints can interleave with the framing. A random nonce in the framing keeps a command's own
 output (even if it contains `@@DEPLOY:...`) from being taken for a marker.
@@ -79,6 +80,9 @@ def build_batch_script(commands: Mapping[str, str], nonce: str, parallel: int = 
     _check(nonce, commands)
     if not commands:
         raise ValueError("batch script needs at least one command")
+    if pid_users := [name for name, command in commands.items() if "$$" in command]:
+        raise ValueError(f"batch command(s) {', '.join(pid_users)} use $$, which in a batch is the script's PID, "
+                         "shared by every command: use $BASHPID (the command's own subshell)")
     return render_script("batch.sh.j2", plan=_marker(nonce, "PLAN", " ".join(commands)), parallel=parallel, commands=[
         {"command": command, "begin": _marker(nonce, "BEGIN", name), "mid": _marker(nonce, "STDERR", name),
          "end_prefix": f"@@DEPLOY:{nonce}:END:{name}:"} for name, command in commands.items()])
