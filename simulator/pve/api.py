@@ -69,9 +69,10 @@ class Ctx:
     caller: Caller
     ep: schema.Endpoint
 
-    def task(self, typ: str, id_: str, body: Callable[[tasks.TaskLog], None]) -> str:
+    def task(self, typ: str, id_: str, body: Callable[[tasks.TaskLog], None],
+             on_error: Callable[[], None] | None = None) -> str:
         upid, exitstatus = tasks.run(self.hp, typ, id_, self.caller.user, body,
-                                     background=self.caller.background, echo=self.caller.echo)
+                                     background=self.caller.background, echo=self.caller.echo, on_error=on_error)
         if not self.caller.background and exitstatus != "OK":
             raise TaskFailed(upid, exitstatus)
         return upid
@@ -177,7 +178,8 @@ def _guest_entry(ctx: Ctx, vmid: int) -> dict[str, Any]:
     return {"id": f"lxc/{vmid}", "type": "lxc", "vmid": vmid, "node": ctx.node.name, "name": st["name"],
             "status": st["status"], "maxmem": st["maxmem"], "mem": st["mem"], "maxcpu": st["cpus"],
             "cpu": st["cpu"], "maxdisk": st["maxdisk"], "disk": st["disk"], "uptime": st["uptime"],
-            "template": st["template"], "netin": 0, "netout": 0, "diskread": 0, "diskwrite": 0}
+            "template": st["template"], "netin": 0, "netout": 0, "diskread": 0, "diskwrite": 0,
+            **({"lock": st["lock"]} if "lock" in st else {})}
 
 
 @route("GET", "/cluster/resources")
@@ -210,7 +212,7 @@ def _lxc_list(ctx: Ctx, p: dict[str, Any]) -> Any:
     for vmid in _visible(ctx):
         st = ctx.node.status(vmid)
         out.append({k: st[k] for k in ("vmid", "name", "status", "type", "cpus", "maxmem", "maxswap", "maxdisk",
-                                       "mem", "disk", "cpu", "uptime", "netin", "netout")})
+                                       "mem", "disk", "cpu", "uptime", "netin", "netout", "lock") if k in st})
     return out
 
 
@@ -228,13 +230,14 @@ def _lxc_create(ctx: Ctx, p: dict[str, Any]) -> Any:
     conf = ctx.node.build_conf(p, normaliser(ctx.ep))
     ctx.node.check_devices(conf.options)  # update_pct_config runs before the worker: the call itself fails
     start = bool(p.get("start"))
+    ctx.node.create_and_lock(vmid)  # `lock: create` from here until the worker has written the real config
 
     def body(log: tasks.TaskLog) -> None:
         ctx.node.create(p, conf, log)
         if start:
             ctx.node.start(vmid, log)
 
-    return ctx.task("vzcreate", str(vmid), body)
+    return ctx.task("vzcreate", str(vmid), body, on_error=lambda: ctx.node.discard_failed_create(vmid))
 
 
 def _create_perms(ctx: Ctx, p: dict[str, Any], vmid: int, unpriv: bool) -> None:
@@ -272,7 +275,8 @@ def _lxc_index(ctx: Ctx, p: dict[str, Any]) -> Any:
 @route("DELETE", "/nodes/{node}/lxc/{vmid}")
 def _lxc_destroy(ctx: Ctx, p: dict[str, Any]) -> Any:
     vmid = int(p["vmid"])
-    ctx.node.read(vmid)
+    conf, _ = ctx.node.read(vmid)
+    ctx.node.check_lock(conf)  # destroy_vm's early checks, before the worker
     if ctx.node.running(vmid):
         raise PveError(f"CT {vmid} is running - destroy failed")
     return ctx.task("vzdestroy", str(vmid), lambda log: ctx.node.destroy(vmid, log))
@@ -325,15 +329,25 @@ def _status_current(ctx: Ctx, p: dict[str, Any]) -> Any:
 @route("POST", "/nodes/{node}/lxc/{vmid}/status/start")
 def _start(ctx: Ctx, p: dict[str, Any]) -> Any:
     vmid = int(p["vmid"])
+    skiplock = _skiplock(ctx, p)
     ctx.node.precheck_start(vmid)
-    return ctx.task("vzstart", str(vmid), lambda log: ctx.node.start(vmid, log))
+    return ctx.task("vzstart", str(vmid), lambda log: ctx.node.start(vmid, log, skiplock=skiplock))
+
+
+def _skiplock(ctx: Ctx, p: dict[str, Any]) -> bool:
+    """vm_start/vm_stop's `skiplock`: root@pam only (raise_param_exc, a 400)."""
+    skiplock = bool(p.get("skiplock"))
+    if skiplock and ctx.caller.user != lxcmod.ROOT_USER:
+        raise schema.ParamError({"skiplock": "Only root may use this option."})
+    return skiplock
 
 
 @route("POST", "/nodes/{node}/lxc/{vmid}/status/stop")
 def _stop(ctx: Ctx, p: dict[str, Any]) -> Any:
     vmid = int(p["vmid"])
+    check = "skip" if _skiplock(ctx, p) else "unless-mounted"
     ctx.node.precheck_running(vmid)
-    return ctx.task("vzstop", str(vmid), lambda log: ctx.node.stop(vmid, log))
+    return ctx.task("vzstop", str(vmid), lambda log: ctx.node.stop(vmid, log, lock_check=check))
 
 
 @route("POST", "/nodes/{node}/lxc/{vmid}/status/shutdown")
@@ -343,7 +357,8 @@ def _shutdown(ctx: Ctx, p: dict[str, Any]) -> Any:
     timeout = float(p.get("timeout", 60))
     force = bool(p.get("forceStop", 0))
     return ctx.task("vzshutdown", str(vmid),
-                    lambda log: ctx.node.stop(vmid, log, graceful_timeout_s=timeout, force=force))
+                    lambda log: ctx.node.stop(vmid, log, graceful_timeout_s=timeout, force=force,
+                                              lock_check="always"))
 
 
 @route("POST", "/nodes/{node}/lxc/{vmid}/status/reboot")
@@ -501,7 +516,7 @@ def _task(ctx: Ctx, upid: str, need_file: bool = True) -> dict[str, Any]:
 
 @route("GET", "/nodes/{node}/tasks")
 def _task_list(ctx: Ctx, p: dict[str, Any]) -> Any:
-    out = tasks.listing(ctx.hp)
+    out = _by_source(tasks.listing(ctx.hp), str(p.get("source", "archive")))
     if not acl.allowed(ctx.hp, ctx.caller.user, f"/nodes/{ctx.node.name}", ["Sys.Audit"]):
         out = [t for t in out if tasks.owns(t, ctx.caller.user)]
     if "vmid" in p:
@@ -509,8 +524,18 @@ def _task_list(ctx: Ctx, p: dict[str, Any]) -> Any:
     if p.get("typefilter"):
         out = [t for t in out if t.get("type") == p["typefilter"]]
     start, limit = int(p.get("start", 0)), int(p.get("limit", 50))
-    return [tasks.with_token({**t, "status": t.get("exitstatus", "RUNNING") if t.get("status") == "stopped"
-                              else None}) for t in out][start:start + limit]
+    return [tasks.with_token({**t, "status": t.get("exitstatus") if t.get("status") == "stopped" else "RUNNING"})
+            for t in out][start:start + limit]
+
+
+def _by_source(listed: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
+    """node_tasks' `source`: `archive` (the default) lists only ended tasks (the task index), `active` the
+    running ones (status RUNNING), `all` both: a caller looking for a running task must ask for it."""
+    if source == "archive":
+        return [t for t in listed if t.get("status") == "stopped"]
+    if source == "active":
+        return [t for t in listed if t.get("status") != "stopped"]
+    return listed
 
 
 @route("GET", "/nodes/{node}/tasks/{upid}/status")

@@ -116,6 +116,7 @@ PCT_USAGE = {
     "pull": "pct pull <vmid> <path> <destination> [OPTIONS]",
     "list": "pct list",
     "enter": "pct enter <vmid> [OPTIONS]",
+    "unlock": "pct unlock <vmid>",
 }
 
 
@@ -150,6 +151,8 @@ def pct_main(argv: list[str]) -> int:
         from simulator.lxc.attach import ENTER_COMMAND
 
         return _pct_exec(vmid, ENTER_COMMAND)
+    if cmd == "unlock":
+        return _pct_unlock(vmid, rest[1:], usage)
     base = f"/nodes/{node}/lxc"
     endpoints = {
         "create": ("POST", base), "set": ("PUT", f"{base}/{vmid}/config"),
@@ -213,7 +216,20 @@ def _pct_list() -> int:
     _print(f"{'VMID':<10} {'Status':<10} {'Lock':<12} {'Name':<20}")
     for vmid in n.vmids():
         st = n.status(vmid)
-        _print(f"{vmid:<10} {st['status']:<10} {'':<12} {st['name']:<20}")
+        _print(f"{vmid:<10} {st['status']:<10} {st.get('lock', ''):<12} {st['name']:<20}")
+    return 0
+
+
+def _pct_unlock(vmid: int, args: list[str], usage: str) -> int:
+    """pct's own `unlock` (no API path): remove_lock with no name, so any lock goes; none is an error."""
+    from simulator.pve.lxc import Node
+
+    if args:
+        return _err(f"400 too many arguments\n{usage}")
+    try:
+        Node(current_host()).remove_lock(vmid)
+    except PveError as exc:
+        return _api_error(exc)
     return 0
 
 
@@ -430,20 +446,34 @@ def vzdump_main(argv: list[str]) -> int:
     node = Node(hp)
     try:
         req = vzdump.parse_args(argv)
-        base = f"/nodes/{node.name}/lxc/{req.vmid}/status"
-
-        def call(action: str) -> None:
-            if _call("POST", f"{base}/{action}", {}, vzdump.USAGE)[0]:
-                raise PveError(f"{action} of CT {req.vmid} failed")
-
         _print(f"INFO: starting new backup job: vzdump {' '.join(argv)}")
-        vzdump.dump(node, req, _print, lambda: call("shutdown"), lambda: call("start"))
+        vzdump.dump(node, req, _print, *_vzdump_stop_start(node, req.vmid))
     except PveError as exc:
         if exc.status == 500:
             _print(f"ERROR: Backup of VM {argv[0]} failed - {exc.message}")
         return _api_error(exc)
     _print("INFO: Backup job finished successfully")
     return 0
+
+
+def _vzdump_stop_start(node: Any, vmid: int) -> tuple[Any, Any]:
+    """VZDump::LXC's stop_vm/start_vm call PVE::LXC::vm_stop/vm_start directly: inside the backup task, past the
+    `backup` lock that vzdump itself holds (no lock check, no task of their own)."""
+    from simulator.pve.lxc import TaskError
+
+    def run(action: Any) -> None:
+        try:
+            action()
+        except TaskError as exc:
+            raise PveError(str(exc)) from None
+
+    def stop() -> None:
+        run(lambda: node.stop(vmid, _print, graceful_timeout_s=600, force=True, lock_check="skip"))
+
+    def start() -> None:
+        run(lambda: node.start(vmid, _print, skiplock=True))
+
+    return stop, start
 
 
 def main(argv: list[str]) -> int:

@@ -34,6 +34,9 @@ Log = Callable[[str], None]
 #: Keys the API takes on create that are not stored in the conf file.
 CREATE_ONLY = {"vmid", "node", "ostemplate", "password", "ssh-public-keys", "start", "storage", "restore",
                "force", "unique", "pool", "ignore-unpack-errors", "bwlimit", "ha-managed"}
+#: pve-container's `lock` property (PVE::LXC::Config confdesc): a running task's claim on the CT.
+LOCKS = ("backup", "create", "destroyed", "disk", "fstrim", "migrate", "mounted", "rollback", "snapshot",
+         "snapshot-delete")
 STD_DEV_NODES = {"null": (1, 3), "zero": (1, 5), "full": (1, 7), "random": (1, 8), "urandom": (1, 9),
                  "tty": (5, 0), "ptmx": (5, 2)}
 
@@ -89,6 +92,52 @@ class Node:
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text(conf.render())
         os.replace(tmp, path)
+
+    # ------------------------------------------------------------------------------------------ config locks
+
+    @staticmethod
+    def lock_message(conf: confmod.CtConf) -> str | None:
+        """PVE::AbstractConfig::check_lock's text for a locked CT (guest type CT), None when it is not locked."""
+        lock = conf.options.get("lock")
+        return f"CT is locked ({lock})" if lock else None
+
+    def check_lock(self, conf: confmod.CtConf) -> None:
+        """check_lock outside a worker: the API call itself fails (HTTP 500, the message as its status line)."""
+        msg = self.lock_message(conf)
+        if msg:
+            raise PveError(msg)
+
+    @classmethod
+    def check_lock_in_task(cls, conf: confmod.CtConf, skiplock: bool = False, mounted_ok: bool = False) -> None:
+        """check_lock inside a worker (start, stop, shutdown, destroy): the task fails with the same text.
+        vm_start and vm_stop skip it with `skiplock` (root only) and for the `mounted` lock."""
+        lock = conf.options.get("lock")
+        if skiplock or (mounted_ok and lock == "mounted"):
+            return
+        msg = cls.lock_message(conf)
+        if msg:
+            raise TaskError(msg)
+
+    def set_lock(self, vmid: int, lock: str) -> None:
+        """AbstractConfig::set_lock: refused on a CT that holds another lock (vzdump's `backup`)."""
+        with self.lock(vmid):
+            conf, _ = self.read(vmid)
+            self.check_lock(conf)
+            conf.options["lock"] = lock
+            self.write(vmid, conf)
+
+    def remove_lock(self, vmid: int, lock: str | None = None) -> None:
+        """AbstractConfig::remove_lock (`pct unlock` passes no lock name: any lock goes)."""
+        with self.lock(vmid):
+            conf, _ = self.read(vmid)
+            have = conf.options.get("lock")
+            if not have:
+                which = f"'{lock}' " if lock is not None else "any"  # PVE's text, its double space included
+                raise PveError(f"no lock found trying to remove {which} lock")
+            if lock is not None and have != lock:
+                raise PveError(f"found lock '{have}' trying to remove '{lock}' lock")
+            del conf.options["lock"]
+            self.write(vmid, conf)
 
     def state(self, vmid: int) -> CtState:
         return self.hp.ct(vmid).load()
@@ -156,6 +205,29 @@ class Node:
         if self.exists(vmid):
             raise PveError(f"CT {vmid} already exists on node '{self.name}'")
 
+    def create_and_lock(self, vmid: int) -> None:
+        """AbstractConfig::create_and_lock_config, run by the API call before its worker starts: the CT's config
+        is nothing but `lock: create` until the worker has unpacked the archive and written the real one."""
+        with self.lock(vmid):
+            self.precheck_create(vmid)
+            self.write(vmid, confmod.CtConf(options={"lock": "create"}))
+
+    def discard_failed_create(self, vmid: int) -> None:
+        """create_vm's error path: a CT still locked `create` when its task fails is destroyed (config, volume)."""
+        with self.lock(vmid):
+            try:
+                conf, _ = self.read(vmid)
+            except PveError:
+                return
+            if conf.options.get("lock") != "create":
+                return  # created already (a later `start` of the same task failed): the CT stays
+            self.hp.conf(vmid).unlink(missing_ok=True)
+        try:
+            self.lxc.destroy(vmid)
+        except Exception:  # a rootfs that was never made
+            pass
+        shutil.rmtree(self.hp.ct(vmid).dir, ignore_errors=True)
+
     def template_path(self, volid: str) -> Path:
         m = re.fullmatch(r"([a-zA-Z0-9][\w.-]*):vztmpl/(.+)", volid)
         if not m:
@@ -209,7 +281,8 @@ class Node:
         return confmod.join_property({"name": name, **dict(sorted(items.items()))}, None)
 
     def create(self, params: dict[str, Any], conf: confmod.CtConf, log: Log) -> None:
-        """Task body of vzcreate: check the template, write the conf, lay out the container's directories."""
+        """Task body of vzcreate: check the template, unpack it, then write the conf (which drops the create lock
+        that create_and_lock set). A failure leaves the lock for the task's error path."""
         vmid = int(params["vmid"])
         volid = str(params.get("ostemplate", ""))
         tmpl = self.template_path(volid)
@@ -222,18 +295,19 @@ class Node:
         blocks = int(float(size.rstrip("G")) * 262144)
         log(f"Creating filesystem with {blocks} 4k blocks and {blocks // 4} inodes")
         log(f"extracting archive '/var/lib/vz/template/cache/{tmpl.name}'")
+        self._create_rootfs(vmid, tmpl, params, log)
         log(f"Total bytes read: 524595200 (501MiB, {random.randint(150, 400)}MiB/s)")
         distro = str(conf.options.get("ostype", "debian"))
         ver = re.search(r"-(\d+(?:\.\d+)?)-", tmpl.name)
         log(f"Detected OS distribution '{distro}' version '{ver.group(1) if ver else 'unknown'}'")
-        with self.lock(vmid):
-            if self.exists(vmid):
-                raise TaskError(f"unable to create CT {vmid} - CT {vmid} already exists on node '{self.name}'")
+        with self.lock(vmid):  # "safe config (after OS detection)": the real config, without the create lock
             self.write(vmid, conf)
-        self._create_rootfs(vmid, tmpl, params, conf, log)
+        log("Creating SSH host key 'ssh_host_ed25519_key' - this may take some time ...")
+        log(f"done: SHA256:{os.urandom(16).hex()} root@{conf.options.get('hostname', f'CT{vmid}')}")
 
-    def _create_rootfs(self, vmid: int, tmpl: Path, params: dict[str, Any], conf: confmod.CtConf, log: Log) -> None:
-        """Real rootfs from the template; nothing is pre-installed: a fresh container is as bare as PVE's."""
+    def _create_rootfs(self, vmid: int, tmpl: Path, params: dict[str, Any], log: Log) -> None:
+        """Real rootfs from the template; nothing is pre-installed: a fresh container is as bare as PVE's. A
+        failure is the task's: its error path (discard_failed_create) removes what was made."""
         from simulator.lxc.runtime import RuntimeFailure
 
         cp = self.hp.ct(vmid)
@@ -242,12 +316,7 @@ class Node:
         try:
             self.lxc.create(vmid, tmpl, str(params.get("ssh-public-keys") or "") or None)
         except (RuntimeFailure, OSError) as exc:
-            with self.lock(vmid):
-                self.hp.conf(vmid).unlink(missing_ok=True)
-            shutil.rmtree(cp.dir, ignore_errors=True)
             raise TaskError(f"unable to create CT {vmid} - {exc}") from None
-        log("Creating SSH host key 'ssh_host_ed25519_key' - this may take some time ...")
-        log(f"done: SHA256:{os.urandom(16).hex()} root@{conf.options.get('hostname', f'CT{vmid}')}")
 
     # ------------------------------------------------------------------------------------------ config
 
@@ -272,6 +341,7 @@ class Node:
                 raise ParamError({"delete": f"you can't use '-{opt}' and -delete {opt}' at the same time"})
         with self.lock(vmid):
             conf, current = self.read(vmid)
+            self.check_lock(conf)  # update_vm: before the digest and every other check
             if digest and digest != current:
                 raise PveError("detected modified configuration - file changed by other user? Try again.")
             unpriv = conf.options.get("unprivileged") == "1"
@@ -345,10 +415,12 @@ class Node:
                     out.append((rel, os.major(st.st_rdev), os.minor(st.st_rdev), stat.S_IMODE(st.st_mode)))
         return out
 
-    def start(self, vmid: int, log: Log) -> None:
-        """Task body of vzstart: check/copy passed devices, create the network namespace, mark running."""
+    def start(self, vmid: int, log: Log, skiplock: bool = False) -> None:
+        """Task body of vzstart: check the lock, check/copy passed devices, create the network namespace, mark
+        running. `skiplock`: the API's root-only option, and PVE's own starts (vm_reboot, vzdump) that skip it."""
         with self.lock(vmid):
             conf, _ = self.read(vmid)
+            self.check_lock_in_task(conf, skiplock=skiplock, mounted_ok=True)
             if self.running(vmid):
                 raise TaskError(f"CT {vmid} already running")
             if conf.pending or conf.pending_delete:  # vm_start: "apply pending changes while starting"
@@ -382,15 +454,19 @@ class Node:
         """Task body of vzreboot: shutdown, then start again (pve-container's vm_reboot)."""
         with self.lock(vmid):
             self.lxc.shutdown(vmid, timeout_s, force=True)
-        self.start(vmid, log)
+        self.start(vmid, log, skiplock=True)  # PVE::LXC::vm_reboot checks no lock
 
-    def stop(self, vmid: int, log: Log, graceful_timeout_s: float = 0.0, force: bool = True) -> None:
+    def stop(self, vmid: int, log: Log, graceful_timeout_s: float = 0.0, force: bool = True,
+             lock_check: str = "unless-mounted") -> None:
         """Task body of vzstop/vzshutdown: `lxc-stop` (kill) or a clean shutdown of the container's systemd.
 
         Shutdown waits up to graceful_timeout_s; without force a container that is still running then makes the
-        task fail like `lxc-stop --nokill` does.
+        task fail like `lxc-stop --nokill` does. `lock_check`: vm_stop checks the lock unless it is `mounted`
+        ("unless-mounted"), vm_shutdown always ("always"), vzdump's own stop never ("skip").
         """
         with self.lock(vmid):
+            conf, _ = self.read(vmid)
+            self.check_lock_in_task(conf, skiplock=lock_check == "skip", mounted_ok=lock_check == "unless-mounted")
             if graceful_timeout_s > 0:
                 if not self.lxc.shutdown(vmid, graceful_timeout_s, force):
                     raise TaskError(f"command 'lxc-stop -n {vmid} --nokill --timeout "
@@ -406,6 +482,7 @@ class Node:
     def destroy(self, vmid: int, log: Log) -> None:
         with self.lock(vmid):
             conf, _ = self.read(vmid)
+            self.check_lock_in_task(conf)  # destroy_vm checks again once it holds the config lock
             if self.running(vmid):
                 raise TaskError(f"CT {vmid} is running - destroy failed")
             rootfs = confmod.split_property(conf.options.get("rootfs", ""), "volume").get("volume", "")
@@ -433,6 +510,7 @@ class Node:
             "netin": 0, "netout": 0, "diskread": 0, "diskwrite": 0, "ha": {"managed": 0},
             "template": 0 if "template" not in o else int(o["template"]),
             **({"pid": self.lxc.init_pid(vmid)} if run else {}),
+            **({"lock": o["lock"]} if o.get("lock") else {}),
         }
 
     def _inet(self, items: dict[str, str]) -> str | None:

@@ -77,8 +77,12 @@ class TaskLog:
 
 
 def run(hp: HostPaths, typ: str, id_: str, user: str, body: Callable[[TaskLog], None], *,
-        background: bool, echo: Callable[[str], None] | None = None) -> tuple[str, str]:
-    """Start a task; returns (upid, exitstatus). In background mode exitstatus is "" (still running)."""
+        background: bool, echo: Callable[[str], None] | None = None,
+        on_error: Callable[[], None] | None = None) -> tuple[str, str]:
+    """Start a task; returns (upid, exitstatus). In background mode exitstatus is "" (still running).
+
+    `on_error` runs when the task fails (the `task_fail` fault included), before its status says so: the error
+    path of PVE's worker (create_vm destroys the CT it locked)."""
     cfg = hp.load()
     upid = new_upid(cfg.node, typ, id_, user)
     status_file, log_file = _files(hp, upid)
@@ -101,6 +105,11 @@ def run(hp: HostPaths, typ: str, id_: str, user: str, body: Callable[[TaskLog], 
             exitstatus = str(exc).strip()
         except Exception as exc:
             exitstatus = f"{type(exc).__name__}: {exc}"
+        if exitstatus != "OK" and on_error is not None:
+            try:
+                on_error()
+            except Exception as exc:  # PVE warns and keeps the task's own error
+                log(f"WARN: {exc}")
         if background:
             time.sleep(max(0.0, MIN_RUNTIME_S - (time.monotonic() - t0)))
         with open(log_file, "a") as fh:

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from simulator.pve.lxc import Node, PveError
 
@@ -97,7 +98,6 @@ def dump(node: Node, req: DumpRequest, log: Callable[[str], None],
          stop: Callable[[], None], start: Callable[[], None]) -> Path:
     """Write the archive; a running container is shut down for it and started again (mode stop)."""
     conf, _digest = node.read(req.vmid)
-    rt = node.lxc
     running = node.running(req.vmid)
     if running and req.mode != "stop":
         raise PveError(f"simulator: only `--mode stop` is simulated for a running container (asked: {req.mode})")
@@ -108,6 +108,17 @@ def dump(node: Node, req: DumpRequest, log: Callable[[str], None],
     target = dumpdir / archive_name(req.vmid, req.compress, t0)
     log(f"INFO: Starting Backup of VM {req.vmid} (lxc)")
     log(f"INFO: status = {'running' if running else 'stopped'}")
+    node.set_lock(req.vmid, "backup")  # PVE::VZDump: "lock VM (prevent config changes)", in every mode
+    try:
+        return _dump_locked(node, req, conf, running, target, t0, log, stop, start)
+    finally:
+        node.remove_lock(req.vmid, "backup")
+
+
+def _dump_locked(node: Node, req: DumpRequest, conf: Any, running: bool, target: Path, t0: float,
+                 log: Callable[[str], None], stop: Callable[[], None], start: Callable[[], None]) -> Path:
+    """The backup proper, while the CT holds the `backup` lock."""
+    rt = node.lxc
     log(f"INFO: backup mode: {req.mode}")
     log(f"INFO: CT Name: {conf.options.get('hostname', f'CT{req.vmid}')}")
     log("INFO: including mount point rootfs ('/') in backup")
