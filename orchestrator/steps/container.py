@@ -37,6 +37,8 @@ MP_KEY = re.compile(r"^mp(\d+)$")
 #: PVE allows mp0 … mp255.
 MAX_MOUNT_POINTS = 256
 NVIDIA_PATH = re.compile(r"^/dev/nvidia")
+#: How long `up` waits for a create task of another run (a killed `deploy up`'s, still unpacking on the node).
+CREATE_WAIT_S = 600
 CT_FACTS_AFTER_START = (CT.gpus, CT.sglang_version, CT.weights, CT.unit_sha,
                         CT.current_release, CT.releases, CT.active, CT.enabled, CT.main_pid, CT.health, CT.topo,
                         CT.p2p_read, CT.p2p_write, CT.missing_pkgs, CT.watchdog)
@@ -159,6 +161,89 @@ def restart_reasons(ctx: StepContext, current: dict[str, Any], base_diff: dict[s
         if stale:
             reasons.append("; ".join(stale) + " (host driver reloaded or rebooted since the CT started)")
     return reasons
+
+
+def running_tasks(listing: Any, vmid: int, typ: str) -> list[str]:
+    """UPIDs of the node's `typ` tasks for this CT that still run, from `GET /nodes/N/tasks?source=active`: a
+    running task's status is RUNNING; an ended one not yet archived carries its exit status instead."""
+    if not isinstance(listing, list):
+        return []
+    return [str(t["upid"]) for t in listing
+            if isinstance(t, dict) and isinstance(t.get("upid"), str) and t.get("type") == typ
+            and str(t.get("id")) == str(vmid) and t.get("status") in (None, "", "RUNNING")]
+
+
+#: What holds each PVE config lock (pve-container's `lock` values) and so what ends it.
+LOCK_HOLDERS = {
+    "backup": "a backup (vzdump)", "migrate": "a migration", "snapshot": "a snapshot",
+    "snapshot-delete": "a snapshot removal", "rollback": "a snapshot rollback", "disk": "a disk move or clone",
+    "mounted": "`pct mount`", "fstrim": "`pct fstrim`", "destroyed": "a destroy", "create": "a create",
+}
+
+
+def lock_refusal(lock: str, vmid: int, node: str) -> tuple[str, str]:
+    """(what, fix) for a CT that holds a PVE config lock `up` cannot wait out: every change to it would fail
+    with PVE's `CT is locked (LOCK)`. A `create` lock here is stale: no create task for the CT runs."""
+    if lock == "create":
+        return (f"CT {vmid} is locked (create) but no create task for it runs on node {node}: a create ended "
+                "half-way (the node restarted during it?), so the container's root filesystem is only partly "
+                "unpacked and `up` will not start or change it",
+                f"remove the half-made CT on the host and run `deploy up` again to create it anew: `pct unlock "
+                f"{vmid} && pct destroy {vmid} --destroy-unreferenced-disks 1` (`pct destroy` alone refuses a "
+                "locked CT; unlocking alone would leave the partial filesystem). Nothing was changed")
+    holder = LOCK_HOLDERS.get(lock, f"a `{lock}` operation")
+    return (f"CT {vmid} is locked ({lock}) by {holder} on node {node}; PVE refuses to start or reconfigure a "
+            "locked CT, so `up` changed nothing",
+            f"wait for that task to end (`pvesh get /nodes/{node}/tasks --source active --vmid {vmid}` lists it) "
+            f"and run `deploy up` again; if no task runs, it died and left the lock: check the CT, then "
+            f"`pct unlock {vmid}` on the host")
+
+
+def _reread_container(ctx: StepContext, what: str) -> str | None:
+    """The CT's lock now (None: unlocked or gone), its status and config facts read again in one round trip."""
+    ctx.facts.gather((HOST.ct_status, HOST.ct_config, HOST.ct_pending, HOST.templates, HOST.aplinfo), (), what=what)
+    if ctx.facts.get(HOST.ct_status) is None:
+        return None
+    lock = parse_config_json(ctx.facts.get(HOST.ct_config).stdout).get("lock")
+    return str(lock) if lock else None
+
+
+def _settle_lock(ctx: StepContext, record: StepRecord, pve: _Clients, rechecked: bool = False) -> bool:
+    """Before any change: wait for a create task of this CT that still runs (another run's, e.g. a killed
+    `deploy up` whose task goes on in PVE), refuse any other lock. True when a dry run must stop here."""
+    spec, node = ctx.host.container, ctx.host.pve.node
+    lock = parse_config_json(ctx.facts.get(HOST.ct_config).stdout).get("lock")
+    if not lock or ctx.facts.get(HOST.ct_status) is None:
+        return False
+    record.details["lock"] = lock
+    # root sees every task; a privilege-separated token only its own without Sys.Audit on the node
+    reader = pve.devices() if ctx.host.pve.root_ssh and ctx.host.ssh.user == "root" else pve.lifecycle
+    upids = (running_tasks(reader.call("get", f"/nodes/{node}/tasks", source="active", typefilter="vzcreate",
+                                       vmid=spec.vmid), spec.vmid, "vzcreate")
+             if lock == "create" else [])
+    if not upids and lock == "create" and not rechecked:
+        # The task may have ended between the facts and the task list (its config then lost the lock, or the CT
+        # is gone): only a lock still there now, with no task, is stale.
+        _reread_container(ctx, "re-reading the container's create lock")
+        return _settle_lock(ctx, record, pve, rechecked=True)
+    if not upids:
+        what, fix = lock_refusal(str(lock), spec.vmid, node)
+        raise RemoteError(what, fix=fix, host=ctx.host.name, step="container", details={"lock": lock})
+    record.details["waited_for"] = upids[0]
+    if ctx.options.dry_run:
+        record.summary = f"CT {spec.vmid} is being created by task {upids[0]}: `up` waits for it, then converges"
+        return True
+    ctx.say(f"CT {spec.vmid} is locked (create): waiting for its create task to end (at most {CREATE_WAIT_S} s, "
+            f"task {upids[0]})")
+    try:
+        wait_task(reader, node, upids[0], timeout_s=CREATE_WAIT_S, host=ctx.host.name)
+    except RemoteError as exc:
+        if "still running" in exc.what:
+            raise
+        ctx.say(f"that create task failed ({exc.what}); PVE removed the half-made CT")
+    if _reread_container(ctx, "re-reading the container after its create task"):
+        return _settle_lock(ctx, record, pve)  # locked again (another task took it): the same rules apply
+    return False
 
 
 def _wait(client: PveClient, ctx: StepContext, result: Any, what: str) -> None:
@@ -382,6 +467,10 @@ def container(ctx: StepContext, record: StepRecord) -> None:
     record.details["passthrough"] = {"method": method, "why": method_reason}
     raw_wanted = (raw_lines(wanted, parse_proc_devices(ctx.facts.get(HOST.proc_devices).stdout))
                   if method == "raw-lxc" else [])
+    if status is not None:
+        if _settle_lock(ctx, record, pve):
+            return
+        status = ctx.facts.get(HOST.ct_status)
     if status is None:
         if not _create(ctx, record, pve, wanted, method, raw_wanted):
             return

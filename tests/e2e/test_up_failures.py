@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 from collections.abc import Iterator
@@ -13,7 +12,7 @@ import pytest
 import yaml
 
 from tests.conftest import sim_root
-from tests.e2e.conftest import DeployEnv, make_env, site_ostemplate, until
+from tests.e2e.conftest import DeployEnv, make_env, site_ostemplate
 from tests.e2e.test_roll import KILLED_LOCK_TTL_S
 from tests.sim_hosts import OFFSET_VM_HOST
 
@@ -123,14 +122,12 @@ def test_killed_up_resumes_without_duplicates(deploy_env: DeployEnv) -> None:
         time.sleep(0.2)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
-    # The killed run's `POST /lxc` goes on in the node's API daemon (pvedaemon's worker on a real node) until the
-    # archive is unpacked. Known gap, not tested here: a real node keeps that CT locked (`lock: create`) meanwhile,
-    # the simulator does not model PVE config locks, and the tool does not wait for a create lock; a resume that
-    # starts the CT before the unpack ends fails (seen in CI). The resume is tested from the moment that task ended.
-    tasks = Path(deploy_env.sim.host_dir) / "tasks"
-    until(lambda: all(json.loads(f.read_text()).get("status") == "stopped" for f in tasks.glob("*:vzcreate:*.json")),
-          timeout_s=60)
-    # The killed run's lease is taken over at once: this machine proves that run dead (tests/e2e/test_lock.py).
+    # The killed run's create task may still be unpacking: PVE keeps the CT locked (`lock: create`) meanwhile and
+    # refuses to start it ("CT is locked (create)"). The resume starts at once and must wait for that task (or, if
+    # the task failed and PVE removed the CT, create it). Its lease is taken over at once: this machine proves the
+    # killed run dead (tests/e2e/test_lock.py). Over pvesh (root, as here) the killed client's task dies at its next
+    # output line, as PVE's CLI tee kills its worker on a broken pipe, and PVE removes the half-made CT: the resume
+    # either waits for that task and then creates the CT, or finds it gone already.
     res = deploy_env.run("--json", "up", "host", deploy_env.host, "--skip-bench")
     assert res.rc == 0, res.text
     assert deploy_env.ssh("ls /etc/pve/lxc").stdout.split() == ["120.conf"]
@@ -139,6 +136,23 @@ def test_killed_up_resumes_without_duplicates(deploy_env: DeployEnv) -> None:
     assert deploy_env.ct("ls /etc/systemd/system/ | grep -c deploy-tmp || true").stdout.strip() == "0"
     again = deploy_env.run("--json", "up", "host", deploy_env.host, "--skip-bench")
     assert again.rc == 0 and not again.json["changed"]
+
+
+def test_a_stale_create_lock_is_refused_with_the_fix_and_nothing_changes(deploy_env: DeployEnv) -> None:
+    """A create cut short (the node restarted mid-unpack) leaves `lock: create` and no task: up must not touch it."""
+    made = deploy_env.ssh("pct create 120 local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst --hostname x "
+                          "--unprivileged 0 && echo 'lock: create' >> /etc/pve/lxc/120.conf")
+    assert made.rc == 0, made.stderr
+    before = deploy_env.ssh("cat /etc/pve/lxc/120.conf").stdout
+    res = deploy_env.run("--json", "up", "host", deploy_env.host, "--skip-bench")
+    assert res.rc == 3, res.text
+    assert res.json["step"] == "container" and "Traceback" not in res.text
+    assert "CT 120 is locked (create) but no create task for it runs" in res.json["what"]
+    assert "pct unlock 120 && pct destroy 120 --destroy-unreferenced-disks 1" in res.json["fix"]
+    assert deploy_env.ssh("cat /etc/pve/lxc/120.conf").stdout == before
+    assert deploy_env.ssh("pct status 120").stdout == "status: stopped\n"
+    # the fix the error gives works: the next up creates the CT anew
+    assert deploy_env.ssh("pct unlock 120 && pct destroy 120 --destroy-unreferenced-disks 1").rc == 0
 
 
 def test_concurrent_up_is_refused_naming_the_holder(converged: DeployEnv) -> None:

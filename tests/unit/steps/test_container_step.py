@@ -7,10 +7,10 @@ import subprocess
 
 import pytest
 
-from orchestrator.errors import CheckFailed, ConfigError
+from orchestrator.errors import CheckFailed, ConfigError, RemoteError
 from orchestrator.facts import BOOT_UNSETTLED, CT, SETTLE_BOOT, settle_boot_script
 from orchestrator.parsers.devices import nvidia_char_devices, parse_dev_listing
-from orchestrator.steps.container import base_config, device_plan
+from orchestrator.steps.container import base_config, device_plan, lock_refusal, running_tasks
 from tests.unit.steps.conftest import with_container
 
 DEV_LISTING = """\
@@ -238,3 +238,60 @@ def test_a_pinned_template_the_index_no_longer_lists_is_refused_with_the_version
     run.node.ct_after = {}
     run.step("container")
     assert not run.node.sent("aplinfo") and run.node.sent(f"--ostemplate {TEMPLATE}")
+
+
+def test_running_tasks_keeps_only_this_cts_running_tasks_of_that_type() -> None:
+    listing = [
+        {"upid": f"{UPID}vzcreate:120:root@pam:", "type": "vzcreate", "id": "120", "status": "RUNNING"},
+        {"upid": f"{UPID}vzcreate:121:root@pam:", "type": "vzcreate", "id": "121", "status": "RUNNING"},
+        {"upid": f"{UPID}vzstart:120:root@pam:", "type": "vzstart", "id": "120", "status": "RUNNING"},
+        {"upid": f"{UPID}vzcreate:120:root@pam:x", "type": "vzcreate", "id": "120", "status": "OK"},
+        "not a task",
+    ]
+    assert running_tasks(listing, 120, "vzcreate") == [f"{UPID}vzcreate:120:root@pam:"]
+    assert running_tasks(None, 120, "vzcreate") == []
+
+
+def test_lock_refusal_names_the_lock_and_a_fix_that_works_on_pve() -> None:
+    what, fix = lock_refusal("create", 120, "pve-gpu-1")
+    assert "CT 120 is locked (create)" in what and "no create task" in what
+    assert "pct unlock 120 && pct destroy 120 --destroy-unreferenced-disks 1" in fix
+    what, fix = lock_refusal("backup", 120, "pve-gpu-1")
+    assert "CT 120 is locked (backup) by a backup (vzdump)" in what and "pct unlock 120" in fix
+    assert "locked (weird) by a `weird` operation" in lock_refusal("weird", 120, "n")[0]
+
+
+def test_a_stale_create_lock_is_refused_before_any_change(make_run) -> None:
+    facts = host_facts("status: stopped\n", {"lock": "create", "digest": "d1"})
+    run = make_run(facts)
+    run.node.host_after = {**facts, "ct_pending": "[]"}  # read again: still locked, still no task
+    run.node.answer("/tasks --source active", "[]")
+    with pytest.raises(RemoteError) as err:
+        run.step("container")
+    assert err.value.exit_code == 3 and "no create task for it runs on node pve-gpu-1" in err.value.what
+    assert "pct destroy 120" in err.value.fix
+    assert [c for c in run.node.commands("run") if "/tasks" not in c] == []  # read tasks and facts, changed nothing
+    assert len(run.node.commands("batch")) == 1  # the lock was read again before it was called stale
+
+
+def test_another_lock_is_refused_without_waiting(make_run) -> None:
+    run = make_run(host_facts("status: running\n", {"lock": "backup", "digest": "d1"}))
+    with pytest.raises(RemoteError) as err:
+        run.step("container")
+    assert "locked (backup)" in err.value.what and run.node.calls == []
+
+
+def test_a_running_create_task_is_waited_for_then_the_ct_is_converged(make_run) -> None:
+    probe = make_run()
+    locked = host_facts("status: stopped\n", {"lock": "create", "digest": "d0"})
+    run = make_run(locked)
+    pve_accepts(run.node)
+    upid = f"{UPID}vzcreate:120:root@pam:"
+    run.node.answer("/tasks --source active", json.dumps([{"upid": upid, "type": "vzcreate", "id": "120",
+                                                           "status": "RUNNING"}]))
+    run.node.host_after = {**host_facts("status: stopped\n", converged_config(probe)), "ct_pending": "[]"}
+    run.node.ct_after = {"gpus": ONE_GPU}
+    rec = run.step("container")
+    assert rec.details["waited_for"] == upid and rec.changes == ["start CT 120"]
+    assert run.node.sent(f"/tasks/{upid}/status")
+    assert not run.node.sent("pvesh create /nodes/pve-gpu-1/lxc ")  # the other run's create, not a second one
