@@ -14,6 +14,7 @@ from typing import Any
 from orchestrator.errors import ConfigError, RemoteError
 from orchestrator.facts import BOOT_STATES, BOOT_WAIT_S, CT, HOST
 from orchestrator.inventory.models import ContainerSpec
+from orchestrator.parsers import ParseError
 from orchestrator.parsers.devices import DeviceNode, nvidia_char_devices, parse_dev_listing, parse_proc_devices
 from orchestrator.parsers.hostfacts import parse_pveversion
 from orchestrator.parsers.pve import (
@@ -199,21 +200,34 @@ def lock_refusal(lock: str, vmid: int, node: str) -> tuple[str, str]:
             f"`pct unlock {vmid}` on the host")
 
 
-def _reread_container(ctx: StepContext, what: str) -> str | None:
-    """The CT's lock now (None: unlocked or gone), its status and config facts read again in one round trip."""
-    ctx.facts.gather((HOST.ct_status, HOST.ct_config, HOST.ct_pending, HOST.templates, HOST.aplinfo), (), what=what)
-    if ctx.facts.get(HOST.ct_status) is None:
+def _config_lock(ctx: StepContext) -> str | None:
+    """The CT's config lock as the facts show it ("" for none); None when the CT was listed but its config could
+    not be read (it went away between the two reads: PVE removed it when its create task failed)."""
+    out = ctx.facts.get(HOST.ct_config)
+    if out.rc != 0:
         return None
-    lock = parse_config_json(ctx.facts.get(HOST.ct_config).stdout).get("lock")
-    return str(lock) if lock else None
+    try:
+        return str(parse_config_json(out.stdout).get("lock") or "")
+    except ParseError:
+        return None
+
+
+def _reread_container(ctx: StepContext, what: str) -> None:
+    """The CT's status and config facts (and the template facts, should it be gone) again, in one round trip."""
+    ctx.facts.gather((HOST.ct_status, HOST.ct_config, HOST.ct_pending, HOST.templates, HOST.aplinfo), (), what=what)
 
 
 def _settle_lock(ctx: StepContext, record: StepRecord, pve: _Clients, rechecked: bool = False) -> bool:
     """Before any change: wait for a create task of this CT that still runs (another run's, e.g. a killed
     `deploy up` whose task goes on in PVE), refuse any other lock. True when a dry run must stop here."""
     spec, node = ctx.host.container, ctx.host.pve.node
-    lock = parse_config_json(ctx.facts.get(HOST.ct_config).stdout).get("lock")
-    if not lock or ctx.facts.get(HOST.ct_status) is None:
+    if ctx.facts.get(HOST.ct_status) is None:
+        return False
+    lock = _config_lock(ctx)
+    if lock is None and not rechecked:
+        _reread_container(ctx, "re-reading the container (it changed while it was read)")
+        return _settle_lock(ctx, record, pve, rechecked=True)
+    if not lock:
         return False
     record.details["lock"] = lock
     # root sees every task; a privilege-separated token only its own without Sys.Audit on the node
@@ -241,9 +255,8 @@ def _settle_lock(ctx: StepContext, record: StepRecord, pve: _Clients, rechecked:
         if "still running" in exc.what:
             raise
         ctx.say(f"that create task failed ({exc.what}); PVE removed the half-made CT")
-    if _reread_container(ctx, "re-reading the container after its create task"):
-        return _settle_lock(ctx, record, pve)  # locked again (another task took it): the same rules apply
-    return False
+    _reread_container(ctx, "re-reading the container after its create task")
+    return _settle_lock(ctx, record, pve)  # unlocked, gone, or locked again: the same rules apply
 
 
 def _wait(client: PveClient, ctx: StepContext, result: Any, what: str) -> None:

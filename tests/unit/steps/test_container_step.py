@@ -295,3 +295,16 @@ def test_a_running_create_task_is_waited_for_then_the_ct_is_converged(make_run) 
     assert rec.details["waited_for"] == upid and rec.changes == ["start CT 120"]
     assert run.node.sent(f"/tasks/{upid}/status")
     assert not run.node.sent("pvesh create /nodes/pve-gpu-1/lxc ")  # the other run's create, not a second one
+
+
+def test_a_ct_removed_between_its_status_and_its_config_is_read_again_then_created(make_run) -> None:
+    """`pct status` saw the CT, then its failed create task removed it before `pvesh get …/config` ran."""
+    facts = host_facts("status: stopped\n")
+    run = make_run({**facts, "ct_config": ""})
+    run.node.host_after = {**host_facts("Configuration file 'nodes/pve-gpu-1/lxc/120.conf' does not exist\n"),
+                           "ct_pending": ""}
+    run.node.ct_after = {"gpus": ONE_GPU}
+    pve_accepts(run.node)
+    rec = run.step("container")
+    assert any("create CT 120" in c for c in rec.changes)
+    assert len([c for c in run.node.commands("run") if c.startswith("pvesh create /nodes/pve-gpu-1/lxc ")]) == 1
