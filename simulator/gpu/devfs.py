@@ -14,9 +14,10 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from .profiles import CAPTURES, GpuProfile, get_profile
+from .profiles import CAPTURES_DIR, GpuProfile, get_profile
 from .simctx import DEFAULT_PROFILE, read_json
 
+CAPTURES = Path(CAPTURES_DIR)
 NVIDIA_MAJOR = 195
 CTL_MINOR = 255
 PROC_DEVICES_TEMPLATE = CAPTURES / "h200-x2" / "proc-devices.txt"

@@ -6,24 +6,32 @@ Why it decides the way it does:
   into the container, so visibility follows `/dev/nvidiactl` and `/dev/nvidia<minor>` (minor, not index!), and
   NVML refuses to start when the container's userspace version differs from the host kernel module.
 Output layouts are the real captured ones; see profiles.py / topo.py.
+
+Cost: the tool runs four of these per facts read in every container, so a run imports only builtin modules and
+`os` (plus `datetime` for the modes that print a time): no pathlib, dataclasses, typing, re or json, which cost
+three times the run's own work. The modules it imports (simctx, profiles, telemetry, topo, jsonfile,
+simulator.derived) keep to that; tests/sim_software/test_gpu.py checks it.
 """
 
 from __future__ import annotations
 
-import datetime as dt
+import _signal  # not `signal`: it imports enum (and re's cost with it) for its IntEnum wrappers
 import os
-import signal
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TextIO
 
 from . import telemetry
-from .profiles import Gpu, GpuProfile, get_profile
-from .simctx import SimContext, context_from_ctside, context_from_env
+from .profiles import get_profile
+from .simctx import context_from_ctside, context_from_env
 from .topo import topo_m, topo_p2p
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import TextIO
+
+    from .profiles import Gpu, GpuProfile
+    from .simctx import SimContext
 
 FAIL_DRIVER = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
@@ -43,12 +51,14 @@ class SmiExit(Exception):
         self.code, self.text, self.stderr = code, text, stderr
 
 
-@dataclass
 class View:
-    profile: GpuProfile
-    driver_version: str
-    gpus: list[Gpu]  # visible GPUs, renumbered by position
-    load_root: Path  # its gpu/ holds the servers' load files (SimContext.load_root)
+    __slots__ = ("driver_version", "gpus", "load_root", "profile")
+
+    def __init__(self, profile: GpuProfile, driver_version: str, gpus: list[Gpu], load_root: str) -> None:
+        self.profile = profile
+        self.driver_version = driver_version
+        self.gpus = gpus  # visible GPUs, renumbered by position
+        self.load_root = load_root  # its gpu/ holds the servers' load files (SimContext.load_root)
 
 
 def host_driver_version(ctx: SimContext, profile: GpuProfile) -> str:
@@ -60,8 +70,23 @@ def userspace_version(ctx: SimContext) -> str | None:
     own), as the installer stand-in left it."""
     if ctx.ct_root is None:
         return None
-    target = os.readlink(link) if (link := ctx.ct_root / NVML_LINK.lstrip("/")).is_symlink() else ""
+    link = os.path.join(ctx.ct_root, NVML_LINK.lstrip("/"))
+    target = os.readlink(link) if os.path.islink(link) else ""
     return target.rsplit("libnvidia-ml.so.", 1)[1] if "libnvidia-ml.so." in target else None
+
+
+def _any_gpu_node(dev: str) -> bool:
+    """Whether `dev` has a /dev/nvidia<N> node (what the glob nvidia[0-9]* with an all-digit tail finds)."""
+    try:
+        names = os.listdir(dev)
+    except OSError:
+        return False
+    return any(n.startswith("nvidia") and "0" <= n[6:7] <= "9" and n[6:].isdigit() for n in names)
+
+
+def _read_text(path: str) -> str:
+    with open(path) as f:
+        return f.read()
 
 
 def resolve_view(ctx: SimContext) -> View:
@@ -73,10 +98,10 @@ def resolve_view(ctx: SimContext) -> View:
     if user is None:
         raise SmiExit(12, NO_NVML)
     dev = ctx.dev_dir
-    if not (dev / "nvidiactl").exists():
+    if not os.path.exists(os.path.join(dev, "nvidiactl")):
         raise SmiExit(9, FAIL_DRIVER)
-    visible = [g for g in profile.gpus if (dev / f"nvidia{g.minor}").exists()]
-    if not visible and not any(p.name[6:].isdigit() for p in dev.glob("nvidia[0-9]*")):
+    visible = [g for g in profile.gpus if os.path.exists(os.path.join(dev, f"nvidia{g.minor}"))]
+    if not visible and not _any_gpu_node(dev):
         raise SmiExit(9, FAIL_DRIVER)
     if user != driver:
         short = ".".join(user.split(".")[:2])
@@ -89,10 +114,13 @@ def resolve_view(ctx: SimContext) -> View:
 
 # ---------------------------------------------------------------------------------------------- query-gpu
 
-Getter = Callable[[Gpu, int, telemetry.Sample, View, float], str]
+if TYPE_CHECKING:
+    Getter = Callable[[Gpu, int, telemetry.Sample, View, float], str]
 
 
 def _ts(now: float) -> str:
+    import datetime as dt
+
     t = dt.datetime.fromtimestamp(now)
     return t.strftime("%Y/%m/%d %H:%M:%S.") + f"{t.microsecond // 1000:03d}"
 
@@ -212,6 +240,8 @@ def _dmon_values(smp: telemetry.Sample) -> dict[str, str]:
 
 def dmon(view: View, out: TextIO, selectors: str, delay_s: float, count: int | None, opts: str,
          ids: list[int] | None) -> None:
+    import datetime as dt
+
     cols = [c for key, group in DMON_GROUPS if key in selectors for c in group]
     with_date, with_time = "D" in opts.upper(), "T" in opts.upper()
     # Header and row layout as the real driver prints them (captured with -o DT and -o T).
@@ -290,13 +320,13 @@ def table(view: View, now: float) -> str:
 
 def _quiet_signals() -> None:
     """Loops end on SIGTERM/SIGINT/SIGPIPE without a traceback, like the real tool."""
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
 
     def _bye(signum: int, frame: object) -> None:
         raise SystemExit(0)
 
-    signal.signal(signal.SIGTERM, _bye)
-    signal.signal(signal.SIGINT, _bye)
+    _signal.signal(_signal.SIGTERM, _bye)
+    _signal.signal(_signal.SIGINT, _bye)
 
 
 def _opt(args: list[str], i: int, name: str) -> tuple[str, int]:
@@ -330,7 +360,7 @@ def run(argv: list[str], ctx: SimContext, out: TextIO) -> int:
         return _dmon(argv[1:], view, out)
     if argv[:1] == ["nvlink"]:
         cap = view.profile.capture("nvlink-s.txt")
-        out.write(cap.read_text() if cap and view.profile.name.startswith("h200") else "")
+        out.write(_read_text(cap) if cap and view.profile.name.startswith("h200") else "")
         return 0
     query: list[str] | None = None
     fmt: str | None = None
@@ -353,7 +383,7 @@ def run(argv: list[str], ctx: SimContext, out: TextIO) -> int:
             cap = view.profile.capture("q.txt")
             if cap is None or len(view.gpus) != len(view.profile.gpus):
                 raise SmiExit(2, "-q is only simulated for the full GPU set\n")
-            out.write(cap.read_text())
+            out.write(_read_text(cap))
             return 0
         if a.startswith("--query-gpu"):
             spec, i = _opt(argv, i, "--query-gpu")
@@ -435,12 +465,13 @@ def _dmon(args: list[str], view: View, out: TextIO) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None, ct_root: Path | None = None) -> int:
+def main(argv: list[str] | None = None, ct_root: str | os.PathLike[str] | None = None) -> int:
     """Entry point; `ct_root` is set by the stub the .run stand-in installs in a container."""
     _quiet_signals()
     args = sys.argv[1:] if argv is None else argv
     try:
-        return run(args, context_from_ctside(ct_root) if ct_root else context_from_env(), sys.stdout)
+        ctx = context_from_env() if ct_root is None else context_from_ctside(ct_root)
+        return run(args, ctx, sys.stdout)
     except SmiExit as e:
         (sys.stderr if e.stderr else sys.stdout).write(e.text)
         return e.code

@@ -10,60 +10,78 @@ Contract with the model-server stand-in (simulator/sglang_standin): every runnin
 (the server died without cleaning up). Several containers add up, capped at the limit.
 Power = idle + (0.99 * limit - idle) * power_fraction, with a little deterministic jitter, like the real
 under-load capture (≈690 W of 700 W at fraction ~1).
+Imports only builtin modules and `os` (smi.py says why).
 """
 
 from __future__ import annotations
 
-import json
 import math
+import os
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
-from .profiles import Gpu, GpuProfile
+from .jsonfile import loads as json_loads
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .profiles import Gpu, GpuProfile
 
 STALE_S = 3.0
 
 
-@dataclass
 class GpuLoad:
-    power_fraction: float = 0.0
-    util: float = 0.0
-    mem_fraction: float = 0.0
-    pcie_rx_mb_s: float = 0.0
-    pcie_tx_mb_s: float = 0.0
+    __slots__ = ("mem_fraction", "pcie_rx_mb_s", "pcie_tx_mb_s", "power_fraction", "util")
+
+    def __init__(self, power_fraction: float = 0.0, util: float = 0.0, mem_fraction: float = 0.0,
+                 pcie_rx_mb_s: float = 0.0, pcie_tx_mb_s: float = 0.0) -> None:
+        self.power_fraction = power_fraction
+        self.util = util
+        self.mem_fraction = mem_fraction
+        self.pcie_rx_mb_s = pcie_rx_mb_s
+        self.pcie_tx_mb_s = pcie_tx_mb_s
 
 
-@dataclass(frozen=True)
 class Sample:
     """One reading of one GPU, in the units nvidia-smi prints."""
 
-    power_w: float
-    power_avg_w: float
-    util_gpu: int
-    util_mem: int
-    mem_used_mib: int
-    temp_c: int
-    mem_temp_c: int | None
-    sm_mhz: int
-    mem_mhz: int
-    pcie_gen: int
-    pviol: int
-    rx_mb_s: int
-    tx_mb_s: int
-    pstate: str
+    __slots__ = ("mem_mhz", "mem_temp_c", "mem_used_mib", "pcie_gen", "power_avg_w", "power_w", "pstate", "pviol",
+                 "rx_mb_s", "sm_mhz", "temp_c", "tx_mb_s", "util_gpu", "util_mem")
+
+    def __init__(self, *, power_w: float, power_avg_w: float, util_gpu: int, util_mem: int, mem_used_mib: int,
+                 temp_c: int, mem_temp_c: int | None, sm_mhz: int, mem_mhz: int, pcie_gen: int, pviol: int,
+                 rx_mb_s: int, tx_mb_s: int, pstate: str) -> None:
+        self.power_w = power_w
+        self.power_avg_w = power_avg_w
+        self.util_gpu = util_gpu
+        self.util_mem = util_mem
+        self.mem_used_mib = mem_used_mib
+        self.temp_c = temp_c
+        self.mem_temp_c = mem_temp_c
+        self.sm_mhz = sm_mhz
+        self.mem_mhz = mem_mhz
+        self.pcie_gen = pcie_gen
+        self.pviol = pviol
+        self.rx_mb_s = rx_mb_s
+        self.tx_mb_s = tx_mb_s
+        self.pstate = pstate
 
 
-def read_loads(host_dir: Path, now: float | None = None) -> dict[int, GpuLoad]:
+def _load_files(folder: str) -> list[str]:
+    """The load-*.json files in `folder`, in directory order (as Path.glob lists them)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    return [os.path.join(folder, n) for n in names if n.startswith("load-") and n.endswith(".json")]
+
+
+def read_loads(host_dir: str | os.PathLike[str], now: float | None = None) -> dict[int, GpuLoad]:
     """Sum the fresh load files per minor number."""
     now = time.time() if now is None else now
     loads: dict[int, GpuLoad] = {}
-    folder = host_dir / "gpu"
-    if not folder.is_dir():
-        return loads
-    for path in folder.glob("load-*.json"):
+    for path in _load_files(os.path.join(host_dir, "gpu")):
         try:
-            data = json.loads(path.read_text())
+            with open(path) as f:
+                data = json_loads(f.read())
             if now - float(data.get("updated", 0)) > STALE_S:
                 continue
             for minor in data.get("minors", []):

@@ -3,15 +3,18 @@
 A capture is parsed into (column names, rows, legend tail) and rendered back with the same TABs and
 ANSI underline codes. Rendering a subset (a container that only got some /dev/nvidiaN) drops the other
 rows/columns and renumbers GPUs, as nvidia-smi does inside such a container. For the full set the
-output is the capture itself (tested).
+output is the capture itself (tested). Imports only builtin modules and `os` (smi.py says why).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+import os
 
-from .profiles import CAPTURES, GpuProfile
+from .profiles import CAPTURES_DIR
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .profiles import GpuProfile
 
 UL_ON = "\x1b[4m"
 UL_OFF = "\x1b[0m"
@@ -29,14 +32,16 @@ Legend:
 """
 
 
-@dataclass(frozen=True)
 class Matrix:
     """A parsed topo matrix: GPU-to-GPU cells plus per-row trailing cells (affinities)."""
 
-    gpu_cols: int
-    extra_cols: list[str]  # header names after the GPU columns
-    rows: list[list[str]]  # per GPU row: gpu_cols cells, then the extra cells
-    tail: str  # everything after the matrix rows (blank line + legend)
+    __slots__ = ("extra_cols", "gpu_cols", "rows", "tail")
+
+    def __init__(self, gpu_cols: int, extra_cols: list[str], rows: list[list[str]], tail: str) -> None:
+        self.gpu_cols = gpu_cols
+        self.extra_cols = extra_cols  # header names after the GPU columns
+        self.rows = rows  # per GPU row: gpu_cols cells, then the extra cells
+        self.tail = tail  # everything after the matrix rows (blank line + legend)
 
 
 def parse_topo_m(text: str) -> Matrix:
@@ -80,19 +85,20 @@ def render_p2p(cells: list[list[str]], keep: list[int]) -> str:
     return "\n".join(out) + "\n" + P2P_LEGEND
 
 
-def _read(path: Path) -> str:
-    return path.read_bytes().decode()
+def _read(path: str) -> str:
+    with open(path, "rb") as f:
+        return f.read().decode()
 
 
 def topo_m(profile: GpuProfile, keep: list[int]) -> str:
-    path = CAPTURES / profile.capture_dir / "topo-m.txt"
+    path = os.path.join(CAPTURES_DIR, profile.capture_dir, "topo-m.txt")
     return render_topo_m(parse_topo_m(_read(path)), keep)
 
 
 def topo_p2p(profile: GpuProfile, kind: str, keep: list[int]) -> str:
     """P2P matrix for kind r/w/n/a/p: the capture when there is one, else the profile's constructed default."""
-    path = CAPTURES / profile.capture_dir / f"topo-p2p-{kind}.txt"
-    if path.exists():
+    path = os.path.join(CAPTURES_DIR, profile.capture_dir, f"topo-p2p-{kind}.txt")
+    if os.path.exists(path):
         cells = parse_p2p(_read(path))
     else:
         status = profile.p2p_default.get(kind, "NS")

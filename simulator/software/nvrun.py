@@ -46,11 +46,11 @@ FAILED = ("ERROR: Installation has failed.  Please see the file '/var/log/nvidia
 
 SMI_STUB = """#!/usr/bin/python3 -S
 # nvidia-smi of the deploy simulator: replays real captures (installed by the NVIDIA .run stand-in, @VERSION@)
+import os
 import sys
-from pathlib import Path
 
-root = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(root / "@SIMDIR@"))
+root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+sys.path.insert(0, os.path.join(root, "@SIMDIR@"))
 from simulator.gpu.smi import main
 
 sys.exit(main(ct_root=root))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -11,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from simulator.gpu.devfs import create_uvm_nodes, lspci_text, pci_devices
-from simulator.gpu.profiles import CAPTURES
+from simulator.gpu.profiles import CAPTURES_DIR
 
 from .conftest import SimHost
-from .standins import ct_smi, make_ct_root, with_userspace
+from .standins import REPO, ct_smi, make_ct_root, with_userspace
 
+CAPTURES = Path(CAPTURES_DIR)
 QUERY = ("index,uuid,name,pci.bus_id,driver_version,power.draw,power.limit,enforced.power.limit,power.max_limit,"
          "utilization.gpu,utilization.memory,memory.used,memory.total,temperature.gpu,clocks.current.sm,"
          "clocks.max.sm,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max")
@@ -105,6 +108,25 @@ def test_container_sees_only_passed_gpus_by_minor(tmp_path: Path) -> None:
     assert out == "0, 00000000:75:00.0\n1, 00000000:76:00.0\n"
     topo = ct_smi(ct, "topo", "-m").stdout
     assert topo.splitlines()[1].startswith("GPU0\t X \tPIX\t")
+
+
+#: What the container's nvidia-smi must not import: each costs more than the run's own work (simulator/gpu/smi.py).
+HEAVY = ("pathlib", "dataclasses", "typing", "re", "inspect", "urllib", "ipaddress", "json", "enum", "signal",
+         "functools", "collections", "datetime")
+
+
+@pytest.mark.parametrize("args", [["-L"], ["topo", "-m"], ["topo", "-p2p", "r"],
+                                  ["--query-gpu=index,uuid,name,pci.bus_id,driver_version", "--format=csv"]])
+def test_container_run_imports_only_what_it_needs(tmp_path: Path, args: list[str]) -> None:
+    """The four runs of a facts read, as the stub the .run installs runs them: no heavy stdlib module loaded."""
+    ct = with_userspace(make_ct_root(tmp_path / "ct"))
+    code = ("import io, sys; from simulator.gpu.smi import main; sys.stdout = io.StringIO(); "
+            f"rc = main(sys.argv[1:], ct_root={str(ct.root)!r}); out = sys.stdout.getvalue(); "
+            f"sys.stdout = sys.__stdout__; print(rc, len(out), sorted(set({HEAVY!r}) & set(sys.modules)))")
+    r = subprocess.run([sys.executable, "-S", "-c", code, *args], env=ct.env(PYTHONPATH=str(REPO)),
+                       capture_output=True, text=True, timeout=20)
+    rc, size, heavy = r.stdout.split(" ", 2)
+    assert (rc, heavy) == ("0", "[]\n") and int(size) > 100, r.stdout + r.stderr
 
 
 def test_driver_mismatch(tmp_path: Path) -> None:
