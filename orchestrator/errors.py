@@ -102,6 +102,11 @@ class RemoteError(DeployError):
     exit_code = 3
 
 
+class TaskFailed(RemoteError):
+    """A PVE task ended with an error (its log tail in `details["log"]`), as opposed to one that could not be
+    watched or outlasted the wait."""
+
+
 class LockHeld(RemoteError):
     """Another deploy run holds the host lock."""
 

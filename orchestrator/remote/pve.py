@@ -19,7 +19,7 @@ import time
 import warnings
 from typing import Any, Protocol
 
-from orchestrator.errors import ConfigError, PermissionDenied, RemoteError
+from orchestrator.errors import ConfigError, PermissionDenied, RemoteError, TaskFailed
 from orchestrator.inventory.models import Host
 from orchestrator.parsers.pve import MissingPrivilege, parse_permission_error
 from orchestrator.remote.ssh import SshHost
@@ -236,7 +236,7 @@ def wait_task(client: PveClient, node: str, upid: str, *, timeout_s: float = 600
             if exit_status == "OK" or re.fullmatch(r"WARNINGS: \d+", exit_status):
                 return dict(status)
             lines = read_task_log(client, node, upid)
-            raise RemoteError(f"PVE task {status.get('type', '?')} failed: {exit_status}",
+            raise TaskFailed(f"PVE task {status.get('type', '?')} failed: {exit_status}",
                               fix="see the task log: " + " | ".join(lines[-5:]), host=host,
                               details={"upid": upid, "log": lines})
         if time.monotonic() > deadline:

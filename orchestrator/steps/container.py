@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.errors import ConfigError, RemoteError
+from orchestrator.errors import ConfigError, RemoteError, TaskFailed
 from orchestrator.facts import BOOT_STATES, BOOT_WAIT_S, CT, HOST
 from orchestrator.inventory.models import ContainerSpec
 from orchestrator.parsers import ParseError
@@ -251,9 +251,7 @@ def _settle_lock(ctx: StepContext, record: StepRecord, pve: _Clients, rechecked:
             f"task {upids[0]})")
     try:
         wait_task(reader, node, upids[0], timeout_s=CREATE_WAIT_S, host=ctx.host.name)
-    except RemoteError as exc:
-        if "still running" in exc.what:
-            raise
+    except TaskFailed as exc:
         ctx.say(f"that create task failed ({exc.what}); PVE removed the half-made CT")
     _reread_container(ctx, "re-reading the container after its create task")
     return _settle_lock(ctx, record, pve)  # unlocked, gone, or locked again: the same rules apply
