@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install everything and run the checks CI runs: ruff, mypy, the whole pytest suite (unit + simulator + e2e).
 #
-# pytest runs in DEPLOY_TEST_JOBS processes (pytest-xdist, default 4; 0 = one process), each with its own
+# pytest runs in DEPLOY_TEST_JOBS processes (pytest-xdist, default 5; 0 = one process), each with its own
 # simulated host on free loopback addresses (tests/sim_hosts.py; DEPLOY_SIM_FIRST=N pins them to N..), so a
 # demo left running does not get in the way. Each test file runs whole in one process, in order (--dist loadfile;
 # `loadgroup` split modules across workers, and a module's first test converges the hosts its later tests use): the
@@ -37,5 +37,5 @@ if [ -z "${DEPLOY_TEST_TMP:-}" ] && [ "$(id -u)" = 0 ]; then
   fi
 fi
 if [ -n "${DEPLOY_TEST_TMP:-}" ]; then export TMPDIR=$DEPLOY_TEST_TMP; fi
-"$PY" -m pytest -q -p no:cacheprovider -n "${DEPLOY_TEST_JOBS:-4}" --dist loadfile \
+"$PY" -m pytest -q -p no:cacheprovider -n "${DEPLOY_TEST_JOBS:-5}" --dist loadfile \
   --no-loadscope-reorder --durations=15 "$@"

@@ -21,7 +21,7 @@ _seconds: dict[str, float] = defaultdict(float)
 SHOWN = 30  # modules listed one by one, slowest first
 MEASURED = Path(__file__).with_name("module_times.txt")
 HEADER = """\
-# Seconds each test module took in a whole run (4 processes, this class of 2-core machine), slowest first.
+# Seconds each test module took in a whole run (5 processes, this class of 2-core machine), slowest first.
 # scripts/test.sh hands modules to its processes in this order (tests/module_times.py), so the longest start first
 # and none is left running alone at the end. Only the order matters; a module not listed runs after these.
 # Refresh: DEPLOY_TEST_TIMES_FILE=tests/module_times.txt bash scripts/test.sh

@@ -104,10 +104,18 @@ class Server:
 @pytest.fixture
 def start_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
     procs: list[subprocess.Popen[str]] = []
+    ports: set[int] = set()
 
     def start(ct: CtRoot | None, *flags: str, start_s: float = 0.5, version: str = "0.5.12.post1") -> Server:
-        """The server from the repo tree, in the "container" `ct` (faults, devices, GPU dir) or in none."""
+        """The server from the repo tree, in the "container" `ct` (faults, devices, GPU dir) or in none.
+
+        Each server of a test gets a port no other server of that test had: a server that never binds its port
+        (stuck in graph capture) leaves it free, and the kernel handed the same number to the next server, whose
+        200 then answered for the stuck one (seen under load)."""
         port = free_port()
+        while port in ports:
+            port = free_port()
+        ports.add(port)
         model = tmp_path / "model"
         model.mkdir(exist_ok=True)
         (model / "config.json").write_text(json.dumps({"architectures": ["GlmMoeDsaForCausalLM"]}))
