@@ -213,7 +213,9 @@ class Node:
             self.write(vmid, confmod.CtConf(options={"lock": "create"}))
 
     def discard_failed_create(self, vmid: int) -> None:
-        """create_vm's error path: a CT still locked `create` when its task fails is destroyed (config, volume)."""
+        """create_vm's error path: a CT still locked `create` when its task fails is destroyed, its volume first
+        and its config last, under the config lock (as PVE's destroy_disks, then destroy_config): until the disk
+        is gone the VMID stays taken, so a new create of it cannot unpack into a root filesystem being removed."""
         with self.lock(vmid):
             try:
                 conf, _ = self.read(vmid)
@@ -221,12 +223,12 @@ class Node:
                 return
             if conf.options.get("lock") != "create":
                 return  # created already (a later `start` of the same task failed): the CT stays
+            try:
+                self.lxc.destroy(vmid)
+            except Exception:  # a rootfs that was never made
+                pass
+            shutil.rmtree(self.hp.ct(vmid).dir, ignore_errors=True)
             self.hp.conf(vmid).unlink(missing_ok=True)
-        try:
-            self.lxc.destroy(vmid)
-        except Exception:  # a rootfs that was never made
-            pass
-        shutil.rmtree(self.hp.ct(vmid).dir, ignore_errors=True)
 
     def template_path(self, volid: str) -> Path:
         m = re.fullmatch(r"([a-zA-Z0-9][\w.-]*):vztmpl/(.+)", volid)
@@ -488,9 +490,9 @@ class Node:
             rootfs = confmod.split_property(conf.options.get("rootfs", ""), "volume").get("volume", "")
             if rootfs.startswith("local-lvm:"):
                 log(f'  Logical volume "{rootfs.split(":", 1)[1]}" successfully removed.')
-            self.hp.conf(vmid).unlink()
-            self.lxc.destroy(vmid)
+            self.lxc.destroy(vmid)  # the volume first, the config last: the VMID is taken until both are gone
             shutil.rmtree(self.hp.ct(vmid).dir, ignore_errors=True)
+            self.hp.conf(vmid).unlink()
 
     # ------------------------------------------------------------------------------------------ read-only
 
