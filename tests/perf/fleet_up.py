@@ -119,6 +119,29 @@ def separate(env: dict[str, str], names: list[str]) -> tuple[float, float]:
     return time.monotonic() - start, child_cpu() - cpu0
 
 
+def busy_fraction(window_s: float) -> float:
+    """The machine's CPU busy share over `window_s` (/proc/stat: all but idle and iowait)."""
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as fh:
+            ticks = [int(x) for x in fh.readline().split()[1:]]
+        return sum(ticks), ticks[3] + ticks[4]
+
+    total0, idle0 = sample()
+    time.sleep(window_s)
+    total1, idle1 = sample()
+    return 1 - (idle1 - idle0) / max(total1 - total0, 1)
+
+
+def settle(limit_s: float, busy_max: float = 0.1, window_s: float = 5.0) -> str:
+    """Wait (at most `limit_s`) until the machine is quiet: the hosts' containers have just booted and started
+    their servers, and a figure taken meanwhile measures that, not the converged run."""
+    start = time.monotonic()
+    busy = busy_fraction(window_s)
+    while busy > busy_max and time.monotonic() - start < limit_s:
+        busy = busy_fraction(window_s)
+    return f"{busy:.0%} busy over {window_s:.0f} s after {time.monotonic() - start:.0f} s of waiting"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hosts", type=int, default=16)
@@ -126,6 +149,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--separate", action="store_true", help="also time N separate processes started at once")
     ap.add_argument("--keep", metavar="DIR", default=None, help="sim root to use and keep (default: a temp dir)")
+    ap.add_argument("--settle-s", type=float, default=120.0,
+                    help="after converging, wait at most this long for the CPU to be <= 10 %% busy (0: no wait)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="deploy-fleet-perf-") as tmp:
         root = Path(args.keep) if args.keep else Path(tmp) / "sim"
@@ -147,6 +172,8 @@ def main() -> int:
             if first.rc != 0:
                 print(json.dumps(first.doc.get("fleet"), indent=1))
                 return 1
+            if args.settle_s > 0:
+                print(f"machine before the figures: {settle(args.settle_s)}", flush=True)
             one = best(env.env, args.repeat, "up", "host", names[0], "--skip-bench")
             many = best(env.env, args.repeat, "up", "group", "fleet", "--parallel", str(args.hosts),
                         "--skip-bench")
