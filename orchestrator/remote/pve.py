@@ -266,9 +266,15 @@ def lifecycle_client(host: Host, ssh: SshHost, metrics: Metrics) -> PveClient:
     return PveshPve(ssh)
 
 
+def runs_as_root(host: Host) -> bool:
+    """Whether deploy reaches this node's PVE as root@pam (pvesh over root SSH): what devN needs, and what sees
+    every user's tasks."""
+    return bool(host.pve.root_ssh and host.ssh.user == "root")
+
+
 def passthrough_client(host: Host, ssh: SshHost) -> PveClient:
     """devN needs root@pam: only pvesh over root SSH qualifies."""
-    if host.pve.root_ssh and host.ssh.user == "root":
+    if runs_as_root(host):
         return PveshPve(ssh)
     raise ConfigError(
         "GPU passthrough (devN) can only be configured as root@pam; an API token gets 403 "

@@ -26,7 +26,7 @@ from orchestrator.parsers.pve import (
     version_key,
     volids,
 )
-from orchestrator.remote.pve import PveClient, lifecycle_client, passthrough_client, wait_task
+from orchestrator.remote.pve import PveClient, lifecycle_client, passthrough_client, runs_as_root, wait_task
 from orchestrator.render.passthrough import dev_entries, raw_lines, resolve_method
 from orchestrator.runlog import StepRecord
 from orchestrator.scripts import render_script
@@ -230,8 +230,7 @@ def _settle_lock(ctx: StepContext, record: StepRecord, pve: _Clients, rechecked:
     if not lock:
         return False
     record.details["lock"] = lock
-    # root sees every task; a privilege-separated token only its own without Sys.Audit on the node
-    reader = pve.devices() if ctx.host.pve.root_ssh and ctx.host.ssh.user == "root" else pve.lifecycle
+    reader = pve.task_reader()
     upids = (running_tasks(reader.call("get", f"/nodes/{node}/tasks", source="active", typefilter="vzcreate",
                                        vmid=spec.vmid), spec.vmid, "vzcreate")
              if lock == "create" else [])
@@ -314,6 +313,10 @@ class _Clients:
     def devices(self) -> PveClient:
         """Only asked for when devN must be written: a token-only setup converges everything else."""
         return passthrough_client(self.ctx.host, self.ctx.ssh)
+
+    def task_reader(self) -> PveClient:
+        """Root sees every task; a privilege-separated token only its own without Sys.Audit on the node."""
+        return self.devices() if runs_as_root(self.ctx.host) else self.lifecycle
 
 
 def resolve_template(ctx: StepContext) -> tuple[str, bool]:

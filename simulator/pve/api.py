@@ -345,7 +345,7 @@ def _skiplock(ctx: Ctx, p: dict[str, Any]) -> bool:
 @route("POST", "/nodes/{node}/lxc/{vmid}/status/stop")
 def _stop(ctx: Ctx, p: dict[str, Any]) -> Any:
     vmid = int(p["vmid"])
-    check = "skip" if _skiplock(ctx, p) else "unless-mounted"
+    check: lxcmod.LockCheck = "skip" if _skiplock(ctx, p) else "unless-mounted"
     ctx.node.precheck_running(vmid)
     return ctx.task("vzstop", str(vmid), lambda log: ctx.node.stop(vmid, log, lock_check=check))
 

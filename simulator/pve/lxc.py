@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from simulator.config import CtState, HostConfig, HostPaths, locked
 from simulator.lxc import net as lxc_net
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
 ROOT_USER = "root@pam"
 Log = Callable[[str], None]
+#: How a stop checks the CT's lock: vm_stop unless it is `mounted`, vm_shutdown always, vzdump's own stop never.
+LockCheck = Literal["unless-mounted", "always", "skip"]
 
 #: Keys the API takes on create that are not stored in the conf file.
 CREATE_ONLY = {"vmid", "node", "ostemplate", "password", "ssh-public-keys", "start", "storage", "restore",
@@ -459,7 +461,7 @@ class Node:
         self.start(vmid, log, skiplock=True)  # PVE::LXC::vm_reboot checks no lock
 
     def stop(self, vmid: int, log: Log, graceful_timeout_s: float = 0.0, force: bool = True,
-             lock_check: str = "unless-mounted") -> None:
+             lock_check: LockCheck = "unless-mounted") -> None:
         """Task body of vzstop/vzshutdown: `lxc-stop` (kill) or a clean shutdown of the container's systemd.
 
         Shutdown waits up to graceful_timeout_s; without force a container that is still running then makes the
