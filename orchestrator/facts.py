@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, overload
 
-from orchestrator.errors import CheckFailed
+from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.inventory.models import Host, ServerProfile
 from orchestrator.parsers.ct_gpus import CT_GPU_QUERY, CtGpus, parse_ct_gpus
 from orchestrator.parsers.netaddr import address_command, net0_ifname
@@ -130,6 +130,20 @@ def _unless_ct_exists(h: Host, command: str) -> str:
     return f"test -e /etc/pve/lxc/{h.container.vmid}.conf || {command}"
 
 
+def sglang_version_command(venv: str) -> str:
+    """The sglang version pip installed in `venv`: the `Version:` header of its `sglang-V.dist-info/METADATA`.
+
+    Why not `python -c 'import sglang; print(sglang.__version__)'`: a real `import sglang` loads its frontend
+    language and backends (numpy, requests, …), seconds of CPU on a node, and the container's facts wait for their
+    slowest read. The record pip wrote is what `pip show sglang` and `importlib.metadata.version("sglang")` report,
+    and it names the release a wheel was built from, as `__version__` does. No match (no venv, no sglang): sed's
+    error and a non-zero exit, so the step installs. Only each file's header is read (`-s`: per file), and two
+    dist-infos print two lines, which equal no pin.
+    """
+    return (f"sed -s -n '1,/^$/ s/^Version: *//p' "
+            f"{_q(venv.rstrip('/'))}/lib/python3*/site-packages/sglang-[0-9]*.dist-info/METADATA")
+
+
 class HOST:
     """The node's facts."""
 
@@ -185,8 +199,7 @@ class CT:
     topo = CtFact("topo", lambda h, p: "nvidia-smi topo -m", raw)
     p2p_read = CtFact("p2p_read", lambda h, p: "nvidia-smi topo -p2p r", raw)
     p2p_write = CtFact("p2p_write", lambda h, p: "nvidia-smi topo -p2p w", raw)
-    sglang_version = CtFact("sglang_version", lambda h, p: (
-        f"{_q(PATHS.venv_python(p.venv))} -c 'import sglang; print(sglang.__version__)'"), raw)
+    sglang_version = CtFact("sglang_version", lambda h, p: sglang_version_command(p.venv), raw)
     # Complete weights, not just config.json: every file of deploy's record of the download (with sizes), or the
     # shards the index names (orchestrator.parsers.weights).
     weights = CtFact("weights", lambda h, p: (
@@ -227,6 +240,11 @@ class CT:
           "\"$(systemctl is-enabled sglang-watchdog.timer 2>/dev/null)\"", raw)
     watchdog_state = CtFact("watchdog_state", lambda h, p: f"cat {PATHS.watchdog_state}", raw)
 
+
+def _status_mark(nonce: str) -> str:
+    return f"@@DEPLOY:{nonce}:PCT_STATUS@@"
+
+
 def _named(ns: type, kind: type[Fact[Any]]) -> dict[str, Any]:
     facts = {f.name: f for f in vars(ns).values() if isinstance(f, kind)}
     assert all(getattr(ns, n) is f for n, f in facts.items()), f"a {ns.__name__} attribute is not its fact's name"
@@ -253,11 +271,32 @@ class Facts:
         #: Set once the playbook's union of facts has been read (see steps.session.ensure_facts).
         self.gathered = False
 
-    def _ct_command(self, facts: Iterable[CtFact[Any]]) -> tuple[str, str]:
-        """The container's inner batch, behind the boot settle: no fact is read from a half-booted container."""
+    def _ct_command(self, facts: Iterable[CtFact[Any]], *, with_status: bool) -> tuple[str, str]:
+        """The container's inner batch, behind the boot settle: no fact is read from a half-booted container.
+
+        With `with_status`, the `pct status` that guards it is framed in its output as HOST.ct_status's answer
+        (see `_take_status`): the same program, arguments and moment as that fact's own command, so the batch
+        runs one `pct status` instead of two.
+        """
         nonce = secrets.token_hex(8)
         inner = build_batch_script({f.name: f.command(self.host_cfg, self.profile) for f in facts}, nonce)
-        return self.container.if_running(self.container.shell_command(f"{SETTLE_BOOT}\n{inner}")), nonce
+        mark = _status_mark(nonce) if with_status else None
+        return self.container.if_running(self.container.shell_command(f"{SETTLE_BOOT}\n{inner}"),
+                                         status_mark=mark), nonce
+
+    def _take_status(self, raw: CommandOutput, nonce: str) -> CommandOutput:
+        """HOST.ct_status from the framed `pct status` at the start of the container command's output; the rest
+        is returned. The frame is printed by the node's shell before anything runs in the container, so it is
+        anchored at the start and carries this batch's nonce."""
+        mark = re.escape(_status_mark(nonce))
+        m = re.match(rf"{mark} (-?\d+)\n(.*?)\n{mark}\n", raw.stdout, re.DOTALL)
+        if m is None:
+            raise RemoteError("the container facts came back without the `pct status` that guards them",
+                              fix=f"run again; if it repeats, run `pct status {self.host_cfg.container.vmid}` on "
+                                  "the host to see why it fails", host=self.host_cfg.name)
+        status = m.group(2)
+        self.host[HOST.ct_status.name] = CommandOutput(int(m.group(1)), status + "\n" if status else "", "")
+        return CommandOutput(raw.rc, raw.stdout[m.end():], raw.stderr)
 
     def gather(self, host_facts: Iterable[HostFact[Any]], ct_facts: Iterable[CtFact[Any]], *,
                extra: dict[str, str] | None = None, what: str = "fact gathering") -> dict[str, CommandOutput]:
@@ -269,14 +308,21 @@ class Facts:
         commands = {f.name: f.command(self.host_cfg, self.profile) for f in host_list}
         ct_list = sorted(set(ct_facts), key=lambda f: f.name)
         nonce = ""
+        shared_status = bool(ct_list) and HOST.ct_status in host_list
+        if shared_status:
+            del commands[HOST.ct_status.name]
         if ct_list:
-            commands["ct_facts"], nonce = self._ct_command(ct_list)
+            commands["ct_facts"], nonce = self._ct_command(ct_list, with_status=shared_status)
         commands.update(extra or {})
         out = self.ssh.batch(commands, what=what)
         for f in host_list:
-            self.host[f.name] = out[f.name]
+            if not (shared_status and f is HOST.ct_status):
+                self.host[f.name] = out[f.name]
         if ct_list:
-            self.record_ct(out.pop("ct_facts"), [f.name for f in ct_list], nonce)
+            raw_ct = out.pop("ct_facts")
+            if shared_status:
+                raw_ct = self._take_status(raw_ct, nonce)
+            self.record_ct(raw_ct, [f.name for f in ct_list], nonce)
         return {k: v for k, v in out.items() if k in (extra or {})}
 
     def record_ct(self, raw: CommandOutput, names: Iterable[str], nonce: str) -> None:

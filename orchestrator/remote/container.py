@@ -81,10 +81,19 @@ class Container:
         """Copy a file out of the container onto the node."""
         return shlex.join(["pct", "pull", str(self.vmid), ct_path, node_path])
 
-    def if_running(self, command: str, *, otherwise: str = NOT_RUNNING) -> str:
-        """Run `command` only when the container runs; else print `otherwise` (no `pct exec` error noise)."""
-        return (f"if pct status {self.vmid} 2>/dev/null | grep -q 'status: running'; then {command}; "
-                f"else echo {shlex.quote(otherwise)}; fi")
+    def if_running(self, command: str, *, otherwise: str = NOT_RUNNING, status_mark: str | None = None) -> str:
+        """Run `command` only when the container runs; else print `otherwise` (no `pct exec` error noise).
+
+        With `status_mark`, first print `MARK RC`, `pct status`'s output and `MARK` (lines of their own): the one
+        `pct status` that decides also answers the caller's status question (a Perl program start on a node).
+        """
+        status = f"pct status {self.vmid} 2>/dev/null"
+        if status_mark is None:
+            return (f"if {status} | grep -q 'status: running'; then {command}; "
+                    f"else echo {shlex.quote(otherwise)}; fi")
+        mark = shlex.quote(status_mark)
+        return (f"ct_status=$({status}); printf '%s %s\\n%s\\n%s\\n' {mark} \"$?\" \"$ct_status\" {mark}; "
+                f"case \"$ct_status\" in *'status: running'*) {command} ;; *) echo {shlex.quote(otherwise)} ;; esac")
 
     # -- runners: one SSH round trip each ------------------------------------------------------------------
     def run(self, shell: str, *, timeout: float | None = None, check: bool = False, what: str = "",

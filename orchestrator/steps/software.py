@@ -101,8 +101,10 @@ def sglang_install(ctx: StepContext, record: StepRecord) -> None:
     out = ctx.facts.get(CT.sglang_version)
     have = out.stdout.strip() if out is not None and out.rc == 0 else None
     if have != want:
-        raise CheckFailed(f"after installing, sglang reports {have}, wanted {want}", host=ctx.host.name,
-                          fix="check for a second sglang on the venv's path")
+        raise CheckFailed(f"after installing, pip's record of sglang in {ctx.profile.venv} says {have}, wanted "
+                          f"{want}", host=ctx.host.name,
+                          fix=(f"look for a second sglang-*.dist-info in the venv (`ls {ctx.profile.venv}/lib/python3*"
+                               "/site-packages | grep -i sglang`) and remove the stale one"))
     record.summary = f"installed sglang {have}"
 
 

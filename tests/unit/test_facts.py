@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.facts import CT, CT_FACTS, HOST, HOST_FACTS, CtFact, Facts, HostFact
 from orchestrator.inventory.loader import load_inventory
-from orchestrator.parsers.sections import CommandOutput
+from orchestrator.parsers.sections import CommandOutput, build_batch_script, new_nonce, split_batch_output
 from tests.shared import EXAMPLE_INVENTORY
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,3 +65,84 @@ def test_create_only_facts_cost_no_program_start_once_the_ct_exists(facts: Facts
     for fact in (HOST.aplinfo, HOST.templates):
         assert fact.command(h, p).startswith("test -e /etc/pve/lxc/120.conf || pvesh get /nodes/pve-gpu-1/")
     assert [f.name for f in HOST_FACTS.values() if "pct " in f.command(h, p)] == ["ct_status"]
+
+
+class LocalNode:
+    """The batch surface of SshHost on this machine's bash: the real script text, run for real."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.scripts: list[str] = []
+
+    def batch(self, commands: dict[str, str], *, timeout: float | None = None,
+              what: str = "") -> dict[str, CommandOutput]:
+        nonce = new_nonce()
+        script = build_batch_script(commands, nonce)
+        self.scripts.append(script)
+        proc = subprocess.run(["bash", "-s"], input=script, capture_output=True, text=True, env=self.env,
+                              timeout=60, check=False)
+        return split_batch_output(proc.stdout, nonce)
+
+
+#: `pct` on a node whose CT 120 is in state $CT_STATE ("missing": no config): `status` as pct prints it, `exec`
+#: runs the command here. Each call is logged, so the test counts program starts.
+FAKE_PCT = """#!/bin/sh
+echo "$*" >> "$PCT_LOG"
+case "$1" in
+  status) [ "$CT_STATE" = missing ] && { echo "Configuration file 'nodes/n/lxc/120.conf' does not exist" >&2; exit 2; }
+          echo "status: $CT_STATE" ;;
+  exec) shift 3; exec "$@" ;;
+esac
+"""
+
+
+@pytest.mark.parametrize("state", ["running", "stopped", "missing"])
+def test_one_pct_status_answers_the_status_fact_and_guards_the_container_batch(
+        facts: Facts, tmp_path: Path, state: str) -> None:
+    """`pct status` is a Perl program on a node: a round trip that reads the CT's status and its inside starts it
+    once, and HOST.ct_status still comes back as that command's own answer."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in (("pct", FAKE_PCT), ("systemctl", "#!/bin/sh\necho running\n")):
+        (bin_dir / name).write_text(body)
+        (bin_dir / name).chmod(0o755)
+    log = tmp_path / "pct.log"
+    node = LocalNode({"PATH": f"{bin_dir}:/usr/bin:/bin", "PCT_LOG": str(log), "CT_STATE": state})
+    facts.ssh = node  # type: ignore[assignment]  # the batch surface only
+    facts.container.node = node  # type: ignore[assignment]
+    facts.gather((HOST.ct_status, HOST.cmdline), (CT.releases, CT.current_release))
+    calls = log.read_text().splitlines()
+    assert [c for c in calls if c.startswith("status")] == ["status 120"]
+    assert facts.get(HOST.ct_status) == (None if state == "missing" else state)
+    assert facts.host["ct_status"].rc == (2 if state == "missing" else 0)
+    assert facts.ct_running is (state == "running")
+    if state == "running":
+        assert [c for c in calls if c.startswith("exec")] == [calls[1]]
+        assert facts.get(CT.releases) is not None and facts.get(CT.current_release) is not None
+    else:
+        assert len(calls) == 1 and facts.get(CT.releases) is None
+    # without container facts the status is its own command, as before
+    log.unlink()
+    facts.gather((HOST.ct_status,), ())
+    assert log.read_text().splitlines() == ["status 120"]
+    assert facts.get(HOST.ct_status) == (None if state == "missing" else state)
+
+
+def test_the_sglang_version_is_read_from_pips_record_without_starting_python(facts: Facts, tmp_path: Path) -> None:
+    """`import sglang` costs seconds on a node; the dist-info header names the same release. Only the header is
+    read, a similarly named package does not count, and no sglang is no version (the step installs)."""
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    (site / "sglang-0.5.12.post1.dist-info").mkdir(parents=True)
+    (site / "sglang-0.5.12.post1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.12.post1\n\nVersion: 9.9 (in the long description)\n")
+    (site / "sglang_router-0.2.1.dist-info").mkdir()
+    (site / "sglang_router-0.2.1.dist-info" / "METADATA").write_text("Name: sglang-router\nVersion: 0.2.1\n")
+    profile = facts.profile.model_copy(update={"venv": f"{tmp_path}/venv/"})
+    command = CT.sglang_version.command(facts.host_cfg, profile)
+    assert "python" not in command.split("/lib/")[0]
+    run = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=False)
+    assert (run.returncode, run.stdout) == (0, "0.5.12.post1\n")
+    profile = facts.profile.model_copy(update={"venv": f"{tmp_path}/no-venv"})
+    run = subprocess.run(["bash", "-c", CT.sglang_version.command(facts.host_cfg, profile)],
+                         capture_output=True, text=True, check=False)
+    assert run.returncode != 0 and run.stdout == ""

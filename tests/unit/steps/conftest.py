@@ -146,6 +146,12 @@ so a new or changed remote command never passes unnoticed on an empty "success".
                     _known(CT_FACTS, name)
                 result["ct_facts"] = out(frame(m.group(1), {n: _as_output(self.ct_after.get(n, out(rc=1)))
                                                              for n in names}))
+            status = re.search(r"(@@DEPLOY:[A-Za-z0-9]+:PCT_STATUS@@)", commands["ct_facts"])
+            if status:  # HOST.ct_status rides on the container command: its frame comes first
+                st = _as_output(self.host_after[_known(HOST_FACTS, "ct_status")])
+                mark = status.group(1)
+                result["ct_facts"] = out(f"{mark} {st.rc}\n{st.stdout.rstrip(chr(10))}\n{mark}\n"
+                                         + result["ct_facts"].stdout)
         return result
 
     # -- what the test asserts on ---------------------------------------------------------------------
