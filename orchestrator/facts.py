@@ -21,7 +21,7 @@ from orchestrator.parsers.ct_gpus import CT_GPU_QUERY, CtGpus, parse_ct_gpus
 from orchestrator.parsers.netaddr import address_command, net0_ifname
 from orchestrator.parsers.packages import DPKG_FORMAT
 from orchestrator.parsers.pve import parse_pct_status
-from orchestrator.parsers.sections import CommandOutput, build_batch_script, split_batch_output
+from orchestrator.parsers.sections import CommandOutput, batch_failure, build_batch_script, split_batch_output
 from orchestrator.parsers.weights import RECORD_PATH
 from orchestrator.remote.container import NOT_RUNNING, PATHS, Container
 from orchestrator.remote.ssh import SshHost
@@ -342,8 +342,24 @@ class Facts:
             for name in names:
                 self.ct.pop(name, None)
         else:
+            self.ct.update(self._split_ct(raw, nonce))
             self.ct_running = True
-            self.ct.update(split_batch_output(raw.stdout, nonce))
+
+    def _split_ct(self, raw: CommandOutput, nonce: str) -> dict[str, CommandOutput]:
+        """The container's sections; a batch that could not write its files, or output cut short, is a RemoteError
+        that says so (a full container disk would otherwise read as facts that printed nothing)."""
+        vmid, host = self.host_cfg.container.vmid, self.host_cfg.name
+        failure = batch_failure(raw.rc, raw.stderr)
+        if failure is not None:
+            raise RemoteError(f"CT {vmid} could not run its facts batch: {failure}",
+                              fix=f"free space in the container (`pct exec {vmid} -- df -h /tmp` on the host shows "
+                                  "it), then run again", host=host)
+        try:
+            return split_batch_output(raw.stdout, nonce)
+        except ValueError as exc:
+            raise RemoteError(f"CT {vmid}'s facts came back cut short ({exc})",
+                              fix=f"run again; if it repeats, see what ends `pct exec {vmid}` early (its free space: "
+                                  f"`pct exec {vmid} -- df -h /tmp`)", host=host) from exc
 
     @property
     def ct_state(self) -> str | None:

@@ -63,6 +63,20 @@ def _check(nonce: str, names: Iterable[str]) -> None:
             raise ValueError(f"batch command name must match [a-z0-9_-]+, got {name!r}")
 
 
+#: The batch script's own exit codes: it could not make its temporary directory, or could not write its files there
+#: (a full disk: its sections would come back cut off or empty, as if the commands had printed nothing).
+BATCH_NO_TMPDIR = 97
+BATCH_WRITE_FAILED = 96
+
+
+def batch_failure(rc: int, stderr: str) -> str | None:
+    """What stopped a batch script before it printed its sections (one of its own exit codes), else None."""
+    if rc not in (BATCH_NO_TMPDIR, BATCH_WRITE_FAILED):
+        return None
+    line = next((ln for ln in reversed(stderr.splitlines()) if ln.startswith("deploy batch:")), "")
+    return line.removeprefix("deploy batch: ") or f"the batch script exited {rc}"
+
+
 #: Commands of one batch that run at the same time: the facts round trip costs about its slowest command, and a
 #: PVE node (dozens of cores) or its container is not loaded by eight short reads at once.
 BATCH_PARALLEL = 8
@@ -83,7 +97,8 @@ def build_batch_script(commands: Mapping[str, str], nonce: str, parallel: int = 
     if pid_users := [name for name, command in commands.items() if "$$" in command]:
         raise ValueError(f"batch command(s) {', '.join(pid_users)} use $$, which in a batch is the script's PID, "
                          "shared by every command: use $BASHPID (the command's own subshell)")
-    return render_script("batch.sh.j2", plan=_marker(nonce, "PLAN", " ".join(commands)), parallel=parallel, commands=[
+    return render_script("batch.sh.j2", plan=_marker(nonce, "PLAN", " ".join(commands)), parallel=parallel,
+                         no_tmpdir=BATCH_NO_TMPDIR, write_failed=BATCH_WRITE_FAILED, commands=[
         {"command": command, "begin": _marker(nonce, "BEGIN", name), "mid": _marker(nonce, "STDERR", name),
          "end_prefix": f"@@DEPLOY:{nonce}:END:{name}:"} for name, command in commands.items()])
 

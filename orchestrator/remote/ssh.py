@@ -25,7 +25,7 @@ from fabric import Connection
 
 from orchestrator.errors import RemoteError
 from orchestrator.inventory.models import Host
-from orchestrator.parsers.sections import CommandOutput, build_batch_script, split_batch_output
+from orchestrator.parsers.sections import CommandOutput, batch_failure, build_batch_script, split_batch_output
 from orchestrator.runlog import Metrics
 
 # paramiko's transport thread logs a failed handshake at ERROR with its traceback ("Exception (client): Error
@@ -427,6 +427,11 @@ class SshHost:
             return {}
         nonce = secrets.token_hex(8)
         res = self.script(build_batch_script(commands, nonce), timeout=timeout, check=False, what=what)
+        failure = batch_failure(res.rc, res.stderr)
+        if failure is not None:
+            raise RemoteError(f"{what}: the node could not run the batch: {failure}",
+                              fix="free space in the node's /tmp (`df -h /tmp`), then run again",
+                              host=self.host.name)
         try:
             return split_batch_output(res.stdout, nonce)
         except ValueError as exc:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,3 +36,18 @@ def local_inv(inv: Path) -> Path:
     hosts.write_text(hosts.read_text().replace("address: 10.1.230.174", "address: 127.0.0.1")
                      .replace("example: true", "example: false").replace("port: 22", f"port: {port}"))
     return inv
+
+
+@pytest.fixture
+def full_tmpdir(tmp_path: Path) -> Iterator[Path]:
+    """A 64 KiB tmpfs filled to the last page: files can be made there, their writes fail (ENOSPC)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "deploy-test-full", str(small)], check=True)
+    try:
+        subprocess.run(["sh", "-c", f"cat /dev/zero > {small}/filler"], capture_output=True, check=False)
+        yield small
+    finally:
+        subprocess.run(["umount", str(small)], check=True)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.errors import RemoteError
 from orchestrator.facts import CT, CT_FACTS, HOST, HOST_FACTS, CtFact, Facts, HostFact
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.parsers.sections import CommandOutput, build_batch_script, new_nonce, split_batch_output
@@ -91,9 +92,23 @@ echo "$*" >> "$PCT_LOG"
 case "$1" in
   status) [ "$CT_STATE" = missing ] && { echo "Configuration file 'nodes/n/lxc/120.conf' does not exist" >&2; exit 2; }
           echo "status: $CT_STATE" ;;
-  exec) shift 3; exec "$@" ;;
+  exec) shift 3; TMPDIR=${CT_TMPDIR:-${TMPDIR:-/tmp}} exec "$@" ;;
 esac
 """
+
+
+def local_node(facts: Facts, tmp_path: Path, **env: str) -> Path:
+    """Point `facts` at this machine's bash with FAKE_PCT on PATH; the path of pct's call log."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in (("pct", FAKE_PCT), ("systemctl", "#!/bin/sh\necho running\n")):
+        (bin_dir / name).write_text(body)
+        (bin_dir / name).chmod(0o755)
+    log = tmp_path / "pct.log"
+    node = LocalNode({"PATH": f"{bin_dir}:/usr/bin:/bin", "PCT_LOG": str(log), **env})
+    facts.ssh = node  # type: ignore[assignment]  # the batch surface only
+    facts.container.node = node  # type: ignore[assignment]
+    return log
 
 
 @pytest.mark.parametrize("state", ["running", "stopped", "missing"])
@@ -101,15 +116,7 @@ def test_one_pct_status_answers_the_status_fact_and_guards_the_container_batch(
         facts: Facts, tmp_path: Path, state: str) -> None:
     """`pct status` is a Perl program on a node: a round trip that reads the CT's status and its inside starts it
     once, and HOST.ct_status still comes back as that command's own answer."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name, body in (("pct", FAKE_PCT), ("systemctl", "#!/bin/sh\necho running\n")):
-        (bin_dir / name).write_text(body)
-        (bin_dir / name).chmod(0o755)
-    log = tmp_path / "pct.log"
-    node = LocalNode({"PATH": f"{bin_dir}:/usr/bin:/bin", "PCT_LOG": str(log), "CT_STATE": state})
-    facts.ssh = node  # type: ignore[assignment]  # the batch surface only
-    facts.container.node = node  # type: ignore[assignment]
+    log = local_node(facts, tmp_path, CT_STATE=state)
     facts.gather((HOST.ct_status, HOST.cmdline), (CT.releases, CT.current_release))
     calls = log.read_text().splitlines()
     assert [c for c in calls if c.startswith("status")] == ["status 120"]
@@ -146,3 +153,14 @@ def test_the_sglang_version_is_read_from_pips_record_without_starting_python(fac
     run = subprocess.run(["bash", "-c", CT.sglang_version.command(facts.host_cfg, profile)],
                          capture_output=True, text=True, check=False)
     assert run.returncode != 0 and run.stdout == ""
+
+
+def test_a_full_container_disk_is_an_error_that_says_so(facts: Facts, tmp_path: Path, full_tmpdir: Path) -> None:
+    """The container's batch cannot write its files: its facts would read as commands that printed nothing (no
+    sglang, no release, weights absent), and `up` would act on that. It is an error naming the disk instead."""
+    local_node(facts, tmp_path, CT_STATE="running", CT_TMPDIR=str(full_tmpdir))
+    with pytest.raises(RemoteError) as err:
+        facts.gather((HOST.ct_status, HOST.cmdline), (CT.releases, CT.sglang_version))
+    assert "CT 120 could not run its facts batch: could not write its files in" in err.value.what
+    assert "no space left?" in err.value.what and "df -h /tmp" in (err.value.fix or "")
+    assert facts.ct == {} and not facts.ct_running

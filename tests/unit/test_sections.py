@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 
 import pytest
 
 from orchestrator.parsers import ParseError
-from orchestrator.parsers.sections import CommandOutput, build_batch_script, new_nonce, split_batch_output
+from orchestrator.parsers.sections import (
+    BATCH_WRITE_FAILED,
+    CommandOutput,
+    batch_failure,
+    build_batch_script,
+    new_nonce,
+    split_batch_output,
+)
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 
@@ -203,3 +211,18 @@ def test_overlapping_commands_keep_their_own_output_and_exit_code() -> None:
     assert out["fails-silently"] == CommandOutput(9, "", "")
     assert out["killed"].rc == 128 + 15 and out["killed"].stdout == ""
     assert out["prints-nothing"] == CommandOutput(0, "", "")
+
+
+
+def test_a_full_disk_is_reported_not_read_as_empty_sections(full_tmpdir) -> None:  # type: ignore[no-untyped-def]
+    """With no space left, every section would come back empty or cut off, as if the commands printed nothing.
+    The script says so on stderr and exits with its own code, before printing any section."""
+    script = build_batch_script({"a": "echo one", "b": "echo two"}, NONCE)
+    proc = subprocess.run(["bash", "-s"], input=script, capture_output=True, text=True, timeout=60, check=False,
+                          env={"PATH": os.environ["PATH"], "TMPDIR": str(full_tmpdir)})
+    assert proc.returncode == BATCH_WRITE_FAILED, proc
+    assert "BEGIN:a@@" not in proc.stdout
+    failure = batch_failure(proc.returncode, proc.stderr)
+    assert failure is not None and "could not write its files in" in failure and "no space left?" in failure
+    assert str(full_tmpdir) in failure  # df names the file system
+    assert batch_failure(0, proc.stderr) is None and batch_failure(1, "") is None
