@@ -7,9 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.errors import DeployError, Interrupted
+from orchestrator.errors import DeployError, Interrupted, RemoteError
 from orchestrator.facts import Facts
 from orchestrator.inventory.models import Host, Inventory
+from orchestrator.parsers import ParseError
 from orchestrator.playbooks import load_playbook
 from orchestrator.remote.container import Container
 from orchestrator.remote.ssh import SshHost
@@ -70,6 +71,15 @@ class RunReport:
         }
 
 
+def unreadable_output(exc: ParseError) -> RemoteError:
+    """A step's parser met text it does not know (an error message instead of output, a cut-off read): a remote
+    failure that says what was expected and shows the start of what came, where the step ran, not a traceback."""
+    return RemoteError(f"the host's answer could not be read: {exc}",
+                       fix="run again; if it repeats, run that command on the host by hand: its output is not what "
+                           "deploy expects (an error of the tool itself, or another version of it)",
+                       details={"expected": exc.what, "excerpt": exc.excerpt})
+
+
 def run_playbook(name: str, host: Host, inventory: Inventory, options: RunOptions,
                  progress: ProgressFn | None = None, say: Callable[[str], None] | None = None,
                  inputs: RunInputs | None = None) -> RunReport:
@@ -112,7 +122,10 @@ def run_playbook_to_end(name: str, host: Host, inventory: Inventory, options: Ru
                         raise Interrupted(f"stopped before {ref.name}: the fleet run was interrupted",
                                           fix="the host is left on its previous release; resume or roll back "
                                               "the fleet roll")
-                    REGISTRY[ref.name].fn(ctx, record)
+                    try:
+                        REGISTRY[ref.name].fn(ctx, record)
+                    except ParseError as exc:
+                        raise unreadable_output(exc) from exc
                 except DeployError as err:
                     record.status = "failed"
                     record.summary = err.what

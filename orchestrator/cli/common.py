@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import signal
 import sys
 import threading
@@ -244,6 +245,10 @@ def run_command(app: AppContext, func: Callable[..., Any], *args: Any, **kwargs:
                          else (Interrupted, "interrupted (Ctrl-C)"))
             raise cls(f"{said}; run the command again: an interrupted up or roll is undone by the next one "
                       "(a fleet roll: `deploy roll group G --resume` or `deploy rollback group G`)") from None
+        except Exception as exc:
+            if os.environ.get(DEBUG_ENV) == "1":
+                raise
+            raise internal_error(exc) from None
     except DeployError as err:
         with _settled():
             if app.as_json:
@@ -259,6 +264,35 @@ def run_command(app: AppContext, func: Callable[..., Any], *args: Any, **kwargs:
     with _settled():
         out.finish(int(code or 0))
         sys.exit(int(code or 0))
+
+
+#: `DEPLOY_DEBUG=1`: an internal error shows its Python traceback instead of the one-line report.
+DEBUG_ENV = "DEPLOY_DEBUG"
+
+
+def internal_error(exc: Exception) -> DeployError:
+    """An exception that no layer turned into a DeployError is a bug in deploy. The user gets one line, and the
+    traceback goes to a 0600 file in the state directory (secrets redacted), so the report can carry it."""
+    import time
+    import traceback
+
+    from orchestrator.paths import state_dir
+    from orchestrator.redact import redact_text
+
+    saved = ""
+    try:
+        crashes = state_dir() / "crashes"
+        crashes.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = crashes / f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.txt"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(redact_text("".join(traceback.format_exception(exc))))
+        saved = f"; its traceback is in {path}"
+    except OSError:
+        saved = f"; {DEBUG_ENV}=1 shows its traceback"
+    return DeployError(f"internal error in deploy: {type(exc).__name__}: {exc}",
+                       fix=f"this is a bug in deploy, not in your host or inventory: please report it{saved}",
+                       details={"exception": type(exc).__name__})
 
 
 def existing_file(path: str | None, what: str) -> Path | None:
