@@ -245,6 +245,8 @@ def run_command(app: AppContext, func: Callable[..., Any], *args: Any, **kwargs:
                          else (Interrupted, "interrupted (Ctrl-C)"))
             raise cls(f"{said}; run the command again: an interrupted up or roll is undone by the next one "
                       "(a fleet roll: `deploy roll group G --resume` or `deploy rollback group G`)") from None
+        except DeployError:
+            raise
         except Exception as exc:
             if os.environ.get(DEBUG_ENV) == "1":
                 raise

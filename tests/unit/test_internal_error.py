@@ -16,6 +16,9 @@ import sys
 from orchestrator.cli.common import AppContext, run_command
 
 def body(app):
+    if sys.argv[2:] == ["config-error"]:
+        from orchestrator.errors import ConfigError
+        raise ConfigError("a refused inventory", fix="fix it")
     token = {"a": 1}
     return token["missing-key"]
 
@@ -23,8 +26,8 @@ run_command(AppContext(inventory_dirs="/nonexistent", as_json=sys.argv[1] == "js
 """
 
 
-def run(tmp_path: Path, mode: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", SCRIPT, mode], capture_output=True, text=True, cwd=REPO,
+def run(tmp_path: Path, mode: str, *extra: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", SCRIPT, mode, *extra], capture_output=True, text=True, cwd=REPO,
                           timeout=60, check=False,
                           env={**os.environ, "DEPLOY_STATE_DIR": str(tmp_path / "state"), "COLUMNS": "200", **env})
 
@@ -50,3 +53,9 @@ def test_json_gets_a_failure_document(tmp_path: Path) -> None:
 def test_deploy_debug_shows_the_traceback(tmp_path: Path) -> None:
     proc = run(tmp_path, "text", DEPLOY_DEBUG="1")
     assert proc.returncode == 1 and "Traceback" in proc.stderr and "KeyError: 'missing-key'" in proc.stderr
+
+
+def test_a_deploy_error_keeps_its_own_exit_code_and_fix(tmp_path: Path) -> None:
+    proc = run(tmp_path, "text", "config-error")
+    assert proc.returncode == 2 and "error: a refused inventory" in proc.stderr and "fix: fix it" in proc.stderr
+    assert "internal error" not in proc.stderr and not (tmp_path / "state" / "crashes").exists()
