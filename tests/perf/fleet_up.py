@@ -1,13 +1,15 @@
 """Fleet figures: a converged `deploy up` of one simulated host against a fleet of N (default 16) in one process.
 
-    python tests/perf/fleet_up.py [--hosts 16] [--first 140] [--repeat 2] [--separate]
+    python tests/perf/fleet_up.py [--hosts 16] [--first 140] [--repeat 2] [--separate] [--baseline DIR [--pairs 5]]
 
 Starts N simulated hosts on their own root (sim-FIRST.. on 127.0.0.(FIRST+1)..), converges them all once
 (`deploy up group fleet --skip-bench --skip-weights`), then measures converged runs (`--skip-bench`):
 `up host sim-FIRST` and `up group fleet --parallel N`, each `--repeat` times (best wall time kept). Prints the
 wall-time ratio, the deploy process's own CPU time (user+sys from getrusage of the child) per extra host, SSH
 round trips, and the engine's peak worker threads and open sockets from the fleet --json. `--separate` also times
-N separate `deploy up host X` processes started at once (the pre-fleet way). Nothing is asserted: a measurement.
+N separate `deploy up host X` processes started at once (the pre-fleet way). `--baseline DIR` (another checkout)
+then alternates both runs between that tree and this one and prints medians, with the whole machine's CPU per
+run: what the simulated hosts spend on the tool's requests is most of it. Nothing is asserted: a measurement.
 Run as root. The simulated hosts share the machine's cores with the tool, so the wall ratio includes them.
 """
 
@@ -17,6 +19,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -86,10 +89,17 @@ def child_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def deploy(env: dict[str, str], *args: str) -> Sample:
+def machine_cpu() -> float:
+    """CPU seconds the whole machine has spent busy (/proc/stat: all but idle and iowait)."""
+    with open("/proc/stat") as fh:
+        ticks = [int(x) for x in fh.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def deploy(env: dict[str, str], *args: str, tree: Path = REPO) -> Sample:
     sim0, cpu0, start = sim_cpu(SIM_PIDS), child_cpu(), time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "orchestrator", "--json", *args], capture_output=True, text=True,
-                          env=env, cwd=REPO)
+                          env=env, cwd=tree)
     wall, cpu = time.monotonic() - start, child_cpu() - cpu0
     sim = sim_cpu(SIM_PIDS) - sim0
     try:
@@ -117,6 +127,33 @@ def separate(env: dict[str, str], names: list[str]) -> tuple[float, float]:
     if any(rcs):
         raise SystemExit(f"separate runs failed: {rcs}")
     return time.monotonic() - start, child_cpu() - cpu0
+
+
+def compare(env: dict[str, str], names: list[str], baseline: Path, pairs: int) -> None:
+    """`--baseline`: the 1-host and the N-host run from another checkout and from this one, alternating, `pairs`
+    times each; medians of the wall times and of the whole machine's CPU per run (tool, simulated hosts, all).
+    The simulated hosts are this tree's, so the difference is the tool's: what it asks the hosts to run."""
+    fleet = ("up", "group", "fleet", "--parallel", str(len(names)), "--skip-bench")
+    trees = {"before (baseline)": baseline.resolve(), "after (this tree)": REPO}
+    walls: dict[str, dict[str, list[float]]] = {label: {"one": [], "many": []} for label in trees}
+    cpus: dict[str, dict[str, list[float]]] = {label: {"one": [], "many": []} for label in trees}
+    for _ in range(pairs):
+        for label, tree in trees.items():
+            for kind, args in (("one", ("up", "host", names[0], "--skip-bench")), ("many", fleet)):
+                busy0 = machine_cpu()
+                sample = deploy(env, *args, tree=tree)
+                if sample.rc != 0:
+                    raise SystemExit(f"{tree}: deploy {' '.join(args)}: exit {sample.rc}")
+                walls[label][kind].append(sample.wall_s)
+                cpus[label][kind].append(machine_cpu() - busy0)
+                time.sleep(1.0)
+    med = statistics.median
+    print(f"\nalternating with {baseline} ({pairs} pairs, medians; machine CPU = every process on the machine)")
+    for label in trees:
+        one, many = med(walls[label]["one"]), med(walls[label]["many"])
+        print(f"  {label}: 1 host {one:.2f} s, {len(names)} hosts {many:.2f} s, ratio {many / one:.2f}x; machine "
+              f"CPU per run {med(cpus[label]['one']):.2f} / {med(cpus[label]['many']):.2f} CPU-s (floor on "
+              f"{os.cpu_count()} cores: {med(cpus[label]['many']) / (os.cpu_count() or 1) / one:.2f}x)")
 
 
 def busy_fraction(window_s: float) -> float:
@@ -149,6 +186,9 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--separate", action="store_true", help="also time N separate processes started at once")
     ap.add_argument("--keep", metavar="DIR", default=None, help="sim root to use and keep (default: a temp dir)")
+    ap.add_argument("--baseline", metavar="DIR", type=Path, default=None,
+                    help="another checkout: time its runs and this tree's alternately (see compare)")
+    ap.add_argument("--pairs", type=int, default=5, help="alternating pairs with --baseline")
     ap.add_argument("--settle-s", type=float, default=120.0,
                     help="after converging, wait at most this long for the CPU to be <= 10 %% busy (0: no wait)")
     args = ap.parse_args()
@@ -202,6 +242,8 @@ def main() -> int:
             per_host = sorted(h["duration_s"] for h in many.doc["hosts"])
             print(f"  per-host durations in the fleet run: min {per_host[0]:.2f} s, median "
                   f"{per_host[len(per_host) // 2]:.2f} s, max {per_host[-1]:.2f} s")
+            if args.baseline is not None:
+                compare(env.env, names, args.baseline, args.pairs)
             if args.separate:
                 wall, cpu = separate(env.env, names)
                 print(f"  {args.hosts} separate processes at once: {wall:.2f} s wall ({wall / one.wall_s:.2f}x), "
