@@ -357,7 +357,9 @@ class Facts:
         try:
             return split_batch_output(raw.stdout, nonce)
         except ValueError as exc:
-            raise RemoteError(f"CT {vmid}'s facts came back cut short ({exc})",
+            said = next((ln.strip() for ln in reversed(raw.stderr.splitlines()) if ln.strip()), "")
+            raise RemoteError(f"CT {vmid}'s facts came back cut short (exit {raw.rc}"
+                              + (f", {said!r}" if said else "") + f"; {exc})",
                               fix=f"run again; if it repeats, see what ends `pct exec {vmid}` early (its free space: "
                                   f"`pct exec {vmid} -- df -h /tmp`)", host=host) from exc
 

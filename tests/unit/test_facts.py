@@ -164,3 +164,15 @@ def test_a_full_container_disk_is_an_error_that_says_so(facts: Facts, tmp_path: 
     assert "CT 120 could not run its facts batch: could not write its files in" in err.value.what
     assert "no space left?" in err.value.what and "df -h /tmp" in (err.value.fix or "")
     assert facts.ct == {} and not facts.ct_running
+
+
+def test_a_container_that_stops_between_the_status_and_the_exec_is_an_error_with_pcts_words(
+        facts: Facts, tmp_path: Path) -> None:
+    """`pct status` said running, then `pct exec` found it stopped: PVE's own words, not an internal ParseError."""
+    log = local_node(facts, tmp_path, CT_STATE="running")
+    pct = tmp_path / "bin" / "pct"
+    pct.write_text(FAKE_PCT.replace('  exec) shift 3;', '  exec) echo "CT 120 not running" >&2; exit 255;'))
+    with pytest.raises(RemoteError) as err:
+        facts.gather((HOST.ct_status,), (CT.releases,))
+    assert err.value.what.startswith("CT 120's facts came back cut short (exit 255, 'CT 120 not running'; ")
+    assert log.read_text().splitlines()[0] == "status 120" and not facts.ct_running
