@@ -334,8 +334,9 @@ class HostLease:
                                   "wait for it, then re-run", host=host, step="lock")
         if "io" in ev and result.rc == EXIT_IO:
             raise RemoteError(f"cannot keep the host lock in {LOCK_DIR}: {ev['io'].what}",
-                              fix=f"check that {LOCK_DIR} is writable by the SSH user and flock (util-linux) is "
-                                  "installed on the host", host=host, step="lock")
+                              fix=f"check that {LOCK_DIR} is writable by the SSH user, that its file system has "
+                                  f"free space (`df -h {LOCK_DIR}`: a full disk fails this write first), and that "
+                                  "flock (util-linux) is installed on the host", host=host, step="lock")
         with self._state:
             if "took-over" in ev:
                 self.took_over = ev["took-over"]

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tests.conftest import sim_root
-from tests.e2e.conftest import DeployEnv, make_env, site_ostemplate
+from tests.e2e.conftest import SHARED, DeployEnv, make_env, site_ostemplate
 from tests.e2e.test_roll import KILLED_LOCK_TTL_S
 from tests.sim_hosts import OFFSET_VM_HOST
 
@@ -98,6 +98,25 @@ def test_driver_mismatch_without_installer_is_refused_with_both_versions(converg
     assert res.rc == 1
     assert "590.48" in res.json["what"] and "595.58.03" in res.json["what"]  # NVML reports major.minor
     assert "--no-kernel-module " in res.json["fix"]  # nvidia-installer's option (singular), userspace only
+
+
+@pytest.mark.xdist_group(SHARED)
+def test_a_full_container_disk_is_named_and_nothing_is_read_as_missing(converged_shared: DeployEnv) -> None:
+    """The facts batch keeps its outputs in the CT's /tmp: on a full disk they would read as 'no sglang, no
+    weights'. `up` stops at the lock step naming the disk, and converges once there is space again."""
+    env = converged_shared
+    assert env.ct("mount -t tmpfs -o size=64k deploy-full /tmp && { cat /dev/zero > /tmp/fill; true; }").rc == 0
+    try:
+        res = env.run("--json", "up", "host", env.host, "--skip-bench")
+        assert res.rc == 3, res.text
+        assert res.json["step"] == "lock" and res.json["error"] == "remote-error"
+        assert res.json["what"].startswith("CT 120 could not run its facts batch: could not write its files in /tmp/")
+        assert "(no space left?)" in res.json["what"] and "100%" in res.json["what"]
+        assert "pct exec 120 -- df -h /tmp" in res.json["fix"]
+    finally:
+        assert env.ct("umount /tmp").rc == 0
+    again = env.run("--json", "up", "host", env.host, "--skip-bench")
+    assert again.rc == 0 and again.json["summary"] == "no changes", again.text
 
 
 def test_nan_crash_fails_fast_quoting_the_line(converged: DeployEnv) -> None:
