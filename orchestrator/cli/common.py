@@ -273,25 +273,12 @@ DEBUG_ENV = "DEPLOY_DEBUG"
 
 
 def internal_error(exc: Exception) -> DeployError:
-    """An exception that no layer turned into a DeployError is a bug in deploy. The user gets one line, and the
-    traceback goes to a 0600 file in the state directory (secrets redacted), so the report can carry it."""
-    import time
-    import traceback
+    """An exception that no layer turned into a DeployError is a bug in deploy: one line for the user, and the
+    traceback in a private file (orchestrator.crash) that the fix names, so the report can carry it."""
+    from orchestrator.crash import save_traceback
 
-    from orchestrator.paths import state_dir
-    from orchestrator.redact import redact_text
-
-    saved = ""
-    try:
-        crashes = state_dir() / "crashes"
-        crashes.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path = crashes / f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.txt"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(redact_text("".join(traceback.format_exception(exc))))
-        saved = f"; its traceback is in {path}"
-    except OSError:
-        saved = f"; {DEBUG_ENV}=1 shows its traceback"
+    path = save_traceback(exc)
+    saved = f"; its traceback is in {path}" if path else f"; {DEBUG_ENV}=1 shows its traceback"
     return DeployError(f"internal error in deploy: {type(exc).__name__}: {exc}",
                        fix=f"this is a bug in deploy, not in your host or inventory: please report it{saved}",
                        details={"exception": type(exc).__name__})

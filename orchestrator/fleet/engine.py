@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from orchestrator.crash import save_traceback
+
 #: Hosts run at once unless --parallel says otherwise.
 DEFAULT_PARALLEL = 8
 HostResult = Literal["ok", "changed", "would change", "failed", "skipped"]
@@ -183,7 +185,10 @@ def run_fleet(hosts: Sequence[str], job: Job, *, parallel: int, fail_fast: bool 
             try:
                 outcome = job(name, HostEvents(name, events))
             except Exception as exc:  # a bug in one host's run must not stop the fleet
-                outcome = HostOutcome(name, "failed", exit_code=1, detail=f"internal error: {exc!r}")
+                path = save_traceback(exc)
+                outcome = HostOutcome(name, "failed", exit_code=1,
+                                      detail=f"internal error in deploy (a bug): {type(exc).__name__}: {exc}"
+                                             + (f"; its traceback is in {path}" if path else ""))
             if not outcome.duration_s:
                 outcome.duration_s = time.monotonic() - began
             with lock:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
+
+import pytest
 
 from orchestrator.fleet.engine import Event, HostEvents, HostOutcome, run_fleet
 from orchestrator.fleet.outcome import host_outcome
@@ -49,12 +52,18 @@ def test_no_more_than_parallel_jobs_or_worker_threads_at_once() -> None:
     assert not t.threads & {th.ident for th in threading.enumerate()}
 
 
-def test_a_failing_host_never_stops_the_others_and_the_worst_exit_code_wins() -> None:
+def test_a_failing_host_never_stops_the_others_and_the_worst_exit_code_wins(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEPLOY_STATE_DIR", str(tmp_path))
     hosts = ["a", "b", "c", "d", "e-boom"]
     run = run_fleet(hosts, Tracker().job(fail={"b", "d", "e-boom"}, code={"b": 1, "d": 3}), parallel=2)
     assert [o.result for o in run.outcomes] == ["ok", "failed", "ok", "failed", "failed"]
     assert run.exit_code == 3
-    assert "internal error" in run.outcomes[4].detail and run.outcomes[4].exit_code == 1
+    boom = run.outcomes[4]
+    assert boom.detail.startswith("internal error in deploy (a bug): ") and boom.exit_code == 1
+    (crash,) = (tmp_path / "crashes").iterdir()  # a bug's traceback goes to a private file, named in the detail
+    assert f"its traceback is in {crash}" in boom.detail and oct(crash.stat().st_mode & 0o777) == "0o600"
+    assert "Traceback (most recent call last)" in crash.read_text()
 
 
 def test_fail_fast_starts_nothing_after_a_failure() -> None:
