@@ -34,3 +34,9 @@ def save_traceback(exc: BaseException) -> Path | None:
     except OSError:
         return None
     return None
+
+
+def describe_bug(exc: BaseException) -> tuple[str, Path | None]:
+    """The one line that names a bug (`internal error in deploy: KeyError: 'x'`), and the file that now holds its
+    traceback (None when none could be written)."""
+    return f"internal error in deploy: {type(exc).__name__}: {exc}", save_traceback(exc)

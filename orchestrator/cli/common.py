@@ -275,12 +275,11 @@ DEBUG_ENV = "DEPLOY_DEBUG"
 def internal_error(exc: Exception) -> DeployError:
     """An exception that no layer turned into a DeployError is a bug in deploy: one line for the user, and the
     traceback in a private file (orchestrator.crash) that the fix names, so the report can carry it."""
-    from orchestrator.crash import save_traceback
+    from orchestrator.crash import describe_bug
 
-    path = save_traceback(exc)
+    what, path = describe_bug(exc)
     saved = f"; its traceback is in {path}" if path else f"; {DEBUG_ENV}=1 shows its traceback"
-    return DeployError(f"internal error in deploy: {type(exc).__name__}: {exc}",
-                       fix=f"this is a bug in deploy, not in your host or inventory: please report it{saved}",
+    return DeployError(what, fix=f"this is a bug in deploy, not in your host or inventory: please report it{saved}",
                        details={"exception": type(exc).__name__})
 
 

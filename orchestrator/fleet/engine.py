@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from orchestrator.crash import save_traceback
+from orchestrator.crash import describe_bug
 
 #: Hosts run at once unless --parallel says otherwise.
 DEFAULT_PARALLEL = 8
@@ -185,10 +185,9 @@ def run_fleet(hosts: Sequence[str], job: Job, *, parallel: int, fail_fast: bool 
             try:
                 outcome = job(name, HostEvents(name, events))
             except Exception as exc:  # a bug in one host's run must not stop the fleet
-                path = save_traceback(exc)
-                outcome = HostOutcome(name, "failed", exit_code=1,
-                                      detail=f"internal error in deploy (a bug): {type(exc).__name__}: {exc}"
-                                             + (f"; its traceback is in {path}" if path else ""))
+                what, path = describe_bug(exc)
+                outcome = HostOutcome(name, "failed", exit_code=1, detail=f"{what} (a bug in deploy)"
+                                      + (f"; its traceback is in {path}" if path else ""))
             if not outcome.duration_s:
                 outcome.duration_s = time.monotonic() - began
             with lock:
