@@ -6,14 +6,19 @@ would use, with the fleet's invariants checked over SSH (never through deploy's 
 
 Starts `--hosts` simulated hosts (a site template, so the first `up` is short), converges them as group `prod` with
 the router managed by `deploy up` on the first host, starts `--clients` streaming clients through the router, then
-`--faults` times: picks a fault (seeded), injects it around a fleet roll, runs the recovery, and checks:
+`--faults` times: picks a fault (seeded), injects it around a fleet roll, a single-host roll or a tune on one host
+(`deploy tune`, the soak's small preset: one rolled point, two concurrencies), runs the recovery an operator would
+(`tune --resume` for an unfinished tune, then `roll group --resume`, else `up group`), and checks:
 
 - every host serves (`/health` 200 from the container itself);
 - each server's command line is exactly the unit of the release the host's `current` link names, and that release
   is the one `deploy status` reports;
 - the router lists exactly the hosts that serve;
 - no lease is left on any host, and no bench process;
-- no secret (the fleet's API key) in any output deploy printed or in a world-readable file under /etc/sglang.
+- no secret (the fleet's API key) in any output deploy printed or in a world-readable file under /etc/sglang;
+- every tune's record and report match the host: a tune that said "restored" left the host on its original release
+  (read back right after it exited, before any recovery); a finished tune's record names the release the host
+  runs; no command other than the tune succeeded on its host while the tune ran.
 
 Prints the seed, each fault with its recovery and the seconds until every host served again, every invariant
 violation, and the failed client requests grouped by the fault they happened in. Bounded: `--faults` faults, each
@@ -40,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
@@ -55,6 +62,13 @@ SERVE_TIMEOUT_S = 240.0
 #: The flag every roll changes; each roll takes the next value, so every roll is a real change.
 KNOB = "num-continuous-decode-steps"
 VALUES = (2, 4, 16)  # not 8: the profile's own value, which would make the first roll a no-op
+#: The soak's tune: one rolled point (KNOB=4) beside the current flags, two concurrencies, one confirmation run:
+#: about six bench runs of the small preset below and two rolls, so a tune fault costs about what a fleet roll does.
+TUNE_PRESET = "soak-tune"
+TUNE_ARGS = ("--slo", "ttft_p99<=2.5s,tpot_p99<=200ms", "--over", f"{KNOB}=4", "--range", "16:32:16",
+             "--preset", TUNE_PRESET, "--confirm", "1")
+PRESET = {"dataset_name": "random-ids", "random_input_len": 32, "random_output_len": 96, "random_range_ratio": 1.0,
+          "num_prompts": 16, "request_rate": "inf"}
 
 
 @dataclass
@@ -69,6 +83,16 @@ class Step:
 
 
 @dataclass
+class Tune:
+    info: Any
+    proc: subprocess.Popen[str]
+    before: set[Path]  # the tune records that existed before it started: its own is the new one
+    tune_id: str | None = None
+    rc: int | None = None
+    text: str = ""
+
+
+@dataclass
 class Soak:
     env: DeployEnv
     infos: list[Any]
@@ -77,6 +101,8 @@ class Soak:
     outputs: list[str] = field(default_factory=list)
     seen: list[str] = field(default_factory=list)
     value_index: int = 0
+    tunes: list[Tune] = field(default_factory=list)  # the tunes this step started (recovered and checked after it)
+    early: list[str] = field(default_factory=list)  # violations seen during the step, before its recovery
 
     # -------------------------------------------------------------------------------- the tool, as operators run it
     def deploy(self, *args: str, timeout: float = ROLL_TIMEOUT_S) -> Result:
@@ -99,6 +125,92 @@ class Soak:
         out, _ = proc.communicate(timeout=timeout)
         self.outputs.append(out or "")
         return proc.returncode
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        """`deploy ARGS` in the background as its own process group (so a signal reaches it as Ctrl-C would)."""
+        return subprocess.Popen([sys.executable, "-m", "orchestrator", *args], env=self.env.env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+    def host_roll_argv(self, host: str) -> list[str]:
+        argv = self.roll_argv()
+        return ["roll", "host", host, *argv[3:5], "--skip-bench"]
+
+    # ----------------------------------------------------------------------------------------------- tunes
+    def tunes_dir(self) -> Path:
+        return Path(self.env.env["DEPLOY_STATE_DIR"]) / "tunes"
+
+    def start_tune(self, info: Any) -> Tune:
+        before = set(self.tunes_dir().glob("t-*.json")) if self.tunes_dir().is_dir() else set()
+        proc = self.start("--json", "tune", "host", info.name, *TUNE_ARGS)
+        tune = Tune(info, proc, before)
+        self.tunes.append(tune)
+        return tune
+
+    def record(self, tune: Tune) -> dict[str, Any] | None:
+        """The tune's record on this machine (found as the file it created), or None before it wrote one."""
+        if tune.tune_id is None and self.tunes_dir().is_dir():
+            new = sorted(set(self.tunes_dir().glob("t-*.json")) - tune.before)
+            if new:
+                tune.tune_id = new[0].stem
+        if tune.tune_id is None:
+            return None
+        try:
+            return dict(json.loads((self.tunes_dir() / f"{tune.tune_id}.json").read_text()))
+        except (OSError, json.JSONDecodeError):
+            return None
+
+    def current_release(self, info: Any) -> str:
+        return self.in_ct(info, "basename $(readlink -f /var/lib/deploy/current)").stdout.strip()
+
+    def end_tune(self, tune: Tune, timeout: float = ROLL_TIMEOUT_S) -> int:
+        """Wait for the tune, then check at once what it said against the host (before any recovery runs)."""
+        rc = self.finish(tune.proc, timeout)
+        tune.rc, tune.text = rc, self.outputs[-1]
+        rec = self.record(tune) or {}
+        now = self.current_release(tune.info)
+        original = rec.get("original_release")
+        if "was restored" in tune.text and original and now != original:
+            self.early.append(f"{tune.info.name}: tune {tune.tune_id} said the original release {original} was "
+                              f"restored, the host runs {now}")
+        if rc == 0:
+            try:
+                final = json.loads(tune.text[tune.text.index("{"):]).get("final_release")
+            except (ValueError, AttributeError):
+                final = None
+                self.early.append(f"{tune.info.name}: tune {tune.tune_id} exited 0 and printed no JSON")
+            if final and final != now:
+                self.early.append(f"{tune.info.name}: tune {tune.tune_id} reported release {final}, the host runs "
+                                  f"{now}")
+        return rc
+
+    def recover_tunes(self, step: Step) -> None:
+        """An unfinished tune is resumed, as its error's fix says."""
+        for tune in self.tunes:
+            rec = self.record(tune)
+            if rec is None or rec.get("phase") == "done":
+                continue
+            res = self.deploy("--json", "tune", "host", tune.info.name, "--resume", str(tune.tune_id))
+            step.recovery.append(f"tune --resume {tune.tune_id}: exit {res.rc}")
+
+    def tune_invariants(self) -> list[str]:
+        problems, self.early = list(self.early), []
+        for tune in self.tunes:
+            rec = self.record(tune)
+            if rec is None:
+                continue
+            if rec.get("phase") != "done":
+                problems.append(f"{tune.info.name}: tune {tune.tune_id} is still {rec.get('phase')} after its "
+                                f"--resume")
+                continue
+            now = self.current_release(tune.info)
+            if rec.get("final_release") not in (None, now) and tune is self.last_tune_on(tune.info):
+                problems.append(f"{tune.info.name}: tune {tune.tune_id}'s record says release "
+                                f"{rec.get('final_release')}, the host runs {now}")
+        self.tunes = []
+        return problems
+
+    def last_tune_on(self, info: Any) -> Tune | None:
+        return next((t for t in reversed(self.tunes) if t.info is info), None)
 
     def fault(self, host: str, *knobs: str, ct: bool = False) -> None:
         args = ["sim", "fault", host, *(["--ct", "120"] if ct else []), *knobs]
@@ -173,6 +285,7 @@ class Soak:
             if lease.stdout.strip():
                 problems.append(f"{info.name}: left behind: {lease.stdout.strip()[:200]}")
         problems += self.router_matches(serving)
+        problems += self.tune_invariants()
         for text in self.outputs:
             if self.api_key in text:
                 problems.append("the API key appears in deploy's output")
@@ -194,7 +307,9 @@ class Soak:
 
     # ------------------------------------------------------------------------------------------ the recoveries
     def recover(self, step: Step) -> None:
-        """What an operator does after a fault: resume the roll, else converge the group (router included)."""
+        """What an operator does after a fault: resume a tune or the roll, else converge the group (router
+        included)."""
+        self.recover_tunes(step)
         resume = self.deploy("roll", "group", GROUP, "--resume", "--skip-bench")
         step.recovery.append(f"roll --resume: exit {resume.rc}")
         if resume.rc != 0:
@@ -288,6 +403,77 @@ def overlapping_rolls(soak: Soak, step: Step) -> None:
     step.detail = f"two rolls at once: exits {soak.finish(first)} and {soak.finish(second)}"
 
 
+def signal_mid_host_roll(sig: signal.Signals) -> Callable[[Soak, Step], None]:
+    """A single-host roll (no router drain: the operator's plain `deploy roll host X`) stopped by a signal."""
+    def inject(soak: Soak, step: Step) -> None:
+        info = soak.rng.choice(soak.infos)
+        step.host = info.name
+        proc = soak.start(*soak.host_roll_argv(info.name))
+        delay = soak.rng.uniform(1.0, 25.0)
+        try:
+            proc.wait(timeout=delay)
+            sent = False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, sig)
+            sent = True
+        rc = soak.finish(proc)
+        step.detail = (f"roll host {info.name}: {sig.name} after {delay:.1f} s: exit {rc}" if sent
+                       else f"roll host {info.name} ended within {delay:.1f} s (exit {rc}), no {sig.name}")
+    return inject
+
+
+def signals_mid_tune(*sigs: signal.Signals) -> Callable[[Soak, Step], None]:
+    """A tune stopped by one signal, or by a second one soon after the first (Ctrl-C twice, as an impatient
+    operator does while the tune restores the original release)."""
+    def inject(soak: Soak, step: Step) -> None:
+        info = soak.rng.choice(soak.infos)
+        step.host = info.name
+        tune = soak.start_tune(info)
+        delay = soak.rng.uniform(3.0, 60.0)
+        sent: list[str] = []
+        try:
+            tune.proc.wait(timeout=delay)
+        except subprocess.TimeoutExpired:
+            for n, sig in enumerate(sigs):
+                if n:
+                    time.sleep(soak.rng.uniform(0.2, 3.0))
+                if tune.proc.poll() is not None:
+                    break
+                os.killpg(tune.proc.pid, sig)
+                sent.append(sig.name)
+        rc = soak.end_tune(tune)
+        last = (tune.text.strip().splitlines() or [""])[-1][:160]
+        step.detail = (f"tune on {info.name}: {'+'.join(sent) or 'no signal'} after {delay:.1f} s: exit {rc} "
+                       f"({last})")
+    return inject
+
+
+def command_during_tune(kind: str) -> Callable[[Soak, Step], None]:
+    """Another command on a host while a tune owns it: it must be refused and change nothing, and the tune must
+    go on measuring its own release."""
+    def inject(soak: Soak, step: Step) -> None:
+        info = soak.rng.choice(soak.infos)
+        step.host = info.name
+        tune = soak.start_tune(info)
+        time.sleep(soak.rng.uniform(5.0, 40.0))
+        if kind == "roll":
+            argv = soak.host_roll_argv(info.name)
+        elif kind == "up":
+            argv = ["up", "host", info.name, "--skip-bench"]
+        else:  # a second session of the same tune
+            rec = soak.record(tune)
+            argv = ["tune", "host", info.name, "--resume", str(tune.tune_id if rec else "t-00000000-000000-0000")]
+        running_before = tune.proc.poll() is None
+        other = soak.deploy(*argv, timeout=ROLL_TIMEOUT_S)
+        running_after = tune.proc.poll() is None
+        if running_before and running_after and other.rc == 0:
+            soak.early.append(f"{info.name}: `deploy {' '.join(argv)}` succeeded while tune {tune.tune_id} ran")
+        rc = soak.end_tune(tune)
+        step.detail = (f"`{' '.join(argv[:2])}` on {info.name} during a tune: exit {other.rc} "
+                       f"({'tune still running' if running_after else 'tune had ended'}); tune exit {rc}")
+    return inject
+
+
 FAULTS: dict[str, Callable[[Soak, Step], None]] = {
     "sigkill": signal_mid_roll(signal.SIGKILL),
     "sigterm": signal_mid_roll(signal.SIGTERM),
@@ -301,6 +487,14 @@ FAULTS: dict[str, Callable[[Soak, Step], None]] = {
     "ct-reboot": container_reboot,
     "router-restart": router_restart,
     "overlap": overlapping_rolls,
+    "host-roll-sigint": signal_mid_host_roll(signal.SIGINT),
+    "host-roll-sigkill": signal_mid_host_roll(signal.SIGKILL),
+    "tune-sigint": signals_mid_tune(signal.SIGINT),
+    "tune-sigint-twice": signals_mid_tune(signal.SIGINT, signal.SIGINT),
+    "tune-sigkill": signals_mid_tune(signal.SIGKILL),
+    "tune-vs-roll": command_during_tune("roll"),
+    "tune-vs-up": command_during_tune("up"),
+    "tune-vs-resume": command_during_tune("resume"),
 }
 
 
@@ -341,6 +535,9 @@ def main() -> int:
         key_file.chmod(0o600)
         (env.inventory / "router.yaml").write_text(f"router:\n  runs_on: {infos[0].name}\n  workers: {GROUP}\n")
         env.set_profile(api_key={"file": str(key_file)})
+        presets = yaml.safe_load((env.inventory / "presets.yaml").read_text())
+        presets["presets"][TUNE_PRESET] = PRESET
+        (env.inventory / "presets.yaml").write_text(yaml.safe_dump(presets, sort_keys=False))
         soak = Soak(env, infos, rng, api_key)
         up = soak.deploy("--json", "up", "group", GROUP, "--skip-bench", timeout=3600)
         if up.rc != 0:
