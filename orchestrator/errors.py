@@ -115,6 +115,11 @@ class LockLost(RemoteError):
     """This run's host lock expired and another run took it (or it is gone): the run stops changing the host."""
 
 
+class HostChanged(RemoteError):
+    """A command that owns a host for many runs (a tune) found it changed by someone else between two of them:
+    it stops without measuring or restoring anything, so it neither files false figures nor undoes their change."""
+
+
 #: The `error` of a --json document: one stable code per error class (docs/json.md). A subclass not listed has
 #: the code of its nearest listed base.
 ERROR_CODES: dict[type, str] = {
@@ -129,6 +134,7 @@ ERROR_CODES: dict[type, str] = {
     RemoteError: "remote-error",
     LockHeld: "lock-held",
     LockLost: "lock-lost",
+    HostChanged: "host-changed",
 }
 #: A command line click refused (unknown option, missing argument, bad value): exit 2, no DeployError.
 USAGE_ERROR = ERROR_CODES[UsageError]

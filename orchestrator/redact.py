@@ -77,6 +77,17 @@ _TEXT_PATTERNS: tuple[re.Pattern[str], ...] = (
 )
 
 
+#: The same "by name" rule as a GNU `sed -E` script, for files written on the target that the tool does not write
+#: itself: bench_serving's JSONL embeds the server's /server_info, `api_key` and `admin_api_key` included
+#: (scripts/bench_group.sh.j2 runs it over the file before it takes its final name). A JSON string value of a
+#: secret-named key becomes "<redacted>"; every other byte stays as it was, so the file is still one JSON object a
+#: line.
+SECRET_JSON_SED = (
+    r's/("([a-z0-9]+[_-])*(api[_-]?key|token|secret|password|passwd|passphrase|authorization|credentials?|'
+    r'private[_-]?key)"[[:space:]]*:[[:space:]]*)"([^"\\]|\\.)*"/\1"' + REDACTED + '"/gI'
+)
+
+
 def _quoted(value: str) -> str:
     q = value[:1]
     return f"{q}{REDACTED}{q}" if q in ("'", '"') else REDACTED

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -9,12 +10,13 @@ from typing import Any
 
 from orchestrator.errors import DeployError, Interrupted, RemoteError
 from orchestrator.facts import Facts
-from orchestrator.inventory.models import Host, Inventory
+from orchestrator.inventory.models import Host, Inventory, ServerProfile
 from orchestrator.parsers import ParseError
-from orchestrator.playbooks import load_playbook
+from orchestrator.playbooks import Playbook, load_playbook
 from orchestrator.remote.container import Container
 from orchestrator.remote.ssh import SshHost
 from orchestrator.runlog import Metrics, StepRecord
+from orchestrator.state.claims import claim_hosts
 from orchestrator.steps import REGISTRY, load_all_steps
 from orchestrator.steps.base import RunOptions, StepContext
 from orchestrator.steps.state import RunInputs, RunState
@@ -95,10 +97,23 @@ def run_playbook_to_end(name: str, host: Host, inventory: Inventory, options: Ru
                         inputs: RunInputs | None = None) -> RunReport:
     """Like run_playbook, but a failed step ends the run with the report (its `failure` set) instead of raising:
     a caller that decides on what the run left behind (a roll's rollback) reads the state of a failed run too.
-    Errors before the first step (the playbook, the profile) still raise."""
+    Errors before the first step (the playbook, the profile) still raise.
+
+    A playbook that takes the host's lease (a `lock` step) first claims the host on this machine, shared
+    (state/claims.py), unless it is a dry run: so a command that owns the host for longer than one run (a fleet
+    roll, a tune) refuses it before anything is planned, instead of meeting it between two of its runs."""
     load_all_steps()
     playbook = load_playbook(name, REGISTRY)
     profile = inventory.profile_for(host)
+    with contextlib.ExitStack() as stack:
+        if not options.dry_run and any(ref.name == "lock" for ref in playbook.steps):
+            stack.enter_context(claim_hosts([host.name], options.command, exclusive=False))
+        return _run_steps(playbook, host, inventory, profile, options, progress, say, inputs)
+
+
+def _run_steps(playbook: Playbook, host: Host, inventory: Inventory, profile: ServerProfile, options: RunOptions,
+               progress: ProgressFn | None, say: Callable[[str], None] | None, inputs: RunInputs | None
+               ) -> RunReport:
     metrics = Metrics()
     ssh = SshHost(host, metrics=metrics, tofu=options.tofu)
     container = Container(ssh, host.container.vmid)

@@ -18,6 +18,7 @@ from orchestrator.bench.command import bench_command
 from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.inventory.models import BenchPreset, Host, ServerProfile
 from orchestrator.parsers.bench import BenchParseError, BenchResult, parse_bench_output
+from orchestrator.redact import SECRET_JSON_SED
 from orchestrator.remote.container import Container
 from orchestrator.scripts import render_script
 from orchestrator.state.ledger import new_run_id
@@ -100,7 +101,7 @@ def run_bench(ct: Container, host: Host, profile: ServerProfile, preset_name: st
     tmp_file = partial_name(out_file)
     inner = render_script("bench_group.sh.j2", runs_dir=ct.paths.runs_dir, out_dir=out_dir,
                           pidfile=bench_pidfile(ct, run_id), run_id=run_id, env_path=ct.paths.env_path,
-                          out_file=out_file, tmp_file=tmp_file,
+                          out_file=out_file, tmp_file=tmp_file, secret_sed=SECRET_JSON_SED,
                           bench_command=bench_command(preset, profile, tmp_file, overrides))
     # The bench runs in the container, framed by samplers on the node: one node script, one round trip. A failed
     # run's temporary JSONL is still read once (its partial figures explain the failure), then removed.

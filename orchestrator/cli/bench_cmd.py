@@ -25,6 +25,7 @@ from orchestrator.cli.common import (
 from orchestrator.cli.presets import BenchCommand
 from orchestrator.cli.run import command_line, run_with_progress
 from orchestrator.errors import ConfigError
+from orchestrator.flags import FlagSchema, refuse_secret_dimension
 from orchestrator.fleet.targets import TargetSpec, parse_targets, resolve_targets
 from orchestrator.redact import redact, redact_text
 from orchestrator.reports.compare import comparability, flag_changes, header_lines
@@ -162,6 +163,13 @@ def bench(app: AppContext, target: tuple[str, ...], preset: str | None, sets: tu
     preset_name = preset or profile.bench_preset
     app.inventory.preset(preset_name)
     overrides = _parse_kv(sets, "--set")
+    for name in overrides:  # bench_serving's parameters: the same rule as server flags (flags/flagset.py)
+        refuse_secret_dimension("--set", name)
+    if sweep:
+        refuse_secret_dimension("--sweep", _sweep_values(sweep)[0])
+    if sweep_server:
+        refuse_secret_dimension("--sweep-server", _sweep_values(sweep_server)[0],
+                                FlagSchema.load(profile.sglang_version), profile.secret_flags)
     stamp = datetime.now().strftime("%Y%m%dT%H%M%S")
     if sweep_server:
         return _server_sweep(app, target, host.name, preset_name, sweep_server, keep_best, out_dir, stamp, tofu)

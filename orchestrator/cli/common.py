@@ -249,7 +249,11 @@ def run_command(app: AppContext, func: Callable[..., Any], *args: Any, **kwargs:
             raise
         except Exception as exc:
             if os.environ.get(DEBUG_ENV) == "1":
-                raise
+                if not app.as_json:
+                    raise
+                # --json still gets its one document on stdout; the traceback goes to stderr beside it
+                import traceback
+                traceback.print_exc(file=sys.stderr)
             raise internal_error(exc) from None
     except DeployError as err:
         with _settled():
@@ -268,7 +272,8 @@ def run_command(app: AppContext, func: Callable[..., Any], *args: Any, **kwargs:
         sys.exit(int(code or 0))
 
 
-#: `DEPLOY_DEBUG=1`: an internal error shows its Python traceback instead of the one-line report.
+#: `DEPLOY_DEBUG=1`: an internal error shows its Python traceback instead of the one-line report (with --json: on
+#: stderr, beside the failure document on stdout).
 DEBUG_ENV = "DEPLOY_DEBUG"
 
 

@@ -241,6 +241,11 @@ def status(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
                      f"{info.release_created or '-'}), sglang {info.active}, /health {info.health}")
         if info.drift:
             app.out.line(f"drift: {drift_line(info.drift, resolve_host(app, target).profile)}")
+        if info.tune_trial:
+            app.out.line(f"tune: release {info.release} is a trial point of tune {info.tune_trial}, not a release "
+                         f"anyone kept; unless that tune runs now, `deploy tune host {report.host} --resume "
+                         f"{info.tune_trial}` (on the machine that ran it) finishes it and restores the original, "
+                         f"and `deploy up` refuses the host until then")
     gpu_rows = []
     for g in info.gpus:
         power_w, limit_w, util = g.get("power_w"), g.get("limit_w"), g.get("util_pct")

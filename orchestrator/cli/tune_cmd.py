@@ -11,9 +11,11 @@ from typing import Any
 import click
 
 from orchestrator.cli.common import AppContext, common_options, resolve_host, tofu_option
-from orchestrator.errors import ConfigError, Interrupted, Terminated
+from orchestrator.errors import ConfigError, HungUp, Interrupted, Terminated
 from orchestrator.flags.schema import FlagSchema
+from orchestrator.inventory.models import Host
 from orchestrator.reports.tune import tune_table, write_tune_report
+from orchestrator.state.claims import claim_hosts
 from orchestrator.tune.driver import TuneContext, ranked, run_tune
 from orchestrator.tune.plan import TunePlan, make_plan
 from orchestrator.tune.record import CURRENT, PointRecord, TuneRecord, load, new_tune_id, save
@@ -22,6 +24,8 @@ from orchestrator.tune.slo import parse_slo
 from orchestrator.ui.tables import Column, spec
 
 DEFAULT_RANGE = "8:256:8"
+DEFAULT_CONFIRM = 2
+DEFAULT_NOISE_PCT = 5.0
 
 
 def _new_record(host: str, preset: str, slo: str, over: tuple[str, ...], range_text: str, budget: str | None,
@@ -46,17 +50,20 @@ def _step(plan: TunePlan) -> int:
               help=f"The concurrency grid searched per point (default {DEFAULT_RANGE}).")
 @click.option("--preset", default=None, help="Bench preset (default: the profile's).")
 @click.option("--budget", default=None, metavar="30m", help="Time budget; points not started by then are skipped.")
-@click.option("--confirm", type=click.IntRange(1, 10), default=2, show_default=True,
-              help="Extra runs at each point's SLO limit, for its goodput's confidence interval.")
-@click.option("--noise", "noise_pct", type=click.FloatRange(0, 50), default=5.0, show_default=True,
-              help="Noise band in %: a figure this close to a bound is measured again.")
+@click.option("--confirm", type=click.IntRange(1, 10), default=None,
+              help=f"Extra runs at each point's SLO limit, for its goodput's confidence interval [default: "
+                   f"{DEFAULT_CONFIRM}].")
+@click.option("--noise", "noise_pct", type=click.FloatRange(0, 50), default=None,
+              help=f"Noise band in %: a figure this close to a bound is measured again [default: "
+                   f"{DEFAULT_NOISE_PCT:g}].")
 @click.option("--apply", "apply", is_flag=True, help="Roll the winner as a normal release (all gates).")
 @click.option("--resume", default=None, metavar="TUNE_ID", help="Go on with an interrupted tune.")
 @click.option("--out", "out_dir", default=None, help="Report directory (default ./deploy-results/HOST/TUNE_ID).")
 @tofu_option
 @common_options
 def tune(app: AppContext, target: tuple[str, ...], slo: str | None, over: tuple[str, ...], range_text: str | None,
-         preset: str | None, budget: str | None, confirm: int, noise_pct: float, apply: bool, resume: str | None,
+         preset: str | None, budget: str | None, confirm: int | None, noise_pct: float | None, apply: bool,
+         resume: str | None,
          out_dir: str | None, tofu: bool) -> int:
     """Find the server flags with the best goodput under a latency SLO, and optionally roll them.
 
@@ -67,16 +74,20 @@ def tune(app: AppContext, target: tuple[str, ...], slo: str | None, over: tuple[
     """
     host = resolve_host(app, target)
     if resume:
-        if slo or over or range_text or budget or apply or preset:
-            raise ConfigError("--resume takes the tune's own settings; give only the host (and --out)",
-                              fix=f"deploy tune host {host.name} --resume {resume}")
+        given = [name for name, value in (("--slo", slo), ("--over", over), ("--range", range_text),
+                                          ("--budget", budget), ("--apply", apply), ("--preset", preset),
+                                          ("--confirm", confirm is not None), ("--noise", noise_pct is not None))
+                 if value]
+        if given:
+            raise ConfigError(f"--resume takes the tune's own settings (its record fixes them); {', '.join(given)} "
+                              "would be ignored", fix=f"deploy tune host {host.name} --resume {resume} (or start a "
+                                                      "new tune with the new settings)")
         record = load(resume)
         if record.host != host.name:
             raise ConfigError(f"tune {resume} ran on {record.host}, not {host.name}",
                               fix=f"deploy tune host {record.host} --resume {resume}")
         if record.phase == "done":
             raise ConfigError(f"tune {resume} is finished", fix="start a new tune")
-        record.phase = "running"
     else:
         if not slo:
             raise ConfigError("deploy tune needs --slo", fix='e.g. --slo "ttft_p99<=2s,tpot_p99<=80ms"')
@@ -84,16 +95,33 @@ def tune(app: AppContext, target: tuple[str, ...], slo: str | None, over: tuple[
         preset_name = preset or profile.bench_preset
         app.inventory.preset(preset_name)
         parse_slo(slo)
-        make_plan(over, range_text or DEFAULT_RANGE, budget, FlagSchema.load(profile.sglang_version))
+        make_plan(over, range_text or DEFAULT_RANGE, budget, FlagSchema.load(profile.sglang_version),
+                  profile.secret_flags)
         record = None
     # Everything above refused bad input; only now is anything written or any host touched.
     profile = app.inventory.profile_for(host)
     if record is None:
         assert slo is not None
-        plan = make_plan(over, range_text or DEFAULT_RANGE, budget, FlagSchema.load(profile.sglang_version))
+        plan = make_plan(over, range_text or DEFAULT_RANGE, budget, FlagSchema.load(profile.sglang_version),
+                  profile.secret_flags)
         record = _new_record(host.name, preset or profile.bench_preset, parse_slo(slo).text(), over,
-                             range_text or DEFAULT_RANGE, budget, apply, confirm, noise_pct, plan)
-    plan = make_plan(tuple(record.over), record.range, record.budget, FlagSchema.load(profile.sglang_version))
+                             range_text or DEFAULT_RANGE, budget, apply,
+                             DEFAULT_CONFIRM if confirm is None else confirm,
+                             DEFAULT_NOISE_PCT if noise_pct is None else noise_pct, plan)
+    plan = make_plan(tuple(record.over), record.range, record.budget, FlagSchema.load(profile.sglang_version),
+                     profile.secret_flags)
+    # The tune owns its host from here to its end, restore included: a roll, an up, a bench or a second session
+    # of this tune on this machine is refused (state/claims.py) instead of meeting the host between two runs.
+    with claim_hosts([host.name], f"deploy tune {record.tune_id}"):
+        if resume:
+            record = load(record.tune_id)  # re-read under the claim: the session that held it may have moved on
+            if record.phase == "done":
+                raise ConfigError(f"tune {record.tune_id} is finished", fix="start a new tune")
+        record.phase = "running"
+        return _run(app, host, record, plan, out_dir, tofu)
+
+
+def _run(app: AppContext, host: Host, record: TuneRecord, plan: TunePlan, out_dir: str | None, tofu: bool) -> int:
     save(record)
     app.out.line(f"tune {record.tune_id} on {host.name}: {len(record.points)} points (the current flags and "
                  f"{len(plan.points)} rolled), concurrency {record.range} ({len(plan.grid)} values, at most "
@@ -102,15 +130,37 @@ def tune(app: AppContext, target: tuple[str, ...], slo: str | None, over: tuple[
     ctx = TuneContext(host, app.inventory, plan, parse_slo(record.slo), record, printer, printer.say, tofu=tofu)
     try:
         run_tune(ctx)
-    except KeyboardInterrupt as stop:
-        term = type(stop).__name__ == "_SigTerm"  # run_command's SIGTERM
-        cls = Terminated if term else Interrupted
-        raise cls(f"tune {record.tune_id} {'terminated' if term else 'interrupted'}; the original release "
-                  f"{record.original_release} was restored",
-                  fix=f"deploy tune host {host.name} --resume {record.tune_id}") from None
+    except (KeyboardInterrupt, SystemExit, BrokenPipeError) as stop:
+        raise stopped(host.name, record, stop) from None
     finally:
         printer.close()
     return _report(app, record, plan, out_dir)
+
+
+def stopped(host: str, record: TuneRecord, stop: BaseException) -> Interrupted:
+    """The error of a tune that a signal or a closed output stopped, saying what the host was read back running
+    after the restore: "restored" only when it was."""
+    cls: type[Interrupted]
+    if isinstance(stop, BrokenPipeError):
+        cls, how = HungUp, "stopped (its output was closed)"
+    elif type(stop).__name__ == "_SigHup" or (isinstance(stop, SystemExit) and stop.code == 129):
+        cls, how = HungUp, "stopped (SIGHUP)"
+    elif type(stop).__name__ == "_SigTerm" or isinstance(stop, SystemExit):  # run_command's, or the lease's SIGTERM
+        cls, how = Terminated, "terminated"
+    else:
+        cls, how = Interrupted, "interrupted"
+    original, now = record.original_release, record.host_release
+    if now is not None and now == original:
+        state = f"the original release {original} was restored (read back from the host)"
+    elif now is not None:
+        state = (f"the restore of the original release {original} did not finish: {host} runs release {now}, "
+                 f"a trial of this tune")
+    else:
+        state = f"what {host} runs could not be read back after the restore of release {original}"
+    return cls(f"tune {record.tune_id} {how}; {state}",
+               fix=f"deploy tune host {host} --resume {record.tune_id} (it restores the original first, then goes "
+                   "on)" + ("" if now == original else f"; or put the original back: deploy rollback host {host} "
+                                                        f"--to {original}"))
 
 
 def _report(app: AppContext, record: TuneRecord, plan: TunePlan, out_dir: str | None) -> int:

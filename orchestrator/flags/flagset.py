@@ -18,7 +18,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.flags.schema import FlagSchema, FlagSpec, ResolveError, other_schemas, version_key
 from orchestrator.inventory.limits import VALUE_FIX, command_line_problem, flag_value_problem
 from orchestrator.inventory.models import FlagValue
-from orchestrator.redact import REDACTED, SECRET_REF, register_secret
+from orchestrator.redact import REDACTED, SECRET_REF, is_secret_key, register_secret
 
 Scalar = str | int | float
 CanonValue = bool | Scalar | list[Scalar]
@@ -457,6 +457,32 @@ def diff_flags(old: FlagSet | Mapping[str, Any], new: FlagSet | Mapping[str, Any
     a = old.values if isinstance(old, FlagSet) else old
     b = new.values if isinstance(new, FlagSet) else new
     return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def refuse_secret_dimension(option: str, name: str, schema: FlagSchema | None = None,
+                            marked: Iterable[str] = ()) -> None:
+    """The one rule for secrets in searches and sweeps (`tune --over`, `bench --sweep-server`, and the bench
+    parameters of `bench --set/--sweep`): a secret is never a dimension. A point's or sweep value's text is its
+    label, and labels are drawn in plots, written into report pages, tune records and ledger rows, so a secret
+    there would leak through every one of them. Refused (exit 2) before anything runs. A flag is secret when the
+    schema marks it, the profile lists it in `secret_flags`, or its name names a secret (`admin-api-key`)."""
+    bare = name.strip().lstrip("-")
+    spec = None
+    if schema is not None:
+        try:
+            spec = schema.resolve(bare).spec
+        except ResolveError:
+            spec = None  # the option's own parser reports an unknown name
+    names = {bare, bare.replace("-", "_")} | ({spec.canonical, spec.dest} if spec is not None else set())
+    listed = {m.strip().lstrip("-").replace("_", "-") for m in marked}
+    if ((spec is not None and spec.secret) or any(is_secret_key(n) for n in names)
+            or any(n.replace("_", "-") in listed for n in names)):
+        shown = spec.canonical if spec is not None else bare
+        raise ConfigError(f"{option} {shown}=…: --{shown} is a secret, and a search or sweep value is a label that "
+                          "is drawn in plots and written into reports, records and the ledger",
+                          fix=f"set --{shown} in the profile's flags (named in its secret_flags) and roll it on "
+                              "its own (`deploy roll host NAME --profile P`); its value then lives only in the "
+                              "release's 0600 secrets.yaml")
 
 
 def parse_set(items: Iterable[str], schema: FlagSchema) -> dict[str, FlagValue]:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from orchestrator import signals
 from orchestrator.errors import DeployError, LockHeld, LockLost, RemoteError
 from orchestrator.inventory.models import Host
 from orchestrator.remote.ssh import RemoteResult, SshHost
@@ -414,8 +415,9 @@ class HostLease:
 
     def _trap_signals(self) -> None:
         """`kill`, `timeout`, a closed terminal: end the run through its cleanups (which free the lock) instead of
-        leaving the lease to expire. SIGKILL cannot be caught; then the lease expires by itself."""
-        if threading.current_thread() is not threading.main_thread():
+        leaving the lease to expire. SIGKILL cannot be caught; then the lease expires by itself. Inside a cleanup
+        that holds signals (orchestrator/signals.py: a tune's restore) they are left to it: the run must end."""
+        if threading.current_thread() is not threading.main_thread() or signals.holding():
             return
         for sig in (signal.SIGTERM, signal.SIGHUP):
             try:

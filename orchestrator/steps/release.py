@@ -156,6 +156,7 @@ def desired_flags(ctx: StepContext) -> FlagSet:
     the rolled flags stand. Editing the profile's flags in the inventory makes `up` apply them again.
     """
     meta = current_meta(ctx)
+    refuse_tune_trial(ctx)
     try:
         flags = installed_flags(ctx)
     except ConfigError as exc:  # a secret stored redacted by an older deploy: the profile is the real source
@@ -165,6 +166,29 @@ def desired_flags(ctx: StepContext) -> FlagSet:
             and current_verdict(ctx) is not None):
         return canonicalize(flags, FlagSchema.load(ctx.profile.sglang_version))
     return profile_flags(ctx)
+
+
+def tune_trial(ctx: StepContext) -> dict[str, Any] | None:
+    """The tune whose trial point the current release is ({"id", "original"}), or None: a tune marks each release
+    it rolls (TuneTrial) and restores the original when it ends, so a current trial means a tune that runs now
+    from another machine, or one that was killed (SIGKILL, a lost machine) before its restore."""
+    tune = (current_meta(ctx) or {}).get("tune")
+    return tune if isinstance(tune, dict) and tune.get("id") else None
+
+
+def refuse_tune_trial(ctx: StepContext) -> None:
+    """`up` converges to what the operator chose; a tune's trial is neither the profile nor a kept roll, and
+    converging over it would either keep the trial or discard the release the tune is to restore. So it stops,
+    before any change, and says how to finish or undo the tune."""
+    tune = tune_trial(ctx)
+    if tune is None:
+        return
+    original = tune.get("original")
+    undo = f"deploy rollback host {ctx.host.name}" + (f" --to {original}" if original else "")
+    raise CheckFailed(f"the current release is a trial point of tune {tune['id']}, which has not finished (killed "
+                      "before it restored the original, or running from another machine)",
+                      fix=f"deploy tune host {ctx.host.name} --resume {tune['id']} (on the machine that ran it: "
+                          f"it restores the original first), or undo the trial: {undo}", host=ctx.host.name)
 
 
 def flag_drift(ctx: StepContext) -> list[FlagDrift]:
@@ -439,9 +463,11 @@ def install_release(ctx: StepContext, record: StepRecord) -> None:
         cand.baseline_evidence = BaselineEvidence(run.run_id, previous, preset, 0.0, remeasured=why)
     bundle = bundle_for(ctx, cand.new_flags)
     state = installed_state(ctx)
+    trial = ctx.inputs.roll.trial if ctx.inputs.roll is not None else None
     rid = install_bundle(ctx, bundle, source="roll", restart=True, previous=previous, existing=state.releases,
                          extra_meta={"profile_flags_sha": profile_flags_sha(ctx),
-                                     "flag_diff": [[k, a, b] for k, a, b in cand.flag_diff]})
+                                     "flag_diff": [[k, a, b] for k, a, b in cand.flag_diff],
+                                     **({"tune": trial.meta()} if trial is not None else {})})
     server = ctx.state.server
     server.release, server.bundle, server.restarted, server.installed = rid, bundle, True, True
     record.changes.append(f"release {rid} installed, sglang restarted")

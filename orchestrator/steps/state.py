@@ -28,6 +28,18 @@ if TYPE_CHECKING:  # types only: the modules that produce them import the steps 
 
 # ------------------------------------------------------------------------------------------------ inputs
 @dataclass(frozen=True)
+class TuneTrial:
+    """The tune a roll is a trial point of: its release's meta.json names it, so `up` and `status` can tell a
+    trial a killed tune left current from a release the operator kept."""
+
+    tune_id: str
+    original: str | None  # the release the tune restores when it ends
+
+    def meta(self) -> dict[str, str | None]:
+        return {"id": self.tune_id, "original": self.original}
+
+
+@dataclass(frozen=True)
 class RollRequest:
     """`deploy roll` (and each point of `bench --sweep-server`): flag changes or a replacement flag set."""
 
@@ -37,6 +49,7 @@ class RollRequest:
     accept_regression: bool = False
     threshold_pct: float | None = None  # None: the profile's regression_threshold_pct
     gate_metrics: tuple[str, ...] = ()  # empty: the profile's gate_metrics
+    trial: TuneTrial | None = None  # a tune's point: the release is marked as its trial
 
 
 @dataclass(frozen=True)
@@ -153,6 +166,7 @@ class ServerStatus:
     #: router and clients reach the server.
     address: str | None = None
     watchdog: WatchdogStatus | None = None  # the in-container watchdog's state file (None: container not running)
+    tune_trial: str | None = None  # the tune whose trial point the current release is (steps/release.tune_trial)
 
     @property
     def container_running(self) -> bool:
@@ -164,7 +178,8 @@ class ServerStatus:
                 "release_source": self.release_source, "verdict": self.verdict,
                 "sglang_version": self.sglang_version, "gpus": self.gpus, "power_w": self.power_w,
                 "power_limit_w": self.power_limit_w, "drift": [d.to_dict() for d in self.drift],
-                "address": self.address, "watchdog": None if self.watchdog is None else self.watchdog.to_dict()}
+                "address": self.address, "watchdog": None if self.watchdog is None else self.watchdog.to_dict(),
+                "tune_trial": self.tune_trial}
 
 
 @dataclass(frozen=True)

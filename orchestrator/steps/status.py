@@ -17,6 +17,7 @@ from orchestrator.steps.release import (
     drift_line,
     flag_drift,
     installed_state,
+    tune_trial,
 )
 from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.state import ServerStatus
@@ -86,6 +87,8 @@ def status(ctx: StepContext, record: StepRecord) -> None:
     info.release_created, info.release_source = meta.get("created_at"), meta.get("source")
     info.verdict, info.sglang_version = verdict.get("verdict"), meta.get("sglang_version")
     info.drift = flag_drift(ctx)
+    trial = tune_trial(ctx)
+    info.tune_trial = str(trial["id"]) if trial else None
     addr = ctx.facts.get(CT.ct_address)
     info.address = net0_static_ip(ctx.host.container.net0) or (parse_ip_addr(addr.stdout) if addr else None)
     read_watchdog(ctx)
@@ -93,7 +96,10 @@ def status(ctx: StepContext, record: StepRecord) -> None:
     record.summary = (f"release {state.release or 'none'} ({info.verdict or 'unverified'}), sglang "
                       f"{state.active}, /health {info.health}, {power}, watchdog "
                       f"{info.watchdog.state if info.watchdog else 'unknown'}"
-                      + (f"; {drift_line(info.drift, ctx.host.profile)}" if info.drift else ""))
+                      + (f"; {drift_line(info.drift, ctx.host.profile)}" if info.drift else "")
+                      + (f"; a trial point of tune {info.tune_trial}, not a release the operator kept (unless the "
+                         f"tune runs now: `deploy tune host {ctx.host.name} --resume {info.tune_trial}` finishes "
+                         "it)" if info.tune_trial else ""))
 
 
 @step("history")

@@ -2,7 +2,13 @@
 confirmed; the original flags restored (or, with apply, the winner rolled as a normal release).
 
 Every bench run is saved in the tune's record and filed in the ledger under the tune the moment it ends, so a
-killed tune resumes from there (`TuneRecord`); a SIGINT/SIGTERM restores the original release before it exits.
+killed tune resumes from there (`TuneRecord`); a SIGINT/SIGTERM (or a closed output pipe, or any error) restores
+the original release before it exits, with further signals held until the restore ended (orchestrator/signals.py),
+and the record keeps what the host was read back running afterwards.
+
+A tune owns its host: the command holds the host's claim for the whole run (cli/tune_cmd.py), every release it
+rolls is marked as its trial (steps/state.TuneTrial), and every bench run checks that it measured the point's own
+release: a host changed by someone else stops the tune (HostChanged) without filing figures or restoring.
 """
 
 from __future__ import annotations
@@ -12,15 +18,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from orchestrator import signals
 from orchestrator.bench.run import BenchRun
 from orchestrator.bench.stats import Estimate
-from orchestrator.errors import CheckFailed, DeployError
+from orchestrator.errors import CheckFailed, DeployError, HostChanged
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.roll import RollResult, roll_host, rollback_host
 from orchestrator.runner import ProgressFn, run_playbook_to_end
 from orchestrator.state.ledger import Ledger
 from orchestrator.steps.base import RunOptions
-from orchestrator.steps.state import RollRequest, RunInputs
+from orchestrator.steps.state import RollRequest, RunInputs, TuneTrial
 from orchestrator.tune.plan import TunePlan
 from orchestrator.tune.record import CURRENT, PointRecord, RunEntry, TuneRecord, save
 from orchestrator.tune.search import Measurement, Ranked, Verdict, bracket, choose, goodput
@@ -59,6 +66,10 @@ def bench_at(ctx: TuneContext, point: PointRecord, concurrency: int, purpose: Li
                                  inputs=RunInputs(bench_points=(overrides,)))
     if report.failure is not None:
         raise report.failure
+    measured = report.state.server.release
+    if point.release is not None and measured != point.release:
+        raise changed_under_tune(ctx, f"the bench at concurrency {concurrency} measured release {measured}, not "
+                                      f"point {point.label}'s release {point.release}")
     run: BenchRun = report.state.bench_runs[0]
     t = run.telemetry
     entry = RunEntry(run_id=run.run_id, concurrency=concurrency, purpose=purpose,
@@ -76,6 +87,19 @@ def bench_at(ctx: TuneContext, point: PointRecord, concurrency: int, purpose: Li
     figs = ", ".join(f"{k} {v:.0f} ms" for k, v in entry.figures.items() if v is not None)
     ctx.say(f"  [{point.label}] c={concurrency} ({purpose}): {entry.output_tok_s:.1f} tok/s, {figs}")
     return entry
+
+
+def changed_under_tune(ctx: TuneContext, what: str) -> HostChanged:
+    return HostChanged(f"tune {ctx.record.tune_id}: {what}; another command changed {ctx.host.name} during the "
+                       "tune, so its figures are not recorded and nothing is restored over that change",
+                       fix=f"`deploy status host {ctx.host.name}` shows what runs now; to go on with the tune, put "
+                           f"its original back (`deploy rollback host {ctx.host.name} --to "
+                           f"{ctx.record.original_release}`), then `deploy tune host {ctx.host.name} --resume "
+                           f"{ctx.record.tune_id}`", host=ctx.host.name, step="tune")
+
+
+class BudgetSpent(Exception):
+    """--budget ran out in the middle of a point: the point stops before its next bench run."""
 
 
 def over_budget(ctx: TuneContext) -> bool:
@@ -96,6 +120,8 @@ def measure_point(ctx: TuneContext, point: PointRecord) -> None:
             point.runs.append(entry)
             return entry.measurement()
         replay.clear()  # off the old trace: the rest of it answers other questions
+        if over_budget(ctx):
+            raise BudgetSpent
         return bench_at(ctx, point, c, "search").measurement()
 
     result = bracket(ctx.plan.grid, ctx.slo, measure, noise_pct=ctx.record.noise_pct)
@@ -111,6 +137,8 @@ def measure_point(ctx: TuneContext, point: PointRecord) -> None:
     confirms = [c for c in confirms if c.concurrency == result.limit]
     point.runs = [r for r in point.runs if r.purpose == "search"] + confirms
     while len(confirms) < ctx.record.confirm:
+        if over_budget(ctx):
+            raise BudgetSpent
         confirms.append(bench_at(ctx, point, result.limit, "confirm"))
     est = goodput(result, [c.measurement() for c in confirms if c.concurrency == result.limit],
                   noise_pct=ctx.record.noise_pct)
@@ -119,10 +147,22 @@ def measure_point(ctx: TuneContext, point: PointRecord) -> None:
     save(ctx.record)
 
 
+def own_releases(ctx: TuneContext) -> set[str]:
+    """The releases this tune made current: the original and each rolled point's."""
+    rec = ctx.record
+    return {r for r in (rec.original_release, *(p.release for p in rec.points)) if r is not None}
+
+
 def restore(ctx: TuneContext, release: str | None) -> None:
-    """Make `release` current again (a rollback to it, gates of a rollback: health, smoke)."""
+    """Make `release` current again (a rollback to it, gates of a rollback: health, smoke), but only over one of
+    this tune's own releases: over anyone else's it stops (HostChanged) instead of discarding their change."""
     if release is None:
         return
+    now, trial_of = host_now(ctx)
+    if now == release:
+        return
+    if now not in own_releases(ctx) and trial_of != ctx.record.tune_id:
+        raise changed_under_tune(ctx, f"the host runs release {now}, which this tune did not install")
     ctx.say(f"restoring release {release}")
     report = rollback_host(ctx.host, ctx.inventory, release, ctx.options("deploy tune (restore)"),
                            progress=ctx.progress, say=ctx.say)
@@ -130,11 +170,17 @@ def restore(ctx: TuneContext, release: str | None) -> None:
         raise report.failure
 
 
-def current_release(ctx: TuneContext) -> str | None:
+def host_now(ctx: TuneContext) -> tuple[str | None, str | None]:
+    """The host's current release, and the tune it is a trial of (read from its meta.json), in one status run."""
     report = run_playbook_to_end("status", ctx.host, ctx.inventory, ctx.options("deploy status"))
     if report.failure is not None:
         raise report.failure
-    return report.state.status.release if report.state.status is not None else None
+    status = report.state.status
+    return (status.release, status.tune_trial) if status is not None else (None, None)
+
+
+def current_release(ctx: TuneContext) -> str | None:
+    return host_now(ctx)[0]
 
 
 def roll_point(ctx: TuneContext, point: PointRecord) -> bool:
@@ -143,10 +189,13 @@ def roll_point(ctx: TuneContext, point: PointRecord) -> bool:
     # Validation, health, smoke and a crash still stop a point; the throughput gate measures but does not revert
     # (as --sweep-server): its baseline is the previous candidate at the preset's one load, while the tune judges
     # goodput at each point's own SLO limit. --apply rolls the winner with the full gate against the original.
-    outcome = roll_host(ctx.host, ctx.inventory, RollRequest(set=tuple(point.sets), accept_regression=True),
+    trial = TuneTrial(ctx.record.tune_id, ctx.record.original_release)
+    outcome = roll_host(ctx.host, ctx.inventory,
+                        RollRequest(set=tuple(point.sets), accept_regression=True, trial=trial),
                         ctx.options("deploy tune"), progress=ctx.progress, say=ctx.say)
     if outcome.result is RollResult.KEPT:
         point.release = outcome.release
+        save(ctx.record)
         return True
     if outcome.result is RollResult.UNCHANGED:  # these flags are the current ones
         point.release = outcome.release
@@ -197,6 +246,12 @@ def _tune(ctx: TuneContext) -> Verdict:
             continue
         try:
             measure_point(ctx, point)
+        except BudgetSpent:
+            point.status = "skipped"
+            point.reason = f"budget: --budget spent during this point, after {len(point.runs)} run(s)"
+            save(rec)
+        except HostChanged:
+            raise
         except CheckFailed as err:  # the bench itself failed: the server broke under load
             point.status, point.reason = "lost", f"crash: {err.what}"
             save(rec)
@@ -219,6 +274,10 @@ def _tune(ctx: TuneContext) -> Verdict:
         rec.final_release = outcome.release
     else:
         rec.final_release = rec.original_release
+    rec.host_release = current_release(ctx)  # read back: the report names what the host runs, not what was meant
+    if rec.host_release != rec.final_release:
+        raise changed_under_tune(ctx, f"after the tune the host runs release {rec.host_release}, not "
+                                      f"{rec.final_release}")
     rec.elapsed_s += time.monotonic() - ctx.started
     rec.phase = "done"
     save(rec)
@@ -226,20 +285,53 @@ def _tune(ctx: TuneContext) -> Verdict:
 
 
 def run_tune(ctx: TuneContext) -> Verdict:
-    """The whole tune (or the rest of a resumed one). On SIGINT/SIGTERM (KeyboardInterrupt) the original release
-    is restored and the record marked interrupted before the interrupt goes on up."""
+    """The whole tune (or the rest of a resumed one). When it stops early, for any reason but a host changed by
+    someone else (a signal, SIGTERM under the host lease's SystemExit, a closed output pipe, an error), the
+    original release is restored with further signals held, read back into `record.host_release`, and the record
+    marked interrupted before the stop goes on up."""
     rec = ctx.record
     ctx.started = time.monotonic()
     try:
         return _tune(ctx)
-    except KeyboardInterrupt:
+    except HostChanged:
+        rec.elapsed_s += time.monotonic() - ctx.started
+        rec.phase = "interrupted"
+        rec.host_release = None
+        save(rec)
+        raise
+    except BaseException as stop:
         rec.elapsed_s += time.monotonic() - ctx.started
         rec.phase = "interrupted"
         save(rec)
-        ctx.say("interrupted: restoring the original release (then `deploy tune --resume "
-                f"{rec.tune_id}` goes on)")
-        try:
-            restore(ctx, rec.original_release)
-        except DeployError as err:
-            ctx.say(f"  the restore failed: {err.what}")
+        say = quiet(ctx.say)
+        what = "stopped" if isinstance(stop, DeployError) else "interrupted"
+        say(f"{what}: restoring the original release (then `deploy tune --resume {rec.tune_id}` goes on)")
+        with signals.finishing(f"the restore of release {rec.original_release}", say):
+            restore_and_read_back(ctx, say)
         raise
+
+
+def restore_and_read_back(ctx: TuneContext, say: Say) -> None:
+    """The restore of an interrupted tune; whatever happens, the record ends with what the host runs."""
+    rec = ctx.record
+    quiet_ctx = TuneContext(ctx.host, ctx.inventory, ctx.plan, ctx.slo, rec, None, say, ctx.tofu, ctx.started)
+    try:
+        restore(quiet_ctx, rec.original_release)
+    except DeployError as err:
+        say(f"  the restore failed: {err.what}")
+    try:
+        rec.host_release = current_release(quiet_ctx)
+    except DeployError as err:
+        rec.host_release = None
+        say(f"  could not read back what {ctx.host.name} runs: {err.what}")
+    save(rec)
+
+
+def quiet(say: Say) -> Say:
+    """`say` that never raises: after a closed pipe or terminal the restore must still run to its end."""
+    def safe(message: str) -> None:
+        try:
+            say(message)
+        except (OSError, ValueError):
+            pass
+    return safe

@@ -9,11 +9,13 @@ from __future__ import annotations
 import difflib
 import itertools
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from orchestrator.errors import ConfigError
+from orchestrator.flags.flagset import refuse_secret_dimension
 from orchestrator.flags.schema import FlagSchema, ResolveError
-from orchestrator.tune.search import concurrency_grid, max_search_runs
+from orchestrator.tune.search import concurrency_grid, grid_size, max_search_runs
 
 MAX_POINTS = 64
 MAX_GRID = 4096
@@ -62,13 +64,16 @@ def _canonical(schema: FlagSchema, name: str) -> str:
     return resolved.option[2:]
 
 
-def parse_over(items: tuple[str, ...], schema: FlagSchema) -> tuple[tuple[str, tuple[str, ...]], ...]:
+def parse_over(items: tuple[str, ...], schema: FlagSchema, secret_flags: Iterable[str] = ()
+               ) -> tuple[tuple[str, tuple[str, ...]], ...]:
     if not items:
         raise ConfigError("deploy tune needs at least one --over FLAG=V1,V2",
                           fix="e.g. --over num-continuous-decode-steps=4,8,16")
     out: list[tuple[str, tuple[str, ...]]] = []
     for item in items:
         key, sep, values = item.partition("=")
+        if key.strip():
+            refuse_secret_dimension("--over", key, schema, secret_flags)  # before its values are even looked at
         vals = tuple(v.strip() for v in values.split(",") if v.strip())
         if not sep or not key.strip() or not vals:
             raise ConfigError(f"--over {item!r} must be FLAG=V1,V2[,…]",
@@ -98,10 +103,10 @@ def parse_range(text: str) -> tuple[int, ...]:
                           fix="e.g. --range 8:512:8 (concurrency 8, 16, …, 512)")
     low, high = nums[0], nums[1]
     step = nums[2] if len(nums) == 3 else low
-    grid = concurrency_grid(low, high, step)
-    if len(grid) > MAX_GRID:
-        raise ConfigError(f"--range {text!r} has {len(grid)} values, more than {MAX_GRID}", fix="take a larger STEP")
-    return grid
+    count = grid_size(low, high, step)  # counted, not built: `1:999999999999` is a number, not a list
+    if count > MAX_GRID:
+        raise ConfigError(f"--range {text!r} has {count} values, more than {MAX_GRID}", fix="take a larger STEP")
+    return concurrency_grid(low, high, step)
 
 
 def parse_budget(text: str | None) -> float | None:
@@ -118,8 +123,9 @@ def parse_budget(text: str | None) -> float | None:
     return float(total)
 
 
-def make_plan(over: tuple[str, ...], range_text: str, budget: str | None, schema: FlagSchema) -> TunePlan:
-    flags = parse_over(over, schema)
+def make_plan(over: tuple[str, ...], range_text: str, budget: str | None, schema: FlagSchema,
+              secret_flags: Iterable[str] = ()) -> TunePlan:
+    flags = parse_over(over, schema, secret_flags)
     points = tuple(FlagPoint(tuple(zip([n for n, _ in flags], combo, strict=True)))
                    for combo in itertools.product(*(vals for _, vals in flags)))
     if len(points) > MAX_POINTS:

@@ -71,6 +71,9 @@ class TuneRecord(BaseModel):
     winner: str | None = None
     verdict: str = ""
     final_release: str | None = None
+    #: The release the host ran when the last session of this tune ended, read back from the host after its
+    #: restore (None: not read, e.g. the host could not be reached). What an interrupted tune reports.
+    host_release: str | None = None
 
     def point(self, label: str) -> PointRecord:
         return next(p for p in self.points if p.label == label)

@@ -72,6 +72,11 @@ def max_search_runs(n: int) -> int:
     return math.ceil(math.log2(max(n, 1))) + 2
 
 
+def grid_size(low: int, high: int, step: int) -> int:
+    """How many values concurrency_grid(low, high, step) has, without building it."""
+    return (high - low) // step + 1 + (0 if (high - low) % step == 0 else 1)
+
+
 def concurrency_grid(low: int, high: int, step: int) -> tuple[int, ...]:
     """low, low+step, …, high (high always included): not only powers of two."""
     values = list(range(low, high + 1, step))

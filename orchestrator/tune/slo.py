@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 
 from orchestrator.errors import ConfigError
 from orchestrator.parsers.bench import BenchResult
@@ -16,8 +17,13 @@ METRICS: dict[str, str] = {
     for s in ("mean", "median", "p90", "p95", "p99")
     if f"{s}_{m}_ms" in BenchResult.model_fields
 }
-_UNITS = {"ms": 1.0, "s": 1000.0}
+_UNITS = {"ms": Decimal(1), "s": Decimal(1000)}
+#: The number as written: digits with at most one decimal point, no exponent; at most MAX_DIGITS digits, so a
+#: 300-digit value is refused instead of becoming `inf`.
 _TERM = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|<)\s*([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)\s*$")
+MAX_DIGITS = 12
+#: A bound outside [1 µs, 1 day] is no latency any bench run measures: refused as a typo, not searched for.
+MIN_LIMIT_MS, MAX_LIMIT_MS = Decimal("0.001"), Decimal(86_400_000)
 SLO_FIX = 'write it as METRIC<=VALUE[ms|s], comma separated, e.g. --slo "ttft_p99<=2s,tpot_p99<=80ms"'
 
 
@@ -29,6 +35,9 @@ class Bound:
     field: str
     limit_ms: float
     strict: bool = False
+    #: The limit in ms as an exact decimal text (`1000000`, `1234.5678`): what the record stores and the report
+    #: prints, and what parses back to the same bound; a float's `:g` made 1000 s into `1e+06ms`.
+    exact_ms: str = ""
 
     def value(self, result: BenchResult) -> float | None:
         v = getattr(result, self.field)
@@ -37,8 +46,17 @@ class Bound:
     def met(self, value: float) -> bool:
         return value < self.limit_ms if self.strict else value <= self.limit_ms
 
+    def limit_text(self) -> str:
+        return self.exact_ms or _plain(Decimal(repr(self.limit_ms)))
+
     def text(self) -> str:
-        return f"{self.name}{'<' if self.strict else '<='}{self.limit_ms:g}ms"
+        return f"{self.name}{'<' if self.strict else '<='}{self.limit_text()}ms"
+
+
+def _plain(value: Decimal) -> str:
+    """`1E+6` → `1000000`, `2.500` → `2.5`: no exponent, no trailing zeros (the grammar reads no exponent)."""
+    text = format(value.normalize(), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 @dataclass(frozen=True)
@@ -56,7 +74,7 @@ class Slo:
             if v is None:
                 out.append(f"{b.name} not measured")
             elif not b.met(v):
-                out.append(f"{b.name} {v:.0f} ms > {b.limit_ms:g} ms")
+                out.append(f"{b.name} {v:.0f} ms > {b.limit_text()} ms")
         return out
 
     def figures(self, result: BenchResult) -> dict[str, float | None]:
@@ -82,10 +100,16 @@ def parse_slo(text: str) -> Slo:
         if unit not in _UNITS:
             raise ConfigError(f"--slo term {term.strip()!r}: the unit must be ms or s, not {unit or 'missing'!r}",
                               fix=SLO_FIX)
-        limit = float(number) * _UNITS[unit]
-        if limit <= 0:
+        if sum(c.isdigit() for c in number.lstrip("0")) > MAX_DIGITS:
+            raise ConfigError(f"--slo term {term.strip()!r}: {number} has more than {MAX_DIGITS} digits",
+                              fix=SLO_FIX)
+        exact = Decimal(number) * _UNITS[unit]
+        if exact <= 0:
             raise ConfigError(f"--slo term {term.strip()!r}: the limit must be above zero", fix=SLO_FIX)
+        if not MIN_LIMIT_MS <= exact <= MAX_LIMIT_MS:
+            raise ConfigError(f"--slo term {term.strip()!r}: {_plain(exact)} ms is outside 0.001 ms … 1 day, no "
+                              "latency a bench run measures", fix=SLO_FIX)
         if any(b.name == name for b in bounds):
             raise ConfigError(f"--slo names {name} twice", fix=SLO_FIX)
-        bounds.append(Bound(name, METRICS[name], limit, strict=op == "<"))
+        bounds.append(Bound(name, METRICS[name], float(exact), strict=op == "<", exact_ms=_plain(exact)))
     return Slo(tuple(bounds))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -58,12 +59,16 @@ def test_bad_input_is_refused_before_any_remote_change(deploy_env: DeployEnv) ->
         (("--slo", SLO, "--over", "max-running-requests=16,64", "--range", "64:8"), "LO:HI"),
         (("--slo", SLO, "--over", "max-running-requests=16,64", "--budget", "soon"), "not a duration"),
         (("--over", "max-running-requests=16,64"), "needs --slo"),
+        (("--slo", SLO, "--over", "admin-api-key=tune-secret-1,tune-secret-2"), "is a secret"),
+        (("--slo", SLO, "--over", "max-running-requests=16,64", "--range", "1:999999999999"), "more than"),
+        (("--slo", "e2e_latency_p99<=" + "9" * 300 + "ms", "--over", "max-running-requests=16,64"), "digits"),
     ]
     for args, words in cases:
         res = env.run("--json", "tune", "host", env.host, *args)
         assert res.rc == 2, (args, res.text)
         assert words in json.dumps(res.json), (args, res.json)
         assert res.json["error"] and res.json["exit_code"] == 2
+        assert "tune-secret-1" not in res.text, res.text  # a refused secret is not echoed either
     # nothing was made on the host (no container yet) and no tune was recorded
     assert env.ssh("pct list").stdout.count("\n") <= 1
     assert not (Path(env.env["DEPLOY_STATE_DIR"]) / "tunes").exists()
@@ -137,7 +142,15 @@ def test_apply_rolls_the_winner_and_a_killed_tune_resumes(converged: DeployEnv) 
             break
     proc.wait(timeout=30)
     assert tune_id is not None and proc.returncode == -signal.SIGKILL, "".join(seen)
-    assert current(env) != original  # the kill left the candidate current
+    trial = current(env)
+    assert trial != original  # the kill left the candidate current
+    # ... marked as the tune's trial, not as a release anyone kept: status names the tune, up refuses the host
+    st = env.run("--json", "status", "host", env.host)
+    assert st.json["tune_trial"] == tune_id and st.json["release"] == trial, st.text
+    up = env.run("--json", "up", "host", env.host, "--skip-bench", timeout=300)
+    assert up.rc == 1 and f"trial point of tune {tune_id}" in up.json["what"], up.text
+    assert f"--resume {tune_id}" in up.json["fix"] and f"--to {original}" in up.json["fix"], up.json
+    assert current(env) == trial  # up changed nothing
     # No wait for the killed tune's lease: this machine proves its run dead, so `--resume` takes it over at once.
     res = env.run("--json", "tune", "host", env.host, "--resume", tune_id, timeout=900)
     assert res.rc == 0, res.text
@@ -155,3 +168,58 @@ def test_apply_rolls_the_winner_and_a_killed_tune_resumes(converged: DeployEnv) 
     ledger = Ledger(Path(env.env["DEPLOY_STATE_DIR"]) / "ledger.sqlite")
     gated = [r for r in ledger.list_runs(host=env.host, limit=200) if r.release_id == current(env)]
     assert len(gated) == 3, [(r.id, r.release_id) for r in gated]
+
+
+def _read_until(proc: subprocess.Popen[str], seen: list[str], words: str, timeout_s: float) -> str | None:
+    """The next line of the background deploy's output that contains `words` (None: it ended or the time is up)."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            return None
+        seen.append(line)
+        if words in line:
+            return line
+    return None
+
+
+@pytest.mark.timeout(900)
+def test_a_tune_owns_its_host_and_a_second_ctrl_c_lets_its_restore_finish(converged: DeployEnv) -> None:
+    """Issue 38 items 2 and 3: a roll (and an up) between two of the tune's bench runs is refused naming the tune;
+    Ctrl-C twice, the second during the restore: the restore finishes, the message says what was read back, and no
+    lease is left (the suggested --resume is not refused lock-held)."""
+    env = converged
+    add_preset(env)
+    original = current(env)
+    proc = env.popen("tune", "host", env.host, "--slo", SLO, "--over", "max-running-requests=64", "--range",
+                     "16:64:16", "--preset", "tune", "--confirm", "1")
+    seen: list[str] = []
+    first = _read_until(proc, seen, "tune t-", 120)
+    assert first is not None, "".join(seen)
+    tune_id = first.split()[1]
+    # the rolled point is being measured: its trial is current, and the tune is between two bench runs
+    assert _read_until(proc, seen, "[max-running-requests=64] c=", 600) is not None, "".join(seen)
+    trial = current(env)
+    assert trial != original
+    roll = env.run_process("--json", "roll", "host", env.host, "--set", "num-continuous-decode-steps=4",
+                           "--skip-bench", timeout=300)
+    assert roll.rc == 3 and roll.json["error"] == "lock-held", roll.text
+    assert f"deploy tune {tune_id}" in roll.json["what"], roll.json
+    up = env.run_process("--json", "up", "host", env.host, "--skip-bench", timeout=300)
+    assert up.rc == 3 and f"deploy tune {tune_id}" in up.json["what"], up.text
+    assert current(env) == trial  # neither got in
+    proc.send_signal(signal.SIGINT)
+    assert _read_until(proc, seen, "restoring release", 120) is not None, "".join(seen)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)  # the impatient second Ctrl-C, during the restore's rollback
+    out, _ = proc.communicate(timeout=300)
+    text = "".join(seen) + out
+    assert proc.returncode == 130, text
+    assert "SIGINT: the restore of release" in text and "finishes first" in text, text
+    assert f"the original release {original} was restored (read back from the host)" in text, text
+    assert current(env) == original
+    assert env.ct("pgrep -fc 'sglang.launch_server|sglang serve'").stdout.strip() == "1"
+    assert env.ssh("cat /var/lib/deploy/deploy.lease 2>/dev/null").stdout.strip() == "", "a lease was left behind"
+    record = json.loads((Path(env.env["DEPLOY_STATE_DIR"]) / "tunes" / f"{tune_id}.json").read_text())
+    assert record["phase"] == "interrupted" and record["host_release"] == original, record

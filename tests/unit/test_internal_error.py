@@ -59,3 +59,11 @@ def test_a_deploy_error_keeps_its_own_exit_code_and_fix(tmp_path: Path) -> None:
     proc = run(tmp_path, "text", "config-error")
     assert proc.returncode == 2 and "error: a refused inventory" in proc.stderr and "fix: fix it" in proc.stderr
     assert "internal error" not in proc.stderr and not (tmp_path / "state" / "crashes").exists()
+
+
+def test_deploy_debug_with_json_still_prints_one_document(tmp_path: Path) -> None:
+    """Issue 38 (low): `DEPLOY_DEBUG=1 deploy --json …` printed a traceback and no JSON document."""
+    proc = run(tmp_path, "json", DEPLOY_DEBUG="1")
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 1 and doc["error"] == "error" and doc["what"].startswith("internal error in deploy")
+    assert "Traceback" in proc.stderr and "KeyError: 'missing-key'" in proc.stderr

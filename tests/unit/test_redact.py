@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from orchestrator.redact import (
     REDACTED,
+    SECRET_JSON_SED,
     RedactingStream,
     forget_secrets,
     is_secret_key,
@@ -124,3 +127,24 @@ def test_cli_json_document_is_redacted(capsys: pytest.CaptureFixture[str]) -> No
     doc = json.loads(out)
     assert doc["runs"][0]["bench"]["server_info"] == {"api_key": REDACTED, "tp_size": 8}
     assert doc["details"]["journal"] == [f"server_args=ServerArgs(api_key='{REDACTED}')"]
+
+
+def test_the_sed_rule_for_target_files_redacts_exactly_the_keys_that_name_a_secret(tmp_path: Path) -> None:
+    """Issue 38 item 8: bench_serving's JSONL (written in the container, not by the tool) embeds /server_info with
+    the API keys. scripts/bench_group.sh.j2 runs SECRET_JSON_SED over it: the same keys as is_secret_key, every
+    other value untouched, still one JSON object a line (real GNU sed)."""
+    keys = ["api_key", "admin_api_key", "hf_token", "token_secret", "ssl_keyfile_password", "bos_token",
+            "tokenizer_path", "max_total_num_tokens", "token_id", "num_tokens", "model_path", "served_model_name"]
+    info = {k: f"v-{k}-\"q\"\\x" for k in keys}
+    info["none_token"] = None
+    line = json.dumps({"server_info": info, "output_throughput": 1.5})
+    path = tmp_path / "bench.jsonl"
+    path.write_text(line + "\n" + line + "\n")
+    subprocess.run(["sed", "-E", "-i", SECRET_JSON_SED, str(path)], check=True)
+    rows = [json.loads(r) for r in path.read_text().splitlines()]
+    assert len(rows) == 2
+    for row in rows:
+        got = row["server_info"]
+        for k in keys:
+            assert got[k] == (REDACTED if is_secret_key(k) else info[k]), k
+        assert got["none_token"] is None and row["output_throughput"] == 1.5

@@ -96,3 +96,30 @@ def test_report_table_says_why_a_point_lost(tmp_path: Path) -> None:
     assert rows["steps=16"][1] == "lost" and rows["steps=16"][-1].startswith("crash:")
     png, page = write_tune_report(rec, tmp_path, 8, ["verdict: best goodput"])
     assert png.read_bytes()[:4] == b"\x89PNG" and "crash: the server did not come up" in page.read_text()
+
+
+def test_a_huge_range_is_refused_by_arithmetic_before_any_grid_is_built() -> None:
+    """Issue 38 item 6: `1:20000000` built a 1 GB grid before its size check; `1:999999999999` was MemoryError."""
+    import time
+    for text in ("1:20000000", "1:999999999999", "1:" + "9" * 40):
+        start = time.process_time()
+        with pytest.raises(ConfigError, match="more than"):
+            parse_range(text)
+        assert time.process_time() - start < 0.05, text  # counted, not listed
+    assert parse_range("8:20:8") == (8, 16, 20)  # the grid itself is unchanged: high always included
+
+
+@pytest.mark.parametrize("over", ["admin-api-key=secret-aaaa,secret-bbbb", "api-key=secret-aaaa",
+                                  "--admin-api-key=x,y", "ssl-keyfile-password=aaaaaa,bbbbbb"])
+def test_a_secret_flag_is_never_a_tune_dimension(over: str) -> None:
+    """Issue 38 item 1: its values would be point labels, drawn in tune.png, written into report.html, the record
+    and the ledger's tune_runs.point."""
+    with pytest.raises(ConfigError, match="is a secret") as exc:
+        make_plan((over,), "8:64:8", None, SCHEMA)
+    assert "secret-aaaa" not in exc.value.what + (exc.value.fix or "")  # the refusal does not echo the value
+
+
+def test_a_flag_the_profile_marks_secret_is_refused_too() -> None:
+    with pytest.raises(ConfigError, match="is a secret"):
+        make_plan(("served-model-name=a,b",), "8:64:8", None, SCHEMA, secret_flags=["served_model_name"])
+    make_plan(("served-model-name=a,b",), "8:64:8", None, SCHEMA)  # not marked: an ordinary dimension
