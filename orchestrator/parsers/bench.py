@@ -22,6 +22,11 @@ class BenchParseError(ValueError):
     """Neither a usable JSONL record nor a summary block; the message says what was missing."""
 
 
+class BenchValueError(BenchParseError):
+    """A figure is there but is none a bench run measures (negative, NaN, infinite, text); the message names the
+    field and what it may be."""
+
+
 class BenchResult(BaseModel):
     """One bench_serving run. Latencies in ms, throughputs in tokens (or requests) per second."""
 
@@ -95,43 +100,77 @@ _INT_FIELDS = {"max_concurrency", "random_input_len", "random_output_len", "comp
                "total_input_tokens", "total_output_tokens", "total_output_tokens_retokenized",
                "max_concurrent_requests"}
 _STR_FIELDS = {"backend", "dataset_name", "tag"}
+_REQUIRED = ("completed", "output_throughput")
 
 
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or v is None:
-        return None
-    if isinstance(v, int | float):
-        return float(v)
-    if isinstance(v, str):
-        s = v.strip().lower()
-        if s in ("inf", "infinity", "+inf"):
-            return math.inf
-        try:
-            return float(s)
-        except ValueError:
-            return None
-    return None
+#: Printed-block values that mean "no figure" (`Max request concurrency: not set`), not a bad one.
+_NOT_SET = {"not set", "none", "n/a", "-"}
+_WHOLE = "a whole number ≥ 0"
+_FINITE = "a finite number ≥ 0"
 
 
-def _coerce(name: str, v: Any) -> Any:
-    if name in _STR_FIELDS:
-        return None if v is None else str(v)
-    if name == "server_info":
-        return v if isinstance(v, dict) else None
-    f = _num(v)
-    if f is None:
-        return None
+def _allowed(name: str) -> str:
+    """What a figure may be: counts are whole, a request rate may be `inf`, no figure is negative or NaN."""
     if name in _INT_FIELDS:
-        return int(f) if math.isfinite(f) else None
-    # NaN is no figure (and no JSON): missing. Only a request rate may be infinite (`--request-rate inf`).
-    return f if math.isfinite(f) or (name == "request_rate" and f == math.inf) else None
+        return _WHOLE
+    return "a number above 0, or inf" if name == "request_rate" else _FINITE
 
 
-def bench_result_from_record(record: dict[str, Any], *, num_prompts: int | None = None) -> BenchResult:
+def _shown(v: Any) -> str:
+    if isinstance(v, float) and math.isnan(v):
+        return "NaN"
+    if isinstance(v, float) and math.isinf(v):
+        return f"{'-' if v < 0 else ''}infinite (1e309 or Infinity in the file)"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return repr(v) if isinstance(v, str) else str(v)
+
+
+def _figure(name: str, v: Any) -> tuple[Any, str | None]:
+    """(value, None) for a figure bench_serving can write; (None, None) for none ("not set", an optional NaN);
+    (None, why) for a value no run measures (negative, infinite, a fraction of a count, text, a NaN `completed`
+    or `output_throughput`): `why` shows it and the rule."""
+    if name in _STR_FIELDS:
+        return str(v), None
+    if name == "server_info":
+        return (v if isinstance(v, dict) else None), None
+    if isinstance(v, str):
+        text = v.strip().lower()
+        if text in _NOT_SET:
+            return None, None
+        try:
+            f = math.inf if text in ("inf", "infinity", "+inf") else float(text)
+        except ValueError:
+            return None, f"is {_shown(v)}; it must be {_allowed(name)}"
+    elif isinstance(v, int | float) and not isinstance(v, bool):
+        f = float(v)
+    else:
+        return None, f"is {_shown(v)}; it must be {_allowed(name)}"
+    if math.isnan(f) and name not in _REQUIRED:
+        return None, None  # bench_serving's mean of no samples (the ITL of one-token outputs): no figure
+    finite_ok = math.isfinite(f) or (name == "request_rate" and f == math.inf)
+    if not finite_ok or f < 0 or (name == "request_rate" and f == 0) or (name in _INT_FIELDS and not f.is_integer()):
+        return None, f"is {_shown(v if not isinstance(v, str) else f)}; it must be {_allowed(name)}"
+    return (int(f) if name in _INT_FIELDS else f), None
+
+
+def _coerce(name: str, v: Any, where: str, strict: bool) -> Any:
+    """A figure, or None when it is not one: refused (BenchValueError) when strict (an imported file is
+    someone's claim, checked before it is filed) or when it is one of the two figures every result needs; else
+    dropped (a run of ours: one odd optional figure from a new sglang version does not lose the run)."""
+    val, why = _figure(name, v)
+    if why is not None and (strict or name in _REQUIRED):
+        raise BenchValueError(f"{where} {why}")
+    return val
+
+
+def bench_result_from_record(record: dict[str, Any], *, num_prompts: int | None = None, strict: bool = False,
+                             where: str = "bench JSONL record") -> BenchResult:
     """Build a BenchResult from one decoded JSONL record (the keys of any sglang version seen so far).
 
     `num_prompts` (from the preset) lets failures be derived as num_prompts - completed; with `--output-details`
     the record's own `input_lens` length (one entry per request, failed included) or `errors` list is used.
+    `strict` (an imported file): every figure present must be one a run measures (see `_coerce`).
     """
     data: dict[str, Any] = {"source": "jsonl"}
     for name in BenchResult.model_fields:
@@ -139,7 +178,7 @@ def bench_result_from_record(record: dict[str, Any], *, num_prompts: int | None 
             continue
         for key in _JSONL_ALIASES.get(name, (name,)):
             if key in record and record[key] is not None:
-                val = _coerce(name, record[key])
+                val = _coerce(name, record[key], f"{where}: {key!r}", strict)
                 if val is not None:
                     data[name] = val
                     break
@@ -159,7 +198,18 @@ def bench_result_from_record(record: dict[str, Any], *, num_prompts: int | None 
             data["failed"] = sum(1 for e in errors if e)
         elif data.get("num_prompts") is not None:
             data["failed"] = max(0, int(data["num_prompts"]) - int(data["completed"]))
+    if strict:
+        _check_counts(data, where)
     return BenchResult.model_validate(data)
+
+
+def _check_counts(data: dict[str, Any], where: str) -> None:
+    """Counts that contradict each other are no run: more completed (or failed) requests than were sent."""
+    sent = data.get("num_prompts")
+    for name in ("completed", "failed"):
+        if sent is not None and data.get(name) is not None and data[name] > sent:
+            raise BenchValueError(f"{where}: {name!r} is {data[name]}, more than the {sent} requests sent "
+                                  "(num_prompts)")
 
 
 def parse_bench_jsonl(text: str, *, num_prompts: int | None = None) -> BenchResult:
@@ -180,9 +230,9 @@ def parse_bench_jsonl(text: str, *, num_prompts: int | None = None) -> BenchResu
     return bench_result_from_record(record, num_prompts=num_prompts)
 
 
-def parse_bench_jsonl_all(text: str) -> list[dict[str, Any]]:
-    """Every JSON object line of a JSONL file (for importing a file that holds several runs)."""
-    out: list[dict[str, Any]] = []
+def parse_bench_jsonl_all(text: str) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, record) of every JSON object line of a JSONL file (importing a file of several runs)."""
+    out: list[tuple[int, dict[str, Any]]] = []
     for n, ln in enumerate(text.splitlines(), 1):
         if not ln.strip():
             continue
@@ -192,7 +242,7 @@ def parse_bench_jsonl_all(text: str) -> list[dict[str, Any]]:
             raise BenchParseError(f"line {n} of the bench JSONL is not JSON: {exc.msg}") from None
         if not isinstance(rec, dict):
             raise BenchParseError(f"line {n} of the bench JSONL is not a JSON object")
-        out.append(rec)
+        out.append((n, rec))
     return out
 
 
@@ -242,7 +292,8 @@ def _summary_blocks(lines: list[str]) -> list[tuple[int, int]]:
     return blocks
 
 
-def _parse_block(rows: list[str], num_prompts: int | None) -> BenchResult:
+def _parse_block(rows: list[str], num_prompts: int | None, *, strict: bool = False,
+                 where: str = "bench summary block") -> BenchResult:
     data: dict[str, Any] = {"source": "summary"}
     for ln in rows:
         m = _ROW.match(ln.strip())
@@ -251,7 +302,7 @@ def _parse_block(rows: list[str], num_prompts: int | None) -> BenchResult:
         name = _SUMMARY_LABELS.get(m.group("label").strip().lower())
         if name is None:
             continue
-        val = _coerce(name, m.group("value"))
+        val = _coerce(name, m.group("value"), f"{where}: {m.group('label').strip()!r}", strict)
         if val is not None:
             data[name] = val
     for required, label in (("completed", "Successful requests"),
@@ -261,6 +312,8 @@ def _parse_block(rows: list[str], num_prompts: int | None) -> BenchResult:
     if num_prompts is not None:
         data["num_prompts"] = num_prompts
         data["failed"] = max(0, num_prompts - int(data["completed"]))
+    if strict:
+        _check_counts(data, where)
     return BenchResult.model_validate(data)
 
 
@@ -303,19 +356,24 @@ def parse_bench_import(text: str, *, num_prompts: int | None = None) -> list[Ben
     `num_prompts` and `failed` come from the file where it has them: a JSONL record written with
     `--output-details` (its per-request lists), or a `benchmark_args=Namespace(... num_prompts=N ...)` line
     copied with a printed block; else from `num_prompts` when given; else they stay None ("unknown").
+    Strict about values: a file made elsewhere is filed as evidence, so a negative, infinite or text figure (or
+    a NaN completed/output_throughput) is refused (BenchValueError, naming the line or row and what the figure
+    may be), not dropped or filed. A NaN latency stays missing: bench_serving writes it for a mean of nothing.
     """
     fmt = detect_bench_format(text)
     if fmt == "jsonl":
         records = parse_bench_jsonl_all(text)
         if not records:
             raise BenchParseError("the JSONL holds no JSON object (one bench_serving record per line)")
-        return [bench_result_from_record(rec, num_prompts=num_prompts) for rec in records]
+        return [bench_result_from_record(rec, num_prompts=num_prompts, strict=True, where=f"line {n}")
+                for n, rec in records]
     if fmt == "summary":
         lines = text.splitlines()
         results, prev_end = [], 0
         for start, end in _summary_blocks(lines):
             results.append(_parse_block(lines[start + 1:end],
-                                        num_prompts or _printed_num_prompts(lines, prev_end, start)))
+                                        num_prompts or _printed_num_prompts(lines, prev_end, start),
+                                        strict=True, where=f"the result block at line {start + 1}"))
             prev_end = end
         return results
     if not text.strip():

@@ -24,7 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.errors import ConfigError
-from orchestrator.parsers.bench import BenchParseError, BenchResult, parse_bench_import
+from orchestrator.parsers.bench import BenchParseError, BenchResult, BenchValueError, parse_bench_import
 from orchestrator.paths import state_dir
 from orchestrator.redact import redact
 from orchestrator.telemetry.summary import TelemetrySummary
@@ -378,6 +378,9 @@ class Ledger:
             records = parse_bench_import(text, num_prompts=num_prompts)
         except OSError as exc:
             raise ConfigError(f"cannot read {p}: {exc.strerror}", fix="check the path") from None
+        except BenchValueError as exc:
+            raise ConfigError(f"{p} holds a figure no bench run measures: {exc}",
+                              fix="import the file bench_serving wrote, unedited; nothing was recorded") from None
         except (UnicodeDecodeError, BenchParseError) as exc:
             why = f"not UTF-8 text (byte {exc.start})" if isinstance(exc, UnicodeDecodeError) else str(exc)
             raise ConfigError(f"{p} is not a bench_serving result: {why}",

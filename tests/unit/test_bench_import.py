@@ -11,7 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.parsers.bench import BenchParseError, detect_bench_format, parse_bench_import
+from orchestrator.parsers.bench import (
+    BenchParseError,
+    BenchValueError,
+    detect_bench_format,
+    parse_bench_import,
+    parse_bench_output,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 PRINTED = REPO / "tests" / "fixtures" / "bench" / "serving-benchmark-result.txt"
@@ -97,3 +103,63 @@ def test_cli_imports_a_printed_block_a_jsonl_and_refuses_garbage(tmp_path: Path)
         assert res.stderr.startswith("error: ") and "fix: " in res.stderr
     hist = json.loads(deploy(state, "--json", "history", "--bench", "--all-inventories").stdout)
     assert len(hist["runs"]) == 2  # nothing recorded by the refused imports
+
+
+# Issue 38 (low): negative throughput and counts were filed; NaN, 1e309 or a string were "no 'output_throughput'".
+@pytest.mark.parametrize(("field", "raw", "shown", "allowed"), [
+    ("output_throughput", "-4263.18", "-4263.18", "a finite number ≥ 0"),
+    ("completed", "-3", "-3", "a whole number ≥ 0"),
+    ("completed", "10.5", "10.5", "a whole number ≥ 0"),
+    ("failed", "-1", "-1", "a whole number ≥ 0"),
+    ("mean_tpot_ms", "-0.5", "-0.5", "a finite number ≥ 0"),
+    ("output_throughput", "NaN", "NaN", "a finite number ≥ 0"),
+    ("completed", "NaN", "NaN", "a whole number ≥ 0"),
+    ("output_throughput", "1e309", "infinite", "a finite number ≥ 0"),
+    ("total_output_tokens", "Infinity", "infinite", "a whole number ≥ 0"),
+    ("output_throughput", '"fast"', "'fast'", "a finite number ≥ 0"),
+    ("completed", "true", "true", "a whole number ≥ 0"),
+    ("request_rate", "0", "0", "a number above 0, or inf"),
+])
+def test_an_imported_record_with_a_figure_no_run_measures_is_refused(field: str, raw: str, shown: str,
+                                                                     allowed: str) -> None:
+    line = json.dumps(RECORD)[:-1] + f', "{field}": {raw}}}'  # the raw JSON text, as a file could hold it
+    with pytest.raises(BenchValueError) as err:
+        parse_bench_import(json.dumps(RECORD) + "\n" + line + "\n")
+    assert f"line 2: {field!r} is {shown}" in str(err.value) and allowed in str(err.value), str(err.value)
+
+
+def test_a_printed_block_with_a_bad_figure_is_refused_and_not_set_is_no_figure() -> None:
+    block = PRINTED.read_text()
+    with pytest.raises(BenchValueError, match=r"'Output token throughput \(tok/s\)' is -86.21; it must be a "):
+        parse_bench_import(block.replace("86.21 ", "-86.21"))
+    with pytest.raises(BenchValueError, match=r"'Successful requests' is 'many'; it must be a whole number"):
+        parse_bench_import(block.replace("50        ", "many      ", 1))
+    (r,) = parse_bench_import(block.replace("concurrency:                 1 ", "concurrency:                 not set"))
+    assert r.max_concurrency is None and r.request_rate == float("inf")  # `inf` is a request rate, `not set` none
+
+
+def test_counts_that_contradict_each_other_are_refused() -> None:
+    details = {**RECORD, "completed": 5, "input_lens": [128, 128]}  # two requests sent, five completed
+    with pytest.raises(BenchValueError, match="'completed' is 5, more than the 2 requests sent"):
+        parse_bench_import(json.dumps(details))
+
+
+def test_our_own_run_drops_an_odd_optional_figure_but_names_a_bad_required_one() -> None:
+    """A run of ours is lenient about optional figures (a new sglang version's oddity does not lose the run)."""
+    r = parse_bench_output(json.dumps({**RECORD, "mean_tpot_ms": float("nan"), "p99_ttft_ms": -1}), None)
+    assert r.mean_tpot_ms is None and r.p99_ttft_ms is None and r.output_throughput == 4263.18
+    with pytest.raises(BenchParseError, match="'output_throughput' is NaN"):
+        parse_bench_output(json.dumps({**RECORD, "output_throughput": float("nan")}), None)
+
+
+def test_cli_refuses_a_bad_figure_with_exit_2_and_records_nothing(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    bad = tmp_path / "edited.jsonl"
+    bad.write_text(json.dumps(RECORD) + "\n" + json.dumps({**RECORD, "output_throughput": -1.0}) + "\n")
+    res = deploy(state, "--json", "bench", "import", str(bad), "--host", "laptop")
+    doc = json.loads(res.stdout)
+    assert res.returncode == 2 and doc["error"] == "config-error", res.stdout + res.stderr
+    assert "line 2: 'output_throughput' is -1.0; it must be a finite number ≥ 0" in doc["what"], doc
+    assert "nothing was recorded" in doc["fix"]
+    hist = json.loads(deploy(state, "--json", "history", "--bench", "--all-inventories").stdout)
+    assert hist["runs"] == []  # not even the good first line: the file is refused whole
