@@ -50,21 +50,30 @@ def table_spec(data: TableData, title: str) -> TableSpec:
 
 
 def _parse_kv(items: tuple[str, ...], what: str) -> dict[str, str]:
+    """`--set K=V` of bench_serving's parameters; a secret-named K is refused (flags/flagset.py's one rule)."""
     out: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
+        if key.strip():
+            refuse_secret_dimension(what, key)  # before the value is echoed in any message
         if not sep or not key.strip():
             raise ConfigError(f"{what} {item!r} must be KEY=VALUE")
         out[key.strip().lstrip("-")] = value.strip()
     return out
 
 
-def _sweep_values(spec: str) -> tuple[str, list[str]]:
+def _sweep_values(spec: str, option: str = "--sweep", schema: FlagSchema | None = None,
+                  marked: tuple[str, ...] = ()) -> tuple[str, list[str]]:
+    """`KEY=V1,V2,…` of --sweep (bench parameters) or --sweep-server (server flags: `schema` and the profile's
+    secret_flags mark secrets too); a secret KEY is refused, as tune's --over is (flags/flagset.py)."""
     key, sep, values = spec.partition("=")
+    if key.strip():
+        refuse_secret_dimension(option, key, schema, marked)
     vals = [v.strip() for v in values.split(",") if v.strip()]
     if not sep or not key.strip() or len(vals) < 2:
-        raise ConfigError(f"--sweep {spec!r} must be KEY=V1,V2[,...] with at least two values",
-                          fix="e.g. --sweep max-concurrency=256,512,1024,2048")
+        raise ConfigError(f"{option} {spec!r} must be KEY=V1,V2[,...] with at least two values",
+                          fix=f"e.g. {option} max-concurrency=256,512,1024,2048" if option == "--sweep" else
+                          f"e.g. {option} max-running-requests=64,128")
     return key.strip().lstrip("-"), vals
 
 
@@ -163,13 +172,9 @@ def bench(app: AppContext, target: tuple[str, ...], preset: str | None, sets: tu
     preset_name = preset or profile.bench_preset
     app.inventory.preset(preset_name)
     overrides = _parse_kv(sets, "--set")
-    for name in overrides:  # bench_serving's parameters: the same rule as server flags (flags/flagset.py)
-        refuse_secret_dimension("--set", name)
-    if sweep:
-        refuse_secret_dimension("--sweep", _sweep_values(sweep)[0])
-    if sweep_server:
-        refuse_secret_dimension("--sweep-server", _sweep_values(sweep_server)[0],
-                                FlagSchema.load(profile.sglang_version), profile.secret_flags)
+    if sweep_server:  # checked here, where the profile is known: its schema and secret_flags mark secrets too
+        _sweep_values(sweep_server, "--sweep-server", FlagSchema.load(profile.sglang_version),
+                      tuple(profile.secret_flags))
     stamp = datetime.now().strftime("%Y%m%dT%H%M%S")
     if sweep_server:
         return _server_sweep(app, target, host.name, preset_name, sweep_server, keep_best, out_dir, stamp, tofu)
@@ -235,16 +240,16 @@ def fleet_bench(app: AppContext, targets: TargetSpec, preset: str | None, sets: 
     from orchestrator.bench.command import bench_argv
     from orchestrator.bench.fleet import bench_client_host, run_fleet_bench
 
+    overrides = _parse_kv(sets, "--set")  # the command line first: it needs no inventory
+    points, parameter, values = [overrides], "", list[str]()
+    if sweep:
+        parameter, values = _sweep_values(sweep)
+        points = [{**overrides, parameter: v} for v in values]
     inventory = app.inventory
     hosts = resolve_targets(inventory, targets)
     profile = inventory.profile_for(bench_client_host(inventory))
     preset_name = preset or profile.bench_preset
     inventory.preset(preset_name)
-    overrides = _parse_kv(sets, "--set")
-    points, parameter, values = [overrides], "", list[str]()
-    if sweep:
-        parameter, values = _sweep_values(sweep)
-        points = [{**overrides, parameter: v} for v in values]
     for pt in points:  # every override checked before any host is touched
         bench_argv(inventory.preset(preset_name), profile, "/tmp/x.jsonl", pt)
     say = (lambda _m: None) if app.as_json else app.out.line
@@ -280,7 +285,7 @@ def fleet_bench(app: AppContext, targets: TargetSpec, preset: str | None, sets: 
 def _server_sweep(app: AppContext, target: tuple[str, ...], host: str, preset: str, spec: str, keep_best: bool,
                   out_dir: str | None, stamp: str, tofu: bool) -> int:
     """Roll each server flag value (gate accepts regressions), bench it, then restore (or keep the best)."""
-    parameter, values = _sweep_values(spec)
+    parameter, values = _sweep_values(spec, "--sweep-server")
     status = run_with_progress(app, target, "status", RunOptions(tofu=tofu, command="deploy status"), quiet=True)
     original = status.state.status.release if status.state.status is not None else None
     runs: list[BenchRun] = []

@@ -478,11 +478,13 @@ def refuse_secret_dimension(option: str, name: str, schema: FlagSchema | None = 
     if ((spec is not None and spec.secret) or any(is_secret_key(n) for n in names)
             or any(n.replace("_", "-") in listed for n in names)):
         shown = spec.canonical if spec is not None else bare
-        raise ConfigError(f"{option} {shown}=…: --{shown} is a secret, and a search or sweep value is a label that "
-                          "is drawn in plots and written into reports, records and the ledger",
-                          fix=f"set --{shown} in the profile's flags (named in its secret_flags) and roll it on "
-                              "its own (`deploy roll host NAME --profile P`); its value then lives only in the "
-                              "release's 0600 secrets.yaml")
+        # Worded so that redaction leaves it whole: no `--NAME VALUE` or `NAME=VALUE` shape (redact.py would
+        # take the next word for the secret and print "--admin-api-key <redacted> a secret").
+        raise ConfigError(f"{option}: {shown!r} is a secret flag, and a search or sweep value is a label that is "
+                          "drawn in plots and written into reports, records and the ledger",
+                          fix=f"put {shown!r} in the profile's flags and list it in its secret_flags, then roll "
+                              "it on its own (`deploy roll host NAME --profile P`): its value then lives only in "
+                              "the release's 0600 secrets.yaml")
 
 
 def parse_set(items: Iterable[str], schema: FlagSchema) -> dict[str, FlagValue]:

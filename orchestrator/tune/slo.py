@@ -100,8 +100,9 @@ def parse_slo(text: str) -> Slo:
         if unit not in _UNITS:
             raise ConfigError(f"--slo term {term.strip()!r}: the unit must be ms or s, not {unit or 'missing'!r}",
                               fix=SLO_FIX)
-        if sum(c.isdigit() for c in number.lstrip("0")) > MAX_DIGITS:
-            raise ConfigError(f"--slo term {term.strip()!r}: {number} has more than {MAX_DIGITS} digits",
+        digits = sum(c.isdigit() for c in number.lstrip("0"))
+        if digits > MAX_DIGITS:  # not echoed: a 300-digit number twice is no message
+            raise ConfigError(f"--slo term {name}{op}…{unit}: its value has {digits} digits, more than {MAX_DIGITS}",
                               fix=SLO_FIX)
         exact = Decimal(number) * _UNITS[unit]
         if exact <= 0:

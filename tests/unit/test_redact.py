@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import shlex
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,3 +149,32 @@ def test_the_sed_rule_for_target_files_redacts_exactly_the_keys_that_name_a_secr
         for k in keys:
             assert got[k] == (REDACTED if is_secret_key(k) else info[k]), k
         assert got["none_token"] is None and row["output_throughput"] == 1.5
+
+
+@pytest.mark.parametrize("bench_rc", [0, 1])
+def test_the_bench_script_leaves_no_secret_in_the_jsonl_of_a_good_or_a_failed_run(tmp_path: Path,
+                                                                                  bench_rc: int) -> None:
+    """Issue 38 item 8, the real script (scripts/bench_group.sh.j2 under bash): bench_serving's record embeds
+    /server_info with both keys; the stored file (or a failed run's partial one, read once more) holds neither,
+    and is 0600."""
+    from orchestrator.bench.run import partial_name
+    from orchestrator.scripts import render_script
+
+    record = {"server_info": {"api_key": "sk-live-0123456789", "admin_api_key": "adm-0123456789", "tp_size": 8},
+              "completed": 3, "output_throughput": 1.5}
+    out_file = tmp_path / "rel" / "bench-quick--r-1.jsonl"
+    tmp_file = Path(partial_name(str(out_file)))
+    fake_bench = (f"printf '%s\\n' {shlex.quote(json.dumps(record))} >> {shlex.quote(str(tmp_file))}; "
+                  f"(exit {bench_rc})")
+    script = render_script("bench_group.sh.j2", runs_dir=str(tmp_path / "runs"), out_dir=str(out_file.parent),
+                           pidfile=str(tmp_path / "runs" / "bench-r-1.pid"), run_id="r-1",
+                           env_path=str(tmp_path / "none.env"), out_file=str(out_file), tmp_file=str(tmp_file),
+                           secret_sed=SECRET_JSON_SED, bench_command=fake_bench)
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == bench_rc, proc.stderr
+    kept = out_file if bench_rc == 0 else tmp_file
+    assert [p.name for p in out_file.parent.iterdir()] == [kept.name]  # a failed run's file keeps its temp name
+    text = kept.read_text()
+    assert "0123456789" not in text and json.loads(text)["server_info"] == {
+        "api_key": REDACTED, "admin_api_key": REDACTED, "tp_size": 8}
+    assert kept.stat().st_mode & 0o777 == 0o600
