@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -19,6 +20,8 @@ from orchestrator.tune.search import concurrency_grid, grid_size, max_search_run
 
 MAX_POINTS = 64
 MAX_GRID = 4096
+#: A budget longer than this is a typo, not a plan (and a 400-digit one was an OverflowError).
+MAX_BUDGET_S = 30 * 86400
 
 
 @dataclass(frozen=True)
@@ -116,19 +119,25 @@ def parse_budget(text: str | None) -> float | None:
     m = re.fullmatch(r"\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*(?:(\d+)s)?\s*", text)
     if m is None or not any(m.groups()):
         raise ConfigError(f"--budget {text!r} is not a duration", fix="e.g. --budget 30m, 90s, 1h30m")
-    h, mi, s = (int(g) if g else 0 for g in m.groups())
+    # Each part's digits are counted before int(): a 5000-digit part is beyond Python's int parsing, a 400-digit
+    # one beyond a float (both were internal errors).
+    h, mi, s = (int(g) if g and len(g) <= 9 else (MAX_BUDGET_S + 1 if g else 0) for g in m.groups())
     total = h * 3600 + mi * 60 + s
     if total <= 0:
         raise ConfigError("--budget must be above zero", fix="e.g. --budget 30m")
+    if total > MAX_BUDGET_S:
+        raise ConfigError(f"--budget {text[:40]!r} is more than {MAX_BUDGET_S // 86400} days",
+                          fix="a tune's budget is minutes or hours, e.g. --budget 2h; leave it out for no limit")
     return float(total)
 
 
 def make_plan(over: tuple[str, ...], range_text: str, budget: str | None, schema: FlagSchema,
               secret_flags: Iterable[str] = ()) -> TunePlan:
     flags = parse_over(over, schema, secret_flags)
+    count = math.prod(len(vals) for _, vals in flags)  # counted, not built: 300×300×300 values took 9 GB and 83 s
+    if count > MAX_POINTS:
+        raise ConfigError(f"--over gives {count} flag points, more than {MAX_POINTS}",
+                          fix="sweep fewer values, or tune in stages")
     points = tuple(FlagPoint(tuple(zip([n for n, _ in flags], combo, strict=True)))
                    for combo in itertools.product(*(vals for _, vals in flags)))
-    if len(points) > MAX_POINTS:
-        raise ConfigError(f"--over gives {len(points)} flag points, more than {MAX_POINTS}",
-                          fix="sweep fewer values, or tune in stages")
     return TunePlan(tuple(n for n, _ in flags), points, parse_range(range_text), parse_budget(budget))

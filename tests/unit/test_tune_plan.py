@@ -123,3 +123,23 @@ def test_a_flag_the_profile_marks_secret_is_refused_too() -> None:
     with pytest.raises(ConfigError, match="is a secret"):
         make_plan(("served-model-name=a,b",), "8:64:8", None, SCHEMA, secret_flags=["served_model_name"])
     make_plan(("served-model-name=a,b",), "8:64:8", None, SCHEMA)  # not marked: an ordinary dimension
+
+
+def test_a_huge_over_product_is_refused_by_arithmetic_before_any_point_is_built() -> None:
+    """Like --range (issue 38 item 6): three --over of 300 values each made 27 million points (9 GB, 83 s) before
+    their size check."""
+    import time
+    vals = ",".join(str(i) for i in range(1, 301))
+    over = (f"max-running-requests={vals}", f"num-continuous-decode-steps={vals}", f"chunked-prefill-size={vals}")
+    start = time.process_time()
+    with pytest.raises(ConfigError, match="gives 27000000 flag points, more than 64"):
+        make_plan(over, "8:64:8", None, SCHEMA)
+    assert time.process_time() - start < 2.0
+
+
+@pytest.mark.parametrize("text", ["9" * 5000 + "s", "9" * 400 + "h", "721h", "43201m"])
+def test_an_absurd_budget_is_refused_not_an_internal_error(text: str) -> None:
+    """A 5000-digit part was a ValueError of int(), a 400-digit one an OverflowError of float()."""
+    with pytest.raises(ConfigError, match="more than 30 days"):
+        parse_budget(text)
+    assert parse_budget("720h") == 30 * 86400.0
