@@ -59,7 +59,10 @@ def test_bad_input_is_refused_before_any_remote_change(deploy_env: DeployEnv) ->
         (("--slo", SLO, "--over", "max-running-requests=16,64", "--range", "64:8"), "LO:HI"),
         (("--slo", SLO, "--over", "max-running-requests=16,64", "--budget", "soon"), "not a duration"),
         (("--over", "max-running-requests=16,64"), "needs --slo"),
-        (("--slo", SLO, "--over", "admin-api-key=tune-secret-1,tune-secret-2"), "is a secret"),
+        (("--slo", SLO, "--over", "admin-api-key=tune-secret-1,tune-secret-2"), "'admin-api-key' is a secret flag"),
+        (("--slo", SLO, "--over", "max-running-requests=" + ",".join(map(str, range(1, 201))), "--over",
+          "num-continuous-decode-steps=" + ",".join(map(str, range(1, 201)))), "40000 flag points, more than 64"),
+        (("--slo", SLO, "--over", "max-running-requests=16,64", "--budget", "9" * 400 + "h"), "more than 30 days"),
         (("--slo", SLO, "--over", "max-running-requests=16,64", "--range", "1:999999999999"), "more than"),
         (("--slo", "e2e_latency_p99<=" + "9" * 300 + "ms", "--over", "max-running-requests=16,64"), "digits"),
     ]
