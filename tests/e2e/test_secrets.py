@@ -110,8 +110,14 @@ def test_api_key_is_found_only_in_0600_files(deploy_env: DeployEnv, tmp_path: Pa
     # Only the two files the docs name (up.md): not bench_serving's JSONL, whose /server_info copy holds the key
     # until the bench script redacts it (issue 38 item 8), though that file is 0600 too.
     assert {p.name for p, _ in hits} <= {"sglang.env", "secrets.yaml", "api-key", "sglang-api-key"}, hits
-    jsonl = env.ct("cat /var/lib/deploy/releases/*/bench-*.jsonl").stdout
-    assert '"api_key": "<redacted>"' in jsonl and key not in jsonl, jsonl[:500]
+    # Both benches set num-prompts, so their files are sweep-*.jsonl (a bench-*.jsonl glob found none and the
+    # check read ''): every JSONL bench_serving wrote, wherever it lies, is 0600 and holds the key redacted.
+    stored = env.ct("find /var/lib/deploy -name '*.jsonl*' -type f -printf '%m %p\\n'").stdout.split()
+    modes, paths = stored[0::2], stored[1::2]
+    assert len(paths) >= 2 and set(modes) == {"600"}, stored
+    for path in paths:
+        jsonl = env.ct(f"cat {path}").stdout
+        assert '"api_key": "<redacted>"' in jsonl and key not in jsonl, (path, jsonl[:500])
     assert "<redacted>" in outputs["history --bench --json"].stdout  # server_info's api_key, visibly withheld
     # The server still requires the key (it reads it from its 0600 config file, not from argv).
     code = env.ct("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/v1/models").stdout
