@@ -198,7 +198,7 @@ def _secret_file(path: Path, nbytes: int, uuid_like: bool = False) -> None:
         return
     value = (f"{secrets.token_hex(4)}-{secrets.token_hex(2)}-{secrets.token_hex(2)}-{secrets.token_hex(2)}-"
              f"{secrets.token_hex(6)}") if uuid_like else secrets.token_urlsafe(nbytes)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # O_EXCL: never through a (dangling) link
     with os.fdopen(fd, "w") as fh:
         fh.write(value + "\n")
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from orchestrator.errors import ConfigError
 from orchestrator.inventory.loader import inventory_files
+from orchestrator.localfile import write_file
 from orchestrator.resources import example_inventory_dir
 
 #: Every file of the example, in the order `deploy init` reports them.
@@ -20,7 +21,8 @@ SERVER_FILES = ("profiles.yaml", "presets.yaml")
 
 
 def write_example(directory: Path, names: Sequence[str] = EXAMPLE_FILES) -> list[Path]:
-    """Copy the named example files into `directory` (made if missing), replacing files of the same name."""
+    """Copy the named example files into `directory` (made if missing), replacing files of the same name; a
+    symbolic link of that name is replaced itself, the file it points to (maybe outside `directory`) stays."""
     if directory.exists() and not directory.is_dir():
         raise ConfigError(f"{directory} is not a directory", fix="name a new or existing directory")
     written = []
@@ -28,7 +30,7 @@ def write_example(directory: Path, names: Sequence[str] = EXAMPLE_FILES) -> list
         directory.mkdir(parents=True, exist_ok=True)
         for name in names:
             target = directory / name
-            target.write_text((example_inventory_dir() / name).read_text())
+            write_file(target, (example_inventory_dir() / name).read_text())
             written.append(target)
     except OSError as exc:
         raise ConfigError(f"cannot write the example inventory into {directory}: {exc.strerror or exc}",

@@ -102,3 +102,28 @@ def test_sim_inventory_gets_the_example_profiles_only_where_there_is_no_inventor
     (site / "profiles.yml").write_text("profiles: {}\n")
     assert seed_server_files(site, site / "sim.yaml") == []
     assert sorted(p.name for p in site.iterdir()) == ["profiles.yml", "sim.yaml"]
+
+
+def test_init_force_replaces_a_symlinked_file_itself_and_leaves_its_target_outside_unchanged(tmp_path: Path) -> None:
+    """Issue 38 item 9: `hosts.yaml -> ../outside.yaml` was written through, clobbering a file outside DIR."""
+    site = tmp_path / "inv"
+    site.mkdir()
+    outside = tmp_path / "outside.yaml"
+    outside.write_text("precious: true\n")
+    dangling = tmp_path / "not-there.yaml"
+    (site / "hosts.yaml").symlink_to(outside)
+    (site / "presets.yaml").symlink_to(dangling)  # a dangling link would have made a file outside DIR
+    res = deploy(tmp_path, "--json", "init", str(site), "--force")
+    assert res.returncode == 0, res.stderr
+    assert outside.read_text() == "precious: true\n" and not dangling.exists()
+    for name in ("hosts.yaml", "presets.yaml"):
+        assert not (site / name).is_symlink()
+        assert (site / name).read_text() == (EXAMPLE_INVENTORY / name).read_text()
+    assert json.loads(res.stdout)["links_replaced"] == {str(site / "hosts.yaml"): str(outside),
+                                                        str(site / "presets.yaml"): str(dangling)}
+    assert sorted(p.name for p in site.iterdir()) == ["hosts.yaml", "presets.yaml", "profiles.yaml"]  # no temp left
+    (site / "hosts.yaml").unlink()
+    (site / "hosts.yaml").symlink_to(outside)
+    text = deploy(tmp_path, "init", str(site), "--force").stdout
+    assert f"it was a symbolic link to {outside}: the link was replaced, its target left unchanged" in text
+    assert outside.read_text() == "precious: true\n"
