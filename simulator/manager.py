@@ -6,7 +6,7 @@
     python -m simulator.manager ct-faults sim-1 120 crash_on_start=true
     python -m simulator.manager reboot sim-1
 
-Host sim-N listens on 127.0.0.(N+1) (beyond sim-253: 127.0.1.1, …, see _address): a real sshd on :2222 and
+Host sim-N listens on 127.0.0.(N+1) (beyond sim-253: 127.0.1.1, …, see layout.host_address): a real sshd on :2222 and
 the HTTPS API on :8006. Daemons are started detached (own session, stdio to log files) so they outlive the CLI;
 `down` stops exactly what `up` started, plus every container, and is safe to repeat.
 """
@@ -109,17 +109,7 @@ def _require_root() -> None:
         raise RuntimeError(f"{sshd.SSHD} not found: install openssh-server")
 
 
-#: Highest host number: the addresses below stay inside 127.0.0.0/8 (see _address).
-MAX_HOST_NUMBER = 253 + 254 * 255
-
-
-def _address(index: int) -> str:
-    """sim-N listens on 127.0.0.(N+1) up to sim-253; fleets beyond go on in 127.0.1.1-254, 127.0.2.1-254, ...
-    (sim-254 is 127.0.1.1), skipping the .0 and .255 addresses."""
-    if index <= 253:
-        return f"127.0.0.{index + 1}"
-    block, last = divmod(index - 254, 254)
-    return f"127.0.{block + 1}.{last + 1}"
+MAX_HOST_NUMBER = layout.MAX_HOST_NUMBER
 
 
 def _root_config(root: Path) -> RootConfig:
@@ -377,7 +367,7 @@ def sim_up(root: Path = DEFAULT_ROOT, hosts: int = 1, profile: str = "rtx-pro-60
         if hp.config.exists():
             cfg = hp.load()
         else:
-            cfg = HostConfig(name=name, address=_address(i), node=name, sim_id=sim_id_for(root),
+            cfg = HostConfig(name=name, address=layout.host_address(i), node=name, sim_id=sim_id_for(root),
                              gpu_profile=profile, driver_version=driver_version or PROFILE_DRIVER[profile],
                              time_scale=time_scale)
             hp.save(cfg)
