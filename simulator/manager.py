@@ -349,6 +349,7 @@ def sim_up(root: Path = DEFAULT_ROOT, hosts: int = 1, profile: str = "rtx-pro-60
                          "(127.0.0.2-127.0.255.254)")
     root = Path(root).resolve()
     sp = SimPaths(root)
+    lxc_net.check_bridge_free(root, sim_id_for(root))  # another root's bridge of that name: before any change
     root.mkdir(parents=True, exist_ok=True)
     VIEW_ALIAS.mkdir(parents=True, exist_ok=True)
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)

@@ -78,7 +78,7 @@ def up(app: AppContext, hosts: int, profile: str, time_scale: float, first: int,
        root: str | None) -> int:
     """Start (or keep) the simulated hosts and write their inventory entries, keys and known_hosts."""
     from simulator.config import RetiredRuntime
-    from simulator.lxc.net import NetError
+    from simulator.lxc.net import BridgeTaken, NetError
     from simulator.lxc.runtime import MissingTools
     from simulator.lxc.storage import StorageError
     from simulator.lxc.template import TemplateError
@@ -92,6 +92,8 @@ def up(app: AppContext, hosts: int, profile: str, time_scale: float, first: int,
         raise _retired(exc, "sim up") from exc
     except AddressInUse as exc:
         raise ConfigError(exc.what, fix=exc.fix, host=exc.host, step="sim up") from exc
+    except BridgeTaken as exc:
+        raise ConfigError(exc.what, fix=exc.fix, step="sim up") from exc
     except MissingTools as exc:
         raise ConfigError(str(exc), fix="run scripts/install.sh (as root)", step="sim up") from exc
     except (TemplateError, NetError, StorageError) as exc:
