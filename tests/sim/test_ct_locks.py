@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -33,8 +34,13 @@ def test_create_holds_the_create_lock_until_the_archive_is_unpacked(prox: Any, s
         running = prox.nodes(sim.node).tasks.get(source="active", typefilter="vzcreate", vmid=160)
         assert [(t["upid"], t["status"]) for t in running] == [(upid, "RUNNING")]
         assert all(t["upid"] != upid for t in prox.nodes(sim.node).tasks.get(typefilter="vzcreate"))  # archive only
-        log = [line["t"] for line in prox.nodes(sim.node).tasks(upid).log.get()]
-        assert any(t.startswith("Detected OS distribution") for t in log)  # held after the unpack, at the config
+        # The unpack ends, and the task stops at its hold point (it cannot pass it): still `lock: create` there.
+        deadline = time.monotonic() + 120
+        while not any(line["t"].startswith("Detected OS distribution")
+                      for line in prox.nodes(sim.node).tasks(upid).log.get()):
+            assert time.monotonic() < deadline, "the unpack did not end within 120 s"
+            time.sleep(0.1)
+        assert ssh.run("cat /etc/pve/lxc/160.conf").out == "lock: create\n"
     finally:
         set_faults(root, sim.name, task_hold=None)
     assert Tasks.blocking_status(prox, upid, polling_interval=0.1)["exitstatus"] == "OK"
