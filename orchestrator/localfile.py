@@ -1,15 +1,25 @@
-"""Reading a small local file (inventory YAML, `--flags FILE`, a secret file) without hanging or blowing up.
+"""Reading a small local file without hanging or blowing up, and writing one without writing through a link.
 
 `Path.read_text` on a FIFO blocks until a writer comes, on `/dev/zero` (or a symlink to it) reads until memory
 runs out, on a directory raises IsADirectoryError, and on Latin-1 bytes raises UnicodeDecodeError: each a hang or
 a traceback. `read_text_file` opens the file without blocking, refuses anything but a regular file, reads at most
 `max_bytes` (+1, to tell a larger file) and decodes UTF-8, raising ConfigError naming the file and the fix.
+
+Writing: `Path.write_text` (and `savefig(path)`, `open(path, "w")`) follows a symbolic link at `path`, so a
+`hosts.yaml -> /etc/something` in an inventory directory turned `deploy init --force` into a write outside it.
+`write_file` never follows one: the bytes go to a new file beside `path` (created exclusively, which refuses a
+link), which then replaces `path` itself; a link there is replaced, the file it points to stays as it was. It is
+atomic too: a kill mid-write leaves the previous file. `open_no_follow` is for the files the tool keeps open
+(locks, the ledger): a link there is refused with a ConfigError.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import shlex
 import stat
+import tempfile
 from pathlib import Path
 
 from orchestrator.errors import ConfigError
@@ -48,3 +58,42 @@ def read_text_file(path: Path, what: str = "file", *, max_bytes: int = MAX_FILE_
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{what} {path}: not UTF-8 text (byte {exc.start})", fix="save the file as UTF-8") from None
+
+
+def write_file(path: Path, data: str | bytes, *, mode: int = 0o644) -> Path:
+    """Replace `path` with `data` (str as UTF-8) atomically, with `mode`; a symbolic link at `path` is replaced
+    itself, never written through. OSError is the caller's to word (it knows what the file is)."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    # mkstemp opens O_CREAT|O_EXCL (O_NOFOLLOW too): a name that exists, a link included, is never reused.
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), mode)
+            fh.write(raw)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def open_no_follow(path: Path, flags: int, mode: int = 0o600, *, what: str = "file") -> int:
+    """`os.open(path, flags, mode)` that refuses a symbolic link at `path` (ConfigError) instead of following it:
+    for the files the tool keeps open and writes in place (claims, run markers, the ledger)."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _link_refused(path, what) from None
+        raise
+
+
+def refuse_link(path: Path, what: str = "file") -> None:
+    """ConfigError when `path` is a symbolic link: for a file another program (SQLite) opens and would follow."""
+    if path.is_symlink():
+        raise _link_refused(path, what)
+
+
+def _link_refused(path: Path, what: str) -> ConfigError:
+    return ConfigError(f"{what} {path} is a symbolic link; deploy does not write through links",
+                       fix=f"remove the link (rm {shlex.quote(str(path))}); deploy makes the file again")

@@ -89,6 +89,9 @@ class HostFaults:
         (config.json) still come. None clears it.
     aplinfo: the node's appliance index (`GET/POST /nodes/N/aplinfo`) lists these template names (comma-separated)
         instead of today's (an index from another time; an empty string: `pveam update` never ran). None: today's.
+    task_hold: PVE task type: a matching task's worker stops at its hold point until the knob is cleared (vzcreate:
+        the archive unpacked, the real config not yet written, so the CT is still `lock: create`), as a slow
+        unpack on a loaded node holds it; a test then sees the task mid-way instead of racing it.
     """
 
     missing_uvm: bool = False
@@ -98,6 +101,7 @@ class HostFaults:
     driver_reload: bool = False
     hub_cut_after_bytes: int | None = None
     aplinfo: str | None = None
+    task_hold: str | None = None
 
 
 @dataclass
@@ -410,7 +414,8 @@ def locked(path: Path) -> Iterator[None]:
 def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    tmp.unlink(missing_ok=True)  # a stale one (or a link) goes; O_EXCL then never writes through a link
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     with os.fdopen(fd, "w") as fh:
         fh.write(text)
     os.replace(tmp, path)

@@ -25,6 +25,20 @@ def current_host_dir() -> str:
         raise RuntimeError(f"${HOST_ENV} is not set: not running inside a simulated host")
     return os.path.join(sim_root_dir(), "hosts", name)
 
+
+#: Highest host number: the addresses below stay inside 127.0.0.0/8 (see host_address).
+MAX_HOST_NUMBER = 253 + 254 * 255
+
+
+def host_address(index: int) -> str:
+    """sim-N listens on 127.0.0.(N+1) up to sim-253; fleets beyond go on in 127.0.1.1-254, 127.0.2.1-254, ...
+    (sim-254 is 127.0.1.1), skipping the .0 and .255 addresses. Here, not in the manager, so that the test suite's
+    number search (tests/sim_hosts.py) uses the same mapping without importing the simulator."""
+    if index <= 253:
+        return f"127.0.0.{index + 1}"
+    block, last = divmod(index - 254, 254)
+    return f"127.0.{block + 1}.{last + 1}"
+
 #: Inside the host view (SSH sessions) the simulator's own files are reached through these aliases, because the
 #: view binds other directories over /root and /tmp, where the Python install, the repo or the sim root may live.
 VIEW_ALIAS = "/run/deploy-sim"

@@ -6,7 +6,7 @@
     python -m simulator.manager ct-faults sim-1 120 crash_on_start=true
     python -m simulator.manager reboot sim-1
 
-Host sim-N listens on 127.0.0.(N+1) (beyond sim-253: 127.0.1.1, …, see _address): a real sshd on :2222 and
+Host sim-N listens on 127.0.0.(N+1) (beyond sim-253: 127.0.1.1, …, see layout.host_address): a real sshd on :2222 and
 the HTTPS API on :8006. Daemons are started detached (own session, stdio to log files) so they outlive the CLI;
 `down` stops exactly what `up` started, plus every container, and is safe to repeat.
 """
@@ -109,17 +109,7 @@ def _require_root() -> None:
         raise RuntimeError(f"{sshd.SSHD} not found: install openssh-server")
 
 
-#: Highest host number: the addresses below stay inside 127.0.0.0/8 (see _address).
-MAX_HOST_NUMBER = 253 + 254 * 255
-
-
-def _address(index: int) -> str:
-    """sim-N listens on 127.0.0.(N+1) up to sim-253; fleets beyond go on in 127.0.1.1-254, 127.0.2.1-254, ...
-    (sim-254 is 127.0.1.1), skipping the .0 and .255 addresses."""
-    if index <= 253:
-        return f"127.0.0.{index + 1}"
-    block, last = divmod(index - 254, 254)
-    return f"127.0.{block + 1}.{last + 1}"
+MAX_HOST_NUMBER = layout.MAX_HOST_NUMBER
 
 
 def _root_config(root: Path) -> RootConfig:
@@ -198,7 +188,7 @@ def _secret_file(path: Path, nbytes: int, uuid_like: bool = False) -> None:
         return
     value = (f"{secrets.token_hex(4)}-{secrets.token_hex(2)}-{secrets.token_hex(2)}-{secrets.token_hex(2)}-"
              f"{secrets.token_hex(6)}") if uuid_like else secrets.token_urlsafe(nbytes)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # O_EXCL: never through a (dangling) link
     with os.fdopen(fd, "w") as fh:
         fh.write(value + "\n")
 
@@ -359,6 +349,7 @@ def sim_up(root: Path = DEFAULT_ROOT, hosts: int = 1, profile: str = "rtx-pro-60
                          "(127.0.0.2-127.0.255.254)")
     root = Path(root).resolve()
     sp = SimPaths(root)
+    lxc_net.check_bridge_free(root, sim_id_for(root))  # another root's bridge of that name: before any change
     root.mkdir(parents=True, exist_ok=True)
     VIEW_ALIAS.mkdir(parents=True, exist_ok=True)
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
@@ -377,7 +368,7 @@ def sim_up(root: Path = DEFAULT_ROOT, hosts: int = 1, profile: str = "rtx-pro-60
         if hp.config.exists():
             cfg = hp.load()
         else:
-            cfg = HostConfig(name=name, address=_address(i), node=name, sim_id=sim_id_for(root),
+            cfg = HostConfig(name=name, address=layout.host_address(i), node=name, sim_id=sim_id_for(root),
                              gpu_profile=profile, driver_version=driver_version or PROFILE_DRIVER[profile],
                              time_scale=time_scale)
             hp.save(cfg)

@@ -66,7 +66,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):
         return
     workers = getattr(config.option, "numprocesses", None)
-    os.environ[sim_hosts.BASE_ENV] = str(sim_hosts.choose_base(workers if isinstance(workers, int) and workers else 1))
+    try:
+        bases = sim_hosts.choose_bases(workers if isinstance(workers, int) and workers else 1)
+    except (sim_hosts.NoRoom, ValueError) as exc:
+        raise pytest.UsageError(str(exc)) from None  # one line naming the fix, not an INTERNALERROR traceback
+    os.environ[sim_hosts.BASE_ENV] = ",".join(map(str, bases))
 
 
 def sim_skip_reason() -> str | None:

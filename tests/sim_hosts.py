@@ -1,14 +1,17 @@
 """Which simulated host numbers a test session uses, so that it never collides with a running demo or session.
 
-sim-N listens on 127.0.0.(N+1) (:2222 sshd, :8006 API) whatever its root, so two roots up at the same time need
-disjoint numbers. Each test process (the whole session, or one pytest-xdist worker) owns a block of BLOCK
-numbers, laid out by the OFFSET_* constants below. The block is found once per run, by the controlling process:
-- DEPLOY_SIM_FIRST=N set: the run starts at N, unchecked (the user chose it; a taken address then fails with the
-  simulator's "already in use" message);
-- otherwise: the first block from AUTO_FIRST on whose addresses are all free and that no other test run has
-  reserved (a lock file per number, held until this run ends, covers the time before its hosts are up), so
-  `bash scripts/demo.sh` (sim-1) and another test run (its own block) can keep running beside this one.
-Worker gwK of pytest-xdist takes the K-th block after that start.
+sim-N listens on 127.0.0.(N+1) (past sim-253 on 127.0.1.1, … as `deploy sim` numbers them: simulator.layout)
+whatever its root, so two roots up at the same time need disjoint numbers. Each test process (the whole session,
+or one pytest-xdist worker) owns a block of BLOCK consecutive numbers, laid out by the OFFSET_* constants below.
+The blocks are found once per run, by the controlling process:
+- DEPLOY_SIM_FIRST=N set: the run's blocks are N, N+BLOCK, … unchecked (the user chose them; a taken address then
+  fails with the simulator's "already in use" message);
+- otherwise: each block is the first run of BLOCK numbers from AUTO_FIRST on (past 253 too) whose addresses are
+  all free and that no other test run has reserved (a lock file per number, held until this run ends, covers the
+  time before its hosts are up), so `bash scripts/demo.sh` (sim-1) and other test runs can keep running beside
+  this one. The blocks need not touch: sim-170 and sim-240 taken by others leave room for five blocks of 14
+  between them and after. When there is no room at all, the run stops with a usage error that says so (NoRoom).
+Worker gwK of pytest-xdist takes the K-th block.
 """
 
 from __future__ import annotations
@@ -18,14 +21,17 @@ import fcntl
 import os
 import socket
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from simulator.layout import MAX_HOST_NUMBER, host_address
+
 FIRST_ENV = "DEPLOY_SIM_FIRST"  # the user's override
-BASE_ENV = "DEPLOY_TEST_SIM_BASE"  # the start chosen by the controlling process, handed to xdist workers
+BASE_ENV = "DEPLOY_TEST_SIM_BASE"  # the block starts chosen by the controlling process (comma-separated), for workers
 AUTO_FIRST = 150  # away from the demo's sim-1 and from the round numbers people pick by hand (10, 20, … 120)
 BLOCK = 14  # host numbers per test process
-LAST = 253  # sim-253 is 127.0.0.254
+LAST = MAX_HOST_NUMBER  # the simulator's own last number (its addresses stay inside 127.0.0.0/8)
 
 # What each number of a block is for (add one here when a test starts another simulated root).
 OFFSET_SESSION_HOST = 0  # the session's sim_host (tests/conftest.py)
@@ -43,7 +49,11 @@ PORTS = (2222, 8006)  # simulator.config.SSH_PORT, API_PORT
 
 
 def address(number: int) -> str:
-    return f"127.0.0.{number + 1}"
+    return host_address(number)
+
+
+class NoRoom(RuntimeError):
+    """No run of free host numbers is left: tests/conftest.py reports it as a usage error, not an INTERNALERROR."""
 
 
 def number_free(number: int, ports: tuple[int, ...] = PORTS) -> bool:
@@ -64,8 +74,9 @@ LOCK_DIR = Path(tempfile.gettempdir()) / "deploy-test-sim-numbers"
 _held: list[IO[str]] = []  # lock files of the numbers this process reserved: released when it exits
 
 
-def reserve(numbers: range) -> bool:
-    """Take the lock of every number (non-blocking); on any refusal release what was taken and say False."""
+def reserve(numbers: range) -> int | None:
+    """Take the lock of every number (non-blocking); on a refusal release what was taken and return the number
+    another run holds (None: all taken for this run)."""
     LOCK_DIR.mkdir(exist_ok=True)
     taken: list[IO[str]] = []
     for n in numbers:
@@ -76,33 +87,75 @@ def reserve(numbers: range) -> bool:
             fh.close()
             for other in taken:
                 other.close()
-            return False
+            return n
         taken.append(fh)
     _held.extend(taken)
-    return True
+    return None
 
 
-def find_free_start(count: int, start: int = AUTO_FIRST, block: int = BLOCK, hold: bool = False,
-                    ports: tuple[int, ...] = PORTS) -> int:
-    """The first start >= `start`, in steps of `block`, whose `count` consecutive numbers are all free (and, with
-    `hold`, not reserved by another run: they are then reserved for this one)."""
-    for first in range(start, LAST - count + 2, block):
-        numbers = range(first, first + count)
-        if all(number_free(n, ports) for n in numbers) and (not hold or reserve(numbers)):
+def first_fit(count: int, start: int, last: int, refused: Callable[[range], int | None]) -> int | None:
+    """Pure: the lowest first >= `start` whose `count` numbers (up to `last`) `refused` takes (it returns None),
+    else None. `refused(numbers)` names a number it cannot have; the search goes on just past it."""
+    first = start
+    while first + count - 1 <= last:
+        bad = refused(range(first, first + count))
+        if bad is None:
             return first
-    raise RuntimeError(f"no {count} free simulated host numbers from {start} to {LAST} (127.0.0.{start + 1}-254 "
-                       f"all taken?): stop other simulated hosts with `deploy sim down`, or set {FIRST_ENV}=N")
+        first = bad + 1
+    return None
 
 
-def choose_base(workers: int) -> int:
-    """The start of this run's numbers (called once, by the controlling process)."""
+def find_blocks(blocks: int, count: int, start: int, last: int,
+                refused: Callable[[range], int | None]) -> list[int] | None:
+    """Pure: the starts of `blocks` disjoint runs of `count` numbers, each the first fit after the one before;
+    None when they do not all fit up to `last`."""
+    starts: list[int] = []
+    for _ in range(blocks):
+        first = first_fit(count, starts[-1] + count if starts else start, last, refused)
+        if first is None:
+            return None
+        starts.append(first)
+    return starts
+
+
+def _refused(hold: bool, ports: tuple[int, ...]) -> Callable[[range], int | None]:
+    """A taken number (something listens there), else with `hold` one another run reserved; None: these are
+    this run's now (reserved when `hold`)."""
+    def refused(numbers: range) -> int | None:
+        busy = next((n for n in numbers if not number_free(n, ports)), None)
+        if busy is not None or not hold:
+            return busy
+        return reserve(numbers)
+    return refused
+
+
+def _no_room(what: str, start: int) -> NoRoom:
+    return NoRoom(f"no {what} free simulated host numbers from sim-{start} to sim-{LAST} ({address(start)} to "
+                  f"{address(LAST)}): other simulated hosts or test runs hold them; stop simulated hosts you do not "
+                  f"need with `deploy sim down --root R`, or set {FIRST_ENV}=N to pick the numbers yourself")
+
+
+def find_free_start(count: int, start: int = AUTO_FIRST, hold: bool = False, ports: tuple[int, ...] = PORTS) -> int:
+    """The first start >= `start` whose `count` consecutive numbers are all free (and, with `hold`, not reserved
+    by another run: they are then reserved for this one); NoRoom when there is none."""
+    first = first_fit(count, start, LAST, _refused(hold, ports))
+    if first is None:
+        raise _no_room(str(count), start)
+    return first
+
+
+def choose_bases(workers: int) -> list[int]:
+    """The start of each worker's block (called once, by the controlling process)."""
     chosen = os.environ.get(FIRST_ENV)
     if chosen:
         first = int(chosen)
         if not 1 <= first <= LAST - BLOCK * workers + 1:
             raise ValueError(f"{FIRST_ENV}={chosen}: {workers} block(s) of {BLOCK} numbers must fit in 1..{LAST}")
-        return first
-    return find_free_start(BLOCK * workers, hold=True)
+        return [first + BLOCK * k for k in range(workers)]
+    starts = find_blocks(workers, BLOCK, AUTO_FIRST, LAST, _refused(True, PORTS))
+    if starts is None:
+        raise _no_room(f"{workers} block(s) of {BLOCK}", AUTO_FIRST)
+    return starts
 
 
 def worker_index() -> int:
@@ -113,9 +166,13 @@ def worker_index() -> int:
 
 def sim_number(offset: int) -> int:
     """The host number this process uses for `offset` (one of the OFFSET_* constants)."""
-    base = os.environ.get(BASE_ENV) or os.environ.get(FIRST_ENV)
-    start = int(base) if base else find_free_start(BLOCK)
-    return start + BLOCK * worker_index() + offset
+    index = worker_index()
+    bases = [int(b) for b in (os.environ.get(BASE_ENV) or os.environ.get(FIRST_ENV) or "").split(",") if b]
+    if not bases:
+        bases = [find_free_start(BLOCK)]
+    # One start for several workers: DEPLOY_SIM_FIRST set in a worker's environment by hand (blocks follow on).
+    start = bases[index] if index < len(bases) else bases[0] + BLOCK * index
+    return start + offset
 
 
 def claim(offset: int, count: int = 1, ports: tuple[int, ...] = PORTS) -> int:
@@ -128,4 +185,4 @@ def claim(offset: int, count: int = 1, ports: tuple[int, ...] = PORTS) -> int:
     planned = sim_number(offset)
     if all(number_free(n, ports) for n in range(planned, planned + count)):
         return planned
-    return find_free_start(count, start=1, block=1, hold=True, ports=ports)
+    return find_free_start(count, start=1, hold=True, ports=ports)

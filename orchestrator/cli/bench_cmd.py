@@ -27,6 +27,7 @@ from orchestrator.cli.run import command_line, run_with_progress
 from orchestrator.errors import ConfigError
 from orchestrator.flags import FlagSchema, refuse_secret_dimension
 from orchestrator.fleet.targets import TargetSpec, parse_targets, resolve_targets
+from orchestrator.localfile import write_file
 from orchestrator.redact import redact, redact_text
 from orchestrator.reports.compare import comparability, flag_changes, header_lines
 from orchestrator.reports.repeat import repeat_stats, repeat_table
@@ -89,8 +90,8 @@ def _save_point(out_dir: Path, name: str, run: Any) -> str:
     d = out_dir / name
     d.mkdir(parents=True, exist_ok=True)
     # Reports leave the machine more often than anything else: the same redaction as --json.
-    (d / "result.json").write_text(json.dumps(redact(json.loads(json.dumps(run.to_dict(), default=str))), indent=2))
-    (d / "bench.jsonl").write_text(redact_text(run.jsonl))
+    write_file(d / "result.json", json.dumps(redact(json.loads(json.dumps(run.to_dict(), default=str))), indent=2))
+    write_file(d / "bench.jsonl", redact_text(run.jsonl))
     return str(d)
 
 

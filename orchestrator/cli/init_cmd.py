@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 
@@ -18,7 +19,8 @@ HELP = """Write an example inventory (hosts, profiles, bench presets; groups com
 
 The host is the worked example (pve-gpu-1): edit hosts.yaml for your PVE node before running anything against it.
 A directory that already holds inventory YAML is refused (nothing is written) unless --force, which replaces
-hosts.yaml, profiles.yaml and presets.yaml and leaves other files alone.
+hosts.yaml, profiles.yaml and presets.yaml and leaves other files alone. A symbolic link of one of those names is
+replaced itself: the file it points to is never written.
 """
 
 
@@ -41,6 +43,7 @@ def init(app: AppContext, directory: Path, force: bool) -> int:
                           fix=f"choose a new or empty directory, or add --force to replace "
                               f"{', '.join(EXAMPLE_FILES)} there (other files stay)",
                           step="init", details={"existing": [str(p) for p in existing]})
+    links = {p: os.readlink(p) for p in (directory / n for n in EXAMPLE_FILES) if p.is_symlink()}
     written = write_example(directory, EXAMPLE_FILES)
     example = load_inventory(example_inventory_dir())
     host = next(iter(example.hosts))
@@ -53,8 +56,11 @@ def init(app: AppContext, directory: Path, force: bool) -> int:
     }
     app.out.emit({"ok": True, "directory": str(directory), "written": [str(p) for p in written],
                   "replaced": [str(p) for p in existing if p in written], "hosts": list(example.hosts),
-                  "profiles": list(example.profiles), "presets": list(example.presets), "next": follow})
+                  "profiles": list(example.profiles), "presets": list(example.presets), "next": follow,
+                  "links_replaced": {str(p): target for p, target in links.items()}})
     for path in written:
         app.out.line(f"wrote {path}: {contents[path.name]}")
+        if path in links:
+            app.out.line(f"  it was a symbolic link to {links[path]}: the link was replaced, its target left unchanged")
     app.out.line(f"next: edit {directory / 'hosts.yaml'}, then: {follow}")
     return 0

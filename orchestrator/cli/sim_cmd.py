@@ -12,7 +12,7 @@ from rich.table import Table
 
 from orchestrator.cli.common import AppContext, SuggestingGroup, common_options
 from orchestrator.errors import ConfigError
-from orchestrator.inventory.example import seed_server_files, seeded_files
+from orchestrator.inventory.example import record_seeded, seed_server_files, seeded_files
 
 ROOT_HELP = "Simulator state directory (default $DEPLOY_SIM_ROOT or /var/lib/deploy-sim)."
 
@@ -21,6 +21,11 @@ def _root(root: str | None) -> Path:
     from simulator.config import DEFAULT_ROOT, ROOT_ENV
 
     return Path(root or os.environ.get(ROOT_ENV) or DEFAULT_ROOT)
+
+
+def _seed_record(root: str | None) -> Path:
+    """Which example files `sim up` wrote into the inventory directory (example.record_seeded), in the root."""
+    return _root(root) / "inventory-seeded.json"
 
 
 def _info_dict(info: Any) -> dict[str, Any]:
@@ -73,7 +78,7 @@ def up(app: AppContext, hosts: int, profile: str, time_scale: float, first: int,
        root: str | None) -> int:
     """Start (or keep) the simulated hosts and write their inventory entries, keys and known_hosts."""
     from simulator.config import RetiredRuntime
-    from simulator.lxc.net import NetError
+    from simulator.lxc.net import BridgeTaken, NetError
     from simulator.lxc.runtime import MissingTools
     from simulator.lxc.storage import StorageError
     from simulator.lxc.template import TemplateError
@@ -87,12 +92,16 @@ def up(app: AppContext, hosts: int, profile: str, time_scale: float, first: int,
         raise _retired(exc, "sim up") from exc
     except AddressInUse as exc:
         raise ConfigError(exc.what, fix=exc.fix, host=exc.host, step="sim up") from exc
+    except BridgeTaken as exc:
+        raise ConfigError(exc.what, fix=exc.fix, step="sim up") from exc
     except MissingTools as exc:
         raise ConfigError(str(exc), fix="run scripts/install.sh (as root)", step="sim up") from exc
     except (TemplateError, NetError, StorageError) as exc:
         raise ConfigError(f"containers: {exc}", fix="see docs/simulator.md, 'Containers'",
                           step="sim up") from exc
     seeded = seed_server_files(copy.parent, copy)
+    if seeded:
+        record_seeded(_seed_record(root), seeded)
     app.out.emit({"ok": True, "hosts": [_info_dict(i) for i in infos], "inventory": str(copy),
                   "example_written": [str(p) for p in seeded]})
     for i in infos:
@@ -117,11 +126,14 @@ def down(app: AppContext, root: str | None) -> int:
     sim_down(_root(root))
     copy = _inventory_copy(app)
     # What `sim up` wrote goes with it: sim.yaml, and the example's profiles and presets it seeded beside it
-    # unless they were edited since (those stay, and are named).
-    seeds, edited = seeded_files(copy.parent, copy) if copy.exists() else ([], [])
+    # (by its record: never a file it did not write) unless they were edited since (those stay, and are named).
+    # The record holds absolute paths; those beside sim.yaml are named as the inventory directory is given.
+    seeds, edited = ([copy.parent / p.name if p.parent == copy.parent.resolve() else p for p in found]
+                     for found in seeded_files(_seed_record(root)))
     removed = [p for p in (copy, *seeds) if p.exists()]
     for p in removed:
         p.unlink()
+    _seed_record(root).unlink(missing_ok=True)
     app.out.emit({"ok": True, "removed": [str(p) for p in removed], "kept": [str(p) for p in edited]})
     app.out.line("simulated hosts stopped" + (f"; removed {', '.join(str(p) for p in removed)}" if removed else ""))
     if edited:

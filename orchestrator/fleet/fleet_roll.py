@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from orchestrator.envelope import failure
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, Interrupted, RemoteError
 from orchestrator.flags.digest import flags_sha
+from orchestrator.fleet.details import RouterColumn, added_back, after_undo, left_out
 from orchestrator.fleet.engine import DEFAULT_PARALLEL, FleetRun, HostEvents, HostOutcome, run_fleet
 from orchestrator.fleet.host_rolls import HostRolls, record_roll, roll_request
 from orchestrator.fleet.rollout import (
@@ -69,8 +70,10 @@ class Caller(Protocol):
 class _Router:
     """The router's side of a fleet roll: which hosts are its workers, and a Drainer per host job."""
 
-    def __init__(self, inv: Inventory, drain_timeout_s: float) -> None:
+    def __init__(self, inv: Inventory, drain_timeout_s: float, cancel: threading.Event | None = None) -> None:
         self.spec = inv.router
+        #: The roll's cancel event (Ctrl-C/SIGTERM/SIGHUP): a host stopped by it is out, not at fault.
+        self.cancel = cancel or threading.Event()
         # Container addresses on the site network, read once before the first wave (workers keep their
         # containers, so their addresses, through a roll).
         addresses = learn_fleet(inv) if self.spec is not None else None
@@ -86,6 +89,16 @@ class _Router:
             self.worker_keys[h.name] = key.read() if key is not None else None
         self.drain_timeout_s = drain_timeout_s
         self.guard = threading.Lock()
+        #: Each host's router column in this run (one statement of where it is now, details.RouterColumn).
+        self.columns: dict[str, RouterColumn] = {}
+
+    def note(self, host: HostRoll, now: str, *, drained: str | None = None) -> None:
+        """Set where `host` is in the router now (replacing what this run said before) and its record's column."""
+        column = self.columns.setdefault(host.host, RouterColumn())
+        column.now = now
+        if drained is not None:
+            column.drained = drained
+        host.router = column.text()
 
     def check(self) -> None:
         if self.base is None:
@@ -109,11 +122,11 @@ class _Router:
         url = self.urls.get(host.host)
         if self.base is not None and host.host in self.unknown:
             err = self.unknown[host.host].at(host=host.host, step="drain")
-            host.router = f"drain failed: {err.what}"
+            self.note(host, f"drain failed: {err.what}")
             return HostOutcome(host.host, "failed", exit_code=err.exit_code, report=failure(err),
                                detail=f"drain: {err.what}")
         if self.base is None or url is None:
-            host.router = "no router: not drained" if self.base is None else "not a router worker: not drained"
+            self.note(host, "no router: not drained" if self.base is None else "not a router worker: not drained")
             return action()
         drainer = self.drainer(events)
         try:
@@ -124,13 +137,13 @@ class _Router:
             except DeployError as err:
                 events.ended("drain", "failed", time.monotonic() - began)
                 err.at(host=host.host, step="drain")
-                host.router = f"drain failed: {err.what}"
+                self.note(host, f"drain failed: {err.what}")
                 return HostOutcome(host.host, "failed", exit_code=err.exit_code,
                                    report=failure(err), detail=f"drain: {err.what}")
             events.ended("drain", "ok", time.monotonic() - began)
             outcome = action()
             if outcome.exit_code != 0:
-                host.router = f"{drained.note}; left out of the router after the failure (add it back once checked)"
+                self.note(host, left_out(interrupted=self.cancel.is_set()), drained=drained.note)
                 return outcome
             events.step("router add")
             began = time.monotonic()
@@ -139,35 +152,35 @@ class _Router:
             except DeployError as err:
                 events.ended("router add", "failed", time.monotonic() - began)
                 err.at(host=host.host, step="router")
-                host.router = f"{drained.note}; NOT back in the router: {err.what}"
+                self.note(host, f"NOT back in the router: {err.what}", drained=drained.note)
                 outcome.exit_code, outcome.result = err.exit_code, "failed"
                 outcome.detail = f"router: {err.what}"
                 if undo is not None:
-                    self._undo(host, events, drainer, url, undo, outcome)
+                    self._undo(host, drainer, url, undo, outcome, err.what)
                 return outcome
             events.ended("router add", "ok", time.monotonic() - began)
             reach = f"; {drainer.last_reach.note}" if drainer.last_reach is not None else ""
-            host.router = f"{drained.note}; back in the router, healthy after {took:.1f} s{reach}"
+            self.note(host, f"back in the router, healthy after {took:.1f} s{reach}", drained=drained.note)
             return outcome
         finally:
             drainer.client.close()
 
 
-    def _undo(self, host: HostRoll, events: HostEvents, drainer: Drainer, url: str,
-              undo: Callable[[], HostOutcome], outcome: HostOutcome) -> None:
-        """The new release failed the router's checks: back to the previous release, and back into the router
-        once that release passes the same checks (else it stays out, and the record says so)."""
+    def _undo(self, host: HostRoll, drainer: Drainer, url: str, undo: Callable[[], HostOutcome],
+              outcome: HostOutcome, failed: str) -> None:
+        """The new release failed the router's checks (`failed`): back to the previous release, and back into the
+        router once that release passes the same checks (else it stays out, and the record says so)."""
         reverted = undo()
         outcome.extras["rolled_back"] = reverted.exit_code == 0
         if reverted.exit_code != 0:
-            host.router += f"; rolling back failed too: {reverted.detail}"
+            self.note(host, after_undo(failed, reverted.detail, None))
             return
         try:
             drainer.restore(url, self.worker_keys.get(host.host))
         except DeployError as err:
-            host.router += f"; rolled back, and still out of the router: {err.what}"
+            self.note(host, after_undo(failed, None, err.what))
             return
-        host.router += "; rolled back to the previous release and back in the router"
+        self.note(host, after_undo(failed, None, None))
 
 
     def rejoin(self, hosts: list[HostRoll]) -> dict[str, DeployError]:
@@ -190,11 +203,11 @@ class _Router:
                 except DeployError as err:
                     err.at(host=host.host, step="router")
                     missing[host.host] = err
-                    host.router = _joined(host.router, f"NOT back in the router: {err.what}")
+                    self.note(host, f"NOT back in the router: {err.what}")
                     continue
-                reach = f"; {drainer.last_reach.note}" if drainer.last_reach is not None else ""
-                host.router = _joined(host.router, f"was not in the router: added back, healthy after "
-                                                   f"{took:.1f} s{reach}")
+                was_out = self.columns[host.host].now if host.host in self.columns else ""
+                self.note(host, added_back(took, drainer.last_reach.note if drainer.last_reach is not None else "",
+                                           was_out=was_out))
         return missing
 
 
@@ -211,10 +224,6 @@ def _on_candidate(rolled: RollOutcome) -> bool:
     return rolled.result is RollResult.FAILED and isinstance(rolled.error, Interrupted) and rolled.installed is not None
 
 
-def _joined(before: str, now: str) -> str:
-    return f"{before}; {now}" if before else now
-
-
 def _error_for(code: int, what: str, fix: str) -> DeployError:
     cls: type[DeployError] = {2: ConfigError, 3: RemoteError}.get(code, CheckFailed)
     return cls(what, fix=fix, step="preflight")
@@ -228,7 +237,7 @@ class FleetRoller:
         self.app, self.roll, self.rolls, self.store = app, roll, rolls, store
         #: Set on Ctrl-C/SIGTERM/SIGHUP (the engine does it): each host's run stops before its next step.
         self.cancel = cancel or threading.Event()
-        self.router = _Router(app.inventory, drain_timeout_s)
+        self.router = _Router(app.inventory, drain_timeout_s, self.cancel)
         self.roll.router = self.router.base
         self._lock = threading.Lock()
         self.outcomes: dict[str, HostOutcome] = {}

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from orchestrator.errors import ConfigError
+from orchestrator.localfile import write_file
 from orchestrator.paths import state_dir
 
 HostState = Literal["pending", "in_progress", "rolled", "rolled_back", "failed", "untouched", "reverted"]
@@ -143,9 +144,7 @@ class RollStore:
     def save(self, roll: FleetRoll) -> None:
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         roll.updated = now_text()
-        tmp = self.path(roll.id).with_suffix(".tmp")
-        tmp.write_text(roll.model_dump_json(indent=1))
-        os.replace(tmp, self.path(roll.id))
+        write_file(self.path(roll.id), roll.model_dump_json(indent=1), mode=0o600)
 
     def all(self) -> list[FleetRoll]:
         """Every record, oldest first (ids sort by start time)."""

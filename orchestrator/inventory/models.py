@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from orchestrator.errors import ConfigError, did_you_mean, unknown_name
 from orchestrator.inventory.limits import UnitTextError, flag_value_problem, text_problem
+from orchestrator.inventory.net0 import GRAMMAR, net0_problem
 from orchestrator.localfile import read_text_file
 from orchestrator.redact import register_secret
 
@@ -45,12 +46,20 @@ def _site_url(value: str | None) -> str | None:
     return value
 
 
-def mount_path_problem(path: str) -> str | None:
-    """Why `path` cannot be one end of a PVE bind mount (`mpN: HOST,mp=CT`); None when it can."""
+def directory_problem(path: str) -> str | None:
+    """Why `path` is not an absolute, normalised directory other than / (None when it is)."""
     if not path.startswith("/") or path == "/":
         return "must be an absolute directory other than /"
     if any(part in (".", "..") for part in path.split("/")) or "//" in path:
         return "must be a normalised absolute path (no '.', '..' or '//')"
+    return None
+
+
+def mount_path_problem(path: str) -> str | None:
+    """Why `path` cannot be one end of a PVE bind mount (`mpN: HOST,mp=CT`); None when it can."""
+    problem = directory_problem(path)
+    if problem:
+        return problem
     if not re.fullmatch(r"[A-Za-z0-9._/+@-]+", path):
         return "may use letters, digits and . _ / + @ - only (no spaces, commas or '=' in a PVE mount point)"
     return None
@@ -177,6 +186,14 @@ class ContainerSpec(StrictModel):
         if problem:
             raise ValueError(f"{v!r} (a directory on the PVE host, e.g. /tank/models/GLM-5-NVFP4) {problem}")
         return v.rstrip("/") if v is not None else None
+
+    @field_validator("net0")
+    @classmethod
+    def _net0(cls, v: str) -> str:
+        problem = net0_problem(v)
+        if problem:
+            raise ValueError(f"{v!r}: {problem}; PVE takes {GRAMMAR}")
+        return v
 
     @field_validator("hostname")
     @classmethod
@@ -357,6 +374,16 @@ class ServerProfile(StrictModel):
         if problem:
             raise UnitTextError(problem)
         return v
+
+    @field_validator("model_path")
+    @classmethod
+    def _model_dir(cls, v: str) -> str:
+        """The weights' directory in the container: `hf download --local-dir` writes there and the weights check
+        reads it, so a relative `../../etc` (from the container command's working directory) is refused."""
+        problem = directory_problem(v)
+        if problem:
+            raise ValueError(f"{v!r} (the weights' directory in the container, e.g. /models/GLM-5-NVFP4) {problem}")
+        return v.rstrip("/")
 
 
 #: A bench request's allowance: a start (queueing, prefill) and a slow decode step per output token (2 tok/s).

@@ -13,7 +13,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from orchestrator.localfile import write_file
 from orchestrator.parsers.bench import BenchResult
 from orchestrator.redact import redact_text
 from orchestrator.telemetry.summary import TelemetrySummary
@@ -161,6 +163,15 @@ def _x(v: float | int | str) -> float:
     return float(v)
 
 
+def save_png(fig: Any, path: Path) -> Path:
+    """`fig` as a PNG at `path`, written as every report file is (atomically, never through a symbolic link)."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return write_file(path, buf.getvalue())
+
+
 def plot_sweep(points: Sequence[SweepPoint], path: Path | str, *, parameter: str = "swept value",
                title: str | None = None) -> Path:
     """2x2 PNG: output throughput, mean TPOT, mean power per GPU, tokens/s per W against the swept value.
@@ -208,7 +219,7 @@ def plot_sweep(points: Sequence[SweepPoint], path: Path | str, *, parameter: str
         fig.tight_layout()
         out = Path(path)
         out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, format="png")
+        save_png(fig, out)
     finally:
         plt.close(fig)
     return out
@@ -280,5 +291,5 @@ def write_sweep_report(result: SweepResult, out_dir: Path | str, *, title: str |
     notes = [*result.context(), *([f"started {result.started_at}"] if result.started_at else [])]
     page = html_report(result.points, ttl, png, parameter=result.parameter, notes=notes)
     html_path = d / "report.html"
-    html_path.write_text(redact_text(page), encoding="utf-8")
+    write_file(html_path, redact_text(page))
     return png, html_path

@@ -8,8 +8,9 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
+from orchestrator.localfile import write_file
 from orchestrator.redact import redact_text
-from orchestrator.reports.sweep import _CSS, TableData, _html_table, fmt
+from orchestrator.reports.sweep import _CSS, TableData, _html_table, fmt, save_png
 from orchestrator.tune.record import PointRecord, RunEntry, TuneRecord
 
 HEADERS = ("point", "result", "SLO limit (conc.)", "goodput tok/s (95 % CI)", "tok/s per W", "J/token",
@@ -104,7 +105,7 @@ def plot_tune(record: TuneRecord, path: Path) -> Path:
                      fontsize=11)
         fig.tight_layout()
         path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, format="png")
+        save_png(fig, path)
     finally:
         plt.close(fig)
     return path
@@ -127,5 +128,5 @@ def write_tune_report(record: TuneRecord, out_dir: Path, step: int, summary: Seq
     parts.append(_html_table(tune_table(record, step)))
     parts.append("</body></html>")
     page = out_dir / "report.html"
-    page.write_text(redact_text("\n".join(parts)), encoding="utf-8")
+    write_file(page, redact_text("\n".join(parts)))
     return png, page

@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator.errors import LockHeld
+from orchestrator.localfile import open_no_follow
 from orchestrator.paths import state_dir
 from orchestrator.state.local_runs import file_name
 
@@ -58,7 +59,7 @@ def _take(host: str, command: str, exclusive: bool) -> str | None:
             _HELD[host] = (fd, depth + 1, excl)
             return None
         claims_dir().mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(_path(host), os.O_RDWR | os.O_CREAT, 0o600)
+        fd = open_no_follow(_path(host), os.O_RDWR | os.O_CREAT, 0o600, what="claim file")
         try:
             fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -94,12 +95,17 @@ def claim_hosts(hosts: Sequence[str], command: str, *, exclusive: bool = True) -
     (LockHeld, exit 3) naming each holder, claiming none."""
     taken: list[str] = []
     refused: dict[str, str] = {}
-    for host in hosts:
-        who = _take(host, command, exclusive)
-        if who is None:
-            taken.append(host)
-        else:
-            refused[host] = who
+    try:
+        for host in hosts:
+            who = _take(host, command, exclusive)
+            if who is None:
+                taken.append(host)
+            else:
+                refused[host] = who
+    except BaseException:  # a claim file that cannot be opened (a link: ConfigError): give back those taken
+        for host in taken:
+            _release(host)
+        raise
     if refused:
         for host in taken:
             _release(host)

@@ -24,6 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.errors import ConfigError
+from orchestrator.localfile import open_no_follow, refuse_link
 from orchestrator.parsers.bench import BenchParseError, BenchResult, BenchValueError, parse_bench_import
 from orchestrator.paths import state_dir
 from orchestrator.redact import redact
@@ -166,9 +167,10 @@ def secure_ledger_file(path: Path) -> None:
     parent.mkdir(parents=True, exist_ok=True, mode=STATE_DIR_MODE)
     if created or parent.resolve() == state_dir().resolve():
         os.chmod(parent, STATE_DIR_MODE)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, LEDGER_FILE_MODE)
+    fd = open_no_follow(path, os.O_RDWR | os.O_CREAT, LEDGER_FILE_MODE, what="ledger")
     os.close(fd)
     for p in (path, *(path.with_name(path.name + s) for s in SIDE_FILES)):
+        refuse_link(p, "ledger file")  # SQLite and chmod would follow it to a file outside the ledger's directory
         if p.exists() and (p.stat().st_mode & 0o777) != LEDGER_FILE_MODE:
             os.chmod(p, LEDGER_FILE_MODE)
 

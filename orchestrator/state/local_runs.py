@@ -52,7 +52,8 @@ def start_run(host: str, run_id: str, holder: str) -> LocalRun:
     path = runs_dir(host) / f"{file_name(run_id)}.run"
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        # Never through a link (O_TRUNC would empty its target); a link there just loses the proof, as any error.
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     except OSError:
         return LocalRun(path, None)
     try:

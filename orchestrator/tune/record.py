@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from orchestrator.errors import ConfigError
+from orchestrator.localfile import write_file
 from orchestrator.paths import state_dir
 from orchestrator.tune.search import Measurement
 
@@ -88,15 +89,10 @@ def new_tune_id() -> str:
 
 
 def save(record: TuneRecord) -> Path:
-    """Atomic (a kill mid-write leaves the previous record), 0600 in a 0700 directory."""
+    """Atomic (a kill mid-write leaves the previous record), 0600 in a 0700 directory, never through a link."""
     path = tunes_dir() / f"{record.tune_id}.json"
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(record.model_dump_json(indent=1))
-    os.replace(tmp, path)
-    return path
+    return write_file(path, record.model_dump_json(indent=1), mode=0o600)
 
 
 def load(tune_id: str) -> TuneRecord:

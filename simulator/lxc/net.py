@@ -49,6 +49,15 @@ class NetError(RuntimeError):
     pass
 
 
+class BridgeTaken(NetError):
+    """The root's bridge name exists on this machine but is not this root's: said before anything is created,
+    with who owns it and what to run (`ip link add` would only say `RTNETLINK answers: File exists`)."""
+
+    def __init__(self, what: str, fix: str) -> None:
+        self.what, self.fix = what, fix
+        super().__init__(f"{what}\n  fix: {fix}")
+
+
 @dataclass(frozen=True)
 class SiteNet:
     """The names and addresses of one root's site network (<root>/site/site.json)."""
@@ -87,8 +96,50 @@ class SiteNet:
         return self._at(512 + 1), self._at(self.network.num_addresses - 2)
 
 
+def bridge_name(sim_id: str) -> str:
+    return f"dss{sim_id}"[:15]
+
+
 def site_for(sim_id: str, subnet: str) -> SiteNet:
-    return SiteNet(bridge=f"dss{sim_id}"[:15], table=f"dsite_{sim_id}", subnet=subnet)
+    return SiteNet(bridge=bridge_name(sim_id), table=f"dsite_{sim_id}", subnet=subnet)
+
+
+def bridge_taken(root: Path, bridge: str, *, exists: bool, recorded: bool, owner: str | None) -> BridgeTaken | None:
+    """Pure: why `root` cannot have `bridge` (None when it can). `recorded`: the root's site.json names it;
+    `owner`: the root that made it, by its marker in FWD_STATE (None: no marker)."""
+    if not exists:
+        return None
+    mine = str(root)
+    if recorded and owner in (None, mine):
+        return None  # this root's own bridge (a marker-less one is from before markers were written)
+    table = f"dsite_{bridge.removeprefix('dss')}"
+    remove = f"`ip link del {bridge}` and `nft delete table ip {table}`"
+    if owner is not None and owner != mine and Path(owner).exists():
+        return BridgeTaken(f"the site bridge {bridge} of root {mine} already exists: simulator root {owner} made "
+                           "it (their ids share a bridge name); nothing was created",
+                           f"stop that root with `deploy sim down --root {owner}`, or start this one with another "
+                           "--root")
+    made = (f"root {owner}, which is gone" if owner is not None and owner != mine else
+            "an earlier root at this path, removed without `deploy sim down`" if owner == mine else
+            "something else than this root (no record of it in <root>/site/site.json)")
+    return BridgeTaken(f"the site bridge {bridge} of root {mine} already exists, left by {made}; nothing was "
+                       "created", f"remove the leftover with {remove} (as root), then run `deploy sim up` again; or "
+                       "start this root with another --root")
+
+
+def check_bridge_free(root: Path, sim_id: str) -> None:
+    """Before `sim up` creates anything: BridgeTaken when the root's bridge name is taken by another's."""
+    site = SitePaths(root).load()
+    bridge = site.bridge if site is not None else bridge_name(sim_id)
+    marker = FWD_STATE / bridge
+    try:
+        owner: str | None = marker.read_text().strip() or None
+    except OSError:
+        owner = None
+    problem = bridge_taken(root.resolve(), bridge, exists=_bridge_exists(bridge), recorded=site is not None,
+                           owner=owner)
+    if problem is not None:
+        raise problem
 
 
 class SitePaths:
@@ -242,7 +293,7 @@ def site_up(root: Path, sim_id: str) -> SiteNet:
         original = FWD_STATE / "ip_forward.original"
         if not original.exists():
             original.write_text(IP_FORWARD.read_text())
-        (FWD_STATE / site.bridge).touch()
+        (FWD_STATE / site.bridge).write_text(f"{Path(root).resolve()}\n")  # who owns it (check_bridge_free)
         IP_FORWARD.write_text("1\n")
     _start_dhcp(site, paths, dns)
     return site

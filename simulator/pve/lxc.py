@@ -23,7 +23,7 @@ from simulator.lxc import net as lxc_net
 from simulator.pve import conf as confmod
 from simulator.pve.errors import PveError as PveError
 from simulator.pve.schema import ParamError
-from simulator.pve.tasks import TaskError
+from simulator.pve.tasks import TaskError, hold_point
 
 if TYPE_CHECKING:
     from simulator.lxc.runtime import LxcRuntime
@@ -304,6 +304,7 @@ class Node:
         distro = str(conf.options.get("ostype", "debian"))
         ver = re.search(r"-(\d+(?:\.\d+)?)-", tmpl.name)
         log(f"Detected OS distribution '{distro}' version '{ver.group(1) if ver else 'unknown'}'")
+        hold_point(self.hp, "vzcreate")  # the task_hold fault: still `lock: create` here
         with self.lock(vmid):  # "safe config (after OS detection)": the real config, without the create lock
             self.write(vmid, conf)
         log("Creating SSH host key 'ssh_host_ed25519_key' - this may take some time ...")

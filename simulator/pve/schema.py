@@ -170,26 +170,28 @@ def _v_mac(v: str) -> None:
         raise ValueError("value does not look like a valid unicast MAC address")
 
 
+def _cidr_ok(v: str, version: int) -> bool:
+    """pve-common's pve_verify_cidrv4/v6: ADDRESS/PREFIX with a prefix from 8 to 32 (128)."""
+    addr, sep, prefix = v.partition("/")
+    try:
+        ipaddress.IPv4Address(addr) if version == 4 else ipaddress.IPv6Address(addr)
+    except ValueError:
+        return False
+    return bool(sep) and prefix.isdigit() and 8 <= int(prefix) <= (32 if version == 4 else 128)
+
+
 def _v_ip4cfg(v: str) -> None:
     if v in ("dhcp", "manual"):
         return
-    try:
-        ipaddress.IPv4Interface(v)
-        if "/" not in v:
-            raise ValueError
-    except ValueError:
-        raise ValueError("value does not look like a valid ipv4 network configuration") from None
+    if not _cidr_ok(v, 4):
+        raise ValueError("value does not look like a valid ipv4 network configuration")
 
 
 def _v_ip6cfg(v: str) -> None:
     if v in ("dhcp", "manual", "auto"):
         return
-    try:
-        ipaddress.IPv6Interface(v)
-        if "/" not in v:
-            raise ValueError
-    except ValueError:
-        raise ValueError("value does not look like a valid ipv6 network configuration") from None
+    if not _cidr_ok(v, 6):
+        raise ValueError("value does not look like a valid ipv6 network configuration")
 
 
 def _v_disk_size(v: str) -> None:
@@ -311,7 +313,7 @@ def parse_property_string(fmt: dict[str, Any], value: str, path: str = "") -> di
     default_key = next((k for k, s in fmt.items() if s.get("default_key")), None)
     res: dict[str, Any] = {}
     for part in value.split(","):
-        if part == "":
+        if not part.strip():  # PVE: `next if $part =~ /^\s*$/`
             continue
         if "=" in part:
             k, v = part.split("=", 1)

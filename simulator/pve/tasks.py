@@ -76,6 +76,16 @@ class TaskLog:
             self.echo(line)
 
 
+#: How often a held task looks whether the `task_hold` fault was cleared.
+HOLD_POLL_S = 0.05
+
+
+def hold_point(hp: HostPaths, typ: str) -> None:
+    """The `task_hold` fault: a task body of type `typ` waits here while the knob names it."""
+    while hp.load().faults.task_hold == typ:
+        time.sleep(HOLD_POLL_S)
+
+
 def run(hp: HostPaths, typ: str, id_: str, user: str, body: Callable[[TaskLog], None], *,
         background: bool, echo: Callable[[str], None] | None = None,
         on_error: Callable[[], None] | None = None) -> tuple[str, str]:

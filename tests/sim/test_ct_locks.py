@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -21,13 +22,27 @@ def lock_by_hand(ssh: Any, vmid: int, lock: str) -> None:
 
 
 def test_create_holds_the_create_lock_until_the_archive_is_unpacked(prox: Any, ssh: Any, sim: Any) -> None:
-    upid = prox.nodes(sim.node).lxc.post(vmid=160, ostemplate=TEMPLATE, hostname="ct160", unprivileged=0)
-    # create_and_lock_config ran before the worker: the config is the lock alone until the unpack ended
-    assert ssh.run("cat /etc/pve/lxc/160.conf").out == "lock: create\n"
-    assert prox.nodes(sim.node).lxc(160).config.get()["lock"] == "create"
-    running = prox.nodes(sim.node).tasks.get(source="active", typefilter="vzcreate", vmid=160)
-    assert [(t["upid"], t["status"]) for t in running] == [(upid, "RUNNING")]
-    assert all(t["upid"] != upid for t in prox.nodes(sim.node).tasks.get(typefilter="vzcreate"))  # archive only
+    # The unpack is held at its end (task_hold) while the test looks: on a loaded machine it used to finish before
+    # the `cat` below ran, and the test saw the finished config.
+    root = sim.host_dir.parent.parent
+    set_faults(root, sim.name, task_hold="vzcreate")
+    try:
+        upid = prox.nodes(sim.node).lxc.post(vmid=160, ostemplate=TEMPLATE, hostname="ct160", unprivileged=0)
+        # create_and_lock_config ran before the worker: the config is the lock alone until the unpack ended
+        assert ssh.run("cat /etc/pve/lxc/160.conf").out == "lock: create\n"
+        assert prox.nodes(sim.node).lxc(160).config.get()["lock"] == "create"
+        running = prox.nodes(sim.node).tasks.get(source="active", typefilter="vzcreate", vmid=160)
+        assert [(t["upid"], t["status"]) for t in running] == [(upid, "RUNNING")]
+        assert all(t["upid"] != upid for t in prox.nodes(sim.node).tasks.get(typefilter="vzcreate"))  # archive only
+        # The unpack ends, and the task stops at its hold point (it cannot pass it): still `lock: create` there.
+        deadline = time.monotonic() + 120
+        while not any(line["t"].startswith("Detected OS distribution")
+                      for line in prox.nodes(sim.node).tasks(upid).log.get()):
+            assert time.monotonic() < deadline, "the unpack did not end within 120 s"
+            time.sleep(0.1)
+        assert ssh.run("cat /etc/pve/lxc/160.conf").out == "lock: create\n"
+    finally:
+        set_faults(root, sim.name, task_hold=None)
     assert Tasks.blocking_status(prox, upid, polling_interval=0.1)["exitstatus"] == "OK"
     conf = prox.nodes(sim.node).lxc(160).config.get()
     assert "lock" not in conf and conf["hostname"] == "ct160"

@@ -117,3 +117,33 @@ def test_another_root_gets_another_free_subnet(site: Site, tmp_path_factory: pyt
         assert not other.network.overlaps(site.site.network)
     assert net.leftovers(other) == [] and net.SitePaths(root).load() is None  # `sim down` removed that site only
     assert net.leftovers(site.site) == [f"bridge {site.site.bridge}", f"nft table {site.site.table}"]
+
+
+def test_a_bridge_name_taken_by_another_root_is_refused_before_anything_is_made(tmp_path: Path) -> None:
+    """Issue 38: a root whose bridge name already existed failed `sim up` with `RTNETLINK answers: File exists`
+    and a fix that said only "see docs/simulator.md". Now: exit 2 before any change, naming the bridge, who left
+    it and what to run."""
+    reason = lxc_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    import os
+    import subprocess
+    import sys
+
+    from simulator.config import sim_id_for
+
+    root = tmp_path / "root"
+    bridge = net.bridge_name(sim_id_for(root))
+    assert net._run(["ip", "link", "add", bridge, "type", "bridge"], check=False).returncode == 0
+    try:
+        env = {**os.environ, "DEPLOY_STATE_DIR": str(tmp_path / "state")}
+        res = subprocess.run([sys.executable, "-m", "orchestrator", "--inventory", str(tmp_path / "inv"), "sim", "up",
+                              "--root", str(root), "--first", str(sim_hosts.sim_number(sim_hosts.OFFSET_SECOND_ROOT))],
+                             capture_output=True, text=True, env=env, timeout=120)
+    finally:
+        net._run(["ip", "link", "del", bridge], check=False)
+    text = " ".join(res.stderr.split())
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert f"the site bridge {bridge} of root {root.resolve()} already exists" in text and "File exists" not in text
+    assert f"`ip link del {bridge}`" in text and "Traceback" not in text
+    assert not root.exists() and not (tmp_path / "inv").exists()  # nothing was made

@@ -7,7 +7,7 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -94,7 +94,7 @@ def test_the_policy_holds_with_xdist_workers(tmp_path: Path) -> None:
 @pytest.fixture
 def taken() -> Iterator[int]:
     """A host number whose sshd address:port this test occupies with a listening socket."""
-    number = sim_hosts.find_free_start(1, start=240, block=1)
+    number = sim_hosts.find_free_start(1, start=240)
     with socket.socket() as s:
         s.bind((sim_hosts.address(number), 2222))
         s.listen()
@@ -106,24 +106,54 @@ def test_a_listening_address_is_not_free(taken: int) -> None:
 
 
 def test_automatic_numbers_step_over_a_taken_address(taken: int) -> None:
-    start = sim_hosts.find_free_start(3, start=taken, block=1)
+    start = sim_hosts.find_free_start(3, start=taken)
     assert start > taken
     assert all(sim_hosts.number_free(n) for n in range(start, start + 3))
 
 
 def test_deploy_sim_first_overrides_and_workers_get_disjoint_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(sim_hosts.FIRST_ENV, "40")
-    assert sim_hosts.choose_base(2) == 40
-    monkeypatch.setenv(sim_hosts.BASE_ENV, "40")
+    assert sim_hosts.choose_bases(2) == [40, 40 + sim_hosts.BLOCK]
+    monkeypatch.setenv(sim_hosts.BASE_ENV, "40")  # one start (DEPLOY_SIM_FIRST by hand): the blocks follow on
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
     first = [sim_hosts.sim_number(o) for o in (sim_hosts.OFFSET_SESSION_HOST, sim_hosts.OFFSET_VM_HOST)]
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
     second = [sim_hosts.sim_number(o) for o in (sim_hosts.OFFSET_SESSION_HOST, sim_hosts.OFFSET_VM_HOST)]
     block = sim_hosts.BLOCK
     assert first == [40, 42] and second == [40 + block, 42 + block]
-    monkeypatch.setenv(sim_hosts.FIRST_ENV, "250")
-    with pytest.raises(ValueError, match="DEPLOY_SIM_FIRST=250"):
-        sim_hosts.choose_base(1)
+    monkeypatch.setenv(sim_hosts.FIRST_ENV, str(sim_hosts.LAST - 10))
+    with pytest.raises(ValueError, match=f"DEPLOY_SIM_FIRST={sim_hosts.LAST - 10}"):
+        sim_hosts.choose_bases(1)
+
+
+def _taken(*numbers: int) -> Callable[[range], int | None]:
+    return lambda window: next((n for n in window if n in numbers), None)
+
+
+def test_blocks_are_found_between_and_past_other_simulated_hosts() -> None:
+    """Issue 38: sim-170 and sim-240 taken left no 70 consecutive free numbers in 150-253, and the suite stopped
+    with an INTERNALERROR. Blocks of 14 need not touch, and the search goes past 253 as `deploy sim` does."""
+    block = sim_hosts.BLOCK
+    assert sim_hosts.find_blocks(5, block, 150, 253, _taken(170, 240)) == [150, 171, 185, 199, 213]
+    assert sim_hosts.find_blocks(8, block, 150, 400, _taken(170, 240)) == [150, 171, 185, 199, 213, 241, 255, 269]
+    assert sim_hosts.find_blocks(1, 3, 150, 400, _taken(*range(150, 300))) == [300]
+    assert sim_hosts.find_blocks(2, block, 150, 180, _taken(170)) is None  # truly no room
+    assert sim_hosts.first_fit(3, 1, 10, _taken(2, 5)) == 6 and sim_hosts.first_fit(3, 1, 7, _taken(2, 5)) is None
+    assert sim_hosts.LAST > 253 and sim_hosts.address(254) == "127.0.1.1"  # the simulator's numbering
+
+
+def test_no_room_is_one_clear_usage_error_not_an_internalerror(tmp_path: Path) -> None:
+    with pytest.raises(sim_hosts.NoRoom, match=r"no 3 free simulated host numbers from sim-\d+ .*deploy sim down"):
+        sim_hosts.find_free_start(3, start=sim_hosts.LAST - 1)
+    env = {**os.environ, sim_hosts.FIRST_ENV: str(sim_hosts.LAST)}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    env.pop(sim_hosts.BASE_ENV, None)
+    res = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "--collect-only",
+                          "-q", "tests/unit/test_sim_address.py"], capture_output=True, text=True, cwd=REPO,
+                         env=env, timeout=120)
+    assert res.returncode == 4, res.stdout + res.stderr
+    assert "INTERNALERROR" not in res.stdout + res.stderr
+    assert f"ERROR: {sim_hosts.FIRST_ENV}={sim_hosts.LAST}: 1 block(s) of 14 numbers must fit" in res.stderr
 
 
 def test_address_in_use_names_the_commands_not_python_arguments(taken: int) -> None:
@@ -136,11 +166,11 @@ def test_address_in_use_names_the_commands_not_python_arguments(taken: int) -> N
 
 
 def test_a_number_reserved_by_another_run_is_not_taken() -> None:
-    number = sim_hosts.find_free_start(1, start=230, block=1, hold=True)  # "another run" holds it now
+    number = sim_hosts.find_free_start(1, start=230, hold=True)  # "another run" holds it now
     held = sim_hosts._held[-1]
     try:
         assert sim_hosts.number_free(number)  # nothing listens there yet ...
-        assert sim_hosts.find_free_start(1, start=number, block=1, hold=True) > number  # ... but it is reserved
+        assert sim_hosts.find_free_start(1, start=number, hold=True) > number  # ... but it is reserved
         sim_hosts._held.pop().close()
     finally:
         held.close()

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator.inventory.example import seed_server_files
+from orchestrator.inventory.example import record_seeded, seed_server_files, seeded_files
 from orchestrator.inventory.loader import load_inventory
 from tests.shared import EXAMPLE_INVENTORY
 
@@ -102,3 +102,53 @@ def test_sim_inventory_gets_the_example_profiles_only_where_there_is_no_inventor
     (site / "profiles.yml").write_text("profiles: {}\n")
     assert seed_server_files(site, site / "sim.yaml") == []
     assert sorted(p.name for p in site.iterdir()) == ["profiles.yml", "sim.yaml"]
+
+
+def test_init_force_replaces_a_symlinked_file_itself_and_leaves_its_target_outside_unchanged(tmp_path: Path) -> None:
+    """Issue 38 item 9: `hosts.yaml -> ../outside.yaml` was written through, clobbering a file outside DIR."""
+    site = tmp_path / "inv"
+    site.mkdir()
+    outside = tmp_path / "outside.yaml"
+    outside.write_text("precious: true\n")
+    dangling = tmp_path / "not-there.yaml"
+    (site / "hosts.yaml").symlink_to(outside)
+    (site / "presets.yaml").symlink_to(dangling)  # a dangling link would have made a file outside DIR
+    res = deploy(tmp_path, "--json", "init", str(site), "--force")
+    assert res.returncode == 0, res.stderr
+    assert outside.read_text() == "precious: true\n" and not dangling.exists()
+    for name in ("hosts.yaml", "presets.yaml"):
+        assert not (site / name).is_symlink()
+        assert (site / name).read_text() == (EXAMPLE_INVENTORY / name).read_text()
+    assert json.loads(res.stdout)["links_replaced"] == {str(site / "hosts.yaml"): str(outside),
+                                                        str(site / "presets.yaml"): str(dangling)}
+    assert sorted(p.name for p in site.iterdir()) == ["hosts.yaml", "presets.yaml", "profiles.yaml"]  # no temp left
+    (site / "hosts.yaml").unlink()
+    (site / "hosts.yaml").symlink_to(outside)
+    text = deploy(tmp_path, "init", str(site), "--force").stdout
+    assert f"it was a symbolic link to {outside}: the link was replaced, its target left unchanged" in text
+    assert outside.read_text() == "precious: true\n"
+
+
+def test_sim_down_removes_only_the_example_files_sim_up_wrote_and_keeps_edited_ones(tmp_path: Path) -> None:
+    """Issue 38: `sim down` removed any profiles.yaml/presets.yaml that matched the example, also those an earlier
+    `deploy init` had written (the user's). It now removes what `sim up` recorded writing, unless edited since."""
+    site = tmp_path / "inv"
+    assert deploy(tmp_path, "init", str(site)).returncode == 0
+    (site / "hosts.yaml").unlink()  # the user's profiles and presets, from `deploy init`, the same as the example's
+    (site / "sim.yaml").write_text(SIM_HOSTS)
+    down = deploy(tmp_path, "--inventory", str(site), "sim", "down", "--root", str(tmp_path / "root"))
+    assert down.returncode == 0, down.stderr
+    assert sorted(p.name for p in site.iterdir()) == ["presets.yaml", "profiles.yaml"]  # sim.yaml only went
+
+    fresh, root = tmp_path / "fresh", tmp_path / "root2"
+    fresh.mkdir()
+    root.mkdir()
+    (fresh / "sim.yaml").write_text(SIM_HOSTS)
+    record_seeded(root / "inventory-seeded.json", seed_server_files(fresh, fresh / "sim.yaml"))
+    (fresh / "profiles.yaml").write_text((fresh / "profiles.yaml").read_text() + "# mine\n")
+    assert seeded_files(root / "inventory-seeded.json") == ([fresh / "presets.yaml"], [fresh / "profiles.yaml"])
+    down = deploy(tmp_path, "--inventory", str(fresh), "sim", "down", "--root", str(root))
+    assert down.returncode == 0, down.stderr
+    assert sorted(p.name for p in fresh.iterdir()) == ["profiles.yaml"]
+    assert not (root / "inventory-seeded.json").exists()
+    assert f"kept {fresh / 'profiles.yaml'}: edited since `deploy sim up` wrote it" in down.stdout

@@ -105,14 +105,35 @@ def test_unimplemented_grammar_errors_are_usage_errors() -> None:
     assert res.returncode == 2 and "host" in res.stderr
 
 
-def test_a_relative_model_path_cannot_be_a_mount_target(inv: Path) -> None:
+def test_a_model_path_with_a_space_cannot_be_a_mount_target(inv: Path) -> None:
     (inv / "hosts.yaml").write_text((inv / "hosts.yaml").read_text().replace(
         "      gpus: all\n", "      gpus: all\n      model_mount: /tank/models/glm5\n"))
     (inv / "profiles.yaml").write_text((inv / "profiles.yaml").read_text().replace(
-        "model_path: /models/GLM-5-NVFP4", "model_path: zai-org/GLM-5"))
+        "model_path: /models/GLM-5-NVFP4", "model_path: /models/GLM 5"))
     with pytest.raises(ConfigError) as exc:
         load_inventory(inv)
-    assert "container.model_mount" in exc.value.what and "'zai-org/GLM-5'" in exc.value.what
+    assert "container.model_mount" in exc.value.what and "'/models/GLM 5'" in exc.value.what
+
+
+@pytest.mark.parametrize(("model_path", "needle"), [
+    ("../../etc", "must be an absolute directory other than /"),
+    ("zai-org/GLM-5", "must be an absolute directory other than /"),  # a hub name: that is weights_repo
+    ("/", "must be an absolute directory other than /"),
+    ("/models/../etc", "must be a normalised absolute path"),
+    ("/models//GLM-5", "must be a normalised absolute path"),
+])
+def test_model_path_is_an_absolute_normalised_directory_with_or_without_a_mount(inv: Path, model_path: str,
+                                                                               needle: str) -> None:
+    """Issue 38: `model_path: ../../etc` loaded without a model_mount, and `hf download --local-dir` would have
+    written the weights relative to the container command's working directory."""
+    (inv / "profiles.yaml").write_text((inv / "profiles.yaml").read_text().replace(
+        "model_path: /models/GLM-5-NVFP4", f"model_path: '{model_path}'"))
+    with pytest.raises(ConfigError) as exc:
+        load_inventory(inv)
+    assert f"profiles.glm5-nvfp4.model_path: {model_path!r} (the weights' directory in the container" in exc.value.what
+    assert needle in exc.value.what
+    res = deploy("up", "host", "pve-gpu-1", inventory=inv)
+    assert res.returncode == 2 and needle in " ".join(res.stderr.split())
 
 
 def test_sglang_extras_make_the_pinned_requirement(inv: Path) -> None:

@@ -374,6 +374,34 @@ def test_resume_puts_back_a_rolled_host_the_router_does_not_list(fleet) -> None:
     assert set(router.workers) == {a.url, b.url} and a.served >= 1
 
 
+def test_a_sigtermed_host_back_in_the_router_has_one_router_statement(fleet, monkeypatch) -> None:
+    """Issue 38: a host whose roll was stopped by SIGTERM before its candidate was installed was drained, then
+    added back on its previous release, and its router column said both "left out of the router after the failure
+    (add it back once checked)" and "was not in the router: added back, healthy"."""
+    router, a, b, _rolls, app, store = fleet
+    _listed(router, a, b)
+
+    @dataclass
+    class _Stopped(_Rolls):
+        cancel: threading.Event | None = None
+
+        def roll(self, name: str, events: HostEvents) -> tuple[RollOutcome, HostOutcome]:
+            assert self.cancel is not None
+            self.cancel.set()  # SIGTERM arrives while this host's roll runs: it stops before installing
+            return (_Rolled(name, RollResult.FAILED, error=Interrupted("terminated")),
+                    HostOutcome(name, "failed", exit_code=130, detail="interrupted"))
+
+    stopped = _Stopped()
+    monkeypatch.setattr("orchestrator.fleet.fleet_roll._host_rolls",
+                        lambda inv, spec, tofu, cancel=None: setattr(stopped, "cancel", cancel) or stopped)
+    fleet_roll(app, TargetSpec(groups=("g",)), RollSpec(set=["max-running-requests=64"]), tofu=False,
+               resume=False, drain_timeout_s=2.0, store=store)
+    one = store.all()[0].host("gpu-1")
+    assert one.detail.startswith("interrupted: still on its previous release") and a.url in router.workers
+    assert one.router.startswith("removed from the router; ") and "checked and added back, healthy after" in one.router
+    assert "left out" not in one.router and "failure" not in one.router and "was not in the router" not in one.router
+
+
 def test_rollback_group_ends_with_every_host_back_in_the_router_or_says_which_is_not(fleet) -> None:
     router, a, b, rolls, app, store = fleet
     _listed(router, b)

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from simulator.manager import MAX_HOST_NUMBER, _address, sim_up
+from simulator.layout import MAX_HOST_NUMBER
+from simulator.layout import host_address as _address
+from simulator.manager import sim_up
 
 
 def test_first_hosts_keep_their_addresses() -> None:
