@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -115,6 +116,11 @@ class Decision:
     say: str = ""  # a line for the journal ("" when nothing changed)
 
 
+def _gist(reason: str) -> str:
+    """A reason without its figures: a new cause is said in the journal once, a changing count is not."""
+    return re.sub(r"[0-9.]+", "#", reason)
+
+
 def decide(s: Sample, mem: Memory, cfg: Config) -> Decision:
     """One check's verdict. Acts only on evidence of a stall (a tiny generation timed out or failed, or /health
     failing while the port answers) when no counter moved for `stall_s`: a long prefill advances the counters, so it
@@ -133,7 +139,8 @@ def decide(s: Sample, mem: Memory, cfg: Config) -> Decision:
 
     def keep(state: str, reason: str, *, progress: bool) -> Decision:
         new = replace(base, state=state, reason=reason, progress_at=s.now if progress else mem.progress_at)
-        return Decision("none", new, f"{state}: {reason}" if state != mem.state else "")
+        changed = state != mem.state or _gist(reason) != _gist(mem.reason)
+        return Decision("none", new, f"{state}: {reason}" if changed else "")
 
     if s.unit != "active":
         return keep("waiting", f"{cfg.unit} is {s.unit} (systemd restarts a crashed server)", progress=True)

@@ -89,6 +89,13 @@ def test_without_counters_a_timeout_behind_a_long_queue_is_waiting_never_a_stall
     actions, mem = run(samples)
     assert set(actions) == {"none"} and mem.state == "waiting" and mem.restarts == ()
     assert "40 client connection(s) are open" in mem.reason and "enable-metrics off" in mem.reason
+    # Said once when the cause of the waiting changes, not at every check nor for another count of clients.
+    loading = Sample(0, "active", True, False, "skipped", None, None, "inv-a", 0)
+    first = decide(loading, Memory(), CFG)
+    busy = decide(busy_blind(10, 4), first.memory, CFG)
+    assert first.say.startswith("waiting: the server has not answered /health") and busy.memory.state == "waiting"
+    assert busy.say.startswith("waiting: the tiny generation timed out while 4 client connection(s) are open")
+    assert decide(busy_blind(20, 7), busy.memory, CFG).say == ""
     # Connections that cannot be read are no evidence that nothing is queued.
     actions, mem = run([serving(0, 1)] + [busy_blind(t, None) for t in range(10, 300, 10)])
     assert set(actions) == {"none"} and "cannot be read" in mem.reason
