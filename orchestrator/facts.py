@@ -22,6 +22,7 @@ from orchestrator.parsers.netaddr import address_command, net0_ifname
 from orchestrator.parsers.packages import DPKG_FORMAT
 from orchestrator.parsers.pve import parse_pct_status
 from orchestrator.parsers.sections import CommandOutput, batch_failure, build_batch_script, split_batch_output
+from orchestrator.parsers.watchdog import RESULT_MARK as WATCHDOG_RESULT_MARK
 from orchestrator.parsers.weights import RECORD_PATH
 from orchestrator.remote.container import NOT_RUNNING, PATHS, Container
 from orchestrator.remote.ssh import SshHost
@@ -232,13 +233,18 @@ class CT:
     health = CtFact("health", lambda h, p: (
         f"curl -s -o /dev/null -m 5 -w '%{{http_code}}' http://{_q(p.host)}:{p.port}/health"), raw)
 
-    # The watchdog's installed files ("PATH MODE BODY-SHA256" each, header excluded) and its timer's state.
+    # The watchdog's installed files ("PATH MODE BODY-SHA256" each, header excluded), its timer's state and
+    # its last check's systemd Result.
     watchdog = CtFact("watchdog", lambda h, p: " ; ".join(
         f"printf '%s %s %s\\n' {f} \"$(stat -c %a {f} 2>/dev/null)\" \"$(awk 'BEGIN{{h=1}} h && /^# deploy:/ "
         f"{{next}} {{h=0; print}}' {f} 2>/dev/null | sha256sum | cut -d' ' -f1)\"" for f in WATCHDOG_FILES)
         + " ; printf 'timer %s %s\\n' \"$(systemctl is-active sglang-watchdog.timer)\" "
-          "\"$(systemctl is-enabled sglang-watchdog.timer 2>/dev/null)\"", raw)
-    watchdog_state = CtFact("watchdog_state", lambda h, p: f"cat {PATHS.watchdog_state}", raw)
+          "\"$(systemctl is-enabled sglang-watchdog.timer 2>/dev/null)\" ; printf 'last %s\\n' "
+          "\"$(systemctl show -p Result --value sglang-watchdog.service 2>/dev/null)\"", raw)
+    # The state file, then the last check's systemd Result (a check that fails leaves a stale file behind).
+    watchdog_state = CtFact("watchdog_state", lambda h, p: (
+        f"cat {PATHS.watchdog_state} 2>/dev/null; printf '\\n{WATCHDOG_RESULT_MARK}\\n'; "
+        "systemctl show -p Result --value sglang-watchdog.service 2>/dev/null; true"), raw)
 
 
 def _status_mark(nonce: str) -> str:

@@ -166,7 +166,7 @@ class FleetBenchPoint:
     def to_dict(self) -> dict[str, Any]:
         r = self.run.result
         return {"run_id": self.run.run_id, "preset": self.run.preset, "overrides": self.run.overrides,
-                "client": self.client, "router": self.router_url,
+                "client": self.client, "router": self.router_url, "failure": self.run.failure or None,
                 "total": {"output_tokens": r.total_output_tokens, "attributed_output_tokens": self.attributed_tokens,
                           "completed": r.completed, "failed": r.failed, "duration_s": r.duration_s,
                           "output_tok_s": _r(self.output_tok_s), "mean_power_w": _r(self.mean_power_w),

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from orchestrator.bench.command import bench_command
+from orchestrator.bench.failures import failed_bench
 from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.inventory.models import BenchPreset, Host, ServerProfile
 from orchestrator.parsers.bench import BenchParseError, BenchResult, parse_bench_output
@@ -51,6 +52,8 @@ class BenchRun:
     remote_jsonl: str
     jsonl: str
     overrides: dict[str, str] = field(default_factory=dict)
+    #: Why this run is a failed bench (orchestrator/bench/failures.py); "" when it counts.
+    failure: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -62,6 +65,7 @@ class BenchRun:
             "result": self.result.model_dump(mode="json", exclude={"server_info"}),
             "telemetry": self.telemetry.model_dump(mode="json") if self.telemetry else None,
             "diagnosis": [d.model_dump(mode="json") for d in self.diagnosis],
+            "failure": self.failure or None,
         }
 
 
@@ -136,4 +140,4 @@ def run_bench(ct: Container, host: Host, profile: ServerProfile, preset_name: st
     mrr = flag_int(flags, "max-running-requests")
     diagnosis = diagnose(result, telemetry, tp_size=tp, nvlink=nvlink, max_running_requests=mrr)
     return BenchRun(run_id, preset_name, run.started_at, result, telemetry, list(diagnosis), out_file, jsonl,
-                    dict(overrides or {}))
+                    dict(overrides or {}), failed_bench(result, preset.max_failed_fraction))

@@ -116,6 +116,26 @@ def _report_sweep(app: AppContext, host: str, preset: str, parameter: str, value
             "points": [{"value": v, **r.to_dict()} for v, r in zip(values, runs, strict=True)]}
 
 
+def failed_runs(labels: list[str], runs: list[BenchRun]) -> dict[str, Any]:
+    """The payload keys and the exit of a command whose runs include failed benches (orchestrator/bench/failures.py):
+    {} when every run counts, else `what`/`fix` and `exit_code` 1, so a bench that lost its requests never exits 0."""
+    failed = [f"{label} (run {run.run_id}): {run.failure}" for label, run in zip(labels, runs, strict=True)
+              if run.failure]
+    if not failed:
+        return {}
+    return {"ok": False, "exit_code": 1, "what": f"{len(failed)} of {len(runs)} bench run(s) failed: "
+            + "; ".join(failed),
+            "fix": "read the server journal (`journalctl -u sglang` in the container) and `deploy status`: a server "
+                   "that drops requests under this load is the finding; a preset whose failures are expected sets "
+                   "max_failed_fraction (docs/bench.md, Failed requests)"}
+
+
+def _say_failed(app: AppContext, verdict: dict[str, Any]) -> int:
+    if verdict:
+        app.out.line(f"FAILED: {verdict['what']}\n  fix: {verdict['fix']}")
+    return int(verdict.get("exit_code", 0))
+
+
 def _print_run(app: AppContext, run: Any) -> None:
     app.out.table(table_spec(bench_summary_table(run.result, run.telemetry), f"bench {run.preset} ({run.run_id})"))
     if run.telemetry is not None:
@@ -218,8 +238,11 @@ def bench(app: AppContext, target: tuple[str, ...], preset: str | None, sets: tu
     if runs:
         app.out.line(f"recorded in the local ledger: `deploy history --bench` lists the runs; "
                      f"`deploy compare {runs[0].run_id} OTHER_RUN` compares two runs of the same preset")
+    labels = [", ".join(f"{k}={v}" for k, v in r.overrides.items()) or preset_name for r in all_runs]
+    verdict = failed_runs(labels, all_runs)
+    payload.update({k: v for k, v in verdict.items() if k != "exit_code"})
     app.out.emit(payload)
-    return 0
+    return _say_failed(app, verdict)
 
 
 def _share_row(label: str, tokens: int | None, tok_s: float | None, watts: float | None, per_w: float | None,
@@ -273,6 +296,9 @@ def fleet_bench(app: AppContext, targets: TargetSpec, preset: str | None, sets: 
                 app.out.line(f"  {s.host}: {s.error}")
     payload: dict[str, Any] = {"ok": True, "targets": targets.describe(), "client": bench_client_host(inventory).name,
                                "preset": preset_name, "points": [p.to_dict() for p in results]}
+    verdict = failed_runs([", ".join(f"{k}={v}" for k, v in p.run.overrides.items()) or preset_name
+                           for p in results], [p.run for p in results])
+    payload.update({k: v for k, v in verdict.items() if k != "exit_code"})
     if sweep:
         rows = [(v, *_share_row("", p.run.result.total_output_tokens, p.output_tok_s, p.mean_power_w,
                                 p.tok_s_per_w, p.j_per_token)[1:]) for v, p in zip(values, results, strict=True)]
@@ -280,7 +306,7 @@ def fleet_bench(app: AppContext, targets: TargetSpec, preset: str | None, sets: 
                            [parameter, *FLEET_HEADERS[1:]], rows))
         payload["sweep"] = {"parameter": parameter, "values": values}
     app.out.emit(payload)
-    return 0
+    return _say_failed(app, verdict)
 
 
 def _server_sweep(app: AppContext, target: tuple[str, ...], host: str, preset: str, spec: str, keep_best: bool,
@@ -309,7 +335,8 @@ def _server_sweep(app: AppContext, target: tuple[str, ...], host: str, preset: s
             raise ConfigError(f"the roll of {parameter}={value} ran no bench", fix="do not combine with --skip-bench")
         runs.append(run)
         releases.append(rid)
-    best = max(range(len(runs)), key=lambda i: runs[i].result.output_throughput)
+    counted = [i for i, r in enumerate(runs) if not r.failure] or list(range(len(runs)))  # a failed bench never wins
+    best = max(counted, key=lambda i: runs[i].result.output_throughput)
     final = releases[best] if keep_best else original
     if final:
         run_with_progress(app, target, "rollback", RunOptions(tofu=tofu, command=command_line()),
@@ -317,12 +344,14 @@ def _server_sweep(app: AppContext, target: tuple[str, ...], host: str, preset: s
     out = Path(out_dir or f"deploy-results/{host}/{stamp}-{parameter}")
     swept = _report_sweep(app, host, preset, parameter, values, runs, out,
                           release=f"one per point, then {final or original}")
+    verdict = failed_runs([f"{parameter}={v}" for v in values], runs)
     payload = {"ok": True, "host": host, "sweep": swept,
-               "best": {"value": values[best], "release": releases[best]}, "final_release": final}
+               "best": {"value": values[best], "release": releases[best]}, "final_release": final,
+               **{k: v for k, v in verdict.items() if k != "exit_code"}}
     app.out.line(f"best: {parameter}={values[best]} ({runs[best].result.output_throughput:.1f} tok/s); "
                  f"current release now {final}")
     app.out.emit(payload)
-    return 0
+    return _say_failed(app, verdict)
 
 
 @click.command("smoke")

@@ -227,7 +227,8 @@ def status(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
         raise DeployError("the status playbook reported nothing", fix="check that it runs the status step",
                           host=report.host, step="status")
     gave_up = info.watchdog is not None and info.watchdog.exhausted
-    healthy = info.health == "200" and not gave_up
+    blind = info.watchdog.failing if info.watchdog is not None and info.container_running else ""
+    healthy = info.health == "200" and not gave_up and not blind
     app.out.emit({"ok": healthy, "host": report.host, **info.to_dict(), "totals": report.to_dict()["totals"]})
     vmid = resolve_host(app, target).container.vmid
     if not info.container_running:
@@ -262,6 +263,9 @@ def status(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
         app.out.line("the watchdog gave up restarting sglang (its restart budget is spent): the server may be stuck; "
                      "see `journalctl -u sglang -u sglang-watchdog` in the container, `deploy doctor`, "
                      "docs/troubleshooting.md")
+    elif blind:
+        app.out.line(f"the watchdog is not watching: {blind}; nothing restarts a stuck server. See `journalctl -u "
+                     "sglang-watchdog` in the container; `deploy up` reinstalls it (docs/troubleshooting.md)")
     elif info.container_running and not healthy:
         app.out.line(f"not healthy (/health {info.health}, sglang {info.active}): see "
                      "`journalctl -u sglang` in the container, `deploy doctor`, or `deploy rollback`")

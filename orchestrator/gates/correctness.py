@@ -229,6 +229,8 @@ def judge(candidate: Record, reference: Record | None, thr: Thresholds) -> Verdi
         notes.append("no reference record: detectors only; this release's answers become the reference")
     for ans in candidate.answers:
         ref = reference.get(ans.name) if reference is not None else None
+        if reference is not None and ref is None:
+            notes.append(f"prompt {ans.name!r} is not in the reference record: detectors only")
         if ref is not None and ref.prompt_sha != ans.prompt_sha:
             notes.append(f"prompt {ans.name!r} changed since the reference was recorded: detectors only")
             ref = None
@@ -259,15 +261,61 @@ def parse_answer(data: dict[str, Any]) -> Answer:
     return Answer(str(data.get("name", "")), str(data.get("prompt_sha", "")), ids, texts, logprobs, top)
 
 
-def parse_record(data: Any, release: str | None = None) -> Record | None:
-    """golden.json's content (None when it is not a record this version reads)."""
-    if not isinstance(data, dict) or data.get("version") != RECORD_VERSION:
-        return None
+#: What golden.json holds (record_dict writes it): named in the gate's error when a file is of another shape.
+RECORD_SHAPE = ('{"version": 1, "release": ID, "answers": [{"name": STR, "prompt_sha": STR, "ids": [INT, …], '
+                '"texts": [STR, …], "logprobs": [NUMBER|null|"NaN", …], "top": [[[INT, NUMBER|null|"NaN"], …], …]}, '
+                '…]} with at least one answer')
+
+
+def _logprob_ok(x: Any) -> bool:
+    return x is None or x == "NaN" or _num(x) is not None
+
+
+def _answer_problem(a: Any) -> str:
+    if not isinstance(a, dict):
+        return f"is a JSON {type(a).__name__}, not an object"
+    if not isinstance(a.get("name"), str) or not a["name"] or not isinstance(a.get("prompt_sha"), str):
+        return "has no name or prompt_sha"
+    ids = a.get("ids")
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        return "has no ids list of token ids"
+    if not isinstance(a.get("texts", []), list) or not all(t is None or isinstance(t, str) for t in a.get("texts", [])):
+        return "has texts that are not a list of strings"
+    lps = a.get("logprobs")
+    if not isinstance(lps, list) or not all(_logprob_ok(x) for x in lps):
+        return "has no logprobs list of numbers"
+    top = a.get("top", [])
+    if not isinstance(top, list) or not all(isinstance(row, list) and all(
+            isinstance(t, list) and len(t) >= 2 and isinstance(t[0], int) and not isinstance(t[0], bool)
+            and _logprob_ok(t[1]) for t in row) for row in top):
+        return "has a top that is not a list of [token id, logprob] lists"
+    return ""
+
+
+def record_problem(data: Any) -> str:
+    """Why golden.json's content is not a record this version reads ("" when it is): a reference of another shape
+    must fail the gate, never compare nothing and pass."""
+    if not isinstance(data, dict):
+        return f"it is a JSON {type(data).__name__}, not an object"
+    if data.get("version") != RECORD_VERSION:
+        return f"its version is {data.get('version')!r}, not {RECORD_VERSION}"
     answers = data.get("answers")
     if not isinstance(answers, list):
+        return "its answers are not a list"
+    if not answers:
+        return "it holds no answers"
+    for i, a in enumerate(answers):
+        problem = _answer_problem(a)
+        if problem:
+            return f"answer {i + 1} {problem}"
+    return ""
+
+
+def parse_record(data: Any, release: str | None = None) -> Record | None:
+    """golden.json's content (None when it is not a record this version reads: record_problem says why)."""
+    if record_problem(data):
         return None
-    return Record(str(data.get("release") or release or ""), tuple(parse_answer(a) for a in answers
-                                                                     if isinstance(a, dict)))
+    return Record(str(data.get("release") or release or ""), tuple(parse_answer(a) for a in data["answers"]))
 
 
 def _lp(x: float | None) -> float | str | None:

@@ -407,6 +407,9 @@ class BenchPreset(StrictModel):
     backend: Literal["sglang", "sglang-oai", "sglang-oai-chat"] = "sglang"
     #: The most a run may take. Unset: derived from the preset's shape (`limit_s`), at most this default.
     timeout_s: float = Field(1800.0, gt=0)
+    #: The share of its requests a run may lose and still count (docs/bench.md, "Failed requests"): past it the
+    #: run is a failed bench (`deploy bench` exits 1, a tune run misses its SLO). 0: any failed request fails it.
+    max_failed_fraction: float = Field(0.01, ge=0, lt=1)
 
     @property
     def limit_s(self) -> float:

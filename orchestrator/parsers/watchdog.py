@@ -6,6 +6,7 @@ The state file is written by orchestrator/probes/watchdog_probe.py in the contai
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from dataclasses import dataclass, field
@@ -39,15 +40,28 @@ class WatchdogStatus:
     budget: int = 0
     window_s: float = 0.0
     actions: tuple[WatchdogAction, ...] = field(default_factory=tuple)
+    #: systemd's Result of the last check (sglang-watchdog.service): "success", "exit-code", …; "" when not read.
+    last_run: str = ""
 
     @property
     def exhausted(self) -> bool:
         return self.state == "exhausted"
 
+    @property
+    def failing(self) -> str:
+        """Why the watchdog's checks fail ("" when they do not): its last check ended in error, or its state file
+        is not its JSON (a check that ran would have rewritten it). Either way nothing restarts a stuck server."""
+        if self.last_run and self.last_run != "success":
+            return f"its last check failed (sglang-watchdog.service Result={self.last_run})"
+        if self.state == "unreadable":
+            return "its state file is not the watchdog's JSON, so its checks are not running"
+        return ""
+
     def to_dict(self) -> dict[str, Any]:
         return {"state": self.state, "reason": self.reason, "last_check": _iso(self.last_check),
                 "restarts_in_window": self.restarts_in_window, "restart_budget": self.budget,
-                "budget_window_s": self.window_s, "actions": [a.to_dict() for a in self.actions]}
+                "budget_window_s": self.window_s, "actions": [a.to_dict() for a in self.actions],
+                "last_run": self.last_run or None, "failing": self.failing or None}
 
 
 def parse_watchdog_state(text: str | None) -> WatchdogStatus:
@@ -66,13 +80,29 @@ def parse_watchdog_state(text: str | None) -> WatchdogStatus:
         return WatchdogStatus("unreadable", reason=text.strip()[:200])
 
 
+#: Between the state file and the check's systemd Result in the `watchdog_state` fact's output.
+RESULT_MARK = "__DEPLOY_WATCHDOG_RESULT__"
+
+
+def parse_watchdog_fact(text: str | None) -> WatchdogStatus:
+    """The `watchdog_state` fact: the state file, then RESULT_MARK and the last check's systemd Result."""
+    state, sep, result = (text or "").partition(f"\n{RESULT_MARK}\n")
+    status = parse_watchdog_state(state)
+    last = result.strip().splitlines()[0].strip() if sep and result.strip() else ""
+    if status.state == "absent" and last == "success":  # never installed: systemd says "success" of any unit
+        last = ""
+    return dataclasses.replace(status, last_run=last)
+
+
 @dataclass(frozen=True)
 class InstalledWatchdog:
-    """The `watchdog` fact: each file's mode and body hash (None: missing), and the timer's state."""
+    """The `watchdog` fact: each file's mode and body hash (None: missing), the timer's state and the last check's
+    systemd Result ("" when not read)."""
 
     files: dict[str, tuple[str, str]]
     timer_active: str = "unknown"
     timer_enabled: str = "unknown"
+    last_run: str = ""
 
     def matches(self, path: str, mode: int, sha256: str) -> bool:
         return self.files.get(path) == (f"{mode:o}", sha256)
@@ -88,11 +118,14 @@ EMPTY_SHA = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"  
 def parse_installed(text: str) -> InstalledWatchdog:
     files: dict[str, tuple[str, str]] = {}
     active = enabled = "unknown"
+    last = ""
     for line in text.splitlines():
         parts = line.split()
         if parts[:1] == ["timer"]:
             active = parts[1] if len(parts) > 1 else "unknown"
             enabled = parts[2] if len(parts) > 2 else "disabled"
+        elif parts[:1] == ["last"]:
+            last = parts[1] if len(parts) > 1 else ""
         elif len(parts) == 3 and parts[2] != EMPTY_SHA:
             files[parts[0]] = (parts[1], parts[2])
-    return InstalledWatchdog(files, active, enabled)
+    return InstalledWatchdog(files, active, enabled, last)

@@ -63,17 +63,22 @@ def answer(spec, data):
 
 
 def read_json(path):
+    """(content, problem): (None, "") when there is no file; a file that is there but no JSON says why."""
     try:
         with open(path) as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
-        return None
+            return json.load(fh), ""
+    except FileNotFoundError:
+        return None, ""
+    except OSError as exc:
+        return None, f"it cannot be read ({exc.strerror})"
+    except ValueError as exc:
+        return None, f"it is not JSON ({exc})"
 
 
 def main():
     args = json.loads(sys.argv[1])
     out: dict = {"answers": [], "error": "", "seconds": None, "reference": None, "reference_verdict": None,
-                 "recorded": ""}
+                 "reference_problem": "", "recorded": ""}
     start = time.monotonic()
     try:
         for spec in args["prompts"]:
@@ -86,8 +91,8 @@ def main():
         out["error"] = f"{type(exc).__name__}: {exc}"
     out["seconds"] = round(time.monotonic() - start, 3)
     if args.get("reference_dir"):  # the reference counts only beside a "kept" verdict: the step checks that
-        out["reference"] = read_json(os.path.join(args["reference_dir"], "golden.json"))
-        out["reference_verdict"] = read_json(os.path.join(args["reference_dir"], "verdict.json"))
+        out["reference"], out["reference_problem"] = read_json(os.path.join(args["reference_dir"], "golden.json"))
+        out["reference_verdict"] = read_json(os.path.join(args["reference_dir"], "verdict.json"))[0]
     path = args.get("record_path")
     if path and not out["error"] and os.path.isdir(os.path.dirname(path)):
         record = {"version": 1, "release": args.get("release"), "answers": out["answers"]}

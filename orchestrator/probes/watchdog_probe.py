@@ -1,9 +1,10 @@
 """Run INSIDE the container by sglang-watchdog.service (a systemd timer): restart sglang when it is alive but not
 serving, within a restart budget, with no help from the operator's machine.
 
-One run is one check: sample the server (unit state, /health, a tiny generation, the token counters of /metrics),
-decide (`decide`, pure: a sample and the previous check's memory in, an action out), act, store the memory in the
-root-only state file that `deploy status` and `deploy history` read. Standard library only (any python3).
+One run is one check: sample the server (unit state, the client connections open on its port, /health, a tiny
+generation, the token counters of /metrics), decide (`decide`, pure: a sample and the previous check's memory in,
+an action out), act, store the memory in the root-only state file that `deploy status` and `deploy history` read.
+Standard library only (any python3).
 Usage: python3 watchdog_probe.py CONFIG_JSON_PATH
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -53,6 +55,9 @@ class Sample:
     progress: float | None = None
     in_flight: int | None = None
     invocation: str = ""  # systemd's InvocationID of the server unit: a new one is a new start
+    #: Client connections open on the server's port when the check began (None: not readable). Without token
+    #: counters this is the only sign that requests may be queued ahead of the tiny generation.
+    clients: int | None = None
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,15 @@ class Action:
     at: float
     action: str  # "restart" or "gave-up"
     reason: str
+
+
+def _number(value: object) -> float | None:
+    """A time or counter of the state file: None stays None, anything else must be a number (ValueError, TypeError)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise TypeError(f"{value!r} is not a number")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -82,11 +96,14 @@ class Memory:
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
-    def from_dict(cls, data: dict) -> Memory:
+    def from_dict(cls, data: object) -> Memory:
+        """The state file's JSON; TypeError when it is not the object this program writes (`[]`, `"x"`, `3`)."""
+        if not isinstance(data, dict):
+            raise TypeError(f"the state file holds a JSON {type(data).__name__}, not an object")
         acts = tuple(Action(float(a["at"]), str(a["action"]), str(a["reason"])) for a in data.get("actions") or ())
         return cls(state=str(data.get("state", "new")), reason=str(data.get("reason", "")),
-                   last_check=data.get("last_check"), last_progress=data.get("last_progress"),
-                   progress_at=data.get("progress_at"),
+                   last_check=_number(data.get("last_check")), last_progress=_number(data.get("last_progress")),
+                   progress_at=_number(data.get("progress_at")),
                    restarts=tuple(float(t) for t in data.get("restarts") or ()), actions=acts,
                    budget=int(data.get("budget", 3)), window_s=float(data.get("window_s", 3600.0)),
                    invocation=str(data.get("invocation", "")), served=bool(data.get("served", False)))
@@ -99,13 +116,20 @@ class Decision:
     say: str = ""  # a line for the journal ("" when nothing changed)
 
 
+def _gist(reason: str) -> str:
+    """A reason without its figures: a new cause is said in the journal once, a changing count is not."""
+    return re.sub(r"[0-9.]+", "#", reason)
+
+
 def decide(s: Sample, mem: Memory, cfg: Config) -> Decision:
     """One check's verdict. Acts only on evidence of a stall (a tiny generation timed out or failed, or /health
     failing while the port answers) when no counter moved for `stall_s`: a long prefill advances the counters, so it
     is never restarted; a server that is starting or down is systemd's and deploy's business, not ours. Starting
     includes the warm-up after the port opens (sglang answers /health 503 then): until this start of the unit
     has once answered /health, a failing check is waiting, never a stall, and what an earlier start left in the
-    memory (its counters, when progress was seen) says nothing about this one."""
+    memory (its counters, when progress was seen) says nothing about this one. Without counters (enable-metrics
+    off) a timed-out generation is evidence only on an idle server: while clients are connected it may wait behind
+    their queue, so it is waiting, and the stall clock starts only once the port has no client."""
     if s.invocation != mem.invocation:
         mem = replace(mem, invocation=s.invocation, served=False, last_progress=None, progress_at=None)
     recent = tuple(t for t in mem.restarts if s.now - t < cfg.budget_window_s)
@@ -115,7 +139,8 @@ def decide(s: Sample, mem: Memory, cfg: Config) -> Decision:
 
     def keep(state: str, reason: str, *, progress: bool) -> Decision:
         new = replace(base, state=state, reason=reason, progress_at=s.now if progress else mem.progress_at)
-        return Decision("none", new, f"{state}: {reason}" if state != mem.state else "")
+        changed = state != mem.state or _gist(reason) != _gist(mem.reason)
+        return Decision("none", new, f"{state}: {reason}" if changed else "")
 
     if s.unit != "active":
         return keep("waiting", f"{cfg.unit} is {s.unit} (systemd restarts a crashed server)", progress=True)
@@ -129,6 +154,11 @@ def decide(s: Sample, mem: Memory, cfg: Config) -> Decision:
         return keep("ok", "a tiny generation answered", progress=True)
     if moved:
         return keep("ok", "busy: the token counters advance", progress=True)
+    if s.probe == "timeout" and s.progress is None and s.clients != 0:
+        held = (f"{s.clients} client connection(s) are open" if s.clients is not None
+                else "the open client connections cannot be read")
+        return keep("waiting", f"the tiny generation timed out while {held} and /metrics has no token counters "
+                               "(enable-metrics off): a busy queue cannot be told from a stall", progress=True)
     evidence = s.probe in ("timeout", "error") or (not s.health_ok and s.progress is not None)
     if not evidence:
         why = ("/health fails and /metrics has no token counters (enable-metrics): a long prefill cannot be told "
@@ -140,6 +170,8 @@ def decide(s: Sample, mem: Memory, cfg: Config) -> Decision:
             if s.probe in ("timeout", "error") else "/health fails") + " and no token counter moved"
     if s.in_flight:
         what += f" with {s.in_flight} request(s) in flight"
+    elif s.progress is None and s.probe == "timeout":
+        what += " with no client connected (no counters: enable-metrics off)"
     if stalled_for < cfg.stall_s:
         new = replace(base, state="suspect", reason=f"{what} for {stalled_for:.0f} s", progress_at=since)
         return Decision("none", new, "")
@@ -205,6 +237,35 @@ def metric_sum(text: str, names: tuple[str, ...]) -> float | None:
     return total
 
 
+def port_of(base: str) -> int:
+    """The port of the server's base URL (`http://127.0.0.1:8000`)."""
+    return int(base.rsplit(":", 1)[1].split("/", 1)[0])
+
+
+def count_established(tables: list[str], port: int) -> int:
+    """Established TCP connections whose local end is `port`, in /proc/net/tcp{,6} text: one per client of the
+    server, whichever address it came from (a local bench, the router), its own client end not counted."""
+    count = 0
+    for table in tables:
+        for line in table.splitlines()[1:]:
+            fields = line.split()
+            if len(fields) > 3 and fields[3] == "01" and fields[1].rsplit(":", 1)[-1].upper() == f"{port:04X}":
+                count += 1
+    return count
+
+
+def open_clients(port: int) -> int | None:
+    """The server's open client connections, read from this network namespace's TCP tables (None: unreadable)."""
+    tables = []
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(path) as fh:
+                tables.append(fh.read())
+        except OSError:
+            continue
+    return count_established(tables, port) if tables else None
+
+
 def sample(cfg: Config) -> Sample:
     shown = subprocess.run(["systemctl", "show", "-p", "ActiveState", "-p", "InvocationID", cfg.unit],
                            capture_output=True, text=True).stdout
@@ -213,6 +274,7 @@ def sample(cfg: Config) -> Sample:
     now = time.time()
     if unit != "active":
         return Sample(now, unit or "unknown", False, False, "skipped", invocation=invocation)
+    clients = open_clients(port_of(cfg.base))  # before this check's own requests open connections of their own
     health, _ = http(cfg.base + "/health", cfg.health_timeout_s)
     probe = "skipped"
     if health == 200:
@@ -225,15 +287,23 @@ def sample(cfg: Config) -> Sample:
     flight = metric_sum(text, IN_FLIGHT_GAUGES) if mcode == 200 else None
     up = health not in (-1,) or mcode > 0
     return Sample(time.time(), unit, up, health == 200, probe, progress, None if flight is None else int(flight),
-                  invocation)
+                  invocation, clients)
 
 
-def load_memory(path: str) -> Memory:
+def load_memory(path: str) -> tuple[Memory, str]:
+    """The previous check's memory, and a line for the journal when a state file was there but not readable
+    (damaged, or not the JSON object this program writes): it is then no state, and this check writes a good one."""
     try:
         with open(path) as fh:
-            return Memory.from_dict(json.load(fh))
-    except (OSError, ValueError, KeyError, TypeError):
-        return Memory()
+            text = fh.read()
+    except FileNotFoundError:
+        return Memory(), ""
+    except OSError as exc:
+        return Memory(), f"cannot read the state file {path} ({exc.strerror}): starting with no state"
+    try:
+        return Memory.from_dict(json.loads(text)), ""
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        return Memory(), f"the state file {path} is not the watchdog's state ({exc}): starting with no state"
 
 
 def store_memory(path: str, mem: Memory) -> None:
@@ -248,7 +318,9 @@ def store_memory(path: str, mem: Memory) -> None:
 def main() -> int:
     with open(sys.argv[1]) as fh:
         cfg = Config(**json.load(fh))
-    mem = load_memory(cfg.state_path)
+    mem, damaged = load_memory(cfg.state_path)
+    if damaged:
+        print(f"sglang-watchdog: {damaged}", flush=True)
     result = decide(sample(cfg), mem, cfg)
     if result.action == "restart":
         # The unit's StartLimitBurst guards against crash loops; these restarts have their own budget, so flush its

@@ -368,7 +368,11 @@ def bench(ctx: StepContext, record: StepRecord) -> None:
         run = bench_for_release(ctx, preset, release, overrides)
         ctx.say(f"  {run.result.output_throughput:.1f} output tok/s, concurrency {(run.result.concurrency or 0):.0f}, "
                 f"mean TPOT {(run.result.mean_tpot_ms or 0):.2f} ms")
+        if run.failure:
+            ctx.say(f"  [fail] a failed bench: {run.failure}")
         runs.append(run)
     ctx.state.bench_runs = runs
     ctx.state.server.release = release
-    record.summary = f"{len(runs)} run(s) of {preset} on release {release}"
+    failed = sum(1 for r in runs if r.failure)
+    record.summary = (f"{len(runs)} run(s) of {preset} on release {release}"
+                      + (f"; {failed} of them a failed bench (too many failed requests)" if failed else ""))

@@ -14,7 +14,16 @@ from typing import Any
 
 from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.facts import CT
-from orchestrator.gates.correctness import Record, Thresholds, Verdict, judge, parse_record
+from orchestrator.gates.correctness import (
+    RECORD_SHAPE,
+    Record,
+    Thresholds,
+    Verdict,
+    judge,
+    parse_answer,
+    parse_record,
+    record_problem,
+)
 from orchestrator.inventory.models import CorrectnessGate
 from orchestrator.resources import probe_text
 from orchestrator.runlog import StepRecord
@@ -52,15 +61,27 @@ def run_golden(ctx: StepContext, *, release: str, record: bool, reference: str |
                           host=ctx.host.name) from exc
 
 
-def reference_record(data: dict[str, Any], reference: str | None) -> tuple[Record | None, str | None]:
-    """The reference record, only beside a "kept" verdict; else None and why."""
+def reference_record(ctx: StepContext, data: dict[str, Any], reference: str | None
+                     ) -> tuple[Record | None, str | None]:
+    """The reference record, only beside a "kept" verdict; else None and why. A golden.json that is there but not
+    a record (not JSON, another shape) fails the gate: compared with nothing, the gate would pass anything."""
     if reference is None:
         return None, "no earlier release"
     verdict = data.get("reference_verdict")
     word = verdict.get("verdict") if isinstance(verdict, dict) else None
     if word != "kept":
         return None, f"release {reference} is not verified ({word or 'no verdict'})"
-    rec = parse_record(data.get("reference"), reference)
+    raw = data.get("reference")
+    problem = str(data.get("reference_problem") or "") or (record_problem(raw) if raw is not None else "")
+    if problem:
+        path = f"{ctx.ct.paths.release_dir(reference)}/{GOLDEN_FILE}"
+        raise CheckFailed(f"correctness gate: the reference record {path} of release {reference} is not a golden "
+                          f"record: {problem}",
+                          fix=f"golden.json holds {RECORD_SHAPE}; the gate of `up` or `roll` writes it. Move the "
+                              f"damaged file aside in the container (`mv {path} {path}.bad`): the next gate then "
+                              "runs its detectors only and records a new reference (docs/gates.md)",
+                          host=ctx.host.name, details={"path": path, "problem": problem})
+    rec = parse_record(raw, reference)
     if rec is None:
         return None, f"release {reference} has no golden record"
     return rec, None
@@ -73,9 +94,8 @@ def judged(ctx: StepContext, record: StepRecord, release: str, reference: str | 
         raise CheckFailed(f"correctness gate: the golden prompts could not be run on release {release}: "
                           f"{data['error']}", fix="look at the server journal (journalctl -u sglang in the "
                           "container); roll back if a flag change caused it", host=ctx.host.name)
-    candidate = parse_record({"version": 1, "release": release, "answers": data.get("answers") or []}, release)
-    assert candidate is not None  # built right above
-    ref, why_not = reference_record(data, reference)
+    candidate = Record(release, tuple(parse_answer(a) for a in data.get("answers") or [] if isinstance(a, dict)))
+    ref, why_not = reference_record(ctx, data, reference)
     verdict = judge(candidate, ref, thresholds(ctx.profile.correctness))
     notes = [*verdict.notes] if ref is not None or why_not is None else [f"{why_not}: detectors only"]
     record.details["correctness"] = {**verdict.to_dict(), "notes": notes, "reference": reference if ref else None,

@@ -6,7 +6,7 @@ from orchestrator.errors import CheckFailed
 from orchestrator.facts import CT, HOST
 from orchestrator.layout import PATHS
 from orchestrator.parsers.netaddr import net0_static_ip, parse_ip_addr
-from orchestrator.parsers.watchdog import parse_watchdog_state
+from orchestrator.parsers.watchdog import parse_watchdog_fact, parse_watchdog_state
 from orchestrator.runlog import StepRecord
 from orchestrator.state.releases import parse_release_lines, read_releases_script
 from orchestrator.steps.base import StepContext, step
@@ -59,7 +59,7 @@ def read_watchdog(ctx: StepContext) -> None:
     out = ctx.facts.get(CT.watchdog_state)
     ctx_status = ctx.state.status
     if ctx_status is not None:
-        ctx_status.watchdog = parse_watchdog_state(out.stdout if out is not None and out.rc == 0 else None)
+        ctx_status.watchdog = parse_watchdog_fact(out.stdout if out is not None and out.rc == 0 else None)
 
 
 @step("status", host_facts=(HOST.gpu_power, HOST.ct_status),

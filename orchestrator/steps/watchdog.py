@@ -16,6 +16,7 @@ from orchestrator.render.watchdog import TIMER, watchdog_files
 from orchestrator.runlog import StepRecord
 from orchestrator.scripts import render_script
 from orchestrator.steps.base import StepContext, mark_change, step
+from orchestrator.steps.release import profile_flags
 from orchestrator.steps.session import ensure_facts, unknown_until_started
 
 
@@ -46,10 +47,19 @@ def watchdog(ctx: StepContext, record: StepRecord) -> None:
     timer_ok = installed.timer_active == "active" and installed.timer_enabled == "enabled"
     every = (f"every {settings.interval_s} s, stall after {settings.stall_s} s, "
              f"{settings.restart_budget} restart(s) per {settings.budget_window_s} s")
+    counters = bool(profile_flags(ctx).get("enable-metrics"))
+    if not counters:  # the watchdog acts only on evidence: without counters a busy queue looks like a stall
+        every += ("; enable-metrics off: no token counters, so it restarts only a server that fails with no client "
+                  "connected (docs/gates.md, Watchdog)")
     record.details.update({"interval_s": settings.interval_s, "stall_s": settings.stall_s,
-                           "restart_budget": settings.restart_budget, "budget_window_s": settings.budget_window_s})
+                           "restart_budget": settings.restart_budget, "budget_window_s": settings.budget_window_s,
+                           "token_counters": counters})
     if not stale and timer_ok:
         record.summary = f"watchdog installed and active ({every})"
+        if installed.last_run not in ("", "success"):
+            record.summary += (f", but its last check failed (Result={installed.last_run}): see `journalctl -u "
+                               "sglang-watchdog` in the container and docs/troubleshooting.md")
+            ctx.say(f"  warning: {record.summary}")
         return
     what = (f"install the watchdog ({', '.join(stale)})" if stale else "start the watchdog's timer") + f": {every}"
     if not mark_change(record, ctx, what):

@@ -76,7 +76,7 @@ def bench_at(ctx: TuneContext, point: PointRecord, concurrency: int, purpose: Li
                      figures=ctx.slo.figures(run.result), output_tok_s=run.result.output_throughput,
                      tok_s_per_w=t.tokens_per_s_per_w if t else None,
                      j_per_token=t.j_per_output_token if t else None,
-                     power_pct_of_limit=t.mean_power_pct_of_limit if t else None)
+                     power_pct_of_limit=t.mean_power_pct_of_limit if t else None, failed=run.failure)
     point.runs.append(entry)
     save(ctx.record)
     try:
@@ -85,7 +85,8 @@ def bench_at(ctx: TuneContext, point: PointRecord, concurrency: int, purpose: Li
     except Exception as exc:  # the ledger is a local convenience; the record holds the run too
         ctx.say(f"  warning: could not file run {run.run_id} under the tune in the ledger: {exc}")
     figs = ", ".join(f"{k} {v:.0f} ms" for k, v in entry.figures.items() if v is not None)
-    ctx.say(f"  [{point.label}] c={concurrency} ({purpose}): {entry.output_tok_s:.1f} tok/s, {figs}")
+    ctx.say(f"  [{point.label}] c={concurrency} ({purpose}): {entry.output_tok_s:.1f} tok/s, {figs}"
+            + (f"; a failed bench, so it misses the SLO: {entry.failed}" if entry.failed else ""))
     return entry
 
 
@@ -144,6 +145,11 @@ def measure_point(ctx: TuneContext, point: PointRecord) -> None:
                   noise_pct=ctx.record.noise_pct)
     point.goodput = est.to_dict() if est is not None else None
     point.status = "done"
+    failed = next((c for c in confirms if c.failed), None)
+    if failed is not None:
+        point.status = "lost"
+        point.reason = (f"SLO: the confirmation run at concurrency {failed.concurrency} was a failed bench "
+                        f"({failed.failed})")
     save(ctx.record)
 
 

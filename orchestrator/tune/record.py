@@ -34,9 +34,10 @@ class RunEntry(BaseModel):
     tok_s_per_w: float | None = None
     j_per_token: float | None = None
     power_pct_of_limit: float | None = None
+    failed: str = ""  # a failed bench (orchestrator/bench/failures.py): the run never meets the SLO
 
     def measurement(self) -> Measurement:
-        return Measurement(self.concurrency, dict(self.figures), self.output_tok_s, self.run_id)
+        return Measurement(self.concurrency, dict(self.figures), self.output_tok_s, self.run_id, self.failed)
 
 
 class PointRecord(BaseModel):

@@ -27,6 +27,7 @@ class Measurement:
     figures: dict[str, float | None]
     output_tok_s: float
     run_id: str = ""
+    failed: str = ""  # why the run is a failed bench (too many failed requests): it never meets the SLO
 
 
 Measure = Callable[[int], Measurement]
@@ -117,10 +118,11 @@ def probe(slo: Slo, measure: Measure, concurrency: int, *, noise_pct: float) -> 
     """One run; more (up to MAX_REPEATS) while the mean of a figure lies within noise_pct of its bound, decided
     on the mean of all."""
     runs = [measure(concurrency)]
-    while (noise_pct > 0 and len(runs) <= MAX_REPEATS
+    while (noise_pct > 0 and len(runs) <= MAX_REPEATS and not any(r.failed for r in runs)
            and _borderline(slo, _mean_figures(runs), noise_pct / math.sqrt(len(runs)))):
         runs.append(measure(concurrency))
-    misses = slo.misses(_mean_figures(runs))
+    # Figures of a failed bench describe only its survivors: the run misses the SLO, whatever they say.
+    misses = [*(f"failed bench: {r.failed}" for r in runs if r.failed), *slo.misses(_mean_figures(runs))]
     return Probe(concurrency, tuple(runs), not misses, tuple(misses))
 
 
@@ -194,9 +196,12 @@ def choose(points: Sequence[Ranked], current: str | None) -> Verdict:
 
 
 def goodput(result: SearchResult, confirm: Sequence[Measurement], *, noise_pct: float) -> Estimate | None:
-    """The output rate at the SLO limit over the limit's probe runs and the confirmation runs."""
+    """The output rate at the SLO limit over the limit's probe runs and the confirmation runs; None when the limit
+    is not met, or a confirmation run was a failed bench (its rate counts only the requests that survived)."""
     if result.limit is None:
         return None
     at = result.probe_at(result.limit)
     runs = [*(at.runs if at is not None else ()), *confirm]
+    if any(r.failed for r in runs):
+        return None
     return estimate([r.output_tok_s for r in runs], noise_pct=noise_pct) if runs else None

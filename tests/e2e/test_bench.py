@@ -7,13 +7,14 @@ from __future__ import annotations
 import base64
 import json
 import re
+import shlex
 import struct
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import SHARED, DeployEnv
+from tests.e2e.conftest import SHARED, DeployEnv, until
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -162,6 +163,39 @@ def test_bench_sweep_writes_plot_report_and_point_dirs(converged_shared: DeployE
     assert all("delta_pct" in row for row in cmp["rows"]) and len(rows) >= 5
     unknown = env.run("--json", "compare", a, "r-20000101-000000-0000")
     assert unknown.rc != 0 and unknown.json["ok"] is False
+
+
+#: In the container: once 50 more requests finished (bench_serving's warm-up is over), sglang is down for 3 s.
+OUTAGE_MID_BENCH = (
+    "n() { curl -s -m 5 http://127.0.0.1:8000/metrics | awk '/^sglang:num_requests_total/ {print int($2)}'; }; "
+    "start=$(n); for i in $(seq 1200); do [ $(( $(n) + 0 )) -ge $(( start + 50 )) ] && break; sleep 0.1; done; "
+    "systemctl stop sglang; sleep 3; systemctl start sglang")
+
+
+@pytest.mark.xdist_group(SHARED)
+def test_a_bench_that_lost_its_requests_is_a_failed_bench(converged_shared: DeployEnv) -> None:
+    """Issue 38 item 10: `bench` exited 0 with 493 of 600 requests failed. Past the preset's max_failed_fraction
+    (0.01 by default) the run is a failed bench: exit 1, and the run says why (the tune reads the same verdict)."""
+    env = converged_shared
+    assert env.ct(f"systemd-run --quiet --unit=outage-mid-bench bash -c {shlex.quote(OUTAGE_MID_BENCH)}").rc == 0
+    try:
+        res = env.run("--json", "bench", "host", env.host, "--set", "num-prompts=600", "--set", "request-rate=60",
+                      timeout=600)
+        assert res.rc == 1, res.text
+        doc = res.json
+        assert doc["ok"] is False and doc["error"] == "check-failed", doc
+        (run,) = doc["runs"]
+        r = run["result"]
+        assert r["failed"] > 6 and r["completed"] > 0 and r["completed"] + r["failed"] == 600, r
+        assert run["failure"].startswith(f"{r['failed']} of 600 requests failed (") and \
+            "more than the preset's max_failed_fraction 0.01 (1 %)" in run["failure"], run
+        assert "1 of 1 bench run(s) failed" in doc["what"] and "max_failed_fraction" in doc["fix"]
+    finally:  # the shared host is left serving, as it was found
+        assert until(lambda: env.ct("systemctl is-active outage-mid-bench").stdout.strip() != "active"
+                     and env.ct("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/health").stdout
+                     == "200", 120)
+    healthy = env.run("bench", "host", env.host, "--set", "num-prompts=16")  # a run that lost nothing exits 0
+    assert healthy.rc == 0 and "FAILED" not in healthy.stdout, healthy.text
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -8,6 +8,7 @@ Timers are shortened through the profile (watchdog.interval_s and friends); the 
 from __future__ import annotations
 
 import json
+import shlex
 
 from tests.e2e.conftest import DeployEnv, until
 
@@ -72,3 +73,67 @@ def test_a_stalled_server_is_restarted_by_the_container_until_the_budget_is_spen
     assert len(restarts) == 2 and all(a["at"].endswith("Z") for a in restarts)
     assert "watchdog actions on" in env.run("history", "host", env.host).stdout
 
+
+
+def generate_loop(seconds: int) -> str:
+    """Small generations one after another for `seconds`, each one's HTTP code printed (the key from sglang.env)."""
+    return ("KEY=$(sed -n 's/^SGLANG_API_KEY=//p' /etc/sglang/sglang.env | tr -d '\"'); "
+            f"end=$(( $(date +%s) + {seconds} )); while [ $(date +%s) -lt $end ]; do "
+            "curl -s -o /dev/null -m 60 -w '%{http_code}\\n' ${KEY:+-H \"Authorization: Bearer $KEY\"} "
+            "-H 'Content-Type: application/json' -d '{\"text\": \"w w\", \"sampling_params\": "
+            "{\"max_new_tokens\": 4}}' http://127.0.0.1:8000/generate; done")
+
+
+def test_without_metrics_a_busy_server_is_waiting_and_a_damaged_state_file_is_no_state(deploy_env: DeployEnv
+                                                                                       ) -> None:
+    """Issue 38 item 4: with enable-metrics off, a tiny generation that times out behind a long queue is no
+    evidence of a stall (no counters to tell), so the server is never restarted; and the LOW item: a state file of
+    the wrong JSON type is no state (said in the journal), and `status` fails while the checks themselves fail."""
+    env = deploy_env
+    env.set_profile(watchdog=FAST, flags={"enable-metrics": False})
+    up = env.run("--json", "up", "host", env.host, "--skip-bench")
+    assert up.rc == 0, up.text
+    # Like real sglang without --enable-metrics: /metrics is FastAPI's 404, so the watchdog has no counters.
+    assert env.ct("curl -s -w ' %{http_code}' http://127.0.0.1:8000/metrics").stdout == '{"detail":"Not Found"} 404'
+
+    # Every prefill now takes 4 s: four clients keep a queue the 3 s tiny generation waits behind, for 40 s.
+    env.ct_faults(slow_prefill_s=4)
+    assert env.ct("systemctl stop sglang-watchdog.timer; rm -f /var/lib/deploy/watchdog/state.json; "
+                  "systemctl restart sglang").rc == 0
+    assert until(lambda: env.ct("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/health"
+                                ).stdout == "200", 90)
+    # The checks are run one after another here (not by the timer), so that every one falls inside the load.
+    checks = ("sleep 2; end=$(( $(date +%s) + 28 )); while [ $(date +%s) -lt $end ]; do "
+              "systemctl start sglang-watchdog.service; sleep 1; done")
+    load = env.ssh("pct exec 120 -- bash -c " + shlex.quote(
+        f"for i in 1 2 3 4; do ( {generate_loop(40)} ) & done; ( {checks} ) >/dev/null 2>&1 & wait"), timeout=240)
+    codes = load.stdout.split()
+    assert codes and set(codes) == {"200"}, load.stdout  # every client request was served
+    busy = watchdog_state(env)
+    journal = env.ct("journalctl -u sglang-watchdog -o cat --no-pager | grep '^sglang-watchdog:'").stdout
+    assert busy.get("actions", []) == [] and "restarting sglang" not in journal, (busy, journal)
+    assert "client connection(s) are open" in journal and "enable-metrics off" in journal, journal
+    assert busy["state"] == "waiting" and "client connection(s) are open" in busy["reason"], busy
+
+    # A state file of the wrong JSON type: the next check starts from no state, says so, and writes a good one.
+    env.ct_faults(slow_prefill_s=0)
+    assert env.ct("systemctl restart sglang").rc == 0
+    assert until(lambda: env.ct("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/health"
+                                ).stdout == "200", 90)
+    assert env.ct("echo '[]' > /var/lib/deploy/watchdog/state.json; systemctl start sglang-watchdog.service").rc == 0
+    assert "is not the watchdog's state" in env.ct("journalctl -u sglang-watchdog -o cat --no-pager").stdout
+    assert watchdog_state(env).get("state") in ("ok", "waiting"), watchdog_state(env)
+    assert env.run("status", "host", env.host).rc == 0
+
+    # A check that fails (here its config is damaged) leaves its old state behind: status says nothing watches.
+    assert env.ct("cd /var/lib/deploy/watchdog && cp config.json config.good && echo '{' > config.json && "
+                  "systemctl start sglang-watchdog.service").rc != 0
+    status = env.run("--json", "status", "host", env.host)
+    assert status.rc == 1 and status.json["health"] == "200", status.text
+    assert "Result=exit-code" in status.json["watchdog"]["failing"]
+    text = env.run("status", "host", env.host)
+    assert text.rc == 1 and "the watchdog is not watching" in text.stdout, text.text
+    again = env.run("--json", "up", "host", env.host, "--skip-bench")  # the config is put back
+    assert again.rc == 0, again.text
+    assert env.ct("systemctl start sglang-watchdog.service").rc == 0
+    assert env.run("status", "host", env.host).rc == 0

@@ -90,6 +90,10 @@ def test_api_key_required(start_server: Callable[..., Server]) -> None:
     assert requests.get(srv.url + "/v1/models", timeout=5).status_code == 401
     ok = requests.get(srv.url + "/v1/models", headers={"Authorization": "Bearer s3cret"}, timeout=5)
     assert ok.status_code == 200
+    # Without --enable-metrics real sglang mounts no /metrics: FastAPI's own 404 answers, in JSON.
+    metrics = requests.get(srv.url + "/metrics", timeout=5)
+    assert metrics.status_code == 404 and metrics.json() == {"detail": "Not Found"}
+    assert metrics.text == '{"detail":"Not Found"}' and metrics.headers["Content-Type"] == "application/json"
 
 
 @pytest.fixture

@@ -5,8 +5,17 @@ from __future__ import annotations
 import json
 
 from orchestrator.inventory.models import ServerProfile, WatchdogSettings
-from orchestrator.parsers.watchdog import parse_installed, parse_watchdog_state
-from orchestrator.probes.watchdog_probe import Config, Memory, Sample, decide, metric_sum
+from orchestrator.parsers.watchdog import RESULT_MARK, parse_installed, parse_watchdog_fact, parse_watchdog_state
+from orchestrator.probes.watchdog_probe import (
+    Config,
+    Memory,
+    Sample,
+    count_established,
+    decide,
+    load_memory,
+    metric_sum,
+    port_of,
+)
 from orchestrator.render.watchdog import watchdog_config, watchdog_files
 
 CFG = Config(stall_s=30, restart_budget=3, budget_window_s=3600)
@@ -67,6 +76,84 @@ def test_without_counters_a_failing_health_is_not_acted_on() -> None:
     samples = [serving(0, 100)] + [Sample(t, "active", True, False, "skipped", None, None) for t in range(10, 300, 10)]
     actions, mem = run(samples)
     assert set(actions) == {"none"} and "enable-metrics" in mem.reason
+
+
+def busy_blind(t: float, clients: int | None) -> Sample:
+    """enable-metrics off (/metrics 404: no counters, no in-flight gauges) and the tiny generation timed out."""
+    return Sample(t, "active", True, True, "timeout", None, None, "inv-a", clients)
+
+
+def test_without_counters_a_timeout_behind_a_long_queue_is_waiting_never_a_stall() -> None:
+    """Issue 38 item 4: a healthy server with a long queue and no counters was restarted after stall_s."""
+    samples = [serving(0, 1)] + [busy_blind(t, 40) for t in range(10, 600, 10)]
+    actions, mem = run(samples)
+    assert set(actions) == {"none"} and mem.state == "waiting" and mem.restarts == ()
+    assert "40 client connection(s) are open" in mem.reason and "enable-metrics off" in mem.reason
+    # Said once when the cause of the waiting changes, not at every check nor for another count of clients.
+    loading = Sample(0, "active", True, False, "skipped", None, None, "inv-a", 0)
+    first = decide(loading, Memory(), CFG)
+    busy = decide(busy_blind(10, 4), first.memory, CFG)
+    assert first.say.startswith("waiting: the server has not answered /health") and busy.memory.state == "waiting"
+    assert busy.say.startswith("waiting: the tiny generation timed out while 4 client connection(s) are open")
+    assert decide(busy_blind(20, 7), busy.memory, CFG).say == ""
+    # Connections that cannot be read are no evidence that nothing is queued.
+    actions, mem = run([serving(0, 1)] + [busy_blind(t, None) for t in range(10, 300, 10)])
+    assert set(actions) == {"none"} and "cannot be read" in mem.reason
+
+
+def test_without_counters_an_idle_server_that_cannot_answer_one_token_is_a_stall_once_its_clients_left() -> None:
+    """The stall clock starts when the last client is gone, not when the first probe timed out behind a queue."""
+    samples = [serving(0, 1)] + [busy_blind(t, 3) for t in range(10, 200, 10)] + \
+        [busy_blind(t, 0) for t in range(200, 260, 10)]
+    actions, mem = run(samples)
+    assert actions.index("restart") == 22  # t=220: 30 s after the last check that saw a client (t=190)
+    assert mem.restarts[0] == 220 and "with no client connected" in mem.actions[0].reason
+
+
+def test_counters_frozen_while_clients_are_connected_are_still_a_stall() -> None:
+    """With counters the queue is visible: a hung scheduler with clients waiting is restarted as before."""
+    samples = [serving(0, 100)] + [Sample(t, "active", True, True, "timeout", 100.0, 8, "", 8) for t in
+                                   range(10, 60, 10)]
+    assert run(samples)[0].count("restart") == 1
+
+
+def test_open_clients_are_counted_from_the_tcp_table() -> None:
+    header = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+    tcp = header + (
+        "   0: 0100007F:1F40 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1\n"  # listen
+        "   1: 0100007F:1F40 0100007F:D431 01 00000000:00000000 00:00000000 00000000     0        0 2\n"  # client
+        "   2: 0100007F:D431 0100007F:1F40 01 00000000:00000000 00:00000000 00000000     0        0 3\n"  # its end
+        "   3: 0100007F:1F40 0100007F:D432 06 00000000:00000000 00:00000000 00000000     0        0 4\n")  # closed
+    tcp6 = header + ("   0: 00000000000000000000000000000000:1F40 0000000000000000FFFF00000A000002:9C40 01 "
+                     "00000000:00000000 00:00000000 00000000     0        0 5\n")  # the router, over IPv6
+    assert port_of("http://127.0.0.1:8000") == 8000 and port_of("http://[::1]:30000/") == 30000
+    assert count_established([tcp, tcp6], 8000) == 2 and count_established([tcp], 9000) == 0
+
+
+def test_a_state_file_of_the_wrong_json_type_is_no_state_and_said(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 38 LOW: `[]`, `"x"`, `3` raised AttributeError in every check, so the watchdog never ran again."""
+    path = tmp_path / "state.json"
+    assert load_memory(str(path)) == (Memory(), "")  # never written: a fresh state, nothing to say
+    for text in ("[]", '"x"', "3", "null", '{"progress_at": "soon"}', '{"actions": [1]}', "{oops"):
+        path.write_text(text)
+        mem, said = load_memory(str(path))
+        assert mem == Memory() and "is not the watchdog's state" in said and str(path) in said, text
+        decide(serving(0, 1), mem, CFG)  # and the check goes on with it
+    path.write_text(Memory(state="ok", progress_at=5.0).to_json())
+    assert load_memory(str(path)) == (Memory(state="ok", progress_at=5.0), "")
+
+
+def test_status_reads_a_failing_watchdog_from_its_last_result() -> None:
+    good = Memory(state="ok").to_json()
+    assert parse_watchdog_fact(f"{good}\n{RESULT_MARK}\nsuccess\n").failing == ""
+    failed = parse_watchdog_fact(f"{good}\n{RESULT_MARK}\nexit-code\n")
+    assert failed.last_run == "exit-code" and "Result=exit-code" in failed.failing
+    assert failed.to_dict()["failing"] == failed.failing
+    stale = parse_watchdog_fact(f"[]\n{RESULT_MARK}\nsuccess\n")
+    assert stale.state == "unreadable" and "not the watchdog's JSON" in stale.failing
+    never = parse_watchdog_fact(f"\n{RESULT_MARK}\nsuccess\n")
+    assert never.state == "absent" and never.failing == "" and never.last_run == ""
+    assert parse_watchdog_fact(good).state == "ok"  # the bare state file (an older fact) still reads
 
 
 def test_a_starting_server_restarts_the_clock() -> None:
@@ -159,5 +246,6 @@ def test_rendered_files_and_the_installed_fact() -> None:
     lines = "".join(f"{f.remote_path} {f.mode:o} {f.sha256}\n" for f in files.values()) + "timer active enabled\n"
     installed = parse_installed(lines)
     assert all(installed.matches(f.remote_path, f.mode, f.sha256) for f in files.values())
-    assert installed.timer_active == "active"
+    assert installed.timer_active == "active" and installed.last_run == ""
+    assert parse_installed(lines + "last exit-code\n").last_run == "exit-code"
     assert WatchdogSettings().restart_budget == 3 and WatchdogSettings().budget_window_s == 3600

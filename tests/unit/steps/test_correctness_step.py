@@ -80,3 +80,43 @@ def test_a_probe_error_is_a_failed_check(make_run: Any) -> None:
     run = up_run(make_run, json.dumps({"answers": [], "error": "URLError: timed out"}))
     with pytest.raises(CheckFailed, match="golden prompts could not be run on release R1: URLError"):
         run.step("correctness")
+
+
+@pytest.mark.parametrize(("reference", "problem"), [
+    ([], "it is a JSON list, not an object"),
+    ({"version": 1, "answers": {"arithmetic": GOOD[0]}}, "its answers are not a list"),
+    ({"version": 2, "answers": GOOD}, "its version is 2, not 1"),
+    ({"version": 1, "answers": []}, "it holds no answers"),
+    ({"version": 1, "answers": [GOOD[0], "arithmetic"]}, "answer 2 is a JSON str, not an object"),
+    ({"version": 1, "answers": [{**GOOD[0], "ids": ["x"]}]}, "answer 1 has no ids list of token ids"),
+    ({"version": 1, "answers": [{"ids": [1], "logprobs": [-0.1]}]}, "answer 1 has no name or prompt_sha"),
+], ids=["list", "answers-dict", "version", "empty", "answer-str", "bad-ids", "no-name"])
+def test_a_reference_record_of_the_wrong_shape_fails_the_gate_naming_the_file(make_run: Any, reference: Any,
+                                                                               problem: str) -> None:
+    """Issue 38 LOW: such a golden.json compared nothing and passed ("detectors only")."""
+    line = json.loads(probe_line(GOOD, GOOD))
+    run = up_run(make_run, json.dumps({**line, "reference": reference}))
+    with pytest.raises(CheckFailed) as err:
+        run.step("correctness")
+    path = "/var/lib/deploy/releases/R0/golden.json"
+    assert err.value.what == (f"correctness gate: the reference record {path} of release R0 is not a golden "
+                              f"record: {problem}")
+    assert '{"version": 1, "release": ID, "answers": [' in err.value.fix and f"mv {path} {path}.bad" in err.value.fix
+
+
+def test_a_reference_file_that_is_not_json_fails_the_gate_and_a_missing_one_is_detectors_only(make_run: Any
+                                                                                              ) -> None:
+    line = {**json.loads(probe_line(GOOD, None)), "reference_problem": "it is not JSON (Expecting value: …)"}
+    run = up_run(make_run, json.dumps(line))
+    with pytest.raises(CheckFailed) as err:
+        run.step("correctness")
+    assert err.value.what.endswith("is not a golden record: it is not JSON (Expecting value: …)")
+    rec = up_run(make_run, probe_line(GOOD, None)).step("correctness")  # a release made before the gate
+    assert "detectors only" in rec.summary
+
+
+def test_a_prompt_missing_from_the_reference_is_said(make_run: Any) -> None:
+    run = up_run(make_run, probe_line(GOOD, GOOD[:1]))
+    rec = run.step("correctness")
+    assert "prompt 'long-context' is not in the reference record: detectors only" in \
+        rec.details["correctness"]["notes"]

@@ -46,3 +46,25 @@ def test_a_timer_that_does_not_start_fails_the_step(make_run) -> None:
 def test_a_plan_changes_nothing(make_run) -> None:
     run = make_run({}, {"watchdog": ""}, dry_run=True)
     assert run.step("watchdog").status == "would-change" and run.node.calls == []
+
+
+def test_up_says_what_a_watchdog_without_token_counters_can_do(make_run) -> None:
+    """Issue 38 item 4: without enable-metrics the watchdog restarts only a server with no client connected."""
+    run = make_run({}, {"watchdog": ""})
+    with_counters = make_run({}, {"watchdog": installed_lines(run)})
+    assert with_counters.ctx.profile.flags.get("enable-metrics") is True
+    record = with_counters.step("watchdog")
+    assert "enable-metrics off" not in record.summary and record.details["token_counters"] is True
+    blind = make_run({}, {"watchdog": installed_lines(run)})
+    blind.ctx.profile = blind.ctx.profile.model_copy(
+        update={"flags": {k: v for k, v in blind.ctx.profile.flags.items() if k != "enable-metrics"}})
+    record = blind.step("watchdog")
+    assert "enable-metrics off: no token counters, so it restarts only a server that fails with no client " \
+           "connected" in record.summary and record.details["token_counters"] is False
+
+
+def test_up_warns_of_a_watchdog_whose_last_check_failed(make_run) -> None:
+    run = make_run({}, {"watchdog": ""})
+    failed = make_run({}, {"watchdog": installed_lines(run) + "last exit-code\n"})
+    record = failed.step("watchdog")
+    assert record.status == "ok" and "but its last check failed (Result=exit-code)" in record.summary

@@ -195,7 +195,8 @@ def build_app(sim: Sim) -> App:
 
     async def metrics(request: Request) -> Response:
         if not sim.args.get("enable_metrics"):
-            return text_response("Not Found", 404)
+            # Real sglang mounts /metrics only with --enable-metrics: without it FastAPI's own 404 answers.
+            return Response(404, b'{"detail":"Not Found"}', "application/json")
         return text_response(_metrics(sim))
 
     for path, handler in (("/health", health), ("/health_generate", health), ("/v1/models", models),
