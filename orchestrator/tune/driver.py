@@ -291,6 +291,15 @@ def run_tune(ctx: TuneContext) -> Verdict:
     marked interrupted before the stop goes on up."""
     rec = ctx.record
     ctx.started = time.monotonic()
+    # After the first signal every later one is held, until the restore read back what the host runs: a quick
+    # second Ctrl-C cannot cut short the unwinding of the run the first one stopped (its lease's release).
+    with signals.one_stop(f"the stop of tune {rec.tune_id} (its restore of the original release)",
+                          quiet(ctx.say)):
+        return _run_tune(ctx)
+
+
+def _run_tune(ctx: TuneContext) -> Verdict:
+    rec = ctx.record
     try:
         return _tune(ctx)
     except HostChanged:

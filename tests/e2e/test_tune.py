@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -25,7 +26,7 @@ import yaml
 
 from orchestrator.state.ledger import Ledger
 
-from .conftest import DeployEnv
+from .conftest import REPO, DeployEnv
 
 PRESET = {"dataset_name": "random-ids", "random_input_len": 32, "random_output_len": 96, "random_range_ratio": 1.0,
           "num_prompts": 16, "request_rate": "inf"}
@@ -185,7 +186,8 @@ def _read_until(proc: subprocess.Popen[str], seen: list[str], words: str, timeou
 
 
 @pytest.mark.timeout(900)
-def test_a_tune_owns_its_host_and_a_second_ctrl_c_lets_its_restore_finish(converged: DeployEnv) -> None:
+def test_a_tune_owns_its_host_and_a_second_ctrl_c_lets_its_restore_finish(converged: DeployEnv,
+                                                                           tmp_path: Path) -> None:
     """Issue 38 items 2 and 3: a roll (and an up) between two of the tune's bench runs is refused naming the tune;
     Ctrl-C twice, the second during the restore: the restore finishes, the message says what was read back, and no
     lease is left (the suggested --resume is not refused lock-held)."""
@@ -209,15 +211,37 @@ def test_a_tune_owns_its_host_and_a_second_ctrl_c_lets_its_restore_finish(conver
     up = env.run_process("--json", "up", "host", env.host, "--skip-bench", timeout=300)
     assert up.rc == 3 and f"deploy tune {tune_id}" in up.json["what"], up.text
     assert current(env) == trial  # neither got in
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGINT)  # during a bench run: it holds the host lease
+    for _ in range(20):  # quick further Ctrl-Cs, while the first still unwinds that run (its lease's release)
+        time.sleep(0.005)
+        proc.send_signal(signal.SIGINT)
     assert _read_until(proc, seen, "restoring release", 120) is not None, "".join(seen)
     time.sleep(0.5)
-    proc.send_signal(signal.SIGINT)  # the impatient second Ctrl-C, during the restore's rollback
+    proc.send_signal(signal.SIGINT)  # the impatient third Ctrl-C, during the restore's rollback
     out, _ = proc.communicate(timeout=300)
     text = "".join(seen) + out
     assert proc.returncode == 130, text
     assert "SIGINT: the restore of release" in text and "finishes first" in text, text
+    assert "lock-held" not in text and "another deploy run holds the lock" not in text, text
     assert f"the original release {original} was restored (read back from the host)" in text, text
+    assert_restored(env, tune_id, original)
+    # `| head -2`: the (resumed) tune's output closed under it: the same restore, and the record says so
+    with (tmp_path / "stderr").open("w+") as stderr:
+        head = subprocess.Popen([sys.executable, "-m", "orchestrator", "tune", "host", env.host, "--resume", tune_id],
+                                stdout=subprocess.PIPE, stderr=stderr, text=True, env=env.env, cwd=REPO)
+        assert _read_until(head, seen, "c=", 600) is not None, "".join(seen)
+        assert head.stdout is not None
+        head.stdout.close()
+        rc = head.wait(timeout=300)
+        stderr.seek(0)
+        said = stderr.read()
+    assert rc == 129 and "its output was closed" in said and "(read back from the host)" in said, (rc, said)
+    assert "Traceback" not in said and "Exception ignored" not in said, said
+    assert_restored(env, tune_id, original)
+
+
+def assert_restored(env: DeployEnv, tune_id: str, original: str) -> None:
+    """The host runs the tune's original release (one server, no lease left) and the record says so."""
     assert current(env) == original
     assert env.ct("pgrep -fc 'sglang.launch_server|sglang serve'").stdout.strip() == "1"
     assert env.ssh("cat /var/lib/deploy/deploy.lease 2>/dev/null").stdout.strip() == "", "a lease was left behind"
