@@ -185,6 +185,15 @@ def _read_until(proc: subprocess.Popen[str], seen: list[str], words: str, timeou
     return None
 
 
+def _start_tune(env: DeployEnv, seen: list[str]) -> tuple[subprocess.Popen[str], str]:
+    """A one-point tune in the background, once it said its id."""
+    proc = env.popen("tune", "host", env.host, "--slo", SLO, "--over", "max-running-requests=64", "--range",
+                     "16:64:16", "--preset", "tune", "--confirm", "1")
+    first = _read_until(proc, seen, "tune t-", 120)
+    assert first is not None, "".join(seen)
+    return proc, first.split()[1]
+
+
 @pytest.mark.timeout(900)
 def test_a_tune_owns_its_host_and_a_second_ctrl_c_lets_its_restore_finish(converged: DeployEnv,
                                                                            tmp_path: Path) -> None:
@@ -194,12 +203,8 @@ def test_a_tune_owns_its_host_and_a_second_ctrl_c_lets_its_restore_finish(conver
     env = converged
     add_preset(env)
     original = current(env)
-    proc = env.popen("tune", "host", env.host, "--slo", SLO, "--over", "max-running-requests=64", "--range",
-                     "16:64:16", "--preset", "tune", "--confirm", "1")
     seen: list[str] = []
-    first = _read_until(proc, seen, "tune t-", 120)
-    assert first is not None, "".join(seen)
-    tune_id = first.split()[1]
+    proc, tune_id = _start_tune(env, seen)
     # the rolled point is being measured: its trial is current, and the tune is between two bench runs
     assert _read_until(proc, seen, "[max-running-requests=64] c=", 600) is not None, "".join(seen)
     trial = current(env)
@@ -247,3 +252,28 @@ def assert_restored(env: DeployEnv, tune_id: str, original: str) -> None:
     assert env.ssh("cat /var/lib/deploy/deploy.lease 2>/dev/null").stdout.strip() == "", "a lease was left behind"
     record = json.loads((Path(env.env["DEPLOY_STATE_DIR"]) / "tunes" / f"{tune_id}.json").read_text())
     assert record["phase"] == "interrupted" and record["host_release"] == original, record
+
+
+@pytest.mark.timeout(600)
+def test_a_bench_run_of_a_tune_measures_only_its_points_server(converged: DeployEnv) -> None:
+    """Issue 38 item 2: a server restarted under the tune (by hand, another machine, a watchdog) between two of
+    its bench runs is not the process its point measured: the tune stops (host-changed) before it measures, and
+    files no figure of that run."""
+    env = converged
+    add_preset(env)
+    seen: list[str] = []
+    proc, tune_id = _start_tune(env, seen)
+    assert _read_until(proc, seen, "[current] c=", 600) is not None, "".join(seen)
+    pid = env.ct("systemctl show -p MainPID --value sglang").stdout.strip()
+    env.ct("systemctl restart sglang")
+    assert env.ct("systemctl show -p MainPID --value sglang").stdout.strip() != pid
+    out, _ = proc.communicate(timeout=300)
+    text = "".join(seen) + out
+    assert proc.returncode == 3, text
+    # the next run met the new process, or the old one still on its way out
+    assert (f"not as pid {pid} that the earlier runs measured (restarted)" in text
+            or f"sglang (pid {pid}) is stopping or restarting" in text), text
+    assert "another command changed" in text and "figures are not recorded" in text, text
+    record = json.loads((Path(env.env["DEPLOY_STATE_DIR"]) / "tunes" / f"{tune_id}.json").read_text())
+    runs = record["points"][0]["runs"]
+    assert record["phase"] == "interrupted" and len(runs) == text.count("[current] c="), (runs, text)
