@@ -230,6 +230,10 @@ class CT:
     ct_address = CtFact("ct_address", lambda h, p: address_command(net0_ifname(h.container.net0)), raw)
     enabled = CtFact("enabled", lambda h, p: f"systemctl is-enabled {PATHS.unit_name}", raw)
     main_pid = CtFact("main_pid", lambda h, p: f"systemctl show -p MainPID --value {PATHS.unit_name}", raw)
+    # The running server: its pid, then its argv one word a line (no secret: those reach sglang by --config).
+    server_process = CtFact("server_process", lambda h, p: (
+        f"p=$(systemctl show -p MainPID --value {PATHS.unit_name}); echo \"$p\"; "
+        "[ \"${p:-0}\" = 0 ] || tr '\\0' '\\n' < \"/proc/$p/cmdline\""), raw)
     health = CtFact("health", lambda h, p: (
         f"curl -s -o /dev/null -m 5 -w '%{{http_code}}' http://{_q(p.host)}:{p.port}/health"), raw)
 

@@ -141,7 +141,7 @@ def stopped(host: str, record: TuneRecord, stop: BaseException) -> Interrupted:
     """The error of a tune that a signal or a closed output stopped, saying what the host was read back running
     after the restore: "restored" only when it was."""
     cls: type[Interrupted]
-    if isinstance(stop, BrokenPipeError):
+    if output_closed(stop):
         cls, how = HungUp, "stopped (its output was closed)"
     elif type(stop).__name__ == "_SigHup" or (isinstance(stop, SystemExit) and stop.code == 129):
         cls, how = HungUp, "stopped (SIGHUP)"
@@ -161,6 +161,14 @@ def stopped(host: str, record: TuneRecord, stop: BaseException) -> Interrupted:
                fix=f"deploy tune host {host} --resume {record.tune_id} (it restores the original first, then goes "
                    "on)" + ("" if now == original else f"; or put the original back: deploy rollback host {host} "
                                                         f"--to {original}"))
+
+
+def output_closed(stop: BaseException) -> bool:
+    """A write to a closed stdout (`deploy tune … | head -2`): Python's BrokenPipeError, or the SystemExit(1) that
+    rich raises in its place (Console.on_broken_pipe, which also points stdout at /dev/null so that the restore's
+    lines and the exit's flush land nowhere). Not a SIGTERM's SystemExit: that one is 143, and not "terminated"."""
+    return isinstance(stop, BrokenPipeError) or (isinstance(stop, SystemExit)
+                                                 and isinstance(stop.__context__, BrokenPipeError))
 
 
 def _report(app: AppContext, record: TuneRecord, plan: TunePlan, out_dir: str | None) -> int:

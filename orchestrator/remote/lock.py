@@ -274,7 +274,9 @@ def lost_message(info: LeaseInfo | None) -> str:
 
 # ------------------------------------------------------------------------------------------------- the lease
 def _exit_on_signal(signum: int, _frame: object) -> None:
-    raise SystemExit(128 + signum)
+    """End the run; in a command that is already stopping (signals.one_stop: a tune unwinding into its restore)
+    the signal is held instead, so it cannot cut short the cleanup that frees this lease."""
+    signals.stop_or_hold(signum, lambda: SystemExit(128 + signum))
 
 
 class HostLease:

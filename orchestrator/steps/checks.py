@@ -13,8 +13,9 @@ from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wa
 
 from orchestrator.bench.run import BenchRun, bench_limit_s, run_bench
 from orchestrator.bench.stats import estimate, median_index
-from orchestrator.errors import CheckFailed, RemoteError
+from orchestrator.errors import CheckFailed, HostChanged, RemoteError
 from orchestrator.facts import CT
+from orchestrator.parsers.server_process import argv_difference, parse_server_process
 from orchestrator.render.service import public_flags
 from orchestrator.resources import probe_text
 from orchestrator.runlog import StepRecord
@@ -22,6 +23,7 @@ from orchestrator.state.ledger import Ledger, RunSource
 from orchestrator.state.releases import current_release
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.session import ensure_facts
+from orchestrator.steps.state import ExpectedServer
 from orchestrator.steps.waiting import waiting_for
 from orchestrator.verdicts.server_log import CapturePhase, FatalLine, argparse_error, find_fatal
 
@@ -348,17 +350,47 @@ def throughput(ctx: StepContext, record: StepRecord) -> None:
                           details=run.to_dict())
 
 
-@step("bench", ct_facts=(CT.current_release, CT.health))
+def measured_server(ctx: StepContext, release: str | None, expect: ExpectedServer) -> int:
+    """The pid of the server a tune's run is about to measure, once it proved to be `expect`: the expected
+    release, the same process as the point's earlier runs, that release's flags. Else HostChanged, before any
+    request is sent: a run of another server would be filed under the point's label."""
+    from orchestrator.flags import canonicalize
+    from orchestrator.render.service import launch_argv
+    from orchestrator.steps.roll import installed_schema
+
+    out = ctx.facts.get(CT.server_process)
+    proc = parse_server_process(out.stdout if out is not None else "")
+    if release != expect.release:
+        why = f"the current release is {release}, not {expect.release}"
+    elif proc.pid is None:
+        why = "no sglang process runs"
+    elif not proc.argv:
+        why = f"sglang (pid {proc.pid}) is stopping or restarting"
+    elif expect.pid is not None and proc.pid != expect.pid:
+        why = f"sglang runs as pid {proc.pid}, not as pid {expect.pid} that the earlier runs measured (restarted)"
+    else:
+        _, schema = installed_schema(ctx)
+        stored = ctx.facts.get(CT.current_flags) or {}
+        diff = argv_difference(proc.argv, launch_argv(ctx.profile, canonicalize(stored, schema)))
+        if diff is None:
+            return proc.pid
+        why = f"sglang (pid {proc.pid}) does not run release {release}'s flags: {diff}"
+    raise HostChanged(why, fix="`deploy status` shows what runs now", host=ctx.host.name)
+
+
+@step("bench", ct_facts=(CT.current_release, CT.health, CT.current_flags, CT.sglang_version, CT.server_process))
 def bench(ctx: StepContext, record: StepRecord) -> None:
     """Run the preset (once, or once per sweep point) against the running server, with telemetry."""
     ensure_facts(ctx)
+    link = ctx.facts.get(CT.current_release)
+    release = current_release(link.stdout) if link is not None and link.rc == 0 else None
+    if ctx.inputs.expect is not None:  # first: another server, healthy or not, is not the one to measure
+        ctx.state.server.pid = measured_server(ctx, release, ctx.inputs.expect)
     fact = ctx.facts.get(CT.health)
     if fact is None or fact.stdout.strip() != "200":
         raise CheckFailed(f"the server in CT {ctx.vmid} is not healthy (/health "
                           f"{fact.stdout.strip() if fact else 'unreachable'})",
                           fix="deploy status / deploy up", host=ctx.host.name)
-    link = ctx.facts.get(CT.current_release)
-    release = current_release(link.stdout) if link is not None and link.rc == 0 else None
     preset = ctx.options.preset or ctx.profile.bench_preset
     points = ctx.inputs.bench_points or ({},)
     runs = []

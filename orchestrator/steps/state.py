@@ -40,6 +40,15 @@ class TuneTrial:
 
 
 @dataclass(frozen=True)
+class ExpectedServer:
+    """The server a tune's bench run must measure (bench step): its point's release, run by the process (pid) its
+    earlier runs measured, with that release's flags. Anything else stops the run before it measures."""
+
+    release: str
+    pid: int | None = None  # None: the point's first run (it learns the pid)
+
+
+@dataclass(frozen=True)
 class RollRequest:
     """`deploy roll` (and each point of `bench --sweep-server`): flag changes or a replacement flag set."""
 
@@ -60,6 +69,7 @@ class RunInputs:
     rollback_to: str | None = None  # rollback_release (None: the current release's predecessor)
     history_limit: int = 50  # history
     bench_points: tuple[dict[str, str], ...] = ({},)  # bench: one run per point (bench flag overrides)
+    expect: ExpectedServer | None = None  # bench: measure only this server (a tune's run)
     want_bandwidth: bool = False  # p2p_bandwidth
     probe_size_mib: int = 256  # p2p_bandwidth
 
@@ -75,6 +85,7 @@ class ServerRun:
     installed: bool = False  # this run installed `release` (a new release id): its verdict must be written
     journal_cursor: str | None = None  # the unit's last journal entry before this start: health reads what follows
     previous: str | None = None  # the release current before this run installed `release` (the gate's reference)
+    pid: int | None = None  # bench with RunInputs.expect: the server process it checked and measured
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from orchestrator import signals
@@ -27,7 +27,7 @@ from orchestrator.roll import RollResult, roll_host, rollback_host
 from orchestrator.runner import ProgressFn, run_playbook_to_end
 from orchestrator.state.ledger import Ledger
 from orchestrator.steps.base import RunOptions
-from orchestrator.steps.state import RollRequest, RunInputs, TuneTrial
+from orchestrator.steps.state import ExpectedServer, RollRequest, RunInputs, TuneTrial
 from orchestrator.tune.plan import TunePlan
 from orchestrator.tune.record import CURRENT, PointRecord, RunEntry, TuneRecord, save
 from orchestrator.tune.search import Measurement, Ranked, Verdict, bracket, choose, goodput
@@ -47,6 +47,8 @@ class TuneContext:
     say: Say
     tofu: bool = False
     started: float = 0.0
+    #: each point's server process, as its first bench run of this session checked it (a later run must meet it)
+    pids: dict[str, int] = field(default_factory=dict)
 
     def options(self, command: str) -> RunOptions:
         return RunOptions(preset=self.record.preset, command=command, tofu=self.tofu)
@@ -61,15 +63,19 @@ def bench_at(ctx: TuneContext, point: PointRecord, concurrency: int, purpose: Li
              ) -> RunEntry:
     """One bench run at `concurrency` on the running release, recorded in the tune and the ledger at once."""
     overrides = {"max-concurrency": str(concurrency), "num-prompts": str(prompts_for(ctx, concurrency))}
+    # The bench step checks, before it measures, that the server is the point's release, run by the process
+    # the point's earlier runs measured, with that release's flags (steps/checks.measured_server).
+    expect = (ExpectedServer(point.release, ctx.pids.get(point.label)) if point.release is not None else None)
     report = run_playbook_to_end("bench", ctx.host, ctx.inventory, ctx.options("deploy tune"),
                                  progress=ctx.progress, say=ctx.say,
-                                 inputs=RunInputs(bench_points=(overrides,)))
+                                 inputs=RunInputs(bench_points=(overrides,), expect=expect))
+    if isinstance(report.failure, HostChanged):
+        raise changed_under_tune(ctx, f"the bench at concurrency {concurrency} of point {point.label} (release "
+                                      f"{point.release}) did not measure: {report.failure.what}")
     if report.failure is not None:
         raise report.failure
-    measured = report.state.server.release
-    if point.release is not None and measured != point.release:
-        raise changed_under_tune(ctx, f"the bench at concurrency {concurrency} measured release {measured}, not "
-                                      f"point {point.label}'s release {point.release}")
+    if report.state.server.pid is not None:
+        ctx.pids[point.label] = report.state.server.pid
     run: BenchRun = report.state.bench_runs[0]
     t = run.telemetry
     entry = RunEntry(run_id=run.run_id, concurrency=concurrency, purpose=purpose,
@@ -297,6 +303,15 @@ def run_tune(ctx: TuneContext) -> Verdict:
     marked interrupted before the stop goes on up."""
     rec = ctx.record
     ctx.started = time.monotonic()
+    # After the first signal every later one is held, until the restore read back what the host runs: a quick
+    # second Ctrl-C cannot cut short the unwinding of the run the first one stopped (its lease's release).
+    with signals.one_stop(f"the stop of tune {rec.tune_id} (its restore of the original release)",
+                          quiet(ctx.say)):
+        return _run_tune(ctx)
+
+
+def _run_tune(ctx: TuneContext) -> Verdict:
+    rec = ctx.record
     try:
         return _tune(ctx)
     except HostChanged:

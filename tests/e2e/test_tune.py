@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -25,7 +26,7 @@ import yaml
 
 from orchestrator.state.ledger import Ledger
 
-from .conftest import DeployEnv
+from .conftest import REPO, DeployEnv
 
 PRESET = {"dataset_name": "random-ids", "random_input_len": 32, "random_output_len": 96, "random_range_ratio": 1.0,
           "num_prompts": 16, "request_rate": "inf"}
@@ -187,20 +188,26 @@ def _read_until(proc: subprocess.Popen[str], seen: list[str], words: str, timeou
     return None
 
 
+def _start_tune(env: DeployEnv, seen: list[str]) -> tuple[subprocess.Popen[str], str]:
+    """A one-point tune in the background, once it said its id."""
+    proc = env.popen("tune", "host", env.host, "--slo", SLO, "--over", "max-running-requests=64", "--range",
+                     "16:64:16", "--preset", "tune", "--confirm", "1")
+    first = _read_until(proc, seen, "tune t-", 120)
+    assert first is not None, "".join(seen)
+    return proc, first.split()[1]
+
+
 @pytest.mark.timeout(900)
-def test_a_tune_owns_its_host_and_a_second_ctrl_c_lets_its_restore_finish(converged: DeployEnv) -> None:
+def test_a_tune_owns_its_host_and_a_second_ctrl_c_lets_its_restore_finish(converged: DeployEnv,
+                                                                           tmp_path: Path) -> None:
     """Issue 38 items 2 and 3: a roll (and an up) between two of the tune's bench runs is refused naming the tune;
     Ctrl-C twice, the second during the restore: the restore finishes, the message says what was read back, and no
     lease is left (the suggested --resume is not refused lock-held)."""
     env = converged
     add_preset(env)
     original = current(env)
-    proc = env.popen("tune", "host", env.host, "--slo", SLO, "--over", "max-running-requests=64", "--range",
-                     "16:64:16", "--preset", "tune", "--confirm", "1")
     seen: list[str] = []
-    first = _read_until(proc, seen, "tune t-", 120)
-    assert first is not None, "".join(seen)
-    tune_id = first.split()[1]
+    proc, tune_id = _start_tune(env, seen)
     # the rolled point is being measured: its trial is current, and the tune is between two bench runs
     assert _read_until(proc, seen, "[max-running-requests=64] c=", 600) is not None, "".join(seen)
     trial = current(env)
@@ -212,17 +219,64 @@ def test_a_tune_owns_its_host_and_a_second_ctrl_c_lets_its_restore_finish(conver
     up = env.run_process("--json", "up", "host", env.host, "--skip-bench", timeout=300)
     assert up.rc == 3 and f"deploy tune {tune_id}" in up.json["what"], up.text
     assert current(env) == trial  # neither got in
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGINT)  # during a bench run: it holds the host lease
+    for _ in range(20):  # quick further Ctrl-Cs, while the first still unwinds that run (its lease's release)
+        time.sleep(0.005)
+        proc.send_signal(signal.SIGINT)
     assert _read_until(proc, seen, "restoring release", 120) is not None, "".join(seen)
     time.sleep(0.5)
-    proc.send_signal(signal.SIGINT)  # the impatient second Ctrl-C, during the restore's rollback
+    proc.send_signal(signal.SIGINT)  # the impatient third Ctrl-C, during the restore's rollback
     out, _ = proc.communicate(timeout=300)
     text = "".join(seen) + out
     assert proc.returncode == 130, text
     assert "SIGINT: the restore of release" in text and "finishes first" in text, text
+    assert "lock-held" not in text and "another deploy run holds the lock" not in text, text
     assert f"the original release {original} was restored (read back from the host)" in text, text
+    assert_restored(env, tune_id, original)
+    # `| head -2`: the (resumed) tune's output closed under it: the same restore, and the record says so
+    with (tmp_path / "stderr").open("w+") as stderr:
+        head = subprocess.Popen([sys.executable, "-m", "orchestrator", "tune", "host", env.host, "--resume", tune_id],
+                                stdout=subprocess.PIPE, stderr=stderr, text=True, env=env.env, cwd=REPO)
+        assert _read_until(head, seen, "c=", 600) is not None, "".join(seen)
+        assert head.stdout is not None
+        head.stdout.close()
+        rc = head.wait(timeout=300)
+        stderr.seek(0)
+        said = stderr.read()
+    assert rc == 129 and "its output was closed" in said and "(read back from the host)" in said, (rc, said)
+    assert "Traceback" not in said and "Exception ignored" not in said, said
+    assert_restored(env, tune_id, original)
+
+
+def assert_restored(env: DeployEnv, tune_id: str, original: str) -> None:
+    """The host runs the tune's original release (one server, no lease left) and the record says so."""
     assert current(env) == original
     assert env.ct("pgrep -fc 'sglang.launch_server|sglang serve'").stdout.strip() == "1"
     assert env.ssh("cat /var/lib/deploy/deploy.lease 2>/dev/null").stdout.strip() == "", "a lease was left behind"
     record = json.loads((Path(env.env["DEPLOY_STATE_DIR"]) / "tunes" / f"{tune_id}.json").read_text())
     assert record["phase"] == "interrupted" and record["host_release"] == original, record
+
+
+@pytest.mark.timeout(600)
+def test_a_bench_run_of_a_tune_measures_only_its_points_server(converged: DeployEnv) -> None:
+    """Issue 38 item 2: a server restarted under the tune (by hand, another machine, a watchdog) between two of
+    its bench runs is not the process its point measured: the tune stops (host-changed) before it measures, and
+    files no figure of that run."""
+    env = converged
+    add_preset(env)
+    seen: list[str] = []
+    proc, tune_id = _start_tune(env, seen)
+    assert _read_until(proc, seen, "[current] c=", 600) is not None, "".join(seen)
+    pid = env.ct("systemctl show -p MainPID --value sglang").stdout.strip()
+    env.ct("systemctl restart sglang")
+    assert env.ct("systemctl show -p MainPID --value sglang").stdout.strip() != pid
+    out, _ = proc.communicate(timeout=300)
+    text = "".join(seen) + out
+    assert proc.returncode == 3, text
+    # the next run met the new process, or the old one still on its way out
+    assert (f"not as pid {pid} that the earlier runs measured (restarted)" in text
+            or f"sglang (pid {pid}) is stopping or restarting" in text), text
+    assert "another command changed" in text and "figures are not recorded" in text, text
+    record = json.loads((Path(env.env["DEPLOY_STATE_DIR"]) / "tunes" / f"{tune_id}.json").read_text())
+    runs = record["points"][0]["runs"]
+    assert record["phase"] == "interrupted" and len(runs) == text.count("[current] c="), (runs, text)

@@ -95,3 +95,88 @@ def test_resume_refuses_the_settings_its_record_fixes(local_inv: Path, tmp_path:
         doc = json.loads(res.stdout)
         assert res.returncode == 2 and f"{extra[0]} would be ignored" in doc["what"], (extra, res.stdout)
     assert not (tmp_path / "tunes").exists()
+
+
+def _spin() -> None:
+    for _ in range(10000):  # a pending signal's handler runs between two bytecodes
+        pass
+
+
+def test_after_the_first_signal_of_a_one_stop_block_every_later_one_is_held() -> None:
+    """Issue 38 item 3: a quick second Ctrl-C landed while the first one still unwound the bench run it stopped,
+    in the `finally` that frees that run's lease; the lease stayed on the host and the restore was refused."""
+    said: list[str] = []
+    before = {sig: signal.getsignal(sig) for sig in signals.HELD}
+    freed = False
+    with pytest.raises(KeyboardInterrupt), signals.one_stop("the stop of tune t1", said.append) as held:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)  # the first Ctrl-C stops the block as before
+            _spin()
+        finally:
+            assert signals.holding()
+            os.kill(os.getpid(), signal.SIGINT)  # the impatient second one, during the cleanup
+            os.kill(os.getpid(), signal.SIGTERM)
+            _spin()
+            freed = True  # the cleanup ran to its end
+    assert freed and held == ["SIGINT", "SIGTERM"], said
+    assert "SIGINT: the stop of tune t1 is still running and finishes first" in said[0]
+    assert not signals.holding() and {sig: signal.getsignal(sig) for sig in signals.HELD} == before
+
+
+def test_the_host_lease_signal_handler_holds_inside_a_stopped_block() -> None:
+    """The host lease traps SIGTERM during each run (remote/lock.py); in a tune that is already stopping its
+    handler must hold the signal too, not raise SystemExit into the cleanup that frees the lease."""
+    from orchestrator.remote.lock import _exit_on_signal
+
+    with pytest.raises(SystemExit):  # outside any block: the run ends
+        _exit_on_signal(signal.SIGTERM, None)
+    with pytest.raises(SystemExit) as first, signals.one_stop("the stop of tune t1", lambda _m: None) as held:
+        try:
+            _exit_on_signal(signal.SIGTERM, None)  # the first: stops the run, exit 143
+        finally:
+            _exit_on_signal(signal.SIGTERM, None)  # the second: held
+    assert first.value.code == 143 and held == ["SIGTERM"]
+
+
+def test_a_closed_output_is_told_from_a_sigterm() -> None:
+    """`deploy tune … | head -2`: rich answers the BrokenPipeError with SystemExit(1) (Console.on_broken_pipe);
+    the tune said "terminated" and exited 143 as for a SIGTERM."""
+    try:
+        try:
+            raise BrokenPipeError(32, "Broken pipe")
+        except BrokenPipeError:
+            raise SystemExit(1) from None  # `from None` hides the context from tracebacks; it is still set
+    except SystemExit as exc:
+        stop = exc
+    err = stopped("h1", _record("r-orig"), stop)
+    assert isinstance(err, HungUp) and err.exit_code == 129 and "its output was closed" in err.what, err.what
+    assert isinstance(stopped("h1", _record("r-orig"), SystemExit(143)), Terminated)
+
+
+def test_a_quick_second_signal_cannot_cut_short_the_unwinding_of_the_run_the_first_stopped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first Ctrl-C stops a bench run; the second lands in that run's `finally` (which frees the host lease):
+    the release ran to its end, then the restore, and the first stop went on up."""
+    from orchestrator.tune import driver
+
+    steps: list[str] = []
+
+    def bench_run(_ctx: object) -> None:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            _spin()
+        finally:
+            os.kill(os.getpid(), signal.SIGINT)
+            _spin()
+            steps.append("lease released")
+
+    monkeypatch.setattr(driver, "_tune", bench_run)
+    monkeypatch.setattr(driver, "save", lambda _rec: None)
+    monkeypatch.setattr(driver, "restore_and_read_back", lambda _ctx, _say: steps.append("restored"))
+    said: list[str] = []
+    ctx = driver.TuneContext(host=None, inventory=None, plan=None, slo=None,  # type: ignore[arg-type]
+                             record=_record(None), progress=None, say=said.append)
+    with pytest.raises(KeyboardInterrupt):
+        driver.run_tune(ctx)
+    assert steps == ["lease released", "restored"], (steps, said)
+    assert any("SIGINT: the stop of tune t-20261202-230000-ab12" in s for s in said), said
