@@ -48,3 +48,16 @@ def read_text_file(path: Path, what: str = "file", *, max_bytes: int = MAX_FILE_
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{what} {path}: not UTF-8 text (byte {exc.start})", fix="save the file as UTF-8") from None
+
+
+def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """Write `path` whole or not at all (a temporary file beside it, then a rename), with exactly `mode`: a
+    reader that watches the file (Prometheus' file_sd) never sees half of it, and a secret is never readable by
+    others, not even for a moment (the mode is set before the first byte)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    with os.fdopen(fd, "w") as fh:
+        os.fchmod(fh.fileno(), mode)  # the umask narrowed O_CREAT's mode
+        fh.write(text)
+    os.replace(tmp, path)

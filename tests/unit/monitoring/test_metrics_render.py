@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from pathlib import Path
 
 from orchestrator.monitoring.render import METRICS, NAMES, render
 from orchestrator.monitoring.state import MetricsState, Observation, advance
@@ -93,3 +94,8 @@ def test_metric_names_follow_the_conventions() -> None:
         assert re.fullmatch(r"deploy_[a-z0-9_]+", spec.name), spec.name
         assert spec.name.endswith("_total") == (spec.type == "counter"), spec.name
         assert "_ms" not in spec.name and "milli" not in spec.name
+
+
+def test_the_monitoring_page_lists_every_metric() -> None:
+    page = (Path(__file__).resolve().parents[3] / "docs" / "monitoring.md").read_text()
+    assert [m.name for m in METRICS if f"`{m.name}`" not in page] == []
