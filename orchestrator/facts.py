@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar, overload
 
 from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.inventory.models import Host, ServerProfile
+from orchestrator.monitoring.publish import state_command as metrics_state_command
 from orchestrator.parsers.ct_gpus import CT_GPU_QUERY, CtGpus, parse_ct_gpus
 from orchestrator.parsers.netaddr import address_command, net0_ifname
 from orchestrator.parsers.packages import DPKG_FORMAT
@@ -188,6 +189,8 @@ class HOST:
     model_mount = HostFact("model_mount", lambda h, p: (
         f"test -d {_q(h.container.model_mount)} && echo present || echo absent" if h.container.model_mount
         else "echo none"), raw)
+    #: What the last publish of the tool's metrics carried over (orchestrator/monitoring/state.py); "" before it.
+    metrics_state = HostFact("metrics_state", lambda h, p: metrics_state_command(), raw)
 
 
 class CT:

@@ -70,3 +70,9 @@ def golden_prompts_file() -> Path:
 def example_inventory_dir() -> Path:
     """The worked example (the seeds' host, the glm5-nvfp4 profile, bench presets): `deploy init` copies it."""
     return _shipped("examples", "inventory")
+
+
+def monitoring_dir() -> Path:
+    """The alert rules (rules.yaml) and the Grafana dashboard (dashboard.json) that operators drop into their
+    Prometheus and Grafana (docs/monitoring.md)."""
+    return _shipped("monitoring")

@@ -69,6 +69,8 @@ HOST_OVERLAYS: tuple[tuple[str, str, str], ...] = (
     ("root", "/root", "dir"),
     ("var/lib/vz", "/var/lib/vz", "dir"),
     ("var/lib/deploy", "/var/lib/deploy", "dir"),
+    # node_exporter's textfile directory (Debian's prometheus-node-exporter): deploy publishes its metrics there.
+    ("var/lib/prometheus/node-exporter", "/var/lib/prometheus/node-exporter", "dir"),
     ("tmp", "/tmp", "dir"),
     # The host's own units (the stand-in `systemctl` reads them; `deploy sim reboot` starts the enabled ones) and
     # the boot id that changes at each `deploy sim reboot`: never the machine's own.

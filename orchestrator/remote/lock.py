@@ -34,6 +34,7 @@ from typing import Any
 from orchestrator import signals
 from orchestrator.errors import DeployError, LockHeld, LockLost, RemoteError
 from orchestrator.inventory.models import Host
+from orchestrator.monitoring.publish import FAILED as PUBLISH_FAILED
 from orchestrator.remote.ssh import RemoteResult, SshHost
 from orchestrator.state import local_runs
 
@@ -122,7 +123,7 @@ case __MODE__ in
     fi
     if [ $live = 0 ]; then show renewed-expired; fi;;
   release)
-    if [ "$l_run" = __RUN__ ]; then rm -f "$f"; elif [ -f "$f" ]; then show not-ours; fi
+    if [ "$l_run" = __RUN__ ]; then __ON_RELEASE__rm -f "$f"; elif [ -f "$f" ]; then show not-ours; fi
     exit 0;;
 esac
 { printf 'run=%s\n' __RUN__; printf 'holder=%s\n' __HOLDER__; printf 'boot=%s\n' "$boot"
@@ -145,7 +146,9 @@ class LeaseScript:
     #: Runs this machine proves dead (state/local_runs.py): a lease naming one is taken over before it expires.
     dead_runs: tuple[str, ...] = ()
 
-    def render(self, mode: str) -> str:
+    def render(self, mode: str, on_release: str = "") -> str:
+        """The check for `mode`; `on_release`: shell lines run in a release while the lease is still ours, under
+        its mutex, before the lease file goes (the metrics' publish: the release's round trip carries them)."""
         if mode not in ("acquire", "renew", "release"):
             raise ValueError(f"unknown lease mode {mode!r}")
         values = {"__DIR__": shlex.quote(self.lock_dir), "__LEASE__": LEASE_FILE, "__MUTEX__": MUTEX_FILE,
@@ -159,7 +162,7 @@ class LeaseScript:
         text = _SCRIPT
         for key, value in values.items():
             text = text.replace(key, value)
-        return text
+        return text.replace("__ON_RELEASE__", on_release + "\n" if on_release else "")
 
 
 # --------------------------------------------------------------------------------------- pure: parse, describe
@@ -307,6 +310,9 @@ class HostLease:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._old_handlers: dict[int, Any] = {}
+        #: Shell lines for the release's round trip (steps/session.py: the metrics' publish), built at release time.
+        self.on_release: Callable[[], str] | None = None
+        self.published: str | None = None  # what the release said about those lines ("published", or the failure)
 
     # -- guard protocol (called by SshHost.run) -------------------------------------------------------------
     def wrap(self, command: str) -> str:
@@ -455,8 +461,21 @@ class HostLease:
             self.mode = None
             return "lock was not held"
         self.mode = None
-        res = self.ssh.run(self.script.render("release"), check=False, what="release the host lock")
-        other = parse_guard_output(res.stderr).events.get("not-ours")
+        extra = ""
+        if self.on_release is not None:
+            try:
+                extra = self.on_release()
+            except Exception as exc:  # the release must happen; a bug in what it carries is reported, not raised
+                self.published = f"not published: {type(exc).__name__}: {exc}"
+                self.notes.append(f"metrics {self.published}")
+        res = self.ssh.run(self.script.render("release", extra), check=False, what="release the host lock")
+        report = parse_guard_output(res.stderr)
+        if extra:
+            failed = [line for line in report.stderr.splitlines() if line.startswith(PUBLISH_FAILED)]
+            self.published = "; ".join(failed) if failed else "published"
+            if failed:
+                self.notes.extend(failed)
+        other = report.events.get("not-ours")
         if other is not None:
             return f"lock released (it was no longer ours: {other.who()} holds it)"
         return "lock released"

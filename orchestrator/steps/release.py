@@ -374,6 +374,7 @@ def write_verdict(ctx: StepContext, release: str, verdict: dict[str, Any], *, gu
                           fix=f"free space in the container (`df -h {ctx.ct.paths.releases_dir}` in CT {ctx.vmid}) "
                               "and re-run; until its verdict is recorded the release counts as unverified",
                           host=ctx.host.name)
+    ctx.state.verdicts[release] = json.loads(body)
 
 
 def roll_back_to(ctx: StepContext, release: str, record: StepRecord, *, reason: str) -> float:
@@ -412,6 +413,7 @@ def restore_interrupted(ctx: StepContext, record: StepRecord) -> str | None:
     write_verdict(ctx, cand, {"verdict": "abandoned", "reason": "the roll was interrupted before its gate",
                               "rolled_back_to": prev})
     roll_back_to(ctx, prev, record, reason=f"{cand} was never verified (interrupted roll)")
+    ctx.state.rolled_back.append(Rollback(to=prev, candidate=cand, reason="interrupted"))
     ctx.facts.gather((), RELEASE_FACTS, what="re-reading release facts")
     return prev
 
@@ -502,7 +504,8 @@ def install_release(ctx: StepContext, record: StepRecord) -> None:
                     f"{failed.details['rollback_verified']})")
         err.fix = rolled_back_fix(err.fix, previous)
         err.details = {**(err.details or {}), "rolled_back_to": previous, "candidate": rid}
-        ctx.state.rollback = Rollback(to=previous, candidate=rid)
+        ctx.state.rollback = Rollback(to=previous, candidate=rid, reason=failed.name)
+        ctx.state.rolled_back.append(ctx.state.rollback)
 
     ctx.on_failure = on_failure
 
@@ -613,6 +616,8 @@ def rollback_release(ctx: StepContext, record: StepRecord) -> None:
     # The release we leave keeps its own verdict and figures: a manual rollback is an operator's choice,
     # not a judgement of that release.
     seconds = roll_back_to(ctx, target, record, reason="deploy rollback")
+    if state.release is not None:
+        ctx.state.rolled_back.append(Rollback(to=target, candidate=state.release, reason="manual"))
     record.status = "changed"
     record.changes.append(f"{state.release} → {target}")
     ctx.state.server.release = target

@@ -8,7 +8,9 @@ from orchestrator.facts import CT, CtFact, HostFact
 from orchestrator.parsers.leftovers import parse_leftovers
 from orchestrator.remote.lock import HostLease, takeover_message
 from orchestrator.runlog import StepRecord
+from orchestrator.steps import metrics
 from orchestrator.steps.base import REGISTRY, StepContext, step
+from orchestrator.steps.metrics import publishing_command
 
 
 def ensure_facts(ctx: StepContext) -> None:
@@ -27,6 +29,9 @@ def ensure_facts(ctx: StepContext) -> None:
     stopping = ctx.host_lock is not None and not ctx.options.dry_run
     if stopping:
         ct_facts.add(CT.stop_leftovers)
+        if publishing_command(names) is not None:  # what the lock's release publishes (steps/metrics.py)
+            host_facts.update(metrics.HOST_FACTS)
+            ct_facts.update(metrics.CT_FACTS)
     ctx.facts.gather(host_facts, ct_facts)
     ctx.facts.gathered = True
     if stopping:
@@ -81,6 +86,9 @@ def lock(ctx: StepContext, record: StepRecord) -> None:
         new = HostLease(ctx.ssh, ctx.options.command, say=ctx.say)
         ctx.host_lock = new
         ctx.cleanups.append(new.release)
+        command = publishing_command(ctx.playbook_steps)
+        if command is not None:  # published in the release's round trip, also after a failure or a rollback
+            new.on_release = lambda: metrics.metrics_script(ctx, command)
         new.arm()
     ensure_facts(ctx)
     lease = ctx.host_lock
@@ -118,3 +126,5 @@ def unlock(ctx: StepContext, record: StepRecord) -> None:
     if lease.notes:
         record.details["lock_notes"] = list(lease.notes)
     record.details["keepalives"] = lease.keepalives
+    if lease.published is not None:
+        record.details["metrics"] = lease.published

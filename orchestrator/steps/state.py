@@ -195,10 +195,12 @@ class ServerStatus:
 
 @dataclass(frozen=True)
 class Rollback:
-    """A failed roll's automatic rollback that finished: `to` is current again and healthy, `candidate` is not."""
+    """A failed roll's automatic rollback that finished: `to` is current again and healthy, `candidate` is not.
+    `reason`: the failed step, "interrupted" (an interrupted roll's candidate restored) or "manual" (rollback)."""
 
     to: str
     candidate: str
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -232,3 +234,5 @@ class RunState:
     stopped_benches: list[LeftoverBench] = field(default_factory=list)  # benches of dead runs this run stopped
     rollback: Rollback | None = None  # install_release's undo, once it rolled back and verified
     already_on: CurrentFlags | None = None  # resolve_release: the requested flags are the current release's
+    rolled_back: list[Rollback] = field(default_factory=list)  # every release this run left by a rollback (metrics)
+    verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)  # release → the verdict this run recorded

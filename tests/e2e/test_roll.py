@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.monitoring.publish import PROM_PATH
 from tests.e2e.conftest import SHARED, DeployEnv, until
 
 RELEASES = "/var/lib/deploy/releases"
@@ -199,6 +200,11 @@ def test_failed_roll_rolls_back_to_the_previous_release(deploy_env: DeployEnv, c
     assert verdict["verdict"] == "rolled-back" and verdict["failed_step"] == spec["step"]
     assert verdict["rolled_back_to"] == base and re.search(spec["reason"], verdict["reason"])
     assert rel[base]["verdict"]["verdict"] == "kept"
+    # The metrics the roll's last round trip published: back on base, one rollback for the failed step's reason.
+    assert published(env, "deploy_rollbacks_total", host=env.host, release=base, reason=spec["step"]) == 1
+    assert published(env, "deploy_last_rollback_timestamp_seconds", release=base, candidate=cand,
+                      reason=spec["step"]) == pytest.approx(time.time(), abs=600)
+    assert published(env, "deploy_release_info", release=base, verdict="kept") == 1
     if case == "throughput-regression":
         assert verdict["candidate"]["output_throughput"] < verdict["baseline"]["output_throughput"]
         deltas = {d["metric"]: d for d in err["details"]["gate"]["deltas"]}
@@ -206,6 +212,14 @@ def test_failed_roll_rolls_back_to_the_previous_release(deploy_env: DeployEnv, c
         assert deltas["output_throughput"]["delta_pct"] < -5
     else:
         assert verdict["journal"], "the failed start's journal excerpt is kept as evidence"
+
+
+def published(env: DeployEnv, name: str, **labels: str) -> float | None:
+    """A series of the host's deploy.prom (docs/monitoring.md), or None when no series matches."""
+    for line in env.ssh(f"cat {PROM_PATH}").stdout.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return None
 
 
 def test_rollback_default_and_to_a_release(converged: DeployEnv) -> None:
@@ -224,6 +238,10 @@ def test_rollback_default_and_to_a_release(converged: DeployEnv) -> None:
     # Leaving a release is the operator's choice, not a judgement of it: r2 keeps its own verdict.
     rel = by_id(history(env))
     assert rel[r2]["verdict"]["verdict"] == "kept" and rel[r1]["verdict"]["verdict"] == "kept"
+    assert published(env, "deploy_rollbacks_total", release=r1, reason="manual") == 1
+    assert published(env, "deploy_last_rollback_timestamp_seconds", release=r1, candidate=r2, reason="manual")
+    # r2 was verified before the rollback left it: it is the reference r1 is compared with.
+    assert published(env, "deploy_release_info", release=r1, verdict="kept") == 1
 
     fwd = env.run("--json", "rollback", "host", env.host, "--to", r2)
     assert fwd.rc == 0, fwd.text

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+import subprocess
 
 import pytest
 
+from orchestrator.monitoring.publish import PROM_PATH
 from tests.e2e.conftest import SHARED, DeployEnv
 
 
@@ -41,6 +43,19 @@ def test_up_from_nothing_then_no_changes(deploy_env: DeployEnv) -> None:
     q = second.json
     assert not q["changed"] and q["summary"] == "no changes"
     assert q["totals"]["ssh_round_trips_before_smoke"] <= 3
+    # Its metrics ride on the lock's release: 4 round trips in all, as before they were published (issue 40).
+    assert q["totals"]["ssh_round_trips"] == 4, q["totals"]
+    assert steps(q)["unlock"]["details"]["metrics"] == "published"
+    prom = deploy_env.ssh(f"stat -c %a {PROM_PATH}; cat {PROM_PATH}").stdout
+    mode, _, text = prom.partition("\n")
+    assert mode == "644"
+    release = steps(q)["server_unit"]["details"].get("release") or re.search(r'release="([^"]+)"', text)[1]
+    assert f'deploy_release_info{{host="{deploy_env.host}",release="{release}",' in text
+    assert 'verdict="kept"' in text and "deploy_bench_output_throughput_tokens_per_second{" in text
+    assert 'deploy_rollbacks_total{' in text and 'deploy_watchdog_state{' in text
+    assert "sk-" not in text and "api" not in text.lower()
+    checked = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
     assert all(rec["status"] in ("ok", "skipped") for rec in q["steps"])
     assert deploy_env.ct("systemctl show -p MainPID --value sglang").stdout.strip() == pid_before
     assert deploy_env.ssh("ls /etc/pve/lxc").stdout.split() == ["120.conf"]

@@ -1,0 +1,181 @@
+"""What the metrics say, as typed values: one run's observation, and the state carried from publish to publish.
+
+Why carried state: a counter (rollbacks, watchdog restarts) and "the last verified release's figures" outlive the
+run that saw them, and the host is the only place every operator's machine shares. The state is a small JSON file
+beside the host lock (`/var/lib/deploy/metrics-state.json`), read with the run's first round trip and written with
+its last one, together with the `.prom` file. `advance` is pure: previous state + this run → next state.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+#: Why a release stopped being current: the failed step of a roll's automatic rollback, an interrupted roll's
+#: candidate restored by the next run, or `deploy rollback`. Every reason is published (at 0 until it happens),
+#: so a counter's first increase is seen by `increase()`.
+ROLLBACK_REASONS = ("health", "smoke", "correctness", "throughput", "gate", "interrupted", "manual", "other")
+#: The gates a release passes, as the steps that judge them are named (the `gate` step judges throughput).
+GATES = ("health", "smoke", "correctness", "throughput")
+WATCHDOG_STATES = ("ok", "waiting", "suspect", "restarted", "exhausted", "absent", "unreadable")
+#: How many releases' records the state keeps (a rollback to an older one publishes it as "unknown").
+KEEP_RELEASES = 16
+
+
+@dataclass(frozen=True)
+class BenchFigures:
+    """The bench figures of a release, in base units (seconds, watts, joules)."""
+
+    preset: str
+    output_tokens_per_s: float
+    ttft_p99_s: float | None = None
+    tpot_p99_s: float | None = None
+    tokens_per_s_per_w: float | None = None
+    j_per_output_token: float | None = None
+    at: float | None = None  # when it was measured (unix seconds), None when unknown
+
+    @classmethod
+    def from_verdict(cls, verdict: dict[str, Any], at: float | None = None) -> BenchFigures | None:
+        """A verdict.json's candidate figures and telemetry (what `up` and the gate recorded), or None."""
+        cand = verdict.get("candidate")
+        if not isinstance(cand, dict) or not isinstance(cand.get("output_throughput"), (int, float)):
+            return None
+        tele = verdict.get("telemetry") if isinstance(verdict.get("telemetry"), dict) else {}
+
+        def ms(key: str) -> float | None:
+            value = cand.get(key)
+            return float(value) / 1000 if isinstance(value, (int, float)) else None
+
+        def num(key: str) -> float | None:
+            value = tele.get(key) if tele else None
+            return float(value) if isinstance(value, (int, float)) else None
+
+        return cls(preset=str(verdict.get("preset") or "unknown"), output_tokens_per_s=float(cand["output_throughput"]),
+                   ttft_p99_s=ms("p99_ttft_ms"), tpot_p99_s=ms("p99_tpot_ms"),
+                   tokens_per_s_per_w=num("tokens_per_s_per_w"), j_per_output_token=num("j_per_output_token"), at=at)
+
+
+@dataclass(frozen=True)
+class GateRun:
+    passed: bool
+    at: float
+
+
+@dataclass(frozen=True)
+class ReleaseRecord:
+    """What the metrics know of one release: its verdict, stack and last figures and gate results."""
+
+    verdict: str | None = None
+    sglang_version: str | None = None
+    figures: BenchFigures | None = None
+    gates: dict[str, GateRun] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Rollback:
+    at: float
+    reason: str
+    candidate: str  # the release left
+    to: str
+
+
+@dataclass(frozen=True)
+class Watchdog:
+    state: str
+    restarts_in_window: int = 0
+    budget: int = 0
+    last_check: float | None = None
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one run saw and did, at its end. `release` is the one current now (None: unknown)."""
+
+    at: float
+    command: str
+    release: str | None
+    record: ReleaseRecord = ReleaseRecord()  # the current release as this run saw it (fields None: not seen)
+    judged: dict[str, dict[str, GateRun]] = field(default_factory=dict)  # release → gates this run ran on it
+    rollbacks: tuple[Rollback, ...] = ()
+    watchdog: Watchdog | None = None
+    restart_times: tuple[float, ...] = ()  # every restart the watchdog's state file lists
+
+
+@dataclass(frozen=True)
+class MetricsState:
+    """Carried from one publish to the next (the JSON file on the host)."""
+
+    current: str | None = None
+    reference: str | None = None  # the release that was verified and current before `current`
+    releases: dict[str, ReleaseRecord] = field(default_factory=dict)
+    rollbacks: dict[str, int] = field(default_factory=dict)
+    last_rollback: Rollback | None = None
+    watchdog: Watchdog | None = None
+    watchdog_restarts: int = 0
+    watchdog_seen_until: float = 0.0  # the newest restart counted
+    published_at: float | None = None
+    command: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str | None) -> MetricsState:
+        """The state file's text; an empty state when it is missing or unreadable (counters then start again,
+        which Prometheus' rate() and increase() read as a counter reset)."""
+        try:
+            data = json.loads(text or "")
+            return cls(current=data.get("current"), reference=data.get("reference"),
+                       releases={k: _release(v) for k, v in (data.get("releases") or {}).items()},
+                       rollbacks={str(k): int(v) for k, v in (data.get("rollbacks") or {}).items()},
+                       last_rollback=Rollback(**data["last_rollback"]) if data.get("last_rollback") else None,
+                       watchdog=Watchdog(**data["watchdog"]) if data.get("watchdog") else None,
+                       watchdog_restarts=int(data.get("watchdog_restarts", 0)),
+                       watchdog_seen_until=float(data.get("watchdog_seen_until", 0.0)),
+                       published_at=data.get("published_at"), command=str(data.get("command", "")))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return cls()
+
+
+def _release(data: dict[str, Any]) -> ReleaseRecord:
+    fig = data.get("figures")
+    return ReleaseRecord(verdict=data.get("verdict"), sglang_version=data.get("sglang_version"),
+                         figures=BenchFigures(**fig) if fig else None,
+                         gates={k: GateRun(**v) for k, v in (data.get("gates") or {}).items()})
+
+
+def _merge(old: ReleaseRecord | None, seen: ReleaseRecord, gates: dict[str, GateRun]) -> ReleaseRecord:
+    old = old or ReleaseRecord()
+    return ReleaseRecord(verdict=seen.verdict or old.verdict, sglang_version=seen.sglang_version or old.sglang_version,
+                         figures=seen.figures or old.figures, gates={**old.gates, **seen.gates, **gates})
+
+
+def advance(prev: MetricsState, obs: Observation) -> MetricsState:
+    """The state after this run: its release current, its gates and figures recorded, its rollbacks counted."""
+    releases = dict(prev.releases)
+    for rid, gates in obs.judged.items():
+        if rid != obs.release:
+            releases[rid] = _merge(releases.get(rid), ReleaseRecord(), gates)
+    if obs.release is not None:
+        releases[obs.release] = _merge(releases.get(obs.release), obs.record, obs.judged.get(obs.release, {}))
+    reference = prev.reference
+    if prev.current is not None and obs.release != prev.current:
+        if releases.get(prev.current, ReleaseRecord()).verdict == "kept":
+            reference = prev.current
+    if reference == obs.release:  # back on the reference itself: nothing verified before it is known here
+        reference = None
+    counts = {reason: prev.rollbacks.get(reason, 0) for reason in ROLLBACK_REASONS}
+    for rb in obs.rollbacks:
+        key = rb.reason if rb.reason in ROLLBACK_REASONS else "other"
+        counts[key] += 1
+    new_restarts = [t for t in obs.restart_times if t > prev.watchdog_seen_until]
+    keep = [r for r in releases if r in (obs.release, reference)]
+    keep += [r for r in reversed(list(releases)) if r not in keep][:KEEP_RELEASES - len(keep)]
+    return replace(prev, current=obs.release, reference=reference,
+                   releases={r: releases[r] for r in releases if r in keep}, rollbacks=counts,
+                   last_rollback=obs.rollbacks[-1] if obs.rollbacks else prev.last_rollback,
+                   watchdog=obs.watchdog if obs.watchdog is not None else prev.watchdog,
+                   watchdog_restarts=prev.watchdog_restarts + len(new_restarts),
+                   watchdog_seen_until=max([prev.watchdog_seen_until, *new_restarts]),
+                   published_at=obs.at, command=obs.command)

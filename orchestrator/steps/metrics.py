@@ -1,0 +1,110 @@
+"""The run's end as metrics: what `up`, `roll` and `rollback` saw and did, published on the PVE host.
+
+No round trip of its own: the carried state and the container's watchdog state come with the run's first round
+trip (the facts), and the files are written in its last one (the lock's release, `HostLease.on_release`), also
+when the run failed or rolled back. docs/monitoring.md lists what is published.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any
+
+from orchestrator.facts import CT, HOST, CtFact, HostFact
+from orchestrator.monitoring.publish import publish_script
+from orchestrator.monitoring.render import render
+from orchestrator.monitoring.state import (
+    BenchFigures,
+    GateRun,
+    MetricsState,
+    Observation,
+    ReleaseRecord,
+    Rollback,
+    Watchdog,
+    advance,
+)
+from orchestrator.parsers.watchdog import parse_watchdog_state
+from orchestrator.state.releases import current_release
+from orchestrator.steps.base import StepContext
+
+#: The steps whose playbooks change which release runs, and the command each stands for.
+PUBLISHING = {"server_unit": "up", "install_release": "roll", "rollback_release": "rollback"}
+#: The steps that judge a gate, and the gate they judge.
+GATE_STEPS = {"health": "health", "smoke": "smoke", "correctness": "correctness", "throughput": "throughput",
+              "gate": "throughput"}
+HOST_FACTS: tuple[HostFact[Any], ...] = (HOST.metrics_state,)
+CT_FACTS: tuple[CtFact[Any], ...] = (CT.watchdog_state, CT.current_release, CT.current_meta, CT.current_verdict)
+
+
+def publishing_command(steps: list[str]) -> str | None:
+    """The command a playbook publishes metrics as (None: it changes no release, so it publishes nothing)."""
+    return next((PUBLISHING[s] for s in steps if s in PUBLISHING), None)
+
+
+def _iso_ts(text: object) -> float | None:
+    try:
+        return datetime.fromisoformat(str(text)).timestamp() if text else None
+    except ValueError:
+        return None
+
+
+def _record(ctx: StepContext, release: str | None) -> ReleaseRecord:
+    """The current release as this run knows it: the verdict it wrote, else the facts' (when they describe it)."""
+    if release is None:
+        return ReleaseRecord()
+    link = ctx.facts.find(CT.current_release)
+    fact_release = current_release(link.stdout) if link is not None and link.rc == 0 else None
+    meta = ctx.facts.find(CT.current_meta) if fact_release == release else None
+    verdict = ctx.state.verdicts.get(release) or (ctx.facts.find(CT.current_verdict) if fact_release == release
+                                                  else None)
+    bundle = ctx.state.server.bundle
+    version = (bundle.flags.version if bundle is not None and ctx.state.server.release == release
+               else (meta or {}).get("sglang_version"))
+    return ReleaseRecord(verdict=(verdict or {}).get("verdict"), sglang_version=version,
+                         figures=BenchFigures.from_verdict(verdict, at=_iso_ts(verdict.get("at"))) if verdict else None)
+
+
+def _judged(ctx: StepContext, now: float) -> dict[str, dict[str, GateRun]]:
+    """The gates this run ran, on the release they judged (a roll's candidate, up's release, a rollback's
+    target): passed when the step ended ok or changed, failed when it failed; a skipped gate keeps its last result."""
+    judged = ctx.state.server.release
+    if judged is None:
+        return {}
+    gates: dict[str, GateRun] = {}
+    for rec in ctx.records:
+        gate = GATE_STEPS.get(rec.name)
+        if gate is not None and rec.status in ("ok", "changed", "failed"):
+            gates[gate] = GateRun(passed=rec.status != "failed", at=now)
+    return {judged: gates} if gates else {}
+
+
+def observe(ctx: StepContext, command: str, now: float | None = None) -> Observation:
+    """This run as an Observation, at its end."""
+    now = time.time() if now is None else now
+    state = ctx.state
+    release = state.rollback.to if state.rollback is not None else state.server.release
+    if release is None:
+        link = ctx.facts.find(CT.current_release)
+        release = current_release(link.stdout) if link is not None and link.rc == 0 else None
+    wd_text = ctx.facts.find(CT.watchdog_state)
+    watchdog = None
+    restarts: tuple[float, ...] = ()
+    if wd_text is not None:  # None: the container was not running, so nothing was read
+        wd = parse_watchdog_state(wd_text.stdout if wd_text.rc == 0 else "")
+        watchdog = Watchdog(state=wd.state, restarts_in_window=wd.restarts_in_window, budget=wd.budget,
+                            last_check=wd.last_check)
+        restarts = tuple(a.at for a in wd.actions if a.action == "restart")
+    return Observation(at=now, command=command, release=release, record=_record(ctx, release),
+                       judged=_judged(ctx, now),
+                       rollbacks=tuple(Rollback(at=now, reason=rb.reason or "other", candidate=rb.candidate, to=rb.to)
+                                       for rb in state.rolled_back),
+                       watchdog=watchdog, restart_times=restarts)
+
+
+def metrics_script(ctx: StepContext, command: str) -> str:
+    """The host-side lines that publish this run's metrics (run with the lock's release)."""
+    prev_out = ctx.facts.find(HOST.metrics_state)
+    prev = MetricsState.from_json(prev_out.stdout if prev_out is not None else None)
+    nxt = advance(prev, observe(ctx, command))
+    return publish_script(render(ctx.host.name, nxt), nxt.to_json())

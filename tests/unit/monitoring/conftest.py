@@ -1,0 +1,50 @@
+"""Shared values for the monitoring tests: a host's state after an up, a kept roll and a rolled-back one."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from orchestrator.monitoring.state import (
+    BenchFigures,
+    GateRun,
+    MetricsState,
+    Observation,
+    ReleaseRecord,
+    Rollback,
+    Watchdog,
+    advance,
+)
+
+A, B, C = "20260101T000000-aaaaaaaa", "20260102T000000-bbbbbbbb", "20260103T000000-cccccccc"
+
+
+def figures(tok_s: float, per_w: float) -> BenchFigures:
+    return BenchFigures(preset="gate", output_tokens_per_s=tok_s, ttft_p99_s=0.8, tpot_p99_s=0.04,
+                        tokens_per_s_per_w=per_w, j_per_output_token=1 / per_w, at=100.0)
+
+
+def gates(at: float, failed: str = "") -> dict[str, GateRun]:
+    return {g: GateRun(passed=g != failed, at=at) for g in ("health", "smoke", "correctness", "throughput")}
+
+
+def history() -> MetricsState:
+    """up converges A; a roll keeps B (lower tok/s per W); a roll to C fails its throughput gate → back on B."""
+    s = advance(MetricsState(), Observation(at=100, command="up", release=A, judged={A: gates(100)},
+                                            record=ReleaseRecord("kept", "0.5.12.post1", figures(1000, 2.0)),
+                                            watchdog=Watchdog("ok", 0, 3, 99.0)))
+    s = advance(s, Observation(at=200, command="roll", release=B, judged={B: gates(200)},
+                               record=ReleaseRecord("kept", "0.5.12.post1", figures(990, 1.5)),
+                               watchdog=Watchdog("restarted", 1, 3, 199.0), restart_times=(150.0,)))
+    return advance(s, Observation(at=300, command="roll", release=B, judged={C: gates(300, failed="throughput")},
+                                  record=ReleaseRecord(),
+                                  rollbacks=(Rollback(at=300, reason="gate", candidate=C, to=B),),
+                                  watchdog=Watchdog("restarted", 1, 3, 299.0), restart_times=(150.0,)))
+
+
+@pytest.fixture
+def promtool() -> str:
+    path = shutil.which("promtool")
+    assert path, "promtool is missing: scripts/install.sh installs Debian's prometheus package"
+    return path
