@@ -73,6 +73,9 @@ def new_run_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(4)
 
 
+#: How much of the command the lease names: enough to recognise the run, small enough that the holder text, which
+#: travels in every remote command line of the run, never pushes one past the kernel's 128 KiB argument limit.
+HOLDER_COMMAND_CHARS = 400
 _SECRET_ARG = re.compile(r"((?:api[-_]?key|token|secret|passw\w*)[\w-]*(?:=|\s+))\S+", re.IGNORECASE)
 
 
@@ -80,7 +83,9 @@ def holder_text(command: str) -> str:
     """Who holds the lock, for the lease file and for the runs it refuses. Values of secret-looking arguments
     are masked: the text travels in every remote command line of the run and sits in a file on the host."""
     since = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    command = _SECRET_ARG.sub(r"\1***", command)
+    command = " ".join(_SECRET_ARG.sub(r"\1***", command).split())
+    if len(command) > HOLDER_COMMAND_CHARS:  # a 120,000-character --set value would ride in every command line
+        command = command[:HOLDER_COMMAND_CHARS - 1] + "…"
     text = f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()} running '{command}' since {since}"
     return " ".join(text.split())  # one line: the lease file is line-based
 
@@ -469,6 +474,14 @@ class HostLease:
                 self.published = f"not published: {type(exc).__name__}: {exc}"
                 self.notes.append(f"metrics {self.published}")
         res = self.ssh.run(self.script.render("release", extra), check=False, what="release the host lock")
+        if res.rc != 0 and extra:  # what it carried broke the release: free the lease without it
+            self.published = f"not published: the release with the metrics failed (exit {res.rc})"
+            self.notes.append(f"metrics {self.published}")
+            extra = ""
+            res = self.ssh.run(self.script.render("release"), check=False, what="release the host lock")
+        if res.rc != 0:
+            return (f"lock NOT released (exit {res.rc}: {_last_line(res.stderr)}); it frees itself at most "
+                    f"{self.ttl_s} s after its last renewal")
         report = parse_guard_output(res.stderr)
         if extra:
             failed = [line for line in report.stderr.splitlines() if line.startswith(PUBLISH_FAILED)]
@@ -479,6 +492,11 @@ class HostLease:
         if other is not None:
             return f"lock released (it was no longer ours: {other.who()} holds it)"
         return "lock released"
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1][:200] if lines else "no output"
 
 
 def free_dead_runs_leases(host: Host, *, tofu: bool) -> tuple[str, ...]:

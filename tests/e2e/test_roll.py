@@ -175,6 +175,9 @@ def test_failed_roll_rolls_back_to_the_previous_release(deploy_env: DeployEnv, c
     if spec["faults"]:
         env.ct_faults(**spec["faults"])  # only the candidate's command line matches
 
+    # A counter: the session host may carry rollbacks of base from an earlier case (the same flags give the same
+    # base release after a reset), so the roll must add exactly one.
+    before = published(env, "deploy_rollbacks_total", host=env.host, release=base, reason=spec["step"]) or 0
     t0 = time.monotonic()
     res = env.run("--json", "roll", "host", env.host, *spec["args"])
     assert res.rc not in (0, 2), res.text
@@ -201,7 +204,7 @@ def test_failed_roll_rolls_back_to_the_previous_release(deploy_env: DeployEnv, c
     assert verdict["rolled_back_to"] == base and re.search(spec["reason"], verdict["reason"])
     assert rel[base]["verdict"]["verdict"] == "kept"
     # The metrics the roll's last round trip published: back on base, one rollback for the failed step's reason.
-    assert published(env, "deploy_rollbacks_total", host=env.host, release=base, reason=spec["step"]) == 1
+    assert published(env, "deploy_rollbacks_total", host=env.host, release=base, reason=spec["step"]) == before + 1
     assert published(env, "deploy_last_rollback_timestamp_seconds", release=base, candidate=cand,
                       reason=spec["step"]) == pytest.approx(time.time(), abs=600)
     assert published(env, "deploy_release_info", release=base, verdict="kept") == 1

@@ -230,3 +230,10 @@ def test_the_release_scripts_of_dead_runs_remove_only_a_lease_naming_one_of_them
 
     assert release_all("run-x", "run-y") == 0 and host.lease()["run"] == "run-a"  # another run's lease stays
     assert release_all("run-x", "run-a") == 0 and host.lease() == {}
+
+
+def test_holder_text_names_a_long_command_in_at_most_a_few_hundred_characters() -> None:
+    """A roll refused for a 120,000-character --set value once left its lease held: the holder text rides in
+    every remote command, and the release (which also carries the metrics) went past the argument limit."""
+    text = holder_text("deploy roll host h --set chat-template=" + "x" * 120_000)
+    assert len(text) < 600 and "deploy roll host h --set chat-template=xxx" in text and text.count("…") == 1
