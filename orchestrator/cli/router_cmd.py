@@ -115,7 +115,8 @@ def _each(app: AppContext, names: tuple[str, ...], action: str, timeout_s: float
     code = 0
     with RouterClient(base, key, timeout_s=10.0) as client:
         drainer = Drainer(client, drain_timeout_s=timeout_s, join_timeout_s=timeout_s, say=app.out.line,
-                          policy=inv.router.policy if inv.router is not None else None)
+                          policy=inv.router.policy if inv.router is not None else None,
+                          keys={w.url: w.key for w in workers_of(inv, addresses)})
         for w in workers:
             began = time.monotonic()
             try:
@@ -129,7 +130,8 @@ def _each(app: AppContext, names: tuple[str, ...], action: str, timeout_s: float
                 err.at(host=w.name, step=f"router {action}")
                 code = max(code, err.exit_code)
                 results.append({"host": w.name, "url": w.url, "ok": False, "exit_code": err.exit_code,
-                                "what": err.what, "fix": err.fix})
+                                "what": err.what, "fix": err.fix, **({"evidence": err.details} if err.details
+                                                                     else {})})
                 app.out.line(f"{w.name}: NOT {'added' if action == 'add' else 'removed'}: {err.what} "
                              f"(fix: {err.fix})")
                 continue

@@ -87,6 +87,8 @@ class _Router:
         for h in router_workers(inv):
             key = inv.profile_for(h).api_key
             self.worker_keys[h.name] = key.read() if key is not None else None
+        #: Each worker's key by its URL: a drain asks the other workers' own /health with it (router/serving.py).
+        self.url_keys = {url: self.worker_keys.get(name) for name, url in self.urls.items()}
         self.drain_timeout_s = drain_timeout_s
         self.guard = threading.Lock()
         #: Each host's router column in this run (one statement of where it is now, details.RouterColumn).
@@ -112,7 +114,8 @@ class _Router:
     def drainer(self, events: HostEvents) -> Drainer:
         assert self.base is not None
         return Drainer(RouterClient(self.base, self.key), drain_timeout_s=self.drain_timeout_s, say=events.say,
-                       guard=self.guard, policy=self.spec.policy if self.spec is not None else None)
+                       guard=self.guard, policy=self.spec.policy if self.spec is not None else None,
+                       keys=self.url_keys)
 
     def around(self, host: HostRoll, events: HostEvents, action: Callable[[], HostOutcome],
                undo: Callable[[], HostOutcome] | None = None) -> HostOutcome:
@@ -193,7 +196,7 @@ class _Router:
         with RouterClient(self.base, self.key) as client:
             listed = {w.url for w in client.list_workers()}
             drainer = Drainer(client, drain_timeout_s=self.drain_timeout_s, guard=self.guard,
-                              policy=self.spec.policy if self.spec is not None else None)
+                              policy=self.spec.policy if self.spec is not None else None, keys=self.url_keys)
             for host in hosts:
                 url = self.urls.get(host.host)
                 if url is None or url in listed:

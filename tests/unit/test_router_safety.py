@@ -45,6 +45,7 @@ class FakeWorker:
     """An sglang server's surface: /generate (key required), /metrics (no key), /health."""
 
     broken: bool = False
+    health: int = 200  # what its own GET /health answers
     served: int = 0
     key: str | None = KEY
     server: http.server.ThreadingHTTPServer | None = None
@@ -92,6 +93,10 @@ def _worker(w: FakeWorker) -> FakeWorker:
             if self.path == "/metrics":
                 _reply(self, 200, f'sglang:num_requests_total{{model_name="m"}} {float(w.served)}\n'
                                   'sglang:num_running_reqs{model_name="m"} 0.0\n')
+            elif self.path == "/health" and w.key and self.headers.get("Authorization") != f"Bearer {w.key}":
+                _reply(self, 401, {"error": "Unauthorized"})  # real sglang: every route needs the key
+            elif self.path == "/health":
+                _reply(self, w.health, "")
             else:
                 _reply(self, 200, "ok")
 
@@ -184,6 +189,59 @@ def test_the_last_healthy_worker_is_never_drained(pool) -> None:
     assert a.url in router.workers  # nothing was removed
     _listed(router, b)
     assert _drainer(router).drain(a.url).removed and a.url not in router.workers
+
+
+def _stop(w: FakeWorker) -> None:
+    """Its server stopped: the port refuses connections (the router may still list it healthy)."""
+    assert w.server is not None
+    w.server.shutdown()
+    w.server.server_close()
+
+
+def test_a_removal_asks_the_other_workers_themselves_not_the_routers_cached_flag(pool) -> None:
+    """Issue 37 item 1: with sglang stopped on the other worker, the router still listed it healthy and `router
+    remove` took out the only serving worker (rc 0, then 500s). Now each other worker's own /health is asked."""
+    router, (a, b, c) = pool
+    _listed(router, a, b)  # the router's cached flag: b healthy
+    _stop(b)
+    with pytest.raises(CheckFailed) as caught:
+        _drainer(router).drain(a.url)
+    err = caught.value
+    assert err.exit_code == 1 and a.url in router.workers  # refused, nothing removed
+    assert f"{a.url} is not removed: would leave the router no serving worker ({b.url} not serving)" in err.what
+    assert f"Asked of each worker: {b.url}: GET /health failed: ConnectionError" in err.what
+    assert err.details["workers"] == [{"url": b.url, "serving": False, "answered": err.details["workers"][0][
+        "answered"]}] and str(err.details["workers"][0]["answered"]).startswith("GET /health failed")
+    c.health = 503  # a server that says it cannot serve (starting, or its 1-token check timed out)
+    _listed(router, c)
+    with pytest.raises(CheckFailed, match=f"{c.url}: GET /health answered 503"):
+        _drainer(router).drain(a.url)
+    del router.workers[b.url]
+    c.health = 200
+    assert _drainer(router).drain(a.url).removed and a.url not in router.workers  # c serves: a may go
+
+
+def test_a_worker_that_does_not_serve_itself_may_be_removed_while_it_is_the_last_listed(pool) -> None:
+    """Nothing to protect: the router lists it healthy, but its own /health fails, so it carries no traffic."""
+    router, (a, _b, _c) = pool
+    _listed(router, a)
+    a.health = 503
+    result = _drainer(router).drain(a.url)
+    assert result.removed and a.url not in router.workers
+
+
+def test_removal_judgement_is_pure() -> None:
+    from orchestrator.router.serving import Answer, judge
+
+    answers = {"http://a": Answer("http://a", True, "GET /health answered 200"),
+               "http://b": Answer("http://b", True, "GET /health answered 200")}
+    both = judge("http://a", [("http://a", True), ("http://b", False)], answers)
+    assert [x.url for x in both.sick] == ["http://b"] and both.protects_traffic
+    assert both.evidence() == "http://b: the router lists it unhealthy; GET /health answered 200"
+    alone = judge("http://a", [("http://a", True)], answers)
+    assert alone.protects_traffic and alone.evidence() == "the router lists no other worker"
+    unlisted = judge("http://a", [("http://b", True)], answers)
+    assert unlisted.me is None and not unlisted.protects_traffic
 
 
 def test_a_worker_that_does_not_answer_is_not_added_back(pool) -> None:
