@@ -3,7 +3,8 @@ worker list, and a checked host put into or taken out of rotation (issue 25 item
 
 Adding runs the same checks a fleet roll runs before and after it adds a host back (router/drain.py): the server
 answers a generation with its key, the router lists it healthy, and a request through the router reaches it.
-Removing drains (waits for the host's in-flight requests) and never takes out the last healthy worker.
+Removing drains (waits for the host's in-flight requests) and never takes out the last healthy worker. Both take
+the claim a fleet roll takes (its hosts and the router, state/claims.py), so neither undoes a roll's drain.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import click
 
 from orchestrator.cli.common import AppContext, SuggestingGroup, common_options
+from orchestrator.cli.run import command_line
 from orchestrator.errors import ConfigError, DeployError
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.router.addresses import learn_fleet
@@ -21,6 +23,7 @@ from orchestrator.router.client import RouterClient
 from orchestrator.router.drain import Drainer
 from orchestrator.router.places import SiteAddresses, router_api_key, router_base_url, router_workers
 from orchestrator.router.reconcile import Worker, workers_of
+from orchestrator.state.claims import claim_fleet
 from orchestrator.ui.tables import spec as table_spec
 
 
@@ -111,6 +114,13 @@ def _each(app: AppContext, names: tuple[str, ...], action: str, timeout_s: float
     inv = app.inventory
     base, key, addresses = _base(inv)
     workers = _workers(inv, names, addresses)
+    with claim_fleet([w.name for w in workers], command_line(), router=True):  # state/claims.py: one claim
+        return _change(app, workers, action, timeout_s, base, key, addresses)
+
+
+def _change(app: AppContext, workers: list[Worker], action: str, timeout_s: float, base: str, key: str | None,
+            addresses: SiteAddresses) -> int:
+    inv = app.inventory
     results: list[dict[str, Any]] = []
     code = 0
     with RouterClient(base, key, timeout_s=10.0) as client:

@@ -6,6 +6,7 @@ item 4), against real tiny HTTP servers on 127.0.0.1: a router with sglang-route
 
 from __future__ import annotations
 
+import getpass
 import http.server
 import json
 import os
@@ -33,7 +34,7 @@ from orchestrator.roll import RollOutcome, RollResult
 from orchestrator.router.client import RouterClient
 from orchestrator.router.drain import Drainer
 from orchestrator.router.reconcile import Worker, reconcile
-from orchestrator.state.claims import claim_hosts, claims_dir
+from orchestrator.state.claims import ROUTER, claim_fleet, claim_hosts, claims_dir
 from orchestrator.ui.output import Output
 from tests.unit.test_router_answers import _inventory
 
@@ -605,3 +606,46 @@ def test_a_host_interrupted_after_its_candidate_was_installed_is_left_to_resume_
     (roll,) = store.all()
     assert code == 0 and roll.state == "done", app.out.console.export_text()
     assert [h.state for h in roll.hosts] == ["rolled", "rolled"] and set(router.workers) == {a.url, b.url}
+
+
+# ---------------------------------------------------------------------------------------------- one claim (item 3)
+HOLD_ROLL = """
+import sys, time
+from orchestrator.state.claims import claim_hosts
+# What `roll group g` claims behind a router (claim_fleet): its hosts and the router's claim, "_router".
+with claim_hosts(["gpu-1", "gpu-2", "_router"], "deploy roll group g --set x=1"):
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_router_add_and_up_group_are_refused_while_a_fleet_roll_holds_the_router(fleet, tmp_path) -> None:
+    """Issue 37 item 3: only `roll` claimed, so `router add` (and `up group`'s live reconcile) could put back a host
+    the roll had drained, before its gates. Now they take the roll's claim, the router's included, and are refused
+    before any request: the drained host stays out."""
+    import yaml
+
+    router, a, b, _rolls, app, _store = fleet
+    _listed(router, b)  # the roll drained gpu-1 and is gating it
+    inv = tmp_path / "inv"
+    inv.mkdir()
+    (inv / "inventory.yaml").write_text(yaml.safe_dump(app.inventory.model_dump(mode="json", exclude_unset=True)))
+    env = {**os.environ, "DEPLOY_STATE_DIR": str(tmp_path / "state"), "DEPLOY_PVE_TOKEN_SECRET": "unit-not-used"}
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_ROLL], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        for args in (("router", "add", "gpu-1"), ("up", "group", "g", "--skip-bench")):
+            res = subprocess.run([sys.executable, "-m", "orchestrator", "--inventory", str(inv), *args],
+                                 capture_output=True, text=True, timeout=60, env=env)
+            assert res.returncode == 3, (args, res.stdout, res.stderr)
+            held = "gpu-1, the router" if args[0] == "router" else "gpu-1, gpu-2, the router"
+            assert f"another deploy command on this machine holds {held}: gpu-1: " in res.stderr, res.stderr
+            assert f"the router: {getpass.getuser()}@" in res.stderr
+            assert f"pid {proc.pid} running 'deploy roll group g --set x=1'" in res.stderr
+            assert "Traceback" not in res.stderr
+        assert set(router.workers) == {b.url} and a.served == 0  # gpu-1 not checked, not added back
+    finally:
+        proc.kill()
+        proc.wait()
+    with claim_fleet(["gpu-1"], "after the roll", router=True):  # the roll's claim went with it
+        assert {p.name for p in claims_dir().iterdir()} >= {"gpu-1.claim", f"{ROUTER}.claim"} and ROUTER == "_router"
