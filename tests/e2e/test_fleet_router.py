@@ -199,11 +199,11 @@ def test_status_group_shows_the_router_unit_and_its_view_of_each_worker(rfleet: 
     assert res.rc == 0, res.text
     doc = res.json
     assert doc["router"] == {"url": rfleet.url, "workers": 2, "ready": True, "runs_on": a, "vmid": 120,
-                             "unit": "active"}
+                             "unit": "active", "problems": []}
     for host in doc["hosts"]:
         assert host["router"]["listed"] is True and host["router"]["healthy"] is True, host
     text = env.run("status", "group", "prod").stdout
-    assert f"router {rfleet.url} ({a} CT 120, unit active): 2 worker(s), 2 healthy, ready" in text
+    assert f"router {rfleet.url} ({a} CT 120, unit active): 2 worker(s), 2 healthy, 2 serving, ready" in text
     assert text.count("router: healthy") == 2
 
 

@@ -649,3 +649,53 @@ def test_router_add_and_up_group_are_refused_while_a_fleet_roll_holds_the_router
         proc.wait()
     with claim_fleet(["gpu-1"], "after the roll", router=True):  # the roll's claim went with it
         assert {p.name for p in claims_dir().iterdir()} >= {"gpu-1.claim", f"{ROUTER}.claim"} and ROUTER == "_router"
+
+
+# ---------------------------------------------------------------------------------------------- status (item 2)
+def _status_view(app: _App) -> dict[str, Any]:
+    from orchestrator.cli.router_view import router_view
+
+    view = router_view(app, [HostOutcome("gpu-1", "ok"), HostOutcome("gpu-2", "ok")])  # type: ignore[arg-type]
+    assert view is not None
+    return view
+
+
+def test_status_group_exits_non_zero_when_the_router_is_down_stale_or_serves_nothing(fleet, tmp_path) -> None:
+    """Issue 37 item 2: `status group` said "2 worker(s), 2 healthy, ready" and exited 0 with the router down, with
+    a listed URL that is no host's any more, and with no listed worker serving."""
+    import yaml
+
+    router, a, b, _rolls, app, _store = fleet
+    _listed(router, a, b)
+    assert _status_view(app)["exit_code"] == 0
+    a.health = b.health = 503  # the router's cached flag says healthy; neither server serves
+    view = _status_view(app)
+    assert view["exit_code"] == 1 and "0 serving, ready" in view["text"]
+    assert f"problem: no worker the router lists serves ({a.url}: GET /health answered 503" in view["text"]
+    a.health = b.health = 200
+    moved = _worker(FakeWorker(key=None))  # gpu-2's container moved: the router still lists its old address
+    _stop(moved)
+    _listed(router, moved)
+    view = _status_view(app)
+    assert view["exit_code"] == 1 and view["router"]["problems"][0]["fix"].startswith(
+        f"`deploy router remove {moved.url}`")
+    assert f"problem: the router lists {moved.url}, which is no inventory host's current address" in view["text"]
+    # `router status` says the same and exits 1; the command it names repairs it.
+    inv = tmp_path / "inv"
+    inv.mkdir()
+    (inv / "inventory.yaml").write_text(yaml.safe_dump(app.inventory.model_dump(mode="json", exclude_unset=True)))
+    env = {**os.environ, "DEPLOY_STATE_DIR": str(tmp_path / "state")}
+
+    def deploy(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "orchestrator", "--inventory", str(inv), *args],
+                              capture_output=True, text=True, timeout=60, env=env)
+
+    res = deploy("router", "status")
+    assert res.returncode == 1 and f"problem: the router lists {moved.url}" in res.stdout, res.stdout + res.stderr
+    print(res.stdout)  # docs/troubleshooting.md's example (pytest -s)
+    fixed = deploy("router", "remove", moved.url, "--timeout", "5")
+    assert fixed.returncode == 0 and moved.url not in router.workers, fixed.stdout + fixed.stderr
+    assert deploy("router", "status").returncode == 0
+    down = _App(_inventory("http://127.0.0.1:9", worker_urls={"gpu-1": a.url, "gpu-2": b.url}))
+    view = _status_view(down)  # nothing listens on port 9: GET /workers fails
+    assert view["exit_code"] == 3 and "problem: router http://127.0.0.1:9 is down or unreachable" in view["text"]
