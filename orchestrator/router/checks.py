@@ -69,6 +69,10 @@ def health_error(base: str, key: str | None, *, timeout_s: float) -> str | None:
     timeout is above that: a slow answer under load is not read as down."""
     try:
         resp = requests.get(f"{base.rstrip('/')}/health", headers=_headers(key), timeout=timeout_s)
+    except requests.Timeout:
+        return f"GET /health failed: no answer within {timeout_s:.0f} s"
+    except requests.ConnectionError:
+        return "GET /health failed: ConnectionError (refused or unreachable: is its server running?)"
     except requests.RequestException as exc:
         return f"GET /health failed: {exc.__class__.__name__}: {' '.join(str(exc)[:200].split())}"
     if resp.status_code != 200:

@@ -210,7 +210,7 @@ def test_a_removal_asks_the_other_workers_themselves_not_the_routers_cached_flag
     err = caught.value
     assert err.exit_code == 1 and a.url in router.workers  # refused, nothing removed
     assert f"{a.url} is not removed: would leave the router no serving worker ({b.url} not serving)" in err.what
-    assert f"Asked of each worker: {b.url}: GET /health failed: ConnectionError" in err.what
+    assert f"Asked of each worker: {b.url}: GET /health failed: ConnectionError (refused or unreachable" in err.what
     assert err.details["workers"] == [{"url": b.url, "serving": False, "answered": err.details["workers"][0][
         "answered"]}] and str(err.details["workers"][0]["answered"]).startswith("GET /health failed")
     c.health = 503  # a server that says it cannot serve (starting, or its 1-token check timed out)
