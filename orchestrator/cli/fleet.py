@@ -9,6 +9,7 @@ The engine, the live view and the judging of each host's report live in orchestr
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import shlex
 import sys
@@ -27,6 +28,7 @@ from orchestrator.fleet.targets import TargetSpec, parse_targets, resolve_target
 from orchestrator.fleet.view import FleetView, fleet_summary, summary_table, totals_text
 from orchestrator.inventory.models import Host
 from orchestrator.runlog import StepRecord
+from orchestrator.state.claims import claim_fleet
 from orchestrator.ui.output import Output
 from orchestrator.ui.progress import StepPrinter
 
@@ -38,6 +40,9 @@ Preflight = Callable[[AppContext, tuple[str, ...]], None]
 Annotate = Callable[[AppContext, list[HostOutcome], dict[str, Any]], Payload | None]
 #: Checks that concern the whole fleet (e.g. the router section), before any host starts.
 FleetPreflight = Callable[[AppContext, list[Host]], None]
+#: Given the body's options, whether this fleet run may change the router (`up`, not `up --dry-run`): it then
+#: claims its hosts and the router as a fleet roll does (state/claims.py), before any host starts.
+Claims = Callable[[dict[str, Any]], bool]
 
 
 @dataclass
@@ -69,7 +74,8 @@ class HostApp(AppContext):
 
 def fleet_options(*, preflight: Preflight | None = None, detail: DetailFn | None = None,
                   required: bool = False, annotate: Annotate | None = None,
-                  fleet_preflight: FleetPreflight | None = None) -> Callable[[Any], Any]:
+                  fleet_preflight: FleetPreflight | None = None, claims: Claims | None = None
+                  ) -> Callable[[Any], Any]:
     """Add --all/--parallel/--fail-fast and run the body per host when the target words name a fleet.
 
     `preflight(app, ("host", NAME))` runs for every host before any host starts: a bad inventory or flag set on
@@ -94,7 +100,7 @@ def fleet_options(*, preflight: Preflight | None = None, detail: DetailFn | None
                 return body(app, *args, target=target, **kwargs)
             return run_fleet_command(app, spec, body, kwargs, parallel=parallel, fail_fast=fail_fast,
                                      preflight=preflight, detail=detail, annotate=annotate,
-                                     fleet_preflight=fleet_preflight)
+                                     fleet_preflight=fleet_preflight, claims=claims)
 
         return wrapper
 
@@ -104,7 +110,7 @@ def fleet_options(*, preflight: Preflight | None = None, detail: DetailFn | None
 def run_fleet_command(app: AppContext, spec: TargetSpec, body: Callable[..., int], kwargs: dict[str, Any], *,
                       parallel: int, fail_fast: bool, preflight: Preflight | None = None,
                       detail: DetailFn | None = None, annotate: Annotate | None = None,
-                      fleet_preflight: FleetPreflight | None = None) -> int:
+                      fleet_preflight: FleetPreflight | None = None, claims: Claims | None = None) -> int:
     hosts = resolve_targets(app.inventory, spec)
     if preflight is not None:
         for host in hosts:
@@ -124,6 +130,18 @@ def run_fleet_command(app: AppContext, spec: TargetSpec, body: Callable[..., int
         return host_outcome(name, code, report, sub.records, detail)
 
     command = "deploy " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    # A run that may change the router claims its hosts and the router first, as a fleet roll does.
+    claimed = (claim_fleet([h.name for h in hosts], command, router=inventory.router is not None)
+               if claims is not None and claims(kwargs) else contextlib.nullcontext())
+    with claimed:
+        return _run_and_print(app, spec, hosts, job, command, parallel=parallel, fail_fast=fail_fast,
+                              annotate=annotate, kwargs=kwargs)
+
+
+def _run_and_print(app: AppContext, spec: TargetSpec, hosts: list[Host], job: Callable[[str, HostEvents], HostOutcome],
+                   command: str, *, parallel: int, fail_fast: bool, annotate: Annotate | None,
+                   kwargs: dict[str, Any]) -> int:
+    """The hosts' runs on the engine's pool, then the fleet annotation (the router), one report."""
     view = FleetView(app.out.console, [h.name for h in hosts], enabled=not app.as_json, tty=sys.stdout.isatty())
     with view:
         run = run_fleet([h.name for h in hosts], job, parallel=parallel, fail_fast=fail_fast, on_event=view,

@@ -3,7 +3,8 @@ worker list, and a checked host put into or taken out of rotation (issue 25 item
 
 Adding runs the same checks a fleet roll runs before and after it adds a host back (router/drain.py): the server
 answers a generation with its key, the router lists it healthy, and a request through the router reaches it.
-Removing drains (waits for the host's in-flight requests) and never takes out the last healthy worker.
+Removing drains (waits for the host's in-flight requests) and never takes out the last healthy worker. Both take
+the claim a fleet roll takes (its hosts and the router, state/claims.py), so neither undoes a roll's drain.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import click
 
 from orchestrator.cli.common import AppContext, SuggestingGroup, common_options
+from orchestrator.cli.run import command_line
 from orchestrator.errors import ConfigError, DeployError
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.router.addresses import learn_fleet
@@ -21,6 +23,9 @@ from orchestrator.router.client import RouterClient
 from orchestrator.router.drain import Drainer
 from orchestrator.router.places import SiteAddresses, router_api_key, router_base_url, router_workers
 from orchestrator.router.reconcile import Worker, workers_of
+from orchestrator.router.serving import ask
+from orchestrator.router.truth import problems
+from orchestrator.state.claims import claim_fleet
 from orchestrator.ui.tables import spec as table_spec
 
 
@@ -39,8 +44,11 @@ def _base(inventory: Inventory) -> tuple[str, str | None, SiteAddresses]:
 
 
 def _workers(inventory: Inventory, names: tuple[str, ...], addresses: SiteAddresses) -> list[Worker]:
-    """The named hosts as router workers; a host that is not one of the router's workers is refused (exit 2)."""
-    hosts: list[Host] = [inventory.find_host(n) for n in names]
+    """The named hosts as router workers; a host that is not one of the router's workers is refused (exit 2). A
+    URL (`router remove http://ADDR:PORT`) names a listed worker that no host has any more (router status says
+    which): it is taken as it is."""
+    urls = [Worker(n.rstrip("/"), n.rstrip("/"), None) for n in names if _is_url(n)]
+    hosts: list[Host] = [inventory.find_host(n) for n in names if not _is_url(n)]
     known = {h.name for h in router_workers(inventory)}
     strangers = [h.name for h in hosts if h.name not in known]
     if strangers:
@@ -52,38 +60,54 @@ def _workers(inventory: Inventory, names: tuple[str, ...], addresses: SiteAddres
         raise addresses.errors.get((missing[0], inventory.hosts[missing[0]].container.vmid)) or ConfigError(
             f"{', '.join(missing)}: the container's address on the site network is not known",
             fix="start the container (deploy up host NAME)")
-    return found
+    return [*found, *urls]
+
+
+def _is_url(name: str) -> bool:
+    return name.startswith(("http://", "https://"))
 
 
 @router.command("status")
 @click.argument("group", required=False)
 @common_options
 def status(app: AppContext, group: str | None) -> int:
-    """What the router lists: each inventory worker (listed, healthy, load) and any URL it lists that no host has."""
+    """What the router lists: each inventory worker (listed, healthy, serving by its own /health, load) and any URL
+    it lists that no host has. Exits 1 when a listed URL is no host's or no listed worker serves (router/truth.py),
+    3 when the router does not answer."""
     inv = app.inventory
     base, key, addresses = _base(inv)
     wanted = workers_of(inv, addresses, inv.group_hosts(group) if group else None)
     with RouterClient(base, key, timeout_s=5.0) as client:
         live = {w.url: w for w in client.list_workers()}
         ready = client.ready()
+    every = workers_of(inv, addresses)
+    answers = ask(live, {w.url: w.key for w in every}, key)
     rows: list[dict[str, Any]] = []
     for w in wanted:
         seen = live.get(w.url)
         rows.append({"host": w.name, "url": w.url, "listed": seen is not None,
-                     "healthy": seen.healthy if seen else None, "load": seen.load if seen else None})
-    known = {w.url for w in workers_of(inv, addresses)}
-    strangers = [u for u in live if u not in known]
-    app.out.emit({"ok": True, "router": base, "ready": ready, "workers": rows, "unknown_urls": strangers})
+                     "healthy": seen.healthy if seen else None, "load": seen.load if seen else None,
+                     "serving": answers[w.url].serving if seen else None,
+                     "answered": answers[w.url].said if seen else None})
+    known = {w.name: w.url for w in every}
+    strangers = [u for u in live if u not in known.values()]
+    found = problems([(u, w.healthy) for u, w in live.items()], known, answers, group=group)
+    code = 1 if found else 0
+    app.out.emit({"ok": code == 0, "exit_code": code, "router": base, "ready": ready, "workers": rows,
+                  "unknown_urls": strangers, "problems": [p.to_dict() for p in found]})
     table = [(r["host"], r["url"], "yes" if r["listed"] else "NO",
               "-" if r["healthy"] is None else ("yes" if r["healthy"] else "NO"),
+              "-" if r["serving"] is None else ("yes" if r["serving"] else f"NO: {r['answered']}"),
               "-" if r["load"] is None else str(r["load"])) for r in rows]
-    app.out.table(table_spec(f"router {base}", ["host", "url", "listed", "healthy", "load"], table))
+    app.out.table(table_spec(f"router {base}", ["host", "url", "listed", "healthy", "serves", "load"], table))
     out = [r["host"] for r in rows if not r["listed"]]
     app.out.line(f"router {base}: {sum(1 for r in rows if r['healthy'])} of {len(rows)} worker(s) healthy, "
-                 f"{'ready' if ready else 'NOT ready'}"
+                 f"{sum(1 for r in rows if r['serving'])} serving, {'ready' if ready else 'NOT ready'}"
                  + (f"; not listed: {', '.join(out)} (put back with `deploy router add HOST`)" if out else "")
                  + (f"; listed but no inventory host: {', '.join(strangers)}" if strangers else ""))
-    return 0
+    for problem in found:
+        app.out.line(f"problem: {problem.text()}")
+    return code
 
 
 @router.command("add")
@@ -103,7 +127,8 @@ def add(app: AppContext, hosts: tuple[str, ...], timeout_s: float) -> int:
               help="Seconds to wait for the host's in-flight requests (and for another healthy worker).")
 @common_options
 def remove(app: AppContext, hosts: tuple[str, ...], timeout_s: float) -> int:
-    """Take hosts out of rotation and wait for their in-flight requests; the last healthy worker is never removed."""
+    """Take hosts (or a listed URL no host has, `router status` names it) out of rotation and wait for their
+    in-flight requests; the last serving worker is never removed (each other worker's own /health is asked)."""
     return _each(app, hosts, "remove", timeout_s)
 
 
@@ -111,11 +136,23 @@ def _each(app: AppContext, names: tuple[str, ...], action: str, timeout_s: float
     inv = app.inventory
     base, key, addresses = _base(inv)
     workers = _workers(inv, names, addresses)
+    if action == "add" and any(_is_url(w.name) for w in workers):
+        raise ConfigError("`deploy router add` takes inventory hosts, not URLs",
+                          fix="add the host: `deploy router add HOST` (its URL comes from the inventory)")
+    hosts = [w.name for w in workers if not _is_url(w.name)]
+    with claim_fleet(hosts, command_line(), router=True):  # state/claims.py: the claim a fleet roll takes
+        return _change(app, workers, action, timeout_s, base, key, addresses)
+
+
+def _change(app: AppContext, workers: list[Worker], action: str, timeout_s: float, base: str, key: str | None,
+            addresses: SiteAddresses) -> int:
+    inv = app.inventory
     results: list[dict[str, Any]] = []
     code = 0
     with RouterClient(base, key, timeout_s=10.0) as client:
         drainer = Drainer(client, drain_timeout_s=timeout_s, join_timeout_s=timeout_s, say=app.out.line,
-                          policy=inv.router.policy if inv.router is not None else None)
+                          policy=inv.router.policy if inv.router is not None else None,
+                          keys={w.url: w.key for w in workers_of(inv, addresses)})
         for w in workers:
             began = time.monotonic()
             try:
@@ -129,7 +166,8 @@ def _each(app: AppContext, names: tuple[str, ...], action: str, timeout_s: float
                 err.at(host=w.name, step=f"router {action}")
                 code = max(code, err.exit_code)
                 results.append({"host": w.name, "url": w.url, "ok": False, "exit_code": err.exit_code,
-                                "what": err.what, "fix": err.fix})
+                                "what": err.what, "fix": err.fix, **({"evidence": err.details} if err.details
+                                                                     else {})})
                 app.out.line(f"{w.name}: NOT {'added' if action == 'add' else 'removed'}: {err.what} "
                              f"(fix: {err.fix})")
                 continue

@@ -1,4 +1,5 @@
-"""The router's view of a fleet, beside `deploy status group G`: each host listed or not, healthy, its load."""
+"""The router's view of a fleet, beside `deploy status group G`: each host listed or not, healthy, serving by its
+own /health, its load; and what is wrong with the router (router/truth.py), which makes the status exit non-zero."""
 
 from __future__ import annotations
 
@@ -11,12 +12,16 @@ from orchestrator.router.addresses import learn_fleet
 from orchestrator.router.client import RouterClient
 from orchestrator.router.converge import managed_unit_state
 from orchestrator.router.places import known_worker_urls, router_api_key, router_base_url
+from orchestrator.router.reconcile import workers_of
+from orchestrator.router.serving import ask
+from orchestrator.router.truth import problems, router_down
 
 
 def router_view(app: AppContext, outcomes: list[HostOutcome],
                 options: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """What the router thinks of each host's server (listed, healthy, load), and its unit's state when deploy
-    manages it; never changes the exit code."""
+    """What the router thinks of each host's server (listed, healthy, load), whether each listed worker serves by
+    its own /health, and its unit's state when deploy manages it. Exit code (folded into the status's): 3 when the
+    router does not answer, 1 when it lists a URL no host has or no listed worker serves, else 0."""
     inventory = app.inventory
     if inventory.router is None:
         return None
@@ -30,25 +35,38 @@ def router_view(app: AppContext, outcomes: list[HostOutcome],
         for o in outcomes:
             o.extras["router"] = {"error": err.what}
         return {"router": {"error": err.what, **unit}, "text": f"router{_unit_text(unit)}: {err.what}"}
+    key = router_api_key(inventory)
     try:
-        with RouterClient(base, router_api_key(inventory), timeout_s=5.0) as client:
+        with RouterClient(base, key, timeout_s=5.0) as client:
             workers = {w.url: w for w in client.list_workers()}
             ready = client.ready()
     except (RemoteError, ConfigError) as err:
         for o in outcomes:
             o.extras["router"] = {"error": err.what}
-        return {"router": {"url": base, "error": err.what, **unit},
-                "text": f"router {base}{_unit_text(unit)}: {err.what}"}
+        down = router_down(base, err.what)
+        return {"router": {"url": base, "error": err.what, **unit, "problems": [down.to_dict()]},
+                "text": f"router {base}{_unit_text(unit)}: {err.what}\nproblem: {down.text()}",
+                "exit_code": RemoteError.exit_code}
+    answers = ask(workers, {w.url: w.key for w in workers_of(inventory, addresses)}, key)
     for o in outcomes:
         url = urls.get(o.host)
         w = workers.get(url) if url is not None else None
+        serving = answers[w.url].serving if w is not None else None
         o.extras["router"] = {"url": url, "listed": w is not None, "healthy": w.healthy if w else None,
-                              "load": w.load if w else None}
+                              "load": w.load if w else None, "serving": serving}
         said = "not listed" if w is None else ("healthy" if w.healthy else "unhealthy") + f", load {w.load}"
+        if w is not None and not serving:
+            said += f", NOT serving ({answers[w.url].said})"
         o.detail = f"{o.detail}; router: {said}" if o.detail else f"router: {said}"
+    found = problems([(u, w.healthy) for u, w in workers.items()], urls, answers,
+                     group=str((options or {}).get("group") or "") or None)
     text = (f"router {base}{_unit_text(unit)}: {len(workers)} worker(s), "
-            f"{sum(1 for w in workers.values() if w.healthy)} healthy, {'ready' if ready else 'NOT ready'}")
-    return {"router": {"url": base, "workers": len(workers), "ready": ready, **unit}, "text": text}
+            f"{sum(1 for w in workers.values() if w.healthy)} healthy, "
+            f"{sum(1 for u in workers if answers[u].serving)} serving, {'ready' if ready else 'NOT ready'}")
+    text += "".join(f"\nproblem: {p.text()}" for p in found)
+    return {"router": {"url": base, "workers": len(workers), "ready": ready, **unit,
+                       "problems": [p.to_dict() for p in found]},
+            "text": text, "exit_code": 1 if found else 0}
 
 
 def _unit_text(unit: dict[str, Any]) -> str:

@@ -96,7 +96,8 @@ def run_and_report(app: AppContext, words: tuple[str, ...], playbook: str, optio
               help="Playbook to run: a shipped name or your copied and edited YAML file.")
 @common_options
 @inventory_names(preset="preset")
-@fleet_options(preflight=preflight, required=True, fleet_preflight=router_preflight, annotate=converge_router_after)
+@fleet_options(preflight=preflight, required=True, fleet_preflight=router_preflight, annotate=converge_router_after,
+               claims=lambda options: not options.get("dry_run"))
 def up(app: AppContext, target: tuple[str, ...], dry_run: bool, allow_no_p2p: bool, skip_weights: bool,
        skip_bench: bool, preset: str | None, tofu: bool, playbook: str) -> int:
     """Converge one host: `deploy up host 10.1.230.174`; or a fleet: `deploy up group prod` (see --parallel).

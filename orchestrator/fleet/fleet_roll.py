@@ -44,7 +44,7 @@ from orchestrator.router.addresses import learn_fleet
 from orchestrator.router.client import RouterClient
 from orchestrator.router.drain import Drainer
 from orchestrator.router.places import known_worker_urls, router_api_key, router_base_url, router_workers
-from orchestrator.state.claims import claim_hosts
+from orchestrator.state.claims import claim_fleet
 from orchestrator.steps.base import RunOptions
 from orchestrator.ui.output import Output
 from orchestrator.ui.tables import Column
@@ -87,6 +87,8 @@ class _Router:
         for h in router_workers(inv):
             key = inv.profile_for(h).api_key
             self.worker_keys[h.name] = key.read() if key is not None else None
+        #: Each worker's key by its URL: a drain asks the other workers' own /health with it (router/serving.py).
+        self.url_keys = {url: self.worker_keys.get(name) for name, url in self.urls.items()}
         self.drain_timeout_s = drain_timeout_s
         self.guard = threading.Lock()
         #: Each host's router column in this run (one statement of where it is now, details.RouterColumn).
@@ -112,7 +114,8 @@ class _Router:
     def drainer(self, events: HostEvents) -> Drainer:
         assert self.base is not None
         return Drainer(RouterClient(self.base, self.key), drain_timeout_s=self.drain_timeout_s, say=events.say,
-                       guard=self.guard, policy=self.spec.policy if self.spec is not None else None)
+                       guard=self.guard, policy=self.spec.policy if self.spec is not None else None,
+                       keys=self.url_keys)
 
     def around(self, host: HostRoll, events: HostEvents, action: Callable[[], HostOutcome],
                undo: Callable[[], HostOutcome] | None = None) -> HostOutcome:
@@ -193,7 +196,7 @@ class _Router:
         with RouterClient(self.base, self.key) as client:
             listed = {w.url for w in client.list_workers()}
             drainer = Drainer(client, drain_timeout_s=self.drain_timeout_s, guard=self.guard,
-                              policy=self.spec.policy if self.spec is not None else None)
+                              policy=self.spec.policy if self.spec is not None else None, keys=self.url_keys)
             for host in hosts:
                 url = self.urls.get(host.host)
                 if url is None or url in listed:
@@ -495,9 +498,10 @@ def _command() -> str:
 def fleet_roll(app: Caller, targets: TargetSpec, spec: RollSpec | None, *, tofu: bool, resume: bool,
                drain_timeout_s: float, store: RollStore | None = None) -> int:
     """`deploy roll <fleet> …` (spec given) or `… --resume` (spec None: the record's). Every host is claimed first
-    (state/claims.py): an overlapping fleet roll or single-host command is refused before any planning."""
+    and the router (state/claims.py): an overlapping fleet roll, `up group`, `router add/remove` or single-host command
+    is refused before any planning."""
     names = [h.name for h in resolve_targets(app.inventory, targets)]
-    with claim_hosts(names, _command()):
+    with claim_fleet(names, _command(), router=app.inventory.router is not None):
         return _fleet_roll(app, targets, names, spec, tofu=tofu, resume=resume, drain_timeout_s=drain_timeout_s,
                            store=store or RollStore())
 
@@ -565,7 +569,7 @@ def fleet_rollback(app: Caller, targets: TargetSpec, *, tofu: bool, drain_timeou
                    store: RollStore | None = None, force: bool = False) -> int:
     """`deploy rollback <fleet>`: every host the last fleet roll of these hosts changed goes back to its release."""
     names = [h.name for h in resolve_targets(app.inventory, targets)]
-    with claim_hosts(names, _command()):
+    with claim_fleet(names, _command(), router=app.inventory.router is not None):
         return _fleet_rollback(app, targets, names, tofu=tofu, drain_timeout_s=drain_timeout_s,
                                store=store or RollStore(), force=force)
 

@@ -63,6 +63,23 @@ def generate_error(base: str, key: str | None, *, timeout_s: float = 60.0) -> st
     return None
 
 
+def health_error(base: str, key: str | None, *, timeout_s: float) -> str | None:
+    """None when the worker's own `GET BASE/health` answers 200; else what came back, in words. Current sglang
+    answers it with a 1-token generation and gives up after SGLANG_HEALTH_CHECK_TIMEOUT (20 s), so the caller's
+    timeout is above that: a slow answer under load is not read as down."""
+    try:
+        resp = requests.get(f"{base.rstrip('/')}/health", headers=_headers(key), timeout=timeout_s)
+    except requests.Timeout:
+        return f"GET /health failed: no answer within {timeout_s:.0f} s"
+    except requests.ConnectionError:
+        return "GET /health failed: ConnectionError (refused or unreachable: is its server running?)"
+    except requests.RequestException as exc:
+        return f"GET /health failed: {exc.__class__.__name__}: {' '.join(str(exc)[:200].split())}"
+    if resp.status_code != 200:
+        return f"GET /health answered {resp.status_code}: {' '.join(resp.text[:200].split()) or '(empty body)'}"
+    return None
+
+
 def served_count(url: str) -> float | None:
     """The worker's request counter, or None when /metrics is off or unreachable."""
     try:

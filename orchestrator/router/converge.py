@@ -22,6 +22,7 @@ from orchestrator.inventory.models import Inventory, RouterSpec
 from orchestrator.parsers.sections import build_batch_script, new_nonce, split_batch_output
 from orchestrator.remote.container import NOT_RUNNING, Container
 from orchestrator.router.addresses import learn_fleet
+from orchestrator.router.checks import generate_error
 from orchestrator.router.client import RouterClient
 from orchestrator.router.facts import (
     UNIT,
@@ -380,11 +381,24 @@ def _wait_healthy(base_url: str, api_key: str | None, urls: list[str], timeout_s
                 else:
                     if not missing and (ready or not urls):
                         return {"health": 200, "readiness": 200 if ready else 503,
-                                "healthy_workers": len(urls)}
+                                "healthy_workers": len(urls), **_through_router(base_url, api_key, urls)}
                     last = f"workers not yet healthy: {', '.join(missing) or '(readiness 503)'}"
             time.sleep(1.0)
     raise CheckFailed(f"router at {base_url} not healthy within {timeout_s:.0f} s: {last}",
                       fix=f"see `journalctl -u {UNIT}` in the router's container; check the worker URLs")
+
+
+def _through_router(base_url: str, api_key: str | None, urls: list[str]) -> dict[str, Any]:
+    """After workers were (re-)added or the router restarted: one synthetic generation through the router must be
+    answered (a router that lists its workers healthy can still fail every request, issue 37). CheckFailed if not."""
+    if not urls:
+        return {}
+    error = generate_error(base_url, api_key)
+    if error is not None:
+        raise CheckFailed(f"router at {base_url} lists its {len(urls)} worker(s) healthy, but a request through it "
+                          f"failed: {error}",
+                          fix=f"see `journalctl -u {UNIT}` in the router's container and `deploy router status`")
+    return {"through_router": "a generation through the router was answered"}
 
 
 def managed_unit_state(inventory: Inventory, *, tofu: bool = False) -> dict[str, Any]:

@@ -11,10 +11,12 @@ Why these signals (sglang-router 0.3.2, see docs/fleet.md "The router"):
   drain waits until `GET /workers` lists it healthy before the roll moves on.
 
 Safety (issue 22 §3, checks.py says why these signals): the last healthy worker is never drained (the drain waits
-a bounded time for another one, then refuses with the reason); a worker the router lists unhealthy stops the
-drain (a wave must not take a second worker out while one is sick); before a worker is added back a real
-generation is answered by it with the key, and after it is listed healthy one request through the router must
-reach it (its own request counter advances).
+a bounded time for another one, then refuses with the reason); another listed worker that does not serve stops
+the drain (a wave must not take a second worker out while one is sick). "Healthy" and "serves" are asked of each
+worker itself (its own /health at its container address, router/serving.py), never read from the router's cached
+`is_healthy` alone (issue 37 item 1: it stayed true for minutes after a server stopped); before a worker is added
+back a real generation is answered by it with the key, and after it is listed healthy one request through the
+router must reach it (its own request counter advances).
 """
 
 from __future__ import annotations
@@ -22,14 +24,15 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import requests
 
 from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.router.checks import Reach, generate_error, reach_through_router
-from orchestrator.router.client import RouterClient, RouterWorker
+from orchestrator.router.client import RouterClient
+from orchestrator.router.serving import HEALTH_TIMEOUT_S, Removal, ask, judge
 
 IN_FLIGHT_GAUGES = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+([-+0-9.eEinfaINF]+)")
@@ -59,8 +62,12 @@ class Drainer:
 
     def __init__(self, client: RouterClient, *, drain_timeout_s: float = 120.0, join_timeout_s: float = 180.0,
                  poll_s: float = 0.5, say: Callable[[str], None] | None = None,
-                 guard: threading.Lock | None = None, policy: str | None = None) -> None:
+                 guard: threading.Lock | None = None, policy: str | None = None,
+                 keys: Mapping[str, str | None] | None = None, health_timeout_s: float = HEALTH_TIMEOUT_S) -> None:
         self.client = client
+        #: Each worker's key by URL, for asking its own /health (default: the router's key, one for the fleet).
+        self.keys: Mapping[str, str | None] = keys or {}
+        self.health_timeout_s = health_timeout_s
         #: The router's policy: under cache_aware, sglang-router 0.3.2 sends no new prompt to a worker added
         #: through POST /workers while the others have room (seen on the real router: 0 of 12 random prompts), so
         #: "no request reached it" there is the policy, not a broken worker (see `restore`).
@@ -81,27 +88,34 @@ class Drainer:
             return None
         return in_flight(resp.text) if resp.status_code == 200 else None
 
-    def others_ok(self, url: str) -> list[RouterWorker]:
-        """The router's other healthy workers; refuses (CheckFailed) when the router lists one of them unhealthy,
-        and waits (bounded by the drain timeout) while none is healthy: draining `url` then would empty the pool."""
+    def others_ok(self, url: str) -> Removal:
+        """What removing `url` leaves, asked of the workers themselves (router/serving.py: their own /health, not
+        the router's cached flag). Refuses (CheckFailed, exit 1, with each other worker's answer) when another
+        listed worker does not serve, and waits (bounded by the drain timeout) while none serves: draining `url`
+        then would empty the pool."""
         began = time.monotonic()
         said = False
         while True:
             workers = self.client.list_workers()
-            me = next((w for w in workers if w.url == url), None)
-            sick = [w.url for w in workers if w.url != url and w.healthy is False]
-            if sick:
-                raise CheckFailed(f"the router lists {', '.join(sick)} as unhealthy: {url} is not drained, the wave "
-                                  "stops", fix="check the unhealthy worker (deploy status group G, deploy router "
-                                  "status), then resume with `deploy roll … --resume`", step="drain")
-            healthy = [w for w in workers if w.url != url and w.healthy]
-            if healthy or me is None or not me.healthy:  # nothing to protect when this one is not serving
-                return healthy
+            answers = ask([w.url for w in workers], self.keys, self.client.api_key, timeout_s=self.health_timeout_s)
+            removal = judge(url, [(w.url, w.healthy) for w in workers], answers)
+            if removal.sick:
+                what = ("would leave the router no serving worker" if removal.protects_traffic
+                        else "the wave stops while another worker does not serve")
+                raise CheckFailed(f"{url} is not removed: {what} ({', '.join(a.url for a in removal.sick)} "
+                                  f"not serving). Asked of each worker: {removal.evidence()}",
+                                  fix="check the worker that does not serve (deploy status group G, deploy router "
+                                      "status) and bring it back, then remove or resume (`deploy roll … --resume`); "
+                                      "nothing was drained", step="drain", details=removal.details())
+            if not removal.protects_traffic:
+                return removal
             if time.monotonic() - began >= self.drain_timeout_s:
                 raise CheckFailed(f"{url} is the router's last healthy worker: draining it would leave the router "
-                                  f"with none; waited {self.drain_timeout_s:.0f} s for another",
+                                  f"with none; waited {self.drain_timeout_s:.0f} s for another. Asked of each "
+                                  f"worker: {removal.evidence()}",
                                   fix="bring another worker back first (`deploy router add HOST`, `deploy up group "
-                                      "G`), then resume; nothing was drained", step="drain")
+                                      "G`), then resume; nothing was drained", step="drain",
+                                  details=removal.details())
             if not said:
                 self.say(f"{url} is the last healthy worker: waiting up to {self.drain_timeout_s:.0f} s for another "
                          "before draining it")

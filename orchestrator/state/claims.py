@@ -12,6 +12,11 @@ host meet at the host's own lease (remote/lock.py), which names the run that hol
 
 Within one process the claim is re-entrant: a fleet roll holds its hosts' claims while its worker threads run each
 host's single-host roll, which claims the same host again.
+
+The router is claimed too (issue 37 item 3), under a name no host can have (ROUTER): every fleet command that can
+change the router's worker list (`up`, `roll` and `rollback` of a fleet, `router add/remove`) takes it with its
+hosts (claim_fleet), so none can undo another's drain: an `up group` of other hosts used to re-add, through its
+live reconcile, a host a fleet roll had drained and not yet gated.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from orchestrator.localfile import open_no_follow
 from orchestrator.paths import state_dir
 from orchestrator.state.local_runs import file_name
 
+#: The router's claim: host names start with a letter or digit (inventory/models.py), so none is this.
+ROUTER = "_router"
 _HELD: dict[str, tuple[int, int, bool]] = {}  # host → (fd, depth, exclusive) held by this process
 _MUTEX = threading.Lock()
 _SECRET_ARG = re.compile(r"((?:api[-_]?key|token|secret|passw\w*)[\w-]*(?:=|\s+))\S+", re.IGNORECASE)
@@ -89,6 +96,18 @@ def _release(host: str) -> None:
         os.close(fd)  # closing the only descriptor releases the flock
 
 
+def _label(name: str) -> str:
+    return "the router" if name == ROUTER else name
+
+
+@contextmanager
+def claim_fleet(hosts: Sequence[str], command: str, *, router: bool) -> Iterator[None]:
+    """A fleet command's claim: its hosts exclusively, and the router (ROUTER) when it may change the router's
+    worker list (`router`: the inventory has a router). Refuses (LockHeld, exit 3) before any planning."""
+    with claim_hosts([*hosts, *([ROUTER] if router else [])], command):
+        yield
+
+
 @contextmanager
 def claim_hosts(hosts: Sequence[str], command: str, *, exclusive: bool = True) -> Iterator[None]:
     """Hold every host's claim for the block (exclusive: a fleet command; shared: a single-host one); refuses
@@ -109,8 +128,8 @@ def claim_hosts(hosts: Sequence[str], command: str, *, exclusive: bool = True) -
     if refused:
         for host in taken:
             _release(host)
-        text = "; ".join(f"{h}: {who}" for h, who in refused.items())
-        raise LockHeld(f"another deploy command on this machine holds {', '.join(refused)}: {text}",
+        text = "; ".join(f"{_label(h)}: {who}" for h, who in refused.items())
+        raise LockHeld(f"another deploy command on this machine holds {', '.join(map(_label, refused))}: {text}",
                        fix="wait for it to finish (or stop it: it cleans up on Ctrl-C/SIGTERM); nothing was "
                            "planned or changed", step="claim")
     try:

@@ -237,13 +237,13 @@ def test_real_router_routes_to_the_simulated_servers(fleet: Fleet, tmp_path: Pat
                                    "  workers: prod\n")
             res = fleet.env.run("--json", "status", "group", "prod")
             doc = res.json
-            assert doc["router"] == {"url": base, "workers": 1, "ready": True}
+            assert doc["router"] == {"url": base, "workers": 1, "ready": True, "problems": []}
             view = {h["host"]: h["router"] for h in doc["hosts"]}
             assert view[a]["listed"] is False and view[c] == {"url": urls[1], "listed": True, "healthy": True,
-                                                              "load": view[c]["load"]}
+                                                              "load": view[c]["load"], "serving": True}
             text = fleet.env.run("status", "group", "prod").stdout
             assert "router: not listed" in text and "router: healthy" in text
-            assert f"router {base}: 1 worker(s), 1 healthy, ready" in text
+            assert f"router {base}: 1 worker(s), 1 healthy, 1 serving, ready" in text
             router.add_worker(urls[0])
             assert until(lambda: len([w for w in router.list_workers() if w.healthy]) == 2)
     finally:

@@ -88,7 +88,8 @@ def test_up_brings_the_router_up_with_both_workers_then_changes_nothing(rfleet: 
     assert router["workers"] == [a, b] and router["left_out"] == []
     details = router["step"]["details"]
     assert details["validated_with"] == "sglang-router 0.3.2 in CT 120"
-    assert details["health"] == {"health": 200, "readiness": 200, "healthy_workers": 2}
+    assert details["health"] == {"health": 200, "readiness": 200, "healthy_workers": 2,
+                                 "through_router": "a generation through the router was answered"}
     # The key: a 0600 file in the container, used by the router towards clients and workers, never in an argv.
     assert env.ct("stat -c %a /etc/sglang-router/api-key").stdout.strip() == "600"
     assert KEY not in env.ct("cat /etc/systemd/system/sglang-router.service").stdout
@@ -198,11 +199,11 @@ def test_status_group_shows_the_router_unit_and_its_view_of_each_worker(rfleet: 
     assert res.rc == 0, res.text
     doc = res.json
     assert doc["router"] == {"url": rfleet.url, "workers": 2, "ready": True, "runs_on": a, "vmid": 120,
-                             "unit": "active"}
+                             "unit": "active", "problems": []}
     for host in doc["hosts"]:
         assert host["router"]["listed"] is True and host["router"]["healthy"] is True, host
     text = env.run("status", "group", "prod").stdout
-    assert f"router {rfleet.url} ({a} CT 120, unit active): 2 worker(s), 2 healthy, ready" in text
+    assert f"router {rfleet.url} ({a} CT 120, unit active): 2 worker(s), 2 healthy, 2 serving, ready" in text
     assert text.count("router: healthy") == 2
 
 

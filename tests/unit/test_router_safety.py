@@ -6,6 +6,7 @@ item 4), against real tiny HTTP servers on 127.0.0.1: a router with sglang-route
 
 from __future__ import annotations
 
+import getpass
 import http.server
 import json
 import os
@@ -33,7 +34,7 @@ from orchestrator.roll import RollOutcome, RollResult
 from orchestrator.router.client import RouterClient
 from orchestrator.router.drain import Drainer
 from orchestrator.router.reconcile import Worker, reconcile
-from orchestrator.state.claims import claim_hosts, claims_dir
+from orchestrator.state.claims import ROUTER, claim_fleet, claim_hosts, claims_dir
 from orchestrator.ui.output import Output
 from tests.unit.test_router_answers import _inventory
 
@@ -45,6 +46,7 @@ class FakeWorker:
     """An sglang server's surface: /generate (key required), /metrics (no key), /health."""
 
     broken: bool = False
+    health: int = 200  # what its own GET /health answers
     served: int = 0
     key: str | None = KEY
     server: http.server.ThreadingHTTPServer | None = None
@@ -92,6 +94,10 @@ def _worker(w: FakeWorker) -> FakeWorker:
             if self.path == "/metrics":
                 _reply(self, 200, f'sglang:num_requests_total{{model_name="m"}} {float(w.served)}\n'
                                   'sglang:num_running_reqs{model_name="m"} 0.0\n')
+            elif self.path == "/health" and w.key and self.headers.get("Authorization") != f"Bearer {w.key}":
+                _reply(self, 401, {"error": "Unauthorized"})  # real sglang: every route needs the key
+            elif self.path == "/health":
+                _reply(self, w.health, "")
             else:
                 _reply(self, 200, "ok")
 
@@ -184,6 +190,59 @@ def test_the_last_healthy_worker_is_never_drained(pool) -> None:
     assert a.url in router.workers  # nothing was removed
     _listed(router, b)
     assert _drainer(router).drain(a.url).removed and a.url not in router.workers
+
+
+def _stop(w: FakeWorker) -> None:
+    """Its server stopped: the port refuses connections (the router may still list it healthy)."""
+    assert w.server is not None
+    w.server.shutdown()
+    w.server.server_close()
+
+
+def test_a_removal_asks_the_other_workers_themselves_not_the_routers_cached_flag(pool) -> None:
+    """Issue 37 item 1: with sglang stopped on the other worker, the router still listed it healthy and `router
+    remove` took out the only serving worker (rc 0, then 500s). Now each other worker's own /health is asked."""
+    router, (a, b, c) = pool
+    _listed(router, a, b)  # the router's cached flag: b healthy
+    _stop(b)
+    with pytest.raises(CheckFailed) as caught:
+        _drainer(router).drain(a.url)
+    err = caught.value
+    assert err.exit_code == 1 and a.url in router.workers  # refused, nothing removed
+    assert f"{a.url} is not removed: would leave the router no serving worker ({b.url} not serving)" in err.what
+    assert f"Asked of each worker: {b.url}: GET /health failed: ConnectionError (refused or unreachable" in err.what
+    assert err.details["workers"] == [{"url": b.url, "serving": False, "answered": err.details["workers"][0][
+        "answered"]}] and str(err.details["workers"][0]["answered"]).startswith("GET /health failed")
+    c.health = 503  # a server that says it cannot serve (starting, or its 1-token check timed out)
+    _listed(router, c)
+    with pytest.raises(CheckFailed, match=f"{c.url}: GET /health answered 503"):
+        _drainer(router).drain(a.url)
+    del router.workers[b.url]
+    c.health = 200
+    assert _drainer(router).drain(a.url).removed and a.url not in router.workers  # c serves: a may go
+
+
+def test_a_worker_that_does_not_serve_itself_may_be_removed_while_it_is_the_last_listed(pool) -> None:
+    """Nothing to protect: the router lists it healthy, but its own /health fails, so it carries no traffic."""
+    router, (a, _b, _c) = pool
+    _listed(router, a)
+    a.health = 503
+    result = _drainer(router).drain(a.url)
+    assert result.removed and a.url not in router.workers
+
+
+def test_removal_judgement_is_pure() -> None:
+    from orchestrator.router.serving import Answer, judge
+
+    answers = {"http://a": Answer("http://a", True, "GET /health answered 200"),
+               "http://b": Answer("http://b", True, "GET /health answered 200")}
+    both = judge("http://a", [("http://a", True), ("http://b", False)], answers)
+    assert [x.url for x in both.sick] == ["http://b"] and both.protects_traffic
+    assert both.evidence() == "http://b: the router lists it unhealthy; GET /health answered 200"
+    alone = judge("http://a", [("http://a", True)], answers)
+    assert alone.protects_traffic and alone.evidence() == "the router lists no other worker"
+    unlisted = judge("http://a", [("http://b", True)], answers)
+    assert unlisted.me is None and not unlisted.protects_traffic
 
 
 def test_a_worker_that_does_not_answer_is_not_added_back(pool) -> None:
@@ -547,3 +606,96 @@ def test_a_host_interrupted_after_its_candidate_was_installed_is_left_to_resume_
     (roll,) = store.all()
     assert code == 0 and roll.state == "done", app.out.console.export_text()
     assert [h.state for h in roll.hosts] == ["rolled", "rolled"] and set(router.workers) == {a.url, b.url}
+
+
+# ---------------------------------------------------------------------------------------------- one claim (item 3)
+HOLD_ROLL = """
+import sys, time
+from orchestrator.state.claims import claim_hosts
+# What `roll group g` claims behind a router (claim_fleet): its hosts and the router's claim, "_router".
+with claim_hosts(["gpu-1", "gpu-2", "_router"], "deploy roll group g --set x=1"):
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_router_add_and_up_group_are_refused_while_a_fleet_roll_holds_the_router(fleet, tmp_path) -> None:
+    """Issue 37 item 3: only `roll` claimed, so `router add` (and `up group`'s live reconcile) could put back a host
+    the roll had drained, before its gates. Now they take the roll's claim, the router's included, and are refused
+    before any request: the drained host stays out."""
+    import yaml
+
+    router, a, b, _rolls, app, _store = fleet
+    _listed(router, b)  # the roll drained gpu-1 and is gating it
+    inv = tmp_path / "inv"
+    inv.mkdir()
+    (inv / "inventory.yaml").write_text(yaml.safe_dump(app.inventory.model_dump(mode="json", exclude_unset=True)))
+    env = {**os.environ, "DEPLOY_STATE_DIR": str(tmp_path / "state"), "DEPLOY_PVE_TOKEN_SECRET": "unit-not-used"}
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_ROLL], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        for args in (("router", "add", "gpu-1"), ("up", "group", "g", "--skip-bench")):
+            res = subprocess.run([sys.executable, "-m", "orchestrator", "--inventory", str(inv), *args],
+                                 capture_output=True, text=True, timeout=60, env=env)
+            assert res.returncode == 3, (args, res.stdout, res.stderr)
+            held = "gpu-1, the router" if args[0] == "router" else "gpu-1, gpu-2, the router"
+            assert f"another deploy command on this machine holds {held}: gpu-1: " in res.stderr, res.stderr
+            assert f"the router: {getpass.getuser()}@" in res.stderr
+            assert f"pid {proc.pid} running 'deploy roll group g --set x=1'" in res.stderr
+            assert "Traceback" not in res.stderr
+        assert set(router.workers) == {b.url} and a.served == 0  # gpu-1 not checked, not added back
+    finally:
+        proc.kill()
+        proc.wait()
+    with claim_fleet(["gpu-1"], "after the roll", router=True):  # the roll's claim went with it
+        assert {p.name for p in claims_dir().iterdir()} >= {"gpu-1.claim", f"{ROUTER}.claim"} and ROUTER == "_router"
+
+
+# ---------------------------------------------------------------------------------------------- status (item 2)
+def _status_view(app: _App) -> dict[str, Any]:
+    from orchestrator.cli.router_view import router_view
+
+    view = router_view(app, [HostOutcome("gpu-1", "ok"), HostOutcome("gpu-2", "ok")])  # type: ignore[arg-type]
+    assert view is not None
+    return view
+
+
+def test_status_group_exits_non_zero_when_the_router_is_down_stale_or_serves_nothing(fleet, tmp_path) -> None:
+    """Issue 37 item 2: `status group` said "2 worker(s), 2 healthy, ready" and exited 0 with the router down, with
+    a listed URL that is no host's any more, and with no listed worker serving."""
+    import yaml
+
+    router, a, b, _rolls, app, _store = fleet
+    _listed(router, a, b)
+    assert _status_view(app)["exit_code"] == 0
+    a.health = b.health = 503  # the router's cached flag says healthy; neither server serves
+    view = _status_view(app)
+    assert view["exit_code"] == 1 and "0 serving, ready" in view["text"]
+    assert f"problem: no worker the router lists serves ({a.url}: GET /health answered 503" in view["text"]
+    a.health = b.health = 200
+    moved = _worker(FakeWorker(key=None))  # gpu-2's container moved: the router still lists its old address
+    _stop(moved)
+    _listed(router, moved)
+    view = _status_view(app)
+    assert view["exit_code"] == 1 and view["router"]["problems"][0]["fix"].startswith(
+        f"`deploy router remove {moved.url}`")
+    assert f"problem: the router lists {moved.url}, which is no inventory host's current address" in view["text"]
+    # `router status` says the same and exits 1; the command it names repairs it.
+    inv = tmp_path / "inv"
+    inv.mkdir()
+    (inv / "inventory.yaml").write_text(yaml.safe_dump(app.inventory.model_dump(mode="json", exclude_unset=True)))
+    env = {**os.environ, "DEPLOY_STATE_DIR": str(tmp_path / "state")}
+
+    def deploy(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "orchestrator", "--inventory", str(inv), *args],
+                              capture_output=True, text=True, timeout=60, env=env)
+
+    res = deploy("router", "status")
+    assert res.returncode == 1 and f"problem: the router lists {moved.url}" in res.stdout, res.stdout + res.stderr
+    print(res.stdout)  # docs/troubleshooting.md's example (pytest -s)
+    fixed = deploy("router", "remove", moved.url, "--timeout", "5")
+    assert fixed.returncode == 0 and moved.url not in router.workers, fixed.stdout + fixed.stderr
+    assert deploy("router", "status").returncode == 0
+    down = _App(_inventory("http://127.0.0.1:9", worker_urls={"gpu-1": a.url, "gpu-2": b.url}))
+    view = _status_view(down)  # nothing listens on port 9: GET /workers fails
+    assert view["exit_code"] == 3 and "problem: router http://127.0.0.1:9 is down or unreachable" in view["text"]
