@@ -62,6 +62,11 @@ def probe_text(name: str) -> str:
     return (probes_dir() / name).read_text()
 
 
+def flags_probe_source() -> str:
+    """The probe that validates an argv with the installed program's own parser (sglang's, or the router's)."""
+    return probe_text("flags_probe.py")
+
+
 def golden_prompts_file() -> Path:
     """The correctness gate's shipped golden prompts (a profile's `correctness.prompts` replaces them)."""
     return _shipped("gates") / "golden.yaml"

@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from orchestrator.errors import ConfigError
+from orchestrator.flags.limits import VALUE_FIX, FlagValue, command_line_problem, flag_value_problem
 from orchestrator.flags.schema import FlagSchema, FlagSpec, ResolveError, other_schemas, version_key
-from orchestrator.inventory.limits import VALUE_FIX, command_line_problem, flag_value_problem
-from orchestrator.inventory.models import FlagValue
 from orchestrator.redact import REDACTED, SECRET_REF, is_secret_key, register_secret
 
 Scalar = str | int | float

@@ -14,8 +14,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.errors import ConfigError, did_you_mean
+from orchestrator.flags.limits import VALUE_FIX, UnitTextError
 from orchestrator.flags.schema import FlagSchema, ResolveError
-from orchestrator.inventory.limits import VALUE_FIX, UnitTextError
 from orchestrator.inventory.models import Inventory, ServerProfile
 from orchestrator.yamlfile import key_line, load_yaml
 

@@ -15,12 +15,11 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.errors import ConfigError, did_you_mean, unknown_name
-from orchestrator.inventory.limits import UnitTextError, flag_value_problem, text_problem
+from orchestrator.flags.limits import FlagValue, UnitTextError, flag_value_problem, text_problem
 from orchestrator.inventory.net0 import GRAMMAR, net0_problem
 from orchestrator.localfile import read_text_file
 from orchestrator.redact import register_secret
 
-FlagValue = str | int | float | bool | None | list[str | int | float]
 GateMetric = Literal["output_throughput", "mean_tpot_ms", "mean_ttft_ms"]
 DEFAULT_GATE: tuple[GateMetric, ...] = ("output_throughput",)
 

@@ -21,6 +21,7 @@ from orchestrator.facts import BOOT_UNSETTLED, BOOT_WAIT_S, SETTLE_BOOT
 from orchestrator.inventory.models import Inventory, RouterSpec
 from orchestrator.parsers.sections import build_batch_script, new_nonce, split_batch_output
 from orchestrator.remote.container import NOT_RUNNING, Container
+from orchestrator.render.pip_index import pip_index_options
 from orchestrator.router.addresses import learn_fleet
 from orchestrator.router.checks import generate_error
 from orchestrator.router.client import RouterClient
@@ -39,7 +40,6 @@ from orchestrator.router.reconcile import Reconciled, Worker, reconcile, workers
 from orchestrator.router.render import RouterBundle, render_router, router_schema, schema_from_probe
 from orchestrator.runlog import Metrics, StepRecord
 from orchestrator.scripts import render_script
-from orchestrator.steps.software import pip_index_options
 
 #: How long `up` waits for the router's /health and for its workers to be listed healthy after a (re)start.
 HEALTH_TIMEOUT_S = 120.0

@@ -15,6 +15,7 @@ from orchestrator.flags import FlagSchema
 from orchestrator.inventory.models import RouterSpec
 from orchestrator.parsers.sections import CommandOutput
 from orchestrator.remote.container import heredoc
+from orchestrator.resources import flags_probe_source
 from orchestrator.router.render import (
     CONF_DIR,
     KEY_PATH,
@@ -25,7 +26,6 @@ from orchestrator.router.render import (
     render_router,
 )
 from orchestrator.scripts import render_script
-from orchestrator.steps.software import probe_source
 
 UNIT = "sglang-router"
 
@@ -59,7 +59,7 @@ def facts_commands(spec: RouterSpec, argv: list[str]) -> dict[str, str]:
     """The facts batch: the probe runs with the router venv's python, its source in a quoted heredoc."""
     python = f"{spec.venv.rstrip('/')}/bin/python"
     probe = (f"if [ -x {shlex.quote(python)} ]; then {probe_command(python, argv)} "
-             + heredoc(probe_source(), "DEPLOY_PROBE_EOF").rstrip("\n")
+             + heredoc(flags_probe_source(), "DEPLOY_PROBE_EOF").rstrip("\n")
              + f"\nelse echo '{json.dumps({'version': None, 'error': f'no venv at {spec.venv}'})}'; fi")
     commands = {"probe": probe}
     for name, path in FILE_FACTS.items():

@@ -11,7 +11,8 @@ from orchestrator.errors import CheckFailed, ConfigError, RemoteError
 from orchestrator.facts import CT
 from orchestrator.flags.schema import FlagSchema
 from orchestrator.parsers.weights import RECORD_PATH, WeightsState, parse_weights_check
-from orchestrator.resources import probe_text
+from orchestrator.render.pip_index import pip_index_options
+from orchestrator.resources import flags_probe_source, probe_text
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts, unknown_until_started
@@ -25,16 +26,13 @@ class FlagCheck:
     schema: FlagSchema | None
 
 
-def probe_source() -> str:
-    return probe_text("flags_probe.py")
-
-
 def container_flag_check(ctx: StepContext, argv: list[str]) -> FlagCheck:
     """Validate argv with the parser of the sglang installed in the container (one round trip).
 
     The probe travels on stdin; sglang is never imported on the operator's machine.
     """
-    res = ctx.ct.run_python(ctx.profile.venv, probe_source(), ["sglang", json.dumps(argv)], tag="DEPLOY_PROBE_EOF",
+    res = ctx.ct.run_python(ctx.profile.venv, flags_probe_source(), ["sglang", json.dumps(argv)],
+                            tag="DEPLOY_PROBE_EOF",
                             timeout=120, what="flag validation in the container")
     try:
         data: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
@@ -45,20 +43,6 @@ def container_flag_check(ctx: StepContext, argv: list[str]) -> FlagCheck:
                           host=ctx.host.name) from exc
     schema = FlagSchema.from_dump(data["actions"], version=str(data.get("version"))) if data.get("actions") else None
     return FlagCheck(bool(data.get("ok")), str(data.get("error") or ""), data.get("version"), schema)
-
-
-def pip_index_options(url: str | None) -> str:
-    """`--index-url URL` (and `--trusted-host HOST` for a plain-http index) when the inventory names one.
-
-    pip refuses a plain-http index on any host but localhost unless that host is trusted; an operator who wrote
-    the URL into the inventory has made that choice, so the host of an http:// index is passed as trusted.
-    """
-    if url is None:
-        return ""
-    opts = f" --index-url {shlex.quote(url)}"
-    if url.startswith("http://"):
-        opts += f" --trusted-host {shlex.quote(url[len('http://'):].split('/', 1)[0])}"
-    return opts
 
 
 def sglang_install_command(ctx: StepContext) -> str:

@@ -15,8 +15,8 @@ import pytest
 from orchestrator.cli.roll_cmd import _flags_file
 from orchestrator.errors import ConfigError
 from orchestrator.flags import RESERVED_DESTS, FlagSchema, apply_changes, canonicalize, parse_set, rename_hint
+from orchestrator.flags.limits import MAX_COMMAND_LINE_CHARS, MAX_VALUE_CHARS, refused_char
 from orchestrator.flags.schema import version_key
-from orchestrator.inventory.limits import MAX_COMMAND_LINE_CHARS, MAX_VALUE_CHARS, refused_char
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.inventory.models import ServerProfile
 from orchestrator.playbooks import load_playbook

@@ -21,6 +21,9 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Iterable
 
+#: A flag value as the inventory, --set and --flags write it (before the schema types it).
+FlagValue = str | int | float | bool | None | list[str | int | float]
+
 MAX_VALUE_CHARS = 8192
 MAX_COMMAND_LINE_CHARS = 32768
 
