@@ -237,3 +237,25 @@ def test_holder_text_names_a_long_command_in_at_most_a_few_hundred_characters() 
     every remote command, and the release (which also carries the metrics) went past the argument limit."""
     text = holder_text("deploy roll host h --set chat-template=" + "x" * 120_000)
     assert len(text) < 600 and "deploy roll host h --set chat-template=xxx" in text and text.count("…") == 1
+
+
+def test_a_release_broken_by_what_it_carries_still_frees_the_lease(host: Host, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The metrics ride in the release's round trip; when they break it, the lease is freed by a plain release
+    and the failure is said, never a lease left held for its whole TTL."""
+    lease = _lease(tmp_path)
+    lease.script = host.script("run-a")
+    lease.arm()
+    assert lease.check(host.run("run-a", "acquire"), time.monotonic()).rc == 0
+    sent: list[str] = []
+
+    def run_here(command: str, **_: object) -> RemoteResult:
+        sent.append(command)
+        proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=30)
+        return RemoteResult(proc.returncode, proc.stdout, proc.stderr, 0.0)
+
+    monkeypatch.setattr(lease.ssh, "run", run_here)
+    lease.on_release = lambda: "exit 7"
+    assert lease.release() == "lock released"
+    assert len(sent) == 2 and host.lease() == {}
+    assert lease.published is not None and "exit 7" in lease.published
