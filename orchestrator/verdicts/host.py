@@ -137,7 +137,7 @@ def _boot_unit(f: HostFacts) -> Finding | None:
                        "NVIDIA nodes at boot, before pve-guests.service starts the containers")
     if unit.text is None:
         observed = (f"no {UNIT_NAME}: after a reboot PVE will refuse to start the container (`Device "
-                    "/dev/nvidia-uvm does not exist`) until someone runs nvidia-modprobe")
+                    "/dev/nvidia0 does not exist`) until someone runs nvidia-modprobe")
     elif not unit.enabled:
         observed = f"{UNIT_NAME} is not enabled: a reboot will not run it"
     else:

@@ -406,6 +406,18 @@ def nvidia_modprobe_main(argv: list[str]) -> int:
     return modprobe.run(req, load_uvm, hp.fs, get_profile(cfg.gpu_profile).caps_major)
 
 
+def nvidia_persistenced_main(argv: list[str]) -> int:
+    """NVIDIA's daemon at its start: NVML makes /dev/nvidiactl and every GPU's node (not nvidia-uvm's, modeset's or
+    the caps'); the real one then forks into the background (its unit is Type=forking), which the stand-in need not."""
+    from simulator.gpu import modprobe
+    from simulator.gpu.profiles import get_profile
+
+    hp = current_host()
+    profile = get_profile(hp.load().gpu_profile)
+    modprobe.nvml_makes_nodes(hp.fs, [g.minor for g in profile.gpus], profile.caps_major)
+    return 0
+
+
 def lspci_main(argv: list[str]) -> int:
     from simulator.pve import hardware
 
@@ -478,7 +490,8 @@ def _vzdump_stop_start(node: Any, vmid: int) -> tuple[Any, Any]:
 
 def main(argv: list[str]) -> int:
     tools = {"pct": pct_main, "vzdump": vzdump_main, "pvesh": pvesh_main, "pveversion": pveversion_main,
-             "pveum": pveum_main, "nvidia-modprobe": nvidia_modprobe_main, "lspci": lspci_main}
+             "pveum": pveum_main, "nvidia-modprobe": nvidia_modprobe_main, "lspci": lspci_main,
+             "nvidia-persistenced": nvidia_persistenced_main}
     if not argv or argv[0] not in tools:
         return _err(f"usage: python -m simulator.pve.cli {{{','.join(tools)}}} ARGS...")
     try:
