@@ -222,7 +222,8 @@ def fault(app: AppContext, host: str, knobs: tuple[str, ...], vmid: int | None, 
     Host knobs: missing_uvm, ssh_drop_after, task_fail, api_delay_s, driver_reload, hub_cut_after_bytes (the model
     hub cuts every download once that many bytes went out; =none clears it), aplinfo=NAME,… (the node's appliance
     index lists these templates instead of today's). Container knobs: driver_mismatch,
-    crash_on_start, health_never_ok, log_line, slow_start_s, fatal=CODE (unsupported-arch, illegal-memory-access,
+    crash_on_start, health_never_ok, log_line, slow_start_s, warm_start_s and cold_start_s (model seconds of every
+    start, and what the first start on an empty kernel cache adds), fatal=CODE (unsupported-arch, illegal-memory-access,
     cuda-graph-oom, nccl-timeout, capture-stuck: the real line where the real server prints it), match=TEXT (the
     server faults apply only when the server's command line contains TEXT: a flag set that fails while the
     previous release still starts), and full_disk=DIR (a full filesystem at DIR in the running container;
