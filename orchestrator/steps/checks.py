@@ -84,7 +84,8 @@ def parse_health_probe(stdout: str) -> HealthProbe:
 
 
 def probe_health(ctx: StepContext, cursor: str | None) -> HealthProbe:
-    res = ctx.ct.run(probe_shell(ctx, cursor), check=False, timeout=60, what="health probe")
+    res = ctx.ct.run(probe_shell(ctx, cursor), check=False, timeout=ctx.profile.health_probe_timeout_s + 35,
+                     what="health probe")
     return parse_health_probe(res.stdout)
 
 

@@ -328,7 +328,7 @@ def read_back_current(ctx: StepContext, release: str) -> str:
     """After a rollback, report only what the host says: the current release and /health, read together."""
     p = ctx.profile
     inner = f"readlink {shlex.quote(ctx.ct.paths.current_link)}; {health_code_command(p)}; echo"
-    res = ctx.ct.run(inner, check=False, timeout=60, what="read back the current release")
+    res = ctx.ct.run(inner, check=False, timeout=p.health_probe_timeout_s + 35, what="read back the current release")
     lines = res.stdout.strip().splitlines()
     current = lines[0].rsplit("/", 1)[-1] if lines else ""
     code = lines[-1].strip() if len(lines) > 1 else "000"
