@@ -166,7 +166,7 @@ class HOST:
     # Device headers, bus ranges and ACS control only: ~20 KB instead of ~430 KB of `lspci -vvv`.
     lspci_acs = HostFact("lspci_acs", lambda h, p: (
         "lspci -vvv 2>/dev/null | grep -E '^[0-9a-f]{2,4}:|ACSCtl|Bus: primary'"), raw)
-    #: The boot unit that recreates the on-demand NVIDIA nodes before pve-guests (render/boot_unit.py).
+    #: The boot unit that recreates the NVIDIA nodes before pve-guests (render/boot_unit.py).
     boot_unit = HostFact("boot_unit", lambda h, p: boot_unit_fact(), raw)
     # The GPUs the driver enumerates (a row each; the doctor counts them, as `nvidia-smi -L` would list them) and
     # their links (compared with the container's): one nvidia-smi run for both questions.

@@ -172,9 +172,10 @@ def status(app: AppContext, root: str | None) -> int:
 @common_options
 def reboot(app: AppContext, host: str, root: str | None) -> int:
     """Reboot a simulated host as a PVE host reboots: its containers shut down, SSH and API connections drop, a new
-    boot id; the on-demand NVIDIA nodes (/dev/nvidia-uvm, -uvm-tools, -modeset, /dev/nvidia-caps) stay absent until
-    `nvidia-modprobe` runs; the host's enabled units start (those before pve-guests.service first), then its
-    `onboot: 1` containers in `startup` order. Returns when pve-guests is done, not when the servers serve."""
+    boot id; no /dev/nvidia* node exists (GPUs, nvidiactl, uvm, modeset, caps: the kernel module makes none) until
+    `nvidia-modprobe` (or nvidia-smi, nvidia-persistenced) makes it; the host's enabled units start (those before
+    pve-guests.service first), then its `onboot: 1` containers in `startup` order. Returns when pve-guests is done,
+    not when the servers serve."""
     from simulator.manager import sim_reboot
 
     try:
