@@ -132,6 +132,13 @@ def _unless_ct_exists(h: Host, command: str) -> str:
     return f"test -e /etc/pve/lxc/{h.container.vmid}.conf || {command}"
 
 
+def health_code_command(p: ServerProfile) -> str:
+    """curl's HTTP code of the server's /health ("000": no answer), waiting as long as sglang's /health may take
+    under load (the profile's health_probe_timeout_s), so a slow answer is never read as a server that is down."""
+    return (f"curl -s -o /dev/null -m {p.health_probe_timeout_s} -w '%{{http_code}}' "
+            f"http://{_q(p.host)}:{p.port}/health")
+
+
 def sglang_version_command(venv: str) -> str:
     """The sglang version pip installed in `venv`: the `Version:` header of its `sglang-V.dist-info/METADATA`.
 
@@ -159,7 +166,7 @@ class HOST:
     # Device headers, bus ranges and ACS control only: ~20 KB instead of ~430 KB of `lspci -vvv`.
     lspci_acs = HostFact("lspci_acs", lambda h, p: (
         "lspci -vvv 2>/dev/null | grep -E '^[0-9a-f]{2,4}:|ACSCtl|Bus: primary'"), raw)
-    #: The boot unit that recreates the on-demand NVIDIA nodes before pve-guests (render/boot_unit.py).
+    #: The boot unit that recreates the NVIDIA nodes before pve-guests (render/boot_unit.py).
     boot_unit = HostFact("boot_unit", lambda h, p: boot_unit_fact(), raw)
     # The GPUs the driver enumerates (a row each; the doctor counts them, as `nvidia-smi -L` would list them) and
     # their links (compared with the container's): one nvidia-smi run for both questions.
@@ -237,8 +244,7 @@ class CT:
     server_process = CtFact("server_process", lambda h, p: (
         f"p=$(systemctl show -p MainPID --value {PATHS.unit_name}); echo \"$p\"; "
         "[ \"${p:-0}\" = 0 ] || tr '\\0' '\\n' < \"/proc/$p/cmdline\""), raw)
-    health = CtFact("health", lambda h, p: (
-        f"curl -s -o /dev/null -m 5 -w '%{{http_code}}' http://{_q(p.host)}:{p.port}/health"), raw)
+    health = CtFact("health", lambda h, p: health_code_command(p), raw)
 
     # The watchdog's installed files ("PATH MODE BODY-SHA256" each, header excluded), its timer's state and
     # its last check's systemd Result.

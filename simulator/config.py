@@ -132,6 +132,10 @@ class CtFaults:
         counters stop, /health stays 200 (sglang#22779: alive but not serving). Read when the server starts.
     slow_prefill_s: real seconds every prefill takes, in chunks that advance the prefill token counter (a long
         GLM-5 prompt, sglang#22511): slow but making progress.
+    warm_start_s: model seconds of every start (weights loaded from the page cache, CUDA graphs captured); None:
+        the stand-in's 2 s. A real GLM-5 warm start is minutes.
+    cold_start_s: model seconds a start adds when its kernel cache is empty (JIT compile, first-start downloads),
+        once per cache: the stand-in marks the cache after its first start becomes ready, as the real JIT caches fill.
     """
 
     driver_mismatch: str | None = None
@@ -148,6 +152,8 @@ class CtFaults:
     perf_seed: int = 0
     stall_after: int | None = None
     slow_prefill_s: float = 0.0
+    warm_start_s: float | None = None
+    cold_start_s: float = 0.0
 
 
 #: The values of CtFaults.output (the stand-in server's /generate answers; simulator/sglang_standin golden.py).

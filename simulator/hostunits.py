@@ -5,7 +5,8 @@ see a unit a test writes). So the host view binds `hosts/<name>/fs/etc/systemd/s
 (simulator/layout.py), and this stand-in does the few verbs an operator or `deploy` uses there: `daemon-reload`,
 `enable [--now]`, `disable [--now]`, `is-enabled`, `start`, `is-active`, `cat`. Enabling makes the
 `<target>.wants/` links of the unit's [Install] section, as systemctl does. `deploy sim reboot` (simulator/reboot.py)
-starts the enabled units: those ordered `Before=pve-guests.service` before the guests start, the others after.
+starts the enabled units in systemd's order (`boot_order`): those ordered before pve-guests.service (`Before=` it,
+or `After=`-ed by one that is) before the guests start, the others after, each after the units it is `After=`.
 A unit's `ExecStart=` lines run in order through bash in the host view (a bare name is looked up on PATH, as
 systemd resolves one in its fixed search path); the first that fails fails the unit (`-` prefix: ignored).
 """
@@ -32,6 +33,7 @@ class Unit:
     name: str
     exec_start: tuple[str, ...] = ()
     before: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
     wanted_by: tuple[str, ...] = ()
     required_by: tuple[str, ...] = ()
     extra: dict[str, str] = field(default_factory=dict)
@@ -45,7 +47,7 @@ def parse_unit(name: str, text: str) -> Unit:
     """systemd's INI: sections, `Key=value`, repeated keys accumulate, `#`/`;` comments, trailing `\\` joins."""
     joined = text.replace("\\\n", " ")
     section = ""
-    lists: dict[str, list[str]] = {"ExecStart": [], "Before": [], "WantedBy": [], "RequiredBy": []}
+    lists: dict[str, list[str]] = {"ExecStart": [], "Before": [], "After": [], "WantedBy": [], "RequiredBy": []}
     for raw in joined.splitlines():
         line = raw.strip()
         if not line or line[0] in "#;":
@@ -59,12 +61,11 @@ def parse_unit(name: str, text: str) -> Unit:
             continue
         if section == "Service" and key == "ExecStart":
             lists["ExecStart"].append(value)
-        elif section == "Unit" and key == "Before":
-            lists["Before"].extend(value.split())
-        elif section == "Install" and key in ("WantedBy", "RequiredBy"):
+        elif (section, key) in (("Unit", "Before"), ("Unit", "After"), ("Install", "WantedBy"),
+                                ("Install", "RequiredBy")):
             lists[key].extend(value.split())
-    return Unit(name, tuple(lists["ExecStart"]), tuple(lists["Before"]), tuple(lists["WantedBy"]),
-                tuple(lists["RequiredBy"]))
+    return Unit(name, tuple(lists["ExecStart"]), tuple(lists["Before"]), tuple(lists["After"]),
+                tuple(lists["WantedBy"]), tuple(lists["RequiredBy"]))
 
 
 def _unit_name(arg: str) -> str:
@@ -82,6 +83,38 @@ def enabled_units(unit_dir: Path) -> list[Unit]:
                    | {link.name for d in unit_dir.glob("*.requires") for link in d.iterdir()}) \
         if unit_dir.is_dir() else []
     return [u for n in names if (u := load(unit_dir, n)) is not None]
+
+
+def boot_order(units: list[Unit]) -> tuple[list[Unit], list[Unit]]:
+    """(before pve-guests, after it), each in an order that honours `After=`/`Before=` between these units, as
+    systemd's job ordering does: a unit that one before pve-guests is `After=` starts before the guests too (as
+    nvidia-persistenced.service does for deploy-nvidia-nodes.service). Ties keep the name order."""
+    names = {u.name: u for u in units}
+    deps = {u.name: {a for a in u.after if a in names} for u in units}
+    for u in units:
+        for b in u.before:
+            if b in deps:
+                deps[b].add(u.name)
+    early = {u.name for u in units if u.before_guests}
+    grew = True
+    while grew:
+        more = {d for n in early for d in deps[n]} - early
+        early |= more
+        grew = bool(more)
+    ordered: list[Unit] = []
+    done: set[str] = set()
+
+    def visit(name: str, path: frozenset[str]) -> None:
+        if name in done or name in path:  # a cycle: systemd breaks it too (and logs it)
+            return
+        for dep in sorted(deps[name]):
+            visit(dep, path | {name})
+        done.add(name)
+        ordered.append(names[name])
+
+    for u in units:
+        visit(u.name, frozenset())
+    return [u for u in ordered if u.name in early], [u for u in ordered if u.name not in early]
 
 
 def _links(unit: Unit) -> list[str]:

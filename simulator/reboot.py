@@ -3,9 +3,10 @@
 Shutdown: pve-guests' `stopall` shuts the running containers down (clean, then killed), then SSH sessions and API
 connections drop with their daemons (simulator.manager restarts them). Boot: a new boot id
 (/proc/sys/kernel/random/boot_id in the host view) and uptime from 0 (the API's node `uptime`); the NVIDIA module is
-loaded, so /dev/nvidia0..N and /dev/nvidiactl exist, but no udev rule makes the on-demand nodes: /dev/nvidia-uvm,
-/dev/nvidia-uvm-tools, /dev/nvidia-modeset and /dev/nvidia-caps/* stay absent (and nvidia-uvm out of
-/proc/devices) until something runs `nvidia-modprobe`. Then systemd starts the host's enabled units
+loaded, but the kernel module makes no device node and the `.run` driver ships no udev rule: every /dev/nvidia*
+node (/dev/nvidia0..N, /dev/nvidiactl, /dev/nvidia-uvm(-tools), /dev/nvidia-modeset, /dev/nvidia-caps/*) stays
+absent (and nvidia-uvm out of /proc/devices) until something runs `nvidia-modprobe` (or NVML, which runs it:
+`nvidia-smi`, nvidia-persistenced). Then systemd starts the host's enabled units
 (simulator.hostunits): those ordered `Before=pve-guests.service` first, then pve-guests starts the `onboot: 1`
 containers as pve-manager's `startall` does (by `startup` order, then VMID; `up=` delays; each start a `vzstart`
 task, so a container whose `devN` path is missing fails with pve-container's own `Device … does not exist`), then
@@ -97,7 +98,7 @@ def power_on(hp: HostPaths, cfg: HostConfig, log: BootLog) -> None:
 
     hp.update(unloaded)
     hostunits.clear_active(hp.fs / "etc/systemd/system")
-    log(f"boot id {boot_id}: nvidia loaded; /dev/nvidia-uvm, -uvm-tools, -modeset, /dev/nvidia-caps absent")
+    log(f"boot id {boot_id}: nvidia loaded; no /dev/nvidia* node (nvidiaN, nvidiactl, -uvm, -modeset, -caps)")
 
 
 def _view_pid(hp: HostPaths) -> int:
@@ -112,9 +113,8 @@ def _view_pid(hp: HostPaths) -> int:
 def _run_units(hp: HostPaths, cfg: HostConfig, log: BootLog, before_guests: bool) -> None:
     """Start the enabled units on one side of pve-guests, in the host view, as the host's systemd would."""
 
-    for unit in hostunits.enabled_units(hp.fs / "etc/systemd/system"):
-        if unit.before_guests != before_guests:
-            continue
+    early, late = hostunits.boot_order(hostunits.enabled_units(hp.fs / "etc/systemd/system"))
+    for unit in early if before_guests else late:
         env = {**layout.session_env(cfg.name), "LANG": "C.UTF-8"}
         argv = [shutil.which("nsenter") or "/usr/bin/nsenter", "--target", str(_view_pid(hp)), "--mount", "--uts",
                 "--wd", "--", "env", "-i", *(f"{k}={v}" for k, v in env.items()), layout.VIEW_PYTHON, "-S", "-m",

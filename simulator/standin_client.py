@@ -26,6 +26,7 @@ ENTRIES = {
     "pct": ("simulator.pve.cli", True), "pvesh": ("simulator.pve.cli", True),
     "pveversion": ("simulator.pve.cli", True), "vzdump": ("simulator.pve.cli", True),
     "lspci": ("simulator.pve.cli", True), "nvidia-modprobe": ("simulator.pve.cli", True),
+    "nvidia-persistenced": ("simulator.pve.cli", True),
     "nvidia-smi": ("simulator.gpu.smi", False), "systemctl": ("simulator.hostunits", False),
 }
 SOCKET_NAME = "standin.sock"  # in hosts/<name>/sshd/

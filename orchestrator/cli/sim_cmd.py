@@ -172,9 +172,10 @@ def status(app: AppContext, root: str | None) -> int:
 @common_options
 def reboot(app: AppContext, host: str, root: str | None) -> int:
     """Reboot a simulated host as a PVE host reboots: its containers shut down, SSH and API connections drop, a new
-    boot id; the on-demand NVIDIA nodes (/dev/nvidia-uvm, -uvm-tools, -modeset, /dev/nvidia-caps) stay absent until
-    `nvidia-modprobe` runs; the host's enabled units start (those before pve-guests.service first), then its
-    `onboot: 1` containers in `startup` order. Returns when pve-guests is done, not when the servers serve."""
+    boot id; no /dev/nvidia* node exists (GPUs, nvidiactl, uvm, modeset, caps: the kernel module makes none) until
+    `nvidia-modprobe` (or nvidia-smi, nvidia-persistenced) makes it; the host's enabled units start (those before
+    pve-guests.service first), then its `onboot: 1` containers in `startup` order. Returns when pve-guests is done,
+    not when the servers serve."""
     from simulator.manager import sim_reboot
 
     try:
@@ -222,7 +223,8 @@ def fault(app: AppContext, host: str, knobs: tuple[str, ...], vmid: int | None, 
     Host knobs: missing_uvm, ssh_drop_after, task_fail, api_delay_s, driver_reload, hub_cut_after_bytes (the model
     hub cuts every download once that many bytes went out; =none clears it), aplinfo=NAME,… (the node's appliance
     index lists these templates instead of today's). Container knobs: driver_mismatch,
-    crash_on_start, health_never_ok, log_line, slow_start_s, fatal=CODE (unsupported-arch, illegal-memory-access,
+    crash_on_start, health_never_ok, log_line, slow_start_s, warm_start_s and cold_start_s (model seconds of every
+    start, and what the first start on an empty kernel cache adds), fatal=CODE (unsupported-arch, illegal-memory-access,
     cuda-graph-oom, nccl-timeout, capture-stuck: the real line where the real server prints it), match=TEXT (the
     server faults apply only when the server's command line contains TEXT: a flag set that fails while the
     previous release still starts), and full_disk=DIR (a full filesystem at DIR in the running container;

@@ -289,6 +289,11 @@ class WatchdogSettings(StrictModel):
     budget_window_s: int = Field(3600, ge=60)
 
 
+#: sglang's default SGLANG_HEALTH_CHECK_TIMEOUT (http_server.health_generate), and what a probe waits beyond it.
+SGLANG_HEALTH_CHECK_TIMEOUT_S = 20
+HEALTH_MARGIN_S = 5
+
+
 class ServerProfile(StrictModel):
     """What runs in the container: one sglang launch, pinned to the sglang version its flags are written for."""
 
@@ -311,6 +316,13 @@ class ServerProfile(StrictModel):
     #: ssl-keyfile-password): sglang reads them from the 0600 secrets.yaml, never from argv.
     secret_flags: list[str] = Field(default_factory=list)
     start_timeout_s: int = Field(900, ge=1)
+    #: How long one /health probe may take. sglang's /health generates one token and waits for the scheduler's next
+    #: output for up to SGLANG_HEALTH_CHECK_TIMEOUT (20 s; `env` may set it) before it answers 503, so under a long
+    #: prefill it is slow, not down. None: that timeout + HEALTH_MARGIN_S.
+    health_timeout_s: int | None = Field(None, ge=1, le=3600)
+    #: The unit's TimeoutStopSec: on SIGTERM sglang answers 503 and waits (in 5 s steps, with no bound) until its
+    #: in-flight requests are done; systemd kills what is left after this many seconds, cutting those streams.
+    stop_timeout_s: int = Field(120, ge=1)
     bench_preset: str = "seed-1024x256"
     min_output_throughput: float | None = Field(None, ge=0)
     regression_threshold_pct: float = Field(5.0, ge=0, le=100)
@@ -325,6 +337,17 @@ class ServerProfile(StrictModel):
     smoke: SmokeCheck = Field(default_factory=SmokeCheck)
     correctness: CorrectnessGate = Field(default_factory=CorrectnessGate)
     watchdog: WatchdogSettings = Field(default_factory=WatchdogSettings)
+
+    @property
+    def health_probe_timeout_s(self) -> int:
+        """The seconds a /health probe waits before it reads the server as not answering (health_timeout_s)."""
+        if self.health_timeout_s is not None:
+            return self.health_timeout_s
+        try:
+            upstream = float(self.env.get("SGLANG_HEALTH_CHECK_TIMEOUT", SGLANG_HEALTH_CHECK_TIMEOUT_S))
+        except ValueError:
+            upstream = SGLANG_HEALTH_CHECK_TIMEOUT_S
+        return int(max(upstream, 0)) + HEALTH_MARGIN_S
 
     @field_validator("flags")
     @classmethod

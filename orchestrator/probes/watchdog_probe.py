@@ -38,7 +38,7 @@ class Config:
     state_path: str = "/var/lib/deploy/watchdog/state.json"
     stall_s: float = 30.0
     probe_timeout_s: float = 10.0
-    health_timeout_s: float = 5.0
+    health_timeout_s: float = 25.0  # the profile's health_probe_timeout_s (deploy up writes it)
     restart_budget: int = 3
     budget_window_s: float = 3600.0
 
@@ -282,7 +282,7 @@ def sample(cfg: Config) -> Sample:
                        body={"text": "ping", "sampling_params": {"max_new_tokens": 1, "temperature": 0}})
         probe = ("ok" if code == 200 else "timeout" if code == 0 else "rejected" if 400 <= code < 500
                  else "error")
-    mcode, text = http(cfg.base + "/metrics", cfg.health_timeout_s)
+    mcode, text = http(cfg.base + "/metrics", cfg.probe_timeout_s)  # /metrics never waits for the scheduler
     progress = metric_sum(text, PROGRESS_COUNTERS) if mcode == 200 else None
     flight = metric_sum(text, IN_FLIGHT_GAUGES) if mcode == 200 else None
     up = health not in (-1,) or mcode > 0

@@ -200,7 +200,12 @@ class PveshPve:
         return shlex.join(args)
 
     def call(self, method: str, path: str, **params: Any) -> Any:
+        """The call's result. A task's result is its UPID whatever pvesh exits with: a real node's pvesh exits 0
+        after a failed task (only the task's status says so), so the caller reads the task's own status (wait_task)
+        on every path, and a pvesh that exits non-zero after printing a UPID is read the same way."""
         res = self.ssh.run(self.command(method, path, **params), check=False, what=f"pvesh {method} {path}")
+        if res.rc != 0 and (upid := task_upid(res.stdout)) is not None:
+            return upid
         if res.rc != 0:
             raise RemoteError(f"pvesh {method} {path} failed: {res.stderr.strip() or res.stdout.strip()}",
                               fix="see the PVE message above", host=self.ssh.host.name)
@@ -221,6 +226,15 @@ def parse_pvesh_output(text: str) -> Any:
         return json.loads(last)
     except json.JSONDecodeError:
         return last.strip('"')
+
+
+def task_upid(text: str) -> str | None:
+    """The UPID a worker call printed last (bare or as a JSON string), or None when it printed none."""
+    for line in reversed(text.strip().splitlines()):
+        value = line.strip().strip('"')
+        if UPID_RE.match(value):
+            return value
+    return None
 
 
 def wait_task(client: PveClient, node: str, upid: str, *, timeout_s: float = 600, poll_s: float = 0.5,

@@ -31,7 +31,6 @@ API_KEY_VAR = "SGLANG_API_KEY"
 SECRET_FLAG_VAR = "DEPLOY_SECRET_FLAG_"
 RESTART_SEC = 10
 START_LIMIT_BURST = 3
-TIMEOUT_STOP_S = 120
 
 
 def _launch_groups(profile: ServerProfile, flags: FlagSet) -> list[list[str]]:
@@ -116,7 +115,7 @@ def render_unit(profile: ServerProfile, flags: FlagSet, release_id: str | None =
         "start_limit_burst": START_LIMIT_BURST,
         "start_limit_interval_s": START_LIMIT_BURST * (profile.start_timeout_s + RESTART_SEC),
         "timeout_start_s": profile.start_timeout_s,
-        "timeout_stop_s": TIMEOUT_STOP_S,
+        "timeout_stop_s": profile.stop_timeout_s,
     }
     for field in ("served_model_name", "model_path"):
         text = str(ctx[field])

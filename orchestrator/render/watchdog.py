@@ -37,8 +37,14 @@ def watchdog_config(profile: ServerProfile) -> dict[str, object]:
     host = "127.0.0.1" if profile.host in ("0.0.0.0", "::") else profile.host
     return {"base": f"http://{host}:{profile.port}", "unit": PATHS.unit_name, "env_path": PATHS.env_path,
             "state_path": PATHS.watchdog_state, "stall_s": float(w.stall_s),
-            "probe_timeout_s": float(w.probe_timeout_s), "restart_budget": w.restart_budget,
-            "budget_window_s": float(w.budget_window_s)}
+            "probe_timeout_s": float(w.probe_timeout_s), "health_timeout_s": float(profile.health_probe_timeout_s),
+            "restart_budget": w.restart_budget, "budget_window_s": float(w.budget_window_s)}
+
+
+def check_timeout_s(profile: ServerProfile) -> int:
+    """One check's bound (its unit's TimeoutStartSec): /health may take the profile's health probe timeout (sglang's
+    blocks behind a long prefill), then the tiny generation and /metrics their own, and a margin."""
+    return 2 * profile.watchdog.probe_timeout_s + profile.health_probe_timeout_s + 30
 
 
 def watchdog_files(profile: ServerProfile) -> list[RenderedFile]:
@@ -47,7 +53,7 @@ def watchdog_files(profile: ServerProfile) -> list[RenderedFile]:
     config = json.dumps(watchdog_config(profile), indent=1, sort_keys=True) + "\n"
     service = render_template("sglang-watchdog.service.j2", unit=PATHS.unit_name, state_path=PATHS.watchdog_state,
                               python=PATHS.venv_python(profile.venv), script=PATHS.watchdog_script,
-                              config=PATHS.watchdog_config, timeout_s=2 * w.probe_timeout_s + 30)
+                              config=PATHS.watchdog_config, timeout_s=check_timeout_s(profile))
     timer = render_template("sglang-watchdog.timer.j2", interval_s=w.interval_s)
     return [_file("watchdog.py", PATHS.watchdog_script, 0o600, probe_text(SCRIPT)),
             _file("config.json", PATHS.watchdog_config, 0o600, config),

@@ -14,7 +14,7 @@ from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wa
 from orchestrator.bench.run import BenchRun, bench_limit_s, run_bench
 from orchestrator.bench.stats import estimate, median_index
 from orchestrator.errors import CheckFailed, HostChanged, RemoteError
-from orchestrator.facts import CT
+from orchestrator.facts import CT, health_code_command
 from orchestrator.parsers.server_process import argv_difference, parse_server_process
 from orchestrator.render.service import public_flags
 from orchestrator.resources import probe_text
@@ -69,8 +69,7 @@ def probe_shell(ctx: StepContext, cursor: str | None) -> str:
     """/health code, the unit's state and the journal after `cursor`, in one container command."""
     p = ctx.profile
     unit = shlex.quote(ctx.ct.paths.unit_name)
-    return (f"printf 'code=%s\\n' \"$(curl -s -o /dev/null -m 5 -w '%{{http_code}}' "
-            f"http://{shlex.quote(p.host)}:{p.port}/health)\"; "
+    return (f"printf 'code=%s\\n' \"$({health_code_command(p)})\"; "
             f"systemctl show -p ActiveState -p SubState -p NRestarts {unit}; echo '--journal--'; "
             f"{journal_after(ctx.ct.paths.unit_name, cursor)}")
 
@@ -85,7 +84,8 @@ def parse_health_probe(stdout: str) -> HealthProbe:
 
 
 def probe_health(ctx: StepContext, cursor: str | None) -> HealthProbe:
-    res = ctx.ct.run(probe_shell(ctx, cursor), check=False, timeout=60, what="health probe")
+    res = ctx.ct.run(probe_shell(ctx, cursor), check=False, timeout=ctx.profile.health_probe_timeout_s + 35,
+                     what="health probe")
     return parse_health_probe(res.stdout)
 
 

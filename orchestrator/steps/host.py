@@ -83,7 +83,7 @@ def host_prereqs(ctx: StepContext, record: StepRecord) -> None:
 
 @step("boot_nodes", host_facts=(HOST.dev_listing, HOST.boot_unit))
 def boot_nodes(ctx: StepContext, record: StepRecord) -> None:
-    """A host unit that recreates the on-demand NVIDIA nodes at every boot, before pve-guests starts the containers
+    """A host unit that recreates the container's NVIDIA nodes at every boot, before pve-guests starts the containers
     (why a unit and not a hookscript: orchestrator/render/boot_unit.py)."""
     ensure_facts(ctx)
     listing, fact = ctx.facts.get(HOST.dev_listing), ctx.facts.get(HOST.boot_unit)

@@ -26,12 +26,12 @@ from typing import Any
 import yaml
 
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, LockLost, RemoteError
-from orchestrator.facts import CT
+from orchestrator.facts import CT, health_code_command
 from orchestrator.flags import FlagSchema, FlagSet, canonicalize, diff_flags, with_secret_values
 from orchestrator.parsers.bench import BenchParseError, BenchResult, parse_bench_jsonl
 from orchestrator.redact import REDACTED, SECRET_REF
 from orchestrator.render.bundle import Bundle, render_bundle
-from orchestrator.render.service import TIMEOUT_STOP_S, launch_argv, public_flags, secret_flags
+from orchestrator.render.service import launch_argv, public_flags, secret_flags
 from orchestrator.render.watchdog import check_now_script
 from orchestrator.runlog import StepRecord
 from orchestrator.state.ledger import run_started
@@ -291,8 +291,8 @@ def install_bundle(ctx: StepContext, bundle: Bundle, *, source: str, restart: bo
     script = write_release_script(rb) + activate_script(rid, restart=restart, keep=ctx.profile.keep_releases,
                                                         fresh=True)
     with waiting_for(ctx.say, f"sglang to {'stop and restart' if restart else 'start'} with release {rid}",
-                     TIMEOUT_STOP_S):
-        res = ctx.ct.script(script, check=False, timeout=300, what=f"install release {rid}")
+                     ctx.profile.stop_timeout_s):
+        res = ctx.ct.script(script, check=False, timeout=switch_timeout_s(ctx), what=f"install release {rid}")
     ctx.state.server.journal_cursor = journal_cursor(res.stdout)
     if res.rc != 0:
         raise RemoteError(f"installing release {rid} in CT {ctx.vmid} failed: "
@@ -302,12 +302,21 @@ def install_bundle(ctx: StepContext, bundle: Bundle, *, source: str, restart: bo
     return rid
 
 
+#: What a release switch's script does besides the restart (write files, prune, read the cursor), at most.
+SWITCH_WORK_S = 180
+
+
+def switch_timeout_s(ctx: StepContext) -> int:
+    """A switch restarts sglang, and `systemctl restart` waits for the old server's drain (up to stop_timeout_s)."""
+    return ctx.profile.stop_timeout_s + SWITCH_WORK_S
+
+
 def make_current(ctx: StepContext, release: str, *, what: str, restart: bool = True) -> None:
     """Install an existing release's files, point `current` at it and (re)start sglang (one round trip)."""
     with waiting_for(ctx.say, f"sglang to {'stop and restart' if restart else 'start'} with release {release}",
-                     TIMEOUT_STOP_S):
+                     ctx.profile.stop_timeout_s):
         res = ctx.ct.script(activate_script(release, restart=restart, keep=ctx.profile.keep_releases),
-                            check=False, timeout=300, what=what)
+                            check=False, timeout=switch_timeout_s(ctx), what=what)
     ctx.state.server.journal_cursor = journal_cursor(res.stdout)
     if res.rc != 0:
         raise RemoteError(f"{what}: activating release {release} failed: "
@@ -318,9 +327,8 @@ def make_current(ctx: StepContext, release: str, *, what: str, restart: bool = T
 def read_back_current(ctx: StepContext, release: str) -> str:
     """After a rollback, report only what the host says: the current release and /health, read together."""
     p = ctx.profile
-    inner = (f"readlink {shlex.quote(ctx.ct.paths.current_link)}; curl -s -o /dev/null -m 5 -w '%{{http_code}}\\n' "
-             f"http://{shlex.quote(p.host)}:{p.port}/health")
-    res = ctx.ct.run(inner, check=False, timeout=60, what="read back the current release")
+    inner = f"readlink {shlex.quote(ctx.ct.paths.current_link)}; {health_code_command(p)}; echo"
+    res = ctx.ct.run(inner, check=False, timeout=p.health_probe_timeout_s + 35, what="read back the current release")
     lines = res.stdout.strip().splitlines()
     current = lines[0].rsplit("/", 1)[-1] if lines else ""
     code = lines[-1].strip() if len(lines) > 1 else "000"

@@ -133,11 +133,11 @@ def _boot_unit(f: HostFacts) -> Finding | None:
     if unit is None or wanted is None:
         return None
     if unit.in_place(wanted):
-        return Finding("boot-nodes-unit", "ok", f"{UNIT_NAME} enabled: nvidia-modprobe recreates the on-demand "
+        return Finding("boot-nodes-unit", "ok", f"{UNIT_NAME} enabled: nvidia-modprobe recreates the container's "
                        "NVIDIA nodes at boot, before pve-guests.service starts the containers")
     if unit.text is None:
         observed = (f"no {UNIT_NAME}: after a reboot PVE will refuse to start the container (`Device "
-                    "/dev/nvidia-uvm does not exist`) until someone runs nvidia-modprobe")
+                    "/dev/nvidia0 does not exist`) until someone runs nvidia-modprobe")
     elif not unit.enabled:
         observed = f"{UNIT_NAME} is not enabled: a reboot will not run it"
     else:

@@ -7,7 +7,8 @@ as nvgetopt accepts an integer glued to its short option), `-u/--unified-memory`
 
 - `-u`: loads nvidia-uvm (its /proc/devices line and module parameters). Nodes only for the `-c` minors:
   `-u -c0` makes /dev/nvidia-uvm (minor 0) and /dev/nvidia-uvm-tools (minor 1); `-u` alone makes none.
-- no `-u`/`-s`/`-l`: loads nvidia and makes /dev/nvidiaN for each `-c N`.
+- no `-u`/`-s`/`-l`: loads nvidia and makes /dev/nvidiaN for each `-c N` (`assign_device_file_name`: minor 255
+  is /dev/nvidiactl). A host's boot leaves none of them (simulator/reboot.py): the kernel module makes no node.
 - `-m`: loads nvidia-modeset and makes /dev/nvidia-modeset (195, 254).
 - `-f PATH`: reads `DeviceFileMinor`/`DeviceFileMode` from that /proc/driver/nvidia/capabilities file and makes
   /dev/nvidia-caps/nvidia-cap<minor> with the nvidia-caps major; a missing file fails (exit 1).
@@ -22,7 +23,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-NVIDIA_MAJOR = 195
+from .devfs import CTL_MINOR, NVIDIA_MAJOR
+
 MODESET_MINOR = 254
 
 _FLAGS = {"u": "unified-memory", "m": "modeset", "s": "nvswitch", "l": "nvlink", "a": "auto-online-movable",
@@ -121,6 +123,11 @@ def _cap_file(fs: Path, proc_path: str) -> tuple[int, int] | None:
         return None
 
 
+def gpu_node_name(minor: int) -> str:
+    """nvidia-modprobe-utils.c `assign_device_file_name`: the control device's minor is nvidiactl."""
+    return "nvidiactl" if minor == CTL_MINOR else f"nvidia{minor}"
+
+
 def run(req: Request, load_uvm: object, fs: Path, caps_major: int) -> int:
     """Act as main() does; `load_uvm(create_nodes)` loads nvidia-uvm (and makes its nodes). Returns the exit code."""
     if "u" in req.flags and not ({"s", "l"} & req.flags):
@@ -128,7 +135,7 @@ def run(req: Request, load_uvm: object, fs: Path, caps_major: int) -> int:
         load_uvm(0 in req.minors)
     elif not ({"s", "l", "a"} & req.flags):
         for minor in req.minors:
-            _mknod(fs / "dev" / f"nvidia{minor}", NVIDIA_MAJOR, minor, 0o666)
+            _mknod(fs / "dev" / gpu_node_name(minor), NVIDIA_MAJOR, minor, 0o666)
     if "m" in req.flags:
         _mknod(fs / "dev/nvidia-modeset", NVIDIA_MAJOR, MODESET_MINOR, 0o666)
     for proc_path in req.cap_files:
@@ -139,6 +146,14 @@ def run(req: Request, load_uvm: object, fs: Path, caps_major: int) -> int:
         (fs / "dev/nvidia-caps").mkdir(mode=0o755, exist_ok=True)
         _mknod(fs / "dev/nvidia-caps" / f"nvidia-cap{cap[0]}", major, cap[0], cap[1] & 0o777)
     return 0
+
+
+def nvml_makes_nodes(fs: Path, minors: list[int], caps_major: int) -> None:
+    """What NVML does as root when /dev/nvidiactl or a GPU's node is missing (`nvidia-smi`, nvidia-persistenced at
+    its start): runs nvidia-modprobe -c for each missing minor. It never makes the uvm, modeset or caps nodes."""
+    missing = [m for m in [*minors, CTL_MINOR] if not (fs / "dev" / gpu_node_name(m)).exists()]
+    if missing:
+        run(Request(minors=missing), None, fs, caps_major)
 
 
 def main_usage(exc: Usage) -> int:

@@ -89,10 +89,25 @@ def _read_text(path: str) -> str:
         return f.read()
 
 
+def _nvml_makes_nodes(ctx: SimContext, profile: GpuProfile) -> None:
+    """On the host (root), NVML runs nvidia-modprobe for a missing /dev/nvidiactl or /dev/nvidiaN, as the real
+    nvidia-smi does after a boot left none (simulator/reboot.py). Imported only then: it is rare and not builtin."""
+    dev = os.path.join(ctx.host_dir, "fs", "dev")  # the host view's /dev (a bind of it)
+    if all(os.path.exists(os.path.join(dev, f"nvidia{g.minor}")) for g in profile.gpus) \
+            and os.path.exists(os.path.join(dev, "nvidiactl")):
+        return
+    from pathlib import Path
+
+    from .modprobe import nvml_makes_nodes
+
+    nvml_makes_nodes(Path(ctx.host_dir) / "fs", [g.minor for g in profile.gpus], profile.caps_major)
+
+
 def resolve_view(ctx: SimContext) -> View:
     profile = get_profile(ctx.profile_name)
     driver = host_driver_version(ctx, profile)
     if ctx.vmid is None:
+        _nvml_makes_nodes(ctx, profile)
         return View(profile, driver, list(profile.gpus), ctx.load_root)
     user = userspace_version(ctx)
     if user is None:

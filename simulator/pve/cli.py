@@ -1,6 +1,9 @@
 """`pct`, `pvesh`, `pveversion`, `nvidia-modprobe` and `lspci` on the simulated host (root@pam, like the real
 CLI tools over SSH). pct/pvesh go through the same dispatcher as the HTTPS API; worker tasks run in the
-foreground, print their log to stdout, and a failed task or API error goes to stderr with exit code 255.
+foreground and print their log to stdout. An API error goes to stderr with exit code 255, and so does a failed
+task under `pct`; under `pvesh` a failed task prints `TASK ERROR: …` and its UPID and exits 0, as the real one
+does (pve-common RESTEnvironment `fork_worker` runs it synchronously and returns the UPID; pve-manager's pvesh
+prints the result): only the task's own status (`exitstatus`) says it failed.
 """
 
 from __future__ import annotations
@@ -83,7 +86,8 @@ def _api_error(exc: PveError) -> int:
     return _err(exc.message if exc.status in (500,) else f"{exc.status} {exc.message}")
 
 
-def _call(method: str, path: str, params: dict[str, Any], usage: str) -> tuple[int, Any]:
+def _call(method: str, path: str, params: dict[str, Any], usage: str, failed_task: str = "error") -> tuple[int, Any]:
+    """One API call as root@pam; `failed_task="upid"` (pvesh): a failed task's result is its UPID, exit 0."""
     from simulator.pve import api, schema
 
     hp = current_host()
@@ -93,6 +97,9 @@ def _call(method: str, path: str, params: dict[str, Any], usage: str) -> tuple[i
     except schema.ParamError as exc:
         return _param_error(exc, usage), None
     except api.TaskFailed as exc:
+        if failed_task == "upid":
+            _print(f"TASK ERROR: {exc.exitstatus}")
+            return 0, exc.upid
         return _err(exc.exitstatus), None
     except PveError as exc:
         return _api_error(exc), None
@@ -282,7 +289,7 @@ def pvesh_main(argv: list[str]) -> int:
         return _err(f"400 Parameter verification failed.\noutput-format: value '{fmt}' does not have a value in "
                     "the enumeration 'text, json, json-pretty, yaml'\n{usage}\n")
     flags = {flag: schema.parse_bool(opts.pop(flag)) for flag in FORMAT_FLAGS if flag in opts}
-    rc, data = _call(method, path, opts, usage)
+    rc, data = _call(method, path, opts, usage, failed_task="upid")
     if rc or flags.get("quiet"):
         return rc
     if fmt == "json":
@@ -406,6 +413,18 @@ def nvidia_modprobe_main(argv: list[str]) -> int:
     return modprobe.run(req, load_uvm, hp.fs, get_profile(cfg.gpu_profile).caps_major)
 
 
+def nvidia_persistenced_main(argv: list[str]) -> int:
+    """NVIDIA's daemon at its start: NVML makes /dev/nvidiactl and every GPU's node (not nvidia-uvm's, modeset's or
+    the caps'); the real one then forks into the background (its unit is Type=forking), which the stand-in need not."""
+    from simulator.gpu import modprobe
+    from simulator.gpu.profiles import get_profile
+
+    hp = current_host()
+    profile = get_profile(hp.load().gpu_profile)
+    modprobe.nvml_makes_nodes(hp.fs, [g.minor for g in profile.gpus], profile.caps_major)
+    return 0
+
+
 def lspci_main(argv: list[str]) -> int:
     from simulator.pve import hardware
 
@@ -478,7 +497,8 @@ def _vzdump_stop_start(node: Any, vmid: int) -> tuple[Any, Any]:
 
 def main(argv: list[str]) -> int:
     tools = {"pct": pct_main, "vzdump": vzdump_main, "pvesh": pvesh_main, "pveversion": pveversion_main,
-             "pveum": pveum_main, "nvidia-modprobe": nvidia_modprobe_main, "lspci": lspci_main}
+             "pveum": pveum_main, "nvidia-modprobe": nvidia_modprobe_main, "lspci": lspci_main,
+             "nvidia-persistenced": nvidia_persistenced_main}
     if not argv or argv[0] not in tools:
         return _err(f"usage: python -m simulator.pve.cli {{{','.join(tools)}}} ARGS...")
     try:

@@ -128,18 +128,15 @@ def load_uvm_module(host_dir: Path, cfg: HostConfig) -> None:
     _set_uvm_major(fs, uvm_major(cfg))
 
 
-#: Nodes a host has only once something ran `nvidia-modprobe` since its boot (no udev rule makes them).
-ON_DEMAND_NODES = ("nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset", "nvidia-caps")
-
-
 def boot_nodes(host_dir: Path, cfg: HostConfig) -> None:
-    """A fresh boot: the NVIDIA module is loaded (/dev/nvidiaN, nvidiactl), nvidia-uvm and the on-demand nodes not."""
+    """A fresh boot: the NVIDIA module is loaded but has made no node, and nvidia-uvm is not loaded. Every
+    /dev/nvidia* node (nvidiaN, nvidiactl, uvm, modeset, caps) is gone until something creates it: nvidia-modprobe
+    (`-c N`, `-c 255` for nvidiactl, `-u -c0`, `-m`, `-f`), or NVML (nvidia-smi, nvidia-persistenced) calling it."""
     import shutil
 
     set_uvm(host_dir, cfg, present=False)
     dev = host_dir / "fs" / "dev"
-    for name in ON_DEMAND_NODES:
-        path = dev / name
+    for path in dev.glob("nvidia*") if dev.is_dir() else []:
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         else:

@@ -174,6 +174,18 @@ def test_a_stale_create_lock_is_refused_with_the_fix_and_nothing_changes(deploy_
     assert deploy_env.ssh("pct unlock 120 && pct destroy 120 --destroy-unreferenced-disks 1").rc == 0
 
 
+def test_a_failed_create_task_is_read_from_its_own_status_though_pvesh_exits_0(deploy_env: DeployEnv) -> None:
+    """A real node's `pvesh create` runs the task, prints `TASK ERROR: …` and the UPID, and exits 0: `up` reads the
+    task's own status and log, names the failure and leaves nothing half-made (PVE removed the locked CT)."""
+    deploy_env.faults(task_fail="vzcreate")
+    res = deploy_env.run("--json", "up", "host", deploy_env.host, "--skip-bench")
+    assert res.rc == 3, res.text
+    assert res.json["step"] == "container" and "Traceback" not in res.text
+    assert res.json["what"].startswith("PVE task vzcreate failed: unable to create CT 120 - "), res.json
+    assert "see the task log: " in res.json["fix"] and "TASK ERROR: unable to create CT 120" in res.json["fix"]
+    assert deploy_env.ssh("pct status 120").rc != 0  # no CT 120 left behind
+
+
 def test_concurrent_up_is_refused_naming_the_holder(converged: DeployEnv) -> None:
     converged.ct_faults(slow_start_s=15.0)
     converged.set_profile(flags={"max-running-requests": 1024})  # restart, then a slow health wait

@@ -9,8 +9,14 @@ from __future__ import annotations
 
 import json
 import shlex
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from tests.e2e.conftest import DeployEnv, until
+
+T = TypeVar("T")
 
 FAST = {"interval_s": 2, "stall_s": 6, "probe_timeout_s": 3, "restart_budget": 2, "budget_window_s": 3600}
 
@@ -137,3 +143,32 @@ def test_without_metrics_a_busy_server_is_waiting_and_a_damaged_state_file_is_no
     assert again.rc == 0, again.text
     assert env.ct("systemctl start sglang-watchdog.service").rc == 0
     assert env.run("status", "host", env.host).rc == 0
+
+
+def test_a_health_that_blocks_behind_a_long_prefill_reads_slow_not_down(deploy_env: DeployEnv) -> None:
+    """Issue 36 item 4: sglang's /health waits for the scheduler's next output, so behind an 8 s prefill it answers
+    after about 8 s. `status` (like the health wait and the watchdog) waits the profile's health probe timeout
+    (SGLANG_HEALTH_CHECK_TIMEOUT 20 s + 5), not 5 s, and reads the server as healthy."""
+    env = deploy_env
+    up = env.run("up", "host", env.host, "--skip-bench")
+    assert up.rc == 0, up.text
+    env.ct_faults(slow_prefill_s=8)
+    assert env.ct("systemctl restart sglang").rc == 0
+    assert until(lambda: env.ct("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/health"
+                                ).stdout == "200", 90)
+
+    def under_load(check: Callable[[], T]) -> T:
+        load = threading.Thread(target=lambda: env.ct(generate_loop(2)))
+        load.start()
+        time.sleep(1.5)  # the generation's prefill is running
+        try:
+            return check()
+        finally:
+            load.join()
+
+    code, took = under_load(lambda: env.ct("curl -s -o /dev/null -w '%{http_code} %{time_total}' "
+                                           "http://127.0.0.1:8000/health").stdout.split())
+    assert code == "200" and float(took) > 5, (code, took)  # slower than the 5 s the probes used to wait
+    status = under_load(lambda: env.run("--json", "status", "host", env.host))
+    assert status.json["health"] == "200", status.text
+    env.ct_faults(slow_prefill_s=0)

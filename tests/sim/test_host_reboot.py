@@ -4,6 +4,7 @@ errors, the host's own units, nvidia-modprobe's real options, `pct exec` with th
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ Before=pve-guests.service
 [Service]
 Type=oneshot
 RemainAfterExit=yes
+ExecStart=nvidia-modprobe -c0 -c255
 ExecStart=nvidia-modprobe -u -c0
 ExecStart=nvidia-modprobe -f /proc/driver/nvidia/capabilities/mig/config \\
   -f /proc/driver/nvidia/capabilities/mig/monitor
@@ -37,18 +39,20 @@ def test_reboot_leaves_an_onboot_ct_down_with_pves_error(ssh: Any, make_ct: Any,
     boot_before = ssh.run("cat /proc/sys/kernel/random/boot_id").out
     lines = sim_reboot(_root(sim), sim.name)
     assert "Starting CT 124" in lines
-    assert "Starting CT 124 failed: Device /dev/nvidia-uvm does not exist" in lines
+    # The kernel module makes no node: the first devN (/dev/nvidia0) is the first PVE finds missing.
+    assert "Starting CT 124 failed: Device /dev/nvidia0 does not exist" in lines
     ssh.client = None  # the reboot closed the connection
     assert ssh.run("pct status 124").out == "status: stopped\n"
     boot_after = ssh.run("cat /proc/sys/kernel/random/boot_id").out
     assert re.fullmatch(r"[0-9a-f-]{36}\n", boot_after) and boot_after != boot_before
     listing = ssh.run("ls /dev/nvidia-uvm /dev/nvidia-uvm-tools /dev/nvidia-caps /dev/nvidiactl /dev/nvidia0")
-    assert "cannot access '/dev/nvidia-uvm'" in listing.err and "cannot access '/dev/nvidia-caps'" in listing.err
-    assert "/dev/nvidiactl" in listing.out and "nvidia-uvm" not in ssh.run("cat /proc/devices").out
+    for gone in ("/dev/nvidia-uvm", "/dev/nvidia-caps", "/dev/nvidiactl", "/dev/nvidia0"):
+        assert f"cannot access '{gone}'" in listing.err, listing
+    assert listing.out == "" and "nvidia-uvm" not in ssh.run("cat /proc/devices").out
     tasks = [t for t in prox.nodes(sim.node).tasks.get() if t["type"] == "vzstart" and t["id"] == "124"]
     # The boot's start is a vzstart task of its own that failed with PVE's text (the test's own `pct start` before
     # the reboot may end in the same second, so the list's order between the two is not defined).
-    assert [t["status"] for t in tasks].count("Device /dev/nvidia-uvm does not exist") == 1, tasks
+    assert [t["status"] for t in tasks].count("Device /dev/nvidia0 does not exist") == 1, tasks
     assert next(n for n in prox.nodes.get() if n["node"] == sim.node)["uptime"] < 60  # uptime restarted
 
 
@@ -86,6 +90,39 @@ def test_nvidia_modprobe_options_as_nvidias(ssh: Any, sim: Any) -> None:
     assert res.rc == 1
     res = ssh.run("nvidia-modprobe -x")
     assert res.rc == 1 and 'unrecognized option: "-x"' in res.err
+    res = ssh.run("nvidia-modprobe -c1 -c255 && stat -c '%t %T %n' /dev/nvidia1 /dev/nvidiactl")
+    assert res.out.splitlines() == ["c3 1 /dev/nvidia1", "c3 ff /dev/nvidiactl"], res  # 195 = 0xc3
+
+
+PERSISTENCED_UNIT = """[Unit]
+Description=NVIDIA Persistence Daemon
+Wants=syslog.target
+[Service]
+Type=forking
+# the real unit says /usr/bin/nvidia-persistenced; the stand-in is found on PATH
+ExecStart=nvidia-persistenced --user nvidia-persistenced --no-persistence-mode --verbose
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def test_a_host_with_nvidia_persistenced_starts_it_before_a_unit_ordered_after_it(ssh: Any, make_ct: Any,
+                                                                                    sim: Any) -> None:
+    """NVML in nvidia-persistenced makes nvidiactl and the GPU nodes (not uvm's); a unit `After=` it and `Before=`
+    pve-guests pulls it ahead of the guests, as systemd's ordering does."""
+    assert make_ct(129, f"{GPU_DEVS} --onboot 1").rc == 0
+    uvm_only = NODES_UNIT.replace("ExecStart=nvidia-modprobe -c0 -c255\n", "").replace(
+        "Before=pve-guests.service", "After=nvidia-persistenced.service\nBefore=pve-guests.service")
+    res = ssh.run("cat > /etc/systemd/system/nvidia-persistenced.service && "
+                  f"printf '%s' {shlex.quote(uvm_only)} > /etc/systemd/system/nodes.service && "
+                  "systemctl enable nvidia-persistenced.service nodes.service", stdin=PERSISTENCED_UNIT)
+    assert res.rc == 0, res.err
+    lines = sim_reboot(_root(sim), sim.name)
+    started = [lines.index(f"systemd: {u}: started") for u in ("nvidia-persistenced.service", "nodes.service")]
+    assert started[0] < started[1] < lines.index("Starting CT 129"), lines
+    assert not any("failed" in line for line in lines), lines
+    ssh.client = None
+    assert ssh.run("pct status 129").out == "status: running\n"
 
 
 SLOW_BOOT_UNIT = """[Unit]

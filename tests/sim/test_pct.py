@@ -174,3 +174,20 @@ def test_fault_knobs_are_validated_and_stored(make_ct: Any, sim: Any) -> None:
         set_ct_faults(root, sim.name, 140, fatal="xid")
     with pytest.raises(ValueError, match="unknown fault"):
         set_faults(root, sim.name, drop_ssh=1)
+
+
+def test_pvesh_exits_0_with_the_upid_when_its_task_fails_and_pct_does_not(ssh: Any, make_ct: Any, sim: Any) -> None:
+    """pve-common's fork_worker runs a CLI task synchronously and returns its UPID; pvesh prints it and exits 0
+    whatever the task's end. Only the task's status says it failed. pct dies with the error (exit 255)."""
+    assert make_ct(131, GPU_DEVS).rc == 0
+    set_faults(sim.host_dir.parent.parent, sim.name, missing_uvm=True)
+    res = ssh.run(f"pvesh create /nodes/{sim.node}/lxc/131/status/start --output-format json")
+    assert res.rc == 0 and res.err == "", res
+    lines = res.out.splitlines()
+    upid = json.loads(lines[-1])
+    assert upid.startswith(f"UPID:{sim.node}:") and ":vzstart:131:root@pam:" in upid
+    assert lines[-2] == "TASK ERROR: Device /dev/nvidia-uvm does not exist"
+    status = json.loads(ssh.run(f"pvesh get /nodes/{sim.node}/tasks/{upid}/status --output-format json").out)
+    assert (status["status"], status["exitstatus"]) == ("stopped", "Device /dev/nvidia-uvm does not exist")
+    res = ssh.run("pct start 131")
+    assert res.rc == 255 and res.err == "Device /dev/nvidia-uvm does not exist\n"

@@ -106,7 +106,8 @@ def start_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
     procs: list[subprocess.Popen[str]] = []
     ports: set[int] = set()
 
-    def start(ct: CtRoot | None, *flags: str, start_s: float = 0.5, version: str = "0.5.12.post1") -> Server:
+    def start(ct: CtRoot | None, *flags: str, start_s: float = 0.5, version: str = "0.5.12.post1",
+              env_extra: dict[str, str] | None = None) -> Server:
         """The server from the repo tree, in the "container" `ct` (faults, devices, GPU dir) or in none.
 
         Each server of a test gets a port no other server of that test had: a server that never binds its port
@@ -121,7 +122,8 @@ def start_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
         (model / "config.json").write_text(json.dumps({"architectures": ["GlmMoeDsaForCausalLM"]}))
         (model / "model.safetensors").write_bytes(b"")  # the loader looks for weights files, not into them
         env = ct.env() if ct else clean_env()
-        env.update(PYTHONPATH=str(STANDIN), SGLANG_SIM_START_S=str(start_s), SGLANG_SIM_VERSION=version)
+        env.update(PYTHONPATH=str(STANDIN), SGLANG_SIM_START_S=str(start_s), SGLANG_SIM_VERSION=version,
+                   SGLANG_SIM_CACHE_DIR=str(tmp_path / "kernel-cache"), **(env_extra or {}))
         log = tmp_path / f"server-{port}.log"
         argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model), "--host", "127.0.0.1",
                 "--port", str(port), *flags]

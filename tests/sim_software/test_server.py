@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -170,3 +172,86 @@ def test_fault_fatal_capture_stuck_never_ends_capture(ct: CtRoot, start_server: 
     assert find_fatal(srv.output().splitlines(), phase) is None
     stuck = phase.stuck()
     assert stuck is not None and stuck.code == "capture-stuck"
+
+
+def _generate_in_background(srv: Server, max_new: int = 4) -> tuple[threading.Thread, list[int]]:
+    codes: list[int] = []
+
+    def post() -> None:
+        resp = requests.post(srv.url + "/generate", json={"text": "a long prompt", "sampling_params": {
+            "max_new_tokens": max_new, "ignore_eos": True}}, timeout=60)
+        codes.append(resp.status_code)
+
+    thread = threading.Thread(target=post)
+    thread.start()
+    return thread, codes
+
+
+def _timed_health(srv: Server) -> tuple[int, float]:
+    t0 = time.monotonic()
+    code = requests.get(srv.url + "/health", timeout=60).status_code
+    return code, time.monotonic() - t0
+
+
+def test_health_blocks_for_a_running_prefill_then_latches_unhealthy(ct: CtRoot,
+                                                                  start_server: Callable[..., Server]) -> None:
+    """sglang's health_generate waits for the scheduler's next output: a long prefill holds /health for its length
+    (here 2 s, under the 20 s SGLANG_HEALTH_CHECK_TIMEOUT) and it answers 200; past the timeout it answers 503 and
+    the server stays UnHealthy."""
+    ct.set_state(slow_prefill_s=2.0)
+    srv = start_server(ct, "--tp", "8", start_s=0.3)
+    assert srv.wait_status(200)[-1] == 200
+    thread, codes = _generate_in_background(srv)
+    time.sleep(0.3)
+    code, took = _timed_health(srv)
+    thread.join()
+    assert code == 200 and took >= 1.2, (code, took)  # held by the prefill, not the 0.25 s of an idle check
+    assert codes == [200]
+
+    ct.set_state(slow_prefill_s=4.0)
+    short = start_server(ct, "--tp", "8", start_s=0.3, env_extra={"SGLANG_HEALTH_CHECK_TIMEOUT": "1"})
+    assert short.wait_status(200)[-1] == 200
+    thread, codes = _generate_in_background(short)
+    time.sleep(0.3)
+    code, took = _timed_health(short)
+    assert code == 503 and 1.0 <= took < 3.0, (code, took)
+    assert "Health check failed. Server couldn't get a response from detokenizer for last 1 seconds" \
+        in short.output()
+    thread.join()
+    code, took = _timed_health(short)  # latched: the prefill is over, the server still reads unhealthy
+    assert codes == [200] and code == 503 and took < 0.5
+
+
+def test_sigterm_answers_503_and_drains_in_flight_requests(ct: CtRoot, start_server: Callable[..., Server]) -> None:
+    ct.set_state(slow_prefill_s=2.5)
+    srv = start_server(ct, "--tp", "8", start_s=0.3)
+    assert srv.wait_status(200)[-1] == 200
+    thread, codes = _generate_in_background(srv)
+    time.sleep(0.3)
+    srv.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    assert requests.get(srv.url + "/health", timeout=5).status_code == 503
+    assert srv.proc.poll() is None  # still draining
+    thread.join()
+    assert codes == [200]  # the in-flight request finished, not cut
+    assert srv.proc.wait(10) == 0
+    out = srv.output()
+    assert "Gracefully exiting... Remaining number of requests 1." in out
+    assert "Gracefully exiting... Remaining number of requests 0. Remaining requests remaining_rids=[]." in out
+
+
+def test_cold_first_start_once_per_kernel_cache_then_warm_starts(ct: CtRoot,
+                                                                 start_server: Callable[..., Server]) -> None:
+    ct.set_state(warm_start_s=4.0, cold_start_s=8.0)  # model seconds, time scale 4: 1 s warm, +2 s the first time
+
+    def start_time() -> float:
+        t0 = time.monotonic()
+        srv = start_server(ct, "--tp", "8")
+        assert srv.wait_status(200, timeout=20)[-1] == 200
+        took = time.monotonic() - t0
+        srv.proc.send_signal(signal.SIGTERM)
+        srv.proc.wait(10)
+        return took
+
+    cold, warm = start_time(), start_time()
+    assert cold >= 2.8 and warm < cold - 1.5, (cold, warm)

@@ -9,6 +9,7 @@ from orchestrator.verdicts.host import BOOT_UNIT_FIX, UVM_FIX, doctor_findings, 
 
 LISTING = """\
 crw-rw-rw- 1 root root 195,   0 Nov 30 10:00 /dev/nvidia0
+crw-rw-rw- 1 root root 195,   3 Nov 30 10:00 /dev/nvidia3
 crw-rw-rw- 1 root root 195, 255 Nov 30 10:00 /dev/nvidiactl
 crw-rw-rw- 1 root root 508,   0 Nov 30 10:00 /dev/nvidia-uvm
 crw-rw-rw- 1 root root 508,   1 Nov 30 10:00 /dev/nvidia-uvm-tools
@@ -29,7 +30,11 @@ def test_the_unit_runs_nvidia_modprobe_for_every_node_before_pve_guests() -> Non
     lines = WANTED.splitlines()
     assert "Before=pve-guests.service" in lines and "WantedBy=multi-user.target" in lines
     assert "Type=oneshot" in lines and "RemainAfterExit=yes" in lines
+    # A boot leaves no /dev/nvidia* node at all: each GPU's minor and nvidiactl (minor 255) first, without -u
+    # (with -u the same -c makes uvm nodes); a host with nvidia-persistenced has it start first.
+    assert "After=systemd-modules-load.service nvidia-persistenced.service" in lines
     assert [ln for ln in lines if ln.startswith("ExecStart=")] == [
+        "ExecStart=nvidia-modprobe -c0 -c3 -c255",
         "ExecStart=nvidia-modprobe -u -c0",
         "ExecStart=nvidia-modprobe -f /proc/driver/nvidia/capabilities/mig/config "
         "-f /proc/driver/nvidia/capabilities/mig/monitor"]
@@ -44,7 +49,7 @@ def _finding(boot_unit: str) -> tuple[str, str, str]:
 
 def test_doctor_warns_when_no_unit_recreates_the_nodes_at_boot() -> None:
     status, observed, fix = _finding(fact("", None))
-    assert status == "warn" and f"no {UNIT_NAME}" in observed and "Device /dev/nvidia-uvm does not exist" in observed
+    assert status == "warn" and f"no {UNIT_NAME}" in observed and "Device /dev/nvidia0 does not exist" in observed
     assert fix == BOOT_UNIT_FIX and "deploy up" in fix and "pve-guests.service" in fix
     assert _finding(fact("disabled", WANTED))[0:2] == ("warn", f"{UNIT_NAME} is not enabled: a reboot will not run it")
     assert _finding(fact("enabled", WANTED.replace(" -u -c0", " -u")))[0] == "warn"  # not what the host needs
@@ -60,7 +65,8 @@ def test_boot_nodes_installs_the_unit_once(make_run) -> None:
     run = make_run({"dev_listing": LISTING, "boot_unit": fact("", None)})
     run.node.succeed("systemctl enable")
     rec = run.step("boot_nodes")
-    assert rec.status == "changed" and rec.changes[0].startswith(f"install {UNIT_NAME}: nvidia-modprobe -u -c0")
+    assert rec.status == "changed" and rec.changes[0].startswith(f"install {UNIT_NAME}: nvidia-modprobe -c0 -c3 -c255; "
+                                                                     "nvidia-modprobe -u -c0")
     [script] = run.node.commands("script")
     assert "/etc/systemd/system/deploy-nvidia-nodes.service" in script and "Before=pve-guests.service" in script
     assert "systemctl daemon-reload" in script and f"systemctl enable {UNIT_NAME}" in script

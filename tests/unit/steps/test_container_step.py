@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from orchestrator.errors import CheckFailed, ConfigError, RemoteError
+from orchestrator.errors import CheckFailed, ConfigError, RemoteError, TaskFailed
 from orchestrator.facts import BOOT_UNSETTLED, CT, SETTLE_BOOT, settle_boot_script
 from orchestrator.parsers.devices import nvidia_char_devices, parse_dev_listing
 from orchestrator.steps.container import base_config, device_plan, lock_refusal, running_tasks
@@ -308,3 +308,31 @@ def test_a_ct_removed_between_its_status_and_its_config_is_read_again_then_creat
     rec = run.step("container")
     assert any("create CT 120" in c for c in rec.changes)
     assert len([c for c in run.node.commands("run") if c.startswith("pvesh create /nodes/pve-gpu-1/lxc ")]) == 1
+
+
+START_FAILED = "startup for container '120' failed"
+
+
+@pytest.mark.parametrize("rc", [0, 255])
+def test_a_failed_start_task_is_read_from_its_own_status_whatever_pvesh_exits(make_run, rc: int) -> None:
+    """A real node's `pvesh create …/status/start` exits 0 after a failed task (it prints the log, `TASK ERROR: …`
+    and the UPID): the step reads the task's exitstatus and log, and does the same when a pvesh exits non-zero
+    after printing the UPID, instead of reading the exit code or stderr."""
+    run = make_run(host_facts("status: stopped\n", converged_config(make_run())))
+    upid = f"{UPID}vzstart:120:root@pam:"
+    run.node.answer("/status/start", f'lxc-start: 120: failed\nTASK ERROR: {START_FAILED}\n"{upid}"\n', rc=rc)
+    run.node.answer("/tasks/", json.dumps({"status": "stopped", "type": "vzstart", "exitstatus": START_FAILED}))
+    run.node.answer("/log", json.dumps([{"n": 1, "t": "lxc-start: 120: failed"},
+                                        {"n": 2, "t": f"TASK ERROR: {START_FAILED}"}]))
+    with pytest.raises(TaskFailed) as exc:
+        run.step("container")
+    assert exc.value.what == f"PVE task vzstart failed: {START_FAILED}"
+    assert exc.value.details["upid"] == upid and exc.value.details["log"][-1] == f"TASK ERROR: {START_FAILED}"
+
+
+def test_pvesh_failing_without_a_task_is_still_its_own_error(make_run) -> None:
+    run = make_run(host_facts("status: stopped\n", converged_config(make_run())))
+    run.node.answer("/status/start", "", rc=255, stderr="CT is locked (create)\n")
+    with pytest.raises(RemoteError) as exc:
+        run.step("container")
+    assert not isinstance(exc.value, TaskFailed) and "CT is locked (create)" in exc.value.what

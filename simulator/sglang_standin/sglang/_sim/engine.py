@@ -78,6 +78,7 @@ class Engine:
         self.realtime = {"prefill_compute": 0.0, "prefill_cache": 0.0, "decode": 0.0}
         self.waiting: collections.deque[Req] = collections.deque()
         self.running: list[Req] = []
+        self.admitted: list[Req] = []  # taken from the queue by the round now running (its prefill)
         self.wake = asyncio.Event()
         self.ids = itertools.count(1)
         self.prompt_tokens_total = 0
@@ -103,6 +104,12 @@ class Engine:
         if req in self.waiting:
             self.waiting.remove(req)
         req.finished = True
+
+    @property
+    def in_flight(self) -> list[Req]:
+        """Every request not finished: queued, in the running batch, or in the prefill of the current round (the
+        tokenizer manager's rid_to_state)."""
+        return [r for r in (*self.waiting, *self.admitted, *self.running) if not r.finished]
 
     @property
     def num_running(self) -> int:
@@ -138,6 +145,7 @@ class Engine:
             req = self.waiting.popleft()
             admitted.append(req)
             budget -= req.input_len
+        self.admitted = admitted
         prefill_tokens = sum(r.input_len for r in admitted)
         if admitted and self.slow_prefill_s > 0:
             chunks = max(1, round(self.slow_prefill_s / 0.5))
@@ -159,6 +167,7 @@ class Engine:
         for req in admitted:
             produced += self._emit(req, 1)
         self.running = [r for r in decode + admitted if not r.finished]
+        self.admitted = []
         self.realtime["decode"] += produced
         self.gen_throughput = produced / (ms / 1000.0) if ms else 0.0
         self.power_fraction = 0.7 * self.power_fraction + 0.3 * power

@@ -151,3 +151,24 @@ def time_scale() -> float:
         return max(float(raw), 1e-6)
     except (TypeError, ValueError):
         return 1.0
+
+
+def kernel_cache_dir() -> Path:
+    """Where this stack's JIT kernel caches live: $SGLANG_SIM_CACHE_DIR, else $XDG_CACHE_HOME or ~/.cache
+    (flashinfer, DeepGEMM and triton keep theirs there), one directory per venv: a cache belongs to its stack."""
+    import hashlib
+    import sys
+
+    if os.environ.get("SGLANG_SIM_CACHE_DIR"):
+        return Path(os.environ["SGLANG_SIM_CACHE_DIR"])
+    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.environ.get("HOME") or "/root", ".cache")
+    return Path(home) / "sglang-sim" / hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
+
+
+def health_check_timeout_s() -> float:
+    """$SGLANG_HEALTH_CHECK_TIMEOUT, as real sglang reads it (20 s when unset): how long /health waits for its
+    one-token generation before it answers 503."""
+    try:
+        return max(float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT") or 20), 0.0)
+    except ValueError:
+        return 20.0

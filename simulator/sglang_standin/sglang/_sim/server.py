@@ -4,8 +4,16 @@ Lifecycle: parse flags (argparse exits 2 like the real one) -> preflight checks 
 container (device nodes, nvidia-uvm, userspace driver version, model dir) -> log the loading milestones -> bind
 the HTTP port once the model is loaded, as real sglang starts uvicorn -> "The server is fired up and ready to roll!".
 Faults from the container's state.json: crash_on_start, health_never_ok, log_line (fatal at the first decode),
-slow_start_s, stall_after and slow_prefill_s (engine.py), fatal=CODE (a real failure line, FATAL_LINES, in the
-phase where the real server prints it).
+slow_start_s, warm_start_s and cold_start_s (a real server's start: minutes, more on an empty kernel cache),
+stall_after and slow_prefill_s (engine.py), fatal=CODE (a real failure line, FATAL_LINES, in the phase where the
+real server prints it).
+
+/health is sglang's health_generate: 503 while starting or exiting; else it waits, polling once a (model) second,
+until the scheduler hands out any output after the check began, for at most SGLANG_HEALTH_CHECK_TIMEOUT (20 s,
+real seconds as on the real server). A check that runs out answers 503 and latches the server UnHealthy: every
+later /health is 503 at once. So /health blocks for the length of a running prefill (`slow_prefill_s`) and fails
+past the timeout. SIGTERM is tokenizer_manager's sigterm_watchdog: /health answers 503, and the server waits in
+5 s steps while requests remain (no bound; a latched UnHealthy server or SGL_FORCE_SHUTDOWN exits at once).
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ FATAL_LINES: dict[str, tuple[str, str]] = {
 }
 REPORT_EVERY_S = 0.5
 HEALTH_POLL_S = 1.0  # model seconds a /health generate takes at least
+DRAIN_STEP_S = 5.0  # real seconds between the graceful exit's checks for remaining requests (sigterm_watchdog)
 
 
 #: Where the real server's lines come from (the logger names matter to a custom logging config).
@@ -116,6 +125,9 @@ class Sim:
                              stall_after=None if stall is None else int(stall),
                              slow_prefill_s=float(self.faults.get("slow_prefill_s") or 0))
         self.ready = False
+        self.exiting = False  # SIGTERM received: draining (tokenizer_manager.gracefully_exit)
+        self.unhealthy = False  # a health check ran out (ServerStatus.UnHealthy): latched
+        self.health_timeout_s = env.health_check_timeout_s()
         self.started = time.time()
         self.api_key: str | None = args.get("api_key")
         self.stop = asyncio.Event()
@@ -164,11 +176,10 @@ def build_app(sim: Sim) -> App:
     app = App(guard=_auth_guard(sim))
 
     async def health(request: Request) -> Response:
-        if sim.ready:
-            _decode(sim)  # sglang's /health generates one token,
-            # and polls for it once a second (http_server.health_generate: `await asyncio.sleep(1)`).
-            await asyncio.sleep(HEALTH_POLL_S / env.time_scale())
-        ok = sim.ready and not sim.faults.get("health_never_ok")
+        if not sim.ready or sim.exiting or sim.unhealthy:
+            return Response(status=503)
+        _decode(sim)  # sglang's /health generates one token,
+        ok = await health_generate(sim) and not sim.faults.get("health_never_ok")
         return Response(status=200 if ok else 503)
 
     async def models(request: Request) -> Response:
@@ -209,6 +220,25 @@ def build_app(sim: Sim) -> App:
     app.route("POST", "/v1/chat/completions", lambda req: _chat(sim, req))
     app.route("POST", "/v1/completions", lambda req: _completions(sim, req))
     return app
+
+
+async def health_generate(sim: Sim) -> bool:
+    """http_server.health_generate: poll once a second (`await asyncio.sleep(1)`) until the scheduler has handed
+    out anything since the check began (an idle one answers the check's own token at once); past
+    SGLANG_HEALTH_CHECK_TIMEOUT the server is UnHealthy from then on. A stalled engine (the `stall_after` fault,
+    sglang#22779) still answers: the bug it models is a /health at 200 while generation hangs."""
+    e = sim.engine
+    tic = time.time()
+    while True:
+        await asyncio.sleep(HEALTH_POLL_S / env.time_scale())
+        if e.stalled or not e.in_flight or e.last_round_wall > tic:
+            return True
+        if time.time() - tic >= sim.health_timeout_s:
+            sim.unhealthy = True
+            log(f"Health check failed. Server couldn't get a response from detokenizer for last "
+                f"{sim.health_timeout_s:g} seconds. tic start time: {tic:.2f}. last_heartbeat time: "
+                f"{e.last_round_wall:.2f}")
+            return False
 
 
 def _metrics(sim: Sim) -> str:
@@ -544,9 +574,14 @@ def remove_load_file() -> None:
 async def startup(sim: Sim, bind: Callable[[], Awaitable[None]]) -> None:
     a, tp = sim.args, int(sim.args["tp_size"])
     # slow_start_s is real seconds: a test that injects a slow start means a wall-clock window it can act in.
-    base_s = float(os.environ.get("SGLANG_SIM_START_S", DEFAULT_START_S / sim.scale))
+    warm = sim.faults.get("warm_start_s")
+    base_s = (float(warm) / sim.scale if warm is not None
+              else float(os.environ.get("SGLANG_SIM_START_S", DEFAULT_START_S / sim.scale)))
     start_s = base_s + float(sim.faults.get("slow_start_s") or 0)
     step = start_s / 6
+    cold_s = float(sim.faults.get("cold_start_s") or 0) / sim.scale
+    marker = env.kernel_cache_dir() / f"compiled-{sim.version}"
+    cold = cold_s > 0 and not marker.exists()
     log(f"Attention backend not explicitly specified. Use {a['attention_backend']} backend by default.")
     log(nsa_log_line(a, sim.version))
     log(f"Use {a.get('moe_runner_backend')} as MoE runner backend on SM120")
@@ -568,6 +603,10 @@ async def startup(sim: Sim, bind: Callable[[], Awaitable[None]]) -> None:
         return  # stuck "capturing" forever: the port never opens
     if stuck:
         crash(stuck, where="cuda_graph_runner.py")
+    if cold:
+        log(f"sim: the kernel cache {marker.parent} is empty: JIT-compiling kernels for this first start "
+            f"({cold_s * sim.scale:g} model s, once per cache)", tp=0)
+        await asyncio.sleep(cold_s)
     await asyncio.sleep(step * 2)
     log(f"Capture cuda graph end. Time elapsed: {60 + 0.58 * int(cgbs):.2f} s. mem usage=1.23 GB. "
         f"avail mem=6.28 GB.", tp=0)
@@ -578,6 +617,9 @@ async def startup(sim: Sim, bind: Callable[[], Awaitable[None]]) -> None:
     log(f"Uvicorn running on http://{a['host']}:{a['port']} (Press CTRL+C to quit)")
     await asyncio.sleep(step)
     sim.ready = True
+    if cold:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(f"{time.time():.0f}\n")
     log("The server is fired up and ready to roll!")
 
 
@@ -616,7 +658,7 @@ async def serve(sim: Sim) -> None:
     tasks = [asyncio.create_task(sim.engine.run()), asyncio.create_task(startup(sim, bind)),
              asyncio.create_task(report_load(sim, visible_minors(int(sim.args["tp_size"]))))]
     await sim.stop.wait()
-    log("Gracefully exiting... Remaining number of requests 0.")
+    await graceful_exit(sim)
     for t in tasks:
         t.cancel()
     remove_load_file()
@@ -624,6 +666,26 @@ async def serve(sim: Sim) -> None:
         # Its hung requests would never finish: real sglang kills its process tree on SIGTERM without waiting.
         os._exit(0)
     await app.close()  # ends open connections at once: with the engine gone their requests could never finish
+
+
+async def graceful_exit(sim: Sim) -> None:
+    """tokenizer_manager.sigterm_watchdog: /health answers 503 from now on; wait in 5 s steps while requests remain
+    (no bound: systemd's TimeoutStopSec ends it), unless the server is UnHealthy or SGL_FORCE_SHUTDOWN is set."""
+    sim.exiting = True
+    e = sim.engine
+    while True:
+        remaining = [r.rid for r in e.in_flight]
+        if sim.unhealthy:
+            log("Signal SIGTERM received while health check failed. Force exiting.")
+            return
+        if os.environ.get("SGL_FORCE_SHUTDOWN", "").lower() in ("1", "true", "yes", "on"):
+            log("Signal SIGTERM received while force shutdown flag set. Force exiting.")
+            return
+        log(f"Gracefully exiting... Remaining number of requests {len(remaining)}. Remaining requests "
+            f"remaining_rids={remaining}.")
+        if not remaining or e.stalled:  # a stalled engine: see serve()
+            return
+        await asyncio.sleep(DRAIN_STEP_S)
 
 
 def main(argv: list[str] | None = None) -> None:
