@@ -632,10 +632,12 @@ def _install_userspace(hp: HostPaths, vmid: int, version: str) -> None:
 def reset_host(root: Path, host: str) -> None:
     """Back to a fresh host for the next test: faults cleared, uvm present, all containers destroyed, no deploy
     lock lease left by an earlier (killed) run, and the stock template back in `local:vztmpl` (a test may delete
-    it from the storage, as an operator does; the next test must not depend on which test ran before it)."""
+    it from the storage, as an operator does; the next test must not depend on which test ran before it); the
+    kernel log holds no Xid line of an earlier test."""
     hp = SimPaths(Path(root).resolve()).host(host)
     lxc_template.install_into(lxc_template.ensure().path, hp.template_cache)  # a hard link; nothing when present
     set_faults(root, host, **{f.name: f.default for f in fields(HostFaults)})
+    (hp.dir / gpu_health.KERNEL_LOG).unlink(missing_ok=True)  # the Xid lines a test wrote: a new boot's log
     _stop_containers(hp)
     for name in ("deploy.lease", "deploy.lease.tmp"):
         (hp.fs / "var/lib/deploy" / name).unlink(missing_ok=True)
