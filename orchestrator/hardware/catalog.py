@@ -39,10 +39,10 @@ ACTION_FIX = {
     Action.none: "",
     Action.restart_unit: "restart the server: `deploy up host {host}` (or `systemctl restart sglang` in the CT); "
                          "if the Xid repeats, drain the host and reboot it",
-    Action.reboot_host: "drain the host from the router (`deploy router remove host {host}` or stop it in the "
-                        "fleet), reboot it (`reboot` on the node), then `deploy up host {host}` to verify",
-    Action.isolate_gpu: "take the host out of service: GPU {gpu} needs replacing (open a hardware ticket with the "
-                        "evidence line); do not return the host to the router until the GPU is replaced",
+    Action.reboot_host: "drain the host (`deploy router remove {host}` when it serves behind the router), reboot the "
+                        "node, then `deploy up host {host}` to verify and `deploy router add {host}` to return it",
+    Action.isolate_gpu: "take the host out of service (`deploy router remove {host}`): GPU {gpu} needs replacing "
+                        "(open a hardware ticket with the evidence line); return the host only after the swap",
 }
 
 

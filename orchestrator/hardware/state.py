@@ -162,7 +162,8 @@ def judge_hardware(*, kernel_log: str | None, smi_q: str | None, smi_q_stderr: s
             rule = cat.rule(ev.code)
             faults.setdefault(ev.bus_id, []).append(HardwareFault(
                 "xid", rule.action, f"Xid {ev.code} {rule.mnemonic}: {rule.meaning}", ev.line,
-                f"{rule.source} (NVIDIA: {rule.nvidia})", code=ev.code))
+                rule.source if rule.nvidia in rule.source else f"{rule.source} (NVIDIA: {rule.nvidia})",
+                code=ev.code))
     if smi_q is None:
         unread.append("nvidia-smi -q")
     else:
@@ -187,6 +188,11 @@ def judge_hardware(*, kernel_log: str | None, smi_q: str | None, smi_q_stderr: s
                 faults[link.bus_id].append(fault)
     for bus in pci_by_bus:
         faults.setdefault(bus, [])
+    # nvidia-smi numbers GPUs in PCI bus order: a GPU it no longer lists (lost) keeps its number from lspci's order,
+    # when the numbers it did print agree with that order.
+    order = {bus: n for n, bus in enumerate(sorted(pci_by_bus))}
+    if order and all(order.get(bus) == n for bus, n in index.items()):
+        index = {**order, **index}
     gpus = tuple(GpuHealth(bus, index.get(bus), tuple(fs), link_text.get(bus))
                  for bus, fs in sorted(faults.items(), key=lambda kv: (index.get(kv[0], 99), kv[0])))
     return HardwareState(gpus, cursor, tuple(unread))

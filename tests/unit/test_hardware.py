@@ -119,6 +119,16 @@ def test_xid_lost_gpu_and_failed_remap_take_their_catalog_action() -> None:
     assert fault["evidence"].endswith("Remapping Failure Occurred: Yes") and "replacing" in fault["fix"]
 
 
+def test_a_lost_gpu_keeps_its_number_from_the_pci_order() -> None:
+    lspci = parse_lspci(fixture("host/rtx-pro-6000-x8-asus/lspci-vvv.txt"))
+    rows = "".join(f"{i}, {b}, 5, 5, 16, 16, 0\n" for i, b in enumerate(
+        ["00000000:06:00.0", "00000000:07:00.0", "00000000:75:00.0"]))  # 76:00.0 (GPU 3) lost
+    state = judge_hardware(kernel_log="", smi_q="", smi_q_stderr=fixture("hardware/smi-gpu-lost.txt").replace(
+        "0000:05:00.0", "0000:76:00.0"), links=LINK_HEAD + rows, lspci=lspci)
+    (lost,) = state.faulty
+    assert lost.index == 3 and lost.name == "GPU 3 (00000000:76:00.0)"
+
+
 def test_unread_sensors_are_said_not_guessed() -> None:
     state = judge_hardware(kernel_log=None, smi_q=None, links=None)
     assert state.unread == ("kernel log", "nvidia-smi -q", "PCIe links") and not state.fatal
