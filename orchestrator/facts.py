@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, overload
 
 from orchestrator.errors import CheckFailed, RemoteError
+from orchestrator.hardware.kernel_log import kernel_log_command
+from orchestrator.hardware.smi_health import LINK_QUERY_FIELDS
 from orchestrator.inventory.models import Host, ServerProfile
 from orchestrator.monitoring.publish import state_command as metrics_state_command
 from orchestrator.parsers.ct_gpus import CT_GPU_QUERY, CtGpus, parse_ct_gpus
@@ -163,9 +165,9 @@ class HOST:
     cmdline = HostFact("cmdline", lambda h, p: "cat /proc/cmdline", raw)
     modprobe = HostFact("modprobe", lambda h, p: "cat /etc/modprobe.d/*.conf 2>/dev/null; true", raw)
     uvm_hmm = HostFact("uvm_hmm", lambda h, p: "cat /sys/module/nvidia_uvm/parameters/uvm_disable_hmm", raw)
-    # Device headers, bus ranges and ACS control only: ~20 KB instead of ~430 KB of `lspci -vvv`.
+    # Device headers, bus ranges, ACS control and PCIe links only: ~30 KB instead of ~430 KB of `lspci -vvv`.
     lspci_acs = HostFact("lspci_acs", lambda h, p: (
-        "lspci -vvv 2>/dev/null | grep -E '^[0-9a-f]{2,4}:|ACSCtl|Bus: primary'"), raw)
+        "lspci -vvv 2>/dev/null | grep -E '^[0-9a-f]{2,4}:|ACSCtl|Bus: primary|LnkCap:|LnkSta:'"), raw)
     #: The boot unit that recreates the NVIDIA nodes before pve-guests (render/boot_unit.py).
     boot_unit = HostFact("boot_unit", lambda h, p: boot_unit_fact(), raw)
     # The GPUs the driver enumerates (a row each; the doctor counts them, as `nvidia-smi -L` would list them) and
@@ -189,6 +191,12 @@ class HOST:
         "/content --content vztmpl --output-format json"), raw)
     gpu_power = HostFact("gpu_power", lambda h, p: (
         "nvidia-smi --query-gpu=index,power.draw,power.limit,utilization.gpu --format=csv,noheader,nounits"), raw)
+    # GPU hardware health (orchestrator/hardware, docs/hardware.md): the kernel log's Xids since the stored cursor,
+    # ECC / remapped rows / clocks-event reasons, and each link with its load (judged only under load).
+    gpu_xids = HostFact("gpu_xids", lambda h, p: kernel_log_command(), raw)
+    gpu_health = HostFact("gpu_health", lambda h, p: "nvidia-smi -q -d ECC,ROW_REMAPPER,PERFORMANCE", raw)
+    gpu_links = HostFact("gpu_links", lambda h, p: (
+        f"nvidia-smi --query-gpu={','.join(LINK_QUERY_FIELDS)} --format=csv,nounits"), raw)
     installer = HostFact("installer", lambda h, p: (
         f"test -f {_q(h.container.driver_installer)} && echo present" if h.container.driver_installer
         else "echo none"), raw)

@@ -72,6 +72,11 @@ def golden_prompts_file() -> Path:
     return _shipped("gates") / "golden.yaml"
 
 
+def xid_catalog_file() -> Path:
+    """The shipped Xid catalog: code -> meaning -> action, each rule with its source (docs/hardware.md)."""
+    return _shipped("hardware") / "xid.yaml"
+
+
 def example_inventory_dir() -> Path:
     """The worked example (the seeds' host, the glm5-nvfp4 profile, bench presets): `deploy init` copies it."""
     return _shipped("examples", "inventory")

@@ -56,6 +56,8 @@ from simulator.config import (
     write_json,
     write_text_atomic,
 )
+from simulator.gpu import health as gpu_health
+from simulator.gpu.profiles import get_profile
 from simulator.lxc import net as lxc_net
 from simulator.lxc import runtime as lxc_runtime
 from simulator.lxc import storage as lxc_storage
@@ -529,12 +531,20 @@ def set_faults(root: Path, host: str, **knobs: Any) -> HostFaults:
     """Set host fault knobs (see HostFaults); `missing_uvm` is applied to the host's /dev at once."""
     hp = SimPaths(Path(root).resolve()).host(host)
     values = _coerce(HostFaults, knobs)
+    gpu_health.check_knobs(values, hp.load().gpu_count)
+    xids = [(int(c), int(g)) for c, _, g in (x.strip().partition("@") for x in (values.get("xid") or "").split(","))
+            if c]
 
     def apply(cfg: HostConfig) -> None:
         for k, v in values.items():
             setattr(cfg.faults, k, v)
+        if any(code == 79 for code, _ in xids):
+            cfg.faults.gpu_lost = next(g for code, g in xids if code == 79)
 
     cfg = hp.update(apply)
+    if xids:
+        buses = [g.bus_id for g in get_profile(cfg.gpu_profile).gpus]
+        gpu_health.append_kernel(str(hp.dir), [gpu_health.xid_line(code, buses[g]) for code, g in xids])
     if "missing_uvm" in values or "driver_reload" in values:
         hardware.set_uvm(hp.dir, cfg, present=not cfg.faults.missing_uvm)
     if "ssh_drop_after" in values:
@@ -622,10 +632,12 @@ def _install_userspace(hp: HostPaths, vmid: int, version: str) -> None:
 def reset_host(root: Path, host: str) -> None:
     """Back to a fresh host for the next test: faults cleared, uvm present, all containers destroyed, no deploy
     lock lease left by an earlier (killed) run, and the stock template back in `local:vztmpl` (a test may delete
-    it from the storage, as an operator does; the next test must not depend on which test ran before it)."""
+    it from the storage, as an operator does; the next test must not depend on which test ran before it); the
+    kernel log holds no Xid line of an earlier test."""
     hp = SimPaths(Path(root).resolve()).host(host)
     lxc_template.install_into(lxc_template.ensure().path, hp.template_cache)  # a hard link; nothing when present
     set_faults(root, host, **{f.name: f.default for f in fields(HostFaults)})
+    (hp.dir / gpu_health.KERNEL_LOG).unlink(missing_ok=True)  # the Xid lines a test wrote: a new boot's log
     _stop_containers(hp)
     for name in ("deploy.lease", "deploy.lease.tmp"):
         (hp.fs / "var/lib/deploy" / name).unlink(missing_ok=True)

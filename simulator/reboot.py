@@ -26,6 +26,7 @@ from pathlib import Path
 
 from simulator import hostunits, layout
 from simulator.config import CtState, HostConfig, HostPaths
+from simulator.gpu import health as gpu_health
 from simulator.pve import conf as confmod
 from simulator.pve import hardware, tasks
 from simulator.pve.lxc import Node
@@ -95,8 +96,14 @@ def power_on(hp: HostPaths, cfg: HostConfig, log: BootLog) -> None:
 
     def unloaded(c: HostConfig) -> None:
         c.faults.missing_uvm = True  # nvidia-uvm is not loaded until `nvidia-modprobe -u -c0` runs
+        # A reboot resets every GPU: a lost one is back, pending row remaps are applied (a failed remap stays),
+        # and the kernel log is the new boot's.
+        c.faults.gpu_lost, c.faults.xid = None, None
+        c.faults.remap = ",".join(f"{g}:{v}" for g, v in gpu_health.per_gpu(c.faults.remap).items()
+                                  if v != "pending") or None
 
     hp.update(unloaded)
+    (hp.dir / gpu_health.KERNEL_LOG).unlink(missing_ok=True)
     hostunits.clear_active(hp.fs / "etc/systemd/system")
     log(f"boot id {boot_id}: nvidia loaded; no /dev/nvidia* node (nvidiaN, nvidiactl, -uvm, -modeset, -caps)")
 

@@ -28,6 +28,7 @@ ENTRIES = {
     "lspci": ("simulator.pve.cli", True), "nvidia-modprobe": ("simulator.pve.cli", True),
     "nvidia-persistenced": ("simulator.pve.cli", True),
     "nvidia-smi": ("simulator.gpu.smi", False), "systemctl": ("simulator.hostunits", False),
+    "journalctl": ("simulator.hostjournal", False),
 }
 SOCKET_NAME = "standin.sock"  # in hosts/<name>/sshd/
 FORWARDED = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT, _signal.SIGUSR1, _signal.SIGUSR2)

@@ -20,7 +20,8 @@ STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
 @common_options
 @fleet_options(detail=doctor_detail)
 def doctor(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
-    """Check the host: driver loaded and its version, /dev/nvidia-uvm, uvm_disable_hmm, IOMMU, ACS, PVE version.
+    """Check the host: driver loaded and its version, /dev/nvidia-uvm, uvm_disable_hmm, IOMMU, ACS, PVE version,
+    and each GPU's hardware state (Xids in the host's kernel log, ECC, row remapping, slowdowns, PCIe links).
 
     One SSH round trip. Exit 0 when nothing fails (warnings allowed), 1 otherwise.
     """
@@ -32,8 +33,11 @@ def doctor(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
     report = run_playbook("doctor", host, app.inventory, options)
     findings = report.state.doctor_findings
     status = worst_status(findings)
+    hardware = report.state.hardware
     app.out.emit({"ok": status != "fail", "host": host.name, "status": status,
-                  "findings": [f.to_dict() for f in findings], "totals": report.to_dict()["totals"]})
+                  "findings": [f.to_dict() for f in findings],
+                  "hardware": hardware.to_dict(host.name) if hardware is not None else None,
+                  "totals": report.to_dict()["totals"]})
     rows = [(f.check, Text(f.status, style=STYLE[f.status]), f.observed, f.fix if f.status != "ok" else "")
             for f in findings]
     app.out.table(spec(f"doctor: {host.name} ({host.address})", ("check", "status", "observed", "fix"), rows))

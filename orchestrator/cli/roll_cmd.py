@@ -25,6 +25,7 @@ from orchestrator.fleet.details import history_detail, status_detail
 from orchestrator.fleet.fleet_roll import fleet_roll, fleet_rollback
 from orchestrator.fleet.rollout import RollSpec
 from orchestrator.fleet.targets import parse_targets
+from orchestrator.hardware.state import HardwareState
 from orchestrator.parsers.watchdog import WatchdogStatus
 from orchestrator.roll import RollOutcome, refused, roll_host, rollback_host, rollback_payload
 from orchestrator.state.releases import RELEASE_ID
@@ -228,7 +229,8 @@ def status(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
                           host=report.host, step="status")
     gave_up = info.watchdog is not None and info.watchdog.exhausted
     blind = info.watchdog.failing if info.watchdog is not None and info.container_running else ""
-    healthy = info.health == "200" and not gave_up and not blind
+    hardware = report.state.hardware
+    healthy = info.health == "200" and not gave_up and not blind and not (hardware is not None and hardware.fatal)
     app.out.emit({"ok": healthy, "host": report.host, **info.to_dict(), "totals": report.to_dict()["totals"]})
     vmid = resolve_host(app, target).container.vmid
     if not info.container_running:
@@ -259,7 +261,12 @@ def status(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
     app.out.table(spec("GPU power now", headers, gpu_rows))
     if info.watchdog is not None:
         print_watchdog(app, info.watchdog)
-    if gave_up:
+    if hardware is not None and hardware.faulty:
+        print_hardware(app, hardware, report.host)
+    if hardware is not None and hardware.fatal:
+        app.out.line(f"GPU hardware fault: the host cannot serve until it is remedied ({hardware.action.value}); "
+                     "the fix of each GPU is above (docs/hardware.md)")
+    elif gave_up:
         app.out.line("the watchdog gave up restarting sglang (its restart budget is spent): the server may be stuck; "
                      "see `journalctl -u sglang -u sglang-watchdog` in the container, `deploy doctor`, "
                      "docs/troubleshooting.md")
@@ -270,6 +277,16 @@ def status(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
         app.out.line(f"not healthy (/health {info.health}, sglang {info.active}): see "
                      "`journalctl -u sglang` in the container, `deploy doctor`, or `deploy rollback`")
     return 0 if healthy else 1
+
+
+def print_hardware(app: AppContext, state: HardwareState, host: str) -> None:
+    """The GPUs with a hardware fault: each fault with its evidence line and the catalog's fix."""
+    rows = []
+    for gpu in state.faulty:
+        for f in gpu.faults:
+            rows.append((gpu.name, f.severity, f.meaning, f.evidence,
+                         f.fix(host, str(gpu.index if gpu.index is not None else gpu.bus_id))))
+    app.out.table(spec("GPU hardware", ("gpu", "state", "fault", "evidence", "fix"), rows))
 
 
 def print_watchdog(app: AppContext, wd: WatchdogStatus, limit: int = 5) -> None:

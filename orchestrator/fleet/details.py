@@ -11,7 +11,19 @@ Payload = dict[str, Any]
 def status_detail(report: Payload) -> str:
     return (f"release {report.get('release') or 'none'} ({report.get('verdict') or 'unverified'}), "
             f"sglang {report.get('active') or '-'}, /health {report.get('health') or '-'}"
-            + (f", watchdog {(report.get('watchdog') or {}).get('state')}" if report.get("watchdog") else ""))
+            + (f", watchdog {(report.get('watchdog') or {}).get('state')}" if report.get("watchdog") else "")
+            + hardware_detail(report.get("hardware")))
+
+
+def hardware_detail(hardware: object) -> str:
+    """", GPU hardware: GPU 2 reboot_host" when a GPU has a fault (HardwareState.to_dict), else nothing."""
+    if not isinstance(hardware, dict):
+        return ""
+    faulty = [g for g in hardware.get("gpus") or [] if g.get("faults")]
+    if not faulty:
+        return ""
+    return ", GPU hardware: " + ", ".join(
+        f"GPU {g['gpu'] if g.get('gpu') is not None else g.get('bus_id')} {g.get('action')}" for g in faulty)
 
 
 def doctor_detail(report: Payload) -> str:

@@ -95,6 +95,33 @@ _FLAG_RE = re.compile(r"(\w+)([+-])")
 _GPU_CLASSES = {"3D controller": "0302", "VGA compatible controller": "0300"}
 
 
+#: PCIe transfer rate (GT/s, as lspci prints it) -> link generation.
+GTS_GEN = {"2.5": 1, "5": 2, "8": 3, "16": 4, "32": 5, "64": 6}
+_LINK_RE = re.compile(r"Speed (?P<speed>[\d.]+)GT/s(?P<down> \(downgraded\))?, Width x(?P<width>\d+)")
+
+
+@dataclass(frozen=True)
+class PcieLink:
+    """A PCIe link's generation and width (lspci `LnkCap:` = capability, `LnkSta:` = now; nvidia-smi's link)."""
+
+    gen: int
+    width: int
+
+    def __str__(self) -> str:
+        return f"Gen{self.gen} x{self.width}"
+
+    def below(self, cap: PcieLink) -> bool:
+        return self.gen < cap.gen or self.width < cap.width
+
+
+def parse_lspci_link(text: str) -> PcieLink | None:
+    """`Port #0, Speed 32GT/s, Width x16, …` or `Speed 2.5GT/s (downgraded), Width x16` -> PcieLink."""
+    m = _LINK_RE.search(text)
+    if m is None or m.group("speed") not in GTS_GEN:
+        return None
+    return PcieLink(GTS_GEN[m.group("speed")], int(m.group("width")))
+
+
 @dataclass(frozen=True)
 class PciDevice:
     """One device block of `lspci -vvv`. `bdf` always carries the PCI domain (`0000:06:00.0`)."""
@@ -107,6 +134,8 @@ class PciDevice:
     numa_node: int | None = None
     secondary_bus: int | None = None
     subordinate_bus: int | None = None
+    link_cap: PcieLink | None = None  # `LnkCap:`
+    link_sta: PcieLink | None = None  # `LnkSta:`
 
     @property
     def domain(self) -> str:
@@ -184,7 +213,8 @@ def _full_bdf(bdf: str) -> str:
 
 
 def parse_lspci(text: str) -> LspciReport:
-    """Parse `lspci -vvv` (optionally with `-nn` and/or `-D`): device classes, bus ranges and ACSCtl flags."""
+    """Parse `lspci -vvv` (optionally with `-nn` and/or `-D`): device classes, bus ranges, ACSCtl flags and the
+    PCIe link (LnkCap/LnkSta)."""
     devices: list[PciDevice] = []
     acs: list[AcsControl] = []
     blocks: list[list[str]] = []
@@ -203,6 +233,8 @@ def parse_lspci(text: str) -> LspciReport:
         body = "\n".join(block[1:])
         bus = _BUS_RE.search(body)
         numa = _NUMA_RE.search(body)
+        links = {k: parse_lspci_link(rest) for k, _, rest in (ln.strip().partition(":") for ln in block[1:])
+                 if k in ("LnkCap", "LnkSta")}
         dev = PciDevice(
             bdf=_full_bdf(head.group("bdf")),
             class_name=head.group("cls").strip(),
@@ -212,6 +244,8 @@ def parse_lspci(text: str) -> LspciReport:
             numa_node=int(numa.group(1)) if numa else None,
             secondary_bus=int(bus.group(2), 16) if bus else None,
             subordinate_bus=int(bus.group(3), 16) if bus else None,
+            link_cap=links.get("LnkCap"),
+            link_sta=links.get("LnkSta"),
         )
         devices.append(dev)
         for line in block[1:]:

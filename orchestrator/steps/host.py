@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from orchestrator.errors import CheckFailed
 from orchestrator.facts import HOST, Facts, HostFact
+from orchestrator.hardware.state import HardwareState, judge_hardware
+from orchestrator.parsers import ParseError
 from orchestrator.parsers.devices import nvidia_char_devices, parse_dev_listing
+from orchestrator.parsers.hostfacts import parse_lspci
 from orchestrator.parsers.sections import CommandOutput
 from orchestrator.render.boot_unit import (
     UNIT_NAME,
@@ -21,8 +24,46 @@ from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts
 from orchestrator.verdicts.host import Finding, HostFacts, doctor_findings, host_facts_from_outputs, worst_status
 
+#: The host's GPU hardware sensors (orchestrator/hardware): read by doctor, `up`'s host_prereqs and status.
+HARDWARE_FACTS = (HOST.gpu_xids, HOST.gpu_health, HOST.gpu_links, HOST.lspci_acs)
 DOCTOR_FACTS = (HOST.driver_version, HOST.dev_listing, HOST.uvm_hmm, HOST.modprobe, HOST.cmdline, HOST.lspci_acs,
-                HOST.pveversion, HOST.topo, HOST.boot_unit)
+                HOST.pveversion, HOST.topo, HOST.boot_unit, *HARDWARE_FACTS[:3])
+
+
+def hardware_state(facts: Facts) -> HardwareState:
+    """The GPUs' hardware state from this run's facts (a sensor not read, or whose command failed to run, is
+    `unread`; nvidia-smi's non-zero exit for a lost GPU still carries the other GPUs and the lost one's line)."""
+    def out(fact: HostFact[CommandOutput]) -> CommandOutput | None:
+        return facts.find(fact)
+
+    klog, q, links, lspci = out(HOST.gpu_xids), out(HOST.gpu_health), out(HOST.gpu_links), out(HOST.lspci_acs)
+    report = None
+    if lspci is not None and lspci.rc == 0 and lspci.stdout.strip():
+        try:
+            report = parse_lspci(lspci.stdout)
+        except ParseError:
+            report = None
+    return judge_hardware(kernel_log=klog.stdout if klog is not None else None,
+                          smi_q=q.stdout if q is not None and (q.stdout.strip() or q.stderr.strip()) else None,
+                          smi_q_stderr=q.stderr if q is not None else "",
+                          links=links.stdout if links is not None and links.stdout.strip() else None, lspci=report)
+
+
+def hardware_findings(state: HardwareState, host: str) -> list[Finding]:
+    """One finding per GPU with a fault (its worst one, with the evidence line and the catalog's fix), or one ok."""
+    found = []
+    for gpu in state.faulty:
+        worst = gpu.worst()
+        assert worst is not None
+        more = f" (+{len(gpu.faults) - 1} more: --json lists them)" if len(gpu.faults) > 1 else ""
+        found.append(Finding(f"gpu-hardware {gpu.name}", worst.severity, f"{worst.meaning}{more}: {worst.evidence}",
+                             worst.fix(host, str(gpu.index if gpu.index is not None else gpu.bus_id))))
+    if not found:
+        unread = f" (not read: {', '.join(state.unread)})" if state.unread else ""
+        found.append(Finding("gpu-hardware", "warn" if state.unread else "ok",
+                             f"{len(state.gpus)} GPU(s): no Xid, ECC, row-remap, slowdown or link fault{unread}",
+                             "see docs/hardware.md" if state.unread else ""))
+    return found
 
 
 def host_facts(facts: Facts) -> HostFacts:
@@ -49,7 +90,9 @@ def host_facts(facts: Facts) -> HostFacts:
 
 def findings_for(ctx: StepContext) -> list[Finding]:
     ensure_facts(ctx)
-    return doctor_findings(host_facts(ctx.facts))
+    hardware = hardware_state(ctx.facts)
+    ctx.state.hardware = hardware
+    return doctor_findings(host_facts(ctx.facts)) + hardware_findings(hardware, ctx.host.name)
 
 
 @step("doctor", host_facts=DOCTOR_FACTS)
@@ -58,6 +101,8 @@ def doctor(ctx: StepContext, record: StepRecord) -> None:
     findings = findings_for(ctx)
     ctx.state.doctor_findings = findings
     record.details["findings"] = [f.to_dict() for f in findings]
+    if ctx.state.hardware is not None:
+        record.details["hardware"] = ctx.state.hardware.to_dict(ctx.host.name)
     record.summary = f"{len(findings)} checks: {worst_status(findings)}"
 
 

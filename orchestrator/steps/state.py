@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # types only: the modules that produce them import the steps 
     from orchestrator.bench.run import BenchRun
     from orchestrator.errors import DeployError
     from orchestrator.flags import FlagSet
+    from orchestrator.hardware.state import HardwareState
     from orchestrator.parsers.bench import BenchResult
     from orchestrator.parsers.hostfacts import PveVersion
     from orchestrator.parsers.leftovers import LeftoverBench
@@ -178,6 +179,7 @@ class ServerStatus:
     address: str | None = None
     watchdog: WatchdogStatus | None = None  # the in-container watchdog's state file (None: container not running)
     tune_trial: str | None = None  # the tune whose trial point the current release is (steps/release.tune_trial)
+    hardware: dict[str, Any] | None = None  # HardwareState.to_dict: each GPU's state, action and evidence
 
     @property
     def container_running(self) -> bool:
@@ -190,7 +192,7 @@ class ServerStatus:
                 "sglang_version": self.sglang_version, "gpus": self.gpus, "power_w": self.power_w,
                 "power_limit_w": self.power_limit_w, "drift": [d.to_dict() for d in self.drift],
                 "address": self.address, "watchdog": None if self.watchdog is None else self.watchdog.to_dict(),
-                "tune_trial": self.tune_trial}
+                "tune_trial": self.tune_trial, "hardware": self.hardware}
 
 
 @dataclass(frozen=True)
@@ -228,6 +230,8 @@ class RunState:
     p2p_report: P2PReport | None = None
     bandwidth: dict[str, Any] | None = None
     doctor_findings: list[Finding] = field(default_factory=list)
+    #: The GPUs' hardware state read on the host (doctor, host_prereqs, status): orchestrator/hardware/state.py.
+    hardware: HardwareState | None = None
     status: ServerStatus | None = None
     history: list[dict[str, Any]] = field(default_factory=list)  # release lines as the target stores them
     watchdog: WatchdogStatus | None = None  # history: the watchdog's state file, its restarts among the actions

@@ -10,6 +10,7 @@ from orchestrator.parsers.watchdog import parse_watchdog_fact, parse_watchdog_st
 from orchestrator.runlog import StepRecord
 from orchestrator.state.releases import parse_release_lines, read_releases_script
 from orchestrator.steps.base import StepContext, step
+from orchestrator.steps.host import HARDWARE_FACTS, hardware_state
 from orchestrator.steps.release import (
     RELEASE_FACTS,
     current_meta,
@@ -62,7 +63,7 @@ def read_watchdog(ctx: StepContext) -> None:
         ctx_status.watchdog = parse_watchdog_fact(out.stdout if out is not None and out.rc == 0 else None)
 
 
-@step("status", host_facts=(HOST.gpu_power, HOST.ct_status),
+@step("status", host_facts=(HOST.gpu_power, HOST.ct_status, *HARDWARE_FACTS),
       ct_facts=(*RELEASE_FACTS, CT.ct_address, CT.watchdog_state))
 def status(ctx: StepContext, record: StepRecord) -> None:
     """Current release, server state and health, GPU power now: one round trip."""
@@ -72,7 +73,11 @@ def status(ctx: StepContext, record: StepRecord) -> None:
                         power_w=round(sum(float(g["power_w"] or 0) for g in gpus), 1),
                         power_limit_w=round(sum(float(g["limit_w"] or 0) for g in gpus), 1))
     ctx.state.status = info
-    power = f"GPUs {info.power_w:.0f} W of {info.power_limit_w:.0f} W"
+    hardware = ctx.state.hardware = hardware_state(ctx.facts)
+    info.hardware = hardware.to_dict(ctx.host.name)
+    power = f"GPUs {info.power_w:.0f} W of {info.power_limit_w:.0f} W" + (
+        f"; hardware: {len(hardware.faulty)} GPU(s) with a fault ({hardware.action.value})" if hardware.faulty
+        else "")
     if not info.container_running:
         # Nothing inside a stopped container can be read: say so instead of "release none, sglang unknown".
         record.details.update(info.to_dict())

@@ -13,6 +13,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from orchestrator.hardware.catalog import load_catalog
+
 
 @dataclass(frozen=True)
 class FatalPattern:
@@ -23,32 +25,10 @@ class FatalPattern:
     detail: Callable[[re.Match[str]], str] | None = None  # more meaning read from the matched line itself
 
 
-#: What the commonest Xids say (NVIDIA's Xid catalogue); any other number is still fatal, with its number quoted.
-XID_MEANINGS: dict[int, str] = {
-    8: "GPU stopped processing (channel timeout)",
-    13: "graphics engine exception (a kernel faulted: bad instruction or out-of-range access)",
-    31: "GPU memory page fault (MMU fault: a kernel touched an unmapped address)",
-    43: "GPU stopped processing (the faulting context was killed)",
-    45: "preemptive cleanup after an earlier error (read the Xid before it)",
-    48: "double-bit ECC error",
-    61: "internal micro-controller breakpoint/warning",
-    62: "internal micro-controller halt",
-    63: "ECC page retirement or row remapping recorded",
-    64: "ECC page retirement or row remapper failure",
-    74: "NVLink error",
-    79: "GPU has fallen off the bus (PCIe link lost)",
-    92: "high single-bit ECC error rate",
-    94: "contained ECC error",
-    95: "uncontained ECC error",
-    109: "context switch timeout",
-    119: "GSP RPC timeout",
-    120: "GSP error",
-}
-
-
 def _xid_detail(m: re.Match[str]) -> str:
-    number = int(m.group("xid"))
-    return f"Xid {number} on GPU {m.group('pci')}: {XID_MEANINGS.get(number, 'see the NVIDIA Xid catalogue')}"
+    """The Xid's meaning from the package's catalog (orchestrator/hardware/xid.yaml), which also gives its action."""
+    rule = load_catalog().rule(int(m.group("xid")))
+    return f"Xid {rule.code} on GPU {m.group('pci')}: {rule.meaning}"
 
 
 NAN = FatalPattern(

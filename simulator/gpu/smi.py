@@ -20,7 +20,7 @@ import os
 import sys
 import time
 
-from . import telemetry
+from . import health, telemetry
 from .profiles import get_profile
 from .simctx import context_from_ctside, context_from_env
 from .topo import topo_m, topo_p2p
@@ -28,7 +28,7 @@ from .topo import topo_m, topo_p2p
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import TextIO
+    from typing import Any, TextIO
 
     from .profiles import Gpu, GpuProfile
     from .simctx import SimContext
@@ -52,13 +52,19 @@ class SmiExit(Exception):
 
 
 class View:
-    __slots__ = ("driver_version", "gpus", "load_root", "profile")
+    __slots__ = ("driver_version", "faults", "gpus", "load_root", "profile")
 
-    def __init__(self, profile: GpuProfile, driver_version: str, gpus: list[Gpu], load_root: str) -> None:
+    def __init__(self, profile: GpuProfile, driver_version: str, gpus: list[Gpu], load_root: str,
+                 faults: dict[str, Any] | None = None) -> None:
         self.profile = profile
         self.driver_version = driver_version
         self.gpus = gpus  # visible GPUs, renumbered by position
         self.load_root = load_root  # its gpu/ holds the servers' load files (SimContext.load_root)
+        self.faults = faults or {}  # the host's fault knobs (simulator/gpu/health.py reads the GPU ones)
+
+    def lost(self, index: int) -> bool:
+        """The GPU at `index` fell off the bus (host knob gpu_lost, or an Xid 79)."""
+        return self.faults.get("gpu_lost") == index
 
 
 def host_driver_version(ctx: SimContext, profile: GpuProfile) -> str:
@@ -106,9 +112,10 @@ def _nvml_makes_nodes(ctx: SimContext, profile: GpuProfile) -> None:
 def resolve_view(ctx: SimContext) -> View:
     profile = get_profile(ctx.profile_name)
     driver = host_driver_version(ctx, profile)
+    faults = ctx.host_json.get("faults") or {}
     if ctx.vmid is None:
         _nvml_makes_nodes(ctx, profile)
-        return View(profile, driver, list(profile.gpus), ctx.load_root)
+        return View(profile, driver, list(profile.gpus), ctx.load_root, faults)
     user = userspace_version(ctx)
     if user is None:
         raise SmiExit(12, NO_NVML)
@@ -124,7 +131,7 @@ def resolve_view(ctx: SimContext) -> View:
                       f"NVML library version: {short}\n")
     if not visible:
         raise SmiExit(6, "No devices were found\n")
-    return View(profile, driver, visible, ctx.load_root)
+    return View(profile, driver, visible, ctx.load_root, faults)
 
 
 # ---------------------------------------------------------------------------------------------- query-gpu
@@ -138,6 +145,10 @@ def _ts(now: float) -> str:
 
     t = dt.datetime.fromtimestamp(now)
     return t.strftime("%Y/%m/%d %H:%M:%S.") + f"{t.microsecond // 1000:03d}"
+
+
+def _gen(g: Gpu, i: int, s: telemetry.Sample, v: View) -> int:
+    return health.link_gen(v.faults, v.profile.gpus.index(g), s.pcie_gen, v.profile.pcie_max_gen, s.util_gpu > 0)
 
 
 def _w(x: float) -> str:
@@ -179,8 +190,8 @@ FIELDS: dict[str, tuple[str, Getter]] = {
     "clocks.max.sm": ("MHz", lambda g, i, s, v, now: str(v.profile.max_sm_mhz)),
     "clocks.max.graphics": ("MHz", lambda g, i, s, v, now: str(v.profile.max_sm_mhz)),
     "clocks.max.memory": ("MHz", lambda g, i, s, v, now: str(v.profile.max_mem_mhz)),
-    "pcie.link.gen.current": ("", lambda g, i, s, v, now: str(s.pcie_gen)),
-    "pcie.link.gen.gpucurrent": ("", lambda g, i, s, v, now: str(s.pcie_gen)),
+    "pcie.link.gen.current": ("", lambda g, i, s, v, now: str(_gen(g, i, s, v))),
+    "pcie.link.gen.gpucurrent": ("", lambda g, i, s, v, now: str(_gen(g, i, s, v))),
     "pcie.link.gen.max": ("", lambda g, i, s, v, now: str(v.profile.pcie_max_gen)),
     "pcie.link.gen.gpumax": ("", lambda g, i, s, v, now: str(v.profile.pcie_max_gen)),
     "pcie.link.gen.hostmax": ("", lambda g, i, s, v, now: str(v.profile.pcie_max_gen)),
@@ -213,6 +224,9 @@ def query_lines(view: View, fields: list[str], units: bool, now: float) -> list[
     loads = telemetry.read_loads(view.load_root, now)
     rows = []
     for i, gpu in enumerate(view.gpus):
+        if view.lost(view.profile.gpus.index(gpu)):
+            sys.stderr.write(health.LOST.format(bus=gpu.bus_id[4:]))
+            continue
         smp = telemetry.sample(view.profile, gpu, loads.get(gpu.minor), now)
         cells = []
         for f in fields:
@@ -394,6 +408,8 @@ def run(argv: list[str], ctx: SimContext, out: TextIO) -> int:
             out.write(f"NVIDIA-SMI version  : {v}\nNVML version        : {'.'.join(v.split('.')[:2])}\n"
                       f"DRIVER version      : {v}\nCUDA Version        : {view.profile.cuda_version}\n")
             return 0
+        if a in ("-q", "--query") and any(x in ("-d", "--display") or x.startswith("--display=") for x in argv):
+            return _health_q(view, out)
         if a in ("-q", "--query"):
             cap = view.profile.capture("q.txt")
             if cap is None or len(view.gpus) != len(view.profile.gpus):
@@ -443,6 +459,27 @@ def run(argv: list[str], ctx: SimContext, out: TextIO) -> int:
         if loop_s is None:
             return 0
         time.sleep(max(loop_s, 0.01))
+
+
+def _health_q(view: View, out: TextIO) -> int:
+    """`-q -d ECC,ROW_REMAPPER,PERFORMANCE` (any -d: the health sections of the real H200 capture, per GPU, after
+    the knobs); a lost GPU's real error line instead of its block (stderr), and NVML's GPU_IS_LOST exit (15)."""
+    import datetime as dt
+
+    template = _read_text(os.path.join(os.path.dirname(__file__), "captures", "h200-x2", "q-health-sections.txt"))
+    stamp = dt.datetime.now().strftime("%a %b %d %H:%M:%S %Y").replace(" 0", "  ")
+    out.write(f"\n==============NVSMI LOG==============\n\n{'Timestamp':<55}: {stamp}\n"
+              f"{'Driver Version':<55}: {view.driver_version}\n{'CUDA Version':<55}: {view.profile.cuda_version}\n\n"
+              f"{'Attached GPUs':<55}: {len(view.gpus)}\n")
+    lost = False
+    for gpu in view.gpus:
+        index = view.profile.gpus.index(gpu)
+        if view.lost(index):
+            sys.stderr.write(health.LOST.format(bus=gpu.bus_id[4:]))
+            lost = True
+            continue
+        out.write(health.health_sections(template, gpu.bus_id, index, view.faults) + "\n")
+    return 15 if lost else 0
 
 
 def _topo(args: list[str], view: View, out: TextIO) -> int:

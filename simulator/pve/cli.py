@@ -12,7 +12,7 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
-from simulator.config import current_host
+from simulator.config import HostConfig, current_host
 from simulator.pve.errors import PveError
 
 if TYPE_CHECKING:
@@ -425,6 +425,16 @@ def nvidia_persistenced_main(argv: list[str]) -> int:
     return 0
 
 
+def _stuck_links(cfg: HostConfig) -> set[str]:
+    """lspci bus ids (`75:00.0`) of the GPUs the `link` knob holds at Gen2."""
+    from simulator.gpu.health import per_gpu
+    from simulator.gpu.profiles import get_profile
+
+    gpus = get_profile(cfg.gpu_profile).gpus
+    return {gpus[i].bus_id[9:].lower() for i, mode in per_gpu(cfg.faults.link).items()
+            if mode == "stuck-gen2" and i < len(gpus)}
+
+
 def lspci_main(argv: list[str]) -> int:
     from simulator.pve import hardware
 
@@ -436,9 +446,12 @@ def lspci_main(argv: list[str]) -> int:
     slot = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-s"), None)
     blocks = [b for b in re.split(r"\n\s*\n", hardware.lspci_text(cfg)) if b.strip()]
     devices = {d["id"][5:]: d for d in hardware.pci_devices(cfg)}
+    stuck = _stuck_links(cfg)
     for block in blocks:
         head, _, body = block.partition("\n")
         bus = head.split()[0]
+        if bus in stuck:  # the `link=GPU:stuck-gen2` knob: LnkSta at 5GT/s, whatever the load
+            body = re.sub(r"(LnkSta:\s+)Speed [\d.]+GT/s( \(downgraded\))?", r"\1Speed 5GT/s (downgraded)", body)
         if vendor and (vendor.split(":")[0].lower() != "10de" or bus not in devices):
             continue
         if slot and not bus.endswith(slot.split(":", 1)[-1] if slot.count(":") > 1 else slot):

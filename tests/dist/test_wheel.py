@@ -31,7 +31,7 @@ PKG = REPO / "orchestrator"
 BUILD_INPUTS = ("pyproject.toml", "README.md", "orchestrator", "simulator")
 #: The shipped data, by folder of the package and pattern: each file must be in the wheel and in the sdist.
 DATA = (("templates", "*.j2"), ("playbooks", "*.yaml"), ("scripts", "*.j2"), ("examples/inventory", "*.yaml"),
-        ("flags/schemas", "*.json"), ("router/schemas", "*.json"), ("probes", "*.py"))
+        ("flags/schemas", "*.json"), ("router/schemas", "*.json"), ("probes", "*.py"), ("hardware", "*.yaml"))
 
 #: Run by the installed venv's python: where its orchestrator lives, and every shipped file loaded the way the
 #: tool loads it (playbooks checked against the step registry, templates and scripts compiled by Jinja).
@@ -40,6 +40,7 @@ import json, orchestrator
 from importlib import metadata
 from orchestrator import resources
 from orchestrator.flags.schema import FlagSchema
+from orchestrator.hardware.catalog import load_catalog
 from orchestrator.router.render import router_schema
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.playbooks import available_playbooks, load_playbook
@@ -59,6 +60,7 @@ print(json.dumps({
     "router_options": len(router_schema("0.3.2").option_strings),
     "probes": sorted(p.name for p in resources.probes_dir().glob("*.py") if resources.probe_text(p.name)),
     "example": [sorted(example.hosts), sorted(example.profiles), sorted(example.presets)],
+    "xid_rules": len(load_catalog().rules),
 }))
 """ % DISTRIBUTION
 
@@ -146,6 +148,9 @@ def test_the_installed_package_is_the_wheel_and_loads_every_shipped_file(install
     assert got["probes"] == [Path(p).name for p in shipped("probes", "*.py")]
     assert got["example"] == [["pve-gpu-1"], ["glm5-nvfp4"],
                               ["quick", "seed-1024x256", "seed-c1024", "seed-c2048", "seed-c256", "seed-c512"]]
+    from orchestrator.hardware.catalog import load_catalog
+
+    assert got["xid_rules"] == len(load_catalog().rules)  # the catalog is shipped and loads from the wheel
 
 
 def test_the_installed_cli_works_from_a_directory_without_a_checkout(installed: Installed) -> None:

@@ -149,3 +149,19 @@ def test_pct_exec_keeps_the_environment_and_does_not_wait_for_systemd(ssh: Any, 
     res = ssh.run("LANG=de_DE.UTF-8 LC_ALL=C FOO='a b' pct exec 128 -- sh -c 'echo \"$FOO|$LANG|$LC_ALL|$HOME\"; "
                   "env | grep -c DEPLOY_SIM_ || true'")
     assert res.out.splitlines() == ["a b|de_DE.UTF-8|C|/root", "0"], res.out
+
+
+def test_reboot_resets_the_gpus_a_fault_left_broken(ssh: Any, sim: Any) -> None:
+    """A reboot brings a lost GPU back, applies a pending row remap (a failed one stays), and the kernel log it
+    starts holds no Xid of the boot before."""
+    from simulator.manager import set_faults
+
+    set_faults(_root(sim), sim.name, xid="79@2", remap="3:pending,4:failed")
+    assert "NVRM: Xid (PCI:0000:75:00): 79" in ssh.run("journalctl -k -q --no-pager").out
+    assert "GPU is lost" in ssh.run("nvidia-smi -q -d ECC,ROW_REMAPPER,PERFORMANCE").err
+    sim_reboot(_root(sim), sim.name)
+    assert ssh.run("journalctl -k -q --no-pager").out == ""
+    after = ssh.run("nvidia-smi -q -d ECC,ROW_REMAPPER,PERFORMANCE")
+    assert after.rc == 0 and "GPU is lost" not in after.err
+    assert after.out.count("Remapping Failure Occurred                     : Yes") == 1
+    assert "Pending                                        : Yes" not in after.out

@@ -1,0 +1,95 @@
+"""The Xid catalog shipped in the package (xid.yaml): code -> meaning -> action, each rule with its source.
+
+Why a data file: the rules are facts from NVIDIA's catalog and field reports, reviewed like data, and the later
+cordon/remedy loop reads the same `Action` values that doctor prints.
+"""
+
+from __future__ import annotations
+
+import functools
+from enum import StrEnum
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from orchestrator.errors import ConfigError
+from orchestrator.resources import xid_catalog_file
+
+
+class Action(StrEnum):
+    """What a fault asks for, mildest first (the ladder a remedy climbs)."""
+
+    none = "none"
+    restart_unit = "restart_unit"
+    reboot_host = "reboot_host"
+    isolate_gpu = "isolate_gpu"
+
+    @property
+    def rank(self) -> int:
+        return list(Action).index(self)
+
+    @property
+    def fatal(self) -> bool:
+        """The host cannot serve until this is done: doctor and status exit non-zero."""
+        return self in (Action.reboot_host, Action.isolate_gpu)
+
+
+#: The operator's instruction for each action ({host} and {gpu} filled in by the caller).
+ACTION_FIX = {
+    Action.none: "",
+    Action.restart_unit: "restart the server: `deploy up host {host}` (or `systemctl restart sglang` in the CT); "
+                         "if the Xid repeats, drain the host and reboot it",
+    Action.reboot_host: "drain the host (`deploy router remove {host}` when it serves behind the router), reboot the "
+                        "node, then `deploy up host {host}` to verify and `deploy router add {host}` to return it",
+    Action.isolate_gpu: "take the host out of service (`deploy router remove {host}`): GPU {gpu} needs replacing "
+                        "(open a hardware ticket with the evidence line); return the host only after the swap",
+}
+
+
+class XidRule(BaseModel):
+    """One catalog entry."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    code: int
+    mnemonic: str
+    meaning: str
+    nvidia: str
+    action: Action
+    source: str
+
+
+class XidCatalog(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    catalog: str
+    rules: tuple[XidRule, ...]
+
+    def rule(self, code: int) -> XidRule:
+        """The rule for `code`; an unknown code is a rule of its own (investigate, not fatal)."""
+        for r in self.rules:
+            if r.code == code:
+                return r
+        return XidRule(code=code, mnemonic="UNKNOWN", meaning=f"Xid {code} (not in deploy's catalog)",
+                       nvidia="see the catalog", action=Action.restart_unit,
+                       source=f"{self.catalog} (look the code up)")
+
+
+def parse_catalog(text: str, where: str = "xid.yaml") -> XidCatalog:
+    """The catalog from its YAML text; a broken file is a ConfigError naming it."""
+    try:
+        cat = XidCatalog.model_validate(yaml.safe_load(text))
+    except (yaml.YAMLError, ValidationError) as exc:
+        raise ConfigError(f"the Xid catalog {where} is invalid: {exc}",
+                          fix="reinstall deploy (the catalog ships in the package)") from exc
+    codes = [r.code for r in cat.rules]
+    if len(codes) != len(set(codes)):
+        raise ConfigError(f"the Xid catalog {where} lists a code twice", fix="keep one rule per Xid code")
+    return cat
+
+
+@functools.cache
+def load_catalog() -> XidCatalog:
+    """The shipped catalog (read once)."""
+    path = xid_catalog_file()
+    return parse_catalog(path.read_text(), str(path))

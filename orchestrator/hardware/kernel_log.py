@@ -1,0 +1,78 @@
+"""The host kernel log's NVRM Xid lines (journald `journalctl -k` or dmesg format), and the cursor after them.
+
+Why the host: Xids are logged by the kernel module, which only the PVE node runs; the container never sees them.
+Why a cursor: a Xid the operator already remedied must not be reported again (NVIDIA/k8s-device-plugin#234 marks a
+GPU unhealthy forever after any Xid); journald's cursor names the last entry read, and a reboot starts a new log.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+#: `NVRM: Xid (PCI:0000:06:00): 79, pid=1234, name=python3, GPU has fallen off the bus.` (older drivers omit `PCI:`,
+#: some omit pid/name).
+_XID_RE = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})\): (?P<code>\d+)"
+                     r"(?:, pid=(?P<pid>[^,]*))?(?:, name=(?P<name>[^,]*))?(?:, (?P<text>.*))?$")
+#: Where the cursor of the last remedied kernel-log entry is kept on the host (written by the remedy that cleared the
+#: Xids before it; absent: the whole current boot is read, and a reboot starts a new log).
+CURSOR_PATH = "/var/lib/deploy/hardware/kernel.cursor"
+_CURSOR_RE = re.compile(r"^-- cursor: (?P<cursor>\S+)\s*$")
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """One Xid line: its GPU (`0000:06:00`, PCI domain:bus:device), code, the process, the driver's text."""
+
+    pci: str
+    code: int
+    line: str
+    pid: str | None = None
+    name: str | None = None
+    text: str = ""
+
+    @property
+    def bus_id(self) -> str:
+        """The GPU's bus id as nvidia-smi prints it (`00000000:06:00.0`), to join with its other sensors."""
+        return f"0000{self.pci.upper()}.0"
+
+
+@dataclass(frozen=True)
+class KernelLog:
+    """The Xids read since the last cursor; `cursor`: where the next read starts (None: no journald cursor)."""
+
+    events: tuple[XidEvent, ...]
+    cursor: str | None = None
+
+
+def kernel_log_command(cursor_path: str = CURSOR_PATH) -> str:
+    """The host's NVRM Xid lines since the stored cursor and the cursor after the last entry (journald), or the
+    Xid lines of dmesg where there is no journald. Reads only; prints nothing but those lines."""
+    path = shlex.quote(cursor_path)
+    return (f"c=$(cat {path} 2>/dev/null); if command -v journalctl >/dev/null 2>&1; then "
+            "journalctl -k -q --no-pager -o short-iso --show-cursor ${c:+\"--after-cursor=$c\"} "
+            "| grep -E 'NVRM: Xid|^-- cursor:'; else dmesg 2>/dev/null | grep 'NVRM: Xid'; fi; true")
+
+
+def parse_xid_line(line: str) -> XidEvent | None:
+    m = _XID_RE.search(line.rstrip())
+    if m is None:
+        return None
+    return XidEvent(pci=m.group("pci").lower(), code=int(m.group("code")), line=line.strip(),
+                    pid=m.group("pid"), name=m.group("name"), text=(m.group("text") or "").strip())
+
+
+def parse_kernel_log(text: str) -> KernelLog:
+    """Every Xid line of `journalctl -k --show-cursor` or `dmesg` output, in order, and the trailing cursor."""
+    events: list[XidEvent] = []
+    cursor: str | None = None
+    for line in text.splitlines():
+        c = _CURSOR_RE.match(line)
+        if c:
+            cursor = c.group("cursor")
+            continue
+        ev = parse_xid_line(line)
+        if ev is not None:
+            events.append(ev)
+    return KernelLog(tuple(events), cursor)
