@@ -78,8 +78,8 @@ def disk_full_error(out: DownloadOutput, c: DownloadContext) -> DiskFull | None:
         return None
     df = f"`{d.df_line}`" if d.df_line else f"{size_text(d.free_bytes)} free"
     return DiskFull(
-        f"the disk under {c.model_path} is full: {df}; the rest of the download ({d.files} file(s)) needs "
-        f"{size_text(d.need_bytes)}, {size_text(d.free_bytes)} is free",
+        f"the disk under {c.model_path} filled up during the weights download: {df}; the rest of the download "
+        f"({d.files} file(s)) needs {size_text(d.need_bytes)}, {size_text(d.free_bytes)} is free",
         fix=(f"make room for at least {size_text(max(0, d.need_bytes - d.free_bytes))} more on that filesystem "
              "(delete what else lies there, grow the container's disk: container.rootfs_size_gb, or put the weights "
              "on host storage: container.model_mount), then re-run `deploy up`: it finishes the download, keeping "

@@ -109,8 +109,9 @@ def test_a_full_disk_is_named_with_its_df_line_and_the_space_the_rest_needs(make
     run = failing(make_run({}, {"weights": "record\tnone\n"}), ENOSPC, stdout=DF)
     with pytest.raises(DiskFull) as err:
         run.step("model_weights")
-    assert err.value.what == ("the disk under /models/GLM-5-NVFP4 is full: `deploy-sim-disk 3.0M 3.0M 0 100% /models`; "
-                              "the rest of the download (2 file(s)) needs 2.0 MiB, 0 B is free")
+    assert err.value.what == ("the disk under /models/GLM-5-NVFP4 filled up during the weights download: "
+                              "`deploy-sim-disk 3.0M 3.0M 0 100% /models`; the rest of the download (2 file(s)) "
+                              "needs 2.0 MiB, 0 B is free")
     assert "make room for at least 2.0 MiB more" in err.value.fix and "re-run `deploy up`" in err.value.fix
     assert "model hub" not in err.value.what + err.value.fix and error_code(err.value) == "disk-full"
 
