@@ -39,14 +39,19 @@ def files_holding(key: str, top: Path) -> list[tuple[Path, int]]:
     return hits
 
 
+def secret_file(path: Path, value: str) -> Path:
+    """A secret file as an operator keeps one: the value on one line, mode 0600, in a directory of its own."""
+    path.parent.mkdir()
+    path.write_text(value + "\n")
+    path.chmod(0o600)
+    return path
+
+
 @pytest.mark.timeout(900)  # nine CLI runs (two of them rollbacks, two benches) on a shared 2-core machine
 def test_api_key_is_found_only_in_0600_files(deploy_env: DeployEnv, tmp_path: Path) -> None:
     env = deploy_env
     key = "sk-" + secrets.token_hex(20)
-    key_file = tmp_path / "secret" / "sglang-api-key"
-    key_file.parent.mkdir()
-    key_file.write_text(key + "\n")
-    key_file.chmod(0o600)
+    key_file = secret_file(tmp_path / "secret" / "sglang-api-key", key)
     env.set_profile(api_key={"file": str(key_file)})
     outputs: dict[str, Result] = {}
 
@@ -180,10 +185,7 @@ def test_hub_token_is_found_only_in_0600_files_and_each_answer_of_the_hub_is_nam
 
     env = converged
     token = "hf_" + secrets.token_hex(17)
-    token_file = tmp_path / "secret" / "hf-token"
-    token_file.parent.mkdir()
-    token_file.write_text(token + "\n")
-    token_file.chmod(0o600)
+    token_file = secret_file(tmp_path / "secret" / "hf-token", token)
     env.ct("systemctl stop sglang && rm -rf /models/GLM-5-NVFP4")
     env.set_profile(weights_repo=GATED_REPO_ID, hf_token={"file": str(token_file)})
     outputs: dict[str, Result] = {}

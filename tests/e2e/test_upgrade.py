@@ -119,3 +119,24 @@ def test_a_disk_that_fills_during_the_download_is_named_and_the_next_up_finishes
         assert converged.ct("systemctl is-active sglang").stdout.strip() == "active"
     finally:
         converged.ct_faults(small_disk=None)
+
+
+def test_a_venv_without_hf_gets_its_own_hub_and_the_server_venv_keeps_its_pin(converged: DeployEnv) -> None:
+    """Issue 36 item 7: the server's venv keeps the huggingface_hub sglang's transformers pins. A venv with no `hf`
+    gets one in a venv of its own (/var/lib/deploy/hf-venv), never a pip install into the server's venv."""
+    model = "/models/GLM-5-NVFP4"
+    venv = "/root/ml-env"
+    pinned = converged.ct(f"{venv}/bin/python -m pip show huggingface_hub | sed -n 's/^Version: //p'").stdout.strip()
+    requires = converged.ct(f"{venv}/bin/python -m pip show sglang | sed -n 's/^Requires: //p'").stdout
+    assert pinned.startswith("1.") and "huggingface_hub" in requires, (pinned, requires)
+    converged.ct(f"systemctl stop sglang && rm -rf {model} {venv}/bin/hf")
+    res = converged.run("--json", "up", "host", converged.host, "--skip-bench")
+    assert res.rc == 0, res.text[-2000:]
+    step = next(s for s in res.json["steps"] if s["name"] == "model_weights")
+    assert step["status"] == "changed" and step["details"]["hub_client"].startswith("1."), step
+    assert converged.ct("test -x /var/lib/deploy/hf-venv/bin/hf").rc == 0
+    assert converged.ct(f"test -e {venv}/bin/hf").rc != 0  # nothing installed into the server's venv
+    after = converged.ct(f"{venv}/bin/python -m pip show huggingface_hub | sed -n 's/^Version: //p'").stdout.strip()
+    assert after == pinned
+    check = converged.ct(f"{venv}/bin/python -m pip check")
+    assert check.rc == 0, check.text
