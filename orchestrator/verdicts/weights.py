@@ -52,7 +52,8 @@ def refusal_error(out: DownloadOutput, c: DownloadContext) -> HubRefused | None:
             fix = f"check that {c.token} holds the token itself (one line, `hf_…`), then re-run `deploy up`"
     elif r.code == "GatedRepo" and r.status == "403":
         what = f"the token from {c.token or 'the hub client'} has no access to the gated model {c.repo} ({said})"
-        fix = (f"request access on the model's page (https://huggingface.co/{c.repo}) with the token's account and "
+        fix = (f"request access on the model's page ({c.endpoint or 'https://huggingface.co'}/{c.repo}) with the "
+               "token's account and "
                "wait for the grant, or give a token of an account that has it; re-run `deploy up`")
     elif r.status == "401" and r.code == "-":
         what = f"the hub does not know the token from {c.token or 'the hub client'} ({said})"

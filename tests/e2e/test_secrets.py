@@ -192,6 +192,7 @@ def test_hub_token_is_found_only_in_0600_files_and_each_answer_of_the_hub_is_nam
 
     refused = env.run("--json", "up", "host", env.host, "--skip-bench")
     outputs["refused up"] = refused
+    print(refused.json["what"], refused.json["fix"], sep="\n")  # for -s runs (docs/troubleshooting.md)
     assert refused.rc == 3 and refused.json["error"] == "hub-refused", refused.text[-2000:]
     assert f"has no access to the gated model {GATED_REPO_ID}" in refused.json["what"], refused.json
     assert "403 GatedRepo" in refused.json["what"] and "request access" in refused.json["fix"]

@@ -104,6 +104,7 @@ def test_a_disk_that_fills_during_the_download_is_named_and_the_next_up_finishes
         full = converged.run("--json", "up", "host", converged.host, "--skip-bench")
         assert full.rc == 3 and full.json["error"] == "disk-full", full.text[-2000:]
         what = full.json["what"]
+        print(what, full.json["fix"], sep="\n")  # for -s runs (docs/troubleshooting.md)
         # hf deletes the partial files it was writing, so the df line (taken after) may show some room again
         assert what.startswith(f"the disk under {model} filled up during the weights download: `deploy-sim-disk "
                                "3.0M "), what
