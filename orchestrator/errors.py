@@ -115,6 +115,15 @@ class LockLost(RemoteError):
     """This run's host lock expired and another run took it (or it is gone): the run stops changing the host."""
 
 
+class HubRefused(RemoteError):
+    """The model hub refused the weights download (a gated or private repo, a token without access or no token at
+    all): each answer of the hub has its own message and fix (verdicts/weights.py)."""
+
+
+class DiskFull(RemoteError):
+    """The filesystem under the model path filled up during the weights download (its `df` line in the message)."""
+
+
 class HostChanged(RemoteError):
     """A command that owns a host for many runs (a tune) found it changed by someone else between two of them:
     it stops without measuring or restoring anything, so it neither files false figures nor undoes their change."""
@@ -135,6 +144,8 @@ ERROR_CODES: dict[type, str] = {
     LockHeld: "lock-held",
     LockLost: "lock-lost",
     HostChanged: "host-changed",
+    HubRefused: "hub-refused",
+    DiskFull: "disk-full",
 }
 #: A command line click refused (unknown option, missing argument, bad value): exit 2, no DeployError.
 USAGE_ERROR = ERROR_CODES[UsageError]

@@ -26,6 +26,11 @@ class ContainerPaths:
     watchdog_unit_path: str = "/etc/systemd/system/sglang-watchdog.service"
     watchdog_timer_path: str = "/etc/systemd/system/sglang-watchdog.timer"
     p2p_probe_path: str = "/tmp/deploy-p2p-probe.py"
+    #: The hub token (hf_token) during a weights download, 0600 (HF_TOKEN_PATH); removed when the download ends.
+    hf_token_path: str = "/var/lib/deploy/hf-token"
+    #: Where `hf` is installed when the server's venv has none: its own venv, so the huggingface_hub it needs
+    #: never replaces the one the server's transformers pins.
+    hf_venv: str = "/var/lib/deploy/hf-venv"
 
     @property
     def releases_dir(self) -> str:

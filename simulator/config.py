@@ -135,6 +135,10 @@ class CtFaults:
     full_disk: a directory in the running container (e.g. /etc/sglang) covered at once by a small tmpfs that holds
         a copy of its files and is filled to the last byte: reads work, every write fails with ENOSPC, as on a
         full filesystem. None (or "") unmounts it, and the directory's own files are back.
+    small_disk: `DIR:SIZE` (e.g. /models:3m): DIR in the running container becomes a filesystem of its own of SIZE
+        (a tmpfs holding a copy of DIR's files), so a download into it fills it and fails with ENOSPC midway, as a
+        400 GB download fills a real disk. Setting it again for the same DIR with a larger SIZE grows it in place,
+        files kept (the operator made room); None (or "") unmounts it: what was written there is gone.
     output: what /generate with logprobs answers (OUTPUTS): garbage (random tokens, control characters), zeros
         (token 0, flat logprobs: a GEMM returning zeros), nan (NaN logprobs, written null), repeat (one token looped),
         ok (or None): the right answer. Chat completions stay right, so a regex smoke check passes (as upstream).
@@ -158,6 +162,7 @@ class CtFaults:
     fatal: str | None = None
     match: str | None = None
     full_disk: str | None = None
+    small_disk: str | None = None
     output: str | None = None
     drift: float = 0.0
     perf_noise: float = 0.0

@@ -18,6 +18,7 @@ import dataclasses
 import ipaddress
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -578,6 +579,8 @@ def set_ct_faults(root: Path, host: str, vmid: int, **knobs: Any) -> CtFaults:
         # Before recording it: a knob that did not take effect must not say it did.
         previous = hp.ct(vmid).load().faults.full_disk
         _full_disk(hp, vmid, str(values["full_disk"] or ""), previous)
+    if "small_disk" in values:
+        _small_disk(hp, vmid, str(values["small_disk"] or ""), hp.ct(vmid).load().faults.small_disk)
     faults = hp.ct(vmid).update(apply).faults
     if values.get("driver_mismatch"):
         # Like a host driver upgrade under a running container: its userspace now differs, at once.
@@ -614,6 +617,42 @@ def _full_disk(hp: HostPaths, vmid: int, path: str, previous: str | None) -> Non
                              timeout=60)
         if res.returncode != 0:
             raise ValueError(f"full_disk {path}: {res.stderr.strip() or res.returncode}")
+
+
+#: DIR becomes a tmpfs of SIZE holding a copy of its files, or, when it is one already, grows to SIZE in place.
+_SMALL_DISK = r"""set -e
+D="$1"; SIZE="$2"; mkdir -p "$D"
+if awk -v d="$D" '$5 == d && $0 ~ / - tmpfs deploy-sim-disk / {found=1} END {exit !found}' /proc/self/mountinfo; then
+  mount -o remount,size="$SIZE" "$D"
+else
+  T=$(mktemp -d /run/deploy-sim-disk.XXXXXX)
+  cp -a "$D"/. "$T"/
+  mount -t tmpfs -o size="$SIZE",mode=0755 deploy-sim-disk "$D"
+  cp -a "$T"/. "$D"/
+  rm -rf "$T"
+fi
+"""
+
+
+def _small_disk(hp: HostPaths, vmid: int, value: str, previous: str | None) -> None:
+    """The `small_disk` knob (CtFaults): `DIR:SIZE` mounts or grows DIR's own small filesystem; "" unmounts it."""
+    path, _, size = value.rpartition(":")
+    if value and (not path.startswith("/") or not re.fullmatch(r"[1-9][0-9]*[kmg]?", size)):
+        raise ValueError(f"small_disk {value!r} must be DIR:SIZE, an absolute directory and a size like 3m or 512k")
+    pid = lxc_runtime.LxcRuntime(hp, hp.load()).init_pid(vmid)
+    if not pid:
+        raise ValueError(f"CT {vmid} is not running: small_disk needs a running container")
+    enter = ["nsenter", "-t", str(pid), "-m", "-p", "-r", "-w", "--"]
+    old = (previous or "").rpartition(":")[0]
+    if old and old != path:
+        res = subprocess.run([*enter, "umount", "-l", old], capture_output=True, text=True, timeout=30)
+        if res.returncode != 0 and "not mounted" not in res.stderr:
+            raise ValueError(f"small_disk: unmounting {old}: {res.stderr.strip() or res.returncode}")
+    if path:
+        res = subprocess.run([*enter, "sh", "-c", _SMALL_DISK, "small_disk", path, size], capture_output=True,
+                             text=True, timeout=60)
+        if res.returncode != 0:
+            raise ValueError(f"small_disk {value}: {res.stderr.strip() or res.returncode}")
 
 
 def _install_userspace(hp: HostPaths, vmid: int, version: str) -> None:

@@ -11,7 +11,7 @@ from orchestrator.cli.fleet import fleet_options
 from orchestrator.cli.run import command_line
 from orchestrator.errors import DeployError
 from orchestrator.fleet.engine import HostOutcome
-from orchestrator.inventory.models import Host
+from orchestrator.inventory.models import Host, hf_token_for
 from orchestrator.runner import run_playbook_to_end
 from orchestrator.steps.base import RunOptions
 from orchestrator.ui.progress import totals_line
@@ -28,8 +28,9 @@ def preflight(app: AppContext, words: tuple[str, ...]) -> None:
             from orchestrator.flags import canonicalize
 
             canonicalize(profile.flags, FlagSchema.load(profile.sglang_version))
-        if profile.api_key is not None:
-            profile.api_key.read()
+        for secret in (profile.api_key, hf_token_for(host, profile)):
+            if secret is not None:
+                secret.read()
         if host.pve.api is not None:
             host.pve.api.token_secret.read()
     except DeployError as err:

@@ -312,6 +312,9 @@ class ServerProfile(StrictModel):
     flags: dict[str, FlagValue] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
     api_key: SecretRef | None = None
+    #: The model hub token for a gated or private weights_repo (`hf download` reads it from a 0600 file in the
+    #: container, never from argv); a host's own hf_token wins over it.
+    hf_token: SecretRef | None = None
     #: Flags whose values are secrets although sglang's schema does not say so (it marks admin-api-key,
     #: ssl-keyfile-password): sglang reads them from the 0600 secrets.yaml, never from argv.
     secret_flags: list[str] = Field(default_factory=list)
@@ -457,6 +460,8 @@ class Host(StrictModel):
     pve: PveAccess
     container: ContainerSpec
     profile: str
+    #: The model hub token this host downloads with (a site's own account): wins over its profile's hf_token.
+    hf_token: SecretRef | None = None
     #: The shipped example's host (`deploy init`): its address is a worked example, not a machine of this site, so
     #: the tool refuses to connect to it until the operator has put in their own address and removed the key.
     example: bool = False
@@ -483,6 +488,11 @@ class Host(StrictModel):
         if not re.fullmatch(r"[A-Za-z0-9.:-]+", v):
             raise ValueError("address must be an IP address or a DNS name")
         return v
+
+
+def hf_token_for(host: Host, profile: ServerProfile) -> SecretRef | None:
+    """The hub token `host` downloads its profile's weights with: the host's own, else the profile's (or none)."""
+    return host.hf_token or profile.hf_token
 
 
 HostName = Annotated[str, Field(min_length=1)]

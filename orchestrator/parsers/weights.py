@@ -67,3 +67,58 @@ def parse_weights_check(text: str) -> WeightsState:
         elif parts[0] == "missing" and len(parts) == 4:
             missing.append(MissingFile(parts[1], _size(parts[2]), _size(parts[3])))
     return WeightsState(record, repo, commit, missing)
+
+
+#: What `No space left on device` looks like in a failed download's output (Python's OSError, shell tools).
+_ENOSPC_MARKS = ("No space left on device", "[Errno 28]")
+
+
+@dataclass(frozen=True)
+class HubRefusal:
+    """The hub's answer to the weights probe (`hub-refused` line): its X-Error-Code ("-" for none), HTTP status."""
+
+    code: str
+    status: str
+    message: str
+
+
+@dataclass(frozen=True)
+class DiskSpace:
+    """The filesystem under the model path after a failed download: its `df -Ph` line, free bytes, what is left."""
+
+    df_line: str
+    free_bytes: int
+    need_bytes: int
+    files: int
+
+
+@dataclass(frozen=True)
+class DownloadOutput:
+    """What the weights download command printed besides `hf`'s own progress."""
+
+    hub_client: str = ""  # the huggingface_hub version the download ran with
+    refusal: HubRefusal | None = None
+    disk: DiskSpace | None = None
+    enospc: bool = False
+
+    @property
+    def disk_full(self) -> bool:
+        """The disk, not the hub, stopped the download: a write failed with ENOSPC, or the rest cannot fit."""
+        return self.disk is not None and (self.enospc or self.disk.free_bytes < self.disk.need_bytes)
+
+
+def parse_download_output(text: str) -> DownloadOutput:
+    """The probe's and the command's marker lines (weights_probe.py, steps/software.hf_download_command)."""
+    client, refusal, df_line, disk = "", None, "", None
+    for line in text.splitlines():
+        parts = line.rstrip("\r").split("\t")
+        if parts[0] == "hub-client" and len(parts) == 2:
+            client = parts[1]
+        elif parts[0] == "hub-refused" and len(parts) == 4:
+            refusal = HubRefusal(parts[1], parts[2], parts[3])
+        elif parts[0] == "deploy-df" and len(parts) == 2:
+            df_line = " ".join(parts[1].split())
+        elif parts[0] == "disk" and len(parts) == 4 and all(p.isdigit() for p in parts[1:]):
+            disk = (int(parts[1]), int(parts[2]), int(parts[3]))
+    space = DiskSpace(df_line, *disk) if disk is not None else None
+    return DownloadOutput(client, refusal, space, any(m in text for m in _ENOSPC_MARKS))

@@ -10,12 +10,15 @@ from typing import Any
 from orchestrator.errors import CheckFailed, ConfigError, RemoteError
 from orchestrator.facts import CT
 from orchestrator.flags.schema import FlagSchema
-from orchestrator.parsers.weights import RECORD_PATH, WeightsState, parse_weights_check
+from orchestrator.inventory.models import hf_token_for
+from orchestrator.layout import PATHS
+from orchestrator.parsers.weights import RECORD_PATH, WeightsState, parse_download_output, parse_weights_check
 from orchestrator.render.pip_index import pip_index_options
 from orchestrator.resources import flags_probe_source, probe_text
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts, unknown_until_started
+from orchestrator.verdicts.weights import DownloadContext, download_error
 
 
 @dataclass(frozen=True)
@@ -92,8 +95,10 @@ def sglang_install(ctx: StepContext, record: StepRecord) -> None:
     record.summary = f"installed sglang {have}"
 
 
-#: huggingface_hub 1.x ships the `hf` CLI (`huggingface-cli` was removed in 1.0).
-HF_HUB_REQUIREMENT = "huggingface_hub>=1.0"
+#: What `hf` is installed from when the server's venv has none (in PATHS.hf_venv, never in the server's venv: a
+#: real sglang venv keeps the huggingface_hub its transformers pins). 1.x and 2.x ship `hf`; `huggingface-cli` was
+#: removed in 1.0.
+HF_HUB_REQUIREMENT = "huggingface_hub>=1.0,<3"
 #: `hf` otherwise asks a package registry for a newer release of itself at every start and sends telemetry: the
 #: download must talk to the model hub (or the site's mirror) only.
 HF_QUIET_ENV = "HF_HUB_DISABLE_UPDATE_CHECK=1 HF_HUB_DISABLE_TELEMETRY=1 "
@@ -103,21 +108,39 @@ def weights_probe_source() -> str:
     return probe_text("weights_probe.py")
 
 
-def hf_download_command(ctx: StepContext) -> str:
-    """`hf` installed if absent; the revision resolved to its commit; `hf download REPO --revision COMMIT
-    --local-dir DIR` (resumes, prints progress); then the hub's file list of that commit checked file by file
-    (name and size) and recorded in DIR/RECORD_PATH, the record the weights fact trusts. One container command."""
+def hf_token_script(token: str) -> str:
+    """Writes the token to PATHS.hf_token_path (0600); a script, so the token travels on stdin, never in argv."""
+    path = shlex.quote(PATHS.hf_token_path)
+    return (f"umask 077 && mkdir -p {shlex.quote(PATHS.state_dir)} && "
+            f"printf '%s\\n' {shlex.quote(token)} > {path}.tmp && mv -f {path}.tmp {path}\n")
+
+
+def hf_download_command(ctx: StepContext, *, token_file: bool = False) -> str:
+    """`hf` from the server's venv, or else from its own venv (installed once); the revision resolved to its commit
+    (the probe lists its files, so a gated repo is refused before the download); `hf download REPO --revision
+    COMMIT --local-dir DIR` (resumes, prints progress); then the hub's file list of that commit checked file by file
+    (name and size) and recorded in DIR/RECORD_PATH, the record the weights fact trusts. A failed download adds the
+    `df` line of DIR and what the rest still needs. With `token_file`, `hf` reads the token from PATHS.hf_token_path
+    (HF_TOKEN_PATH), which is removed at the end. One container command."""
     prof, spec = ctx.profile, ctx.host.container
-    venv = shlex.quote(prof.venv)
+    venv, tool = shlex.quote(prof.venv), shlex.quote(PATHS.hf_venv)
     assert prof.weights_repo is not None
     repo, path = shlex.quote(prof.weights_repo), shlex.quote(prof.model_path)
     env = HF_QUIET_ENV + (f"HF_ENDPOINT={shlex.quote(spec.hf_endpoint)} " if spec.hf_endpoint else "")
-    probe = f"{venv}/bin/python -c {shlex.quote(weights_probe_source())}"
-    return (f"{{ test -x {venv}/bin/hf || {venv}/bin/pip install --disable-pip-version-check --progress-bar off"
-            f"{pip_index_options(spec.pip_index_url)} {shlex.quote(HF_HUB_REQUIREMENT)}; }} && export {env}&& "
+    env += f"HF_TOKEN_PATH={shlex.quote(PATHS.hf_token_path)} " if token_file else ""
+    probe = f"\"$hf_env\"/bin/python -c {shlex.quote(weights_probe_source())}"
+    install = (f"{{ test -x {tool}/bin/hf || {{ python3 -m venv {tool} && {tool}/bin/pip install "
+               f"--disable-pip-version-check --progress-bar off{pip_index_options(spec.pip_index_url)} "
+               f"{shlex.quote(HF_HUB_REQUIREMENT)}; }}; }}")
+    body = (f"if test -x {venv}/bin/hf; then hf_env={venv}; else hf_env={tool} && {install}; fi && export {env}&& "
             f"commit=$({probe} resolve {repo} {shlex.quote(prof.weights_revision)}) && "
-            f"{venv}/bin/hf download {repo} --revision \"$commit\" --local-dir {path} && "
+            f"{{ \"$hf_env\"/bin/hf download {repo} --revision \"$commit\" --local-dir {path} || "
+            f"{{ rc=$?; printf 'deploy-df\\t%s\\n' \"$(df -Ph {path} 2>/dev/null | tail -n 1)\"; "
+            f"{probe} need {repo} \"$commit\" {path}; exit $rc; }}; }} && "
             f"{probe} record {repo} \"$commit\" {path} {shlex.quote(RECORD_PATH)}")
+    if not token_file:
+        return body
+    return f"( {body} ); rc=$?; rm -f {shlex.quote(PATHS.hf_token_path)}; exit $rc"
 
 
 def weights_state(ctx: StepContext) -> WeightsState | None:
@@ -191,17 +214,25 @@ def model_weights(ctx: StepContext, record: StepRecord) -> None:
         record.summary = what
         return
     ctx.say(what + " (this can take long; `hf download` prints its progress and skips the files it already has)")
-    res = ctx.ct.run(hf_download_command(ctx), check=False, timeout=24 * 3600, what="weights download",
-                     progress=lambda line: ctx.say(f"  download: {line}"))
+    token_ref = hf_token_for(ctx.host, ctx.profile)
+    if token_ref is not None:  # its own round trip: the token travels on stdin into a 0600 file
+        res = ctx.ct.script(hf_token_script(token_ref.read()), timeout=60, what="hub token")
+        if res.rc != 0:
+            raise RemoteError(f"could not write the hub token into CT {ctx.vmid}: {(res.stderr or res.stdout)[-300:]}",
+                              fix=f"check that {PATHS.state_dir} in the container is writable", host=ctx.host.name)
+    res = ctx.ct.run(hf_download_command(ctx, token_file=token_ref is not None), check=False, timeout=24 * 3600,
+                     what="weights download", progress=lambda line: ctx.say(f"  download: {line}"))
+    out = parse_download_output(res.stdout + "\n" + res.stderr)
+    if out.hub_client:
+        record.details["hub_client"] = out.hub_client
     if res.rc != 0:
         refresh_ct_facts(ctx, CT.weights)  # what the failed download left: named in the error
         left = weights_state(ctx)
-        raise RemoteError(f"weights download failed; the weights at {prof.model_path} are incomplete"
-                          + (f" ({left.missing_summary()} missing or short)" if left and left.missing else "")
-                          + f": {(res.stderr or res.stdout).strip()[-500:]}",
-                          fix="check access to the model hub from the container (container.hf_endpoint names a "
-                              "mirror); re-running `deploy up` finishes the download (files already complete are "
-                              "kept); the server is not started on partial weights", host=ctx.host.name)
+        summary = ((f" ({left.missing_summary()} missing or short)" if left and left.missing else "")
+                   + f": {(res.stderr or res.stdout).strip()[-500:]}")
+        raise download_error(out, DownloadContext(prof.weights_repo, prof.model_path,
+                                                  token_ref.describe() if token_ref else None, spec.hf_endpoint,
+                                                  ctx.host.name), summary)
     refresh_ct_facts(ctx, CT.weights)
     state = weights_state(ctx)
     if state is None or not state.recorded:

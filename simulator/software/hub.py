@@ -10,8 +10,16 @@ client makes (checked against huggingface_hub's snapshot_download / file_downloa
   LFS files to a CDN host; the client follows redirects on the same host itself and stops at other hosts, and
   a sim host has one address, so the stand-in serves them in place (what the client sees after following);
 - bodies honour `Range: bytes=N-[M]` (206 + Content-Range), so an interrupted download resumes.
-Errors carry `X-Error-Code` (RepoNotFound, RevisionNotFound, EntryNotFound) which the client maps to its
-exceptions. No xet headers are sent, so the client uses plain HTTP. `rate_bytes_s` slows bodies down;
+Errors carry `X-Error-Code` (RepoNotFound, RevisionNotFound, EntryNotFound, GatedRepo) which the client maps
+to its exceptions.
+
+A gated repo (GATED_REPO_ID, the same files) answers as the real Hub does for a model whose licence must be
+accepted: its model info is public (`gated: "manual"`), its file tree and files are not: 401 GatedRepo without a
+token, 403 GatedRepo with a token of an account that was not granted access (any `hf_…` token not in the host's
+0600 `hub-tokens` file, one token a line: `grant_token`), 401 "Invalid credentials in Authorization header" for
+a string that is no token at all.
+
+No xet headers are sent, so the client uses plain HTTP. `rate_bytes_s` slows bodies down;
 `drop_after_bytes` cuts the first transfer of each LFS file (the client then resumes it with a Range request);
 the host fault `hub_cut_after_bytes` cuts every LFS transfer once that many body bytes went out (a link that went down:
 the client gives up, and what it leaves on disk is what a cut real download leaves);
@@ -26,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import socket
 import struct
@@ -38,7 +47,10 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 REPO_ID = "lukealonso/GLM-5-NVFP4"  # the repo the example profile (orchestrator/examples/inventory) names
+#: The same files behind the Hub's gate: a token of a granted account is needed for its tree and files.
+GATED_REPO_ID = "lukealonso/GLM-5-NVFP4-gated"
 HUB_FILE = "hub.json"  # in the host dir: where this host's hub listens
+TOKENS_FILE = "hub-tokens"  # in the host dir (0600): the tokens of accounts granted access to the gated repos
 CHUNK = 64 * 1024
 #: The model's config.json: enough for the server's config checks and the tool's probes (no weights).
 MODEL_CONFIG = {
@@ -114,6 +126,8 @@ class HubState:
     drop_after_bytes: int | None = None
     dropped: set[str] = field(default_factory=set)
     requests: list[tuple[str, str, str]] = field(default_factory=list)  # (method, path, Range header or "")
+    #: Repos behind the gate (their tree and files need a granted token).
+    gated: set[str] = field(default_factory=set)
     #: Fault knob `hub_cut_after_bytes` (the host's faults in host.json when `host_dir` is set, else set here): LFS
     #: file bodies (what the real Hub serves from its CDN) stop after this many bytes in all, counted from when the
     #: knob took its value; from then on every such transfer is cut at once, as a link that went down (`hf
@@ -125,6 +139,15 @@ class HubState:
 
     def commit(self, repo: str) -> str:
         return commit_of(self.repos[repo])
+
+    def granted(self) -> set[str]:
+        """The tokens of accounts granted access (read on every request: a test grants one while the hub runs)."""
+        if self.host_dir is None:
+            return set()
+        try:
+            return {t.strip() for t in (self.host_dir / TOKENS_FILE).read_text().splitlines() if t.strip()}
+        except OSError:
+            return set()
 
     def take_budget(self, want: int) -> int:
         """How many of the next `want` body bytes may go out before the cut (`want` when no cut is set)."""
@@ -246,20 +269,41 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         return commit
 
+    def _gate(self, repo: str) -> bool:
+        """True when the request may see `repo`'s files; else the real Hub's answer has been sent."""
+        state = self.server.state
+        if repo not in state.gated:
+            return True
+        auth = self.headers.get("Authorization", "")
+        token = auth[len("Bearer "):].strip() if auth.startswith("Bearer ") else ""
+        if token and token in state.granted():
+            return True
+        if not token:
+            self._error(401, "GatedRepo", f"Access to model {repo} is restricted. You must have access to it and be "
+                                          "authenticated to access it. Please log in.")
+        elif token.startswith("hf_"):
+            self._error(403, "GatedRepo", f"Access to model {repo} is restricted and you are not in the authorized "
+                                          f"list. Visit https://huggingface.co/{repo} to ask for access.")
+        else:
+            self._json(401, {"error": "Invalid credentials in Authorization header"},
+                       {"X-Error-Message": "Invalid credentials in Authorization header"})
+        return False
+
     def _model_info(self, repo: str, rev: str) -> None:
         commit = self._revision(repo, rev)
         if commit is None:
             return
         files = self.server.state.repos[repo]
         self._json(200, {"_id": commit[:24], "id": repo, "modelId": repo, "author": repo.split("/")[0],
-                         "sha": commit, "private": False, "gated": False, "disabled": False,
+                         "sha": commit, "private": False,
+                         "gated": "manual" if repo in self.server.state.gated else False, "disabled": False,
                          "lastModified": "2026-01-01T00:00:00.000Z", "library_name": "transformers",
                          "tags": ["transformers", "safetensors"], "pipeline_tag": "text-generation",
                          "siblings": [{"rfilename": p} for p in sorted(files)]})
 
     def _tree(self, repo: str, rev: str, prefix: str) -> None:
         commit = self._revision(repo, rev)
-        if commit is None:
+        if commit is None or not self._gate(repo):
             return
         out = []
         for p, f in sorted(self.server.state.repos[repo].items()):
@@ -273,7 +317,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _resolve(self, repo: str, rev: str, name: str) -> None:
         commit = self._revision(repo, rev)
-        if commit is None:
+        if commit is None or not self._gate(repo):
             return
         f = self.server.state.repos[repo].get(name)
         if f is None:
@@ -317,12 +361,23 @@ class Hub:
 
 
 def start_hub(host_dir: Path, address: str, port: int, shard_bytes: int = 1 << 20) -> Hub:
-    """Serve the synthetic GLM-5-NVFP4 repo on address:port (0: any free port) in a daemon thread, and record
-    the endpoint in <host_dir>/hub.json."""
-    server = HubHTTPServer((address, port), HubState({REPO_ID: glm5_repo(shard_bytes)}, host_dir=host_dir))
+    """Serve the synthetic GLM-5-NVFP4 repo (and its gated twin) on address:port (0: any free port) in a daemon
+    thread, and record the endpoint in <host_dir>/hub.json."""
+    repo = glm5_repo(shard_bytes)
+    server = HubHTTPServer((address, port), HubState({REPO_ID: repo, GATED_REPO_ID: repo}, gated={GATED_REPO_ID},
+                                                     host_dir=host_dir))
     thread = threading.Thread(target=server.serve_forever, name=f"model-hub-{address}", daemon=True)
     thread.start()
     hub = Hub(server, host_dir, thread)
     host_dir.mkdir(parents=True, exist_ok=True)
-    (host_dir / HUB_FILE).write_text(json.dumps({"endpoint": hub.url, "repos": [REPO_ID]}) + "\n")
+    (host_dir / HUB_FILE).write_text(json.dumps({"endpoint": hub.url, "repos": [REPO_ID, GATED_REPO_ID],
+                                                    "gated": [GATED_REPO_ID]}) + "\n")
     return hub
+
+
+def grant_token(host_dir: Path, token: str) -> None:
+    """The account of `token` is granted access to the gated repos of the hub of `host_dir` (a 0600 file)."""
+    path = host_dir / TOKENS_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    with os.fdopen(fd, "a") as fh:
+        fh.write(token.strip() + "\n")

@@ -24,6 +24,10 @@ SGLANG_VERSIONS = ("0.5.12.post1", "0.5.23")
 TORCH_VERSION = "2.9.1+deploysim"
 #: What the stand-in really imports, plus huggingface_hub (real sglang depends on it, so `hf` comes with it).
 SGLANG_REQUIRES = ("aiohttp", "pyyaml", "huggingface_hub", "requests", "tqdm", "torch")
+#: The huggingface_hub range each real release's transformers pin implies, read from the real wheels' METADATA:
+#: sglang 0.5.12.post1 pins transformers==5.6.0 (huggingface-hub>=1.5.0,<2.0), 0.5.23 transformers==5.19.0
+#: (huggingface-hub>=1.31.0,<3.0). A venv keeps that hub and its `hf`; deploy must not replace it.
+HUB_RANGES = {"0.5.12.post1": "huggingface_hub>=1.5.0,<2.0", "0.5.23": "huggingface_hub>=1.31.0,<3.0"}
 #: Extras real sglang 0.5.x declares (python/pyproject.toml); accepted, and empty here.
 SGLANG_EXTRAS = ("srt", "blackwell", "all", "openai", "test", "dev", "decord", "tracing")
 ZIP_DATE = (2025, 1, 1, 0, 0, 0)
@@ -118,8 +122,9 @@ def sglang_spec(version: str) -> WheelSpec:
     files[f"sglang/_sim/schemas/sglang-{version}.json"] = schema.read_bytes()
     files["sglang/_sim/ctside.py"] = (REPO / "simulator" / "ctside.py").read_bytes()
     files[VERSION_MODULE] = version_module(version)
+    requires = tuple(HUB_RANGES[version] if r == "huggingface_hub" else r for r in SGLANG_REQUIRES)
     return WheelSpec("sglang", version, files, "SGLang stand-in of the deploy simulator (no GPU code)",
-                     SGLANG_REQUIRES, SGLANG_EXTRAS, {"sglang": "sglang.cli:main"})
+                     requires, SGLANG_EXTRAS, {"sglang": "sglang.cli:main"})
 
 
 def torch_spec() -> WheelSpec:

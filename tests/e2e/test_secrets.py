@@ -39,14 +39,19 @@ def files_holding(key: str, top: Path) -> list[tuple[Path, int]]:
     return hits
 
 
+def secret_file(path: Path, value: str) -> Path:
+    """A secret file as an operator keeps one: the value on one line, mode 0600, in a directory of its own."""
+    path.parent.mkdir()
+    path.write_text(value + "\n")
+    path.chmod(0o600)
+    return path
+
+
 @pytest.mark.timeout(900)  # nine CLI runs (two of them rollbacks, two benches) on a shared 2-core machine
 def test_api_key_is_found_only_in_0600_files(deploy_env: DeployEnv, tmp_path: Path) -> None:
     env = deploy_env
     key = "sk-" + secrets.token_hex(20)
-    key_file = tmp_path / "secret" / "sglang-api-key"
-    key_file.parent.mkdir()
-    key_file.write_text(key + "\n")
-    key_file.chmod(0o600)
+    key_file = secret_file(tmp_path / "secret" / "sglang-api-key", key)
     env.set_profile(api_key={"file": str(key_file)})
     outputs: dict[str, Result] = {}
 
@@ -168,3 +173,48 @@ def test_secret_flag_is_found_only_in_0600_files_and_the_server_runs_with_it(con
         else []
     assert problems == [], "the admin API key leaked:\n" + "\n".join(problems)
     assert {p.name for p, _ in hits} >= {"secrets.yaml"}, hits
+
+
+@pytest.mark.timeout(900)
+def test_hub_token_is_found_only_in_0600_files_and_each_answer_of_the_hub_is_named(converged: DeployEnv,
+                                                                                    tmp_path: Path) -> None:
+    """Issue 36 item 5: a gated weights_repo with `hf_token: {file: …}`. The hub refuses a token whose account was
+    not granted (403: its own error), then serves it once granted; the token is then found only in 0600 files (the
+    operator's own, the hub's list) and never in output, argv or the container once the download ended."""
+    from simulator.software.hub import GATED_REPO_ID, grant_token
+
+    env = converged
+    token = "hf_" + secrets.token_hex(17)
+    token_file = secret_file(tmp_path / "secret" / "hf-token", token)
+    env.ct("systemctl stop sglang && rm -rf /models/GLM-5-NVFP4")
+    env.set_profile(weights_repo=GATED_REPO_ID, hf_token={"file": str(token_file)})
+    outputs: dict[str, Result] = {}
+
+    refused = env.run("--json", "up", "host", env.host, "--skip-bench")
+    outputs["refused up"] = refused
+    print(refused.json["what"], refused.json["fix"], sep="\n")  # for -s runs (docs/troubleshooting.md)
+    assert refused.rc == 3 and refused.json["error"] == "hub-refused", refused.text[-2000:]
+    assert f"has no access to the gated model {GATED_REPO_ID}" in refused.json["what"], refused.json
+    assert "403 GatedRepo" in refused.json["what"] and "request access" in refused.json["fix"]
+    assert env.ct("test -e /var/lib/deploy/hf-token").rc != 0  # removed when the download ended
+    grant_token(Path(env.sim.host_dir), token)
+    for name, args in (("up", ("--json", "up", "host", env.host, "--skip-bench")),
+                       ("up (text)", ("up", "host", env.host, "--skip-bench")),
+                       ("status --json", ("--json", "status", "host", env.host))):
+        outputs[name] = env.run(*args)
+        assert outputs[name].rc == 0, f"{name}: {outputs[name].text[-2000:]}"
+    step = next(s for s in outputs["up"].json["steps"] if s["name"] == "model_weights")
+    assert step["status"] == "changed" and step["details"]["hub_client"].startswith("1."), step
+    assert env.ct("test -e /var/lib/deploy/hf-token").rc != 0
+
+    problems = [f"printed by `{name}`" for name, res in outputs.items() if token in res.stdout or token in res.stderr]
+    hits = [(p, m) for top in (Path(env.env["DEPLOY_STATE_DIR"]), env.inventory, env.root, tmp_path)
+            for p, m in files_holding(token, top)]
+    problems += [f"in {p} (mode {m:04o})" for p, m in hits if m != 0o600]
+    problems += [f"in `ps -eo args` {where}" for where, res in (("on the host", env.ssh("ps -eo args")),
+                                                                 ("in the CT", env.ct("ps -eo args")))
+                 if token in res.stdout]
+    assert problems == [], "the hub token leaked:\n" + "\n".join(problems)
+    # only the operator's file and the simulated hub's list of granted tokens: nothing in the container
+    assert {p.name for p, _ in hits} == {"hf-token", "hub-tokens"}, hits
+    assert not [p for p, _ in hits if "rootfs" in p.parts or "lxc" in p.parts], hits

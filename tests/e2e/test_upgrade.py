@@ -91,3 +91,53 @@ def test_a_cut_download_fails_up_and_the_next_up_finishes_it_before_the_server_l
     assert converged.ct("systemctl is-active sglang").stdout.strip() == "active"
     again = converged.run("--json", "up", "host", converged.host, "--skip-bench")
     assert again.rc == 0 and next(s for s in again.json["steps"] if s["name"] == "model_weights")["status"] == "ok"
+
+
+def test_a_disk_that_fills_during_the_download_is_named_and_the_next_up_finishes_once_there_is_room(
+        converged: DeployEnv) -> None:
+    """Issue 36 item 6: /models becomes a 3 MiB filesystem; the 4 MiB of shards fill it midway. `up` names the
+    full disk with its df line and the space the rest needs (not the hub); grown to 8 MiB, the next `up` finishes."""
+    model = "/models/GLM-5-NVFP4"
+    converged.ct(f"systemctl stop sglang && rm -rf {model}")
+    converged.ct_faults(small_disk="/models:3m")
+    try:
+        full = converged.run("--json", "up", "host", converged.host, "--skip-bench")
+        assert full.rc == 3 and full.json["error"] == "disk-full", full.text[-2000:]
+        what = full.json["what"]
+        print(what, full.json["fix"], sep="\n")  # for -s runs (docs/troubleshooting.md)
+        # hf deletes the partial files it was writing, so the df line (taken after) may show some room again
+        assert what.startswith(f"the disk under {model} filled up during the weights download: `deploy-sim-disk "
+                               "3.0M "), what
+        assert " /models`; the rest of the download (" in what and " needs " in what, what
+        assert full.json["details"]["need_bytes"] > full.json["details"]["free_bytes"], full.json["details"]
+        assert "model hub" not in what + full.json["fix"] and "make room for at least" in full.json["fix"]
+        assert converged.ct("systemctl is-active sglang").stdout.strip() != "active"
+        converged.ct_faults(small_disk="/models:8m")  # the operator made room: the files written so far stay
+        res = converged.run("--json", "up", "host", converged.host, "--skip-bench")
+        assert res.rc == 0, res.text[-2000:]
+        step = next(s for s in res.json["steps"] if s["name"] == "model_weights")
+        assert step["status"] == "changed" and step["changes"][0].startswith("finish the download of"), step
+        assert converged.ct("systemctl is-active sglang").stdout.strip() == "active"
+    finally:
+        converged.ct_faults(small_disk=None)
+
+
+def test_a_venv_without_hf_gets_its_own_hub_and_the_server_venv_keeps_its_pin(converged: DeployEnv) -> None:
+    """Issue 36 item 7: the server's venv keeps the huggingface_hub sglang's transformers pins. A venv with no `hf`
+    gets one in a venv of its own (/var/lib/deploy/hf-venv), never a pip install into the server's venv."""
+    model = "/models/GLM-5-NVFP4"
+    venv = "/root/ml-env"
+    pinned = converged.ct(f"{venv}/bin/python -m pip show huggingface_hub | sed -n 's/^Version: //p'").stdout.strip()
+    requires = converged.ct(f"{venv}/bin/python -m pip show sglang | sed -n 's/^Requires: //p'").stdout
+    assert pinned.startswith("1.") and "huggingface_hub" in requires, (pinned, requires)
+    converged.ct(f"systemctl stop sglang && rm -rf {model} {venv}/bin/hf")
+    res = converged.run("--json", "up", "host", converged.host, "--skip-bench")
+    assert res.rc == 0, res.text[-2000:]
+    step = next(s for s in res.json["steps"] if s["name"] == "model_weights")
+    assert step["status"] == "changed" and step["details"]["hub_client"].startswith("1."), step
+    assert converged.ct("test -x /var/lib/deploy/hf-venv/bin/hf").rc == 0
+    assert converged.ct(f"test -e {venv}/bin/hf").rc != 0  # nothing installed into the server's venv
+    after = converged.ct(f"{venv}/bin/python -m pip show huggingface_hub | sed -n 's/^Version: //p'").stdout.strip()
+    assert after == pinned
+    check = converged.ct(f"{venv}/bin/python -m pip check")
+    assert check.rc == 0, check.text

@@ -117,3 +117,41 @@ def test_a_cut_download_leaves_small_files_only_and_the_record_is_written_once_c
         assert_complete(hub, dest)
     finally:
         hub.stop()
+
+
+def test_a_gated_repo_answers_as_the_real_hub_and_the_probe_names_each_answer(hub: Hub, tmp_path: Path) -> None:
+    """Issue 36 item 5: 401 GatedRepo without a token, 403 GatedRepo with a token of an account without access,
+    401 "Invalid credentials" for no token at all; a granted token downloads. Driven by the real huggingface_hub,
+    through HF_TOKEN_PATH (the 0600 file deploy writes), the probe's `hub-refused` line names each answer."""
+    from orchestrator.steps.software import weights_probe_source
+    from simulator.software.hub import GATED_REPO_ID, grant_token
+
+    token_path = tmp_path / "hf-token"
+    env = {**hf_env(hub, tmp_path / "hf-home"), "HF_TOKEN_PATH": str(token_path)}
+
+    def resolve(token: str | None) -> subprocess.CompletedProcess[str]:
+        token_path.unlink(missing_ok=True)
+        if token is not None:
+            token_path.write_text(token + "\n")
+        return subprocess.run([sglang_venv().bin("python"), "-c", weights_probe_source(), "resolve", GATED_REPO_ID,
+                               "main"], env=env, capture_output=True, text=True, timeout=120)
+
+    def refusal(res: subprocess.CompletedProcess[str]) -> list[str]:
+        assert res.returncode == 3, res.stdout + res.stderr
+        return next(line.split("\t")[1:3] for line in res.stderr.splitlines() if line.startswith("hub-refused\t"))
+
+    assert refusal(resolve(None)) == ["GatedRepo", "401"]
+    assert refusal(resolve("hf_" + "n" * 34)) == ["GatedRepo", "403"]
+    assert refusal(resolve("not-a-token")) == ["-", "401"]
+    assert "Invalid credentials in Authorization header" in resolve("not-a-token").stderr
+    granted = "hf_" + "g" * 34
+    grant_token(hub.host_dir, granted)
+    assert (hub.host_dir / "hub-tokens").stat().st_mode & 0o777 == 0o600
+    ok = resolve(granted)
+    assert ok.returncode == 0 and ok.stdout.strip() == hub.state.commit(GATED_REPO_ID), ok.stderr
+    assert "hub-client\t1." in ok.stderr  # the huggingface_hub the stand-in's range brought (1.x here)
+    dest = tmp_path / "gated"
+    res = subprocess.run([sglang_venv().bin("hf"), "download", GATED_REPO_ID, "--local-dir", str(dest)], env=env,
+                         capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stderr
+    assert (dest / "config.json").is_file() and len(list(dest.glob("*.safetensors"))) == 4

@@ -159,16 +159,22 @@ def test_missing_weights_are_fetched_with_hf_download_from_the_venv_through_the_
     assert rec.status == "changed"
     assert rec.summary == "downloaded zai-org/GLM-5-NVFP4 at 4f5e6d7c8b9a (/models/GLM-5-NVFP4 complete)"
     shell = inner(run.node.commands("run")[0])
-    # `hf` (huggingface_hub 1.x) comes from the same index when the venv lacks it; huggingface-cli is gone.
-    assert shell.startswith("{ test -x /root/ml-env/bin/hf || /root/ml-env/bin/pip install ")
-    assert "--index-url http://10.9.0.2:8080/simple --trusted-host 10.9.0.2:8080 'huggingface_hub>=1.0'; }" in shell
+    # `hf` is the venv's own when it has one; else it comes from the same index into a venv of its own (never into
+    # the server's venv, whose huggingface_hub its transformers pins); huggingface-cli is gone.
+    assert shell.startswith("if test -x /root/ml-env/bin/hf; then hf_env=/root/ml-env; else "
+                            "hf_env=/var/lib/deploy/hf-venv && { test -x /var/lib/deploy/hf-venv/bin/hf || "
+                            "{ python3 -m venv /var/lib/deploy/hf-venv && /var/lib/deploy/hf-venv/bin/pip install ")
+    assert ("--index-url http://10.9.0.2:8080/simple --trusted-host 10.9.0.2:8080 'huggingface_hub>=1.0,<3'; }; }; "
+            "fi && ") in shell
+    assert "/root/ml-env/bin/pip" not in shell
     assert ("export HF_HUB_DISABLE_UPDATE_CHECK=1 HF_HUB_DISABLE_TELEMETRY=1 HF_ENDPOINT=http://10.9.0.2:8081 "
             in shell)
     # the revision is resolved once, downloaded at that commit, and the hub's file list of it checked and recorded
     assert " resolve zai-org/GLM-5-NVFP4 main) && " in shell
-    assert ('/root/ml-env/bin/hf download zai-org/GLM-5-NVFP4 --revision "$commit" --local-dir /models/GLM-5-NVFP4 '
-            '&& ') in shell
+    assert ('"$hf_env"/bin/hf download zai-org/GLM-5-NVFP4 --revision "$commit" --local-dir /models/GLM-5-NVFP4 '
+            '|| ') in shell
     assert shell.endswith(' record zai-org/GLM-5-NVFP4 "$commit" /models/GLM-5-NVFP4 .cache/deploy/weights.tsv')
+    assert "HF_TOKEN" not in shell and "hf-token" not in shell  # no hf_token: no token file
     assert "huggingface-cli" not in shell
 
 
