@@ -5,10 +5,15 @@ Why a record on this machine: a fleet roll outlives any one host's lock. If the 
 `deploy rollback group G` needs every host's release from before the roll. Each host's own releases live on the
 host; this file only says which host the fleet roll took where. One JSON file per fleet roll under
 `state_dir()/fleet-rolls/`, rewritten atomically after every host's step.
+
+The record holds no secret: a `--set admin-api-key=…` is written `<redacted>` there, as everywhere the tool writes.
+`--resume` still needs the value, so while a roll with a secret in it is unfinished its full copy waits beside the
+record (`<id>.replay.json`, 0600) and is deleted once the roll ends.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -22,6 +27,7 @@ from pydantic import BaseModel, Field
 from orchestrator.errors import ConfigError
 from orchestrator.localfile import write_file
 from orchestrator.paths import state_dir
+from orchestrator.redact import redact
 
 HostState = Literal["pending", "in_progress", "rolled", "rolled_back", "failed", "untouched", "reverted"]
 RollState = Literal["running", "done", "failed", "reverted"]
@@ -141,10 +147,21 @@ class RollStore:
     def path(self, roll_id: str) -> Path:
         return self.root / f"{roll_id}.json"
 
+    def replay_path(self, roll_id: str) -> Path:
+        """The full copy of an unfinished roll that carries a secret (its record has it redacted)."""
+        return self.root / f"{roll_id}.replay.json"
+
     def save(self, roll: FleetRoll) -> None:
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         roll.updated = now_text()
-        write_file(self.path(roll.id), roll.model_dump_json(indent=1), mode=0o600)
+        full = roll.model_dump(mode="json")
+        public = redact(full)
+        replay = self.replay_path(roll.id)
+        if public != full and roll.state == "running":
+            write_file(replay, json.dumps(full, indent=1), mode=0o600)
+        write_file(self.path(roll.id), json.dumps(public, indent=1), mode=0o600)
+        if (public == full or roll.state != "running") and replay.exists():
+            replay.unlink()
 
     def all(self) -> list[FleetRoll]:
         """Every record, oldest first (ids sort by start time)."""
@@ -152,6 +169,8 @@ class RollStore:
             return []
         rolls = []
         for p in sorted(self.root.glob("fleetroll-*.json")):
+            if p.name.endswith(".replay.json"):
+                continue
             try:
                 rolls.append(FleetRoll.model_validate_json(p.read_text()))
             except ValueError as exc:
@@ -164,8 +183,19 @@ class RollStore:
         wanted = set(hosts)
         for roll in reversed(self.all()):
             if roll.state == "running" and wanted & set(roll.host_names):
-                return roll
+                return self._with_secrets(roll)
         return None
+
+    def _with_secrets(self, roll: FleetRoll) -> FleetRoll:
+        """The roll as it was asked for, secrets included, when its record has them redacted."""
+        replay = self.replay_path(roll.id)
+        try:
+            return FleetRoll.model_validate_json(replay.read_text())
+        except FileNotFoundError:
+            return roll
+        except ValueError as exc:
+            raise ConfigError(f"fleet roll replay copy {replay} is unreadable: {exc}",
+                              fix=f"revert the roll with `deploy rollback {roll.targets}` and roll again") from exc
 
     def last(self, hosts: Sequence[str]) -> FleetRoll | None:
         """The newest roll over exactly these hosts (any order), else the newest sharing one of them."""

@@ -82,6 +82,36 @@ def test_store_finds_unfinished_and_last_rolls_by_host_overlap(tmp_path: Path) -
     assert loaded is not None and loaded.host("d").state == "pending" and loaded.spec.set == ["a=1"]
 
 
+def test_a_secret_flag_stays_out_of_the_record_and_resume_still_gets_it(tmp_path: Path) -> None:
+    """`--set admin-api-key=…` (a secret by its name) and a value the redactor learnt (a profile's secret_flags):
+    the record says <redacted>; only the 0600 replay copy of the unfinished roll holds them, and it goes at the end."""
+    from orchestrator.redact import forget_secrets, register_secret
+
+    store = RollStore(tmp_path / "rolls")
+    register_secret("profile-marked-VALUE-42")
+    try:
+        roll = _roll("fleetroll-20261130T100000-1", ["a", "b"])
+        roll.command = "deploy roll group prod --set admin-api-key=KEY-abcdef123 --set my-flag=profile-marked-VALUE-42"
+        roll.spec = RollSpec(set=["admin-api-key=KEY-abcdef123", "my-flag=profile-marked-VALUE-42", "a=1"])
+        store.save(roll)
+        record = store.path(roll.id).read_text()
+        assert "KEY-abcdef123" not in record and "profile-marked-VALUE-42" not in record
+        assert "a=1" in record and "<redacted>" in record
+        replay = store.replay_path(roll.id)
+        assert oct(replay.stat().st_mode & 0o777) == "0o600"
+        assert [r.id for r in store.all()] == [roll.id]  # the replay copy is not a second roll
+        resumed = store.unfinished(["a"])
+        assert resumed is not None and resumed.spec.set == roll.spec.set and resumed.command == roll.command
+        roll.state = "done"
+        store.save(roll)
+        assert not replay.exists() and "KEY-abcdef123" not in store.path(roll.id).read_text()
+        plain = _roll("fleetroll-20261130T110000-2", ["c"])
+        store.save(plain)
+        assert not store.replay_path(plain.id).exists()
+    finally:
+        forget_secrets()
+
+
 def test_an_unreadable_record_is_named(tmp_path: Path) -> None:
     store = RollStore(tmp_path)
     (tmp_path / "fleetroll-x.json").write_text("{not json")
