@@ -13,9 +13,10 @@ import click
 from orchestrator.cli.common import AppContext, common_options, resolve_host, tofu_option
 from orchestrator.errors import ConfigError, HungUp, Interrupted, Terminated
 from orchestrator.flags.schema import FlagSchema
+from orchestrator.fleet.rotation import out_of_rotation, routes_to
 from orchestrator.inventory.models import Host
 from orchestrator.reports.tune import tune_table, write_tune_report
-from orchestrator.state.claims import claim_hosts
+from orchestrator.state.claims import claim_fleet
 from orchestrator.tune.driver import TuneContext, ranked, run_tune
 from orchestrator.tune.plan import TunePlan, make_plan
 from orchestrator.tune.record import CURRENT, PointRecord, TuneRecord, load, new_tune_id, save
@@ -59,18 +60,22 @@ def _step(plan: TunePlan) -> int:
 @click.option("--apply", "apply", is_flag=True, help="Roll the winner as a normal release (all gates).")
 @click.option("--resume", default=None, metavar="TUNE_ID", help="Go on with an interrupted tune.")
 @click.option("--out", "out_dir", default=None, help="Report directory (default ./deploy-results/HOST/TUNE_ID).")
+@click.option("--drain-timeout", type=float, default=120.0, show_default=True,
+              help="A router worker: seconds to wait for its in-flight requests once out of the router.")
+@click.option("--no-drain", is_flag=True,
+              help="A router worker: tune it in place, in the router (its clients see every restart).")
 @tofu_option
 @common_options
 def tune(app: AppContext, target: tuple[str, ...], slo: str | None, over: tuple[str, ...], range_text: str | None,
          preset: str | None, budget: str | None, confirm: int | None, noise_pct: float | None, apply: bool,
-         resume: str | None,
-         out_dir: str | None, tofu: bool) -> int:
+         resume: str | None, out_dir: str | None, drain_timeout: float, no_drain: bool, tofu: bool) -> int:
     """Find the server flags with the best goodput under a latency SLO, and optionally roll them.
 
     `deploy tune host X --slo "ttft_p99<=2s,tpot_p99<=80ms" --over num-continuous-decode-steps=4,8
     --over max-running-requests=64,128 [--range 8:256:8] [--preset P] [--budget 30m] [--apply]`.
     Each flag point is rolled (every gate of a roll), then its SLO limit is bracketed (at most
     ceil(log2(grid)) + 2 bench runs) and confirmed. Without --apply the original release is restored.
+    A router worker is drained from the router for the whole tune and added back at its end (--no-drain: not).
     """
     host = resolve_host(app, target)
     if resume:
@@ -111,14 +116,22 @@ def tune(app: AppContext, target: tuple[str, ...], slo: str | None, over: tuple[
     plan = make_plan(tuple(record.over), record.range, record.budget, FlagSchema.load(profile.sglang_version),
                      profile.secret_flags)
     # The tune owns its host from here to its end, restore included: a roll, an up, a bench or a second session
-    # of this tune on this machine is refused (state/claims.py) instead of meeting the host between two runs.
-    with claim_hosts([host.name], f"deploy tune {record.tune_id}"):
+    # of this tune on this machine is refused (state/claims.py) instead of meeting the host between two runs. A
+    # router worker is drained for the tune, so the router is claimed too (no fleet command re-adds it meanwhile).
+    drain = not no_drain and routes_to(app.inventory, host.name)
+    with claim_fleet([host.name], f"deploy tune {record.tune_id}", router=drain):
         if resume:
             record = load(record.tune_id)  # re-read under the claim: the session that held it may have moved on
             if record.phase == "done":
                 raise ConfigError(f"tune {record.tune_id} is finished", fix="start a new tune")
         record.phase = "running"
-        return _run(app, host, record, plan, out_dir, tofu)
+        if not drain:
+            return _run(app, host, record, plan, out_dir, tofu)
+        tuned = record
+        with out_of_rotation(app.inventory, host.name, say=app.out.line, drain_timeout_s=drain_timeout,
+                             back_ok=lambda: tuned.host_release is not None
+                             and tuned.host_release == tuned.original_release):
+            return _run(app, host, record, plan, out_dir, tofu)
 
 
 def _run(app: AppContext, host: Host, record: TuneRecord, plan: TunePlan, out_dir: str | None, tofu: bool) -> int:

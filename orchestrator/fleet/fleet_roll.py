@@ -67,7 +67,7 @@ class Caller(Protocol):
     def out(self) -> Output: ...
 
 
-class _Router:
+class FleetRouter:
     """The router's side of a fleet roll: which hosts are its workers, and a Drainer per host job."""
 
     def __init__(self, inv: Inventory, drain_timeout_s: float, cancel: threading.Event | None = None) -> None:
@@ -240,7 +240,7 @@ class FleetRoller:
         self.app, self.roll, self.rolls, self.store = app, roll, rolls, store
         #: Set on Ctrl-C/SIGTERM/SIGHUP (the engine does it): each host's run stops before its next step.
         self.cancel = cancel or threading.Event()
-        self.router = _Router(app.inventory, drain_timeout_s, self.cancel)
+        self.router = FleetRouter(app.inventory, drain_timeout_s, self.cancel)
         self.roll.router = self.router.base
         self._lock = threading.Lock()
         self.outcomes: dict[str, HostOutcome] = {}

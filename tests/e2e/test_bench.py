@@ -165,11 +165,12 @@ def test_bench_sweep_writes_plot_report_and_point_dirs(converged_shared: DeployE
     assert unknown.rc != 0 and unknown.json["ok"] is False
 
 
-#: In the container: once 50 more requests finished (bench_serving's warm-up is over), sglang is down for 3 s.
+#: In the container: once 50 more requests finished (bench_serving's warm-up is over), sglang dies (SIGKILL: a
+#: `systemctl stop` is a graceful SIGTERM now, which lets every in-flight request finish) and is down for 3 s.
 OUTAGE_MID_BENCH = (
     "n() { curl -s -m 5 http://127.0.0.1:8000/metrics | awk '/^sglang:num_requests_total/ {print int($2)}'; }; "
     "start=$(n); for i in $(seq 1200); do [ $(( $(n) + 0 )) -ge $(( start + 50 )) ] && break; sleep 0.1; done; "
-    "systemctl stop sglang; sleep 3; systemctl start sglang")
+    "systemctl kill -s SIGKILL sglang; sleep 3; systemctl start sglang")
 
 
 @pytest.mark.xdist_group(SHARED)

@@ -279,3 +279,25 @@ def test_a_second_roll_is_refused_and_sigterm_ends_the_first_through_its_cleanup
     back = fleet.env.run("--json", "rollback", "group", "prod", timeout=900)
     assert back.rc == 0, back.text
     assert fleet.releases() == before and all(fleet.listed().values())
+
+
+def test_a_tune_of_a_router_worker_takes_it_out_of_the_router_and_no_client_request_fails(
+        fleet: RolledFleet) -> None:
+    """Issue 38: a tune restarts its host once per point and once to restore; behind the router those restarts met
+    clients (4 failed requests in the chaos soak). Now the host is drained for the tune and added back after."""
+    from tests.e2e.test_tune import add_preset
+
+    add_preset(fleet.env)
+    name = fleet.names[0]
+    before = fleet.releases()[name]
+    with Client(fleet.router) as client:
+        assert until(lambda: client.ok >= 2, 60), client.failed[:5]
+        res = fleet.env.run("tune", "host", name, "--slo", "ttft_p99<=30s", "--over", f"{FLAG}=3",
+                            "--range", "8:8", "--preset", "tune", "--confirm", "1", timeout=900)
+        after_tune = client.ok
+        assert until(lambda: client.ok >= after_tune + 2, 60)
+    assert res.rc == 0, res.text
+    assert f"{name} ({fleet.urls[name]}) is out of the router while it restarts" in res.text, res.text
+    assert f"{name} is back in the router, healthy after" in res.text, res.text
+    assert fleet.releases()[name] == before and all(fleet.listed().values())
+    assert client.ok > 5 and client.failed == [], (client.ok, client.failed[:5])

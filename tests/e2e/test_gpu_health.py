@@ -24,7 +24,7 @@ def test_doctor_names_an_xid_and_a_failed_remap_with_the_catalogs_action(deploy_
     doc = env.run("--json", "doctor", "host", env.host)
     assert doc.rc == 1, doc.text
     assert doc.json["totals"]["ssh_round_trips"] == trips  # the sensors ride in the same batch
-    lost = next(f for f in doc.json["findings"] if f["check"].startswith("gpu-hardware GPU 0000000"))
+    lost = next(f for f in doc.json["findings"] if f["check"] == "gpu-hardware GPU 2 (00000000:75:00.0)")
     assert lost["status"] == "fail" and "reboot" in lost["fix"] and "deploy up host" in lost["fix"]
     gpu = _gpu(doc.json["hardware"], "00000000:75:00.0")
     kinds = {f["kind"]: f for f in gpu["faults"]}
