@@ -293,7 +293,7 @@ def test_a_tune_of_a_router_worker_takes_it_out_of_the_router_and_no_client_requ
     with Client(fleet.router) as client:
         assert until(lambda: client.ok >= 2, 60), client.failed[:5]
         res = fleet.env.run("tune", "host", name, "--slo", "ttft_p99<=30s", "--over", f"{FLAG}=3",
-                            "--range", "8:8", "--preset", "tune", "--confirm", "1", timeout=900)
+                            "--range", "8:16:8", "--preset", "tune", "--confirm", "1", timeout=900)
         after_tune = client.ok
         assert until(lambda: client.ok >= after_tune + 2, 60)
     assert res.rc == 0, res.text
