@@ -11,6 +11,7 @@ from typing import Any
 from orchestrator.errors import DeployError, Interrupted, RemoteError
 from orchestrator.facts import Facts
 from orchestrator.inventory.models import Host, Inventory, ServerProfile
+from orchestrator.monitoring.notify import deliver
 from orchestrator.parsers import ParseError
 from orchestrator.playbooks import Playbook, load_playbook
 from orchestrator.remote.container import Container
@@ -163,6 +164,10 @@ def _run_steps(playbook: Playbook, host: Host, inventory: Inventory, profile: Se
             except Exception:  # cleanup must not hide the real error
                 pass
         ssh.close()
+        try:  # after the lock's release, whose round trip published the metrics the events come from
+            deliver(inventory.notify, ctx.state.events, ctx.say)
+        except Exception:  # a receiver's fault must not hide the run's own result
+            pass
         report.duration_s = time.monotonic() - start
         report.ssh_connects = metrics.ssh_connects
         report.ssh_round_trips = metrics.ssh_round_trips

@@ -21,7 +21,7 @@ from orchestrator.yamlfile import key_line, load_yaml
 
 SECTIONS = ("hosts", "profiles", "presets", "groups")
 #: Sections that are one mapping (not name → entry), defined in at most one file.
-SINGLE_SECTIONS = ("router",)
+SINGLE_SECTIONS = ("router", "notify")
 
 
 def _key_path(loc: tuple[int | str, ...]) -> str:

@@ -610,6 +610,34 @@ def _expand_groups(groups: dict[str, list[str]], hosts: dict[str, Host]) -> dict
     return expanded
 
 
+class WebhookSpec(StrictModel):
+    """Where run events (rollbacks, a watchdog that gave up) are posted: monitoring/notify.py."""
+
+    #: The receiver's URL: plain (`http://alerts.example:9093/api/v2/…`), or a secret ref when it holds a token.
+    url: str | SecretRef
+    format: Literal["alertmanager", "json"] = "alertmanager"
+    retries: int = Field(default=3, ge=0, le=10)
+    timeout_s: float = Field(default=5.0, gt=0, le=60)
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, v: str | SecretRef) -> str | SecretRef:
+        if isinstance(v, str) and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", v):
+            raise ValueError(f"{v!r} is not an http:// or https:// URL")
+        return v
+
+    def read_url(self) -> str:
+        url = self.url.read() if isinstance(self.url, SecretRef) else self.url
+        if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url.strip()):
+            raise ConfigError("notify.webhook.url: the secret holds no http:// or https:// URL",
+                              fix="put the receiver's whole URL in the file (or variable) it names")
+        return url.strip()
+
+
+class NotifySpec(StrictModel):
+    webhook: WebhookSpec
+
+
 class Inventory(StrictModel):
     hosts: dict[HostName, Host] = Field(default_factory=dict)
     profiles: dict[str, ServerProfile] = Field(default_factory=dict)
@@ -617,6 +645,7 @@ class Inventory(StrictModel):
     # Named sets of hosts for fleet commands (`deploy up group prod`); members are host or group names.
     groups: dict[str, list[HostName]] = Field(default_factory=dict)
     router: RouterSpec | None = None
+    notify: NotifySpec | None = None
 
     @model_validator(mode="after")
     def _references_resolve(self) -> Inventory:

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from orchestrator.facts import CT, HOST, CtFact, HostFact
+from orchestrator.monitoring.events import events_of
 from orchestrator.monitoring.publish import publish_script
 from orchestrator.monitoring.render import render
 from orchestrator.monitoring.state import (
@@ -106,5 +107,7 @@ def metrics_script(ctx: StepContext, command: str) -> str:
     """The host-side lines that publish this run's metrics (run with the lock's release)."""
     prev_out = ctx.facts.find(HOST.metrics_state)
     prev = MetricsState.from_json(prev_out.stdout if prev_out is not None else None)
-    nxt = advance(prev, observe(ctx, command))
+    obs = observe(ctx, command)
+    nxt = advance(prev, obs)
+    ctx.state.events = events_of(ctx.host.name, prev, obs)  # posted once the run ends (runner.py)
     return publish_script(render(ctx.host.name, nxt), nxt.to_json())

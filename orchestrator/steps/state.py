@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # types only: the modules that produce them import the steps 
     from orchestrator.errors import DeployError
     from orchestrator.flags import FlagSet
     from orchestrator.hardware.state import HardwareState
+    from orchestrator.monitoring.events import Event
     from orchestrator.parsers.bench import BenchResult
     from orchestrator.parsers.hostfacts import PveVersion
     from orchestrator.parsers.leftovers import LeftoverBench
@@ -239,4 +240,5 @@ class RunState:
     rollback: Rollback | None = None  # install_release's undo, once it rolled back and verified
     already_on: CurrentFlags | None = None  # resolve_release: the requested flags are the current release's
     rolled_back: list[Rollback] = field(default_factory=list)  # every release this run left by a rollback (metrics)
+    events: list[Event] = field(default_factory=list)  # what the run's end posts to notify: (monitoring/events.py)
     verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)  # release → the verdict this run recorded

@@ -13,6 +13,7 @@ import pytest
 
 from orchestrator.monitoring.publish import PROM_PATH
 from tests.e2e.conftest import SHARED, DeployEnv, until
+from tests.unit.monitoring.test_notify import Receiver
 
 RELEASES = "/var/lib/deploy/releases"
 #: The lease of a run a test SIGKILLs: it holds the host lock that long after the kill.
@@ -178,8 +179,18 @@ def test_failed_roll_rolls_back_to_the_previous_release(deploy_env: DeployEnv, c
     # A counter: the session host may carry rollbacks of base from an earlier case (the same flags give the same
     # base release after a reset), so the roll must add exactly one.
     before = published(env, "deploy_rollbacks_total", host=env.host, release=base, reason=spec["step"]) or 0
+    receiver = Receiver([200])  # the inventory's notify: webhook (docs/monitoring.md, "Notifications")
+    hook = env.inventory.parent / "webhook-url"
+    hook.write_text(receiver.url)
+    hook.chmod(0o600)
+    (env.inventory / "notify.yaml").write_text(f"notify:\n  webhook:\n    url: {{file: {hook}}}\n")
     t0 = time.monotonic()
-    res = env.run("--json", "roll", "host", env.host, *spec["args"])
+    try:
+        res = env.run("--json", "roll", "host", env.host, *spec["args"])
+    finally:
+        (env.inventory / "notify.yaml").unlink()
+        receiver.server.shutdown()
+        receiver.server.server_close()
     assert res.rc not in (0, 2), res.text
     err = res.json
     assert err["ok"] is False and err["step"] == spec["step"]
@@ -208,6 +219,12 @@ def test_failed_roll_rolls_back_to_the_previous_release(deploy_env: DeployEnv, c
     assert published(env, "deploy_last_rollback_timestamp_seconds", release=base, candidate=cand,
                       reason=spec["step"]) == pytest.approx(time.time(), abs=600)
     assert published(env, "deploy_release_info", release=base, verdict="kept") == 1
+    # ... and the webhook heard of it at the run's end, in Alertmanager's format, with no secret in it.
+    (posted,) = receiver.bodies
+    (alert,) = posted["alerts"]
+    assert alert["labels"]["alertname"] == "DeployReleaseRolledBack" and alert["labels"]["host"] == env.host
+    assert f"release {cand} rolled back to {base} ({spec['step']})" in alert["annotations"]["summary"]
+    assert "SECRET-path-token" not in res.text  # the webhook's URL may hold a token: never printed
     if case == "throughput-regression":
         assert verdict["candidate"]["output_throughput"] < verdict["baseline"]["output_throughput"]
         deltas = {d["metric"]: d for d in err["details"]["gate"]["deltas"]}
