@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from orchestrator.monitoring.state import GATES, ROLLBACK_REASONS, WATCHDOG_STATES, MetricsState
+from orchestrator.monitoring.state import GATES, HEALTH_STATES, ROLLBACK_REASONS, WATCHDOG_STATES, MetricsState
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,13 @@ METRICS: tuple[MetricSpec, ...] = (
                "seen in its state file."),
     MetricSpec("deploy_watchdog_restarts_in_window", "gauge", "Watchdog restarts within its budget window."),
     MetricSpec("deploy_watchdog_restart_budget", "gauge", "The watchdog's restart budget per window."),
+    MetricSpec("deploy_gpus", "gauge", "GPUs the host's sensors named at the last deploy run that read them, by "
+               "health state (ok, warn, fail: a fault whose action is fatal).", ("state",)),
+    MetricSpec("deploy_gpu_fault", "gauge", "1 for each hardware fault of a GPU (Xid, lost, ECC, row remap, "
+               "slowdown, link under load) with the catalog's action.", ("gpu", "bus_id", "kind", "action",
+                                                                        "severity")),
+    MetricSpec("deploy_gpu_health_timestamp_seconds", "gauge", "When the GPUs' sensors were last read (unix "
+               "time)."),
     MetricSpec("deploy_last_publish_timestamp_seconds", "gauge", "When a deploy command last wrote these metrics "
                "(unix time), and which command.", ("command",)),
 )
@@ -125,6 +132,13 @@ def render(host: str, state: MetricsState) -> str:
         add("deploy_watchdog_restarts_total", state.watchdog_restarts)
         add("deploy_watchdog_restarts_in_window", wd.restarts_in_window)
         add("deploy_watchdog_restart_budget", wd.budget)
+    hw = state.hardware
+    if hw is not None:
+        for name in HEALTH_STATES:
+            add("deploy_gpus", hw.states.get(name, 0), state=name)
+        for f in hw.faults:
+            add("deploy_gpu_fault", 1, gpu=f.gpu, bus_id=f.bus_id, kind=f.kind, action=f.action, severity=f.severity)
+        add("deploy_gpu_health_timestamp_seconds", hw.at)
     add("deploy_last_publish_timestamp_seconds", state.published_at, command=state.command or "unknown")
 
     lines: list[str] = []

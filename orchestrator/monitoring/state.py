@@ -18,6 +18,7 @@ from typing import Any
 ROLLBACK_REASONS = ("health", "smoke", "correctness", "throughput", "gate", "interrupted", "manual", "other")
 #: The gates a release passes, as the steps that judge them are named (the `gate` step judges throughput).
 GATES = ("health", "smoke", "correctness", "throughput")
+HEALTH_STATES = ("ok", "warn", "fail")
 WATCHDOG_STATES = ("ok", "waiting", "suspect", "restarted", "exhausted", "absent", "unreadable")
 #: How many releases' records the state keeps (a rollback to an older one publishes it as "unknown").
 KEEP_RELEASES = 16
@@ -89,6 +90,27 @@ class Watchdog:
 
 
 @dataclass(frozen=True)
+class GpuFault:
+    """One fault of one GPU as the metrics carry it (hardware/state.py's HardwareFault, without its evidence)."""
+
+    gpu: str  # the index in PCI order, else the bus id
+    bus_id: str
+    kind: str
+    action: str
+    severity: str  # warn or fail
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The GPUs' health as the last run that read the host's sensors saw it (`up`, whose host checks read them)."""
+
+    at: float
+    gpus: int  # how many GPUs the sensors named
+    states: dict[str, int] = field(default_factory=dict)  # ok / warn / fail → GPU count
+    faults: tuple[GpuFault, ...] = ()
+
+
+@dataclass(frozen=True)
 class Observation:
     """What one run saw and did, at its end. `release` is the one current now (None: unknown)."""
 
@@ -100,6 +122,7 @@ class Observation:
     rollbacks: tuple[Rollback, ...] = ()
     watchdog: Watchdog | None = None
     restart_times: tuple[float, ...] = ()  # every restart the watchdog's state file lists
+    hardware: Hardware | None = None  # None: this run did not read the GPUs' sensors
 
 
 @dataclass(frozen=True)
@@ -116,6 +139,7 @@ class MetricsState:
     watchdog_seen_until: float = 0.0  # the newest restart counted
     published_at: float | None = None
     command: str = ""
+    hardware: Hardware | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True) + "\n"
@@ -133,9 +157,18 @@ class MetricsState:
                        watchdog=Watchdog(**data["watchdog"]) if data.get("watchdog") else None,
                        watchdog_restarts=int(data.get("watchdog_restarts", 0)),
                        watchdog_seen_until=float(data.get("watchdog_seen_until", 0.0)),
-                       published_at=data.get("published_at"), command=str(data.get("command", "")))
+                       published_at=data.get("published_at"), command=str(data.get("command", "")),
+                       hardware=_hardware(data.get("hardware")))
         except (ValueError, TypeError, KeyError, AttributeError):
             return cls()
+
+
+def _hardware(data: dict[str, Any] | None) -> Hardware | None:
+    if not data:
+        return None
+    return Hardware(at=float(data["at"]), gpus=int(data["gpus"]),
+                    states={str(k): int(v) for k, v in (data.get("states") or {}).items()},
+                    faults=tuple(GpuFault(**f) for f in data.get("faults") or ()))
 
 
 def _release(data: dict[str, Any]) -> ReleaseRecord:
@@ -178,4 +211,5 @@ def advance(prev: MetricsState, obs: Observation) -> MetricsState:
                    watchdog=obs.watchdog if obs.watchdog is not None else prev.watchdog,
                    watchdog_restarts=prev.watchdog_restarts + len(new_restarts),
                    watchdog_seen_until=max([prev.watchdog_seen_until, *new_restarts]),
-                   published_at=obs.at, command=obs.command)
+                   published_at=obs.at, command=obs.command,
+                   hardware=obs.hardware if obs.hardware is not None else prev.hardware)

@@ -12,12 +12,16 @@ from datetime import datetime
 from typing import Any
 
 from orchestrator.facts import CT, HOST, CtFact, HostFact
+from orchestrator.hardware.state import HardwareState
 from orchestrator.monitoring.events import events_of
 from orchestrator.monitoring.publish import publish_script
 from orchestrator.monitoring.render import render
 from orchestrator.monitoring.state import (
+    HEALTH_STATES,
     BenchFigures,
     GateRun,
+    GpuFault,
+    Hardware,
     MetricsState,
     Observation,
     ReleaseRecord,
@@ -80,6 +84,16 @@ def _judged(ctx: StepContext, now: float) -> dict[str, dict[str, GateRun]]:
     return {judged: gates} if gates else {}
 
 
+def _hardware(hw: HardwareState | None, now: float) -> Hardware | None:
+    """The sensors' reading as the metrics carry it (None: this run read none)."""
+    if hw is None or not hw.gpus:
+        return None
+    states = {name: sum(1 for g in hw.gpus if g.state == name) for name in HEALTH_STATES}
+    faults = tuple(GpuFault(gpu=str(g.index) if g.index is not None else g.bus_id, bus_id=g.bus_id, kind=f.kind,
+                            action=f.action.value, severity=f.severity) for g in hw.gpus for f in g.faults)
+    return Hardware(at=now, gpus=len(hw.gpus), states=states, faults=faults)
+
+
 def observe(ctx: StepContext, command: str, now: float | None = None) -> Observation:
     """This run as an Observation, at its end."""
     now = time.time() if now is None else now
@@ -97,6 +111,7 @@ def observe(ctx: StepContext, command: str, now: float | None = None) -> Observa
                             last_check=wd.last_check)
         restarts = tuple(a.at for a in wd.actions if a.action == "restart")
     return Observation(at=now, command=command, release=release, record=_record(ctx, release),
+                       hardware=_hardware(state.hardware, now),
                        judged=_judged(ctx, now),
                        rollbacks=tuple(Rollback(at=now, reason=rb.reason or "other", candidate=rb.candidate, to=rb.to)
                                        for rb in state.rolled_back),

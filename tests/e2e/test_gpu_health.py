@@ -3,8 +3,11 @@ doctor and status show each GPU's fault with its evidence and the catalog's acti
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
+from orchestrator.monitoring.publish import PROM_PATH
 from tests.e2e.conftest import SHARED, DeployEnv
 
 
@@ -66,6 +69,12 @@ def test_status_exits_non_zero_on_a_fatal_gpu_fault_and_shows_the_evidence(conve
         assert gpu["action"] == "reboot_host" and "Remapped Rows: Pending: Yes" in gpu["faults"][0]["evidence"]
         text = env.run("status", "host", env.host)
         assert text.rc == 1 and "GPU hardware" in text.stdout and "Pending: Yes" in text.stdout
+        # up's host checks read the same sensors, and its last round trip publishes them (docs/monitoring.md)
+        env.run("up", "host", env.host, "--skip-bench")
+        prom = env.ssh(f"cat {PROM_PATH}").stdout
+        assert re.search(r'^deploy_gpus\{host="[^"]+",release="[^"]+",state="fail"\} 1$', prom, re.M), prom
+        assert re.search(r'^deploy_gpu_fault\{[^}]*bus_id="00000000:84:00.0",kind="remap-pending",'
+                         r'action="reboot_host",severity="fail"\} 1$', prom, re.M), prom
     finally:
         env.faults(remap=None)
     assert env.run("status", "host", env.host).rc == 0

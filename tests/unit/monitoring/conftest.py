@@ -9,6 +9,8 @@ import pytest
 from orchestrator.monitoring.state import (
     BenchFigures,
     GateRun,
+    GpuFault,
+    Hardware,
     MetricsState,
     Observation,
     ReleaseRecord,
@@ -17,6 +19,10 @@ from orchestrator.monitoring.state import (
     advance,
 )
 
+#: up's host checks read the sensors: GPU 2 has an Xid 79 (off the bus), GPU 5 a clock slowdown.
+HARDWARE = Hardware(at=100.0, gpus=8, states={"ok": 6, "warn": 1, "fail": 1},
+                    faults=(GpuFault("2", "00000000:75:00.0", "xid", "reboot_host", "fail"),
+                            GpuFault("5", "00000000:A5:00.0", "slowdown", "none", "warn")))
 A, B, C = "20260101T000000-aaaaaaaa", "20260102T000000-bbbbbbbb", "20260103T000000-cccccccc"
 
 
@@ -33,7 +39,7 @@ def history() -> MetricsState:
     """up converges A; a roll keeps B (lower tok/s per W); a roll to C fails its throughput gate → back on B."""
     s = advance(MetricsState(), Observation(at=100, command="up", release=A, judged={A: gates(100)},
                                             record=ReleaseRecord("kept", "0.5.12.post1", figures(1000, 2.0)),
-                                            watchdog=Watchdog("ok", 0, 3, 99.0)))
+                                            watchdog=Watchdog("ok", 0, 3, 99.0), hardware=HARDWARE))
     s = advance(s, Observation(at=200, command="roll", release=B, judged={B: gates(200)},
                                record=ReleaseRecord("kept", "0.5.12.post1", figures(990, 1.5)),
                                watchdog=Watchdog("restarted", 1, 3, 199.0), restart_times=(150.0,)))

@@ -26,7 +26,7 @@ from orchestrator.monitoring.sd import Discovery, Target, scrape_configs, sd_fil
 from orchestrator.monitoring.state import MetricsState, Observation, ReleaseRecord, Rollback, Watchdog, advance
 from orchestrator.resources import monitoring_dir
 
-from .conftest import A, B, C, figures, gates
+from .conftest import HARDWARE, A, B, C, figures, gates
 
 REPO = Path(__file__).resolve().parents[3]
 STANDIN_SERVER = REPO / "simulator" / "sglang_standin" / "sglang" / "_sim" / "server.py"
@@ -138,7 +138,7 @@ def state(now: float, rolled_back: bool) -> MetricsState:
     """up converged A and a roll kept B; with `rolled_back`, a roll to C has just failed its throughput gate."""
     s = advance(MetricsState(), Observation(at=now - 600, command="up", release=A, judged={A: gates(now - 600)},
                                             record=ReleaseRecord("kept", "0.5.12.post1", figures(1000, 2.0)),
-                                            watchdog=Watchdog("ok", 0, 3, now - 601)))
+                                            watchdog=Watchdog("ok", 0, 3, now - 601), hardware=HARDWARE))
     s = advance(s, Observation(at=now - 300, command="roll", release=B, judged={B: gates(now - 300)},
                                record=ReleaseRecord("kept", "0.5.12.post1", figures(990, 1.5)),
                                watchdog=Watchdog("ok", 0, 3, now - 301)))

@@ -30,14 +30,14 @@ def run_tests(promtool: str, tmp_path: Path, tests: list[dict[str, Any]]) -> sub
 
 def test_promtool_checks_the_rules(promtool: str) -> None:
     res = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True, check=False)
-    assert res.returncode == 0 and "SUCCESS: 4 rules found" in res.stdout, res.stdout + res.stderr
+    assert res.returncode == 0 and "SUCCESS: 5 rules found" in res.stdout, res.stdout + res.stderr
 
 
 def test_each_alert_says_what_and_which_deploy_command_diagnoses_it() -> None:
     for name, rule in alerts().items():
         notes = rule["annotations"]
         assert notes["summary"] and len(notes["description"]) > 60, name
-        assert re.search(r"\bdeploy (status|history|bench|rollback|compare)\b", notes["diagnose"]), name
+        assert re.search(r"\bdeploy (status|history|bench|rollback|compare|doctor)\b", notes["diagnose"]), name
         used = set(re.findall(r"\bdeploy_[a-z0-9_]+", rule["expr"]))
         assert used and used <= NAMES, (name, used - NAMES)
 
@@ -69,9 +69,10 @@ def test_every_alert_fires_on_its_case_and_only_then(promtool: str, tmp_path: Pa
     bench = published("deploy_bench_output_throughput_tokens_per_second")
     ref = published("deploy_reference_output_throughput_tokens_per_second")
     per_w = published("deploy_bench_output_tokens_per_second_per_watt")
+    failing = published("deploy_gpus", state="fail")
     ref_w = published("deploy_reference_output_tokens_per_second_per_watt")
     assert set(alerts()) == {"DeployWatchdogExhausted", "DeployReleaseRolledBack", "DeployThroughputBelowReference",
-                             "DeployTokensPerWattBelowReference"}
+                             "DeployTokensPerWattBelowReference", "DeployGpuFault"}
     ref_labels = {"host": "gpu-1", "release": B, "preset": "gate", "reference_release": A}
     tests = [
         {"interval": "1m", "input_series": [{"series": exhausted, "values": "0 0 1 1"}],
@@ -101,6 +102,12 @@ def test_every_alert_fires_on_its_case_and_only_then(promtool: str, tmp_path: Pa
              {"eval_time": "0m", "alertname": "DeployTokensPerWattBelowReference", "exp_alerts": []},
              {"eval_time": "1m", "alertname": "DeployTokensPerWattBelowReference",
               "exp_alerts": [expect("DeployTokensPerWattBelowReference", ref_labels, "1.5")]}]},
+        # up read the sensors: no fatal fault, then GPU 2 off the bus (the history's own reading).
+        {"interval": "1m", "input_series": [{"series": failing, "values": "0 0 1 1"}],
+         "alert_rule_test": [
+             {"eval_time": "1m", "alertname": "DeployGpuFault", "exp_alerts": []},
+             {"eval_time": "3m", "alertname": "DeployGpuFault",
+              "exp_alerts": [expect("DeployGpuFault", {"host": "gpu-1", "release": B, "state": "fail"}, "1")]}]},
     ]
     res = run_tests(promtool, tmp_path, tests)
     assert res.returncode == 0, res.stdout + res.stderr
