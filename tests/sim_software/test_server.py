@@ -82,7 +82,9 @@ def test_health_lifecycle_and_api(start_server: Callable[..., Server]) -> None:
     assert info["version"] == "0.5.12.post1" and info["tp_size"] == 8 and info["nsa_decode_backend"]
     assert "internal_states" in info and info["max_running_requests"] == 1024
     metrics = requests.get(srv.url + "/metrics", timeout=5).text
-    assert 'sglang:generation_tokens_total{model_name="glm-5"}' in metrics and "sglang:num_running_reqs" in metrics
+    assert 'sglang:generation_tokens_total{model_name="glm-5"}' in metrics
+    # the scheduler's series as real sglang labels them
+    assert 'sglang:num_running_reqs{engine_type="unified",model_name="glm-5",pp_rank="0",tp_rank="0"}' in metrics
     assert requests.post(srv.url + "/flush_cache", timeout=5).text.startswith("Cache flushed.")
 
 

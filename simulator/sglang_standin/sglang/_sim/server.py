@@ -242,28 +242,33 @@ async def health_generate(sim: Sim) -> bool:
 
 
 def _metrics(sim: Sim) -> str:
+    """Real sglang's /metrics series, names, types and labels: the scheduler's gauges carry `engine_type`,
+    `model_name`, `pp_rank` and `tp_rank` (one scheduler reports, TP rank 0 of the one pipeline stage); the
+    tokenizer manager's counters carry `model_name` only."""
     e = sim.engine
-    label = f'model_name="{sim.name}"'
+    tokenizer = f'model_name="{sim.name}"'
+    scheduler = f'engine_type="unified",model_name="{sim.name}",pp_rank="0",tp_rank="0"'
     used = sum(r.input_len + len(r.out) for r in e.running)
     rows = [
-        ("num_running_reqs", "gauge", "The number of running requests.", e.num_running),
-        ("num_queue_reqs", "gauge", "The number of requests in the waiting queue.", e.num_queued),
-        ("num_used_tokens", "gauge", "The number of used tokens.", used),
-        ("token_usage", "gauge", "The token usage.", round(used / KV_TOKENS, 4)),
-        ("gen_throughput", "gauge", "The generation throughput (token/s).", round(e.gen_throughput, 2)),
-        ("cache_hit_rate", "gauge", "The prefix cache hit rate.", 0.0),
-        ("prompt_tokens_total", "counter", "Number of prefill tokens processed.", e.prompt_tokens_total),
-        ("generation_tokens_total", "counter", "Number of generation tokens processed.", e.generation_tokens_total),
-        ("num_requests_total", "counter", "Number of requests processed.", e.requests_total),
+        ("num_running_reqs", "gauge", "The number of running requests.", e.num_running, scheduler),
+        ("num_queue_reqs", "gauge", "The number of requests in the waiting queue.", e.num_queued, scheduler),
+        ("num_used_tokens", "gauge", "The number of used tokens.", used, scheduler),
+        ("token_usage", "gauge", "The token usage.", round(used / KV_TOKENS, 4), scheduler),
+        ("gen_throughput", "gauge", "The generation throughput (token/s).", round(e.gen_throughput, 2), scheduler),
+        ("cache_hit_rate", "gauge", "The prefix cache hit rate.", 0.0, scheduler),
+        ("prompt_tokens_total", "counter", "Number of prefill tokens processed.", e.prompt_tokens_total, tokenizer),
+        ("generation_tokens_total", "counter", "Number of generation tokens processed.", e.generation_tokens_total,
+         tokenizer),
+        ("num_requests_total", "counter", "Number of requests processed.", e.requests_total, tokenizer),
     ]
     out = []
-    for name, kind, help_, value in rows:
+    for name, kind, help_, value, labels in rows:
         out += [f"# HELP sglang:{name} {help_}", f"# TYPE sglang:{name} {kind}",
-                f"sglang:{name}{{{label}}} {float(value)}"]
+                f"sglang:{name}{{{labels}}} {float(value)}"]
     # The scheduler's live counter (real sglang: "updated on each log interval"), by mode.
     out += ["# HELP sglang:realtime_tokens_total Total number of tokens processed (updated on each log interval).",
             "# TYPE sglang:realtime_tokens_total counter"]
-    out += [f'sglang:realtime_tokens_total{{mode="{mode}",{label}}} {float(v)}' for mode, v in e.realtime.items()]
+    out += [f'sglang:realtime_tokens_total{{{scheduler},mode="{mode}"}} {float(v)}' for mode, v in e.realtime.items()]
     return "\n".join(out) + "\n"
 
 
