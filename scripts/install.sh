@@ -24,13 +24,15 @@ usable_python() {
 need_apt=()
 for pair in sshd:openssh-server ssh:openssh-client ip:iproute2 flock:util-linux unshare:util-linux \
   nsenter:util-linux curl:curl pgrep:procps systemd-analyze:systemd \
-  lxc-start:lxc debootstrap:debootstrap nft:nftables zstd:zstd dnsmasq:dnsmasq-base promtool:prometheus; do
+  lxc-start:lxc debootstrap:debootstrap nft:nftables zstd:zstd dnsmasq:dnsmasq-base promtool:prometheus \
+  prometheus-node-exporter:prometheus-node-exporter; do
   bin=${pair%%:*} pkg=${pair#*:}
   if ! command -v "$bin" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$bin" ]; then need_apt+=("$pkg"); fi
 done
 [ -e /etc/ssl/certs/ca-certificates.crt ] || need_apt+=(ca-certificates)
 # prometheus brings promtool and the prometheus binary: the tests check the shipped alert rules, the metrics and
-# a scrape config with them, and one end-to-end test runs a real Prometheus on loopback (docs/monitoring.md).
+# a scrape config with them, and tests run a real Prometheus on loopback (docs/monitoring.md); the end-to-end one
+# also runs a real node_exporter (textfile collector only) over a simulated host's textfile directory.
 # The simulator's container configs include lxc's distribution configs (debian.common.conf, nesting.conf,
 # debian.userns.conf): they come from lxc-templates, a recommendation of lxc that --no-install-recommends skips.
 [ -e /usr/share/lxc/config/debian.common.conf ] || need_apt+=(lxc-templates)
