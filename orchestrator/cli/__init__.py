@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "router": ("orchestrator.cli.router_cmd", "router"),
     "metrics": ("orchestrator.cli.metrics_cmd", "metrics"),
     "tune": ("orchestrator.cli.tune_cmd", "tune"),
+    "watch": ("orchestrator.cli.watch_cmd", "watch"),
     "sim": ("orchestrator.cli.sim_cmd", "sim"),
     "init": ("orchestrator.cli.init_cmd", "init"),
 }
@@ -53,6 +54,7 @@ SHORT_HELP = {
     "router": "The router's live worker list: status, and a checked host put into or taken out of rotation.",
     "metrics": "Prometheus file-based service discovery for a group (servers, router, node exporters).",
     "tune": "Best server flags under a latency SLO: each point rolled, its SLO limit searched; --apply rolls it.",
+    "watch": "GPU faults acted on: a host with a fatal fault is drained out of the router, and put back once clean.",
     "sim": "The simulated Proxmox GPU host on this machine (up, down, status, fault).",
     "init": "Write an example inventory (hosts, profiles, presets) for a new site into a directory.",
 }

@@ -22,10 +22,12 @@ class Event:
     description: str
     diagnose: str
     severity: str  # "warning" | "critical", as the matching alert rule
+    resolved: bool = False  # the condition ended (a cordoned host returned)
 
 
 #: The shipped alert each event kind matches (rules.yaml), so a receiver can group both.
-ALERTS = {"rollback": "DeployReleaseRolledBack", "watchdog_exhausted": "DeployWatchdogExhausted"}
+ALERTS = {"rollback": "DeployReleaseRolledBack", "watchdog_exhausted": "DeployWatchdogExhausted",
+          "gpu_fault": "DeployGpuFault"}
 
 
 def events_of(host: str, prev: MetricsState, obs: Observation) -> list[Event]:

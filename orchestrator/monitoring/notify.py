@@ -29,12 +29,14 @@ def _iso(at: float) -> str:
 
 def alertmanager_body(events: Sequence[Event]) -> dict[str, Any]:
     """Alertmanager's webhook payload (version 4): one firing alert per event, labels as the shipped rules'."""
-    alerts = [{"status": "firing",
+    alerts = [{"status": "resolved" if e.resolved else "firing",
                "labels": {"alertname": ALERTS[e.kind], "host": e.host, "severity": e.severity,
                           **({"release": e.release} if e.release else {})},
                "annotations": {"summary": e.summary, "description": e.description, "diagnose": e.diagnose},
-               "startsAt": _iso(e.at), "endsAt": "0001-01-01T00:00:00Z", "generatorURL": ""} for e in events]
-    return {"version": "4", "status": "firing", "receiver": "deploy", "groupKey": "deploy",
+               "startsAt": _iso(e.at), "endsAt": _iso(e.at) if e.resolved else "0001-01-01T00:00:00Z",
+               "generatorURL": ""} for e in events]
+    status = "resolved" if events and all(e.resolved for e in events) else "firing"
+    return {"version": "4", "status": status, "receiver": "deploy", "groupKey": "deploy",
             "truncatedAlerts": 0, "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {},
             "externalURL": "", "alerts": alerts}
 
@@ -42,6 +44,7 @@ def alertmanager_body(events: Sequence[Event]) -> dict[str, Any]:
 def json_body(events: Sequence[Event]) -> dict[str, Any]:
     return {"source": "deploy", "events": [{"kind": e.kind, "alert": ALERTS[e.kind], "host": e.host,
                                             "release": e.release, "at": _iso(e.at), "severity": e.severity,
+                                            "resolved": e.resolved,
                                             "summary": e.summary, "description": e.description,
                                             "diagnose": e.diagnose} for e in events]}
 

@@ -301,3 +301,39 @@ def test_a_tune_of_a_router_worker_takes_it_out_of_the_router_and_no_client_requ
     assert f"{name} is back in the router, healthy after" in res.text, res.text
     assert fleet.releases()[name] == before and all(fleet.listed().values())
     assert client.ok > 5 and client.failed == [], (client.ok, client.failed[:5])
+
+
+def test_watch_cordons_a_host_whose_gpu_fell_off_the_bus_and_returns_it_once_clean(fleet: RolledFleet) -> None:
+    """Issue 39: `deploy watch` reads every host's sensors each cycle; an Xid 79 (GPU off the bus) takes that host
+    out of the router with no operator command, the others keep serving, and the host comes back by itself once
+    its sensors read clean. The time from the fault to the host out of the router is printed."""
+    bad = fleet.names[1]
+    proc = fleet.env.popen("watch", "group", "prod", "--interval", "5", "--for", "240")
+    try:
+        with Client(fleet.router) as client:
+            assert until(lambda: client.ok >= 2, 60), client.failed[:5]
+            time.sleep(6)  # a clean cycle first
+            fleet.faults(bad, xid="79@2")
+            injected = time.monotonic()
+            assert until(lambda: not fleet.listed().get(bad, True), 120), fleet.listed()
+            cordoned_s = time.monotonic() - injected
+            assert [n for n, ok in fleet.listed().items() if ok] == [n for n in fleet.names if n != bad]
+            # The remedy Xid 79 asks for: a host reboot (a new kernel log; the GPU back on the bus).
+            fleet.faults(bad, xid=None, gpu_lost=None)
+            rebooted = fleet.env.run("sim", "reboot", bad, "--root", str(fleet.root))
+            assert rebooted.rc == 0, rebooted.text
+            cleared = time.monotonic()
+            assert until(lambda: fleet.listed().get(bad, False), 120), fleet.listed()
+            returned_s = time.monotonic() - cleared
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        fleet.clear_faults()
+    print(f"fault -> out of the router: {cordoned_s:.1f} s; reboot done -> back in: {returned_s:.1f} s "
+          "(interval 5 s)")
+    assert f"{bad}: cordoned (" in out and f"{bad}: returned:" in out, out
+    assert "GPU 2 (00000000:75:00.0): xid 79 (reboot_host)" in out, out
+    assert client.failed == [], client.failed[:5]
+    assert cordoned_s <= 60

@@ -1,0 +1,67 @@
+"""`deploy watch group G`: GPU faults acted on without an operator command (orchestrator/fleet/watch.py)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+
+import click
+
+from orchestrator.cli.common import AppContext, common_options, tofu_option
+from orchestrator.errors import ConfigError, DeployError
+from orchestrator.fleet.watch import Reading, Watch, WatchState, run_watch
+from orchestrator.runner import run_playbook_to_end
+from orchestrator.steps.base import RunOptions
+
+
+@click.command("watch")
+@click.argument("word", type=click.Choice(["group"]))
+@click.argument("group")
+@click.option("--once", is_flag=True, help="One cycle, then exit (for a systemd timer or cron).")
+@click.option("--interval", "interval_s", type=click.FloatRange(min=5), default=30.0, show_default=True,
+              help="Seconds between cycles.")
+@click.option("--for", "for_s", type=click.FloatRange(min=1), default=None,
+              help="Stop after this many seconds (default: until SIGTERM or Ctrl-C).")
+@click.option("--drain-timeout", type=float, default=120.0, show_default=True,
+              help="Seconds to wait for a cordoned host's in-flight requests.")
+@tofu_option
+@common_options
+def watch(app: AppContext, word: str, group: str, once: bool, interval_s: float, for_s: float | None,
+          drain_timeout: float, tofu: bool) -> int:
+    """Read every host's GPU sensors each cycle; a host with a fatal fault is drained out of the router
+    (cordoned), and put back once its sensors read clean and it serves. Exits 1 when the last cycle left a host
+    with a fatal fault. e.g. `deploy watch group prod --interval 30` under systemd, or `--once` from a timer."""
+    inv = app.inventory
+    hosts = inv.group_hosts(group)
+    if not hosts:
+        raise ConfigError(f"group {group} has no hosts", fix="list the groups in the inventory's groups: section")
+    if inv.router is None:
+        raise ConfigError("deploy watch cordons hosts out of the router, and the inventory has no router: section",
+                          fix="add the router (docs/fleet.md, 'The router'); `deploy doctor group G` reports "
+                              "faults without one")
+    by_name = {h.name: h for h in hosts}
+
+    def read(name: str) -> Reading:
+        report = run_playbook_to_end("status", by_name[name], inv,
+                                     RunOptions(tofu=tofu, command=f"deploy watch group {group}"))
+        st = report.state
+        serving = st.status is not None and st.status.health == "200"
+        error = report.failure.what if isinstance(report.failure, DeployError) else None
+        return Reading(name, st.hardware if st.hardware is not None and st.hardware.gpus else None, serving, error)
+
+    stop = threading.Event()
+
+    def _stop(_sig: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        code = run_watch(Watch(inv, [h.name for h in hosts], read, app.out.line, WatchState(group),
+                               drain_timeout_s=drain_timeout), once=once, interval_s=interval_s, for_s=for_s,
+                         stop=stop)
+    except KeyboardInterrupt:
+        code = 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return code
