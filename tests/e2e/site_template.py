@@ -17,6 +17,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -45,9 +46,15 @@ INPUTS = ("orchestrator", "simulator/software", "simulator/sglang_standin",
           "simulator/gpu")
 
 
-def cache_key() -> str:
+def archive_prefix(release: lxc_template.Release = lxc_template.BOOKWORM) -> str:
+    """`deploy-site-` for bookworm (as before, so its cached archives stay valid), `deploy-site-trixie-` for the
+    others: each release's archives are kept and pruned apart."""
+    return "deploy-site-" if release == lxc_template.BOOKWORM else f"deploy-site-{release.suite}-"
+
+
+def cache_key(release: lxc_template.Release = lxc_template.BOOKWORM) -> str:
     h = hashlib.sha256()
-    stock = lxc_template.ensure().path
+    stock = lxc_template.ensure(release=release).path
     h.update(f"{stock.name}:{stock.stat().st_size}".encode())
     h.update(Path(__file__).read_bytes())  # the recipe itself (CLEAN, the dump's options)
     for top in INPUTS:
@@ -65,21 +72,21 @@ def _locked(path: Path) -> Iterator[None]:
         yield
 
 
-def site_template() -> Path:
-    """The cached archive for this code version, built first if missing; xdist workers and parallel runs wait
-    for one build."""
-    target = CACHE / f"deploy-site-{cache_key()}.tar.zst"
+def site_template(release: lxc_template.Release = lxc_template.BOOKWORM) -> Path:
+    """The cached archive for this code version, provisioned from the release's stock template, built first if
+    missing; xdist workers and parallel runs wait for one build."""
+    target = CACHE / f"{archive_prefix(release)}{cache_key(release)}.tar.zst"
     if target.is_file():
         return target
     with _locked(CACHE / ".build.lock"):
         if not target.is_file():
             with tempfile.TemporaryDirectory(prefix="deploy-site-template-") as workdir:
-                _build(Path(workdir), target)
-            _prune(target)
+                _build(Path(workdir), target, release)
+            _prune(target, release)
     return target
 
 
-def _build(workdir: Path, target: Path) -> None:
+def _build(workdir: Path, target: Path, release: lxc_template.Release) -> None:
     from simulator.manager import sim_down, sim_up
     from tests.e2e.conftest import make_env
 
@@ -88,7 +95,8 @@ def _build(workdir: Path, target: Path) -> None:
         (info,) = sim_up(root, first=sim_hosts.sim_number(sim_hosts.OFFSET_SITE_TEMPLATE), time_scale=5.0,
                          ct_storage="tmpfs")
         (workdir / "env").mkdir(exist_ok=True)
-        env = make_env(info, workdir / "env")
+        # the release's family: bookworm's is in `local:vztmpl` already, another is downloaded (aplinfo) as on PVE 9
+        env = make_env(info, workdir / "env", f"local:vztmpl/{release.family}")
         res = env.run("--json", "up", "host", info.name, "--playbook", "provision", timeout=1500)
         if res.rc != 0:
             raise RuntimeError(f"building the site template: `deploy up --playbook provision` failed:\n"
@@ -110,15 +118,17 @@ def _build(workdir: Path, target: Path) -> None:
         sim_down(root)
 
 
-def _prune(keep: Path) -> None:
-    others = sorted((p for p in CACHE.glob("deploy-site-*.tar.zst") if p != keep), key=lambda p: p.stat().st_mtime)
+def _prune(keep: Path, release: lxc_template.Release) -> None:
+    key = re.compile(re.escape(archive_prefix(release)) + r"[0-9a-f]{16}\.tar\.zst")
+    others = sorted((p for p in CACHE.glob("deploy-site-*.tar.zst") if p != keep and key.fullmatch(p.name)),
+                    key=lambda p: p.stat().st_mtime)
     for old in others[:-KEEP] if len(others) > KEEP else []:
         old.unlink(missing_ok=True)
 
 
-def install(host_dir: Path) -> str:
+def install(host_dir: Path, release: lxc_template.Release = lxc_template.BOOKWORM) -> str:
     """Put the site template into a simulated host's `local:vztmpl` storage; its volume ID."""
-    archive = site_template()
+    archive = site_template(release)
     lxc_template.install_into(archive, host_dir / "fs" / "var/lib/vz/template/cache")
     return f"local:vztmpl/{archive.name}"
 
@@ -132,9 +142,11 @@ def main() -> int:
     if reason:
         print(f"site template: not built ({reason})")
         return 0
-    t0 = time.monotonic()
-    path = site_template()
-    print(f"site template: {path} ({path.stat().st_size / 1e6:.0f} MB, {time.monotonic() - t0:.1f} s)")
+    for release in lxc_template.RELEASES:  # Debian 12 and 13 (PVE 9's debian-13-standard): tests/e2e/test_debian13.py
+        t0 = time.monotonic()
+        path = site_template(release)
+        print(f"site template ({release.suite}): {path} ({path.stat().st_size / 1e6:.0f} MB, "
+              f"{time.monotonic() - t0:.1f} s)")
     return 0
 
 
