@@ -476,7 +476,10 @@ def _apl_download(ctx: Ctx, p: dict[str, Any]) -> Any:
         release = lxc_template.release_for(template)
         if release is not None:
             # the real, locally built Debian 12 or 13 template, under whichever version the index lists
-            built = lxc_template.ensure(release=release)
+            try:
+                built = lxc_template.ensure(release=release)
+            except lxc_template.TemplateError as exc:  # the task's error, as a failed download is on PVE
+                raise TaskError(f"download of {template} failed: {exc}") from None
             shutil.copyfile(built.path, tmp)
             size = built.size_bytes
         else:  # Ubuntu: listed and downloadable, but nothing here boots it
