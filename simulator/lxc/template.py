@@ -130,7 +130,7 @@ def cached_path(cache_dir: Path | None = None, release: Release = BOOKWORM) -> P
     return (cache_dir or CACHE_DIR) / f"stock-{digest}" / release.template_name
 
 
-def _lock_path(cache: Path, release: Release) -> Path:
+def lock_path(cache: Path, release: Release) -> Path:
     """One build lock per release: a trixie build (minutes) must not hold up hosts waiting for bookworm's."""
     return cache / (".build.lock" if release == BOOKWORM else f".build-{release.suite}.lock")
 
@@ -142,7 +142,7 @@ def ensure(cache_dir: Path | None = None, release: Release = BOOKWORM) -> BuildR
     t0 = time.monotonic()
     if target.is_file():
         return BuildResult(target, 0.0, target.stat().st_size, False)
-    with _lock(_lock_path(cache, release)):
+    with _lock(lock_path(cache, release)):
         if target.is_file():
             return BuildResult(target, time.monotonic() - t0, target.stat().st_size, False)
         for tool in ("debootstrap", "zstd"):

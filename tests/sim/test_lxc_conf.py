@@ -189,5 +189,5 @@ def test_each_debian_release_has_its_own_template_file_and_python(tmp_path: Path
     assert len(paths) == 2 and {p.parent for p in paths} == {template.cached_path(tmp_path).parent}
     # bookworm's file and lock stay where older checkouts look for them
     assert template.cached_path(tmp_path).name == "debian-12-standard_12.7-1_amd64.tar.zst"
-    assert template._lock_path(tmp_path, template.BOOKWORM).name == ".build.lock"
-    assert template._lock_path(tmp_path, template.TRIXIE).name == ".build-trixie.lock"
+    assert template.lock_path(tmp_path, template.BOOKWORM).name == ".build.lock"
+    assert template.lock_path(tmp_path, template.TRIXIE).name == ".build-trixie.lock"
