@@ -17,7 +17,6 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -46,10 +45,11 @@ INPUTS = ("orchestrator", "simulator/software", "simulator/sglang_standin",
           "simulator/gpu")
 
 
-def archive_prefix(release: lxc_template.Release = lxc_template.BOOKWORM) -> str:
-    """`deploy-site-` for bookworm (as before, so its cached archives stay valid), `deploy-site-trixie-` for the
-    others: each release's archives are kept and pruned apart."""
-    return "deploy-site-" if release == lxc_template.BOOKWORM else f"deploy-site-{release.suite}-"
+def cache_dir(release: lxc_template.Release = lxc_template.BOOKWORM) -> Path:
+    """`site/` for bookworm (as before, so its cached archives stay valid), `site-trixie/` for trixie: each
+    release's archives are kept and pruned in a folder of their own, which an older checkout's prune
+    (every `deploy-site-*` in `site/`) never reaches."""
+    return CACHE if release == lxc_template.BOOKWORM else CACHE.with_name(f"site-{release.suite}")
 
 
 def cache_key(release: lxc_template.Release = lxc_template.BOOKWORM) -> str:
@@ -75,14 +75,15 @@ def _locked(path: Path) -> Iterator[None]:
 def site_template(release: lxc_template.Release = lxc_template.BOOKWORM) -> Path:
     """The cached archive for this code version, provisioned from the release's stock template, built first if
     missing; xdist workers and parallel runs wait for one build."""
-    target = CACHE / f"{archive_prefix(release)}{cache_key(release)}.tar.zst"
+    target = cache_dir(release) / f"deploy-site-{cache_key(release)}.tar.zst"
     if target.is_file():
         return target
-    with _locked(lxc_template.lock_path(CACHE, release)):  # one per release: a trixie build never holds up bookworm's
+    with _locked(CACHE / ".build.lock"):  # one for both releases: each build runs its sim host on the same number
         if not target.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(prefix="deploy-site-template-") as workdir:
                 _build(Path(workdir), target, release)
-            _prune(target, release)
+            _prune(target)
     return target
 
 
@@ -118,9 +119,8 @@ def _build(workdir: Path, target: Path, release: lxc_template.Release) -> None:
         sim_down(root)
 
 
-def _prune(keep: Path, release: lxc_template.Release) -> None:
-    key = re.compile(re.escape(archive_prefix(release)) + r"[0-9a-f]{16}\.tar\.zst")
-    others = sorted((p for p in CACHE.glob("deploy-site-*.tar.zst") if p != keep and key.fullmatch(p.name)),
+def _prune(keep: Path) -> None:
+    others = sorted((p for p in keep.parent.glob("deploy-site-*.tar.zst") if p != keep),
                     key=lambda p: p.stat().st_mtime)
     for old in others[:-KEEP] if len(others) > KEEP else []:
         old.unlink(missing_ok=True)
