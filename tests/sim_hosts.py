@@ -42,7 +42,7 @@ OFFSET_FLEET = 4  # tests/e2e/test_fleet.py: three hosts of one root (4, 5, 6)
 OFFSET_ROUTER_API = 7  # tests/e2e/test_fleet.py: a router and a stand-in worker (7, 8)
 OFFSET_FLEET_ROUTER = 9  # tests/e2e/test_fleet.py: the router in front of the fleet's servers
 OFFSET_ROUTER_UP = 10  # tests/e2e/test_fleet_router.py: two hosts, the router managed by `up` (10, 11)
-OFFSET_LXC = 12  # tests/sim/test_lxc_*.py, tests/e2e/test_up_real_container.py: a host per module
+OFFSET_LXC = 12  # tests/sim/test_lxc_*.py, tests/e2e/test_up_real_container.py, test_debian13.py: a host per module
 OFFSET_SITE_TEMPLATE = 13  # tests/e2e/site_template.py: the host that provisions and dumps the site template
 
 PORTS = (2222, 8006)  # simulator.config.SSH_PORT, API_PORT

@@ -42,7 +42,8 @@ def container_missing(ctx: StepContext) -> list[str] | None:
         return missing_packages(CT_PACKAGES, out.stdout, out.stderr, out.rc)
     except ParseError as exc:
         raise CheckFailed(f"cannot tell which packages CT {ctx.vmid} has: {exc}",
-                          fix="the container must be Debian-based (dpkg); use a debian-12-standard template",
+                          fix=("the container must be Debian-based (dpkg); use a debian-12-standard or (PVE 9) "
+                               "debian-13-standard template"),
                           host=ctx.host.name) from exc
 
 

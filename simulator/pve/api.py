@@ -473,12 +473,16 @@ def _apl_download(ctx: Ctx, p: dict[str, Any]) -> Any:
         size = TEMPLATE_SIZE
         from simulator.lxc import template as lxc_template
 
-        if template.split("_", 1)[0] == lxc_template.TEMPLATE_NAME.split("_", 1)[0]:
-            # the real, locally built Debian 12 template, under whichever debian-12-standard version the index lists
-            built = lxc_template.ensure()
+        release = lxc_template.release_for(template)
+        if release is not None:
+            # the real, locally built Debian 12 or 13 template, under whichever version the index lists
+            try:
+                built = lxc_template.ensure(release=release)
+            except lxc_template.TemplateError as exc:  # the task's error, as a failed download is on PVE
+                raise TaskError(f"download of {template} failed: {exc}") from None
             shutil.copyfile(built.path, tmp)
             size = built.size_bytes
-        else:
+        else:  # Ubuntu: listed and downloadable, but nothing here boots it
             tmp.write_bytes(b"\x28\xb5\x2f\xfd" + b"\0" * TEMPLATE_SIZE)
         tmp.replace(target)
         log(f"{size // 1024}K .......... 100% 120M=1.0s")

@@ -21,15 +21,25 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from simulator.lxc.template import RELEASES
+
 from .wheels import SGLANG_REQUIRES, build_standin_wheels
 
 DEFAULT_DIR = Path("/var/cache/deploy-sim/wheelhouse")
 #: Real packages the tool installs next to sglang: `hf` (huggingface_hub 1.x) and the router.
 EXTRA_REQUIREMENTS = ("huggingface_hub>=1,<2", "sglang-router==0.3.2")
-#: The container's Python: Debian 12's python3 is 3.11.
-TARGET_PYTHON = "3.11"
+#: The containers' Pythons: each template release's python3 (Debian 12: 3.11, Debian 13: 3.13). Pure wheels
+#: serve both; compiled ones (pydantic_core, aiohttp, pyyaml, ...) are downloaded once per version.
+TARGET_PYTHONS = tuple(r.python for r in RELEASES)
+TARGET_PYTHON = TARGET_PYTHONS[0]
 PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64", "linux_x86_64")
 MARKER = ".filled.json"
+
+
+def marker_name(python_version: str) -> str:
+    """The fill marker of one Python: the first keeps `.filled.json`, so a wheelhouse an older checkout filled
+    for 3.11 alone stays valid for it and is only topped up with the other versions' wheels."""
+    return MARKER if python_version == TARGET_PYTHON else f".filled-{python_version}.json"
 
 
 @dataclass(frozen=True)
@@ -79,30 +89,39 @@ def download_command(dest: Path, python_version: str = TARGET_PYTHON) -> list[st
     return cmd + requirements()
 
 
-def fill(path: Path | None = None, python_version: str = TARGET_PYTHON) -> Wheelhouse:
+def fill(path: Path | None = None, python_versions: tuple[str, ...] = TARGET_PYTHONS) -> Wheelhouse:
     """Build the stand-in wheels into the wheelhouse (always: cheap and deterministic) and download the real
-    ones once; concurrent callers wait on the lock, then find it filled."""
+    ones once per Python; concurrent callers wait on the lock, then find it filled."""
     path = path or wheelhouse_dir()
     t0 = time.monotonic()
+    downloaded = False
     with _locked(path.parent / f".{path.name}.lock"):
         path.mkdir(parents=True, exist_ok=True)
-        want = {"requirements": requirements(), "python": python_version}
-        marker = path / MARKER
-        try:
-            done = json.loads(marker.read_text()) == want
-        except (OSError, ValueError):
-            done = False
-        if not done:
-            with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
-                res = subprocess.run(download_command(Path(tmp), python_version), capture_output=True, text=True)
-                if res.returncode != 0:
-                    raise RuntimeError(f"wheelhouse {path}: pip download failed (exit {res.returncode}); check this "
-                                       f"machine's pip configuration and package access:\n{res.stderr[-2000:]}")
-                for whl in Path(tmp).glob("*.whl"):
-                    shutil.move(str(whl), path / whl.name)
-            marker.write_text(json.dumps(want) + "\n")
+        for version in python_versions:
+            downloaded = _fill_for(path, version) or downloaded
         build_standin_wheels(path)
-    return Wheelhouse(path, not done, time.monotonic() - t0)
+    return Wheelhouse(path, downloaded, time.monotonic() - t0)
+
+
+def _fill_for(path: Path, python_version: str) -> bool:
+    """Download the real wheels for one Python unless its marker says they are there; True when it did."""
+    want = {"requirements": requirements(), "python": python_version}
+    marker = path / marker_name(python_version)
+    try:
+        if json.loads(marker.read_text()) == want:
+            return False
+    except (OSError, ValueError):
+        pass
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        res = subprocess.run(download_command(Path(tmp), python_version), capture_output=True, text=True)
+        if res.returncode != 0:
+            raise RuntimeError(f"wheelhouse {path}: pip download for Python {python_version} failed (exit "
+                               f"{res.returncode}); check this machine's pip configuration and package access:\n"
+                               f"{res.stderr[-2000:]}")
+        for whl in Path(tmp).glob("*.whl"):
+            shutil.move(str(whl), path / whl.name)
+    marker.write_text(json.dumps(want) + "\n")
+    return True
 
 
 def main() -> int:

@@ -12,6 +12,7 @@ through the `ssh` binary with the simulator's key, independent of the tool's own
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import json
 import os
@@ -178,6 +179,22 @@ def make_env(sim: Any, tmp_path: Path, ostemplate: str | None = None) -> DeployE
     env = {**installed_like_environ(), "DEPLOY_INVENTORY": str(inv), "DEPLOY_STATE_DIR": str(tmp_path / "state"),
            "COLUMNS": "200", "PYTHONUNBUFFERED": "1"}
     return DeployEnv(sim=sim, inventory=inv, env=env)
+
+
+@contextlib.contextmanager
+def bare_lxc_env(tmp_path_factory: pytest.TempPathFactory, name: str,
+                 ostemplate: str | None = None) -> Iterator[DeployEnv]:
+    """A module's own simulated host (OFFSET_LXC) whose container starts bare from a stock template (`ostemplate`:
+    another family, e.g. debian-13-standard); skipped where LXC cannot run."""
+    from tests import sim_hosts
+    from tests.conftest import sim_root
+    from tests.sim.lxc_support import lxc_skip_reason
+
+    reason = lxc_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    with sim_root(tmp_path_factory, name, sim_hosts.OFFSET_LXC) as (_root, (info,)):
+        yield make_env(info, tmp_path_factory.mktemp(f"{name}-env"), ostemplate)
 
 
 def site_ostemplate(infos: list[Any]) -> str:

@@ -45,9 +45,16 @@ INPUTS = ("orchestrator", "simulator/software", "simulator/sglang_standin",
           "simulator/gpu")
 
 
-def cache_key() -> str:
+def cache_dir(release: lxc_template.Release = lxc_template.BOOKWORM) -> Path:
+    """`site/` for bookworm (as before, so its cached archives stay valid), `site-trixie/` for trixie: each
+    release's archives are kept and pruned in a folder of their own, which an older checkout's prune
+    (every `deploy-site-*` in `site/`) never reaches."""
+    return CACHE if release == lxc_template.BOOKWORM else CACHE.with_name(f"site-{release.suite}")
+
+
+def cache_key(release: lxc_template.Release = lxc_template.BOOKWORM) -> str:
     h = hashlib.sha256()
-    stock = lxc_template.ensure().path
+    stock = lxc_template.ensure(release=release).path
     h.update(f"{stock.name}:{stock.stat().st_size}".encode())
     h.update(Path(__file__).read_bytes())  # the recipe itself (CLEAN, the dump's options)
     for top in INPUTS:
@@ -65,21 +72,22 @@ def _locked(path: Path) -> Iterator[None]:
         yield
 
 
-def site_template() -> Path:
-    """The cached archive for this code version, built first if missing; xdist workers and parallel runs wait
-    for one build."""
-    target = CACHE / f"deploy-site-{cache_key()}.tar.zst"
+def site_template(release: lxc_template.Release = lxc_template.BOOKWORM) -> Path:
+    """The cached archive for this code version, provisioned from the release's stock template, built first if
+    missing; xdist workers and parallel runs wait for one build."""
+    target = cache_dir(release) / f"deploy-site-{cache_key(release)}.tar.zst"
     if target.is_file():
         return target
-    with _locked(CACHE / ".build.lock"):
+    with _locked(CACHE / ".build.lock"):  # one for both releases: each build runs its sim host on the same number
         if not target.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(prefix="deploy-site-template-") as workdir:
-                _build(Path(workdir), target)
+                _build(Path(workdir), target, release)
             _prune(target)
     return target
 
 
-def _build(workdir: Path, target: Path) -> None:
+def _build(workdir: Path, target: Path, release: lxc_template.Release) -> None:
     from simulator.manager import sim_down, sim_up
     from tests.e2e.conftest import make_env
 
@@ -88,7 +96,8 @@ def _build(workdir: Path, target: Path) -> None:
         (info,) = sim_up(root, first=sim_hosts.sim_number(sim_hosts.OFFSET_SITE_TEMPLATE), time_scale=5.0,
                          ct_storage="tmpfs")
         (workdir / "env").mkdir(exist_ok=True)
-        env = make_env(info, workdir / "env")
+        # the release's family: bookworm's is in `local:vztmpl` already, another is downloaded (aplinfo) as on PVE 9
+        env = make_env(info, workdir / "env", f"local:vztmpl/{release.family}")
         res = env.run("--json", "up", "host", info.name, "--playbook", "provision", timeout=1500)
         if res.rc != 0:
             raise RuntimeError(f"building the site template: `deploy up --playbook provision` failed:\n"
@@ -111,20 +120,23 @@ def _build(workdir: Path, target: Path) -> None:
 
 
 def _prune(keep: Path) -> None:
-    others = sorted((p for p in CACHE.glob("deploy-site-*.tar.zst") if p != keep), key=lambda p: p.stat().st_mtime)
+    others = sorted((p for p in keep.parent.glob("deploy-site-*.tar.zst") if p != keep),
+                    key=lambda p: p.stat().st_mtime)
     for old in others[:-KEEP] if len(others) > KEEP else []:
         old.unlink(missing_ok=True)
 
 
-def install(host_dir: Path) -> str:
+def install(host_dir: Path, release: lxc_template.Release = lxc_template.BOOKWORM) -> str:
     """Put the site template into a simulated host's `local:vztmpl` storage; its volume ID."""
-    archive = site_template()
+    archive = site_template(release)
     lxc_template.install_into(archive, host_dir / "fs" / "var/lib/vz/template/cache")
     return f"local:vztmpl/{archive.name}"
 
 
 def main() -> int:
-    """scripts/test.sh builds both templates before pytest, so no test's timeout has to cover a cold build."""
+    """scripts/test.sh builds the stock templates (Debian 12 and 13) and the Debian 12 site template before pytest,
+    so no test's timeout has to cover a cold build. The Debian 13 site template is built by the one module that
+    uses it (tests/e2e/test_debian13.py), in parallel with the other modules, not before all of them."""
     from tests.conftest import sim_skip_reason
     from tests.sim.lxc_support import lxc_skip_reason
 
@@ -132,6 +144,10 @@ def main() -> int:
     if reason:
         print(f"site template: not built ({reason})")
         return 0
+    for release in lxc_template.RELEASES:  # PVE 9's debian-13-standard too: tests/e2e/test_debian13.py
+        stock = lxc_template.ensure(release=release)
+        print(f"stock template ({release.suite}): {stock.path} ({stock.size_bytes / 1e6:.0f} MB, "
+              f"{'built' if stock.built else 'cached'} in {stock.seconds:.1f} s)")
     t0 = time.monotonic()
     path = site_template()
     print(f"site template: {path} ({path.stat().st_size / 1e6:.0f} MB, {time.monotonic() - t0:.1f} s)")

@@ -15,21 +15,15 @@ from typing import Any
 
 import pytest
 
-from tests import sim_hosts
-from tests.conftest import sim_root
-from tests.e2e.conftest import DeployEnv, make_env
-from tests.sim.lxc_support import lxc_skip_reason
+from tests.e2e.conftest import DeployEnv, bare_lxc_env
 
 INSTALL_STEPS = ("ct_packages", "driver_userspace", "sglang_install", "model_weights", "server_unit")
 
 
 @pytest.fixture(scope="module")
 def bare_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DeployEnv]:
-    reason = lxc_skip_reason()
-    if reason:
-        pytest.skip(reason)
-    with sim_root(tmp_path_factory, "lxc-e2e", sim_hosts.OFFSET_LXC) as (_root, (info,)):
-        yield make_env(info, tmp_path_factory.mktemp("lxc-e2e-env"))
+    with bare_lxc_env(tmp_path_factory, "lxc-e2e") as env:
+        yield env
 
 
 def _steps(report: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -98,6 +98,30 @@ def test_templates_download_and_content(prox: Any, sim: Any) -> None:
     assert len([d for d in pci if d["vendor"] == "0x10de"]) == 8
 
 
+def test_a_debian_template_that_cannot_be_built_fails_the_download_task(sim: Any,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The download of debian-13-standard is the real trixie template built here; a build that fails (no mirror
+    serves trixie) is the task's error, with debootstrap's words, as a failed download is on a real node."""
+    from simulator.config import HostPaths
+    from simulator.lxc import template
+    from simulator.pve import api
+
+    def fail(**_: Any) -> Any:
+        raise template.TemplateError("debootstrap of Debian trixie from http://m.example/debian failed (exit 1): "
+                                     "E: Failed getting release file")
+
+    monkeypatch.setattr(template, "ensure", fail)
+    name = "debian-13-standard_13.1-2_amd64.tar.zst"
+    stored = HostPaths(sim.host_dir).template_cache / name
+    stored.unlink(missing_ok=True)  # an earlier test may have downloaded it
+    with pytest.raises(api.TaskFailed) as err:
+        api.handle(HostPaths(sim.host_dir), "POST", f"/nodes/{sim.node}/aplinfo", {"storage": "local",
+                   "template": name}, api.Caller(background=False))
+    assert err.value.exitstatus == (f"download of {name} failed: debootstrap of Debian trixie from "
+                                    "http://m.example/debian failed (exit 1): E: Failed getting release file")
+    assert not stored.exists()  # nothing half-written in the storage
+
+
 def test_task_fail_and_api_delay_faults(prox: Any, sim: Any) -> None:
     root = sim.host_dir.parent.parent
     set_faults(root, sim.name, task_fail="vzcreate")

@@ -159,3 +159,35 @@ def test_mirror_comes_from_apt_sources(tmp_path: Path) -> None:
     (tmp_path / "sources.list").write_text("")
     with pytest.raises(template.TemplateError, match="no apt source"):
         template.apt_mirror(tmp_path)
+
+
+def test_trixie_mirror_is_the_machines_debian_archive_even_when_its_sources_name_bookworm_only(tmp_path: Path
+                                                                                              ) -> None:
+    d = tmp_path / "sources.list.d"
+    d.mkdir()
+    (d / "debian.sources").write_text("Types: deb\nURIs: http://mirror.example/sec\nSuites: bookworm-security\n\n"
+                                      "Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm "
+                                      "bookworm-updates\nComponents: main\n")
+    # this machine's case: only bookworm is listed, and the same archive serves trixie
+    assert template.apt_mirror(tmp_path, suite="trixie") == "http://mirror.example/debian"
+    # a source that names trixie wins, whichever file lists it
+    (d / "trixie.sources").write_text("Types: deb\nURIs: http://t.example/debian\nSuites: trixie\n")
+    assert template.apt_mirror(tmp_path, suite="trixie") == "http://t.example/debian"
+    assert template.apt_mirror(tmp_path, suite="bookworm") == "http://mirror.example/debian"
+    for p in d.iterdir():
+        p.unlink()
+    with pytest.raises(template.TemplateError, match="no apt source for Debian trixie"):
+        template.apt_mirror(tmp_path, suite="trixie")
+
+
+def test_each_debian_release_has_its_own_template_file_and_python(tmp_path: Path) -> None:
+    assert template.release_for("debian-13-standard_13.1-2_amd64.tar.zst") == template.TRIXIE
+    assert template.release_for("debian-12-standard_12.12-1_amd64.tar.zst") == template.BOOKWORM
+    assert template.release_for("ubuntu-24.04-standard_24.04-2_amd64.tar.zst") is None
+    assert (template.BOOKWORM.python, template.TRIXIE.python) == ("3.11", "3.13")
+    paths = {template.cached_path(tmp_path, r) for r in template.RELEASES}
+    assert len(paths) == 2 and {p.parent for p in paths} == {template.cached_path(tmp_path).parent}
+    # bookworm's file and lock stay where older checkouts look for them
+    assert template.cached_path(tmp_path).name == "debian-12-standard_12.7-1_amd64.tar.zst"
+    assert template.lock_path(tmp_path, template.BOOKWORM).name == ".build.lock"
+    assert template.lock_path(tmp_path, template.TRIXIE).name == ".build-trixie.lock"

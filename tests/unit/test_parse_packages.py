@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.facts import CT_PACKAGES
 from orchestrator.parsers import ParseError
 from orchestrator.parsers.packages import missing_packages
+from tests.shared import fixture
 
 REQUIRED = ("ca-certificates", "curl", "python3", "python3-venv")
 
@@ -35,3 +37,16 @@ def test_a_multiarch_name_counts_for_the_package() -> None:
 def test_output_that_is_not_dpkg_querys_is_an_error(stdout: str, stderr: str, rc: int) -> None:
     with pytest.raises(ParseError):
         missing_packages(REQUIRED, stdout, stderr, rc)
+
+
+@pytest.mark.parametrize("release", ["debian-12", "debian-13"])
+def test_a_bare_debian_12_or_13_template_lacks_all_four_by_the_same_names(release: str) -> None:
+    # Real captures (tests/fixtures/README.md): dpkg knows python3 and ca-certificates only as `not-installed`
+    # (a Priority record of the minbase set), and has no record of curl or python3-venv; trixie renamed none of them.
+    stdout = fixture(f"debian/{release}-bare-dpkg-query.stdout")
+    stderr = fixture(f"debian/{release}-bare-dpkg-query.stderr")
+    assert missing_packages(CT_PACKAGES, stdout, stderr, 1) == list(CT_PACKAGES)
+
+
+def test_a_provisioned_debian_13_container_lacks_nothing() -> None:
+    assert missing_packages(CT_PACKAGES, fixture("debian/debian-13-provisioned-dpkg-query.stdout"), "", 0) == []
