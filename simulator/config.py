@@ -98,6 +98,9 @@ class HostFaults:
         errors; `remap="3:pending"` or `"3:failed"`; `clocks_event="3:hw_thermal"`; `link="3:stuck-gen2"` (Gen2
         under load too) or `"3:idle-downshift"` (Gen1 idle, full speed under load). A host reboot clears the lost
         GPU, pending remaps and the kernel log.
+    no_quorum: the node lost quorum (a cluster partition): /etc/pve is read-only, so every API call (and `pct`,
+        `pvesh`) that writes answers pve-cluster's `cluster not ready - no quorum?`; `/cluster/status` says
+        `quorate: 0`. Reads still work.
     """
 
     missing_uvm: bool = False
@@ -114,6 +117,7 @@ class HostFaults:
     remap: str | None = None
     clocks_event: str | None = None
     link: str | None = None
+    no_quorum: bool = False
 
 
 @dataclass
@@ -210,6 +214,9 @@ class HostConfig:
     faults: HostFaults = field(default_factory=HostFaults)
     #: The host side of the container bridge, where simulator services for containers listen.
     bridge_address: str | None = None
+    #: The PVE cluster this node belongs to (`sim up --cluster NAME`), None for a standalone node
+    #: (simulator/pve/cluster.py).
+    cluster: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "host.json") -> HostConfig:

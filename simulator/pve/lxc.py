@@ -204,13 +204,20 @@ class Node:
     # ------------------------------------------------------------------------------------------ create
 
     def precheck_create(self, vmid: int) -> None:
-        if self.exists(vmid):
-            raise PveError(f"CT {vmid} already exists on node '{self.name}'")
+        """pve-cluster's check_vmid_unused: a VMID is unique across the cluster, whichever node has it."""
+        from simulator.pve import cluster
+
+        owner = self.name if self.exists(vmid) else cluster.vmid_owner(self.hp, vmid)
+        if owner is not None:
+            raise PveError(f"CT {vmid} already exists on node '{owner}'")
 
     def create_and_lock(self, vmid: int) -> None:
         """AbstractConfig::create_and_lock_config, run by the API call before its worker starts: the CT's config
-        is nothing but `lock: create` until the worker has unpacked the archive and written the real one."""
-        with self.lock(vmid):
+        is nothing but `lock: create` until the worker has unpacked the archive and written the real one. The
+        check and the write hold the cluster's VMID lock, so two nodes cannot both take one VMID."""
+        from simulator.pve import cluster
+
+        with cluster.vmid_lock(self.hp), self.lock(vmid):
             self.precheck_create(vmid)
             self.write(vmid, confmod.CtConf(options={"lock": "create"}))
 
