@@ -1,0 +1,68 @@
+"""Three simulated nodes of one Proxmox cluster (`sim up --cluster lab`): VMIDs are unique across it.
+
+An inventory that gives two hosts of the cluster one VMID is refused by each of them before any change (exit 2,
+naming both hosts and free VMIDs); with distinct VMIDs (what `sim up --cluster` writes: 120, 121, 122) `up group`
+converges all three.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.e2e.fleet_harness import FleetHarness, fleet_root
+from tests.sim_hosts import OFFSET_FLEET
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetHarness]:
+    with fleet_root(tmp_path_factory, "deploy-sim-cluster", OFFSET_FLEET, 3,
+                    lambda names: {"prod": names, "pair": names[:2]}, cluster="lab") as fleet:
+        yield fleet
+
+
+def _conf(fleet: FleetHarness, name: str, vmid: int) -> Path:
+    (info,) = [i for i in fleet.infos if i.name == name]
+    return Path(info.host_dir) / "fs/etc/pve/lxc" / f"{vmid}.conf"
+
+
+def test_two_hosts_of_one_cluster_on_one_vmid_are_refused_before_any_change(cluster: FleetHarness,
+                                                                          tmp_path: Path) -> None:
+    a, b, _c = cluster.names
+    inventory = tmp_path / "inventory"
+    shutil.copytree(cluster.env.inventory, inventory)
+    hosts = yaml.safe_load((inventory / "sim.yaml").read_text())
+    assert [hosts["hosts"][n]["container"]["vmid"] for n in cluster.names] == [120, 121, 122]  # sim up's VMIDs
+    hosts["hosts"][b]["container"]["vmid"] = 120  # every example gives each host 120
+    (inventory / "sim.yaml").write_text(yaml.safe_dump(hosts, sort_keys=False))
+    env = replace(cluster.env, inventory=inventory, env={**cluster.env.env, "DEPLOY_INVENTORY": str(inventory)})
+    res = env.run("--json", "up", "group", "pair", "--skip-bench", "--skip-weights", timeout=600)
+    assert res.rc == 2, res.text
+    for name, other in ((a, b), (b, a)):
+        (host,) = [h for h in res.json["hosts"] if h["host"] == name]
+        report = host["report"]
+        assert host["exit_code"] == 2 and report["step"] == "cluster", host
+        assert (f"hosts {name} and {other} are nodes of one Proxmox cluster (lab) and both use VMID 120"
+                in report["what"])
+        assert "free in the cluster now: 121, 123, 124" in report["fix"]  # 122: the third host's
+        assert "vmid: auto" in report["fix"] and "nothing was changed" in report["fix"]
+        assert [s["name"] for s in report["steps"]][-1] == "cluster"
+    assert not _conf(cluster, a, 120).exists() and not _conf(cluster, b, 120).exists()  # nothing was created
+
+
+def test_up_group_on_a_cluster_with_distinct_vmids(cluster: FleetHarness) -> None:
+    res = cluster.env.run("--json", "up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
+    assert res.rc == 0, res.text
+    for name, vmid in zip(cluster.names, (120, 121, 122), strict=True):
+        (host,) = [h for h in res.json["hosts"] if h["host"] == name]
+        steps = {s["name"]: s for s in host["report"]["steps"]}
+        assert steps["cluster"]["summary"].endswith(f"of cluster lab (3 nodes, quorate); VMID {vmid} is this "
+                                                    "host's own"), steps["cluster"]
+        assert _conf(cluster, name, vmid).exists()
