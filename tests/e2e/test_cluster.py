@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.e2e.conftest import DeployEnv
 from tests.e2e.fleet_harness import FleetHarness, fleet_root
 from tests.sim_hosts import OFFSET_FLEET
 
@@ -36,13 +37,9 @@ def _conf(fleet: FleetHarness, name: str, vmid: int) -> Path:
 def test_two_hosts_of_one_cluster_on_one_vmid_are_refused_before_any_change(cluster: FleetHarness,
                                                                           tmp_path: Path) -> None:
     a, b, _c = cluster.names
-    inventory = tmp_path / "inventory"
-    shutil.copytree(cluster.env.inventory, inventory)
-    hosts = yaml.safe_load((inventory / "sim.yaml").read_text())
-    assert [hosts["hosts"][n]["container"]["vmid"] for n in cluster.names] == [120, 121, 122]  # sim up's VMIDs
-    hosts["hosts"][b]["container"]["vmid"] = 120  # every example gives each host 120
-    (inventory / "sim.yaml").write_text(yaml.safe_dump(hosts, sort_keys=False))
-    env = replace(cluster.env, inventory=inventory, env={**cluster.env.env, "DEPLOY_INVENTORY": str(inventory)})
+    written = yaml.safe_load((cluster.env.inventory / "sim.yaml").read_text())["hosts"]
+    assert [written[n]["container"]["vmid"] for n in cluster.names] == [120, 121, 122]  # what sim up writes
+    env = _inventory_with(cluster, tmp_path, {b: 120})  # every example gives each host 120
     res = env.run("--json", "up", "group", "pair", "--skip-bench", "--skip-weights", timeout=600)
     assert res.rc == 2, res.text
     for name, other in ((a, b), (b, a)):
@@ -66,3 +63,50 @@ def test_up_group_on_a_cluster_with_distinct_vmids(cluster: FleetHarness) -> Non
         assert steps["cluster"]["summary"].endswith(f"of cluster lab (3 nodes, quorate); VMID {vmid} is this "
                                                     "host's own"), steps["cluster"]
         assert _conf(cluster, name, vmid).exists()
+
+
+def _inventory_with(cluster: FleetHarness, tmp_path: Path, vmids: dict[str, int | str]) -> DeployEnv:
+    """The fleet's environment on a copy of its inventory whose hosts have these VMIDs."""
+    inventory = tmp_path / "inventory"
+    shutil.copytree(cluster.env.inventory, inventory)
+    hosts = yaml.safe_load((inventory / "sim.yaml").read_text())
+    for name, vmid in vmids.items():
+        hosts["hosts"][name]["container"]["vmid"] = vmid
+    (inventory / "sim.yaml").write_text(yaml.safe_dump(hosts, sort_keys=False))
+    return replace(cluster.env, inventory=inventory, env={**cluster.env.env, "DEPLOY_INVENTORY": str(inventory)})
+
+
+def test_up_group_with_auto_vmids_chooses_free_ones_and_keeps_them(cluster: FleetHarness, tmp_path: Path) -> None:
+    for name, vmid in zip(cluster.names, (120, 121, 122), strict=True):  # the previous test's CTs: not needed
+        cluster.host_env(name).ssh(f"pct stop {vmid}; pct destroy {vmid}")
+    env = _inventory_with(cluster, tmp_path, dict.fromkeys(cluster.names, "auto"))
+    plan = env.run("--json", "plan", "group", "prod", timeout=600)
+    assert plan.rc == 0, plan.text
+    res = env.run("--json", "up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
+    assert res.rc == 0, res.text
+    chosen = {}
+    for host in res.json["hosts"]:
+        steps = {s["name"]: s for s in host["report"]["steps"]}
+        chosen[host["host"]] = steps["connect"]["details"]["vmid"]["vmid"]
+        assert "recorded in /var/lib/deploy/auto-vmid/" in steps["connect"]["details"]["vmid"]["how"]
+    assert chosen == dict(zip(cluster.names, (100, 101, 102), strict=True))  # /cluster/nextid's, one each
+    for name, vmid in chosen.items():
+        assert _conf(cluster, name, vmid).exists()
+        assert cluster.host_env(name).ssh(f"cat /var/lib/deploy/auto-vmid/{name}").stdout.strip() == str(vmid)
+    again = env.run("--json", "up", "group", "prod", "--skip-bench", "--skip-weights", timeout=600)
+    assert again.rc == 0 and again.json["changed"] is False, again.text
+    assert {h["host"]: {s["name"]: s for s in h["report"]["steps"]}["connect"]["details"]["vmid"]["vmid"]
+            for h in again.json["hosts"]} == chosen
+
+
+def test_a_node_without_quorum_is_named_before_any_change(cluster: FleetHarness) -> None:
+    a = cluster.names[0]
+    cluster.faults(a, no_quorum=True)
+    try:
+        res = cluster.env.run("--json", "up", "host", a, "--skip-bench", "--skip-weights", timeout=300)
+    finally:
+        cluster.faults(a, no_quorum=False)
+    assert res.rc == 3, res.text
+    doc = res.json
+    assert doc["step"] == "cluster" and f"node {a} of cluster lab has no quorum" in doc["what"]
+    assert "pvecm status" in doc["fix"] and doc["details"]["cause"] == "no-quorum"
