@@ -156,6 +156,9 @@ class CtFaults:
         the stand-in's 2 s. A real GLM-5 warm start is minutes.
     cold_start_s: model seconds a start adds when its kernel cache is empty (JIT compile, first-start downloads),
         once per cache: the stand-in marks the cache after its first start becomes ready, as the real JIT caches fill.
+    ha_managed: the CT is an HA resource (ct:VMID in /etc/pve/ha/resources.cfg): a start, stop or shutdown is a
+        request to the HA manager (task `hastart`/`hastop`, "Requesting HA start for CT VMID") that ends OK at once;
+        the CT changes state `ha_delay_s` real seconds later (simulator/pve/ha.py), as the HA stack acts on it.
     """
 
     driver_mismatch: str | None = None
@@ -172,6 +175,8 @@ class CtFaults:
     perf_noise: float = 0.0
     perf_seed: int = 0
     stall_after: int | None = None
+    ha_managed: bool = False
+    ha_delay_s: float = 3.0
     slow_prefill_s: float = 0.0
     warm_start_s: float | None = None
     cold_start_s: float = 0.0

@@ -219,3 +219,9 @@ def parse_auto_vmid(text: str) -> AutoVmidRead:
     recorded = head.strip()
     return AutoVmidRead(recorded=int(recorded) if recorded.isdigit() and 100 <= int(recorded) <= 999_999_999 else None,
                         nextid=nextid, cluster=parse_cluster_view(cluster))
+
+
+def upid_type(upid: str) -> str | None:
+    """A task's type from its UPID (`UPID:node:pid:pstart:starttime:TYPE:ID:user:`): `vzstart`, `hastart`, …"""
+    parts = upid.split(":")
+    return parts[5] if len(parts) > 8 and parts[0] == "UPID" else None

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simulator.config import HostPaths
-from simulator.pve import acl, cluster, hardware, pending, schema, tasks
+from simulator.pve import acl, cluster, ha, hardware, pending, schema, tasks
 from simulator.pve import conf as confmod
 from simulator.pve import lxc as lxcmod
 from simulator.pve.lxc import Node, PveError
@@ -351,12 +351,28 @@ def _status_current(ctx: Ctx, p: dict[str, Any]) -> Any:
     return ctx.node.status(int(p["vmid"]))
 
 
+def _ha_request(ctx: Ctx, vmid: int, state: ha.State) -> str | None:
+    """pve-container's vm_start/vm_stop/vm_shutdown for an HA-managed CT: a `hastart`/`hastop` task that only asks
+    the HA manager (`ha-manager set ct:VMID --state …`) and ends before the CT changes; None when not HA-managed."""
+    faults = ctx.node.state(vmid).faults
+    if not faults.ha_managed:
+        return None
+    word, typ = ("start", "hastart") if state == "started" else ("stop", "hastop")
+
+    def body(log: tasks.TaskLog) -> None:
+        log(f"Requesting HA {word} for CT {vmid}")
+        ha.request(ctx.node.hp, vmid, state, faults.ha_delay_s)
+
+    return ctx.task(typ, str(vmid), body)
+
+
 @route("POST", "/nodes/{node}/lxc/{vmid}/status/start")
 def _start(ctx: Ctx, p: dict[str, Any]) -> Any:
     vmid = int(p["vmid"])
     skiplock = _skiplock(ctx, p)
     ctx.node.precheck_start(vmid)
-    return ctx.task("vzstart", str(vmid), lambda log: ctx.node.start(vmid, log, skiplock=skiplock))
+    return _ha_request(ctx, vmid, "started") or ctx.task(
+        "vzstart", str(vmid), lambda log: ctx.node.start(vmid, log, skiplock=skiplock))
 
 
 def _skiplock(ctx: Ctx, p: dict[str, Any]) -> bool:
@@ -372,7 +388,8 @@ def _stop(ctx: Ctx, p: dict[str, Any]) -> Any:
     vmid = int(p["vmid"])
     check: lxcmod.LockCheck = "skip" if _skiplock(ctx, p) else "unless-mounted"
     ctx.node.precheck_running(vmid)
-    return ctx.task("vzstop", str(vmid), lambda log: ctx.node.stop(vmid, log, lock_check=check))
+    return _ha_request(ctx, vmid, "stopped") or ctx.task(
+        "vzstop", str(vmid), lambda log: ctx.node.stop(vmid, log, lock_check=check))
 
 
 @route("POST", "/nodes/{node}/lxc/{vmid}/status/shutdown")
@@ -381,7 +398,7 @@ def _shutdown(ctx: Ctx, p: dict[str, Any]) -> Any:
     ctx.node.precheck_running(vmid)
     timeout = float(p.get("timeout", 60))
     force = bool(p.get("forceStop", 0))
-    return ctx.task("vzshutdown", str(vmid),
+    return _ha_request(ctx, vmid, "stopped") or ctx.task("vzshutdown", str(vmid),
                     lambda log: ctx.node.stop(vmid, log, graceful_timeout_s=timeout, force=force,
                                               lock_check="always"))
 

@@ -65,6 +65,19 @@ def test_up_group_on_a_cluster_with_distinct_vmids(cluster: FleetHarness) -> Non
         assert _conf(cluster, name, vmid).exists()
 
 
+def test_an_ha_managed_start_is_waited_for(cluster: FleetHarness) -> None:
+    a = cluster.names[0]
+    cluster.host_env(a).ssh("pct stop 120")
+    cluster.ct_faults(a, 120, ha_managed=True, ha_delay_s=3.0)  # its start: a request the HA manager acts on later
+    try:
+        res = cluster.env.run("up", "host", a, "--skip-bench", "--skip-weights", timeout=600)
+    finally:
+        cluster.ct_faults(a, 120, ha_managed=False)
+    assert res.rc == 0, res.text
+    assert "CT 120 is HA-managed: its start is a request to the HA manager; waiting until it is running" in res.stdout
+    assert cluster.sglang_active(a) == "active"
+
+
 def _inventory_with(cluster: FleetHarness, tmp_path: Path, vmids: dict[str, int | str]) -> DeployEnv:
     """The fleet's environment on a copy of its inventory whose hosts have these VMIDs."""
     inventory = tmp_path / "inventory"
