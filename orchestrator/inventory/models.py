@@ -152,6 +152,9 @@ VMID_RANGE = (100, 999_999_999)
 
 
 class ContainerSpec(StrictModel):
+    # `vmid` in and out (model_dump gives what the inventory says), `vmid_setting` only in the code
+    model_config = ConfigDict(extra="forbid", frozen=True, serialize_by_alias=True)
+
     #: `vmid:` in the inventory: a number, or `auto`: a free one from the cluster's `/cluster/nextid`, chosen by the
     #: first `up` and recorded on the node so it stays the same (orchestrator/steps/vmid.py). Read it as `vmid`.
     vmid_setting: int | Literal["auto"] = Field(alias="vmid")
