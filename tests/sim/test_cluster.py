@@ -84,3 +84,37 @@ def test_a_node_without_quorum_refuses_writes(cluster: tuple[Any, list[Any]]) ->
 def test_standalone_node_lists_only_itself(sim: Any) -> None:
     members = _get(sim, "/cluster/status").json()["data"]
     assert [(m["type"], m["name"], m["nodeid"], m["local"]) for m in members] == [("node", sim.node, 0, 1)]
+
+
+def test_an_ha_managed_ct_starts_after_its_request_returns(cluster: tuple[Any, list[Any]]) -> None:
+    from simulator.manager import set_ct_faults
+    from tests.e2e.conftest import until
+
+    root, (_a, _b, c) = cluster
+    on_c = Ssh(c)
+    secret = c.token_secret_file.read_text().strip()
+    auth = {"Authorization": f"PVEAPIToken={c.token_id}={secret}"}
+    base = f"https://{c.address}:{c.api_port}/api2/json/nodes/{c.node}/lxc/121"
+
+    def status() -> str:
+        return str(_get(c, f"/nodes/{c.node}/lxc/121/status/current").json()["data"]["status"])
+
+    try:
+        assert _create(on_c, 121).rc == 0
+        set_ct_faults(root, c.name, 121, ha_managed=True, ha_delay_s=5.0)
+        upid = requests.post(f"{base}/status/start", headers=auth, verify=str(c.ca_file), timeout=15).json()["data"]
+        assert f":hastart:121:{c.token_id}:" in upid
+        task = until(lambda: (t := _get(c, f"/nodes/{c.node}/tasks/{upid}/status").json()["data"])["status"]
+                     == "stopped" and t, 10)
+        assert task and task["exitstatus"] == "OK"
+        assert status() == "stopped"  # the request is made; the HA manager has not acted yet
+        assert until(lambda: status() == "running", 30)
+        assert _get(c, f"/nodes/{c.node}/lxc/121/status/current").json()["data"]["ha"] == {"managed": 1}
+        log = _get(c, f"/nodes/{c.node}/tasks/{upid}/log").json()["data"]
+        assert log[0]["t"] == "Requesting HA start for CT 121"
+        stop = requests.post(f"{base}/status/shutdown", headers=auth, verify=str(c.ca_file), timeout=15).json()
+        assert ":hastop:121:" in stop["data"]
+        assert until(lambda: status() == "stopped", 60)
+    finally:
+        on_c.run("pct stop 121 2>/dev/null; pct destroy 121")
+        on_c.close()
