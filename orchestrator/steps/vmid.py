@@ -61,6 +61,10 @@ def resolve_auto_vmid(ctx: StepContext, record: StepRecord) -> None:
             ctx.ssh.run(record_command(path, vmid), what="record the auto VMID")
             how = f"chosen from /cluster/nextid and recorded in {path}"
     host = ctx.host.model_copy(update={"container": ctx.host.container.with_vmid(vmid)})
+    if read.recorded is not None or not ctx.options.dry_run:  # the node's own record: this machine keeps a copy
+        from orchestrator.state.auto_vmids import remember
+
+        remember(host, vmid)
     ctx.host = host
     ctx.ssh.host = host
     ctx.facts.host_cfg = host

@@ -110,6 +110,14 @@ def test_up_group_with_auto_vmids_chooses_free_ones_and_keeps_them(cluster: Flee
     assert again.rc == 0 and again.json["changed"] is False, again.text
     assert {h["host"]: {s["name"]: s for s in h["report"]["steps"]}["connect"]["details"]["vmid"]["vmid"]
             for h in again.json["hosts"]} == chosen
+    # a command that names the container without connecting (render, the router's addresses, bench group) takes
+    # the VMID this machine read from the node
+    a = cluster.names[0]
+    devices, proc = tmp_path / "devices.txt", tmp_path / "proc-devices.txt"
+    devices.write_text(cluster.host_env(a).ssh("ls -l /dev/nvidia* /dev/nvidia-caps/*").stdout)
+    proc.write_text(cluster.host_env(a).ssh("cat /proc/devices").stdout)
+    render = env.run("render", "host", a, "--devices-file", str(devices), "--proc-devices-file", str(proc))
+    assert render.rc == 0 and f"/etc/pve/lxc/{chosen[a]}.conf" in render.stdout, render.text
 
 
 def test_a_node_without_quorum_is_named_before_any_change(cluster: FleetHarness) -> None:

@@ -63,8 +63,12 @@ def _auto_run(make_run: Any, **options: Any) -> Any:
     return run
 
 
-def test_auto_vmid_is_chosen_once_and_recorded_on_the_node(make_run: Any) -> None:
+def test_auto_vmid_is_chosen_once_and_recorded_on_the_node(make_run: Any, tmp_path: Any, monkeypatch: Any) -> None:
+    from orchestrator.state.auto_vmids import recalled, with_recalled_vmids
+
+    monkeypatch.setenv("DEPLOY_STATE_DIR", str(tmp_path))
     run = _auto_run(make_run)
+    unresolved = run.ctx.host
     alone = [{"id": "node/pve-gpu-1", "ip": "10.1.230.174", "local": 1, "name": "pve-gpu-1", "nodeid": 0,
               "online": 1, "type": "node"}]
     run.node.answer("@@deploy-auto-vmid@@", f"@@deploy-auto-vmid@@\n\"104\"\n{json.dumps(alone)}\n\n[]\n")
@@ -76,9 +80,17 @@ def test_auto_vmid_is_chosen_once_and_recorded_on_the_node(make_run: Any) -> Non
                                              "/var/lib/deploy/auto-vmid/pve-gpu-1"}
     (write,) = [c for c in run.node.commands() if c.startswith("mkdir")]
     assert "printf '%s\\n' 104 > /var/lib/deploy/auto-vmid/pve-gpu-1.tmp" in write
+    # this machine keeps a copy, for the commands that name the container without connecting (router, bench group)
+    assert recalled(unresolved) == 104
+    inventory = run.ctx.inventory.model_copy(update={"hosts": {unresolved.name: unresolved}})
+    assert with_recalled_vmids(inventory).hosts[unresolved.name].container.vmid == 104
+    moved = unresolved.model_copy(update={"address": "10.9.9.9"})
+    assert recalled(moved) is None  # another machine at that name: not this one's VMID
 
 
-def test_a_recorded_auto_vmid_stays_and_a_plan_records_nothing(make_run: Any) -> None:
+def test_a_recorded_auto_vmid_stays_and_a_plan_records_nothing(make_run: Any, tmp_path: Any,
+                                                               monkeypatch: Any) -> None:
+    monkeypatch.setenv("DEPLOY_STATE_DIR", str(tmp_path))
     run = _auto_run(make_run, dry_run=True)
     run.node.answer("@@deploy-auto-vmid@@", f"131\n@@deploy-auto-vmid@@\n\"104\"\n{fact(STATUS, [])}")
     run.step("connect")
@@ -86,3 +98,4 @@ def test_a_recorded_auto_vmid_stays_and_a_plan_records_nothing(make_run: Any) ->
     fresh = _auto_run(make_run, dry_run=True)
     fresh.node.answer("@@deploy-auto-vmid@@", f"@@deploy-auto-vmid@@\n\"104\"\n{fact(STATUS, [])}")
     assert "`up` records it" in fresh.step("connect").details["vmid"]["how"] and not fresh.node.sent("mkdir")
+    assert [p.read_text() for p in (tmp_path / "auto-vmids").iterdir()] == ["10.1.230.174 pve-gpu-1 131\n"]
