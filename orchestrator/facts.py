@@ -23,7 +23,7 @@ from orchestrator.monitoring.publish import state_command as metrics_state_comma
 from orchestrator.parsers.ct_gpus import CT_GPU_QUERY, CtGpus, parse_ct_gpus
 from orchestrator.parsers.netaddr import address_command, net0_ifname
 from orchestrator.parsers.packages import DPKG_FORMAT
-from orchestrator.parsers.pve import parse_pct_status
+from orchestrator.parsers.pve import ClusterView, parse_cluster_view, parse_pct_status
 from orchestrator.parsers.sections import CommandOutput, batch_failure, build_batch_script, split_batch_output
 from orchestrator.parsers.watchdog import RESULT_MARK as WATCHDOG_RESULT_MARK
 from orchestrator.parsers.weights import RECORD_PATH
@@ -108,6 +108,16 @@ def _pct_state(out: CommandOutput) -> str | None:
     return parse_pct_status(out.stdout)
 
 
+#: The node's cluster and its guests, one JSON document a line (parsers.pve.parse_cluster_view).
+CLUSTER_COMMAND = ("pvesh get /cluster/status --output-format json && echo && "
+                   "pvesh get /cluster/resources --type vm --output-format json")
+
+
+def _cluster(out: CommandOutput) -> ClusterView | None:
+    """The node's cluster; None when pvesh could not say (not root, PVE not answering)."""
+    return parse_cluster_view(out.stdout) if out.rc == 0 else None
+
+
 def _ct_gpus(out: CommandOutput) -> CtGpus:
     return parse_ct_gpus(out.stdout, out.stderr, out.rc)
 
@@ -179,6 +189,8 @@ class HOST:
     ct_status = HostFact("ct_status", lambda h, p: f"pct status {h.container.vmid}", _pct_state)
     ct_config = HostFact("ct_config", lambda h, p: (
         f"pvesh get /nodes/{_q(h.pve.node)}/lxc/{h.container.vmid}/config --output-format json"), raw)
+    #: The node's cluster (name, quorum, members) and every VMID in it, whichever node has it (steps/cluster.py).
+    cluster = HostFact("cluster", lambda h, p: CLUSTER_COMMAND, _cluster)
     # Keys that wait for the CT's next start ([pve:pending]); `ct_config` shows their pending values.
     ct_pending = HostFact("ct_pending", lambda h, p: (
         f"pvesh get /nodes/{_q(h.pve.node)}/lxc/{h.container.vmid}/pending --output-format json"), raw)

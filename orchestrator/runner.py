@@ -117,7 +117,10 @@ def _run_steps(playbook: Playbook, host: Host, inventory: Inventory, profile: Se
                ) -> RunReport:
     metrics = Metrics()
     ssh = SshHost(host, metrics=metrics, tofu=options.tofu)
-    container = Container(ssh, host.container.vmid)
+    # `vmid: auto` is resolved by the connect step (steps/vmid.py), before any command names the container; a
+    # playbook without it reads `vmid`, which then says how to resolve it.
+    auto = host.container.vmid_auto and any(ref.name == "connect" for ref in playbook.steps)
+    container = Container(ssh, 0 if auto else host.container.vmid)
     ctx = StepContext(host=host, profile=profile, inventory=inventory, ssh=ssh, metrics=metrics,
                       facts=Facts(ssh, host, profile, container), options=options, ct=container,
                       say=say or (lambda _msg: None), inputs=inputs or RunInputs(),

@@ -98,6 +98,9 @@ class HostFaults:
         errors; `remap="3:pending"` or `"3:failed"`; `clocks_event="3:hw_thermal"`; `link="3:stuck-gen2"` (Gen2
         under load too) or `"3:idle-downshift"` (Gen1 idle, full speed under load). A host reboot clears the lost
         GPU, pending remaps and the kernel log.
+    no_quorum: the node lost quorum (a cluster partition): /etc/pve is read-only, so every API call (and `pct`,
+        `pvesh`) that writes answers pve-cluster's `cluster not ready - no quorum?`; `/cluster/status` says
+        `quorate: 0`. Reads still work.
     """
 
     missing_uvm: bool = False
@@ -114,6 +117,7 @@ class HostFaults:
     remap: str | None = None
     clocks_event: str | None = None
     link: str | None = None
+    no_quorum: bool = False
 
 
 @dataclass
@@ -152,6 +156,9 @@ class CtFaults:
         the stand-in's 2 s. A real GLM-5 warm start is minutes.
     cold_start_s: model seconds a start adds when its kernel cache is empty (JIT compile, first-start downloads),
         once per cache: the stand-in marks the cache after its first start becomes ready, as the real JIT caches fill.
+    ha_managed: the CT is an HA resource (ct:VMID in /etc/pve/ha/resources.cfg): a start, stop or shutdown is a
+        request to the HA manager (task `hastart`/`hastop`, "Requesting HA start for CT VMID") that ends OK at once;
+        the CT changes state `ha_delay_s` real seconds later (simulator/pve/ha.py), as the HA stack acts on it.
     """
 
     driver_mismatch: str | None = None
@@ -168,6 +175,8 @@ class CtFaults:
     perf_noise: float = 0.0
     perf_seed: int = 0
     stall_after: int | None = None
+    ha_managed: bool = False
+    ha_delay_s: float = 3.0
     slow_prefill_s: float = 0.0
     warm_start_s: float | None = None
     cold_start_s: float = 0.0
@@ -210,6 +219,9 @@ class HostConfig:
     faults: HostFaults = field(default_factory=HostFaults)
     #: The host side of the container bridge, where simulator services for containers listen.
     bridge_address: str | None = None
+    #: The PVE cluster this node belongs to (`sim up --cluster NAME`), None for a standalone node
+    #: (simulator/pve/cluster.py).
+    cluster: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "host.json") -> HostConfig:

@@ -93,6 +93,8 @@ class SimHostInfo:
     containers: dict[int, str]
     #: Inventory `container:` options pointing at the host's own services (index and hub).
     container_options: dict[str, str] = field(default_factory=dict)
+    #: The PVE cluster the node is in (`sim up --cluster NAME`), None for a standalone node.
+    cluster: str | None = None
 
     @property
     def running(self) -> bool:
@@ -278,10 +280,11 @@ def _info(hp: HostPaths) -> SimHostInfo:
         ca_file=hp.api / "ca.pem", token_id=TOKEN_ID, token_secret_file=hp.api / "token-secret",
         root_password_file=hp.api / "root-password", gpu_profile=cfg.gpu_profile,
         driver_version=cfg.driver_version, sshd_pid=sshd.running(hp),
-        api_pid=procs.read_pid(hp.api / "api.pid"), containers=cts, container_options=hostsvc.container_options(cfg))
+        api_pid=procs.read_pid(hp.api / "api.pid"), containers=cts, container_options=hostsvc.container_options(cfg),
+        cluster=cfg.cluster)
 
 
-def _inventory_entry(info: SimHostInfo) -> dict[str, Any]:
+def _inventory_entry(info: SimHostInfo, vmid: int = DEFAULT_VMID) -> dict[str, Any]:
     return {
         "address": info.address,
         "ssh": {"user": "root", "port": info.ssh_port, "key_file": str(info.key_file),
@@ -289,7 +292,7 @@ def _inventory_entry(info: SimHostInfo) -> dict[str, Any]:
         "pve": {"node": info.node, "root_ssh": True,
                 "api": {"token_id": info.token_id, "token_secret": {"file": str(info.token_secret_file)},
                         "port": info.api_port, "verify": str(info.ca_file)}},
-        "container": {"vmid": DEFAULT_VMID, "hostname": "sglang-glm5",
+        "container": {"vmid": vmid, "hostname": "sglang-glm5",
                       "ostemplate": "local:vztmpl/debian-12-standard", "cores": 32, "memory_mb": 65536,
                       "rootfs_size_gb": 64, "unprivileged": False, "features": {"nesting": True},
                       "expected_gpus": PROFILE_GPU_COUNT[info.gpu_profile],
@@ -311,13 +314,28 @@ def router_stub(runs_on: str) -> str:
             f"# router:\n#   runs_on: {runs_on}\n#   workers: {SIM_GROUP}\n")
 
 
+def _vmids(infos: list[SimHostInfo]) -> list[int]:
+    """Each host's container VMID: DEFAULT_VMID on a standalone node; the nodes of one cluster share one VMID
+    namespace, so each takes the next one (120, 121, …), as an operator must."""
+    taken: dict[str, int] = {}
+    out = []
+    for info in infos:
+        if info.cluster is None:
+            out.append(DEFAULT_VMID)
+            continue
+        out.append(DEFAULT_VMID + taken.get(info.cluster, 0))
+        taken[info.cluster] = taken.get(info.cluster, 0) + 1
+    return out
+
+
 def write_inventory(root: Path, infos: list[SimHostInfo], copy_to: Path | None = None) -> Path:
     """<root>/inventory.yaml and its copy `copy_to` (its directory made if missing): hosts only. The profile and
     presets the hosts use are the tool's (`deploy sim up` writes its example's beside the copy when needed)."""
     import yaml
 
     text = ("# written by `deploy sim up`: the simulated hosts (loopback only), removed by `deploy sim down`\n"
-            + yaml.safe_dump({"hosts": {i.name: _inventory_entry(i) for i in infos},
+            + yaml.safe_dump({"hosts": {i.name: _inventory_entry(i, vmid)
+                                        for i, vmid in zip(infos, _vmids(infos), strict=True)},
                               "groups": {SIM_GROUP: [i.name for i in infos]}}, sort_keys=False)
             + (router_stub(infos[0].name) if len(infos) > 1 else ""))
     path = SimPaths(root).inventory
@@ -333,7 +351,8 @@ def write_inventory(root: Path, infos: list[SimHostInfo], copy_to: Path | None =
 
 def sim_up(root: Path = DEFAULT_ROOT, hosts: int = 1, profile: str = "rtx-pro-6000-x8",
            driver_version: str | None = None, time_scale: float = 1.0,
-           inventory_copy: Path | None = None, first: int = 1, ct_storage: str = "disk") -> list[SimHostInfo]:
+           inventory_copy: Path | None = None, first: int = 1, ct_storage: str = "disk",
+           cluster: str | None = None) -> list[SimHostInfo]:
     """Create (or keep) and start `hosts` simulated hosts under `root`; idempotent.
 
     Hosts are sim-<first>..: sim-N listens on 127.0.0.(N+1), whatever the root, so two roots that are up at the
@@ -343,7 +362,11 @@ def sim_up(root: Path = DEFAULT_ROOT, hosts: int = 1, profile: str = "rtx-pro-60
     CA trust stay valid across `up`; already-running daemons are left alone. Returns one entry per host.
     `ct_storage="tmpfs"` keeps the container filesystems in memory (simulator/lxc/storage.py). A host made for the
     retired view runtime is refused (config.RetiredRuntime, a ValueError) before anything of it changes.
+    `cluster="NAME"` joins these hosts into one PVE cluster (simulator/pve/cluster.py); hosts started without it
+    keep what they were (a standalone node stays one).
     """
+    if cluster is not None and not re.fullmatch(r"[A-Za-z][A-Za-z0-9-]{0,14}", cluster):
+        raise ValueError(f"cluster name {cluster!r}: PVE allows letters, digits and '-', at most 15, a letter first")
     _require_root()
     lxc_runtime.require_lxc()
     if profile not in GPU_PROFILES:
@@ -376,6 +399,11 @@ def sim_up(root: Path = DEFAULT_ROOT, hosts: int = 1, profile: str = "rtx-pro-60
                              gpu_profile=profile, driver_version=driver_version or PROFILE_DRIVER[profile],
                              time_scale=time_scale)
             hp.save(cfg)
+        if cluster is not None and cfg.cluster != cluster:
+            def join(c: HostConfig) -> None:
+                c.cluster = cluster
+
+            cfg = hp.update(join)
         _layout_fs(hp)
         hardware.provision(hp.dir, cfg)
         cfg = _lxc_host_up(hp, cfg)
@@ -753,6 +781,7 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--inventory-copy", type=Path, default=None)
     up.add_argument("--first", type=int, default=1)
     up.add_argument("--ct-storage", choices=lxc_storage.STORAGES, default="disk")
+    up.add_argument("--cluster", default=None)
     sub.add_parser("down")
     sub.add_parser("status")
     f = sub.add_parser("faults")
@@ -769,7 +798,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "up":
             before = {i.name for i in sim_status(args.root) if i.running}
             infos = sim_up(args.root, args.hosts, args.profile, args.driver, args.time_scale, args.inventory_copy,
-                           first=args.first, ct_storage=args.ct_storage)
+                           first=args.first, ct_storage=args.ct_storage, cluster=args.cluster)
             _report(infos, args.json, before)
         elif args.cmd == "down":
             sim_down(args.root)

@@ -43,7 +43,12 @@ class AppContext:
     def inventory(self) -> Inventory:
         from orchestrator.inventory.loader import load_inventory
 
-        return load_inventory(self.inventory_dirs)
+        inventory = load_inventory(self.inventory_dirs)
+        if not any(h.container.vmid_auto for h in inventory.hosts.values()):
+            return inventory
+        from orchestrator.state.auto_vmids import with_recalled_vmids
+
+        return with_recalled_vmids(inventory)
 
     @property
     def inventory_paths(self) -> str:

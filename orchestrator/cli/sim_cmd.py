@@ -72,10 +72,13 @@ def sim() -> None:
 @click.option("--ct-storage", type=click.Choice(["disk", "tmpfs"]), default="disk", show_default=True,
               help="Where container filesystems live. tmpfs is fast to create and destroy, and "
                    "volatile: `sim down` removes the containers.")
+@click.option("--cluster", default=None, metavar="NAME",
+              help="Join these hosts into one Proxmox cluster NAME: one VMID list, each node's API serving the "
+                   "others' /nodes/<node>/…, /cluster/* across them (their inventory entries get VMIDs 120, 121, …).")
 @click.option("--root", default=None, help=ROOT_HELP)
 @common_options
 def up(app: AppContext, hosts: int, profile: str, time_scale: float, first: int, ct_storage: str,
-       root: str | None) -> int:
+       cluster: str | None, root: str | None) -> int:
     """Start (or keep) the simulated hosts and write their inventory entries, keys and known_hosts."""
     from simulator.config import RetiredRuntime
     from simulator.lxc.net import BridgeTaken, NetError
@@ -87,7 +90,7 @@ def up(app: AppContext, hosts: int, profile: str, time_scale: float, first: int,
     copy = _inventory_copy(app)
     try:
         infos = sim_up(_root(root), hosts=hosts, profile=profile, time_scale=time_scale, inventory_copy=copy,
-                       first=first, ct_storage=ct_storage)
+                       first=first, ct_storage=ct_storage, cluster=cluster)
     except RetiredRuntime as exc:
         raise _retired(exc, "sim up") from exc
     except AddressInUse as exc:
@@ -99,6 +102,8 @@ def up(app: AppContext, hosts: int, profile: str, time_scale: float, first: int,
     except (TemplateError, NetError, StorageError) as exc:
         raise ConfigError(f"containers: {exc}", fix="see docs/simulator.md, 'Containers'",
                           step="sim up") from exc
+    except ValueError as exc:  # a bad --cluster name, --hosts/--first out of range
+        raise ConfigError(str(exc), fix="see `deploy sim up --help`; nothing was started", step="sim up") from exc
     seeded = seed_server_files(copy.parent, copy)
     if seeded:
         record_seeded(_seed_record(root), seeded)

@@ -150,7 +150,7 @@ def _known_keys(loc: tuple[int | str, ...]) -> list[str]:
         inner = [m for model in models if part in model.model_fields
                  for m in _models_in(model.model_fields[part].annotation)]
         models = inner or models  # not a field: a mapping's key or a list's index, same models inside
-    return sorted({name for model in models for name in model.model_fields})
+    return sorted({field.alias or name for model in models for name, field in model.model_fields.items()})
 
 
 def _check_references(merged: Mapping[str, Mapping[str, Any]], origin: Mapping[tuple[str, str], Path]) -> None:

@@ -12,7 +12,7 @@ import stat
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from orchestrator.errors import ConfigError, did_you_mean, unknown_name
 from orchestrator.flags.limits import FlagValue, UnitTextError, flag_value_problem, text_problem
@@ -147,8 +147,17 @@ class PveAccess(StrictModel):
         return self
 
 
+#: PVE's VMID range (pve-common's `pve-vmid`).
+VMID_RANGE = (100, 999_999_999)
+
+
 class ContainerSpec(StrictModel):
-    vmid: int = Field(ge=100, le=999_999_999)
+    # `vmid` in and out (model_dump gives what the inventory says), `vmid_setting` only in the code
+    model_config = ConfigDict(extra="forbid", frozen=True, serialize_by_alias=True)
+
+    #: `vmid:` in the inventory: a number, or `auto`: a free one from the cluster's `/cluster/nextid`, chosen by the
+    #: first `up` and recorded on the node so it stays the same (orchestrator/steps/vmid.py). Read it as `vmid`.
+    vmid_setting: int | Literal["auto"] = Field(alias="vmid")
     hostname: str
     ostemplate: str
     template_storage: str = "local"
@@ -172,6 +181,40 @@ class ContainerSpec(StrictModel):
     hf_endpoint: str | None = None  # HF_ENDPOINT for `hf download` (a model hub mirror)
     # A host directory holding the model, bind-mounted as mpN at the profile's model_path (no download then).
     model_mount: str | None = None
+
+    _resolved_vmid: int | None = PrivateAttr(None)
+
+    @field_validator("vmid_setting", mode="before")
+    @classmethod
+    def _vmid(cls, v: object) -> object:
+        if v == "auto":
+            return v
+        if isinstance(v, bool) or not isinstance(v, int) or not VMID_RANGE[0] <= v <= VMID_RANGE[1]:
+            raise ValueError(f"{v!r}: a VMID is a number from {VMID_RANGE[0]} to {VMID_RANGE[1]}, or auto (a free one "
+                             "from the cluster, recorded on the node by the first `deploy up`)")
+        return v
+
+    @property
+    def vmid_auto(self) -> bool:
+        return self.vmid_setting == "auto"
+
+    @property
+    def vmid(self) -> int:
+        """The container's VMID: the inventory's number, or the one `vmid: auto` resolved to in this run."""
+        if isinstance(self.vmid_setting, int):
+            return self.vmid_setting
+        if self._resolved_vmid is None:
+            raise ConfigError("container.vmid is auto and this command has not resolved it (only a playbook that "
+                              "connects to the host does)",
+                              fix="run `deploy up` on the host (it chooses and records the VMID), or set vmid to "
+                                  "that number in the inventory")
+        return self._resolved_vmid
+
+    def with_vmid(self, vmid: int) -> ContainerSpec:
+        """This spec with `vmid: auto` resolved to `vmid` (a number in the inventory stays as it is)."""
+        copy = self.model_copy()
+        copy._resolved_vmid = vmid
+        return copy
 
     @field_validator("apt_proxy", "pip_index_url", "hf_endpoint")
     @classmethod

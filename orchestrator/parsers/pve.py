@@ -137,3 +137,91 @@ def parse_permission_error(message: str) -> MissingPrivilege | None:
     if not m or not m.group("path"):
         return None
     return MissingPrivilege(m.group("path"), tuple(m.group("privs").split("|")))
+
+
+@dataclass(frozen=True)
+class ClusterNode:
+    """One node of `GET /cluster/status`."""
+
+    name: str
+    ip: str | None
+    local: bool
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """What a node says about its cluster: `GET /cluster/status` (name, quorum, members) and the cluster-wide
+    guests of `GET /cluster/resources --type vm` (VMID → node). A standalone node has no name and is its own
+    only member; VMIDs are unique across a cluster (pve-cluster's check_vmid_unused)."""
+
+    name: str | None
+    quorate: bool
+    nodes: tuple[ClusterNode, ...]
+    guests: dict[int, str]
+
+    @property
+    def clustered(self) -> bool:
+        return self.name is not None
+
+
+def _json_lines(text: str, what: str) -> list[Any]:
+    values = []
+    for line in text.splitlines():
+        if line.strip():
+            try:
+                values.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ParseError(f"{what}: a line is not JSON", text) from exc
+    return values
+
+
+def parse_cluster_view(text: str) -> ClusterView:
+    """The `cluster` fact: `pvesh get /cluster/status` and `pvesh get /cluster/resources --type vm`, one JSON
+    document a line (pvesh's `--output-format json`), in that order."""
+    docs = _json_lines(text, "cluster status")
+    if len(docs) != 2 or not all(isinstance(d, list) for d in docs):
+        raise ParseError("cluster status: expected the JSON lists of /cluster/status and /cluster/resources", text)
+    status, resources = docs
+    entry = next((e for e in status if isinstance(e, dict) and e.get("type") == "cluster"), None)
+    nodes = tuple(ClusterNode(name=str(e.get("name", "")), ip=str(e["ip"]) if e.get("ip") else None,
+                              local=bool(int(e.get("local") or 0)))
+                  for e in status if isinstance(e, dict) and e.get("type") == "node")
+    guests = {int(g["vmid"]): str(g.get("node", "")) for g in resources
+              if isinstance(g, dict) and str(g.get("vmid", "")).isdigit()}
+    return ClusterView(name=str(entry["name"]) if entry is not None and entry.get("name") else None,
+                       quorate=entry is None or bool(int(entry.get("quorate") or 0)), nodes=nodes, guests=guests)
+
+
+#: Ends the recorded `vmid: auto` VMID (a file that may be missing) in the output of steps/vmid.py's read.
+AUTO_VMID_MARK = "@@deploy-auto-vmid@@"
+
+
+@dataclass(frozen=True)
+class AutoVmidRead:
+    """What `vmid: auto` decides from: the VMID recorded on the node (None: none yet, or not a VMID), the
+    cluster's `/cluster/nextid` and the cluster's view."""
+
+    recorded: int | None
+    nextid: int
+    cluster: ClusterView
+
+
+def parse_auto_vmid(text: str) -> AutoVmidRead:
+    """`cat RECORD; echo MARK; pvesh get /cluster/nextid; <the cluster fact's commands>`."""
+    head, mark, rest = text.partition(AUTO_VMID_MARK)
+    if not mark:
+        raise ParseError("auto VMID: the record's end mark is missing", text)
+    first, _, cluster = rest.strip().partition("\n")
+    try:
+        nextid = int(json.loads(first))
+    except (json.JSONDecodeError, TypeError, ValueError) as exc:
+        raise ParseError("auto VMID: /cluster/nextid is not a number", text) from exc
+    recorded = head.strip()
+    return AutoVmidRead(recorded=int(recorded) if recorded.isdigit() and 100 <= int(recorded) <= 999_999_999 else None,
+                        nextid=nextid, cluster=parse_cluster_view(cluster))
+
+
+def upid_type(upid: str) -> str | None:
+    """A task's type from its UPID (`UPID:node:pid:pstart:starttime:TYPE:ID:user:`): `vzstart`, `hastart`, …"""
+    parts = upid.split(":")
+    return parts[5] if len(parts) > 8 and parts[0] == "UPID" else None

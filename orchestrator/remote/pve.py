@@ -172,7 +172,16 @@ def grant_fix(token_id: str, missing: MissingPrivilege | None) -> str:
     return f"the token {token_id} lacks {needs} on {missing.path} ({privs}): {grant}{own}"
 
 
+#: pve-cluster's error on a node outside the quorate partition: /etc/pve is read-only, every change fails.
+NO_QUORUM = "cluster not ready - no quorum?"
+QUORUM_FIX = ("the node has lost its cluster's quorum: check it on the node (`pvecm status`), bring the other nodes or "
+              "the corosync links back, then run deploy again; only when the other nodes are down for good, "
+              "`pvecm expected 1` on this node lets it write alone")
+
+
 def _api_fix(status: int, message: str) -> str:
+    if NO_QUORUM in message:
+        return QUORUM_FIX
     if "only allowed for root@pam" in message:
         return "devN / raw lxc keys need root@pam: set pve.root_ssh: true so deploy uses pvesh over SSH"
     if status == 401:
@@ -207,8 +216,9 @@ class PveshPve:
         if res.rc != 0 and (upid := task_upid(res.stdout)) is not None:
             return upid
         if res.rc != 0:
-            raise RemoteError(f"pvesh {method} {path} failed: {res.stderr.strip() or res.stdout.strip()}",
-                              fix="see the PVE message above", host=self.ssh.host.name)
+            message = res.stderr.strip() or res.stdout.strip()
+            raise RemoteError(f"pvesh {method} {path} failed: {message}", fix=_api_fix(0, message),
+                              host=self.ssh.host.name)
         return parse_pvesh_output(res.stdout)
 
 

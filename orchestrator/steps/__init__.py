@@ -9,6 +9,7 @@ from orchestrator.steps.base import REGISTRY, Step, StepContext, step
 STEP_MODULES = (
     "orchestrator.steps.session",
     "orchestrator.steps.host",
+    "orchestrator.steps.cluster",
     "orchestrator.steps.container",
     "orchestrator.steps.packages",
     "orchestrator.steps.gpu",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ from orchestrator.parsers.pve import (
     parse_pending,
     parse_property_string,
     template_family,
+    upid_type,
     version_key,
     volids,
 )
@@ -461,9 +463,41 @@ def _converge(ctx: StepContext, record: StepRecord, pve: _Clients, status: str, 
     return status, True
 
 
+#: How long `up` waits for an HA-managed CT to reach the state it asked the HA manager for.
+HA_WAIT_S = 120
+#: The tasks of an HA-managed CT's start and stop (pve-container): a request to the HA manager, ended before the CT
+#: changes, and the state each asks for.
+HA_TASKS = {"hastart": "running", "hastop": "stopped"}
+
+
+def _power(ctx: StepContext, pve: _Clients, action: str, what: str, **params: Any) -> None:
+    """Start or shut down the CT and wait until it is so. The task of an HA-managed CT (`hastart`/`hastop`) only
+    asks the HA manager, which acts seconds later, so its end says nothing: the CT's status is waited for."""
+    node, vmid = ctx.host.pve.node, ctx.host.container.vmid
+    result = pve.lifecycle.call("post", f"/nodes/{node}/lxc/{vmid}/status/{action}", **params)
+    _wait(pve.lifecycle, ctx, result, what)
+    want = HA_TASKS.get(upid_type(result) or "") if isinstance(result, str) else None
+    if want is None:
+        return
+    ctx.say(f"CT {vmid} is HA-managed: its {what} is a request to the HA manager; waiting until it is {want} "
+            f"(at most {HA_WAIT_S} s)")
+    deadline = time.monotonic() + HA_WAIT_S
+    while True:
+        status = str((pve.lifecycle.call("get", f"/nodes/{node}/lxc/{vmid}/status/current") or {}).get("status"))
+        if status == want:
+            return
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(1.0)
+    raise RemoteError(f"CT {vmid} is HA-managed and still {status or 'unknown'} {HA_WAIT_S} s after the HA manager "
+                      f"was asked to make it {want}",
+                      fix=(f"check the HA stack on node {node}: `ha-manager status` shows ct:{vmid}'s state and why "
+                           "(a fenced node, the resource in `error` or `disabled`); run deploy up again once it is "
+                           f"{want}"), host=ctx.host.name, step="container", details={"cause": "ha", "want": want})
+
+
 def _shutdown(ctx: StepContext, pve: _Clients) -> None:
-    path = f"/nodes/{ctx.host.pve.node}/lxc/{ctx.host.container.vmid}/status/shutdown"
-    _wait(pve.lifecycle, ctx, pve.lifecycle.call("post", path, timeout=60, forceStop=1), "shutdown")
+    _power(ctx, pve, "shutdown", "shutdown", timeout=60, forceStop=1)
 
 
 @step("container", host_facts=(HOST.ct_status, HOST.ct_config, HOST.ct_pending, HOST.templates, HOST.aplinfo,
@@ -494,8 +528,7 @@ def container(ctx: StepContext, record: StepRecord) -> None:
     started = False
     if status != "running" and mark_change(record, ctx, f"start CT {spec.vmid}"):
         ctx.say(f"starting CT {spec.vmid}")
-        path = f"/nodes/{ctx.host.pve.node}/lxc/{spec.vmid}/status/start"
-        _wait(pve.lifecycle, ctx, pve.lifecycle.call("post", path), "start")
+        _power(ctx, pve, "start", "start")
         changed_anything = started = True
     if changed_anything and not ctx.options.dry_run:
         # After a start, the facts wait for the CT's boot: sglang (enabled) is then started by systemd, not by us.

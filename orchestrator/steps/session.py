@@ -72,6 +72,11 @@ def connect(ctx: StepContext, record: StepRecord) -> None:
     ctx.ssh.connect()
     h = ctx.host
     record.summary = f"{h.ssh.user}@{h.address}:{h.ssh.port}" + (" (TOFU)" if ctx.options.tofu else "")
+    if h.container.vmid_auto:
+        from orchestrator.steps.vmid import resolve_auto_vmid
+
+        resolve_auto_vmid(ctx, record)
+        record.summary += f"; CT VMID {ctx.vmid} (auto)"
 
 
 @step("lock")

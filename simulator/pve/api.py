@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simulator.config import HostPaths
-from simulator.pve import acl, hardware, pending, schema, tasks
+from simulator.pve import acl, cluster, ha, hardware, pending, schema, tasks
 from simulator.pve import conf as confmod
 from simulator.pve import lxc as lxcmod
 from simulator.pve.lxc import Node, PveError
@@ -99,14 +99,20 @@ def handle(hp: HostPaths, method: str, path: str, params: dict[str, Any], caller
     p = schema.validate(ep, params)
     node = Node(hp)
     if "node" in p and p["node"] != node.name:
-        raise PveError(f"hostname lookup '{p['node']}' failed - failed to get address info for: "
-                       f"{p['node']}: Name or service not known", 595)
+        # pveproxy proxies `/nodes/<other>/…` to that node of the cluster; a name outside it does not resolve.
+        other = cluster.member(hp, str(p["node"]))
+        if other is None:
+            raise PveError(f"hostname lookup '{p['node']}' failed - failed to get address info for: "
+                           f"{p['node']}: Name or service not known", 595)
+        node = Node(other)
     fn = ROUTES.get((method, ep.template))
     if fn is None:
         raise PveError(f"Method '{method} {ep.template}' not implemented by the simulator", 501)
     acl.check_schema(hp, caller.user, (ep.info.get("permissions") or {}).get("check") or [],
                      {**ep.path_params, **p})
-    return fn(Ctx(hp, node, caller, ep), p)
+    if method != "GET" and not cluster.quorate(node.hp):  # /etc/pve is read-only without quorum
+        raise PveError(cluster.NO_QUORUM)
+    return fn(Ctx(node.hp, node, caller, ep), p)
 
 
 def normaliser(ep: schema.Endpoint) -> Callable[[str, Any], str]:
@@ -143,7 +149,7 @@ def _version(ctx: Ctx, p: dict[str, Any]) -> Any:
 
 @route("GET", "/nodes")
 def _nodes(ctx: Ctx, p: dict[str, Any]) -> Any:
-    return [_node_entry(ctx)]
+    return [_node_entry(Node(m)) for m in cluster.members(ctx.node.hp)]
 
 
 def _uptime_s(hp: HostPaths) -> int:
@@ -154,15 +160,31 @@ def _uptime_s(hp: HostPaths) -> int:
         return 0
 
 
-def _node_entry(ctx: Ctx) -> dict[str, Any]:
-    return {"node": ctx.node.name, "id": f"node/{ctx.node.name}", "type": "node", "status": "online",
+def _node_entry(node: Node) -> dict[str, Any]:
+    return {"node": node.name, "id": f"node/{node.name}", "type": "node", "status": "online",
             "maxcpu": 128, "cpu": 0.01, "maxmem": 1 << 40, "mem": 1 << 34, "maxdisk": 1 << 40,
-            "disk": 1 << 35, "uptime": _uptime_s(ctx.node.hp), "level": "", "ssl_fingerprint": ""}
+            "disk": 1 << 35, "uptime": _uptime_s(node.hp), "level": "", "ssl_fingerprint": ""}
+
+
+@route("GET", "/cluster/status")
+def _cluster_status(ctx: Ctx, p: dict[str, Any]) -> Any:
+    """pve-manager's ClusterStatus: a `cluster` entry (name, nodes, quorate) and one `node` entry per member; a
+    standalone node lists only itself (nodeid 0)."""
+    nodes = [Node(m) for m in cluster.members(ctx.node.hp)]
+    name = ctx.node.cfg.cluster
+    out: list[dict[str, Any]] = []
+    if name:
+        out.append({"type": "cluster", "id": "cluster", "name": name, "nodes": len(nodes),
+                    "quorate": int(cluster.quorate(ctx.node.hp)), "version": len(nodes)})
+    for index, n in enumerate(nodes, start=1):
+        out.append({"type": "node", "id": f"node/{n.name}", "name": n.name, "nodeid": index if name else 0,
+                    "ip": n.cfg.address, "online": 1, "local": int(n.name == ctx.node.name), "level": ""})
+    return out
 
 
 @route("GET", "/cluster/nextid")
 def _nextid(ctx: Ctx, p: dict[str, Any]) -> Any:
-    used = set(ctx.node.vmids())
+    used = cluster.used_vmids(ctx.node.hp)
     if "vmid" in p:
         if p["vmid"] in used:
             raise schema.ParamError({"vmid": f"VM {p['vmid']} already exists"})
@@ -173,9 +195,9 @@ def _nextid(ctx: Ctx, p: dict[str, Any]) -> Any:
     return str(vmid)
 
 
-def _guest_entry(ctx: Ctx, vmid: int) -> dict[str, Any]:
-    st = ctx.node.status(vmid)
-    return {"id": f"lxc/{vmid}", "type": "lxc", "vmid": vmid, "node": ctx.node.name, "name": st["name"],
+def _guest_entry(node: Node, vmid: int) -> dict[str, Any]:
+    st = node.status(vmid)
+    return {"id": f"lxc/{vmid}", "type": "lxc", "vmid": vmid, "node": node.name, "name": st["name"],
             "status": st["status"], "maxmem": st["maxmem"], "mem": st["mem"], "maxcpu": st["cpus"],
             "cpu": st["cpu"], "maxdisk": st["maxdisk"], "disk": st["disk"], "uptime": st["uptime"],
             "template": st["template"], "netin": 0, "netout": 0, "diskread": 0, "diskwrite": 0,
@@ -184,26 +206,29 @@ def _guest_entry(ctx: Ctx, vmid: int) -> dict[str, Any]:
 
 @route("GET", "/cluster/resources")
 def _resources(ctx: Ctx, p: dict[str, Any]) -> Any:
+    """Every member's guests, node and storages (pmxcfs shares the resource list across the cluster)."""
     kind = p.get("type")
     out: list[dict[str, Any]] = []
+    nodes = [Node(m) for m in cluster.members(ctx.node.hp)]
     if kind in (None, "vm"):
-        out += [_guest_entry(ctx, v) for v in _visible(ctx)]
+        out += [_guest_entry(n, v) for n in nodes for v in _visible(ctx, n)]
     if kind in (None, "node"):
-        out.append(_node_entry(ctx))
+        out += [_node_entry(n) for n in nodes]
     if kind in (None, "storage"):
-        out += [{"id": f"storage/{ctx.node.name}/{s['storage']}", "type": "storage", "storage": s["storage"],
-                 "node": ctx.node.name, "status": "available", "content": s["content"],
+        out += [{"id": f"storage/{n.name}/{s['storage']}", "type": "storage", "storage": s["storage"],
+                 "node": n.name, "status": "available", "content": s["content"],
                  "plugintype": s["type"], "maxdisk": s["total"], "disk": s["used"], "shared": 0}
-                for s in _storages()]
+                for n in nodes for s in _storages()]
     return out
 
 
 # ---------------------------------------------------------------------------------------------- lxc
 
 
-def _visible(ctx: Ctx) -> list[int]:
+def _visible(ctx: Ctx, node: Node | None = None) -> list[int]:
     """Lists show only the CTs the caller has VM.Audit on (pve-container's vmlist, cluster/resources)."""
-    return [v for v in ctx.node.vmids() if acl.allowed(ctx.hp, ctx.caller.user, f"/vms/{v}", ["VM.Audit"])]
+    return [v for v in (node or ctx.node).vmids()
+            if acl.allowed(ctx.hp, ctx.caller.user, f"/vms/{v}", ["VM.Audit"])]
 
 
 @route("GET", "/nodes/{node}/lxc")
@@ -326,12 +351,28 @@ def _status_current(ctx: Ctx, p: dict[str, Any]) -> Any:
     return ctx.node.status(int(p["vmid"]))
 
 
+def _ha_request(ctx: Ctx, vmid: int, state: ha.State) -> str | None:
+    """pve-container's vm_start/vm_stop/vm_shutdown for an HA-managed CT: a `hastart`/`hastop` task that only asks
+    the HA manager (`ha-manager set ct:VMID --state …`) and ends before the CT changes; None when not HA-managed."""
+    faults = ctx.node.state(vmid).faults
+    if not faults.ha_managed:
+        return None
+    word, typ = ("start", "hastart") if state == "started" else ("stop", "hastop")
+
+    def body(log: tasks.TaskLog) -> None:
+        log(f"Requesting HA {word} for CT {vmid}")
+        ha.request(ctx.node.hp, vmid, state, faults.ha_delay_s)
+
+    return ctx.task(typ, str(vmid), body)
+
+
 @route("POST", "/nodes/{node}/lxc/{vmid}/status/start")
 def _start(ctx: Ctx, p: dict[str, Any]) -> Any:
     vmid = int(p["vmid"])
     skiplock = _skiplock(ctx, p)
     ctx.node.precheck_start(vmid)
-    return ctx.task("vzstart", str(vmid), lambda log: ctx.node.start(vmid, log, skiplock=skiplock))
+    return _ha_request(ctx, vmid, "started") or ctx.task(
+        "vzstart", str(vmid), lambda log: ctx.node.start(vmid, log, skiplock=skiplock))
 
 
 def _skiplock(ctx: Ctx, p: dict[str, Any]) -> bool:
@@ -347,7 +388,8 @@ def _stop(ctx: Ctx, p: dict[str, Any]) -> Any:
     vmid = int(p["vmid"])
     check: lxcmod.LockCheck = "skip" if _skiplock(ctx, p) else "unless-mounted"
     ctx.node.precheck_running(vmid)
-    return ctx.task("vzstop", str(vmid), lambda log: ctx.node.stop(vmid, log, lock_check=check))
+    return _ha_request(ctx, vmid, "stopped") or ctx.task(
+        "vzstop", str(vmid), lambda log: ctx.node.stop(vmid, log, lock_check=check))
 
 
 @route("POST", "/nodes/{node}/lxc/{vmid}/status/shutdown")
@@ -356,7 +398,7 @@ def _shutdown(ctx: Ctx, p: dict[str, Any]) -> Any:
     ctx.node.precheck_running(vmid)
     timeout = float(p.get("timeout", 60))
     force = bool(p.get("forceStop", 0))
-    return ctx.task("vzshutdown", str(vmid),
+    return _ha_request(ctx, vmid, "stopped") or ctx.task("vzshutdown", str(vmid),
                     lambda log: ctx.node.stop(vmid, log, graceful_timeout_s=timeout, force=force,
                                               lock_check="always"))
 

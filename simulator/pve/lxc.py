@@ -204,13 +204,20 @@ class Node:
     # ------------------------------------------------------------------------------------------ create
 
     def precheck_create(self, vmid: int) -> None:
-        if self.exists(vmid):
-            raise PveError(f"CT {vmid} already exists on node '{self.name}'")
+        """pve-cluster's check_vmid_unused: a VMID is unique across the cluster, whichever node has it."""
+        from simulator.pve import cluster
+
+        owner = self.name if self.exists(vmid) else cluster.vmid_owner(self.hp, vmid)
+        if owner is not None:
+            raise PveError(f"CT {vmid} already exists on node '{owner}'")
 
     def create_and_lock(self, vmid: int) -> None:
         """AbstractConfig::create_and_lock_config, run by the API call before its worker starts: the CT's config
-        is nothing but `lock: create` until the worker has unpacked the archive and written the real one."""
-        with self.lock(vmid):
+        is nothing but `lock: create` until the worker has unpacked the archive and written the real one. The
+        check and the write hold the cluster's VMID lock, so two nodes cannot both take one VMID."""
+        from simulator.pve import cluster
+
+        with cluster.vmid_lock(self.hp), self.lock(vmid):
             self.precheck_create(vmid)
             self.write(vmid, confmod.CtConf(options={"lock": "create"}))
 
@@ -512,7 +519,8 @@ class Node:
             "maxswap": int(o.get("swap", "512")) * 1024 * 1024, "maxdisk": _size_bytes(size),
             "mem": mem // 20 if run else 0, "swap": 0, "disk": _size_bytes(size) // 10 if run else 0,
             "cpu": 0.01 if run else 0, "uptime": int(time.time() - st.started_at) if run and st.started_at else 0,
-            "netin": 0, "netout": 0, "diskread": 0, "diskwrite": 0, "ha": {"managed": 0},
+            "netin": 0, "netout": 0, "diskread": 0, "diskwrite": 0,
+            "ha": {"managed": int(st.faults.ha_managed)},
             "template": 0 if "template" not in o else int(o["template"]),
             **({"pid": self.lxc.init_pid(vmid)} if run else {}),
             **({"lock": o["lock"]} if o.get("lock") else {}),

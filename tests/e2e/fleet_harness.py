@@ -82,10 +82,11 @@ class FleetHarness:
 
 @contextlib.contextmanager
 def fleet_root(tmp_path_factory: pytest.TempPathFactory, name: str, offset: int, hosts: int,
-               groups: Callable[[list[str]], dict[str, list[str]]] | None = None) -> Iterator[FleetHarness]:
+               groups: Callable[[list[str]], dict[str, list[str]]] | None = None,
+               **options: Any) -> Iterator[FleetHarness]:
     """`hosts` simulated hosts from `offset`, their inventory on the site template; `groups(names)` gives its
-    groups (default: prod = all)."""
-    with sim_root(tmp_path_factory, name, offset, hosts=hosts) as (root, infos):
+    groups (default: prod = all); `options` go to sim_up (`cluster="lab"`: the hosts are nodes of one cluster)."""
+    with sim_root(tmp_path_factory, name, offset, hosts=hosts, **options) as (root, infos):
         names = [i.name for i in infos]
         env = make_fleet_env(infos, tmp_path_factory.mktemp(f"{name}-env"),
                              groups(names) if groups else None, site_ostemplate(infos))

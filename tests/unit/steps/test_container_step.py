@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+from typing import Any
 
 import pytest
 
 from orchestrator.errors import CheckFailed, ConfigError, RemoteError, TaskFailed
 from orchestrator.facts import BOOT_UNSETTLED, CT, SETTLE_BOOT, settle_boot_script
 from orchestrator.parsers.devices import nvidia_char_devices, parse_dev_listing
+from orchestrator.parsers.pve import upid_type
 from orchestrator.steps.container import base_config, device_plan, lock_refusal, running_tasks
 from tests.unit.steps.conftest import with_container
 
@@ -336,3 +338,33 @@ def test_pvesh_failing_without_a_task_is_still_its_own_error(make_run) -> None:
     with pytest.raises(RemoteError) as exc:
         run.step("container")
     assert not isinstance(exc.value, TaskFailed) and "CT is locked (create)" in exc.value.what
+
+
+def _ha_start(make_run) -> Any:
+    """A stopped HA-managed CT: its start is a `hastart` task (a request to the HA manager) that ends OK at once."""
+    run = make_run(host_facts("status: stopped\n", converged_config(make_run())))
+    run.node.ct_after = {"gpus": ONE_GPU}
+    pve_accepts(run.node)
+    run.node.answer("/status/start", f'Requesting HA start for CT 120\n"{UPID}hastart:120:root@pam:"\n')
+    return run
+
+
+def test_an_ha_managed_start_is_waited_for_until_the_ct_runs(make_run) -> None:
+    run = _ha_start(make_run)
+    run.node.answer("/status/current", json.dumps({"status": "running", "ha": {"managed": 1}}))
+    assert "start CT 120" in run.step("container").changes
+    commands = run.node.commands("run")
+    start = next(i for i, c in enumerate(commands) if "/status/start" in c)
+    assert any("/lxc/120/status/current" in c for c in commands[start:])  # read after the request, not before
+    assert upid_type(f"{UPID}vzstart:120:root@pam:") == "vzstart" and upid_type("not a upid") is None
+
+
+def test_an_ha_managed_ct_that_never_runs_names_the_ha_stack(make_run, monkeypatch) -> None:
+    from orchestrator.steps import container as container_step
+
+    run = _ha_start(make_run)
+    run.node.answer("/status/current", json.dumps({"status": "stopped", "ha": {"managed": 1}}))
+    monkeypatch.setattr(container_step, "HA_WAIT_S", 0)
+    with pytest.raises(RemoteError) as exc:
+        run.step("container")
+    assert "CT 120 is HA-managed and still stopped" in exc.value.what and "ha-manager status" in exc.value.fix
