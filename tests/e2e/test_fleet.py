@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from orchestrator.errors import ConfigError
+from tests import sim_hosts
 from tests.e2e.conftest import until
 from tests.e2e.fleet_harness import FleetHarness, fleet_root
 from tests.sim_hosts import OFFSET_FLEET, OFFSET_FLEET_ROUTER, OFFSET_ROUTER_API, claim
@@ -147,7 +148,7 @@ def test_router_worker_api_of_the_pinned_real_router(tmp_path: Path) -> None:
     from simulator.router import start_router, stop_router
 
     n = claim(OFFSET_ROUTER_API, 2, ports=(30000,))  # the router on n+1, the stand-in worker on n+2
-    worker_addr, router_addr = f"127.0.0.{n + 2}", f"127.0.0.{n + 1}"
+    worker_addr, router_addr = sim_hosts.address(n + 1), sim_hosts.address(n)
     server = ThreadingHTTPServer((worker_addr, 0), _Worker)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://{worker_addr}:{server.server_address[1]}"
@@ -214,14 +215,14 @@ def test_real_router_routes_to_the_simulated_servers(fleet: Fleet, tmp_path: Pat
     infos = sim_status(fleet.root)
     assert_container_urls(fleet.root, infos, urls)
     assert_no_relay(infos)
-    n = claim(OFFSET_FLEET_ROUTER, ports=(30000,)) + 1  # the last octet of its address
-    base = f"http://127.0.0.{n}:30000"
+    router_addr = sim_hosts.address(claim(OFFSET_FLEET_ROUTER, ports=(30000,)))  # past sim-253 too
+    base = f"http://{router_addr}:30000"
     run_dir = tmp_path / "router"
     router_yaml = fleet.env.inventory / "router.yaml"
     chat = {"model": "glm-5", "max_tokens": 8,
             "messages": [{"role": "user", "content": "What is 17 + 25? Answer with the number only."}]}
     try:
-        start_router(run_dir, f"127.0.0.{n}", 30000, urls, policy="round_robin",
+        start_router(run_dir, router_addr, 30000, urls, policy="round_robin",
                      extra=["--health-check-interval-secs", "1"])
         with RouterClient(base) as router:
             workers = until(lambda: [w for w in router.list_workers() if w.healthy])
@@ -233,7 +234,7 @@ def test_real_router_routes_to_the_simulated_servers(fleet: Fleet, tmp_path: Pat
             assert until(lambda: [w.url for w in router.list_workers()] == [urls[1]])
             assert requests.post(f"{base}/v1/chat/completions", json=chat, timeout=120).status_code == 200
             # `status group` shows what the router thinks of each host's server
-            router_yaml.write_text(f"router:\n  host: 127.0.0.{n}\n  port: 30000\n  policy: round_robin\n"
+            router_yaml.write_text(f"router:\n  host: {router_addr}\n  port: 30000\n  policy: round_robin\n"
                                    "  workers: prod\n")
             res = fleet.env.run("--json", "status", "group", "prod")
             doc = res.json
