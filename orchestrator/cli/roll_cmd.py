@@ -239,9 +239,7 @@ def status(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
                      + ("starts it" if info.container != "absent" else "creates and starts it")
                      + (f" (or `pct start {vmid}` on the host)" if info.container != "absent" else ""))
     else:
-        app.out.line(f"host {report.host}: release {info.release or 'none'} "
-                     f"({info.verdict or 'unverified'}, {info.release_source or '-'}, "
-                     f"{info.release_created or '-'}), sglang {info.active}, /health {info.health}")
+        app.out.line(f"host {report.host}: {info.release_line()}")
         if info.drift:
             app.out.line(f"drift: {drift_line(info.drift, resolve_host(app, target).profile)}")
         if info.tune_trial:

@@ -48,6 +48,7 @@ from orchestrator.state.releases import (
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.checks import bench_for_release, wait_healthy
 from orchestrator.steps.session import ensure_facts
+from orchestrator.steps.software import server_stack
 from orchestrator.steps.state import BaselineEvidence, Candidate, FlagDrift, Rollback
 from orchestrator.steps.waiting import waiting_for
 from orchestrator.verdicts.regression import gate as regression_gate
@@ -226,9 +227,11 @@ def drift_line(drift: list[FlagDrift], profile: str) -> str:
 
 
 def bundle_for(ctx: StepContext, flags: FlagSet, release_id: str | None = None) -> Bundle:
-    """The files for `flags`; `release_id` goes into the unit's managed header only (not into any hash)."""
+    """The files for `flags` on the stack the server runs in this run (server_stack: its venv is the unit's
+    interpreter); `release_id` goes into the unit's managed header only (not into any hash)."""
     api_key = ctx.profile.api_key.read() if ctx.profile.api_key is not None else None
-    return render_bundle(ctx.host, ctx.profile, flags=flags, api_key=api_key, release_id=release_id)
+    return render_bundle(ctx.host, ctx.profile, flags=flags, api_key=api_key, release_id=release_id,
+                         venv=server_stack(ctx).venv)
 
 
 def baseline_bench(ctx: StepContext, preset: str) -> tuple[BenchResult, str] | None:
@@ -283,9 +286,11 @@ def install_bundle(ctx: StepContext, bundle: Bundle, *, source: str, restart: bo
         raise ConfigError(f"the rendered files changed while installing release {rid}",
                           fix="re-run; check that the API key file is not being rewritten", host=ctx.host.name)
     bundle = named
+    stack = server_stack(ctx)
     meta = {"id": rid, "created_at": datetime.now(UTC).isoformat(timespec="seconds"), "source": source,
             "bundle_sha256": bundle.sha256, "previous": previous, "profile": ctx.host.profile,
-            "sglang_version": bundle.flags.version, "argv": launch_argv(ctx.profile, bundle.flags),
+            "sglang_version": bundle.flags.version,
+            "argv": launch_argv(ctx.profile, bundle.flags, venv=stack.venv), "stack": stack.to_meta(),
             **(extra_meta or {})}
     rb = ReleaseBundle(rid, tuple(bundle.files), public_flags(ctx.profile, bundle.flags), meta)
     script = write_release_script(rb) + activate_script(rid, restart=restart, keep=ctx.profile.keep_releases,
@@ -484,6 +489,13 @@ def install_release(ctx: StepContext, record: StepRecord) -> None:
     record.status = "changed"
     record.summary = f"candidate {rid} (previous {previous})"
 
+    arm_rollback(ctx, rid, previous, cand)
+
+
+def arm_rollback(ctx: StepContext, rid: str, previous: str, cand: Candidate | None = None) -> None:
+    """From here on a failing step puts `previous` back (with its own files and stack) and waits for its health;
+    the failed release `rid` gets a "rolled-back" verdict with its evidence (`cand`'s baseline for a roll)."""
+
     def on_failure(err: DeployError, failed: StepRecord) -> None:
         evidence = {"verdict": "rolled-back", "failed_step": failed.name, "reason": err.what,
                     "journal": list((err.details or {}).get("journal") or [])[-20:],  # type: ignore[call-overload]
@@ -491,9 +503,9 @@ def install_release(ctx: StepContext, record: StepRecord) -> None:
         if ctx.state.bench_run is not None:
             evidence["candidate"] = bench_dict(ctx.state.bench_run.result)
             evidence["preset"] = ctx.state.bench_run.preset
-        if cand.baseline is not None:
+        if cand is not None and cand.baseline is not None:
             evidence["baseline"] = bench_dict(cand.baseline)
-        if cand.baseline_evidence is not None:
+        if cand is not None and cand.baseline_evidence is not None:
             evidence["baseline_evidence"] = cand.baseline_evidence.to_dict()
         if isinstance(err, LockLost):  # another run owns the host now: touching it would race that run
             err.what += f"; candidate {rid} was NOT rolled back to {previous} by this run"
@@ -593,6 +605,7 @@ def release_verdict(ctx: StepContext, record: StepRecord) -> None:
         record.summary = f"{server.release} already verified"
         return
     run = ctx.state.bench_run
+    ctx.on_failure = None  # verified: a later step's failure (the watchdog's) is no reason to roll back
     write_verdict(ctx, server.release, {
         "verdict": "kept", "source": "up", "candidate": bench_dict(run.result) if run else None,
         "preset": run.preset if run else None,

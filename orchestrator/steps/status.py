@@ -98,7 +98,8 @@ def status(ctx: StepContext, record: StepRecord) -> None:
     info.address = net0_static_ip(ctx.host.container.net0) or (parse_ip_addr(addr.stdout) if addr else None)
     read_watchdog(ctx)
     record.details.update(info.to_dict())
-    record.summary = (f"release {state.release or 'none'} ({info.verdict or 'unverified'}), sglang "
+    record.summary = (f"release {state.release or 'none'} ({info.verdict or 'unverified'}"
+                      f"{'' if info.serving else ', NOT SERVING'}), sglang "
                       f"{state.active}, /health {info.health}, {power}, watchdog "
                       f"{info.watchdog.state if info.watchdog else 'unknown'}"
                       + (f"; {drift_line(info.drift, ctx.host.profile)}" if info.drift else "")

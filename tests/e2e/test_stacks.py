@@ -1,0 +1,83 @@
+"""Side-by-side stacks (issue 35 items 1 and 2): an sglang upgrade is a new venv beside the running one, a release
+runs its own stack, a rollback restores flags and stack with no pip run, and a failed upgrade puts the previous
+release back on its own stack."""
+
+from __future__ import annotations
+
+from tests.e2e.conftest import DeployEnv
+
+OLD_VENV = "/root/ml-env"
+RENAMED = {"nsa-prefill-backend": None, "nsa-decode-backend": None,
+           "dsa-prefill-backend": "trtllm", "dsa-decode-backend": "trtllm"}
+
+
+def current(env: DeployEnv) -> str:
+    return env.ct("readlink /var/lib/deploy/current").stdout.strip().rsplit("/", 1)[-1]
+
+
+def server_python(env: DeployEnv) -> str:
+    """argv[0] of the running sglang: the interpreter of the stack it runs."""
+    pid = env.ct("systemctl show -p MainPID --value sglang").stdout.strip()
+    return env.ct(f"tr '\\0' '\\n' < /proc/{pid}/cmdline | head -n 1").stdout.strip()
+
+
+def stacks_listing(env: DeployEnv) -> str:
+    return env.ct("ls -l --time-style=+%s /opt/deploy/stacks; cat /opt/deploy/stacks/*.json").stdout
+
+
+def upgrade(env: DeployEnv) -> dict[str, dict]:
+    """The profile moved to 0.5.23 with the renamed flags, and `up`: a new stack built beside the old venv."""
+    env.set_profile(sglang_version="0.5.23", flags=RENAMED)
+    res = env.run("--json", "up", "host", env.host, "--skip-bench")
+    return {"res": res, **{s["name"]: s for s in res.json["steps"]}}
+
+
+def test_rollback_across_an_sglang_upgrade_restores_the_old_stack_with_no_pip_run(converged: DeployEnv) -> None:
+    """Issue 35 item 1: before, `rollback` ran the old flags on the in-place upgraded sglang (`unrecognized
+    arguments: --nsa-decode-backend`) and status said `(kept, up)` of a server that was down."""
+    env = converged
+    old = current(env)
+    steps = upgrade(env)
+    assert steps["res"].rc == 0, steps["res"].text[-2000:]
+    install, upgraded_python, before = steps["sglang_install"], server_python(env), stacks_listing(env)
+    old_venv_version = env.ct(f"sed -n 's/^Version: //p' {OLD_VENV}/lib/python3*/site-packages/sglang-*.dist-info/"
+                              "METADATA").stdout.strip()
+
+    back = env.run("--json", "rollback", "host", env.host, "--to", old)
+    assert back.rc == 0, back.text[-2000:]
+    assert current(env) == old and server_python(env) == f"{OLD_VENV}/bin/python"
+    assert "--nsa-decode-backend" in env.ct("tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value sglang)"
+                                            "/cmdline").stdout
+    status = env.run("status", "host", env.host)
+    assert status.rc == 0 and f"release {old} (kept, up, " in status.stdout and "/health 200" in status.stdout
+    # The upgrade built a stack of its own and ran it; the old venv was adopted, not upgraded in place; the
+    # rollback ran no pip and touched no stack.
+    assert install["status"] == "changed" and install["summary"].startswith("built stack "), install
+    assert upgraded_python == f"/opt/deploy/stacks/{install['details']['stack']}/bin/python"
+    assert old_venv_version == "0.5.12.post1"
+    assert stacks_listing(env) == before
+
+
+def test_a_failed_upgrade_puts_the_previous_release_back_on_its_own_stack(converged: DeployEnv) -> None:
+    """Issue 35 item 2: before, the new release's server died (`Unsupported architecture`), `up` exited 1 and the
+    host served nothing; `rollback` then failed as in item 1."""
+    env = converged
+    old = current(env)
+    env.ct_faults(fatal="unsupported-arch", match="dsa-decode")
+    try:
+        steps = upgrade(env)
+        res = steps["res"]
+        assert res.rc != 0, res.text[-2000:]
+        assert f"rolled back to {old}" in res.json["what"], res.json
+        assert current(env) == old and server_python(env) == f"{OLD_VENV}/bin/python"
+        assert env.ct("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/health").stdout == "200"
+        failed = res.json["details"]["candidate"]
+        verdict = env.ct(f"cat /var/lib/deploy/releases/{failed}/verdict.json").stdout
+        assert '"verdict": "rolled-back"' in verdict
+    finally:
+        env.ct_faults(fatal=None, match=None)
+    # The stack built for the failed attempt is kept: the next `up` tries again with no pip run.
+    again = env.run("--json", "up", "host", env.host, "--skip-bench")
+    assert again.rc == 0, again.text[-2000:]
+    install = next(s for s in again.json["steps"] if s["name"] == "sglang_install")
+    assert install["status"] == "ok" and install["summary"].startswith(f"stack {install['details']['stack']} ")
