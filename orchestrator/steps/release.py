@@ -48,7 +48,7 @@ from orchestrator.state.releases import (
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.checks import bench_for_release, wait_healthy
 from orchestrator.steps.session import ensure_facts
-from orchestrator.steps.software import server_stack
+from orchestrator.steps.software import release_stack, server_stack, stack_records
 from orchestrator.steps.state import BaselineEvidence, Candidate, FlagDrift, Rollback
 from orchestrator.steps.waiting import waiting_for
 from orchestrator.verdicts.regression import gate as regression_gate
@@ -109,15 +109,38 @@ def installed_flags(ctx: StepContext, given: Iterable[str] = ()) -> dict[str, An
 def release_flags(ctx: StepContext, rid: str, given: Iterable[str] = ()) -> dict[str, Any] | None:
     """Another release's flags, read as `installed_flags` reads the current one's (one round trip more): a plan
     over an interrupted roll rolls from the release the real run would restore first, not from the candidate."""
-    path = f"{ctx.ct.paths.release_dir(rid)}/flags.json"
-    res = ctx.ct.run(f"cat {shlex.quote(path)}", check=False, timeout=60, what=f"read release {rid}'s flags")
+    stored = release_json(ctx, rid, "flags.json")
+    if stored is None:
+        return None
+    return _with_secrets(ctx, stored, ctx.ct.paths.release_dir(rid), f"release {rid}", given)
+
+
+def release_json(ctx: StepContext, rid: str, name: str) -> dict[str, Any] | None:
+    """One JSON file of a release (flags.json, meta.json), one round trip; None when absent or unreadable."""
+    path = f"{ctx.ct.paths.release_dir(rid)}/{name}"
+    res = ctx.ct.run(f"cat {shlex.quote(path)}", check=False, timeout=60, what=f"read release {rid}'s {name}")
     try:
         stored = json.loads(res.stdout) if res.rc == 0 and res.stdout.strip() else None
     except json.JSONDecodeError:
         stored = None
-    if not isinstance(stored, dict):
-        return None
-    return _with_secrets(ctx, stored, ctx.ct.paths.release_dir(rid), f"release {rid}", given)
+    return stored if isinstance(stored, dict) else None
+
+
+def require_stack_present(ctx: StepContext, rid: str) -> None:
+    """A release runs only on its own stack: refuse (exit 2, nothing changed) to make current a release whose
+    stack venv was pruned or broken, instead of restarting into a unit whose interpreter is gone."""
+    stack = release_stack(ctx, release_json(ctx, rid, "meta.json"))
+    if not stack.sha:
+        return  # a release of an earlier deploy: it runs the profile's own venv, which nothing removes
+    found = stack_records(ctx).get(stack.sha)
+    if found is not None and found.usable:
+        return
+    why = "was pruned" if found is None else f"is broken (pip's record in {found.venv} names sglang {found.installed})"
+    raise ConfigError(f"release {rid} runs on stack {stack.sha} ({stack.requirement}), which {why}; nothing was "
+                      "changed", host=ctx.host.name,
+                      fix=(f"pin the profile to that stack (sglang_version {stack.sglang_version}, same extras and "
+                           "index) and run `deploy up` to build it again, or roll back to a release whose stack "
+                           "is kept (`deploy history` names each release's stack; raise keep_stacks to keep more)"))
 
 
 def _with_secrets(ctx: StepContext, stored: dict[str, Any], release_dir: str, where: str,
@@ -613,7 +636,7 @@ def release_verdict(ctx: StepContext, record: StepRecord) -> None:
     record.summary = f"{server.release} verified"
 
 
-@step("rollback_release", ct_facts=RELEASE_FACTS)
+@step("rollback_release", ct_facts=(*RELEASE_FACTS, CT.stacks))
 def rollback_release(ctx: StepContext, record: StepRecord) -> None:
     """Re-install a previous release (default: the current one's predecessor) and wait for health."""
     ensure_facts(ctx)
@@ -634,6 +657,7 @@ def rollback_release(ctx: StepContext, record: StepRecord) -> None:
     if target == state.release:
         record.summary = f"{target} is already current"
         return
+    require_stack_present(ctx, target)
     # The release we leave keeps its own verdict and figures: a manual rollback is an operator's choice,
     # not a judgement of that release.
     seconds = roll_back_to(ctx, target, record, reason="deploy rollback")

@@ -136,11 +136,13 @@ def sglang_install(ctx: StepContext, record: StepRecord) -> None:
         ctx.state.stack = found
         record.summary = f"stack {stack.sha} (sglang {want}) in {found.venv}"
         return
+    # The profile's venv with this very requirement is adopted even when it was recorded as installed from
+    # another index (a site template's provisioning host): its content is the requirement's.
     owner = next((r for r in records.values() if r.venv == base), None)
-    if have == want and (owner is None or owner.sha == stack.sha):
+    if have == want and (owner is None or owner.requirement == stack.requirement):
         adopt_stack(ctx, record, stack, base, f"adopt {base} (sglang {want}) as stack {stack.sha}")
         return
-    if have is None and (owner is None or owner.sha == stack.sha):
+    if have is None and (owner is None or owner.requirement == stack.requirement):
         install_base(ctx, record, stack)
         return
     if have is not None and owner is None:  # an earlier deploy's single venv: the running server's stack

@@ -91,6 +91,7 @@ def status(ctx: StepContext, record: StepRecord) -> None:
     info.health = health.stdout.strip() if health is not None else None
     info.release_created, info.release_source = meta.get("created_at"), meta.get("source")
     info.verdict, info.sglang_version = verdict.get("verdict"), meta.get("sglang_version")
+    info.stack = meta.get("stack") if isinstance(meta.get("stack"), dict) else None
     info.drift = flag_drift(ctx)
     trial = tune_trial(ctx)
     info.tune_trial = str(trial["id"]) if trial else None

@@ -186,3 +186,14 @@ def test_a_plan_names_the_stack_it_would_build_and_changes_nothing(make_run) -> 
     rec = run.step("sglang_install")
     assert rec.status == "would-change" and run.node.calls == []
     assert rec.summary.startswith(f"build stack {NEW_SHA} (sglang==0.5.23) in /opt/deploy/stacks/{NEW_SHA} while")
+
+
+def test_a_site_template_venv_recorded_from_another_index_is_adopted_not_rebuilt(make_run) -> None:
+    """A container created from a site template holds the record its provisioning host wrote (another index URL,
+    so another sha): the same requirement in the profile's venv is adopted under this host's stack, no pip run."""
+    other = Stack("sglang==0.5.12.post1", "0.5.12.post1", " --index-url http://10.9.0.3:3141/simple").sha
+    run = make_run({}, {"sglang_version": "0.5.12.post1\n", "stacks": stack_line(other, "/root/ml-env")})
+    run.node.succeed(".json.tmp")
+    rec = run.step("sglang_install")
+    assert rec.status == "changed" and rec.summary == f"adopt /root/ml-env (sglang 0.5.12.post1) as stack {BASE_SHA}"
+    assert not run.node.sent("pip install")
