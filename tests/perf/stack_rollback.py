@@ -16,20 +16,17 @@ asserted: a measurement. Run as root.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from simulator.manager import sim_down, sim_up  # noqa: E402
-from tests.e2e import site_template  # noqa: E402
-from tests.e2e.conftest import DeployEnv, make_env  # noqa: E402
+from tests.e2e.conftest import DeployEnv  # noqa: E402
+from tests.perf.one_host import template_host  # noqa: E402
 
 RENAMED = {"nsa-prefill-backend": None, "nsa-decode-backend": None,
            "dsa-prefill-backend": "trtllm", "dsa-decode-backend": "trtllm"}
@@ -58,44 +55,38 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--time-scale", type=float, default=5.0)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="deploy-perf-") as tmp:
-        root = Path(tmp) / "sim"
-        (info,) = sim_up(root, hosts=1, first=int(os.environ.get("DEPLOY_SIM_FIRST", "93")),
-                         time_scale=args.time_scale)
-        try:
-            env = make_env(info, Path(tmp), site_template.install(Path(info.host_dir)))
-            up = env.run("--json", "up", "host", info.name, "--skip-bench", timeout=900)
-            r1 = current(env)
-            roll = env.run("--json", "roll", "host", info.name, "--set", "max-running-requests=128", "--skip-bench",
-                           timeout=900)
-            r2 = current(env)
-            env.set_profile(sglang_version="0.5.23", flags=RENAMED)
-            upgrade = env.run("--json", "up", "host", info.name, "--skip-bench", timeout=900)
-            r3 = current(env)
-            if up.rc or roll.rc or upgrade.rc or len({r1, r2, r3}) != 3:
-                print(f"setup failed: up {up.rc}, roll {roll.rc}, upgrade {upgrade.rc}\n{upgrade.text[-3000:]}")
-                return 1
-            build_s = step_s(upgrade.json, "sglang_install")
-            stacks = env.ct(STACKS).stdout
-            flag_s: list[float] = []
-            stack_s: list[float] = []
-            for _ in range(args.runs):
-                stack_s.append(timed_rollback(env, r2))
-                flag_s.append(timed_rollback(env, r1))
-                flag_s.append(timed_rollback(env, r2))
-                stack_s.append(timed_rollback(env, r3))
-            untouched = env.ct(STACKS).stdout == stacks
-            timed_rollback(env, r2)
-            env.ct_faults(fatal="unsupported-arch", match="dsa-decode")
-            start = time.monotonic()
-            failed = env.run("--json", "up", "host", info.name, "--skip-bench", timeout=900)
-            failed_s = time.monotonic() - start
-            env.ct_faults(fatal=None, match=None)
-            healthy = env.ct("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/health").stdout
-            back = re.search(r"healthy again after (\d+) s", failed.json.get("what", ""))
-            one_start_s = step_s(upgrade.json, "health")
-        finally:
-            sim_down(root)
+    with template_host(args.time_scale) as (info, env, _root):
+        up = env.run("--json", "up", "host", info.name, "--skip-bench", timeout=900)
+        r1 = current(env)
+        roll = env.run("--json", "roll", "host", info.name, "--set", "max-running-requests=128", "--skip-bench",
+                       timeout=900)
+        r2 = current(env)
+        env.set_profile(sglang_version="0.5.23", flags=RENAMED)
+        upgrade = env.run("--json", "up", "host", info.name, "--skip-bench", timeout=900)
+        r3 = current(env)
+        if up.rc or roll.rc or upgrade.rc or len({r1, r2, r3}) != 3:
+            print(f"setup failed: up {up.rc}, roll {roll.rc}, upgrade {upgrade.rc}\n{upgrade.text[-3000:]}")
+            return 1
+        build_s = step_s(upgrade.json, "sglang_install")
+        stacks = env.ct(STACKS).stdout
+        flag_s: list[float] = []
+        stack_s: list[float] = []
+        for _ in range(args.runs):
+            stack_s.append(timed_rollback(env, r2))
+            flag_s.append(timed_rollback(env, r1))
+            flag_s.append(timed_rollback(env, r2))
+            stack_s.append(timed_rollback(env, r3))
+        untouched = env.ct(STACKS).stdout == stacks
+        timed_rollback(env, r2)
+        env.ct_faults(fatal="unsupported-arch", match="dsa-decode")
+        start = time.monotonic()
+        failed = env.run("--json", "up", "host", info.name, "--skip-bench", timeout=900)
+        failed_s = time.monotonic() - start
+        env.ct_faults(fatal=None, match=None)
+        healthy = env.ct("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/health").stdout
+        after = current(env)
+        back = re.search(r"healthy again after (\d+) s", failed.json.get("what", ""))
+        one_start_s = step_s(upgrade.json, "health")
     print(f"{info.name}: releases {r1} (0.5.12.post1, profile venv), {r2} (flags), {r3} (0.5.23, own stack); "
           f"time_scale {args.time_scale:g}")
     print(f"building the 0.5.23 stack beside the running server (sglang_install): {build_s:.1f} s")
@@ -103,9 +94,9 @@ def main() -> int:
         print(f"{label:<36}median {statistics.median(values):6.2f} s   all: {' '.join(f'{x:.2f}' for x in values)}")
     print(f"ratio stack / flag-only: {statistics.median(stack_s) / statistics.median(flag_s):.2f}; stacks dir "
           f"{'unchanged (no pip run)' if untouched else 'CHANGED'} across the rollbacks")
-    print(f"failed stack upgrade: up exit {failed.rc} after {failed_s:.1f} s, current {r2 if healthy == '200' else '?'}"
-          f" /health {healthy}; rollback healthy after {back[1] if back else '?'} s; one server start (health step "
-          f"of the upgrade's up) {one_start_s:.1f} s")
+    print(f"failed stack upgrade: up exit {failed.rc} after {failed_s:.1f} s, current {after} "
+          f"({'R2' if after == r2 else 'NOT R2'}), /health {healthy}; rollback healthy after "
+          f"{back[1] if back else '?'} s; one server start (health step of the upgrade's up) {one_start_s:.1f} s")
     return 0
 
 
