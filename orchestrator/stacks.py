@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.layout import PATHS
+from orchestrator.locks import Lock
 
 
 @dataclass(frozen=True)
@@ -30,12 +31,16 @@ class Stack:
     requirement: str
     sglang_version: str
     index_options: str = ""
+    #: Every distribution with its sha256 (`deploy lock`): installed with --require-hashes, part of the identity.
+    lock: Lock | None = None
 
     @property
     def sha(self) -> str:
         """12 hex digits of sha256 over the identity: the stack's name on every host."""
-        identity = json.dumps({"requirement": self.requirement, "index": self.index_options.strip()},
-                              sort_keys=True)
+        body: dict[str, str] = {"requirement": self.requirement, "index": self.index_options.strip()}
+        if self.lock is not None:
+            body["lock"] = self.lock.sha
+        identity = json.dumps(body, sort_keys=True)
         return hashlib.sha256(identity.encode()).hexdigest()[:12]
 
     @property
@@ -109,11 +114,21 @@ def write_record_command(record: StackRecord) -> str:
 
 
 def build_command(stack: Stack, venv: str) -> str:
-    """A fresh venv at `venv` (what a cut-short build left there removed first), then the requirement."""
+    """A fresh venv at `venv` (what a cut-short build left there removed first), then the requirement, or with a
+    lock exactly its distributions (`--require-hashes --no-deps -r LOCK`); a failed install removes the venv."""
     q = shlex.quote(venv)
     return (f"rm -rf {q} && mkdir -p {shlex.quote(PATHS.stacks_dir)} && python3 -m venv {q} && "
-            f"{q}/bin/pip install --disable-pip-version-check --progress-bar off{stack.index_options} "
-            f"{shlex.quote(stack.requirement)}")
+            + pip_install_command(stack, venv) + f" || {{ rc=$?; rm -rf {q}; exit $rc; }}")
+
+
+def pip_install_command(stack: Stack, venv: str) -> str:
+    """`VENV/bin/pip install` of the stack: its requirement, or its lock (written next to its record first)."""
+    pip = f"{shlex.quote(venv)}/bin/pip install --disable-pip-version-check --progress-bar off{stack.index_options}"
+    if stack.lock is None:
+        return f"{pip} {shlex.quote(stack.requirement)}"
+    lock = shlex.quote(PATHS.stack_record(stack.sha).removesuffix(".json") + ".lock.txt")
+    return (f"printf '%s' {shlex.quote(stack.lock.requirements())} > {lock} && "
+            f"{pip} --require-hashes --no-deps -r {lock}")
 
 
 def release_stack_sha(meta: Mapping[str, Any] | None) -> str | None:

@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tune": ("orchestrator.cli.tune_cmd", "tune"),
     "sim": ("orchestrator.cli.sim_cmd", "sim"),
     "init": ("orchestrator.cli.init_cmd", "init"),
+    "lock": ("orchestrator.cli.lock_cmd", "lock"),
 }
 
 SHORT_HELP = {
@@ -54,6 +55,7 @@ SHORT_HELP = {
     "metrics": "Prometheus file-based service discovery for a group (servers, router, node exporters).",
     "tune": "Best server flags under a latency SLO: each point rolled, its SLO limit searched; --apply rolls it.",
     "sim": "The simulated Proxmox GPU host on this machine (up, down, status, fault).",
+    "lock": "Pin every distribution of a profile's stack with its sha256, resolved in a host's container.",
     "init": "Write an example inventory (hosts, profiles, presets) for a new site into a directory.",
 }
 

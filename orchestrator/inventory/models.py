@@ -341,6 +341,10 @@ class ServerProfile(StrictModel):
     #: Software stacks (venvs under /opt/deploy/stacks) kept in the container, besides those of the current and the
     #: newest verified release and the profile's own venv, which are never removed (docs/stacks.md).
     keep_stacks: int = Field(3, ge=1)
+    #: Set by the inventory loader from `locks/<profile>.txt` beside the inventory files, never written in YAML:
+    #: the stack's lock (orchestrator/locks.py; `deploy lock` writes it).
+    lock_file: str | None = None
+    lock_text: str | None = None
     smoke: SmokeCheck = Field(default_factory=SmokeCheck)
     correctness: CorrectnessGate = Field(default_factory=CorrectnessGate)
     watchdog: WatchdogSettings = Field(default_factory=WatchdogSettings)

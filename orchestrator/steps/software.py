@@ -13,6 +13,7 @@ from orchestrator.facts import CT, sglang_version_command
 from orchestrator.flags.schema import FlagSchema
 from orchestrator.inventory.models import hf_token_for
 from orchestrator.layout import PATHS
+from orchestrator.locks import hash_mismatches, parse_lock
 from orchestrator.parsers.weights import RECORD_PATH, WeightsState, parse_download_output, parse_weights_check
 from orchestrator.render.pip_index import pip_index_options
 from orchestrator.resources import flags_probe_source, probe_text
@@ -22,6 +23,7 @@ from orchestrator.stacks import (
     StackRecord,
     build_command,
     parse_stack_listing,
+    pip_install_command,
     protected_stacks,
     prune_command,
     prune_plan,
@@ -46,8 +48,11 @@ class FlagCheck:
 def profile_stack(ctx: StepContext, version: str | None = None) -> Stack:
     """The stack the profile names (at `version` instead of its pin: the stack an older venv holds)."""
     want = version or ctx.profile.sglang_version
-    return Stack(requirement(want, ctx.profile.sglang_extras), want,
-                 pip_index_options(ctx.host.container.pip_index_url))
+    prof = ctx.profile
+    lock = (parse_lock(prof.lock_text, prof.lock_file or "lock")
+            if prof.lock_text is not None and want == prof.sglang_version else None)
+    return Stack(requirement(want, prof.sglang_extras), want, pip_index_options(ctx.host.container.pip_index_url),
+                 lock)
 
 
 def stack_records(ctx: StepContext) -> dict[str, StackRecord]:
@@ -101,12 +106,10 @@ def container_flag_check(ctx: StepContext, argv: list[str], venv: str | None = N
 
 def sglang_install_command(ctx: StepContext) -> str:
     """The profile's venv (made with the container's own `python3 -m venv` when absent), then the pinned sglang +
-    extras: the first stack of a container, installed where earlier deploys and site templates have it."""
-    prof = ctx.profile
-    venv = shlex.quote(prof.venv)
-    return (f"test -x {venv}/bin/python || python3 -m venv {venv} && "
-            f"{venv}/bin/pip install --disable-pip-version-check --progress-bar off"
-            f"{pip_index_options(ctx.host.container.pip_index_url)} {shlex.quote(prof.sglang_requirement)}")
+    extras (or the lock's distributions): the first stack of a container, where earlier deploys and site templates
+    have it."""
+    venv = shlex.quote(ctx.profile.venv)
+    return f"test -x {venv}/bin/python || python3 -m venv {venv} && {pip_install_command(profile_stack(ctx), venv)}"
 
 
 def now_iso() -> str:
@@ -138,8 +141,9 @@ def sglang_install(ctx: StepContext, record: StepRecord) -> None:
         return
     # The profile's venv with this very requirement is adopted even when it was recorded as installed from
     # another index (a site template's provisioning host): its content is the requirement's.
+    # A locked stack is never adopted: a venv pip filled without the lock need not hold the locked files.
     owner = next((r for r in records.values() if r.venv == base), None)
-    if have == want and (owner is None or owner.requirement == stack.requirement):
+    if have == want and stack.lock is None and (owner is None or owner.requirement == stack.requirement):
         adopt_stack(ctx, record, stack, base, f"adopt {base} (sglang {want}) as stack {stack.sha}")
         return
     if have is None and (owner is None or owner.requirement == stack.requirement):
@@ -177,6 +181,13 @@ def pip_install(ctx: StepContext, command: str, stack: Stack, venv: str) -> None
     """Run a pip install into `venv` (its lines shown as progress), then check pip's record of sglang there."""
     res = ctx.ct.run(command, check=False, timeout=3600, what="pip install sglang",
                      progress=lambda line: ctx.say(f"  pip: {line}"))
+    if res.rc != 0 and (bad := hash_mismatches(res.stdout + "\n" + res.stderr)):
+        raise ConfigError(f"the index no longer serves the locked build of {', '.join(b.describe() for b in bad)}; "
+                          f"pip refused to install stack {stack.sha} and the server was not touched",
+                          host=ctx.host.name, details={"packages": [b.name for b in bad]},
+                          fix=(f"if the index published a new build on purpose, run `deploy lock {ctx.host.profile} "
+                               f"--host {ctx.host.name}` again and review the diff of {ctx.profile.lock_file}; "
+                               "otherwise find out who changed the index (a lock exists so this never goes unseen)"))
     if res.rc != 0:
         raise RemoteError(f"pip install {stack.requirement} failed: {(res.stderr or res.stdout).strip()[-500:]}",
                           fix=("check the container's network or set container.pip_index_url to a reachable "

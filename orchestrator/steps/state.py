@@ -262,3 +262,4 @@ class RunState:
     #: sglang_install: the software stack the profile names, built or adopted (orchestrator/stacks.py); a release
     #: installed by this run runs it.
     stack: StackRecord | None = None
+    lock_text: str | None = None  # stack_lock: the lock file `deploy lock` writes into the inventory

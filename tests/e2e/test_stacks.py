@@ -81,3 +81,34 @@ def test_a_failed_upgrade_puts_the_previous_release_back_on_its_own_stack(conver
     assert again.rc == 0, again.text[-2000:]
     install = next(s for s in again.json["steps"] if s["name"] == "sglang_install")
     assert install["status"] == "ok" and install["summary"].startswith(f"stack {install['details']['stack']} ")
+
+
+def test_a_lock_pins_every_file_and_a_hash_the_index_does_not_serve_is_refused_naming_the_package(
+        converged: DeployEnv) -> None:
+    """Issue 35 item 3: `deploy lock` resolves the stack in the container; `up` then installs exactly those files
+    (--require-hashes); a lock hash the index no longer matches is exit 2 naming the package, the server untouched."""
+    env = converged
+    locked = env.run("--json", "lock", "glm5-nvfp4", "--host", env.host)
+    assert locked.rc == 0, locked.text[-2000:]
+    path = env.inventory / "locks" / "glm5-nvfp4.txt"
+    lines = [ln for ln in path.read_text().splitlines() if ln and not ln.startswith("#")]
+    assert locked.json["distributions"] == len(lines) > 5
+    assert any(ln.startswith("sglang==0.5.12.post1 --hash=sha256:") for ln in lines), lines
+    up = env.run("--json", "up", "host", env.host, "--skip-bench")
+    assert up.rc == 0, up.text[-2000:]
+    install = next(s for s in up.json["steps"] if s["name"] == "sglang_install")
+    assert install["summary"].startswith("built stack "), install
+    venv = f"/opt/deploy/stacks/{install['details']['stack']}"
+    freeze = env.ct(f"{venv}/bin/python -m pip freeze --all").stdout
+    assert "sglang==0.5.12.post1" in freeze
+
+    release, unit = current(env), env.ct("sha256sum /etc/systemd/system/sglang.service").stdout
+    first = next(ln for ln in lines if not ln.startswith("sglang=="))
+    name = first.split("==", 1)[0]
+    path.write_text(path.read_text().replace(first, first[:-64] + "0" * 64))  # the index serves another build
+    refused = env.run("--json", "up", "host", env.host, "--skip-bench")
+    assert refused.rc == 2, refused.text[-2000:]
+    assert f"the index no longer serves the locked build of {name}==" in refused.json["what"], refused.json
+    assert refused.json["details"]["packages"] == [name]
+    assert current(env) == release and env.ct("sha256sum /etc/systemd/system/sglang.service").stdout == unit
+    assert env.ct("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/health").stdout == "200"
