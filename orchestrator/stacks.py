@@ -127,7 +127,8 @@ def pip_install_command(stack: Stack, venv: str) -> str:
     if stack.lock is None:
         return f"{pip} {shlex.quote(stack.requirement)}"
     lock = shlex.quote(PATHS.stack_record(stack.sha).removesuffix(".json") + ".lock.txt")
-    return (f"printf '%s' {shlex.quote(stack.lock.requirements())} > {lock} && "
+    return (f"mkdir -p {shlex.quote(PATHS.stacks_dir)} && "
+            f"printf '%s' {shlex.quote(stack.lock.requirements())} > {lock} && "
             f"{pip} --require-hashes --no-deps -r {lock}")
 
 

@@ -406,7 +406,10 @@ def require_complete_weights(ctx: StepContext) -> None:
 def require_valid_flags(ctx: StepContext, argv: list[str]) -> FlagCheck:
     check = container_flag_check(ctx, argv)
     if not check.ok:
-        raise ConfigError(f"sglang {check.version} in CT {ctx.vmid} rejects the flags: {check.error}",
-                          fix="fix the flag set (deploy render shows the canonical names); nothing was changed",
+        stack = server_stack(ctx)
+        where = f"stack {stack.sha} ({stack.venv})" if stack.sha else f"CT {ctx.vmid}"
+        raise ConfigError(f"sglang {check.version} of {where} rejects the flags: {check.error}",
+                          fix="fix the flag set (deploy render shows the canonical names); nothing was changed "
+                              "(a stack built for it stays, for the next try)",
                           host=ctx.host.name)
     return check
