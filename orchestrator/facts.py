@@ -160,6 +160,15 @@ def sglang_version_of(venv_word: str) -> str:
             f"{venv_word}/lib/python3*/site-packages/sglang-[0-9]*.dist-info/METADATA")
 
 
+def current_stack_dists_command() -> str:
+    """The distributions installed in the current release's stack venv (meta.json's `stack.venv`), one
+    `name-version.dist-info` directory name a line; nothing for a release without a stack."""
+    meta = _q(f"{PATHS.current_link}/meta.json")
+    return (f"v=$(sed -n 's/.*\"venv\": *\"\\([^\"]*\\)\".*/\\1/p' {meta} 2>/dev/null) && [ -n \"$v\" ] && "
+            "for d in \"$v\"/lib/python3*/site-packages/*.dist-info; do [ -d \"$d\" ] && printf '%s\\n' \"${d##*/}\"; "
+            "done; true")
+
+
 def stacks_listing_command() -> str:
     """Every stack record in the container, one line each: the record's JSON, TAB, the sglang version pip's record
     in its venv names now (empty: the venv is gone), so a removed or broken venv is never taken for a stack."""
@@ -235,6 +244,8 @@ class CT:
     sglang_version = CtFact("sglang_version", lambda h, p: sglang_version_command(p.venv), raw)
     #: The software stacks built or adopted in the container (orchestrator/stacks.py).
     stacks = CtFact("stacks", lambda h, p: stacks_listing_command(), raw)
+    #: What pip's records in the current release's stack venv say is installed (stack drift against its lock).
+    stack_dists = CtFact("stack_dists", lambda h, p: current_stack_dists_command(), raw)
     # Complete weights, not just config.json: every file of deploy's record of the download (with sizes), or the
     # shards the index names (orchestrator.parsers.weights).
     weights = CtFact("weights", lambda h, p: (

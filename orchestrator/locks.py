@@ -118,3 +118,33 @@ def hash_mismatches(pip_output: str) -> list[HashMismatch]:
     if "DO NOT MATCH THE HASHES" not in pip_output:
         return []
     return [HashMismatch(m[1], m[2], m[3], m[4], m[5]) for m in MISMATCH.finditer(pip_output)]
+
+
+#: Installed with every venv, never part of a lock.
+VENV_TOOLS = frozenset({"pip", "setuptools", "wheel"})
+
+
+def installed_dists(dist_infos: str) -> dict[str, str]:
+    """`name-version.dist-info` directory names (one a line) → {normalized name: version}."""
+    out = {}
+    for line in dist_infos.split():
+        stem = line.strip().removesuffix(".dist-info")
+        name, sep, version = stem.partition("-")
+        if sep and version:
+            out[normalize(name)] = version
+    return out
+
+
+def lock_drift(lock: Lock, installed: dict[str, str]) -> list[str]:
+    """Where a stack's venv differs from its lock, by distribution (pip run into it behind the tool's back)."""
+    out = []
+    for e in sorted(lock.entries, key=lambda e: normalize(e.name)):
+        have = installed.get(normalize(e.name))
+        if have is None:
+            out.append(f"{e.name}=={e.version} missing")
+        elif have != e.version:
+            out.append(f"{e.name}: locked {e.version}, installed {have}")
+    locked = {normalize(e.name) for e in lock.entries}
+    out += [f"+{name}=={version} (not in the lock)" for name, version in sorted(installed.items())
+            if name not in locked and name not in VENV_TOOLS]
+    return out

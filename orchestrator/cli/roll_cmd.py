@@ -242,6 +242,8 @@ def status(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
         app.out.line(f"host {report.host}: {info.release_line()}")
         if info.stack:
             app.out.line(f"stack: {stack_cell({'stack': info.stack})} in {info.stack.get('venv')}")
+        if info.stack_drift:
+            app.out.line(f"stack drift against the lock: {', '.join(info.stack_drift)}")
         if info.drift:
             app.out.line(f"drift: {drift_line(info.drift, resolve_host(app, target).profile)}")
         if info.tune_trial:

@@ -101,6 +101,12 @@ def test_a_lock_pins_every_file_and_a_hash_the_index_does_not_serve_is_refused_n
     venv = f"/opt/deploy/stacks/{install['details']['stack']}"
     freeze = env.ct(f"{venv}/bin/python -m pip freeze --all").stdout
     assert "sglang==0.5.12.post1" in freeze
+    status = env.run("--json", "status", "host", env.host)
+    assert status.json["stack"]["sha"] == install["details"]["stack"] and status.json["stack_drift"] == []
+    # A pip run into the stack behind the tool's back shows as drift against the lock, by name.
+    assert env.ct(f"{venv}/bin/python -m pip uninstall -y -q hf-xet").rc == 0
+    drift = env.run("--json", "status", "host", env.host).json["stack_drift"]
+    assert len(drift) == 1 and drift[0].startswith("hf-xet==") and drift[0].endswith(" missing"), drift
 
     release, unit = current(env), env.ct("sha256sum /etc/systemd/system/sglang.service").stdout
     first = next(ln for ln in lines if not ln.startswith("sglang=="))

@@ -11,7 +11,16 @@ import pytest
 from orchestrator.cli.lock_cmd import lock_changes
 from orchestrator.errors import ConfigError
 from orchestrator.inventory.loader import load_inventory
-from orchestrator.locks import Lock, LockEntry, hash_mismatches, lock_from_report, parse_lock, render_lock
+from orchestrator.locks import (
+    Lock,
+    LockEntry,
+    hash_mismatches,
+    installed_dists,
+    lock_drift,
+    lock_from_report,
+    parse_lock,
+    render_lock,
+)
 from orchestrator.stacks import Stack, build_command
 from tests.shared import EXAMPLE_INVENTORY
 
@@ -96,3 +105,15 @@ def test_the_loader_gives_a_profile_its_lock_and_refuses_a_lock_of_another_pin(t
     with pytest.raises(ConfigError) as err:
         load_inventory(inv_dir)
     assert err.value.exit_code == 2 and f"locks sglang 0.0.1, but profile {name} pins sglang_version" in err.value.what
+
+
+def test_drift_names_each_distribution_the_venv_has_differently_from_its_lock() -> None:
+    lock = Lock((LockEntry("sglang", "0.5.23", A), LockEntry("torch", "2.9.1+deploysim", B),
+                 LockEntry("typing_extensions", "4.16.0", C), LockEntry("hf-xet", "1.8.0", A)))
+    installed = installed_dists("sglang-0.5.23.dist-info\ntorch-2.9.1+deploysim.dist-info\n"
+                                "typing_extensions-4.15.0.dist-info\npip-23.0.1.dist-info\nnumpy-2.4.0.dist-info\n")
+    assert lock_drift(lock, installed) == ["hf-xet==1.8.0 missing",
+                                           "typing_extensions: locked 4.16.0, installed 4.15.0",
+                                           "+numpy==2.4.0 (not in the lock)"]
+    clean = {k: v for k, v in installed.items() if k != "numpy"} | {"typing-extensions": "4.16.0", "hf-xet": "1.8.0"}
+    assert lock_drift(lock, clean) == []
