@@ -161,8 +161,31 @@ def sglang_version_command(venv: str) -> str:
     error and a non-zero exit, so the step installs. Only each file's header is read (`-s`: per file), and two
     dist-infos print two lines, which equal no pin.
     """
+    return sglang_version_of(_q(venv.rstrip('/')))
+
+
+def sglang_version_of(venv_word: str) -> str:
+    """sglang_version_command for a venv given as a shell word already quoted (`"$v"` in a loop)."""
     return (f"sed -s -n '1,/^$/ s/^Version: *//p' "
-            f"{_q(venv.rstrip('/'))}/lib/python3*/site-packages/sglang-[0-9]*.dist-info/METADATA")
+            f"{venv_word}/lib/python3*/site-packages/sglang-[0-9]*.dist-info/METADATA")
+
+
+def current_stack_dists_command() -> str:
+    """The distributions installed in the current release's stack venv (meta.json's `stack.venv`), one
+    `name-version.dist-info` directory name a line; nothing for a release without a stack."""
+    meta = _q(f"{PATHS.current_link}/meta.json")
+    return (f"v=$(sed -n 's/.*\"venv\": *\"\\([^\"]*\\)\".*/\\1/p' {meta} 2>/dev/null) && [ -n \"$v\" ] && "
+            "for d in \"$v\"/lib/python3*/site-packages/*.dist-info; do [ -d \"$d\" ] && printf '%s\\n' \"${d##*/}\"; "
+            "done; true")
+
+
+def stacks_listing_command() -> str:
+    """Every stack record in the container, one line each: the record's JSON, TAB, the sglang version pip's record
+    in its venv names now (empty: the venv is gone), so a removed or broken venv is never taken for a stack."""
+    return (f"if cd {_q(PATHS.stacks_dir)} 2>/dev/null; then for f in *.json; do [ -f \"$f\" ] || continue; "
+            "v=$(sed -n 's/.*\"venv\": *\"\\([^\"]*\\)\".*/\\1/p' \"$f\"); "
+            f"printf '%s\\t%s\\n' \"$(tr -d '\\n' < \"$f\")\" \"$({sglang_version_of(chr(34) + '$v' + chr(34))} "
+            "2>/dev/null | head -n 1)\"; done; fi")
 
 
 class HOST:
@@ -231,6 +254,10 @@ class CT:
     p2p_read = CtFact("p2p_read", lambda h, p: "nvidia-smi topo -p2p r", raw)
     p2p_write = CtFact("p2p_write", lambda h, p: "nvidia-smi topo -p2p w", raw)
     sglang_version = CtFact("sglang_version", lambda h, p: sglang_version_command(p.venv), raw)
+    #: The software stacks built or adopted in the container (orchestrator/stacks.py).
+    stacks = CtFact("stacks", lambda h, p: stacks_listing_command(), raw)
+    #: What pip's records in the current release's stack venv say is installed (stack drift against its lock).
+    stack_dists = CtFact("stack_dists", lambda h, p: current_stack_dists_command(), raw)
     # Complete weights, not just config.json: every file of deploy's record of the download (with sizes), or the
     # shards the index names (orchestrator.parsers.weights).
     weights = CtFact("weights", lambda h, p: (

@@ -31,6 +31,10 @@ class ContainerPaths:
     #: Where `hf` is installed when the server's venv has none: its own venv, so the huggingface_hub it needs
     #: never replaces the one the server's transformers pins.
     hf_venv: str = "/var/lib/deploy/hf-venv"
+    #: One venv per software stack (`<stack sha>/`) and its record (`<stack sha>.json`, written once the venv is
+    #: complete): stacks are built beside the running server and a release names the one it runs
+    #: (orchestrator/stacks.py). Outside state_dir, as software, not state.
+    stacks_dir: str = "/opt/deploy/stacks"
 
     @property
     def releases_dir(self) -> str:
@@ -68,6 +72,12 @@ class ContainerPaths:
     def watchdog_state(self) -> str:
         """Last check, state word, restarts in the budget window, last actions (JSON, 0600)."""
         return f"{self.watchdog_dir}/state.json"
+
+    def stack_venv(self, sha: str) -> str:
+        return f"{self.stacks_dir}/{sha}"
+
+    def stack_record(self, sha: str) -> str:
+        return f"{self.stacks_dir}/{sha}.json"
 
     def release_dir(self, release_id: str) -> str:
         return f"{self.releases_dir}/{release_id}"

@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "watch": ("orchestrator.cli.watch_cmd", "watch"),
     "sim": ("orchestrator.cli.sim_cmd", "sim"),
     "init": ("orchestrator.cli.init_cmd", "init"),
+    "lock": ("orchestrator.cli.lock_cmd", "lock"),
 }
 
 SHORT_HELP = {
@@ -56,6 +57,7 @@ SHORT_HELP = {
     "tune": "Best server flags under a latency SLO: each point rolled, its SLO limit searched; --apply rolls it.",
     "watch": "GPU faults acted on: a host with a fatal fault is drained out of the router, and put back once clean.",
     "sim": "The simulated Proxmox GPU host on this machine (up, down, status, fault).",
+    "lock": "Pin every distribution of a profile's stack with its sha256, resolved in a host's container.",
     "init": "Write an example inventory (hosts, profiles, presets) for a new site into a directory.",
 }
 

@@ -239,9 +239,11 @@ def status(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
                      + ("starts it" if info.container != "absent" else "creates and starts it")
                      + (f" (or `pct start {vmid}` on the host)" if info.container != "absent" else ""))
     else:
-        app.out.line(f"host {report.host}: release {info.release or 'none'} "
-                     f"({info.verdict or 'unverified'}, {info.release_source or '-'}, "
-                     f"{info.release_created or '-'}), sglang {info.active}, /health {info.health}")
+        app.out.line(f"host {report.host}: {info.release_line()}")
+        if info.stack:
+            app.out.line(f"stack: {stack_cell({'stack': info.stack})} in {info.stack.get('venv')}")
+        if info.stack_drift:
+            app.out.line(f"stack drift against the lock: {', '.join(info.stack_drift)}")
         if info.drift:
             app.out.line(f"drift: {drift_line(info.drift, resolve_host(app, target).profile)}")
         if info.tune_trial:
@@ -322,6 +324,14 @@ def _power(verdict: dict[str, Any] | None) -> str:
     return f"{sum(vals):.0f}" if vals else "-"
 
 
+def stack_cell(meta: dict[str, Any]) -> str:
+    """`sglang 0.5.23 @ 50c1fa50a5bb` (the release's stack); a release of an earlier deploy ran the profile venv."""
+    stack = meta.get("stack") if isinstance(meta.get("stack"), dict) else None
+    if stack:
+        return f"sglang {stack.get('sglang_version')} @ {stack.get('sha')}"
+    return f"sglang {meta['sglang_version']} (profile venv)" if meta.get("sglang_version") else ""
+
+
 @click.command("history")
 @click.argument("target", nargs=-1)
 @click.option("--bench", "bench", is_flag=True, help="Bench runs from the local ledger instead of releases.")
@@ -357,10 +367,10 @@ def history(app: AppContext, target: tuple[str, ...], bench: bool, limit: int, a
         diff = meta.get("flag_diff") or []
         changes = ", ".join(f"{k}: {a}→{b}" for k, a, b in diff) if diff else ("(profile)" if meta else "")
         table_rows.append(("*" if r["id"] == current else "", r["id"], str(meta.get("source", "")),
-                           str((verdict or {}).get("verdict", "unverified")), changes,
+                           str((verdict or {}).get("verdict", "unverified")), stack_cell(meta), changes,
                            _preset(verdict), _figure(verdict, "output_throughput"), _power(verdict),
                            textwrap.shorten(str((verdict or {}).get("reason", "")), 160, placeholder=" …")))
-    headers: list[str | Column] = ["", "release", "source", "verdict", "flag changes", "preset",
+    headers: list[str | Column] = ["", "release", "source", "verdict", "stack", "flag changes", "preset",
                                    Column("out tok/s", "right"), Column("GPU W (sum)", "right"), "reason"]
     app.out.table(spec(f"releases on {report.host}", headers, table_rows))
     if wd is not None and wd.actions:

@@ -17,6 +17,8 @@ from orchestrator.errors import ConfigError, did_you_mean
 from orchestrator.flags.limits import VALUE_FIX, UnitTextError
 from orchestrator.flags.schema import FlagSchema, ResolveError
 from orchestrator.inventory.models import Inventory, ServerProfile
+from orchestrator.localfile import read_text_file
+from orchestrator.locks import parse_lock
 from orchestrator.yamlfile import key_line, load_yaml
 
 SECTIONS = ("hosts", "profiles", "presets", "groups")
@@ -107,7 +109,38 @@ def load_inventory(dirs: str | Path | list[Path]) -> Inventory:
     except ValidationError as exc:
         raise _validation_error(exc, origin, dir_list) from None
     _check_flag_spellings(inventory, origin)
-    return inventory
+    return with_locks(inventory, dir_list, origin)
+
+
+#: Where a profile's lock lives, relative to an inventory directory (`deploy lock` writes it).
+LOCKS_DIR = "locks"
+
+
+def lock_path(inventory_dir: Path, profile: str) -> Path:
+    return inventory_dir / LOCKS_DIR / f"{profile}.txt"
+
+
+def with_locks(inventory: Inventory, dir_list: list[Path], origin: Mapping[tuple[str, str], Path]) -> Inventory:
+    """Each profile with a `locks/<name>.txt` in one of the inventory directories gets it as its lock, checked
+    here (before any remote change): its lines, and that it pins the profile's sglang_version."""
+    profiles = dict(inventory.profiles)
+    for name, profile in inventory.profiles.items():
+        if profile.lock_file is not None or profile.lock_text is not None:
+            raise ConfigError(f"{_at(origin[('profiles', name)], 'profiles', name)}: lock_file/lock_text are "
+                              "not inventory keys", fix=f"the lock is {LOCKS_DIR}/{name}.txt, written by `deploy lock`")
+        path = next((lock_path(d, name) for d in dir_list if lock_path(d, name).exists()), None)
+        if path is None:
+            continue
+        text = read_text_file(path, "lock file")
+        lock = parse_lock(text, str(path))
+        pinned = lock.version_of("sglang")
+        if pinned != profile.sglang_version:
+            raise ConfigError(f"{path} locks sglang {pinned or '(none)'}, but profile {name} pins "
+                              f"sglang_version {profile.sglang_version}",
+                              fix=f"run `deploy lock {name} --host HOST` again after changing the pin (and review "
+                                  "the diff), or remove the stale lock file")
+        profiles[name] = profile.model_copy(update={"lock_file": str(path), "lock_text": text})
+    return inventory.model_copy(update={"profiles": profiles})
 
 
 def _validation_error(exc: ValidationError, origin: Mapping[tuple[str, str], Path],

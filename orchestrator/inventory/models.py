@@ -19,6 +19,7 @@ from orchestrator.flags.limits import FlagValue, UnitTextError, flag_value_probl
 from orchestrator.inventory.net0 import GRAMMAR, net0_problem
 from orchestrator.localfile import read_text_file
 from orchestrator.redact import register_secret
+from orchestrator.stacks import requirement
 
 GateMetric = Literal["output_throughput", "mean_tpot_ms", "mean_ttft_ms"]
 DEFAULT_GATE: tuple[GateMetric, ...] = ("output_throughput",)
@@ -380,6 +381,13 @@ class ServerProfile(StrictModel):
     # What the roll gate holds against the baseline (TPOT/TTFT deltas are always reported).
     gate_metrics: list[GateMetric] = Field(default_factory=lambda: list(DEFAULT_GATE), min_length=1)
     keep_releases: int = Field(10, ge=2)
+    #: Software stacks (venvs under /opt/deploy/stacks) kept in the container, besides those of the current and the
+    #: newest verified release and the profile's own venv, which are never removed (docs/stacks.md).
+    keep_stacks: int = Field(3, ge=1)
+    #: Set by the inventory loader from `locks/<profile>.txt` beside the inventory files, never written in YAML:
+    #: the stack's lock (orchestrator/locks.py; `deploy lock` writes it).
+    lock_file: str | None = None
+    lock_text: str | None = None
     smoke: SmokeCheck = Field(default_factory=SmokeCheck)
     correctness: CorrectnessGate = Field(default_factory=CorrectnessGate)
     watchdog: WatchdogSettings = Field(default_factory=WatchdogSettings)
@@ -421,8 +429,7 @@ class ServerProfile(StrictModel):
     @property
     def sglang_requirement(self) -> str:
         """The pip requirement for the pinned sglang, with its extras: `sglang[srt]==0.5.23`."""
-        extras = f"[{','.join(self.sglang_extras)}]" if self.sglang_extras else ""
-        return f"sglang{extras}=={self.sglang_version}"
+        return requirement(self.sglang_version, self.sglang_extras)
 
     @field_validator("env")
     @classmethod

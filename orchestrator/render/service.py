@@ -62,12 +62,18 @@ def has_secrets(profile: ServerProfile, flags: FlagSet) -> bool:
     return profile.api_key is not None or bool(secret_flags(profile, flags))
 
 
-def exec_start(profile: ServerProfile, flags: FlagSet) -> str:
-    """ExecStart's value: interpreter, module, then one flag per continuation line (systemd-quoted)."""
-    if not re.fullmatch(r"/[A-Za-z0-9_./-]+", profile.venv) or "/../" in profile.venv + "/":
-        raise ConfigError(f"venv {profile.venv!r} must be an absolute path of letters, digits, '_', '.', '-'",
+def server_python(profile: ServerProfile, venv: str | None = None) -> str:
+    """The interpreter the unit runs: the release's stack venv (`venv`), else the profile's own venv."""
+    where = venv or profile.venv
+    if not re.fullmatch(r"/[A-Za-z0-9_./-]+", where) or "/../" in where + "/":
+        raise ConfigError(f"venv {where!r} must be an absolute path of letters, digits, '_', '.', '-'",
                           fix="e.g. venv: /root/ml-env")
-    python = profile.venv.rstrip("/") + "/bin/python"
+    return where.rstrip("/") + "/bin/python"
+
+
+def exec_start(profile: ServerProfile, flags: FlagSet, venv: str | None = None) -> str:
+    """ExecStart's value: interpreter, module, then one flag per continuation line (systemd-quoted)."""
+    python = server_python(profile, venv)
     lines = [f"{python} -m sglang.launch_server"]
     for group in _launch_groups(profile, flags):
         lines.append(" ".join(systemd_exec_arg(w) for w in group))
@@ -81,14 +87,15 @@ def exec_start(profile: ServerProfile, flags: FlagSet) -> str:
     return " \\\n    ".join(lines)
 
 
-def launch_argv(profile: ServerProfile, flags: FlagSet, api_key: str | None = None) -> list[str]:
+def launch_argv(profile: ServerProfile, flags: FlagSet, api_key: str | None = None,
+                venv: str | None = None) -> list[str]:
     """The argv sglang receives from systemd: `--config SECRETS_PATH` when there are secrets (has_secrets).
 
     With `api_key` (a placeholder, for validating a flag set with the container's parser before anything is
     installed) the key and every secret flag are passed as `--NAME PLACEHOLDER` instead, so the check needs no
     file on the target and no secret reaches its argv.
     """
-    argv = [profile.venv.rstrip("/") + "/bin/python", "-m", "sglang.launch_server"]
+    argv = [server_python(profile, venv), "-m", "sglang.launch_server"]
     for group in _launch_groups(profile, flags):
         argv.extend(group)
     secret = secret_flags(profile, flags)
@@ -103,14 +110,16 @@ def launch_argv(profile: ServerProfile, flags: FlagSet, api_key: str | None = No
     return argv
 
 
-def render_unit(profile: ServerProfile, flags: FlagSet, release_id: str | None = None) -> RenderedFile:
-    """sglang.service. The managed header (release id, body hash) is excluded from `sha256`."""
+def render_unit(profile: ServerProfile, flags: FlagSet, release_id: str | None = None,
+                venv: str | None = None) -> RenderedFile:
+    """sglang.service, running `venv`'s sglang (the release's stack; default the profile's venv). The managed
+    header (release id, body hash) is excluded from `sha256`."""
     ctx: dict[str, object] = {
         "served_model_name": profile.served_model_name,
         "model_path": profile.model_path,
         "env_file": ENV_PATH,
         "logging_config": LOGGING_PATH if has_secrets(profile, flags) else "",
-        "exec_start": exec_start(profile, flags),
+        "exec_start": exec_start(profile, flags, venv),
         "restart_sec": RESTART_SEC,
         "start_limit_burst": START_LIMIT_BURST,
         "start_limit_interval_s": START_LIMIT_BURST * (profile.start_timeout_s + RESTART_SEC),

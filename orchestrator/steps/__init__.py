@@ -14,6 +14,7 @@ STEP_MODULES = (
     "orchestrator.steps.packages",
     "orchestrator.steps.gpu",
     "orchestrator.steps.software",
+    "orchestrator.steps.locking",
     "orchestrator.steps.p2p",
     "orchestrator.steps.checks",
     "orchestrator.steps.correctness",

@@ -357,6 +357,7 @@ def measured_server(ctx: StepContext, release: str | None, expect: ExpectedServe
     from orchestrator.flags import canonicalize
     from orchestrator.render.service import launch_argv
     from orchestrator.steps.roll import installed_schema
+    from orchestrator.steps.software import server_stack
 
     out = ctx.facts.get(CT.server_process)
     proc = parse_server_process(out.stdout if out is not None else "")
@@ -371,14 +372,16 @@ def measured_server(ctx: StepContext, release: str | None, expect: ExpectedServe
     else:
         _, schema = installed_schema(ctx)
         stored = ctx.facts.get(CT.current_flags) or {}
-        diff = argv_difference(proc.argv, launch_argv(ctx.profile, canonicalize(stored, schema)))
+        diff = argv_difference(proc.argv, launch_argv(ctx.profile, canonicalize(stored, schema),
+                                                      venv=server_stack(ctx).venv))
         if diff is None:
             return proc.pid
         why = f"sglang (pid {proc.pid}) does not run release {release}'s flags: {diff}"
     raise HostChanged(why, fix="`deploy status` shows what runs now", host=ctx.host.name)
 
 
-@step("bench", ct_facts=(CT.current_release, CT.health, CT.current_flags, CT.sglang_version, CT.server_process))
+@step("bench", ct_facts=(CT.current_release, CT.health, CT.current_flags, CT.current_meta, CT.sglang_version,
+                         CT.server_process))
 def bench(ctx: StepContext, record: StepRecord) -> None:
     """Run the preset (once, or once per sweep point) against the running server, with telemetry."""
     ensure_facts(ctx)

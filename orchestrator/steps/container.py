@@ -44,7 +44,7 @@ NVIDIA_PATH = re.compile(r"^/dev/nvidia")
 CREATE_WAIT_S = 600
 CT_FACTS_AFTER_START = (CT.gpus, CT.sglang_version, CT.weights, CT.unit_sha,
                         CT.current_release, CT.releases, CT.active, CT.enabled, CT.main_pid, CT.health, CT.topo,
-                        CT.p2p_read, CT.p2p_write, CT.missing_pkgs, CT.watchdog)
+                        CT.p2p_read, CT.p2p_write, CT.missing_pkgs, CT.watchdog, CT.stacks)
 
 
 def base_config(spec: ContainerSpec) -> dict[str, str]:

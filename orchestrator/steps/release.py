@@ -48,6 +48,7 @@ from orchestrator.state.releases import (
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.checks import bench_for_release, wait_healthy
 from orchestrator.steps.session import ensure_facts
+from orchestrator.steps.software import release_stack, server_stack, stack_records
 from orchestrator.steps.state import BaselineEvidence, Candidate, FlagDrift, Rollback
 from orchestrator.steps.waiting import waiting_for
 from orchestrator.verdicts.regression import gate as regression_gate
@@ -108,15 +109,38 @@ def installed_flags(ctx: StepContext, given: Iterable[str] = ()) -> dict[str, An
 def release_flags(ctx: StepContext, rid: str, given: Iterable[str] = ()) -> dict[str, Any] | None:
     """Another release's flags, read as `installed_flags` reads the current one's (one round trip more): a plan
     over an interrupted roll rolls from the release the real run would restore first, not from the candidate."""
-    path = f"{ctx.ct.paths.release_dir(rid)}/flags.json"
-    res = ctx.ct.run(f"cat {shlex.quote(path)}", check=False, timeout=60, what=f"read release {rid}'s flags")
+    stored = release_json(ctx, rid, "flags.json")
+    if stored is None:
+        return None
+    return _with_secrets(ctx, stored, ctx.ct.paths.release_dir(rid), f"release {rid}", given)
+
+
+def release_json(ctx: StepContext, rid: str, name: str) -> dict[str, Any] | None:
+    """One JSON file of a release (flags.json, meta.json), one round trip; None when absent or unreadable."""
+    path = f"{ctx.ct.paths.release_dir(rid)}/{name}"
+    res = ctx.ct.run(f"cat {shlex.quote(path)}", check=False, timeout=60, what=f"read release {rid}'s {name}")
     try:
         stored = json.loads(res.stdout) if res.rc == 0 and res.stdout.strip() else None
     except json.JSONDecodeError:
         stored = None
-    if not isinstance(stored, dict):
-        return None
-    return _with_secrets(ctx, stored, ctx.ct.paths.release_dir(rid), f"release {rid}", given)
+    return stored if isinstance(stored, dict) else None
+
+
+def require_stack_present(ctx: StepContext, rid: str) -> None:
+    """A release runs only on its own stack: refuse (exit 2, nothing changed) to make current a release whose
+    stack venv was pruned or broken, instead of restarting into a unit whose interpreter is gone."""
+    stack = release_stack(ctx, release_json(ctx, rid, "meta.json"))
+    if not stack.sha:
+        return  # a release of an earlier deploy: it runs the profile's own venv, which nothing removes
+    found = stack_records(ctx).get(stack.sha)
+    if found is not None and found.usable:
+        return
+    why = "was pruned" if found is None else f"is broken (pip's record in {found.venv} names sglang {found.installed})"
+    raise ConfigError(f"release {rid} runs on stack {stack.sha} ({stack.requirement}), which {why}; nothing was "
+                      "changed", host=ctx.host.name,
+                      fix=(f"pin the profile to that stack (sglang_version {stack.sglang_version}, same extras and "
+                           "index) and run `deploy up` to build it again, or roll back to a release whose stack "
+                           "is kept (`deploy history` names each release's stack; raise keep_stacks to keep more)"))
 
 
 def _with_secrets(ctx: StepContext, stored: dict[str, Any], release_dir: str, where: str,
@@ -226,9 +250,11 @@ def drift_line(drift: list[FlagDrift], profile: str) -> str:
 
 
 def bundle_for(ctx: StepContext, flags: FlagSet, release_id: str | None = None) -> Bundle:
-    """The files for `flags`; `release_id` goes into the unit's managed header only (not into any hash)."""
+    """The files for `flags` on the stack the server runs in this run (server_stack: its venv is the unit's
+    interpreter); `release_id` goes into the unit's managed header only (not into any hash)."""
     api_key = ctx.profile.api_key.read() if ctx.profile.api_key is not None else None
-    return render_bundle(ctx.host, ctx.profile, flags=flags, api_key=api_key, release_id=release_id)
+    return render_bundle(ctx.host, ctx.profile, flags=flags, api_key=api_key, release_id=release_id,
+                         venv=server_stack(ctx).venv)
 
 
 def baseline_bench(ctx: StepContext, preset: str) -> tuple[BenchResult, str] | None:
@@ -283,9 +309,11 @@ def install_bundle(ctx: StepContext, bundle: Bundle, *, source: str, restart: bo
         raise ConfigError(f"the rendered files changed while installing release {rid}",
                           fix="re-run; check that the API key file is not being rewritten", host=ctx.host.name)
     bundle = named
+    stack = server_stack(ctx)
     meta = {"id": rid, "created_at": datetime.now(UTC).isoformat(timespec="seconds"), "source": source,
             "bundle_sha256": bundle.sha256, "previous": previous, "profile": ctx.host.profile,
-            "sglang_version": bundle.flags.version, "argv": launch_argv(ctx.profile, bundle.flags),
+            "sglang_version": bundle.flags.version,
+            "argv": launch_argv(ctx.profile, bundle.flags, venv=stack.venv), "stack": stack.to_meta(),
             **(extra_meta or {})}
     rb = ReleaseBundle(rid, tuple(bundle.files), public_flags(ctx.profile, bundle.flags), meta)
     script = write_release_script(rb) + activate_script(rid, restart=restart, keep=ctx.profile.keep_releases,
@@ -484,6 +512,13 @@ def install_release(ctx: StepContext, record: StepRecord) -> None:
     record.status = "changed"
     record.summary = f"candidate {rid} (previous {previous})"
 
+    arm_rollback(ctx, rid, previous, cand)
+
+
+def arm_rollback(ctx: StepContext, rid: str, previous: str, cand: Candidate | None = None) -> None:
+    """From here on a failing step puts `previous` back (with its own files and stack) and waits for its health;
+    the failed release `rid` gets a "rolled-back" verdict with its evidence (`cand`'s baseline for a roll)."""
+
     def on_failure(err: DeployError, failed: StepRecord) -> None:
         evidence = {"verdict": "rolled-back", "failed_step": failed.name, "reason": err.what,
                     "journal": list((err.details or {}).get("journal") or [])[-20:],  # type: ignore[call-overload]
@@ -491,9 +526,9 @@ def install_release(ctx: StepContext, record: StepRecord) -> None:
         if ctx.state.bench_run is not None:
             evidence["candidate"] = bench_dict(ctx.state.bench_run.result)
             evidence["preset"] = ctx.state.bench_run.preset
-        if cand.baseline is not None:
+        if cand is not None and cand.baseline is not None:
             evidence["baseline"] = bench_dict(cand.baseline)
-        if cand.baseline_evidence is not None:
+        if cand is not None and cand.baseline_evidence is not None:
             evidence["baseline_evidence"] = cand.baseline_evidence.to_dict()
         if isinstance(err, LockLost):  # another run owns the host now: touching it would race that run
             err.what += f"; candidate {rid} was NOT rolled back to {previous} by this run"
@@ -593,6 +628,7 @@ def release_verdict(ctx: StepContext, record: StepRecord) -> None:
         record.summary = f"{server.release} already verified"
         return
     run = ctx.state.bench_run
+    ctx.on_failure = None  # verified: a later step's failure (the watchdog's) is no reason to roll back
     write_verdict(ctx, server.release, {
         "verdict": "kept", "source": "up", "candidate": bench_dict(run.result) if run else None,
         "preset": run.preset if run else None,
@@ -600,7 +636,7 @@ def release_verdict(ctx: StepContext, record: StepRecord) -> None:
     record.summary = f"{server.release} verified"
 
 
-@step("rollback_release", ct_facts=RELEASE_FACTS)
+@step("rollback_release", ct_facts=(*RELEASE_FACTS, CT.stacks))
 def rollback_release(ctx: StepContext, record: StepRecord) -> None:
     """Re-install a previous release (default: the current one's predecessor) and wait for health."""
     ensure_facts(ctx)
@@ -621,6 +657,7 @@ def rollback_release(ctx: StepContext, record: StepRecord) -> None:
     if target == state.release:
         record.summary = f"{target} is already current"
         return
+    require_stack_present(ctx, target)
     # The release we leave keeps its own verdict and figures: a manual rollback is an operator's choice,
     # not a judgement of that release.
     seconds = roll_back_to(ctx, target, record, reason="deploy rollback")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import difflib
 
 from orchestrator.errors import CheckFailed, ConfigError, RemoteError
-from orchestrator.facts import CT
 from orchestrator.flags import (
     FlagSchema,
     apply_changes,
@@ -34,14 +33,13 @@ from orchestrator.steps.release import (
     usable_baseline,
 )
 from orchestrator.steps.session import ensure_facts
-from orchestrator.steps.software import container_flag_check
+from orchestrator.steps.software import container_flag_check, server_stack
 from orchestrator.steps.state import Candidate, CurrentFlags, RollRequest
 
 
 def installed_schema(ctx: StepContext) -> tuple[str, FlagSchema]:
-    """The flag schema of the sglang installed in the container (bundled when known, else probed there)."""
-    out = ctx.facts.get(CT.sglang_version)
-    version = out.stdout.strip() if out is not None and out.rc == 0 else ctx.profile.sglang_version
+    """The flag schema of the sglang the server runs (its release's stack; bundled when known, else probed)."""
+    version = server_stack(ctx).sglang_version or ctx.profile.sglang_version
     if version in FlagSchema.known_versions():
         return version, FlagSchema.load(version)
     probe = container_flag_check(ctx, [])

@@ -16,7 +16,10 @@ from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.release import (
     abandon_interrupted_up,
+    arm_rollback,
     bundle_for,
+    current_meta,
+    current_verdict,
     desired_flags,
     drift_line,
     flag_drift,
@@ -29,7 +32,7 @@ from orchestrator.steps.release import (
     unverified_up_release,
 )
 from orchestrator.steps.session import ensure_facts, unknown_until_started
-from orchestrator.steps.software import require_complete_weights, require_valid_flags
+from orchestrator.steps.software import release_stack, require_complete_weights, require_valid_flags, server_stack
 
 
 def unit_enabled(ctx: StepContext) -> bool:
@@ -115,12 +118,17 @@ def server_unit(ctx: StepContext, record: StepRecord) -> None:
         server.restarted = True
         record.summary = f"sglang started (release {state.release}, unit unchanged)"
         return
+    previous_meta, verified = current_meta(ctx), (current_verdict(ctx) or {}).get("verdict") == "kept"
     # Restart only when the files changed: the body hashes decide, never the release id in the header.
     restart = state.active == "active" and not same
     rid = install_bundle(ctx, bundle, source="up", restart=restart,
                          previous=state.release, existing=state.releases,
                          extra_meta={"profile_flags_sha": profile_flags_sha(ctx), "command": ctx.options.command})
     server.release, server.installed, server.previous = rid, True, state.release
+    if state.release is not None and verified and release_stack(ctx, previous_meta).venv != server_stack(ctx).venv:
+        # A stack change is a roll: never leave the host down while a verified release exists.
+        arm_rollback(ctx, rid, state.release)
+        record.details["rollback_armed"] = state.release
     server.restarted = restart or state.active != "active"
     done = "restarted" if restart else "started" if server.restarted else "left running (files unchanged)"
     record.summary = f"release {rid} installed and sglang {done}"

@@ -5,17 +5,33 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from orchestrator.errors import CheckFailed, ConfigError, RemoteError
-from orchestrator.facts import CT
+from orchestrator.facts import CT, sglang_version_command
 from orchestrator.flags.schema import FlagSchema
 from orchestrator.inventory.models import hf_token_for
 from orchestrator.layout import PATHS
+from orchestrator.locks import hash_mismatches, parse_lock
 from orchestrator.parsers.weights import RECORD_PATH, WeightsState, parse_download_output, parse_weights_check
 from orchestrator.render.pip_index import pip_index_options
 from orchestrator.resources import flags_probe_source, probe_text
 from orchestrator.runlog import StepRecord
+from orchestrator.stacks import (
+    Stack,
+    StackRecord,
+    build_command,
+    parse_stack_listing,
+    pip_install_command,
+    protected_stacks,
+    prune_command,
+    prune_plan,
+    record_for,
+    requirement,
+    write_record_command,
+)
+from orchestrator.state.releases import parse_release_lines, read_releases_script
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts, unknown_until_started
 from orchestrator.verdicts.weights import DownloadContext, download_error
@@ -29,12 +45,52 @@ class FlagCheck:
     schema: FlagSchema | None
 
 
-def container_flag_check(ctx: StepContext, argv: list[str]) -> FlagCheck:
-    """Validate argv with the parser of the sglang installed in the container (one round trip).
+def profile_stack(ctx: StepContext, version: str | None = None) -> Stack:
+    """The stack the profile names (at `version` instead of its pin: the stack an older venv holds)."""
+    want = version or ctx.profile.sglang_version
+    prof = ctx.profile
+    lock = (parse_lock(prof.lock_text, prof.lock_file or "lock")
+            if prof.lock_text is not None and want == prof.sglang_version else None)
+    return Stack(requirement(want, prof.sglang_extras), want, pip_index_options(ctx.host.container.pip_index_url),
+                 lock)
+
+
+def stack_records(ctx: StepContext) -> dict[str, StackRecord]:
+    out = ctx.facts.get(CT.stacks)
+    return parse_stack_listing(out.stdout) if out is not None and out.rc == 0 else {}
+
+
+def server_stack(ctx: StepContext) -> StackRecord:
+    """The stack the server runs in this run: the one sglang_install chose (`up`), else the current release's (a
+    roll changes flags, never the stack), else the profile's own venv (a release of an earlier deploy)."""
+    if ctx.state.stack is not None:
+        return ctx.state.stack
+    return release_stack(ctx, ctx.facts.get(CT.current_meta))
+
+
+def release_stack(ctx: StepContext, meta: dict[str, Any] | None) -> StackRecord:
+    """The stack a release runs, from its meta.json; a release of an earlier deploy names none and runs the
+    profile's venv."""
+    meta = meta or {}
+    stack = meta.get("stack")
+    if isinstance(stack, dict) and stack.get("venv"):
+        return StackRecord(str(stack.get("sha") or ""), str(stack["venv"]), str(stack.get("sglang_version") or ""),
+                           str(stack.get("requirement") or ""))
+    out = ctx.facts.get(CT.sglang_version)
+    version = (out.stdout.strip() if out is not None and out.rc == 0 else "") or str(
+        meta.get("sglang_version") or ctx.profile.sglang_version)
+    return StackRecord("", ctx.profile.venv.rstrip("/"), version, requirement(version, ctx.profile.sglang_extras),
+                       adopted=True)
+
+
+def container_flag_check(ctx: StepContext, argv: list[str], venv: str | None = None) -> FlagCheck:
+    """Validate argv with the parser of the sglang of `venv` (default: the stack the server runs), in the container
+    (one round trip): a new stack's parser judges the flags before anything restarts.
 
     The probe travels on stdin; sglang is never imported on the operator's machine.
     """
-    res = ctx.ct.run_python(ctx.profile.venv, flags_probe_source(), ["sglang", json.dumps(argv)],
+    venv = venv or server_stack(ctx).venv
+    res = ctx.ct.run_python(venv, flags_probe_source(), ["sglang", json.dumps(argv)],
                             tag="DEPLOY_PROBE_EOF",
                             timeout=120, what="flag validation in the container")
     try:
@@ -42,57 +98,147 @@ def container_flag_check(ctx: StepContext, argv: list[str]) -> FlagCheck:
     except (json.JSONDecodeError, IndexError) as exc:
         raise RemoteError(f"flag validation in CT {ctx.vmid} printed no result: "
                           f"{(res.stderr or res.stdout).strip()[-300:]}",
-                          fix=f"check that {ctx.ct.paths.venv_python(ctx.profile.venv)} exists and sglang imports",
+                          fix=f"check that {ctx.ct.paths.venv_python(venv)} exists and sglang imports",
                           host=ctx.host.name) from exc
     schema = FlagSchema.from_dump(data["actions"], version=str(data.get("version"))) if data.get("actions") else None
     return FlagCheck(bool(data.get("ok")), str(data.get("error") or ""), data.get("version"), schema)
 
 
 def sglang_install_command(ctx: StepContext) -> str:
-    """The venv (made with the container's own `python3 -m venv` when absent), then the pinned sglang + extras."""
-    prof = ctx.profile
-    venv = shlex.quote(prof.venv)
-    return (f"test -x {venv}/bin/python || python3 -m venv {venv} && "
-            f"{venv}/bin/pip install --disable-pip-version-check --progress-bar off"
-            f"{pip_index_options(ctx.host.container.pip_index_url)} {shlex.quote(prof.sglang_requirement)}")
+    """The profile's venv (made with the container's own `python3 -m venv` when absent), then the pinned sglang +
+    extras (or the lock's distributions): the first stack of a container, where earlier deploys and site templates
+    have it."""
+    venv = shlex.quote(ctx.profile.venv)
+    return f"test -x {venv}/bin/python || python3 -m venv {venv} && {pip_install_command(profile_stack(ctx), venv)}"
 
 
-@step("sglang_install", ct_facts=(CT.sglang_version,))
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+@step("sglang_install", ct_facts=(CT.sglang_version, CT.stacks))
 def sglang_install(ctx: StepContext, record: StepRecord) -> None:
-    """sglang in the profile's venv at the profile's pinned version, with its extras (installed when missing)."""
+    """The profile's stack (sglang at its pin, with its extras, from the site's index) in a venv of its own.
+
+    The first stack goes into the profile's venv; a venv that holds another stack (the one the server runs now) is
+    adopted as that stack and kept, and the new one is built beside it under PATHS.stacks_dir while the server
+    keeps serving. A stack once built is reused with no pip run (a rollback, a profile moved back).
+    """
     ensure_facts(ctx)
     if unknown_until_started(ctx, record, "the installed sglang version"):
         return
-    want = ctx.profile.sglang_version
+    stack, base = profile_stack(ctx), ctx.profile.venv.rstrip("/")
+    want = stack.sglang_version
     out = ctx.facts.get(CT.sglang_version)
-    have = out.stdout.strip() if out is not None and out.rc == 0 else None
-    record.details.update({"wanted": want, "installed": have, "requirement": ctx.profile.sglang_requirement})
-    if have == want:
-        record.summary = f"sglang {have} in {ctx.profile.venv}"
+    have = out.stdout.strip() if out is not None and out.rc == 0 and out.stdout.strip() else None
+    records = stack_records(ctx)
+    record.details.update({"wanted": want, "installed": have, "requirement": stack.requirement,
+                           "stack": stack.sha, "stacks": sorted(records)})
+    found = records.get(stack.sha)
+    if found is not None and found.usable:
+        ctx.state.stack = found
+        record.summary = f"stack {stack.sha} (sglang {want}) in {found.venv}"
         return
+    # The profile's venv with this very requirement is adopted even when it was recorded as installed from
+    # another index (a site template's provisioning host): its content is the requirement's.
+    # A locked stack is never adopted: a venv pip filled without the lock need not hold the locked files.
+    owner = next((r for r in records.values() if r.venv == base), None)
+    if have == want and stack.lock is None and (owner is None or owner.requirement == stack.requirement):
+        adopt_stack(ctx, record, stack, base, f"adopt {base} (sglang {want}) as stack {stack.sha}")
+        return
+    if have is None and (owner is None or owner.requirement == stack.requirement):
+        install_base(ctx, record, stack)
+        return
+    if have is not None and owner is None:  # an earlier deploy's single venv: the running server's stack
+        old = profile_stack(ctx, have)
+        adopt_stack(ctx, record, old, base, f"adopt {base} (sglang {have}) as stack {old.sha}, kept as it is")
+    build_stack(ctx, record, stack)
+
+
+def adopt_stack(ctx: StepContext, record: StepRecord, stack: Stack, venv: str, what: str) -> None:
+    """Record the profile's venv as the stack it holds: no pip run, and no prune ever removes it."""
+    rec = record_for(stack, venv, adopted=True, built_at=now_iso())
+    if stack.sha == profile_stack(ctx).sha:
+        ctx.state.stack = rec
+    if not mark_change(record, ctx, what):
+        record.summary = what
+        return
+    write_record(ctx, rec)
+    record.summary = what
+
+
+def write_record(ctx: StepContext, rec: StackRecord, then: str = "") -> str:
+    """Write a stack's record (its venv is complete), then run the script `then` in the same round trip."""
+    res = ctx.ct.script(f"{write_record_command(rec)} || exit 1\n{then}", check=False, timeout=120,
+                        what=f"record stack {rec.sha}")
+    if res.rc != 0:
+        raise RemoteError(f"could not record stack {rec.sha} in CT {ctx.vmid}: {(res.stderr or res.stdout)[-300:]}",
+                          fix=f"check that {PATHS.stacks_dir} in the container is writable", host=ctx.host.name)
+    return res.stdout
+
+
+def pip_install(ctx: StepContext, command: str, stack: Stack, venv: str) -> None:
+    """Run a pip install into `venv` (its lines shown as progress), then check pip's record of sglang there."""
+    res = ctx.ct.run(command, check=False, timeout=3600, what="pip install sglang",
+                     progress=lambda line: ctx.say(f"  pip: {line}"))
+    if res.rc != 0 and (bad := hash_mismatches(res.stdout + "\n" + res.stderr)):
+        raise ConfigError(f"the index no longer serves the locked build of {', '.join(b.describe() for b in bad)}; "
+                          f"pip refused to install stack {stack.sha} and the server was not touched",
+                          host=ctx.host.name, details={"packages": [b.name for b in bad]},
+                          fix=(f"if the index published a new build on purpose, run `deploy lock {ctx.host.profile} "
+                               f"--host {ctx.host.name}` again and review the diff of {ctx.profile.lock_file}; "
+                               "otherwise find out who changed the index (a lock exists so this never goes unseen)"))
+    if res.rc != 0:
+        raise RemoteError(f"pip install {stack.requirement} failed: {(res.stderr or res.stdout).strip()[-500:]}",
+                          fix=("check the container's network or set container.pip_index_url to a reachable "
+                               "index (air-gapped: a local mirror or wheelhouse); the server was not touched"),
+                          host=ctx.host.name)
+    check = ctx.ct.run(sglang_version_command(venv), check=False, timeout=60, what="read the installed sglang")
+    got = check.stdout.strip() if check.rc == 0 else None
+    if got != stack.sglang_version:
+        raise CheckFailed(f"after installing, pip's record of sglang in {venv} says {got}, wanted "
+                          f"{stack.sglang_version}", host=ctx.host.name,
+                          fix=(f"look for a second sglang-*.dist-info in the venv (`ls {venv}/lib/python3*"
+                               "/site-packages | grep -i sglang`) and remove the stale one"))
+
+
+def install_base(ctx: StepContext, record: StepRecord, stack: Stack) -> None:
+    """The container's first stack, in the profile's venv (as earlier deploys and site templates have it)."""
     index = ctx.host.container.pip_index_url
-    what = (f"install {ctx.profile.sglang_requirement} in {ctx.profile.venv} (found {have or 'none'})"
-            + (f" from {index}" if index else ""))
+    base = ctx.profile.venv.rstrip("/")
+    what = f"install {stack.requirement} in {base} (found none)" + (f" from {index}" if index else "")
+    rec = ctx.state.stack = record_for(stack, base, adopted=True, built_at=now_iso())
     if not mark_change(record, ctx, what):
         record.summary = what
         return
     ctx.say(what)
-    res = ctx.ct.run(sglang_install_command(ctx), check=False, timeout=3600, what="pip install sglang",
-                     progress=lambda line: ctx.say(f"  pip: {line}"))
-    if res.rc != 0:
-        raise RemoteError(f"pip install {ctx.profile.sglang_requirement} failed: "
-                          f"{(res.stderr or res.stdout).strip()[-500:]}",
-                          fix=("check the container's network or set container.pip_index_url to a reachable "
-                               "index (air-gapped: a local mirror or wheelhouse)"), host=ctx.host.name)
-    refresh_ct_facts(ctx, CT.sglang_version)
-    out = ctx.facts.get(CT.sglang_version)
-    have = out.stdout.strip() if out is not None and out.rc == 0 else None
-    if have != want:
-        raise CheckFailed(f"after installing, pip's record of sglang in {ctx.profile.venv} says {have}, wanted "
-                          f"{want}", host=ctx.host.name,
-                          fix=(f"look for a second sglang-*.dist-info in the venv (`ls {ctx.profile.venv}/lib/python3*"
-                               "/site-packages | grep -i sglang`) and remove the stale one"))
-    record.summary = f"installed sglang {have}"
+    pip_install(ctx, sglang_install_command(ctx), stack, base)
+    write_record(ctx, rec)
+    record.summary = f"installed sglang {stack.sglang_version} (stack {stack.sha} in {base})"
+
+
+def build_stack(ctx: StepContext, record: StepRecord, stack: Stack) -> None:
+    """A new stack in its own venv under PATHS.stacks_dir, beside the running server; then the prune."""
+    index = ctx.host.container.pip_index_url
+    what = (f"build stack {stack.sha} ({stack.requirement}) in {stack.venv} while the server keeps running"
+            + (f" from {index}" if index else ""))
+    rec = record_for(stack, stack.venv, adopted=False, built_at=now_iso())
+    ctx.state.stack = rec
+    if not mark_change(record, ctx, what):
+        record.summary = what
+        return
+    ctx.say(what)
+    pip_install(ctx, build_command(stack, stack.venv), stack, stack.venv)
+    rows = parse_release_lines(write_record(ctx, rec, then=read_releases_script(limit=10_000)))
+    current = next((str(r["current"]) for r in rows if "current" in r), None)
+    records = {**stack_records(ctx), stack.sha: rec}
+    doomed = prune_plan(records, ctx.profile.keep_stacks, protected_stacks(rows, current) | {stack.sha})
+    if doomed:
+        pruned = ctx.ct.run(prune_command(doomed), check=False, timeout=600, what="prune stacks")
+        if pruned.rc == 0:
+            record.details["pruned"] = [r.sha for r in doomed]
+            ctx.say(f"pruned stack(s) {', '.join(r.sha for r in doomed)} (keep_stacks {ctx.profile.keep_stacks})")
+    record.summary = f"built stack {stack.sha} (sglang {stack.sglang_version}) in {stack.venv}"
 
 
 #: What `hf` is installed from when the server's venv has none (in PATHS.hf_venv, never in the server's venv: a
@@ -260,7 +406,10 @@ def require_complete_weights(ctx: StepContext) -> None:
 def require_valid_flags(ctx: StepContext, argv: list[str]) -> FlagCheck:
     check = container_flag_check(ctx, argv)
     if not check.ok:
-        raise ConfigError(f"sglang {check.version} in CT {ctx.vmid} rejects the flags: {check.error}",
-                          fix="fix the flag set (deploy render shows the canonical names); nothing was changed",
+        stack = server_stack(ctx)
+        where = f"stack {stack.sha} ({stack.venv})" if stack.sha else f"CT {ctx.vmid}"
+        raise ConfigError(f"sglang {check.version} of {where} rejects the flags: {check.error}",
+                          fix="fix the flag set (deploy render shows the canonical names); nothing was changed "
+                              "(a stack built for it stays, for the next try)",
                           host=ctx.host.name)
     return check

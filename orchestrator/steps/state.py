@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # types only: the modules that produce them import the steps 
     from orchestrator.parsers.watchdog import WatchdogStatus
     from orchestrator.render.bundle import Bundle
     from orchestrator.runlog import StepRecord
+    from orchestrator.stacks import StackRecord
     from orchestrator.steps.p2p import P2PReport
     from orchestrator.verdicts.host import Finding
     from orchestrator.verdicts.regression import GateResult
@@ -171,6 +172,11 @@ class ServerStatus:
     release_source: str | None = None
     verdict: str | None = None
     sglang_version: str | None = None
+    #: The current release's stack (meta.json's `stack`: sha, venv, sglang_version, requirement); None for a release
+    #: of an earlier deploy (it runs the profile's venv).
+    stack: dict[str, Any] | None = None
+    #: With a lock: where the running stack differs from it (stack_drift in orchestrator/steps/status.py).
+    stack_drift: list[str] = field(default_factory=list)
     gpus: list[dict[str, float | int | None]] = field(default_factory=list)
     power_w: float = 0.0
     power_limit_w: float = 0.0
@@ -186,14 +192,30 @@ class ServerStatus:
     def container_running(self) -> bool:
         return self.container == "running"
 
+    @property
+    def serving(self) -> bool:
+        """sglang active and /health 200: a verdict says how a release did when judged, not that it serves now."""
+        return self.active == "active" and self.health == "200"
+
+    def release_line(self) -> str:
+        """`release R (kept, up, T), sglang active, /health 200`; a release that is down now never reads as
+        `(kept, up)`: its verdict is named as the past, and NOT SERVING comes first."""
+        verdict, source = self.verdict or "unverified", self.release_source or "-"
+        tail = f"sglang {self.active}, /health {self.health}"
+        if self.serving:
+            return f"release {self.release or 'none'} ({verdict}, {source}, {self.release_created or '-'}), {tail}"
+        return (f"release {self.release or 'none'} is NOT SERVING ({tail}); its verdict was {verdict} "
+                f"(installed by {source} at {self.release_created or '-'})")
+
     def to_dict(self) -> dict[str, Any]:
         return {"container": self.container, "container_running": self.container_running, "release": self.release,
                 "active": self.active, "health": self.health, "release_created": self.release_created,
                 "release_source": self.release_source, "verdict": self.verdict,
-                "sglang_version": self.sglang_version, "gpus": self.gpus, "power_w": self.power_w,
+                "sglang_version": self.sglang_version, "stack": self.stack,
+                "stack_drift": self.stack_drift, "gpus": self.gpus, "power_w": self.power_w,
                 "power_limit_w": self.power_limit_w, "drift": [d.to_dict() for d in self.drift],
                 "address": self.address, "watchdog": None if self.watchdog is None else self.watchdog.to_dict(),
-                "tune_trial": self.tune_trial, "hardware": self.hardware}
+                "tune_trial": self.tune_trial, "hardware": self.hardware, "serving": self.serving}
 
 
 @dataclass(frozen=True)
@@ -242,3 +264,7 @@ class RunState:
     rolled_back: list[Rollback] = field(default_factory=list)  # every release this run left by a rollback (metrics)
     events: list[Event] = field(default_factory=list)  # what the run's end posts to notify: (monitoring/events.py)
     verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)  # release → the verdict this run recorded
+    #: sglang_install: the software stack the profile names, built or adopted (orchestrator/stacks.py); a release
+    #: installed by this run runs it.
+    stack: StackRecord | None = None
+    lock_text: str | None = None  # stack_lock: the lock file `deploy lock` writes into the inventory

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from orchestrator.errors import CheckFailed
 from orchestrator.facts import CT, HOST
 from orchestrator.layout import PATHS
+from orchestrator.locks import installed_dists, lock_drift
 from orchestrator.parsers.netaddr import net0_static_ip, parse_ip_addr
 from orchestrator.parsers.watchdog import parse_watchdog_fact, parse_watchdog_state
 from orchestrator.runlog import StepRecord
@@ -21,6 +24,7 @@ from orchestrator.steps.release import (
     tune_trial,
 )
 from orchestrator.steps.session import ensure_facts
+from orchestrator.steps.software import profile_stack
 from orchestrator.steps.state import ServerStatus
 
 
@@ -63,8 +67,21 @@ def read_watchdog(ctx: StepContext) -> None:
         ctx_status.watchdog = parse_watchdog_fact(out.stdout if out is not None and out.rc == 0 else None)
 
 
+def stack_drift(ctx: StepContext, running: dict[str, Any] | None) -> list[str]:
+    """With a lock: the running stack is not the profile's locked one, or its venv differs from the lock."""
+    want = profile_stack(ctx)
+    if want.lock is None:
+        return []
+    sha = (running or {}).get("sha")
+    if sha != want.sha:
+        return [f"the running stack {sha or '(profile venv, unlocked)'} is not the profile's locked stack {want.sha} "
+                f"(`deploy up` builds it)"]
+    out = ctx.facts.get(CT.stack_dists)
+    return lock_drift(want.lock, installed_dists(out.stdout if out is not None else ""))
+
+
 @step("status", host_facts=(HOST.gpu_power, HOST.ct_status, *HARDWARE_FACTS),
-      ct_facts=(*RELEASE_FACTS, CT.ct_address, CT.watchdog_state))
+      ct_facts=(*RELEASE_FACTS, CT.ct_address, CT.watchdog_state, CT.stack_dists))
 def status(ctx: StepContext, record: StepRecord) -> None:
     """Current release, server state and health, GPU power now: one round trip."""
     ensure_facts(ctx)
@@ -91,6 +108,8 @@ def status(ctx: StepContext, record: StepRecord) -> None:
     info.health = health.stdout.strip() if health is not None else None
     info.release_created, info.release_source = meta.get("created_at"), meta.get("source")
     info.verdict, info.sglang_version = verdict.get("verdict"), meta.get("sglang_version")
+    info.stack = meta.get("stack") if isinstance(meta.get("stack"), dict) else None
+    info.stack_drift = stack_drift(ctx, info.stack)
     info.drift = flag_drift(ctx)
     trial = tune_trial(ctx)
     info.tune_trial = str(trial["id"]) if trial else None
@@ -98,7 +117,8 @@ def status(ctx: StepContext, record: StepRecord) -> None:
     info.address = net0_static_ip(ctx.host.container.net0) or (parse_ip_addr(addr.stdout) if addr else None)
     read_watchdog(ctx)
     record.details.update(info.to_dict())
-    record.summary = (f"release {state.release or 'none'} ({info.verdict or 'unverified'}), sglang "
+    record.summary = (f"release {state.release or 'none'} ({info.verdict or 'unverified'}"
+                      f"{'' if info.serving else ', NOT SERVING'}), sglang "
                       f"{state.active}, /health {info.health}, {power}, watchdog "
                       f"{info.watchdog.state if info.watchdog else 'unknown'}"
                       + (f"; {drift_line(info.drift, ctx.host.profile)}" if info.drift else "")

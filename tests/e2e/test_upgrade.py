@@ -33,8 +33,12 @@ def test_upgrade_with_renamed_flags_installs_and_rolls_out(converged: DeployEnv)
     unit = converged.ct("cat /etc/systemd/system/sglang.service").stdout
     assert "--dsa-prefill-backend trtllm" in unit and "--nsa-prefill-backend" not in unit
     assert "--tp-size 8" in unit  # 0.5.23's canonical name for tensor parallelism
+    # 0.5.23 is a stack of its own, built beside the old venv (docs/stacks.md); the unit runs its interpreter.
+    venv = f"/opt/deploy/stacks/{steps['sglang_install']['details']['stack']}"
+    assert f"ExecStart={venv}/bin/python -m sglang.launch_server" in unit
+    assert converged.ct(f"{venv}/bin/python -c 'import sglang; print(sglang.__version__)'").stdout.strip() == "0.5.23"
     assert converged.ct("/root/ml-env/bin/python -c 'import sglang; print(sglang.__version__)'").stdout.strip() \
-        == "0.5.23"
+        == "0.5.12.post1"
 
 
 def test_missing_weights_are_named_and_skippable(converged: DeployEnv) -> None:

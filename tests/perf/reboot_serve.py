@@ -12,20 +12,16 @@ measurement. Run as root: `python tests/perf/reboot_serve.py [--runs 3]`.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from simulator.manager import sim_down, sim_up  # noqa: E402
-from tests.e2e import site_template  # noqa: E402
-from tests.e2e.conftest import make_env  # noqa: E402
+from tests.perf.one_host import template_host  # noqa: E402
 
 HEALTH = "pct exec 120 -- curl -s -o /dev/null -w '%{http_code}' -m 3 http://127.0.0.1:8000/health"
 SERVE_LIMIT_S = 600.0
@@ -36,33 +32,26 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--time-scale", type=float, default=5.0)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="deploy-perf-") as tmp:
-        root = Path(tmp) / "sim"
-        (info,) = sim_up(root, hosts=1, first=int(os.environ.get("DEPLOY_SIM_FIRST", "93")),
-                         time_scale=args.time_scale)
-        try:
-            env = make_env(info, Path(tmp), site_template.install(Path(info.host_dir)))
-            up = env.run("up", "host", info.name, "--skip-bench", timeout=900)
-            if up.rc != 0:
-                print(f"up: exit {up.rc}\n{up.text}")
+    with template_host(args.time_scale) as (info, env, root):
+        up = env.run("up", "host", info.name, "--skip-bench", timeout=900)
+        if up.rc != 0:
+            print(f"up: exit {up.rc}\n{up.text}")
+            return 1
+        reboots, serves = [], []
+        for _ in range(args.runs):
+            start = time.monotonic()
+            proc = subprocess.run([sys.executable, "-m", "orchestrator", "sim", "reboot", info.name, "--root",
+                                   str(root)], capture_output=True, text=True, env=env.env, cwd=REPO)
+            reboots.append(time.monotonic() - start)
+            if proc.returncode != 0 or "failed" in proc.stdout:
+                print(f"sim reboot: exit {proc.returncode}\n{proc.stdout}{proc.stderr}")
                 return 1
-            reboots, serves = [], []
-            for _ in range(args.runs):
-                start = time.monotonic()
-                proc = subprocess.run([sys.executable, "-m", "orchestrator", "sim", "reboot", info.name, "--root",
-                                       str(root)], capture_output=True, text=True, env=env.env, cwd=REPO)
-                reboots.append(time.monotonic() - start)
-                if proc.returncode != 0 or "failed" in proc.stdout:
-                    print(f"sim reboot: exit {proc.returncode}\n{proc.stdout}{proc.stderr}")
+            while env.ssh(HEALTH).stdout.strip() != "200":
+                if time.monotonic() - start > SERVE_LIMIT_S:
+                    print(f"the server did not serve within {SERVE_LIMIT_S:.0f} s of the reboot")
                     return 1
-                while env.ssh(HEALTH).stdout.strip() != "200":
-                    if time.monotonic() - start > SERVE_LIMIT_S:
-                        print(f"the server did not serve within {SERVE_LIMIT_S:.0f} s of the reboot")
-                        return 1
-                    time.sleep(0.5)
-                serves.append(time.monotonic() - start)
-        finally:
-            sim_down(root)
+                time.sleep(0.5)
+            serves.append(time.monotonic() - start)
     print(f"median of {args.runs} reboots of a converged simulated host (time_scale {args.time_scale:g})")
     rows = (("deploy sim reboot (guests down, boot unit, pve-guests)", reboots),
             ("reboot start until /health answers 200", serves))

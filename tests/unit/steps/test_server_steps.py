@@ -9,8 +9,9 @@ import shlex
 
 import pytest
 
-from orchestrator.errors import CheckFailed, RemoteError
+from orchestrator.errors import CheckFailed, ConfigError, RemoteError
 from orchestrator.flags import FlagSchema, canonicalize
+from orchestrator.stacks import StackRecord
 from orchestrator.steps.checks import raise_if_fatal_logged
 from orchestrator.steps.release import bundle_for, desired_flags
 from orchestrator.steps.state import Candidate
@@ -325,3 +326,54 @@ def test_a_verdict_that_cannot_be_written_fails_the_gate_instead_of_reporting_ke
                for c in run.node.commands("script"))
     assert f"rolled back to {CURRENT}" in failed.value.what
     assert "recording the verdict (rolled-back)" in failed.value.what
+
+
+# ------------------------------------------------------------------------------------ stacks (issue 35)
+NEW_STACK = StackRecord("50c1fa50a5bb", "/opt/deploy/stacks/50c1fa50a5bb", "0.5.12.post1", "sglang==0.5.12.post1",
+                        False, "2026-12-03T00:00:00+00:00", "0.5.12.post1")
+
+
+def verified_legacy_release(run) -> dict[str, object]:
+    """The facts of a verified `up` release of an earlier deploy (no stack in its meta: the profile's venv)."""
+    return {**unit_facts(run, same=True), "current_meta": json.dumps({"id": CURRENT, "source": "up"}),
+            "current_verdict": json.dumps({"verdict": "kept"})}
+
+
+def test_a_stack_change_is_validated_by_the_new_venv_and_armed_to_roll_back(make_run) -> None:
+    run = make_run({}, {})
+    run = make_run({}, verified_legacy_release(run))
+    run.ctx.state.stack = NEW_STACK
+    run.node.answer("DEPLOY_PROBE_EOF", json.dumps({"ok": True, "version": "0.5.12.post1"}))
+    run.node.answer("systemctl restart sglang", "JOURNAL_CURSOR=s=4a;i=2a;b=77\n")
+    rec = run.step("server_unit")
+    assert rec.status == "changed" and rec.details["rollback_armed"] == CURRENT
+    probe, install = run.node.commands("script")
+    assert probe.startswith(f"pct exec 120 -- {NEW_STACK.venv}/bin/python - ")  # the new stack's own parser
+    assert f"ExecStart={NEW_STACK.venv}/bin/python -m sglang.launch_server" in (
+        run.ctx.state.server.bundle.file("sglang.service").content)
+    meta = json.loads(base64.b64decode(re.search(r"/meta\.json <<'DEPLOY_B64_EOF'\n(\S+)\n", install)[1]))
+    assert meta["stack"] == NEW_STACK.to_meta()
+    assert run.ctx.on_failure is not None  # a failing health/smoke/gate puts CURRENT back, on its own venv
+
+
+def test_a_flag_change_on_the_same_stack_is_not_armed(make_run) -> None:
+    run = make_run({}, {})
+    facts = verified_legacy_release(run)
+    run = make_run({}, {**facts, "unit_sha": "0" * 64 + " /etc/systemd/system/sglang.service\n"})
+    run.node.answer("DEPLOY_PROBE_EOF", json.dumps({"ok": True, "version": "0.5.12.post1"}))
+    run.node.answer("systemctl restart sglang", "JOURNAL_CURSOR=s=4a;i=2a;b=77\n")
+    rec = run.step("server_unit")
+    assert rec.status == "changed" and "rollback_armed" not in rec.details and run.ctx.on_failure is None
+
+
+def test_a_rollback_to_a_release_whose_stack_was_pruned_is_refused_before_any_change(make_run) -> None:
+    run = make_run({}, {"current_release": f"releases/{CURRENT}\n", "releases": f"{PREVIOUS}\n{CURRENT}\n",
+                        "current_meta": json.dumps({"id": CURRENT, "previous": PREVIOUS}), "stacks": ""})
+    run.node.answer(f"{PREVIOUS}/meta.json", json.dumps({"id": PREVIOUS, "stack": NEW_STACK.to_meta()}))
+    with pytest.raises(ConfigError) as err:
+        run.step("rollback_release")
+    assert err.value.exit_code == 2
+    assert err.value.what == (f"release {PREVIOUS} runs on stack {NEW_STACK.sha} (sglang==0.5.12.post1), which was "
+                              "pruned; nothing was changed")
+    assert "keep_stacks" in (err.value.fix or "")
+    assert run.node.commands("script") == []  # nothing activated

@@ -1,0 +1,52 @@
+"""`deploy lock`: the profile's stack resolved once in a host's container, every distribution pinned with its hash.
+
+The resolution is pip's own (`pip install --dry-run --ignore-installed --report -`) in a throwaway venv, against the
+host's index, so the lock names exactly the files that index serves; nothing on the host changes.
+"""
+
+from __future__ import annotations
+
+import shlex
+from datetime import UTC, datetime
+
+from orchestrator.errors import CheckFailed, RemoteError
+from orchestrator.facts import CT
+from orchestrator.locks import lock_from_report, render_lock
+from orchestrator.runlog import StepRecord
+from orchestrator.stacks import Stack
+from orchestrator.steps.base import StepContext, step
+from orchestrator.steps.session import ensure_facts
+from orchestrator.steps.software import profile_stack
+
+#: The throwaway venv the resolution runs in (removed in the same command).
+LOCK_VENV = "/tmp/deploy-lock-venv"
+
+
+def resolve_command(stack: Stack) -> str:
+    venv = shlex.quote(LOCK_VENV)
+    return (f"rm -rf {venv} && python3 -m venv {venv} && {venv}/bin/pip install --disable-pip-version-check --quiet "
+            f"--dry-run --ignore-installed --report -{stack.index_options} {shlex.quote(stack.requirement)}; "
+            f"rc=$?; rm -rf {venv}; exit $rc")
+
+
+@step("stack_lock", ct_facts=(CT.sglang_version,))  # a container fact: whether it runs
+def stack_lock(ctx: StepContext, record: StepRecord) -> None:
+    """Resolve the stack in the container; the command writes the lock file (ctx.state.lock_text)."""
+    ensure_facts(ctx)
+    if not ctx.facts.ct_running:
+        raise CheckFailed(f"CT {ctx.vmid} is not running: the stack is resolved in the container",
+                          fix=f"deploy up host {ctx.host.name}", host=ctx.host.name)
+    stack = profile_stack(ctx)
+    res = ctx.ct.run(resolve_command(stack), check=False, timeout=1800, what=f"resolve {stack.requirement}")
+    try:
+        if res.rc != 0:
+            raise ValueError((res.stderr or res.stdout).strip()[-500:])
+        lock = lock_from_report(res.stdout)
+    except ValueError as exc:
+        raise RemoteError(f"resolving {stack.requirement} in CT {ctx.vmid} failed: {exc}",
+                          fix="check the container's index (container.pip_index_url) and that the pin exists there",
+                          host=ctx.host.name) from exc
+    ctx.state.lock_text = render_lock(lock, profile=ctx.host.profile, requirement=stack.requirement,
+                                      index=stack.index_options, host=ctx.host.name,
+                                      at=datetime.now(UTC).isoformat(timespec="seconds"))
+    record.summary = f"{len(lock.entries)} distributions of {stack.requirement} resolved in CT {ctx.vmid}"

@@ -1,0 +1,120 @@
+"""Side-by-side stacks (issue 35 items 1 and 2): an sglang upgrade is a new venv beside the running one, a release
+runs its own stack, a rollback restores flags and stack with no pip run, and a failed upgrade puts the previous
+release back on its own stack."""
+
+from __future__ import annotations
+
+from tests.e2e.conftest import DeployEnv
+
+OLD_VENV = "/root/ml-env"
+RENAMED = {"nsa-prefill-backend": None, "nsa-decode-backend": None,
+           "dsa-prefill-backend": "trtllm", "dsa-decode-backend": "trtllm"}
+
+
+def current(env: DeployEnv) -> str:
+    return env.ct("readlink /var/lib/deploy/current").stdout.strip().rsplit("/", 1)[-1]
+
+
+def server_python(env: DeployEnv) -> str:
+    """argv[0] of the running sglang: the interpreter of the stack it runs."""
+    pid = env.ct("systemctl show -p MainPID --value sglang").stdout.strip()
+    return env.ct(f"tr '\\0' '\\n' < /proc/{pid}/cmdline | head -n 1").stdout.strip()
+
+
+def stacks_listing(env: DeployEnv) -> str:
+    return env.ct("ls -l --time-style=+%s /opt/deploy/stacks; cat /opt/deploy/stacks/*.json").stdout
+
+
+def upgrade(env: DeployEnv) -> dict[str, dict]:
+    """The profile moved to 0.5.23 with the renamed flags, and `up`: a new stack built beside the old venv."""
+    env.set_profile(sglang_version="0.5.23", flags=RENAMED)
+    res = env.run("--json", "up", "host", env.host, "--skip-bench")
+    return {"res": res, **{s["name"]: s for s in res.json["steps"]}}
+
+
+def test_rollback_across_an_sglang_upgrade_restores_the_old_stack_with_no_pip_run(converged: DeployEnv) -> None:
+    """Issue 35 item 1: before, `rollback` ran the old flags on the in-place upgraded sglang (`unrecognized
+    arguments: --nsa-decode-backend`) and status said `(kept, up)` of a server that was down."""
+    env = converged
+    old = current(env)
+    steps = upgrade(env)
+    assert steps["res"].rc == 0, steps["res"].text[-2000:]
+    install, upgraded_python, before = steps["sglang_install"], server_python(env), stacks_listing(env)
+    old_venv_version = env.ct(f"sed -n 's/^Version: //p' {OLD_VENV}/lib/python3*/site-packages/sglang-*.dist-info/"
+                              "METADATA").stdout.strip()
+
+    back = env.run("--json", "rollback", "host", env.host, "--to", old)
+    assert back.rc == 0, back.text[-2000:]
+    assert current(env) == old and server_python(env) == f"{OLD_VENV}/bin/python"
+    assert "--nsa-decode-backend" in env.ct("tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value sglang)"
+                                            "/cmdline").stdout
+    status = env.run("status", "host", env.host)
+    assert status.rc == 0 and f"release {old} (kept, up, " in status.stdout and "/health 200" in status.stdout
+    # The upgrade built a stack of its own and ran it; the old venv was adopted, not upgraded in place; the
+    # rollback ran no pip and touched no stack.
+    assert install["status"] == "changed" and install["summary"].startswith("built stack "), install
+    assert upgraded_python == f"/opt/deploy/stacks/{install['details']['stack']}/bin/python"
+    assert old_venv_version == "0.5.12.post1"
+    assert stacks_listing(env) == before
+
+
+def test_a_failed_upgrade_puts_the_previous_release_back_on_its_own_stack(converged: DeployEnv) -> None:
+    """Issue 35 item 2: before, the new release's server died (`Unsupported architecture`), `up` exited 1 and the
+    host served nothing; `rollback` then failed as in item 1."""
+    env = converged
+    old = current(env)
+    env.ct_faults(fatal="unsupported-arch", match="dsa-decode")
+    try:
+        steps = upgrade(env)
+        res = steps["res"]
+        assert res.rc != 0, res.text[-2000:]
+        assert f"rolled back to {old}" in res.json["what"], res.json
+        assert current(env) == old and server_python(env) == f"{OLD_VENV}/bin/python"
+        assert env.ct("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/health").stdout == "200"
+        failed = res.json["details"]["candidate"]
+        verdict = env.ct(f"cat /var/lib/deploy/releases/{failed}/verdict.json").stdout
+        assert '"verdict": "rolled-back"' in verdict
+    finally:
+        env.ct_faults(fatal=None, match=None)
+    # The stack built for the failed attempt is kept: the next `up` tries again with no pip run.
+    again = env.run("--json", "up", "host", env.host, "--skip-bench")
+    assert again.rc == 0, again.text[-2000:]
+    install = next(s for s in again.json["steps"] if s["name"] == "sglang_install")
+    assert install["status"] == "ok" and install["summary"].startswith(f"stack {install['details']['stack']} ")
+
+
+def test_a_lock_pins_every_file_and_a_hash_the_index_does_not_serve_is_refused_naming_the_package(
+        converged: DeployEnv) -> None:
+    """Issue 35 item 3: `deploy lock` resolves the stack in the container; `up` then installs exactly those files
+    (--require-hashes); a lock hash the index no longer matches is exit 2 naming the package, the server untouched."""
+    env = converged
+    locked = env.run("--json", "lock", "glm5-nvfp4", "--host", env.host)
+    assert locked.rc == 0, locked.text[-2000:]
+    path = env.inventory / "locks" / "glm5-nvfp4.txt"
+    lines = [ln for ln in path.read_text().splitlines() if ln and not ln.startswith("#")]
+    assert locked.json["distributions"] == len(lines) > 5
+    assert any(ln.startswith("sglang==0.5.12.post1 --hash=sha256:") for ln in lines), lines
+    up = env.run("--json", "up", "host", env.host, "--skip-bench")
+    assert up.rc == 0, up.text[-2000:]
+    install = next(s for s in up.json["steps"] if s["name"] == "sglang_install")
+    assert install["summary"].startswith("built stack "), install
+    venv = f"/opt/deploy/stacks/{install['details']['stack']}"
+    freeze = env.ct(f"{venv}/bin/python -m pip freeze --all").stdout
+    assert "sglang==0.5.12.post1" in freeze
+    status = env.run("--json", "status", "host", env.host)
+    assert status.json["stack"]["sha"] == install["details"]["stack"] and status.json["stack_drift"] == []
+    # A pip run into the stack behind the tool's back shows as drift against the lock, by name.
+    assert env.ct(f"{venv}/bin/python -m pip uninstall -y -q hf-xet").rc == 0
+    drift = env.run("--json", "status", "host", env.host).json["stack_drift"]
+    assert len(drift) == 1 and drift[0].startswith("hf-xet==") and drift[0].endswith(" missing"), drift
+
+    release, unit = current(env), env.ct("sha256sum /etc/systemd/system/sglang.service").stdout
+    first = next(ln for ln in lines if not ln.startswith("sglang=="))
+    name = first.split("==", 1)[0]
+    path.write_text(path.read_text().replace(first, first[:-64] + "0" * 64))  # the index serves another build
+    refused = env.run("--json", "up", "host", env.host, "--skip-bench")
+    assert refused.rc == 2, refused.text[-2000:]
+    assert f"the index no longer serves the locked build of {name}==" in refused.json["what"], refused.json
+    assert refused.json["details"]["packages"] == [name]
+    assert current(env) == release and env.ct("sha256sum /etc/systemd/system/sglang.service").stdout == unit
+    assert env.ct("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/health").stdout == "200"

@@ -1,0 +1,86 @@
+"""Stacks as values (orchestrator/stacks.py): identity, the container's listing, what a prune may remove."""
+
+from __future__ import annotations
+
+from orchestrator.flags import FlagSchema, canonicalize
+from orchestrator.inventory.loader import load_inventory
+from orchestrator.render.service import launch_argv, render_unit
+from orchestrator.stacks import (
+    Stack,
+    StackRecord,
+    parse_stack_listing,
+    protected_stacks,
+    prune_command,
+    prune_plan,
+    requirement,
+)
+from orchestrator.steps.state import ServerStatus
+from tests.shared import EXAMPLE_INVENTORY
+
+
+def built(sha: str, at: str) -> StackRecord:
+    return StackRecord(sha, f"/opt/deploy/stacks/{sha}", "0.5.23", "sglang==0.5.23", False, at, "0.5.23")
+
+
+def test_identity_covers_the_pin_the_extras_and_the_index() -> None:
+    base = Stack(requirement("0.5.23", []), "0.5.23")
+    assert base.sha == Stack("sglang==0.5.23", "0.5.23").sha and len(base.sha) == 12
+    assert base.venv == f"/opt/deploy/stacks/{base.sha}"
+    others = {Stack(requirement("0.5.12.post1", []), "0.5.12.post1").sha,
+              Stack(requirement("0.5.23", ["srt"]), "0.5.23").sha,
+              Stack("sglang==0.5.23", "0.5.23", " --index-url http://10.9.0.2:8080/simple/").sha}
+    assert base.sha not in others and len(others) == 3
+    assert requirement("0.5.23", ["srt", "blackwell"]) == "sglang[srt,blackwell]==0.5.23"
+
+
+def test_the_listing_trusts_only_a_venv_whose_sglang_matches_its_record() -> None:
+    good, gone = built("aaaaaaaaaaaa", "2026-12-01"), built("bbbbbbbbbbbb", "2026-12-02")
+    text = (f"{good.record_json()}\t0.5.23\n{gone.record_json()}\t\nnot json\t0.5.23\n"
+            '{"venv": "/x"}\t0.5.23\n')
+    records = parse_stack_listing(text)
+    assert sorted(records) == ["aaaaaaaaaaaa", "bbbbbbbbbbbb"]
+    assert records["aaaaaaaaaaaa"].usable and not records["bbbbbbbbbbbb"].usable
+    assert records["aaaaaaaaaaaa"] == good
+
+
+def test_a_prune_keeps_the_newest_and_never_the_current_the_verified_or_an_adopted_venv() -> None:
+    adopted = StackRecord("000000000000", "/root/ml-env", "0.5.12.post1", "sglang==0.5.12.post1", True, "2026-11-01",
+                          "0.5.12.post1")
+    records = {r.sha: r for r in (adopted, built("111111111111", "2026-12-01"), built("222222222222", "2026-12-02"),
+                                  built("333333333333", "2026-12-03"), built("444444444444", "2026-12-04"))}
+    releases = [{"current": "R3"},
+                {"id": "R1", "meta": {"stack": {"sha": "111111111111"}}, "verdict": {"verdict": "kept"}},
+                {"id": "R2", "meta": {"stack": {"sha": "222222222222"}}, "verdict": {"verdict": "kept"}},
+                {"id": "R3", "meta": {"stack": {"sha": "333333333333"}}, "verdict": {"verdict": "rolled-back"}},
+                {"id": "R4", "meta": {}, "verdict": None}]
+    protected = protected_stacks(releases, "R3")
+    assert protected == {"333333333333", "222222222222"}  # the current one, the newest verified one
+    doomed = prune_plan(records, keep=1, protected=protected)
+    assert [r.sha for r in doomed] == ["111111111111"]
+    assert prune_plan(records, keep=4, protected=set()) == []
+    command = prune_command([*doomed, adopted])
+    assert command == ("rm -f /opt/deploy/stacks/111111111111.json && rm -rf /opt/deploy/stacks/111111111111")
+
+
+def test_the_unit_runs_the_interpreter_of_the_release_stack() -> None:
+    inv = load_inventory(EXAMPLE_INVENTORY)
+    profile = inv.profile_for(next(iter(inv.hosts.values())))
+    flags = canonicalize(profile.flags, FlagSchema.load(profile.sglang_version))
+    venv = "/opt/deploy/stacks/0123456789ab"
+    unit = render_unit(profile, flags, venv=venv).content
+    assert f"ExecStart={venv}/bin/python -m sglang.launch_server" in unit
+    assert f"ExecStart={profile.venv}/bin/python " in render_unit(profile, flags).content
+    assert launch_argv(profile, flags, venv=venv)[0] == f"{venv}/bin/python"
+
+
+def test_status_never_reads_kept_of_a_server_that_is_down() -> None:
+    """Issue 35 item 1: `release R (kept, up, T), sglang activating, /health 000` read as a healthy release."""
+    up = ServerStatus(container="running", release="R", active="active", health="200", verdict="kept",
+                      release_source="up", release_created="T")
+    assert up.serving and up.release_line() == "release R (kept, up, T), sglang active, /health 200"
+    down = ServerStatus(container="running", release="R", active="activating", health="000", verdict="kept",
+                        release_source="up", release_created="T")
+    assert not down.serving and "(kept, up" not in down.release_line()
+    assert down.release_line() == ("release R is NOT SERVING (sglang activating, /health 000); its verdict was kept "
+                                   "(installed by up at T)")
+    assert down.to_dict()["serving"] is False
