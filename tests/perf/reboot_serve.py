@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tests.perf.one_host import template_host  # noqa: E402
+from one_host import template_host  # noqa: E402 - beside this script (tests/perf is sys.path[0])
 
 HEALTH = "pct exec 120 -- curl -s -o /dev/null -w '%{http_code}' -m 3 http://127.0.0.1:8000/health"
 SERVE_LIMIT_S = 600.0

@@ -25,8 +25,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from one_host import template_host  # noqa: E402 - beside this script (tests/perf is sys.path[0])
+
 from tests.e2e.conftest import DeployEnv  # noqa: E402
-from tests.perf.one_host import template_host  # noqa: E402
 
 RENAMED = {"nsa-prefill-backend": None, "nsa-decode-backend": None,
            "dsa-prefill-backend": "trtllm", "dsa-decode-backend": "trtllm"}
