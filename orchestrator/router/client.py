@@ -1,8 +1,13 @@
-"""The router's worker API over HTTP(S): the only code that talks to a running router.
+"""The router's worker API over HTTP(S): the only code that talks to a running router, sglang-router or smg.
 
-sglang-router 0.3.2 manages workers through `POST /workers` (JSON `{"url": ..., "api_key": ...}`, answered `202`
-with a `worker_id`; the worker joins after the router's own health check), `GET /workers` (`{"workers": [...]}`)
-and `DELETE /workers/{worker_id}`. The older `POST /add_worker?url=` / `/remove_worker` routes answer 404.
+Both manage workers through `POST /workers` (JSON `{"url": ..., "api_key": ...}`, answered `202` with a
+`worker_id`; the worker joins after the router's own health check), `GET /workers` (`{"workers": [...]}`) and
+`DELETE /workers/{worker_id}`. The older `POST /add_worker?url=` / `/remove_worker` routes answer 404.
+smg 1.13.0 (captured in tests/fixtures/router/smg-1.13.0/) adds to each listed worker a `status`: `ready`,
+`not_ready` (its health checks failed; back after the success threshold), `draining` (after a DELETE: no new
+request, listed until its active requests finish), and a `pending` job for a worker being added (shown by
+`GET /workers/{id}`, not listed by `GET /workers`); a second POST of a listed URL answers 409
+`WORKER_ALREADY_EXISTS`. Its metrics (router/metrics.py) are on their own port, `metrics_url`.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import Any
 import requests
 
 from orchestrator.errors import RemoteError
+from orchestrator.router import metrics
 
 
 @dataclass(frozen=True)
@@ -22,14 +28,22 @@ class RouterWorker:
     healthy: bool | None
     load: int | None
     raw: dict[str, Any]
+    status: str | None = None  # smg's word (ready, not_ready, draining, pending, failed); None on sglang-router
+
+    @property
+    def leaving(self) -> bool:
+        """smg is draining it after a removal: it gets no new request and leaves the list once idle."""
+        return self.status == "draining"
 
 
 class RouterClient:
     """The router's worker API over HTTP(S). Only this class talks to the router."""
 
     def __init__(self, base_url: str, api_key: str | None = None, *, timeout_s: float = 10.0,
-                 session: requests.Session | None = None) -> None:
+                 session: requests.Session | None = None, metrics_url: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
+        #: smg's Prometheus endpoint (http://HOST:29000/metrics); None: the router exports none deploy reads.
+        self.metrics_url = metrics_url
         self.timeout_s = timeout_s
         self.session = session or requests.Session()
         self.api_key = api_key
@@ -101,9 +115,38 @@ class RouterClient:
         for w in workers:
             if not isinstance(w, dict):
                 raise self._malformed("GET", "/workers", "each worker should be an object", w)
+            status = w.get("status")
             out.append(RouterWorker(id=str(w.get("id", "")), url=str(w.get("url", "")).rstrip("/"),
-                                    healthy=w.get("is_healthy"), load=w.get("load"), raw=w))
+                                    healthy=w.get("is_healthy"), load=w.get("load"), raw=w,
+                                    status=str(status) if status is not None else None))
         return out
+
+    def serving_workers(self) -> list[RouterWorker]:
+        """The workers the router still selects from: the list without the ones smg is draining out."""
+        return [w for w in self.list_workers() if not w.leaving]
+
+    def router_metrics(self) -> str | None:
+        """smg's metrics text, or None when there is no metrics endpoint or it does not answer."""
+        if self.metrics_url is None:
+            return None
+        try:
+            resp = self.session.get(self.metrics_url, timeout=self.timeout_s)
+        except requests.RequestException:
+            return None
+        return resp.text if resp.status_code == 200 else None
+
+    def active_requests(self, url: str) -> int | None:
+        """Requests the router has in flight on `url`: smg_worker_requests_active when smg's metrics answer, else
+        the listed `load` (the same count in smg 1.13.0); 0 once the router no longer lists it (smg removes a
+        draining worker once idle; sglang-router at once); None when a listed worker's count is not known."""
+        text = self.router_metrics()
+        value = metrics.active_requests(text, url) if text is not None else None
+        if value is not None:
+            return value
+        worker = self.find(url)
+        if worker is None:
+            return 0
+        return worker.load if isinstance(worker.load, int) else None
 
     def find(self, url: str) -> RouterWorker | None:
         url = url.rstrip("/")
@@ -114,8 +157,16 @@ class RouterClient:
         body: dict[str, Any] = {"url": url}
         if api_key:
             body["api_key"] = api_key
-        resp = self._call("POST", "/workers", expect=(200, 201, 202), json=body)
-        return str(self._json("POST", "/workers", resp).get("worker_id", ""))
+        resp = self._call("POST", "/workers", expect=(200, 201, 202, 409), json=body)
+        data = self._json("POST", "/workers", resp)
+        if resp.status_code == 409:  # smg: WORKER_ALREADY_EXISTS (listed already): nothing to add
+            listed = self.find(url)
+            if listed is None:
+                raise RemoteError(f"router {self.base_url}: POST /workers answered 409 for {url}, which it does not "
+                                  f"list: {data.get('error', '')}", fix="see `deploy router status`; retry the add",
+                                  step="router")
+            return listed.id
+        return str(data.get("worker_id", ""))
 
     def remove_worker(self, url: str) -> bool:
         """Remove a worker by URL (the API removes by id); False when the router does not list it."""
