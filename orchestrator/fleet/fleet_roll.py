@@ -109,6 +109,11 @@ class FleetRouter:
             column.drained = drained
         host.router = column.text()
 
+    def client(self) -> RouterClient:
+        """The router's adapter, with smg's metrics endpoint where it has one (the drain reads its active count)."""
+        assert self.base is not None
+        return RouterClient(self.base, self.key, metrics_url=self.metrics_url)
+
     def check(self) -> None:
         if self.base is None:
             return
@@ -120,8 +125,7 @@ class FleetRouter:
 
     def drainer(self, events: HostEvents) -> Drainer:
         assert self.base is not None
-        client = RouterClient(self.base, self.key, metrics_url=self.metrics_url)
-        return Drainer(client, drain_timeout_s=self.drain_timeout_s, say=events.say,
+        return Drainer(self.client(), drain_timeout_s=self.drain_timeout_s, say=events.say,
                        guard=self.guard, policy=self.spec.policy if self.spec is not None else None,
                        keys=self.url_keys)
 
@@ -201,7 +205,7 @@ class FleetRouter:
         missing: dict[str, DeployError] = {}
         if self.base is None:
             return missing
-        with RouterClient(self.base, self.key, metrics_url=self.metrics_url) as client:
+        with self.client() as client:
             listed = {w.url for w in client.list_workers()}
             drainer = Drainer(client, drain_timeout_s=self.drain_timeout_s, guard=self.guard,
                               policy=self.spec.policy if self.spec is not None else None, keys=self.url_keys)

@@ -24,8 +24,9 @@ from pathlib import Path
 from .wheels import SGLANG_REQUIRES, build_standin_wheels
 
 DEFAULT_DIR = Path("/var/cache/deploy-sim/wheelhouse")
-#: Real packages the tool installs next to sglang: `hf` (huggingface_hub 1.x) and the router.
-EXTRA_REQUIREMENTS = ("huggingface_hub>=1,<2", "sglang-router==0.3.2")
+#: Real packages the tool installs next to sglang: `hf` (huggingface_hub 1.x) and the routers (both releases deploy
+#: drives, orchestrator/router/release.py).
+EXTRA_REQUIREMENTS = ("huggingface_hub>=1,<2", "sglang-router==0.3.2", "smg==1.13.0")
 #: The container's Python: Debian 12's python3 is 3.11.
 TARGET_PYTHON = "3.11"
 PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64", "linux_x86_64")
