@@ -5,7 +5,8 @@ Both manage workers through `POST /workers` (JSON `{"url": ..., "api_key": ...}`
 `DELETE /workers/{worker_id}`. The older `POST /add_worker?url=` / `/remove_worker` routes answer 404.
 smg 1.13.0 (captured in tests/fixtures/router/smg-1.13.0/) adds to each listed worker a `status`: `ready`,
 `not_ready` (its health checks failed; back after the success threshold), `draining` (after a DELETE: no new
-request, listed until its active requests finish), and a `pending` job for a worker being added (shown by
+request; listed while its active requests finish, for about 5 s at most: then smg drops it, even while requests it
+forwarded still run), and a `pending` job for a worker being added (shown by
 `GET /workers/{id}`, not listed by `GET /workers`); a second POST of a listed URL answers 409
 `WORKER_ALREADY_EXISTS`. Its metrics (router/metrics.py) are on their own port, `metrics_url`.
 """
@@ -137,15 +138,16 @@ class RouterClient:
 
     def active_requests(self, url: str) -> int | None:
         """Requests the router has in flight on `url`: smg_worker_requests_active when smg's metrics answer, else
-        the listed `load` (the same count in smg 1.13.0); 0 once the router no longer lists it (smg removes a
-        draining worker once idle; sglang-router at once); None when a listed worker's count is not known."""
+        the listed `load` (the same count in smg 1.13.0). None when the router does not list the worker: it
+        counts nothing there any more (sglang-router drops a removed worker at once, smg after its ~5 s drain
+        window), though requests it forwarded may still run: the server's own gauges tell then."""
+        worker = self.find(url)
+        if worker is None:
+            return None
         text = self.router_metrics()
         value = metrics.active_requests(text, url) if text is not None else None
         if value is not None:
             return value
-        worker = self.find(url)
-        if worker is None:
-            return 0
         return worker.load if isinstance(worker.load, int) else None
 
     def find(self, url: str) -> RouterWorker | None:

@@ -3,10 +3,11 @@
 Why these signals (sglang-router 0.3.2 and smg 1.13.0, see docs/fleet.md "The router"):
 - removal is `DELETE /workers/{id}` (through RouterClient.remove_worker); after it the router sends the worker no
   new request, but requests it already forwarded keep running on the server. smg keeps the worker listed as
-  `draining` until they are done, and counts them (`smg_worker_requests_active{worker}`): the drain first waits
-  for that count to reach 0 (or the worker to leave the list), the time reported as "out of selection → 0
-  active". smg's `PATCH {"priority": 0}` does not do this: the worker keeps its share of requests (seen on
-  1.13.0), so removal is the one way out of selection;
+  `draining` and counts them (`smg_worker_requests_active{worker}`): the drain waits for that count to reach 0;
+  smg drops the worker from its list after about 5 s even while requests run (they still complete), so from
+  then on the server's own gauges below decide. The time from the removal to both reading 0 is reported as
+  "out of selection to 0 active". smg's `PATCH {"priority": 0}` does not do this: the worker keeps its share
+  of requests (seen on 1.13.0), so removal is the one way out of selection;
 - once removed, the router no longer lists the worker, so its `load` cannot say when those finish. The server's
   own Prometheus gauges can: `sglang:num_running_reqs` and `sglang:num_queue_reqs` on `/metrics` (sglang exempts
   `/metrics` from the API key; the profile's `enable-metrics` turns it on). The drain waits until both read 0
@@ -61,8 +62,8 @@ class DrainResult:
     waited_s: float
     in_flight_at_removal: int | None
     note: str
-    #: Seconds from "out of selection" (the DELETE) to the router's 0 active requests on it (smg); None when the
-    #: router counts none (sglang-router drops the worker at once).
+    #: Seconds from "out of selection" (the DELETE) to 0 active requests on it, by the router's count and then the
+    #: server's (smg); None when the router counts none (sglang-router drops the worker at once).
     router_drain_s: float | None = None
 
 #: smg's words for a listed worker that does not serve and is registered again on restore.
@@ -135,42 +136,47 @@ class Drainer:
             time.sleep(self.poll_s)
 
     def drain(self, url: str) -> DrainResult:
-        """Remove the worker, then wait until its server has no running or queued request (bounded). Refuses to
-        drain the last healthy worker or while another is unhealthy (others_ok)."""
+        """Remove the worker (out of selection), wait while the router counts requests on it, then until its
+        server has no running or queued request (bounded). Refuses to drain the last healthy worker or while
+        another is unhealthy (others_ok)."""
         began = time.monotonic()
         with self.guard:
             self.others_ok(url)
             removed = self.client.remove_worker(url)
-        router_drain_s = self._router_drain(url, began) if removed else None
+        out_at = time.monotonic()
+        counted = self._router_drain(url, began) if removed else None
         result = self._server_drain(url, removed, began)
-        result.router_drain_s = router_drain_s
-        if router_drain_s is not None:
-            result.note += f"; out of selection to 0 active in the router: {router_drain_s:.1f} s"
+        if counted is not None:
+            at_removal, dropped = counted
+            dropped = dropped and bool(result.in_flight_at_removal)  # gone from its list, yet the server still ran
+            result.router_drain_s = time.monotonic() - out_at
+            result.note += (f"; out of selection to 0 active: {result.router_drain_s:.1f} s ({at_removal} active "
+                            "at removal, by the router's count"
+                            + ("; the router dropped it from its list before they ended, the server's own count "
+                               "was waited on" if dropped else "") + ")")
         return result
 
-    def _router_drain(self, url: str, began: float) -> float | None:
-        """Wait until the router has no active request on the removed worker (smg drains it listed as
-        `draining`); the seconds it took, None when the router dropped it at once (nothing of its own to wait for).
-        RemoteError past the drain timeout."""
-        out_at = time.monotonic()
+    def _router_drain(self, url: str, began: float) -> tuple[int, bool] | None:
+        """While the router still lists the removed worker (smg: `draining`), wait until it counts no active
+        request there. Returns (count at removal, whether the router dropped the worker while it still counted
+        some), None when the router does not list it after the removal (sglang-router). Why not trust "dropped":
+        smg 1.13.0 drops a draining worker after about 5 s whatever it still runs (seen with 20 s requests, which
+        then completed), so the server's own gauges decide from there (`_server_drain`). RemoteError past the
+        drain timeout."""
         active = self.client.active_requests(url)
-        if active == 0 and self.client.find(url) is None and not self._counted_by_router():
+        if active is None:
             return None
-        while active != 0:
+        at_removal = active
+        while active:
             if time.monotonic() - began >= self.drain_timeout_s:
                 raise RemoteError(f"drain of {url}: the router still has {active} active request(s) on it after "
                                   f"{self.drain_timeout_s:.0f} s (smg_worker_requests_active)",
                                   fix="the worker is out of selection and was not restarted; wait for the long "
                                       "requests or raise --drain-timeout, then resume", step="drain")
-            if active:
-                self.say(f"draining: the router has {active} request(s) active on {url}")
+            self.say(f"draining: the router has {active} request(s) active on {url}")
             time.sleep(self.poll_s)
             active = self.client.active_requests(url)
-        return time.monotonic() - out_at
-
-    def _counted_by_router(self) -> bool:
-        """Whether the router exports per-worker active counts (smg's metrics answer)."""
-        return self.client.router_metrics() is not None
+        return at_removal, active is None
 
     def _server_drain(self, url: str, removed: bool, began: float) -> DrainResult:
         """Wait until the server itself has no running or queued request (requests the router had forwarded)."""

@@ -1,8 +1,8 @@
 """smg (the SGLang Model Gateway) through the one router adapter (issue 37): its worker list, metrics and 409 read
 from responses captured from the real smg 1.13.0 binary (tests/fixtures/router/smg-1.13.0/), and the drain and
 re-registration against a tiny HTTP router that answers with those captured shapes and behaves as the real one
-did on loopback: DELETE leaves the worker listed `draining` with its active requests counted until they finish,
-then drops it; a worker whose health checks failed is listed `not_ready`.
+did on loopback: DELETE leaves the worker listed `draining` with its active requests counted until they finish or
+its drain window (about 5 s) ends, then drops it; a worker whose health checks failed is listed `not_ready`.
 """
 
 from __future__ import annotations
@@ -93,6 +93,8 @@ class FakeSmg:
 
     workers: dict[str, dict[str, Any]] = field(default_factory=dict)
     active: dict[str, int] = field(default_factory=dict)
+    window_s: float = 60.0  # smg 1.13.0 drops a draining worker after about 5 s, whatever it still runs
+    deleted_at: dict[str, float] = field(default_factory=dict)
     calls: list[str] = field(default_factory=list)
     turn: int = 0
     server: http.server.ThreadingHTTPServer | None = None
@@ -109,9 +111,11 @@ class FakeSmg:
         self.workers[url] = w
 
     def tick(self) -> None:
-        """smg drops a draining worker once it has no active request."""
+        """smg drops a draining worker once it has no active request, or its drain window is over."""
+        now = time.monotonic()
         with self.lock:
-            for url in [u for u, w in self.workers.items() if w["status"] == "draining" and not self.active.get(u)]:
+            for url in [u for u, w in self.workers.items() if w["status"] == "draining" and (
+                    not self.active.get(u) or now - self.deleted_at.get(u, now) > self.window_s)]:
                 del self.workers[url]
             for url, w in self.workers.items():
                 w["load"] = self.active.get(url, 0)
@@ -153,6 +157,7 @@ def _smg(r: FakeSmg) -> FakeSmg:
             url = next((u for u, w in r.workers.items() if w["id"] == wid), None)
             if url is not None:
                 r.workers[url].update(status="draining", is_healthy=False)
+                r.deleted_at[url] = time.monotonic()
             _reply(self, 202 if url else 404, _captured("delete-accepted.json"))
 
         def log_message(self, *args: object) -> None:
@@ -188,7 +193,20 @@ def test_the_drain_waits_until_smg_has_no_active_request_on_the_worker(smg) -> N
     result = _drainer(router).drain(a.url)
     assert result.removed and a.url not in router.workers
     assert result.router_drain_s is not None and 0.5 <= result.router_drain_s < time.monotonic() - began + 0.01
-    assert "out of selection to 0 active in the router" in result.note
+    assert "(3 active at removal, by the router's count)" in result.note
+
+
+def test_the_drain_waits_on_the_server_once_smg_dropped_a_worker_that_still_runs_requests(smg) -> None:
+    """smg 1.13.0 drops a draining worker after about 5 s while its requests still run (they complete): its
+    count then says nothing, and the server's own gauge is waited on."""
+    router, (a, _b, _c) = smg
+    router.window_s, router.active[a.url], a.running = 0.2, 1, 1
+    threading.Timer(0.8, lambda: setattr(a, "running", 0)).start()
+    result = _drainer(router).drain(a.url)
+    assert a.url not in router.workers
+    assert result.router_drain_s is not None and result.router_drain_s >= 0.75
+    assert "the router dropped it from its list before they ended, the server's own count was waited on" in (
+        result.note)
 
 
 def test_the_drain_stops_at_its_timeout_while_smg_still_counts_requests(smg) -> None:
