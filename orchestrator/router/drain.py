@@ -166,14 +166,16 @@ class Drainer:
         active = self.client.active_requests(url)
         if active is None:
             return None
-        at_removal = active
+        at_removal, said = active, None
         while active:
             if time.monotonic() - began >= self.drain_timeout_s:
                 raise RemoteError(f"drain of {url}: the router still has {active} active request(s) on it after "
                                   f"{self.drain_timeout_s:.0f} s (smg_worker_requests_active)",
                                   fix="the worker is out of selection and was not restarted; wait for the long "
                                       "requests or raise --drain-timeout, then resume", step="drain")
-            self.say(f"draining: the router has {active} request(s) active on {url}")
+            if active != said:  # once per count, not once per poll
+                self.say(f"draining: the router has {active} request(s) active on {url}")
+                said = active
             time.sleep(self.poll_s)
             active = self.client.active_requests(url)
         return at_removal, active is None

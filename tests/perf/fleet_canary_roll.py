@@ -119,6 +119,8 @@ def describe(name: str, phase: Phase, seconds: float) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hosts", type=int, default=4)
+    ap.add_argument("--router", choices=["sglang-router", "smg"], default="sglang-router",
+                    help="the real router package in front of the hosts (smg: with deploy's health settings)")
     ap.add_argument("--first", type=int, default=int(os.environ.get("DEPLOY_SIM_FIRST", "60")))
     ap.add_argument("--clients", type=int, default=4, help="concurrent streaming clients through the router")
     ap.add_argument("--before-s", type=float, default=30.0, help="seconds of traffic measured before the roll")
@@ -155,11 +157,16 @@ def main() -> int:
             site = learn([(inv.hosts[n], inv.hosts[n].container.vmid) for n in names])
             urls = [worker_url(inv, inv.hosts[n], site) for n in names]
             print(f"  worker URLs: {', '.join(urls)}")
-            start_router(router_dir, address, 30000, urls, policy="round_robin",
-                         extra=["--health-check-interval-secs", "1"])
+            from orchestrator.router.release import SMG_HEALTH_FLAGS
+
+            smg = args.router == "smg"
+            extra = ([a for k, v in SMG_HEALTH_FLAGS.items() for a in (f"--{k}", str(v))] if smg
+                     else ["--health-check-interval-secs", "1"])
+            start_router(router_dir, address, 30000, urls, policy="round_robin", extra=extra, package=args.router)
             if not args.no_drain:
                 (env.inventory / "router.yaml").write_text(
-                    f"router:\n  host: {address}\n  port: 30000\n  policy: round_robin\n  workers: fleet\n")
+                    f"router:\n  package: {args.router}\n  host: {address}\n  port: 30000\n  policy: round_robin\n"
+                    "  workers: fleet\n" + ("  flags:\n    prometheus-port: 30001\n" if smg else ""))
             base = f"http://{address}:30000"
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
