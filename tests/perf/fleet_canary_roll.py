@@ -1,8 +1,9 @@
-"""Zero-downtime figure: a canary fleet roll of N (default 4) simulated hosts behind the real sglang-router 0.3.2,
-with a steady streaming client sending chat completions through the router for the whole roll.
+"""Zero-downtime figure: a canary fleet roll of N (default 4) simulated hosts behind the real router (sglang-router
+0.3.2, or smg 1.13.0 with --router smg), with a steady streaming client sending chat completions through the
+router for the whole roll.
 
-    python tests/perf/fleet_canary_roll.py [--hosts 4] [--first 60] [--clients 4] [--before-s 30] [--with-bench]
-                                           [--no-drain]
+    python tests/perf/fleet_canary_roll.py [--router smg] [--hosts 4] [--first 60] [--clients 4] [--before-s 30]
+                                           [--with-bench] [--no-drain]
 
 Starts N simulated hosts on their own root, converges them (`up --skip-bench --skip-weights`), starts the real
 router in front of their servers, starts the clients, measures TTFT (time to the first streamed token) for
@@ -31,7 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from simulator.manager import sim_down, sim_up  # noqa: E402
-from simulator.router import start_router, stop_router  # noqa: E402
+from simulator.router import VERSIONS, start_router, stop_router  # noqa: E402
 from tests.e2e import site_template  # noqa: E402
 from tests.e2e.conftest import make_fleet_env  # noqa: E402
 
@@ -189,7 +190,7 @@ def main() -> int:
             clients.stop.set()
             for t in threads:
                 t.join(timeout=150)
-            print(f"\n{args.hosts} hosts behind sglang-router 0.3.2, {args.clients} streaming clients"
+            print(f"\n{args.hosts} hosts behind {args.router} {VERSIONS[args.router]}, {args.clients} streaming clients"
                   + (" (control: NO drain)" if args.no_drain else "") + "; load average "
                   f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
             print(f"  deploy {' '.join(argv[1:])}: exit {roll.rc} in {roll_s:.1f} s")
