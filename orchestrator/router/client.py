@@ -13,6 +13,7 @@ forwarded still run), and a `pending` job for a worker being added (shown by
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,6 +150,20 @@ class RouterClient:
         if value is not None:
             return value
         return worker.load if isinstance(worker.load, int) else None
+
+    def settled(self, url: str, timeout_s: float, poll_s: float = 0.5) -> RouterWorker | None:
+        """The router's entry for `url` once smg no longer drains it (None: not listed); RemoteError when it still
+        drains after `timeout_s` (a worker added back while smg drains it would be dropped with the drain)."""
+        deadline = time.monotonic() + timeout_s
+        worker = self.find(url)
+        while worker is not None and worker.leaving:
+            if time.monotonic() >= deadline:
+                raise RemoteError(f"the router is still draining {url} after {timeout_s:.0f} s: it cannot be added "
+                                  "back yet", fix="wait for its requests to finish, then `deploy router add HOST`",
+                                  step="router")
+            time.sleep(poll_s)
+            worker = self.find(url)
+        return worker
 
     def find(self, url: str) -> RouterWorker | None:
         url = url.rstrip("/")

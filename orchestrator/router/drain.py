@@ -250,15 +250,8 @@ class Drainer:
 
     def _settled(self, url: str, began: float) -> RouterWorker | None:
         """The router's entry for `url` once smg is no longer draining it (bounded by the join timeout)."""
-        worker = self.client.find(url)
-        while worker is not None and worker.leaving and time.monotonic() - began < self.join_timeout_s:
-            time.sleep(self.poll_s)
-            worker = self.client.find(url)
-        if worker is not None and worker.leaving:
-            raise RemoteError(f"the router is still draining {url} after {self.join_timeout_s:.0f} s: it cannot be "
-                              "added back yet", fix="wait for its requests to finish, then `deploy router add "
-                              "HOST`", step="router")
-        return worker
+        left = max(0.0, self.join_timeout_s - (time.monotonic() - began))
+        return self.client.settled(url, left, self.poll_s)
 
     def reach(self, url: str) -> Reach:
         workers = sum(1 for w in self.client.list_workers() if w.healthy)

@@ -24,6 +24,7 @@ from orchestrator.inventory.models import RouterSpec
 from orchestrator.router import metrics
 from orchestrator.router.client import RouterClient
 from orchestrator.router.drain import Drainer
+from orchestrator.router.reconcile import Worker, reconcile
 from orchestrator.router.release import SMG_HEALTH_FLAGS, RouterRelease, release_of
 from orchestrator.router.render import render_router, router_schema
 from tests.shared import fixture
@@ -252,6 +253,17 @@ def test_restore_waits_out_a_drain_smg_has_not_finished(smg) -> None:
     threading.Timer(0.4, lambda: router.active.update({a.url: 0})).start()
     _drainer(router).restore(a.url, KEY)
     assert router.workers[a.url]["status"] == "ready" and "POST /workers" in router.calls
+
+
+def test_up_puts_back_a_worker_smg_was_draining_once_smg_dropped_it(smg) -> None:
+    """A reconcile right after a removal: smg still lists the worker `draining`; counting it as listed would let
+    it leave with the drain, so the worker is added once smg dropped it."""
+    router, (a, _b, _c) = smg
+    router.workers[a.url].update(status="draining", is_healthy=False)
+    router.active[a.url] = 1
+    threading.Timer(0.4, lambda: router.active.update({a.url: 0})).start()
+    done = reconcile(RouterClient(router.url, KEY), [Worker("a", a.url, KEY)], [])
+    assert done.added == ["a"] and router.workers[a.url]["status"] == "ready"
 
 
 # ------------------------------------------------------------------------------------------------ the unit
