@@ -22,6 +22,9 @@ import requests
 from orchestrator.errors import RemoteError
 from orchestrator.router import metrics
 
+#: How long an add waits for smg to finish draining the same URL out (its drain window is 5 s).
+LEAVING_WAIT_S = 30.0
+
 
 @dataclass(frozen=True)
 class RouterWorker:
@@ -176,6 +179,12 @@ class RouterClient:
             body["api_key"] = api_key
         resp = self._call("POST", "/workers", expect=(200, 201, 202, 409), json=body)
         data = self._json("POST", "/workers", resp)
+        if resp.status_code == 409 and (draining := self.find(url)) is not None and draining.leaving:
+            # smg still drains it out (a removal a moment ago: "Draining 1 worker(s) for 5s before removal"):
+            # counted as listed it would leave with the drain, so it is added again once smg dropped it.
+            self.settled(url, LEAVING_WAIT_S)
+            resp = self._call("POST", "/workers", expect=(200, 201, 202, 409), json=body)
+            data = self._json("POST", "/workers", resp)
         if resp.status_code == 409:  # smg: WORKER_ALREADY_EXISTS (listed already): nothing to add
             listed = self.find(url)
             if listed is None:

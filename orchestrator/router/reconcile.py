@@ -15,11 +15,8 @@ from dataclasses import dataclass, field
 from orchestrator.errors import RemoteError
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.router.checks import generate_error
-from orchestrator.router.client import RouterClient
+from orchestrator.router.client import LEAVING_WAIT_S, RouterClient
 from orchestrator.router.places import SiteAddresses, known_worker_urls, router_workers
-
-#: How long a reconcile waits for smg to finish draining a worker it should put back (smg's window is about 5 s).
-DRAIN_WAIT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -85,7 +82,7 @@ def reconcile(client: RouterClient, keep: list[Worker], drop: list[Worker], *, d
             continue
         if w.url in leaving and not dry_run:
             try:
-                client.settled(w.url, DRAIN_WAIT_S)
+                client.settled(w.url, LEAVING_WAIT_S)
             except RemoteError as err:
                 done.refused[w.name] = err.what
                 continue

@@ -255,6 +255,19 @@ def test_restore_waits_out_a_drain_smg_has_not_finished(smg) -> None:
     assert router.workers[a.url]["status"] == "ready" and "POST /workers" in router.calls
 
 
+def test_an_add_while_smg_drains_the_same_url_waits_and_adds_it_again(smg) -> None:
+    """`up` right after a removal (its live change): smg answers 409 while it drains the URL out; taken as
+    "listed", the worker left with the drain and `up` waited 120 s for it (seen on the real smg)."""
+    router, (a, _b, _c) = smg
+    router.workers[a.url].update(status="draining", is_healthy=False)
+    router.active[a.url] = 1
+    threading.Timer(0.4, lambda: router.active.update({a.url: 0})).start()
+    RouterClient(router.url, KEY).add_worker(a.url, KEY)
+    time.sleep(0.1)
+    router.tick()
+    assert router.workers[a.url]["status"] == "ready"
+
+
 def test_up_puts_back_a_worker_smg_was_draining_once_smg_dropped_it(smg) -> None:
     """A reconcile right after a removal: smg still lists the worker `draining`; counting it as listed would let
     it leave with the drain, so the worker is added once smg dropped it."""
