@@ -21,7 +21,13 @@ from orchestrator.inventory.models import Host, Inventory
 from orchestrator.router.addresses import learn_fleet
 from orchestrator.router.client import RouterClient
 from orchestrator.router.drain import Drainer
-from orchestrator.router.places import SiteAddresses, router_api_key, router_base_url, router_workers
+from orchestrator.router.places import (
+    SiteAddresses,
+    router_api_key,
+    router_base_url,
+    router_metrics_url,
+    router_workers,
+)
 from orchestrator.router.reconcile import Worker, workers_of
 from orchestrator.router.serving import ask
 from orchestrator.router.truth import problems
@@ -149,7 +155,7 @@ def _change(app: AppContext, workers: list[Worker], action: str, timeout_s: floa
     inv = app.inventory
     results: list[dict[str, Any]] = []
     code = 0
-    with RouterClient(base, key, timeout_s=10.0) as client:
+    with RouterClient(base, key, timeout_s=10.0, metrics_url=router_metrics_url(inv, base)) as client:
         drainer = Drainer(client, drain_timeout_s=timeout_s, join_timeout_s=timeout_s, say=app.out.line,
                           policy=inv.router.policy if inv.router is not None else None,
                           keys={w.url: w.key for w in workers_of(inv, addresses)})

@@ -43,7 +43,13 @@ from orchestrator.roll import RollOutcome, RollResult
 from orchestrator.router.addresses import learn_fleet
 from orchestrator.router.client import RouterClient
 from orchestrator.router.drain import Drainer
-from orchestrator.router.places import known_worker_urls, router_api_key, router_base_url, router_workers
+from orchestrator.router.places import (
+    known_worker_urls,
+    router_api_key,
+    router_base_url,
+    router_metrics_url,
+    router_workers,
+)
 from orchestrator.state.claims import claim_fleet
 from orchestrator.steps.base import RunOptions
 from orchestrator.ui.output import Output
@@ -79,6 +85,7 @@ class FleetRouter:
         addresses = learn_fleet(inv) if self.spec is not None else None
         self.base = router_base_url(inv, addresses) if addresses is not None else None
         self.key = router_api_key(inv) if self.spec is not None else None
+        self.metrics_url = router_metrics_url(inv, self.base) if self.base is not None else None
         self.urls = known_worker_urls(inv, addresses) if addresses is not None else {}
         #: Workers whose container address could not be read: rolled without a drain they would not be.
         self.unknown = {h.name: addresses.errors[(h.name, h.container.vmid)] for h in router_workers(inv)
@@ -102,6 +109,11 @@ class FleetRouter:
             column.drained = drained
         host.router = column.text()
 
+    def client(self) -> RouterClient:
+        """The router's adapter, with smg's metrics endpoint where it has one (the drain reads its active count)."""
+        assert self.base is not None
+        return RouterClient(self.base, self.key, metrics_url=self.metrics_url)
+
     def check(self) -> None:
         if self.base is None:
             return
@@ -113,7 +125,7 @@ class FleetRouter:
 
     def drainer(self, events: HostEvents) -> Drainer:
         assert self.base is not None
-        return Drainer(RouterClient(self.base, self.key), drain_timeout_s=self.drain_timeout_s, say=events.say,
+        return Drainer(self.client(), drain_timeout_s=self.drain_timeout_s, say=events.say,
                        guard=self.guard, policy=self.spec.policy if self.spec is not None else None,
                        keys=self.url_keys)
 
@@ -193,7 +205,7 @@ class FleetRouter:
         missing: dict[str, DeployError] = {}
         if self.base is None:
             return missing
-        with RouterClient(self.base, self.key) as client:
+        with self.client() as client:
             listed = {w.url for w in client.list_workers()}
             drainer = Drainer(client, drain_timeout_s=self.drain_timeout_s, guard=self.guard,
                               policy=self.spec.policy if self.spec is not None else None, keys=self.url_keys)

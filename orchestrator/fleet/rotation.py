@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from orchestrator.errors import CheckFailed, DeployError
 from orchestrator.fleet.fleet_roll import FleetRouter
 from orchestrator.inventory.models import Inventory
-from orchestrator.router.client import RouterClient
 from orchestrator.router.drain import Drainer
 from orchestrator.router.places import router_workers
 
@@ -44,7 +43,7 @@ def out_of_rotation(inv: Inventory, host: str, *, say: Callable[[str], None], dr
         yield
         return
     side.check()
-    drainer = Drainer(RouterClient(side.base or "", side.key), drain_timeout_s=drain_timeout_s, say=say,
+    drainer = Drainer(side.client(), drain_timeout_s=drain_timeout_s, say=say,
                       guard=side.guard, policy=side.spec.policy if side.spec is not None else None,
                       keys=side.url_keys)
     try:

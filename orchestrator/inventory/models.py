@@ -547,6 +547,11 @@ def hf_token_for(host: Host, profile: ServerProfile) -> SecretRef | None:
 
 HostName = Annotated[str, Field(min_length=1)]
 RouterPolicy = Literal["random", "round_robin", "cache_aware", "power_of_two", "manual"]
+#: The router packages deploy drives (one adapter, orchestrator/router/release.py): the SGLang Model Gateway
+#: (`smg`, its name since 2026) and the last `sglang-router` release.
+RouterPackage = Literal["sglang-router", "smg"]
+#: The release pinned when the inventory names a package and no version.
+ROUTER_DEFAULT_VERSION: dict[str, str] = {"sglang-router": "0.3.2", "smg": "1.13.0"}
 #: Router options that come from the router section's own fields, never from its flags.
 ROUTER_OWNED_FLAGS = ("worker-urls", "host", "port", "policy", "api-key")
 
@@ -567,8 +572,12 @@ class RouterSpec(StrictModel):
     runs_on: str = "operator"
     #: The container on `runs_on` the router runs in; default the host's server container (container.vmid).
     vmid: int | None = Field(None, ge=100, le=999999999)
-    version: str = "0.3.2"
-    venv: str = "/opt/sglang-router"
+    #: Which router: `smg` (the SGLang Model Gateway) or `sglang-router` (0.3.2, the default for old inventories).
+    package: RouterPackage = "sglang-router"
+    #: Default: the package's pinned release (ROUTER_DEFAULT_VERSION).
+    version: str = ""
+    #: Default: /opt/sglang-router, or /opt/smg for smg (a venv per package: a switch never mixes the two).
+    venv: str = ""
     #: Where pip finds sglang-router when the venv lacks it (`pip install --index-url`); default pip's own.
     pip_index_url: str | None = None
     #: Where clients and deploy reach the router; default http://<its container's address>:<port>.
@@ -583,10 +592,15 @@ class RouterSpec(StrictModel):
     api_key: SecretRef | None = None
 
     @model_validator(mode="after")
-    def _bind_in_container(self) -> RouterSpec:
-        """A router in a container is reached over the site network: bind every address unless told."""
+    def _defaults(self) -> RouterSpec:
+        """A router in a container is reached over the site network: bind every address unless told; the
+        version and venv follow the package unless set."""
         if "host" not in self.model_fields_set and self.runs_on != "operator":
             object.__setattr__(self, "host", "0.0.0.0")
+        if not self.version:
+            object.__setattr__(self, "version", ROUTER_DEFAULT_VERSION[self.package])
+        if not self.venv:
+            object.__setattr__(self, "venv", f"/opt/{self.package}")
         return self
 
     @field_validator("flags")

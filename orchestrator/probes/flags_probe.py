@@ -1,9 +1,10 @@
-"""Run with the target venv's python: validate an argv with the INSTALLED parser of sglang or sglang-router.
+"""Run with the target venv's python: validate an argv with the INSTALLED parser of sglang or the router.
 
 Prints one JSON document: {"version", "ok", "error", "actions": [...]} where actions has the same shape as the
 packaged schemas (orchestrator/flags/schemas), so the operator's machine canonicalises names with one piece of code
 and never imports either package. It only builds the argparse parser: nothing starts, no GPU is touched.
-Usage: python - KIND ARGV_JSON < this_file, KIND = sglang | router
+Usage: python - KIND ARGV_JSON < this_file, KIND = sglang | router (sglang-router) | smg (the Model Gateway,
+whose `smg launch` parses the same RouterArgs)
 """
 
 import argparse
@@ -15,6 +16,14 @@ import sys
 
 def build_parser(kind: str) -> "tuple[argparse.ArgumentParser, str | None]":
     """The parser the package itself builds for its command line, and the package's version."""
+    if kind == "smg":
+        from importlib.metadata import version
+
+        from smg.router_args import RouterArgs
+
+        parser = argparse.ArgumentParser(prog="smg launch")
+        RouterArgs.add_cli_args(parser, use_router_prefix=False)
+        return parser, version("smg")
     if kind == "router":
         from importlib.metadata import version
 
@@ -50,7 +59,7 @@ def describe(act: argparse.Action) -> dict:
 def main() -> int:
     kind = sys.argv[1] if len(sys.argv) > 1 else "sglang"
     argv = json.loads(sys.argv[2]) if len(sys.argv) > 2 else []
-    package = "sglang_router" if kind == "router" else "sglang"
+    package = {"router": "sglang_router", "smg": "smg"}.get(kind, "sglang")
     try:
         parser, version = build_parser(kind)
     except Exception as exc:  # report, do not crash: the caller turns this into a clear error

@@ -1,18 +1,29 @@
-"""The router's worker API over HTTP(S): the only code that talks to a running router.
+"""The router's worker API over HTTP(S): the only code that talks to a running router, sglang-router or smg.
 
-sglang-router 0.3.2 manages workers through `POST /workers` (JSON `{"url": ..., "api_key": ...}`, answered `202`
-with a `worker_id`; the worker joins after the router's own health check), `GET /workers` (`{"workers": [...]}`)
-and `DELETE /workers/{worker_id}`. The older `POST /add_worker?url=` / `/remove_worker` routes answer 404.
+Both manage workers through `POST /workers` (JSON `{"url": ..., "api_key": ...}`, answered `202` with a
+`worker_id`; the worker joins after the router's own health check), `GET /workers` (`{"workers": [...]}`) and
+`DELETE /workers/{worker_id}`. The older `POST /add_worker?url=` / `/remove_worker` routes answer 404.
+smg 1.13.0 (captured in tests/fixtures/router/smg-1.13.0/) adds to each listed worker a `status`: `ready`,
+`not_ready` (its health checks failed; back after the success threshold), `draining` (after a DELETE: no new
+request; listed while its active requests finish, for about 5 s at most: then smg drops it, even while requests it
+forwarded still run), and a `pending` job for a worker being added (shown by
+`GET /workers/{id}`, not listed by `GET /workers`); a second POST of a listed URL answers 409
+`WORKER_ALREADY_EXISTS`. Its metrics (router/metrics.py) are on their own port, `metrics_url`.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import requests
 
 from orchestrator.errors import RemoteError
+from orchestrator.router import metrics
+
+#: How long an add waits for smg to finish draining the same URL out (its drain window is 5 s).
+LEAVING_WAIT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -22,14 +33,22 @@ class RouterWorker:
     healthy: bool | None
     load: int | None
     raw: dict[str, Any]
+    status: str | None = None  # smg's word (ready, not_ready, draining, pending, failed); None on sglang-router
+
+    @property
+    def leaving(self) -> bool:
+        """smg is draining it after a removal: it gets no new request and leaves the list once idle."""
+        return self.status == "draining"
 
 
 class RouterClient:
     """The router's worker API over HTTP(S). Only this class talks to the router."""
 
     def __init__(self, base_url: str, api_key: str | None = None, *, timeout_s: float = 10.0,
-                 session: requests.Session | None = None) -> None:
+                 session: requests.Session | None = None, metrics_url: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
+        #: smg's Prometheus endpoint (http://HOST:29000/metrics); None: the router exports none deploy reads.
+        self.metrics_url = metrics_url
         self.timeout_s = timeout_s
         self.session = session or requests.Session()
         self.api_key = api_key
@@ -101,9 +120,53 @@ class RouterClient:
         for w in workers:
             if not isinstance(w, dict):
                 raise self._malformed("GET", "/workers", "each worker should be an object", w)
+            status = w.get("status")
             out.append(RouterWorker(id=str(w.get("id", "")), url=str(w.get("url", "")).rstrip("/"),
-                                    healthy=w.get("is_healthy"), load=w.get("load"), raw=w))
+                                    healthy=w.get("is_healthy"), load=w.get("load"), raw=w,
+                                    status=str(status) if status is not None else None))
         return out
+
+    def serving_workers(self) -> list[RouterWorker]:
+        """The workers the router still selects from: the list without the ones smg is draining out."""
+        return [w for w in self.list_workers() if not w.leaving]
+
+    def router_metrics(self) -> str | None:
+        """smg's metrics text, or None when there is no metrics endpoint or it does not answer."""
+        if self.metrics_url is None:
+            return None
+        try:
+            resp = self.session.get(self.metrics_url, timeout=self.timeout_s)
+        except requests.RequestException:
+            return None
+        return resp.text if resp.status_code == 200 else None
+
+    def active_requests(self, url: str) -> int | None:
+        """Requests the router has in flight on `url`: smg_worker_requests_active when smg's metrics answer, else
+        the listed `load` (the same count in smg 1.13.0). None when the router does not list the worker: it
+        counts nothing there any more (sglang-router drops a removed worker at once, smg after its ~5 s drain
+        window), though requests it forwarded may still run: the server's own gauges tell then."""
+        worker = self.find(url)
+        if worker is None:
+            return None
+        text = self.router_metrics()
+        value = metrics.active_requests(text, url) if text is not None else None
+        if value is not None:
+            return value
+        return worker.load if isinstance(worker.load, int) else None
+
+    def settled(self, url: str, timeout_s: float, poll_s: float = 0.5) -> RouterWorker | None:
+        """The router's entry for `url` once smg no longer drains it (None: not listed); RemoteError when it still
+        drains after `timeout_s` (a worker added back while smg drains it would be dropped with the drain)."""
+        deadline = time.monotonic() + timeout_s
+        worker = self.find(url)
+        while worker is not None and worker.leaving:
+            if time.monotonic() >= deadline:
+                raise RemoteError(f"the router is still draining {url} after {timeout_s:.0f} s: it cannot be added "
+                                  "back yet", fix="wait for its requests to finish, then `deploy router add HOST`",
+                                  step="router")
+            time.sleep(poll_s)
+            worker = self.find(url)
+        return worker
 
     def find(self, url: str) -> RouterWorker | None:
         url = url.rstrip("/")
@@ -114,8 +177,22 @@ class RouterClient:
         body: dict[str, Any] = {"url": url}
         if api_key:
             body["api_key"] = api_key
-        resp = self._call("POST", "/workers", expect=(200, 201, 202), json=body)
-        return str(self._json("POST", "/workers", resp).get("worker_id", ""))
+        resp = self._call("POST", "/workers", expect=(200, 201, 202, 409), json=body)
+        data = self._json("POST", "/workers", resp)
+        if resp.status_code == 409 and (draining := self.find(url)) is not None and draining.leaving:
+            # smg still drains it out (a removal a moment ago: "Draining 1 worker(s) for 5s before removal"):
+            # counted as listed it would leave with the drain, so it is added again once smg dropped it.
+            self.settled(url, LEAVING_WAIT_S)
+            resp = self._call("POST", "/workers", expect=(200, 201, 202, 409), json=body)
+            data = self._json("POST", "/workers", resp)
+        if resp.status_code == 409:  # smg: WORKER_ALREADY_EXISTS (listed already): nothing to add
+            listed = self.find(url)
+            if listed is None:
+                raise RemoteError(f"router {self.base_url}: POST /workers answered 409 for {url}, which it does not "
+                                  f"list: {data.get('error', '')}", fix="see `deploy router status`; retry the add",
+                                  step="router")
+            return listed.id
+        return str(data.get("worker_id", ""))
 
     def remove_worker(self, url: str) -> bool:
         """Remove a worker by URL (the API removes by id); False when the router does not list it."""

@@ -37,6 +37,7 @@ from orchestrator.router.facts import (
 )
 from orchestrator.router.places import known_worker_urls, router_api_key, router_base_url, router_place, router_workers
 from orchestrator.router.reconcile import Reconciled, Worker, reconcile, workers_of
+from orchestrator.router.release import release_of
 from orchestrator.router.render import RouterBundle, render_router, router_schema, schema_from_probe
 from orchestrator.runlog import Metrics, StepRecord
 from orchestrator.scripts import render_script
@@ -53,9 +54,9 @@ def preflight_router(inventory: Inventory) -> None:
     if spec is None:
         return
     try:
-        render_router(spec, router_schema(spec.version), [], None)
+        render_router(spec, router_schema(release_of(spec)), [], None)
     except ConfigError as err:
-        err.fix = (f"fix router.flags in the inventory (names and choices are sglang-router {spec.version}'s own); "
+        err.fix = (f"fix router.flags in the inventory (names and choices are {release_of(spec).name}'s own); "
                    "nothing was changed")
         raise err.at(step="router preflight", host=spec.runs_on) from None
     try:
@@ -195,7 +196,8 @@ def _converge(spec: RouterSpec, inventory: Inventory, ct: Container, report: Rou
     api_key = router_api_key(inventory)
     # The probe checks the argv as it would be with every candidate (the worker list does not change its
     # validity); the workers are chosen once the installed router's own list is known.
-    probe_bundle = render_router(spec, router_schema(spec.version), choose([]).urls, api_key)
+    release = release_of(spec)
+    probe_bundle = render_router(spec, router_schema(release), choose([]).urls, api_key)
     if dry_run and not _container_runs(ct):
         # A plan on fresh hosts: the router's container is made by its host's `up`, so there is nothing to read
         # yet; say what `up` would do instead of failing on the missing container.
@@ -207,11 +209,11 @@ def _converge(spec: RouterSpec, inventory: Inventory, ct: Container, report: Rou
     choice = choose(installed_workers(facts.execstart))
     urls = choice.urls
     report.workers, report.left_out, report.kept = choice.workers, choice.left_out, choice.kept
-    bundle = render_router(spec, router_schema(spec.version), urls, api_key)
+    bundle = render_router(spec, router_schema(release), urls, api_key)
     record.details.update({"venv": spec.venv, "installed_version": facts.version, "active": facts.active,
                            "workers": urls})
     if facts.version != spec.version:
-        what = f"install sglang-router=={spec.version} in {spec.venv} (found {facts.version or 'none'})"
+        what = f"install {release.requirement} in {spec.venv} (found {facts.version or 'none'})"
         record.changes.append(what)
         if dry_run:
             record.status, record.summary = "would-change", what
@@ -219,19 +221,19 @@ def _converge(spec: RouterSpec, inventory: Inventory, ct: Container, report: Rou
         say(what)
         began = time.monotonic()
         _install(ct, spec, install_script(inventory))
-        say(f"installed sglang-router=={spec.version} in {time.monotonic() - began:.1f} s")
+        say(f"installed {release.requirement} in {time.monotonic() - began:.1f} s")
         facts = _read_facts(ct, spec, list(probe_bundle.argv))
         record.status = "changed"
     # The installed router's own parser: the canonical argv must be what it builds, and it must accept it.
-    schema = schema_from_probe(facts.probe, where=f"CT {ct.vmid}", pinned=spec.version)
+    schema = schema_from_probe(facts.probe, where=f"CT {ct.vmid}", release=release)
     live = render_router(spec, schema, choose([]).urls, api_key)
     doc = facts.probe_doc()
     if not doc.get("ok"):
-        raise ConfigError(f"sglang-router {facts.version} in CT {ct.vmid} rejects the router flags: "
+        raise ConfigError(f"{release.package} {facts.version} in CT {ct.vmid} rejects the router flags: "
                           f"{doc.get('error')}", fix="fix router.flags in the inventory; nothing was changed")
-    record.details["validated_with"] = f"sglang-router {facts.version} in CT {ct.vmid}"
+    record.details["validated_with"] = f"{release.package} {facts.version} in CT {ct.vmid}"
     if live.argv != probe_bundle.argv:
-        raise ConfigError(f"the installed sglang-router's parser reads the router flags differently from the "
+        raise ConfigError(f"the installed {release.package}'s parser reads the router flags differently from the "
                           f"packaged {spec.version} dump: {' '.join(live.argv)}",
                           fix="re-make the packaged dump with orchestrator/probes/flags_probe.py")
     changed = changed_files(bundle, facts)
@@ -314,7 +316,7 @@ def _apply(ct: Container, bundle: RouterBundle, *, action: str | None) -> None:
 
 def _plan_before_up(spec: RouterSpec, vmid: int, report: RouterReport, workers: int) -> None:
     """What a plan says while the router's container does not exist or run yet: what `up` would do."""
-    what = (f"install sglang-router=={spec.version} in {spec.venv} once `up` has created and started CT {vmid}, "
+    what = (f"install {release_of(spec).requirement} in {spec.venv} once `up` has created and started CT {vmid}, "
             f"and start the router ({workers} worker(s))")
     record = report.record
     record.changes.append(what)
@@ -352,13 +354,13 @@ def install_script(inventory: Inventory) -> str:
     assert spec is not None and spec.runs_on != "operator"
     index_url = spec.pip_index_url or inventory.hosts[spec.runs_on].container.pip_index_url
     return render_script("router_install.sh.j2", python=f"{spec.venv.rstrip('/')}/bin/python", venv=spec.venv,
-                         index_options=pip_index_options(index_url), requirement=f"sglang-router=={spec.version}")
+                         index_options=pip_index_options(index_url), requirement=release_of(spec).requirement)
 
 
 def _install(ct: Container, spec: RouterSpec, script: str) -> None:
-    res = ct.script(script, check=False, timeout=1800, what="pip install sglang-router")
+    res = ct.script(script, check=False, timeout=1800, what=f"pip install {spec.package}")
     if res.rc != 0:
-        raise RemoteError(f"pip install sglang-router=={spec.version} in CT {ct.vmid} failed: "
+        raise RemoteError(f"pip install {release_of(spec).requirement} in CT {ct.vmid} failed: "
                           f"{(res.stderr or res.stdout).strip()[-500:]}",
                           fix="check the container's network, or set router.pip_index_url (or the host's "
                               "container.pip_index_url) to a reachable index")

@@ -1,14 +1,21 @@
 """Draining a host through the real router before its restart, and adding it back once healthy.
 
-Why these signals (sglang-router 0.3.2, see docs/fleet.md "The router"):
+Why these signals (sglang-router 0.3.2 and smg 1.13.0, see docs/fleet.md "The router"):
 - removal is `DELETE /workers/{id}` (through RouterClient.remove_worker); after it the router sends the worker no
-  new request, but requests it already forwarded keep running on the server;
+  new request, but requests it already forwarded keep running on the server. smg keeps the worker listed as
+  `draining` and counts them (`smg_worker_requests_active{worker}`): the drain waits for that count to reach 0;
+  smg drops the worker from its list after about 5 s even while requests run (they still complete), so from
+  then on the server's own gauges below decide. The time from the removal to both reading 0 is reported as
+  "out of selection to 0 active". smg's `PATCH {"priority": 0}` does not do this: the worker keeps its share
+  of requests (seen on 1.13.0), so removal is the one way out of selection;
 - once removed, the router no longer lists the worker, so its `load` cannot say when those finish. The server's
   own Prometheus gauges can: `sglang:num_running_reqs` and `sglang:num_queue_reqs` on `/metrics` (sglang exempts
   `/metrics` from the API key; the profile's `enable-metrics` turns it on). The drain waits until both read 0
   twice in a row, so a request the router had picked just before the removal is counted too;
 - adding back is `POST /workers` (202, queued); the worker joins only after the router's own health check, so the
-  drain waits until `GET /workers` lists it healthy before the roll moves on.
+  drain waits until `GET /workers` lists it healthy before the roll moves on. Whatever state smg left it in is
+  undone first: a worker still draining is waited out, one listed `not_ready` or `failed` is removed and added
+  again (a fresh registration instead of waiting for smg's next health checks).
 
 Safety (issue 22 §3, checks.py says why these signals): the last healthy worker is never drained (the drain waits
 a bounded time for another one, then refuses with the reason); another listed worker that does not serve stops
@@ -31,7 +38,7 @@ import requests
 
 from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.router.checks import Reach, generate_error, reach_through_router
-from orchestrator.router.client import RouterClient
+from orchestrator.router.client import RouterClient, RouterWorker
 from orchestrator.router.serving import HEALTH_TIMEOUT_S, Removal, ask, judge
 
 IN_FLIGHT_GAUGES = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
@@ -55,6 +62,12 @@ class DrainResult:
     waited_s: float
     in_flight_at_removal: int | None
     note: str
+    #: Seconds from "out of selection" (the DELETE) to 0 active requests on it, by the router's count and then the
+    #: server's (smg); None when the router counts none (sglang-router drops the worker at once).
+    router_drain_s: float | None = None
+
+#: smg's words for a listed worker that does not serve and is registered again on restore.
+REREGISTER = ("not_ready", "failed", "pending")
 
 
 class Drainer:
@@ -96,7 +109,7 @@ class Drainer:
         began = time.monotonic()
         said = False
         while True:
-            workers = self.client.list_workers()
+            workers = self.client.serving_workers()  # one smg is draining out is leaving, not sick
             answers = ask([w.url for w in workers], self.keys, self.client.api_key, timeout_s=self.health_timeout_s)
             removal = judge(url, [(w.url, w.healthy) for w in workers], answers)
             if removal.sick:
@@ -123,12 +136,52 @@ class Drainer:
             time.sleep(self.poll_s)
 
     def drain(self, url: str) -> DrainResult:
-        """Remove the worker, then wait until its server has no running or queued request (bounded). Refuses to
-        drain the last healthy worker or while another is unhealthy (others_ok)."""
+        """Remove the worker (out of selection), wait while the router counts requests on it, then until its
+        server has no running or queued request (bounded). Refuses to drain the last healthy worker or while
+        another is unhealthy (others_ok)."""
         began = time.monotonic()
         with self.guard:
             self.others_ok(url)
             removed = self.client.remove_worker(url)
+        out_at = time.monotonic()
+        counted = self._router_drain(url, began) if removed else None
+        result = self._server_drain(url, removed, began)
+        if counted is not None:
+            at_removal, dropped = counted
+            dropped = dropped and bool(result.in_flight_at_removal)  # gone from its list, yet the server still ran
+            result.router_drain_s = time.monotonic() - out_at
+            result.note += (f"; out of selection to 0 active: {result.router_drain_s:.1f} s ({at_removal} active "
+                            "at removal, by the router's count"
+                            + ("; the router dropped it from its list before they ended, the server's own count "
+                               "was waited on" if dropped else "") + ")")
+        return result
+
+    def _router_drain(self, url: str, began: float) -> tuple[int, bool] | None:
+        """While the router still lists the removed worker (smg: `draining`), wait until it counts no active
+        request there. Returns (count at removal, whether the router dropped the worker while it still counted
+        some), None when the router does not list it after the removal (sglang-router). Why not trust "dropped":
+        smg 1.13.0 drops a draining worker after about 5 s whatever it still runs (seen with 20 s requests, which
+        then completed), so the server's own gauges decide from there (`_server_drain`). RemoteError past the
+        drain timeout."""
+        active = self.client.active_requests(url)
+        if active is None:
+            return None
+        at_removal, said = active, None
+        while active:
+            if time.monotonic() - began >= self.drain_timeout_s:
+                raise RemoteError(f"drain of {url}: the router still has {active} active request(s) on it after "
+                                  f"{self.drain_timeout_s:.0f} s (smg_worker_requests_active)",
+                                  fix="the worker is out of selection and was not restarted; wait for the long "
+                                      "requests or raise --drain-timeout, then resume", step="drain")
+            if active != said:  # once per count, not once per poll
+                self.say(f"draining: the router has {active} request(s) active on {url}")
+                said = active
+            time.sleep(self.poll_s)
+            active = self.client.active_requests(url)
+        return at_removal, active is None
+
+    def _server_drain(self, url: str, removed: bool, began: float) -> DrainResult:
+        """Wait until the server itself has no running or queued request (requests the router had forwarded)."""
         first = self._server_in_flight(url)
         if first is None:
             note = (f"removed from the router; its server's /metrics gives no in-flight count (enable-metrics "
@@ -161,7 +214,11 @@ class Drainer:
             raise CheckFailed(f"{url} did not answer a generation before being added back: {error}",
                               fix="the host stays out of the router; check its server (deploy status host X), then "
                                   "`deploy router add HOST`", step="router")
-        worker = self.client.find(url)
+        worker = self._settled(url, began)
+        if worker is not None and worker.status in REREGISTER:
+            self.say(f"{url} is listed {worker.status}: registering it again")
+            self.client.remove_worker(url)
+            worker = self._settled(url, began)
         if worker is None:
             self.client.add_worker(url, api_key)
         while time.monotonic() - began < self.join_timeout_s:
@@ -190,6 +247,11 @@ class Drainer:
                               fix="check the router's worker URL for the host (router.worker_urls) and its journal",
                               step="router")
         return time.monotonic() - began
+
+    def _settled(self, url: str, began: float) -> RouterWorker | None:
+        """The router's entry for `url` once smg is no longer draining it (bounded by the join timeout)."""
+        left = max(0.0, self.join_timeout_s - (time.monotonic() - began))
+        return self.client.settled(url, left, self.poll_s)
 
     def reach(self, url: str) -> Reach:
         workers = sum(1 for w in self.client.list_workers() if w.healthy)

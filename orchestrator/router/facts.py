@@ -16,6 +16,7 @@ from orchestrator.inventory.models import RouterSpec
 from orchestrator.parsers.sections import CommandOutput
 from orchestrator.remote.container import heredoc
 from orchestrator.resources import flags_probe_source
+from orchestrator.router.release import release_of
 from orchestrator.router.render import (
     CONF_DIR,
     KEY_PATH,
@@ -58,7 +59,7 @@ FILE_FACTS = {"unit": UNIT_PATH, "launcher": LAUNCHER_PATH, "key": KEY_PATH}
 def facts_commands(spec: RouterSpec, argv: list[str]) -> dict[str, str]:
     """The facts batch: the probe runs with the router venv's python, its source in a quoted heredoc."""
     python = f"{spec.venv.rstrip('/')}/bin/python"
-    probe = (f"if [ -x {shlex.quote(python)} ]; then {probe_command(python, argv)} "
+    probe = (f"if [ -x {shlex.quote(python)} ]; then {probe_command(python, argv, release_of(spec))} "
              + heredoc(flags_probe_source(), "DEPLOY_PROBE_EOF").rstrip("\n")
              + f"\nelse echo '{json.dumps({'version': None, 'error': f'no venv at {spec.venv}'})}'; fi")
     commands = {"probe": probe}

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from orchestrator.errors import RemoteError
 from orchestrator.inventory.models import Host, Inventory
+from orchestrator.router.release import release_of
 
 
 @dataclass(frozen=True)
@@ -116,3 +118,16 @@ def router_address_in(inventory: Inventory, vmid: int, addresses: SiteAddresses)
     hostport = router_base_url(inventory, addresses).split("://", 1)[1]
     addr, _, port = hostport.rpartition(":")
     return addr, int(port)
+
+
+def router_metrics_url(inventory: Inventory, base_url: str) -> str | None:
+    """smg's Prometheus endpoint: the router's own address, its metrics port (router.flags `prometheus-port`,
+    else 29000); None for sglang-router, whose metrics deploy does not read."""
+    spec = inventory.router
+    if spec is None:
+        return None
+    port = release_of(spec).metrics_port(spec.flags)
+    if port is None:
+        return None
+    host = urlsplit(base_url).hostname or "127.0.0.1"
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/metrics"

@@ -12,9 +12,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from orchestrator.errors import RemoteError
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.router.checks import generate_error
-from orchestrator.router.client import RouterClient
+from orchestrator.router.client import LEAVING_WAIT_S, RouterClient
 from orchestrator.router.places import SiteAddresses, known_worker_urls, router_workers
 
 
@@ -68,13 +69,23 @@ class Reconciled:
 
 def reconcile(client: RouterClient, keep: list[Worker], drop: list[Worker], *, dry_run: bool = False,
               check: bool = True) -> Reconciled:
-    """Add each `keep` worker the router does not list (after its check), remove each listed `drop` worker."""
-    live = {w.url for w in client.list_workers()}
+    """Add each `keep` worker the router does not list (after its check), remove each listed `drop` worker. A
+    `keep` worker smg is draining out (a removal a moment ago) counts as missing: it is added once smg dropped it,
+    else it would leave with the drain."""
+    listed = client.list_workers()
+    live = {w.url for w in listed if not w.leaving}
+    leaving = {w.url for w in listed if w.leaving}
     done = Reconciled()
     for w in keep:
         if w.url in live:
             done.already.append(w.name)
             continue
+        if w.url in leaving and not dry_run:
+            try:
+                client.settled(w.url, LEAVING_WAIT_S)
+            except RemoteError as err:
+                done.refused[w.name] = err.what
+                continue
         error = generate_error(w.url, w.key) if check else None
         if error is not None:
             done.refused[w.name] = error
@@ -83,7 +94,7 @@ def reconcile(client: RouterClient, keep: list[Worker], drop: list[Worker], *, d
             client.add_worker(w.url, w.key)
         done.added.append(w.name)
     for w in drop:
-        if w.url in live:
+        if w.url in live:  # one smg drains already is on its way out
             if not dry_run:
                 client.remove_worker(w.url)
             done.removed.append(w.name)

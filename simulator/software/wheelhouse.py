@@ -26,8 +26,9 @@ from simulator.lxc.template import RELEASES
 from .wheels import SGLANG_REQUIRES, build_standin_wheels
 
 DEFAULT_DIR = Path("/var/cache/deploy-sim/wheelhouse")
-#: Real packages the tool installs next to sglang: `hf` (huggingface_hub 1.x) and the router.
-EXTRA_REQUIREMENTS = ("huggingface_hub>=1,<2", "sglang-router==0.3.2")
+#: Real packages the tool installs next to sglang: `hf` (huggingface_hub 1.x) and the routers (both releases deploy
+#: drives, orchestrator/router/release.py; smg's wheel is abi3, so one serves both Pythons).
+EXTRA_REQUIREMENTS = ("huggingface_hub>=1,<2", "sglang-router==0.3.2", "smg==1.13.0")
 #: The containers' Pythons: each template release's python3 (Debian 12: 3.11, Debian 13: 3.13). Pure wheels
 #: serve both; compiled ones (pydantic_core, aiohttp, pyyaml, ...) are downloaded once per version.
 TARGET_PYTHONS = tuple(r.python for r in RELEASES)

@@ -41,12 +41,15 @@ from importlib import metadata
 from orchestrator import resources
 from orchestrator.flags.schema import FlagSchema
 from orchestrator.hardware.catalog import load_catalog
+from orchestrator.router.release import RouterRelease
 from orchestrator.router.render import router_schema
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.playbooks import available_playbooks, load_playbook
 from orchestrator.render.files import environment
 from orchestrator.scripts import _env as scripts_env
 from orchestrator.steps import load_all_steps
+
+ROUTER_0_3_2 = RouterRelease("sglang-router", "0.3.2")
 
 steps = load_all_steps()
 example = load_inventory(resources.example_inventory_dir())
@@ -57,7 +60,7 @@ print(json.dumps({
     "templates": sorted(environment().get_template(p.name).name for p in resources.templates_dir().glob("*.j2")),
     "scripts": sorted(scripts_env().get_template(p.name).name for p in resources.scripts_dir().glob("*.j2")),
     "flag_versions": FlagSchema.known_versions(),
-    "router_options": len(router_schema("0.3.2").option_strings),
+    "router_options": len(router_schema(ROUTER_0_3_2).option_strings),
     "probes": sorted(p.name for p in resources.probes_dir().glob("*.py") if resources.probe_text(p.name)),
     "example": [sorted(example.hosts), sorted(example.profiles), sorted(example.presets)],
     "xid_rules": len(load_catalog().rules),

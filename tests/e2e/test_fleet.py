@@ -172,24 +172,28 @@ def test_router_worker_api_of_the_pinned_real_router(tmp_path: Path) -> None:
         server.shutdown()
 
 
-def test_installed_router_parser_matches_the_packaged_dump() -> None:
-    """The probe run by the real router venv's python sees the same options as the packaged 0.3.2 dump."""
+@pytest.mark.parametrize("package", ["sglang-router", "smg"])
+def test_installed_router_parser_matches_the_packaged_dump(package: str) -> None:
+    """The probe run by the real router venv's python sees the same options as the packaged dump of the pinned
+    release (sglang-router 0.3.2, smg 1.13.0)."""
     import subprocess
 
     from orchestrator.resources import probe_text
+    from orchestrator.router.release import RouterRelease
     from orchestrator.router.render import probe_command, router_schema, schema_from_probe
-    from simulator.router import ensure_router_venv
+    from simulator.router import VERSIONS, ensure_router_venv
 
     if os.geteuid() != 0:
         pytest.skip("the simulator's router venv lives under /var/cache/deploy-sim (root)")
-    python = str(ensure_router_venv() / "bin" / "python")
-    out = subprocess.run(probe_command(python, ["--policy", "power_of_two"]), shell=True,
+    release = RouterRelease(package, VERSIONS[package])
+    python = str(ensure_router_venv(release.version, package=package) / "bin" / "python")
+    out = subprocess.run(probe_command(python, ["--policy", "power_of_two"], release), shell=True,
                          input=probe_text("flags_probe.py"), capture_output=True, text=True, timeout=120).stdout
-    installed = schema_from_probe(out, where="this machine", pinned="0.3.2")
-    assert set(installed.option_strings) == set(router_schema("0.3.2").option_strings)
+    installed = schema_from_probe(out, where="this machine", release=release)
+    assert set(installed.option_strings) == set(router_schema(release).option_strings)
     assert json.loads(out)["ok"] is True
-    with pytest.raises(ConfigError, match=r"inventory pins 0\.3\.1"):
-        schema_from_probe(out, where="this machine", pinned="0.3.1")
+    with pytest.raises(ConfigError, match=r"inventory pins 0\.0\.1"):
+        schema_from_probe(out, where="this machine", release=RouterRelease(package, "0.0.1"))
 
 
 def test_real_router_routes_to_the_simulated_servers(fleet: Fleet, tmp_path: Path) -> None:

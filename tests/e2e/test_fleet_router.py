@@ -1,8 +1,9 @@
-"""The router as a managed part, end to end: the real CLI, two simulated hosts, the REAL sglang-router.
+"""The router as a managed part, end to end: the real CLI, two simulated hosts, the REAL router, once with each
+package deploy drives (sglang-router 0.3.2 and smg 1.13.0, `router.package`).
 
 One module-scoped root with two hosts (tests/sim_hosts.py OFFSET_ROUTER_UP) and an inventory whose router runs in
 the first host's server container (CT 120), a real LXC container: `up` makes the router's venv there and
-pip-installs sglang-router from the host's package index, as on a site without a venv of its own. The servers
+pip-installs the router from the host's package index, as on a site without a venv of its own. The servers
 have an API key, so the router's key file and its use towards the workers are exercised. The tests run in file
 order: the first one converges everything.
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.e2e.conftest import until
 from tests.e2e.fleet_harness import FleetHarness, fleet_root
 from tests.e2e.site import assert_container_urls, assert_no_relay
 from tests.sim_hosts import OFFSET_ROUTER_UP
@@ -31,6 +33,13 @@ class RouterFleet(FleetHarness):
     """Two hosts whose router runs in the first host's server container, managed by `up`."""
 
     router_yaml: str = ""
+    package: str = "sglang-router"
+
+    @property
+    def version(self) -> str:
+        from simulator.router import VERSIONS
+
+        return VERSIONS[self.package]
 
     @property
     def url(self) -> str:
@@ -49,17 +58,18 @@ class RouterFleet(FleetHarness):
         (self.env.inventory / "router.yaml").write_text(self.router_yaml + extra_flags)
 
 
-@pytest.fixture(scope="module")
-def rfleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterFleet]:
+@pytest.fixture(scope="module", params=["sglang-router", "smg"])
+def rfleet(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterFleet]:
     with fleet_root(tmp_path_factory, "deploy-sim-router-up", OFFSET_ROUTER_UP, 2) as base:
         key_file = base.env.inventory.parent / "api-key"
         key_file.write_text(KEY + "\n")
         key_file.chmod(0o600)
         base.env.set_profile(api_key={"file": str(key_file)})
         names = base.names
-        router_yaml = (f"router:\n  runs_on: {names[0]}\n  policy: round_robin\n"
+        router_yaml = (f"router:\n  package: {request.param}\n  runs_on: {names[0]}\n  policy: round_robin\n"
                        "  workers: prod\n  flags:\n    health-check-interval-secs: 1\n")
-        fleet = RouterFleet(env=base.env, names=names, root=base.root, infos=base.infos, router_yaml=router_yaml)
+        fleet = RouterFleet(env=base.env, names=names, root=base.root, infos=base.infos, router_yaml=router_yaml,
+                            package=request.param)
         fleet.write_router()
         yield fleet
 
@@ -87,7 +97,7 @@ def test_up_brings_the_router_up_with_both_workers_then_changes_nothing(rfleet: 
     assert router["result"] == "changed" and router["place"] == f"{a} CT 120", router
     assert router["workers"] == [a, b] and router["left_out"] == []
     details = router["step"]["details"]
-    assert details["validated_with"] == "sglang-router 0.3.2 in CT 120"
+    assert details["validated_with"] == f"{rfleet.package} {rfleet.version} in CT 120"
     assert details["health"] == {"health": 200, "readiness": 200, "healthy_workers": 2,
                                  "through_router": "a generation through the router was answered"}
     # The key: a 0600 file in the container, used by the router towards clients and workers, never in an argv.
@@ -95,7 +105,8 @@ def test_up_brings_the_router_up_with_both_workers_then_changes_nothing(rfleet: 
     assert KEY not in env.ct("cat /etc/systemd/system/sglang-router.service").stdout
     argvs = _cmdlines()
     # The router retitles itself (setproctitle); its argv came from the unit, which holds no key.
-    assert any(c.startswith(b"sglang::router") for c in argvs), "the router process is not running"
+    title = b"smg::router" if rfleet.package == "smg" else b"sglang::router"
+    assert any(c.startswith(title) for c in argvs), "the router process is not running"
     assert not any(KEY.encode() in c for c in argvs)
     assert KEY not in res.stdout + res.stderr
     assert _chat(rfleet.url, KEY) == 200 and _chat(rfleet.url, None) == 401
@@ -154,6 +165,7 @@ def test_a_worker_missing_from_the_live_router_is_put_back_by_up_and_by_router_a
     url_b = f"http://{rfleet.address(b)}:8000"
     with RouterClient(rfleet.url, KEY) as client:
         assert client.remove_worker(url_b)
+        assert until(lambda: client.find(url_b) is None, 30)  # smg drains it first (listed `draining`)
     status = env.run("--json", "router", "status", "prod")
     assert status.rc == 0, status.text
     assert {r["host"]: r["listed"] for r in status.json["workers"]} == {a: True, b: False}

@@ -1,8 +1,9 @@
-"""Zero-downtime figure: a canary fleet roll of N (default 4) simulated hosts behind the real sglang-router 0.3.2,
-with a steady streaming client sending chat completions through the router for the whole roll.
+"""Zero-downtime figure: a canary fleet roll of N (default 4) simulated hosts behind the real router (sglang-router
+0.3.2, or smg 1.13.0 with --router smg), with a steady streaming client sending chat completions through the
+router for the whole roll.
 
-    python tests/perf/fleet_canary_roll.py [--hosts 4] [--first 60] [--clients 4] [--before-s 30] [--with-bench]
-                                           [--no-drain]
+    python tests/perf/fleet_canary_roll.py [--router smg] [--hosts 4] [--first 60] [--clients 4] [--before-s 30]
+                                           [--with-bench] [--no-drain]
 
 Starts N simulated hosts on their own root, converges them (`up --skip-bench --skip-weights`), starts the real
 router in front of their servers, starts the clients, measures TTFT (time to the first streamed token) for
@@ -31,7 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from simulator.manager import sim_down, sim_up  # noqa: E402
-from simulator.router import start_router, stop_router  # noqa: E402
+from simulator.router import VERSIONS, start_router, stop_router  # noqa: E402
 from tests.e2e import site_template  # noqa: E402
 from tests.e2e.conftest import make_fleet_env  # noqa: E402
 
@@ -119,6 +120,8 @@ def describe(name: str, phase: Phase, seconds: float) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hosts", type=int, default=4)
+    ap.add_argument("--router", choices=["sglang-router", "smg"], default="sglang-router",
+                    help="the real router package in front of the hosts (smg: with deploy's health settings)")
     ap.add_argument("--first", type=int, default=int(os.environ.get("DEPLOY_SIM_FIRST", "60")))
     ap.add_argument("--clients", type=int, default=4, help="concurrent streaming clients through the router")
     ap.add_argument("--before-s", type=float, default=30.0, help="seconds of traffic measured before the roll")
@@ -155,11 +158,16 @@ def main() -> int:
             site = learn([(inv.hosts[n], inv.hosts[n].container.vmid) for n in names])
             urls = [worker_url(inv, inv.hosts[n], site) for n in names]
             print(f"  worker URLs: {', '.join(urls)}")
-            start_router(router_dir, address, 30000, urls, policy="round_robin",
-                         extra=["--health-check-interval-secs", "1"])
+            from orchestrator.router.release import SMG_HEALTH_FLAGS
+
+            smg = args.router == "smg"
+            extra = ([a for k, v in SMG_HEALTH_FLAGS.items() for a in (f"--{k}", str(v))] if smg
+                     else ["--health-check-interval-secs", "1"])
+            start_router(router_dir, address, 30000, urls, policy="round_robin", extra=extra, package=args.router)
             if not args.no_drain:
                 (env.inventory / "router.yaml").write_text(
-                    f"router:\n  host: {address}\n  port: 30000\n  policy: round_robin\n  workers: fleet\n")
+                    f"router:\n  package: {args.router}\n  host: {address}\n  port: 30000\n  policy: round_robin\n"
+                    "  workers: fleet\n" + ("  flags:\n    prometheus-port: 30001\n" if smg else ""))
             base = f"http://{address}:30000"
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
@@ -182,7 +190,7 @@ def main() -> int:
             clients.stop.set()
             for t in threads:
                 t.join(timeout=150)
-            print(f"\n{args.hosts} hosts behind sglang-router 0.3.2, {args.clients} streaming clients"
+            print(f"\n{args.hosts} hosts behind {args.router} {VERSIONS[args.router]}, {args.clients} streaming clients"
                   + (" (control: NO drain)" if args.no_drain else "") + "; load average "
                   f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
             print(f"  deploy {' '.join(argv[1:])}: exit {roll.rc} in {roll_s:.1f} s")

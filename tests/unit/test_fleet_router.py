@@ -13,8 +13,11 @@ from orchestrator.inventory.loader import load_inventory
 from orchestrator.inventory.models import Inventory, RouterSpec
 from orchestrator.router import addresses
 from orchestrator.router.places import SiteAddresses, known_worker_urls, router_base_url, router_workers, worker_url
+from orchestrator.router.release import RouterRelease
 from orchestrator.router.render import KEY_PATH, render_router, router_schema
 from tests.shared import EXAMPLE_INVENTORY
+
+ROUTER_0_3_2 = RouterRelease("sglang-router", "0.3.2")
 
 REPO = Path(__file__).resolve().parents[2]
 URLS = ["http://127.0.0.141:8000", "http://127.0.0.142:8000"]
@@ -32,7 +35,7 @@ def inventory(router: dict[str, object], groups: dict[str, list[str]] | None = N
 
 def test_unit_has_owned_fields_and_canonical_flags_and_no_key() -> None:
     spec = RouterSpec(policy="round_robin", flags={"health-check-interval": 5, "disable-retries": True})
-    bundle = render_router(spec, router_schema("0.3.2"), URLS, "s3cret-key")
+    bundle = render_router(spec, router_schema(ROUTER_0_3_2), URLS, "s3cret-key")
     assert bundle.argv == ("--host", "127.0.0.1", "--port", "30000", "--policy", "round_robin", "--worker-urls",
                            *URLS, "--disable-retries", "--health-check-interval-secs", "5")  # prefix → canonical
     exec_start = next(ln for ln in bundle.unit.content.splitlines() if ln.startswith("ExecStart="))
@@ -43,22 +46,22 @@ def test_unit_has_owned_fields_and_canonical_flags_and_no_key() -> None:
     assert "s3cret-key" not in str(bundle.key_file.to_dict())  # printable form is redacted
     launcher = bundle.launcher.content
     assert f'KEY_FILE = "{KEY_PATH}"' in launcher and "parse_router_args(argv)" in launcher
-    keyless = render_router(spec, router_schema("0.3.2"), URLS, None)
+    keyless = render_router(spec, router_schema(ROUTER_0_3_2), URLS, None)
     assert keyless.key_file is None and 'KEY_FILE = ""' in keyless.launcher.content
 
 
 def test_unknown_flag_is_refused_with_the_router_parsers_suggestion() -> None:
     with pytest.raises(ConfigError) as exc:
-        render_router(RouterSpec(flags={"health-check-intervl-secs": 5}), router_schema("0.3.2"), URLS, None)
+        render_router(RouterSpec(flags={"health-check-intervl-secs": 5}), router_schema(ROUTER_0_3_2), URLS, None)
     assert "--health-check-intervl-secs" in exc.value.what and "--health-check-interval-secs" in exc.value.what
     with pytest.raises(ConfigError, match=r"router\.api_key"):  # a prefix of an owned option is caught too
-        render_router(RouterSpec(flags={"api": "x"}), router_schema("0.3.2"), URLS, None)
+        render_router(RouterSpec(flags={"api": "x"}), router_schema(ROUTER_0_3_2), URLS, None)
     with pytest.raises(ConfigError, match=r"known: 0\.3\.2"):
-        router_schema("0.1.0")
+        router_schema(RouterRelease("sglang-router", "0.1.0"))
 
 
 def test_policy_choices_are_the_pinned_routers() -> None:
-    spec = router_schema("0.3.2").by_option("--policy")
+    spec = router_schema(ROUTER_0_3_2).by_option("--policy")
     assert spec is not None and set(spec.choices or ()) == {"random", "round_robin", "cache_aware", "power_of_two",
                                                              "manual"}
     with pytest.raises(ValueError, match="policy"):

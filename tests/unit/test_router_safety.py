@@ -48,6 +48,7 @@ class FakeWorker:
     broken: bool = False
     health: int = 200  # what its own GET /health answers
     served: int = 0
+    running: int = 0  # its sglang:num_running_reqs gauge
     key: str | None = KEY
     server: http.server.ThreadingHTTPServer | None = None
 
@@ -93,7 +94,7 @@ def _worker(w: FakeWorker) -> FakeWorker:
         def do_GET(self) -> None:
             if self.path == "/metrics":
                 _reply(self, 200, f'sglang:num_requests_total{{model_name="m"}} {float(w.served)}\n'
-                                  'sglang:num_running_reqs{model_name="m"} 0.0\n')
+                                  f'sglang:num_running_reqs{{model_name="m"}} {float(w.running)}\n')
             elif self.path == "/health" and w.key and self.headers.get("Authorization") != f"Bearer {w.key}":
                 _reply(self, 401, {"error": "Unauthorized"})  # real sglang: every route needs the key
             elif self.path == "/health":

@@ -18,9 +18,12 @@ from orchestrator.parsers.server_metrics import GENERATION_TOKENS, counter, delt
 from orchestrator.router.converge import choose_workers, install_script, preflight_router
 from orchestrator.router.facts import RouterFacts, apply_script, changed_files, facts_commands, parse_facts
 from orchestrator.router.places import SiteAddresses, router_place
+from orchestrator.router.release import RouterRelease
 from orchestrator.router.render import CONF_DIR, KEY_PATH, LAUNCHER_PATH, UNIT_PATH, render_router, router_schema
 from orchestrator.telemetry.summary import TelemetrySummary
 from tests.unit.test_fleet_router import URLS, inventory
+
+ROUTER_0_3_2 = RouterRelease("sglang-router", "0.3.2")
 
 KEY = "s3cret-router-key"
 
@@ -80,14 +83,14 @@ def _facts(bundle_shas: dict[str, str | None], active: str = "active") -> Router
 def test_only_files_whose_content_differs_are_changed() -> None:
     spec = inventory({"runs_on": "gpu-1"}).router
     assert spec is not None
-    bundle = render_router(spec, router_schema("0.3.2"), URLS, KEY)
+    bundle = render_router(spec, router_schema(ROUTER_0_3_2), URLS, KEY)
     assert bundle.key_file is not None
     same = {"unit": bundle.unit.sha256, "launcher": bundle.launcher.sha256, "key": bundle.key_file.sha256}
     assert changed_files(bundle, _facts(same)) == []
     assert changed_files(bundle, _facts({**same, "key": "0" * 64})) == [KEY_PATH]  # a new key
-    other_workers = render_router(spec, router_schema("0.3.2"), URLS[:1], KEY)
+    other_workers = render_router(spec, router_schema(ROUTER_0_3_2), URLS[:1], KEY)
     assert changed_files(other_workers, _facts(same)) == [UNIT_PATH]  # the workers are in the unit's argv
-    keyless = render_router(spec, router_schema("0.3.2"), URLS, None)
+    keyless = render_router(spec, router_schema(ROUTER_0_3_2), URLS, None)
     assert changed_files(keyless, _facts({**same, "launcher": keyless.launcher.sha256})) == [UNIT_PATH, KEY_PATH]
     assert changed_files(bundle, _facts({"unit": None, "launcher": None, "key": None})) == [
         UNIT_PATH, LAUNCHER_PATH, KEY_PATH]
@@ -96,12 +99,12 @@ def test_only_files_whose_content_differs_are_changed() -> None:
 def test_apply_script_carries_files_base64_and_never_the_key_in_clear() -> None:
     spec = inventory({"runs_on": "gpu-1"}).router
     assert spec is not None
-    bundle = render_router(spec, router_schema("0.3.2"), URLS, KEY)
+    bundle = render_router(spec, router_schema(ROUTER_0_3_2), URLS, KEY)
     script = apply_script(bundle, action="restart")
     assert KEY not in script and base64.b64encode((KEY + "\n").encode()).decode() in script
     assert f"chmod 0600 {KEY_PATH}.deploy-tmp" in script and f"mkdir -p {CONF_DIR}" in script
     assert script.rstrip().endswith("systemctl restart sglang-router")
-    keyless = apply_script(render_router(spec, router_schema("0.3.2"), URLS, None), action="start")
+    keyless = apply_script(render_router(spec, router_schema(ROUTER_0_3_2), URLS, None), action="start")
     assert f"rm -f {KEY_PATH}" in keyless and keyless.rstrip().endswith("systemctl start sglang-router")
 
 

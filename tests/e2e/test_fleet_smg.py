@@ -1,0 +1,192 @@
+"""A fleet roll behind the REAL smg 1.13.0 (the SGLang Model Gateway), end to end (issue 37): the real CLI, three
+simulated hosts, smg started on this machine with the health settings deploy's unit gives it, named in the
+inventory's router section with `package: smg`.
+
+Why a module of its own: smg drains a removed worker itself (listed `draining`, its active requests counted in
+`smg_worker_requests_active` until they finish), and the roll waits on that count; the test drives streaming and
+non-streaming requests through smg during a canary roll and checks that none fails, no stream is cut short and
+smg never has 0 ready workers, and reports each host's drain time ("out of selection" to "0 active"). It uses the
+numbers of tests/e2e/test_fleet.py's fleet (OFFSET_FLEET, OFFSET_FLEET_ROUTER): modules run one after another in a
+process, so the roots are never up at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests import sim_hosts
+from tests.e2e.conftest import until
+from tests.e2e.fleet_harness import RoutedFleet, fleet_root, worker_urls
+from tests.e2e.test_fleet_roll import CHAT, FLAG, Client
+from tests.sim_hosts import OFFSET_FLEET, OFFSET_FLEET_ROUTER, claim
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
+DRAIN = re.compile(r"out of selection to 0 active: ([0-9.]+) s \((\S+) active at removal")
+
+
+@pytest.fixture(scope="module")
+def smg_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RoutedFleet]:
+    if os.geteuid() != 0:
+        pytest.skip("the simulator's router venv lives under /var/cache/deploy-sim (root)")
+    from orchestrator.router.release import SMG_HEALTH_FLAGS
+    from simulator.router import start_router, stop_router
+
+    with fleet_root(tmp_path_factory, "deploy-sim-smgroll", OFFSET_FLEET, 3) as base:
+        up = base.env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=1200)
+        assert up.rc == 0, up.text
+        urls = worker_urls(base)
+        address = sim_hosts.address(claim(OFFSET_FLEET_ROUTER, ports=(30000, 30001)))
+        run_dir = tmp_path_factory.mktemp("smg-router")
+        health = [a for k, v in SMG_HEALTH_FLAGS.items() for a in (f"--{k}", str(v))]
+        try:
+            start_router(run_dir, address, 30000, list(urls.values()), policy="round_robin", extra=health,
+                         package="smg")
+            (base.env.inventory / "router.yaml").write_text(
+                f"router:\n  package: smg\n  host: {address}\n  port: 30000\n  policy: round_robin\n"
+                "  workers: prod\n  flags:\n    prometheus-port: 30001\n")
+            fleet = RoutedFleet(env=base.env, names=base.names, root=base.root, infos=base.infos,
+                                router=f"http://{address}:30000", urls=urls)
+            assert until(lambda: all(fleet.listed().values()), 120), fleet.listed()
+            yield fleet
+        finally:
+            stop_router(run_dir)
+
+
+class Streams:
+    """Streaming chat completions through the router on one thread: a stream that ends without `data: [DONE]`
+    is truncated; each request is bounded (24 tokens, 60 s)."""
+
+    def __init__(self, base: str) -> None:
+        self.base, self.ok, self.truncated = base, 0, 0
+        self.failed: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        import requests
+
+        with requests.Session() as s:
+            while not self._stop.is_set():
+                try:
+                    with s.post(f"{self.base}/v1/chat/completions", json={**CHAT, "stream": True}, stream=True,
+                                timeout=60) as resp:
+                        if resp.status_code != 200:
+                            self.failed.append(f"{resp.status_code} {resp.text[:200]}")
+                            continue
+                        lines = [ln for ln in resp.iter_lines(decode_unicode=True) if ln]
+                    if lines and lines[-1] == "data: [DONE]":
+                        self.ok += 1
+                    else:
+                        self.truncated += 1
+                except Exception as exc:  # every failure counts, whatever its kind
+                    self.failed.append(repr(exc))
+
+    def __enter__(self) -> Streams:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=90)
+
+
+class ReadyWatch:
+    """smg's /readiness every 0.2 s: the lowest count of healthy workers it reported during the roll."""
+
+    def __init__(self, base: str) -> None:
+        self.base, self.lowest, self.reads = base, 99, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        import requests
+
+        while not self._stop.wait(0.2):
+            try:
+                doc = requests.get(f"{self.base}/readiness", timeout=5).json()
+                self.lowest = min(self.lowest, int(doc.get("healthy_workers", 0)))
+                self.reads += 1
+            except Exception:  # an unanswered probe is no reading
+                continue
+
+    def __enter__(self) -> ReadyWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def test_canary_roll_behind_smg_drains_each_host_and_loses_no_request(smg_fleet: RoutedFleet) -> None:
+    fleet = smg_fleet
+    with ReadyWatch(fleet.router) as ready, Client(fleet.router) as client, Streams(fleet.router) as streams:
+        assert until(lambda: client.ok >= 2 and streams.ok >= 1, 60), (client.failed[:5], streams.failed[:5])
+        res = fleet.env.run("--json", "roll", "group", "prod", "--set", f"{FLAG}=4", "--canary", "1", "--batch", "1",
+                            "--max-unavailable", "1", "--skip-bench", timeout=900)
+        after_roll = client.ok
+        assert until(lambda: client.ok >= after_roll + 2, 60)
+    assert res.rc == 0, res.text
+    hosts = {h["host"]: h for h in res.json["hosts"]}
+    drains = {}
+    for name in fleet.names:
+        h = hosts[name]
+        assert h["result"] == "rolled" and "back in the router, healthy" in h["router"], h
+        m = DRAIN.search(h["router"])
+        assert m is not None, h["router"]  # the roll waited on smg's own count
+        drains[name] = {"drain_s": float(m.group(1)), "active_at_removal": m.group(2)}
+    print("per-host drain (out of selection -> 0 active):", json.dumps(drains))  # the report's figure (pytest -s)
+    assert all(fleet.listed().values())
+    assert client.failed == [] and streams.failed == [] and streams.truncated == 0, (
+        client.failed[:5], streams.failed[:5], streams.truncated)
+    assert client.ok > 10 and streams.ok > 3
+    assert ready.reads > 10 and ready.lowest >= 1, (ready.reads, ready.lowest)  # never 0 ready workers
+    text = fleet.env.run("status", "group", "prod").stdout
+    assert text.count("router: healthy") == 3, text
+
+
+def test_router_remove_waits_for_a_long_stream_smg_still_counts(smg_fleet: RoutedFleet) -> None:
+    """`deploy router remove` of a host with a long stream in flight: smg keeps it `draining`, the command waits
+    until smg counts 0 active on it, and the stream ends whole."""
+    import requests
+
+    fleet = smg_fleet
+    victim = fleet.names[0]
+    ends: list[str] = []
+    took: list[float] = []
+
+    def stream() -> None:
+        began = time.monotonic()
+        body = {"model": "glm-5", "prompt": "Count slowly.", "max_tokens": 3000, "ignore_eos": True, "stream": True}
+        with requests.post(f"{fleet.router}/v1/completions", json=body, stream=True, timeout=120) as resp:
+            lines = [ln for ln in resp.iter_lines(decode_unicode=True) if ln]
+        ends.append(lines[-1] if lines else f"{resp.status_code} (no line)")
+        took.append(time.monotonic() - began)
+
+    threads = [threading.Thread(target=stream) for _ in fleet.names]  # round robin: one on each host
+    for t in threads:
+        t.start()
+    assert until(lambda: _active(fleet, fleet.urls[victim]) > 0, 30)
+    res = fleet.env.run("router", "remove", victim, timeout=300)
+    for t in threads:
+        t.join(timeout=150)
+    print(res.stdout, "streams took", [f"{t:.1f}" for t in took])  # docs/fleet.md's example run (pytest -s)
+    assert res.rc == 0, res.text
+    m = DRAIN.search(res.stdout)
+    assert m is not None and int(m.group(2)) >= 1 and float(m.group(1)) > 1.0, res.stdout
+    assert ends == ["data: [DONE]"] * len(fleet.names), ends
+    fleet.back_in_router()
+
+
+def _active(fleet: RoutedFleet, url: str) -> int:
+    from orchestrator.router.client import RouterClient
+
+    with RouterClient(fleet.router, metrics_url=fleet.router.replace(":30000", ":30001") + "/metrics") as client:
+        return client.active_requests(url) or 0
