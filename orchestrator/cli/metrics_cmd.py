@@ -24,7 +24,7 @@ from orchestrator.monitoring.sd import (
     token_name,
 )
 from orchestrator.router.addresses import learn
-from orchestrator.router.places import router_place
+from orchestrator.router.places import router_place, router_workers, worker_url
 
 
 @click.group("metrics", cls=SuggestingGroup)
@@ -48,16 +48,20 @@ def sd(app: AppContext, word: str, group: str, out_dir: Path, tofu: bool) -> int
     place = router_place(inv)
     wanted = [(h, h.container.vmid) for h in hosts] + ([(place.host, place.vmid)] if place is not None else [])
     addresses = learn(wanted, tofu=tofu)
+    routers: list[Target] = []
+    if place is not None and inv.router is not None and (at := addresses.get(place.host, place.vmid)) is not None:
+        port = inv.router.flags.get("prometheus-port", ROUTER_METRICS_PORT)  # both packages default to 29000
+        routers.append(Target(place.host.name, f"{at}:{port}"))
+    # Only where the router's own metrics are scraped: the worker label is what DeployHostOutOfRouter joins on.
+    workers = {h.name for h in router_workers(inv)} if routers else set()
     servers, missing = [], []
     for h in hosts:
         addr = addresses.get(h, h.container.vmid)
         if addr is None:
             missing.append(h.name)
             continue
-        servers.append(Target(h.name, f"{addr}:{inv.profile_for(h).port}"))
-    routers: list[Target] = []
-    if place is not None and addresses.get(place.host, place.vmid) is not None:
-        routers.append(Target(place.host.name, f"{addresses.get(place.host, place.vmid)}:{ROUTER_METRICS_PORT}"))
+        servers.append(Target(h.name, f"{addr}:{inv.profile_for(h).port}",
+                              worker=worker_url(inv, h, addresses) if h.name in workers else None))
     nodes = [Target(h.name, f"{h.address}:{NODE_EXPORTER_PORT}") for h in hosts]
     out = out_dir.resolve()
     out.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,8 @@
 
 Three jobs per group, each a `file_sd_configs` file: the sglang servers' `/metrics` (each container's address on
 the site network and its profile's port; the server must run with --enable-metrics), the router's metrics
-(sglang-router's Prometheus port), and each PVE host's node_exporter (where deploy.prom is read). The API key
+(sglang-router's Prometheus port), and each PVE host's node_exporter (where deploy.prom is read). A server that
+the group's router should list carries a `worker` label, the URL the router knows it by. The API key
 goes into a bearer-token file (0600) that the scrape config names by path (`authorization.credentials_file`):
 never into the discovery files or the config itself, which are world-readable by design.
 """
@@ -25,6 +26,9 @@ NODE_EXPORTER_PORT = 9100
 class Target:
     host: str  # the inventory name: the `host` label deploy's own metrics carry too
     address: str  # host:port
+    #: A server the group's router should list: the URL the router names it by (smg's `worker` label), so an alert
+    #: can join the server's `up` with the router's `smg_worker_health` (DeployHostOutOfRouter).
+    worker: str | None = None
 
 
 @dataclass(frozen=True)
@@ -35,9 +39,12 @@ class Discovery:
     nodes: tuple[Target, ...]
 
 
+def _labels(group: str, t: Target) -> dict[str, str]:
+    return {"host": t.host, "deploy_group": group, **({"worker": t.worker} if t.worker else {})}
+
+
 def _sd(group: str, targets: tuple[Target, ...]) -> str:
-    return json.dumps([{"targets": [t.address], "labels": {"host": t.host, "deploy_group": group}}
-                       for t in targets], indent=2) + "\n"
+    return json.dumps([{"targets": [t.address], "labels": _labels(group, t)} for t in targets], indent=2) + "\n"
 
 
 def file_names(group: str) -> dict[str, str]:

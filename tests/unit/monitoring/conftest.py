@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -54,3 +56,25 @@ def promtool() -> str:
     path = shutil.which("promtool")
     assert path, "promtool is missing: scripts/install.sh installs Debian's prometheus package"
     return path
+
+
+_FUNCS = {"sum", "max", "min", "by", "rate", "increase", "changes", "time", "unless", "offset", "on",
+          "group_left", "count_over_time", "or", "and"}
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names an expression reads (label matchers, label names in by(), functions and durations
+    left out)."""
+    bare = re.sub(r"\{[^}]*\}", "", expr)
+    bare = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", bare)
+    bare = re.sub(r"\[[^\]]*\]", "", bare)
+    return {t for t in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", bare) if t not in _FUNCS and not t.isdigit()
+            and (t.startswith(("deploy_", "sglang:", "smg_")))}
+
+
+#: The real smg 1.13.0's /metrics, captured with two workers (one draining): the router series deploy may name.
+SMG_METRICS = Path(__file__).resolve().parents[2] / "fixtures" / "router" / "smg-1.13.0" / "metrics-draining.txt"
+
+
+def smg_names() -> set[str]:
+    return set(re.findall(r"^# TYPE (smg_[a-z0-9_]+) ", SMG_METRICS.read_text(), re.MULTILINE))

@@ -26,7 +26,7 @@ from orchestrator.monitoring.sd import Discovery, Target, scrape_configs, sd_fil
 from orchestrator.monitoring.state import MetricsState, Observation, ReleaseRecord, Rollback, Watchdog, advance
 from orchestrator.resources import monitoring_dir
 
-from .conftest import HARDWARE, A, B, C, figures, gates
+from .conftest import HARDWARE, SMG_METRICS, A, B, C, figures, gates, metric_names, smg_names
 
 REPO = Path(__file__).resolve().parents[3]
 STANDIN_SERVER = REPO / "simulator" / "sglang_standin" / "sglang" / "_sim" / "server.py"
@@ -54,29 +54,15 @@ def standin_sglang_names() -> set[str]:
     return names
 
 
-_FUNCS = {"sum", "max", "min", "by", "rate", "increase", "changes", "time", "unless", "offset", "on",
-          "group_left", "count_over_time", "or", "and"}
-
-
-def metric_names(expr: str) -> set[str]:
-    """The metric names an expression reads (label matchers, label names in by(), functions and durations
-    left out)."""
-    bare = re.sub(r"\{[^}]*\}", "", expr)
-    bare = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", bare)
-    bare = re.sub(r"\[[^\]]*\]", "", bare)
-    return {t for t in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", bare) if t not in _FUNCS and not t.isdigit()
-            and (t.startswith(("deploy_", "sglang:")))}
-
-
 def test_every_query_names_only_metrics_that_exist() -> None:
-    known = {m.name for m in METRICS} | standin_sglang_names()
+    known = {m.name for m in METRICS} | standin_sglang_names() | smg_names()
     d = dashboard()
     assert d["uid"] == "deploy-fleet" and len([p for p in d["panels"] if p["type"] != "row"]) >= 12
     used: set[str] = set()
     for where, expr in queries(d):
         names = metric_names(expr)
         assert names, f"{where}: {expr} reads no metric"
-        assert names <= known, f"{where}: {sorted(names - known)} is published by neither deploy nor sglang"
+        assert names <= known, f"{where}: {sorted(names - known)} is published by neither deploy, sglang nor smg"
         used |= names
     # the figures operators look at first are all on it
     assert {"deploy_release_info", "deploy_rollbacks_total", "deploy_watchdog_exhausted",
@@ -157,8 +143,12 @@ def prometheus(tmp_path: Path) -> Iterator[tuple[str, Texts, list[int]]]:
     now = time.time()
     nodes = [texts.serve(render(h, state(now, rolled_back=False))) for h in ("gpu-1", "gpu-2")]
     servers = [texts.serve(sglang_text(1000.0)) for _ in ("gpu-1", "gpu-2")]
-    d = Discovery("prod", servers=tuple(Target(h, a) for h, a in zip(("gpu-1", "gpu-2"), servers, strict=True)),
-                  routers=(), nodes=tuple(Target(h, a) for h, a in zip(("gpu-1", "gpu-2"), nodes, strict=True)))
+    # The real smg's capture, its two workers renamed to the two servers: gpu-1 healthy, gpu-2 draining (health 0).
+    smg = SMG_METRICS.read_text().replace("http://127.0.0.1:18002", f"http://{servers[0]}")
+    routers = (Target("gpu-1", texts.serve(smg.replace("http://127.0.0.1:18001", f"http://{servers[1]}"))),)
+    d = Discovery("prod", servers=tuple(Target(h, a, worker=f"http://{a}")
+                                        for h, a in zip(("gpu-1", "gpu-2"), servers, strict=True)),
+                  routers=routers, nodes=tuple(Target(h, a) for h, a in zip(("gpu-1", "gpu-2"), nodes, strict=True)))
     for name, text in sd_files(d).items():
         (tmp_path / name).write_text(text)
     rules = tmp_path / "rules.yaml"
@@ -208,8 +198,8 @@ def until(fn: Any, timeout_s: float) -> Any:
 
 def test_a_real_prometheus_answers_every_dashboard_query_and_fires_on_a_rollback(prometheus) -> None:
     base, texts, node_ports = prometheus
-    assert until(lambda: len(query(base, "up == 1")) == 4, 60), query(base, "up")
-    sglang_ports = [p for p in texts.texts if p not in node_ports]
+    assert until(lambda: len(query(base, "up == 1")) == 5, 60), query(base, "up")
+    sglang_ports = [p for p, t in texts.texts.items() if p not in node_ports and "sglang:" in t]
     for p in sglang_ports:  # the counters move, so rate() has two different samples
         texts.texts[p] = sglang_text(1000.0)
     time.sleep(2.5)
@@ -222,6 +212,9 @@ def test_a_real_prometheus_answers_every_dashboard_query_and_fires_on_a_rollback
             empty.append(f"{where}: {expr}")
     # the rollback annotation needs a rollback: checked after it below
     assert [e for e in empty if "annotation 'Rollbacks'" not in e] == []
+    out = next(t["expr"] for p in dashboard()["panels"] if p["title"] == "Hosts out of the router"
+               for t in p["targets"])
+    assert [r["metric"]["host"] for r in query(base, out.replace("$host", ".*"))] == ["gpu-2"]  # the draining one
     assert query(base, 'ALERTS{alertname="DeployReleaseRolledBack"}') == []
 
     began = time.monotonic()

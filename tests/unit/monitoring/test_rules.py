@@ -3,6 +3,7 @@ on the series deploy publishes (rendered by the real renderer) and stays quiet o
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -11,8 +12,18 @@ from typing import Any
 import yaml
 
 from orchestrator.monitoring.render import NAMES, render
+from orchestrator.monitoring.sd import Discovery, Target, sd_files
+from orchestrator.monitoring.state import (
+    GpuFault,
+    Hardware,
+    MetricsState,
+    Observation,
+    ReleaseRecord,
+    Watchdog,
+    advance,
+)
 from orchestrator.resources import monitoring_dir
-from tests.unit.monitoring.conftest import A, B, C, history
+from tests.unit.monitoring.conftest import A, B, C, figures, gates, history, metric_names, smg_names
 
 RULES = monitoring_dir() / "rules.yaml"
 
@@ -30,7 +41,7 @@ def run_tests(promtool: str, tmp_path: Path, tests: list[dict[str, Any]]) -> sub
 
 def test_promtool_checks_the_rules(promtool: str) -> None:
     res = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True, check=False)
-    assert res.returncode == 0 and "SUCCESS: 5 rules found" in res.stdout, res.stdout + res.stderr
+    assert res.returncode == 0 and "SUCCESS: 8 rules found" in res.stdout, res.stdout + res.stderr
 
 
 def test_each_alert_says_what_and_which_deploy_command_diagnoses_it() -> None:
@@ -38,8 +49,11 @@ def test_each_alert_says_what_and_which_deploy_command_diagnoses_it() -> None:
         notes = rule["annotations"]
         assert notes["summary"] and len(notes["description"]) > 60, name
         assert re.search(r"\bdeploy (status|history|bench|rollback|compare|doctor)\b", notes["diagnose"]), name
-        used = set(re.findall(r"\bdeploy_[a-z0-9_]+", rule["expr"]))
-        assert used and used <= NAMES, (name, used - NAMES)
+        names = metric_names(rule["expr"])
+        ours, router = {n for n in names if n.startswith("deploy_")}, {n for n in names if n.startswith("smg_")}
+        assert ours or router or re.search(r"\bup\{job=~\"deploy-\.\+-(sglang|router)\"", rule["expr"]), name
+        assert ours <= NAMES, (name, ours - NAMES)  # published by deploy
+        assert router <= smg_names(), (name, router - smg_names())  # exported by the real router
 
 
 def expect(alert: str, labels: dict[str, str], value: str = "") -> dict[str, Any]:
@@ -51,7 +65,7 @@ def expect(alert: str, labels: dict[str, str], value: str = "") -> dict[str, Any
         text = re.sub(r"\{\{ \$value \| humanize \}\}", value, text)
         return re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m[1]], text)
 
-    return {"exp_labels": {**rule["labels"], **labels},
+    return {"exp_labels": {**labels, **rule["labels"]},  # the rule's severity wins over a series' own
             "exp_annotations": {k: fill(v) for k, v in rule["annotations"].items()}}
 
 
@@ -71,8 +85,10 @@ def test_every_alert_fires_on_its_case_and_only_then(promtool: str, tmp_path: Pa
     per_w = published("deploy_bench_output_tokens_per_second_per_watt")
     failing = published("deploy_gpus", state="fail")
     ref_w = published("deploy_reference_output_tokens_per_second_per_watt")
+    link = published_link_fault()
     assert set(alerts()) == {"DeployWatchdogExhausted", "DeployReleaseRolledBack", "DeployThroughputBelowReference",
-                             "DeployTokensPerWattBelowReference", "DeployGpuFault"}
+                             "DeployTokensPerWattBelowReference", "DeployGpuFault", "DeployGpuLinkDegraded",
+                             "DeployHostOutOfRouter", "DeployRouterDown"}
     ref_labels = {"host": "gpu-1", "release": B, "preset": "gate", "reference_release": A}
     tests = [
         {"interval": "1m", "input_series": [{"series": exhausted, "values": "0 0 1 1"}],
@@ -108,9 +124,64 @@ def test_every_alert_fires_on_its_case_and_only_then(promtool: str, tmp_path: Pa
              {"eval_time": "1m", "alertname": "DeployGpuFault", "exp_alerts": []},
              {"eval_time": "3m", "alertname": "DeployGpuFault",
               "exp_alerts": [expect("DeployGpuFault", {"host": "gpu-1", "release": B, "state": "fail"}, "1")]}]},
+        # A later up read GPU 5's link at Gen2 under load.
+        {"interval": "1m", "input_series": [{"series": link, "values": "_ _ 1 1"}],
+         "alert_rule_test": [
+             {"eval_time": "1m", "alertname": "DeployGpuLinkDegraded", "exp_alerts": []},
+             {"eval_time": "3m", "alertname": "DeployGpuLinkDegraded",
+              "exp_alerts": [expect("DeployGpuLinkDegraded", {"host": "gpu-1", "release": A, "gpu": "5",
+                                                              "bus_id": "00000000:85:00.0", "kind": "link",
+                                                              "action": "reboot_host"}, "1")]}]},
+        *router_cases(),
     ]
     res = run_tests(promtool, tmp_path, tests)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def published_link_fault() -> str:
+    """deploy_gpu_fault of a link fault, as the renderer writes it after an up that read one."""
+    hw = Hardware(at=100.0, gpus=8, states={"ok": 7, "fail": 1},
+                  faults=(GpuFault("5", "00000000:85:00.0", "link", "reboot_host", "fail"),))
+    s = advance(MetricsState(), Observation(at=100, command="up", release=A, judged={A: gates(100)},
+                                            record=ReleaseRecord("kept", "0.5.12.post1", figures(1000, 2.0)),
+                                            watchdog=Watchdog("ok", 0, 3, 99.0), hardware=hw))
+    line = next(ln for ln in render("gpu-1", s).splitlines() if ln.startswith("deploy_gpu_fault{"))
+    return line.rsplit(" ", 1)[0]
+
+
+def router_cases() -> list[dict[str, Any]]:
+    """The router alerts on the labels the scrape jobs of `deploy metrics sd` give (its discovery files, rendered
+    here) and smg's own series: gpu-2 serves but leaves the router's healthy list; then the router stops."""
+    url1, url2 = "http://10.0.0.11:8000", "http://10.0.0.12:8000"
+    d = Discovery("prod", servers=(Target("gpu-1", "10.0.0.11:8000", worker=url1),
+                                   Target("gpu-2", "10.0.0.12:8000", worker=url2)),
+                  routers=(Target("gpu-1", "10.0.0.11:29000"),), nodes=())
+
+    def series(job: str, name: str, entry: dict[str, Any], **extra: str) -> str:
+        labels = {**entry["labels"], "job": f"deploy-prod-{job}", "instance": entry["targets"][0], **extra}
+        return name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+    files = {k: json.loads(v) for k, v in sd_files(d).items()}
+    srv, (rtr,) = files["deploy-prod-sglang.json"], files["deploy-prod-router.json"]
+    health = [series("router", "smg_worker_health", rtr, worker=w) for w in (url1, url2)]
+    out_labels = {"deploy_group": "prod", "host": "gpu-2", "worker": url2}
+    down_labels = {"deploy_group": "prod", "host": "gpu-1", "instance": "10.0.0.11:29000", "job": "deploy-prod-router"}
+    return [
+        {"interval": "1m",
+         "input_series": [{"series": series("sglang", "up", srv[0]), "values": "1x8"},
+                          {"series": series("sglang", "up", srv[1]), "values": "1x8"},
+                          {"series": health[0], "values": "1x8"},
+                          {"series": health[1], "values": "1 1 0 0 0"},  # then gone: smg removed it
+                          {"series": series("router", "up", rtr), "values": "1x5 0 0 0"}],
+         "alert_rule_test": [
+             {"eval_time": "1m", "alertname": "DeployHostOutOfRouter", "exp_alerts": []},
+             {"eval_time": "2m", "alertname": "DeployHostOutOfRouter", "exp_alerts": []},  # pending (for: 1m)
+             {"eval_time": "3m", "alertname": "DeployHostOutOfRouter",
+              "exp_alerts": [expect("DeployHostOutOfRouter", out_labels)]},
+             {"eval_time": "5m", "alertname": "DeployRouterDown", "exp_alerts": []},
+             {"eval_time": "7m", "alertname": "DeployRouterDown",
+              "exp_alerts": [expect("DeployRouterDown", down_labels)]}]},
+    ]
 
 
 def test_a_case_that_should_not_pass_fails(promtool: str, tmp_path: Path) -> None:

@@ -65,3 +65,18 @@ def test_an_unknown_group_is_refused(tmp_path: Path) -> None:
                                    "--out", str(tmp_path / "p")])
     assert res.exit_code == 2, res.output
     assert not (tmp_path / "p").exists()
+
+
+def test_with_a_managed_router_each_worker_carries_the_url_the_router_lists(tmp_path: Path) -> None:
+    """The `worker` label is what DeployHostOutOfRouter joins on smg_worker_health: the URL the router is given
+    (worker_url), and the router's metrics port is its flags' when they set one."""
+    inv = inventory(tmp_path, key=False)
+    (inv / "router.yaml").write_text("router:\n  runs_on: pve-gpu-1\n  package: smg\n"
+                                     "  flags:\n    prometheus-port: 29100\n")
+    out = tmp_path / "prom"
+    res = CliRunner().invoke(cli, ["--inventory", str(inv), "metrics", "sd", "group", "prod", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    sglang = json.loads((out / "deploy-prod-sglang.json").read_text())
+    assert sglang[0]["labels"] == {"host": "pve-gpu-1", "deploy_group": "prod", "worker": "http://10.1.230.50:8000"}
+    router = json.loads((out / "deploy-prod-router.json").read_text())
+    assert router == [{"targets": ["10.1.230.50:29100"], "labels": {"host": "pve-gpu-1", "deploy_group": "prod"}}]
