@@ -8,10 +8,11 @@ from typing import Any
 from orchestrator.cli.common import AppContext
 from orchestrator.errors import ConfigError, RemoteError
 from orchestrator.fleet.engine import HostOutcome
+from orchestrator.router import metrics
 from orchestrator.router.addresses import learn_fleet
 from orchestrator.router.client import RouterClient
 from orchestrator.router.converge import managed_unit_state
-from orchestrator.router.places import known_worker_urls, router_api_key, router_base_url
+from orchestrator.router.places import known_worker_urls, router_api_key, router_base_url, router_metrics_url
 from orchestrator.router.reconcile import workers_of
 from orchestrator.router.serving import ask
 from orchestrator.router.truth import problems, router_down
@@ -37,9 +38,10 @@ def router_view(app: AppContext, outcomes: list[HostOutcome],
         return {"router": {"error": err.what, **unit}, "text": f"router{_unit_text(unit)}: {err.what}"}
     key = router_api_key(inventory)
     try:
-        with RouterClient(base, key, timeout_s=5.0) as client:
+        with RouterClient(base, key, timeout_s=5.0, metrics_url=router_metrics_url(inventory, base)) as client:
             workers = {w.url: w for w in client.list_workers()}
             ready = client.ready()
+            exported = client.router_metrics()  # smg's own series; None for sglang-router or when they do not answer
     except (RemoteError, ConfigError) as err:
         for o in outcomes:
             o.extras["router"] = {"error": err.what}
@@ -48,13 +50,18 @@ def router_view(app: AppContext, outcomes: list[HostOutcome],
                 "text": f"router {base}{_unit_text(unit)}: {err.what}\nproblem: {down.text()}",
                 "exit_code": RemoteError.exit_code}
     answers = ask(workers, {w.url: w.key for w in workers_of(inventory, addresses)}, key)
+    circuits = metrics.per_worker(exported, metrics.CB_STATE) if exported is not None else {}
     for o in outcomes:
         url = urls.get(o.host)
         w = workers.get(url) if url is not None else None
         serving = answers[w.url].serving if w is not None else None
+        circuit = metrics.CB_STATES.get(int(circuits[w.url])) if w is not None and w.url in circuits else None
         o.extras["router"] = {"url": url, "listed": w is not None, "healthy": w.healthy if w else None,
-                              "load": w.load if w else None, "serving": serving}
+                              "load": w.load if w else None, "serving": serving,
+                              **({"circuit": circuit} if exported is not None else {})}
         said = "not listed" if w is None else ("healthy" if w.healthy else "unhealthy") + f", load {w.load}"
+        if circuit not in (None, "closed"):  # smg stopped sending it requests after failures (its breaker)
+            said += f", circuit {circuit}"
         if w is not None and not serving:
             said += f", NOT serving ({answers[w.url].said})"
         o.detail = f"{o.detail}; router: {said}" if o.detail else f"router: {said}"
@@ -63,9 +70,14 @@ def router_view(app: AppContext, outcomes: list[HostOutcome],
     text = (f"router {base}{_unit_text(unit)}: {len(workers)} worker(s), "
             f"{sum(1 for w in workers.values() if w.healthy)} healthy, "
             f"{sum(1 for u in workers if answers[u].serving)} serving, {'ready' if ready else 'NOT ready'}")
+    errors = metrics.errors_by_type(exported) if exported is not None else None
+    if errors:
+        text += "; request errors since it started: " + ", ".join(f"{k or 'other'} {v:.0f}"
+                                                                   for k, v in sorted(errors.items()))
     text += "".join(f"\nproblem: {p.text()}" for p in found)
     return {"router": {"url": base, "workers": len(workers), "ready": ready, **unit,
-                       "problems": [p.to_dict() for p in found]},
+                       "problems": [p.to_dict() for p in found],
+                       **({"request_errors": errors} if errors is not None else {})},
             "text": text, "exit_code": 1 if found else 0}
 
 
