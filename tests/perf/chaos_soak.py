@@ -2,7 +2,7 @@
 would use, with the fleet's invariants checked over SSH (never through deploy's own report) after every step.
 
     python tests/perf/chaos_soak.py [--hosts 4] [--faults 10] [--seed 1] [--first 60] [--clients 2]
-                                    [--minutes M] [--fault NAME ...] [--keep]
+                                    [--minutes M] [--fault NAME ...] [--keep] [--router smg|sglang-router]
 
 Starts `--hosts` simulated hosts (a site template, so the first `up` is short), converges them as group `prod` with
 the router managed by `deploy up` on the first host, starts `--clients` streaming clients through the router, then
@@ -396,6 +396,29 @@ def router_restart(soak: Soak, step: Step) -> None:
     step.detail = f"router restarted during a roll: roll exit {rc}"
 
 
+def router_remove_mid_roll(soak: Soak, step: Step) -> None:
+    """An operator takes a host out of the router while a fleet roll runs: refused while the roll holds the router
+    (one claim for every command that changes it), or, once the roll ended, done; either way the recovery (`up
+    group`) must put every serving host back."""
+    info = soak.rng.choice(soak.infos)
+    step.host = info.name
+    proc = soak.start_roll()
+    time.sleep(soak.rng.uniform(1.0, 20.0))
+    other = soak.deploy("router", "remove", info.name, timeout=300)
+    rc = soak.finish(proc)
+    step.detail = f"router remove {info.name} during a roll: exit {other.rc}; roll exit {rc}"
+
+
+def up_group_mid_roll(soak: Soak, step: Step) -> None:
+    """`deploy up group` started while a fleet roll runs: refused by the roll's claims (or it converges, once the
+    roll ended); the roll itself must finish or roll back as if it were alone."""
+    proc = soak.start_roll()
+    time.sleep(soak.rng.uniform(1.0, 20.0))
+    other = soak.deploy("up", "group", GROUP, "--skip-bench")
+    rc = soak.finish(proc)
+    step.detail = f"up group during a roll: exit {other.rc}; roll exit {rc}"
+
+
 def overlapping_rolls(soak: Soak, step: Step) -> None:
     first = soak.start_roll()
     time.sleep(soak.rng.uniform(0.5, 5.0))
@@ -487,6 +510,8 @@ FAULTS: dict[str, Callable[[Soak, Step], None]] = {
     "ct-reboot": container_reboot,
     "router-restart": router_restart,
     "overlap": overlapping_rolls,
+    "router-remove": router_remove_mid_roll,
+    "up-group": up_group_mid_roll,
     "host-roll-sigint": signal_mid_host_roll(signal.SIGINT),
     "host-roll-sigkill": signal_mid_host_roll(signal.SIGKILL),
     "tune-sigint": signals_mid_tune(signal.SIGINT),
@@ -508,6 +533,8 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=None, help="start no new fault after this long")
     ap.add_argument("--fault", action="append", choices=sorted(FAULTS), help="only these faults (repeatable)")
     ap.add_argument("--keep", action="store_true", help="leave the simulated hosts up at the end")
+    ap.add_argument("--router", choices=("sglang-router", "smg"), default="sglang-router",
+                    help="the router package the inventory names (the real wheel, in the first host's container)")
     args = ap.parse_args()
     os.environ["DEPLOY_TEST_CLI"] = "process"  # every deploy command a real process, as an operator runs it
     rng = random.Random(args.seed)
@@ -517,8 +544,8 @@ def main() -> int:
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     names = args.fault or sorted(FAULTS)
-    print(f"chaos soak: seed {args.seed}, {args.faults} faults from {', '.join(names)}, {args.hosts} hosts",
-          flush=True)
+    print(f"chaos soak: seed {args.seed}, {args.faults} faults from {', '.join(names)}, {args.hosts} hosts, "
+          f"router {args.router}", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="deploy-chaos-"))
     root = tmp / "sim"
     infos = sim_up(root, hosts=args.hosts, first=args.first, time_scale=5.0)
@@ -533,7 +560,8 @@ def main() -> int:
         api_key = f"chaos-{rng.getrandbits(64):016x}"
         key_file.write_text(api_key)
         key_file.chmod(0o600)
-        (env.inventory / "router.yaml").write_text(f"router:\n  runs_on: {infos[0].name}\n  workers: {GROUP}\n")
+        (env.inventory / "router.yaml").write_text(f"router:\n  package: {args.router}\n  runs_on: {infos[0].name}\n"
+                                                   f"  workers: {GROUP}\n")
         env.set_profile(api_key={"file": str(key_file)})
         presets = yaml.safe_load((env.inventory / "presets.yaml").read_text())
         presets["presets"][TUNE_PRESET] = PRESET
