@@ -29,11 +29,13 @@ FINDINGS = {"pve-gpu-1": [Finding("driver", "ok", "595.58.03")],
 
 
 @pytest.fixture
-def two_hosts(inv: Path) -> Path:
-    """The example inventory with its host made real (`example: false`) and a second one beside it."""
+def two_hosts(local_inv: Path) -> Path:
+    """The example inventory's host on a closed loopback port (`local_inv`: a run that reached the network would
+    fail at once, on this machine) and a second one beside it."""
+    inv = local_inv
     hosts = yaml.safe_load((inv / "hosts.yaml").read_text())["hosts"]
-    first = hosts["pve-gpu-1"] | {"example": False}
-    second = first | {"address": "10.1.230.175", "pve": first["pve"] | {"node": "pve-gpu-2"}}
+    first = hosts["pve-gpu-1"]
+    second = first | {"pve": first["pve"] | {"node": "pve-gpu-2"}}
     (inv / "hosts.yaml").write_text(yaml.safe_dump({"hosts": {"pve-gpu-1": first, "pve-gpu-2": second}}))
     return inv
 
