@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from orchestrator.commands.result import RunResult
 from orchestrator.errors import ConfigError, DeployError
 from orchestrator.flags.digest import flags_sha
 from orchestrator.inventory.models import Host, Inventory
+from orchestrator.runlog import StepRecord
 from orchestrator.runner import ProgressFn, RunReport, run_playbook_to_end
 from orchestrator.state.claims import claim_hosts
 from orchestrator.steps.base import RunOptions
@@ -99,6 +101,26 @@ class RollOutcome:
     def previous_flags_sha(self) -> str | None:
         return flags_sha(self.candidate.stored(self.candidate.base_flags)) if self.candidate is not None else None
 
+    # What the fleet judges (fleet/outcome.HostResult): the run's steps, round trips and changes, if it ran.
+    @property
+    def steps(self) -> list[StepRecord]:
+        return self.report.steps if self.report is not None else []
+
+    @property
+    def ssh_round_trips(self) -> int | None:
+        return self.report.ssh_round_trips if self.report is not None else None
+
+    @property
+    def changed(self) -> bool:
+        return self.report is not None and self.report.changed
+
+    @property
+    def dry_run(self) -> bool:
+        return self.report is not None and self.report.dry_run
+
+    def detail(self) -> str:
+        return ""
+
     def payload(self) -> dict[str, Any]:
         """The `deploy roll host X --json` document. A failed roll's keeps the steps and totals it ran, says how
         it ended (`result`) and, after an automatic rollback, the release it rolled back to (`rolled_back_to`,
@@ -168,6 +190,14 @@ def rollback_host(host: Host, inventory: Inventory, to_release: str | None, opti
 
 def rollback_payload(report: RunReport) -> dict[str, Any]:
     """The `deploy rollback host X --json` document."""
-    if report.failure is not None:  # keeps the steps and totals it ran, with the error's code
-        return report.to_dict()
-    return {**report.to_dict(), "release": report.state.server.release}
+    return RolledBack(report).payload()
+
+
+@dataclass(frozen=True)
+class RolledBack(RunResult):
+    """A rollback run's typed result: its report; a finished one's document names the release now current."""
+
+    def payload(self) -> dict[str, Any]:
+        if self.report.failure is not None:  # keeps the steps and totals it ran, with the error's code
+            return self.report.to_dict()
+        return {**self.report.to_dict(), "release": self.report.state.server.release}

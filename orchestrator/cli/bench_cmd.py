@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from orchestrator.cli.common import (
 )
 from orchestrator.cli.presets import BenchCommand
 from orchestrator.cli.run import command_line, run_with_progress
+from orchestrator.commands.history import BenchRuns, LedgerScope, bench_runs, host_bench_runs
 from orchestrator.errors import ConfigError
 from orchestrator.flags import FlagSchema, refuse_secret_dimension
 from orchestrator.fleet.targets import TargetSpec, parse_targets, resolve_targets
@@ -367,14 +367,6 @@ def smoke(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
     return 0
 
 
-@dataclass(frozen=True)
-class LedgerScope:
-    """Whose runs a ledger view shows: the ledger is one file per machine, shared by every inventory on it."""
-
-    hosts: tuple[str, ...] | None  # None: every host in the ledger
-    whose: str
-
-
 def ledger_scope(app: AppContext, all_inventories: bool, *, required: bool = True) -> LedgerScope:
     """The inventory's hosts (or every host with --all-inventories). Without `required`, an inventory that
     cannot be read means no scope: full run ids need no inventory."""
@@ -423,23 +415,23 @@ def ledger_table(runs: list[RunRecord], title: str) -> TableSpec:
     return spec(title, headers, rows)
 
 
-def print_ledger_runs(app: AppContext, target: tuple[str, ...], limit: int, all_inventories: bool = False) -> int:
-    """`deploy history --bench`: one host's runs, the inventory's hosts' runs, or (--all-inventories) all."""
+def ledger_runs(app: AppContext, target: tuple[str, ...], limit: int, all_inventories: bool = False) -> BenchRuns:
+    """One host's runs, the inventory's hosts' runs, or (--all-inventories) all."""
     ledger = Ledger()
     name = parse_target(target, required=False)
     if name:
-        host = _ledger_host(app, name, all_inventories)
-        scope = LedgerScope((host,), f"host {host}")
-        runs = ledger.list_runs(host=host, limit=limit)
-    else:
-        scope = ledger_scope(app, all_inventories)
-        runs = ledger.list_runs(limit=limit, hosts=scope.hosts)
-    hidden = {h: n for h, n in ledger.runs_per_host().items() if scope.hosts is not None and h not in scope.hosts}
-    app.out.emit({"ok": True, "ledger": str(ledger.path), "hosts": list(scope.hosts) if scope.hosts else None,
-                  "hidden_runs": sum(hidden.values()), "runs": [r.model_dump(mode="json") for r in runs]})
-    app.out.table(ledger_table(runs, f"bench runs of {scope.whose}, newest first (ledger {ledger.path})"))
+        return host_bench_runs(ledger, _ledger_host(app, name, all_inventories), limit)
+    return bench_runs(ledger, ledger_scope(app, all_inventories), limit)
+
+
+def print_ledger_runs(app: AppContext, target: tuple[str, ...], limit: int, all_inventories: bool = False) -> int:
+    """`deploy history --bench`."""
+    listing = ledger_runs(app, target, limit, all_inventories)
+    whose, runs, hidden = listing.scope.whose, listing.runs, listing.hidden
+    app.out.emit(listing.payload())
+    app.out.table(ledger_table(runs, f"bench runs of {whose}, newest first (ledger {listing.ledger})"))
     if not runs:
-        app.out.line(f"no bench runs of {scope.whose} yet: `deploy bench` records one")
+        app.out.line(f"no bench runs of {whose} yet: `deploy bench` records one")
     if hidden:
         app.out.line(f"{sum(hidden.values())} run(s) of {len(hidden)} other host(s) not shown "
                      f"({', '.join(sorted(hidden))}): `deploy history --bench --all-inventories` lists them")

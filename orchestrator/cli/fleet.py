@@ -1,10 +1,12 @@
-"""Fleet forms of a command: `@fleet_options()` under `@common_options` makes a single-host command fleet-capable.
+"""Fleet forms of a command: `@fleet_options(host_run)` under `@common_options` makes a single-host command
+fleet-capable.
 
 With one host (`host X`, a bare `X`, or none) the command body runs exactly as before. With a group, several hosts
-or --all, the same body runs once per host on the engine's bounded pool, each against a per-host AppContext whose
-output is captured (the payload the body would print as --json), then one summary table (or one JSON document
-holding every host's report) is printed. Per-host step progress reaches the live view through `step_printer`.
-The engine, the live view and the judging of each host's report live in orchestrator/fleet; this is the CLI side.
+or --all, the command's typed single-host function (orchestrator/commands/, the one its body calls and prints)
+runs once per host on the engine's bounded pool, with a step printer that forwards its progress to the live view;
+each typed result is judged (fleet/outcome.py), then one summary table (or one JSON document holding every host's
+report, its single-host document as is) is printed. No fleet code reads what a command prints.
+The engine, the live view and the judging of each host's result live in orchestrator/fleet; this is the CLI side.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import functools
 import shlex
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import click
@@ -22,17 +23,19 @@ import click
 from orchestrator.cli.common import AppContext
 from orchestrator.errors import DeployError, UsageError
 from orchestrator.fleet.engine import DEFAULT_PARALLEL, HostEvents, HostOutcome, run_fleet
-from orchestrator.fleet.outcome import DetailFn, host_outcome
+from orchestrator.fleet.outcome import HostResult, Refused, host_outcome
 from orchestrator.fleet.progress import EventPrinter
 from orchestrator.fleet.targets import TargetSpec, parse_targets, resolve_targets
 from orchestrator.fleet.view import FleetView, fleet_summary, summary_table, totals_text
-from orchestrator.inventory.models import Host
+from orchestrator.inventory.models import Host, Inventory
 from orchestrator.runlog import StepRecord
 from orchestrator.state.claims import claim_fleet
-from orchestrator.ui.output import Output
 from orchestrator.ui.progress import StepPrinter
 
 Payload = dict[str, Any]
+#: One host of a fleet run: the command's typed single-host function, given the inventory, the host's name, the
+#: body's options (its keyword arguments) and the host's step printer (its progress goes to the live view).
+HostRun = Callable[[Inventory, str, dict[str, Any], StepPrinter], HostResult]
 Preflight = Callable[[AppContext, tuple[str, ...]], None]
 #: Adds fleet-level facts or work after the runs (the router's view of each worker; `up` converging the router),
 #: given the body's options; returns payload sections, "text" (a line after the table) and optionally "exit_code"
@@ -45,41 +48,15 @@ FleetPreflight = Callable[[AppContext, list[Host]], None]
 Claims = Callable[[dict[str, Any]], bool]
 
 
-@dataclass
-class CapturedOutput(Output):
-    """Keeps the payload a body emits instead of printing it; human output is dropped (the fleet has its own)."""
+def fleet_options(host_run: HostRun, *, preflight: Preflight | None = None, required: bool = False,
+                  annotate: Annotate | None = None, fleet_preflight: FleetPreflight | None = None,
+                  claims: Claims | None = None) -> Callable[[Any], Any]:
+    """Add --all/--parallel/--fail-fast; when the target words name a fleet, run `host_run` per host instead of
+    the body.
 
-    payload: Payload | None = None
-
-    def emit(self, payload: dict[str, Any]) -> None:
-        self.payload = payload
-
-
-@dataclass
-class HostApp(AppContext):
-    """The AppContext one host's body runs against in a fleet run."""
-
-    events: HostEvents | None = None
-    captured: CapturedOutput = field(default_factory=lambda: CapturedOutput(True))
-    records: list[StepRecord] = field(default_factory=list)
-
-    @property
-    def out(self) -> Output:
-        return self.captured
-
-    def step_printer(self, *, quiet: bool = False) -> StepPrinter:
-        assert self.events is not None
-        return EventPrinter(self.events, self.records)
-
-
-def fleet_options(*, preflight: Preflight | None = None, detail: DetailFn | None = None,
-                  required: bool = False, annotate: Annotate | None = None,
-                  fleet_preflight: FleetPreflight | None = None, claims: Claims | None = None
-                  ) -> Callable[[Any], Any]:
-    """Add --all/--parallel/--fail-fast and run the body per host when the target words name a fleet.
-
-    `preflight(app, ("host", NAME))` runs for every host before any host starts: a bad inventory or flag set on
-    one host refuses the whole command (exit 2) and changes nothing. `detail(report)` is the summary column.
+    `host_run` is the command's typed single-host function (the one its body calls); its result's `detail()` is
+    the summary column. `preflight(app, ("host", NAME))` runs for every host before any host starts: a bad
+    inventory or flag set on one host refuses the whole command (exit 2) and changes nothing.
     `required`: the command needs target words (`deploy up` alone is refused; status may default to the only host).
     """
 
@@ -98,19 +75,19 @@ def fleet_options(*, preflight: Preflight | None = None, detail: DetailFn | None
                                                       "`deploy up group prod` or `deploy up --all`")
             if not spec.fleet:
                 return body(app, *args, target=target, **kwargs)
-            return run_fleet_command(app, spec, body, kwargs, parallel=parallel, fail_fast=fail_fast,
-                                     preflight=preflight, detail=detail, annotate=annotate,
-                                     fleet_preflight=fleet_preflight, claims=claims)
+            return run_fleet_command(app, spec, host_run, kwargs, parallel=parallel, fail_fast=fail_fast,
+                                     preflight=preflight, annotate=annotate, fleet_preflight=fleet_preflight,
+                                     claims=claims)
 
         return wrapper
 
     return decorate
 
 
-def run_fleet_command(app: AppContext, spec: TargetSpec, body: Callable[..., int], kwargs: dict[str, Any], *,
+def run_fleet_command(app: AppContext, spec: TargetSpec, host_run: HostRun, kwargs: dict[str, Any], *,
                       parallel: int, fail_fast: bool, preflight: Preflight | None = None,
-                      detail: DetailFn | None = None, annotate: Annotate | None = None,
-                      fleet_preflight: FleetPreflight | None = None, claims: Claims | None = None) -> int:
+                      annotate: Annotate | None = None, fleet_preflight: FleetPreflight | None = None,
+                      claims: Claims | None = None) -> int:
     hosts = resolve_targets(app.inventory, spec)
     if preflight is not None:
         for host in hosts:
@@ -120,14 +97,14 @@ def run_fleet_command(app: AppContext, spec: TargetSpec, body: Callable[..., int
     inventory = app.inventory
 
     def job(name: str, events: HostEvents) -> HostOutcome:
-        sub = HostApp(inventory_dirs=app.inventory_dirs, as_json=True, events=events)
-        sub.__dict__["inventory"] = inventory  # the loaded inventory is shared, not re-read per host
+        """The host's typed single-host run, judged; its step progress goes to the live view."""
+        records: list[StepRecord] = []
+        result: HostResult
         try:
-            code = int(body(sub, target=("host", name), **kwargs) or 0)
-            report = sub.captured.payload or {"ok": code == 0, "host": name}
+            result = host_run(inventory, name, kwargs, EventPrinter(events, records))
         except DeployError as err:
-            code, report = err.exit_code, {"ok": False, **err.to_dict()}
-        return host_outcome(name, code, report, sub.records, detail)
+            result = Refused(err)
+        return host_outcome(name, result, records)
 
     command = "deploy " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     # A run that may change the router claims its hosts and the router first, as a fleet roll does.

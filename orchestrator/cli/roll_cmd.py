@@ -19,20 +19,24 @@ from orchestrator.cli.common import (
 )
 from orchestrator.cli.fleet import fleet_options
 from orchestrator.cli.router_view import router_view
-from orchestrator.cli.run import command_line, run_with_progress
+from orchestrator.cli.run import command_line, step_progress
+from orchestrator.commands.history import BenchRuns, HistoryRequest, ReleaseHistory, host_bench_runs, release_history
+from orchestrator.commands.result import HostRequest
+from orchestrator.commands.status import StatusResult, status_host
 from orchestrator.errors import ConfigError, DeployError
-from orchestrator.fleet.details import history_detail, status_detail
 from orchestrator.fleet.fleet_roll import fleet_roll, fleet_rollback
 from orchestrator.fleet.rollout import RollSpec
 from orchestrator.fleet.targets import parse_targets
 from orchestrator.hardware.state import HardwareState
+from orchestrator.inventory.models import Inventory
 from orchestrator.parsers.watchdog import WatchdogStatus
 from orchestrator.roll import RollOutcome, refused, roll_host, rollback_host, rollback_payload
+from orchestrator.state.ledger import Ledger
 from orchestrator.state.releases import RELEASE_ID
 from orchestrator.steps.base import RunOptions
 from orchestrator.steps.release import drift_line
-from orchestrator.steps.state import RollRequest, RunInputs
-from orchestrator.ui.progress import totals_line
+from orchestrator.steps.state import RollRequest
+from orchestrator.ui.progress import StepPrinter, totals_line
 from orchestrator.ui.tables import Column, spec
 from orchestrator.yamlfile import load_yaml
 
@@ -215,24 +219,26 @@ def rollback(app: AppContext, target: tuple[str, ...], to_release: str | None, a
     return 0
 
 
+def status_on(inventory: Inventory, name: str, options: dict[str, Any], printer: StepPrinter) -> StatusResult:
+    """One host of a fleet `status`: the typed single-host read the command itself makes."""
+    return status_host(inventory, HostRequest(inventory.find_host(name), options["tofu"]), progress=printer,
+                       say=printer.say)
+
+
 @click.command("status")
 @click.argument("target", nargs=-1)
 @tofu_option
 @common_options
-@fleet_options(detail=status_detail, annotate=router_view)
+@fleet_options(status_on, annotate=router_view)
 def status(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
     """Current release, health and GPU power now (one SSH round trip). Exit 1 when not healthy."""
-    report = run_with_progress(app, target, "status", RunOptions(tofu=tofu, command="deploy status"), quiet=True)
-    info = report.state.status
-    if info is None:
-        raise DeployError("the status playbook reported nothing", fix="check that it runs the status step",
-                          host=report.host, step="status")
-    gave_up = info.watchdog is not None and info.watchdog.exhausted
-    blind = info.watchdog.failing if info.watchdog is not None and info.container_running else ""
-    hardware = report.state.hardware
-    healthy = info.health == "200" and not gave_up and not blind and not (hardware is not None and hardware.fatal)
-    app.out.emit({"ok": healthy, "host": report.host, **info.to_dict(), "totals": report.to_dict()["totals"]})
-    vmid = resolve_host(app, target).container.vmid
+    host = resolve_host(app, target)
+    with step_progress(app, quiet=True) as printer:
+        result = status_host(app.inventory, HostRequest(host, tofu), progress=printer, say=printer.say)
+    report, info, hardware = result.report, result.info, result.hardware
+    gave_up, blind, healthy = result.gave_up, result.blind, result.healthy
+    app.out.emit(result.payload())
+    vmid = host.container.vmid
     if not info.container_running:
         app.out.line(f"host {report.host}: CT {vmid} is {info.container}; its release and sglang cannot be read "
                      f"until it runs. `deploy up host {report.host}` "
@@ -245,7 +251,7 @@ def status(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
         if info.stack_drift:
             app.out.line(f"stack drift against the lock: {', '.join(info.stack_drift)}")
         if info.drift:
-            app.out.line(f"drift: {drift_line(info.drift, resolve_host(app, target).profile)}")
+            app.out.line(f"drift: {drift_line(info.drift, host.profile)}")
         if info.tune_trial:
             app.out.line(f"tune: release {info.release} is a trial point of tune {info.tune_trial}, not a release "
                          f"anyone kept; unless that tune runs now, `deploy tune host {report.host} --resume "
@@ -278,7 +284,7 @@ def status(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
     elif info.container_running and not healthy:
         app.out.line(f"not healthy (/health {info.health}, sglang {info.active}): see "
                      "`journalctl -u sglang` in the container, `deploy doctor`, or `deploy rollback`")
-    return 0 if healthy else 1
+    return result.exit_code
 
 
 def print_hardware(app: AppContext, state: HardwareState, host: str) -> None:
@@ -332,6 +338,23 @@ def stack_cell(meta: dict[str, Any]) -> str:
     return f"sglang {meta['sglang_version']} (profile venv)" if meta.get("sglang_version") else ""
 
 
+def releases_only(all_inventories: bool) -> None:
+    if all_inventories:
+        raise ConfigError("--all-inventories applies to the local bench ledger",
+                          fix="use it with --bench: deploy history --bench --all-inventories")
+
+
+def history_on(inventory: Inventory, name: str, options: dict[str, Any], printer: StepPrinter
+               ) -> ReleaseHistory | BenchRuns:
+    """One host of a fleet `history`: its releases, or (`--bench`) its runs in the local ledger."""
+    if options["bench"]:
+        ledger = Ledger()
+        return host_bench_runs(ledger, inventory.find_host(name).name, options["limit"])
+    releases_only(options["all_inventories"])
+    return release_history(inventory, HistoryRequest(inventory.find_host(name), options["limit"], options["tofu"]),
+                           progress=printer, say=printer.say)
+
+
 @click.command("history")
 @click.argument("target", nargs=-1)
 @click.option("--bench", "bench", is_flag=True, help="Bench runs from the local ledger instead of releases.")
@@ -339,7 +362,7 @@ def stack_cell(meta: dict[str, Any]) -> str:
 @all_inventories_option
 @tofu_option
 @common_options
-@fleet_options(detail=history_detail)
+@fleet_options(history_on)
 def history(app: AppContext, target: tuple[str, ...], bench: bool, limit: int, all_inventories: bool,
             tofu: bool) -> int:
     """Releases on the target with time, flag diff, verdict, throughput and power; or `--bench` ledger runs.
@@ -349,17 +372,12 @@ def history(app: AppContext, target: tuple[str, ...], bench: bool, limit: int, a
     """
     if bench:
         return print_ledger_runs(app, target, limit, all_inventories)
-    if all_inventories:
-        raise ConfigError("--all-inventories applies to the local bench ledger",
-                          fix="use it with --bench: deploy history --bench --all-inventories")
-    report = run_with_progress(app, target, "history", RunOptions(tofu=tofu, command="deploy history"),
-                               RunInputs(history_limit=limit), quiet=True)
-    rows = report.state.history
-    current = next((r.get("current") for r in rows if "current" in r), None)
-    releases = [r for r in rows if "id" in r]
-    wd = report.state.watchdog
-    app.out.emit({"ok": True, "host": report.host, "current": current, "releases": releases,
-                  "watchdog": None if wd is None else wd.to_dict()})
+    releases_only(all_inventories)
+    host = resolve_host(app, target)
+    with step_progress(app, quiet=True) as printer:
+        result = release_history(app.inventory, HistoryRequest(host, limit, tofu), progress=printer, say=printer.say)
+    current, releases, wd = result.current, result.releases, result.watchdog
+    app.out.emit(result.payload())
     table_rows = []
     for r in releases:
         meta = r.get("meta") or {}
@@ -372,8 +390,8 @@ def history(app: AppContext, target: tuple[str, ...], bench: bool, limit: int, a
                            textwrap.shorten(str((verdict or {}).get("reason", "")), 160, placeholder=" …")))
     headers: list[str | Column] = ["", "release", "source", "verdict", "stack", "flag changes", "preset",
                                    Column("out tok/s", "right"), Column("GPU W (sum)", "right"), "reason"]
-    app.out.table(spec(f"releases on {report.host}", headers, table_rows))
+    app.out.table(spec(f"releases on {result.host}", headers, table_rows))
     if wd is not None and wd.actions:
         wd_rows = [(a["at"] or "-", a["action"], a["reason"]) for a in wd.to_dict()["actions"][-limit:]]
-        app.out.table(spec(f"watchdog actions on {report.host}", ("at", "action", "reason"), wd_rows))
+        app.out.table(spec(f"watchdog actions on {result.host}", ("at", "action", "reason"), wd_rows))
     return 0

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import sys
+from collections.abc import Iterator
 
 from orchestrator.cli.common import AppContext, resolve_host
 from orchestrator.runner import RunReport, run_playbook
 from orchestrator.steps.base import RunOptions
 from orchestrator.steps.state import RunInputs
+from orchestrator.ui.progress import StepPrinter
 
 
 def command_line() -> str:
@@ -19,9 +22,16 @@ def command_line() -> str:
 def run_with_progress(app: AppContext, target: tuple[str, ...], playbook: str, options: RunOptions,
                       inputs: RunInputs | None = None, *, quiet: bool = False) -> RunReport:
     host = resolve_host(app, target)
-    printer = app.step_printer(quiet=quiet)
-    try:
+    with step_progress(app, quiet=quiet) as printer:
         return run_playbook(playbook, host, app.inventory, options, progress=printer, say=printer.say,
                             inputs=inputs)
+
+
+@contextlib.contextmanager
+def step_progress(app: AppContext, *, quiet: bool = False) -> Iterator[StepPrinter]:
+    """The command's step printer for one run (a typed single-host function's `progress` and `say`), closed after."""
+    printer = app.step_printer(quiet=quiet)
+    try:
+        yield printer
     finally:
         printer.close()

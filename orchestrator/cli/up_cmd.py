@@ -9,32 +9,17 @@ import click
 from orchestrator.cli.common import AppContext, common_options, inventory_names, resolve_host, tofu_option
 from orchestrator.cli.fleet import fleet_options
 from orchestrator.cli.run import command_line
-from orchestrator.errors import DeployError
+from orchestrator.commands.up import UpRequest, UpResult, up_host
+from orchestrator.commands.up import preflight as check_host
 from orchestrator.fleet.engine import HostOutcome
-from orchestrator.inventory.models import Host, hf_token_for
-from orchestrator.runner import run_playbook_to_end
+from orchestrator.inventory.models import Host, Inventory
 from orchestrator.steps.base import RunOptions
-from orchestrator.ui.progress import totals_line
+from orchestrator.ui.progress import StepPrinter, totals_line
 
 
 def preflight(app: AppContext, words: tuple[str, ...]) -> None:
-    """Refuse a bad inventory or flag set before any remote change."""
-    host = resolve_host(app, words)
-    profile = app.inventory.profile_for(host)
-    from orchestrator.flags import FlagSchema
-
-    try:
-        if profile.sglang_version in FlagSchema.known_versions():
-            from orchestrator.flags import canonicalize
-
-            canonicalize(profile.flags, FlagSchema.load(profile.sglang_version))
-        for secret in (profile.api_key, hf_token_for(host, profile)):
-            if secret is not None:
-                secret.read()
-        if host.pve.api is not None:
-            host.pve.api.token_secret.read()
-    except DeployError as err:
-        raise err.at(host=host.name, step="preflight") from None
+    """Refuse a bad inventory or flag set before any remote change (every host of a fleet, before any starts)."""
+    check_host(app.inventory, resolve_host(app, words))
 
 
 def router_preflight(app: AppContext, hosts: list[Host]) -> None:
@@ -57,31 +42,47 @@ def converge_router_after(app: AppContext, outcomes: list[HostOutcome], options:
     return {"router": report.to_dict(), "text": report.text(), "exit_code": report.exit_code}
 
 
+def up_options(*, dry_run: bool, allow_no_p2p: bool, skip_weights: bool, skip_bench: bool, preset: str | None,
+               tofu: bool) -> RunOptions:
+    return RunOptions(dry_run=dry_run, allow_no_p2p=allow_no_p2p, skip_weights=skip_weights,
+                      skip_bench=skip_bench, tofu=tofu, preset=preset, command=command_line())
+
+
+def plan_options(*, tofu: bool) -> RunOptions:
+    return RunOptions(dry_run=True, allow_no_p2p=True, skip_weights=True, skip_bench=True, tofu=tofu,
+                      command="deploy plan")
+
+
+def up_on(inventory: Inventory, name: str, options: dict[str, Any], printer: StepPrinter) -> UpResult:
+    """One host of a fleet `up`: the typed single-host run the command itself makes."""
+    run = up_options(**{k: v for k, v in options.items() if k != "playbook"})
+    return up_host(inventory, UpRequest(inventory.find_host(name), options["playbook"], run),
+                   progress=printer, say=printer.say)
+
+
+def plan_on(inventory: Inventory, name: str, options: dict[str, Any], printer: StepPrinter) -> UpResult:
+    """One host of a fleet `plan`."""
+    return up_host(inventory, UpRequest(inventory.find_host(name), options["playbook"],
+                                        plan_options(tofu=options["tofu"])), progress=printer, say=printer.say)
+
+
 def run_and_report(app: AppContext, words: tuple[str, ...], playbook: str, options: RunOptions) -> int:
     """`playbook` is a shipped name (orchestrator/playbooks/NAME.yaml) or the path of a copied, edited one."""
-    preflight(app, words)
     host = resolve_host(app, words)
     out = app.out
     printer = app.step_printer()
     try:
-        report = run_playbook_to_end(playbook, host, app.inventory, options, progress=printer, say=printer.say)
+        result = up_host(app.inventory, UpRequest(host, playbook, options), progress=printer, say=printer.say)
     finally:
         printer.close()
-    payload = report.to_dict()
-    payload["command"] = options.command
-    from orchestrator.verdicts.exposure import keyless_on_lan
-
-    note = keyless_on_lan(host.profile, app.inventory.profile_for(host)) if options.dry_run else None
-    if note is not None:
-        payload["notes"] = [note]
-    out.emit(payload)  # a failed run's document keeps the steps and totals it ran, with the error's code
-    if report.failure is not None:
+    out.emit(result.payload())  # a failed run's document keeps the steps and totals it ran, with the error's code
+    if result.error is not None:
         if not app.as_json:
-            click.echo(f"error: {report.failure}", err=True)
-        return report.failure.exit_code
-    out.line(totals_line(report))
-    if note is not None:
-        out.line(f"note: {note}")
+            click.echo(f"error: {result.error}", err=True)
+        return result.exit_code
+    out.line(totals_line(result.report))
+    if result.note is not None:
+        out.line(f"note: {result.note}")
     return 0
 
 
@@ -97,8 +98,8 @@ def run_and_report(app: AppContext, words: tuple[str, ...], playbook: str, optio
               help="Playbook to run: a shipped name or your copied and edited YAML file.")
 @common_options
 @inventory_names(preset="preset")
-@fleet_options(preflight=preflight, required=True, fleet_preflight=router_preflight, annotate=converge_router_after,
-               claims=lambda options: not options.get("dry_run"))
+@fleet_options(up_on, preflight=preflight, required=True, fleet_preflight=router_preflight,
+               annotate=converge_router_after, claims=lambda options: not options.get("dry_run"))
 def up(app: AppContext, target: tuple[str, ...], dry_run: bool, allow_no_p2p: bool, skip_weights: bool,
        skip_bench: bool, preset: str | None, tofu: bool, playbook: str) -> int:
     """Converge one host: `deploy up host 10.1.230.174`; or a fleet: `deploy up group prod` (see --parallel).
@@ -106,9 +107,8 @@ def up(app: AppContext, target: tuple[str, ...], dry_run: bool, allow_no_p2p: bo
     Container with every GPU passed in, userspace driver = host kernel module, sglang at the pinned version,
     P2P verified, unit rendered and running, health, smoke and throughput checks. A second run changes nothing.
     """
-    options = RunOptions(dry_run=dry_run, allow_no_p2p=allow_no_p2p, skip_weights=skip_weights,
-                         skip_bench=skip_bench, tofu=tofu, preset=preset,
-                         command=command_line())
+    options = up_options(dry_run=dry_run, allow_no_p2p=allow_no_p2p, skip_weights=skip_weights,
+                         skip_bench=skip_bench, preset=preset, tofu=tofu)
     return run_and_report(app, target, playbook, options)
 
 
@@ -118,11 +118,10 @@ def up(app: AppContext, target: tuple[str, ...], dry_run: bool, allow_no_p2p: bo
 @click.option("--playbook", default="up", show_default=True, metavar="NAME|FILE",
               help="Playbook to plan: a shipped name or your copied and edited YAML file.")
 @common_options
-@fleet_options(preflight=preflight, required=True, fleet_preflight=router_preflight, annotate=converge_router_after)
+@fleet_options(plan_on, preflight=preflight, required=True, fleet_preflight=router_preflight,
+               annotate=converge_router_after)
 def plan(app: AppContext, target: tuple[str, ...], tofu: bool, playbook: str) -> int:
     """What `deploy up` would change on this host; changes nothing."""
-    options = RunOptions(dry_run=True, allow_no_p2p=True, skip_weights=True, skip_bench=True, tofu=tofu,
-                         command="deploy plan")
-    return run_and_report(app, target, playbook, options)
+    return run_and_report(app, target, playbook, plan_options(tofu=tofu))
 
 

@@ -11,12 +11,14 @@ from rich.text import Text
 
 from orchestrator.cli.common import AppContext, common_options, existing_file, resolve_host, tofu_option
 from orchestrator.cli.fleet import fleet_options
-from orchestrator.errors import CheckFailed, ConfigError
-from orchestrator.fleet.details import p2p_detail
+from orchestrator.commands.p2p import P2PRequest, P2PResult, p2p_host
+from orchestrator.errors import ConfigError
+from orchestrator.inventory.models import Inventory
 from orchestrator.parsers import ParseError
 from orchestrator.parsers.p2p import parse_p2p
 from orchestrator.parsers.topo import TopoMatrix, parse_topo
 from orchestrator.ui.output import Output
+from orchestrator.ui.progress import StepPrinter
 from orchestrator.ui.tables import Cell, Column, TableSpec, spec
 from orchestrator.verdicts.p2p import P2PVerdict, p2p_verdict
 
@@ -109,28 +111,13 @@ def offline(app: AppContext, topo_file: str, read_file: str | None, write_file: 
 
 
 def live(app: AppContext, target: tuple[str, ...], bandwidth: bool, size_mib: int, tofu: bool) -> int:
-    from orchestrator.runner import run_playbook
-    from orchestrator.steps.base import RunOptions
-    from orchestrator.steps.state import RunInputs
-
     host = resolve_host(app, target)
-    options = RunOptions(allow_no_p2p=True, tofu=tofu, command="deploy verify-p2p")
-    inputs = RunInputs(want_bandwidth=bandwidth, probe_size_mib=size_mib)
-    report = run_playbook("verify-p2p", host, app.inventory, options, inputs=inputs)
-    p2p = report.state.p2p_report
-    if p2p is None or p2p.verdict is None:
-        raise CheckFailed("no topology could be read", host=host.name, step="verify_p2p")
-    payload: dict[str, Any] = {"ok": p2p.verdict.ok, "host": host.name, **p2p.to_dict(),
-                               "totals": report.to_dict()["totals"]}
-    bw = report.state.bandwidth
-    if bw is not None:
-        payload["bandwidth"] = bw
-    ok = p2p.verdict.ok and (p2p.comparison is None or p2p.comparison.same) and (bw is None or bw.get("ok", True))
-    payload["ok"] = ok
-    app.out.emit(payload)
+    result = p2p_host(app.inventory, P2PRequest(host, bandwidth, size_mib, tofu))
+    p2p, bw, report = result.p2p, result.bandwidth, result.report
+    app.out.emit(result.payload())
     primary = p2p.container if p2p.container.topo is not None else p2p.host
     assert primary.topo is not None
-    print_verdict(app.out, primary.topo, p2p.verdict, f"P2P in CT {host.container.vmid} on {host.name}"
+    print_verdict(app.out, primary.topo, result.verdict, f"P2P in CT {host.container.vmid} on {host.name}"
                   if primary is p2p.container else f"P2P on host {host.name} (container not running)")
     if p2p.comparison is not None:
         app.out.line("container topology " + ("matches the host's" if p2p.comparison.same
@@ -141,7 +128,26 @@ def live(app: AppContext, target: tuple[str, ...], bandwidth: bool, size_mib: in
         for line in lines:
             app.out.line(line)
     app.out.line(f"{report.ssh_round_trips} SSH round trip(s), {report.duration_s:.2f} s")
-    return 0 if ok else 1
+    return result.exit_code
+
+
+def offline_sources(target: tuple[str, ...], topo_file: str | None, read_file: str | None,
+                    write_file: str | None) -> bool:
+    """Whether the command reads saved files (offline) instead of a host; refuses a mix of both."""
+    if topo_file:
+        if target:
+            raise ConfigError("give either a host or --topo-file, not both")
+        return True
+    if read_file or write_file:
+        raise ConfigError("--p2p-read-file/--p2p-write-file need --topo-file")
+    return False
+
+
+def verify_p2p_on(inventory: Inventory, name: str, options: dict[str, Any], printer: StepPrinter) -> P2PResult:
+    """One host of a fleet `verify-p2p` (the live form; its run reports no step progress, as on one host)."""
+    offline_sources(("host", name), options["topo_file"], options["p2p_read_file"], options["p2p_write_file"])
+    return p2p_host(inventory, P2PRequest(inventory.find_host(name), options["bandwidth"], options["size_mib"],
+                                          options["tofu"]))
 
 
 @click.command("verify-p2p")
@@ -153,7 +159,7 @@ def live(app: AppContext, target: tuple[str, ...], bandwidth: bool, size_mib: in
 @click.option("--size-mib", default=256, show_default=True, help="Copy size per pair for --bandwidth.")
 @tofu_option
 @common_options
-@fleet_options(detail=p2p_detail)
+@fleet_options(verify_p2p_on)
 def verify_p2p(app: AppContext, target: tuple[str, ...], topo_file: str | None, p2p_read_file: str | None,
                p2p_write_file: str | None, bandwidth: bool, size_mib: int, tofu: bool) -> int:
     """Topology and P2P status as a matrix with a verdict. Exit 0 pass/warn, 1 fail.
@@ -161,12 +167,9 @@ def verify_p2p(app: AppContext, target: tuple[str, ...], topo_file: str | None, 
     Live: `deploy verify-p2p host 10.1.230.174` reads the container and the host in one SSH round trip.
     Offline: `deploy verify-p2p --topo-file topo.txt --p2p-read-file r.txt --p2p-write-file w.txt`.
     """
-    if topo_file:
-        if target:
-            raise ConfigError("give either a host or --topo-file, not both")
+    if offline_sources(target, topo_file, p2p_read_file, p2p_write_file):
+        assert topo_file is not None
         return offline(app, topo_file, p2p_read_file, p2p_write_file)
-    if p2p_read_file or p2p_write_file:
-        raise ConfigError("--p2p-read-file/--p2p-write-file need --topo-file")
     return live(app, target, bandwidth, size_mib, tofu)
 
 

@@ -21,7 +21,6 @@ from typing import Any, Protocol
 from orchestrator.envelope import failure
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, Interrupted, RemoteError
 from orchestrator.flags.digest import flags_sha
-from orchestrator.fleet.details import RouterColumn, added_back, after_undo, left_out
 from orchestrator.fleet.engine import DEFAULT_PARALLEL, FleetRun, HostEvents, HostOutcome, run_fleet
 from orchestrator.fleet.host_rolls import HostRolls, record_roll, roll_request
 from orchestrator.fleet.rollout import (
@@ -35,6 +34,7 @@ from orchestrator.fleet.rollout import (
     plan_waves,
     process_alive,
 )
+from orchestrator.fleet.router_column import RouterColumn, added_back, after_undo, left_out
 from orchestrator.fleet.targets import TargetSpec, resolve_targets
 from orchestrator.fleet.view import FleetView
 from orchestrator.inventory.models import Inventory
@@ -98,7 +98,7 @@ class FleetRouter:
         self.url_keys = {url: self.worker_keys.get(name) for name, url in self.urls.items()}
         self.drain_timeout_s = drain_timeout_s
         self.guard = threading.Lock()
-        #: Each host's router column in this run (one statement of where it is now, details.RouterColumn).
+        #: Each host's router column in this run (one statement of where it is now, router_column.RouterColumn).
         self.columns: dict[str, RouterColumn] = {}
 
     def note(self, host: HostRoll, now: str, *, drained: str | None = None) -> None:

@@ -8,11 +8,11 @@ from dataclasses import dataclass, replace
 
 from orchestrator.errors import DeployError
 from orchestrator.fleet.engine import HostEvents, HostOutcome
-from orchestrator.fleet.outcome import host_outcome
+from orchestrator.fleet.outcome import Refused, host_outcome
 from orchestrator.fleet.progress import EventPrinter
 from orchestrator.fleet.rollout import HostRoll, RollSpec
 from orchestrator.inventory.models import Inventory
-from orchestrator.roll import RollOutcome, RollResult, refused, roll_host, rollback_host, rollback_payload
+from orchestrator.roll import RolledBack, RollOutcome, RollResult, refused, roll_host, rollback_host
 from orchestrator.runlog import StepRecord
 from orchestrator.runner import run_playbook_to_end
 from orchestrator.steps.base import RunOptions
@@ -44,7 +44,7 @@ class HostRolls:
         else:
             rolled = roll_host(host, self.inventory, self.request, replace(self.options, dry_run=dry_run),
                                progress=printer, say=printer.say)
-        return rolled, host_outcome(name, rolled.exit_code, rolled.payload(), records)
+        return rolled, host_outcome(name, rolled, records)
 
     def plan(self, name: str, events: HostEvents) -> tuple[RollOutcome, HostOutcome]:
         """`roll --dry-run`: resolve and validate in the container; changes nothing."""
@@ -74,9 +74,8 @@ class HostRolls:
             report = rollback_host(self.inventory.find_host(name), self.inventory, to_release, options,
                                    progress=printer, say=printer.say)
         except DeployError as err:
-            return host_outcome(name, err.exit_code, {"ok": False, **err.to_dict()}, records)
-        code = report.failure.exit_code if report.failure is not None else 0
-        return host_outcome(name, code, rollback_payload(report), records)
+            return host_outcome(name, Refused(err), records)
+        return host_outcome(name, RolledBack(report), records)
 
 
 def record_roll(host: HostRoll, rolled: RollOutcome | None, outcome: HostOutcome) -> None:

@@ -26,6 +26,7 @@ from fabric import Connection
 from orchestrator.errors import RemoteError
 from orchestrator.inventory.models import Host
 from orchestrator.parsers.sections import CommandOutput, batch_failure, build_batch_script, split_batch_output
+from orchestrator.remote.channel import ChannelTimeout, LatestLine, read_channel
 from orchestrator.runlog import Metrics
 
 # paramiko's transport thread logs a failed handshake at ERROR with its traceback ("Exception (client): Error
@@ -42,9 +43,6 @@ class RemoteResult:
     stderr: str
     duration_s: float
 
-
-#: How long to keep reading after the exit status for the output that sshd still forwards (seconds).
-EOF_GRACE_S = 5.0
 
 #: Reads the script from stdin, then runs it with stdin detached.
 LOADER = """bash -c 's=$(cat); exec </dev/null; eval "$s"'"""
@@ -290,8 +288,9 @@ class SshHost:
             progress_every_s: float = 2.0) -> RemoteResult:
         """One round trip on its own channel. `command` must already be quoted; prefer `script`.
 
-        Plain paramiko channel I/O: stdin is written by a thread while stdout/stderr are drained, so neither
-        side can block the other on a full window (invoke's stdin pump sends one byte per 10 ms).
+        The channel is read by remote/channel.py; here is what the result means: the run guard wraps the
+        command and checks its answer, a timeout, a dropped connection and a failed exit code (with `check`)
+        become RemoteErrors that say what ran.
         """
         conn = self.connect()
         self.metrics.round_trip()
@@ -309,89 +308,18 @@ class SshHost:
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self._conn = None
             raise self._dropped(label, exc) from exc
-        writer: threading.Thread | None = None
-        if stdin is not None:
-            payload = stdin.encode()
-
-            def feed() -> None:
-                try:
-                    chan.sendall(payload)
-                    chan.shutdown_write()
-                except (OSError, EOFError, paramiko.SSHException):
-                    pass  # the reader notices the dropped channel
-
-            writer = threading.Thread(target=feed, name="deploy-ssh-stdin", daemon=True)
-            writer.start()
-        else:
-            chan.shutdown_write()
-        out, err = bytearray(), bytearray()
-        deadline = None if timeout is None else start + timeout
-        last_progress = 0.0
-
-        def report(chunk: bytes) -> None:
-            """Long downloads/installs: show the latest line now and then (tqdm redraws with \\r)."""
-            nonlocal last_progress
-            if progress is None or time.monotonic() - last_progress < progress_every_s:
-                return
-            lines = [ln.strip() for ln in chunk.decode(errors="replace").replace("\r", "\n").split("\n")]
-            lines = [ln for ln in lines if ln]
-            if lines:
-                last_progress = time.monotonic()
-                progress(lines[-1])
-
-        idle_s = 0.002
-        exited_at = 0.0
         try:
-            while True:
-                busy = False
-                if chan.recv_ready():
-                    data = chan.recv(1 << 16)
-                    out += data
-                    report(data)
-                    busy = True
-                if chan.recv_stderr_ready():
-                    data = chan.recv_stderr(1 << 16)
-                    err += data
-                    report(data)
-                    busy = True
-                if busy:
-                    idle_s = 0.002
-                    continue
-                if chan.exit_status_ready() or chan.closed:
-                    # sshd sends the exit status as soon as the command exits, while it may still be draining
-                    # the command's pipes: read on until EOF, or the end of a bounded grace (something the
-                    # command left running may hold its stdout open), so the last output is never cut off.
-                    exited_at = exited_at or time.monotonic()
-                    if not (chan.eof_received or chan.closed) and time.monotonic() - exited_at < EOF_GRACE_S:
-                        time.sleep(0.002)
-                        continue
-                    while chan.recv_ready():
-                        out += chan.recv(1 << 16)
-                    while chan.recv_stderr_ready():
-                        err += chan.recv_stderr(1 << 16)
-                    break
-                if not transport.is_active():
-                    raise paramiko.SSHException("connection lost")
-                if deadline is not None and time.monotonic() > deadline:
-                    chan.close()
-                    raise RemoteError(f"{label} timed out after {timeout:.0f} s",
-                                      fix="the host or container is slow or hung; check it and re-run",
-                                      host=self.host.name)
-                # Wake at once when the command ends (exit status), else poll with a backoff to 100 ms: every
-                # wake-up costs CPU, times the length of the wait, times the hosts of a fleet run (64 hosts
-                # waiting 90 s on their fact batch at 20 ms: 0.1 s of tool CPU per host). Output that arrives
-                # meanwhile waits at most that long; a busy stream is read without waiting (idle_s resets).
-                chan.status_event.wait(idle_s)
-                idle_s = min(idle_s * 2, 0.1)
-            rc = chan.recv_exit_status()
+            got = read_channel(chan, transport, stdin=stdin.encode() if stdin is not None else None,
+                               deadline=None if timeout is None else start + timeout,
+                               on_output=LatestLine(progress, progress_every_s))
+        except ChannelTimeout:
+            raise RemoteError(f"{label} timed out after {timeout:.0f} s",
+                              fix="the host or container is slow or hung; check it and re-run",
+                              host=self.host.name) from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self._conn = None
             raise self._dropped(label, exc) from exc
-        finally:
-            if writer is not None:
-                writer.join(timeout=1)
-            chan.close()
-        result = RemoteResult(rc, out.decode(errors="replace"), err.decode(errors="replace"),
+        result = RemoteResult(got.rc, got.stdout.decode(errors="replace"), got.stderr.decode(errors="replace"),
                               time.monotonic() - start)
         if result.rc == -1:
             self._conn = None

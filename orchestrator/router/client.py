@@ -9,13 +9,17 @@ request; listed while its active requests finish, for about 5 s at most: then sm
 forwarded still run), and a `pending` job for a worker being added (shown by
 `GET /workers/{id}`, not listed by `GET /workers`); a second POST of a listed URL answers 409
 `WORKER_ALREADY_EXISTS`. Its metrics (router/metrics.py) are on their own port, `metrics_url`.
+
+The requests go through a `Transport` (`HttpTransport` on a requests session; an in-memory router in unit tests
+that only check what is sent and how answers are read), so the API logic here never touches a socket itself.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import requests
 
@@ -24,6 +28,50 @@ from orchestrator.router import metrics
 
 #: How long an add waits for smg to finish draining the same URL out (its drain window is 5 s).
 LEAVING_WAIT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One HTTP answer as the client reads it: status, body text and content type (None: the header is absent)."""
+
+    status_code: int
+    text: str
+    content_type: str | None = None
+
+    def json(self) -> Any:
+        """The body as JSON; ValueError when it is none."""
+        return json.loads(self.text)
+
+
+class TransportError(Exception):
+    """No answer came (refused, reset, timed out, a TLS failure): its text says which."""
+
+
+class Transport(Protocol):
+    """How the client's requests reach the router: HTTP(S) here, an in-memory router in unit tests."""
+
+    def request(self, method: str, url: str, *, timeout: float, headers: dict[str, str],
+                json: dict[str, Any] | None = None) -> Answer: ...
+
+    def close(self) -> None: ...
+
+
+class HttpTransport:
+    """The real one: a requests session (its connection pool lives as long as the client)."""
+
+    def __init__(self, session: requests.Session | None = None) -> None:
+        self.session = session or requests.Session()
+
+    def request(self, method: str, url: str, *, timeout: float, headers: dict[str, str],
+                json: dict[str, Any] | None = None) -> Answer:
+        try:
+            resp = self.session.request(method, url, timeout=timeout, headers=headers or None, json=json)
+        except requests.RequestException as exc:
+            raise TransportError(str(exc)) from exc
+        return Answer(resp.status_code, resp.text, resp.headers.get("Content-Type"))
+
+    def close(self) -> None:
+        self.session.close()
 
 
 @dataclass(frozen=True)
@@ -45,18 +93,18 @@ class RouterClient:
     """The router's worker API over HTTP(S). Only this class talks to the router."""
 
     def __init__(self, base_url: str, api_key: str | None = None, *, timeout_s: float = 10.0,
-                 session: requests.Session | None = None, metrics_url: str | None = None) -> None:
+                 session: requests.Session | None = None, metrics_url: str | None = None,
+                 transport: Transport | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         #: smg's Prometheus endpoint (http://HOST:29000/metrics); None: the router exports none deploy reads.
         self.metrics_url = metrics_url
         self.timeout_s = timeout_s
-        self.session = session or requests.Session()
+        self.transport = transport or HttpTransport(session)
         self.api_key = api_key
-        if api_key:
-            self.session.headers["Authorization"] = f"Bearer {api_key}"
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
     def close(self) -> None:
-        self.session.close()
+        self.transport.close()
 
     def __enter__(self) -> RouterClient:
         return self
@@ -64,11 +112,12 @@ class RouterClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method: str, path: str, *, expect: tuple[int, ...], **kwargs: Any) -> requests.Response:
+    def _call(self, method: str, path: str, *, expect: tuple[int, ...],
+              json: dict[str, Any] | None = None) -> Answer:
         url = f"{self.base_url}{path}"
         try:
-            resp = self.session.request(method, url, timeout=self.timeout_s, **kwargs)
-        except requests.RequestException as exc:
+            resp = self.transport.request(method, url, timeout=self.timeout_s, headers=self.headers, json=json)
+        except TransportError as exc:
             raise RemoteError(f"router {self.base_url}: {method} {path} failed: {exc}",
                               fix="check that the router runs (systemctl status sglang-router) and its address",
                               step="router") from exc
@@ -78,7 +127,7 @@ class RouterClient:
                               step="router")
         return resp
 
-    def _json(self, method: str, path: str, resp: requests.Response) -> dict[str, Any]:
+    def _json(self, method: str, path: str, resp: Answer) -> dict[str, Any]:
         """The answer's JSON object; anything else (an HTML page from a proxy, a list, a string) is a RemoteError
         that says what came back."""
         try:
@@ -86,7 +135,7 @@ class RouterClient:
         except ValueError:
             data = None
         if not isinstance(data, dict):
-            kind = resp.headers.get("Content-Type", "no content type")
+            kind = resp.content_type if resp.content_type is not None else "no content type"
             raise RemoteError(f"router {self.base_url}: {method} {path} answered {resp.status_code} with "
                               f"{'a JSON ' + type(data).__name__ if data is not None else 'no JSON'} ({kind}), "
                               f"not a JSON object: {' '.join(resp.text[:200].split()) or '(empty body)'}",
@@ -135,8 +184,8 @@ class RouterClient:
         if self.metrics_url is None:
             return None
         try:
-            resp = self.session.get(self.metrics_url, timeout=self.timeout_s)
-        except requests.RequestException:
+            resp = self.transport.request("GET", self.metrics_url, timeout=self.timeout_s, headers=self.headers)
+        except TransportError:
             return None
         return resp.text if resp.status_code == 200 else None
 

@@ -19,10 +19,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from orchestrator.commands.result import RunResult  # noqa: E402
 from orchestrator.fleet.engine import HostEvents, HostOutcome, run_fleet  # noqa: E402
 from orchestrator.fleet.outcome import host_outcome  # noqa: E402
 from orchestrator.fleet.view import fleet_summary  # noqa: E402
 from orchestrator.runlog import StepRecord  # noqa: E402
+from orchestrator.runner import RunReport  # noqa: E402
 
 STEPS = ["connect", "lock", "host_prereqs", "container", "driver_userspace", "container_gpus", "sglang_install",
          "model_weights", "verify_p2p", "server_unit", "health", "smoke", "throughput", "release_verdict", "unlock"]
@@ -48,9 +50,8 @@ def make_job(host_s: float):
             records.append(StepRecord(name, summary=f"{name} ok on {host}", ssh_round_trips=1 if name == "lock" else 0,
                                       details={"host": host}))
         time.sleep(host_s)
-        report = {"ok": True, "host": host, "changed": False, "dry_run": False,
-                  "steps": [r.to_dict() for r in records], "totals": {"ssh_round_trips": 3}}
-        return host_outcome(host, 0, report, records)
+        report = RunReport(host, "up", dry_run=False, steps=records, ssh_round_trips=3)
+        return host_outcome(host, RunResult(report), records)
     return job
 
 

@@ -8,9 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.commands.result import RunResult
+from orchestrator.envelope import envelope
+from orchestrator.errors import CheckFailed
 from orchestrator.fleet.engine import Event, HostEvents, HostOutcome, run_fleet
-from orchestrator.fleet.outcome import host_outcome
+from orchestrator.fleet.outcome import Refused, host_outcome
 from orchestrator.runlog import StepRecord
+from orchestrator.runner import RunReport
 
 
 class Tracker:
@@ -79,19 +83,19 @@ def test_fail_fast_starts_nothing_after_a_failure() -> None:
 def test_host_outcome_keeps_the_steps_of_a_failed_run() -> None:
     rec = StepRecord("connect", ssh_round_trips=0)
     lock = StepRecord("lock", status="changed", ssh_round_trips=2)
-    report = {"ok": False, "error": "check-failed", "what": "no uvm", "step": "host_prereqs", "exit_code": 1}
-    o = host_outcome("gpu-1", 1, report, [rec, lock])
+    refused = Refused(CheckFailed("no uvm", step="host_prereqs"))
+    o = host_outcome("gpu-1", refused, [rec, lock])
     assert o.result == "failed" and o.ssh_round_trips == 2 and o.changed_steps == ["lock"]
     assert [s["name"] for s in o.report["steps"]] == ["connect", "lock", "host_prereqs"]  # type: ignore[index]
     assert (o.report["exit_code"], o.report["error"], o.report["changed"]) == (1, "check-failed", False)  # type: ignore[index]
     assert o.detail == "host_prereqs: no uvm"
-    converged = {"ok": True, "changed": False, "dry_run": False, "steps": [{"name": "lock", "status": "ok"}],
-                 "totals": {"ssh_round_trips": 3}}
-    assert host_outcome("gpu-2", 0, converged, []).result == "ok"
-    planned = {**converged, "changed": True, "dry_run": True,
-               "steps": [{"name": "container", "status": "would-change"}]}
-    o = host_outcome("gpu-3", 0, planned, [])
+    converged = RunReport("gpu-2", "up", dry_run=False, steps=[StepRecord("lock", status="ok")], ssh_round_trips=3)
+    assert host_outcome("gpu-2", RunResult(converged), []).result == "ok"
+    planned = RunReport("gpu-3", "up", dry_run=True, steps=[StepRecord("container", status="would-change")],
+                        ssh_round_trips=3)
+    o = host_outcome("gpu-3", RunResult(planned), [])
     assert (o.result, o.changed_steps, o.ssh_round_trips) == ("would change", ["container"], 3)
+    assert o.report == envelope(planned.to_dict(), exit_code=0)  # the host's own document, as is
 
 
 def test_the_calling_thread_gets_ticks_while_hosts_are_quiet() -> None:

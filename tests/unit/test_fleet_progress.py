@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from orchestrator.commands.result import RunResult
 from orchestrator.errors import RemoteError
 from orchestrator.fleet.engine import HostEvents, HostOutcome, run_fleet
-from orchestrator.fleet.outcome import host_outcome
+from orchestrator.fleet.outcome import Refused, host_outcome
 from orchestrator.fleet.progress import EventPrinter
 from orchestrator.fleet.view import FleetView
 from orchestrator.inventory.loader import load_inventory
@@ -22,6 +23,7 @@ from orchestrator.router import converge
 from orchestrator.router.facts import RouterFacts
 from orchestrator.router.places import SiteAddresses
 from orchestrator.runlog import StepRecord
+from orchestrator.runner import RunReport
 from tests.shared import EXAMPLE_INVENTORY
 
 STEPS = [("connect", "ok", 0.4), ("host_prereqs", "skipped", 0.0), ("container", "changed", 3.25),
@@ -34,8 +36,7 @@ def job(host: str, events: HostEvents) -> HostOutcome:
     for name, status, seconds in STEPS:
         printer(name, None)
         printer(name, StepRecord(name, status=status, duration_s=seconds))  # type: ignore[arg-type]
-    report = {"ok": True, "changed": True, "dry_run": False, "steps": [r.to_dict() for r in records]}
-    return host_outcome(host, 0, report, records)
+    return host_outcome(host, RunResult(RunReport(host, "up", dry_run=False, steps=list(records))), records)
 
 
 def plain_run(hosts: list[str]) -> list[str]:
@@ -69,7 +70,7 @@ def failing_job(host: str, events: HostEvents) -> HostOutcome:
     printer("connect", StepRecord("connect", status="ok", duration_s=0.1))  # type: ignore[arg-type]
     printer("host_prereqs", None)
     err = RemoteError("/dev/nvidia-uvm is missing", host=host, step="host_prereqs")
-    return host_outcome(host, 1, {"ok": False, **err.to_dict()}, records)
+    return host_outcome(host, Refused(err), records)
 
 
 def test_plain_progress_names_the_step_that_failed() -> None:

@@ -3,7 +3,7 @@ after a SIGTERMed roll it read "left out of the router … was not in the router
 
 from __future__ import annotations
 
-from orchestrator.fleet.details import RouterColumn, added_back, after_undo, left_out
+from orchestrator.fleet.router_column import RouterColumn, added_back, after_undo, left_out
 
 DRAINED = "removed from the router; 2 request(s) in flight finished in 0.4 s"
 

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from orchestrator.cli.bench_cmd import ledger_table
 from orchestrator.cli.roll_cmd import _preset
-from orchestrator.fleet.details import history_detail
+from orchestrator.commands.history import BenchRuns, ReleaseHistory
 from orchestrator.parsers.bench import BenchResult
 from orchestrator.state.ledger import RunRecord
 from orchestrator.ui.tables import plain_lines
@@ -36,11 +36,12 @@ def test_the_releases_table_names_each_figures_preset() -> None:
 
 
 def test_history_group_line_says_what_the_current_release_is() -> None:
-    report = {"current": "R2", "releases": [
+    history = ReleaseHistory(host="sim-70", current="R2", releases=[
         {"id": "R1", "meta": {"source": "up"}, "verdict": {"verdict": "kept"}},
         {"id": "R2", "meta": {"source": "roll", "flag_diff": [["max-running-requests", 16, 128]]},
-         "verdict": {"verdict": "kept", "preset": "quick", "candidate": {"output_throughput": 5086.9}}}]}
-    assert history_detail(report) == ("current R2 (kept, roll: max-running-requests: 16→128, 5086.9 tok/s "
-                                       "(quick)), 2 release(s)")
-    assert history_detail({"current": None, "releases": []}) == "current none, 0 release(s)"
-    assert history_detail({"runs": [{}, {}]}) == "2 bench run(s)"
+         "verdict": {"verdict": "kept", "preset": "quick", "candidate": {"output_throughput": 5086.9}}}])
+    assert history.detail() == ("current R2 (kept, roll: max-running-requests: 16→128, 5086.9 tok/s "
+                                "(quick)), 2 release(s)")
+    assert ReleaseHistory(host="sim-70").detail() == "current none, 0 release(s)"
+    run = RunRecord(id="r-20261201-120000-ab01", host="sim-70", preset="quick", started_at=datetime(2026, 12, 1, 12))
+    assert BenchRuns(runs=[run, run]).detail() == "2 bench run(s)"

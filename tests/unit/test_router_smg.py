@@ -22,7 +22,7 @@ import requests
 from orchestrator.errors import ConfigError, RemoteError
 from orchestrator.inventory.models import RouterSpec
 from orchestrator.router import metrics
-from orchestrator.router.client import RouterClient
+from orchestrator.router.client import Answer, RouterClient
 from orchestrator.router.drain import Drainer
 from orchestrator.router.reconcile import Worker, reconcile
 from orchestrator.router.release import SMG_HEALTH_FLAGS, RouterRelease, release_of
@@ -39,27 +39,22 @@ def _captured(name: str) -> dict[str, Any]:
     return data
 
 
-class _Canned(requests.adapters.BaseAdapter):
-    """A transport that answers every request with one captured body (the router's real bytes)."""
+@dataclass
+class _Canned:
+    """An in-memory transport that answers every request with one captured body (the router's real bytes)."""
 
-    def __init__(self, status: int, body: str) -> None:
-        super().__init__()
-        self.status, self.body = status, body
+    status: int
+    body: str
 
-    def send(self, request: requests.PreparedRequest, **_kw: Any) -> requests.Response:
-        resp = requests.Response()
-        resp.status_code, resp._content, resp.url = self.status, self.body.encode(), request.url or ""
-        resp.headers["Content-Type"] = "application/json"
-        return resp
+    def request(self, method: str, url: str, **_kw: Any) -> Answer:
+        return Answer(self.status, self.body, "application/json")
 
     def close(self) -> None:
         return None
 
 
 def _client(status: int, name: str) -> RouterClient:
-    session = requests.Session()
-    session.mount("http://", _Canned(status, fixture(f"{SMG}/{name}")))
-    return RouterClient("http://smg.test:30000", session=session)
+    return RouterClient("http://smg.test:30000", transport=_Canned(status, fixture(f"{SMG}/{name}")))
 
 
 def test_the_real_smg_worker_list_is_read_with_its_status() -> None:
