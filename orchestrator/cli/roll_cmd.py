@@ -28,6 +28,7 @@ from orchestrator.fleet.targets import parse_targets
 from orchestrator.hardware.state import HardwareState
 from orchestrator.parsers.watchdog import WatchdogStatus
 from orchestrator.roll import RollOutcome, refused, roll_host, rollback_host, rollback_payload
+from orchestrator.state.ledger import Ledger
 from orchestrator.state.releases import RELEASE_ID
 from orchestrator.steps.base import RunOptions
 from orchestrator.steps.release import drift_line
@@ -358,8 +359,9 @@ def history(app: AppContext, target: tuple[str, ...], bench: bool, limit: int, a
     current = next((r.get("current") for r in rows if "current" in r), None)
     releases = [r for r in rows if "id" in r]
     wd = report.state.watchdog
+    events = Ledger().events(report.host, limit)  # deploy watch's cordon/remedy/return events (this machine's)
     app.out.emit({"ok": True, "host": report.host, "current": current, "releases": releases,
-                  "watchdog": None if wd is None else wd.to_dict()})
+                  "watchdog": None if wd is None else wd.to_dict(), "events": [e.model_dump() for e in events]})
     table_rows = []
     for r in releases:
         meta = r.get("meta") or {}
@@ -376,4 +378,7 @@ def history(app: AppContext, target: tuple[str, ...], bench: bool, limit: int, a
     if wd is not None and wd.actions:
         wd_rows = [(a["at"] or "-", a["action"], a["reason"]) for a in wd.to_dict()["actions"][-limit:]]
         app.out.table(spec(f"watchdog actions on {report.host}", ("at", "action", "reason"), wd_rows))
+    if events:
+        app.out.table(spec(f"GPU fault events of {report.host} (deploy watch)", ("at", "event", "detail"),
+                           [(e.at, e.kind, e.detail) for e in events]))
     return 0

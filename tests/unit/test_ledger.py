@@ -39,7 +39,7 @@ def test_default_path_follows_state_dir(monkeypatch: pytest.MonkeyPatch, tmp_pat
 
 def test_schema_and_wal(tmp_path: Path) -> None:
     led = Ledger(tmp_path / "l.sqlite")
-    assert led.schema_version() == SCHEMA_VERSION == 2
+    assert led.schema_version() == SCHEMA_VERSION == 3
     conn = sqlite3.connect(tmp_path / "l.sqlite")
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     cols = [r[1] for r in conn.execute("PRAGMA table_info(runs)")]
