@@ -367,8 +367,12 @@ class Ledger:
     def record_event(self, host: str, kind: str, detail: str, at: datetime | None = None) -> None:
         """One of a host's health events (`deploy watch`); the detail is redacted like every stored text."""
         stamp = (at or datetime.now().astimezone()).isoformat(timespec="seconds")
-        with self._connect() as conn:
-            conn.execute("INSERT INTO host_events VALUES (?, ?, ?, ?)", (host, stamp, kind, redact(detail)))
+        try:
+            with self._connect() as conn:
+                conn.execute("INSERT INTO host_events VALUES (?, ?, ?, ?)", (host, stamp, kind, redact(detail)))
+        except sqlite3.Error as exc:
+            raise ConfigError(f"ledger {self.path}: the {kind} event of {host} was not recorded: {exc}",
+                              fix="check the disk and the file's permissions (DEPLOY_STATE_DIR)", host=host) from exc
 
     def events(self, host: str, limit: int = 50) -> list[HostEvent]:
         """A host's events, oldest first (the last `limit`)."""
