@@ -3,7 +3,9 @@
 A PVE host runs systemd; the simulated host has none (its SSH sessions share this machine's PID 1, which must never
 see a unit a test writes). So the host view binds `hosts/<name>/fs/etc/systemd/system` over /etc/systemd/system
 (simulator/layout.py), and this stand-in does the few verbs an operator or `deploy` uses there: `daemon-reload`,
-`enable [--now]`, `disable [--now]`, `is-enabled`, `start`, `is-active`, `cat`. Enabling makes the
+`enable [--now]`, `disable [--now]`, `is-enabled`, `start`, `is-active`, `cat`, and `reboot`: as on a real host it
+queues the reboot and returns 0, and the node goes down a moment later (`deploy sim reboot`, made by a process
+outside the view: SSH sessions drop, a new boot; `schedule_reboot`). Enabling makes the
 `<target>.wants/` links of the unit's [Install] section, as systemctl does. `deploy sim reboot` (simulator/reboot.py)
 starts the enabled units in systemd's order (`boot_order`): those ordered before pve-guests.service (`Before=` it,
 or `After=`-ed by one that is) before the guests start, the others after, each after the units it is `After=`.
@@ -178,6 +180,38 @@ def start(unit: Unit, unit_dir: Path) -> tuple[bool, str]:
     return True, "".join(output)
 
 
+#: How long after `systemctl reboot` returns the node goes down (systemd stops the session's sshd within moments).
+REBOOT_DELAY_S = 1.0
+
+
+def schedule_reboot() -> int:
+    """`systemctl reboot`: start `deploy sim reboot` of this host in the simulator's real mount namespace, detached
+    (`setsid -f`, a clean environment: the reboot kills this view's processes and must outlive them), and return
+    at once, as systemctl returns once the job is queued. Its output goes to hosts/<name>/reboot.log."""
+    import shlex
+
+    from simulator import layout
+    from simulator.hostshell import read_session
+    from simulator.lxc.attach import mount_prefix
+
+    host_dir = layout.current_host_dir()
+    session = read_session(host_dir)
+    python = (f"{session['venv_prefix']}/bin/python" if session.get("venv_prefix")
+              else f"{session['python_prefix']}/bin/python3")
+    real_dir = os.path.join(session["real_root"], "hosts", session["name"])
+    cmd = (f"sleep {REBOOT_DELAY_S}; exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "
+           f"PYTHONPATH={shlex.quote(session['repo'])} {shlex.quote(python)} -m simulator.manager "
+           f"--root {shlex.quote(session['real_root'])} reboot {shlex.quote(session['name'])} "
+           f">>{shlex.quote(real_dir + '/reboot.log')} 2>&1")
+    res = subprocess.run([*mount_prefix(host_dir), "setsid", "-f", "/bin/sh", "-c", cmd],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         timeout=30)
+    if res.returncode != 0:
+        print(f"Failed to reboot system via logind: {res.stderr.strip()}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str]) -> int:
     """`systemctl VERB [--now] UNIT…` on the simulated host (inside the host view)."""
     args = [a for a in argv if not a.startswith("-")]
@@ -189,6 +223,8 @@ def main(argv: list[str]) -> int:
     verb, names = args[0], [_unit_name(a) for a in args[1:]]
     if verb == "daemon-reload":
         return 0
+    if verb == "reboot":
+        return schedule_reboot()
     rc = 0
     for name in names:
         unit = load(UNIT_DIR, name)

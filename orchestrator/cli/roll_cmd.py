@@ -376,7 +376,7 @@ def history(app: AppContext, target: tuple[str, ...], bench: bool, limit: int, a
     host = resolve_host(app, target)
     with step_progress(app, quiet=True) as printer:
         result = release_history(app.inventory, HistoryRequest(host, limit, tofu), progress=printer, say=printer.say)
-    current, releases, wd = result.current, result.releases, result.watchdog
+    current, releases, wd, events = result.current, result.releases, result.watchdog, result.events
     app.out.emit(result.payload())
     table_rows = []
     for r in releases:
@@ -394,4 +394,7 @@ def history(app: AppContext, target: tuple[str, ...], bench: bool, limit: int, a
     if wd is not None and wd.actions:
         wd_rows = [(a["at"] or "-", a["action"], a["reason"]) for a in wd.to_dict()["actions"][-limit:]]
         app.out.table(spec(f"watchdog actions on {result.host}", ("at", "action", "reason"), wd_rows))
+    if events:
+        app.out.table(spec(f"GPU fault events of {result.host} (deploy watch)", ("at", "event", "detail"),
+                           [(e.at, e.kind, e.detail) for e in events]))
     return 0

@@ -11,8 +11,15 @@ import click
 from orchestrator.cli.common import AppContext, common_options, tofu_option
 from orchestrator.errors import ConfigError, DeployError
 from orchestrator.fleet.watch import Reading, Watch, WatchState, run_watch
+from orchestrator.hardware.policy import Remedy
 from orchestrator.runner import run_playbook_to_end
+from orchestrator.state.ledger import Ledger
 from orchestrator.steps.base import RunOptions
+from orchestrator.steps.state import RunInputs
+
+#: The playbooks of each remedy, run in order on the drained host (orchestrator/playbooks/remedy-*.yaml).
+REMEDY_PLAYBOOKS: dict[str, tuple[str, ...]] = {"restart": ("remedy-restart",),
+                                                "reboot": ("remedy-reboot", "remedy-verify")}
 
 
 @click.command("watch")
@@ -29,9 +36,11 @@ from orchestrator.steps.base import RunOptions
 @common_options
 def watch(app: AppContext, word: str, group: str, once: bool, interval_s: float, for_s: float | None,
           drain_timeout: float, tofu: bool) -> int:
-    """Read every host's GPU sensors each cycle; a host with a fatal fault is drained out of the router
-    (cordoned), and put back once its sensors read clean and it serves. Exits 1 when the last cycle left a host
-    with a fatal fault. e.g. `deploy watch group prod --interval 30` under systemd, or `--once` from a timer."""
+    """Read every host's GPU sensors each cycle; a host with a fault to act on is drained out of the router
+    (cordoned), remedied where the inventory's `health:` policy allows it (restart sglang; reboot the node only with
+    `health: {reboot: true}`), verified, and put back once its sensors read clean and it serves. Exits 1 when the
+    last cycle left a host out with a fault. e.g. `deploy watch group prod --interval 30` under systemd, or
+    `--once` from a timer."""
     inv = app.inventory
     hosts = inv.group_hosts(group)
     if not hosts:
@@ -50,6 +59,20 @@ def watch(app: AppContext, word: str, group: str, once: bool, interval_s: float,
         error = report.failure.what if isinstance(report.failure, DeployError) else None
         return Reading(name, st.hardware if st.hardware is not None and st.hardware.gpus else None, serving, error)
 
+    def remedy(name: str, kind: Remedy, cursor: str | None) -> str:
+        verified: list[str] = []
+        for book in REMEDY_PLAYBOOKS[kind]:
+            report = run_playbook_to_end(book, by_name[name], inv,
+                                         RunOptions(tofu=tofu, command=f"deploy watch group {group} ({kind})"),
+                                         inputs=RunInputs(kernel_cursor=cursor))
+            if report.failure is not None:
+                raise report.failure
+            verified += [f"{s.name}: {s.summary}" for s in report.steps
+                         if s.name in ("reboot_node", "host_prereqs", "container_gpus", "health", "smoke",
+                                       "correctness_check")]
+        return "; ".join(verified)
+
+    ledger = Ledger()
     stop = threading.Event()
 
     def _stop(_sig: int, _frame: FrameType | None) -> None:
@@ -58,7 +81,8 @@ def watch(app: AppContext, word: str, group: str, once: bool, interval_s: float,
     previous = signal.signal(signal.SIGTERM, _stop)
     try:
         code = run_watch(Watch(inv, [h.name for h in hosts], read, app.out.line, WatchState(group),
-                               drain_timeout_s=drain_timeout), once=once, interval_s=interval_s, for_s=for_s,
+                               drain_timeout_s=drain_timeout, remedy=remedy, record=ledger.record_event),
+                         once=once, interval_s=interval_s, for_s=for_s,
                          stop=stop)
     except KeyboardInterrupt:
         code = 130

@@ -11,7 +11,7 @@ from orchestrator.inventory.models import Host, Inventory
 from orchestrator.parsers.watchdog import WatchdogStatus
 from orchestrator.runlog import StepRecord
 from orchestrator.runner import ProgressFn, run_playbook
-from orchestrator.state.ledger import Ledger, RunRecord
+from orchestrator.state.ledger import HostEvent, Ledger, RunRecord
 from orchestrator.steps.base import RunOptions
 from orchestrator.steps.state import RunInputs
 
@@ -44,10 +44,13 @@ class ReleaseHistory(Listing):
     current: str | None = None
     releases: list[dict[str, Any]] = field(default_factory=list)
     watchdog: WatchdogStatus | None = None
+    #: deploy watch's cordon/remedy/return events of the host (this machine's ledger), oldest first.
+    events: list[HostEvent] = field(default_factory=list)
 
     def payload(self) -> dict[str, Any]:
         return {"ok": True, "host": self.host, "current": self.current, "releases": self.releases,
-                "watchdog": None if self.watchdog is None else self.watchdog.to_dict()}
+                "watchdog": None if self.watchdog is None else self.watchdog.to_dict(),
+                "events": [e.model_dump() for e in self.events]}
 
     def detail(self) -> str:
         current = self.current
@@ -73,7 +76,7 @@ def release_history(inventory: Inventory, request: HistoryRequest, *, progress: 
     rows = report.state.history
     current = next((r.get("current") for r in rows if "current" in r), None)
     return ReleaseHistory(host=report.host, current=current, releases=[r for r in rows if "id" in r],
-                          watchdog=report.state.watchdog)
+                          watchdog=report.state.watchdog, events=Ledger().events(report.host, request.limit))
 
 
 @dataclass(frozen=True)

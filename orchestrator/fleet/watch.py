@@ -1,18 +1,24 @@
-"""`deploy watch group G`: GPU hardware faults acted on without an operator command (issue 39: cordon and return).
+"""`deploy watch group G`: GPU hardware faults acted on without an operator command (issue 39: cordon, remedy,
+verify, return).
 
 Why a loop on the operator machine (meant to run under systemd, or once from a timer with `--once`): it is where
 the router and every host are reachable, and a fault must take a host out of the router before clients see its
 errors. Each cycle reads every host's sensors with the status playbook (one round trip a host: the same facts
-`deploy status` reads) and acts on the catalog's action (hardware/catalog.py):
-- **cordon**: a host with a fatal fault (a reboot, reset or isolation is needed) that the router lists is drained
-  out of it, like `deploy router remove` (never the last serving worker: that is said, and retried next cycle);
-- **return**: a host that this watch cordoned, whose sensors read clean again and whose server answers /health,
-  is added back with every add-back check (`deploy router add`).
-The remedy itself (a reboot, a GPU taken out) stays the operator's: a reboot is never automatic here. Each action
-holds the host's and the router's claim only while it runs (a fleet roll in progress makes it wait a cycle), is
-said on one line, recorded in the watch's state file (which hosts it cordoned, since when, why), and posted to the
-inventory's `notify:` webhook.
+`deploy status` reads) and acts on the worst fault's catalog action under the operator's `health:` policy
+(hardware/policy.py):
+- **cordon**: a host whose fault needs acting on, listed by the router, is drained out of it like `deploy router
+  remove` (never the last serving worker: that is said, and retried next cycle);
+- **remedy**: the remedy the policy allows runs on the drained host (restart sglang; reboot the node, never while
+  another host of the fleet is out), then is verified (device nodes, the container's GPUs, health, smoke, the
+  correctness gate) and the kernel-log cursor is moved past the Xids it answered; one remedy per cordon: a host
+  still faulty after it, or whose remedy failed, stays out with one line saying why and what to do;
+- **return**: a host this watch cordoned, whose sensors read clean again and whose server answers /health, is added
+  back with every add-back check (`deploy router add`) — at once after its remedy, or once the operator fixed it.
+Each action holds the host's and the router's claim only while it runs (a fleet roll in progress makes it wait a
+cycle), is said on one line, recorded in the watch's state file (which hosts it cordoned, since when, why, the
+remedy tried), in the host's events (`deploy history`), and posted to the inventory's `notify:` webhook.
 """
+
 
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ from typing import Literal
 
 from orchestrator.errors import DeployError, LockHeld
 from orchestrator.fleet.fleet_roll import FleetRouter
+from orchestrator.hardware.policy import Remedy, RemedyPlan, plan_remedy
 from orchestrator.hardware.state import HardwareState
 from orchestrator.inventory.models import Inventory
 from orchestrator.localfile import write_file
@@ -36,7 +43,12 @@ from orchestrator.router.client import RouterClient
 from orchestrator.router.drain import Drainer
 from orchestrator.state.claims import claim_fleet
 
-Decision = Literal["cordon", "return", "hold", "none"]
+Decision = Literal["cordon", "remedy", "return", "hold", "none"]
+#: Runs a remedy on a drained host: (host, "restart" | "reboot", the kernel-log cursor of the reading it answers)
+#: -> what it verified; raises DeployError when the remedy or its verification failed.
+RemedyFn = Callable[[str, Remedy, str | None], str]
+#: Records one of a host's events (host, kind, detail): the ledger that `deploy history` reads.
+RecordFn = Callable[[str, str, str], None]
 
 
 @dataclass(frozen=True)
@@ -57,15 +69,30 @@ class Reading:
             return self.error or "sensors unreadable"
         worst = [f"{g.name}: {f.kind}{f' {f.code}' if f.code is not None else ''} ({f.action.value})"
                  for g in self.hardware.faulty for f in g.faults if f.severity == "fail"]
+        if not worst:
+            worst = [f"{g.name}: {f.kind}{f' {f.code}' if f.code is not None else ''} ({f.action.value})"
+                     for g in self.hardware.faulty for f in g.faults if f.action.rank > 0]
         return "; ".join(worst) or "no fatal fault"
 
+    def gpu(self) -> str:
+        """The worst GPU's name, for the policy's lines."""
+        if self.hardware is None or not self.hardware.faulty:
+            return "the faulty GPU"
+        return max(self.hardware.faulty, key=lambda g: g.action.rank).name
 
-def decide(r: Reading, listed: bool, cordoned: bool) -> Decision:
-    """Pure: what the watch does with a host this cycle."""
-    if r.fatal and listed:
+
+def decide(r: Reading, listed: bool, cordoned: bool, plan: RemedyPlan | None = None, tried: bool = False
+           ) -> Decision:
+    """Pure: what the watch does with a host this cycle (`plan`: the policy's answer for its worst fault; None:
+    drain on a fatal fault only; `tried`: a remedy already ran since it was cordoned)."""
+    drains = plan.drains if plan is not None else r.fatal
+    if drains and listed:
         return "cordon"
-    if cordoned and not listed and not r.fatal and r.hardware is not None and r.serving:
-        return "return"
+    if cordoned and not listed:
+        if r.hardware is not None and not drains and r.serving:
+            return "return"
+        if plan is not None and plan.runs and not tried:
+            return "remedy"
     return "hold" if cordoned else "none"
 
 
@@ -95,6 +122,13 @@ class Watch:
     say: Callable[[str], None]
     state: WatchState
     drain_timeout_s: float = 120.0
+    remedy: RemedyFn | None = None  # None: no remedy runs (the policy's remedies are held as manual)
+    record: RecordFn | None = None
+
+    def plan(self, host: str, r: Reading, others_out: list[str]) -> RemedyPlan:
+        if r.hardware is None:
+            return RemedyPlan("none")
+        return plan_remedy(r.hardware.action, self.inventory.health, host=host, others_out=others_out, gpu=r.gpu())
 
     def cycle(self) -> dict[str, Decision]:
         """Read every host, act where the readings say; returns each host's decision."""
@@ -108,22 +142,87 @@ class Watch:
         done: dict[str, Decision] = {}
         for host, r in readings.items():
             url = side.urls.get(host)
-            decision = decide(r, url is not None and url in listed, host in cordoned)
+            out = sorted(h for h, u in side.urls.items() if h != host and u not in listed)
+            plan = self.plan(host, r, out)
+            entry = cordoned.get(host, {})
+            decision = decide(r, url is not None and url in listed, host in cordoned, plan, bool(entry.get("remedy")))
             done[host] = decision
             if decision == "cordon" and url is not None:
-                self._act(host, url, side, cordoned, r, out=True)
+                if self._act(host, url, side, cordoned, r, out=True) and plan.runs:
+                    listed.discard(url)
+                    done[host] = self._remedy(host, url, side, cordoned, r, plan)
+                elif host in cordoned and plan.why:
+                    self.say(f"{host}: {plan.why}")
+            elif decision == "remedy" and url is not None:
+                done[host] = self._remedy(host, url, side, cordoned, r, plan)
             elif decision == "return" and url is not None:
                 self._act(host, url, side, cordoned, r, out=False)
             elif decision == "hold":
-                self.say(f"{host}: still out of the router (cordoned {cordoned[host].get('since', '?')}: "
-                         f"{cordoned[host].get('why', '?')}); now: {r.why() if r.fatal else 'clean, not serving'}")
+                self.say(f"{host}: still out of the router (cordoned {entry.get('since', '?')}: "
+                         f"{entry.get('why', '?')}); now: {self._now(r, plan, entry)}")
             elif r.fatal:
                 self.say(f"{host}: fatal GPU fault ({r.why()}), not a listed router worker: nothing to drain")
         self.state.save(cordoned)
         return done
 
+    @staticmethod
+    def _now(r: Reading, plan: RemedyPlan, entry: dict[str, str | float]) -> str:
+        if entry.get("failed"):
+            return f"{r.why()}; the {entry.get('remedy')} remedy failed: {entry['failed']}"
+        if entry.get("remedy") and plan.drains:
+            return f"{r.why()}; still faulty after its {entry['remedy']} remedy: it needs hardware service"
+        if plan.drains:
+            return f"{r.why()}; {plan.why}" if plan.why else r.why()
+        return "clean, not serving"
+
+    def _event(self, host: str, kind: str, detail: str) -> None:
+        if self.record is not None:
+            try:
+                self.record(host, kind, detail)
+            except DeployError as err:  # the event is also said and posted: a full disk must not stop the watch
+                self.say(f"{host}: event not recorded in the ledger: {err.what}")
+
+    def _remedy(self, host: str, url: str, side: FleetRouter, cordoned: dict[str, dict[str, str | float]],
+                r: Reading, plan: RemedyPlan) -> Decision:
+        """Run the allowed remedy on a host this watch drained, then return it at once when it reads clean."""
+        entry = cordoned[host]
+        if self.remedy is None:
+            self.say(f"{host}: no remedy runner: remedy it yourself (docs/hardware.md)")
+            return "hold"
+        began = time.monotonic()
+        self.say(f"{host}: remedy: {plan.remedy} ({r.why()})")
+        self._event(host, "remedy", f"{plan.remedy}: {r.why()}")
+        try:
+            with claim_fleet([host], f"deploy watch (remedy {host})", router=False):
+                entry["remedy"] = plan.remedy
+                verified = self.remedy(host, plan.remedy, r.hardware.cursor if r.hardware is not None else None)
+        except LockHeld as err:
+            entry.pop("remedy", None)
+            self.say(f"{host}: remedy waits for the next cycle: {err.what}")
+            return "hold"
+        except DeployError as err:
+            entry["failed"] = err.what
+            line = (f"{host}: remedy FAILED ({plan.remedy}): {err.what}; the host stays out of the router: "
+                    f"{err.fix or 'see deploy doctor host ' + host}; the watch returns it once its sensors read "
+                    "clean and it serves")
+            self.say(line)
+            self._event(host, "remedy-failed", f"{plan.remedy}: {err.what}")
+            return "hold"
+        took = time.monotonic() - began
+        entry["remedied"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        self.say(f"{host}: remedied ({plan.remedy}) in {took:.1f} s: {verified}")
+        self._event(host, "remedied", f"{plan.remedy} in {took:.1f} s: {verified}")
+        again = self.read(host)
+        after = self.plan(host, again, [])
+        if decide(again, False, True, after, True) == "return":
+            self._act(host, url, side, cordoned, again, out=False)
+            return "return"
+        self.say(f"{host}: still out of the router after its remedy: {self._now(again, after, entry)}")
+        return "hold"
+
     def _act(self, host: str, url: str, side: FleetRouter, cordoned: dict[str, dict[str, str | float]],
-             r: Reading, *, out: bool) -> None:
+             r: Reading, *, out: bool) -> bool:
+        """Cordon (`out`) or return one host; False when it did not happen (said)."""
         verb = "cordon" if out else "return"
         try:
             with claim_fleet([host], f"deploy watch ({verb} {host})", router=True), \
@@ -137,24 +236,26 @@ class Watch:
                     note = f"added back, healthy after {took:.1f} s"
         except LockHeld as err:
             self.say(f"{host}: {verb} waits for the next cycle: {err.what}")
-            return
+            return False
         except DeployError as err:
             self.say(f"{host}: NOT {'cordoned' if out else 'returned'}: {err.what}")
-            return
+            return False
         now = time.time()
         if out:
             cordoned[host] = {"since": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(now)), "why": r.why(),
                               "url": url}
             summary = f"{host} cordoned: out of the router ({r.why()})"
-            self.say(f"{host}: cordoned ({r.why()}): {note}; remedy it (docs/hardware.md), the watch returns it "
-                     "once its sensors read clean and it serves")
+            self.say(f"{host}: cordoned ({r.why()}): {note}")
+            self._event(host, "cordoned", f"{r.why()}: {note}")
         else:
             cordoned.pop(host, None)
             summary = f"{host} returned to the router: its GPUs read clean and it serves"
             self.say(f"{host}: returned: {note}")
+            self._event(host, "returned", note)
         deliver(self.inventory.notify, [Event("gpu_fault", host, None, now, summary=summary,
                                               description=summary, diagnose=f"deploy doctor host {host}",
                                               severity="critical", resolved=not out)], self.say)
+        return True
 
 
 def run_watch(watch: Watch, *, once: bool, interval_s: float, for_s: float | None,

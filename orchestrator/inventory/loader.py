@@ -23,7 +23,7 @@ from orchestrator.yamlfile import key_line, load_yaml
 
 SECTIONS = ("hosts", "profiles", "presets", "groups")
 #: Sections that are one mapping (not name → entry), defined in at most one file.
-SINGLE_SECTIONS = ("router", "notify")
+SINGLE_SECTIONS = ("router", "notify", "health")
 
 
 def _key_path(loc: tuple[int | str, ...]) -> str:
@@ -155,7 +155,7 @@ def _validation_error(exc: ValidationError, origin: Mapping[tuple[str, str], Pat
         if isinstance(cause, UnitTextError):
             keys += [cause.key] if cause.key else []  # point at the flag's own line, not at `flags:`
             fix = VALUE_FIX
-        file = origin.get((str(loc[0]), str(loc[1]))) if len(loc) >= 2 else None
+        file = (origin.get((str(loc[0]), str(loc[1]))) or origin.get((str(loc[0]), ""))) if len(loc) >= 2 else None
         if not where:
             where = f"{_at(file, *keys)}: " if file else f"{', '.join(str(d) for d in dir_list)}: "
         msg = str(err["msg"]).removeprefix("Value error, ")

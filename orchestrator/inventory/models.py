@@ -702,6 +702,22 @@ class NotifySpec(StrictModel):
     webhook: WebhookSpec
 
 
+class HealthPolicy(StrictModel):
+    """The operator's action policy for GPU hardware faults: what `deploy watch` does by itself for each catalog
+    action (orchestrator/hardware/policy.py, docs/hardware.md). Why a reboot is off by default: a reboot stops every
+    request on the host and a wrong one costs minutes of capacity, so the operator opts in."""
+
+    #: restart_unit (an Xid confined to the process): drain, restart sglang, verify, return.
+    restart: bool = True
+    #: reboot_host: drain, reboot the node (`systemctl reboot`), verify, return; never while another host of the
+    #: fleet is out of the router.
+    reboot: bool = False
+    #: isolate_gpu (a failed row remap): drain and keep the host out until the GPU is swapped; false: only reported.
+    isolate: bool = True
+    #: How long a rebooted node may take to answer SSH again with a new boot and its container running.
+    reboot_timeout_s: float = Field(default=600.0, gt=0, le=3600)
+
+
 class Inventory(StrictModel):
     hosts: dict[HostName, Host] = Field(default_factory=dict)
     profiles: dict[str, ServerProfile] = Field(default_factory=dict)
@@ -710,6 +726,7 @@ class Inventory(StrictModel):
     groups: dict[str, list[HostName]] = Field(default_factory=dict)
     router: RouterSpec | None = None
     notify: NotifySpec | None = None
+    health: HealthPolicy = Field(default_factory=HealthPolicy)
 
     @model_validator(mode="after")
     def _references_resolve(self) -> Inventory:

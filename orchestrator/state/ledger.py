@@ -65,6 +65,16 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (tune_id, run_id)
     );
     """,
+    # 2 -> 3: a host's GPU-fault events (deploy watch: cordoned, remedy, remedied or failed, returned), for history
+    """
+    CREATE TABLE host_events (
+        host TEXT NOT NULL,
+        at TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        detail TEXT NOT NULL
+    );
+    CREATE INDEX host_events_host_at ON host_events (host, at);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -126,6 +136,16 @@ class RunRecord(BaseModel):
     source: RunSource = "bench"
     label: str | None = None
     jsonl_path: str | None = None
+
+
+class HostEvent(BaseModel):
+    """A host's health event as `deploy history` shows it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    at: str
+    kind: str
+    detail: str
 
 
 class CompareRow(BaseModel):
@@ -343,6 +363,23 @@ class Ledger:
         with self._connect() as conn:
             rows = conn.execute(sql, (*args, max(0, limit))).fetchall()
         return [self._row_to_record(r) for r in rows]
+
+    def record_event(self, host: str, kind: str, detail: str, at: datetime | None = None) -> None:
+        """One of a host's health events (`deploy watch`); the detail is redacted like every stored text."""
+        stamp = (at or datetime.now().astimezone()).isoformat(timespec="seconds")
+        try:
+            with self._connect() as conn:
+                conn.execute("INSERT INTO host_events VALUES (?, ?, ?, ?)", (host, stamp, kind, redact(detail)))
+        except sqlite3.Error as exc:
+            raise ConfigError(f"ledger {self.path}: the {kind} event of {host} was not recorded: {exc}",
+                              fix="check the disk and the file's permissions (DEPLOY_STATE_DIR)", host=host) from exc
+
+    def events(self, host: str, limit: int = 50) -> list[HostEvent]:
+        """A host's events, oldest first (the last `limit`)."""
+        with self._connect() as conn:
+            rows = conn.execute("SELECT at, kind, detail FROM host_events WHERE host = ? ORDER BY at DESC, rowid DESC "
+                                "LIMIT ?", (host, max(0, limit))).fetchall()
+        return [HostEvent(at=r["at"], kind=r["kind"], detail=r["detail"]) for r in reversed(rows)]
 
     def runs_per_host(self) -> dict[str, int]:
         """How many runs each host has in the ledger (to say what a scoped listing leaves out)."""

@@ -23,6 +23,7 @@ STEP_MODULES = (
     "orchestrator.steps.roll",
     "orchestrator.steps.status",
     "orchestrator.steps.watchdog",
+    "orchestrator.steps.remedy",
 )
 
 

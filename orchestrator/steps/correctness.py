@@ -138,13 +138,19 @@ def correctness(ctx: StepContext, record: StepRecord) -> None:
     judged(ctx, record, server.release, reference, write=server.installed)
 
 
-@step("correctness_check", ct_facts=(CT.current_release,))
-def correctness_check(ctx: StepContext, record: StepRecord) -> None:
-    """The correctness gate on the current release, against its own golden record; changes nothing."""
+def require_current_release(ctx: StepContext, why: str = "") -> str:
+    """The container's current release (fact CT.current_release); CheckFailed when it has none."""
     ensure_facts(ctx)
     link = ctx.facts.get(CT.current_release)
     release = current_release(link.stdout) if link is not None and link.rc == 0 else None
     if release is None:
-        raise CheckFailed(f"no current release in CT {ctx.vmid} (or the container is not running)",
+        raise CheckFailed(f"no current release in CT {ctx.vmid} (or the container is not running){why}",
                           fix=f"deploy up host {ctx.host.name}", host=ctx.host.name)
+    return release
+
+
+@step("correctness_check", ct_facts=(CT.current_release,))
+def correctness_check(ctx: StepContext, record: StepRecord) -> None:
+    """The correctness gate on the current release, against its own golden record; changes nothing."""
+    release = require_current_release(ctx)
     judged(ctx, record, release, release, write=False)

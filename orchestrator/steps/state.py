@@ -75,6 +75,7 @@ class RunInputs:
     expect: ExpectedServer | None = None  # bench: measure only this server (a tune's run)
     want_bandwidth: bool = False  # p2p_bandwidth
     probe_size_mib: int = 256  # p2p_bandwidth
+    kernel_cursor: str | None = None  # hardware_cursor: the reading a GPU-fault remedy answered
 
 
 # ------------------------------------------------------------------------------------------------ state

@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -337,3 +339,154 @@ def test_watch_cordons_a_host_whose_gpu_fell_off_the_bus_and_returns_it_once_cle
     assert "GPU 2 (00000000:75:00.0): xid 79 (reboot_host)" in out, out
     assert client.failed == [], client.failed[:5]
     assert cordoned_s <= 60
+
+
+class WatchRun:
+    """`deploy watch group prod` in the background, its lines read as they come (each with its arrival time)."""
+
+    def __init__(self, fleet: RolledFleet, *args: str) -> None:
+        self.proc = fleet.env.popen("watch", "group", "prod", "--interval", "5", *args)
+        self.lines: list[tuple[float, str]] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append((time.monotonic(), line.rstrip("\n")))
+
+    def seen(self, text: str) -> float | None:
+        return next((t for t, line in self.lines if text in line), None)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(line for _, line in self.lines)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._reader.join(timeout=10)
+        return self.proc.returncode
+
+
+class RouterSampler:
+    """The router's healthy workers every 0.5 s: the fewest of the other hosts ever listed, and when the faulty host
+    left and came back."""
+
+    def __init__(self, fleet: RolledFleet, bad: str) -> None:
+        self.fleet, self.bad = fleet, bad
+        self.fewest_others = len(fleet.names) - 1
+        self.out_at: float | None = None
+        self.back_at: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                listed = self.fleet.listed()
+            except Exception:  # a router that does not answer lists nobody
+                listed = {}
+            self.fewest_others = min(self.fewest_others, sum(ok for n, ok in listed.items() if n != self.bad))
+            if not listed.get(self.bad, False) and self.out_at is None:
+                self.out_at = time.monotonic()
+            if listed.get(self.bad, False) and self.out_at is not None and self.back_at is None:
+                self.back_at = time.monotonic()
+            self._stop.wait(0.5)
+
+    def __enter__(self) -> RouterSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+def test_watch_remedies_each_catalog_action_under_the_health_policy(fleet: RolledFleet) -> None:
+    """Issue 39 items 1-5 through the real CLI: a restart-class Xid is drained, sglang restarted, verified and the
+    host returned, and the Xid is not read again (the cursor); an Xid 79 under the default policy stays out with the
+    policy's line; with `health: {reboot: true}` the same host is rebooted by the watch (`systemctl reboot` on the
+    node), verified and returned with no command while the other two stay listed; a failed row remap is kept out
+    with no reboot. Each event is in `deploy history`."""
+    bad = fleet.names[2]
+    health = fleet.env.inventory / "health.yaml"
+    (Path(fleet.env.env["DEPLOY_STATE_DIR"]) / "watch" / "prod.json").unlink(missing_ok=True)
+    boot = fleet.host_env(bad).ssh("cat /proc/sys/kernel/random/boot_id").stdout.strip()
+    try:
+        # restart_unit (Xid 13), the default policy: drained, restarted, verified, returned; the Xid then unread.
+        watch = WatchRun(fleet)
+        with RouterSampler(fleet, bad) as sampler:
+            time.sleep(6)
+            fleet.faults(bad, xid="13@1")
+            assert until(lambda: watch.seen(f"{bad}: returned:") is not None, 300), watch.text
+        assert sampler.fewest_others == 2, watch.text
+        doctor = fleet.env.run("--json", "doctor", "host", bad)
+        hardware = doctor.json["hardware"]
+        assert hardware["action"] == "none", hardware  # the remedied Xid 13 is behind the stored cursor
+        time.sleep(6)  # a cycle after the return: the same Xid does not drain it again
+        assert watch.stop() == 0, watch.text
+        assert watch.text.count(f"{bad}: cordoned (") == 1 and f"{bad}: remedied (restart) in " in watch.text
+        print("\n".join(line for _, line in watch.lines if line.startswith(bad)))
+        # reboot_host (Xid 79), the default policy: out, with the policy's line, and held.
+        watch = WatchRun(fleet)
+        fleet.faults(bad, xid="79@2")
+        assert until(lambda: watch.seen("a reboot is not automatic (health.reboot: false)") is not None, 120), \
+            watch.text
+        assert until(lambda: watch.seen(f"{bad}: still out of the router") is not None, 60), watch.text
+        assert watch.stop() == 1, watch.text  # the last cycle left a host out with a fault
+        assert fleet.host_env(bad).ssh("cat /proc/sys/kernel/random/boot_id").stdout.strip() == boot
+        # The same host, once the policy allows a reboot: the watch reboots it, verifies it and returns it.
+        health.write_text("health:\n  reboot: true\n  reboot_timeout_s: 300\n")
+        with RouterSampler(fleet, bad) as sampler:
+            began = time.monotonic()
+            watch = WatchRun(fleet)
+            assert until(lambda: watch.seen(f"{bad}: returned:") is not None, 540), watch.text
+        rebooted = watch.seen(f"{bad}: remedied (reboot)")
+        assert rebooted is not None, watch.text
+        assert sampler.fewest_others == 2, watch.text
+        assert watch.stop() == 0, watch.text
+        assert fleet.host_env(bad).ssh("cat /proc/sys/kernel/random/boot_id").stdout.strip() != boot
+        back = sampler.back_at
+        print(f"reboot remedy: watch start -> remedied {rebooted - began:.1f} s, -> back in the router "
+              f"{(back or 0) - began:.1f} s; fewest other hosts listed: {sampler.fewest_others}")
+        print("\n".join(line for _, line in watch.lines if line.startswith(bad)))
+        # The figure: reboots allowed from the start, clients through the router, an Xid 79 on a serving host.
+        with RouterSampler(fleet, bad) as sampler, Client(fleet.router) as client:
+            watch = WatchRun(fleet)
+            assert until(lambda: client.ok >= 2, 60), client.failed[:5]
+            time.sleep(6)  # a clean cycle first
+            fleet.faults(bad, xid="79@2")
+            injected = time.monotonic()
+            assert until(lambda: sampler.back_at is not None, 540), watch.text
+        assert watch.stop() == 0, watch.text
+        remedied = watch.seen(f"{bad}: remedied (reboot)")
+        assert remedied is not None and sampler.out_at is not None and sampler.back_at is not None, watch.text
+        assert sampler.fewest_others == 2, watch.text
+        print(f"reboot under policy: fault -> out {sampler.out_at - injected:.1f} s, -> remedied "
+              f"{remedied - injected:.1f} s, -> back {sampler.back_at - injected:.1f} s; fewest other hosts listed "
+              f"{sampler.fewest_others}; client requests ok {client.ok}, failed {len(client.failed)}")
+        print("\n".join(line for _, line in watch.lines if line.startswith(bad)))
+        # isolate_gpu (a failed remap), even with reboots allowed: kept out, never rebooted.
+        boot = fleet.host_env(bad).ssh("cat /proc/sys/kernel/random/boot_id").stdout.strip()
+        watch = WatchRun(fleet)
+        fleet.faults(bad, remap="3:failed")
+        assert until(lambda: watch.seen("cannot be repaired in place (isolate_gpu)") is not None, 120), watch.text
+        assert until(lambda: watch.seen(f"{bad}: still out of the router") is not None, 60), watch.text
+        fleet.faults(bad, remap=None)  # the GPU swapped
+        assert until(lambda: watch.seen(f"{bad}: returned:") is not None, 120), watch.text
+        assert watch.stop() == 0, watch.text
+        assert fleet.host_env(bad).ssh("cat /proc/sys/kernel/random/boot_id").stdout.strip() == boot
+        assert "remedy: reboot" not in watch.text
+        events = [e["kind"] for e in fleet.env.run("--json", "history", "host", bad).json["events"]]
+        cycle = ["cordoned", "remedy", "remedied", "returned"]
+        assert events[-14:] == [*cycle, "cordoned", *cycle[1:], *cycle, "cordoned", "returned"], events
+    finally:
+        health.unlink(missing_ok=True)
+        fleet.faults(bad, xid=None, gpu_lost=None, remap=None)
+        fleet.clear_faults()

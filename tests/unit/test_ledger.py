@@ -39,7 +39,7 @@ def test_default_path_follows_state_dir(monkeypatch: pytest.MonkeyPatch, tmp_pat
 
 def test_schema_and_wal(tmp_path: Path) -> None:
     led = Ledger(tmp_path / "l.sqlite")
-    assert led.schema_version() == SCHEMA_VERSION == 2
+    assert led.schema_version() == SCHEMA_VERSION == 3
     conn = sqlite3.connect(tmp_path / "l.sqlite")
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     cols = [r[1] for r in conn.execute("PRAGMA table_info(runs)")]
@@ -198,3 +198,17 @@ def test_a_run_id_drawn_twice_in_one_second_is_drawn_again(tmp_path: Path, monke
     assert {r.host for r in led.list_runs()} == {"h1", "h2"}
     with pytest.raises(sqlite3.IntegrityError):
         led.record_run(host="h3", bench=bench(3.0), run_id=first.id)
+
+
+def test_host_events_are_kept_per_host_oldest_first_and_redacted(tmp_path: Path) -> None:
+    from orchestrator.redact import register_secret
+
+    led = Ledger(tmp_path / "l.sqlite")
+    register_secret("s3cr3t-token-value")
+    led.record_event("sim-1", "cordoned", "xid 79 (reboot_host)")
+    led.record_event("sim-2", "cordoned", "other host")
+    led.record_event("sim-1", "remedied", "reboot in 9.4 s, key s3cr3t-token-value")
+    events = led.events("sim-1")
+    assert [e.kind for e in events] == ["cordoned", "remedied"]
+    assert "s3cr3t-token-value" not in events[1].detail and "<redacted>" in events[1].detail
+    assert [e.kind for e in led.events("sim-1", limit=1)] == ["remedied"]
