@@ -71,6 +71,9 @@ def parse_weights_check(text: str) -> WeightsState:
 
 #: What `No space left on device` looks like in a failed download's output (Python's OSError, shell tools).
 _ENOSPC_MARKS = ("No space left on device", "[Errno 28]")
+#: What hf_xet's errors say (xet-core's error chain, raised by huggingface_hub's `xet_get` as RuntimeError): the
+#: Xet transfer from the hub's storage (its CAS and the xorb URLs it hands out) failed, not the hub's own API.
+_XET_MARKS = ("CAS Client Error", "File reconstruction error", "Xet storage error")
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,8 @@ class DownloadOutput:
     refusal: HubRefusal | None = None
     disk: DiskSpace | None = None
     enospc: bool = False
+    #: hf_xet's error line when the Xet transfer failed ("" otherwise)
+    xet_error: str = ""
 
     @property
     def disk_full(self) -> bool:
@@ -121,4 +126,5 @@ def parse_download_output(text: str) -> DownloadOutput:
         elif parts[0] == "disk" and len(parts) == 4 and all(p.isdigit() for p in parts[1:]):
             disk = (int(parts[1]), int(parts[2]), int(parts[3]))
     space = DiskSpace(df_line, *disk) if disk is not None else None
-    return DownloadOutput(client, refusal, space, any(m in text for m in _ENOSPC_MARKS))
+    xet = [line.strip() for line in text.splitlines() if any(m in line for m in _XET_MARKS)]
+    return DownloadOutput(client, refusal, space, any(m in text for m in _ENOSPC_MARKS), xet[-1] if xet else "")

@@ -374,11 +374,11 @@ def model_weights(ctx: StepContext, record: StepRecord) -> None:
     if res.rc != 0:
         refresh_ct_facts(ctx, CT.weights)  # what the failed download left: named in the error
         left = weights_state(ctx)
-        summary = ((f" ({left.missing_summary()} missing or short)" if left and left.missing else "")
-                   + f": {(res.stderr or res.stdout).strip()[-500:]}")
+        missing = f" ({left.missing_summary()} missing or short)" if left and left.missing else ""
+        summary = missing + f": {(res.stderr or res.stdout).strip()[-500:]}"
         raise download_error(out, DownloadContext(prof.weights_repo, prof.model_path,
                                                   token_ref.describe() if token_ref else None, spec.hf_endpoint,
-                                                  ctx.host.name), summary)
+                                                  ctx.host.name), summary, missing)
     refresh_ct_facts(ctx, CT.weights)
     state = weights_state(ctx)
     if state is None or not state.recorded:

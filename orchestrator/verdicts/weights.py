@@ -88,10 +88,26 @@ def disk_full_error(out: DownloadOutput, c: DownloadContext) -> DiskFull | None:
         host=c.host, details={"free_bytes": d.free_bytes, "need_bytes": d.need_bytes, "df": d.df_line})
 
 
-def download_error(out: DownloadOutput, c: DownloadContext, summary: str) -> DeployError:
-    """The error of a failed download: the hub's refusal, a full disk, else the network (`summary`: what is left
-    and the tail of the output)."""
-    return (refusal_error(out, c) or disk_full_error(out, c)
+def xet_error(out: DownloadOutput, c: DownloadContext, left: str) -> RemoteError | None:
+    """A download whose Xet transfer failed (hf_xet already retried): the hub answered, its storage did not."""
+    if not out.xet_error:
+        return None
+    return RemoteError(
+        f"weights download failed in its Xet transfer (hf_xet fetches the files from the hub's Xet storage, not "
+        f"from the hub itself): {out.xet_error[-300:]}; the weights at {c.model_path} are incomplete{left}",
+        fix=("the container must reach the hub's Xet storage too: the CAS URL the hub's xet-read-token answer "
+             "names and the xorb URLs that CAS hands out (on huggingface.co: cas-server.xethub.hf.co and "
+             "*.xethub.hf.co, which a proxy or firewall that lets only huggingface.co through blocks; a mirror in "
+             "container.hf_endpoint must serve its own); hf_xet gave up after its own retries; "
+             "re-running `deploy up` finishes the download (files already complete are kept); the server is not "
+             "started on partial weights"),
+        host=c.host, details={"cause": "xet-transfer"})
+
+
+def download_error(out: DownloadOutput, c: DownloadContext, summary: str, left: str = "") -> DeployError:
+    """The error of a failed download: the hub's refusal, a full disk, a failed Xet transfer, else the network
+    (`summary`: what is left and the tail of the output; `left`: what is left alone)."""
+    return (refusal_error(out, c) or disk_full_error(out, c) or xet_error(out, c, left)
             or RemoteError(f"weights download failed; the weights at {c.model_path} are incomplete{summary}",
                            fix="check access to the model hub from the container (container.hf_endpoint names a "
                                "mirror); re-running `deploy up` finishes the download (files already complete are "

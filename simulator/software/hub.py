@@ -19,10 +19,18 @@ token, 403 GatedRepo with a token of an account that was not granted access (any
 0600 `hub-tokens` file, one token a line: `grant_token`), 401 "Invalid credentials in Authorization header" for
 a string that is no token at all.
 
-No xet headers are sent, so the client uses plain HTTP. `rate_bytes_s` slows bodies down;
-`drop_after_bytes` cuts the first transfer of each LFS file (the client then resumes it with a Range request);
-the host fault `hub_cut_after_bytes` cuts every LFS transfer once that many body bytes went out (a link that went down:
-the client gives up, and what it leaves on disk is what a cut real download leaves);
+Xet (simulator/software/xet.py), as the real Hub serves every LFS file now: `/resolve` of an LFS file adds
+`X-Xet-Hash` and a `Link: <…/xet-read-token/{commit}>; rel="xet-auth"`, the tree its `xetHash`; the token
+endpoint `/api/models/{repo}/xet-read-token/{rev}` (gated like the files) gives the CAS URL, a short-lived
+access token and its expiry; the CAS under `/xet/cas` answers `/v2` and `/v1` reconstructions with the token as
+Bearer (401 without a live one) and the xorbs under `/xet/xorbs` are fetched by byte range. A client with
+`hf_xet` (huggingface_hub installs it on x86_64) takes that path; one without it, or with HF_HUB_DISABLE_XET=1,
+falls back to the plain body of `/resolve`, as the real client does. `xet=False` serves no Xet headers at all.
+
+`rate_bytes_s` slows bodies down; `drop_after_bytes` cuts the first transfer of each LFS file (the plain client
+then resumes it with a Range request) and the first fetch of each xorb (hf_xet fetches that range again); the host
+fault `hub_cut_after_bytes` cuts every LFS transfer, plain or xorb, once that many body bytes went out (a link that
+went down: the client gives up after its retries, and what it leaves on disk is what a cut real download leaves);
 `requests` records what was asked (method, path, Range).
 
 Resume, as huggingface_hub really does it: within one `hf download`, a transfer cut by the network is resumed
@@ -45,6 +53,8 @@ from functools import cached_property
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
+
+from simulator.software.xet import RangeNotSatisfiable, Xorb, reconstruction, xet_hash
 
 REPO_ID = "lukealonso/GLM-5-NVFP4"  # the repo the example profile (orchestrator/examples/inventory) names
 #: The same files behind the Hub's gate: a token of a granted account is needed for its tree and files.
@@ -79,6 +89,14 @@ class RepoFile:
     @cached_property
     def sha256(self) -> str:
         return hashlib.sha256(self.data).hexdigest()
+
+    @cached_property
+    def xet_hash(self) -> str:
+        return xet_hash(self.data)
+
+    @cached_property
+    def xorb(self) -> Xorb:
+        return Xorb(self.data)
 
 
 def _safetensors(name: str, size: int) -> bytes:
@@ -135,10 +153,36 @@ class HubState:
     cut_after_bytes: int | None = None
     cut_served: int = 0
     host_dir: Path | None = None
+    #: LFS files are served through Xet (the real Hub's way); False: plain HTTP only, as the Hub before Xet.
+    xet: bool = True
+    #: How long an access token of the Xet token endpoint lives (the real Hub's are short-lived).
+    xet_token_ttl_s: float = 3600.0
+    xet_tokens: dict[str, float] = field(default_factory=dict)  # access token -> its expiry (unix seconds)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def commit(self, repo: str) -> str:
         return commit_of(self.repos[repo])
+
+    def xet_file(self, file_hash: str) -> RepoFile | None:
+        """The LFS file whose Xet hash is `file_hash` (None: the CAS does not know it)."""
+        return next((f for files in self.repos.values() for f in files.values()
+                     if f.lfs and f.xet_hash == file_hash), None)
+
+    def xorb(self, xorb_hash: str) -> Xorb | None:
+        return next((f.xorb for files in self.repos.values() for f in files.values()
+                     if f.lfs and f.xorb.hash == xorb_hash), None)
+
+    def issue_xet_token(self) -> tuple[str, int]:
+        """A new access token for the CAS and its expiry (unix seconds)."""
+        token = "xet_" + os.urandom(16).hex()
+        expiry = time.time() + self.xet_token_ttl_s
+        with self.lock:
+            self.xet_tokens[token] = expiry
+        return token, int(expiry)
+
+    def xet_token_live(self, token: str) -> bool:
+        with self.lock:
+            return self.xet_tokens.get(token, 0.0) > time.time()
 
     def granted(self) -> set[str]:
         """The tokens of accounts granted access (read on every request: a test grants one while the hub runs)."""
@@ -192,9 +236,10 @@ class _Handler(BaseHTTPRequestHandler):
             extra["X-Repo-Commit"] = commit
         self._json(code, {"error": message}, extra)
 
-    def _body(self, data: bytes, headers: dict[str, str], drop_key: str | None = None) -> None:
+    def _body(self, data: bytes, headers: dict[str, str], drop_key: str | None = None,
+              drop_ranged: bool = False) -> None:
         """200, or 206 for `Range: bytes=N-[M]`; paced by rate_bytes_s; cut once per `drop_key` when the
-        drop_after_bytes knob is set."""
+        drop_after_bytes knob is set (only a transfer from byte 0, unless `drop_ranged`: a xorb's byte range)."""
         start, end = 0, len(data) - 1
         m = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
         code = 200
@@ -213,9 +258,10 @@ class _Handler(BaseHTTPRequestHandler):
         state = self.server.state
         rate = state.rate_bytes_s
         cut = None
-        if drop_key and code == 200 and state.drop_after_bytes is not None and drop_key not in state.dropped:
+        if (drop_key and (code == 200 or drop_ranged) and state.drop_after_bytes is not None
+                and drop_key not in state.dropped):
             state.dropped.add(drop_key)
-            cut = state.drop_after_bytes
+            cut = start + state.drop_after_bytes
         for off in range(start, end + 1, CHUNK):
             piece = data[off:min(off + CHUNK, end + 1)]
             allowed = state.take_budget(len(piece)) if drop_key else len(piece)
@@ -246,6 +292,18 @@ class _Handler(BaseHTTPRequestHandler):
         m = re.fullmatch(r"/api/models/([^/]+/[^/]+)(?:/revision/([^/]+))?", path)
         if m:
             self._model_info(m.group(1), m.group(2) or "main")
+            return
+        m = re.fullmatch(r"/api/models/([^/]+/[^/]+)/xet-read-token/([^/]+)", path)
+        if m and state.xet:
+            self._xet_token(m.group(1), m.group(2))
+            return
+        m = re.fullmatch(r"/xet/cas/v([12])/reconstructions/([0-9a-f]{64})", path)
+        if m and state.xet:
+            self._reconstruction(int(m.group(1)), m.group(2))
+            return
+        m = re.fullmatch(r"/xet/xorbs/([0-9a-f]{64})", path)
+        if m and state.xet:
+            self._xorb(m.group(1))
             return
         m = re.fullmatch(r"/api/models/([^/]+/[^/]+)/tree/([^/]+)(/.*)?", path)
         if m:
@@ -312,6 +370,8 @@ class _Handler(BaseHTTPRequestHandler):
             entry: dict[str, object] = {"type": "file", "oid": f.git_oid, "size": len(f.data), "path": p}
             if f.lfs:
                 entry["lfs"] = {"oid": f.sha256, "size": len(f.data), "pointerSize": 134}
+                if self.server.state.xet:
+                    entry["xetHash"] = f.xet_hash
             out.append(entry)
         self._json(200, out)
 
@@ -326,7 +386,60 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {"X-Repo-Commit": commit, "ETag": f'"{f.git_oid}"'}
         if f.lfs:
             headers.update({"X-Linked-Etag": f'"{f.sha256}"', "X-Linked-Size": str(len(f.data))})
+        if f.lfs and self.server.state.xet:
+            headers.update({"X-Xet-Hash": f.xet_hash,
+                            "Link": f'<{self._base()}/api/models/{repo}/xet-read-token/{commit}>; rel="xet-auth", '
+                                    f'<{self._base()}/xet/cas/v1/reconstructions/{f.xet_hash}>; '
+                                    'rel="xet-reconstruction-info"'})
         self._body(f.data, headers, drop_key=f.path if f.lfs and self.command == "GET" else None)
+
+    def _base(self) -> str:
+        """This hub as the client reached it (its Host header): where the Xet links and the CAS point."""
+        host = self.headers.get("Host") or "{}:{}".format(*self.server.server_address[:2])
+        return f"http://{host}"
+
+    def _xet_token(self, repo: str, rev: str) -> None:
+        """The Xet read token of a repo revision: the CAS URL, an access token and its expiry, as headers (what
+        huggingface_hub reads) and JSON (the real Hub sends both). Gated like the repo's files."""
+        commit = self._revision(repo, rev)
+        if commit is None or not self._gate(repo):
+            return
+        token, expiry = self.server.state.issue_xet_token()
+        cas = f"{self._base()}/xet/cas"
+        self._json(200, {"accessToken": token, "exp": expiry, "casUrl": cas},
+                   {"X-Xet-Cas-Url": cas, "X-Xet-Access-Token": token, "X-Xet-Token-Expiration": str(expiry)})
+
+    def _xet_authorized(self) -> bool:
+        """True when the request carries a live access token of the token endpoint; else the CAS's 401 is sent."""
+        auth = self.headers.get("Authorization", "")
+        if auth.startswith("Bearer ") and self.server.state.xet_token_live(auth[len("Bearer "):].strip()):
+            return True
+        self._json(401, {"error": "Unauthorized: missing or expired access token"})
+        return False
+
+    def _reconstruction(self, version: int, file_hash: str) -> None:
+        if not self._xet_authorized():
+            return
+        f = self.server.state.xet_file(file_hash)
+        if f is None:
+            self._json(404, {"error": f"file {file_hash} not found"})
+            return
+        m = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+        wanted = (int(m.group(1)), int(m.group(2)) if m.group(2) else None) if m else None
+        try:
+            doc = reconstruction(f.xorb, f"{self._base()}/xet/xorbs/{f.xorb.hash}", wanted, version)
+        except RangeNotSatisfiable as exc:
+            self._json(416, {"error": f"range not satisfiable: {exc}"})
+            return
+        self._json(200, doc)
+
+    def _xorb(self, xorb_hash: str) -> None:
+        """A xorb's bytes by range (a presigned URL on the real CAS: no token), cut like a plain LFS body."""
+        xorb = self.server.state.xorb(xorb_hash)
+        if xorb is None:
+            self._error(404, "EntryNotFound", "No such xorb")
+            return
+        self._body(xorb.serialized, {"ETag": f'"{xorb_hash}"'}, drop_key=f"xorb:{xorb_hash}", drop_ranged=True)
 
 
 class HubHTTPServer(ThreadingHTTPServer):

@@ -2,7 +2,9 @@
 
 An inventory that gives two hosts of the cluster one VMID is refused by each of them before any change (exit 2,
 naming both hosts and free VMIDs); with distinct VMIDs (what `sim up --cluster` writes: 120, 121, 122) `up group`
-converges all three.
+converges all three. On the VMIDs `vmid: auto` chose, the fleet then runs behind the real smg (the SGLang
+Model Gateway), managed by `up` in the first node's container: a canary roll drains each node's server from it
+and loses no request, and `bench group` drives load through it and reports each node.
 """
 
 from __future__ import annotations
@@ -15,11 +17,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e.conftest import DeployEnv
-from tests.e2e.fleet_harness import FleetHarness, fleet_root
+from tests.e2e.conftest import DeployEnv, until
+from tests.e2e.fleet_harness import FleetHarness, RoutedFleet, fleet_root, worker_urls
+from tests.e2e.test_fleet_roll import FLAG, Client
+from tests.e2e.test_fleet_smg import DRAIN
 from tests.sim_hosts import OFFSET_FLEET
 
-pytestmark = pytest.mark.e2e
+# The roll and the bench run three nodes' servers and a router on the shared 2-core machine.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +123,68 @@ def test_up_group_with_auto_vmids_chooses_free_ones_and_keeps_them(cluster: Flee
     proc.write_text(cluster.host_env(a).ssh("cat /proc/devices").stdout)
     render = env.run("render", "host", a, "--devices-file", str(devices), "--proc-devices-file", str(proc))
     assert render.rc == 0 and f"/etc/pve/lxc/{chosen[a]}.conf" in render.stdout, render.text
+
+
+@pytest.fixture(scope="module")
+def routed(cluster: FleetHarness, tmp_path_factory: pytest.TempPathFactory) -> RoutedFleet:
+    """The cluster on the VMIDs `vmid: auto` chose (the auto test's containers, file order) behind smg in the
+    first node's container, converged by `up group` on a copy of the inventory (the module's later tests see no
+    router)."""
+    a = cluster.names[0]
+    vmids = {n: int(cluster.host_env(n).ssh(f"cat /var/lib/deploy/auto-vmid/{n}").stdout.strip() or 0)
+             for n in cluster.names}
+    assert all(vmids.values()), f"the auto-VMID test runs first and leaves its containers: {vmids}"
+    env = _inventory_with(cluster, tmp_path_factory.mktemp("cluster-routed"), dict.fromkeys(cluster.names, "auto"))
+    (env.inventory / "router.yaml").write_text(
+        f"router:\n  package: smg\n  runs_on: {a}\n  policy: round_robin\n  workers: prod\n")
+    res = env.run("--json", "up", "group", "prod", "--skip-bench", "--skip-weights", timeout=1200)
+    assert res.rc == 0, res.text
+    router = res.json["router"]
+    assert router["place"] == f"{a} CT {vmids[a]}" and router["workers"] == cluster.names, router
+    numbered = _inventory_with(cluster, tmp_path_factory.mktemp("cluster-numbered"), dict(vmids))
+    urls = worker_urls(replace(cluster, env=numbered))
+    assert len(set(urls.values())) == 3, urls  # three containers, three addresses on the site network
+    fleet = RoutedFleet(env=env, names=cluster.names, root=cluster.root, infos=cluster.infos,
+                        router=f"http://{urls[a].rsplit(':', 1)[0].split('//', 1)[1]}:30000", urls=urls)
+    assert until(lambda: all(fleet.listed().values()), 120), fleet.listed()
+    return fleet
+
+
+def test_canary_roll_on_a_cluster_drains_each_node_behind_the_router(routed: RoutedFleet) -> None:
+    before = routed.releases()
+    with Client(routed.router) as client:
+        assert until(lambda: client.ok >= 2, 60), client.failed[:5]
+        res = routed.env.run("--json", "roll", "group", "prod", "--set", f"{FLAG}=4", "--canary", "1",
+                             "--batch", "1", "--max-unavailable", "1", "--skip-bench", timeout=1200)
+    assert res.rc == 0, res.text
+    assert res.json["roll"]["waves"] == [[n] for n in routed.names]
+    hosts = {h["host"]: h for h in res.json["hosts"]}
+    after = routed.releases()
+    drains = {}
+    for name in routed.names:
+        h = hosts[name]
+        assert h["result"] == "rolled" and h["release"] == after[name] != before[name], h
+        m = DRAIN.search(h["router"])  # the roll waited on smg's own count of the node's requests
+        assert m is not None and "back in the router, healthy" in h["router"], h
+        drains[name] = float(m.group(1))
+    print("cluster roll: per-node drain (s):", drains, "requests:", client.ok)  # the docs' figure (pytest -s)
+    assert all(routed.listed().values())
+    assert client.ok > 5 and client.failed == [], (client.ok, client.failed[:5])
+    assert routed.env.run("status", "group", "prod").stdout.count("router: healthy") == 3
+
+
+def test_bench_group_on_a_cluster_goes_through_the_router_to_every_node(routed: RoutedFleet) -> None:
+    res = routed.env.run("--json", "bench", "group", "prod", timeout=900)
+    assert res.rc == 0, res.text
+    (point,) = res.json["points"]
+    assert res.json["client"] == routed.names[0] and point["router"] == routed.router
+    assert point["total"]["failed"] in (0, None)
+    hosts = {h["host"]: h for h in point["hosts"]}
+    assert sorted(hosts) == sorted(routed.names)
+    for h in hosts.values():  # round_robin: every node's server took a share, its GPUs sampled
+        assert h["output_tokens"] > 0 and h["mean_power_w"] > 0, h
+    print("cluster bench:", {"total_tok_s": point["total"]["output_tok_s"],  # the docs' figure (pytest -s)
+                             **{n: (h["output_tok_s"], h["mean_power_w"]) for n, h in hosts.items()}})
 
 
 def test_a_node_without_quorum_is_named_before_any_change(cluster: FleetHarness) -> None:

@@ -68,14 +68,19 @@ def test_missing_weights_are_named_and_skippable(converged: DeployEnv) -> None:
 
 def test_a_cut_download_fails_up_and_the_next_up_finishes_it_before_the_server_loads(converged: DeployEnv) -> None:
     """Issue 20: `hf download` writes config.json first and deletes partial files when it fails, so a cut
-    download must not count as weights; the next `up` finishes it and only then starts the server."""
+    download must not count as weights; the next `up` finishes it and only then starts the server. Issue 36
+    item 9: the download takes the Xet path (the real hf_xet the container's huggingface_hub installs, against
+    the simulated hub's CAS), so the cut is hf_xet's, named as the hub's Xet storage with the hosts to reach."""
     model = "/models/GLM-5-NVFP4"
     converged.ct(f"systemctl stop sglang && rm -rf {model}")
     converged.faults(hub_cut_after_bytes=600_000)  # the link to the hub goes down 600 kB into the download
     cut = converged.run("--json", "up", "host", converged.host, "--skip-bench")
     assert cut.rc == 3 and cut.json["step"] == "model_weights", cut.text[-2000:]
-    assert f"weights download failed; the weights at {model} are incomplete (" in cut.json["what"]
-    assert "model-00001-of-00004.safetensors" in cut.json["what"]
+    assert cut.json["what"].startswith("weights download failed in its Xet transfer (hf_xet fetches the files "
+                                       "from the hub's Xet storage"), cut.json["what"]
+    assert f"the weights at {model} are incomplete (" in cut.json["what"]
+    assert "model-00001-of-00004.safetensors" in cut.json["what"] and cut.json["details"]["cause"] == "xet-transfer"
+    assert "cas-server.xethub.hf.co" in cut.json["fix"]
     assert "re-running `deploy up` finishes the download" in cut.json["fix"]
     assert converged.ct(f"test -f {model}/config.json").rc == 0  # what real `hf download` leaves behind
     assert converged.ct(f"ls {model}/*.safetensors").rc != 0

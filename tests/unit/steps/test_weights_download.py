@@ -124,6 +124,34 @@ def test_a_cut_link_is_still_the_hub_access_error(make_run) -> None:
     assert type(err.value) is RemoteError and "check access to the model hub" in err.value.fix
 
 
+#: The tail of a real `hf download` whose Xet transfer was cut (huggingface_hub 1.33, hf_xet 1.8.0, against the
+#: simulator's hub with `hub_cut_after_bytes`): xet_get's RuntimeError after hf_xet's retries.
+XET_CUT = ('  File "/var/lib/deploy/hf-venv/lib/python3.11/site-packages/huggingface_hub/file_download.py", '
+           "line 589, in xet_get\n    with session.new_file_download_group(\n"
+           "RuntimeError: Task error: File reconstruction error: CAS Client Error: Format error: I/O error: error "
+           "decoding response body\n")
+
+
+def test_a_cut_xet_transfer_is_named_as_the_hub_storage_not_the_hub(make_run) -> None:
+    """Issue 36 item 9: hf_xet fetches from the hub's Xet storage (its CAS, the xorb URLs), which a site may not
+    reach although it reaches the hub: the error says so, with the hosts, and that the next `up` finishes it."""
+    run = failing(make_run({}, {"weights": "record\tnone\n"}), "hub-client\t1.33.0\n" + XET_CUT,
+                  stdout="deploy-df\t/dev/sda1 100G 10G 90G 10% /\ndisk\t96636764160\t4194304\t4\n")
+    with pytest.raises(RemoteError) as err:
+        run.step("model_weights")
+    what, fix = err.value.what, err.value.fix
+    assert what.startswith("weights download failed in its Xet transfer (hf_xet fetches the files from the hub's "
+                           "Xet storage, not from the hub itself): RuntimeError: Task error: File reconstruction "
+                           "error: CAS Client Error"), what
+    assert what.endswith("the weights at /models/GLM-5-NVFP4 are incomplete (model-00001-of-00004.safetensors, "
+                         "model-00002-of-00004.safetensors, model-00003-of-00004.safetensors, "
+                         "model-00004-of-00004.safetensors missing or short)"), what
+    assert "cas-server.xethub.hf.co" in fix and "re-running `deploy up` finishes the download" in fix
+    assert err.value.details["cause"] == "xet-transfer" and err.value.exit_code == 3
+    assert parse_download_output("Xet Storage is enabled for this repo, but the 'hf_xet' package is not "
+                                 "installed. Falling back to regular HTTP download.\n").xet_error == ""
+
+
 def test_download_output_parses_the_marker_lines_only() -> None:
     out = parse_download_output(GATED_403 + "Fetching 10 files\n")
     assert out.hub_client == "1.33.0" and out.refusal is not None and out.refusal.status == "403"
