@@ -13,15 +13,16 @@ command text, for callers that compose a larger node script (fact batches, the b
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from orchestrator.layout import PATHS, ContainerPaths
+from orchestrator.parsers.sections import CommandOutput
 
 if TYPE_CHECKING:  # paramiko loads only with the SSH adapter
     from orchestrator.remote.ssh import RemoteResult
 
-__all__ = ["NOT_RUNNING", "PATHS", "Container", "ContainerPaths", "NodeShell", "heredoc"]
+__all__ = ["NOT_RUNNING", "PATHS", "Container", "ContainerPaths", "Node", "NodeShell", "heredoc"]
 
 
 #: Printed by `if_running` when the container is not running.
@@ -37,6 +38,16 @@ class NodeShell(Protocol):
 
     def script(self, body: str, *, timeout: float | None = None, check: bool = True,
                what: str = "") -> RemoteResult: ...
+
+
+class Node(NodeShell, Protocol):
+    """What the steps and the facts need of the node: commands and scripts, the one-round-trip batch, the
+    connection (SshHost; in the steps' in-process tests the recording FakeNode)."""
+
+    def batch(self, commands: Mapping[str, str], *, timeout: float | None = None,
+              what: str = "fact gathering") -> dict[str, CommandOutput]: ...
+
+    def connect(self) -> None: ...
 
 
 def heredoc(body: str, tag: str) -> str:

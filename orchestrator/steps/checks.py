@@ -20,7 +20,6 @@ from orchestrator.render.service import public_flags
 from orchestrator.resources import probe_text
 from orchestrator.runlog import StepRecord
 from orchestrator.state.ledger import Ledger, RunSource
-from orchestrator.state.releases import current_release
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.state import ExpectedServer
@@ -211,8 +210,7 @@ def health(ctx: StepContext, record: StepRecord) -> None:
         record.status = "skipped"
         record.summary = "dry run"
         return
-    fact = ctx.facts.get(CT.health)
-    if not ctx.state.server.restarted and fact is not None and fact.stdout.strip() == "200":
+    if not ctx.state.server.restarted and ctx.facts.get(CT.health) == "200":
         record.summary = "healthy (/health 200)"
         return
     waited = wait_healthy(ctx, record)
@@ -359,8 +357,7 @@ def measured_server(ctx: StepContext, release: str | None, expect: ExpectedServe
     from orchestrator.steps.roll import installed_schema
     from orchestrator.steps.software import server_stack
 
-    out = ctx.facts.get(CT.server_process)
-    proc = parse_server_process(out.stdout if out is not None else "")
+    proc = ctx.facts.get(CT.server_process) or parse_server_process("")
     if release != expect.release:
         why = f"the current release is {release}, not {expect.release}"
     elif proc.pid is None:
@@ -385,14 +382,13 @@ def measured_server(ctx: StepContext, release: str | None, expect: ExpectedServe
 def bench(ctx: StepContext, record: StepRecord) -> None:
     """Run the preset (once, or once per sweep point) against the running server, with telemetry."""
     ensure_facts(ctx)
-    link = ctx.facts.get(CT.current_release)
-    release = current_release(link.stdout) if link is not None and link.rc == 0 else None
+    release = ctx.facts.get(CT.current_release)
     if ctx.inputs.expect is not None:  # first: another server, healthy or not, is not the one to measure
         ctx.state.server.pid = measured_server(ctx, release, ctx.inputs.expect)
-    fact = ctx.facts.get(CT.health)
-    if fact is None or fact.stdout.strip() != "200":
+    code = ctx.facts.get(CT.health)
+    if code != "200":
         raise CheckFailed(f"the server in CT {ctx.vmid} is not healthy (/health "
-                          f"{fact.stdout.strip() if fact else 'unreachable'})",
+                          f"{code if code is not None else 'unreachable'})",
                           fix="deploy status / deploy up", host=ctx.host.name)
     preset = ctx.options.preset or ctx.profile.bench_preset
     points = ctx.inputs.bench_points or ({},)

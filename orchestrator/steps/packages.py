@@ -13,7 +13,6 @@ from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.facts import CT, CT_PACKAGES
 from orchestrator.inventory.models import ContainerSpec
 from orchestrator.parsers import ParseError
-from orchestrator.parsers.packages import missing_packages
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts, unknown_until_started
@@ -35,11 +34,8 @@ def apt_install_command(spec: ContainerSpec, packages: list[str]) -> str:
 
 def container_missing(ctx: StepContext) -> list[str] | None:
     """The required packages the container lacks; None when it is not running (unknown)."""
-    out = ctx.facts.get(CT.missing_pkgs)
-    if out is None:
-        return None
     try:
-        return missing_packages(CT_PACKAGES, out.stdout, out.stderr, out.rc)
+        return ctx.facts.get(CT.missing_pkgs)
     except ParseError as exc:
         raise CheckFailed(f"cannot tell which packages CT {ctx.vmid} has: {exc}",
                           fix=("the container must be Debian-based (dpkg); use a debian-12-standard or (PVE 9) "

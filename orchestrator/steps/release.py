@@ -38,9 +38,7 @@ from orchestrator.state.ledger import run_started
 from orchestrator.state.releases import (
     ReleaseBundle,
     activate_script,
-    current_release,
     journal_cursor,
-    parse_release_ids,
     record_file_script,
     unique_release_id,
     write_release_script,
@@ -68,21 +66,14 @@ class InstalledState:
 
 
 def installed_state(ctx: StepContext) -> InstalledState:
-    shas: dict[str, str] = {}
-    out = ctx.facts.get(CT.unit_sha)
-    if out is not None and out.rc == 0:
-        for line in out.stdout.splitlines():
-            digest, _, path = line.partition(" ")
-            shas[path.strip()] = digest
+    shas = ctx.facts.get(CT.unit_sha) or {}
     active = ctx.facts.get(CT.active)
-    link = ctx.facts.get(CT.current_release)
-    rels = ctx.facts.get(CT.releases)
     return InstalledState(
         unit_sha=shas.get(ctx.ct.paths.unit_path),
         env_sha=shas.get(ctx.ct.paths.env_path),
-        active=active.stdout.strip() if active is not None else "unknown",
-        release=current_release(link.stdout) if link is not None and link.rc == 0 else None,
-        releases=parse_release_ids(rels.stdout) if rels is not None and rels.rc == 0 else [],
+        active=active if active is not None else "unknown",
+        release=ctx.facts.get(CT.current_release),
+        releases=ctx.facts.get(CT.releases) or [],
     )
 
 
@@ -101,8 +92,7 @@ def installed_flags(ctx: StepContext, given: Iterable[str] = ()) -> dict[str, An
     stored = ctx.facts.get(CT.current_flags)
     if stored is None:
         return None
-    link = ctx.facts.get(CT.current_release)
-    rid = current_release(link.stdout) if link else None
+    rid = ctx.facts.get(CT.current_release)
     return _with_secrets(ctx, stored, ctx.ct.paths.current_link, f"release {rid or 'current'}", given)
 
 
@@ -259,11 +249,8 @@ def bundle_for(ctx: StepContext, flags: FlagSet, release_id: str | None = None) 
 
 def baseline_bench(ctx: StepContext, preset: str) -> tuple[BenchResult, str] | None:
     """The newest plain run of the same preset on the current release, with its run id: the only fair baseline."""
-    out = ctx.facts.get(CT.current_bench)
-    if out is None or out.rc != 0:
-        return None
-    for line in reversed(out.stdout.splitlines()):
-        name, _, record = line.partition("\t")
+    runs: list[tuple[str, str]] = ctx.facts.get(CT.current_bench) or []
+    for name, record in reversed(runs):
         # Only a finished run's file: a killed run's temporary `….jsonl.partial` is never a baseline.
         if name.startswith(f"bench-{preset}--") and name.endswith(".jsonl") and record.strip():
             try:

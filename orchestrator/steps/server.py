@@ -37,8 +37,7 @@ from orchestrator.steps.software import release_stack, require_complete_weights,
 
 def unit_enabled(ctx: StepContext) -> bool:
     """`systemctl is-enabled` says `enabled`: the container's systemd starts sglang when the container boots."""
-    out = ctx.facts.get(CT.enabled)
-    return out is not None and out.stdout.strip() == "enabled"
+    return ctx.facts.get(CT.enabled) == "enabled"
 
 
 def enable_unit(ctx: StepContext, record: StepRecord) -> None:

@@ -14,7 +14,7 @@ from orchestrator.flags.schema import FlagSchema
 from orchestrator.inventory.models import hf_token_for
 from orchestrator.layout import PATHS
 from orchestrator.locks import hash_mismatches, parse_lock
-from orchestrator.parsers.weights import RECORD_PATH, WeightsState, parse_download_output, parse_weights_check
+from orchestrator.parsers.weights import RECORD_PATH, WeightsState, parse_download_output
 from orchestrator.render.pip_index import pip_index_options
 from orchestrator.resources import flags_probe_source, probe_text
 from orchestrator.runlog import StepRecord
@@ -22,7 +22,6 @@ from orchestrator.stacks import (
     Stack,
     StackRecord,
     build_command,
-    parse_stack_listing,
     pip_install_command,
     protected_stacks,
     prune_command,
@@ -56,8 +55,7 @@ def profile_stack(ctx: StepContext, version: str | None = None) -> Stack:
 
 
 def stack_records(ctx: StepContext) -> dict[str, StackRecord]:
-    out = ctx.facts.get(CT.stacks)
-    return parse_stack_listing(out.stdout) if out is not None and out.rc == 0 else {}
+    return ctx.facts.get(CT.stacks) or {}
 
 
 def server_stack(ctx: StepContext) -> StackRecord:
@@ -76,8 +74,7 @@ def release_stack(ctx: StepContext, meta: dict[str, Any] | None) -> StackRecord:
     if isinstance(stack, dict) and stack.get("venv"):
         return StackRecord(str(stack.get("sha") or ""), str(stack["venv"]), str(stack.get("sglang_version") or ""),
                            str(stack.get("requirement") or ""))
-    out = ctx.facts.get(CT.sglang_version)
-    version = (out.stdout.strip() if out is not None and out.rc == 0 else "") or str(
+    version = ctx.facts.get(CT.sglang_version) or str(
         meta.get("sglang_version") or ctx.profile.sglang_version)
     return StackRecord("", ctx.profile.venv.rstrip("/"), version, requirement(version, ctx.profile.sglang_extras),
                        adopted=True)
@@ -129,8 +126,7 @@ def sglang_install(ctx: StepContext, record: StepRecord) -> None:
         return
     stack, base = profile_stack(ctx), ctx.profile.venv.rstrip("/")
     want = stack.sglang_version
-    out = ctx.facts.get(CT.sglang_version)
-    have = out.stdout.strip() if out is not None and out.rc == 0 and out.stdout.strip() else None
+    have = ctx.facts.get(CT.sglang_version)
     records = stack_records(ctx)
     record.details.update({"wanted": want, "installed": have, "requirement": stack.requirement,
                            "stack": stack.sha, "stacks": sorted(records)})
@@ -291,8 +287,7 @@ def hf_download_command(ctx: StepContext, *, token_file: bool = False) -> str:
 
 def weights_state(ctx: StepContext) -> WeightsState | None:
     """What the weights fact found (None: not read, e.g. the container is not running)."""
-    out = ctx.facts.get(CT.weights)
-    return parse_weights_check(out.stdout) if out is not None else None
+    return ctx.facts.get(CT.weights)
 
 
 @step("model_weights", ct_facts=(CT.weights,))

@@ -26,8 +26,7 @@ def watchdog(ctx: StepContext, record: StepRecord) -> None:
     ensure_facts(ctx)
     if unknown_until_started(ctx, record, "the installed watchdog"):
         return
-    fact = ctx.facts.get(CT.watchdog)
-    installed = parse_installed(fact.stdout if fact is not None else "")
+    installed = ctx.facts.get(CT.watchdog) or parse_installed("")
     settings = ctx.profile.watchdog
     paths = ctx.ct.paths
     if not settings.enabled:
