@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, RemoteError
-from orchestrator.facts import BOOT_UNSETTLED, BOOT_WAIT_S, SETTLE_BOOT
+from orchestrator.facts.router import read_router_facts
 from orchestrator.inventory.models import Inventory, RouterSpec
-from orchestrator.parsers.sections import build_batch_script, new_nonce, split_batch_output
 from orchestrator.remote.container import NOT_RUNNING, Container
 from orchestrator.render.pip_index import pip_index_options
 from orchestrator.router.addresses import learn_fleet
@@ -30,9 +29,7 @@ from orchestrator.router.facts import (
     RouterFacts,
     apply_script,
     changed_files,
-    facts_commands,
     installed_workers,
-    parse_facts,
     workers_only_change,
 )
 from orchestrator.router.places import known_worker_urls, router_api_key, router_base_url, router_place, router_workers
@@ -331,21 +328,8 @@ def _container_runs(ct: Container) -> bool:
 
 
 def _read_facts(ct: Container, spec: RouterSpec, argv: list[str]) -> RouterFacts:
-    nonce = new_nonce()
-    commands = facts_commands(spec, argv)
-    res = ct.script(f"{SETTLE_BOOT}\n{build_batch_script(commands, nonce)}", check=False,
-                    timeout=BOOT_WAIT_S + 120, what="router facts")
-    unsettled = next((ln for ln in res.stdout.splitlines() if ln.startswith(BOOT_UNSETTLED)), None)
-    if unsettled is not None:  # never read from a half-booted container
-        raise RemoteError(f"CT {ct.vmid} did not finish booting within {BOOT_WAIT_S} s (its systemd says "
-                          f"{unsettled.removeprefix(BOOT_UNSETTLED).strip()!r}); the router's facts were not read",
-                          fix=f"`pct exec {ct.vmid} -- systemctl list-jobs` shows what the boot waits for")
-    try:
-        return parse_facts(split_batch_output(res.stdout, nonce, commands))
-    except ValueError as exc:
-        raise RemoteError(f"reading the router's facts in CT {ct.vmid} failed: {exc}; "
-                          f"{(res.stderr or '').strip()[-300:]}",
-                          fix=f"check that CT {ct.vmid} runs (pct status {ct.vmid})") from exc
+    """The router's facts (orchestrator/facts/router.py), one round trip once the container's boot has settled."""
+    return read_router_facts(ct, spec, argv)
 
 
 def install_script(inventory: Inventory) -> str:

@@ -1,83 +1,29 @@
-"""What is installed for the managed router, read in one round trip, and what must change. Pure: commands to
-run, their output parsed, the decisions (which files differ, whether the workers alone changed) and the apply
-script; converge.py runs them.
+"""What must change for the managed router, and the apply script. Pure: the decisions (which files differ,
+whether the workers alone changed) from its facts (orchestrator/facts/router.py: what is installed, read in one
+round trip); converge.py runs them.
 """
 
 from __future__ import annotations
 
 import base64
-import json
-import shlex
-from dataclasses import dataclass
-from typing import Any
 
+from orchestrator.facts.router import FILE_SHA_FACTS, UNIT, RouterFacts, facts_commands, parse_facts
 from orchestrator.flags import FlagSchema
 from orchestrator.inventory.models import RouterSpec
-from orchestrator.parsers.sections import CommandOutput
-from orchestrator.remote.container import heredoc
-from orchestrator.resources import flags_probe_source
-from orchestrator.router.release import release_of
 from orchestrator.router.render import (
     CONF_DIR,
     KEY_PATH,
-    LAUNCHER_PATH,
     UNIT_PATH,
     RouterBundle,
-    probe_command,
     render_router,
 )
 from orchestrator.scripts import render_script
 
-UNIT = "sglang-router"
+__all__ = ["FILE_FACTS", "UNIT", "RouterFacts", "apply_script", "changed_files", "facts_commands", "installed_workers",
+           "parse_facts", "workers_only_change"]
 
-
-@dataclass(frozen=True)
-class RouterFacts:
-    """What is installed in the router's container, read in one round trip."""
-
-    probe: str  # the flags probe's JSON output (installed version, parser actions, argv verdict)
-    file_sha: dict[str, str | None]
-    active: str
-    execstart: str = ""  # the installed unit's ExecStart line (no secret: the key is never in it)
-
-    def probe_doc(self) -> dict[str, Any]:
-        try:
-            doc = json.loads(self.probe.strip().splitlines()[-1]) if self.probe.strip() else {}
-        except json.JSONDecodeError:
-            doc = {}
-        return doc if isinstance(doc, dict) else {}
-
-    @property
-    def version(self) -> str | None:
-        v = self.probe_doc().get("version")
-        return str(v) if v else None
-
-
-FILE_FACTS = {"unit": UNIT_PATH, "launcher": LAUNCHER_PATH, "key": KEY_PATH}
-
-
-def facts_commands(spec: RouterSpec, argv: list[str]) -> dict[str, str]:
-    """The facts batch: the probe runs with the router venv's python, its source in a quoted heredoc."""
-    python = f"{spec.venv.rstrip('/')}/bin/python"
-    probe = (f"if [ -x {shlex.quote(python)} ]; then {probe_command(python, argv, release_of(spec))} "
-             + heredoc(flags_probe_source(), "DEPLOY_PROBE_EOF").rstrip("\n")
-             + f"\nelse echo '{json.dumps({'version': None, 'error': f'no venv at {spec.venv}'})}'; fi")
-    commands = {"probe": probe}
-    for name, path in FILE_FACTS.items():
-        commands[f"sha-{name}"] = f"sha256sum {shlex.quote(path)} 2>/dev/null | cut -d' ' -f1"
-    commands["execstart"] = f"grep '^ExecStart=' {shlex.quote(UNIT_PATH)} 2>/dev/null || true"
-    commands["active"] = f"systemctl is-active {UNIT} 2>/dev/null || true"
-    return commands
-
-
-def parse_facts(outputs: dict[str, CommandOutput]) -> RouterFacts:
-    def text(name: str) -> str:
-        out = outputs.get(name)
-        return out.stdout.strip() if out is not None else ""
-
-    return RouterFacts(probe=text("probe"),
-                       file_sha={n: (text(f"sha-{n}") or None) for n in FILE_FACTS},
-                       active=text("active") or "unknown", execstart=text("execstart"))
+#: The installed files by name: path (their hashes are facts.router's FILE_SHA_FACTS).
+FILE_FACTS = {name: path for name, (path, _) in FILE_SHA_FACTS.items()}
 
 
 def installed_workers(execstart: str) -> list[str] | None:
