@@ -1,9 +1,10 @@
 """Facts: what the steps read from the host and the container, each a typed value, gathered in ONE round trip.
 
-- `base.py`: `Fact[T]` (name, command, parser), `HostFact`/`CtFact`, `Read[T]` and the parser adapters;
+- `base.py`: `Fact[T]` (name, command, parser), `HostFact`/`CtFact`/`RouterFact`, `Read[T]`, the parser adapters;
 - `host.py`: the node's facts (`HOST.x`); `container.py`: the container's (`CT.x`) and their command builders;
 - `gather.py`: `Facts` (the one batch read, boot settle, `get` → the parsed value) and the settled container batch
-  the router's facts share (`router.py`, imported by the router alone).
+  that the router's facts share (`ROUTER.x` live in orchestrator/router/facts.py: the router package imports
+  this one, never the other way round).
 """
 
 from __future__ import annotations

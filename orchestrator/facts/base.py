@@ -10,11 +10,11 @@ dataclass). A raw fact (`raw`) keeps the output; each one says why in its defini
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from orchestrator.inventory.models import Host, ServerProfile
+from orchestrator.inventory.models import Host, RouterSpec, ServerProfile
 from orchestrator.parsers import ParseError
 from orchestrator.parsers.sections import CommandOutput
 
@@ -63,6 +63,16 @@ class HostFact(Fact[T]):
 @dataclass(frozen=True)
 class CtFact(Fact[T]):
     """A fact read inside the container, in its one inner batch; unknown (None) while it is not running."""
+
+
+@dataclass(frozen=True)
+class RouterFact(Generic[T]):
+    """A read in the router's container: its name in the batch, its command (from the router section and the argv
+    the probe checks), the parser of its output."""
+
+    name: str
+    command: Callable[[RouterSpec, Sequence[str]], str]
+    parse: Callable[[CommandOutput], T]
 
 
 @dataclass(frozen=True)

@@ -83,8 +83,8 @@ class SmiAnswer:
     """`nvidia-smi -q`'s health sections as the hardware judge reads them: its output (None when it printed
     nothing at all) and its error text (a lost GPU's line, with the others' sections still in `stdout`)."""
 
-    stdout: str | None
-    stderr: str
+    sections: str | None
+    errors: str
 
 
 def _smi_answer(out: CommandOutput) -> SmiAnswer:

@@ -83,9 +83,8 @@ def parse_health_probe(stdout: str) -> HealthProbe:
 
 
 def probe_health(ctx: StepContext, cursor: str | None) -> HealthProbe:
-    res = ctx.ct.run(probe_shell(ctx, cursor), check=False, timeout=ctx.profile.health_probe_timeout_s + 35,
-                     what="health probe")
-    return parse_health_probe(res.stdout)
+    return ctx.ct.read(probe_shell(ctx, cursor), parse_health_probe, timeout=ctx.profile.health_probe_timeout_s + 35,
+                       what="health probe")
 
 
 def fatal_failure(ctx: StepContext, fatal: FatalLine, journal: list[str]) -> CheckFailed:
@@ -219,9 +218,8 @@ def health(ctx: StepContext, record: StepRecord) -> None:
 
 def raise_if_fatal_logged(ctx: StepContext) -> None:
     """After a failed check, read the journal once: a known fatal line explains the failure better."""
-    res = ctx.ct.run(f"{journal_after(ctx.ct.paths.unit_name, ctx.state.server.journal_cursor)} | tail -n 201",
-                     check=False, timeout=60, what="journal excerpt")
-    lines, _ = split_cursor(res.stdout.splitlines())
+    lines, _ = ctx.ct.read(f"{journal_after(ctx.ct.paths.unit_name, ctx.state.server.journal_cursor)} | tail -n 201",
+                           lambda text: split_cursor(text.splitlines()), timeout=60, what="journal excerpt")
     fatal = find_fatal(lines)
     if fatal is not None:
         raise fatal_failure(ctx, fatal, lines)
@@ -241,9 +239,9 @@ def run_smoke(ctx: StepContext, release: str | None) -> dict[str, Any]:
         res = ctx.ct.run_python(p.venv, smoke_source(), [json.dumps(args)], tag="DEPLOY_SMOKE_EOF",
                                 timeout=p.smoke.timeout_s + 30, what="smoke check")
     try:
-        return dict(json.loads(res.stdout.strip().splitlines()[-1]))
+        return dict(json.loads(res.last_line))
     except (json.JSONDecodeError, IndexError) as exc:
-        raise RemoteError(f"smoke check printed no result: {(res.stderr or res.stdout).strip()[-300:]}",
+        raise RemoteError(f"smoke check printed no result: {res.said(300)}",
                           host=ctx.host.name) from exc
 
 

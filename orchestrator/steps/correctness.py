@@ -54,9 +54,9 @@ def run_golden(ctx: StepContext, *, release: str, record: bool, reference: str |
         res = ctx.ct.run_python(p.venv, probe_text("golden_probe.py"), [json.dumps(args)], tag="DEPLOY_GOLDEN_EOF",
                                 timeout=limit, what="correctness gate")
     try:
-        return dict(json.loads(res.stdout.strip().splitlines()[-1]))
+        return dict(json.loads(res.last_line))
     except (json.JSONDecodeError, IndexError) as exc:
-        raise RemoteError(f"the correctness gate printed no result: {(res.stderr or res.stdout).strip()[-300:]}",
+        raise RemoteError(f"the correctness gate printed no result: {res.said(300)}",
                           host=ctx.host.name) from exc
 
 

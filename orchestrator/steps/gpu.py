@@ -80,7 +80,7 @@ def driver_userspace(ctx: StepContext, record: StepRecord) -> None:
     res = ctx.ct.push_and_run(installer, path, ["sh", path, *INSTALLER_FLAGS], perms="0700", timeout=1800,
                               what="NVIDIA userspace install")
     if res.rc != 0:
-        raise RemoteError(f"the NVIDIA installer failed in CT {ctx.vmid}: {(res.stderr or res.stdout).strip()[-400:]}",
+        raise RemoteError(f"the NVIDIA installer failed in CT {ctx.vmid}: {res.said(400)}",
                           fix="read the installer log in the container (/var/log/nvidia-installer.log)",
                           host=ctx.host.name)
     refresh_ct_facts(ctx, CT.gpus, CT.topo, CT.p2p_read, CT.p2p_write)

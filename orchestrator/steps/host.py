@@ -35,8 +35,8 @@ def hardware_state(facts: Facts) -> HardwareState:
         lspci = facts.find(HOST.lspci_acs)
     except ParseError:
         lspci = None
-    return judge_hardware(kernel_log=facts.find(HOST.gpu_xids), smi_q=q.stdout if q is not None else None,
-                          smi_q_stderr=q.stderr if q is not None else "", links=facts.find(HOST.gpu_links),
+    return judge_hardware(kernel_log=facts.find(HOST.gpu_xids), smi_q=q.sections if q is not None else None,
+                          smi_q_stderr=q.errors if q is not None else "", links=facts.find(HOST.gpu_links),
                           lspci=lspci)
 
 

@@ -136,7 +136,7 @@ def bandwidth_probe(ctx: StepContext, size_mib: int) -> dict[str, Any]:
     try:
         result = parse_p2p_probe(res.stdout)
     except ValueError as exc:
-        raise RemoteError(f"the bandwidth probe printed no result: {(res.stderr or res.stdout).strip()[-300:]}",
+        raise RemoteError(f"the bandwidth probe printed no result: {res.said(300)}",
                           fix="the probe needs torch with CUDA in the profile's venv", host=ctx.host.name) from exc
     report = ctx.state.p2p_report
     links: dict[tuple[int, int], str] = {}

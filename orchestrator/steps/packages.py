@@ -67,7 +67,7 @@ def ct_packages(ctx: StepContext, record: StepRecord) -> None:
                      what="apt-get install", progress=lambda line: ctx.say(f"  apt: {line}"))
     if res.rc != 0:
         raise RemoteError(f"apt-get in CT {ctx.vmid} failed (exit {res.rc}): "
-                          f"{(res.stderr or res.stdout).strip()[-500:]}",
+                          f"{res.said(500)}",
                           fix=("check the container's network and its apt sources; an air-gapped site sets "
                                "container.apt_proxy (or a local mirror in the container's sources.list)"),
                           host=ctx.host.name)

@@ -27,6 +27,7 @@ import yaml
 
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, LockLost, RemoteError
 from orchestrator.facts import CT, health_code_command
+from orchestrator.facts.container import json_object
 from orchestrator.flags import FlagSchema, FlagSet, canonicalize, diff_flags, with_secret_values
 from orchestrator.parsers.bench import BenchParseError, BenchResult, parse_bench_jsonl
 from orchestrator.redact import REDACTED, SECRET_REF
@@ -109,11 +110,7 @@ def release_json(ctx: StepContext, rid: str, name: str) -> dict[str, Any] | None
     """One JSON file of a release (flags.json, meta.json), one round trip; None when absent or unreadable."""
     path = f"{ctx.ct.paths.release_dir(rid)}/{name}"
     res = ctx.ct.run(f"cat {shlex.quote(path)}", check=False, timeout=60, what=f"read release {rid}'s {name}")
-    try:
-        stored = json.loads(res.stdout) if res.rc == 0 and res.stdout.strip() else None
-    except json.JSONDecodeError:
-        stored = None
-    return stored if isinstance(stored, dict) else None
+    return json_object(res.output)  # as the facts read the current release's
 
 
 def require_stack_present(ctx: StepContext, rid: str) -> None:
@@ -311,7 +308,7 @@ def install_bundle(ctx: StepContext, bundle: Bundle, *, source: str, restart: bo
     ctx.state.server.journal_cursor = journal_cursor(res.stdout)
     if res.rc != 0:
         raise RemoteError(f"installing release {rid} in CT {ctx.vmid} failed: "
-                          f"{(res.stderr or res.stdout).strip()[-500:]}",
+                          f"{res.said(500)}",
                           fix="re-run; the previous release stays in place until the switch succeeds",
                           host=ctx.host.name)
     return rid
@@ -335,7 +332,7 @@ def make_current(ctx: StepContext, release: str, *, what: str, restart: bool = T
     ctx.state.server.journal_cursor = journal_cursor(res.stdout)
     if res.rc != 0:
         raise RemoteError(f"{what}: activating release {release} failed: "
-                          f"{(res.stderr or res.stdout).strip()[-400:]}", host=ctx.host.name,
+                          f"{res.said(400)}", host=ctx.host.name,
                           fix=f"check {ctx.ct.paths.releases_dir} in the container")
 
 
@@ -393,7 +390,7 @@ def write_verdict(ctx: StepContext, release: str, verdict: dict[str, Any], *, gu
         raise not_the_candidate(ctx, release, res.stdout)
     if res.rc != 0:
         raise RemoteError(f"recording the verdict ({verdict.get('verdict')}) of release {release} in CT {ctx.vmid} "
-                          f"failed: {(res.stderr or res.stdout).strip()[-300:] or f'exit code {res.rc}'}",
+                          f"failed: {res.said(300) or f'exit code {res.rc}'}",
                           fix=f"free space in the container (`df -h {ctx.ct.paths.releases_dir}` in CT {ctx.vmid}) "
                               "and re-run; until its verdict is recorded the release counts as unverified",
                           host=ctx.host.name)

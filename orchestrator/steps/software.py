@@ -91,10 +91,10 @@ def container_flag_check(ctx: StepContext, argv: list[str], venv: str | None = N
                             tag="DEPLOY_PROBE_EOF",
                             timeout=120, what="flag validation in the container")
     try:
-        data: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
+        data: dict[str, Any] = json.loads(res.last_line)
     except (json.JSONDecodeError, IndexError) as exc:
         raise RemoteError(f"flag validation in CT {ctx.vmid} printed no result: "
-                          f"{(res.stderr or res.stdout).strip()[-300:]}",
+                          f"{res.said(300)}",
                           fix=f"check that {ctx.ct.paths.venv_python(venv)} exists and sglang imports",
                           host=ctx.host.name) from exc
     schema = FlagSchema.from_dump(data["actions"], version=str(data.get("version"))) if data.get("actions") else None
@@ -168,7 +168,7 @@ def write_record(ctx: StepContext, rec: StackRecord, then: str = "") -> str:
     res = ctx.ct.script(f"{write_record_command(rec)} || exit 1\n{then}", check=False, timeout=120,
                         what=f"record stack {rec.sha}")
     if res.rc != 0:
-        raise RemoteError(f"could not record stack {rec.sha} in CT {ctx.vmid}: {(res.stderr or res.stdout)[-300:]}",
+        raise RemoteError(f"could not record stack {rec.sha} in CT {ctx.vmid}: {res.said(300)}",
                           fix=f"check that {PATHS.stacks_dir} in the container is writable", host=ctx.host.name)
     return res.stdout
 
@@ -185,7 +185,7 @@ def pip_install(ctx: StepContext, command: str, stack: Stack, venv: str) -> None
                                f"--host {ctx.host.name}` again and review the diff of {ctx.profile.lock_file}; "
                                "otherwise find out who changed the index (a lock exists so this never goes unseen)"))
     if res.rc != 0:
-        raise RemoteError(f"pip install {stack.requirement} failed: {(res.stderr or res.stdout).strip()[-500:]}",
+        raise RemoteError(f"pip install {stack.requirement} failed: {res.said(500)}",
                           fix=("check the container's network or set container.pip_index_url to a reachable "
                                "index (air-gapped: a local mirror or wheelhouse); the server was not touched"),
                           host=ctx.host.name)
@@ -359,7 +359,7 @@ def model_weights(ctx: StepContext, record: StepRecord) -> None:
     if token_ref is not None:  # its own round trip: the token travels on stdin into a 0600 file
         res = ctx.ct.script(hf_token_script(token_ref.read()), timeout=60, what="hub token")
         if res.rc != 0:
-            raise RemoteError(f"could not write the hub token into CT {ctx.vmid}: {(res.stderr or res.stdout)[-300:]}",
+            raise RemoteError(f"could not write the hub token into CT {ctx.vmid}: {res.said(300)}",
                               fix=f"check that {PATHS.state_dir} in the container is writable", host=ctx.host.name)
     res = ctx.ct.run(hf_download_command(ctx, token_file=token_ref is not None), check=False, timeout=24 * 3600,
                      what="weights download", progress=lambda line: ctx.say(f"  download: {line}"))
@@ -370,7 +370,7 @@ def model_weights(ctx: StepContext, record: StepRecord) -> None:
         refresh_ct_facts(ctx, CT.weights)  # what the failed download left: named in the error
         left = weights_state(ctx)
         summary = ((f" ({left.missing_summary()} missing or short)" if left and left.missing else "")
-                   + f": {(res.stderr or res.stdout).strip()[-500:]}")
+                   + f": {res.said(500)}")
         raise download_error(out, DownloadContext(prof.weights_repo, prof.model_path,
                                                   token_ref.describe() if token_ref else None, spec.hf_endpoint,
                                                   ctx.host.name), summary)
