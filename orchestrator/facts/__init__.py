@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from orchestrator.facts.base import CmdFn, CtFact, Fact, HostFact, Read, raw
+from orchestrator.facts.base import CmdFn, CtFact, Fact, HostFact, Read, RouterFact
 from orchestrator.facts.container import (
     CT,
     CT_PACKAGES,
@@ -36,5 +36,6 @@ from orchestrator.facts.host import CLUSTER_COMMAND, HOST, SmiAnswer
 
 __all__ = ["BOOT_STATES", "BOOT_UNSETTLED", "BOOT_WAIT_S", "CLUSTER_COMMAND", "CT", "CT_FACTS", "CT_PACKAGES",
            "HOST", "HOST_FACTS", "SETTLE_BOOT", "WATCHDOG_FILES", "CmdFn", "CtFact", "Fact", "Facts", "HostFact",
-           "Read", "SmiAnswer", "current_stack_dists_command", "health_code_command", "raw", "settle_boot_script",
-           "settled_batch", "sglang_version_command", "sglang_version_of", "split_settled", "stacks_listing_command"]
+           "Read", "RouterFact", "SmiAnswer", "current_stack_dists_command", "health_code_command",
+           "settle_boot_script", "settled_batch", "sglang_version_command", "sglang_version_of", "split_settled",
+           "stacks_listing_command"]

@@ -4,7 +4,7 @@ pyinfra's `FactBase[T]` is the model: a step asks for `ctx.facts.get(HOST.driver
 value (here `str | None`), never a command's text. A parser comes from `orchestrator.parsers` (or the domain's
 own pure module) and may raise ParseError: `Facts.get` raises it where the step reads the fact, as the step's own
 parsing did before. Where the exit code matters (absent against failed), the value says so (None, or a small
-dataclass). A raw fact (`raw`) keeps the output; each one says why in its definition.
+dataclass). No fact hands a step its raw output: a step that needs the exit code gets it in the value.
 """
 
 from __future__ import annotations
@@ -25,11 +25,6 @@ T = TypeVar("T")
 def q(s: str) -> str:
     """One shell word (every remote argument is quoted)."""
     return shlex.quote(s)
-
-
-def raw(out: CommandOutput) -> CommandOutput:
-    """The parser of a raw fact (its definition says why the step needs the output itself)."""
-    return out
 
 
 def text(out: CommandOutput) -> str:

@@ -3,7 +3,8 @@
 Host facts run on the PVE node; container facts run inside the container through ONE command of the container
 adapter that carries its own inner batch, so reading a dozen container facts costs one container exec, not a dozen.
 The container's batch waits for its boot to settle first (`settle_boot_script`); the router's container is read
-the same way (`read_in_container`). Facts keep the raw outputs by name; `get` returns a fact's parsed value.
+the same way (`settled_batch`, `split_settled`). Facts keep the outputs by name; `get` returns a fact's parsed
+value.
 """
 
 from __future__ import annotations
