@@ -327,7 +327,7 @@ def _container_runs(ct: Container) -> bool:
 
 
 def _read_facts(ct: Container, spec: RouterSpec, argv: list[str]) -> RouterFacts:
-    """The router's facts (orchestrator/facts/router.py), one round trip once the container's boot has settled."""
+    """The router's facts (ROUTER in router/facts.py), one round trip once the container's boot has settled."""
     return read_router_facts(ct, spec, argv)
 
 
