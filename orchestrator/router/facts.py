@@ -52,7 +52,7 @@ def _sha(path: str) -> Callable[[RouterSpec, Sequence[str]], str]:
 
 def _digest(out: CommandOutput) -> str | None:
     """A file's sha256 (None: the file is missing)."""
-    return out.stdout.strip() or None
+    return text(out) or None
 
 
 class ROUTER:
@@ -119,8 +119,7 @@ def read_router_facts(ct: Container, spec: RouterSpec, argv: Sequence[str], *, h
     nonce = new_nonce()
     commands = facts_commands(spec, argv)
     res = ct.script(settled_batch(commands, nonce), check=False, timeout=BOOT_WAIT_S + 120, what="router facts")
-    return parse_facts(split_settled(CommandOutput(res.rc, res.stdout, res.stderr), nonce, vmid=ct.vmid, host=host,
-                                     expected=commands))
+    return parse_facts(split_settled(res.output, nonce, vmid=ct.vmid, host=host, expected=commands))
 
 
 #: The installed files by name: path.
