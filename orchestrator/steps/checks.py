@@ -20,7 +20,6 @@ from orchestrator.render.service import public_flags
 from orchestrator.resources import probe_text
 from orchestrator.runlog import StepRecord
 from orchestrator.state.ledger import Ledger, RunSource
-from orchestrator.state.releases import current_release
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.state import ExpectedServer
@@ -84,9 +83,8 @@ def parse_health_probe(stdout: str) -> HealthProbe:
 
 
 def probe_health(ctx: StepContext, cursor: str | None) -> HealthProbe:
-    res = ctx.ct.run(probe_shell(ctx, cursor), check=False, timeout=ctx.profile.health_probe_timeout_s + 35,
-                     what="health probe")
-    return parse_health_probe(res.stdout)
+    return ctx.ct.read(probe_shell(ctx, cursor), parse_health_probe, timeout=ctx.profile.health_probe_timeout_s + 35,
+                       what="health probe")
 
 
 def fatal_failure(ctx: StepContext, fatal: FatalLine, journal: list[str]) -> CheckFailed:
@@ -211,8 +209,7 @@ def health(ctx: StepContext, record: StepRecord) -> None:
         record.status = "skipped"
         record.summary = "dry run"
         return
-    fact = ctx.facts.get(CT.health)
-    if not ctx.state.server.restarted and fact is not None and fact.stdout.strip() == "200":
+    if not ctx.state.server.restarted and ctx.facts.get(CT.health) == "200":
         record.summary = "healthy (/health 200)"
         return
     waited = wait_healthy(ctx, record)
@@ -221,9 +218,8 @@ def health(ctx: StepContext, record: StepRecord) -> None:
 
 def raise_if_fatal_logged(ctx: StepContext) -> None:
     """After a failed check, read the journal once: a known fatal line explains the failure better."""
-    res = ctx.ct.run(f"{journal_after(ctx.ct.paths.unit_name, ctx.state.server.journal_cursor)} | tail -n 201",
-                     check=False, timeout=60, what="journal excerpt")
-    lines, _ = split_cursor(res.stdout.splitlines())
+    lines, _ = ctx.ct.read(f"{journal_after(ctx.ct.paths.unit_name, ctx.state.server.journal_cursor)} | tail -n 201",
+                           lambda text: split_cursor(text.splitlines()), timeout=60, what="journal excerpt")
     fatal = find_fatal(lines)
     if fatal is not None:
         raise fatal_failure(ctx, fatal, lines)
@@ -243,9 +239,9 @@ def run_smoke(ctx: StepContext, release: str | None) -> dict[str, Any]:
         res = ctx.ct.run_python(p.venv, smoke_source(), [json.dumps(args)], tag="DEPLOY_SMOKE_EOF",
                                 timeout=p.smoke.timeout_s + 30, what="smoke check")
     try:
-        return dict(json.loads(res.stdout.strip().splitlines()[-1]))
+        return dict(json.loads(res.last_line))
     except (json.JSONDecodeError, IndexError) as exc:
-        raise RemoteError(f"smoke check printed no result: {(res.stderr or res.stdout).strip()[-300:]}",
+        raise RemoteError(f"smoke check printed no result: {res.said(300)}",
                           host=ctx.host.name) from exc
 
 
@@ -359,8 +355,7 @@ def measured_server(ctx: StepContext, release: str | None, expect: ExpectedServe
     from orchestrator.steps.roll import installed_schema
     from orchestrator.steps.software import server_stack
 
-    out = ctx.facts.get(CT.server_process)
-    proc = parse_server_process(out.stdout if out is not None else "")
+    proc = ctx.facts.get(CT.server_process) or parse_server_process("")
     if release != expect.release:
         why = f"the current release is {release}, not {expect.release}"
     elif proc.pid is None:
@@ -385,14 +380,13 @@ def measured_server(ctx: StepContext, release: str | None, expect: ExpectedServe
 def bench(ctx: StepContext, record: StepRecord) -> None:
     """Run the preset (once, or once per sweep point) against the running server, with telemetry."""
     ensure_facts(ctx)
-    link = ctx.facts.get(CT.current_release)
-    release = current_release(link.stdout) if link is not None and link.rc == 0 else None
+    release = ctx.facts.get(CT.current_release)
     if ctx.inputs.expect is not None:  # first: another server, healthy or not, is not the one to measure
         ctx.state.server.pid = measured_server(ctx, release, ctx.inputs.expect)
-    fact = ctx.facts.get(CT.health)
-    if fact is None or fact.stdout.strip() != "200":
+    code = ctx.facts.get(CT.health)
+    if code != "200":
         raise CheckFailed(f"the server in CT {ctx.vmid} is not healthy (/health "
-                          f"{fact.stdout.strip() if fact else 'unreachable'})",
+                          f"{code if code is not None else 'unreachable'})",
                           fix="deploy status / deploy up", host=ctx.host.name)
     preset = ctx.options.preset or ctx.profile.bench_preset
     points = ctx.inputs.bench_points or ({},)
