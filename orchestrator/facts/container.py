@@ -156,9 +156,11 @@ class CT:
                         of_stdout(parse_ip_addr))
     enabled = CtFact("enabled", lambda h, p: f"systemctl is-enabled {PATHS.unit_name}", text)
     main_pid = CtFact("main_pid", lambda h, p: f"systemctl show -p MainPID --value {PATHS.unit_name}", text)
-    # The running server: its pid, then its argv one word a line (no secret: those reach sglang by --config).
+    # The running server: its pid, unit state and systemd's own restarts, then its argv one word a line (no
+    # secret: those reach sglang by --config).
     server_process = CtFact("server_process", lambda h, p: (
-        f"p=$(systemctl show -p MainPID --value {PATHS.unit_name}); echo \"$p\"; "
+        f"s=$(systemctl show -p MainPID -p ActiveState -p NRestarts {PATHS.unit_name}); echo \"$s\"; echo --; "
+        "p=$(echo \"$s\" | sed -n 's/^MainPID=//p'); "
         "[ \"${p:-0}\" = 0 ] || tr '\\0' '\\n' < \"/proc/$p/cmdline\""), of_stdout(parse_server_process))
     #: /health's HTTP code ("000": no answer).
     health = CtFact("health", lambda h, p: health_code_command(p), text)

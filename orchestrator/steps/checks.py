@@ -15,13 +15,14 @@ from orchestrator.bench.run import BenchRun, bench_limit_s, run_bench
 from orchestrator.bench.stats import estimate, median_index
 from orchestrator.errors import CheckFailed, HostChanged, RemoteError
 from orchestrator.facts import CT, health_code_command
-from orchestrator.parsers.server_process import argv_difference, parse_server_process
+from orchestrator.layout import PATHS
+from orchestrator.parsers.server_process import ServerProcess, argv_difference, parse_server_process
 from orchestrator.render.service import public_flags
 from orchestrator.resources import probe_text
 from orchestrator.runlog import StepRecord
 from orchestrator.state.ledger import Ledger, RunSource
 from orchestrator.steps.base import StepContext, step
-from orchestrator.steps.session import ensure_facts
+from orchestrator.steps.session import ensure_facts, refresh_ct_facts
 from orchestrator.steps.state import ExpectedServer
 from orchestrator.steps.waiting import waiting_for
 from orchestrator.verdicts.server_log import CapturePhase, FatalLine, argparse_error, find_fatal
@@ -346,7 +347,7 @@ def throughput(ctx: StepContext, record: StepRecord) -> None:
                           details=run.to_dict())
 
 
-def measured_server(ctx: StepContext, release: str | None, expect: ExpectedServer) -> int:
+def measured_server(ctx: StepContext, release: str | None, expect: ExpectedServer) -> ServerProcess:
     """The pid of the server a tune's run is about to measure, once it proved to be `expect`: the expected
     release, the same process as the point's earlier runs, that release's flags. Else HostChanged, before any
     request is sent: a run of another server would be filed under the point's label."""
@@ -356,11 +357,19 @@ def measured_server(ctx: StepContext, release: str | None, expect: ExpectedServe
     from orchestrator.steps.software import server_stack
 
     proc = ctx.facts.get(CT.server_process) or parse_server_process("")
+    if (release == expect.release and expect.restarts is not None and proc.restarts is not None
+            and proc.restarts > expect.restarts):
+        # systemd restarted it itself (Restart=on-failure): the point's own server died under its load
+        crashes = proc.restarts - expect.restarts
+        raise CheckFailed(f"sglang died under this point's load and systemd restarted it ({crashes} automatic "
+                          "restart(s) since the point's earlier runs)",
+                          fix=f"`journalctl -u {PATHS.unit_name}` in CT {ctx.vmid} says why it died",
+                          host=ctx.host.name)
     if release != expect.release:
         why = f"the current release is {release}, not {expect.release}"
     elif proc.pid is None:
         why = "no sglang process runs"
-    elif not proc.argv:
+    elif not proc.settled or not proc.argv:  # a stop waits for the process: real sglang answers 503 meanwhile
         why = f"sglang (pid {proc.pid}) is stopping or restarting"
     elif expect.pid is not None and proc.pid != expect.pid:
         why = f"sglang runs as pid {proc.pid}, not as pid {expect.pid} that the earlier runs measured (restarted)"
@@ -370,9 +379,19 @@ def measured_server(ctx: StepContext, release: str | None, expect: ExpectedServe
         diff = argv_difference(proc.argv, launch_argv(ctx.profile, canonicalize(stored, schema),
                                                       venv=server_stack(ctx).venv))
         if diff is None:
-            return proc.pid
+            return proc
         why = f"sglang (pid {proc.pid}) does not run release {release}'s flags: {diff}"
     raise HostChanged(why, fix="`deploy status` shows what runs now", host=ctx.host.name)
+
+
+def still_measured(ctx: StepContext, release: str | None) -> None:
+    """After a tune's run saw failed requests: the server it measured is still the one (one more round trip).
+    A restart by another command is HostChanged and systemd's own restart a crash, not figures of this point."""
+    seen = ctx.state.server.measured
+    if ctx.inputs.expect is None or seen is None:
+        return
+    refresh_ct_facts(ctx, CT.server_process)
+    measured_server(ctx, release, ExpectedServer(ctx.inputs.expect.release, seen.pid, seen.restarts))
 
 
 @step("bench", ct_facts=(CT.current_release, CT.health, CT.current_flags, CT.current_meta, CT.sglang_version,
@@ -382,9 +401,10 @@ def bench(ctx: StepContext, record: StepRecord) -> None:
     ensure_facts(ctx)
     release = ctx.facts.get(CT.current_release)
     if ctx.inputs.expect is not None:  # first: another server, healthy or not, is not the one to measure
-        ctx.state.server.pid = measured_server(ctx, release, ctx.inputs.expect)
+        ctx.state.server.measured = measured_server(ctx, release, ctx.inputs.expect)
     code = ctx.facts.get(CT.health)
     if code != "200":
+        still_measured(ctx, release)  # /health was read after the process: a stop begun in between says so
         raise CheckFailed(f"the server in CT {ctx.vmid} is not healthy (/health "
                           f"{code if code is not None else 'unreachable'})",
                           fix="deploy status / deploy up", host=ctx.host.name)
@@ -394,7 +414,13 @@ def bench(ctx: StepContext, record: StepRecord) -> None:
     for overrides in points:
         label = ", ".join(f"{k}={v}" for k, v in overrides.items()) or preset
         ctx.say(f"bench {label} …")
-        run = bench_for_release(ctx, preset, release, overrides)
+        try:
+            run = bench_for_release(ctx, preset, release, overrides)
+        except CheckFailed:
+            still_measured(ctx, release)  # a restart under the run says so, instead of failing the point
+            raise
+        if run.failure or (run.result.failed or 0) > 0:
+            still_measured(ctx, release)
         ctx.say(f"  {run.result.output_throughput:.1f} output tok/s, concurrency {(run.result.concurrency or 0):.0f}, "
                 f"mean TPOT {(run.result.mean_tpot_ms or 0):.2f} ms")
         if run.failure:
