@@ -448,11 +448,18 @@ class HostLease:
 
     def release(self) -> str:
         """Free the lease if it is still ours. Returns what happened, for the unlock step."""
+        # Armed but never confirmed: the acquire may have reached the host and its answer been cut off (a signal,
+        # a dropped connection). Its lease would then be live for a minute under a run nobody renews; the run's
+        # mark is left dead instead, so this machine's next run takes that lease over at once.
+        unconfirmed = self.mode == "acquire"
         try:
             return self._release()
         finally:
             if self.local is not None:  # after the remote release: until then this run may still hold the lease
-                self.local.end()
+                if unconfirmed:
+                    self.local.abandon()
+                else:
+                    self.local.end()
                 self.local = None
 
     def _release(self) -> str:

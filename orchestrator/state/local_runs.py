@@ -46,6 +46,15 @@ class LocalRun:
         self.fd = None
 
 
+    def abandon(self) -> None:
+        """Give up the mark but leave its file: the run reads as dead from now on (`dead_runs`), so a lease it may
+        have taken without learning so (a signal during the acquire's round trip) is taken over at once."""
+        if self.fd is None:
+            return
+        os.close(self.fd)
+        self.fd = None
+
+
 def start_run(host: str, run_id: str, holder: str) -> LocalRun:
     """Mark `run_id` as alive on this machine (best effort: without a writable state dir nothing is proven later,
     and the lease simply expires as before)."""

@@ -259,3 +259,29 @@ def test_a_release_broken_by_what_it_carries_still_frees_the_lease(host: Host, t
     assert lease.release() == "lock released"
     assert len(sent) == 2 and host.lease() == {}
     assert lease.published is not None and "exit 7" in lease.published
+
+
+def test_a_lease_taken_by_an_acquire_whose_answer_was_cut_off_is_taken_over_by_the_next_run(host: Host,
+                                                                                            tmp_path: Path) -> None:
+    """Issue 38 (chaos soak, tune-sigint-twice): a Ctrl-C during the lock step's round trip left the lease on the
+    host under a run that never learnt it held it; the tune's restore was then refused lock-held for a minute."""
+    first = HostLease(_lease(tmp_path).ssh, "deploy tune", ttl_s=60, run_id="run-cut")
+    first.script = host.script("run-cut")
+    first.arm()
+    assert host.run("run-cut", "acquire").rc == 0  # the host took the lease; the answer never reached check()
+    assert first.release() == "lock was not held" and host.lease()["run"] == "run-cut"
+    nxt = HostLease(first.ssh, "deploy tune (restore)", ttl_s=60, run_id="run-b")
+    assert "run-cut" in nxt.dead_runs
+    res = host.run("run-b", "acquire", "echo restored", dead=nxt.dead_runs)
+    assert res.rc == 0 and res.stdout == "restored\n" and host.lease()["run"] == "run-b"
+    assert parse_guard_output(res.stderr).events["took-over"].dead
+
+
+def test_a_released_lease_leaves_no_dead_mark(host: Host, tmp_path: Path) -> None:
+    lease = HostLease(_lease(tmp_path).ssh, "deploy up", ttl_s=60, run_id="run-done")
+    lease.script = host.script("run-done")
+    lease.arm()
+    lease.check(host.run("run-done", "acquire"), time.monotonic())
+    lease.mode = None  # as after a release round trip (not run here: the SshHost is never connected)
+    lease.release()
+    assert "run-done" not in HostLease(lease.ssh, "deploy up", ttl_s=60, run_id="run-c").dead_runs
