@@ -207,6 +207,15 @@ class Facts:
         out = self.ct.get(fact.name)
         return fact.parse(out) if out is not None else None
 
+    def failed_read(self, fact: Fact[Any]) -> str | None:
+        """What a fact's command said when this run read it and it failed (exited non-zero or printed nothing);
+        None when it was not read, or read fine. For a step that must say a check could not be read."""
+        out = (self.host if isinstance(fact, HostFact) else self.ct).get(fact.name)
+        if out is None or (out.rc == 0 and out.stdout.strip()):
+            return None
+        said = (out.stderr or out.stdout).strip()
+        return f"exit {out.rc}" + (f": {said[-300:]}" if said else "") if out.rc else "it printed nothing"
+
     def find(self, fact: Fact[T]) -> T | None:
         """Like `get`, but None for a fact this run did not read (code shared by steps that read different sets)."""
         out = (self.host if isinstance(fact, HostFact) else self.ct).get(fact.name)

@@ -27,6 +27,26 @@ DOCTOR_FACTS = (HOST.driver_version, HOST.dev_listing, HOST.uvm_hmm, HOST.modpro
                 HOST.pveversion, HOST.topo, HOST.boot_unit, *HARDWARE_FACTS[:3])
 
 
+#: Checks whose fact can fail to read on a real host (pveversion missing, lspci or /proc/cmdline unreadable): such a
+#: check is a warn row saying so, never a row that silently disappears from the table.
+READ_OR_WARN = (("iommu", HOST.cmdline, "check that /proc/cmdline is readable by the SSH user"),
+                ("acs-redirect", HOST.lspci_acs, "install pciutils (`apt install pciutils`) and run doctor as root: "
+                                                 "lspci needs root to read the ACS capability"),
+                ("pve-version", HOST.pveversion, "is this a Proxmox VE node? `pveversion` must run for the SSH "
+                                                 "user"))
+
+
+def unread_findings(facts: Facts, findings: list[Finding]) -> list[Finding]:
+    """A warn row for each check above whose fact this run read but could not use."""
+    have = {f.check for f in findings}
+    unread = []
+    for check, fact, fix in READ_OR_WARN:
+        said = None if check in have else facts.failed_read(fact)
+        if said is not None:
+            unread.append(Finding(check, "warn", f"could not be read ({fact.name}: {said})", fix))
+    return unread
+
+
 def hardware_state(facts: Facts) -> HardwareState:
     """The GPUs' hardware state from this run's facts (a sensor not read, or whose command failed to run, is
     `unread`; nvidia-smi's non-zero exit for a lost GPU still carries the other GPUs and the lost one's line)."""
@@ -77,7 +97,8 @@ def findings_for(ctx: StepContext) -> list[Finding]:
     ensure_facts(ctx)
     hardware = hardware_state(ctx.facts)
     ctx.state.hardware = hardware
-    return doctor_findings(host_facts(ctx.facts)) + hardware_findings(hardware, ctx.host.name)
+    findings = doctor_findings(host_facts(ctx.facts))
+    return findings + unread_findings(ctx.facts, findings) + hardware_findings(hardware, ctx.host.name)
 
 
 @step("doctor", host_facts=DOCTOR_FACTS)

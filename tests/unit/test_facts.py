@@ -176,3 +176,23 @@ def test_a_container_that_stops_between_the_status_and_the_exec_is_an_error_with
         facts.gather((HOST.ct_status,), (CT.releases,))
     assert err.value.what.startswith("CT 120's facts came back cut short (exit 255, 'CT 120 not running'; ")
     assert log.read_text().splitlines()[0] == "status 120" and not facts.ct_running
+
+
+def test_a_doctor_check_whose_read_failed_is_a_warn_row_not_a_missing_row(facts: Facts) -> None:
+    """pveversion or lspci exiting non-zero used to drop its row from doctor's table (in-process doctor flake)."""
+    from orchestrator.steps.host import host_facts, unread_findings
+    from orchestrator.verdicts.host import doctor_findings
+
+    facts.host = {"pveversion": CommandOutput(127, "", "bash: pveversion: command not found\n"),
+                  "lspci_acs": CommandOutput(1, "", "lspci: Unable to load libkmod resources\n"),
+                  "cmdline": CommandOutput(0, "BOOT_IMAGE=/vmlinuz iommu=pt\n", "")}
+    findings = doctor_findings(host_facts(facts))
+    assert {"pve-version", "acs-redirect"}.isdisjoint(f.check for f in findings)
+    rows = {f.check: f for f in unread_findings(facts, findings)}
+    assert set(rows) == {"pve-version", "acs-redirect"}  # iommu read fine; the others were not read at all
+    assert rows["pve-version"].status == "warn" and "exit 127: bash: pveversion: command not found" in \
+        rows["pve-version"].observed
+    assert "Unable to load libkmod" in rows["acs-redirect"].observed and "pciutils" in rows["acs-redirect"].fix
+    facts.host["pveversion"] = CommandOutput(0, "", "")
+    assert "it printed nothing" in {f.check: f for f in unread_findings(facts, [])}["pve-version"].observed
+    assert facts.failed_read(HOST.cmdline) is None and facts.failed_read(HOST.topo) is None  # fine / not read
