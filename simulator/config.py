@@ -84,9 +84,10 @@ class HostFaults:
         capture's): /proc/devices and /dev/nvidia-uvm(-tools) change at once; a running container keeps the nodes
         it was started with (stale major, denied by its devices cgroup) until it is restarted.
     hub_cut_after_bytes: the model hub stand-in serves this many bytes of LFS file bodies (the shards, which the
-        real Hub serves from its CDN; counted from when the knob is set), then cuts every such transfer at once, as a
-        link that went down: `hf download` retries, gives up and deletes its partial files; the small files
-        (config.json) still come. None clears it.
+        real Hub serves from its Xet storage or CDN: xorb fetches and plain bodies alike; counted from when the knob
+        is set), then cuts every such transfer at once, as a link that went down: `hf download` retries (hf_xet:
+        about 170 s), gives up and deletes its partial files; the small files (config.json) still come. None
+        clears it.
     aplinfo: the node's appliance index (`GET/POST /nodes/N/aplinfo`) lists these template names (comma-separated)
         instead of today's (an index from another time; an empty string: `pveam update` never ran). None: today's.
     task_hold: PVE task type: a matching task's worker stops at its hold point until the knob is cleared (vzcreate:

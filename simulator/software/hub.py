@@ -177,6 +177,8 @@ class HubState:
         token = "xet_" + os.urandom(16).hex()
         expiry = time.time() + self.xet_token_ttl_s
         with self.lock:
+            now = time.time()  # expired tokens are forgotten: a hub that runs for days issues one per file
+            self.xet_tokens = {t: e for t, e in self.xet_tokens.items() if e > now}
             self.xet_tokens[token] = expiry
         return token, int(expiry)
 
