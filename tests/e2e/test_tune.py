@@ -121,8 +121,9 @@ def test_apply_rolls_the_winner_and_a_killed_tune_resumes(converged: DeployEnv) 
     env = converged
     add_preset(env)
     # The winner's roll is a normal release: its throughput gate at the 16-prompt preset is all noise (the knee is
-    # past it), so the gate judges the median of 3 runs (gate_repeats) with a 10 % band: no false revert.
-    env.set_profile(gate_repeats=3, regression_threshold_pct=10)
+    # past it), so the gate judges the median of 3 runs (gate_repeats) with a 25 % band: no false revert, even on a
+    # loaded CI machine where the stand-in's figures moved by 15 % between the baseline and the candidate.
+    env.set_profile(gate_repeats=3, regression_threshold_pct=25)
     # the current flags have the knee at 16: the mrr=64 points beat them beyond any noise
     res = env.run("--json", "roll", "host", env.host, "--set", "max-running-requests=16", "--accept-regression",
                   timeout=600)
@@ -207,7 +208,10 @@ def test_a_tune_owns_its_host_and_a_second_ctrl_c_lets_its_restore_finish(conver
     add_preset(env)
     original = current(env)
     seen: list[str] = []
-    proc, tune_id = _start_tune(env, seen)
+    # three confirm runs (~10 s) follow the trigger line: the roll, the up and the first Ctrl-C below land while the
+    # point still measures, even on a loaded machine (with one, the tune could finish its points first and the
+    # resumed tune had nothing left to measure)
+    proc, tune_id = _start_tune(env, seen, confirm=3)
     # the rolled point is being measured: its trial is current, and the tune is between two bench runs
     assert _read_until(proc, seen, "[max-running-requests=64] c=", 600) is not None, "".join(seen)
     trial = current(env)
