@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, LockLost, RemoteError
 from orchestrator.facts import CT, health_code_command
 from orchestrator.flags import FlagSchema, FlagSet, canonicalize, diff_flags, with_secret_values
@@ -147,6 +145,8 @@ def _with_secrets(ctx: StepContext, stored: dict[str, Any], release_dir: str, wh
                   given: Iterable[str]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     if SECRET_REF in stored.values():
+        import yaml  # here: a release's secrets file is read only where a flag refers to it (never cached)
+
         path = f"{release_dir}/secrets.yaml"
         res = ctx.ct.run(f"cat {shlex.quote(path)}", check=False, timeout=60, what="read the secret flags")
         try:
