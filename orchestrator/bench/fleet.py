@@ -212,7 +212,7 @@ def _read_metrics(h: _Host) -> str:
     res = h.ssh.run(metrics_command(h.ct, h.profile), check=False, timeout=60, what="server metrics")
     if res.rc != 0:
         raise RemoteError(f"reading /metrics of the server in CT {h.ct.vmid} failed: "
-                          f"{(res.stderr or res.stdout).strip()[-300:]}",
+                          f"{res.said(300)}",
                           fix="enable the server's metrics (profile flag enable-metrics: true) and check "
                               "`deploy status`", host=h.host.name, step="fleet bench")
     return res.stdout

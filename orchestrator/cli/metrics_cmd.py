@@ -16,7 +16,6 @@ from orchestrator.errors import ConfigError
 from orchestrator.localfile import write_file
 from orchestrator.monitoring.sd import (
     NODE_EXPORTER_PORT,
-    ROUTER_METRICS_PORT,
     Discovery,
     Target,
     scrape_configs,
@@ -25,6 +24,7 @@ from orchestrator.monitoring.sd import (
 )
 from orchestrator.router.addresses import learn
 from orchestrator.router.places import router_place, router_workers, worker_url
+from orchestrator.router.release import exported_metrics_port
 
 
 @click.group("metrics", cls=SuggestingGroup)
@@ -50,8 +50,7 @@ def sd(app: AppContext, word: str, group: str, out_dir: Path, tofu: bool) -> int
     addresses = learn(wanted, tofu=tofu)
     routers: list[Target] = []
     if place is not None and inv.router is not None and (at := addresses.get(place.host, place.vmid)) is not None:
-        port = inv.router.flags.get("prometheus-port", ROUTER_METRICS_PORT)  # both packages default to 29000
-        routers.append(Target(place.host.name, f"{at}:{port}"))
+        routers.append(Target(place.host.name, f"{at}:{exported_metrics_port(inv.router.flags)}"))
     # Only where the router's own metrics are scraped: the worker label is what DeployHostOutOfRouter joins on.
     workers = {h.name for h in router_workers(inv)} if routers else set()
     servers, missing = [], []

@@ -1,4 +1,5 @@
-"""The typed hardware state per GPU, judged from the host's sensors (pure: the texts come from facts.py).
+"""The typed hardware state per GPU, judged from the host's sensors (pure: the texts come from the facts,
+orchestrator/facts/host.py).
 
 Each fault carries the catalog's action, so doctor and status print the same fix, and the later cordon/remedy loop
 acts on `HardwareState.action` and advances `cursor` once the remedy has worked.

@@ -16,8 +16,6 @@ from pathlib import Path
 
 import yaml
 
-#: sglang-router's default --prometheus-port (docs/fleet.md, "The router").
-ROUTER_METRICS_PORT = 29000
 #: node_exporter's default listen port (Debian's prometheus-node-exporter).
 NODE_EXPORTER_PORT = 9100
 

@@ -145,3 +145,14 @@ def detect_driver_mismatch(
     if m and kernel_version and not versions_match(kernel_version, m.group(1)):
         return DriverMismatch(kernel_version, m.group(1))
     return None
+
+
+def loaded_driver_version(proc_text: str | None) -> str | None:
+    """The loaded kernel module's version from `/proc/driver/nvidia/version` (None or empty: not loaded; text
+    that is not the driver's: None too). The one reading of HOST.driver_version, for `up` and for the doctor."""
+    if not proc_text:
+        return None
+    try:
+        return parse_driver_version(proc_text).version
+    except ParseError:
+        return None

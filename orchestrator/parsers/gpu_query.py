@@ -202,3 +202,21 @@ def sampler_argv(interval_ms: int = DEFAULT_INTERVAL_MS, fields: Iterable[str] =
 def static_query_argv(fields: Iterable[str] = STATIC_FIELDS) -> list[str]:
     """One-shot query of limits and maximum clocks, parsed with `parse_query_gpu(text, STATIC_FIELDS)`."""
     return ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
+
+
+def parse_power_rows(text: str) -> list[dict[str, float | int | None]]:
+    """`--query-gpu=index,power.draw,power.limit,utilization.gpu --format=csv,noheader,nounits`: one dict a GPU
+    (a figure that does not read as a number, `[N/A]`, is None); lines that are no GPU's row are skipped."""
+    def num(x: str) -> float | None:
+        try:
+            return float(x)
+        except ValueError:
+            return None
+
+    rows: list[dict[str, float | int | None]] = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 4 and parts[0].isdigit():
+            rows.append({"gpu": int(parts[0]), "power_w": num(parts[1]), "limit_w": num(parts[2]),
+                         "util_pct": num(parts[3])})
+    return rows

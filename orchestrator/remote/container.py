@@ -13,16 +13,20 @@ command text, for callers that compose a larger node script (fact batches, the b
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from orchestrator.layout import PATHS, ContainerPaths
+from orchestrator.parsers.sections import CommandOutput
 
 if TYPE_CHECKING:  # paramiko loads only with the SSH adapter
-    from orchestrator.remote.ssh import RemoteResult
+    from orchestrator.inventory.models import Host
+    from orchestrator.remote.ssh import CommandGuard, RemoteResult
 
-__all__ = ["NOT_RUNNING", "PATHS", "Container", "ContainerPaths", "NodeShell", "heredoc"]
+__all__ = ["NOT_RUNNING", "PATHS", "Container", "ContainerPaths", "Node", "NodeShell", "heredoc"]
 
+
+T = TypeVar("T")
 
 #: Printed by `if_running` when the container is not running.
 NOT_RUNNING = "__CT_NOT_RUNNING__"
@@ -37,6 +41,25 @@ class NodeShell(Protocol):
 
     def script(self, body: str, *, timeout: float | None = None, check: bool = True,
                what: str = "") -> RemoteResult: ...
+
+
+class Node(NodeShell, Protocol):
+    """What the steps, the facts and the node's other adapters (the host lease, the PVE clients, the reboot) need
+    of the node: commands and scripts, the one-round-trip batch, the connection and the guard that rides along
+    (SshHost; in the steps' in-process tests the recording FakeNode)."""
+
+    host: Host
+    #: The host lease's check on every command (remote/lock.py), once taken.
+    guard: CommandGuard | None
+    #: Bumped on every new connection (the lease re-checks after a reconnect).
+    generation: int
+
+    def batch(self, commands: Mapping[str, str], *, timeout: float | None = None,
+              what: str = "fact gathering") -> dict[str, CommandOutput]: ...
+
+    def connect(self) -> object: ...
+
+    def close(self) -> None: ...
 
 
 def heredoc(body: str, tag: str) -> str:
@@ -100,6 +123,16 @@ class Container:
             progress: Callable[[str], None] | None = None) -> RemoteResult:
         """A shell snippet in the container (`bash -c`); use `script` for anything long or secret."""
         return self.node.run(self.shell_command(shell), timeout=timeout, check=check, what=what, progress=progress)
+
+    def read(self, shell: str, parse: Callable[[str], T], *, timeout: float | None = None, what: str = "") -> T:
+        """A read of its own (one round trip): a shell snippet whose output `parse` judges, whatever its exit code
+        (the parser's own errors reach the caller)."""
+        return parse(self.run(shell, timeout=timeout, what=what).stdout)
+
+    def running(self, *, timeout: float | None = 60) -> bool:
+        """One round trip: whether the container exists and runs."""
+        res = self.node.run(self.if_running("true"), check=False, timeout=timeout, what=f"is CT {self.vmid} running")
+        return res.rc == 0 and NOT_RUNNING not in res.stdout
 
     def script(self, body: str, *, timeout: float | None = None, check: bool = False,
                what: str = "") -> RemoteResult:

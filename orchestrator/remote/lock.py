@@ -35,6 +35,7 @@ from orchestrator import signals
 from orchestrator.errors import DeployError, LockHeld, LockLost, RemoteError
 from orchestrator.inventory.models import Host
 from orchestrator.monitoring.publish import FAILED as PUBLISH_FAILED
+from orchestrator.remote.container import Node
 from orchestrator.remote.ssh import RemoteResult, SshHost
 from orchestrator.state import local_runs
 
@@ -295,7 +296,7 @@ class HostLease:
     no command did for a third of its lifetime.
     """
 
-    def __init__(self, ssh: SshHost, command: str, *, ttl_s: int | None = None, run_id: str | None = None,
+    def __init__(self, ssh: Node, command: str, *, ttl_s: int | None = None, run_id: str | None = None,
                  say: Callable[[str], None] | None = None) -> None:
         self.ssh = ssh
         self.run_id = run_id or new_run_id()

@@ -14,19 +14,19 @@ import time
 from collections.abc import Callable
 
 from orchestrator.errors import RemoteError
-from orchestrator.remote.ssh import SshHost
+from orchestrator.remote.container import Node
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 #: Seconds between tries while the node is down (each try is one TCP connect, then one round trip).
 POLL_S = 2.0
 
 
-def boot_id(ssh: SshHost) -> str:
+def boot_id(ssh: Node) -> str:
     """The node's boot id (one round trip)."""
     return ssh.run(f"cat {shlex.quote(BOOT_ID_PATH)}", timeout=30, what="read the boot id").stdout.strip()
 
 
-def reboot_node(ssh: SshHost, *, timeout_s: float, say: Callable[[str], None],
+def reboot_node(ssh: Node, *, timeout_s: float, say: Callable[[str], None],
                 sleep: Callable[[float], None] = time.sleep) -> tuple[str, str, float]:
     """Reboot the node and wait for its new boot; returns (old boot id, new boot id, seconds until it answered).
 

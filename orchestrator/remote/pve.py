@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from orchestrator.errors import ConfigError, PermissionDenied, RemoteError, TaskFailed
 from orchestrator.inventory.models import Host
 from orchestrator.parsers.pve import MissingPrivilege, parse_permission_error
-from orchestrator.remote.ssh import SshHost
+from orchestrator.remote.container import Node
 from orchestrator.runlog import Metrics
 
 #: The CA that signs every PVE node's API certificate (pve-cluster), to copy here and name in pve.api.verify.
@@ -81,7 +81,7 @@ class HttpsPve:
     import) only at the first call: a converged run makes none.
     """
 
-    def __init__(self, host: Host, metrics: Metrics, ssh: SshHost | None = None) -> None:
+    def __init__(self, host: Host, metrics: Metrics, ssh: Node | None = None) -> None:
         api = host.pve.api
         if api is None:
             raise ConfigError("no PVE API token configured", host=host.name)
@@ -195,7 +195,7 @@ def _api_fix(status: int, message: str) -> str:
 class PveshPve:
     """pvesh as root over the verified SSH connection: identity root@pam, so devN is allowed."""
 
-    def __init__(self, ssh: SshHost) -> None:
+    def __init__(self, ssh: Node) -> None:
         self.ssh = ssh
         self.identity = "root@pam"
         self.can_passthrough = True
@@ -284,7 +284,7 @@ def read_task_log(client: PveClient, node: str, upid: str, max_lines: int = 2000
     return lines
 
 
-def lifecycle_client(host: Host, ssh: SshHost, metrics: Metrics) -> PveClient:
+def lifecycle_client(host: Host, ssh: Node, metrics: Metrics) -> PveClient:
     """Token API when configured (no root needed for lifecycle), else pvesh over SSH."""
     if host.pve.api is not None:
         return HttpsPve(host, metrics, ssh)
@@ -297,7 +297,7 @@ def runs_as_root(host: Host) -> bool:
     return bool(host.pve.root_ssh and host.ssh.user == "root")
 
 
-def passthrough_client(host: Host, ssh: SshHost) -> PveClient:
+def passthrough_client(host: Host, ssh: Node) -> PveClient:
     """devN needs root@pam: only pvesh over root SSH qualifies."""
     if runs_as_root(host):
         return PveshPve(ssh)

@@ -41,6 +41,22 @@ class RemoteResult:
     stderr: str
     duration_s: float
 
+    def said(self, limit: int) -> str:
+        """What the command said, for an error message: its stderr, else its stdout, stripped, at most the last
+        `limit` characters (where a failing program says why)."""
+        return (self.stderr or self.stdout).strip()[-limit:]
+
+    @property
+    def output(self) -> CommandOutput:
+        """The result as a fact's parser reads it (a fact's command run again on its own)."""
+        return CommandOutput(self.rc, self.stdout, self.stderr)
+
+    @property
+    def last_line(self) -> str:
+        """The last line it printed ("" for none): a probe's one JSON result, `systemctl`'s final verdict."""
+        lines = self.stdout.strip().splitlines()
+        return lines[-1] if lines else ""
+
 
 #: Reads the script from stdin, then runs it with stdin detached.
 LOADER = """bash -c 's=$(cat); exec </dev/null; eval "$s"'"""

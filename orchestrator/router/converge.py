@@ -17,10 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, RemoteError
-from orchestrator.facts import BOOT_UNSETTLED, BOOT_WAIT_S, SETTLE_BOOT
 from orchestrator.inventory.models import Inventory, RouterSpec
-from orchestrator.parsers.sections import build_batch_script, new_nonce, split_batch_output
-from orchestrator.remote.container import NOT_RUNNING, Container
+from orchestrator.remote.container import Container
 from orchestrator.render.pip_index import pip_index_options
 from orchestrator.router.addresses import learn_fleet
 from orchestrator.router.checks import generate_error
@@ -30,9 +28,8 @@ from orchestrator.router.facts import (
     RouterFacts,
     apply_script,
     changed_files,
-    facts_commands,
     installed_workers,
-    parse_facts,
+    read_router_facts,
     workers_only_change,
 )
 from orchestrator.router.places import known_worker_urls, router_api_key, router_base_url, router_place, router_workers
@@ -310,7 +307,7 @@ def _apply(ct: Container, bundle: RouterBundle, *, action: str | None) -> None:
     res = ct.script(apply_script(bundle, action=action), check=False, timeout=120, what="router files")
     if res.rc != 0:
         raise RemoteError(f"installing the router's files in CT {ct.vmid} failed: "
-                          f"{(res.stderr or res.stdout).strip()[-400:]}",
+                          f"{res.said(400)}",
                           fix=f"see `journalctl -u {UNIT}` in CT {ct.vmid}; re-run deploy up")
 
 
@@ -326,26 +323,12 @@ def _plan_before_up(spec: RouterSpec, vmid: int, report: RouterReport, workers: 
 
 def _container_runs(ct: Container) -> bool:
     """One round trip, plans only: whether the router's container exists and runs (a fresh host's does not)."""
-    res = ct.node.run(ct.if_running("true"), check=False, timeout=60, what=f"is CT {ct.vmid} running")
-    return res.rc == 0 and NOT_RUNNING not in res.stdout
+    return ct.running(timeout=60)
 
 
 def _read_facts(ct: Container, spec: RouterSpec, argv: list[str]) -> RouterFacts:
-    nonce = new_nonce()
-    commands = facts_commands(spec, argv)
-    res = ct.script(f"{SETTLE_BOOT}\n{build_batch_script(commands, nonce)}", check=False,
-                    timeout=BOOT_WAIT_S + 120, what="router facts")
-    unsettled = next((ln for ln in res.stdout.splitlines() if ln.startswith(BOOT_UNSETTLED)), None)
-    if unsettled is not None:  # never read from a half-booted container
-        raise RemoteError(f"CT {ct.vmid} did not finish booting within {BOOT_WAIT_S} s (its systemd says "
-                          f"{unsettled.removeprefix(BOOT_UNSETTLED).strip()!r}); the router's facts were not read",
-                          fix=f"`pct exec {ct.vmid} -- systemctl list-jobs` shows what the boot waits for")
-    try:
-        return parse_facts(split_batch_output(res.stdout, nonce, commands))
-    except ValueError as exc:
-        raise RemoteError(f"reading the router's facts in CT {ct.vmid} failed: {exc}; "
-                          f"{(res.stderr or '').strip()[-300:]}",
-                          fix=f"check that CT {ct.vmid} runs (pct status {ct.vmid})") from exc
+    """The router's facts (ROUTER in router/facts.py), one round trip once the container's boot has settled."""
+    return read_router_facts(ct, spec, argv)
 
 
 def install_script(inventory: Inventory) -> str:
@@ -361,7 +344,7 @@ def _install(ct: Container, spec: RouterSpec, script: str) -> None:
     res = ct.script(script, check=False, timeout=1800, what=f"pip install {spec.package}")
     if res.rc != 0:
         raise RemoteError(f"pip install {release_of(spec).requirement} in CT {ct.vmid} failed: "
-                          f"{(res.stderr or res.stdout).strip()[-500:]}",
+                          f"{res.said(500)}",
                           fix="check the container's network, or set router.pip_index_url (or the host's "
                               "container.pip_index_url) to a reachable index")
 

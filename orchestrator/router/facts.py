@@ -1,6 +1,8 @@
-"""What is installed for the managed router, read in one round trip, and what must change. Pure: commands to
-run, their output parsed, the decisions (which files differ, whether the workers alone changed) and the apply
-script; converge.py runs them.
+"""The managed router's facts and what must change. Its facts (`ROUTER.x`) are read in the router's container in
+one round trip, built as the server's are (orchestrator/facts: each its command and its parser; one settled batch,
+never read from a half-booted container, split and judged by the same code): the flags probe (installed version,
+parser actions, argv verdict), the installed files' hashes, the unit's ExecStart and state. The rest is pure: the
+decisions (which files differ, whether the workers alone changed) and the apply script; converge.py runs them.
 """
 
 from __future__ import annotations
@@ -8,13 +10,16 @@ from __future__ import annotations
 import base64
 import json
 import shlex
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+from orchestrator.facts.base import RouterFact, text
+from orchestrator.facts.gather import BOOT_WAIT_S, settled_batch, split_settled
 from orchestrator.flags import FlagSchema
 from orchestrator.inventory.models import RouterSpec
-from orchestrator.parsers.sections import CommandOutput
-from orchestrator.remote.container import heredoc
+from orchestrator.parsers.sections import CommandOutput, new_nonce
+from orchestrator.remote.container import Container, heredoc
 from orchestrator.resources import flags_probe_source
 from orchestrator.router.release import release_of
 from orchestrator.router.render import (
@@ -28,7 +33,49 @@ from orchestrator.router.render import (
 )
 from orchestrator.scripts import render_script
 
+T = TypeVar("T")
 UNIT = "sglang-router"
+
+
+def probe_fact_command(spec: RouterSpec, argv: Sequence[str]) -> str:
+    """The probe runs with the router venv's python, its source in a quoted heredoc (no venv: a JSON line that
+    says so)."""
+    python = f"{spec.venv.rstrip('/')}/bin/python"
+    return (f"if [ -x {shlex.quote(python)} ]; then {probe_command(python, list(argv), release_of(spec))} "
+            + heredoc(flags_probe_source(), "DEPLOY_PROBE_EOF").rstrip("\n")
+            + f"\nelse echo '{json.dumps({'version': None, 'error': f'no venv at {spec.venv}'})}'; fi")
+
+
+def _sha(path: str) -> Callable[[RouterSpec, Sequence[str]], str]:
+    return lambda spec, argv: f"sha256sum {shlex.quote(path)} 2>/dev/null | cut -d' ' -f1"
+
+
+def _digest(out: CommandOutput) -> str | None:
+    """A file's sha256 (None: the file is missing)."""
+    return text(out) or None
+
+
+class ROUTER:
+    """The router container's facts."""
+
+    #: The flags probe's JSON output, stripped (installed version, parser actions, argv verdict).
+    probe = RouterFact("probe", probe_fact_command, text)
+    sha_unit = RouterFact("sha-unit", _sha(UNIT_PATH), _digest)
+    sha_launcher = RouterFact("sha-launcher", _sha(LAUNCHER_PATH), _digest)
+    sha_key = RouterFact("sha-key", _sha(KEY_PATH), _digest)
+    #: The installed unit's ExecStart line (no secret: the key is never in it); "" without a unit.
+    execstart = RouterFact("execstart", lambda spec, argv: (
+        f"grep '^ExecStart=' {shlex.quote(UNIT_PATH)} 2>/dev/null || true"), text)
+    active = RouterFact("active", lambda spec, argv: f"systemctl is-active {UNIT} 2>/dev/null || true",
+                        lambda o: text(o) or "unknown")
+
+
+#: The installed files by name, as RouterFacts.file_sha keys them: (path, the fact of its hash).
+FILE_SHA_FACTS: dict[str, tuple[str, RouterFact[str | None]]] = {
+    "unit": (UNIT_PATH, ROUTER.sha_unit), "launcher": (LAUNCHER_PATH, ROUTER.sha_launcher),
+    "key": (KEY_PATH, ROUTER.sha_key)}
+ROUTER_FACTS: tuple[RouterFact[Any], ...] = (ROUTER.probe, ROUTER.sha_unit, ROUTER.sha_launcher, ROUTER.sha_key,
+                                             ROUTER.execstart, ROUTER.active)
 
 
 @dataclass(frozen=True)
@@ -53,31 +100,30 @@ class RouterFacts:
         return str(v) if v else None
 
 
-FILE_FACTS = {"unit": UNIT_PATH, "launcher": LAUNCHER_PATH, "key": KEY_PATH}
+def facts_commands(spec: RouterSpec, argv: Sequence[str]) -> dict[str, str]:
+    """The facts batch, by fact name."""
+    return {f.name: f.command(spec, argv) for f in ROUTER_FACTS}
 
 
-def facts_commands(spec: RouterSpec, argv: list[str]) -> dict[str, str]:
-    """The facts batch: the probe runs with the router venv's python, its source in a quoted heredoc."""
-    python = f"{spec.venv.rstrip('/')}/bin/python"
-    probe = (f"if [ -x {shlex.quote(python)} ]; then {probe_command(python, argv, release_of(spec))} "
-             + heredoc(flags_probe_source(), "DEPLOY_PROBE_EOF").rstrip("\n")
-             + f"\nelse echo '{json.dumps({'version': None, 'error': f'no venv at {spec.venv}'})}'; fi")
-    commands = {"probe": probe}
-    for name, path in FILE_FACTS.items():
-        commands[f"sha-{name}"] = f"sha256sum {shlex.quote(path)} 2>/dev/null | cut -d' ' -f1"
-    commands["execstart"] = f"grep '^ExecStart=' {shlex.quote(UNIT_PATH)} 2>/dev/null || true"
-    commands["active"] = f"systemctl is-active {UNIT} 2>/dev/null || true"
-    return commands
+def parse_facts(outputs: Mapping[str, CommandOutput]) -> RouterFacts:
+    """The value of the batch's outputs (a fact missing from them reads as if it printed nothing)."""
+    def value(fact: RouterFact[T]) -> T:
+        return fact.parse(outputs.get(fact.name) or CommandOutput(0, "", ""))
+
+    return RouterFacts(probe=value(ROUTER.probe), file_sha={n: value(f) for n, (_, f) in FILE_SHA_FACTS.items()},
+                       active=value(ROUTER.active), execstart=value(ROUTER.execstart))
 
 
-def parse_facts(outputs: dict[str, CommandOutput]) -> RouterFacts:
-    def text(name: str) -> str:
-        out = outputs.get(name)
-        return out.stdout.strip() if out is not None else ""
+def read_router_facts(ct: Container, spec: RouterSpec, argv: Sequence[str], *, host: str = "") -> RouterFacts:
+    """One round trip in the router's container, once its boot has settled."""
+    nonce = new_nonce()
+    commands = facts_commands(spec, argv)
+    res = ct.script(settled_batch(commands, nonce), check=False, timeout=BOOT_WAIT_S + 120, what="router facts")
+    return parse_facts(split_settled(res.output, nonce, vmid=ct.vmid, host=host, expected=commands))
 
-    return RouterFacts(probe=text("probe"),
-                       file_sha={n: (text(f"sha-{n}") or None) for n in FILE_FACTS},
-                       active=text("active") or "unknown", execstart=text("execstart"))
+
+#: The installed files by name: path.
+FILE_FACTS = {name: path for name, (path, _) in FILE_SHA_FACTS.items()}
 
 
 def installed_workers(execstart: str) -> list[str] | None:

@@ -25,8 +25,15 @@ from orchestrator.inventory.models import RouterSpec
 #: slow under load (it runs a one-token generation) is not read as down. A pending add is retried every 5 s.
 SMG_HEALTH_FLAGS: dict[str, FlagValue] = {"health-check-interval-secs": 5, "health-check-timeout-secs": 25,
                                           "health-success-threshold": 1, "worker-startup-check-interval": 5}
-#: Where smg exports its metrics unless router.flags says (`--prometheus-port`, its documented default).
+#: Where the router exports its metrics unless router.flags says (`--prometheus-port`: smg's documented default,
+#: and sglang-router 0.3.2's, which is smg inside).
 SMG_METRICS_PORT = 29000
+
+
+def exported_metrics_port(flags: dict[str, FlagValue]) -> int:
+    """The port the router serves its Prometheus metrics on (both packages export them there)."""
+    port = flags.get("prometheus-port", SMG_METRICS_PORT)
+    return int(port) if isinstance(port, int | str) else SMG_METRICS_PORT
 
 
 @dataclass(frozen=True)
@@ -66,10 +73,7 @@ class RouterRelease:
 
     def metrics_port(self, flags: dict[str, FlagValue]) -> int | None:
         """The port of the router's own Prometheus endpoint; None for sglang-router (deploy reads none there)."""
-        if self.package != "smg":
-            return None
-        port = flags.get("prometheus-port", SMG_METRICS_PORT)
-        return int(port) if isinstance(port, int | str) else SMG_METRICS_PORT
+        return exported_metrics_port(flags) if self.package == "smg" else None
 
 
 def release_of(spec: RouterSpec) -> RouterRelease:

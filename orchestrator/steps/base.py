@@ -13,9 +13,8 @@ from typing import Any
 
 from orchestrator.facts import CtFact, Facts, HostFact
 from orchestrator.inventory.models import Host, Inventory, ServerProfile
-from orchestrator.remote.container import Container
+from orchestrator.remote.container import Container, Node
 from orchestrator.remote.lock import HostLease
-from orchestrator.remote.ssh import SshHost
 from orchestrator.runlog import Metrics, StepRecord
 from orchestrator.steps.state import FailureHandler, RunInputs, RunState
 
@@ -39,7 +38,7 @@ class StepContext:
     host: Host
     profile: ServerProfile
     inventory: Inventory
-    ssh: SshHost
+    ssh: Node
     metrics: Metrics
     facts: Facts
     options: RunOptions

@@ -14,13 +14,13 @@ from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wa
 from orchestrator.bench.stats import estimate, median_index
 from orchestrator.errors import CheckFailed, HostChanged, RemoteError
 from orchestrator.facts import CT, health_code_command
-from orchestrator.parsers.server_process import argv_difference, parse_server_process
+from orchestrator.layout import PATHS
+from orchestrator.parsers.server_process import ServerProcess, argv_difference, parse_server_process
 from orchestrator.render.service import public_flags
 from orchestrator.resources import probe_text
 from orchestrator.runlog import StepRecord
-from orchestrator.state.releases import current_release
 from orchestrator.steps.base import StepContext, step
-from orchestrator.steps.session import ensure_facts
+from orchestrator.steps.session import ensure_facts, refresh_ct_facts
 from orchestrator.steps.state import ExpectedServer
 from orchestrator.steps.waiting import waiting_for
 from orchestrator.verdicts.server_log import CapturePhase, FatalLine, argparse_error, find_fatal
@@ -86,9 +86,8 @@ def parse_health_probe(stdout: str) -> HealthProbe:
 
 
 def probe_health(ctx: StepContext, cursor: str | None) -> HealthProbe:
-    res = ctx.ct.run(probe_shell(ctx, cursor), check=False, timeout=ctx.profile.health_probe_timeout_s + 35,
-                     what="health probe")
-    return parse_health_probe(res.stdout)
+    return ctx.ct.read(probe_shell(ctx, cursor), parse_health_probe, timeout=ctx.profile.health_probe_timeout_s + 35,
+                       what="health probe")
 
 
 def fatal_failure(ctx: StepContext, fatal: FatalLine, journal: list[str]) -> CheckFailed:
@@ -213,8 +212,7 @@ def health(ctx: StepContext, record: StepRecord) -> None:
         record.status = "skipped"
         record.summary = "dry run"
         return
-    fact = ctx.facts.get(CT.health)
-    if not ctx.state.server.restarted and fact is not None and fact.stdout.strip() == "200":
+    if not ctx.state.server.restarted and ctx.facts.get(CT.health) == "200":
         record.summary = "healthy (/health 200)"
         return
     waited = wait_healthy(ctx, record)
@@ -223,9 +221,8 @@ def health(ctx: StepContext, record: StepRecord) -> None:
 
 def raise_if_fatal_logged(ctx: StepContext) -> None:
     """After a failed check, read the journal once: a known fatal line explains the failure better."""
-    res = ctx.ct.run(f"{journal_after(ctx.ct.paths.unit_name, ctx.state.server.journal_cursor)} | tail -n 201",
-                     check=False, timeout=60, what="journal excerpt")
-    lines, _ = split_cursor(res.stdout.splitlines())
+    lines, _ = ctx.ct.read(f"{journal_after(ctx.ct.paths.unit_name, ctx.state.server.journal_cursor)} | tail -n 201",
+                           lambda text: split_cursor(text.splitlines()), timeout=60, what="journal excerpt")
     fatal = find_fatal(lines)
     if fatal is not None:
         raise fatal_failure(ctx, fatal, lines)
@@ -245,9 +242,9 @@ def run_smoke(ctx: StepContext, release: str | None) -> dict[str, Any]:
         res = ctx.ct.run_python(p.venv, smoke_source(), [json.dumps(args)], tag="DEPLOY_SMOKE_EOF",
                                 timeout=p.smoke.timeout_s + 30, what="smoke check")
     try:
-        return dict(json.loads(res.stdout.strip().splitlines()[-1]))
+        return dict(json.loads(res.last_line))
     except (json.JSONDecodeError, IndexError) as exc:
-        raise RemoteError(f"smoke check printed no result: {(res.stderr or res.stdout).strip()[-300:]}",
+        raise RemoteError(f"smoke check printed no result: {res.said(300)}",
                           host=ctx.host.name) from exc
 
 
@@ -355,7 +352,7 @@ def throughput(ctx: StepContext, record: StepRecord) -> None:
                           details=run.to_dict())
 
 
-def measured_server(ctx: StepContext, release: str | None, expect: ExpectedServer) -> int:
+def measured_server(ctx: StepContext, release: str | None, expect: ExpectedServer) -> ServerProcess:
     """The pid of the server a tune's run is about to measure, once it proved to be `expect`: the expected
     release, the same process as the point's earlier runs, that release's flags. Else HostChanged, before any
     request is sent: a run of another server would be filed under the point's label."""
@@ -364,13 +361,20 @@ def measured_server(ctx: StepContext, release: str | None, expect: ExpectedServe
     from orchestrator.steps.roll import installed_schema
     from orchestrator.steps.software import server_stack
 
-    out = ctx.facts.get(CT.server_process)
-    proc = parse_server_process(out.stdout if out is not None else "")
+    proc = ctx.facts.get(CT.server_process) or parse_server_process("")
+    if (release == expect.release and expect.restarts is not None and proc.restarts is not None
+            and proc.restarts > expect.restarts):
+        # systemd restarted it itself (Restart=on-failure): the point's own server died under its load
+        crashes = proc.restarts - expect.restarts
+        raise CheckFailed(f"sglang died under this point's load and systemd restarted it ({crashes} automatic "
+                          "restart(s) since the point's earlier runs)",
+                          fix=f"`journalctl -u {PATHS.unit_name}` in CT {ctx.vmid} says why it died",
+                          host=ctx.host.name)
     if release != expect.release:
         why = f"the current release is {release}, not {expect.release}"
     elif proc.pid is None:
         why = "no sglang process runs"
-    elif not proc.argv:
+    elif not proc.settled or not proc.argv:  # a stop waits for the process: real sglang answers 503 meanwhile
         why = f"sglang (pid {proc.pid}) is stopping or restarting"
     elif expect.pid is not None and proc.pid != expect.pid:
         why = f"sglang runs as pid {proc.pid}, not as pid {expect.pid} that the earlier runs measured (restarted)"
@@ -380,9 +384,19 @@ def measured_server(ctx: StepContext, release: str | None, expect: ExpectedServe
         diff = argv_difference(proc.argv, launch_argv(ctx.profile, canonicalize(stored, schema),
                                                       venv=server_stack(ctx).venv))
         if diff is None:
-            return proc.pid
+            return proc
         why = f"sglang (pid {proc.pid}) does not run release {release}'s flags: {diff}"
     raise HostChanged(why, fix="`deploy status` shows what runs now", host=ctx.host.name)
+
+
+def still_measured(ctx: StepContext, release: str | None) -> None:
+    """After a tune's run saw failed requests: the server it measured is still the one (one more round trip).
+    A restart by another command is HostChanged and systemd's own restart a crash, not figures of this point."""
+    seen = ctx.state.server.measured
+    if ctx.inputs.expect is None or seen is None:
+        return
+    refresh_ct_facts(ctx, CT.server_process)
+    measured_server(ctx, release, ExpectedServer(ctx.inputs.expect.release, seen.pid, seen.restarts))
 
 
 @step("bench", ct_facts=(CT.current_release, CT.health, CT.current_flags, CT.current_meta, CT.sglang_version,
@@ -390,14 +404,14 @@ def measured_server(ctx: StepContext, release: str | None, expect: ExpectedServe
 def bench(ctx: StepContext, record: StepRecord) -> None:
     """Run the preset (once, or once per sweep point) against the running server, with telemetry."""
     ensure_facts(ctx)
-    link = ctx.facts.get(CT.current_release)
-    release = current_release(link.stdout) if link is not None and link.rc == 0 else None
+    release = ctx.facts.get(CT.current_release)
     if ctx.inputs.expect is not None:  # first: another server, healthy or not, is not the one to measure
-        ctx.state.server.pid = measured_server(ctx, release, ctx.inputs.expect)
-    fact = ctx.facts.get(CT.health)
-    if fact is None or fact.stdout.strip() != "200":
+        ctx.state.server.measured = measured_server(ctx, release, ctx.inputs.expect)
+    code = ctx.facts.get(CT.health)
+    if code != "200":
+        still_measured(ctx, release)  # /health was read after the process: a stop begun in between says so
         raise CheckFailed(f"the server in CT {ctx.vmid} is not healthy (/health "
-                          f"{fact.stdout.strip() if fact else 'unreachable'})",
+                          f"{code if code is not None else 'unreachable'})",
                           fix="deploy status / deploy up", host=ctx.host.name)
     preset = ctx.options.preset or ctx.profile.bench_preset
     points = ctx.inputs.bench_points or ({},)
@@ -405,7 +419,13 @@ def bench(ctx: StepContext, record: StepRecord) -> None:
     for overrides in points:
         label = ", ".join(f"{k}={v}" for k, v in overrides.items()) or preset
         ctx.say(f"bench {label} …")
-        run = bench_for_release(ctx, preset, release, overrides)
+        try:
+            run = bench_for_release(ctx, preset, release, overrides)
+        except CheckFailed:
+            still_measured(ctx, release)  # a restart under the run says so, instead of failing the point
+            raise
+        if run.failure or (run.result.failed or 0) > 0:
+            still_measured(ctx, release)
         ctx.say(f"  {run.result.output_throughput:.1f} output tok/s, concurrency {(run.result.concurrency or 0):.0f}, "
                 f"mean TPOT {(run.result.mean_tpot_ms or 0):.2f} ms")
         if run.failure:

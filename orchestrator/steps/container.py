@@ -16,17 +16,13 @@ from orchestrator.errors import ConfigError, RemoteError, TaskFailed
 from orchestrator.facts import BOOT_STATES, BOOT_WAIT_S, CT, HOST
 from orchestrator.inventory.models import ContainerSpec
 from orchestrator.parsers import ParseError
-from orchestrator.parsers.devices import DeviceNode, nvidia_char_devices, parse_dev_listing, parse_proc_devices
-from orchestrator.parsers.hostfacts import parse_pveversion
+from orchestrator.parsers.devices import DeviceNode, nvidia_char_devices
 from orchestrator.parsers.pve import (
-    parse_aplinfo,
-    parse_config_json,
     parse_pending,
     parse_property_string,
     template_family,
     upid_type,
     version_key,
-    volids,
 )
 from orchestrator.remote.pve import PveClient, lifecycle_client, passthrough_client, runs_as_root, wait_task
 from orchestrator.render.passthrough import dev_entries, raw_lines, resolve_method
@@ -100,7 +96,7 @@ def require_mount_source(ctx: StepContext) -> None:
     spec = ctx.host.container
     if spec.model_mount is None:
         return
-    if ctx.facts.get(HOST.model_mount).stdout.strip() != "present":
+    if not ctx.facts.get(HOST.model_mount):
         raise ConfigError(f"container.model_mount {spec.model_mount} is not a directory on {ctx.host.name}",
                           fix=f"create it on the host and put the model there (mkdir -p {spec.model_mount}), or "
                               "fix the path; nothing was changed", host=ctx.host.name, step="container")
@@ -130,10 +126,10 @@ def stays_pending(key: str) -> bool:
     return not HOT_APPLIED.match(key)
 
 
-def stale_devices(host_nodes: list[DeviceNode], ct_listing: str) -> list[str]:
+def stale_devices(host_nodes: list[DeviceNode], ct_nodes: list[DeviceNode]) -> list[str]:
     """Nodes the running CT got at its start that no longer match the host's (nvidia-uvm's dynamic major
     changes when the driver is reloaded or the host reboots): the CT's devices cgroup then denies the new one."""
-    in_ct = {n.path: n for n in parse_dev_listing(ct_listing)}
+    in_ct = {n.path: n for n in ct_nodes}
     out = []
     for node in host_nodes:
         seen = in_ct.get(node.path)
@@ -145,8 +141,7 @@ def stale_devices(host_nodes: list[DeviceNode], ct_listing: str) -> list[str]:
 def restart_reasons(ctx: StepContext, current: dict[str, Any], base_diff: dict[str, str],
                     wanted: list[DeviceNode]) -> list[str]:
     """Why a running CT must restart for its config to take effect (empty: it need not)."""
-    pending_out = ctx.facts.find(HOST.ct_pending)
-    pending = parse_pending(pending_out.stdout) if pending_out is not None and pending_out.rc == 0 else {}
+    pending = ctx.facts.find(HOST.ct_pending) or {}
     ours = set(base_config(ctx.host.container)) | {
         k for k, change in pending.items() if DEV_KEY.match(k) and NVIDIA_PATH.match(
             parse_property_string(change.pending or change.current or "", "path").get("path", ""))}
@@ -160,7 +155,7 @@ def restart_reasons(ctx: StepContext, current: dict[str, Any], base_diff: dict[s
                        "next start)")
     listing = ctx.facts.get(CT.dev_listing)
     if listing is not None:
-        stale = stale_devices(wanted, listing.stdout)
+        stale = stale_devices(wanted, listing)
         if stale:
             reasons.append("; ".join(stale) + " (host driver reloaded or rebooted since the CT started)")
     return reasons
@@ -205,13 +200,11 @@ def lock_refusal(lock: str, vmid: int, node: str) -> tuple[str, str]:
 def _config_lock(ctx: StepContext) -> str | None:
     """The CT's config lock as the facts show it ("" for none); None when the CT was listed but its config could
     not be read (it went away between the two reads: PVE removed it when its create task failed)."""
-    out = ctx.facts.get(HOST.ct_config)
-    if out.rc != 0:
-        return None
     try:
-        return str(parse_config_json(out.stdout).get("lock") or "")
+        config = ctx.facts.get(HOST.ct_config)
     except ParseError:
         return None
+    return None if config is None else str(config.get("lock") or "")
 
 
 def _reread_container(ctx: StepContext, what: str) -> None:
@@ -267,7 +260,7 @@ def _wait(client: PveClient, ctx: StepContext, result: Any, what: str) -> None:
 
 def wanted_devices(ctx: StepContext) -> list[DeviceNode]:
     """Every NVIDIA char device on the host (or the listed GPU minors), as the container must see them."""
-    nodes = nvidia_char_devices(parse_dev_listing(ctx.facts.get(HOST.dev_listing).stdout))
+    nodes = nvidia_char_devices(ctx.facts.get(HOST.dev_listing))
     spec = ctx.host.container
     if spec.gpus != "all":
         keep = {f"/dev/nvidia{i}" for i in spec.gpus}
@@ -276,6 +269,11 @@ def wanted_devices(ctx: StepContext) -> list[DeviceNode]:
         raise RemoteError("no /dev/nvidiaN device nodes on the host", host=ctx.host.name, step="container",
                           fix="load the NVIDIA driver on the host (deploy doctor shows what is missing)")
     return nodes
+
+
+def majors(ctx: StepContext) -> dict[str, int]:
+    """The host's device majors by driver name (/proc/devices), for the raw lxc.* lines."""
+    return ctx.facts.get(HOST.proc_devices)
 
 
 def raw_plan(current: dict[str, Any], wanted: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], bool]:
@@ -299,9 +297,8 @@ def raw_apply_script(vmid: int, wanted: list[tuple[str, str]]) -> str:
 
 def passthrough_method(ctx: StepContext) -> tuple[str, str]:
     version = ctx.state.pve_version
-    out = ctx.facts.find(HOST.pveversion)
-    if version is None and out is not None and out.rc == 0:
-        version = parse_pveversion(out.stdout)
+    if version is None:
+        version = ctx.facts.find(HOST.pveversion)
     return resolve_method(ctx.host.container.passthrough, str(version) if version is not None else None)
 
 
@@ -331,8 +328,8 @@ def resolve_template(ctx: StepContext) -> tuple[str, bool]:
     """
     spec, node = ctx.host.container, ctx.host.pve.node
     storage = spec.ostemplate.split(":", 1)[0]
-    local = volids(ctx.facts.get(HOST.templates).stdout)
-    index = parse_aplinfo(ctx.facts.get(HOST.aplinfo).stdout)
+    local = ctx.facts.get(HOST.templates)
+    index = ctx.facts.get(HOST.aplinfo)
     family = spec.template_family or template_family(spec.template_name)
     offered = sorted((a for a in index if a.package == family), key=lambda a: version_key(a.version))
     if spec.template_family is None:
@@ -402,7 +399,9 @@ def _converge(ctx: StepContext, record: StepRecord, pve: _Clients, status: str, 
               method: str, raw_wanted: list[tuple[str, str]]) -> tuple[str, bool]:
     """Write only the config keys that differ (digest-guarded). Returns (status now, whether it changed)."""
     spec, node = ctx.host.container, ctx.host.pve.node
-    current = parse_config_json(ctx.facts.get(HOST.ct_config).stdout)
+    current = ctx.facts.get(HOST.ct_config)
+    if current is None:  # pvesh printed no config (as its empty output always read)
+        raise ParseError("container config is not JSON", "")
     if "unprivileged" in current and bool(int(current["unprivileged"])) != spec.unprivileged:
         raise ConfigError(
             f"CT {spec.vmid} exists with unprivileged={current['unprivileged']} but the inventory says "
@@ -513,8 +512,7 @@ def container(ctx: StepContext, record: StepRecord) -> None:
     pve = _Clients(ctx, lifecycle_client(ctx.host, ctx.ssh, ctx.metrics))
     method, method_reason = passthrough_method(ctx)
     record.details["passthrough"] = {"method": method, "why": method_reason}
-    raw_wanted = (raw_lines(wanted, parse_proc_devices(ctx.facts.get(HOST.proc_devices).stdout))
-                  if method == "raw-lxc" else [])
+    raw_wanted = raw_lines(wanted, majors(ctx)) if method == "raw-lxc" else []
     if status is not None:
         if _settle_lock(ctx, record, pve):
             return

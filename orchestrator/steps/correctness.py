@@ -27,7 +27,6 @@ from orchestrator.gates.correctness import (
 from orchestrator.inventory.models import CorrectnessGate
 from orchestrator.resources import probe_text
 from orchestrator.runlog import StepRecord
-from orchestrator.state.releases import current_release
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.waiting import waiting_for
@@ -55,9 +54,9 @@ def run_golden(ctx: StepContext, *, release: str, record: bool, reference: str |
         res = ctx.ct.run_python(p.venv, probe_text("golden_probe.py"), [json.dumps(args)], tag="DEPLOY_GOLDEN_EOF",
                                 timeout=limit, what="correctness gate")
     try:
-        return dict(json.loads(res.stdout.strip().splitlines()[-1]))
+        return dict(json.loads(res.last_line))
     except (json.JSONDecodeError, IndexError) as exc:
-        raise RemoteError(f"the correctness gate printed no result: {(res.stderr or res.stdout).strip()[-300:]}",
+        raise RemoteError(f"the correctness gate printed no result: {res.said(300)}",
                           host=ctx.host.name) from exc
 
 
@@ -141,8 +140,7 @@ def correctness(ctx: StepContext, record: StepRecord) -> None:
 def require_current_release(ctx: StepContext, why: str = "") -> str:
     """The container's current release (fact CT.current_release); CheckFailed when it has none."""
     ensure_facts(ctx)
-    link = ctx.facts.get(CT.current_release)
-    release = current_release(link.stdout) if link is not None and link.rc == 0 else None
+    release = ctx.facts.get(CT.current_release)
     if release is None:
         raise CheckFailed(f"no current release in CT {ctx.vmid} (or the container is not running){why}",
                           fix=f"deploy up host {ctx.host.name}", host=ctx.host.name)

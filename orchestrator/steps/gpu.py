@@ -6,8 +6,7 @@ import re
 
 from orchestrator.errors import CheckFailed, ConfigError, RemoteError
 from orchestrator.facts import CT, HOST
-from orchestrator.parsers import ParseError
-from orchestrator.parsers.driver import parse_driver_version, versions_match
+from orchestrator.parsers.driver import versions_match
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts, unknown_until_started
@@ -18,13 +17,12 @@ INSTALLER_FLAGS = ("--silent", "--no-kernel-module", "--no-questions", "--ui=non
 
 
 def host_driver(ctx: StepContext) -> str:
-    out = ctx.facts.get(HOST.driver_version)
-    try:
-        return parse_driver_version(out.stdout).version
-    except ParseError as exc:
+    version = ctx.facts.get(HOST.driver_version)
+    if version is None:
         raise CheckFailed("the NVIDIA kernel module is not loaded on the host (/proc/driver/nvidia/version "
                           "is missing)", fix="install/load the NVIDIA driver on the host; run deploy doctor",
-                          host=ctx.host.name) from exc
+                          host=ctx.host.name)
+    return version
 
 
 def container_userspace(ctx: StepContext) -> tuple[str | None, str]:
@@ -62,7 +60,7 @@ def driver_userspace(ctx: StepContext, record: StepRecord) -> None:
                               "`pct config` for devN lines", host=ctx.host.name)
     installer = ctx.host.container.driver_installer
     seen = userspace or "none"
-    if installer is None or ctx.facts.get(HOST.installer).stdout.strip() != "present":
+    if installer is None or not ctx.facts.get(HOST.installer):
         raise CheckFailed(
             f"container NVIDIA userspace is {seen} ({why}) but the host kernel module is {kernel}",
             fix=(f"install exactly {kernel} in the container without kernel modules: copy "
@@ -82,7 +80,7 @@ def driver_userspace(ctx: StepContext, record: StepRecord) -> None:
     res = ctx.ct.push_and_run(installer, path, ["sh", path, *INSTALLER_FLAGS], perms="0700", timeout=1800,
                               what="NVIDIA userspace install")
     if res.rc != 0:
-        raise RemoteError(f"the NVIDIA installer failed in CT {ctx.vmid}: {(res.stderr or res.stdout).strip()[-400:]}",
+        raise RemoteError(f"the NVIDIA installer failed in CT {ctx.vmid}: {res.said(400)}",
                           fix="read the installer log in the container (/var/log/nvidia-installer.log)",
                           host=ctx.host.name)
     refresh_ct_facts(ctx, CT.gpus, CT.topo, CT.p2p_read, CT.p2p_write)

@@ -4,25 +4,22 @@ IOMMU, ACS, PVE version; and `boot_nodes`, which installs that unit."""
 from __future__ import annotations
 
 from orchestrator.errors import CheckFailed
-from orchestrator.facts import HOST, Facts, HostFact
+from orchestrator.facts import HOST, Facts
 from orchestrator.hardware.state import HardwareState, judge_hardware
 from orchestrator.parsers import ParseError
-from orchestrator.parsers.devices import nvidia_char_devices, parse_dev_listing
-from orchestrator.parsers.hostfacts import parse_lspci
-from orchestrator.parsers.sections import CommandOutput
+from orchestrator.parsers.devices import nvidia_char_devices
 from orchestrator.render.boot_unit import (
     UNIT_NAME,
     UNIT_PATH,
     BootUnitState,
     exec_lines,
     install_script,
-    parse_boot_unit,
     render_boot_unit,
 )
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts
-from orchestrator.verdicts.host import Finding, HostFacts, doctor_findings, host_facts_from_outputs, worst_status
+from orchestrator.verdicts.host import Finding, HostFacts, doctor_findings, host_facts_from_values, worst_status
 
 #: The host's GPU hardware sensors (orchestrator/hardware): read by doctor, `up`'s host_prereqs and status.
 HARDWARE_FACTS = (HOST.gpu_xids, HOST.gpu_health, HOST.gpu_links, HOST.lspci_acs)
@@ -33,20 +30,14 @@ DOCTOR_FACTS = (HOST.driver_version, HOST.dev_listing, HOST.uvm_hmm, HOST.modpro
 def hardware_state(facts: Facts) -> HardwareState:
     """The GPUs' hardware state from this run's facts (a sensor not read, or whose command failed to run, is
     `unread`; nvidia-smi's non-zero exit for a lost GPU still carries the other GPUs and the lost one's line)."""
-    def out(fact: HostFact[CommandOutput]) -> CommandOutput | None:
-        return facts.find(fact)
-
-    klog, q, links, lspci = out(HOST.gpu_xids), out(HOST.gpu_health), out(HOST.gpu_links), out(HOST.lspci_acs)
-    report = None
-    if lspci is not None and lspci.rc == 0 and lspci.stdout.strip():
-        try:
-            report = parse_lspci(lspci.stdout)
-        except ParseError:
-            report = None
-    return judge_hardware(kernel_log=klog.stdout if klog is not None else None,
-                          smi_q=q.stdout if q is not None and (q.stdout.strip() or q.stderr.strip()) else None,
-                          smi_q_stderr=q.stderr if q is not None else "",
-                          links=links.stdout if links is not None and links.stdout.strip() else None, lspci=report)
+    q = facts.find(HOST.gpu_health)
+    try:
+        lspci = facts.find(HOST.lspci_acs)
+    except ParseError:
+        lspci = None
+    return judge_hardware(kernel_log=facts.find(HOST.gpu_xids), smi_q=q.sections if q is not None else None,
+                          smi_q_stderr=q.errors if q is not None else "", links=facts.find(HOST.gpu_links),
+                          lspci=lspci)
 
 
 def hardware_findings(state: HardwareState, host: str) -> list[Finding]:
@@ -67,24 +58,18 @@ def hardware_findings(state: HardwareState, host: str) -> list[Finding]:
 
 
 def host_facts(facts: Facts) -> HostFacts:
-    def text(fact: HostFact[CommandOutput]) -> str | None:
-        out = facts.find(fact)
-        return out.stdout if out is not None and out.rc == 0 else None
-
-    def any_text(fact: HostFact[CommandOutput]) -> str | None:
-        out = facts.find(fact)
-        return out.stdout if out is not None else None
-
-    return host_facts_from_outputs(
-        proc_driver_version=text(HOST.driver_version) or "",
-        dev_listing=any_text(HOST.dev_listing),
-        uvm_hmm_param=text(HOST.uvm_hmm),
-        modprobe_conf=any_text(HOST.modprobe),
-        cmdline=text(HOST.cmdline),
-        lspci_vvv=text(HOST.lspci_acs),
-        pveversion=text(HOST.pveversion),
-        gpu_topology=text(HOST.topo),
-        boot_unit=text(HOST.boot_unit),
+    topo = facts.find(HOST.topo)  # a row per GPU NVML enumerates (as `-L` lists them); unparsable: none
+    return host_facts_from_values(
+        driver_version=facts.find(HOST.driver_version),
+        dev_nodes=facts.find(HOST.dev_listing),
+        uvm_disable_hmm=facts.find(HOST.uvm_hmm),
+        uvm_disable_hmm_configured=facts.find(HOST.modprobe),
+        cmdline=facts.find(HOST.cmdline),
+        lspci=facts.find(HOST.lspci_acs),
+        pve_version=facts.find(HOST.pveversion),
+        gpu_count_driver=(len(topo.value.gpus) if topo.value is not None else 0) if topo is not None and topo.ok
+        else None,
+        boot_unit=facts.find(HOST.boot_unit),
     )
 
 
@@ -131,15 +116,15 @@ def boot_nodes(ctx: StepContext, record: StepRecord) -> None:
     """A host unit that recreates the container's NVIDIA nodes at every boot, before pve-guests starts the containers
     (why a unit and not a hookscript: orchestrator/render/boot_unit.py)."""
     ensure_facts(ctx)
-    listing, fact = ctx.facts.get(HOST.dev_listing), ctx.facts.get(HOST.boot_unit)
-    wanted = render_boot_unit(nvidia_char_devices(parse_dev_listing(listing.stdout)))
-    have = parse_boot_unit(fact.stdout) if fact is not None and fact.rc == 0 else BootUnitState(False, None)
+    nodes = nvidia_char_devices(ctx.facts.get(HOST.dev_listing))
+    wanted = render_boot_unit(nodes)
+    have = ctx.facts.get(HOST.boot_unit) or BootUnitState(False, None)
     record.details["unit"] = UNIT_PATH
     if have.in_place(wanted):
         record.summary = f"{UNIT_NAME} enabled (nvidia-modprobe before pve-guests.service)"
         return
     what = (f"{'update' if have.text is not None else 'install'} {UNIT_NAME}: "
-            f"{'; '.join(exec_lines(nvidia_char_devices(parse_dev_listing(listing.stdout))))} at boot, "
+            f"{'; '.join(exec_lines(nodes))} at boot, "
             "before pve-guests.service")
     if mark_change(record, ctx, what):
         ctx.ssh.script(install_script(wanted), what=f"install {UNIT_NAME}")

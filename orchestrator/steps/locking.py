@@ -40,7 +40,7 @@ def stack_lock(ctx: StepContext, record: StepRecord) -> None:
     res = ctx.ct.run(resolve_command(stack), check=False, timeout=1800, what=f"resolve {stack.requirement}")
     try:
         if res.rc != 0:
-            raise ValueError((res.stderr or res.stdout).strip()[-500:])
+            raise ValueError(res.said(500))
         lock = lock_from_report(res.stdout)
     except ValueError as exc:
         raise RemoteError(f"resolving {stack.requirement} in CT {ctx.vmid} failed: {exc}",

@@ -29,8 +29,6 @@ from orchestrator.monitoring.state import (
     Watchdog,
     advance,
 )
-from orchestrator.parsers.watchdog import parse_watchdog_state
-from orchestrator.state.releases import current_release
 from orchestrator.steps.base import StepContext
 
 #: The steps whose playbooks change which release runs, and the command each stands for.
@@ -58,8 +56,7 @@ def _record(ctx: StepContext, release: str | None) -> ReleaseRecord:
     """The current release as this run knows it: the verdict it wrote, else the facts' (when they describe it)."""
     if release is None:
         return ReleaseRecord()
-    link = ctx.facts.find(CT.current_release)
-    fact_release = current_release(link.stdout) if link is not None and link.rc == 0 else None
+    fact_release = ctx.facts.find(CT.current_release)
     meta = ctx.facts.find(CT.current_meta) if fact_release == release else None
     verdict = ctx.state.verdicts.get(release) or (ctx.facts.find(CT.current_verdict) if fact_release == release
                                                   else None)
@@ -100,13 +97,11 @@ def observe(ctx: StepContext, command: str, now: float | None = None) -> Observa
     state = ctx.state
     release = state.rollback.to if state.rollback is not None else state.server.release
     if release is None:
-        link = ctx.facts.find(CT.current_release)
-        release = current_release(link.stdout) if link is not None and link.rc == 0 else None
-    wd_text = ctx.facts.find(CT.watchdog_state)
+        release = ctx.facts.find(CT.current_release)
+    wd = ctx.facts.find(CT.watchdog_state)
     watchdog = None
     restarts: tuple[float, ...] = ()
-    if wd_text is not None:  # None: the container was not running, so nothing was read
-        wd = parse_watchdog_state(wd_text.stdout if wd_text.rc == 0 else "")
+    if wd is not None:  # None: the container was not running, so nothing was read
         watchdog = Watchdog(state=wd.state, restarts_in_window=wd.restarts_in_window, budget=wd.budget,
                             last_check=wd.last_check)
         restarts = tuple(a.at for a in wd.actions if a.action == "restart")
@@ -120,8 +115,9 @@ def observe(ctx: StepContext, command: str, now: float | None = None) -> Observa
 
 def metrics_script(ctx: StepContext, command: str) -> str:
     """The host-side lines that publish this run's metrics (run with the lock's release)."""
-    prev_out = ctx.facts.find(HOST.metrics_state)
-    prev = MetricsState.from_json(prev_out.stdout if prev_out is not None else None)
+    prev = ctx.facts.find(HOST.metrics_state)
+    if prev is None:  # not read: a fresh state
+        prev = MetricsState.from_json(None)
     obs = observe(ctx, command)
     nxt = advance(prev, obs)
     ctx.state.events = events_of(ctx.host.name, prev, obs)  # posted once the run ends (runner.py)

@@ -9,17 +9,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.errors import CheckFailed, RemoteError
-from orchestrator.facts import CT, HOST, Fact, Facts
-from orchestrator.parsers import ParseError
-from orchestrator.parsers.p2p import P2PKind, P2PMatrix, parse_p2p
-from orchestrator.parsers.sections import CommandOutput
-from orchestrator.parsers.topo import TopoMatrix, parse_topo
+from orchestrator.facts import CT, HOST, Fact, Facts, Read
+from orchestrator.parsers.p2p import P2PMatrix
+from orchestrator.parsers.topo import TopoMatrix
 from orchestrator.runlog import StepRecord
 from orchestrator.scripts import render_script
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.session import ensure_facts
 from orchestrator.verdicts.p2p import P2PVerdict, TopoComparison, compare_topologies, p2p_verdict
 
+#: A side's facts: `topo -m` (kept with its evidence when it does not parse), then `-p2p r` and `-p2p w`.
+P2PFacts = tuple[Fact[Read[TopoMatrix]], Fact[P2PMatrix | None], Fact[P2PMatrix | None]]
 HOST_P2P = (HOST.topo, HOST.p2p_read, HOST.p2p_write)
 CT_P2P = (CT.topo, CT.p2p_read, CT.p2p_write)
 #: The host's P2P status matrices are judged only when the container's topology cannot be read (p2p_report: the
@@ -38,25 +38,15 @@ class P2PView:
     error: str = ""
 
 
-def view_from(facts: Facts, which: tuple[Fact[CommandOutput], ...], where: str) -> P2PView:
+def view_from(facts: Facts, which: P2PFacts, where: str) -> P2PView:
     """The topology and P2P matrices one side (host or container) reported; `which` = (topo, read, write)."""
-    topo_out, read_out, write_out = (facts.find(f) for f in which)
-    if topo_out is None:
+    topo_fact, read_fact, write_fact = which
+    topo = facts.find(topo_fact)
+    if topo is None:
         return P2PView(where, None, None, None, "not read (container not running)")
-    try:
-        topo = parse_topo(topo_out.stdout)
-    except ParseError:
-        return P2PView(where, None, None, None, (topo_out.stdout + topo_out.stderr).strip()[:300])
-
-    def matrix(out: CommandOutput | None, kind: P2PKind) -> P2PMatrix | None:
-        if out is None or out.rc != 0:
-            return None
-        try:
-            return parse_p2p(out.stdout, kind)
-        except ParseError:
-            return None
-
-    return P2PView(where, topo, matrix(read_out, "read"), matrix(write_out, "write"))
+    if topo.value is None:
+        return P2PView(where, None, None, None, topo.said)
+    return P2PView(where, topo.value, facts.find(read_fact), facts.find(write_fact))
 
 
 @dataclass(frozen=True)
@@ -147,7 +137,7 @@ def bandwidth_probe(ctx: StepContext, size_mib: int) -> dict[str, Any]:
     try:
         result = parse_p2p_probe(res.stdout)
     except ValueError as exc:
-        raise RemoteError(f"the bandwidth probe printed no result: {(res.stderr or res.stdout).strip()[-300:]}",
+        raise RemoteError(f"the bandwidth probe printed no result: {res.said(300)}",
                           fix="the probe needs torch with CUDA in the profile's venv", host=ctx.host.name) from exc
     report = ctx.state.p2p_report
     links: dict[tuple[int, int], str] = {}

@@ -13,7 +13,6 @@ from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.facts import CT, CT_PACKAGES
 from orchestrator.inventory.models import ContainerSpec
 from orchestrator.parsers import ParseError
-from orchestrator.parsers.packages import missing_packages
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts, unknown_until_started
@@ -35,11 +34,8 @@ def apt_install_command(spec: ContainerSpec, packages: list[str]) -> str:
 
 def container_missing(ctx: StepContext) -> list[str] | None:
     """The required packages the container lacks; None when it is not running (unknown)."""
-    out = ctx.facts.get(CT.missing_pkgs)
-    if out is None:
-        return None
     try:
-        return missing_packages(CT_PACKAGES, out.stdout, out.stderr, out.rc)
+        return ctx.facts.get(CT.missing_pkgs)
     except ParseError as exc:
         raise CheckFailed(f"cannot tell which packages CT {ctx.vmid} has: {exc}",
                           fix=("the container must be Debian-based (dpkg); use a debian-12-standard or (PVE 9) "
@@ -71,7 +67,7 @@ def ct_packages(ctx: StepContext, record: StepRecord) -> None:
                      what="apt-get install", progress=lambda line: ctx.say(f"  apt: {line}"))
     if res.rc != 0:
         raise RemoteError(f"apt-get in CT {ctx.vmid} failed (exit {res.rc}): "
-                          f"{(res.stderr or res.stdout).strip()[-500:]}",
+                          f"{res.said(500)}",
                           fix=("check the container's network and its apt sources; an air-gapped site sets "
                                "container.apt_proxy (or a local mirror in the container's sources.list)"),
                           host=ctx.host.name)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, LockLost, RemoteError
 from orchestrator.facts import CT, health_code_command
+from orchestrator.facts.container import json_object
 from orchestrator.flags import FlagSchema, FlagSet, canonicalize, diff_flags, with_secret_values
 from orchestrator.redact import REDACTED, SECRET_REF
 from orchestrator.render.bundle import Bundle, render_bundle
@@ -34,9 +35,7 @@ from orchestrator.runlog import StepRecord
 from orchestrator.state.releases import (
     ReleaseBundle,
     activate_script,
-    current_release,
     journal_cursor,
-    parse_release_ids,
     record_file_script,
     unique_release_id,
     write_release_script,
@@ -66,21 +65,14 @@ class InstalledState:
 
 
 def installed_state(ctx: StepContext) -> InstalledState:
-    shas: dict[str, str] = {}
-    out = ctx.facts.get(CT.unit_sha)
-    if out is not None and out.rc == 0:
-        for line in out.stdout.splitlines():
-            digest, _, path = line.partition(" ")
-            shas[path.strip()] = digest
+    shas = ctx.facts.get(CT.unit_sha) or {}
     active = ctx.facts.get(CT.active)
-    link = ctx.facts.get(CT.current_release)
-    rels = ctx.facts.get(CT.releases)
     return InstalledState(
         unit_sha=shas.get(ctx.ct.paths.unit_path),
         env_sha=shas.get(ctx.ct.paths.env_path),
-        active=active.stdout.strip() if active is not None else "unknown",
-        release=current_release(link.stdout) if link is not None and link.rc == 0 else None,
-        releases=parse_release_ids(rels.stdout) if rels is not None and rels.rc == 0 else [],
+        active=active if active is not None else "unknown",
+        release=ctx.facts.get(CT.current_release),
+        releases=ctx.facts.get(CT.releases) or [],
     )
 
 
@@ -99,8 +91,7 @@ def installed_flags(ctx: StepContext, given: Iterable[str] = ()) -> dict[str, An
     stored = ctx.facts.get(CT.current_flags)
     if stored is None:
         return None
-    link = ctx.facts.get(CT.current_release)
-    rid = current_release(link.stdout) if link else None
+    rid = ctx.facts.get(CT.current_release)
     return _with_secrets(ctx, stored, ctx.ct.paths.current_link, f"release {rid or 'current'}", given)
 
 
@@ -117,11 +108,7 @@ def release_json(ctx: StepContext, rid: str, name: str) -> dict[str, Any] | None
     """One JSON file of a release (flags.json, meta.json), one round trip; None when absent or unreadable."""
     path = f"{ctx.ct.paths.release_dir(rid)}/{name}"
     res = ctx.ct.run(f"cat {shlex.quote(path)}", check=False, timeout=60, what=f"read release {rid}'s {name}")
-    try:
-        stored = json.loads(res.stdout) if res.rc == 0 and res.stdout.strip() else None
-    except json.JSONDecodeError:
-        stored = None
-    return stored if isinstance(stored, dict) else None
+    return json_object(res.output)  # as the facts read the current release's
 
 
 def require_stack_present(ctx: StepContext, rid: str) -> None:
@@ -259,13 +246,8 @@ def bundle_for(ctx: StepContext, flags: FlagSet, release_id: str | None = None) 
 
 def baseline_bench(ctx: StepContext, preset: str) -> tuple[BenchResult, str] | None:
     """The newest plain run of the same preset on the current release, with its run id: the only fair baseline."""
-    from orchestrator.parsers.bench import BenchParseError, parse_bench_jsonl
-
-    out = ctx.facts.get(CT.current_bench)
-    if out is None or out.rc != 0:
-        return None
-    for line in reversed(out.stdout.splitlines()):
-        name, _, record = line.partition("\t")
+    runs: list[tuple[str, str]] = ctx.facts.get(CT.current_bench) or []
+    for name, record in reversed(runs):
         # Only a finished run's file: a killed run's temporary `….jsonl.partial` is never a baseline.
         if name.startswith(f"bench-{preset}--") and name.endswith(".jsonl") and record.strip():
             try:
@@ -328,7 +310,7 @@ def install_bundle(ctx: StepContext, bundle: Bundle, *, source: str, restart: bo
     ctx.state.server.journal_cursor = journal_cursor(res.stdout)
     if res.rc != 0:
         raise RemoteError(f"installing release {rid} in CT {ctx.vmid} failed: "
-                          f"{(res.stderr or res.stdout).strip()[-500:]}",
+                          f"{res.said(500)}",
                           fix="re-run; the previous release stays in place until the switch succeeds",
                           host=ctx.host.name)
     return rid
@@ -352,7 +334,7 @@ def make_current(ctx: StepContext, release: str, *, what: str, restart: bool = T
     ctx.state.server.journal_cursor = journal_cursor(res.stdout)
     if res.rc != 0:
         raise RemoteError(f"{what}: activating release {release} failed: "
-                          f"{(res.stderr or res.stdout).strip()[-400:]}", host=ctx.host.name,
+                          f"{res.said(400)}", host=ctx.host.name,
                           fix=f"check {ctx.ct.paths.releases_dir} in the container")
 
 
@@ -410,7 +392,7 @@ def write_verdict(ctx: StepContext, release: str, verdict: dict[str, Any], *, gu
         raise not_the_candidate(ctx, release, res.stdout)
     if res.rc != 0:
         raise RemoteError(f"recording the verdict ({verdict.get('verdict')}) of release {release} in CT {ctx.vmid} "
-                          f"failed: {(res.stderr or res.stdout).strip()[-300:] or f'exit code {res.rc}'}",
+                          f"failed: {res.said(300) or f'exit code {res.rc}'}",
                           fix=f"free space in the container (`df -h {ctx.ct.paths.releases_dir}` in CT {ctx.vmid}) "
                               "and re-run; until its verdict is recorded the release counts as unverified",
                           host=ctx.host.name)

@@ -12,9 +12,8 @@ import shlex
 import time
 
 from orchestrator.errors import CheckFailed, RemoteError
-from orchestrator.facts import CT
+from orchestrator.facts import CT, HOST
 from orchestrator.hardware.kernel_log import CURSOR_PATH
-from orchestrator.parsers.pve import parse_pct_status
 from orchestrator.remote.node import POLL_S, reboot_node
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, step
@@ -51,11 +50,12 @@ def reboot(ctx: StepContext, record: StepRecord) -> None:
     state, deadline = None, time.monotonic() + max(timeout_s - took, 60.0)
     while time.monotonic() < deadline:
         try:
-            res = ctx.ssh.run(f"pct status {int(ctx.vmid)}", timeout=60, check=False, what="pct status")
+            res = ctx.ssh.run(HOST.ct_status.command(ctx.host, ctx.profile), timeout=60, check=False,
+                              what="pct status")
         except RemoteError:
             ctx.ssh.close()
             res = None
-        state = parse_pct_status(res.stdout) if res is not None else None
+        state = HOST.ct_status.parse(res.output) if res is not None else None  # the fact, read again alone
         if state == "running":
             break
         time.sleep(POLL_S)

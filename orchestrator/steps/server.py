@@ -37,8 +37,7 @@ from orchestrator.steps.software import release_stack, require_complete_weights,
 
 def unit_enabled(ctx: StepContext) -> bool:
     """`systemctl is-enabled` says `enabled`: the container's systemd starts sglang when the container boots."""
-    out = ctx.facts.get(CT.enabled)
-    return out is not None and out.stdout.strip() == "enabled"
+    return ctx.facts.get(CT.enabled) == "enabled"
 
 
 def enable_unit(ctx: StepContext, record: StepRecord) -> None:
@@ -51,9 +50,9 @@ def enable_unit(ctx: StepContext, record: StepRecord) -> None:
     ctx.say(what)
     res = ctx.ct.run(f"systemctl enable --quiet {shlex.quote(unit)} && systemctl is-enabled {shlex.quote(unit)}",
                      check=False, timeout=60, what=f"enable {unit}")
-    if res.rc != 0 or res.stdout.strip().splitlines()[-1:] != ["enabled"]:
+    if res.rc != 0 or res.last_line != "enabled":
         raise RemoteError(f"systemctl enable {unit} failed in CT {ctx.vmid}: "
-                          f"{(res.stderr or res.stdout).strip()[-300:]}",
+                          f"{res.said(300)}",
                           fix=f"check {ctx.ct.paths.unit_path} in the container (its [Install] section)",
                           host=ctx.host.name)
     record.summary = f"{unit}.service enabled at boot (unit unchanged, server active)"

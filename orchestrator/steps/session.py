@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.facts import CT, CtFact, HostFact
-from orchestrator.parsers.leftovers import parse_leftovers
 from orchestrator.remote.lock import HostLease, takeover_message
 from orchestrator.runlog import StepRecord
 from orchestrator.steps import metrics
@@ -39,10 +38,7 @@ def ensure_facts(ctx: StepContext) -> None:
 
 
 def report_leftovers(ctx: StepContext) -> None:
-    out = ctx.facts.get(CT.stop_leftovers)
-    if out is None:
-        return
-    for leftover in parse_leftovers(out.stdout):
+    for leftover in ctx.facts.get(CT.stop_leftovers) or []:
         ctx.state.stopped_benches.append(leftover)
         ctx.say(leftover.message())
 

@@ -14,7 +14,7 @@ from orchestrator.flags.schema import FlagSchema
 from orchestrator.inventory.models import hf_token_for
 from orchestrator.layout import PATHS
 from orchestrator.locks import hash_mismatches, parse_lock
-from orchestrator.parsers.weights import RECORD_PATH, WeightsState, parse_download_output, parse_weights_check
+from orchestrator.parsers.weights import RECORD_PATH, WeightsState, parse_download_output
 from orchestrator.render.pip_index import pip_index_options
 from orchestrator.resources import flags_probe_source, probe_text
 from orchestrator.runlog import StepRecord
@@ -22,7 +22,6 @@ from orchestrator.stacks import (
     Stack,
     StackRecord,
     build_command,
-    parse_stack_listing,
     pip_install_command,
     protected_stacks,
     prune_command,
@@ -56,8 +55,7 @@ def profile_stack(ctx: StepContext, version: str | None = None) -> Stack:
 
 
 def stack_records(ctx: StepContext) -> dict[str, StackRecord]:
-    out = ctx.facts.get(CT.stacks)
-    return parse_stack_listing(out.stdout) if out is not None and out.rc == 0 else {}
+    return ctx.facts.get(CT.stacks) or {}
 
 
 def server_stack(ctx: StepContext) -> StackRecord:
@@ -76,8 +74,7 @@ def release_stack(ctx: StepContext, meta: dict[str, Any] | None) -> StackRecord:
     if isinstance(stack, dict) and stack.get("venv"):
         return StackRecord(str(stack.get("sha") or ""), str(stack["venv"]), str(stack.get("sglang_version") or ""),
                            str(stack.get("requirement") or ""))
-    out = ctx.facts.get(CT.sglang_version)
-    version = (out.stdout.strip() if out is not None and out.rc == 0 else "") or str(
+    version = ctx.facts.get(CT.sglang_version) or str(
         meta.get("sglang_version") or ctx.profile.sglang_version)
     return StackRecord("", ctx.profile.venv.rstrip("/"), version, requirement(version, ctx.profile.sglang_extras),
                        adopted=True)
@@ -94,10 +91,10 @@ def container_flag_check(ctx: StepContext, argv: list[str], venv: str | None = N
                             tag="DEPLOY_PROBE_EOF",
                             timeout=120, what="flag validation in the container")
     try:
-        data: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
+        data: dict[str, Any] = json.loads(res.last_line)
     except (json.JSONDecodeError, IndexError) as exc:
         raise RemoteError(f"flag validation in CT {ctx.vmid} printed no result: "
-                          f"{(res.stderr or res.stdout).strip()[-300:]}",
+                          f"{res.said(300)}",
                           fix=f"check that {ctx.ct.paths.venv_python(venv)} exists and sglang imports",
                           host=ctx.host.name) from exc
     schema = FlagSchema.from_dump(data["actions"], version=str(data.get("version"))) if data.get("actions") else None
@@ -129,8 +126,7 @@ def sglang_install(ctx: StepContext, record: StepRecord) -> None:
         return
     stack, base = profile_stack(ctx), ctx.profile.venv.rstrip("/")
     want = stack.sglang_version
-    out = ctx.facts.get(CT.sglang_version)
-    have = out.stdout.strip() if out is not None and out.rc == 0 and out.stdout.strip() else None
+    have = ctx.facts.get(CT.sglang_version)
     records = stack_records(ctx)
     record.details.update({"wanted": want, "installed": have, "requirement": stack.requirement,
                            "stack": stack.sha, "stacks": sorted(records)})
@@ -172,7 +168,7 @@ def write_record(ctx: StepContext, rec: StackRecord, then: str = "") -> str:
     res = ctx.ct.script(f"{write_record_command(rec)} || exit 1\n{then}", check=False, timeout=120,
                         what=f"record stack {rec.sha}")
     if res.rc != 0:
-        raise RemoteError(f"could not record stack {rec.sha} in CT {ctx.vmid}: {(res.stderr or res.stdout)[-300:]}",
+        raise RemoteError(f"could not record stack {rec.sha} in CT {ctx.vmid}: {res.said(300)}",
                           fix=f"check that {PATHS.stacks_dir} in the container is writable", host=ctx.host.name)
     return res.stdout
 
@@ -189,7 +185,7 @@ def pip_install(ctx: StepContext, command: str, stack: Stack, venv: str) -> None
                                f"--host {ctx.host.name}` again and review the diff of {ctx.profile.lock_file}; "
                                "otherwise find out who changed the index (a lock exists so this never goes unseen)"))
     if res.rc != 0:
-        raise RemoteError(f"pip install {stack.requirement} failed: {(res.stderr or res.stdout).strip()[-500:]}",
+        raise RemoteError(f"pip install {stack.requirement} failed: {res.said(500)}",
                           fix=("check the container's network or set container.pip_index_url to a reachable "
                                "index (air-gapped: a local mirror or wheelhouse); the server was not touched"),
                           host=ctx.host.name)
@@ -291,8 +287,7 @@ def hf_download_command(ctx: StepContext, *, token_file: bool = False) -> str:
 
 def weights_state(ctx: StepContext) -> WeightsState | None:
     """What the weights fact found (None: not read, e.g. the container is not running)."""
-    out = ctx.facts.get(CT.weights)
-    return parse_weights_check(out.stdout) if out is not None else None
+    return ctx.facts.get(CT.weights)
 
 
 @step("model_weights", ct_facts=(CT.weights,))
@@ -364,7 +359,7 @@ def model_weights(ctx: StepContext, record: StepRecord) -> None:
     if token_ref is not None:  # its own round trip: the token travels on stdin into a 0600 file
         res = ctx.ct.script(hf_token_script(token_ref.read()), timeout=60, what="hub token")
         if res.rc != 0:
-            raise RemoteError(f"could not write the hub token into CT {ctx.vmid}: {(res.stderr or res.stdout)[-300:]}",
+            raise RemoteError(f"could not write the hub token into CT {ctx.vmid}: {res.said(300)}",
                               fix=f"check that {PATHS.state_dir} in the container is writable", host=ctx.host.name)
     res = ctx.ct.run(hf_download_command(ctx, token_file=token_ref is not None), check=False, timeout=24 * 3600,
                      what="weights download", progress=lambda line: ctx.say(f"  download: {line}"))
@@ -375,7 +370,7 @@ def model_weights(ctx: StepContext, record: StepRecord) -> None:
         refresh_ct_facts(ctx, CT.weights)  # what the failed download left: named in the error
         left = weights_state(ctx)
         missing = f" ({left.missing_summary()} missing or short)" if left and left.missing else ""
-        summary = missing + f": {(res.stderr or res.stdout).strip()[-500:]}"
+        summary = missing + f": {res.said(500)}"
         raise download_error(out, DownloadContext(prof.weights_repo, prof.model_path,
                                                   token_ref.describe() if token_ref else None, spec.hf_endpoint,
                                                   ctx.host.name), summary, missing)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # types only: the modules that produce them import the steps 
     from orchestrator.parsers.bench import BenchResult
     from orchestrator.parsers.hostfacts import PveVersion
     from orchestrator.parsers.leftovers import LeftoverBench
+    from orchestrator.parsers.server_process import ServerProcess
     from orchestrator.parsers.watchdog import WatchdogStatus
     from orchestrator.render.bundle import Bundle
     from orchestrator.runlog import StepRecord
@@ -49,6 +50,7 @@ class ExpectedServer:
 
     release: str
     pid: int | None = None  # None: the point's first run (it learns the pid)
+    restarts: int | None = None  # systemd's NRestarts then: more now means the point's own server crashed
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ class ServerRun:
     installed: bool = False  # this run installed `release` (a new release id): its verdict must be written
     journal_cursor: str | None = None  # the unit's last journal entry before this start: health reads what follows
     previous: str | None = None  # the release current before this run installed `release` (the gate's reference)
-    pid: int | None = None  # bench with RunInputs.expect: the server process it checked and measured
+    measured: ServerProcess | None = None  # bench with RunInputs.expect: the server process it checked and measured
 
 
 @dataclass(frozen=True)

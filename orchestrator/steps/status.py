@@ -7,8 +7,8 @@ from typing import Any
 from orchestrator.errors import CheckFailed
 from orchestrator.facts import CT, HOST
 from orchestrator.layout import PATHS
-from orchestrator.locks import installed_dists, lock_drift
-from orchestrator.parsers.netaddr import net0_static_ip, parse_ip_addr
+from orchestrator.locks import lock_drift
+from orchestrator.parsers.netaddr import net0_static_ip
 from orchestrator.parsers.watchdog import parse_watchdog_fact, parse_watchdog_state
 from orchestrator.runlog import StepRecord
 from orchestrator.state.releases import parse_release_lines, read_releases_script
@@ -29,23 +29,7 @@ from orchestrator.steps.state import ServerStatus
 
 
 def gpu_power(ctx: StepContext) -> list[dict[str, float | int | None]]:
-    out = ctx.facts.find(HOST.gpu_power)
-    rows: list[dict[str, float | int | None]] = []
-    if out is None or out.rc != 0:
-        return rows
-
-    def num(x: str) -> float | None:
-        try:
-            return float(x)
-        except ValueError:
-            return None
-
-    for line in out.stdout.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 4 and parts[0].isdigit():
-            rows.append({"gpu": int(parts[0]), "power_w": num(parts[1]), "limit_w": num(parts[2]),
-                         "util_pct": num(parts[3])})
-    return rows
+    return ctx.facts.find(HOST.gpu_power) or []
 
 
 def container_state(ctx: StepContext) -> str:
@@ -61,10 +45,10 @@ WATCHDOG_MARK = "__DEPLOY_WATCHDOG_STATE__"
 
 def read_watchdog(ctx: StepContext) -> None:
     """The state file from the facts; "absent" when the watchdog never ran (not installed, or an older deploy)."""
-    out = ctx.facts.get(CT.watchdog_state)
+    read = ctx.facts.get(CT.watchdog_state)
     ctx_status = ctx.state.status
     if ctx_status is not None:
-        ctx_status.watchdog = parse_watchdog_fact(out.stdout if out is not None and out.rc == 0 else None)
+        ctx_status.watchdog = read if read is not None else parse_watchdog_fact(None)
 
 
 def stack_drift(ctx: StepContext, running: dict[str, Any] | None) -> list[str]:
@@ -76,8 +60,7 @@ def stack_drift(ctx: StepContext, running: dict[str, Any] | None) -> list[str]:
     if sha != want.sha:
         return [f"the running stack {sha or '(profile venv, unlocked)'} is not the profile's locked stack {want.sha} "
                 f"(`deploy up` builds it)"]
-    out = ctx.facts.get(CT.stack_dists)
-    return lock_drift(want.lock, installed_dists(out.stdout if out is not None else ""))
+    return lock_drift(want.lock, ctx.facts.get(CT.stack_dists) or {})
 
 
 @step("status", host_facts=(HOST.gpu_power, HOST.ct_status, *HARDWARE_FACTS),
@@ -105,7 +88,7 @@ def status(ctx: StepContext, record: StepRecord) -> None:
     meta = current_meta(ctx) or {}
     verdict = current_verdict(ctx) or {}
     info.release, info.active = state.release, state.active
-    info.health = health.stdout.strip() if health is not None else None
+    info.health = health
     info.release_created, info.release_source = meta.get("created_at"), meta.get("source")
     info.verdict, info.sglang_version = verdict.get("verdict"), meta.get("sglang_version")
     info.stack = meta.get("stack") if isinstance(meta.get("stack"), dict) else None
@@ -114,7 +97,7 @@ def status(ctx: StepContext, record: StepRecord) -> None:
     trial = tune_trial(ctx)
     info.tune_trial = str(trial["id"]) if trial else None
     addr = ctx.facts.get(CT.ct_address)
-    info.address = net0_static_ip(ctx.host.container.net0) or (parse_ip_addr(addr.stdout) if addr else None)
+    info.address = net0_static_ip(ctx.host.container.net0) or addr
     read_watchdog(ctx)
     record.details.update(info.to_dict())
     record.summary = (f"release {state.release or 'none'} ({info.verdict or 'unverified'}"

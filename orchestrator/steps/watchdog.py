@@ -26,8 +26,7 @@ def watchdog(ctx: StepContext, record: StepRecord) -> None:
     ensure_facts(ctx)
     if unknown_until_started(ctx, record, "the installed watchdog"):
         return
-    fact = ctx.facts.get(CT.watchdog)
-    installed = parse_installed(fact.stdout if fact is not None else "")
+    installed = ctx.facts.get(CT.watchdog) or parse_installed("")
     settings = ctx.profile.watchdog
     paths = ctx.ct.paths
     if not settings.enabled:
@@ -69,8 +68,8 @@ def watchdog(ctx: StepContext, record: StepRecord) -> None:
         {"remote_path": f.remote_path, "mode": f.mode_octal, "b64": base64.b64encode(f.content.encode()).decode()}
         for f in files])
     res = ctx.ct.script(script, check=False, timeout=60, what="install the watchdog")
-    if res.rc != 0 or res.stdout.strip().splitlines()[-1:] != ["active"]:
-        raise RemoteError(f"the watchdog did not start in CT {ctx.vmid}: {(res.stderr or res.stdout).strip()[-300:]}",
+    if res.rc != 0 or res.last_line != "active":
+        raise RemoteError(f"the watchdog did not start in CT {ctx.vmid}: {res.said(300)}",
                           fix="look at `systemctl status sglang-watchdog.timer` in the container",
                           host=ctx.host.name)
     record.summary = f"watchdog installed and started ({every})"

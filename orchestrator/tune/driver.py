@@ -23,6 +23,7 @@ from orchestrator.bench.run import BenchRun
 from orchestrator.bench.stats import Estimate
 from orchestrator.errors import CheckFailed, DeployError, HostChanged
 from orchestrator.inventory.models import Host, Inventory
+from orchestrator.parsers.server_process import ServerProcess
 from orchestrator.roll import RollResult, roll_host, rollback_host
 from orchestrator.runner import ProgressFn, run_playbook_to_end
 from orchestrator.state.ledger import Ledger
@@ -48,7 +49,7 @@ class TuneContext:
     tofu: bool = False
     started: float = 0.0
     #: each point's server process, as its first bench run of this session checked it (a later run must meet it)
-    pids: dict[str, int] = field(default_factory=dict)
+    measured: dict[str, ServerProcess] = field(default_factory=dict)  # by point label: the process its runs measured
 
     def options(self, command: str) -> RunOptions:
         return RunOptions(preset=self.record.preset, command=command, tofu=self.tofu)
@@ -65,7 +66,9 @@ def bench_at(ctx: TuneContext, point: PointRecord, concurrency: int, purpose: Li
     overrides = {"max-concurrency": str(concurrency), "num-prompts": str(prompts_for(ctx, concurrency))}
     # The bench step checks, before it measures, that the server is the point's release, run by the process
     # the point's earlier runs measured, with that release's flags (steps/checks.measured_server).
-    expect = (ExpectedServer(point.release, ctx.pids.get(point.label)) if point.release is not None else None)
+    seen = ctx.measured.get(point.label)
+    expect = (ExpectedServer(point.release, seen.pid if seen else None, seen.restarts if seen else None)
+              if point.release is not None else None)
     report = run_playbook_to_end("bench", ctx.host, ctx.inventory, ctx.options("deploy tune"),
                                  progress=ctx.progress, say=ctx.say,
                                  inputs=RunInputs(bench_points=(overrides,), expect=expect))
@@ -74,8 +77,8 @@ def bench_at(ctx: TuneContext, point: PointRecord, concurrency: int, purpose: Li
                                       f"{point.release}) did not measure: {report.failure.what}")
     if report.failure is not None:
         raise report.failure
-    if report.state.server.pid is not None:
-        ctx.pids[point.label] = report.state.server.pid
+    if report.state.server.measured is not None:
+        ctx.measured[point.label] = report.state.server.measured
     run: BenchRun = report.state.bench_runs[0]
     t = run.telemetry
     entry = RunEntry(run_id=run.run_id, concurrency=concurrency, purpose=purpose,

@@ -11,10 +11,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from orchestrator.parsers import ParseError
-from orchestrator.parsers.devices import nvidia_char_devices, parse_dev_listing
-from orchestrator.parsers.driver import parse_driver_version
+from orchestrator.parsers.devices import DeviceNode, nvidia_char_devices, parse_dev_listing
+from orchestrator.parsers.driver import loaded_driver_version
 from orchestrator.parsers.hostfacts import (
     IommuMode,
+    KernelCmdline,
+    LspciReport,
     PveVersion,
     parse_kernel_cmdline,
     parse_lspci,
@@ -35,6 +37,7 @@ __all__ = [
     "HostFacts",
     "doctor_findings",
     "host_facts_from_outputs",
+    "host_facts_from_values",
     "worst_status",
 ]
 
@@ -231,50 +234,71 @@ def host_facts_from_outputs(
     gpu_topology: str | None = None,
     boot_unit: str | None = None,
 ) -> HostFacts:
-    """Build HostFacts from the raw texts of one batched read (pure: the caller did the I/O).
+    """Build HostFacts from the raw texts of one batched read (pure: the caller did the I/O), with the parsers the
+    facts use (the doctor step itself reads the facts' values: `host_facts_from_values`).
 
     None for a text means "not read"; an empty `proc_driver_version` means the file is absent (driver not
-    loaded). ACS: when lspci's bus ranges place the GPUs, only redirect bridges above a GPU are reported
-    (others cannot affect P2P); otherwise every redirect bridge.
+    loaded).
     """
-    driver: str | None = None
-    if proc_driver_version:
-        try:
-            driver = parse_driver_version(proc_driver_version).version
-        except ParseError:
-            driver = None
-    uvm_present: bool | None = None
-    wanted_unit: str | None = None
-    if dev_listing is not None:
-        listed = parse_dev_listing(dev_listing)
-        uvm_present = any(n.path == "/dev/nvidia-uvm" and n.kind == "c" for n in listed)
-        wanted_unit = render_boot_unit(nvidia_char_devices(listed))
-    kc = parse_kernel_cmdline(cmdline) if cmdline is not None else None
-    bridges: tuple[str, ...] | None = None
-    pci_gpus: int | None = None
-    if lspci_vvv is not None:
-        report = parse_lspci(lspci_vvv)
-        pci_gpus = len(report.gpus)
-        placed = report.gpus and all(report.upstream_bridges(g.bdf) for g in report.gpus)
-        chosen = report.gpu_path_redirect_bridges() if placed else report.redirect_bridges
-        bridges = tuple(a.bdf for a in chosen)
     driver_gpus: int | None = None
-    if gpu_topology is not None:  # `nvidia-smi topo -m`: a row per GPU NVML enumerates, as `-L` lists them
+    if gpu_topology is not None:
         try:
             driver_gpus = len(parse_topo(gpu_topology).gpus)
         except ParseError:
             driver_gpus = 0
-    return HostFacts(
-        driver_version=driver,
-        uvm_node_present=uvm_present,
+    return host_facts_from_values(
+        driver_version=loaded_driver_version(proc_driver_version),
+        dev_nodes=parse_dev_listing(dev_listing) if dev_listing is not None else None,
         uvm_disable_hmm=parse_module_param_bool(uvm_hmm_param) if uvm_hmm_param is not None else None,
         uvm_disable_hmm_configured=parse_modprobe_uvm_hmm(modprobe_conf) if modprobe_conf is not None else None,
-        iommu=kc.iommu if kc else None,
-        pci_noacs=kc.pci_noacs if kc else False,
-        acs_redirect_bridges=bridges,
+        cmdline=parse_kernel_cmdline(cmdline) if cmdline is not None else None,
+        lspci=parse_lspci(lspci_vvv) if lspci_vvv is not None else None,
         pve_version=parse_pveversion(pveversion) if pveversion else None,
-        gpu_count_pci=pci_gpus,
         gpu_count_driver=driver_gpus,
         boot_unit=parse_boot_unit(boot_unit) if boot_unit is not None else None,
+    )
+
+
+def host_facts_from_values(
+    *,
+    driver_version: str | None = None,
+    dev_nodes: list[DeviceNode] | None = None,
+    uvm_disable_hmm: bool | None = None,
+    uvm_disable_hmm_configured: bool | None = None,
+    cmdline: KernelCmdline | None = None,
+    lspci: LspciReport | None = None,
+    pve_version: PveVersion | None = None,
+    gpu_count_driver: int | None = None,
+    boot_unit: BootUnitState | None = None,
+) -> HostFacts:
+    """Build HostFacts from the facts' parsed values (None: not read, or the fact says nothing).
+
+    ACS: when lspci's bus ranges place the GPUs, only redirect bridges above a GPU are reported (others cannot
+    affect P2P); otherwise every redirect bridge.
+    """
+    uvm_present: bool | None = None
+    wanted_unit: str | None = None
+    if dev_nodes is not None:
+        uvm_present = any(n.path == "/dev/nvidia-uvm" and n.kind == "c" for n in dev_nodes)
+        wanted_unit = render_boot_unit(nvidia_char_devices(dev_nodes))
+    bridges: tuple[str, ...] | None = None
+    pci_gpus: int | None = None
+    if lspci is not None:
+        pci_gpus = len(lspci.gpus)
+        placed = lspci.gpus and all(lspci.upstream_bridges(g.bdf) for g in lspci.gpus)
+        chosen = lspci.gpu_path_redirect_bridges() if placed else lspci.redirect_bridges
+        bridges = tuple(a.bdf for a in chosen)
+    return HostFacts(
+        driver_version=driver_version,
+        uvm_node_present=uvm_present,
+        uvm_disable_hmm=uvm_disable_hmm,
+        uvm_disable_hmm_configured=uvm_disable_hmm_configured,
+        iommu=cmdline.iommu if cmdline else None,
+        pci_noacs=cmdline.pci_noacs if cmdline else False,
+        acs_redirect_bridges=bridges,
+        pve_version=pve_version,
+        gpu_count_pci=pci_gpus,
+        gpu_count_driver=gpu_count_driver,
+        boot_unit=boot_unit,
         boot_unit_wanted=wanted_unit,
     )

@@ -10,6 +10,9 @@ one module do not depend on each other's faults while converged containers are k
 from __future__ import annotations
 
 import contextlib
+import json
+import signal
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -39,6 +42,27 @@ class FleetHarness:
     def state(self) -> Path:
         """Where fleet rolls keep their records (DEPLOY_STATE_DIR/fleet-rolls)."""
         return Path(self.env.env["DEPLOY_STATE_DIR"]) / "fleet-rolls"
+
+    def roll_killed_on(self, host: str, *args: str) -> None:
+        """`deploy roll group prod ARGS --batch 1 --skip-bench` SIGKILLed 1.5 s after its record shows `host` in
+        progress (an earlier host done, a later one untouched): the interrupted roll a resume test starts from."""
+        proc = self.env.popen("roll", "group", "prod", *args, "--batch", "1", "--skip-bench", lock_ttl_s=5)
+        try:
+            def started() -> bool:
+                for p in self.state.glob("fleetroll-*.json"):
+                    doc = json.loads(p.read_text())
+                    states = {x["host"]: x["state"] for x in doc["hosts"]}
+                    if doc["state"] == "running" and states[host] == "in_progress":
+                        return True
+                return False
+
+            assert until(started, 600), proc.stdout.read() if proc.stdout else ""
+            time.sleep(1.5)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
 
     def host_env(self, name: str) -> DeployEnv:
         """The fleet's environment, with `ssh`/`ct` reaching host `name`."""

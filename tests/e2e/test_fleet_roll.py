@@ -185,23 +185,7 @@ def test_wave_failure_with_rollback_all(fleet: RolledFleet) -> None:
 def test_an_interrupted_fleet_roll_is_refused_then_resumed_then_reverted(fleet: RolledFleet) -> None:
     a, b, c = fleet.names
     before = fleet.releases()
-    proc = fleet.env.popen("roll", "group", "prod", "--set", f"{FLAG}=6", "--batch", "1", "--skip-bench",
-                           lock_ttl_s=5)
-    try:
-        def second_host_started() -> bool:
-            for p in fleet.state.glob("fleetroll-*.json"):
-                doc = json.loads(p.read_text())
-                if doc["state"] == "running" and {h["host"]: h["state"] for h in doc["hosts"]}[b] == "in_progress":
-                    return True
-            return False
-
-        assert until(second_host_started, 600), proc.stdout.read() if proc.stdout else ""
-        time.sleep(1.5)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    fleet.roll_killed_on(b, "--set", f"{FLAG}=6")
     again = fleet.env.run("roll", "group", "prod", "--set", f"{FLAG}=7", "--skip-bench")
     assert again.rc == 2, again.text
     assert "did not finish" in again.stderr and "--resume" in again.stderr

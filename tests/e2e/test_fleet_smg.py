@@ -195,29 +195,10 @@ def _active(fleet: RoutedFleet, url: str) -> int:
 def test_a_roll_killed_behind_smg_resumes_and_every_host_is_back_in_selection(smg_fleet: RoutedFleet) -> None:
     """SIGKILL while the second host is rolled (drained out of smg by then, or about to be): the fleet still
     serves through smg, `roll group --resume` finishes the roll, and smg lists every host ready again."""
-    import signal
-
     fleet = smg_fleet
-    b = fleet.names[1]
     with ReadyWatch(fleet.router) as ready, Client(fleet.router) as client:
         assert until(lambda: client.ok >= 2, 60), client.failed[:5]
-        proc = fleet.env.popen("roll", "group", "prod", "--set", f"{FLAG}=5", "--batch", "1", "--skip-bench",
-                               lock_ttl_s=5)
-        try:
-            def second_host_started() -> bool:
-                for p in fleet.state.glob("fleetroll-*.json"):
-                    doc = json.loads(p.read_text())
-                    if doc["state"] == "running" and {h["host"]: h["state"] for h in doc["hosts"]}[b] == "in_progress":
-                        return True
-                return False
-
-            assert until(second_host_started, 600), proc.stdout.read() if proc.stdout else ""
-            time.sleep(1.5)
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        fleet.roll_killed_on(fleet.names[1], "--set", f"{FLAG}=5")
         killed_ok = client.ok
         assert until(lambda: client.ok >= killed_ok + 2, 60), client.failed[:5]  # still served, one host less
         res = fleet.env.run("--json", "roll", "group", "prod", "--resume", timeout=900)

@@ -188,10 +188,10 @@ def _read_until(proc: subprocess.Popen[str], seen: list[str], words: str, timeou
     return None
 
 
-def _start_tune(env: DeployEnv, seen: list[str]) -> tuple[subprocess.Popen[str], str]:
+def _start_tune(env: DeployEnv, seen: list[str], confirm: int = 1) -> tuple[subprocess.Popen[str], str]:
     """A one-point tune in the background, once it said its id."""
     proc = env.popen("tune", "host", env.host, "--slo", SLO, "--over", "max-running-requests=64", "--range",
-                     "16:64:16", "--preset", "tune", "--confirm", "1")
+                     "16:64:16", "--preset", "tune", "--confirm", str(confirm))
     first = _read_until(proc, seen, "tune t-", 120)
     assert first is not None, "".join(seen)
     return proc, first.split()[1]
@@ -237,7 +237,9 @@ def test_a_tune_owns_its_host_and_a_second_ctrl_c_lets_its_restore_finish(conver
     with (tmp_path / "stderr").open("w+") as stderr:
         head = subprocess.Popen([sys.executable, "-m", "orchestrator", "tune", "host", env.host, "--resume", tune_id],
                                 stdout=subprocess.PIPE, stderr=stderr, text=True, env=env.env, cwd=REPO)
-        assert _read_until(head, seen, "c=", 600) is not None, "".join(seen)
+        if _read_until(head, seen, "c=", 600) is None:
+            stderr.seek(0)
+            raise AssertionError("the resumed tune ended before its first run:\n" + "".join(seen) + stderr.read())
         assert head.stdout is not None
         head.stdout.close()
         rc = head.wait(timeout=300)
@@ -261,11 +263,12 @@ def assert_restored(env: DeployEnv, tune_id: str, original: str) -> None:
 def test_a_bench_run_of_a_tune_measures_only_its_points_server(converged: DeployEnv) -> None:
     """Issue 38 item 2: a server restarted under the tune (by hand, another machine, a watchdog) between two of
     its bench runs is not the process its point measured: the tune stops (host-changed) before it measures, and
-    files no figure of that run."""
+    files no figure of that run. The restart lands between two runs or during one (three confirm runs follow the
+    first line, so it lands before the point's last run ends): the run it cut is not the point's either."""
     env = converged
     add_preset(env)
     seen: list[str] = []
-    proc, tune_id = _start_tune(env, seen)
+    proc, tune_id = _start_tune(env, seen, confirm=3)
     assert _read_until(proc, seen, "[current] c=", 600) is not None, "".join(seen)
     pid = env.ct("systemctl show -p MainPID --value sglang").stdout.strip()
     env.ct("systemctl restart sglang")
@@ -280,3 +283,4 @@ def test_a_bench_run_of_a_tune_measures_only_its_points_server(converged: Deploy
     record = json.loads((Path(env.env["DEPLOY_STATE_DIR"]) / "tunes" / f"{tune_id}.json").read_text())
     runs = record["points"][0]["runs"]
     assert record["phase"] == "interrupted" and len(runs) == text.count("[current] c="), (runs, text)
+    assert record["points"][0]["status"] != "lost", record["points"][0]  # not the point's crash

@@ -183,7 +183,8 @@ def test_bench_client_is_the_routers_host_and_needs_a_managed_router() -> None:
 
 
 def test_router_facts_are_never_read_from_a_half_booted_container() -> None:
-    from orchestrator.errors import RemoteError
+    """The server's container's check (orchestrator.facts.split_settled): CheckFailed, with what the boot waits for."""
+    from orchestrator.errors import CheckFailed
     from orchestrator.facts import BOOT_UNSETTLED
     from orchestrator.remote.container import Container
     from orchestrator.remote.ssh import RemoteResult
@@ -200,7 +201,7 @@ def test_router_facts_are_never_read_from_a_half_booted_container() -> None:
     node = Node()
     spec = inventory({"runs_on": "gpu-1"}).router
     assert spec is not None
-    with pytest.raises(RemoteError) as err:
+    with pytest.raises(CheckFailed) as err:
         _read_facts(Container(node, 120), spec, ["--policy", "random"])  # type: ignore[arg-type]
     assert "CT 120 did not finish booting" in err.value.what and "'starting'" in err.value.what
     assert "systemctl is-system-running --wait" in node.sent[0]

@@ -22,7 +22,7 @@ from orchestrator.inventory.loader import load_inventory
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.parsers.sections import CommandOutput
 from orchestrator.remote.container import Container
-from orchestrator.remote.ssh import RemoteResult
+from orchestrator.remote.ssh import CommandGuard, RemoteResult
 from orchestrator.runlog import Metrics, StepRecord
 from orchestrator.steps import REGISTRY, load_all_steps
 from orchestrator.steps.base import RunOptions, StepContext
@@ -90,6 +90,9 @@ so a new or changed remote command never passes unnoticed on an empty "success".
     host_after: dict[str, Fact] = field(default_factory=dict)
     #: What the container prints instead of its facts when a just-started boot does not settle (None: it settles).
     ct_boot_unsettled: str | None = None
+    #: The host lease's guard and the connection count, as on SshHost (orchestrator.remote.container.Node).
+    guard: CommandGuard | None = None
+    generation: int = 0
 
     def answer(self, needle: str, stdout: str = "", rc: int = 0, stderr: str = "") -> None:
         self.rules.insert(0, (needle, RemoteResult(rc, stdout, stderr, 0.0)))
@@ -112,6 +115,9 @@ so a new or changed remote command never passes unnoticed on an empty "success".
 
     # -- the SshHost surface the steps use ------------------------------------------------------------
     def connect(self) -> None:
+        return None
+
+    def close(self) -> None:
         return None
 
     def run(self, command: str, *, stdin: str | None = None, timeout: float | None = None, check: bool = True,
@@ -195,12 +201,12 @@ def make_run(inventory: Inventory) -> Callable[..., StepRun]:
         profile = inventory.profile_for(host)
         node = FakeNode(host)
         ct = Container(node, host.container.vmid)
-        facts = Facts(node, host, profile, ct)  # type: ignore[arg-type]
+        facts = Facts(node, host, profile, ct)
         facts.host = {_known(HOST_FACTS, k): _as_output(v) for k, v in (host_facts or {}).items()}
         facts.ct = {_known(CT_FACTS, k): _as_output(v) for k, v in (ct_facts or {}).items()}
         facts.ct_running = ct_facts is not None
         facts.gathered = True
-        ctx = StepContext(host=host, profile=profile, inventory=inventory, ssh=node,  # type: ignore[arg-type]
+        ctx = StepContext(host=host, profile=profile, inventory=inventory, ssh=node,
                           metrics=node.metrics, facts=facts, options=RunOptions(dry_run=dry_run, **options), ct=ct,
                           say=lambda _msg: None, inputs=inputs or RunInputs())
         return StepRun(ctx, node)
