@@ -246,6 +246,8 @@ def bundle_for(ctx: StepContext, flags: FlagSet, release_id: str | None = None) 
 
 def baseline_bench(ctx: StepContext, preset: str) -> tuple[BenchResult, str] | None:
     """The newest plain run of the same preset on the current release, with its run id: the only fair baseline."""
+    from orchestrator.parsers.bench import BenchParseError, parse_bench_jsonl
+
     runs: list[tuple[str, str]] = ctx.facts.get(CT.current_bench) or []
     for name, record in reversed(runs):
         # Only a finished run's file: a killed run's temporary `….jsonl.partial` is never a baseline.
