@@ -4,39 +4,43 @@ PyYAML's own loaders keep the last of two equal keys without a word, so `vmid: 1
 one container block created CT 121, and a second host entry with the same name silently redirected the
 connection. Every YAML file the tool reads (inventory, playbooks, `roll --flags FILE`) goes through `load_yaml`,
 which refuses such a file naming the file, both lines and the key.
+
+A document decoded once is kept by its content (orchestrator/yamlcache.py), so PyYAML itself loads only
+when a text is new: the loader classes below are made on first use.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Hashable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-from yaml.nodes import MappingNode, Node
-
+from orchestrator import yamlcache as yaml_cache
 from orchestrator.errors import ConfigError
 from orchestrator.localfile import read_text_file
+
+if TYPE_CHECKING:
+    from yaml.nodes import Node
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 #: Nodes a document may hold once every alias is expanded. A real inventory or flag file has hundreds; an alias
 #: bomb ("billion laughs": nine anchors of nine aliases each) has hundreds of millions, and every later walk over
 #: the loaded data (a size check, a JSON dump) would expand them, for minutes and gigabytes.
 MAX_EXPANDED_NODES = 100_000
-_BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class DuplicateKeyError(yaml.constructor.ConstructorError):
+class DuplicateKeyError(Exception):
     """Two equal keys in one mapping; lines are 1-based."""
 
     def __init__(self, key: str, first_line: int, line: int) -> None:
         self.key = key
         self.first_line = first_line
         self.line = line
-        super().__init__(None, None, f"key {key!r} on line {line} repeats line {first_line}")
+        super().__init__(f"key {key!r} on line {line} repeats line {first_line}")
 
 
-class AliasBombError(yaml.YAMLError):
+class AliasBombError(Exception):
     """The document expands to more than MAX_EXPANDED_NODES nodes through its aliases."""
 
 
@@ -61,41 +65,66 @@ def expanded_nodes(root: Node) -> int:
     return sizes[id(root)]
 
 
-class UniqueKeyLoader(_BaseLoader):  # type: ignore[valid-type,misc]
+def base_loader() -> Any:
+    """libyaml's safe loader where PyYAML has it, else the pure-Python one."""
+    import yaml
+
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@functools.cache
+def unique_key_loader() -> Any:
     """SafeLoader that refuses a mapping holding the same key twice (merge keys `<<:` may still be overridden)
     and a document whose aliases expand past MAX_EXPANDED_NODES nodes, before constructing anything."""
+    from yaml.nodes import MappingNode
 
-    def get_single_data(self) -> Any:
-        node = self.get_single_node()
-        if node is None:
-            return None
-        size = expanded_nodes(node)
-        if size > MAX_EXPANDED_NODES:
-            raise AliasBombError(f"its aliases expand to more than {MAX_EXPANDED_NODES:,} nodes")
-        return self.construct_document(node)
+    class UniqueKeyLoader(base_loader()):  # type: ignore[misc]
+        def get_single_data(self) -> Any:
+            node = self.get_single_node()
+            if node is None:
+                return None
+            size = expanded_nodes(node)
+            if size > MAX_EXPANDED_NODES:
+                raise AliasBombError(f"its aliases expand to more than {MAX_EXPANDED_NODES:,} nodes")
+            return self.construct_document(node)
 
-    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Hashable, Any]:
-        seen: dict[object, int] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == _MERGE_TAG:
-                continue
-            key = self.construct_object(key_node, deep=True)
-            try:
-                first = seen.get(key)
-            except TypeError:
-                continue  # unhashable key: the base constructor reports it
-            line = key_node.start_mark.line + 1
-            if first is not None:
-                shown = key_node.value if isinstance(key_node.value, str) else repr(key)
-                raise DuplicateKeyError(shown, first, line)
-            seen[key] = line
-        return super().construct_mapping(node, deep=deep)
+        def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Hashable, Any]:
+            seen: dict[object, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == _MERGE_TAG:
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:
+                    continue  # unhashable key: the base constructor reports it
+                line = key_node.start_mark.line + 1
+                if first is not None:
+                    shown = key_node.value if isinstance(key_node.value, str) else repr(key)
+                    raise DuplicateKeyError(shown, first, line)
+                seen[key] = line
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
 
 
 def parse_yaml(text: str, source: str) -> Any:
-    """Decode YAML text; `source` (a path or a description) opens every error message."""
+    """Decode YAML text; `source` (a path or a description) opens every error message. A text decoded before
+    comes from the cache of decoded documents (orchestrator/yamlcache.py)."""
+    cached = yaml_cache.lookup(text)
+    if not yaml_cache.is_missing(cached):
+        return cached
+    data = decode_yaml(text, source)
+    yaml_cache.store(text, data)
+    return data
+
+
+def decode_yaml(text: str, source: str) -> Any:
+    """parse_yaml without the cache: PyYAML with the checks above."""
+    import yaml
+
     try:
-        return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader subclass: safe types only
+        return yaml.load(text, Loader=unique_key_loader())  # a SafeLoader subclass: safe types only
     except DuplicateKeyError as exc:
         raise ConfigError(f"{source}: line {exc.line}: key {exc.key!r} is given twice (first on line "
                           f"{exc.first_line}); YAML would silently keep only the last one",
@@ -118,8 +147,11 @@ def load_yaml(path: Path) -> Any:
 def key_line(path: Path, *keys: str) -> int | None:
     """1-based line of the mapping key reached by `keys` from the top of a YAML file; when the path ends early
     (a missing key), the line of the deepest key that is there; None when not even the first one is."""
+    import yaml
+    from yaml.nodes import MappingNode
+
     try:
-        node: Node | None = yaml.compose(path.read_text(encoding="utf-8"), Loader=_BaseLoader)
+        node: Node | None = yaml.compose(path.read_text(encoding="utf-8"), Loader=base_loader())
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
     line: int | None = None

@@ -1,4 +1,4 @@
-"""A real OpenSSH server per simulated host, so the tool's SSH code (fabric/paramiko, strict host keys) is tested
+"""A real OpenSSH server per simulated host, so the tool's SSH code (paramiko, strict host keys) is tested
 for real, and the host view that its sessions run in.
 
 A session must cost about what it costs on a real PVE host: sshd forks, root's shell runs the command. So the

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from orchestrator.cli.bench_cmd import print_ledger_runs
 from orchestrator.cli.common import (
     AppContext,
     all_inventories_option,
@@ -18,20 +17,16 @@ from orchestrator.cli.common import (
     tofu_option,
 )
 from orchestrator.cli.fleet import fleet_options
-from orchestrator.cli.router_view import router_view
 from orchestrator.cli.run import command_line, step_progress
 from orchestrator.commands.history import BenchRuns, HistoryRequest, ReleaseHistory, host_bench_runs, release_history
 from orchestrator.commands.result import HostRequest
 from orchestrator.commands.status import StatusResult, status_host
 from orchestrator.errors import ConfigError, DeployError
-from orchestrator.fleet.fleet_roll import fleet_roll, fleet_rollback
-from orchestrator.fleet.rollout import RollSpec
 from orchestrator.fleet.targets import parse_targets
 from orchestrator.hardware.state import HardwareState
 from orchestrator.inventory.models import Inventory
 from orchestrator.parsers.watchdog import WatchdogStatus
 from orchestrator.roll import RollOutcome, refused, roll_host, rollback_host, rollback_payload
-from orchestrator.state.ledger import Ledger
 from orchestrator.state.releases import RELEASE_ID
 from orchestrator.steps.base import RunOptions
 from orchestrator.steps.release import drift_line
@@ -39,6 +34,11 @@ from orchestrator.steps.state import RollRequest
 from orchestrator.ui.progress import StepPrinter, totals_line
 from orchestrator.ui.tables import Column, spec
 from orchestrator.yamlfile import load_yaml
+
+# The fleet roll, the router's view, the bench ledger and its table load in the commands that use them: every
+# single-host `status` imports this module, and they cost it ~0.1 s of CPU (tests/unit/test_lazy_imports.py).
+if TYPE_CHECKING:
+    from orchestrator.fleet.engine import HostOutcome
 
 
 def _flags_file(path: str) -> dict[str, Any]:
@@ -108,6 +108,9 @@ def roll(app: AppContext, target: tuple[str, ...], sets: tuple[str, ...], unsets
     e.g. `deploy roll host 10.1.230.174 --set num-continuous-decode-steps=8`;
     a fleet: `deploy roll group prod --set K=V --canary 1 --batch 25% --max-unavailable 1 [--rollback-all]`
     """
+    from orchestrator.fleet.fleet_roll import fleet_roll
+    from orchestrator.fleet.rollout import RollSpec
+
     targets = parse_targets(target, all_hosts=all_hosts)
     fleet_only = {"--canary": canary is not None, "--batch": batch is not None,
                   "--max-unavailable": max_unavailable is not None, "--rollback-all": rollback_all,
@@ -202,6 +205,8 @@ def rollback(app: AppContext, target: tuple[str, ...], to_release: str | None, a
     if targets.fleet:
         if to_release:
             raise ConfigError("--to names one host's release", fix="use it with `deploy rollback host X --to ID`")
+        from orchestrator.fleet.fleet_roll import fleet_rollback
+
         return fleet_rollback(app, targets, tofu=tofu, drain_timeout_s=drain_timeout, force=force)
     host = resolve_host(app, target)
     printer = app.step_printer()
@@ -223,6 +228,14 @@ def status_on(inventory: Inventory, name: str, options: dict[str, Any], printer:
     """One host of a fleet `status`: the typed single-host read the command itself makes."""
     return status_host(inventory, HostRequest(inventory.find_host(name), options["tofu"]), progress=printer,
                        say=printer.say)
+
+
+def router_view(app: AppContext, outcomes: list[HostOutcome],
+                options: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """A fleet `status`: the router's view beside the hosts (orchestrator.cli.router_view)."""
+    from orchestrator.cli.router_view import router_view as view
+
+    return view(app, outcomes, options)
 
 
 @click.command("status")
@@ -348,6 +361,8 @@ def history_on(inventory: Inventory, name: str, options: dict[str, Any], printer
                ) -> ReleaseHistory | BenchRuns:
     """One host of a fleet `history`: its releases, or (`--bench`) its runs in the local ledger."""
     if options["bench"]:
+        from orchestrator.state.ledger import Ledger
+
         ledger = Ledger()
         return host_bench_runs(ledger, inventory.find_host(name).name, options["limit"])
     releases_only(options["all_inventories"])
@@ -371,6 +386,8 @@ def history(app: AppContext, target: tuple[str, ...], bench: bool, limit: int, a
     inventory); `--all-inventories` lists every run in it.
     """
     if bench:
+        from orchestrator.cli.bench_cmd import print_ledger_runs
+
         return print_ledger_runs(app, target, limit, all_inventories)
     releases_only(all_inventories)
     host = resolve_host(app, target)

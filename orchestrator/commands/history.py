@@ -5,15 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.parsers.watchdog import WatchdogStatus
 from orchestrator.runlog import StepRecord
 from orchestrator.runner import ProgressFn, run_playbook
-from orchestrator.state.ledger import HostEvent, Ledger, RunRecord
 from orchestrator.steps.base import RunOptions
 from orchestrator.steps.state import RunInputs
+
+if TYPE_CHECKING:  # the ledger (sqlite3, the bench models) loads in `history`, not in every `status`
+    from orchestrator.state.ledger import HostEvent, Ledger, RunRecord
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,8 @@ class ReleaseHistory(Listing):
 def release_history(inventory: Inventory, request: HistoryRequest, *, progress: ProgressFn | None = None,
                     say: Callable[[str], None] | None = None) -> ReleaseHistory:
     """Read one host's releases; a failed read raises its DeployError."""
+    from orchestrator.state.ledger import Ledger
+
     report = run_playbook("history", request.host, inventory,
                           RunOptions(tofu=request.tofu, command="deploy history"),
                           progress=progress, say=say, inputs=RunInputs(history_limit=request.limit))

@@ -9,11 +9,11 @@ from __future__ import annotations
 import functools
 from enum import StrEnum
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from orchestrator.errors import ConfigError
 from orchestrator.resources import xid_catalog_file
+from orchestrator.yamlfile import parse_yaml
 
 
 class Action(StrEnum):
@@ -77,9 +77,10 @@ class XidCatalog(BaseModel):
 
 def parse_catalog(text: str, where: str = "xid.yaml") -> XidCatalog:
     """The catalog from its YAML text; a broken file is a ConfigError naming it."""
+    data = parse_yaml(text, f"the Xid catalog {where}")  # libyaml, keys once: every run reads the catalog
     try:
-        cat = XidCatalog.model_validate(yaml.safe_load(text))
-    except (yaml.YAMLError, ValidationError) as exc:
+        cat = XidCatalog.model_validate(data)
+    except ValidationError as exc:
         raise ConfigError(f"the Xid catalog {where} is invalid: {exc}",
                           fix="reinstall deploy (the catalog ships in the package)") from exc
     codes = [r.code for r in cat.rules]

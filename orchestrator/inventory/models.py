@@ -288,11 +288,11 @@ class GoldenPrompt(StrictModel):
 
 def shipped_golden_prompts() -> list[GoldenPrompt]:
     """The golden prompts shipped in the package (orchestrator/gates/golden.yaml)."""
-    import yaml  # at call time: only a profile without its own prompts reads the shipped file
-
     from orchestrator.resources import golden_prompts_file
+    from orchestrator.yamlfile import parse_yaml  # the one YAML reader: libyaml, keys once, decoded once
 
-    return [GoldenPrompt.model_validate(p) for p in yaml.safe_load(golden_prompts_file().read_text())]
+    path = golden_prompts_file()
+    return [GoldenPrompt.model_validate(p) for p in parse_yaml(path.read_text(), str(path))]
 
 
 class CorrectnessGate(StrictModel):

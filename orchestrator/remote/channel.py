@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import paramiko
+from orchestrator.remote.paramiko_import import paramiko
 
 #: After the exit status, how long to read on for the command's last output before EOF (something the command
 #: left running may hold its stdout open).

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import ssl
 import sys
 import time
 import warnings
@@ -46,6 +45,8 @@ def warn_unverified(host: Host) -> None:
 
 def is_certificate_error(exc: BaseException) -> bool:
     """requests' SSLError (or an ssl error under it) for a certificate the client does not trust."""
+    import ssl  # here: loaded by the API client when it connects; a converged run makes no API call
+
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(seen):

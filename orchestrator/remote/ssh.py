@@ -1,4 +1,4 @@
-"""The SSH adapter: the only module that talks to paramiko/fabric.
+"""The SSH adapter: the only module that talks to paramiko.
 
 Strict host key checking is the default: an unknown or changed host key is refused with the fingerprint and the
 fix. `tofu=True` (the user's explicit `--tofu`) accepts and records a first-seen key. Every remote command goes
@@ -20,13 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-import paramiko
-from fabric import Connection
-
 from orchestrator.errors import RemoteError
 from orchestrator.inventory.models import Host
 from orchestrator.parsers.sections import CommandOutput, batch_failure, build_batch_script, split_batch_output
 from orchestrator.remote.channel import ChannelTimeout, LatestLine, read_channel
+from orchestrator.remote.paramiko_import import paramiko
 from orchestrator.runlog import Metrics
 
 # paramiko's transport thread logs a failed handshake at ERROR with its traceback ("Exception (client): Error
@@ -153,6 +151,11 @@ def open_tcp(address: str, port: int, timeout_s: float) -> socket.socket:
     return sock
 
 
+def _is_active(client: paramiko.SSHClient) -> bool:
+    transport = client.get_transport()
+    return transport is not None and transport.is_active()
+
+
 def unreachable(exc: OSError, address: str, port: int, timeout_s: float) -> tuple[str, str, str]:
     """(cause, reason, fix) of a TCP connect that failed.
 
@@ -192,7 +195,7 @@ class SshHost:
         self.host = host
         self.metrics = metrics or Metrics()
         self.tofu = tofu
-        self._conn: Connection | None = None
+        self._conn: paramiko.SSHClient | None = None
         #: Set by the host lock: every command then proves in its own round trip that the run holds the lock,
         #: which is what makes a reconnect safe (a new connection has no lock of its own to lose).
         self.guard: CommandGuard | None = None
@@ -205,12 +208,12 @@ class SshHost:
         path = self.host.ssh.known_hosts or Path("~/.ssh/known_hosts")
         return path.expanduser()
 
-    def connect(self) -> Connection:
+    def connect(self) -> paramiko.SSHClient:
         with self._connect_lock:  # the lock's keep-alive thread may reconnect at the same time as the run
             return self._connect()
 
-    def _connect(self) -> Connection:
-        if self._conn is not None and self._conn.is_connected:
+    def _connect(self) -> paramiko.SSHClient:
+        if self._conn is not None and _is_active(self._conn):
             return self._conn
         self.host.require_configured()
         ssh = self.host.ssh
@@ -219,14 +222,12 @@ class SshHost:
                                              "auth_timeout": ssh.connect_timeout_s}
         if ssh.key_file is not None:
             connect_kwargs["key_filename"] = str(ssh.key_file.expanduser())
-        conn = Connection(self.host.address, user=ssh.user, port=ssh.port, connect_timeout=ssh.connect_timeout_s,
-                          connect_kwargs=connect_kwargs)
-        client = conn.client
+        client = paramiko.SSHClient()
         known = self._known_hosts()
         hosts = load_known_hosts(known, client.get_host_keys())
         client.set_missing_host_key_policy(_HostKeyPolicy(hosts, tofu=self.tofu))
         try:
-            self._open(conn)
+            self._open(client, connect_kwargs)
         except paramiko.BadHostKeyException as exc:
             raise RemoteError(
                 f"host key of {self.host.address}:{ssh.port} CHANGED: got {exc.key.get_name()} "
@@ -273,17 +274,19 @@ class SshHost:
                               host=self.host.name, step="connect", details={"cause": cause}) from exc
         self.metrics.ssh_connects += 1
         self.generation += 1
-        self._conn = conn
-        return conn
+        self._conn = client
+        return client
 
-    def _open(self, conn: Connection) -> None:
-        """Handshake over our own TCP_NODELAY socket (open_tcp); a failed handshake closes it."""
-        sock = open_tcp(self.host.address, self.host.ssh.port, self.host.ssh.connect_timeout_s)
-        conn.connect_kwargs["sock"] = sock
+    def _open(self, client: paramiko.SSHClient, connect_kwargs: dict[str, object]) -> None:
+        """Handshake over our own TCP_NODELAY socket (open_tcp); a failed handshake closes it. paramiko's client
+        itself, not a wrapper that would read ssh_config and config files first (fabric did, for nothing)."""
+        ssh = self.host.ssh
+        sock = open_tcp(self.host.address, ssh.port, ssh.connect_timeout_s)
         try:
-            conn.open()
+            client.connect(self.host.address, port=ssh.port, username=ssh.user, timeout=ssh.connect_timeout_s,
+                           sock=sock, **connect_kwargs)
         except BaseException:
-            conn.client.close()
+            client.close()
             sock.close()
             raise
 
@@ -308,14 +311,14 @@ class SshHost:
         command and checks its answer, a timeout, a dropped connection and a failed exit code (with `check`)
         become RemoteErrors that say what ran.
         """
-        conn = self.connect()
+        client = self.connect()
         self.metrics.round_trip()
         start = time.monotonic()
         label = what or "remote command"
         guard = self.guard
         if guard is not None:
             command = guard.wrap(command)
-        transport = conn.client.get_transport()
+        transport = client.get_transport()
         try:
             if transport is None or not transport.is_active():
                 raise paramiko.SSHException("transport is not active")

@@ -12,12 +12,6 @@ from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.facts import CT, HOST, Fact, Facts, Read
 from orchestrator.parsers.p2p import P2PMatrix
 from orchestrator.parsers.topo import TopoMatrix
-from orchestrator.probes.p2p_bandwidth import (
-    p2p_bandwidth_verdict,
-    parse_p2p_probe,
-    probe_argv,
-    probe_script_source,
-)
 from orchestrator.runlog import StepRecord
 from orchestrator.scripts import render_script
 from orchestrator.steps.base import StepContext, step
@@ -129,6 +123,13 @@ def verify_p2p(ctx: StepContext, record: StepRecord) -> None:
 
 def bandwidth_probe(ctx: StepContext, size_mib: int) -> dict[str, Any]:
     """Ship the probe into the container, run it with the venv's torch, judge pairs by link type."""
+    from orchestrator.probes.p2p_bandwidth import (  # here: the probe runs on request, never in a converged run
+        p2p_bandwidth_verdict,
+        parse_p2p_probe,
+        probe_argv,
+        probe_script_source,
+    )
+
     path = ctx.ct.paths.p2p_probe_path
     body = render_script("p2p_bandwidth.sh.j2", path=path, source=probe_script_source(),
                          probe_argv=probe_argv(ctx.ct.paths.venv_python(ctx.profile.venv), path, size_mib=size_mib))

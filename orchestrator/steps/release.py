@@ -21,21 +21,17 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, LockLost, RemoteError
 from orchestrator.facts import CT, health_code_command
 from orchestrator.facts.container import json_object
 from orchestrator.flags import FlagSchema, FlagSet, canonicalize, diff_flags, with_secret_values
-from orchestrator.parsers.bench import BenchParseError, BenchResult, parse_bench_jsonl
 from orchestrator.redact import REDACTED, SECRET_REF
 from orchestrator.render.bundle import Bundle, render_bundle
 from orchestrator.render.service import launch_argv, public_flags, secret_flags
 from orchestrator.render.watchdog import check_now_script
 from orchestrator.runlog import StepRecord
-from orchestrator.state.ledger import run_started
 from orchestrator.state.releases import (
     ReleaseBundle,
     activate_script,
@@ -50,7 +46,9 @@ from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.software import release_stack, server_stack, stack_records
 from orchestrator.steps.state import BaselineEvidence, Candidate, FlagDrift, Rollback
 from orchestrator.steps.waiting import waiting_for
-from orchestrator.verdicts.regression import gate as regression_gate
+
+if TYPE_CHECKING:  # bench results, the ledger and the gate load where a bench's figures are judged
+    from orchestrator.parsers.bench import BenchResult
 
 RELEASE_FACTS = (CT.current_meta, CT.current_verdict, CT.current_flags, CT.current_bench, CT.unit_sha, CT.active,
                  CT.current_release, CT.releases, CT.main_pid, CT.health, CT.sglang_version)
@@ -134,6 +132,8 @@ def _with_secrets(ctx: StepContext, stored: dict[str, Any], release_dir: str, wh
                   given: Iterable[str]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     if SECRET_REF in stored.values():
+        import yaml  # here: a release's secrets file is read only where a flag refers to it (never cached)
+
         path = f"{release_dir}/secrets.yaml"
         res = ctx.ct.run(f"cat {shlex.quote(path)}", check=False, timeout=60, what="read the secret flags")
         try:
@@ -246,6 +246,8 @@ def bundle_for(ctx: StepContext, flags: FlagSet, release_id: str | None = None) 
 
 def baseline_bench(ctx: StepContext, preset: str) -> tuple[BenchResult, str] | None:
     """The newest plain run of the same preset on the current release, with its run id: the only fair baseline."""
+    from orchestrator.parsers.bench import BenchParseError, parse_bench_jsonl
+
     runs: list[tuple[str, str]] = ctx.facts.get(CT.current_bench) or []
     for name, record in reversed(runs):
         # Only a finished run's file: a killed run's temporary `….jsonl.partial` is never a baseline.
@@ -261,6 +263,8 @@ def usable_baseline(ctx: StepContext, preset: str, release: str
                     ) -> tuple[BenchResult | None, BaselineEvidence | None, str]:
     """The stored baseline a roll's gate may use, its evidence, and otherwise why there is none: no plain run of
     the preset on `release`, or the newest is older than the profile's `baseline_max_age_h`."""
+    from orchestrator.state.ledger import run_started
+
     found = baseline_bench(ctx, preset)
     if found is None:
         return None, None, f"no plain run of preset {preset} on {release}"
@@ -569,6 +573,8 @@ def gate(ctx: StepContext, record: StepRecord) -> None:
     threshold = (request.threshold_pct if request and request.threshold_pct else
                  ctx.profile.regression_threshold_pct)
     gated = tuple((request.gate_metrics if request else ()) or ctx.profile.gate_metrics)
+    from orchestrator.verdicts.regression import gate as regression_gate
+
     result = regression_gate(run.result, baseline, noise_pct=float(threshold),
                              accept_regression=bool(request and request.accept_regression),
                              min_output_throughput=ctx.profile.min_output_throughput, gated=gated)

@@ -32,6 +32,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -115,9 +116,10 @@ def write_private(path: Path, text: str) -> None:
     path.chmod(0o600)
 
 
-def ansible_inventory(info: SimHostInfo, inventory_dir: Path, files: Path) -> Path:
-    """The Ansible inventory for the simulated host, from deploy's inventory (same host, profile and paths), and the
-    expected files beside it, read from the converged host."""
+def converged_vars(info: SimHostInfo, inventory_dir: Path, files: Path) -> dict[str, Any]:
+    """What a peer tool's converged checks need to know about the simulated host, from deploy's inventory (same
+    host, profile and paths), and the expected files written into `files`, read from the converged host: the
+    Ansible playbook's host vars and pyinfra's host data (tests/perf/pyinfra_compare.py) alike."""
     inv = load_inventory(inventory_dir)
     host = inv.hosts[info.name]
     profile = inv.profile_for(host)
@@ -145,11 +147,7 @@ def ansible_inventory(info: SimHostInfo, inventory_dir: Path, files: Path) -> Pa
     address = parse_ip_addr(node.run(f"pct exec {vmid} -- {address_command(ifname)}"))
     if address is None:
         raise RuntimeError(f"CT {vmid} has no address on {ifname}")
-    hostvars = {
-        "ansible_host": info.address, "ansible_port": info.ssh_port, "ansible_user": "root",
-        "ansible_ssh_private_key_file": str(info.key_file),
-        "ansible_ssh_common_args": f"-o UserKnownHostsFile={info.known_hosts} -o StrictHostKeyChecking=yes",
-        "ansible_python_interpreter": "/usr/bin/python3",
+    return {
         "files_dir": str(files), "vmid": vmid, "pve_node": host.pve.node, "ct_hostname": host.container.hostname,
         "template_storage": host.container.template_storage, "driver_installer": host.container.driver_installer,
         "expected_gpus": host.container.expected_gpus, "ct_address": address, "sglang_port": profile.port,
@@ -159,6 +157,17 @@ def ansible_inventory(info: SimHostInfo, inventory_dir: Path, files: Path) -> Pa
         "state_dir": PATHS.state_dir, "current_link": PATHS.current_link, "releases_dir": PATHS.releases_dir,
         "watchdog_files": watchdog, "smoke_prompt": profile.smoke.prompt, "smoke_regex": profile.smoke.expect_regex,
         "smoke_max_tokens": profile.smoke.max_tokens, "smoke_timeout": int(profile.smoke.timeout_s),
+    }
+
+
+def ansible_inventory(info: SimHostInfo, inventory_dir: Path, files: Path) -> Path:
+    """The Ansible inventory for the simulated host: its connection and converged_vars."""
+    hostvars = {
+        "ansible_host": info.address, "ansible_port": info.ssh_port, "ansible_user": "root",
+        "ansible_ssh_private_key_file": str(info.key_file),
+        "ansible_ssh_common_args": f"-o UserKnownHostsFile={info.known_hosts} -o StrictHostKeyChecking=yes",
+        "ansible_python_interpreter": "/usr/bin/python3",
+        **converged_vars(info, inventory_dir, files),
     }
     hosts_file = files.parent / "hosts.yml"
     hosts_file.write_text(yaml.safe_dump({"pve": {"hosts": {info.name: hostvars}}}, sort_keys=False))

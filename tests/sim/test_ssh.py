@@ -69,7 +69,7 @@ def test_tool_connection_turns_nagle_off(sim: Any) -> None:
     host = load_inventory([EXAMPLE_INVENTORY, sim.host_dir.parent.parent]).find_host(sim.name)
     with SshHost(host) as ssh:
         assert ssh.run("hostname").stdout == f"{sim.node}\n"
-        transport = ssh.connect().client.get_transport()
+        transport = ssh.connect().get_transport()
         assert transport is not None
         assert transport.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
 

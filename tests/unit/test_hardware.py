@@ -132,3 +132,12 @@ def test_a_lost_gpu_keeps_its_number_from_the_pci_order() -> None:
 def test_unread_sensors_are_said_not_guessed() -> None:
     state = judge_hardware(kernel_log=None, smi_q=None, links=None)
     assert state.unread == ("kernel log", "nvidia-smi -q", "PCIe links") and not state.fatal
+
+
+def test_catalog_refuses_a_key_given_twice() -> None:
+    """The catalog is read as every YAML file is (orchestrator.yamlfile): a key written twice in a rule is refused,
+    where yaml.safe_load kept the last one silently (and parsed in pure Python, ~0.02 s of CPU every run)."""
+    text = ("catalog: x\nrules:\n  - {code: 13, mnemonic: M, meaning: m, nvidia: RESTART_APP, action: restart_unit,"
+            " action: isolate_gpu, source: s}\n")
+    with pytest.raises(ConfigError, match="given twice"):
+        parse_catalog(text)

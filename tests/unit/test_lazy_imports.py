@@ -30,3 +30,37 @@ def test_help_imports_nothing_heavy() -> None:
     top = imported_by("--help")
     assert "click" in top and "orchestrator" in top  # the parse above read the real list
     assert not top & set(HEAVY), sorted(top & set(HEAVY))
+
+
+#: What a single-host `up`, `plan` or `status` loads that none of them uses in a converged run (issue 41): fabric and
+#: invoke (paramiko.config imports invoke whenever it is installed; invoke brings unittest.mock and asyncio), requests
+#: (only a webhook post, the router and the PVE API use it), and the bench, its ledger and the P2P bandwidth probe.
+UNUSED_BY_A_CONVERGED_RUN = ("fabric", "invoke", "unittest", "asyncio", "requests", "urllib3", "sqlite3",
+                             "orchestrator.bench.run", "orchestrator.state.ledger", "orchestrator.probes.p2p_bandwidth",
+                             "orchestrator.verdicts.regression", "orchestrator.parsers.bench")
+
+
+def test_a_single_host_run_loads_only_what_it_uses() -> None:
+    """The modules every single-host `up`/`plan`/`status` loads before it connects: its command module, the runner,
+    the SSH adapter and every step of the playbooks. Read in a fresh interpreter (sys.modules afterwards), because
+    the modules reached through importlib.import_module never show in -X importtime."""
+    code = ("import sys; import orchestrator.cli.up_cmd, orchestrator.cli.roll_cmd, orchestrator.remote.ssh; "
+            "from orchestrator.steps import load_all_steps; load_all_steps(); print(' '.join(sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          check=True)
+    loaded = set(proc.stdout.split())
+    assert "paramiko" in loaded and "orchestrator.steps.checks" in loaded  # the list above is the real one
+    tops = {name.split(".")[0] for name in loaded}
+    assert not {m for m in UNUSED_BY_A_CONVERGED_RUN if m in loaded or m in tops}, sorted(
+        m for m in UNUSED_BY_A_CONVERGED_RUN if m in loaded or m in tops)
+
+
+def test_the_process_leaves_its_objects_to_the_exit() -> None:
+    """`deploy`'s main freezes the collector as it ends, so the interpreter's teardown does not walk every object of
+    the loaded modules again (issue 41); read by an atexit handler, which runs after main has returned."""
+    code = ("import atexit, gc, sys; atexit.register(lambda: print('frozen', gc.get_freeze_count() > 0)); "
+            "sys.argv = ['deploy', '--help']; from orchestrator.cli import main; main()")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 0 and "Usage: deploy" in proc.stdout, proc.stdout + proc.stderr
+    assert "frozen True" in proc.stdout
