@@ -28,7 +28,6 @@ router must reach it (its own request counter advances).
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -37,23 +36,17 @@ from dataclasses import dataclass
 import requests
 
 from orchestrator.errors import CheckFailed, RemoteError
+from orchestrator.probes.watchdog_probe import IN_FLIGHT_GAUGES, metric_sum
 from orchestrator.router.checks import Reach, generate_error, reach_through_router
 from orchestrator.router.client import RouterClient, RouterWorker
 from orchestrator.router.serving import HEALTH_TIMEOUT_S, Removal, ask, judge
 
-IN_FLIGHT_GAUGES = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+([-+0-9.eEinfaINF]+)")
-
 
 def in_flight(metrics_text: str) -> int | None:
-    """Running + queued requests from sglang's /metrics text; None when neither gauge is there. Pure."""
-    total, seen = 0.0, False
-    for line in metrics_text.splitlines():
-        m = _SAMPLE.match(line)
-        if m and m.group(1) in IN_FLIGHT_GAUGES:
-            total += float(m.group(2))
-            seen = True
-    return int(total) if seen else None
+    """Running + queued requests from sglang's /metrics text; None when neither gauge is there. Pure: the
+    watchdog's own reading (it runs in the container, standard library only), so both count the same requests."""
+    total = metric_sum(metrics_text, IN_FLIGHT_GAUGES)
+    return int(total) if total is not None else None
 
 
 @dataclass
