@@ -415,7 +415,16 @@ def roll_back_to(ctx: StepContext, release: str, record: StepRecord, *, reason: 
     return seconds
 
 
-def restore_interrupted(ctx: StepContext, record: StepRecord) -> str | None:
+@dataclass(frozen=True)
+class InterruptedRoll:
+    """An interrupted roll's unverified candidate found current, and its predecessor that replaces it."""
+
+    candidate: str
+    previous: str
+    restored: bool  # False: a dry run, which only says it would restore `previous`
+
+
+def restore_interrupted(ctx: StepContext, record: StepRecord) -> InterruptedRoll | None:
     """If the current release is an interrupted roll's candidate, bring back its predecessor.
 
     Only a run that changes the host does it (it holds the host lock): a dry run, a plan or a fleet preflight
@@ -431,7 +440,7 @@ def restore_interrupted(ctx: StepContext, record: StepRecord) -> str | None:
         record.details["would_restore"] = {"release": prev, "candidate": cand}
         record.status = "would-change"
         ctx.say(note)
-        return None
+        return InterruptedRoll(cand, prev, restored=False)
     record.changes.append(f"restored {prev} (release {cand} was an interrupted roll's unverified candidate)")
     record.status = "changed"
     write_verdict(ctx, cand, {"verdict": "abandoned", "reason": "the roll was interrupted before its gate",
@@ -439,7 +448,7 @@ def restore_interrupted(ctx: StepContext, record: StepRecord) -> str | None:
     roll_back_to(ctx, prev, record, reason=f"{cand} was never verified (interrupted roll)")
     ctx.state.rolled_back.append(Rollback(to=prev, candidate=cand, reason="interrupted"))
     ctx.facts.gather((), RELEASE_FACTS, what="re-reading release facts")
-    return prev
+    return InterruptedRoll(cand, prev, restored=True)
 
 
 def unverified_up_release(ctx: StepContext) -> str | None:

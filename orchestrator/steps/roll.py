@@ -73,7 +73,7 @@ def resolve_release(ctx: StepContext, record: StepRecord) -> None:
     if request is None:
         raise ConfigError("resolve_release needs a roll request (deploy roll --set/--unset/--flags)",
                           fix="run it through `deploy roll`", host=ctx.host.name)
-    restore_interrupted(ctx, record)
+    interrupted = restore_interrupted(ctx, record)
     state = installed_state(ctx)
     if state.release is None:
         raise CheckFailed("no release is installed yet: nothing to roll from", fix="run deploy up first",
@@ -82,8 +82,8 @@ def resolve_release(ctx: StepContext, record: StepRecord) -> None:
     # A plan over an interrupted roll's candidate: the real run restores that candidate's predecessor first and
     # rolls from it, so the plan does too (else a fleet preflight would call the host "already on" the candidate's
     # flags and skip it, leaving the never-verified candidate current).
-    restoring = record.details.get("would_restore")
-    from_release = str(restoring["release"]) if restoring else state.release
+    restoring = interrupted is not None and not interrupted.restored
+    from_release = interrupted.previous if interrupted is not None and restoring else state.release
     given = requested_names(request, schema)
     stored = release_flags(ctx, from_release, given) if restoring else installed_flags(ctx, given=given)
     try:
