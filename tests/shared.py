@@ -7,8 +7,11 @@ a missing capture is a broken checkout, so it fails the test instead of skipping
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+from orchestrator.parsers.sections import CommandOutput
 from orchestrator.resources import example_inventory_dir
+from orchestrator.verdicts.host import HostFacts
 
 #: The example inventory shipped in the package; tests never read the checkout's ./inventory (the demo's).
 EXAMPLE_INVENTORY = example_inventory_dir()
@@ -20,3 +23,18 @@ H200_NVLINK = NVIDIA_SMI / "h200x2-nvlink"  # 2x H200 NV18, driver 580.159.04: t
 def fixture(rel: str) -> str:
     """The text of tests/fixtures/<rel>."""
     return (FIXTURES / rel).read_text()
+
+
+def doctor_host_facts(outputs: dict[Any, str | CommandOutput]) -> HostFacts:
+    """HostFacts as the doctor step builds them: each output read by its own fact's parser (a text is an exit-0
+    stdout; a fact left out was not read), through steps.host.host_facts, the one path from outputs to HostFacts."""
+    from orchestrator.facts import Facts
+    from orchestrator.inventory.loader import load_inventory
+    from orchestrator.steps.host import host_facts
+
+    inv = load_inventory(EXAMPLE_INVENTORY)
+    host = inv.hosts["pve-gpu-1"]
+    facts = Facts(None, host, inv.profile_for(host))  # type: ignore[arg-type]  # nothing is gathered here
+    facts.host = {fact.name: out if isinstance(out, CommandOutput) else CommandOutput(0, out, "")
+                  for fact, out in outputs.items()}
+    return host_facts(facts)

@@ -10,22 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from orchestrator.parsers import ParseError
-from orchestrator.parsers.devices import DeviceNode, nvidia_char_devices, parse_dev_listing
-from orchestrator.parsers.driver import loaded_driver_version
+from orchestrator.parsers.devices import DeviceNode, nvidia_char_devices
 from orchestrator.parsers.hostfacts import (
     IommuMode,
     KernelCmdline,
     LspciReport,
     PveVersion,
-    parse_kernel_cmdline,
-    parse_lspci,
-    parse_modprobe_uvm_hmm,
-    parse_module_param_bool,
-    parse_pveversion,
 )
-from orchestrator.parsers.topo import parse_topo
-from orchestrator.render.boot_unit import UNIT_NAME, UNIT_PATH, BootUnitState, parse_boot_unit, render_boot_unit
+from orchestrator.render.boot_unit import UNIT_NAME, UNIT_PATH, BootUnitState, render_boot_unit
 
 __all__ = [
     "ACS_FIX_TAIL",
@@ -36,7 +28,6 @@ __all__ = [
     "Finding",
     "HostFacts",
     "doctor_findings",
-    "host_facts_from_outputs",
     "host_facts_from_values",
     "worst_status",
 ]
@@ -220,43 +211,6 @@ def worst_status(findings: list[Finding]) -> FindingStatus:
     """fail > warn > ok: the doctor's exit status."""
     statuses = {x.status for x in findings}
     return "fail" if "fail" in statuses else "warn" if "warn" in statuses else "ok"
-
-
-def host_facts_from_outputs(
-    *,
-    proc_driver_version: str | None = None,
-    dev_listing: str | None = None,
-    uvm_hmm_param: str | None = None,
-    modprobe_conf: str | None = None,
-    cmdline: str | None = None,
-    lspci_vvv: str | None = None,
-    pveversion: str | None = None,
-    gpu_topology: str | None = None,
-    boot_unit: str | None = None,
-) -> HostFacts:
-    """Build HostFacts from the raw texts of one batched read (pure: the caller did the I/O), with the parsers the
-    facts use (the doctor step itself reads the facts' values: `host_facts_from_values`).
-
-    None for a text means "not read"; an empty `proc_driver_version` means the file is absent (driver not
-    loaded).
-    """
-    driver_gpus: int | None = None
-    if gpu_topology is not None:
-        try:
-            driver_gpus = len(parse_topo(gpu_topology).gpus)
-        except ParseError:
-            driver_gpus = 0
-    return host_facts_from_values(
-        driver_version=loaded_driver_version(proc_driver_version),
-        dev_nodes=parse_dev_listing(dev_listing) if dev_listing is not None else None,
-        uvm_disable_hmm=parse_module_param_bool(uvm_hmm_param) if uvm_hmm_param is not None else None,
-        uvm_disable_hmm_configured=parse_modprobe_uvm_hmm(modprobe_conf) if modprobe_conf is not None else None,
-        cmdline=parse_kernel_cmdline(cmdline) if cmdline is not None else None,
-        lspci=parse_lspci(lspci_vvv) if lspci_vvv is not None else None,
-        pve_version=parse_pveversion(pveversion) if pveversion else None,
-        gpu_count_driver=driver_gpus,
-        boot_unit=parse_boot_unit(boot_unit) if boot_unit is not None else None,
-    )
 
 
 def host_facts_from_values(

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.facts import HOST
 from orchestrator.parsers.hostfacts import PveVersion
+from orchestrator.parsers.sections import CommandOutput
 from orchestrator.verdicts.host import (
     HMM_FIX,
     UVM_FIX,
     Finding,
     HostFacts,
     doctor_findings,
-    host_facts_from_outputs,
     worst_status,
 )
-from tests.shared import fixture
+from tests.shared import doctor_host_facts, fixture
 
 ASUS = "host/rtx-pro-6000-x8-asus"
 
@@ -119,16 +120,16 @@ def test_worst_status() -> None:
 
 def test_facts_from_real_captures() -> None:
     smi = "nvidia-smi/h200x2-nvlink"
-    facts = host_facts_from_outputs(
-        proc_driver_version=fixture(f"{smi}/proc-driver-version.txt"),
-        dev_listing=fixture(f"{smi}/ls-dev-nvidia.txt"),
-        uvm_hmm_param="N\n",
-        modprobe_conf="options nvidia NVreg_PreserveVideoMemoryAllocations=1\n",
-        cmdline=fixture(f"{ASUS}/proc-cmdline.txt"),
-        lspci_vvv=fixture(f"{ASUS}/lspci-vvv.txt"),
-        pveversion="pve-manager/9.1.2/abcdef (running kernel: 6.17.2-1-pve)\n",
-        gpu_topology=fixture(f"{smi}/topo-m.txt"),
-    )
+    facts = doctor_host_facts({
+        HOST.driver_version: fixture(f"{smi}/proc-driver-version.txt"),
+        HOST.dev_listing: fixture(f"{smi}/ls-dev-nvidia.txt"),
+        HOST.uvm_hmm: "N\n",
+        HOST.modprobe: "options nvidia NVreg_PreserveVideoMemoryAllocations=1\n",
+        HOST.cmdline: fixture(f"{ASUS}/proc-cmdline.txt"),
+        HOST.lspci_acs: fixture(f"{ASUS}/lspci-vvv.txt"),
+        HOST.pveversion: "pve-manager/9.1.2/abcdef (running kernel: 6.17.2-1-pve)\n",
+        HOST.topo: fixture(f"{smi}/topo-m.txt"),
+    })
     assert facts.driver_version == "580.159.04"
     assert facts.uvm_node_present is True
     assert facts.iommu == "off"
@@ -148,8 +149,11 @@ def test_facts_acs_from_grepped_lspci_without_bus_ranges() -> None:
         "\t\tACSCtl:\tSrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-\n"
         "01:00.0 3D controller: NVIDIA Corporation Device 2bb5 (rev a1)\n"
     )
-    facts = host_facts_from_outputs(lspci_vvv=grepped, dev_listing="ls: cannot access '/dev/nvidia*'\n",
-                                    proc_driver_version="")
+    facts = doctor_host_facts({
+        HOST.lspci_acs: grepped,
+        HOST.dev_listing: CommandOutput(2, "", "ls: cannot access '/dev/nvidia*': No such file or directory\n"),
+        HOST.driver_version: CommandOutput(1, "", "cat: /proc/driver/nvidia/version: No such file or directory\n"),
+    })
     assert facts.acs_redirect_bridges == ("0000:00:01.1",)
     assert facts.uvm_node_present is False
     checks = by_check(doctor_findings(facts))
@@ -162,11 +166,12 @@ def test_the_driver_gpu_count_comes_from_the_topology_matrix_one_row_per_gpu() -
     """The doctor counts the driver's GPUs from `topo -m` (read anyway for the P2P check): the same count as the
     `-L` list of the same box, and "unknown" or 0 where `-L` gave those."""
     for smi in ("nvidia-smi/h200x2-nvlink", "nvidia-smi/h200x2-device"):  # captures of both, one box each
-        topo = host_facts_from_outputs(gpu_topology=fixture(f"{smi}/topo-m.txt")).gpu_count_driver
+        topo = doctor_host_facts({HOST.topo: fixture(f"{smi}/topo-m.txt")}).gpu_count_driver
         listed = [line for line in fixture(f"{smi}/list.txt").splitlines() if line.startswith("GPU ")]
         assert topo == len(listed) == 2
-    bare = host_facts_from_outputs(gpu_topology=fixture("nvidia-smi/rtx-pro-6000-x8-bare/topo-m.txt"))
+    bare = doctor_host_facts({HOST.topo: fixture("nvidia-smi/rtx-pro-6000-x8-bare/topo-m.txt")})
     assert bare.gpu_count_driver == 8
-    assert host_facts_from_outputs(gpu_topology=None).gpu_count_driver is None  # not read (the command failed)
     nvml = "Failed to initialize NVML: Driver/library version mismatch\n"
-    assert host_facts_from_outputs(gpu_topology=nvml).gpu_count_driver == 0
+    assert doctor_host_facts({}).gpu_count_driver is None  # not read
+    assert doctor_host_facts({HOST.topo: CommandOutput(18, nvml, "")}).gpu_count_driver is None  # the command failed
+    assert doctor_host_facts({HOST.topo: nvml}).gpu_count_driver == 0  # exit 0 with no matrix: none enumerated

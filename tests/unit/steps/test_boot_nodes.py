@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+from orchestrator.facts import HOST
 from orchestrator.parsers.devices import nvidia_char_devices, parse_dev_listing
 from orchestrator.render.boot_unit import SEPARATOR, UNIT_NAME, render_boot_unit
-from orchestrator.verdicts.host import BOOT_UNIT_FIX, UVM_FIX, doctor_findings, host_facts_from_outputs
+from orchestrator.verdicts.host import BOOT_UNIT_FIX, UVM_FIX, doctor_findings
+from tests.shared import doctor_host_facts
 
 LISTING = """\
 crw-rw-rw- 1 root root 195,   0 Nov 30 10:00 /dev/nvidia0
@@ -42,7 +44,8 @@ def test_the_unit_runs_nvidia_modprobe_for_every_node_before_pve_guests() -> Non
 
 
 def _finding(boot_unit: str) -> tuple[str, str, str]:
-    found = {f.check: f for f in doctor_findings(host_facts_from_outputs(dev_listing=LISTING, boot_unit=boot_unit))}
+    found = {f.check: f for f in doctor_findings(doctor_host_facts({HOST.dev_listing: LISTING,
+                                                                      HOST.boot_unit: boot_unit}))}
     f = found["boot-nodes-unit"]
     return f.status, f.observed, f.fix
 
