@@ -26,8 +26,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tests.perf.ansible_compare import MAX_RUNS, timed  # noqa: E402
-from tests.perf.one_host import template_host  # noqa: E402
+from ansible_compare import MAX_RUNS, timed  # noqa: E402
+from one_host import template_host  # noqa: E402
 
 PROBE = REPO / "tests" / "perf" / "client_probe.py"
 IMPORT_LINE = re.compile(r"import time:\s+(\d+) \|\s+\d+ \|\s*(\S+)")

@@ -5,10 +5,10 @@ with `deploy up --skip-bench`, then times interleaved pairs (the order flips eve
 shared cores weighs on both alike):
 - deploy's converged `up --skip-bench`: wall, the client's CPU (user + system of the child process) and its SSH
   round trips (its --json totals);
-- `pyinfra -y INVENTORY tests/perf/pyinfra/converged.py`: the checks of tests/perf/ansible/converged.yml written
-  the pyinfra way (one check operation each, facts for every read, deploy's own files rendered and compared, health
-  and smoke through `pct exec -- curl`), strict host keys against the simulated host's known_hosts file, its
-  commands counted by the deploy file (one SSH round trip each);
+- `pyinfra -y INVENTORY tests/perf/pyinfra_deploy/converged_checks.py`: the checks of
+  tests/perf/ansible/converged.yml written the pyinfra way (one check operation each, facts for every read,
+  deploy's own files rendered and compared, health and smoke through `pct exec -- curl`), strict host keys
+  against the simulated host's known_hosts file, its commands counted by the deploy file (one SSH round trip each);
 - beside them, `deploy status host H` and `deploy plan host H` of the same round.
 Prints the medians, the paired ratios deploy/pyinfra (the median of each round's ratio), the load average of every
 round and the exact commands. Nothing is asserted: this is a measurement.
@@ -35,12 +35,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from ansible_compare import MAX_RUNS, Series, Timed, converged_vars, timed, uptime  # noqa: E402
+
 from simulator.manager import SimHostInfo, sim_down, sim_up  # noqa: E402
 from tests.e2e import site_template  # noqa: E402
 from tests.e2e.conftest import installed_like_environ, make_env  # noqa: E402
-from tests.perf.ansible_compare import MAX_RUNS, Series, Timed, converged_vars, timed, uptime  # noqa: E402
 
-DEPLOY_FILE = REPO / "tests" / "perf" / "pyinfra" / "converged.py"
+DEPLOY_FILE = REPO / "tests" / "perf" / "pyinfra_deploy" / "converged_checks.py"
 PYINFRA_VENV = Path("/var/cache/deploy-perf/pyinfra-3")
 PYINFRA_REQUIREMENT = "pyinfra>=3,<4"
 

@@ -1,7 +1,7 @@
 """Issue 41's pyinfra side: the converged checks of tests/perf/ansible/converged.yml, written the pyinfra way.
 
-Run by tests/perf/pyinfra_compare.py (`pyinfra -y INVENTORY.py converged.py`), whose inventory carries the host data
-(tests/perf/ansible_compare.py's converged_vars: the same host, profile, paths and expected files as the Ansible
+Run by tests/perf/pyinfra_compare.py (`pyinfra -y INVENTORY.py converged_checks.py`), whose inventory carries the host
+data (tests/perf/ansible_compare.py's converged_vars: the same host, profile, paths and expected files as the Ansible
 playbook's host vars); never run it against a real host. One `python.call` check operation per task of the playbook,
 in its order, each reading what it judges through facts (`Command`, `Sha256File`, `File`) at execution time and
 raising on a mismatch, so a failed check fails the host and pyinfra's exit. The expected unit, env, boot unit and
