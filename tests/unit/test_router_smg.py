@@ -197,7 +197,14 @@ def test_the_drain_waits_on_the_server_once_smg_dropped_a_worker_that_still_runs
     count then says nothing, and the server's own gauge is waited on."""
     router, (a, _b, _c) = smg
     router.window_s, router.active[a.url], a.running = 0.2, 1, 1
-    threading.Timer(0.8, lambda: setattr(a, "running", 0)).start()
+
+    def finish_after_removal() -> None:  # 0.8 s after smg took the DELETE, however long the safety check took
+        while a.url not in router.deleted_at:
+            time.sleep(0.01)
+        time.sleep(0.8)
+        a.running = 0
+
+    threading.Thread(target=finish_after_removal, daemon=True).start()
     result = _drainer(router).drain(a.url)
     assert a.url not in router.workers
     assert result.router_drain_s is not None and result.router_drain_s >= 0.75
