@@ -17,11 +17,12 @@ import hashlib
 import json
 import shlex
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.layout import PATHS
 from orchestrator.locks import Lock
+from orchestrator.patches import Patch, patches_sha
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,9 @@ class Stack:
     index_options: str = ""
     #: Every distribution with its sha256 (`deploy lock`): installed with --require-hashes, part of the identity.
     lock: Lock | None = None
+    #: Unified diffs applied to the venv's site-packages once pip is done (`patches:`): their content is part of the
+    #: identity, so a changed or added patch is another stack (orchestrator/patches.py).
+    patches: tuple[Patch, ...] = ()
 
     @property
     def sha(self) -> str:
@@ -40,6 +44,8 @@ class Stack:
         body: dict[str, str] = {"requirement": self.requirement, "index": self.index_options.strip()}
         if self.lock is not None:
             body["lock"] = self.lock.sha
+        if self.patches:
+            body["patches"] = patches_sha(self.patches)
         identity = json.dumps(body, sort_keys=True)
         return hashlib.sha256(identity.encode()).hexdigest()[:12]
 
@@ -67,25 +73,36 @@ class StackRecord:
     built_at: str = ""
     #: The sglang version pip's record in the venv names now (None: the venv is gone or holds no sglang).
     installed: str | None = None
+    #: The patch files applied when it was built (as the profile names them), and the sha256 of every file they
+    #: patched (path relative to site-packages), read back after applying: `status`/`plan` compare them.
+    patches: tuple[str, ...] = ()
+    patched: dict[str, str] = field(default_factory=dict)
 
     @property
     def usable(self) -> bool:
         return self.installed == self.sglang_version
 
     def record_json(self) -> str:
-        return json.dumps({"sha": self.sha, "venv": self.venv, "sglang_version": self.sglang_version,
-                           "requirement": self.requirement, "adopted": self.adopted, "built_at": self.built_at},
-                          sort_keys=True)
+        body: dict[str, Any] = {"sha": self.sha, "venv": self.venv, "sglang_version": self.sglang_version,
+                                "requirement": self.requirement, "adopted": self.adopted, "built_at": self.built_at}
+        if self.patches:
+            body.update(patches=list(self.patches), patched=self.patched)
+        return json.dumps(body, sort_keys=True)
 
     def to_meta(self) -> dict[str, Any]:
         """What a release records of the stack it runs (meta.json's `stack`)."""
-        return {"sha": self.sha, "venv": self.venv, "sglang_version": self.sglang_version,
-                "requirement": self.requirement}
+        meta: dict[str, Any] = {"sha": self.sha, "venv": self.venv, "sglang_version": self.sglang_version,
+                                "requirement": self.requirement}
+        if self.patches:
+            meta["patches"] = list(self.patches)
+        return meta
 
 
-def record_for(stack: Stack, venv: str, *, adopted: bool, built_at: str) -> StackRecord:
+def record_for(stack: Stack, venv: str, *, adopted: bool, built_at: str,
+               patched: Mapping[str, str] | None = None) -> StackRecord:
     return StackRecord(stack.sha, venv, stack.sglang_version, stack.requirement, adopted, built_at,
-                       installed=stack.sglang_version)
+                       installed=stack.sglang_version, patches=tuple(p.name for p in stack.patches),
+                       patched=dict(patched or {}))
 
 
 def parse_stack_listing(text: str) -> dict[str, StackRecord]:
@@ -99,10 +116,13 @@ def parse_stack_listing(text: str) -> dict[str, StackRecord]:
             continue
         if not isinstance(data, dict) or not data.get("sha") or not data.get("venv"):
             continue
+        patched = data.get("patched")
+        patched = patched if isinstance(patched, dict) else {}
         out[str(data["sha"])] = StackRecord(
             str(data["sha"]), str(data["venv"]), str(data.get("sglang_version") or ""),
             str(data.get("requirement") or ""), bool(data.get("adopted")), str(data.get("built_at") or ""),
-            installed.strip() or None)
+            installed.strip() or None, tuple(str(p) for p in data.get("patches") or ()),
+            {str(k): str(v) for k, v in patched.items()})
     return out
 
 

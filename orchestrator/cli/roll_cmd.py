@@ -263,6 +263,8 @@ def status(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
             app.out.line(f"stack: {stack_cell({'stack': info.stack})} in {info.stack.get('venv')}")
         if info.stack_drift:
             app.out.line(f"stack drift against the lock: {', '.join(info.stack_drift)}")
+        for line in info.patch_drift:
+            app.out.line(f"patched file changed: {line} (docs/troubleshooting.md#a-patched-file-changed)")
         if info.drift:
             app.out.line(f"drift: {drift_line(info.drift, host.profile)}")
         if info.tune_trial:

@@ -23,6 +23,7 @@ from orchestrator.parsers.topo import parse_topo
 from orchestrator.parsers.watchdog import RESULT_MARK as WATCHDOG_RESULT_MARK
 from orchestrator.parsers.watchdog import parse_installed, parse_watchdog_fact
 from orchestrator.parsers.weights import RECORD_PATH, parse_weights_check
+from orchestrator.patches import PATCHED_FILES_PROGRAM, parse_patched_files
 from orchestrator.scripts import render_script
 from orchestrator.stacks import parse_stack_listing
 from orchestrator.state.releases import current_release, parse_release_ids
@@ -31,7 +32,8 @@ from orchestrator.state.releases import current_release, parse_release_ids
 #: python3 + python3-venv (the venv sglang lives in; ensurepip brings pip), curl (health facts and probes),
 #: ca-certificates (https indexes, mirrors and the model hub). Checked in the facts round trip, installed by
 #: the ct_packages step.
-CT_PACKAGES = ("ca-certificates", "curl", "python3", "python3-venv")
+#: `patch` (GNU patch, priority optional: not in a stock debian-12/13-standard template) applies stack patches.
+CT_PACKAGES = ("ca-certificates", "curl", "patch", "python3", "python3-venv")
 #: The watchdog's files as the `watchdog` fact lists them (orchestrator.render.watchdog writes them).
 WATCHDOG_FILES = (PATHS.watchdog_script, PATHS.watchdog_config, PATHS.watchdog_unit_path, PATHS.watchdog_timer_path)
 
@@ -80,6 +82,14 @@ def stacks_listing_command() -> str:
             "2>/dev/null | head -n 1)\"; done; fi")
 
 
+def stack_patched_command() -> str:
+    """Every stack record with patched files: each file's sha256 as recorded and as it is in the venv now (one
+    JSON line). Python runs only when a record has patched files (a grep first): most containers have none."""
+    records = f"{q(PATHS.stacks_dir)}/*.json"
+    return (f"if grep -qs '\"patched\"' {records}; then python3 -c {q(PATCHED_FILES_PROGRAM)} "
+            f"{q(PATHS.stacks_dir)}; fi; true")
+
+
 def json_object(out: CommandOutput) -> dict[str, Any] | None:
     """A file holding one JSON object (a release's meta.json, verdict.json, flags.json); None when absent/invalid."""
     if out.rc != 0 or not out.stdout.strip():
@@ -119,6 +129,10 @@ class CT:
     #: The software stacks built or adopted in the container (orchestrator/stacks.py), by sha.
     stacks = CtFact("stacks", lambda h, p: stacks_listing_command(),
                     lambda o: parse_stack_listing(o.stdout) if o.rc == 0 else {})
+    #: Each patched stack's patched files: sha256 recorded at the build and now (a file changed behind the tool's
+    #: back, orchestrator/patches.py).
+    stack_patched = CtFact("stack_patched", lambda h, p: stack_patched_command(),
+                           lambda o: parse_patched_files(o.stdout) if o.rc == 0 else {})
     #: What pip's records in the current release's stack venv say is installed (stack drift against its lock).
     stack_dists = CtFact("stack_dists", lambda h, p: current_stack_dists_command(), of_stdout(installed_dists))
     # Complete weights, not just config.json: every file of deploy's record of the download (with sizes), or the

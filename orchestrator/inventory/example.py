@@ -16,10 +16,12 @@ from orchestrator.inventory.loader import inventory_files
 from orchestrator.localfile import write_file
 from orchestrator.resources import example_inventory_dir
 
+#: The documented example patch (docs/stacks.md#patches): shipped beside the profiles that may name it.
+AUTOTUNE_PATCH = "patches/sglang-autotune-flashinfer-cutlass.patch"
 #: Every file of the example, in the order `deploy init` reports them.
-EXAMPLE_FILES = ("hosts.yaml", "profiles.yaml", "presets.yaml")
+EXAMPLE_FILES = ("hosts.yaml", "profiles.yaml", "presets.yaml", AUTOTUNE_PATCH)
 #: What a simulated host's entry needs besides itself: the profile it names and that profile's bench preset.
-SERVER_FILES = ("profiles.yaml", "presets.yaml")
+SERVER_FILES = ("profiles.yaml", "presets.yaml", AUTOTUNE_PATCH)
 
 
 def write_example(directory: Path, names: Sequence[str] = EXAMPLE_FILES) -> list[Path]:
@@ -32,6 +34,7 @@ def write_example(directory: Path, names: Sequence[str] = EXAMPLE_FILES) -> list
         directory.mkdir(parents=True, exist_ok=True)
         for name in names:
             target = directory / name
+            target.parent.mkdir(parents=True, exist_ok=True)
             write_file(target, (example_inventory_dir() / name).read_text())
             written.append(target)
     except OSError as exc:

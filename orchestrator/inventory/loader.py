@@ -19,6 +19,7 @@ from orchestrator.flags.schema import FlagSchema, ResolveError
 from orchestrator.inventory.models import Inventory, ServerProfile
 from orchestrator.localfile import read_text_file
 from orchestrator.locks import parse_lock
+from orchestrator.patches import parse_patch
 from orchestrator.yamlfile import key_line, load_yaml
 
 SECTIONS = ("hosts", "profiles", "presets", "groups")
@@ -109,7 +110,7 @@ def load_inventory(dirs: str | Path | list[Path]) -> Inventory:
     except ValidationError as exc:
         raise _validation_error(exc, origin, dir_list) from None
     _check_flag_spellings(inventory, origin)
-    return with_locks(inventory, dir_list, origin)
+    return with_patches(with_locks(inventory, dir_list, origin), origin)
 
 
 #: Where a profile's lock lives, relative to an inventory directory (`deploy lock` writes it).
@@ -140,6 +141,37 @@ def with_locks(inventory: Inventory, dir_list: list[Path], origin: Mapping[tuple
                               fix=f"run `deploy lock {name} --host HOST` again after changing the pin (and review "
                                   "the diff), or remove the stale lock file")
         profiles[name] = profile.model_copy(update={"lock_file": str(path), "lock_text": text})
+    return inventory.model_copy(update={"profiles": profiles})
+
+
+def with_patches(inventory: Inventory, origin: Mapping[tuple[str, str], Path]) -> Inventory:
+    """Each profile's `patches:` read from the inventory directory of the file that defines the profile and parsed
+    here (before any remote change): a missing, unreadable or malformed patch is a ConfigError naming it."""
+    profiles = dict(inventory.profiles)
+    for name, profile in inventory.profiles.items():
+        where = _at(origin[("profiles", name)], "profiles", name, "patches")
+        if profile.patch_texts:
+            raise ConfigError(f"{where}: patch_texts is not an inventory key",
+                              fix="list the patch files under `patches:`; the loader reads them")
+        if not profile.patches:
+            continue
+        base = origin[("profiles", name)].parent
+        texts: dict[str, str] = {}
+        for entry in profile.patches:
+            if Path(entry).is_absolute():
+                raise ConfigError(f"{where}: patch {entry} is an absolute path",
+                                  fix="keep patch files with the inventory (e.g. patches/NAME.patch) and name them "
+                                      "relative to its directory")
+            if entry in texts:
+                raise ConfigError(f"{where}: patch {entry} is listed twice", fix="list each patch file once")
+            path = base / entry
+            if not path.exists():
+                raise ConfigError(f"{where}: patch file {path} does not exist",
+                                  fix=f"put the patch at {path} (patch paths are relative to {base})")
+            text = read_text_file(path, "patch file")
+            parse_patch(text, entry)  # refused here, not on the host
+            texts[entry] = text
+        profiles[name] = profile.model_copy(update={"patch_texts": texts})
     return inventory.model_copy(update={"profiles": profiles})
 
 

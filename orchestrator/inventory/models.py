@@ -388,6 +388,12 @@ class ServerProfile(StrictModel):
     #: the stack's lock (orchestrator/locks.py; `deploy lock` writes it).
     lock_file: str | None = None
     lock_text: str | None = None
+    #: Unified diffs applied to the stack venv's site-packages when the stack is built, in this order: paths relative
+    #: to the inventory directory of the file that defines the profile (shipped with it). Their content is part of
+    #: the stack's identity: a changed or added patch builds another stack (docs/stacks.md#patches).
+    patches: list[str] = Field(default_factory=list)
+    #: Set by the inventory loader, never written in YAML: each patch's text by its name in `patches`.
+    patch_texts: dict[str, str] = Field(default_factory=dict)
     smoke: SmokeCheck = Field(default_factory=SmokeCheck)
     correctness: CorrectnessGate = Field(default_factory=CorrectnessGate)
     watchdog: WatchdogSettings = Field(default_factory=WatchdogSettings)

@@ -11,10 +11,19 @@ from typing import Any
 from orchestrator.errors import CheckFailed, ConfigError, RemoteError
 from orchestrator.facts import CT, sglang_version_command
 from orchestrator.flags.schema import FlagSchema
-from orchestrator.inventory.models import hf_token_for
+from orchestrator.inventory.models import ServerProfile, hf_token_for
 from orchestrator.layout import PATHS
 from orchestrator.locks import hash_mismatches, parse_lock
 from orchestrator.parsers.weights import RECORD_PATH, WeightsState, parse_download_output
+from orchestrator.patches import (
+    NOT_APPLIED_RC,
+    Patch,
+    apply_script,
+    not_applied_error,
+    parse_patch,
+    patch_drift,
+    read_apply_output,
+)
 from orchestrator.render.pip_index import pip_index_options
 from orchestrator.resources import flags_probe_source, probe_text
 from orchestrator.runlog import StepRecord
@@ -44,14 +53,21 @@ class FlagCheck:
     schema: FlagSchema | None
 
 
-def profile_stack(ctx: StepContext, version: str | None = None) -> Stack:
-    """The stack the profile names (at `version` instead of its pin: the stack an older venv holds)."""
+def profile_patches(profile: ServerProfile) -> tuple[Patch, ...]:
+    """The profile's patches in its order (the loader read and checked them)."""
+    return tuple(parse_patch(profile.patch_texts[name], name) for name in profile.patches
+                 if name in profile.patch_texts)
+
+
+def profile_stack(ctx: StepContext, version: str | None = None, *, bare: bool = False) -> Stack:
+    """The stack the profile names (at `version` instead of its pin: the stack an older venv holds; `bare`: the
+    plain requirement, as pip filled a venv without the lock or patches)."""
     want = version or ctx.profile.sglang_version
     prof = ctx.profile
-    lock = (parse_lock(prof.lock_text, prof.lock_file or "lock")
-            if prof.lock_text is not None and want == prof.sglang_version else None)
+    pinned = want == prof.sglang_version and not bare
+    lock = parse_lock(prof.lock_text, prof.lock_file or "lock") if prof.lock_text is not None and pinned else None
     return Stack(requirement(want, prof.sglang_extras), want, pip_index_options(ctx.host.container.pip_index_url),
-                 lock)
+                 lock, profile_patches(prof) if pinned else ())
 
 
 def stack_records(ctx: StepContext) -> dict[str, StackRecord]:
@@ -113,7 +129,7 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-@step("sglang_install", ct_facts=(CT.sglang_version, CT.stacks))
+@step("sglang_install", ct_facts=(CT.sglang_version, CT.stacks, CT.stack_patched))
 def sglang_install(ctx: StepContext, record: StepRecord) -> None:
     """The profile's stack (sglang at its pin, with its extras, from the site's index) in a venv of its own.
 
@@ -134,19 +150,26 @@ def sglang_install(ctx: StepContext, record: StepRecord) -> None:
     if found is not None and found.usable:
         ctx.state.stack = found
         record.summary = f"stack {stack.sha} (sglang {want}) in {found.venv}"
+        if found.patches:
+            record.summary += f", patched ({', '.join(found.patches)})"
+        drift = stack_patch_drift(ctx, found)
+        if drift:
+            record.details["patch_drift"] = drift
+            record.summary += "; PATCHED FILE CHANGED behind the tool's back: " + "; ".join(drift)
         return
     # The profile's venv with this very requirement is adopted even when it was recorded as installed from
     # another index (a site template's provisioning host): its content is the requirement's.
     # A locked stack is never adopted: a venv pip filled without the lock need not hold the locked files.
     owner = next((r for r in records.values() if r.venv == base), None)
-    if have == want and stack.lock is None and (owner is None or owner.requirement == stack.requirement):
+    if (have == want and stack.lock is None and not stack.patches
+            and (owner is None or owner.requirement == stack.requirement)):
         adopt_stack(ctx, record, stack, base, f"adopt {base} (sglang {want}) as stack {stack.sha}")
         return
     if have is None and (owner is None or owner.requirement == stack.requirement):
         install_base(ctx, record, stack)
         return
     if have is not None and owner is None:  # an earlier deploy's single venv: the running server's stack
-        old = profile_stack(ctx, have)
+        old = profile_stack(ctx, have, bare=True)
         adopt_stack(ctx, record, old, base, f"adopt {base} (sglang {have}) as stack {old.sha}, kept as it is")
     build_stack(ctx, record, stack)
 
@@ -209,8 +232,11 @@ def install_base(ctx: StepContext, record: StepRecord, stack: Stack) -> None:
         return
     ctx.say(what)
     pip_install(ctx, sglang_install_command(ctx), stack, base)
+    if stack.patches:
+        rec = ctx.state.stack = record_for(stack, base, adopted=True, built_at=rec.built_at,
+                                           patched=apply_patches(ctx, stack, base, remove_on_failure=False))
     write_record(ctx, rec)
-    record.summary = f"installed sglang {stack.sglang_version} (stack {stack.sha} in {base})"
+    record.summary = f"installed sglang {stack.sglang_version} (stack {stack.sha} in {base})" + patched_note(stack)
 
 
 def build_stack(ctx: StepContext, record: StepRecord, stack: Stack) -> None:
@@ -225,6 +251,9 @@ def build_stack(ctx: StepContext, record: StepRecord, stack: Stack) -> None:
         return
     ctx.say(what)
     pip_install(ctx, build_command(stack, stack.venv), stack, stack.venv)
+    if stack.patches:
+        rec = ctx.state.stack = record_for(stack, stack.venv, adopted=False, built_at=rec.built_at,
+                                           patched=apply_patches(ctx, stack, stack.venv, remove_on_failure=True))
     rows = parse_release_lines(write_record(ctx, rec, then=read_releases_script(limit=10_000)))
     current = next((str(r["current"]) for r in rows if "current" in r), None)
     records = {**stack_records(ctx), stack.sha: rec}
@@ -234,7 +263,52 @@ def build_stack(ctx: StepContext, record: StepRecord, stack: Stack) -> None:
         if pruned.rc == 0:
             record.details["pruned"] = [r.sha for r in doomed]
             ctx.say(f"pruned stack(s) {', '.join(r.sha for r in doomed)} (keep_stacks {ctx.profile.keep_stacks})")
-    record.summary = f"built stack {stack.sha} (sglang {stack.sglang_version}) in {stack.venv}"
+    record.summary = f"built stack {stack.sha} (sglang {stack.sglang_version}) in {stack.venv}" + patched_note(stack)
+
+
+def patched_note(stack: Stack) -> str:
+    return f", patched with {', '.join(p.name for p in stack.patches)}" if stack.patches else ""
+
+
+def apply_patches(ctx: StepContext, stack: Stack, venv: str, *, remove_on_failure: bool) -> dict[str, str]:
+    """The stack's patches into `venv`'s site-packages, each checked with a dry run first (one round trip); the
+    sha256 of every patched file, for the stack's record. A patch that does not apply is a ConfigError naming the
+    patch file and the hunk; the venv of a stack built for this run is removed with it (no record is written, so
+    it is no stack), and the server was not touched."""
+    names = ", ".join(p.name for p in stack.patches)
+    ctx.say(f"patch stack {stack.sha}: {names} (dry run first)")
+    res = ctx.ct.script(apply_script(stack.patches, venv, remove_on_failure=remove_on_failure), check=False,
+                        timeout=300, what="apply stack patches")
+    out = read_apply_output(stack.patches, res.stdout)
+    if out.failed is not None or res.rc == NOT_APPLIED_RC:
+        if out.failed is None:
+            raise RemoteError(f"applying {names} to stack {stack.sha} failed: {res.said(500)}",
+                              fix="read patch's output above", host=ctx.host.name)
+        raise not_applied_error(out.failed, stack=stack.sha, sglang=stack.sglang_version, host=ctx.host.name)
+    if res.rc == 127:
+        raise CheckFailed(f"GNU patch is not installed in CT {ctx.vmid}: stack {stack.sha} cannot be patched",
+                          fix="run `deploy up`: its ct_packages step installs `patch` (or apt-get install patch in "
+                              "the container)", host=ctx.host.name)
+    if res.rc != 0:
+        raise RemoteError(f"applying {names} to stack {stack.sha} failed (exit {res.rc}): {res.said(500)}",
+                          fix=f"check {venv} in CT {ctx.vmid}", host=ctx.host.name)
+    missing = [p for p in dict.fromkeys(path for pt in stack.patches for path in pt.paths) if p not in out.patched]
+    if missing:
+        raise RemoteError(f"patched {names} but could not read back the sha256 of {', '.join(missing)}",
+                          fix=f"check {venv} in CT {ctx.vmid}", host=ctx.host.name)
+    for path, sha in sorted(out.patched.items()):
+        ctx.say(f"  patched {path} (sha256 {sha[:12]}…)")
+    return out.patched
+
+
+def stack_patch_drift(ctx: StepContext, rec: StackRecord) -> list[str]:
+    """A patched file of the stack `rec` changed (or gone) since the stack was built, by name."""
+    if not rec.patched:
+        return []
+    now = (ctx.facts.get(CT.stack_patched) or {}).get(rec.sha)
+    if now is None:
+        return []
+    return patch_drift(rec.patched, now.current, rec.patches)
 
 
 #: What `hf` is installed from when the server's venv has none (in PATHS.hf_venv, never in the server's venv: a

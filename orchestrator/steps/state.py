@@ -180,6 +180,8 @@ class ServerStatus:
     stack: dict[str, Any] | None = None
     #: With a lock: where the running stack differs from it (stack_drift in orchestrator/steps/status.py).
     stack_drift: list[str] = field(default_factory=list)
+    #: A file the running stack's patches changed, changed again (or removed) since the stack was built, by name.
+    patch_drift: list[str] = field(default_factory=list)
     gpus: list[dict[str, float | int | None]] = field(default_factory=list)
     power_w: float = 0.0
     power_limit_w: float = 0.0
@@ -215,8 +217,9 @@ class ServerStatus:
                 "active": self.active, "health": self.health, "release_created": self.release_created,
                 "release_source": self.release_source, "verdict": self.verdict,
                 "sglang_version": self.sglang_version, "stack": self.stack,
-                "stack_drift": self.stack_drift, "gpus": self.gpus, "power_w": self.power_w,
-                "power_limit_w": self.power_limit_w, "drift": [d.to_dict() for d in self.drift],
+                "stack_drift": self.stack_drift, "patch_drift": self.patch_drift, "gpus": self.gpus,
+                "power_w": self.power_w, "power_limit_w": self.power_limit_w,
+                "drift": [d.to_dict() for d in self.drift],
                 "address": self.address, "watchdog": None if self.watchdog is None else self.watchdog.to_dict(),
                 "tune_trial": self.tune_trial, "hardware": self.hardware, "serving": self.serving}
 

@@ -10,6 +10,7 @@ from orchestrator.layout import PATHS
 from orchestrator.locks import lock_drift
 from orchestrator.parsers.netaddr import net0_static_ip
 from orchestrator.parsers.watchdog import parse_watchdog_fact, parse_watchdog_state
+from orchestrator.patches import patch_drift
 from orchestrator.runlog import StepRecord
 from orchestrator.state.releases import parse_release_lines, read_releases_script
 from orchestrator.steps.base import StepContext, step
@@ -63,8 +64,18 @@ def stack_drift(ctx: StepContext, running: dict[str, Any] | None) -> list[str]:
     return lock_drift(want.lock, ctx.facts.get(CT.stack_dists) or {})
 
 
+def running_patch_drift(ctx: StepContext, running: dict[str, Any] | None) -> list[str]:
+    """The running stack's patched files that changed since it was built (its record holds their sha256)."""
+    sha = str((running or {}).get("sha") or "")
+    now = (ctx.facts.get(CT.stack_patched) or {}).get(sha)
+    if now is None:
+        return []
+    names = [str(n) for n in (running or {}).get("patches") or ()]
+    return patch_drift(now.recorded, now.current, names)
+
+
 @step("status", host_facts=(HOST.gpu_power, HOST.ct_status, *HARDWARE_FACTS),
-      ct_facts=(*RELEASE_FACTS, CT.ct_address, CT.watchdog_state, CT.stack_dists))
+      ct_facts=(*RELEASE_FACTS, CT.ct_address, CT.watchdog_state, CT.stack_dists, CT.stack_patched))
 def status(ctx: StepContext, record: StepRecord) -> None:
     """Current release, server state and health, GPU power now: one round trip."""
     ensure_facts(ctx)
@@ -93,6 +104,7 @@ def status(ctx: StepContext, record: StepRecord) -> None:
     info.verdict, info.sglang_version = verdict.get("verdict"), meta.get("sglang_version")
     info.stack = meta.get("stack") if isinstance(meta.get("stack"), dict) else None
     info.stack_drift = stack_drift(ctx, info.stack)
+    info.patch_drift = running_patch_drift(ctx, info.stack)
     info.drift = flag_drift(ctx)
     trial = tune_trial(ctx)
     info.tune_trial = str(trial["id"]) if trial else None
@@ -105,6 +117,7 @@ def status(ctx: StepContext, record: StepRecord) -> None:
                       f"{state.active}, /health {info.health}, {power}, watchdog "
                       f"{info.watchdog.state if info.watchdog else 'unknown'}"
                       + (f"; {drift_line(info.drift, ctx.host.profile)}" if info.drift else "")
+                      + (f"; patched file changed: {'; '.join(info.patch_drift)}" if info.patch_drift else "")
                       + (f"; a trial point of tune {info.tune_trial}, not a release the operator kept (unless the "
                          f"tune runs now: `deploy tune host {ctx.host.name} --resume {info.tune_trial}` finishes "
                          "it)" if info.tune_trial else ""))

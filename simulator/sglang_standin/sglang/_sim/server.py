@@ -27,10 +27,11 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
-from sglang._sim import env
+from sglang._sim import autotune, env
 from sglang._sim.config_file import merge_config
 from sglang._sim.engine import VOCAB, Engine, Req
 from sglang._sim.flags import PROG, add_cli_args
@@ -120,7 +121,10 @@ class Sim:
         self.scale = env.time_scale()
         perf = env.ct_faults()  # a noisy machine is the host's, whatever flag set `match` names
         stall = self.faults.get("stall_after")
-        self.engine = Engine(PerfModel.from_args(args), self.scale, noise=float(perf.get("perf_noise") or 0.0),
+        # The venv's (maybe patched) kernel_warmup decides whether the MoE backend is autotuned at start.
+        self.autotune = autotune.plan(args, autotune.hf_config_class(model_architecture(str(args["model_path"]))))
+        perf_model = replace(PerfModel.from_args(args), moe_autotuned=self.autotune.faster)
+        self.engine = Engine(perf_model, self.scale, noise=float(perf.get("perf_noise") or 0.0),
                              seed=int(perf.get("perf_seed") or 0),
                              stall_after=None if stall is None else int(stall),
                              slow_prefill_s=float(self.faults.get("slow_prefill_s") or 0))
@@ -601,6 +605,7 @@ async def startup(sim: Sim, bind: Callable[[], Awaitable[None]]) -> None:
     arch = model_architecture(str(a["model_path"]))
     log(f"Load weight end. type={arch}, dtype=torch.bfloat16, avail mem=37.06 GB, mem usage=57.06 GB.", tp=0)
     log(f"KV Cache is allocated. #tokens: {KV_TOKENS}, KV size: 29.32 GB", tp=0)
+    await autotune.run(sim.autotune, log, asyncio.sleep, sim.scale)
     cgbs = a.get("cuda_graph_max_bs") or a.get("cuda_graph_max_bs_decode") or 256
     log("Capture cuda graph begin. This can take up to several minutes. avail mem=7.51 GB", tp=0)
     stuck = fatal_fault(sim, "capture")

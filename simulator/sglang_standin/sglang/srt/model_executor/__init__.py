@@ -1,0 +1,1 @@
+"""sglang.srt.model_executor (simulated): only kernel_warmup is provided."""
