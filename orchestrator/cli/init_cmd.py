@@ -53,6 +53,9 @@ def init(app: AppContext, directory: Path, force: bool) -> int:
                       "node (address, ssh key, node name, container); groups commented at the end",
         "profiles.yaml": f"server profile(s) {', '.join(example.profiles)}: model, sglang version, flags, env",
         "presets.yaml": f"bench presets {', '.join(example.presets)}",
+        "sglang-autotune-flashinfer-cutlass.patch": "an example stack patch (FlashInfer autotune for the "
+                                                    "flashinfer_cutlass MoE backend), off until a profile lists it "
+                                                    "under `patches:` (docs/stacks.md#patches)",
     }
     app.out.emit({"ok": True, "directory": str(directory), "written": [str(p) for p in written],
                   "replaced": [str(p) for p in existing if p in written], "hosts": list(example.hosts),

@@ -21,7 +21,7 @@ AUTOTUNE_PATCH = "patches/sglang-autotune-flashinfer-cutlass.patch"
 #: Every file of the example, in the order `deploy init` reports them.
 EXAMPLE_FILES = ("hosts.yaml", "profiles.yaml", "presets.yaml", AUTOTUNE_PATCH)
 #: What a simulated host's entry needs besides itself: the profile it names and that profile's bench preset.
-SERVER_FILES = ("profiles.yaml", "presets.yaml", AUTOTUNE_PATCH)
+SERVER_FILES = ("profiles.yaml", "presets.yaml")
 
 
 def write_example(directory: Path, names: Sequence[str] = EXAMPLE_FILES) -> list[Path]:

@@ -34,7 +34,7 @@ def test_init_writes_the_example_that_loads_and_names_the_next_command(tmp_path:
     site = tmp_path / "site" / "inv"
     res = deploy(tmp_path, "init", str(site))
     assert res.returncode == 0, res.stderr
-    assert sorted(p.name for p in site.iterdir()) == ["hosts.yaml", "presets.yaml", "profiles.yaml"]
+    assert sorted(p.name for p in site.iterdir()) == ["hosts.yaml", "patches", "presets.yaml", "profiles.yaml"]
     for name in ("hosts.yaml", "profiles.yaml", "presets.yaml"):
         assert (site / name).read_text() == (EXAMPLE_INVENTORY / name).read_text()
         assert f"wrote {site / name}: " in res.stdout
@@ -52,7 +52,8 @@ def test_init_into_the_default_directory_needs_no_inventory_option(tmp_path: Pat
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["ok"] and doc["next"] == "deploy doctor host pve-gpu-1" and doc["replaced"] == []
-    assert doc["written"] == [f"inventory/{n}" for n in ("hosts.yaml", "profiles.yaml", "presets.yaml")]
+    assert doc["written"] == [f"inventory/{n}" for n in ("hosts.yaml", "profiles.yaml", "presets.yaml",
+                                                          "patches/sglang-autotune-flashinfer-cutlass.patch")]
     assert doc["profiles"] == ["glm5-nvfp4"] and "quick" in doc["presets"]
 
 
@@ -121,7 +122,8 @@ def test_init_force_replaces_a_symlinked_file_itself_and_leaves_its_target_outsi
         assert (site / name).read_text() == (EXAMPLE_INVENTORY / name).read_text()
     assert json.loads(res.stdout)["links_replaced"] == {str(site / "hosts.yaml"): str(outside),
                                                         str(site / "presets.yaml"): str(dangling)}
-    assert sorted(p.name for p in site.iterdir()) == ["hosts.yaml", "presets.yaml", "profiles.yaml"]  # no temp left
+    # no temp left
+    assert sorted(p.name for p in site.iterdir()) == ["hosts.yaml", "patches", "presets.yaml", "profiles.yaml"]
     (site / "hosts.yaml").unlink()
     (site / "hosts.yaml").symlink_to(outside)
     text = deploy(tmp_path, "init", str(site), "--force").stdout
@@ -138,7 +140,7 @@ def test_sim_down_removes_only_the_example_files_sim_up_wrote_and_keeps_edited_o
     (site / "sim.yaml").write_text(SIM_HOSTS)
     down = deploy(tmp_path, "--inventory", str(site), "sim", "down", "--root", str(tmp_path / "root"))
     assert down.returncode == 0, down.stderr
-    assert sorted(p.name for p in site.iterdir()) == ["presets.yaml", "profiles.yaml"]  # sim.yaml only went
+    assert sorted(p.name for p in site.iterdir()) == ["patches", "presets.yaml", "profiles.yaml"]  # sim.yaml only went
 
     fresh, root = tmp_path / "fresh", tmp_path / "root2"
     fresh.mkdir()

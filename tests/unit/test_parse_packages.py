@@ -40,9 +40,10 @@ def test_output_that_is_not_dpkg_querys_is_an_error(stdout: str, stderr: str, rc
 
 
 @pytest.mark.parametrize("release", ["debian-12", "debian-13"])
-def test_a_bare_debian_12_or_13_template_lacks_all_four_by_the_same_names(release: str) -> None:
+def test_a_bare_debian_12_or_13_template_lacks_all_five_by_the_same_names(release: str) -> None:
     # Real captures (tests/fixtures/README.md): dpkg knows python3 and ca-certificates only as `not-installed`
-    # (a Priority record of the minbase set), and has no record of curl or python3-venv; trixie renamed none of them.
+    # (a Priority record of the minbase set), and has no record of curl, patch (priority optional) or python3-venv;
+    # trixie renamed none of them.
     stdout = fixture(f"debian/{release}-bare-dpkg-query.stdout")
     stderr = fixture(f"debian/{release}-bare-dpkg-query.stderr")
     assert missing_packages(CT_PACKAGES, stdout, stderr, 1) == list(CT_PACKAGES)
