@@ -11,18 +11,10 @@ import shutil
 from orchestrator.inventory.example import AUTOTUNE_PATCH
 from orchestrator.resources import example_inventory_dir
 from tests.e2e.conftest import DeployEnv
+from tests.e2e.test_stacks import current, server_python
 
 TARGET = "sglang/srt/model_executor/kernel_warmup.py"
 BROKEN = "patches/broken.patch"
-
-
-def current(env: DeployEnv) -> str:
-    return env.ct("readlink /var/lib/deploy/current").stdout.strip().rsplit("/", 1)[-1]
-
-
-def server_python(env: DeployEnv) -> str:
-    pid = env.ct("systemctl show -p MainPID --value sglang").stdout.strip()
-    return env.ct(f"tr '\\0' '\\n' < /proc/{pid}/cmdline | head -n 1").stdout.strip()
 
 
 def health(env: DeployEnv) -> str:
