@@ -349,7 +349,8 @@ def stack_cell(meta: dict[str, Any]) -> str:
     """`sglang 0.5.23 @ 50c1fa50a5bb` (the release's stack); a release of an earlier deploy ran the profile venv."""
     stack = meta.get("stack") if isinstance(meta.get("stack"), dict) else None
     if stack:
-        return f"sglang {stack.get('sglang_version')} @ {stack.get('sha')}"
+        patched = f" + {len(stack['patches'])} patch(es)" if stack.get("patches") else ""
+        return f"sglang {stack.get('sglang_version')} @ {stack.get('sha')}{patched}"
     return f"sglang {meta['sglang_version']} (profile venv)" if meta.get("sglang_version") else ""
 
 

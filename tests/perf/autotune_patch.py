@@ -3,14 +3,15 @@
     python tests/perf/autotune_patch.py [--time-scale 5] [--repeats 3] [--preset e2e]
 
 Starts a simulated host (sim-N, N from DEPLOY_SIM_FIRST, default 94) from the site template, `up` with the bench
-(R1: the profile's stack, unpatched; its bench is the baseline), then two stack changes, each an `up` that builds a
-new stack beside the running one and gates the new release against the current one's throughput
-(`gate_repeats` bench runs, their median):
+(the profile's stack, unpatched), then two stack changes, each an `up` that builds a new stack beside the running
+one and measures the new release with its throughput step (`gate_repeats` bench runs of the preset, the median run
+kept); the regression gate (orchestrator.verdicts.regression.gate, what `roll` judges with) then judges each
+measured release against the one before:
 - control: a patch that only rewords a comment of kernel_warmup.py (a new stack that changes nothing the server
   does): the gate's delta is the machine's noise;
 - autotune: the shipped example patch (patches/sglang-autotune-flashinfer-cutlass.patch), the profile's MoE runner
   backend flashinfer_cutlass: the server autotunes it at start.
-Prints each gate's metrics (baseline → new, delta) as `up` does. Nothing is asserted: a measurement. Run as root.
+Prints each gate's metrics (baseline → new, delta) as the roll's gate step does. Nothing is asserted: a measurement. Run as root.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ sys.path.insert(0, str(REPO))
 from one_host import template_host  # noqa: E402 - beside this script (tests/perf is sys.path[0])
 
 from orchestrator.inventory.example import AUTOTUNE_PATCH  # noqa: E402
+from orchestrator.parsers.bench import BenchResult  # noqa: E402
 from orchestrator.resources import example_inventory_dir  # noqa: E402
+from orchestrator.verdicts.regression import gate as regression_gate  # noqa: E402
 from tests.e2e.conftest import DeployEnv  # noqa: E402
 
 CONTROL = "patches/control-comment-only.patch"
@@ -43,21 +46,31 @@ def control_patch() -> str:
     return sep + body
 
 
-def gated_up(env: DeployEnv, what: str) -> dict:
+def measured_up(env: DeployEnv, what: str) -> dict:
+    """`up` with its throughput step (the preset's bench, `gate_repeats` runs, the median run kept): what it built
+    and the median run's result."""
     res = env.run("--json", "up", "host", env.host, timeout=1800)
     if res.rc != 0:
         raise SystemExit(f"{what}: up exit {res.rc}\n{res.text[-3000:]}")
     steps = {s["name"]: s for s in res.json["steps"]}
-    return {"install": steps["sglang_install"]["summary"], "gate": steps.get("gate", {}).get("details", {}),
-            "verdict": steps.get("gate", {}).get("summary", "")}
+    bench = steps["throughput"]["details"]
+    runs = (bench.get("repeats") or {}).get("output_throughput") or {}
+    return {"install": steps["sglang_install"]["summary"], "result": BenchResult.model_validate(bench["result"]),
+            "spread": runs}
 
 
-def show(label: str, run: dict) -> None:
+def show(label: str, run: dict, baseline: dict, noise_pct: float) -> None:
+    """The regression gate's own judgement (orchestrator.verdicts.regression.gate) of `run` against `baseline`."""
+    result = regression_gate(run["result"], baseline["result"], noise_pct=noise_pct)
     print(f"{label}: {run['install']}")
-    print(f"  gate: {run['verdict']}")
-    for d in (run["gate"].get("gate") or {}).get("deltas", []):
-        if d.get("baseline") is not None and d.get("new") is not None:
-            print(f"  {d['label']:<28} {d['baseline']:>10.2f} → {d['new']:>10.2f}  ({d['delta_pct']:+.1f} %)")
+    spread = run["spread"]
+    if spread:
+        print(f"  {spread['n']} runs: mean {spread['mean']:.1f} tok/s, 95 % CI {spread['ci95_low']:.1f}.."
+              f"{spread['ci95_high']:.1f}, spread {spread['min']:.1f}..{spread['max']:.1f}")
+    print(f"  gate: {result.verdict}" + (f" ({result.reasons[0]})" if result.reasons else ""))
+    for d in result.deltas:
+        if d.baseline is not None and d.new is not None:
+            print(f"  {d.label:<28} {d.baseline:>10.2f} → {d.new:>10.2f}  ({d.delta_pct:+.1f} %)")
 
 
 def main() -> int:
@@ -68,22 +81,21 @@ def main() -> int:
     args = parser.parse_args()
     with template_host(args.time_scale, default_first=94) as (info, env, _root):
         env.set_profile(gate_repeats=args.repeats, bench_preset=args.preset)
-        first = env.run("--json", "up", "host", info.name, timeout=1800)
-        if first.rc != 0:
-            print(f"setup failed: up exit {first.rc}\n{first.text[-3000:]}")
-            return 1
+        plain = measured_up(env, "unpatched")
         (env.inventory / "patches").mkdir(exist_ok=True)
         (env.inventory / CONTROL).write_text(control_patch())
         shutil.copy(example_inventory_dir() / AUTOTUNE_PATCH, env.inventory / AUTOTUNE_PATCH)
         env.set_profile(patches=[CONTROL])
-        control = gated_up(env, "control")
+        control = measured_up(env, "control")
         env.set_profile(patches=[AUTOTUNE_PATCH])
-        tuned = gated_up(env, "autotune")
+        tuned = measured_up(env, "autotune")
         journal = env.ct("journalctl -u sglang --no-pager -o cat | grep -c 'Running FlashInfer autotune with cache'")
+    noise = float(env.profile_overrides.get("regression_threshold_pct", 5.0))
     print(f"{info.name}: time_scale {args.time_scale:g}, preset {args.preset}, gate_repeats {args.repeats} "
-          "(each gate: the median of its runs against the current release's)")
-    show("control (comment-only patch, new stack)", control)
-    show("autotune patch (flashinfer_cutlass)", tuned)
+          f"(each up's throughput step keeps the median run; judged by the regression gate, noise ±{noise:g} %)")
+    show("control (comment-only patch) against unpatched", control, plain, noise)
+    show("autotune patch against control", tuned, control, noise)
+    show("autotune patch against unpatched", tuned, plain, noise)
     print(f"autotune log lines in the journal: {journal.stdout.strip() or '0'}")
     return 0
 
