@@ -11,7 +11,8 @@ measured release against the one before:
   does): the gate's delta is the machine's noise;
 - autotune: the shipped example patch (patches/sglang-autotune-flashinfer-cutlass.patch), the profile's MoE runner
   backend flashinfer_cutlass: the server autotunes it at start.
-Prints each gate's metrics (baseline → new, delta) as the roll's gate step does. Nothing is asserted: a measurement. Run as root.
+Prints each gate's metrics (baseline → new, delta) as the roll's gate step does. Nothing is asserted: a
+measurement. Run as root.
 """
 
 from __future__ import annotations
