@@ -22,7 +22,8 @@ from tests.unit.steps.test_container_step import converged_config, host_facts, p
 
 ALL_INSTALLED = "".join(f"{p}\tinstalled\n" for p in CT_PACKAGES)
 BARE = out("ca-certificates\tinstalled\npython3\tinstalled\n", 1,
-           "dpkg-query: no packages found matching curl\ndpkg-query: no packages found matching python3-venv\n")
+           "dpkg-query: no packages found matching curl\ndpkg-query: no packages found matching patch\n"
+           "dpkg-query: no packages found matching python3-venv\n")
 NO_SGLANG = out("", 1, "ModuleNotFoundError: No module named 'sglang'")
 
 
@@ -43,7 +44,7 @@ def test_the_packages_fact_is_one_dpkg_query_for_the_required_set(make_run) -> N
     run = make_run()
     cmd = CT.missing_pkgs.command(run.ctx.host, run.ctx.profile)
     assert cmd == ("dpkg-query -W -f '${Package}\\t${db:Status-Status}\\n' "
-                   "ca-certificates curl python3 python3-venv")
+                   "ca-certificates curl patch python3 python3-venv")
 
 
 def test_nothing_missing_changes_nothing_and_costs_no_round_trip(make_run) -> None:
@@ -57,14 +58,14 @@ def test_missing_packages_get_one_update_and_one_noninteractive_install(make_run
     run.node.ct_after = {"missing_pkgs": ALL_INSTALLED}
     run.node.succeed("apt-get")
     rec = run.step("ct_packages")
-    assert rec.status == "changed" and rec.changes == ["apt-get install curl, python3-venv in CT 120"]
+    assert rec.status == "changed" and rec.changes == ["apt-get install curl, patch, python3-venv in CT 120"]
     [apt] = run.node.commands("run")
     shell = inner(apt)
     assert shell.count("apt-get") == 2 and shell.count(" update") == 1
     assert shell.startswith("export DEBIAN_FRONTEND=noninteractive; apt-get -q update && apt-get ")
-    assert "-y --no-install-recommends" in shell and shell.endswith(" install curl python3-venv")
+    assert "-y --no-install-recommends" in shell and shell.endswith(" install curl patch python3-venv")
     assert "Proxy" not in shell
-    assert rec.summary == "installed curl, python3-venv"
+    assert rec.summary == "installed curl, patch, python3-venv"
     assert [c.what for c in run.node.calls] == ["apt-get install", "re-reading container facts"]
 
 
@@ -84,7 +85,7 @@ def test_packages_still_missing_after_apt_are_a_check_failure(make_run) -> None:
     run.node.succeed("apt-get")
     with pytest.raises(CheckFailed) as err:
         run.step("ct_packages")
-    assert "still lacks curl, python3-venv" in err.value.what
+    assert "still lacks curl, patch, python3-venv" in err.value.what
 
 
 def test_a_failing_apt_names_the_proxy_setting_in_its_fix(make_run) -> None:
@@ -98,14 +99,14 @@ def test_a_failing_apt_names_the_proxy_setting_in_its_fix(make_run) -> None:
 def test_plan_says_which_packages_it_would_install(make_run) -> None:
     run = make_run({}, {"missing_pkgs": BARE}, dry_run=True)
     rec = run.step("ct_packages")
-    assert rec.status == "would-change" and rec.summary == "apt-get install curl, python3-venv in CT 120"
+    assert rec.status == "would-change" and rec.summary == "apt-get install curl, patch, python3-venv in CT 120"
     assert run.node.calls == []
 
 
 def test_plan_for_a_container_not_created_yet_names_the_required_set(make_run) -> None:
     run = make_run({"ct_status": out("", 2)}, None, dry_run=True)
     rec = run.step("ct_packages")
-    assert rec.status == "would-change" and "ca-certificates, curl, python3, python3-venv" in rec.summary
+    assert rec.status == "would-change" and "ca-certificates, curl, patch, python3, python3-venv" in rec.summary
 
 
 # ------------------------------------------------------------------------------------------ sglang_install
