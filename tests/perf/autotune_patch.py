@@ -94,6 +94,10 @@ def main() -> int:
     noise = float(env.profile_overrides.get("regression_threshold_pct", 5.0))
     print(f"{info.name}: time_scale {args.time_scale:g}, preset {args.preset}, gate_repeats {args.repeats} "
           f"(each up's throughput step keeps the median run; judged by the regression gate, noise ±{noise:g} %)")
+    spread = plain["spread"]
+    print(f"unpatched: {plain['install']}; median run {plain['result'].output_throughput:.1f} tok/s"
+          + (f", {spread['n']} runs: mean {spread['mean']:.1f}, spread {spread['min']:.1f}..{spread['max']:.1f}"
+             if spread else ""))
     show("control (comment-only patch) against unpatched", control, plain, noise)
     show("autotune patch against control", tuned, control, noise)
     show("autotune patch against unpatched", tuned, plain, noise)
