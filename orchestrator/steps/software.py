@@ -242,7 +242,8 @@ def install_base(ctx: StepContext, record: StepRecord, stack: Stack) -> None:
 def build_stack(ctx: StepContext, record: StepRecord, stack: Stack) -> None:
     """A new stack in its own venv under PATHS.stacks_dir, beside the running server; then the prune."""
     index = ctx.host.container.pip_index_url
-    what = (f"build stack {stack.sha} ({stack.requirement}) in {stack.venv} while the server keeps running"
+    what = (f"build stack {stack.sha} ({stack.requirement}{patched_note(stack)}) in {stack.venv} while the server "
+            "keeps running"
             + (f" from {index}" if index else ""))
     rec = record_for(stack, stack.venv, adopted=False, built_at=now_iso())
     ctx.state.stack = rec
