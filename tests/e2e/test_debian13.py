@@ -53,6 +53,8 @@ def test_up_from_a_bare_debian13_container(trixie_env: DeployEnv) -> None:
     for name in ("health", "smoke", "throughput"):
         assert steps[name]["status"] == "ok", (name, steps[name])
     _assert_trixie_server(trixie_env)
+    assert "patch" in steps["ct_packages"]["summary"], steps["ct_packages"]
+    assert trixie_env.ct("patch --version").stdout.startswith("GNU patch ")
 
     again = trixie_env.run("--json", "up", "host", trixie_env.host, "--skip-bench", timeout=600)
     assert again.rc == 0, again.text[-3000:]

@@ -43,7 +43,8 @@ def test_up_from_a_bare_container_installs_everything_then_converges(bare_env: D
     for name in ("health", "smoke", "throughput"):
         assert steps[name]["status"] == "ok", (name, steps[name])
     # What was installed is real: dpkg knows the packages, pip knows sglang, the unit is enabled for boot.
-    assert bare_env.ct("dpkg-query -W -f '${Status}' python3-venv").stdout.startswith("install ok installed")
+    for pkg in ("python3-venv", "patch"):  # patch: GNU patch for stack patches, not in a stock template
+        assert bare_env.ct(f"dpkg-query -W -f '${{Status}}' {pkg}").stdout.startswith("install ok installed"), pkg
     show = bare_env.ct("/root/ml-env/bin/pip show sglang")
     assert show.rc == 0 and "Version: 0.5.12.post1" in show.stdout, show.text
     assert bare_env.ct("systemctl is-enabled sglang").stdout.strip() == "enabled"
