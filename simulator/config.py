@@ -188,7 +188,8 @@ OUTPUTS = ("ok", "garbage", "zeros", "nan", "repeat")
 
 
 #: The values of CtFaults.fatal (the stand-in server knows each one's line and phase).
-FATAL_FAULTS = ("unsupported-arch", "illegal-memory-access", "cuda-graph-oom", "nccl-timeout", "capture-stuck")
+FATAL_FAULTS = ("unsupported-arch", "illegal-memory-access", "cuda-graph-oom", "nccl-timeout", "capture-stuck",
+                "cubin-fetch")
 
 
 class RetiredRuntime(ValueError):

@@ -9,11 +9,15 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-import click
+from orchestrator import codecache
 
-from orchestrator import DISTRIBUTION, __version__
-from orchestrator.cli.common import AppContext, SuggestingGroup
-from orchestrator.paths import default_inventory_dir
+codecache.install()  # before any dataclass is defined: their generated methods come compiled (codecache.py)
+
+import click  # noqa: E402
+
+from orchestrator import DISTRIBUTION, __version__  # noqa: E402
+from orchestrator.cli.common import AppContext, SuggestingGroup  # noqa: E402
+from orchestrator.paths import default_inventory_dir  # noqa: E402
 
 # (module, attribute) of each command; modules are imported lazily so `deploy --help` stays fast.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -125,4 +129,5 @@ def main() -> None:
     try:
         cli(prog_name="deploy")
     finally:
+        codecache.save()
         gc.freeze()

@@ -71,9 +71,20 @@ NO_CUDA_ARCH = FatalPattern(
     "a fused kernel was built for other GPU generations",
     "drop the fusion flag (e.g. --enable-flashinfer-allreduce-fusion) for this GPU")
 
+CUBIN_FETCH = FatalPattern(
+    "cubin-fetch",
+    re.compile(r"Max retries reached\. Download failed\.|FLASHINFER_NO_DOWNLOAD is set"
+               r"|AssertionError: \w+\.h not found"),
+    "FlashInfer fetches its TRT-LLM-gen kernels (cubins and headers) from NVIDIA's artifact repository on their "
+    "first use (FLASHINFER_CUBINS_REPOSITORY), and this server could not reach it: an air-gapped site, a proxy, "
+    "or a 403 from the repository",
+    "install the flashinfer-cubin (and flashinfer-jit-cache) build that matches the stack's flashinfer into the "
+    "stack, or mirror the artifacts and set FLASHINFER_CUBINS_REPOSITORY to the mirror in the profile's env:; a "
+    "start that finds them in FLASHINFER_CUBIN_DIR fetches nothing")
+
 #: In order: the first pattern a line matches names its verdict.
 FATAL_PATTERNS: tuple[FatalPattern, ...] = (NAN, UNSUPPORTED_ARCH, CUDA_GRAPH_OOM, CUDA_OOM, ILLEGAL_MEMORY,
-                                            NCCL_TIMEOUT, GPU_XID, NO_CUDA_ARCH)
+                                            NCCL_TIMEOUT, GPU_XID, NO_CUDA_ARCH, CUBIN_FETCH)
 
 CAPTURE_STUCK = FatalPattern(
     "capture-stuck", re.compile(r"Capture cuda graph begin"),

@@ -24,6 +24,7 @@ from orchestrator.monitoring.state import (
 )
 from orchestrator.resources import monitoring_dir
 from tests.unit.monitoring.conftest import A, B, C, figures, gates, history, metric_names, smg_names
+from tests.unit.monitoring.test_dashboard import standin_sglang_names
 
 RULES = monitoring_dir() / "rules.yaml"
 
@@ -41,7 +42,7 @@ def run_tests(promtool: str, tmp_path: Path, tests: list[dict[str, Any]]) -> sub
 
 def test_promtool_checks_the_rules(promtool: str) -> None:
     res = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True, check=False)
-    assert res.returncode == 0 and "SUCCESS: 8 rules found" in res.stdout, res.stdout + res.stderr
+    assert res.returncode == 0 and "SUCCESS: 10 rules found" in res.stdout, res.stdout + res.stderr
 
 
 def test_each_alert_says_what_and_which_deploy_command_diagnoses_it() -> None:
@@ -51,9 +52,11 @@ def test_each_alert_says_what_and_which_deploy_command_diagnoses_it() -> None:
         assert re.search(r"\bdeploy (status|history|bench|rollback|compare|doctor)\b", notes["diagnose"]), name
         names = metric_names(rule["expr"])
         ours, router = {n for n in names if n.startswith("deploy_")}, {n for n in names if n.startswith("smg_")}
-        assert ours or router or re.search(r"\bup\{job=~\"deploy-\.\+-(sglang|router)\"", rule["expr"]), name
+        server = {n for n in names if n.startswith("sglang:")}
+        assert ours or router or server or re.search(r"\bup\{job=~\"deploy-\.\+-(sglang|router)\"", rule["expr"]), name
         assert ours <= NAMES, (name, ours - NAMES)  # published by deploy
         assert router <= smg_names(), (name, router - smg_names())  # exported by the real router
+        assert server <= standin_sglang_names(), (name, server - standin_sglang_names())  # the server's own
 
 
 def expect(alert: str, labels: dict[str, str], value: str = "") -> dict[str, Any]:
@@ -88,7 +91,7 @@ def test_every_alert_fires_on_its_case_and_only_then(promtool: str, tmp_path: Pa
     link = published_link_fault()
     assert set(alerts()) == {"DeployWatchdogExhausted", "DeployReleaseRolledBack", "DeployThroughputBelowReference",
                              "DeployTokensPerWattBelowReference", "DeployGpuFault", "DeployGpuLinkDegraded",
-                             "DeployHostOutOfRouter", "DeployRouterDown"}
+                             "DeployHostOutOfRouter", "DeployRouterDown", "DeployServerDown", "DeployServerStalled"}
     ref_labels = {"host": "gpu-1", "release": B, "preset": "gate", "reference_release": A}
     tests = [
         {"interval": "1m", "input_series": [{"series": exhausted, "values": "0 0 1 1"}],
@@ -133,6 +136,7 @@ def test_every_alert_fires_on_its_case_and_only_then(promtool: str, tmp_path: Pa
                                                               "bus_id": "00000000:85:00.0", "kind": "link",
                                                               "action": "reboot_host"}, "1")]}]},
         *router_cases(),
+        *server_cases(),
     ]
     res = run_tests(promtool, tmp_path, tests)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -181,6 +185,41 @@ def router_cases() -> list[dict[str, Any]]:
              {"eval_time": "5m", "alertname": "DeployRouterDown", "exp_alerts": []},
              {"eval_time": "7m", "alertname": "DeployRouterDown",
               "exp_alerts": [expect("DeployRouterDown", down_labels)]}]},
+    ]
+
+
+def server_cases() -> list[dict[str, Any]]:
+    """The server alerts on the sglang job's labels (its discovery file, rendered here) and the server's own series,
+    with no deploy run in between: gpu-1's server stops answering its scrape (a watchdog that gave up leaves it
+    down), gpu-2's answers with requests queued while its generation counter stands still."""
+    d = Discovery("prod", servers=(Target("gpu-1", "10.0.0.11:8000"), Target("gpu-2", "10.0.0.12:8000")),
+                  routers=(), nodes=())
+    srv = json.loads(sd_files(d)["deploy-prod-sglang.json"])
+
+    def series(name: str, entry: dict[str, Any], **extra: str) -> str:
+        labels = {**entry["labels"], "job": "deploy-prod-sglang", "instance": entry["targets"][0], **extra}
+        return name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+    rank = {"tp_rank": "0", "pp_rank": "0", "engine_type": "unified", "model_name": "glm-5"}
+    down = {"deploy_group": "prod", "host": "gpu-1", "instance": "10.0.0.11:8000", "job": "deploy-prod-sglang"}
+    stalled = {"deploy_group": "prod", "host": "gpu-2"}
+    return [
+        {"interval": "1m",
+         "input_series": [{"series": series("up", srv[0]), "values": "1 1 0x15"},
+                          {"series": series("up", srv[1]), "values": "1x16"}],
+         "alert_rule_test": [
+             {"eval_time": "5m", "alertname": "DeployServerDown", "exp_alerts": []},  # a start takes minutes
+             {"eval_time": "13m", "alertname": "DeployServerDown", "exp_alerts": [expect("DeployServerDown", down)]}]},
+        # Tokens flow for 5 minutes with a queue (busy, not stalled), then the counter stands still.
+        {"interval": "1m",
+         "input_series": [{"series": series("sglang:num_queue_reqs", srv[1], **rank), "values": "40x30"},
+                          {"series": series("sglang:generation_tokens_total", srv[1], **rank),
+                           "values": "0+5000x5 25000x25"}],
+         "alert_rule_test": [
+             {"eval_time": "5m", "alertname": "DeployServerStalled", "exp_alerts": []},
+             {"eval_time": "12m", "alertname": "DeployServerStalled", "exp_alerts": []},  # still pending (for: 5m)
+             {"eval_time": "16m", "alertname": "DeployServerStalled",
+              "exp_alerts": [expect("DeployServerStalled", stalled, "40")]}]},
     ]
 
 

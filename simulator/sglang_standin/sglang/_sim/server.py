@@ -55,6 +55,10 @@ FATAL_LINES: dict[str, tuple[str, str]] = {
     "cuda-graph-oom": ("capture", "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 448.00 "
                                   "MiB. GPU 0 has a total capacity of 94.97 GiB of which 301.56 MiB is free."),
     "capture-stuck": ("capture", ""),
+    # An air-gapped site: the first use of a trtllm-gen kernel fetches it from NVIDIA's artifact repository (the
+    # lines of flashinfer/jit/cubin_loader.py, the assertion as flashinfer-ai/flashinfer#2941 shows it). The
+    # repository is FLASHINFER_CUBINS_REPOSITORY's, as flashinfer reads it (here a name that never resolves).
+    "cubin-fetch": ("capture", "AssertionError: BatchedGemmEnums.h not found"),
 }
 REPORT_EVERY_S = 0.5
 HEALTH_POLL_S = 1.0  # model seconds a /health generate takes at least
@@ -300,8 +304,24 @@ def _decode(sim: Sim) -> None:
 
 def fatal_fault(sim: Sim, phase: str) -> str | None:
     """The `fatal=CODE` fault's line when it strikes in `phase` ("" for a capture that never ends), else None."""
-    spec = FATAL_LINES.get(str(sim.faults.get("fatal") or ""))
-    return spec[1] if spec is not None and spec[0] == phase else None
+    code = str(sim.faults.get("fatal") or "")
+    spec = FATAL_LINES.get(code)
+    if spec is None or spec[0] != phase:
+        return None
+    return f"{cubin_fetch_lines()}\n{spec[1]}" if code == "cubin-fetch" else spec[1]
+
+
+def cubin_fetch_lines() -> str:
+    """What flashinfer prints before that assertion: its fetch of a kernel header, which cannot reach the artifact
+    repository, retried 4 times."""
+    repo = os.environ.get("FLASHINFER_CUBINS_REPOSITORY", "https://cubins.invalid/sw-kernelinferencelibrary/")
+    name = "2905357454bd2441a9495d73c42d97117e529d59/batched_gemm/include/BatchedGemmEnums.h"
+    url = repo.rstrip("/") + "/" + name
+    host = url.split("/")[2] if "://" in url else url
+    return "\n".join([f"flashinfer.jit: Fetching {name} from {url}",
+                      *(f"flashinfer.jit: Downloading {url}: attempt {n} failed: HTTPSConnectionPool(host='{host}', "
+                        "port=443): Max retries exceeded" for n in range(1, 5)),
+                      "flashinfer.jit: Max retries reached. Download failed."])
 
 
 def _not_ready(sim: Sim) -> Response | None:
