@@ -441,6 +441,8 @@ def bench(ctx: StepContext, record: StepRecord) -> None:
                 f"mean TPOT {(run.result.mean_tpot_ms or 0):.2f} ms")
         if run.failure:
             ctx.say(f"  [fail] a failed bench: {run.failure}")
+        if run.links is not None and not run.links.ok:
+            ctx.say(f"  [fail] {run.links.summary()}")
         runs.append(run)
     ctx.state.bench_runs = runs
     ctx.state.server.release = release
