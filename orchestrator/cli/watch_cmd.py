@@ -64,12 +64,13 @@ def watch(app: AppContext, word: str, group: str, once: bool, interval_s: float,
         for book in REMEDY_PLAYBOOKS[kind]:
             report = run_playbook_to_end(book, by_name[name], inv,
                                          RunOptions(tofu=tofu, command=f"deploy watch group {group} ({kind})"),
-                                         inputs=RunInputs(kernel_cursor=cursor))
+                                         inputs=RunInputs(kernel_cursor=cursor, want_bandwidth=True,
+                                                          bandwidth_gate=True))
             if report.failure is not None:
                 raise report.failure
             verified += [f"{s.name}: {s.summary}" for s in report.steps
-                         if s.name in ("reboot_node", "host_prereqs", "container_gpus", "health", "smoke",
-                                       "correctness_check")]
+                         if s.name in ("reboot_node", "host_prereqs", "container_gpus", "verify_p2p", "p2p_bandwidth",
+                                       "health", "smoke", "correctness_check")]
         return "; ".join(verified)
 
     ledger = Ledger()

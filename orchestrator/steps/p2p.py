@@ -163,8 +163,8 @@ def bandwidth_probe(ctx: StepContext, size_mib: int) -> dict[str, Any]:
         gen, width = int(m.group(1)), int(m.group(2))
     verdict = p2p_bandwidth_verdict(result, links, pcie_gen=gen, pcie_width=width)
     under_load = links_under_copies(ctx, framed(res.stdout, marker, "links"), res.rc)
-    return json.loads(json.dumps({"ok": verdict.ok and under_load.ok, "probe": result.model_dump(mode="json"),
-                                  **verdict.model_dump(mode="json"), "links": under_load.to_dict()}))
+    return json.loads(json.dumps({"probe": result.model_dump(mode="json"), **verdict.model_dump(mode="json"),
+                                  "ok": verdict.ok and under_load.ok, "links": under_load.to_dict()}))
 
 
 def links_under_copies(ctx: StepContext, text: str | None, rc: int) -> LinkLoadVerdict:
@@ -185,7 +185,8 @@ def links_under_copies(ctx: StepContext, text: str | None, rc: int) -> LinkLoadV
 
 @step("p2p_bandwidth")
 def p2p_bandwidth(ctx: StepContext, record: StepRecord) -> None:
-    """GPU-to-GPU copy matrix with the container venv's torch (only when asked: --bandwidth)."""
+    """GPU-to-GPU copy matrix with the container venv's torch and each GPU's PCIe link sampled under it (only when
+    asked: --bandwidth, or a remedy's verification, where a failure fails the step)."""
     if not ctx.inputs.want_bandwidth:
         record.status = "skipped"
         record.summary = "not requested (--bandwidth)"
@@ -195,5 +196,11 @@ def p2p_bandwidth(ctx: StepContext, record: StepRecord) -> None:
     record.details["bandwidth"] = result
     record.summary = str(result.get("summary", ""))
     links = result.get("links") or {}
-    if not links.get("ok", True):
+    if not links.get("ok", True) or ctx.inputs.bandwidth_gate:
         record.summary += "; " + str(links.get("summary", ""))
+    if ctx.inputs.bandwidth_gate and not result.get("ok", True):
+        raise CheckFailed(f"P2P under load failed: {record.summary}",
+                          fix="a pair below its link's bandwidth or a link below its capability under load is "
+                              "hardware: reboot the node to retrain the link; if it stays, reseat the GPU or its "
+                              "riser (`deploy verify-p2p host H --bandwidth` shows the matrix)",
+                          host=ctx.host.name, details=result)
