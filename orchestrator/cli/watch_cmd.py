@@ -90,8 +90,8 @@ def watch(app: AppContext, word: str, group: str, once: bool, interval_s: float,
             if report.failure is not None:
                 raise report.failure
             verified += [f"{s.name}: {s.summary}" for s in report.steps
-                         if s.name in ("reboot_node", "host_prereqs", "container_gpus", "verify_p2p", "p2p_bandwidth",
-                                       "health", "smoke", "correctness_check")]
+                         if s.name in ("reboot_node", "host_prereqs", "container_gpus", "health", "smoke",
+                                       "correctness_check", "p2p_bandwidth")]
         return "; ".join(verified)
 
     ledger = Ledger()

@@ -21,7 +21,9 @@ Starts three simulated hosts (sim-FIRST..FIRST+2) on their own root, converges t
    it, tests/unit/test_watch_unit.py). Then, per interval and run: `deploy sim fault HOST xid=79@2` on host 1 (the
    only command), and the router's worker list sampled every 0.5 s: fault to out of the router, to remedied
    (rebooted and verified by the watch, P2P under load included), to back in the router; the fewest of the other
-   two hosts listed at any sample; client requests ok and failed.
+   two hosts listed at any sample; client requests ok and failed. Each fault lands at a random point of the
+   watch's cycle (seeded), so the time to cordon samples its spread: at most one interval, plus the status read
+   and the drain.
 
 Nothing is asserted: a measurement. Run as root (the router venv lives under /var/cache/deploy-sim).
 """
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import shlex
 import subprocess
 import sys
@@ -241,6 +244,7 @@ class UnitProcess:
 
 def watch_figures(fleet: RoutedFleet, intervals: list[float], runs: int) -> None:
     env, bad = fleet.env, fleet.names[1]
+    rng = random.Random(39)
     (env.inventory / "health.yaml").write_text("health:\n  reboot: true\n  reboot_timeout_s: 300\n")
     print(f"3. fault -> out of the router -> remedied -> back, no operator command ({len(fleet.names)} hosts behind "
           f"the router, faulty host {bad}, health: {{reboot: true}})")
@@ -256,6 +260,7 @@ def watch_figures(fleet: RoutedFleet, intervals: list[float], runs: int) -> None
                 clients, sampler = Clients(fleet.router), Sampler(fleet, bad)
                 try:
                     wait(lambda c=clients: c.ok >= 2, 60)
+                    time.sleep(rng.uniform(0, interval))  # the fault lands at any point of the watch's cycle
                     injected = time.monotonic()
                     sim_fault(env, fleet.root, bad, "xid=79@2")  # the only command of the run
                     back = wait(lambda s=sampler: s.back_at is not None, 600)
