@@ -80,11 +80,11 @@ def watch(app: AppContext, word: str, group: str, once: bool, interval_s: float,
         error = report.failure.what if isinstance(report.failure, DeployError) else None
         return Reading(name, st.hardware if st.hardware is not None and st.hardware.gpus else None, serving, error)
 
-    def remedy(name: str, kind: Remedy, cursor: str | None) -> str:
+    def run_books(name: str, books: tuple[str, ...], what: str, cursor: str | None) -> str:
         verified: list[str] = []
-        for book in REMEDY_PLAYBOOKS[kind]:
+        for book in books:
             report = run_playbook_to_end(book, by_name[name], inv,
-                                         RunOptions(tofu=tofu, command=f"deploy watch group {group} ({kind})"),
+                                         RunOptions(tofu=tofu, command=f"deploy watch group {group} ({what})"),
                                          inputs=RunInputs(kernel_cursor=cursor, want_bandwidth=True,
                                                           bandwidth_gate=True))
             if report.failure is not None:
@@ -93,6 +93,12 @@ def watch(app: AppContext, word: str, group: str, once: bool, interval_s: float,
                          if s.name in ("reboot_node", "host_prereqs", "container_gpus", "health", "smoke",
                                        "correctness_check", "p2p_bandwidth")]
         return "; ".join(verified)
+
+    def remedy(name: str, kind: Remedy, cursor: str | None) -> str:
+        return run_books(name, REMEDY_PLAYBOOKS[kind], kind, cursor)
+
+    def verify(name: str) -> str:
+        return run_books(name, ("remedy-verify",), "verify", None)
 
     ledger = Ledger()
     stop = threading.Event()
@@ -103,7 +109,8 @@ def watch(app: AppContext, word: str, group: str, once: bool, interval_s: float,
     previous = signal.signal(signal.SIGTERM, _stop)
     try:
         code = run_watch(Watch(inv, [h.name for h in hosts], read, app.out.line, WatchState(group),
-                               drain_timeout_s=drain_timeout, remedy=remedy, record=ledger.record_event),
+                               drain_timeout_s=drain_timeout, remedy=remedy, record=ledger.record_event,
+                               verify=verify),
                          once=once, interval_s=interval_s, for_s=for_s,
                          stop=stop)
     except KeyboardInterrupt:
