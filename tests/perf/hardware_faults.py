@@ -24,6 +24,10 @@ Starts three simulated hosts (sim-FIRST..FIRST+2) on their own root, converges t
    two hosts listed at any sample; client requests ok and failed. Each fault lands at a random point of the
    watch's cycle (seeded), so the time to cordon samples its spread: at most one interval, plus the status read
    and the drain.
+4. **A remedy whose P2P under load fails**: `xid=79@2 link=5:stuck-gen2` on host 1 (the link knob survives the
+   reboot): the watch reboots it, the verification's copy matrix flags the link, the host stays out although it
+   reads clean and serves while idle; once the knob is cleared (the riser reseated) the watch verifies it again
+   and returns it.
 
 Nothing is asserted: a measurement. Run as root (the router venv lives under /var/cache/deploy-sim).
 """
@@ -74,10 +78,10 @@ def wait(check: Any, timeout_s: float, every_s: float = 0.5) -> bool:
     return False
 
 
-def sim_fault(env: DeployEnv, root: Path, host: str, knob: str) -> None:
-    res = env.run("sim", "fault", host, "--root", str(root), knob)
+def sim_fault(env: DeployEnv, root: Path, host: str, *knobs: str) -> None:
+    res = env.run("sim", "fault", host, "--root", str(root), *knobs)
     if res.rc != 0:
-        raise SystemExit(f"deploy sim fault {host} {knob}: exit {res.rc}\n{res.text}")
+        raise SystemExit(f"deploy sim fault {host} {' '.join(knobs)}: exit {res.rc}\n{res.text}")
 
 
 def idle_gpus(env: DeployEnv) -> bool:
@@ -287,6 +291,44 @@ def watch_figures(fleet: RoutedFleet, intervals: list[float], runs: int) -> None
         for _, line in watch.lines:
             if line.startswith(f"{bad}: "):
                 print(f"     {line}")
+    remedy_failure(fleet, intervals[0])
+
+
+def remedy_failure(fleet: RoutedFleet, interval: float) -> None:
+    """4. The reboot clears the Xid but the GPU's link comes back stuck at Gen2: the remedy's P2P under load fails,
+    the host stays out although it reads clean and serves while idle, and returns once the link is fixed."""
+    env, bad = fleet.env, fleet.names[1]
+    print(f"4. a remedy whose P2P under load fails ({bad}: xid=79@2 and link=5:stuck-gen2, the link stays stuck "
+          f"after the reboot; --interval {interval:g})")
+    unit = env.run("watch", "group", "prod", "--unit", "--interval", f"{interval:g}")
+    watch = UnitProcess(unit.stdout)
+    sampler = Sampler(fleet, bad)
+    try:
+        time.sleep(interval + 2)
+        injected = time.monotonic()
+        sim_fault(env, fleet.root, bad, "xid=79@2", "link=5:stuck-gen2")
+        failed = wait(lambda: watch.seen(f"{bad}: remedy FAILED", injected) is not None, 600)
+        held = wait(lambda: watch.seen(f"{bad}: still out of the router: it reads clean and serves", injected)
+                    is not None, 300)
+        time.sleep(2 * interval)  # two more cycles: still out
+        out_after_fail = sampler.back_at is None
+        fixed = time.monotonic()
+        set_faults(fleet.root, bad, link=None)  # the operator reseated the riser: no deploy command
+        back = wait(lambda: sampler.back_at is not None, 600)
+        print(f"   remedy failed: {failed}; held while it read clean and served: {held}; still out of the router "
+              f"{fixed - injected:.0f} s after the fault: {out_after_fail}; "
+              f"link fixed -> back in the router {(sampler.back_at or fixed) - fixed:.1f} s: {back}; fewest other "
+              f"hosts listed {sampler.fewest} of {len(fleet.names) - 1}")
+    finally:
+        sampler.close()
+        code = watch.stop()
+    print(f"   the watch's lines for {bad} (exit {code} on SIGTERM; repeated hold lines cut to the first):")
+    seen: set[str] = set()
+    for _, line in watch.lines:
+        key = line.split(": now:")[0].split(" (cordoned ")[0][:60]
+        if line.startswith(f"{bad}: ") and key not in seen:
+            seen.add(key)
+            print(f"     {line}")
 
 
 def main() -> int:
