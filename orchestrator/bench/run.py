@@ -17,8 +17,17 @@ from typing import Any
 from orchestrator.bench.command import bench_command
 from orchestrator.bench.failures import failed_bench
 from orchestrator.errors import CheckFailed, RemoteError
+from orchestrator.hardware.links import (
+    LinkLoadVerdict,
+    bus_query_argv,
+    judge_links_under_load,
+    parse_bus_ids,
+    samples_from_telemetry,
+)
+from orchestrator.hardware.state import LOAD_UTIL_PCT
 from orchestrator.inventory.models import BenchPreset, Host, ServerProfile
 from orchestrator.parsers.bench import BenchParseError, BenchResult, parse_bench_output
+from orchestrator.parsers.gpu_query import GpuQueryParseError
 from orchestrator.redact import SECRET_JSON_SED
 from orchestrator.remote.container import Container
 from orchestrator.scripts import render_script
@@ -54,6 +63,8 @@ class BenchRun:
     overrides: dict[str, str] = field(default_factory=dict)
     #: Why this run is a failed bench (orchestrator/bench/failures.py); "" when it counts.
     failure: str = ""
+    #: Each GPU's PCIe link while the bench loaded it (the host's sampler rows; None: no samples).
+    links: LinkLoadVerdict | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -66,6 +77,7 @@ class BenchRun:
             "telemetry": self.telemetry.model_dump(mode="json") if self.telemetry else None,
             "diagnosis": [d.model_dump(mode="json") for d in self.diagnosis],
             "failure": self.failure or None,
+            "links": self.links.to_dict() if self.links is not None else None,
         }
 
 
@@ -112,7 +124,7 @@ def run_bench(ct: Container, host: Host, profile: ServerProfile, preset_name: st
     read_jsonl = (f"cat {shlex.quote(out_file)} 2>/dev/null || "
                   f"{{ cat {shlex.quote(tmp_file)} 2>/dev/null; rm -f {shlex.quote(tmp_file)}; }}")
     sampler = build_sampled_bench_script(ct.shell_command(inner), extra_sections=[
-        ("jsonl", ct.shell_command(read_jsonl))])
+        ("jsonl", ct.shell_command(read_jsonl)), ("buses", shlex.join(bus_query_argv()))])
     res = ct.node.script(sampler.script, check=False, timeout=bench_limit_s(preset), what=f"bench {preset_name}")
     try:
         run = parse_sampled_output(res.stdout, sampler.nonce)
@@ -135,9 +147,17 @@ def run_bench(ct: Container, host: Host, profile: ServerProfile, preset_name: st
                               output_tokens=result.total_output_tokens,
                               output_throughput=result.output_throughput, static=static,
                               sampling_overhead_pct=run.sampler_overhead_pct)
+    links = None
+    if samples and static:
+        try:
+            buses = parse_bus_ids(run.section("buses"))
+        except GpuQueryParseError:
+            buses = {}  # the verdict then names the GPU by its index alone
+        links = judge_links_under_load(samples_from_telemetry(samples, static, buses), load="bench_serving",
+                                       min_util_pct=LOAD_UTIL_PCT)
     flags = flags or {}
     tp = flag_int(flags, "tensor-parallel-size", "tp-size")
     mrr = flag_int(flags, "max-running-requests")
     diagnosis = diagnose(result, telemetry, tp_size=tp, nvlink=nvlink, max_running_requests=mrr)
     return BenchRun(run_id, preset_name, run.started_at, result, telemetry, list(diagnosis), out_file, jsonl,
-                    dict(overrides or {}), failed_bench(result, preset.max_failed_fraction))
+                    dict(overrides or {}), failed_bench(result, preset.max_failed_fraction), links)

@@ -79,6 +79,9 @@ def bandwidth_matrix(bw: Mapping[str, Any]) -> tuple[TableSpec, list[str]]:
              f"threshold: a pair below {float(bw.get('min_fraction', 0.5)) * 100:.0f} % of its link's expected "
              f"bandwidth is slow" + (f" (expected {over})" if over else "")]
     lines += [f"  - {p['message']}" for p in pairs if p["status"] in ("slow", "no-peer")]
+    links = bw.get("links")
+    if isinstance(links, Mapping):
+        lines.append(str(links.get("summary", "")))
     return table, lines
 
 
@@ -127,6 +130,9 @@ def live(app: AppContext, target: tuple[str, ...], bandwidth: bool, size_mib: in
         app.out.table(table)
         for line in lines:
             app.out.line(line)
+    else:
+        app.out.line("PCIe links: not judged (no load; idle links downshift): --bandwidth samples them under the "
+                     "copy matrix")
     app.out.line(f"{report.ssh_round_trips} SSH round trip(s), {report.duration_s:.2f} s")
     return result.exit_code
 

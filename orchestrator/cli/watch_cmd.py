@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from types import FrameType
 
@@ -22,6 +23,22 @@ REMEDY_PLAYBOOKS: dict[str, tuple[str, ...]] = {"restart": ("remedy-restart",),
                                                 "reboot": ("remedy-reboot", "remedy-verify")}
 
 
+def print_watch_unit(app: AppContext, group: str, interval_s: float, drain_timeout: float) -> int:
+    """The unit for this group, started by this very interpreter (the venv deploy runs from), with the inventory
+    and state directory this command resolved, as absolute paths."""
+    from orchestrator.paths import state_dir
+    from orchestrator.render.watch_unit import render_watch_unit, watch_unit_name
+
+    text = render_watch_unit(program=[sys.executable, "-m", "orchestrator"], group=group, interval_s=interval_s,
+                             drain_timeout_s=drain_timeout, inventory=app.inventory_paths,
+                             state_dir=str(state_dir().resolve()),
+                             reboot_timeout_s=app.inventory.health.reboot_timeout_s)
+    app.out.emit({"unit": watch_unit_name(group), "content": text})
+    if not app.out.as_json:
+        click.echo(text, nl=False)  # as is: the unit file, byte for byte
+    return 0
+
+
 @click.command("watch")
 @click.argument("word", type=click.Choice(["group"]))
 @click.argument("group")
@@ -32,10 +49,12 @@ REMEDY_PLAYBOOKS: dict[str, tuple[str, ...]] = {"restart": ("remedy-restart",),
               help="Stop after this many seconds (default: until SIGTERM or Ctrl-C).")
 @click.option("--drain-timeout", type=float, default=120.0, show_default=True,
               help="Seconds to wait for a cordoned host's in-flight requests.")
+@click.option("--unit", "print_unit", is_flag=True,
+              help="Print the systemd unit that runs this watch (with these options) and exit; nothing runs.")
 @tofu_option
 @common_options
 def watch(app: AppContext, word: str, group: str, once: bool, interval_s: float, for_s: float | None,
-          drain_timeout: float, tofu: bool) -> int:
+          drain_timeout: float, tofu: bool, print_unit: bool) -> int:
     """Read every host's GPU sensors each cycle; a host with a fault to act on is drained out of the router
     (cordoned), remedied where the inventory's `health:` policy allows it (restart sglang; reboot the node only with
     `health: {reboot: true}`), verified, and put back once its sensors read clean and it serves. Exits 1 when the
@@ -49,6 +68,8 @@ def watch(app: AppContext, word: str, group: str, once: bool, interval_s: float,
         raise ConfigError("deploy watch cordons hosts out of the router, and the inventory has no router: section",
                           fix="add the router (docs/fleet.md, 'The router'); `deploy doctor group G` reports "
                               "faults without one")
+    if print_unit:
+        return print_watch_unit(app, group, interval_s, drain_timeout)
     by_name = {h.name: h for h in hosts}
 
     def read(name: str) -> Reading:
@@ -59,18 +80,25 @@ def watch(app: AppContext, word: str, group: str, once: bool, interval_s: float,
         error = report.failure.what if isinstance(report.failure, DeployError) else None
         return Reading(name, st.hardware if st.hardware is not None and st.hardware.gpus else None, serving, error)
 
-    def remedy(name: str, kind: Remedy, cursor: str | None) -> str:
+    def run_books(name: str, books: tuple[str, ...], what: str, cursor: str | None) -> str:
         verified: list[str] = []
-        for book in REMEDY_PLAYBOOKS[kind]:
+        for book in books:
             report = run_playbook_to_end(book, by_name[name], inv,
-                                         RunOptions(tofu=tofu, command=f"deploy watch group {group} ({kind})"),
-                                         inputs=RunInputs(kernel_cursor=cursor))
+                                         RunOptions(tofu=tofu, command=f"deploy watch group {group} ({what})"),
+                                         inputs=RunInputs(kernel_cursor=cursor, want_bandwidth=True,
+                                                          bandwidth_gate=True))
             if report.failure is not None:
                 raise report.failure
             verified += [f"{s.name}: {s.summary}" for s in report.steps
                          if s.name in ("reboot_node", "host_prereqs", "container_gpus", "health", "smoke",
-                                       "correctness_check")]
+                                       "correctness_check", "p2p_bandwidth")]
         return "; ".join(verified)
+
+    def remedy(name: str, kind: Remedy, cursor: str | None) -> str:
+        return run_books(name, REMEDY_PLAYBOOKS[kind], kind, cursor)
+
+    def verify(name: str) -> str:
+        return run_books(name, ("remedy-verify",), "verify", None)
 
     ledger = Ledger()
     stop = threading.Event()
@@ -81,7 +109,8 @@ def watch(app: AppContext, word: str, group: str, once: bool, interval_s: float,
     previous = signal.signal(signal.SIGTERM, _stop)
     try:
         code = run_watch(Watch(inv, [h.name for h in hosts], read, app.out.line, WatchState(group),
-                               drain_timeout_s=drain_timeout, remedy=remedy, record=ledger.record_event),
+                               drain_timeout_s=drain_timeout, remedy=remedy, record=ledger.record_event,
+                               verify=verify),
                          once=once, interval_s=interval_s, for_s=for_s,
                          stop=stop)
     except KeyboardInterrupt:

@@ -58,6 +58,10 @@ class P2PResult(ViewResult):
         text = f"P2P {verdict.status} ({verdict.p2p}, {len(verdict.gpus)} GPUs)"
         if comparison is not None and not comparison.same:
             text += "; container topology differs from the host's"
+        links = (self.bandwidth or {}).get("links")
+        if isinstance(links, dict) and not links.get("ok", True):
+            text += "; " + "; ".join(f"GPU {g['gpu']} ({g['bus_id']}) link {g['best']} of {g['max']} under load"
+                                     for g in links.get("gpus", []) if g.get("status") == "fail")
         return text
 
 

@@ -13,7 +13,8 @@ errors. Each cycle reads every host's sensors with the status playbook (one roun
   correctness gate) and the kernel-log cursor is moved past the Xids it answered; one remedy per cordon: a host
   still faulty after it, or whose remedy failed, stays out with one line saying why and what to do;
 - **return**: a host this watch cordoned, whose sensors read clean again and whose server answers /health, is added
-  back with every add-back check (`deploy router add`) — at once after its remedy, or once the operator fixed it.
+  back with every add-back check (`deploy router add`) — at once after its remedy, or once the operator fixed it
+  (a host whose remedy failed passes the remedy's verification first, P2P under load included).
 Each action holds the host's and the router's claim only while it runs (a fleet roll in progress makes it wait a
 cycle), is said on one line, recorded in the watch's state file (which hosts it cordoned, since when, why, the
 remedy tried), in the host's events (`deploy history`), and posted to the inventory's `notify:` webhook.
@@ -43,10 +44,12 @@ from orchestrator.router.client import RouterClient
 from orchestrator.router.drain import Drainer
 from orchestrator.state.claims import claim_fleet
 
-Decision = Literal["cordon", "remedy", "return", "hold", "none"]
+Decision = Literal["cordon", "remedy", "verify", "return", "hold", "none"]
 #: Runs a remedy on a drained host: (host, "restart" | "reboot", the kernel-log cursor of the reading it answers)
 #: -> what it verified; raises DeployError when the remedy or its verification failed.
 RemedyFn = Callable[[str, Remedy, str | None], str]
+#: Runs a remedy's verification alone (no remedy) on a drained host -> what it verified; raises DeployError.
+VerifyFn = Callable[[str], str]
 #: Records one of a host's events (host, kind, detail): the ledger that `deploy history` reads.
 RecordFn = Callable[[str, str, str], None]
 
@@ -81,16 +84,19 @@ class Reading:
         return max(self.hardware.faulty, key=lambda g: g.action.rank).name
 
 
-def decide(r: Reading, listed: bool, cordoned: bool, plan: RemedyPlan | None = None, tried: bool = False
-           ) -> Decision:
+def decide(r: Reading, listed: bool, cordoned: bool, plan: RemedyPlan | None = None, tried: bool = False,
+           failed: bool = False) -> Decision:
     """Pure: what the watch does with a host this cycle (`plan`: the policy's answer for its worst fault; None:
-    drain on a fatal fault only; `tried`: a remedy already ran since it was cordoned)."""
+    drain on a fatal fault only; `tried`: a remedy already ran since it was cordoned; `failed`: that remedy or its
+    verification failed). A host whose remedy failed and that now reads clean and serves is verified again before
+    it returns: a failure only a load shows (a PCIe link below its capability under the copy matrix) reads clean
+    while the host idles out of the router."""
     drains = plan.drains if plan is not None else r.fatal
     if drains and listed:
         return "cordon"
     if cordoned and not listed:
         if r.hardware is not None and not drains and r.serving:
-            return "return"
+            return "verify" if failed else "return"
         if plan is not None and plan.runs and not tried:
             return "remedy"
     return "hold" if cordoned else "none"
@@ -124,6 +130,7 @@ class Watch:
     drain_timeout_s: float = 120.0
     remedy: RemedyFn | None = None  # None: no remedy runs (the policy's remedies are held as manual)
     record: RecordFn | None = None
+    verify: VerifyFn | None = None  # None: a host whose remedy failed returns once it reads clean and serves
 
     def plan(self, host: str, r: Reading, others_out: list[str]) -> RemedyPlan:
         if r.hardware is None:
@@ -145,7 +152,8 @@ class Watch:
             out = sorted(h for h, u in side.urls.items() if h != host and u not in listed)
             plan = self.plan(host, r, out)
             entry = cordoned.get(host, {})
-            decision = decide(r, url is not None and url in listed, host in cordoned, plan, bool(entry.get("remedy")))
+            decision = decide(r, url is not None and url in listed, host in cordoned, plan, bool(entry.get("remedy")),
+                              bool(entry.get("failed")))
             done[host] = decision
             if decision == "cordon" and url is not None:
                 if self._act(host, url, side, cordoned, r, out=True) and plan.runs:
@@ -155,6 +163,8 @@ class Watch:
                     self.say(f"{host}: {plan.why}")
             elif decision == "remedy" and url is not None:
                 done[host] = self._remedy(host, url, side, cordoned, r, plan)
+            elif decision == "verify" and url is not None:
+                done[host] = self._verify(host, url, side, cordoned, r)
             elif decision == "return" and url is not None:
                 self._act(host, url, side, cordoned, r, out=False)
             elif decision == "hold":
@@ -219,6 +229,29 @@ class Watch:
             return "return"
         self.say(f"{host}: still out of the router after its remedy: {self._now(again, after, entry)}")
         return "hold"
+
+    def _verify(self, host: str, url: str, side: FleetRouter, cordoned: dict[str, dict[str, str | float]],
+                r: Reading) -> Decision:
+        """A host whose remedy failed reads clean and serves: run the remedy's verification (P2P under load
+        included) before it goes back; it stays out, said each cycle, while that fails."""
+        entry = cordoned[host]
+        if self.verify is not None:
+            try:
+                with claim_fleet([host], f"deploy watch (verify {host})", router=False):
+                    verified = self.verify(host)
+            except LockHeld as err:
+                self.say(f"{host}: verification waits for the next cycle: {err.what}")
+                return "hold"
+            except DeployError as err:
+                self.say(f"{host}: still out of the router: it reads clean and serves, but the verification its "
+                         f"failed {entry.get('remedy')} remedy needs fails: {err.what}; "
+                         f"{err.fix or 'see deploy doctor host ' + host}")
+                return "hold"
+            entry.pop("failed", None)
+            self.say(f"{host}: verified: {verified}")
+            self._event(host, "verified", verified)
+        self._act(host, url, side, cordoned, r, out=False)
+        return "return"
 
     def _act(self, host: str, url: str, side: FleetRouter, cordoned: dict[str, dict[str, str | float]],
              r: Reading, *, out: bool) -> bool:

@@ -2,7 +2,8 @@
 
 Why the host: Xids are logged by the kernel module, which only the PVE node runs; the container never sees them.
 Why a cursor: a Xid the operator already remedied must not be reported again (NVIDIA/k8s-device-plugin#234 marks a
-GPU unhealthy forever after any Xid); journald's cursor names the last entry read, and a reboot starts a new log.
+GPU unhealthy forever after any Xid); journald's cursor names the last entry read, dmesg's (where there is no
+journald) the boot and the timestamp of the last line, and a reboot starts a new log.
 """
 
 from __future__ import annotations
@@ -46,13 +47,24 @@ class KernelLog:
     cursor: str | None = None
 
 
+#: Where there is no journald: dmesg's Xid lines after the stored `dmesg:BOOT_ID:SECONDS` cursor (the seconds since
+#: boot in dmesg's `[ 5107.644336]` stamp; a cursor of another boot reads the whole boot, as journald's does), then
+#: the cursor of dmesg's last line. awk (POSIX: mawk and gawk alike) with the cursor and boot id as -v values.
+DMESG_AWK = (
+    'BEGIN { p = "dmesg:" b ":"; t0 = -1; if (b != "" && index(c, p) == 1) t0 = substr(c, length(p) + 1) + 0 } '
+    r'match($0, /^\[ *[0-9]+\.[0-9]+\]/) { s = substr($0, 2, RLENGTH - 2); gsub(/ /, "", s); t = s + 0; last = s } '
+    '/NVRM: Xid/ && t > t0 { print } '
+    'END { if (b != "" && last != "") print "-- cursor: dmesg:" b ":" last }')
+
+
 def kernel_log_command(cursor_path: str = CURSOR_PATH) -> str:
-    """The host's NVRM Xid lines since the stored cursor and the cursor after the last entry (journald), or the
-    Xid lines of dmesg where there is no journald. Reads only; prints nothing but those lines."""
+    """The host's NVRM Xid lines since the stored cursor and the cursor after the last entry: journald's, or where
+    there is no journald dmesg's (`dmesg:BOOT_ID:SECONDS`). Reads only; prints nothing but those lines."""
     path = shlex.quote(cursor_path)
     return (f"c=$(cat {path} 2>/dev/null); if command -v journalctl >/dev/null 2>&1; then "
             "journalctl -k -q --no-pager -o short-iso --show-cursor ${c:+\"--after-cursor=$c\"} "
-            "| grep -E 'NVRM: Xid|^-- cursor:'; else dmesg 2>/dev/null | grep 'NVRM: Xid'; fi; true")
+            "| grep -E 'NVRM: Xid|^-- cursor:'; else dmesg 2>/dev/null | awk -v \"c=$c\" "
+            "-v \"b=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)\" " + shlex.quote(DMESG_AWK) + "; fi; true")
 
 
 def parse_xid_line(line: str) -> XidEvent | None:

@@ -339,6 +339,13 @@ def throughput(ctx: StepContext, record: StepRecord) -> None:
         fails.append(f"{r.failed} of {r.num_prompts} requests failed")
     if minimum is not None and r.output_throughput < minimum:
         fails.append(f"output throughput {r.output_throughput:.1f} tok/s is below the minimum {minimum:.1f}")
+    stuck = [link for x in repeats if x.links is not None for link in x.links.failures]
+    if stuck:  # a link below its capability under this load throttles every all-reduce of TP8
+        seen = {link.gpu: link for link in stuck}
+        fails.append("PCIe link below its capability under load: " + "; ".join(
+            seen[g].message("bench_serving") for g in sorted(seen)))
+    elif run.links is not None:
+        record.details["links_summary"] = run.links.summary()
     for d in run.diagnosis[:3]:
         ctx.say(f"  diagnosis: {d.message}")
     power = ""
@@ -347,8 +354,12 @@ def throughput(ctx: StepContext, record: StepRecord) -> None:
     record.summary = (f"{preset_name}: {r.output_throughput:.1f} output tok/s, concurrency "
                       f"{(r.concurrency or 0):.0f}, mean TPOT {(r.mean_tpot_ms or 0):.2f} ms{power}")
     if fails:
-        raise CheckFailed("throughput check failed: " + "; ".join(fails),
-                          fix="see the diagnosis lines; compare with `deploy history --bench`", host=ctx.host.name,
+        fix = "see the diagnosis lines; compare with `deploy history --bench`"
+        if stuck:
+            fix = (f"a stuck link is hardware, not the flags: drain the host (`deploy router remove "
+                   f"{ctx.host.name}` when it serves behind the router), reboot the node to retrain the link, then "
+                   "`deploy up` again; if it stays below, reseat the GPU or its riser (docs/hardware.md)")
+        raise CheckFailed("throughput check failed: " + "; ".join(fails), fix=fix, host=ctx.host.name,
                           details=run.to_dict())
 
 
@@ -430,6 +441,8 @@ def bench(ctx: StepContext, record: StepRecord) -> None:
                 f"mean TPOT {(run.result.mean_tpot_ms or 0):.2f} ms")
         if run.failure:
             ctx.say(f"  [fail] a failed bench: {run.failure}")
+        if run.links is not None and not run.links.ok:
+            ctx.say(f"  [fail] {run.links.summary()}")
         runs.append(run)
     ctx.state.bench_runs = runs
     ctx.state.server.release = release

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.facts import CT, HOST, Fact, Facts, Read
+from orchestrator.hardware.links import (
+    LinkLoadVerdict,
+    framed,
+    judge_links_under_load,
+    link_sampler_argv,
+    parse_link_samples,
+)
+from orchestrator.parsers.gpu_query import GpuQueryParseError
 from orchestrator.parsers.p2p import P2PMatrix
 from orchestrator.parsers.topo import TopoMatrix
 from orchestrator.runlog import StepRecord
@@ -131,8 +140,10 @@ def bandwidth_probe(ctx: StepContext, size_mib: int) -> dict[str, Any]:
     )
 
     path = ctx.ct.paths.p2p_probe_path
+    marker = f"@@deploy-{secrets.token_hex(8)}"
     body = render_script("p2p_bandwidth.sh.j2", path=path, source=probe_script_source(),
-                         probe_argv=probe_argv(ctx.ct.paths.venv_python(ctx.profile.venv), path, size_mib=size_mib))
+                         probe_argv=probe_argv(ctx.ct.paths.venv_python(ctx.profile.venv), path, size_mib=size_mib),
+                         sampler_argv=link_sampler_argv(), lead_in="0.3", marker=marker)
     res = ctx.ct.script(body, check=False, timeout=600, what="P2P bandwidth probe")
     try:
         result = parse_p2p_probe(res.stdout)
@@ -151,13 +162,31 @@ def bandwidth_probe(ctx: StepContext, size_mib: int) -> dict[str, Any]:
     if m:
         gen, width = int(m.group(1)), int(m.group(2))
     verdict = p2p_bandwidth_verdict(result, links, pcie_gen=gen, pcie_width=width)
-    return json.loads(json.dumps({"ok": verdict.ok, "probe": result.model_dump(mode="json"),
-                                  **verdict.model_dump(mode="json")}))
+    under_load = links_under_copies(ctx, framed(res.stdout, marker, "links"), res.rc)
+    return json.loads(json.dumps({"probe": result.model_dump(mode="json"), **verdict.model_dump(mode="json"),
+                                  "ok": verdict.ok and under_load.ok, "links": under_load.to_dict()}))
+
+
+def links_under_copies(ctx: StepContext, text: str | None, rc: int) -> LinkLoadVerdict:
+    """The links sampled while the copy matrix ran. Copies run on the copy engines and may leave
+    `utilization.gpu` at 0, so every sample counts (`min_util_pct=None`): a probe that completed drove every
+    GPU's link in turn. A probe that failed, or a sampler that gave nothing, judges no link (said, not passed
+    silently as healthy)."""
+    if rc != 0 or text is None:
+        return judge_links_under_load((), load="the P2P copy matrix", min_util_pct=None)
+    try:
+        samples = parse_link_samples(text)
+    except GpuQueryParseError as exc:
+        raise RemoteError(f"the link sampler's output does not read: {exc}",
+                          fix="re-run `deploy verify-p2p --bandwidth`; check nvidia-smi in the container",
+                          host=ctx.host.name) from exc
+    return judge_links_under_load(samples, load="the P2P copy matrix", min_util_pct=None)
 
 
 @step("p2p_bandwidth")
 def p2p_bandwidth(ctx: StepContext, record: StepRecord) -> None:
-    """GPU-to-GPU copy matrix with the container venv's torch (only when asked: --bandwidth)."""
+    """GPU-to-GPU copy matrix with the container venv's torch and each GPU's PCIe link sampled under it (only when
+    asked: --bandwidth, or a remedy's verification, where a failure fails the step)."""
     if not ctx.inputs.want_bandwidth:
         record.status = "skipped"
         record.summary = "not requested (--bandwidth)"
@@ -166,3 +195,12 @@ def p2p_bandwidth(ctx: StepContext, record: StepRecord) -> None:
     ctx.state.bandwidth = result
     record.details["bandwidth"] = result
     record.summary = str(result.get("summary", ""))
+    links = result.get("links") or {}
+    if not links.get("ok", True) or ctx.inputs.bandwidth_gate:
+        record.summary += "; " + str(links.get("summary", ""))
+    if ctx.inputs.bandwidth_gate and not result.get("ok", True):
+        raise CheckFailed(f"P2P under load failed: {record.summary}",
+                          fix="a pair below its link's bandwidth or a link below its capability under load is "
+                              "hardware: reboot the node to retrain the link; if it stays, reseat the GPU or its "
+                              "riser (`deploy verify-p2p host H --bandwidth` shows the matrix)",
+                          host=ctx.host.name, details=result)

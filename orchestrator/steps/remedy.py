@@ -73,7 +73,7 @@ def hardware_cursor(ctx: StepContext, record: StepRecord) -> None:
     cursor = ctx.inputs.kernel_cursor
     if not cursor:
         record.status = "skipped"
-        record.summary = "no journald cursor (dmesg is read for the whole boot; the reboot starts a new one)"
+        record.summary = "no kernel-log cursor read (the reboot starts a new log)"
         return
     path = shlex.quote(CURSOR_PATH)
     directory = shlex.quote(CURSOR_PATH.rsplit("/", 1)[0])

@@ -76,6 +76,7 @@ class RunInputs:
     bench_points: tuple[dict[str, str], ...] = ({},)  # bench: one run per point (bench flag overrides)
     expect: ExpectedServer | None = None  # bench: measure only this server (a tune's run)
     want_bandwidth: bool = False  # p2p_bandwidth
+    bandwidth_gate: bool = False  # p2p_bandwidth: a slow pair or a link below its capability fails the step
     probe_size_mib: int = 256  # p2p_bandwidth
     kernel_cursor: str | None = None  # hardware_cursor: the reading a GPU-fault remedy answered
 

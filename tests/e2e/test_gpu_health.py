@@ -8,7 +8,7 @@ import re
 import pytest
 
 from orchestrator.monitoring.publish import PROM_PATH
-from tests.e2e.conftest import SHARED, DeployEnv
+from tests.e2e.conftest import SHARED, DeployEnv, until
 
 
 def _gpu(doc: dict, bus: str) -> dict:
@@ -78,3 +78,58 @@ def test_status_exits_non_zero_on_a_fatal_gpu_fault_and_shows_the_evidence(conve
     finally:
         env.faults(remap=None)
     assert env.run("status", "host", env.host).rc == 0
+
+
+IDLE_DOWNSHIFT = ",".join(f"{g}:idle-downshift" for g in range(8))
+STUCK_5 = ",".join(f"{g}:{'stuck-gen2' if g == 5 else 'idle-downshift'}" for g in range(8))
+
+
+@pytest.mark.xdist_group(SHARED)
+def test_verify_p2p_samples_links_under_its_copies_a_stuck_gen2_fails_and_idle_downshifts_pass(
+        converged_shared: DeployEnv) -> None:
+    """Issue 39, links under load: `verify-p2p --bandwidth` samples every GPU's link while its copy matrix runs (in
+    the probe's round trip). Links that downshift when idle train to Gen5 under the copies and pass; a link stuck at
+    Gen2 fails, naming the GPU and its slot. Without load (no --bandwidth) no link is judged."""
+    env = converged_shared
+    try:
+        env.faults(link=IDLE_DOWNSHIFT)
+        ok = env.run("--json", "verify-p2p", "host", env.host, "--bandwidth")
+        assert ok.rc == 0, ok.text
+        links = ok.json["bandwidth"]["links"]
+        assert links["ok"] and [g["best"] for g in links["gpus"]] == ["Gen5 x16"] * 8, links
+        assert all(g["samples"] > g["loaded"] - 1 > 0 for g in links["gpus"])
+        assert ok.json["totals"]["ssh_round_trips"] == 2  # the sampler rides in the probe's round trip
+
+        env.faults(link=STUCK_5)
+        bad = env.run("verify-p2p", "host", env.host, "--bandwidth")
+        assert bad.rc == 1, bad.text
+        assert ("PCIe links under load FAIL: GPU 5 (slot 00000000:85:00.0): PCIe link Gen2 x16 under the P2P copy "
+                "matrix, below its capability Gen5 x16") in bad.stdout, bad.text
+        doc = env.run("--json", "verify-p2p", "host", env.host, "--bandwidth").json["bandwidth"]["links"]
+        assert [(g["gpu"], g["bus_id"]) for g in doc["gpus"] if g["status"] == "fail"] == [(5, "00000000:85:00.0")]
+
+        idle = env.run("verify-p2p", "host", env.host)  # no load: links are not judged, whatever they read
+        assert idle.rc == 0 and "PCIe links: not judged (no load" in idle.stdout, idle.text
+    finally:
+        env.faults(link=None)
+
+
+def test_the_throughput_step_fails_a_link_stuck_below_its_capability_under_the_bench(converged: DeployEnv) -> None:
+    """The throughput step's host-side sampler reads each GPU's link while bench_serving loads it: a stuck Gen2
+    fails the step naming GPU and slot, with the hardware fix; idle downshifts do not."""
+    env = converged
+    env.faults(link=IDLE_DOWNSHIFT)
+    ok = env.run("--json", "up", "host", env.host)
+    assert ok.rc == 0, ok.text
+    step = next(s for s in ok.json["steps"] if s["name"] == "throughput")
+    assert step["details"]["links"]["ok"] and "8 of 8 GPU(s) at their capability" in step["details"]["links_summary"]
+    # The bench's load is gone before the next run (else up's host checks, reading the links at the start while
+    # the GPUs are still busy, flag the stuck link before the throughput step does: right too, but not this test).
+    util = "nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits"
+    assert until(lambda: set(env.ssh(util).stdout.split()) == {"0"}, 60)
+    env.faults(link=STUCK_5)
+    bad = env.run("up", "host", env.host)
+    assert bad.rc != 0, bad.text
+    assert ("throughput check failed: PCIe link below its capability under load: GPU 5 (slot 00000000:85:00.0): "
+            "PCIe link Gen2 x16 under bench_serving, below its capability Gen5 x16") in bad.text, bad.text
+    assert "reboot the node to retrain the link" in bad.text

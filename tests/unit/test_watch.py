@@ -30,6 +30,7 @@ def test_decisions() -> None:
     assert decide(fatal, listed=True, cordoned=False) == "cordon"
     assert decide(fatal, listed=False, cordoned=True) == "hold"
     assert decide(clean, listed=False, cordoned=True) == "return"
+    assert decide(clean, listed=False, cordoned=True, failed=True) == "verify"  # its remedy failed: verify first
     assert decide(warn, listed=True, cordoned=False) == "none"  # a slowdown is said by doctor, not cordoned
     assert decide(clean, listed=False, cordoned=False) == "none"  # out for another reason: not the watch's to return
     assert decide(Reading("a", hw(), False), listed=False, cordoned=True) == "hold"  # clean but not serving yet
@@ -170,6 +171,31 @@ def test_a_failed_remedy_leaves_the_host_out_and_is_not_retried(pool, tmp_path, 
     assert [e[1] for e in t.events] == ["cordoned", "remedy", "remedy-failed"]
     t.readings["gpu-1"] = Reading("gpu-1", hw(), True)  # the operator fixed it
     assert t.watch.cycle()["gpu-1"] == "return" and t.a.url in t.router.workers
+
+
+def test_a_host_whose_remedy_failed_is_verified_again_before_it_returns(pool, tmp_path, monkeypatch) -> None:  # noqa: F811
+    """A remedy failed on P2P under load (a link below its capability under the copies): idle and out of the router,
+    the host reads clean and serves, so it goes back only once the remedy's verification passes."""
+    t = _setup(pool, tmp_path, monkeypatch, LOST, HealthPolicy(reboot=True),
+               fail="P2P under load failed: PCIe links under load FAIL: GPU 5 (slot 00000000:85:00.0)")
+    checks: list[str] = []
+    verdict = ["P2P under load failed: PCIe links under load FAIL: GPU 5 (slot 00000000:85:00.0)"]
+
+    def verify(host: str) -> str:
+        checks.append(host)
+        if verdict:
+            raise CheckFailed(verdict[0], fix="reboot the node to retrain the link", host=host)
+        return "p2p_bandwidth: PCIe links under load: 8 of 8 GPU(s) at their capability"
+
+    t.watch.verify = verify
+    assert t.watch.cycle()["gpu-1"] == "hold"  # the reboot ran, its verification failed
+    t.readings["gpu-1"] = Reading("gpu-1", hw(), True)  # idle and out of the router, the link is not judged
+    assert t.watch.cycle()["gpu-1"] == "hold" and checks == ["gpu-1"] and t.a.url not in t.router.workers
+    assert any("reads clean and serves, but the verification its failed reboot remedy needs fails: P2P under load "
+               "failed" in s for s in t.said), t.said
+    verdict.clear()  # the operator reseated the riser
+    assert t.watch.cycle()["gpu-1"] == "return" and t.a.url in t.router.workers and len(t.remedies.asked) == 1
+    assert [e[1] for e in t.events] == ["cordoned", "remedy", "remedy-failed", "verified", "returned"], t.events
 
 
 def test_a_failed_remap_keeps_the_host_out_even_where_reboots_are_allowed(pool, tmp_path, monkeypatch) -> None:  # noqa: F811
