@@ -149,9 +149,11 @@ def with_patches(inventory: Inventory, origin: Mapping[tuple[str, str], Path]) -
     here (before any remote change): a missing, unreadable or malformed patch is a ConfigError naming it."""
     profiles = dict(inventory.profiles)
     for name, profile in inventory.profiles.items():
-        where = _at(origin[("profiles", name)], "profiles", name, "patches")
+        def where(name: str = name) -> str:  # the file and line, looked up (with PyYAML) only for an error
+            return _at(origin[("profiles", name)], "profiles", name, "patches")
+
         if profile.patch_texts:
-            raise ConfigError(f"{where}: patch_texts is not an inventory key",
+            raise ConfigError(f"{where()}: patch_texts is not an inventory key",
                               fix="list the patch files under `patches:`; the loader reads them")
         if not profile.patches:
             continue
@@ -159,14 +161,14 @@ def with_patches(inventory: Inventory, origin: Mapping[tuple[str, str], Path]) -
         texts: dict[str, str] = {}
         for entry in profile.patches:
             if Path(entry).is_absolute():
-                raise ConfigError(f"{where}: patch {entry} is an absolute path",
+                raise ConfigError(f"{where()}: patch {entry} is an absolute path",
                                   fix="keep patch files with the inventory (e.g. patches/NAME.patch) and name them "
                                       "relative to its directory")
             if entry in texts:
-                raise ConfigError(f"{where}: patch {entry} is listed twice", fix="list each patch file once")
+                raise ConfigError(f"{where()}: patch {entry} is listed twice", fix="list each patch file once")
             path = base / entry
             if not path.exists():
-                raise ConfigError(f"{where}: patch file {path} does not exist",
+                raise ConfigError(f"{where()}: patch file {path} does not exist",
                                   fix=f"put the patch at {path} (patch paths are relative to {base})")
             text = read_text_file(path, "patch file")
             parse_patch(text, entry)  # refused here, not on the host
