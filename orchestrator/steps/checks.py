@@ -15,10 +15,12 @@ from orchestrator.bench.stats import estimate, median_index
 from orchestrator.errors import CheckFailed, HostChanged, RemoteError
 from orchestrator.facts import CT, health_code_command
 from orchestrator.layout import PATHS
+from orchestrator.parsers.boot import KEEP_STARTS, BootStart, parse_boot
 from orchestrator.parsers.server_process import ServerProcess, argv_difference, parse_server_process
 from orchestrator.render.service import public_flags
 from orchestrator.resources import probe_text
 from orchestrator.runlog import StepRecord
+from orchestrator.state.releases import record_boot_script
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts
 from orchestrator.steps.state import ExpectedServer
@@ -201,7 +203,29 @@ def wait_healthy(ctx: StepContext, record: StepRecord, *, timeout_s: float | Non
         add_host_xids(ctx, err, time.monotonic() - start)
         raise
     record.details["journal_tail"] = seen[-10:]
+    record_boot(ctx, record, seen)
     return time.monotonic() - start
+
+
+def record_boot(ctx: StepContext, record: StepRecord, journal: list[str]) -> BootStart | None:
+    """The boot ledger: this start's phases from the lines the health wait read, appended to the current release's
+    boot.jsonl (one small write; the wait runs only after a start, so a converged `up` reads and writes nothing).
+    Never fails the run: a ledger that cannot be written is said and skipped."""
+    boot = parse_boot(journal)
+    if boot is None:
+        return None
+    ctx.state.server.boot = boot
+    record.details["boot"] = boot.model_dump(mode="json")
+    ctx.say(f"boot ledger: {boot.summary()}")
+    try:
+        res = ctx.ct.script(record_boot_script(boot.model_dump_json(), KEEP_STARTS), check=False, timeout=60,
+                            what="record the boot ledger")
+    except RemoteError as exc:
+        ctx.say(f"boot ledger not recorded: {exc.what}")
+        return boot
+    if res.rc != 0:
+        ctx.say(f"boot ledger not recorded: {res.said(200) or f'exit code {res.rc}'}")
+    return boot
 
 
 @step("health", ct_facts=(CT.health, CT.active))

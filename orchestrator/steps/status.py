@@ -64,7 +64,7 @@ def stack_drift(ctx: StepContext, running: dict[str, Any] | None) -> list[str]:
 
 
 @step("status", host_facts=(HOST.gpu_power, HOST.ct_status, *HARDWARE_FACTS),
-      ct_facts=(*RELEASE_FACTS, CT.ct_address, CT.watchdog_state, CT.stack_dists))
+      ct_facts=(*RELEASE_FACTS, CT.current_boot, CT.ct_address, CT.watchdog_state, CT.stack_dists))
 def status(ctx: StepContext, record: StepRecord) -> None:
     """Current release, server state and health, GPU power now: one round trip."""
     ensure_facts(ctx)
@@ -98,6 +98,7 @@ def status(ctx: StepContext, record: StepRecord) -> None:
     info.tune_trial = str(trial["id"]) if trial else None
     addr = ctx.facts.get(CT.ct_address)
     info.address = net0_static_ip(ctx.host.container.net0) or addr
+    info.boots = list(ctx.facts.get(CT.current_boot) or [])
     read_watchdog(ctx)
     record.details.update(info.to_dict())
     record.summary = (f"release {state.release or 'none'} ({info.verdict or 'unverified'}"
