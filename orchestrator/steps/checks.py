@@ -303,6 +303,15 @@ def smoke(ctx: StepContext, record: StepRecord) -> None:
     record.summary = f"answer {str(data.get('answer')).strip()[:40]!r} in {data.get('latency_s', 0):.2f} s"
 
 
+def last_boot(ctx: StepContext) -> BootStart | None:
+    """The server's last start: this run's (the health wait read it), else the current release's boot ledger when
+    this run read it; None when neither (the diagnosis then names the generic lever)."""
+    if ctx.state.server.boot is not None:
+        return ctx.state.server.boot
+    boots = ctx.facts.find(CT.current_boot)
+    return boots[-1] if boots else None
+
+
 def bench_for_release(ctx: StepContext, preset_name: str, release: str | None,
                       overrides: dict[str, str] | None = None) -> BenchRun:
     """Run the preset with telemetry, store it in the local ledger, return the BenchRun."""
@@ -322,7 +331,7 @@ def bench_for_release(ctx: StepContext, preset_name: str, release: str | None,
     with waiting_for(ctx.say, f"bench_serving ({preset_name}) on release {release or '(none)'}",
                      bench_limit_s(preset), first_after_s=0.0):
         run = run_bench(ctx.ct, ctx.host, ctx.profile, preset_name, preset, overrides=overrides,
-                        release_id=release, flags=flags, nvlink=nvlink)
+                        release_id=release, flags=flags, nvlink=nvlink, boot=last_boot(ctx))
     try:
         source: RunSource = "sweep" if overrides else "roll" if "roll" in ctx.options.command else "bench"
         Ledger().record_run(host=ctx.host.name, bench=run.result, source=source,

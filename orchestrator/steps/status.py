@@ -8,6 +8,7 @@ from orchestrator.errors import CheckFailed
 from orchestrator.facts import CT, HOST
 from orchestrator.layout import PATHS
 from orchestrator.locks import lock_drift
+from orchestrator.parsers.boot import BootStart
 from orchestrator.parsers.netaddr import net0_static_ip
 from orchestrator.parsers.watchdog import parse_watchdog_fact, parse_watchdog_state
 from orchestrator.runlog import StepRecord
@@ -98,7 +99,8 @@ def status(ctx: StepContext, record: StepRecord) -> None:
     info.tune_trial = str(trial["id"]) if trial else None
     addr = ctx.facts.get(CT.ct_address)
     info.address = net0_static_ip(ctx.host.container.net0) or addr
-    info.boots = list(ctx.facts.get(CT.current_boot) or [])
+    boots: list[BootStart] = ctx.facts.get(CT.current_boot) or []
+    info.boots = boots
     read_watchdog(ctx)
     record.details.update(info.to_dict())
     record.summary = (f"release {state.release or 'none'} ({info.verdict or 'unverified'}"
