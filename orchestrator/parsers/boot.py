@@ -59,7 +59,6 @@ class BootStart(BaseModel):
     cold: bool = False  # it autotuned or JIT-compiled
     total_s: float | None = None  # first line → ready line; None when cut off
     phases: list[BootPhase] = Field(default_factory=list)
-    release: str | None = None
 
     def phase(self, name: PhaseName) -> BootPhase | None:
         return next((p for p in self.phases if p.name == name), None)
