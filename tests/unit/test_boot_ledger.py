@@ -68,3 +68,24 @@ def test_boot_jsonl_bounded_and_tolerant() -> None:
     one = BootStart(started_at="2026-12-04T13:20:00", complete=True, total_s=3.0).model_dump_json()
     text = "\n".join([one] * (KEEP_STARTS + 5) + ["not json", ""])
     assert len(parse_boot_lines(text)) == KEEP_STARTS
+
+
+def test_record_boot_script_appends_newest_last_and_keeps_the_bound(tmp_path: Path) -> None:
+    """The container script (rendered as record_boot_script renders it, the current link moved under tmp)."""
+    import base64
+    import subprocess
+
+    from orchestrator.scripts import render_script
+
+    release = tmp_path / "releases" / "20261204T132402-fc94f37e"
+    release.mkdir(parents=True)
+    (tmp_path / "current").symlink_to(release)
+    for i in range(5):
+        line = BootStart(started_at=f"2026-12-04T13:2{i}:00", complete=True, total_s=float(i)).model_dump_json()
+        script = render_script("record_boot.sh.j2", current_link=str(tmp_path / "current"),
+                               b64=base64.b64encode((line + "\n").encode()).decode(), keep=3)
+        subprocess.run(["bash", "-c", script], check=True)
+    starts = parse_boot_lines((release / "boot.jsonl").read_text())
+    assert [s.total_s for s in starts] == [2.0, 3.0, 4.0]
+    assert oct((release / "boot.jsonl").stat().st_mode & 0o777) == "0o644"
+    assert not list(release.glob("*.deploy-tmp"))
