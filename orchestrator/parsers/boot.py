@@ -97,12 +97,13 @@ def _naive(t: datetime) -> datetime:
     return t.replace(tzinfo=None)
 
 
-def parse_boot(lines: list[str]) -> BootStart | None:
+def parse_boot(lines: list[str], *, healthy: bool = False) -> BootStart | None:
     """The phases of one start from its journal lines (this start's only). None: no line of a start in them.
 
     Weights and capture are bracketed (begin … end); autotune and JIT end where the next phase line comes, and may
     run inside capture (the stand-in compiles while capturing): a phase's seconds exclude those nested in it, so
-    the phases add up to the total.
+    the phases add up to the total. `healthy`: the server answered /health 200 before the ready line was read (the
+    health wait stops at the first 200): the start is complete at its last line read.
     """
     first: datetime | None = None
     now: datetime | None = None
@@ -154,6 +155,8 @@ def parse_boot(lines: list[str]) -> BootStart | None:
                 last_mark = now
     if first is None or (not durations and ready_at is None):
         return None
+    if ready_at is None and healthy and now is not None:
+        ready_at = now
     if ready_at is not None:
         while stack:
             close(ready_at)

@@ -211,7 +211,7 @@ def record_boot(ctx: StepContext, record: StepRecord, journal: list[str]) -> Boo
     """The boot ledger: this start's phases from the lines the health wait read, appended to the current release's
     boot.jsonl (one small write; the wait runs only after a start, so a converged `up` reads and writes nothing).
     Never fails the run: a ledger that cannot be written is said and skipped."""
-    boot = parse_boot(journal)
+    boot = parse_boot(journal, healthy=True)
     if boot is None:
         return None
     ctx.state.server.boot = boot

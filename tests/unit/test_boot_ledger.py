@@ -42,6 +42,12 @@ def test_start_cut_off_mid_capture() -> None:
     assert start.summary() == "warm start not finished (longest: weights 118 s)"
 
 
+def test_healthy_before_the_ready_line_was_read_ends_at_the_last_line() -> None:
+    start = parse_boot(lines("boot/standin_cold.log")[:-1], healthy=True)
+    assert start is not None and start.complete and start.total_s == 16
+    assert seconds(start) == {"startup": 1, "weights": 4, "jit": 10, "capture": 1, "warmup": 0}
+
+
 def test_real_benign_lines_make_a_warm_start_without_ready_line() -> None:
     start = parse_boot(lines("fatal/benign.log"))
     assert start is not None and not start.cold
