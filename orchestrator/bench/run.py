@@ -27,6 +27,7 @@ from orchestrator.hardware.links import (
 from orchestrator.hardware.state import LOAD_UTIL_PCT
 from orchestrator.inventory.models import BenchPreset, Host, ServerProfile
 from orchestrator.parsers.bench import BenchParseError, BenchResult, parse_bench_output
+from orchestrator.parsers.boot import BootStart
 from orchestrator.parsers.gpu_query import GpuQueryParseError
 from orchestrator.redact import SECRET_JSON_SED
 from orchestrator.remote.container import Container
@@ -108,7 +109,8 @@ def bench_pidfile(ct: Container, run_id: str) -> str:
 
 def run_bench(ct: Container, host: Host, profile: ServerProfile, preset_name: str, preset: BenchPreset, *,
               overrides: dict[str, str] | None = None, release_id: str | None = None,
-              flags: dict[str, Any] | None = None, nvlink: bool = False) -> BenchRun:
+              flags: dict[str, Any] | None = None, nvlink: bool = False,
+              boot: BootStart | None = None) -> BenchRun:
     run_id = new_run_id()
     out_dir = ct.paths.release_dir(release_id) if release_id else ct.paths.bench_dir
     # Plain preset runs are baselines for later rolls; runs with overrides (sweep points) are not.
@@ -158,6 +160,8 @@ def run_bench(ct: Container, host: Host, profile: ServerProfile, preset_name: st
     flags = flags or {}
     tp = flag_int(flags, "tensor-parallel-size", "tp-size")
     mrr = flag_int(flags, "max-running-requests")
-    diagnosis = diagnose(result, telemetry, tp_size=tp, nvlink=nvlink, max_running_requests=mrr)
+    backend = flags.get("moe-runner-backend")
+    diagnosis = diagnose(result, telemetry, tp_size=tp, nvlink=nvlink, max_running_requests=mrr, boot=boot,
+                         moe_runner_backend=str(backend) if backend is not None else None)
     return BenchRun(run_id, preset_name, run.started_at, result, telemetry, list(diagnosis), out_file, jsonl,
                     dict(overrides or {}), failed_bench(result, preset.max_failed_fraction), links)

@@ -25,6 +25,7 @@ from orchestrator.errors import ConfigError, DeployError
 from orchestrator.fleet.targets import parse_targets
 from orchestrator.hardware.state import HardwareState
 from orchestrator.inventory.models import Inventory
+from orchestrator.parsers.boot import BootStart
 from orchestrator.parsers.watchdog import WatchdogStatus
 from orchestrator.roll import RollOutcome, refused, roll_host, rollback_host, rollback_payload
 from orchestrator.state.releases import RELEASE_ID
@@ -261,6 +262,8 @@ def status(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
         app.out.line(f"host {report.host}: {info.release_line()}")
         if info.stack:
             app.out.line(f"stack: {stack_cell({'stack': info.stack})} in {info.stack.get('venv')}")
+        if info.last_boot is not None:
+            app.out.line(boot_line(info.last_boot, len(info.boots)))
         if info.stack_drift:
             app.out.line(f"stack drift against the lock: {', '.join(info.stack_drift)}")
         for line in info.patch_drift:
@@ -302,6 +305,14 @@ def status(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
     return result.exit_code
 
 
+def boot_line(boot: BootStart, starts: int) -> str:
+    """`last start: warm start 19 s (longest: capture 12 s), at T; weights 4 s, capture 12 s, … (2 starts)`."""
+    phases = ", ".join(f"{p.name} {p.seconds:.0f} s" if p.seconds is not None else f"{p.name} (not finished)"
+                       for p in boot.phases)
+    return (f"last start: {boot.summary()}, at {boot.started_at or '-'}; {phases} "
+            f"({starts} start(s) of this release recorded)")
+
+
 def print_hardware(app: AppContext, state: HardwareState, host: str) -> None:
     """The GPUs with a hardware fault: each fault with its evidence line and the catalog's fix."""
     rows = []
@@ -323,6 +334,18 @@ def print_watchdog(app: AppContext, wd: WatchdogStatus, limit: int = 5) -> None:
     rows = [(a["at"] or "-", a["action"], a["reason"]) for a in wd.to_dict()["actions"][-limit:]]
     if rows:
         app.out.table(spec("watchdog: last actions", ("at", "action", "reason"), rows))
+
+
+def _last_start(boot: object) -> str:
+    """History's cell of a release's last start: `warm 19 s`, `cold 61 s`, `cold, not finished`, or `-`."""
+    if not isinstance(boot, dict):
+        return "-"
+    try:
+        start = BootStart.model_validate(boot)
+    except ValueError:
+        return "-"
+    kind = "cold" if start.cold else "warm"
+    return f"{kind} {start.total_s:.0f} s" if start.total_s is not None else f"{kind}, not finished"
 
 
 def _figure(verdict: dict[str, Any] | None, key: str) -> str:
@@ -407,9 +430,10 @@ def history(app: AppContext, target: tuple[str, ...], bench: bool, limit: int, a
         table_rows.append(("*" if r["id"] == current else "", r["id"], str(meta.get("source", "")),
                            str((verdict or {}).get("verdict", "unverified")), stack_cell(meta), changes,
                            _preset(verdict), _figure(verdict, "output_throughput"), _power(verdict),
+                           _last_start(r.get("boot")),
                            textwrap.shorten(str((verdict or {}).get("reason", "")), 160, placeholder=" …")))
     headers: list[str | Column] = ["", "release", "source", "verdict", "stack", "flag changes", "preset",
-                                   Column("out tok/s", "right"), Column("GPU W (sum)", "right"), "reason"]
+                                   Column("out tok/s", "right"), Column("GPU W (sum)", "right"), "last start", "reason"]
     app.out.table(spec(f"releases on {result.host}", headers, table_rows))
     if wd is not None and wd.actions:
         wd_rows = [(a["at"] or "-", a["action"], a["reason"]) for a in wd.to_dict()["actions"][-limit:]]

@@ -11,6 +11,7 @@ from orchestrator.facts.host import p2p_matrix
 from orchestrator.inventory.models import ServerProfile
 from orchestrator.layout import PATHS
 from orchestrator.locks import installed_dists
+from orchestrator.parsers.boot import KEEP_STARTS, parse_boot_lines
 from orchestrator.parsers.ct_gpus import CT_GPU_QUERY, CtGpus, parse_ct_gpus
 from orchestrator.parsers.devices import parse_dev_listing
 from orchestrator.parsers.leftovers import parse_leftovers
@@ -155,6 +156,9 @@ class CT:
                       lambda o: parse_release_ids(o.stdout) if o.rc == 0 else [])
     current_meta = CtFact("current_meta", lambda h, p: f"cat {PATHS.current_link}/meta.json", json_object)
     current_verdict = CtFact("current_verdict", lambda h, p: f"cat {PATHS.current_link}/verdict.json", json_object)
+    #: The current release's boot ledger (boot.jsonl): its starts' phases, newest last (orchestrator.parsers.boot).
+    current_boot = CtFact("current_boot", lambda h, p: f"tail -n {KEEP_STARTS} {PATHS.current_link}/boot.jsonl",
+                          lambda o: parse_boot_lines(o.stdout) if o.rc == 0 else [])
     current_flags = CtFact("current_flags", lambda h, p: f"cat {PATHS.current_link}/flags.json", json_object)
     # The last record of every plain bench run of the current release (file name, record JSON): roll baselines.
     current_bench = CtFact("current_bench", lambda h, p: (

@@ -3,7 +3,8 @@
 /var/lib/deploy/releases/<id>/   sglang.service, sglang.env (0600), secrets.yaml (0600) and logging.json
                                  (with an API key),
                                  flags.json, meta.json, and later
-                                 server_info.json, bench.jsonl, verdict.json
+                                 server_info.json, bench.jsonl, verdict.json,
+                                 boot.jsonl (the boot ledger: each start's phases)
 /var/lib/deploy/current          symlink → releases/<id>
 
 Every install is a new release (its own id), so each attempt keeps its own verdict and bench files. Activation
@@ -135,6 +136,12 @@ def record_file_script(release_id: str, name: str, content: str, mode: int = 0o6
         content = redact_text(content)
     return render_script("record_file.sh.j2", path=f"{PATHS.release_dir(release_id)}/{name}", b64=_b64(content),
                          mode=mode)
+
+
+def record_boot_script(line: str, keep: int) -> str:
+    """Append one start (a BootStart's JSON line) to the current release's boot.jsonl, keeping the newest `keep`."""
+    return render_script("record_boot.sh.j2", current_link=PATHS.current_link, b64=_b64(redact_text(line) + "\n"),
+                         keep=keep)
 
 
 def read_releases_script(limit: int = 50) -> str:

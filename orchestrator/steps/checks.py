@@ -15,10 +15,12 @@ from orchestrator.bench.stats import estimate, median_index
 from orchestrator.errors import CheckFailed, HostChanged, RemoteError
 from orchestrator.facts import CT, health_code_command
 from orchestrator.layout import PATHS
+from orchestrator.parsers.boot import KEEP_STARTS, BootStart, parse_boot
 from orchestrator.parsers.server_process import ServerProcess, argv_difference, parse_server_process
 from orchestrator.render.service import public_flags
 from orchestrator.resources import probe_text
 from orchestrator.runlog import StepRecord
+from orchestrator.state.releases import record_boot_script
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts
 from orchestrator.steps.state import ExpectedServer
@@ -201,7 +203,29 @@ def wait_healthy(ctx: StepContext, record: StepRecord, *, timeout_s: float | Non
         add_host_xids(ctx, err, time.monotonic() - start)
         raise
     record.details["journal_tail"] = seen[-10:]
+    record_boot(ctx, record, seen)
     return time.monotonic() - start
+
+
+def record_boot(ctx: StepContext, record: StepRecord, journal: list[str]) -> BootStart | None:
+    """The boot ledger: this start's phases from the lines the health wait read, appended to the current release's
+    boot.jsonl (one small write; the wait runs only after a start, so a converged `up` reads and writes nothing).
+    Never fails the run: a ledger that cannot be written is said and skipped."""
+    boot = parse_boot(journal, healthy=True)
+    if boot is None:
+        return None
+    ctx.state.server.boot = boot
+    record.details["boot"] = boot.model_dump(mode="json")
+    ctx.say(f"boot ledger: {boot.summary()}")
+    try:
+        res = ctx.ct.script(record_boot_script(boot.model_dump_json(), KEEP_STARTS), check=False, timeout=60,
+                            what="record the boot ledger")
+    except RemoteError as exc:
+        ctx.say(f"boot ledger not recorded: {exc.what}")
+        return boot
+    if res.rc != 0:
+        ctx.say(f"boot ledger not recorded: {res.said(200) or f'exit code {res.rc}'}")
+    return boot
 
 
 @step("health", ct_facts=(CT.health, CT.active))
@@ -279,6 +303,15 @@ def smoke(ctx: StepContext, record: StepRecord) -> None:
     record.summary = f"answer {str(data.get('answer')).strip()[:40]!r} in {data.get('latency_s', 0):.2f} s"
 
 
+def last_boot(ctx: StepContext) -> BootStart | None:
+    """The server's last start: this run's (the health wait read it), else the current release's boot ledger when
+    this run read it; None when neither (the diagnosis then names the generic lever)."""
+    if ctx.state.server.boot is not None:
+        return ctx.state.server.boot
+    boots = ctx.facts.find(CT.current_boot)
+    return boots[-1] if boots else None
+
+
 def bench_for_release(ctx: StepContext, preset_name: str, release: str | None,
                       overrides: dict[str, str] | None = None) -> BenchRun:
     """Run the preset with telemetry, store it in the local ledger, return the BenchRun."""
@@ -298,7 +331,7 @@ def bench_for_release(ctx: StepContext, preset_name: str, release: str | None,
     with waiting_for(ctx.say, f"bench_serving ({preset_name}) on release {release or '(none)'}",
                      bench_limit_s(preset), first_after_s=0.0):
         run = run_bench(ctx.ct, ctx.host, ctx.profile, preset_name, preset, overrides=overrides,
-                        release_id=release, flags=flags, nvlink=nvlink)
+                        release_id=release, flags=flags, nvlink=nvlink, boot=last_boot(ctx))
     try:
         source: RunSource = "sweep" if overrides else "roll" if "roll" in ctx.options.command else "bench"
         Ledger().record_run(host=ctx.host.name, bench=run.result, source=source,

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.parsers.boot import BootStart
+
 if TYPE_CHECKING:  # types only: the modules that produce them import the steps package themselves
     from orchestrator.bench.run import BenchRun
     from orchestrator.errors import DeployError
@@ -91,6 +93,7 @@ class ServerRun:
     restarted: bool = False  # this run (re)started sglang: health must wait, a verdict must be written
     installed: bool = False  # this run installed `release` (a new release id): its verdict must be written
     journal_cursor: str | None = None  # the unit's last journal entry before this start: health reads what follows
+    boot: BootStart | None = None  # this run's last start, as the health wait read it from the journal (boot ledger)
     previous: str | None = None  # the release current before this run installed `release` (the gate's reference)
     measured: ServerProcess | None = None  # bench with RunInputs.expect: the server process it checked and measured
 
@@ -193,6 +196,12 @@ class ServerStatus:
     watchdog: WatchdogStatus | None = None  # the in-container watchdog's state file (None: container not running)
     tune_trial: str | None = None  # the tune whose trial point the current release is (steps/release.tune_trial)
     hardware: dict[str, Any] | None = None  # HardwareState.to_dict: each GPU's state, action and evidence
+    #: The current release's boot ledger (boot.jsonl), newest last: each start's phases (orchestrator.parsers.boot).
+    boots: list[BootStart] = field(default_factory=list)
+
+    @property
+    def last_boot(self) -> BootStart | None:
+        return self.boots[-1] if self.boots else None
 
     @property
     def container_running(self) -> bool:
@@ -222,7 +231,9 @@ class ServerStatus:
                 "power_w": self.power_w, "power_limit_w": self.power_limit_w,
                 "drift": [d.to_dict() for d in self.drift],
                 "address": self.address, "watchdog": None if self.watchdog is None else self.watchdog.to_dict(),
-                "tune_trial": self.tune_trial, "hardware": self.hardware, "serving": self.serving}
+                "tune_trial": self.tune_trial, "hardware": self.hardware, "serving": self.serving,
+                "boot": None if self.last_boot is None else self.last_boot.model_dump(mode="json"),
+                "boots": [b.model_dump(mode="json") for b in self.boots]}
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from orchestrator.errors import CheckFailed
 from orchestrator.facts import CT, HOST
 from orchestrator.layout import PATHS
 from orchestrator.locks import lock_drift
+from orchestrator.parsers.boot import BootStart
 from orchestrator.parsers.netaddr import net0_static_ip
 from orchestrator.parsers.watchdog import parse_watchdog_fact, parse_watchdog_state
 from orchestrator.patches import patch_drift
@@ -75,7 +76,8 @@ def running_patch_drift(ctx: StepContext, running: dict[str, Any] | None) -> lis
 
 
 @step("status", host_facts=(HOST.gpu_power, HOST.ct_status, *HARDWARE_FACTS),
-      ct_facts=(*RELEASE_FACTS, CT.ct_address, CT.watchdog_state, CT.stack_dists, CT.stack_patched))
+      ct_facts=(*RELEASE_FACTS, CT.current_boot, CT.ct_address, CT.watchdog_state, CT.stack_dists,
+                CT.stack_patched))
 def status(ctx: StepContext, record: StepRecord) -> None:
     """Current release, server state and health, GPU power now: one round trip."""
     ensure_facts(ctx)
@@ -110,6 +112,8 @@ def status(ctx: StepContext, record: StepRecord) -> None:
     info.tune_trial = str(trial["id"]) if trial else None
     addr = ctx.facts.get(CT.ct_address)
     info.address = net0_static_ip(ctx.host.container.net0) or addr
+    boots: list[BootStart] = ctx.facts.get(CT.current_boot) or []
+    info.boots = boots
     read_watchdog(ctx)
     record.details.update(info.to_dict())
     record.summary = (f"release {state.release or 'none'} ({info.verdict or 'unverified'}"

@@ -28,6 +28,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.parsers.bench import BenchResult
+from orchestrator.parsers.boot import BootStart
 from orchestrator.telemetry.summary import TelemetrySummary
 
 LOW_POWER_PCT = 50.0
@@ -74,18 +75,21 @@ def diagnose(
     tp_size: int | None = None,
     nvlink: bool = False,
     max_running_requests: int | None = None,
+    boot: BootStart | None = None,
+    moe_runner_backend: str | None = None,
 ) -> list[Diagnosis]:
     """All findings for one run, most severe first.
 
     `tp_size` and `nvlink` (from the profile and topology) decide whether near-zero PCIe traffic is a problem:
     with NVLink the TP all-reduce does not cross PCIe at all. `max_running_requests` (the server flag) tells a
-    server-side cap from a client that did not offer enough load.
+    server-side cap from a client that did not offer enough load. `boot` (the server's last start, from the boot
+    ledger) and `moe_runner_backend` name the concrete lever when kernels do not saturate the GPUs.
     """
     out: list[Diagnosis] = []
     if bench is not None:
         out += _bench_findings(bench, max_running_requests)
     if telemetry is not None and telemetry.gpus:
-        out += _power_findings(telemetry)
+        out += _power_findings(telemetry, autotune_lever(boot, moe_runner_backend))
         out += _pcie_findings(telemetry, tp_size, nvlink)
     order = {"fail": 0, "warn": 1, "info": 2}
     return sorted(out, key=lambda d: order[d.severity])
@@ -132,7 +136,21 @@ def _bench_findings(bench: BenchResult, mrr: int | None) -> list[Diagnosis]:
     return out
 
 
-def _power_findings(t: TelemetrySummary) -> list[Diagnosis]:
+#: The lever when kernels do not saturate the GPUs and nothing more concrete is known.
+GENERIC_LEVER = "MoE kernel tuning / autotune is the lever"
+
+
+def autotune_lever(boot: BootStart | None, moe_runner_backend: str | None) -> str:
+    """The concrete lever: the boot ledger shows the server's last start had no FlashInfer autotune phase while its
+    MoE runner is flashinfer_cutlass (sglang leaves that backend out of its autotune); else the generic lever."""
+    if (boot is not None and boot.complete and boot.phase("autotune") is None
+            and (moe_runner_backend or "").replace("-", "_") == "flashinfer_cutlass"):
+        return ("FlashInfer autotune did not run for flashinfer_cutlass at the last start (sglang excludes it; a "
+                "stack patch enables it, docs/stacks.md) — that autotune is the lever")
+    return GENERIC_LEVER
+
+
+def _power_findings(t: TelemetrySummary, lever: str = GENERIC_LEVER) -> list[Diagnosis]:
     out: list[Diagnosis] = []
     pct = t.mean_power_pct_of_limit
     util = t.mean_sm_util_pct
@@ -147,7 +165,7 @@ def _power_findings(t: TelemetrySummary) -> list[Diagnosis]:
                 code="kernels-not-saturating", severity="warn",
                 message=f"decode ran at {pct:.0f} % of the power limit ({mean_w:.0f} of {limit:.0f} W per GPU) "
                         f"with SM utilisation {util:.0f} %: kernels are not saturating the GPUs — "
-                        "MoE kernel tuning / autotune is the lever",
+                        f"{lever}",
                 figures={**base, "low_power_pct": LOW_POWER_PCT, "high_sm_util_pct": HIGH_SM_UTIL_PCT}))
         elif pct < LOW_POWER_PCT and util < LOW_SM_UTIL_PCT:
             out.append(Diagnosis(

@@ -102,3 +102,38 @@ def test_interrupted_up_is_abandoned_by_the_next_up(converged: DeployEnv) -> Non
     assert main_pid(env) == pid  # same files: the new release did not restart the server
     assert f"# deploy: release {now} body-sha256 " in ct_out(env, f"head -n 3 {UNIT}")
     assert health(env) == "200"
+
+
+def test_boot_ledger_records_each_start_cold_then_warm(converged: DeployEnv) -> None:
+    """The boot ledger: a start that JIT-compiles (an empty kernel cache) is cold, the next start warm; `status`
+    shows the last start's phases, `--json` the typed phases, `history` each release's last start."""
+    env = converged
+    # model seconds (time scale 4): 6 s warm starts, +40 s of JIT compile while the kernel cache is empty
+    env.ct_faults(warm_start_s=24.0, cold_start_s=40.0)
+    r0 = current(env)
+    roll = env.run("--json", "roll", "host", env.host, "--set", "num-continuous-decode-steps=4", "--skip-bench")
+    assert roll.rc == 0, roll.text
+    r1 = roll.json["release"]
+    st = env.run("--json", "status", "host", env.host)
+    assert st.rc == 0, st.text
+    boot = st.json["boot"]
+    names = [p["name"] for p in boot["phases"]]
+    assert boot["complete"] and boot["cold"], boot
+    assert names[:2] == ["startup", "weights"] and "jit" in names and "capture" in names, names
+    assert names[-1] == "warmup"
+    jit = next(p["seconds"] for p in boot["phases"] if p["name"] == "jit")
+    assert jit >= 8, boot  # 40 model s = 10 s
+    text = env.run("status", "host", env.host)
+    assert "last start: cold start" in text.stdout and "longest: jit" in text.stdout, text.text
+
+    back = env.run("--json", "rollback", "host", env.host)  # a restart on r0: the kernel cache is warm now
+    assert back.rc == 0 and current(env) == r0, back.text
+    st = env.run("--json", "status", "host", env.host)
+    details = st.json
+    assert not details["boot"]["cold"] and details["boot"]["complete"], details["boot"]
+    assert "jit" not in [p["name"] for p in details["boot"]["phases"]]
+    assert len(details["boots"]) >= 1
+    rel = by_id(history(env))
+    assert rel[r1]["boot"]["cold"] and not rel[r0]["boot"]["cold"], (rel[r1]["boot"], rel[r0]["boot"])
+    hist = env.run("history", "host", env.host)
+    assert "last start" in hist.stdout and "cold" in hist.stdout and "warm" in hist.stdout, hist.text

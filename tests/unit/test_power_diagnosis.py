@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from orchestrator.parsers.bench import BenchResult
+from orchestrator.parsers.boot import BootPhase, BootStart
 from orchestrator.parsers.dmon import parse_dmon
 from orchestrator.parsers.gpu_query import SAMPLER_FIELDS, Sample, parse_query_gpu
 from orchestrator.telemetry.summary import TelemetrySummary, summarize
@@ -61,6 +62,20 @@ def test_seed_case_low_power_high_util() -> None:
     assert "MoE kernel tuning / autotune is the lever" in d.message
     assert d.figures["power_pct_of_limit"] == pytest.approx(39.2)
     assert d.figures["low_power_pct"] == LOW_POWER_PCT
+
+
+def test_boot_ledger_names_the_autotune_lever_for_flashinfer_cutlass() -> None:
+    """A last start without a FlashInfer autotune phase on flashinfer_cutlass: the concrete lever is named."""
+    no_autotune = BootStart(complete=True, total_s=60.0, phases=[BootPhase(name="weights", seconds=30.0)])
+    ds = diagnose(bench(), telemetry(235.0, 92.0), tp_size=8, boot=no_autotune, moe_runner_backend="flashinfer_cutlass")
+    (d,) = [d for d in ds if d.code == "kernels-not-saturating"]
+    assert "FlashInfer autotune did not run for flashinfer_cutlass" in d.message
+    assert "docs/stacks.md" in d.message
+    autotuned = no_autotune.model_copy(update={"phases": [BootPhase(name="autotune", seconds=40.0)], "cold": True})
+    for boot, backend in ((autotuned, "flashinfer_cutlass"), (no_autotune, "triton"), (None, "flashinfer_cutlass")):
+        (d,) = [d for d in diagnose(bench(), telemetry(235.0, 92.0), boot=boot, moe_runner_backend=backend)
+                if d.code == "kernels-not-saturating"]
+        assert "MoE kernel tuning / autotune is the lever" in d.message, (boot, backend)
 
 
 def test_idle_gpus() -> None:
