@@ -37,7 +37,7 @@ from orchestrator.errors import CheckFailed, ConfigError, DeployError, RemoteErr
 from orchestrator.inventory.models import Host, Inventory, ServerProfile
 from orchestrator.parsers.server_metrics import GENERATION_TOKENS, REQUESTS, delta
 from orchestrator.remote.container import Container
-from orchestrator.router.addresses import learn_router
+from orchestrator.router.addresses import learn_fleet, learn_router
 from orchestrator.router.client import RouterClient
 from orchestrator.router.metrics import RouterWindow, router_error_failure, window
 from orchestrator.router.places import (
@@ -48,6 +48,7 @@ from orchestrator.router.places import (
     router_base_url,
     router_metrics_url,
 )
+from orchestrator.router.release import release_of
 from orchestrator.state.ledger import new_run_id
 from orchestrator.telemetry.sampler import (
     SampledRun,
@@ -312,7 +313,10 @@ def run_fleet_bench(inventory: Inventory, hosts: list[Host], preset_name: str, p
     """One FleetBenchPoint per point (bench flag overrides), each through the router with every host sampled."""
     from orchestrator.remote.ssh import SshHost
 
-    addresses = learn_router(inventory, tofu=tofu)
+    spec = inventory.router
+    smg_series = spec is not None and release_of(spec).metrics_port(spec.flags) is not None
+    # Behind smg, the workers' addresses too: its per-worker series are labelled with their URLs.
+    addresses = learn_fleet(inventory, tofu=tofu) if smg_series else learn_router(inventory, tofu=tofu)
     client = bench_client(inventory, addresses)
     names = [h.name for h in hosts]
     if client.host.name not in names:

@@ -248,6 +248,7 @@ def test_bench_group_drives_load_through_the_router_and_reports_each_host(rfleet
     text = env.run("bench", "group", "prod", timeout=600).stdout
     assert f"through the router {rfleet.url} (client {names[0]}" in text
     assert all(any(line.startswith(n) for line in text.splitlines()) for n in (*names, "total"))
+    print(text)  # the docs' real output (pytest -s)
     if rfleet.package == "smg":  # smg's own view: what it sent to each worker, its errors, its breakers
         for point in doc["points"]:
             seen = point["router_metrics"]
