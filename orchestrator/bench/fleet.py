@@ -13,6 +13,12 @@ whichever way the router spread the requests (the router 0.3.2 keeps no per-work
 the current load). A host's tok/s is its tokens over the client's bench duration; its W and J are its GPUs' over
 the client's bench window (host clocks are taken to agree, as NTP keeps them; a host whose samples miss that window
 is summarised over its own sampling window instead). The total tok/s is what the client measured.
+
+Behind smg, the router's own view of the point too (orchestrator/router/metrics.py), read from its metrics port
+before and after the run: the requests it sent to each worker (`smg_worker_requests_total`), its request errors by
+`error_type` (`smg_router_request_errors_total`) and each worker's circuit breaker at the end
+(`smg_worker_cb_state`). Router errors above the preset's `max_failed_fraction` of the prompts fail the point, as
+failed requests do. sglang-router 0.3.2 exports none of these: its points have none.
 """
 
 from __future__ import annotations
@@ -31,8 +37,18 @@ from orchestrator.errors import CheckFailed, ConfigError, DeployError, RemoteErr
 from orchestrator.inventory.models import Host, Inventory, ServerProfile
 from orchestrator.parsers.server_metrics import GENERATION_TOKENS, REQUESTS, delta
 from orchestrator.remote.container import Container
-from orchestrator.router.addresses import learn_router
-from orchestrator.router.places import SiteAddresses, router_address_in, router_base_url
+from orchestrator.router.addresses import learn_fleet, learn_router
+from orchestrator.router.client import RouterClient
+from orchestrator.router.metrics import RouterWindow, router_error_failure, window
+from orchestrator.router.places import (
+    SiteAddresses,
+    known_worker_urls,
+    router_address_in,
+    router_api_key,
+    router_base_url,
+    router_metrics_url,
+)
+from orchestrator.router.release import release_of
 from orchestrator.state.ledger import new_run_id
 from orchestrator.telemetry.sampler import (
     SampledRun,
@@ -92,6 +108,9 @@ class HostShare:
     duration_s: float | None
     telemetry: TelemetrySummary | None
     error: str | None = None
+    #: smg only: requests the router sent to this host's worker during the point, and its circuit breaker after.
+    router_requests: int | None = None
+    circuit: str | None = None
 
     @property
     def output_tok_s(self) -> float | None:
@@ -122,6 +141,7 @@ class HostShare:
                 "output_tok_s": _r(self.output_tok_s), "mean_power_w": _r(self.mean_power_w),
                 "energy_j": _r(self.energy_j), "tok_s_per_w": _r(self.tok_s_per_w, 4),
                 "j_per_token": _r(self.j_per_token, 4), "error": self.error,
+                "router_requests": self.router_requests, "circuit": self.circuit,
                 "telemetry": self.telemetry.model_dump(mode="json") if self.telemetry else None}
 
 
@@ -133,6 +153,11 @@ class FleetBenchPoint:
     client: str
     router_url: str
     shares: list[HostShare] = field(default_factory=list)
+    #: smg's view of the point (None behind sglang-router, or when its metrics did not answer: see router_note).
+    router_window: RouterWindow | None = None
+    #: requests smg sent to a URL that is no inventory worker (a stale or foreign entry in its list).
+    router_unlisted: dict[str, int] = field(default_factory=dict)
+    router_note: str | None = None
 
     @property
     def output_tok_s(self) -> float:
@@ -173,7 +198,28 @@ class FleetBenchPoint:
                           "energy_j": _r(self.energy_j), "tok_s_per_w": _r(self.tok_s_per_w, 4),
                           "j_per_token": _r(self.j_per_token, 4)},
                 "hosts": [s.to_dict() for s in self.shares],
+                "router_metrics": self.router_metrics_dict(),
                 "bench": r.model_dump(mode="json", exclude={"server_info"})}
+
+
+    def router_metrics_dict(self) -> dict[str, Any] | None:
+        """smg's series over the point, as --json has them; None when there are none (see `router_note`)."""
+        w = self.router_window
+        if w is None:
+            return None if self.router_note is None else {"error": self.router_note}
+        return {"sent": sum(w.sent.values()), "errors": w.errors, "error_total": w.error_total,
+                "unlisted": self.router_unlisted, "error": self.router_note}
+
+
+def attribute(point: FleetBenchPoint, win: RouterWindow, url_of: dict[str, str]) -> None:
+    """Give each host its worker's figures from smg's window (`url_of`: host name -> worker URL). Pure."""
+    point.router_window = win
+    host_of = {url.rstrip("/"): name for name, url in url_of.items()}
+    for share in point.shares:
+        url = url_of.get(share.host, "").rstrip("/")
+        share.router_requests = win.sent.get(url, 0 if url else None)  # no series: smg sent it nothing
+        share.circuit = win.circuit.get(url)
+    point.router_unlisted = {u: n for u, n in win.sent.items() if u not in host_of and n > 0}
 
 
 def _r(v: float | None, nd: int = 2) -> float | None:
@@ -267,7 +313,10 @@ def run_fleet_bench(inventory: Inventory, hosts: list[Host], preset_name: str, p
     """One FleetBenchPoint per point (bench flag overrides), each through the router with every host sampled."""
     from orchestrator.remote.ssh import SshHost
 
-    addresses = learn_router(inventory, tofu=tofu)
+    spec = inventory.router
+    smg_series = spec is not None and release_of(spec).metrics_port(spec.flags) is not None
+    # Behind smg, the workers' addresses too: its per-worker series are labelled with their URLs.
+    addresses = learn_fleet(inventory, tofu=tofu) if smg_series else learn_router(inventory, tofu=tofu)
     client = bench_client(inventory, addresses)
     names = [h.name for h in hosts]
     if client.host.name not in names:
@@ -277,6 +326,9 @@ def run_fleet_bench(inventory: Inventory, hosts: list[Host], preset_name: str, p
     client_profile = inventory.profile_for(client.host)
     aimed = client_profile.model_copy(update={"host": client.router_host, "port": client.router_port})
     router_url = router_base_url(inventory, addresses)
+    metrics_url = router_metrics_url(inventory, router_url)
+    smg = _SmgView(RouterClient(router_url, router_api_key(inventory), timeout_s=10.0, metrics_url=metrics_url),
+                   known_worker_urls(inventory, addresses)) if metrics_url is not None else None
     opened: list[_Host] = []
     try:
         for host in hosts:
@@ -291,7 +343,7 @@ def run_fleet_bench(inventory: Inventory, hosts: list[Host], preset_name: str, p
             say(f"bench {label} through the router {router_url} from {client.host.name}, "
                 f"GPU telemetry on {len(opened)} host(s) …")
             out.append(_one_point(client, by_name[client.host.name], others, aimed, preset_name, preset, overrides,
-                                  router_url))
+                                  router_url, smg))
             p = out[-1]
             say(f"  {p.output_tok_s:.1f} output tok/s in total"
                 + "".join(f"; {s.host} {s.output_tok_s:.1f}" for s in p.shares if s.output_tok_s is not None))
@@ -299,16 +351,31 @@ def run_fleet_bench(inventory: Inventory, hosts: list[Host], preset_name: str, p
     finally:
         for h in opened:
             h.ssh.close()
+        if smg is not None:
+            smg.client.close()
+
+
+@dataclass
+class _SmgView:
+    """smg's metrics endpoint, read from this machine before and after each point."""
+
+    client: RouterClient
+    url_of: dict[str, str]
+
+    def read(self) -> str | None:
+        return self.client.router_metrics()
 
 
 def _one_point(client: BenchClient, client_host: _Host, others: list[_Host], aimed: ServerProfile,
-               preset_name: str, preset: Any, overrides: dict[str, str], router_url: str) -> FleetBenchPoint:
+               preset_name: str, preset: Any, overrides: dict[str, str], router_url: str,
+               smg: _SmgView | None = None) -> FleetBenchPoint:
     everyone = [client_host, *others]
 
     def before(h: _Host) -> None:
         h.before, h.sampled, h.error = _read_metrics(h), None, None
 
     _each(everyone, before)
+    router_before = smg.read() if smg is not None else None
     stop_file = f"/tmp/deploy-fleet-bench-{new_run_id()}.stop"
     limit_s = preset.timeout_s + 60
     threads = [threading.Thread(target=_sample_while_waiting, args=(h, stop_file, limit_s), daemon=True)
@@ -332,10 +399,28 @@ def _one_point(client: BenchClient, client_host: _Host, others: list[_Host], aim
         h.after = _read_metrics(h)
 
     _each(everyone, after)
+    router_after = smg.read() if smg is not None else None
     point = FleetBenchPoint(run, client.host.name, router_url,
                             [_share(h, run, client.host.name) for h in sorted(everyone, key=lambda h: h.host.name)])
+    if smg is not None:
+        if router_before is None or router_after is None:
+            point.router_note = f"smg's metrics ({smg.client.metrics_url}) did not answer: no per-worker split"
+        else:
+            attribute(point, window(router_before, router_after), smg.url_of)
     if run.result.failed:
         raise CheckFailed(f"{run.result.failed} of {run.result.num_prompts} requests through the router failed",
                           fix="see `deploy status group` for the router's view of each worker",
                           host=client.host.name, step="fleet bench", details=point.to_dict())
+    if point.router_window is not None:
+        sent = run.result.num_prompts or (run.result.completed + (run.result.failed or 0))
+        why = router_error_failure(point.router_window.error_total, sent, preset.max_failed_fraction)
+        if why:
+            raise CheckFailed(f"{why}: {_errors_said(point.router_window.errors)}",
+                              fix="see `deploy status group` for the router's view of each worker, and the "
+                                  "router's journal (journalctl -u sglang-router in its container)",
+                              host=client.host.name, step="fleet bench", details=point.to_dict())
     return point
+
+
+def _errors_said(errors: dict[str, int]) -> str:
+    return ", ".join(f"{k or 'unlabelled'} {v}" for k, v in errors.items())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.text import Text
@@ -44,6 +44,9 @@ from orchestrator.state.ledger import Ledger, RunRecord
 from orchestrator.steps.base import RunOptions
 from orchestrator.steps.state import RollRequest, RunInputs
 from orchestrator.ui.tables import Column, TableSpec, spec
+
+if TYPE_CHECKING:  # the fleet bench loads paramiko only when it runs
+    from orchestrator.bench.fleet import FleetBenchPoint
 
 
 def table_spec(data: TableData, title: str) -> TableSpec:
@@ -258,6 +261,24 @@ FLEET_HEADERS: list[str | Column] = ["host", Column("out tokens", "right"), Colu
                                      Column("J/token", "right")]
 
 
+def _router_line(point: FleetBenchPoint) -> str:
+    """smg's own view of a fleet bench point in one line ("" behind sglang-router, which exports none)."""
+    w = point.router_window
+    if w is None:
+        return f"  router: {point.router_note}" if point.router_note else ""
+    sent = ", ".join(f"{s.host} {s.router_requests if s.router_requests is not None else '?'}" for s in point.shares)
+    errors = (", ".join(f"{k or 'unlabelled'} {v}" for k, v in w.errors.items()) if w.errors else "none")
+    states = sorted({s.circuit for s in point.shares if s.circuit})
+    circuit = ("circuit breakers " + "/".join(states)) if states else "no circuit-breaker series"
+    opened = [s.host for s in point.shares if s.circuit not in (None, "closed")]
+    line = (f"  router (smg): requests sent per worker {sent}; request errors {errors}; {circuit}"
+            + (f" (not closed: {', '.join(opened)})" if opened else ""))
+    if point.router_unlisted:
+        line += "; sent to URLs that are no inventory worker: " + ", ".join(
+            f"{u} {n}" for u, n in point.router_unlisted.items())
+    return line
+
+
 def fleet_bench(app: AppContext, targets: TargetSpec, preset: str | None, sets: tuple[str, ...],
                 sweep: str | None, tofu: bool) -> int:
     """`deploy bench group G`: through the router, every host's GPUs sampled at once (orchestrator/bench/fleet.py)."""
@@ -294,6 +315,9 @@ def fleet_bench(app: AppContext, targets: TargetSpec, preset: str | None, sets: 
         for s in point.shares:
             if s.error:
                 app.out.line(f"  {s.host}: {s.error}")
+        router_line = _router_line(point)
+        if router_line:
+            app.out.line(router_line)
     payload: dict[str, Any] = {"ok": True, "targets": targets.describe(), "client": bench_client_host(inventory).name,
                                "preset": preset_name, "points": [p.to_dict() for p in results]}
     verdict = failed_runs([", ".join(f"{k}={v}" for k, v in p.run.overrides.items()) or preset_name

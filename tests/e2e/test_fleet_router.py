@@ -248,3 +248,19 @@ def test_bench_group_drives_load_through_the_router_and_reports_each_host(rfleet
     text = env.run("bench", "group", "prod", timeout=600).stdout
     assert f"through the router {rfleet.url} (client {names[0]}" in text
     assert all(any(line.startswith(n) for line in text.splitlines()) for n in (*names, "total"))
+    print(text)  # the docs' real output (pytest -s)
+    if rfleet.package == "smg":  # smg's own view: what it sent to each worker, its errors, its breakers
+        for point in doc["points"]:
+            seen = point["router_metrics"]
+            hosts = {h["host"]: h for h in point["hosts"]}
+            assert seen["errors"] == {} and seen["unlisted"] == {} and seen["error"] is None, seen
+            sent = [hosts[n]["router_requests"] for n in names]
+            assert all(n > 0 for n in sent) and sum(sent) == seen["sent"], (sent, seen)
+            # round_robin: an even split; the client's requests (with bench_serving's warm-up) are all counted
+            assert abs(sent[0] - sent[1]) <= 1 and seen["sent"] >= point["total"]["completed"], (sent, point)
+            assert {hosts[n]["circuit"] for n in names} == {"closed"}
+        line = next(ln for ln in text.splitlines() if ln.startswith("  router (smg): requests sent per worker"))
+        assert all(f"{n} " in line for n in names) and "request errors none; circuit breakers closed" in line, line
+    else:  # sglang-router 0.3.2 exports no per-worker totals
+        assert all(p["router_metrics"] is None for p in doc["points"])
+        assert "router (smg)" not in text
