@@ -13,7 +13,7 @@ from orchestrator.facts import CT, sglang_version_command
 from orchestrator.flags.schema import FlagSchema
 from orchestrator.inventory.models import hf_token_for
 from orchestrator.layout import PATHS
-from orchestrator.locks import hash_mismatches, parse_lock
+from orchestrator.locks import hash_mismatches, lock_drift, parse_lock
 from orchestrator.parsers.weights import RECORD_PATH, WeightsState, parse_download_output
 from orchestrator.render.pip_index import pip_index_options
 from orchestrator.resources import flags_probe_source, probe_text
@@ -27,6 +27,7 @@ from orchestrator.stacks import (
     prune_command,
     prune_plan,
     record_for,
+    release_stack_sha,
     requirement,
     write_record_command,
 )
@@ -52,6 +53,19 @@ def profile_stack(ctx: StepContext, version: str | None = None) -> Stack:
             if prof.lock_text is not None and want == prof.sglang_version else None)
     return Stack(requirement(want, prof.sglang_extras), want, pip_index_options(ctx.host.container.pip_index_url),
                  lock)
+
+
+def stack_drift(ctx: StepContext, running: dict[str, Any] | None) -> list[str]:
+    """With a lock: the running stack is not the profile's locked one, or its venv differs from the lock (by
+    distribution, from CT.stack_dists: pip's records in the current release's stack venv)."""
+    want = profile_stack(ctx)
+    if want.lock is None:
+        return []
+    sha = (running or {}).get("sha")
+    if sha != want.sha:
+        return [f"the running stack {sha or '(profile venv, unlocked)'} is not the profile's locked stack {want.sha} "
+                f"(`deploy up` builds it)"]
+    return lock_drift(want.lock, ctx.facts.get(CT.stack_dists) or {})
 
 
 def stack_records(ctx: StepContext) -> dict[str, StackRecord]:
@@ -113,8 +127,21 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-@step("sglang_install", ct_facts=(CT.sglang_version, CT.stacks))
+@step("sglang_install", ct_facts=(CT.sglang_version, CT.stacks, CT.stack_dists, CT.current_meta))
 def sglang_install(ctx: StepContext, record: StepRecord) -> None:
+    """The profile's stack, then (with a lock) where the running stack differs from it, by distribution: the
+    same facts round trip, so `plan` shows a pip run into the venv behind the tool's back."""
+    install_stack(ctx, record)
+    if not ctx.facts.ct_running:
+        return
+    meta = ctx.facts.get(CT.current_meta) or {}
+    drift = stack_drift(ctx, meta.get("stack") if isinstance(meta.get("stack"), dict) else None)
+    record.details["stack_drift"] = drift
+    if drift and ctx.state.stack is not None and ctx.state.stack.sha == release_stack_sha(meta):
+        record.summary += f"; stack drift against the lock: {', '.join(drift)}"
+
+
+def install_stack(ctx: StepContext, record: StepRecord) -> None:
     """The profile's stack (sglang at its pin, with its extras, from the site's index) in a venv of its own.
 
     The first stack goes into the profile's venv; a venv that holds another stack (the one the server runs now) is

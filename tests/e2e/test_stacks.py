@@ -107,6 +107,15 @@ def test_a_lock_pins_every_file_and_a_hash_the_index_does_not_serve_is_refused_n
     assert env.ct(f"{venv}/bin/python -m pip uninstall -y -q hf-xet").rc == 0
     drift = env.run("--json", "status", "host", env.host).json["stack_drift"]
     assert len(drift) == 1 and drift[0].startswith("hf-xet==") and drift[0].endswith(" missing"), drift
+    # `plan` shows the same drift, read in its facts round trip (no extra SSH round trip).
+    plan = env.run("--json", "plan", "host", env.host)
+    assert plan.rc == 0, plan.text[-2000:]
+    planned = next(s for s in plan.json["steps"] if s["name"] == "sglang_install")
+    assert planned["details"]["stack_drift"] == drift, planned
+    assert f"stack drift against the lock: {drift[0]}" in planned["summary"], planned
+    text = env.run("plan", "host", env.host)
+    assert f"stack drift against the lock: {drift[0]}" in text.stdout, text.stdout[-2000:]
+    assert plan.json["totals"]["ssh_round_trips"] == 1, plan.json["totals"]
 
     release, unit = current(env), env.ct("sha256sum /etc/systemd/system/sglang.service").stdout
     first = next(ln for ln in lines if not ln.startswith("sglang=="))
