@@ -263,9 +263,10 @@ def refuse_over_budget(ctx: StepContext, stack: Stack) -> None:
     if why is not None:
         raise ConfigError(why,
                           host=ctx.host.name, details={"budget_bytes": budget_bytes(gb), "sizes": usage.sizes},
-                          fix=(f"raise profiles.{ctx.host.profile}.stacks_disk_budget_gb (or remove it), or free a "
-                               "stack that is never pruned: roll back to, and verify, a release on a kept stack so "
-                               "the old one becomes prunable (docs/stacks.md#pruning-keep_stacks-and-a-disk-budget)"))
+                          fix=(f"raise profiles.{ctx.host.profile}.stacks_disk_budget_gb (the container's "
+                               "rootfs_size_gb must hold it) or remove it; the stacks of the current and the newest "
+                               "verified release and the adopted venv are never pruned "
+                               "(docs/stacks.md#pruning-keep_stacks-and-a-disk-budget)"))
 
 
 def sizes_line(sizes: dict[str, int], budget: int | None) -> str:
