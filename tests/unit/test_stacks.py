@@ -18,6 +18,7 @@ from orchestrator.stacks import (
     prune_plan,
     requirement,
     stack_usage_command,
+    venv_sizes,
 )
 from orchestrator.steps.state import ServerStatus
 from tests.shared import EXAMPLE_INVENTORY
@@ -144,3 +145,14 @@ def test_status_never_reads_kept_of_a_server_that_is_down() -> None:
     assert down.release_line() == ("release R is NOT SERVING (sglang activating, /health 000); its verdict was kept "
                                    "(installed by up at T)")
     assert down.to_dict()["serving"] is False
+
+
+def test_a_venv_recorded_under_two_shas_counts_once_against_the_budget() -> None:
+    records = budget_case()
+    twin = StackRecord("999999999999", "/root/ml-env/", "0.5.12.post1", "sglang==0.5.12.post1", True, "2026-11-01",
+                       "0.5.12.post1")  # a site template's record of the same venv
+    records[twin.sha] = twin
+    sizes = {sha: 2 * GB for sha in records}
+    assert venv_sizes(records, sizes) == {sha: 2 * GB for sha in records if sha != twin.sha}
+    assert [r.sha for r in budget_prune_plan(records, 4, {"444444444444"}, sizes, 7 * GB)] == ["111111111111",
+                                                                                                "222222222222"]
