@@ -184,3 +184,128 @@ def prune_command(doomed: Iterable[StackRecord]) -> str:
             continue
         parts.append(f"rm -f {shlex.quote(PATHS.stack_record(r.sha))} && rm -rf {shlex.quote(r.venv)}")
     return " && ".join(parts) or "true"
+
+
+# ------------------------------------------------------------------------------------ the disk budget in bytes
+
+#: Between the stacks' sizes and the newest verified release's meta.json in CT.stack_usage.
+VERIFIED_MARK = "__DEPLOY_VERIFIED_META__"
+
+
+def stack_sizes_script() -> str:
+    """`SHA<TAB>BYTES` (`du -sb` of its venv) for every stack record whose venv exists, one a line."""
+    return (f"if cd {shlex.quote(PATHS.stacks_dir)} 2>/dev/null; then for f in *.json; do [ -f \"$f\" ] || continue; "
+            "v=$(sed -n 's/.*\"venv\": *\"\\([^\"]*\\)\".*/\\1/p' \"$f\"); [ -d \"$v\" ] || continue; "
+            "printf '%s\\t%s\\n' \"${f%.json}\" \"$(du -sb \"$v\" | cut -f1)\"; done; fi")
+
+
+def stack_usage_command() -> str:
+    """The stacks' sizes, then the meta.json of the newest verified (`kept`) release (whose stack is never pruned)."""
+    rel = shlex.quote(PATHS.releases_dir)
+    return (f"{stack_sizes_script()}; printf '%s\\n' {VERIFIED_MARK}; "
+            f"for r in $(ls -1r {rel} 2>/dev/null); do grep -qs '\"verdict\": *\"kept\"' {rel}/\"$r\"/verdict.json "
+            f"&& {{ tr -d '\\n' < {rel}/\"$r\"/meta.json; echo; break; }}; done; true")
+
+
+def parse_stack_sizes(text: str) -> dict[str, int]:
+    """`SHA<TAB>BYTES` lines → bytes by sha; other lines are skipped."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        sha, _, size = line.partition("\t")
+        if sha.strip() and size.strip().isdigit():
+            out[sha.strip()] = int(size.strip())
+    return out
+
+
+@dataclass(frozen=True)
+class StackUsage:
+    """CT.stack_usage: bytes per stack (`du -sb` of its venv) and the stack of the newest verified release."""
+
+    sizes: dict[str, int]
+    verified_stack: str | None = None
+
+
+def parse_stack_usage(text: str) -> StackUsage:
+    sizes, _, verified = text.partition(f"{VERIFIED_MARK}\n")
+    try:
+        meta = json.loads(verified.strip().splitlines()[0]) if verified.strip() else None
+    except json.JSONDecodeError:
+        meta = None
+    return StackUsage(parse_stack_sizes(sizes), release_stack_sha(meta if isinstance(meta, dict) else None))
+
+
+def budget_bytes(gb: float) -> int:
+    """stacks_disk_budget_gb in bytes (GB = 10^9 bytes, as `du -sb` counts)."""
+    return int(gb * 1_000_000_000)
+
+
+def venv_sizes(records: Mapping[str, StackRecord], sizes: Mapping[str, int]) -> dict[str, int]:
+    """Bytes by sha, one sha per venv: a venv recorded under two shas (the profile's venv adopted under this
+    host's stack and a site template's) is on disk once."""
+    seen: set[str] = set()
+    out: dict[str, int] = {}
+    for sha in sorted(records):
+        venv = records[sha].venv.rstrip("/")
+        if sha in sizes and venv not in seen:
+            seen.add(venv)
+            out[sha] = sizes[sha]
+    return out
+
+
+def kept_bytes(records: Mapping[str, StackRecord], sizes: Mapping[str, int], doomed: Iterable[StackRecord]) -> int:
+    gone = {r.sha for r in doomed}
+    return sum(venv_sizes({k: v for k, v in records.items() if k not in gone}, sizes).values())
+
+
+def budget_prune_plan(records: Mapping[str, StackRecord], keep: int, protected: set[str],
+                      sizes: Mapping[str, int], budget: int | None) -> list[StackRecord]:
+    """prune_plan's stacks, then (with a budget in bytes) the oldest prunable ones until the kept stacks fit it.
+    Never a protected stack nor an adopted venv; the kept stacks may stay over the budget when nothing else is
+    prunable (the build's refusal, budget_refusal, says so before a build)."""
+    doomed = prune_plan(records, keep, protected)
+    if budget is None:
+        return doomed
+    gone = {r.sha for r in doomed}
+    prunable = sorted((r for r in records.values()
+                       if not r.adopted and r.sha not in protected and r.sha not in gone), key=lambda r: r.built_at)
+    total = kept_bytes(records, sizes, doomed)
+    for rec in prunable:
+        if total <= budget:
+            break
+        doomed.append(rec)
+        total -= sizes.get(rec.sha, 0)
+    return doomed
+
+
+def estimate_stack_bytes(stack: Stack, records: Mapping[str, StackRecord],
+                         sizes: Mapping[str, int]) -> tuple[int, str] | None:
+    """A stack not built yet: the size of an existing stack of the same requirement, else of the largest stack;
+    with how it was estimated. None: no stack's size is known."""
+    same = [(sizes[r.sha], r.sha) for r in records.values() if r.requirement == stack.requirement and r.sha in sizes]
+    if same:
+        size, sha = max(same)
+        return size, f"estimated from stack {sha} of the same requirement"
+    known = [(size, sha) for sha, size in sizes.items() if sha in records]
+    if not known:
+        return None
+    size, sha = max(known)
+    return size, f"estimated from the largest kept stack, {sha}"
+
+
+def budget_refusal(stack: Stack, records: Mapping[str, StackRecord], sizes: Mapping[str, int],
+                   protected: set[str], budget_gb: float) -> str | None:
+    """Why the new `stack` cannot fit the budget even after pruning every prunable stack (None: it can). The
+    stacks never pruned: the protected ones (current and newest verified release) and the adopted venvs."""
+    estimate = estimate_stack_bytes(stack, records, sizes)
+    if estimate is None:
+        return None
+    size, how = estimate
+    fixed = venv_sizes({sha: r for sha, r in records.items()
+                        if sha != stack.sha and (r.adopted or sha in protected)}, sizes)
+    floor, budget = size + sum(fixed.values()), budget_bytes(budget_gb)
+    if floor <= budget:
+        return None
+    kept = ", ".join(f"{sha} {n:,} bytes" for sha, n in sorted(fixed.items())) or "none"
+    return (f"stack {stack.sha} ({stack.requirement}) needs about {size:,} bytes ({how}); with the stacks that are "
+            f"never pruned ({kept}) the stacks would take {floor:,} bytes, over stacks_disk_budget_gb {budget_gb:g} "
+            f"({budget:,} bytes) even after pruning every other stack; nothing was changed")

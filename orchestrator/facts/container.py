@@ -26,7 +26,7 @@ from orchestrator.parsers.watchdog import parse_installed, parse_watchdog_fact
 from orchestrator.parsers.weights import RECORD_PATH, parse_weights_check
 from orchestrator.patches import PATCHED_FILES_PROGRAM, parse_patched_files
 from orchestrator.scripts import render_script
-from orchestrator.stacks import parse_stack_listing
+from orchestrator.stacks import parse_stack_listing, parse_stack_usage, stack_usage_command
 from orchestrator.state.releases import current_release, parse_release_ids
 
 #: Debian packages the pipeline needs inside the container, which a stock debian-12-standard may lack:
@@ -136,6 +136,9 @@ class CT:
                            lambda o: parse_patched_files(o.stdout) if o.rc == 0 else {})
     #: What pip's records in the current release's stack venv say is installed (stack drift against its lock).
     stack_dists = CtFact("stack_dists", lambda h, p: current_stack_dists_command(), of_stdout(installed_dists))
+    #: With a stacks_disk_budget_gb: bytes per stack and the newest verified release's stack (nothing read without).
+    stack_usage = CtFact("stack_usage", lambda h, p: (
+        stack_usage_command() if p.stacks_disk_budget_gb is not None else "true"), of_stdout(parse_stack_usage))
     # Complete weights, not just config.json: every file of deploy's record of the download (with sizes), or the
     # shards the index names (orchestrator.parsers.weights).
     weights = CtFact("weights", lambda h, p: (

@@ -384,6 +384,9 @@ class ServerProfile(StrictModel):
     #: Software stacks (venvs under /opt/deploy/stacks) kept in the container, besides those of the current and the
     #: newest verified release and the profile's own venv, which are never removed (docs/stacks.md).
     keep_stacks: int = Field(3, ge=1)
+    #: The bytes the kept stacks may take (GB = 10^9 bytes, `du -sb`): a build also prunes the oldest prunable
+    #: stacks until they fit, and a new stack that cannot fit even then is refused before any change (docs/stacks.md).
+    stacks_disk_budget_gb: float | None = Field(None, gt=0, allow_inf_nan=False)
     #: Set by the inventory loader from `locks/<profile>.txt` beside the inventory files, never written in YAML:
     #: the stack's lock (orchestrator/locks.py; `deploy lock` writes it).
     lock_file: str | None = None

@@ -13,7 +13,7 @@ from orchestrator.facts import CT, sglang_version_command
 from orchestrator.flags.schema import FlagSchema
 from orchestrator.inventory.models import ServerProfile, hf_token_for
 from orchestrator.layout import PATHS
-from orchestrator.locks import hash_mismatches, parse_lock
+from orchestrator.locks import hash_mismatches, lock_drift, parse_lock
 from orchestrator.parsers.weights import RECORD_PATH, WeightsState, parse_download_output
 from orchestrator.patches import (
     NOT_APPLIED_RC,
@@ -30,13 +30,20 @@ from orchestrator.runlog import StepRecord
 from orchestrator.stacks import (
     Stack,
     StackRecord,
+    StackUsage,
+    budget_bytes,
+    budget_prune_plan,
+    budget_refusal,
     build_command,
+    parse_stack_sizes,
     pip_install_command,
     protected_stacks,
     prune_command,
-    prune_plan,
     record_for,
+    release_stack_sha,
     requirement,
+    stack_sizes_script,
+    venv_sizes,
     write_record_command,
 )
 from orchestrator.state.releases import parse_release_lines, read_releases_script
@@ -68,6 +75,19 @@ def profile_stack(ctx: StepContext, version: str | None = None, *, bare: bool = 
     lock = parse_lock(prof.lock_text, prof.lock_file or "lock") if prof.lock_text is not None and pinned else None
     return Stack(requirement(want, prof.sglang_extras), want, pip_index_options(ctx.host.container.pip_index_url),
                  lock, profile_patches(prof) if pinned else ())
+
+
+def stack_drift(ctx: StepContext, running: dict[str, Any] | None) -> list[str]:
+    """With a lock: the running stack is not the profile's locked one, or its venv differs from the lock (by
+    distribution, from CT.stack_dists: pip's records in the current release's stack venv)."""
+    want = profile_stack(ctx)
+    if want.lock is None:
+        return []
+    sha = (running or {}).get("sha")
+    if sha != want.sha:
+        return [f"the running stack {sha or '(profile venv, unlocked)'} is not the profile's locked stack {want.sha} "
+                f"(`deploy up` builds it)"]
+    return lock_drift(want.lock, ctx.facts.get(CT.stack_dists) or {})
 
 
 def stack_records(ctx: StepContext) -> dict[str, StackRecord]:
@@ -129,8 +149,22 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-@step("sglang_install", ct_facts=(CT.sglang_version, CT.stacks, CT.stack_patched))
+@step("sglang_install", ct_facts=(CT.sglang_version, CT.stacks, CT.stack_patched, CT.stack_dists, CT.current_meta,
+                                    CT.stack_usage))
 def sglang_install(ctx: StepContext, record: StepRecord) -> None:
+    """The profile's stack, then (with a lock) where the running stack differs from it, by distribution: the
+    same facts round trip, so `plan` shows a pip run into the venv behind the tool's back."""
+    install_stack(ctx, record)
+    if not ctx.facts.ct_running:
+        return
+    meta = ctx.facts.get(CT.current_meta) or {}
+    drift = stack_drift(ctx, meta.get("stack") if isinstance(meta.get("stack"), dict) else None)
+    record.details["stack_drift"] = drift
+    if drift and ctx.state.stack is not None and ctx.state.stack.sha == release_stack_sha(meta):
+        record.summary += f"; stack drift against the lock: {', '.join(drift)}"
+
+
+def install_stack(ctx: StepContext, record: StepRecord) -> None:
     """The profile's stack (sglang at its pin, with its extras, from the site's index) in a venv of its own.
 
     The first stack goes into the profile's venv; a venv that holds another stack (the one the server runs now) is
@@ -239,14 +273,46 @@ def install_base(ctx: StepContext, record: StepRecord, stack: Stack) -> None:
     record.summary = f"installed sglang {stack.sglang_version} (stack {stack.sha} in {base})" + patched_note(stack)
 
 
+#: Between the release lines and the stacks' sizes in the round trip that records a new stack.
+SIZES_MARK = "__DEPLOY_STACK_SIZES__"
+
+
+def refuse_over_budget(ctx: StepContext, stack: Stack) -> None:
+    """With stacks_disk_budget_gb: a new stack that cannot fit even after pruning every prunable stack is refused
+    (exit 2) before any change, from the sizes read in the facts round trip."""
+    gb = ctx.profile.stacks_disk_budget_gb
+    usage: StackUsage | None = ctx.facts.get(CT.stack_usage)
+    if gb is None or usage is None:
+        return
+    meta = ctx.facts.get(CT.current_meta)
+    protected = {sha for sha in (release_stack_sha(meta), usage.verified_stack) if sha}
+    why = budget_refusal(stack, stack_records(ctx), usage.sizes, protected, gb)
+    if why is not None:
+        raise ConfigError(why,
+                          host=ctx.host.name, details={"budget_bytes": budget_bytes(gb), "sizes": usage.sizes},
+                          fix=(f"raise profiles.{ctx.host.profile}.stacks_disk_budget_gb (the container's "
+                               "rootfs_size_gb must hold it) or remove it; the stacks of the current and the newest "
+                               "verified release and the adopted venv are never pruned "
+                               "(docs/stacks.md#pruning-keep_stacks-and-a-disk-budget)"))
+
+
+def sizes_line(sizes: dict[str, int], budget: int | None) -> str:
+    total = sum(sizes.values())
+    return (", ".join(f"{sha} {n:,} bytes" for sha, n in sorted(sizes.items()))
+            + f"; {total:,} bytes" + (f" of a budget of {budget:,}" if budget is not None else ""))
+
+
 def build_stack(ctx: StepContext, record: StepRecord, stack: Stack) -> None:
-    """A new stack in its own venv under PATHS.stacks_dir, beside the running server; then the prune."""
+    """A new stack in its own venv under PATHS.stacks_dir, beside the running server; then the prune (by count,
+    keep_stacks, and with stacks_disk_budget_gb by bytes: the sizes read with the record, the prune and the kept
+    stacks' sizes in one round trip)."""
     index = ctx.host.container.pip_index_url
     what = (f"build stack {stack.sha} ({stack.requirement}{patched_note(stack)}) in {stack.venv} while the server "
             "keeps running"
             + (f" from {index}" if index else ""))
     rec = record_for(stack, stack.venv, adopted=False, built_at=now_iso())
     ctx.state.stack = rec
+    refuse_over_budget(ctx, stack)
     if not mark_change(record, ctx, what):
         record.summary = what
         return
@@ -255,15 +321,35 @@ def build_stack(ctx: StepContext, record: StepRecord, stack: Stack) -> None:
     if stack.patches:
         rec = ctx.state.stack = record_for(stack, stack.venv, adopted=False, built_at=rec.built_at,
                                            patched=apply_patches(ctx, stack, stack.venv, remove_on_failure=True))
-    rows = parse_release_lines(write_record(ctx, rec, then=read_releases_script(limit=10_000)))
+    gb = ctx.profile.stacks_disk_budget_gb
+    budget = budget_bytes(gb) if gb is not None else None
+    then = read_releases_script(limit=10_000) + (
+        f"\necho {SIZES_MARK}\n{stack_sizes_script()}\n" if budget is not None else "")
+    releases, _, sized = write_record(ctx, rec, then=then).partition(f"{SIZES_MARK}\n")
+    rows = parse_release_lines(releases)
     current = next((str(r["current"]) for r in rows if "current" in r), None)
     records = {**stack_records(ctx), stack.sha: rec}
-    doomed = prune_plan(records, ctx.profile.keep_stacks, protected_stacks(rows, current) | {stack.sha})
+    sizes = parse_stack_sizes(sized)
+    doomed = budget_prune_plan(records, ctx.profile.keep_stacks, protected_stacks(rows, current) | {stack.sha},
+                               sizes, budget)
+    limits = f"keep_stacks {ctx.profile.keep_stacks}" + (f", stacks_disk_budget_gb {gb:g}" if gb is not None else "")
     if doomed:
-        pruned = ctx.ct.run(prune_command(doomed), check=False, timeout=600, what="prune stacks")
+        script = prune_command(doomed) + (f" && {stack_sizes_script()}" if budget is not None else "")
+        pruned = ctx.ct.run(script, check=False, timeout=600, what="prune stacks")
         if pruned.rc == 0:
             record.details["pruned"] = [r.sha for r in doomed]
-            ctx.say(f"pruned stack(s) {', '.join(r.sha for r in doomed)} (keep_stacks {ctx.profile.keep_stacks})")
+            freed = sum(sizes.get(r.sha, 0) for r in doomed)
+            ctx.say(f"pruned stack(s) {', '.join(r.sha for r in doomed)} ({limits})"
+                    + (f", {freed:,} bytes freed" if budget is not None else ""))
+            sizes = parse_stack_sizes(pruned.stdout) if budget is not None else sizes
+    if budget is not None:
+        gone = {r.sha for r in doomed}
+        sizes = venv_sizes({sha: r for sha, r in records.items() if sha not in gone}, sizes)
+        record.details["stack_bytes"] = sizes
+        ctx.say(f"kept stacks: {sizes_line(sizes, budget)}")
+        if sum(sizes.values()) > budget:
+            ctx.say(f"warning: the kept stacks take more than stacks_disk_budget_gb {gb:g}: none of the others may "
+                    "be pruned (the current and newest verified releases' stacks, the new stack, adopted venvs)")
     record.summary = f"built stack {stack.sha} (sglang {stack.sglang_version}) in {stack.venv}" + patched_note(stack)
 
 

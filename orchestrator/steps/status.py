@@ -7,7 +7,6 @@ from typing import Any
 from orchestrator.errors import CheckFailed
 from orchestrator.facts import CT, HOST
 from orchestrator.layout import PATHS
-from orchestrator.locks import lock_drift
 from orchestrator.parsers.boot import BootStart
 from orchestrator.parsers.netaddr import net0_static_ip
 from orchestrator.parsers.watchdog import parse_watchdog_fact, parse_watchdog_state
@@ -26,7 +25,7 @@ from orchestrator.steps.release import (
     tune_trial,
 )
 from orchestrator.steps.session import ensure_facts
-from orchestrator.steps.software import profile_stack
+from orchestrator.steps.software import stack_drift
 from orchestrator.steps.state import ServerStatus
 
 
@@ -51,18 +50,6 @@ def read_watchdog(ctx: StepContext) -> None:
     ctx_status = ctx.state.status
     if ctx_status is not None:
         ctx_status.watchdog = read if read is not None else parse_watchdog_fact(None)
-
-
-def stack_drift(ctx: StepContext, running: dict[str, Any] | None) -> list[str]:
-    """With a lock: the running stack is not the profile's locked one, or its venv differs from the lock."""
-    want = profile_stack(ctx)
-    if want.lock is None:
-        return []
-    sha = (running or {}).get("sha")
-    if sha != want.sha:
-        return [f"the running stack {sha or '(profile venv, unlocked)'} is not the profile's locked stack {want.sha} "
-                f"(`deploy up` builds it)"]
-    return lock_drift(want.lock, ctx.facts.get(CT.stack_dists) or {})
 
 
 def running_patch_drift(ctx: StepContext, running: dict[str, Any] | None) -> list[str]:

@@ -107,6 +107,15 @@ def test_a_lock_pins_every_file_and_a_hash_the_index_does_not_serve_is_refused_n
     assert env.ct(f"{venv}/bin/python -m pip uninstall -y -q hf-xet").rc == 0
     drift = env.run("--json", "status", "host", env.host).json["stack_drift"]
     assert len(drift) == 1 and drift[0].startswith("hf-xet==") and drift[0].endswith(" missing"), drift
+    # `plan` shows the same drift, read in its facts round trip (no extra SSH round trip).
+    plan = env.run("--json", "plan", "host", env.host)
+    assert plan.rc == 0, plan.text[-2000:]
+    planned = next(s for s in plan.json["steps"] if s["name"] == "sglang_install")
+    assert planned["details"]["stack_drift"] == drift, planned
+    assert f"stack drift against the lock: {drift[0]}" in planned["summary"], planned
+    text = env.run("plan", "host", env.host)
+    assert f"stack drift against the lock: {drift[0]}" in text.stdout, text.stdout[-2000:]
+    assert plan.json["totals"]["ssh_round_trips"] == 1, plan.json["totals"]
 
     release, unit = current(env), env.ct("sha256sum /etc/systemd/system/sglang.service").stdout
     first = next(ln for ln in lines if not ln.startswith("sglang=="))
@@ -117,4 +126,42 @@ def test_a_lock_pins_every_file_and_a_hash_the_index_does_not_serve_is_refused_n
     assert f"the index no longer serves the locked build of {name}==" in refused.json["what"], refused.json
     assert refused.json["details"]["packages"] == [name]
     assert current(env) == release and env.ct("sha256sum /etc/systemd/system/sglang.service").stdout == unit
+    assert env.ct("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/health").stdout == "200"
+
+
+def test_a_disk_budget_prunes_the_oldest_stacks_and_refuses_a_stack_that_cannot_fit(converged: DeployEnv) -> None:
+    """Issue 35, a disk budget in bytes: with stacks_disk_budget_gb a build also prunes the oldest prunable stacks
+    until the kept ones fit (printing the bytes per kept stack); a stack that cannot fit even then is exit 2 before
+    anything changes."""
+    env = converged
+    first = upgrade(env)["sglang_install"]  # 0.5.23 beside the adopted venv (~70 MB each on the simulator)
+    env.set_profile(sglang_extras=["srt"])
+    second = env.run("--json", "up", "host", env.host, "--skip-bench")
+    assert second.rc == 0, second.text[-2000:]
+    # Four stacks of ~70 MB (the adopted venv, 0.5.23, 0.5.23[srt], 0.5.23[blackwell]) do not fit 0.25 GB: the
+    # oldest prunable one (the first 0.5.23 stack) goes; the current and verified release's stack stays.
+    env.set_profile(sglang_extras=["blackwell"], stacks_disk_budget_gb=0.25)
+    third = env.run("up", "host", env.host, "--skip-bench")
+    assert third.rc == 0, third.text[-3000:]
+    stack = first["details"]["stack"]
+    pruned = next(ln for ln in third.stdout.splitlines() if ln.startswith("pruned stack(s)"))
+    assert pruned.startswith(f"pruned stack(s) {stack} (keep_stacks 3, stacks_disk_budget_gb 0.25), "), pruned
+    assert pruned.endswith(" bytes freed"), pruned
+    kept = next(ln for ln in third.stdout.splitlines() if ln.startswith("kept stacks: "))
+    assert kept.count(" bytes") == 4 and kept.endswith(" of a budget of 250,000,000"), kept
+    assert env.ct(f"test -e /opt/deploy/stacks/{stack}").rc != 0
+
+    # 0.1 GB cannot hold the adopted venv and the current release's stack, let alone a new one: refused, nothing
+    # changed, the server still serving.
+    release, listing = current(env), stacks_listing(env)
+    releases = env.ct("ls /var/lib/deploy/releases").stdout
+    env.set_profile(sglang_extras=["srt", "blackwell"], stacks_disk_budget_gb=0.1)
+    refused = env.run("up", "host", env.host, "--skip-bench")
+    assert refused.rc == 2, refused.text[-3000:]
+    assert "over stacks_disk_budget_gb 0.1 (100,000,000 bytes) even after pruning every other stack; nothing was " \
+           "changed" in refused.stderr, refused.stderr
+    assert "(estimated from the largest kept stack, " in refused.stderr, refused.stderr
+    assert "raise profiles.glm5-nvfp4.stacks_disk_budget_gb" in refused.stderr, refused.stderr
+    assert current(env) == release and stacks_listing(env) == listing
+    assert env.ct("ls /var/lib/deploy/releases").stdout == releases
     assert env.ct("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/health").stdout == "200"

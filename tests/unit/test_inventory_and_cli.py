@@ -145,3 +145,12 @@ def test_sglang_extras_make_the_pinned_requirement(inv: Path) -> None:
     (inv / "profiles.yaml").write_text((inv / "profiles.yaml").read_text().replace("'bad extra'", "blackwell"))
     prof = load_inventory(inv).profiles["glm5-nvfp4"]
     assert prof.sglang_requirement == f"sglang[srt,blackwell]=={prof.sglang_version}"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", ".nan", "lots"])
+def test_a_stacks_disk_budget_must_be_a_positive_number_of_gb(inv: Path, value: str) -> None:
+    (inv / "profiles.yaml").write_text((inv / "profiles.yaml").read_text().replace(
+        "model_path: /models/GLM-5-NVFP4", f"model_path: /models/GLM-5-NVFP4\n    stacks_disk_budget_gb: {value}", 1))
+    with pytest.raises(ConfigError) as exc:
+        load_inventory(inv)
+    assert "stacks_disk_budget_gb" in str(exc.value.what)
