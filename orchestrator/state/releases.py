@@ -26,12 +26,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from orchestrator.layout import PATHS
 from orchestrator.redact import redact_text
 from orchestrator.releases.documents import ReleaseLine, ReleaseMeta, StoredFlags
-from orchestrator.render.files import RenderedFile
 from orchestrator.scripts import render_script
 
 RELEASE_ID = re.compile(r"^(\d{8}T\d{6})-([0-9a-f]{8})$")
@@ -72,10 +71,21 @@ def _b64(content: str) -> str:
     return base64.b64encode(content.encode()).decode()
 
 
+class ReleaseFile(Protocol):
+    """A file a release holds (render.files.RenderedFile): its name in the release dir, its mode, its text."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def mode(self) -> int: ...
+    @property
+    def content(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class ReleaseBundle:
     release_id: str
-    files: tuple[RenderedFile, ...]
+    files: tuple[ReleaseFile, ...]
     flags: StoredFlags
     meta: ReleaseMeta
 
