@@ -23,6 +23,7 @@ from typing import Any
 from orchestrator.layout import PATHS
 from orchestrator.locks import Lock
 from orchestrator.patches import Patch, patches_sha
+from orchestrator.releases.documents import ReleaseLine, ReleaseMeta
 
 
 @dataclass(frozen=True)
@@ -152,20 +153,20 @@ def pip_install_command(stack: Stack, venv: str) -> str:
             f"{pip} --require-hashes --no-deps -r {lock}")
 
 
-def release_stack_sha(meta: Mapping[str, Any] | None) -> str | None:
-    stack = (meta or {}).get("stack")
-    return str(stack["sha"]) if isinstance(stack, dict) and stack.get("sha") else None
+def release_stack_sha(meta: ReleaseMeta | None) -> str | None:
+    stack = meta.stack if meta is not None else None
+    return stack.sha if stack is not None and stack.sha else None
 
 
-def protected_stacks(releases: Iterable[Mapping[str, Any]], current: str | None) -> set[str]:
+def protected_stacks(releases: Iterable[ReleaseLine | Mapping[str, Any]], current: str | None) -> set[str]:
     """The stacks of the current release and of the newest verified one (history lines: id, meta, verdict)."""
-    rows = [r for r in releases if r.get("id")]
+    rows = [line for r in releases if (line := ReleaseLine.of(r)) is not None and line.id]
     keep: set[str] = set()
     for row in rows:
-        if row.get("id") == current and (sha := release_stack_sha(row.get("meta"))):
+        if row.id == current and (sha := release_stack_sha(row.meta)):
             keep.add(sha)
-    verified = [r for r in rows if isinstance(r.get("verdict"), dict) and r["verdict"].get("verdict") == "kept"]
-    if verified and (sha := release_stack_sha(max(verified, key=lambda r: str(r["id"])).get("meta"))):
+    verified = [r for r in rows if r.kept]
+    if verified and (sha := release_stack_sha(max(verified, key=lambda r: str(r.id)).meta)):
         keep.add(sha)
     return keep
 
@@ -231,7 +232,8 @@ def parse_stack_usage(text: str) -> StackUsage:
         meta = json.loads(verified.strip().splitlines()[0]) if verified.strip() else None
     except json.JSONDecodeError:
         meta = None
-    return StackUsage(parse_stack_sizes(sizes), release_stack_sha(meta if isinstance(meta, dict) else None))
+    return StackUsage(parse_stack_sizes(sizes),
+                      release_stack_sha(ReleaseMeta.from_data(meta) if isinstance(meta, dict) else None))
 
 
 def budget_bytes(gb: float) -> int:

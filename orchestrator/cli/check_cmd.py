@@ -21,10 +21,11 @@ def check(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
     """
     report = run_with_progress(app, target, "check", RunOptions(tofu=tofu, command="deploy check"), quiet=True)
     rec = report.steps[-1]
-    gate = rec.details.get("correctness") or {}
-    app.out.emit({"ok": True, "host": report.host, "correctness": gate, "totals": report.to_dict()["totals"]})
+    gate = report.state.correctness
+    app.out.emit({"ok": True, "host": report.host, "correctness": gate.to_dict() if gate is not None else {},
+                  "totals": report.to_dict()["totals"]})
     app.out.line(f"correctness ok on {report.host}: {rec.summary}")
-    for result in gate.get("results") or []:
-        app.out.line(f"  {result['prompt']:<16} agreed {result['agreed']:>3} tokens, ended: {result['ended']}, "
-                     f"max Δlogprob {result['max_logprob_delta']:.3f}")
+    for result in gate.verdict.results if gate is not None else ():
+        app.out.line(f"  {result.prompt:<16} agreed {result.agreed:>3} tokens, ended: {result.ended}, "
+                     f"max Δlogprob {round(result.max_delta, 4):.3f}")
     return 0

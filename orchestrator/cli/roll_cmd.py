@@ -172,9 +172,8 @@ def print_roll(app: AppContext, outcome: RollOutcome, *, dry_run: bool) -> int:
     assert report is not None
     app.out.emit(outcome.payload())
     if dry_run:
-        for rec in report.steps:
-            for line in rec.details.get("unit_diff", []):
-                app.out.line(line)
+        for line in report.state.candidate.unit_diff if report.state.candidate is not None else []:
+            app.out.line(line)
         app.out.line("dry run: nothing changed")
     else:
         app.out.line(f"release {outcome.release} is current (previous {outcome.previous})")

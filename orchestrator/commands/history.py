@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.parsers.watchdog import WatchdogStatus
+from orchestrator.releases.documents import ReleaseLine, ReleaseMeta
 from orchestrator.runlog import StepRecord
 from orchestrator.runner import ProgressFn, run_playbook
 from orchestrator.steps.base import RunOptions
@@ -56,16 +57,19 @@ class ReleaseHistory(Listing):
 
     def detail(self) -> str:
         current = self.current
-        row = next((r for r in self.releases if r.get("id") == current), None)
+        lines = (ReleaseLine.of(r) for r in self.releases)
+        row = next((line for line in lines if line is not None and line.id == current), None)
         if row is None:
             return f"current {current or 'none'}, {len(self.releases)} release(s)"
-        meta, verdict = row.get("meta") or {}, row.get("verdict") or {}
-        diff = meta.get("flag_diff") or []
+        meta, verdict = row.meta or ReleaseMeta(), row.verdict
+        diff = meta.flag_diff or []
         changes = ", ".join(f"{k}: {a}→{b}" for k, a, b in diff) if diff else "profile flags"
-        figures = verdict.get("candidate") or {}
+        figures = (verdict.candidate if verdict is not None else None) or {}
         tput = figures.get("output_throughput")
-        measured = (f", {tput:.1f} tok/s ({verdict.get('preset') or '?'})" if isinstance(tput, int | float) else "")
-        return (f"current {current} ({verdict.get('verdict', 'unverified')}, {meta.get('source') or '-'}: {changes}"
+        preset = verdict.preset if verdict is not None else None
+        measured = f", {tput:.1f} tok/s ({preset or '?'})" if isinstance(tput, int | float) else ""
+        word = verdict.verdict if verdict is not None and "verdict" in verdict.model_fields_set else "unverified"
+        return (f"current {current} ({word}, {meta.source or '-'}: {changes}"
                 f"{measured}), {len(self.releases)} release(s)")
 
 
@@ -78,8 +82,8 @@ def release_history(inventory: Inventory, request: HistoryRequest, *, progress: 
                           RunOptions(tofu=request.tofu, command="deploy history"),
                           progress=progress, say=say, inputs=RunInputs(history_limit=request.limit))
     rows = report.state.history
-    current = next((r.get("current") for r in rows if "current" in r), None)
-    return ReleaseHistory(host=report.host, current=current, releases=[r for r in rows if "id" in r],
+    current = next((r.current for r in rows if r.current is not None), None)
+    return ReleaseHistory(host=report.host, current=current, releases=[r.document() for r in rows if r.id is not None],
                           watchdog=report.state.watchdog, events=Ledger().events(report.host, request.limit))
 
 

@@ -3,7 +3,6 @@ makes its value; and the shell that builds the commands some steps also run on t
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from orchestrator.facts.base import CtFact, of_stdout, q, read_with, text
@@ -25,6 +24,7 @@ from orchestrator.parsers.watchdog import RESULT_MARK as WATCHDOG_RESULT_MARK
 from orchestrator.parsers.watchdog import parse_installed, parse_watchdog_fact
 from orchestrator.parsers.weights import RECORD_PATH, parse_weights_check
 from orchestrator.patches import PATCHED_FILES_PROGRAM, parse_patched_files
+from orchestrator.releases.documents import ReleaseMeta, ReleaseVerdict, StoredFlags, json_dict
 from orchestrator.scripts import render_script
 from orchestrator.stacks import parse_stack_listing, parse_stack_usage, stack_usage_command
 from orchestrator.state.releases import current_release, parse_release_ids
@@ -92,14 +92,23 @@ def stack_patched_command() -> str:
 
 
 def json_object(out: CommandOutput) -> dict[str, Any] | None:
-    """A file holding one JSON object (a release's meta.json, verdict.json, flags.json); None when absent/invalid."""
-    if out.rc != 0 or not out.stdout.strip():
-        return None
-    try:
-        data = json.loads(out.stdout)
-    except json.JSONDecodeError:
-        return None
-    return data if isinstance(data, dict) else None
+    """A file holding one JSON object; None when absent/invalid."""
+    return json_dict(out.stdout) if out.rc == 0 else None
+
+
+def release_meta(out: CommandOutput) -> ReleaseMeta | None:
+    """A release's meta.json (None: absent or unreadable)."""
+    return ReleaseMeta.from_data(json_object(out))
+
+
+def release_verdict(out: CommandOutput) -> ReleaseVerdict | None:
+    """A release's verdict.json (None: absent, i.e. an unverified release, or unreadable)."""
+    return ReleaseVerdict.from_data(json_object(out))
+
+
+def release_flags(out: CommandOutput) -> StoredFlags | None:
+    """A release's flags.json (None: absent or unreadable)."""
+    return StoredFlags.from_data(json_object(out))
 
 
 def _ct_gpus(out: CommandOutput) -> CtGpus:
@@ -157,12 +166,13 @@ class CT:
                              lambda o: current_release(o.stdout) if o.rc == 0 else None)
     releases = CtFact("releases", lambda h, p: f"ls -1 {PATHS.releases_dir}",
                       lambda o: parse_release_ids(o.stdout) if o.rc == 0 else [])
-    current_meta = CtFact("current_meta", lambda h, p: f"cat {PATHS.current_link}/meta.json", json_object)
-    current_verdict = CtFact("current_verdict", lambda h, p: f"cat {PATHS.current_link}/verdict.json", json_object)
+    current_meta = CtFact("current_meta", lambda h, p: f"cat {PATHS.current_link}/meta.json", release_meta)
+    current_verdict = CtFact("current_verdict", lambda h, p: f"cat {PATHS.current_link}/verdict.json",
+                             release_verdict)
     #: The current release's boot ledger (boot.jsonl): its starts' phases, newest last (orchestrator.parsers.boot).
     current_boot = CtFact("current_boot", lambda h, p: f"tail -n {KEEP_STARTS} {PATHS.current_link}/boot.jsonl",
                           lambda o: parse_boot_lines(o.stdout) if o.rc == 0 else [])
-    current_flags = CtFact("current_flags", lambda h, p: f"cat {PATHS.current_link}/flags.json", json_object)
+    current_flags = CtFact("current_flags", lambda h, p: f"cat {PATHS.current_link}/flags.json", release_flags)
     # The last record of every plain bench run of the current release (file name, record JSON): roll baselines.
     current_bench = CtFact("current_bench", lambda h, p: (
         f"cd {PATHS.current_link} && for f in $(ls -1 bench-*--*.jsonl 2>/dev/null | sort); "
@@ -202,4 +212,5 @@ class CT:
 
 
 __all__ = ["CT", "CT_PACKAGES", "WATCHDOG_FILES", "current_stack_dists_command", "health_code_command",
-           "json_object", "sglang_version_command", "sglang_version_of", "stacks_listing_command"]
+           "json_object", "release_flags", "release_meta", "release_verdict", "sglang_version_command",
+           "sglang_version_of", "stacks_listing_command"]

@@ -62,8 +62,8 @@ class HostRolls:
         if report.failure is not None:
             raise report.failure
         rows = report.state.history
-        current = next((r.get("current") for r in rows if "current" in r), None)
-        return (str(current) if current else None), sorted(str(r["id"]) for r in rows if "id" in r)
+        current = next((r.current for r in rows if r.current is not None), None)
+        return (current or None), sorted(r.id for r in rows if r.id is not None)
 
     def revert(self, name: str, events: HostEvents, to_release: str) -> HostOutcome:
         """`rollback host X --to ID`."""

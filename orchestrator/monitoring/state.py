@@ -12,6 +12,8 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from orchestrator.releases.documents import ReleaseVerdict
+
 #: Why a release stopped being current: the failed step of a roll's automatic rollback, an interrupted roll's
 #: candidate restored by the next run, or `deploy rollback`. Every reason is published (at 0 until it happens),
 #: so a counter's first increase is seen by `increase()`.
@@ -37,12 +39,12 @@ class BenchFigures:
     at: float | None = None  # when it was measured (unix seconds), None when unknown
 
     @classmethod
-    def from_verdict(cls, verdict: dict[str, Any], at: float | None = None) -> BenchFigures | None:
+    def from_verdict(cls, verdict: ReleaseVerdict, at: float | None = None) -> BenchFigures | None:
         """A verdict.json's candidate figures and telemetry (what `up` and the gate recorded), or None."""
-        cand = verdict.get("candidate")
-        if not isinstance(cand, dict) or not isinstance(cand.get("output_throughput"), (int, float)):
+        cand = verdict.candidate
+        if cand is None or not isinstance(cand.get("output_throughput"), (int, float)):
             return None
-        tele = verdict.get("telemetry") if isinstance(verdict.get("telemetry"), dict) else {}
+        tele = verdict.telemetry or {}
 
         def ms(key: str) -> float | None:
             value = cand.get(key)
@@ -52,7 +54,7 @@ class BenchFigures:
             value = tele.get(key) if tele else None
             return float(value) if isinstance(value, (int, float)) else None
 
-        return cls(preset=str(verdict.get("preset") or "unknown"), output_tokens_per_s=float(cand["output_throughput"]),
+        return cls(preset=str(verdict.preset or "unknown"), output_tokens_per_s=float(cand["output_throughput"]),
                    ttft_p99_s=ms("p99_ttft_ms"), tpot_p99_s=ms("p99_tpot_ms"),
                    tokens_per_s_per_w=num("tokens_per_s_per_w"), j_per_output_token=num("j_per_output_token"), at=at)
 

@@ -24,14 +24,14 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from orchestrator.layout import PATHS
-from orchestrator.redact import redact, redact_text
-from orchestrator.render.files import RenderedFile
+from orchestrator.redact import redact_text
+from orchestrator.releases.documents import ReleaseLine, ReleaseMeta, StoredFlags
 from orchestrator.scripts import render_script
 
 RELEASE_ID = re.compile(r"^(\d{8}T\d{6})-([0-9a-f]{8})$")
@@ -72,12 +72,23 @@ def _b64(content: str) -> str:
     return base64.b64encode(content.encode()).decode()
 
 
+class ReleaseFile(Protocol):
+    """A file a release holds (render.files.RenderedFile): its name in the release dir, its mode, its text."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def mode(self) -> int: ...
+    @property
+    def content(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class ReleaseBundle:
     release_id: str
-    files: tuple[RenderedFile, ...]
-    flags: Mapping[str, Any]
-    meta: Mapping[str, Any]
+    files: tuple[ReleaseFile, ...]
+    flags: StoredFlags
+    meta: ReleaseMeta
 
 
 def write_release_script(bundle: ReleaseBundle) -> str:
@@ -86,8 +97,7 @@ def write_release_script(bundle: ReleaseBundle) -> str:
     tmp = f"{rdir}.partial"
     files = [(f.name, f.content, f.mode) for f in bundle.files]
     # flags.json and meta.json are world-readable evidence: redacted like any other output.
-    files += [("flags.json", json.dumps(redact(dict(bundle.flags)), sort_keys=True) + "\n", 0o644),
-              ("meta.json", json.dumps(redact(dict(bundle.meta)), sort_keys=True) + "\n", 0o644)]
+    files += [("flags.json", bundle.flags.to_json(), 0o644), ("meta.json", bundle.meta.to_json(), 0o644)]
     return render_script("write_release.sh.j2", releases_dir=PATHS.releases_dir, release_dir=rdir, tmp_dir=tmp,
                          files=[{"path": f"{tmp}/{name}", "b64": _b64(content), "mode": mode}
                                 for name, content, mode in files])
@@ -148,6 +158,11 @@ def read_releases_script(limit: int = 50) -> str:
     """Print every release's meta.json and verdict.json as JSON lines (for history), newest last."""
     return render_script("read_releases.sh.j2", current_link=PATHS.current_link, releases_dir=PATHS.releases_dir,
                          limit=limit)
+
+
+def release_lines(text: str) -> list[ReleaseLine]:
+    """The lines read_releases_script printed, typed (a line of another shape is left out)."""
+    return [line for row in parse_release_lines(text) if (line := ReleaseLine.from_data(row)) is not None]
 
 
 def parse_release_lines(text: str) -> list[dict[str, Any]]:

@@ -424,8 +424,8 @@ def measured_server(ctx: StepContext, release: str | None, expect: ExpectedServe
         why = f"sglang runs as pid {proc.pid}, not as pid {expect.pid} that the earlier runs measured (restarted)"
     else:
         _, schema = installed_schema(ctx)
-        stored = ctx.facts.get(CT.current_flags) or {}
-        diff = argv_difference(proc.argv, launch_argv(ctx.profile, canonicalize(stored, schema),
+        stored = ctx.facts.get(CT.current_flags)
+        diff = argv_difference(proc.argv, launch_argv(ctx.profile, canonicalize(stored.root if stored else {}, schema),
                                                       venv=server_stack(ctx).venv))
         if diff is None:
             return proc

@@ -29,6 +29,7 @@ from orchestrator.resources import probe_text
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.session import ensure_facts
+from orchestrator.steps.state import CorrectnessRun
 from orchestrator.steps.waiting import waiting_for
 
 GOLDEN_FILE = "golden.json"
@@ -97,8 +98,9 @@ def judged(ctx: StepContext, record: StepRecord, release: str, reference: str | 
     ref, why_not = reference_record(ctx, data, reference)
     verdict = judge(candidate, ref, thresholds(ctx.profile.correctness))
     notes = [*verdict.notes] if ref is not None or why_not is None else [f"{why_not}: detectors only"]
-    record.details["correctness"] = {**verdict.to_dict(), "notes": notes, "reference": reference if ref else None,
-                                     "recorded": data.get("recorded") or None, "seconds": data.get("seconds")}
+    ctx.state.correctness = CorrectnessRun(verdict, notes, reference if ref else None,
+                                           recorded=data.get("recorded") or None, seconds=data.get("seconds"))
+    record.details["correctness"] = ctx.state.correctness.to_dict()
     for note in notes:
         ctx.say(f"  {note}")
     if not verdict.passed:

@@ -62,9 +62,9 @@ def _record(ctx: StepContext, release: str | None) -> ReleaseRecord:
                                                   else None)
     bundle = ctx.state.server.bundle
     version = (bundle.flags.version if bundle is not None and ctx.state.server.release == release
-               else (meta or {}).get("sglang_version"))
-    return ReleaseRecord(verdict=(verdict or {}).get("verdict"), sglang_version=version,
-                         figures=BenchFigures.from_verdict(verdict, at=_iso_ts(verdict.get("at"))) if verdict else None)
+               else meta.sglang_version if meta is not None else None)
+    return ReleaseRecord(verdict=verdict.verdict if verdict else None, sglang_version=version,
+                         figures=BenchFigures.from_verdict(verdict, at=_iso_ts(verdict.at)) if verdict else None)
 
 
 def _judged(ctx: StepContext, now: float) -> dict[str, dict[str, GateRun]]:

@@ -28,6 +28,15 @@ from orchestrator.facts import CT, health_code_command
 from orchestrator.facts.container import json_object
 from orchestrator.flags import FlagSchema, FlagSet, canonicalize, diff_flags, with_secret_values
 from orchestrator.redact import REDACTED, SECRET_REF
+from orchestrator.releases.documents import (
+    ABANDONED,
+    KEPT,
+    ROLLED_BACK,
+    ReleaseMeta,
+    ReleaseVerdict,
+    StoredFlags,
+    TuneMeta,
+)
 from orchestrator.render.bundle import Bundle, render_bundle
 from orchestrator.render.service import launch_argv, public_flags, secret_flags
 from orchestrator.render.watchdog import check_now_script
@@ -76,11 +85,11 @@ def installed_state(ctx: StepContext) -> InstalledState:
     )
 
 
-def current_meta(ctx: StepContext) -> dict[str, Any] | None:
+def current_meta(ctx: StepContext) -> ReleaseMeta | None:
     return ctx.facts.get(CT.current_meta)
 
 
-def current_verdict(ctx: StepContext) -> dict[str, Any] | None:
+def current_verdict(ctx: StepContext) -> ReleaseVerdict | None:
     return ctx.facts.get(CT.current_verdict)
 
 
@@ -92,29 +101,35 @@ def installed_flags(ctx: StepContext, given: Iterable[str] = ()) -> dict[str, An
     if stored is None:
         return None
     rid = ctx.facts.get(CT.current_release)
-    return _with_secrets(ctx, stored, ctx.ct.paths.current_link, f"release {rid or 'current'}", given)
+    return _with_secrets(ctx, stored.root, ctx.ct.paths.current_link, f"release {rid or 'current'}", given)
 
 
 def release_flags(ctx: StepContext, rid: str, given: Iterable[str] = ()) -> dict[str, Any] | None:
     """Another release's flags, read as `installed_flags` reads the current one's (one round trip more): a plan
     over an interrupted roll rolls from the release the real run would restore first, not from the candidate."""
-    stored = release_json(ctx, rid, "flags.json")
+    stored = StoredFlags.from_data(release_json(ctx, rid, "flags.json"))
     if stored is None:
         return None
-    return _with_secrets(ctx, stored, ctx.ct.paths.release_dir(rid), f"release {rid}", given)
+    return _with_secrets(ctx, stored.root, ctx.ct.paths.release_dir(rid), f"release {rid}", given)
 
 
 def release_json(ctx: StepContext, rid: str, name: str) -> dict[str, Any] | None:
-    """One JSON file of a release (flags.json, meta.json), one round trip; None when absent or unreadable."""
+    """One JSON file of a release (flags.json, meta.json), one round trip; None when absent or unreadable. Read it
+    through its model (releases/documents.py), as the facts read the current release's."""
     path = f"{ctx.ct.paths.release_dir(rid)}/{name}"
     res = ctx.ct.run(f"cat {shlex.quote(path)}", check=False, timeout=60, what=f"read release {rid}'s {name}")
-    return json_object(res.output)  # as the facts read the current release's
+    return json_object(res.output)
+
+
+def release_meta(ctx: StepContext, rid: str) -> ReleaseMeta | None:
+    """Another release's meta.json (one round trip)."""
+    return ReleaseMeta.from_data(release_json(ctx, rid, "meta.json"))
 
 
 def require_stack_present(ctx: StepContext, rid: str) -> None:
     """A release runs only on its own stack: refuse (exit 2, nothing changed) to make current a release whose
     stack venv was pruned or broken, instead of restarting into a unit whose interpreter is gone."""
-    stack = release_stack(ctx, release_json(ctx, rid, "meta.json"))
+    stack = release_stack(ctx, release_meta(ctx, rid))
     if not stack.sha:
         return  # a release of an earlier deploy: it runs the profile's own venv, which nothing removes
     found = stack_records(ctx).get(stack.sha)
@@ -147,8 +162,8 @@ def _with_secrets(ctx: StepContext, stored: dict[str, Any], release_dir: str, wh
 def is_unverified_candidate(ctx: StepContext) -> bool:
     """A roll that installed a release and died before its gate wrote a verdict."""
     meta = current_meta(ctx)
-    return bool(meta and meta.get("source", "").startswith("roll") and current_verdict(ctx) is None
-                and meta.get("previous"))
+    return bool(meta and (meta.source or "").startswith("roll") and current_verdict(ctx) is None
+                and meta.previous)
 
 
 # ------------------------------------------------------------------------------------ what to install
@@ -173,18 +188,19 @@ def desired_flags(ctx: StepContext) -> FlagSet:
     except ConfigError as exc:  # a secret stored redacted by an older deploy: the profile is the real source
         ctx.say(f"{exc.what}: converging to the profile's flags")
         return profile_flags(ctx)
-    if (meta and flags is not None and meta.get("profile_flags_sha") == profile_flags_sha(ctx)
+    if (meta and flags is not None and meta.profile_flags_sha == profile_flags_sha(ctx)
             and current_verdict(ctx) is not None):
         return canonicalize(flags, FlagSchema.load(ctx.profile.sglang_version))
     return profile_flags(ctx)
 
 
-def tune_trial(ctx: StepContext) -> dict[str, Any] | None:
-    """The tune whose trial point the current release is ({"id", "original"}), or None: a tune marks each release
+def tune_trial(ctx: StepContext) -> TuneMeta | None:
+    """The tune whose trial point the current release is (its id and original), or None: a tune marks each release
     it rolls (TuneTrial) and restores the original when it ends, so a current trial means a tune that runs now
     from another machine, or one that was killed (SIGKILL, a lost machine) before its restore."""
-    tune = (current_meta(ctx) or {}).get("tune")
-    return tune if isinstance(tune, dict) and tune.get("id") else None
+    meta = current_meta(ctx)
+    tune = meta.tune if meta is not None else None
+    return tune if tune is not None and tune.id else None
 
 
 def refuse_tune_trial(ctx: StepContext) -> None:
@@ -194,11 +210,11 @@ def refuse_tune_trial(ctx: StepContext) -> None:
     tune = tune_trial(ctx)
     if tune is None:
         return
-    original = tune.get("original")
+    original = tune.original
     undo = f"deploy rollback host {ctx.host.name}" + (f" --to {original}" if original else "")
-    raise CheckFailed(f"the current release is a trial point of tune {tune['id']}, which has not finished (killed "
+    raise CheckFailed(f"the current release is a trial point of tune {tune.id}, which has not finished (killed "
                       "before it restored the original, or running from another machine)",
-                      fix=f"deploy tune host {ctx.host.name} --resume {tune['id']} (on the machine that ran it: "
+                      fix=f"deploy tune host {ctx.host.name} --resume {tune.id} (on the machine that ran it: "
                           f"it restores the original first), or undo the trial: {undo}", host=ctx.host.name)
 
 
@@ -210,9 +226,10 @@ def flag_drift(ctx: StepContext) -> list[FlagDrift]:
     from flags.json only (no secrets.yaml round trip): a secret flag counts as drift only when it is set on one
     side and not on the other, and its values are never shown. Empty before the first release, or when the
     profile's flags do not parse (the run's other steps report that)."""
-    stored = ctx.facts.get(CT.current_flags)
-    if stored is None:
+    found = ctx.facts.get(CT.current_flags)
+    if found is None:
         return []
+    stored = found.root
     try:
         wanted = profile_flags(ctx)
     except ConfigError:
@@ -298,12 +315,12 @@ def install_bundle(ctx: StepContext, bundle: Bundle, *, source: str, restart: bo
                           fix="re-run; check that the API key file is not being rewritten", host=ctx.host.name)
     bundle = named
     stack = server_stack(ctx)
-    meta = {"id": rid, "created_at": datetime.now(UTC).isoformat(timespec="seconds"), "source": source,
-            "bundle_sha256": bundle.sha256, "previous": previous, "profile": ctx.host.profile,
-            "sglang_version": bundle.flags.version,
-            "argv": launch_argv(ctx.profile, bundle.flags, venv=stack.venv), "stack": stack.to_meta(),
-            **(extra_meta or {})}
-    rb = ReleaseBundle(rid, tuple(bundle.files), public_flags(ctx.profile, bundle.flags), meta)
+    meta = ReleaseMeta.model_validate({
+        "id": rid, "created_at": datetime.now(UTC).isoformat(timespec="seconds"), "source": source,
+        "bundle_sha256": bundle.sha256, "previous": previous, "profile": ctx.host.profile,
+        "sglang_version": bundle.flags.version, "argv": launch_argv(ctx.profile, bundle.flags, venv=stack.venv),
+        "stack": stack.to_meta(), **(extra_meta or {})})
+    rb = ReleaseBundle(rid, tuple(bundle.files), StoredFlags(public_flags(ctx.profile, bundle.flags)), meta)
     script = write_release_script(rb) + activate_script(rid, restart=restart, keep=ctx.profile.keep_releases,
                                                         fresh=True)
     with waiting_for(ctx.say, f"sglang to {'stop and restart' if restart else 'start'} with release {rid}",
@@ -379,26 +396,26 @@ def not_the_candidate(ctx: StepContext, release: str, stdout: str) -> CheckFaile
                        host=ctx.host.name, details={"current": current, "active": active})
 
 
-def write_verdict(ctx: StepContext, release: str, verdict: dict[str, Any], *, guard: bool = False) -> None:
-    """Record a release's verdict; a failed write raises (a release without verdict.json counts as unverified,
-    so an unrecorded "kept" would make the next up or roll undo a good release). `guard`: write it only while
-    `release` is current and sglang active (a "kept" verdict), else CheckFailed."""
-    body = json.dumps({"at": datetime.now(UTC).isoformat(timespec="seconds"), **verdict}, sort_keys=True,
-                      default=str)
-    script = record_file_script(release, "verdict.json", body + "\n")
-    if verdict.get("verdict") == "kept":
+def write_verdict(ctx: StepContext, release: str, verdict: ReleaseVerdict, *, guard: bool = False) -> None:
+    """Record a release's verdict (stamped with the time now); a failed write raises (a release without
+    verdict.json counts as unverified, so an unrecorded "kept" would make the next up or roll undo a good
+    release). `guard`: write it only while `release` is current and sglang active (a "kept" verdict), else
+    CheckFailed."""
+    verdict = verdict.model_copy(update={"at": datetime.now(UTC).isoformat(timespec="seconds")})
+    script = record_file_script(release, "verdict.json", verdict.to_json())
+    if verdict.kept:
         script += check_now_script()
     res = ctx.ct.script(candidate_guard(ctx, release) + script if guard else script, check=False,
                         timeout=120, what="record verdict")
     if guard and res.rc == NOT_CANDIDATE_RC and NOT_CANDIDATE in res.stdout:
         raise not_the_candidate(ctx, release, res.stdout)
     if res.rc != 0:
-        raise RemoteError(f"recording the verdict ({verdict.get('verdict')}) of release {release} in CT {ctx.vmid} "
+        raise RemoteError(f"recording the verdict ({verdict.verdict}) of release {release} in CT {ctx.vmid} "
                           f"failed: {res.said(300) or f'exit code {res.rc}'}",
                           fix=f"free space in the container (`df -h {ctx.ct.paths.releases_dir}` in CT {ctx.vmid}) "
                               "and re-run; until its verdict is recorded the release counts as unverified",
                           host=ctx.host.name)
-    ctx.state.verdicts[release] = json.loads(body)
+    ctx.state.verdicts[release] = verdict
 
 
 def roll_back_to(ctx: StepContext, release: str, record: StepRecord, *, reason: str) -> float:
@@ -431,8 +448,8 @@ def restore_interrupted(ctx: StepContext, record: StepRecord) -> InterruptedRoll
     only reports what it would restore, since the "interrupted" candidate may be a live roll's, still loading."""
     if not is_unverified_candidate(ctx):
         return None
-    meta = current_meta(ctx) or {}
-    cand, prev = str(meta.get("id")), str(meta.get("previous"))
+    meta = current_meta(ctx) or ReleaseMeta()
+    cand, prev = str(meta.id), str(meta.previous)
     if ctx.options.dry_run:
         note = (f"would restore the interrupted release {prev} (release {cand} is an unverified candidate: an "
                 "interrupted roll's, or a roll still running)")
@@ -443,8 +460,8 @@ def restore_interrupted(ctx: StepContext, record: StepRecord) -> InterruptedRoll
         return InterruptedRoll(cand, prev, restored=False)
     record.changes.append(f"restored {prev} (release {cand} was an interrupted roll's unverified candidate)")
     record.status = "changed"
-    write_verdict(ctx, cand, {"verdict": "abandoned", "reason": "the roll was interrupted before its gate",
-                              "rolled_back_to": prev})
+    write_verdict(ctx, cand, ReleaseVerdict(verdict=ABANDONED, reason="the roll was interrupted before its gate",
+                                            rolled_back_to=prev))
     roll_back_to(ctx, prev, record, reason=f"{cand} was never verified (interrupted roll)")
     ctx.state.rolled_back.append(Rollback(to=prev, candidate=cand, reason="interrupted"))
     ctx.facts.gather((), RELEASE_FACTS, what="re-reading release facts")
@@ -454,8 +471,8 @@ def restore_interrupted(ctx: StepContext, record: StepRecord) -> InterruptedRoll
 def unverified_up_release(ctx: StepContext) -> str | None:
     """The current release, when an `up` installed it and never wrote its verdict (interrupted or failed)."""
     meta = current_meta(ctx)
-    if meta and meta.get("source") == "up" and meta.get("id") and current_verdict(ctx) is None:
-        return str(meta["id"])
+    if meta and meta.source == "up" and meta.id and current_verdict(ctx) is None:
+        return meta.id
     return None
 
 
@@ -468,8 +485,8 @@ def abandon_interrupted_up(ctx: StepContext, record: StepRecord) -> str | None:
     rid = unverified_up_release(ctx)
     if rid is None:
         return None
-    write_verdict(ctx, rid, {"verdict": "abandoned",
-                             "reason": "the up that installed it ended before health, smoke and throughput passed"})
+    write_verdict(ctx, rid, ReleaseVerdict(
+        verdict=ABANDONED, reason="the up that installed it ended before health, smoke and throughput passed"))
     record.changes.append(f"release {rid} marked abandoned (its up ended before its checks passed)")
     record.status = "changed"
     return rid
@@ -517,16 +534,17 @@ def arm_rollback(ctx: StepContext, rid: str, previous: str, cand: Candidate | No
     the failed release `rid` gets a "rolled-back" verdict with its evidence (`cand`'s baseline for a roll)."""
 
     def on_failure(err: DeployError, failed: StepRecord) -> None:
-        evidence = {"verdict": "rolled-back", "failed_step": failed.name, "reason": err.what,
-                    "journal": list((err.details or {}).get("journal") or [])[-20:],  # type: ignore[call-overload]
-                    "rolled_back_to": previous}
+        evidence = ReleaseVerdict(
+            verdict=ROLLED_BACK, failed_step=failed.name, reason=err.what,
+            journal=list((err.details or {}).get("journal") or [])[-20:],  # type: ignore[call-overload]
+            rolled_back_to=previous)
         if ctx.state.bench_run is not None:
-            evidence["candidate"] = bench_dict(ctx.state.bench_run.result)
-            evidence["preset"] = ctx.state.bench_run.preset
+            evidence.candidate = bench_dict(ctx.state.bench_run.result)
+            evidence.preset = ctx.state.bench_run.preset
         if cand is not None and cand.baseline is not None:
-            evidence["baseline"] = bench_dict(cand.baseline)
+            evidence.baseline = bench_dict(cand.baseline)
         if cand is not None and cand.baseline_evidence is not None:
-            evidence["baseline_evidence"] = cand.baseline_evidence.to_dict()
+            evidence.baseline_evidence = cand.baseline_evidence.to_dict()
         if isinstance(err, LockLost):  # another run owns the host now: touching it would race that run
             err.what += f"; candidate {rid} was NOT rolled back to {previous} by this run"
             return
@@ -574,7 +592,8 @@ def gate(ctx: StepContext, record: StepRecord) -> None:
         raise ConfigError("no candidate release to gate", fix="run install_release before gate in the playbook",
                           host=ctx.host.name)
     if run is None:
-        write_verdict(ctx, rid, {"verdict": "kept", "reason": "health and smoke passed; bench skipped"}, guard=True)
+        write_verdict(ctx, rid, ReleaseVerdict(verdict=KEPT, reason="health and smoke passed; bench skipped"),
+                      guard=True)
         ctx.on_failure = None
         record.summary = f"{rid} kept (no bench)"
         return
@@ -601,11 +620,11 @@ def gate(ctx: StepContext, record: StepRecord) -> None:
                           fix="keep it anyway with --accept-regression, or change the flags",
                           host=ctx.host.name, details={"gate": result.model_dump(mode="json")})
     telemetry = run.telemetry.model_dump(mode="json") if run.telemetry else None
-    write_verdict(ctx, rid, {"verdict": "kept", "gate": result.model_dump(mode="json"), "preset": run.preset,
-                             "candidate": bench_dict(run.result),
-                             "baseline": bench_dict(baseline) if baseline else None,
-                             "baseline_evidence": seen.to_dict() if seen is not None else None,
-                             "telemetry": telemetry}, guard=True)
+    write_verdict(ctx, rid, ReleaseVerdict(verdict=KEPT, gate=result.model_dump(mode="json"), preset=run.preset,
+                                           candidate=bench_dict(run.result),
+                                           baseline=bench_dict(baseline) if baseline else None,
+                                           baseline_evidence=seen.to_dict() if seen is not None else None,
+                                           telemetry=telemetry), guard=True)
     ctx.on_failure = None
     record.summary = f"{rid} kept: {result.verdict}" + (f" ({result.reasons[0]})" if result.reasons else "")
 
@@ -628,10 +647,10 @@ def release_verdict(ctx: StepContext, record: StepRecord) -> None:
         return
     run = ctx.state.bench_run
     ctx.on_failure = None  # verified: a later step's failure (the watchdog's) is no reason to roll back
-    write_verdict(ctx, server.release, {
-        "verdict": "kept", "source": "up", "candidate": bench_dict(run.result) if run else None,
-        "preset": run.preset if run else None,
-        "telemetry": run.telemetry.model_dump(mode="json") if run and run.telemetry else None})
+    write_verdict(ctx, server.release, ReleaseVerdict(
+        verdict=KEPT, source="up", candidate=bench_dict(run.result) if run else None,
+        preset=run.preset if run else None,
+        telemetry=run.telemetry.model_dump(mode="json") if run and run.telemetry else None))
     record.summary = f"{server.release} verified"
 
 
@@ -642,8 +661,8 @@ def rollback_release(ctx: StepContext, record: StepRecord) -> None:
     state = installed_state(ctx)
     target = ctx.inputs.rollback_to
     if target is None:
-        meta = current_meta(ctx) or {}
-        target = meta.get("previous")
+        meta = current_meta(ctx)
+        target = meta.previous if meta is not None else None
         if not target and state.release in state.releases:
             idx = state.releases.index(state.release)
             target = state.releases[idx - 1] if idx > 0 else None

@@ -115,8 +115,9 @@ def resolve_release(ctx: StepContext, record: StepRecord) -> None:
         ctx.say(f"  --{k}: {a if a is not None else '(unset)'} → {b if b is not None else '(unset)'}")
     old_unit = bundle_for(ctx, base).file("sglang.service").content.splitlines()
     new_unit = bundle_for(ctx, new).file("sglang.service").content.splitlines()
-    record.details["unit_diff"] = list(difflib.unified_diff(old_unit, new_unit, "sglang.service (current)",
-                                                            "sglang.service (new)", lineterm="", n=0))
+    ctx.state.candidate.unit_diff = list(difflib.unified_diff(old_unit, new_unit, "sglang.service (current)",
+                                                              "sglang.service (new)", lineterm="", n=0))
+    record.details["unit_diff"] = ctx.state.candidate.unit_diff
     record.summary = f"{len(diff)} flag change(s) from release {from_release}"
     if ctx.options.dry_run:
         record.status = "would-change"  # the plan's totals say "would change", not "no changes"

@@ -117,7 +117,8 @@ def server_unit(ctx: StepContext, record: StepRecord) -> None:
         server.restarted = True
         record.summary = f"sglang started (release {state.release}, unit unchanged)"
         return
-    previous_meta, verified = current_meta(ctx), (current_verdict(ctx) or {}).get("verdict") == "kept"
+    previous_meta, verdict = current_meta(ctx), current_verdict(ctx)
+    verified = verdict is not None and verdict.kept
     # Restart only when the files changed: the body hashes decide, never the release id in the header.
     restart = state.active == "active" and not same
     rid = install_bundle(ctx, bundle, source="up", restart=restart,

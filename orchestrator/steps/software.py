@@ -24,6 +24,7 @@ from orchestrator.patches import (
     patch_drift,
     read_apply_output,
 )
+from orchestrator.releases.documents import ReleaseMeta
 from orchestrator.render.pip_index import pip_index_options
 from orchestrator.resources import flags_probe_source, probe_text
 from orchestrator.runlog import StepRecord
@@ -46,7 +47,7 @@ from orchestrator.stacks import (
     venv_sizes,
     write_record_command,
 )
-from orchestrator.state.releases import parse_release_lines, read_releases_script
+from orchestrator.state.releases import read_releases_script, release_lines
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts, unknown_until_started
 from orchestrator.verdicts.weights import DownloadContext, download_error
@@ -102,16 +103,14 @@ def server_stack(ctx: StepContext) -> StackRecord:
     return release_stack(ctx, ctx.facts.get(CT.current_meta))
 
 
-def release_stack(ctx: StepContext, meta: dict[str, Any] | None) -> StackRecord:
+def release_stack(ctx: StepContext, meta: ReleaseMeta | None) -> StackRecord:
     """The stack a release runs, from its meta.json; a release of an earlier deploy names none and runs the
     profile's venv."""
-    meta = meta or {}
-    stack = meta.get("stack")
-    if isinstance(stack, dict) and stack.get("venv"):
-        return StackRecord(str(stack.get("sha") or ""), str(stack["venv"]), str(stack.get("sglang_version") or ""),
-                           str(stack.get("requirement") or ""))
-    version = ctx.facts.get(CT.sglang_version) or str(
-        meta.get("sglang_version") or ctx.profile.sglang_version)
+    stack = meta.stack if meta is not None else None
+    if stack is not None and stack.venv:
+        return StackRecord(stack.sha or "", stack.venv, stack.sglang_version or "", stack.requirement or "")
+    version = ctx.facts.get(CT.sglang_version) or (
+        (meta.sglang_version if meta is not None else None) or ctx.profile.sglang_version)
     return StackRecord("", ctx.profile.venv.rstrip("/"), version, requirement(version, ctx.profile.sglang_extras),
                        adopted=True)
 
@@ -157,8 +156,9 @@ def sglang_install(ctx: StepContext, record: StepRecord) -> None:
     install_stack(ctx, record)
     if not ctx.facts.ct_running:
         return
-    meta = ctx.facts.get(CT.current_meta) or {}
-    drift = stack_drift(ctx, meta.get("stack") if isinstance(meta.get("stack"), dict) else None)
+    meta = ctx.facts.get(CT.current_meta)
+    stack_meta = meta.stack if meta is not None else None
+    drift = stack_drift(ctx, stack_meta.document() if stack_meta is not None else None)
     record.details["stack_drift"] = drift
     if drift and ctx.state.stack is not None and ctx.state.stack.sha == release_stack_sha(meta):
         record.summary += f"; stack drift against the lock: {', '.join(drift)}"
@@ -326,8 +326,8 @@ def build_stack(ctx: StepContext, record: StepRecord, stack: Stack) -> None:
     then = read_releases_script(limit=10_000) + (
         f"\necho {SIZES_MARK}\n{stack_sizes_script()}\n" if budget is not None else "")
     releases, _, sized = write_record(ctx, rec, then=then).partition(f"{SIZES_MARK}\n")
-    rows = parse_release_lines(releases)
-    current = next((str(r["current"]) for r in rows if "current" in r), None)
+    rows = release_lines(releases)
+    current = next((r.current for r in rows if r.current is not None), None)
     records = {**stack_records(ctx), stack.sha: rec}
     sizes = parse_stack_sizes(sized)
     doomed = budget_prune_plan(records, ctx.profile.keep_stacks, protected_stacks(rows, current) | {stack.sha},

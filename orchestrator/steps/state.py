@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # types only: the modules that produce them import the steps 
     from orchestrator.bench.run import BenchRun
     from orchestrator.errors import DeployError
     from orchestrator.flags import FlagSet
+    from orchestrator.gates.correctness import Verdict
     from orchestrator.hardware.state import HardwareState
     from orchestrator.monitoring.events import Event
     from orchestrator.parsers.bench import BenchResult
@@ -24,6 +25,7 @@ if TYPE_CHECKING:  # types only: the modules that produce them import the steps 
     from orchestrator.parsers.leftovers import LeftoverBench
     from orchestrator.parsers.server_process import ServerProcess
     from orchestrator.parsers.watchdog import WatchdogStatus
+    from orchestrator.releases.documents import ReleaseLine, ReleaseVerdict
     from orchestrator.render.bundle import Bundle
     from orchestrator.runlog import StepRecord
     from orchestrator.stacks import StackRecord
@@ -142,12 +144,28 @@ class Candidate:
     secret: frozenset[str] = frozenset()  # the secret flags of either set (render.service.secret_flags)
     baseline_evidence: BaselineEvidence | None = None  # which run `baseline` is, for the verdict and output
     baseline_missing: str = ""  # why there is no usable baseline (none of the preset, or too old)
+    unit_diff: list[str] = field(default_factory=list)  # sglang.service now → the candidate's (a unified diff)
 
     def stored(self, flags: FlagSet) -> dict[str, Any]:
         """`flags` as evidence and output carry them: each secret's value replaced by its reference."""
         from orchestrator.flags import stored_flags  # at call time: this module is imported by the flags' users
 
         return stored_flags(flags, self.secret)
+
+
+@dataclass(frozen=True)
+class CorrectnessRun:
+    """The correctness gate's judgement of a release (steps/correctness.py), as `check` and the step report it."""
+
+    verdict: Verdict
+    notes: list[str]
+    reference: str | None  # the release whose record it was compared with (None: detectors only)
+    recorded: Any = None  # what the probe recorded (golden.json), when it wrote one
+    seconds: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.verdict.to_dict(), "notes": self.notes, "reference": self.reference,
+                "recorded": self.recorded, "seconds": self.seconds}
 
 
 @dataclass(frozen=True)
@@ -267,6 +285,7 @@ class RunState:
     bench_run: BenchRun | None = None  # throughput: the gate's candidate figures
     bench_runs: list[BenchRun] = field(default_factory=list)  # bench: one per point
     gate: GateResult | None = None
+    correctness: CorrectnessRun | None = None  # the correctness gate's last judgement in this run
     pve_version: PveVersion | None = None
     p2p_report: P2PReport | None = None
     bandwidth: dict[str, Any] | None = None
@@ -274,14 +293,14 @@ class RunState:
     #: The GPUs' hardware state read on the host (doctor, host_prereqs, status): orchestrator/hardware/state.py.
     hardware: HardwareState | None = None
     status: ServerStatus | None = None
-    history: list[dict[str, Any]] = field(default_factory=list)  # release lines as the target stores them
+    history: list[ReleaseLine] = field(default_factory=list)  # the release lines the target stores
     watchdog: WatchdogStatus | None = None  # history: the watchdog's state file, its restarts among the actions
     stopped_benches: list[LeftoverBench] = field(default_factory=list)  # benches of dead runs this run stopped
     rollback: Rollback | None = None  # install_release's undo, once it rolled back and verified
     already_on: CurrentFlags | None = None  # resolve_release: the requested flags are the current release's
     rolled_back: list[Rollback] = field(default_factory=list)  # every release this run left by a rollback (metrics)
     events: list[Event] = field(default_factory=list)  # what the run's end posts to notify: (monitoring/events.py)
-    verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)  # release → the verdict this run recorded
+    verdicts: dict[str, ReleaseVerdict] = field(default_factory=dict)  # release → the verdict this run recorded
     #: sglang_install: the software stack the profile names, built or adopted (orchestrator/stacks.py); a release
     #: installed by this run runs it.
     stack: StackRecord | None = None

@@ -11,8 +11,9 @@ from orchestrator.parsers.boot import BootStart
 from orchestrator.parsers.netaddr import net0_static_ip
 from orchestrator.parsers.watchdog import parse_watchdog_fact, parse_watchdog_state
 from orchestrator.patches import patch_drift
+from orchestrator.releases.documents import ReleaseMeta, ReleaseVerdict
 from orchestrator.runlog import StepRecord
-from orchestrator.state.releases import parse_release_lines, read_releases_script
+from orchestrator.state.releases import read_releases_script, release_lines
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.host import HARDWARE_FACTS, hardware_state
 from orchestrator.steps.release import (
@@ -85,18 +86,18 @@ def status(ctx: StepContext, record: StepRecord) -> None:
         return
     state = installed_state(ctx)
     health = ctx.facts.get(CT.health)
-    meta = current_meta(ctx) or {}
-    verdict = current_verdict(ctx) or {}
+    meta = current_meta(ctx) or ReleaseMeta()
+    verdict = current_verdict(ctx) or ReleaseVerdict()
     info.release, info.active = state.release, state.active
     info.health = health
-    info.release_created, info.release_source = meta.get("created_at"), meta.get("source")
-    info.verdict, info.sglang_version = verdict.get("verdict"), meta.get("sglang_version")
-    info.stack = meta.get("stack") if isinstance(meta.get("stack"), dict) else None
+    info.release_created, info.release_source = meta.created_at, meta.source
+    info.verdict, info.sglang_version = verdict.verdict, meta.sglang_version
+    info.stack = meta.stack.document() if meta.stack is not None else None
     info.stack_drift = stack_drift(ctx, info.stack)
     info.patch_drift = running_patch_drift(ctx, info.stack)
     info.drift = flag_drift(ctx)
     trial = tune_trial(ctx)
-    info.tune_trial = str(trial["id"]) if trial else None
+    info.tune_trial = trial.id if trial else None
     addr = ctx.facts.get(CT.ct_address)
     info.address = net0_static_ip(ctx.host.container.net0) or addr
     boots: list[BootStart] = ctx.facts.get(CT.current_boot) or []
@@ -123,7 +124,7 @@ def history(ctx: StepContext, record: StepRecord) -> None:
     if res.rc != 0 and "not running" in (res.stderr + res.stdout):
         raise CheckFailed(f"CT {ctx.vmid} is not running", host=ctx.host.name, fix="deploy up")
     releases, _, state = res.stdout.partition(f"{WATCHDOG_MARK}\n")
-    rows = parse_release_lines(releases)
+    rows = release_lines(releases)
     ctx.state.history = rows
     ctx.state.watchdog = parse_watchdog_state(state)
     restarts = [a for a in ctx.state.watchdog.actions if a.action == "restart"]

@@ -12,6 +12,7 @@ from orchestrator.errors import RemoteError
 from orchestrator.facts import CT, CT_FACTS, HOST, HOST_FACTS, CtFact, Facts, HostFact
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.parsers.sections import CommandOutput, build_batch_script, new_nonce, split_batch_output
+from orchestrator.releases.documents import ReleaseMeta
 from tests.shared import EXAMPLE_INVENTORY
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,7 +37,7 @@ def test_get_parses_and_says_what_is_unknown(facts: Facts) -> None:
     facts.ct = {"current_meta": CommandOutput(0, '{"release": "r1"}', ""),
                 "current_verdict": CommandOutput(1, "", "cat: no such file\n")}
     assert facts.get(HOST.ct_status) == "running"
-    assert facts.get(CT.current_meta) == {"release": "r1"}
+    assert facts.get(CT.current_meta) == ReleaseMeta.model_validate({"release": "r1"})  # typed; unknown keys kept
     assert facts.get(CT.current_verdict) is None  # the file is not there
     assert facts.get(CT.active) is None  # not read: container not running
     assert facts.find(HOST.gpu_power) is None  # not read by this run
