@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.layout import PATHS
-from orchestrator.locks import Lock
 from orchestrator.patches import Patch, patches_sha
 from orchestrator.releases.documents import ReleaseLine, ReleaseMeta
+from orchestrator.stack_lock import Lock
 
 
 @dataclass(frozen=True)

@@ -388,7 +388,7 @@ class ServerProfile(StrictModel):
     #: stacks until they fit, and a new stack that cannot fit even then is refused before any change (docs/stacks.md).
     stacks_disk_budget_gb: float | None = Field(None, gt=0, allow_inf_nan=False)
     #: Set by the inventory loader from `locks/<profile>.txt` beside the inventory files, never written in YAML:
-    #: the stack's lock (orchestrator/locks.py; `deploy lock` writes it).
+    #: the stack's lock (orchestrator/stack_lock.py; `deploy lock` writes it).
     lock_file: str | None = None
     lock_text: str | None = None
     #: Unified diffs applied to the stack venv's site-packages when the stack is built, in this order: paths relative

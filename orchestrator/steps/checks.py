@@ -17,10 +17,10 @@ from orchestrator.facts import CT, health_code_command
 from orchestrator.layout import PATHS
 from orchestrator.parsers.boot import KEEP_STARTS, BootStart, parse_boot
 from orchestrator.parsers.server_process import ServerProcess, argv_difference, parse_server_process
+from orchestrator.releases.store import record_boot_script
 from orchestrator.render.service import public_flags
 from orchestrator.resources import probe_text
 from orchestrator.runlog import StepRecord
-from orchestrator.state.releases import record_boot_script
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts
 from orchestrator.steps.state import ExpectedServer

@@ -9,11 +9,10 @@ from orchestrator.facts import CT, HOST
 from orchestrator.layout import PATHS
 from orchestrator.parsers.boot import BootStart
 from orchestrator.parsers.netaddr import net0_static_ip
-from orchestrator.parsers.watchdog import parse_watchdog_fact, parse_watchdog_state
 from orchestrator.patches import patch_drift
 from orchestrator.releases.documents import ReleaseMeta, ReleaseVerdict
+from orchestrator.releases.store import read_releases_script, release_lines
 from orchestrator.runlog import StepRecord
-from orchestrator.state.releases import read_releases_script, release_lines
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.host import HARDWARE_FACTS, hardware_state
 from orchestrator.steps.release import (
@@ -28,6 +27,7 @@ from orchestrator.steps.release import (
 from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.software import stack_drift
 from orchestrator.steps.state import ServerStatus
+from orchestrator.watchdog.parse import parse_watchdog_fact, parse_watchdog_state
 
 
 def gpu_power(ctx: StepContext) -> list[dict[str, float | int | None]]:

@@ -5,7 +5,7 @@
 Starts a simulated host (sim-N, N from DEPLOY_SIM_FIRST, default 94) from the site template, `up` with the bench
 (the profile's stack, unpatched), then two stack changes, each an `up` that builds a new stack beside the running
 one and measures the new release with its throughput step (`gate_repeats` bench runs of the preset, the median run
-kept); the regression gate (orchestrator.verdicts.regression.gate, what `roll` judges with) then judges each
+kept); the regression gate (orchestrator.gates.throughput.gate, what `roll` judges with) then judges each
 measured release against the one before:
 - control: a patch that only rewords a comment of kernel_warmup.py (a new stack that changes nothing the server
   does): the gate's delta is the machine's noise;
@@ -27,10 +27,10 @@ sys.path.insert(0, str(REPO))
 
 from one_host import template_host  # noqa: E402 - beside this script (tests/perf is sys.path[0])
 
+from orchestrator.gates.throughput import gate as regression_gate  # noqa: E402
 from orchestrator.inventory.example import AUTOTUNE_PATCH  # noqa: E402
 from orchestrator.parsers.bench import BenchResult  # noqa: E402
 from orchestrator.resources import example_inventory_dir  # noqa: E402
-from orchestrator.verdicts.regression import gate as regression_gate  # noqa: E402
 from tests.e2e.conftest import DeployEnv  # noqa: E402
 
 CONTROL = "patches/control-comment-only.patch"
@@ -61,7 +61,7 @@ def measured_up(env: DeployEnv, what: str) -> dict:
 
 
 def show(label: str, run: dict, baseline: dict, noise_pct: float) -> None:
-    """The regression gate's own judgement (orchestrator.verdicts.regression.gate) of `run` against `baseline`."""
+    """The regression gate's own judgement (orchestrator.gates.throughput.gate) of `run` against `baseline`."""
     result = regression_gate(run["result"], baseline["result"], noise_pct=noise_pct)
     print(f"{label}: {run['install']}")
     spread = run["spread"]
