@@ -62,6 +62,22 @@ def probe_text(name: str) -> str:
     return (probes_dir() / name).read_text()
 
 
+
+def module_path(module: str) -> Path:
+    """The file of a program shipped to the container that lives beside its concern (`orchestrator.p2p.probe`,
+    `orchestrator.watchdog.probe`): a module of the package, read as text, never imported on the target."""
+    package, _, name = module.rpartition(".")
+    where = resources.files(package).joinpath(f"{name}.py")
+    if not isinstance(where, Path):
+        raise ConfigError(f"deploy's shipped program {module} is not a file on disk ({where})",
+                          fix="install deploy from its wheel or a checkout (pip install, not a zipped bundle)")
+    return where
+
+
+def module_source(module: str) -> str:
+    """The text of such a program (module_path), sent to the container on stdin or with `pct push`."""
+    return module_path(module).read_text()
+
 def flags_probe_source() -> str:
     """The probe that validates an argv with the installed program's own parser (sglang's, or the router's)."""
     return probe_text("flags_probe.py")

@@ -17,9 +17,9 @@ from orchestrator.commands.result import RunResult
 from orchestrator.errors import ConfigError, DeployError
 from orchestrator.flags.digest import flags_sha
 from orchestrator.inventory.models import Host, Inventory
+from orchestrator.locks.claims import claim_hosts
 from orchestrator.runlog import StepRecord
 from orchestrator.runner import ProgressFn, RunReport, run_playbook_to_end
-from orchestrator.state.claims import claim_hosts
 from orchestrator.steps.base import RunOptions
 from orchestrator.steps.state import Candidate, CurrentFlags, RollRequest, RunInputs, RunState
 
@@ -171,7 +171,7 @@ def roll_host(host: Host, inventory: Inventory, request: RollRequest, options: R
     roll back on a failed gate. Never raises a DeployError: the outcome carries it."""
     playbook = "roll-plan" if options.dry_run else "roll"
     try:
-        with claim_hosts([host.name], options.command, exclusive=False):  # before any planning: state/claims.py
+        with claim_hosts([host.name], options.command, exclusive=False):  # before any planning: locks/claims.py
             report = run_playbook_to_end(playbook, host, inventory, options, progress=progress, say=say,
                                          inputs=RunInputs(roll=request))
     except DeployError as err:
@@ -182,7 +182,7 @@ def roll_host(host: Host, inventory: Inventory, request: RollRequest, options: R
 def rollback_host(host: Host, inventory: Inventory, to_release: str | None, options: RunOptions, *,
                   progress: ProgressFn | None = None, say: Say | None = None) -> RunReport:
     """Re-install `to_release` (None: the current release's predecessor); the report's `failure` says if not.
-    Raises LockHeld when another deploy command on this machine holds the host (state/claims.py)."""
+    Raises LockHeld when another deploy command on this machine holds the host (locks/claims.py)."""
     with claim_hosts([host.name], options.command, exclusive=False):
         return run_playbook_to_end("rollback", host, inventory, options, progress=progress, say=say,
                                    inputs=RunInputs(rollback_to=to_release))

@@ -11,13 +11,13 @@ from typing import Any
 from orchestrator.errors import DeployError, Interrupted, RemoteError
 from orchestrator.facts import Facts
 from orchestrator.inventory.models import Host, Inventory, ServerProfile
+from orchestrator.locks.claims import claim_hosts
 from orchestrator.monitoring.notify import deliver
 from orchestrator.parsers import ParseError
 from orchestrator.playbooks import Playbook, load_playbook
 from orchestrator.remote.container import Container
 from orchestrator.remote.ssh import SshHost
 from orchestrator.runlog import Metrics, StepRecord
-from orchestrator.state.claims import claim_hosts
 from orchestrator.steps import REGISTRY, load_all_steps
 from orchestrator.steps.base import RunOptions, StepContext
 from orchestrator.steps.state import RunInputs, RunState
@@ -101,7 +101,7 @@ def run_playbook_to_end(name: str, host: Host, inventory: Inventory, options: Ru
     Errors before the first step (the playbook, the profile) still raise.
 
     A playbook that takes the host's lease (a `lock` step) first claims the host on this machine, shared
-    (state/claims.py), unless it is a dry run: so a command that owns the host for longer than one run (a fleet
+    (locks/claims.py), unless it is a dry run: so a command that owns the host for longer than one run (a fleet
     roll, a tune) refuses it before anything is planned, instead of meeting it between two of its runs."""
     load_all_steps()
     playbook = load_playbook(name, REGISTRY)

@@ -3,7 +3,7 @@
 Why: a second Ctrl-C during a restore used to interrupt the rollback half-way, and the tune then said the original
 release was restored while the host ran its trial, with the host's lease left to expire. Two blocks hold them:
 - `finishing()`: while it runs, SIGINT, SIGTERM and SIGHUP are recorded and announced instead of raised, and the
-  host lease does not trap SIGTERM/SIGHUP itself (remote/lock.py asks `holding()`), so the cleanup ends and frees
+  host lease does not trap SIGTERM/SIGHUP itself (locks/lease.py asks `holding()`), so the cleanup ends and frees
   its lease;
 - `one_stop()`: around a whole command that cleans up when stopped (a tune). Its first signal stops it as before;
   every later one is held until the block ends. A quick second Ctrl-C used to land while the first one was still

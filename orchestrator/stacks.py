@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.layout import PATHS
-from orchestrator.locks import Lock
 from orchestrator.releases.documents import ReleaseLine, ReleaseMeta
+from orchestrator.stack_lock import Lock
 
 
 @dataclass(frozen=True)

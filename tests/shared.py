@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from orchestrator.parsers.sections import CommandOutput
+from orchestrator.remote.batch import CommandOutput
 from orchestrator.resources import example_inventory_dir
 from orchestrator.verdicts.host import HostFacts
 

@@ -28,8 +28,8 @@ from orchestrator.fleet.progress import EventPrinter
 from orchestrator.fleet.targets import TargetSpec, parse_targets, resolve_targets
 from orchestrator.fleet.view import FleetView, fleet_summary, summary_table, totals_text
 from orchestrator.inventory.models import Host, Inventory
+from orchestrator.locks.claims import claim_fleet
 from orchestrator.runlog import StepRecord
-from orchestrator.state.claims import claim_fleet
 from orchestrator.ui.progress import StepPrinter
 
 Payload = dict[str, Any]
@@ -44,7 +44,7 @@ Annotate = Callable[[AppContext, list[HostOutcome], dict[str, Any]], Payload | N
 #: Checks that concern the whole fleet (e.g. the router section), before any host starts.
 FleetPreflight = Callable[[AppContext, list[Host]], None]
 #: Given the body's options, whether this fleet run may change the router (`up`, not `up --dry-run`): it then
-#: claims its hosts and the router as a fleet roll does (state/claims.py), before any host starts.
+#: claims its hosts and the router as a fleet roll does (locks/claims.py), before any host starts.
 Claims = Callable[[dict[str, Any]], bool]
 
 

@@ -11,7 +11,7 @@ from orchestrator.cli.run import run_with_progress
 from orchestrator.errors import ConfigError, DeployError
 from orchestrator.inventory.loader import lock_path
 from orchestrator.localfile import write_file
-from orchestrator.locks import Lock, normalize, parse_lock
+from orchestrator.stack_lock import Lock, normalize, parse_lock
 from orchestrator.steps.base import RunOptions
 
 

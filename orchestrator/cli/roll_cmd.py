@@ -25,14 +25,14 @@ from orchestrator.errors import ConfigError, DeployError
 from orchestrator.fleet.targets import parse_targets
 from orchestrator.hardware.state import HardwareState
 from orchestrator.inventory.models import Inventory
-from orchestrator.parsers.watchdog import WatchdogStatus
+from orchestrator.releases.store import RELEASE_ID
 from orchestrator.roll import RollOutcome, refused, roll_host, rollback_host, rollback_payload
-from orchestrator.state.releases import RELEASE_ID
 from orchestrator.steps.base import RunOptions
 from orchestrator.steps.release import drift_line
 from orchestrator.steps.state import RollRequest
 from orchestrator.ui.progress import StepPrinter, totals_line
 from orchestrator.ui.tables import Column, spec
+from orchestrator.watchdog.parse import WatchdogStatus
 from orchestrator.yamlfile import load_yaml
 
 # The fleet roll, the router's view, the bench ledger and its table load in the commands that use them: every

@@ -4,7 +4,7 @@ worker list, and a checked host put into or taken out of rotation (issue 25 item
 Adding runs the same checks a fleet roll runs before and after it adds a host back (router/drain.py): the server
 answers a generation with its key, the router lists it healthy, and a request through the router reaches it.
 Removing drains (waits for the host's in-flight requests) and never takes out the last healthy worker. Both take
-the claim a fleet roll takes (its hosts and the router, state/claims.py), so neither undoes a roll's drain.
+the claim a fleet roll takes (its hosts and the router, locks/claims.py), so neither undoes a roll's drain.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from orchestrator.cli.common import AppContext, SuggestingGroup, common_options
 from orchestrator.cli.run import command_line
 from orchestrator.errors import ConfigError, DeployError
 from orchestrator.inventory.models import Host, Inventory
+from orchestrator.locks.claims import claim_fleet
 from orchestrator.router.addresses import learn_fleet
 from orchestrator.router.client import RouterClient
 from orchestrator.router.drain import Drainer
@@ -31,7 +32,6 @@ from orchestrator.router.places import (
 from orchestrator.router.reconcile import Worker, workers_of
 from orchestrator.router.serving import ask
 from orchestrator.router.truth import problems
-from orchestrator.state.claims import claim_fleet
 from orchestrator.ui.tables import spec as table_spec
 
 
@@ -146,7 +146,7 @@ def _each(app: AppContext, names: tuple[str, ...], action: str, timeout_s: float
         raise ConfigError("`deploy router add` takes inventory hosts, not URLs",
                           fix="add the host: `deploy router add HOST` (its URL comes from the inventory)")
     hosts = [w.name for w in workers if not _is_url(w.name)]
-    with claim_fleet(hosts, command_line(), router=True):  # state/claims.py: the claim a fleet roll takes
+    with claim_fleet(hosts, command_line(), router=True):  # locks/claims.py: the claim a fleet roll takes
         return _change(app, workers, action, timeout_s, base, key, addresses)
 
 

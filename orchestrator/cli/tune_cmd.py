@@ -15,8 +15,8 @@ from orchestrator.errors import ConfigError, HungUp, Interrupted, Terminated
 from orchestrator.flags.schema import FlagSchema
 from orchestrator.fleet.rotation import out_of_rotation, routes_to
 from orchestrator.inventory.models import Host
+from orchestrator.locks.claims import claim_fleet
 from orchestrator.reports.tune import tune_table, write_tune_report
-from orchestrator.state.claims import claim_fleet
 from orchestrator.tune.driver import TuneContext, ranked, run_tune
 from orchestrator.tune.plan import TunePlan, make_plan
 from orchestrator.tune.record import CURRENT, PointRecord, TuneRecord, load, new_tune_id, save
@@ -116,7 +116,7 @@ def tune(app: AppContext, target: tuple[str, ...], slo: str | None, over: tuple[
     plan = make_plan(tuple(record.over), record.range, record.budget, FlagSchema.load(profile.sglang_version),
                      profile.secret_flags)
     # The tune owns its host from here to its end, restore included: a roll, an up, a bench or a second session
-    # of this tune on this machine is refused (state/claims.py) instead of meeting the host between two runs. A
+    # of this tune on this machine is refused (locks/claims.py) instead of meeting the host between two runs. A
     # router worker is drained for the tune, so the router is claimed too (no fleet command re-adds it meanwhile).
     drain = not no_drain and routes_to(app.inventory, host.name)
     with claim_fleet([host.name], f"deploy tune {record.tune_id}", router=drain):

@@ -14,13 +14,13 @@ from orchestrator.cli.fleet import fleet_options
 from orchestrator.commands.p2p import P2PRequest, P2PResult, p2p_host
 from orchestrator.errors import ConfigError
 from orchestrator.inventory.models import Inventory
+from orchestrator.p2p.parse import parse_p2p
+from orchestrator.p2p.verdict import P2PVerdict, p2p_verdict
 from orchestrator.parsers import ParseError
-from orchestrator.parsers.p2p import parse_p2p
 from orchestrator.parsers.topo import TopoMatrix, parse_topo
 from orchestrator.ui.output import Output
 from orchestrator.ui.progress import StepPrinter
 from orchestrator.ui.tables import Cell, Column, TableSpec, spec
-from orchestrator.verdicts.p2p import P2PVerdict, p2p_verdict
 
 VERDICT_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
 PAIR_STYLE = {"pass": "green", "warn": "yellow", "fail": "red"}

@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.inventory.models import Host, Inventory
-from orchestrator.parsers.watchdog import WatchdogStatus
 from orchestrator.releases.documents import ReleaseLine, ReleaseMeta
 from orchestrator.runlog import StepRecord
 from orchestrator.runner import ProgressFn, run_playbook
 from orchestrator.steps.base import RunOptions
 from orchestrator.steps.state import RunInputs
+from orchestrator.watchdog.parse import WatchdogStatus
 
 if TYPE_CHECKING:  # the ledger (sqlite3, the bench models) loads in `history`, not in every `status`
     from orchestrator.state.ledger import HostEvent, Ledger, RunRecord

@@ -16,7 +16,7 @@ from typing import Generic, TypeVar
 
 from orchestrator.inventory.models import Host, RouterSpec, ServerProfile
 from orchestrator.parsers import ParseError
-from orchestrator.parsers.sections import CommandOutput
+from orchestrator.remote.batch import CommandOutput
 
 CmdFn = Callable[[Host, ServerProfile], str]
 T = TypeVar("T")

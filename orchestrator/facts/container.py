@@ -9,30 +9,30 @@ from orchestrator.facts.base import CtFact, of_stdout, q, read_with, text
 from orchestrator.facts.host import p2p_matrix
 from orchestrator.inventory.models import ServerProfile
 from orchestrator.layout import PATHS
-from orchestrator.locks import installed_dists
 from orchestrator.parsers.ct_gpus import CT_GPU_QUERY, CtGpus, parse_ct_gpus
 from orchestrator.parsers.devices import parse_dev_listing
 from orchestrator.parsers.leftovers import parse_leftovers
 from orchestrator.parsers.listings import named_records, path_digests
 from orchestrator.parsers.netaddr import address_command, net0_ifname, parse_ip_addr
 from orchestrator.parsers.packages import DPKG_FORMAT, missing_packages
-from orchestrator.parsers.sections import CommandOutput
 from orchestrator.parsers.server_process import parse_server_process
 from orchestrator.parsers.topo import parse_topo
-from orchestrator.parsers.watchdog import RESULT_MARK as WATCHDOG_RESULT_MARK
-from orchestrator.parsers.watchdog import parse_installed, parse_watchdog_fact
 from orchestrator.parsers.weights import RECORD_PATH, parse_weights_check
 from orchestrator.releases.documents import ReleaseMeta, ReleaseVerdict, StoredFlags, json_dict
+from orchestrator.releases.store import current_release, parse_release_ids
+from orchestrator.remote.batch import CommandOutput
 from orchestrator.scripts import render_script
+from orchestrator.stack_lock import installed_dists
 from orchestrator.stacks import parse_stack_listing
-from orchestrator.state.releases import current_release, parse_release_ids
+from orchestrator.watchdog.parse import RESULT_MARK as WATCHDOG_RESULT_MARK
+from orchestrator.watchdog.parse import parse_installed, parse_watchdog_fact
 
 #: Debian packages the pipeline needs inside the container, which a stock debian-12-standard may lack:
 #: python3 + python3-venv (the venv sglang lives in; ensurepip brings pip), curl (health facts and probes),
 #: ca-certificates (https indexes, mirrors and the model hub). Checked in the facts round trip, installed by
 #: the ct_packages step.
 CT_PACKAGES = ("ca-certificates", "curl", "python3", "python3-venv")
-#: The watchdog's files as the `watchdog` fact lists them (orchestrator.render.watchdog writes them).
+#: The watchdog's files as the `watchdog` fact lists them (orchestrator.watchdog.render writes them).
 WATCHDOG_FILES = (PATHS.watchdog_script, PATHS.watchdog_config, PATHS.watchdog_unit_path, PATHS.watchdog_timer_path)
 
 

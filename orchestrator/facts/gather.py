@@ -19,7 +19,7 @@ from orchestrator.facts.base import CtFact, Fact, HostFact
 from orchestrator.facts.container import CT
 from orchestrator.facts.host import HOST
 from orchestrator.inventory.models import Host, ServerProfile
-from orchestrator.parsers.sections import CommandOutput, batch_failure, build_batch_script, split_batch_output
+from orchestrator.remote.batch import CommandOutput, batch_failure, build_batch_script, split_batch_output
 from orchestrator.remote.container import NOT_RUNNING, Container, Node
 
 T = TypeVar("T")

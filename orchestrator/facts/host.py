@@ -11,6 +11,7 @@ from orchestrator.hardware.smi_health import LINK_QUERY_FIELDS
 from orchestrator.inventory.models import Host
 from orchestrator.monitoring.publish import state_command as metrics_state_command
 from orchestrator.monitoring.state import MetricsState
+from orchestrator.p2p.parse import P2PKind, P2PMatrix, parse_p2p
 from orchestrator.parsers import ParseError
 from orchestrator.parsers.devices import parse_dev_listing, parse_proc_devices
 from orchestrator.parsers.driver import loaded_driver_version
@@ -24,7 +25,6 @@ from orchestrator.parsers.hostfacts import (
     parse_module_param_bool,
     parse_pveversion,
 )
-from orchestrator.parsers.p2p import P2PKind, P2PMatrix, parse_p2p
 from orchestrator.parsers.pve import (
     parse_aplinfo,
     parse_cluster_view,
@@ -33,8 +33,8 @@ from orchestrator.parsers.pve import (
     parse_pending,
     volids,
 )
-from orchestrator.parsers.sections import CommandOutput
 from orchestrator.parsers.topo import parse_topo
+from orchestrator.remote.batch import CommandOutput
 from orchestrator.render.boot_unit import boot_unit_fact, parse_boot_unit
 
 #: The node's cluster and its guests, one JSON document a line (parsers.pve.parse_cluster_view).

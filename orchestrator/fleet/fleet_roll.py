@@ -38,7 +38,8 @@ from orchestrator.fleet.router_column import RouterColumn, added_back, after_und
 from orchestrator.fleet.targets import TargetSpec, resolve_targets
 from orchestrator.fleet.view import FleetView
 from orchestrator.inventory.models import Inventory
-from orchestrator.remote.lock import free_dead_runs_leases
+from orchestrator.locks.claims import claim_fleet
+from orchestrator.locks.lease import free_dead_runs_leases
 from orchestrator.roll import RollOutcome, RollResult
 from orchestrator.router.addresses import learn_fleet
 from orchestrator.router.client import RouterClient
@@ -50,7 +51,6 @@ from orchestrator.router.places import (
     router_metrics_url,
     router_workers,
 )
-from orchestrator.state.claims import claim_fleet
 from orchestrator.steps.base import RunOptions
 from orchestrator.ui.output import Output
 from orchestrator.ui.tables import Column
@@ -510,7 +510,7 @@ def _command() -> str:
 def fleet_roll(app: Caller, targets: TargetSpec, spec: RollSpec | None, *, tofu: bool, resume: bool,
                drain_timeout_s: float, store: RollStore | None = None) -> int:
     """`deploy roll <fleet> …` (spec given) or `… --resume` (spec None: the record's). Every host is claimed first
-    and the router (state/claims.py): an overlapping fleet roll, `up group`, `router add/remove` or single-host command
+    and the router (locks/claims.py): an overlapping fleet roll, `up group`, `router add/remove` or single-host command
     is refused before any planning."""
     names = [h.name for h in resolve_targets(app.inventory, targets)]
     with claim_fleet(names, _command(), router=app.inventory.router is not None):

@@ -36,12 +36,12 @@ from orchestrator.hardware.policy import Remedy, RemedyPlan, plan_remedy
 from orchestrator.hardware.state import HardwareState
 from orchestrator.inventory.models import Inventory
 from orchestrator.localfile import write_file
+from orchestrator.locks.claims import claim_fleet
 from orchestrator.monitoring.events import Event
 from orchestrator.monitoring.notify import deliver
 from orchestrator.paths import state_dir
 from orchestrator.router.client import RouterClient
 from orchestrator.router.drain import Drainer
-from orchestrator.state.claims import claim_fleet
 
 Decision = Literal["cordon", "remedy", "return", "hold", "none"]
 #: Runs a remedy on a drained host: (host, "restart" | "reboot", the kernel-log cursor of the reading it answers)

@@ -18,7 +18,7 @@ from orchestrator.flags.limits import VALUE_FIX, UnitTextError
 from orchestrator.flags.schema import FlagSchema, ResolveError
 from orchestrator.inventory.models import Inventory, ServerProfile
 from orchestrator.localfile import read_text_file
-from orchestrator.locks import parse_lock
+from orchestrator.stack_lock import parse_lock
 from orchestrator.yamlfile import key_line, load_yaml
 
 SECTIONS = ("hosts", "profiles", "presets", "groups")

@@ -385,7 +385,7 @@ class ServerProfile(StrictModel):
     #: newest verified release and the profile's own venv, which are never removed (docs/stacks.md).
     keep_stacks: int = Field(3, ge=1)
     #: Set by the inventory loader from `locks/<profile>.txt` beside the inventory files, never written in YAML:
-    #: the stack's lock (orchestrator/locks.py; `deploy lock` writes it).
+    #: the stack's lock (orchestrator/stack_lock.py; `deploy lock` writes it).
     lock_file: str | None = None
     lock_text: str | None = None
     smoke: SmokeCheck = Field(default_factory=SmokeCheck)

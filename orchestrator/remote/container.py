@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from orchestrator.layout import PATHS, ContainerPaths
-from orchestrator.parsers.sections import CommandOutput
+from orchestrator.remote.batch import CommandOutput
 
 if TYPE_CHECKING:  # paramiko loads only with the SSH adapter
     from orchestrator.inventory.models import Host
@@ -49,7 +49,7 @@ class Node(NodeShell, Protocol):
     (SshHost; in the steps' in-process tests the recording FakeNode)."""
 
     host: Host
-    #: The host lease's check on every command (remote/lock.py), once taken.
+    #: The host lease's check on every command (locks/lease.py), once taken.
     guard: CommandGuard | None
     #: Bumped on every new connection (the lease re-checks after a reconnect).
     generation: int

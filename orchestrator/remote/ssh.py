@@ -22,7 +22,7 @@ from typing import Protocol
 
 from orchestrator.errors import RemoteError
 from orchestrator.inventory.models import Host
-from orchestrator.parsers.sections import CommandOutput, batch_failure, build_batch_script, split_batch_output
+from orchestrator.remote.batch import CommandOutput, batch_failure, build_batch_script, split_batch_output
 from orchestrator.remote.channel import ChannelTimeout, LatestLine, read_channel
 from orchestrator.remote.paramiko_import import paramiko
 from orchestrator.runlog import Metrics

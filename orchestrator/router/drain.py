@@ -36,10 +36,10 @@ from dataclasses import dataclass
 import requests
 
 from orchestrator.errors import CheckFailed, RemoteError
-from orchestrator.probes.watchdog_probe import IN_FLIGHT_GAUGES, metric_sum
 from orchestrator.router.checks import Reach, generate_error, reach_through_router
 from orchestrator.router.client import RouterClient, RouterWorker
 from orchestrator.router.serving import HEALTH_TIMEOUT_S, Removal, ask, judge
+from orchestrator.watchdog.probe import IN_FLIGHT_GAUGES, metric_sum
 
 
 def in_flight(metrics_text: str) -> int | None:

@@ -18,7 +18,7 @@ from orchestrator.facts.base import RouterFact, text
 from orchestrator.facts.gather import BOOT_WAIT_S, settled_batch, split_settled
 from orchestrator.flags import FlagSchema
 from orchestrator.inventory.models import RouterSpec
-from orchestrator.parsers.sections import CommandOutput, new_nonce
+from orchestrator.remote.batch import CommandOutput, new_nonce
 from orchestrator.remote.container import Container, heredoc
 from orchestrator.resources import flags_probe_source
 from orchestrator.router.release import release_of

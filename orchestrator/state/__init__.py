@@ -1,1 +1,1 @@
-"""Local state: the SQLite ledger of bench runs."""
+"""Local state on this machine: the SQLite ledger of bench runs (ledger.py), automatic VMIDs."""

@@ -24,13 +24,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.errors import ConfigError
+from orchestrator.gates.throughput import DEFAULT_NOISE_PCT, delta_pct
 from orchestrator.localfile import open_no_follow, refuse_link
 from orchestrator.parsers.bench import BenchParseError, BenchResult, BenchValueError, parse_bench_import
 from orchestrator.paths import state_dir
 from orchestrator.redact import redact
 from orchestrator.telemetry.summary import TelemetrySummary
 from orchestrator.verdicts.power import Diagnosis
-from orchestrator.verdicts.regression import DEFAULT_NOISE_PCT, delta_pct
 
 RunSource = Literal["bench", "import", "roll", "sweep"]
 

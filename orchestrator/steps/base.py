@@ -13,8 +13,8 @@ from typing import Any
 
 from orchestrator.facts import CtFact, Facts, HostFact
 from orchestrator.inventory.models import Host, Inventory, ServerProfile
+from orchestrator.locks.lease import HostLease
 from orchestrator.remote.container import Container, Node
-from orchestrator.remote.lock import HostLease
 from orchestrator.runlog import Metrics, StepRecord
 from orchestrator.steps.state import FailureHandler, RunInputs, RunState
 

@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 
 from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.facts import CT
-from orchestrator.locks import lock_from_report, render_lock
 from orchestrator.runlog import StepRecord
+from orchestrator.stack_lock import lock_from_report, render_lock
 from orchestrator.stacks import Stack
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.session import ensure_facts

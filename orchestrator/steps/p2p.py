@@ -10,13 +10,13 @@ from typing import Any
 
 from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.facts import CT, HOST, Fact, Facts, Read
-from orchestrator.parsers.p2p import P2PMatrix
+from orchestrator.p2p.parse import P2PMatrix
+from orchestrator.p2p.verdict import P2PVerdict, TopoComparison, compare_topologies, p2p_verdict
 from orchestrator.parsers.topo import TopoMatrix
 from orchestrator.runlog import StepRecord
 from orchestrator.scripts import render_script
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.session import ensure_facts
-from orchestrator.verdicts.p2p import P2PVerdict, TopoComparison, compare_topologies, p2p_verdict
 
 #: A side's facts: `topo -m` (kept with its evidence when it does not parse), then `-p2p r` and `-p2p w`.
 P2PFacts = tuple[Fact[Read[TopoMatrix]], Fact[P2PMatrix | None], Fact[P2PMatrix | None]]
@@ -123,7 +123,7 @@ def verify_p2p(ctx: StepContext, record: StepRecord) -> None:
 
 def bandwidth_probe(ctx: StepContext, size_mib: int) -> dict[str, Any]:
     """Ship the probe into the container, run it with the venv's torch, judge pairs by link type."""
-    from orchestrator.probes.p2p_bandwidth import (  # here: the probe runs on request, never in a converged run
+    from orchestrator.p2p.bandwidth import (  # here: the probe runs on request, never in a converged run
         p2p_bandwidth_verdict,
         parse_p2p_probe,
         probe_argv,

@@ -37,11 +37,7 @@ from orchestrator.releases.documents import (
     StoredFlags,
     TuneMeta,
 )
-from orchestrator.render.bundle import Bundle, render_bundle
-from orchestrator.render.service import launch_argv, public_flags, secret_flags
-from orchestrator.render.watchdog import check_now_script
-from orchestrator.runlog import StepRecord
-from orchestrator.state.releases import (
+from orchestrator.releases.store import (
     ReleaseBundle,
     activate_script,
     journal_cursor,
@@ -49,12 +45,16 @@ from orchestrator.state.releases import (
     unique_release_id,
     write_release_script,
 )
+from orchestrator.render.bundle import Bundle, render_bundle
+from orchestrator.render.service import launch_argv, public_flags, secret_flags
+from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.checks import bench_for_release, wait_healthy
 from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.software import release_stack, server_stack, stack_records
 from orchestrator.steps.state import BaselineEvidence, Candidate, FlagDrift, Rollback
 from orchestrator.steps.waiting import waiting_for
+from orchestrator.watchdog.render import check_now_script
 
 if TYPE_CHECKING:  # bench results, the ledger and the gate load where a bench's figures are judged
     from orchestrator.parsers.bench import BenchResult
@@ -601,7 +601,7 @@ def gate(ctx: StepContext, record: StepRecord) -> None:
     threshold = (request.threshold_pct if request and request.threshold_pct else
                  ctx.profile.regression_threshold_pct)
     gated = tuple((request.gate_metrics if request else ()) or ctx.profile.gate_metrics)
-    from orchestrator.verdicts.regression import gate as regression_gate
+    from orchestrator.gates.throughput import gate as regression_gate
 
     result = regression_gate(run.result, baseline, noise_pct=float(threshold),
                              accept_regression=bool(request and request.accept_regression),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.facts import CT, CtFact, HostFact
-from orchestrator.remote.lock import HostLease, takeover_message
+from orchestrator.locks.lease import HostLease, takeover_message
 from orchestrator.runlog import StepRecord
 from orchestrator.steps import metrics
 from orchestrator.steps.base import REGISTRY, StepContext, step

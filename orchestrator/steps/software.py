@@ -13,12 +13,13 @@ from orchestrator.facts import CT, sglang_version_command
 from orchestrator.flags.schema import FlagSchema
 from orchestrator.inventory.models import hf_token_for
 from orchestrator.layout import PATHS
-from orchestrator.locks import hash_mismatches, parse_lock
 from orchestrator.parsers.weights import RECORD_PATH, WeightsState, parse_download_output
 from orchestrator.releases.documents import ReleaseMeta
+from orchestrator.releases.store import read_releases_script, release_lines
 from orchestrator.render.pip_index import pip_index_options
 from orchestrator.resources import flags_probe_source, probe_text
 from orchestrator.runlog import StepRecord
+from orchestrator.stack_lock import hash_mismatches, parse_lock
 from orchestrator.stacks import (
     Stack,
     StackRecord,
@@ -31,7 +32,6 @@ from orchestrator.stacks import (
     requirement,
     write_record_command,
 )
-from orchestrator.state.releases import read_releases_script, release_lines
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts, unknown_until_started
 from orchestrator.verdicts.weights import DownloadContext, download_error

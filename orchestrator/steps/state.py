@@ -16,20 +16,20 @@ if TYPE_CHECKING:  # types only: the modules that produce them import the steps 
     from orchestrator.errors import DeployError
     from orchestrator.flags import FlagSet
     from orchestrator.gates.correctness import Verdict
+    from orchestrator.gates.throughput import GateResult
     from orchestrator.hardware.state import HardwareState
     from orchestrator.monitoring.events import Event
     from orchestrator.parsers.bench import BenchResult
     from orchestrator.parsers.hostfacts import PveVersion
     from orchestrator.parsers.leftovers import LeftoverBench
     from orchestrator.parsers.server_process import ServerProcess
-    from orchestrator.parsers.watchdog import WatchdogStatus
     from orchestrator.releases.documents import ReleaseLine, ReleaseVerdict
     from orchestrator.render.bundle import Bundle
     from orchestrator.runlog import StepRecord
     from orchestrator.stacks import StackRecord
     from orchestrator.steps.p2p import P2PReport
     from orchestrator.verdicts.host import Finding
-    from orchestrator.verdicts.regression import GateResult
+    from orchestrator.watchdog.parse import WatchdogStatus
 
 
 # ------------------------------------------------------------------------------------------------ inputs

@@ -7,12 +7,11 @@ from typing import Any
 from orchestrator.errors import CheckFailed
 from orchestrator.facts import CT, HOST
 from orchestrator.layout import PATHS
-from orchestrator.locks import lock_drift
 from orchestrator.parsers.netaddr import net0_static_ip
-from orchestrator.parsers.watchdog import parse_watchdog_fact, parse_watchdog_state
 from orchestrator.releases.documents import ReleaseMeta, ReleaseVerdict
+from orchestrator.releases.store import read_releases_script, release_lines
 from orchestrator.runlog import StepRecord
-from orchestrator.state.releases import read_releases_script, release_lines
+from orchestrator.stack_lock import lock_drift
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.host import HARDWARE_FACTS, hardware_state
 from orchestrator.steps.release import (
@@ -27,6 +26,7 @@ from orchestrator.steps.release import (
 from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.software import profile_stack
 from orchestrator.steps.state import ServerStatus
+from orchestrator.watchdog.parse import parse_watchdog_fact, parse_watchdog_state
 
 
 def gpu_power(ctx: StepContext) -> list[dict[str, float | int | None]]:

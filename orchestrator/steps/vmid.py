@@ -9,8 +9,8 @@ import shlex
 from orchestrator.errors import ConfigError
 from orchestrator.facts import CLUSTER_COMMAND
 from orchestrator.inventory.models import Host
+from orchestrator.locks.lease import LOCK_DIR
 from orchestrator.parsers.pve import AUTO_VMID_MARK, parse_auto_vmid
-from orchestrator.remote.lock import LOCK_DIR
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext
 from orchestrator.verdicts.cluster import choose_vmid

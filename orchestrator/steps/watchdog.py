@@ -1,6 +1,6 @@
 """The in-container watchdog under `up` (docs/gates.md, "Watchdog"): install its timer, unit, config and program.
 
-The watchdog itself runs in the container (orchestrator/probes/watchdog_probe.py, fired by a systemd timer), so a
+The watchdog itself runs in the container (orchestrator/watchdog/probe.py, fired by a systemd timer), so a
 stuck server is restarted with no help from the operator's machine. This step only keeps its files equal to what
 the profile renders: unchanged on a converged host, one round trip when they differ.
 """
@@ -11,13 +11,13 @@ import base64
 
 from orchestrator.errors import RemoteError
 from orchestrator.facts import CT
-from orchestrator.parsers.watchdog import parse_installed
-from orchestrator.render.watchdog import TIMER, watchdog_files
 from orchestrator.runlog import StepRecord
 from orchestrator.scripts import render_script
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.release import profile_flags
 from orchestrator.steps.session import ensure_facts, unknown_until_started
+from orchestrator.watchdog.parse import parse_installed
+from orchestrator.watchdog.render import TIMER, watchdog_files
 
 
 @step("watchdog", ct_facts=(CT.watchdog,))

@@ -238,7 +238,7 @@ def wait_lease_expired(env: DeployEnv, timeout_s: float = 60.0) -> None:
     The lock script calls a lease live while `now < expires`, `now` being /proc/uptime's seconds: this waits for
     exactly that, instead of sleeping the whole lease time plus a margin.
     """
-    from orchestrator.remote.lock import LEASE_FILE, LOCK_DIR
+    from orchestrator.locks.lease import LEASE_FILE, LOCK_DIR
 
     probe = (f"read -r now _ < /proc/uptime; exp=$(sed -n 's/^expires=//p' {LOCK_DIR}/{LEASE_FILE} 2>/dev/null); "
              "echo $(( ${exp:-0} - ${now%%.*} ))")

@@ -15,16 +15,16 @@ import tarfile
 import time
 from pathlib import Path
 
+from orchestrator.p2p.bandwidth import p2p_bandwidth_verdict, parse_p2p_probe, probe_command
+from orchestrator.p2p.parse import parse_p2p
+from orchestrator.p2p.verdict import p2p_verdict
 from orchestrator.parsers.devices import nvidia_char_devices, parse_dev_listing, parse_gpu_list, parse_proc_devices
 from orchestrator.parsers.dmon import parse_dmon
 from orchestrator.parsers.driver import parse_driver_version
 from orchestrator.parsers.gpu_query import parse_query_gpu
-from orchestrator.parsers.p2p import parse_p2p
 from orchestrator.parsers.topo import parse_topo
-from orchestrator.probes.p2p_bandwidth import p2p_bandwidth_verdict, parse_p2p_probe, probe_command
 from orchestrator.telemetry.sampler import build_sampled_bench_script, parse_sampled_output, run_samples
 from orchestrator.telemetry.summary import summarize
-from orchestrator.verdicts.p2p import p2p_verdict
 from orchestrator.verdicts.power import diagnose
 
 OUT = Path(os.environ.get("OUT", "/tmp/device-out"))
@@ -80,7 +80,7 @@ def main() -> int:
     report["parsed"] = parsed
 
     # P2P copy probe, exactly as `deploy verify-p2p --bandwidth` ships it.
-    rc, probe_out = sh(probe_command(sys.executable, "orchestrator/probes/p2p_probe_script.py", size_mib=256), 300)
+    rc, probe_out = sh(probe_command(sys.executable, "orchestrator/p2p/probe.py", size_mib=256), 300)
     (CAP / "p2p-probe.json").write_text(probe_out)
     probe = parse_p2p_probe(probe_out)
     links = {(int(a[3:]), int(b[3:])): topo.link(a, b) for a, b in topo.gpu_pairs()}

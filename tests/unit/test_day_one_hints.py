@@ -9,8 +9,8 @@ from orchestrator.errors import ConfigError
 from orchestrator.flags import FlagSchema, canonicalize
 from orchestrator.flags.flagset import apply_changes, parse_set
 from orchestrator.inventory.loader import load_inventory
+from orchestrator.p2p.verdict import p2p_verdict
 from orchestrator.steps.release import rolled_back_fix
-from orchestrator.verdicts.p2p import p2p_verdict
 from orchestrator.verdicts.server_log import FATAL_PATTERNS
 from tests.shared import EXAMPLE_INVENTORY
 from tests.unit.test_verdict_p2p import load

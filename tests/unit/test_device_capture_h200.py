@@ -4,16 +4,16 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.p2p.bandwidth import p2p_bandwidth_verdict, parse_p2p_probe
+from orchestrator.p2p.parse import P2PStatus, parse_p2p
+from orchestrator.p2p.verdict import p2p_verdict
 from orchestrator.parsers.devices import nvidia_char_devices, parse_dev_listing, parse_gpu_list, parse_proc_devices
 from orchestrator.parsers.dmon import parse_dmon
 from orchestrator.parsers.driver import parse_driver_version
 from orchestrator.parsers.gpu_query import parse_query_gpu
-from orchestrator.parsers.p2p import P2PStatus, parse_p2p
 from orchestrator.parsers.topo import parse_topo
-from orchestrator.probes.p2p_bandwidth import p2p_bandwidth_verdict, parse_p2p_probe
 from orchestrator.telemetry.sampler import parse_sampled_output, run_samples
 from orchestrator.telemetry.summary import summarize
-from orchestrator.verdicts.p2p import p2p_verdict
 
 CAP = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi" / "h200x2-device"
 

@@ -19,7 +19,7 @@ from orchestrator.facts import CT_FACTS, HOST_FACTS
 from orchestrator.facts.base import Fact, RouterFact
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.inventory.models import RouterSpec
-from orchestrator.parsers.sections import CommandOutput
+from orchestrator.remote.batch import CommandOutput
 from orchestrator.router.facts import ROUTER_FACTS
 from tests.shared import EXAMPLE_INVENTORY
 

@@ -11,8 +11,8 @@ import pytest
 from orchestrator.errors import RemoteError
 from orchestrator.facts import CT, CT_FACTS, HOST, HOST_FACTS, CtFact, Facts, HostFact
 from orchestrator.inventory.loader import load_inventory
-from orchestrator.parsers.sections import CommandOutput, build_batch_script, new_nonce, split_batch_output
 from orchestrator.releases.documents import ReleaseMeta
+from orchestrator.remote.batch import CommandOutput, build_batch_script, new_nonce, split_batch_output
 from tests.shared import EXAMPLE_INVENTORY
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.state import local_runs
+from orchestrator.locks import local_runs
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,7 +33,7 @@ def test_a_live_run_is_never_dead_even_to_its_own_process() -> None:
 def test_a_killed_process_leaves_its_run_provably_dead_for_that_host_only(tmp_path: Path) -> None:
     child = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
         import sys, time
-        from orchestrator.state import local_runs
+        from orchestrator.locks import local_runs
         local_runs.start_run("gpu-1", "run-k", "me@box")
         print("marked", flush=True)
         time.sleep(60)

@@ -15,10 +15,10 @@ import pytest
 from orchestrator.errors import ConfigError
 from orchestrator.fleet.rollout import FleetRoll, HostRoll, RollSpec, RollStore
 from orchestrator.localfile import write_file
+from orchestrator.locks.claims import claim_hosts, claims_dir
+from orchestrator.locks.local_runs import runs_dir, start_run
 from orchestrator.reports.sweep import SweepResult, write_sweep_report
-from orchestrator.state.claims import claim_hosts, claims_dir
 from orchestrator.state.ledger import Ledger
-from orchestrator.state.local_runs import runs_dir, start_run
 from orchestrator.tune import record as tune_record
 from tests.unit.test_reports import points
 

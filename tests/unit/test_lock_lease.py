@@ -12,7 +12,7 @@ import pytest
 
 from orchestrator.errors import LockHeld, LockLost
 from orchestrator.inventory.loader import load_inventory
-from orchestrator.remote.lock import (
+from orchestrator.locks.lease import (
     EXIT_HELD,
     EXIT_IO,
     EXIT_LOST,

@@ -1,4 +1,5 @@
-"""Stack locks (orchestrator/locks.py): pip's report → lock, the lock file, pip's hash refusal, the loader's checks."""
+"""Stack locks (orchestrator/stack_lock.py): pip's report → lock, the lock file, pip's hash refusal, the
+loader's checks."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from orchestrator.cli.lock_cmd import lock_changes
 from orchestrator.errors import ConfigError
 from orchestrator.inventory.loader import load_inventory
-from orchestrator.locks import (
+from orchestrator.stack_lock import (
     Lock,
     LockEntry,
     hash_mismatches,

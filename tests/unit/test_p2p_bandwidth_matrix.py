@@ -7,8 +7,8 @@ import json
 from rich.console import Console
 
 from orchestrator.cli.verify_p2p_cmd import bandwidth_matrix
+from orchestrator.p2p.bandwidth import P2PProbeResult, p2p_bandwidth_verdict
 from orchestrator.parsers.topo import parse_topo
-from orchestrator.probes.p2p_bandwidth import P2PProbeResult, p2p_bandwidth_verdict
 from orchestrator.ui.tables import plain, print_table
 from tests.shared import fixture
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.probes.p2p_bandwidth import (
+from orchestrator.p2p.bandwidth import (
     P2PProbeParseError,
     P2PProbeResult,
     expected_gbps,
@@ -20,11 +20,11 @@ from orchestrator.probes.p2p_bandwidth import (
     probe_argv,
     probe_script_source,
 )
-from orchestrator.resources import probes_dir
+from orchestrator.resources import module_path
 from tests.shared import H200_NVLINK
 
 FIX = H200_NVLINK
-PROBE = probes_dir() / "p2p_probe_script.py"
+PROBE = module_path("orchestrator.p2p.probe")
 
 
 def capture() -> str:

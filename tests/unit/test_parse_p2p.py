@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.p2p.parse import P2PStatus, detect_p2p_kind, parse_p2p
 from orchestrator.parsers import ParseError
-from orchestrator.parsers.p2p import P2PStatus, detect_p2p_kind, parse_p2p
 from tests.shared import fixture
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.gates.throughput import delta_pct, gate
 from orchestrator.parsers.bench import BenchResult
-from orchestrator.verdicts.regression import delta_pct, gate
 
 
 def run(out: float = 3000.0, tpot: float = 100.0, ttft: float = 1000.0, failed: int = 0,

@@ -1,14 +1,14 @@
 from datetime import UTC, datetime
 
 from orchestrator.parsers.pve import parse_config_json, parse_pct_status, parse_property_string
-from orchestrator.remote.container import Container
-from orchestrator.state.releases import (
+from orchestrator.releases.store import (
     current_release,
     new_release_id,
     parse_release_ids,
     parse_release_lines,
     unique_release_id,
 )
+from orchestrator.remote.container import Container
 
 
 def test_release_ids_sort_by_time_and_carry_the_bundle_hash():

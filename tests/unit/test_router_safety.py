@@ -30,11 +30,11 @@ from orchestrator.fleet.fleet_roll import fleet_roll, fleet_rollback
 from orchestrator.fleet.rollout import FleetRoll, HostRoll, RollSpec, RollStore
 from orchestrator.fleet.targets import TargetSpec
 from orchestrator.inventory.models import Inventory
+from orchestrator.locks.claims import ROUTER, claim_fleet, claim_hosts, claims_dir
 from orchestrator.roll import RollOutcome, RollResult
 from orchestrator.router.client import RouterClient
 from orchestrator.router.drain import Drainer
 from orchestrator.router.reconcile import Worker, reconcile
-from orchestrator.state.claims import ROUTER, claim_fleet, claim_hosts, claims_dir
 from orchestrator.ui.output import Output
 from tests.unit.test_router_answers import _inventory
 
@@ -303,7 +303,7 @@ def test_reconcile_adds_checked_workers_and_removes_the_others(pool) -> None:
 # ---------------------------------------------------------------------------------------------- claims
 HOLD = """
 import sys, time
-from orchestrator.state.claims import claim_hosts
+from orchestrator.locks.claims import claim_hosts
 with claim_hosts(["gpu-1"], "deploy roll group g --set x=1"):
     print("held", flush=True)
     time.sleep(60)
@@ -612,7 +612,7 @@ def test_a_host_interrupted_after_its_candidate_was_installed_is_left_to_resume_
 # ---------------------------------------------------------------------------------------------- one claim (item 3)
 HOLD_ROLL = """
 import sys, time
-from orchestrator.state.claims import claim_hosts
+from orchestrator.locks.claims import claim_hosts
 # What `roll group g` claims behind a router (claim_fleet): its hosts and the router's claim, "_router".
 with claim_hosts(["gpu-1", "gpu-2", "_router"], "deploy roll group g --set x=1"):
     print("held", flush=True)

@@ -13,8 +13,8 @@ from orchestrator.bench.run import BenchRun
 from orchestrator.errors import ConfigError
 from orchestrator.inventory.models import Inventory
 from orchestrator.parsers.bench import BenchResult
-from orchestrator.parsers.sections import CommandOutput
 from orchestrator.parsers.server_metrics import GENERATION_TOKENS, counter, delta
+from orchestrator.remote.batch import CommandOutput
 from orchestrator.router.converge import choose_workers, install_script, preflight_router
 from orchestrator.router.facts import RouterFacts, apply_script, changed_files, facts_commands, parse_facts
 from orchestrator.router.places import SiteAddresses, router_place

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from orchestrator.parsers import ParseError
-from orchestrator.parsers.sections import (
+from orchestrator.remote.batch import (
     BATCH_WRITE_FAILED,
     CommandOutput,
     batch_failure,

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from orchestrator.facts import CT, health_code_command
 from orchestrator.flags import FlagSchema, canonicalize
 from orchestrator.render.service import render_unit
-from orchestrator.render.watchdog import watchdog_config, watchdog_files
+from orchestrator.watchdog.render import watchdog_config, watchdog_files
 from tests.unit.test_templates import profile
 
 

@@ -17,7 +17,7 @@ import pytest
 from orchestrator import signals
 from orchestrator.cli.tune_cmd import stopped
 from orchestrator.errors import HungUp, Interrupted, Terminated
-from orchestrator.state.claims import claim_hosts
+from orchestrator.locks.claims import claim_hosts
 from orchestrator.tune.record import TuneRecord
 
 REPO = Path(__file__).resolve().parents[2]
@@ -124,9 +124,9 @@ def test_after_the_first_signal_of_a_one_stop_block_every_later_one_is_held() ->
 
 
 def test_the_host_lease_signal_handler_holds_inside_a_stopped_block() -> None:
-    """The host lease traps SIGTERM during each run (remote/lock.py); in a tune that is already stopping its
+    """The host lease traps SIGTERM during each run (locks/lease.py); in a tune that is already stopping its
     handler must hold the signal too, not raise SystemExit into the cleanup that frees the lease."""
-    from orchestrator.remote.lock import _exit_on_signal
+    from orchestrator.locks.lease import _exit_on_signal
 
     with pytest.raises(SystemExit):  # outside any block: the run ends
         _exit_on_signal(signal.SIGTERM, None)

@@ -6,7 +6,7 @@ import pytest
 
 from orchestrator.facts import HOST
 from orchestrator.parsers.hostfacts import PveVersion
-from orchestrator.parsers.sections import CommandOutput
+from orchestrator.remote.batch import CommandOutput
 from orchestrator.verdicts.host import (
     HMM_FIX,
     UVM_FIX,

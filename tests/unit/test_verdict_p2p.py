@@ -6,15 +6,15 @@ import json
 
 import pytest
 
-from orchestrator.parsers.p2p import P2PMatrix, P2PStatus, parse_p2p
-from orchestrator.parsers.topo import TopoMatrix, parse_topo
-from orchestrator.verdicts.p2p import (
+from orchestrator.p2p.parse import P2PMatrix, P2PStatus, parse_p2p
+from orchestrator.p2p.verdict import (
     UNKNOWN_TOPOLOGY_ONLY,
     VM_FIX,
     VM_REASON,
     compare_topologies,
     p2p_verdict,
 )
+from orchestrator.parsers.topo import TopoMatrix, parse_topo
 from tests.shared import fixture
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from orchestrator.inventory.models import ServerProfile, WatchdogSettings
-from orchestrator.parsers.watchdog import RESULT_MARK, parse_installed, parse_watchdog_fact, parse_watchdog_state
-from orchestrator.probes.watchdog_probe import (
+from orchestrator.watchdog.parse import RESULT_MARK, parse_installed, parse_watchdog_fact, parse_watchdog_state
+from orchestrator.watchdog.probe import (
     Config,
     Memory,
     Sample,
@@ -16,7 +16,7 @@ from orchestrator.probes.watchdog_probe import (
     metric_sum,
     port_of,
 )
-from orchestrator.render.watchdog import watchdog_config, watchdog_files
+from orchestrator.watchdog.render import watchdog_config, watchdog_files
 
 CFG = Config(stall_s=30, restart_budget=3, budget_window_s=3600)
 

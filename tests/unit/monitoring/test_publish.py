@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from orchestrator.locks.lease import LEASE_FILE, LeaseScript
 from orchestrator.monitoring.publish import FAILED, PROM_NAME, publish_script
-from orchestrator.remote.lock import LEASE_FILE, LeaseScript
 
 PROM = '# TYPE deploy_release_verified gauge\ndeploy_release_verified{host="h",release="r\'1"} 1\n'
 

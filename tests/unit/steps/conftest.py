@@ -20,7 +20,7 @@ from orchestrator.errors import RemoteError
 from orchestrator.facts import CT_FACTS, HOST_FACTS, Facts
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.inventory.models import Host, Inventory
-from orchestrator.parsers.sections import CommandOutput
+from orchestrator.remote.batch import CommandOutput
 from orchestrator.remote.container import Container
 from orchestrator.remote.ssh import CommandGuard, RemoteResult
 from orchestrator.runlog import Metrics, StepRecord
@@ -49,7 +49,7 @@ def _known(facts: Mapping[str, object], name: str) -> str:
 
 
 def frame(nonce: str, outputs: Mapping[str, CommandOutput]) -> str:
-    """What a batch script prints for these outputs (the framing of orchestrator.parsers.sections)."""
+    """What a batch script prints for these outputs (the framing of orchestrator.remote.batch)."""
     parts = []
     for name, o in outputs.items():
         parts.append(f"@@DEPLOY:{nonce}:BEGIN:{name}@@\n{o.stdout}\n@@DEPLOY:{nonce}:STDERR:{name}@@\n"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from orchestrator.parsers.watchdog import RESULT_MARK
 from orchestrator.steps.metrics import observe
+from orchestrator.watchdog.parse import RESULT_MARK
 
 STATE = {"state": "healthy", "reason": "", "last_check": 1764583810.0, "restarts": [1764583000.0], "budget": 3,
          "window_s": 3600, "actions": [{"at": 1764583000.0, "action": "restart", "reason": "health 000"}]}

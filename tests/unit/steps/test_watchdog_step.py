@@ -7,7 +7,7 @@ import base64
 import pytest
 
 from orchestrator.errors import RemoteError
-from orchestrator.render.watchdog import watchdog_files
+from orchestrator.watchdog.render import watchdog_files
 
 
 def installed_lines(run) -> str:

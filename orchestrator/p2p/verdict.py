@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from orchestrator.parsers.p2p import P2PMatrix, P2PStatus
+from orchestrator.p2p.parse import P2PMatrix, P2PStatus
 from orchestrator.parsers.topo import TopoMatrix, link_rank
 
 __all__ = [

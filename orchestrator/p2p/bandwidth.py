@@ -22,7 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.resources import probe_text
+from orchestrator.resources import module_source
 
 NVLINK_GBPS_PER_LINK = 20.0
 PCIE_X16_GBPS: dict[int, float] = {3: 12.0, 4: 25.0, 5: 50.0, 6: 100.0}
@@ -80,7 +80,7 @@ class P2PBandwidthVerdict(BaseModel):
 
 def probe_script_source() -> str:
     """The probe's source text, to `pct push` / write into the container."""
-    return probe_text("p2p_probe_script.py")
+    return module_source("orchestrator.p2p.probe")
 
 
 def probe_argv(python: str, script_path: str, *, size_mib: int = 256, iters: int = 20) -> list[str]:

@@ -10,11 +10,11 @@ import json
 from orchestrator.inventory.models import ServerProfile
 from orchestrator.layout import PATHS
 from orchestrator.render.files import RenderedFile, render_template, sha256_text, split_header
-from orchestrator.resources import probe_text
+from orchestrator.resources import module_source
 
 TIMER = "sglang-watchdog.timer"
 SERVICE = "sglang-watchdog.service"
-SCRIPT = "watchdog_probe.py"
+SCRIPT = "orchestrator.watchdog.probe"
 
 
 def _file(name: str, path: str, mode: int, content: str) -> RenderedFile:
@@ -31,7 +31,7 @@ def check_now_script() -> str:
 
 
 def watchdog_config(profile: ServerProfile) -> dict[str, object]:
-    """What one check needs (orchestrator/probes/watchdog_probe.py `Config`); no secret: the key stays in
+    """What one check needs (orchestrator/watchdog/probe.py `Config`); no secret: the key stays in
     sglang.env, which the check reads as root."""
     w = profile.watchdog
     host = "127.0.0.1" if profile.host in ("0.0.0.0", "::") else profile.host
@@ -55,7 +55,7 @@ def watchdog_files(profile: ServerProfile) -> list[RenderedFile]:
                               python=PATHS.venv_python(profile.venv), script=PATHS.watchdog_script,
                               config=PATHS.watchdog_config, timeout_s=check_timeout_s(profile))
     timer = render_template("sglang-watchdog.timer.j2", interval_s=w.interval_s)
-    return [_file("watchdog.py", PATHS.watchdog_script, 0o600, probe_text(SCRIPT)),
+    return [_file("watchdog.py", PATHS.watchdog_script, 0o600, module_source(SCRIPT)),
             _file("config.json", PATHS.watchdog_config, 0o600, config),
             _file(SERVICE, PATHS.watchdog_unit_path, 0o644, service),
             _file(TIMER, PATHS.watchdog_timer_path, 0o644, timer)]

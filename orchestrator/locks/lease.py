@@ -34,10 +34,10 @@ from typing import Any
 from orchestrator import signals
 from orchestrator.errors import DeployError, LockHeld, LockLost, RemoteError
 from orchestrator.inventory.models import Host
+from orchestrator.locks import local_runs
 from orchestrator.monitoring.publish import FAILED as PUBLISH_FAILED
 from orchestrator.remote.container import Node
 from orchestrator.remote.ssh import RemoteResult, SshHost
-from orchestrator.state import local_runs
 
 LOCK_DIR = "/var/lib/deploy"
 LEASE_FILE = "deploy.lease"
@@ -149,7 +149,7 @@ class LeaseScript:
     lock_dir: str = LOCK_DIR
     clock: str = "/proc/uptime"
     boot_id: str = "/proc/sys/kernel/random/boot_id"
-    #: Runs this machine proves dead (state/local_runs.py): a lease naming one is taken over before it expires.
+    #: Runs this machine proves dead (locks/local_runs.py): a lease naming one is taken over before it expires.
     dead_runs: tuple[str, ...] = ()
 
     def render(self, mode: str, on_release: str = "") -> str:
@@ -508,7 +508,7 @@ def _last_line(text: str) -> str:
 
 
 def free_dead_runs_leases(host: Host, *, tofu: bool) -> tuple[str, ...]:
-    """Remove the leases that this machine's dead runs (state/local_runs.py) left on `host`, each only while it
+    """Remove the leases that this machine's dead runs (locks/local_runs.py) left on `host`, each only while it
     still names that run, and forget those runs. For hosts a command does not otherwise lock, such as the hosts a
     resumed fleet roll had already rolled before it was killed; every other command takes such a lease over anyway.
     Returns the runs whose leases were looked for (none: no connection made)."""

@@ -5,7 +5,7 @@ One run is one check: sample the server (unit state, the client connections open
 generation, the token counters of /metrics), decide (`decide`, pure: a sample and the previous check's memory in,
 an action out), act, store the memory in the root-only state file that `deploy status` and `deploy history` read.
 Standard library only (any python3).
-Usage: python3 watchdog_probe.py CONFIG_JSON_PATH
+Usage: python3 watchdog.py CONFIG_JSON_PATH
 """
 
 from __future__ import annotations

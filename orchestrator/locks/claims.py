@@ -1,6 +1,6 @@
 """One claim per host on this machine, shared by single-host and fleet commands (issue 21 item 4).
 
-Why a local claim beside the host's lease (remote/lock.py): a fleet roll plans (preflight) and keeps a record for
+Why a local claim beside the host's lease (locks/lease.py): a fleet roll plans (preflight) and keeps a record for
 minutes before any host's lease is taken, and between hosts it holds no lease at all, so two overlapping fleet
 rolls (or a `roll host X` during a fleet roll of X) both ran. The claim is taken before any planning and held
 until the command ends: an exclusive `flock` on `state_dir()/claims/HOST.claim`, released by the kernel when the
@@ -8,7 +8,7 @@ process dies (SIGKILL included), so a dead run never leaves a claim behind. The 
 
 Two kinds: a fleet command claims its hosts exclusively; a single-host `roll`/`rollback` claims its host shared.
 So a fleet roll and any other command over one of its hosts exclude each other, while two single-host runs on one
-host meet at the host's own lease (remote/lock.py), which names the run that holds it.
+host meet at the host's own lease (locks/lease.py), which names the run that holds it.
 
 Within one process the claim is re-entrant: a fleet roll holds its hosts' claims while its worker threads run each
 host's single-host roll, which claims the same host again.
@@ -34,8 +34,8 @@ from pathlib import Path
 
 from orchestrator.errors import LockHeld
 from orchestrator.localfile import open_no_follow
+from orchestrator.locks.local_runs import file_name
 from orchestrator.paths import state_dir
-from orchestrator.state.local_runs import file_name
 
 #: The router's claim: host names start with a letter or digit (inventory/models.py), so none is this.
 ROUTER = "_router"

@@ -1,6 +1,6 @@
 """The watchdog as the target stores it, pure: its state file (JSON) and the `watchdog` fact's file lines.
 
-The state file is written by orchestrator/probes/watchdog_probe.py in the container; `deploy status` and
+The state file is written by orchestrator/watchdog/probe.py in the container; `deploy status` and
 `deploy history` read it back as a typed WatchdogStatus.
 """
 

@@ -1,6 +1,6 @@
 """The runs of this machine that hold (or held) a host's lease, and proof that one of them is dead.
 
-Why: a run killed with SIGKILL leaves its lease on the host until it expires (remote/lock.py, 60 s), and the
+Why: a run killed with SIGKILL leaves its lease on the host until it expires (locks/lease.py, 60 s), and the
 operator's next command, run at once from the same machine, was refused for that minute. The machine that started
 the run can prove that it is dead: each run holds an exclusive `flock` on a file of its own here for as long as its
 process lives, and the kernel drops the lock when the process dies, whatever killed it. A lease whose run is proven
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from orchestrator.paths import state_dir
 
-#: A host name or run id as a file name (as state/claims.py names its files).
+#: A host name or run id as a file name (as locks/claims.py names its files).
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
