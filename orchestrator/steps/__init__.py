@@ -18,6 +18,7 @@ STEP_MODULES = (
     "orchestrator.steps.p2p",
     "orchestrator.steps.checks",
     "orchestrator.steps.correctness",
+    "orchestrator.steps.throughput",
     "orchestrator.steps.release",
     "orchestrator.steps.server",
     "orchestrator.steps.roll",

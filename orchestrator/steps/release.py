@@ -1,15 +1,17 @@
 """The release lifecycle, in one place: install a release, make it current, roll back, write its verdict.
 
-`up` (step server_unit) and `roll` (step install_release) both install through `install_bundle`; the gate and
-`release_verdict` judge; `rollback_release` and a failed roll's undo go through `roll_back_to`. Any failure after
-a roll's install rolls back to the previous release, which must come back healthy; the verdict and its evidence
-(journal excerpt, bench figures side by side) are written into the failed release. A release without a
+`up` (step server_unit) and `roll` (step install_release) both install through `install_bundle`; the gate
+(steps/throughput.py) and `release_verdict` judge; `rollback_release` and a failed roll's undo go through
+`roll_back_to`. Any failure after a roll's install rolls back to the previous release, which must come back
+healthy; the verdict and its evidence (journal excerpt, bench figures side by side) are written into the failed
+release. A release without a
 verdict.json is an unverified candidate (a roll was interrupted): `up` and `roll` restore the previous release
 first, so the host always ends with exactly one healthy release current. An `up` release without a verdict (that
 `up` was interrupted) is marked abandoned by the next `up`, which installs its files again as a new release.
 Every install is a new release id, so re-rolling the same flags keeps the earlier attempt's verdict.
 
-Step functions carry their playbook names: install_release, gate, release_verdict, rollback_release.
+Step functions carry their playbook names: install_release, release_verdict, rollback_release; the throughput
+gate's step, `gate`, is steps/throughput.py (it writes a roll's "kept" verdict through write_verdict).
 """
 
 from __future__ import annotations
@@ -580,53 +582,6 @@ def rolled_back_fix(fix: str, previous: str | None) -> str:
         return fix
     now = f"the roll already put the host back on {previous}, so there is nothing to roll back"
     return f"{own.strip(' ;,')}; {now}" if own.strip(" ;,") else now
-
-
-@step("gate")
-def gate(ctx: StepContext, record: StepRecord) -> None:
-    """Throughput gate: below the baseline by more than the noise threshold → roll back (unless accepted)."""
-    request = ctx.inputs.roll
-    run = ctx.state.bench_run
-    rid = ctx.state.server.release
-    if rid is None:
-        raise ConfigError("no candidate release to gate", fix="run install_release before gate in the playbook",
-                          host=ctx.host.name)
-    if run is None:
-        write_verdict(ctx, rid, ReleaseVerdict(verdict=KEPT, reason="health and smoke passed; bench skipped"),
-                      guard=True)
-        ctx.on_failure = None
-        record.summary = f"{rid} kept (no bench)"
-        return
-    baseline = ctx.state.candidate.baseline if ctx.state.candidate is not None else None
-    threshold = (request.threshold_pct if request and request.threshold_pct else
-                 ctx.profile.regression_threshold_pct)
-    gated = tuple((request.gate_metrics if request else ()) or ctx.profile.gate_metrics)
-    from orchestrator.gates.throughput import gate as regression_gate
-
-    result = regression_gate(run.result, baseline, noise_pct=float(threshold),
-                             accept_regression=bool(request and request.accept_regression),
-                             min_output_throughput=ctx.profile.min_output_throughput, gated=gated)
-    ctx.state.gate = result
-    record.details["gate"] = result.model_dump(mode="json")
-    seen = ctx.state.candidate.baseline_evidence if ctx.state.candidate is not None else None
-    record.details["baseline"] = seen.to_dict() if seen is not None else None
-    if seen is not None:
-        ctx.say(f"  baseline: {seen.describe()}; noise band ±{float(threshold):g} %")
-    for d in result.deltas:
-        if d.baseline is not None and d.new is not None:
-            ctx.say(f"  {d.label:<28} {d.baseline:>10.2f} → {d.new:>10.2f}  ({d.delta_pct:+.1f} %)")
-    if not result.passed:
-        raise CheckFailed(f"throughput gate: {result.verdict}: " + "; ".join(result.reasons),
-                          fix="keep it anyway with --accept-regression, or change the flags",
-                          host=ctx.host.name, details={"gate": result.model_dump(mode="json")})
-    telemetry = run.telemetry.model_dump(mode="json") if run.telemetry else None
-    write_verdict(ctx, rid, ReleaseVerdict(verdict=KEPT, gate=result.model_dump(mode="json"), preset=run.preset,
-                                           candidate=bench_dict(run.result),
-                                           baseline=bench_dict(baseline) if baseline else None,
-                                           baseline_evidence=seen.to_dict() if seen is not None else None,
-                                           telemetry=telemetry), guard=True)
-    ctx.on_failure = None
-    record.summary = f"{rid} kept: {result.verdict}" + (f" ({result.reasons[0]})" if result.reasons else "")
 
 
 # ------------------------------------------------------------------------------------- up and rollback
