@@ -25,6 +25,7 @@ from orchestrator.gates.correctness import (
     record_problem,
 )
 from orchestrator.inventory.models import CorrectnessGate
+from orchestrator.releases.documents import KEPT, ReleaseVerdict
 from orchestrator.resources import probe_text
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, step
@@ -67,9 +68,10 @@ def reference_record(ctx: StepContext, data: dict[str, Any], reference: str | No
     a record (not JSON, another shape) fails the gate: compared with nothing, the gate would pass anything."""
     if reference is None:
         return None, "no earlier release"
-    verdict = data.get("reference_verdict")
-    word = verdict.get("verdict") if isinstance(verdict, dict) else None
-    if word != "kept":
+    found = data.get("reference_verdict")  # its verdict.json, as the probe read it beside golden.json
+    verdict = ReleaseVerdict.from_data(found if isinstance(found, dict) else None)
+    word = verdict.verdict if verdict is not None else None
+    if word != KEPT:
         return None, f"release {reference} is not verified ({word or 'no verdict'})"
     raw = data.get("reference")
     problem = str(data.get("reference_problem") or "") or (record_problem(raw) if raw is not None else "")
