@@ -361,9 +361,10 @@ def _server_sweep(app: AppContext, target: tuple[str, ...], host: str, preset: s
 def smoke(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
     """A real chat completion with a checked answer and /v1/models; prints the latency."""
     report = run_with_progress(app, target, "smoke", RunOptions(tofu=tofu, command="deploy smoke"), quiet=True)
-    rec = report.steps[-1]
-    app.out.emit({"ok": True, "host": report.host, **rec.details, "totals": report.to_dict()["totals"]})
-    app.out.line(f"smoke ok on {report.host}: {rec.summary}; models {rec.details.get('models')}")
+    rec, seen = report.steps[-1], report.state.smoke
+    app.out.emit({"ok": True, "host": report.host, **(seen.to_dict() if seen is not None else {}),
+                  "totals": report.to_dict()["totals"]})
+    app.out.line(f"smoke ok on {report.host}: {rec.summary}; models {seen.models if seen is not None else None}")
     return 0
 
 

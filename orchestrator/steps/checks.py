@@ -21,7 +21,7 @@ from orchestrator.resources import probe_text
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts
-from orchestrator.steps.state import ExpectedServer
+from orchestrator.steps.state import ExpectedServer, SmokeAnswer
 from orchestrator.steps.waiting import waiting_for
 from orchestrator.verdicts.server_log import CapturePhase, FatalLine, argparse_error, find_fatal
 
@@ -269,7 +269,8 @@ def smoke(ctx: StepContext, record: StepRecord) -> None:
         record.summary = "dry run"
         return
     data = run_smoke(ctx, ctx.state.server.release)
-    record.details.update({k: data.get(k) for k in ("models", "answer", "latency_s", "usage")})
+    ctx.state.smoke = SmokeAnswer(data.get("models"), data.get("answer"), data.get("latency_s"), data.get("usage"))
+    record.details.update(ctx.state.smoke.to_dict())
     problems = judge_smoke(ctx, data)
     if problems:
         raise_if_fatal_logged(ctx)

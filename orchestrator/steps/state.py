@@ -150,6 +150,19 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class SmokeAnswer:
+    """What the smoke check saw (steps/checks.py smoke): the served models, the answer, its latency and usage."""
+
+    models: Any
+    answer: Any
+    latency_s: Any
+    usage: Any
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"models": self.models, "answer": self.answer, "latency_s": self.latency_s, "usage": self.usage}
+
+
+@dataclass(frozen=True)
 class CorrectnessRun:
     """The correctness gate's judgement of a release (steps/correctness.py), as `check` and the step report it."""
 
@@ -271,6 +284,7 @@ class RunState:
     bench_runs: list[BenchRun] = field(default_factory=list)  # bench: one per point
     gate: GateResult | None = None
     correctness: CorrectnessRun | None = None  # the correctness gate's last judgement in this run
+    smoke: SmokeAnswer | None = None  # the smoke check's last answer in this run
     pve_version: PveVersion | None = None
     p2p_report: P2PReport | None = None
     bandwidth: dict[str, Any] | None = None
