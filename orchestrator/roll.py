@@ -170,6 +170,9 @@ def roll_host(host: Host, inventory: Inventory, request: RollRequest, options: R
     """Roll `request` on one host (a plan of it with options.dry_run): resolve, validate, install, gate, and
     roll back on a failed gate. Never raises a DeployError: the outcome carries it."""
     playbook = "roll-plan" if options.dry_run else "roll"
+    if request.stack_profile is not None and request.stack_profile != host.profile:
+        # `roll --profile P`: the host runs this roll under P, so P's stack is the one built and rolled onto.
+        host = host.model_copy(update={"profile": request.stack_profile})
     try:
         with claim_hosts([host.name], options.command, exclusive=False):  # before any planning: locks/claims.py
             report = run_playbook_to_end(playbook, host, inventory, options, progress=progress, say=say,

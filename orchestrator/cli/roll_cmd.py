@@ -70,7 +70,7 @@ def _request(app: AppContext, sets: tuple[str, ...], unsets: tuple[str, ...], fl
     if replacement is not None and (sets or unsets):
         raise ConfigError("--set/--unset cannot be combined with --flags/--profile")
     return RollRequest(set=sets, unset=unsets, replacement=replacement, accept_regression=accept_regression,
-                       threshold_pct=threshold, gate_metrics=gate_metrics)
+                       threshold_pct=threshold, gate_metrics=gate_metrics, stack_profile=profile_name)
 
 
 @click.command("roll")
@@ -78,7 +78,8 @@ def _request(app: AppContext, sets: tuple[str, ...], unsets: tuple[str, ...], fl
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Set a server flag (repeatable).")
 @click.option("--unset", "unsets", multiple=True, metavar="KEY", help="Remove a server flag (repeatable).")
 @click.option("--flags", "flags_file", default=None, metavar="FILE", help="Replace the flag set with a YAML mapping.")
-@click.option("--profile", "profile_name", default=None, help="Roll to another inventory profile's flags.")
+@click.option("--profile", "profile_name", default=None,
+              help="Roll to an inventory profile: its flags and its stack (sglang pin, extras, lock).")
 @click.option("--accept-regression", is_flag=True, help="Keep the new release even if throughput regressed.")
 @click.option("--threshold", type=float, default=None, help="Noise threshold in % (default: the profile's, 5).")
 @click.option("--preset", default=None, help="Bench preset for the throughput gate (default: the profile's).")

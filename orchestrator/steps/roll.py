@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 
 from orchestrator.errors import CheckFailed, ConfigError, RemoteError
+from orchestrator.facts import CT
 from orchestrator.flags import (
     FlagSchema,
     apply_changes,
@@ -33,16 +34,24 @@ from orchestrator.steps.release import (
     usable_baseline,
 )
 from orchestrator.steps.session import ensure_facts
-from orchestrator.steps.software import container_flag_check, server_stack
+from orchestrator.steps.software import (
+    container_flag_check,
+    profile_stack,
+    release_stack,
+    server_stack,
+    sglang_install,
+)
 from orchestrator.steps.state import Candidate, CurrentFlags, RollRequest
 
 
-def installed_schema(ctx: StepContext) -> tuple[str, FlagSchema]:
-    """The flag schema of the sglang the server runs (its release's stack; bundled when known, else probed)."""
-    version = server_stack(ctx).sglang_version or ctx.profile.sglang_version
+def installed_schema(ctx: StepContext, *, current: bool = False) -> tuple[str, FlagSchema]:
+    """The flag schema of the sglang the server runs in this run (a stack roll: the new stack's; `current`: the
+    current release's stack); bundled when known, else probed in that venv."""
+    stack = release_stack(ctx, ctx.facts.get(CT.current_meta)) if current else server_stack(ctx)
+    version = stack.sglang_version or ctx.profile.sglang_version
     if version in FlagSchema.known_versions():
         return version, FlagSchema.load(version)
-    probe = container_flag_check(ctx, [])
+    probe = container_flag_check(ctx, [], venv=stack.venv)
     if probe.schema is None:
         raise RemoteError(f"cannot read sglang's flags in CT {ctx.vmid}: {probe.error}", host=ctx.host.name)
     return version, probe.schema
@@ -63,6 +72,38 @@ def requested_names(request: RollRequest, schema: FlagSchema) -> set[str]:
     return names
 
 
+def stack_change(ctx: StepContext) -> bool:
+    """Whether this run's stack (roll_stack's) is another than the current release's."""
+    return ctx.state.stack is not None and (
+        ctx.state.stack.venv != release_stack(ctx, ctx.facts.get(CT.current_meta)).venv)
+
+
+@step("roll_stack", ct_facts=(*RELEASE_FACTS, CT.sglang_version, CT.stacks))
+def roll_stack(ctx: StepContext, record: StepRecord) -> None:
+    """`roll --profile P`: P's stack, built (or found) beside the running server when it differs from the current
+    release's; the flags are then validated by its parser and the release runs on it. A flag roll keeps the stack."""
+    ensure_facts(ctx)
+    request = ctx.inputs.roll
+    if request is None or request.stack_profile is None:
+        record.summary = "the current release's stack (a flag roll)"
+        return
+    if not ctx.facts.ct_running:
+        raise CheckFailed(f"CT {ctx.vmid} is not running", fix="run deploy up first", host=ctx.host.name)
+    current = release_stack(ctx, ctx.facts.get(CT.current_meta))
+    wanted = profile_stack(ctx)
+    if current.sha == wanted.sha or (not current.sha and wanted.lock is None
+                                     and current.sglang_version == wanted.sglang_version):
+        record.summary = f"stack {current.sha or current.venv} (sglang {current.sglang_version}) unchanged"
+        return
+    sglang_install(ctx, record)
+    if ctx.state.stack is not None and ctx.state.stack.venv == current.venv:
+        ctx.state.stack = None  # the profile's stack is the one the server runs: a flag roll
+        return
+    record.details["from_stack"] = current.to_meta()
+    ctx.say(f"  stack: sglang {current.sglang_version} @ {current.sha or current.venv} → "
+            f"sglang {wanted.sglang_version} @ {wanted.sha}")
+
+
 @step("resolve_release", ct_facts=RELEASE_FACTS)
 def resolve_release(ctx: StepContext, record: StepRecord) -> None:
     """The new flag set: current release's flags + --set/--unset (or --flags FILE); shows the diff."""
@@ -79,18 +120,21 @@ def resolve_release(ctx: StepContext, record: StepRecord) -> None:
         raise CheckFailed("no release is installed yet: nothing to roll from", fix="run deploy up first",
                           host=ctx.host.name)
     version, schema = installed_schema(ctx)
+    restack = stack_change(ctx)
+    # A stack roll: the current release's flags are read with its own sglang's schema, the new ones with the new's.
+    base_version, base_schema = installed_schema(ctx, current=True) if restack else (version, schema)
     # A plan over an interrupted roll's candidate: the real run restores that candidate's predecessor first and
     # rolls from it, so the plan does too (else a fleet preflight would call the host "already on" the candidate's
     # flags and skip it, leaving the never-verified candidate current).
     restoring = interrupted is not None and not interrupted.restored
     from_release = interrupted.previous if interrupted is not None and restoring else state.release
-    given = requested_names(request, schema)
+    given = requested_names(request, base_schema)
     stored = release_flags(ctx, from_release, given) if restoring else installed_flags(ctx, given=given)
     try:
-        base = canonicalize(stored or {}, schema)
+        base = canonicalize(stored or {}, base_schema)
     except ConfigError as exc:
         # The installed sglang no longer accepts the current release's flags (an upgrade renamed some).
-        raise ConfigError(f"the current release's flags do not parse with sglang {version}: {exc.what}",
+        raise ConfigError(f"the current release's flags do not parse with sglang {base_version}: {exc.what}",
                           fix="pass the renamed flags with --set/--unset (see the suggestions above)",
                           host=ctx.host.name) from exc
     if request.replacement is not None:
@@ -99,7 +143,7 @@ def resolve_release(ctx: StepContext, record: StepRecord) -> None:
         new = apply_changes(base, parse_set(list(request.set), schema), list(request.unset))
     secret = secret_flags(ctx.profile, base) | secret_flags(ctx.profile, new)
     diff = masked_diff(diff_flags(base, new), secret)  # a secret's values never reach output, meta or history
-    if not diff:
+    if not diff and not restack:
         ctx.state.already_on = CurrentFlags(from_release, stored_flags(base, secret))
         raise ConfigError("the new flag set equals the current release's: nothing to roll",
                           fix="change at least one flag", host=ctx.host.name,
@@ -119,6 +163,8 @@ def resolve_release(ctx: StepContext, record: StepRecord) -> None:
                                                               "sglang.service (new)", lineterm="", n=0))
     record.details["unit_diff"] = ctx.state.candidate.unit_diff
     record.summary = f"{len(diff)} flag change(s) from release {from_release}"
+    if restack and ctx.state.stack is not None:
+        record.summary += f", onto stack {ctx.state.stack.sha} (sglang {ctx.state.stack.sglang_version})"
     if ctx.options.dry_run:
         record.status = "would-change"  # the plan's totals say "would change", not "no changes"
 
@@ -127,6 +173,11 @@ def resolve_release(ctx: StepContext, record: StepRecord) -> None:
 def validate_flags(ctx: StepContext, record: StepRecord) -> None:
     """Validate with the installed sglang's own parser before anything changes (one round trip)."""
     cand = candidate(ctx)
+    if ctx.options.dry_run and stack_change(ctx) and ctx.state.stack is not None and (
+            ctx.state.stack.sha not in (ctx.facts.get(CT.stacks) or {})):
+        record.summary = (f"validated by stack {ctx.state.stack.sha}'s parser once it is built "
+                          "(a dry run builds nothing)")
+        return
     check = container_flag_check(ctx, launch_argv(ctx.profile, cand.new_flags, api_key="validation-placeholder")[3:])
     if not check.ok:
         raise ConfigError(f"sglang {check.version} in CT {ctx.vmid} rejects the new flags: {check.error}",

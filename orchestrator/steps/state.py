@@ -68,6 +68,9 @@ class RollRequest:
     threshold_pct: float | None = None  # None: the profile's regression_threshold_pct
     gate_metrics: tuple[str, ...] = ()  # empty: the profile's gate_metrics
     trial: TuneTrial | None = None  # a tune's point: the release is marked as its trial
+    #: `roll --profile NAME`: the run is the host's under that profile, and its stack (sglang pin, extras, lock) is
+    #: built beside the running server when it differs from the current release's (roll_stack, docs/roll.md).
+    stack_profile: str | None = None
 
 
 @dataclass(frozen=True)
