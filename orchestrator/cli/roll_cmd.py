@@ -93,6 +93,8 @@ def _request(app: AppContext, sets: tuple[str, ...], unsets: tuple[str, ...], fl
 @click.option("--batch", default=None, help="Fleet rolls: hosts per wave after the canary, N or P% [default: 25%].")
 @click.option("--max-unavailable", type=int, default=None,
               help="Fleet rolls: at most N hosts out of service at once [default: 1].")
+@click.option("--stage-only", is_flag=True,
+              help="Fleet rolls with --profile: build its stack on every host, in parallel; stop there.")
 @click.option("--rollback-all", is_flag=True, help="Fleet rolls: on a failure, roll back the hosts already rolled too.")
 @click.option("--resume", is_flag=True, help="Fleet rolls: continue the interrupted fleet roll of these hosts.")
 @click.option("--drain-timeout", type=float, default=120.0, show_default=True,
@@ -104,7 +106,7 @@ def roll(app: AppContext, target: tuple[str, ...], sets: tuple[str, ...], unsets
          flags_file: str | None, profile_name: str | None, accept_regression: bool, threshold: float | None,
          preset: str | None, gate_metrics: tuple[str, ...], skip_bench: bool, dry_run: bool, all_hosts: bool,
          canary: int | None, batch: str | None, max_unavailable: int | None, rollback_all: bool, resume: bool,
-         drain_timeout: float, tofu: bool) -> int:
+         drain_timeout: float, tofu: bool, stage_only: bool) -> int:
     """Roll a new server flag set with a health gate, a throughput gate and automatic rollback.
 
     e.g. `deploy roll host 10.1.230.174 --set num-continuous-decode-steps=8`;
@@ -116,7 +118,7 @@ def roll(app: AppContext, target: tuple[str, ...], sets: tuple[str, ...], unsets
     targets = parse_targets(target, all_hosts=all_hosts)
     fleet_only = {"--canary": canary is not None, "--batch": batch is not None,
                   "--max-unavailable": max_unavailable is not None, "--rollback-all": rollback_all,
-                  "--resume": resume}
+                  "--resume": resume, "--stage-only": stage_only}
     if not targets.fleet:
         given = [k for k, v in fleet_only.items() if v]
         if given:
@@ -138,7 +140,7 @@ def roll(app: AppContext, target: tuple[str, ...], sets: tuple[str, ...], unsets
                     accept_regression=accept_regression, threshold_pct=threshold, gate_metrics=list(gate_metrics),
                     preset=preset, skip_bench=skip_bench, canary=1 if canary is None else canary,
                     batch=batch or "25%", max_unavailable=1 if max_unavailable is None else max_unavailable,
-                    rollback_all=rollback_all)
+                    rollback_all=rollback_all, stack_profile=profile_name, stage_only=stage_only)
     return fleet_roll(app, targets, spec, tofu=tofu, resume=False, drain_timeout_s=drain_timeout)
 
 

@@ -545,6 +545,10 @@ def _fleet_roll(app: Caller, targets: TargetSpec, names: list[str], spec: RollSp
         assert spec is not None
         if spec.max_unavailable < 1:
             raise ConfigError("--max-unavailable must be at least 1", fix="e.g. --max-unavailable 1")
+        if spec.stack_profile is not None or spec.stage_only:
+            code = _stage(app, names, spec, tofu)
+            if code != 0 or spec.stage_only:
+                return code
         waves = plan_waves(names, canary=spec.canary, batch=spec.batch)
         wave_of = {n: i for i, w in enumerate(waves) for n in w}
         roll = FleetRoll(id=new_roll_id(), command=_command(), targets=words, inventory=app.inventory_paths,
@@ -657,6 +661,31 @@ def _host_rolls(inventory: Inventory, spec: RollSpec, tofu: bool, cancel: thread
     options = RunOptions(preset=spec.preset, skip_bench=spec.skip_bench, tofu=tofu, command=_command(),
                          cancel=cancel)
     return HostRolls(inventory, roll_request(spec), options)
+
+
+def _stage(app: Caller, names: list[str], spec: RollSpec, tofu: bool) -> int:
+    """Build the profile's stack on every host, in parallel, while they serve; print each host's outcome. Exit 0
+    when every host has it, else the worst host's code (and no host is restarted)."""
+    from orchestrator.fleet.stage import stage_stacks
+
+    if spec.stack_profile is None:
+        raise ConfigError("--stage-only stages a profile's stack", fix="add --profile P")
+    app.out.line(f"staging the stack of profile {spec.stack_profile} on {len(names)} host(s), in parallel, while "
+                 "they serve")
+    staged = stage_stacks(app.inventory, names, roll_request(spec),
+                          RunOptions(tofu=tofu, command=_command()), DEFAULT_PARALLEL)
+    for s in staged:
+        app.out.line(s.line())
+    failed = [s for s in staged if not s.ok]
+    if failed or spec.stage_only:  # else the roll's own document follows
+        app.out.emit({"ok": not failed, "staged": [s.to_dict() for s in staged],
+                      "exit_code": max((s.exit_code or 1 for s in failed), default=0)})
+    if failed:
+        app.out.line(f"stage failed on {', '.join(s.host for s in failed)}: no host was restarted")
+        return max(s.exit_code or 1 for s in failed)
+    app.out.line("stack staged on every host" + ("; --stage-only: nothing restarted" if spec.stage_only else
+                                                  "; rolling canary first"))
+    return 0
 
 
 def _own_pid() -> int:

@@ -23,7 +23,7 @@ def roll_request(spec: RollSpec) -> RollRequest:
     """The single-host request that a fleet roll's record replays on every host (and --resume replays again)."""
     return RollRequest(set=tuple(spec.set), unset=tuple(spec.unset), replacement=spec.replacement,
                        accept_regression=spec.accept_regression, threshold_pct=spec.threshold_pct,
-                       gate_metrics=tuple(spec.gate_metrics))
+                       gate_metrics=tuple(spec.gate_metrics), stack_profile=spec.stack_profile)
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,9 @@ class RollSpec(BaseModel):
     batch: str = "25%"
     max_unavailable: int = 1
     rollback_all: bool = False
+    #: `--profile P`: P's flags and stack; the stack is built on every host first (orchestrator/fleet/stage.py).
+    stack_profile: str | None = None
+    stage_only: bool = False  # `--stage-only`: build the stack on every host and stop there
 
 
 class HostRoll(BaseModel):

@@ -1,0 +1,58 @@
+"""`roll group G --profile P` with a stack change (issue 35, fleets): P's stack is built on every host first, in
+parallel and while they serve (`--stage-only` stops there, reporting per host); the canary and waves that follow
+restart onto it with no pip run."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tests.e2e.fleet_harness import FleetHarness, fleet_root
+from tests.e2e.test_stack_roll import NEXT, add_next_profile
+from tests.e2e.test_stacks import OLD_VENV, server_python
+from tests.sim_hosts import OFFSET_FLEET
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetHarness]:
+    if os.geteuid() != 0:
+        pytest.skip("the simulator needs root")
+    with fleet_root(tmp_path_factory, "deploy-sim-fleetstack", OFFSET_FLEET, 2) as base:
+        up = base.env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=1200)
+        assert up.rc == 0, up.text
+        yield base
+
+
+def test_stage_only_builds_the_stack_on_every_host_while_they_serve_then_the_roll_restarts_onto_it(
+        fleet: FleetHarness) -> None:
+    """Before: `roll group --profile` rolled flags only and `--stage-only` did not exist."""
+    env = fleet.env
+    add_next_profile(env)
+    before = fleet.releases()
+    staged = env.run("--json", "roll", "group", "prod", "--profile", NEXT, "--stage-only", timeout=1200)
+    assert staged.rc == 0, staged.text[-3000:]
+    rows = {r["host"]: r for r in staged.json["staged"]}
+    assert sorted(rows) == sorted(fleet.names), staged.json
+    assert all(r["ok"] and r["summary"].startswith("built stack ") for r in rows.values()), rows
+    sha = rows[fleet.names[0]]["summary"].split()[2]
+    assert all(r["summary"].split()[2] == sha for r in rows.values())  # one stack, named alike on every host
+    # nothing restarted: the same releases, each server on its old venv, still serving
+    assert fleet.releases() == before
+    for name in fleet.names:
+        host = fleet.host_env(name)
+        assert server_python(host) == f"{OLD_VENV}/bin/python"
+        assert host.ct(f"test -x /opt/deploy/stacks/{sha}/bin/python").rc == 0
+    text = env.run("roll", "group", "prod", "--profile", NEXT, "--stage-only", timeout=1200)
+    assert text.rc == 0 and "--stage-only: nothing restarted" in text.text, text.text[-3000:]
+    assert text.text.count(f"stack {sha} (sglang 0.5.23)") == len(fleet.names)  # found, no pip run
+
+    rolled = env.run("roll", "group", "prod", "--profile", NEXT, "--skip-bench", timeout=1200)
+    assert rolled.rc == 0, rolled.text[-3000:]
+    assert "stack staged on every host; rolling canary first" in rolled.text
+    for name in fleet.names:
+        assert server_python(fleet.host_env(name)) == f"/opt/deploy/stacks/{sha}/bin/python"
+    assert fleet.releases() != before
