@@ -246,3 +246,32 @@ def fault(app: AppContext, host: str, knobs: tuple[str, ...], vmid: int | None, 
     app.out.emit({"ok": True, "faults": dataclasses.asdict(result)})
     app.out.line(f"faults on {host}{f' CT {vmid}' if vmid else ''}: {dataclasses.asdict(result)}")
     return 0
+
+
+@sim.group("index", cls=SuggestingGroup)
+def index() -> None:
+    """The simulated package index every host of a root serves (the wheelhouse, plus what was published)."""
+
+
+@index.command("publish")
+@click.argument("name")
+@click.argument("version")
+@click.option("--root", default=None, help=ROOT_HELP)
+@common_options
+def index_publish(app: AppContext, name: str, version: str, root: str | None) -> int:
+    """Publish a new build of a stand-in package while the hosts run, e.g. `deploy sim index publish torch
+    2.9.2+deploysim`: every host's index of the root serves it at once, so an unlocked `pip install sglang` picks
+    it from then on and a lock keeps the files it names."""
+    from simulator.software.index import publish, published
+
+    try:
+        path = publish(_root(root), name, version)
+    except ValueError as exc:
+        raise ConfigError(f"cannot publish {name} {version}: {exc}", fix="publish torch (any version) or sglang "
+                          "at a version the simulator has a flag schema for (0.5.12.post1, 0.5.23)") from exc
+    files = published(_root(root))
+    app.out.emit({"ok": True, "published": path.name, "files": [{"file": f, "sha256": h} for f, h in files]})
+    app.out.line(f"published {path.name} to every host's index of {_root(root)}")
+    for f, h in files:
+        app.out.line(f"  {f}  sha256:{h}")
+    return 0

@@ -21,6 +21,9 @@ from urllib.parse import unquote
 from .wheelhouse import fill
 
 INDEX_FILE = "index.json"  # in the host dir: where this host's index listens
+#: In the sim root: wheels published while the hosts run (`deploy sim index publish`), served by every host's
+#: index beside the wheelhouse, as a site's mirror that picked up a new upload.
+PUBLISHED_DIR = "index-published"
 
 
 def normalize(name: str) -> str:
@@ -74,7 +77,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         root = self.server.wheelhouse
         path = unquote(self.path.split("?", 1)[0])
-        wheels = sorted(root.glob("*.whl"))
+        published = self.server.published
+        extra = sorted(published.glob("*.whl")) if published is not None and published.is_dir() else []
+        wheels = sorted([*root.glob("*.whl"), *extra], key=lambda w: w.name)
         if path in ("/simple", "/simple/"):
             names = sorted({project_of(w.name) for w in wheels})
             self._send(200, _page("Simple index", [(f"/simple/{n}/", n) for n in names]))
@@ -95,8 +100,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, _page(f"Links for {m.group(1)}", links))
             return
         m = re.fullmatch(r"/files/([^/]+\.whl)", path)
-        if m and (root / m.group(1)).is_file():
-            self._send(200, (root / m.group(1)).read_bytes(), "application/octet-stream")
+        found = next((w for w in wheels if m and w.name == m.group(1)), None)
+        if found is not None and found.is_file():
+            self._send(200, found.read_bytes(), "application/octet-stream")
             return
         self._send(404, b"Not Found\n", "text/plain")
 
@@ -104,9 +110,10 @@ class _Handler(BaseHTTPRequestHandler):
 class IndexHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], wheelhouse: Path) -> None:
+    def __init__(self, address: tuple[str, int], wheelhouse: Path, published: Path | None = None) -> None:
         super().__init__(address, _Handler)
         self.wheelhouse = wheelhouse
+        self.published = published
         self.requests: list[str] = []
 
 
@@ -131,12 +138,32 @@ class PackageIndex:
 
 def start_index(host_dir: Path, address: str, port: int, wheelhouse: Path | None = None) -> PackageIndex:
     """Fill the wheelhouse if needed, serve it on address:port (port 0: any free one) in a daemon thread, and
-    record the URL in <host_dir>/index.json."""
+    record the URL in <host_dir>/index.json. A host of a sim root (<root>/hosts/NAME) also serves the root's
+    published wheels (PUBLISHED_DIR, `deploy sim index publish`), read on every request."""
     wh = fill(wheelhouse)
-    server = IndexHTTPServer((address, port), wh.path)
+    published = host_dir.parent.parent / PUBLISHED_DIR if host_dir.parent.name == "hosts" else None
+    server = IndexHTTPServer((address, port), wh.path, published)
     thread = threading.Thread(target=server.serve_forever, name=f"pkg-index-{address}", daemon=True)
     thread.start()
     idx = PackageIndex(server, host_dir, thread)
     host_dir.mkdir(parents=True, exist_ok=True)
     (host_dir / INDEX_FILE).write_text(json.dumps({"url": idx.url, "wheelhouse": str(wh.path)}) + "\n")
     return idx
+
+
+def publish(root: Path, name: str, version: str) -> Path:
+    """A new build of a stand-in package in the root's published wheels, served at once by every host's index
+    of that root: `torch` at any version (e.g. 2.9.2+deploysim), `sglang` at a version with a flag schema."""
+    from .wheels import build_wheel, sglang_spec, torch_spec
+
+    specs = {"torch": torch_spec, "sglang": sglang_spec}
+    if normalize(name) not in specs:
+        raise ValueError(f"no stand-in package {name!r} to publish (stand-ins: {', '.join(specs)})")
+    out = root / PUBLISHED_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    return build_wheel(specs[normalize(name)](version), out)
+
+
+def published(root: Path) -> list[tuple[str, str]]:
+    """The root's published wheels: (file name, sha256)."""
+    return [(w.name, sha256_of(w)) for w in sorted((root / PUBLISHED_DIR).glob("*.whl"))]

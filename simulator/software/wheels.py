@@ -127,9 +127,10 @@ def sglang_spec(version: str) -> WheelSpec:
                      requires, SGLANG_EXTRAS, {"sglang": "sglang.cli:main"})
 
 
-def torch_spec() -> WheelSpec:
-    """The torch stand-in (the CUDA API slice the P2P probe uses), so `pip install sglang` resolves offline."""
-    return WheelSpec("torch", TORCH_VERSION, dict(_tree("torch")), "torch stand-in of the deploy simulator")
+def torch_spec(version: str = TORCH_VERSION) -> WheelSpec:
+    """The torch stand-in (the CUDA API slice the P2P probe uses), so `pip install sglang` resolves offline; another
+    `version` is a newer build `deploy sim index publish` puts on the index while hosts run."""
+    return WheelSpec("torch", version, dict(_tree("torch")), "torch stand-in of the deploy simulator")
 
 
 def build_standin_wheels(out_dir: Path) -> list[Path]:

@@ -38,21 +38,23 @@ def test_stage_only_builds_the_stack_on_every_host_while_they_serve_then_the_rol
     rows = {r["host"]: r for r in staged.json["staged"]}
     assert sorted(rows) == sorted(fleet.names), staged.json
     assert all(r["ok"] and r["summary"].startswith("built stack ") for r in rows.values()), rows
-    sha = rows[fleet.names[0]]["summary"].split()[2]
-    assert all(r["summary"].split()[2] == sha for r in rows.values())  # one stack, named alike on every host
+    # each host's index is another URL in the simulator, so another sha (docs/stacks.md: the index is identity)
+    shas = {name: r["summary"].split()[2] for name, r in rows.items()}
     # nothing restarted: the same releases, each server on its old venv, still serving
     assert fleet.releases() == before
     for name in fleet.names:
         host = fleet.host_env(name)
         assert server_python(host) == f"{OLD_VENV}/bin/python"
-        assert host.ct(f"test -x /opt/deploy/stacks/{sha}/bin/python").rc == 0
+        assert host.ct(f"test -x /opt/deploy/stacks/{shas[name]}/bin/python").rc == 0
     text = env.run("roll", "group", "prod", "--profile", NEXT, "--stage-only", timeout=1200)
     assert text.rc == 0 and "--stage-only: nothing restarted" in text.text, text.text[-3000:]
-    assert text.text.count(f"stack {sha} (sglang 0.5.23)") == len(fleet.names)  # found, no pip run
+    assert all(f"stack {sha} (sglang 0.5.23) in " in text.text for sha in shas.values()), text.text  # no pip run
+    print(staged.text, text.text, sep="\n")
 
     rolled = env.run("roll", "group", "prod", "--profile", NEXT, "--skip-bench", timeout=1200)
     assert rolled.rc == 0, rolled.text[-3000:]
     assert "stack staged on every host; rolling canary first" in rolled.text
     for name in fleet.names:
-        assert server_python(fleet.host_env(name)) == f"/opt/deploy/stacks/{sha}/bin/python"
+        assert server_python(fleet.host_env(name)) == f"/opt/deploy/stacks/{shas[name]}/bin/python"
     assert fleet.releases() != before
+    print(rolled.text)
