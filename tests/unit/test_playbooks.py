@@ -13,8 +13,8 @@ UP = ["connect", "lock", "cluster", "host_prereqs", "boot_nodes", "container", "
       "container_gpus",
       "sglang_install", "model_weights", "verify_p2p", "server_unit", "health", "smoke", "correctness", "throughput",
       "release_verdict", "watchdog", "unlock"]
-ROLL = ["connect", "lock", "resolve_release", "validate_flags", "install_release", "health", "smoke", "correctness",
-        "throughput", "gate", "unlock"]
+ROLL = ["connect", "lock", "roll_stack", "resolve_release", "validate_flags", "install_release", "health", "smoke",
+        "correctness", "throughput", "gate", "unlock"]
 VALID: dict[str, object] = {name: object() for name in {*UP, *ROLL}}
 
 
