@@ -4,11 +4,13 @@ restart onto it with no pip run."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 
 import pytest
 
+from tests.e2e.conftest import DeployEnv
 from tests.e2e.fleet_harness import FleetHarness, fleet_root
 from tests.e2e.test_stack_roll import NEXT, add_next_profile
 from tests.e2e.test_stacks import OLD_VENV, server_python
@@ -58,3 +60,26 @@ def test_stage_only_builds_the_stack_on_every_host_while_they_serve_then_the_rol
         assert server_python(fleet.host_env(name)) == f"/opt/deploy/stacks/{shas[name]}/bin/python"
     assert fleet.releases() != before
     print(rolled.text)
+
+
+def freeze(host: DeployEnv) -> list[str]:
+    venv = json.loads(host.ct("cat /var/lib/deploy/current/meta.json").stdout)["stack"]["venv"]
+    return host.ct(f"{venv}/bin/python -m pip freeze --all --disable-pip-version-check").stdout.split()
+
+
+def test_a_build_published_between_the_hosts_changes_nothing_under_a_lock(fleet: FleetHarness) -> None:
+    """Before: the simulated index never moved (`deploy sim index publish` did not exist)."""
+    env = fleet.env
+    a, b = fleet.names
+    assert env.run("lock", "glm5-nvfp4", "--host", a).rc == 0
+    first = env.run("up", "host", a, "--skip-bench", timeout=900)
+    assert first.rc == 0, first.text[-3000:]
+    pub = env.run("--json", "sim", "index", "publish", "torch", "2.9.2+deploysim", "--root", str(fleet.root))
+    assert pub.rc == 0 and pub.json["published"] == "torch-2.9.2+deploysim-py3-none-any.whl", pub.text
+    page = fleet.host_env(b).ct("curl -s http://$(ip -4 route show default | awk '{print $3}'):3141/simple/torch/")
+    second = env.run("up", "host", b, "--skip-bench", timeout=900)
+    assert second.rc == 0, second.text[-3000:]
+    frozen = {name: freeze(fleet.host_env(name)) for name in fleet.names}
+    assert frozen[a] == frozen[b] and "torch==2.9.1+deploysim" in frozen[a], (frozen, page.stdout)
+    drift = env.run("--json", "status", "group", "prod").json
+    assert [h["report"]["stack_drift"] for h in drift["hosts"]] == [[], []], drift
