@@ -52,6 +52,12 @@ class RemoteResult:
         return CommandOutput(self.rc, self.stdout, self.stderr)
 
     @property
+    def both(self) -> str:
+        """Everything it printed, stdout then stderr: what a parser that looks in either stream reads (pip's hash
+        errors, hf's download lines, `pct`'s "not running")."""
+        return f"{self.stdout}\n{self.stderr}"
+
+    @property
     def last_line(self) -> str:
         """The last line it printed ("" for none): a probe's one JSON result, `systemctl`'s final verdict."""
         lines = self.stdout.strip().splitlines()

@@ -38,7 +38,7 @@ def _ask(host: Host, vmid: int, tofu: bool) -> str | RemoteError:
     address = parse_ip_addr(res.stdout) if res.rc == 0 else None
     if address is None:
         return RemoteError(f"{host.name} CT {vmid} has no IPv4 address on the site network "
-                          f"({(res.stderr or res.stdout).strip() or 'no global inet address'})",
+                          f"({res.said(300) or 'no global inet address'})",
                           fix=f"start the container and check its network: pct exec {vmid} -- ip -4 addr "
                               "(net0 ip=dhcp needs a DHCP server on the bridge)", host=host.name)
     return address

@@ -234,7 +234,7 @@ def pip_install(ctx: StepContext, command: str, stack: Stack, venv: str) -> None
     """Run a pip install into `venv` (its lines shown as progress), then check pip's record of sglang there."""
     res = ctx.ct.run(command, check=False, timeout=3600, what="pip install sglang",
                      progress=lambda line: ctx.say(f"  pip: {line}"))
-    if res.rc != 0 and (bad := hash_mismatches(res.stdout + "\n" + res.stderr)):
+    if res.rc != 0 and (bad := hash_mismatches(res.both)):
         raise ConfigError(f"the index no longer serves the locked build of {', '.join(b.describe() for b in bad)}; "
                           f"pip refused to install stack {stack.sha} and the server was not touched",
                           host=ctx.host.name, details={"packages": [b.name for b in bad]},
@@ -524,7 +524,7 @@ def model_weights(ctx: StepContext, record: StepRecord) -> None:
                               fix=f"check that {PATHS.state_dir} in the container is writable", host=ctx.host.name)
     res = ctx.ct.run(hf_download_command(ctx, token_file=token_ref is not None), check=False, timeout=24 * 3600,
                      what="weights download", progress=lambda line: ctx.say(f"  download: {line}"))
-    out = parse_download_output(res.stdout + "\n" + res.stderr)
+    out = parse_download_output(res.both)
     if out.hub_client:
         record.details["hub_client"] = out.hub_client
     if res.rc != 0:

@@ -121,7 +121,7 @@ def history(ctx: StepContext, record: StepRecord) -> None:
     script = (f"{read_releases_script(ctx.inputs.history_limit)}\necho {WATCHDOG_MARK}\n"
               f"cat {PATHS.watchdog_state} 2>/dev/null || true\n")
     res = ctx.ct.script(script, check=False, what="read releases")
-    if res.rc != 0 and "not running" in (res.stderr + res.stdout):
+    if res.rc != 0 and "not running" in res.both:
         raise CheckFailed(f"CT {ctx.vmid} is not running", host=ctx.host.name, fix="deploy up")
     releases, _, state = res.stdout.partition(f"{WATCHDOG_MARK}\n")
     rows = release_lines(releases)
