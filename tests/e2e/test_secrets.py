@@ -116,8 +116,10 @@ def test_api_key_is_found_only_in_0600_files(deploy_env: DeployEnv, tmp_path: Pa
     # until the bench script redacts it (issue 38 item 8), though that file is 0600 too.
     assert {p.name for p, _ in hits} <= {"sglang.env", "secrets.yaml", "api-key", "sglang-api-key"}, hits
     # Both benches set num-prompts, so their files are sweep-*.jsonl (a bench-*.jsonl glob found none and the
-    # check read ''): every JSONL bench_serving wrote, wherever it lies, is 0600 and holds the key redacted.
-    stored = env.ct("find /var/lib/deploy -name '*.jsonl*' -type f -printf '%m %p\\n'").stdout.split()
+    # check read ''): every JSONL bench_serving wrote, wherever it lies, is 0600 and holds the key redacted. The
+    # boot ledger (boot.jsonl, deploy's own record of each start's phases, no server output) is not bench_serving's.
+    found = "find /var/lib/deploy -name '*.jsonl*' ! -name boot.jsonl -type f -printf '%m %p\\n'"
+    stored = env.ct(found).stdout.split()
     modes, paths = stored[0::2], stored[1::2]
     assert len(paths) >= 2 and set(modes) == {"600"}, stored
     for path in paths:

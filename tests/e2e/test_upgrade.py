@@ -66,6 +66,7 @@ def test_missing_weights_are_named_and_skippable(converged: DeployEnv) -> None:
     assert converged.ct("test -f /models/GLM-5-NVFP4/config.json").rc == 0
 
 
+@pytest.mark.timeout(600)  # several `up` runs with weight downloads, cut and resumed: 258-290 s on a loaded machine
 def test_a_cut_download_fails_up_and_the_next_up_finishes_it_before_the_server_loads(converged: DeployEnv) -> None:
     """Issue 20: `hf download` writes config.json first and deletes partial files when it fails, so a cut
     download must not count as weights; the next `up` finishes it and only then starts the server. Issue 36
