@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -78,13 +79,12 @@ def profile_stack(ctx: StepContext, version: str | None = None, *, bare: bool = 
                  lock, profile_patches(prof) if pinned else ())
 
 
-def stack_drift(ctx: StepContext, running: dict[str, Any] | None) -> list[str]:
-    """With a lock: the running stack is not the profile's locked one, or its venv differs from the lock (by
-    distribution, from CT.stack_dists: pip's records in the current release's stack venv)."""
+def stack_drift(ctx: StepContext, sha: str | None) -> list[str]:
+    """With a lock: the running stack (`sha`, from the current release's meta) is not the profile's locked one,
+    or its venv differs from the lock (by distribution, from CT.stack_dists: pip's records in that venv)."""
     want = profile_stack(ctx)
     if want.lock is None:
         return []
-    sha = (running or {}).get("sha")
     if sha != want.sha:
         return [f"the running stack {sha or '(profile venv, unlocked)'} is not the profile's locked stack {want.sha} "
                 f"(`deploy up` builds it)"]
@@ -156,11 +156,10 @@ def sglang_install(ctx: StepContext, record: StepRecord) -> None:
     install_stack(ctx, record)
     if not ctx.facts.ct_running:
         return
-    meta = ctx.facts.get(CT.current_meta)
-    stack_meta = meta.stack if meta is not None else None
-    drift = stack_drift(ctx, stack_meta.document() if stack_meta is not None else None)
+    running = release_stack_sha(ctx.facts.get(CT.current_meta))
+    drift = stack_drift(ctx, running)
     record.details["stack_drift"] = drift
-    if drift and ctx.state.stack is not None and ctx.state.stack.sha == release_stack_sha(meta):
+    if drift and ctx.state.stack is not None and ctx.state.stack.sha == running:
         record.summary += f"; stack drift against the lock: {', '.join(drift)}"
 
 
@@ -186,7 +185,7 @@ def install_stack(ctx: StepContext, record: StepRecord) -> None:
         record.summary = f"stack {stack.sha} (sglang {want}) in {found.venv}"
         if found.patches:
             record.summary += f", patched ({', '.join(found.patches)})"
-        drift = stack_patch_drift(ctx, found)
+        drift = patched_files_drift(ctx, found.sha, found.patches)
         if drift:
             record.details["patch_drift"] = drift
             record.summary += "; PATCHED FILE CHANGED behind the tool's back: " + "; ".join(drift)
@@ -388,14 +387,11 @@ def apply_patches(ctx: StepContext, stack: Stack, venv: str, *, remove_on_failur
     return out.patched
 
 
-def stack_patch_drift(ctx: StepContext, rec: StackRecord) -> list[str]:
-    """A patched file of the stack `rec` changed (or gone) since the stack was built, by name."""
-    if not rec.patched:
-        return []
-    now = (ctx.facts.get(CT.stack_patched) or {}).get(rec.sha)
-    if now is None:
-        return []
-    return patch_drift(rec.patched, now.current, rec.patches)
+def patched_files_drift(ctx: StepContext, sha: str | None, patches: Sequence[str]) -> list[str]:
+    """The patched files of stack `sha` that changed (or are gone) since it was built, by name (CT.stack_patched
+    reads each file's sha256 as its record holds it and as the venv holds it now)."""
+    now = (ctx.facts.get(CT.stack_patched) or {}).get(sha or "")
+    return patch_drift(now.recorded, now.current, list(patches)) if now is not None else []
 
 
 #: What `hf` is installed from when the server's venv has none (in PATHS.hf_venv, never in the server's venv: a

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from orchestrator.errors import CheckFailed
 from orchestrator.facts import CT, HOST
 from orchestrator.layout import PATHS
 from orchestrator.parsers.boot import BootStart
 from orchestrator.parsers.netaddr import net0_static_ip
-from orchestrator.patches import patch_drift
 from orchestrator.releases.documents import ReleaseMeta, ReleaseVerdict
 from orchestrator.releases.store import read_releases_script, release_lines
 from orchestrator.runlog import StepRecord
@@ -25,7 +22,7 @@ from orchestrator.steps.release import (
     tune_trial,
 )
 from orchestrator.steps.session import ensure_facts
-from orchestrator.steps.software import stack_drift
+from orchestrator.steps.software import patched_files_drift, stack_drift
 from orchestrator.steps.state import ServerStatus
 from orchestrator.watchdog.parse import parse_watchdog_fact, parse_watchdog_state
 
@@ -51,16 +48,6 @@ def read_watchdog(ctx: StepContext) -> None:
     ctx_status = ctx.state.status
     if ctx_status is not None:
         ctx_status.watchdog = read if read is not None else parse_watchdog_fact(None)
-
-
-def running_patch_drift(ctx: StepContext, running: dict[str, Any] | None) -> list[str]:
-    """The running stack's patched files that changed since it was built (its record holds their sha256)."""
-    sha = str((running or {}).get("sha") or "")
-    now = (ctx.facts.get(CT.stack_patched) or {}).get(sha)
-    if now is None:
-        return []
-    names = [str(n) for n in (running or {}).get("patches") or ()]
-    return patch_drift(now.recorded, now.current, names)
 
 
 @step("status", host_facts=(HOST.gpu_power, HOST.ct_status, *HARDWARE_FACTS),
@@ -93,8 +80,9 @@ def status(ctx: StepContext, record: StepRecord) -> None:
     info.release_created, info.release_source = meta.created_at, meta.source
     info.verdict, info.sglang_version = verdict.verdict, meta.sglang_version
     info.stack = meta.stack.document() if meta.stack is not None else None
-    info.stack_drift = stack_drift(ctx, info.stack)
-    info.patch_drift = running_patch_drift(ctx, info.stack)
+    running = meta.stack.sha if meta.stack is not None else None
+    info.stack_drift = stack_drift(ctx, running)
+    info.patch_drift = patched_files_drift(ctx, running, [str(n) for n in (info.stack or {}).get("patches") or ()])
     info.drift = flag_drift(ctx)
     trial = tune_trial(ctx)
     info.tune_trial = trial.id if trial else None
