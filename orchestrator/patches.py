@@ -16,6 +16,7 @@ adapter.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -298,8 +299,6 @@ class PatchedFiles:
 
 def parse_patched_files(text: str) -> dict[str, PatchedFiles]:
     """The fact's JSON line → by stack sha; anything unreadable is no stack."""
-    import json
-
     try:
         data = json.loads(text.strip().splitlines()[-1]) if text.strip() else {}
     except (ValueError, IndexError):

@@ -228,12 +228,8 @@ class StackUsage:
 
 def parse_stack_usage(text: str) -> StackUsage:
     sizes, _, verified = text.partition(f"{VERIFIED_MARK}\n")
-    try:
-        meta = json.loads(verified.strip().splitlines()[0]) if verified.strip() else None
-    except json.JSONDecodeError:
-        meta = None
-    return StackUsage(parse_stack_sizes(sizes),
-                      release_stack_sha(ReleaseMeta.from_data(meta) if isinstance(meta, dict) else None))
+    first = verified.strip().splitlines()[0] if verified.strip() else ""
+    return StackUsage(parse_stack_sizes(sizes), release_stack_sha(ReleaseMeta.from_text(first)))
 
 
 def budget_bytes(gb: float) -> int:
