@@ -98,7 +98,9 @@ def _request(app: AppContext, sets: tuple[str, ...], unsets: tuple[str, ...], fl
 @click.option("--rollback-all", is_flag=True, help="Fleet rolls: on a failure, roll back the hosts already rolled too.")
 @click.option("--resume", is_flag=True, help="Fleet rolls: continue the interrupted fleet roll of these hosts.")
 @click.option("--drain-timeout", type=float, default=120.0, show_default=True,
-              help="Fleet rolls behind a router: seconds to wait for a drained host's requests to finish.")
+              help="Behind a router: seconds to wait for a drained host's requests to finish.")
+@click.option("--no-drain", is_flag=True,
+              help="`roll host` of a router worker: restart it in place, in the router (its clients see the restart).")
 @tofu_option
 @common_options
 @inventory_names(preset="preset", profile="profile_name")
@@ -106,7 +108,7 @@ def roll(app: AppContext, target: tuple[str, ...], sets: tuple[str, ...], unsets
          flags_file: str | None, profile_name: str | None, accept_regression: bool, threshold: float | None,
          preset: str | None, gate_metrics: tuple[str, ...], skip_bench: bool, dry_run: bool, all_hosts: bool,
          canary: int | None, batch: str | None, max_unavailable: int | None, rollback_all: bool, resume: bool,
-         drain_timeout: float, tofu: bool, stage_only: bool) -> int:
+         drain_timeout: float, no_drain: bool, tofu: bool, stage_only: bool) -> int:
     """Roll a new server flag set with a health gate, a throughput gate and automatic rollback.
 
     e.g. `deploy roll host 10.1.230.174 --set num-continuous-decode-steps=8`;
@@ -132,7 +134,11 @@ def roll(app: AppContext, target: tuple[str, ...], sets: tuple[str, ...], unsets
         return fleet_roll(app, targets, None, tofu=tofu, resume=True, drain_timeout_s=drain_timeout)
     request = _request(app, sets, unsets, flags_file, profile_name, accept_regression, threshold, gate_metrics)
     if not targets.fleet:
-        return roll_one(app, target, request, preset=preset, skip_bench=skip_bench, dry_run=dry_run, tofu=tofu)
+        return roll_one(app, target, request, preset=preset, skip_bench=skip_bench, dry_run=dry_run, tofu=tofu,
+                        drain_timeout_s=None if no_drain else drain_timeout)
+    if no_drain:
+        raise ConfigError("--no-drain is for one host (`roll host`): a fleet roll always drains through the router",
+                          fix="drop --no-drain")
     if dry_run:
         raise ConfigError("--dry-run is for one host", fix="`deploy plan`-like check per host: deploy roll host X "
                                                            "--set K=V --dry-run")
@@ -145,8 +151,9 @@ def roll(app: AppContext, target: tuple[str, ...], sets: tuple[str, ...], unsets
 
 
 def roll_one(app: AppContext, target: tuple[str, ...], request: RollRequest, *, preset: str | None,
-             skip_bench: bool, dry_run: bool, tofu: bool) -> int:
-    """One host's roll (`deploy roll host X`): run it with the step printer, then print its outcome."""
+             skip_bench: bool, dry_run: bool, tofu: bool, drain_timeout_s: float | None = None) -> int:
+    """One host's roll (`deploy roll host X`): run it with the step printer, then print its outcome. A router
+    worker is drained for it (fleet/rotation.py) unless `drain_timeout_s` is None (--no-drain) or a dry run."""
     options = RunOptions(dry_run=dry_run, skip_bench=skip_bench, preset=preset, tofu=tofu, command=command_line())
     try:
         host = resolve_host(app, target)
@@ -154,10 +161,27 @@ def roll_one(app: AppContext, target: tuple[str, ...], request: RollRequest, *, 
         return print_roll(app, refused("", err), dry_run=dry_run)
     printer = app.step_printer()
     try:
-        outcome = roll_host(host, app.inventory, request, options, progress=printer, say=printer.say)
+        if drain_timeout_s is not None and not dry_run and _routes_to(app.inventory, host.name):
+            from orchestrator.fleet.rotation import roll_out_of_rotation
+
+            printer.say(f"{host.name} is a router worker: the roll is checked first, then {host.name} is drained "
+                        "from the router, rolled and added back (--no-drain: in place)")
+            outcome = roll_out_of_rotation(host, app.inventory, request, options, drain_timeout_s=drain_timeout_s,
+                                           progress=printer, say=printer.say)
+        else:
+            outcome = roll_host(host, app.inventory, request, options, progress=printer, say=printer.say)
     finally:
         printer.close()
     return print_roll(app, outcome, dry_run=dry_run)
+
+
+def _routes_to(inventory: Inventory, host: str) -> bool:
+    """Whether the inventory's router has `host` among its workers (the router's modules load only then)."""
+    if inventory.router is None:
+        return False
+    from orchestrator.fleet.rotation import routes_to
+
+    return routes_to(inventory, host)
 
 
 def print_roll(app: AppContext, outcome: RollOutcome, *, dry_run: bool) -> int:
@@ -192,14 +216,17 @@ def print_roll(app: AppContext, outcome: RollOutcome, *, dry_run: bool) -> int:
               help="Fleets behind a router: seconds to wait for a drained host's requests to finish.")
 @click.option("--force", is_flag=True,
               help="Fleets: revert a host even when releases were installed on it after the fleet roll.")
+@click.option("--no-drain", is_flag=True,
+              help="`rollback host` of a router worker: restart it in place, in the router.")
 @tofu_option
 @common_options
 def rollback(app: AppContext, target: tuple[str, ...], to_release: str | None, all_hosts: bool,
-             drain_timeout: float, force: bool, tofu: bool) -> int:
+             drain_timeout: float, force: bool, no_drain: bool, tofu: bool) -> int:
     """Re-install a previous release and wait until it is healthy.
 
     On a fleet (`deploy rollback group prod`): every host the last fleet roll of those hosts changed goes back
-    to the release it had before that roll, drained through the router like a roll.
+    to the release it had before that roll, drained through the router like a roll. One router worker is drained
+    for its restart too (--no-drain: restarted in place).
     """
     if to_release is not None and not RELEASE_ID.match(to_release):  # `--to ''` is no "default"
         raise ConfigError(f"--to {to_release!r} is not a release id (like 20261130T020000-abababab)",
@@ -208,14 +235,23 @@ def rollback(app: AppContext, target: tuple[str, ...], to_release: str | None, a
     if targets.fleet:
         if to_release:
             raise ConfigError("--to names one host's release", fix="use it with `deploy rollback host X --to ID`")
+        if no_drain:
+            raise ConfigError("--no-drain is for one host (`rollback host`): a fleet rollback always drains",
+                              fix="drop --no-drain")
         from orchestrator.fleet.fleet_roll import fleet_rollback
 
         return fleet_rollback(app, targets, tofu=tofu, drain_timeout_s=drain_timeout, force=force)
     host = resolve_host(app, target)
     printer = app.step_printer()
+    options = RunOptions(tofu=tofu, command=command_line())
     try:
-        report = rollback_host(host, app.inventory, to_release, RunOptions(tofu=tofu, command=command_line()),
-                               progress=printer, say=printer.say)
+        if not no_drain and _routes_to(app.inventory, host.name):
+            from orchestrator.fleet.rotation import rollback_out_of_rotation
+
+            report = rollback_out_of_rotation(host, app.inventory, to_release, options, drain_timeout_s=drain_timeout,
+                                              progress=printer, say=printer.say)
+        else:
+            report = rollback_host(host, app.inventory, to_release, options, progress=printer, say=printer.say)
     finally:
         printer.close()
     app.out.emit(rollback_payload(report))  # a failed one's keeps the steps and totals it ran

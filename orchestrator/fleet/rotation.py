@@ -1,4 +1,5 @@
-"""A single-host command that restarts a router worker many times (`deploy tune`) takes it out of rotation first.
+"""A single-host command that restarts a router worker (`deploy tune`, `roll host`, `rollback host`) takes it out
+of rotation first.
 
 Why: a tune rolls a trial release per flag point and restores the original at the end, each a server restart; with
 the host still in the router, clients' requests reach a server that is stopping or starting and fail (seen in the
@@ -7,18 +8,27 @@ roll's host (router/drain.py: never the last serving worker, in-flight requests 
 host is added back with the same checks as a roll's add-back, only when it runs a release that passed them (the
 tune's end, or its restore read back). A host the router has no worker for, or an inventory without a router, runs
 as before.
+
+`roll host` and `rollback host` of a worker do the same for their one restart (issue 37's drain for a single
+host): the soaks' only failed client requests outside router and container faults came from them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
 
-from orchestrator.errors import CheckFailed, DeployError
+from orchestrator.errors import CheckFailed, ConfigError, DeployError
 from orchestrator.fleet.fleet_roll import FleetRouter
-from orchestrator.inventory.models import Inventory
+from orchestrator.inventory.models import Host, Inventory
+from orchestrator.locks.claims import claim_fleet
+from orchestrator.roll import RollOutcome, RollResult, Say, refused, roll_host, rollback_host
 from orchestrator.router.drain import Drainer
 from orchestrator.router.places import router_workers
+from orchestrator.runner import ProgressFn, RunReport
+from orchestrator.steps.base import RunOptions
+from orchestrator.steps.state import RollRequest
 
 
 def routes_to(inv: Inventory, host: str) -> bool:
@@ -26,21 +36,31 @@ def routes_to(inv: Inventory, host: str) -> bool:
     return inv.router is not None and any(h.name == host for h in router_workers(inv))
 
 
+@dataclass
+class Rotation:
+    """What the block tells the add-back: `serving` set by a block that ended without raising but knows whether
+    the host runs a release that may serve (a roll's outcome); None leaves the decision to the block's end."""
+
+    serving: bool | None = None
+
+
 @contextmanager
 def out_of_rotation(inv: Inventory, host: str, *, say: Callable[[str], None], drain_timeout_s: float,
-                    back_ok: Callable[[], bool]) -> Iterator[None]:
-    """Drain `host` from the router for the block, then add it back when the block ended well or `back_ok()` says
-    it runs a release that may serve (an interrupted tune whose restore was read back). A drain the router's
-    safety refuses (the last serving worker) raises before the block runs: nothing changed."""
+                    back_ok: Callable[[], bool]) -> Iterator[Rotation]:
+    """Drain `host` from the router for the block, then add it back when the block ended well (or set
+    `Rotation.serving`) or `back_ok()` says it runs a release that may serve (an interrupted tune whose restore
+    was read back). A drain the router's safety refuses (the last serving worker) raises before the block runs:
+    nothing changed."""
+    rotation = Rotation()
     if not routes_to(inv, host):
-        yield
+        yield rotation
         return
     side = FleetRouter(inv, drain_timeout_s)
     url = side.urls.get(host)
     if host in side.unknown:
         raise side.unknown[host].at(host=host, step="drain")
     if url is None:  # pragma: no cover - routes_to() said it is a worker, and its address was learnt
-        yield
+        yield rotation
         return
     side.check()
     drainer = Drainer(side.client(), drain_timeout_s=drain_timeout_s, say=say,
@@ -51,11 +71,12 @@ def out_of_rotation(inv: Inventory, host: str, *, say: Callable[[str], None], dr
         say(f"{host} ({url}) is out of the router while it restarts: {drained.note}")
         ended_well = False
         try:
-            yield
+            yield rotation
             ended_well = True
         finally:
+            may_serve = rotation.serving if ended_well and rotation.serving is not None else ended_well or back_ok()
             _add_back(drainer, host, url, side.worker_keys.get(host), say,
-                      may_serve=ended_well or back_ok(), raise_errors=ended_well)
+                      may_serve=may_serve, raise_errors=ended_well)
     finally:
         drainer.client.close()
 
@@ -77,3 +98,43 @@ def _add_back(drainer: Drainer, host: str, url: str, key: str | None, say: Calla
         return
     reach = f"; {drainer.last_reach.note}" if drainer.last_reach is not None else ""
     say(f"{host} is back in the router, healthy after {took:.1f} s{reach}")
+
+
+
+#: A roll that ended so: the host runs a release that passed its checks, or the one it ran before (nothing installed).
+_SERVING = (RollResult.KEPT, RollResult.ROLLED_BACK, RollResult.UNCHANGED, RollResult.REFUSED)
+
+
+def roll_out_of_rotation(host: Host, inv: Inventory, request: RollRequest, options: RunOptions, *,
+                         drain_timeout_s: float, progress: ProgressFn | None, say: Say) -> RollOutcome:
+    """`roll host H` of a router worker: under the host's and the router's claim, the roll is first checked as a
+    dry run (bad flags and a roll to the flags it already runs are refused with the router untouched), then H is
+    drained, rolled (every gate, rollback on failure) and added back when it serves a release that passed them."""
+    outcome: RollOutcome | None = None
+    try:
+        with claim_fleet([host.name], options.command, router=True):
+            checked = roll_host(host, inv, request, replace(options, dry_run=True))
+            if checked.error is not None:
+                return checked
+            with out_of_rotation(inv, host.name, say=say, drain_timeout_s=drain_timeout_s,
+                                 back_ok=lambda: False) as rotation:
+                outcome = roll_host(host, inv, request, options, progress=progress, say=say)
+                rotation.serving = outcome.result in _SERVING
+    except DeployError as err:  # a claim held, a drain refused (the last serving worker), an add-back that failed
+        if outcome is None:
+            return refused(host.name, err)
+        return outcome if outcome.error is not None else replace(outcome, error=err)
+    return outcome
+
+
+def rollback_out_of_rotation(host: Host, inv: Inventory, to_release: str | None, options: RunOptions, *,
+                             drain_timeout_s: float, progress: ProgressFn | None, say: Say) -> RunReport:
+    """`rollback host H` of a router worker: drained, rolled back, added back when the rollback ended well or was
+    refused before any change (an unknown release id: H still runs what it ran). Raises what the claim or the
+    drain raised (nothing changed then) and an add-back that failed after a good rollback."""
+    with claim_fleet([host.name], options.command, router=True), \
+            out_of_rotation(inv, host.name, say=say, drain_timeout_s=drain_timeout_s,
+                            back_ok=lambda: False) as rotation:
+        report = rollback_host(host, inv, to_release, options, progress=progress, say=say)
+        rotation.serving = report.failure is None or isinstance(report.failure, ConfigError)
+    return report

@@ -152,6 +152,34 @@ def test_canary_roll_behind_smg_drains_each_host_and_loses_no_request(smg_fleet:
     assert text.count("router: healthy") == 3, text
 
 
+def test_a_single_host_roll_and_rollback_of_a_worker_drain_it_first_and_lose_no_request(
+        smg_fleet: RoutedFleet) -> None:
+    """`roll host` and `rollback host` of one worker behind smg: a bad flag is refused with smg untouched; the
+    roll and the rollback each take the host out of selection, wait for its requests, restart it and add it back;
+    streaming and non-streaming clients through smg see no failure and no cut stream (before, the host restarted
+    in place and smg sent requests to a server that was stopping)."""
+    fleet = smg_fleet
+    host = fleet.names[1]
+    bad = fleet.env.run("roll", "host", host, "--set", "no-such-server-flag=1", "--skip-bench", timeout=300)
+    assert bad.rc == 2 and "out of the router" not in bad.text, bad.text
+    assert all(fleet.listed().values())
+    with ReadyWatch(fleet.router) as ready, Client(fleet.router) as client, Streams(fleet.router) as streams:
+        assert until(lambda: client.ok >= 2 and streams.ok >= 1, 60), (client.failed[:5], streams.failed[:5])
+        roll = fleet.env.run("roll", "host", host, "--set", f"{FLAG}=7", "--skip-bench", timeout=600)
+        back = fleet.env.run("rollback", "host", host, timeout=600)
+        after = client.ok
+        assert until(lambda: client.ok >= after + 2, 60)
+    print(roll.stdout, back.stdout)  # docs/roll.md's example run (pytest -s)
+    for res in (roll, back):
+        assert res.rc == 0, res.text
+        assert f"{host} ({fleet.urls[host]}) is out of the router while it restarts" in res.stdout, res.stdout
+        assert f"{host} is back in the router, healthy" in res.stdout, res.stdout
+    assert client.failed == [] and streams.failed == [] and streams.truncated == 0, (
+        client.failed[:5], streams.failed[:5], streams.truncated)
+    assert ready.lowest >= 1, ready.lowest
+    assert until(lambda: all(fleet.listed().values()), 60), fleet.listed()
+
+
 def test_router_remove_waits_for_a_long_stream_smg_still_counts(smg_fleet: RoutedFleet) -> None:
     """`deploy router remove` of a host with a long stream in flight: smg keeps it `draining`, the command waits
     until smg counts 0 active on it, and the stream ends whole."""
