@@ -407,8 +407,8 @@ def _one_point(client: BenchClient, client_host: _Host, others: list[_Host], aim
             point.router_note = f"smg's metrics ({smg.client.metrics_url}) did not answer: no per-worker split"
         else:
             attribute(point, window(router_before, router_after), smg.url_of)
-    if run.result.failed:
-        raise CheckFailed(f"{run.result.failed} of {run.result.num_prompts} requests through the router failed",
+    if run.failure:  # bench/failures.py: the preset's rule, as for `deploy bench` and the router's errors below
+        raise CheckFailed(f"through the router: {run.failure}",
                           fix="see `deploy status group` for the router's view of each worker",
                           host=client.host.name, step="fleet bench", details=point.to_dict())
     if point.router_window is not None:
