@@ -134,3 +134,19 @@ def test_refused_publishes_say_why_and_how(name: str, version: str, regression: 
     with pytest.raises(PublishRefused, match=what) as exc:
         check_publish(name, version, regression)
     assert exc.value.fix
+
+
+def test_the_cli_publishes_with_the_knob_and_refuses_with_a_fix_line(tmp_path: Path) -> None:
+    def deploy(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "orchestrator", *args, "--root", str(tmp_path)],
+                              capture_output=True, text=True, timeout=120)
+
+    ok = deploy("sim", "index", "publish", "sgl-kernel", "0.4.4+cu130", "--regression", "unsupported-arch")
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.startswith("published sgl_kernel-0.4.4+cu130-py3-none-any.whl (regression: unsupported-arch) "
+                                "to every host's index of "), ok.stdout
+    assert "  regression: unsupported-arch" in ok.stdout
+    bad = deploy("sim", "index", "publish", "flashinfer-python", "0.6.16", "--regression", "fast")
+    assert bad.returncode == 2, bad.stdout + bad.stderr
+    assert "cannot publish flashinfer-python 0.6.16: no regression 'fast'" in bad.stderr
+    assert "fix: --regression takes nan, slow, unsupported-arch" in bad.stderr
