@@ -53,3 +53,22 @@ def test_a_regressed_flashinfer_fails_the_unlocked_roll_and_a_lock_keeps_the_goo
     finally:
         for wheel in (env.root / PUBLISHED_DIR).glob("*.whl"):
             wheel.unlink()  # the session's index serves the wheelhouse alone again
+
+
+def test_an_unsupported_arch_kernel_build_dies_at_start_and_the_previous_release_serves(converged: DeployEnv) -> None:
+    """The knob on another package: a sgl-kernel build whose server dies with the real line; no container fault."""
+    env = converged
+    old = current(env)
+    env.set_profile(sglang_version="0.5.23", flags=RENAMED)
+    pub = env.run("sim", "index", "publish", "sgl-kernel", "0.4.4+cu130", "--regression", "unsupported-arch",
+                  "--root", str(env.root))
+    assert pub.rc == 0, pub.text
+    try:
+        res = env.run("--json", "roll", "host", env.host, "--profile", PROFILE, "--skip-bench", timeout=600)
+        assert res.rc != 0, res.text[-3000:]
+        assert "Unsupported architecture" in res.text and f"rolled back to {old}" in res.json["what"], res.json
+        assert "sgl-kernel==0.4.4+cu130" in stack_freeze(env, res.json)
+        assert current(env) == old and server_python(env) == f"{OLD_VENV}/bin/python" and health(env) == "200"
+    finally:
+        for wheel in (env.root / PUBLISHED_DIR).glob("*.whl"):
+            wheel.unlink()
