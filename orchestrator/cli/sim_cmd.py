@@ -256,22 +256,30 @@ def index() -> None:
 @index.command("publish")
 @click.argument("name")
 @click.argument("version")
+@click.option("--regression", default=None, metavar="KIND",
+              help="The build is bad in the way real ones were: nan (its generations are NaN: the correctness gate "
+                   "fails), slow (decode about 30 % slower: the throughput gate fails), unsupported-arch (the server "
+                   "dies with the real 'Unsupported architecture' line). The knob is inside the wheel: only a venv "
+                   "that installed this build misbehaves.")
 @click.option("--root", default=None, help=ROOT_HELP)
 @common_options
-def index_publish(app: AppContext, name: str, version: str, root: str | None) -> int:
-    """Publish a new build of a stand-in package while the hosts run, e.g. `deploy sim index publish torch
-    2.9.2+deploysim`: every host's index of the root serves it at once, so an unlocked `pip install sglang` picks
-    it from then on and a lock keeps the files it names."""
-    from simulator.software.index import publish, published
+def index_publish(app: AppContext, name: str, version: str, regression: str | None, root: str | None) -> int:
+    """Publish a new build of a stand-in package (sglang, flashinfer-python, sgl-kernel, torch) while the hosts run,
+    e.g. `deploy sim index publish flashinfer-python 0.6.15+cu130 --regression nan`: every host's index of the root
+    serves it at once, so an unlocked `pip install sglang` picks it from then on (a local build `X+label` satisfies
+    sglang's exact pin `==X` and sorts above X) and a lock keeps the files it names."""
+    from simulator.software.index import PublishRefused, publish, published
 
     try:
-        path = publish(_root(root), name, version)
-    except ValueError as exc:
-        raise ConfigError(f"cannot publish {name} {version}: {exc}", fix="publish torch (any version) or sglang "
-                          "at a version the simulator has a flag schema for (0.5.12.post1, 0.5.23)") from exc
+        path = publish(_root(root), name, version, regression)
+    except PublishRefused as exc:
+        raise ConfigError(f"cannot publish {name} {version}: {exc.what}", fix=exc.fix,
+                          step="sim index publish") from exc
     files = published(_root(root))
-    app.out.emit({"ok": True, "published": path.name, "files": [{"file": f, "sha256": h} for f, h in files]})
-    app.out.line(f"published {path.name} to every host's index of {_root(root)}")
-    for f, h in files:
-        app.out.line(f"  {f}  sha256:{h}")
+    app.out.emit({"ok": True, "published": path.name, "regression": regression,
+                  "files": [{"file": f, "sha256": h, "regression": r} for f, h, r in files]})
+    bad = f" (regression: {regression})" if regression else ""
+    app.out.line(f"published {path.name}{bad} to every host's index of {_root(root)}")
+    for f, h, r in files:
+        app.out.line(f"  {f}  sha256:{h}" + (f"  regression: {r}" if r else ""))
     return 0

@@ -11,6 +11,7 @@ import hashlib
 import html
 import json
 import re
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from functools import cache
@@ -151,19 +152,74 @@ def start_index(host_dir: Path, address: str, port: int, wheelhouse: Path | None
     return idx
 
 
-def publish(root: Path, name: str, version: str) -> Path:
-    """A new build of a stand-in package in the root's published wheels, served at once by every host's index
-    of that root: `torch` at any version (e.g. 2.9.2+deploysim), `sglang` at a version with a flag schema."""
-    from .wheels import build_wheel, sglang_spec, torch_spec
+class PublishRefused(ValueError):
+    """A publish the index would not take: what was wrong, and the line that fixes it (the CLI's ConfigError)."""
 
-    specs = {"torch": torch_spec, "sglang": sglang_spec}
-    if normalize(name) not in specs:
-        raise ValueError(f"no stand-in package {name!r} to publish (stand-ins: {', '.join(specs)})")
+    def __init__(self, what: str, fix: str) -> None:
+        super().__init__(what)
+        self.what, self.fix = what, fix
+
+
+def check_publish(name: str, version: str, regression: str | None = None) -> str:
+    """Pure: the normalised stand-in name of a publish, or PublishRefused. The version must be a PEP 440 one that is
+    not the wheelhouse's own build (an index takes a file name once); sglang needs a flag schema for its release."""
+    from .wheels import REGRESSIONS, SGLANG_PINS, SPECS, WHEELHOUSE_VERSIONS, public_version
+
+    project = normalize(name)
+    if project not in SPECS:
+        raise PublishRefused(f"no stand-in package {name!r} to publish",
+                             f"publish one of {', '.join(SPECS)} (e.g. deploy sim index publish flashinfer-python "
+                             "0.6.15+cu130)")
+    if not re.fullmatch(r"\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?(\+[a-z0-9]+(\.[a-z0-9]+)*)?", version):
+        raise PublishRefused(f"{version!r} is not a version pip accepts (PEP 440)",
+                             "give a version such as 0.6.16 or a local build of a pinned one, 0.6.15+cu130")
+    if regression is not None and regression not in REGRESSIONS:
+        raise PublishRefused(f"no regression {regression!r}", f"--regression takes {', '.join(REGRESSIONS)}")
+    if project == "sglang" and public_version(version) not in SGLANG_PINS:
+        raise PublishRefused(f"the simulator has no flag schema for sglang {public_version(version)}",
+                             f"publish sglang at a local build of {' or '.join(SGLANG_PINS)} (e.g. 0.5.23+rebuild1)")
+    if version in WHEELHOUSE_VERSIONS[project]:
+        raise PublishRefused(f"the index already serves the wheelhouse's {project} {version}",
+                             f"publish a newer build: another version, or a local build of this one "
+                             f"({version}+rebuild1)")
+    return project
+
+
+def publish(root: Path, name: str, version: str, regression: str | None = None) -> Path:
+    """A new build of a stand-in package in the root's published wheels, served at once by every host's index of
+    that root (check_publish says which). `regression` (nan, slow, unsupported-arch) goes inside the wheel: a venv
+    that resolves this build misbehaves at start. Publishing the same file again is a no-op; another build under
+    the same file name is refused, as a real index refuses a re-upload."""
+    from .wheels import SPECS, build_wheel
+
+    spec = SPECS[check_publish(name, version, regression)](version, regression)
     out = root / PUBLISHED_DIR
+    existing = out / spec.filename
+    if existing.is_file():
+        with tempfile.TemporaryDirectory(dir=root) as tmp:
+            same = build_wheel(spec, Path(tmp)).read_bytes() == existing.read_bytes()
+        if not same:
+            raise PublishRefused(f"{spec.filename} is already published as another build",
+                                 "publish under another version (an index takes a file name once)")
+        return existing
     out.mkdir(parents=True, exist_ok=True)
-    return build_wheel(specs[normalize(name)](version), out)
+    return build_wheel(spec, out)
 
 
-def published(root: Path) -> list[tuple[str, str]]:
-    """The root's published wheels: (file name, sha256)."""
-    return [(w.name, sha256_of(w)) for w in sorted((root / PUBLISHED_DIR).glob("*.whl"))]
+def regression_of(wheel: Path) -> str | None:
+    """The regression a published wheel carries (None: a good build), read from the file itself."""
+    import zipfile
+
+    from .wheels import REGRESSION_MODULE
+
+    with zipfile.ZipFile(wheel) as zf:
+        name = next((n for n in zf.namelist() if n.count("/") == 1 and n.endswith("/" + REGRESSION_MODULE)), None)
+        if name is None:
+            return None
+        m = re.search(r"^REGRESSION = '([^']+)'$", zf.read(name).decode(), re.M)
+    return m.group(1) if m else None
+
+
+def published(root: Path) -> list[tuple[str, str, str | None]]:
+    """The root's published wheels: (file name, sha256, regression or None)."""
+    return [(w.name, sha256_of(w), regression_of(w)) for w in sorted((root / PUBLISHED_DIR).glob("*.whl"))]

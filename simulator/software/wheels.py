@@ -1,4 +1,5 @@
-"""Real `.whl` files of the stand-ins (sglang at each simulated release, torch), built with stdlib zipfile.
+"""Real `.whl` files of the stand-ins (sglang at each simulated release, flashinfer-python, sgl-kernel, torch), built
+with stdlib zipfile.
 
 Why real wheels: a real container's pip installs them into a real venv, so `pip show`, `pip install
 sglang[srt]==X`, console scripts and `python -m sglang.launch_server` behave as they do for the real package.
@@ -6,6 +7,10 @@ Each sglang wheel carries only its own release's flag schema; its version is in 
 `import sglang` needs no importlib.metadata, in a module the build writes (sglang/_sim/wheel_version.py). Builds
 are deterministic (fixed timestamps), so a rebuild of the same tree gives byte-identical wheels and pip's cache
 stays valid.
+
+A build `deploy sim index publish … --regression KIND` makes carries its knob inside the wheel
+(`<package>/_sim_regression.py`, REGRESSION_MODULE): the stand-in server reads it from its own venv at start
+(sglang/_sim/regression.py), so only a venv that resolved the bad build misbehaves.
 """
 
 from __future__ import annotations
@@ -22,6 +27,23 @@ STANDIN = REPO / "simulator" / "sglang_standin"
 SCHEMAS = REPO / "orchestrator" / "flags" / "schemas"
 SGLANG_VERSIONS = ("0.5.12.post1", "0.5.23")
 TORCH_VERSION = "2.9.1+deploysim"
+#: Every torch build the wheelhouse serves; pip picks the newest (sglang's stand-in does not pin torch).
+TORCH_VERSIONS = ("2.9.0+deploysim", TORCH_VERSION)
+#: The builds of flashinfer-python (import name `flashinfer`) and sgl-kernel (`sgl_kernel`) the wheelhouse serves.
+FLASHINFER_VERSIONS = ("0.6.8.post1", "0.6.11.post1", "0.6.15")
+SGL_KERNEL_VERSIONS = ("0.4.1.post1", "0.4.2.post2", "0.4.4")
+#: The exact pins of each sglang release (Requires-Dist, as real sglang 0.5.x pins them in its dependencies).
+#: 0.5.12.post1: flashinfer_python==0.6.11.post1 and the kernel ==0.4.2.post2, as installs of the real release
+#: record them (public install scripts and a CI bisection of that period; upstream now publishes the kernel as
+#: `sglang-kernel`, the stand-in keeps the `sgl-kernel` name). 0.5.23: no real pin was found; 0.6.15 and 0.4.4
+#: are plausible successors (a flashinfer 0.6.15 dev build was pinned by forks in mid 2026). 0.6.8.post1 and
+#: 0.4.1.post1 are the builds before (sglang of April 2026), so the index serves older files as a mirror does.
+SGLANG_PINS = {"0.5.12.post1": ("flashinfer_python==0.6.11.post1", "sgl-kernel==0.4.2.post2"),
+               "0.5.23": ("flashinfer_python==0.6.15", "sgl-kernel==0.4.4")}
+#: The regression knobs a published build can carry (`--regression`), read by the stand-in server at start.
+REGRESSIONS = ("nan", "slow", "unsupported-arch")
+#: Where a regressed build keeps its knob, inside its own top-level package.
+REGRESSION_MODULE = "_sim_regression.py"
 #: What the stand-in really imports, plus huggingface_hub (real sglang depends on it, so `hf` comes with it).
 SGLANG_REQUIRES = ("aiohttp", "pyyaml", "huggingface_hub", "requests", "tqdm", "torch")
 #: The huggingface_hub range each real release's transformers pin implies, read from the real wheels' METADATA:
@@ -113,26 +135,82 @@ def version_module(version: str) -> bytes:
             f"VERSION = {version!r}\n").encode()
 
 
-def sglang_spec(version: str) -> WheelSpec:
-    """The sglang stand-in at `version`, with that release's flag schema baked into sglang/_sim/schemas/."""
-    schema = SCHEMAS / f"sglang-{version}.json"
-    if not schema.exists():
-        raise ValueError(f"no flag schema for sglang {version} at {schema}")
+def public_version(version: str) -> str:
+    """`0.5.23+rebuild1` → `0.5.23`: an exact pin (==0.5.23) admits any local build of it (PEP 440)."""
+    return version.split("+", 1)[0]
+
+
+def regression_module(kind: str) -> bytes:
+    """<package>/_sim_regression.py of a regressed build: the knob as a constant the server reads at start."""
+    if kind not in REGRESSIONS:
+        raise ValueError(f"unknown regression {kind!r} (known: {', '.join(REGRESSIONS)})")
+    return (f'"""This build\'s regression, written by `deploy sim index publish --regression` (simulator/software/'
+            f'wheels.py) and read by the stand-in server at start (sglang/_sim/regression.py)."""\n\n'
+            f"REGRESSION = {kind!r}\n").encode()
+
+
+def _with_regression(files: dict[str, bytes], package: str, regression: str | None) -> dict[str, bytes]:
+    return files if regression is None else {**files, f"{package}/{REGRESSION_MODULE}": regression_module(regression)}
+
+
+def sglang_spec(version: str, regression: str | None = None) -> WheelSpec:
+    """The sglang stand-in at `version` (a local build `X+label` of a release too), with that release's flag schema
+    baked into sglang/_sim/schemas/ and its exact flashinfer/sgl-kernel pins."""
+    release = public_version(version)
+    schema = SCHEMAS / f"sglang-{release}.json"
+    if not schema.exists() or release not in SGLANG_PINS:
+        raise ValueError(f"no flag schema for sglang {release} at {schema}")
     files = dict(_tree("sglang"))
-    files[f"sglang/_sim/schemas/sglang-{version}.json"] = schema.read_bytes()
+    files[f"sglang/_sim/schemas/sglang-{release}.json"] = schema.read_bytes()
     files["sglang/_sim/ctside.py"] = (REPO / "simulator" / "ctside.py").read_bytes()
-    files[VERSION_MODULE] = version_module(version)
-    requires = tuple(HUB_RANGES[version] if r == "huggingface_hub" else r for r in SGLANG_REQUIRES)
-    return WheelSpec("sglang", version, files, "SGLang stand-in of the deploy simulator (no GPU code)",
-                     requires, SGLANG_EXTRAS, {"sglang": "sglang.cli:main"})
+    files[VERSION_MODULE] = version_module(release)
+    requires = tuple(HUB_RANGES[release] if r == "huggingface_hub" else r for r in SGLANG_REQUIRES)
+    return WheelSpec("sglang", version, _with_regression(files, "sglang", regression),
+                     "SGLang stand-in of the deploy simulator (no GPU code)", requires + SGLANG_PINS[release],
+                     SGLANG_EXTRAS, {"sglang": "sglang.cli:main"})
 
 
-def torch_spec(version: str = TORCH_VERSION) -> WheelSpec:
+def torch_spec(version: str = TORCH_VERSION, regression: str | None = None) -> WheelSpec:
     """The torch stand-in (the CUDA API slice the P2P probe uses), so `pip install sglang` resolves offline; another
     `version` is a newer build `deploy sim index publish` puts on the index while hosts run."""
-    return WheelSpec("torch", version, dict(_tree("torch")), "torch stand-in of the deploy simulator")
+    return WheelSpec("torch", version, _with_regression(dict(_tree("torch")), "torch", regression),
+                     "torch stand-in of the deploy simulator")
+
+
+def _kernel_package(package: str, version: str, what: str) -> dict[str, bytes]:
+    """A kernel library's stand-in: its package with `__version__` (which sglang and its autotune cache key read)."""
+    return {f"{package}/__init__.py": (f'"""{what} stand-in of the deploy simulator: its version only (no GPU code; '
+                                       f'the stand-in server models the kernels)."""\n\n'
+                                       f"__version__ = {version!r}\n").encode()}
+
+
+def flashinfer_spec(version: str, regression: str | None = None) -> WheelSpec:
+    """flashinfer-python at `version` (import name `flashinfer`): the autotune cache path keys on its version."""
+    files = _kernel_package("flashinfer", version, "FlashInfer")
+    return WheelSpec("flashinfer-python", version, _with_regression(files, "flashinfer", regression),
+                     "FlashInfer stand-in of the deploy simulator")
+
+
+def sgl_kernel_spec(version: str, regression: str | None = None) -> WheelSpec:
+    """sgl-kernel at `version` (import name `sgl_kernel`)."""
+    files = _kernel_package("sgl_kernel", version, "sgl-kernel")
+    return WheelSpec("sgl-kernel", version, _with_regression(files, "sgl_kernel", regression),
+                     "sgl-kernel stand-in of the deploy simulator")
+
+
+#: The stand-in packages by their normalised name (PEP 503), each its spec builder.
+SPECS = {"sglang": sglang_spec, "torch": torch_spec, "flashinfer-python": flashinfer_spec,
+         "sgl-kernel": sgl_kernel_spec}
+#: The versions of each the wheelhouse serves (its own builds, never a regressed one).
+WHEELHOUSE_VERSIONS = {"sglang": SGLANG_VERSIONS, "torch": TORCH_VERSIONS, "flashinfer-python": FLASHINFER_VERSIONS,
+                       "sgl-kernel": SGL_KERNEL_VERSIONS}
+
+
+def standin_specs() -> list[WheelSpec]:
+    """Every stand-in wheel of the wheelhouse: each package at each of its versions."""
+    return [SPECS[name](v) for name, versions in WHEELHOUSE_VERSIONS.items() for v in versions]
 
 
 def build_standin_wheels(out_dir: Path) -> list[Path]:
-    """Every stand-in wheel: sglang at each simulated release, and torch."""
-    return [build_wheel(s, out_dir) for s in (*map(sglang_spec, SGLANG_VERSIONS), torch_spec())]
+    """Every stand-in wheel: sglang at each simulated release, flashinfer-python, sgl-kernel and torch at several."""
+    return [build_wheel(s, out_dir) for s in standin_specs()]

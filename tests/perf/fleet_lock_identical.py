@@ -7,9 +7,13 @@ installed file's hash are identical on all three.
 Starts three simulated hosts (sim-N.., N from DEPLOY_SIM_FIRST, default 40) on their own root, converged from the
 site template (their first stack adopted). Then:
   1. no lock: the profile moved to sglang 0.5.23; `up` sim-N (a new stack built by pip), then
-     `deploy sim index publish torch 2.9.2+deploysim`, then `up` on the two others: their freezes differ.
-  2. `deploy lock` (resolves today's index: torch 2.9.2); `status`/`plan` show each host's drift by name.
-  3. with the lock: `up` the first host, publish torch 2.9.3+deploysim, `up` the two others: all three identical.
+     `deploy sim index publish torch 2.9.2+deploysim` and `… flashinfer-python 0.6.15+cu130` (a local build that
+     satisfies 0.5.23's exact pin ==0.6.15 and sorts above it), then `up` on the two others: their freezes differ.
+  2. `deploy lock` (resolves today's index: torch 2.9.2, flashinfer 0.6.15+cu130); `status`/`plan` show each
+     host's drift by name.
+  3. with the lock: `up` the first host, publish torch 2.9.3+deploysim and a regressed flashinfer-python
+     0.6.15+cu131 (`--regression nan`: an unlocked host would resolve it and fail the correctness gate), `up` the
+     two others: all three identical.
 "Identical" is `pip freeze --all` of the release's stack venv plus a sha256 over every dist-info RECORD line
 (every installed file with its hash) except console scripts, whose shebang names the venv's path. Run as root.
 """
@@ -50,7 +54,8 @@ def show(title: str, hosts: list[DeployEnv]) -> bool:
     prints = {h.host: fingerprint(h) for h in hosts}
     for name, (venv, freeze, digest) in prints.items():
         torch = next((f for f in freeze if f.startswith("torch==")), "?")
-        print(f"{name}: {venv}  {len(freeze)} distributions, {torch}, RECORD sha256 {digest[:16]}")
+        fi = next((f for f in freeze if f.startswith("flashinfer-python==")), "?")
+        print(f"{name}: {venv}  {len(freeze)} distributions, {torch}, {fi}, RECORD sha256 {digest[:16]}")
     same = len({(tuple(f), d) for _, f, d in prints.values()}) == 1
     if not same:
         first = set(next(iter(prints.values()))[1])
@@ -84,6 +89,7 @@ def main() -> int:
             # 1. no lock, the index moving between the hosts
             run(env, "up", "host", a, "--skip-bench")
             run(env, "sim", "index", "publish", "torch", "2.9.2+deploysim", "--root", str(root))
+            run(env, "sim", "index", "publish", "flashinfer-python", "0.6.15+cu130", "--root", str(root))
             run(env, "up", "host", b, "--skip-bench")
             run(env, "up", "host", c, "--skip-bench")
             show("without a lock: the first host before the publish, the others after", hosts)
@@ -99,9 +105,12 @@ def main() -> int:
             # 3. with the lock: another build published between the hosts
             run(env, "up", "host", a, "--skip-bench")
             run(env, "sim", "index", "publish", "torch", "2.9.3+deploysim", "--root", str(root))
+            run(env, "sim", "index", "publish", "flashinfer-python", "0.6.15+cu131", "--regression", "nan",
+                "--root", str(root))
             run(env, "up", "host", b, "--skip-bench")
             run(env, "up", "host", c, "--skip-bench")
-            ok = show("with the lock: torch 2.9.3 published between the first host and the others", hosts)
+            ok = show("with the lock: torch 2.9.3 and a NaN flashinfer 0.6.15+cu131 published between the first "
+                      "host and the others", hosts)
             drift = [h["report"].get("stack_drift") for h in env.run("--json", "status", "group", "prod").json["hosts"]]
             print(f"stack_drift after: {drift}")
             return 0 if ok else 1

@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator.inventory.example import AUTOTUNE_PATCH
 from orchestrator.resources import example_inventory_dir
-from simulator.software.wheels import sglang_spec
+from simulator.software.wheels import SGLANG_PINS, flashinfer_spec, sglang_spec
 from tests.standin_model import perf_module
 
 from .conftest import Server, free_port
@@ -22,13 +22,16 @@ from .standins import clean_env
 
 perf = perf_module()
 TARGET = "sglang/srt/model_executor/kernel_warmup.py"
+#: The flashinfer build 0.5.23 pins: the autotune cache path keys on its `flashinfer.__version__`.
+FLASHINFER = SGLANG_PINS["0.5.23"][0].split("==")[1]
 
 
 def standin_tree(tmp_path: Path, *, patched: bool) -> Path:
-    """The files of the stand-in's 0.5.23 wheel (simulator/software/wheels.py) as pip lays them out in
-    site-packages, patched or not."""
+    """The files of the stand-in's 0.5.23 wheel and of the flashinfer it pins (simulator/software/wheels.py) as pip
+    lays them out in site-packages, patched or not."""
     tree = tmp_path / ("patched" if patched else "plain")
-    for name, data in sglang_spec("0.5.23").files.items():
+    files = {**sglang_spec("0.5.23").files, **flashinfer_spec(FLASHINFER).files}
+    for name, data in files.items():
         (tree / name).parent.mkdir(parents=True, exist_ok=True)
         (tree / name).write_bytes(data)
     if patched:
@@ -65,7 +68,7 @@ def expected_cache(tmp_path: Path, model: Path, rank: int) -> Path:
     key = "|".join([str(model), "torch.bfloat16", "modelopt_fp4", "flashinfer_cutlass", "8", "1", "1", "1",
                     "GlmMoeDsaConfig"])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    return tmp_path / "sglang-cache" / "flashinfer" / "autotune" / "unknown" / "sm120" / digest / \
+    return tmp_path / "sglang-cache" / "flashinfer" / "autotune" / FLASHINFER / "sm120" / digest / \
         f"rank_tp{rank}_pp0_dp0.json"
 
 

@@ -77,7 +77,9 @@ def test_pip_switches_releases_and_installs_hf_and_router(tmp_path: Path) -> Non
     out = venv.run(venv.bin("python"), "-m", "sglang.launch_server", "--help")
     assert out.returncode == 0 and "--cuda-graph-max-bs-decode" not in out.stdout and "--model-path" in out.stdout
     up = venv.run(venv.bin("pip"), "install", "--no-cache-dir", "--index-url", session_index().url, "sglang==0.5.23")
-    assert up.returncode == 0 and "Successfully installed sglang-0.5.23" in up.stdout, up.stderr
+    # the release's exact kernel pins move with it (simulator/software/wheels.py SGLANG_PINS)
+    assert up.returncode == 0 and "Successfully installed flashinfer_python-0.6.15 sgl-kernel-0.4.4 sglang-0.5.23" \
+        in up.stdout, up.stderr
     ver = venv.run(venv.bin("python"), "-c", "import sglang; print(sglang.__version__)")
     assert ver.stdout.strip() == "0.5.23"
     missing = venv.run(venv.bin("pip"), "install", "--no-cache-dir", "--index-url", session_index().url,

@@ -30,9 +30,14 @@ def test_a_published_build_is_served_by_every_host_index_of_the_root(tmp_path: P
             base = idx.url.removesuffix("/simple")
             status, body = get(f"{base}/files/{wheel.name}")
             assert status == 200 and body == wheel.read_bytes()
-        assert [f for f, _ in published(tmp_path)] == [wheel.name]
+        assert [(f, r) for f, _, r in published(tmp_path)] == [(wheel.name, None)]
         with pytest.raises(ValueError, match="no stand-in package 'flashinfer'"):
             publish(tmp_path, "flashinfer", "0.6.9")
+        # a kernel library's local build: served beside the wheelhouse's builds of it
+        fi = publish(tmp_path, "flashinfer-python", "0.6.15+cu130", "slow")
+        page = get(f"{a.url}/flashinfer-python/")[1].decode()
+        assert "flashinfer_python-0.6.15-py3-none-any.whl" in page and f"{fi.name}#sha256=" in page
+        assert [r for _, _, r in published(tmp_path)] == ["slow", None]
     finally:
         a.stop()
         b.stop()

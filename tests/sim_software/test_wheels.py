@@ -29,8 +29,12 @@ def _metadata(whl: Path) -> str:
 
 
 def test_record_lists_every_file_with_its_hash(wheels: dict[str, Path]) -> None:
-    assert sorted(wheels) == ["sglang-0.5.12.post1-py3-none-any.whl", "sglang-0.5.23-py3-none-any.whl",
-                              "torch-2.9.1+deploysim-py3-none-any.whl"]
+    assert sorted(wheels) == [
+        "flashinfer_python-0.6.11.post1-py3-none-any.whl", "flashinfer_python-0.6.15-py3-none-any.whl",
+        "flashinfer_python-0.6.8.post1-py3-none-any.whl", "sgl_kernel-0.4.1.post1-py3-none-any.whl",
+        "sgl_kernel-0.4.2.post2-py3-none-any.whl", "sgl_kernel-0.4.4-py3-none-any.whl",
+        "sglang-0.5.12.post1-py3-none-any.whl", "sglang-0.5.23-py3-none-any.whl",
+        "torch-2.9.0+deploysim-py3-none-any.whl", "torch-2.9.1+deploysim-py3-none-any.whl"]
     for whl in wheels.values():
         with zipfile.ZipFile(whl) as zf:
             names = zf.namelist()
@@ -62,6 +66,10 @@ def test_each_sglang_wheel_carries_its_own_schema_and_metadata(wheels: dict[str,
         hub = {"0.5.12.post1": "huggingface_hub>=1.5.0,<2.0", "0.5.23": "huggingface_hub>=1.31.0,<3.0"}[version]
         assert [line for line in meta.splitlines() if "huggingface" in line] == [f"Requires-Dist: {hub}"]
         assert "Provides-Extra: srt\n" in meta and "Provides-Extra: blackwell\n" in meta
+        # the kernel libraries pinned exactly, as the real release pins them
+        pins = {"0.5.12.post1": ("0.6.11.post1", "0.4.2.post2"), "0.5.23": ("0.6.15", "0.4.4")}[version]
+        assert f"Requires-Dist: flashinfer_python=={pins[0]}\n" in meta and f"Requires-Dist: sgl-kernel=={pins[1]}\n" \
+            in meta
         with zipfile.ZipFile(whl) as zf:
             ep = zf.read(f"sglang-{version}.dist-info/entry_points.txt").decode()
         assert "sglang = sglang.cli:main" in ep
@@ -70,6 +78,14 @@ def test_each_sglang_wheel_carries_its_own_schema_and_metadata(wheels: dict[str,
 def test_builds_are_byte_identical(wheels: dict[str, Path], tmp_path: Path) -> None:
     again = {p.name: p for p in build_standin_wheels(tmp_path)}
     assert {n: p.read_bytes() for n, p in again.items()} == {n: p.read_bytes() for n, p in wheels.items()}
+
+
+def test_kernel_libraries_carry_their_version_in_code(wheels: dict[str, Path]) -> None:
+    for name, package in (("flashinfer_python-0.6.15", "flashinfer"), ("sgl_kernel-0.4.4", "sgl_kernel")):
+        with zipfile.ZipFile(wheels[f"{name}-py3-none-any.whl"]) as zf:
+            init = zf.read(f"{package}/__init__.py").decode()
+            assert f"__version__ = '{name.split('-')[1]}'" in init
+            assert not any(n.endswith("_sim_regression.py") for n in zf.namelist())  # a good build
 
 
 def test_unknown_version_is_refused() -> None:

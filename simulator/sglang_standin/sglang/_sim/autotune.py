@@ -45,7 +45,7 @@ def flashinfer_version() -> str:
     try:
         import flashinfer  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
-        return "unknown"  # upstream's getattr default; the stand-in venv has no flashinfer
+        return "unknown"  # upstream's getattr default, for a venv without flashinfer
     return str(getattr(flashinfer, "__version__", "unknown"))
 
 

@@ -46,6 +46,7 @@ class PerfModel:
     custom_all_reduce: bool
     fp8_kv: bool
     moe_autotuned: bool = False  # sglang/_sim/autotune.py: the patched kernel_warmup tuned flashinfer_cutlass
+    step_factor: float = 1.0  # sglang/_sim/regression.py: a `slow` build in the venv makes every step longer
 
     @classmethod
     def from_args(cls, args: dict[str, Any]) -> PerfModel:
@@ -71,6 +72,7 @@ class PerfModel:
         k = K_TP8_MS * 8.0 / self.tp * (0.85 if self.fp8_kv else 1.0)
         eager = 0.5 * self.t0 if batch > self.cuda_graph_max_bs else 0.0
         step = self.t0 + eager + k * batch
+        step *= self.step_factor
         return step / AUTOTUNE_STEP_SPEEDUP if self.moe_autotuned else step
 
     @staticmethod

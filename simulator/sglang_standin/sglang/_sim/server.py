@@ -31,7 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
-from sglang._sim import autotune, env
+from sglang._sim import autotune, env, regression
 from sglang._sim.config_file import merge_config
 from sglang._sim.engine import VOCAB, Engine, Req
 from sglang._sim.flags import PROG, add_cli_args
@@ -122,12 +122,15 @@ class Sim:
         match = self.faults.get("match")
         if match and str(match) not in " ".join(sys.argv):
             self.faults = {}  # the faults belong to another flag set
+        knobs = regression.installed()  # a regressed build in this venv misbehaves whatever the flag set
+        self.faults = {**self.faults, **regression.faults(knobs)}
         self.scale = env.time_scale()
         perf = env.ct_faults()  # a noisy machine is the host's, whatever flag set `match` names
         stall = self.faults.get("stall_after")
         # The venv's (maybe patched) kernel_warmup decides whether the MoE backend is autotuned at start.
         self.autotune = autotune.plan(args, autotune.hf_config_class(model_architecture(str(args["model_path"]))))
-        perf_model = replace(PerfModel.from_args(args), moe_autotuned=self.autotune.faster)
+        perf_model = replace(PerfModel.from_args(args), moe_autotuned=self.autotune.faster,
+                             step_factor=regression.step_factor(knobs))
         self.engine = Engine(perf_model, self.scale, noise=float(perf.get("perf_noise") or 0.0),
                              seed=int(perf.get("perf_seed") or 0),
                              stall_after=None if stall is None else int(stall),
