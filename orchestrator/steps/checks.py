@@ -214,6 +214,7 @@ def record_boot(ctx: StepContext, record: StepRecord, journal: list[str]) -> Boo
     boot = parse_boot(journal, healthy=True)
     if boot is None:
         return None
+    boot = boot.with_cache(ctx.state.server.cache)
     ctx.state.server.boot = boot
     record.details["boot"] = boot.model_dump(mode="json")
     ctx.say(f"boot ledger: {boot.summary()}")
