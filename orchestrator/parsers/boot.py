@@ -65,10 +65,13 @@ class BootStart(BaseModel):
     kernel_cache: CacheCheck | None = None
 
     def with_cache(self, check: CacheCheck | None) -> BootStart:
-        """This start with its cache check: a start on a new (or set-aside) cache is cold whatever its lines say."""
+        """This start with its cache check, which then decides cold or warm: a start on a new (or set-aside) cache
+        is cold, and so is one that JIT-compiled all the same; autotune's line alone no longer counts (sglang prints
+        it when it reads a warm autotune cache too)."""
         if check is None:
             return self
-        return self.model_copy(update={"kernel_cache": check, "cold": self.cold or check.cold})
+        return self.model_copy(update={"kernel_cache": check,
+                                       "cold": check.cold or self.phase("jit") is not None})
 
     def phase(self, name: PhaseName) -> BootPhase | None:
         return next((p for p in self.phases if p.name == name), None)

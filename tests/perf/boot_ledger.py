@@ -43,7 +43,8 @@ def row(label: str, boot: dict[str, Any], scale: float) -> str:
     phases = "  ".join(f"{p} {seconds[p] * scale:4.0f}" if seconds.get(p) is not None else f"{p} {'-':>4}"
                        for p in PHASES)
     cache = (boot.get("kernel_cache") or {}).get("state", "-")
-    return f"{label:<46} total {boot['total_s'] * scale:5.0f} s   {phases}   cache {cache}"
+    kind = "cold" if boot["cold"] else "warm"
+    return f"{label:<46} {kind} {boot['total_s'] * scale:5.0f} s   {phases}   cache {cache}"
 
 
 def must(env: DeployEnv, *args: str) -> None:

@@ -22,7 +22,7 @@ from orchestrator.caches import (
     parse_check,
 )
 from orchestrator.inventory.models import ContainerSpec
-from orchestrator.parsers.boot import BootStart
+from orchestrator.parsers.boot import BootPhase, BootStart
 from orchestrator.releases.documents import ReleaseMeta
 
 
@@ -105,6 +105,11 @@ def test_a_start_on_a_new_cache_is_cold_in_the_ledger() -> None:
     warm = lines_warm.with_cache(CacheCheck(dir="/d", state="warm"))
     assert not warm.cold and warm.summary() == "warm start 6 s, kernel cache warm"
     assert lines_warm.with_cache(None) == lines_warm
+    # a warm autotune cache still prints autotune's line: with the check, only a JIT phase makes it cold
+    read_tuned = BootStart(complete=True, cold=True, total_s=5.0, phases=[BootPhase(name="autotune", seconds=0.0)])
+    assert not read_tuned.with_cache(CacheCheck(dir="/d", state="warm")).cold
+    compiled = BootStart(complete=True, cold=True, total_s=9.0, phases=[BootPhase(name="jit", seconds=8.0)])
+    assert compiled.with_cache(CacheCheck(dir="/d", state="warm")).cold
 
 
 def _spec(**extra: object) -> dict[str, object]:
