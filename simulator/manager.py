@@ -700,7 +700,7 @@ def reset_host(root: Path, host: str) -> None:
     """Back to a fresh host for the next test: faults cleared, uvm present, all containers destroyed, no deploy
     lock lease left by an earlier (killed) run, and the stock template back in `local:vztmpl` (a test may delete
     it from the storage, as an operator does; the next test must not depend on which test ran before it); the
-    kernel log holds no Xid line of an earlier test."""
+    kernel log holds no Xid line of an earlier test, and no kernel cache of an earlier test's container is left."""
     hp = SimPaths(Path(root).resolve()).host(host)
     lxc_template.install_into(lxc_template.ensure().path, hp.template_cache)  # a hard link; nothing when present
     set_faults(root, host, **{f.name: f.default for f in fields(HostFaults)})
@@ -708,6 +708,8 @@ def reset_host(root: Path, host: str) -> None:
     _stop_containers(hp)
     for name in ("deploy.lease", "deploy.lease.tmp"):
         (hp.fs / "var/lib/deploy" / name).unlink(missing_ok=True)
+    # the kernel caches deploy keeps for its containers (a rebuilt CT would start warm on an earlier test's)
+    shutil.rmtree(hp.fs / "var/lib/deploy" / "kernel-cache", ignore_errors=True)
     for conf in hp.lxc_conf_dir.glob("*.conf"):
         conf.unlink()
     for cfg_file in ("user.cfg", "priv/token.cfg"):  # tokens and ACLs a test made (simulator.pve.acl)

@@ -302,6 +302,8 @@ def status(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
             app.out.line(f"stack: {stack_cell({'stack': info.stack})} in {info.stack.get('venv')}")
         if info.last_boot is not None:
             app.out.line(boot_line(info.last_boot, len(info.boots)))
+        if info.kernel_cache is not None:
+            app.out.line(info.kernel_cache.line())
         if info.stack_drift:
             app.out.line(f"stack drift against the lock: {', '.join(info.stack_drift)}")
         for line in info.patch_drift:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.caches import check_shell, parse_check
 from orchestrator.facts.base import CtFact, of_stdout, q, read_with, text
 from orchestrator.facts.host import p2p_matrix
 from orchestrator.inventory.models import ServerProfile
@@ -172,6 +173,10 @@ class CT:
     #: The current release's boot ledger (boot.jsonl): its starts' phases, newest last (orchestrator.parsers.boot).
     current_boot = CtFact("current_boot", lambda h, p: f"tail -n {KEEP_STARTS} {PATHS.current_link}/boot.jsonl",
                           lambda o: parse_boot_lines(o.stdout) if o.rc == 0 else [])
+    #: The current release's kernel cache, looked at (never changed): warm, absent or failing its check
+    #: (orchestrator/caches.py); None for a release without a managed cache (an earlier deploy's, or no release).
+    kernel_cache = CtFact("kernel_cache", lambda h, p: check_shell(f"{PATHS.current_link}/meta.json", look=True),
+                          lambda o: parse_check(o.stdout))
     current_flags = CtFact("current_flags", lambda h, p: f"cat {PATHS.current_link}/flags.json", release_flags)
     # The last record of every plain bench run of the current release (file name, record JSON): roll baselines.
     current_bench = CtFact("current_bench", lambda h, p: (

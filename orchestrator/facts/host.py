@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -92,6 +93,12 @@ def _smi_answer(out: CommandOutput) -> SmiAnswer:
     return SmiAnswer(out.stdout if printed else None, out.stderr)
 
 
+def _owner(text: str) -> str | None:
+    """`uid:gid` from stat's output; None for `absent` (or anything else)."""
+    line = text.strip()
+    return line if re.fullmatch(r"\d+:\d+", line) else None
+
+
 class HOST:
     """The node's facts."""
 
@@ -158,6 +165,10 @@ class HOST:
     model_mount = HostFact("model_mount", lambda h, p: (
         f"test -d {q(h.container.model_mount)} && echo present || echo absent" if h.container.model_mount
         else "echo none"), _present)
+    #: The owner (`uid:gid`) of the host directory bind-mounted at the container's kernel cache root; None when it
+    #: is not there yet (the container step creates it, owned by the container's root).
+    kernel_cache_dir = HostFact("kernel_cache_dir", lambda h, p: (
+        f"stat -c '%u:%g' {q(h.container.kernel_cache_dir)} 2>/dev/null || echo absent"), of_stdout(_owner))
     #: What the last publish of the tool's metrics carried over (orchestrator/monitoring/state.py).
     metrics_state = HostFact("metrics_state", lambda h, p: metrics_state_command(),
                              lambda o: MetricsState.from_json(o.stdout))

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from orchestrator.caches import host_cache_dir
 from orchestrator.errors import ConfigError, did_you_mean, unknown_name
 from orchestrator.flags.limits import FlagValue, UnitTextError, flag_value_problem, text_problem
 from orchestrator.inventory.net0 import GRAMMAR, net0_problem
@@ -182,6 +183,9 @@ class ContainerSpec(StrictModel):
     hf_endpoint: str | None = None  # HF_ENDPOINT for `hf download` (a model hub mirror)
     # A host directory holding the model, bind-mounted as mpN at the profile's model_path (no download then).
     model_mount: str | None = None
+    # The host directory bind-mounted at the container's kernel cache root (orchestrator/caches.py), so a rebuilt
+    # container keeps its compiled kernels and autotune results; unset: /var/lib/deploy/kernel-cache/<vmid>.
+    kernel_cache: str | None = None
 
     _resolved_vmid: int | None = PrivateAttr(None)
 
@@ -222,13 +226,18 @@ class ContainerSpec(StrictModel):
     def _urls(cls, v: str | None) -> str | None:
         return _site_url(v)
 
-    @field_validator("model_mount")
+    @field_validator("model_mount", "kernel_cache")
     @classmethod
     def _host_dir(cls, v: str | None) -> str | None:
         problem = mount_path_problem(v) if v is not None else None
         if problem:
             raise ValueError(f"{v!r} (a directory on the PVE host, e.g. /tank/models/GLM-5-NVFP4) {problem}")
         return v.rstrip("/") if v is not None else None
+
+    @property
+    def kernel_cache_dir(self) -> str:
+        """The host directory of this container's kernel caches: the inventory's, else one per VMID."""
+        return self.kernel_cache or host_cache_dir(self.vmid)
 
     @field_validator("net0")
     @classmethod

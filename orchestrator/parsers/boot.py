@@ -22,6 +22,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from orchestrator.caches import CacheCheck
+
 PhaseName = Literal["startup", "weights", "autotune", "jit", "capture", "warmup"]
 
 #: Bound on the starts kept per release (boot.jsonl), newest last.
@@ -59,6 +61,17 @@ class BootStart(BaseModel):
     cold: bool = False  # it autotuned or JIT-compiled
     total_s: float | None = None  # first line → ready line; None when cut off
     phases: list[BootPhase] = Field(default_factory=list)
+    #: What the kernel cache check before this start found (orchestrator/caches.py); None: no managed cache.
+    kernel_cache: CacheCheck | None = None
+
+    def with_cache(self, check: CacheCheck | None) -> BootStart:
+        """This start with its cache check, which then decides cold or warm: a start on a new (or set-aside) cache
+        is cold, and so is one that JIT-compiled all the same; autotune's line alone no longer counts (sglang prints
+        it when it reads a warm autotune cache too)."""
+        if check is None:
+            return self
+        return self.model_copy(update={"kernel_cache": check,
+                                       "cold": check.cold or self.phase("jit") is not None})
 
     def phase(self, name: PhaseName) -> BootPhase | None:
         return next((p for p in self.phases if p.name == name), None)
@@ -73,7 +86,8 @@ class BootStart(BaseModel):
         total = f"{self.total_s:.0f} s" if self.total_s is not None else "not finished"
         longest = self.longest()
         tail = f" (longest: {longest.name} {longest.seconds:.0f} s)" if longest and longest.seconds is not None else ""
-        return f"{kind} start {total}{tail}"
+        cache = f", kernel cache {self.kernel_cache.state}" if self.kernel_cache is not None else ""
+        return f"{kind} start {total}{tail}{cache}"
 
 
 def line_time(line: str) -> datetime | None:

@@ -82,6 +82,15 @@ class TuneMeta(ReleaseDocument):
     original: str | None = None
 
 
+class CacheMeta(ReleaseDocument):
+    """meta.json's `cache`: the release's kernel cache directory in the container and the manifest the check before
+    each start compares (orchestrator/caches.py)."""
+
+    dir: str | None = None
+    key: str | None = None
+    manifest: dict[str, Any] | None = None
+
+
 class ReleaseMeta(ReleaseDocument):
     """meta.json: written once, when the release is installed (steps/release.py install_bundle)."""
 
@@ -97,6 +106,7 @@ class ReleaseMeta(ReleaseDocument):
     profile_flags_sha: str | None = None  # a roll: the profile flags it started from (steps/release.desired_flags)
     flag_diff: list[list[Any]] | None = None  # a roll: [flag, old, new] each
     tune: TuneMeta | None = None
+    cache: CacheMeta | None = None  # None: a release of an earlier deploy (no managed kernel cache, no check)
 
     def to_json(self) -> str:
         """The file's text: world-readable evidence, redacted like any other output."""

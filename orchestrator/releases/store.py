@@ -112,14 +112,15 @@ INSTALLED_FILES: tuple[tuple[str, str, int], ...] = (("sglang.service", PATHS.un
 OPTIONAL_FILES = frozenset({"secrets.yaml", "logging.json"})
 
 
-def activate_script(release_id: str, *, restart: bool, keep: int, fresh: bool = False) -> str:
+def activate_script(release_id: str, *, restart: bool, keep: int, fresh: bool = False, pre_start: str = "") -> str:
     """Shell (inside the container): install a release's files, point `current` at it, (re)start, prune.
 
     Every file is staged before any is replaced; a failure before the swap changes nothing installed, and with
     `fresh` (a release written by the same script, never current) also removes that release's directory.
+    `pre_start`: a command run after the swap, before the server starts (the kernel cache check); it must not fail.
     """
     return render_script("activate_release.sh.j2", release_id=release_id, release_dir=PATHS.release_dir(release_id),
-                         fresh=fresh,
+                         fresh=fresh, pre_start=pre_start,
                          files=INSTALLED_FILES, optional=OPTIONAL_FILES, current_link=PATHS.current_link,
                          unit=PATHS.unit_name, restart=restart, keep=keep, releases_dir=PATHS.releases_dir)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from orchestrator.caches import cache_env
 from orchestrator.errors import ConfigError
 from orchestrator.flags import FlagSet, secret_names, stored_flags
 from orchestrator.inventory.models import ServerProfile
@@ -139,11 +140,15 @@ def render_unit(profile: ServerProfile, flags: FlagSet, release_id: str | None =
     return RenderedFile(name="sglang.service", remote_path=UNIT_PATH, mode=0o644, content=content, sha256=digest)
 
 
-def render_env(profile: ServerProfile, api_key: str | None, flags: FlagSet | None = None) -> RenderedFile:
+def render_env(profile: ServerProfile, api_key: str | None, flags: FlagSet | None = None,
+               cache_dir: str | None = None) -> RenderedFile:
     """sglang.env: the profile's env (sorted) plus SGLANG_API_KEY when the profile has an api_key, plus each
     secret flag as DEPLOY_SECRET_FLAG_<NAME> (as the key: `up` sees a changed secret in this file's hash; the
-    server reads its value from secrets.yaml)."""
+    server reads its value from secrets.yaml). With `cache_dir` (the release's kernel cache, orchestrator/caches.py)
+    the cache variables point every kernel and JIT cache there; a variable the profile sets itself wins."""
     env = [(check_env_name(k), v) for k, v in sorted(profile.env.items())]
+    if cache_dir:
+        env += [(k, v) for k, v in cache_env(cache_dir) if k not in profile.env]
     secret = sorted(secret_flags(profile, flags)) if flags is not None else []
     env += [(SECRET_FLAG_VAR + n.upper().replace("-", "_"), str(flags.values[n])) for n in secret if flags]
     if API_KEY_VAR in profile.env:

@@ -214,6 +214,10 @@ def record_boot(ctx: StepContext, record: StepRecord, journal: list[str]) -> Boo
     boot = parse_boot(journal, healthy=True)
     if boot is None:
         return None
+    check = ctx.state.server.cache
+    boot = boot.with_cache(check)
+    if check is not None:  # --json says what the check before this start did, in the words the output used
+        record.details["kernel_cache"] = {**check.model_dump(mode="json"), "line": check.line()}
     ctx.state.server.boot = boot
     record.details["boot"] = boot.model_dump(mode="json")
     ctx.say(f"boot ledger: {boot.summary()}")

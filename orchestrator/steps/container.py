@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.caches import CACHE_ROOT
 from orchestrator.errors import ConfigError, RemoteError, TaskFailed
 from orchestrator.facts import BOOT_STATES, BOOT_WAIT_S, CT, HOST
 from orchestrator.inventory.models import ContainerSpec
@@ -89,6 +91,45 @@ def mount_plan(current: dict[str, Any], host_dir: str | None, ct_path: str) -> d
         raise ConfigError(f"every mount point key (mp0…mp{MAX_MOUNT_POINTS - 1}) is in use",
                           fix="remove an unused mpN from the container config", step="container")
     return {free: want}
+
+
+def bind_mounts(ctx: StepContext, current: dict[str, Any]) -> dict[str, str]:
+    """The mpN keys to set for every bind mount the container needs: the model (when the inventory mounts one) and
+    the kernel cache root (always: a rebuilt container keeps its caches)."""
+    spec = ctx.host.container
+    out: dict[str, str] = {}
+    for host_dir, ct_path in ((spec.model_mount, ctx.profile.model_path), (spec.kernel_cache_dir, CACHE_ROOT)):
+        plan = mount_plan({**current, **out}, host_dir, ct_path)
+        out.update(plan)
+    return out
+
+
+def cache_owner(spec: ContainerSpec) -> str:
+    """`uid:gid` of the container's root on the host: PVE's default id map shifts an unprivileged CT's by 100000."""
+    return "100000:100000" if spec.unprivileged else "0:0"
+
+
+def ensure_cache_dir(ctx: StepContext, record: StepRecord) -> None:
+    """Create the host directory of the kernel cache mount, owned by the container's root, before the mount needs
+    it (PVE refuses to start a container whose bind mount source is missing). A converged host reads one fact."""
+    spec = ctx.host.container
+    owner, path = cache_owner(spec), spec.kernel_cache_dir
+    have = ctx.facts.get(HOST.kernel_cache_dir)
+    if have == owner:
+        return
+    what = (f"create the kernel cache directory {path} on {ctx.host.pve.node}, owned by the container's root "
+            f"({owner})" if have is None else f"chown the kernel cache directory {path} {have} → {owner}")
+    if not mark_change(record, ctx, what):
+        return
+    ctx.say(what)
+    res = ctx.ssh.run(f"mkdir -p {shlex.quote(path)} && chown {owner} {shlex.quote(path)} && "
+                      f"chmod 0755 {shlex.quote(path)}", check=False, timeout=60, what="create the kernel cache dir")
+    if res.rc != 0:
+        raise ConfigError(f"the kernel cache directory {path} cannot be created on {ctx.host.name}: "
+                          f"{res.said(300) or f'exit code {res.rc}'}",
+                          fix="set container.kernel_cache to a host directory root can create (a local filesystem "
+                              "that allows chown), or create it yourself owned by the container's root; nothing "
+                              "of the container was changed", host=ctx.host.name, step="container")
 
 
 def require_mount_source(ctx: StepContext) -> None:
@@ -374,7 +415,7 @@ def _create(ctx: StepContext, record: StepRecord, pve: _Clients, wanted: list[De
             res = pve.lifecycle.call("post", f"/nodes/{node}/aplinfo", storage=spec.template_storage, template=name)
             _wait(pve.lifecycle, ctx, res, "template download")
     dev_set = device_plan({}, wanted)[0] if method == "devN" else {}
-    mounts = mount_plan({}, spec.model_mount, ctx.profile.model_path)
+    mounts = bind_mounts(ctx, {})
     what = (f"create CT {spec.vmid} ({spec.hostname}, unprivileged={int(spec.unprivileged)}) with "
             f"{len(wanted)} device nodes passed through ({method})"
             + "".join(f", {k}: {v}" for k, v in mounts.items()))
@@ -411,7 +452,7 @@ def _converge(ctx: StepContext, record: StepRecord, pve: _Clients, status: str, 
     base_diff = {k: v for k, v in base_config(spec).items() if not same_value(k, current.get(k), v)}
     dev_set, dev_delete = device_plan(current, wanted) if method == "devN" else ({}, [])
     raw_missing, raw_changed = raw_plan(current, raw_wanted) if raw_wanted else ([], False)
-    mounts = mount_plan(current, spec.model_mount, ctx.profile.model_path)
+    mounts = bind_mounts(ctx, current)
     diff_lines = [f"{k}: {current.get(k, '(unset)')} → {v}" for k, v in {**base_diff, **mounts}.items()]
     diff_lines += [f"{k}: (missing) → {v}" for k, v in raw_missing]
     if raw_changed and not raw_missing:
@@ -500,12 +541,14 @@ def _shutdown(ctx: StepContext, pve: _Clients) -> None:
 
 
 @step("container", host_facts=(HOST.ct_status, HOST.ct_config, HOST.ct_pending, HOST.templates, HOST.aplinfo,
-                               HOST.dev_listing, HOST.proc_devices, HOST.pveversion, HOST.model_mount),
+                               HOST.dev_listing, HOST.proc_devices, HOST.pveversion, HOST.model_mount,
+                               HOST.kernel_cache_dir),
       ct_facts=(*CT_FACTS_AFTER_START, CT.dev_listing))
 def container(ctx: StepContext, record: StepRecord) -> None:
     """Create the container if missing, converge its config, GPU passthrough and model mount, start it."""
     ensure_facts(ctx)
     require_mount_source(ctx)
+    ensure_cache_dir(ctx, record)
     spec = ctx.host.container
     wanted = wanted_devices(ctx)
     status = ctx.facts.get(HOST.ct_status)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.caches import parse_check
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, LockLost, RemoteError
 from orchestrator.facts import CT, health_code_command
 from orchestrator.facts.container import json_object
@@ -52,6 +53,7 @@ from orchestrator.render.service import launch_argv, public_flags, secret_flags
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.checks import bench_for_release, wait_healthy
+from orchestrator.steps.kernel_cache import note_cache, pre_start_check, release_cache
 from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.software import release_stack, server_stack, stack_records
 from orchestrator.steps.state import BaselineEvidence, Candidate, FlagDrift, Rollback
@@ -259,8 +261,9 @@ def bundle_for(ctx: StepContext, flags: FlagSet, release_id: str | None = None) 
     """The files for `flags` on the stack the server runs in this run (server_stack: its venv is the unit's
     interpreter); `release_id` goes into the unit's managed header only (not into any hash)."""
     api_key = ctx.profile.api_key.read() if ctx.profile.api_key is not None else None
+    cache = release_cache(ctx, flags)
     return render_bundle(ctx.host, ctx.profile, flags=flags, api_key=api_key, release_id=release_id,
-                         venv=server_stack(ctx).venv)
+                         venv=server_stack(ctx).venv, cache_dir=cache.dir if cache is not None else None)
 
 
 def baseline_bench(ctx: StepContext, preset: str) -> tuple[BenchResult, str] | None:
@@ -321,14 +324,16 @@ def install_bundle(ctx: StepContext, bundle: Bundle, *, source: str, restart: bo
         "id": rid, "created_at": datetime.now(UTC).isoformat(timespec="seconds"), "source": source,
         "bundle_sha256": bundle.sha256, "previous": previous, "profile": ctx.host.profile,
         "sglang_version": bundle.flags.version, "argv": launch_argv(ctx.profile, bundle.flags, venv=stack.venv),
-        "stack": stack.to_meta(), **(extra_meta or {})})
+        "stack": stack.to_meta(), **({"cache": cache} if (cache := release_cache(ctx, bundle.flags)) else {}),
+        **(extra_meta or {})})
     rb = ReleaseBundle(rid, tuple(bundle.files), StoredFlags(public_flags(ctx.profile, bundle.flags)), meta)
     script = write_release_script(rb) + activate_script(rid, restart=restart, keep=ctx.profile.keep_releases,
-                                                        fresh=True)
+                                                        fresh=True, pre_start=pre_start_check())
     with waiting_for(ctx.say, f"sglang to {'stop and restart' if restart else 'start'} with release {rid}",
                      ctx.profile.stop_timeout_s):
         res = ctx.ct.script(script, check=False, timeout=switch_timeout_s(ctx), what=f"install release {rid}")
     ctx.state.server.journal_cursor = journal_cursor(res.stdout)
+    note_cache(ctx, parse_check(res.stdout))
     if res.rc != 0:
         raise RemoteError(f"installing release {rid} in CT {ctx.vmid} failed: "
                           f"{res.said(500)}",
@@ -350,9 +355,11 @@ def make_current(ctx: StepContext, release: str, *, what: str, restart: bool = T
     """Install an existing release's files, point `current` at it and (re)start sglang (one round trip)."""
     with waiting_for(ctx.say, f"sglang to {'stop and restart' if restart else 'start'} with release {release}",
                      ctx.profile.stop_timeout_s):
-        res = ctx.ct.script(activate_script(release, restart=restart, keep=ctx.profile.keep_releases),
+        res = ctx.ct.script(activate_script(release, restart=restart, keep=ctx.profile.keep_releases,
+                                            pre_start=pre_start_check()),
                             check=False, timeout=switch_timeout_s(ctx), what=what)
     ctx.state.server.journal_cursor = journal_cursor(res.stdout)
+    note_cache(ctx, parse_check(res.stdout))
     if res.rc != 0:
         raise RemoteError(f"{what}: activating release {release} failed: "
                           f"{res.said(400)}", host=ctx.host.name,

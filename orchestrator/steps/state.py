@@ -15,6 +15,7 @@ from orchestrator.parsers.boot import BootStart
 
 if TYPE_CHECKING:  # types only: the modules that produce them import the steps package themselves
     from orchestrator.bench.run import BenchRun
+    from orchestrator.caches import CacheCheck
     from orchestrator.errors import DeployError
     from orchestrator.flags import FlagSet
     from orchestrator.gates.correctness import Verdict
@@ -101,6 +102,7 @@ class ServerRun:
     boot: BootStart | None = None  # this run's last start, as the health wait read it from the journal (boot ledger)
     previous: str | None = None  # the release current before this run installed `release` (the gate's reference)
     measured: ServerProcess | None = None  # bench with RunInputs.expect: the server process it checked and measured
+    cache: CacheCheck | None = None  # the kernel cache check before this run's last start (orchestrator/caches.py)
 
 
 @dataclass(frozen=True)
@@ -232,6 +234,8 @@ class ServerStatus:
     hardware: dict[str, Any] | None = None  # HardwareState.to_dict: each GPU's state, action and evidence
     #: The current release's boot ledger (boot.jsonl), newest last: each start's phases (orchestrator.parsers.boot).
     boots: list[BootStart] = field(default_factory=list)
+    #: The current release's kernel cache as it is now (orchestrator/caches.py; None: no managed cache).
+    kernel_cache: CacheCheck | None = None
 
     @property
     def last_boot(self) -> BootStart | None:
@@ -267,7 +271,8 @@ class ServerStatus:
                 "address": self.address, "watchdog": None if self.watchdog is None else self.watchdog.to_dict(),
                 "tune_trial": self.tune_trial, "hardware": self.hardware, "serving": self.serving,
                 "boot": None if self.last_boot is None else self.last_boot.model_dump(mode="json"),
-                "boots": [b.model_dump(mode="json") for b in self.boots]}
+                "boots": [b.model_dump(mode="json") for b in self.boots],
+                "kernel_cache": None if self.kernel_cache is None else self.kernel_cache.model_dump(mode="json")}
 
 
 @dataclass(frozen=True)

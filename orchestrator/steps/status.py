@@ -51,7 +51,7 @@ def read_watchdog(ctx: StepContext) -> None:
 
 
 @step("status", host_facts=(HOST.gpu_power, HOST.ct_status, *HARDWARE_FACTS),
-      ct_facts=(*RELEASE_FACTS, CT.current_boot, CT.ct_address, CT.watchdog_state, CT.stack_dists,
+      ct_facts=(*RELEASE_FACTS, CT.current_boot, CT.kernel_cache, CT.ct_address, CT.watchdog_state, CT.stack_dists,
                 CT.stack_patched))
 def status(ctx: StepContext, record: StepRecord) -> None:
     """Current release, server state and health, GPU power now: one round trip."""
@@ -90,6 +90,7 @@ def status(ctx: StepContext, record: StepRecord) -> None:
     info.address = net0_static_ip(ctx.host.container.net0) or addr
     boots: list[BootStart] = ctx.facts.get(CT.current_boot) or []
     info.boots = boots
+    info.kernel_cache = ctx.facts.get(CT.kernel_cache)
     read_watchdog(ctx)
     record.details.update(info.to_dict())
     record.summary = (f"release {state.release or 'none'} ({info.verdict or 'unverified'}"

@@ -69,6 +69,17 @@ class LxcInputs:
     network: Network | None = None
     mounts: SimMounts | None = None
     cgroup2: bool = False
+    #: (path on the simulated host, real path) of each directory the host view binds over the machine's own (its
+    #: /var/lib/deploy, /root, …): an mpN source there is that host's directory, as LXC (outside the view) sees it.
+    host_dirs: tuple[tuple[str, str], ...] = ()
+
+
+def host_source(path: str, host_dirs: tuple[tuple[str, str], ...]) -> str:
+    """The real path LXC binds for an mpN source given as the simulated host sees it."""
+    for view, real in sorted(host_dirs, key=lambda d: -len(d[0])):
+        if path == view or path.startswith(view.rstrip("/") + "/"):
+            return real + path[len(view):]
+    return path
 
 
 def _cg(cgroup2: bool, v1: str, v2: str, value: str) -> str:
@@ -146,7 +157,7 @@ def render(conf: confmod.CtConf, inp: LxcInputs) -> str:
             raise ConfError(f"{key}: only bind mounts of host directories are simulated (got volume '{src}')")
         _check_path(src, key)
         _check_path(target, f"{key} mp")
-        lines.append(_bind(src, target, "dir", ro=mp.get("ro") == "1"))
+        lines.append(_bind(host_source(src, inp.host_dirs), target, "dir", ro=mp.get("ro") == "1"))
     for dev in inp.devices:
         _check_path(dev.source, "dev")
         lines.append(_bind(dev.source, _check_path(dev.path, "dev path"), "file"))

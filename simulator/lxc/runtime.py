@@ -207,10 +207,17 @@ class LxcRuntime:
         d = self.dirs(vmid)
         text = lxcconf.render(conf, lxcconf.LxcInputs(
             vmid=vmid, rootfs=str(d.real / "rootfs"), devices=devices, network=network, mounts=mounts,
-            cgroup2=cgroup2_only()))
+            cgroup2=cgroup2_only(), host_dirs=self.host_dirs()))
         self.set_hostname(vmid, conf.options.get("hostname", f"CT{vmid}"))
         self.setup_network(vmid, conf)
         d.config.write_text(text)
+
+    def host_dirs(self) -> tuple[tuple[str, str], ...]:
+        """Each directory of this host's view (layout.HOST_OVERLAYS) with its real path."""
+        from simulator.layout import HOST_OVERLAYS
+
+        return tuple((target, self.real_host_path(self.hp.fs / src)) for src, target, kind in HOST_OVERLAYS
+                     if kind == "dir" and (self.hp.fs / src).is_dir())
 
     def _check_searchable(self, vmid: int) -> None:
         """An unprivileged container's root (host uid 100000) must be able to walk down to its rootfs."""

@@ -111,7 +111,8 @@ def test_boot_ledger_records_each_start_cold_then_warm(converged: DeployEnv) -> 
     # model seconds (time scale 4): 6 s warm starts, +40 s of JIT compile while the kernel cache is empty
     env.ct_faults(warm_start_s=24.0, cold_start_s=40.0)
     r0 = current(env)
-    roll = env.run("--json", "roll", "host", env.host, "--set", "num-continuous-decode-steps=4", "--skip-bench")
+    # another MoE backend: another server shape, so another kernel cache (orchestrator/caches.py), empty
+    roll = env.run("--json", "roll", "host", env.host, "--set", "moe-runner-backend=triton", "--skip-bench")
     assert roll.rc == 0, roll.text
     r1 = roll.json["release"]
     st = env.run("--json", "status", "host", env.host)
@@ -126,7 +127,7 @@ def test_boot_ledger_records_each_start_cold_then_warm(converged: DeployEnv) -> 
     text = env.run("status", "host", env.host)
     assert "last start: cold start" in text.stdout and "longest: jit" in text.stdout, text.text
 
-    back = env.run("--json", "rollback", "host", env.host)  # a restart on r0: the kernel cache is warm now
+    back = env.run("--json", "rollback", "host", env.host)  # r0's own kernel cache, warmed by its first start
     assert back.rc == 0 and current(env) == r0, back.text
     st = env.run("--json", "status", "host", env.host)
     details = st.json

@@ -191,3 +191,16 @@ def test_each_debian_release_has_its_own_template_file_and_python(tmp_path: Path
     assert template.cached_path(tmp_path).name == "debian-12-standard_12.7-1_amd64.tar.zst"
     assert template.lock_path(tmp_path, template.BOOKWORM).name == ".build.lock"
     assert template.lock_path(tmp_path, template.TRIXIE).name == ".build-trixie.lock"
+
+
+def test_an_mp_source_in_the_host_view_binds_that_hosts_directory() -> None:
+    """/var/lib/deploy on a simulated host is its own fs/ (the host view binds it over the machine's): LXC, outside
+    the view, must bind that real path, or every simulated host would share the machine's directory."""
+    dirs = (("/var/lib/deploy", "/sim/hosts/sim-10/fs/var/lib/deploy"), ("/root", "/sim/hosts/sim-10/fs/root"))
+    assert lxcconf.host_source("/var/lib/deploy/kernel-cache/120", dirs) == \
+        "/sim/hosts/sim-10/fs/var/lib/deploy/kernel-cache/120"
+    assert lxcconf.host_source("/var/lib/deployed", dirs) == "/var/lib/deployed"  # a prefix, not a parent
+    assert lxcconf.host_source("/tank/models", dirs) == "/tank/models"  # the machine's own path
+    text = render(conf(mp0="/var/lib/deploy/kernel-cache/120,mp=/var/cache/deploy/kernels"), host_dirs=dirs)
+    assert ("lxc.mount.entry = /sim/hosts/sim-10/fs/var/lib/deploy/kernel-cache/120 var/cache/deploy/kernels none "
+            "bind,create=dir 0 0") in text

@@ -26,6 +26,7 @@ from orchestrator.remote.ssh import CommandGuard, RemoteResult
 from orchestrator.runlog import Metrics, StepRecord
 from orchestrator.steps import REGISTRY, load_all_steps
 from orchestrator.steps.base import RunOptions, StepContext
+from orchestrator.steps.container import cache_owner
 from orchestrator.steps.state import RunInputs
 from tests.shared import EXAMPLE_INVENTORY
 
@@ -202,7 +203,9 @@ def make_run(inventory: Inventory) -> Callable[..., StepRun]:
         node = FakeNode(host)
         ct = Container(node, host.container.vmid)
         facts = Facts(node, host, profile, ct)
-        facts.host = {_known(HOST_FACTS, k): _as_output(v) for k, v in (host_facts or {}).items()}
+        # The kernel cache's host directory is there, owned by the CT's root, unless a test says otherwise.
+        given = {"kernel_cache_dir": f"{cache_owner(host.container)}\n", **(host_facts or {})}
+        facts.host = {_known(HOST_FACTS, k): _as_output(v) for k, v in given.items()}
         facts.ct = {_known(CT_FACTS, k): _as_output(v) for k, v in (ct_facts or {}).items()}
         facts.ct_running = ct_facts is not None
         facts.gathered = True

@@ -12,7 +12,7 @@ from orchestrator.errors import CheckFailed, ConfigError, RemoteError, TaskFaile
 from orchestrator.facts import BOOT_UNSETTLED, CT, SETTLE_BOOT, settle_boot_script
 from orchestrator.parsers.devices import nvidia_char_devices, parse_dev_listing
 from orchestrator.parsers.pve import upid_type
-from orchestrator.steps.container import base_config, device_plan, lock_refusal, running_tasks
+from orchestrator.steps.container import base_config, bind_mounts, device_plan, lock_refusal, running_tasks
 from tests.unit.steps.conftest import with_container
 
 DEV_LISTING = """\
@@ -48,7 +48,7 @@ def pve_accepts(node) -> None:
 def converged_config(run) -> dict[str, object]:
     spec = run.ctx.host.container
     nodes = nvidia_char_devices(parse_dev_listing(DEV_LISTING))
-    return {**base_config(spec), **device_plan({}, nodes)[0], "digest": "d1"}
+    return {**base_config(spec), **device_plan({}, nodes)[0], **bind_mounts(run.ctx, {}), "digest": "d1"}
 
 
 def test_absent_container_is_created_with_every_device_then_started(make_run) -> None:

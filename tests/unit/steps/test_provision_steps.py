@@ -295,10 +295,11 @@ def test_a_running_container_gets_the_mount_as_mp_with_a_restart(make_run) -> No
     pve_accepts(run.node)
     rec = run.step("container")
     assert rec.status == "changed"
-    assert any("mp0: (unset) → /tank/models/glm5,mp=/models/GLM-5-NVFP4" in c for c in rec.changes)
+    # mp0 is the kernel cache's mount (converged): the model's takes the next free key
+    assert any("mp1: (unset) → /tank/models/glm5,mp=/models/GLM-5-NVFP4" in c for c in rec.changes)
     commands = run.node.commands("run")
     put = next(c for c in commands if c.startswith("pvesh set /nodes/pve-gpu-1/lxc/120/config"))
-    assert "--mp0 /tank/models/glm5,mp=/models/GLM-5-NVFP4" in put and "--digest d1" in put
+    assert "--mp1 /tank/models/glm5,mp=/models/GLM-5-NVFP4" in put and "--digest d1" in put
     # Mount points apply at start: shut down, set, start again.
     assert commands.index(next(c for c in commands if "status/shutdown" in c)) < commands.index(put)
     assert run.node.sent("lxc/120/status/start")
@@ -330,3 +331,29 @@ def test_create_carries_the_mount(make_run) -> None:
     create = next(c for c in run.node.commands("run") if c.startswith("pvesh create /nodes/pve-gpu-1/lxc "))
     assert "--mp0 /tank/models/glm5,mp=/models/GLM-5-NVFP4" in create
     assert json.dumps("mp0") in json.dumps(run.ctx.records[-1].details["create"])
+
+
+def test_the_kernel_cache_dir_is_created_owned_by_the_ct_root_before_the_create(make_run) -> None:
+    run = make_run({**host_facts("Configuration file 'nodes/pve-gpu-1/lxc/120.conf' does not exist\n"),
+                    "kernel_cache_dir": "absent\n"})
+    run.node.ct_after = {}
+    pve_accepts(run.node)
+    run.node.answer("mkdir -p /var/lib/deploy/kernel-cache/120 && chown 0:0", "")
+    run.step("container")
+    commands = run.node.commands("run")
+    made = next(i for i, c in enumerate(commands) if c.startswith("mkdir -p /var/lib/deploy/kernel-cache/120"))
+    create = next(i for i, c in enumerate(commands) if c.startswith("pvesh create /nodes/pve-gpu-1/lxc "))
+    assert made < create and "--mp0 /var/lib/deploy/kernel-cache/120,mp=/var/cache/deploy/kernels" in \
+        commands[create]
+
+
+def test_a_kernel_cache_dir_that_cannot_be_made_is_refused_before_any_change(make_run) -> None:
+    run = make_run({**host_facts("Configuration file 'nodes/pve-gpu-1/lxc/120.conf' does not exist\n"),
+                    "kernel_cache_dir": "absent\n"})
+    run.node.answer("mkdir -p /var/lib/deploy/kernel-cache/120", "mkdir: cannot create directory: Read-only "
+                    "file system\n", rc=1)
+    with pytest.raises(ConfigError) as err:
+        run.step("container")
+    assert "the kernel cache directory /var/lib/deploy/kernel-cache/120 cannot be created" in err.value.what
+    assert "Read-only file system" in err.value.what and "container.kernel_cache" in (err.value.fix or "")
+    assert not run.node.sent("pvesh create")

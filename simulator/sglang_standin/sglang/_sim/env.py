@@ -154,13 +154,17 @@ def time_scale() -> float:
 
 
 def kernel_cache_dir() -> Path:
-    """Where this stack's JIT kernel caches live: $SGLANG_SIM_CACHE_DIR, else $XDG_CACHE_HOME or ~/.cache
-    (flashinfer, DeepGEMM and triton keep theirs there), one directory per venv: a cache belongs to its stack."""
+    """Where this stack's JIT kernel caches live: $SGLANG_SIM_CACHE_DIR, else flashinfer's JIT directory under
+    $FLASHINFER_WORKSPACE_BASE (`<base>/.cache/flashinfer`, as flashinfer's jit env puts it; deploy's managed cache
+    sets it), else $XDG_CACHE_HOME or ~/.cache (flashinfer, DeepGEMM and triton keep theirs there), one directory
+    per venv: a cache belongs to its stack."""
     import hashlib
     import sys
 
     if os.environ.get("SGLANG_SIM_CACHE_DIR"):
         return Path(os.environ["SGLANG_SIM_CACHE_DIR"])
+    if os.environ.get("FLASHINFER_WORKSPACE_BASE"):
+        return Path(os.environ["FLASHINFER_WORKSPACE_BASE"]) / ".cache" / "flashinfer"
     home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.environ.get("HOME") or "/root", ".cache")
     return Path(home) / "sglang-sim" / hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
 

@@ -1,0 +1,210 @@
+"""Kernel and JIT caches as managed artifacts: one directory per stack and server shape (pure, no I/O).
+
+A real sglang start spends minutes on FlashInfer autotune, the flashinfer/triton JIT and DeepGEMM (issue 35); their
+results are valid only for the stack that made them (the flashinfer build, triton, deep_gemm) and the server's shape
+(model, quantization, TP, MoE backend). So the unit's env points every cache at
+
+    /var/cache/deploy/kernels/<stack sha>-<shape sha>/      SGLANG_CACHE_DIR (flashinfer/autotune/… under it)
+                                                         triton/, .cache/flashinfer/ (JIT), deep_gemm/
+
+`/var/cache/deploy/kernels` is a bind mount of a host directory (container.kernel_cache, default
+/var/lib/deploy/kernel-cache/<vmid>), so a rebuilt container keeps its caches. A changed stack or shape is another
+directory, so it starts cold and never reads another stack's results; a rollback's env names its own directory again,
+so it starts warm. The directory carries a manifest (`deploy-cache.json`: key, stack, shape) that the check before
+each start compares; a directory whose manifest does not match, or whose autotune JSON does not parse, is set aside
+(renamed `<dir>.set-aside-<time>`, never deleted) and the start rebuilds it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+#: Where the caches live in the container: the mount point of the host's cache directory.
+CACHE_ROOT = "/var/cache/deploy/kernels"
+#: The host directory mounted there when the inventory names none (one per container, so two CTs never share).
+HOST_CACHE_ROOT = "/var/lib/deploy/kernel-cache"
+MANIFEST = "deploy-cache.json"
+SET_ASIDE = ".set-aside-"
+#: The profile env variable that, when set, means the operator points the caches somewhere himself: no managed cache.
+OWN_CACHE_VAR = "SGLANG_CACHE_DIR"
+
+_TP_NAMES = ("tensor-parallel-size", "tp-size", "tp")
+
+
+def host_cache_dir(vmid: int) -> str:
+    """The default host directory for a container's caches."""
+    return f"{HOST_CACHE_ROOT}/{vmid}"
+
+
+@dataclass(frozen=True)
+class CacheShape:
+    """What the kernels were built and tuned for, besides the stack."""
+
+    model: str
+    quantization: str
+    tp: int
+    moe_backend: str
+
+    @classmethod
+    def from_flags(cls, model: str, flags: Mapping[str, Any]) -> CacheShape:
+        tp = next((flags[n] for n in _TP_NAMES if flags.get(n) is not None), 1)
+        return cls(model=model, quantization=str(flags.get("quantization") or "auto"), tp=int(str(tp)),
+                   moe_backend=str(flags.get("moe-runner-backend") or "auto"))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "quantization": self.quantization, "tp": self.tp,
+                "moe_backend": self.moe_backend}
+
+    @property
+    def sha(self) -> str:
+        return hashlib.sha256(json.dumps(self.as_dict(), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def stack_id(stack_sha: str, venv: str) -> str:
+    """The stack part of a key: its sha; a stack of an earlier deploy (no sha) is named by its venv's path."""
+    return stack_sha or "venv" + hashlib.sha256(venv.encode()).hexdigest()[:8]
+
+
+def cache_key(stack_sha: str, venv: str, shape: CacheShape) -> str:
+    return f"{stack_id(stack_sha, venv)}-{shape.sha}"
+
+
+def cache_dir(key: str) -> str:
+    return f"{CACHE_ROOT}/{key}"
+
+
+def cache_env(directory: str) -> list[tuple[str, str]]:
+    """The variables that point sglang, flashinfer, triton and DeepGEMM at `directory` (sorted by name)."""
+    return sorted([
+        ("SGLANG_CACHE_DIR", directory),  # sglang's own: flashinfer/autotune/<fi version>/sm<NN>/<key>/ under it
+        ("TRITON_CACHE_DIR", f"{directory}/triton"),
+        ("FLASHINFER_WORKSPACE_BASE", directory),  # flashinfer's JIT: <base>/.cache/flashinfer/…
+        ("SGLANG_DG_CACHE_DIR", f"{directory}/deep_gemm"),
+        ("DG_JIT_CACHE_DIR", f"{directory}/deep_gemm"),
+    ])
+
+
+def manifest(key: str, stack_sha: str, venv: str, shape: CacheShape) -> dict[str, Any]:
+    return {"key": key, "stack": stack_sha, "venv": venv, "shape": shape.as_dict()}
+
+
+CacheState = Literal["warm", "fresh", "set-aside", "unchecked", "absent", "failing"]
+
+
+class CacheCheck(BaseModel):
+    """What the check of a release's cache found. Before a start: `warm` (its own manifest, readable results),
+    `fresh` (created now), `set-aside` (failed its check: renamed and created again), `unchecked` (the check could
+    not run). A look without a start (`deploy status`): `warm`, `absent` (the next start is cold) or `failing`
+    (the next start sets it aside)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    dir: str
+    state: CacheState
+    reason: str = ""
+    moved_to: str = ""
+
+    @property
+    def cold(self) -> bool:
+        """The start this check came before compiles and autotunes from nothing."""
+        return self.state in ("fresh", "set-aside", "absent", "failing")
+
+    def line(self) -> str:
+        if self.state == "set-aside":
+            return (f"kernel cache {self.dir} failed its check ({self.reason}): set aside as {self.moved_to}, "
+                    "rebuilt by this start")
+        if self.state == "unchecked":
+            return f"kernel cache {self.dir} could not be checked ({self.reason})"
+        if self.state == "fresh":
+            return f"kernel cache {self.dir} is new: this start compiles and autotunes (cold)"
+        if self.state == "absent":
+            return f"kernel cache {self.dir} is not there yet: the next start is cold"
+        if self.state == "failing":
+            return f"kernel cache {self.dir} fails its check ({self.reason}): the next start sets it aside"
+        return f"kernel cache {self.dir} is warm (its own stack and shape)"
+
+
+#: Run inside the container with python3, argv: the release's meta.json and `start` (before a start: prepare the
+#: directory, set a failing one aside) or `look` (read only). Reads meta's `cache` ({"dir", "manifest"}); prints
+#: nothing for a release without one (an earlier deploy's), else one line `DEPLOY_CACHE={"dir", "state", "reason",
+#: "moved_to"}`. Never fails the start: a check that cannot run says so.
+CHECK_PROGRAM = r'''
+import json, os, sys, time
+try:
+    with open(sys.argv[1]) as fh:
+        spec = json.load(fh).get("cache") or {}
+    d, want = spec["dir"], spec["manifest"]
+except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    sys.exit(0)
+look = sys.argv[2:] == ["look"]
+m = os.path.join(d, "deploy-cache.json")
+def say(state, reason="", moved=""):
+    if state in ("fresh", "set-aside"):
+        os.makedirs(d, exist_ok=True)
+        with open(m + ".tmp", "w") as fh:
+            json.dump(want, fh, sort_keys=True)
+        os.replace(m + ".tmp", m)
+    print("DEPLOY_CACHE=" + json.dumps({"dir": d, "state": state, "reason": reason, "moved_to": moved}))
+try:
+    if not os.path.isdir(d):
+        say("absent" if look else "fresh")
+        sys.exit(0)
+    reason = ""
+    try:
+        with open(m) as fh:
+            have = json.load(fh)
+        if have != want:
+            reason = "its manifest names stack %s, shape %s" % (have.get("stack"), have.get("shape"))
+    except (OSError, ValueError, AttributeError) as exc:
+        reason = "no readable manifest (%s)" % type(exc).__name__
+    if not reason:
+        for root, _dirs, files in sorted(os.walk(os.path.join(d, "flashinfer", "autotune"))):
+            for f in sorted(files):
+                if f.endswith(".json"):
+                    try:
+                        with open(os.path.join(root, f)) as fh:
+                            json.load(fh)
+                    except (OSError, ValueError):
+                        reason = "unreadable autotune file %s" % os.path.relpath(os.path.join(root, f), d)
+                        break
+            if reason:
+                break
+    if not reason:
+        say("warm")
+    elif look:
+        say("failing", reason)
+    else:
+        base = moved = d + ".set-aside-" + time.strftime("%Y%m%dT%H%M%S")
+        n = 1
+        while os.path.exists(moved):
+            n += 1
+            moved = "%s-%d" % (base, n)
+        os.rename(d, moved)
+        say("set-aside", reason, moved)
+except OSError as exc:
+    print("DEPLOY_CACHE=" + json.dumps({"dir": d, "state": "unchecked", "reason": str(exc), "moved_to": ""}))
+'''
+
+
+def check_shell(meta_path: str, *, look: bool = False) -> str:
+    """The container command that checks a release's cache (before a start: and prepares it); never fails."""
+    mode = "look" if look else "start"
+    return f"python3 -c {shlex.quote(CHECK_PROGRAM)} {shlex.quote(meta_path)} {mode} 2>/dev/null || true"
+
+
+def parse_check(stdout: str) -> CacheCheck | None:
+    """The check's `DEPLOY_CACHE=` line, or None when it printed none (a release without a managed cache)."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith("DEPLOY_CACHE="):
+            try:
+                return CacheCheck.model_validate_json(line.split("=", 1)[1])
+            except ValueError:
+                return None
+    return None
