@@ -104,6 +104,11 @@ def bind_mounts(ctx: StepContext, current: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+def _is_cache_mount(value: str) -> bool:
+    """Whether an mpN value mounts the kernel cache root (orchestrator/caches.py)."""
+    return parse_property_string(str(value), "volume").get("mp", "").rstrip("/") == CACHE_ROOT
+
+
 def cache_owner(spec: ContainerSpec) -> str:
     """`uid:gid` of the container's root on the host: PVE's default id map shifts an unprivileged CT's by 100000."""
     return "100000:100000" if spec.unprivileged else "0:0"
@@ -463,7 +468,12 @@ def _converge(ctx: StepContext, record: StepRecord, pve: _Clients, status: str, 
     restart = restart_reasons(ctx, current, base_diff, wanted) if status == "running" else []
     if status == "running" and (dev_set or dev_delete or raw_changed):
         restart.append("device passthrough changes apply at start")
-    if status == "running" and mounts:
+    # PVE hotplugs a new mount point into a running CT (pve-container's mountpoint_hotplug); the model mount still
+    # restarts it (the server must see the model), a new kernel cache mount never does: an upgrade of deploy adds
+    # one to every converged host, and a serving container is not restarted for a cache (it is mounted live on
+    # PVE; the simulator mounts it at the CT's next start, and the cache is cold once then).
+    hotplugged = {k for k, v in mounts.items() if k not in current and _is_cache_mount(v)}
+    if status == "running" and set(mounts) - hotplugged:
         restart.append("bind mounts apply at start")
     if restart:
         record.details["restart_because"] = restart

@@ -357,3 +357,19 @@ def test_a_kernel_cache_dir_that_cannot_be_made_is_refused_before_any_change(mak
     assert "the kernel cache directory /var/lib/deploy/kernel-cache/120 cannot be created" in err.value.what
     assert "Read-only file system" in err.value.what and "container.kernel_cache" in (err.value.fix or "")
     assert not run.node.sent("pvesh create")
+
+
+def test_a_running_container_gets_a_new_kernel_cache_mount_without_a_restart(make_run) -> None:
+    """A host converged by an earlier deploy: the cache mount is new, PVE hotplugs a new mount point into a running
+    CT, so the serving container is not shut down for it (the model mount's test above restarts)."""
+    probe = make_run()
+    config = {k: v for k, v in converged_config(probe).items() if "/var/cache/deploy/kernels" not in str(v)}
+    run = make_run({**host_facts("status: running\n", config), "model_mount": "present\n"}, {})
+    pve_accepts(run.node)
+    run.node.answer("pvesh get /nodes/pve-gpu-1/lxc/120/pending", "[]")
+    rec = run.step("container")
+    assert rec.status == "changed"
+    assert any("mp0: (unset) → /var/lib/deploy/kernel-cache/120,mp=/var/cache/deploy/kernels" in c
+               for c in rec.changes), rec.changes
+    assert not run.node.sent("status/shutdown") and "restart_because" not in rec.details
+    assert not any(c.startswith("restart CT") for c in rec.changes)
