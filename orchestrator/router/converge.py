@@ -38,7 +38,14 @@ from orchestrator.router.places import known_worker_urls, router_api_key, router
 from orchestrator.router.reconcile import Reconciled, Worker, reconcile, workers_of
 from orchestrator.router.release import release_of
 from orchestrator.router.render import RouterBundle, render_router, router_schema, schema_from_probe
-from orchestrator.router.staging import OLD_MODULE, render_staging, staging_metrics_port, staging_port
+from orchestrator.router.staging import (
+    OLD_MODULE,
+    MigrationState,
+    render_staging,
+    staging_metrics_port,
+    staging_port,
+    state_command,
+)
 from orchestrator.runlog import Metrics, StepRecord
 from orchestrator.scripts import render_script
 
@@ -434,7 +441,8 @@ def _through_router(base_url: str, api_key: str | None, urls: list[str]) -> dict
 
 
 def managed_unit_state(inventory: Inventory, *, tofu: bool = False) -> dict[str, Any]:
-    """`systemctl is-active sglang-router` in the router's container (one round trip), when deploy manages it."""
+    """`systemctl is-active sglang-router` in the router's container (one round trip), when deploy manages it, the
+    package its launcher runs, and what an interrupted migration left there."""
     place = router_place(inventory)
     if place is None:
         return {}
@@ -443,8 +451,13 @@ def managed_unit_state(inventory: Inventory, *, tofu: bool = False) -> dict[str,
     where = {"runs_on": place.host.name, "vmid": place.vmid}
     try:
         with SshHost(place.host, tofu=tofu) as ssh:
-            res = Container(ssh, place.vmid).run(f"systemctl is-active {UNIT} || true", timeout=60,
-                                                 what="router unit state")
-        return {**where, "unit": res.stdout.strip() or "unknown"}
+            res = Container(ssh, place.vmid).script(f"systemctl is-active {UNIT} || true\n{state_command()}",
+                                                    check=False, timeout=60, what="router unit state")
+        lines = res.stdout.strip().splitlines()
+        state = MigrationState.parse(res.stdout)
+        package = {"smg": "smg", OLD_MODULE: "sglang-router"}.get(state.module)
+        return {**where, "unit": (lines[0].strip() if lines and "=" not in lines[0] else "") or "unknown",
+                **({"package": package} if package else {}),
+                **({"migration_left": state.text()} if state.leftover else {})}
     except RemoteError as err:
         return {**where, "unit": "unknown", "unit_error": err.what}

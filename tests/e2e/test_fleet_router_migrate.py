@@ -1,0 +1,118 @@
+"""A running sglang-router 0.3.2 migrated to smg 1.13.0 by `deploy up`, end to end (issue 37): the real CLI, two
+simulated hosts, both REAL router wheels, the router in the first host's CT 120 (an unprivileged LXC container),
+managed by `up`.
+
+Why these tests: the migration must lose no request, and a failed gate must leave 0.3.2 serving with nothing of
+the migration left behind. The load is tests/e2e's own clients (non-streaming chat on two threads, streaming
+chat on one; each request bounded in tokens and time), through the router's public address for the whole
+migration. Same host numbers as test_fleet_router.py (OFFSET_ROUTER_UP): modules run one after another in a
+process, so the roots are never up at once. The tests run in file order: the failed gate first, on 0.3.2.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+
+import pytest
+import requests
+
+from tests.e2e.conftest import until
+from tests.e2e.fleet_harness import fleet_root
+from tests.e2e.test_fleet_roll import Client
+from tests.e2e.test_fleet_router import RouterFleet
+from tests.e2e.test_fleet_smg import Streams
+from tests.sim_hosts import OFFSET_ROUTER_UP
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
+ROUTER_YAML = "router:\n  package: {package}\n  runs_on: {host}\n  policy: round_robin\n  workers: prod\n"
+SQUAT = "deploy-test-squat"
+
+
+@pytest.fixture(scope="module")
+def mfleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterFleet]:
+    with fleet_root(tmp_path_factory, "deploy-sim-router-mig", OFFSET_ROUTER_UP, 2) as base:
+        fleet = RouterFleet(env=base.env, names=base.names, root=base.root, infos=base.infos,
+                            router_yaml=ROUTER_YAML.format(package="sglang-router", host=base.names[0]))
+        fleet.write_router()
+        up = fleet.env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=1200)
+        assert up.rc == 0, up.text
+        assert _package(fleet) == "sglang_router"
+        yield fleet
+
+
+def _ct(fleet: RouterFleet, command: str) -> str:
+    return fleet.host_env(fleet.names[0]).ct(command).stdout.strip()
+
+
+def _package(fleet: RouterFleet) -> str:
+    """The module the router unit's launcher imports (what runs on the public port)."""
+    return _ct(fleet, "sed -n 's/^from \\([a-z_]*\\)\\.launch_router.*/\\1/p' /etc/sglang-router/launch.py")
+
+
+def _left(fleet: RouterFleet) -> dict[str, str]:
+    """What a migration may leave in the router's container: the staging unit (state, file) and the nft table."""
+    return {"staging": _ct(fleet, "systemctl is-active sglang-router-staging || true"),
+            "staging_file": _ct(fleet, "ls /etc/systemd/system/sglang-router-staging.service 2>/dev/null || true"),
+            "nft": _ct(fleet, "command -v nft >/dev/null && nft list tables || true")}
+
+
+def _serves(fleet: RouterFleet) -> bool:
+    body = {"model": "glm-5", "max_tokens": 4, "messages": [{"role": "user", "content": "1 + 1?"}]}
+    return requests.post(f"{fleet.url}/v1/chat/completions", json=body, timeout=60).status_code == 200
+
+
+def test_a_failed_staging_gate_leaves_0_3_2_serving_and_nothing_behind(mfleet: RouterFleet) -> None:
+    """The staging port is taken in the router's container (a real listener): the staging smg cannot start, the
+    migration stops with exit 1 and the evidence, 0.3.2 still serves, no staging unit, no nft table."""
+    fleet = mfleet
+    _ct(fleet, f"systemd-run --unit {SQUAT} python3 -c 'import socket, time; s = socket.socket(); "
+               "s.bind((\"0.0.0.0\", 30010)); s.listen(); time.sleep(3600)'")
+    try:
+        assert until(lambda: ":30010" in _ct(fleet, "ss -Hltn"), 30)
+        (fleet.env.inventory / "router.yaml").write_text(ROUTER_YAML.format(package="smg", host=fleet.names[0]))
+        res = fleet.env.run("--json", "up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
+    finally:
+        _ct(fleet, f"systemctl stop {SQUAT} || true")
+    print(res.stderr[-3000:])  # docs/fleet.md's example of a failed gate (pytest -s)
+    assert res.rc == 1, res.text
+    error = res.json["router"]["error"]
+    assert "the staging smg on :30010 failed its gate" in error["what"], error
+    assert "port 30010 is taken in the router's container" in error["what"], error
+    assert "the running sglang-router still serves on :30000" in error["what"], error
+    assert _package(fleet) == "sglang_router" and _serves(fleet)
+    assert _left(fleet) == {"staging": "inactive", "staging_file": "", "nft": ""}, _left(fleet)
+
+
+def test_migration_under_load_loses_no_request(mfleet: RouterFleet) -> None:
+    """Streaming and non-streaming clients through the public address during the whole migration: none fails,
+    no stream is cut short; afterwards smg runs on the public port, `status group` says so, nothing is left."""
+    fleet = mfleet
+    (fleet.env.inventory / "router.yaml").write_text(ROUTER_YAML.format(package="smg", host=fleet.names[0]))
+    with Client(fleet.url) as client, Streams(fleet.url) as streams:
+        assert until(lambda: client.ok >= 2 and streams.ok >= 1, 60), (client.failed[:5], streams.failed[:5])
+        res = fleet.env.run("--json", "up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
+        after = client.ok
+        assert until(lambda: client.ok >= after + 2, 60), client.failed[:5]
+    print(res.stderr[-4000:])  # docs/fleet.md's example run (pytest -s)
+    assert res.rc == 0, res.text
+    router = res.json["router"]
+    migration = router["step"]["details"]["migration"]
+    print("migration:", json.dumps(migration), "requests:", client.ok, "streams:", streams.ok)
+    assert set(migration["phases_s"]) >= {"stage", "redirect", "old_drain", "switch", "finish"}, migration
+    assert client.failed == [] and streams.failed == [] and streams.truncated == 0, (
+        client.failed[:5], streams.failed[:5], streams.truncated)
+    assert client.ok > 10 and streams.ok > 3
+    for line in ("migration: stage smg on :30010", "migration: new connections on :30000 go to the staging smg",
+                 "migration: sglang-router stopped; smg runs as sglang-router on :30000",
+                 "migration: redirect removed; staging smg drained"):
+        assert line in res.stderr, res.stderr
+    assert _package(fleet) == "smg"
+    assert _left(fleet) == {"staging": "inactive", "staging_file": "", "nft": ""}, _left(fleet)
+    assert _ct(fleet, "pgrep -f /opt/sglang-router/bin/python || true") == ""
+    status = fleet.env.run("status", "group", "prod")
+    assert re.search(rf"router {re.escape(fleet.url)} \({fleet.names[0]} CT 120, smg, unit active\): 2 worker\(s\), "
+                     "2 healthy", status.stdout), status.stdout
+    again = fleet.env.run("--json", "up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
+    assert again.rc == 0 and "migration" not in again.json["router"]["step"]["details"], again.text
