@@ -32,7 +32,7 @@ from orchestrator.errors import CheckFailed, DeployError, RemoteError
 from orchestrator.remote.container import Container, heredoc
 from orchestrator.router.client import RouterClient
 from orchestrator.router.facts import UNIT, RouterFacts, apply_script
-from orchestrator.router.metrics import ACTIVE, per_worker
+from orchestrator.router.metrics import ACTIVE, samples
 from orchestrator.router.release import SMG_METRICS_PORT
 from orchestrator.router.render import KEY_PATH, RouterBundle
 from orchestrator.router.staging import (
@@ -41,8 +41,10 @@ from orchestrator.router.staging import (
     STAGING_UNIT,
     MigrationState,
     free_port_check,
+    graceful_stop_script,
     redirect_script,
     remove_staging_script,
+    stop_redirecting_script,
     unredirect_script,
 )
 
@@ -50,6 +52,9 @@ from orchestrator.router.staging import (
 #: longest stream clients send (max_tokens ÷ one request's decode rate), as a roll's --drain-timeout (120 s).
 DRAIN_TIMEOUT_S = 120.0
 POLL_S = 0.5
+#: 0.3.2's own gauge of the requests it handles (it has no per-worker active count; a stream counts until its
+#: response head only), read for the record: the switch waits on its graceful shutdown instead.
+HTTP_ACTIVE = "smg_http_connections_active"
 
 #: Runs in the router's container with the smg venv's python: the final smg's gate, sent to the container's own
 #: LAN address (not 127.0.0.1: the redirect's output chain would send it to the staging smg). The key is read
@@ -172,7 +177,7 @@ class Migration:
                               fix=f"check that `apt-get install nftables` works in CT {self.ct.vmid} and that its "
                                   "kernel has nftables nat (on PVE: nf_tables, nft_chain_nat loaded on the node)"
                               ) from None
-        self.details["in_flight_at_redirect"] = self.in_flight(self.old_metrics_port)
+        self.details["in_flight_at_redirect"] = self.in_flight(self.old_metrics_port, name=HTTP_ACTIVE)
         self.phases["redirect"] = time.monotonic() - began
         self.say(f"migration: new connections on :{self.public_port} go to the staging smg (nft table ip "
                  f"{NFT_TABLE}, SYN only); {self.details['in_flight_at_redirect']} request(s) in flight on "
@@ -180,15 +185,17 @@ class Migration:
 
     def switch(self, final: BundleApply, *, old_running: bool) -> None:
         """(c) 0.3.2 drained and stopped, the final smg on the public port, gated from inside the container."""
-        began = time.monotonic()
         if old_running:
-            left, waited = self.wait_idle(self.old_metrics_port)
-            self.details["in_flight_at_switch"] = left
-            self.phases["old_drain"] = waited
-            self.say("migration: sglang-router " + (f"has 0 requests in flight after {waited:.1f} s" if left == 0
-                     else f"still has {left} request(s) in flight after {waited:.1f} s (the drain timeout): "
-                          "stopping it lets them finish (graceful shutdown, up to the unit's 30 s)"))
+            self.details["in_flight_at_switch"] = self.in_flight(self.old_metrics_port, name=HTTP_ACTIVE)
+            self.say(f"migration: stopping sglang-router gracefully ({self.details['in_flight_at_switch']} "
+                     "request(s) in flight by its count, streams not counted; it finishes them all, at most "
+                     f"{self.drain_timeout_s:.0f} s)")
+            self.details["connections_at_switch"], self.phases["old_drain"] = self.graceful_stop(
+                UNIT, self.public_port)
+            self.say(f"migration: sglang-router finished its requests and stopped in {self.phases['old_drain']:.1f} s "
+                     f"({self.details['connections_at_switch']} client connection(s) open at the switch)")
         self._run(f"systemctl stop {shlex.quote(UNIT)} || true", "stop sglang-router")
+        started = time.monotonic()
         final.apply("restart")
         try:
             self.final_gate()
@@ -197,29 +204,47 @@ class Migration:
                               "keeps serving the public port through the redirect",
                               fix=f"see `journalctl -u {UNIT}` in CT {self.ct.vmid}, fix it, then re-run `deploy "
                                   "up`: it completes the migration") from None
-        self.phases["switch"] = time.monotonic() - began - self.phases.get("old_drain", 0.0)
-        self.say(f"migration: sglang-router stopped; smg runs as {UNIT} on :{self.public_port}, gated "
-                 f"({self.phases['switch']:.1f} s)")
+        self.phases["switch"] = time.monotonic() - started
+        self.say(f"migration: smg runs as {UNIT} on :{self.public_port}, workers ready and a generation answered "
+                 f"from inside the container ({self.phases['switch']:.1f} s)")
 
-    def finish(self) -> None:
-        """(d) The redirect deleted, the staging smg drained, stopped and removed."""
+    def finish(self, phase: str = "finish") -> None:
+        """(d) New connections back to the public port (the rules flushed, the chains kept so that redirected
+        connections keep their nat binding), the staging smg drained and stopped, then the table deleted and the
+        staging unit removed. Also the undo of a migration stopped before its switch (then 0.3.2 gets them)."""
         began = time.monotonic()
-        self._run(unredirect_script(), "nftables redirect removal")
+        self._run(stop_redirecting_script(), "nftables redirect flush")
         left, waited = self.wait_idle(self.staging_metrics_port)
         self.details["staging_in_flight_left"] = left
+        self.graceful_stop(STAGING_UNIT, self.staging_port)
+        self._run(unredirect_script(), "nftables redirect removal")
         self.remove_staging()
-        self.phases["finish"] = time.monotonic() - began
+        self.phases[phase] = time.monotonic() - began
         self.say(f"migration: redirect removed; staging smg drained in {waited:.1f} s"
                  + ("" if left == 0 else f" ({left} still in flight at the timeout)")
-                 + f", stopped and removed ({self.phases['finish']:.1f} s)")
+                 + f", stopped and removed ({self.phases[phase]:.1f} s)")
+
+    def graceful_stop(self, unit: str, port: int) -> tuple[int, float]:
+        """SIGTERM, then wait until the unit exited (router/staging.py graceful_stop_script): (client connections
+        at the SIGTERM, seconds until it was stopped)."""
+        began = time.monotonic()
+        res = self.ct.script(graceful_stop_script(unit, port, self.drain_timeout_s), check=False,
+                             timeout=int(self.drain_timeout_s) + 120, what=f"graceful stop of {unit}")
+        kv = dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
+        conns = kv.get("connections", "").strip()
+        return (int(conns) if conns.isdigit() else -1), time.monotonic() - began
 
     # ------------------------------------------------------------------------------------------- reads
-    def in_flight(self, metrics_port: int) -> int | None:
-        """A router's requests in flight (sum of its smg_worker_requests_active); None when it does not answer."""
+    def in_flight(self, metrics_port: int, *, name: str = ACTIVE) -> int | None:
+        """A router's requests in flight: the sum of its smg_worker_requests_active (smg: streams until their last
+        chunk), or 0.3.2's smg_http_connections_active (`name`: requests until their response head, streams not
+        counted); None when its metrics do not answer."""
         with RouterClient(self.base_url, metrics_url=f"http://{self.address}:{metrics_port}/metrics",
                           timeout_s=5.0) as client:
             text = client.router_metrics()
-        return None if text is None else int(sum(per_worker(text, ACTIVE).values()))
+        if text is None:
+            return None
+        return int(sum(s.value for s in samples(text, (name,))))
 
     def wait_idle(self, metrics_port: int) -> tuple[int | None, float]:
         """Until the router on `metrics_port` reads 0 in flight (or stops answering), bounded by the drain timeout:
@@ -304,16 +329,11 @@ def resume(m: Migration, state: MigrationState, facts: RouterFacts, final: Bundl
     if old_serving or not to_smg or state.staging != "active":
         m.say(f"migration: undoing an interrupted migration ({state.text()}); "
               + ("sglang-router still serves" if old_serving else "the staging smg does not run"))
-        began = time.monotonic()
-        m._run(unredirect_script(), "nftables redirect removal")
-        if state.staging == "active":
-            m.wait_idle(m.staging_metrics_port)
-        m.remove_staging()
-        m.phases["undo"] = time.monotonic() - began
+        m.finish("undo")
         m.details["resumed"] = "undone"
         return "undone"
     m.say(f"migration: completing an interrupted migration ({state.text()}); sglang-router is stopped")
-    m.switch(final, old_running=state.module == OLD_MODULE and facts.active == "active")
+    m.switch(final, old_running=False)
     m.finish()
     m.details["resumed"] = "completed"
     return "completed"

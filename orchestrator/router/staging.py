@@ -84,8 +84,35 @@ def redirect_script(public: int, staging: int) -> str:
 
 
 def unredirect_script() -> str:
-    """Shell: delete the redirect table (new connections reach the public port's own listener again)."""
+    """Shell: delete the redirect table. Only once nothing serves a redirected connection: deleting the last nat
+    hook makes the kernel drop every conntrack entry with a nat binding, so a redirected connection still open
+    would have its next packet delivered, un-NATed, to the public port (reset) and its replies lost."""
     return f"if command -v nft >/dev/null 2>&1; then nft delete table ip {NFT_TABLE} 2>/dev/null || true; fi"
+
+
+def stop_redirecting_script() -> str:
+    """Shell: flush the table's rules but keep its chains: new connections reach the public port's own listener,
+    and the connections already redirected keep their nat binding until they end."""
+    return f"if command -v nft >/dev/null 2>&1; then nft flush table ip {NFT_TABLE} 2>/dev/null || true; fi"
+
+
+def graceful_stop_script(unit: str, port: int, timeout_s: float) -> str:
+    """Shell: SIGTERM starts the router's own graceful shutdown (both packages: stop accepting, finish every
+    request in flight, streams included, close idle keep-alive connections, up to --shutdown-grace-period-secs);
+    wait until it exited, at most `timeout_s`, then `systemctl stop` (SIGKILL after the unit's 30 s). Prints the
+    established client connections on `port` at the SIGTERM and the seconds waited."""
+    q = shlex.quote(unit)
+    ticks = max(1, int(timeout_s * 2))
+    return "\n".join([
+        f"printf 'connections=%s\\n' \"$(ss -Htn state established {shlex.quote(f'( sport = :{port} )')} | wc -l)\"",
+        "t=0",
+        f"if systemctl is-active --quiet {q}; then",
+        f"  systemctl kill -s TERM {q}",
+        f"  while systemctl is-active --quiet {q} && [ $t -lt {ticks} ]; do sleep 0.5; t=$((t+1)); done",
+        "fi",
+        f"systemctl stop {q} 2>/dev/null || true",
+        "printf 'waited=%s\\n' \"$((t / 2))\"",
+    ])
 
 
 def remove_staging_script() -> str:
@@ -93,6 +120,7 @@ def remove_staging_script() -> str:
     unit = shlex.quote(STAGING_UNIT)
     return "\n".join([
         f"systemctl stop {unit} 2>/dev/null || true",
+        f"systemctl disable {unit} >/dev/null 2>&1 || true",
         f"rm -f {shlex.quote(STAGING_UNIT_PATH)} {shlex.quote(STAGING_LAUNCHER_PATH)}",
         "systemctl daemon-reload",
         f"systemctl reset-failed {unit} 2>/dev/null || true",

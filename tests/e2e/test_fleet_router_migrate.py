@@ -11,7 +11,6 @@ process, so the roots are never up at once. The tests run in file order: the fai
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 
@@ -92,22 +91,22 @@ def test_migration_under_load_loses_no_request(mfleet: RouterFleet) -> None:
     (fleet.env.inventory / "router.yaml").write_text(ROUTER_YAML.format(package="smg", host=fleet.names[0]))
     with Client(fleet.url) as client, Streams(fleet.url) as streams:
         assert until(lambda: client.ok >= 2 and streams.ok >= 1, 60), (client.failed[:5], streams.failed[:5])
-        res = fleet.env.run("--json", "up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
+        res = fleet.env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
         after = client.ok
         assert until(lambda: client.ok >= after + 2, 60), client.failed[:5]
-    print(res.stderr[-4000:])  # docs/fleet.md's example run (pytest -s)
+    print(res.stdout[-4000:])  # docs/fleet.md's example run (pytest -s)
+    print("requests:", client.ok, "streams:", streams.ok)
     assert res.rc == 0, res.text
-    router = res.json["router"]
-    migration = router["step"]["details"]["migration"]
-    print("migration:", json.dumps(migration), "requests:", client.ok, "streams:", streams.ok)
-    assert set(migration["phases_s"]) >= {"stage", "redirect", "old_drain", "switch", "finish"}, migration
     assert client.failed == [] and streams.failed == [] and streams.truncated == 0, (
         client.failed[:5], streams.failed[:5], streams.truncated)
     assert client.ok > 10 and streams.ok > 3
-    for line in ("migration: stage smg on :30010", "migration: new connections on :30000 go to the staging smg",
-                 "migration: sglang-router stopped; smg runs as sglang-router on :30000",
-                 "migration: redirect removed; staging smg drained"):
-        assert line in res.stderr, res.stderr
+    for line in ("router: migration: stage smg on :30010", "router: migration: staging smg ready",
+                 "router: migration: new connections on :30000 go to the staging smg",
+                 "router: migration: sglang-router finished its requests and stopped in",
+                 "router: migration: smg runs as sglang-router on :30000",
+                 "router: migration: redirect removed; staging smg drained",
+                 "changed — migrated sglang-router to smg 1.13.0 (2 worker(s)), no restart"):
+        assert line in res.stdout, res.stdout
     assert _package(fleet) == "smg"
     assert _left(fleet) == {"staging": "inactive", "staging_file": "", "nft": ""}, _left(fleet)
     assert _ct(fleet, "pgrep -f /opt/sglang-router/bin/python || true") == ""
@@ -115,4 +114,4 @@ def test_migration_under_load_loses_no_request(mfleet: RouterFleet) -> None:
     assert re.search(rf"router {re.escape(fleet.url)} \({fleet.names[0]} CT 120, smg, unit active\): 2 worker\(s\), "
                      "2 healthy", status.stdout), status.stdout
     again = fleet.env.run("--json", "up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
-    assert again.rc == 0 and "migration" not in again.json["router"]["step"]["details"], again.text
+    assert again.rc == 0 and again.json["router"]["result"] == "ok", again.text
