@@ -209,11 +209,11 @@ class Migration:
                  f"from inside the container ({self.phases['switch']:.1f} s)")
 
     def finish(self, phase: str = "finish") -> None:
-        """(d) New connections back to the public port (the rules flushed, the chains kept so that redirected
-        connections keep their nat binding), the staging smg drained and stopped, then the table deleted and the
-        staging unit removed. Also the undo of a migration stopped before its switch (then 0.3.2 gets them)."""
+        """(d) New connections back to the public port (the port out of the redirect's set; the table stays, so
+        that the redirected connections keep going), the staging smg drained and stopped, then the table deleted
+        and the staging unit removed. Also the undo of a migration stopped before its switch (then 0.3.2 gets them)."""
         began = time.monotonic()
-        self._run(stop_redirecting_script(), "nftables redirect flush")
+        self._run(stop_redirecting_script(self.public_port), "nftables redirect stop")
         left, waited = self.wait_idle(self.staging_metrics_port)
         self.details["staging_in_flight_left"] = left
         self.graceful_stop(STAGING_UNIT, self.staging_port)

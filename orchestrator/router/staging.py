@@ -63,8 +63,9 @@ def free_port_check(*ports: int) -> str:
 
 def redirect_script(public: int, staging: int) -> str:
     """Shell: install nftables when `nft` is missing (the site's apt sources), then, in one nft transaction,
-    (re)make the table that sends new connections for `public` to `staging`."""
-    rule = f"tcp dport {public} tcp flags & (syn | ack) == syn redirect to :{staging}"
+    (re)make the table that sends new connections for `public` to `staging`. The port is matched through a set
+    (`ports`): stop_redirecting_script takes it out of the set, the rules stay."""
+    rule = f"tcp dport @ports tcp flags & (syn | ack) == syn redirect to :{staging}"
     return "\n".join([
         "set -e",
         "if ! command -v nft >/dev/null 2>&1; then",
@@ -76,6 +77,7 @@ def redirect_script(public: int, staging: int) -> str:
         f"add table ip {NFT_TABLE}",
         f"delete table ip {NFT_TABLE}",
         f"table ip {NFT_TABLE} {{",
+        f"  set ports {{ type inet_service; elements = {{ {public} }}; }}",
         f"  chain prerouting {{ type nat hook prerouting priority -100; {rule}; }}",
         f"  chain output {{ type nat hook output priority -100; ip daddr 127.0.0.1 {rule}; }}",
         "}",
@@ -84,16 +86,17 @@ def redirect_script(public: int, staging: int) -> str:
 
 
 def unredirect_script() -> str:
-    """Shell: delete the redirect table. Only once nothing serves a redirected connection: deleting the last nat
-    hook makes the kernel drop every conntrack entry with a nat binding, so a redirected connection still open
-    would have its next packet delivered, un-NATed, to the public port (reset) and its replies lost."""
+    """Shell: delete the redirect table. Only once nothing serves a redirected connection: on this kernel (6.x,
+    checked in a network namespace) deleting the table, or flushing its rules, breaks every redirected connection
+    still open (reset, or its replies lost); taking the port out of the rule's set does not."""
     return f"if command -v nft >/dev/null 2>&1; then nft delete table ip {NFT_TABLE} 2>/dev/null || true; fi"
 
 
-def stop_redirecting_script() -> str:
-    """Shell: flush the table's rules but keep its chains: new connections reach the public port's own listener,
-    and the connections already redirected keep their nat binding until they end."""
-    return f"if command -v nft >/dev/null 2>&1; then nft flush table ip {NFT_TABLE} 2>/dev/null || true; fi"
+def stop_redirecting_script(public: int) -> str:
+    """Shell: the public port out of the redirect's set: new connections reach the public port's own listener,
+    the connections already redirected keep going to the staging router (the table and its rules stay)."""
+    return (f"if command -v nft >/dev/null 2>&1; then nft delete element ip {NFT_TABLE} ports '{{ {public} }}' "
+            "2>/dev/null || true; fi")
 
 
 def graceful_stop_script(unit: str, port: int, timeout_s: float) -> str:
