@@ -7,12 +7,12 @@ package drops every request in flight. Instead
      each worker listed ready and a generation through it answered. A failure removes it; 0.3.2 never noticed;
   b. redirect: an nftables nat table sends NEW connections for the public port to the staging smg (SYN only: the
      connections 0.3.2 holds stay on it); a new connection to the public port must reach the staging smg;
-  c. switch: wait until 0.3.2 has no request in flight (its `smg_worker_requests_active`, it is smg inside),
-     bounded by the drain timeout; stop it (SIGTERM: it finishes what it still serves); write and start the final
-     smg unit on the public port; gate it from inside the container (the redirect does not catch a connection to
-     the container's own LAN address sent from there);
-  d. finish: delete the table (new connections reach the final smg), wait until the staging smg has no request
-     in flight, stop and remove it.
+  c. switch: 0.3.2 stopped gracefully (SIGTERM: it stops accepting and finishes every request in flight, streams
+     included; deploy waits until it exited, bounded by the drain timeout); write and start the final smg unit on
+     the public port; gate it from inside the container (the redirect does not catch a connection to the
+     container's own LAN address sent from there);
+  d. finish: the public port out of the redirect's set (new connections reach the final smg), the staging smg
+     stopped gracefully the same way, then the table deleted and the staging unit removed.
 An interrupted migration is found by the next `up` (the router facts' `migration`, router/staging.py): `resume`
 undoes it while 0.3.2 still serves (then it starts again), or completes it once 0.3.2 is stopped; a redirect
 whose staging router does not run is deleted first, so it never points at a dead port.
@@ -48,10 +48,10 @@ from orchestrator.router.staging import (
     unredirect_script,
 )
 
-#: How long the switch waits for 0.3.2's requests in flight, and the finish for the staging smg's: above the
-#: longest stream clients send (max_tokens ÷ one request's decode rate), as a roll's --drain-timeout (120 s).
+#: How long a graceful stop (0.3.2 at the switch, the staging smg at the finish) may take to finish the requests in
+#: flight: above the longest stream clients send (max_tokens ÷ one request's decode rate), as a roll's
+#: --drain-timeout (120 s).
 DRAIN_TIMEOUT_S = 120.0
-POLL_S = 0.5
 #: 0.3.2's own gauge of the requests it handles (it has no per-worker active count; a stream counts until its
 #: response head only), read for the record: the switch waits on its graceful shutdown instead.
 HTTP_ACTIVE = "smg_http_connections_active"
@@ -210,19 +210,20 @@ class Migration:
 
     def finish(self, phase: str = "finish") -> None:
         """(d) New connections back to the public port (the port out of the redirect's set; the table stays, so
-        that the redirected connections keep going), the staging smg drained and stopped, then the table deleted
-        and the staging unit removed. Also the undo of a migration stopped before its switch (then 0.3.2 gets them)."""
+        that the redirected connections keep going), the staging smg stopped gracefully (it finishes its requests in
+        flight, streams included, and closes idle keep-alive connections: polling its count for 0 would wait out
+        the timeout while keep-alive clients keep sending on their connections), then the table deleted and the
+        staging unit removed. Also the undo of a migration stopped before its switch (then 0.3.2 gets them)."""
         began = time.monotonic()
         self._run(stop_redirecting_script(self.public_port), "nftables redirect stop")
-        left, waited = self.wait_idle(self.staging_metrics_port)
-        self.details["staging_in_flight_left"] = left
-        self.graceful_stop(STAGING_UNIT, self.staging_port)
+        self.details["staging_in_flight_at_stop"] = self.in_flight(self.staging_metrics_port)
+        _conns, waited = self.graceful_stop(STAGING_UNIT, self.staging_port)
         self._run(unredirect_script(), "nftables redirect removal")
         self.remove_staging()
         self.phases[phase] = time.monotonic() - began
-        self.say(f"migration: redirect removed; staging smg drained in {waited:.1f} s"
-                 + ("" if left == 0 else f" ({left} still in flight at the timeout)")
-                 + f", stopped and removed ({self.phases[phase]:.1f} s)")
+        self.say(f"migration: redirect removed; the staging smg finished its "
+                 f"{self.details['staging_in_flight_at_stop']} request(s) in flight and stopped in {waited:.1f} s, "
+                 f"removed ({self.phases[phase]:.1f} s)")
 
     def graceful_stop(self, unit: str, port: int) -> tuple[int, float]:
         """SIGTERM, then wait until the unit exited (router/staging.py graceful_stop_script): (client connections
@@ -245,16 +246,6 @@ class Migration:
         if text is None:
             return None
         return int(sum(s.value for s in samples(text, (name,))))
-
-    def wait_idle(self, metrics_port: int) -> tuple[int | None, float]:
-        """Until the router on `metrics_port` reads 0 in flight (or stops answering), bounded by the drain timeout:
-        (what it read last, seconds waited)."""
-        began = time.monotonic()
-        left = self.in_flight(metrics_port)
-        while left and time.monotonic() - began < self.drain_timeout_s:
-            time.sleep(POLL_S)
-            left = self.in_flight(metrics_port)
-        return (0 if left is None else left), time.monotonic() - began
 
     def final_gate(self) -> None:
         base = f"http://{self.address}:{self.public_port}"

@@ -71,15 +71,15 @@ def test_a_failed_staging_gate_leaves_0_3_2_serving_and_nothing_behind(mfleet: R
     try:
         assert until(lambda: ":30010" in _ct(fleet, "ss -Hltn"), 30)
         (fleet.env.inventory / "router.yaml").write_text(ROUTER_YAML.format(package="smg", host=fleet.names[0]))
-        res = fleet.env.run("--json", "up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
+        res = fleet.env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
     finally:
         _ct(fleet, f"systemctl stop {SQUAT} || true")
-    print(res.stderr[-3000:])  # docs/fleet.md's example of a failed gate (pytest -s)
+    print(res.text[-3000:])  # docs/troubleshooting.md's example of a failed gate (pytest -s)
     assert res.rc == 1, res.text
-    error = res.json["router"]["error"]
-    assert "the staging smg on :30010 failed its gate" in error["what"], error
-    assert "port 30010 is taken in the router's container" in error["what"], error
-    assert "the running sglang-router still serves on :30000" in error["what"], error
+    for part in ("router: migration: stage smg on :30010", "the staging smg on :30010 failed its gate",
+                 "port 30010 is taken in the router's container",
+                 "the running sglang-router still serves on :30000"):
+        assert part in res.text, res.text
     assert _package(fleet) == "sglang_router" and _serves(fleet)
     assert _left(fleet) == {"staging": "inactive", "staging_file": "", "nft": ""}, _left(fleet)
 
@@ -104,12 +104,12 @@ def test_migration_under_load_loses_no_request(mfleet: RouterFleet) -> None:
                  "router: migration: new connections on :30000 go to the staging smg",
                  "router: migration: sglang-router finished its requests and stopped in",
                  "router: migration: smg runs as sglang-router on :30000",
-                 "router: migration: redirect removed; staging smg drained",
+                 "router: migration: redirect removed; the staging smg finished its",
                  "changed — migrated sglang-router to smg 1.13.0 (2 worker(s)), no restart"):
         assert line in res.stdout, res.stdout
     assert _package(fleet) == "smg"
     assert _left(fleet) == {"staging": "inactive", "staging_file": "", "nft": ""}, _left(fleet)
-    assert _ct(fleet, "pgrep -f /opt/sglang-router/bin/python || true") == ""
+    assert _ct(fleet, "pgrep -f [/]opt/sglang-router/bin/python || true") == ""
     status = fleet.env.run("status", "group", "prod")
     assert re.search(rf"router {re.escape(fleet.url)} \({fleet.names[0]} CT 120, smg, unit active\): 2 worker\(s\), "
                      "2 healthy", status.stdout), status.stdout
