@@ -10,8 +10,8 @@ import pytest
 from orchestrator.inventory.models import RouterSpec
 from orchestrator.router.facts import RouterFacts
 from orchestrator.router.migrate import Migration, old_metrics_port, resume
-from orchestrator.router.render import router_schema
 from orchestrator.router.release import release_of
+from orchestrator.router.render import router_schema
 from orchestrator.router.staging import (
     STAGING_LAUNCHER_PATH,
     STAGING_UNIT_PATH,
