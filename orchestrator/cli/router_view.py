@@ -82,4 +82,9 @@ def router_view(app: AppContext, outcomes: list[HostOutcome],
 
 
 def _unit_text(unit: dict[str, Any]) -> str:
-    return f" ({unit['runs_on']} CT {unit['vmid']}, unit {unit['unit']})" if unit else ""
+    if not unit:
+        return ""
+    package = f", {unit['package']}" if unit.get("package") else ""
+    left = (f", an interrupted migration left {unit['migration_left']}: run deploy up"
+            if unit.get("migration_left") else "")
+    return f" ({unit['runs_on']} CT {unit['vmid']}{package}, unit {unit['unit']}{left})"

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, RemoteError
+from orchestrator.flags import FlagSchema
 from orchestrator.inventory.models import Inventory, RouterSpec
 from orchestrator.remote.container import Container
 from orchestrator.render.pip_index import pip_index_options
@@ -32,10 +33,19 @@ from orchestrator.router.facts import (
     read_router_facts,
     workers_only_change,
 )
+from orchestrator.router.migrate import BundleApply, Migration, old_metrics_port, resume, run_migration
 from orchestrator.router.places import known_worker_urls, router_api_key, router_base_url, router_place, router_workers
 from orchestrator.router.reconcile import Reconciled, Worker, reconcile, workers_of
 from orchestrator.router.release import release_of
 from orchestrator.router.render import RouterBundle, render_router, router_schema, schema_from_probe
+from orchestrator.router.staging import (
+    OLD_MODULE,
+    MigrationState,
+    render_staging,
+    staging_metrics_port,
+    staging_port,
+    state_command,
+)
 from orchestrator.runlog import Metrics, StepRecord
 from orchestrator.scripts import render_script
 
@@ -233,6 +243,9 @@ def _converge(spec: RouterSpec, inventory: Inventory, ct: Container, report: Rou
         raise ConfigError(f"the installed {release.package}'s parser reads the router flags differently from the "
                           f"packaged {spec.version} dump: {' '.join(live.argv)}",
                           fix="re-make the packaged dump with orchestrator/probes/flags_probe.py")
+    if _migration(spec, inventory, ct, report, facts, schema, bundle, urls, api_key, dry_run=dry_run, say=say,
+                  health_timeout_s=health_timeout_s):
+        return
     changed = changed_files(bundle, facts)
     running = facts.active == "active"
     live_change = workers_only_change(spec, schema, facts, bundle, urls, api_key)
@@ -278,6 +291,47 @@ def _converge(spec: RouterSpec, inventory: Inventory, ct: Container, report: Rou
     if dry_run:
         return
     record.details["health"] = _wait_healthy(base_url, api_key, urls, health_timeout_s, say)
+
+
+def _migration(spec: RouterSpec, inventory: Inventory, ct: Container, report: RouterReport, facts: RouterFacts,
+               schema: FlagSchema, bundle: RouterBundle, urls: list[str], api_key: str | None, *, dry_run: bool,
+               say: Callable[[str], None], health_timeout_s: float) -> bool:
+    """A running sglang-router that the inventory now wants as smg is migrated (router/migrate.py), and what an
+    interrupted migration left is completed or undone; True when that converged the router (nothing more to do)."""
+    state = facts.migration
+    to_smg = spec.package == "smg"
+    migrate = to_smg and state.module == OLD_MODULE and facts.active == "active"
+    if not state.leftover and not migrate:
+        return False
+    record = report.record
+    if dry_run:
+        what = (f"finish or undo the interrupted migration to smg ({state.text()})" if state.leftover else
+                f"migrate the running sglang-router to {release_of(spec).name} with no request dropped (staging "
+                f"smg on :{staging_port(spec)}, then new connections redirected to it while sglang-router "
+                f"finishes its own)")
+        record.changes.append(what)
+        record.status, record.summary = "would-change", what
+        return True
+    m = Migration(ct=ct, base_url=report.url, staging_port=staging_port(spec),
+                  staging_metrics_port=staging_metrics_port(spec),
+                  old_metrics_port=old_metrics_port(facts.execstart), api_key=api_key, urls=urls,
+                  python=f"{spec.venv.rstrip('/')}/bin/python",
+                  gate=lambda url: _wait_healthy(url, api_key, urls, health_timeout_s, say), say=say)
+    final = BundleApply(bundle, lambda b, action: _apply(ct, b, action=action))
+    try:
+        if state.leftover and resume(m, state, facts, final, to_smg=to_smg) == "completed":
+            what = "completed the interrupted migration to smg"
+        elif migrate:
+            run_migration(m, render_staging(spec, schema, urls, api_key), final)
+            what = f"migrated sglang-router to {release_of(spec).name} ({len(urls)} worker(s)), no restart"
+        else:
+            return False  # undone, and nothing to migrate: the usual converge follows
+    finally:
+        record.details["migration"] = m.record()
+    record.changes.append(what)
+    record.status, record.summary = "changed", what
+    record.details["health"] = m.details.get("staging_gate", {})
+    return True
 
 
 def _reconcile_live(base_url: str, api_key: str | None, report: RouterReport, urls: list[str], *, dry_run: bool,
@@ -387,7 +441,8 @@ def _through_router(base_url: str, api_key: str | None, urls: list[str]) -> dict
 
 
 def managed_unit_state(inventory: Inventory, *, tofu: bool = False) -> dict[str, Any]:
-    """`systemctl is-active sglang-router` in the router's container (one round trip), when deploy manages it."""
+    """`systemctl is-active sglang-router` in the router's container (one round trip), when deploy manages it, the
+    package its launcher runs, and what an interrupted migration left there."""
     place = router_place(inventory)
     if place is None:
         return {}
@@ -396,8 +451,13 @@ def managed_unit_state(inventory: Inventory, *, tofu: bool = False) -> dict[str,
     where = {"runs_on": place.host.name, "vmid": place.vmid}
     try:
         with SshHost(place.host, tofu=tofu) as ssh:
-            res = Container(ssh, place.vmid).run(f"systemctl is-active {UNIT} || true", timeout=60,
-                                                 what="router unit state")
-        return {**where, "unit": res.stdout.strip() or "unknown"}
+            res = Container(ssh, place.vmid).script(f"systemctl is-active {UNIT} || true\n{state_command()}",
+                                                    check=False, timeout=60, what="router unit state")
+        lines = res.stdout.strip().splitlines()
+        state = MigrationState.parse(res.stdout)
+        package = {"smg": "smg", OLD_MODULE: "sglang-router"}.get(state.module)
+        return {**where, "unit": (lines[0].strip() if lines and "=" not in lines[0] else "") or "unknown",
+                **({"package": package} if package else {}),
+                **({"migration_left": state.text()} if state.leftover else {})}
     except RemoteError as err:
         return {**where, "unit": "unknown", "unit_error": err.what}

@@ -11,7 +11,7 @@ import base64
 import json
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from orchestrator.facts.base import RouterFact, text
@@ -31,6 +31,7 @@ from orchestrator.router.render import (
     probe_command,
     render_router,
 )
+from orchestrator.router.staging import MigrationState, state_command
 from orchestrator.scripts import render_script
 
 T = TypeVar("T")
@@ -68,6 +69,8 @@ class ROUTER:
         f"grep '^ExecStart=' {shlex.quote(UNIT_PATH)} 2>/dev/null || true"), text)
     active = RouterFact("active", lambda spec, argv: f"systemctl is-active {UNIT} 2>/dev/null || true",
                         lambda o: text(o) or "unknown")
+    #: What an interrupted migration to smg left (staging unit, redirect table) and the running launcher's module.
+    migration = RouterFact("migration", lambda spec, argv: state_command(), lambda o: MigrationState.parse(o.stdout))
 
 
 #: The installed files by name, as RouterFacts.file_sha keys them: (path, the fact of its hash).
@@ -75,7 +78,7 @@ FILE_SHA_FACTS: dict[str, tuple[str, RouterFact[str | None]]] = {
     "unit": (UNIT_PATH, ROUTER.sha_unit), "launcher": (LAUNCHER_PATH, ROUTER.sha_launcher),
     "key": (KEY_PATH, ROUTER.sha_key)}
 ROUTER_FACTS: tuple[RouterFact[Any], ...] = (ROUTER.probe, ROUTER.sha_unit, ROUTER.sha_launcher, ROUTER.sha_key,
-                                             ROUTER.execstart, ROUTER.active)
+                                             ROUTER.execstart, ROUTER.active, ROUTER.migration)
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ class RouterFacts:
     file_sha: dict[str, str | None]
     active: str
     execstart: str = ""  # the installed unit's ExecStart line (no secret: the key is never in it)
+    migration: MigrationState = field(default_factory=MigrationState)
 
     def probe_doc(self) -> dict[str, Any]:
         try:
@@ -111,7 +115,8 @@ def parse_facts(outputs: Mapping[str, CommandOutput]) -> RouterFacts:
         return fact.parse(outputs.get(fact.name) or CommandOutput(0, "", ""))
 
     return RouterFacts(probe=value(ROUTER.probe), file_sha={n: value(f) for n, (_, f) in FILE_SHA_FACTS.items()},
-                       active=value(ROUTER.active), execstart=value(ROUTER.execstart))
+                       active=value(ROUTER.active), execstart=value(ROUTER.execstart),
+                       migration=value(ROUTER.migration))
 
 
 def read_router_facts(ct: Container, spec: RouterSpec, argv: Sequence[str], *, host: str = "") -> RouterFacts:
@@ -165,10 +170,11 @@ def changed_files(bundle: RouterBundle, facts: RouterFacts) -> list[str]:
     return out
 
 
-def apply_script(bundle: RouterBundle, *, action: str | None) -> str:
-    """Write the files, daemon-reload, then `systemctl ACTION` (restart, start; None: leave the process be)."""
+def apply_script(bundle: RouterBundle, *, action: str | None, unit: str = UNIT, enable: bool = True) -> str:
+    """Write the files, daemon-reload, then `systemctl ACTION` (restart, start; None: leave the process be). A
+    migration's staging unit is not enabled: it must not come back on its own after a reboot."""
     files = [{"path": f.remote_path, "mode": f.mode, "b64": base64.b64encode(f.content.encode()).decode()}
              for f in bundle.files]
     remove = [] if bundle.key_file is not None else [KEY_PATH]
-    return render_script("router_apply.sh.j2", conf_dir=CONF_DIR, files=files, remove=remove, unit=UNIT,
-                         action=action)
+    return render_script("router_apply.sh.j2", conf_dir=CONF_DIR, files=files, remove=remove, unit=unit,
+                         action=action, enable=enable)

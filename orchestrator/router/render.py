@@ -67,11 +67,13 @@ def router_argv(spec: RouterSpec, schema: FlagSchema, urls: Sequence[str]) -> li
     return argv + flagset.argv()
 
 
-def render_router(spec: RouterSpec, schema: FlagSchema, urls: Sequence[str], api_key: str | None) -> RouterBundle:
-    """Pure: the files for a router whose workers are `urls` (the caller passes the healthy servers only)."""
+def render_router(spec: RouterSpec, schema: FlagSchema, urls: Sequence[str], api_key: str | None, *,
+                  unit_path: str = UNIT_PATH, launcher_path: str = LAUNCHER_PATH) -> RouterBundle:
+    """Pure: the files for a router whose workers are `urls` (the caller passes the healthy servers only); a
+    migration's staging router (router/staging.py) has a unit and launcher path of its own."""
     argv = router_argv(spec, schema, urls)
     python = f"{spec.venv.rstrip('/')}/bin/python"
-    exec_start = " ".join(systemd_exec_arg(a) for a in (python, LAUNCHER_PATH, *argv))
+    exec_start = " ".join(systemd_exec_arg(a) for a in (python, launcher_path, *argv))
     release = release_of(spec)
     unit = render_template("sglang-router.service.j2", router_name=release.name, policy=spec.policy,
                            worker_count=len(urls), key_file=KEY_PATH if api_key else "", exec_start=exec_start)
@@ -80,9 +82,10 @@ def render_router(spec: RouterSpec, schema: FlagSchema, urls: Sequence[str], api
     key = (RenderedFile(name="api-key", remote_path=KEY_PATH, mode=0o600, content=api_key + "\n",
                         sha256=sha256_text(api_key + "\n"), secrets=(api_key,)) if api_key else None)
     return RouterBundle(
-        unit=RenderedFile(name="sglang-router.service", remote_path=UNIT_PATH, mode=0o644, content=unit,
+        unit=RenderedFile(name=unit_path.rsplit("/", 1)[-1], remote_path=unit_path, mode=0o644, content=unit,
                           sha256=sha256_text(unit)),
-        launcher=RenderedFile(name="launch.py", remote_path=LAUNCHER_PATH, mode=0o644, content=launcher,
+        launcher=RenderedFile(name=launcher_path.rsplit("/", 1)[-1], remote_path=launcher_path, mode=0o644,
+                              content=launcher,
                               sha256=sha256_text(launcher)),
         key_file=key, argv=tuple(argv))
 

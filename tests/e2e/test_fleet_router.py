@@ -212,13 +212,14 @@ def test_status_group_shows_the_router_unit_and_its_view_of_each_worker(rfleet: 
     doc = res.json
     errors = doc["router"].pop("request_errors", None)  # smg's own counters, by error type (its metrics port)
     assert doc["router"] == {"url": rfleet.url, "workers": 2, "ready": True, "runs_on": a, "vmid": 120,
-                             "unit": "active", "problems": []}
+                             "unit": "active", "package": rfleet.package, "problems": []}
     assert isinstance(errors, dict) if rfleet.package == "smg" else errors is None, errors
     for host in doc["hosts"]:
         assert host["router"]["listed"] is True and host["router"]["healthy"] is True, host
         assert host["router"].get("circuit") == ("closed" if rfleet.package == "smg" else None), host
     text = env.run("status", "group", "prod").stdout
-    assert f"router {rfleet.url} ({a} CT 120, unit active): 2 worker(s), 2 healthy, 2 serving, ready" in text
+    assert (f"router {rfleet.url} ({a} CT 120, {rfleet.package}, unit active): 2 worker(s), 2 healthy, 2 serving, "
+            "ready") in text
     assert text.count("router: healthy") == 2
 
 

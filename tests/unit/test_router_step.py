@@ -112,7 +112,7 @@ def test_facts_batch_runs_the_probe_with_the_router_venv_and_reads_it_back() -> 
     spec = inventory({"runs_on": "gpu-1", "venv": "/srv/router venv"}).router
     assert spec is not None
     cmds = facts_commands(spec, ["--policy", "random"])
-    assert list(cmds) == ["probe", "sha-unit", "sha-launcher", "sha-key", "execstart", "active"]
+    assert list(cmds) == ["probe", "sha-unit", "sha-launcher", "sha-key", "execstart", "active", "migration"]
     assert "'/srv/router venv/bin/python' - router" in cmds["probe"]
     assert "<<'DEPLOY_PROBE_EOF'" in cmds["probe"] and "RouterArgs.add_cli_args" in cmds["probe"]
     facts = parse_facts({"probe": CommandOutput(0, '{"version": "0.3.2", "ok": true, "actions": []}\n', ""),

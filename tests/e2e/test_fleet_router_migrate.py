@@ -1,0 +1,157 @@
+"""A running sglang-router 0.3.2 migrated to smg 1.13.0 by `deploy up`, end to end (issue 37): the real CLI, two
+simulated hosts, both REAL router wheels, the router in the first host's CT 120 (an unprivileged LXC container),
+managed by `up`.
+
+Why these tests: the migration must lose no request, and a failed gate must leave 0.3.2 serving with nothing of
+the migration left behind. The load is tests/e2e's own clients (non-streaming chat on two threads, streaming
+chat on one; each request bounded in tokens and time), through the router's public address for the whole
+migration. Same host numbers as test_fleet_router.py (OFFSET_ROUTER_UP): modules run one after another in a
+process, so the roots are never up at once. The tests run in file order: the failed gate first, on 0.3.2.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+import requests
+
+from tests.e2e.conftest import until
+from tests.e2e.fleet_harness import fleet_root
+from tests.e2e.test_fleet_roll import Client
+from tests.e2e.test_fleet_router import RouterFleet
+from tests.e2e.test_fleet_smg import Streams
+from tests.sim_hosts import OFFSET_ROUTER_UP
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
+ROUTER_YAML = "router:\n  package: {package}\n  runs_on: {host}\n  policy: round_robin\n  workers: prod\n"
+SQUAT = "deploy-test-squat"
+
+
+@pytest.fixture(scope="module")
+def mfleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterFleet]:
+    with fleet_root(tmp_path_factory, "deploy-sim-router-mig", OFFSET_ROUTER_UP, 2) as base:
+        fleet = RouterFleet(env=base.env, names=base.names, root=base.root, infos=base.infos,
+                            router_yaml=ROUTER_YAML.format(package="sglang-router", host=base.names[0]))
+        fleet.write_router()
+        up = fleet.env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=1200)
+        assert up.rc == 0, up.text
+        assert _package(fleet) == "sglang_router"
+        yield fleet
+
+
+def _ct(fleet: RouterFleet, command: str) -> str:
+    return fleet.host_env(fleet.names[0]).ct(command).stdout.strip()
+
+
+def _package(fleet: RouterFleet) -> str:
+    """The module the router unit's launcher imports (what runs on the public port)."""
+    return _ct(fleet, "sed -n 's/^from \\([a-z_]*\\)\\.launch_router.*/\\1/p' /etc/sglang-router/launch.py")
+
+
+def _left(fleet: RouterFleet) -> dict[str, str]:
+    """What a migration may leave in the router's container: the staging unit (state, file) and the nft table."""
+    return {"staging": _ct(fleet, "systemctl is-active sglang-router-staging || true"),
+            "staging_file": _ct(fleet, "ls /etc/systemd/system/sglang-router-staging.service 2>/dev/null || true"),
+            "nft": _ct(fleet, "command -v nft >/dev/null && nft list tables || true")}
+
+
+def _serves(fleet: RouterFleet) -> bool:
+    body = {"model": "glm-5", "max_tokens": 4, "messages": [{"role": "user", "content": "1 + 1?"}]}
+    return requests.post(f"{fleet.url}/v1/chat/completions", json=body, timeout=60).status_code == 200
+
+
+def test_a_failed_staging_gate_leaves_0_3_2_serving_and_nothing_behind(mfleet: RouterFleet) -> None:
+    """The staging port is taken in the router's container (a real listener): the staging smg cannot start, the
+    migration stops with exit 1 and the evidence, 0.3.2 still serves, no staging unit, no nft table."""
+    fleet = mfleet
+    _ct(fleet, f"systemd-run --unit {SQUAT} python3 -c 'import socket, time; s = socket.socket(); "
+               "s.bind((\"0.0.0.0\", 30010)); s.listen(); time.sleep(3600)'")
+    try:
+        assert until(lambda: ":30010" in _ct(fleet, "ss -Hltn"), 30)
+        (fleet.env.inventory / "router.yaml").write_text(ROUTER_YAML.format(package="smg", host=fleet.names[0]))
+        res = fleet.env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
+    finally:
+        _ct(fleet, f"systemctl stop {SQUAT} || true")
+    print(res.text[-3000:])  # docs/troubleshooting.md's example of a failed gate (pytest -s)
+    assert res.rc == 1, res.text
+    for part in ("router: migration: stage smg on :30010", "the staging smg on :30010 failed its gate",
+                 "port 30010 is taken in the router's container",
+                 "the running sglang-router still serves on :30000"):
+        assert part in res.text, res.text
+    assert _package(fleet) == "sglang_router" and _serves(fleet)
+    assert _left(fleet) == {"staging": "inactive", "staging_file": "", "nft": ""}, _left(fleet)
+
+
+def test_migration_under_load_loses_no_request(mfleet: RouterFleet) -> None:
+    """Streaming and non-streaming clients through the public address during the whole migration: none fails,
+    no stream is cut short; afterwards smg runs on the public port, `status group` says so, nothing is left."""
+    fleet = mfleet
+    (fleet.env.inventory / "router.yaml").write_text(ROUTER_YAML.format(package="smg", host=fleet.names[0]))
+    with Client(fleet.url) as client, Streams(fleet.url) as streams:
+        assert until(lambda: client.ok >= 2 and streams.ok >= 1, 60), (client.failed[:5], streams.failed[:5])
+        res = fleet.env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
+        after = client.ok
+        assert until(lambda: client.ok >= after + 2, 60), client.failed[:5]
+    print(res.stdout[-4000:])  # docs/fleet.md's example run (pytest -s)
+    print("requests:", client.ok, "streams:", streams.ok)
+    assert res.rc == 0, res.text
+    assert client.failed == [] and streams.failed == [] and streams.truncated == 0, (
+        client.failed[:5], streams.failed[:5], streams.truncated)
+    assert client.ok > 10 and streams.ok > 3
+    for line in ("router: migration: stage smg on :30010", "router: migration: staging smg ready",
+                 "router: migration: new connections on :30000 go to the staging smg",
+                 "router: migration: sglang-router finished its requests and stopped in",
+                 "router: migration: smg runs as sglang-router on :30000",
+                 "router: migration: redirect removed; the staging smg finished its",
+                 "changed — migrated sglang-router to smg 1.13.0 (2 worker(s)), no restart"):
+        assert line in res.stdout, res.stdout
+    assert _package(fleet) == "smg"
+    assert _left(fleet) == {"staging": "inactive", "staging_file": "", "nft": ""}, _left(fleet)
+    assert _ct(fleet, "pgrep -f [/]opt/sglang-router/bin/python || true") == ""
+    status = fleet.env.run("status", "group", "prod")
+    assert re.search(rf"router {re.escape(fleet.url)} \({fleet.names[0]} CT 120, smg, unit active\): 2 worker\(s\), "
+                     "2 healthy", status.stdout), status.stdout
+    again = fleet.env.run("--json", "up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
+    assert again.rc == 0 and again.json["router"]["result"] == "ok", again.text
+
+
+def test_a_migration_killed_after_the_redirect_is_undone_and_redone_by_the_next_up(mfleet: RouterFleet) -> None:
+    """Back on 0.3.2 (smg → 0.3.2 is a restart), then `up` with smg SIGKILLed once new connections go to the
+    staging smg: the staging smg and the redirect stay and serve, `status group` names them, and the next `up`
+    undoes that (0.3.2 still serves) and migrates again, or completes it (0.3.2 was already stopping)."""
+    import signal
+
+    fleet = mfleet
+    fleet.write_router()  # package: sglang-router
+    back = fleet.env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
+    assert back.rc == 0 and _package(fleet) == "sglang_router", back.text
+    (fleet.env.inventory / "router.yaml").write_text(ROUTER_YAML.format(package="smg", host=fleet.names[0]))
+    fleet.env.env["PYTHONUNBUFFERED"] = "1"
+    proc = fleet.env.popen("up", "group", "prod", "--skip-bench", "--skip-weights", lock_ttl_s=5)
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if "migration: new connections on :30000 go to the staging smg" in line:
+            proc.send_signal(signal.SIGKILL)
+            break
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, "".join(seen)
+    left = _left(fleet)
+    assert left["staging"] == "active" and "deploy_mig" in left["nft"], left
+    assert _serves(fleet)  # new connections reach the staging smg, which serves
+    status = fleet.env.run("status", "group", "prod")
+    assert "an interrupted migration left staging unit sglang-router-staging (active) and nft table ip deploy_mig: " \
+           "run deploy up" in status.stdout, status.stdout
+    res = fleet.env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
+    assert res.rc == 0, res.text
+    print(res.stdout[-3000:])  # docs/fleet.md (pytest -s)
+    # killed before 0.3.2's stop began (the usual case): undone, then migrated again; a kill that raced into the
+    # switch's graceful stop leaves 0.3.2 stopped: completed
+    assert ("router: migration: undoing an interrupted migration" in res.stdout
+            and "changed — migrated sglang-router to smg 1.13.0" in res.stdout) or (
+            "router: migration: completing an interrupted migration" in res.stdout), res.stdout
+    assert _package(fleet) == "smg" and _serves(fleet)
+    assert _left(fleet) == {"staging": "inactive", "staging_file": "", "nft": ""}, _left(fleet)

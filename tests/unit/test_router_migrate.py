@@ -1,0 +1,89 @@
+"""The router migration's pure parts (router/staging.py) and the decision an interrupted one leads to (resume in
+router/migrate.py), without a container: the remote phases run end to end in tests/e2e/test_fleet_router_migrate.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from orchestrator.inventory.models import RouterSpec
+from orchestrator.router.facts import RouterFacts
+from orchestrator.router.migrate import Migration, old_metrics_port, resume
+from orchestrator.router.release import release_of
+from orchestrator.router.render import router_schema
+from orchestrator.router.staging import (
+    STAGING_LAUNCHER_PATH,
+    STAGING_UNIT_PATH,
+    MigrationState,
+    redirect_script,
+    render_staging,
+    staging_metrics_port,
+    staging_port,
+    stop_redirecting_script,
+)
+
+
+def test_the_redirect_takes_syn_only_through_a_set_in_both_chains() -> None:
+    script = redirect_script(30000, 30010)
+    rule = "tcp dport @ports tcp flags & (syn | ack) == syn redirect to :30010"
+    assert f"type nat hook prerouting priority -100; {rule};" in script
+    assert f"type nat hook output priority -100; ip daddr 127.0.0.1 {rule};" in script
+    assert "elements = { 30000 }" in script and "apt-get install -y -q nftables" in script
+    assert "nft delete element ip deploy_mig ports '{ 30000 }'" in stop_redirecting_script(30000)
+
+
+def test_the_staging_router_has_its_own_unit_launcher_ports_and_no_key_in_argv() -> None:
+    spec = RouterSpec(runs_on="gpu-1", package="smg", flags={"prometheus-port": 29100})
+    bundle = render_staging(spec, router_schema(release_of(spec)), ["http://10.0.0.2:8000"], "sk-secret-1")
+    assert (staging_port(spec), staging_metrics_port(spec)) == (30010, 29110)
+    assert bundle.unit.remote_path == STAGING_UNIT_PATH and bundle.launcher.remote_path == STAGING_LAUNCHER_PATH
+    assert "--port 30010" in bundle.unit.content and "--prometheus-port 29110" in bundle.unit.content
+    assert STAGING_LAUNCHER_PATH in bundle.unit.content and "from smg.launch_router" in bundle.launcher.content
+    assert "sk-secret-1" not in bundle.unit.content and "sk-secret-1" not in " ".join(bundle.argv)
+
+
+def test_state_and_old_metrics_port_parse() -> None:
+    state = MigrationState.parse("module=sglang_router\nstaging=active\nstaging_unit=yes\nredirect=yes\n")
+    assert state.leftover and state.text() == ("staging unit sglang-router-staging (active) and nft table ip "
+                                               "deploy_mig")
+    assert not MigrationState.parse("module=smg\nstaging=\n").leftover
+    assert old_metrics_port("ExecStart=/opt/x/bin/python l.py --port 30000 --prometheus-port 29005") == 29005
+    assert old_metrics_port("ExecStart=/opt/x/bin/python l.py --port 30000") == 29000
+
+
+class Recorder(Migration):
+    """A Migration whose remote steps are recorded, not run."""
+
+    def __init__(self) -> None:
+        super().__init__(ct=None, base_url="http://10.0.0.5:30000", staging_port=30010,  # type: ignore[arg-type]
+                         staging_metrics_port=29010, old_metrics_port=29000, api_key=None, urls=[], python="py",
+                         gate=lambda _u: {}, say=lambda _m: None)
+        self.done: list[str] = []
+
+    def _run(self, script: str, what: str, *, timeout: int = 120) -> None:
+        self.done.append(what)
+
+    def switch(self, final: Any, *, old_running: bool) -> None:
+        self.done.append(f"switch old_running={old_running}")
+
+    def finish(self, phase: str = "finish") -> None:
+        self.done.append(f"finish {phase}")
+
+
+@pytest.mark.parametrize(("state", "active", "want", "steps"), [
+    # 0.3.2 still serves: undo (the redirect goes, the staging smg drains), then a new migration may start
+    (MigrationState("sglang_router", "active", True, True), "active", "undone", ["finish undo"]),
+    # 0.3.2 was stopped, the staging smg serves through the redirect: complete
+    (MigrationState("sglang_router", "active", True, True), "inactive", "completed",
+     ["switch old_running=False", "finish finish"]),
+    # a redirect to a dead staging port is deleted first, whatever follows
+    (MigrationState("sglang_router", "failed", True, True), "active", "undone",
+     ["nftables redirect removal", "finish undo"]),
+])
+def test_resume_undoes_while_0_3_2_serves_and_completes_once_it_stopped(state: MigrationState, active: str,
+                                                                         want: str, steps: list[str]) -> None:
+    m = Recorder()
+    facts = RouterFacts(probe="", file_sha={}, active=active)
+    assert resume(m, state, facts, final=None, to_smg=True) == want  # type: ignore[arg-type]
+    assert m.done == steps
