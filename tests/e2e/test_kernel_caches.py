@@ -61,7 +61,8 @@ def test_each_stack_has_its_cache_a_restart_and_a_rollback_start_warm(converged:
     assert res.rc == 0, res.text[-3000:]
     boot, d2 = last_start(env)
     assert d2 != d0 and boot["cold"] and boot["kernel_cache"]["state"] == "fresh" and "jit" in phases(boot), boot
-    assert boot["total_s"] >= warm_s + 8, (boot["total_s"], warm_s)  # the 10 s compile, measured by the ledger
+    # the 10 s compile, measured by the ledger in whole seconds (8 s seen on a loaded machine: a margin)
+    assert boot["total_s"] >= warm_s + 5, (boot["total_s"], warm_s)
     listing = on_host(env, f"ls {HOST_CACHE}").split()
     assert key0 in listing and d2.rsplit("/", 1)[1] in listing, listing
 
