@@ -407,6 +407,10 @@ def _create(ctx: StepContext, record: StepRecord, pve: _Clients, wanted: list[De
             raw_wanted: list[tuple[str, str]]) -> bool:
     """Create the container (template first if missing). False when a dry run stops here."""
     spec, node = ctx.host.container, ctx.host.pve.node
+    if not ctx.facts.get(HOST.templates) and not ctx.facts.get(HOST.aplinfo):
+        # Both are read only while the CT does not exist (facts/host.py unless_ct_exists): read while a killed
+        # run's half-made CT was still there and gone by the status read, they say nothing. Read them now.
+        _reread_container(ctx, "reading the templates (the container was there when they were read)")
     ostemplate, download = resolve_template(ctx)
     record.details["template"] = {"ostemplate": ostemplate, "asked": spec.ostemplate, "download": download}
     params: dict[str, Any] = {

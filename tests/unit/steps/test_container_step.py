@@ -368,3 +368,17 @@ def test_an_ha_managed_ct_that_never_runs_names_the_ha_stack(make_run, monkeypat
     with pytest.raises(RemoteError) as exc:
         run.step("container")
     assert "CT 120 is HA-managed and still stopped" in exc.value.what and "ha-manager status" in exc.value.fix
+
+
+def test_templates_read_while_a_killed_runs_ct_was_still_there_are_read_again_before_the_create(make_run) -> None:
+    """The resume of a killed `up` read its facts while the half-made CT's config still existed (so the template
+    facts were skipped: facts/host.py unless_ct_exists) and then `pct status` found it gone (PVE removed it when its
+    create task died): the create reads the templates again instead of refusing 'neither in storage'."""
+    gone = "Configuration file 'nodes/pve-gpu-1/lxc/120.conf' does not exist\n"
+    run = make_run({**host_facts(gone), "templates": "", "aplinfo": ""})
+    run.node.host_after = {**host_facts(gone), "ct_pending": "[]"}
+    run.node.ct_after = {"gpus": ONE_GPU}
+    pve_accepts(run.node)
+    rec = run.step("container")
+    assert rec.status == "changed" and rec.details["template"]["ostemplate"] == TEMPLATE, rec.details
+    assert len([c for c in run.node.commands("run") if c.startswith("pvesh create /nodes/pve-gpu-1/lxc ")]) == 1
