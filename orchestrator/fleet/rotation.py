@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
-from orchestrator.errors import CheckFailed, ConfigError, DeployError
+from orchestrator.errors import CheckFailed, ConfigError, DeployError, unknown_name
 from orchestrator.fleet.fleet_roll import FleetRouter
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.locks.claims import claim_fleet
@@ -132,9 +132,23 @@ def rollback_out_of_rotation(host: Host, inv: Inventory, to_release: str | None,
     """`rollback host H` of a router worker: drained, rolled back, added back when the rollback ended well or was
     refused before any change (an unknown release id: H still runs what it ran). Raises what the claim or the
     drain raised (nothing changed then) and an add-back that failed after a good rollback."""
-    with claim_fleet([host.name], options.command, router=True), \
-            out_of_rotation(inv, host.name, say=say, drain_timeout_s=drain_timeout_s,
-                            back_ok=lambda: False) as rotation:
-        report = rollback_host(host, inv, to_release, options, progress=progress, say=say)
-        rotation.serving = report.failure is None or isinstance(report.failure, ConfigError)
+    with claim_fleet([host.name], options.command, router=True):
+        if to_release is not None:
+            _require_release(host, inv, to_release, options)
+        with out_of_rotation(inv, host.name, say=say, drain_timeout_s=drain_timeout_s,
+                             back_ok=lambda: False) as rotation:
+            report = rollback_host(host, inv, to_release, options, progress=progress, say=say)
+            rotation.serving = report.failure is None or isinstance(report.failure, ConfigError)
     return report
+
+
+def _require_release(host: Host, inv: Inventory, release: str, options: RunOptions) -> None:
+    """`--to ID` names a release the host stores, asked before the drain (one read of its releases): an unknown
+    id is refused with the router untouched, as `roll host`'s dry run refuses bad flags."""
+    from orchestrator.commands.history import HistoryRequest, release_history
+
+    known = release_history(inv, HistoryRequest(host, limit=1000, tofu=options.tofu))
+    ids = [str(r["id"]) for r in known.releases if r.get("id")]
+    if release not in ids:
+        raise unknown_name("release", release, ids, where=f" on {host.name}",
+                           fix=f"`deploy history host {host.name}` lists them; nothing was drained or changed")

@@ -162,6 +162,9 @@ def test_a_single_host_roll_and_rollback_of_a_worker_drain_it_first_and_lose_no_
     host = fleet.names[1]
     bad = fleet.env.run("roll", "host", host, "--set", "no-such-server-flag=1", "--skip-bench", timeout=300)
     assert bad.rc == 2 and "out of the router" not in bad.text, bad.text
+    unknown = fleet.env.run("rollback", "host", host, "--to", "20991231T000000-deadbeef", timeout=300)
+    assert unknown.rc == 2 and "no release '20991231T000000-deadbeef'" in unknown.text, unknown.text
+    assert "out of the router" not in unknown.text, unknown.text
     assert all(fleet.listed().values())
     with ReadyWatch(fleet.router) as ready, Client(fleet.router) as client, Streams(fleet.router) as streams:
         assert until(lambda: client.ok >= 2 and streams.ok >= 1, 60), (client.failed[:5], streams.failed[:5])
