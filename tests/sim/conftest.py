@@ -43,7 +43,9 @@ class Ssh:
             out.channel.sendall(stdin.encode())
         out.channel.shutdown_write()
         o, e = out.read().decode(), err.read().decode()
-        return Result(out.channel.recv_exit_status(), o, e)
+        rc = out.channel.recv_exit_status()
+        out.channel.close()  # not left open until garbage collection: the transport holds only live channels
+        return Result(rc, o, e)
 
     def close(self) -> None:
         if self.client is not None:
