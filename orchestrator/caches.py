@@ -30,8 +30,6 @@ from pydantic import BaseModel, ConfigDict
 CACHE_ROOT = "/var/cache/deploy/kernels"
 #: The host directory mounted there when the inventory names none (one per container, so two CTs never share).
 HOST_CACHE_ROOT = "/var/lib/deploy/kernel-cache"
-MANIFEST = "deploy-cache.json"
-SET_ASIDE = ".set-aside-"
 #: The profile env variable that, when set, means the operator points the caches somewhere himself: no managed cache.
 OWN_CACHE_VAR = "SGLANG_CACHE_DIR"
 

@@ -100,7 +100,6 @@ def _add_back(drainer: Drainer, host: str, url: str, key: str | None, say: Calla
     say(f"{host} is back in the router, healthy after {took:.1f} s{reach}")
 
 
-
 #: A roll that ended so: the host runs a release that passed its checks, or the one it ran before (nothing installed).
 _SERVING = (RollResult.KEPT, RollResult.ROLLED_BACK, RollResult.UNCHANGED, RollResult.REFUSED)
 
@@ -129,9 +128,10 @@ def roll_out_of_rotation(host: Host, inv: Inventory, request: RollRequest, optio
 
 def rollback_out_of_rotation(host: Host, inv: Inventory, to_release: str | None, options: RunOptions, *,
                              drain_timeout_s: float, progress: ProgressFn | None, say: Say) -> RunReport:
-    """`rollback host H` of a router worker: drained, rolled back, added back when the rollback ended well or was
-    refused before any change (an unknown release id: H still runs what it ran). Raises what the claim or the
-    drain raised (nothing changed then) and an add-back that failed after a good rollback."""
+    """`rollback host H` of a router worker: a `--to` id H does not store is refused first, with the router
+    untouched; then H is drained, rolled back, and added back when the rollback ended well or was refused before
+    any change (no previous release: H still runs what it ran). Raises what the claim, the id check or the drain
+    raised (nothing changed then) and an add-back that failed after a good rollback."""
     with claim_fleet([host.name], options.command, router=True):
         if to_release is not None:
             _require_release(host, inv, to_release, options)

@@ -42,6 +42,7 @@ from orchestrator.router.staging import (
     MigrationState,
     free_port_check,
     graceful_stop_script,
+    key_values,
     redirect_script,
     remove_staging_script,
     stop_redirecting_script,
@@ -231,8 +232,7 @@ class Migration:
         began = time.monotonic()
         res = self.ct.script(graceful_stop_script(unit, port, self.drain_timeout_s), check=False,
                              timeout=int(self.drain_timeout_s) + 120, what=f"graceful stop of {unit}")
-        kv = dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
-        conns = kv.get("connections", "").strip()
+        conns = key_values(res.stdout).get("connections", "")
         return (int(conns) if conns.isdigit() else -1), time.monotonic() - began
 
     # ------------------------------------------------------------------------------------------- reads

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from orchestrator.flags import FlagSchema
 from orchestrator.inventory.models import RouterSpec
 from orchestrator.router.release import exported_metrics_port
-from orchestrator.router.render import CONF_DIR, RouterBundle, render_router
+from orchestrator.router.render import CONF_DIR, LAUNCHER_PATH, RouterBundle, render_router
 
 STAGING_UNIT = "sglang-router-staging"  # the router's unit (router/facts.py UNIT), staging
 STAGING_UNIT_PATH = f"/etc/systemd/system/{STAGING_UNIT}.service"
@@ -133,8 +133,6 @@ def remove_staging_script() -> str:
 def state_command() -> str:
     """Shell, one line per fact: the module the router's launcher imports, the staging unit's state and file, and
     whether the redirect table exists."""
-    from orchestrator.router.render import LAUNCHER_PATH
-
     return "\n".join([
         "printf 'module=%s\\n' \"$(sed -n 's/^from \\([A-Za-z_]*\\)\\.launch_router import.*/\\1/p' "
         f"{shlex.quote(LAUNCHER_PATH)} 2>/dev/null)\"",
@@ -143,6 +141,11 @@ def state_command() -> str:
         f"command -v nft >/dev/null 2>&1 && nft list table ip {NFT_TABLE} >/dev/null 2>&1 && echo redirect=yes",
         "true",
     ])
+
+
+def key_values(output: str) -> dict[str, str]:
+    """Pure: the `key=value` lines these scripts print (state_command, graceful_stop_script), values stripped."""
+    return {k: v.strip() for k, v in (line.split("=", 1) for line in output.splitlines() if "=" in line)}
 
 
 @dataclass(frozen=True)
@@ -156,8 +159,8 @@ class MigrationState:
 
     @classmethod
     def parse(cls, output: str) -> MigrationState:
-        kv = dict(line.split("=", 1) for line in output.splitlines() if "=" in line)
-        return cls(module=kv.get("module", "").strip(), staging=kv.get("staging", "").strip() or "inactive",
+        kv = key_values(output)
+        return cls(module=kv.get("module", ""), staging=kv.get("staging", "") or "inactive",
                    staging_unit=kv.get("staging_unit") == "yes", redirect=kv.get("redirect") == "yes")
 
     @property

@@ -4,11 +4,11 @@
 (steps/throughput.py) and `release_verdict` judge; `rollback_release` and a failed roll's undo go through
 `roll_back_to`. Any failure after a roll's install rolls back to the previous release, which must come back
 healthy; the verdict and its evidence (journal excerpt, bench figures side by side) are written into the failed
-release. A release without a
-verdict.json is an unverified candidate (a roll was interrupted): `up` and `roll` restore the previous release
-first, so the host always ends with exactly one healthy release current. An `up` release without a verdict (that
-`up` was interrupted) is marked abandoned by the next `up`, which installs its files again as a new release.
-Every install is a new release id, so re-rolling the same flags keeps the earlier attempt's verdict.
+release. A release without a verdict.json is an unverified candidate (a roll was interrupted): `up` and `roll`
+restore the previous release first, so the host always ends with exactly one healthy release current. An `up`
+release without a verdict (that `up` was interrupted) is marked abandoned by the next `up`, which installs its
+files again as a new release. Every install is a new release id, so re-rolling the same flags keeps the earlier
+attempt's verdict.
 
 Step functions carry their playbook names: install_release, release_verdict, rollback_release; the throughput
 gate's step, `gate`, is steps/throughput.py (it writes a roll's "kept" verdict through write_verdict).

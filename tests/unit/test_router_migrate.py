@@ -87,3 +87,10 @@ def test_resume_undoes_while_0_3_2_serves_and_completes_once_it_stopped(state: M
     facts = RouterFacts(probe="", file_sha={}, active=active)
     assert resume(m, state, facts, final=None, to_smg=True) == want  # type: ignore[arg-type]
     assert m.done == steps
+
+
+def test_the_scripts_key_value_lines_are_read_stripped_and_other_lines_ignored() -> None:
+    from orchestrator.router.staging import key_values
+
+    out = "active\nconnections= 5\nwaited=3\nnft: warning\nmodule=sglang_router=x\n"
+    assert key_values(out) == {"connections": "5", "waited": "3", "module": "sglang_router=x"}
