@@ -305,7 +305,19 @@ class Server:
                 self.sel.unregister(conn)
             except (KeyError, ValueError):
                 pass
+            self._read_out(conn)
             conn.close()
+
+    @staticmethod
+    def _read_out(conn: socket.socket) -> None:
+        """Read what the client sent and this loop has not (a signal byte racing the command's end): a unix socket
+        closed with unread data makes the client's recv fail with ECONNRESET, and the reply queued for it is lost."""
+        conn.setblocking(False)
+        try:
+            while conn.recv(64):
+                pass
+        except OSError:
+            pass
 
     def _drain(self) -> None:
         """Stop taking calls (new clients run directly), let the running ones end, then exec a fresh server."""

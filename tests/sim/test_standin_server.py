@@ -4,11 +4,17 @@ and without the server (or with its code changed) the stand-ins still run, direc
 
 from __future__ import annotations
 
+import os
+import select
+import signal
+import socket
+import sys
+import threading
 from typing import Any
 
 import pytest
 
-from simulator.standin_client import encode_request
+from simulator.standin_client import FORWARDED, call, encode_request
 from simulator.standin_server import decode_request
 from tests.e2e.conftest import until
 
@@ -28,6 +34,53 @@ def test_request_encoding_round_trips() -> None:
     assert req.argv == ["pct", "", "a b", "--x=\udcff"] and req.cwd == "/root"
     assert req.umask == 0o027 and req.fd_mask == 0b101
     assert req.env == {"A": "1", "EMPTY": "", "EQ": "x=y", "U": "é"}
+
+
+@pytest.fixture
+def handlers_kept() -> Any:
+    """call() forwards signals to the server; the test process gets its own handlers back."""
+    saved = {signum: signal.getsignal(signum) for signum in FORWARDED}
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+
+
+def _server_closing(first: bytes = b"") -> tuple[socket.socket, threading.Thread]:
+    """A client socket whose server waits for the request, then either closes with it unread (`first` empty) or
+    reads it, sends `first` and closes."""
+    client, server = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+
+    def serve() -> None:
+        with server:
+            select.select([server], [], [], 10)
+            if first:
+                _, ancdata, _, _ = server.recvmsg(1 << 20, socket.CMSG_SPACE(3 * 4))
+                for _, _, fds in ancdata:  # the caller's stdio, passed along: closed, as the real server does
+                    for i in range(0, len(fds) - 3, 4):
+                        os.close(int.from_bytes(fds[i:i + 4], sys.byteorder))
+                server.send(first)
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    return client, thread
+
+
+def test_a_call_the_server_closed_unread_runs_directly(handlers_kept: None) -> None:
+    """A server that closes a connection with its request unread (it stopped listening: every stand-in server of
+    the machine drains when a stand-in module changes) makes the client's recv fail with ECONNRESET, not EOF;
+    nothing ran, so the client runs the tool directly (None) instead of dying with a traceback (seen in CI)."""
+    client, thread = _server_closing()
+    with client:
+        assert call(client, "pct", ["list"]) is None
+    thread.join()
+
+
+def test_a_server_gone_after_run_is_exit_255_with_a_line(handlers_kept: None, capfd: Any) -> None:
+    client, thread = _server_closing(b"run")  # then EOF: the server went away while the command ran
+    with client:
+        assert call(client, "pct", ["list"]) == 255
+    thread.join()
+    assert "the stand-in server stopped while `pct` ran" in capfd.readouterr().err
 
 
 @pytest.mark.parametrize("tool, args", [
