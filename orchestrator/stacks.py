@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.caches import CACHE_ROOT
 from orchestrator.layout import PATHS
 from orchestrator.patches import Patch, patches_sha
 from orchestrator.releases.documents import ReleaseLine, ReleaseMeta
@@ -178,12 +179,15 @@ def prune_plan(records: Mapping[str, StackRecord], keep: int, protected: set[str
 
 
 def prune_command(doomed: Iterable[StackRecord]) -> str:
-    """Remove each record first (it stops being a stack), then its venv; only paths under the stacks dir."""
+    """Remove each record first (it stops being a stack), then its venv, then its kernel caches (every shape's
+    directory and those set aside: results no other stack may read, and no release can start on a pruned stack);
+    only paths under the stacks dir and the cache root."""
     parts = []
     for r in doomed:
         if r.adopted or r.venv != PATHS.stack_venv(r.sha):
             continue
-        parts.append(f"rm -f {shlex.quote(PATHS.stack_record(r.sha))} && rm -rf {shlex.quote(r.venv)}")
+        parts.append(f"rm -f {shlex.quote(PATHS.stack_record(r.sha))} && rm -rf {shlex.quote(r.venv)} "
+                     f"{shlex.quote(f'{CACHE_ROOT}/{r.sha}-')}*")
     return " && ".join(parts) or "true"
 
 

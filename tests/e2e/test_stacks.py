@@ -141,15 +141,20 @@ def test_a_disk_budget_prunes_the_oldest_stacks_and_refuses_a_stack_that_cannot_
     # Four stacks of ~70 MB (the adopted venv, 0.5.23, 0.5.23[srt], 0.5.23[blackwell]) do not fit 0.25 GB: the
     # oldest prunable one (the first 0.5.23 stack) goes; the current and verified release's stack stays.
     env.set_profile(sglang_extras=["blackwell"], stacks_disk_budget_gb=0.25)
+    stack = first["details"]["stack"]
+    caches = env.ct("ls /var/cache/deploy/kernels").stdout.split()
+    assert any(c.startswith(f"{stack}-") for c in caches), caches  # the first 0.5.23 stack's server made its own
     third = env.run("up", "host", env.host, "--skip-bench")
     assert third.rc == 0, third.text[-3000:]
-    stack = first["details"]["stack"]
     pruned = next(ln for ln in third.stdout.splitlines() if ln.startswith("pruned stack(s)"))
     assert pruned.startswith(f"pruned stack(s) {stack} (keep_stacks 3, stacks_disk_budget_gb 0.25), "), pruned
     assert pruned.endswith(" bytes freed"), pruned
     kept = next(ln for ln in third.stdout.splitlines() if ln.startswith("kept stacks: "))
     assert kept.count(" bytes") == 4 and kept.endswith(" of a budget of 250,000,000"), kept
     assert env.ct(f"test -e /opt/deploy/stacks/{stack}").rc != 0
+    after = env.ct("ls /var/cache/deploy/kernels").stdout.split()  # its kernel caches went with it, no other
+    assert not any(c.startswith(f"{stack}-") for c in after) and set(caches) - set(after) == \
+        {c for c in caches if c.startswith(f"{stack}-")}, (caches, after)
 
     # 0.1 GB cannot hold the adopted venv and the current release's stack, let alone a new one: refused, nothing
     # changed, the server still serving.

@@ -65,7 +65,8 @@ def test_a_prune_keeps_the_newest_and_never_the_current_the_verified_or_an_adopt
     assert [r.sha for r in doomed] == ["111111111111"]
     assert prune_plan(records, keep=4, protected=set()) == []
     command = prune_command([*doomed, adopted])
-    assert command == ("rm -f /opt/deploy/stacks/111111111111.json && rm -rf /opt/deploy/stacks/111111111111")
+    assert command == ("rm -f /opt/deploy/stacks/111111111111.json && rm -rf /opt/deploy/stacks/111111111111 "
+                       "/var/cache/deploy/kernels/111111111111-*")
 
 
 GB = 1_000_000_000
