@@ -176,7 +176,7 @@ def test_a_build_prunes_beyond_keep_stacks_but_not_the_current_release_stack(mak
     assert rec.details["pruned"] == [olds[1]]  # newest two kept (the new one, olds[2]); olds[0] is current's
     prune = run.node.commands("run")[-1]
     assert prune == (f"pct exec 120 -- bash -c 'rm -f /opt/deploy/stacks/{olds[1]}.json && "
-                     f"rm -rf /opt/deploy/stacks/{olds[1]}'")
+                     f"rm -rf /opt/deploy/stacks/{olds[1]} /var/cache/deploy/kernels/{olds[1]}-*'")
 
 
 def test_a_plan_names_the_stack_it_would_build_and_changes_nothing(make_run) -> None:
