@@ -309,3 +309,13 @@ tofu_option = click.option("--tofu", is_flag=True, help="Trust an unknown SSH ho
 all_inventories_option = click.option(
     "--all-inventories", is_flag=True,
     help="Every run in this machine's ledger, not only those of the inventory's hosts.")
+
+
+def is_router_worker(inventory: Inventory, host: str) -> bool:
+    """Whether the inventory's router has `host` among its workers (the router's modules load only then): a
+    single-host command that restarts it drains it first (fleet/rotation.py)."""
+    if inventory.router is None:
+        return False
+    from orchestrator.fleet.rotation import routes_to
+
+    return routes_to(inventory, host)

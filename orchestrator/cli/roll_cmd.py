@@ -13,6 +13,7 @@ from orchestrator.cli.common import (
     all_inventories_option,
     common_options,
     inventory_names,
+    is_router_worker,
     resolve_host,
     tofu_option,
 )
@@ -161,7 +162,7 @@ def roll_one(app: AppContext, target: tuple[str, ...], request: RollRequest, *, 
         return print_roll(app, refused("", err), dry_run=dry_run)
     printer = app.step_printer()
     try:
-        if drain_timeout_s is not None and not dry_run and _routes_to(app.inventory, host.name):
+        if drain_timeout_s is not None and not dry_run and is_router_worker(app.inventory, host.name):
             from orchestrator.fleet.rotation import roll_out_of_rotation
 
             printer.say(f"{host.name} is a router worker: the roll is checked first, then {host.name} is drained "
@@ -173,15 +174,6 @@ def roll_one(app: AppContext, target: tuple[str, ...], request: RollRequest, *, 
     finally:
         printer.close()
     return print_roll(app, outcome, dry_run=dry_run)
-
-
-def _routes_to(inventory: Inventory, host: str) -> bool:
-    """Whether the inventory's router has `host` among its workers (the router's modules load only then)."""
-    if inventory.router is None:
-        return False
-    from orchestrator.fleet.rotation import routes_to
-
-    return routes_to(inventory, host)
 
 
 def print_roll(app: AppContext, outcome: RollOutcome, *, dry_run: bool) -> int:
@@ -245,7 +237,7 @@ def rollback(app: AppContext, target: tuple[str, ...], to_release: str | None, a
     printer = app.step_printer()
     options = RunOptions(tofu=tofu, command=command_line())
     try:
-        if not no_drain and _routes_to(app.inventory, host.name):
+        if not no_drain and is_router_worker(app.inventory, host.name):
             from orchestrator.fleet.rotation import rollback_out_of_rotation
 
             report = rollback_out_of_rotation(host, app.inventory, to_release, options, drain_timeout_s=drain_timeout,

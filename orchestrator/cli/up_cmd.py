@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import click
 
-from orchestrator.cli.common import AppContext, common_options, inventory_names, resolve_host, tofu_option
+from orchestrator.cli.common import (
+    AppContext,
+    common_options,
+    inventory_names,
+    is_router_worker,
+    resolve_host,
+    tofu_option,
+)
 from orchestrator.cli.fleet import fleet_options
 from orchestrator.cli.run import command_line
 from orchestrator.commands.up import UpRequest, UpResult, up_host
 from orchestrator.commands.up import preflight as check_host
+from orchestrator.errors import ConfigError
 from orchestrator.fleet.engine import HostOutcome
+from orchestrator.fleet.targets import parse_targets
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.steps.base import RunOptions
 from orchestrator.ui.progress import StepPrinter, totals_line
@@ -53,9 +64,13 @@ def plan_options(*, tofu: bool) -> RunOptions:
                       command="deploy plan")
 
 
+#: `up`'s options that only `up host` (one host) takes: a fleet `up` never drains (a change rolls with `roll group`).
+_ONE_HOST_OPTIONS = ("no_drain", "drain_timeout")
+
+
 def up_on(inventory: Inventory, name: str, options: dict[str, Any], printer: StepPrinter) -> UpResult:
     """One host of a fleet `up`: the typed single-host run the command itself makes."""
-    run = up_options(**{k: v for k, v in options.items() if k != "playbook"})
+    run = up_options(**{k: v for k, v in options.items() if k not in ("playbook", *_ONE_HOST_OPTIONS)})
     return up_host(inventory, UpRequest(inventory.find_host(name), options["playbook"], run),
                    progress=printer, say=printer.say)
 
@@ -66,13 +81,23 @@ def plan_on(inventory: Inventory, name: str, options: dict[str, Any], printer: S
                                         plan_options(tofu=options["tofu"])), progress=printer, say=printer.say)
 
 
-def run_and_report(app: AppContext, words: tuple[str, ...], playbook: str, options: RunOptions) -> int:
-    """`playbook` is a shipped name (orchestrator/playbooks/NAME.yaml) or the path of a copied, edited one."""
+def run_and_report(app: AppContext, words: tuple[str, ...], playbook: str, options: RunOptions,
+                   drain_timeout_s: float | None = None) -> int:
+    """`playbook` is a shipped name (orchestrator/playbooks/NAME.yaml) or the path of a copied, edited one. A
+    router worker's run that restarts its server is drained first (fleet/rotation.py) unless `drain_timeout_s` is
+    None (--no-drain, `plan`) or a dry run."""
     host = resolve_host(app, words)
     out = app.out
     printer = app.step_printer()
+    request = UpRequest(host, playbook, options)
     try:
-        result = up_host(app.inventory, UpRequest(host, playbook, options), progress=printer, say=printer.say)
+        if drain_timeout_s is not None and not options.dry_run and is_router_worker(app.inventory, host.name):
+            from orchestrator.fleet.rotation import up_out_of_rotation
+
+            result = up_out_of_rotation(app.inventory, request, drain_timeout_s=drain_timeout_s, progress=printer,
+                                        say=printer.say)
+        else:
+            result = up_host(app.inventory, request, progress=printer, say=printer.say)
     finally:
         printer.close()
     out.emit(result.payload())  # a failed run's document keeps the steps and totals it ran, with the error's code
@@ -86,6 +111,20 @@ def run_and_report(app: AppContext, words: tuple[str, ...], playbook: str, optio
     return 0
 
 
+def one_host_drain(body: Callable[..., int]) -> Callable[..., int]:
+    """--no-drain names `up host`'s drain: a fleet `up` never drains (a fleet-wide change rolls with `roll
+    group`), so it is refused there before any host starts."""
+
+    @functools.wraps(body)
+    def wrapper(app: AppContext, *args: Any, **kwargs: Any) -> int:
+        if kwargs.get("no_drain") and parse_targets(kwargs["target"], all_hosts=kwargs["all_hosts"]).fleet:
+            raise ConfigError("--no-drain is for one host (`up host`): a fleet up does not drain its workers",
+                              fix="drop --no-drain; to restart a fleet's servers with drains, `deploy roll group`")
+        return body(app, *args, **kwargs)
+
+    return wrapper
+
+
 @click.command("up")
 @click.argument("target", nargs=-1)
 @click.option("--dry-run", is_flag=True, help="Show what would change; change nothing (same as `deploy plan`).")
@@ -96,12 +135,17 @@ def run_and_report(app: AppContext, words: tuple[str, ...], playbook: str, optio
 @tofu_option
 @click.option("--playbook", default="up", show_default=True, metavar="NAME|FILE",
               help="Playbook to run: a shipped name or your copied and edited YAML file.")
+@click.option("--drain-timeout", type=float, default=120.0, show_default=True,
+              help="`up host` of a router worker whose server restarts: seconds to wait for its requests to finish.")
+@click.option("--no-drain", is_flag=True,
+              help="`up host` of a router worker: restart it in place, in the router (its clients see the restart).")
 @common_options
 @inventory_names(preset="preset")
+@one_host_drain
 @fleet_options(up_on, preflight=preflight, required=True, fleet_preflight=router_preflight,
                annotate=converge_router_after, claims=lambda options: not options.get("dry_run"))
 def up(app: AppContext, target: tuple[str, ...], dry_run: bool, allow_no_p2p: bool, skip_weights: bool,
-       skip_bench: bool, preset: str | None, tofu: bool, playbook: str) -> int:
+       skip_bench: bool, preset: str | None, tofu: bool, playbook: str, drain_timeout: float, no_drain: bool) -> int:
     """Converge one host: `deploy up host 10.1.230.174`; or a fleet: `deploy up group prod` (see --parallel).
 
     Container with every GPU passed in, userspace driver = host kernel module, sglang at the pinned version,
@@ -109,7 +153,7 @@ def up(app: AppContext, target: tuple[str, ...], dry_run: bool, allow_no_p2p: bo
     """
     options = up_options(dry_run=dry_run, allow_no_p2p=allow_no_p2p, skip_weights=skip_weights,
                          skip_bench=skip_bench, preset=preset, tofu=tofu)
-    return run_and_report(app, target, playbook, options)
+    return run_and_report(app, target, playbook, options, drain_timeout_s=None if no_drain else drain_timeout)
 
 
 @click.command("plan")

@@ -10,7 +10,9 @@ tune's end, or its restore read back). A host the router has no worker for, or a
 as before.
 
 `roll host` and `rollback host` of a worker do the same for their one restart (issue 37's drain for a single
-host): the soaks' only failed client requests outside router and container faults came from them.
+host): the soaks' only failed client requests outside router and container faults came from them. So does `up host`
+of a worker, when its plan says the run restarts the server (a converged host's `up` restarts nothing and is not
+drained).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
+from orchestrator.commands.up import UpRequest, UpResult, up_host
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, unknown_name
 from orchestrator.fleet.fleet_roll import FleetRouter
 from orchestrator.inventory.models import Host, Inventory
@@ -140,6 +143,39 @@ def rollback_out_of_rotation(host: Host, inv: Inventory, to_release: str | None,
             report = rollback_host(host, inv, to_release, options, progress=progress, say=say)
             rotation.serving = report.failure is None or isinstance(report.failure, ConfigError)
     return report
+
+
+#: The `up` steps whose change restarts the server or its container (a new release, stack, driver, GPU set or CT).
+RESTARTING_STEPS = frozenset({"container", "driver_userspace", "container_gpus", "sglang_install", "server_unit"})
+
+
+def restarting_changes(result: UpResult) -> list[str]:
+    """The steps of an `up` plan that would restart the server, by name (empty: the run restarts nothing)."""
+    return [s.name for s in result.steps if s.status == "would-change" and s.name in RESTARTING_STEPS]
+
+
+def up_out_of_rotation(inv: Inventory, request: UpRequest, *, drain_timeout_s: float, progress: ProgressFn | None,
+                       say: Say) -> UpResult:
+    """`up host H` of a router worker: under the host's and the router's claim, the run is planned first (one
+    quiet dry run); when the plan restarts the server, H is drained, converged and added back when it serves a
+    release that passed its checks (the run ended well, or put the previous release back and verified it).
+    A plan that restarts nothing, or that fails (the run then reports the same failure itself), runs in place.
+    Raises what the claim or the drain raised (nothing changed then) and an add-back that failed after a good run."""
+    host = request.host
+    with claim_fleet([host.name], request.options.command, router=True):
+        plan = up_host(inv, replace(request, options=replace(request.options, dry_run=True)))
+        restarting = restarting_changes(plan) if plan.error is None else []
+        if not restarting:
+            return up_host(inv, request, progress=progress, say=say)
+        say(f"{host.name} is a router worker and this run restarts its server ({', '.join(restarting)} would "
+            f"change): it is drained from the router first and added back after its checks (--no-drain: in place)")
+        with out_of_rotation(inv, host.name, say=say, drain_timeout_s=drain_timeout_s,
+                             back_ok=lambda: False) as rotation:
+            result = up_host(inv, request, progress=progress, say=say)
+            failure = result.error
+            rotation.serving = (failure is None or isinstance(failure, ConfigError)
+                                or result.report.state.rollback is not None)
+    return result
 
 
 def _require_release(host: Host, inv: Inventory, release: str, options: RunOptions) -> None:

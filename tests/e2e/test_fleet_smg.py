@@ -183,6 +183,43 @@ def test_a_single_host_roll_and_rollback_of_a_worker_drain_it_first_and_lose_no_
     assert until(lambda: all(fleet.listed().values()), 60), fleet.listed()
 
 
+def test_up_host_of_a_worker_drains_it_only_when_its_server_restarts(smg_fleet: RoutedFleet) -> None:
+    """`up host` of one worker behind smg: a converged host restarts nothing and is not drained; a profile whose
+    flags changed makes a new release, so the host is drained first (its plan named the restarting step), converged
+    and added back, with no client request failed or stream cut; `--no-drain` is refused for a fleet up."""
+    from tests.e2e.conftest import write_profiles
+
+    fleet = smg_fleet
+    host = fleet.names[2]
+    same = fleet.env.run("up", "host", host, "--skip-bench", "--skip-weights", timeout=600)
+    assert same.rc == 0 and "out of the router" not in same.stdout, same.text
+    refused = fleet.env.run("up", "group", "prod", "--no-drain", timeout=120)
+    assert refused.rc == 2 and "--no-drain is for one host (`up host`)" in refused.stderr, refused.text
+    fleet.env.set_profile(flags={FLAG: 9})
+    try:
+        with ReadyWatch(fleet.router) as ready, Client(fleet.router) as client, Streams(fleet.router) as streams:
+            assert until(lambda: client.ok >= 2 and streams.ok >= 1, 60), (client.failed[:5], streams.failed[:5])
+            up = fleet.env.run("up", "host", host, "--skip-bench", "--skip-weights", timeout=600)
+            after = client.ok
+            assert until(lambda: client.ok >= after + 2, 60)
+    finally:  # the profile's own flags again, for the module's other tests
+        fleet.env.profile_overrides["flags"].pop(FLAG, None)
+        write_profiles(fleet.env.inventory, fleet.env.profile_overrides)
+    print(up.stdout)  # docs/up.md's example run (pytest -s)
+    assert up.rc == 0, up.text
+    assert (f"{host} is a router worker and this run restarts its server (server_unit would change): it is drained "
+            "from the router first") in up.stdout, up.stdout
+    assert f"{host} ({fleet.urls[host]}) is out of the router while it restarts" in up.stdout, up.stdout
+    assert f"{host} is back in the router, healthy" in up.stdout, up.stdout
+    assert client.failed == [] and streams.failed == [] and streams.truncated == 0, (
+        client.failed[:5], streams.failed[:5], streams.truncated)
+    assert ready.lowest >= 1, ready.lowest
+    # the profile's own flags again: another restart, drained again
+    back = fleet.env.run("up", "host", host, "--skip-bench", "--skip-weights", timeout=600)
+    assert back.rc == 0 and f"{host} is back in the router, healthy" in back.stdout, back.text
+    assert until(lambda: all(fleet.listed().values()), 60), fleet.listed()
+
+
 def test_router_remove_waits_for_a_long_stream_smg_still_counts(smg_fleet: RoutedFleet) -> None:
     """`deploy router remove` of a host with a long stream in flight: smg keeps it `draining`, the command waits
     until smg counts 0 active on it, and the stream ends whole."""

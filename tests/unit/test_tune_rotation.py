@@ -61,3 +61,21 @@ def test_a_host_without_a_router_is_tuned_as_before() -> None:
     assert not routes_to(inv, "gpu-1")
     with out_of_rotation(inv, "gpu-1", say=lambda _s: None, drain_timeout_s=1.0, back_ok=lambda: False):
         pass
+
+
+def test_an_up_plan_restarts_the_server_only_through_its_restarting_steps() -> None:
+    """`up host` of a worker is drained only when its plan would change a step that restarts the server."""
+    from orchestrator.commands.up import UpResult
+    from orchestrator.fleet.rotation import restarting_changes
+    from orchestrator.runlog import StepRecord
+    from orchestrator.runner import RunReport
+
+    def plan(*steps: tuple[str, str]) -> UpResult:
+        return UpResult(RunReport(host="gpu-1", playbook="up", dry_run=True,
+                                  steps=[StepRecord(name, status) for name, status in steps]))  # type: ignore[arg-type]
+
+    assert restarting_changes(plan(("connect", "ok"), ("server_unit", "ok"), ("watchdog", "would-change"),
+                                   ("model_weights", "would-change"))) == []
+    assert restarting_changes(plan(("container", "would-change"), ("sglang_install", "ok"),
+                                   ("server_unit", "would-change"))) == ["container", "server_unit"]
+    assert restarting_changes(plan(("sglang_install", "would-change"))) == ["sglang_install"]
