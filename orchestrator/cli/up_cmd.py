@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from orchestrator.cli.common import (
     AppContext,
@@ -112,14 +113,17 @@ def run_and_report(app: AppContext, words: tuple[str, ...], playbook: str, optio
 
 
 def one_host_drain(body: Callable[..., int]) -> Callable[..., int]:
-    """--no-drain names `up host`'s drain: a fleet `up` never drains (a fleet-wide change rolls with `roll
-    group`), so it is refused there before any host starts."""
+    """--no-drain and --drain-timeout name `up host`'s drain: a fleet `up` never drains (a fleet-wide change rolls
+    with `roll group`), so either given there is refused before any host starts."""
 
     @functools.wraps(body)
     def wrapper(app: AppContext, *args: Any, **kwargs: Any) -> int:
-        if kwargs.get("no_drain") and parse_targets(kwargs["target"], all_hosts=kwargs["all_hosts"]).fleet:
-            raise ConfigError("--no-drain is for one host (`up host`): a fleet up does not drain its workers",
-                              fix="drop --no-drain; to restart a fleet's servers with drains, `deploy roll group`")
+        given = [f"--{name.replace('_', '-')}" for name in _ONE_HOST_OPTIONS
+                 if click.get_current_context().get_parameter_source(name) == ParameterSource.COMMANDLINE]
+        if given and parse_targets(kwargs["target"], all_hosts=kwargs["all_hosts"]).fleet:
+            raise ConfigError(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} for one host (`up host`): "
+                              "a fleet up does not drain its workers",
+                              fix="drop them; to restart a fleet's servers with drains, `deploy roll group`")
         return body(app, *args, **kwargs)
 
     return wrapper
