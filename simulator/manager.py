@@ -706,6 +706,8 @@ def reset_host(root: Path, host: str) -> None:
     set_faults(root, host, **{f.name: f.default for f in fields(HostFaults)})
     (hp.dir / gpu_health.KERNEL_LOG).unlink(missing_ok=True)  # the Xid lines a test wrote: a new boot's log
     _stop_containers(hp)
+    for load in hp.gpu.glob("load-*.json"):  # a killed server's GPU load (telemetry.py) ends with the test
+        load.unlink(missing_ok=True)
     for name in ("deploy.lease", "deploy.lease.tmp"):
         (hp.fs / "var/lib/deploy" / name).unlink(missing_ok=True)
     # the kernel caches deploy keeps for its containers (a rebuilt CT would start warm on an earlier test's)

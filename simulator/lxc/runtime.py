@@ -275,6 +275,7 @@ class LxcRuntime:
         res = subprocess.run(self._lxc("lxc-stop", vmid, "--nokill", "--timeout", str(int(timeout_s))),
                              capture_output=True, text=True)
         if res.returncode == 0 or not self.is_running(vmid):
+            self._forget_gpu_load(vmid)
             return True
         if force:
             self.stop(vmid)
@@ -286,6 +287,13 @@ class LxcRuntime:
         if self.is_running(vmid):
             self._run(self._lxc("lxc-stop", vmid, "--kill"), f"stopping CT {vmid}", timeout=STOP_TIMEOUT_S)
         self._wait_monitor_gone(vmid)
+        self._forget_gpu_load(vmid)
+
+    def _forget_gpu_load(self, vmid: int) -> None:
+        """A killed CT's processes never remove their load files (simulator/gpu/telemetry.py); on a real GPU the
+        load ends with them, so nvidia-smi must not show it for the files' few seconds of freshness."""
+        for name in (f"load-{vmid}.json", f"load-p2p-{vmid}.json"):
+            (self.hp.gpu / name).unlink(missing_ok=True)
 
     def _wait_monitor_gone(self, vmid: int, timeout_s: float = 5.0) -> None:
         """`lxc-stop` returns when the container is down; its `[lxc monitor] PATH VMID` process exits just after."""

@@ -74,13 +74,35 @@ def fleet(rolled: RolledFleet) -> RolledFleet:
     return rolled
 
 
-class Client:
-    """Chat completions through the router, back to back on two threads, for as long as the test runs."""
+def closed_before_any_response(exc: BaseException) -> bool:
+    """The server closed a kept-alive connection as the request went out: not one byte of a response came back
+    (http.client's RemoteDisconnected, under requests' and urllib3's wrappers). HTTP/1.1 lets a client send such a
+    request again (RFC 9112 §9.3.1) and LLM clients do (the OpenAI SDK retries connection errors). A router that
+    stops gracefully closes its idle keep-alive connections, so a client racing that close sees this however
+    well the stop is done; a worker drain never closes the client's connection to the router."""
+    import http.client
 
-    def __init__(self, base: str) -> None:
+    todo: list[object] = [exc]
+    while todo:
+        seen = todo.pop()
+        if isinstance(seen, http.client.RemoteDisconnected):
+            return True
+        if isinstance(seen, BaseException):
+            todo += [*seen.args, seen.__cause__, seen.__context__]
+    return False
+
+
+class Client:
+    """Chat completions through the router, back to back on two threads, for as long as the test runs.
+    `resend_closed_keepalive`: only for a test that stops the router itself: a request whose kept-alive connection
+    the stopping router closed before any response is sent once more (counted in `resent`), as real clients do."""
+
+    def __init__(self, base: str, resend_closed_keepalive: bool = False) -> None:
         self.base = base
         self.ok = 0
+        self.resent = 0
         self.failed: list[str] = []
+        self._resend = resend_closed_keepalive
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(2)]
 
@@ -90,7 +112,13 @@ class Client:
         with requests.Session() as s:
             while not self._stop.is_set():
                 try:
-                    resp = s.post(f"{self.base}/v1/chat/completions", json=CHAT, timeout=60)
+                    try:
+                        resp = s.post(f"{self.base}/v1/chat/completions", json=CHAT, timeout=60)
+                    except requests.ConnectionError as exc:
+                        if not (self._resend and closed_before_any_response(exc)):
+                            raise
+                        self.resent += 1
+                        resp = s.post(f"{self.base}/v1/chat/completions", json=CHAT, timeout=60)
                     if resp.status_code == 200 and resp.json()["choices"][0]["message"]["content"]:
                         self.ok += 1
                     else:

@@ -18,13 +18,14 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from tests import sim_hosts
 from tests.e2e.conftest import until
 from tests.e2e.fleet_harness import RoutedFleet, fleet_root, worker_urls
-from tests.e2e.test_fleet_roll import CHAT, FLAG, Client
+from tests.e2e.test_fleet_roll import CHAT, FLAG, Client, closed_before_any_response
 from tests.sim_hosts import OFFSET_FLEET, OFFSET_FLEET_ROUTER, claim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
@@ -61,13 +62,26 @@ def smg_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RoutedFleet]
 
 class Streams:
     """Streaming chat completions through the router on one thread: a stream that ends without `data: [DONE]`
-    is truncated; each request is bounded (24 tokens, 60 s)."""
+    is truncated; each request is bounded (24 tokens, 60 s). `resend_closed_keepalive` as for `Client`."""
 
-    def __init__(self, base: str) -> None:
-        self.base, self.ok, self.truncated = base, 0, 0
+    def __init__(self, base: str, resend_closed_keepalive: bool = False) -> None:
+        self.base, self.ok, self.truncated, self.resent = base, 0, 0, 0
         self.failed: list[str] = []
+        self._resend = resend_closed_keepalive
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _post(self, s: Any) -> Any:
+        import requests
+
+        body = {**CHAT, "stream": True}
+        try:
+            return s.post(f"{self.base}/v1/chat/completions", json=body, stream=True, timeout=60)
+        except requests.ConnectionError as exc:
+            if not (self._resend and closed_before_any_response(exc)):
+                raise
+            self.resent += 1
+            return s.post(f"{self.base}/v1/chat/completions", json=body, stream=True, timeout=60)
 
     def _loop(self) -> None:
         import requests
@@ -75,8 +89,7 @@ class Streams:
         with requests.Session() as s:
             while not self._stop.is_set():
                 try:
-                    with s.post(f"{self.base}/v1/chat/completions", json={**CHAT, "stream": True}, stream=True,
-                                timeout=60) as resp:
+                    with self._post(s) as resp:
                         if resp.status_code != 200:
                             self.failed.append(f"{resp.status_code} {resp.text[:200]}")
                             continue

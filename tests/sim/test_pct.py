@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from typing import Any
 
 import pytest
@@ -39,9 +40,16 @@ def test_create_start_exec_and_api_agree(ssh: Any, make_ct: Any, prox: Any, sim:
     # the API sees the same container; a stop over the API is seen by pct
     from proxmoxer.tools import Tasks
 
+    # the GPU load a server in the CT reports (simulator/gpu/telemetry.py) ends when the CT is killed, as a real
+    # GPU's does; a killed server never removes its file, and nvidia-smi must not show it for seconds after
+    util = "nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits | sort -u"
+    load = {"vmid": 120, "updated": time.time() + 30, "minors": list(range(256)), "util": 0.72}
+    (sim.host_dir / "gpu" / "load-120.json").write_text(json.dumps(load))
+    assert ssh.run(util).out.strip() == "72"
     upid = prox.nodes(sim.node).lxc(120).status.stop.post()
     assert Tasks.blocking_status(prox, upid, polling_interval=0.1)["exitstatus"] == "OK"
     assert ssh.run("pct status 120").out == "status: stopped\n"
+    assert ssh.run(util).out.strip() == "0"
     res = ssh.run("pct exec 120 -- true")
     assert res.rc == 255 and res.err == "CT 120 not running\n"
 
