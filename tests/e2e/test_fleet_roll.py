@@ -92,6 +92,21 @@ def closed_before_any_response(exc: BaseException) -> bool:
     return False
 
 
+def post_chat(session: Any, base: str, body: dict[str, Any], resend_closed_keepalive: bool,
+              **kw: Any) -> tuple[Any, bool]:
+    """POST a chat completion; with `resend_closed_keepalive`, once more when `closed_before_any_response`.
+    Returns the response and whether it was sent again."""
+    import requests
+
+    url = f"{base}/v1/chat/completions"
+    try:
+        return session.post(url, json=body, timeout=60, **kw), False
+    except requests.ConnectionError as exc:
+        if not (resend_closed_keepalive and closed_before_any_response(exc)):
+            raise
+        return session.post(url, json=body, timeout=60, **kw), True
+
+
 class Client:
     """Chat completions through the router, back to back on two threads, for as long as the test runs.
     `resend_closed_keepalive`: only for a test that stops the router itself: a request whose kept-alive connection
@@ -112,13 +127,8 @@ class Client:
         with requests.Session() as s:
             while not self._stop.is_set():
                 try:
-                    try:
-                        resp = s.post(f"{self.base}/v1/chat/completions", json=CHAT, timeout=60)
-                    except requests.ConnectionError as exc:
-                        if not (self._resend and closed_before_any_response(exc)):
-                            raise
-                        self.resent += 1
-                        resp = s.post(f"{self.base}/v1/chat/completions", json=CHAT, timeout=60)
+                    resp, resent = post_chat(s, self.base, CHAT, self._resend)
+                    self.resent += resent
                     if resp.status_code == 200 and resp.json()["choices"][0]["message"]["content"]:
                         self.ok += 1
                     else:

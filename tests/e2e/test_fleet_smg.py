@@ -25,7 +25,7 @@ import pytest
 from tests import sim_hosts
 from tests.e2e.conftest import until
 from tests.e2e.fleet_harness import RoutedFleet, fleet_root, worker_urls
-from tests.e2e.test_fleet_roll import CHAT, FLAG, Client, closed_before_any_response
+from tests.e2e.test_fleet_roll import CHAT, FLAG, Client, post_chat
 from tests.sim_hosts import OFFSET_FLEET, OFFSET_FLEET_ROUTER, claim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
@@ -72,16 +72,9 @@ class Streams:
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def _post(self, s: Any) -> Any:
-        import requests
-
-        body = {**CHAT, "stream": True}
-        try:
-            return s.post(f"{self.base}/v1/chat/completions", json=body, stream=True, timeout=60)
-        except requests.ConnectionError as exc:
-            if not (self._resend and closed_before_any_response(exc)):
-                raise
-            self.resent += 1
-            return s.post(f"{self.base}/v1/chat/completions", json=body, stream=True, timeout=60)
+        resp, resent = post_chat(s, self.base, {**CHAT, "stream": True}, self._resend, stream=True)
+        self.resent += resent
+        return resp
 
     def _loop(self) -> None:
         import requests
