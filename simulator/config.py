@@ -93,12 +93,13 @@ class HostFaults:
     task_hold: PVE task type: a matching task's worker stops at its hold point until the knob is cleared (vzcreate:
         the archive unpacked, the real config not yet written, so the CT is still `lock: create`), as a slow
         unpack on a loaded node holds it; a test then sees the task mid-way instead of racing it.
-    xid, gpu_lost, ecc, remap, clocks_event, link: GPU hardware faults in the real formats (simulator/gpu/health.py):
+    xid, gpu_lost, ecc, remap, clocks_event, link, recovery: GPU hardware faults in the real formats (simulator/gpu/health.py):
         `xid="79@3,13@0"` writes real NVRM Xid lines into the host's kernel log (79 also loses the GPU); `gpu_lost=3`
         makes nvidia-smi print its real "GPU is lost" error for GPU 3; `ecc="3:2"` two uncorrectable volatile DRAM
         errors; `remap="3:pending"` or `"3:failed"`; `clocks_event="3:hw_thermal"`; `link="3:stuck-gen2"` (Gen2
-        under load too) or `"3:idle-downshift"` (Gen1 idle, full speed under load). A host reboot clears the lost
-        GPU, pending remaps and the kernel log.
+        under load too) or `"3:idle-downshift"` (Gen1 idle, full speed under load); `recovery="3:reboot"` the driver's
+        recovery action (reset, reboot, drain_p2p, drain_reset: its Xid 154 line and `nvidia-smi -q`'s GPU Recovery
+        Action). A host reboot clears the lost GPU, pending remaps, the recovery action and the kernel log.
     no_quorum: the node lost quorum (a cluster partition): /etc/pve is read-only, so every API call (and `pct`,
         `pvesh`) that writes answers pve-cluster's `cluster not ready - no quorum?`; `/cluster/status` says
         `quorate: 0`. Reads still work.
@@ -118,6 +119,7 @@ class HostFaults:
     remap: str | None = None
     clocks_event: str | None = None
     link: str | None = None
+    recovery: str | None = None
     no_quorum: bool = False
 
 

@@ -571,9 +571,11 @@ def set_faults(root: Path, host: str, **knobs: Any) -> HostFaults:
             cfg.faults.gpu_lost = next(g for code, g in xids if code == 79)
 
     cfg = hp.update(apply)
-    if xids:
+    recovery = gpu_health.per_gpu(values.get("recovery"))
+    if xids or recovery:
         buses = [g.bus_id for g in get_profile(cfg.gpu_profile).gpus]
-        gpu_health.append_kernel(str(hp.dir), [gpu_health.xid_line(code, buses[g]) for code, g in xids])
+        gpu_health.append_kernel(str(hp.dir), [gpu_health.xid_line(code, buses[g]) for code, g in xids]
+                                 + [gpu_health.recovery_line(a, buses[g]) for g, a in recovery.items()])
     if "missing_uvm" in values or "driver_reload" in values:
         hardware.set_uvm(hp.dir, cfg, present=not cfg.faults.missing_uvm)
     if "ssh_drop_after" in values:

@@ -97,8 +97,9 @@ def power_on(hp: HostPaths, cfg: HostConfig, log: BootLog) -> None:
     def unloaded(c: HostConfig) -> None:
         c.faults.missing_uvm = True  # nvidia-uvm is not loaded until `nvidia-modprobe -u -c0` runs
         # A reboot resets every GPU: a lost one is back, pending row remaps are applied (a failed remap stays),
+        # the driver's recovery action is None again,
         # and the kernel log is the new boot's.
-        c.faults.gpu_lost, c.faults.xid = None, None
+        c.faults.gpu_lost, c.faults.xid, c.faults.recovery = None, None, None
         c.faults.remap = ",".join(f"{g}:{v}" for g, v in gpu_health.per_gpu(c.faults.remap).items()
                                   if v != "pending") or None
 

@@ -153,7 +153,8 @@ class HOST:
     # ECC / remapped rows / clocks-event reasons, and each link with its load (judged only under load). The three
     # are texts: hardware.state.judge_hardware reads them together (a lost GPU in one explains the others).
     gpu_xids = HostFact("gpu_xids", lambda h, p: kernel_log_command(), lambda o: o.stdout)
-    gpu_health = HostFact("gpu_health", lambda h, p: "nvidia-smi -q -d ECC,ROW_REMAPPER,PERFORMANCE", _smi_answer)
+    #: The full `-q`: GPU Recovery Action (the driver's verdict, R565+) is in no `-d` section.
+    gpu_health = HostFact("gpu_health", lambda h, p: "nvidia-smi -q", _smi_answer)
     gpu_links = HostFact("gpu_links", lambda h, p: (
         f"nvidia-smi --query-gpu={','.join(LINK_QUERY_FIELDS)} --format=csv,nounits"),
         lambda o: o.stdout if o.stdout.strip() else None)

@@ -46,6 +46,25 @@ ACTION_FIX = {
 }
 
 
+#: The driver's GPU recovery action (NVML nvmlGpuRecoveryAction_t, R565+) -> what deploy does: by the code of Xid 154's
+#: `changed from 0x0 (None) to 0x2 (Node Reboot Required)` and by what `nvidia-smi -q` prints as GPU Recovery Action.
+#: Reset and Drain-and-Reset are a node reboot here (deploy resets the GPUs of a TP8 server by rebooting the node);
+#: Drain P2P asks that the processes doing peer-to-peer traffic stop (the server), after which the driver names the
+#: next action.
+RECOVERY_BY_CODE = {0: Action.none, 1: Action.reboot_host, 2: Action.reboot_host, 3: Action.restart_unit,
+                    4: Action.reboot_host}
+RECOVERY_BY_SMI = {"None": Action.none, "Reset": Action.reboot_host, "Reboot": Action.reboot_host,
+                   "Drain P2P": Action.restart_unit, "Drain and Reset": Action.reboot_host}
+RECOVERY_SOURCE = ("NVIDIA Xid catalog (Xid 154: follow the driver's recovery action); NVIDIA GPU memory error "
+                   "management, recovery action flag (NVML_GPU_RECOVERY_ACTION_*)")
+
+
+def recovery_action(smi_value: str) -> Action:
+    """deploy's action for `nvidia-smi -q`'s GPU Recovery Action; a value this table does not know is a reboot (the
+    driver asked for something deploy cannot name)."""
+    return RECOVERY_BY_SMI.get(smi_value.strip(), Action.reboot_host)
+
+
 class XidRule(BaseModel):
     """One catalog entry."""
 

@@ -39,6 +39,24 @@ class XidEvent:
         return f"0000{self.pci.upper()}.0"
 
 
+#: Xid 154's text: `GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)` (some drivers omit the
+#: `from` part).
+_RECOVERY_RE = re.compile(r"GPU recovery action changed (?:from 0x[0-9a-fA-F]+ \([^)]*\) )?to 0x(?P<code>[0-9a-fA-F]+)"
+                          r"(?: \((?P<label>[^)]*)\))?")
+
+
+def recovery_change(ev: XidEvent) -> tuple[int, str] | None:
+    """Xid 154's new recovery action: its code (NVML nvmlGpuRecoveryAction_t) and the driver's label; None for any
+    other line, or a 154 whose text names no action."""
+    if ev.code != 154:
+        return None
+    m = _RECOVERY_RE.search(ev.line)
+    if m is None:
+        return None
+    code = int(m.group("code"), 16)
+    return code, m.group("label") or f"0x{code:x}"
+
+
 @dataclass(frozen=True)
 class KernelLog:
     """The Xids read since the last cursor; `cursor`: where the next read starts (None: no journald cursor)."""

@@ -1,4 +1,5 @@
-"""`nvidia-smi -q -d ECC,ROW_REMAPPER,PERFORMANCE` per GPU, its link query, and the lines of a GPU that is lost.
+"""`nvidia-smi -q` per GPU (ECC, remapped rows, clocks event reasons, the driver's recovery action), its link
+query, and the lines of a GPU that is lost.
 
 The -q layout is an indented tree (`key : value`, a key alone opens a section); the parser reads it as paths
 (`ECC Errors/Volatile/DRAM Uncorrectable`) so a field that moves between driver versions is not mistaken for another.
@@ -70,6 +71,13 @@ class SmiHealth:
     @property
     def remap_failed(self) -> bool:
         return self.yes("Remapped Rows/Remapping Failure Occurred")
+
+    @property
+    def recovery_action(self) -> str | None:
+        """The driver's GPU Recovery Action (`None`, `Reset`, `Reboot`, …; full `-q` of R565 and newer), or None where
+        the driver prints no such field."""
+        v = self.get("GPU Recovery Action")
+        return v if v is not None and v != "N/A" else None
 
     @property
     def remapped_uncorrectable(self) -> int | None:

@@ -13,8 +13,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from orchestrator.hardware.catalog import ACTION_FIX, Action, XidCatalog, load_catalog
-from orchestrator.hardware.kernel_log import parse_kernel_log
+from orchestrator.hardware.catalog import (
+    ACTION_FIX,
+    RECOVERY_BY_CODE,
+    RECOVERY_SOURCE,
+    Action,
+    XidCatalog,
+    load_catalog,
+    recovery_action,
+)
+from orchestrator.hardware.kernel_log import XidEvent, parse_kernel_log, recovery_change
 from orchestrator.hardware.smi_health import GpuLink, SmiHealth, norm_bus, parse_link_query, parse_smi_health
 from orchestrator.parsers.hostfacts import LspciReport, PciDevice
 
@@ -28,7 +36,7 @@ NVML_SOURCE = "NVIDIA NVML (nvmlDeviceGetRemappedRows, ECC counters)"
 class HardwareFault:
     """One fault of one GPU: what it is, what to do (`action`), the line that shows it."""
 
-    kind: str  # xid, lost, ecc, remap-pending, remap-failed, slowdown, link
+    kind: str  # xid, recovery, lost, ecc, remap-pending, remap-failed, slowdown, link
     action: Action
     meaning: str
     evidence: str
@@ -111,9 +119,16 @@ def _smi_faults(h: SmiHealth) -> list[HardwareFault]:
                                  "memory cannot be repaired", f"{where}: Remapped Rows: Remapping Failure Occurred: "
                                  "Yes", f"{NVML_SOURCE}; NVIDIA memory error management (RMA condition)"))
     if h.remap_pending:
-        out.append(HardwareFault("remap-pending", Action.reboot_host, "a remapped row waits for a GPU reset; the "
-                                 "memory is not trusted until then", f"{where}: Remapped Rows: Pending: Yes "
-                                 f"(uncorrectable rows {h.remapped_uncorrectable})", NVML_SOURCE))
+        out.append(HardwareFault("remap-pending", Action.none, "a remapped row waits for the next GPU reset; running "
+                                 "and new work are not affected", f"{where}: Remapped Rows: Pending: Yes "
+                                 f"(uncorrectable rows {h.remapped_uncorrectable})",
+                                 f"{NVML_SOURCE}; NVIDIA GPU memory error management (row-remapping pending flag)",
+                                 advice="nothing to do now: the row is remapped at the next reboot of the node; the "
+                                        "host keeps serving"))
+    if h.recovery_action is not None and recovery_action(h.recovery_action) != Action.none:
+        out.append(HardwareFault("recovery", recovery_action(h.recovery_action), "the driver's GPU recovery action "
+                                 f"is {h.recovery_action}", f"{where}: GPU Recovery Action: {h.recovery_action}",
+                                 RECOVERY_SOURCE))
     dram, sram = h.dram_uncorrectable or 0, h.sram_uncorrectable or 0
     if dram or sram:
         out.append(HardwareFault("ecc", Action.reboot_host, "uncorrectable ECC errors since the last GPU reset",
@@ -145,6 +160,22 @@ def _link(link: GpuLink, pci: PciDevice | None) -> tuple[str, HardwareFault | No
         "local-inference-lab/rtx6kpro#88 (a link stuck at Gen2 under load, no error logged)")
 
 
+def _xid_fault(ev: XidEvent, cat: XidCatalog, superseded: bool) -> HardwareFault:
+    """One Xid line's fault: the catalog's action, or for Xid 154 the driver's verdict in the line (none where
+    a later verdict exists: nvidia-smi's current GPU Recovery Action, or a later Xid 154 of the GPU)."""
+    rule = cat.rule(ev.code)
+    source = rule.source if rule.nvidia in rule.source else f"{rule.source} (NVIDIA: {rule.nvidia})"
+    change = recovery_change(ev)
+    if change is None:
+        return HardwareFault("xid", rule.action, f"Xid {ev.code} {rule.mnemonic}: {rule.meaning}", ev.line, source,
+                             code=ev.code)
+    code, label = change
+    action = Action.none if superseded else RECOVERY_BY_CODE.get(code, Action.reboot_host)
+    now = " (superseded by the driver's later verdict)" if superseded else ""
+    return HardwareFault("xid", action, f"Xid 154 {rule.mnemonic}: the driver's recovery action is {label}{now}",
+                         ev.line, RECOVERY_SOURCE, code=ev.code)
+
+
 def judge_hardware(*, kernel_log: str | None, smi_q: str | None, smi_q_stderr: str = "", links: str | None,
                    lspci: LspciReport | None = None, catalog: XidCatalog | None = None) -> HardwareState:
     """The hardware state per GPU from the raw texts of one batch (None: that sensor was not read)."""
@@ -154,21 +185,22 @@ def judge_hardware(*, kernel_log: str | None, smi_q: str | None, smi_q_stderr: s
     link_text: dict[str, str] = {}
     unread: list[str] = []
     cursor = None
+    report = parse_smi_health(smi_q + "\n" + smi_q_stderr) if smi_q is not None else None
+    # nvidia-smi's GPU Recovery Action is the driver's verdict now: where it was read, it replaces the Xid 154 lines
+    # logged before it (a reset may have cleared what they said).
+    smi_verdict = {h.bus_id for h in report.gpus if h.recovery_action is not None} if report is not None else set()
     if kernel_log is None:
         unread.append("kernel log")
     else:
         klog = parse_kernel_log(kernel_log)
         cursor = klog.cursor
+        last_154 = {ev.bus_id: ev for ev in klog.events if ev.code == 154}  # the driver's latest verdict per GPU
         for ev in klog.events:
-            rule = cat.rule(ev.code)
-            faults.setdefault(ev.bus_id, []).append(HardwareFault(
-                "xid", rule.action, f"Xid {ev.code} {rule.mnemonic}: {rule.meaning}", ev.line,
-                rule.source if rule.nvidia in rule.source else f"{rule.source} (NVIDIA: {rule.nvidia})",
-                code=ev.code))
-    if smi_q is None:
+            superseded = ev.bus_id in smi_verdict or (ev.code == 154 and last_154[ev.bus_id] is not ev)
+            faults.setdefault(ev.bus_id, []).append(_xid_fault(ev, cat, superseded))
+    if report is None:
         unread.append("nvidia-smi -q")
     else:
-        report = parse_smi_health(smi_q + "\n" + smi_q_stderr)
         for lost in report.lost:
             rule = cat.rule(79)
             faults.setdefault(lost.bus_id, []).append(HardwareFault(

@@ -10,7 +10,11 @@ The knobs (simulator.config.HostFaults) are per GPU index, "GPU:VALUE[,GPU:VALUE
 - `clocks_event`: "GPU:REASON" (hw_slowdown, hw_thermal, hw_power_brake, sw_thermal): Clocks Event Reasons Active.
 - `link`: "GPU:idle-downshift" (Gen1 when idle, its maximum under load: what RTX PRO 6000 links do anyway) or
   "GPU:stuck-gen2" (Gen2 whatever the load: local-inference-lab/rtx6kpro#88).
-A host reboot (`deploy sim reboot`) starts a new kernel log, brings a lost GPU back and applies pending remaps.
+- `recovery`: "GPU:ACTION" (reset, reboot, drain_p2p, drain_reset): the driver's GPU recovery action (R565+): the
+  real Xid 154 line `GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)` in the kernel log,
+  and `GPU Recovery Action : Reboot` in the full `nvidia-smi -q`.
+A host reboot (`deploy sim reboot`) starts a new kernel log, brings a lost GPU back, applies pending remaps and
+clears the recovery action.
 Stdlib only, no `re`: nvidia-smi imports it (smi.py's cost note).
 """
 
@@ -41,6 +45,11 @@ XID_TEXT = {
 REASON_LINES = {"hw_slowdown": "HW Slowdown", "hw_thermal": "HW Thermal Slowdown",
                 "hw_power_brake": "HW Power Brake Slowdown", "sw_thermal": "SW Thermal Slowdown"}
 LINK_MODES = ("idle-downshift", "stuck-gen2")
+#: knob value -> (the driver's code, its Xid 154 label, what `nvidia-smi -q` prints as GPU Recovery Action); the
+#: labels of NVRM's line and NVML's nvmlGpuRecoveryAction_t order (NONE 0, GPU_RESET 1, NODE_REBOOT 2, DRAIN_P2P 3,
+#: DRAIN_AND_RESET 4).
+RECOVERY = {"reset": (1, "GPU Reset Required", "Reset"), "reboot": (2, "Node Reboot Required", "Reboot"),
+            "drain_p2p": (3, "Drain P2P", "Drain P2P"), "drain_reset": (4, "Drain and Reset", "Drain and Reset")}
 
 
 def per_gpu(spec: str | None) -> dict[int, str]:
@@ -63,6 +72,7 @@ def check_knobs(faults: dict[str, object], gpu_count: int) -> None:
         ("remap", "GPU:pending|failed", lambda v: v in ("pending", "failed")),
         ("clocks_event", f"GPU:{'|'.join(REASON_LINES)}", lambda v: v in REASON_LINES),
         ("link", f"GPU:{'|'.join(LINK_MODES)}", lambda v: v in LINK_MODES),
+        ("recovery", f"GPU:{'|'.join(RECOVERY)}", lambda v: v in RECOVERY),
     ):
         spec = faults.get(name)
         for part in str(spec or "").split(",") if spec else ():
@@ -90,6 +100,12 @@ def xid_line(code: int, bus_id: str, pid: int = 4242) -> str:
     who = "pid='<unknown>', name=<unknown>" if code in (79, 119, 64) else f"pid={pid}, name=python3"
     text = XID_TEXT.get(code, f"Xid {code} reported by the simulated driver")
     return f"NVRM: Xid (PCI:{pci_of(bus_id)}): {code}, {who}, {text}"
+
+
+def recovery_line(action: str, bus_id: str) -> str:
+    """The driver's Xid 154 line for a recovery action knob (from None: the first verdict of this boot)."""
+    code, label, _ = RECOVERY[action]
+    return f"NVRM: Xid (PCI:{pci_of(bus_id)}): 154, GPU recovery action changed from 0x0 (None) to 0x{code:x} ({label})"
 
 
 def append_kernel(host_dir: str, lines: list[str], now: float | None = None) -> None:
@@ -123,7 +139,12 @@ def health_sections(template: str, bus_id: str, index: int, faults: dict[str, ob
     lines = template.splitlines()
     start = next(i for i, ln in enumerate(lines) if ln.startswith("    Performance State"))
     end = next(i for i, ln in enumerate(lines) if ln.startswith("    Temperature"))
-    body = lines[start:end]
+    return f"GPU {bus_id}\n" + apply_knobs(lines[start:end], index, faults)
+
+
+def apply_knobs(body: list[str], index: int, faults: dict[str, object]) -> str:
+    """A GPU block's lines (without its `GPU <bus>` head) with the knobs applied, as nvidia-smi -q prints them."""
+    recovery = RECOVERY.get(per_gpu(str(faults.get("recovery") or "")).get(index) or "")
     ecc = per_gpu(str(faults.get("ecc") or "")).get(index)
     remap = per_gpu(str(faults.get("remap") or "")).get(index)
     reason = REASON_LINES.get(per_gpu(str(faults.get("clocks_event") or "")).get(index) or "")
@@ -150,5 +171,7 @@ def health_sections(template: str, bus_id: str, index: int, faults: dict[str, ob
             ln = f"{key}: Active"
         elif reason and name == "Idle" and top == "Clocks Event Reasons":
             ln = f"{key}: Not Active"
+        elif recovery and depth == 4 and name == "GPU Recovery Action":
+            ln = f"{key}: {recovery[2]}"
         out.append(ln)
-    return f"GPU {bus_id}\n" + "\n".join(out) + "\n"
+    return "\n".join(out) + "\n"

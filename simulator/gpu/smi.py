@@ -411,11 +411,7 @@ def run(argv: list[str], ctx: SimContext, out: TextIO) -> int:
         if a in ("-q", "--query") and any(x in ("-d", "--display") or x.startswith("--display=") for x in argv):
             return _health_q(view, out)
         if a in ("-q", "--query"):
-            cap = view.profile.capture("q.txt")
-            if cap is None or len(view.gpus) != len(view.profile.gpus):
-                raise SmiExit(2, "-q is only simulated for the full GPU set\n")
-            out.write(_read_text(cap))
-            return 0
+            return _full_q(view, out)
         if a.startswith("--query-gpu"):
             spec, i = _opt(argv, i, "--query-gpu")
             query = [canonical(f) for f in spec.split(",") if f.strip()]
@@ -479,6 +475,43 @@ def _health_q(view: View, out: TextIO) -> int:
             lost = True
             continue
         out.write(health.health_sections(template, gpu.bus_id, index, view.faults) + "\n")
+    return 15 if lost else 0
+
+
+def _gpu_blocks(text: str) -> dict[str, list[str]]:
+    """A `-q` capture's per-GPU blocks by bus id (the lines after each `GPU <bus>` head)."""
+    blocks: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for ln in text.splitlines():
+        if ln.startswith("GPU ") and ln.count(":") == 2:
+            current = blocks.setdefault(ln[4:].strip(), [])
+        elif current is not None:
+            current.append(ln)
+    return blocks
+
+
+def _full_q(view: View, out: TextIO) -> int:
+    """`-q`: each visible GPU's block of the profile's real capture (the H200's block under its bus id where the
+    profile has none), with the hardware knobs applied; a lost GPU's real error line instead (stderr, exit 15)."""
+    import datetime as dt
+
+    cap = view.profile.capture("q.txt")
+    blocks = _gpu_blocks(_read_text(cap)) if cap is not None else {}
+    spare = next(iter(_gpu_blocks(_read_text(os.path.join(os.path.dirname(__file__), "captures", "h200-x2",
+                                                           "q.txt"))).values()))
+    stamp = dt.datetime.now().strftime("%a %b %d %H:%M:%S %Y").replace(" 0", "  ")
+    out.write(f"\n==============NVSMI LOG==============\n\n{'Timestamp':<55}: {stamp}\n"
+              f"{'Driver Version':<55}: {view.driver_version}\n{'CUDA Version':<55}: {view.profile.cuda_version}\n\n"
+              f"{'Attached GPUs':<55}: {len(view.gpus)}\n")
+    lost = False
+    for gpu in view.gpus:
+        index = view.profile.gpus.index(gpu)
+        if view.lost(index):
+            sys.stderr.write(health.LOST.format(bus=gpu.bus_id[4:]))
+            lost = True
+            continue
+        body = [ln for ln in blocks.get(gpu.bus_id, spare) if ln.strip()]
+        out.write(f"GPU {gpu.bus_id}\n" + health.apply_knobs(body, index, view.faults) + "\n")
     return 15 if lost else 0
 
 

@@ -104,3 +104,25 @@ def test_a_malformed_knob_is_refused() -> None:
         health.check_knobs({"remap": "9:pending"}, 8)
     with pytest.raises(ValueError, match="CODE@GPU"):
         health.check_knobs({"xid": "79"}, 8)
+
+
+def test_full_q_carries_the_knobs_and_the_drivers_recovery_action(make_host: Callable[..., SimHost]) -> None:
+    """The tool reads the full `nvidia-smi -q` (GPU Recovery Action is in no -d section): each GPU's block of the
+    real capture with the knobs applied, a lost GPU as NVIDIA's error line, and the recovery action as the driver
+    prints it (`Reboot`) next to its Xid 154 line in the kernel log."""
+    h = make_host(remap="4:pending", ecc="1:2", gpu_lost=2, recovery="3:reboot")
+    bus = [g.bus_id for g in smi.get_profile("rtx-pro-6000-x8").gpus]
+    health.append_kernel(str(h.dir), [health.recovery_line("reboot", bus[3])])  # what `deploy sim fault` writes
+    rc, out, err = _smi(h, "-q")
+    assert rc == 15 and "GPU is lost" in err
+    gpus = {g.bus_id: g for g in parse_smi_health(out + err).gpus}
+    assert len(gpus) == 7 and gpus[bus[3]].recovery_action == "Reboot" and gpus[bus[0]].recovery_action == "None"
+    assert gpus[bus[4]].remap_pending and gpus[bus[1]].dram_uncorrectable == 2
+    assert "Product Name" in out and "NVIDIA RTX PRO 6000" in out  # the real capture's blocks, not a stub
+    klog = "\n".join(f"x kernel: {line}" for _, line in health.read_kernel(str(h.dir)))
+    assert "154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)" in klog
+    state = judge_hardware(kernel_log=klog, smi_q=out, smi_q_stderr=err, links=None)
+    by_bus = {g.bus_id: g for g in state.gpus}
+    assert by_bus[bus[3]].action is Action.reboot_host and by_bus[bus[4]].action is Action.none
+    with pytest.raises(ValueError, match="reset|reboot"):
+        health.check_knobs({"recovery": "3:now"}, 8)

@@ -19,7 +19,8 @@ LINK_HEAD = ("index, pci.bus_id, pcie.link.gen.current, pcie.link.gen.max, pcie.
 
 def test_catalog_every_action_has_a_rule_with_its_source() -> None:
     cat = load_catalog()
-    assert {r.action for r in cat.rules} == {Action.restart_unit, Action.reboot_host, Action.isolate_gpu}
+    assert {r.action for r in cat.rules} == {Action.none, Action.restart_unit, Action.reboot_host,
+                                             Action.isolate_gpu}
     assert all(r.source and r.nvidia for r in cat.rules)
     assert cat.rule(79).action is Action.reboot_host and cat.rule(79).nvidia == "RESTART_BM"
     assert cat.rule(13).action is Action.restart_unit
@@ -141,3 +142,92 @@ def test_catalog_refuses_a_key_given_twice() -> None:
             " action: isolate_gpu, source: s}\n")
     with pytest.raises(ConfigError, match="given twice"):
         parse_catalog(text)
+
+
+#: NVIDIA's Xid catalog for Ampere and newer (docs.nvidia.com "Analyzing Xid Errors with the Xid Catalog"): the
+#: Immediate Action bucket of the rows where deploy's catalog disagreed with it (issue 50, item 9), and the rows it
+#: lacked. deploy's action for each bucket: IGNORE / follow the other Xid / Unused -> none (reported, never a remedy),
+#: RESET_GPU -> reboot_host (a node reboot resets the GPUs).
+NVIDIA_ROWS = {43: ("IGNORE", Action.none), 45: ("WORKFLOW_XID_45", Action.none), 46: ("RESET_GPU", Action.reboot_host),
+               61: ("CONTACT_SUPPORT (Unused)", Action.none), 63: ("IGNORE", Action.none),
+               92: ("IGNORE", Action.none), 109: ("RESET_GPU", Action.reboot_host),
+               143: ("RESET_GPU", Action.reboot_host), 154: ("XID_154", Action.none),
+               156: ("RESET_GPU", Action.reboot_host), 158: ("RESET_GPU", Action.reboot_host)}
+
+
+@pytest.mark.parametrize("code", sorted(NVIDIA_ROWS))
+def test_catalog_rows_follow_nvidias_catalog(code: int) -> None:
+    rule = load_catalog().rule(code)
+    bucket, action = NVIDIA_ROWS[code]
+    assert rule.mnemonic != "UNKNOWN" and rule.nvidia.startswith(bucket) and rule.action is action
+    assert "NVIDIA Xid catalog" in rule.source
+
+
+def _klog(*lines: str) -> str:
+    return "".join(f"2026-12-03T06:00:0{n}+0000 pve kernel: {ln}\n" for n, ln in enumerate(lines))
+
+
+def _smi(recovery: str = "None", pending: bool = False) -> str:
+    """The real full `-q` of the H200 with its GPU Recovery Action (and its remapper's Pending) set."""
+    text = fixture(H200 + "q.txt").replace("GPU Recovery Action                                : None",
+                                           f"GPU Recovery Action                                : {recovery}")
+    if pending:
+        text = text.replace("        Pending                                        : No",
+                            "        Pending                                        : Yes")
+    return text
+
+
+def test_full_q_of_a_real_h200_has_the_recovery_action_and_the_health_sections() -> None:
+    (gpu,) = parse_smi_health(fixture(H200 + "q.txt")).gpus
+    assert gpu.recovery_action == "None" and not gpu.remap_pending and gpu.dram_uncorrectable == 0
+
+
+@pytest.mark.parametrize(("line", "smi", "action"), [
+    ("154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)", None, Action.reboot_host),
+    ("154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)", None, Action.reboot_host),
+    ("154, GPU recovery action changed from 0x0 (None) to 0x3 (Drain P2P)", None, Action.restart_unit),
+    # nvidia-smi read after the line says the driver's verdict now: a reset cleared it
+    ("154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)", "None", Action.none),
+    ("154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)", "Reboot", Action.reboot_host),
+])
+def test_xid_154_the_drivers_recovery_action_is_followed(line: str, smi: str | None, action: Action) -> None:
+    klog = _klog(f"NVRM: Xid (PCI:0000:00:06): {line}")
+    state = judge_hardware(kernel_log=klog, smi_q=_smi(smi) if smi else None, links=None)
+    assert state.action is action
+    if smi is None:
+        (fault,) = state.gpus[0].faults
+        assert fault.code == 154 and "recovery action" in fault.meaning and "Xid 154" in fault.source
+
+
+def test_the_recovery_action_of_nvidia_smi_alone_decides() -> None:
+    """R565+ prints `GPU Recovery Action : Reboot` in the full -q (a driver whose kernel log was rotated away)."""
+    state = judge_hardware(kernel_log="", smi_q=_smi("Reboot"), links=None)
+    (fault,) = state.gpus[0].faults
+    assert fault.kind == "recovery" and fault.action is Action.reboot_host
+    assert fault.evidence.endswith("GPU Recovery Action: Reboot") and state.fatal
+    assert judge_hardware(kernel_log="", smi_q=_smi("Drain P2P"), links=None).action is Action.restart_unit
+
+
+def test_a_later_154_replaces_an_earlier_one() -> None:
+    klog = _klog("NVRM: Xid (PCI:0000:00:06): 154, GPU recovery action changed from 0x0 (None) to 0x1 "
+                 "(GPU Reset Required)",
+                 "NVRM: Xid (PCI:0000:00:06): 154, GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 "
+                 "(None)")
+    assert judge_hardware(kernel_log=klog, smi_q=None, links=None).action is Action.none
+
+
+def test_a_pending_remap_and_xid_63_and_92_are_reported_never_remedied() -> None:
+    """NVML: a pending row remap does not affect running or new work; NVIDIA's catalog: Xid 63 and 92 are IGNORE. The
+    default policy must not hold the host out of the router or restart a serving server for them."""
+    from orchestrator.hardware.policy import plan_remedy
+    from orchestrator.inventory.models import HealthPolicy
+
+    klog = _klog("NVRM: Xid (PCI:0000:00:06): 63, pid=1896, name=python3, Row Remapper: New row marked for "
+                 "remapping, reset gpu to activate.",
+                 "NVRM: Xid (PCI:0000:00:06): 92, pid=1896, name=python3, High single-bit ECC error rate")
+    state = judge_hardware(kernel_log=klog, smi_q=_smi(pending=True), links=None)
+    kinds = {f.kind for f in state.gpus[0].faults}
+    assert kinds == {"xid", "remap-pending"} and state.gpus[0].state == "warn"
+    assert state.action is Action.none and not state.fatal
+    plan = plan_remedy(state.action, HealthPolicy(), host="sim-1")
+    assert plan.remedy == "none" and not plan.drains
