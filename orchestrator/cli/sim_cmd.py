@@ -234,6 +234,18 @@ def fault(app: AppContext, host: str, knobs: tuple[str, ...], vmid: int | None, 
     server faults apply only when the server's command line contains TEXT: a flag set that fails while the
     previous release still starts), and full_disk=DIR (a full filesystem at DIR in the running container;
     full_disk=none clears it).
+
+    \b
+    GPU hardware knobs (host; GPU is an index, several items comma-separated; the real formats of
+    the kernel log and nvidia-smi; a host reboot clears xid, gpu_lost, recovery and a pending remap):
+      xid=CODE@GPU          real NVRM Xid lines in the node's kernel log (79 also loses the GPU)
+      gpu_lost=GPU          the GPU fell off the bus: nvidia-smi prints "GPU is lost" for it
+      ecc=GPU:UNCORR[:CORR] volatile DRAM ECC error counters of nvidia-smi -q
+      remap=GPU:pending|failed   the Remapped Rows section (pending: remapped at the next reset)
+      clocks_event=GPU:REASON    hw_slowdown, hw_thermal, hw_power_brake or sw_thermal Active
+      link=GPU:stuck-gen2|idle-downshift   PCIe link at Gen2 even under load / Gen1 when idle
+      recovery=GPU:ACTION   the driver's recovery action (reset, reboot, drain_p2p, drain_reset):
+                            its Xid 154 line and nvidia-smi -q's GPU Recovery Action
     """
     from simulator.manager import set_ct_faults, set_faults
 
