@@ -309,8 +309,9 @@ def smoke(ctx: StepContext, record: StepRecord) -> None:
 
 
 def last_boot(ctx: StepContext) -> BootStart | None:
-    """The server's last start: this run's (the health wait read it), else the current release's boot ledger when
-    this run read it; None when neither (the diagnosis then names the generic lever)."""
+    """The server's last start: this run's (the health wait read it), else the last of the current release's boot
+    ledger, which every step that benches reads (ct_facts of throughput and bench): the first and the second run of
+    one release then judge the same start and name the same lever. None when neither has one."""
     if ctx.state.server.boot is not None:
         return ctx.state.server.boot
     boots = ctx.facts.find(CT.current_boot)
@@ -349,7 +350,7 @@ def bench_for_release(ctx: StepContext, preset_name: str, release: str | None,
     return run
 
 
-@step("throughput")
+@step("throughput", ct_facts=(CT.current_boot,))
 def throughput(ctx: StepContext, record: StepRecord) -> None:
     """bench_serving with the profile's preset, GPU telemetry alongside; pass/fail against the minimum."""
     if ctx.options.dry_run or ctx.options.skip_bench:
@@ -449,7 +450,7 @@ def still_measured(ctx: StepContext, release: str | None) -> None:
 
 
 @step("bench", ct_facts=(CT.current_release, CT.health, CT.current_flags, CT.current_meta, CT.sglang_version,
-                         CT.server_process))
+                         CT.server_process, CT.current_boot))
 def bench(ctx: StepContext, record: StepRecord) -> None:
     """Run the preset (once, or once per sweep point) against the running server, with telemetry."""
     ensure_facts(ctx)

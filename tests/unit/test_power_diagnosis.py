@@ -13,8 +13,10 @@ from orchestrator.parsers.gpu_query import SAMPLER_FIELDS, Sample, parse_query_g
 from orchestrator.telemetry.summary import TelemetrySummary, summarize
 from orchestrator.verdicts.power import (
     CONCURRENCY_SHORTFALL_RATIO,
+    GENERIC_LEVER,
     LOW_POWER_PCT,
     PCIE_NEAR_ZERO_MBPS,
+    autotune_lever,
     diagnose,
 )
 from tests.shared import H200_NVLINK
@@ -148,3 +150,29 @@ def test_real_h200_capture_is_power_bound_and_capped() -> None:
     capped = ds[1]
     assert capped.figures["sm_clock_pct_of_max"] is not None
     assert 70 < float(capped.figures["sm_clock_pct_of_max"] or 0) < 80  # ~1465 of 1980 MHz
+
+
+@pytest.mark.parametrize("playbook", ["up", "bench", "roll"])
+def test_first_and_second_run_of_a_release_name_the_same_lever(playbook: str) -> None:
+    """Issue 50, item 16: the first run of a release starts the server (its start is this run's); the second run
+    starts nothing and must read that start from the boot ledger, whichever playbook benches."""
+    from types import SimpleNamespace
+
+    from orchestrator.facts import CT
+    from orchestrator.playbooks import load_playbook
+    from orchestrator.steps import REGISTRY, load_all_steps
+    from orchestrator.steps.checks import last_boot
+
+    load_all_steps()
+    start = BootStart(complete=True, total_s=60.0, phases=[BootPhase(name="weights", seconds=30.0)])
+    read = {f.name for name in load_playbook(playbook, REGISTRY).step_names for f in REGISTRY[name].ct_facts}
+
+    def ctx(this_run: BootStart | None) -> SimpleNamespace:
+        ledger = {CT.current_boot.name: [start]}  # what the host's boot.jsonl holds after the first run
+        facts = SimpleNamespace(find=lambda fact: ledger.get(fact.name) if fact.name in read else None)
+        return SimpleNamespace(state=SimpleNamespace(server=SimpleNamespace(boot=this_run)), facts=facts)
+
+    first = autotune_lever(last_boot(ctx(start)), "flashinfer_cutlass")  # type: ignore[arg-type]
+    second = autotune_lever(last_boot(ctx(None)), "flashinfer_cutlass")  # type: ignore[arg-type]
+    assert "FlashInfer autotune did not run" in first
+    assert first == second != GENERIC_LEVER
