@@ -7,9 +7,10 @@ from typing import Any
 
 from orchestrator.caches import cache_env
 from orchestrator.errors import ConfigError
-from orchestrator.flags import FlagSet, secret_names, stored_flags
+from orchestrator.flags import FlagSchema, FlagSet, canonicalize, secret_names, stored_flags
 from orchestrator.inventory.models import ServerProfile
 from orchestrator.layout import PATHS
+from orchestrator.redact import REDACTED, SECRET_REF
 from orchestrator.render.files import (
     RenderedFile,
     check_env_name,
@@ -89,8 +90,9 @@ def exec_start(profile: ServerProfile, flags: FlagSet, venv: str | None = None) 
 
 
 def launch_argv(profile: ServerProfile, flags: FlagSet, api_key: str | None = None,
-                venv: str | None = None) -> list[str]:
-    """The argv sglang receives from systemd: `--config SECRETS_PATH` when there are secrets (has_secrets).
+                venv: str | None = None, *, withheld: bool = False) -> list[str]:
+    """The argv sglang receives from systemd: `--config SECRETS_PATH` when there are secrets (has_secrets, or
+    `withheld`: secret flags left out of `flags` because only their references are known).
 
     With `api_key` (a placeholder, for validating a flag set with the container's parser before anything is
     installed) the key and every secret flag are passed as `--NAME PLACEHOLDER` instead, so the check needs no
@@ -101,7 +103,7 @@ def launch_argv(profile: ServerProfile, flags: FlagSet, api_key: str | None = No
         argv.extend(group)
     secret = secret_flags(profile, flags)
     if api_key is None:
-        if profile.api_key is not None or secret:
+        if profile.api_key is not None or secret or withheld:
             argv.extend(["--config", SECRETS_PATH])
     else:
         if profile.api_key is not None:
@@ -109,6 +111,16 @@ def launch_argv(profile: ServerProfile, flags: FlagSet, api_key: str | None = No
         flags = FlagSet(schema=flags.schema, values={**flags.values, **{n: api_key for n in secret}})
     argv.extend(flags.argv(without=secret if api_key is None else ()))
     return argv
+
+
+def stored_launch_argv(profile: ServerProfile, stored: dict[str, Any], schema: FlagSchema,
+                       venv: str | None = None) -> list[str]:
+    """The argv a release's stored flags (flags.json) start sglang with. A secret is stored as its reference
+    (SECRET_REF), which is no value to parse; it is never in argv either (sglang reads it from secrets.yaml through
+    `--config`), so it is left out and only says that `--config` is there."""
+    withheld = {name for name, value in stored.items() if value in (SECRET_REF, REDACTED)}
+    flags = canonicalize({k: v for k, v in stored.items() if k not in withheld}, schema)
+    return launch_argv(profile, flags, venv=venv, withheld=bool(withheld))
 
 
 def render_unit(profile: ServerProfile, flags: FlagSet, release_id: str | None = None,

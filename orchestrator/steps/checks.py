@@ -406,8 +406,7 @@ def measured_server(ctx: StepContext, release: str | None, expect: ExpectedServe
     """The pid of the server a tune's run is about to measure, once it proved to be `expect`: the expected
     release, the same process as the point's earlier runs, that release's flags. Else HostChanged, before any
     request is sent: a run of another server would be filed under the point's label."""
-    from orchestrator.flags import canonicalize
-    from orchestrator.render.service import launch_argv
+    from orchestrator.render.service import stored_launch_argv
     from orchestrator.steps.roll import installed_schema
     from orchestrator.steps.software import server_stack
 
@@ -431,8 +430,8 @@ def measured_server(ctx: StepContext, release: str | None, expect: ExpectedServe
     else:
         _, schema = installed_schema(ctx)
         stored = ctx.facts.get(CT.current_flags)
-        diff = argv_difference(proc.argv, launch_argv(ctx.profile, canonicalize(stored.root if stored else {}, schema),
-                                                      venv=server_stack(ctx).venv))
+        diff = argv_difference(proc.argv, stored_launch_argv(ctx.profile, dict(stored.root) if stored else {},
+                                                             schema, venv=server_stack(ctx).venv))
         if diff is None:
             return proc
         why = f"sglang (pid {proc.pid}) does not run release {release}'s flags: {diff}"

@@ -288,3 +288,22 @@ def test_a_bench_run_of_a_tune_measures_only_its_points_server(converged: Deploy
     runs = record["points"][0]["runs"]
     assert record["phase"] == "interrupted" and len(runs) == text.count("[current] c="), (runs, text)
     assert record["points"][0]["status"] != "lost", record["points"][0]  # not the point's crash
+
+
+@pytest.mark.timeout(900)
+def test_a_tune_of_a_release_with_a_secret_flag_runs(converged: DeployEnv) -> None:
+    """Issue 50, item 7: the release's stored flags hold a secret as its reference (flags.json); the check that the
+    server runs the point's flags compared that reference with the server's argv and stopped every such tune with
+    exit 2 at its first bench. One candidate point, one run each: the tune measures and restores."""
+    env = converged
+    add_preset(env)
+    secret = "adm-tune-" + "7f3a9c2e5b1d4f60"
+    res = env.run("--json", "roll", "host", env.host, "--set", f"admin-api-key={secret}", "--skip-bench")
+    assert res.rc == 0, res.text
+    before = current(env)
+    res = env.run("--json", "tune", "host", env.host, "--slo", SLO, "--over", "max-running-requests=16",
+                  "--range", "16:32:16", "--preset", "tune", "--confirm", "1", timeout=600)
+    assert res.rc == 0, res.text
+    assert {p["label"]: p["status"] for p in res.json["points"]} == {"current": "done",
+                                                                      "max-running-requests=16": "done"}
+    assert current(env) == before and secret not in res.text
