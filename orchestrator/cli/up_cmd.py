@@ -55,9 +55,11 @@ def converge_router_after(app: AppContext, outcomes: list[HostOutcome], options:
 
 
 def up_options(*, dry_run: bool, allow_no_p2p: bool, skip_weights: bool, skip_bench: bool, preset: str | None,
-               tofu: bool) -> RunOptions:
+               tofu: bool, bench: bool = False) -> RunOptions:
+    if bench and skip_bench:
+        raise ConfigError("--bench and --skip-bench contradict each other", fix="give one of them")
     return RunOptions(dry_run=dry_run, allow_no_p2p=allow_no_p2p, skip_weights=skip_weights,
-                      skip_bench=skip_bench, tofu=tofu, preset=preset, command=command_line())
+                      skip_bench=skip_bench, bench=bench, tofu=tofu, preset=preset, command=command_line())
 
 
 def plan_options(*, tofu: bool) -> RunOptions:
@@ -135,6 +137,8 @@ def one_host_drain(body: Callable[..., int]) -> Callable[..., int]:
 @click.option("--allow-no-p2p", is_flag=True, help="Continue when the P2P check fails.")
 @click.option("--skip-weights", is_flag=True, help="Do not download missing model weights; say what would be fetched.")
 @click.option("--skip-bench", is_flag=True, help="Skip the throughput check.")
+@click.option("--bench", "bench", is_flag=True,
+              help="Run the throughput check even when nothing changed (by default a converged host is not loaded).")
 @click.option("--preset", default=None, help="Bench preset for the throughput check (default: the profile's).")
 @tofu_option
 @click.option("--playbook", default="up", show_default=True, metavar="NAME|FILE",
@@ -149,14 +153,16 @@ def one_host_drain(body: Callable[..., int]) -> Callable[..., int]:
 @fleet_options(up_on, preflight=preflight, required=True, fleet_preflight=router_preflight,
                annotate=converge_router_after, claims=lambda options: not options.get("dry_run"))
 def up(app: AppContext, target: tuple[str, ...], dry_run: bool, allow_no_p2p: bool, skip_weights: bool,
-       skip_bench: bool, preset: str | None, tofu: bool, playbook: str, drain_timeout: float, no_drain: bool) -> int:
+       skip_bench: bool, bench: bool, preset: str | None, tofu: bool, playbook: str, drain_timeout: float,
+       no_drain: bool) -> int:
     """Converge one host: `deploy up host 10.1.230.174`; or a fleet: `deploy up group prod` (see --parallel).
 
     Container with every GPU passed in, userspace driver = host kernel module, sglang at the pinned version,
-    P2P verified, unit rendered and running, health, smoke and throughput checks. A second run changes nothing.
+    P2P verified, unit rendered and running, health, smoke and throughput checks. A second run changes nothing,
+    and loads nothing: its throughput check runs only after a change, or with --bench.
     """
     options = up_options(dry_run=dry_run, allow_no_p2p=allow_no_p2p, skip_weights=skip_weights,
-                         skip_bench=skip_bench, preset=preset, tofu=tofu)
+                         skip_bench=skip_bench, bench=bench, preset=preset, tofu=tofu)
     return run_and_report(app, target, playbook, options, drain_timeout_s=None if no_drain else drain_timeout)
 
 

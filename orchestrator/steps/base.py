@@ -25,6 +25,9 @@ class RunOptions:
     allow_no_p2p: bool = False
     skip_weights: bool = False
     skip_bench: bool = False
+    #: Bench even when the run changed nothing (`up --bench`): a converged host serves users, so by default its
+    #: throughput check runs only after a change (docs/up.md).
+    bench: bool = False
     tofu: bool = False
     preset: str | None = None
     command: str = "deploy"

@@ -350,12 +350,33 @@ def bench_for_release(ctx: StepContext, preset_name: str, release: str | None,
     return run
 
 
-@step("throughput", ct_facts=(CT.current_boot,))
+def bench_due(ctx: StepContext) -> str | None:
+    """Why this run's throughput check runs; None when it does not: a run that changed nothing on a host whose
+    release passed its checks would load a server that serves users (1024 prompts at full concurrency) to learn
+    nothing new. It runs after any change, for a release without a verdict, and on request (`--bench`)."""
+    if ctx.options.bench:
+        return "--bench"
+    changed = [r.name for r in ctx.records if r.status == "changed"]
+    if changed:
+        return f"{changed[0]} changed"
+    if ctx.state.server.installed or ctx.state.server.restarted:
+        return "the server restarted"
+    if ctx.facts.find(CT.current_verdict) is None:
+        return "the release has no verdict yet"
+    return None
+
+
+@step("throughput", ct_facts=(CT.current_boot, CT.current_verdict))
 def throughput(ctx: StepContext, record: StepRecord) -> None:
-    """bench_serving with the profile's preset, GPU telemetry alongside; pass/fail against the minimum."""
+    """bench_serving with the profile's preset, GPU telemetry alongside; pass/fail against the minimum. Runs after a
+    change, for an unverified release or on request (bench_due)."""
     if ctx.options.dry_run or ctx.options.skip_bench:
         record.status = "skipped"
         record.summary = "dry run" if ctx.options.dry_run else "--skip-bench"
+        return
+    if bench_due(ctx) is None:
+        record.status = "skipped"
+        record.summary = "nothing changed and the release passed its checks: no bench (--bench runs it)"
         return
     preset_name = ctx.options.preset or ctx.profile.bench_preset
     repeats = [bench_for_release(ctx, preset_name, ctx.state.server.release)

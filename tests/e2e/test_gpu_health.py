@@ -119,7 +119,7 @@ def test_the_throughput_step_fails_a_link_stuck_below_its_capability_under_the_b
     fails the step naming GPU and slot, with the hardware fix; idle downshifts do not."""
     env = converged
     env.faults(link=IDLE_DOWNSHIFT)
-    ok = env.run("--json", "up", "host", env.host)
+    ok = env.run("--json", "up", "host", env.host, "--bench")  # converged: the bench runs on request only
     assert ok.rc == 0, ok.text
     step = next(s for s in ok.json["steps"] if s["name"] == "throughput")
     assert step["details"]["links"]["ok"] and "8 of 8 GPU(s) at their capability" in step["details"]["links_summary"]
@@ -128,7 +128,7 @@ def test_the_throughput_step_fails_a_link_stuck_below_its_capability_under_the_b
     util = "nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits"
     assert until(lambda: set(env.ssh(util).stdout.split()) == {"0"}, 60)
     env.faults(link=STUCK_5)
-    bad = env.run("up", "host", env.host)
+    bad = env.run("up", "host", env.host, "--bench")
     assert bad.rc != 0, bad.text
     assert ("throughput check failed: PCIe link below its capability under load: GPU 5 (slot 00000000:85:00.0): "
             "PCIe link Gen2 x16 under bench_serving, below its capability Gen5 x16") in bad.text, bad.text

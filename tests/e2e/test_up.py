@@ -43,8 +43,11 @@ def test_up_from_nothing_then_no_changes(deploy_env: DeployEnv) -> None:
     q = second.json
     assert not q["changed"] and q["summary"] == "no changes"
     assert q["totals"]["ssh_round_trips_before_smoke"] <= 3
-    # Its metrics ride on the lock's release: 4 round trips in all, as before they were published (issue 40).
-    assert q["totals"]["ssh_round_trips"] == 4, q["totals"]
+    # Nothing changed on a verified release: no bench loads the serving host (issue 50, item 13).
+    assert steps(q)["throughput"]["status"] == "skipped", steps(q)["throughput"]
+    assert "--bench runs it" in steps(q)["throughput"]["summary"] and "result" not in steps(q)["throughput"]["details"]
+    # Its metrics ride on the lock's release: 3 round trips in all (facts with the lock, smoke, unlock).
+    assert q["totals"]["ssh_round_trips"] == 3, q["totals"]
     assert steps(q)["unlock"]["details"]["metrics"] == "published"
     prom = deploy_env.ssh(f"stat -c %a {PROM_PATH}; cat {PROM_PATH}").stdout
     mode, _, text = prom.partition("\n")
@@ -58,6 +61,12 @@ def test_up_from_nothing_then_no_changes(deploy_env: DeployEnv) -> None:
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert all(rec["status"] in ("ok", "skipped") for rec in q["steps"])
     assert deploy_env.ct("systemctl show -p MainPID --value sglang").stdout.strip() == pid_before
+    # On request the converged run benches, and still changes nothing; --bench with --skip-bench is refused.
+    third = deploy_env.run("--json", "up", "host", deploy_env.host, "--bench")
+    assert third.rc == 0, third.text
+    assert not third.json["changed"] and steps(third.json)["throughput"]["details"]["result"]["output_throughput"] > 0
+    both = deploy_env.run("--json", "up", "host", deploy_env.host, "--bench", "--skip-bench")
+    assert both.rc == 2 and "contradict" in both.json["what"], both.text
     assert deploy_env.ssh("ls /etc/pve/lxc").stdout.split() == ["120.conf"]
 
 
