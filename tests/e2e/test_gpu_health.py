@@ -60,23 +60,34 @@ def test_doctor_never_alarms_on_idle_downshifts_and_warns_on_a_restart_class_xid
 
 @pytest.mark.xdist_group(SHARED)
 def test_status_exits_non_zero_on_a_fatal_gpu_fault_and_shows_the_evidence(converged_shared: DeployEnv) -> None:
+    """The driver's recovery action (Xid 154 and `nvidia-smi -q`'s GPU Recovery Action: Reboot) is fatal; a pending
+    row remap is reported and is not (NVML: it does not affect running or new work; issue 50, item 9)."""
     env = converged_shared
     try:
-        env.faults(remap="4:pending")
+        env.faults(remap="4:pending", recovery="4:reboot")
         res = env.run("--json", "status", "host", env.host)
         assert res.rc == 1 and res.json["health"] == "200", res.text
         gpu = _gpu(res.json["hardware"], "00000000:84:00.0")
-        assert gpu["action"] == "reboot_host" and "Remapped Rows: Pending: Yes" in gpu["faults"][0]["evidence"]
+        assert gpu["action"] == "reboot_host", gpu
+        kinds = {f["kind"]: f for f in gpu["faults"]}
+        assert kinds["recovery"]["evidence"].endswith("GPU Recovery Action: Reboot") and kinds["recovery"]["severity"] \
+            == "fail"
+        assert "Node Reboot Required" in kinds["xid"]["evidence"] and kinds["xid"]["code"] == 154
+        assert kinds["remap-pending"]["action"] == "none" and kinds["remap-pending"]["severity"] == "warn"
         text = env.run("status", "host", env.host)
-        assert text.rc == 1 and "GPU hardware" in text.stdout and "Pending: Yes" in text.stdout
+        assert text.rc == 1 and "GPU hardware" in text.stdout and "GPU Recovery Action: Reboot" in text.stdout
         # up's host checks read the same sensors, and its last round trip publishes them (docs/monitoring.md)
         env.run("up", "host", env.host, "--skip-bench")
         prom = env.ssh(f"cat {PROM_PATH}").stdout
         assert re.search(r'^deploy_gpus\{host="[^"]+",release="[^"]+",state="fail"\} 1$', prom, re.M), prom
-        assert re.search(r'^deploy_gpu_fault\{[^}]*bus_id="00000000:84:00.0",kind="remap-pending",'
+        assert re.search(r'^deploy_gpu_fault\{[^}]*bus_id="00000000:84:00.0",kind="recovery",'
                          r'action="reboot_host",severity="fail"\} 1$', prom, re.M), prom
+        env.faults(recovery=None)  # the remap alone: reported, the host serves and status says so with exit 0
+        alone = env.run("--json", "status", "host", env.host)
+        pending = _gpu(alone.json["hardware"], "00000000:84:00.0")
+        assert pending["action"] == "none" and pending["state"] == "warn" and alone.json["hardware"]["fatal"] is False
     finally:
-        env.faults(remap=None)
+        env.faults(remap=None, recovery=None)
     assert env.run("status", "host", env.host).rc == 0
 
 

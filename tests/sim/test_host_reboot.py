@@ -157,12 +157,19 @@ def test_reboot_resets_the_gpus_a_fault_left_broken(ssh: Any, sim: Any) -> None:
     starts holds no Xid of the boot before."""
     from simulator.manager import set_faults
 
-    set_faults(_root(sim), sim.name, xid="79@2", remap="3:pending,4:failed")
-    assert "NVRM: Xid (PCI:0000:75:00): 79" in ssh.run("journalctl -k -q --no-pager").out
+    set_faults(_root(sim), sim.name, xid="79@2", remap="3:pending,4:failed", recovery="2:reboot")
+    klog = ssh.run("journalctl -k -q --no-pager").out
+    assert "NVRM: Xid (PCI:0000:75:00): 79" in klog
+    assert ("NVRM: Xid (PCI:0000:75:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot "
+            "Required)") in klog
     assert "GPU is lost" in ssh.run("nvidia-smi -q -d ECC,ROW_REMAPPER,PERFORMANCE").err
+    full = ssh.run("nvidia-smi -q")
+    assert full.rc == 15 and "GPU is lost" in full.err and "GPU Recovery Action" in full.out
     sim_reboot(_root(sim), sim.name)
     assert ssh.run("journalctl -k -q --no-pager").out == ""
     after = ssh.run("nvidia-smi -q -d ECC,ROW_REMAPPER,PERFORMANCE")
     assert after.rc == 0 and "GPU is lost" not in after.err
     assert after.out.count("Remapping Failure Occurred                     : Yes") == 1
     assert "Pending                                        : Yes" not in after.out
+    full = ssh.run("nvidia-smi -q").out  # the driver's recovery action is None again
+    assert full.count("GPU Recovery Action                                : None") == 8 and ": Reboot" not in full
