@@ -66,7 +66,9 @@ def test_every_query_names_only_metrics_that_exist() -> None:
         used |= names
     # the figures operators look at first are all on it
     assert {"deploy_release_info", "deploy_rollbacks_total", "deploy_watchdog_exhausted",
-            "deploy_bench_output_tokens_per_second_per_watt", "sglang:generation_tokens_total"} <= used
+            "deploy_bench_output_tokens_per_second_per_watt", "sglang:realtime_tokens_total"} <= used
+    # the token rate moves while streams run: not generation_tokens_total, counted only when a request finishes
+    assert "sglang:generation_tokens_total" not in used
 
 
 def _free_port() -> int:
@@ -117,6 +119,9 @@ def sglang_text(tokens: float) -> str:
     for name, kind, value in rows:
         out += [f"# HELP sglang:{name} {name}", f"# TYPE sglang:{name} {kind}",
                 f"sglang:{name}{{{SGLANG_LABELS}}} {float(value)}"]
+    out += ["# HELP sglang:realtime_tokens_total realtime", "# TYPE sglang:realtime_tokens_total counter"]
+    out += [f'sglang:realtime_tokens_total{{{SGLANG_LABELS},mode="{m}"}} {tokens * k}'
+            for m, k in (("prefill_compute", 0.5), ("decode", 1.0))]
     return "\n".join(out) + "\n"
 
 

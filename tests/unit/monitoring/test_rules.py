@@ -142,6 +142,12 @@ def test_every_alert_fires_on_its_case_and_only_then(promtool: str, tmp_path: Pa
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+def test_no_alert_fires_on_a_healthy_saturated_server(promtool: str, tmp_path: Path) -> None:
+    """Each alert has a case for the saturated server: requests in flight, nothing finishing, tokens moving."""
+    res = run_tests(promtool, tmp_path, [saturated_server_case(sorted(alerts()))])
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
 def published_link_fault() -> str:
     """deploy_gpu_fault of a link fault, as the renderer writes it after an up that read one."""
     hw = Hardware(at=100.0, gpus=8, states={"ok": 7, "fail": 1},
@@ -213,14 +219,47 @@ def server_cases() -> list[dict[str, Any]]:
         # Tokens flow for 5 minutes with a queue (busy, not stalled), then the counter stands still.
         {"interval": "1m",
          "input_series": [{"series": series("sglang:num_queue_reqs", srv[1], **rank), "values": "40x30"},
-                          {"series": series("sglang:generation_tokens_total", srv[1], **rank),
+                          {"series": series("sglang:num_running_reqs", srv[1], **rank), "values": "8x30"},
+                          {"series": series("sglang:realtime_tokens_total", srv[1], **rank, mode="decode"),
                            "values": "0+5000x5 25000x25"}],
          "alert_rule_test": [
              {"eval_time": "5m", "alertname": "DeployServerStalled", "exp_alerts": []},
              {"eval_time": "12m", "alertname": "DeployServerStalled", "exp_alerts": []},  # still pending (for: 5m)
              {"eval_time": "16m", "alertname": "DeployServerStalled",
-              "exp_alerts": [expect("DeployServerStalled", stalled, "40")]}]},
+              "exp_alerts": [expect("DeployServerStalled", stalled, "48")]}]},
+        # Stuck before its first token: requests queued, no realtime series at all.
+        {"interval": "1m",
+         "input_series": [{"series": series("sglang:num_queue_reqs", srv[1], **rank), "values": "5x20"},
+                          {"series": series("sglang:num_running_reqs", srv[1], **rank), "values": "0x20"}],
+         "alert_rule_test": [
+             {"eval_time": "12m", "alertname": "DeployServerStalled",
+              "exp_alerts": [expect("DeployServerStalled", stalled, "5")]}]},
     ]
+
+
+def saturated_server_case(names: list[str]) -> dict[str, Any]:
+    """A healthy saturated server (issue 50, item 10): 2048 long streams run and 512 wait, the GPUs flat out, and
+    for 15 minutes not one request finishes, so sglang:generation_tokens_total (counted when a request finishes)
+    stands still while sglang:realtime_tokens_total (every log interval) climbs. Every alert stays quiet."""
+    d = Discovery("prod", servers=(Target("gpu-2", "10.0.0.12:8000"),), routers=(), nodes=())
+    (srv,) = json.loads(sd_files(d)["deploy-prod-sglang.json"])
+    base = {**srv["labels"], "job": "deploy-prod-sglang", "instance": srv["targets"][0],
+            "tp_rank": "0", "pp_rank": "0", "engine_type": "unified", "model_name": "glm-5"}
+
+    def series(name: str, **extra: str) -> str:
+        labels = {**base, **extra}
+        return name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+    return {"interval": "1m",
+            "input_series": [
+                {"series": series("up"), "values": "1x30"},
+                {"series": series("sglang:num_running_reqs"), "values": "2048x30"},
+                {"series": series("sglang:num_queue_reqs"), "values": "512x30"},
+                {"series": series("sglang:generation_tokens_total"), "values": "3000000x30"},
+                {"series": series("sglang:realtime_tokens_total", mode="decode"), "values": "0+600000x30"},
+                {"series": series("sglang:realtime_tokens_total", mode="prefill_compute"), "values": "0+2000x30"}],
+            "alert_rule_test": [{"eval_time": f"{t}m", "alertname": name, "exp_alerts": []}
+                                for name in names for t in (10, 16, 25)]}
 
 
 def test_a_case_that_should_not_pass_fails(promtool: str, tmp_path: Path) -> None:

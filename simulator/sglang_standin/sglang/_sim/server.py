@@ -277,7 +277,8 @@ def _metrics(sim: Sim) -> str:
         out += [f"# HELP sglang:{name} {help_}", f"# TYPE sglang:{name} {kind}",
                 f"sglang:{name}{{{labels}}} {float(value)}"]
     # The scheduler's live counter (real sglang: "updated on each log interval"), by mode.
-    out += ["# HELP sglang:realtime_tokens_total Total number of tokens processed (updated on each log interval).",
+    out += ["# HELP sglang:realtime_tokens_total Total number of tokens processed (updated on each log interval). "
+            "mode: prefill_compute, prefill_cache, decode.",
             "# TYPE sglang:realtime_tokens_total counter"]
     out += [f'sglang:realtime_tokens_total{{{scheduler},mode="{mode}"}} {float(v)}' for mode, v in e.realtime.items()]
     return "\n".join(out) + "\n"
