@@ -93,7 +93,8 @@ class HostFaults:
     task_hold: PVE task type: a matching task's worker stops at its hold point until the knob is cleared (vzcreate:
         the archive unpacked, the real config not yet written, so the CT is still `lock: create`), as a slow
         unpack on a loaded node holds it; a test then sees the task mid-way instead of racing it.
-    xid, gpu_lost, ecc, remap, clocks_event, link, recovery: GPU hardware faults in the real formats (simulator/gpu/health.py):
+    xid, gpu_lost, ecc, remap, clocks_event, link, recovery: GPU hardware faults in the real formats
+        (simulator/gpu/health.py):
         `xid="79@3,13@0"` writes real NVRM Xid lines into the host's kernel log (79 also loses the GPU); `gpu_lost=3`
         makes nvidia-smi print its real "GPU is lost" error for GPU 3; `ecc="3:2"` two uncorrectable volatile DRAM
         errors; `remap="3:pending"` or `"3:failed"`; `clocks_event="3:hw_thermal"`; `link="3:stuck-gen2"` (Gen2

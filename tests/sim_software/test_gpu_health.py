@@ -124,5 +124,5 @@ def test_full_q_carries_the_knobs_and_the_drivers_recovery_action(make_host: Cal
     state = judge_hardware(kernel_log=klog, smi_q=out, smi_q_stderr=err, links=None)
     by_bus = {g.bus_id: g for g in state.gpus}
     assert by_bus[bus[3]].action is Action.reboot_host and by_bus[bus[4]].action is Action.none
-    with pytest.raises(ValueError, match="reset|reboot"):
+    with pytest.raises(ValueError, match=r"GPU:reset\|reboot"):
         health.check_knobs({"recovery": "3:now"}, 8)
