@@ -231,3 +231,9 @@ def test_a_pending_remap_and_xid_63_and_92_are_reported_never_remedied() -> None
     assert state.action is Action.none and not state.fatal
     plan = plan_remedy(state.action, HealthPolicy(), host="sim-1")
     assert plan.remedy == "none" and not plan.drains
+    # the watch: a listed host stays in the router, and one cordoned for it earlier goes back once it serves
+    from orchestrator.fleet.watch import Reading, decide
+
+    reading = Reading("sim-1", state, serving=True)
+    assert decide(reading, listed=True, cordoned=False, plan=plan) == "none"
+    assert decide(reading, listed=False, cordoned=True, plan=plan) == "return"
