@@ -50,7 +50,7 @@ def control_patch() -> str:
 def measured_up(env: DeployEnv, what: str) -> dict:
     """`up` with its throughput step (the preset's bench, `gate_repeats` runs, the median run kept): what it built
     and the median run's result."""
-    res = env.run("--json", "up", "host", env.host, timeout=1800)
+    res = env.run("--json", "up", "host", env.host, "--bench", timeout=1800)  # measured even when nothing changed
     if res.rc != 0:
         raise SystemExit(f"{what}: up exit {res.rc}\n{res.text[-3000:]}")
     steps = {s["name"]: s for s in res.json["steps"]}
