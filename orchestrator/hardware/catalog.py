@@ -36,7 +36,8 @@ class Action(StrEnum):
 
 #: The operator's instruction for each action ({host} and {gpu} filled in by the caller).
 ACTION_FIX = {
-    Action.none: "",
+    Action.none: "nothing to do: reported only, {host} keeps serving (NVIDIA's catalog asks for no action); if it "
+                 "repeats, look the code up in docs/hardware.md",
     Action.restart_unit: "restart the server: `deploy up host {host}` (or `systemctl restart sglang` in the CT); "
                          "if the Xid repeats, drain the host and reboot it",
     Action.reboot_host: "drain the host (`deploy router remove {host}` when it serves behind the router), reboot the "

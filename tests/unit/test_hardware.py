@@ -229,6 +229,7 @@ def test_a_pending_remap_and_xid_63_and_92_are_reported_never_remedied() -> None
     kinds = {f.kind for f in state.gpus[0].faults}
     assert kinds == {"xid", "remap-pending"} and state.gpus[0].state == "warn"
     assert state.action is Action.none and not state.fatal
+    assert all(f.fix("sim-1", "0").startswith("nothing to do") for f in state.gpus[0].faults)
     plan = plan_remedy(state.action, HealthPolicy(), host="sim-1")
     assert plan.remedy == "none" and not plan.drains
     # the watch: a listed host stays in the router, and one cordoned for it earlier goes back once it serves
