@@ -55,7 +55,10 @@ ACTION_FIX = {
 RECOVERY_BY_CODE = {0: Action.none, 1: Action.reboot_host, 2: Action.reboot_host, 3: Action.restart_unit,
                     4: Action.reboot_host}
 RECOVERY_BY_SMI = {"None": Action.none, "Reset": Action.reboot_host, "Reboot": Action.reboot_host,
-                   "Drain P2P": Action.restart_unit, "Drain and Reset": Action.reboot_host}
+                   "Drain P2P": Action.restart_unit, "Drain and Reset": Action.reboot_host,
+                   # some drivers print NVML's own names (seen: `GPU Recovery Action : GPU_RESET`)
+                   "NONE": Action.none, "GPU_RESET": Action.reboot_host, "NODE_REBOOT": Action.reboot_host,
+                   "DRAIN_P2P": Action.restart_unit, "DRAIN_AND_RESET": Action.reboot_host}
 RECOVERY_SOURCE = ("NVIDIA Xid catalog (Xid 154: follow the driver's recovery action); NVIDIA GPU memory error "
                    "management, recovery action flag (NVML_GPU_RECOVERY_ACTION_*)")
 

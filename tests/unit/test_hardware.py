@@ -206,6 +206,8 @@ def test_the_recovery_action_of_nvidia_smi_alone_decides() -> None:
     assert fault.kind == "recovery" and fault.action is Action.reboot_host
     assert fault.evidence.endswith("GPU Recovery Action: Reboot") and state.fatal
     assert judge_hardware(kernel_log="", smi_q=_smi("Drain P2P"), links=None).action is Action.restart_unit
+    assert judge_hardware(kernel_log="", smi_q=_smi("GPU_RESET"), links=None).action is Action.reboot_host
+    assert judge_hardware(kernel_log="", smi_q=_smi("NONE"), links=None).action is Action.none
 
 
 def test_a_later_154_replaces_an_earlier_one() -> None:
