@@ -180,6 +180,8 @@ def _smi(recovery: str = "None", pending: bool = False) -> str:
 def test_full_q_of_a_real_h200_has_the_recovery_action_and_the_health_sections() -> None:
     (gpu,) = parse_smi_health(fixture(H200 + "q.txt")).gpus
     assert gpu.recovery_action == "None" and not gpu.remap_pending and gpu.dram_uncorrectable == 0
+    # a healthy GPU's full -q is no fault (its counters section, `Clocks Event Reasons Counters`, is not a reason)
+    assert judge_hardware(kernel_log="", smi_q=fixture(H200 + "q.txt"), links=None).faulty == ()
 
 
 @pytest.mark.parametrize(("line", "smi", "action"), [
