@@ -24,6 +24,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "simulator" / "sglang_standin"
+#: Per-release files of the sglang stand-in that replace or add to the tree's (release_overlay).
+RELEASES = STANDIN / "releases"
 SCHEMAS = REPO / "orchestrator" / "flags" / "schemas"
 SGLANG_VERSIONS = ("0.5.12.post1", "0.5.23")
 TORCH_VERSION = "2.9.1+deploysim"
@@ -122,11 +124,18 @@ def build_wheel(spec: WheelSpec, out_dir: Path) -> Path:
     return path
 
 
-def _tree(top: str) -> Iterator[tuple[str, bytes]]:
-    for p in sorted((STANDIN / top).rglob("*")):
-        rel = p.relative_to(STANDIN).as_posix()
+def _tree(top: str, root: Path = STANDIN) -> Iterator[tuple[str, bytes]]:
+    for p in sorted((root / top).rglob("*")):
+        rel = p.relative_to(root).as_posix()
         if p.is_file() and "__pycache__" not in p.parts:
             yield rel, p.read_bytes()
+
+
+def release_overlay(release: str) -> dict[str, bytes]:
+    """The files a release has in its own shape (simulator/sglang_standin/releases/<release>/), over the tree: where
+    real releases differ in a file a stack patch targets (0.5.23 decides FlashInfer autotune in
+    runner/flashinfer_autotune.py, not in model_runner.py)."""
+    return dict(_tree("sglang", RELEASES / release)) if (RELEASES / release).is_dir() else {}
 
 
 def version_module(version: str) -> bytes:
@@ -160,7 +169,7 @@ def sglang_spec(version: str, regression: str | None = None) -> WheelSpec:
     schema = SCHEMAS / f"sglang-{release}.json"
     if not schema.exists() or release not in SGLANG_PINS:
         raise ValueError(f"no flag schema for sglang {release} at {schema}")
-    files = dict(_tree("sglang"))
+    files = {**dict(_tree("sglang")), **release_overlay(release)}
     files[f"sglang/_sim/schemas/sglang-{release}.json"] = schema.read_bytes()
     files["sglang/_sim/ctside.py"] = (REPO / "simulator" / "ctside.py").read_bytes()
     files[VERSION_MODULE] = version_module(release)
