@@ -37,6 +37,7 @@ from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.software import (
     container_flag_check,
     profile_stack,
+    refuse_import_failure,
     release_stack,
     server_stack,
     sglang_install,
@@ -180,6 +181,7 @@ def validate_flags(ctx: StepContext, record: StepRecord) -> None:
         return
     check = container_flag_check(ctx, launch_argv(ctx.profile, cand.new_flags, api_key="validation-placeholder")[3:])
     if not check.ok:
+        refuse_import_failure(ctx, check)
         raise ConfigError(f"sglang {check.version} in CT {ctx.vmid} rejects the new flags: {check.error}",
                           fix="nothing was changed; fix the flag and roll again", host=ctx.host.name)
     record.summary = f"accepted by sglang {check.version}'s parser in CT {ctx.vmid}"

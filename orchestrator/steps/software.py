@@ -31,6 +31,7 @@ from orchestrator.resources import flags_probe_source, probe_text
 from orchestrator.runlog import StepRecord
 from orchestrator.stack_lock import hash_mismatches, lock_drift, parse_lock
 from orchestrator.stacks import (
+    ImportFailure,
     Stack,
     StackRecord,
     StackUsage,
@@ -60,6 +61,8 @@ class FlagCheck:
     error: str
     version: str | None
     schema: FlagSchema | None
+    #: `import sglang` failed in the venv: what failed, where (the parser was never built).
+    import_error: ImportFailure | None = None
 
 
 def profile_patches(profile: ServerProfile) -> tuple[Patch, ...]:
@@ -76,7 +79,7 @@ def profile_stack(ctx: StepContext, version: str | None = None, *, bare: bool = 
     pinned = want == prof.sglang_version and not bare
     lock = parse_lock(prof.lock_text, prof.lock_file or "lock") if prof.lock_text is not None and pinned else None
     return Stack(requirement(want, prof.sglang_extras), want, pip_index_options(ctx.host.container.pip_index_url),
-                 lock, profile_patches(prof) if pinned else ())
+                 lock, profile_patches(prof) if pinned else (), tuple(prof.constraints) if pinned else ())
 
 
 def stack_drift(ctx: StepContext, sha: str | None) -> list[str]:
@@ -133,7 +136,8 @@ def container_flag_check(ctx: StepContext, argv: list[str], venv: str | None = N
                           fix=f"check that {ctx.ct.paths.venv_python(venv)} exists and sglang imports",
                           host=ctx.host.name) from exc
     schema = FlagSchema.from_dump(data["actions"], version=str(data.get("version"))) if data.get("actions") else None
-    return FlagCheck(bool(data.get("ok")), str(data.get("error") or ""), data.get("version"), schema)
+    return FlagCheck(bool(data.get("ok")), str(data.get("error") or ""), data.get("version"), schema,
+                     ImportFailure.of(data.get("import_error")))
 
 
 def sglang_install_command(ctx: StepContext) -> str:
@@ -192,9 +196,10 @@ def install_stack(ctx: StepContext, record: StepRecord) -> None:
         return
     # The profile's venv with this very requirement is adopted even when it was recorded as installed from
     # another index (a site template's provisioning host): its content is the requirement's.
-    # A locked stack is never adopted: a venv pip filled without the lock need not hold the locked files.
+    # A locked stack is never adopted: a venv pip filled without the lock need not hold the locked files; nor a
+    # constrained one (a venv pip filled without the constraints need not meet them).
     owner = next((r for r in records.values() if r.venv == base), None)
-    if (have == want and stack.lock is None and not stack.patches
+    if (have == want and stack.lock is None and not stack.patches and not stack.constraints
             and (owner is None or owner.requirement == stack.requirement)):
         adopt_stack(ctx, record, stack, base, f"adopt {base} (sglang {want}) as stack {stack.sha}")
         return
@@ -555,9 +560,25 @@ def require_complete_weights(ctx: StepContext) -> None:
                       host=ctx.host.name, details={"missing": [m.path for m in state.missing]})
 
 
+def refuse_import_failure(ctx: StepContext, check: FlagCheck) -> None:
+    """A stack whose sglang does not import cannot start a server: refused (exit 2) naming the failing import,
+    before any restart, instead of "the parser rejects the flags"."""
+    failure = check.import_error
+    if failure is None:
+        return
+    stack = server_stack(ctx)
+    where = f"stack {stack.sha} ({stack.venv})" if stack.sha else f"CT {ctx.vmid}"
+    raise ConfigError(f"sglang of {where} does not import: {failure.describe()}; its server could not start, so "
+                      "nothing was restarted", host=ctx.host.name, fix=failure.fix(ctx.host.profile),
+                      details={"import_error": {"exception": failure.exception, "message": failure.message,
+                                                "module": failure.module, "distribution": failure.distribution,
+                                                "version": failure.version, "chain": list(failure.chain)}})
+
+
 def require_valid_flags(ctx: StepContext, argv: list[str]) -> FlagCheck:
     check = container_flag_check(ctx, argv)
     if not check.ok:
+        refuse_import_failure(ctx, check)
         stack = server_stack(ctx)
         where = f"stack {stack.sha} ({stack.venv})" if stack.sha else f"CT {ctx.vmid}"
         raise ConfigError(f"sglang {check.version} of {where} rejects the flags: {check.error}",

@@ -164,8 +164,8 @@ def autotune_lever(boot: BootStart | None, moe_runner_backend: str | None, sglan
     if release is not None and release >= UPSTREAM_CUTLASS_AUTOTUNE:
         return (f"{head} (sglang {sglang_version} autotunes it upstream, without a patch: is "
                 "--disable-flashinfer-autotune set? read the start log) — that autotune is the lever")
-    return (f"{head} (sglang before 0.5.13 excludes it, a stack patch enables it on 0.5.12.post1; ≥ 0.5.13 autotunes it "
-            "upstream without a patch; docs/stacks.md) — that autotune is the lever")
+    return (f"{head} (sglang before 0.5.13 excludes it, a stack patch enables it on 0.5.12.post1; ≥ 0.5.13 autotunes "
+            "it upstream without a patch; docs/stacks.md) — that autotune is the lever")
 
 
 def _power_findings(t: TelemetrySummary, lever: str = GENERIC_LEVER) -> list[Diagnosis]:

@@ -5,9 +5,9 @@ At start, after the KV cache is allocated and before CUDA-graph capture (where r
 its own venv whether its MoE runner backend is autotuned: `sglang.srt.model_executor.runner.flashinfer_autotune`
 where the release has it (0.5.23, which autotunes flashinfer_cutlass upstream), else `ModelRunner.
 _should_run_flashinfer_autotune` of `sglang.srt.model_executor.model_runner` (0.5.12.post1, which leaves
-flashinfer_cutlass out unless a stack patch puts it in). If so each TP rank prints the real line `Running FlashInfer autotune with cache:
-PATH` (PATH keyed as upstream keys it), tunes for AUTOTUNE_S model seconds when its cache file is missing (field
-notes: about 9 s) and writes it, then `FlashInfer autotune completed.`.
+flashinfer_cutlass out unless a stack patch puts it in). If so each TP rank prints the real line `Running FlashInfer
+autotune with cache: PATH` (PATH keyed as upstream keys it), tunes for AUTOTUNE_S model seconds when its cache file
+is missing (field notes: about 9 s) and writes it, then `FlashInfer autotune completed.`.
 
 Throughput: the stand-in models a gain only for `flashinfer_cutlass` (the SM120 NVFP4 MoE default, which 0.5.12.post1
 does not autotune: it runs its default tactic). With the tuned tactic a decode step costs 1/AUTOTUNE_STEP_SPEEDUP

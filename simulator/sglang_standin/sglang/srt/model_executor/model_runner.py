@@ -42,7 +42,7 @@ class ModelRunner:
 
         if backend_str not in [
             "flashinfer_trtllm",
-            # TODO: Enable for flashinfer_trtllm_routed once https://github.com/flashinfer-ai/flashinfer/issues/2749 is fixed.
+            # TODO: Enable for flashinfer_trtllm_routed once flashinfer#2749 is fixed (upstream: its URL).
             # "flashinfer_trtllm_routed",
             "flashinfer_mxfp4",
             "flashinfer_cutedsl",
