@@ -50,7 +50,8 @@ def test_a_patched_stack_is_built_beside_the_profiles_venv_and_records_the_patch
 
 def test_a_patch_that_does_not_apply_is_exit_2_and_the_stack_is_never_recorded(make_run) -> None:
     run = patched_run(make_run)
-    said = f"{PATCH_MARK}\t0\nchecking file {TARGET}\nHunk #1 FAILED at 2537.\n1 out of 1 hunk FAILED\n{FAILED_MARK}\t0\n"
+    said = (f"{PATCH_MARK}\t0\nchecking file {TARGET}\nHunk #1 FAILED at 2537.\n1 out of 1 hunk FAILED\n"
+            f"{FAILED_MARK}\t0\n")
     run.node.answer("deploy-patches", said, rc=NOT_APPLIED_RC)
     with pytest.raises(ConfigError) as err:
         run.step("sglang_install")
