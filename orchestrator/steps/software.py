@@ -29,7 +29,14 @@ from orchestrator.releases.store import read_releases_script, release_lines
 from orchestrator.render.pip_index import pip_index_options
 from orchestrator.resources import flags_probe_source, probe_text
 from orchestrator.runlog import StepRecord
-from orchestrator.stack_lock import hash_mismatches, lock_drift, parse_lock
+from orchestrator.stack_lock import (
+    LockTarget,
+    constraint_violations,
+    hash_mismatches,
+    lock_drift,
+    lock_target,
+    parse_lock,
+)
 from orchestrator.stacks import (
     ImportFailure,
     Stack,
@@ -153,7 +160,7 @@ def now_iso() -> str:
 
 
 @step("sglang_install", ct_facts=(CT.sglang_version, CT.stacks, CT.stack_patched, CT.stack_dists, CT.current_meta,
-                                    CT.stack_usage))
+                                    CT.stack_usage, CT.python_target, CT.venv_dists))
 def sglang_install(ctx: StepContext, record: StepRecord) -> None:
     """The profile's stack, then (with a lock) where the running stack differs from it, by distribution: the
     same facts round trip, so `plan` shows a pip run into the venv behind the tool's back."""
@@ -194,12 +201,15 @@ def install_stack(ctx: StepContext, record: StepRecord) -> None:
             record.details["patch_drift"] = drift
             record.summary += "; PATCHED FILE CHANGED behind the tool's back: " + "; ".join(drift)
         return
+    refuse_lock_of_another_python(ctx, stack)
     # The profile's venv with this very requirement is adopted even when it was recorded as installed from
     # another index (a site template's provisioning host): its content is the requirement's.
-    # A locked stack is never adopted: a venv pip filled without the lock need not hold the locked files; nor a
-    # constrained one (a venv pip filled without the constraints need not meet them).
+    # A locked stack is never adopted: a venv pip filled without the lock need not hold the locked files; a
+    # constrained one only when the venv meets the constraints (pip filled it without them).
     owner = next((r for r in records.values() if r.venv == base), None)
-    if (have == want and stack.lock is None and not stack.patches and not stack.constraints
+    unmet = constraint_violations(stack.constraints, ctx.facts.get(CT.venv_dists) or {})
+    record.details["unmet_constraints"] = unmet
+    if (have == want and stack.lock is None and not stack.patches and not unmet
             and (owner is None or owner.requirement == stack.requirement)):
         adopt_stack(ctx, record, stack, base, f"adopt {base} (sglang {want}) as stack {stack.sha}")
         return
@@ -210,6 +220,22 @@ def install_stack(ctx: StepContext, record: StepRecord) -> None:
         old = profile_stack(ctx, have, bare=True)
         adopt_stack(ctx, record, old, base, f"adopt {base} (sglang {have}) as stack {old.sha}, kept as it is")
     build_stack(ctx, record, stack)
+
+
+def refuse_lock_of_another_python(ctx: StepContext, stack: Stack) -> None:
+    """A lock names the wheels of the Python it was resolved for (sglang, torch and triton ship cp311 and cp313
+    builds): on a container whose python3 is another, pip would refuse them as "not served" after a long build, so
+    the mismatch is refused first, naming both and the fix (a lock written before targets were recorded: unknown)."""
+    locked = lock_target(ctx.profile.lock_text or "") if stack.lock is not None else None
+    here: LockTarget | None = ctx.facts.get(CT.python_target)
+    if locked is None or here is None or locked == here:
+        return
+    raise ConfigError(f"{ctx.profile.lock_file} was resolved for {locked.describe()}, but CT {ctx.vmid}'s python3 is "
+                      f"{here.describe()}: the locked wheels are not the ones this Python installs; nothing was built",
+                      host=ctx.host.name, details={"lock_target": locked.describe(), "host_target": here.describe()},
+                      fix=(f"a lock serves the hosts of one Python: run `deploy lock {ctx.host.profile} --host H` on a "
+                           f"host of {here.tag} for a profile of its own (its hosts name that profile), or give "
+                           f"{ctx.host.name} a container of {locked.tag} (docs/stacks.md#locks)"))
 
 
 def adopt_stack(ctx: StepContext, record: StepRecord, stack: Stack, venv: str, what: str) -> None:
