@@ -19,6 +19,7 @@ from orchestrator.render.boot_unit import (
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts
+from orchestrator.verdicts.cuda import stack_cuda, stack_driver_finding
 from orchestrator.verdicts.host import Finding, HostFacts, doctor_findings, host_facts_from_values, worst_status
 
 #: The host's GPU hardware sensors (orchestrator/hardware): read by doctor, `up`'s host_prereqs and status.
@@ -97,7 +98,10 @@ def findings_for(ctx: StepContext) -> list[Finding]:
     ensure_facts(ctx)
     hardware = hardware_state(ctx.facts)
     ctx.state.hardware = hardware
-    findings = doctor_findings(host_facts(ctx.facts))
+    facts = host_facts(ctx.facts)
+    findings = doctor_findings(facts)
+    cuda = stack_driver_finding(facts.driver_version, stack_cuda(ctx.profile.sglang_version, ctx.profile.lock_text))
+    findings += [cuda] if cuda is not None else []
     return findings + unread_findings(ctx.facts, findings) + hardware_findings(hardware, ctx.host.name)
 
 
