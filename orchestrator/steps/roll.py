@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 
 from orchestrator.errors import CheckFailed, ConfigError, RemoteError
-from orchestrator.facts import CT
+from orchestrator.facts import CT, HOST
 from orchestrator.flags import (
     FlagSchema,
     apply_changes,
@@ -79,7 +79,8 @@ def stack_change(ctx: StepContext) -> bool:
         ctx.state.stack.venv != release_stack(ctx, ctx.facts.get(CT.current_meta)).venv)
 
 
-@step("roll_stack", ct_facts=(*RELEASE_FACTS, CT.sglang_version, CT.stacks))
+@step("roll_stack", ct_facts=(*RELEASE_FACTS, CT.sglang_version, CT.stacks, CT.python_target, CT.venv_dists),
+      host_facts=(HOST.driver_version,))
 def roll_stack(ctx: StepContext, record: StepRecord) -> None:
     """`roll --profile P`: P's stack, built (or found) beside the running server when it differs from the current
     release's; the flags are then validated by its parser and the release runs on it. A flag roll keeps the stack."""

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from orchestrator.errors import CheckFailed, ConfigError, RemoteError
-from orchestrator.facts import CT, sglang_version_command
+from orchestrator.facts import CT, HOST, sglang_version_command
 from orchestrator.flags.schema import FlagSchema
 from orchestrator.inventory.models import ServerProfile, hf_token_for
 from orchestrator.layout import PATHS
@@ -59,6 +59,7 @@ from orchestrator.stacks import (
 )
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts, unknown_until_started
+from orchestrator.verdicts.cuda import stack_cuda, stack_driver_finding
 from orchestrator.verdicts.weights import DownloadContext, download_error
 
 
@@ -160,7 +161,7 @@ def now_iso() -> str:
 
 
 @step("sglang_install", ct_facts=(CT.sglang_version, CT.stacks, CT.stack_patched, CT.stack_dists, CT.current_meta,
-                                    CT.stack_usage, CT.python_target, CT.venv_dists))
+                                    CT.stack_usage, CT.python_target, CT.venv_dists), host_facts=(HOST.driver_version,))
 def sglang_install(ctx: StepContext, record: StepRecord) -> None:
     """The profile's stack, then (with a lock) where the running stack differs from it, by distribution: the
     same facts round trip, so `plan` shows a pip run into the venv behind the tool's back."""
@@ -202,6 +203,7 @@ def install_stack(ctx: StepContext, record: StepRecord) -> None:
             record.summary += "; PATCHED FILE CHANGED behind the tool's back: " + "; ".join(drift)
         return
     refuse_lock_of_another_python(ctx, stack)
+    refuse_driver_too_old(ctx, stack)
     # The profile's venv with this very requirement is adopted even when it was recorded as installed from
     # another index (a site template's provisioning host): its content is the requirement's.
     # A locked stack is never adopted: a venv pip filled without the lock need not hold the locked files; a
@@ -220,6 +222,15 @@ def install_stack(ctx: StepContext, record: StepRecord) -> None:
         old = profile_stack(ctx, have, bare=True)
         adopt_stack(ctx, record, old, base, f"adopt {base} (sglang {have}) as stack {old.sha}, kept as it is")
     build_stack(ctx, record, stack)
+
+
+def refuse_driver_too_old(ctx: StepContext, stack: Stack) -> None:
+    """A stack whose torch needs a newer driver branch than the host's loaded one is refused before its build (the
+    server would fail at start with torch's "driver too old"); unknown driver or torch: nothing to judge here."""
+    need = stack_cuda(stack.sglang_version, ctx.profile.lock_text if stack.lock is not None else None)
+    finding = stack_driver_finding(ctx.facts.find(HOST.driver_version), need)
+    if finding is not None and finding.status == "fail":
+        raise CheckFailed(f"{finding.observed}; nothing was built", fix=finding.fix, host=ctx.host.name)
 
 
 def refuse_lock_of_another_python(ctx: StepContext, stack: Stack) -> None:

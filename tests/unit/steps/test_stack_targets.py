@@ -1,12 +1,12 @@
-"""sglang_install against what a lock and the profile's constraints were made for (issue 48 items 7 and 8): a lock
-resolved for another Python is refused before any build, naming both and the fix; a venv that breaks the profile's
-constraints is not adopted as the constrained stack."""
+"""What a stack was made for, before anything is built (issue 48 items 3, 7 and 8): a lock resolved for another Python
+is refused naming both and the fix; a venv that breaks the profile's constraints is not adopted as the constrained
+stack; a host driver older than the stack's CUDA needs fails doctor and host_prereqs."""
 
 from __future__ import annotations
 
 import pytest
 
-from orchestrator.errors import ConfigError
+from orchestrator.errors import CheckFailed, ConfigError
 from orchestrator.stack_lock import Lock, LockEntry, LockTarget, render_lock
 from tests.unit.steps.test_provision_steps import with_profile
 from tests.unit.steps.test_software_steps import BARE_SHA, BASE_SHA, pip_succeeds
@@ -60,4 +60,36 @@ def test_a_venv_that_meets_the_constraints_is_adopted_with_no_pip_run(make_run) 
     run.node.succeed(".json.tmp")
     rec = run.step("sglang_install")
     assert rec.summary == f"adopt /root/ml-env (sglang 0.5.12.post1) as stack {BASE_SHA}"
+    assert not [c for c in run.node.commands("run") if "pip install" in c]
+
+
+def nvrm(version: str) -> str:
+    return f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {version}  Release Build  Mon Feb 2 2026\n"
+
+
+def test_doctor_and_host_prereqs_name_a_driver_too_old_for_the_stack_before_anything_is_built(make_run) -> None:
+    run = make_run({"driver_version": nvrm("575.57.08")})
+    run.step("doctor")
+    (found,) = [f for f in run.ctx.state.doctor_findings if f.check == "stack-cuda"]
+    assert found.status == "fail" and "older than R580" in found.observed
+    run = make_run({"driver_version": nvrm("575.57.08")})
+    with pytest.raises(CheckFailed) as err:
+        run.step("host_prereqs")
+    assert "stack-cuda" in err.value.what and "older than R580" in err.value.what, err.value.what
+    run = with_profile(make_run({"driver_version": nvrm("595.58.03")}), sglang_version="0.5.23")
+    run.step("doctor")
+    (found,) = [f for f in run.ctx.state.doctor_findings if f.check == "stack-cuda"]
+    assert found.status == "ok" and "torch 2.14.1" in found.observed
+
+
+def test_a_stack_change_is_refused_before_its_build_when_the_host_driver_is_older_than_its_cuda(make_run) -> None:
+    """`up`, `roll --profile` and fleet staging all build through sglang_install: a 0.5.23 stack (torch 2.14.1,
+    CUDA 13) on a 575 host is refused before pip runs."""
+    run = with_profile(make_run({"driver_version": nvrm("575.57.08")}, {"sglang_version": "0.5.12.post1\n"}),
+                       sglang_version="0.5.23")
+    with pytest.raises(CheckFailed) as err:
+        run.step("sglang_install")
+    assert err.value.what.startswith("driver 575.57.08 is older than R580, which CUDA 13.0.3 of the stack's torch "
+                                     "2.14.1 (sglang 0.5.23 pins torch==2.14.1) needs"), err.value.what
+    assert err.value.what.endswith("; nothing was built") and "branch 580 or newer" in err.value.fix
     assert not [c for c in run.node.commands("run") if "pip install" in c]
