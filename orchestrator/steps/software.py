@@ -209,7 +209,8 @@ def install_stack(ctx: StepContext, record: StepRecord) -> None:
     # A locked stack is never adopted: a venv pip filled without the lock need not hold the locked files; a
     # constrained one only when the venv meets the constraints (pip filled it without them).
     owner = next((r for r in records.values() if r.venv == base), None)
-    unmet = constraint_violations(stack.constraints, ctx.facts.get(CT.venv_dists) or {})
+    dists: dict[str, str] = ctx.facts.get(CT.venv_dists) or {}
+    unmet = constraint_violations(stack.constraints, dists)
     record.details["unmet_constraints"] = unmet
     if (have == want and stack.lock is None and not stack.patches and not unmet
             and (owner is None or owner.requirement == stack.requirement)):
