@@ -26,6 +26,7 @@ from orchestrator.releases.store import current_release, parse_release_ids
 from orchestrator.remote.batch import CommandOutput
 from orchestrator.scripts import render_script
 from orchestrator.stack_lock import TARGET_PROGRAM, installed_dists, parse_target
+from orchestrator.verdicts.toolchain import TOOLCHAIN_PROGRAM, parse_toolchain
 from orchestrator.stacks import parse_stack_listing, parse_stack_usage, stack_usage_command
 from orchestrator.watchdog.parse import RESULT_MARK as WATCHDOG_RESULT_MARK
 from orchestrator.watchdog.parse import parse_installed, parse_watchdog_fact
@@ -156,6 +157,10 @@ class CT:
     #: the constraints is adopted as the constrained stack only when it meets them).
     venv_dists = CtFact("venv_dists", lambda h, p: venv_dists_command(p.venv) if p.constraints else "true",
                         of_stdout(installed_dists))
+    #: What a real sglang's first start compiles with (orchestrator/verdicts/toolchain.py): C/C++ compilers, the
+    #: Python headers, nvcc where the profile's CUDA_HOME (else the container's lookups) says.
+    toolchain = CtFact("toolchain", lambda h, p: (
+        f"python3 -c {q(TOOLCHAIN_PROGRAM)} {q(p.env.get('CUDA_HOME', ''))}"), of_stdout(parse_toolchain))
     #: With a lock: the interpreter and platform of the container's python3, which the lock must have been resolved
     #: for (cp311 wheels do not install on cp313; nothing read without a lock).
     python_target = CtFact("python_target", lambda h, p: (

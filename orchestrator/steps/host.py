@@ -4,7 +4,7 @@ IOMMU, ACS, PVE version; and `boot_nodes`, which installs that unit."""
 from __future__ import annotations
 
 from orchestrator.errors import CheckFailed
-from orchestrator.facts import HOST, Facts
+from orchestrator.facts import CT, HOST, Facts
 from orchestrator.hardware.state import HardwareState, judge_hardware
 from orchestrator.parsers import ParseError
 from orchestrator.parsers.devices import nvidia_char_devices
@@ -20,6 +20,7 @@ from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts
 from orchestrator.verdicts.cuda import stack_cuda, stack_driver_finding
+from orchestrator.verdicts.toolchain import toolchain_finding
 from orchestrator.verdicts.host import Finding, HostFacts, doctor_findings, host_facts_from_values, worst_status
 
 #: The host's GPU hardware sensors (orchestrator/hardware): read by doctor, `up`'s host_prereqs and status.
@@ -105,10 +106,13 @@ def findings_for(ctx: StepContext) -> list[Finding]:
     return findings + unread_findings(ctx.facts, findings) + hardware_findings(hardware, ctx.host.name)
 
 
-@step("doctor", host_facts=DOCTOR_FACTS)
+@step("doctor", host_facts=DOCTOR_FACTS, ct_facts=(CT.toolchain,))
 def doctor(ctx: StepContext, record: StepRecord) -> None:
-    """Read and judge the host prerequisites without failing (the doctor command reports them all)."""
+    """Read and judge the host prerequisites without failing (the doctor command reports them all), and, in a running
+    container, the toolchain a real sglang's first start compiles with."""
     findings = findings_for(ctx)
+    tool = toolchain_finding(ctx.facts.get(CT.toolchain), ctx.vmid)
+    findings += [tool] if tool is not None else []
     ctx.state.doctor_findings = findings
     record.details["findings"] = [f.to_dict() for f in findings]
     if ctx.state.hardware is not None:

@@ -161,13 +161,17 @@ def now_iso() -> str:
 
 
 @step("sglang_install", ct_facts=(CT.sglang_version, CT.stacks, CT.stack_patched, CT.stack_dists, CT.current_meta,
-                                    CT.stack_usage, CT.python_target, CT.venv_dists), host_facts=(HOST.driver_version,))
+                                    CT.stack_usage, CT.python_target, CT.venv_dists, CT.toolchain),
+      host_facts=(HOST.driver_version,))
 def sglang_install(ctx: StepContext, record: StepRecord) -> None:
     """The profile's stack, then (with a lock) where the running stack differs from it, by distribution: the
     same facts round trip, so `plan` shows a pip run into the venv behind the tool's back."""
     install_stack(ctx, record)
     if not ctx.facts.ct_running:
         return
+    tool = ctx.facts.get(CT.toolchain)
+    if tool is not None:  # what a real sglang's first start compiles with (docs/doctor.md#ct-toolchain)
+        record.details["toolchain_missing"] = tool.missing()
     running = release_stack_sha(ctx.facts.get(CT.current_meta))
     drift = stack_drift(ctx, running)
     record.details["stack_drift"] = drift

@@ -9,7 +9,7 @@ import pytest
 from orchestrator.errors import CheckFailed, ConfigError
 from orchestrator.stack_lock import Lock, LockEntry, LockTarget, render_lock
 from tests.unit.steps.test_provision_steps import with_profile
-from tests.unit.steps.test_software_steps import BARE_SHA, BASE_SHA, pip_succeeds
+from tests.unit.steps.test_software_steps import BARE_SHA, BASE_SHA, pip_succeeds, stack_line
 
 A = "a" * 64
 CP311 = LockTarget("cpython", "3.11", "linux", "x86_64")
@@ -93,3 +93,18 @@ def test_a_stack_change_is_refused_before_its_build_when_the_host_driver_is_olde
                                      "2.14.1 (sglang 0.5.23 pins torch==2.14.1) needs"), err.value.what
     assert err.value.what.endswith("; nothing was built") and "branch 580 or newer" in err.value.fix
     assert not [c for c in run.node.commands("run") if "pip install" in c]
+
+
+STOCK = ('{"cc": null, "cxx": null, "python_h": null, "include": "/usr/include/python3.11", "nvcc": null, '
+         '"cuda_home": null}\n')
+
+
+def test_doctor_shows_what_the_container_lacks_for_a_first_start_and_plan_records_it(make_run) -> None:
+    run = make_run({"driver_version": nvrm("595.58.03")}, {"toolchain": STOCK})
+    run.step("doctor")
+    (found,) = [f for f in run.ctx.state.doctor_findings if f.check == "ct-toolchain"]
+    assert found.status == "warn" and "a C compiler" in found.observed and "nvcc" in found.observed
+    run = make_run({}, {"sglang_version": "0.5.12.post1\n", "toolchain": STOCK,
+                        "stacks": stack_line(BASE_SHA, "/root/ml-env")})
+    rec = run.step("sglang_install")
+    assert len(rec.details["toolchain_missing"]) == 4
