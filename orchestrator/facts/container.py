@@ -26,8 +26,8 @@ from orchestrator.releases.store import current_release, parse_release_ids
 from orchestrator.remote.batch import CommandOutput
 from orchestrator.scripts import render_script
 from orchestrator.stack_lock import TARGET_PROGRAM, installed_dists, parse_target
-from orchestrator.verdicts.toolchain import TOOLCHAIN_PROGRAM, parse_toolchain
 from orchestrator.stacks import parse_stack_listing, parse_stack_usage, stack_usage_command
+from orchestrator.verdicts.toolchain import TOOLCHAIN_PROGRAM, parse_toolchain
 from orchestrator.watchdog.parse import RESULT_MARK as WATCHDOG_RESULT_MARK
 from orchestrator.watchdog.parse import parse_installed, parse_watchdog_fact
 

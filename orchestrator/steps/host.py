@@ -20,8 +20,8 @@ from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts
 from orchestrator.verdicts.cuda import stack_cuda, stack_driver_finding
-from orchestrator.verdicts.toolchain import toolchain_finding
 from orchestrator.verdicts.host import Finding, HostFacts, doctor_findings, host_facts_from_values, worst_status
+from orchestrator.verdicts.toolchain import toolchain_finding
 
 #: The host's GPU hardware sensors (orchestrator/hardware): read by doctor, `up`'s host_prereqs and status.
 HARDWARE_FACTS = (HOST.gpu_xids, HOST.gpu_health, HOST.gpu_links, HOST.lspci_acs)
