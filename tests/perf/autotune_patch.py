@@ -43,8 +43,9 @@ def control_patch() -> str:
     _, sep, body = text.partition("--- a/")
     enabled = '+            "flashinfer_cutlass",\n'
     start = body.index("+            # deploy example patch")
-    body = body[:start] + ("+            # TODO (control patch, no behaviour change): flashinfer_cutlass compile errors\n"
-                           '+            # "flashinfer_cutlass",\n') + body[start:].split(enabled, 1)[1]
+    control = ("+            # TODO (control patch, no behaviour change): flashinfer_cutlass compile errors\n"
+               '+            # "flashinfer_cutlass",\n')
+    body = body[:start] + control + body[start:].split(enabled, 1)[1]
     return sep + body
 
 
