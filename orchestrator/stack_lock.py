@@ -12,7 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from orchestrator.errors import ConfigError
 
@@ -93,12 +95,165 @@ def lock_from_report(report_json: str) -> Lock:
     return Lock(tuple(entries))
 
 
-def render_lock(lock: Lock, *, profile: str, requirement: str, index: str, host: str, at: str) -> str:
+def render_lock(lock: Lock, *, profile: str, requirement: str, index: str, host: str, at: str,
+                target: LockTarget | None = None, constraints: Sequence[str] = ()) -> str:
     header = (f"# deploy lock for profile {profile}: {requirement}\n"
               f"# resolved in the container of {host} at {at}"
               + (f" from{index}" if index.strip() else " from pip's default index") + "\n"
+              + (f"{TARGET_PREFIX}{target.describe()}\n" if target is not None else "")
+              + f"{CONSTRAINTS_PREFIX}{', '.join(constraints) if constraints else '(none)'}\n"
               "# every distribution with its sha256; installed with pip --require-hashes (docs/stacks.md#locks)\n")
     return header + lock.requirements()
+
+
+# ------------------------------------------------------------------ what a lock was resolved for, and with what
+
+TARGET_PREFIX = "# resolved for "
+CONSTRAINTS_PREFIX = "# constraints: "
+TARGET_LINE = re.compile(r"^# resolved for (\S+) \((\S+) (\d+\.\d+), (\S+) (\S+)\)\s*$")
+
+
+@dataclass(frozen=True)
+class LockTarget:
+    """The interpreter and platform a lock was resolved for: sglang, torch and triton publish CPython-version-specific
+    wheels (cp311, cp313), so a lock resolved on one Python names files another cannot install."""
+
+    implementation: str  # sys.implementation.name: cpython
+    python: str  # major.minor: 3.11
+    system: str  # sys.platform: linux
+    machine: str  # platform.machine(): x86_64
+
+    @property
+    def tag(self) -> str:
+        """The wheel tag of the interpreter: cp311."""
+        short = {"cpython": "cp", "pypy": "pp"}.get(self.implementation, self.implementation)
+        return short + self.python.replace(".", "")
+
+    def describe(self) -> str:
+        return f"{self.tag} ({self.implementation} {self.python}, {self.system} {self.machine})"
+
+
+def target_from_environment(env: Mapping[str, Any]) -> LockTarget | None:
+    """pip's report's `environment` (PEP 508 marker values) → the target; None when it lacks them."""
+    try:
+        return LockTarget(str(env["implementation_name"]), str(env["python_version"]), str(env["sys_platform"]),
+                          str(env["platform_machine"]))
+    except KeyError:
+        return None
+
+
+def report_target(report_json: str) -> LockTarget | None:
+    """The interpreter and platform pip resolved the report for."""
+    try:
+        env = json.loads(report_json).get("environment") or {}
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    return target_from_environment(env) if isinstance(env, dict) else None
+
+
+def lock_target(text: str) -> LockTarget | None:
+    """The `# resolved for cp311 (cpython 3.11, linux x86_64)` line of a lock; None for a lock written before."""
+    for line in text.splitlines():
+        if m := TARGET_LINE.match(line):
+            return LockTarget(m[2], m[3], m[4], m[5])
+    return None
+
+
+#: The container's interpreter, as the target fact reads it (one line: implementation, version, platform, machine).
+TARGET_PROGRAM = ("import platform, sys; print(sys.implementation.name, '%d.%d' % sys.version_info[:2], sys.platform, "
+                  "platform.machine())")
+
+
+def parse_target(text: str) -> LockTarget | None:
+    """TARGET_PROGRAM's line → the container's target; None when it printed something else."""
+    parts = text.strip().splitlines()[-1].split() if text.strip() else []
+    if len(parts) != 4 or not re.fullmatch(r"\d+\.\d+", parts[1]):
+        return None
+    return LockTarget(*parts)
+
+
+def lock_constraints(text: str) -> tuple[str, ...] | None:
+    """The `# constraints: …` line of a lock; None for a lock written before constraints were recorded."""
+    for line in text.splitlines():
+        if line.startswith(CONSTRAINTS_PREFIX):
+            rest = line.removeprefix(CONSTRAINTS_PREFIX).strip()
+            return () if rest == "(none)" else tuple(c.strip() for c in rest.split(", ") if c.strip())
+    return None
+
+
+# ------------------------------------------------------------------ constraints: pins below sglang
+
+#: `kernels<0.15`, `kernels>=0.14.1,<0.15`: a distribution name and release-number comparisons (pip's `-c` lines).
+CONSTRAINT = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*((?:==|!=|<=|>=|<|>)\s*\d[A-Za-z0-9.]*"
+                        r"(?:\s*,\s*(?:==|!=|<=|>=|<|>)\s*\d[A-Za-z0-9.]*)*)$")
+SPEC = re.compile(r"(==|!=|<=|>=|<|>)\s*(\d[A-Za-z0-9.]*)")
+VERSION = re.compile(r"^(\d+(?:\.\d+)*)(?:(a|b|rc)(\d+))?(?:\.post(\d+))?(?:\.dev(\d+))?(?:\+.*)?$")
+
+
+@dataclass(frozen=True)
+class Constraint:
+    name: str
+    specs: tuple[tuple[str, str], ...]  # (operator, version)
+
+    @property
+    def text(self) -> str:
+        return self.name + ",".join(op + v for op, v in self.specs)
+
+    def allows(self, version: str) -> bool | None:
+        """Whether `version` meets every comparison; None when it is not a version this can compare."""
+        have = version_key(version)
+        if have is None:
+            return None
+        for op, v in self.specs:
+            want = version_key(v)
+            if want is None:
+                return None
+            ok = {"==": have == want, "!=": have != want, "<": have < want, "<=": have <= want,
+                  ">": have > want, ">=": have >= want}[op]
+            if not ok:
+                return False
+        return True
+
+
+def version_key(version: str) -> tuple[int, ...] | None:
+    """A PEP 440 public version as a sortable tuple (release padded, then dev < a < b < rc < final, then post)."""
+    m = VERSION.match(version.strip())
+    if m is None:
+        return None
+    release = tuple(int(p) for p in m[1].split("."))
+    release += (0,) * (6 - len(release))
+    pre = {"a": 1, "b": 2, "rc": 3}.get(m[2] or "", 4)
+    if m[5] is not None and m[2] is None and m[4] is None:
+        pre = 0  # X.devN sorts before X's pre-releases
+    return (*release[:6], pre, int(m[3] or 0), int(m[4] or -1) + 1, int(m[5]) if m[5] is not None else 1 << 30)
+
+
+def parse_constraint(text: str) -> Constraint:
+    """A profile's constraint → its name and comparisons; ValueError naming what is wrong."""
+    m = CONSTRAINT.match(text.strip())
+    if m is None:
+        raise ValueError(f"constraint {text!r} is not `name` and release comparisons (e.g. kernels<0.15, "
+                         "kernels>=0.14.1,<0.15)")
+    if normalize(m[1]) == "sglang":
+        raise ValueError(f"constraint {text!r}: sglang is pinned by sglang_version, not by a constraint")
+    return Constraint(m[1], tuple((op, v) for op, v in SPEC.findall(m[2])))
+
+
+def constraint_violations(constraints: Sequence[str], installed: Mapping[str, str]) -> list[str]:
+    """The installed distributions ({normalized name: version}) that break a constraint, one line each; a
+    constrained distribution that is not installed breaks nothing (pip installs it only when something needs it)."""
+    out = []
+    for text in constraints:
+        c = parse_constraint(text)
+        have = installed.get(normalize(c.name))
+        if have is not None and c.allows(have) is not True:
+            out.append(f"{c.name} {have} (constraint {c.text})")
+    return out
+
+
+def constraints_text(constraints: Sequence[str]) -> str:
+    """The constraints file pip reads with `-c`: one line each."""
+    return "".join(f"{parse_constraint(c).text}\n" for c in constraints)
 
 
 @dataclass(frozen=True)

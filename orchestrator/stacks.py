@@ -24,7 +24,7 @@ from orchestrator.caches import CACHE_ROOT
 from orchestrator.layout import PATHS
 from orchestrator.patches import Patch, patches_sha
 from orchestrator.releases.documents import ReleaseLine, ReleaseMeta
-from orchestrator.stack_lock import Lock
+from orchestrator.stack_lock import Lock, constraints_text
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,9 @@ class Stack:
     #: Unified diffs applied to the venv's site-packages once pip is done (`patches:`): their content is part of the
     #: identity, so a changed or added patch is another stack (orchestrator/patches.py).
     patches: tuple[Patch, ...] = ()
+    #: Pins below sglang (the profile's `constraints:`, pip's `-c`): what sglang leaves open, part of the identity
+    #: (a changed constraint is another stack) and of the lock's resolution (docs/stacks.md#constraints).
+    constraints: tuple[str, ...] = ()
 
     @property
     def sha(self) -> str:
@@ -48,6 +51,8 @@ class Stack:
             body["lock"] = self.lock.sha
         if self.patches:
             body["patches"] = patches_sha(self.patches)
+        if self.constraints:
+            body["constraints"] = constraints_text(sorted(self.constraints))
         identity = json.dumps(body, sort_keys=True)
         return hashlib.sha256(identity.encode()).hexdigest()[:12]
 
@@ -55,6 +60,10 @@ class Stack:
     def venv(self) -> str:
         """Where a stack that is not adopted is built."""
         return PATHS.stack_venv(self.sha)
+
+
+#: The constraints file of an unlocked stack, in its venv (pip reads it with `-c`).
+CONSTRAINTS_FILE = "deploy-constraints.txt"
 
 
 def requirement(version: str, extras: Iterable[str]) -> str:
@@ -79,6 +88,8 @@ class StackRecord:
     #: patched (path relative to site-packages), read back after applying: `status`/`plan` compare them.
     patches: tuple[str, ...] = ()
     patched: dict[str, str] = field(default_factory=dict)
+    #: The constraints it was built with (the profile's `constraints:`).
+    constraints: tuple[str, ...] = ()
 
     @property
     def usable(self) -> bool:
@@ -89,6 +100,8 @@ class StackRecord:
                                 "requirement": self.requirement, "adopted": self.adopted, "built_at": self.built_at}
         if self.patches:
             body.update(patches=list(self.patches), patched=self.patched)
+        if self.constraints:
+            body["constraints"] = list(self.constraints)
         return json.dumps(body, sort_keys=True)
 
     def to_meta(self) -> dict[str, Any]:
@@ -97,6 +110,8 @@ class StackRecord:
                                 "requirement": self.requirement}
         if self.patches:
             meta["patches"] = list(self.patches)
+        if self.constraints:
+            meta["constraints"] = list(self.constraints)
         return meta
 
 
@@ -104,7 +119,7 @@ def record_for(stack: Stack, venv: str, *, adopted: bool, built_at: str,
                patched: Mapping[str, str] | None = None) -> StackRecord:
     return StackRecord(stack.sha, venv, stack.sglang_version, stack.requirement, adopted, built_at,
                        installed=stack.sglang_version, patches=tuple(p.name for p in stack.patches),
-                       patched=dict(patched or {}))
+                       patched=dict(patched or {}), constraints=stack.constraints)
 
 
 def parse_stack_listing(text: str) -> dict[str, StackRecord]:
@@ -124,7 +139,7 @@ def parse_stack_listing(text: str) -> dict[str, StackRecord]:
             str(data["sha"]), str(data["venv"]), str(data.get("sglang_version") or ""),
             str(data.get("requirement") or ""), bool(data.get("adopted")), str(data.get("built_at") or ""),
             installed.strip() or None, tuple(str(p) for p in data.get("patches") or ()),
-            {str(k): str(v) for k, v in patched.items()})
+            {str(k): str(v) for k, v in patched.items()}, tuple(str(c) for c in data.get("constraints") or ()))
     return out
 
 
@@ -144,8 +159,13 @@ def build_command(stack: Stack, venv: str) -> str:
 
 
 def pip_install_command(stack: Stack, venv: str) -> str:
-    """`VENV/bin/pip install` of the stack: its requirement, or its lock (written next to its record first)."""
+    """`VENV/bin/pip install` of the stack: its requirement (with its constraints, written into the venv, as pip's
+    `-c`), or its lock (written next to its record first; the lock was resolved with the constraints)."""
     pip = f"{shlex.quote(venv)}/bin/pip install --disable-pip-version-check --progress-bar off{stack.index_options}"
+    if stack.lock is None and stack.constraints:
+        file = shlex.quote(f"{venv}/{CONSTRAINTS_FILE}")
+        return (f"printf '%s' {shlex.quote(constraints_text(stack.constraints))} > {file} && "
+                f"{pip} -c {file} {shlex.quote(stack.requirement)}")
     if stack.lock is None:
         return f"{pip} {shlex.quote(stack.requirement)}"
     lock = shlex.quote(PATHS.stack_record(stack.sha).removesuffix(".json") + ".lock.txt")
@@ -311,3 +331,52 @@ def budget_refusal(stack: Stack, records: Mapping[str, StackRecord], sizes: Mapp
     return (f"stack {stack.sha} ({stack.requirement}) needs about {size:,} bytes ({how}); with the stacks that are "
             f"never pruned ({kept}) the stacks would take {floor:,} bytes, over stacks_disk_budget_gb {budget_gb:g} "
             f"({budget:,} bytes) even after pruning every other stack; nothing was changed")
+
+
+# ------------------------------------------------------------------------------ a stack whose sglang does not import
+
+
+@dataclass(frozen=True)
+class ImportFailure:
+    """What the flags probe saw when `import sglang` failed in a stack's venv (orchestrator/probes/flags_probe.py):
+    the exception, the installed modules its traceback went through, and the distribution that raised it."""
+
+    exception: str
+    message: str
+    module: str | None = None
+    distribution: str | None = None
+    version: str | None = None
+    chain: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, data: object) -> ImportFailure | None:
+        if not isinstance(data, dict) or not data.get("exception"):
+            return None
+        return cls(str(data["exception"]), str(data.get("message") or ""),
+                   str(data["module"]) if data.get("module") else None,
+                   str(data["distribution"]) if data.get("distribution") else None,
+                   str(data["version"]) if data.get("version") else None,
+                   tuple(str(m) for m in data.get("chain") or ()))
+
+    @property
+    def culprit(self) -> str | None:
+        """`kernels 0.19.1`: the distribution that raised it, when it is not sglang itself."""
+        if not self.distribution or self.distribution.lower() == "sglang":
+            return None
+        return f"{self.distribution} {self.version}" if self.version else self.distribution
+
+    def describe(self) -> str:
+        where = f" in {self.module}" if self.module else ""
+        via = " → ".join(dict.fromkeys(m.split(".")[0] for m in self.chain))
+        return (f"{self.exception}: {self.message}{where}" + (f" ({self.culprit})" if self.culprit else "")
+                + (f", imported via {via}" if " → " in via else ""))
+
+    def fix(self, profile: str) -> str:
+        if self.culprit and self.distribution and self.version:
+            return (f"pin {self.distribution} below the build that breaks it, in profiles.{profile}.constraints "
+                    f"(e.g. `constraints: [\"{self.distribution}<{self.version}\"]`; sglang 0.5.12.post1 needs "
+                    "kernels<0.15, the range 0.5.23 pins), then `deploy up` builds it as a new stack "
+                    "(docs/stacks.md#constraints)")
+        return ("read the traceback with the stack's python (`VENV/bin/python -c 'import sglang'`) and pin what broke "
+                "in the profile's constraints (docs/stacks.md#constraints)")
+

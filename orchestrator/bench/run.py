@@ -162,6 +162,7 @@ def run_bench(ct: Container, host: Host, profile: ServerProfile, preset_name: st
     mrr = flag_int(flags, "max-running-requests")
     backend = flags.get("moe-runner-backend")
     diagnosis = diagnose(result, telemetry, tp_size=tp, nvlink=nvlink, max_running_requests=mrr, boot=boot,
-                         moe_runner_backend=str(backend) if backend is not None else None)
+                         moe_runner_backend=str(backend) if backend is not None else None,
+                         sglang_version=profile.sglang_version)
     return BenchRun(run_id, preset_name, run.started_at, result, telemetry, list(diagnosis), out_file, jsonl,
                     dict(overrides or {}), failed_bench(result, preset.max_failed_fraction), links)

@@ -25,8 +25,9 @@ from orchestrator.releases.documents import ReleaseMeta, ReleaseVerdict, StoredF
 from orchestrator.releases.store import current_release, parse_release_ids
 from orchestrator.remote.batch import CommandOutput
 from orchestrator.scripts import render_script
-from orchestrator.stack_lock import installed_dists
+from orchestrator.stack_lock import TARGET_PROGRAM, installed_dists, parse_target
 from orchestrator.stacks import parse_stack_listing, parse_stack_usage, stack_usage_command
+from orchestrator.verdicts.toolchain import TOOLCHAIN_PROGRAM, parse_toolchain
 from orchestrator.watchdog.parse import RESULT_MARK as WATCHDOG_RESULT_MARK
 from orchestrator.watchdog.parse import parse_installed, parse_watchdog_fact
 
@@ -73,6 +74,12 @@ def current_stack_dists_command() -> str:
     return (f"v=$(sed -n 's/.*\"venv\": *\"\\([^\"]*\\)\".*/\\1/p' {meta} 2>/dev/null) && [ -n \"$v\" ] && "
             "for d in \"$v\"/lib/python3*/site-packages/*.dist-info; do [ -d \"$d\" ] && printf '%s\\n' \"${d##*/}\"; "
             "done; true")
+
+
+def venv_dists_command(venv: str) -> str:
+    """The distributions installed in `venv`, one `name-version.dist-info` directory name a line."""
+    return (f"for d in {q(venv.rstrip('/'))}/lib/python3*/site-packages/*.dist-info; do [ -d \"$d\" ] && "
+            "printf '%s\\n' \"${d##*/}\"; done; true")
 
 
 def stacks_listing_command() -> str:
@@ -146,6 +153,18 @@ class CT:
                            lambda o: parse_patched_files(o.stdout) if o.rc == 0 else {})
     #: What pip's records in the current release's stack venv say is installed (stack drift against its lock).
     stack_dists = CtFact("stack_dists", lambda h, p: current_stack_dists_command(), of_stdout(installed_dists))
+    #: With constraints: what pip's records in the profile's own venv say is installed (a venv pip filled without
+    #: the constraints is adopted as the constrained stack only when it meets them).
+    venv_dists = CtFact("venv_dists", lambda h, p: venv_dists_command(p.venv) if p.constraints else "true",
+                        of_stdout(installed_dists))
+    #: What a real sglang's first start compiles with (orchestrator/verdicts/toolchain.py): C/C++ compilers, the
+    #: Python headers, nvcc where the profile's CUDA_HOME (else the container's lookups) says.
+    toolchain = CtFact("toolchain", lambda h, p: (
+        f"python3 -c {q(TOOLCHAIN_PROGRAM)} {q(p.env.get('CUDA_HOME', ''))}"), of_stdout(parse_toolchain))
+    #: With a lock: the interpreter and platform of the container's python3, which the lock must have been resolved
+    #: for (cp311 wheels do not install on cp313; nothing read without a lock).
+    python_target = CtFact("python_target", lambda h, p: (
+        f"python3 -c {q(TARGET_PROGRAM)}" if p.lock_text is not None else "true"), of_stdout(parse_target))
     #: With a stacks_disk_budget_gb: bytes per stack and the newest verified release's stack (nothing read without).
     stack_usage = CtFact("stack_usage", lambda h, p: (
         stack_usage_command() if p.stacks_disk_budget_gb is not None else "true"), of_stdout(parse_stack_usage))

@@ -19,7 +19,7 @@ from orchestrator.flags.schema import FlagSchema, ResolveError
 from orchestrator.inventory.models import Inventory, ServerProfile
 from orchestrator.localfile import read_text_file
 from orchestrator.patches import parse_patch
-from orchestrator.stack_lock import parse_lock
+from orchestrator.stack_lock import lock_constraints, parse_lock
 from orchestrator.yamlfile import key_line, load_yaml
 
 SECTIONS = ("hosts", "profiles", "presets", "groups")
@@ -140,6 +140,14 @@ def with_locks(inventory: Inventory, dir_list: list[Path], origin: Mapping[tuple
                               f"sglang_version {profile.sglang_version}",
                               fix=f"run `deploy lock {name} --host HOST` again after changing the pin (and review "
                                   "the diff), or remove the stale lock file")
+        recorded = lock_constraints(text)
+        if sorted(recorded or ()) != sorted(profile.constraints) and (recorded is not None or profile.constraints):
+            said = ", ".join(recorded) if recorded else ("no constraints" if recorded is not None else
+                                                         "no constraints line (written before constraints)")
+            raise ConfigError(f"{path} was resolved with {said}, but profile {name} has constraints "
+                              f"{', '.join(profile.constraints) or '(none)'}",
+                              fix=f"run `deploy lock {name} --host HOST` again after changing `constraints:` (and "
+                                  "review the diff), or remove the stale lock file")
         profiles[name] = profile.model_copy(update={"lock_file": str(path), "lock_text": text})
     return inventory.model_copy(update={"profiles": profiles})
 

@@ -20,6 +20,7 @@ from orchestrator.flags.limits import FlagValue, UnitTextError, flag_value_probl
 from orchestrator.inventory.net0 import GRAMMAR, net0_problem
 from orchestrator.localfile import read_text_file
 from orchestrator.redact import register_secret
+from orchestrator.stack_lock import parse_constraint
 from orchestrator.stacks import requirement
 
 GateMetric = Literal["output_throughput", "mean_tpot_ms", "mean_ttft_ms"]
@@ -406,6 +407,10 @@ class ServerProfile(StrictModel):
     patches: list[str] = Field(default_factory=list)
     #: Set by the inventory loader, never written in YAML: each patch's text by its name in `patches`.
     patch_texts: dict[str, str] = Field(default_factory=dict)
+    #: Pins below sglang (pip constraints: `kernels<0.15`): what sglang leaves open and a newer release on the index
+    #: breaks (sglang 0.5.12.post1 requires `kernels` unpinned). Part of the stack's identity and of its lock
+    #: (docs/stacks.md#constraints).
+    constraints: list[str] = Field(default_factory=list)
     smoke: SmokeCheck = Field(default_factory=SmokeCheck)
     correctness: CorrectnessGate = Field(default_factory=CorrectnessGate)
     watchdog: WatchdogSettings = Field(default_factory=WatchdogSettings)
@@ -443,6 +448,11 @@ class ServerProfile(StrictModel):
             if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", extra):
                 raise ValueError(f"sglang_extras: {extra!r} is not a pip extra name (letters, digits, . _ -)")
         return v
+
+    @field_validator("constraints")
+    @classmethod
+    def _constraints(cls, v: list[str]) -> list[str]:
+        return [parse_constraint(c).text for c in v]
 
     @property
     def sglang_requirement(self) -> str:

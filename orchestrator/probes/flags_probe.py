@@ -40,6 +40,40 @@ def build_parser(kind: str) -> "tuple[argparse.ArgumentParser, str | None]":
     return parser, getattr(sglang, "__version__", None)
 
 
+def _module_of(filename: str) -> "str | None":
+    """A frame's file under site-packages → its dotted module name (`kernels/utils.py` → `kernels.utils`)."""
+    marker = "site-packages/"
+    if marker not in filename or not filename.endswith(".py"):
+        return None
+    rel = filename.rsplit(marker, 1)[1][:-3]
+    return rel.removesuffix("/__init__").replace("/", ".")
+
+
+def import_failure(exc: BaseException) -> dict:
+    """Where an import failed: the exception, the chain of installed modules its traceback went through, and the
+    distribution (with its version) of the module that raised it, so the operator learns which pin to add."""
+    import traceback
+
+    chain: list = []
+    for frame in traceback.extract_tb(exc.__traceback__):
+        name = _module_of(frame.filename)
+        if name is not None and (not chain or chain[-1] != name):
+            chain.append(name)
+    top = chain[-1].split(".")[0] if chain else None
+    dist, version = None, None
+    if top is not None:
+        try:
+            from importlib.metadata import packages_distributions
+            from importlib.metadata import version as dist_version
+
+            dist = (packages_distributions().get(top) or [top])[0]
+            version = dist_version(dist)
+        except Exception:
+            pass
+    return {"exception": type(exc).__name__, "message": str(exc).strip().splitlines()[-1] if str(exc).strip() else "",
+            "module": chain[-1] if chain else None, "distribution": dist, "version": version, "chain": chain}
+
+
 def describe(act: argparse.Action) -> dict:
     return {
         "option_strings": list(act.option_strings),
@@ -63,7 +97,8 @@ def main() -> int:
     try:
         parser, version = build_parser(kind)
     except Exception as exc:  # report, do not crash: the caller turns this into a clear error
-        print(json.dumps({"ok": False, "error": f"cannot import {package}: {exc}", "version": None, "actions": []}))
+        print(json.dumps({"ok": False, "error": f"cannot import {package}: {type(exc).__name__}: {exc}",
+                          "version": None, "actions": [], "import_error": import_failure(exc)}))
         return 0
     actions = [describe(a) for a in parser._actions if not isinstance(a, argparse._HelpAction)]
     err = io.StringIO()

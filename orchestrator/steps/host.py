@@ -4,7 +4,7 @@ IOMMU, ACS, PVE version; and `boot_nodes`, which installs that unit."""
 from __future__ import annotations
 
 from orchestrator.errors import CheckFailed
-from orchestrator.facts import HOST, Facts
+from orchestrator.facts import CT, HOST, Facts
 from orchestrator.hardware.state import HardwareState, judge_hardware
 from orchestrator.parsers import ParseError
 from orchestrator.parsers.devices import nvidia_char_devices
@@ -19,7 +19,9 @@ from orchestrator.render.boot_unit import (
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts
+from orchestrator.verdicts.cuda import stack_cuda, stack_driver_finding
 from orchestrator.verdicts.host import Finding, HostFacts, doctor_findings, host_facts_from_values, worst_status
+from orchestrator.verdicts.toolchain import toolchain_finding
 
 #: The host's GPU hardware sensors (orchestrator/hardware): read by doctor, `up`'s host_prereqs and status.
 HARDWARE_FACTS = (HOST.gpu_xids, HOST.gpu_health, HOST.gpu_links, HOST.lspci_acs)
@@ -97,14 +99,20 @@ def findings_for(ctx: StepContext) -> list[Finding]:
     ensure_facts(ctx)
     hardware = hardware_state(ctx.facts)
     ctx.state.hardware = hardware
-    findings = doctor_findings(host_facts(ctx.facts))
+    facts = host_facts(ctx.facts)
+    findings = doctor_findings(facts)
+    cuda = stack_driver_finding(facts.driver_version, stack_cuda(ctx.profile.sglang_version, ctx.profile.lock_text))
+    findings += [cuda] if cuda is not None else []
     return findings + unread_findings(ctx.facts, findings) + hardware_findings(hardware, ctx.host.name)
 
 
-@step("doctor", host_facts=DOCTOR_FACTS)
+@step("doctor", host_facts=DOCTOR_FACTS, ct_facts=(CT.toolchain,))
 def doctor(ctx: StepContext, record: StepRecord) -> None:
-    """Read and judge the host prerequisites without failing (the doctor command reports them all)."""
+    """Read and judge the host prerequisites without failing (the doctor command reports them all), and, in a running
+    container, the toolchain a real sglang's first start compiles with."""
     findings = findings_for(ctx)
+    tool = toolchain_finding(ctx.facts.get(CT.toolchain), ctx.vmid)
+    findings += [tool] if tool is not None else []
     ctx.state.doctor_findings = findings
     record.details["findings"] = [f.to_dict() for f in findings]
     if ctx.state.hardware is not None:

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.facts import CT
 from orchestrator.runlog import StepRecord
-from orchestrator.stack_lock import lock_from_report, render_lock
+from orchestrator.stack_lock import constraints_text, lock_from_report, render_lock, report_target
 from orchestrator.stacks import Stack
 from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.session import ensure_facts
@@ -23,10 +23,16 @@ LOCK_VENV = "/tmp/deploy-lock-venv"
 
 
 def resolve_command(stack: Stack) -> str:
+    """pip's resolution in a throwaway venv of the container's own python3, with the stack's constraints (`-c`)."""
     venv = shlex.quote(LOCK_VENV)
-    return (f"rm -rf {venv} && python3 -m venv {venv} && {venv}/bin/pip install --disable-pip-version-check --quiet "
-            f"--dry-run --ignore-installed --report -{stack.index_options} {shlex.quote(stack.requirement)}; "
-            f"rc=$?; rm -rf {venv}; exit $rc")
+    constraints = ""
+    if stack.constraints:
+        file = shlex.quote(f"{LOCK_VENV}/constraints.txt")
+        constraints = f"printf '%s' {shlex.quote(constraints_text(stack.constraints))} > {file} && "
+    return (f"rm -rf {venv} && python3 -m venv {venv} && {constraints}{venv}/bin/pip install "
+            f"--disable-pip-version-check --quiet --dry-run --ignore-installed --report -{stack.index_options}"
+            + (f" -c {shlex.quote(f'{LOCK_VENV}/constraints.txt')}" if stack.constraints else "")
+            + f" {shlex.quote(stack.requirement)}; rc=$?; rm -rf {venv}; exit $rc")
 
 
 @step("stack_lock", ct_facts=(CT.sglang_version,))  # a container fact: whether it runs
@@ -48,5 +54,6 @@ def stack_lock(ctx: StepContext, record: StepRecord) -> None:
                           host=ctx.host.name) from exc
     ctx.state.lock_text = render_lock(lock, profile=ctx.host.profile, requirement=stack.requirement,
                                       index=stack.index_options, host=ctx.host.name,
-                                      at=datetime.now(UTC).isoformat(timespec="seconds"))
+                                      at=datetime.now(UTC).isoformat(timespec="seconds"),
+                                      target=report_target(res.stdout), constraints=stack.constraints)
     record.summary = f"{len(lock.entries)} distributions of {stack.requirement} resolved in CT {ctx.vmid}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 
 from orchestrator.errors import CheckFailed, ConfigError, RemoteError
-from orchestrator.facts import CT
+from orchestrator.facts import CT, HOST
 from orchestrator.flags import (
     FlagSchema,
     apply_changes,
@@ -37,6 +37,7 @@ from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.software import (
     container_flag_check,
     profile_stack,
+    refuse_import_failure,
     release_stack,
     server_stack,
     sglang_install,
@@ -78,7 +79,8 @@ def stack_change(ctx: StepContext) -> bool:
         ctx.state.stack.venv != release_stack(ctx, ctx.facts.get(CT.current_meta)).venv)
 
 
-@step("roll_stack", ct_facts=(*RELEASE_FACTS, CT.sglang_version, CT.stacks))
+@step("roll_stack", ct_facts=(*RELEASE_FACTS, CT.sglang_version, CT.stacks, CT.python_target, CT.venv_dists),
+      host_facts=(HOST.driver_version,))
 def roll_stack(ctx: StepContext, record: StepRecord) -> None:
     """`roll --profile P`: P's stack, built (or found) beside the running server when it differs from the current
     release's; the flags are then validated by its parser and the release runs on it. A flag roll keeps the stack."""
@@ -180,6 +182,7 @@ def validate_flags(ctx: StepContext, record: StepRecord) -> None:
         return
     check = container_flag_check(ctx, launch_argv(ctx.profile, cand.new_flags, api_key="validation-placeholder")[3:])
     if not check.ok:
+        refuse_import_failure(ctx, check)
         raise ConfigError(f"sglang {check.version} in CT {ctx.vmid} rejects the new flags: {check.error}",
                           fix="nothing was changed; fix the flag and roll again", host=ctx.host.name)
     record.summary = f"accepted by sglang {check.version}'s parser in CT {ctx.vmid}"

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from orchestrator.errors import CheckFailed, ConfigError, RemoteError
-from orchestrator.facts import CT, sglang_version_command
+from orchestrator.facts import CT, HOST, sglang_version_command
 from orchestrator.flags.schema import FlagSchema
 from orchestrator.inventory.models import ServerProfile, hf_token_for
 from orchestrator.layout import PATHS
@@ -29,8 +29,16 @@ from orchestrator.releases.store import read_releases_script, release_lines
 from orchestrator.render.pip_index import pip_index_options
 from orchestrator.resources import flags_probe_source, probe_text
 from orchestrator.runlog import StepRecord
-from orchestrator.stack_lock import hash_mismatches, lock_drift, parse_lock
+from orchestrator.stack_lock import (
+    LockTarget,
+    constraint_violations,
+    hash_mismatches,
+    lock_drift,
+    lock_target,
+    parse_lock,
+)
 from orchestrator.stacks import (
+    ImportFailure,
     Stack,
     StackRecord,
     StackUsage,
@@ -51,6 +59,7 @@ from orchestrator.stacks import (
 )
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts, unknown_until_started
+from orchestrator.verdicts.cuda import stack_cuda, stack_driver_finding
 from orchestrator.verdicts.weights import DownloadContext, download_error
 
 
@@ -60,6 +69,8 @@ class FlagCheck:
     error: str
     version: str | None
     schema: FlagSchema | None
+    #: `import sglang` failed in the venv: what failed, where (the parser was never built).
+    import_error: ImportFailure | None = None
 
 
 def profile_patches(profile: ServerProfile) -> tuple[Patch, ...]:
@@ -76,7 +87,7 @@ def profile_stack(ctx: StepContext, version: str | None = None, *, bare: bool = 
     pinned = want == prof.sglang_version and not bare
     lock = parse_lock(prof.lock_text, prof.lock_file or "lock") if prof.lock_text is not None and pinned else None
     return Stack(requirement(want, prof.sglang_extras), want, pip_index_options(ctx.host.container.pip_index_url),
-                 lock, profile_patches(prof) if pinned else ())
+                 lock, profile_patches(prof) if pinned else (), tuple(prof.constraints) if pinned else ())
 
 
 def stack_drift(ctx: StepContext, sha: str | None) -> list[str]:
@@ -133,7 +144,8 @@ def container_flag_check(ctx: StepContext, argv: list[str], venv: str | None = N
                           fix=f"check that {ctx.ct.paths.venv_python(venv)} exists and sglang imports",
                           host=ctx.host.name) from exc
     schema = FlagSchema.from_dump(data["actions"], version=str(data.get("version"))) if data.get("actions") else None
-    return FlagCheck(bool(data.get("ok")), str(data.get("error") or ""), data.get("version"), schema)
+    return FlagCheck(bool(data.get("ok")), str(data.get("error") or ""), data.get("version"), schema,
+                     ImportFailure.of(data.get("import_error")))
 
 
 def sglang_install_command(ctx: StepContext) -> str:
@@ -149,13 +161,17 @@ def now_iso() -> str:
 
 
 @step("sglang_install", ct_facts=(CT.sglang_version, CT.stacks, CT.stack_patched, CT.stack_dists, CT.current_meta,
-                                    CT.stack_usage))
+                                    CT.stack_usage, CT.python_target, CT.venv_dists, CT.toolchain),
+      host_facts=(HOST.driver_version,))
 def sglang_install(ctx: StepContext, record: StepRecord) -> None:
     """The profile's stack, then (with a lock) where the running stack differs from it, by distribution: the
     same facts round trip, so `plan` shows a pip run into the venv behind the tool's back."""
     install_stack(ctx, record)
     if not ctx.facts.ct_running:
         return
+    tool = ctx.facts.get(CT.toolchain)
+    if tool is not None:  # what a real sglang's first start compiles with (docs/doctor.md#ct-toolchain)
+        record.details["toolchain_missing"] = tool.missing()
     running = release_stack_sha(ctx.facts.get(CT.current_meta))
     drift = stack_drift(ctx, running)
     record.details["stack_drift"] = drift
@@ -190,11 +206,17 @@ def install_stack(ctx: StepContext, record: StepRecord) -> None:
             record.details["patch_drift"] = drift
             record.summary += "; PATCHED FILE CHANGED behind the tool's back: " + "; ".join(drift)
         return
+    refuse_lock_of_another_python(ctx, stack)
+    refuse_driver_too_old(ctx, stack)
     # The profile's venv with this very requirement is adopted even when it was recorded as installed from
     # another index (a site template's provisioning host): its content is the requirement's.
-    # A locked stack is never adopted: a venv pip filled without the lock need not hold the locked files.
+    # A locked stack is never adopted: a venv pip filled without the lock need not hold the locked files; a
+    # constrained one only when the venv meets the constraints (pip filled it without them).
     owner = next((r for r in records.values() if r.venv == base), None)
-    if (have == want and stack.lock is None and not stack.patches
+    dists: dict[str, str] = ctx.facts.get(CT.venv_dists) or {}
+    unmet = constraint_violations(stack.constraints, dists)
+    record.details["unmet_constraints"] = unmet
+    if (have == want and stack.lock is None and not stack.patches and not unmet
             and (owner is None or owner.requirement == stack.requirement)):
         adopt_stack(ctx, record, stack, base, f"adopt {base} (sglang {want}) as stack {stack.sha}")
         return
@@ -205,6 +227,31 @@ def install_stack(ctx: StepContext, record: StepRecord) -> None:
         old = profile_stack(ctx, have, bare=True)
         adopt_stack(ctx, record, old, base, f"adopt {base} (sglang {have}) as stack {old.sha}, kept as it is")
     build_stack(ctx, record, stack)
+
+
+def refuse_driver_too_old(ctx: StepContext, stack: Stack) -> None:
+    """A stack whose torch needs a newer driver branch than the host's loaded one is refused before its build (the
+    server would fail at start with torch's "driver too old"); unknown driver or torch: nothing to judge here."""
+    need = stack_cuda(stack.sglang_version, ctx.profile.lock_text if stack.lock is not None else None)
+    finding = stack_driver_finding(ctx.facts.find(HOST.driver_version), need)
+    if finding is not None and finding.status == "fail":
+        raise CheckFailed(f"{finding.observed}; nothing was built", fix=finding.fix, host=ctx.host.name)
+
+
+def refuse_lock_of_another_python(ctx: StepContext, stack: Stack) -> None:
+    """A lock names the wheels of the Python it was resolved for (sglang, torch and triton ship cp311 and cp313
+    builds): on a container whose python3 is another, pip would refuse them as "not served" after a long build, so
+    the mismatch is refused first, naming both and the fix (a lock written before targets were recorded: unknown)."""
+    locked = lock_target(ctx.profile.lock_text or "") if stack.lock is not None else None
+    here: LockTarget | None = ctx.facts.get(CT.python_target)
+    if locked is None or here is None or locked == here:
+        return
+    raise ConfigError(f"{ctx.profile.lock_file} was resolved for {locked.describe()}, but CT {ctx.vmid}'s python3 is "
+                      f"{here.describe()}: the locked wheels are not the ones this Python installs; nothing was built",
+                      host=ctx.host.name, details={"lock_target": locked.describe(), "host_target": here.describe()},
+                      fix=(f"a lock serves the hosts of one Python: run `deploy lock {ctx.host.profile} --host H` on a "
+                           f"host of {here.tag} for a profile of its own (its hosts name that profile), or give "
+                           f"{ctx.host.name} a container of {locked.tag} (docs/stacks.md#locks)"))
 
 
 def adopt_stack(ctx: StepContext, record: StepRecord, stack: Stack, venv: str, what: str) -> None:
@@ -555,9 +602,25 @@ def require_complete_weights(ctx: StepContext) -> None:
                       host=ctx.host.name, details={"missing": [m.path for m in state.missing]})
 
 
+def refuse_import_failure(ctx: StepContext, check: FlagCheck) -> None:
+    """A stack whose sglang does not import cannot start a server: refused (exit 2) naming the failing import,
+    before any restart, instead of "the parser rejects the flags"."""
+    failure = check.import_error
+    if failure is None:
+        return
+    stack = server_stack(ctx)
+    where = f"stack {stack.sha} ({stack.venv})" if stack.sha else f"CT {ctx.vmid}"
+    raise ConfigError(f"sglang of {where} does not import: {failure.describe()}; its server could not start, so "
+                      "nothing was restarted", host=ctx.host.name, fix=failure.fix(ctx.host.profile),
+                      details={"import_error": {"exception": failure.exception, "message": failure.message,
+                                                "module": failure.module, "distribution": failure.distribution,
+                                                "version": failure.version, "chain": list(failure.chain)}})
+
+
 def require_valid_flags(ctx: StepContext, argv: list[str]) -> FlagCheck:
     check = container_flag_check(ctx, argv)
     if not check.ok:
+        refuse_import_failure(ctx, check)
         stack = server_stack(ctx)
         where = f"stack {stack.sha} ({stack.venv})" if stack.sha else f"CT {ctx.vmid}"
         raise ConfigError(f"sglang {check.version} of {where} rejects the flags: {check.error}",

@@ -77,19 +77,20 @@ def diagnose(
     max_running_requests: int | None = None,
     boot: BootStart | None = None,
     moe_runner_backend: str | None = None,
+    sglang_version: str | None = None,
 ) -> list[Diagnosis]:
     """All findings for one run, most severe first.
 
     `tp_size` and `nvlink` (from the profile and topology) decide whether near-zero PCIe traffic is a problem:
     with NVLink the TP all-reduce does not cross PCIe at all. `max_running_requests` (the server flag) tells a
     server-side cap from a client that did not offer enough load. `boot` (the server's last start, from the boot
-    ledger) and `moe_runner_backend` name the concrete lever when kernels do not saturate the GPUs.
+    ledger), `moe_runner_backend` and `sglang_version` name the concrete lever when kernels do not saturate the GPUs.
     """
     out: list[Diagnosis] = []
     if bench is not None:
         out += _bench_findings(bench, max_running_requests)
     if telemetry is not None and telemetry.gpus:
-        out += _power_findings(telemetry, autotune_lever(boot, moe_runner_backend))
+        out += _power_findings(telemetry, autotune_lever(boot, moe_runner_backend, sglang_version))
         out += _pcie_findings(telemetry, tp_size, nvlink)
     order = {"fail": 0, "warn": 1, "info": 2}
     return sorted(out, key=lambda d: order[d.severity])
@@ -140,14 +141,31 @@ def _bench_findings(bench: BenchResult, mrr: int | None) -> list[Diagnosis]:
 GENERIC_LEVER = "MoE kernel tuning / autotune is the lever"
 
 
-def autotune_lever(boot: BootStart | None, moe_runner_backend: str | None) -> str:
+#: The first sglang release that autotunes flashinfer_cutlass upstream (0.5.13's `moe_needs_autotune`; read in the
+#: released wheels, tests/fixtures/sglang/wheels/); 0.5.12.post1 leaves it out unless a stack patch puts it in.
+UPSTREAM_CUTLASS_AUTOTUNE = (0, 5, 13)
+
+
+def _release(version: str) -> tuple[int, ...] | None:
+    """`0.5.12.post1` → (0, 5, 12); None when it is not a release number."""
+    head = version.split("+", 1)[0].split(".")[:3]
+    return tuple(int(p) for p in head) if len(head) == 3 and all(p.isdigit() for p in head) else None
+
+
+def autotune_lever(boot: BootStart | None, moe_runner_backend: str | None, sglang_version: str | None = None) -> str:
     """The concrete lever: the boot ledger shows the server's last start had no FlashInfer autotune phase while its
-    MoE runner is flashinfer_cutlass (sglang leaves that backend out of its autotune); else the generic lever."""
-    if (boot is not None and boot.complete and boot.phase("autotune") is None
+    MoE runner is flashinfer_cutlass; what to do depends on the release (≥ 0.5.13 autotunes it upstream, 0.5.12.post1
+    needs the example stack patch); else the generic lever."""
+    if not (boot is not None and boot.complete and boot.phase("autotune") is None
             and (moe_runner_backend or "").replace("-", "_") == "flashinfer_cutlass"):
-        return ("FlashInfer autotune did not run for flashinfer_cutlass at the last start (sglang excludes it; a "
-                "stack patch enables it, docs/stacks.md) — that autotune is the lever")
-    return GENERIC_LEVER
+        return GENERIC_LEVER
+    release = _release(sglang_version) if sglang_version else None
+    head = "FlashInfer autotune did not run for flashinfer_cutlass at the last start"
+    if release is not None and release >= UPSTREAM_CUTLASS_AUTOTUNE:
+        return (f"{head} (sglang {sglang_version} autotunes it upstream, without a patch: is "
+                "--disable-flashinfer-autotune set? read the start log) — that autotune is the lever")
+    return (f"{head} (sglang before 0.5.13 excludes it, a stack patch enables it on 0.5.12.post1; ≥ 0.5.13 autotunes "
+            "it upstream without a patch; docs/stacks.md) — that autotune is the lever")
 
 
 def _power_findings(t: TelemetrySummary, lever: str = GENERIC_LEVER) -> list[Diagnosis]:

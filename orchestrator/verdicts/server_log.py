@@ -82,9 +82,32 @@ CUBIN_FETCH = FatalPattern(
     "stack, or mirror the artifacts and set FLASHINFER_CUBINS_REPOSITORY to the mirror in the profile's env:; a "
     "start that finds them in FLASHINFER_CUBIN_DIR fetches nothing")
 
+#: The toolchain the first start compiles with (docs/troubleshooting.md#the-server-cannot-compile-at-its-first-start):
+#: Triton builds its CUDA driver module with the C compiler and the Python headers at the first kernel launch
+#: (triton 3.6.0, runtime/build.py and backends/nvidia/driver.c); flashinfer JIT-builds its SM120 MoE and FP4
+#: modules with nvcc, found through CUDA_HOME, CUDA_PATH, `which nvcc` or /usr/local/cuda (0.6.11.post1,
+#: jit/cpp_ext.py).
+NO_C_COMPILER = FatalPattern(
+    "no-c-compiler", re.compile(r"Failed to find C compiler\. Please specify via CC environment variable"),
+    "Triton found no C compiler in the container: it compiles its CUDA driver module at the first kernel launch",
+    "install a C compiler in the container (`apt-get install gcc`, with `python3-dev` for the Python headers "
+    "Triton's module includes), or point CC at one in the profile's env:")
+NO_PYTHON_HEADERS = FatalPattern(
+    "no-python-headers", re.compile(r"fatal error: Python\.h: No such file or directory"),
+    "the C compiler found no Python headers: Triton's CUDA driver module includes Python.h",
+    "install the headers of the container's python3 (`apt-get install python3-dev`)")
+NO_NVCC = FatalPattern(
+    "no-nvcc", re.compile(r"Could not find nvcc"),
+    "flashinfer found no nvcc to JIT-build its kernels (it looks at CUDA_HOME, CUDA_PATH, `which nvcc`, "
+    "/usr/local/cuda)",
+    "set CUDA_HOME in the profile's env: to a CUDA toolkit of the stack's CUDA: the stack's own nvidia-cuda-nvcc "
+    "where it carries one (sglang 0.5.23: <venv>/lib/python3.X/site-packages/nvidia/cu13), or install the CUDA "
+    "toolkit of that version in the container (/usr/local/cuda)")
+
 #: In order: the first pattern a line matches names its verdict.
 FATAL_PATTERNS: tuple[FatalPattern, ...] = (NAN, UNSUPPORTED_ARCH, CUDA_GRAPH_OOM, CUDA_OOM, ILLEGAL_MEMORY,
-                                            NCCL_TIMEOUT, GPU_XID, NO_CUDA_ARCH, CUBIN_FETCH)
+                                            NCCL_TIMEOUT, GPU_XID, NO_CUDA_ARCH, CUBIN_FETCH,
+                                            NO_C_COMPILER, NO_PYTHON_HEADERS, NO_NVCC)
 
 CAPTURE_STUCK = FatalPattern(
     "capture-stuck", re.compile(r"Capture cuda graph begin"),

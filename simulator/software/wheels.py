@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "simulator" / "sglang_standin"
+#: Per-release files of the sglang stand-in that replace or add to the tree's (release_overlay).
+RELEASES = STANDIN / "releases"
 SCHEMAS = REPO / "orchestrator" / "flags" / "schemas"
 SGLANG_VERSIONS = ("0.5.12.post1", "0.5.23")
 TORCH_VERSION = "2.9.1+deploysim"
@@ -40,6 +43,13 @@ SGL_KERNEL_VERSIONS = ("0.4.1.post1", "0.4.2.post2", "0.4.4")
 #: 0.4.1.post1 are the builds before (sglang of April 2026), so the index serves older files as a mirror does.
 SGLANG_PINS = {"0.5.12.post1": ("flashinfer_python==0.6.11.post1", "sgl-kernel==0.4.2.post2"),
                "0.5.23": ("flashinfer_python==0.6.15", "sgl-kernel==0.4.4")}
+#: The builds of `kernels` (the Hub kernels library transformers imports at `import sglang`) the wheelhouse serves.
+#: Real sglang 0.5.12.post1 requires it unpinned and 0.5.23 pins `kernels>=0.14.1,<0.15` (read in the wheels'
+#: METADATA); a build from 0.15 on breaks `import sglang` of 0.5.12.post1 as the real kernels 0.19.1 does
+#: (KERNELS_BREAKS_FROM): `deploy sim index publish kernels 0.19.1` puts one on the index, as the real index moved.
+KERNELS_VERSIONS = ("0.14.1",)
+KERNELS_BREAKS_FROM = (0, 15)
+KERNELS_PINS = {"0.5.12.post1": "kernels", "0.5.23": "kernels<0.15,>=0.14.1"}
 #: The regression knobs a published build can carry (`--regression`), read by the stand-in server at start.
 REGRESSIONS = ("nan", "slow", "unsupported-arch")
 #: Where a regressed build keeps its knob, inside its own top-level package.
@@ -122,11 +132,18 @@ def build_wheel(spec: WheelSpec, out_dir: Path) -> Path:
     return path
 
 
-def _tree(top: str) -> Iterator[tuple[str, bytes]]:
-    for p in sorted((STANDIN / top).rglob("*")):
-        rel = p.relative_to(STANDIN).as_posix()
+def _tree(top: str, root: Path = STANDIN) -> Iterator[tuple[str, bytes]]:
+    for p in sorted((root / top).rglob("*")):
+        rel = p.relative_to(root).as_posix()
         if p.is_file() and "__pycache__" not in p.parts:
             yield rel, p.read_bytes()
+
+
+def release_overlay(release: str) -> dict[str, bytes]:
+    """The files a release has in its own shape (simulator/sglang_standin/releases/<release>/), over the tree: where
+    real releases differ in a file a stack patch targets (0.5.23 decides FlashInfer autotune in
+    runner/flashinfer_autotune.py, not in model_runner.py)."""
+    return dict(_tree("sglang", RELEASES / release)) if (RELEASES / release).is_dir() else {}
 
 
 def version_module(version: str) -> bytes:
@@ -160,13 +177,14 @@ def sglang_spec(version: str, regression: str | None = None) -> WheelSpec:
     schema = SCHEMAS / f"sglang-{release}.json"
     if not schema.exists() or release not in SGLANG_PINS:
         raise ValueError(f"no flag schema for sglang {release} at {schema}")
-    files = dict(_tree("sglang"))
+    files = {**dict(_tree("sglang")), **release_overlay(release)}
     files[f"sglang/_sim/schemas/sglang-{release}.json"] = schema.read_bytes()
     files["sglang/_sim/ctside.py"] = (REPO / "simulator" / "ctside.py").read_bytes()
     files[VERSION_MODULE] = version_module(release)
     requires = tuple(HUB_RANGES[release] if r == "huggingface_hub" else r for r in SGLANG_REQUIRES)
     return WheelSpec("sglang", version, _with_regression(files, "sglang", regression),
-                     "SGLang stand-in of the deploy simulator (no GPU code)", requires + SGLANG_PINS[release],
+                     "SGLang stand-in of the deploy simulator (no GPU code)",
+                     requires + SGLANG_PINS[release] + (KERNELS_PINS[release],),
                      SGLANG_EXTRAS, {"sglang": "sglang.cli:main"})
 
 
@@ -198,12 +216,34 @@ def sgl_kernel_spec(version: str, regression: str | None = None) -> WheelSpec:
                      "sgl-kernel stand-in of the deploy simulator")
 
 
+def kernels_spec(version: str, regression: str | None = None) -> WheelSpec:
+    """kernels at `version`: `LayerRepository` as the stand-in sglang calls it at import (sglang/_sim/hub_kernels.py);
+    a build from KERNELS_BREAKS_FROM on wants a revision or a version, so that call raises the real ValueError."""
+    release = tuple(int(p) for p in re.findall(r"\d+", public_version(version))[:2])
+    breaks = release >= KERNELS_BREAKS_FROM
+    body = (f'"""kernels stand-in of the deploy simulator (the Hub kernels library), version {version}."""\n\n'
+            f"__version__ = {version!r}\n\n\n"
+            "class LayerRepository:\n"
+            '    """A kernel layer on the Hub, by repository and revision or version."""\n\n'
+            "    def __init__(self, repo_id, *, layer_name=None, revision=None, version=None):\n"
+            + ('        if revision is None and version is None:\n'
+               '            raise ValueError("Either a revision or a version must be specified.")\n' if breaks else
+               '        revision = revision or "main"\n')
+            + "        self.repo_id, self.layer_name, self.revision, self.version = repo_id, layer_name, revision, "
+              "version\n")
+    files = {"kernels/__init__.py": b"from kernels.layer import LayerRepository, __version__\n\n"
+                                    b'__all__ = ["LayerRepository", "__version__"]\n',
+             "kernels/layer.py": body.encode()}
+    return WheelSpec("kernels", version, _with_regression(files, "kernels", regression),
+                     "kernels stand-in of the deploy simulator")
+
+
 #: The stand-in packages by their normalised name (PEP 503), each its spec builder.
 SPECS = {"sglang": sglang_spec, "torch": torch_spec, "flashinfer-python": flashinfer_spec,
-         "sgl-kernel": sgl_kernel_spec}
+         "sgl-kernel": sgl_kernel_spec, "kernels": kernels_spec}
 #: The versions of each the wheelhouse serves (its own builds, never a regressed one).
 WHEELHOUSE_VERSIONS = {"sglang": SGLANG_VERSIONS, "torch": TORCH_VERSIONS, "flashinfer-python": FLASHINFER_VERSIONS,
-                       "sgl-kernel": SGL_KERNEL_VERSIONS}
+                       "sgl-kernel": SGL_KERNEL_VERSIONS, "kernels": KERNELS_VERSIONS}
 
 
 def standin_specs() -> list[WheelSpec]:

@@ -13,7 +13,7 @@ from orchestrator.resources import example_inventory_dir
 from tests.e2e.conftest import DeployEnv
 from tests.e2e.test_stacks import current, server_python
 
-TARGET = "sglang/srt/model_executor/kernel_warmup.py"
+TARGET = "sglang/srt/model_executor/model_runner.py"
 BROKEN = "patches/broken.patch"
 
 

@@ -7,12 +7,13 @@ Starts a simulated host (sim-N, N from DEPLOY_SIM_FIRST, default 94) from the si
 one and measures the new release with its throughput step (`gate_repeats` bench runs of the preset, the median run
 kept); the regression gate (orchestrator.gates.throughput.gate, what `roll` judges with) then judges each
 measured release against the one before:
-- control: a patch that only rewords a comment of kernel_warmup.py (a new stack that changes nothing the server
+- control: a patch that only rewords a comment of model_runner.py (a new stack that changes nothing the server
   does): the gate's delta is the machine's noise;
-- autotune: the shipped example patch (patches/sglang-autotune-flashinfer-cutlass.patch), the profile's MoE runner
-  backend flashinfer_cutlass: the server autotunes it at start.
+- autotune: the shipped example patch (patches/sglang-autotune-flashinfer-cutlass.patch, for the profile's sglang
+  0.5.12.post1), the profile's MoE runner backend flashinfer_cutlass: the server autotunes it at start.
 Prints each gate's metrics (baseline → new, delta) as the roll's gate step does. Nothing is asserted: a
-measurement. Run as root.
+measurement of the gate's mechanics on the stand-in, whose tuned step is an assumed 1.15× (sglang/_sim/autotune.py),
+not of the patch's worth on a real host. Run as root.
 """
 
 from __future__ import annotations
@@ -40,10 +41,11 @@ def control_patch() -> str:
     """A comment reworded in the same file: another stack, the same server behaviour."""
     text = (example_inventory_dir() / AUTOTUNE_PATCH).read_text()
     _, sep, body = text.partition("--- a/")
-    enabled = '+        "flashinfer_cutlass",\n'
-    start = body.index("+        # deploy example patch")
-    body = body[:start] + ("+        # TODO (control patch, no behaviour change): flashinfer_cutlass compile errors\n"
-                           '+        # "flashinfer_cutlass",\n') + body[start:].split(enabled, 1)[1]
+    enabled = '+            "flashinfer_cutlass",\n'
+    start = body.index("+            # deploy example patch")
+    control = ("+            # TODO (control patch, no behaviour change): flashinfer_cutlass compile errors\n"
+               '+            # "flashinfer_cutlass",\n')
+    body = body[:start] + control + body[start:].split(enabled, 1)[1]
     return sep + body
 
 

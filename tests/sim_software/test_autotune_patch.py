@@ -1,7 +1,8 @@
-"""The stand-in's FlashInfer MoE autotune (sglang/_sim/autotune.py): decided by its own kernel_warmup module, which
-leaves flashinfer_cutlass out as upstream does; the shipped example patch (applied with GNU patch, as a stack build
-does) turns it on, the server then prints the real log line with the cache path keyed as upstream keys it, and only
-then does the perf model run the tuned step."""
+"""The stand-in's FlashInfer MoE autotune (sglang/_sim/autotune.py): decided where each release decides it. 0.5.12.post1
+(ModelRunner._should_run_flashinfer_autotune) leaves flashinfer_cutlass out, and the shipped example patch (applied
+with GNU patch, as a stack build does) turns it on; 0.5.23 autotunes it upstream, without a patch. The server then
+prints the real log line with the cache path keyed as upstream keys it, and only then does the perf model run the
+tuned step."""
 
 from __future__ import annotations
 
@@ -21,16 +22,20 @@ from .conftest import Server, free_port
 from .standins import clean_env
 
 perf = perf_module()
-TARGET = "sglang/srt/model_executor/kernel_warmup.py"
-#: The flashinfer build 0.5.23 pins: the autotune cache path keys on its `flashinfer.__version__`.
-FLASHINFER = SGLANG_PINS["0.5.23"][0].split("==")[1]
+#: The release the example patch is written for, and one that autotunes flashinfer_cutlass upstream.
+PATCHED_RELEASE, UPSTREAM_RELEASE = "0.5.12.post1", "0.5.23"
 
 
-def standin_tree(tmp_path: Path, *, patched: bool) -> Path:
-    """The files of the stand-in's 0.5.23 wheel and of the flashinfer it pins (simulator/software/wheels.py) as pip
-    lays them out in site-packages, patched or not."""
-    tree = tmp_path / ("patched" if patched else "plain")
-    files = {**sglang_spec("0.5.23").files, **flashinfer_spec(FLASHINFER).files}
+def flashinfer(release: str) -> str:
+    """The flashinfer build the release pins: the autotune cache path keys on its `flashinfer.__version__`."""
+    return SGLANG_PINS[release][0].split("==")[1]
+
+
+def standin_tree(tmp_path: Path, *, patched: bool, release: str = PATCHED_RELEASE) -> Path:
+    """The files of the stand-in's wheel of `release` and of the flashinfer it pins (simulator/software/wheels.py) as
+    pip lays them out in site-packages, patched or not."""
+    tree = tmp_path / f"{release}-{'patched' if patched else 'plain'}"
+    files = {**sglang_spec(release).files, **flashinfer_spec(flashinfer(release)).files}
     for name, data in files.items():
         (tree / name).parent.mkdir(parents=True, exist_ok=True)
         (tree / name).write_bytes(data)
@@ -40,14 +45,14 @@ def standin_tree(tmp_path: Path, *, patched: bool) -> Path:
     return tree
 
 
-def launch(tmp_path: Path, tree: Path, backend: str, *, tag: str) -> Server:
+def launch(tmp_path: Path, tree: Path, backend: str, *, tag: str, release: str = PATCHED_RELEASE) -> Server:
     model = tmp_path / "GLM-5-NVFP4"
     model.mkdir(exist_ok=True)
     (model / "config.json").write_text('{"architectures": ["GlmMoeDsaForCausalLM"]}')
     (model / "model.safetensors").write_bytes(b"")
     port = free_port()
     env = clean_env()
-    env.update(PYTHONPATH=str(tree), SGLANG_SIM_START_S="0.3", SGLANG_SIM_VERSION="0.5.23",
+    env.update(PYTHONPATH=str(tree), SGLANG_SIM_START_S="0.3", SGLANG_SIM_VERSION=release,
                SGLANG_SIM_TIME_SCALE="20", SGLANG_CACHE_DIR=str(tmp_path / "sglang-cache"),
                SGLANG_SIM_CACHE_DIR=str(tmp_path / "kernel-cache"))
     log = tmp_path / f"{tag}.log"
@@ -63,12 +68,12 @@ def stop(server: Server) -> None:
     server.proc.wait(10)
 
 
-def expected_cache(tmp_path: Path, model: Path, rank: int) -> Path:
+def expected_cache(tmp_path: Path, model: Path, rank: int, release: str = PATCHED_RELEASE) -> Path:
     """Upstream's key: sha256 of model path, dtype, quantization, MoE backend, tp, pp, dp, ep, HF config class."""
     key = "|".join([str(model), "torch.bfloat16", "modelopt_fp4", "flashinfer_cutlass", "8", "1", "1", "1",
                     "GlmMoeDsaConfig"])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    return tmp_path / "sglang-cache" / "flashinfer" / "autotune" / FLASHINFER / "sm120" / digest / \
+    return tmp_path / "sglang-cache" / "flashinfer" / "autotune" / flashinfer(release) / "sm120" / digest / \
         f"rank_tp{rank}_pp0_dp0.json"
 
 
@@ -82,9 +87,12 @@ def test_unpatched_flashinfer_cutlass_is_not_autotuned(tmp_path: Path) -> None:
         stop(server)
 
 
-def test_the_example_patch_autotunes_flashinfer_cutlass_with_upstreams_cache_key(tmp_path: Path) -> None:
-    tree = standin_tree(tmp_path, patched=True)
-    server = launch(tmp_path, tree, "flashinfer_cutlass", tag="patched")
+@pytest.mark.parametrize(("release", "patched"), [(PATCHED_RELEASE, True), (UPSTREAM_RELEASE, False)])
+def test_flashinfer_cutlass_is_autotuned_with_upstreams_cache_key(tmp_path: Path, release: str,
+                                                                  patched: bool) -> None:
+    """0.5.12.post1 with the example patch, and 0.5.23 as released (it autotunes flashinfer_cutlass upstream)."""
+    tree = standin_tree(tmp_path, patched=patched, release=release)
+    server = launch(tmp_path, tree, "flashinfer_cutlass", tag="tuned", release=release)
     try:
         assert server.wait_status(200, timeout=30)[-1] == 200, server.output()
     finally:
@@ -92,13 +100,12 @@ def test_the_example_patch_autotunes_flashinfer_cutlass_with_upstreams_cache_key
     out = server.output()
     model = tmp_path / "GLM-5-NVFP4"
     for rank in range(8):
-        path = expected_cache(tmp_path, model, rank)
+        path = expected_cache(tmp_path, model, rank, release)
         assert f" TP{rank}] Running FlashInfer autotune with cache: {path}\n" in out
         assert path.is_file()
     assert out.count("FlashInfer autotune completed.") == 8
-    # in upstream's order: after the KV cache, before CUDA-graph capture
-    assert out.index("KV Cache is allocated") < out.index("Running FlashInfer autotune") < out.index(
-        "Capture cuda graph begin")
+    # in upstream's order: after the KV cache, before CUDA-graph capture (each release words its capture line)
+    assert out.index("KV Cache is allocated") < out.index("Running FlashInfer autotune") < out.index("graph begin")
 
 
 @pytest.mark.parametrize("backend", ["flashinfer_cutlass", "triton"])

@@ -31,7 +31,8 @@ def _metadata(whl: Path) -> str:
 def test_record_lists_every_file_with_its_hash(wheels: dict[str, Path]) -> None:
     assert sorted(wheels) == [
         "flashinfer_python-0.6.11.post1-py3-none-any.whl", "flashinfer_python-0.6.15-py3-none-any.whl",
-        "flashinfer_python-0.6.8.post1-py3-none-any.whl", "sgl_kernel-0.4.1.post1-py3-none-any.whl",
+        "flashinfer_python-0.6.8.post1-py3-none-any.whl", "kernels-0.14.1-py3-none-any.whl",
+        "sgl_kernel-0.4.1.post1-py3-none-any.whl",
         "sgl_kernel-0.4.2.post2-py3-none-any.whl", "sgl_kernel-0.4.4-py3-none-any.whl",
         "sglang-0.5.12.post1-py3-none-any.whl", "sglang-0.5.23-py3-none-any.whl",
         "torch-2.9.0+deploysim-py3-none-any.whl", "torch-2.9.1+deploysim-py3-none-any.whl"]

@@ -40,7 +40,8 @@ def test_the_lock_is_pips_resolution_with_every_hash_and_reads_back() -> None:
     lock = lock_from_report(report(("sglang", "0.5.12.post1", A), ("Requests", "2.32.5", B)))
     text = render_lock(lock, profile="glm5", requirement="sglang==0.5.12.post1", index=" --index-url http://x/",
                        host="sim-1", at="2026-12-03T00:00:00+00:00")
-    assert text.splitlines()[3:] == [f"Requests==2.32.5 --hash=sha256:{B}", f"sglang==0.5.12.post1 --hash=sha256:{A}"]
+    assert [ln for ln in text.splitlines() if not ln.startswith("#")] == [
+        f"Requests==2.32.5 --hash=sha256:{B}", f"sglang==0.5.12.post1 --hash=sha256:{A}"]
     back = parse_lock(text, "locks/glm5.txt")
     assert back.sha == lock.sha and back.version_of("requests") == "2.32.5"
 
@@ -99,7 +100,9 @@ def test_the_loader_gives_a_profile_its_lock_and_refuses_a_lock_of_another_pin(t
     name = next(iter(load_inventory(inv_dir).profiles))
     version = load_inventory(inv_dir).profiles[name].sglang_version
     (inv_dir / "locks").mkdir()
-    (inv_dir / "locks" / f"{name}.txt").write_text(f"# lock\nsglang=={version} --hash=sha256:{A}\n")
+    constraints = ", ".join(load_inventory(inv_dir).profiles[name].constraints) or "(none)"
+    (inv_dir / "locks" / f"{name}.txt").write_text(f"# lock\n# constraints: {constraints}\n"
+                                                   f"sglang=={version} --hash=sha256:{A}\n")
     profile = load_inventory(inv_dir).profiles[name]
     assert profile.lock_file == str(inv_dir / "locks" / f"{name}.txt") and profile.lock_text is not None
     (inv_dir / "locks" / f"{name}.txt").write_text(f"sglang==0.0.1 --hash=sha256:{A}\n")

@@ -1,8 +1,10 @@
 """Stack patches (orchestrator/patches.py): parsing, identity, GNU patch's dry-run output → the error naming the patch
 file and hunk, and the apply script run for real (bash and GNU patch, as in a container) on a site-packages tree.
 
-The dry-run outputs in tests/fixtures/patch/ are GNU patch 2.7.6's (Debian 12), captured with the options the
-script uses (`-p1 --dry-run --forward --batch --fuzz=0`) against the stand-in's kernel_warmup.py."""
+The dry-run outputs in tests/fixtures/patch/ are GNU patch 2.7.6's, captured with the options the script uses
+(`-p1 --dry-run --forward --batch --fuzz=0`) against the released sglang wheels' model_runner.py (copies in
+tests/fixtures/sglang/wheels/, provenance in its README.md): the example patch on 0.5.23 (hunk failed) and on an
+already patched 0.5.12.post1, and the example as it was before (it named kernel_warmup.py) on 0.5.12.post1."""
 
 from __future__ import annotations
 
@@ -31,15 +33,17 @@ from tests.shared import EXAMPLE_INVENTORY
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "patch"
-STANDIN_FILE = REPO / "simulator" / "sglang_standin" / "sglang" / "srt" / "model_executor" / "kernel_warmup.py"
-TARGET = "sglang/srt/model_executor/kernel_warmup.py"
+TARGET = "sglang/srt/model_executor/model_runner.py"
+STANDIN_FILE = REPO / "simulator" / "sglang_standin" / TARGET
+#: The released wheels' files (tests/fixtures/sglang/wheels/README.md).
+WHEELS = REPO / "tests" / "fixtures" / "sglang" / "wheels"
 
 
 def example_text() -> str:
     return (example_inventory_dir() / AUTOTUNE_PATCH).read_text()
 
 
-def test_the_example_patch_names_the_kernel_warmup_file_and_its_one_hunk() -> None:
+def test_the_example_patch_names_the_model_runner_file_and_its_one_hunk() -> None:
     p = parse_patch(example_text(), AUTOTUNE_PATCH)
     assert p.strip == 1
     assert p.paths == (TARGET,)
@@ -86,7 +90,7 @@ def test_the_patches_content_is_part_of_the_stack_identity_and_their_names_are_n
 def test_a_failed_hunk_names_the_patch_file_the_file_and_the_hunk() -> None:
     bad = parse_patch(example_text().replace('"flashinfer_cutedsl",', '"flashinfer_cutedsl_v2",'), AUTOTUNE_PATCH)
     failure = read_dry_run(bad, (FIXTURES / "hunk-failed.txt").read_text())
-    assert failure.file == TARGET and failure.hunk_number == 1 and failure.at_line == 29
+    assert failure.file == TARGET and failure.hunk_number == 1 and failure.at_line == 2537
     assert failure.hunk is not None and failure.hunk.header == bad.files[0].hunks[0].header
     err = not_applied_error(failure, stack="0a1b2c3d4e5f", sglang="0.5.23", host="sim-20")
     assert err.exit_code == 2 and err.host == "sim-20"
@@ -101,17 +105,18 @@ def test_an_already_applied_patch_and_a_missing_file_say_so() -> None:
     ex = parse_patch(example_text(), AUTOTUNE_PATCH)
     again = read_dry_run(ex, (FIXTURES / "already-applied.txt").read_text())
     assert again.file == TARGET and "already applied" in again.describe()
-    moved = parse_patch(example_text().replace("model_executor/kernel_warmup", "model_executor/warmup"), "m.patch")
+    moved = parse_patch(example_text().replace("model_executor/model_runner", "model_executor/kernel_warmup"),
+                        "m.patch")
     missing = read_dry_run(moved, (FIXTURES / "no-such-file.txt").read_text())
-    assert missing.file == "sglang/srt/model_executor/warmup.py"
+    assert missing.file == "sglang/srt/model_executor/kernel_warmup.py"
     assert "no such file in the venv's site-packages" in missing.describe()
 
 
-def site_tree(tmp_path: Path) -> tuple[Path, Path]:
+def site_tree(tmp_path: Path, source: Path = STANDIN_FILE) -> tuple[Path, Path]:
     venv = tmp_path / "stacks" / "0a1b2c3d4e5f"
     site = venv / "lib" / "python3.11" / "site-packages"
     (site / TARGET).parent.mkdir(parents=True)
-    shutil.copy(STANDIN_FILE, site / TARGET)
+    shutil.copy(source, site / TARGET)
     return venv, site
 
 
@@ -130,6 +135,50 @@ def test_the_apply_script_checks_applies_and_reports_the_patched_files_sha256(tm
     assert out.patched == {TARGET: hashlib.sha256(body).hexdigest()}
     assert b'        "flashinfer_cutlass",\n' in body and b'# "flashinfer_cutlass"' not in body
     assert not list(site.rglob("*.orig")) and not list(site.rglob("*.rej"))
+
+
+def test_the_example_patch_applies_to_the_released_sglang_0_5_12_post1_as_the_tool_applies_it(tmp_path: Path) -> None:
+    """The real wheel's model_runner.py (not a stand-in): the tool's script (dry run with --fuzz=0, then apply) turns
+    flashinfer_cutlass on in ModelRunner._should_run_flashinfer_autotune and changes nothing else."""
+    real = WHEELS / "0.5.12.post1" / TARGET
+    venv, site = site_tree(tmp_path, real)
+    ex = parse_patch(example_text(), AUTOTUNE_PATCH)
+    res = run_script(apply_script((ex,), str(venv), remove_on_failure=True))
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = read_apply_output((ex,), res.stdout)
+    assert out.failed is None and out.patched == {TARGET: hashlib.sha256((site / TARGET).read_bytes()).hexdigest()}
+    before, after = real.read_text().splitlines(), (site / TARGET).read_text().splitlines()
+    changed = [(i + 1, a, b) for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b]
+    assert [(n, b.strip()) for n, _, b in changed][-1] == (2539, '"flashinfer_cutlass",')
+    assert len(changed) == 2 and "def _should_run_flashinfer_autotune" in "\n".join(before[2500:2520])
+
+
+@pytest.mark.parametrize("release", ["0.5.12.post1", "0.5.23"])
+def test_the_stand_in_applies_or_refuses_the_example_patch_as_the_real_release_does(tmp_path: Path,
+                                                                                    release: str) -> None:
+    """GNU patch's verdict on the stand-in's wheel equals its verdict on the released wheel: 0.5.12.post1 takes the
+    example patch, 0.5.23 (which autotunes flashinfer_cutlass upstream) refuses it at its one hunk."""
+    from simulator.software.wheels import sglang_spec
+
+    verdicts = []
+    for name, data in (("real", (WHEELS / release / TARGET).read_bytes()),
+                       ("standin", sglang_spec(release).files[TARGET])):
+        (tmp_path / name / TARGET).parent.mkdir(parents=True)
+        (tmp_path / name / TARGET).write_bytes(data)
+        res = subprocess.run(["patch", "--dry-run", "-p1", "--forward", "--batch", "--fuzz=0", "-d",
+                              str(tmp_path / name), "-i", str(example_inventory_dir() / AUTOTUNE_PATCH)],
+                             capture_output=True, text=True, check=False)
+        verdicts.append((res.returncode, "FAILED" in res.stdout))
+    assert verdicts[0] == verdicts[1] == ((0, False) if release == "0.5.12.post1" else (1, True))
+
+
+def test_the_example_says_0_5_13_and_later_autotune_flashinfer_cutlass_upstream() -> None:
+    """Checked in the released 0.5.23 wheel: flashinfer_cutlass is in moe_needs_autotune of
+    runner/flashinfer_autotune.py, so the example tells a ≥ 0.5.13 profile to go without it."""
+    upstream = (WHEELS / "0.5.23" / "sglang/srt/model_executor/runner/flashinfer_autotune.py").read_text()
+    listed = upstream.split("moe_needs_autotune = backend_str in [", 1)[1].split("]", 1)[0]
+    assert '"flashinfer_cutlass",' in listed and "#" not in listed
+    assert "sglang 0.5.13 and later autotune flashinfer_cutlass upstream, without a patch" in example_text()
 
 
 def test_a_patch_that_does_not_apply_removes_the_half_built_venv_and_names_the_hunk(tmp_path: Path) -> None:

@@ -80,6 +80,24 @@ def test_boot_ledger_names_the_autotune_lever_for_flashinfer_cutlass() -> None:
         assert "MoE kernel tuning / autotune is the lever" in d.message, (boot, backend)
 
 
+def test_the_autotune_lever_says_which_releases_need_the_patch() -> None:
+    """sglang ≥ 0.5.13 autotunes flashinfer_cutlass upstream (moe_needs_autotune in the released wheels): no patch is
+    the lever there; 0.5.12.post1 leaves it out, and the example stack patch puts it in."""
+    no_autotune = BootStart(complete=True, total_s=60.0, phases=[BootPhase(name="weights", seconds=30.0)])
+
+    def lever(version: str | None) -> str:
+        (d,) = [d for d in diagnose(bench(), telemetry(235.0, 92.0), boot=no_autotune,
+                                    moe_runner_backend="flashinfer_cutlass", sglang_version=version)
+                if d.code == "kernels-not-saturating"]
+        return d.message
+
+    for version in ("0.5.23", "0.5.13"):
+        assert f"sglang {version} autotunes it upstream, without a patch" in lever(version)
+        assert "stack patch" not in lever(version) and "--disable-flashinfer-autotune" in lever(version)
+    for version in ("0.5.12.post1", None):
+        assert "a stack patch enables it on 0.5.12.post1; ≥ 0.5.13 autotunes it upstream" in lever(version)
+
+
 def test_idle_gpus() -> None:
     ds = diagnose(bench(), telemetry(85.0, 10.0))
     assert codes(ds) == ["gpus-idle"]

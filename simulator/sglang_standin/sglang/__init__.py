@@ -4,6 +4,7 @@
 simulated releases (0.5.12.post1 and 0.5.23).
 """
 
+from sglang._sim import hub_kernels  # noqa: F401 - what transformers does at `import sglang` (kernels' layers)
 from sglang._sim.env import installed_version
 
 __version__ = installed_version()

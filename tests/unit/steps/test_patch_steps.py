@@ -15,11 +15,12 @@ from orchestrator.resources import example_inventory_dir
 from orchestrator.stacks import Stack
 from tests.unit.steps.conftest import out
 from tests.unit.steps.test_provision_steps import with_profile
-from tests.unit.steps.test_software_steps import BASE_SHA, pip_succeeds
+from tests.unit.steps.test_software_steps import BARE_SHA, CONSTRAINTS, pip_succeeds
 
-TARGET = "sglang/srt/model_executor/kernel_warmup.py"
+TARGET = "sglang/srt/model_executor/model_runner.py"
 TEXT = (example_inventory_dir() / AUTOTUNE_PATCH).read_text()
-PATCHED_SHA = Stack("sglang==0.5.12.post1", "0.5.12.post1", patches=(parse_patch(TEXT, AUTOTUNE_PATCH),)).sha
+PATCHED_SHA = Stack("sglang==0.5.12.post1", "0.5.12.post1", patches=(parse_patch(TEXT, AUTOTUNE_PATCH),),
+                    constraints=CONSTRAINTS).sha
 FILE_SHA = "5" * 64
 
 
@@ -40,7 +41,7 @@ def test_a_patched_stack_is_built_beside_the_profiles_venv_and_records_the_patch
     assert rec.summary == (f"built stack {PATCHED_SHA} (sglang 0.5.12.post1) in /opt/deploy/stacks/{PATCHED_SHA}, "
                            f"patched with {AUTOTUNE_PATCH}")
     adopt, patch, record = run.node.commands("script")
-    assert f"/opt/deploy/stacks/{BASE_SHA}.json" in adopt  # the venv pip filled without the patch: the bare stack
+    assert f"/opt/deploy/stacks/{BARE_SHA}.json" in adopt  # the venv pip filled without the patch: the bare stack
     assert "patch --dry-run -p1 --forward --batch --fuzz=0" in patch
     assert patch.index("--dry-run") < patch.index("patch --no-backup-if-mismatch")
     assert f'"patched": {{"{TARGET}": "{FILE_SHA}"}}' in record and f"/opt/deploy/stacks/{PATCHED_SHA}.json" in record
@@ -50,12 +51,13 @@ def test_a_patched_stack_is_built_beside_the_profiles_venv_and_records_the_patch
 
 def test_a_patch_that_does_not_apply_is_exit_2_and_the_stack_is_never_recorded(make_run) -> None:
     run = patched_run(make_run)
-    said = f"{PATCH_MARK}\t0\nchecking file {TARGET}\nHunk #1 FAILED at 29.\n1 out of 1 hunk FAILED\n{FAILED_MARK}\t0\n"
+    said = (f"{PATCH_MARK}\t0\nchecking file {TARGET}\nHunk #1 FAILED at 2537.\n1 out of 1 hunk FAILED\n"
+            f"{FAILED_MARK}\t0\n")
     run.node.answer("deploy-patches", said, rc=NOT_APPLIED_RC)
     with pytest.raises(ConfigError) as err:
         run.step("sglang_install")
     assert err.value.exit_code == 2
     assert f"patch {AUTOTUNE_PATCH} does not apply to sglang 0.5.12.post1 (stack {PATCHED_SHA})" in err.value.what
-    assert f"{TARGET}: hunk #1 (@@ -29,4 +29,4 @@) does not apply" in err.value.what
+    assert f"{TARGET}: hunk #1 (@@ -2537,4 +2537,4 @@) does not apply" in err.value.what
     assert not any(f"{PATCHED_SHA}.json" in c for c in run.node.commands("script"))
     assert f"rm -rf /opt/deploy/stacks/{PATCHED_SHA}; exit {NOT_APPLIED_RC}" in run.node.commands("script")[-1]

@@ -118,11 +118,12 @@ def test_venv_and_pinned_sglang_with_extras_from_the_configured_index(make_run) 
     rec = run.step("sglang_install")
     assert rec.status == "changed" and "from http://10.9.0.2:8080/simple/" in rec.changes[0]
     shell = inner(run.node.commands("run")[0])
-    assert shell.startswith("test -x /root/ml-env/bin/python || python3 -m venv /root/ml-env && "
-                            "/root/ml-env/bin/pip install ")
+    # The profile's constraints (kernels<0.15) are written into the venv and given to pip with -c.
+    assert shell.startswith("test -x /root/ml-env/bin/python || python3 -m venv /root/ml-env && printf '%s' "
+                            "'kernels<0.15\n' > /root/ml-env/deploy-constraints.txt && /root/ml-env/bin/pip install ")
     # The requirement is one quoted word (brackets are shell globs); an http index is trusted by its host:port.
     assert shell.endswith(" --index-url http://10.9.0.2:8080/simple/ --trusted-host 10.9.0.2:8080 "
-                          "'sglang[srt]==0.5.12.post1'")
+                          "-c /root/ml-env/deploy-constraints.txt 'sglang[srt]==0.5.12.post1'")
 
 
 def test_an_https_index_is_not_marked_trusted(make_run) -> None:

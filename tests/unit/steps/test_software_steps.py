@@ -12,8 +12,12 @@ from tests.unit.steps.test_provision_steps import with_profile
 KERNEL = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  595.58.03  Release Build  Mon Feb 2 2026\n"
 INSTALLER = "/root/NVIDIA-Linux-x86_64-595.58.03.run"
 VENV_PY = "/root/ml-env/bin/python"
+#: The shipped profile's constraints (pins below sglang): part of its stack's identity.
+CONSTRAINTS = ("kernels<0.15",)
 #: The shipped profile's stack (sglang==0.5.12.post1, no extras, pip's default index): its sha on every host.
-BASE_SHA = Stack("sglang==0.5.12.post1", "0.5.12.post1").sha
+BASE_SHA = Stack("sglang==0.5.12.post1", "0.5.12.post1", constraints=CONSTRAINTS).sha
+#: What pip filled without the profile's constraints (an older venv adopted as it is).
+BARE_SHA = Stack("sglang==0.5.12.post1", "0.5.12.post1").sha
 
 
 def pip_succeeds(run, version: str) -> None:
@@ -117,7 +121,7 @@ def test_driver_userspace_still_mismatched_after_the_installer_is_a_check_failur
 
 
 # --------------------------------------------------------------------------------------- stacks side by side
-NEW_SHA = Stack("sglang==0.5.23", "0.5.23").sha
+NEW_SHA = Stack("sglang==0.5.23", "0.5.23", constraints=CONSTRAINTS).sha
 
 
 def test_a_changed_pin_builds_a_new_stack_beside_the_running_venv_and_adopts_the_old_one(make_run) -> None:
@@ -130,7 +134,7 @@ def test_a_changed_pin_builds_a_new_stack_beside_the_running_venv_and_adopts_the
     assert rec.status == "changed"
     assert rec.summary == f"built stack {NEW_SHA} (sglang 0.5.23) in /opt/deploy/stacks/{NEW_SHA}"
     adopt, record = run.node.commands("script")
-    assert f"/opt/deploy/stacks/{BASE_SHA}.json" in adopt and '"venv": "/root/ml-env"' in adopt
+    assert f"/opt/deploy/stacks/{BARE_SHA}.json" in adopt and '"venv": "/root/ml-env"' in adopt
     assert f"/opt/deploy/stacks/{NEW_SHA}.json" in record and '"adopted": false' in record
     pip, _version = run.node.commands("run")
     assert f"rm -rf /opt/deploy/stacks/{NEW_SHA} && " in pip and "/root/ml-env" not in pip

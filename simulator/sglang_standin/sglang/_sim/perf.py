@@ -45,7 +45,7 @@ class PerfModel:
     chunked_prefill: int
     custom_all_reduce: bool
     fp8_kv: bool
-    moe_autotuned: bool = False  # sglang/_sim/autotune.py: the patched kernel_warmup tuned flashinfer_cutlass
+    moe_autotuned: bool = False  # sglang/_sim/autotune.py: the release (or a patch) autotuned flashinfer_cutlass
     step_factor: float = 1.0  # sglang/_sim/regression.py: a `slow` build in the venv makes every step longer
 
     @classmethod

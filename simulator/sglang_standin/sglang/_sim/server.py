@@ -127,7 +127,7 @@ class Sim:
         self.scale = env.time_scale()
         perf = env.ct_faults()  # a noisy machine is the host's, whatever flag set `match` names
         stall = self.faults.get("stall_after")
-        # The venv's (maybe patched) kernel_warmup decides whether the MoE backend is autotuned at start.
+        # The venv's (maybe patched) release decides whether the MoE backend is autotuned at start.
         self.autotune = autotune.plan(args, autotune.hf_config_class(model_architecture(str(args["model_path"]))))
         perf_model = replace(PerfModel.from_args(args), moe_autotuned=self.autotune.faster,
                              step_factor=regression.step_factor(knobs))

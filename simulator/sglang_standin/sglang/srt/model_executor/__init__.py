@@ -1,1 +1,1 @@
-"""sglang.srt.model_executor (simulated): only kernel_warmup is provided."""
+"""sglang.srt.model_executor (simulated): only where the release decides FlashInfer's MoE autotune is provided."""

@@ -1,0 +1,42 @@
+"""The toolchain a real sglang's first start compiles with (issue 48 item 2): the fact's program run here (this
+machine's python3, with and without a CUDA_HOME), its JSON read back, and the finding naming what is missing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from orchestrator.verdicts.toolchain import TOOLCHAIN_PROGRAM, Toolchain, parse_toolchain, toolchain_finding
+
+NONE = Toolchain(None, None, None, "/usr/include/python3.11", None, None)
+
+
+def test_the_program_reports_the_lookups_as_triton_and_flashinfer_make_them(tmp_path) -> None:
+    cuda = tmp_path / "cu13"
+    (cuda / "bin").mkdir(parents=True)
+    (cuda / "bin" / "nvcc").write_text("#!/bin/sh\n")
+    out = subprocess.run([sys.executable, "-c", TOOLCHAIN_PROGRAM, str(cuda)], capture_output=True, text=True,
+                         check=True, env={"PATH": "/nonexistent"})
+    tool = parse_toolchain(out.stdout)
+    assert tool is not None and tool.nvcc == str(cuda / "bin" / "nvcc") and tool.cuda_home == str(cuda)
+    assert tool.cc is None and tool.cxx is None  # nothing on PATH, no CC
+    assert tool.include == json.loads(out.stdout)["include"]
+    gone = parse_toolchain(subprocess.run([sys.executable, "-c", TOOLCHAIN_PROGRAM, str(tmp_path / "none")],
+                                          capture_output=True, text=True, check=True).stdout)
+    assert gone is not None and gone.nvcc is None
+    assert f"nvcc (CUDA_HOME {tmp_path / 'none'}: flashinfer's JIT)" in gone.missing()
+
+
+def test_a_stock_container_is_warned_with_each_missing_piece_and_the_fix() -> None:
+    found = toolchain_finding(NONE, 120)
+    assert found is not None and found.status == "warn" and found.check == "ct-toolchain"
+    assert found.observed.startswith("CT 120 lacks what a real sglang compiles with at its first start: a C compiler")
+    assert "the Python headers (/usr/include/python3.11/Python.h" in found.observed
+    assert "nvcc (CUDA_HOME, CUDA_PATH, PATH, /usr/local/cuda" in found.observed
+    assert "apt-get install gcc g++ python3-dev" in found.fix and "CUDA_HOME" in found.fix
+    full = Toolchain("/usr/bin/gcc", "/usr/bin/c++", "/usr/include/python3.11/Python.h", "/usr/include/python3.11",
+                     "/usr/local/cuda/bin/nvcc", None)
+    ok = toolchain_finding(full, 120)
+    assert ok is not None and ok.status == "ok" and toolchain_finding(None, 120) is None
+    assert parse_toolchain("not json") is None
