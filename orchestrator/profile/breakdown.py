@@ -17,7 +17,6 @@ from pydantic import BaseModel, ConfigDict
 from orchestrator.profile.kernels import CLASS_ORDER, OVERLAP_PRIORITY, KernelClass, classify, short_name
 from orchestrator.profile.trace import GpuEvent, Step, Trace, TraceError
 
-_RANK_OF = {c: i for i, c in enumerate(OVERLAP_PRIORITY)}
 #: The top kernels kept per class in a breakdown (the evidence a verdict names).
 TOP_KERNELS = 3
 
@@ -107,30 +106,47 @@ class Breakdown(BaseModel):
 
 def step_times(step: Step, events: tuple[GpuEvent, ...], starts: list[float],
                kernel_us: dict[str, float], kernel_n: dict[str, int]) -> StepTimes:
-    """Split one step's window; `starts` is the events' start times (sorted) for the window's look-up."""
+    """Split one step's window; `starts` is the events' start times (sorted) for the window's look-up.
+
+    A sweep over the events' edges: between two edges the running events do not change, and the time goes to the
+    highest class among them (or to idle), and to the kernel of that class that started last."""
     lo, hi = step.start_us, step.end_us
     # events are sorted by start; none lasts longer than the longest, so look back from the window's start
     first = bisect.bisect_left(starts, lo - _LONGEST_EVENT_US)
     last = bisect.bisect_right(starts, hi)
-    inside = [(max(e.start_us, lo), min(e.end_us, hi), e) for e in events[first:last]
-              if e.end_us > lo and e.start_us < hi]
-    bounds = sorted({lo, hi, *(a for a, _, _ in inside), *(b for _, b, _ in inside)})
+    edges: list[tuple[float, int, int]] = []  # (time, +1 start / -1 end, index into inside)
+    inside: list[tuple[GpuEvent, KernelClass]] = []
+    for e in events[first:last]:
+        if e.end_us > lo and e.start_us < hi:
+            edges += [(max(e.start_us, lo), 1, len(inside)), (min(e.end_us, hi), -1, len(inside))]
+            inside.append((e, classify(e.name)))
+    edges.sort(key=lambda x: (x[0], x[1]))
     by_class: dict[KernelClass, float] = defaultdict(float)
-    counted: set[int] = set()
-    for a, b in zip(bounds, bounds[1:], strict=False):
-        if b <= a:
-            continue
-        running = [(cls, e) for s, t, e in inside if s <= a and t >= b for cls in (classify(e.name),)]
-        if not running:
-            by_class[KernelClass.idle] += b - a
-            continue
-        cls, ev = min(running, key=lambda ce: _RANK_OF[ce[0]])
-        by_class[cls] += b - a
-        kernel_us[ev.name] += b - a
-        if id(ev) not in counted:
-            counted.add(id(ev))
-            kernel_n[ev.name] += 1
+    running: dict[KernelClass, list[int]] = {c: [] for c in OVERLAP_PRIORITY}
+    t = lo
+    for when, kind, idx in edges:
+        if when > t:
+            _credit(t, when, running, inside, by_class, kernel_us)
+            t = when
+        cls = inside[idx][1]
+        if kind > 0:
+            running[cls].append(idx)
+            kernel_n[inside[idx][0].name] += 1
+        else:
+            running[cls].remove(idx)
+    if hi > t:
+        _credit(t, hi, running, inside, by_class, kernel_us)
     return StepTimes(start_us=lo, step_us=hi - lo, batch_size=step.batch_size, by_class_us=dict(by_class))
+
+
+def _credit(a: float, b: float, running: dict[KernelClass, list[int]], inside: list[tuple[GpuEvent, KernelClass]],
+            by_class: dict[KernelClass, float], kernel_us: dict[str, float]) -> None:
+    for cls in OVERLAP_PRIORITY:
+        if running[cls]:
+            by_class[cls] += b - a
+            kernel_us[inside[running[cls][-1]][0].name] += b - a
+            return
+    by_class[KernelClass.idle] += b - a
 
 
 #: How far before a step's window an event may start and still reach into it (microseconds). Decode kernels

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 from enum import Enum
+from functools import lru_cache
 
 
 class KernelClass(str, Enum):
@@ -63,6 +64,7 @@ _ATTENTION = re.compile(
 _DENSE_GEMM = re.compile(r"^nvjet_|xmma_gemm|gemm|Gemm|cublas|cutlass")
 
 
+@lru_cache(maxsize=4096)
 def classify(name: str) -> KernelClass:
     """The class of one GPU event's name (a kernel, a memcpy or a memset)."""
     if _COLLECTIVE.search(name):
