@@ -26,11 +26,11 @@ Everything else (norms, rope, activations, copies, memcpy/memset, sampling) is "
 from __future__ import annotations
 
 import re
-from enum import Enum
+from enum import StrEnum
 from functools import lru_cache
 
 
-class KernelClass(str, Enum):
+class KernelClass(StrEnum):
     """A decode step's time goes to one of these; `idle` is time no kernel ran on the GPU (the host's gaps)."""
 
     collective = "collective"

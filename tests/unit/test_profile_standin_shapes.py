@@ -6,7 +6,7 @@ real format and read back through orchestrator.profile, as `deploy profile impor
 
 from __future__ import annotations
 
-import sys
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -18,8 +18,12 @@ from orchestrator.profile.verdict import COLLECTIVE_SHARE, judge
 from orchestrator.verdicts.power import Diagnosis
 from simulator.config import KERNEL_SHAPES
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "simulator" / "sglang_standin"))
-from sglang._sim import profiler  # noqa: E402
+# The stand-in's module by its file (standard library only): the stand-in's `sglang` package stays off sys.path.
+_SPEC = importlib.util.spec_from_file_location(
+    "standin_profiler", Path(__file__).resolve().parents[2] / "simulator/sglang_standin/sglang/_sim/profiler.py")
+assert _SPEC is not None and _SPEC.loader is not None
+profiler = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(profiler)
 
 EXPECTED = {"collective": "collective-bound", "moe": "moe-bound", "attention": "attention-bound",
             "host": "host-bound", "slow_rank": "rank-imbalanced"}

@@ -128,7 +128,7 @@ def test_refusals_name_the_file_and_the_fix(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="has no step\\[DECODE …\\] annotation \\(it has EXTEND steps\\)"):
         breakdown([read_trace(EXTEND)])
     (tmp_path / "x.json.gz").write_bytes(b"\x1f\x8bnot gzip")
-    with pytest.raises(TraceError, match="x.json.gz is not a chrome trace"):
+    with pytest.raises(TraceError, match=r"x\.json\.gz is not a chrome trace"):
         read_trace(tmp_path / "x.json.gz")
     with pytest.raises(TraceError, match="cannot read trace"):
         read_trace(tmp_path / "missing.json.gz")

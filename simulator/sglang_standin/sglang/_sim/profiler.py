@@ -108,14 +108,12 @@ def rank_trace(*, rank: int, tp: int, steps: list[StepSpec], shape: str | None, 
     slow = tp - 1 if slow_rank is None else slow_rank
     rng = random.Random(f"{seed}-{rank}")
     pid = pid or os.getpid()
-    events: list[dict[str, Any]] = [
-        {"name": "process_name", "ph": "M", "ts": start_us, "pid": pid, "tid": 0, "args": {"name": "sglang::scheduler"}},
-        {"name": "process_labels", "ph": "M", "ts": start_us, "pid": pid, "tid": 0, "args": {"labels": "CPU"}},
-        {"name": "process_name", "ph": "M", "ts": start_us, "pid": rank, "tid": 0, "args": {"name": "sglang::scheduler"}},
-        {"name": "process_labels", "ph": "M", "ts": start_us, "pid": rank, "tid": 0, "args": {"labels": f"GPU {rank}"}},
-        {"name": "thread_name", "ph": "M", "ts": start_us, "pid": rank, "tid": STREAM,
-         "args": {"name": f"stream {STREAM} "}},
-    ]
+    meta = [("process_name", pid, 0, {"name": "sglang::scheduler"}), ("process_labels", pid, 0, {"labels": "CPU"}),
+            ("process_name", rank, 0, {"name": "sglang::scheduler"}),
+            ("process_labels", rank, 0, {"labels": f"GPU {rank}"}),
+            ("thread_name", rank, STREAM, {"name": f"stream {STREAM} "})]
+    events: list[dict[str, Any]] = [{"name": n, "ph": "M", "ts": start_us, "pid": p, "tid": t, "args": a}
+                                    for n, p, t, a in meta]
     idle_share = HOST_IDLE_SHARE if shape == "host" else IDLE_SHARE
     t = start_us
     corr = 1000 * (rank + 1)
