@@ -7,6 +7,7 @@ real format and read back through orchestrator.profile, as `deploy profile impor
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ _SPEC = importlib.util.spec_from_file_location(
     "standin_profiler", Path(__file__).resolve().parents[2] / "simulator/sglang_standin/sglang/_sim/profiler.py")
 assert _SPEC is not None and _SPEC.loader is not None
 profiler = importlib.util.module_from_spec(_SPEC)
+sys.modules[_SPEC.name] = profiler  # its dataclasses look their module up
 _SPEC.loader.exec_module(profiler)
 
 EXPECTED = {"collective": "collective-bound", "moe": "moe-bound", "attention": "attention-bound",
