@@ -1,8 +1,8 @@
 """`deploy bench --profile N`: the shell that runs the profiler probe beside bench_serving, and what came back
 (pure: strings in, typed values out; bench/run.py runs it in the bench's own round trip).
 
-The probe (probe.py) starts DELAY_S after the bench, so the window is steady-state decode, asks sglang for N decode
-steps on every rank, and prints the trimmed traces as one JSON document, read back here into a breakdown and a
+The probe (probe.py) starts DELAY_S after the bench, asks sglang for N decode steps on every rank (a bench that ends
+sooner: /stop_profile, and the steps recorded), and prints the trimmed traces as one JSON document, read back here into a breakdown and a
 verdict. The verdict goes into the run's diagnosis (code `profile-<verdict>`), so --json, the ledger and `history
 --bench` carry it without a new column; the power findings of the same run are its evidence.
 """
@@ -22,8 +22,9 @@ from orchestrator.profile.verdict import Verdict, judge
 from orchestrator.resources import module_source
 from orchestrator.verdicts.power import Diagnosis
 
-#: Seconds after the bench starts before the profiler does: the load has reached the server by then.
-DELAY_S = 2.0
+#: Seconds after the bench starts before the profiler does: the first requests have reached the server by then
+#: (sglang's profile_by_stage starts recording at the next decode step).
+DELAY_S = 0.5
 #: After the bench ended, how long the probe still waits for the trace files (sglang writes them at its next step).
 GRACE_S = 15.0
 #: The decode steps a profiled window may ask for (each rank's trace grows with them).

@@ -23,6 +23,17 @@ KEEP = {"kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "gp
         "user_annotation"}
 
 
+def post(url, path, body):
+    """POST to the server, with its API key from the environment (never argv)."""
+    req = urllib.request.Request(url.rstrip("/") + path, data=body, method="POST",
+                                 headers={"Content-Type": "application/json"})
+    key = os.environ.get("SGLANG_API_KEY")
+    if key:
+        req.add_header("Authorization", "Bearer " + key)
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        resp.read()
+
+
 def main(argv):
     url, out_dir, num_steps, delay_s, prefix, ranks, wait_s, done_file, grace_s = argv
     ranks, deadline = int(ranks), time.time() + float(wait_s)
@@ -30,14 +41,8 @@ def main(argv):
     body = json.dumps({"output_dir": out_dir, "num_steps": int(num_steps), "activities": ["CPU", "GPU"],
                        "with_stack": False, "record_shapes": False, "profile_by_stage": True,
                        "profile_prefix": prefix}).encode()
-    req = urllib.request.Request(url.rstrip("/") + "/start_profile", data=body, method="POST",
-                                 headers={"Content-Type": "application/json"})
-    key = os.environ.get("SGLANG_API_KEY")
-    if key:
-        req.add_header("Authorization", "Bearer " + key)
     try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            resp.read()
+        post(url, "/start_profile", body)
     except (urllib.error.URLError, OSError) as exc:
         return {"ok": False, "message": f"POST /start_profile failed: {exc}", "files": []}
     pattern = os.path.join(out_dir, prefix + "-*-TP-*-DECODE.trace.json.gz")
@@ -51,6 +56,16 @@ def main(argv):
         if done_at is None and os.path.exists(done_file):
             done_at = time.time()
         if done_at is not None and time.time() - done_at > float(grace_s):
+            # the bench ended before N decode steps: sglang writes what it recorded at /stop_profile
+            try:
+                post(url, "/stop_profile", b"")
+            except (urllib.error.URLError, OSError):
+                break
+            stop_deadline = time.time() + 10
+            while len(glob.glob(pattern)) < ranks and time.time() < stop_deadline:
+                time.sleep(0.2)
+            time.sleep(0.5)
+            found = sorted(glob.glob(pattern))
             break
         time.sleep(0.2)
     files = []

@@ -22,7 +22,7 @@ def test_bench_profile_gives_each_shape_its_verdict(converged_shared: DeployEnv,
             fault = env.run("sim", "fault", env.host, "--ct", "120", f"kernel_shape={shape}", "slow_rank=3",
                             "--root", root)
             assert fault.rc == 0, fault.text
-            res = env.run("--json", "bench", "host", env.host, "--preset", "quick", "--profile", "4")
+            res = env.run("--json", "bench", "host", env.host, "--profile", "4")
             assert res.rc == 0, res.text
             (run,) = res.json["runs"]
             prof = run["profile"]
@@ -40,7 +40,7 @@ def test_bench_profile_gives_each_shape_its_verdict(converged_shared: DeployEnv,
             assert stored["id"] == run["run_id"]
             assert f"profile-{verdict}" in {d["code"] for d in stored["diagnosis"]}
         assert prof["verdict"]["slow_rank"] == 3
-        text = env.run("bench", "host", env.host, "--preset", "quick", "--profile", "2")
+        text = env.run("bench", "host", env.host, "--profile", "2")
         assert text.rc == 0, text.text
         assert "decode step time by kernel class, per rank" in text.stdout
         assert "verdict: rank-imbalanced: rank 3 works" in text.stdout
