@@ -166,7 +166,8 @@ def run_bench(ct: Container, host: Host, profile: ServerProfile, preset_name: st
         telemetry = summarize(samples, window=(run.started_at, run.ended_at),
                               output_tokens=result.total_output_tokens,
                               output_throughput=result.output_throughput, static=static,
-                              sampling_overhead_pct=run.sampler_overhead_pct)
+                              sampling_overhead_pct=run.sampler_overhead_pct,
+                              input_tokens=result.total_input_tokens, mean_tpot_ms=result.mean_tpot_ms)
     links = None
     if samples and static:
         try:

@@ -143,11 +143,24 @@ def _print_run(app: AppContext, run: Any) -> None:
     app.out.table(table_spec(bench_summary_table(run.result, run.telemetry), f"bench {run.preset} ({run.run_id})"))
     if run.telemetry is not None:
         app.out.table(table_spec(gpu_table(run.telemetry), "GPU telemetry over the bench window"))
+        if run.telemetry.energy is not None:
+            app.out.line(energy_line(run.telemetry.energy))
     for d in run.diagnosis:
         if not d.code.startswith("profile-"):  # the profile's verdict is printed below, with its breakdown
             app.out.line(f"  [{d.severity}] {d.message}")
     if run.profile is not None:
         _print_profile(app, run.profile)
+
+
+def energy_line(e: Any) -> str:
+    """The validated energy in one line: the figures and whether the samples covered the window."""
+    def f(v: float | None, fmt: str) -> str:
+        return "—" if v is None else format(v, fmt)
+
+    verdict = "valid" if e.valid else "INVALID: " + "; ".join(e.problems)
+    return (f"  energy {e.total_energy_j / 1000:.2f} kJ over {e.window_s:.1f} s ({verdict}): "
+            f"{f(e.j_per_output_token, '.3f')} J/output token, {f(e.j_per_total_token, '.3f')} J/total token, "
+            f"{f(e.output_tok_s_per_gpu, '.1f')} output tok/s per GPU, {f(e.output_tok_s_per_user, '.1f')} per user")
 
 
 def _print_profile(app: AppContext, outcome: Any) -> None:
