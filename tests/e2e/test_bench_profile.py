@@ -47,8 +47,3 @@ def test_bench_profile_gives_each_shape_its_verdict(converged_shared: DeployEnv,
     finally:
         env.run("sim", "fault", env.host, "--ct", "120", "kernel_shape=none", "slow_rank=none", "--root", root)
 
-
-@pytest.mark.xdist_group(SHARED)
-def test_bench_profile_is_refused_for_a_fleet_before_any_change(converged_shared: DeployEnv) -> None:
-    res = converged_shared.run("bench", "--all", "--profile", "4")
-    assert res.rc == 2 and "--profile takes one host's bench" in res.stderr

@@ -51,6 +51,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--preset", default="quick")
     parser.add_argument("--time-scale", type=float, default=5.0)
+    parser.add_argument("--show", default=None, metavar="SHAPE",
+                        help="also print one text run of `bench --profile` with this shape (a docs example)")
     args = parser.parse_args()
     with template_host(args.time_scale, default_first=95) as (info, env, root):
         up = env.run("--json", "up", "host", env.host, "--skip-bench", timeout=1800)
@@ -69,6 +71,11 @@ def main() -> int:
             right = seen.get(want, 0)
             print(f"  {shape:<10} → {want:<17} {right}/{args.windows} right ({100 * right / args.windows:.0f} %), "
                   f"{(time.monotonic() - t0) / args.windows:.1f} s per window; verdicts {seen}")
+        if args.show:
+            fault(env, root, f"kernel_shape={args.show}", "slow_rank=none")
+            shown = env.run("bench", "host", env.host, "--preset", args.preset, "--profile", str(args.steps),
+                            timeout=900)
+            print(f"$ deploy bench host {env.host} --preset {args.preset} --profile {args.steps}\n{shown.stdout}")
         fault(env, root, "kernel_shape=none", "slow_rank=none")
         plain, profiled = [], []
         for _ in range(max(args.windows // 4, 2)):

@@ -9,6 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner, Result
 
 from orchestrator.cli import cli
+from tests.shared import EXAMPLE_INVENTORY
 
 DECODE = (Path(__file__).resolve().parents[1] / "fixtures" / "profile"
           / "bystage-1796659222.7204502-TP-0-DECODE.trace.gpu.json.gz")
@@ -47,3 +48,11 @@ def test_a_file_that_is_no_trace_exits_2(tmp_path: Path) -> None:
     doc = json.loads(res.output)
     assert doc["ok"] is False and "x.json is not a chrome trace" in doc["what"]
     assert "Traceback" not in res.output
+
+
+def test_bench_profile_takes_one_host_and_is_refused_for_a_fleet_before_any_connection(tmp_path: Path) -> None:
+    res = deploy(tmp_path, "--inventory", str(EXAMPLE_INVENTORY), "bench", "host", "a", "b", "--profile", "4")
+    assert res.exit_code == 2
+    assert "--profile takes one host's bench" in res.output and "Traceback" not in res.output
+    res = deploy(tmp_path, "bench", "host", "a", "--profile", "0")
+    assert res.exit_code == 2 and "0 is not in the range 1<=x<=64" in res.output
