@@ -91,6 +91,7 @@ def judge(b: Breakdown, power: list[Diagnosis] | None = None) -> Verdict:
 
 def _decide(b: Breakdown) -> tuple[VerdictCode, str, int | None]:
     pct = lambda x: f"{100 * x:.0f} %"  # noqa: E731
+    step = f"{b.stage.lower()} step"
     if len(b.ranks) >= 2:
         work = sorted(b.ranks, key=lambda r: r.busy_us / max(r.steps, 1))
         fast, slow = work[0], work[-1]
@@ -102,16 +103,16 @@ def _decide(b: Breakdown) -> tuple[VerdictCode, str, int | None]:
                     f"({pct(fast.share(KernelClass.collective))} of rank {fast.rank}'s step)", slow.rank)
     coll, idle = b.mean_share(KernelClass.collective), b.mean_share(KernelClass.idle)
     if coll >= COLLECTIVE_SHARE and coll >= idle:
-        return ("collective-bound", f"collectives take {pct(coll)} of each decode step (all-reduce between the "
+        return ("collective-bound", f"collectives take {pct(coll)} of each {step} (all-reduce between the "
                                     f"{len(b.ranks)} ranks)", None)
     if idle >= IDLE_SHARE:
-        return ("host-bound", f"the GPU is idle {pct(idle)} of each decode step: it waits for the host "
+        return ("host-bound", f"the GPU is idle {pct(idle)} of each {step}: it waits for the host "
                               "(scheduling, launches, sampling)", None)
     compute = {KernelClass.moe: "moe-bound", KernelClass.attention: "attention-bound",
                KernelClass.dense_gemm: "gemm-bound", KernelClass.other: "other-bound"}
     top = max(compute, key=b.mean_share)
     code: VerdictCode = compute[top]  # type: ignore[assignment]
-    return (code, f"{top.value.replace('_', ' ')} kernels take the largest share of each decode step "
+    return (code, f"{top.value.replace('_', ' ')} kernels take the largest share of each {step} "
                   f"({pct(b.mean_share(top))}; collectives {pct(coll)}, idle {pct(idle)})", None)
 
 

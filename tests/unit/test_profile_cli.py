@@ -56,3 +56,13 @@ def test_bench_profile_takes_one_host_and_is_refused_for_a_fleet_before_any_conn
     assert "--profile takes one host's bench" in res.output and "Traceback" not in res.output
     res = deploy(tmp_path, "bench", "host", "a", "--profile", "0")
     assert res.exit_code == 2 and "0 is not in the range 1<=x<=64" in res.output
+
+
+def test_stage_extend_breaks_down_the_prefill_step(tmp_path: Path) -> None:
+    extend = DECODE.with_name(DECODE.name.replace("DECODE", "EXTEND"))
+    res = deploy(tmp_path, "profile", "import", str(extend), "--stage", "EXTEND")
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines()[0].startswith("extend step time by kernel class")
+    assert "of each extend step" in res.output
+    refused = deploy(tmp_path, "profile", "import", str(extend))
+    assert refused.exit_code == 2 and "(it has EXTEND steps)" in refused.output
