@@ -1,10 +1,11 @@
 """`deploy bench --profile N`: the shell that runs the profiler probe beside bench_serving, and what came back
 (pure: strings in, typed values out; bench/run.py runs it in the bench's own round trip).
 
-The probe (probe.py) starts DELAY_S after the bench, asks sglang for N decode steps on every rank (a bench that ends
-sooner: /stop_profile, and the steps recorded), and prints the trimmed traces as one JSON document, read back here into a breakdown and a
-verdict. The verdict goes into the run's diagnosis (code `profile-<verdict>`), so --json, the ledger and `history
---bench` carry it without a new column; the power findings of the same run are its evidence.
+The probe (probe.py) starts DELAY_S after the bench, asks sglang for N decode steps on every rank (a bench that
+ends sooner: /stop_profile, and the steps recorded), and prints the trimmed traces as one JSON document, read back
+here into a breakdown and a verdict. The verdict goes into the run's diagnosis (code `profile-<verdict>`), so
+--json, the ledger and `history --bench` carry it without a new column; the power findings of the same run are
+its evidence.
 """
 
 from __future__ import annotations

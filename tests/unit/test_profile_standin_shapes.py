@@ -30,7 +30,8 @@ _SPEC.loader.exec_module(profiler)
 
 EXPECTED = {"collective": "collective-bound", "moe": "moe-bound", "attention": "attention-bound",
             "host": "host-bound", "slow_rank": "rank-imbalanced"}
-WINDOWS = int(os.environ.get("PROFILE_WINDOWS", "10"))  # 40: the figure (tests/perf/profile_verdicts.py: the CLI)
+#: PROFILE_WINDOWS=40: the issue's figure (tests/perf/profile_verdicts.py measures it through the CLI)
+WINDOWS = int(os.environ.get("PROFILE_WINDOWS", "10"))
 
 
 def _window(tmp: Path, shape: str | None, i: int, tp: int = 4, slow: int | None = None) -> list[Path]:
