@@ -34,7 +34,8 @@ def bench(env: DeployEnv, preset: str, steps: int | None) -> dict:
     args = ["--json", "bench", "host", env.host, "--preset", preset, *(["--profile", str(steps)] if steps else [])]
     res = env.run(*args, timeout=900)
     if res.rc != 0:
-        raise SystemExit(f"bench exit {res.rc}\n{res.text[-3000:]}")
+        journal = env.ct("journalctl -u sglang --no-pager -n 40 -o short-precise")
+        raise SystemExit(f"bench exit {res.rc}\n{res.text[-3000:]}\nthe server's journal:\n{journal.stdout}")
     (run,) = res.json["runs"]
     return run
 
@@ -51,6 +52,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--preset", default="quick")
     parser.add_argument("--time-scale", type=float, default=5.0)
+    parser.add_argument("--shapes", default=",".join(EXPECTED), help="comma-separated shapes to measure ('' none)")
+    parser.add_argument("--cost-runs", type=int, default=None, help="plain and profiled runs each (default W/4)")
     parser.add_argument("--show", default=None, metavar="SHAPE",
                         help="also print one text run of `bench --profile` with this shape (a docs example)")
     args = parser.parse_args()
@@ -60,7 +63,8 @@ def main() -> int:
             raise SystemExit(f"up exit {up.rc}\n{up.text[-3000:]}")
         print(f"{info.name}: time_scale {args.time_scale:g}, preset {args.preset}, {args.steps} decode steps per "
               f"window, {args.windows} windows per shape")
-        for shape, want in EXPECTED.items():
+        for shape in [x for x in args.shapes.split(",") if x]:
+            want = EXPECTED[shape]
             fault(env, root, f"kernel_shape={shape}", "slow_rank=none")
             t0 = time.monotonic()
             seen: dict[str, int] = {}
@@ -78,7 +82,7 @@ def main() -> int:
             print(f"$ deploy bench host {env.host} --preset {args.preset} --profile {args.steps}\n{shown.stdout}")
         fault(env, root, "kernel_shape=none", "slow_rank=none")
         plain, profiled = [], []
-        for _ in range(max(args.windows // 4, 2)):
+        for _ in range(args.cost_runs or max(args.windows // 4, 2)):
             plain.append(bench(env, args.preset, None)["result"]["output_throughput"])
             profiled.append(bench(env, args.preset, args.steps)["result"]["output_throughput"])
         p, q = statistics.mean(plain), statistics.mean(profiled)
