@@ -34,6 +34,9 @@ def test_bench_profile_gives_each_shape_its_verdict(converged_shared: DeployEnv,
             # the verdict is one more diagnosis line of the run: the ledger keeps it
             codes = {d["code"] for d in run["diagnosis"]}
             assert f"profile-{verdict}" in codes
+            # the power reading is evidence beside the verdict: its MoE lever is named as not the first one
+            moe_lever_denied = any("the MoE lever is not the first one" in e for e in prof["verdict"]["evidence"])
+            assert moe_lever_denied == ("kernels-not-saturating" in codes)
             hist = env.run("--json", "history", "--bench", "host", env.host, "--limit", "1")
             assert hist.rc == 0, hist.text
             (stored,) = hist.json["runs"]
