@@ -163,6 +163,11 @@ class CtFaults:
     ha_managed: the CT is an HA resource (ct:VMID in /etc/pve/ha/resources.cfg): a start, stop or shutdown is a
         request to the HA manager (task `hastart`/`hastop`, "Requesting HA start for CT VMID") that ends OK at once;
         the CT changes state `ha_delay_s` real seconds later (simulator/pve/ha.py), as the HA stack acts on it.
+    kernel_shape: what the model server's profiler traces (/start_profile) show a decode step spend its time on
+        (KERNEL_SHAPES): collective (the all-reduce), moe, attention, host (the GPU idle between kernels) or
+        slow_rank (one rank works longer; the others wait for it in the all-reduce); None: a balanced MoE decode.
+        Read at each profile, so it applies to the next window without a restart.
+    slow_rank: the slow rank of kernel_shape=slow_rank (None: the last rank).
     """
 
     driver_mismatch: str | None = None
@@ -184,6 +189,12 @@ class CtFaults:
     slow_prefill_s: float = 0.0
     warm_start_s: float | None = None
     cold_start_s: float = 0.0
+    kernel_shape: str | None = None
+    slow_rank: int | None = None
+
+
+#: The values of CtFaults.kernel_shape (the stand-in's profiler, sglang_standin/sglang/_sim/profiler.py).
+KERNEL_SHAPES = ("collective", "moe", "attention", "host", "slow_rank")
 
 
 #: The values of CtFaults.output (the stand-in server's /generate answers; simulator/sglang_standin golden.py).

@@ -37,6 +37,7 @@ from simulator.config import (
     DEFAULT_VMID,
     FATAL_FAULTS,
     GPU_PROFILES,
+    KERNEL_SHAPES,
     OUTPUTS,
     PROFILE_DRIVER,
     PROFILE_GPU_COUNT,
@@ -596,6 +597,8 @@ def set_ct_faults(root: Path, host: str, vmid: int, **knobs: Any) -> CtFaults:
         raise ValueError(f"unknown fatal fault {values['fatal']!r} (known: {', '.join(FATAL_FAULTS)})")
     if values.get("output") and values["output"] not in OUTPUTS:
         raise ValueError(f"unknown output fault {values['output']!r} (known: {', '.join(OUTPUTS)})")
+    if values.get("kernel_shape") and values["kernel_shape"] not in KERNEL_SHAPES:
+        raise ValueError(f"unknown kernel_shape {values['kernel_shape']!r} (known: {', '.join(KERNEL_SHAPES)})")
     if not 0 <= float(values.get("drift") or 0) <= 1:
         raise ValueError("drift is a logprob change in nats between 0 and 1 (the gate tolerates about 0.1)")
     if not hp.conf(vmid).exists():

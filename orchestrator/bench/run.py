@@ -29,6 +29,7 @@ from orchestrator.inventory.models import BenchPreset, Host, ServerProfile
 from orchestrator.parsers.bench import BenchParseError, BenchResult, parse_bench_output
 from orchestrator.parsers.boot import BootStart
 from orchestrator.parsers.gpu_query import GpuQueryParseError
+from orchestrator.profile.capture import ProfileOutcome, probe_command, read_outcome, with_profile
 from orchestrator.redact import SECRET_JSON_SED
 from orchestrator.remote.container import Container
 from orchestrator.scripts import render_script
@@ -66,6 +67,8 @@ class BenchRun:
     failure: str = ""
     #: Each GPU's PCIe link while the bench loaded it (the host's sampler rows; None: no samples).
     links: LinkLoadVerdict | None = None
+    #: `--profile N`: the step-time breakdown of N decode steps profiled during the run, and its verdict.
+    profile: ProfileOutcome | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -79,6 +82,7 @@ class BenchRun:
             "diagnosis": [d.model_dump(mode="json") for d in self.diagnosis],
             "failure": self.failure or None,
             "links": self.links.to_dict() if self.links is not None else None,
+            **({"profile": self.profile.payload()} if self.profile is not None else {}),
         }
 
 
@@ -110,23 +114,37 @@ def bench_pidfile(ct: Container, run_id: str) -> str:
 def run_bench(ct: Container, host: Host, profile: ServerProfile, preset_name: str, preset: BenchPreset, *,
               overrides: dict[str, str] | None = None, release_id: str | None = None,
               flags: dict[str, Any] | None = None, nvlink: bool = False,
-              boot: BootStart | None = None) -> BenchRun:
+              boot: BootStart | None = None, profile_steps: int | None = None) -> BenchRun:
     run_id = new_run_id()
+    flags = flags or {}
+    tp = flag_int(flags, "tensor-parallel-size", "tp-size")
     out_dir = ct.paths.release_dir(release_id) if release_id else ct.paths.bench_dir
     # Plain preset runs are baselines for later rolls; runs with overrides (sweep points) are not.
     kind = "sweep" if overrides else "bench"
     out_file = f"{out_dir}/{kind}-{preset_name}--{run_id}.jsonl"
     tmp_file = partial_name(out_file)
+    command = bench_command(preset, profile, tmp_file, overrides)
+    sections = []
+    if profile_steps:
+        # sglang's profiler over N decode steps of this run on every rank, its trimmed traces read back below
+        prof_dir, prof_out, done = f"{out_dir}/profile-{run_id}", f"{out_dir}/profile-{run_id}.json", \
+            f"{out_dir}/profile-{run_id}.done"
+        probe = probe_command(ct.paths.venv_python(profile.venv), f"http://{profile.host}:{profile.port}", prof_dir,
+                              profile_steps, run_id, tp or 1, done, preset.limit_s)
+        command = with_profile(command, probe, prof_out, done)
+        sections.append(("profile", ct.shell_command(f"cat {shlex.quote(prof_out)} 2>/dev/null; rm -rf "
+                                                     f"{shlex.quote(prof_out)} {shlex.quote(done)} "
+                                                     f"{shlex.quote(prof_dir)}")))
     inner = render_script("bench_group.sh.j2", runs_dir=ct.paths.runs_dir, out_dir=out_dir,
                           pidfile=bench_pidfile(ct, run_id), run_id=run_id, env_path=ct.paths.env_path,
                           out_file=out_file, tmp_file=tmp_file, secret_sed=SECRET_JSON_SED,
-                          bench_command=bench_command(preset, profile, tmp_file, overrides))
+                          bench_command=command)
     # The bench runs in the container, framed by samplers on the node: one node script, one round trip. A failed
     # run's temporary JSONL is still read once (its partial figures explain the failure), then removed.
     read_jsonl = (f"cat {shlex.quote(out_file)} 2>/dev/null || "
                   f"{{ cat {shlex.quote(tmp_file)} 2>/dev/null; rm -f {shlex.quote(tmp_file)}; }}")
     sampler = build_sampled_bench_script(ct.shell_command(inner), extra_sections=[
-        ("jsonl", ct.shell_command(read_jsonl)), ("buses", shlex.join(bus_query_argv()))])
+        ("jsonl", ct.shell_command(read_jsonl)), ("buses", shlex.join(bus_query_argv())), *sections])
     res = ct.node.script(sampler.script, check=False, timeout=bench_limit_s(preset), what=f"bench {preset_name}")
     try:
         run = parse_sampled_output(res.stdout, sampler.nonce)
@@ -148,7 +166,8 @@ def run_bench(ct: Container, host: Host, profile: ServerProfile, preset_name: st
         telemetry = summarize(samples, window=(run.started_at, run.ended_at),
                               output_tokens=result.total_output_tokens,
                               output_throughput=result.output_throughput, static=static,
-                              sampling_overhead_pct=run.sampler_overhead_pct)
+                              sampling_overhead_pct=run.sampler_overhead_pct,
+                              input_tokens=result.total_input_tokens, mean_tpot_ms=result.mean_tpot_ms)
     links = None
     if samples and static:
         try:
@@ -157,12 +176,13 @@ def run_bench(ct: Container, host: Host, profile: ServerProfile, preset_name: st
             buses = {}  # the verdict then names the GPU by its index alone
         links = judge_links_under_load(samples_from_telemetry(samples, static, buses), load="bench_serving",
                                        min_util_pct=LOAD_UTIL_PCT)
-    flags = flags or {}
-    tp = flag_int(flags, "tensor-parallel-size", "tp-size")
     mrr = flag_int(flags, "max-running-requests")
     backend = flags.get("moe-runner-backend")
     diagnosis = diagnose(result, telemetry, tp_size=tp, nvlink=nvlink, max_running_requests=mrr, boot=boot,
                          moe_runner_backend=str(backend) if backend is not None else None,
                          sglang_version=profile.sglang_version)
+    outcome = read_outcome(run.section("profile"), list(diagnosis)) if profile_steps else None
+    if outcome is not None:
+        diagnosis = [*diagnosis, outcome.diagnosis()]
     return BenchRun(run_id, preset_name, run.started_at, result, telemetry, list(diagnosis), out_file, jsonl,
-                    dict(overrides or {}), failed_bench(result, preset.max_failed_fraction), links)
+                    dict(overrides or {}), failed_bench(result, preset.max_failed_fraction), links, outcome)

@@ -143,8 +143,37 @@ def _print_run(app: AppContext, run: Any) -> None:
     app.out.table(table_spec(bench_summary_table(run.result, run.telemetry), f"bench {run.preset} ({run.run_id})"))
     if run.telemetry is not None:
         app.out.table(table_spec(gpu_table(run.telemetry), "GPU telemetry over the bench window"))
+        if run.telemetry.energy is not None:
+            app.out.line(energy_line(run.telemetry.energy))
     for d in run.diagnosis:
-        app.out.line(f"  [{d.severity}] {d.message}")
+        if not d.code.startswith("profile-"):  # the profile's verdict is printed below, with its breakdown
+            app.out.line(f"  [{d.severity}] {d.message}")
+    if run.profile is not None:
+        _print_profile(app, run.profile)
+
+
+def energy_line(e: Any) -> str:
+    """The validated energy in one line: the figures and whether the samples covered the window."""
+    def f(v: float | None, fmt: str) -> str:
+        return "—" if v is None else format(v, fmt)
+
+    verdict = "valid" if e.valid else "INVALID: " + "; ".join(e.problems)
+    return (f"  energy {e.total_energy_j / 1000:.2f} kJ over {e.window_s:.1f} s ({verdict}): "
+            f"{f(e.j_per_output_token, '.3f')} J/output token, {f(e.j_per_total_token, '.3f')} J/total token, "
+            f"{f(e.output_tok_s_per_gpu, '.1f')} output tok/s per GPU, {f(e.output_tok_s_per_user, '.1f')} per user")
+
+
+def _print_profile(app: AppContext, outcome: Any) -> None:
+    from orchestrator.profile.render import breakdown_table, verdict_lines
+
+    if outcome.breakdown is None or outcome.verdict is None:
+        app.out.line(f"  [warn] no step-time breakdown: {outcome.problem}")
+        return
+    app.out.table(breakdown_table(outcome.breakdown))
+    for line in verdict_lines(outcome.breakdown, outcome.verdict):
+        app.out.line(line)
+    if outcome.problem:
+        app.out.line(f"  [warn] {outcome.problem}")
 
 
 @click.command("bench", cls=BenchCommand)
@@ -160,11 +189,14 @@ def _print_run(app: AppContext, run: Any) -> None:
 @click.option("--keep-best", is_flag=True, help="After --sweep-server keep the best point instead of rolling back.")
 @click.option("--out", "out_dir", default=None, help="Result directory (default ./deploy-results/HOST/TIME-PARAM).")
 @click.option("--host", "import_host", default=None, help="With `bench import FILE`: the host to file it under.")
+@click.option("--profile", "profile_steps", type=click.IntRange(1, 64), default=None, metavar="STEPS",
+              help="Profile STEPS decode steps on every rank during each run: step-time breakdown and verdict "
+                   "(docs/bench-diagnosis.md).")
 @tofu_option
 @common_options
 def bench(app: AppContext, target: tuple[str, ...], preset: str | None, sets: tuple[str, ...], sweep: str | None,
           sweep_server: str | None, repeat: int, keep_best: bool, out_dir: str | None, import_host: str | None,
-          tofu: bool) -> int:
+          profile_steps: int | None, tofu: bool) -> int:
     """Run bench_serving in the container with GPU telemetry, a diagnosis and a ledger entry.
 
     `deploy bench host X [--preset P] [--set max-concurrency=512] [--sweep max-concurrency=256,512,1024]`;
@@ -182,6 +214,9 @@ def bench(app: AppContext, target: tuple[str, ...], preset: str | None, sets: tu
         return 0
     if sweep and sweep_server:
         raise ConfigError("give --sweep or --sweep-server, not both")
+    if profile_steps and (sweep_server or (target and parse_targets(target).fleet)):
+        raise ConfigError("--profile takes one host's bench (or its --sweep, --repeat)",
+                          fix="profile one host: deploy bench host NAME --profile 8")
     if repeat > 1 and (sweep_server or (target and parse_targets(target).fleet)):
         raise ConfigError("--repeat takes one host's bench or --sweep",
                           fix="deploy tune measures server flags with repeats (docs/tune.md)")
@@ -214,7 +249,8 @@ def bench(app: AppContext, target: tuple[str, ...], preset: str | None, sets: tu
         bench_argv(app.inventory.preset(preset_name), profile, "/tmp/x.jsonl", pt)
     options = RunOptions(preset=preset_name, tofu=tofu, command=command_line())
     repeated = tuple(pt for pt in points for _ in range(repeat))
-    report = run_with_progress(app, target, "bench", options, RunInputs(bench_points=repeated))
+    report = run_with_progress(app, target, "bench", options, RunInputs(bench_points=repeated,
+                                                                         profile_steps=profile_steps))
     all_runs = report.state.bench_runs
     groups = [all_runs[i:i + repeat] for i in range(0, len(all_runs), repeat)]
     # Each point is told by its median run (tables, sweep report); the repeats' statistics stand beside it.

@@ -96,6 +96,9 @@ COMPARE_METRICS: tuple[tuple[str, str, bool | None], ...] = (
     ("telemetry.total_mean_power_w", "total mean power (W)", None),
     ("telemetry.tokens_per_s_per_w", "tokens/s per W", True),
     ("telemetry.j_per_output_token", "J per output token", False),
+    ("telemetry.j_per_total_token", "J per total token", False),
+    ("telemetry.output_tok_s_per_gpu", "output tok/s per GPU", True),
+    ("telemetry.output_tok_s_per_user", "output tok/s per user", True),
 )
 
 

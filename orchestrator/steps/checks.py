@@ -337,7 +337,8 @@ def bench_for_release(ctx: StepContext, preset_name: str, release: str | None,
     with waiting_for(ctx.say, f"bench_serving ({preset_name}) on release {release or '(none)'}",
                      bench_limit_s(preset), first_after_s=0.0):
         run = run_bench(ctx.ct, ctx.host, ctx.profile, preset_name, preset, overrides=overrides,
-                        release_id=release, flags=flags, nvlink=nvlink, boot=last_boot(ctx))
+                        release_id=release, flags=flags, nvlink=nvlink, boot=last_boot(ctx),
+                        profile_steps=ctx.inputs.profile_steps)
     try:
         source: RunSource = "sweep" if overrides else "roll" if "roll" in ctx.options.command else "bench"
         Ledger().record_run(host=ctx.host.name, bench=run.result, source=source,

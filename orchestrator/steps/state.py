@@ -87,6 +87,7 @@ class RunInputs:
     bandwidth_gate: bool = False  # p2p_bandwidth: a slow pair or a link below its capability fails the step
     probe_size_mib: int = 256  # p2p_bandwidth
     kernel_cursor: str | None = None  # hardware_cursor: the reading a GPU-fault remedy answered
+    profile_steps: int | None = None  # bench: profile this many decode steps of each run (deploy bench --profile)
 
 
 # ------------------------------------------------------------------------------------------------ state

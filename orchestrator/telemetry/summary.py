@@ -22,6 +22,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.parsers.gpu_query import Sample, Source
+from orchestrator.telemetry.energy import ValidatedEnergy, validated_energy
 
 # Canonical metric -> (field name, scale to canonical unit) per source. NVML-based samplers write `nvml.*` fields
 # in NVML's own units (PCIe throughput in KB/s), converted here.
@@ -89,6 +90,21 @@ class TelemetrySummary(BaseModel):
     output_tokens_per_j: float | None
     tokens_per_s_per_w: float | None
     sampling_overhead_pct: float | None = None
+    #: The window's energy with its coverage and gap checks (telemetry/energy.py); None: no window, or a summary
+    #: written before it existed.
+    energy: ValidatedEnergy | None = None
+
+    @property
+    def j_per_total_token(self) -> float | None:
+        return self.energy.j_per_total_token if self.energy else None
+
+    @property
+    def output_tok_s_per_gpu(self) -> float | None:
+        return self.energy.output_tok_s_per_gpu if self.energy else None
+
+    @property
+    def output_tok_s_per_user(self) -> float | None:
+        return self.energy.output_tok_s_per_user if self.energy else None
 
     def gpu(self, index: int) -> GpuTelemetry | None:
         return next((g for g in self.gpus if g.gpu == index), None)
@@ -151,6 +167,8 @@ def summarize(
     output_throughput: float | None = None,
     static: Iterable[Sample] = (),
     sampling_overhead_pct: float | None = None,
+    input_tokens: int | None = None,
+    mean_tpot_ms: float | None = None,
 ) -> TelemetrySummary:
     """Summarise samples over the bench window.
 
@@ -163,6 +181,7 @@ def summarize(
     - `static`: a one-shot `--query-gpu` of limits and max clocks (STATIC_FIELDS), for what the loop lacks.
     - `sampling_overhead_pct`: measured by the caller (the samplers' CPU time as % of one core over the
       window, or a bench with vs without samplers); carried as is.
+    - `input_tokens` / `mean_tpot_ms`: for the validated energy's J per total token and tokens/s per user.
     """
     start: datetime | None = None
     end: datetime | None = None
@@ -186,9 +205,11 @@ def summarize(
 
     gpus: list[GpuTelemetry] = []
     methods: set[str] = set()
+    timed_power: dict[int, list[tuple[datetime, float]]] = {}
     for gpu in sorted(by_gpu):
         ss = by_gpu[gpu]
         power = _series(ss, "power_w")
+        timed_power[gpu] = [(s.ts, v) for s, v in power if s.ts is not None]
         pvals = [v for _, v in power]
         mean_p = _mean(pvals)
         limit_vals = [v for _, v in _series(ss, "power_limit_w")] or \
@@ -237,6 +258,11 @@ def summarize(
     j_per_tok = total_energy / output_tokens if (total_energy is not None and output_tokens) else None
     tok_per_j = output_tokens / total_energy if (total_energy and output_tokens is not None) else None
     tps_per_w = output_throughput / total_power if (output_throughput is not None and total_power) else None
+    energy_check = None
+    if start is not None and end is not None and end > start and timed_power:
+        energy_check = validated_energy(timed_power, start, end, expected_gpus=sorted(static_by_gpu),
+                                        output_tokens=output_tokens, input_tokens=input_tokens,
+                                        output_throughput=output_throughput, mean_tpot_ms=mean_tpot_ms)
     return TelemetrySummary(
         window_start=start,
         window_end=end,
@@ -251,5 +277,6 @@ def summarize(
         output_tokens_per_j=tok_per_j,
         tokens_per_s_per_w=tps_per_w,
         sampling_overhead_pct=sampling_overhead_pct,
+        energy=energy_check,
     )
 

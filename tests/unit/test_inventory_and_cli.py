@@ -16,7 +16,7 @@ from tests.shared import EXAMPLE_INVENTORY, NVIDIA_SMI
 
 REPO = Path(__file__).resolve().parents[2]
 COMMANDS = ["up", "plan", "doctor", "verify-p2p", "render", "roll", "rollback", "status", "history", "bench",
-            "smoke", "compare", "router", "sim", "init", "watch"]
+            "smoke", "compare", "profile", "router", "sim", "init", "watch"]
 
 
 def deploy(*args: str, inventory: Path = EXAMPLE_INVENTORY) -> subprocess.CompletedProcess[str]:

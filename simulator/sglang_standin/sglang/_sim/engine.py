@@ -17,6 +17,7 @@ import collections
 import itertools
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sglang._sim.perf import PerfModel, noise_factor
@@ -89,6 +90,8 @@ class Engine:
         self.busy_fraction = 0.0
         self.last_round_wall = 0.0
         self._deadline = 0.0
+        #: Called after each round's decode steps with (batch, steps, model ms per step): the profiler's window.
+        self.on_decode: Callable[[int, int, float], None] | None = None
 
     def submit(self, input_len: int, max_new: int, words: list[str] | None = None) -> Req:
         n = next(self.ids)
@@ -173,6 +176,8 @@ class Engine:
         self.power_fraction = 0.7 * self.power_fraction + 0.3 * power
         self.busy_fraction = 0.7 * self.busy_fraction + 0.3 * busy
         self.last_round_wall = time.time()
+        if decode and self.on_decode is not None:
+            self.on_decode(len(decode), self.perf.decode_steps, self.perf.step_ms(len(decode)) * self.factor)
 
     def _emit(self, req: Req, n: int) -> int:
         if req.finished:

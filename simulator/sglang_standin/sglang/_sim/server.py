@@ -31,7 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
-from sglang._sim import autotune, env, regression
+from sglang._sim import autotune, env, profiler, regression
 from sglang._sim.config_file import merge_config
 from sglang._sim.engine import VOCAB, Engine, Req
 from sglang._sim.flags import PROG, add_cli_args
@@ -142,6 +142,7 @@ class Sim:
         self.started = time.time()
         self.api_key: str | None = args.get("api_key")
         self.stop = asyncio.Event()
+        self.profile: profiler.ProfileSession | None = None
 
     @property
     def name(self) -> str:
@@ -226,6 +227,8 @@ def build_app(sim: Sim) -> App:
                           ("/get_server_info", server_info), ("/metrics", metrics)):
         app.route("GET", path, handler)  # HEAD too, as aiohttp's add_get
     app.route("*", "/flush_cache", flush_cache)
+    app.route("*", "/start_profile", lambda req: _start_profile(sim, req))
+    app.route("*", "/stop_profile", lambda req: _stop_profile(sim))
     app.route("POST", "/generate", lambda req: _generate(sim, req))
     app.route("PUT", "/generate", lambda req: _generate(sim, req))
     app.route("POST", "/v1/chat/completions", lambda req: _chat(sim, req))
@@ -293,6 +296,52 @@ def _json_body(request: Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise HTTPError(text_response('{"error": "body must be a JSON object"}', 400, "application/json"))
     return body
+
+
+async def _start_profile(sim: Sim, request: Request) -> Response:
+    """sglang's /start_profile (GET or POST, body optional): answers at once; with num_steps the traces are written
+    once that many decode steps ran (sglang/_sim/profiler.py)."""
+    parsed = profiler.parse_request(_json_body(request) if request.body.strip() else {})
+    if isinstance(parsed, list):
+        return json_response({"detail": parsed}, 422)
+    if sim.profile is not None:  # the scheduler's "Profiling is already in progress" raised in the tokenizer manager
+        return text_response("Internal Server Error", 500)
+    session = profiler.ProfileSession(parsed, str(time.time()))
+    sim.profile = session
+
+    def on_decode(batch: int, steps: int, step_ms: float) -> None:
+        if session.on_decode(batch, steps, step_ms):
+            _finish_profile(sim)
+
+    sim.engine.on_decode = on_decode
+    log(f"Profiling starts. Traces will be saved to: {session.output_dir()} (with profile id: {session.profile_id})",
+        tp=0, logger="sglang.srt.managers.scheduler_profiler_mixin")
+    return text_response("Start profiling.\n")
+
+
+async def _stop_profile(sim: Sim) -> Response:
+    if sim.profile is None:
+        return text_response("Internal Server Error", 500)  # "Profiling is not in progress. Call /start_profile first."
+    _finish_profile(sim)
+    return text_response("Stop profiling. This will take some time.\n")
+
+
+def _finish_profile(sim: Sim) -> None:
+    """Write every rank's trace of the steps collected, shaped by the container's kernel_shape fault (read now, so
+    `deploy sim fault` applies to the next window without a restart)."""
+    session, sim.profile, sim.engine.on_decode = sim.profile, None, None
+    if session is None:
+        return
+    faults = env.ct_faults()
+    shape = faults.get("kernel_shape") or None
+    slow = faults.get("slow_rank")
+    paths = profiler.write_traces(
+        session.output_dir(), profile_id=session.profile_id, prefix=session.req.profile_prefix,
+        by_stage=session.req.profile_by_stage, tp=sim.engine.perf.tp, steps=session.steps,
+        shape=str(shape) if shape else None, slow_rank=None if slow is None else int(slow),
+        custom_ar=sim.engine.perf.custom_all_reduce, start_us=session.start_us)
+    log(f"Profiling done. Traces are saved to: {session.output_dir()} ({len(paths)} files)", tp=0,
+        logger="sglang.srt.managers.scheduler_profiler_mixin")
 
 
 def _decode(sim: Sim) -> None:
