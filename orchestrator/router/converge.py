@@ -272,9 +272,10 @@ def _converge(spec: RouterSpec, inventory: Inventory, ct: Container, report: Rou
         if listed.changed:
             record.changes.append(listed.text(dry_run=dry_run))
             record.status = "would-change" if dry_run else "changed"
-        record.summary = record.summary or (
+        record.summary = record.summary or "; ".join([
+            *(c for c in record.changes if c.startswith("undid ")),
             f"unit unchanged, router active with {len(urls)} worker(s)"
-            + (f"; live workers: {listed.text(dry_run=dry_run)}" if listed.changed or listed.refused else ""))
+            + (f"; live workers: {listed.text(dry_run=dry_run)}" if listed.changed or listed.refused else "")])
         if dry_run:
             return
     else:
@@ -319,13 +320,18 @@ def _migration(spec: RouterSpec, inventory: Inventory, ct: Container, report: Ro
                   gate=lambda url: _wait_healthy(url, api_key, urls, health_timeout_s, say), say=say)
     final = BundleApply(bundle, lambda b, action: _apply(ct, b, action=action))
     try:
-        if state.leftover and resume(m, state, facts, final, to_smg=to_smg) == "completed":
+        resumed = resume(m, state, facts, final, to_smg=to_smg) if state.leftover else None
+        if resumed == "completed":
             what = "completed the interrupted migration to smg"
         elif migrate:
             run_migration(m, render_staging(spec, schema, urls, api_key), final)
-            what = f"migrated sglang-router to {release_of(spec).name} ({len(urls)} worker(s)), no restart"
+            what = (f"{'undid an interrupted migration, then ' if resumed else ''}migrated sglang-router to "
+                    f"{release_of(spec).name} ({len(urls)} worker(s)), no restart")
         else:
-            return False  # undone, and nothing to migrate: the usual converge follows
+            # undone, and nothing to migrate: the usual converge follows; the record says the undo happened
+            record.changes.append(f"undid the interrupted migration to smg ({state.text()})")
+            record.status = "changed"
+            return False
     finally:
         record.details["migration"] = m.record()
     record.changes.append(what)
