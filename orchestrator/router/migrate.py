@@ -37,7 +37,6 @@ from orchestrator.router.release import SMG_METRICS_PORT
 from orchestrator.router.render import KEY_PATH, RouterBundle
 from orchestrator.router.staging import (
     NFT_TABLE,
-    OLD_MODULE,
     STAGING_UNIT,
     MigrationState,
     clear_drain_mark_script,
@@ -332,38 +331,40 @@ def run_migration(m: Migration, staging: RouterBundle, final: BundleApply) -> di
 
 def resume(m: Migration, state: MigrationState, facts: RouterFacts, final: BundleApply,
            *, to_smg: bool) -> str:
-    """What an interrupted migration left, judged by what serves the public port (never by the staging unit's
-    `is-active` alone: a staging smg that drains after SIGTERM reads `active` too):
-    - smg already runs as the router's unit (killed after the switch started it, or in the finish): it is gated
-      from inside the container, never stopped or restarted, then the finish runs: 'completed' (with to_smg);
-    - 0.3.2 serves and was never sent SIGTERM: the redirect and the staging smg go, a new migration may start:
-      'undone';
-    - 0.3.2 drains (the switch's graceful stop began; drain_mark) or was stopped, and the staging smg or the drain
-      carries the public port: the switch waits for 0.3.2's drain, then the final smg is started and gated, then
-      the finish: 'completed'.
+    """What an interrupted migration (or handover of a running smg to its changed unit) left, judged by what serves
+    the public port, never by the staging unit's `is-active` alone (a staging smg that drains after SIGTERM reads
+    `active` too):
+    - the router's unit drains (the switch's graceful stop began, drain_mark) and the inventory wants smg: its
+      drain is waited for (no second SIGTERM), then the final smg is started and gated, then the finish:
+      'completed';
+    - smg runs as the router's unit and does not drain: it is gated from inside the container, never stopped or
+      restarted, then the finish runs: 'finished' (the usual converge follows: it hands over to a changed unit);
+    - 0.3.2 serves: the redirect and the staging smg go, a new migration may start: 'undone';
+    - the router's unit is stopped and the staging smg carries the public port: the final smg is started and gated,
+      then the finish: 'completed'.
     A redirect whose staging router does not run is deleted first, so it never points at a dead port."""
     if state.redirect and state.staging != "active":
         m.say("migration: the redirect points at the staging port, where nothing runs: removing it")
         m._run(unredirect_script(), "nftables redirect removal")
         state = MigrationState(module=state.module, staging=state.staging, staging_unit=state.staging_unit,
                                router_draining=state.router_draining)
-    old_runs = state.module == OLD_MODULE and facts.active == "active"
-    if state.module == "smg" and facts.active == "active":
+    runs = facts.active == "active"
+    if to_smg and ((runs and state.router_draining) or (not runs and state.staging == "active")):
+        m.say(f"migration: completing an interrupted migration ({state.text()}); {UNIT} "
+              + ("is finishing its requests after the interrupted run's SIGTERM" if runs else "is stopped"))
+        m.switch(final, old_running=runs)
+        m.finish()
+        m.details["resumed"] = "completed"
+        return "completed"
+    if runs and state.module == "smg" and not state.router_draining:
         m.say(f"migration: finishing an interrupted migration ({state.text()}); smg already serves "
               f":{m.public_port} as {UNIT}: checked, not restarted")
         m.final_gate()
         m.finish()
-        m.details["resumed"] = "completed" if to_smg else "undone"
-        return "completed" if to_smg else "undone"
-    if to_smg and ((old_runs and state.router_draining) or (not old_runs and state.staging == "active")):
-        m.say(f"migration: completing an interrupted migration ({state.text()}); sglang-router "
-              + ("is finishing its requests after the interrupted run's SIGTERM" if old_runs else "is stopped"))
-        m.switch(final, old_running=old_runs)
-        m.finish()
-        m.details["resumed"] = "completed"
-        return "completed"
+        m.details["resumed"] = "finished"
+        return "finished"
     m.say(f"migration: undoing an interrupted migration ({state.text()}); "
-          + ("sglang-router still serves" if old_runs else "the staging smg does not run"))
+          + ("sglang-router still serves" if runs else "the staging smg does not run"))
     m.finish("undo")
     m.details["resumed"] = "undone"
     return "undone"

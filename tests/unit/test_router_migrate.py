@@ -91,13 +91,17 @@ class Recorder(Migration):
      ["nftables redirect removal", "finish undo"]),
     # killed in the finish: smg serves the public port, the staging smg drains (is-active says active): the
     # serving smg is gated, never stopped, and the finish completes (issue 50, 3)
-    (MigrationState("smg", "active", True, True, staging_draining=True), "active", "completed",
+    (MigrationState("smg", "active", True, True, staging_draining=True), "active", "finished",
      ["final gate", "finish finish"]),
-    (MigrationState("smg", "active", True, True, redirecting=False), "active", "completed",
+    (MigrationState("smg", "active", True, True, redirecting=False), "active", "finished",
      ["final gate", "finish finish"]),
-    # killed after the switch started smg, before its gate: the same (the redirect still serves new connections)
-    (MigrationState("smg", "active", True, True, redirecting=True), "active", "completed",
+    # killed after the switch started smg, before its gate, or a handover before its switch: the same (the redirect
+    # still serves new connections; the usual converge follows and hands over to a changed unit)
+    (MigrationState("smg", "active", True, True, redirecting=True), "active", "finished",
      ["final gate", "finish finish"]),
+    # a handover killed while the old smg drained after the switch's SIGTERM: waited for, then the final unit
+    (MigrationState("smg", "active", True, True, redirecting=True, router_draining=True), "active",
+     "completed", ["switch old_running=True", "finish finish"]),
     # killed while 0.3.2 drained after the switch's SIGTERM: its drain is waited for (no second SIGTERM), not
     # undone (the undo would send new connections to a router that no longer accepts them)
     (MigrationState("sglang_router", "active", True, True, redirecting=True, router_draining=True), "active",
