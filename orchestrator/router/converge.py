@@ -221,6 +221,8 @@ def _converge(spec: RouterSpec, inventory: Inventory, ct: Container, report: Rou
                            "workers": urls})
     if facts.version != spec.version:
         what = f"install {release.requirement} in {spec.venv} (found {facts.version or 'none'})"
+        if spec.package == "smg" and facts.migration.module == OLD_MODULE and facts.active == "active":
+            what += f", then {_migration_text(spec)}"
         record.changes.append(what)
         if dry_run:
             record.status, record.summary = "would-change", what
@@ -321,9 +323,7 @@ def _migration(spec: RouterSpec, inventory: Inventory, ct: Container, report: Ro
     record = report.record
     if dry_run:
         what = (f"finish or undo the interrupted migration to smg ({state.text()})" if state.leftover else
-                f"migrate the running sglang-router to {release_of(spec).name} with no request dropped (staging "
-                f"smg on :{staging_port(spec)}, then new connections redirected to it while sglang-router "
-                f"finishes its own)")
+                _migration_text(spec))
         record.changes.append(what)
         record.status, record.summary = "would-change", what
         return True
@@ -348,6 +348,15 @@ def _migration(spec: RouterSpec, inventory: Inventory, ct: Container, report: Ro
     record.status, record.summary = "changed", what
     record.details["health"] = m.details.get("staging_gate", {})
     return True
+
+
+def _migration_text(spec: RouterSpec) -> str:
+    """What a plan says of a migration from a running sglang-router to smg."""
+    default = " (the inventory names no router.package: smg is the default)" if "package" not in \
+        spec.model_fields_set else ""
+    return (f"migrate the running sglang-router to {release_of(spec).name}{default} with no request dropped "
+            f"(staging smg on :{staging_port(spec)}, then new connections redirected to it while sglang-router "
+            "finishes its own)")
 
 
 def _staged(spec: RouterSpec, ct: Container, base_url: str, facts: RouterFacts, bundle: RouterBundle,
