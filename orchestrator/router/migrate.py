@@ -267,7 +267,7 @@ class Migration:
             text = client.router_metrics()
         if text is None:
             return None
-        return int(sum(s.value for s in samples(text, (name,))))
+        return int(sum(s.value for s in samples(text, (name,)) if s.value >= 0))  # -1: a removed worker
 
     def final_gate(self) -> None:
         base = f"http://{self.address}:{self.public_port}"

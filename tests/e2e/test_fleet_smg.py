@@ -323,3 +323,19 @@ def test_up_host_interrupted_while_its_new_stack_builds_leaves_the_worker_in_the
     assert "stays out of the router" not in out and "is out of the router" not in out, out
     assert fleet.listed()[host], fleet.listed()
     assert until(lambda: all(fleet.listed().values()), 30), fleet.listed()
+
+
+def test_a_roll_that_turns_a_workers_metrics_off_is_refused_before_any_change(smg_fleet: RoutedFleet) -> None:
+    """`roll host H --unset enable-metrics` of a worker: its add-back checks the router's reach by the server's
+    request counter on /metrics, so the host could never be put back. Refused (exit 2) before any drain or change
+    (issue 50, 8: the roll kept the release, then refused to put the host back)."""
+    fleet = smg_fleet
+    host = fleet.names[0]
+    assert until(lambda: all(fleet.listed().values()), 60), fleet.listed()
+    before = fleet.releases()
+    res = fleet.env.run("roll", "host", host, "--unset", "enable-metrics", "--skip-bench", timeout=600)
+    print(res.text)  # docs/roll.md (pytest -s)
+    assert res.rc == 2, res.text
+    assert f"{host} is a router worker and `" in res.text and "turns its server's enable-metrics off" in res.text
+    assert "nothing was drained or changed" in res.text and "out of the router" not in res.text, res.text
+    assert fleet.releases() == before and all(fleet.listed().values()), fleet.listed()
