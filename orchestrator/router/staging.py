@@ -111,7 +111,8 @@ def stop_redirecting_script(public: int) -> str:
 def graceful_stop_script(unit: str, port: int, timeout_s: float) -> str:
     """Shell: SIGTERM starts the router's own graceful shutdown (both packages: stop accepting, finish every
     request in flight, streams included, close idle keep-alive connections, up to --shutdown-grace-period-secs);
-    wait until it exited, at most `timeout_s`, then `systemctl stop` (SIGKILL after the unit's TimeoutStopSec).
+    wait until it exited, at most `timeout_s`, then SIGKILL and `systemctl stop` (the unit's TimeoutStopSec, the
+    router's grace period and more, would let a second SIGTERM wait past this bound).
     The unit is marked draining (drain_mark) before the SIGTERM and the mark goes once it stopped; a unit already
     marked (a run killed while it drained) is not sent SIGTERM again, only waited for. Prints the established
     client connections on `port` at the SIGTERM, whether the unit ran, and the seconds waited."""
@@ -126,6 +127,7 @@ def graceful_stop_script(unit: str, port: int, timeout_s: float) -> str:
         f"systemctl kill -s TERM {q}; fi",
         f"  while systemctl is-active --quiet {q} && [ $t -lt {ticks} ]; do sleep 0.5; t=$((t+1)); done",
         "fi",
+        f"systemctl is-active --quiet {q} && systemctl kill -s KILL {q}",
         f"systemctl stop {q} 2>/dev/null || true",
         f"rm -f {mark}",
         "printf 'waited=%s\\n' \"$((t / 2))\"",
