@@ -162,18 +162,25 @@ def test_a_migration_killed_after_the_redirect_is_undone_and_redone_by_the_next_
 
 
 def test_a_migration_killed_in_its_finish_is_completed_without_stopping_the_serving_smg(mfleet: RouterFleet) -> None:
-    """Back on 0.3.2, then `up` with smg SIGKILLed once its finish began (smg serves the public port, the staging
-    smg still runs behind a redirect table that no longer redirects): the next `up`, under client load, gates the
-    serving smg and finishes; it never stops it (its process is the same before and after) and no request fails
-    (issue 50, 3: the resume took the staging unit's `active` for a switch still to do and stopped the serving
-    smg: connections refused, 404s)."""
+    """Back on 0.3.2, then the router section without `package:` (smg is the default: `plan` says the running
+    0.3.2 would be migrated, issue 50, 14), then `up` SIGKILLed once its finish began (smg serves the public port,
+    the staging smg still runs behind a redirect table that no longer redirects): the next `up`, under client
+    load, gates the serving smg and finishes; it never stops it (its process is the same before and after) and no
+    request fails (issue 50, 3: the resume took the staging unit's `active` for a switch still to do and stopped
+    the serving smg: connections refused, 404s)."""
     import signal
 
     fleet = mfleet
     fleet.write_router()  # package: sglang-router
     back = fleet.env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
     assert back.rc == 0 and _package(fleet) == "sglang_router", back.text
-    (fleet.env.inventory / "router.yaml").write_text(ROUTER_YAML.format(package="smg", host=fleet.names[0]))
+    (fleet.env.inventory / "router.yaml").write_text(ROUTER_YAML.replace("  package: {package}\n", "").format(
+        host=fleet.names[0]))
+    plan = fleet.env.run("plan", "group", "prod", timeout=600)
+    assert plan.rc == 0, plan.text
+    assert ("migrate the running sglang-router to smg 1.13.0 (the inventory names no router.package: smg is the "
+            "default) with no request dropped") in plan.stdout, plan.stdout
+    assert _package(fleet) == "sglang_router" and not _left(fleet)["staging_file"]  # a plan changes nothing
     fleet.env.env["PYTHONUNBUFFERED"] = "1"
     proc = fleet.env.popen("up", "group", "prod", "--skip-bench", "--skip-weights", lock_ttl_s=5)
     assert proc.stdout is not None
