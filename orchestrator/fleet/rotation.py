@@ -180,12 +180,17 @@ def rollback_out_of_rotation(host: Host, inv: Inventory, to_release: str | None,
 
 #: The `up` steps whose change restarts the server or its container (a new release, stack, driver, GPU set or CT).
 RESTARTING_STEPS = frozenset({"container", "driver_userspace", "container_gpus", "sglang_install", "server_unit"})
-#: Where a drained `up` takes the host out: before the first step that restarts the server or its container. Not
-#: before sglang_install: a new stack is built beside the running server, which keeps serving (issue 50, 6: a
-#: Ctrl-C during the build left a host serving its verified release out of the router).
-UP_RESTARTS = RESTARTING_STEPS - {"sglang_install"}
 #: Where a drained `roll host` takes the host out: its new release's install (roll_stack builds beside it first).
 ROLL_RESTARTS = frozenset({"install_release"})
+
+
+def drain_points(restarting: list[str]) -> frozenset[str]:
+    """Pure: the steps a drained `up` takes the host out before (the first of them to start): those of the plan
+    that restart the server or its container, except sglang_install, whose new stack is built beside the running
+    server (which keeps serving); its restart is server_unit's (issue 50, 6: a Ctrl-C during the build left a host
+    serving its verified release out of the router)."""
+    return frozenset(s for s in restarting if s != "sglang_install") | (
+        {"server_unit"} if "sglang_install" in restarting else set())
 
 
 def restarting_changes(result: UpResult) -> list[str]:
@@ -212,7 +217,8 @@ def up_out_of_rotation(inv: Inventory, request: UpRequest, *, drain_timeout_s: f
             f"change): it is drained from the router first and added back after its checks (--no-drain: in place)")
         with out_of_rotation(inv, host.name, say=say, drain_timeout_s=drain_timeout_s,
                              back_ok=lambda: False, lazy=True) as rotation:
-            result = up_host(inv, request, say=say, progress=drain_before(rotation, UP_RESTARTS, progress))
+            result = up_host(inv, request, say=say,
+                             progress=drain_before(rotation, drain_points(restarting), progress))
             failure = result.error
             rotation.serving = (failure is None or isinstance(failure, ConfigError)
                                 or result.report.state.rollback is not None)
