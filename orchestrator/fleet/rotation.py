@@ -214,7 +214,8 @@ def up_out_of_rotation(inv: Inventory, request: UpRequest, *, drain_timeout_s: f
         if not profile_exports_metrics(inv, host):
             raise metrics_off(host.name, f"its profile {host.profile!r}")
         say(f"{host.name} is a router worker and this run restarts its server ({', '.join(restarting)} would "
-            f"change): it is drained from the router first and added back after its checks (--no-drain: in place)")
+            f"change): it is drained from the router as its restart begins and added back after its checks "
+            "(--no-drain: in place)")
         with out_of_rotation(inv, host.name, say=say, drain_timeout_s=drain_timeout_s,
                              back_ok=lambda: False, lazy=True) as rotation:
             result = up_host(inv, request, say=say,

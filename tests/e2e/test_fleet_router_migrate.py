@@ -215,3 +215,39 @@ def test_a_migration_killed_in_its_finish_is_completed_without_stopping_the_serv
     assert _ct(fleet, "systemctl show -p MainPID --value sglang-router") == serving_pid
     assert _package(fleet) == "smg" and _serves(fleet)
     assert _left(fleet) == {"staging": "inactive", "staging_file": "", "nft": ""}, _left(fleet)
+
+
+def test_a_flag_change_of_a_running_smg_hands_the_port_over_with_no_request_lost(mfleet: RouterFleet) -> None:
+    """smg serves the public port; a `router.flags` change under client load: `up` hands the port over through a
+    staging smg (stage, redirect, graceful stop, final unit, finish), not a restart, and no request fails; the unit
+    it writes lets smg's grace period run (TimeoutStopSec = 180 + 15: issue 50, 11; it was 30, which killed smg
+    while it finished its streams)."""
+    fleet = mfleet
+    yaml_smg = ROUTER_YAML.format(package="smg", host=fleet.names[0])
+    (fleet.env.inventory / "router.yaml").write_text(yaml_smg)
+    first = fleet.env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
+    assert first.rc == 0 and _package(fleet) == "smg", first.text
+    old_pid = _ct(fleet, "systemctl show -p MainPID --value sglang-router")
+    (fleet.env.inventory / "router.yaml").write_text(yaml_smg + "  flags:\n    queue-timeout-secs: 61\n")
+    plan = fleet.env.run("plan", "group", "prod", timeout=600)
+    assert "hand the public port over to the new router through a staging smg, no request dropped" in plan.stdout, \
+        plan.stdout
+    with Client(fleet.url, resend_closed_keepalive=True) as client, \
+            Streams(fleet.url, resend_closed_keepalive=True) as streams:
+        assert until(lambda: client.ok >= 2 and streams.ok >= 1, 60), (client.failed[:5], streams.failed[:5])
+        res = fleet.env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
+        after = client.ok
+        assert until(lambda: client.ok >= after + 2, 60), client.failed[:5]
+    print(res.stdout[-3000:])  # docs/fleet.md (pytest -s)
+    print("requests:", client.ok, "streams:", streams.ok, "sent again after a keep-alive close:",
+          client.resent + streams.resent)
+    assert res.rc == 0, res.text
+    for line in ("router: migration: stage smg on :30010", "router: migration: smg runs as sglang-router on :30000",
+                 "router: migration: redirect removed;"):
+        assert line in res.stdout, res.stdout
+    assert client.failed == [] and streams.failed == [] and streams.truncated == 0, (
+        client.failed[:5], streams.failed[:5], streams.truncated)
+    unit = _ct(fleet, "cat /etc/systemd/system/sglang-router.service")
+    assert "TimeoutStopSec=195" in unit and "--queue-timeout-secs 61" in unit, unit
+    assert _ct(fleet, "systemctl show -p MainPID --value sglang-router") != old_pid
+    assert _left(fleet) == {"staging": "inactive", "staging_file": "", "nft": ""}, _left(fleet)

@@ -214,7 +214,7 @@ def test_up_host_of_a_worker_drains_it_only_when_its_server_restarts(smg_fleet: 
     print(up.stdout)  # docs/up.md's example run (pytest -s)
     assert up.rc == 0, up.text
     assert (f"{host} is a router worker and this run restarts its server (server_unit would change): it is drained "
-            "from the router first") in up.stdout, up.stdout
+            "from the router as its restart begins") in up.stdout, up.stdout
     assert f"{host} ({fleet.urls[host]}) is out of the router while it restarts" in up.stdout, up.stdout
     assert f"{host} is back in the router, healthy" in up.stdout, up.stdout
     assert client.failed == [] and streams.failed == [] and streams.truncated == 0, (
@@ -337,5 +337,5 @@ def test_a_roll_that_turns_a_workers_metrics_off_is_refused_before_any_change(sm
     print(res.text)  # docs/roll.md (pytest -s)
     assert res.rc == 2, res.text
     assert f"{host} is a router worker and `" in res.text and "turns its server's enable-metrics off" in res.text
-    assert "nothing was drained or changed" in res.text and "out of the router" not in res.text, res.text
+    assert "nothing was drained or changed" in res.text and "is out of the router while" not in res.text, res.text
     assert fleet.releases() == before and all(fleet.listed().values()), fleet.listed()
