@@ -129,3 +129,33 @@ def test_the_scripts_key_value_lines_are_read_stripped_and_other_lines_ignored()
 
     out = "active\nconnections= 5\nwaited=3\nnft: warning\nmodule=sglang_router=x\n"
     assert key_values(out) == {"connections": "5", "waited": "3", "module": "sglang_router=x"}
+
+
+def test_the_finish_names_a_staging_smg_that_was_not_running_and_never_says_none_requests() -> None:
+    """Issue 50 (LOW): an undo whose staging smg was not running printed "the staging smg finished its None
+    request(s) in flight" (its metrics did not answer). It says what it found instead."""
+    from orchestrator.router.migrate import GracefulStop
+
+    said: list[str] = []
+
+    class Finish(Migration):
+        def __init__(self, was_active: bool) -> None:
+            super().__init__(ct=None, base_url="http://10.0.0.5:30000", staging_port=30010,  # type: ignore[arg-type]
+                             staging_metrics_port=29010, old_metrics_port=29000, api_key=None, urls=[], python="py",
+                             gate=lambda _u: {}, say=said.append)
+            self.was_active = was_active
+
+        def _run(self, script: str, what: str, *, timeout: int = 120) -> None:
+            return None
+
+        def in_flight(self, metrics_port: int, *, name: str = "") -> int | None:
+            return None
+
+        def graceful_stop(self, unit: str, port: int) -> GracefulStop:
+            return GracefulStop(connections=-1, waited_s=0.0, was_active=self.was_active)
+
+    Finish(False).finish("undo")
+    Finish(True).finish()
+    assert not any("None" in s for s in said), said
+    assert "redirect removed; the staging smg was not running, removed" in said[1]
+    assert "its metrics did not answer, so their number is not known" in said[3]
