@@ -622,7 +622,12 @@ def main() -> int:
         soak.router_package = args.router
         up = soak.deploy("--json", "up", "group", GROUP, "--skip-bench", timeout=3600)
         if up.rc != 0:
-            print(up.text[-3000:])
+            try:  # what failed, not the tail of a long JSON document
+                doc = json.loads(up.stdout)
+                hosts = [{k: h.get(k) for k in ("host", "result", "error")} for h in doc.get("hosts", [])]
+                print(json.dumps({"router": doc.get("router"), "hosts": hosts}, indent=1)[-3000:])
+            except json.JSONDecodeError:
+                print(up.text[-3000:])
             return 1
         router_url = (json.loads(up.stdout).get("router") or {}).get("url")
         if not router_url:
