@@ -29,6 +29,7 @@ from orchestrator.locks.claims import claim_fleet
 from orchestrator.roll import RollOutcome, RollResult, Say, refused, roll_host, rollback_host
 from orchestrator.router.drain import Drainer
 from orchestrator.router.places import router_workers
+from orchestrator.runlog import StepRecord
 from orchestrator.runner import ProgressFn, RunReport
 from orchestrator.steps.base import RunOptions
 from orchestrator.steps.state import RollRequest
@@ -42,18 +43,24 @@ def routes_to(inv: Inventory, host: str) -> bool:
 @dataclass
 class Rotation:
     """What the block tells the add-back: `serving` set by a block that ended without raising but knows whether
-    the host runs a release that may serve (a roll's outcome); None leaves the decision to the block's end."""
+    the host runs a release that may serve (a roll's outcome); None leaves the decision to the block's end.
+    `drain` takes the host out now (once; later calls do nothing): a block opened with `lazy=True` calls it right
+    before its first step that restarts the server, so a stack build or a download before it runs with the host
+    still serving; a block interrupted before that leaves the host in the router, untouched."""
 
     serving: bool | None = None
+    drain: Callable[[], None] = lambda: None
+    drained: bool = False
 
 
 @contextmanager
 def out_of_rotation(inv: Inventory, host: str, *, say: Callable[[str], None], drain_timeout_s: float,
-                    back_ok: Callable[[], bool]) -> Iterator[Rotation]:
-    """Drain `host` from the router for the block, then add it back when the block ended well (or set
-    `Rotation.serving`) or `back_ok()` says it runs a release that may serve (an interrupted tune whose restore
-    was read back). A drain the router's safety refuses (the last serving worker) raises before the block runs:
-    nothing changed."""
+                    back_ok: Callable[[], bool], lazy: bool = False) -> Iterator[Rotation]:
+    """Drain `host` from the router for the block (at its start, or with `lazy` when the block calls
+    `Rotation.drain`), then add it back when the block ended well (or set `Rotation.serving`) or `back_ok()` says
+    it runs a release that may serve (an interrupted tune whose restore was read back). A drain the router's safety
+    refuses (the last serving worker) raises: before the block runs (nothing changed), or from `Rotation.drain`
+    (before the restart it was called for)."""
     rotation = Rotation()
     if not routes_to(inv, host):
         yield rotation
@@ -69,19 +76,41 @@ def out_of_rotation(inv: Inventory, host: str, *, say: Callable[[str], None], dr
     drainer = Drainer(side.client(), drain_timeout_s=drain_timeout_s, say=say,
                       guard=side.guard, policy=side.spec.policy if side.spec is not None else None,
                       keys=side.url_keys)
-    try:
+
+    def drain() -> None:
+        if rotation.drained:
+            return
         drained = drainer.drain(url)
+        rotation.drained = True
         say(f"{host} ({url}) is out of the router while it restarts: {drained.note}")
+
+    rotation.drain = drain
+    try:
+        if not lazy:
+            drain()
         ended_well = False
         try:
             yield rotation
             ended_well = True
         finally:
-            may_serve = rotation.serving if ended_well and rotation.serving is not None else ended_well or back_ok()
-            _add_back(drainer, host, url, side.worker_keys.get(host), say,
-                      may_serve=may_serve, raise_errors=ended_well)
+            if rotation.drained:
+                may_serve = (rotation.serving if ended_well and rotation.serving is not None
+                             else ended_well or back_ok())
+                _add_back(drainer, host, url, side.worker_keys.get(host), say,
+                          may_serve=may_serve, raise_errors=ended_well)
     finally:
         drainer.client.close()
+
+
+def drain_before(rotation: Rotation, steps: frozenset[str], progress: ProgressFn | None) -> ProgressFn:
+    """A run's progress hook that drains the host (Rotation.drain) as the first of `steps` is about to start,
+    then passes every event on."""
+    def hook(name: str, record: StepRecord | None) -> None:
+        if record is None and name in steps:
+            rotation.drain()
+        if progress is not None:
+            progress(name, record)
+    return hook
 
 
 def _add_back(drainer: Drainer, host: str, url: str, key: str | None, say: Callable[[str], None], *,
@@ -118,9 +147,13 @@ def roll_out_of_rotation(host: Host, inv: Inventory, request: RollRequest, optio
             checked = roll_host(host, inv, request, replace(options, dry_run=True))
             if checked.error is not None:
                 return checked
+            cand = checked.candidate
+            if cand is not None and not cand.new_flags.get(METRICS_FLAG):
+                return refused(host.name, metrics_off(host.name, f"`{options.command}`"))
             with out_of_rotation(inv, host.name, say=say, drain_timeout_s=drain_timeout_s,
-                                 back_ok=lambda: False) as rotation:
-                outcome = roll_host(host, inv, request, options, progress=progress, say=say)
+                                 back_ok=lambda: False, lazy=True) as rotation:
+                outcome = roll_host(host, inv, request, options, say=say,
+                                    progress=drain_before(rotation, ROLL_RESTARTS, progress))
                 rotation.serving = outcome.result in _SERVING
     except DeployError as err:  # a claim held, a drain refused (the last serving worker), an add-back that failed
         if outcome is None:
@@ -147,6 +180,17 @@ def rollback_out_of_rotation(host: Host, inv: Inventory, to_release: str | None,
 
 #: The `up` steps whose change restarts the server or its container (a new release, stack, driver, GPU set or CT).
 RESTARTING_STEPS = frozenset({"container", "driver_userspace", "container_gpus", "sglang_install", "server_unit"})
+#: Where a drained `roll host` takes the host out: its new release's install (roll_stack builds beside it first).
+ROLL_RESTARTS = frozenset({"install_release"})
+
+
+def drain_points(restarting: list[str]) -> frozenset[str]:
+    """Pure: the steps a drained `up` takes the host out before (the first of them to start): those of the plan
+    that restart the server or its container, except sglang_install, whose new stack is built beside the running
+    server (which keeps serving); its restart is server_unit's (issue 50, 6: a Ctrl-C during the build left a host
+    serving its verified release out of the router)."""
+    return frozenset(s for s in restarting if s != "sglang_install") | (
+        {"server_unit"} if "sglang_install" in restarting else set())
 
 
 def restarting_changes(result: UpResult) -> list[str]:
@@ -167,15 +211,46 @@ def up_out_of_rotation(inv: Inventory, request: UpRequest, *, drain_timeout_s: f
         restarting = restarting_changes(plan) if plan.error is None else []
         if not restarting:
             return up_host(inv, request, progress=progress, say=say)
+        if not profile_exports_metrics(inv, host):
+            raise metrics_off(host.name, f"its profile {host.profile!r}")
         say(f"{host.name} is a router worker and this run restarts its server ({', '.join(restarting)} would "
-            f"change): it is drained from the router first and added back after its checks (--no-drain: in place)")
+            f"change): it is drained from the router as its restart begins and added back after its checks "
+            "(--no-drain: in place)")
         with out_of_rotation(inv, host.name, say=say, drain_timeout_s=drain_timeout_s,
-                             back_ok=lambda: False) as rotation:
-            result = up_host(inv, request, progress=progress, say=say)
+                             back_ok=lambda: False, lazy=True) as rotation:
+            result = up_host(inv, request, say=say,
+                             progress=drain_before(rotation, drain_points(restarting), progress))
             failure = result.error
             rotation.serving = (failure is None or isinstance(failure, ConfigError)
                                 or result.report.state.rollback is not None)
     return result
+
+
+#: The server flag whose /metrics a router worker's add-back reads (router/checks.py add_check_error).
+METRICS_FLAG = "enable-metrics"
+
+
+def metrics_off(host: str, what: str) -> ConfigError:
+    """A router worker restarted onto flags without /metrics could not be put back in the router (its add-back,
+    and `up`'s live reconcile, check the router's reach by the server's request counter): refused before any
+    drain or change (issue 50, 8: the roll kept the release, then left the host out)."""
+    return ConfigError(f"{host} is a router worker and {what} turns its server's {METRICS_FLAG} off: the router "
+                       "checks that requests reach a worker by its /metrics before it is put back, so it would stay "
+                       "out of the router; nothing was drained or changed", host=host,
+                       fix=f"keep {METRICS_FLAG}: true on the router's workers (or take the host out of "
+                           "router.workers first)")
+
+
+def profile_exports_metrics(inv: Inventory, host: Host) -> bool:
+    """Whether the host's profile turns the server's /metrics on (a profile whose flags do not parse is left to
+    the run, which refuses it itself)."""
+    from orchestrator.flags import FlagSchema, canonicalize
+
+    profile = inv.profile_for(host)
+    try:
+        return bool(canonicalize(profile.flags, FlagSchema.load(profile.sglang_version)).get(METRICS_FLAG))
+    except ConfigError:
+        return True
 
 
 def _require_release(host: Host, inv: Inventory, release: str, options: RunOptions) -> None:

@@ -585,7 +585,7 @@ ROUTER_OWNED_FLAGS = ("worker-urls", "host", "port", "policy", "api-key")
 
 
 class RouterSpec(StrictModel):
-    """SGLang's own router (`sglang-router`, a Rust gateway) in front of the fleet's servers.
+    """SGLang's own router (smg, the SGLang Model Gateway; or sglang-router 0.3.2) in front of the fleet's servers.
 
     `runs_on: HOST`: `deploy up` on a fleet converges it in container `vmid` of that inventory host (default: the
     host's server container), in its own venv, as a systemd unit rendered from templates/sglang-router.service.j2,
@@ -600,11 +600,13 @@ class RouterSpec(StrictModel):
     runs_on: str = "operator"
     #: The container on `runs_on` the router runs in; default the host's server container (container.vmid).
     vmid: int | None = Field(None, ge=100, le=999999999)
-    #: Which router: `smg` (the SGLang Model Gateway) or `sglang-router` (0.3.2, the default for old inventories).
-    package: RouterPackage = "sglang-router"
+    #: Which router: `smg` (the SGLang Model Gateway, the default) or `sglang-router` (0.3.2, January 2026: name it
+    #: to keep it). A running 0.3.2 router of an inventory that names no package is migrated to smg by `deploy up`
+    #: through the gated path (router/migrate.py), and `deploy plan` says so first.
+    package: RouterPackage = "smg"
     #: Default: the package's pinned release (ROUTER_DEFAULT_VERSION).
     version: str = ""
-    #: Default: /opt/sglang-router, or /opt/smg for smg (a venv per package: a switch never mixes the two).
+    #: Default: /opt/smg, or /opt/sglang-router for sglang-router (a venv per package: a switch never mixes the two).
     venv: str = ""
     #: Where pip finds sglang-router when the venv lacks it (`pip install --index-url`); default pip's own.
     pip_index_url: str | None = None

@@ -89,6 +89,23 @@ def served_count(url: str) -> float | None:
     return requests_counter(resp.text) if resp.status_code == 200 else None
 
 
+def no_counter_note(url: str) -> str:
+    """Why a worker without the request counter cannot be put in the router (the add-back's and the live
+    reconcile's one rule)."""
+    return (f"{url}/metrics gives no {REQUESTS_COUNTER} (enable-metrics off?): cannot tell whether the router "
+            "reaches this worker")
+
+
+def add_check_error(url: str, key: str | None) -> str | None:
+    """None when a worker may be put in the router: it answers a generation with its key and exports the request
+    counter the add-back checks the router's reach with (`deploy up`'s live reconcile and a drain's add-back judge
+    a worker alike: before, `up group` re-added a worker without /metrics that the add-back had refused)."""
+    error = generate_error(url, key)
+    if error is None and served_count(url) is None:
+        return no_counter_note(url)
+    return error
+
+
 @dataclass(frozen=True)
 class Reach:
     """Whether requests sent through the router reached one worker, and how many it took."""
@@ -103,8 +120,7 @@ def reach_through_router(router: str, router_key: str | None, url: str, *, worke
     """Send requests through the router until the worker's request counter advances (at most 2 per worker + 2)."""
     before = served_count(url)
     if before is None:
-        return Reach(False, 0, f"{url}/metrics gives no {REQUESTS_COUNTER} (enable-metrics off?): cannot tell "
-                               "whether the router reaches this worker")
+        return Reach(False, 0, no_counter_note(url))
     tries = 2 * max(1, workers) + 2
     for n in range(1, tries + 1):
         error = generate_error(router, router_key)

@@ -5,8 +5,8 @@ Both manage workers through `POST /workers` (JSON `{"url": ..., "api_key": ...}`
 `DELETE /workers/{worker_id}`. The older `POST /add_worker?url=` / `/remove_worker` routes answer 404.
 smg 1.13.0 (captured in tests/fixtures/router/smg-1.13.0/) adds to each listed worker a `status`: `ready`,
 `not_ready` (its health checks failed; back after the success threshold), `draining` (after a DELETE: no new
-request; listed while its active requests finish, for about 5 s at most: then smg drops it, even while requests it
-forwarded still run), and a `pending` job for a worker being added (shown by
+request; listed for its fixed 5 s drain settle, whether its active requests finished or not: then smg drops it,
+even while requests it forwarded still run), and a `pending` job for a worker being added (shown by
 `GET /workers/{id}`, not listed by `GET /workers`); a second POST of a listed URL answers 409
 `WORKER_ALREADY_EXISTS`. Its metrics (router/metrics.py) are on their own port, `metrics_url`.
 

@@ -221,6 +221,8 @@ def _converge(spec: RouterSpec, inventory: Inventory, ct: Container, report: Rou
                            "workers": urls})
     if facts.version != spec.version:
         what = f"install {release.requirement} in {spec.venv} (found {facts.version or 'none'})"
+        if spec.package == "smg" and facts.migration.module == OLD_MODULE and facts.active == "active":
+            what += f", then {_migration_text(spec)}"
         record.changes.append(what)
         if dry_run:
             record.status, record.summary = "would-change", what
@@ -272,22 +274,37 @@ def _converge(spec: RouterSpec, inventory: Inventory, ct: Container, report: Rou
         if listed.changed:
             record.changes.append(listed.text(dry_run=dry_run))
             record.status = "would-change" if dry_run else "changed"
-        record.summary = record.summary or (
+        record.summary = record.summary or "; ".join([
+            *(c for c in record.changes if c.startswith(("undid ", "finished "))),
             f"unit unchanged, router active with {len(urls)} worker(s)"
-            + (f"; live workers: {listed.text(dry_run=dry_run)}" if listed.changed or listed.refused else ""))
+            + (f"; live workers: {listed.text(dry_run=dry_run)}" if listed.changed or listed.refused else "")])
         if dry_run:
             return
     else:
+        # A running smg whose unit changes (flags, version, the key) hands the public port over through a staging
+        # smg, as the migration does: a restart would refuse new connections for its whole graceful shutdown.
+        handover = running and bool(changed) and spec.package == "smg" and facts.migration.module == "smg"
         verb = "restart" if running else "start"
-        what = (f"install {', '.join(changed)} and {verb} the router ({len(urls)} worker(s))" if changed
+        what = (f"install {', '.join(changed)} and hand the public port over to the new router through a staging "
+                f"smg, no request dropped ({len(urls)} worker(s))" if handover
+                else f"install {', '.join(changed)} and {verb} the router ({len(urls)} worker(s))" if changed
                 else f"start the router (files unchanged, unit {facts.active})")
         record.changes.append(what)
         if dry_run:
             record.status, record.summary = "would-change", what
             return
         say(what)
-        _apply(ct, bundle, action="restart" if running else "start")
         record.status, record.summary = "changed", what
+        if handover:
+            m, final = _staged(spec, ct, base_url, facts, bundle, urls, api_key, say=say,
+                               health_timeout_s=health_timeout_s)
+            try:
+                run_migration(m, render_staging(spec, schema, urls, api_key), final)
+            finally:
+                record.details["handover"] = m.record()
+            record.details["health"] = m.details.get("staging_gate", {})
+            return
+        _apply(ct, bundle, action="restart" if running else "start")
     if dry_run:
         return
     record.details["health"] = _wait_healthy(base_url, api_key, urls, health_timeout_s, say)
@@ -306,32 +323,53 @@ def _migration(spec: RouterSpec, inventory: Inventory, ct: Container, report: Ro
     record = report.record
     if dry_run:
         what = (f"finish or undo the interrupted migration to smg ({state.text()})" if state.leftover else
-                f"migrate the running sglang-router to {release_of(spec).name} with no request dropped (staging "
-                f"smg on :{staging_port(spec)}, then new connections redirected to it while sglang-router "
-                f"finishes its own)")
+                _migration_text(spec))
         record.changes.append(what)
         record.status, record.summary = "would-change", what
         return True
-    m = Migration(ct=ct, base_url=report.url, staging_port=staging_port(spec),
-                  staging_metrics_port=staging_metrics_port(spec),
-                  old_metrics_port=old_metrics_port(facts.execstart), api_key=api_key, urls=urls,
-                  python=f"{spec.venv.rstrip('/')}/bin/python",
-                  gate=lambda url: _wait_healthy(url, api_key, urls, health_timeout_s, say), say=say)
-    final = BundleApply(bundle, lambda b, action: _apply(ct, b, action=action))
+    m, final = _staged(spec, ct, report.url, facts, bundle, urls, api_key, say=say, health_timeout_s=health_timeout_s)
     try:
-        if state.leftover and resume(m, state, facts, final, to_smg=to_smg) == "completed":
+        resumed = resume(m, state, facts, final, to_smg=to_smg) if state.leftover else None
+        if resumed == "completed":
             what = "completed the interrupted migration to smg"
         elif migrate:
             run_migration(m, render_staging(spec, schema, urls, api_key), final)
-            what = f"migrated sglang-router to {release_of(spec).name} ({len(urls)} worker(s)), no restart"
+            undid = "undid an interrupted migration, then " if resumed == "undone" else ""
+            what = f"{undid}migrated sglang-router to {release_of(spec).name} ({len(urls)} worker(s)), no restart"
         else:
-            return False  # undone, and nothing to migrate: the usual converge follows
+            # finished or undone, and nothing to migrate: the usual converge follows; the record says what was done
+            record.changes.append(f"{'finished' if resumed == 'finished' else 'undid'} what an interrupted "
+                                  f"migration left ({state.text()})")
+            record.status = "changed"
+            return False
     finally:
         record.details["migration"] = m.record()
     record.changes.append(what)
     record.status, record.summary = "changed", what
     record.details["health"] = m.details.get("staging_gate", {})
     return True
+
+
+def _migration_text(spec: RouterSpec) -> str:
+    """What a plan says of a migration from a running sglang-router to smg."""
+    default = " (the inventory names no router.package: smg is the default)" if "package" not in \
+        spec.model_fields_set else ""
+    return (f"migrate the running sglang-router to {release_of(spec).name}{default} with no request dropped "
+            f"(staging smg on :{staging_port(spec)}, then new connections redirected to it while sglang-router "
+            "finishes its own)")
+
+
+def _staged(spec: RouterSpec, ct: Container, base_url: str, facts: RouterFacts, bundle: RouterBundle,
+            urls: list[str], api_key: str | None, *, say: Callable[[str], None],
+            health_timeout_s: float) -> tuple[Migration, BundleApply]:
+    """The staging path's context (router/migrate.py): a migration to smg, or a handover of a running smg to its
+    changed unit, and how the final router's files are written."""
+    m = Migration(ct=ct, base_url=base_url, staging_port=staging_port(spec),
+                  staging_metrics_port=staging_metrics_port(spec),
+                  old_metrics_port=old_metrics_port(facts.execstart), api_key=api_key, urls=urls,
+                  python=f"{spec.venv.rstrip('/')}/bin/python",
+                  gate=lambda url: _wait_healthy(url, api_key, urls, health_timeout_s, say), say=say)
+    return m, BundleApply(bundle, lambda b, action: _apply(ct, b, action=action))
 
 
 def _reconcile_live(base_url: str, api_key: str | None, report: RouterReport, urls: list[str], *, dry_run: bool,

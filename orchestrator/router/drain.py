@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import requests
 
 from orchestrator.errors import CheckFailed, RemoteError
-from orchestrator.router.checks import Reach, generate_error, reach_through_router
+from orchestrator.router.checks import Reach, add_check_error, reach_through_router
 from orchestrator.router.client import RouterClient, RouterWorker
 from orchestrator.router.serving import HEALTH_TIMEOUT_S, Removal, ask, judge
 from orchestrator.watchdog.probe import IN_FLIGHT_GAUGES, metric_sum
@@ -202,9 +202,10 @@ class Drainer:
         """Check the worker answers, add it back, wait until the router lists it healthy, then check that a
         request through the router reaches it; returns the seconds it took. CheckFailed when a check fails."""
         began = time.monotonic()
-        error = generate_error(url, api_key)
+        error = add_check_error(url, api_key)
         if error is not None:
-            raise CheckFailed(f"{url} did not answer a generation before being added back: {error}",
+            what = "did not answer a generation" if error.startswith("POST /generate") else "failed its check"
+            raise CheckFailed(f"{url} {what} before being added back: {error}",
                               fix="the host stays out of the router; check its server (deploy status host X), then "
                                   "`deploy router add HOST`", step="router")
         worker = self._settled(url, began)

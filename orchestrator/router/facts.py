@@ -31,11 +31,11 @@ from orchestrator.router.render import (
     probe_command,
     render_router,
 )
+from orchestrator.router.staging import UNIT as UNIT  # the router's unit, named beside the staging unit
 from orchestrator.router.staging import MigrationState, state_command
 from orchestrator.scripts import render_script
 
 T = TypeVar("T")
-UNIT = "sglang-router"
 
 
 def probe_fact_command(spec: RouterSpec, argv: Sequence[str]) -> str:

@@ -5,7 +5,8 @@ tests/fixtures/router/smg-1.13.0/): per worker, labelled `worker="<its URL>"`, `
 (requests the router has sent and not finished, streams until their last chunk: the drain's "0 active"),
 `smg_worker_health` (1/0), `smg_worker_cb_state` (0 closed, 1 open, 2 half-open); and
 `smg_router_request_errors_total{error_type}`, `smg_worker_requests_total{worker,model}` (requests sent to a
-worker, counted at each send). A worker's series go away once smg has removed it.
+worker, counted at each send). A worker smg has removed keeps its series at a sentinel, -1, instead of losing
+them (issue 50, as reported from smg): every per-worker reader here treats a negative value as no series.
 """
 
 from __future__ import annotations
@@ -46,9 +47,14 @@ def samples(text: str, names: tuple[str, ...] | None = None) -> list[Sample]:
     return out
 
 
+def _worker_samples(text: str, name: str) -> list[Sample]:
+    """A per-worker series' samples, without the sentinels (< 0) smg leaves for a worker it removed."""
+    return [s for s in samples(text, (name,)) if "worker" in s.labels and s.value >= 0]
+
+
 def per_worker(text: str, name: str) -> dict[str, float]:
     """One per-worker series by worker URL (trailing slash dropped, as the adapter compares URLs)."""
-    return {s.labels["worker"].rstrip("/"): s.value for s in samples(text, (name,)) if "worker" in s.labels}
+    return {s.labels["worker"].rstrip("/"): s.value for s in _worker_samples(text, name)}
 
 
 def active_requests(text: str, url: str) -> int | None:
@@ -69,10 +75,9 @@ def errors_by_type(text: str) -> dict[str, float]:
 def per_worker_sum(text: str, name: str) -> dict[str, float]:
     """A per-worker counter summed over its other labels (smg_worker_requests_total has one series per model)."""
     out: dict[str, float] = {}
-    for s in samples(text, (name,)):
-        if "worker" in s.labels:
-            url = s.labels["worker"].rstrip("/")
-            out[url] = out.get(url, 0.0) + s.value
+    for s in _worker_samples(text, name):
+        url = s.labels["worker"].rstrip("/")
+        out[url] = out.get(url, 0.0) + s.value
     return out
 
 

@@ -37,9 +37,9 @@ from orchestrator.router.release import SMG_METRICS_PORT
 from orchestrator.router.render import KEY_PATH, RouterBundle
 from orchestrator.router.staging import (
     NFT_TABLE,
-    OLD_MODULE,
     STAGING_UNIT,
     MigrationState,
+    clear_drain_mark_script,
     free_port_check,
     graceful_stop_script,
     key_values,
@@ -104,6 +104,16 @@ def old_metrics_port(execstart: str) -> int:
     return SMG_METRICS_PORT
 
 
+@dataclass(frozen=True)
+class GracefulStop:
+    """What graceful_stop saw: client connections at the SIGTERM (-1: unknown), seconds until the unit was
+    stopped, and whether it ran at all."""
+
+    connections: int
+    waited_s: float
+    was_active: bool
+
+
 @dataclass
 class Migration:
     """One migration's context and record (`--json`: the router step's details["migration"])."""
@@ -146,7 +156,8 @@ class Migration:
         try:
             self._run(apply_script(bundle, action=None, unit=STAGING_UNIT, enable=False), "staging files")
             self._run(free_port_check(self.staging_port, self.staging_metrics_port)
-                      + f"\nsystemctl restart {shlex.quote(STAGING_UNIT)}", "staging start")
+                      + f"\n{clear_drain_mark_script(STAGING_UNIT)}\nsystemctl restart {shlex.quote(STAGING_UNIT)}",
+                      "staging start")
             health = self.gate(self.staging_url)
             not_ready = self._not_ready(self.staging_url)
             if not_ready:
@@ -191,11 +202,12 @@ class Migration:
             self.say(f"migration: stopping sglang-router gracefully ({self.details['in_flight_at_switch']} "
                      "request(s) in flight by its count, streams not counted; it finishes them all, at most "
                      f"{self.drain_timeout_s:.0f} s)")
-            self.details["connections_at_switch"], self.phases["old_drain"] = self.graceful_stop(
-                UNIT, self.public_port)
+            stop = self.graceful_stop(UNIT, self.public_port)
+            self.details["connections_at_switch"], self.phases["old_drain"] = stop.connections, stop.waited_s
             self.say(f"migration: sglang-router finished its requests and stopped in {self.phases['old_drain']:.1f} s "
                      f"({self.details['connections_at_switch']} client connection(s) open at the switch)")
-        self._run(f"systemctl stop {shlex.quote(UNIT)} || true", "stop sglang-router")
+        self._run(f"systemctl stop {shlex.quote(UNIT)} || true\n{clear_drain_mark_script(UNIT)}",
+                  "stop sglang-router")
         started = time.monotonic()
         final.apply("restart")
         try:
@@ -217,23 +229,33 @@ class Migration:
         staging unit removed. Also the undo of a migration stopped before its switch (then 0.3.2 gets them)."""
         began = time.monotonic()
         self._run(stop_redirecting_script(self.public_port), "nftables redirect stop")
-        self.details["staging_in_flight_at_stop"] = self.in_flight(self.staging_metrics_port)
-        _conns, waited = self.graceful_stop(STAGING_UNIT, self.staging_port)
+        self.say(f"migration: new connections on :{self.public_port} reach {UNIT} again; stopping the staging smg "
+                 f"gracefully (it finishes its requests, at most {self.drain_timeout_s:.0f} s)")
+        in_flight = self.in_flight(self.staging_metrics_port)
+        self.details["staging_in_flight_at_stop"] = in_flight
+        stop = self.graceful_stop(STAGING_UNIT, self.staging_port)
         self._run(unredirect_script(), "nftables redirect removal")
         self.remove_staging()
         self.phases[phase] = time.monotonic() - began
-        self.say(f"migration: redirect removed; the staging smg finished its "
-                 f"{self.details['staging_in_flight_at_stop']} request(s) in flight and stopped in {waited:.1f} s, "
-                 f"removed ({self.phases[phase]:.1f} s)")
+        if not stop.was_active:
+            drained = "the staging smg was not running"
+        elif in_flight is None:
+            drained = (f"the staging smg finished its requests in flight (its metrics did not answer, so their number "
+                       f"is not known) and stopped in {stop.waited_s:.1f} s")
+        else:
+            drained = (f"the staging smg finished its {in_flight} request(s) in flight and stopped in "
+                       f"{stop.waited_s:.1f} s")
+        self.say(f"migration: redirect removed; {drained}, removed ({self.phases[phase]:.1f} s)")
 
-    def graceful_stop(self, unit: str, port: int) -> tuple[int, float]:
-        """SIGTERM, then wait until the unit exited (router/staging.py graceful_stop_script): (client connections
-        at the SIGTERM, seconds until it was stopped)."""
+    def graceful_stop(self, unit: str, port: int) -> GracefulStop:
+        """SIGTERM, then wait until the unit exited (router/staging.py graceful_stop_script)."""
         began = time.monotonic()
         res = self.ct.script(graceful_stop_script(unit, port, self.drain_timeout_s), check=False,
                              timeout=int(self.drain_timeout_s) + 120, what=f"graceful stop of {unit}")
-        conns = key_values(res.stdout).get("connections", "")
-        return (int(conns) if conns.isdigit() else -1), time.monotonic() - began
+        kv = key_values(res.stdout)
+        conns = kv.get("connections", "")
+        return GracefulStop(connections=int(conns) if conns.isdigit() else -1,
+                            waited_s=time.monotonic() - began, was_active=kv.get("was_active") == "yes")
 
     # ------------------------------------------------------------------------------------------- reads
     def in_flight(self, metrics_port: int, *, name: str = ACTIVE) -> int | None:
@@ -245,7 +267,7 @@ class Migration:
             text = client.router_metrics()
         if text is None:
             return None
-        return int(sum(s.value for s in samples(text, (name,))))
+        return int(sum(s.value for s in samples(text, (name,)) if s.value >= 0))  # -1: a removed worker
 
     def final_gate(self) -> None:
         base = f"http://{self.address}:{self.public_port}"
@@ -309,22 +331,40 @@ def run_migration(m: Migration, staging: RouterBundle, final: BundleApply) -> di
 
 def resume(m: Migration, state: MigrationState, facts: RouterFacts, final: BundleApply,
            *, to_smg: bool) -> str:
-    """What an interrupted migration left: 'undone' (0.3.2 still serves: the redirect and the staging smg go,
-    and a new migration may start) or 'completed' (0.3.2 was stopped: the final smg is written, started and gated,
-    then the redirect and the staging smg go)."""
+    """What an interrupted migration (or handover of a running smg to its changed unit) left, judged by what serves
+    the public port, never by the staging unit's `is-active` alone (a staging smg that drains after SIGTERM reads
+    `active` too):
+    - the router's unit drains (the switch's graceful stop began, drain_mark) and the inventory wants smg: its
+      drain is waited for (no second SIGTERM), then the final smg is started and gated, then the finish:
+      'completed';
+    - smg runs as the router's unit and does not drain: it is gated from inside the container, never stopped or
+      restarted, then the finish runs: 'finished' (the usual converge follows: it hands over to a changed unit);
+    - 0.3.2 serves: the redirect and the staging smg go, a new migration may start: 'undone';
+    - the router's unit is stopped and the staging smg carries the public port: the final smg is started and gated,
+      then the finish: 'completed'.
+    A redirect whose staging router does not run is deleted first, so it never points at a dead port."""
     if state.redirect and state.staging != "active":
         m.say("migration: the redirect points at the staging port, where nothing runs: removing it")
         m._run(unredirect_script(), "nftables redirect removal")
-        state = MigrationState(module=state.module, staging=state.staging, staging_unit=state.staging_unit)
-    old_serving = state.module == OLD_MODULE and facts.active == "active"
-    if old_serving or not to_smg or state.staging != "active":
-        m.say(f"migration: undoing an interrupted migration ({state.text()}); "
-              + ("sglang-router still serves" if old_serving else "the staging smg does not run"))
-        m.finish("undo")
-        m.details["resumed"] = "undone"
-        return "undone"
-    m.say(f"migration: completing an interrupted migration ({state.text()}); sglang-router is stopped")
-    m.switch(final, old_running=False)
-    m.finish()
-    m.details["resumed"] = "completed"
-    return "completed"
+        state = MigrationState(module=state.module, staging=state.staging, staging_unit=state.staging_unit,
+                               router_draining=state.router_draining)
+    runs = facts.active == "active"
+    if to_smg and ((runs and state.router_draining) or (not runs and state.staging == "active")):
+        m.say(f"migration: completing an interrupted migration ({state.text()}); {UNIT} "
+              + ("is finishing its requests after the interrupted run's SIGTERM" if runs else "is stopped"))
+        m.switch(final, old_running=runs)
+        m.finish()
+        m.details["resumed"] = "completed"
+        return "completed"
+    if runs and state.module == "smg" and not state.router_draining:
+        m.say(f"migration: finishing an interrupted migration ({state.text()}); smg already serves "
+              f":{m.public_port} as {UNIT}: checked, not restarted")
+        m.final_gate()
+        m.finish()
+        m.details["resumed"] = "finished"
+        return "finished"
+    m.say(f"migration: undoing an interrupted migration ({state.text()}); "
+          + ("sglang-router still serves" if runs else "the staging smg does not run"))
+    m.finish("undo")
+    m.details["resumed"] = "undone"
+    return "undone"

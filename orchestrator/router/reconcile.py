@@ -4,7 +4,8 @@ issue 21 item 5).
 Why the live list and not the unit file: the worker API changes the running router without touching its unit, so a
 host that a failed or interrupted fleet roll took out (`DELETE /workers/{id}`) is missing from `GET /workers` while
 the unit still names it. A host is put back only after it answers a real generation with its key (checks.py), so a
-broken server is never sent traffic.
+broken server is never sent traffic, nor one whose /metrics the add-back could not check the router's reach with
+(checks.add_check_error: the one rule of both).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 
 from orchestrator.errors import RemoteError
 from orchestrator.inventory.models import Host, Inventory
-from orchestrator.router.checks import generate_error
+from orchestrator.router.checks import add_check_error
 from orchestrator.router.client import LEAVING_WAIT_S, RouterClient
 from orchestrator.router.places import SiteAddresses, known_worker_urls, router_workers
 
@@ -86,7 +87,7 @@ def reconcile(client: RouterClient, keep: list[Worker], drop: list[Worker], *, d
             except RemoteError as err:
                 done.refused[w.name] = err.what
                 continue
-        error = generate_error(w.url, w.key) if check else None
+        error = add_check_error(w.url, w.key) if check else None
         if error is not None:
             done.refused[w.name] = error
             continue

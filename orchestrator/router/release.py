@@ -5,7 +5,8 @@ Both are the same Rust gateway behind a Python launcher (`<module>.launch_router
 (client.py) uses. What differs, read from the real wheels (docs/fleet.md "The router"):
 - sglang-router 0.3.2: `DELETE /workers/{id}` drops the worker at once; `GET /workers` has no `status`;
 - smg 1.13.0: `DELETE` is queued (202) and the worker stays listed as `draining`, sent no new request, until its
-  active requests reach 0 or about 5 s passed (then it leaves the list; requests still running complete).
+  fixed drain settle of 5 s passed (the Rust core's `drain_settle_secs`, which the 1.13.0 Python launcher leaves at
+  its default: no flag changes it); then it leaves the list, and requests still running complete.
   `PATCH {"priority": 0}` is accepted (202) but the worker keeps its share of requests, so it does not take it
   out of selection. Health checks default to every 60 s with 2 successes to come back, and a worker added while
   its server is down stays a `pending` job retried every 30 s: the unit sets these (SMG_HEALTH_FLAGS) unless

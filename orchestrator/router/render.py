@@ -42,6 +42,24 @@ def router_schema(release: RouterRelease) -> FlagSchema:
     return FlagSchema.from_dump(path.read_text(), version=f"router {release.version}")
 
 
+#: How long after its grace period a router still gets to exit before systemd kills it (closing its sockets and
+#: its log): the unit's TimeoutStopSec is the grace period plus this.
+STOP_MARGIN_S = 15
+
+
+def stop_timeout_s(argv: Sequence[str], schema: FlagSchema) -> int:
+    """Pure: the unit's TimeoutStopSec for a router's canonical argv. On SIGTERM both packages stop accepting and
+    wait up to `--shutdown-grace-period-secs` (180 s by default in sglang-router 0.3.2 and smg 1.13.0: their
+    parsers' own default) for the requests in flight, streams included; a TimeoutStopSec below that SIGKILLs the
+    router and cuts every stream still open (issue 50, 11)."""
+    option = "--shutdown-grace-period-secs"
+    grace: object = argv[argv.index(option) + 1] if option in argv[:-1] else None
+    if grace is None:
+        action = schema.by_dest("shutdown_grace_period_secs")
+        grace = action.default if action is not None else None
+    return (int(grace) if isinstance(grace, int | str) and str(grace).isdigit() else 180) + STOP_MARGIN_S
+
+
 @dataclass(frozen=True)
 class RouterBundle:
     """Everything installed for the router: unit, launcher, key file (0600, absent without a key), and argv."""
@@ -76,7 +94,8 @@ def render_router(spec: RouterSpec, schema: FlagSchema, urls: Sequence[str], api
     exec_start = " ".join(systemd_exec_arg(a) for a in (python, launcher_path, *argv))
     release = release_of(spec)
     unit = render_template("sglang-router.service.j2", router_name=release.name, policy=spec.policy,
-                           worker_count=len(urls), key_file=KEY_PATH if api_key else "", exec_start=exec_start)
+                           worker_count=len(urls), key_file=KEY_PATH if api_key else "", exec_start=exec_start,
+                           timeout_stop_s=stop_timeout_s(argv, schema))
     launcher = render_template("sglang-router-launch.py.j2", router_name=release.name, module=release.module,
                                key_file=KEY_PATH if api_key else "")
     key = (RenderedFile(name="api-key", remote_path=KEY_PATH, mode=0o600, content=api_key + "\n",

@@ -22,7 +22,8 @@ from orchestrator.inventory.models import RouterSpec
 from orchestrator.router.release import exported_metrics_port
 from orchestrator.router.render import CONF_DIR, LAUNCHER_PATH, RouterBundle, render_router
 
-STAGING_UNIT = "sglang-router-staging"  # the router's unit (router/facts.py UNIT), staging
+UNIT = "sglang-router"  # the router's unit (router/facts.py UNIT)
+STAGING_UNIT = "sglang-router-staging"  # the router's unit, staging
 STAGING_UNIT_PATH = f"/etc/systemd/system/{STAGING_UNIT}.service"
 STAGING_LAUNCHER_PATH = f"{CONF_DIR}/launch-staging.py"
 #: The staging router listens this far above the public port, and exports its metrics this far above the
@@ -31,6 +32,14 @@ STAGING_OFFSET = 10
 NFT_TABLE = "deploy_mig"
 #: The module a rendered launcher imports (`from sglang_router.launch_router import …`): the running package.
 OLD_MODULE = "sglang_router"
+#: graceful_stop_script marks a unit it sent SIGTERM to here (tmpfs: a reboot ends the unit and the mark): a router
+#: finishing its requests after SIGTERM still reads `active` to `systemctl is-active`, and only this mark tells a
+#: resumed migration that it drains (it must not be stopped harder, nor be sent new connections again).
+DRAIN_MARK_DIR = "/run/deploy-router-drain"
+
+
+def drain_mark(unit: str) -> str:
+    return f"{DRAIN_MARK_DIR}/{unit}"
 
 
 def staging_port(spec: RouterSpec) -> int:
@@ -102,20 +111,32 @@ def stop_redirecting_script(public: int) -> str:
 def graceful_stop_script(unit: str, port: int, timeout_s: float) -> str:
     """Shell: SIGTERM starts the router's own graceful shutdown (both packages: stop accepting, finish every
     request in flight, streams included, close idle keep-alive connections, up to --shutdown-grace-period-secs);
-    wait until it exited, at most `timeout_s`, then `systemctl stop` (SIGKILL after the unit's 30 s). Prints the
-    established client connections on `port` at the SIGTERM and the seconds waited."""
-    q = shlex.quote(unit)
+    wait until it exited, at most `timeout_s`, then SIGKILL and `systemctl stop` (the unit's TimeoutStopSec, the
+    router's grace period and more, would let a second SIGTERM wait past this bound).
+    The unit is marked draining (drain_mark) before the SIGTERM and the mark goes once it stopped; a unit already
+    marked (a run killed while it drained) is not sent SIGTERM again, only waited for. Prints the established
+    client connections on `port` at the SIGTERM, whether the unit ran, and the seconds waited."""
+    q, mark = shlex.quote(unit), shlex.quote(drain_mark(unit))
     ticks = max(1, int(timeout_s * 2))
     return "\n".join([
         f"printf 'connections=%s\\n' \"$(ss -Htn state established {shlex.quote(f'( sport = :{port} )')} | wc -l)\"",
         "t=0",
         f"if systemctl is-active --quiet {q}; then",
-        f"  systemctl kill -s TERM {q}",
+        "  echo was_active=yes",
+        f"  if [ ! -e {mark} ]; then mkdir -p {shlex.quote(DRAIN_MARK_DIR)} && date +%s > {mark}; "
+        f"systemctl kill -s TERM {q}; fi",
         f"  while systemctl is-active --quiet {q} && [ $t -lt {ticks} ]; do sleep 0.5; t=$((t+1)); done",
         "fi",
+        f"systemctl is-active --quiet {q} && systemctl kill -s KILL {q}",
         f"systemctl stop {q} 2>/dev/null || true",
+        f"rm -f {mark}",
         "printf 'waited=%s\\n' \"$((t / 2))\"",
     ])
+
+
+def clear_drain_mark_script(unit: str) -> str:
+    """Shell: a unit about to be (re)started is not draining."""
+    return f"rm -f {shlex.quote(drain_mark(unit))}"
 
 
 def remove_staging_script() -> str:
@@ -124,21 +145,27 @@ def remove_staging_script() -> str:
     return "\n".join([
         f"systemctl stop {unit} 2>/dev/null || true",
         f"systemctl disable {unit} >/dev/null 2>&1 || true",
-        f"rm -f {shlex.quote(STAGING_UNIT_PATH)} {shlex.quote(STAGING_LAUNCHER_PATH)}",
+        f"rm -f {shlex.quote(STAGING_UNIT_PATH)} {shlex.quote(STAGING_LAUNCHER_PATH)} "
+        f"{shlex.quote(drain_mark(STAGING_UNIT))}",
         "systemctl daemon-reload",
         f"systemctl reset-failed {unit} 2>/dev/null || true",
     ])
 
 
 def state_command() -> str:
-    """Shell, one line per fact: the module the router's launcher imports, the staging unit's state and file, and
-    whether the redirect table exists."""
+    """Shell, one line per fact: the module the router's launcher imports, the staging unit's state and file,
+    whether the redirect table exists and whether it still sends new connections (its port set is not empty: the
+    finish phase empties it first), and which of the two units was sent SIGTERM and drains (drain_mark)."""
     return "\n".join([
         "printf 'module=%s\\n' \"$(sed -n 's/^from \\([A-Za-z_]*\\)\\.launch_router import.*/\\1/p' "
         f"{shlex.quote(LAUNCHER_PATH)} 2>/dev/null)\"",
         f"printf 'staging=%s\\n' \"$(systemctl is-active {shlex.quote(STAGING_UNIT)} 2>/dev/null)\"",
         f"[ -f {shlex.quote(STAGING_UNIT_PATH)} ] && echo staging_unit=yes",
         f"command -v nft >/dev/null 2>&1 && nft list table ip {NFT_TABLE} >/dev/null 2>&1 && echo redirect=yes",
+        f"command -v nft >/dev/null 2>&1 && nft list set ip {NFT_TABLE} ports 2>/dev/null | grep -q 'elements' "
+        "&& echo redirecting=yes",
+        f"[ -e {shlex.quote(drain_mark(UNIT))} ] && echo router_draining=yes",
+        f"[ -e {shlex.quote(drain_mark(STAGING_UNIT))} ] && echo staging_draining=yes",
         "true",
     ])
 
@@ -156,12 +183,19 @@ class MigrationState:
     staging: str = "inactive"  # `systemctl is-active` of the staging unit
     staging_unit: bool = False
     redirect: bool = False
+    #: The redirect still sends new connections for the public port (its set holds the port): not yet finishing.
+    redirecting: bool = False
+    #: Sent SIGTERM by a graceful stop that did not see it exit (drain_mark): the router's unit, the staging unit.
+    router_draining: bool = False
+    staging_draining: bool = False
 
     @classmethod
     def parse(cls, output: str) -> MigrationState:
         kv = key_values(output)
         return cls(module=kv.get("module", ""), staging=kv.get("staging", "") or "inactive",
-                   staging_unit=kv.get("staging_unit") == "yes", redirect=kv.get("redirect") == "yes")
+                   staging_unit=kv.get("staging_unit") == "yes", redirect=kv.get("redirect") == "yes",
+                   redirecting=kv.get("redirecting") == "yes", router_draining=kv.get("router_draining") == "yes",
+                   staging_draining=kv.get("staging_draining") == "yes")
 
     @property
     def leftover(self) -> bool:
@@ -171,7 +205,8 @@ class MigrationState:
     def text(self) -> str:
         parts = []
         if self.staging_unit or self.staging == "active":
-            parts.append(f"staging unit {STAGING_UNIT} ({self.staging})")
+            draining = ", draining" if self.staging_draining and self.staging == "active" else ""
+            parts.append(f"staging unit {STAGING_UNIT} ({self.staging}{draining})")
         if self.redirect:
-            parts.append(f"nft table ip {NFT_TABLE}")
+            parts.append(f"nft table ip {NFT_TABLE}" + ("" if self.redirecting else " (no longer redirecting)"))
         return " and ".join(parts) or "nothing"

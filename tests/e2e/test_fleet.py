@@ -238,7 +238,8 @@ def test_real_router_routes_to_the_simulated_servers(fleet: Fleet, tmp_path: Pat
             assert until(lambda: [w.url for w in router.list_workers()] == [urls[1]])
             assert requests.post(f"{base}/v1/chat/completions", json=chat, timeout=120).status_code == 200
             # `status group` shows what the router thinks of each host's server
-            router_yaml.write_text(f"router:\n  host: {router_addr}\n  port: 30000\n  policy: round_robin\n"
+            router_yaml.write_text(f"router:\n  package: sglang-router\n  host: {router_addr}\n  port: 30000\n"
+                                   "  policy: round_robin\n"
                                    "  workers: prod\n")
             res = fleet.env.run("--json", "status", "group", "prod")
             doc = res.json

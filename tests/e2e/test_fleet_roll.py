@@ -56,7 +56,8 @@ def rolled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RolledFleet]:
             start_router(run_dir, address, 30000, list(urls.values()), policy="round_robin",
                          extra=["--health-check-interval-secs", "1"])
             (base.env.inventory / "router.yaml").write_text(
-                f"router:\n  host: {address}\n  port: 30000\n  policy: round_robin\n  workers: prod\n")
+                f"router:\n  package: sglang-router\n  host: {address}\n  port: 30000\n  policy: round_robin\n"
+                "  workers: prod\n")
             fleet = RolledFleet(env=base.env, names=base.names, root=base.root, infos=base.infos,
                                 router=f"http://{address}:30000", urls=urls)
             assert until(lambda: all(fleet.listed().values()), 120), fleet.listed()

@@ -155,7 +155,100 @@ def test_a_migration_killed_after_the_redirect_is_undone_and_redone_by_the_next_
     # killed before 0.3.2's stop began (the usual case): undone, then migrated again; a kill that raced into the
     # switch's graceful stop leaves 0.3.2 stopped: completed
     assert ("router: migration: undoing an interrupted migration" in res.stdout
-            and "changed — migrated sglang-router to smg 1.13.0" in res.stdout) or (
+            and "changed — undid an interrupted migration, then migrated sglang-router to smg 1.13.0" in res.stdout
+            ) or (
             "router: migration: completing an interrupted migration" in res.stdout), res.stdout
     assert _package(fleet) == "smg" and _serves(fleet)
+    assert _left(fleet) == {"staging": "inactive", "staging_file": "", "nft": ""}, _left(fleet)
+
+
+def test_a_migration_killed_in_its_finish_is_completed_without_stopping_the_serving_smg(mfleet: RouterFleet) -> None:
+    """Back on 0.3.2, then the router section without `package:` (smg is the default: `plan` says the running
+    0.3.2 would be migrated, issue 50, 14), then `up` SIGKILLed once its finish began (smg serves the public port,
+    the staging smg still runs behind a redirect table that no longer redirects): the next `up`, under client
+    load, gates the serving smg and finishes; it never stops it (its process is the same before and after) and no
+    request fails (issue 50, 3: the resume took the staging unit's `active` for a switch still to do and stopped
+    the serving smg: connections refused, 404s)."""
+    import signal
+
+    fleet = mfleet
+    fleet.write_router()  # package: sglang-router
+    back = fleet.env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
+    assert back.rc == 0 and _package(fleet) == "sglang_router", back.text
+    (fleet.env.inventory / "router.yaml").write_text(ROUTER_YAML.replace("  package: {package}\n", "").format(
+        host=fleet.names[0]))
+    plan = fleet.env.run("plan", "group", "prod", timeout=600)
+    assert plan.rc == 0, plan.text
+    assert ("migrate the running sglang-router to smg 1.13.0 (the inventory names no router.package: smg is the "
+            "default) with no request dropped") in plan.stdout, plan.stdout
+    assert _package(fleet) == "sglang_router" and not _left(fleet)["staging_file"]  # a plan changes nothing
+    fleet.env.env["PYTHONUNBUFFERED"] = "1"
+    proc = fleet.env.popen("up", "group", "prod", "--skip-bench", "--skip-weights", lock_ttl_s=5)
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if "migration: new connections on :30000 reach sglang-router again" in line:
+            proc.send_signal(signal.SIGKILL)
+            break
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, "".join(seen)
+    assert _package(fleet) == "smg" and _left(fleet)["staging_file"], _left(fleet)
+    serving_pid = _ct(fleet, "systemctl show -p MainPID --value sglang-router")
+    assert serving_pid not in ("", "0")
+    with Client(fleet.url, resend_closed_keepalive=True) as client, \
+            Streams(fleet.url, resend_closed_keepalive=True) as streams:
+        assert until(lambda: client.ok >= 2 and streams.ok >= 1, 60), (client.failed[:5], streams.failed[:5])
+        res = fleet.env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
+        after = client.ok
+        assert until(lambda: client.ok >= after + 2, 60), client.failed[:5]
+    print(res.stdout[-3000:])  # docs/fleet.md (pytest -s)
+    print("requests:", client.ok, "streams:", streams.ok, "sent again after a keep-alive close:",
+          client.resent + streams.resent)
+    assert res.rc == 0, res.text
+    assert "router: migration: finishing an interrupted migration" in res.stdout, res.stdout
+    assert "smg already serves :30000 as sglang-router: checked, not restarted" in res.stdout, res.stdout
+    assert re.search(r"changed — finished what an interrupted migration left \(staging unit sglang-router-staging "
+                     r"\(active(, draining)?\) and nft table ip deploy_mig \(no longer redirecting\)\); "
+                     r"unit unchanged, router active with 2 worker\(s\)", res.stdout), res.stdout
+    assert client.failed == [] and streams.failed == [] and streams.truncated == 0, (
+        client.failed[:5], streams.failed[:5], streams.truncated)
+    assert _ct(fleet, "systemctl show -p MainPID --value sglang-router") == serving_pid
+    assert _package(fleet) == "smg" and _serves(fleet)
+    assert _left(fleet) == {"staging": "inactive", "staging_file": "", "nft": ""}, _left(fleet)
+
+
+def test_a_flag_change_of_a_running_smg_hands_the_port_over_with_no_request_lost(mfleet: RouterFleet) -> None:
+    """smg serves the public port; a `router.flags` change under client load: `up` hands the port over through a
+    staging smg (stage, redirect, graceful stop, final unit, finish), not a restart, and no request fails; the unit
+    it writes lets smg's grace period run (TimeoutStopSec = 180 + 15: issue 50, 11; it was 30, which killed smg
+    while it finished its streams)."""
+    fleet = mfleet
+    yaml_smg = ROUTER_YAML.format(package="smg", host=fleet.names[0])
+    (fleet.env.inventory / "router.yaml").write_text(yaml_smg)
+    first = fleet.env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
+    assert first.rc == 0 and _package(fleet) == "smg", first.text
+    old_pid = _ct(fleet, "systemctl show -p MainPID --value sglang-router")
+    (fleet.env.inventory / "router.yaml").write_text(yaml_smg + "  flags:\n    queue-timeout-secs: 61\n")
+    plan = fleet.env.run("plan", "group", "prod", timeout=600)
+    assert "hand the public port over to the new router through a staging smg, no request dropped" in plan.stdout, \
+        plan.stdout
+    with Client(fleet.url, resend_closed_keepalive=True) as client, \
+            Streams(fleet.url, resend_closed_keepalive=True) as streams:
+        assert until(lambda: client.ok >= 2 and streams.ok >= 1, 60), (client.failed[:5], streams.failed[:5])
+        res = fleet.env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
+        after = client.ok
+        assert until(lambda: client.ok >= after + 2, 60), client.failed[:5]
+    print(res.stdout[-3000:])  # docs/fleet.md (pytest -s)
+    print("requests:", client.ok, "streams:", streams.ok, "sent again after a keep-alive close:",
+          client.resent + streams.resent)
+    assert res.rc == 0, res.text
+    for line in ("router: migration: stage smg on :30010", "router: migration: smg runs as sglang-router on :30000",
+                 "router: migration: redirect removed;"):
+        assert line in res.stdout, res.stdout
+    assert client.failed == [] and streams.failed == [] and streams.truncated == 0, (
+        client.failed[:5], streams.failed[:5], streams.truncated)
+    unit = _ct(fleet, "cat /etc/systemd/system/sglang-router.service")
+    assert "TimeoutStopSec=195" in unit and "--queue-timeout-secs 61" in unit, unit
+    assert _ct(fleet, "systemctl show -p MainPID --value sglang-router") != old_pid
     assert _left(fleet) == {"staging": "inactive", "staging_file": "", "nft": ""}, _left(fleet)

@@ -214,7 +214,7 @@ def test_up_host_of_a_worker_drains_it_only_when_its_server_restarts(smg_fleet: 
     print(up.stdout)  # docs/up.md's example run (pytest -s)
     assert up.rc == 0, up.text
     assert (f"{host} is a router worker and this run restarts its server (server_unit would change): it is drained "
-            "from the router first") in up.stdout, up.stdout
+            "from the router as its restart begins") in up.stdout, up.stdout
     assert f"{host} ({fleet.urls[host]}) is out of the router while it restarts" in up.stdout, up.stdout
     assert f"{host} is back in the router, healthy" in up.stdout, up.stdout
     assert client.failed == [] and streams.failed == [] and streams.truncated == 0, (
@@ -282,3 +282,60 @@ def test_a_roll_killed_behind_smg_resumes_and_every_host_is_back_in_selection(sm
     assert until(lambda: all(fleet.listed().values()), 60), fleet.listed()
     assert ready.lowest >= 1, ready.lowest  # never 0 ready workers, through the kill and the resume
     assert client.failed == [], client.failed[:5]  # the killed host had been drained out, or not yet touched
+
+
+def test_up_host_interrupted_while_its_new_stack_builds_leaves_the_worker_in_the_router(
+        smg_fleet: RoutedFleet) -> None:
+    """`up host` of a worker whose profile moved to another sglang (a new stack, built beside the running server),
+    Ctrl-C while pip builds it: the server was never touched, so the host must still be in the router, serving,
+    with nothing said about it being out (issue 50, 6: the drain came before the build, and the interrupted run
+    left it out with "it does not run a release that passed its checks"). The drain comes right before the
+    restart instead."""
+    import signal
+
+    from tests.e2e.conftest import write_profiles
+    from tests.e2e.test_stacks import RENAMED
+
+    fleet = smg_fleet
+    host = fleet.names[1]
+    assert until(lambda: all(fleet.listed().values()), 60), fleet.listed()
+    fleet.env.set_profile(sglang_version="0.5.23", flags=RENAMED)
+    try:
+        fleet.env.env["PYTHONUNBUFFERED"] = "1"
+        proc = fleet.env.popen("up", "host", host, "--skip-bench", "--skip-weights", lock_ttl_s=5)
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if "pip:" in line:  # the new stack builds beside the running server
+                proc.send_signal(signal.SIGINT)
+                break
+        seen += proc.stdout.readlines()
+        proc.wait(timeout=120)
+    finally:  # the profile's own stack and flags again, for the module's other tests
+        fleet.env.profile_overrides.pop("sglang_version", None)
+        for key in RENAMED:
+            fleet.env.profile_overrides["flags"].pop(key, None)
+        write_profiles(fleet.env.inventory, fleet.env.profile_overrides)
+    out = "".join(seen)
+    print(out[-3000:])
+    assert proc.returncode != 0 and any("pip:" in line for line in seen), out
+    assert "stays out of the router" not in out and "is out of the router" not in out, out
+    assert fleet.listed()[host], fleet.listed()
+    assert until(lambda: all(fleet.listed().values()), 30), fleet.listed()
+
+
+def test_a_roll_that_turns_a_workers_metrics_off_is_refused_before_any_change(smg_fleet: RoutedFleet) -> None:
+    """`roll host H --unset enable-metrics` of a worker: its add-back checks the router's reach by the server's
+    request counter on /metrics, so the host could never be put back. Refused (exit 2) before any drain or change
+    (issue 50, 8: the roll kept the release, then refused to put the host back)."""
+    fleet = smg_fleet
+    host = fleet.names[0]
+    assert until(lambda: all(fleet.listed().values()), 60), fleet.listed()
+    before = fleet.releases()
+    res = fleet.env.run("roll", "host", host, "--unset", "enable-metrics", "--skip-bench", timeout=600)
+    print(res.text)  # docs/roll.md (pytest -s)
+    assert res.rc == 2, res.text
+    assert f"{host} is a router worker and `" in res.text and "turns its server's enable-metrics off" in res.text
+    assert "nothing was drained or changed" in res.text and "is out of the router while" not in res.text, res.text
+    assert fleet.releases() == before and all(fleet.listed().values()), fleet.listed()

@@ -16,6 +16,8 @@ the router managed by `deploy up` on the first host, starts `--clients` streamin
 - the router lists exactly the hosts that serve;
 - no lease is left on any host, and no bench process;
 - no secret (the fleet's API key) in any output deploy printed or in a world-readable file under /etc/sglang;
+- a router change (`router-kill-PHASE`: 0.3.2 → smg, or an smg flag) killed as a phase of its staging path began
+  is completed or undone by the recovery's `up group` (the router invariant above holds after it);
 - every tune's record and report match the host: a tune that said "restored" left the host on its original release
   (read back right after it exited, before any recovery); a finished tune's record names the release the host
   runs; no command other than the tune succeeded on its host while the tune ran.
@@ -102,9 +104,18 @@ class Soak:
     seen: list[str] = field(default_factory=list)
     value_index: int = 0
     tunes: list[Tune] = field(default_factory=list)  # the tunes this step started (recovered and checked after it)
+    router_index: int = 0  # router changes made so far (router_change_killed)
+    router_package: str = "sglang-router"  # what the inventory's router section names now
     early: list[str] = field(default_factory=list)  # violations seen during the step, before its recovery
 
     # -------------------------------------------------------------------------------- the tool, as operators run it
+    def write_router(self, package: str, flags: dict[str, Any] | None = None) -> None:
+        """The inventory's router section: managed on the first host, the group's hosts its workers."""
+        text = f"router:\n  package: {package}\n  runs_on: {self.infos[0].name}\n  workers: {GROUP}\n"
+        if flags:
+            text += "  flags:\n" + "".join(f"    {k}: {v}\n" for k, v in flags.items())
+        (self.env.inventory / "router.yaml").write_text(text)
+
     def deploy(self, *args: str, timeout: float = ROLL_TIMEOUT_S) -> Result:
         res = self.env.run(*args, timeout=timeout)
         self.outputs.append(res.text)
@@ -497,6 +508,47 @@ def command_during_tune(kind: str) -> Callable[[Soak, Step], None]:
     return inject
 
 
+#: A router change `up` makes through the staging path (router/migrate.py), by phase: the line it prints as the phase
+#: begins. The first such fault of a soak on sglang-router migrates it to smg; later ones (or a soak on smg) change
+#: a flag of the running smg, which hands over through the same phases.
+ROUTER_PHASES = {"stage": "router: migration: stage smg on",
+                 "redirect": "router: migration: new connections on",
+                 "switch": "router: migration: stopping sglang-router gracefully",
+                 "finish": "reach sglang-router again; stopping the staging smg"}
+#: The smg flag each router change sets, to its next value (so every change is a real one).
+ROUTER_KNOB, ROUTER_VALUES = "queue-timeout-secs", (61, 62)
+
+
+def router_change_killed(phase: str) -> Callable[[Soak, Step], None]:
+    """`up group` making a router change (0.3.2 → smg, or an smg flag) SIGKILLed as the given phase begins: the
+    recovery's `up group` finds what it left and completes or undoes it (issue 50, 3); the clients must see no
+    failure the resume causes, and the invariants must hold after it."""
+    def inject(soak: Soak, step: Step) -> None:
+        info = soak.infos[0]
+        step.host = info.name
+        soak.router_index += 1
+        value = ROUTER_VALUES[soak.router_index % len(ROUTER_VALUES)]
+        soak.write_router("smg", {ROUTER_KNOB: value})
+        proc = soak.start("up", "group", GROUP, "--skip-bench")
+        assert proc.stdout is not None
+        out: list[str] = []
+        killed = False
+        for line in proc.stdout:
+            out.append(line)
+            if ROUTER_PHASES[phase] in line:
+                os.killpg(proc.pid, signal.SIGKILL)
+                killed = True
+                break
+        rest, _ = proc.communicate(timeout=ROLL_TIMEOUT_S)
+        soak.outputs.append("".join(out) + (rest or ""))
+        what = f"migration to smg ({ROUTER_KNOB}={value})" if soak.router_package == "sglang-router" \
+            else f"smg flag change ({ROUTER_KNOB}={value})"
+        soak.router_package = "smg"
+        step.detail = (f"{what}: up group SIGKILLed as its {phase} phase began" if killed
+                       else f"{what}: up group ended before its {phase} phase (exit {proc.returncode})")
+    return inject
+
+
 FAULTS: dict[str, Callable[[Soak, Step], None]] = {
     "sigkill": signal_mid_roll(signal.SIGKILL),
     "sigterm": signal_mid_roll(signal.SIGTERM),
@@ -520,6 +572,7 @@ FAULTS: dict[str, Callable[[Soak, Step], None]] = {
     "tune-vs-roll": command_during_tune("roll"),
     "tune-vs-up": command_during_tune("up"),
     "tune-vs-resume": command_during_tune("resume"),
+    **{f"router-kill-{phase}": router_change_killed(phase) for phase in ROUTER_PHASES},
 }
 
 
@@ -560,16 +613,21 @@ def main() -> int:
         api_key = f"chaos-{rng.getrandbits(64):016x}"
         key_file.write_text(api_key)
         key_file.chmod(0o600)
-        (env.inventory / "router.yaml").write_text(f"router:\n  package: {args.router}\n  runs_on: {infos[0].name}\n"
-                                                   f"  workers: {GROUP}\n")
         env.set_profile(api_key={"file": str(key_file)})
         presets = yaml.safe_load((env.inventory / "presets.yaml").read_text())
         presets["presets"][TUNE_PRESET] = PRESET
         (env.inventory / "presets.yaml").write_text(yaml.safe_dump(presets, sort_keys=False))
         soak = Soak(env, infos, rng, api_key)
+        soak.write_router(args.router)
+        soak.router_package = args.router
         up = soak.deploy("--json", "up", "group", GROUP, "--skip-bench", timeout=3600)
         if up.rc != 0:
-            print(up.text[-3000:])
+            try:  # what failed, not the tail of a long JSON document
+                doc = json.loads(up.stdout)
+                hosts = [{k: h.get(k) for k in ("host", "result", "error")} for h in doc.get("hosts", [])]
+                print(json.dumps({"router": doc.get("router"), "hosts": hosts}, indent=1)[-3000:])
+            except json.JSONDecodeError:
+                print(up.text[-3000:])
             return 1
         router_url = (json.loads(up.stdout).get("router") or {}).get("url")
         if not router_url:

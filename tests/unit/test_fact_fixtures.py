@@ -25,7 +25,7 @@ from tests.shared import EXAMPLE_INVENTORY
 
 FIXTURES = Path(__file__).resolve().parents[1] / "facts"
 #: The router the router facts' commands are rendered for, and the argv its probe checks.
-ROUTER_SPEC = RouterSpec(runs_on="pve-gpu-1")
+ROUTER_SPEC = RouterSpec(runs_on="pve-gpu-1", package="sglang-router")
 ROUTER_ARGV = ("--policy", "random")
 
 

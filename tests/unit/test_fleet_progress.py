@@ -96,7 +96,7 @@ def test_router_converge_says_when_it_starts_when_the_install_starts_and_ends_an
     import orchestrator.remote.ssh as ssh
 
     inv = load_inventory(EXAMPLE_INVENTORY)
-    inv = inv.model_copy(update={"router": RouterSpec(runs_on="pve-gpu-1")})
+    inv = inv.model_copy(update={"router": RouterSpec(runs_on="pve-gpu-1", package="sglang-router")})
     reads: list[int] = []
 
     def read_facts(ct: Any, spec: Any, argv: list[str]) -> RouterFacts:

@@ -24,6 +24,9 @@ URLS = ["http://127.0.0.141:8000", "http://127.0.0.142:8000"]
 
 
 def inventory(router: dict[str, object], groups: dict[str, list[str]] | None = None) -> Inventory:
+    """The example inventory's host three times, with `router` (sglang-router 0.3.2 unless it names a package: these
+    tests were written against it, and smg is the default since issue 50)."""
+    router = {"package": "sglang-router", **router} if router else router
     base = load_inventory(EXAMPLE_INVENTORY)
     seed = base.hosts["pve-gpu-1"]
     hosts = {n: seed.model_copy(update={"name": n, "address": f"10.9.0.{i}"}).model_dump()
@@ -34,7 +37,8 @@ def inventory(router: dict[str, object], groups: dict[str, list[str]] | None = N
 
 
 def test_unit_has_owned_fields_and_canonical_flags_and_no_key() -> None:
-    spec = RouterSpec(policy="round_robin", flags={"health-check-interval": 5, "disable-retries": True})
+    spec = RouterSpec(package="sglang-router", policy="round_robin",
+                      flags={"health-check-interval": 5, "disable-retries": True})
     bundle = render_router(spec, router_schema(ROUTER_0_3_2), URLS, "s3cret-key")
     assert bundle.argv == ("--host", "127.0.0.1", "--port", "30000", "--policy", "round_robin", "--worker-urls",
                            *URLS, "--disable-retries", "--health-check-interval-secs", "5")  # prefix → canonical

@@ -89,3 +89,18 @@ def test_no_smg_no_line_and_an_unanswered_endpoint_is_said() -> None:
     point.router_note = "smg's metrics (http://10.9.0.1:29000/metrics) did not answer: no per-worker split"
     assert _router_line(point) == f"  router: {point.router_note}"
     assert point.to_dict()["router_metrics"] == {"error": point.router_note}
+
+
+def test_a_removed_workers_sentinel_series_read_as_absent() -> None:
+    """Issue 50 (LOW): smg keeps a removed worker's per-worker series at -1 rather than dropping them; a reader
+    that took them as values saw -1 active requests (a drain done before it began), a circuit state "unknown (-1)"
+    and a counter that went backwards. Each reader treats a negative value as no series. (The -1 lines are added in
+    smg's exposition format to the real capture, as the issue reports them.)"""
+    gone = "http://127.0.0.1:18003"
+    text = AFTER + "".join(f'{name}{{worker="{gone}"{extra}}} -1\n' for name, extra in (
+        (metrics.ACTIVE, ""), (metrics.CB_STATE, ""), (metrics.HEALTH, ""), (metrics.SENT, ',model="m"')))
+    assert metrics.active_requests(text, gone) is None
+    assert gone not in metrics.per_worker(text, metrics.CB_STATE)
+    assert gone not in metrics.per_worker(text, metrics.HEALTH)
+    assert metrics.per_worker_sum(text, metrics.SENT) == {W1: 2.0, W2: 15.0}
+    assert metrics.window(AFTER, text).circuit == {W1: "closed", W2: "closed"}

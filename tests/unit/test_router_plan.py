@@ -37,7 +37,7 @@ def test_a_plan_on_a_fresh_host_says_up_would_install_the_router(monkeypatch: py
     import orchestrator.remote.ssh as ssh
 
     inv = load_inventory(EXAMPLE_INVENTORY)
-    inv = inv.model_copy(update={"router": RouterSpec(runs_on="pve-gpu-1")})
+    inv = inv.model_copy(update={"router": RouterSpec(runs_on="pve-gpu-1", package="sglang-router")})
     node = FreshNode()
     monkeypatch.setattr(ssh, "SshHost", lambda *a, **k: nullcontext(node))
     monkeypatch.setattr(converge, "router_api_key", lambda _inv: None)

@@ -50,6 +50,7 @@ class FakeWorker:
     served: int = 0
     running: int = 0  # its sglang:num_running_reqs gauge
     key: str | None = KEY
+    metrics: bool = True  # --enable-metrics: off, /metrics is FastAPI's 404
     server: http.server.ThreadingHTTPServer | None = None
 
     @property
@@ -92,7 +93,9 @@ def _serve(handler: type[http.server.BaseHTTPRequestHandler]) -> http.server.Thr
 def _worker(w: FakeWorker) -> FakeWorker:
     class H(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            if self.path == "/metrics":
+            if self.path == "/metrics" and not w.metrics:
+                _reply(self, 404, {"detail": "Not Found"})
+            elif self.path == "/metrics":
                 _reply(self, 200, f'sglang:num_requests_total{{model_name="m"}} {float(w.served)}\n'
                                   f'sglang:num_running_reqs{{model_name="m"}} {float(w.running)}\n')
             elif self.path == "/health" and w.key and self.headers.get("Authorization") != f"Bearer {w.key}":
@@ -298,6 +301,22 @@ def test_reconcile_adds_checked_workers_and_removes_the_others(pool) -> None:
         b.broken = False
         done = reconcile(client, [Worker("a", a.url, KEY), b_worker], [c_worker])
     assert done.text() == "added b; removed c" and set(router.workers) == {a.url, b.url}
+
+
+def test_reconcile_and_the_add_back_refuse_alike_a_worker_without_metrics(pool) -> None:
+    """Issue 50, 8: the add-back refused a worker whose /metrics is off (it cannot check the router's reach), and
+    `up group`'s live reconcile then added it without that check. Both refuse it now, before adding it."""
+    router, (a, b, _c) = pool
+    _listed(router, a)
+    b.metrics = False
+    with RouterClient(router.url, KEY) as client:
+        done = reconcile(client, [Worker("a", a.url, KEY), Worker("b", b.url, KEY)], [])
+        assert done.added == [] and b.url not in router.workers, done
+        assert done.refused["b"] == (f"{b.url}/metrics gives no sglang:num_requests_total (enable-metrics off?): "
+                                     "cannot tell whether the router reaches this worker")
+    with pytest.raises(CheckFailed, match=r"failed its check before being added back: .*enable-metrics off"):
+        _drainer(router).restore(b.url, KEY)
+    assert b.url not in router.workers
 
 
 # ---------------------------------------------------------------------------------------------- claims

@@ -286,7 +286,9 @@ def test_the_inventory_selects_smg_and_its_pinned_release() -> None:
     spec = RouterSpec(package="smg", runs_on="a")
     assert (spec.version, spec.venv, spec.host) == ("1.13.0", "/opt/smg", "0.0.0.0")
     assert release_of(spec) == RouterRelease("smg", "1.13.0")
-    old = RouterSpec()
+    # issue 50, 14: an inventory that names no package gets smg; sglang-router 0.3.2 only when named
+    assert (RouterSpec().package, RouterSpec().version, RouterSpec().venv) == ("smg", "1.13.0", "/opt/smg")
+    old = RouterSpec(package="sglang-router")
     assert (old.package, old.version, old.venv) == ("sglang-router", "0.3.2", "/opt/sglang-router")
     with pytest.raises(ValueError, match="package"):
         RouterSpec(package="sglang-gateway")
@@ -301,7 +303,8 @@ def test_the_smg_unit_runs_smg_with_health_settings_that_do_not_wait_a_minute() 
     assert int(argv[argv.index("--health-check-timeout-secs") + 1]) > 20  # above sglang's own /health timeout
     assert "from smg.launch_router import launch_router, parse_router_args" in bundle.launcher.content
     assert "smg 1.13.0" in bundle.unit.content and "s3cret" not in bundle.unit.content
-    old = render_router(RouterSpec(), router_schema(RouterRelease("sglang-router", "0.3.2")), URLS, None)
+    old = render_router(RouterSpec(package="sglang-router"), router_schema(RouterRelease("sglang-router", "0.3.2")),
+                        URLS, None)
     assert "--health-check-timeout-secs" not in old.argv
     assert "from sglang_router.launch_router import" in old.launcher.content
     with pytest.raises(ConfigError, match=r"no packaged flag schema for smg 9\.9\.9 \(known: 1\.13\.0\)"):

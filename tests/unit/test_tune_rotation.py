@@ -79,3 +79,38 @@ def test_an_up_plan_restarts_the_server_only_through_its_restarting_steps() -> N
     assert restarting_changes(plan(("container", "would-change"), ("sglang_install", "ok"),
                                    ("server_unit", "would-change"))) == ["container", "server_unit"]
     assert restarting_changes(plan(("sglang_install", "would-change"))) == ["sglang_install"]
+
+
+def test_a_lazy_drain_happens_at_the_first_restarting_step_and_an_interrupt_before_it_leaves_the_host_in(
+        pool) -> None:  # noqa: F811
+    """Issue 50, 6: `up host` / `roll host --profile` of a worker build the new stack beside the running server;
+    the host is drained only as the first step that restarts it begins, so a Ctrl-C during the build leaves it in
+    the router (before, it was drained first and left out, "it does not run a release that passed its checks")."""
+    from orchestrator.fleet.rotation import drain_before, drain_points
+
+    assert drain_points(["sglang_install", "server_unit"]) == {"server_unit"}
+    assert drain_points(["sglang_install"]) == {"server_unit"}  # a new stack: its restart is server_unit's
+    assert drain_points(["container", "server_unit"]) == {"container", "server_unit"}
+    router, a, b = _keyless(pool)
+    inv = _fleet_inventory(router, a, b)
+    said: list[str] = []
+    seen: list[str] = []
+    with pytest.raises(KeyboardInterrupt), out_of_rotation(inv, "gpu-1", say=said.append, drain_timeout_s=2.0,
+                                                           back_ok=lambda: False, lazy=True) as rotation:
+        hook = drain_before(rotation, drain_points(["sglang_install", "server_unit"]),
+                            lambda name, _r: seen.append(name))
+        for step in ("connect", "container", "sglang_install"):
+            hook(step, None)
+        assert a.url in router.workers  # still serving while the stack builds
+        raise KeyboardInterrupt
+    assert a.url in router.workers and seen == ["connect", "container", "sglang_install"]
+    assert not any("out of the router" in s for s in said), said
+    with out_of_rotation(inv, "gpu-1", say=said.append, drain_timeout_s=2.0, back_ok=lambda: False,
+                         lazy=True) as rotation:
+        hook = drain_before(rotation, frozenset({"server_unit"}), None)
+        hook("sglang_install", None)
+        assert a.url in router.workers
+        hook("server_unit", None)
+        assert a.url not in router.workers  # out as the restart begins
+        hook("server_unit", None)  # once only
+    assert a.url in router.workers and any("back in the router" in s for s in said), said
