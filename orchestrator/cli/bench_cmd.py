@@ -164,7 +164,7 @@ def energy_line(e: Any) -> str:
 
 
 def _print_profile(app: AppContext, outcome: Any) -> None:
-    from orchestrator.profile.render import breakdown_table, verdict_lines
+    from orchestrator.cli.profile_view import breakdown_table, verdict_lines
 
     if outcome.breakdown is None or outcome.verdict is None:
         app.out.line(f"  [warn] no step-time breakdown: {outcome.problem}")
