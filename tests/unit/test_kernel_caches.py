@@ -99,17 +99,15 @@ def test_release_meta_keeps_the_cache_and_reads_an_older_release() -> None:
 
 
 def test_a_start_on_a_new_cache_is_cold_in_the_ledger() -> None:
-    lines_warm = BootStart(complete=True, cold=False, total_s=6.0)
-    fresh = lines_warm.with_cache(CacheCheck(dir="/d", state="fresh"))
+    lines_warm = BootStart(complete=True, total_s=6.0)
+    fresh = lines_warm.judged(CacheCheck(dir="/d", state="fresh"))
     assert fresh.cold and fresh.kernel_cache is not None and fresh.summary().endswith("kernel cache fresh")
-    warm = lines_warm.with_cache(CacheCheck(dir="/d", state="warm"))
-    assert not warm.cold and warm.summary() == "warm start 6 s, kernel cache warm"
-    assert lines_warm.with_cache(None) == lines_warm
-    # a warm autotune cache still prints autotune's line: with the check, only a JIT phase makes it cold
-    read_tuned = BootStart(complete=True, cold=True, total_s=5.0, phases=[BootPhase(name="autotune", seconds=0.0)])
-    assert not read_tuned.with_cache(CacheCheck(dir="/d", state="warm")).cold
-    compiled = BootStart(complete=True, cold=True, total_s=9.0, phases=[BootPhase(name="jit", seconds=8.0)])
-    assert compiled.with_cache(CacheCheck(dir="/d", state="warm")).cold
+    warm = lines_warm.judged(CacheCheck(dir="/d", state="warm"))
+    assert warm.cold is False and warm.summary() == "warm start 6 s, kernel cache warm"
+    assert lines_warm.judged(None).cold is None  # no check, nothing to compare: not known
+    # a warm autotune cache still prints autotune's line: with the check, the line decides nothing
+    read_tuned = BootStart(complete=True, total_s=5.0, phases=[BootPhase(name="autotune", seconds=0.0)])
+    assert read_tuned.judged(CacheCheck(dir="/d", state="warm")).cold is False
 
 
 def _spec(**extra: object) -> dict[str, object]:
