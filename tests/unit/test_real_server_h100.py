@@ -210,3 +210,17 @@ def test_every_cache_the_real_start_wrote_is_under_the_managed_directory() -> No
 
 def test_real_paths_are_read_from_a_path_not_hard_coded() -> None:
     assert Path(REAL / "PROVENANCE.md").read_text().count("0.5.12.post1") >= 1
+
+
+# ------------------------------------------------------------------ the /metrics readers on a real server's series
+
+
+def test_the_tools_metrics_readers_read_the_real_series() -> None:
+    from orchestrator.router.checks import REQUESTS_COUNTER
+    from orchestrator.router.drain import in_flight
+    from orchestrator.watchdog.probe import PROGRESS_COUNTERS, metric_sum
+
+    text = (REAL / "cold.metrics.txt").read_text()
+    assert in_flight(text) == 0  # idle after the start: running + queued, both real gauges read
+    assert metric_sum(text, (REQUESTS_COUNTER,)) == 1.0  # the warmup request
+    assert metric_sum(text, PROGRESS_COUNTERS) == 16.0 + 13.0 + 11.0 + 8.0

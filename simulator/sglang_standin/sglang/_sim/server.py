@@ -278,12 +278,13 @@ async def health_generate(sim: Sim) -> bool:
 
 
 def _metrics(sim: Sim) -> str:
-    """Real sglang's /metrics series, names, types and labels: the scheduler's gauges carry `engine_type`,
-    `model_name`, `pp_rank` and `tp_rank` (one scheduler reports, TP rank 0 of the one pipeline stage); the
-    tokenizer manager's counters carry `model_name` only."""
+    """Real sglang's /metrics series, names, types and labels (0.5.12.post1 on an H100,
+    tests/fixtures/sglang/real-h100/cold.metrics.txt): the scheduler's gauges carry `engine_type`, `model_name`,
+    `moe_ep_rank`, `pp_rank` and `tp_rank` (one scheduler reports, rank 0 of the one pipeline stage); the
+    tokenizer manager's counters carry `engine_type` and `model_name`."""
     e = sim.engine
-    tokenizer = f'model_name="{sim.name}"'
-    scheduler = f'engine_type="unified",model_name="{sim.name}",pp_rank="0",tp_rank="0"'
+    tokenizer = f'engine_type="unified",model_name="{sim.name}"'
+    scheduler = f'engine_type="unified",model_name="{sim.name}",moe_ep_rank="0",pp_rank="0",tp_rank="0"'
     used = sum(r.input_len + len(r.out) for r in e.running)
     rows = [
         ("num_running_reqs", "gauge", "The number of running requests.", e.num_running, scheduler),
