@@ -112,7 +112,8 @@ class BootStart(BaseModel):
         if slowest >= COLD_FACTOR * mine and slowest - mine >= COLD_MIN_S:
             return False, f"capture {mine:.1f} s against {slowest:.1f} s of an earlier (cold) start"
         for b, _ in reversed(prior):  # as long as the last start whose kind is known
-            if b.cold is not None:
+            # a short capture as long as a cold one's: too short to tell a compile from none
+            if b.cold is False or (b.cold is True and mine >= COLD_MIN_S):
                 return b.cold, f"capture {mine:.1f} s, as long as an earlier {'cold' if b.cold else 'warm'} start's"
         return None, f"capture {mine:.1f} s, as long as every earlier start's (none of known kind)"
 
