@@ -264,7 +264,7 @@ def test_cold_first_start_once_per_kernel_cache_then_warm_starts(ct: CtRoot,
     assert cold >= 2.8 and warm < cold - 1.5, (cold, warm)
 
 
-# ------------------------------------------------------------------ as the real server did (tests/fixtures/sglang/real-h100)
+# ------------------------------------------------ as the real server did (tests/fixtures/sglang/real-h100)
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "sglang" / "real-h100"
 #: The lines the tool keys on (boot ledger, fatal verdicts, health wait, drain), each in the real start's log.
