@@ -162,7 +162,8 @@ def parse_boot(lines: list[str], *, healthy: bool = False, launched_at: datetime
     run inside capture (the stand-in compiles while capturing): a phase's seconds exclude those nested in it, so
     the phases add up to the total. `healthy`: the server answered /health 200 before the ready line was read (the
     health wait stops at the first 200): the start is complete at its last line read. `launched_at`: when systemd
-    started the unit's main process (naive local time, as sglang stamps): the imports before the first line count.
+    started the unit's main process (naive local time, as sglang stamps): the imports before the first line count,
+    and lines stamped before it (the previous process's drain, read after a restart's cursor) do not.
     """
     first: datetime | None = None
     now: datetime | None = None
@@ -171,6 +172,7 @@ def parse_boot(lines: list[str], *, healthy: bool = False, launched_at: datetime
     ready_at: datetime | None = None
     last_mark: datetime | None = None
     moe_missing: list[str] = []
+    launch = _naive(launched_at) if launched_at is not None else None
 
     def close(at: datetime) -> None:
         name, since, nested = stack.pop()
@@ -184,8 +186,8 @@ def parse_boot(lines: list[str], *, healthy: bool = False, launched_at: datetime
         t = line_time(line)
         if t is not None:
             now = _naive(t)
-        if now is None:
-            continue
+        if now is None or (launch is not None and now < launch):
+            continue  # before this process began: the previous one's last lines (a restart's drain)
         if first is None:
             first = now
         moe = MOE_DEFAULT_CONFIG.search(line)
@@ -227,7 +229,6 @@ def parse_boot(lines: list[str], *, healthy: bool = False, launched_at: datetime
     phases = [BootPhase(name=n, seconds=durations[n]) for n in order if n in durations]
     if ready_at is not None:
         phases.append(BootPhase(name="warmup", seconds=max(0.0, (ready_at - (last_mark or first)).total_seconds())))
-    launch = _naive(launched_at) if launched_at is not None else None
     if launch is not None and launch <= first:
         phases.insert(0, BootPhase(name="imports", seconds=(first - launch).total_seconds()))
         first = launch

@@ -224,3 +224,15 @@ def test_the_tools_metrics_readers_read_the_real_series() -> None:
     assert in_flight(text) == 0  # idle after the start: running + queued, both real gauges read
     assert metric_sum(text, (REQUESTS_COUNTER,)) == 1.0  # the warmup request
     assert metric_sum(text, PROGRESS_COUNTERS) == 16.0 + 13.0 + 11.0 + 8.0
+
+
+def test_a_restart_reads_the_previous_process_drain_lines_and_leaves_them_out() -> None:
+    """After `systemctl restart` the journal after the cursor starts with the old process's drain (its SIGTERM
+    and `Gracefully exiting` lines): with the unit's start time they are not this start's."""
+    lines, launched = server_log("cold.server.log")
+    old = ["[2026-12-07 15:12:31] SIGTERM received. signum=None frame=None. Draining requests and shutting down...",
+           "[2026-12-07 15:12:36] Gracefully exiting... Remaining number of requests 0. Remaining requests "
+           "remaining_rids=[]."]
+    start = parse_boot(old + lines, launched_at=launched)
+    assert start is not None and start.phases[0].name == "imports" and start.started_at == launched.isoformat()
+    assert start.total_s is not None and abs(start.total_s - 122.5) < 1
