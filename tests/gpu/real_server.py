@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import tarfile
@@ -146,9 +147,13 @@ class Server:
         phase = CapturePhase()
         seen = 0
         cmd = health_code_command(self.prof)
+        curl = shutil.which("curl") is not None  # the container has it; the GPU image may not
         codes: list[tuple[float, str]] = []
         while time.monotonic() - self.t_launch < timeout_s:
-            code = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True).stdout.strip() or "000"
+            if curl:
+                code = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True).stdout.strip() or "000"
+            else:
+                code = f"{http('GET', '/health', timeout=self.prof.health_probe_timeout_s)[0]:03d}"
             if not codes or codes[-1][1] != code:
                 codes.append((round(time.monotonic() - self.t_launch, 2), code))
             new, seen = self.lines[seen:], len(self.lines)
@@ -162,7 +167,8 @@ class Server:
                 break
             time.sleep(0.5)
         stuck = phase.stuck()
-        check(f"{self.name}.health_wait", first_200_s=round(self.first_200_s or -1, 1), codes=codes,
+        check(f"{self.name}.health_wait", probe="curl" if curl else "urllib",
+              first_200_s=round(self.first_200_s or -1, 1), codes=codes,
               fatal=self.fatal.code if self.fatal else None, capture_open=stuck.line if stuck else None)
         return self.first_200_s is not None
 
@@ -272,8 +278,8 @@ def streams(n: int, max_tokens: int, key: str) -> tuple[list[threading.Thread], 
     return threads, results
 
 
-def bench(prof: ServerProfile, key: str, tag: str, sampled: bool) -> dict[str, Any]:
-    preset = BenchPreset(random_input_len=128, random_output_len=64, random_range_ratio=1.0, num_prompts=200,
+def bench(prof: ServerProfile, key: str, tag: str, sampled: bool, num_prompts: int = 200) -> dict[str, Any]:
+    preset = BenchPreset(random_input_len=128, random_output_len=64, random_range_ratio=1.0, num_prompts=num_prompts,
                          max_concurrency=32)
     out_file = str(CAP / f"bench_{tag}.jsonl")
     cmd = f"export OPENAI_API_KEY={shlex.quote(key)}; " + bench_command(
@@ -352,7 +358,9 @@ def profiler_check(key: str) -> None:
                       timeout=60, key=key)
     for th in threads:
         th.join(60)
-    time.sleep(2)
+    deadline = time.monotonic() + 20  # the trace is written when the steps are done, after the requests
+    while time.monotonic() < deadline and not any(p.is_file() for p in pdir.rglob("*.gz")):
+        time.sleep(1)
     traces = sorted((str(p.relative_to(pdir)), p.stat().st_size) for p in pdir.rglob("*") if p.is_file())
     check("profiler", status=code, body=body.strip()[:160], traces=traces[:4])
 
@@ -364,6 +372,59 @@ def answers_check(name: str, flag: str, key: str, reference: Record | None) -> N
     cand = record_of(golden(key), name)
     v = judge(cand, reference, Thresholds())
     check(name, flag=flag, passed=v.passed, answers=len(cand.answers), findings=[f.line() for f in v.findings][:4])
+
+
+def sampler_main() -> int:
+    """SUITE_MODE=sampler: the sampler's cost alone, on runs long enough to tell (2000 prompts, about 15 s of load
+    each), alternating off and on so that neither order nor warm-up favours one; then the profiler and a drain."""
+    CAP.mkdir(parents=True, exist_ok=True)
+    OUT.mkdir(parents=True, exist_ok=True)
+    key = os.urandom(16).hex()
+    Path(KEY_FILE).write_text(key)
+    os.chmod(KEY_FILE, 0o600)
+    if not Path(f"{VENV}/bin/python").exists():
+        os.symlink(f"{VENV}/bin/python3", f"{VENV}/bin/python")
+    prof = profile()
+    shape = CacheShape.from_flags(MODEL, prof.flags)
+    ckey = cache_key(STACK_SHA, VENV, shape)
+    directory = cache_dir(ckey)
+    try:
+        env = unit_env(prof, directory, key)
+        first = cache_check(directory, ckey, shape)
+        srv = Server("sampler", prof, env)
+        srv.start()
+        ok = srv.wait_healthy(300)
+        b = srv.boot(first, [])
+        check("sampler.boot_ledger", state=first.state if first else None, summary=b.summary() if b else None,
+              phases={p.name: p.seconds for p in b.phases} if b else None)
+        if not ok:
+            return 1
+        runs: dict[str, list[float]] = {"off": [], "on": []}
+        for i, mode in enumerate(("off", "on", "off", "on")):
+            if left() < 110:
+                check(f"bench.{i}.{mode}", skipped=f"{left():.0f} s of the budget left")
+                continue
+            got = attempt(f"bench.{i}.{mode}", bench, prof, key, f"{i}_{mode}", sampled=mode == "on",
+                          num_prompts=2000)
+            if got:
+                check(f"bench.{i}.{mode}", **got)
+                runs[mode].append(got["output_tok_s"])
+        if runs["off"] and runs["on"]:
+            off, on = sum(runs["off"]) / len(runs["off"]), sum(runs["on"]) / len(runs["on"])
+            check("bench.sampler_cost", off_tok_s=runs["off"], on_tok_s=runs["on"],
+                  pct=round((off - on) / off * 100, 1))
+        attempt("profiler", profiler_check, key)
+        threads, results = streams(6, 3000, key)
+        time.sleep(1.5)
+        check("drain", **srv.sigterm(threads), streams=results)
+    finally:
+        REPORT["elapsed_s"] = round(time.monotonic() - T0, 1)
+        (OUT / "report.json").write_text(json.dumps(REPORT, indent=1, default=str))
+        with tarfile.open(OUT / "captures.tar.gz", "w:gz") as tar:
+            for p in sorted(CAP.rglob("*")):
+                if p.is_file() and p.stat().st_size < 8_000_000:
+                    tar.add(p, arcname=str(p.relative_to(CAP)))
+    return 0
 
 
 def main() -> int:
@@ -393,7 +454,8 @@ def main() -> int:
             boots.append(b)
         if not ok:
             REPORT["stopped"] = "cold start not healthy"
-            cold.sigterm()
+            if cold.proc is not None and cold.proc.poll() is None:
+                cold.sigterm()
             return 1
         attempt("endpoints", endpoints_check, key)
         attempt("smoke", smoke_check)
@@ -460,4 +522,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(sampler_main() if os.environ.get("SUITE_MODE") == "sampler" else main())
