@@ -135,9 +135,11 @@ class CacheCheck(BaseModel):
         if self.state == "unchecked":
             return f"kernel cache {self.dir} could not be checked ({self.reason})"
         if self.state == "fresh":
-            return f"kernel cache {self.dir} is new: this start compiles and autotunes (cold)"
+            why = f" ({self.reason})" if self.reason else ""
+            return f"kernel cache {self.dir} is new{why}: this start compiles and autotunes (cold)"
         if self.state == "absent":
-            return f"kernel cache {self.dir} is not there yet: the next start is cold"
+            why = f" ({self.reason})" if self.reason else ""
+            return f"kernel cache {self.dir} is not there yet{why}: the next start is cold"
         if self.state == "failing":
             return f"kernel cache {self.dir} fails its check ({self.reason}): the next start sets it aside"
         return f"kernel cache {self.dir} is warm (its own stack and shape)"
@@ -188,7 +190,11 @@ try:
                         break
             if reason:
                 break
-    if not reason:
+    if not reason and not [e for e in os.listdir(d) if e != "deploy-cache.json"]:
+        # its manifest and nothing else: the start after the check ended before it wrote a kernel (a real
+        # 0.5.12.post1 that died parsing its flags left exactly this); the next start compiles everything
+        say("absent" if look else "fresh", "it holds only its manifest: no start has written a kernel to it yet")
+    elif not reason:
         say("warm")
     elif look:
         say("failing", reason)

@@ -47,7 +47,15 @@ from orchestrator.gates.correctness import Record, Thresholds, judge, parse_answ
 from orchestrator.inventory.models import BenchPreset, ServerProfile
 from orchestrator.parsers.bench import parse_bench_output
 from orchestrator.parsers.boot import BootStart, parse_boot
-from orchestrator.render.service import ENV_PATH, SECRETS_PATH, launch_argv, render_env, render_secrets
+from orchestrator.render.service import (
+    ENV_PATH,
+    LOGGING_PATH,
+    SECRETS_PATH,
+    launch_argv,
+    render_env,
+    render_logging,
+    render_secrets,
+)
 from orchestrator.resources import probe_text
 from orchestrator.router.drain import in_flight
 from orchestrator.telemetry.sampler import build_sampled_bench_script, parse_sampled_output, run_samples
@@ -212,6 +220,7 @@ def unit_env(prof: ServerProfile, directory: str, api_key: str) -> dict[str, str
     if secrets is not None:
         Path(SECRETS_PATH).write_text(secrets.content)
         os.chmod(SECRETS_PATH, 0o600)
+    logging_cfg = render_logging(prof, flags)  # keeps sglang's argument dump (the key in clear) out of the log
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LD_LIBRARY_PATH", "PYTHONPATH",
                                                           "CUDA_HOME", "LANG", "TERM")}
     for line in env_file.content.splitlines():
@@ -220,6 +229,9 @@ def unit_env(prof: ServerProfile, directory: str, api_key: str) -> dict[str, str
             env[k] = v.strip().strip('"')
     Path("/run/sglang").mkdir(parents=True, exist_ok=True)  # the unit's RuntimeDirectory
     env.update(PYTHONUNBUFFERED="1", PROMETHEUS_MULTIPROC_DIR="/run/sglang")
+    if logging_cfg is not None:  # the unit's Environment=SGLANG_LOGGING_CONFIG_PATH (has_secrets)
+        Path(LOGGING_PATH).write_text(logging_cfg.content)
+        env["SGLANG_LOGGING_CONFIG_PATH"] = LOGGING_PATH
     (CAP / "env_names.txt").write_text("\n".join(sorted(env)) + "\n")  # names only: never a secret value
     return env
 

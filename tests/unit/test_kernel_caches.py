@@ -60,6 +60,13 @@ def test_the_cache_check_creates_keeps_and_sets_aside(tmp_path: Path) -> None:
     assert not d.exists()  # a look changes nothing
     first = parse_check(_check(tmp_path, spec))
     assert first is not None and first.state == "fresh" and first.cold and (d / "deploy-cache.json").is_file()
+    # the start after that check died before it wrote a kernel (the real server did, in its argument parsing, on the
+    # GPU machine; the next start then compiled for 58 s on a cache the check had called warm): still cold
+    again = parse_check(_check(tmp_path, spec))
+    assert again is not None and again.state == "fresh" and again.cold and "holds only its manifest" in again.reason
+    looked_empty = parse_check(_check(tmp_path, spec, look=True))
+    assert looked_empty is not None and looked_empty.state == "absent" and "only its manifest" in looked_empty.line()
+    (d / "triton").mkdir()  # a start wrote its kernels
     warm = parse_check(_check(tmp_path, spec))
     assert warm is not None and warm.state == "warm" and not warm.cold
     tuned = d / "flashinfer" / "autotune" / "0.6.1" / "sm120" / "0123456789abcdef"
