@@ -5,7 +5,13 @@ results are valid only for the stack that made them (the flashinfer build, trito
 (model, quantization, TP, MoE backend). So the unit's env points every cache at
 
     /var/cache/deploy/kernels/<stack sha>-<shape sha>/      SGLANG_CACHE_DIR (flashinfer/autotune/… under it)
-                                                         triton/, .cache/flashinfer/ (JIT), deep_gemm/
+                                                         triton/, .cache/flashinfer/ (JIT), deep_gemm/, tvm-ffi/,
+                                                         sglang-jit/, tilelang/, cuda/, cute-dsl/, inductor/
+
+Every cache a real start writes (sglang 0.5.12.post1 on an H100, tests/fixtures/sglang/real-h100/du_caches.txt:
+flashinfer's JIT, triton, sglang's own JIT kernels through tvm-ffi in ~/.cache/tvm-ffi, the PTX JIT in ~/.nv) and
+those of the paths the H100 did not take (DeepGEMM, TileLang's NSA indexer kernels, CuTe DSL, Inductor; sglang
+0.5.23's SGLANG_JIT_CACHE_DIR) is pointed under the directory, so none lands in $HOME or /tmp.
 
 `/var/cache/deploy/kernels` is a bind mount of a host directory (container.kernel_cache, default
 /var/lib/deploy/kernel-cache/<vmid>), so a rebuilt container keeps its caches. A changed stack or shape is another
@@ -79,13 +85,21 @@ def cache_dir(key: str) -> str:
 
 
 def cache_env(directory: str) -> list[tuple[str, str]]:
-    """The variables that point sglang, flashinfer, triton and DeepGEMM at `directory` (sorted by name)."""
+    """The variables that point every kernel and JIT cache of the stack at `directory` (sorted by name)."""
     return sorted([
         ("SGLANG_CACHE_DIR", directory),  # sglang's own: flashinfer/autotune/<fi version>/sm<NN>/<key>/ under it
         ("TRITON_CACHE_DIR", f"{directory}/triton"),
         ("FLASHINFER_WORKSPACE_BASE", directory),  # flashinfer's JIT: <base>/.cache/flashinfer/…
         ("SGLANG_DG_CACHE_DIR", f"{directory}/deep_gemm"),
         ("DG_JIT_CACHE_DIR", f"{directory}/deep_gemm"),
+        # sglang's own JIT kernels (fused rope, activation, KV-cache stores) build through tvm-ffi's load_inline,
+        # default ~/.cache/tvm-ffi (apache-tvm-ffi 0.1.9, tvm_ffi/cpp/extension.py)
+        ("TVM_FFI_CACHE_DIR", f"{directory}/tvm-ffi"),
+        ("SGLANG_JIT_CACHE_DIR", f"{directory}/sglang-jit"),  # sglang 0.5.23's jit_kernel (~/.cache/sglang/jit)
+        ("TILELANG_CACHE_DIR", f"{directory}/tilelang"),  # the NSA/DSA indexer kernels (~/.tilelang/cache)
+        ("CUDA_CACHE_PATH", f"{directory}/cuda"),  # the driver's PTX JIT (~/.nv/ComputeCache)
+        ("CUTE_DSL_CACHE_DIR", f"{directory}/cute-dsl"),  # nvidia-cutlass-dsl (/tmp: a tmpfs on Debian 13)
+        ("TORCHINDUCTOR_CACHE_DIR", f"{directory}/inductor"),  # torch.compile (/tmp/torchinductor_<user>)
     ])
 
 
@@ -121,9 +135,11 @@ class CacheCheck(BaseModel):
         if self.state == "unchecked":
             return f"kernel cache {self.dir} could not be checked ({self.reason})"
         if self.state == "fresh":
-            return f"kernel cache {self.dir} is new: this start compiles and autotunes (cold)"
+            why = f" ({self.reason})" if self.reason else ""
+            return f"kernel cache {self.dir} is new{why}: this start compiles and autotunes (cold)"
         if self.state == "absent":
-            return f"kernel cache {self.dir} is not there yet: the next start is cold"
+            why = f" ({self.reason})" if self.reason else ""
+            return f"kernel cache {self.dir} is not there yet{why}: the next start is cold"
         if self.state == "failing":
             return f"kernel cache {self.dir} fails its check ({self.reason}): the next start sets it aside"
         return f"kernel cache {self.dir} is warm (its own stack and shape)"
@@ -174,7 +190,11 @@ try:
                         break
             if reason:
                 break
-    if not reason:
+    if not reason and not [e for e in os.listdir(d) if e != "deploy-cache.json"]:
+        # its manifest and nothing else: the start after the check ended before it wrote a kernel (a real
+        # 0.5.12.post1 that died parsing its flags left exactly this); the next start compiles everything
+        say("absent" if look else "fresh", "it holds only its manifest: no start has written a kernel to it yet")
+    elif not reason:
         say("warm")
     elif look:
         say("failing", reason)

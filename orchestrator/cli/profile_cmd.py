@@ -20,8 +20,8 @@ def profile() -> None:
 def import_traces(app: AppContext, traces: tuple[str, ...], stage: str) -> int:
     """Read torch-profiler traces (one per rank, .json.gz or .json) and print each rank's step-time breakdown
     and the verdict with its next action. Changes nothing, connects nowhere."""
-    from orchestrator.profile.breakdown import breakdown
     from orchestrator.cli.profile_view import breakdown_table, verdict_lines
+    from orchestrator.profile.breakdown import breakdown
     from orchestrator.profile.trace import read_trace
     from orchestrator.profile.verdict import judge
 

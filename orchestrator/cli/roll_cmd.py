@@ -376,7 +376,7 @@ def _last_start(boot: object) -> str:
         start = BootStart.model_validate(boot)
     except ValueError:
         return "-"
-    kind = "cold" if start.cold else "warm"
+    kind = {True: "cold", False: "warm", None: "start"}[start.cold]
     return f"{kind} {start.total_s:.0f} s" if start.total_s is not None else f"{kind}, not finished"
 
 

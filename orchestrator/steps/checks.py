@@ -7,6 +7,7 @@ import re
 import shlex
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential
@@ -15,7 +16,7 @@ from orchestrator.bench.stats import estimate, median_index
 from orchestrator.errors import CheckFailed, HostChanged, RemoteError
 from orchestrator.facts import CT, health_code_command
 from orchestrator.layout import PATHS
-from orchestrator.parsers.boot import KEEP_STARTS, BootStart, parse_boot
+from orchestrator.parsers.boot import KEEP_STARTS, BootStart, parse_boot, parse_systemd_time
 from orchestrator.parsers.server_process import ServerProcess, argv_difference, parse_server_process
 from orchestrator.releases.store import record_boot_script
 from orchestrator.render.service import public_flags
@@ -44,6 +45,7 @@ class HealthProbe:
     sub: str = ""
     new_lines: list[str] = field(default_factory=list)
     cursor: str | None = None  # the journal position after `new_lines`: the next probe reads only what follows
+    main_started: str = ""  # systemd's ExecMainStartTimestamp: the imports before sglang's first line count from it
 
 
 def journal_after(unit: str, cursor: str | None) -> str:
@@ -74,7 +76,8 @@ def probe_shell(ctx: StepContext, cursor: str | None) -> str:
     p = ctx.profile
     unit = shlex.quote(ctx.ct.paths.unit_name)
     return (f"printf 'code=%s\\n' \"$({health_code_command(p)})\"; "
-            f"systemctl show -p ActiveState -p SubState -p NRestarts {unit}; echo '--journal--'; "
+            f"systemctl show -p ActiveState -p SubState -p NRestarts -p ExecMainStartTimestamp {unit}; "
+            "echo '--journal--'; "
             f"{journal_after(ctx.ct.paths.unit_name, cursor)}")
 
 
@@ -84,7 +87,8 @@ def parse_health_probe(stdout: str) -> HealthProbe:
     lines, cursor = split_cursor(journal.splitlines())
     return HealthProbe(code=values.get("code", "000"), active=values.get("ActiveState", "unknown"),
                        restarts=int(values.get("NRestarts", "0") or 0), sub=values.get("SubState", ""),
-                       new_lines=[ln for ln in lines if ln.strip()], cursor=cursor)
+                       new_lines=[ln for ln in lines if ln.strip()], cursor=cursor,
+                       main_started=values.get("ExecMainStartTimestamp", ""))
 
 
 def probe_health(ctx: StepContext, cursor: str | None) -> HealthProbe:
@@ -147,11 +151,13 @@ def wait_healthy(ctx: StepContext, record: StepRecord, *, timeout_s: float | Non
     restarts_at_start: list[int] = []
     phase = CapturePhase()
     capture_since: list[float] = []  # when this wait first saw a rank capturing, while one still is
+    main_started: list[str] = [""]
 
     def read(probe: HealthProbe) -> None:
         """Take a probe's new journal lines; a fatal one ends the wait at once, quoted."""
         if probe.cursor is not None:
             cursor[0] = probe.cursor
+        main_started[0] = probe.main_started or main_started[0]
         for line in probe.new_lines[-5:]:
             ctx.say(f"  journal: {line}")
         seen.extend(probe.new_lines)
@@ -203,19 +209,20 @@ def wait_healthy(ctx: StepContext, record: StepRecord, *, timeout_s: float | Non
         add_host_xids(ctx, err, time.monotonic() - start)
         raise
     record.details["journal_tail"] = seen[-10:]
-    record_boot(ctx, record, seen)
+    record_boot(ctx, record, seen, parse_systemd_time(main_started[0]))
     return time.monotonic() - start
 
 
-def record_boot(ctx: StepContext, record: StepRecord, journal: list[str]) -> BootStart | None:
+def record_boot(ctx: StepContext, record: StepRecord, journal: list[str],
+                launched_at: datetime | None = None) -> BootStart | None:
     """The boot ledger: this start's phases from the lines the health wait read, appended to the current release's
     boot.jsonl (one small write; the wait runs only after a start, so a converged `up` reads and writes nothing).
     Never fails the run: a ledger that cannot be written is said and skipped."""
-    boot = parse_boot(journal, healthy=True)
+    boot = parse_boot(journal, healthy=True, launched_at=launched_at)
     if boot is None:
         return None
     check = ctx.state.server.cache
-    boot = boot.with_cache(check)
+    boot = boot.judged(check, ctx.facts.find(CT.current_boot) or [])
     if check is not None:  # --json says what the check before this start did, in the words the output used
         record.details["kernel_cache"] = {**check.model_dump(mode="json"), "line": check.line()}
     ctx.state.server.boot = boot
@@ -232,7 +239,7 @@ def record_boot(ctx: StepContext, record: StepRecord, journal: list[str]) -> Boo
     return boot
 
 
-@step("health", ct_facts=(CT.health, CT.active))
+@step("health", ct_facts=(CT.health, CT.active, CT.current_boot))
 def health(ctx: StepContext, record: StepRecord) -> None:
     """Wait for /health 200 (journal excerpts while waiting; fatal lines end the wait at once)."""
     ensure_facts(ctx)

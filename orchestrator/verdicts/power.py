@@ -68,6 +68,24 @@ def offered_concurrency(bench: BenchResult) -> int | None:
     return bench.num_prompts
 
 
+def held_concurrency(bench: BenchResult) -> tuple[int | None, str]:
+    """Requests the server really held in flight, and how it was measured: the bench's mean concurrency (the sum of
+    request latencies over the run's duration, `concurrency` in its JSONL), else the same from its mean latency.
+
+    Never bench_serving's "Peak concurrent requests" (`max_concurrent_requests`): it counts the requests that overlap
+    each 1 s bucket, so with short requests it exceeds the offered load (142 at --max-concurrency 32 on a real H100)
+    and would hide a real shortfall. Only when nothing else is known, that peak capped at the offered load."""
+    if bench.concurrency is not None:
+        return round(bench.concurrency), "mean"
+    if bench.mean_e2e_latency_ms is not None and bench.duration_s and bench.completed:
+        return round(bench.completed * bench.mean_e2e_latency_ms / 1000.0 / bench.duration_s), "mean"
+    offered = offered_concurrency(bench)
+    if bench.max_concurrent_requests is not None:
+        peak = bench.max_concurrent_requests
+        return (min(peak, offered) if offered else peak), "peak"
+    return None, "peak"
+
+
 def diagnose(
     bench: BenchResult | None,
     telemetry: TelemetrySummary | None,
@@ -110,14 +128,12 @@ def _bench_findings(bench: BenchResult, mrr: int | None) -> list[Diagnosis]:
                              message="no request completed: the server did not answer the benchmark",
                              figures={"completed": 0}))
     offered = offered_concurrency(bench)
-    reached = bench.max_concurrent_requests
-    measure = "peak"
-    if reached is None and bench.concurrency is not None:
-        reached, measure = round(bench.concurrency), "mean"
+    reached, measure = held_concurrency(bench)
     if offered and reached is not None and reached < CONCURRENCY_SHORTFALL_RATIO * offered:
         arrival_s = (bench.num_prompts / bench.request_rate
                      if bench.num_prompts and bench.request_rate and math.isfinite(bench.request_rate) else None)
         figures: dict[str, Figure] = {"reached": reached, "measure": measure, "offered": offered,
+                                      "peak_1s_buckets": bench.max_concurrent_requests,
                                       "request_rate": bench.request_rate, "arrival_s": _r(arrival_s),
                                       "duration_s": bench.duration_s, "max_running_requests": mrr,
                                       "threshold_ratio": CONCURRENCY_SHORTFALL_RATIO}
@@ -155,7 +171,13 @@ def _release(version: str) -> tuple[int, ...] | None:
 def autotune_lever(boot: BootStart | None, moe_runner_backend: str | None, sglang_version: str | None = None) -> str:
     """The concrete lever: the boot ledger shows the server's last start had no FlashInfer autotune phase while its
     MoE runner is flashinfer_cutlass; what to do depends on the release (≥ 0.5.13 autotunes it upstream, 0.5.12.post1
-    needs the example stack patch); else the generic lever."""
+    needs the example stack patch); a start that ran on sglang's default MoE kernel config (no tuned file for this GPU
+    and Triton) names that file; else the generic lever."""
+    if boot is not None and boot.moe_config_missing:
+        return (f"the server ran its fused MoE kernel on the default config (\"Using default MoE kernel config. "
+                f"Performance might be sub-optimal! Config file not found at {boot.moe_config_missing[0]}\"): a "
+                "config tuned for this GPU and Triton version (sglang's benchmark/kernels/fused_moe_triton) is the "
+                "lever")
     if not (boot is not None and boot.complete and boot.phase("autotune") is None
             and (moe_runner_backend or "").replace("-", "_") == "flashinfer_cutlass"):
         return GENERIC_LEVER

@@ -104,9 +104,23 @@ NO_NVCC = FatalPattern(
     "where it carries one (sglang 0.5.23: <venv>/lib/python3.X/site-packages/nvidia/cu13), or install the CUDA "
     "toolkit of that version in the container (/usr/local/cuda)")
 
-#: In order: the first pattern a line matches names its verdict.
-FATAL_PATTERNS: tuple[FatalPattern, ...] = (NAN, UNSUPPORTED_ARCH, CUDA_GRAPH_OOM, CUDA_OOM, ILLEGAL_MEMORY,
-                                            NCCL_TIMEOUT, GPU_XID, NO_CUDA_ARCH, CUBIN_FETCH,
+#: The server's own advice after a failed piecewise capture (sglang 0.5.12's `piecewise_cuda_graph_runner.py`).
+WORKAROUND = re.compile(r"To work around this error, (?P<advice>.+?)\s*$")
+PIECEWISE_CUDA_GRAPH = FatalPattern(
+    "piecewise-cuda-graph",
+    re.compile(r"Piecewise CUDA Graph failed with error: (?P<error>.+)"),
+    "capturing the piecewise CUDA graphs (on by default since sglang 0.5.12, experimental) failed; the kernel error "
+    "happened during that capture, not in serving (seen on an H100 with FA3 attention: CUBLAS_STATUS_EXECUTION_FAILED "
+    "or an illegal memory access)",
+    "set `disable-piecewise-cuda-graph: true` in the profile's flags (deploy roll HOST --set "
+    "disable-piecewise-cuda-graph=true), as the server itself says: \"To work around this error, add "
+    "--disable-piecewise-cuda-graph to your launch command.\"",
+    detail=lambda m: f"the error was {m.group('error').strip()[:200]!r}")
+
+#: In order: the first pattern a line matches names its verdict. The piecewise capture's own line comes first: its
+#: error text (an illegal memory access) would otherwise name a kernel bug with the wrong fix.
+FATAL_PATTERNS: tuple[FatalPattern, ...] = (PIECEWISE_CUDA_GRAPH, NAN, UNSUPPORTED_ARCH, CUDA_GRAPH_OOM, CUDA_OOM,
+                                            ILLEGAL_MEMORY, NCCL_TIMEOUT, GPU_XID, NO_CUDA_ARCH, CUBIN_FETCH,
                                             NO_C_COMPILER, NO_PYTHON_HEADERS, NO_NVCC)
 
 CAPTURE_STUCK = FatalPattern(
@@ -115,6 +129,9 @@ CAPTURE_STUCK = FatalPattern(
     "lower --cuda-graph-max-bs, or --disable-cuda-graph to confirm; on PCIe-only GPUs check P2P (deploy verify-p2p) "
     "and try --disable-custom-all-reduce; raise start_timeout_s only if capture was still progressing")
 CAPTURE_END = re.compile(r"Capture cuda graph end")
+#: sglang 0.5.12's piecewise CUDA graph capture (on by default), after the decode graphs: the same absence is stuck.
+PIECEWISE_BEGIN = re.compile(r"Capture piecewise CUDA graph begin")
+PIECEWISE_END = re.compile(r"Capture piecewise CUDA graph end")
 #: The rank tags of sglang's default log prefix, e.g. `[2026-05-05 04:41:51 DP2 TP2 EP2]` → `DP2 TP2 EP2`.
 RANK_PREFIX = re.compile(r"^\[[^\]]*?\b((?:[DTPE]P\d+\s*)+)\]")
 
@@ -143,9 +160,9 @@ class CapturePhase:
     open: dict[str, str] = field(default_factory=dict)  # rank tag ("" without one) -> its begin line
 
     def feed(self, line: str) -> None:
-        if CAPTURE_STUCK.pattern.search(line):
+        if CAPTURE_STUCK.pattern.search(line) or PIECEWISE_BEGIN.search(line):
             self.open[rank_of(line)] = line.strip()
-        elif CAPTURE_END.search(line):
+        elif CAPTURE_END.search(line) or PIECEWISE_END.search(line):
             self.open.pop(rank_of(line), None)
 
     @property
@@ -157,9 +174,15 @@ class CapturePhase:
         if not self.open:
             return None
         line = next(iter(self.open.values()))
-        m = CAPTURE_STUCK.pattern.search(line)
+        m = CAPTURE_STUCK.pattern.search(line) or PIECEWISE_BEGIN.search(line)
         assert m is not None
-        return _verdict(CAPTURE_STUCK, line, m)
+        stuck = _verdict(CAPTURE_STUCK, line, m)
+        if PIECEWISE_BEGIN.search(line):  # the piecewise graphs have their own switch
+            return FatalLine(stuck.code, stuck.line, stuck.meaning.replace("CUDA-graph capture",
+                                                                           "Piecewise CUDA-graph capture"),
+                             "set `disable-piecewise-cuda-graph: true` in the profile's flags to confirm; "
+                             + stuck.fix)
+        return stuck
 
 
 def rank_of(line: str) -> str:
@@ -171,13 +194,25 @@ def find_fatal(lines: list[str], phase: CapturePhase | None = None) -> FatalLine
     """The first known fatal line. `phase` carries the capture state over from earlier lines (and is updated):
     an out-of-memory line while a rank is capturing CUDA graphs is `cuda-graph-oom`, not plain `cuda-oom`."""
     phase = phase if phase is not None else CapturePhase()
-    for line in lines:
+    for i, line in enumerate(lines):
         phase.feed(line)
         for pat in FATAL_PATTERNS:
             m = pat.pattern.search(line)
             if m is not None:
-                return _verdict(CUDA_GRAPH_OOM if pat is CUDA_OOM and phase.capturing else pat, line, m)
+                hit = _verdict(CUDA_GRAPH_OOM if pat is CUDA_OOM and phase.capturing else pat, line, m)
+                return _with_server_advice(hit, lines[i + 1:i + 4]) if pat is PIECEWISE_CUDA_GRAPH else hit
     return None
+
+
+def _with_server_advice(hit: FatalLine, after: list[str]) -> FatalLine:
+    """The piecewise verdict quoting the server's own workaround line when it follows (it does, two lines on)."""
+    for line in after:
+        m = WORKAROUND.search(line)
+        if m is not None:
+            return FatalLine(hit.code, hit.line, hit.meaning,
+                             f"the server says {m.group(0).strip()!r}: set `disable-piecewise-cuda-graph: true` in "
+                             "the profile's flags (deploy roll HOST --set disable-piecewise-cuda-graph=true)")
+    return hit
 
 
 def argparse_error(lines: list[str]) -> str | None:

@@ -126,7 +126,9 @@ def test_bench_sweep_writes_plot_report_and_point_dirs(converged_shared: DeployE
     for value in ("16", "64"):
         res = by_value[value]["result"]
         assert res["max_concurrency"] == int(value) and res["num_prompts"] == 64 and res["failed"] == 0
-        assert res["max_concurrent_requests"] <= int(value)
+        # the concurrency held, never above the cap (bench_serving's "Peak concurrent requests" counts requests
+        # overlapping each 1 s bucket and may exceed it, as the real one's did: docs/bench-diagnosis.md)
+        assert res["concurrency"] <= int(value)
         assert "failed-requests" not in {d["code"] for d in by_value[value]["diagnosis"]}
     # Four times the concurrency on an unsaturated server: clearly more output throughput.
     assert by_value["64"]["result"]["output_throughput"] > 1.5 * by_value["16"]["result"]["output_throughput"]

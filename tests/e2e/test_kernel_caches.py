@@ -39,6 +39,10 @@ def phases(boot: dict[str, Any]) -> list[str]:
     return [p["name"] for p in boot["phases"]]
 
 
+def capture_s(boot: dict[str, Any]) -> float:
+    return sum(p["seconds"] or 0 for p in boot["phases"] if p["name"] in ("capture", "piecewise"))
+
+
 def test_each_stack_has_its_cache_a_restart_and_a_rollback_start_warm(converged: DeployEnv) -> None:
     env = converged
     boot, d0 = last_start(env)
@@ -53,14 +57,15 @@ def test_each_stack_has_its_cache_a_restart_and_a_rollback_start_warm(converged:
     assert roll.rc == 0, roll.text[-3000:]
     boot, d1 = last_start(env)
     assert d1 == d0 and not boot["cold"] and boot["kernel_cache"]["state"] == "warm", boot
-    assert "jit" not in phases(boot)
+    assert "jit" not in phases(boot) and capture_s(boot) < 8, boot
     warm_s = boot["total_s"]
 
     add_next_profile(env)  # another sglang pin: another stack
     res = env.run("--json", "roll", "host", env.host, "--profile", NEXT, "--skip-bench")
     assert res.rc == 0, res.text[-3000:]
     boot, d2 = last_start(env)
-    assert d2 != d0 and boot["cold"] and boot["kernel_cache"]["state"] == "fresh" and "jit" in phases(boot), boot
+    assert d2 != d0 and boot["cold"] and boot["kernel_cache"]["state"] == "fresh", boot
+    assert capture_s(boot) >= 8, boot  # the compile inside capture, as a real server's JIT (no line of its own)
     # the 10 s compile, measured by the ledger in whole seconds (8 s seen on a loaded machine: a margin)
     assert boot["total_s"] >= warm_s + 5, (boot["total_s"], warm_s)
     listing = on_host(env, f"ls {HOST_CACHE}").split()

@@ -26,7 +26,7 @@ from one_host import template_host  # noqa: E402 - beside this script (tests/per
 
 from tests.e2e.conftest import DeployEnv  # noqa: E402
 
-PHASES = ("startup", "weights", "autotune", "jit", "capture", "warmup")
+PHASES = ("imports", "startup", "weights", "autotune", "jit", "capture", "piecewise", "warmup")
 
 
 def last_start(env: DeployEnv) -> tuple[str, dict[str, Any]]:

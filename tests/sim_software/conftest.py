@@ -107,7 +107,7 @@ def start_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
     ports: set[int] = set()
 
     def start(ct: CtRoot | None, *flags: str, start_s: float = 0.5, version: str = "0.5.12.post1",
-              env_extra: dict[str, str] | None = None) -> Server:
+              env_extra: dict[str, str] | None = None, arch: str = "GlmMoeDsaForCausalLM") -> Server:
         """The server from the repo tree, in the "container" `ct` (faults, devices, GPU dir) or in none.
 
         Each server of a test gets a port no other server of that test had: a server that never binds its port
@@ -119,7 +119,7 @@ def start_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
         ports.add(port)
         model = tmp_path / "model"
         model.mkdir(exist_ok=True)
-        (model / "config.json").write_text(json.dumps({"architectures": ["GlmMoeDsaForCausalLM"]}))
+        (model / "config.json").write_text(json.dumps({"architectures": [arch]}))
         (model / "model.safetensors").write_bytes(b"")  # the loader looks for weights files, not into them
         env = ct.env() if ct else clean_env()
         env.update(PYTHONPATH=str(STANDIN), SGLANG_SIM_START_S=str(start_s), SGLANG_SIM_VERSION=version,

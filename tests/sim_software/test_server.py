@@ -82,9 +82,10 @@ def test_health_lifecycle_and_api(start_server: Callable[..., Server]) -> None:
     assert info["version"] == "0.5.12.post1" and info["tp_size"] == 8 and info["nsa_decode_backend"]
     assert "internal_states" in info and info["max_running_requests"] == 1024
     metrics = requests.get(srv.url + "/metrics", timeout=5).text
-    assert 'sglang:generation_tokens_total{model_name="glm-5"}' in metrics
-    # the scheduler's series as real sglang labels them
-    assert 'sglang:num_running_reqs{engine_type="unified",model_name="glm-5",pp_rank="0",tp_rank="0"}' in metrics
+    # the tokenizer's and the scheduler's series as real sglang 0.5.12.post1 labels them (real-h100/cold.metrics.txt)
+    assert 'sglang:generation_tokens_total{engine_type="unified",model_name="glm-5"}' in metrics
+    assert ('sglang:num_running_reqs{engine_type="unified",model_name="glm-5",moe_ep_rank="0",pp_rank="0",'
+            'tp_rank="0"}') in metrics
     assert requests.post(srv.url + "/flush_cache", timeout=5).text.startswith("Cache flushed.")
 
 
@@ -225,7 +226,9 @@ def test_health_blocks_for_a_running_prefill_then_latches_unhealthy(ct: CtRoot,
 
 
 def test_sigterm_answers_503_and_drains_in_flight_requests(ct: CtRoot, start_server: Callable[..., Server]) -> None:
-    ct.set_state(slow_prefill_s=2.5)
+    """The real sigterm_watchdog looks at the SIGTERM flag every 5 s, then drains in 5 s steps: a request longer than
+    that first look is reported remaining, then finishes; then the server SIGKILLs itself (rc -9)."""
+    ct.set_state(slow_prefill_s=6.0)
     srv = start_server(ct, "--tp", "8", start_s=0.3)
     assert srv.wait_status(200)[-1] == 200
     thread, codes = _generate_in_background(srv)
@@ -236,8 +239,10 @@ def test_sigterm_answers_503_and_drains_in_flight_requests(ct: CtRoot, start_ser
     assert srv.proc.poll() is None  # still draining
     thread.join()
     assert codes == [200]  # the in-flight request finished, not cut
-    assert srv.proc.wait(10) == 0
+    assert srv.proc.wait(15) == -signal.SIGKILL  # real sglang SIGKILLs its own tree after the drain: rc -9
     out = srv.output()
+    assert "SIGTERM received. signum=None frame=None. Draining requests and shutting down..." in out
+    assert "Health check request received during shutdown. Returning 503." in out
     assert "Gracefully exiting... Remaining number of requests 1." in out
     assert "Gracefully exiting... Remaining number of requests 0. Remaining requests remaining_rids=[]." in out
 
@@ -257,3 +262,113 @@ def test_cold_first_start_once_per_kernel_cache_then_warm_starts(ct: CtRoot,
 
     cold, warm = start_time(), start_time()
     assert cold >= 2.8 and warm < cold - 1.5, (cold, warm)
+
+
+# ------------------------------------------------ as the real server did (tests/fixtures/sglang/real-h100)
+
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "sglang" / "real-h100"
+#: The lines the tool keys on (boot ledger, fatal verdicts, health wait, drain), each in the real start's log.
+KEYED = ("Load weight begin.", "Load weight end.", "Capture cuda graph begin.", "Capture cuda graph end.",
+         "Capture piecewise CUDA graph begin.", "Capture piecewise CUDA graph end.", "max_total_num_tokens=",
+         "Uvicorn running on http://", "The server is fired up and ready to roll!",
+         "SIGTERM received. signum=None frame=None. Draining requests and shutting down...",
+         "Health check request received during shutdown. Returning 503.",
+         "Gracefully exiting... Remaining number of requests 0. Remaining requests remaining_rids=[].")
+
+
+def test_the_lines_the_tool_keys_on_are_in_the_real_log_and_the_standins(
+        start_server: Callable[..., Server]) -> None:
+    real = (REAL / "cold.server.log").read_text()
+    srv = start_server(None, "--enable-metrics", start_s=0.6, arch="LlamaForCausalLM",
+                       env_extra={"SGLANG_SIM_GPU": "hopper"})
+    assert srv.wait_status(200)[-1] == 200
+    srv.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    assert requests.get(srv.url + "/health", timeout=5).status_code == 503
+    assert srv.proc.wait(10) == -signal.SIGKILL
+    out = srv.output()
+    for text in KEYED:
+        assert text in real, text
+        assert text in out, text
+    assert "JIT-compiling" not in out  # the real server prints no JIT line
+
+
+def test_hopper_defaults_as_the_real_server_resolves_them(start_server: Callable[..., Server]) -> None:
+    """0.5.12.post1 on an H100: `Attention backend not specified. Use fa3 backend by default.` (moe.server.log),
+    sampling flashinfer, MoE runner auto (cold.server.log's server_args)."""
+    real = (REAL / "moe.server.log").read_text()
+    line = "Attention backend not specified. Use fa3 backend by default."
+    assert line in real
+    srv = start_server(None, start_s=0.3, arch="LlamaForCausalLM", env_extra={"SGLANG_SIM_GPU": "hopper"})
+    assert srv.wait_status(200)[-1] == 200
+    assert line in srv.output() and "on SM120" not in srv.output()
+    info = requests.get(srv.url + "/server_info", timeout=5).json()
+    assert (info["attention_backend"], info["sampling_backend"], info["moe_runner_backend"]) == \
+        ("fa3", "flashinfer", "auto")
+    for name in ("sampling_backend='flashinfer'", "moe_runner_backend='auto'"):
+        assert name in real
+    given = start_server(None, "--attention-backend", "triton", start_s=0.3, arch="LlamaForCausalLM",
+                         env_extra={"SGLANG_SIM_GPU": "hopper"})
+    assert given.wait_status(200)[-1] == 200
+    assert "Attention backend not specified" not in given.output()  # said only when it picked one
+    sm120 = start_server(None, start_s=0.3, arch="LlamaForCausalLM")
+    assert sm120.wait_status(200)[-1] == 200
+    assert "Use flashinfer backend by default." in sm120.output()
+
+
+def test_the_moe_warning_mid_line_and_no_piecewise_when_disabled(start_server: Callable[..., Server]) -> None:
+    srv = start_server(None, "--disable-piecewise-cuda-graph", start_s=0.3, arch="Qwen3MoeForCausalLM",
+                       env_extra={"SGLANG_SIM_GPU": "hopper"})
+    assert srv.wait_status(200)[-1] == 200
+    out = srv.output()
+    (line,) = [ln for ln in out.splitlines() if "Using default MoE kernel config" in ln]
+    assert line.startswith("Capturing batches (bs=")  # after the progress fragment, as in the real log
+    assert "Capture piecewise CUDA graph begin" not in out
+
+
+def test_get_load_and_root_answer_as_the_real_server(start_server: Callable[..., Server]) -> None:
+    import json
+
+    real = json.loads((REAL / "cold.endpoints.json").read_text()) if (REAL / "cold.endpoints.json").exists() else None
+    srv = start_server(None, start_s=0.3)
+    assert srv.wait_status(200)[-1] == 200
+    root = requests.get(srv.url + "/", timeout=5)
+    assert root.status_code == 200 and root.json() == "SGLang is running"
+    load = requests.get(srv.url + "/get_load", timeout=5)
+    assert load.status_code == 200
+    (entry,) = load.json()
+    assert set(entry) == {"dp_rank", "num_reqs", "num_waiting_reqs", "num_tokens", "num_pending_tokens", "ts_tic"}
+    assert entry["num_reqs"] == 0
+    if real is not None:
+        assert set(json.loads(real["GET /get_load"]["body"])[0]) == set(entry)
+
+
+def test_metrics_names_and_labels_are_the_real_ones(start_server: Callable[..., Server]) -> None:
+    import re
+
+    def series(text: str) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for m in re.finditer(r"^(sglang:\w+)\{([^}]*)\}", text, re.M):
+            out.setdefault(m[1], set()).add(",".join(sorted(kv.split("=")[0] for kv in m[2].split(","))))
+        return out
+
+    real = series((REAL / "cold.metrics.txt").read_text())
+    srv = start_server(None, "--enable-metrics", start_s=0.3)
+    assert srv.wait_status(200)[-1] == 200
+    mine = series(requests.get(srv.url + "/metrics", timeout=5).text)
+    assert mine
+    for name, labels in mine.items():
+        assert name in real, name
+        assert labels <= real[name], (name, labels, real[name])
+
+
+def test_each_start_leaves_its_prometheus_directory_as_the_real_one(
+        tmp_path: Path, start_server: Callable[..., Server]) -> None:
+    prom = tmp_path / "prom"
+    prom.mkdir()
+    for _ in range(2):
+        srv = start_server(None, start_s=0.2, env_extra={"PROMETHEUS_MULTIPROC_DIR": str(prom)})
+        assert srv.wait_status(200)[-1] == 200
+        srv.proc.send_signal(signal.SIGTERM)
+        assert srv.proc.wait(10) == -signal.SIGKILL
+    assert len(list(prom.iterdir())) == 2  # its SIGKILL never cleans up: the unit's RuntimeDirectory does

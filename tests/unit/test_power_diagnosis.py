@@ -45,7 +45,7 @@ def telemetry(power: float, util: float, *, gpus: int = 8, limit: float = 600.0,
 def bench(**kw: object) -> BenchResult:
     base: dict[str, object] = {"source": "jsonl", "completed": 1024, "num_prompts": 1024, "failed": 0,
                                "output_throughput": 3000.0, "request_rate": 999.0, "max_concurrent_requests": 1000,
-                               "concurrency": 700.0}
+                               "concurrency": 950.0}
     base.update(kw)
     return BenchResult.model_validate(base)
 
@@ -110,23 +110,27 @@ def test_just_above_thresholds_is_quiet() -> None:
 
 
 def test_concurrency_shortfall_capped_by_mrr() -> None:
-    ds = diagnose(bench(max_concurrent_requests=512, max_concurrency=None), None, max_running_requests=512)
+    ds = diagnose(bench(concurrency=512.0, max_concurrency=None), None, max_running_requests=512)
     (d,) = ds
     assert d.code == "concurrency-shortfall"
-    assert d.message == "concurrency reached 512 of 1024 (peak): capped by --max-running-requests 512"
+    assert d.message == "concurrency reached 512 of 1024 (mean): capped by --max-running-requests 512"
     assert d.figures["threshold_ratio"] == CONCURRENCY_SHORTFALL_RATIO
 
 
-def test_concurrency_shortfall_burst_and_mean_fallback() -> None:
-    ds = diagnose(bench(max_concurrent_requests=None, concurrency=633.4), None, max_running_requests=2048)
+def test_concurrency_shortfall_burst_and_peak_fallback() -> None:
+    ds = diagnose(bench(concurrency=633.4), None, max_running_requests=2048)
     (d,) = ds
     assert d.message.startswith("concurrency reached 633 of 1024 (mean): the server finished requests faster")
-    assert diagnose(bench(max_concurrent_requests=900), None) == []  # 88 % of offered: fine
+    assert diagnose(bench(concurrency=900.0), None) == []  # 88 % of offered: fine
+    # the bench's 1 s-bucket peak is read only when nothing else is there, and never above the offered load
+    (d,) = diagnose(bench(concurrency=None, max_concurrent_requests=700), None)
+    assert d.message.startswith("concurrency reached 700 of 1024 (peak)")
+    assert diagnose(bench(concurrency=None, max_concurrent_requests=4000), None) == []
 
 
 def test_concurrency_offered_respects_max_concurrency() -> None:
-    assert diagnose(bench(max_concurrency=256, max_concurrent_requests=250), None) == []
-    ds = diagnose(bench(max_concurrency=256, max_concurrent_requests=100, request_rate=4.0, duration_s=300.0),
+    assert diagnose(bench(max_concurrency=256, concurrency=250.0), None) == []
+    ds = diagnose(bench(max_concurrency=256, concurrency=100.0, request_rate=4.0, duration_s=300.0),
                   None)
     assert "at 4 req/s arrivals spread over 256 s of the 300 s run and the server finished requests faster" \
         in ds[0].message

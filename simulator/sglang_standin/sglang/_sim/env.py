@@ -119,6 +119,14 @@ def ct_state() -> dict[str, Any]:
     return _read(in_path(ctside.CT_DIR) / "state.json") if real_container() else {}
 
 
+def hopper() -> bool:
+    """The host's GPUs are Hopper (SM90: the h200 profiles), where real sglang 0.5.12 picks other defaults (FA3
+    attention, MoE `auto`) than on the RTX PRO 6000 (SM120) the stand-in models otherwise. Outside a container:
+    SGLANG_SIM_GPU=hopper."""
+    profile = str(host_config().get("gpu_profile") or os.environ.get("SGLANG_SIM_GPU") or "")
+    return profile.startswith(("h200", "h100", "hopper"))
+
+
 def gpu_dir() -> Path | None:
     """Where the server reports its GPU load for nvidia-smi (ctside GPU_DIR; None outside a container)."""
     return in_path(ctside.GPU_DIR) if real_container() else None

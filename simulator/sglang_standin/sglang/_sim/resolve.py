@@ -28,7 +28,9 @@ def kv_label(args: dict[str, Any]) -> str:
     return "bf16" if kv in ("auto", "bfloat16") else kv
 
 
-def resolve(args: dict[str, Any], version: str) -> dict[str, Any]:
+def resolve(args: dict[str, Any], version: str, *, hopper: bool = False) -> dict[str, Any]:
+    """`hopper`: the defaults real 0.5.12.post1 picked on an H100 (tests/fixtures/sglang/real-h100): FA3 attention
+    for an MHA model (`_get_default_attn_backend`), MoE runner `auto` kept, sampling `flashinfer`."""
     r = dict(args)
     model = str(r.get("model_path") or "")
     r["served_model_name"] = r.get("served_model_name") or model
@@ -40,7 +42,9 @@ def resolve(args: dict[str, Any], version: str) -> dict[str, Any]:
     dsa_model = "Dsa" in model_architecture(model) or "Deepseek" in model_architecture(model)
     prefix = "nsa" if version.startswith("0.5.12") else "dsa"
     if r.get("attention_backend") is None:
-        r["attention_backend"] = prefix if dsa_model else "flashinfer"
+        r["attention_backend"] = prefix if dsa_model else ("fa3" if hopper else "flashinfer")
+    if "sampling_backend" in r and r["sampling_backend"] is None:
+        r["sampling_backend"] = "flashinfer"
     fp8 = kv_label(r).startswith("fp8")
     autos = (("prefill", "trtllm" if fp8 else "flashmla_sparse"), ("decode", "trtllm" if fp8 else "flashmla_kv"))
     for phase, auto in autos:
@@ -48,7 +52,7 @@ def resolve(args: dict[str, Any], version: str) -> dict[str, Any]:
         if key in r and r[key] is None:
             r[key] = auto
     if r.get("moe_runner_backend") in (None, "auto"):
-        r["moe_runner_backend"] = "flashinfer_cutlass"
+        r["moe_runner_backend"] = "auto" if hopper else "flashinfer_cutlass"
     if r.get("fp4_gemm_runner_backend") in (None, "auto"):
         r["fp4_gemm_runner_backend"] = "flashinfer_cutlass"
     for key in ("cuda_graph_max_bs", "cuda_graph_max_bs_decode"):

@@ -25,6 +25,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -98,6 +99,12 @@ def log(msg: str, tp: int | None = None, logger: str = HTTP_LOGGER) -> None:
     sys.stdout.flush()
 
 
+def log_raw(fragment: str) -> None:
+    """A fragment without a newline (a tqdm progress bar's), which the next line continues, as in the real log."""
+    if not _custom_logging:
+        sys.stdout.write(fragment)
+
+
 def crash(exc_line: str, where: str = "model_runner.py") -> NoReturn:
     """Print a traceback-shaped failure and exit 1, the way a real startup crash ends."""
     log("Scheduler hit an exception: Traceback (most recent call last):", tp=0)
@@ -140,9 +147,12 @@ class Sim:
         self.unhealthy = False  # a health check ran out (ServerStatus.UnHealthy): latched
         self.health_timeout_s = env.health_check_timeout_s()
         self.started = time.time()
+        self.attention_defaulted = False  # no --attention-backend: the server says which it picked
+        self.prometheus_dir: tempfile.TemporaryDirectory[str] | None = None
         self.api_key: str | None = args.get("api_key")
         self.stop = asyncio.Event()
         self.profile: profiler.ProfileSession | None = None
+        self.watchdog_t0 = time.monotonic()  # the tokenizer manager's sigterm_watchdog polls every 5 s from here
 
     @property
     def name(self) -> str:
@@ -188,7 +198,10 @@ def build_app(sim: Sim) -> App:
     app = App(guard=_auth_guard(sim))
 
     async def health(request: Request) -> Response:
-        if not sim.ready or sim.exiting or sim.unhealthy:
+        if sim.exiting:
+            log("Health check request received during shutdown. Returning 503.")
+            return Response(status=503)
+        if not sim.ready or sim.unhealthy:
             return Response(status=503)
         _decode(sim)  # sglang's /health generates one token,
         ok = await health_generate(sim) and not sim.faults.get("health_never_ok")
@@ -222,7 +235,19 @@ def build_app(sim: Sim) -> App:
             return Response(404, b'{"detail":"Not Found"}', "application/json")
         return text_response(_metrics(sim))
 
-    for path, handler in (("/health", health), ("/health_generate", health), ("/v1/models", models),
+    async def root(request: Request) -> Response:
+        return json_response("SGLang is running")  # real 0.5.12.post1: `"SGLang is running"`
+
+    async def get_load(request: Request) -> Response:
+        # real 0.5.12.post1 (tests/fixtures/sglang/real-h100/endpoints_get_load.json): one entry per DP rank
+        e = sim.engine
+        return json_response([{"dp_rank": None, "num_reqs": e.num_running + e.num_queued,
+                               "num_waiting_reqs": e.num_queued,
+                               "num_tokens": sum(r.input_len + len(r.out) for r in e.in_flight),
+                               "num_pending_tokens": 0, "ts_tic": round(time.monotonic(), 9)}])
+
+    for path, handler in (("/", root), ("/get_load", get_load),
+                          ("/health", health), ("/health_generate", health), ("/v1/models", models),
                           ("/get_model_info", model_info), ("/model_info", model_info), ("/server_info", server_info),
                           ("/get_server_info", server_info), ("/metrics", metrics)):
         app.route("GET", path, handler)  # HEAD too, as aiohttp's add_get
@@ -256,12 +281,13 @@ async def health_generate(sim: Sim) -> bool:
 
 
 def _metrics(sim: Sim) -> str:
-    """Real sglang's /metrics series, names, types and labels: the scheduler's gauges carry `engine_type`,
-    `model_name`, `pp_rank` and `tp_rank` (one scheduler reports, TP rank 0 of the one pipeline stage); the
-    tokenizer manager's counters carry `model_name` only."""
+    """Real sglang's /metrics series, names, types and labels (0.5.12.post1 on an H100,
+    tests/fixtures/sglang/real-h100/cold.metrics.txt): the scheduler's gauges carry `engine_type`, `model_name`,
+    `moe_ep_rank`, `pp_rank` and `tp_rank` (one scheduler reports, rank 0 of the one pipeline stage); the
+    tokenizer manager's counters carry `engine_type` and `model_name`."""
     e = sim.engine
-    tokenizer = f'model_name="{sim.name}"'
-    scheduler = f'engine_type="unified",model_name="{sim.name}",pp_rank="0",tp_rank="0"'
+    tokenizer = f'engine_type="unified",model_name="{sim.name}"'
+    scheduler = f'engine_type="unified",model_name="{sim.name}",moe_ep_rank="0",pp_rank="0",tp_rank="0"'
     used = sum(r.input_len + len(r.out) for r in e.running)
     rows = [
         ("num_running_reqs", "gauge", "The number of running requests.", e.num_running, scheduler),
@@ -653,7 +679,23 @@ def remove_load_file() -> None:
 
 # ------------------------------------------------------------------------------------------------- startup
 
+def prometheus_multiproc_dir() -> tempfile.TemporaryDirectory[str]:
+    """sglang's `set_prometheus_multiproc_dir` (0.5.12.post1, utils/common.py): a temporary directory inside
+    PROMETHEUS_MULTIPROC_DIR when set, else in /tmp. Its SIGKILL at exit never removes it: each start leaves one
+    (the unit points the variable at its RuntimeDirectory, which systemd removes at stop)."""
+    parent = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    return tempfile.TemporaryDirectory(dir=parent) if parent else tempfile.TemporaryDirectory()
+
+
+#: The time real sglang 0.5.12.post1 spends on imports before its first line, as a share of its start (15 of 122 s
+#: cold on an H100, tests/fixtures/sglang/real-h100/cold.server.log).
+IMPORTS_SHARE = 0.5  # of one of the start's six steps
+
+
 async def startup(sim: Sim, bind: Callable[[], Awaitable[None]]) -> None:
+    """The start's lines and phases as real sglang prints them (tests/fixtures/sglang/real-h100): imports (no line),
+    weights, decode-graph capture, piecewise capture (0.5.12, on unless disabled), warmup. A cold kernel cache
+    prints no line of its own: the compile time goes into capture, as the real JIT's does (58 s cold, 1.7 s warm)."""
     a, tp = sim.args, int(sim.args["tp_size"])
     # slow_start_s is real seconds: a test that injects a slow start means a wall-clock window it can act in.
     warm = sim.faults.get("warm_start_s")
@@ -667,12 +709,15 @@ async def startup(sim: Sim, bind: Callable[[], Awaitable[None]]) -> None:
     marker = env.kernel_cache_dir() / f"compiled-{sim.version}"
     empty = not marker.exists()
     cold = cold_s > 0 and empty
-    log(f"Attention backend not explicitly specified. Use {a['attention_backend']} backend by default.")
+    await asyncio.sleep(step * IMPORTS_SHARE)
+    if sim.attention_defaulted:
+        log(f"Attention backend not specified. Use {a['attention_backend']} backend by default.")
     log(nsa_log_line(a, sim.version))
-    log(f"Use {a.get('moe_runner_backend')} as MoE runner backend on SM120")
+    if not env.hopper():
+        log(f"Use {a.get('moe_runner_backend')} as MoE runner backend on SM120")
     for rank in range(tp):
         log("Init torch distributed begin.", tp=rank)
-    await asyncio.sleep(step)
+    await asyncio.sleep(step * (1 - IMPORTS_SHARE))
     if sim.faults.get("crash_on_start"):
         crash("RuntimeError: CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be "
               "asynchronously reported at some other API call, so the stacktrace below might be incorrect.")
@@ -689,13 +734,21 @@ async def startup(sim: Sim, bind: Callable[[], Awaitable[None]]) -> None:
         return  # stuck "capturing" forever: the port never opens
     if stuck:
         crash(stuck, where="cuda_graph_runner.py")
+    if "Moe" in arch and str(a.get("moe_runner_backend")) in ("auto", "triton"):
+        # mid-line after the capture's progress fragment, as the real server prints it
+        log_raw(f"Capturing batches (bs={cgbs} avail_mem=7.51 GB):   0%|          | 0/36 [00:00<?, ?it/s]")
+        log("Using default MoE kernel config. Performance might be sub-optimal! Config file not found at "
+            f"{moe_config_path()}, you can create them with https://github.com/sgl-project/sglang/tree/main/"
+            "benchmark/kernels/fused_moe_triton", tp=0)
     if cold:
-        log(f"sim: the kernel cache {marker.parent} is empty: JIT-compiling kernels for this first start "
-            f"({cold_s * sim.scale:g} model s, once per cache)", tp=0)
-        await asyncio.sleep(cold_s)
-    await asyncio.sleep(step * 2)
-    log(f"Capture cuda graph end. Time elapsed: {60 + 0.58 * int(cgbs):.2f} s. mem usage=1.23 GB. "
-        f"avail mem=6.28 GB.", tp=0)
+        await asyncio.sleep(cold_s)  # the JIT compiles while the graphs are captured: no line of its own
+    await asyncio.sleep(step * 1.5)
+    log(f"Capture cuda graph end. Time elapsed: {60 + 0.58 * int(cgbs) + (cold_s * sim.scale if cold else 0):.2f} s. "
+        "mem usage=1.23 GB. avail mem=6.28 GB.", tp=0)
+    if piecewise(a, sim.version):
+        log("Capture piecewise CUDA graph begin. avail mem=6.28 GB", tp=0)
+        await asyncio.sleep(step * 0.5)
+        log("Capture piecewise CUDA graph end. Time elapsed: 4.79 s. mem usage=0.09 GB. avail mem=6.19 GB.", tp=0)
     log(f"max_total_num_tokens={KV_TOKENS}, chunked_prefill_size={a.get('chunked_prefill_size')}, "
         f"max_prefill_tokens={a.get('max_prefill_tokens')}, max_running_requests={a.get('max_running_requests')}, "
         f"context_len={a.get('context_length')}, available_gpu_mem=6.28 GB", tp=0)
@@ -710,6 +763,19 @@ async def startup(sim: Sim, bind: Callable[[], Awaitable[None]]) -> None:
         except OSError as exc:  # a read-only or foreign cache: real JIT warns and compiles again next time
             log(f"sim: could not write the kernel cache {marker.parent}: {exc}", tp=0)
     log("The server is fired up and ready to roll!")
+
+
+def piecewise(a: dict[str, Any], version: str) -> bool:
+    """0.5.12's piecewise CUDA graphs: on by default, off with --disable-piecewise-cuda-graph or no CUDA graphs."""
+    return (version.startswith("0.5.12") and not a.get("disable_piecewise_cuda_graph")
+            and not a.get("disable_cuda_graph"))
+
+
+def moe_config_path() -> str:
+    """Where 0.5.12.post1 looks for a tuned fused-MoE config: keyed by Triton's version and the exact device name."""
+    device = "NVIDIA_H200" if env.hopper() else "NVIDIA_RTX_PRO_6000_Blackwell_Server_Edition"
+    return ("/opt/sglang/lib/python3.12/site-packages/sglang/srt/layers/moe/moe_runner/triton_utils/configs/"
+            f"triton_3_6_0/E=8,N=128,device_name={device}.json")
 
 
 def bind_host(requested: str) -> str:
@@ -747,20 +813,26 @@ async def serve(sim: Sim) -> None:
     tasks = [asyncio.create_task(sim.engine.run()), asyncio.create_task(startup(sim, bind)),
              asyncio.create_task(report_load(sim, visible_minors(int(sim.args["tp_size"]))))]
     await sim.stop.wait()
+    log("SIGTERM received. signum=None frame=None. Draining requests and shutting down...")
     await graceful_exit(sim)
     for t in tasks:
         t.cancel()
     remove_load_file()
-    if sim.engine.stalled:
-        # Its hung requests would never finish: real sglang kills its process tree on SIGTERM without waiting.
-        os._exit(0)
-    await app.close()  # ends open connections at once: with the engine gone their requests could never finish
+    # Real sglang ends its drain with kill_process_tree(os.getpid(), include_parent=True): a SIGKILL of its own
+    # process tree, itself included (rc -9 after a clean drain, tests/fixtures/sglang/real-h100/cold.shutdown.json).
+    # Open connections end with it; its Prometheus directory stays behind.
+    sys.stdout.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 async def graceful_exit(sim: Sim) -> None:
-    """tokenizer_manager.sigterm_watchdog: /health answers 503 from now on; wait in 5 s steps while requests remain
-    (no bound: systemd's TimeoutStopSec ends it), unless the server is UnHealthy or SGL_FORCE_SHUTDOWN is set."""
+    """tokenizer_manager.sigterm_watchdog: /health answers 503 from now on; the watchdog looks at the SIGTERM flag
+    every 5 s from the start (so the drain begins up to 5 s after the signal: the real one exited 4.7-6.9 s after
+    it with its streams done), then waits in 5 s steps while requests remain (no bound: systemd's TimeoutStopSec
+    ends it), unless the server is UnHealthy or SGL_FORCE_SHUTDOWN is set."""
     sim.exiting = True
+    since = time.monotonic() - sim.watchdog_t0
+    await asyncio.sleep(DRAIN_STEP_S - since % DRAIN_STEP_S)
     e = sim.engine
     while True:
         remaining = [r.rid for r in e.in_flight]
@@ -772,7 +844,7 @@ async def graceful_exit(sim: Sim) -> None:
             return
         log(f"Gracefully exiting... Remaining number of requests {len(remaining)}. Remaining requests "
             f"remaining_rids={remaining}.")
-        if not remaining or e.stalled:  # a stalled engine: see serve()
+        if not remaining or e.stalled:  # a stalled engine: its requests would never finish
             return
         await asyncio.sleep(DRAIN_STEP_S)
 
@@ -783,7 +855,8 @@ def main(argv: list[str] | None = None) -> None:
     add_cli_args(parser, version)
     # Like prepare_server_args: a YAML --config file is merged into argv first (the command line wins).
     ns = parser.parse_args(merge_config(sys.argv[1:] if argv is None else argv, parser, version))
-    args = resolve(vars(ns), version)
+    args = resolve(vars(ns), version, hopper=env.hopper())
+    attention_defaulted = vars(ns).get("attention_backend") is None
     configure_logging()
     # Both real releases log every argument at INFO, the API key in clear (0.5.23 as a dict).
     if version == "0.5.23":
@@ -793,6 +866,8 @@ def main(argv: list[str] | None = None) -> None:
             logger=ENGINE_LOGGER)
     preflight(args)
     sim = Sim(args, version)
+    sim.attention_defaulted = attention_defaulted
+    sim.prometheus_dir = prometheus_multiproc_dir()
     try:
         asyncio.run(serve(sim))
     finally:
