@@ -60,6 +60,56 @@ def read_text_file(path: Path, what: str = "file", *, max_bytes: int = MAX_FILE_
         raise ConfigError(f"{what} {path}: not UTF-8 text (byte {exc.start})", fix="save the file as UTF-8") from None
 
 
+def foreign_or_open(st: os.stat_result) -> str | None:
+    """Why a file or directory of this machine's state may have been written by someone else (None: it is this
+    user's and nobody else may write it): owned by another user, or writable by the group or by others."""
+    if st.st_uid != os.geteuid():
+        return f"owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"writable by {'others' if st.st_mode & stat.S_IWOTH else 'its group'} (mode {st.st_mode & 0o7777:o})"
+    return None
+
+
+def read_private_file(path: Path, what: str = "file", *, max_bytes: int = MAX_FILE_BYTES) -> str | None:
+    """The text of a file of this machine's state (the state dir: caches, records), None when it does not exist.
+
+    Why: what the tool kept for itself is trusted as if the tool had just computed it (a cached inventory, the
+    hosts a watch cordoned), so a file another local user planted or could have changed must not be read. The
+    file is opened without following a link (O_NOFOLLOW), and must be a regular file owned by this user that
+    neither its group nor others may write; anything else is a ConfigError naming the file and the fix. Callers
+    for whom the file is only a cache treat that error as a miss."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _link_refused(path, what) from None
+        raise ConfigError(f"{what} {path} cannot be read: {exc.strerror}",
+                          fix="check the path and its permissions") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"{what} {path} is not a regular file", fix=f"remove it (rm -r {shlex.quote(str(path))})")
+        why = foreign_or_open(st)
+        if why is not None:
+            raise ConfigError(f"{what} {path} is {why}: deploy reads only its own files from its state directory",
+                              fix=f"remove it (rm {shlex.quote(str(path))}) if you did not write it; deploy writes "
+                                  "its files 0600")
+        data = os.read(fd, max_bytes + 1)
+    except OSError as exc:
+        raise ConfigError(f"{what} {path} cannot be read: {exc.strerror}",
+                          fix="check the path and its permissions") from None
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise ConfigError(f"{what} {path} is larger than {max_bytes:,} bytes", fix=f"remove it ({path})")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{what} {path}: not UTF-8 text (byte {exc.start})", fix=f"remove it ({path})") from None
+
+
 def write_file(path: Path, data: str | bytes, *, mode: int = 0o644) -> Path:
     """Replace `path` with `data` (str as UTF-8) atomically, with `mode`; a symbolic link at `path` is replaced
     itself, never written through. OSError is the caller's to word (it knows what the file is)."""

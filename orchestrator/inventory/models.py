@@ -11,6 +11,7 @@ import re
 import stat
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
@@ -692,6 +693,19 @@ def _expand_groups(groups: dict[str, list[str]], hosts: dict[str, Host]) -> dict
     return expanded
 
 
+def url_problem(url: str) -> str | None:
+    """Why deploy cannot post to `url` (None: it can): not http(s)://host[/path], or a port out of range (the
+    notifier raised `Port out of range` at every post of a watch before issue 50)."""
+    if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url):
+        return "not an http:// or https:// URL"
+    parts = urlsplit(url)
+    try:
+        parts.port
+    except ValueError as exc:
+        return str(exc)
+    return None if parts.hostname else "no host name"
+
+
 class WebhookSpec(StrictModel):
     """Where run events (rollbacks, a watchdog that gave up) are posted: monitoring/notify.py."""
 
@@ -704,15 +718,16 @@ class WebhookSpec(StrictModel):
     @field_validator("url")
     @classmethod
     def _http(cls, v: str | SecretRef) -> str | SecretRef:
-        if isinstance(v, str) and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", v):
-            raise ValueError(f"{v!r} is not an http:// or https:// URL")
+        if isinstance(v, str) and (problem := url_problem(v)) is not None:
+            raise ValueError(f"{v!r}: {problem}")
         return v
 
     def read_url(self) -> str:
         url = self.url.read() if isinstance(self.url, SecretRef) else self.url
-        if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url.strip()):
-            raise ConfigError("notify.webhook.url: the secret holds no http:// or https:// URL",
-                              fix="put the receiver's whole URL in the file (or variable) it names")
+        if (problem := url_problem(url.strip())) is not None:
+            raise ConfigError(f"notify.webhook.url: the secret holds no URL deploy can post to ({problem})",
+                              fix="put the receiver's whole URL (http:// or https://, a port up to 65535) in the "
+                                  "file (or variable) it names")
         return url.strip()
 
 
