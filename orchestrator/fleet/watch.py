@@ -444,7 +444,8 @@ class Watch:
                      f"({err.strerror}), and the watch records a host before it acts on it")
             return False
         except DeployError as err:
-            if out and host in cordoned and not self._still_listed(side, url):  # removed, and the wait for its requests failed: owned
+            # Removed, and only the wait for its requests failed: the host is out, and the watch's own.
+            if out and host in cordoned and not self._still_listed(side, url):
                 cordoned[host].pop("phase", None)
                 self._save(cordoned)
                 self.say(f"{host}: out of the router, its drain did not finish: {err.what}")

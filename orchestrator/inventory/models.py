@@ -700,7 +700,7 @@ def url_problem(url: str) -> str | None:
         return "not an http:// or https:// URL"
     parts = urlsplit(url)
     try:
-        parts.port
+        _ = parts.port
     except ValueError as exc:
         return str(exc)
     return None if parts.hostname else "no host name"

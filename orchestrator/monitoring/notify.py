@@ -5,9 +5,9 @@ interval), and an operator machine that runs deploy can reach the receiver. A fa
 is retried (bounded) and then said. A delivery never takes longer than DELIVERY_BUDGET_S, whatever the
 inventory's retries and timeout (11 tries of 60 s with their waits were ~1,700 s), and never raises: a post is a
 side channel, and `deploy watch` must go on acting on its hosts (issue 50). The watch posts off its own thread
-(`Notifier`), so even that budget never delays a cordon. The body is redacted like every output: no key, token or password in it. The
-URL itself may hold a token (chat webhooks do), so it is read like any secret (`url: {file: …}` or `{env: …}`)
-and never printed: the lines name the receiver by its host only.
+(`Notifier`), so even that budget never delays a cordon. The body is redacted like every output: no key, token
+or password in it. The URL itself may hold a token (chat webhooks do), so it is read like any secret (`url: {file:
+…}` or `{env: …}`) and never printed: the lines name the receiver by its host only.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def deliver(spec: NotifySpec | None, events: Sequence[Event], say: Callable[[str
     except DeployError as err:
         say(f"notify: {len(events)} event(s) not posted: {err.what}")
         return False
-    except Exception as exc:  # noqa: BLE001 - a side channel: nothing it does may stop the run or the watch
+    except Exception as exc:  # a side channel: nothing it does may stop the run or the watch
         say(f"notify: {len(events)} event(s) not posted: {type(exc).__name__}")
         return False
     if delivered:
