@@ -110,6 +110,22 @@ def read_private_file(path: Path, what: str = "file", *, max_bytes: int = MAX_FI
         raise ConfigError(f"{what} {path}: not UTF-8 text (byte {exc.start})", fix=f"remove it ({path})") from None
 
 
+def private_state_dir() -> Path:
+    """The state directory (paths.state_dir), refused (ConfigError, with the fix) when another local user could
+    write into it: what the tool reads back from there (a cached inventory, a watch's cordoned hosts) is trusted as
+    if the tool had just computed it."""
+    from orchestrator.paths import STATE_ENV, state_dir, state_dir_problem
+
+    path = state_dir()
+    problem = state_dir_problem(path)
+    if problem is not None:
+        raise ConfigError(f"state directory {path}: {problem}; another local user could plant files deploy trusts "
+                          "there (a cached inventory, a watch's record)",
+                          fix=f"use a directory only you can write: `export {STATE_ENV}=~/.local/state/deploy` (the "
+                              "default), or `chmod 700` it and the folders above it if they are yours")
+    return path
+
+
 def write_file(path: Path, data: str | bytes, *, mode: int = 0o644) -> Path:
     """Replace `path` with `data` (str as UTF-8) atomically, with `mode`; a symbolic link at `path` is replaced
     itself, never written through. OSError is the caller's to word (it knows what the file is)."""

@@ -39,11 +39,10 @@ from orchestrator.fleet.fleet_roll import FleetRouter
 from orchestrator.hardware.policy import Remedy, RemedyPlan, plan_remedy
 from orchestrator.hardware.state import HardwareState
 from orchestrator.inventory.models import Inventory
-from orchestrator.localfile import open_no_follow, read_private_file, write_file
+from orchestrator.localfile import open_no_follow, private_state_dir, read_private_file, write_file
 from orchestrator.locks.claims import claim_fleet
 from orchestrator.monitoring.events import Event
 from orchestrator.monitoring.notify import Notifier, deliver
-from orchestrator.paths import state_dir
 from orchestrator.router.client import RouterClient
 from orchestrator.router.drain import Drainer
 
@@ -115,7 +114,7 @@ class WatchState:
     format (the cordoned hosts alone) still reads."""
 
     def __init__(self, group: str, root: Path | None = None) -> None:
-        self.path = (root or state_dir() / "watch") / f"{group}.json"
+        self.path = (root or private_state_dir() / "watch") / f"{group}.json"
         self.lock_path = self.path.with_suffix(".lock")
 
     def _document(self) -> dict[str, object]:
@@ -151,17 +150,18 @@ class WatchState:
         found = self._document().get("listed", [])
         return {h for h in found if isinstance(h, str)} if isinstance(found, list) else set()
 
-    def last_cycle(self) -> tuple[float, float] | None:
-        """(when the last cycle ended, the watch's interval), None when no cycle recorded it."""
+    def last_cycle(self) -> tuple[float, float, bool] | None:
+        """(when the last cycle ended, the watch's interval, whether it loops: not `--once`), None when no cycle
+        recorded it."""
         data = self._document()
         at, interval = data.get("at"), data.get("interval_s")
         if isinstance(at, int | float) and isinstance(interval, int | float):
-            return float(at), float(interval)
+            return float(at), float(interval), data.get("loop") is True
         return None
 
     def save(self, cordoned: dict[str, dict[str, str | float]], listed: set[str] | None = None,
-             interval_s: float | None = None) -> None:
-        doc: dict[str, object] = {"format": 2, "cordoned": cordoned, "at": time.time()}
+             interval_s: float | None = None, loop: bool = False) -> None:
+        doc: dict[str, object] = {"format": 2, "cordoned": cordoned, "at": time.time(), "loop": loop}
         if listed is None or interval_s is None:
             try:
                 old = self._document()
@@ -220,8 +220,9 @@ class Orphan:
 
 
 def orphaned(group: str, now: float | None = None) -> list[Orphan]:
-    """The hosts of the group's watch record that no running watch owns. A watch run from a timer (`--once`) is
-    not running between its cycles: its record is orphaned only past two of its intervals (at least 2 min)."""
+    """The hosts of the group's watch record that no running watch owns: its watch looped and is gone (its live
+    mark is free: killed, stopped or crashed). A watch run from a timer (`--once`) is not running between its
+    cycles: its record is orphaned only past two of its intervals (at least 2 min)."""
     state = WatchState(group)
     try:
         cordoned = state.load()
@@ -231,7 +232,7 @@ def orphaned(group: str, now: float | None = None) -> list[Orphan]:
         return []
     last = state.last_cycle()
     now = time.time() if now is None else now
-    if last is not None and now - last[0] < max(2 * last[1], 120.0):
+    if last is not None and not last[2] and now - last[0] < max(2 * last[1], 120.0):
         return []
     when = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(last[0])) if last is not None else "unknown"
     return [Orphan(h, str(e.get("since", "?")), str(e.get("why", "?")), when) for h, e in sorted(cordoned.items())]
@@ -251,11 +252,12 @@ class Watch:
     #: Posts the notify: webhook's events off the cycle's thread (None: posted in line, bounded in time).
     notifier: Notifier | None = None
     interval_s: float | None = None  # recorded with each cycle: `deploy status group` tells a stopped watch
+    loop: bool = False  # run_watch's, not `--once`: recorded too
     _listed: set[str] = field(default_factory=set)
 
     def _save(self, cordoned: dict[str, dict[str, str | float]]) -> None:
         """Record the cordoned hosts now, before the action that needs the record (OSError: not recorded)."""
-        self.state.save(cordoned, self._listed, self.interval_s)
+        self.state.save(cordoned, self._listed, self.interval_s, self.loop)
 
     def plan(self, host: str, r: Reading, others_out: list[str]) -> RemedyPlan:
         if r.hardware is None:
@@ -499,7 +501,7 @@ def run_watch(watch: Watch, *, once: bool, interval_s: float, for_s: float | Non
     """Cycle until `for_s` passed (or forever), `interval_s` apart; 1 when the last cycle left a fatal fault."""
     stop = stop or threading.Event()
     began = time.monotonic()
-    watch.interval_s = interval_s
+    watch.interval_s, watch.loop = interval_s, not once
     live = watch.state.hold_live()  # one watch per group; `deploy status group` sees this one running
     try:
         while True:

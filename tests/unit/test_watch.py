@@ -305,6 +305,8 @@ def test_status_reports_a_host_cordoned_by_a_watch_that_stopped(tmp_path: Path, 
     found = orphaned("g", now=later)
     assert [o.host for o in found] == ["gpu-1"]
     assert "cordoned by a deploy watch of group g that is not running" in found[0].text("g")
+    state.save(state.load(), {"gpu-2"}, 30.0, loop=True)  # a looping watch whose live mark is free: it is gone
+    assert [o.host for o in orphaned("g")] == ["gpu-1"]
     live = state.hold_live()  # a running watch owns it
     try:
         assert orphaned("g", now=later) == []
