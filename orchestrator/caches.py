@@ -34,6 +34,16 @@ HOST_CACHE_ROOT = "/var/lib/deploy/kernel-cache"
 OWN_CACHE_VAR = "SGLANG_CACHE_DIR"
 
 _TP_NAMES = ("tensor-parallel-size", "tp-size", "tp")
+#: The file deploy leaves in a kernel cache directory it made: only such a directory is ever chowned or chmodded.
+CACHE_DIR_MARK = ".deploy-made-this-dir"
+
+
+@dataclass(frozen=True)
+class CacheDirState:
+    """The node's kernel cache directory as the fact reads it: its owner, and whether deploy made it."""
+
+    owner: str
+    ours: bool
 
 
 def host_cache_dir(vmid: int) -> str:

@@ -67,6 +67,25 @@ def mount_path_problem(path: str) -> str | None:
     return None
 
 
+#: Host directories a kernel cache may never be: `up` makes the cache directory the container root's, and before
+#: issue 50 it chowned and chmodded whatever the inventory named (a node's /tmp lost its sticky bit and world write).
+SYSTEM_DIRS = frozenset({"/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/media", "/mnt", "/opt", "/proc",
+                         "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var", "/var/cache", "/var/lib",
+                         "/var/lib/vz", "/var/log", "/var/tmp", "/var/spool", "/var/mail", "/var/run",
+                         "/var/lib/deploy", "/var/lib/deploy/kernel-cache"})
+#: Trees nothing of the tool's may live in.
+SYSTEM_TREES = ("/boot/", "/dev/", "/etc/", "/proc/", "/run/", "/sys/", "/usr/")
+
+
+def kernel_cache_problem(path: str) -> str | None:
+    """Why `path` cannot be a container's kernel cache directory on the node (None: it can)."""
+    norm = "/" + "/".join(p for p in path.split("/") if p)
+    if norm in SYSTEM_DIRS or norm.count("/") < 2 or norm.startswith(SYSTEM_TREES):
+        return ("is a system directory (or a top-level one): `up` makes the cache directory the container "
+                "root's; name a directory of its own, e.g. /tank/kernel-cache/120 (deploy creates it)")
+    return None
+
+
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -234,6 +253,14 @@ class ContainerSpec(StrictModel):
         if problem:
             raise ValueError(f"{v!r} (a directory on the PVE host, e.g. /tank/models/GLM-5-NVFP4) {problem}")
         return v.rstrip("/") if v is not None else None
+
+    @field_validator("kernel_cache")
+    @classmethod
+    def _not_a_system_dir(cls, v: str | None) -> str | None:
+        problem = kernel_cache_problem(v) if v is not None else None
+        if problem:
+            raise ValueError(f"{v!r} {problem}")
+        return v
 
     @property
     def kernel_cache_dir(self) -> str:

@@ -7,13 +7,14 @@ PVE allows device passthrough for root@pam only. Every config write is digest-gu
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 import shlex
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.caches import CACHE_ROOT
+from orchestrator.caches import CACHE_DIR_MARK, CACHE_ROOT
 from orchestrator.errors import ConfigError, RemoteError, TaskFailed
 from orchestrator.facts import BOOT_STATES, BOOT_WAIT_S, CT, HOST
 from orchestrator.inventory.models import ContainerSpec
@@ -120,15 +121,28 @@ def ensure_cache_dir(ctx: StepContext, record: StepRecord) -> None:
     spec = ctx.host.container
     owner, path = cache_owner(spec), spec.kernel_cache_dir
     have = ctx.facts.get(HOST.kernel_cache_dir)
-    if have == owner:
+    if have is not None and have.owner == owner:
         return
+    if have is not None and not have.ours:
+        raise ConfigError(f"the kernel cache directory {path} on {ctx.host.name} exists, owned by {have.owner}, and "
+                          f"deploy did not make it: it changes the owner and mode only of a directory it made (the "
+                          f"container's root, {owner}, must own it)",
+                          fix=f"name a new directory in container.kernel_cache (deploy makes it), or, when {path} is "
+                              f"only for this container's caches, `chown {owner} {shlex.quote(path)}` on the node "
+                              "yourself; nothing was changed", host=ctx.host.name, step="container")
     what = (f"create the kernel cache directory {path} on {ctx.host.pve.node}, owned by the container's root "
-            f"({owner})" if have is None else f"chown the kernel cache directory {path} {have} → {owner}")
+            f"({owner}), mode 0755" if have is None else
+            f"chown the kernel cache directory {path} (made by deploy) {have.owner} → {owner}")
     if not mark_change(record, ctx, what):
         return
     ctx.say(what)
-    res = ctx.ssh.run(f"mkdir -p {shlex.quote(path)} && chown {owner} {shlex.quote(path)} && "
-                      f"chmod 0755 {shlex.quote(path)}", check=False, timeout=60, what="create the kernel cache dir")
+    p = shlex.quote(path)
+    mark = shlex.quote(f"{path}/{CACHE_DIR_MARK}")
+    # `mkdir` of the directory itself, not -p: one that appeared since the read is not taken over.
+    parent = shlex.quote(posixpath.dirname(path))
+    command = (f"mkdir -p {parent} && mkdir -m 0755 {p} && : > {mark} && chown {owner} {p}" if have is None
+               else f"chown {owner} {p}")
+    res = ctx.ssh.run(command, check=False, timeout=60, what="create the kernel cache dir")
     if res.rc != 0:
         raise ConfigError(f"the kernel cache directory {path} cannot be created on {ctx.host.name}: "
                           f"{res.said(300) or f'exit code {res.rc}'}",
@@ -430,7 +444,7 @@ def _create(ctx: StepContext, record: StepRecord, pve: _Clients, wanted: list[De
             + "".join(f", {k}: {v}" for k, v in mounts.items()))
     record.details["create"] = {**params, **dev_set, **mounts}
     if not mark_change(record, ctx, what):
-        record.summary = what
+        record.summary = "; ".join(record.changes)  # the kernel cache directory's too (issue 50: plan showed none)
         return False
     ctx.say(what)
     # Creating with devN (and features on a privileged CT) needs root@pam: one pvesh call as root carries

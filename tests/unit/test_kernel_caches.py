@@ -124,3 +124,14 @@ def test_the_host_cache_dir_defaults_per_vmid_and_is_validated() -> None:
     for bad in ("tank/kernels", "/tank/../etc", "/tank/my kernels", "/"):
         with pytest.raises(ValidationError):
             ContainerSpec.model_validate(_spec(kernel_cache=bad))
+
+
+@pytest.mark.parametrize("system", ["/tmp", "/var/tmp", "/etc", "/etc/pve", "/var/lib", "/home", "/usr/local",
+                                    "/tank", "/var/lib/deploy/kernel-cache", "/run/lock"])
+def test_a_system_directory_is_refused_as_a_kernel_cache(system: str) -> None:
+    """Issue 50 item 4: `up` makes the cache directory the container root's; `kernel_cache: /tmp` cost a node its
+    /tmp's sticky bit and world write. A system (or top-level) directory is refused at load, with the fix."""
+    with pytest.raises(ValidationError, match="is a system directory"):
+        ContainerSpec.model_validate(_spec(kernel_cache=system))
+    assert ContainerSpec.model_validate(_spec(kernel_cache="/tank/kernel-cache/120")).kernel_cache_dir == \
+        "/tank/kernel-cache/120"
