@@ -12,7 +12,9 @@ results are valid only for the stack that made them (the flashinfer build, trito
 directory, so it starts cold and never reads another stack's results; a rollback's env names its own directory again,
 so it starts warm. The directory carries a manifest (`deploy-cache.json`: key, stack, shape) that the check before
 each start compares; a directory whose manifest does not match, or whose autotune JSON does not parse, is set aside
-(renamed `<dir>.set-aside-<time>`, never deleted) and the start rebuilds it.
+(renamed `<dir>.set-aside-<time>`) and the start rebuilds it. Set-aside directories are kept for a look (why did it
+fail?), but only the newest KEEP_SET_ASIDE of the cache root: each set-aside removes older ones (issue 50: they were
+never removed, and each holds a whole cache).
 """
 
 from __future__ import annotations
@@ -139,12 +141,16 @@ class CacheCheck(BaseModel):
         return f"kernel cache {self.dir} is warm (its own stack and shape)"
 
 
+#: Set-aside cache directories kept in the cache root (the newest; older ones are removed by the next set-aside).
+KEEP_SET_ASIDE = 2
+
 #: Run inside the container with python3, argv: the release's meta.json and `start` (before a start: prepare the
 #: directory, set a failing one aside) or `look` (read only). Reads meta's `cache` ({"dir", "manifest"}); prints
 #: nothing for a release without one (an earlier deploy's), else one line `DEPLOY_CACHE={"dir", "state", "reason",
 #: "moved_to"}`. Never fails the start: a check that cannot run says so.
 CHECK_PROGRAM = r'''
-import json, os, sys, time
+import json, os, shutil, sys, time
+KEEP = @KEEP@
 try:
     with open(sys.argv[1]) as fh:
         spec = json.load(fh).get("cache") or {}
@@ -195,10 +201,16 @@ try:
             n += 1
             moved = "%s-%d" % (base, n)
         os.rename(d, moved)
+        root = os.path.dirname(d)
+        aside = sorted((os.path.join(root, n) for n in os.listdir(root) if ".set-aside-" in n),
+                       key=lambda p: os.lstat(p).st_mtime)
+        for old in aside[:-KEEP] if len(aside) > KEEP else []:
+            if not os.path.islink(old):
+                shutil.rmtree(old, ignore_errors=True)
         say("set-aside", reason, moved)
 except OSError as exc:
     print("DEPLOY_CACHE=" + json.dumps({"dir": d, "state": "unchecked", "reason": str(exc), "moved_to": ""}))
-'''
+'''.replace("@KEEP@", str(KEEP_SET_ASIDE))
 
 
 def check_shell(meta_path: str, *, look: bool = False) -> str:
