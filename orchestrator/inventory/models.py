@@ -592,6 +592,8 @@ def hf_token_for(host: Host, profile: ServerProfile) -> SecretRef | None:
 
 
 HostName = Annotated[str, Field(min_length=1)]
+#: A profile's name: a file name of its own (`deploy lock` writes locks/<name>.txt), never a path.
+PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 RouterPolicy = Literal["random", "round_robin", "cache_aware", "power_of_two", "manual"]
 #: The router packages deploy drives (one adapter, orchestrator/router/release.py): the SGLang Model Gateway
 #: (`smg`, its name since 2026) and the last `sglang-router` release.
@@ -790,6 +792,10 @@ class Inventory(StrictModel):
 
     @model_validator(mode="after")
     def _references_resolve(self) -> Inventory:
+        for name in self.profiles:
+            if not PROFILE_NAME.fullmatch(name):
+                raise ValueError(f"profiles.{name!r}: a profile name is letters, digits and . _ - (not first), at "
+                                 "most 64: it names the file locks/<name>.txt that `deploy lock` writes")
         for name in self.hosts:
             if name in TARGET_KEYWORDS:
                 raise ValueError(f"hosts.{name}: '{name}' is a command keyword; rename the host")
