@@ -52,7 +52,7 @@ def main():
             path = args["server_info_path"]
             # /server_info lists the server's own API keys (internal_states: vars(server_args) per DP rank): never
             # store them. `redact` is orchestrator/redact.py's, run before this file (steps/checks.py smoke_source).
-            info = redact(info)  # noqa: F821
+            info = redact(info)  # type: ignore[name-defined]  # noqa: F821
             if os.path.isdir(os.path.dirname(path)):
                 with open(path + ".tmp", "w") as fh:
                     json.dump(info, fh, sort_keys=True)
