@@ -28,19 +28,30 @@ from orchestrator.errors import ConfigError
 MAX_FILE_BYTES = 8 * 1024 * 1024
 
 
-def read_text_file(path: Path, what: str = "file", *, max_bytes: int = MAX_FILE_BYTES) -> str:
-    """The UTF-8 text of a regular file of at most `max_bytes` bytes; anything else is a ConfigError."""
+def read_text_file(path: Path, what: str = "file", *, max_bytes: int = MAX_FILE_BYTES, private: bool = False) -> str:
+    """The UTF-8 text of a regular file of at most `max_bytes` bytes; anything else is a ConfigError. `private`
+    (read_private_file): opened without following a link, and only when this user owns it and nobody else may
+    write it."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (os.O_NOFOLLOW if private else 0)
+        fd = os.open(path, flags)
     except OSError as exc:
+        if private and exc.errno == errno.ELOOP:
+            raise _link_refused(path, what) from None
         raise ConfigError(f"{what} {path} cannot be read: {exc.strerror}",
                           fix="check the path and its permissions") from None
     try:
-        mode = os.fstat(fd).st_mode
+        st = os.fstat(fd)
+        mode = st.st_mode
         if not stat.S_ISREG(mode):
             kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
                     "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
             raise ConfigError(f"{what} {path} is {kind}, not a regular file", fix="name a regular file")
+        why = foreign_or_open(st) if private else None
+        if why is not None:
+            raise ConfigError(f"{what} {path} is {why}: deploy reads only its own files from its state directory",
+                              fix=f"remove it (rm {shlex.quote(str(path))}) if you did not write it; deploy writes "
+                                  "its files 0600")
         data = b""
         while len(data) <= max_bytes:
             chunk = os.read(fd, max_bytes + 1 - len(data))
@@ -79,35 +90,12 @@ def read_private_file(path: Path, what: str = "file", *, max_bytes: int = MAX_FI
     neither its group nor others may write; anything else is a ConfigError naming the file and the fix. Callers
     for whom the file is only a cache treat that error as a miss."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        os.lstat(path)
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise _link_refused(path, what) from None
-        raise ConfigError(f"{what} {path} cannot be read: {exc.strerror}",
-                          fix="check the path and its permissions") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError(f"{what} {path} is not a regular file", fix=f"remove it (rm -r {shlex.quote(str(path))})")
-        why = foreign_or_open(st)
-        if why is not None:
-            raise ConfigError(f"{what} {path} is {why}: deploy reads only its own files from its state directory",
-                              fix=f"remove it (rm {shlex.quote(str(path))}) if you did not write it; deploy writes "
-                                  "its files 0600")
-        data = os.read(fd, max_bytes + 1)
-    except OSError as exc:
-        raise ConfigError(f"{what} {path} cannot be read: {exc.strerror}",
-                          fix="check the path and its permissions") from None
-    finally:
-        os.close(fd)
-    if len(data) > max_bytes:
-        raise ConfigError(f"{what} {path} is larger than {max_bytes:,} bytes", fix=f"remove it ({path})")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{what} {path}: not UTF-8 text (byte {exc.start})", fix=f"remove it ({path})") from None
+    except OSError:
+        pass  # read_text_file words it
+    return read_text_file(path, what, max_bytes=max_bytes, private=True)
 
 
 def private_state_dir() -> Path:
