@@ -16,6 +16,9 @@ the router managed by `deploy up` on the first host, starts `--clients` streamin
 - the router lists exactly the hosts that serve;
 - no lease is left on any host, and no bench process;
 - no secret (the fleet's API key) in any output deploy printed or in a world-readable file under /etc/sglang;
+- a `deploy watch` killed mid-cordon or mid-remedy (SIGKILL), or posting to a webhook that never answers: the
+  next watch (or the same one) puts the faulty host back in the router or remedies it within one interval plus the
+  remedy (plus a minute for the cycle's reads and the add-back's health wait); said as a violation otherwise;
 - every tune's record and report match the host: a tune that said "restored" left the host on its original release
   (read back right after it exited, before any recovery); a finished tune's record names the release the host
   runs; no command other than the tune succeeded on its host while the tune ran.
@@ -103,6 +106,7 @@ class Soak:
     value_index: int = 0
     tunes: list[Tune] = field(default_factory=list)  # the tunes this step started (recovered and checked after it)
     early: list[str] = field(default_factory=list)  # violations seen during the step, before its recovery
+    router_url: str = ""
 
     # -------------------------------------------------------------------------------- the tool, as operators run it
     def deploy(self, *args: str, timeout: float = ROLL_TIMEOUT_S) -> Result:
@@ -497,6 +501,145 @@ def command_during_tune(kind: str) -> Callable[[Soak, Step], None]:
     return inject
 
 
+WATCH_INTERVAL_S = 5.0
+
+
+class WatchProcess:
+    """`deploy watch group prod` as its unit runs it, its lines read as they come (each with its arrival time)."""
+
+    def __init__(self, soak: Soak, *args: str) -> None:
+        import threading
+
+        argv = [sys.executable, "-m", "orchestrator", "watch", "group", GROUP, "--interval", f"{WATCH_INTERVAL_S:g}",
+                *args]
+        self.soak = soak
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env=soak.env.env, cwd=REPO, start_new_session=True)
+        self.lines: list[tuple[float, str]] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append((time.monotonic(), line.rstrip("\n")))
+
+    def seen(self, text: str) -> float | None:
+        return next((t for t, line in self.lines if text in line), None)
+
+    def end(self, sig: signal.Signals = signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+        self.reader.join(timeout=10)
+        self.soak.outputs.append("\n".join(line for _, line in self.lines))
+        return rc
+
+
+def listed_urls(soak: Soak) -> set[str] | None:
+    """The URLs the router lists now (None: it does not answer)."""
+    from orchestrator.router.client import RouterClient
+
+    try:
+        with RouterClient(soak.router_url, soak.api_key, timeout_s=5.0) as client:
+            return {w.url for w in client.list_workers()}
+    except Exception:  # a router that does not answer lists nobody
+        return None
+
+
+def worker_url_of(soak: Soak, host: str) -> str:
+    res = soak.deploy("--json", "router", "status", GROUP, timeout=120)
+    rows = {w["host"]: w["url"] for w in json.loads(res.stdout).get("workers", [])}
+    return rows[host]
+
+
+def poll(check: Callable[[], bool], timeout_s: float, every_s: float = 0.2) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if check():
+            return True
+        time.sleep(every_s)
+    return False
+
+
+def watch_killed(point: str) -> Callable[[Soak, Step], None]:
+    """A restart-class Xid on one host while `deploy watch` runs; the watch is SIGKILLed `point` (mid-cordon: as the
+    host leaves the router, during its drain; mid-remedy: as its restart remedy starts). A new watch must then put
+    the host back (or remedy it) within one interval plus the remedy (+60 s for the cycle's reads and the
+    add-back's health wait): otherwise a violation, before the operator's recovery would hide it."""
+
+    def inject(soak: Soak, step: Step) -> None:
+        info = soak.rng.choice(soak.infos)
+        step.host = info.name
+        url = worker_url_of(soak, info.name)
+        watch = WatchProcess(soak)
+        time.sleep(WATCH_INTERVAL_S + 3)  # a clean cycle: every host recorded as listed
+        soak.fault(info.name, f"xid=13@{soak.rng.randrange(8)}")
+        if point == "mid-cordon":
+            hit = poll(lambda: url not in (listed_urls(soak) or {url}), 120, 0.1)
+        else:
+            hit = poll(lambda: watch.seen(f"{info.name}: remedy: restart") is not None, 180)
+        watch.end(signal.SIGKILL)
+        killed = time.monotonic()
+        again = WatchProcess(soak)
+        back = poll(lambda: again.seen(f"{info.name}: returned:") is not None, 300, 0.5)
+        back_at = again.seen(f"{info.name}: returned:")
+        remedied = next((line for _, line in again.lines if line.startswith(f"{info.name}: remedied (restart) in ")),
+                        "")
+        remedy_s = float(remedied.split(" in ", 1)[1].split(" s", 1)[0]) if remedied else 0.0
+        rc = again.end()
+        soak.fault(info.name, "xid=none")
+        took = (back_at - killed) if back_at is not None else None
+        step.detail = (f"watch SIGKILLed {point} ({'at the point' if hit else 'point not reached'}) on "
+                       f"{info.name}: next watch returned it {'never' if took is None else f'{took:.1f} s'} after "
+                       f"the kill (remedy {remedy_s:.1f} s, interval {WATCH_INTERVAL_S:g} s), exit {rc}")
+        if not back or took is None or took > WATCH_INTERVAL_S + remedy_s + 60:
+            soak.early.append(f"{info.name}: the watch after a kill {point} did not put it back within one interval "
+                              f"plus the remedy: {step.detail}")
+
+    return inject
+
+
+def webhook_hangs(soak: Soak, step: Step) -> None:
+    """The inventory's notify: webhook accepts the connection and never answers (10 retries x 60 s: ~1,700 s a
+    post before). A watch cycle on a restart-class Xid must cordon, remedy and return the host as if the receiver
+    answered, and the watch must stop within seconds."""
+    import socket
+
+    info = soak.rng.choice(soak.infos)
+    step.host = info.name
+    hang = socket.socket()
+    hang.bind(("127.0.0.1", 0))
+    hang.listen(64)
+    notify = soak.env.inventory / "notify.yaml"
+    notify.write_text(f"notify:\n  webhook:\n    url: http://127.0.0.1:{hang.getsockname()[1]}/hook\n"
+                      "    format: json\n    retries: 10\n    timeout_s: 60\n")
+    try:
+        watch = WatchProcess(soak)
+        time.sleep(WATCH_INTERVAL_S + 3)
+        injected = time.monotonic()
+        soak.fault(info.name, f"xid=13@{soak.rng.randrange(8)}")
+        back = poll(lambda: watch.seen(f"{info.name}: returned:") is not None, 300, 0.5)
+        back_at = watch.seen(f"{info.name}: returned:")
+        stopping = time.monotonic()
+        rc = watch.end()
+        stop_s = time.monotonic() - stopping
+    finally:
+        notify.unlink(missing_ok=True)
+        hang.close()
+        soak.fault(info.name, "xid=none")
+    took = (back_at - injected) if back_at is not None else None
+    step.detail = (f"webhook hangs; Xid 13 on {info.name}: back in the router "
+                   f"{'never' if took is None else f'{took:.1f} s'} after the fault, the watch stopped in "
+                   f"{stop_s:.1f} s (exit {rc})")
+    if not back or stop_s > 30:
+        soak.early.append(f"{info.name}: a hanging webhook held up the watch: {step.detail}")
+
+
 FAULTS: dict[str, Callable[[Soak, Step], None]] = {
     "sigkill": signal_mid_roll(signal.SIGKILL),
     "sigterm": signal_mid_roll(signal.SIGTERM),
@@ -520,6 +663,9 @@ FAULTS: dict[str, Callable[[Soak, Step], None]] = {
     "tune-vs-roll": command_during_tune("roll"),
     "tune-vs-up": command_during_tune("up"),
     "tune-vs-resume": command_during_tune("resume"),
+    "watch-kill-cordon": watch_killed("mid-cordon"),
+    "watch-kill-remedy": watch_killed("mid-remedy"),
+    "webhook-hang": webhook_hangs,
 }
 
 
@@ -575,6 +721,7 @@ def main() -> int:
         if not router_url:
             print("no managed router in the up report")
             return 1
+        soak.router_url = router_url
         clients = Clients(router_url, args.clients, api_key=api_key)
         threads = clients.start()
         worst: float = 0.0
