@@ -135,9 +135,14 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=50)
     args = ap.parse_args()
     rng = random.Random(args.seed)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still takes its hosts down (finally)
+    # Started in a shell's background, this process (and every watch it starts) inherits SIGINT ignored: the
+    # Ctrl-C kill point would be no kill at all (chaos_soak.py does the same).
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     with tempfile.TemporaryDirectory(prefix="deploy-watchkill-") as tmp:
         root = Path(tmp) / "sim"
-        infos = sim_up(root, hosts=3, first=args.first, time_scale=5.0, ct_storage="tmpfs")
+        infos = sim_up(root, hosts=3, first=args.first, time_scale=5.0)
         router_dir = Path(tmp) / "router"
         try:
             env_dir = Path(tmp) / "env"
