@@ -54,6 +54,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from fleet_canary_roll import Clients, Phase  # noqa: E402  (this directory: the script's own)
+from hardware_faults import UnitProcess, wait  # noqa: E402
 
 from simulator.manager import sim_down, sim_up  # noqa: E402
 from tests.e2e import site_template  # noqa: E402
@@ -505,27 +506,13 @@ WATCH_INTERVAL_S = 5.0
 
 
 class WatchProcess:
-    """`deploy watch group prod` as its unit runs it, its lines read as they come (each with its arrival time)."""
+    """`deploy watch group prod` started as its systemd unit would start it (hardware_faults.UnitProcess: the unit's
+    ExecStart with its Environment=), its lines read as they come; what it printed joins the soak's outputs."""
 
-    def __init__(self, soak: Soak, *args: str) -> None:
-        import threading
-
-        argv = [sys.executable, "-m", "orchestrator", "watch", "group", GROUP, "--interval", f"{WATCH_INTERVAL_S:g}",
-                *args]
-        self.soak = soak
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     env=soak.env.env, cwd=REPO, start_new_session=True)
-        self.lines: list[tuple[float, str]] = []
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append((time.monotonic(), line.rstrip("\n")))
-
-    def seen(self, text: str) -> float | None:
-        return next((t for t, line in self.lines if text in line), None)
+    def __init__(self, soak: Soak) -> None:
+        unit = soak.deploy("watch", "group", GROUP, "--unit", "--interval", f"{WATCH_INTERVAL_S:g}", timeout=120)
+        self.soak, self.unit = soak, UnitProcess(unit.stdout)
+        self.proc, self.lines, self.seen = self.unit.proc, self.unit.lines, self.unit.seen
 
     def end(self, sig: signal.Signals = signal.SIGTERM) -> int:
         if self.proc.poll() is None:
@@ -535,7 +522,7 @@ class WatchProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             rc = self.proc.wait()
-        self.reader.join(timeout=10)
+        self.unit.reader.join(timeout=10)
         self.soak.outputs.append("\n".join(line for _, line in self.lines))
         return rc
 
@@ -557,15 +544,6 @@ def worker_url_of(soak: Soak, host: str) -> str:
     return rows[host]
 
 
-def poll(check: Callable[[], bool], timeout_s: float, every_s: float = 0.2) -> bool:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if check():
-            return True
-        time.sleep(every_s)
-    return False
-
-
 def watch_killed(point: str) -> Callable[[Soak, Step], None]:
     """A restart-class Xid on one host while `deploy watch` runs; the watch is SIGKILLed `point` (mid-cordon: as the
     host leaves the router, during its drain; mid-remedy: as its restart remedy starts). A new watch must then put
@@ -580,13 +558,13 @@ def watch_killed(point: str) -> Callable[[Soak, Step], None]:
         time.sleep(WATCH_INTERVAL_S + 3)  # a clean cycle: every host recorded as listed
         soak.fault(info.name, f"xid=13@{soak.rng.randrange(8)}")
         if point == "mid-cordon":
-            hit = poll(lambda: url not in (listed_urls(soak) or {url}), 120, 0.1)
+            hit = wait(lambda: url not in (listed_urls(soak) or {url}), 120, 0.1)
         else:
-            hit = poll(lambda: watch.seen(f"{info.name}: remedy: restart") is not None, 180)
+            hit = wait(lambda: watch.seen(f"{info.name}: remedy: restart") is not None, 180)
         watch.end(signal.SIGKILL)
         killed = time.monotonic()
         again = WatchProcess(soak)
-        back = poll(lambda: again.seen(f"{info.name}: returned:") is not None, 300, 0.5)
+        back = wait(lambda: again.seen(f"{info.name}: returned:") is not None, 300, 0.5)
         back_at = again.seen(f"{info.name}: returned:")
         remedied = next((line for _, line in again.lines if line.startswith(f"{info.name}: remedied (restart) in ")),
                         "")
@@ -623,7 +601,7 @@ def webhook_hangs(soak: Soak, step: Step) -> None:
         time.sleep(WATCH_INTERVAL_S + 3)
         injected = time.monotonic()
         soak.fault(info.name, f"xid=13@{soak.rng.randrange(8)}")
-        back = poll(lambda: watch.seen(f"{info.name}: returned:") is not None, 300, 0.5)
+        back = wait(lambda: watch.seen(f"{info.name}: returned:") is not None, 300, 0.5)
         back_at = watch.seen(f"{info.name}: returned:")
         stopping = time.monotonic()
         rc = watch.end()
