@@ -18,7 +18,9 @@ those of the paths the H100 did not take (DeepGEMM, TileLang's NSA indexer kerne
 directory, so it starts cold and never reads another stack's results; a rollback's env names its own directory again,
 so it starts warm. The directory carries a manifest (`deploy-cache.json`: key, stack, shape) that the check before
 each start compares; a directory whose manifest does not match, or whose autotune JSON does not parse, is set aside
-(renamed `<dir>.set-aside-<time>`, never deleted) and the start rebuilds it.
+(renamed `<dir>.set-aside-<time>`) and the start rebuilds it. Set-aside directories are kept for a look (why did it
+fail?), but only the newest KEEP_SET_ASIDE of the cache root: each set-aside removes older ones (issue 50: they were
+never removed, and each holds a whole cache).
 """
 
 from __future__ import annotations
@@ -40,6 +42,16 @@ HOST_CACHE_ROOT = "/var/lib/deploy/kernel-cache"
 OWN_CACHE_VAR = "SGLANG_CACHE_DIR"
 
 _TP_NAMES = ("tensor-parallel-size", "tp-size", "tp")
+#: The file deploy leaves in a kernel cache directory it made: only such a directory is ever chowned or chmodded.
+CACHE_DIR_MARK = ".deploy-made-this-dir"
+
+
+@dataclass(frozen=True)
+class CacheDirState:
+    """The node's kernel cache directory as the fact reads it: its owner, and whether deploy made it."""
+
+    owner: str
+    ours: bool
 
 
 def host_cache_dir(vmid: int) -> str:
@@ -145,12 +157,16 @@ class CacheCheck(BaseModel):
         return f"kernel cache {self.dir} is warm (its own stack and shape)"
 
 
+#: Set-aside cache directories kept in the cache root (the newest; older ones are removed by the next set-aside).
+KEEP_SET_ASIDE = 2
+
 #: Run inside the container with python3, argv: the release's meta.json and `start` (before a start: prepare the
 #: directory, set a failing one aside) or `look` (read only). Reads meta's `cache` ({"dir", "manifest"}); prints
 #: nothing for a release without one (an earlier deploy's), else one line `DEPLOY_CACHE={"dir", "state", "reason",
 #: "moved_to"}`. Never fails the start: a check that cannot run says so.
 CHECK_PROGRAM = r'''
-import json, os, sys, time
+import json, os, shutil, sys, time
+KEEP = @KEEP@
 try:
     with open(sys.argv[1]) as fh:
         spec = json.load(fh).get("cache") or {}
@@ -205,10 +221,16 @@ try:
             n += 1
             moved = "%s-%d" % (base, n)
         os.rename(d, moved)
+        root = os.path.dirname(d)
+        aside = sorted((os.path.join(root, n) for n in os.listdir(root) if ".set-aside-" in n),
+                       key=lambda p: os.lstat(p).st_mtime)
+        for old in aside[:-KEEP] if len(aside) > KEEP else []:
+            if not os.path.islink(old):
+                shutil.rmtree(old, ignore_errors=True)
         say("set-aside", reason, moved)
 except OSError as exc:
     print("DEPLOY_CACHE=" + json.dumps({"dir": d, "state": "unchecked", "reason": str(exc), "moved_to": ""}))
-'''
+'''.replace("@KEEP@", str(KEEP_SET_ASIDE))
 
 
 def check_shell(meta_path: str, *, look: bool = False) -> str:

@@ -45,7 +45,13 @@ def _owned_and_private(st: os.stat_result) -> bool:
 
 
 def _load(path: str) -> dict[str, CodeType]:
+    from pathlib import Path
+
+    from orchestrator.paths import state_dir_problem
+
     try:
+        if state_dir_problem(Path(path).parent.parent) is not None:  # the state dir: nobody else may write there
+            return {}
         if not _owned_and_private(os.stat(os.path.dirname(path))):
             return {}
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)

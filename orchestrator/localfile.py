@@ -28,19 +28,30 @@ from orchestrator.errors import ConfigError
 MAX_FILE_BYTES = 8 * 1024 * 1024
 
 
-def read_text_file(path: Path, what: str = "file", *, max_bytes: int = MAX_FILE_BYTES) -> str:
-    """The UTF-8 text of a regular file of at most `max_bytes` bytes; anything else is a ConfigError."""
+def read_text_file(path: Path, what: str = "file", *, max_bytes: int = MAX_FILE_BYTES, private: bool = False) -> str:
+    """The UTF-8 text of a regular file of at most `max_bytes` bytes; anything else is a ConfigError. `private`
+    (read_private_file): opened without following a link, and only when this user owns it and nobody else may
+    write it."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (os.O_NOFOLLOW if private else 0)
+        fd = os.open(path, flags)
     except OSError as exc:
+        if private and exc.errno == errno.ELOOP:
+            raise _link_refused(path, what) from None
         raise ConfigError(f"{what} {path} cannot be read: {exc.strerror}",
                           fix="check the path and its permissions") from None
     try:
-        mode = os.fstat(fd).st_mode
+        st = os.fstat(fd)
+        mode = st.st_mode
         if not stat.S_ISREG(mode):
             kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
                     "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
             raise ConfigError(f"{what} {path} is {kind}, not a regular file", fix="name a regular file")
+        why = foreign_or_open(st) if private else None
+        if why is not None:
+            raise ConfigError(f"{what} {path} is {why}: deploy reads only its own files from its state directory",
+                              fix=f"remove it (rm {shlex.quote(str(path))}) if you did not write it; deploy writes "
+                                  "its files 0600")
         data = b""
         while len(data) <= max_bytes:
             chunk = os.read(fd, max_bytes + 1 - len(data))
@@ -58,6 +69,49 @@ def read_text_file(path: Path, what: str = "file", *, max_bytes: int = MAX_FILE_
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{what} {path}: not UTF-8 text (byte {exc.start})", fix="save the file as UTF-8") from None
+
+
+def foreign_or_open(st: os.stat_result) -> str | None:
+    """Why a file or directory of this machine's state may have been written by someone else (None: it is this
+    user's and nobody else may write it): owned by another user, or writable by the group or by others."""
+    if st.st_uid != os.geteuid():
+        return f"owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"writable by {'others' if st.st_mode & stat.S_IWOTH else 'its group'} (mode {st.st_mode & 0o7777:o})"
+    return None
+
+
+def read_private_file(path: Path, what: str = "file", *, max_bytes: int = MAX_FILE_BYTES) -> str | None:
+    """The text of a file of this machine's state (the state dir: caches, records), None when it does not exist.
+
+    Why: what the tool kept for itself is trusted as if the tool had just computed it (a cached inventory, the
+    hosts a watch cordoned), so a file another local user planted or could have changed must not be read. The
+    file is opened without following a link (O_NOFOLLOW), and must be a regular file owned by this user that
+    neither its group nor others may write; anything else is a ConfigError naming the file and the fix. Callers
+    for whom the file is only a cache treat that error as a miss."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        pass  # read_text_file words it
+    return read_text_file(path, what, max_bytes=max_bytes, private=True)
+
+
+def private_state_dir() -> Path:
+    """The state directory (paths.state_dir), refused (ConfigError, with the fix) when another local user could
+    write into it: what the tool reads back from there (a cached inventory, a watch's cordoned hosts) is trusted as
+    if the tool had just computed it."""
+    from orchestrator.paths import STATE_ENV, state_dir, state_dir_problem
+
+    path = state_dir()
+    problem = state_dir_problem(path)
+    if problem is not None:
+        raise ConfigError(f"state directory {path}: {problem}; another local user could plant files deploy trusts "
+                          "there (a cached inventory, a watch's record)",
+                          fix=f"use a directory only you can write: `export {STATE_ENV}=~/.local/state/deploy` (the "
+                              "default), or `chmod 700` it and the folders above it if they are yours")
+    return path
 
 
 def write_file(path: Path, data: str | bytes, *, mode: int = 0o644) -> Path:

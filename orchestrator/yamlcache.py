@@ -9,7 +9,11 @@ exactly is stored (no dates, sets, binary or non-string keys), only a document t
 error still comes from the decoder, with its line), and never one that holds a secret: a document that
 orchestrator.redact would change (a key named like a secret, a token-shaped value) is decoded every time.
 Entries live in `<state dir>/cache/yaml/`, the directory 0700 and each file 0600; a missing, unreadable or
-broken entry is decoded again, and a failed write only costs the next run the decode.
+broken entry is decoded again, and a failed write only costs the next run the decode. An entry is trusted like the
+decoder's own answer, so it is read only from a state dir no other user can write (else the command is refused,
+localfile.private_state_dir), opened without following a link, and only when this user owns it and nobody else may
+write it (localfile.read_private_file): before issue 50 an entry `nobody` planted for router.yaml sent root's
+router API key to `nobody`'s listener.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from orchestrator.paths import state_dir
+from orchestrator.localfile import private_state_dir
 
 #: Bump when an entry's meaning changes without a change to the decoding code's own text.
 FORMAT = 1
@@ -46,7 +50,7 @@ def _code_digest() -> str:
 
 
 def cache_dir() -> Path:
-    return state_dir() / "cache" / "yaml"
+    return private_state_dir() / "cache" / "yaml"
 
 
 def entry_path(text: str) -> Path:
@@ -57,10 +61,12 @@ def entry_path(text: str) -> Path:
 def lookup(text: str) -> Any:
     """The decoded document of `text` from an earlier run, or MISSING."""
     from orchestrator.errors import ConfigError
-    from orchestrator.localfile import read_text_file
+    from orchestrator.localfile import read_private_file
 
+    path = entry_path(text)  # a state dir others can write: the ConfigError is the command's
     try:
-        return json.loads(read_text_file(entry_path(text), "YAML cache entry"))["data"]
+        found = read_private_file(path, "YAML cache entry")
+        return _MISSING if found is None else json.loads(found)["data"]
     except (ConfigError, OSError, ValueError, KeyError, TypeError):
         return _MISSING
 

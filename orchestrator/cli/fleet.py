@@ -123,7 +123,8 @@ def _run_and_print(app: AppContext, spec: TargetSpec, hosts: list[Host], job: Ca
     with view:
         run = run_fleet([h.name for h in hosts], job, parallel=parallel, fail_fast=fail_fast, on_event=view,
                         on_tick=view.tick)
-    extra = dict(annotate(app, run.outcomes, kwargs) or {}) if annotate is not None else {}
+    extra = (dict(annotate(app, run.outcomes, {**kwargs, "target_groups": spec.groups}) or {})
+             if annotate is not None else {})
     extra_text = extra.pop("text", None)
     exit_code = max(run.exit_code, int(extra.pop("exit_code", 0) or 0))
     app.out.emit({"ok": exit_code == 0, "command": command, "targets": spec.describe(),

@@ -75,10 +75,21 @@ def router_view(app: AppContext, outcomes: list[HostOutcome],
         text += "; request errors since it started: " + ", ".join(f"{k or 'other'} {v:.0f}"
                                                                    for k, v in sorted(errors.items()))
     text += "".join(f"\nproblem: {p.text()}" for p in found)
+    orphans = watch_orphans(options)
+    text += "".join(f"\nproblem: {o}" for o in orphans)
     return {"router": {"url": base, "workers": len(workers), "ready": ready, **unit,
                        "problems": [p.to_dict() for p in found],
-                       **({"request_errors": errors} if errors is not None else {})},
-            "text": text, "exit_code": 1 if found else 0}
+                       **({"request_errors": errors} if errors is not None else {}),
+                       **({"cordoned_by_stopped_watch": orphans} if orphans else {})},
+            "text": text, "exit_code": 1 if found or orphans else 0}
+
+
+def watch_orphans(options: dict[str, Any] | None) -> list[str]:
+    """The hosts a `deploy watch` of this group cordoned and that no running watch owns (fleet/watch.py)."""
+    from orchestrator.fleet.watch import orphaned
+
+    groups = tuple((options or {}).get("target_groups") or ())
+    return [o.text(group) for group in groups for o in orphaned(group)]
 
 
 def _unit_text(unit: dict[str, Any]) -> str:

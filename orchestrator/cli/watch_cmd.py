@@ -13,12 +13,15 @@ from orchestrator.cli.common import AppContext, common_options, tofu_option
 from orchestrator.errors import ConfigError, DeployError
 from orchestrator.fleet.watch import Reading, Watch, WatchState, run_watch
 from orchestrator.hardware.policy import Remedy
+from orchestrator.monitoring.notify import Notifier
 from orchestrator.runner import run_playbook_to_end
 from orchestrator.state.ledger import Ledger
 from orchestrator.steps.base import RunOptions
 from orchestrator.steps.state import RunInputs
 
 #: The playbooks of each remedy, run in order on the drained host (orchestrator/playbooks/remedy-*.yaml).
+#: How long an ending watch waits for its last posts (a receiver that hangs must not hold up a `systemctl stop`).
+NOTIFY_EXIT_WAIT_S = 10.0
 REMEDY_PLAYBOOKS: dict[str, tuple[str, ...]] = {"restart": ("remedy-restart",),
                                                 "reboot": ("remedy-reboot", "remedy-verify")}
 
@@ -107,14 +110,16 @@ def watch(app: AppContext, word: str, group: str, once: bool, interval_s: float,
         stop.set()
 
     previous = signal.signal(signal.SIGTERM, _stop)
+    notifier = Notifier(app.out.line)
     try:
         code = run_watch(Watch(inv, [h.name for h in hosts], read, app.out.line, WatchState(group),
                                drain_timeout_s=drain_timeout, remedy=remedy, record=ledger.record_event,
-                               verify=verify),
+                               verify=verify, notifier=notifier),
                          once=once, interval_s=interval_s, for_s=for_s,
                          stop=stop)
     except KeyboardInterrupt:
         code = 130
     finally:
         signal.signal(signal.SIGTERM, previous)
+        notifier.close(wait_s=NOTIFY_EXIT_WAIT_S)
     return code

@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from orchestrator.caches import CACHE_DIR_MARK, CacheDirState
 from orchestrator.facts.base import HostFact, Read, if_ok, of_stdout, q, read_with
 from orchestrator.hardware.kernel_log import kernel_log_command
 from orchestrator.hardware.smi_health import LINK_QUERY_FIELDS
@@ -93,10 +94,12 @@ def _smi_answer(out: CommandOutput) -> SmiAnswer:
     return SmiAnswer(out.stdout if printed else None, out.stderr)
 
 
-def _owner(text: str) -> str | None:
-    """`uid:gid` from stat's output; None for `absent` (or anything else)."""
-    line = text.strip()
-    return line if re.fullmatch(r"\d+:\d+", line) else None
+def _owner(text: str) -> CacheDirState | None:
+    """`uid:gid` from stat's output and whether deploy's mark is in it; None for `absent` (or anything else)."""
+    lines = text.split()
+    if not lines or not re.fullmatch(r"\d+:\d+", lines[0]):
+        return None
+    return CacheDirState(lines[0], CACHE_DIR_MARK in lines[1:])
 
 
 class HOST:
@@ -166,10 +169,13 @@ class HOST:
     model_mount = HostFact("model_mount", lambda h, p: (
         f"test -d {q(h.container.model_mount)} && echo present || echo absent" if h.container.model_mount
         else "echo none"), _present)
-    #: The owner (`uid:gid`) of the host directory bind-mounted at the container's kernel cache root; None when it
-    #: is not there yet (the container step creates it, owned by the container's root).
+    #: The owner (`uid:gid`) of the host directory bind-mounted at the container's kernel cache root, and whether
+    #: deploy made it (its mark file); None when it is not there yet (the container step creates it, owned by the
+    #: container's root). A directory deploy did not make is never chowned or chmodded.
     kernel_cache_dir = HostFact("kernel_cache_dir", lambda h, p: (
-        f"stat -c '%u:%g' {q(h.container.kernel_cache_dir)} 2>/dev/null || echo absent"), of_stdout(_owner))
+        f"stat -c '%u:%g' {q(h.container.kernel_cache_dir)} 2>/dev/null && "
+        f"{{ test -f {q(h.container.kernel_cache_dir + '/' + CACHE_DIR_MARK)} && echo {CACHE_DIR_MARK} || :; }} "
+        "|| echo absent"), of_stdout(_owner))
     #: What the last publish of the tool's metrics carried over (orchestrator/monitoring/state.py).
     metrics_state = HostFact("metrics_state", lambda h, p: metrics_state_command(),
                              lambda o: MetricsState.from_json(o.stdout))

@@ -25,8 +25,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from orchestrator.errors import ConfigError
-from orchestrator.localfile import write_file
-from orchestrator.paths import state_dir
+from orchestrator.localfile import private_state_dir, read_private_file, write_file
 from orchestrator.redact import redact
 
 HostState = Literal["pending", "in_progress", "rolled", "rolled_back", "failed", "untouched", "reverted"]
@@ -145,7 +144,7 @@ class RollStore:
     """The fleet-roll records on this machine (0700 directory, one JSON file per roll, atomic rewrites)."""
 
     def __init__(self, root: Path | None = None) -> None:
-        self.root = root or state_dir() / "fleet-rolls"
+        self.root = root or private_state_dir() / "fleet-rolls"
 
     def path(self, roll_id: str) -> Path:
         return self.root / f"{roll_id}.json"
@@ -175,7 +174,7 @@ class RollStore:
             if p.name.endswith(".replay.json"):
                 continue
             try:
-                rolls.append(FleetRoll.model_validate_json(p.read_text()))
+                rolls.append(FleetRoll.model_validate_json(read_private_file(p, "fleet roll record") or ""))
             except ValueError as exc:
                 raise ConfigError(f"fleet roll record {p} is unreadable: {exc}",
                                   fix="move the file away (it only records a past fleet roll)") from exc
@@ -193,9 +192,8 @@ class RollStore:
         """The roll as it was asked for, secrets included, when its record has them redacted."""
         replay = self.replay_path(roll.id)
         try:
-            return FleetRoll.model_validate_json(replay.read_text())
-        except FileNotFoundError:
-            return roll
+            text = read_private_file(replay, "fleet roll replay copy")
+            return roll if text is None else FleetRoll.model_validate_json(text)
         except ValueError as exc:
             raise ConfigError(f"fleet roll replay copy {replay} is unreadable: {exc}",
                               fix=f"revert the roll with `deploy rollback {roll.targets}` and roll again") from exc

@@ -23,26 +23,32 @@ remedy tried), in the host's events (`deploy history`), and posted to the invent
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import shlex
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from orchestrator.errors import DeployError, LockHeld
+from orchestrator.errors import ConfigError, DeployError, LockHeld
 from orchestrator.fleet.fleet_roll import FleetRouter
 from orchestrator.hardware.policy import Remedy, RemedyPlan, plan_remedy
 from orchestrator.hardware.state import HardwareState
 from orchestrator.inventory.models import Inventory
-from orchestrator.localfile import write_file
+from orchestrator.localfile import open_no_follow, private_state_dir, read_private_file, write_file
 from orchestrator.locks.claims import claim_fleet
 from orchestrator.monitoring.events import Event
-from orchestrator.monitoring.notify import deliver
-from orchestrator.paths import state_dir
+from orchestrator.monitoring.notify import Notifier, deliver
 from orchestrator.router.client import RouterClient
 from orchestrator.router.drain import Drainer
+
+#: Hosts a cycle reads at once.
+READ_PARALLEL = 8
 
 Decision = Literal["cordon", "remedy", "verify", "return", "hold", "none"]
 #: Runs a remedy on a drained host: (host, "restart" | "reboot", the kernel-log cursor of the reading it answers)
@@ -103,21 +109,137 @@ def decide(r: Reading, listed: bool, cordoned: bool, plan: RemedyPlan | None = N
 
 
 class WatchState:
-    """The hosts this watch took out of the router (a 0600 JSON file per group): only those it puts back."""
+    """The hosts this watch took out of the router (a 0600 JSON file per group): only those it puts back.
+
+    Written before each action, not after it (issue 50): a cordon is recorded before the drain and a remedy before
+    it runs, so a watch killed at any point leaves a record the next cycle acts on. The file also keeps the hosts
+    the router listed at the last cycle and when that cycle ran: a listed-then-missing host with an open fault is
+    the watch's own, and `deploy status group` tells a watch that stopped from one between cycles. The earlier
+    format (the cordoned hosts alone) still reads."""
 
     def __init__(self, group: str, root: Path | None = None) -> None:
-        self.path = (root or state_dir() / "watch") / f"{group}.json"
+        self.path = (root or private_state_dir() / "watch") / f"{group}.json"
+        self.lock_path = self.path.with_suffix(".lock")
+
+    def _document(self) -> dict[str, object]:
+        text = read_private_file(self.path, "watch state file")
+        if text is None:
+            return {}
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise self._broken(f"not JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise self._broken(f"a JSON {type(data).__name__}, not an object")
+        return data
+
+    def _broken(self, why: str) -> ConfigError:
+        return ConfigError(f"watch state file {self.path}: {why}",
+                           fix=f"fix or remove it (rm {shlex.quote(str(self.path))}); without it the watch owns only "
+                               "hosts the router lists now, and a host it had cordoned is put back with "
+                               "`deploy router add`")
 
     def load(self) -> dict[str, dict[str, str | float]]:
-        try:
-            data = json.loads(self.path.read_text())
-        except (FileNotFoundError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
+        data = self._document()
+        entries = data.get("cordoned", {}) if "format" in data else data
+        if not isinstance(entries, dict):
+            raise self._broken(f"its cordoned hosts are a JSON {type(entries).__name__}, not an object")
+        for host, entry in entries.items():
+            if not isinstance(entry, dict):
+                raise self._broken(f"the entry for {host} is a JSON {type(entry).__name__}, not an object")
+        return entries
 
-    def save(self, cordoned: dict[str, dict[str, str | float]]) -> None:
+    def listed(self) -> set[str]:
+        """The hosts the router listed at the last cycle."""
+        found = self._document().get("listed", [])
+        return {h for h in found if isinstance(h, str)} if isinstance(found, list) else set()
+
+    def last_cycle(self) -> tuple[float, float, bool] | None:
+        """(when the last cycle ended, the watch's interval, whether it loops: not `--once`), None when no cycle
+        recorded it."""
+        data = self._document()
+        at, interval = data.get("at"), data.get("interval_s")
+        if isinstance(at, int | float) and isinstance(interval, int | float):
+            return float(at), float(interval), data.get("loop") is True
+        return None
+
+    def save(self, cordoned: dict[str, dict[str, str | float]], listed: set[str] | None = None,
+             interval_s: float | None = None, loop: bool = False) -> None:
+        doc: dict[str, object] = {"format": 2, "cordoned": cordoned, "at": time.time(), "loop": loop}
+        if listed is None or interval_s is None:
+            try:
+                old = self._document()
+            except ConfigError:
+                old = {}
+            listed = listed if listed is not None else self.listed() if old else set()
+            interval_s = interval_s if interval_s is not None else old.get("interval_s")  # type: ignore[assignment]
+        doc["listed"] = sorted(listed)
+        if interval_s is not None:
+            doc["interval_s"] = interval_s
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        write_file(self.path, json.dumps(cordoned, indent=1, sort_keys=True), mode=0o600)
+        write_file(self.path, json.dumps(doc, indent=1, sort_keys=True), mode=0o600)
+
+    def hold_live(self) -> int:
+        """Mark this watch as running (an exclusive flock, dropped by the kernel when the process dies, however it
+        dies); LockHeld when another watch of the group runs. Returns the descriptor to keep open."""
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = open_no_follow(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600, what="watch lock")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise LockHeld(f"another deploy watch of this group runs on this machine ({self.lock_path} is locked)",
+                           fix="stop it first (systemctl stop, or Ctrl-C where it runs); one watch per group") from None
+        return fd
+
+    def running(self) -> bool:
+        """Whether a watch of this group holds its live mark now."""
+        try:
+            fd = os.open(self.lock_path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """A host a watch took out of the router while no watch of its group runs any more: nobody will put it back."""
+
+    host: str
+    since: str
+    why: str
+    last_cycle: str
+
+    def text(self, group: str) -> str:
+        return (f"{self.host} is out of the router, cordoned by a deploy watch of group {group} that is not running "
+                f"(cordoned {self.since}: {self.why}; its last cycle {self.last_cycle}): start `deploy watch group "
+                f"{group}` (its next cycle puts the host back or remedies it), or `deploy router add host "
+                f"{self.host}` once it is fixed")
+
+
+def orphaned(group: str, now: float | None = None) -> list[Orphan]:
+    """The hosts of the group's watch record that no running watch owns: its watch looped and is gone (its live
+    mark is free: killed, stopped or crashed). A watch run from a timer (`--once`) is not running between its
+    cycles: its record is orphaned only past two of its intervals (at least 2 min)."""
+    state = WatchState(group)
+    try:
+        cordoned = state.load()
+    except ConfigError:
+        cordoned = {}
+    if not cordoned or state.running():
+        return []
+    last = state.last_cycle()
+    now = time.time() if now is None else now
+    if last is not None and not last[2] and now - last[0] < max(2 * last[1], 120.0):
+        return []
+    when = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(last[0])) if last is not None else "unknown"
+    return [Orphan(h, str(e.get("since", "?")), str(e.get("why", "?")), when) for h, e in sorted(cordoned.items())]
 
 
 @dataclass
@@ -131,6 +253,15 @@ class Watch:
     remedy: RemedyFn | None = None  # None: no remedy runs (the policy's remedies are held as manual)
     record: RecordFn | None = None
     verify: VerifyFn | None = None  # None: a host whose remedy failed returns once it reads clean and serves
+    #: Posts the notify: webhook's events off the cycle's thread (None: posted in line, bounded in time).
+    notifier: Notifier | None = None
+    interval_s: float | None = None  # recorded with each cycle: `deploy status group` tells a stopped watch
+    loop: bool = False  # run_watch's, not `--once`: recorded too
+    _listed: set[str] = field(default_factory=set)
+
+    def _save(self, cordoned: dict[str, dict[str, str | float]]) -> None:
+        """Record the cordoned hosts now, before the action that needs the record (OSError: not recorded)."""
+        self.state.save(cordoned, self._listed, self.interval_s, self.loop)
 
     def plan(self, host: str, r: Reading, others_out: list[str]) -> RemedyPlan:
         if r.hardware is None:
@@ -138,22 +269,31 @@ class Watch:
         return plan_remedy(r.hardware.action, self.inventory.health, host=host, others_out=others_out, gpu=r.gpu())
 
     def cycle(self) -> dict[str, Decision]:
-        """Read every host, act where the readings say; returns each host's decision."""
-        readings = {h: self.read(h) for h in self.hosts}
+        """Read every host, act where the readings say; returns each host's decision. The hosts are read at once
+        (one status round trip each, in parallel as a fleet status does): a cycle's reads of N hosts cost about one
+        read, not N, before the first action (a watch restarted after a kill acts that much sooner)."""
+        with ThreadPoolExecutor(max_workers=max(1, min(READ_PARALLEL, len(self.hosts))),
+                                thread_name_prefix="watch-read") as pool:
+            readings = dict(zip(self.hosts, pool.map(self.read, self.hosts), strict=True))
         side = FleetRouter(self.inventory, self.drain_timeout_s)
         cordoned = self.state.load()
+        was_listed = self.state.listed()
         listed: set[str] = set()
         if side.base is not None:
             with RouterClient(side.base, side.key, timeout_s=10.0) as client:
                 listed = {w.url for w in client.list_workers()}
+        self._listed = {h for h, u in side.urls.items() if u in listed}
         done: dict[str, Decision] = {}
         for host, r in readings.items():
             url = side.urls.get(host)
             out = sorted(h for h, u in side.urls.items() if h != host and u not in listed)
             plan = self.plan(host, r, out)
+            is_listed = url is not None and url in listed
+            self._own(host, r, plan, url, is_listed, host in was_listed, cordoned)
             entry = cordoned.get(host, {})
-            decision = decide(r, url is not None and url in listed, host in cordoned, plan, bool(entry.get("remedy")),
-                              bool(entry.get("failed")))
+            interrupted = bool(entry.get("remedying"))  # a watch stopped during the remedy: it did not finish
+            decision = decide(r, is_listed, host in cordoned, plan, bool(entry.get("remedy")) and not interrupted,
+                              bool(entry.get("failed")) or interrupted)
             done[host] = decision
             if decision == "cordon" and url is not None:
                 if self._act(host, url, side, cordoned, r, out=True) and plan.runs:
@@ -172,8 +312,26 @@ class Watch:
                          f"{entry.get('why', '?')}); now: {self._now(r, plan, entry)}")
             elif r.fatal:
                 self.say(f"{host}: fatal GPU fault ({r.why()}), not a listed router worker: nothing to drain")
-        self.state.save(cordoned)
+        self._save(cordoned)
         return done
+
+    def _own(self, host: str, r: Reading, plan: RemedyPlan, url: str | None, is_listed: bool, was_listed: bool,
+             cordoned: dict[str, dict[str, str | float]]) -> None:
+        """Reconcile the record with the router before deciding: a host the router listed at the last cycle and
+        that is missing now, with an open fault, is this watch's own (a watch stopped between its drain and its
+        record, or anyone's drain of a faulty host); a recorded host the router lists again with nothing to drain
+        was put back by another hand, and its record is closed."""
+        if host not in cordoned and not is_listed and was_listed and url is not None and plan.drains:
+            cordoned[host] = {"since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "why": r.why(), "url": url,
+                              "adopted": "listed at the last cycle, out of the router now with an open fault"}
+            self._save(cordoned)
+            self.say(f"{host}: out of the router since the last cycle with an open fault ({r.why()}): the watch "
+                     "owns it now (remedy, verify, return)")
+            self._event(host, "cordoned", f"{r.why()}: found out of the router, owned by the watch")
+        elif host in cordoned and is_listed and not plan.drains:
+            cordoned.pop(host)
+            self._save(cordoned)
+            self.say(f"{host}: back in the router and reads clean: the watch's cordon record is closed")
 
     @staticmethod
     def _now(r: Reading, plan: RemedyPlan, entry: dict[str, str | float]) -> str:
@@ -205,13 +363,24 @@ class Watch:
         try:
             with claim_fleet([host], f"deploy watch (remedy {host})", router=False):
                 entry["remedy"] = plan.remedy
+                entry["remedying"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")  # recorded before it runs
+                entry.pop("failed", None)
+                self._save(cordoned)
                 verified = self.remedy(host, plan.remedy, r.hardware.cursor if r.hardware is not None else None)
         except LockHeld as err:
             entry.pop("remedy", None)
+            entry.pop("remedying", None)
             self.say(f"{host}: remedy waits for the next cycle: {err.what}")
             return "hold"
+        except OSError as err:  # the record could not be written: the remedy did not run
+            entry.pop("remedy", None)
+            entry.pop("remedying", None)
+            self.say(f"{host}: remedy NOT run: the watch state file cannot be written ({err.strerror})")
+            return "hold"
         except DeployError as err:
+            entry.pop("remedying", None)
             entry["failed"] = err.what
+            self._save(cordoned)
             line = (f"{host}: remedy FAILED ({plan.remedy}): {err.what}; the host stays out of the router: "
                     f"{err.fix or 'see deploy doctor host ' + host}; the watch returns it once its sensors read "
                     "clean and it serves")
@@ -219,7 +388,9 @@ class Watch:
             self._event(host, "remedy-failed", f"{plan.remedy}: {err.what}")
             return "hold"
         took = time.monotonic() - began
+        entry.pop("remedying", None)
         entry["remedied"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        self._save(cordoned)
         self.say(f"{host}: remedied ({plan.remedy}) in {took:.1f} s: {verified}")
         self._event(host, "remedied", f"{plan.remedy} in {took:.1f} s: {verified}")
         again = self.read(host)
@@ -248,6 +419,8 @@ class Watch:
                          f"{err.fix or 'see deploy doctor host ' + host}")
                 return "hold"
             entry.pop("failed", None)
+            entry.pop("remedying", None)
+            self._save(cordoned)
             self.say(f"{host}: verified: {verified}")
             self._event(host, "verified", verified)
         self._act(host, url, side, cordoned, r, out=False)
@@ -257,9 +430,14 @@ class Watch:
              r: Reading, *, out: bool) -> bool:
         """Cordon (`out`) or return one host; False when it did not happen (said)."""
         verb = "cordon" if out else "return"
+        before = dict(cordoned[host]) if host in cordoned else None
         try:
             with claim_fleet([host], f"deploy watch ({verb} {host})", router=True), \
                     RouterClient(side.base or "", side.key) as client:
+                # Recorded before the router is touched: a watch stopped mid-drain leaves a host its next cycle owns.
+                cordoned[host] = ({"since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "why": r.why(), "url": url,
+                                   "phase": "cordoning"} if out else {**cordoned.get(host, {}), "phase": "returning"})
+                self._save(cordoned)
                 drainer = Drainer(client, drain_timeout_s=self.drain_timeout_s, say=self.say,
                                   policy=side.spec.policy if side.spec is not None else None, keys=side.url_keys)
                 if out:
@@ -270,25 +448,60 @@ class Watch:
         except LockHeld as err:
             self.say(f"{host}: {verb} waits for the next cycle: {err.what}")
             return False
+        except OSError as err:
+            self._put(cordoned, host, before)
+            self.say(f"{host}: NOT {'cordoned' if out else 'returned'}: the watch state file cannot be written "
+                     f"({err.strerror}), and the watch records a host before it acts on it")
+            return False
         except DeployError as err:
+            # Removed, and only the wait for its requests failed: the host is out, and the watch's own.
+            if out and host in cordoned and not self._still_listed(side, url):
+                cordoned[host].pop("phase", None)
+                self._save(cordoned)
+                self.say(f"{host}: out of the router, its drain did not finish: {err.what}")
+                return True
+            self._put(cordoned, host, before)
+            self._save(cordoned)
             self.say(f"{host}: NOT {'cordoned' if out else 'returned'}: {err.what}")
             return False
         now = time.time()
         if out:
-            cordoned[host] = {"since": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(now)), "why": r.why(),
-                              "url": url}
+            cordoned[host].pop("phase", None)
+            self._listed.discard(host)
+            self._save(cordoned)
             summary = f"{host} cordoned: out of the router ({r.why()})"
             self.say(f"{host}: cordoned ({r.why()}): {note}")
             self._event(host, "cordoned", f"{r.why()}: {note}")
         else:
             cordoned.pop(host, None)
+            self._listed.add(host)
+            self._save(cordoned)
             summary = f"{host} returned to the router: its GPUs read clean and it serves"
             self.say(f"{host}: returned: {note}")
             self._event(host, "returned", note)
-        deliver(self.inventory.notify, [Event("gpu_fault", host, None, now, summary=summary,
-                                              description=summary, diagnose=f"deploy doctor host {host}",
-                                              severity="critical", resolved=not out)], self.say)
+        events = [Event("gpu_fault", host, None, now, summary=summary, description=summary,
+                        diagnose=f"deploy doctor host {host}", severity="critical", resolved=not out)]
+        if self.notifier is not None:
+            self.notifier.submit(self.inventory.notify, events)
+        else:
+            deliver(self.inventory.notify, events, self.say)
         return True
+
+    @staticmethod
+    def _put(cordoned: dict[str, dict[str, str | float]], host: str, entry: dict[str, str | float] | None) -> None:
+        if entry is None:
+            cordoned.pop(host, None)
+        else:
+            cordoned[host] = entry
+
+    @staticmethod
+    def _still_listed(side: FleetRouter, url: str) -> bool:
+        """Whether the router lists `url` now (True when it cannot say: the record is not kept on a guess)."""
+        try:
+            with RouterClient(side.base or "", side.key, timeout_s=10.0) as client:
+                return url in {w.url for w in client.list_workers()}
+        except DeployError:
+            return True
 
 
 def run_watch(watch: Watch, *, once: bool, interval_s: float, for_s: float | None,
@@ -296,8 +509,13 @@ def run_watch(watch: Watch, *, once: bool, interval_s: float, for_s: float | Non
     """Cycle until `for_s` passed (or forever), `interval_s` apart; 1 when the last cycle left a fatal fault."""
     stop = stop or threading.Event()
     began = time.monotonic()
-    while True:
-        decisions = watch.cycle()
-        if once or stop.is_set() or (for_s is not None and time.monotonic() - began + interval_s > for_s):
-            return 1 if any(d in ("cordon", "hold") for d in decisions.values()) else 0
-        stop.wait(interval_s)
+    watch.interval_s, watch.loop = interval_s, not once
+    live = watch.state.hold_live()  # one watch per group; `deploy status group` sees this one running
+    try:
+        while True:
+            decisions = watch.cycle()
+            if once or stop.is_set() or (for_s is not None and time.monotonic() - began + interval_s > for_s):
+                return 1 if any(d in ("cordon", "hold") for d in decisions.values()) else 0
+            stop.wait(interval_s)
+    finally:
+        os.close(live)

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 from orchestrator.errors import ConfigError, did_you_mean
 from orchestrator.flags.limits import VALUE_FIX, UnitTextError
 from orchestrator.flags.schema import FlagSchema, ResolveError
-from orchestrator.inventory.models import Inventory, ServerProfile
+from orchestrator.inventory.models import PROFILE_NAME, Inventory, ServerProfile
 from orchestrator.localfile import read_text_file
 from orchestrator.patches import parse_patch
 from orchestrator.stack_lock import lock_constraints, parse_lock
@@ -118,6 +118,9 @@ LOCKS_DIR = "locks"
 
 
 def lock_path(inventory_dir: Path, profile: str) -> Path:
+    if not PROFILE_NAME.fullmatch(profile):  # the inventory refuses such a name; never a path out of locks/
+        raise ConfigError(f"profile name {profile!r} is not a file name",
+                          fix="rename the profile (letters, digits, . _ -)")
     return inventory_dir / LOCKS_DIR / f"{profile}.txt"
 
 

@@ -11,6 +11,7 @@ import re
 import stat
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
@@ -64,6 +65,25 @@ def mount_path_problem(path: str) -> str | None:
         return problem
     if not re.fullmatch(r"[A-Za-z0-9._/+@-]+", path):
         return "may use letters, digits and . _ / + @ - only (no spaces, commas or '=' in a PVE mount point)"
+    return None
+
+
+#: Host directories a kernel cache may never be: `up` makes the cache directory the container root's, and before
+#: issue 50 it chowned and chmodded whatever the inventory named (a node's /tmp lost its sticky bit and world write).
+SYSTEM_DIRS = frozenset({"/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/media", "/mnt", "/opt", "/proc",
+                         "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var", "/var/cache", "/var/lib",
+                         "/var/lib/vz", "/var/log", "/var/tmp", "/var/spool", "/var/mail", "/var/run",
+                         "/var/lib/deploy", "/var/lib/deploy/kernel-cache"})
+#: Trees nothing of the tool's may live in.
+SYSTEM_TREES = ("/boot/", "/dev/", "/etc/", "/proc/", "/run/", "/sys/", "/usr/")
+
+
+def kernel_cache_problem(path: str) -> str | None:
+    """Why `path` cannot be a container's kernel cache directory on the node (None: it can)."""
+    norm = "/" + "/".join(p for p in path.split("/") if p)
+    if norm in SYSTEM_DIRS or norm.count("/") < 2 or norm.startswith(SYSTEM_TREES):
+        return ("is a system directory (or a top-level one): `up` makes the cache directory the container "
+                "root's; name a directory of its own, e.g. /tank/kernel-cache/120 (deploy creates it)")
     return None
 
 
@@ -234,6 +254,14 @@ class ContainerSpec(StrictModel):
         if problem:
             raise ValueError(f"{v!r} (a directory on the PVE host, e.g. /tank/models/GLM-5-NVFP4) {problem}")
         return v.rstrip("/") if v is not None else None
+
+    @field_validator("kernel_cache")
+    @classmethod
+    def _not_a_system_dir(cls, v: str | None) -> str | None:
+        problem = kernel_cache_problem(v) if v is not None else None
+        if problem:
+            raise ValueError(f"{v!r} {problem}")
+        return v
 
     @property
     def kernel_cache_dir(self) -> str:
@@ -574,6 +602,8 @@ def hf_token_for(host: Host, profile: ServerProfile) -> SecretRef | None:
 
 
 HostName = Annotated[str, Field(min_length=1)]
+#: A profile's name: a file name of its own (`deploy lock` writes locks/<name>.txt), never a path.
+PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 RouterPolicy = Literal["random", "round_robin", "cache_aware", "power_of_two", "manual"]
 #: The router packages deploy drives (one adapter, orchestrator/router/release.py): the SGLang Model Gateway
 #: (`smg`, its name since 2026) and the last `sglang-router` release.
@@ -704,6 +734,19 @@ def _expand_groups(groups: dict[str, list[str]], hosts: dict[str, Host]) -> dict
     return expanded
 
 
+def url_problem(url: str) -> str | None:
+    """Why deploy cannot post to `url` (None: it can): not http(s)://host[/path], or a port out of range (the
+    notifier raised `Port out of range` at every post of a watch before issue 50)."""
+    if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url):
+        return "not an http:// or https:// URL"
+    parts = urlsplit(url)
+    try:
+        _ = parts.port
+    except ValueError as exc:
+        return str(exc)
+    return None if parts.hostname else "no host name"
+
+
 class WebhookSpec(StrictModel):
     """Where run events (rollbacks, a watchdog that gave up) are posted: monitoring/notify.py."""
 
@@ -716,15 +759,16 @@ class WebhookSpec(StrictModel):
     @field_validator("url")
     @classmethod
     def _http(cls, v: str | SecretRef) -> str | SecretRef:
-        if isinstance(v, str) and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", v):
-            raise ValueError(f"{v!r} is not an http:// or https:// URL")
+        if isinstance(v, str) and (problem := url_problem(v)) is not None:
+            raise ValueError(f"{v!r}: {problem}")
         return v
 
     def read_url(self) -> str:
         url = self.url.read() if isinstance(self.url, SecretRef) else self.url
-        if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url.strip()):
-            raise ConfigError("notify.webhook.url: the secret holds no http:// or https:// URL",
-                              fix="put the receiver's whole URL in the file (or variable) it names")
+        if (problem := url_problem(url.strip())) is not None:
+            raise ConfigError(f"notify.webhook.url: the secret holds no URL deploy can post to ({problem})",
+                              fix="put the receiver's whole URL (http:// or https://, a port up to 65535) in the "
+                                  "file (or variable) it names")
         return url.strip()
 
 
@@ -760,6 +804,10 @@ class Inventory(StrictModel):
 
     @model_validator(mode="after")
     def _references_resolve(self) -> Inventory:
+        for name in self.profiles:
+            if not PROFILE_NAME.fullmatch(name):
+                raise ValueError(f"profiles.{name!r}: a profile name is letters, digits and . _ - (not first), at "
+                                 "most 64: it names the file locks/<name>.txt that `deploy lock` writes")
         for name in self.hosts:
             if name in TARGET_KEYWORDS:
                 raise ValueError(f"hosts.{name}: '{name}' is a command keyword; rename the host")

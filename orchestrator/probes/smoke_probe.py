@@ -1,6 +1,7 @@
 """Run INSIDE the container with the venv's python: a real generation check against the local server.
 
-Reads the API key from /etc/sglang/sglang.env (never from argv). Prints one JSON line.
+Reads the API key from /etc/sglang/sglang.env (never from argv). Prints one JSON line. Shipped after
+orchestrator/redact.py's source (steps/checks.py `smoke_source`), whose `redact` it calls.
 Usage: python - ARGS_JSON < this_file
 """
 
@@ -49,8 +50,9 @@ def main():
         if args.get("server_info_path"):
             info = call(base, "/server_info", None, key, timeout)
             path = args["server_info_path"]
-            if isinstance(info, dict):  # /server_info lists the server's own API keys: never store them
-                info = {k: ("<redacted>" if v and k.endswith("api_key") else v) for k, v in info.items()}
+            # /server_info lists the server's own API keys (internal_states: vars(server_args) per DP rank): never
+            # store them. `redact` is orchestrator/redact.py's, run before this file (steps/checks.py smoke_source).
+            info = redact(info)  # type: ignore[name-defined]  # noqa: F821
             if os.path.isdir(os.path.dirname(path)):
                 with open(path + ".tmp", "w") as fh:
                     json.dump(info, fh, sort_keys=True)

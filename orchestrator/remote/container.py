@@ -120,9 +120,11 @@ class Container:
 
     # -- runners: one SSH round trip each ------------------------------------------------------------------
     def run(self, shell: str, *, timeout: float | None = None, check: bool = False, what: str = "",
-            progress: Callable[[str], None] | None = None) -> RemoteResult:
-        """A shell snippet in the container (`bash -c`); use `script` for anything long or secret."""
-        return self.node.run(self.shell_command(shell), timeout=timeout, check=check, what=what, progress=progress)
+            progress: Callable[[str], None] | None = None, stdin: str | None = None) -> RemoteResult:
+        """A shell snippet in the container (`bash -c`); use `script` for anything long or secret. `stdin` is
+        the snippet's input (a secret it reads, never in its argv)."""
+        return self.node.run(self.shell_command(shell), timeout=timeout, check=check, what=what, progress=progress,
+                             stdin=stdin)
 
     def read(self, shell: str, parse: Callable[[str], T], *, timeout: float | None = None, what: str = "") -> T:
         """A read of its own (one round trip): a shell snippet whose output `parse` judges, whatever its exit code

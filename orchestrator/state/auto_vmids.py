@@ -12,12 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.inventory.models import Host, Inventory
-from orchestrator.localfile import write_file
-from orchestrator.paths import state_dir
+from orchestrator.localfile import private_state_dir, read_private_file, write_file
 
 
 def _path(host: Host) -> Path:
-    return state_dir() / "auto-vmids" / host.name
+    return private_state_dir() / "auto-vmids" / host.name
 
 
 def remember(host: Host, vmid: int) -> None:
@@ -33,7 +32,8 @@ def remember(host: Host, vmid: int) -> None:
 def recalled(host: Host) -> int | None:
     """The VMID remembered for `host` at its current address and node, None when there is none."""
     try:
-        address, node, vmid = _path(host).read_text().split()
+        text = read_private_file(_path(host), "remembered auto VMID")  # a foreign file: a ConfigError, said
+        address, node, vmid = (text or "").split()
     except (OSError, ValueError):
         return None
     return int(vmid) if (address, node) == (host.address, host.pve.node) and vmid.isdigit() else None

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict
 
 from orchestrator.errors import ConfigError
 from orchestrator.gates.throughput import DEFAULT_NOISE_PCT, delta_pct
-from orchestrator.localfile import open_no_follow, refuse_link
+from orchestrator.localfile import open_no_follow, private_state_dir, refuse_link
 from orchestrator.parsers.bench import BenchParseError, BenchResult, BenchValueError, parse_bench_import
 from orchestrator.paths import state_dir
 from orchestrator.redact import redact
@@ -103,7 +103,7 @@ COMPARE_METRICS: tuple[tuple[str, str, bool | None], ...] = (
 
 
 def default_ledger_path() -> Path:
-    return state_dir() / "ledger.sqlite"
+    return private_state_dir() / "ledger.sqlite"
 
 
 #: Tries to draw a free run id before an insert gives up (a 16-bit tail per second; see record_run).

@@ -264,7 +264,15 @@ def raise_if_fatal_logged(ctx: StepContext) -> None:
 
 
 def smoke_source() -> str:
-    return probe_text("smoke_probe.py")
+    """The smoke probe after the tool's own redaction module (orchestrator/redact.py: pure, imports nothing of the
+    tool): the probe stores /server_info in the release after `redact()`, the one rule every output goes through,
+    at every depth. Why: the real server's `internal_states[…]` is the whole `vars(server_args)` per DP rank, with
+    `api_key`, `admin_api_key` and `ssl_keyfile_password` (issue 50, 3a); the probe's own copy of a rule missed them."""
+    from pathlib import Path
+
+    from orchestrator import redact
+
+    return Path(redact.__file__).read_text(encoding="utf-8") + "\n\n" + probe_text("smoke_probe.py")
 
 
 def run_smoke(ctx: StepContext, release: str | None) -> dict[str, Any]:

@@ -7,13 +7,14 @@ PVE allows device passthrough for root@pam only. Every config write is digest-gu
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 import shlex
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.caches import CACHE_ROOT
+from orchestrator.caches import CACHE_DIR_MARK, CACHE_ROOT
 from orchestrator.errors import ConfigError, RemoteError, TaskFailed
 from orchestrator.facts import BOOT_STATES, BOOT_WAIT_S, CT, HOST
 from orchestrator.inventory.models import ContainerSpec
@@ -32,6 +33,8 @@ from orchestrator.runlog import StepRecord
 from orchestrator.scripts import render_script
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts
+from orchestrator.steps.vmid import AUTO_VMID_DIR
+from orchestrator.verdicts.ownership import judge_ownership, ownership_tag, tags_of, with_tag
 
 DEV_KEY = re.compile(r"^dev(\d+)$")
 MP_KEY = re.compile(r"^mp(\d+)$")
@@ -120,21 +123,59 @@ def ensure_cache_dir(ctx: StepContext, record: StepRecord) -> None:
     spec = ctx.host.container
     owner, path = cache_owner(spec), spec.kernel_cache_dir
     have = ctx.facts.get(HOST.kernel_cache_dir)
-    if have == owner:
+    if have is not None and have.owner == owner:
         return
+    if have is not None and not have.ours:
+        raise ConfigError(f"the kernel cache directory {path} on {ctx.host.name} exists, owned by {have.owner}, and "
+                          f"deploy did not make it: it changes the owner and mode only of a directory it made (the "
+                          f"container's root, {owner}, must own it)",
+                          fix=f"name a new directory in container.kernel_cache (deploy makes it), or, when {path} is "
+                              f"only for this container's caches, `chown {owner} {shlex.quote(path)}` on the node "
+                              "yourself; nothing was changed", host=ctx.host.name, step="container")
     what = (f"create the kernel cache directory {path} on {ctx.host.pve.node}, owned by the container's root "
-            f"({owner})" if have is None else f"chown the kernel cache directory {path} {have} → {owner}")
+            f"({owner}), mode 0755" if have is None else
+            f"chown the kernel cache directory {path} (made by deploy) {have.owner} → {owner}")
     if not mark_change(record, ctx, what):
         return
     ctx.say(what)
-    res = ctx.ssh.run(f"mkdir -p {shlex.quote(path)} && chown {owner} {shlex.quote(path)} && "
-                      f"chmod 0755 {shlex.quote(path)}", check=False, timeout=60, what="create the kernel cache dir")
+    p = shlex.quote(path)
+    mark = shlex.quote(f"{path}/{CACHE_DIR_MARK}")
+    # `mkdir` of the directory itself, not -p: one that appeared since the read is not taken over.
+    parent = shlex.quote(posixpath.dirname(path))
+    command = (f"mkdir -p {parent} && mkdir -m 0755 {p} && : > {mark} && chown {owner} {p}" if have is None
+               else f"chown {owner} {p}")
+    res = ctx.ssh.run(command, check=False, timeout=60, what="create the kernel cache dir")
     if res.rc != 0:
         raise ConfigError(f"the kernel cache directory {path} cannot be created on {ctx.host.name}: "
                           f"{res.said(300) or f'exit code {res.rc}'}",
                           fix="set container.kernel_cache to a host directory root can create (a local filesystem "
                               "that allows chown), or create it yourself owned by the container's root; nothing "
                               "of the container was changed", host=ctx.host.name, step="container")
+
+
+def require_ours(ctx: StepContext) -> None:
+    """Refuse, before any change, an existing container deploy did not make for this host (verdicts/ownership.py):
+    a recorded `vmid: auto` that now names somebody else's container, or another inventory host's."""
+    spec = ctx.host.container
+    if ctx.facts.get(HOST.ct_status) is None:
+        return
+    try:
+        current = ctx.facts.get(HOST.ct_config) or {}
+    except ParseError:  # gone between its status and its config: read again below, and judged in _converge
+        return
+    owned = judge_ownership(current.get("tags"), ctx.host.name, vmid_auto=spec.vmid_auto)
+    if owned.verdict != "foreign":
+        return
+    record = f"{AUTO_VMID_DIR}/{ctx.host.name}"
+    raise ConfigError(f"CT {spec.vmid} on node {ctx.host.pve.node} is not the container deploy made for "
+                      f"{ctx.host.name}: {owned.why}; nothing was changed",
+                      fix=(f"if it is this host's container, mark it: `pct set {spec.vmid} --tags "
+                           f"{shlex.quote(with_tag(current.get('tags'), ownership_tag(ctx.host.name)))}` on the "
+                           "node; if not, "
+                           + (f"remove the record `rm {shlex.quote(record)}` on the node (deploy then chooses a free "
+                              "VMID)"
+                              if spec.vmid_auto else "give this host its own VMID in the inventory")),
+                      host=ctx.host.name, step="container", details={"vmid": spec.vmid, "tags": current.get("tags")})
 
 
 def require_mount_source(ctx: StepContext) -> None:
@@ -416,6 +457,7 @@ def _create(ctx: StepContext, record: StepRecord, pve: _Clients, wanted: list[De
     params: dict[str, Any] = {
         "vmid": spec.vmid, "ostemplate": ostemplate, "rootfs": f"{spec.rootfs_storage}:{spec.rootfs_size_gb}",
         "unprivileged": int(spec.unprivileged), "start": 0, **base_config(spec),
+        "tags": ownership_tag(ctx.host.name),  # whose container this is (verdicts/ownership.py)
     }
     if download:
         name = ostemplate.split("/", 1)[1]
@@ -430,7 +472,7 @@ def _create(ctx: StepContext, record: StepRecord, pve: _Clients, wanted: list[De
             + "".join(f", {k}: {v}" for k, v in mounts.items()))
     record.details["create"] = {**params, **dev_set, **mounts}
     if not mark_change(record, ctx, what):
-        record.summary = what
+        record.summary = "; ".join(record.changes)  # the kernel cache directory's too (issue 50: plan showed none)
         return False
     ctx.say(what)
     # Creating with devN (and features on a privileged CT) needs root@pam: one pvesh call as root carries
@@ -452,6 +494,7 @@ def _converge(ctx: StepContext, record: StepRecord, pve: _Clients, status: str, 
     current = ctx.facts.get(HOST.ct_config)
     if current is None:  # pvesh printed no config (as its empty output always read)
         raise ParseError("container config is not JSON", "")
+    require_ours(ctx)  # again: the config may have been read again since the step began
     if "unprivileged" in current and bool(int(current["unprivileged"])) != spec.unprivileged:
         raise ConfigError(
             f"CT {spec.vmid} exists with unprivileged={current['unprivileged']} but the inventory says "
@@ -459,10 +502,12 @@ def _converge(ctx: StepContext, record: StepRecord, pve: _Clients, status: str, 
             fix="set container.unprivileged to match, or back up and destroy the container yourself",
             host=ctx.host.name, step="container")
     base_diff = {k: v for k, v in base_config(spec).items() if not same_value(k, current.get(k), v)}
+    mark = ownership_tag(ctx.host.name)
+    marks = {} if mark in tags_of(current.get("tags")) else {"tags": with_tag(current.get("tags"), mark)}
     dev_set, dev_delete = device_plan(current, wanted) if method == "devN" else ({}, [])
     raw_missing, raw_changed = raw_plan(current, raw_wanted) if raw_wanted else ([], False)
     mounts = bind_mounts(ctx, current)
-    diff_lines = [f"{k}: {current.get(k, '(unset)')} → {v}" for k, v in {**base_diff, **mounts}.items()]
+    diff_lines = [f"{k}: {current.get(k, '(unset)')} → {v}" for k, v in {**base_diff, **marks, **mounts}.items()]
     diff_lines += [f"{k}: (missing) → {v}" for k, v in raw_missing]
     if raw_changed and not raw_missing:
         diff_lines.append("stale NVIDIA lxc.mount.entry lines removed")
@@ -495,7 +540,7 @@ def _converge(ctx: StepContext, record: StepRecord, pve: _Clients, status: str, 
         ctx.say(f"restarting CT {spec.vmid}: " + "; ".join(restart))
         _shutdown(ctx, pve)
         status = "stopped"
-    params: dict[str, Any] = {**base_diff, **dev_set, **mounts}
+    params: dict[str, Any] = {**base_diff, **marks, **dev_set, **mounts}
     if dev_delete:
         params["delete"] = ",".join(dev_delete)
     if params:
@@ -561,6 +606,7 @@ def _shutdown(ctx: StepContext, pve: _Clients) -> None:
 def container(ctx: StepContext, record: StepRecord) -> None:
     """Create the container if missing, converge its config, GPU passthrough and model mount, start it."""
     ensure_facts(ctx)
+    require_ours(ctx)
     require_mount_source(ctx)
     ensure_cache_dir(ctx, record)
     spec = ctx.host.container

@@ -454,11 +454,20 @@ def weights_probe_source() -> str:
     return probe_text("weights_probe.py")
 
 
-def hf_token_script(token: str) -> str:
-    """Writes the token to PATHS.hf_token_path (0600); a script, so the token travels on stdin, never in argv."""
-    path = shlex.quote(PATHS.hf_token_path)
-    return (f"umask 077 && mkdir -p {shlex.quote(PATHS.state_dir)} && "
-            f"printf '%s\\n' {shlex.quote(token)} > {path}.tmp && mv -f {path}.tmp {path}\n")
+def with_token_file(body: str) -> str:
+    """`body` with the hub token in PATHS.hf_token_path (0600) for as long as it runs, in the same round trip: the
+    token is read from the command's stdin (never argv: `read` and `printf` are shell builtins) into the file, and
+    the file is removed when the body ends, however the shell ends (EXIT, and HUP/INT/TERM/PIPE: an SSH connection
+    dropped by a killed run). Before issue 50 the file was written in a round trip of its own, and a run killed
+    between the two left the token in the container."""
+    path, tmp = shlex.quote(PATHS.hf_token_path), shlex.quote(PATHS.hf_token_path + ".tmp")
+    write = (f"( umask 077 && mkdir -p {shlex.quote(PATHS.state_dir)} && IFS= read -r t && "
+             f"printf '%s\\n' \"$t\" > {tmp} && mv -f {tmp} {path} )")
+    # The body runs as a child the shell waits for (`wait` is interrupted by a signal; a foreground child is not),
+    # and a signal ends the child too before the EXIT trap removes the file.
+    stop = "; ".join(f"trap 'kill ${{child:-}} 2>/dev/null; exit {code}' {sig}"
+                     for sig, code in (("HUP", 129), ("INT", 130), ("TERM", 143), ("PIPE", 141)))
+    return (f"child=; trap 'rm -f {path} {tmp}' EXIT; {stop}; {write} && {{ ( {body} ) & child=$!; wait $child; }}")
 
 
 def hf_download_command(ctx: StepContext, *, token_file: bool = False) -> str:
@@ -484,9 +493,7 @@ def hf_download_command(ctx: StepContext, *, token_file: bool = False) -> str:
             f"{{ rc=$?; printf 'deploy-df\\t%s\\n' \"$(df -Ph {path} 2>/dev/null | tail -n 1)\"; "
             f"{probe} need {repo} \"$commit\" {path}; exit $rc; }}; }} && "
             f"{probe} record {repo} \"$commit\" {path} {shlex.quote(RECORD_PATH)}")
-    if not token_file:
-        return body
-    return f"( {body} ); rc=$?; rm -f {shlex.quote(PATHS.hf_token_path)}; exit $rc"
+    return with_token_file(body) if token_file else body
 
 
 def weights_state(ctx: StepContext) -> WeightsState | None:
@@ -560,13 +567,10 @@ def model_weights(ctx: StepContext, record: StepRecord) -> None:
         return
     ctx.say(what + " (this can take long; `hf download` prints its progress and skips the files it already has)")
     token_ref = hf_token_for(ctx.host, ctx.profile)
-    if token_ref is not None:  # its own round trip: the token travels on stdin into a 0600 file
-        res = ctx.ct.script(hf_token_script(token_ref.read()), timeout=60, what="hub token")
-        if res.rc != 0:
-            raise RemoteError(f"could not write the hub token into CT {ctx.vmid}: {res.said(300)}",
-                              fix=f"check that {PATHS.state_dir} in the container is writable", host=ctx.host.name)
+    # The token travels on the download's own stdin into a 0600 file that lives as long as the download.
     res = ctx.ct.run(hf_download_command(ctx, token_file=token_ref is not None), check=False, timeout=24 * 3600,
-                     what="weights download", progress=lambda line: ctx.say(f"  download: {line}"))
+                     what="weights download", progress=lambda line: ctx.say(f"  download: {line}"),
+                     stdin=token_ref.read() + "\n" if token_ref is not None else None)
     out = parse_download_output(res.both)
     if out.hub_client:
         record.details["hub_client"] = out.hub_client

@@ -17,8 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from orchestrator.errors import ConfigError
-from orchestrator.localfile import write_file
-from orchestrator.paths import state_dir
+from orchestrator.localfile import private_state_dir, read_private_file, write_file
 from orchestrator.tune.search import Measurement
 
 PointStatus = Literal["pending", "done", "lost", "skipped"]
@@ -82,7 +81,7 @@ class TuneRecord(BaseModel):
 
 
 def tunes_dir() -> Path:
-    return state_dir() / "tunes"
+    return private_state_dir() / "tunes"
 
 
 def new_tune_id() -> str:
@@ -101,7 +100,10 @@ def load(tune_id: str) -> TuneRecord:
         raise ConfigError(f"--resume {tune_id!r} is not a tune id", fix="tune ids look like t-20261201-180000-ab12")
     path = tunes_dir() / f"{tune_id}.json"
     try:
-        return TuneRecord.model_validate_json(path.read_text())
+        text = read_private_file(path, "tune record")
+        if text is None:
+            raise FileNotFoundError(path)
+        return TuneRecord.model_validate_json(text)
     except FileNotFoundError:
         raise ConfigError(f"no tune {tune_id} on this machine ({path})",
                           fix="`ls` the tunes directory; a tune's id is printed when it starts") from None

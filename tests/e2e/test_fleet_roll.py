@@ -513,3 +513,101 @@ def test_watch_remedies_each_catalog_action_under_the_health_policy(fleet: Rolle
         health.unlink(missing_ok=True)
         fleet.faults(bad, xid=None, gpu_lost=None, remap=None)
         fleet.clear_faults()
+
+
+class LongRequest:
+    """One long streamed chat completion straight to a host's server (not through the router): in flight there, so
+    a drain of that host waits for it (the server's own running-request gauge)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import requests
+
+        body = {**CHAT, "max_tokens": 4000, "stream": True, "ignore_eos": True}
+        try:
+            with requests.post(f"{self.url}/v1/chat/completions", json=body, stream=True, timeout=120) as r:
+                for _ in r.iter_lines():
+                    pass
+        except Exception:  # the request only holds the drain; its end is not judged
+            pass
+
+    def __enter__(self) -> LongRequest:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._thread.join(timeout=150)
+
+
+def _present(fleet: RolledFleet, name: str) -> bool:
+    """Whether the router lists the host's URL at all (healthy or not)."""
+    from orchestrator.router.client import RouterClient
+
+    with RouterClient(fleet.router) as client:
+        return client.find(fleet.urls[name]) is not None
+
+
+def _remedy_s(watch: WatchRun, host: str) -> float:
+    import re
+
+    found = re.search(rf"{host}: remedied \(restart\) in ([0-9.]+) s", watch.text)
+    assert found is not None, watch.text
+    return float(found.group(1))
+
+
+def test_a_watch_killed_mid_cordon_and_mid_remedy_leaves_the_host_to_its_next_cycle(fleet: RolledFleet) -> None:
+    """Issue 50 item 1 through the real CLI: a watch interrupted (Ctrl-C) while it drains a host with a restart-class
+    Xid, and one killed (SIGKILL) while that host's remedy runs. Each time `deploy status group` says the host is
+    cordoned by a watch that is not running (exit 1), and the next watch owns the host: it remedies it and puts it
+    back within one interval plus the remedy (plus the cycle's reads and the add-back's health wait). Before: the
+    state file was written at the end of a cycle only, and the host stayed out of the router for good."""
+    bad, interval = fleet.names[0], 5.0
+    state = Path(fleet.env.env["DEPLOY_STATE_DIR"]) / "watch" / "prod.json"
+    state.unlink(missing_ok=True)
+    figures: list[str] = []
+    try:
+        for point, xid in (("mid-cordon", "13@1"), ("mid-remedy", "13@3")):
+            watch = WatchRun(fleet, "--drain-timeout", "90")
+            time.sleep(interval + 3)  # a clean cycle: every host recorded as listed
+            if point == "mid-cordon":
+                with LongRequest(fleet.urls[bad]):
+                    time.sleep(1)
+                    fleet.faults(bad, xid=xid)
+                    assert until(lambda: not _present(fleet, bad), 120, 0.1, 0.1), watch.text
+                    watch.proc.send_signal(signal.SIGINT)  # Ctrl-C while the drain waits for the long request
+                    assert watch.stop() == 130, watch.text
+            else:
+                fleet.faults(bad, xid=xid)
+                assert until(lambda w=watch: w.seen(f"{bad}: remedy: restart") is not None, 120), watch.text
+                watch.proc.kill()  # a crash while the restart runs
+                watch.stop()
+            killed = time.monotonic()
+            entry = json.loads(state.read_text())["cordoned"][bad]
+            assert entry.get("phase") == "cordoning" if point == "mid-cordon" else entry.get("remedying"), entry
+            assert not _present(fleet, bad)
+            status = fleet.env.run("status", "group", "prod")
+            assert status.rc == 1, status.text
+            assert f"{bad} is out of the router, cordoned by a deploy watch of group prod that is not running" \
+                in status.stdout, status.text
+            began = time.monotonic()
+            watch = WatchRun(fleet)
+            assert until(lambda w=watch: w.seen(f"{bad}: returned:") is not None, 300), watch.text
+            back_at = watch.seen(f"{bad}: returned:") or 0.0
+            back_s = back_at - began
+            remedy_s = _remedy_s(watch, bad)
+            assert watch.stop() == 0, watch.text
+            assert fleet.listed()[bad], fleet.listed()
+            assert json.loads(state.read_text())["cordoned"] == {}
+            figures.append(f"killed {point}: next watch started -> {bad} back in the router {back_s:.1f} s "
+                           f"(kill -> back {back_at - killed:.1f} s; its remedy {remedy_s:.1f} s, "
+                           f"interval {interval:g} s)")
+            # one interval plus the remedy, plus the cycle's status reads and the add-back's wait for health
+            assert back_s <= interval + remedy_s + 60, figures[-1]
+            fleet.faults(bad, xid=None)
+        print("\n".join(figures))
+    finally:
+        fleet.faults(bad, xid=None)
+        fleet.clear_faults()

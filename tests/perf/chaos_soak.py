@@ -18,6 +18,9 @@ the router managed by `deploy up` on the first host, starts `--clients` streamin
 - no secret (the fleet's API key) in any output deploy printed or in a world-readable file under /etc/sglang;
 - a router change (`router-kill-PHASE`: 0.3.2 → smg, or an smg flag) killed as a phase of its staging path began
   is completed or undone by the recovery's `up group` (the router invariant above holds after it);
+- a `deploy watch` killed mid-cordon or mid-remedy (SIGKILL), or posting to a webhook that never answers: the
+  next watch (or the same one) puts the faulty host back in the router or remedies it within one interval plus the
+  remedy (plus a minute for the cycle's reads and the add-back's health wait); said as a violation otherwise;
 - every tune's record and report match the host: a tune that said "restored" left the host on its original release
   (read back right after it exited, before any recovery); a finished tune's record names the release the host
   runs; no command other than the tune succeeded on its host while the tune ran.
@@ -53,6 +56,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from fleet_canary_roll import Clients, Phase  # noqa: E402  (this directory: the script's own)
+from hardware_faults import UnitProcess, wait  # noqa: E402
 
 from simulator.manager import sim_down, sim_up  # noqa: E402
 from tests.e2e import site_template  # noqa: E402
@@ -107,6 +111,7 @@ class Soak:
     router_index: int = 0  # router changes made so far (router_change_killed)
     router_package: str = "sglang-router"  # what the inventory's router section names now
     early: list[str] = field(default_factory=list)  # violations seen during the step, before its recovery
+    router_url: str = ""
 
     # -------------------------------------------------------------------------------- the tool, as operators run it
     def write_router(self, package: str, flags: dict[str, Any] | None = None) -> None:
@@ -549,6 +554,122 @@ def router_change_killed(phase: str) -> Callable[[Soak, Step], None]:
     return inject
 
 
+WATCH_INTERVAL_S = 5.0
+
+
+class WatchProcess:
+    """`deploy watch group prod` started as its systemd unit would start it (hardware_faults.UnitProcess: the unit's
+    ExecStart with its Environment=), its lines read as they come; what it printed joins the soak's outputs."""
+
+    def __init__(self, soak: Soak) -> None:
+        unit = soak.deploy("watch", "group", GROUP, "--unit", "--interval", f"{WATCH_INTERVAL_S:g}", timeout=120)
+        self.soak, self.unit = soak, UnitProcess(unit.stdout)
+        self.proc, self.lines, self.seen = self.unit.proc, self.unit.lines, self.unit.seen
+
+    def end(self, sig: signal.Signals = signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+        self.unit.reader.join(timeout=10)
+        self.soak.outputs.append("\n".join(line for _, line in self.lines))
+        return rc
+
+
+def listed_urls(soak: Soak) -> set[str] | None:
+    """The URLs the router lists now (None: it does not answer)."""
+    from orchestrator.router.client import RouterClient
+
+    try:
+        with RouterClient(soak.router_url, soak.api_key, timeout_s=5.0) as client:
+            return {w.url for w in client.list_workers()}
+    except Exception:  # a router that does not answer lists nobody
+        return None
+
+
+def worker_url_of(soak: Soak, host: str) -> str:
+    res = soak.deploy("--json", "router", "status", GROUP, timeout=120)
+    rows = {w["host"]: w["url"] for w in json.loads(res.stdout).get("workers", [])}
+    return rows[host]
+
+
+def watch_killed(point: str) -> Callable[[Soak, Step], None]:
+    """A restart-class Xid on one host while `deploy watch` runs; the watch is SIGKILLed `point` (mid-cordon: as the
+    host leaves the router, during its drain; mid-remedy: as its restart remedy starts). A new watch must then put
+    the host back (or remedy it) within one interval plus the remedy (+60 s for the cycle's reads and the
+    add-back's health wait): otherwise a violation, before the operator's recovery would hide it."""
+
+    def inject(soak: Soak, step: Step) -> None:
+        info = soak.rng.choice(soak.infos)
+        step.host = info.name
+        url = worker_url_of(soak, info.name)
+        watch = WatchProcess(soak)
+        time.sleep(WATCH_INTERVAL_S + 3)  # a clean cycle: every host recorded as listed
+        soak.fault(info.name, f"xid=13@{soak.rng.randrange(8)}")
+        if point == "mid-cordon":
+            hit = wait(lambda: url not in (listed_urls(soak) or {url}), 120, 0.1)
+        else:
+            hit = wait(lambda: watch.seen(f"{info.name}: remedy: restart") is not None, 180)
+        watch.end(signal.SIGKILL)
+        killed = time.monotonic()
+        again = WatchProcess(soak)
+        back = wait(lambda: again.seen(f"{info.name}: returned:") is not None, 300, 0.5)
+        back_at = again.seen(f"{info.name}: returned:")
+        remedied = next((line for _, line in again.lines if line.startswith(f"{info.name}: remedied (restart) in ")),
+                        "")
+        remedy_s = float(remedied.split(" in ", 1)[1].split(" s", 1)[0]) if remedied else 0.0
+        rc = again.end()
+        soak.fault(info.name, "xid=none")
+        took = (back_at - killed) if back_at is not None else None
+        step.detail = (f"watch SIGKILLed {point} ({'at the point' if hit else 'point not reached'}) on "
+                       f"{info.name}: next watch returned it {'never' if took is None else f'{took:.1f} s'} after "
+                       f"the kill (remedy {remedy_s:.1f} s, interval {WATCH_INTERVAL_S:g} s), exit {rc}")
+        if not back or took is None or took > WATCH_INTERVAL_S + remedy_s + 60:
+            soak.early.append(f"{info.name}: the watch after a kill {point} did not put it back within one interval "
+                              f"plus the remedy: {step.detail}")
+
+    return inject
+
+
+def webhook_hangs(soak: Soak, step: Step) -> None:
+    """The inventory's notify: webhook accepts the connection and never answers (10 retries x 60 s: ~1,700 s a
+    post before). A watch cycle on a restart-class Xid must cordon, remedy and return the host as if the receiver
+    answered, and the watch must stop within seconds."""
+    import socket
+
+    info = soak.rng.choice(soak.infos)
+    step.host = info.name
+    hang = socket.socket()
+    hang.bind(("127.0.0.1", 0))
+    hang.listen(64)
+    notify = soak.env.inventory / "notify.yaml"
+    notify.write_text(f"notify:\n  webhook:\n    url: http://127.0.0.1:{hang.getsockname()[1]}/hook\n"
+                      "    format: json\n    retries: 10\n    timeout_s: 60\n")
+    try:
+        watch = WatchProcess(soak)
+        time.sleep(WATCH_INTERVAL_S + 3)
+        injected = time.monotonic()
+        soak.fault(info.name, f"xid=13@{soak.rng.randrange(8)}")
+        back = wait(lambda: watch.seen(f"{info.name}: returned:") is not None, 300, 0.5)
+        back_at = watch.seen(f"{info.name}: returned:")
+        stopping = time.monotonic()
+        rc = watch.end()
+        stop_s = time.monotonic() - stopping
+    finally:
+        notify.unlink(missing_ok=True)
+        hang.close()
+        soak.fault(info.name, "xid=none")
+    took = (back_at - injected) if back_at is not None else None
+    step.detail = (f"webhook hangs; Xid 13 on {info.name}: back in the router "
+                   f"{'never' if took is None else f'{took:.1f} s'} after the fault, the watch stopped in "
+                   f"{stop_s:.1f} s (exit {rc})")
+    if not back or stop_s > 30:
+        soak.early.append(f"{info.name}: a hanging webhook held up the watch: {step.detail}")
+
+
 FAULTS: dict[str, Callable[[Soak, Step], None]] = {
     "sigkill": signal_mid_roll(signal.SIGKILL),
     "sigterm": signal_mid_roll(signal.SIGTERM),
@@ -573,6 +694,9 @@ FAULTS: dict[str, Callable[[Soak, Step], None]] = {
     "tune-vs-up": command_during_tune("up"),
     "tune-vs-resume": command_during_tune("resume"),
     **{f"router-kill-{phase}": router_change_killed(phase) for phase in ROUTER_PHASES},
+    "watch-kill-cordon": watch_killed("mid-cordon"),
+    "watch-kill-remedy": watch_killed("mid-remedy"),
+    "webhook-hang": webhook_hangs,
 }
 
 
@@ -633,6 +757,7 @@ def main() -> int:
         if not router_url:
             print("no managed router in the up report")
             return 1
+        soak.router_url = router_url
         clients = Clients(router_url, args.clients, api_key=api_key)
         threads = clients.start()
         worst: float = 0.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -18,6 +19,8 @@ from simulator.config import FATAL_FAULTS
 
 from .conftest import STANDIN, Server
 from .standins import CtRoot, make_ct_root, with_userspace
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _launch(*flags: str, version: str = "0.5.12.post1") -> subprocess.CompletedProcess[str]:
@@ -99,6 +102,14 @@ def test_api_key_required(start_server: Callable[..., Server]) -> None:
     metrics = requests.get(srv.url + "/metrics", timeout=5)
     assert metrics.status_code == 404 and metrics.json() == {"detail": "Not Found"}
     assert metrics.text == '{"detail":"Not Found"}' and metrics.headers["Content-Type"] == "application/json"
+    # As the real 0.5.12.post1 (tests/fixtures/sglang/server_info-0.5.12.post1.json): each DP rank's internal state
+    # is the whole vars(server_args), the key included, plus the scheduler's own figures.
+    info = requests.get(srv.url + "/server_info", headers={"Authorization": "Bearer s3cret"}, timeout=5).json()
+    real = json.loads((REPO / "tests/fixtures/sglang/server_info-0.5.12.post1.json").read_text())
+    rank = info["internal_states"][0]
+    assert rank["api_key"] == "s3cret" and {"admin_api_key", "ssl_keyfile_password"} <= set(rank)
+    extras = set(real["internal_states"][0]) - set(real)
+    assert extras <= set(rank) - set(info), sorted(extras - set(rank))
 
 
 @pytest.fixture

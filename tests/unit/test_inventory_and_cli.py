@@ -154,3 +154,15 @@ def test_a_stacks_disk_budget_must_be_a_positive_number_of_gb(inv: Path, value: 
     with pytest.raises(ConfigError) as exc:
         load_inventory(inv)
     assert "stacks_disk_budget_gb" in str(exc.value.what)
+
+
+def test_a_path_like_profile_name_is_refused_before_deploy_lock_writes_anywhere(inv: Path, tmp_path: Path) -> None:
+    """Issue 50 (LOW): `deploy lock PROFILE` writes locks/<PROFILE>.txt; a profile named `../../x` put that file
+    outside the inventory. The inventory refuses such a name at load, before any command runs."""
+    for f in inv.glob("*.yaml"):
+        f.write_text(f.read_text().replace("glm5-nvfp4", "../../escaped"))
+    with pytest.raises(ConfigError, match=r"a profile name is letters, digits and \. _ -"):
+        load_inventory(inv)
+    res = deploy("lock", "../../escaped", "--host", "pve-gpu-1", inventory=inv)
+    assert res.returncode == 2 and "a profile name is letters" in res.stderr, res.stderr
+    assert not (tmp_path / "escaped.txt").exists() and not (inv.parent / "escaped.txt").exists()

@@ -129,3 +129,43 @@ def test_the_host_cache_dir_defaults_per_vmid_and_is_validated() -> None:
     for bad in ("tank/kernels", "/tank/../etc", "/tank/my kernels", "/"):
         with pytest.raises(ValidationError):
             ContainerSpec.model_validate(_spec(kernel_cache=bad))
+
+
+@pytest.mark.parametrize("system", ["/tmp", "/var/tmp", "/etc", "/etc/pve", "/var/lib", "/home", "/usr/local",
+                                    "/tank", "/var/lib/deploy/kernel-cache", "/run/lock"])
+def test_a_system_directory_is_refused_as_a_kernel_cache(system: str) -> None:
+    """Issue 50 item 4: `up` makes the cache directory the container root's; `kernel_cache: /tmp` cost a node its
+    /tmp's sticky bit and world write. A system (or top-level) directory is refused at load, with the fix."""
+    with pytest.raises(ValidationError, match="is a system directory"):
+        ContainerSpec.model_validate(_spec(kernel_cache=system))
+    assert ContainerSpec.model_validate(_spec(kernel_cache="/tank/kernel-cache/120")).kernel_cache_dir == \
+        "/tank/kernel-cache/120"
+
+
+def test_set_aside_caches_are_pruned_to_the_newest_few(tmp_path: Path) -> None:
+    """Issue 50 (LOW): each set-aside kept a whole cache forever. Now a set-aside keeps only the newest
+    KEEP_SET_ASIDE of the cache root (itself included); the working cache and others' caches stay."""
+    import os
+
+    from orchestrator import caches
+
+    keep = getattr(caches, "KEEP_SET_ASIDE", 2)
+    shape = CacheShape("/m", "auto", 8, "flashinfer_cutlass")
+    root = tmp_path / "kernels"
+    d = root / cache_key("aaaaaaaaaaaa", "/v", shape)
+    other = root / cache_key("bbbbbbbbbbbb", "/v", shape)
+    other.mkdir(parents=True)
+    old = []
+    for n in range(4):
+        p = root / f"{d.name}.set-aside-2026010{n}T000000"
+        (p / "triton").mkdir(parents=True)
+        os.utime(p, (1_700_000_000 + n, 1_700_000_000 + n))
+        old.append(p)
+    spec = {"dir": str(d), "manifest": manifest(d.name, "aaaaaaaaaaaa", "/v", shape)}
+    d.mkdir()
+    (d / "deploy-cache.json").write_text("{}")  # a manifest of nobody's: set aside
+    check = parse_check(_check(tmp_path, spec))
+    assert check is not None and check.state == "set-aside"
+    aside = sorted(p.name for p in root.iterdir() if ".set-aside-" in p.name)
+    assert len(aside) == keep and Path(check.moved_to).name in aside and old[-1].name in aside, aside
+    assert d.is_dir() and other.is_dir()

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from orchestrator.errors import CheckFailed
 from orchestrator.fleet.watch import Reading, Watch, WatchState, decide
 from orchestrator.hardware.catalog import Action
@@ -203,3 +205,195 @@ def test_a_failed_remap_keeps_the_host_out_even_where_reboots_are_allowed(pool, 
     assert t.watch.cycle()["gpu-1"] == "cordon" and t.watch.cycle()["gpu-1"] == "hold"
     assert t.remedies.asked == [] and t.a.url not in t.router.workers
     assert any("GPU 2 (00000000:75:00.0) cannot be repaired in place (isolate_gpu)" in s for s in t.said), t.said
+
+
+# ------------------------------------------------------------------------------------------------ issue 50 item 1
+def _again(t: Setup, tmp_path: Path) -> Watch:
+    """A new watch process over the same state file and hosts (the one before it was killed)."""
+    old = t.watch
+    return Watch(old.inventory, old.hosts, old.read, t.said.append, WatchState("g", tmp_path),
+                 drain_timeout_s=2.0, remedy=t.remedies, record=old.record)
+
+
+def test_a_watch_killed_mid_cordon_leaves_the_host_to_its_next_cycle(pool, tmp_path, monkeypatch) -> None:  # noqa: F811
+    """Ctrl-C after the router removed the host, before the drain's wait ended: the cordon was recorded before the
+    drain, so the next watch owns the host: it remedies it and puts it back (before: nothing recorded, the host out
+    of the router for good while every later cycle said nothing)."""
+    t = _setup(pool, tmp_path, monkeypatch, XID13, HealthPolicy())
+
+    def killed(self, url, began):  # the drain's wait for the removed worker's requests, interrupted
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("orchestrator.router.drain.Drainer._router_drain", killed)
+    with pytest.raises(KeyboardInterrupt):
+        t.watch.cycle()
+    assert t.a.url not in t.router.workers and t.remedies.asked == []
+    assert t.watch.state.load()["gpu-1"]["phase"] == "cordoning"
+    monkeypatch.undo()
+    monkeypatch.setenv("DEPLOY_STATE_DIR", str(tmp_path / "state"))
+    assert _again(t, tmp_path).cycle()["gpu-1"] == "return"
+    assert t.remedies.asked == [("gpu-1", "restart", "s=b1;i=4")] and t.a.url in t.router.workers
+    assert t.watch.state.load() == {}
+
+
+def test_a_watch_killed_mid_remedy_runs_the_remedy_again_next_cycle(pool, tmp_path, monkeypatch) -> None:  # noqa: F811
+    """Killed while the remedy ran (recorded before it ran, as unfinished): the next cycle runs it again, and a host
+    that reads clean after an interrupted remedy is verified before it goes back."""
+    t = _setup(pool, tmp_path, monkeypatch, XID13, HealthPolicy())
+    real = t.remedies.__call__
+
+    def killed(host: str, kind: str, cursor: str | None) -> str:
+        t.remedies.asked.append((host, kind, cursor))
+        raise KeyboardInterrupt
+
+    t.watch.remedy = killed
+    with pytest.raises(KeyboardInterrupt):
+        t.watch.cycle()
+    entry = t.watch.state.load()["gpu-1"]
+    assert entry["remedy"] == "restart" and entry.get("remedying") and t.a.url not in t.router.workers
+    assert _again(t, tmp_path).cycle()["gpu-1"] == "return"
+    assert t.remedies.asked == [("gpu-1", "restart", "s=b1;i=4")] * 2 and t.a.url in t.router.workers
+    assert real is not None
+    # The same kill, but the remedy had worked: the host reads clean and serves; it is verified, then returned.
+    t.readings["gpu-1"] = Reading("gpu-1", cursor_hw(XID13), True)
+    t.watch = _again(t, tmp_path)
+    t.watch.remedy = killed
+    with pytest.raises(KeyboardInterrupt):
+        t.watch.cycle()
+    t.readings["gpu-1"] = Reading("gpu-1", hw(), True)
+    checked: list[str] = []
+    nxt = _again(t, tmp_path)
+    nxt.verify = lambda host: checked.append(host) or "smoke: ok"
+    assert nxt.cycle()["gpu-1"] == "return" and checked == ["gpu-1"] and t.a.url in t.router.workers
+
+
+def test_a_faulty_host_listed_then_missing_is_the_watchs_own(pool, tmp_path, monkeypatch) -> None:  # noqa: F811
+    """A watch of the earlier code (or one killed between the router's removal and its record) left no entry: the
+    router listed the host at the last cycle, and it is out now with an open fault, so this watch owns it."""
+    t = _setup(pool, tmp_path, monkeypatch, LOST, HealthPolicy())
+    t.readings["gpu-1"] = Reading("gpu-1", hw(), True)
+    assert t.watch.cycle()["gpu-1"] == "none"  # listed and clean: recorded as listed
+    del t.router.workers[t.a.url]  # out of the router, by a drain whose record was lost
+    t.readings["gpu-1"] = Reading("gpu-1", cursor_hw(XID13), True)
+    assert t.watch.cycle()["gpu-1"] == "return" and t.a.url in t.router.workers
+    assert any("gpu-1: out of the router since the last cycle with an open fault" in s for s in t.said), t.said
+
+
+def test_a_non_object_entry_in_the_state_file_is_a_clear_error(tmp_path: Path) -> None:
+    from orchestrator.errors import ConfigError
+
+    state = WatchState("g", tmp_path)
+    tmp_path.mkdir(exist_ok=True)
+    state.path.write_text('{"gpu-1": ["cordoned"]}')
+    state.path.chmod(0o600)
+    with pytest.raises(ConfigError, match=r"the entry for gpu-1 is a JSON list, not an object") as err:
+        state.load()
+    assert "rm " in (err.value.fix or "")
+
+
+def test_status_reports_a_host_cordoned_by_a_watch_that_stopped(tmp_path: Path, monkeypatch) -> None:
+    from orchestrator.fleet.watch import orphaned
+
+    monkeypatch.setenv("DEPLOY_STATE_DIR", str(tmp_path))
+    state = WatchState("g")
+    state.save({"gpu-1": {"since": "2026-12-07T10:00:00+0000", "why": "GPU 2: xid 79", "url": "http://x"}},
+               {"gpu-2"}, 30.0)
+    import time as _t
+
+    assert orphaned("g") == []  # its last cycle just ended: a timer's watch between runs
+    later = _t.time() + 600
+    found = orphaned("g", now=later)
+    assert [o.host for o in found] == ["gpu-1"]
+    assert "cordoned by a deploy watch of group g that is not running" in found[0].text("g")
+    state.save(state.load(), {"gpu-2"}, 30.0, loop=True)  # a looping watch whose live mark is free: it is gone
+    assert [o.host for o in orphaned("g")] == ["gpu-1"]
+    live = state.hold_live()  # a running watch owns it
+    try:
+        assert orphaned("g", now=later) == []
+        from orchestrator.errors import LockHeld
+
+        with pytest.raises(LockHeld, match="another deploy watch of this group runs"):
+            WatchState("g").hold_live()
+    finally:
+        import os as _os
+
+        _os.close(live)
+
+
+class Hanging:
+    """A receiver that accepts the connection and never answers."""
+
+    def __init__(self) -> None:
+        import socket
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/hook"
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_hanging_webhook_does_not_hold_up_the_watch(pool, tmp_path, monkeypatch) -> None:  # noqa: F811
+    """retries 10 x timeout 60 s to a receiver that never answers (~1,700 s a post before): the cycle cordons,
+    remedies and returns within seconds; the posts go on off its thread, each bounded."""
+    import time as _t
+
+    from orchestrator.monitoring.notify import Notifier
+
+    hang = Hanging()
+    t = _setup(pool, tmp_path, monkeypatch, XID13, HealthPolicy())
+    t.watch.inventory = t.watch.inventory.model_copy(update={"notify": NotifySpec.model_validate(
+        {"webhook": {"url": hang.url, "retries": 10, "timeout_s": 60}})})
+    t.watch.notifier = notifier = Notifier(t.said.append)
+    try:
+        began = _t.monotonic()
+        assert t.watch.cycle()["gpu-1"] == "return"
+        took = _t.monotonic() - began
+        closing = _t.monotonic()
+        notifier.close(wait_s=1.0)
+        assert _t.monotonic() - closing < 3.0
+    finally:
+        hang.close()
+    assert took < 15.0, took  # the drain (2 s bound) and the fake remedy; no post waited on
+    assert any("notify: stopped waiting for the receiver after 1 s" in s for s in t.said), t.said
+
+
+def test_a_post_fits_its_time_budget(monkeypatch) -> None:
+    import time as _t
+
+    from orchestrator.monitoring.notify import post
+
+    hang = Hanging()
+    said: list[str] = []
+    try:
+        began = _t.monotonic()
+        assert not post(hang.url, {"events": [1]}, retries=10, timeout_s=60, say=said.append, backoff_s=0.1,
+                        budget_s=2.0)
+        took = _t.monotonic() - began
+    finally:
+        hang.close()
+    assert took < 4.0, took
+    assert said and "did not take 1 event(s)" in said[0], said
+
+
+def test_a_webhook_port_out_of_range_is_refused_at_load_and_never_raises(tmp_path: Path) -> None:
+    """Port 99999 crashed every watch cycle (`receiver()`: ValueError: Port out of range); the inventory now
+    refuses it, and a URL read from a secret file at post time is said, not raised."""
+    from pydantic import ValidationError
+
+    from orchestrator.monitoring.events import Event
+    from orchestrator.monitoring.notify import deliver, receiver
+
+    with pytest.raises(ValidationError, match="Port out of range"):
+        NotifySpec.model_validate({"webhook": {"url": "http://127.0.0.1:99999/hook"}})
+    secret = tmp_path / "hook"
+    secret.write_text("http://127.0.0.1:99999/hook\n")
+    secret.chmod(0o600)
+    spec = NotifySpec.model_validate({"webhook": {"url": {"file": str(secret)}}})
+    said: list[str] = []
+    event = Event("gpu_fault", "gpu-1", None, 0.0, summary="s", description="d", diagnose="x", severity="critical")
+    assert deliver(spec, [event], said.append) is False
+    assert "Port out of range" in said[0], said
+    assert receiver("http://127.0.0.1:99999/hook") == "http://127.0.0.1"

@@ -57,3 +57,26 @@ def test_a_failed_write_is_reported_and_the_lease_still_released(tmp_path: Path)
     assert f"{FAILED} {tmp_path}/tf/{PROM_NAME}" in res.stderr
     assert (tmp_path / "state" / "metrics-state.json").exists()
     assert not (tmp_path / "lock" / LEASE_FILE).exists()
+
+
+def test_a_link_planted_in_the_textfile_directory_is_never_written_through(tmp_path: Path) -> None:
+    """Issue 50 item 5: the textfile directory's parent is the `prometheus` user's on Debian. A symlink planted at
+    the old fixed temporary name (`.deploy.prom.tmp`) made root overwrite a root-only file and leave it 0644; one at
+    the final name must be replaced, not followed."""
+    secret = tmp_path / "shadow"
+    secret.write_text("root:$6$hash:19000:0:99999:7:::\n")
+    secret.chmod(0o600)
+    tf = tmp_path / "tf"
+    tf.mkdir()
+    (tf / f".{PROM_NAME}.tmp").symlink_to(secret)
+    (tf / PROM_NAME).symlink_to(secret)
+    extra = publish_script(PROM, "{}", textfile_dir=str(tf), state_dir=str(tmp_path / "state"))
+    res = release(tmp_path, "run-1", extra)
+    assert res.returncode == 0 and FAILED not in res.stderr, res.stderr
+    assert secret.read_text() == "root:$6$hash:19000:0:99999:7:::\n"
+    assert oct(secret.stat().st_mode & 0o777) == "0o600"
+    prom = tf / PROM_NAME
+    assert not prom.is_symlink() and prom.read_text() == PROM and oct(prom.stat().st_mode & 0o777) == "0o644"
+    left = sorted(p.name for p in tf.iterdir())
+    assert left == [f".{PROM_NAME}.tmp", PROM_NAME], left  # the planted link left alone, no temporary file of ours
+    assert "mktemp -u" in extra and "set -C" in extra and "chmod" not in extra

@@ -70,6 +70,7 @@ class Call:
     kind: str  # run | script | batch
     command: str
     what: str
+    stdin: str | None = None  # what a `run` fed the command (a secret it reads)
 
 
 @dataclass
@@ -103,9 +104,9 @@ so a new or changed remote command never passes unnoticed on an empty "success".
         for needle in needles:
             self.answer(needle)
 
-    def _reply(self, kind: str, command: str, what: str, check: bool) -> RemoteResult:
+    def _reply(self, kind: str, command: str, what: str, check: bool, stdin: str | None = None) -> RemoteResult:
         self.metrics.round_trip()
-        self.calls.append(Call(kind, command, what))
+        self.calls.append(Call(kind, command, what, stdin))
         res = next((r for needle, r in self.rules if needle in command), None)
         if res is None:
             raise AssertionError(f"FakeNode has no answer for this {kind} ({what or 'no description'}); declare "
@@ -124,7 +125,7 @@ so a new or changed remote command never passes unnoticed on an empty "success".
     def run(self, command: str, *, stdin: str | None = None, timeout: float | None = None, check: bool = True,
             what: str = "", progress: Callable[[str], None] | None = None,
             progress_every_s: float = 2.0) -> RemoteResult:
-        return self._reply("run", command, what, check)
+        return self._reply("run", command, what, check, stdin)
 
     def script(self, body: str, *, timeout: float | None = None, check: bool = True,
                what: str = "") -> RemoteResult:

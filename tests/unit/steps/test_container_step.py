@@ -13,6 +13,7 @@ from orchestrator.facts import BOOT_UNSETTLED, CT, SETTLE_BOOT, settle_boot_scri
 from orchestrator.parsers.devices import nvidia_char_devices, parse_dev_listing
 from orchestrator.parsers.pve import upid_type
 from orchestrator.steps.container import base_config, bind_mounts, device_plan, lock_refusal, running_tasks
+from orchestrator.verdicts.ownership import ownership_tag
 from tests.unit.steps.conftest import with_container
 
 DEV_LISTING = """\
@@ -48,10 +49,11 @@ def pve_accepts(node) -> None:
 def converged_config(run) -> dict[str, object]:
     spec = run.ctx.host.container
     nodes = nvidia_char_devices(parse_dev_listing(DEV_LISTING))
-    return {**base_config(spec), **device_plan({}, nodes)[0], **bind_mounts(run.ctx, {}), "digest": "d1"}
+    return {**base_config(spec), **device_plan({}, nodes)[0], **bind_mounts(run.ctx, {}), "digest": "d1",
+            "tags": ownership_tag(run.ctx.host.name)}
 
 
-def test_absent_container_is_created_with_every_device_then_started(make_run) -> None:
+def test_absent_container_is_created_with_every_device_then_started(make_run) -> None:  # and deploy's mark
     run = make_run(host_facts("Configuration file 'nodes/pve-gpu-1/lxc/120.conf' does not exist\n"))
     run.node.ct_after = {"gpus": ONE_GPU}
     pve_accepts(run.node)
@@ -60,6 +62,7 @@ def test_absent_container_is_created_with_every_device_then_started(make_run) ->
     creates = [c for c in run.node.commands("run") if c.startswith("pvesh create /nodes/pve-gpu-1/lxc ")]
     assert len(creates) == 1
     assert "--vmid 120" in creates[0] and "--unprivileged 0" in creates[0]
+    assert f"--tags {ownership_tag('pve-gpu-1')}" in creates[0]
     assert "--dev0 /dev/nvidia0" in creates[0] and "/dev/nvidia-uvm" in creates[0]
     assert run.node.sent("pvesh create /nodes/pve-gpu-1/lxc/120/status/start")
     assert any("create CT 120" in c for c in rec.changes) and "start CT 120" in rec.changes
@@ -382,3 +385,47 @@ def test_templates_read_while_a_killed_runs_ct_was_still_there_are_read_again_be
     rec = run.step("container")
     assert rec.status == "changed" and rec.details["template"]["ostemplate"] == TEMPLATE, rec.details
     assert len([c for c in run.node.commands("run") if c.startswith("pvesh create /nodes/pve-gpu-1/lxc ")]) == 1
+
+
+# ------------------------------------------------------------------------------------------------ issue 50 item 12
+def _auto(run) -> None:
+    """The host's container as `vmid: auto` resolved it (the number recorded on the node)."""
+    spec = run.ctx.host.container.model_copy(update={"vmid_setting": "auto"}).with_vmid(120)
+    run.ctx.host = run.ctx.host.model_copy(update={"container": spec})
+
+
+def test_a_recorded_auto_vmid_that_now_names_somebody_elses_container_is_refused(make_run) -> None:
+    """PVE reuses the lowest free VMID: after a `pct destroy` of ours, somebody's new guest got 120. The recorded
+    `vmid: auto` names it; before, `up` passed the GPUs into it and restarted it. Refused now, before any change."""
+    probe = make_run()
+    theirs = {k: v for k, v in converged_config(probe).items() if k != "tags"}
+    theirs.update({"hostname": "ci-runner", "tags": "ci;team-b"})
+    run = make_run(host_facts("status: running\n", theirs), {})
+    _auto(run)
+    with pytest.raises(ConfigError) as err:
+        run.step("container")
+    assert "CT 120 on node pve-gpu-1 is not the container deploy made for pve-gpu-1" in err.value.what
+    assert "may name somebody else's" in err.value.what and "nothing was changed" in err.value.what
+    assert "auto-vmid/pve-gpu-1` on the node (deploy then chooses a free VMID)" in (err.value.fix or "")
+    assert "pct set 120 --tags 'ci;team-b;deploy-" in (err.value.fix or "")
+    assert run.node.calls == []  # not a command: refused on the facts already read
+
+
+def test_another_inventory_hosts_container_is_refused_even_with_a_vmid_in_the_inventory(make_run) -> None:
+    probe = make_run()
+    config = {**converged_config(probe), "tags": ownership_tag("pve-gpu-2")}
+    run = make_run(host_facts("status: running\n", config), {})
+    with pytest.raises(ConfigError, match="carries another inventory host's mark"):
+        run.step("container")
+
+
+def test_an_unmarked_container_the_inventory_names_by_number_is_adopted_and_marked(make_run) -> None:
+    """A container of an earlier deploy (no mark), named by its number in the inventory: the operator chose it;
+    the mark is added with the config's other keys (hot, no restart), and plan shows it."""
+    probe = make_run()
+    config = {k: v for k, v in converged_config(probe).items() if k != "tags"}
+    config["tags"] = "gpu"
+    plan = make_run(host_facts("status: running\n", config), {}, dry_run=True)
+    rec = plan.step("container")
+    assert rec.details["config_diff"] == [f"tags: gpu → gpu;{ownership_tag('pve-gpu-1')}"], rec.details
+    assert any("tags: gpu → gpu;deploy-" in c for c in rec.changes) and not any("restart" in c for c in rec.changes)

@@ -339,10 +339,12 @@ def test_the_kernel_cache_dir_is_created_owned_by_the_ct_root_before_the_create(
                     "kernel_cache_dir": "absent\n"})
     run.node.ct_after = {}
     pve_accepts(run.node)
-    run.node.answer("mkdir -p /var/lib/deploy/kernel-cache/120 && chown 0:0", "")
+    run.node.answer("mkdir -p /var/lib/deploy/kernel-cache && mkdir -m 0755 /var/lib/deploy/kernel-cache/120", "")
     run.step("container")
     commands = run.node.commands("run")
-    made = next(i for i, c in enumerate(commands) if c.startswith("mkdir -p /var/lib/deploy/kernel-cache/120"))
+    made = next(i for i, c in enumerate(commands) if c.startswith(
+        "mkdir -p /var/lib/deploy/kernel-cache && mkdir -m 0755 /var/lib/deploy/kernel-cache/120 && "
+        ": > /var/lib/deploy/kernel-cache/120/.deploy-made-this-dir && chown 0:0 /var/lib/deploy/kernel-cache/120"))
     create = next(i for i, c in enumerate(commands) if c.startswith("pvesh create /nodes/pve-gpu-1/lxc "))
     assert made < create and "--mp0 /var/lib/deploy/kernel-cache/120,mp=/var/cache/deploy/kernels" in \
         commands[create]
@@ -351,7 +353,7 @@ def test_the_kernel_cache_dir_is_created_owned_by_the_ct_root_before_the_create(
 def test_a_kernel_cache_dir_that_cannot_be_made_is_refused_before_any_change(make_run) -> None:
     run = make_run({**host_facts("Configuration file 'nodes/pve-gpu-1/lxc/120.conf' does not exist\n"),
                     "kernel_cache_dir": "absent\n"})
-    run.node.answer("mkdir -p /var/lib/deploy/kernel-cache/120", "mkdir: cannot create directory: Read-only "
+    run.node.answer("mkdir -p /var/lib/deploy/kernel-cache", "mkdir: cannot create directory: Read-only "
                     "file system\n", rc=1)
     with pytest.raises(ConfigError) as err:
         run.step("container")
@@ -374,3 +376,36 @@ def test_a_running_container_gets_a_new_kernel_cache_mount_without_a_restart(mak
                for c in rec.changes), rec.changes
     assert not run.node.sent("status/shutdown") and "restart_because" not in rec.details
     assert not any(c.startswith("restart CT") for c in rec.changes)
+
+
+def test_a_kernel_cache_dir_deploy_did_not_make_is_never_chowned(make_run) -> None:
+    """Issue 50 item 4: `container.kernel_cache: /srv/shared` (a directory someone else made, owned by 1000:1000):
+    before, `up` ran `chown 100000:100000` and `chmod 0755` on it (a node's /tmp lost its sticky bit this way). Now it
+    is refused before any change, with the fix."""
+    run = make_run({**host_facts("Configuration file 'nodes/pve-gpu-1/lxc/120.conf' does not exist\n"),
+                    "kernel_cache_dir": "1000:1000\n"})
+    with pytest.raises(ConfigError) as err:
+        run.step("container")
+    assert "exists, owned by 1000:1000, and deploy did not make it" in err.value.what
+    assert "chown 0:0 /var/lib/deploy/kernel-cache/120" in (err.value.fix or "")
+    assert not any("chown" in c or "chmod" in c for c in run.node.commands("run"))
+    assert not run.node.sent("pvesh create")
+
+
+def test_a_kernel_cache_dir_deploy_made_is_chowned_back(make_run) -> None:
+    run = make_run({**host_facts("Configuration file 'nodes/pve-gpu-1/lxc/120.conf' does not exist\n"),
+                    "kernel_cache_dir": "1000:1000\n.deploy-made-this-dir\n"})
+    run.node.ct_after = {}
+    pve_accepts(run.node)
+    run.node.answer("chown 0:0 /var/lib/deploy/kernel-cache/120", "")
+    run.step("container")
+    assert "chown 0:0 /var/lib/deploy/kernel-cache/120" in run.node.commands("run")
+
+
+def test_plan_names_the_kernel_cache_dir_it_would_make(make_run) -> None:
+    run = make_run({**host_facts("Configuration file 'nodes/pve-gpu-1/lxc/120.conf' does not exist\n"),
+                    "kernel_cache_dir": "absent\n"}, dry_run=True)
+    rec = run.step("container")
+    assert rec.status == "would-change"
+    assert "create the kernel cache directory /var/lib/deploy/kernel-cache/120 on pve-gpu-1" in rec.summary, rec.summary
+    assert not any(c.startswith("mkdir") for c in run.node.commands("run"))

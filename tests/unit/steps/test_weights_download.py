@@ -75,27 +75,46 @@ def test_each_answer_of_the_hub_to_a_token_has_its_own_error(make_run, token_fil
 
 
 def test_the_token_travels_on_stdin_into_a_0600_file_never_in_argv(make_run, token_file: Path) -> None:
+    """One round trip: the download's own stdin carries the token into the file it reads (issue 50: the file was
+    written in a round trip of its own, which a killed run could leave behind)."""
     run = with_profile(make_run({}, {"weights": "record\tnone\n"}), weights_repo=REPO,
                        hf_token=SecretRef(file=token_file))
-    run.node.succeed("umask 077", "hf download")
+    run.node.succeed("hf download")
     run.node.ct_after = {"weights": RECORDED}
     assert run.step("model_weights").status == "changed"
-    write, download = run.node.calls[0], run.node.calls[1]
-    assert write.kind == "script" and TOKEN in write.command and "umask 077" in write.command
+    [download] = [c for c in run.node.calls if c.kind in ("run", "script")]
     shell = inner(download.command)
-    assert TOKEN not in download.command and "HF_TOKEN_PATH=/var/lib/deploy/hf-token " in shell
-    assert shell.endswith("; rc=$?; rm -f /var/lib/deploy/hf-token; exit $rc")  # removed however it ends
+    assert TOKEN not in download.command and download.stdin == TOKEN + "\n"
+    assert "HF_TOKEN_PATH=/var/lib/deploy/hf-token " in shell and "IFS= read -r t" in shell
+    assert shell.startswith("child=; trap 'rm -f /var/lib/deploy/hf-token /var/lib/deploy/hf-token.tmp' EXIT;")
     assert TOKEN not in redact_text(f"token={TOKEN} and {TOKEN}")  # registered with the redactor when read
 
 
-def test_the_token_script_writes_a_0600_file_with_the_token_alone(tmp_path: Path) -> None:
-    from orchestrator.layout import PATHS
-    from orchestrator.steps.software import hf_token_script
+@pytest.mark.parametrize("signal_name", ["TERM", "HUP", "INT"])
+def test_the_token_file_lives_only_as_long_as_its_download(tmp_path: Path, signal_name: str) -> None:
+    """The download's shell killed mid-download (a killed run drops its SSH connection): the file goes with it."""
+    import signal
+    import time
 
-    script = hf_token_script(TOKEN + "'; touch /tmp/x; '").replace(PATHS.state_dir, str(tmp_path / "state"))
-    subprocess.run(["bash", "-c", script], check=True, timeout=30)
-    path = tmp_path / "state" / "hf-token"
-    assert path.read_text() == TOKEN + "'; touch /tmp/x; '\n" and path.stat().st_mode & 0o777 == 0o600
+    from orchestrator.layout import PATHS
+    from orchestrator.steps.software import with_token_file
+
+    state = tmp_path / "state"
+    body = f"cp {state}/hf-token {tmp_path}/seen && touch {tmp_path}/started && sleep 30"
+    script = with_token_file(body).replace(PATHS.state_dir, str(state))
+    proc = subprocess.Popen(["bash", "-c", script], stdin=subprocess.PIPE, text=True)
+    assert proc.stdin is not None
+    proc.stdin.write(TOKEN + "'; touch /tmp/x; '\n")
+    proc.stdin.close()
+    deadline = time.monotonic() + 20
+    while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    token = state / "hf-token"
+    assert token.read_text() == TOKEN + "'; touch /tmp/x; '\n" and token.stat().st_mode & 0o777 == 0o600
+    proc.send_signal(getattr(signal, f"SIG{signal_name}"))
+    proc.wait(timeout=20)
+    assert not token.exists() and not (state / "hf-token.tmp").exists()
+    assert (tmp_path / "seen").read_text() == TOKEN + "'; touch /tmp/x; '\n"
 
 
 def test_the_host_token_wins_over_the_profile_token(make_run, token_file: Path) -> None:

@@ -159,16 +159,20 @@ class Sim:
         return str(self.args["served_model_name"])
 
     def server_info(self) -> dict[str, Any]:
+        """As sglang 0.5.12.post1 answers (tests/fixtures/sglang/server_info-0.5.12.post1.json): the server args at
+        the top, and `internal_states` one per DP rank, each the scheduler's whole `vars(server_args)` (its API keys
+        and `ssl_keyfile_password` included) plus its own figures."""
         info = {k: v for k, v in self.args.items() if _jsonable(v)}
+        rank = {**info, "_mx_config_cache": {}, "use_mla_backend": False, "_quantization_explicitly_unset": False,
+                "effective_max_running_requests_per_dp": int(self.args.get("max_running_requests") or 0),
+                "last_gen_throughput": round(self.engine.gen_throughput, 2),
+                "memory_usage": {"weight": 57.06, "kvcache": 29.32, "token_capacity": KV_TOKENS, "graph": 1.23},
+                "grpc_port": int(self.args.get("port") or 30000) + 10000, "enable_grpc": False}
         info.update(
             version=self.version,
             max_total_num_tokens=KV_TOKENS,
             max_req_input_len=int(self.args.get("context_length") or 0) - 5,
-            internal_states=[{
-                "avg_spec_accept_length": None,
-                "last_gen_throughput": round(self.engine.gen_throughput, 2),
-                "memory_usage": {"weight": 57.06, "kvcache": 29.32, "token_capacity": KV_TOKENS, "graph": 1.23},
-            }],
+            internal_states=[dict(rank) for _ in range(max(1, int(self.args.get("dp_size") or 1)))],
         )
         return info
 
