@@ -1,0 +1,194 @@
+"""The team state store (issue 51) against a real PostgreSQL server (tests/pg_server.py): claims as advisory
+locks naming their holder, the ledger and the records shared by two operator machines, the schema version, the
+password's rules, and what a lost or unreachable store does."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from orchestrator.errors import ConfigError, LockHeld, LockLost, RemoteError
+from orchestrator.locks import claims
+from orchestrator.locks.claims import claim_fleet, claim_hosts
+from orchestrator.state import pg, store
+from orchestrator.state.ledger import Ledger
+from tests.pg_server import PgServer, TeamStore, free_port, pg_server, team_store  # noqa: F401
+
+HOLD = """
+import sys, time
+from orchestrator.locks.claims import claim_fleet
+with claim_fleet(["gpu-1", "gpu-2"], "deploy roll group g --set x=1 --set api-key=s3cret", router=True):
+    from orchestrator.state import store
+    print("held", store.run_id(), flush=True)
+    time.sleep(120)
+"""
+
+
+@pytest.fixture
+def machine_a(team_store: TeamStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[TeamStore]:
+    """This process as operator machine A: its own state dir, the team store named by the environment."""
+    monkeypatch.setenv("DEPLOY_STATE_DIR", str(tmp_path / "a"))
+    for k, v in team_store.env().items():
+        monkeypatch.setenv(k, v)
+    store.reset()
+    yield team_store
+    store.reset()
+
+
+def _holder_process(ts: TeamStore, state_dir: Path) -> tuple[subprocess.Popen[str], str]:
+    env = {**os.environ, **ts.env(), "DEPLOY_STATE_DIR": str(state_dir)}
+    proc = subprocess.Popen([sys.executable, "-c", HOLD], stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().split()
+    assert line[:1] == ["held"], line
+    return proc, line[1]
+
+
+def test_a_claim_held_from_another_machine_is_refused_naming_user_machine_and_run(machine_a: TeamStore,
+                                                                                   tmp_path: Path) -> None:
+    proc, run = _holder_process(machine_a, tmp_path / "b")  # machine B: another state dir, the same store
+    try:
+        started = time.monotonic()
+        with pytest.raises(LockHeld) as caught, claim_hosts(["gpu-3", "gpu-2"], "deploy roll group h"):
+            pass
+        assert time.monotonic() - started < 1.0
+        what = caught.value.what
+        assert "in the team store holds gpu-2" in what
+        assert f"{store.user()}@{store.machine()} pid {proc.pid}" in what and f"(run {run})" in what
+        assert "api-key=***" in what and "s3cret" not in what
+        with claim_hosts(["gpu-3"], "deploy roll host gpu-3"):  # the refused command released what it took
+            rows = {c.name for c in store.current().status().claims}
+            assert {"gpu-1", "gpu-2", "_router", "gpu-3"} <= rows
+        with pytest.raises(LockHeld, match="holds the router"), claim_fleet([], "deploy router add x", router=True):
+            pass
+    finally:
+        proc.kill()
+        proc.wait()
+    killed = time.monotonic()
+    while True:  # the server frees a dead session's advisory locks when its socket closes
+        try:
+            with claim_hosts(["gpu-1", "gpu-2"], "after the holder died"):
+                break
+        except LockHeld:
+            assert time.monotonic() - killed < 2.0, "the SIGKILLed holder's claims were not freed within 2 s"
+            time.sleep(0.05)
+    assert {c.name for c in store.current().status().claims} == set()
+
+
+def test_single_host_claims_are_shared_and_exclude_a_fleet_claim(machine_a: TeamStore) -> None:
+    with claim_hosts(["gpu-1"], "deploy roll host gpu-1", exclusive=False):
+        other = pg.PgStore.open(store.settings())  # type: ignore[arg-type]  # a second session: another machine
+        try:
+            h = claims.holder("deploy rollback host gpu-1")
+            assert other.claims.take("gpu-1", h, exclusive=False) is None
+            who = other.claims.take("gpu-9", h, exclusive=True)
+            assert who is None
+            refused = pg.PgStore.open(store.settings())  # type: ignore[arg-type]
+            try:
+                who = refused.claims.take("gpu-1", h, exclusive=True)
+                assert isinstance(who, store.Holder) and who.command.startswith("deploy roll")
+            finally:
+                refused.close()
+        finally:
+            other.close()
+
+
+def test_the_ledger_and_records_are_the_teams(machine_a: TeamStore, tmp_path: Path) -> None:
+    led = store.current().ledger()
+    rec = led.record_run(host="gpu-1", bench=None, source="roll", preset="chat", flags={"api-key": "s3cret"})
+    led.link_tune_run("t-1", rec.id, point="p", concurrency=4, purpose="search")
+    led.link_tune_run("t-1", rec.id, point="q", concurrency=8, purpose="confirm")  # the upsert
+    led.record_event("gpu-1", "cordoned", "Xid 79")
+    store.current().records.put("tunes", "t-1", '{"x": 1}')
+    # machine B: another state dir, the same store, another process's connection
+    out = subprocess.run([sys.executable, "-c", (
+        "from orchestrator.state import store\n"
+        "led = store.current().ledger()\n"
+        "r = led.list_runs(hosts=['gpu-1'])[0]\n"
+        "print(r.id, r.by, r.flags['api-key'], led.tune_runs('t-1'), [e.kind for e in led.events('gpu-1')],\n"
+        "      store.current().records.get('tunes', 't-1'), led.get_run(r.id[:12]).id == r.id, led.list_runs(hosts=[]))")],
+        capture_output=True, text=True, env={**os.environ, "DEPLOY_STATE_DIR": str(tmp_path / "b")}, check=True)
+    assert out.stdout.split(None, 3)[:3] == [rec.id, f"{store.user()}@{store.machine()}", "<redacted>"]
+    assert "[('" + rec.id + "', 'q', 8, 'confirm')] ['cordoned'] {\"x\": 1} True []" in out.stdout
+    assert not (tmp_path / "a" / "ledger.sqlite").exists()  # nothing on this machine
+
+
+def test_migrate_copies_this_machines_state_once(machine_a: TeamStore, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DEPLOY_STATE_URL")
+    store.reset()
+    local = Ledger()
+    r1 = local.record_run(host="gpu-1", bench=None, source="bench")
+    local.record_event("gpu-1", "cordoned", "Xid 79")
+    local.link_tune_run("t-1", r1.id, point="p", concurrency=4, purpose="search")
+    store.current().records.put("fleet-rolls", "fleetroll-1", '{"id": "fleetroll-1"}')
+    remote = pg.PgStore.open(store.StoreSettings(machine_a.url, machine_a.password_file))
+    try:
+        first = remote.import_local(local.path, store.LocalRecords())
+        again = remote.import_local(local.path, store.LocalRecords())
+        assert (first.runs, first.tune_runs, first.host_events, first.records["fleet-rolls"]) == (1, 1, 1, 1)
+        assert (again.runs, again.tune_runs, again.host_events, again.already) == (0, 0, 0, 4)
+        assert remote.ledger().get_run(r1.id).id == r1.id
+        assert remote.records.get("fleet-rolls", "fleetroll-1") == '{"id": "fleetroll-1"}'
+    finally:
+        remote.close()
+
+
+def test_a_schema_newer_than_the_tool_is_refused(machine_a: TeamStore) -> None:
+    s = store.current()
+    assert s.status().schema_version == pg.SCHEMA_VERSION
+    s.conn.execute("INSERT INTO deploy.schema_version VALUES (%s)", (pg.SCHEMA_VERSION + 1,))  # type: ignore[attr-defined]
+    store.reset()
+    with pytest.raises(ConfigError, match=f"schema version {pg.SCHEMA_VERSION + 1}, newer than this tool's"):
+        store.current()
+
+
+def test_a_password_in_the_url_or_a_readable_password_file_is_refused(machine_a: TeamStore,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEPLOY_STATE_URL", machine_a.url.replace("deploy@", "deploy:pw@"))
+    store.reset()
+    with pytest.raises(ConfigError, match="carries a password"):
+        store.current()
+    monkeypatch.setenv("DEPLOY_STATE_URL", machine_a.url)
+    os.chmod(machine_a.password_file, 0o644)
+    store.reset()
+    with pytest.raises(ConfigError, match="readable by others"):
+        store.current()
+
+
+def test_an_unreachable_store_refuses_a_claim_before_anything(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEPLOY_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("DEPLOY_STATE_URL", f"postgresql://deploy@127.0.0.1:{free_port()}/deploy?sslmode=disable")
+    store.reset()
+    try:
+        with pytest.raises(RemoteError) as caught, claim_hosts(["gpu-1"], "deploy roll group g"):
+            pass
+        assert "cannot be reached" in caught.value.what and "nothing was planned or changed" in caught.value.fix
+        assert not (tmp_path / "claims").exists()
+    finally:
+        store.reset()
+
+
+def test_a_store_lost_mid_run_stops_the_run_at_its_next_safe_point(pg_server: PgServer, machine_a: TeamStore) -> None:
+    with claim_hosts(["gpu-1"], "deploy roll group g"):
+        claims.ensure_held()  # held: nothing to say
+        pg_server.stop()
+        try:
+            deadline = time.monotonic() + 3 * pg.HEARTBEAT_S + 2
+            while store.current().claims.lost() is None:
+                assert time.monotonic() < deadline, "the lost store was not noticed"
+                time.sleep(0.1)
+            with pytest.raises(LockLost, match="claim of this run in the team store is gone"):
+                claims.ensure_held()
+        finally:
+            pg_server.start()
+    store.reset()
+    with psycopg.connect(machine_a.url, password=pg_server.password):
+        pass  # the server is back for the other tests
