@@ -58,7 +58,8 @@ class PgServer:
             pwfile.write_text(self.password + "\n")
             self._own(pwfile)
             subprocess.run([*self._as_owner(), str(self.bindir / "initdb"), "-D", str(self.data), "-U", "deploy",
-                            f"--pwfile={pwfile}", "--auth=scram-sha-256", "-E", "UTF8", "--no-sync", "--no-instructions"],
+                            f"--pwfile={pwfile}", "--auth=scram-sha-256", "-E", "UTF8", "--no-sync",
+                            "--no-instructions"],
                            check=True, capture_output=True, env=env)
             pwfile.unlink()
         settings = [a for k, v in {**SERVER_SETTINGS, "port": str(self.port),

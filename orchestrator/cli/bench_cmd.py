@@ -40,7 +40,8 @@ from orchestrator.reports.sweep import (
     sweep_table,
     write_sweep_report,
 )
-from orchestrator.state.ledger import Ledger, RunRecord
+from orchestrator.state.ledger import RunRecord
+from orchestrator.state.store import ledger as store_ledger
 from orchestrator.steps.base import RunOptions
 from orchestrator.steps.state import RollRequest, RunInputs
 from orchestrator.ui.tables import Column, TableSpec, spec
@@ -174,7 +175,7 @@ def bench(app: AppContext, target: tuple[str, ...], preset: str | None, sets: tu
     if target and target[0] == "import":
         if len(target) != 2 or not import_host:
             raise ConfigError("usage: deploy bench import FILE --host NAME")
-        recs = Ledger().import_jsonl(target[1], host=import_host, preset=preset)
+        recs = store_ledger().import_jsonl(target[1], host=import_host, preset=preset)
         app.out.emit({"ok": True, "imported": [imported_run_json(r) for r in recs]})
         app.out.line(f"imported {len(recs)} run(s) from {target[1]}:")
         for r in recs:
@@ -442,7 +443,7 @@ def ledger_table(runs: list[RunRecord], title: str) -> TableSpec:
 
 def ledger_runs(app: AppContext, target: tuple[str, ...], limit: int, all_inventories: bool = False) -> BenchRuns:
     """One host's runs, the inventory's hosts' runs, or (--all-inventories) all."""
-    ledger = Ledger()
+    ledger = store_ledger()
     name = parse_target(target, required=False)
     if name:
         return host_bench_runs(ledger, _ledger_host(app, name, all_inventories), limit)
@@ -478,7 +479,7 @@ def compare(app: AppContext, run_a: str, run_b: str, threshold: float, force: bo
     the server. `--force` shows them anyway under a warning. Other hosts, other GPUs or a different load are
     shown with a warning. A run id prefix is looked up among the inventory's hosts (all with --all-inventories).
     """
-    ledger = Ledger()
+    ledger = store_ledger()
     scope = ledger_scope(app, all_inventories, required=False)
     a, b = ledger.get_run(run_a, scope.hosts), ledger.get_run(run_b, scope.hosts)
     check = comparability(a, b)

@@ -14,7 +14,7 @@ from orchestrator.errors import ConfigError, DeployError
 from orchestrator.fleet.watch import Reading, Watch, WatchState, run_watch
 from orchestrator.hardware.policy import Remedy
 from orchestrator.runner import run_playbook_to_end
-from orchestrator.state.ledger import Ledger
+from orchestrator.state.store import ledger as store_ledger
 from orchestrator.steps.base import RunOptions
 from orchestrator.steps.state import RunInputs
 
@@ -100,7 +100,7 @@ def watch(app: AppContext, word: str, group: str, once: bool, interval_s: float,
     def verify(name: str) -> str:
         return run_books(name, ("remedy-verify",), "verify", None)
 
-    ledger = Ledger()
+    ledger = store_ledger()
     stop = threading.Event()
 
     def _stop(_sig: int, _frame: FrameType | None) -> None:

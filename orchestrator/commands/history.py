@@ -76,7 +76,7 @@ class ReleaseHistory(Listing):
 def release_history(inventory: Inventory, request: HistoryRequest, *, progress: ProgressFn | None = None,
                     say: Callable[[str], None] | None = None) -> ReleaseHistory:
     """Read one host's releases; a failed read raises its DeployError."""
-    from orchestrator.state.ledger import Ledger
+    from orchestrator.state.store import ledger
 
     report = run_playbook("history", request.host, inventory,
                           RunOptions(tofu=request.tofu, command="deploy history"),
@@ -84,7 +84,7 @@ def release_history(inventory: Inventory, request: HistoryRequest, *, progress: 
     rows = report.state.history
     current = next((r.current for r in rows if r.current is not None), None)
     return ReleaseHistory(host=report.host, current=current, releases=[r.document() for r in rows if r.id is not None],
-                          watchdog=report.state.watchdog, events=Ledger().events(report.host, request.limit))
+                          watchdog=report.state.watchdog, events=ledger().events(report.host, request.limit))
 
 
 @dataclass(frozen=True)

@@ -522,7 +522,8 @@ def _fleet_roll(app: Caller, targets: TargetSpec, names: list[str], spec: RollSp
                 resume: bool, drain_timeout_s: float, store: RollStore) -> int:
     unfinished = store.unfinished(names)
     words = targets.describe()
-    if unfinished is not None and process_alive(unfinished.pid):
+    # In a team store the roll may be another machine's: its process then holds its claims, which ours excluded.
+    if unfinished is not None and store.team is None and process_alive(unfinished.pid):
         raise ConfigError(f"fleet roll {unfinished.id} ({unfinished.command}) is still running (pid "
                           f"{unfinished.pid}) on hosts {', '.join(unfinished.host_names)}",
                           fix="wait for it to finish; `deploy status " + words + "` shows the hosts meanwhile")
@@ -577,7 +578,7 @@ def _fleet_roll(app: Caller, targets: TargetSpec, names: list[str], spec: RollSp
         back = roll.to_revert()
         roller.revert(back, f"--rollback-all: reverting {len(back)} rolled host(s): {', '.join(back) or 'none'}")
     roller.finish("done" if ok else "failed")
-    print_report(app, roll, roller.outcomes, _command(), str(store.path(roll.id)), roll.exit_code)
+    print_report(app, roll, roller.outcomes, _command(), store.where(roll.id), roll.exit_code)
     return roll.exit_code
 
 
@@ -628,7 +629,7 @@ def _fleet_rollback(app: Caller, targets: TargetSpec, names: list[str], *, tofu:
         app.out.line(f"NOT back in the router: {', '.join(missing)}: "
                      + "; ".join(f"{n}: {e.what}" for n, e in missing.items())
                      + " (fix: check the host, then `deploy router add HOST`)")
-    print_report(app, roll, roller.outcomes, _command(), str(store.path(roll.id)), code)
+    print_report(app, roll, roller.outcomes, _command(), store.where(roll.id), code)
     return code
 
 
@@ -652,7 +653,7 @@ def _report_interrupted(app: Caller, roller: FleetRoller, store: RollStore, code
     roll.notes.append(f"interrupted {now_text()}")
     roller.save()
     words = roll.targets
-    print_report(app, roll, roller.outcomes, _command(), str(store.path(roll.id)), code)
+    print_report(app, roll, roller.outcomes, _command(), store.where(roll.id), code)
     app.out.line(f"interrupted: continue with `deploy roll {words} --resume`, or revert with "
                  f"`deploy rollback {words}`")
 

@@ -27,7 +27,8 @@ from pydantic import BaseModel, Field
 from orchestrator.errors import ConfigError
 from orchestrator.localfile import write_file
 from orchestrator.paths import state_dir
-from orchestrator.redact import redact
+from orchestrator.redact import REDACTED, redact
+from orchestrator.state.store import Records, team_records
 
 HostState = Literal["pending", "in_progress", "rolled", "rolled_back", "failed", "untouched", "reverted"]
 RollState = Literal["running", "done", "failed", "reverted"]
@@ -142,10 +143,16 @@ def new_roll_id() -> str:
 
 
 class RollStore:
-    """The fleet-roll records on this machine (0700 directory, one JSON file per roll, atomic rewrites)."""
+    """The fleet-roll records on this machine (0700 directory, one JSON file per roll, atomic rewrites), or in the
+    team store (state/store.py: any machine resumes or reverts the roll). The replay copy of a roll with a secret
+    stays on the machine that started it, in either case: a secret is kept in a 0600 file only."""
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or state_dir() / "fleet-rolls"
+        self.team = None if root is not None else team_records()
+
+    def where(self, roll_id: str) -> str:
+        return self.team.where("fleet-rolls", roll_id) if self.team is not None else str(self.path(roll_id))
 
     def path(self, roll_id: str) -> Path:
         return self.root / f"{roll_id}.json"
@@ -162,12 +169,17 @@ class RollStore:
         replay = self.replay_path(roll.id)
         if public != full and roll.state == "running":
             write_file(replay, json.dumps(full, indent=1), mode=0o600)
-        write_file(self.path(roll.id), json.dumps(public, indent=1), mode=0o600)
+        if self.team is not None:
+            self.team.put("fleet-rolls", roll.id, json.dumps(public, indent=1))
+        else:
+            write_file(self.path(roll.id), json.dumps(public, indent=1), mode=0o600)
         if (public == full or roll.state != "running") and replay.exists():
             replay.unlink()
 
     def all(self) -> list[FleetRoll]:
         """Every record, oldest first (ids sort by start time)."""
+        if self.team is not None:
+            return self._team_all(self.team)
         if not self.root.is_dir():
             return []
         rolls = []
@@ -179,6 +191,18 @@ class RollStore:
             except ValueError as exc:
                 raise ConfigError(f"fleet roll record {p} is unreadable: {exc}",
                                   fix="move the file away (it only records a past fleet roll)") from exc
+        return sorted(rolls, key=lambda r: r.started + r.id)
+
+    @staticmethod
+    def _team_all(team: Records) -> list[FleetRoll]:
+        rolls = []
+        for key, doc in team.items("fleet-rolls"):
+            try:
+                rolls.append(FleetRoll.model_validate_json(doc))
+            except ValueError as exc:
+                raise ConfigError(f"fleet roll record {team.where('fleet-rolls', key)} is unreadable: {exc}",
+                                  fix="delete that row of the store's records (it only records a past fleet "
+                                      "roll)") from exc
         return sorted(rolls, key=lambda r: r.started + r.id)
 
     def unfinished(self, hosts: Sequence[str]) -> FleetRoll | None:
@@ -195,6 +219,11 @@ class RollStore:
         try:
             return FleetRoll.model_validate_json(replay.read_text())
         except FileNotFoundError:
+            if REDACTED in roll.model_dump_json():
+                raise ConfigError(f"fleet roll {roll.id} carries a secret that only the machine that started it "
+                                  f"keeps ({roll.command})",
+                                  fix=f"resume it on that machine, or revert it with `deploy rollback {roll.targets}`"
+                                      " and roll again") from None
             return roll
         except ValueError as exc:
             raise ConfigError(f"fleet roll replay copy {replay} is unreadable: {exc}",

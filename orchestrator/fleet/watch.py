@@ -43,6 +43,7 @@ from orchestrator.monitoring.notify import deliver
 from orchestrator.paths import state_dir
 from orchestrator.router.client import RouterClient
 from orchestrator.router.drain import Drainer
+from orchestrator.state.store import team_records
 
 Decision = Literal["cordon", "remedy", "verify", "return", "hold", "none"]
 #: Runs a remedy on a drained host: (host, "restart" | "reboot", the kernel-log cursor of the reading it answers)
@@ -107,15 +108,18 @@ class WatchState:
 
     def __init__(self, group: str, root: Path | None = None) -> None:
         self.path = (root or state_dir() / "watch") / f"{group}.json"
+        self.group, self.team = group, (None if root is not None else team_records())  # state/store.py
 
     def load(self) -> dict[str, dict[str, str | float]]:
         try:
-            data = json.loads(self.path.read_text())
+            data = json.loads(self.team.get("watch", self.group) or "{}" if self.team else self.path.read_text())
         except (FileNotFoundError, ValueError):
             return {}
         return data if isinstance(data, dict) else {}
 
     def save(self, cordoned: dict[str, dict[str, str | float]]) -> None:
+        if self.team is not None:
+            return self.team.put("watch", self.group, json.dumps(cordoned, indent=1, sort_keys=True))
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_file(self.path, json.dumps(cordoned, indent=1, sort_keys=True), mode=0o600)
 

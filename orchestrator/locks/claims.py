@@ -127,7 +127,8 @@ def claim_hosts(hosts: Sequence[str], command: str, *, exclusive: bool = True) -
         for host in taken:
             _release(host)
         text = "; ".join(f"{_label(h)}: {who}" for h, who in refused.items())
-        raise LockHeld(f"another deploy command {store.current().claims.scope} holds {', '.join(map(_label, refused))}: {text}",
+        names = ", ".join(map(_label, refused))
+        raise LockHeld(f"another deploy command {store.current().claims.scope} holds {names}: {text}",
                        fix="wait for it to finish (or stop it: it cleans up on Ctrl-C/SIGTERM); nothing was "
                            "planned or changed", step="claim")
     try:

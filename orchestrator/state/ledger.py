@@ -321,7 +321,7 @@ class Ledger:
                        if row["telemetry_json"] else None),
             diagnosis=tuple(Diagnosis.model_validate(d) for d in json.loads(row["diagnosis_json"] or "[]")),
             source=row["source"], label=row["label"], jsonl_path=row["jsonl_path"],
-            by=f"{row['by_user']}@{row['by_machine']}" if "by_user" in row.keys() and row["by_user"] else None)
+            by=f"{row['by_user']}@{row['by_machine']}" if "by_user" in row.keys() and row["by_user"] else None)  # noqa: SIM118 (sqlite3.Row's `in` reads values)
 
     def get_run(self, run_id: str, hosts: Sequence[str] | None = None) -> RunRecord:
         """A run by id, or by a unique id prefix (`r-20261130-0203`).

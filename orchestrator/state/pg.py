@@ -149,7 +149,7 @@ class _Row(tuple[Any, ...]):
 
     names: dict[str, int]
 
-    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+    def __getitem__(self, key: Any) -> Any:
         return super().__getitem__(self.names[key] if isinstance(key, str) else key)
 
     def keys(self) -> list[str]:
@@ -174,7 +174,7 @@ class _Conn:
 
     def execute(self, sql: str, args: Sequence[Any] = ()) -> Any:
         cur = self._conn.cursor(row_factory=_row_factory)
-        return cur.execute(sql.replace("?", "%s"), tuple(args))  # type: ignore[call-overload]
+        return cur.execute(sql.replace("?", "%s"), tuple(args))
 
 
 class PgLedger(Ledger):
@@ -346,7 +346,7 @@ class PgStore:
 
     def run(self, sql: str, args: Sequence[Any] = ()) -> Any:
         try:
-            return self.conn.execute(sql, tuple(args))  # type: ignore[arg-type]
+            return self.conn.execute(sql, tuple(args))
         except psycopg.OperationalError as exc:
             raise _unavailable(self.settings, exc) from None
 
@@ -370,7 +370,7 @@ class PgStore:
             for v in range(version, SCHEMA_VERSION):
                 for stmt in MIGRATIONS[v].split(";"):
                     if stmt.strip():
-                        self.conn.execute(stmt)  # type: ignore[call-overload]
+                        self.conn.execute(stmt)
                 self.conn.execute(f"INSERT INTO {SCHEMA}.schema_version VALUES (%s)", (v + 1,))
 
     def _check_version(self, version: int) -> bool:

@@ -90,10 +90,14 @@ class Claims(Protocol):
 
 
 class StateStore(Protocol):
-    kind: Literal["local", "postgresql"]
-    where: str
-    records: Records
-    claims: Claims
+    @property
+    def kind(self) -> Literal["local", "postgresql"]: ...
+    @property
+    def where(self) -> str: ...
+    @property
+    def records(self) -> Records: ...
+    @property
+    def claims(self) -> Claims: ...
 
     def ledger(self) -> Ledger: ...
     def status(self) -> StoreStatus: ...
@@ -296,17 +300,29 @@ def current() -> StateStore:
     if _current is not None and (wanted is None) == (_current.kind == "local") and (
             wanted is None or getattr(_current, "settings", None) == wanted):
         return _current
+    chosen: StateStore
     if wanted is None:
-        _current = LocalStore()
+        chosen = LocalStore()
     else:
         from orchestrator.state.pg import PgStore
 
-        _current = PgStore.open(wanted)
-    return _current
+        chosen = PgStore.open(wanted)
+    _current = chosen
+    return chosen
 
 
 def is_remote() -> bool:
     return settings() is not None
+
+
+def team_records() -> Records | None:
+    """The team store's records, or None on this machine (whose callers keep their own files, as before)."""
+    return current().records if is_remote() else None
+
+
+def ledger() -> Ledger:
+    """The ledger of this command's store (`Ledger()` on this machine)."""
+    return current().ledger()
 
 
 def reset() -> None:

@@ -19,7 +19,7 @@ from orchestrator.locks import claims
 from orchestrator.locks.claims import claim_fleet, claim_hosts
 from orchestrator.state import pg, store
 from orchestrator.state.ledger import Ledger
-from tests.pg_server import PgServer, TeamStore, free_port, pg_server, team_store  # noqa: F401
+from tests.pg_server import PgServer, TeamStore, free_port
 
 HOLD = """
 import sys, time
@@ -113,7 +113,8 @@ def test_the_ledger_and_records_are_the_teams(machine_a: TeamStore, tmp_path: Pa
         "led = store.current().ledger()\n"
         "r = led.list_runs(hosts=['gpu-1'])[0]\n"
         "print(r.id, r.by, r.flags['api-key'], led.tune_runs('t-1'), [e.kind for e in led.events('gpu-1')],\n"
-        "      store.current().records.get('tunes', 't-1'), led.get_run(r.id[:12]).id == r.id, led.list_runs(hosts=[]))")],
+        "      store.current().records.get('tunes', 't-1'), led.get_run(r.id[:12]).id == r.id,\n"
+        "      led.list_runs(hosts=[]))")],
         capture_output=True, text=True, env={**os.environ, "DEPLOY_STATE_DIR": str(tmp_path / "b")}, check=True)
     assert out.stdout.split(None, 3)[:3] == [rec.id, f"{store.user()}@{store.machine()}", "<redacted>"]
     assert "[('" + rec.id + "', 'q', 8, 'confirm')] ['cordoned'] {\"x\": 1} True []" in out.stdout
