@@ -67,12 +67,15 @@ class PgServer:
         log = open(self.root / "server.log", "ab")  # noqa: SIM115 - the server's whole life
         self.proc = subprocess.Popen([*self._as_owner(), str(self.bindir / "postgres"), "-D", str(self.data),
                                       *settings], stdout=log, stderr=log, env=env, start_new_session=True)
+        import psycopg
+
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) == 0:
-                    time.sleep(0.2)  # listening: startup is done once it accepts logins
-                    return
+            try:  # listening is not enough: after a crash the server recovers before it accepts logins
+                psycopg.connect(self.url(), password=self.password, connect_timeout=2).close()
+                return
+            except psycopg.OperationalError:
+                pass
             if self.proc.poll() is not None:
                 raise RuntimeError(f"postgres exited: {(self.root / 'server.log').read_text()[-2000:]}")
             time.sleep(0.05)

@@ -193,3 +193,52 @@ def test_a_store_lost_mid_run_stops_the_run_at_its_next_safe_point(pg_server: Pg
     store.reset()
     with psycopg.connect(machine_a.url, password=pg_server.password):
         pass  # the server is back for the other tests
+
+
+def _inventory(tmp_path: Path, ts: TeamStore) -> Path:
+    """`deploy init`'s example host on a closed loopback port (nothing outside this machine is ever dialled),
+    a group, and the team store named in deploy.yaml, as a team's shared inventory does."""
+    inv = tmp_path / "inv"
+    subprocess.run([sys.executable, "-m", "orchestrator", "init", str(inv)], check=True, capture_output=True)
+    hosts = (inv / "hosts.yaml").read_text()
+    hosts = hosts.replace("    example: true\n", "").replace("10.1.230.174", "127.0.0.1").replace("port: 22", "port: 1")
+    (inv / "hosts.yaml").write_text(hosts)
+    (inv / "deploy.yaml").write_text(f"state_url: {ts.url}\nstate_password_file: {ts.password_file}\n"
+                                     "groups:\n  g: [pve-gpu-1]\n")
+    return inv
+
+
+def test_overlapping_fleet_rolls_from_two_machines_through_the_cli(team_store: TeamStore, tmp_path: Path) -> None:
+    """Machine B holds the group's claims; machine A's `deploy roll group g` (the store named by the inventory) is
+    refused before any planning, naming B's user, machine and run; once B is SIGKILLed the claims are free."""
+    inv = _inventory(tmp_path, team_store)
+    env_b = {**os.environ, **team_store.env(), "DEPLOY_STATE_DIR": str(tmp_path / "b")}
+    holder = subprocess.Popen([sys.executable, "-c", HOLD.replace('["gpu-1", "gpu-2"]', '["pve-gpu-1"]')],
+                              stdout=subprocess.PIPE, text=True, env=env_b)
+    env_a = {k: v for k, v in os.environ.items() if not k.startswith("DEPLOY_STATE_")}
+    env_a["DEPLOY_STATE_DIR"] = str(tmp_path / "a")
+    roll = [sys.executable, "-m", "orchestrator", "--inventory", str(inv), "roll", "group", "g",
+            "--set", "mem-fraction-static=0.8"]
+    try:
+        assert holder.stdout is not None
+        run = holder.stdout.readline().split()[1]
+        subprocess.run([*roll[:5], "state", "status"], capture_output=True, env=env_a, check=True)  # warm caches
+        started = time.monotonic()
+        out = subprocess.run(roll, capture_output=True, text=True, env=env_a, timeout=60)
+        took = time.monotonic() - started
+        said = out.stdout + out.stderr
+        assert out.returncode == 3, said
+        assert f"{store.user()}@{store.machine()} pid {holder.pid}" in said and f"(run {run})" in said
+        assert "nothing was planned or changed" in said and "Traceback" not in said
+        # The whole command, the interpreter's start and imports included (the claim's own refusal is bounded by
+        # test_a_claim_held_from_another_machine_is_refused_naming_user_machine_and_run: under 1 s).
+        print(f"second roll refused after {took:.2f} s (whole CLI process)")
+        status = subprocess.run([sys.executable, "-m", "orchestrator", "--json", "--inventory", str(inv), "state",
+                                 "status"], capture_output=True, text=True, env=env_a, check=True)
+        assert '"name": "pve-gpu-1"' in status.stdout and f'"run": "{run}"' in status.stdout
+    finally:
+        holder.kill()
+        holder.wait()
+    status = subprocess.run([sys.executable, "-m", "orchestrator", "--json", "--inventory", str(inv), "state",
+                             "status"], capture_output=True, text=True, env=env_a, check=True)
+    assert '"claims": []' in status.stdout
