@@ -425,7 +425,7 @@ def _per_gpu_w(r: RunRecord) -> float | None:
 
 
 def ledger_table(runs: list[RunRecord], title: str) -> TableSpec:
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for r in runs:
         b, t, per_gpu = r.bench, r.telemetry, _per_gpu_w(r)
         source = f"{r.source} {r.label}" if r.source == "sweep" and r.label else r.source
@@ -438,6 +438,9 @@ def ledger_table(runs: list[RunRecord], title: str) -> TableSpec:
     numbers = ("out tok/s", "TPOT ms", "conc.", "W/GPU", "tok/J")
     headers: list[str | Column] = ["run", "host", "source", "preset", "release"]
     headers += [Column(h, "right") for h in numbers]
+    if any(r.by for r in runs):  # a team store's runs name who recorded them (docs/team.md)
+        headers.append("by")
+        rows = [(*row, r.by or "-") for row, r in zip(rows, runs, strict=True)]
     return spec(title, headers, rows)
 
 

@@ -40,7 +40,9 @@ def status(app: AppContext) -> int:
                   {"holder": c.holder.command if c.holder else None})} for c in s.claims]
     app.out.emit({"ok": True, "exit_code": 0, "store": s.kind, "where": s.where, "schema_version": s.schema_version,
                   "tool_schema_version": s.tool_schema_version, "claims": claims})
-    app.out.line(f"store: {s.where} ({'team, PostgreSQL' if s.kind == 'postgresql' else 'this machine only'})")
+    named = store.settings()
+    app.out.line(f"store: {s.where}" + (f", the team's PostgreSQL (named by {named.origin})" if named is not None
+                                         else ": the default, no team store named (docs/team.md)"))
     app.out.line(f"schema version: {s.schema_version} (this tool's: {s.tool_schema_version})")
     if not s.claims:
         app.out.line("claims: none held")

@@ -139,6 +139,8 @@ def connect_args(settings: StoreSettings) -> tuple[str, dict[str, Any]]:
                           fix="remove it from the URL; put it alone in a 0600 file named by state_password_file "
                               "or DEPLOY_STATE_PASSWORD_FILE (or use PGPASSFILE)")
     kwargs: dict[str, Any] = {k: v for k, v in CLIENT_DEFAULTS.items() if k not in given}
+    # The schema's tables by their plain names, set at login (no round trip of its own).
+    kwargs["options"] = f"{given.get('options', '')} -c search_path={SCHEMA}".strip()
     if settings.password_file is not None:
         kwargs["password"] = read_password_file(settings.password_file)
     return settings.url, kwargs
@@ -356,7 +358,6 @@ class PgStore:
 
     def migrate(self) -> None:
         """Bring the schema to this tool's version (one round trip when it is there already)."""
-        self.conn.execute(f"SET search_path TO {SCHEMA}")
         with suppress(psycopg.errors.UndefinedTable):
             if self._check_version(self.schema_version()):
                 return

@@ -248,7 +248,7 @@ class LocalStore:
 
     @property
     def where(self) -> str:
-        return f"this machine ({state_dir()})"
+        return f"this machine's state dir {state_dir()}"
 
     def ledger(self) -> Ledger:
         from orchestrator.state.ledger import Ledger
