@@ -25,6 +25,8 @@ def _read_inventory_setting(app: AppContext) -> None:
     """The inventory's state_url, when there is an inventory (the command works without one)."""
     if any(Path(d).is_dir() for d in app.inventory_dirs.split(":") if d):
         app.inventory  # noqa: B018 - reading it configures the store (cli/common.py)
+    else:
+        store.configure_from_inventory(None, None, "")
 
 
 @state.command("status")

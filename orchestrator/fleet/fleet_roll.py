@@ -596,7 +596,7 @@ def _fleet_rollback(app: Caller, targets: TargetSpec, names: list[str], *, tofu:
     roll = store.last(names)
     words = targets.describe()
     if roll is None:
-        raise ConfigError(f"no fleet roll of {words} is recorded on this machine ({store.root})",
+        raise ConfigError(f"no fleet roll of {words} is recorded {store.location}",
                           fix="roll back single hosts with `deploy rollback host X [--to ID]`")
     if roll.state == "running" and process_alive(roll.pid):
         raise ConfigError(f"fleet roll {roll.id} is still running (pid {roll.pid})", fix="wait for it to finish")

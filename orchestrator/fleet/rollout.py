@@ -151,6 +151,12 @@ class RollStore:
         self.root = root or state_dir() / "fleet-rolls"
         self.team = None if root is not None else team_records()
 
+    @property
+    def location(self) -> str:
+        """Where the records are, as a refusal says it."""
+        return f"in the team store {self.team.where('fleet-rolls', '')}" if self.team is not None else \
+            f"on this machine ({self.root})"
+
     def where(self, roll_id: str) -> str:
         return self.team.where("fleet-rolls", roll_id) if self.team is not None else str(self.path(roll_id))
 

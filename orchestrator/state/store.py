@@ -280,7 +280,8 @@ _current: StateStore | None = None
 def configure_from_inventory(url: str | None, password_file: str | None, origin: str) -> None:
     """The inventory's `state_url` / `state_password_file` (DEPLOY_STATE_URL wins when both are set)."""
     global _inventory_settings
-    _inventory_settings = StoreSettings(url, Path(password_file) if password_file else None, origin) if url else None
+    _inventory_settings = (StoreSettings(url, Path(password_file).expanduser() if password_file else None, origin)
+                           if url else None)
 
 
 def settings() -> StoreSettings | None:
@@ -288,7 +289,7 @@ def settings() -> StoreSettings | None:
     url = os.environ.get(URL_ENV, "").strip()
     if url:
         pw = os.environ.get(PASSWORD_FILE_ENV, "").strip()
-        return StoreSettings(url, Path(pw) if pw else None, URL_ENV)
+        return StoreSettings(url, Path(pw).expanduser() if pw else None, URL_ENV)
     return _inventory_settings
 
 

@@ -242,3 +242,51 @@ def test_overlapping_fleet_rolls_from_two_machines_through_the_cli(team_store: T
     status = subprocess.run([sys.executable, "-m", "orchestrator", "--json", "--inventory", str(inv), "state",
                              "status"], capture_output=True, text=True, env=env_a, check=True)
     assert '"claims": []' in status.stdout
+
+
+RACER = """
+import os, sys, time
+from orchestrator.errors import LockHeld
+from orchestrator.locks.claims import claim_fleet
+who, log, trials = sys.argv[1], sys.argv[2], int(sys.argv[3])
+command = "deploy watch (cordon gpu-1)" if who == "watch" else "deploy roll group g --set x=1"
+done = refused = 0
+while done < trials:
+    try:
+        with claim_fleet(["gpu-1"], command, router=True):
+            fd = os.open(log, os.O_WRONLY | os.O_APPEND)
+            os.write(fd, f"enter {who}\\n".encode())
+            time.sleep(0.002)
+            os.write(fd, f"leave {who}\\n".encode())
+            os.close(fd)
+            done += 1
+    except LockHeld:
+        refused += 1
+    time.sleep(0.001)
+print(refused)
+"""
+
+
+def test_the_watch_on_one_machine_and_a_roll_from_another_never_interleave(machine_a: TeamStore,
+                                                                           tmp_path: Path) -> None:
+    """100 trials each: the watch's claim before it cordons (claim_fleet, router included, as fleet/watch.py
+    takes it) and a fleet roll's, from two state dirs racing for one host: never both inside at once."""
+    log = tmp_path / "log"
+    log.touch()
+    procs = [subprocess.Popen([sys.executable, "-c", RACER, who, str(log), "100"], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "DEPLOY_STATE_DIR": str(tmp_path / who)})
+             for who in ("watch", "roll")]
+    refused = [int(p.communicate(timeout=240)[0]) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    lines = log.read_text().split()
+    events = list(zip(lines[::2], lines[1::2], strict=True))
+    assert len(events) == 400
+    inside = None
+    for verb, who in events:
+        if verb == "enter":
+            assert inside is None, f"{who} entered while {inside} was inside"
+            inside = who
+        else:
+            assert inside == who
+            inside = None
+    print(f"400 entries, never interleaved; refusals: watch {refused[0]}, roll {refused[1]}")
