@@ -38,7 +38,7 @@ from orchestrator.fleet.router_column import RouterColumn, added_back, after_und
 from orchestrator.fleet.targets import TargetSpec, resolve_targets
 from orchestrator.fleet.view import FleetView
 from orchestrator.inventory.models import Inventory
-from orchestrator.locks.claims import claim_fleet
+from orchestrator.locks.claims import claim_fleet, ensure_held
 from orchestrator.locks.lease import free_dead_runs_leases
 from orchestrator.roll import RollOutcome, RollResult
 from orchestrator.router.addresses import learn_fleet
@@ -266,6 +266,7 @@ class FleetRoller:
     def _wave(self, names: list[str], job: Callable[[str, HostEvents], HostOutcome], parallel: int,
               title: str) -> bool:
         """Run one wave; True when every host in it succeeded."""
+        ensure_held()  # a safe point: claims lost with a team store stop the roll before this wave (locks/claims.py)
         self.app.out.line(title)
         view = FleetView(self.app.out.console, names, enabled=not self.app.out.as_json, tty=sys.stdout.isatty())
         try:

@@ -168,11 +168,12 @@ class RollStore:
         return self.root / f"{roll_id}.replay.json"
 
     def save(self, roll: FleetRoll) -> None:
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         roll.updated = now_text()
         full = roll.model_dump(mode="json")
         public = redact(full)
         replay = self.replay_path(roll.id)
+        if self.team is None or (public != full and roll.state == "running"):
+            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         if public != full and roll.state == "running":
             write_file(replay, json.dumps(full, indent=1), mode=0o600)
         if self.team is not None:

@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from orchestrator.state import store
+from orchestrator.state import pg, store
 from tests.e2e.conftest import until, wait_lease_expired
 from tests.e2e.fleet_harness import FleetHarness, fleet_root
 from tests.pg_server import TeamStore
@@ -70,6 +70,7 @@ def _deploy(env: dict[str, str], *args: str, timeout: float = 900) -> tuple[int,
 
 def test_two_machines_one_store_refuse_overlap_free_a_killed_holder_and_resume_anywhere(
         fleet: FleetHarness, team_store: TeamStore, tmp_path: Path) -> None:
+    pg.PgStore.open(store.StoreSettings(team_store.url, team_store.password_file)).close()  # the schema, first
     env_a = _machine(fleet, team_store, tmp_path / "a")
     env_b = _machine(fleet, team_store, tmp_path / "b")
     before = fleet.releases()

@@ -15,11 +15,15 @@ import psycopg
 import pytest
 
 from orchestrator.errors import ConfigError, LockHeld, LockLost, RemoteError
+from orchestrator.inventory.loader import load_inventory
 from orchestrator.locks import claims
 from orchestrator.locks.claims import claim_fleet, claim_hosts
+from orchestrator.locks.lease import HostLease
+from orchestrator.remote.ssh import SshHost
 from orchestrator.state import pg, store
 from orchestrator.state.ledger import Ledger
 from tests.pg_server import PgServer, TeamStore, free_port
+from tests.shared import EXAMPLE_INVENTORY
 
 HOLD = """
 import sys, time
@@ -58,7 +62,9 @@ def test_a_claim_held_from_another_machine_is_refused_naming_user_machine_and_ru
         started = time.monotonic()
         with pytest.raises(LockHeld) as caught, claim_hosts(["gpu-3", "gpu-2"], "deploy roll group h"):
             pass
-        assert time.monotonic() - started < 1.0
+        took = time.monotonic() - started
+        assert took < 1.0, f"refused after {took:.3f} s"
+        print(f"refused {took:.3f} s after the claim was asked for")
         what = caught.value.what
         assert "in the team store holds gpu-2" in what
         assert f"{store.user()}@{store.machine()} pid {proc.pid}" in what and f"(run {run})" in what
@@ -75,6 +81,7 @@ def test_a_claim_held_from_another_machine_is_refused_naming_user_machine_and_ru
     while True:  # the server frees a dead session's advisory locks when its socket closes
         try:
             with claim_hosts(["gpu-1", "gpu-2"], "after the holder died"):
+                print(f"claims free {time.monotonic() - killed:.3f} s after the holder's SIGKILL")
                 break
         except LockHeld:
             assert time.monotonic() - killed < 2.0, "the SIGKILLed holder's claims were not freed within 2 s"
@@ -188,6 +195,11 @@ def test_a_store_lost_mid_run_stops_the_run_at_its_next_safe_point(pg_server: Pg
                 time.sleep(0.1)
             with pytest.raises(LockLost, match="claim of this run in the team store is gone"):
                 claims.ensure_held()
+            # the next remote command of a run holding a host's lease is where it stops (locks/lease.py)
+            lease = HostLease(SshHost(next(iter(load_inventory(EXAMPLE_INVENTORY).hosts.values()))), "deploy roll",
+                              ttl_s=60, run_id="run-a")  # never connected: wrap() only renders the command
+            with pytest.raises(LockLost, match="stopped before changing anything more"):
+                lease.wrap("systemctl restart sglang")
         finally:
             pg_server.start()
     store.reset()
@@ -290,3 +302,19 @@ def test_the_watch_on_one_machine_and_a_roll_from_another_never_interleave(machi
             assert inside == who
             inside = None
     print(f"400 entries, never interleaved; refusals: watch {refused[0]}, roll {refused[1]}")
+
+
+def test_this_machines_state_never_imports_the_driver(tmp_path: Path) -> None:
+    """The default costs a command nothing: no DEPLOY_STATE_URL, no psycopg (claims, ledger, records)."""
+    code = ("import sys\n"
+            "from orchestrator.locks.claims import claim_hosts\n"
+            "from orchestrator.state import store\n"
+            "with claim_hosts(['gpu-1'], 'deploy roll group g'):\n"
+            "    store.ledger().record_run(host='gpu-1', bench=None)\n"
+            "    store.current().records.put('watch', 'g', '{}')\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('psycopg', 'psycopg_binary')))\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEPLOY_STATE_")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**env, "DEPLOY_STATE_DIR": str(tmp_path)})
+    assert out.stdout.strip() == "[]"
+    assert (tmp_path / "watch" / "g.json").stat().st_mode & 0o777 == 0o600 and (tmp_path / "ledger.sqlite").exists()
