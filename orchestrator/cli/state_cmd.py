@@ -70,7 +70,7 @@ def migrate(app: AppContext, url: str, password_file: Path | None) -> int:
     """
     import os
 
-    from orchestrator.state.ledger import default_ledger_path
+    from orchestrator.state.ledger import Ledger, default_ledger_path
     from orchestrator.state.pg import PgStore
 
     if not password_file and os.environ.get(store.PASSWORD_FILE_ENV):
@@ -81,6 +81,8 @@ def migrate(app: AppContext, url: str, password_file: Path | None) -> int:
         if not ledger.exists() and not any(store.LocalRecords().items(k) for k in store.RECORD_KINDS):
             raise ConfigError(f"nothing to migrate: no ledger or record under {ledger.parent}",
                               fix="DEPLOY_STATE_DIR names another state dir? nothing was copied")
+        if ledger.exists():
+            Ledger(ledger)  # an older tool's ledger is upgraded in place first (its own migrations)
         report = target.import_local(ledger, store.LocalRecords())
     finally:
         target.close()

@@ -256,6 +256,9 @@ class PgClaims:
             self.pg.conn.execute(f"WITH gone AS (DELETE FROM claims WHERE name = %s AND backend_pid = "
                                  f"pg_backend_pid()) SELECT {fn}(%s)", (name, claim_key(name)))
 
+    def holds_any(self) -> bool:
+        return bool(self._held)
+
     def lost(self) -> str | None:
         if self._lost is None and self._held and self.pg.conn.closed:
             self._lost = "its connection to the store is closed"
@@ -345,6 +348,9 @@ class PgStore:
     def close(self) -> None:
         with suppress(psycopg.Error):
             self.conn.close()
+
+    def stale(self) -> bool:
+        return (self.conn.closed or self.conn.broken) and not self.claims.holds_any()
 
     def run(self, sql: str, args: Sequence[Any] = ()) -> Any:
         try:

@@ -101,6 +101,10 @@ class StateStore(Protocol):
 
     def ledger(self) -> Ledger: ...
     def status(self) -> StoreStatus: ...
+    def stale(self) -> bool:
+        """True when a new connection should replace this one (lost, and no claim of this process rode on it:
+        a long-lived `deploy watch` reconnects at its next cycle; a run whose claims were lost stops instead)."""
+        ...
 
 
 # ------------------------------------------------------------------------------------------ who runs this
@@ -232,9 +236,9 @@ class LocalClaims:
                 first = os.pread(fd, 4096, 0).decode(errors="replace").strip().splitlines()
             finally:
                 os.close(fd)
-            rows.append(ClaimRow(p.name[:-len(".claim")], bool(first), None))
-            if first:
-                rows[-1] = ClaimRow(p.name[:-len(".claim")], True, Holder("", "", 0, first[0], "", ""))
+            name = p.name[:-len(".claim")]
+            rows.append(ClaimRow(name, True, Holder("", "", 0, first[0], "", "")) if first else
+                        ClaimRow(name, False, None))
         return tuple(rows)
 
 
@@ -254,6 +258,9 @@ class LocalStore:
         from orchestrator.state.ledger import Ledger
 
         return Ledger()
+
+    def stale(self) -> bool:
+        return False
 
     def status(self) -> StoreStatus:
         from orchestrator.state.ledger import SCHEMA_VERSION, default_ledger_path
@@ -299,7 +306,7 @@ def current() -> StateStore:
     global _current
     wanted = settings()
     if _current is not None and (wanted is None) == (_current.kind == "local") and (
-            wanted is None or getattr(_current, "settings", None) == wanted):
+            wanted is None or getattr(_current, "settings", None) == wanted) and not _current.stale():
         return _current
     chosen: StateStore
     if wanted is None:

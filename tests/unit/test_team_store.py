@@ -11,7 +11,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from orchestrator.errors import ConfigError, LockHeld, LockLost, RemoteError
@@ -202,9 +201,9 @@ def test_a_store_lost_mid_run_stops_the_run_at_its_next_safe_point(pg_server: Pg
                 lease.wrap("systemctl restart sglang")
         finally:
             pg_server.start()
-    store.reset()
-    with psycopg.connect(machine_a.url, password=pg_server.password):
-        pass  # the server is back for the other tests
+    # The run holding them is over; the process goes on (a long-lived `deploy watch`): its next claim reconnects.
+    with claim_hosts(["gpu-1"], "deploy watch (cordon gpu-1)"):
+        assert store.current().claims.lost() is None
 
 
 def _inventory(tmp_path: Path, ts: TeamStore) -> Path:
@@ -318,3 +317,25 @@ def test_this_machines_state_never_imports_the_driver(tmp_path: Path) -> None:
                          env={**env, "DEPLOY_STATE_DIR": str(tmp_path)})
     assert out.stdout.strip() == "[]"
     assert (tmp_path / "watch" / "g.json").stat().st_mode & 0o777 == 0o600 and (tmp_path / "ledger.sqlite").exists()
+
+
+def test_state_migrate_and_status_through_the_cli(team_store: TeamStore, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEPLOY_STATE_")}
+    env |= {"DEPLOY_STATE_DIR": str(tmp_path / "state"), "DEPLOY_STATE_PASSWORD_FILE": str(team_store.password_file)}
+    subprocess.run([sys.executable, "-c", "from orchestrator.state.ledger import Ledger\n"
+                    "Ledger().record_run(host='gpu-1', bench=None)\n"], env=env, check=True)
+    deploy = [sys.executable, "-m", "orchestrator", "--inventory", str(tmp_path / "none")]
+    first = subprocess.run([*deploy, "state", "migrate", "--to", team_store.url], capture_output=True, text=True,
+                           env=env)
+    assert first.returncode == 0, first.stderr
+    assert "1 runs" in first.stdout and "0 already there" in first.stdout
+    again = subprocess.run([*deploy, "--json", "state", "migrate", "--to", team_store.url], capture_output=True,
+                           text=True, env=env)
+    assert again.returncode == 0 and '"already_there": 1' in again.stdout and '"runs": 0' in again.stdout
+    bad = subprocess.run([*deploy, "state", "migrate", "--to", team_store.url.replace("deploy@", "deploy:pw@")],
+                         capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and "carries a password" in bad.stderr and "pw@" not in bad.stderr + bad.stdout
+    status = subprocess.run([*deploy, "state", "status"], capture_output=True, text=True,
+                            env={**env, "DEPLOY_STATE_URL": team_store.url})
+    assert status.returncode == 0 and "named by DEPLOY_STATE_URL" in status.stdout
+    assert f"schema version: {pg.SCHEMA_VERSION} (this tool's: {pg.SCHEMA_VERSION})" in status.stdout
