@@ -113,3 +113,23 @@ def test_two_machines_one_store_refuse_overlap_free_a_killed_holder_and_resume_a
     assert code == 0, out + err
     assert fleet.releases() == before
     assert not (tmp_path / "b" / "fleet-rolls").exists()  # the record lives in the store only
+
+
+def test_an_unreachable_store_refuses_changes_and_read_only_commands_still_work(fleet: FleetHarness,
+                                                                                tmp_path: Path) -> None:
+    from tests.pg_server import free_port
+
+    env = {**fleet.env.env, "DEPLOY_STATE_URL": f"postgresql://deploy@127.0.0.1:{free_port()}/deploy?sslmode=disable"}
+    before = fleet.releases()
+    code, out, err, _ = _deploy(env, "roll", "group", "prod", "--set", f"{FLAG}=5", "--skip-bench")
+    assert code == 3, out + err
+    assert "the team state store" in err and "cannot be reached" in err and "nothing was planned or changed" in err
+    assert "Traceback" not in out + err
+    code, out, err, _ = _deploy(env, "up", "host", fleet.names[0], "--skip-bench", "--skip-weights")
+    assert code == 3 and "cannot be reached" in err, out + err
+    assert fleet.releases() == before
+    code, out, err, _ = _deploy(env, "--json", "status", "group", "prod")
+    assert code == 0, out + err
+    assert {h["host"]: h["report"]["release"] for h in json.loads(out)["hosts"]} == before
+    code, out, err, _ = _deploy(env, "plan", "host", fleet.names[0])
+    assert code == 0, out + err

@@ -339,3 +339,33 @@ def test_state_migrate_and_status_through_the_cli(team_store: TeamStore, tmp_pat
                             env={**env, "DEPLOY_STATE_URL": team_store.url})
     assert status.returncode == 0 and "named by DEPLOY_STATE_URL" in status.stdout
     assert f"schema version: {pg.SCHEMA_VERSION} (this tool's: {pg.SCHEMA_VERSION})" in status.stdout
+
+
+RECORDS_ON_B = """
+from orchestrator.fleet.rollout import RollStore
+from orchestrator.fleet.watch import WatchState
+from orchestrator.tune import record
+roll = RollStore().unfinished(["gpu-2"])
+print(roll.id if roll else None, record.load("t-20261202-230000-ab12").host, WatchState("g").load())
+"""
+
+
+def test_roll_tune_and_watch_records_are_read_from_another_machine(machine_a: TeamStore, tmp_path: Path) -> None:
+    """What `roll --resume`, `tune --resume` and the watch read, written on machine A, read on machine B."""
+    from orchestrator.fleet.rollout import FleetRoll, HostRoll, RollSpec, RollStore
+    from orchestrator.fleet.watch import WatchState
+    from orchestrator.tune import record
+
+    roll = FleetRoll(id="fleetroll-20261207T100000-1", command="deploy roll group g --set a=1", targets="group g",
+                     inventory="inv", pid=1, started="20261207T100000", updated="", spec=RollSpec(set=["a=1"]),
+                     waves=[["gpu-1", "gpu-2"]], hosts=[HostRoll(host=h, wave=0) for h in ("gpu-1", "gpu-2")])
+    RollStore().save(roll)
+    record.save(record.TuneRecord(tune_id="t-20261202-230000-ab12", host="h1", preset="p", slo="ttft_p99<=2s",
+                                  over=[], range="8:64:8", started_at="2026-12-02T23:00:00"))
+    WatchState("g").save({"gpu-1": {"since": 1.0, "why": "Xid 79"}})
+    assert not (tmp_path / "a").exists()  # nothing written on machine A
+    out = subprocess.run([sys.executable, "-c", RECORDS_ON_B], capture_output=True, text=True, check=True,
+                         env={**os.environ, "DEPLOY_STATE_DIR": str(tmp_path / "b")})
+    assert out.stdout.split(None, 2) == [roll.id, "h1", "{'gpu-1': {'since': 1.0, 'why': 'Xid 79'}}\n"]
+    with pytest.raises(ConfigError, match="no tune t-20261202-230000-ffff in the team store"):
+        record.load("t-20261202-230000-ffff")
