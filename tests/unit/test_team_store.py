@@ -106,6 +106,28 @@ def test_single_host_claims_are_shared_and_exclude_a_fleet_claim(machine_a: Team
             other.close()
 
 
+def test_a_claim_and_its_row_take_one_round_trip(machine_a: TeamStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The claim is on every changing command's path (tests/perf/state_store_cost.py): one statement, and the
+    row a refused command reads is there as soon as the lock is."""
+    pgs = store.current()
+    assert isinstance(pgs, pg.PgStore)
+    sent: list[str] = []
+    execute = pgs.conn.execute
+    monkeypatch.setattr(pgs.conn, "execute", lambda sql, *a, **k: sent.append(str(sql)) or execute(sql, *a, **k))
+    h = claims.holder("deploy roll host gpu-4")
+    assert pgs.claims.take("gpu-4", h, exclusive=True) is None
+    assert len(sent) == 1, sent
+    other = pg.PgStore.open(store.settings())  # type: ignore[arg-type]
+    try:
+        who = other.claims.take("gpu-4", h, exclusive=False)
+        assert isinstance(who, store.Holder) and who.command == "deploy roll host gpu-4" and who.pid == os.getpid()
+        assert [c.name for c in other.status().claims] == ["gpu-4"]  # the refused take wrote no row
+    finally:
+        other.close()
+    pgs.claims.release("gpu-4")
+    assert pgs.status().claims == ()
+
+
 def test_the_ledger_and_records_are_the_teams(machine_a: TeamStore, tmp_path: Path) -> None:
     led = store.current().ledger()
     rec = led.record_run(host="gpu-1", bench=None, source="roll", preset="chat", flags={"api-key": "s3cret"})
