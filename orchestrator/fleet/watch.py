@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from orchestrator.errors import DeployError, LockHeld
+from orchestrator.errors import DeployError, LockHeld, RemoteError
 from orchestrator.fleet.fleet_roll import FleetRouter
 from orchestrator.hardware.policy import Remedy, RemedyPlan, plan_remedy
 from orchestrator.hardware.state import HardwareState
@@ -111,17 +111,34 @@ class WatchState:
         self.group, self.team = group, (None if root is not None else team_records())  # state/store.py
 
     def load(self) -> dict[str, dict[str, str | float]]:
-        try:
-            data = json.loads(self.team.get("watch", self.group) or "{}" if self.team else self.path.read_text())
+        try:  # with a team store, a copy left here by a save the store missed is newer than the store's
+            text = (self.team.get("watch", self.group) or "{}" if self.team and not self.path.exists()
+                    else self.path.read_text())
+            data = json.loads(text)
         except (FileNotFoundError, ValueError):
             return {}
         return data if isinstance(data, dict) else {}
 
     def save(self, cordoned: dict[str, dict[str, str | float]]) -> None:
+        text = json.dumps(cordoned, indent=1, sort_keys=True)
         if self.team is not None:
-            return self.team.put("watch", self.group, json.dumps(cordoned, indent=1, sort_keys=True))
+            try:
+                self.team.put("watch", self.group, text)
+            except DeployError as err:  # the store was lost mid-cycle: the router already holds these hosts out
+                self._write(text)
+                hosts = ", ".join(sorted(cordoned)) or "none"
+                raise RemoteError(f"the watch's record of the hosts it cordoned ({hosts}) could not be saved in the "
+                                  f"team store: {err.what}",
+                                  fix=f"those hosts stay out of the router; the record is kept in {self.path} on this "
+                                      "machine and the watch's next start here reads it and saves it to the store "
+                                      "once the store is back (docs/team.md)", step="watch") from None
+            self.path.unlink(missing_ok=True)
+            return
+        self._write(text)
+
+    def _write(self, text: str) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        write_file(self.path, json.dumps(cordoned, indent=1, sort_keys=True), mode=0o600)
+        write_file(self.path, text, mode=0o600)
 
 
 @dataclass

@@ -391,3 +391,34 @@ def test_roll_tune_and_watch_records_are_read_from_another_machine(machine_a: Te
     assert out.stdout.split(None, 2) == [roll.id, "h1", "{'gpu-1': {'since': 1.0, 'why': 'Xid 79'}}\n"]
     with pytest.raises(ConfigError, match="no tune t-20261202-230000-ffff in the team store"):
         record.load("t-20261202-230000-ffff")
+
+
+def test_a_watch_save_that_loses_the_store_says_so_and_keeps_its_cordons(pg_server: PgServer, machine_a: TeamStore,
+                                                                        tmp_path: Path) -> None:
+    """The watch cordoned a host (the router holds it out), then the store is gone when it saves: a clear error
+    naming the host and where its record is kept; the next start on this machine reads that record and puts it in
+    the store once the store is back (the watch never forgets a host it took out)."""
+    from orchestrator.fleet.watch import WatchState
+
+    entry = {"since": "2026-12-07T17:00:00+0000", "why": "xid 79", "url": "http://10.0.0.5:30000"}
+    watching = WatchState("prod")  # the watch's own, made at its start
+    watching.save({})
+    pg_server.stop()
+    try:
+        with pytest.raises(RemoteError) as caught:
+            watching.save({"gpu-2": entry})
+        err = caught.value
+        assert "record of the hosts it cordoned (gpu-2) could not be saved in the team store" in err.what
+        kept = tmp_path / "a" / "watch" / "prod.json"
+        assert f"kept in {kept}" in err.fix and "stay out of the router" in err.fix
+        assert oct(kept.stat().st_mode & 0o777) == "0o600"
+        assert watching.load() == {"gpu-2": entry}  # this process's next cycle
+    finally:
+        pg_server.start()
+    store.reset()  # a new start of the watch on this machine
+    state = WatchState("prod")
+    assert state.load() == {"gpu-2": entry}
+    state.save(state.load())
+    assert not (tmp_path / "a" / "watch" / "prod.json").exists()
+    assert store.current().records.get("watch", "prod") is not None
+    assert WatchState("prod").load() == {"gpu-2": entry}
