@@ -11,7 +11,7 @@ run on this machine's state.
   machine, pid, command and run id are a `claims` row written on the same connection; a refused command reads the
   rows whose backend is still alive. A heartbeat (HEARTBEAT_S) notes a lost connection; `claims.ensure_held`
   stops the run at its next remote command.
-- The schema is versioned in `deploy.schema_version`: MIGRATIONS[i] takes it from i to i+1 in one transaction
+- The schema is versioned in `deploy.schema_version`: migrations()[i] takes it from i to i+1 in one transaction
   under a transaction advisory lock (two tools upgrading at once wait for each other); a schema newer than this
   tool is refused. A migration library (alembic) would bring SQLAlchemy's import into every team command (about
   the whole client CPU budget of a converged `up`), for a handful of DDL statements.
@@ -22,24 +22,24 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
 from psycopg import conninfo as pg_conninfo
 
 from orchestrator.errors import ConfigError, RemoteError
 from orchestrator.state import store as st
-from orchestrator.state.ledger import MIGRATIONS as LOCAL_MIGRATIONS
-from orchestrator.state.ledger import Ledger, RunRecord
 from orchestrator.state.store import ClaimRow, Holder, LocalRecords, RecordKind, StoreSettings, StoreStatus
+
+if TYPE_CHECKING:
+    from orchestrator.state.ledger import Ledger
 
 SCHEMA = "deploy"
 #: How often a process holding claims checks that its connection (so its claims) is still there.
@@ -50,11 +50,27 @@ CLIENT_DEFAULTS: dict[str, str] = {"connect_timeout": "5", "keepalives": "1", "k
                                    "application_name": "deploy"}
 _MIGRATION_LOCK = 0x6465706C6F79  # "deploy"
 
-MIGRATIONS: tuple[str, ...] = (
-    # 0 -> 1: the ledger's tables as on this machine (state/ledger.py), with each row's author, and the team's own
-    f"""
-    {LOCAL_MIGRATIONS[0].replace("jsonl_path TEXT", "jsonl_path TEXT, by_user TEXT, by_machine TEXT, by_run TEXT")}
-    {LOCAL_MIGRATIONS[1]}
+#: The schema's version: len(migrations()) (tests/unit/test_team_store.py checks it). A constant, so that a command
+#: whose store is there already (every command but the first) never imports the ledger's module (its models and
+#: parsers: CPU a converged `up` on this machine's state does not spend, tests/perf/state_store_cost.py).
+SCHEMA_VERSION = 1
+
+
+def migrations() -> tuple[str, ...]:
+    """MIGRATIONS[i] takes the schema from version i to i + 1."""
+    from orchestrator.state.ledger import MIGRATIONS as LOCAL_MIGRATIONS
+
+    return (
+        # 0 -> 1: the ledger's tables as on this machine (state/ledger.py), with each row's author, and the team's own
+        _V1.format(runs=LOCAL_MIGRATIONS[0].replace("jsonl_path TEXT",
+                                                    "jsonl_path TEXT, by_user TEXT, by_machine TEXT, by_run TEXT"),
+                   tune_runs=LOCAL_MIGRATIONS[1]),
+    )
+
+
+_V1 = """
+    {runs}
+    {tune_runs}
     CREATE TABLE host_events (
         host TEXT NOT NULL,
         at TEXT NOT NULL,
@@ -85,9 +101,7 @@ MIGRATIONS: tuple[str, ...] = (
         since TEXT NOT NULL,
         PRIMARY KEY (name, backend_pid)
     );
-    """,
-)
-SCHEMA_VERSION = len(MIGRATIONS)
+    """
 
 
 def _unavailable(settings: StoreSettings, exc: BaseException) -> RemoteError:
@@ -144,66 +158,6 @@ def connect_args(settings: StoreSettings) -> tuple[str, dict[str, Any]]:
     if settings.password_file is not None:
         kwargs["password"] = read_password_file(settings.password_file)
     return settings.url, kwargs
-
-
-class _Row(tuple[Any, ...]):
-    """A row read by column name or position (as sqlite3.Row, which the ledger's code reads)."""
-
-    names: dict[str, int]
-
-    def __getitem__(self, key: Any) -> Any:
-        return super().__getitem__(self.names[key] if isinstance(key, str) else key)
-
-    def keys(self) -> list[str]:
-        return list(self.names)
-
-
-def _row_factory(cursor: Any) -> Any:
-    names = {d.name: i for i, d in enumerate(cursor.description or ())}
-
-    def make(values: Sequence[Any]) -> _Row:
-        row = _Row(values)
-        row.names = names
-        return row
-    return make
-
-
-class _Conn:
-    """The ledger's connection API (`?` parameters, rows by name) over the store's psycopg connection."""
-
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
-        self._conn = conn
-
-    def execute(self, sql: str, args: Sequence[Any] = ()) -> Any:
-        cur = self._conn.cursor(row_factory=_row_factory)
-        return cur.execute(sql.replace("?", "%s"), tuple(args))
-
-
-class PgLedger(Ledger):
-    """The ledger's queries (state/ledger.py) against the store; each run names who recorded it."""
-
-    integrity_errors = (psycopg.errors.UniqueViolation,)
-    db_errors = (psycopg.Error,)
-
-    def __init__(self, pg: PgStore) -> None:  # no file, no local migration: the store's schema is migrated
-        self.pg = pg
-        self.path = Path(pg.where)
-
-    @contextmanager
-    def _connect(self) -> Iterator[Any]:
-        try:
-            yield _Conn(self.pg.conn)
-        except psycopg.OperationalError as exc:
-            raise _unavailable(self.pg.settings, exc) from None
-
-    def schema_version(self) -> int:
-        return self.pg.schema_version()
-
-    def _insert(self, rec: RunRecord) -> None:
-        super()._insert(rec)
-        with self._connect() as conn:
-            conn.execute("UPDATE runs SET by_user = ?, by_machine = ?, by_run = ? WHERE id = ?",
-                         (st.user(), st.machine(), st.run_id(), rec.id))
 
 
 def claim_key(name: str) -> int:
@@ -378,8 +332,9 @@ class PgStore:
             version = self.schema_version()
             if self._check_version(version):
                 return
+            steps = migrations()
             for v in range(version, SCHEMA_VERSION):
-                for stmt in MIGRATIONS[v].split(";"):
+                for stmt in steps[v].split(";"):
                     if stmt.strip():
                         self.conn.execute(stmt)
                 self.conn.execute(f"INSERT INTO {SCHEMA}.schema_version VALUES (%s)", (v + 1,))
@@ -393,6 +348,8 @@ class PgStore:
         return version == SCHEMA_VERSION
 
     def ledger(self) -> Ledger:
+        from orchestrator.state.pg_ledger import PgLedger
+
         return PgLedger(self)
 
     def status(self) -> StoreStatus:
@@ -421,6 +378,8 @@ class PgStore:
         return report
 
     def _import_ledger(self, path: Path, report: MigrateReport) -> None:
+        import sqlite3
+
         src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
             src.row_factory = sqlite3.Row

@@ -341,6 +341,22 @@ def test_this_machines_state_never_imports_the_driver(tmp_path: Path) -> None:
     assert (tmp_path / "watch" / "g.json").stat().st_mode & 0o777 == 0o600 and (tmp_path / "ledger.sqlite").exists()
 
 
+def test_a_claim_in_the_team_store_imports_nothing_of_the_ledger(team_store: TeamStore, tmp_path: Path) -> None:
+    """What a converged `up` does with the store (open, check the schema, claim, release) loads the driver and the
+    store's own module, not the ledger's (its models and parsers), which the local default never loads there either
+    (tests/perf/state_store_cost.py); the store's schema version is its migrations' count."""
+    pg.PgStore.open(store.StoreSettings(team_store.url, team_store.password_file)).close()  # the schema exists
+    code = ("import sys\n"
+            "from orchestrator.locks.claims import claim_hosts\n"
+            "with claim_hosts(['gpu-1'], 'deploy up host gpu-1', exclusive=False):\n"
+            "    pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith('orchestrator.state')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, **team_store.env(), "DEPLOY_STATE_DIR": str(tmp_path)})
+    assert "orchestrator.state.pg" in out.stdout and "orchestrator.state.ledger" not in out.stdout, out.stdout
+    assert len(pg.migrations()) == pg.SCHEMA_VERSION
+
+
 def test_state_migrate_and_status_through_the_cli(team_store: TeamStore, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEPLOY_STATE_")}
     env |= {"DEPLOY_STATE_DIR": str(tmp_path / "state"), "DEPLOY_STATE_PASSWORD_FILE": str(team_store.password_file)}
