@@ -8,7 +8,7 @@ run on this machine's state.
   timeout are set unless the URL sets them, so a server that vanished is noticed within about 20 s.
 - Claims are session advisory locks (`pg_try_advisory_lock`, `_shared` for a single-host run's claim): the server
   frees them when the holder's connection ends, SIGKILL included, as the kernel frees a flock. The holder's user,
-  machine, pid, command and run id are a `claims` row written on the same connection; a refused command reads the
+  machine, pid, command and run id are a `claims` row written in the same statement; a refused command reads the
   rows whose backend is still alive. A heartbeat (HEARTBEAT_S) notes a lost connection; `claims.ensure_held`
   stops the run at its next remote command.
 - The schema is versioned in `deploy.schema_version`: migrations()[i] takes it from i to i+1 in one transaction
