@@ -37,6 +37,14 @@ done
 # The simulator's container configs include lxc's distribution configs (debian.common.conf, nesting.conf,
 # debian.userns.conf): they come from lxc-templates, a recommendation of lxc that --no-install-recommends skips.
 [ -e /usr/share/lxc/config/debian.common.conf ] || need_apt+=(lxc-templates)
+# The team state store's tests run a real PostgreSQL server on loopback in a temporary directory (tests/pg_server.py):
+# only the server binaries are needed. No system cluster: postgresql-common reads createcluster.d before it would
+# create and start one on install.
+if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
+  mkdir -p /etc/postgresql-common/createcluster.d
+  echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.d/deploy-no-main-cluster.conf
+  need_apt+=(postgresql)
+fi
 
 PY=${PYTHON:-}
 if [ -z "$PY" ]; then

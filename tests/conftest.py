@@ -20,7 +20,7 @@ import pytest
 
 from tests import sim_hosts
 
-pytest_plugins = ["tests.skip_policy", "tests.module_times"]
+pytest_plugins = ["tests.skip_policy", "tests.module_times", "tests.pg_server"]
 
 # A suite started in the background of a non-interactive shell (`bash .ci/run &`) inherits SIGINT ignored, and an
 # ignored signal stays ignored across exec: the tests that press Ctrl-C on a `deploy` they started would see it do

@@ -42,6 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("orchestrator.cli.sim_cmd", "sim"),
     "init": ("orchestrator.cli.init_cmd", "init"),
     "lock": ("orchestrator.cli.lock_cmd", "lock"),
+    "state": ("orchestrator.cli.state_cmd", "state"),
 }
 
 SHORT_HELP = {
@@ -65,6 +66,7 @@ SHORT_HELP = {
     "watch": "GPU faults acted on: a host with a fatal fault is drained out of the router, and put back once clean.",
     "sim": "The simulated Proxmox GPU host on this machine (up, down, status, fault).",
     "lock": "Pin every distribution of a profile's stack with its sha256, resolved in a host's container.",
+    "state": "The state store: this machine's (default) or a team's PostgreSQL; status, and migrate into it.",
     "init": "Write an example inventory (hosts, profiles, presets) for a new site into a directory.",
 }
 

@@ -40,7 +40,8 @@ from orchestrator.reports.sweep import (
     sweep_table,
     write_sweep_report,
 )
-from orchestrator.state.ledger import Ledger, RunRecord
+from orchestrator.state.ledger import RunRecord
+from orchestrator.state.store import ledger as store_ledger
 from orchestrator.steps.base import RunOptions
 from orchestrator.steps.state import RollRequest, RunInputs
 from orchestrator.ui.tables import Column, TableSpec, spec
@@ -206,7 +207,7 @@ def bench(app: AppContext, target: tuple[str, ...], preset: str | None, sets: tu
     if target and target[0] == "import":
         if len(target) != 2 or not import_host:
             raise ConfigError("usage: deploy bench import FILE --host NAME")
-        recs = Ledger().import_jsonl(target[1], host=import_host, preset=preset)
+        recs = store_ledger().import_jsonl(target[1], host=import_host, preset=preset)
         app.out.emit({"ok": True, "imported": [imported_run_json(r) for r in recs]})
         app.out.line(f"imported {len(recs)} run(s) from {target[1]}:")
         for r in recs:
@@ -460,7 +461,7 @@ def _per_gpu_w(r: RunRecord) -> float | None:
 
 
 def ledger_table(runs: list[RunRecord], title: str) -> TableSpec:
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for r in runs:
         b, t, per_gpu = r.bench, r.telemetry, _per_gpu_w(r)
         source = f"{r.source} {r.label}" if r.source == "sweep" and r.label else r.source
@@ -473,12 +474,15 @@ def ledger_table(runs: list[RunRecord], title: str) -> TableSpec:
     numbers = ("out tok/s", "TPOT ms", "conc.", "W/GPU", "tok/J")
     headers: list[str | Column] = ["run", "host", "source", "preset", "release"]
     headers += [Column(h, "right") for h in numbers]
+    if any(r.by for r in runs):  # a team store's runs name who recorded them (docs/team.md)
+        headers.append("by")
+        rows = [(*row, r.by or "-") for row, r in zip(rows, runs, strict=True)]
     return spec(title, headers, rows)
 
 
 def ledger_runs(app: AppContext, target: tuple[str, ...], limit: int, all_inventories: bool = False) -> BenchRuns:
     """One host's runs, the inventory's hosts' runs, or (--all-inventories) all."""
-    ledger = Ledger()
+    ledger = store_ledger()
     name = parse_target(target, required=False)
     if name:
         return host_bench_runs(ledger, _ledger_host(app, name, all_inventories), limit)
@@ -514,7 +518,7 @@ def compare(app: AppContext, run_a: str, run_b: str, threshold: float, force: bo
     the server. `--force` shows them anyway under a warning. Other hosts, other GPUs or a different load are
     shown with a warning. A run id prefix is looked up among the inventory's hosts (all with --all-inventories).
     """
-    ledger = Ledger()
+    ledger = store_ledger()
     scope = ledger_scope(app, all_inventories, required=False)
     a, b = ledger.get_run(run_a, scope.hosts), ledger.get_run(run_b, scope.hosts)
     check = comparability(a, b)

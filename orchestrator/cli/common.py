@@ -44,6 +44,10 @@ class AppContext:
         from orchestrator.inventory.loader import load_inventory
 
         inventory = load_inventory(self.inventory_dirs)
+        from orchestrator.state.store import configure_from_inventory  # the team store, or none (docs/team.md)
+
+        configure_from_inventory(inventory.state_url, inventory.state_password_file,
+                                 f"state_url in inventory {self.inventory_paths}")
         if not any(h.container.vmid_auto for h in inventory.hosts.values()):
             return inventory
         from orchestrator.state.auto_vmids import with_recalled_vmids

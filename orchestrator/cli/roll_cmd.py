@@ -419,9 +419,9 @@ def history_on(inventory: Inventory, name: str, options: dict[str, Any], printer
                ) -> ReleaseHistory | BenchRuns:
     """One host of a fleet `history`: its releases, or (`--bench`) its runs in the local ledger."""
     if options["bench"]:
-        from orchestrator.state.ledger import Ledger
+        from orchestrator.state.store import ledger as store_ledger
 
-        ledger = Ledger()
+        ledger = store_ledger()
         return host_bench_runs(ledger, inventory.find_host(name).name, options["limit"])
     releases_only(options["all_inventories"])
     return release_history(inventory, HistoryRequest(inventory.find_host(name), options["limit"], options["tofu"]),

@@ -15,7 +15,7 @@ from orchestrator.fleet.watch import Reading, Watch, WatchState, run_watch
 from orchestrator.hardware.policy import Remedy
 from orchestrator.monitoring.notify import Notifier
 from orchestrator.runner import run_playbook_to_end
-from orchestrator.state.ledger import Ledger
+from orchestrator.state.store import ledger as store_ledger
 from orchestrator.steps.base import RunOptions
 from orchestrator.steps.state import RunInputs
 
@@ -31,11 +31,20 @@ def print_watch_unit(app: AppContext, group: str, interval_s: float, drain_timeo
     and state directory this command resolved, as absolute paths."""
     from orchestrator.paths import state_dir
     from orchestrator.render.watch_unit import render_watch_unit, watch_unit_name
+    from orchestrator.state import store
 
+    team = store.settings()
+    if team is not None:  # the URL (no password in it) and the password file (0600) checked as a connection would
+        from orchestrator.state.pg import connect_args
+
+        connect_args(team)
+    pw_file = team.password_file if team is not None else None
     text = render_watch_unit(program=[sys.executable, "-m", "orchestrator"], group=group, interval_s=interval_s,
                              drain_timeout_s=drain_timeout, inventory=app.inventory_paths,
                              state_dir=str(state_dir().resolve()),
-                             reboot_timeout_s=app.inventory.health.reboot_timeout_s)
+                             reboot_timeout_s=app.inventory.health.reboot_timeout_s,
+                             state_url=team.url if team is not None else None,
+                             state_password_file=str(pw_file.resolve()) if pw_file is not None else None)
     app.out.emit({"unit": watch_unit_name(group), "content": text})
     if not app.out.as_json:
         click.echo(text, nl=False)  # as is: the unit file, byte for byte
@@ -103,7 +112,7 @@ def watch(app: AppContext, word: str, group: str, once: bool, interval_s: float,
     def verify(name: str) -> str:
         return run_books(name, ("remedy-verify",), "verify", None)
 
-    ledger = Ledger()
+    ledger = store_ledger()
     stop = threading.Event()
 
     def _stop(_sig: int, _frame: FrameType | None) -> None:

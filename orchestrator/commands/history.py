@@ -76,15 +76,29 @@ class ReleaseHistory(Listing):
 def release_history(inventory: Inventory, request: HistoryRequest, *, progress: ProgressFn | None = None,
                     say: Callable[[str], None] | None = None) -> ReleaseHistory:
     """Read one host's releases; a failed read raises its DeployError."""
-    from orchestrator.state.ledger import Ledger
-
     report = run_playbook("history", request.host, inventory,
                           RunOptions(tofu=request.tofu, command="deploy history"),
                           progress=progress, say=say, inputs=RunInputs(history_limit=request.limit))
     rows = report.state.history
     current = next((r.current for r in rows if r.current is not None), None)
     return ReleaseHistory(host=report.host, current=current, releases=[r.document() for r in rows if r.id is not None],
-                          watchdog=report.state.watchdog, events=Ledger().events(report.host, request.limit))
+                          watchdog=report.state.watchdog, events=_events(report.host, request.limit, say))
+
+
+def _events(host: str, limit: int, say: Callable[[str], None] | None) -> list[HostEvent]:
+    """The host's events from the ledger; a team store that cannot be reached leaves them out and says so (the
+    releases come from the host: a read-only command still works, docs/team.md)."""
+    from orchestrator.errors import RemoteError
+    from orchestrator.state.store import ledger
+
+    try:
+        return ledger().events(host, limit)
+    except RemoteError as exc:
+        if exc.step != "state store":
+            raise
+        if say is not None:
+            say(f"host events not shown: {exc.what}")
+        return []
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from orchestrator.fleet.router_column import RouterColumn, added_back, after_und
 from orchestrator.fleet.targets import TargetSpec, resolve_targets
 from orchestrator.fleet.view import FleetView
 from orchestrator.inventory.models import Inventory
-from orchestrator.locks.claims import claim_fleet
+from orchestrator.locks.claims import claim_fleet, ensure_held
 from orchestrator.locks.lease import free_dead_runs_leases
 from orchestrator.roll import RollOutcome, RollResult
 from orchestrator.router.addresses import learn_fleet
@@ -266,6 +266,7 @@ class FleetRoller:
     def _wave(self, names: list[str], job: Callable[[str, HostEvents], HostOutcome], parallel: int,
               title: str) -> bool:
         """Run one wave; True when every host in it succeeded."""
+        ensure_held()  # a safe point: claims lost with a team store stop the roll before this wave (locks/claims.py)
         self.app.out.line(title)
         view = FleetView(self.app.out.console, names, enabled=not self.app.out.as_json, tty=sys.stdout.isatty())
         try:
@@ -522,7 +523,8 @@ def _fleet_roll(app: Caller, targets: TargetSpec, names: list[str], spec: RollSp
                 resume: bool, drain_timeout_s: float, store: RollStore) -> int:
     unfinished = store.unfinished(names)
     words = targets.describe()
-    if unfinished is not None and process_alive(unfinished.pid):
+    # In a team store the roll may be another machine's: its process then holds its claims, which ours excluded.
+    if unfinished is not None and store.team is None and process_alive(unfinished.pid):
         raise ConfigError(f"fleet roll {unfinished.id} ({unfinished.command}) is still running (pid "
                           f"{unfinished.pid}) on hosts {', '.join(unfinished.host_names)}",
                           fix="wait for it to finish; `deploy status " + words + "` shows the hosts meanwhile")
@@ -577,7 +579,7 @@ def _fleet_roll(app: Caller, targets: TargetSpec, names: list[str], spec: RollSp
         back = roll.to_revert()
         roller.revert(back, f"--rollback-all: reverting {len(back)} rolled host(s): {', '.join(back) or 'none'}")
     roller.finish("done" if ok else "failed")
-    print_report(app, roll, roller.outcomes, _command(), str(store.path(roll.id)), roll.exit_code)
+    print_report(app, roll, roller.outcomes, _command(), store.where(roll.id), roll.exit_code)
     return roll.exit_code
 
 
@@ -595,7 +597,7 @@ def _fleet_rollback(app: Caller, targets: TargetSpec, names: list[str], *, tofu:
     roll = store.last(names)
     words = targets.describe()
     if roll is None:
-        raise ConfigError(f"no fleet roll of {words} is recorded on this machine ({store.root})",
+        raise ConfigError(f"no fleet roll of {words} is recorded {store.location}",
                           fix="roll back single hosts with `deploy rollback host X [--to ID]`")
     if roll.state == "running" and process_alive(roll.pid):
         raise ConfigError(f"fleet roll {roll.id} is still running (pid {roll.pid})", fix="wait for it to finish")
@@ -628,7 +630,7 @@ def _fleet_rollback(app: Caller, targets: TargetSpec, names: list[str], *, tofu:
         app.out.line(f"NOT back in the router: {', '.join(missing)}: "
                      + "; ".join(f"{n}: {e.what}" for n, e in missing.items())
                      + " (fix: check the host, then `deploy router add HOST`)")
-    print_report(app, roll, roller.outcomes, _command(), str(store.path(roll.id)), code)
+    print_report(app, roll, roller.outcomes, _command(), store.where(roll.id), code)
     return code
 
 
@@ -652,7 +654,7 @@ def _report_interrupted(app: Caller, roller: FleetRoller, store: RollStore, code
     roll.notes.append(f"interrupted {now_text()}")
     roller.save()
     words = roll.targets
-    print_report(app, roll, roller.outcomes, _command(), str(store.path(roll.id)), code)
+    print_report(app, roll, roller.outcomes, _command(), store.where(roll.id), code)
     app.out.line(f"interrupted: continue with `deploy roll {words} --resume`, or revert with "
                  f"`deploy rollback {words}`")
 

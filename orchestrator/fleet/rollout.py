@@ -26,7 +26,8 @@ from pydantic import BaseModel, Field
 
 from orchestrator.errors import ConfigError
 from orchestrator.localfile import private_state_dir, read_private_file, write_file
-from orchestrator.redact import redact
+from orchestrator.redact import REDACTED, redact
+from orchestrator.state.store import Records, team_records
 
 HostState = Literal["pending", "in_progress", "rolled", "rolled_back", "failed", "untouched", "reverted"]
 RollState = Literal["running", "done", "failed", "reverted"]
@@ -141,10 +142,22 @@ def new_roll_id() -> str:
 
 
 class RollStore:
-    """The fleet-roll records on this machine (0700 directory, one JSON file per roll, atomic rewrites)."""
+    """The fleet-roll records on this machine (0700 directory, one JSON file per roll, atomic rewrites), or in the
+    team store (state/store.py: any machine resumes or reverts the roll). The replay copy of a roll with a secret
+    stays on the machine that started it, in either case: a secret is kept in a 0600 file only."""
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or private_state_dir() / "fleet-rolls"
+        self.team = None if root is not None else team_records()
+
+    @property
+    def location(self) -> str:
+        """Where the records are, as a refusal says it."""
+        return f"in the team store {self.team.where('fleet-rolls', '')}" if self.team is not None else \
+            f"on this machine ({self.root})"
+
+    def where(self, roll_id: str) -> str:
+        return self.team.where("fleet-rolls", roll_id) if self.team is not None else str(self.path(roll_id))
 
     def path(self, roll_id: str) -> Path:
         return self.root / f"{roll_id}.json"
@@ -154,19 +167,25 @@ class RollStore:
         return self.root / f"{roll_id}.replay.json"
 
     def save(self, roll: FleetRoll) -> None:
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         roll.updated = now_text()
         full = roll.model_dump(mode="json")
         public = redact(full)
         replay = self.replay_path(roll.id)
+        if self.team is None or (public != full and roll.state == "running"):
+            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         if public != full and roll.state == "running":
             write_file(replay, json.dumps(full, indent=1), mode=0o600)
-        write_file(self.path(roll.id), json.dumps(public, indent=1), mode=0o600)
+        if self.team is not None:
+            self.team.put("fleet-rolls", roll.id, json.dumps(public, indent=1))
+        else:
+            write_file(self.path(roll.id), json.dumps(public, indent=1), mode=0o600)
         if (public == full or roll.state != "running") and replay.exists():
             replay.unlink()
 
     def all(self) -> list[FleetRoll]:
         """Every record, oldest first (ids sort by start time)."""
+        if self.team is not None:
+            return self._team_all(self.team)
         if not self.root.is_dir():
             return []
         rolls = []
@@ -180,6 +199,18 @@ class RollStore:
                                   fix="move the file away (it only records a past fleet roll)") from exc
         return sorted(rolls, key=lambda r: r.started + r.id)
 
+    @staticmethod
+    def _team_all(team: Records) -> list[FleetRoll]:
+        rolls = []
+        for key, doc in team.items("fleet-rolls"):
+            try:
+                rolls.append(FleetRoll.model_validate_json(doc))
+            except ValueError as exc:
+                raise ConfigError(f"fleet roll record {team.where('fleet-rolls', key)} is unreadable: {exc}",
+                                  fix="delete that row of the store's records (it only records a past fleet "
+                                      "roll)") from exc
+        return sorted(rolls, key=lambda r: r.started + r.id)
+
     def unfinished(self, hosts: Sequence[str]) -> FleetRoll | None:
         """The newest unfinished roll that shares a host with `hosts`."""
         wanted = set(hosts)
@@ -191,9 +222,16 @@ class RollStore:
     def _with_secrets(self, roll: FleetRoll) -> FleetRoll:
         """The roll as it was asked for, secrets included, when its record has them redacted."""
         replay = self.replay_path(roll.id)
+        text = read_private_file(replay, "fleet roll replay copy")
+        if text is None:
+            if REDACTED in roll.model_dump_json():
+                raise ConfigError(f"fleet roll {roll.id} carries a secret that only the machine that started it "
+                                  f"keeps ({roll.command})",
+                                  fix=f"resume it on that machine, or revert it with `deploy rollback {roll.targets}`"
+                                      " and roll again") from None
+            return roll
         try:
-            text = read_private_file(replay, "fleet roll replay copy")
-            return roll if text is None else FleetRoll.model_validate_json(text)
+            return FleetRoll.model_validate_json(text)
         except ValueError as exc:
             raise ConfigError(f"fleet roll replay copy {replay} is unreadable: {exc}",
                               fix=f"revert the roll with `deploy rollback {roll.targets}` and roll again") from exc

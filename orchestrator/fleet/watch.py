@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from orchestrator.errors import ConfigError, DeployError, LockHeld
+from orchestrator.errors import ConfigError, DeployError, LockHeld, RemoteError
 from orchestrator.fleet.fleet_roll import FleetRouter
 from orchestrator.hardware.policy import Remedy, RemedyPlan, plan_remedy
 from orchestrator.hardware.state import HardwareState
@@ -46,6 +46,7 @@ from orchestrator.monitoring.events import Event
 from orchestrator.monitoring.notify import Notifier, deliver
 from orchestrator.router.client import RouterClient
 from orchestrator.router.drain import Drainer
+from orchestrator.state.store import team_records
 
 #: Hosts a cycle reads at once.
 READ_PARALLEL = 8
@@ -120,9 +121,14 @@ class WatchState:
     def __init__(self, group: str, root: Path | None = None) -> None:
         self.path = (root or private_state_dir() / "watch") / f"{group}.json"
         self.lock_path = self.path.with_suffix(".lock")
+        self.group, self.team = group, (None if root is not None else team_records())  # state/store.py
 
     def _document(self) -> dict[str, object]:
-        text = read_private_file(self.path, "watch state file")
+        # with a team store, a copy left here by a save the store missed is newer than the store's
+        if self.team is not None and not self.path.exists():
+            text = self.team.get("watch", self.group)
+        else:
+            text = read_private_file(self.path, "watch state file")
         if text is None:
             return {}
         try:
@@ -176,8 +182,25 @@ class WatchState:
         doc["listed"] = sorted(listed)
         if interval_s is not None:
             doc["interval_s"] = interval_s
+        text = json.dumps(doc, indent=1, sort_keys=True)
+        if self.team is not None:
+            try:
+                self.team.put("watch", self.group, text)
+            except DeployError as err:  # the store was lost mid-cycle: the router already holds these hosts out
+                self._write(text)
+                hosts = ", ".join(sorted(cordoned)) or "none"
+                raise RemoteError(f"the watch's record of the hosts it cordoned ({hosts}) could not be saved in the "
+                                  f"team store: {err.what}",
+                                  fix=f"those hosts stay out of the router; the record is kept in {self.path} on this "
+                                      "machine and the watch's next start here reads it and saves it to the store "
+                                      "once the store is back (docs/team.md)", step="watch") from None
+            self.path.unlink(missing_ok=True)
+            return
+        self._write(text)
+
+    def _write(self, text: str) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        write_file(self.path, json.dumps(doc, indent=1, sort_keys=True), mode=0o600)
+        write_file(self.path, text, mode=0o600)
 
     def hold_live(self) -> int:
         """Mark this watch as running (an exclusive flock, dropped by the kernel when the process dies, however it
@@ -236,7 +259,10 @@ def orphaned(group: str, now: float | None = None) -> list[Orphan]:
         return []
     last = state.last_cycle()
     now = time.time() if now is None else now
-    if last is not None and not last[2] and now - last[0] < max(2 * last[1], 120.0):
+    # a watch of a team store may loop on another machine, whose live mark this machine cannot see: its record is
+    # orphaned only past two of its intervals, as a timer's is
+    by_time = last is not None and (not last[2] or state.team is not None)
+    if by_time and last is not None and now - last[0] < max(2 * last[1], 120.0):
         return []
     when = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(last[0])) if last is not None else "unknown"
     return [Orphan(h, str(e.get("since", "?")), str(e.get("why", "?")), when) for h, e in sorted(cordoned.items())]

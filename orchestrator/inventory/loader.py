@@ -24,7 +24,7 @@ from orchestrator.yamlfile import key_line, load_yaml
 
 SECTIONS = ("hosts", "profiles", "presets", "groups")
 #: Sections that are one mapping (not name → entry), defined in at most one file.
-SINGLE_SECTIONS = ("router", "notify", "health")
+SINGLE_SECTIONS = ("router", "notify", "health", "state_url", "state_password_file")
 
 
 def _key_path(loc: tuple[int | str, ...]) -> str:

@@ -801,6 +801,10 @@ class Inventory(StrictModel):
     router: RouterSpec | None = None
     notify: NotifySpec | None = None
     health: HealthPolicy = Field(default_factory=HealthPolicy)
+    #: The team's state store (docs/team.md): a PostgreSQL URL without a password (DEPLOY_STATE_URL wins), and the
+    #: 0600 file holding its password.
+    state_url: str | None = None
+    state_password_file: str | None = None
 
     @model_validator(mode="after")
     def _references_resolve(self) -> Inventory:

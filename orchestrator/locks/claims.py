@@ -1,4 +1,4 @@
-"""One claim per host on this machine, shared by single-host and fleet commands (issue 21 item 4).
+"""One claim per host, shared by single-host and fleet commands (issue 21 item 4), kept in the state store.
 
 Why a local claim beside the host's lease (locks/lease.py): a fleet roll plans (preflight) and keeps a record for
 minutes before any host's lease is taken, and between hosts it holds no lease at all, so two overlapping fleet
@@ -17,83 +17,81 @@ The router is claimed too (issue 37 item 3), under a name no host can have (ROUT
 change the router's worker list (`up`, `roll` and `rollback` of a fleet, `router add/remove`) takes it with its
 hosts (claim_fleet), so none can undo another's drain: an `up group` of other hosts used to re-add, through its
 live reconcile, a host a fleet roll had drained and not yet gated.
+
+Where (issue 51): on this machine by default (the flocks above); with a team store (state/store.py) a claim is a
+PostgreSQL session advisory lock, which the server frees when the holder's connection dies, as the kernel frees a
+flock, and the holder's name is a row the refused command reads (state/pg.py). Such a claim can be lost with the
+connection: `ensure_held`, called before each remote command, stops the run there (LockLost).
 """
 
 from __future__ import annotations
 
-import fcntl
-import getpass
 import os
 import re
-import socket
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 
-from orchestrator.errors import LockHeld
-from orchestrator.localfile import open_no_follow
-from orchestrator.locks.local_runs import file_name
-from orchestrator.paths import state_dir
+from orchestrator.errors import LockHeld, LockLost
+from orchestrator.state import store
+from orchestrator.state.store import Claims, Holder, LocalClaims
 
 #: The router's claim: host names start with a letter or digit (inventory/models.py), so none is this.
 ROUTER = "_router"
-_HELD: dict[str, tuple[int, int, bool]] = {}  # host → (fd, depth, exclusive) held by this process
+_HELD: dict[str, tuple[Claims, int, bool]] = {}  # name → (backend, depth, exclusive) held by this process
 _MUTEX = threading.Lock()
 _SECRET_ARG = re.compile(r"((?:api[-_]?key|token|secret|passw\w*)[\w-]*(?:=|\s+))\S+", re.IGNORECASE)
 
 
 def claims_dir() -> Path:
-    return state_dir() / "claims"
+    return LocalClaims.folder()
 
 
-def _path(host: str) -> Path:
-    return claims_dir() / f"{file_name(host)}.claim"
-
-
-def holder(command: str) -> str:
-    since = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def holder(command: str) -> Holder:
+    """This process as a claim's holder (a secret on the command line is masked)."""
     masked = _SECRET_ARG.sub(r"\1***", command)
-    return f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()} running '{masked}' since {since}"
+    return Holder(store.user(), store.machine(), os.getpid(), masked, store.run_id(), store.now_text())
 
 
 def _take(host: str, command: str, exclusive: bool) -> str | None:
     """Claim `host` (re-entrant); None when done, else who holds it."""
     with _MUTEX:
         if host in _HELD:
-            fd, depth, excl = _HELD[host]
-            _HELD[host] = (fd, depth + 1, excl)
+            backend, depth, excl = _HELD[host]
+            _HELD[host] = (backend, depth + 1, excl)
             return None
-        claims_dir().mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = open_no_follow(_path(host), os.O_RDWR | os.O_CREAT, 0o600, what="claim file")
-        try:
-            fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-        except BlockingIOError:
-            try:
-                lines = os.pread(fd, 4096, 0).decode(errors="replace").strip().splitlines()
-                # Only an exclusive (fleet) holder writes its name: shared holders come and go together.
-                who = lines[0].strip() if lines else "a single-host roll or rollback"
-            finally:
-                os.close(fd)
-            return who
-        if exclusive:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, holder(command).encode() + b"\n", 0)
-        _HELD[host] = (fd, 1, exclusive)
+        backend = store.current().claims
+        who = backend.take(host, holder(command), exclusive)
+        if who is not None:
+            return who.text() if isinstance(who, Holder) else who
+        _HELD[host] = (backend, 1, exclusive)
         return None
 
 
 def _release(host: str) -> None:
     with _MUTEX:
-        fd, depth, excl = _HELD[host]
+        backend, depth, excl = _HELD[host]
         if depth > 1:
-            _HELD[host] = (fd, depth - 1, excl)
+            _HELD[host] = (backend, depth - 1, excl)
             return
         del _HELD[host]
-        if excl:
-            os.ftruncate(fd, 0)
-        os.close(fd)  # closing the only descriptor releases the flock
+        backend.release(host)
+
+
+def ensure_held() -> None:
+    """A safe point (before each remote command of a run): a claim held in a team store whose connection was lost
+    is gone (the server freed it), so the run stops here, before changing anything more."""
+    with _MUTEX:
+        backends = {id(b): b for b, _d, _e in _HELD.values()}
+    for backend in backends.values():
+        why = backend.lost()
+        if why:
+            raise LockLost(f"the claim of this run {backend.scope} is gone ({why}); stopped before changing "
+                           "anything more",
+                           fix="this run changed nothing after the store was lost; check the hosts with `deploy "
+                               "status`, the store with `deploy state status`, then re-run (a fleet roll: "
+                               "`--resume`)", step="claim")
 
 
 def _label(name: str) -> str:
@@ -121,7 +119,7 @@ def claim_hosts(hosts: Sequence[str], command: str, *, exclusive: bool = True) -
                 taken.append(host)
             else:
                 refused[host] = who
-    except BaseException:  # a claim file that cannot be opened (a link: ConfigError): give back those taken
+    except BaseException:  # a claim file that cannot be opened (a link: ConfigError), a store lost: give back
         for host in taken:
             _release(host)
         raise
@@ -129,7 +127,8 @@ def claim_hosts(hosts: Sequence[str], command: str, *, exclusive: bool = True) -
         for host in taken:
             _release(host)
         text = "; ".join(f"{_label(h)}: {who}" for h, who in refused.items())
-        raise LockHeld(f"another deploy command on this machine holds {', '.join(map(_label, refused))}: {text}",
+        names = ", ".join(map(_label, refused))
+        raise LockHeld(f"another deploy command {store.current().claims.scope} holds {names}: {text}",
                        fix="wait for it to finish (or stop it: it cleans up on Ctrl-C/SIGTERM); nothing was "
                            "planned or changed", step="claim")
     try:

@@ -34,7 +34,7 @@ from typing import Any
 from orchestrator import signals
 from orchestrator.errors import DeployError, LockHeld, LockLost, RemoteError
 from orchestrator.inventory.models import Host
-from orchestrator.locks import local_runs
+from orchestrator.locks import claims, local_runs
 from orchestrator.monitoring.publish import FAILED as PUBLISH_FAILED
 from orchestrator.remote.container import Node
 from orchestrator.remote.ssh import RemoteResult, SshHost
@@ -322,6 +322,7 @@ class HostLease:
 
     # -- guard protocol (called by SshHost.run) -------------------------------------------------------------
     def wrap(self, command: str) -> str:
+        claims.ensure_held()  # a claim lost with the team store stops the run here (locks/claims.py)
         mode = self.mode or "renew"
         return self.script.render(mode) + command
 

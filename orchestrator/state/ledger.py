@@ -139,6 +139,8 @@ class RunRecord(BaseModel):
     source: RunSource = "bench"
     label: str | None = None
     jsonl_path: str | None = None
+    #: Who recorded it, `user@machine`: a team store's runs (state/pg.py); None on this machine's ledger.
+    by: str | None = None
 
 
 class HostEvent(BaseModel):
@@ -199,7 +201,13 @@ def secure_ledger_file(path: Path) -> None:
 
 
 class Ledger:
-    """The run history at `path` (default: `state_dir()/ledger.sqlite`), created and migrated on first use."""
+    """The run history at `path` (default: `state_dir()/ledger.sqlite`), created and migrated on first use.
+
+    The team store's ledger (state/pg.py) runs the same queries against PostgreSQL: keep them in the SQL both read.
+    """
+
+    integrity_errors: tuple[type[Exception], ...] = (sqlite3.IntegrityError,)
+    db_errors: tuple[type[Exception], ...] = (sqlite3.Error,)
 
     def __init__(self, path: Path | str | None = None) -> None:
         self.path = Path(path) if path is not None else default_ledger_path()
@@ -238,8 +246,9 @@ class Ledger:
 
     def link_tune_run(self, tune_id: str, run_id: str, *, point: str, concurrency: int, purpose: str) -> None:
         """File a bench run (already recorded in `runs`) under a tune: which point, concurrency and why."""
-        with self._connect() as conn:
-            conn.execute("INSERT OR REPLACE INTO tune_runs VALUES (?, ?, ?, ?, ?)",
+        with self._connect() as conn:  # an upsert both SQLite and PostgreSQL read (state/pg.py)
+            conn.execute("INSERT INTO tune_runs VALUES (?, ?, ?, ?, ?) ON CONFLICT (tune_id, run_id) DO UPDATE SET "
+                         "point = excluded.point, concurrency = excluded.concurrency, purpose = excluded.purpose",
                          (tune_id, run_id, point, int(concurrency), purpose))
 
     def tune_runs(self, tune_id: str) -> list[tuple[str, str, int, str]]:
@@ -279,7 +288,7 @@ class Ledger:
             try:
                 self._insert(rec)
                 return rec
-            except sqlite3.IntegrityError:
+            except self.integrity_errors:
                 # Two runs of one second drew the same 16-bit tail (a fleet bench records many at once): draw
                 # again. A caller's own id is never replaced.
                 if run_id is not None or attempt == ID_ATTEMPTS - 1:
@@ -314,7 +323,8 @@ class Ledger:
             telemetry=(TelemetrySummary.model_validate_json(row["telemetry_json"])
                        if row["telemetry_json"] else None),
             diagnosis=tuple(Diagnosis.model_validate(d) for d in json.loads(row["diagnosis_json"] or "[]")),
-            source=row["source"], label=row["label"], jsonl_path=row["jsonl_path"])
+            source=row["source"], label=row["label"], jsonl_path=row["jsonl_path"],
+            by=f"{row['by_user']}@{row['by_machine']}" if "by_user" in row.keys() and row["by_user"] else None)  # noqa: SIM118 (sqlite3.Row's `in` reads values)
 
     def get_run(self, run_id: str, hosts: Sequence[str] | None = None) -> RunRecord:
         """A run by id, or by a unique id prefix (`r-20261130-0203`).
@@ -346,7 +356,7 @@ class Ledger:
         if hosts is None:
             return "", []
         if not hosts:
-            return "0", []
+            return "1 = 0", []
         return f"host IN ({', '.join('?' * len(hosts))})", list(hosts)
 
     def list_runs(self, host: str | None = None, limit: int = 20, source: RunSource | None = None,
@@ -373,7 +383,7 @@ class Ledger:
         try:
             with self._connect() as conn:
                 conn.execute("INSERT INTO host_events VALUES (?, ?, ?, ?)", (host, stamp, kind, redact(detail)))
-        except sqlite3.Error as exc:
+        except self.db_errors as exc:
             raise ConfigError(f"ledger {self.path}: the {kind} event of {host} was not recorded: {exc}",
                               fix="check the disk and the file's permissions (DEPLOY_STATE_DIR)", host=host) from exc
 

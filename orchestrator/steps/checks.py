@@ -337,7 +337,7 @@ def bench_for_release(ctx: StepContext, preset_name: str, release: str | None,
                       overrides: dict[str, str] | None = None) -> BenchRun:
     """Run the preset with telemetry, store it in the local ledger, return the BenchRun."""
     from orchestrator.bench.run import bench_limit_s, run_bench
-    from orchestrator.state.ledger import Ledger
+    from orchestrator.state.store import ledger
 
     preset = ctx.inventory.preset(preset_name)
     nvlink = False
@@ -356,7 +356,7 @@ def bench_for_release(ctx: StepContext, preset_name: str, release: str | None,
                         profile_steps=ctx.inputs.profile_steps)
     try:
         source: RunSource = "sweep" if overrides else "roll" if "roll" in ctx.options.command else "bench"
-        Ledger().record_run(host=ctx.host.name, bench=run.result, source=source,
+        ledger().record_run(host=ctx.host.name, bench=run.result, source=source,
                             release_id=release, preset=preset_name, started_at=run.started_at,
                             flags=flags, telemetry=run.telemetry, diagnosis=run.diagnosis,
                             jsonl_path=f"{ctx.host.name}:{run.remote_jsonl}", run_id=run.run_id,

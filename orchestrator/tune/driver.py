@@ -26,7 +26,7 @@ from orchestrator.inventory.models import Host, Inventory
 from orchestrator.parsers.server_process import ServerProcess
 from orchestrator.roll import RollResult, roll_host, rollback_host
 from orchestrator.runner import ProgressFn, run_playbook_to_end
-from orchestrator.state.ledger import Ledger
+from orchestrator.state.store import ledger
 from orchestrator.steps.base import RunOptions
 from orchestrator.steps.state import ExpectedServer, RollRequest, RunInputs, TuneTrial
 from orchestrator.tune.plan import TunePlan
@@ -89,7 +89,7 @@ def bench_at(ctx: TuneContext, point: PointRecord, concurrency: int, purpose: Li
     point.runs.append(entry)
     save(ctx.record)
     try:
-        Ledger().link_tune_run(ctx.record.tune_id, run.run_id, point=point.label, concurrency=concurrency,
+        ledger().link_tune_run(ctx.record.tune_id, run.run_id, point=point.label, concurrency=concurrency,
                                purpose=entry.purpose)
     except Exception as exc:  # the ledger is a local convenience; the record holds the run too
         ctx.say(f"  warning: could not file run {run.run_id} under the tune in the ledger: {exc}")

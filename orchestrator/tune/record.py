@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 
 from orchestrator.errors import ConfigError
 from orchestrator.localfile import private_state_dir, read_private_file, write_file
+from orchestrator.state.store import team_records
 from orchestrator.tune.search import Measurement
 
 PointStatus = Literal["pending", "done", "lost", "skipped"]
@@ -89,8 +90,13 @@ def new_tune_id() -> str:
 
 
 def save(record: TuneRecord) -> Path:
-    """Atomic (a kill mid-write leaves the previous record), 0600 in a 0700 directory, never through a link."""
+    """Atomic (a kill mid-write leaves the previous record), 0600 in a 0700 directory, never through a link; or a
+    row of the team store (state/store.py), where any machine can resume the tune."""
     path = tunes_dir() / f"{record.tune_id}.json"
+    team = team_records()
+    if team is not None:
+        team.put("tunes", record.tune_id, record.model_dump_json(indent=1))
+        return Path(team.where("tunes", record.tune_id))
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     return write_file(path, record.model_dump_json(indent=1), mode=0o600)
 
@@ -99,7 +105,14 @@ def load(tune_id: str) -> TuneRecord:
     if not tune_id.startswith("t-") or "/" in tune_id or os.sep in tune_id:
         raise ConfigError(f"--resume {tune_id!r} is not a tune id", fix="tune ids look like t-20261201-180000-ab12")
     path = tunes_dir() / f"{tune_id}.json"
+    team = team_records()
     try:
+        if team is not None:
+            text = team.get("tunes", tune_id)
+            if text is None:
+                raise ConfigError(f"no tune {tune_id} in the team store {team.where('tunes', tune_id)}",
+                                  fix="a tune's id is printed when it starts; `deploy state status` names the store")
+            return TuneRecord.model_validate_json(text)
         text = read_private_file(path, "tune record")
         if text is None:
             raise FileNotFoundError(path)

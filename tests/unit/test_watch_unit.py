@@ -49,3 +49,45 @@ def test_systemd_accepts_the_unit(tmp_path: Path) -> None:
     path.write_text(_unit(inventory=str(tmp_path), state_dir=str(tmp_path)))
     res = subprocess.run(["systemd-analyze", "verify", path.name], cwd=tmp_path, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_a_team_store_goes_into_the_unit_by_url_and_password_file_never_the_password(tmp_path: Path) -> None:
+    """Issue 51: the watch under systemd uses the team store this command uses (here named in the environment),
+    the password by its 0600 file's path only; a readable file or a password in the URL writes no unit."""
+    import os
+
+    from tests.shared import EXAMPLE_INVENTORY
+
+    inv = tmp_path / "inv"
+    shutil.copytree(EXAMPLE_INVENTORY, inv)
+    (inv / "fleet.yaml").write_text("groups:\n  prod: [pve-gpu-1]\nrouter:\n  host: 10.0.0.9\n  port: 30000\n")
+    pw = tmp_path / "store.pw"
+    pw.write_text("s3cret-pw\n")
+    pw.chmod(0o600)
+    url = "postgresql://deploy@db.example:5432/deploy?sslmode=verify-full&sslrootcert=/etc/ssl/db%20ca.pem"
+    env = {**os.environ, "DEPLOY_STATE_DIR": str(tmp_path / "state"), "DEPLOY_STATE_URL": url,
+           "DEPLOY_STATE_PASSWORD_FILE": str(pw)}
+
+    def unit(**over: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "orchestrator", "--inventory", str(inv), "watch", "group", "prod",
+                               "--unit"], capture_output=True, text=True, env={**env, **over})
+
+    res = unit()
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = res.stdout.splitlines()
+    assert f"Environment=DEPLOY_STATE_URL={url.replace('%', '%%')}" in lines
+    assert f"Environment=DEPLOY_STATE_PASSWORD_FILE={pw}" in lines
+    assert "s3cret-pw" not in res.stdout
+    if shutil.which("systemd-analyze"):
+        path = tmp_path / watch_unit_name("prod")
+        path.write_text(res.stdout)
+        checked = subprocess.run(["systemd-analyze", "verify", path.name], cwd=tmp_path, capture_output=True, text=True)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+    pw.chmod(0o644)
+    res = unit()
+    assert res.returncode == 2 and "readable by others" in res.stderr and not res.stdout, res.stdout + res.stderr
+    pw.chmod(0o600)
+    res = unit(DEPLOY_STATE_URL=url.replace("deploy@", "deploy:pw@"))
+    assert res.returncode == 2 and "carries a password" in res.stderr and "deploy:pw" not in res.stdout + res.stderr
+    with pytest.raises(ConfigError):
+        _unit(state_url="postgresql://deploy@db/deploy?application_name=a b")
