@@ -166,7 +166,7 @@ def _layout_fs(hp: HostPaths) -> None:
     for d in ("etc/pve/lxc", "etc/pve/nodes", "etc/modprobe.d", "proc/driver", "sys/module", "root",
               "var/lib/vz/template/cache", "var/lib/vz/dump", "var/lib/deploy", "dev/pts", "dev/shm",
               "var/lib/prometheus/node-exporter",
-              "etc/systemd/system", "proc/sys/kernel/random"):
+              "etc/systemd/system", "etc/udev/rules.d", "proc/sys/kernel/random"):
         (fs / d).mkdir(parents=True, exist_ok=True)
     (fs / "tmp").mkdir(exist_ok=True)
     (fs / "tmp").chmod(0o1777)

@@ -20,11 +20,12 @@ from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts
 from orchestrator.verdicts.host import Finding, HostFacts, doctor_findings, host_facts_from_values, worst_status
+from orchestrator.verdicts.power_cap import power_finding
 
 #: The host's GPU hardware sensors (orchestrator/hardware): read by doctor, `up`'s host_prereqs and status.
 HARDWARE_FACTS = (HOST.gpu_xids, HOST.gpu_health, HOST.gpu_links, HOST.lspci_acs)
 DOCTOR_FACTS = (HOST.driver_version, HOST.dev_listing, HOST.uvm_hmm, HOST.modprobe, HOST.cmdline, HOST.lspci_acs,
-                HOST.pveversion, HOST.topo, HOST.boot_unit, *HARDWARE_FACTS[:3])
+                HOST.pveversion, HOST.topo, HOST.boot_unit, *HARDWARE_FACTS[:3], HOST.power_limits, HOST.power_unit)
 
 
 #: Checks whose fact can fail to read on a real host (pveversion missing, lspci or /proc/cmdline unreadable): such a
@@ -98,7 +99,9 @@ def findings_for(ctx: StepContext) -> list[Finding]:
     hardware = hardware_state(ctx.facts)
     ctx.state.hardware = hardware
     findings = doctor_findings(host_facts(ctx.facts))
-    return findings + unread_findings(ctx.facts, findings) + hardware_findings(hardware, ctx.host.name)
+    power = power_finding(ctx.facts.get(HOST.power_limits), ctx.facts.get(HOST.power_unit), ctx.host.power_limit_w,
+                          ctx.host.name)
+    return findings + unread_findings(ctx.facts, findings) + hardware_findings(hardware, ctx.host.name) + [power]
 
 
 @step("doctor", host_facts=DOCTOR_FACTS)
@@ -119,8 +122,10 @@ def host_prereqs(ctx: StepContext, record: StepRecord) -> None:
     record.details["findings"] = [f.to_dict() for f in findings]
     ctx.state.pve_version = host_facts(ctx.facts).pve_version
     failed = [f for f in findings if f.status == "fail"]
-    installs_unit = "boot_nodes" in ctx.playbook_steps  # its warning is this run's next change, not news
-    warned = [f for f in findings if f.status == "warn" and not (installs_unit and f.check == "boot-nodes-unit")]
+    # A warning a later step of this run answers (it installs the boot unit, sets the power limit) is not news.
+    answered = {c for c, s in (("boot-nodes-unit", "boot_nodes"), ("power-limit", "power_limit"))
+                if s in ctx.playbook_steps}
+    warned = [f for f in findings if f.status == "warn" and f.check not in answered]
     for f in warned:
         ctx.say(f"  warning: {f.check}: {f.observed}")
     if failed:

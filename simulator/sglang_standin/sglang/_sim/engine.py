@@ -20,6 +20,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from sglang._sim.perf import PerfModel, noise_factor
+from sglang._sim.powercap import PowerCap
 
 VOCAB = [
     "the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with", "be", "by", "on", "not",
@@ -89,6 +90,7 @@ class Engine:
         self.busy_fraction = 0.0
         self.last_round_wall = 0.0
         self._deadline = 0.0
+        self.cap: PowerCap | None = None  # the GPUs' power limits (set by the server once it knows its GPUs)
 
     def submit(self, input_len: int, max_new: int, words: list[str] | None = None) -> Req:
         n = next(self.ids)
@@ -156,6 +158,8 @@ class Engine:
         else:
             self.realtime["prefill_compute"] += prefill_tokens
         ms, power = self.perf.round(len(decode), prefill_tokens)
+        if self.cap is not None:  # a GPU power limit below the round's draw slows it (powercap.py, modelled)
+            ms, power = self.cap.apply(ms, power)
         ms *= self.factor
         busy = self.perf.busy_fraction(len(decode), prefill_tokens)
         self._deadline = max(self._deadline, time.monotonic()) + ms / 1000.0 / self.scale

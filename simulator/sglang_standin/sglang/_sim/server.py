@@ -37,6 +37,7 @@ from sglang._sim.engine import VOCAB, Engine, Req
 from sglang._sim.flags import PROG, add_cli_args
 from sglang._sim.http_server import App, Guard, HTTPError, Request, Response, Stream, json_response, text_response
 from sglang._sim.perf import PerfModel
+from sglang._sim.powercap import PowerCap
 from sglang._sim.resolve import KV_TOKENS, model_architecture, nsa_log_line, resolve
 from sglang._sim.tinymodel import answer, count_tokens, last_user_text, prompt_text, reasoning
 
@@ -695,8 +696,10 @@ async def serve(sim: Sim) -> None:
             os._exit(1)
 
     # Real sglang starts uvicorn only once the schedulers report the model loaded: the port is closed until then.
+    minors = visible_minors(int(sim.args["tp_size"]))
+    sim.engine.cap = PowerCap(env.gpu_dir(), minors)  # the GPUs' power limits slow its rounds (powercap.py)
     tasks = [asyncio.create_task(sim.engine.run()), asyncio.create_task(startup(sim, bind)),
-             asyncio.create_task(report_load(sim, visible_minors(int(sim.args["tp_size"]))))]
+             asyncio.create_task(report_load(sim, minors))]
     await sim.stop.wait()
     await graceful_exit(sim)
     for t in tasks:
