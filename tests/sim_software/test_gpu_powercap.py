@@ -8,14 +8,12 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from simulator.gpu import powercap
 from simulator.gpu.profiles import get_profile
-
 from tests.standin_model import powercap_module
 
 from .conftest import SimHost
@@ -83,5 +81,6 @@ def test_the_standin_round_slows_by_the_documented_curve() -> None:
     cap._limits = [(300.0, 40.0, 594.0)]  # what the file says once read: 300 W on a 600 W GPU idling at 40 W
     cap._read_at = time.monotonic() + 60
     ms, fraction = cap.apply(100.0, 1.0)  # a round that would draw 594 W
-    assert ms == pytest.approx(100.0 / standin.throughput_ratio(300 / 594)) and 40 + 554 * fraction == pytest.approx(300)
+    assert ms == pytest.approx(100.0 / standin.throughput_ratio(300 / 594))
+    assert 40 + 554 * fraction == pytest.approx(300)
     assert cap.apply(100.0, 0.2) == (100.0, 0.2)  # 151 W: under the cap, untouched
