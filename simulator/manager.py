@@ -58,6 +58,7 @@ from simulator.config import (
     write_text_atomic,
 )
 from simulator.gpu import health as gpu_health
+from simulator.gpu import powercap as gpu_powercap
 from simulator.gpu.profiles import get_profile
 from simulator.lxc import net as lxc_net
 from simulator.lxc import runtime as lxc_runtime
@@ -710,6 +711,9 @@ def reset_host(root: Path, host: str) -> None:
     _stop_containers(hp)
     for load in hp.gpu.glob("load-*.json"):  # a killed server's GPU load (telemetry.py) ends with the test
         load.unlink(missing_ok=True)
+    gpu_powercap.clear(str(hp.dir))  # a power limit a test set (nvidia-smi -pl): every GPU at its default again
+    for rule in (hp.fs / "etc/udev/rules.d").glob("*"):  # udev rules a test (deploy power) wrote
+        rule.unlink()
     for name in ("deploy.lease", "deploy.lease.tmp"):
         (hp.fs / "var/lib/deploy" / name).unlink(missing_ok=True)
     # the kernel caches deploy keeps for its containers (a rebuilt CT would start warm on an earlier test's)

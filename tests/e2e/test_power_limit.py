@@ -1,0 +1,52 @@
+"""The GPUs' power limit through the real CLI on the simulated host: `deploy power --set` sets it with nvidia-smi
+and reads it back, a value out of the GPUs' range exits 2 with nothing changed, and after `deploy sim reboot` (a
+fresh driver: every GPU back at its default) the host unit re-applies it before the guests, so doctor is clean."""
+
+from __future__ import annotations
+
+from tests.e2e.conftest import DeployEnv
+
+UNIT = "deploy-gpu-power.service"
+LIMITS = "nvidia-smi --query-gpu=power.limit --format=csv,noheader,nounits"
+
+
+def limits(env: DeployEnv) -> list[str]:
+    return env.ssh(LIMITS).stdout.split()
+
+
+def test_a_refused_limit_changes_nothing(deploy_env: DeployEnv) -> None:
+    env = deploy_env
+    res = env.run("power", "host", env.host, "--set", "250")
+    assert res.rc == 2, res.text
+    assert "250 W is out of range: GPU 0 allows 300 W to 600 W" in res.stderr
+    assert "pick a limit from 300 to 600 W" in res.stderr
+    assert limits(env) == ["600.00"] * 8
+    assert env.ssh(f"test -e /etc/systemd/system/{UNIT}").rc != 0
+
+
+def test_a_set_limit_survives_a_reboot_through_its_unit(deploy_env: DeployEnv) -> None:
+    env = deploy_env
+    res = env.run("--json", "power", "host", env.host, "--set", "450")
+    assert res.rc == 0, res.text
+    assert [g["limit_w"] for g in res.json["gpus"]] == [450.0] * 8 and res.json["recorded"]["watts"] == 450
+    assert limits(env) == ["450.00"] * 8
+    assert env.ssh(f"systemctl is-enabled {UNIT}").stdout == "enabled\n"
+    again = env.run("--json", "power", "host", env.host, "--set", "450")
+    assert again.rc == 0 and not again.json["changed"], again.text  # idempotent
+
+    rebooted = env.run("sim", "reboot", env.host, "--root", str(env.root))
+    assert rebooted.rc == 0, rebooted.text
+    assert f"systemd: {UNIT}: started" in rebooted.stdout.splitlines(), rebooted.stdout
+    assert limits(env) == ["450.00"] * 8  # the reboot reset the driver; the unit put the limit back
+
+    doctor = env.run("--json", "doctor", "host", env.host)
+    power = {f["check"]: f for f in doctor.json["findings"]}["power-limit"]
+    assert power["status"] == "ok" and power["observed"].startswith("450 W on every GPU in force"), power
+
+    # Without the unit a reboot loses it, and doctor says so with the fix.
+    assert env.ssh(f"systemctl disable {UNIT}").rc == 0
+    assert env.run("sim", "reboot", env.host, "--root", str(env.root)).rc == 0
+    assert limits(env) == ["600.00"] * 8
+    doctor = env.run("--json", "doctor", "host", env.host)
+    power = {f["check"]: f for f in doctor.json["findings"]}["power-limit"]
+    assert power["status"] == "warn" and "not enabled" in power["observed"], power
