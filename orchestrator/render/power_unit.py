@@ -38,6 +38,8 @@ class PowerSetting:
 
     watts: int
     indices: tuple[int, ...] | None = None
+    #: False: set it now and leave the unit alone (a tune's trial limit, or its restore of the limits it found).
+    persist: bool = True
 
     def describe(self) -> str:
         on = f"GPU {','.join(map(str, self.indices))}" if self.indices else "every GPU"

@@ -15,6 +15,7 @@ from orchestrator.hardware.power_limit import (
     parse_power_limits,
     parse_set_output,
     refusal,
+    set_command,
 )
 from orchestrator.render.boot_unit import BootUnitState
 from orchestrator.render.power_unit import UNIT_NAME, PowerSetting, apply_script, recorded, render_power_unit
@@ -56,15 +57,17 @@ def power_limit(ctx: StepContext, record: StepRecord) -> None:
     text = render_power_unit(want)
     record.details["unit"] = UNIT_NAME
     record.details["wanted"] = {"watts": want.watts, "indices": list(want.indices) if want.indices else None}
-    if in_force(gpus, want.watts, want.indices) and unit.in_place(text):
-        record.summary = f"{want.describe()} in force, kept by {UNIT_NAME}"
+    if in_force(gpus, want.watts, want.indices) and (not want.persist or unit.in_place(text)):
+        record.summary = f"{want.describe()} in force" + (f", kept by {UNIT_NAME}" if want.persist else "")
         return
     before = ", ".join(f"GPU {g.index} {g.limit_w:g} W" for g in gpus if g.limit_w is not None)
-    what = f"power limit {want.describe()} (now {before}); {UNIT_NAME} re-applies it at boot and driver load"
+    what = f"power limit {want.describe()} (now {before})" + (
+        f"; {UNIT_NAME} re-applies it at boot and driver load" if want.persist else " (not persisted)")
     if not mark_change(record, ctx, what):
         record.summary = what
         return
-    res = ctx.ssh.script(apply_script(want), check=False, what=f"set the GPU power limit to {want.watts} W")
+    script = apply_script(want) if want.persist else set_command(want.watts, want.indices)
+    res = ctx.ssh.script(script, check=False, what=f"set the GPU power limit to {want.watts} W")
     said = parse_set_output(res.stdout + res.stderr)
     if res.rc != 0 or said.refused:
         lines = "; ".join(said.refused) or " ".join((res.stdout + res.stderr).split())[-300:]
@@ -72,9 +75,11 @@ def power_limit(ctx: StepContext, record: StepRecord) -> None:
                           fix="run as root on the node; `nvidia-smi -q -d POWER` shows each GPU's range",
                           host=ctx.host.name)
     back = parse_power_limits(ctx.ssh.run(QUERY_COMMAND, check=True, what="read back the power limits").stdout)
-    ctx.state.power_limits, ctx.state.power_recorded = back, want
+    ctx.state.power_limits = back
+    if want.persist:
+        ctx.state.power_recorded = want
     record.details["gpus"] = [g.to_dict() for g in back]
     if not in_force(back, want.watts, want.indices):
         raise CheckFailed(f"the power limit read back is not {want.watts} W: "
                           + ", ".join(f"GPU {g.index} {g.limit_w} W" for g in back), host=ctx.host.name)
-    record.summary = f"{want.describe()} set and read back; {UNIT_NAME} enabled"
+    record.summary = f"{want.describe()} set and read back" + (f"; {UNIT_NAME} enabled" if want.persist else "")
