@@ -125,21 +125,21 @@ def tune(app: AppContext, target: tuple[str, ...], slo: str | None, over: tuple[
         parse_slo(slo)
         parse_power_step(power_step)
         make_plan(over, range_text or DEFAULT_RANGE, budget, FlagSchema.load(profile.sglang_version),
-                  profile.secret_flags)
+                  profile.secret_flags, power_only=power_step is not None)
         record = None
     # Everything above refused bad input; only now is anything written or any host touched.
     profile = app.inventory.profile_for(host)
     if record is None:
         assert slo is not None
         plan = make_plan(over, range_text or DEFAULT_RANGE, budget, FlagSchema.load(profile.sglang_version),
-                  profile.secret_flags)
+                         profile.secret_flags, power_only=power_step is not None)
         record = _new_record(host.name, preset or profile.bench_preset, parse_slo(slo).text(), over,
                              range_text or DEFAULT_RANGE, budget, apply,
                              DEFAULT_CONFIRM if confirm is None else confirm,
                              DEFAULT_NOISE_PCT if noise_pct is None else noise_pct, plan)
         record.power_step_w = parse_power_step(power_step)
     plan = make_plan(tuple(record.over), record.range, record.budget, FlagSchema.load(profile.sglang_version),
-                     profile.secret_flags)
+                     profile.secret_flags, power_only=record.power_step_w is not None)
     # The tune owns its host from here to its end, restore included: a roll, an up, a bench or a second session
     # of this tune on this machine is refused (locks/claims.py) instead of meeting the host between two runs. A
     # router worker is drained for the tune, so the router is claimed too (no fleet command re-adds it meanwhile).

@@ -4,6 +4,8 @@ fresh driver: every GPU back at its default) the host unit re-applies it before 
 
 from __future__ import annotations
 
+import yaml
+
 from tests.e2e.conftest import DeployEnv
 
 UNIT = "deploy-gpu-power.service"
@@ -50,3 +52,33 @@ def test_a_set_limit_survives_a_reboot_through_its_unit(deploy_env: DeployEnv) -
     doctor = env.run("--json", "doctor", "host", env.host)
     power = {f["check"]: f for f in doctor.json["findings"]}["power-limit"]
     assert power["status"] == "warn" and "not enabled" in power["observed"], power
+
+
+#: Prefill-heavy, so the GPUs draw more than the lowest limit (300 W) during the bench: a short decode alone draws
+#: ~140 W on the stand-in and no cap would bind (the tune then keeps the top limit, as it should).
+POWER_PRESET = {"dataset_name": "random-ids", "random_input_len": 3072, "random_output_len": 16,
+                "random_range_ratio": 1.0, "num_prompts": 16, "request_rate": "inf"}
+
+
+def test_a_tune_power_search_picks_a_limit_and_restores_the_original(converged: DeployEnv) -> None:
+    env = converged
+    path = env.inventory / "presets.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["presets"]["power"] = POWER_PRESET
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    res = env.run("--json", "tune", "host", env.host, "--slo", "ttft_p99<=60s,tpot_p99<=2s", "--range", "8:16:8",
+                  "--preset", "power", "--confirm", "1", "--power-step", "100", timeout=900)
+    assert res.rc == 0, res.text
+    power = res.json["power"]
+    tried = [p["watts"] for p in power["points"] if p["runs"]]
+    assert tried[0] == 600 and tried == sorted(tried, reverse=True), power
+    print("\n" + "\n".join(f"{p['watts']} W: {p['output_tok_s']:.1f} tok/s, {p['j_per_token']:.3f} J/token, "
+                           f"{[(r['output_tok_s'], r['j_per_token'], r['power_pct_of_limit']) for r in p['runs']]}"
+                           for p in power["points"] if p["runs"]) + f"\n{power['verdict']}")
+    js = {p["watts"]: p["j_per_token"] for p in power["points"] if p["runs"]}
+    assert all(j is not None and j > 0 for j in js.values()), js
+    # The winner: the highest limit whose J/token is within the noise (5 %) of the lowest (tune/power.py).
+    best = min(js.values())
+    assert power["winner_w"] == max(w for w, j in js.items() if j <= best * 1.05), power
+    assert power["winner_w"] < 600, power  # the cap binds on this load: a lower limit costs fewer J/token
+    assert not power["applied"] and limits(env) == ["600.00"] * 8  # restored: without --apply nothing is kept
