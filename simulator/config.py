@@ -160,6 +160,9 @@ class CtFaults:
         the stand-in's 2 s. A real GLM-5 warm start is minutes.
     cold_start_s: model seconds a start adds when its kernel cache is empty (JIT compile, first-start downloads),
         once per cache: the stand-in marks the cache after its first start becomes ready, as the real JIT caches fill.
+    power_draw: the GPUs draw this many times the stand-in's modelled power (capped at the limit; re-read every
+        half second): kernels that saturate the GPUs, a draw a power cap binds on (the model's decode draws ~140 W of
+        an RTX PRO 6000's 600 W, under its lowest limit, 300 W). Modelled, like the cap's cost (_sim/powercap.py).
     ha_managed: the CT is an HA resource (ct:VMID in /etc/pve/ha/resources.cfg): a start, stop or shutdown is a
         request to the HA manager (task `hastart`/`hastop`, "Requesting HA start for CT VMID") that ends OK at once;
         the CT changes state `ha_delay_s` real seconds later (simulator/pve/ha.py), as the HA stack acts on it.
@@ -184,6 +187,7 @@ class CtFaults:
     slow_prefill_s: float = 0.0
     warm_start_s: float | None = None
     cold_start_s: float = 0.0
+    power_draw: float = 1.0
 
 
 #: The values of CtFaults.output (the stand-in server's /generate answers; simulator/sglang_standin golden.py).

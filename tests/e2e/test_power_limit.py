@@ -54,10 +54,11 @@ def test_a_set_limit_survives_a_reboot_through_its_unit(deploy_env: DeployEnv) -
     assert power["status"] == "warn" and "not enabled" in power["observed"], power
 
 
-#: Prefill-heavy, so the GPUs draw more than the lowest limit (300 W) during the bench: a short decode alone draws
-#: ~140 W on the stand-in and no cap would bind (the tune then keeps the top limit, as it should).
-POWER_PRESET = {"dataset_name": "random-ids", "random_input_len": 3072, "random_output_len": 16,
-                "random_range_ratio": 1.0, "num_prompts": 16, "request_rate": "inf"}
+#: Long enough a window (64 requests) for a steady J/token. The CT's power_draw knob makes the stand-in's GPUs draw
+#: ~4x its modelled decode power (~370 W of 600 W), so the lowest limit (300 W) binds; at the model's own ~140 W
+#: no limit would, and the tune would keep the top one.
+POWER_PRESET = {"dataset_name": "random-ids", "random_input_len": 64, "random_output_len": 128,
+                "random_range_ratio": 1.0, "num_prompts": 64, "request_rate": "inf"}
 
 
 def test_a_tune_power_search_picks_a_limit_and_restores_the_original(converged: DeployEnv) -> None:
@@ -66,7 +67,8 @@ def test_a_tune_power_search_picks_a_limit_and_restores_the_original(converged: 
     data = yaml.safe_load(path.read_text())
     data["presets"]["power"] = POWER_PRESET
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    res = env.run("--json", "tune", "host", env.host, "--slo", "ttft_p99<=60s,tpot_p99<=2s", "--range", "8:16:8",
+    env.ct_faults(power_draw=4)
+    res = env.run("--json", "tune", "host", env.host, "--slo", "ttft_p99<=60s,tpot_p99<=2s", "--range", "16:32:16",
                   "--preset", "power", "--confirm", "1", "--power-step", "100", timeout=900)
     assert res.rc == 0, res.text
     power = res.json["power"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 KNEE = 0.5
@@ -37,9 +38,11 @@ def throughput_ratio(x: float) -> float:
 class PowerCap:
     """The caps on the server's GPUs (re-read at most every REREAD_S), applied to one round at a time."""
 
-    def __init__(self, folder: Path | None, minors: list[int]) -> None:
+    def __init__(self, folder: Path | None, minors: list[int], draw: Callable[[], float] = lambda: 1.0) -> None:
         self.folder = folder
         self.minors = minors
+        self.draw = draw  # the CT's power_draw knob (simulator/config.py): a multiplier on the modelled draw
+        self._scale = 1.0
         self._read_at = 0.0
         self._limits: list[tuple[float, float, float]] = []  # (limit, idle, full) watts per capped GPU
 
@@ -47,6 +50,7 @@ class PowerCap:
         now = time.monotonic()
         if self.folder is not None and now - self._read_at > REREAD_S:
             self._read_at = now
+            self._scale = self.draw()
             try:
                 data = json.loads((self.folder / FILE).read_text())
                 self._limits = [(float(d["limit_w"]), float(d["idle_w"]), float(d["full_w"]))
@@ -57,8 +61,10 @@ class PowerCap:
 
     def apply(self, ms: float, power_fraction: float) -> tuple[float, float]:
         """(the round's model ms, its power fraction) under the caps."""
+        limits = self.limits()
+        power_fraction = min(1.0, power_fraction * self._scale)
         ratio, fraction = 1.0, power_fraction
-        for limit, idle, full in self.limits():
+        for limit, idle, full in limits:
             span = max(full - idle, 1e-9)
             watts = idle + span * power_fraction
             if watts > limit:

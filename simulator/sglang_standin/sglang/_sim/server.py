@@ -697,7 +697,8 @@ async def serve(sim: Sim) -> None:
 
     # Real sglang starts uvicorn only once the schedulers report the model loaded: the port is closed until then.
     minors = visible_minors(int(sim.args["tp_size"]))
-    sim.engine.cap = PowerCap(env.gpu_dir(), minors)  # the GPUs' power limits slow its rounds (powercap.py)
+    # The GPUs' power limits slow its rounds, and the CT's power_draw knob scales its draw (powercap.py).
+    sim.engine.cap = PowerCap(env.gpu_dir(), minors, lambda: float(env.ct_faults().get("power_draw") or 1.0))
     tasks = [asyncio.create_task(sim.engine.run()), asyncio.create_task(startup(sim, bind)),
              asyncio.create_task(report_load(sim, minors))]
     await sim.stop.wait()
