@@ -82,7 +82,8 @@ class HostFaults:
     api_delay_s: every HTTPS API response is delayed by this many seconds (timeouts, retry logic).
     driver_reload: a host reboot or NVIDIA driver reload gave nvidia-uvm another dynamic major (one below the
         capture's): /proc/devices and /dev/nvidia-uvm(-tools) change at once; a running container keeps the nodes
-        it was started with (stale major, denied by its devices cgroup) until it is restarted.
+        it was started with (stale major, denied by its devices cgroup) until it is restarted. Setting it also
+        drops every power limit `nvidia-smi -pl` set (a fresh module; the simulator runs no udev rule).
     hub_cut_after_bytes: the model hub stand-in serves this many bytes of LFS file bodies (the shards, which the
         real Hub serves from its Xet storage or CDN: xorb fetches and plain bodies alike; counted from when the knob
         is set), then cuts every such transfer at once, as a link that went down: `hf download` retries (hf_xet:

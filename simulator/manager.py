@@ -579,6 +579,8 @@ def set_faults(root: Path, host: str, **knobs: Any) -> HostFaults:
                                  + [gpu_health.recovery_line(a, buses[g]) for g, a in recovery.items()])
     if "missing_uvm" in values or "driver_reload" in values:
         hardware.set_uvm(hp.dir, cfg, present=not cfg.faults.missing_uvm)
+    if values.get("driver_reload"):  # a reloaded module starts every GPU at its default power limit again
+        gpu_powercap.clear(str(hp.dir))  # (no udev here: deploy's rule would restart deploy-gpu-power.service)
     if "ssh_drop_after" in values:
         write_text_atomic(hp.ssh_counter, "0\n")
         drop = hp.sshd / layout.DROP_FILE

@@ -45,8 +45,8 @@ def power_limit(ctx: StepContext, record: StepRecord) -> None:
                           fix=f"`deploy doctor host {ctx.host.name}`: is the driver loaded?", host=ctx.host.name)
     record.details["gpus"] = [g.to_dict() for g in gpus]
     if want is None:
-        record.summary = "not managed (no power_limit_w): " + ", ".join(
-            f"GPU {g.index} {g.limit_w:g} W" if g.limit_w is not None else f"GPU {g.index} N/A" for g in gpus)
+        now = sorted({f"{g.limit_w:g} W" if g.limit_w is not None else "N/A" for g in gpus})
+        record.summary = f"not managed (no power_limit_w): {len(gpus)} GPU(s) at {' / '.join(now)}"
         return
     why = refusal(gpus, want.watts, want.indices)
     if why is not None:
