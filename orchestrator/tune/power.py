@@ -79,8 +79,10 @@ def choose_power(trials: Sequence[PowerTrial], noise_pct: float) -> PowerChoice:
         why = (f"{pick.watts} W: no lower limit cut J/token by more than the noise ({noise_pct:g} %)"
                if len(held) > 1 else f"{pick.watts} W: the only limit that held the SLO")
     else:
-        why = (f"{pick.watts} W: {saved:.1f} % less energy per output token than at {top.watts} W for "
-               f"{lost:.1f} % less throughput, SLO held")
+        cost = (f"for {lost:.1f} % less throughput" if lost >= 0 else
+                 f"at no throughput cost ({-lost:.1f} % more: within the run-to-run noise)")
+        why = (f"{pick.watts} W: {saved:.1f} % less energy per output token than at {top.watts} W {cost}, "
+               "SLO held")
     return PowerChoice(pick.watts, why)
 
 

@@ -4,6 +4,9 @@ fresh driver: every GPU back at its default) the host unit re-applies it before 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import yaml
 
 from tests.e2e.conftest import DeployEnv
@@ -19,6 +22,7 @@ def limits(env: DeployEnv) -> list[str]:
 def test_a_refused_limit_changes_nothing(deploy_env: DeployEnv) -> None:
     env = deploy_env
     res = env.run("power", "host", env.host, "--set", "250")
+    print(f"\n$ deploy power host {env.host} --set 250\n{res.stdout}{res.stderr}")
     assert res.rc == 2, res.text
     assert "250 W is out of range: GPU 0 allows 300 W to 600 W" in res.stderr
     assert "pick a limit from 300 to 600 W" in res.stderr
@@ -33,8 +37,9 @@ def test_a_set_limit_survives_a_reboot_through_its_unit(deploy_env: DeployEnv) -
     assert [g["limit_w"] for g in res.json["gpus"]] == [450.0] * 8 and res.json["recorded"]["watts"] == 450
     assert limits(env) == ["450.00"] * 8
     assert env.ssh(f"systemctl is-enabled {UNIT}").stdout == "enabled\n"
-    again = env.run("--json", "power", "host", env.host, "--set", "450")
-    assert again.rc == 0 and not again.json["changed"], again.text  # idempotent
+    again = env.run("power", "host", env.host, "--set", "450")
+    print(f"\n$ deploy power host {env.host} --set 450   # again\n{again.stdout}")
+    assert again.rc == 0 and "changed" not in again.stdout, again.text  # idempotent
 
     rebooted = env.run("sim", "reboot", env.host, "--root", str(env.root))
     assert rebooted.rc == 0, rebooted.text
@@ -44,6 +49,9 @@ def test_a_set_limit_survives_a_reboot_through_its_unit(deploy_env: DeployEnv) -
     doctor = env.run("--json", "doctor", "host", env.host)
     power = {f["check"]: f for f in doctor.json["findings"]}["power-limit"]
     assert power["status"] == "ok" and power["observed"].startswith("450 W on every GPU in force"), power
+    print(f"\n$ deploy sim reboot {env.host}\n{rebooted.stdout}")
+    shown = env.run("doctor", "host", env.host)
+    print(f"\n$ deploy doctor host {env.host}\n{shown.stdout}")
 
     # Without the unit a reboot loses it, and doctor says so with the fix.
     assert env.ssh(f"systemctl disable {UNIT}").rc == 0
@@ -68,10 +76,15 @@ def test_a_tune_power_search_picks_a_limit_and_restores_the_original(converged: 
     data["presets"]["power"] = POWER_PRESET
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     env.ct_faults(power_draw=4)
-    res = env.run("--json", "tune", "host", env.host, "--slo", "ttft_p99<=60s,tpot_p99<=2s", "--range", "16:32:16",
+    res = env.run("tune", "host", env.host, "--slo", "ttft_p99<=60s,tpot_p99<=2s", "--range", "16:32:16",
                   "--preset", "power", "--confirm", "1", "--power-step", "100", timeout=900)
+    print(f"\n$ deploy tune host {env.host} --slo 'ttft_p99<=60s,tpot_p99<=2s' --range 16:32:16 --preset power "
+          f"--confirm 1 --power-step 100\n{res.stdout}")
     assert res.rc == 0, res.text
-    power = res.json["power"]
+    (record,) = (Path(env.env["DEPLOY_STATE_DIR"]) / "tunes").glob("t-*.json")  # the tune's own record
+    doc = json.loads(record.read_text())
+    power = {"points": doc["power_points"], "winner_w": doc["power_winner"], "verdict": doc["power_verdict"],
+             "applied": doc["power_applied"]}
     tried = [p["watts"] for p in power["points"] if p["runs"]]
     assert tried[0] == 600 and tried == sorted(tried, reverse=True), power
     print("\n" + "\n".join(f"{p['watts']} W: {p['output_tok_s']:.1f} tok/s, {p['j_per_token']:.3f} J/token, "

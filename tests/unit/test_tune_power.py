@@ -30,6 +30,8 @@ def test_a_cheaper_limit_within_noise_does_not_win() -> None:
     assert "no lower limit cut J/token by more than the noise" in choose_power(trials, noise_pct=5.0).reason
     assert choose_power(trials, noise_pct=0.0).watts == 400
     assert choose_power([PowerTrial(600, False, 0.3, 10.0)], 5.0).watts is None
+    faster = choose_power([PowerTrial(600, True, 0.4, 900.0), PowerTrial(300, True, 0.3, 930.0)], 5.0)
+    assert faster.reason.endswith("at no throughput cost (3.3 % more: within the run-to-run noise), SLO held")
 
 
 def test_power_step_is_refused_unless_watts() -> None:
