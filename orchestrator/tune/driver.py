@@ -89,8 +89,10 @@ def bench_at(ctx: TuneContext, point: PointRecord, concurrency: int,
     point.runs.append(entry)
     save(ctx.record)
     try:
+        # The ledger knows search and confirm runs; a power-phase run is a search run of its point, the limit
+        # ("power 300 W"), so the ledger's tune view needs no other kind.
         Ledger().link_tune_run(ctx.record.tune_id, run.run_id, point=point.label, concurrency=concurrency,
-                               purpose=entry.purpose)
+                               purpose="search" if entry.purpose == "power" else entry.purpose)
     except Exception as exc:  # the ledger is a local convenience; the record holds the run too
         ctx.say(f"  warning: could not file run {run.run_id} under the tune in the ledger: {exc}")
     figs = ", ".join(f"{k} {v:.0f} ms" for k, v in entry.figures.items() if v is not None)

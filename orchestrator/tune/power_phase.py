@@ -65,7 +65,7 @@ def power_phase(ctx: TuneContext, concurrency: int) -> None:
                 break
             continue
         set_limit(ctx, PowerSetting(point.watts, persist=False))
-        shell = PointRecord(label=f"{point.watts} W", sets=[], release=rec.final_release)
+        shell = PointRecord(label=f"power {point.watts} W", sets=[], release=rec.final_release)
 
         def measure(c: int, shell: PointRecord = shell) -> Measurement:
             return bench_at(ctx, shell, c, "power").measurement()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from orchestrator.state.ledger import Ledger
 from tests.e2e.conftest import DeployEnv
 
 UNIT = "deploy-gpu-power.service"
@@ -97,3 +98,6 @@ def test_a_tune_power_search_picks_a_limit_and_restores_the_original(converged: 
     assert power["winner_w"] == max(w for w, j in js.items() if j <= best * 1.05), power
     assert power["winner_w"] < 600, power  # the cap binds on this load: a lower limit costs fewer J/token
     assert not power["applied"] and limits(env) == ["600.00"] * 8  # restored: without --apply nothing is kept
+    assert "could not file run" not in res.stdout, res.stdout  # every run filed in the ledger under the tune
+    linked = Ledger(Path(env.env["DEPLOY_STATE_DIR"]) / "ledger.sqlite").tune_runs(doc["tune_id"])
+    assert {r[1] for r in linked} >= {f"power {w} W" for w in js}, linked
