@@ -124,7 +124,7 @@ def sample(profile: GpuProfile, gpu: Gpu, load: GpuLoad | None, now: float, limi
         pstate = "P8" if shape.idle_pcie_gen < profile.pcie_max_gen else "P0"
     return Sample(
         power_w=power,
-        power_avg_w=power * _jitter(gpu, now - 1.0, 0.005),
+        power_avg_w=min(power * _jitter(gpu, now - 1.0, 0.005), limit * 0.999),  # capping holds the average too
         util_gpu=round(ld.util * 100),
         util_mem=round(shape.mem_util_at_full * f + 3) if busy else 0,
         mem_used_mib=int(gpu.mem_total_mib * ld.mem_fraction),
