@@ -63,11 +63,11 @@ def test_a_set_limit_survives_a_reboot_through_its_unit(deploy_env: DeployEnv) -
     assert power["status"] == "warn" and "not enabled" in power["observed"], power
 
 
-#: Long enough a window (64 requests) for a steady J/token. The CT's power_draw knob makes the stand-in's GPUs draw
-#: ~4x its modelled decode power (~370 W of 600 W), so the lowest limit (300 W) binds; at the model's own ~140 W
-#: no limit would, and the tune would keep the top one.
+#: Long enough a window (192 requests, ~12 s) for a steady J/token (64 gave ±20 % run to run on this machine). The
+#: CT's power_draw knob makes the stand-in's GPUs draw ~4x its modelled decode power (~370 W of 600 W), so the
+#: lowest limit (300 W) binds; at the model's own ~140 W no limit would, and the tune would keep the top one.
 POWER_PRESET = {"dataset_name": "random-ids", "random_input_len": 64, "random_output_len": 128,
-                "random_range_ratio": 1.0, "num_prompts": 64, "request_rate": "inf"}
+                "random_range_ratio": 1.0, "num_prompts": 192, "request_rate": "inf"}
 
 
 def test_a_tune_power_search_picks_a_limit_and_restores_the_original(converged: DeployEnv) -> None:
