@@ -54,6 +54,16 @@ def test_a_set_limit_survives_a_reboot_through_its_unit(deploy_env: DeployEnv) -
     shown = env.run("doctor", "host", env.host)
     print(f"\n$ deploy doctor host {env.host}\n{shown.stdout}")
 
+    # A driver reload (the sim runs no udev rule) drops it too: doctor names the drift and the fix, which works.
+    assert env.run("sim", "fault", env.host, "--root", str(env.root), "driver_reload=true").rc == 0
+    assert limits(env) == ["600.00"] * 8
+    doctor = env.run("--json", "doctor", "host", env.host)
+    power = {f["check"]: f for f in doctor.json["findings"]}["power-limit"]
+    assert power["status"] == "warn" and "GPU 0 is at 600 W" in power["observed"], power
+    assert f"systemctl restart {UNIT}" in power["fix"]
+    assert env.ssh(f"systemctl restart {UNIT}").rc == 0
+    assert limits(env) == ["450.00"] * 8
+
     # Without the unit a reboot loses it, and doctor says so with the fix.
     assert env.ssh(f"systemctl disable {UNIT}").rc == 0
     assert env.run("sim", "reboot", env.host, "--root", str(env.root)).rc == 0
