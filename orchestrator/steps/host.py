@@ -18,6 +18,7 @@ from orchestrator.render.boot_unit import (
 )
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, mark_change, step
+from orchestrator.steps.power import refuse_out_of_range, wanted_setting
 from orchestrator.steps.session import ensure_facts
 from orchestrator.verdicts.host import Finding, HostFacts, doctor_findings, host_facts_from_values, worst_status
 from orchestrator.verdicts.power_cap import power_finding
@@ -121,6 +122,9 @@ def host_prereqs(ctx: StepContext, record: StepRecord) -> None:
     findings = findings_for(ctx)
     record.details["findings"] = [f.to_dict() for f in findings]
     ctx.state.pve_version = host_facts(ctx.facts).pve_version
+    gpus = ctx.facts.get(HOST.power_limits)
+    if "power_limit" in ctx.playbook_steps and gpus is not None and (want := wanted_setting(ctx)) is not None:
+        refuse_out_of_range(gpus, want, ctx.host.name)  # before boot_nodes or any other step changes the host
     failed = [f for f in findings if f.status == "fail"]
     # A warning a later step of this run answers (it installs the boot unit, sets the power limit) is not news.
     answered = {c for c, s in (("boot-nodes-unit", "boot_nodes"), ("power-limit", "power_limit"))

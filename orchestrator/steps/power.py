@@ -10,6 +10,7 @@ from orchestrator.errors import CheckFailed, ConfigError
 from orchestrator.facts import HOST
 from orchestrator.hardware.power_limit import (
     QUERY_COMMAND,
+    GpuPowerLimit,
     common_range,
     in_force,
     parse_power_limits,
@@ -31,6 +32,16 @@ def wanted_setting(ctx: StepContext) -> PowerSetting | None:
     return PowerSetting(w) if w is not None else None
 
 
+def refuse_out_of_range(gpus: list[GpuPowerLimit], want: PowerSetting, host: str) -> None:
+    """Exit 2, nothing changed, when a GPU does not allow the wanted limit (each GPU's range named)."""
+    why = refusal(gpus, want.watts, want.indices)
+    if why is not None:
+        span = common_range(gpus)
+        raise ConfigError(f"power limit refused, nothing changed: {why}",
+                          fix=(f"pick a limit from {span[0]:g} to {span[1]:g} W" if span else
+                               "these GPUs have no software power limit"), host=host)
+
+
 @step("power_limit", host_facts=(HOST.power_limits, HOST.power_unit))
 def power_limit(ctx: StepContext, record: StepRecord) -> None:
     """Set the GPUs' power limit (nvidia-smi -pl), read it back, and keep it with a host unit across reboots."""
@@ -48,12 +59,7 @@ def power_limit(ctx: StepContext, record: StepRecord) -> None:
         now = sorted({f"{g.limit_w:g} W" if g.limit_w is not None else "N/A" for g in gpus})
         record.summary = f"not managed (no power_limit_w): {len(gpus)} GPU(s) at {' / '.join(now)}"
         return
-    why = refusal(gpus, want.watts, want.indices)
-    if why is not None:
-        span = common_range(gpus)
-        raise ConfigError(f"power limit refused, nothing changed: {why}",
-                          fix=(f"pick a limit from {span[0]:g} to {span[1]:g} W" if span else
-                               "these GPUs have no software power limit"), host=ctx.host.name)
+    refuse_out_of_range(gpus, want, ctx.host.name)
     text = render_power_unit(want)
     record.details["unit"] = UNIT_NAME
     record.details["wanted"] = {"watts": want.watts, "indices": list(want.indices) if want.indices else None}

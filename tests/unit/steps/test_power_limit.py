@@ -135,3 +135,12 @@ def test_the_plan_shows_the_inventory_limit_without_changing(make_run) -> None:
     rec = run.step("power_limit")
     assert rec.status == "would-change" and rec.changes[0].startswith("power limit 400 W on every GPU")
     assert run.node.calls == []
+
+
+def test_up_refuses_an_inventory_limit_out_of_range_before_any_step_changes_the_host(make_run) -> None:
+    run = make_run({"power_limits": RTX, "power_unit": unit_fact("", None)})
+    run.ctx.host = run.ctx.host.model_copy(update={"power_limit_w": 700})
+    run.ctx.playbook_steps = ["host_prereqs", "boot_nodes", "power_limit"]
+    with pytest.raises(ConfigError) as err:
+        run.step("host_prereqs")
+    assert "700 W is out of range: GPU 0 allows 300 W to 600 W" in err.value.what and run.node.calls == []
