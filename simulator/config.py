@@ -82,7 +82,8 @@ class HostFaults:
     api_delay_s: every HTTPS API response is delayed by this many seconds (timeouts, retry logic).
     driver_reload: a host reboot or NVIDIA driver reload gave nvidia-uvm another dynamic major (one below the
         capture's): /proc/devices and /dev/nvidia-uvm(-tools) change at once; a running container keeps the nodes
-        it was started with (stale major, denied by its devices cgroup) until it is restarted.
+        it was started with (stale major, denied by its devices cgroup) until it is restarted. Setting it also
+        drops every power limit `nvidia-smi -pl` set (a fresh module; the simulator runs no udev rule).
     hub_cut_after_bytes: the model hub stand-in serves this many bytes of LFS file bodies (the shards, which the
         real Hub serves from its Xet storage or CDN: xorb fetches and plain bodies alike; counted from when the knob
         is set), then cuts every such transfer at once, as a link that went down: `hf download` retries (hf_xet:
@@ -160,6 +161,9 @@ class CtFaults:
         the stand-in's 2 s. A real GLM-5 warm start is minutes.
     cold_start_s: model seconds a start adds when its kernel cache is empty (JIT compile, first-start downloads),
         once per cache: the stand-in marks the cache after its first start becomes ready, as the real JIT caches fill.
+    power_draw: the GPUs draw this many times the stand-in's modelled power (capped at the limit; re-read every
+        half second): kernels that saturate the GPUs, a draw a power cap binds on (the model's decode draws ~140 W of
+        an RTX PRO 6000's 600 W, under its lowest limit, 300 W). Modelled, like the cap's cost (_sim/powercap.py).
     ha_managed: the CT is an HA resource (ct:VMID in /etc/pve/ha/resources.cfg): a start, stop or shutdown is a
         request to the HA manager (task `hastart`/`hastop`, "Requesting HA start for CT VMID") that ends OK at once;
         the CT changes state `ha_delay_s` real seconds later (simulator/pve/ha.py), as the HA stack acts on it.
@@ -191,6 +195,7 @@ class CtFaults:
     cold_start_s: float = 0.0
     kernel_shape: str | None = None
     slow_rank: int | None = None
+    power_draw: float = 1.0
 
 
 #: The values of CtFaults.kernel_shape (the stand-in's profiler, sglang_standin/sglang/_sim/profiler.py).

@@ -3,7 +3,8 @@
 A PVE host runs systemd; the simulated host has none (its SSH sessions share this machine's PID 1, which must never
 see a unit a test writes). So the host view binds `hosts/<name>/fs/etc/systemd/system` over /etc/systemd/system
 (simulator/layout.py), and this stand-in does the few verbs an operator or `deploy` uses there: `daemon-reload`,
-`enable [--now]`, `disable [--now]`, `is-enabled`, `start`, `is-active`, `cat`, and `reboot`: as on a real host it
+`enable [--now]`, `disable [--now]`, `is-enabled`, `start`, `restart` (runs a oneshot's `ExecStart=` again, as
+doctor's power-limit fix asks), `is-active`, `cat`, and `reboot`: as on a real host it
 queues the reboot and returns 0, and the node goes down a moment later (`deploy sim reboot`, made by a process
 outside the view: SSH sessions drop, a new boot; `schedule_reboot`). Enabling makes the
 `<target>.wants/` links of the unit's [Install] section, as systemctl does. `deploy sim reboot` (simulator/reboot.py)
@@ -228,7 +229,7 @@ def main(argv: list[str]) -> int:
     rc = 0
     for name in names:
         unit = load(UNIT_DIR, name)
-        if verb in ("enable", "start", "cat") and unit is None:
+        if verb in ("enable", "start", "restart", "cat") and unit is None:
             print(f"Failed to {verb} unit: Unit file {name} does not exist.", file=sys.stderr)
             return 1
         if verb == "enable" and unit is not None:
@@ -250,14 +251,14 @@ def main(argv: list[str]) -> int:
             rc = rc or (0 if state == "active" else 3)
         elif verb == "cat" and unit is not None:
             print(f"# {UNIT_DIR / name}\n{(UNIT_DIR / name).read_text()}", end="")
-        elif (verb == "start" or (now and verb == "enable")) and unit is not None:
+        elif (verb in ("start", "restart") or (now and verb == "enable")) and unit is not None:
             ok, text = start(unit, UNIT_DIR)
             sys.stderr.write(text)
             if not ok:
                 print(f"Job for {name} failed because the control process exited with error code.",
                       file=sys.stderr)
                 rc = 1
-        elif verb not in ("enable", "disable", "is-enabled", "is-active", "cat", "start"):
+        elif verb not in ("enable", "disable", "is-enabled", "is-active", "cat", "start", "restart"):
             print(f"deploy sim: `systemctl {verb}` is not simulated on the host", file=sys.stderr)
             return 1
     return rc

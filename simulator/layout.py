@@ -75,6 +75,8 @@ HOST_OVERLAYS: tuple[tuple[str, str, str], ...] = (
     # The host's own units (the stand-in `systemctl` reads them; `deploy sim reboot` starts the enabled ones) and
     # the boot id that changes at each `deploy sim reboot`: never the machine's own.
     ("etc/systemd/system", "/etc/systemd/system", "dir"),
+    # udev rules deploy writes (the power unit's rule, orchestrator/render/power_unit.py): never the machine's own.
+    ("etc/udev/rules.d", "/etc/udev/rules.d", "dir"),
     ("proc/sys/kernel/random/boot_id", "/proc/sys/kernel/random/boot_id", "file"),
     # /dev last: it is bound recursively after /dev/pts has been bound into fs/dev/pts.
     ("dev", "/dev", "dir"),

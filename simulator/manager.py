@@ -59,6 +59,7 @@ from simulator.config import (
     write_text_atomic,
 )
 from simulator.gpu import health as gpu_health
+from simulator.gpu import powercap as gpu_powercap
 from simulator.gpu.profiles import get_profile
 from simulator.lxc import net as lxc_net
 from simulator.lxc import runtime as lxc_runtime
@@ -167,7 +168,7 @@ def _layout_fs(hp: HostPaths) -> None:
     for d in ("etc/pve/lxc", "etc/pve/nodes", "etc/modprobe.d", "proc/driver", "sys/module", "root",
               "var/lib/vz/template/cache", "var/lib/vz/dump", "var/lib/deploy", "dev/pts", "dev/shm",
               "var/lib/prometheus/node-exporter",
-              "etc/systemd/system", "proc/sys/kernel/random"):
+              "etc/systemd/system", "etc/udev/rules.d", "proc/sys/kernel/random"):
         (fs / d).mkdir(parents=True, exist_ok=True)
     (fs / "tmp").mkdir(exist_ok=True)
     (fs / "tmp").chmod(0o1777)
@@ -579,6 +580,8 @@ def set_faults(root: Path, host: str, **knobs: Any) -> HostFaults:
                                  + [gpu_health.recovery_line(a, buses[g]) for g, a in recovery.items()])
     if "missing_uvm" in values or "driver_reload" in values:
         hardware.set_uvm(hp.dir, cfg, present=not cfg.faults.missing_uvm)
+    if values.get("driver_reload"):  # a reloaded module starts every GPU at its default power limit again
+        gpu_powercap.clear(str(hp.dir))  # (no udev here: deploy's rule would restart deploy-gpu-power.service)
     if "ssh_drop_after" in values:
         write_text_atomic(hp.ssh_counter, "0\n")
         drop = hp.sshd / layout.DROP_FILE
@@ -713,6 +716,9 @@ def reset_host(root: Path, host: str) -> None:
     _stop_containers(hp)
     for load in hp.gpu.glob("load-*.json"):  # a killed server's GPU load (telemetry.py) ends with the test
         load.unlink(missing_ok=True)
+    gpu_powercap.clear(str(hp.dir))  # a power limit a test set (nvidia-smi -pl): every GPU at its default again
+    for rule in (hp.fs / "etc/udev/rules.d").glob("*"):  # udev rules a test (deploy power) wrote
+        rule.unlink()
     for name in ("deploy.lease", "deploy.lease.tmp"):
         (hp.fs / "var/lib/deploy" / name).unlink(missing_ok=True)
     # the kernel caches deploy keeps for its containers (a rebuilt CT would start warm on an earlier test's)

@@ -3,7 +3,8 @@
 Shutdown: pve-guests' `stopall` shuts the running containers down (clean, then killed), then SSH sessions and API
 connections drop with their daemons (simulator.manager restarts them). Boot: a new boot id
 (/proc/sys/kernel/random/boot_id in the host view) and uptime from 0 (the API's node `uptime`); the NVIDIA module is
-loaded, but the kernel module makes no device node and the `.run` driver ships no udev rule: every /dev/nvidia*
+loaded, every GPU back at its default power limit (a limit `nvidia-smi -pl` set is gone: simulator/gpu/powercap.py),
+but the kernel module makes no device node and the `.run` driver ships no udev rule: every /dev/nvidia*
 node (/dev/nvidia0..N, /dev/nvidiactl, /dev/nvidia-uvm(-tools), /dev/nvidia-modeset, /dev/nvidia-caps/*) stays
 absent (and nvidia-uvm out of /proc/devices) until something runs `nvidia-modprobe` (or NVML, which runs it:
 `nvidia-smi`, nvidia-persistenced). Then systemd starts the host's enabled units
@@ -27,6 +28,7 @@ from pathlib import Path
 from simulator import hostunits, layout
 from simulator.config import CtState, HostConfig, HostPaths
 from simulator.gpu import health as gpu_health
+from simulator.gpu import powercap as gpu_powercap
 from simulator.pve import conf as confmod
 from simulator.pve import hardware, tasks
 from simulator.pve.lxc import Node
@@ -105,6 +107,7 @@ def power_on(hp: HostPaths, cfg: HostConfig, log: BootLog) -> None:
 
     hp.update(unloaded)
     (hp.dir / gpu_health.KERNEL_LOG).unlink(missing_ok=True)
+    gpu_powercap.clear(str(hp.dir))  # a fresh driver: every GPU at its default power limit again
     hostunits.clear_active(hp.fs / "etc/systemd/system")
     log(f"boot id {boot_id}: nvidia loaded; no /dev/nvidia* node (nvidiaN, nvidiactl, -uvm, -modeset, -caps)")
 

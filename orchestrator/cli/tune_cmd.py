@@ -19,6 +19,7 @@ from orchestrator.locks.claims import claim_fleet
 from orchestrator.reports.tune import tune_table, write_tune_report
 from orchestrator.tune.driver import TuneContext, ranked, run_tune
 from orchestrator.tune.plan import TunePlan, make_plan
+from orchestrator.tune.power import parse_power_step
 from orchestrator.tune.record import CURRENT, PointRecord, TuneRecord, load, new_tune_id, save
 from orchestrator.tune.search import choose
 from orchestrator.tune.slo import parse_slo
@@ -36,6 +37,23 @@ def _new_record(host: str, preset: str, slo: str, over: tuple[str, ...], range_t
     return TuneRecord(tune_id=new_tune_id(), host=host, preset=preset, slo=slo, over=list(over), range=range_text,
                       budget=budget, apply=apply, confirm=confirm, noise_pct=noise_pct,
                       started_at=datetime.now().isoformat(timespec="seconds"), points=points)
+
+
+def power_lines(record: TuneRecord) -> list[str]:
+    """The power phase under the verdict: each limit tried, then the choice and what the host keeps."""
+    if record.power_step_w is None:
+        return []
+    lines = [f"power {p.watts} W at c={p.concurrency}: {p.output_tok_s or 0:.1f} tok/s, "
+             + (f"{p.j_per_token:.3f} J/token" if p.j_per_token is not None else "no J/token")
+             + (", SLO held" if p.holds else f", SLO missed ({'; '.join(p.misses)})")
+             for p in record.power_points if p.runs]
+    lines.append(f"power verdict: {record.power_verdict or 'not run'}")
+    if record.power_applied:
+        lines.append(f"power limit now {record.power_winner} W, kept by deploy-gpu-power.service")
+    elif record.power_original is not None:
+        lines.append("power limits restored to " + " / ".join(f"{w:g} W" for w in sorted(set(record.power_original)))
+                     + " (--apply persists the chosen one)")
+    return lines
 
 
 def _step(plan: TunePlan) -> int:
@@ -58,6 +76,9 @@ def _step(plan: TunePlan) -> int:
               help=f"Noise band in %: a figure this close to a bound is measured again [default: "
                    f"{DEFAULT_NOISE_PCT:g}].")
 @click.option("--apply", "apply", is_flag=True, help="Roll the winner as a normal release (all gates).")
+@click.option("--power-step", "power_step", default=None, metavar="WATTS",
+              help="Then search the GPUs' power limit, from their maximum down this many watts apart, for the "
+                   "lowest J/token holding the SLO (--apply persists it).")
 @click.option("--resume", default=None, metavar="TUNE_ID", help="Go on with an interrupted tune.")
 @click.option("--out", "out_dir", default=None, help="Report directory (default ./deploy-results/HOST/TUNE_ID).")
 @click.option("--drain-timeout", type=float, default=120.0, show_default=True,
@@ -68,7 +89,8 @@ def _step(plan: TunePlan) -> int:
 @common_options
 def tune(app: AppContext, target: tuple[str, ...], slo: str | None, over: tuple[str, ...], range_text: str | None,
          preset: str | None, budget: str | None, confirm: int | None, noise_pct: float | None, apply: bool,
-         resume: str | None, out_dir: str | None, drain_timeout: float, no_drain: bool, tofu: bool) -> int:
+         resume: str | None, out_dir: str | None, drain_timeout: float, no_drain: bool, tofu: bool,
+         power_step: str | None) -> int:
     """Find the server flags with the best goodput under a latency SLO, and optionally roll them.
 
     `deploy tune host X --slo "ttft_p99<=2s,tpot_p99<=80ms" --over num-continuous-decode-steps=4,8
@@ -81,7 +103,8 @@ def tune(app: AppContext, target: tuple[str, ...], slo: str | None, over: tuple[
     if resume:
         given = [name for name, value in (("--slo", slo), ("--over", over), ("--range", range_text),
                                           ("--budget", budget), ("--apply", apply), ("--preset", preset),
-                                          ("--confirm", confirm is not None), ("--noise", noise_pct is not None))
+                                          ("--confirm", confirm is not None), ("--noise", noise_pct is not None),
+                                          ("--power-step", power_step))
                  if value]
         if given:
             raise ConfigError(f"--resume takes the tune's own settings (its record fixes them); {', '.join(given)} "
@@ -100,21 +123,23 @@ def tune(app: AppContext, target: tuple[str, ...], slo: str | None, over: tuple[
         preset_name = preset or profile.bench_preset
         app.inventory.preset(preset_name)
         parse_slo(slo)
+        parse_power_step(power_step)
         make_plan(over, range_text or DEFAULT_RANGE, budget, FlagSchema.load(profile.sglang_version),
-                  profile.secret_flags)
+                  profile.secret_flags, power_only=power_step is not None)
         record = None
     # Everything above refused bad input; only now is anything written or any host touched.
     profile = app.inventory.profile_for(host)
     if record is None:
         assert slo is not None
         plan = make_plan(over, range_text or DEFAULT_RANGE, budget, FlagSchema.load(profile.sglang_version),
-                  profile.secret_flags)
+                         profile.secret_flags, power_only=power_step is not None)
         record = _new_record(host.name, preset or profile.bench_preset, parse_slo(slo).text(), over,
                              range_text or DEFAULT_RANGE, budget, apply,
                              DEFAULT_CONFIRM if confirm is None else confirm,
                              DEFAULT_NOISE_PCT if noise_pct is None else noise_pct, plan)
+        record.power_step_w = parse_power_step(power_step)
     plan = make_plan(tuple(record.over), record.range, record.budget, FlagSchema.load(profile.sglang_version),
-                     profile.secret_flags)
+                     profile.secret_flags, power_only=record.power_step_w is not None)
     # The tune owns its host from here to its end, restore included: a roll, an up, a bench or a second session
     # of this tune on this machine is refused (locks/claims.py) instead of meeting the host between two runs. A
     # router worker is drained for the tune, so the router is claimed too (no fleet command re-adds it meanwhile).
@@ -194,6 +219,7 @@ def _report(app: AppContext, record: TuneRecord, plan: TunePlan, out_dir: str | 
         lines.append(f"not distinguishable from {verdict.best} (95 % intervals overlap): "
                      + ", ".join(verdict.indistinguishable))
     lines.append(f"release now {record.final_release} (was {record.original_release})")
+    lines += power_lines(record)
     png, page = write_tune_report(record, out, _step(plan), lines)
     table = tune_table(record, _step(plan))
     headers: list[str | Column] = [table.headers[0], table.headers[1], *(Column(h, "right") for h in
@@ -210,6 +236,10 @@ def _report(app: AppContext, record: TuneRecord, plan: TunePlan, out_dir: str | 
         "best": verdict.best, "margin_pct": verdict.margin_pct, "indistinguishable": list(verdict.indistinguishable),
         "verdict": record.verdict, "original_release": record.original_release,
         "final_release": record.final_release, "changed": record.final_release != record.original_release,
+        "power": {"step_w": record.power_step_w, "original_w": record.power_original,
+                  "points": [p.model_dump(mode="json") for p in record.power_points], "winner_w": record.power_winner,
+                  "verdict": record.power_verdict, "applied": record.power_applied}
+        if record.power_step_w is not None else None,
         "report": {"png": str(png), "html": str(page)}}
     app.out.emit(payload)
     return 0

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from orchestrator.caches import CACHE_DIR_MARK, CacheDirState
 from orchestrator.facts.base import HostFact, Read, if_ok, of_stdout, q, read_with
 from orchestrator.hardware.kernel_log import kernel_log_command
+from orchestrator.hardware.power_limit import QUERY_COMMAND as POWER_LIMIT_QUERY
+from orchestrator.hardware.power_limit import parse_power_limits
 from orchestrator.hardware.smi_health import LINK_QUERY_FIELDS
 from orchestrator.inventory.models import Host
 from orchestrator.monitoring.publish import state_command as metrics_state_command
@@ -38,6 +40,7 @@ from orchestrator.parsers.pve import (
 from orchestrator.parsers.topo import parse_topo
 from orchestrator.remote.batch import CommandOutput
 from orchestrator.render.boot_unit import boot_unit_fact, parse_boot_unit
+from orchestrator.render.power_unit import UNIT_NAME as POWER_UNIT
 
 #: The node's cluster and its guests, one JSON document a line (parsers.pve.parse_cluster_view).
 CLUSTER_COMMAND = ("pvesh get /cluster/status --output-format json && echo && "
@@ -161,6 +164,10 @@ class HOST:
     gpu_links = HostFact("gpu_links", lambda h, p: (
         f"nvidia-smi --query-gpu={','.join(LINK_QUERY_FIELDS)} --format=csv,nounits"),
         lambda o: o.stdout if o.stdout.strip() else None)
+    #: Each GPU's power limit in force and its allowed range (None: nvidia-smi failed; hardware/power_limit.py).
+    power_limits = HostFact("power_limits", lambda h, p: POWER_LIMIT_QUERY, if_ok(parse_power_limits))
+    #: The unit that re-applies the power limit deploy set (render/power_unit.py); its text is the record.
+    power_unit = HostFact("power_unit", lambda h, p: boot_unit_fact(POWER_UNIT), if_ok(parse_boot_unit))
     #: Whether the inventory's driver installer is a file on the host.
     installer = HostFact("installer", lambda h, p: (
         f"test -f {q(h.container.driver_installer)} && echo present" if h.container.driver_installer

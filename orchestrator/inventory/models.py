@@ -571,6 +571,10 @@ class Host(StrictModel):
     #: The shipped example's host (`deploy init`): its address is a worked example, not a machine of this site, so
     #: the tool refuses to connect to it until the operator has put in their own address and removed the key.
     example: bool = False
+    #: The GPUs' power limit in watts this host keeps (`nvidia-smi -pl`, persisted by a host unit: docs/power.md);
+    #: None leaves each GPU at the limit it has. Checked against the GPUs' own min/max once they are read, before
+    #: any change.
+    power_limit_w: int | None = Field(default=None, ge=1, le=5000)
 
     def require_configured(self) -> None:
         """Refuse (exit 2, before any connection) to reach a host that is still the example's."""

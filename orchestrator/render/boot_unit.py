@@ -98,10 +98,11 @@ class BootUnitState:
 SEPARATOR = "--- deploy boot unit ---"
 
 
-def boot_unit_fact() -> str:
-    """Host fact: whether the unit is enabled, then its file (nothing when absent)."""
-    return (f"systemctl is-enabled {UNIT_NAME} 2>/dev/null; echo '{SEPARATOR}'; "
-            f"cat {UNIT_PATH} 2>/dev/null; true")
+def boot_unit_fact(name: str = UNIT_NAME) -> str:
+    """Host fact: whether the unit `name` is enabled, then its file (nothing when absent); parse_boot_unit reads it
+    (the power unit, render/power_unit.py, is read the same way)."""
+    return (f"systemctl is-enabled {name} 2>/dev/null; echo '{SEPARATOR}'; "
+            f"cat /etc/systemd/system/{name} 2>/dev/null; true")
 
 
 def parse_boot_unit(text: str) -> BootUnitState:
@@ -111,8 +112,9 @@ def parse_boot_unit(text: str) -> BootUnitState:
     return BootUnitState(head.strip() == "enabled", body if body else None)
 
 
-def install_script(text: str) -> str:
-    """Write the unit, reload systemd, enable it: one round trip, idempotent."""
-    return (f"set -e\nprintf '%s' {shlex.quote(text)} > {UNIT_PATH}.deploy-tmp\n"
-            f"mv -f {UNIT_PATH}.deploy-tmp {UNIT_PATH}\n"
-            f"systemctl daemon-reload\nsystemctl enable {UNIT_NAME}\n")
+def install_script(text: str, name: str = UNIT_NAME) -> str:
+    """Write the unit `name`, reload systemd, enable it: one round trip, idempotent."""
+    path = f"/etc/systemd/system/{name}"
+    return (f"set -e\nprintf '%s' {shlex.quote(text)} > {path}.deploy-tmp\n"
+            f"mv -f {path}.deploy-tmp {path}\n"
+            f"systemctl daemon-reload\nsystemctl enable {name}\n")

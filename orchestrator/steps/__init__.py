@@ -25,6 +25,7 @@ STEP_MODULES = (
     "orchestrator.steps.status",
     "orchestrator.steps.watchdog",
     "orchestrator.steps.remedy",
+    "orchestrator.steps.power",
 )
 
 

@@ -18,15 +18,17 @@ from orchestrator.render.boot_unit import (
 )
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.base import StepContext, mark_change, step
+from orchestrator.steps.power import refuse_out_of_range, wanted_setting
 from orchestrator.steps.session import ensure_facts
 from orchestrator.verdicts.cuda import stack_cuda, stack_driver_finding
 from orchestrator.verdicts.host import Finding, HostFacts, doctor_findings, host_facts_from_values, worst_status
+from orchestrator.verdicts.power_cap import power_finding
 from orchestrator.verdicts.toolchain import toolchain_finding
 
 #: The host's GPU hardware sensors (orchestrator/hardware): read by doctor, `up`'s host_prereqs and status.
 HARDWARE_FACTS = (HOST.gpu_xids, HOST.gpu_health, HOST.gpu_links, HOST.lspci_acs)
 DOCTOR_FACTS = (HOST.driver_version, HOST.dev_listing, HOST.uvm_hmm, HOST.modprobe, HOST.cmdline, HOST.lspci_acs,
-                HOST.pveversion, HOST.topo, HOST.boot_unit, *HARDWARE_FACTS[:3])
+                HOST.pveversion, HOST.topo, HOST.boot_unit, *HARDWARE_FACTS[:3], HOST.power_limits, HOST.power_unit)
 
 
 #: Checks whose fact can fail to read on a real host (pveversion missing, lspci or /proc/cmdline unreadable): such a
@@ -103,7 +105,9 @@ def findings_for(ctx: StepContext) -> list[Finding]:
     findings = doctor_findings(facts)
     cuda = stack_driver_finding(facts.driver_version, stack_cuda(ctx.profile.sglang_version, ctx.profile.lock_text))
     findings += [cuda] if cuda is not None else []
-    return findings + unread_findings(ctx.facts, findings) + hardware_findings(hardware, ctx.host.name)
+    power = power_finding(ctx.facts.get(HOST.power_limits), ctx.facts.get(HOST.power_unit), ctx.host.power_limit_w,
+                          ctx.host.name)
+    return findings + unread_findings(ctx.facts, findings) + hardware_findings(hardware, ctx.host.name) + [power]
 
 
 @step("doctor", host_facts=DOCTOR_FACTS, ct_facts=(CT.toolchain,))
@@ -126,9 +130,14 @@ def host_prereqs(ctx: StepContext, record: StepRecord) -> None:
     findings = findings_for(ctx)
     record.details["findings"] = [f.to_dict() for f in findings]
     ctx.state.pve_version = host_facts(ctx.facts).pve_version
+    gpus = ctx.facts.get(HOST.power_limits)
+    if "power_limit" in ctx.playbook_steps and gpus is not None and (want := wanted_setting(ctx)) is not None:
+        refuse_out_of_range(gpus, want, ctx.host.name)  # before boot_nodes or any other step changes the host
     failed = [f for f in findings if f.status == "fail"]
-    installs_unit = "boot_nodes" in ctx.playbook_steps  # its warning is this run's next change, not news
-    warned = [f for f in findings if f.status == "warn" and not (installs_unit and f.check == "boot-nodes-unit")]
+    # A warning a later step of this run answers (it installs the boot unit, sets the power limit) is not news.
+    answered = {c for c, s in (("boot-nodes-unit", "boot_nodes"), ("power-limit", "power_limit"))
+                if s in ctx.playbook_steps}
+    warned = [f for f in findings if f.status == "warn" and f.check not in answered]
     for f in warned:
         ctx.say(f"  warning: {f.check}: {f.observed}")
     if failed:

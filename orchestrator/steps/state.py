@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # types only: the modules that produce them import the steps 
     from orchestrator.flags import FlagSet
     from orchestrator.gates.correctness import Verdict
     from orchestrator.gates.throughput import GateResult
+    from orchestrator.hardware.power_limit import GpuPowerLimit
     from orchestrator.hardware.state import HardwareState
     from orchestrator.monitoring.events import Event
     from orchestrator.parsers.bench import BenchResult
@@ -28,6 +29,7 @@ if TYPE_CHECKING:  # types only: the modules that produce them import the steps 
     from orchestrator.parsers.server_process import ServerProcess
     from orchestrator.releases.documents import ReleaseLine, ReleaseVerdict
     from orchestrator.render.bundle import Bundle
+    from orchestrator.render.power_unit import PowerSetting
     from orchestrator.runlog import StepRecord
     from orchestrator.stacks import StackRecord
     from orchestrator.steps.p2p import P2PReport
@@ -88,6 +90,7 @@ class RunInputs:
     probe_size_mib: int = 256  # p2p_bandwidth
     kernel_cursor: str | None = None  # hardware_cursor: the reading a GPU-fault remedy answered
     profile_steps: int | None = None  # bench: profile this many decode steps of each run (deploy bench --profile)
+    power_limit: PowerSetting | None = None  # power_limit: the limit to set (None: the inventory's power_limit_w)
 
 
 # ------------------------------------------------------------------------------------------------ state
@@ -327,4 +330,7 @@ class RunState:
     #: sglang_install: the software stack the profile names, built or adopted (orchestrator/stacks.py); a release
     #: installed by this run runs it.
     stack: StackRecord | None = None
+    #: power_limit: each GPU's limits as read back after the step (hardware/power_limit.py), and the unit's record.
+    power_limits: list[GpuPowerLimit] = field(default_factory=list)
+    power_recorded: PowerSetting | None = None
     lock_text: str | None = None  # stack_lock: the lock file `deploy lock` writes into the inventory

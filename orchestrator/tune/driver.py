@@ -60,8 +60,8 @@ def prompts_for(ctx: TuneContext, concurrency: int) -> int:
     return max(ctx.inventory.preset(ctx.record.preset).num_prompts, 2 * concurrency)
 
 
-def bench_at(ctx: TuneContext, point: PointRecord, concurrency: int, purpose: Literal["search", "confirm"]
-             ) -> RunEntry:
+def bench_at(ctx: TuneContext, point: PointRecord, concurrency: int,
+             purpose: Literal["search", "confirm", "power"]) -> RunEntry:
     """One bench run at `concurrency` on the running release, recorded in the tune and the ledger at once."""
     overrides = {"max-concurrency": str(concurrency), "num-prompts": str(prompts_for(ctx, concurrency))}
     # The bench step checks, before it measures, that the server is the point's release, run by the process
@@ -89,8 +89,10 @@ def bench_at(ctx: TuneContext, point: PointRecord, concurrency: int, purpose: Li
     point.runs.append(entry)
     save(ctx.record)
     try:
+        # The ledger knows search and confirm runs; a power-phase run is a search run of its point, the limit
+        # ("power 300 W"), so the ledger's tune view needs no other kind.
         ledger().link_tune_run(ctx.record.tune_id, run.run_id, point=point.label, concurrency=concurrency,
-                               purpose=entry.purpose)
+                               purpose="search" if entry.purpose == "power" else entry.purpose)
     except Exception as exc:  # the ledger is a local convenience; the record holds the run too
         ctx.say(f"  warning: could not file run {run.run_id} under the tune in the ledger: {exc}")
     figs = ", ".join(f"{k} {v:.0f} ms" for k, v in entry.figures.items() if v is not None)
@@ -289,6 +291,8 @@ def _tune(ctx: TuneContext) -> Verdict:
         rec.final_release = outcome.release
     else:
         rec.final_release = rec.original_release
+    if rec.power_step_w is not None:
+        power_after_flags(ctx, str(verdict.winner) if apply_winner else CURRENT)
     rec.host_release = current_release(ctx)  # read back: the report names what the host runs, not what was meant
     if rec.host_release != rec.final_release:
         raise changed_under_tune(ctx, f"after the tune the host runs release {rec.host_release}, not "
@@ -297,6 +301,19 @@ def _tune(ctx: TuneContext) -> Verdict:
     rec.phase = "done"
     save(rec)
     return verdict
+
+
+def power_after_flags(ctx: TuneContext, label: str) -> None:
+    """The power phase (tune/power_phase.py) at the SLO limit of the flags the host now runs."""
+    from orchestrator.tune.power_phase import power_phase
+
+    rec = ctx.record
+    limit = rec.point(label).limit
+    if limit is None:
+        rec.power_verdict = f"power phase skipped: the flags of {label} have no SLO limit concurrency"
+        save(rec)
+        return
+    power_phase(ctx, limit)
 
 
 def run_tune(ctx: TuneContext) -> Verdict:
@@ -343,6 +360,13 @@ def restore_and_read_back(ctx: TuneContext, say: Say) -> None:
         restore(quiet_ctx, rec.original_release)
     except DeployError as err:
         say(f"  the restore failed: {err.what}")
+    if rec.power_original is not None and not rec.power_applied:
+        from orchestrator.tune.power_phase import restore_limits
+
+        try:
+            restore_limits(quiet_ctx, say)
+        except DeployError as err:
+            say(f"  the restore of the power limits failed: {err.what}")
     try:
         rec.host_release = current_release(quiet_ctx)
     except DeployError as err:

@@ -67,8 +67,10 @@ def _canonical(schema: FlagSchema, name: str) -> str:
     return resolved.option[2:]
 
 
-def parse_over(items: tuple[str, ...], schema: FlagSchema, secret_flags: Iterable[str] = ()
-               ) -> tuple[tuple[str, tuple[str, ...]], ...]:
+def parse_over(items: tuple[str, ...], schema: FlagSchema, secret_flags: Iterable[str] = (),
+               power_only: bool = False) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    if not items and power_only:  # `--power-step` alone: the current flags, then the power phase
+        return ()
     if not items:
         raise ConfigError("deploy tune needs at least one --over FLAG=V1,V2",
                           fix="e.g. --over num-continuous-decode-steps=4,8,16")
@@ -132,12 +134,12 @@ def parse_budget(text: str | None) -> float | None:
 
 
 def make_plan(over: tuple[str, ...], range_text: str, budget: str | None, schema: FlagSchema,
-              secret_flags: Iterable[str] = ()) -> TunePlan:
-    flags = parse_over(over, schema, secret_flags)
+              secret_flags: Iterable[str] = (), power_only: bool = False) -> TunePlan:
+    flags = parse_over(over, schema, secret_flags, power_only)
     count = math.prod(len(vals) for _, vals in flags)  # counted, not built: 300×300×300 values took 9 GB and 83 s
     if count > MAX_POINTS:
         raise ConfigError(f"--over gives {count} flag points, more than {MAX_POINTS}",
                           fix="sweep fewer values, or tune in stages")
     points = tuple(FlagPoint(tuple(zip([n for n, _ in flags], combo, strict=True)))
-                   for combo in itertools.product(*(vals for _, vals in flags)))
+                   for combo in itertools.product(*(vals for _, vals in flags))) if flags else ()
     return TunePlan(tuple(n for n, _ in flags), points, parse_range(range_text), parse_budget(budget))

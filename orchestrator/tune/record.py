@@ -28,7 +28,7 @@ CURRENT = "current"
 class RunEntry(BaseModel):
     run_id: str
     concurrency: int
-    purpose: Literal["search", "confirm"]
+    purpose: Literal["search", "confirm", "power"]
     figures: dict[str, float | None]
     output_tok_s: float
     tok_s_per_w: float | None = None
@@ -54,6 +54,18 @@ class PointRecord(BaseModel):
     repeats: int = 0
 
 
+class PowerPointRecord(BaseModel):
+    """One power limit of the power phase (tune/power.py): its runs at the flags' SLO limit and the judgement."""
+
+    watts: int
+    concurrency: int
+    runs: list[RunEntry] = Field(default_factory=list)
+    holds: bool = False
+    misses: list[str] = Field(default_factory=list)
+    j_per_token: float | None = None
+    output_tok_s: float | None = None
+
+
 class TuneRecord(BaseModel):
     tune_id: str
     host: str
@@ -76,6 +88,14 @@ class TuneRecord(BaseModel):
     #: The release the host ran when the last session of this tune ended, read back from the host after its
     #: restore (None: not read, e.g. the host could not be reached). What an interrupted tune reports.
     host_release: str | None = None
+    #: The power phase (`--power-step W`): the GPUs' limits when it began (restored unless --apply), each limit
+    #: tried, the chosen one and why.
+    power_step_w: int | None = None
+    power_original: list[float] | None = None
+    power_points: list[PowerPointRecord] = Field(default_factory=list)
+    power_winner: int | None = None
+    power_verdict: str = ""
+    power_applied: bool = False  # --apply persisted power_winner: nothing to restore
 
     def point(self, label: str) -> PointRecord:
         return next(p for p in self.points if p.label == label)

@@ -43,12 +43,13 @@ class GpuLoad:
 class Sample:
     """One reading of one GPU, in the units nvidia-smi prints."""
 
-    __slots__ = ("mem_mhz", "mem_temp_c", "mem_used_mib", "pcie_gen", "power_avg_w", "power_w", "pstate", "pviol",
-                 "rx_mb_s", "sm_mhz", "temp_c", "tx_mb_s", "util_gpu", "util_mem")
+    __slots__ = ("limit_w", "mem_mhz", "mem_temp_c", "mem_used_mib", "pcie_gen", "power_avg_w", "power_w", "pstate",
+                 "pviol", "rx_mb_s", "sm_mhz", "temp_c", "tx_mb_s", "util_gpu", "util_mem")
 
     def __init__(self, *, power_w: float, power_avg_w: float, util_gpu: int, util_mem: int, mem_used_mib: int,
                  temp_c: int, mem_temp_c: int | None, sm_mhz: int, mem_mhz: int, pcie_gen: int, pviol: int,
-                 rx_mb_s: int, tx_mb_s: int, pstate: str) -> None:
+                 rx_mb_s: int, tx_mb_s: int, pstate: str, limit_w: float) -> None:
+        self.limit_w = limit_w  # the power limit in force (powercap.py: the default one unless -pl set another)
         self.power_w = power_w
         self.power_avg_w = power_avg_w
         self.util_gpu = util_gpu
@@ -101,12 +102,14 @@ def _jitter(gpu: Gpu, now: float, amplitude: float) -> float:
     return 1.0 + amplitude * math.sin(now * 3.7 + gpu.index * 1.3) * math.cos(now * 1.1 + gpu.minor)
 
 
-def sample(profile: GpuProfile, gpu: Gpu, load: GpuLoad | None, now: float) -> Sample:
+def sample(profile: GpuProfile, gpu: Gpu, load: GpuLoad | None, now: float, limit_w: float | None = None) -> Sample:
+    """`limit_w`: the limit `nvidia-smi -pl` set (powercap.py); the draw never passes it, as the driver's power
+    capping holds it there (the server reports the load it could run under the cap, its own powercap.py)."""
     ld = load or GpuLoad()
     f = max(0.0, min(1.0, ld.power_fraction))
     busy = ld.util > 0.005
-    limit = profile.power_limit_w
-    power = gpu.idle_power_w + (0.99 * limit - gpu.idle_power_w) * f
+    limit = profile.power_limit_w if limit_w is None else limit_w
+    power = gpu.idle_power_w + (0.99 * profile.power_limit_w - gpu.idle_power_w) * f
     power *= _jitter(gpu, now, 0.01 if busy else 0.015)
     power = min(power, limit * 0.999)
     shape = profile.load
@@ -121,7 +124,7 @@ def sample(profile: GpuProfile, gpu: Gpu, load: GpuLoad | None, now: float) -> S
         pstate = "P8" if shape.idle_pcie_gen < profile.pcie_max_gen else "P0"
     return Sample(
         power_w=power,
-        power_avg_w=power * _jitter(gpu, now - 1.0, 0.005),
+        power_avg_w=min(power * _jitter(gpu, now - 1.0, 0.005), limit * 0.999),  # capping holds the average too
         util_gpu=round(ld.util * 100),
         util_mem=round(shape.mem_util_at_full * f + 3) if busy else 0,
         mem_used_mib=int(gpu.mem_total_mib * ld.mem_fraction),
@@ -134,4 +137,5 @@ def sample(profile: GpuProfile, gpu: Gpu, load: GpuLoad | None, now: float) -> S
         rx_mb_s=int(ld.pcie_rx_mb_s),
         tx_mb_s=int(ld.pcie_tx_mb_s),
         pstate=pstate,
+        limit_w=limit,
     )

@@ -9,8 +9,8 @@ import pytest
 from orchestrator.errors import ConfigError
 from orchestrator.playbooks import StepRef, available_playbooks, load_playbook
 
-UP = ["connect", "lock", "cluster", "host_prereqs", "boot_nodes", "container", "ct_packages", "driver_userspace",
-      "container_gpus",
+UP = ["connect", "lock", "cluster", "host_prereqs", "boot_nodes", "power_limit", "container", "ct_packages",
+      "driver_userspace", "container_gpus",
       "sglang_install", "model_weights", "verify_p2p", "server_unit", "health", "smoke", "correctness", "throughput",
       "release_verdict", "watchdog", "unlock"]
 ROLL = ["connect", "lock", "roll_stack", "resolve_release", "validate_flags", "install_release", "health", "smoke",

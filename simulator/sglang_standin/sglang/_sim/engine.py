@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sglang._sim.perf import PerfModel, noise_factor
+from sglang._sim.powercap import PowerCap
 
 VOCAB = [
     "the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with", "be", "by", "on", "not",
@@ -92,6 +93,7 @@ class Engine:
         self._deadline = 0.0
         #: Called after each round's decode steps with (batch, steps, model ms per step): the profiler's window.
         self.on_decode: Callable[[int, int, float], None] | None = None
+        self.cap: PowerCap | None = None  # the GPUs' power limits (set by the server once it knows its GPUs)
 
     def submit(self, input_len: int, max_new: int, words: list[str] | None = None) -> Req:
         n = next(self.ids)
@@ -159,6 +161,8 @@ class Engine:
         else:
             self.realtime["prefill_compute"] += prefill_tokens
         ms, power = self.perf.round(len(decode), prefill_tokens)
+        if self.cap is not None:  # a GPU power limit below the round's draw slows it (powercap.py, modelled)
+            ms, power = self.cap.apply(ms, power)
         ms *= self.factor
         busy = self.perf.busy_fraction(len(decode), prefill_tokens)
         self._deadline = max(self._deadline, time.monotonic()) + ms / 1000.0 / self.scale

@@ -38,6 +38,7 @@ from sglang._sim.engine import VOCAB, Engine, Req
 from sglang._sim.flags import PROG, add_cli_args
 from sglang._sim.http_server import App, Guard, HTTPError, Request, Response, Stream, json_response, text_response
 from sglang._sim.perf import PerfModel
+from sglang._sim.powercap import PowerCap
 from sglang._sim.resolve import KV_TOKENS, model_architecture, nsa_log_line, resolve
 from sglang._sim.tinymodel import answer, count_tokens, last_user_text, prompt_text, reasoning
 
@@ -814,8 +815,11 @@ async def serve(sim: Sim) -> None:
             os._exit(1)
 
     # Real sglang starts uvicorn only once the schedulers report the model loaded: the port is closed until then.
+    minors = visible_minors(int(sim.args["tp_size"]))
+    # The GPUs' power limits slow its rounds, and the CT's power_draw knob scales its draw (powercap.py).
+    sim.engine.cap = PowerCap(env.gpu_dir(), minors, lambda: float(env.ct_faults().get("power_draw") or 1.0))
     tasks = [asyncio.create_task(sim.engine.run()), asyncio.create_task(startup(sim, bind)),
-             asyncio.create_task(report_load(sim, visible_minors(int(sim.args["tp_size"]))))]
+             asyncio.create_task(report_load(sim, minors))]
     await sim.stop.wait()
     log("SIGTERM received. signum=None frame=None. Draining requests and shutting down...")
     await graceful_exit(sim)
