@@ -172,6 +172,8 @@ def _print_profile(app: AppContext, outcome: Any) -> None:
     app.out.table(breakdown_table(outcome.breakdown))
     for line in verdict_lines(outcome.breakdown, outcome.verdict):
         app.out.line(line)
+    if outcome.since is not None:
+        app.out.line(f"  since the roll: {outcome.since.line()}")
     if outcome.problem:
         app.out.line(f"  [warn] {outcome.problem}")
 
