@@ -151,13 +151,17 @@ def check_page(page: Path, *, timeout: float = 60.0) -> PageCheck:
             os.dup2(r, 3)
             os.dup2(w, 4)
 
-        proc = subprocess.Popen([exe, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                pass_fds=(3, 4, child_r, child_w), preexec_fn=fds)
+        log = Path(profile) / "chromium.stderr"  # a file, not a pipe nobody reads: chromium never blocks on it
+        with log.open("wb") as err:
+            proc = subprocess.Popen([exe, *FLAGS, f"--user-data-dir={profile}/data", "about:blank"],
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                    pass_fds=(3, 4, child_r, child_w), preexec_fn=fds)
         for fd in (to_r, from_w, child_r, child_w):
             os.close(fd)
         try:
             return _drive(_Pipe(to_w, from_r, deadline), page)
+        except BrowserError as exc:
+            raise BrowserError(f"{exc}; chromium's stderr ends: {log.read_text(errors='replace')[-2000:]}") from exc
         finally:
             os.close(to_w)
             try:
@@ -166,8 +170,6 @@ def check_page(page: Path, *, timeout: float = 60.0) -> PageCheck:
                 proc.kill()
                 proc.wait()
             os.close(from_r)
-            if proc.stderr:
-                proc.stderr.close()
 
 
 def _drive(cdp: _Pipe, page: Path) -> PageCheck:
