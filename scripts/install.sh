@@ -25,11 +25,13 @@ need_apt=()
 for pair in sshd:openssh-server ssh:openssh-client ip:iproute2 flock:util-linux unshare:util-linux \
   nsenter:util-linux curl:curl pgrep:procps systemd-analyze:systemd \
   lxc-start:lxc debootstrap:debootstrap nft:nftables zstd:zstd dnsmasq:dnsmasq-base promtool:prometheus \
-  prometheus-node-exporter:prometheus-node-exporter patch:patch; do
+  prometheus-node-exporter:prometheus-node-exporter patch:patch chromium:chromium; do
   bin=${pair%%:*} pkg=${pair#*:}
   if ! command -v "$bin" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$bin" ]; then need_apt+=("$pkg"); fi
 done
 [ -e /etc/ssl/certs/ca-certificates.crt ] || need_apt+=(ca-certificates)
+# chromium: the tests open every HTML report the tool writes in a real headless browser (tests/browser.py: rendered,
+# screenshot taken, no script error); its fontconfig dependency brings a font, so text renders without recommends.
 # patch: the unit tests run the stack-patch script (orchestrator/patches.py) with GNU patch, as a container does.
 # prometheus brings promtool and the prometheus binary: the tests check the shipped alert rules, the metrics and
 # a scrape config with them, and tests run a real Prometheus on loopback (docs/monitoring.md); the end-to-end one

@@ -165,14 +165,14 @@ def energy_line(e: Any) -> str:
 
 
 def _print_profile(app: AppContext, outcome: Any) -> None:
-    from orchestrator.cli.profile_view import breakdown_table, verdict_lines
+    from orchestrator.cli.profile_cmd import print_breakdown
 
     if outcome.breakdown is None or outcome.verdict is None:
         app.out.line(f"  [warn] no step-time breakdown: {outcome.problem}")
         return
-    app.out.table(breakdown_table(outcome.breakdown))
-    for line in verdict_lines(outcome.breakdown, outcome.verdict):
-        app.out.line(line)
+    print_breakdown(app, outcome.breakdown, outcome.verdict)
+    if outcome.since is not None:
+        app.out.line(f"  since the roll: {outcome.since.line()}")
     if outcome.problem:
         app.out.line(f"  [warn] {outcome.problem}")
 

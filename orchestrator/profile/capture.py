@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from orchestrator.profile.breakdown import Breakdown, breakdown
 from orchestrator.profile.kernels import CLASS_ORDER
+from orchestrator.profile.moved import ShareMove
 from orchestrator.profile.trace import TraceError, parse_trace
 from orchestrator.profile.verdict import Verdict, judge
 from orchestrator.resources import module_source
@@ -39,11 +40,13 @@ class ProfileOutcome:
     breakdown: Breakdown | None
     verdict: Verdict | None
     problem: str = ""
+    #: After a roll: the share the previous profiled run's verdict predicted a lever for, then and now (moved.py).
+    since: ShareMove | None = None
 
     def payload(self) -> dict[str, object]:
         return {"breakdown": self.breakdown.payload() if self.breakdown else None,
                 "verdict": self.verdict.model_dump(mode="json") if self.verdict else None,
-                "problem": self.problem or None}
+                "problem": self.problem or None, "since": self.since.to_dict() if self.since else None}
 
     def diagnosis(self) -> Diagnosis:
         """The verdict as one more diagnosis line of the run (what the ledger stores)."""

@@ -6,7 +6,7 @@ import json
 import re
 import shlex
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -354,6 +354,15 @@ def bench_for_release(ctx: StepContext, preset_name: str, release: str | None,
         run = run_bench(ctx.ct, ctx.host, ctx.profile, preset_name, preset, overrides=overrides,
                         release_id=release, flags=flags, nvlink=nvlink, boot=last_boot(ctx),
                         profile_steps=ctx.inputs.profile_steps)
+    if run.profile is not None:  # after a roll: did the share the last profiled run's verdict named move?
+        from orchestrator.profile.moved import share_move
+
+        try:
+            earlier = ledger().list_runs(host=ctx.host.name, limit=200)
+        except Exception as exc:  # as below: the ledger is a convenience
+            ctx.say(f"  warning: could not read the local ledger: {exc}")
+            earlier = []
+        run.profile = replace(run.profile, since=share_move(earlier, run.run_id, release, run.diagnosis))
     try:
         source: RunSource = "sweep" if overrides else "roll" if "roll" in ctx.options.command else "bench"
         ledger().record_run(host=ctx.host.name, bench=run.result, source=source,

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.browser import check_page
 from tests.e2e.conftest import SHARED, DeployEnv, until
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -140,6 +141,8 @@ def test_bench_sweep_writes_plot_report_and_point_dirs(converged_shared: DeployE
     html = (out / "report.html").read_text()
     assert "data:image/png;base64" in html
     assert not re.search(r"https?://", html), re.findall(r"https?://\S{0,60}", html)
+    browser = check_page(out / "report.html")  # rendered in headless Chromium: plot decoded, no script error
+    assert browser.problems() == [], browser.problems()
     embedded = re.search(r"data:image/png;base64,([A-Za-z0-9+/=]+)", html)
     assert embedded and png_size(base64.b64decode(embedded.group(1)))[0] > 100
     assert sorted(d.name for d in out.iterdir() if d.is_dir()) == ["max-concurrency=16", "max-concurrency=64"]

@@ -4,6 +4,7 @@ brought back, the breakdown and the verdict in the output, --json and the ledger
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,47 @@ def test_bench_profile_gives_each_shape_its_verdict(converged_shared: DeployEnv,
     finally:
         env.run("sim", "fault", env.host, "--ct", "120", "kernel_shape=none", "slow_rank=none", "--root", root)
 
+
+
+@pytest.mark.xdist_group(SHARED)
+def test_after_a_roll_the_next_profiled_bench_says_whether_the_predicted_share_moved(
+        converged_shared: DeployEnv) -> None:
+    """Collective-bound on the first release; a roll to the lever's flag; on the new release the stand-in runs the
+    MoE shape (the simulator does not model the flag's effect: the shape is set by `sim fault`, as a host whose
+    all-reduce got cheaper would look), and the bench says the collective share moved. Rolled back, the MoE shape
+    kept: the MoE share that verdict named did not move, in --json."""
+    env = converged_shared
+    root = str(env.root)
+    rolled = False
+    try:
+        assert env.run("sim", "fault", env.host, "--ct", "120", "kernel_shape=collective", "--root", root).rc == 0
+        first = env.run("--json", "bench", "host", env.host, "--profile", "4")
+        assert first.rc == 0, first.text
+        (run0,) = first.json["runs"]
+        assert run0["profile"]["verdict"]["code"] == "collective-bound" and run0["profile"]["since"] is None
+        roll = env.run("roll", "host", env.host, "--set", "disable-custom-all-reduce=true", "--skip-bench",
+                       timeout=600)
+        rolled = roll.rc == 0
+        assert rolled, roll.text
+        assert env.run("sim", "fault", env.host, "--ct", "120", "kernel_shape=moe", "--root", root).rc == 0
+        text = env.run("bench", "host", env.host, "--profile", "4")
+        assert text.rc == 0, text.text
+        assert re.search(r"since the roll: collective share \d+ % → \d+ %: the predicted lever moved it \(run "
+                         + run0["run_id"] + r" on release \S+ said collective-bound; now release \S+\)",
+                         text.stdout), text.stdout
+        back = env.run("rollback", "host", env.host, timeout=600)
+        rolled = back.rc != 0
+        assert not rolled, back.text
+        again = env.run("--json", "bench", "host", env.host, "--profile", "4")
+        assert again.rc == 0, again.text
+        (run2,) = again.json["runs"]
+        since = run2["profile"]["since"]
+        assert since is not None, run2["profile"]
+        assert since["predicted_by"] == "moe-bound" and since["share"] == "moe" and since["moved"] is False
+        assert since["after"] == run2["profile"]["verdict"]["shares"]["moe"]
+        assert since["release"] == again.json["release"] == first.json["release"] != since["since_release"]
+        assert "the predicted lever did not move it" in since["message"]
+    finally:
+        env.run("sim", "fault", env.host, "--ct", "120", "kernel_shape=none", "--root", root)
+        if rolled:
+            env.run("rollback", "host", env.host, timeout=600)

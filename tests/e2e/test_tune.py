@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from orchestrator.state.ledger import Ledger
+from tests.browser import check_page
 
 from .conftest import REPO, DeployEnv
 
@@ -103,6 +104,8 @@ def test_tune_of_two_flags_finds_the_knee_and_restores_the_original(converged: D
     assert current(env) == before and unit(env) == before_unit
     assert doc["final_release"] == doc["original_release"] == before
     assert (out / "tune.png").stat().st_size > 1000 and "goodput" in (out / "report.html").read_text()
+    browser = check_page(out / "report.html")  # rendered in headless Chromium: plot decoded, no script error
+    assert browser.problems() == [], browser.problems()
     # every bench run is in the ledger, filed under the tune
     linked = Ledger(Path(env.env["DEPLOY_STATE_DIR"]) / "ledger.sqlite").tune_runs(doc["tune_id"])
     runs = [r["run_id"] for p in doc["points"] for r in p["runs"]]

@@ -1,25 +1,35 @@
-"""The breakdown and its verdict as a table and lines (pure: values in, table spec and strings out)."""
+"""The breakdown and its verdict as a table and lines (pure: values in, table rows and strings out)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from orchestrator.profile.breakdown import Breakdown
 from orchestrator.profile.kernels import CLASS_ORDER
 from orchestrator.profile.verdict import Verdict
-from orchestrator.ui.tables import Column, TableSpec, spec
 
 _HEADERS = {"collective": "collective", "moe": "MoE", "attention": "attention", "dense_gemm": "dense GEMM",
             "other": "other", "idle": "GPU idle"}
 
 
-def breakdown_table(b: Breakdown) -> TableSpec:
+@dataclass(frozen=True)
+class BreakdownTable:
+    """The table's title, headers (every column right-aligned: figures) and rows; the CLI draws it (this package
+    stays below orchestrator.ui, which imports the runner)."""
+
+    title: str
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+
+def breakdown_table(b: Breakdown) -> BreakdownTable:
     """One row per rank: its decode steps, mean step time and each class's share of it."""
-    headers = [Column("rank", "right"), Column("steps", "right"), Column("step µs", "right"),
-               *(Column(_HEADERS[c.value], "right") for c in CLASS_ORDER), Column("sum", "right")]
-    rows = [(str(r.rank), str(r.steps), f"{r.mean_step_us:.0f}",
-             *(f"{100 * r.share(c):.1f} %" for c in CLASS_ORDER), f"{100 * r.coverage:.1f} %")
-            for r in b.ranks]
+    headers = ("rank", "steps", "step µs", *(_HEADERS[c.value] for c in CLASS_ORDER), "sum")
+    rows = tuple((str(r.rank), str(r.steps), f"{r.mean_step_us:.0f}",
+                  *(f"{100 * r.share(c):.1f} %" for c in CLASS_ORDER), f"{100 * r.coverage:.1f} %")
+                 for r in b.ranks)
     where = f" on {b.device}" if b.device else ""
-    return spec(f"{b.stage.lower()} step time by kernel class, per rank{where}", headers, rows)
+    return BreakdownTable(f"{b.stage.lower()} step time by kernel class, per rank{where}", headers, rows)
 
 
 def verdict_lines(b: Breakdown, v: Verdict) -> list[str]:
