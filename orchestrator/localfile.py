@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shlex
 import stat
 import tempfile
@@ -26,6 +27,13 @@ from orchestrator.errors import ConfigError
 
 #: No inventory, flag or secret file comes near this; a larger one is refused rather than read into memory.
 MAX_FILE_BYTES = 8 * 1024 * 1024
+
+#: A host name or run id as a file name (claim and run files of the state dir).
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def file_name(text: str) -> str:
+    return _SAFE.sub("_", text)
 
 
 def read_text_file(path: Path, what: str = "file", *, max_bytes: int = MAX_FILE_BYTES, private: bool = False) -> str:

@@ -175,7 +175,7 @@ class WatchState:
         if listed is None or interval_s is None:
             try:
                 old = self._document()
-            except ConfigError:
+            except DeployError:  # a broken file, or a team store lost mid-cycle: the put below says so
                 old = {}
             listed = listed if listed is not None else self.listed() if old else set()
             interval_s = interval_s if interval_s is not None else old.get("interval_s")  # type: ignore[assignment]

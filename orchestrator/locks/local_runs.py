@@ -13,18 +13,11 @@ from __future__ import annotations
 
 import fcntl
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.localfile import file_name
 from orchestrator.paths import state_dir
-
-#: A host name or run id as a file name (as locks/claims.py names its files).
-_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
-
-
-def file_name(text: str) -> str:
-    return _SAFE.sub("_", text)
 
 
 def runs_dir(host: str) -> Path:

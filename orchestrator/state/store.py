@@ -187,7 +187,7 @@ class LocalClaims:
         return state_dir() / "claims"
 
     def path(self, name: str) -> Path:
-        from orchestrator.locks.local_runs import file_name
+        from orchestrator.localfile import file_name
 
         return self.folder() / f"{file_name(name)}.claim"
 

@@ -23,6 +23,7 @@ from orchestrator.inventory.models import Host, Inventory
 from orchestrator.remote.batch import CommandOutput
 from orchestrator.remote.container import Container
 from orchestrator.remote.ssh import CommandGuard, RemoteResult
+from orchestrator.render.boot_unit import SEPARATOR
 from orchestrator.runlog import Metrics, StepRecord
 from orchestrator.steps import REGISTRY, load_all_steps
 from orchestrator.steps.base import RunOptions, StepContext
@@ -33,6 +34,10 @@ from tests.shared import EXAMPLE_INVENTORY
 REPO = Path(__file__).resolve().parents[3]
 
 Fact = str | CommandOutput
+
+#: The real RTX PRO 6000 power-limit query (tests/fixtures/nvidia-smi-pl/): the header and GPU 0 at its default.
+DEFAULT_POWER_LIMITS = "\n".join((Path(__file__).resolve().parents[2] / "fixtures" / "nvidia-smi-pl" / "query.csv")
+                                 .read_text().splitlines()[:2]) + "\n"
 
 
 def out(stdout: str = "", rc: int = 0, stderr: str = "") -> CommandOutput:
@@ -204,8 +209,10 @@ def make_run(inventory: Inventory) -> Callable[..., StepRun]:
         node = FakeNode(host)
         ct = Container(node, host.container.vmid)
         facts = Facts(node, host, profile, ct)
-        # The kernel cache's host directory is there, owned by the CT's root, unless a test says otherwise.
-        given = {"kernel_cache_dir": f"{cache_owner(host.container)}\n", **(host_facts or {})}
+        # The kernel cache's host directory is there, owned by the CT's root, and the GPUs run at their default
+        # power limit with no power unit, unless a test says otherwise.
+        given = {"kernel_cache_dir": f"{cache_owner(host.container)}\n", "power_limits": DEFAULT_POWER_LIMITS,
+                 "power_unit": f"\n{SEPARATOR}\n", **(host_facts or {})}
         facts.host = {_known(HOST_FACTS, k): _as_output(v) for k, v in given.items()}
         facts.ct = {_known(CT_FACTS, k): _as_output(v) for k, v in (ct_facts or {}).items()}
         facts.ct_running = ct_facts is not None
