@@ -250,11 +250,11 @@ def orphaned(group: str, now: float | None = None) -> list[Orphan]:
     """The hosts of the group's watch record that no running watch owns: its watch looped and is gone (its live
     mark is free: killed, stopped or crashed). A watch run from a timer (`--once`) is not running between its
     cycles: its record is orphaned only past two of its intervals (at least 2 min)."""
-    state = WatchState(group)
     try:
+        state = WatchState(group)
         cordoned = state.load()
-    except ConfigError:
-        cordoned = {}
+    except DeployError:  # a broken record, or a team store out of reach: status still reads the hosts
+        return []
     if not cordoned or state.running():
         return []
     last = state.last_cycle()

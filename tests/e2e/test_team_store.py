@@ -266,7 +266,10 @@ def test_the_watch_on_one_machine_and_rolls_from_another_never_hold_a_host_at_on
             watch.kill()
             watch.wait()
         fleet.clear_faults()
-    assert f"{bad}: cordoned (" in said and f"{bad}: returned:" in said, said
+    # the watch cordoned the host, and the host came back: the watch returned it, or the roll from the other machine
+    # (a router worker's roll adds it back after its checks) did and the watch closed its record
+    assert f"{bad}: cordoned (" in said, said
+    assert f"{bad}: returned:" in said or f"{bad}: back in the router and reads clean" in said, said
     for code, text in results:
         assert "Traceback" not in text, text
         if code == 3:  # refused: the watch held the host (a roll that ran may fail on the host's own fault)
