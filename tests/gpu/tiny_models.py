@@ -1,4 +1,5 @@
-"""(From the device capture recipe, ../shared/device/scripts/mkmodel.py, unchanged but for this line.)
+"""(The device capture recipe's mkmodel.py of 2026-12-07, unchanged but for this line; the whole recipe is in
+docs/development.md, "The GPU suite".)
 Make tiny random-weight models for the real sglang server (run on the device).
 
 /root/tiny    : LlamaForCausalLM  hidden 256, 2 layers, 4 heads, 2 KV heads, inter 512

@@ -4,6 +4,7 @@ doctor's `power-limit` check."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,14 @@ def test_up_refuses_an_inventory_limit_out_of_range_before_any_step_changes_the_
     with pytest.raises(ConfigError) as err:
         run.step("host_prereqs")
     assert "700 W is out of range: GPU 0 allows 300 W to 600 W" in err.value.what and run.node.calls == []
+
+
+def test_the_constructed_query_carries_the_real_q_readings_of_its_gpus() -> None:
+    """query.csv is constructed; its RTX PRO 6000 rows must say what the real `nvidia-smi -q` of that box says
+    (current, min, max and default limit), or every range the tests refuse is invented."""
+    q = (FIX.parent / "nvidia-smi" / "rtx-pro-6000-x8-bare" / "q.txt").read_text()
+    real = {k: float(v) for k, v in re.findall(
+        r"^ {8}(Current|Min|Max|Default) Power Limit\s+: ([\d.]+) W$", q, re.M)[:4]}
+    gpu = parse_power_limits(RTX)[0]
+    assert (gpu.limit_w, gpu.min_w, gpu.max_w, gpu.default_w) == (
+        real["Current"], real["Min"], real["Max"], real["Default"])
