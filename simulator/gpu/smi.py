@@ -494,12 +494,11 @@ def _set_power(ctx: SimContext, view: View, value: str, ids: list[int] | None, o
     return 0
 
 
-def _health_q(view: View, out: TextIO) -> int:
-    """`-q -d ECC,ROW_REMAPPER,PERFORMANCE` (any -d: the health sections of the real H200 capture, per GPU, after
-    the knobs); a lost GPU's real error line instead of its block (stderr), and NVML's GPU_IS_LOST exit (15)."""
+def _q_report(view: View, out: TextIO, block: Callable[[Gpu, int], str]) -> int:
+    """A `-q` report: the real header, then each visible GPU's block; a lost GPU's real error line instead of its
+    block (stderr), and NVML's GPU_IS_LOST exit (15)."""
     import datetime as dt
 
-    template = _read_text(os.path.join(os.path.dirname(__file__), "captures", "h200-x2", "q-health-sections.txt"))
     stamp = dt.datetime.now().strftime("%a %b %d %H:%M:%S %Y").replace(" 0", "  ")
     out.write(f"\n==============NVSMI LOG==============\n\n{'Timestamp':<55}: {stamp}\n"
               f"{'Driver Version':<55}: {view.driver_version}\n{'CUDA Version':<55}: {view.profile.cuda_version}\n\n"
@@ -511,8 +510,15 @@ def _health_q(view: View, out: TextIO) -> int:
             sys.stderr.write(health.LOST.format(bus=gpu.bus_id[4:]))
             lost = True
             continue
-        out.write(health.health_sections(template, gpu.bus_id, index, view.faults) + "\n")
+        out.write(block(gpu, index) + "\n")
     return 15 if lost else 0
+
+
+def _health_q(view: View, out: TextIO) -> int:
+    """`-q -d ECC,ROW_REMAPPER,PERFORMANCE` (any -d): the health sections of the real H200 capture, per GPU, after
+    the knobs."""
+    template = _read_text(os.path.join(os.path.dirname(__file__), "captures", "h200-x2", "q-health-sections.txt"))
+    return _q_report(view, out, lambda gpu, index: health.health_sections(template, gpu.bus_id, index, view.faults))
 
 
 def _gpu_blocks(text: str) -> dict[str, list[str]]:
@@ -529,27 +535,17 @@ def _gpu_blocks(text: str) -> dict[str, list[str]]:
 
 def _full_q(view: View, out: TextIO) -> int:
     """`-q`: each visible GPU's block of the profile's real capture (the H200's block under its bus id where the
-    profile has none), with the hardware knobs applied; a lost GPU's real error line instead (stderr, exit 15)."""
-    import datetime as dt
-
+    profile has none), with the hardware knobs applied."""
     cap = view.profile.capture("q.txt")
     blocks = _gpu_blocks(_read_text(cap)) if cap is not None else {}
     spare = next(iter(_gpu_blocks(_read_text(os.path.join(os.path.dirname(__file__), "captures", "h200-x2",
                                                            "q.txt"))).values()))
-    stamp = dt.datetime.now().strftime("%a %b %d %H:%M:%S %Y").replace(" 0", "  ")
-    out.write(f"\n==============NVSMI LOG==============\n\n{'Timestamp':<55}: {stamp}\n"
-              f"{'Driver Version':<55}: {view.driver_version}\n{'CUDA Version':<55}: {view.profile.cuda_version}\n\n"
-              f"{'Attached GPUs':<55}: {len(view.gpus)}\n")
-    lost = False
-    for gpu in view.gpus:
-        index = view.profile.gpus.index(gpu)
-        if view.lost(index):
-            sys.stderr.write(health.LOST.format(bus=gpu.bus_id[4:]))
-            lost = True
-            continue
+
+    def block(gpu: Gpu, index: int) -> str:
         body = [ln for ln in blocks.get(gpu.bus_id, spare) if ln.strip()]
-        out.write(f"GPU {gpu.bus_id}\n" + health.apply_knobs(body, index, view.faults) + "\n")
-    return 15 if lost else 0
+        return f"GPU {gpu.bus_id}\n" + health.apply_knobs(body, index, view.faults)
+
+    return _q_report(view, out, block)
 
 
 def _topo(args: list[str], view: View, out: TextIO) -> int:
