@@ -7,19 +7,25 @@ The phases, in the order the server goes through them, each from its first line 
     startup   the first stamped line … `Load weight begin`
     weights   `Load weight begin` … `Load weight end`
     autotune  `Running FlashInfer autotune with cache:` … the next phase's line (absent: autotune did not run)
-    capture   `Capture cuda graph begin` … `Capture cuda graph end` (absent with --disable-cuda-graph)
-    piecewise `Capture piecewise CUDA graph begin` … `… end` (sglang 0.5.12's piecewise graphs, on by default)
+    capture   the decode graphs: `Capture cuda graph begin` … `end` (0.5.12.post1), `Capture target decode CUDA
+              graph begin` … `end` (0.5.23); absent with --disable-cuda-graph
+    piecewise the prefill-side graphs: `Capture piecewise CUDA graph begin` … `end` (0.5.12's piecewise graphs, on
+              by default, after the decode graphs), `Capture target prefill CUDA graph begin` … `end` (0.5.23's
+              prefill graphs, before the decode graphs)
     warmup    after the last phase … `The server is fired up and ready to roll!` (the first healthy)
 
-(`jit`, a line only the old stand-in printed, is read from ledgers written before; no real server prints one.)
+The lines are the released wheels' (orchestrator/parsers/sglang_lines.py). (`jit`, a line only the old stand-in
+printed, is read from ledgers written before; no real server prints one: flashinfer 0.7.2's `Building JIT module
+NAME; …` lines are kept as `jit_built`, inside whatever phase they come.)
 
 Timestamps: a journal prefix (`journalctl -o short-iso-precise`: `2026-12-04T13:20:01.123456+00:00 host unit[pid]:`)
 when present, else sglang's own `[YYYY-mm-dd HH:MM:SS …]` stamp (whole seconds). A line without either takes the
 time of the line before it. A start cut off before its ready line has `complete=False` and no total.
 
-Cold or warm is not in the lines: a real server prints no JIT line, and its JIT time hides inside capture (58 s cold
-against 1.7 s warm for the same 36 graphs on an H100) and warmup. `judged` decides it from the kernel-cache check
-before the start, else from the capture time against the release's earlier starts; with neither it stays unknown.
+Cold or warm is mostly not in the lines: the JIT time hides inside capture (58 s cold against 1.7 s warm for the
+same 36 graphs on an H100) and warmup. `judged` decides it from the kernel-cache check before the start, else from
+flashinfer 0.7.2's `Building JIT module` lines (printed only for a module it compiles), else from the capture time
+against the release's earlier starts; with none of them it stays unknown.
 """
 
 from __future__ import annotations
@@ -31,6 +37,15 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from orchestrator.caches import CacheCheck
+from orchestrator.parsers.sglang_lines import (
+    AUTOTUNE_BEGIN,
+    DECODE_CAPTURE_BEGIN,
+    DECODE_CAPTURE_END,
+    JIT_BUILD,
+    PREFILL_CAPTURE_BEGIN,
+    PREFILL_CAPTURE_END,
+    READY,
+)
 
 PhaseName = Literal["imports", "startup", "weights", "autotune", "jit", "capture", "piecewise", "warmup"]
 
@@ -40,16 +55,15 @@ KEEP_STARTS = 20
 _JOURNAL_STAMP = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[+-]\d{2}:?\d{2}|Z)?)\s")
 _SGLANG_STAMP = re.compile(r"\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:[ \]])")
 
-#: (marker text, the phase that begins there); "end" markers close the open phase.
-_BEGINS: tuple[tuple[str, PhaseName], ...] = (
-    ("Load weight begin", "weights"),
-    ("Running FlashInfer autotune with cache:", "autotune"),
-    ("Capture cuda graph begin", "capture"),
-    ("Capture piecewise CUDA graph begin", "piecewise"),
+#: (marker, the phase that begins there); "end" markers close the open phase.
+_BEGINS: tuple[tuple[re.Pattern[str], PhaseName], ...] = (
+    (re.compile(r"Load weight begin"), "weights"),
+    (AUTOTUNE_BEGIN, "autotune"),
+    (DECODE_CAPTURE_BEGIN, "capture"),
+    (PREFILL_CAPTURE_BEGIN, "piecewise"),
 )
-_ENDS: tuple[tuple[str, PhaseName], ...] = (("Load weight end", "weights"), ("Capture cuda graph end", "capture"),
-                                            ("Capture piecewise CUDA graph end", "piecewise"))
-READY = "The server is fired up and ready to roll!"
+_ENDS: tuple[tuple[re.Pattern[str], PhaseName], ...] = (
+    (re.compile(r"Load weight end"), "weights"), (DECODE_CAPTURE_END, "capture"), (PREFILL_CAPTURE_END, "piecewise"))
 #: Phases that end where the next phase begins.
 _OPEN_ENDED: frozenset[PhaseName] = frozenset({"autotune", "jit"})
 #: Lines of the server after its model runner is ready (the KV pool sized, the HTTP listener up): an open-ended
@@ -83,6 +97,9 @@ class BootStart(BaseModel):
     #: The tuned MoE kernel configs sglang looked for and did not find (`Using default MoE kernel config. …
     #: Config file not found at <path>`): keyed by the Triton version and the exact device name.
     moe_config_missing: list[str] = Field(default_factory=list)
+    #: flashinfer JIT modules this start compiled (0.7.2's `Building JIT module NAME; …`, printed only on a cold
+    #: build of that module): a start that built one is cold whatever its capture took.
+    jit_built: list[str] = Field(default_factory=list)
 
     def capture_s(self) -> float | None:
         """Seconds of CUDA-graph capture (decode and piecewise): where a real server's JIT time goes."""
@@ -96,6 +113,9 @@ class BootStart(BaseModel):
         update: dict[str, object] = {"kernel_cache": check} if check is not None else {}
         if check is not None and check.state != "unchecked":
             update |= {"cold": check.cold, "cold_basis": f"kernel cache {check.state}"}
+        elif self.jit_built:
+            update |= {"cold": True, "cold_basis": f"flashinfer built {len(self.jit_built)} JIT module(s): "
+                                                   + ", ".join(self.jit_built[:3])}
         else:
             update |= dict(zip(("cold", "cold_basis"), self._by_capture(earlier or []), strict=True))
         return self.model_copy(update=update)
@@ -172,6 +192,7 @@ def parse_boot(lines: list[str], *, healthy: bool = False, launched_at: datetime
     ready_at: datetime | None = None
     last_mark: datetime | None = None
     moe_missing: list[str] = []
+    jit_built: list[str] = []
     launch = _naive(launched_at) if launched_at is not None else None
 
     def close(at: datetime) -> None:
@@ -193,8 +214,11 @@ def parse_boot(lines: list[str], *, healthy: bool = False, launched_at: datetime
         moe = MOE_DEFAULT_CONFIG.search(line)
         if moe is not None and moe.group("path") not in moe_missing:
             moe_missing.append(moe.group("path"))
-        begin = next((name for text, name in _BEGINS if text in line), None)
-        end = next((name for text, name in _ENDS if text in line), None)
+        jit = JIT_BUILD.search(line)
+        if jit is not None and jit.group("module") not in jit_built:
+            jit_built.append(jit.group("module"))
+        begin = next((name for pat, name in _BEGINS if pat.search(line)), None)
+        end = next((name for pat, name in _ENDS if pat.search(line)), None)
         if begin is not None:
             last_mark = now
             if begin in durations:
@@ -234,7 +258,7 @@ def parse_boot(lines: list[str], *, healthy: bool = False, launched_at: datetime
         first = launch
     return BootStart(started_at=first.isoformat(), complete=ready_at is not None,
                      total_s=(ready_at - first).total_seconds() if ready_at is not None else None, phases=phases,
-                     moe_config_missing=moe_missing)
+                     moe_config_missing=moe_missing, jit_built=jit_built)
 
 
 def parse_systemd_time(value: str) -> datetime | None:

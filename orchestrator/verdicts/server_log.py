@@ -2,9 +2,10 @@
 
 Each verdict has a stable code, what it means and a fix an operator can act on. The texts are the ones real
 servers print (tests/fixtures/sglang/fatal/ keeps each with its upstream source). One verdict is an absence,
-not a line: `capture-stuck`, a `Capture cuda graph begin` with no `Capture cuda graph end` after it
-(`CapturePhase`). Xid lines come from the NVIDIA kernel driver: they are in the PVE host's kernel log
-(`journalctl -k`), not in the container's journal, but are classified the same wherever they are read.
+not a line: `capture-stuck`, a capture begin line with no end after it (`CapturePhase`; 0.5.12.post1's
+`Capture cuda graph begin`, 0.5.23's `Capture target decode CUDA graph begin`, orchestrator/parsers/sglang_lines.py).
+Xid lines come from the NVIDIA kernel driver: they are in the PVE host's kernel log (`journalctl -k`),
+not in the container's journal, but are classified the same wherever they are read.
 """
 
 from __future__ import annotations
@@ -14,6 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from orchestrator.hardware.catalog import load_catalog
+from orchestrator.parsers.sglang_lines import (
+    DECODE_CAPTURE_BEGIN,
+    DECODE_CAPTURE_END,
+    PREFILL_CAPTURE_BEGIN,
+    PREFILL_CAPTURE_END,
+    prefill_capture_switch,
+)
 
 
 @dataclass(frozen=True)
@@ -124,14 +132,16 @@ FATAL_PATTERNS: tuple[FatalPattern, ...] = (PIECEWISE_CUDA_GRAPH, NAN, UNSUPPORT
                                             NO_C_COMPILER, NO_PYTHON_HEADERS, NO_NVCC)
 
 CAPTURE_STUCK = FatalPattern(
-    "capture-stuck", re.compile(r"Capture cuda graph begin"),
+    "capture-stuck", DECODE_CAPTURE_BEGIN,
     "CUDA-graph capture began and never ended (a hung collective or kernel during capture)",
-    "lower --cuda-graph-max-bs, or --disable-cuda-graph to confirm; on PCIe-only GPUs check P2P (deploy verify-p2p) "
+    "lower --cuda-graph-max-bs, or --disable-cuda-graph to confirm (0.5.23: --cuda-graph-max-bs-decode, "
+    "--cuda-graph-backend-decode=disabled); on PCIe-only GPUs check P2P (deploy verify-p2p) "
     "and try --disable-custom-all-reduce; raise start_timeout_s only if capture was still progressing")
-CAPTURE_END = re.compile(r"Capture cuda graph end")
-#: sglang 0.5.12's piecewise CUDA graph capture (on by default), after the decode graphs: the same absence is stuck.
-PIECEWISE_BEGIN = re.compile(r"Capture piecewise CUDA graph begin")
-PIECEWISE_END = re.compile(r"Capture piecewise CUDA graph end")
+CAPTURE_END = DECODE_CAPTURE_END
+#: The prefill-side graphs (0.5.12's piecewise graphs, on by default, after the decode graphs; 0.5.23's prefill graphs,
+#: before them): the same absence is stuck.
+PIECEWISE_BEGIN = PREFILL_CAPTURE_BEGIN
+PIECEWISE_END = PREFILL_CAPTURE_END
 #: The rank tags of sglang's default log prefix, e.g. `[2026-05-05 04:41:51 DP2 TP2 EP2]` → `DP2 TP2 EP2`.
 RANK_PREFIX = re.compile(r"^\[[^\]]*?\b((?:[DTPE]P\d+\s*)+)\]")
 
@@ -151,7 +161,7 @@ def _verdict(pat: FatalPattern, line: str, m: re.Match[str]) -> FatalLine:
 
 @dataclass
 class CapturePhase:
-    """Which ranks are inside CUDA-graph capture: their `Capture cuda graph begin` has no `end` after it yet.
+    """Which ranks are inside CUDA-graph capture: their capture's begin line has no end line after it yet.
 
     Fed line by line across health probes, so that an out-of-memory line during capture is told from one
     elsewhere, and a wait that ends while a rank is still capturing can say so.
@@ -177,11 +187,10 @@ class CapturePhase:
         m = CAPTURE_STUCK.pattern.search(line) or PIECEWISE_BEGIN.search(line)
         assert m is not None
         stuck = _verdict(CAPTURE_STUCK, line, m)
-        if PIECEWISE_BEGIN.search(line):  # the piecewise graphs have their own switch
-            return FatalLine(stuck.code, stuck.line, stuck.meaning.replace("CUDA-graph capture",
-                                                                           "Piecewise CUDA-graph capture"),
-                             "set `disable-piecewise-cuda-graph: true` in the profile's flags to confirm; "
-                             + stuck.fix)
+        if PIECEWISE_BEGIN.search(line):  # the prefill-side graphs have their own switch
+            kind = "Prefill CUDA-graph capture" if "target prefill" in line else "Piecewise CUDA-graph capture"
+            return FatalLine(stuck.code, stuck.line, stuck.meaning.replace("CUDA-graph capture", kind),
+                             f"set `{prefill_capture_switch(line)}` in the profile's flags to confirm; " + stuck.fix)
         return stuck
 
 

@@ -383,3 +383,45 @@ def test_each_start_leaves_its_prometheus_directory_as_the_real_one(
         srv.proc.send_signal(signal.SIGTERM)
         assert srv.proc.wait(10) == -signal.SIGKILL
     assert len(list(prom.iterdir())) == 2  # its SIGKILL never cleans up: the unit's RuntimeDirectory does
+
+
+# ------------------------------------------------ each release's own lines (tests/fixtures/sglang/lines)
+
+LINES = Path(__file__).resolve().parents[1] / "fixtures" / "sglang" / "lines"
+
+
+def test_the_0_5_23_stand_in_prints_0_5_23_s_capture_and_jit_lines(ct: CtRoot,
+                                                                   start_server: Callable[..., Server]) -> None:
+    """0.5.23 says `Capture target prefill …` then `Capture target decode CUDA graph begin. backend=…`, never
+    `Capture cuda graph begin`; flashinfer 0.7.2 prints `Building JIT module …` when it compiles (a cold cache)."""
+    real = (LINES / "0.5.23.log").read_text()
+    ct.set_state(cold_start_s=2.0)
+    srv = start_server(ct, start_s=0.3, version="0.5.23", arch="LlamaForCausalLM")
+    assert srv.wait_status(200, timeout=20)[-1] == 200
+    out = srv.output()
+    for text in ("Capture target prefill CUDA graph begin. backend=breakable, num_tokens=[",
+                 "Capture target prefill CUDA graph end. elapsed=",
+                 "Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, avail mem=",
+                 "Capture target decode CUDA graph end. bs=[",
+                 " - INFO - core.py:594 - flashinfer.jit: Building JIT module fused_moe_120; this can take several "
+                 "minutes on first use.",
+                 "The server is fired up and ready to roll!"):
+        assert text in real, text
+        assert text in out, text
+    assert "Capture cuda graph" not in out and "Capture piecewise" not in out
+    assert out.index("Capture target prefill") < out.index("Capture target decode")
+    warm = start_server(ct, start_s=0.3, version="0.5.23", arch="LlamaForCausalLM")
+    assert warm.wait_status(200, timeout=20)[-1] == 200
+    assert "Building JIT module" not in warm.output()  # the module's library exists now
+
+
+def test_the_0_5_23_stand_in_stuck_in_decode_capture_never_opens(ct: CtRoot,
+                                                                  start_server: Callable[..., Server]) -> None:
+    ct.set_state(health_never_ok=True)
+    srv = start_server(ct, "--cuda-graph-backend-prefill", "disabled", start_s=0.3, version="0.5.23")
+    deadline = time.time() + 15
+    while "Capture target decode CUDA graph begin" not in srv.output() and time.time() < deadline:
+        time.sleep(0.1)
+    out = srv.output()
+    assert "Capture target decode CUDA graph begin" in out and "Capture target prefill" not in out
+    assert "CUDA graph end" not in out

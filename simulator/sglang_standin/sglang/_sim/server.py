@@ -699,8 +699,10 @@ IMPORTS_SHARE = 0.5  # of one of the start's six steps
 
 async def startup(sim: Sim, bind: Callable[[], Awaitable[None]]) -> None:
     """The start's lines and phases as real sglang prints them (tests/fixtures/sglang/real-h100): imports (no line),
-    weights, decode-graph capture, piecewise capture (0.5.12, on unless disabled), warmup. A cold kernel cache
-    prints no line of its own: the compile time goes into capture, as the real JIT's does (58 s cold, 1.7 s warm)."""
+    weights, decode-graph capture, piecewise capture (0.5.12, on unless disabled), warmup; 0.5.23 captures its
+    prefill graphs before the decode graphs, in its own words (tests/fixtures/sglang/lines). A cold kernel cache
+    adds its time to capture, as the real JIT's does (58 s cold, 1.7 s warm); on 0.5.23 flashinfer 0.7.2 prints
+    its `Building JIT module` line, 0.5.12.post1's flashinfer prints none."""
     a, tp = sim.args, int(sim.args["tp_size"])
     # slow_start_s is real seconds: a test that injects a slow start means a wall-clock window it can act in.
     warm = sim.faults.get("warm_start_s")
@@ -733,7 +735,17 @@ async def startup(sim: Sim, bind: Callable[[], Awaitable[None]]) -> None:
     log(f"KV Cache is allocated. #tokens: {KV_TOKENS}, KV size: 29.32 GB", tp=0)
     await autotune.run(sim.autotune, log, asyncio.sleep, sim.scale)
     cgbs = a.get("cuda_graph_max_bs") or a.get("cuda_graph_max_bs_decode") or 256
-    log("Capture cuda graph begin. This can take up to several minutes. avail mem=7.51 GB", tp=0)
+    new_lines = not sim.version.startswith("0.5.12")  # 0.5.23's capture lines (tests/fixtures/sglang/lines)
+    if new_lines and prefill_graphs(a):  # 0.5.23 captures the prefill graphs first
+        log("Capture target prefill CUDA graph begin. backend=breakable, num_tokens=[4, 8, 16, 32, 64, 128, 256, "
+            "512], avail mem=7.51 GB", tp=0)
+        await asyncio.sleep(step * 0.5)
+        log("Capture target prefill CUDA graph end. elapsed=4.79 s, mem usage=0.09 GB, avail mem=7.42 GB.", tp=0)
+    if new_lines:
+        log(f"Capture target decode CUDA graph begin. backend={a.get('cuda_graph_backend_decode') or 'full'}, "
+            "num_tokens_per_req=1, avail mem=7.42 GB", tp=0)
+    else:
+        log("Capture cuda graph begin. This can take up to several minutes. avail mem=7.51 GB", tp=0)
     stuck = fatal_fault(sim, "capture")
     if sim.faults.get("health_never_ok") or stuck == "":
         return  # stuck "capturing" forever: the port never opens
@@ -746,10 +758,16 @@ async def startup(sim: Sim, bind: Callable[[], Awaitable[None]]) -> None:
             f"{moe_config_path()}, you can create them with https://github.com/sgl-project/sglang/tree/main/"
             "benchmark/kernels/fused_moe_triton", tp=0)
     if cold:
-        await asyncio.sleep(cold_s)  # the JIT compiles while the graphs are captured: no line of its own
+        if new_lines:  # flashinfer 0.7.2 says so when it compiles a module (0.6.11.post1 says nothing)
+            jit_line("Building JIT module fused_moe_120; this can take several minutes on first use.")
+        await asyncio.sleep(cold_s)  # the JIT compiles while the graphs are captured
     await asyncio.sleep(step * 1.5)
-    log(f"Capture cuda graph end. Time elapsed: {60 + 0.58 * int(cgbs) + (cold_s * sim.scale if cold else 0):.2f} s. "
-        "mem usage=1.23 GB. avail mem=6.28 GB.", tp=0)
+    took = 60 + 0.58 * int(cgbs) + (cold_s * sim.scale if cold else 0)
+    if new_lines:
+        log(f"Capture target decode CUDA graph end. bs={capture_bs(int(cgbs))}, elapsed={took:.2f} s, "
+            "mem usage=1.23 GB, avail mem=6.19 GB.", tp=0)
+    else:
+        log(f"Capture cuda graph end. Time elapsed: {took:.2f} s. mem usage=1.23 GB. avail mem=6.28 GB.", tp=0)
     if piecewise(a, sim.version):
         log("Capture piecewise CUDA graph begin. avail mem=6.28 GB", tp=0)
         await asyncio.sleep(step * 0.5)
@@ -768,6 +786,24 @@ async def startup(sim: Sim, bind: Callable[[], Awaitable[None]]) -> None:
         except OSError as exc:  # a read-only or foreign cache: real JIT warns and compiles again next time
             log(f"sim: could not write the kernel cache {marker.parent}: {exc}", tp=0)
     log("The server is fired up and ready to roll!")
+
+
+def prefill_graphs(a: dict[str, Any]) -> bool:
+    """0.5.23's prefill graphs: on by default on CUDA (`breakable`), off with --cuda-graph-backend-prefill disabled."""
+    return not a.get("disable_cuda_graph") and a.get("cuda_graph_backend_prefill") != "disabled"
+
+
+def capture_bs(max_bs: int) -> list[int]:
+    """The decode batch sizes the end line lists, up to `max_bs` (the stand-in's own list, not sglang's rule)."""
+    return [b for b in [1, 2, 4, *range(8, max(max_bs, 8) + 1, 8)] if b <= max_bs]
+
+
+def jit_line(msg: str) -> None:
+    """A line of flashinfer's `flashinfer.jit` logger, in its own format (flashinfer 0.7.2, jit/core.py)."""
+    now = dt.datetime.now()
+    sys.stdout.write(f"{now.strftime('%Y-%m-%d %H:%M:%S')},{now.microsecond // 1000:03d} - INFO - core.py:594 - "
+                     f"flashinfer.jit: {msg}\n")
+    sys.stdout.flush()
 
 
 def piecewise(a: dict[str, Any], version: str) -> bool:
