@@ -36,7 +36,10 @@ from orchestrator.watchdog.parse import parse_installed, parse_watchdog_fact
 #: ca-certificates (https indexes, mirrors and the model hub). Checked in the facts round trip, installed by
 #: the ct_packages step.
 #: `patch` (GNU patch, priority optional: not in a stock debian-12/13-standard template) applies stack patches.
-CT_PACKAGES = ("ca-certificates", "curl", "patch", "python3", "python3-venv")
+#: gcc and python3-dev (the headers of the container's own python3): real Triton compiles its CUDA driver module,
+#: which includes Python.h, at the server's first kernel launch; g++: flashinfer's JIT builds with c++ (nvcc comes
+#: from the stack or a CUDA toolkit: verdicts/toolchain.py).
+CT_PACKAGES = ("ca-certificates", "curl", "patch", "python3", "python3-venv", "gcc", "g++", "python3-dev")
 #: The watchdog's files as the `watchdog` fact lists them (orchestrator.watchdog.render writes them).
 WATCHDOG_FILES = (PATHS.watchdog_script, PATHS.watchdog_config, PATHS.watchdog_unit_path, PATHS.watchdog_timer_path)
 
@@ -160,7 +163,8 @@ class CT:
     #: What a real sglang's first start compiles with (orchestrator/verdicts/toolchain.py): C/C++ compilers, the
     #: Python headers, nvcc where the profile's CUDA_HOME (else the container's lookups) says.
     toolchain = CtFact("toolchain", lambda h, p: (
-        f"python3 -c {q(TOOLCHAIN_PROGRAM)} {q(p.env.get('CUDA_HOME', ''))}"), of_stdout(parse_toolchain))
+        f"python3 -c {q(TOOLCHAIN_PROGRAM)} {q(p.env.get('CUDA_HOME', ''))} {q(p.venv)} "
+        f"{q(PATHS.stacks_dir + '/*')}"), of_stdout(parse_toolchain))
     #: With a lock: the interpreter and platform of the container's python3, which the lock must have been resolved
     #: for (cp311 wheels do not install on cp313; nothing read without a lock).
     python_target = CtFact("python_target", lambda h, p: (

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 
 from orchestrator.verdicts.host import Finding
 
-#: Run with the container's python3, argv[1] the profile's CUDA_HOME ("" without): what Triton and flashinfer look
-#: for, the way they look for it.
+#: Run with the container's python3, argv[1] the profile's CUDA_HOME ("" without), argv[2:] the venvs (globs) of
+#: the stacks: what Triton and flashinfer look for, the way they look for it, and the nvcc a stack carries where
+#: none of flashinfer's lookups finds it (sglang 0.5.23's nvidia-cuda-nvcc: site-packages/nvidia/cu13/bin).
 TOOLCHAIN_PROGRAM = """\
-import json, os, shutil, sys, sysconfig
+import glob, json, os, shutil, sys, sysconfig
 scheme = sysconfig.get_default_scheme() if hasattr(sysconfig, "get_default_scheme") else "posix_prefix"
 scheme = "posix_prefix" if scheme == "posix_local" else scheme
 include = sysconfig.get_paths(scheme=scheme)["include"]
@@ -29,7 +30,9 @@ print(json.dumps({"cc": os.environ.get("CC") or shutil.which("gcc") or shutil.wh
                   "cxx": shutil.which("c++") or shutil.which("g++") or shutil.which("clang++"),
                   "python_h": os.path.join(include, "Python.h") if os.path.exists(os.path.join(include, "Python.h"))
                   else None, "include": include, "nvcc": nvcc if os.path.exists(nvcc) else None,
-                  "cuda_home": cuda or None}))
+                  "cuda_home": cuda or None, "stack_cuda_home": next((os.path.dirname(os.path.dirname(n))
+                  for d in sys.argv[2:] for n in sorted(glob.glob(d + "/lib/python3*/site-packages/nvidia/cu*/bin/"
+                  "nvcc"))), None)}))
 """
 
 
@@ -41,6 +44,7 @@ class Toolchain:
     include: str
     nvcc: str | None
     cuda_home: str | None
+    stack_cuda_home: str | None = None  # a stack's own CUDA (its nvidia-cuda-nvcc), which flashinfer never finds
 
     def missing(self) -> list[str]:
         out = []
@@ -52,7 +56,9 @@ class Toolchain:
             out.append(f"the Python headers ({self.include}/Python.h: Triton's module includes it)")
         if self.nvcc is None:
             where = f"CUDA_HOME {self.cuda_home}" if self.cuda_home else "CUDA_HOME, CUDA_PATH, PATH, /usr/local/cuda"
-            out.append(f"nvcc ({where}: flashinfer's JIT)")
+            carried = (f"; the stack carries one: set CUDA_HOME={self.stack_cuda_home} in the profile's env:"
+                       if self.stack_cuda_home else "")
+            out.append(f"nvcc ({where}: flashinfer's JIT{carried})")
         return out
 
 
@@ -68,7 +74,7 @@ def parse_toolchain(text: str) -> Toolchain | None:
         return str(data[key]) if data.get(key) else None
 
     return Toolchain(opt("cc"), opt("cxx"), opt("python_h"), str(data.get("include") or "?"), opt("nvcc"),
-                     opt("cuda_home"))
+                     opt("cuda_home"), opt("stack_cuda_home"))
 
 
 TOOLCHAIN_FIX = ("in the container: `apt-get install gcc g++ python3-dev`; for nvcc set CUDA_HOME in the profile's "

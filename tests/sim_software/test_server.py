@@ -388,6 +388,7 @@ def test_each_start_leaves_its_prometheus_directory_as_the_real_one(
 # ------------------------------------------------ each release's own lines (tests/fixtures/sglang/lines)
 
 LINES = Path(__file__).resolve().parents[1] / "fixtures" / "sglang" / "lines"
+FATAL = Path(__file__).resolve().parents[1] / "fixtures" / "sglang" / "fatal"
 
 
 def test_the_0_5_23_stand_in_prints_0_5_23_s_capture_and_jit_lines(ct: CtRoot,
@@ -425,3 +426,19 @@ def test_the_0_5_23_stand_in_stuck_in_decode_capture_never_opens(ct: CtRoot,
     out = srv.output()
     assert "Capture target decode CUDA graph begin" in out and "Capture target prefill" not in out
     assert "CUDA graph end" not in out
+
+
+def test_the_stand_in_dies_as_triton_does_without_a_c_compiler(ct: CtRoot,
+                                                               start_server: Callable[..., Server]) -> None:
+    """Triton 3.6.0's first kernel launch needs $CC, gcc or clang (tests/fixtures/sglang/fatal/no-c-compiler.log):
+    a container without one never opens the port, and the journal carries the real line the verdict names."""
+    real = (FATAL / "no-c-compiler.log").read_text().splitlines()[0]
+    srv = start_server(ct, start_s=0.3, env_extra={"PATH": "/nonexistent"})
+    assert srv.proc.wait(20) == 1
+    out = srv.output()
+    assert real in out
+    hit = find_fatal(out.splitlines())
+    assert hit is not None and hit.code == "no-c-compiler"
+    assert "Capture" not in out  # it dies at the first kernel launch, before capture
+    ok = start_server(ct, start_s=0.3, env_extra={"PATH": "/nonexistent", "CC": "/usr/bin/gcc"})
+    assert ok.wait_status(200, timeout=20)[-1] == 200  # CC is where Triton looks first

@@ -40,3 +40,25 @@ def test_a_stock_container_is_warned_with_each_missing_piece_and_the_fix() -> No
     ok = toolchain_finding(full, 120)
     assert ok is not None and ok.status == "ok" and toolchain_finding(None, 120) is None
     assert parse_toolchain("not json") is None
+
+
+def test_a_stacks_own_nvcc_is_found_where_flashinfer_never_looks_and_named_in_the_finding(tmp_path) -> None:
+    """sglang 0.5.23 pulls nvidia-cuda-nvcc into site-packages/nvidia/cu13/bin: the fact looks in the stacks' venvs
+    (argv[2:], globs) and the warning names the CUDA_HOME that makes flashinfer find it."""
+    nvcc = tmp_path / "stacks" / "abc" / "lib" / "python3.11" / "site-packages" / "nvidia" / "cu13" / "bin" / "nvcc"
+    nvcc.parent.mkdir(parents=True)
+    nvcc.write_text("#!/bin/sh\n")
+    out = subprocess.run([sys.executable, "-c", TOOLCHAIN_PROGRAM, "", str(tmp_path / "ml-env"),
+                          str(tmp_path / "stacks") + "/*"], capture_output=True, text=True, check=True,
+                         env={"PATH": "/nonexistent"})
+    tool = parse_toolchain(out.stdout)
+    home = str(nvcc.parent.parent)
+    assert tool is not None and tool.stack_cuda_home == home
+    lacking = Toolchain("/usr/bin/gcc", "/usr/bin/c++", "/usr/include/python3.11/Python.h",
+                        "/usr/include/python3.11", None, None, tool.stack_cuda_home)
+    found = toolchain_finding(lacking, 120)
+    assert found is not None and found.status == "warn"
+    assert f"the stack carries one: set CUDA_HOME={home} in the profile's env:" in found.observed
+    bare = parse_toolchain(subprocess.run([sys.executable, "-c", TOOLCHAIN_PROGRAM, "", str(tmp_path / "ml-env")],
+                                          capture_output=True, text=True, check=True).stdout)
+    assert bare is not None and bare.stack_cuda_home is None

@@ -23,7 +23,8 @@ from tests.unit.steps.test_container_step import converged_config, host_facts, p
 ALL_INSTALLED = "".join(f"{p}\tinstalled\n" for p in CT_PACKAGES)
 BARE = out("ca-certificates\tinstalled\npython3\tinstalled\n", 1,
            "dpkg-query: no packages found matching curl\ndpkg-query: no packages found matching patch\n"
-           "dpkg-query: no packages found matching python3-venv\n")
+           "dpkg-query: no packages found matching python3-venv\ndpkg-query: no packages found matching gcc\n"
+           "dpkg-query: no packages found matching g++\ndpkg-query: no packages found matching python3-dev\n")
 NO_SGLANG = out("", 1, "ModuleNotFoundError: No module named 'sglang'")
 
 
@@ -44,7 +45,7 @@ def test_the_packages_fact_is_one_dpkg_query_for_the_required_set(make_run) -> N
     run = make_run()
     cmd = CT.missing_pkgs.command(run.ctx.host, run.ctx.profile)
     assert cmd == ("dpkg-query -W -f '${Package}\\t${db:Status-Status}\\n' "
-                   "ca-certificates curl patch python3 python3-venv")
+                   "ca-certificates curl patch python3 python3-venv gcc g++ python3-dev")
 
 
 def test_nothing_missing_changes_nothing_and_costs_no_round_trip(make_run) -> None:
@@ -58,14 +59,16 @@ def test_missing_packages_get_one_update_and_one_noninteractive_install(make_run
     run.node.ct_after = {"missing_pkgs": ALL_INSTALLED}
     run.node.succeed("apt-get")
     rec = run.step("ct_packages")
-    assert rec.status == "changed" and rec.changes == ["apt-get install curl, patch, python3-venv in CT 120"]
+    assert rec.status == "changed"
+    assert rec.changes == ["apt-get install curl, patch, python3-venv, gcc, g++, python3-dev in CT 120"]
     [apt] = run.node.commands("run")
     shell = inner(apt)
     assert shell.count("apt-get") == 2 and shell.count(" update") == 1
     assert shell.startswith("export DEBIAN_FRONTEND=noninteractive; apt-get -q update && apt-get ")
-    assert "-y --no-install-recommends" in shell and shell.endswith(" install curl patch python3-venv")
+    assert "-y --no-install-recommends" in shell
+    assert shell.endswith(" install curl patch python3-venv gcc g++ python3-dev")
     assert "Proxy" not in shell
-    assert rec.summary == "installed curl, patch, python3-venv"
+    assert rec.summary == "installed curl, patch, python3-venv, gcc, g++, python3-dev"
     assert [c.what for c in run.node.calls] == ["apt-get install", "re-reading container facts"]
 
 
@@ -85,7 +88,7 @@ def test_packages_still_missing_after_apt_are_a_check_failure(make_run) -> None:
     run.node.succeed("apt-get")
     with pytest.raises(CheckFailed) as err:
         run.step("ct_packages")
-    assert "still lacks curl, patch, python3-venv" in err.value.what
+    assert "still lacks curl, patch, python3-venv, gcc, g++, python3-dev" in err.value.what
 
 
 def test_a_failing_apt_names_the_proxy_setting_in_its_fix(make_run) -> None:
@@ -99,7 +102,8 @@ def test_a_failing_apt_names_the_proxy_setting_in_its_fix(make_run) -> None:
 def test_plan_says_which_packages_it_would_install(make_run) -> None:
     run = make_run({}, {"missing_pkgs": BARE}, dry_run=True)
     rec = run.step("ct_packages")
-    assert rec.status == "would-change" and rec.summary == "apt-get install curl, patch, python3-venv in CT 120"
+    assert rec.status == "would-change"
+    assert rec.summary == "apt-get install curl, patch, python3-venv, gcc, g++, python3-dev in CT 120"
     assert run.node.calls == []
 
 

@@ -32,7 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
-from sglang._sim import autotune, env, profiler, regression
+from sglang._sim import autotune, env, profiler, regression, toolchain
 from sglang._sim.config_file import merge_config
 from sglang._sim.engine import VOCAB, Engine, Req
 from sglang._sim.flags import PROG, add_cli_args
@@ -733,6 +733,10 @@ async def startup(sim: Sim, bind: Callable[[], Awaitable[None]]) -> None:
     arch = model_architecture(str(a["model_path"]))
     log(f"Load weight end. type={arch}, dtype=torch.bfloat16, avail mem=37.06 GB, mem usage=57.06 GB.", tp=0)
     log(f"KV Cache is allocated. #tokens: {KV_TOKENS}, KV size: 29.32 GB", tp=0)
+    if env.real_container():  # Triton's first kernel launch compiles its driver module (sglang/_sim/toolchain.py)
+        missing = toolchain.missing_line(os.path.join(tempfile.gettempdir(), "tmp" + os.urandom(4).hex()))
+        if missing is not None:
+            crash(missing, where="cuda_graph_runner.py")
     await autotune.run(sim.autotune, log, asyncio.sleep, sim.scale)
     cgbs = a.get("cuda_graph_max_bs") or a.get("cuda_graph_max_bs_decode") or 256
     new_lines = not sim.version.startswith("0.5.12")  # 0.5.23's capture lines (tests/fixtures/sglang/lines)
