@@ -2,7 +2,7 @@
 with stdlib zipfile.
 
 Why real wheels: a real container's pip installs them into a real venv, so `pip show`, `pip install
-sglang[srt]==X`, console scripts and `python -m sglang.launch_server` behave as they do for the real package.
+sglang[tracing]==X`, console scripts and `python -m sglang.launch_server` behave as they do for the real package.
 Each sglang wheel carries only its own release's flag schema; its version is in the wheel's METADATA and, so that
 `import sglang` needs no importlib.metadata, in a module the build writes (sglang/_sim/wheel_version.py). Builds
 are deterministic (fixed timestamps), so a rebuild of the same tree gives byte-identical wheels and pip's cache
@@ -60,8 +60,14 @@ SGLANG_REQUIRES = ("aiohttp", "pyyaml", "huggingface_hub", "requests", "tqdm", "
 #: sglang 0.5.12.post1 pins transformers==5.6.0 (huggingface-hub>=1.5.0,<2.0), 0.5.23 transformers==5.19.0
 #: (huggingface-hub>=1.31.0,<3.0). A venv keeps that hub and its `hf`; deploy must not replace it.
 HUB_RANGES = {"0.5.12.post1": "huggingface_hub>=1.5.0,<2.0", "0.5.23": "huggingface_hub>=1.31.0,<3.0"}
-#: Extras real sglang 0.5.x declares (python/pyproject.toml); accepted, and empty here.
-SGLANG_EXTRAS = ("srt", "blackwell", "all", "openai", "test", "dev", "decord", "tracing")
+#: The extras each real release declares (`Provides-Extra:` of its wheel's METADATA, tests/fixtures/sglang/wheels/);
+#: accepted, and empty here. Neither has `srt` or `blackwell`: pip warns `does not provide the extra` and goes on.
+SGLANG_EXTRAS = {
+    "0.5.12.post1": ("checkpoint-engine", "runai", "diffusion", "ray", "tracing", "http2", "fastokens", "test", "dev",
+                     "all"),
+    "0.5.23": ("checkpoint-engine", "instanttensor", "runai", "diffusion", "diffusion-qvg", "ray", "tracing", "http2",
+               "fastokens", "test", "dev", "all"),
+}
 ZIP_DATE = (2025, 1, 1, 0, 0, 0)
 #: The module a sglang wheel carries its version in (read by sglang/_sim/env.py before the metadata).
 VERSION_MODULE = "sglang/_sim/wheel_version.py"
@@ -185,7 +191,7 @@ def sglang_spec(version: str, regression: str | None = None) -> WheelSpec:
     return WheelSpec("sglang", version, _with_regression(files, "sglang", regression),
                      "SGLang stand-in of the deploy simulator (no GPU code)",
                      requires + SGLANG_PINS[release] + (KERNELS_PINS[release],),
-                     SGLANG_EXTRAS, {"sglang": "sglang.cli:main"})
+                     SGLANG_EXTRAS[release], {"sglang": "sglang.cli:main"})
 
 
 def torch_spec(version: str = TORCH_VERSION, regression: str | None = None) -> WheelSpec:

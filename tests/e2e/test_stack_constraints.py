@@ -22,8 +22,8 @@ def test_a_stack_that_does_not_import_is_refused_naming_the_import_and_the_const
     pub = env.run("--json", "sim", "index", "publish", "kernels", BROKEN, "--root", str(env.root))
     assert pub.rc == 0, pub.text
     try:
-        # a stack change (the srt extra) without the constraint: pip takes kernels 0.19.1
-        env.set_profile(sglang_extras=["srt"], constraints=[])
+        # a stack change (the tracing extra) without the constraint: pip takes kernels 0.19.1
+        env.set_profile(sglang_extras=["tracing"], constraints=[])
         bad = env.run("--json", "up", "host", env.host, "--skip-bench", timeout=600)
         assert bad.rc == 2, bad.text[-3000:]
         assert bad.json["error"] == "config-error" and bad.json["step"] == "server_unit", bad.json

@@ -135,12 +135,12 @@ def test_a_disk_budget_prunes_the_oldest_stacks_and_refuses_a_stack_that_cannot_
     anything changes."""
     env = converged
     first = upgrade(env)["sglang_install"]  # 0.5.23 beside the adopted venv (~70 MB each on the simulator)
-    env.set_profile(sglang_extras=["srt"])
+    env.set_profile(sglang_extras=["tracing"])
     second = env.run("--json", "up", "host", env.host, "--skip-bench")
     assert second.rc == 0, second.text[-2000:]
-    # Four stacks of ~70 MB (the adopted venv, 0.5.23, 0.5.23[srt], 0.5.23[blackwell]) do not fit 0.25 GB: the
+    # Four stacks of ~70 MB (the adopted venv, 0.5.23, 0.5.23[tracing], 0.5.23[http2]) do not fit 0.25 GB: the
     # oldest prunable one (the first 0.5.23 stack) goes; the current and verified release's stack stays.
-    env.set_profile(sglang_extras=["blackwell"], stacks_disk_budget_gb=0.25)
+    env.set_profile(sglang_extras=["http2"], stacks_disk_budget_gb=0.25)
     stack = first["details"]["stack"]
     caches = env.ct("ls /var/cache/deploy/kernels").stdout.split()
     assert any(c.startswith(f"{stack}-") for c in caches), caches  # the first 0.5.23 stack's server made its own
@@ -160,7 +160,7 @@ def test_a_disk_budget_prunes_the_oldest_stacks_and_refuses_a_stack_that_cannot_
     # changed, the server still serving.
     release, listing = current(env), stacks_listing(env)
     releases = env.ct("ls /var/lib/deploy/releases").stdout
-    env.set_profile(sglang_extras=["srt", "blackwell"], stacks_disk_budget_gb=0.1)
+    env.set_profile(sglang_extras=["tracing", "http2"], stacks_disk_budget_gb=0.1)
     refused = env.run("up", "host", env.host, "--skip-bench")
     assert refused.rc == 2, refused.text[-3000:]
     assert "over stacks_disk_budget_gb 0.1 (100,000,000 bytes) even after pruning every other stack; nothing was " \

@@ -143,5 +143,5 @@ def make_venv(path: Path, *requirements: str) -> Venv:
 
 @cache
 def sglang_venv() -> Venv:
-    """One venv per session with `sglang[srt]==0.5.23` from the index (it brings `hf`)."""
-    return make_venv(_session_dir("ml-env-") / "venv", "sglang[srt]==0.5.23")
+    """One venv per session with `sglang[tracing]==0.5.23` from the index (it brings `hf`)."""
+    return make_venv(_session_dir("ml-env-") / "venv", "sglang[tracing]==0.5.23")
