@@ -66,7 +66,7 @@ def test_each_sglang_wheel_carries_its_own_schema_and_metadata(wheels: dict[str,
         # the huggingface_hub range the real release's transformers pin implies (issue 36 item 7), not any hub
         hub = {"0.5.12.post1": "huggingface_hub>=1.5.0,<2.0", "0.5.23": "huggingface_hub>=1.31.0,<3.0"}[version]
         assert [line for line in meta.splitlines() if "huggingface" in line] == [f"Requires-Dist: {hub}"]
-        assert "Provides-Extra: srt\n" in meta and "Provides-Extra: blackwell\n" in meta
+        assert "Provides-Extra: tracing\n" in meta and "Provides-Extra: srt\n" not in meta  # the real extras
         # the kernel libraries pinned exactly, as the real release pins them
         pins = {"0.5.12.post1": ("0.6.11.post1", "0.4.2.post2"), "0.5.23": ("0.6.15", "0.4.4")}[version]
         assert f"Requires-Dist: flashinfer_python=={pins[0]}\n" in meta and f"Requires-Dist: sgl-kernel=={pins[1]}\n" \
