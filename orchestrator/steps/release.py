@@ -51,7 +51,7 @@ from orchestrator.releases.store import (
 from orchestrator.render.bundle import Bundle, render_bundle
 from orchestrator.render.service import launch_argv, public_flags, secret_flags
 from orchestrator.runlog import StepRecord
-from orchestrator.steps.base import StepContext, step
+from orchestrator.steps.base import REGISTRY, StepContext, step
 from orchestrator.steps.checks import bench_for_release, wait_healthy
 from orchestrator.steps.kernel_cache import note_cache, pre_start_check, release_cache
 from orchestrator.steps.session import ensure_facts
@@ -571,7 +571,9 @@ def arm_rollback(ctx: StepContext, rid: str, previous: str, cand: Candidate | No
                     f"{failed.details['rollback_verified']})")
         err.fix = rolled_back_fix(err.fix, previous)
         err.details = {**(err.details or {}), "rolled_back_to": previous, "candidate": rid}
-        ctx.state.rollback = Rollback(to=previous, candidate=rid, reason=failed.name)
+        failed_step = REGISTRY.get(failed.name)  # a gate's declared reason (GateSpec), else the step's name
+        reason = failed_step.rollback_reason if failed_step is not None else failed.name
+        ctx.state.rollback = Rollback(to=previous, candidate=rid, reason=reason)
         ctx.state.rolled_back.append(ctx.state.rollback)
 
     ctx.on_failure = on_failure

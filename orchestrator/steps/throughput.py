@@ -7,11 +7,11 @@ from __future__ import annotations
 from orchestrator.errors import CheckFailed, ConfigError
 from orchestrator.releases.documents import KEPT, ReleaseVerdict
 from orchestrator.runlog import StepRecord
-from orchestrator.steps.base import StepContext, step
+from orchestrator.steps.base import GateSpec, StepContext, step
 from orchestrator.steps.release import bench_dict, write_verdict
 
 
-@step("gate")
+@step("gate", gate=GateSpec(publishes="throughput"))
 def gate(ctx: StepContext, record: StepRecord) -> None:
     """Throughput gate: below the baseline by more than the noise threshold → roll back (unless accepted)."""
     request = ctx.inputs.roll
