@@ -36,22 +36,17 @@ class BenchFigures:
     @classmethod
     def from_verdict(cls, verdict: ReleaseVerdict, at: float | None = None) -> BenchFigures | None:
         """A verdict.json's candidate figures and telemetry (what `up` and the gate recorded), or None."""
-        cand = verdict.candidate
-        if cand is None or not isinstance(cand.get("output_throughput"), (int, float)):
+        cand, tele = verdict.candidate, verdict.telemetry
+        if cand is None or cand.output_throughput is None:
             return None
-        tele = verdict.telemetry or {}
 
-        def ms(key: str) -> float | None:
-            value = cand.get(key)
-            return float(value) / 1000 if isinstance(value, (int, float)) else None
+        def s(ms: float | None) -> float | None:
+            return ms / 1000 if ms is not None else None
 
-        def num(key: str) -> float | None:
-            value = tele.get(key) if tele else None
-            return float(value) if isinstance(value, (int, float)) else None
-
-        return cls(preset=str(verdict.preset or "unknown"), output_tokens_per_s=float(cand["output_throughput"]),
-                   ttft_p99_s=ms("p99_ttft_ms"), tpot_p99_s=ms("p99_tpot_ms"),
-                   tokens_per_s_per_w=num("tokens_per_s_per_w"), j_per_output_token=num("j_per_output_token"), at=at)
+        return cls(preset=str(verdict.preset or "unknown"), output_tokens_per_s=cand.output_throughput,
+                   ttft_p99_s=s(cand.p99_ttft_ms), tpot_p99_s=s(cand.p99_tpot_ms),
+                   tokens_per_s_per_w=tele.tokens_per_s_per_w if tele is not None else None,
+                   j_per_output_token=tele.j_per_output_token if tele is not None else None, at=at)
 
 
 @dataclass(frozen=True)
