@@ -1,4 +1,5 @@
-"""Steps of the pipeline, one module per concern; importing them fills the registry playbooks refer to."""
+"""Steps of the pipeline, one module per concern; importing them fills the registry playbooks refer to, and the
+gates among them (`@step(…, gate=GateSpec(…))`) give every list of gates (gate_registry)."""
 
 from __future__ import annotations
 
