@@ -27,6 +27,7 @@ from orchestrator.fleet.targets import parse_targets
 from orchestrator.hardware.state import HardwareState
 from orchestrator.inventory.models import Inventory
 from orchestrator.parsers.boot import BootStart
+from orchestrator.releases.documents import ReleaseMeta, ReleaseVerdict, StackMeta
 from orchestrator.releases.store import RELEASE_ID
 from orchestrator.roll import RollOutcome, refused, roll_host, rollback_host, rollback_payload
 from orchestrator.steps.base import RunOptions
@@ -291,7 +292,7 @@ def status(app: AppContext, target: tuple[str, ...], tofu: bool) -> int:
     else:
         app.out.line(f"host {report.host}: {info.release_line()}")
         if info.stack:
-            app.out.line(f"stack: {stack_cell({'stack': info.stack})} in {info.stack.get('venv')}")
+            app.out.line(f"stack: {stack_cell(StackMeta.from_data(info.stack))} in {info.stack.get('venv')}")
         if info.last_boot is not None:
             app.out.line(boot_line(info.last_boot, len(info.boots)))
         if info.kernel_cache is not None:
@@ -380,33 +381,27 @@ def _last_start(boot: object) -> str:
     return f"{kind} {start.total_s:.0f} s" if start.total_s is not None else f"{kind}, not finished"
 
 
-def _figure(verdict: dict[str, Any] | None, key: str) -> str:
-    cand = (verdict or {}).get("candidate") or {}
-    v = cand.get(key)
-    return f"{v:.1f}" if isinstance(v, int | float) else "-"
+def _throughput(verdict: ReleaseVerdict | None) -> str:
+    tput = verdict.candidate.output_throughput if verdict is not None and verdict.candidate else None
+    return f"{tput:.1f}" if tput is not None else "-"
 
 
-def _preset(verdict: dict[str, Any] | None) -> str:
+def _preset(verdict: ReleaseVerdict | None) -> str:
     """The preset the release's figures were measured with: tok/s of two presets are not comparable."""
-    if not (verdict or {}).get("candidate"):
-        return "-"
-    return str((verdict or {}).get("preset") or "?")
+    return (verdict.measured_preset if verdict is not None else None) or "-"
 
 
-def _power(verdict: dict[str, Any] | None) -> str:
-    tel = (verdict or {}).get("telemetry") or {}
-    gpus = tel.get("gpus") or []
-    vals = [g.get("mean_power_w") for g in gpus if isinstance(g.get("mean_power_w"), int | float)]
-    return f"{sum(vals):.0f}" if vals else "-"
+def _power(verdict: ReleaseVerdict | None) -> str:
+    watts = verdict.telemetry.total_power_w if verdict is not None and verdict.telemetry is not None else None
+    return f"{watts:.0f}" if watts is not None else "-"
 
 
-def stack_cell(meta: dict[str, Any]) -> str:
+def stack_cell(stack: StackMeta | None, sglang_version: str | None = None) -> str:
     """`sglang 0.5.23 @ 50c1fa50a5bb` (the release's stack); a release of an earlier deploy ran the profile venv."""
-    stack = meta.get("stack") if isinstance(meta.get("stack"), dict) else None
-    if stack:
-        patched = f" + {len(stack['patches'])} patch(es)" if stack.get("patches") else ""
-        return f"sglang {stack.get('sglang_version')} @ {stack.get('sha')}{patched}"
-    return f"sglang {meta['sglang_version']} (profile venv)" if meta.get("sglang_version") else ""
+    if stack is not None and stack.document():
+        patched = f" + {len(stack.patches)} patch(es)" if stack.patches else ""
+        return f"sglang {stack.sglang_version} @ {stack.sha}{patched}"
+    return f"sglang {sglang_version} (profile venv)" if sglang_version else ""
 
 
 def releases_only(all_inventories: bool) -> None:
@@ -455,15 +450,16 @@ def history(app: AppContext, target: tuple[str, ...], bench: bool, limit: int, a
     app.out.emit(result.payload())
     table_rows = []
     for r in releases:
-        meta = r.get("meta") or {}
-        verdict = r.get("verdict")
-        diff = meta.get("flag_diff") or []
-        changes = ", ".join(f"{k}: {a}→{b}" for k, a, b in diff) if diff else ("(profile)" if meta else "")
-        table_rows.append(("*" if r["id"] == current else "", r["id"], str(meta.get("source", "")),
-                           str((verdict or {}).get("verdict", "unverified")), stack_cell(meta), changes,
-                           _preset(verdict), _figure(verdict, "output_throughput"), _power(verdict),
-                           _last_start(r.get("boot")),
-                           textwrap.shorten(str((verdict or {}).get("reason", "")), 160, placeholder=" …")))
+        meta, verdict = r.meta or ReleaseMeta(), r.verdict
+        diff = meta.flag_diff or []
+        profile = "(profile)" if r.meta is not None and r.meta.document() else ""
+        changes = ", ".join(f"{k}: {a}→{b}" for k, a, b in diff) if diff else profile
+        word = verdict.verdict if verdict is not None and "verdict" in verdict.model_fields_set else "unverified"
+        table_rows.append(("*" if r.id == current else "", str(r.id), meta.source or "", str(word),
+                           stack_cell(meta.stack, meta.sglang_version), changes,
+                           _preset(verdict), _throughput(verdict), _power(verdict), _last_start(r.boot),
+                           textwrap.shorten(str((verdict.reason if verdict is not None else None) or ""), 160,
+                                            placeholder=" …")))
     headers: list[str | Column] = ["", "release", "source", "verdict", "stack", "flag changes", "preset",
                                    Column("out tok/s", "right"), Column("GPU W (sum)", "right"), "last start", "reason"]
     app.out.table(spec(f"releases on {result.host}", headers, table_rows))

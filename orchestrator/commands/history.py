@@ -45,29 +45,28 @@ class ReleaseHistory(Listing):
 
     host: str = ""
     current: str | None = None
-    releases: list[dict[str, Any]] = field(default_factory=list)
+    releases: list[ReleaseLine] = field(default_factory=list)  # each with an id, oldest first
     watchdog: WatchdogStatus | None = None
     #: deploy watch's cordon/remedy/return events of the host (this machine's ledger), oldest first.
     events: list[HostEvent] = field(default_factory=list)
 
     def payload(self) -> dict[str, Any]:
-        return {"ok": True, "host": self.host, "current": self.current, "releases": self.releases,
+        return {"ok": True, "host": self.host, "current": self.current,
+                "releases": [r.document() for r in self.releases],
                 "watchdog": None if self.watchdog is None else self.watchdog.to_dict(),
                 "events": [e.model_dump() for e in self.events]}
 
     def detail(self) -> str:
         current = self.current
-        lines = (ReleaseLine.of(r) for r in self.releases)
-        row = next((line for line in lines if line is not None and line.id == current), None)
+        row = next((line for line in self.releases if line.id == current), None)
         if row is None:
             return f"current {current or 'none'}, {len(self.releases)} release(s)"
         meta, verdict = row.meta or ReleaseMeta(), row.verdict
         diff = meta.flag_diff or []
         changes = ", ".join(f"{k}: {a}→{b}" for k, a, b in diff) if diff else "profile flags"
-        figures = (verdict.candidate if verdict is not None else None) or {}
-        tput = figures.get("output_throughput")
+        tput = verdict.candidate.output_throughput if verdict is not None and verdict.candidate else None
         preset = verdict.preset if verdict is not None else None
-        measured = f", {tput:.1f} tok/s ({preset or '?'})" if isinstance(tput, int | float) else ""
+        measured = f", {tput:.1f} tok/s ({preset or '?'})" if tput is not None else ""
         word = verdict.verdict if verdict is not None and "verdict" in verdict.model_fields_set else "unverified"
         return (f"current {current} ({word}, {meta.source or '-'}: {changes}"
                 f"{measured}), {len(self.releases)} release(s)")
@@ -81,7 +80,7 @@ def release_history(inventory: Inventory, request: HistoryRequest, *, progress: 
                           progress=progress, say=say, inputs=RunInputs(history_limit=request.limit))
     rows = report.state.history
     current = next((r.current for r in rows if r.current is not None), None)
-    return ReleaseHistory(host=report.host, current=current, releases=[r.document() for r in rows if r.id is not None],
+    return ReleaseHistory(host=report.host, current=current, releases=[r for r in rows if r.id is not None],
                           watchdog=report.state.watchdog, events=_events(report.host, request.limit, say))
 
 

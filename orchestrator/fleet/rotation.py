@@ -259,7 +259,7 @@ def _require_release(host: Host, inv: Inventory, release: str, options: RunOptio
     from orchestrator.commands.history import HistoryRequest, release_history
 
     known = release_history(inv, HistoryRequest(host, limit=1000, tofu=options.tofu))
-    ids = [str(r["id"]) for r in known.releases if r.get("id")]
+    ids = [r.id for r in known.releases if r.id]
     if release not in ids:
         raise unknown_name("release", release, ids, where=f" on {host.name}",
                            fix=f"`deploy history host {host.name}` lists them; nothing was drained or changed")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from orchestrator.monitoring.state import GATES, HEALTH_STATES, ROLLBACK_REASONS, WATCHDOG_STATES, MetricsState
+from orchestrator.monitoring.state import HEALTH_STATES, WATCHDOG_STATES, MetricsState
 
 
 @dataclass(frozen=True)
@@ -100,13 +100,11 @@ def render(host: str, state: MetricsState) -> str:
         add("deploy_release_info", 1, sglang_version=(rec.sglang_version if rec else None) or "unknown",
             verdict=verdict)
         add("deploy_release_verified", 1 if verdict == "kept" else 0)
-    for gate in GATES:
-        run = rec.gates.get(gate) if rec else None
-        if run is not None:
-            add("deploy_gate_passed", 1 if run.passed else 0, gate=gate)
-            add("deploy_gate_last_run_timestamp_seconds", run.at, gate=gate)
-    for reason in ROLLBACK_REASONS:
-        add("deploy_rollbacks_total", state.rollbacks.get(reason, 0), reason=reason)
+    for gate, run in (rec.gates if rec else {}).items():  # the gates judged, each under its published name
+        add("deploy_gate_passed", 1 if run.passed else 0, gate=gate)
+        add("deploy_gate_last_run_timestamp_seconds", run.at, gate=gate)
+    for reason, count in state.rollbacks.items():  # every reason `advance` counts, at 0 until it happens
+        add("deploy_rollbacks_total", count, reason=reason)
     if state.last_rollback is not None:
         rb = state.last_rollback
         add("deploy_last_rollback_timestamp_seconds", rb.at, candidate=rb.candidate, reason=rb.reason)

@@ -9,17 +9,12 @@ its last one, together with the `.prom` file. `advance` is pure: previous state 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from orchestrator.releases.documents import ReleaseVerdict
 
-#: Why a release stopped being current: the failed step of a roll's automatic rollback, an interrupted roll's
-#: candidate restored by the next run, or `deploy rollback`. Every reason is published (at 0 until it happens),
-#: so a counter's first increase is seen by `increase()`.
-ROLLBACK_REASONS = ("health", "smoke", "correctness", "throughput", "gate", "interrupted", "manual", "other")
-#: The gates a release passes, as the steps that judge them are named (the `gate` step judges throughput).
-GATES = ("health", "smoke", "correctness", "throughput")
 HEALTH_STATES = ("ok", "warn", "fail")
 WATCHDOG_STATES = ("ok", "waiting", "suspect", "restarted", "exhausted", "absent", "unreadable")
 #: How many releases' records the state keeps (a rollback to an older one publishes it as "unknown").
@@ -41,22 +36,17 @@ class BenchFigures:
     @classmethod
     def from_verdict(cls, verdict: ReleaseVerdict, at: float | None = None) -> BenchFigures | None:
         """A verdict.json's candidate figures and telemetry (what `up` and the gate recorded), or None."""
-        cand = verdict.candidate
-        if cand is None or not isinstance(cand.get("output_throughput"), (int, float)):
+        cand, tele = verdict.candidate, verdict.telemetry
+        if cand is None or cand.output_throughput is None:
             return None
-        tele = verdict.telemetry or {}
 
-        def ms(key: str) -> float | None:
-            value = cand.get(key)
-            return float(value) / 1000 if isinstance(value, (int, float)) else None
+        def s(ms: float | None) -> float | None:
+            return ms / 1000 if ms is not None else None
 
-        def num(key: str) -> float | None:
-            value = tele.get(key) if tele else None
-            return float(value) if isinstance(value, (int, float)) else None
-
-        return cls(preset=str(verdict.preset or "unknown"), output_tokens_per_s=float(cand["output_throughput"]),
-                   ttft_p99_s=ms("p99_ttft_ms"), tpot_p99_s=ms("p99_tpot_ms"),
-                   tokens_per_s_per_w=num("tokens_per_s_per_w"), j_per_output_token=num("j_per_output_token"), at=at)
+        return cls(preset=str(verdict.preset or "unknown"), output_tokens_per_s=cand.output_throughput,
+                   ttft_p99_s=s(cand.p99_ttft_ms), tpot_p99_s=s(cand.p99_tpot_ms),
+                   tokens_per_s_per_w=tele.tokens_per_s_per_w if tele is not None else None,
+                   j_per_output_token=tele.j_per_output_token if tele is not None else None, at=at)
 
 
 @dataclass(frozen=True)
@@ -186,8 +176,12 @@ def _merge(old: ReleaseRecord | None, seen: ReleaseRecord, gates: dict[str, Gate
                          figures=seen.figures or old.figures, gates={**old.gates, **seen.gates, **gates})
 
 
-def advance(prev: MetricsState, obs: Observation) -> MetricsState:
-    """The state after this run: its release current, its gates and figures recorded, its rollbacks counted."""
+def advance(prev: MetricsState, obs: Observation, reasons: Sequence[str]) -> MetricsState:
+    """The state after this run: its release current, its gates and figures recorded, its rollbacks counted.
+
+    `reasons`: every reason a rollback counts under, "other" among them (the steps' declarations,
+    steps.gate_registry): each is carried from the first run on, at 0 until it happens, so a counter's first
+    increase is seen by `increase()`."""
     releases = dict(prev.releases)
     for rid, gates in obs.judged.items():
         if rid != obs.release:
@@ -200,9 +194,9 @@ def advance(prev: MetricsState, obs: Observation) -> MetricsState:
             reference = prev.current
     if reference == obs.release:  # back on the reference itself: nothing verified before it is known here
         reference = None
-    counts = {reason: prev.rollbacks.get(reason, 0) for reason in ROLLBACK_REASONS}
+    counts = {reason: prev.rollbacks.get(reason, 0) for reason in reasons}
     for rb in obs.rollbacks:
-        key = rb.reason if rb.reason in ROLLBACK_REASONS else "other"
+        key = rb.reason if rb.reason in reasons else "other"
         counts[key] += 1
     new_restarts = [t for t in obs.restart_times if t > prev.watchdog_seen_until]
     keep = [r for r in releases if r in (obs.release, reference)]

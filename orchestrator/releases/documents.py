@@ -73,6 +73,7 @@ class StackMeta(ReleaseDocument):
     venv: str | None = None
     sglang_version: str | None = None
     requirement: str | None = None
+    patches: list[Any] | None = None  # the patches applied to it (stacks.py), when any
 
 
 class TuneMeta(ReleaseDocument):
@@ -113,9 +114,39 @@ class ReleaseMeta(ReleaseDocument):
         return json.dumps(redact(self.document()), sort_keys=True) + "\n"
 
 
+class VerdictFigures(ReleaseDocument):
+    """verdict.json's `candidate` and `baseline`: one bench run's figures (steps/release.py verdict_figures, a
+    BenchResult as JSON). The figures the tool reads back are typed here; the others are kept as they came."""
+
+    output_throughput: float | None = None
+    p99_ttft_ms: float | None = None
+    p99_tpot_ms: float | None = None
+
+
+class GpuPower(ReleaseDocument):
+    """One GPU of verdict.json's `telemetry` (a TelemetrySummary as JSON): its mean power over the bench."""
+
+    mean_power_w: float | None = None
+
+
+class VerdictTelemetry(ReleaseDocument):
+    """verdict.json's `telemetry`: the GPU telemetry over the bench window (telemetry/summary.py TelemetrySummary
+    as JSON); the figures the tool reads back typed, the rest kept."""
+
+    gpus: list[GpuPower] | None = None
+    tokens_per_s_per_w: float | None = None
+    j_per_output_token: float | None = None
+
+    @property
+    def total_power_w(self) -> float | None:
+        """The GPUs' mean power summed (None: no GPU said)."""
+        watts = [g.mean_power_w for g in self.gpus or [] if g.mean_power_w is not None]
+        return sum(watts) if watts else None
+
+
 class ReleaseVerdict(ReleaseDocument):
     """verdict.json: what the gates decided about a release (steps/release.py write_verdict); a release without one
-    is unverified. The figures are the bench result's and the gate's own JSON (bench_dict, GateResult)."""
+    is unverified. The figures are the bench result's and the gate's own JSON (verdict_figures, GateResult)."""
 
     at: str | float | None = None  # ISO time (an older file may carry epoch seconds)
     verdict: str | None = None  # KEPT, ROLLED_BACK, ABANDONED
@@ -125,15 +156,21 @@ class ReleaseVerdict(ReleaseDocument):
     journal: list[str] | None = None  # a rolled-back release: the journal's last lines
     rolled_back_to: str | None = None
     preset: str | None = None
-    candidate: dict[str, Any] | None = None  # the release's bench figures
-    baseline: dict[str, Any] | None = None  # the previous release's, a roll's gate compared with
+    candidate: VerdictFigures | None = None  # the release's bench figures
+    baseline: VerdictFigures | None = None  # the previous release's, a roll's gate compared with
     baseline_evidence: dict[str, Any] | None = None  # which run the baseline is (steps/state.BaselineEvidence)
-    telemetry: dict[str, Any] | None = None
+    telemetry: VerdictTelemetry | None = None
     gate: dict[str, Any] | None = None  # the throughput gate's result
 
     @property
     def kept(self) -> bool:
         return self.verdict == KEPT
+
+    @property
+    def measured_preset(self) -> str | None:
+        """The preset its figures were measured with ("?" for an older verdict that did not say; None: no figures):
+        tok/s of two presets are not comparable."""
+        return (self.preset or "?") if self.candidate is not None and self.candidate.document() else None
 
     def to_json(self) -> str:
         """The file's text (record_file_script redacts it on the way)."""
@@ -164,6 +201,7 @@ class ReleaseLine(ReleaseDocument):
     meta: ReleaseMeta | None = None
     verdict: ReleaseVerdict | None = None
     flags: StoredFlags | None = None
+    boot: Any = None  # the release's last start as the boot ledger read it (steps/state BootStart)
 
     @classmethod
     def of(cls, row: ReleaseLine | Mapping[str, Any]) -> ReleaseLine | None:

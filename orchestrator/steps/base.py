@@ -70,6 +70,22 @@ StepFn = Callable[[StepContext, StepRecord], None]
 
 
 @dataclass(frozen=True)
+class GateSpec:
+    """What a step that judges a release declares on its `@step(…, gate=GateSpec(…))`: every list of gates (the
+    published gates and rollback reasons, a tune's crash steps) derives from these, so a new gate is one
+    declaration (steps/__init__.py gate_registry; docs/development.md "… a gate")."""
+
+    #: The gate its pass or failure is published as (`deploy_gate_passed{gate=…}`): "" its step's own name, None
+    #: not published (`gate` publishes as "throughput": it judges what the `throughput` step measured).
+    publishes: str | None = ""
+    #: What a roll rolled back by its failure counts under (`deploy_rollbacks_total{reason=…}`): "" its step's name.
+    rollback_reason: str = ""
+    #: It asks whether the server serves at all (health, smoke): a tune's point that fails it crashed, which is no
+    #: verdict on its flags' performance.
+    serving: bool = False
+
+
+@dataclass(frozen=True)
 class Step:
     name: str
     fn: StepFn
@@ -77,16 +93,30 @@ class Step:
     # The facts (orchestrator.facts.HOST / CT) this step reads; gathered up front in one round trip.
     host_facts: tuple[HostFact[Any], ...] = ()
     ct_facts: tuple[CtFact[Any], ...] = ()
+    #: Set when the step is a gate (its declaration); None for every other step.
+    gate: GateSpec | None = None
+
+    @property
+    def published_gate(self) -> str | None:
+        """The gate name its result is published as; None: not a gate, or a gate that does not publish."""
+        if self.gate is None or self.gate.publishes is None:
+            return None
+        return self.gate.publishes or self.name
+
+    @property
+    def rollback_reason(self) -> str:
+        """The reason a rollback after its failure counts under: a gate's declared one, else the step's name."""
+        return (self.gate.rollback_reason if self.gate is not None else "") or self.name
 
 
 REGISTRY: dict[str, Step] = {}
 
 
-def step(name: str, *, host_facts: tuple[HostFact[Any], ...] = (),
-         ct_facts: tuple[CtFact[Any], ...] = ()) -> Callable[[StepFn], StepFn]:
+def step(name: str, *, host_facts: tuple[HostFact[Any], ...] = (), ct_facts: tuple[CtFact[Any], ...] = (),
+         gate: GateSpec | None = None) -> Callable[[StepFn], StepFn]:
     def register(fn: StepFn) -> StepFn:
         REGISTRY[name] = Step(name, fn, (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "",
-                              host_facts, ct_facts)
+                              host_facts, ct_facts, gate)
         return fn
 
     return register

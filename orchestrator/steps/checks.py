@@ -22,7 +22,7 @@ from orchestrator.releases.store import record_boot_script
 from orchestrator.render.service import public_flags
 from orchestrator.resources import probe_text
 from orchestrator.runlog import StepRecord
-from orchestrator.steps.base import StepContext, step
+from orchestrator.steps.base import GateSpec, StepContext, step
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts
 from orchestrator.steps.state import ExpectedServer, SmokeAnswer
 from orchestrator.steps.waiting import waiting_for
@@ -239,7 +239,7 @@ def record_boot(ctx: StepContext, record: StepRecord, journal: list[str],
     return boot
 
 
-@step("health", ct_facts=(CT.health, CT.active, CT.current_boot))
+@step("health", ct_facts=(CT.health, CT.active, CT.current_boot), gate=GateSpec(serving=True))
 def health(ctx: StepContext, record: StepRecord) -> None:
     """Wait for /health 200 (journal excerpts while waiting; fatal lines end the wait at once)."""
     ensure_facts(ctx)
@@ -304,7 +304,7 @@ def judge_smoke(ctx: StepContext, data: dict[str, Any]) -> list[str]:
     return problems
 
 
-@step("smoke")
+@step("smoke", gate=GateSpec(serving=True))
 def smoke(ctx: StepContext, record: StepRecord) -> None:
     """A real chat completion with a checked answer, and /v1/models lists the served name."""
     if ctx.options.dry_run:
@@ -391,7 +391,7 @@ def bench_due(ctx: StepContext) -> str | None:
     return None
 
 
-@step("throughput", ct_facts=(CT.current_boot, CT.current_verdict))
+@step("throughput", ct_facts=(CT.current_boot, CT.current_verdict), gate=GateSpec())
 def throughput(ctx: StepContext, record: StepRecord) -> None:
     """bench_serving with the profile's preset, GPU telemetry alongside; pass/fail against the minimum. Runs after a
     change, for an unverified release or on request (bench_due)."""

@@ -28,7 +28,7 @@ from orchestrator.inventory.models import CorrectnessGate
 from orchestrator.releases.documents import KEPT, ReleaseVerdict
 from orchestrator.resources import probe_text
 from orchestrator.runlog import StepRecord
-from orchestrator.steps.base import StepContext, step
+from orchestrator.steps.base import GateSpec, StepContext, step
 from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.state import CorrectnessRun
 from orchestrator.steps.waiting import waiting_for
@@ -122,7 +122,7 @@ def judged(ctx: StepContext, record: StepRecord, release: str, reference: str | 
     return verdict
 
 
-@step("correctness")
+@step("correctness", gate=GateSpec())
 def correctness(ctx: StepContext, record: StepRecord) -> None:
     """Golden prompts at temperature 0: the new release's answers against the previous verified release's record."""
     if ctx.options.dry_run or not ctx.profile.correctness.enabled:

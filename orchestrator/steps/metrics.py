@@ -29,13 +29,11 @@ from orchestrator.monitoring.state import (
     Watchdog,
     advance,
 )
+from orchestrator.steps import gate_registry
 from orchestrator.steps.base import StepContext
 
 #: The steps whose playbooks change which release runs, and the command each stands for.
 PUBLISHING = {"server_unit": "up", "install_release": "roll", "rollback_release": "rollback"}
-#: The steps that judge a gate, and the gate they judge.
-GATE_STEPS = {"health": "health", "smoke": "smoke", "correctness": "correctness", "throughput": "throughput",
-              "gate": "throughput"}
 HOST_FACTS: tuple[HostFact[Any], ...] = (HOST.metrics_state,)
 CT_FACTS: tuple[CtFact[Any], ...] = (CT.watchdog_state, CT.current_release, CT.current_meta, CT.current_verdict)
 
@@ -74,8 +72,9 @@ def _judged(ctx: StepContext, now: float) -> dict[str, dict[str, GateRun]]:
     if judged is None:
         return {}
     gates: dict[str, GateRun] = {}
+    published = gate_registry().published  # step name → the gate it publishes as (its @step's GateSpec)
     for rec in ctx.records:
-        gate = GATE_STEPS.get(rec.name)
+        gate = published.get(rec.name)
         if gate is not None and rec.status in ("ok", "changed", "failed"):
             gates[gate] = GateRun(passed=rec.status != "failed", at=now)
     return {judged: gates} if gates else {}
@@ -119,6 +118,6 @@ def metrics_script(ctx: StepContext, command: str) -> str:
     if prev is None:  # not read: a fresh state
         prev = MetricsState.from_json(None)
     obs = observe(ctx, command)
-    nxt = advance(prev, obs)
+    nxt = advance(prev, obs, gate_registry().rollback_reasons)
     ctx.state.events = events_of(ctx.host.name, prev, obs)  # posted once the run ends (runner.py)
     return publish_script(render(ctx.host.name, nxt), nxt.to_json())

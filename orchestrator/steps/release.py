@@ -39,6 +39,7 @@ from orchestrator.releases.documents import (
     ReleaseVerdict,
     StoredFlags,
     TuneMeta,
+    VerdictFigures,
 )
 from orchestrator.releases.store import (
     ReleaseBundle,
@@ -51,7 +52,7 @@ from orchestrator.releases.store import (
 from orchestrator.render.bundle import Bundle, render_bundle
 from orchestrator.render.service import launch_argv, public_flags, secret_flags
 from orchestrator.runlog import StepRecord
-from orchestrator.steps.base import StepContext, step
+from orchestrator.steps.base import REGISTRY, StepContext, step
 from orchestrator.steps.checks import bench_for_release, wait_healthy
 from orchestrator.steps.kernel_cache import note_cache, pre_start_check, release_cache
 from orchestrator.steps.session import ensure_facts
@@ -299,9 +300,9 @@ def usable_baseline(ctx: StepContext, preset: str, release: str
     return result, BaselineEvidence(run_id, release, preset, age_s), ""
 
 
-def bench_dict(result: BenchResult) -> dict[str, Any]:
+def verdict_figures(result: BenchResult) -> VerdictFigures:
     """Bench figures for verdict.json; the resolved server args are stored once, in server_info.json."""
-    return result.model_dump(mode="json", exclude={"server_info"})
+    return VerdictFigures.model_validate(result.model_dump(mode="json", exclude={"server_info"}))
 
 
 # ------------------------------------------------------------------------- install, make current, undo
@@ -548,10 +549,10 @@ def arm_rollback(ctx: StepContext, rid: str, previous: str, cand: Candidate | No
             journal=list((err.details or {}).get("journal") or [])[-20:],  # type: ignore[call-overload]
             rolled_back_to=previous)
         if ctx.state.bench_run is not None:
-            evidence.candidate = bench_dict(ctx.state.bench_run.result)
+            evidence.candidate = verdict_figures(ctx.state.bench_run.result)
             evidence.preset = ctx.state.bench_run.preset
         if cand is not None and cand.baseline is not None:
-            evidence.baseline = bench_dict(cand.baseline)
+            evidence.baseline = verdict_figures(cand.baseline)
         if cand is not None and cand.baseline_evidence is not None:
             evidence.baseline_evidence = cand.baseline_evidence.to_dict()
         if isinstance(err, LockLost):  # another run owns the host now: touching it would race that run
@@ -571,7 +572,9 @@ def arm_rollback(ctx: StepContext, rid: str, previous: str, cand: Candidate | No
                     f"{failed.details['rollback_verified']})")
         err.fix = rolled_back_fix(err.fix, previous)
         err.details = {**(err.details or {}), "rolled_back_to": previous, "candidate": rid}
-        ctx.state.rollback = Rollback(to=previous, candidate=rid, reason=failed.name)
+        failed_step = REGISTRY.get(failed.name)  # a gate's declared reason (GateSpec), else the step's name
+        reason = failed_step.rollback_reason if failed_step is not None else failed.name
+        ctx.state.rollback = Rollback(to=previous, candidate=rid, reason=reason)
         ctx.state.rolled_back.append(ctx.state.rollback)
 
     ctx.on_failure = on_failure
@@ -610,7 +613,7 @@ def release_verdict(ctx: StepContext, record: StepRecord) -> None:
     run = ctx.state.bench_run
     ctx.on_failure = None  # verified: a later step's failure (the watchdog's) is no reason to roll back
     write_verdict(ctx, server.release, ReleaseVerdict(
-        verdict=KEPT, source="up", candidate=bench_dict(run.result) if run else None,
+        verdict=KEPT, source="up", candidate=verdict_figures(run.result) if run else None,
         preset=run.preset if run else None,
         telemetry=run.telemetry.model_dump(mode="json") if run and run.telemetry else None))
     record.summary = f"{server.release} verified"

@@ -282,7 +282,8 @@ class ServerStatus:
 @dataclass(frozen=True)
 class Rollback:
     """A failed roll's automatic rollback that finished: `to` is current again and healthy, `candidate` is not.
-    `reason`: the failed step, "interrupted" (an interrupted roll's candidate restored) or "manual" (rollback)."""
+    `reason`: the failed step's (a gate's declared `GateSpec.rollback_reason`, else its name), "interrupted" (an
+    interrupted roll's candidate restored) or "manual" (rollback)."""
 
     to: str
     candidate: str

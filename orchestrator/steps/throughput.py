@@ -7,11 +7,11 @@ from __future__ import annotations
 from orchestrator.errors import CheckFailed, ConfigError
 from orchestrator.releases.documents import KEPT, ReleaseVerdict
 from orchestrator.runlog import StepRecord
-from orchestrator.steps.base import StepContext, step
-from orchestrator.steps.release import bench_dict, write_verdict
+from orchestrator.steps.base import GateSpec, StepContext, step
+from orchestrator.steps.release import verdict_figures, write_verdict
 
 
-@step("gate")
+@step("gate", gate=GateSpec(publishes="throughput"))
 def gate(ctx: StepContext, record: StepRecord) -> None:
     """Throughput gate: below the baseline by more than the noise threshold → roll back (unless accepted)."""
     request = ctx.inputs.roll
@@ -50,8 +50,8 @@ def gate(ctx: StepContext, record: StepRecord) -> None:
                           host=ctx.host.name, details={"gate": result.model_dump(mode="json")})
     telemetry = run.telemetry.model_dump(mode="json") if run.telemetry else None
     write_verdict(ctx, rid, ReleaseVerdict(verdict=KEPT, gate=result.model_dump(mode="json"), preset=run.preset,
-                                           candidate=bench_dict(run.result),
-                                           baseline=bench_dict(baseline) if baseline else None,
+                                           candidate=verdict_figures(run.result),
+                                           baseline=verdict_figures(baseline) if baseline else None,
                                            baseline_evidence=seen.to_dict() if seen is not None else None,
                                            telemetry=telemetry), guard=True)
     ctx.on_failure = None

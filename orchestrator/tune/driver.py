@@ -27,6 +27,7 @@ from orchestrator.parsers.server_process import ServerProcess
 from orchestrator.roll import RollResult, roll_host, rollback_host
 from orchestrator.runner import ProgressFn, run_playbook_to_end
 from orchestrator.state.store import ledger
+from orchestrator.steps import gate_registry
 from orchestrator.steps.base import RunOptions
 from orchestrator.steps.state import ExpectedServer, RollRequest, RunInputs, TuneTrial
 from orchestrator.tune.plan import TunePlan
@@ -220,7 +221,7 @@ def roll_point(ctx: TuneContext, point: PointRecord) -> bool:
     err = outcome.error
     what = err.what if err is not None else outcome.result.value
     kind = {RollResult.ROLLED_BACK: "gate", RollResult.REFUSED: "refused"}.get(outcome.result, "crash")
-    if outcome.failed_step in ("health", "smoke") and outcome.result is RollResult.ROLLED_BACK:
+    if outcome.failed_step in gate_registry().serving and outcome.result is RollResult.ROLLED_BACK:
         kind = "crash"  # the server did not come up or did not answer: not a throughput verdict
     point.status, point.reason = "lost", f"{kind}: {what}"
     save(ctx.record)

@@ -31,3 +31,18 @@ def test_history_lines_type_each_document() -> None:
     line = ReleaseLine.of({"id": "R1", "meta": None, "verdict": {"verdict": "kept"}, "flags": {"a": 1}})
     assert line is not None and line.kept and line.flags == StoredFlags({"a": 1})
     assert line.document() == {"id": "R1", "meta": None, "verdict": {"verdict": "kept"}, "flags": {"a": 1}}
+
+
+def test_a_verdicts_figures_are_typed_and_written_as_read() -> None:
+    """The bench figures and telemetry of a verdict read through typed fields; every other key comes back as it
+    was (a figure this version does not type, a GPU's other readings)."""
+    old = {"verdict": "kept", "preset": "quick",
+           "candidate": {"output_throughput": 1347.1, "p99_ttft_ms": 812.5, "completed": 64, "later": "x"},
+           "baseline": {"output_throughput": 1300.0, "p99_tpot_ms": None},
+           "telemetry": {"gpus": [{"index": 0, "mean_power_w": 301.5, "max_temp_c": 70}], "tokens_per_s_per_w": 4.4}}
+    verdict = ReleaseVerdict.model_validate(old)
+    assert verdict.candidate is not None and verdict.candidate.output_throughput == 1347.1
+    assert verdict.candidate.p99_ttft_ms == 812.5 and verdict.baseline is not None
+    assert verdict.telemetry is not None and verdict.telemetry.total_power_w == 301.5
+    assert verdict.telemetry.j_per_output_token is None and verdict.measured_preset == "quick"
+    assert verdict.to_json() == json.dumps(old, sort_keys=True) + "\n"

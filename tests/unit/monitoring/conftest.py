@@ -20,6 +20,11 @@ from orchestrator.monitoring.state import (
     Watchdog,
     advance,
 )
+from orchestrator.steps import gate_registry
+
+#: The gates published and the reasons a rollback counts under, as the steps declare them.
+GATES = gate_registry()
+REASONS = GATES.rollback_reasons
 
 #: up's host checks read the sensors: GPU 2 has an Xid 79 (off the bus), GPU 5 a clock slowdown.
 HARDWARE = Hardware(at=100.0, gpus=8, states={"ok": 6, "warn": 1, "fail": 1},
@@ -34,21 +39,23 @@ def figures(tok_s: float, per_w: float) -> BenchFigures:
 
 
 def gates(at: float, failed: str = "") -> dict[str, GateRun]:
-    return {g: GateRun(passed=g != failed, at=at) for g in ("health", "smoke", "correctness", "throughput")}
+    return {g: GateRun(passed=g != failed, at=at) for g in GATES.gates}
 
 
 def history() -> MetricsState:
     """up converges A; a roll keeps B (lower tok/s per W); a roll to C fails its throughput gate → back on B."""
     s = advance(MetricsState(), Observation(at=100, command="up", release=A, judged={A: gates(100)},
                                             record=ReleaseRecord("kept", "0.5.12.post1", figures(1000, 2.0)),
-                                            watchdog=Watchdog("ok", 0, 3, 99.0), hardware=HARDWARE))
+                                            watchdog=Watchdog("ok", 0, 3, 99.0), hardware=HARDWARE),
+                REASONS)
     s = advance(s, Observation(at=200, command="roll", release=B, judged={B: gates(200)},
                                record=ReleaseRecord("kept", "0.5.12.post1", figures(990, 1.5)),
-                               watchdog=Watchdog("restarted", 1, 3, 199.0), restart_times=(150.0,)))
+                               watchdog=Watchdog("restarted", 1, 3, 199.0), restart_times=(150.0,)), REASONS)
     return advance(s, Observation(at=300, command="roll", release=B, judged={C: gates(300, failed="throughput")},
                                   record=ReleaseRecord(),
                                   rollbacks=(Rollback(at=300, reason="gate", candidate=C, to=B),),
-                                  watchdog=Watchdog("restarted", 1, 3, 299.0), restart_times=(150.0,)))
+                                  watchdog=Watchdog("restarted", 1, 3, 299.0), restart_times=(150.0,)),
+                   REASONS)
 
 
 @pytest.fixture

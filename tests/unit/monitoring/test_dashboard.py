@@ -26,7 +26,7 @@ from orchestrator.monitoring.sd import Discovery, Target, scrape_configs, sd_fil
 from orchestrator.monitoring.state import MetricsState, Observation, ReleaseRecord, Rollback, Watchdog, advance
 from orchestrator.resources import monitoring_dir
 
-from .conftest import HARDWARE, SMG_METRICS, A, B, C, figures, gates, metric_names, smg_names
+from .conftest import HARDWARE, REASONS, SMG_METRICS, A, B, C, figures, gates, metric_names, smg_names
 
 REPO = Path(__file__).resolve().parents[3]
 STANDIN_SERVER = REPO / "simulator" / "sglang_standin" / "sglang" / "_sim" / "server.py"
@@ -129,14 +129,14 @@ def state(now: float, rolled_back: bool) -> MetricsState:
     """up converged A and a roll kept B; with `rolled_back`, a roll to C has just failed its throughput gate."""
     s = advance(MetricsState(), Observation(at=now - 600, command="up", release=A, judged={A: gates(now - 600)},
                                             record=ReleaseRecord("kept", "0.5.12.post1", figures(1000, 2.0)),
-                                            watchdog=Watchdog("ok", 0, 3, now - 601), hardware=HARDWARE))
+                                            watchdog=Watchdog("ok", 0, 3, now - 601), hardware=HARDWARE), REASONS)
     s = advance(s, Observation(at=now - 300, command="roll", release=B, judged={B: gates(now - 300)},
                                record=ReleaseRecord("kept", "0.5.12.post1", figures(990, 1.5)),
-                               watchdog=Watchdog("ok", 0, 3, now - 301)))
+                               watchdog=Watchdog("ok", 0, 3, now - 301)), REASONS)
     if rolled_back:
         s = advance(s, Observation(at=now, command="roll", release=B, judged={C: gates(now, failed="throughput")},
                                    rollbacks=(Rollback(at=now, reason="throughput", candidate=C, to=B),),
-                                   watchdog=Watchdog("ok", 0, 3, now - 1)))
+                                   watchdog=Watchdog("ok", 0, 3, now - 1)), REASONS)
     return s
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from orchestrator.monitoring.render import METRICS, NAMES, render
 from orchestrator.monitoring.state import MetricsState, Observation, advance
-from tests.unit.monitoring.conftest import A, B, C, history
+from tests.unit.monitoring.conftest import REASONS, A, B, C, history
 
 SAMPLE = re.compile(r'^(?P<name>[a-z0-9_]+)\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
 
@@ -78,7 +78,7 @@ def test_the_carried_state_survives_its_json() -> None:
 
 
 def test_a_manual_rollback_to_the_reference_drops_the_comparison() -> None:
-    back = advance(history(), Observation(at=400, command="rollback", release=A))
+    back = advance(history(), Observation(at=400, command="rollback", release=A), REASONS)
     text = render("gpu-1", back)
     assert value(text, "deploy_reference_output_throughput_tokens_per_second", reference_release=B) == 990
     assert value(text, "deploy_bench_output_throughput_tokens_per_second") == 1000  # A's figures, carried

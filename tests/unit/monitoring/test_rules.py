@@ -23,7 +23,7 @@ from orchestrator.monitoring.state import (
     advance,
 )
 from orchestrator.resources import monitoring_dir
-from tests.unit.monitoring.conftest import A, B, C, figures, gates, history, metric_names, smg_names
+from tests.unit.monitoring.conftest import REASONS, A, B, C, figures, gates, history, metric_names, smg_names
 from tests.unit.monitoring.test_dashboard import standin_sglang_names
 
 RULES = monitoring_dir() / "rules.yaml"
@@ -154,7 +154,7 @@ def published_link_fault() -> str:
                   faults=(GpuFault("5", "00000000:85:00.0", "link", "reboot_host", "fail"),))
     s = advance(MetricsState(), Observation(at=100, command="up", release=A, judged={A: gates(100)},
                                             record=ReleaseRecord("kept", "0.5.12.post1", figures(1000, 2.0)),
-                                            watchdog=Watchdog("ok", 0, 3, 99.0), hardware=hw))
+                                            watchdog=Watchdog("ok", 0, 3, 99.0), hardware=hw), REASONS)
     line = next(ln for ln in render("gpu-1", s).splitlines() if ln.startswith("deploy_gpu_fault{"))
     return line.rsplit(" ", 1)[0]
 
