@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import sys
 
-from simulator.hostshell import read_session
+from simulator.host.shell import read_session
 from simulator.layout import current_host_dir
 
 EXIT_ERR = 255

@@ -153,7 +153,7 @@ def _nodes(ctx: Ctx, p: dict[str, Any]) -> Any:
 
 
 def _uptime_s(hp: HostPaths) -> int:
-    """Seconds since the host's boot: the boot id file is written at each boot (simulator/reboot.py)."""
+    """Seconds since the host's boot: the boot id file is written at each boot (simulator/host/reboot.py)."""
     try:
         return max(0, int(time.time() - (hp.fs / "proc/sys/kernel/random/boot_id").stat().st_mtime))
     except OSError:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from simulator import hostsvc, layout, procs, reboot, sshd
+from simulator import layout, procs
 from simulator.config import (
     API_PORT,
     DEFAULT_ROOT,
@@ -61,14 +61,16 @@ from simulator.config import (
 from simulator.gpu import health as gpu_health
 from simulator.gpu import powercap as gpu_powercap
 from simulator.gpu.profiles import get_profile
+from simulator.host import reboot, sshd
+from simulator.host import services as hostsvc
 from simulator.lxc import net as lxc_net
 from simulator.lxc import runtime as lxc_runtime
 from simulator.lxc import storage as lxc_storage
 from simulator.lxc import template as lxc_template
 from simulator.pve import hardware, lxc, tls
 
-REPO = Path(__file__).resolve().parent.parent
-SIM_SRC = Path(__file__).resolve().parent
+REPO = Path(__file__).resolve().parents[2]
+SIM_SRC = Path(__file__).resolve().parents[1]
 TOKEN_ID = "root@pam!deploy"
 
 
@@ -513,7 +515,7 @@ def sim_down(root: Path = DEFAULT_ROOT) -> None:
 
 
 def sim_reboot(root: Path, host: str) -> list[str]:
-    """Reboot one simulated host (simulator/reboot.py): guests shut down, SSH and API connections drop, a new boot
+    """Reboot one simulated host (simulator/host/reboot.py): guests shut down, SSH and API connections drop, a new boot
     without the on-demand NVIDIA nodes, the host's enabled units, then its `onboot` guests. Returns the boot log."""
     root = Path(root).resolve()
     hp = SimPaths(root).host(host)
