@@ -269,7 +269,7 @@ def _create_perms(ctx: Ctx, p: dict[str, Any], vmid: int, unpriv: bool) -> None:
     """create_vm: Sys.Modify on / for a privileged CT, VM.Allocate on the CT (a bare "Permission check failed"),
     then the per-key config privileges; a new rootfs volume needs Datastore.AllocateSpace on its storage."""
     user = ctx.caller.user
-    if user == lxcmod.ROOT_USER:
+    if user == acl.ROOT_USER:
         return
     if not unpriv:
         acl.require(ctx.hp, user, "/", ["Sys.Modify"])
@@ -282,7 +282,7 @@ def _create_perms(ctx: Ctx, p: dict[str, Any], vmid: int, unpriv: bool) -> None:
 
 
 def _config_perms(ctx: Ctx, vmid: int, keys: list[str]) -> None:
-    if ctx.caller.user == lxcmod.ROOT_USER:
+    if ctx.caller.user == acl.ROOT_USER:
         return
     for key in sorted(keys):
         priv = acl.config_privilege(key)
@@ -378,7 +378,7 @@ def _start(ctx: Ctx, p: dict[str, Any]) -> Any:
 def _skiplock(ctx: Ctx, p: dict[str, Any]) -> bool:
     """vm_start/vm_stop's `skiplock`: root@pam only (raise_param_exc, a 400)."""
     skiplock = bool(p.get("skiplock"))
-    if skiplock and ctx.caller.user != lxcmod.ROOT_USER:
+    if skiplock and ctx.caller.user != acl.ROOT_USER:
         raise schema.ParamError({"skiplock": "Only root may use this option."})
     return skiplock
 

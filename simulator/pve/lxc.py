@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from simulator.config import CtState, HostConfig, HostPaths, locked
 from simulator.lxc import net as lxc_net
 from simulator.pve import conf as confmod
+from simulator.pve.acl import ROOT_USER
 from simulator.pve.errors import PveError as PveError
 from simulator.pve.schema import ParamError
 from simulator.pve.tasks import TaskError, hold_point
@@ -28,7 +29,6 @@ from simulator.pve.tasks import TaskError, hold_point
 if TYPE_CHECKING:
     from simulator.lxc.runtime import LxcRuntime
 
-ROOT_USER = "root@pam"
 Log = Callable[[str], None]
 #: How a stop checks the CT's lock: vm_stop unless it is `mounted`, vm_shutdown always, vzdump's own stop never.
 LockCheck = Literal["unless-mounted", "always", "skip"]
