@@ -137,7 +137,7 @@ def sim_resets() -> HostResets:
 @pytest.fixture
 def sim(sim_host: Any, sim_resets: HostResets) -> Any:
     """The session's simulated host, reset: no faults, no containers, default template present."""
-    from simulator.manager.lifecycle import reset_host
+    from simulator.manager.faults import reset_host
 
     sim_resets.count += 1
     reset_host(sim_host.host_dir.parent.parent, sim_host.name)

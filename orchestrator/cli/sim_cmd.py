@@ -247,7 +247,7 @@ def fault(app: AppContext, host: str, knobs: tuple[str, ...], vmid: int | None, 
       recovery=GPU:ACTION   the driver's recovery action (reset, reboot, drain_p2p, drain_reset):
                             its Xid 154 line and nvidia-smi -q's GPU Recovery Action
     """
-    from simulator.manager.lifecycle import set_ct_faults, set_faults
+    from simulator.manager.faults import set_ct_faults, set_faults
 
     values = _knobs(knobs)
     try:

@@ -2,6 +2,6 @@
 
 import sys
 
-from simulator.manager.lifecycle import main
+from simulator.manager.cli import main
 
 sys.exit(main())

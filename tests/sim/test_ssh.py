@@ -16,7 +16,8 @@ from orchestrator.inventory.loader import load_inventory
 from orchestrator.remote.ssh import SshHost
 from simulator.config import HostPaths
 from simulator.host import sshd
-from simulator.manager.lifecycle import set_faults, sim_up
+from simulator.manager.faults import set_faults
+from simulator.manager.lifecycle import sim_up
 from tests.shared import EXAMPLE_INVENTORY
 
 pytestmark = pytest.mark.e2e
