@@ -134,7 +134,7 @@ def view_running(hp: HostPaths) -> int | None:
 
 
 def start_view(hp: HostPaths) -> int:
-    """Build the host view (once; hostshell `hold`), wait until its pid file names it; returns that pid."""
+    """Build the host view (once; simulator.host.shell `hold`), wait until its pid file names it; returns that pid."""
     pid = view_running(hp)
     if pid is not None:
         return pid

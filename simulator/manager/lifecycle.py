@@ -245,7 +245,7 @@ def _start_api(hp: HostPaths, cfg: HostConfig) -> int:
 
 
 def _write_session(hp: HostPaths, cfg: HostConfig, rc: RootConfig) -> None:
-    """The flat file the session shell reads instead of host.json/sim.json (see hostshell's docstring)."""
+    """The flat file the session shell reads instead of host.json/sim.json (see simulator/host/shell.py's docstring)."""
     values = {"name": cfg.name, "node": cfg.node, "real_root": rc.real_root, "python_prefix": rc.python_prefix,
               "venv_prefix": rc.venv_prefix or "", "repo": rc.repo}
     write_text_atomic(hp.sshd / layout.SESSION_FILE, "".join(f"{k}={v}\n" for k, v in values.items()))
