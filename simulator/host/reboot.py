@@ -25,12 +25,12 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from simulator import ctconf as confmod
 from simulator import layout
 from simulator.config import CtState, HostConfig, HostPaths
 from simulator.gpu import health as gpu_health
 from simulator.gpu import powercap as gpu_powercap
 from simulator.host import units as hostunits
-from simulator.pve import conf as confmod
 from simulator.pve import hardware, tasks
 from simulator.pve.lxc import Node
 

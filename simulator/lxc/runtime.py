@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from simulator import ctconf as confmod
 from simulator import procs
 from simulator.config import HostConfig, HostPaths
 from simulator.lxc.attach import mount_prefix
-from simulator.pve import conf as confmod
 
 if TYPE_CHECKING:
     from simulator.lxc import lxcconf, net

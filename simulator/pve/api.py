@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from simulator import ctconf as confmod
 from simulator.config import HostPaths
 from simulator.pve import acl, cluster, ha, hardware, pending, schema, tasks
-from simulator.pve import conf as confmod
 from simulator.pve import lxc as lxcmod
 from simulator.pve.lxc import Node, PveError
 from simulator.pve.tasks import TaskError

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from simulator.pve.conf import CtConf
+from simulator.ctconf import CtConf
 from simulator.pve.errors import PveError
 
 #: $LXC_FASTPLUG_OPTIONS: copied into the config of a running container as they are.

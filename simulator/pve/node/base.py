@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from simulator import ctconf as confmod
 from simulator.config import CtState, HostConfig, HostPaths, locked
-from simulator.pve import conf as confmod
 from simulator.pve.errors import PveError
 from simulator.pve.tasks import TaskError
 

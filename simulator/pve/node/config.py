@@ -7,7 +7,7 @@ import re
 import stat
 from typing import Any
 
-from simulator.pve import conf as confmod
+from simulator import ctconf as confmod
 from simulator.pve.errors import PveError
 from simulator.pve.node.perms import NodePerms
 from simulator.pve.schema import ParamError

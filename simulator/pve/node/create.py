@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from simulator import ctconf as confmod
 from simulator.config import CtState
-from simulator.pve import conf as confmod
 from simulator.pve.errors import PveError
 from simulator.pve.node.base import Log, NodeBase
 from simulator.pve.tasks import TaskError, hold_point

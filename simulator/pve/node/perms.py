@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from simulator.pve import conf as confmod
+from simulator import ctconf as confmod
 from simulator.pve.acl import ROOT_USER
 from simulator.pve.errors import PveError
 from simulator.pve.node.base import NodeBase

@@ -10,8 +10,8 @@ import stat
 import time
 from typing import Literal
 
+from simulator import ctconf as confmod
 from simulator.config import CtState
-from simulator.pve import conf as confmod
 from simulator.pve.errors import PveError
 from simulator.pve.node.base import Log, NodeBase
 from simulator.pve.tasks import TaskError

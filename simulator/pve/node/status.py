@@ -8,8 +8,8 @@ import re
 import time
 from typing import Any
 
+from simulator import ctconf as confmod
 from simulator.lxc import net as lxc_net
-from simulator.pve import conf as confmod
 from simulator.pve.node.base import NodeBase
 
 
