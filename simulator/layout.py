@@ -84,6 +84,14 @@ HOST_OVERLAYS: tuple[tuple[str, str, str], ...] = (
 
 #: Written by the manager into hosts/<name>/sshd/: what the session shell needs, as `key=value` lines.
 SESSION_FILE = "session.conf"
+
+
+def read_session(host_dir: str) -> dict[str, str]:
+    """sshd/session.conf written by the manager: name, node, real_root, python_prefix, venv_prefix, repo."""
+    with open(os.path.join(host_dir, "sshd", SESSION_FILE)) as fh:
+        return dict(line.rstrip("\n").split("=", 1) for line in fh if "=" in line)
+
+
 #: The pid of the process that holds a host's view (simulator.host.shell hold); sessions join its namespaces.
 VIEW_PID_FILE = "view.pid"
 #: The sh snippet that sshd's ForceCommand sources for every session (written by simulator.host.sshd.prepare).

@@ -23,12 +23,6 @@ import sys
 from simulator import layout
 
 
-def read_session(host_dir: str) -> dict[str, str]:
-    """sshd/session.conf written by the manager: name, node, real_root, python_prefix, venv_prefix, repo."""
-    with open(os.path.join(host_dir, "sshd", layout.SESSION_FILE)) as fh:
-        return dict(line.rstrip("\n").split("=", 1) for line in fh if "=" in line)
-
-
 def _sshd_ancestor() -> int | None:
     """The per-connection sshd process above us (bash may or may not sit in between)."""
     pid = os.getppid()
@@ -114,7 +108,7 @@ def enter_host_view(session: dict[str, str]) -> None:
 
 def hold(host_dir: str) -> None:
     """Build the host view, record our pid where sessions find it, and become the stand-in server that keeps it."""
-    session = read_session(host_dir)
+    session = layout.read_session(host_dir)
     enter_host_view(session)
     os.chdir("/root")  # sessions inherit it (nsenter -w); it also identifies us: /proc/PID/cwd is the host's fs/root
     pidfile = f"{layout.VIEW_ROOT}/hosts/{session['name']}/sshd/{layout.VIEW_PID_FILE}"

@@ -193,7 +193,7 @@ def schedule_reboot() -> int:
     import shlex
 
     from simulator import layout
-    from simulator.host.shell import read_session
+    from simulator.layout import read_session
     from simulator.lxc.attach import mount_prefix
 
     host_dir = layout.current_host_dir()

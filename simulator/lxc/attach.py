@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import sys
 
-from simulator.host.shell import read_session
+from simulator.layout import read_session
 
 EXIT_ERR = 255
 #: What `pct enter` runs: a login shell.

@@ -38,3 +38,17 @@ def test_the_graph_sees_a_lazy_import() -> None:
 
 def test_no_module_of_the_simulator_imports_back_into_one_that_imports_it() -> None:
     assert cycles(module_graph("simulator")) == []
+
+
+def package_graph(package: str) -> dict[str, set[str]]:
+    """The module graph folded to the package's folders (pve, lxc, host …) and top-level modules."""
+    folded: dict[str, set[str]] = {}
+    for mod, deps in module_graph(package).items():
+        src = ".".join(mod.split(".")[:2])
+        folded.setdefault(src, set()).update(d for d in (".".join(t.split(".")[:2]) for t in deps) if d != src)
+    return folded
+
+
+def test_no_folder_of_the_simulator_imports_back_into_one_that_imports_it() -> None:
+    """pve/ runs its containers on lxc/; lxc/ reads their config through the top-level ctconf.py, never pve/."""
+    assert cycles(package_graph("simulator")) == []
