@@ -54,7 +54,7 @@ SESSION_PATH = f"{VIEW_ROOT}/bin/host:/usr/local/sbin:/usr/local/bin:/usr/sbin:/
 
 def session_env(host: str) -> dict[str, str]:
     """The environment of everything that runs in a host's view: SSH sessions, boot-time units, the stand-in
-    server (simulator.standin_server)."""
+    server (simulator.host.standin_server)."""
     return {"HOME": "/root", "USER": "root", "LOGNAME": "root", "SHELL": "/bin/bash", "PATH": SESSION_PATH,
             "DEPLOY_SIM_PYTHON": VIEW_PYTHON, "DEPLOY_SIM_REPO": VIEW_REPO, ROOT_ENV: VIEW_ROOT, HOST_ENV: host}
 
@@ -84,9 +84,17 @@ HOST_OVERLAYS: tuple[tuple[str, str, str], ...] = (
 
 #: Written by the manager into hosts/<name>/sshd/: what the session shell needs, as `key=value` lines.
 SESSION_FILE = "session.conf"
-#: The pid of the process that holds a host's view (simulator.hostshell hold); sessions join its namespaces.
+
+
+def read_session(host_dir: str) -> dict[str, str]:
+    """sshd/session.conf written by the manager: name, node, real_root, python_prefix, venv_prefix, repo."""
+    with open(os.path.join(host_dir, "sshd", SESSION_FILE)) as fh:
+        return dict(line.rstrip("\n").split("=", 1) for line in fh if "=" in line)
+
+
+#: The pid of the process that holds a host's view (simulator.host.shell hold); sessions join its namespaces.
 VIEW_PID_FILE = "view.pid"
-#: The sh snippet that sshd's ForceCommand sources for every session (written by simulator.sshd.prepare).
+#: The sh snippet that sshd's ForceCommand sources for every session (written by simulator.host.sshd.prepare).
 SESSION_SCRIPT = "session.sh"
 #: Present (content: N) while the host's `ssh_drop_after` fault is set, so sessions skip host.json otherwise.
 DROP_FILE = "drop-after"

@@ -96,7 +96,7 @@ def sim_root(tmp_path_factory: pytest.TempPathFactory, name: str, offset: int, h
     reason = sim_skip_reason()
     if reason:
         pytest.skip(reason)
-    from simulator.manager import sim_down, sim_up
+    from simulator.manager.lifecycle import sim_down, sim_up
 
     root = tmp_path_factory.mktemp(name)
     try:
@@ -137,7 +137,7 @@ def sim_resets() -> HostResets:
 @pytest.fixture
 def sim(sim_host: Any, sim_resets: HostResets) -> Any:
     """The session's simulated host, reset: no faults, no containers, default template present."""
-    from simulator.manager import reset_host
+    from simulator.manager.faults import reset_host
 
     sim_resets.count += 1
     reset_host(sim_host.host_dir.parent.parent, sim_host.name)

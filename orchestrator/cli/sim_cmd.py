@@ -85,7 +85,7 @@ def up(app: AppContext, hosts: int, profile: str, time_scale: float, first: int,
     from simulator.lxc.runtime import MissingTools
     from simulator.lxc.storage import StorageError
     from simulator.lxc.template import TemplateError
-    from simulator.manager import AddressInUse, sim_up
+    from simulator.manager.lifecycle import AddressInUse, sim_up
 
     copy = _inventory_copy(app)
     try:
@@ -126,7 +126,7 @@ def up(app: AppContext, hosts: int, profile: str, time_scale: float, first: int,
 @common_options
 def down(app: AppContext, root: str | None) -> int:
     """Stop every simulated host, container process and API server; remove the inventory copy."""
-    from simulator.manager import sim_down
+    from simulator.manager.lifecycle import sim_down
 
     sim_down(_root(root))
     copy = _inventory_copy(app)
@@ -152,7 +152,7 @@ def down(app: AppContext, root: str | None) -> int:
 def status(app: AppContext, root: str | None) -> int:
     """What is running: hosts, daemons, containers."""
     from simulator.config import RetiredRuntime
-    from simulator.manager import sim_status
+    from simulator.manager.lifecycle import sim_status
 
     try:
         infos = sim_status(_root(root))
@@ -181,7 +181,7 @@ def reboot(app: AppContext, host: str, root: str | None) -> int:
     `nvidia-modprobe` (or nvidia-smi, nvidia-persistenced) makes it; the host's enabled units start (those before
     pve-guests.service first), then its `onboot: 1` containers in `startup` order. Returns when pve-guests is done,
     not when the servers serve."""
-    from simulator.manager import sim_reboot
+    from simulator.manager.lifecycle import sim_reboot
 
     try:
         lines = sim_reboot(_root(root), host)
@@ -247,7 +247,7 @@ def fault(app: AppContext, host: str, knobs: tuple[str, ...], vmid: int | None, 
       recovery=GPU:ACTION   the driver's recovery action (reset, reboot, drain_p2p, drain_reset):
                             its Xid 154 line and nvidia-smi -q's GPU Recovery Action
     """
-    from simulator.manager import set_ct_faults, set_faults
+    from simulator.manager.faults import set_ct_faults, set_faults
 
     values = _knobs(knobs)
     try:

@@ -8,7 +8,7 @@ as nvgetopt accepts an integer glued to its short option), `-u/--unified-memory`
 - `-u`: loads nvidia-uvm (its /proc/devices line and module parameters). Nodes only for the `-c` minors:
   `-u -c0` makes /dev/nvidia-uvm (minor 0) and /dev/nvidia-uvm-tools (minor 1); `-u` alone makes none.
 - no `-u`/`-s`/`-l`: loads nvidia and makes /dev/nvidiaN for each `-c N` (`assign_device_file_name`: minor 255
-  is /dev/nvidiactl). A host's boot leaves none of them (simulator/reboot.py): the kernel module makes no node.
+  is /dev/nvidiactl). A host's boot leaves none of them (simulator/host/reboot.py): the kernel module makes no node.
 - `-m`: loads nvidia-modeset and makes /dev/nvidia-modeset (195, 254).
 - `-f PATH`: reads `DeviceFileMinor`/`DeviceFileMode` from that /proc/driver/nvidia/capabilities file and makes
   /dev/nvidia-caps/nvidia-cap<minor> with the nvidia-caps major; a missing file fails (exit 1).

@@ -7,7 +7,7 @@ the model servers' load files share, which containers see through simulator/ctsi
 
 `idle_w`/`full_w` are the GPU's idle draw and its draw at full load (0.99 × the default limit, telemetry.py), so
 the stand-in server can turn its load into watts and follow the cap (sglang_standin/_sim/powercap.py). A minor not
-in the file runs at its default limit. simulator/reboot.py deletes the file (a boot loads a fresh driver).
+in the file runs at its default limit. simulator/host/reboot.py deletes the file (a boot loads a fresh driver).
 Imports only builtin modules and `os` (smi.py says why).
 """
 

@@ -10,7 +10,7 @@ Output layouts are the real captured ones; see profiles.py / topo.py.
 Cost: the tool runs four of these per facts read in every container, so a run imports only builtin modules and
 `os` (plus `datetime` for the modes that print a time): no pathlib, dataclasses, typing, re or json, which cost
 three times the run's own work. The modules it imports (simctx, profiles, telemetry, topo, jsonfile,
-simulator.derived) keep to that; tests/sim_software/test_gpu.py checks it.
+simulator.derived) keep to that; tests/sim/software/test_gpu.py checks it.
 """
 
 from __future__ import annotations
@@ -97,7 +97,8 @@ def _read_text(path: str) -> str:
 
 def _nvml_makes_nodes(ctx: SimContext, profile: GpuProfile) -> None:
     """On the host (root), NVML runs nvidia-modprobe for a missing /dev/nvidiactl or /dev/nvidiaN, as the real
-    nvidia-smi does after a boot left none (simulator/reboot.py). Imported only then: it is rare and not builtin."""
+    nvidia-smi does after a boot left none (simulator/host/reboot.py). Imported only then: it is rare and not
+    builtin."""
     dev = os.path.join(ctx.host_dir, "fs", "dev")  # the host view's /dev (a bind of it)
     if all(os.path.exists(os.path.join(dev, f"nvidia{g.minor}")) for g in profile.gpus) \
             and os.path.exists(os.path.join(dev, "nvidiactl")):

@@ -3,9 +3,9 @@
 The most frequent command on a host by far (every container command of the tool, of its tests and of a bench goes
 through it), so it runs on the standard library's `os` and `sys` and the constant-only layout module: no host
 config, no API, no conf parser. What it needs of the host it reads from the session file the manager writes
-(sshd/session.conf: node name, real root). `python -S -m simulator.lxc.attach exec VMID [--] CMD...` is what the
-host's `pct` wrapper runs for these two subcommands; anything else (a malformed call included) goes to the full
-`pct` (simulator.pve.cli), which also calls `exec_command` here, so there is one implementation.
+(sshd/session.conf: node name, real root). The host's `pct` wrapper runs these two subcommands through
+simulator/pve/pct.py, which calls `exec_command` here; so does the full `pct` (simulator.pve.cli), so there is one
+implementation.
 
 As pve-container's `pct exec`: `lxc-attach --keep-env` (keep-env defaults to 1) and no wait for the container's
 boot, so a command sent right after `pct start` may meet a systemd that is still starting.
@@ -16,8 +16,7 @@ from __future__ import annotations
 import os
 import sys
 
-from simulator.hostshell import read_session
-from simulator.layout import current_host_dir
+from simulator.layout import read_session
 
 EXIT_ERR = 255
 #: What `pct enter` runs: a login shell.
@@ -115,17 +114,3 @@ def exec_command(host_dir: str, vmid: int, argv: list[str]) -> int:
         return EXIT_ERR
     sys.stdout.flush()
     os.execvpe(full[0], full, caller_env(os.environ))
-
-
-def main(argv: list[str]) -> int:
-    """`exec VMID [--] CMD...` or `enter VMID`; any other shape is the full `pct`'s to answer."""
-    if len(argv) >= 2 and argv[0] in ("exec", "enter") and argv[1].isascii() and argv[1].isdigit():
-        command = argv[2:] if argv[0] == "exec" else ENTER_COMMAND
-        return exec_command(current_host_dir(), int(argv[1]), command)
-    from simulator.pve.cli import main as pct
-
-    return pct(["pct", *argv])
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

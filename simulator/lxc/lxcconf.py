@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from simulator import ctconf as confmod
 from simulator import ctside
-from simulator.pve import conf as confmod
 
 COMMON_INCLUDE = "/usr/share/lxc/config/debian.common.conf"
 NESTING_INCLUDE = "/usr/share/lxc/config/nesting.conf"

@@ -1,5 +1,5 @@
 """The LXC runtime: one narrow interface (create, start, stop, shutdown, reboot, status, exec, push, pull,
-destroy) over the real lxc-* tools, called by simulator/pve/lxc.py (lifecycle tasks) and simulator/container.py
+destroy) over the real lxc-* tools, called by simulator/pve/lxc.py (lifecycle tasks) and simulator/pve/pushpull.py
 (`pct exec/push/pull/enter`).
 
 LXC finds a running container through an abstract socket named after its lxcpath, and SSH sessions of the
@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from simulator import ctconf as confmod
 from simulator import procs
 from simulator.config import HostConfig, HostPaths
 from simulator.lxc.attach import mount_prefix
-from simulator.pve import conf as confmod
 
 if TYPE_CHECKING:
     from simulator.lxc import lxcconf, net

@@ -19,7 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from simulator.config import HostPaths, locked, write_text_atomic
-from simulator.pve.lxc import ROOT_USER, PveError
+from simulator.pve.errors import PveError
+
+#: PVE's superuser: every permission check passes for it.
+ROOT_USER = "root@pam"
 
 #: category -> (root-only, admin, user, audit) privileges (pve-access-control's privilege groups).
 PRIV_GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from simulator import ctconf as confmod
 from simulator.config import HostPaths
 from simulator.pve import acl, cluster, ha, hardware, pending, schema, tasks
-from simulator.pve import conf as confmod
 from simulator.pve import lxc as lxcmod
 from simulator.pve.lxc import Node, PveError
 from simulator.pve.tasks import TaskError
@@ -153,7 +153,7 @@ def _nodes(ctx: Ctx, p: dict[str, Any]) -> Any:
 
 
 def _uptime_s(hp: HostPaths) -> int:
-    """Seconds since the host's boot: the boot id file is written at each boot (simulator/reboot.py)."""
+    """Seconds since the host's boot: the boot id file is written at each boot (simulator/host/reboot.py)."""
     try:
         return max(0, int(time.time() - (hp.fs / "proc/sys/kernel/random/boot_id").stat().st_mtime))
     except OSError:
@@ -269,7 +269,7 @@ def _create_perms(ctx: Ctx, p: dict[str, Any], vmid: int, unpriv: bool) -> None:
     """create_vm: Sys.Modify on / for a privileged CT, VM.Allocate on the CT (a bare "Permission check failed"),
     then the per-key config privileges; a new rootfs volume needs Datastore.AllocateSpace on its storage."""
     user = ctx.caller.user
-    if user == lxcmod.ROOT_USER:
+    if user == acl.ROOT_USER:
         return
     if not unpriv:
         acl.require(ctx.hp, user, "/", ["Sys.Modify"])
@@ -282,7 +282,7 @@ def _create_perms(ctx: Ctx, p: dict[str, Any], vmid: int, unpriv: bool) -> None:
 
 
 def _config_perms(ctx: Ctx, vmid: int, keys: list[str]) -> None:
-    if ctx.caller.user == lxcmod.ROOT_USER:
+    if ctx.caller.user == acl.ROOT_USER:
         return
     for key in sorted(keys):
         priv = acl.config_privilege(key)
@@ -378,7 +378,7 @@ def _start(ctx: Ctx, p: dict[str, Any]) -> Any:
 def _skiplock(ctx: Ctx, p: dict[str, Any]) -> bool:
     """vm_start/vm_stop's `skiplock`: root@pam only (raise_param_exc, a 400)."""
     skiplock = bool(p.get("skiplock"))
-    if skiplock and ctx.caller.user != lxcmod.ROOT_USER:
+    if skiplock and ctx.caller.user != acl.ROOT_USER:
         raise schema.ParamError({"skiplock": "Only root may use this option."})
     return skiplock
 

@@ -247,7 +247,7 @@ def _pct_exec(vmid: int, args: list[str]) -> int:
 
 
 def _pct_copy(cmd: str, vmid: int, args: list[str], usage: str) -> int:
-    from simulator import container
+    from simulator.pve import pushpull as container
 
     pos, opts, _ = parse_options(args, None)
     if len(pos) != 2:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from simulator.pve.conf import CtConf
-from simulator.pve.lxc import PveError
+from simulator.ctconf import CtConf
+from simulator.pve.errors import PveError
 
 #: $LXC_FASTPLUG_OPTIONS: copied into the config of a running container as they are.
 FASTPLUG = frozenset({"description", "onboot", "startup", "protection", "hostname", "hookscript", "cores", "tags",

@@ -116,12 +116,12 @@ class DeployEnv:
         write_profiles(self.inventory, self.profile_overrides)
 
     def faults(self, **knobs: Any) -> None:
-        from simulator.manager import set_faults
+        from simulator.manager.faults import set_faults
 
         set_faults(self.root, self.host, **knobs)
 
     def ct_faults(self, vmid: int = 120, **knobs: Any) -> None:
-        from simulator.manager import set_ct_faults
+        from simulator.manager.faults import set_ct_faults
 
         set_ct_faults(self.root, self.host, vmid, **knobs)
 
@@ -267,7 +267,7 @@ def converged_shared(request: pytest.FixtureRequest, sim_host: Any, sim_resets: 
     converges its own once). Each test gets its own inventory and local state (ledger); it must leave
     the host as it found it: no change, no fault, no stopped server.
     """
-    from simulator.manager import reset_host
+    from simulator.manager.faults import reset_host
 
     env = make_env(sim_host, tmp_path, site_ostemplate([sim_host]))
     if sim_resets.shared_at != sim_resets.count:

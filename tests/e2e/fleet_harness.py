@@ -70,12 +70,12 @@ class FleetHarness:
         return replace(self.env, sim=info)
 
     def faults(self, host: str, **knobs: Any) -> None:
-        from simulator.manager import set_faults
+        from simulator.manager.faults import set_faults
 
         set_faults(self.root, host, **knobs)
 
     def ct_faults(self, host: str, vmid: int = 120, **knobs: Any) -> None:
-        from simulator.manager import set_ct_faults
+        from simulator.manager.faults import set_ct_faults
 
         set_ct_faults(self.root, host, vmid, **knobs)
 

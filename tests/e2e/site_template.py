@@ -88,7 +88,7 @@ def site_template(release: lxc_template.Release = lxc_template.BOOKWORM) -> Path
 
 
 def _build(workdir: Path, target: Path, release: lxc_template.Release) -> None:
-    from simulator.manager import sim_down, sim_up
+    from simulator.manager.lifecycle import sim_down, sim_up
     from tests.e2e.conftest import make_env
 
     root = workdir / "site-template-sim"

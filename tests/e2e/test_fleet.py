@@ -206,7 +206,7 @@ def test_real_router_routes_to_the_simulated_servers(fleet: Fleet, tmp_path: Pat
     from orchestrator.router.addresses import learn
     from orchestrator.router.client import RouterClient
     from orchestrator.router.places import worker_url
-    from simulator.manager import sim_status
+    from simulator.manager.lifecycle import sim_status
     from simulator.router import start_router, stop_router
     from tests.e2e.site import assert_container_urls, assert_no_relay
 

@@ -113,7 +113,7 @@ def test_up_brings_the_router_up_with_both_workers_then_changes_nothing(rfleet: 
     # The router lists its workers at their containers' addresses on the site network, and it reaches B's from
     # A's container over that network; the nodes' addresses forward nothing.
     from orchestrator.router.client import RouterClient
-    from simulator.manager import sim_status
+    from simulator.manager.lifecycle import sim_status
 
     with RouterClient(rfleet.url, KEY) as client:
         listed = sorted(w.url for w in client.list_workers())

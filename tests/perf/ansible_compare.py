@@ -48,7 +48,7 @@ from orchestrator.parsers.packages import DPKG_FORMAT  # noqa: E402
 from orchestrator.parsers.weights import RECORD_PATH  # noqa: E402
 from orchestrator.render.boot_unit import UNIT_PATH as BOOT_UNIT_PATH  # noqa: E402
 from orchestrator.scripts import render_script  # noqa: E402
-from simulator.manager import SimHostInfo, sim_down, sim_up  # noqa: E402
+from simulator.manager.lifecycle import SimHostInfo, sim_down, sim_up  # noqa: E402
 from tests.e2e import site_template  # noqa: E402
 from tests.e2e.conftest import installed_like_environ, make_env  # noqa: E402
 

@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 
 from simulator.config import SimPaths  # noqa: E402
 from simulator.lxc import template  # noqa: E402
-from simulator.manager import sim_down, sim_up  # noqa: E402
+from simulator.manager.lifecycle import sim_down, sim_up  # noqa: E402
 from simulator.pve.lxc import Node  # noqa: E402
 from tests.e2e import site_template  # noqa: E402
 

@@ -31,7 +31,7 @@ import requests
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from simulator.manager import sim_down, sim_up  # noqa: E402
+from simulator.manager.lifecycle import sim_down, sim_up  # noqa: E402
 from simulator.router import VERSIONS, start_router, stop_router  # noqa: E402
 from tests.e2e import site_template  # noqa: E402
 from tests.e2e.conftest import make_fleet_env  # noqa: E402

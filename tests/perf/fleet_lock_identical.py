@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from simulator.manager import sim_down, sim_up  # noqa: E402
+from simulator.manager.lifecycle import sim_down, sim_up  # noqa: E402
 from tests.e2e.conftest import DeployEnv, make_fleet_env, site_ostemplate  # noqa: E402
 
 RENAMED = {"nsa-prefill-backend": None, "nsa-decode-backend": None,

@@ -56,7 +56,8 @@ from orchestrator.hardware.links import (  # noqa: E402
     parse_link_samples,
 )
 from orchestrator.hardware.state import LOAD_UTIL_PCT  # noqa: E402
-from simulator.manager import set_faults, sim_down, sim_up  # noqa: E402
+from simulator.manager.faults import set_faults  # noqa: E402
+from simulator.manager.lifecycle import sim_down, sim_up  # noqa: E402
 from simulator.router import VERSIONS, start_router, stop_router  # noqa: E402
 from tests.e2e.conftest import DeployEnv, make_fleet_env, site_ostemplate  # noqa: E402
 from tests.e2e.fleet_harness import RoutedFleet, worker_urls  # noqa: E402

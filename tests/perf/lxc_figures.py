@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 from simulator.config import SimPaths  # noqa: E402
 from simulator.lxc import template  # noqa: E402
 from simulator.lxc.runtime import LxcRuntime  # noqa: E402
-from simulator.manager import sim_down, sim_up  # noqa: E402
+from simulator.manager.lifecycle import sim_down, sim_up  # noqa: E402
 from simulator.pve.lxc import Node  # noqa: E402
 
 TEMPLATE = "local:vztmpl/" + template.TEMPLATE_NAME

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from simulator.manager import sim_down, sim_up
+from simulator.manager.lifecycle import sim_down, sim_up
 from tests.e2e import site_template
 from tests.e2e.conftest import DeployEnv, make_env
 

@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from ansible_compare import MAX_RUNS, Series, Timed, converged_vars, timed, uptime  # noqa: E402
 
-from simulator.manager import SimHostInfo, sim_down, sim_up  # noqa: E402
+from simulator.manager.lifecycle import SimHostInfo, sim_down, sim_up  # noqa: E402
 from tests.e2e import site_template  # noqa: E402
 from tests.e2e.conftest import installed_like_environ, make_env  # noqa: E402
 

@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 
 from fleet_canary_roll import Clients, Phase  # noqa: E402  (this directory: the script's own)
 
-from simulator.manager import sim_down, sim_up  # noqa: E402
+from simulator.manager.lifecycle import sim_down, sim_up  # noqa: E402
 from tests.e2e import site_template  # noqa: E402
 from tests.e2e.conftest import make_fleet_env  # noqa: E402
 from tests.e2e.test_fleet_roll import Client  # noqa: E402

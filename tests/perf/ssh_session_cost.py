@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 
 import paramiko  # noqa: E402
 
-from simulator.manager import sim_down, sim_up  # noqa: E402
+from simulator.manager.lifecycle import sim_down, sim_up  # noqa: E402
 
 TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
 TICK = os.sysconf("SC_CLK_TCK")

@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO))
 
 from hardware_faults import CHAT, Clients, Sampler, UnitProcess, sim_fault, wait  # noqa: E402  (this directory)
 
-from simulator.manager import sim_down, sim_up  # noqa: E402
+from simulator.manager.lifecycle import sim_down, sim_up  # noqa: E402
 from simulator.router import VERSIONS, start_router, stop_router  # noqa: E402
 from tests.e2e.conftest import make_fleet_env, site_ostemplate  # noqa: E402
 from tests.e2e.fleet_harness import RoutedFleet, worker_urls  # noqa: E402

@@ -11,7 +11,7 @@ from proxmoxer import ProxmoxAPI, ResourceException
 from proxmoxer.core import AuthenticationError
 from proxmoxer.tools import Tasks
 
-from simulator.manager import set_faults
+from simulator.manager.faults import set_faults
 
 pytestmark = pytest.mark.e2e
 TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"

@@ -10,7 +10,7 @@ import pytest
 from proxmoxer import ResourceException
 from proxmoxer.tools import Tasks
 
-from simulator.manager import set_faults
+from simulator.manager.faults import set_faults
 from tests.sim.conftest import TEMPLATE
 
 pytestmark = pytest.mark.e2e

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from simulator.manager import sim_reboot
+from simulator.manager.lifecycle import sim_reboot
 
 pytestmark = pytest.mark.e2e
 
@@ -155,7 +155,7 @@ def test_pct_exec_keeps_the_environment_and_does_not_wait_for_systemd(ssh: Any, 
 def test_reboot_resets_the_gpus_a_fault_left_broken(ssh: Any, sim: Any) -> None:
     """A reboot brings a lost GPU back, applies a pending row remap (a failed one stays), and the kernel log it
     starts holds no Xid of the boot before."""
-    from simulator.manager import set_faults
+    from simulator.manager.faults import set_faults
 
     set_faults(_root(sim), sim.name, xid="79@2", remap="3:pending,4:failed", recovery="2:reboot")
     klog = ssh.run("journalctl -k -q --no-pager").out

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from orchestrator.inventory.loader import load_inventory
-from simulator.manager import sim_down, sim_status, sim_up
+from simulator.manager.lifecycle import sim_down, sim_status, sim_up
 from tests import sim_hosts
 from tests.shared import EXAMPLE_INVENTORY
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from simulator import ctconf as confmod
 from simulator import ctside
 from simulator.lxc import ctnet, lxcconf, net, template
-from simulator.pve import conf as confmod
 
 NET = lxcconf.Network("dssabc123")
 MOUNTS = lxcconf.SimMounts("/r/hosts/sim-10", "/r/hosts/sim-10/ct/120", "/r/hosts/sim-10/gpu",

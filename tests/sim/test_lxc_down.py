@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from simulator.lxc import net
-from simulator.manager import sim_down
+from simulator.manager.lifecycle import sim_down
 from tests.sim.lxc_support import create_and_start, lxc_host
 
 # 600 s: the first module on a fresh machine also builds the template (debootstrap, ~3 min on 2 busy cores)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from simulator.manager import set_faults
+from simulator.manager.faults import set_faults
 from tests.e2e.conftest import until
 
 pytestmark = pytest.mark.e2e
@@ -163,7 +163,7 @@ def test_pvesh_maps_to_api(ssh: Any, make_ct: Any, sim: Any) -> None:
 
 
 def test_fault_knobs_are_validated_and_stored(make_ct: Any, sim: Any) -> None:
-    from simulator.manager import set_ct_faults
+    from simulator.manager.faults import set_ct_faults
 
     root = sim.host_dir.parent.parent
     assert make_ct(140).rc == 0

@@ -15,7 +15,7 @@ import requests
 from proxmoxer import ProxmoxAPI, ResourceException
 from proxmoxer.tools import Tasks
 
-from simulator.manager import set_faults
+from simulator.manager.faults import set_faults
 from tests.shared import EXAMPLE_INVENTORY
 
 pytestmark = pytest.mark.e2e

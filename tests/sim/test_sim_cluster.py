@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import requests
 
-from simulator.manager import set_faults
+from simulator.manager.faults import set_faults
 from tests.conftest import sim_root
 from tests.sim.conftest import TEMPLATE, Ssh
 from tests.sim_hosts import OFFSET_FLEET
@@ -87,7 +87,7 @@ def test_standalone_node_lists_only_itself(sim: Any) -> None:
 
 
 def test_an_ha_managed_ct_starts_after_its_request_returns(cluster: tuple[Any, list[Any]]) -> None:
-    from simulator.manager import set_ct_faults
+    from simulator.manager.faults import set_ct_faults
     from tests.e2e.conftest import until
 
     root, (_a, _b, c) = cluster

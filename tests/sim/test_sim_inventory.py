@@ -67,7 +67,7 @@ def test_sim_up_in_a_directory_without_inventory_gives_the_demo_what_it_needs(tm
 
 def test_the_router_stub_of_a_simulated_fleet_is_a_valid_router_section_once_uncommented() -> None:
     from orchestrator.inventory.models import RouterSpec
-    from simulator.manager import SIM_GROUP, router_stub
+    from simulator.manager.lifecycle import SIM_GROUP, router_stub
 
     stub = router_stub("sim-1")
     assert all(line.startswith("#") for line in stub.splitlines())  # inert until the operator uncomments it

@@ -14,9 +14,10 @@ import pytest
 
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.remote.ssh import SshHost
-from simulator import sshd
 from simulator.config import HostPaths
-from simulator.manager import set_faults, sim_up
+from simulator.host import sshd
+from simulator.manager.faults import set_faults
+from simulator.manager.lifecycle import sim_up
 from tests.shared import EXAMPLE_INVENTORY
 
 pytestmark = pytest.mark.e2e

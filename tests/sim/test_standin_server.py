@@ -1,6 +1,6 @@
-"""The host's stand-in server (simulator.standin_server): a call through it is the same call as a direct run (output,
-exit status, descriptors, environment, cwd), signals reach the command, a killed caller takes its command with it,
-and without the server (or with its code changed) the stand-ins still run, directly."""
+"""The host's stand-in server (simulator.host.standin_server): a call through it is the same call as a direct run
+(output, exit status, descriptors, environment, cwd), signals reach the command, a killed caller takes its command with
+it, and without the server (or with its code changed) the stand-ins still run, directly."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from simulator.standin_client import FORWARDED, call, encode_request
-from simulator.standin_server import decode_request
+from simulator.host.standin_client import FORWARDED, call, encode_request
+from simulator.host.standin_server import decode_request
 from tests.e2e.conftest import until
 
 pytestmark = pytest.mark.e2e

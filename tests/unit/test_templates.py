@@ -267,7 +267,7 @@ def test_logging_config_quiets_the_logger_that_prints_the_key() -> None:
     cfg = json.loads(conf.content)
     assert cfg["root"]["level"] == "DEBUG" and cfg["disable_existing_loggers"] is False
     assert cfg["loggers"] == {"sglang.srt.entrypoints.engine": {"level": "WARNING"}}
-    # (sglang applies it with logging.config.dictConfig: tests/sim_software/test_config_file.py runs that)
+    # (sglang applies it with logging.config.dictConfig: tests/sim/software/test_config_file.py runs that)
     default = render_logging(prof, canonicalize({}, OLD))
     assert default is not None and json.loads(default.content)["root"]["level"] == "INFO"
     assert render_logging(profile(), canonicalize({}, OLD)) is None

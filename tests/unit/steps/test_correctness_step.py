@@ -1,5 +1,5 @@
 """Steps correctness (roll, up of a new release) and correctness_check (deploy check), in-process: the probe's JSON
-line in, the decision out. The probe itself and the stand-in server run for real in tests/sim_software."""
+line in, the decision out. The probe itself and the stand-in server run for real in tests/sim/software."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from simulator.config import FATAL_FAULTS
 from .conftest import STANDIN, Server
 from .standins import CtRoot, make_ct_root, with_userspace
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _launch(*flags: str, version: str = "0.5.12.post1") -> subprocess.CompletedProcess[str]:
@@ -277,7 +277,7 @@ def test_cold_first_start_once_per_kernel_cache_then_warm_starts(ct: CtRoot,
 
 # ------------------------------------------------ as the real server did (tests/fixtures/sglang/real-h100)
 
-REAL = Path(__file__).resolve().parents[1] / "fixtures" / "sglang" / "real-h100"
+REAL = Path(__file__).resolve().parents[2] / "fixtures" / "sglang" / "real-h100"
 #: The lines the tool keys on (boot ledger, fatal verdicts, health wait, drain), each in the real start's log.
 KEYED = ("Load weight begin.", "Load weight end.", "Capture cuda graph begin.", "Capture cuda graph end.",
          "Capture piecewise CUDA graph begin.", "Capture piecewise CUDA graph end.", "max_total_num_tokens=",

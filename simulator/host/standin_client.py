@@ -1,7 +1,7 @@
-"""The client half of the host's stand-in server (simulator.standin_server): what `pct`, `pvesh`, `nvidia-smi` …
+"""The client half of the host's stand-in server (simulator.host.standin_server): what `pct`, `pvesh`, `nvidia-smi` …
 run on a simulated host.
 
-    $DEPLOY_SIM_PYTHON -S -c 'from simulator.standin_client import main; main()' TOOL ARGS…
+    $DEPLOY_SIM_PYTHON -S -c 'from simulator.host.standin_client import main; main()' TOOL ARGS…
 
 Why: a stand-in is a Python program that imports the simulated PVE (its API, schema, config models) before it can
 answer, ~0.1 s of CPU per call, and a test run makes thousands of calls. The server has imported all of it once and
@@ -27,8 +27,8 @@ ENTRIES = {
     "pveversion": ("simulator.pve.cli", True), "vzdump": ("simulator.pve.cli", True),
     "lspci": ("simulator.pve.cli", True), "nvidia-modprobe": ("simulator.pve.cli", True),
     "nvidia-persistenced": ("simulator.pve.cli", True),
-    "nvidia-smi": ("simulator.gpu.smi", False), "systemctl": ("simulator.hostunits", False),
-    "journalctl": ("simulator.hostjournal", False),
+    "nvidia-smi": ("simulator.gpu.smi", False), "systemctl": ("simulator.host.units", False),
+    "journalctl": ("simulator.host.journal", False),
 }
 SOCKET_NAME = "standin.sock"  # in hosts/<name>/sshd/
 FORWARDED = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT, _signal.SIGUSR1, _signal.SIGUSR2)

@@ -1,6 +1,6 @@
 """The wheelhouse serves every template release's Python (Debian 12: 3.11, Debian 13: 3.13), downloaded once each.
 
-pip is replaced by a recorder here (the download itself is real in tests/sim_software/test_index.py and every
+pip is replaced by a recorder here (the download itself is real in tests/sim/software/test_index.py and every
 end-to-end test): what matters is which Python each download is for, and that a wheelhouse filled for 3.11 alone
 (by an older checkout) is topped up for 3.13 without being downloaded again for 3.11.
 """

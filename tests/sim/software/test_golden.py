@@ -93,7 +93,7 @@ def test_output_fault_honours_match(serve: Callable[..., Server]) -> None:
 
 
 def test_sim_fault_refuses_an_unknown_output_and_a_drift_out_of_range(tmp_path) -> None:
-    from simulator.manager import set_ct_faults
+    from simulator.manager.faults import set_ct_faults
 
     with pytest.raises(ValueError, match=r"unknown output fault 'bogus' \(known: ok, garbage, zeros, nan, repeat\)"):
         set_ct_faults(tmp_path, "sim-1", 120, output="bogus")

@@ -13,9 +13,9 @@ from orchestrator.hardware.catalog import Action
 from orchestrator.hardware.kernel_log import parse_kernel_log
 from orchestrator.hardware.smi_health import LINK_QUERY_FIELDS, parse_smi_health
 from orchestrator.hardware.state import judge_hardware
-from simulator import hostjournal
 from simulator.gpu import health, smi
 from simulator.gpu.simctx import SimContext
+from simulator.host import journal as hostjournal
 
 from .conftest import SimHost
 

@@ -7,7 +7,7 @@ import stat
 from pathlib import Path
 
 from simulator.gpu import modprobe
-from simulator.hostunits import boot_order, parse_unit
+from simulator.host.units import boot_order, parse_unit
 
 NODES = "[Unit]\nAfter=systemd-modules-load.service nvidia-persistenced.service\nBefore=pve-guests.service\n"
 PERSISTENCED = "[Unit]\nAfter=syslog.target\n[Service]\nType=forking\nExecStart=/usr/bin/nvidia-persistenced\n"

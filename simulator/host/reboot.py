@@ -8,7 +8,7 @@ but the kernel module makes no device node and the `.run` driver ships no udev r
 node (/dev/nvidia0..N, /dev/nvidiactl, /dev/nvidia-uvm(-tools), /dev/nvidia-modeset, /dev/nvidia-caps/*) stays
 absent (and nvidia-uvm out of /proc/devices) until something runs `nvidia-modprobe` (or NVML, which runs it:
 `nvidia-smi`, nvidia-persistenced). Then systemd starts the host's enabled units
-(simulator.hostunits): those ordered `Before=pve-guests.service` first, then pve-guests starts the `onboot: 1`
+(simulator.host.units): those ordered `Before=pve-guests.service` first, then pve-guests starts the `onboot: 1`
 containers as pve-manager's `startall` does (by `startup` order, then VMID; `up=` delays; each start a `vzstart`
 task, so a container whose `devN` path is missing fails with pve-container's own `Device … does not exist`), then
 the other units. Inside each started container its own systemd brings its enabled units up, as on a real boot:
@@ -25,11 +25,12 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from simulator import hostunits, layout
+from simulator import ctconf as confmod
+from simulator import layout
 from simulator.config import CtState, HostConfig, HostPaths
 from simulator.gpu import health as gpu_health
 from simulator.gpu import powercap as gpu_powercap
-from simulator.pve import conf as confmod
+from simulator.host import units as hostunits
 from simulator.pve import hardware, tasks
 from simulator.pve.lxc import Node
 
@@ -113,7 +114,7 @@ def power_on(hp: HostPaths, cfg: HostConfig, log: BootLog) -> None:
 
 
 def _view_pid(hp: HostPaths) -> int:
-    from simulator import sshd
+    from simulator.host import sshd
 
     pid = sshd.view_running(hp)
     if pid is None:
@@ -129,7 +130,7 @@ def _run_units(hp: HostPaths, cfg: HostConfig, log: BootLog, before_guests: bool
         env = {**layout.session_env(cfg.name), "LANG": "C.UTF-8"}
         argv = [shutil.which("nsenter") or "/usr/bin/nsenter", "--target", str(_view_pid(hp)), "--mount", "--uts",
                 "--wd", "--", "env", "-i", *(f"{k}={v}" for k, v in env.items()), layout.VIEW_PYTHON, "-S", "-m",
-                "simulator.hostunits", "start", unit.name]
+                "simulator.host.units", "start", unit.name]
         res = subprocess.run(argv, capture_output=True, text=True, timeout=300)
         text = " ".join((res.stdout + res.stderr).split())
         log(f"systemd: {unit.name}: " + ("started" if res.returncode == 0 else f"failed: {text}"))

@@ -68,7 +68,7 @@ def test_the_draw_holds_at_the_cap_and_a_reboot_forgets_it(host: SimHost) -> Non
     draw = host.run("nvidia-smi", "--query-gpu=power.draw,clocks_event_reasons.sw_power_cap",
                     "--format=csv,noheader,nounits", "-i", "0").stdout.split(", ")
     assert float(draw[0]) <= 300 and draw[1].strip() == "Active"
-    powercap.clear(str(host.dir))  # what simulator/reboot.py's power_on does
+    powercap.clear(str(host.dir))  # what simulator/host/reboot.py's power_on does
     assert limits(host)[0].split(", ")[1] == "600.00"
 
 

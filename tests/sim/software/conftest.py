@@ -26,7 +26,7 @@ from simulator.software import provision_host
 
 from .standins import CtRoot, clean_env
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SIM = REPO / "simulator"
 STANDIN = SIM / "sglang_standin"
 

@@ -26,7 +26,7 @@ from simulator.software.index import PackageIndex, start_index
 
 CT_PYTHON = "/usr/bin/python3"
 HOST_DRIVER = "580.95.05"
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 LIB = "usr/lib/x86_64-linux-gnu"
 
 

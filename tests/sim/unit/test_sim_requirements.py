@@ -19,6 +19,6 @@ def test_a_missing_dnsmasq_is_named_with_its_package(monkeypatch: pytest.MonkeyP
 
 
 def test_every_tool_has_its_package_and_install_sh_installs_it() -> None:
-    install = (Path(__file__).resolve().parents[2] / "scripts" / "install.sh").read_text()
+    install = (Path(__file__).resolve().parents[3] / "scripts" / "install.sh").read_text()
     for tool, package in runtime.REQUIRED_TOOLS.items():
         assert f"{tool}:{package}" in install or package in install, (tool, package)

@@ -7,11 +7,12 @@ see a unit a test writes). So the host view binds `hosts/<name>/fs/etc/systemd/s
 doctor's power-limit fix asks), `is-active`, `cat`, and `reboot`: as on a real host it
 queues the reboot and returns 0, and the node goes down a moment later (`deploy sim reboot`, made by a process
 outside the view: SSH sessions drop, a new boot; `schedule_reboot`). Enabling makes the
-`<target>.wants/` links of the unit's [Install] section, as systemctl does. `deploy sim reboot` (simulator/reboot.py)
-starts the enabled units in systemd's order (`boot_order`): those ordered before pve-guests.service (`Before=` it,
-or `After=`-ed by one that is) before the guests start, the others after, each after the units it is `After=`.
-A unit's `ExecStart=` lines run in order through bash in the host view (a bare name is looked up on PATH, as
-systemd resolves one in its fixed search path); the first that fails fails the unit (`-` prefix: ignored).
+`<target>.wants/` links of the unit's [Install] section, as systemctl does. `deploy sim reboot`
+(simulator/host/reboot.py) starts the enabled units in systemd's order (`boot_order`): those ordered before
+pve-guests.service (`Before=` it, or `After=`-ed by one that is) before the guests start, the others after, each after
+the units it is `After=`. A unit's `ExecStart=` lines run in order through bash in the host view (a bare name is looked
+up on PATH, as systemd resolves one in its fixed search path); the first that fails fails the unit (`-` prefix:
+ignored).
 """
 
 from __future__ import annotations
@@ -192,7 +193,7 @@ def schedule_reboot() -> int:
     import shlex
 
     from simulator import layout
-    from simulator.hostshell import read_session
+    from simulator.layout import read_session
     from simulator.lxc.attach import mount_prefix
 
     host_dir = layout.current_host_dir()

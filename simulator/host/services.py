@@ -4,7 +4,7 @@ wheelhouse (pip) and the model hub stand-in (`hf download`).
 Why on the bridge: a container's network reaches only NAT'd package registries and its host's bridge address,
 as an air-gapped site reaches its own mirrors. The inventory entries `deploy sim up` writes point the tool at
 them (`container.pip_index_url`, `container.hf_endpoint`). Both run in one daemon per host with a pid file
-(`python -m simulator.hostsvc HOST_DIR ADDRESS`), so `sim down` stops them like the API server.
+(`python -m simulator.host.services HOST_DIR ADDRESS`), so `sim down` stops them like the API server.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from simulator import procs
 from simulator.config import HostConfig, HostPaths
 from simulator.software import wheelhouse
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 INDEX_PORT = 3141
 HUB_PORT = 8088
 
@@ -70,7 +70,7 @@ def start(hp: HostPaths, cfg: HostConfig) -> None:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     if os.environ.get("DEPLOY_SIM_WHEELHOUSE"):  # serve the wheelhouse filled above, not the machine's shared one
         env["DEPLOY_SIM_WHEELHOUSE"] = os.environ["DEPLOY_SIM_WHEELHOUSE"]
-    proc = procs.start_detached([str(Path(sys.executable).resolve()), "-m", "simulator.hostsvc", str(hp.dir),
+    proc = procs.start_detached([str(Path(sys.executable).resolve()), "-m", "simulator.host.services", str(hp.dir),
                                  cfg.bridge_address], log, env=env, cwd=hp.dir)
     if not _wait_listening(cfg.bridge_address, (INDEX_PORT, HUB_PORT), 120.0):
         proc.kill()
@@ -90,7 +90,7 @@ def container_options(cfg: HostConfig) -> dict[str, str]:
 
 
 def main() -> int:
-    """`python -m simulator.hostsvc HOST_DIR ADDRESS`: the index and the hub, served until killed."""
+    """`python -m simulator.host.services HOST_DIR ADDRESS`: the index and the hub, served until killed."""
     from simulator.software.hub import start_hub
     from simulator.software.index import start_index
 

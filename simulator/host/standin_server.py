@@ -1,10 +1,10 @@
 """The host's stand-in server: `pct`, `pvesh`, `nvidia-smi` … with their modules imported once, forked per call.
 
-    python -S -m simulator.standin_server HOST_DIR      # exec'd by the host view's holder (simulator.hostshell)
+    python -S -m simulator.host.standin_server HOST_DIR      # exec'd by the host view's holder (simulator.host.shell)
 
 It runs as the process that holds the host view (same pid, namespaces and cwd), started through the view's own
-interpreter launcher, so its module paths are the ones a direct run has. Each call (simulator.standin_client) is one
-SOCK_SEQPACKET message with the caller's argv, environment, cwd, umask and stdin/stdout/stderr descriptors; the
+interpreter launcher, so its module paths are the ones a direct run has. Each call (simulator.host.standin_client) is
+one SOCK_SEQPACKET message with the caller's argv, environment, cwd, umask and stdin/stdout/stderr descriptors; the
 server forks, the child takes all of that over, runs the tool's `main` and exits with its status, which the server
 sends back after a `run` message (so a client whose connection closes before `run`, queued while the server
 stopped listening, knows nothing ran and runs the tool directly). Bytes from the client after the request are
@@ -30,12 +30,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from simulator import layout
-from simulator.standin_client import ENTRIES, SOCKET_NAME
+from simulator.host.standin_client import ENTRIES, SOCKET_NAME
 
 #: The modules the tools import, lazily or not: imported once here so that no call pays for them.
 PRELOAD = ("simulator.pve.cli", "simulator.pve.api", "simulator.pve.schema", "simulator.pve.acl",
            "simulator.pve.hardware", "simulator.pve.textout", "simulator.pve.lxc", "simulator.pve.vzdump",
-           "simulator.lxc.runtime", "simulator.lxc.attach", "simulator.gpu.smi", "simulator.hostunits", "random")
+           "simulator.lxc.runtime", "simulator.lxc.attach", "simulator.gpu.smi", "simulator.host.units", "random")
 MAX_REQUEST = 1 << 20
 
 
@@ -355,7 +355,7 @@ def main(argv: list[str]) -> None:
         print(f"deploy sim: stand-in server stopped ({exc!r}); stand-ins run directly", file=sys.stderr)
         hold_as_sleeper(host_dir)
     signal.set_wakeup_fd(-1)
-    os.execv(sys.executable, [sys.executable, "-S", "-m", "simulator.standin_server", host_dir])
+    os.execv(sys.executable, [sys.executable, "-S", "-m", "simulator.host.standin_server", host_dir])
 
 
 if __name__ == "__main__":

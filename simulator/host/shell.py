@@ -1,14 +1,14 @@
 """The host view of a simulated host, and the one Python step an SSH session may need.
 
-    python -S -m simulator.hostshell hold <host_dir>   # started by `deploy sim up` (simulator.sshd), once per host
-    python -S -m simulator.hostshell drop <host_dir>   # run by a session only while `ssh_drop_after` is set
+    python -S -m simulator.host.shell hold <host_dir>  # started by `deploy sim up` (simulator.host.sshd), once a host
+    python -S -m simulator.host.shell drop <host_dir>  # run by a session only while `ssh_drop_after` is set
 
 `hold` builds the host view once: a private mount + UTS namespace with the host's fs/ bound over the real paths
 (docs/simulator.md), its cwd at the view's /root, and then becomes the host's stand-in server
-(simulator.standin_server), which keeps the namespace alive (its pid in sshd/view.pid). Every SSH session joins that
-namespace with `nsenter` from the sh snippet that sshd's ForceCommand sources (simulator.sshd), so a session starts
-no Python and mounts nothing: the view costs one setns(2), as on a real host where sshd runs in the host's own root.
-Like on a real host, mounts made by one session stay for the next, and the view is as old as the `sim up` that
+(simulator.host.standin_server), which keeps the namespace alive (its pid in sshd/view.pid). Every SSH session joins
+that namespace with `nsenter` from the sh snippet that sshd's ForceCommand sources (simulator.host.sshd), so a session
+starts no Python and mounts nothing: the view costs one setns(2), as on a real host where sshd runs in the host's own
+root. Like on a real host, mounts made by one session stay for the next, and the view is as old as the `sim up` that
 built it.
 
 `drop` runs only while the fault file exists; it imports only `os`, `ctypes` and the constant-only layout module
@@ -21,12 +21,6 @@ import os
 import sys
 
 from simulator import layout
-
-
-def read_session(host_dir: str) -> dict[str, str]:
-    """sshd/session.conf written by the manager: name, node, real_root, python_prefix, venv_prefix, repo."""
-    with open(os.path.join(host_dir, "sshd", layout.SESSION_FILE)) as fh:
-        return dict(line.rstrip("\n").split("=", 1) for line in fh if "=" in line)
 
 
 def _sshd_ancestor() -> int | None:
@@ -114,26 +108,26 @@ def enter_host_view(session: dict[str, str]) -> None:
 
 def hold(host_dir: str) -> None:
     """Build the host view, record our pid where sessions find it, and become the stand-in server that keeps it."""
-    session = read_session(host_dir)
+    session = layout.read_session(host_dir)
     enter_host_view(session)
     os.chdir("/root")  # sessions inherit it (nsenter -w); it also identifies us: /proc/PID/cwd is the host's fs/root
     pidfile = f"{layout.VIEW_ROOT}/hosts/{session['name']}/sshd/{layout.VIEW_PID_FILE}"
     with open(f"{pidfile}.tmp", "w") as fh:
         fh.write(f"{os.getpid()}\n")
     os.rename(f"{pidfile}.tmp", pidfile)
-    # Keep the view as the stand-in server (simulator.standin_server): same pid, namespaces and cwd, started through
-    # the view's interpreter launcher so that its module paths are a direct stand-in run's. Its argv names the host
-    # directory, so `pgrep -f <root>` finds a holder left behind like any other daemon.
+    # Keep the view as the stand-in server (simulator.host.standin_server): same pid, namespaces and cwd, started
+    # through the view's interpreter launcher so that its module paths are a direct stand-in run's. Its argv names the
+    # host directory, so `pgrep -f <root>` finds a holder left behind like any other daemon.
     env = {**layout.session_env(session["name"]), "LANG": "C.UTF-8"}
     try:
-        os.execve("/bin/sh", ["sh", layout.VIEW_PYTHON, "-S", "-m", "simulator.standin_server", host_dir], env)
+        os.execve("/bin/sh", ["sh", layout.VIEW_PYTHON, "-S", "-m", "simulator.host.standin_server", host_dir], env)
     except OSError:
         os.execv("/bin/sleep", [f"deploy-sim-view {host_dir}", "infinity"])
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 3 or argv[1] not in ("hold", "drop"):
-        print("usage: python -m simulator.hostshell hold|drop <host_dir>", file=sys.stderr)
+        print("usage: python -m simulator.host.shell hold|drop <host_dir>", file=sys.stderr)
         return 2
     if argv[1] == "drop":
         maybe_drop_connection(argv[2])

@@ -9,7 +9,7 @@ import pytest
 
 from simulator.layout import MAX_HOST_NUMBER
 from simulator.layout import host_address as _address
-from simulator.manager import sim_up
+from simulator.manager.lifecycle import sim_up
 
 
 def test_first_hosts_keep_their_addresses() -> None:
