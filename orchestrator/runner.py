@@ -18,8 +18,7 @@ from orchestrator.playbooks import Playbook, load_playbook
 from orchestrator.remote.container import Container
 from orchestrator.remote.ssh import SshHost
 from orchestrator.runlog import Metrics, StepRecord
-from orchestrator.steps import REGISTRY, load_all_steps
-from orchestrator.steps.base import RunOptions, StepContext
+from orchestrator.steps.base import REGISTRY, RunOptions, StepContext, load_all_steps
 from orchestrator.steps.state import RunInputs, RunState
 
 ProgressFn = Callable[[str, StepRecord | None], None]

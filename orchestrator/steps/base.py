@@ -6,6 +6,7 @@ records what it did in its StepRecord. In dry-run a step records `would-change` 
 
 from __future__ import annotations
 
+import importlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -100,3 +101,37 @@ def mark_change(record: StepRecord, ctx: StepContext, what: str) -> bool:
         return False
     record.status = "changed"
     return True
+
+
+#: The modules that define steps: importing them fills REGISTRY (by name, so the engine imports no step).
+STEP_MODULES = (
+    "orchestrator.steps.session",
+    "orchestrator.steps.host",
+    "orchestrator.steps.cluster",
+    "orchestrator.steps.container",
+    "orchestrator.steps.packages",
+    "orchestrator.steps.gpu",
+    "orchestrator.steps.software",
+    "orchestrator.steps.locking",
+    "orchestrator.steps.p2p",
+    "orchestrator.steps.checks",
+    "orchestrator.steps.correctness",
+    "orchestrator.steps.throughput",
+    "orchestrator.steps.release",
+    "orchestrator.steps.server",
+    "orchestrator.steps.roll",
+    "orchestrator.steps.status",
+    "orchestrator.steps.watchdog",
+    "orchestrator.steps.remedy",
+    "orchestrator.steps.power",
+)
+
+
+def load_all_steps() -> dict[str, Step]:
+    for module in STEP_MODULES:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+    return REGISTRY

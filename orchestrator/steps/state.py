@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # types only: the modules that produce them import the steps 
     from orchestrator.hardware.power_limit import GpuPowerLimit
     from orchestrator.hardware.state import HardwareState
     from orchestrator.monitoring.events import Event
+    from orchestrator.p2p.report import P2PReport
     from orchestrator.parsers.bench import BenchResult
     from orchestrator.parsers.hostfacts import PveVersion
     from orchestrator.parsers.leftovers import LeftoverBench
@@ -32,7 +33,6 @@ if TYPE_CHECKING:  # types only: the modules that produce them import the steps 
     from orchestrator.render.power_unit import PowerSetting
     from orchestrator.runlog import StepRecord
     from orchestrator.stacks import StackRecord
-    from orchestrator.steps.p2p import P2PReport
     from orchestrator.verdicts.host import Finding
     from orchestrator.watchdog.parse import WatchdogStatus
 
