@@ -21,12 +21,12 @@ from orchestrator.cli.fleet import fleet_options
 from orchestrator.cli.run import command_line
 from orchestrator.commands.up import UpRequest, UpResult, up_host
 from orchestrator.commands.up import preflight as check_host
+from orchestrator.engine.progress import StepPrinter, totals_line
+from orchestrator.engine.step import RunOptions
 from orchestrator.errors import ConfigError
 from orchestrator.fleet.engine import HostOutcome
 from orchestrator.fleet.targets import parse_targets
 from orchestrator.inventory.models import Host, Inventory
-from orchestrator.steps.base import RunOptions
-from orchestrator.ui.progress import StepPrinter, totals_line
 
 
 def preflight(app: AppContext, words: tuple[str, ...]) -> None:

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from orchestrator.commands.roll import RollOutcome, RollResult
+from orchestrator.engine.step import RunOptions
 from orchestrator.envelope import failure
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, Interrupted, RemoteError
 from orchestrator.flags.digest import flags_sha
@@ -40,7 +42,6 @@ from orchestrator.fleet.view import FleetView
 from orchestrator.inventory.models import Inventory
 from orchestrator.locks.claims import claim_fleet, ensure_held
 from orchestrator.locks.lease import free_dead_runs_leases
-from orchestrator.roll import RollOutcome, RollResult
 from orchestrator.router.addresses import learn_fleet
 from orchestrator.router.client import RouterClient
 from orchestrator.router.drain import Drainer
@@ -51,7 +52,6 @@ from orchestrator.router.places import (
     router_metrics_url,
     router_workers,
 )
-from orchestrator.steps.base import RunOptions
 from orchestrator.ui.output import Output
 from orchestrator.ui.tables import Column
 from orchestrator.ui.tables import spec as table_spec

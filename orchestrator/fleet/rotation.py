@@ -21,18 +21,18 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
+from orchestrator.commands.roll import RollOutcome, RollResult, Say, refused, roll_host, rollback_host
 from orchestrator.commands.up import UpRequest, UpResult, up_host
+from orchestrator.engine.runner import ProgressFn, RunReport
+from orchestrator.engine.state import RollRequest
+from orchestrator.engine.step import RunOptions
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, unknown_name
 from orchestrator.fleet.fleet_roll import FleetRouter
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.locks.claims import claim_fleet
-from orchestrator.roll import RollOutcome, RollResult, Say, refused, roll_host, rollback_host
 from orchestrator.router.drain import Drainer
 from orchestrator.router.places import router_workers
 from orchestrator.runlog import StepRecord
-from orchestrator.runner import ProgressFn, RunReport
-from orchestrator.steps.base import RunOptions
-from orchestrator.steps.state import RollRequest
 
 
 def routes_to(inv: Inventory, host: str) -> bool:

@@ -40,13 +40,13 @@ from orchestrator.fleet.fleet_roll import FleetRouter
 from orchestrator.hardware.policy import Remedy, RemedyPlan, plan_remedy
 from orchestrator.hardware.state import HardwareState
 from orchestrator.inventory.models import Inventory
-from orchestrator.localfile import open_no_follow, private_state_dir, read_private_file, write_file
+from orchestrator.local.files import open_no_follow, private_state_dir, read_private_file, write_file
 from orchestrator.locks.claims import claim_fleet
 from orchestrator.monitoring.events import Event
 from orchestrator.monitoring.notify import Notifier, deliver
 from orchestrator.router.client import RouterClient
 from orchestrator.router.drain import Drainer
-from orchestrator.state.store import team_records
+from orchestrator.store.store import team_records
 
 #: Hosts a cycle reads at once.
 READ_PARALLEL = 8

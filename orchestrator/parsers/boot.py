@@ -30,7 +30,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from orchestrator.caches import CacheCheck
+from orchestrator.stacks.kernel_caches import CacheCheck
 
 PhaseName = Literal["imports", "startup", "weights", "autotune", "jit", "capture", "piecewise", "warmup"]
 

@@ -5,6 +5,6 @@ importing this package."""
 
 from __future__ import annotations
 
-from orchestrator.steps.base import REGISTRY, STEP_MODULES, Step, StepContext, load_all_steps, step
+from orchestrator.engine.step import REGISTRY, STEP_MODULES, Step, StepContext, load_all_steps, step
 
 __all__ = ["REGISTRY", "STEP_MODULES", "Step", "StepContext", "load_all_steps", "step"]

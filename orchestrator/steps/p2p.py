@@ -8,6 +8,7 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
+from orchestrator.engine.step import StepContext, step
 from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.facts import CT, HOST, Fact, Facts, Read
 from orchestrator.hardware.links import (
@@ -24,7 +25,6 @@ from orchestrator.parsers.gpu_query import GpuQueryParseError
 from orchestrator.parsers.topo import TopoMatrix
 from orchestrator.runlog import StepRecord
 from orchestrator.scripts import render_script
-from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.session import ensure_facts
 
 #: A side's facts: `topo -m` (kept with its evidence when it does not parse), then `-p2p r` and `-p2p w`.

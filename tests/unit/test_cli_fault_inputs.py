@@ -21,7 +21,7 @@ import pytest
 
 from orchestrator.errors import ConfigError
 from orchestrator.inventory.models import SecretRef
-from orchestrator.yamlfile import load_yaml
+from orchestrator.local.yamlfile import load_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,10 +16,10 @@ from click.testing import CliRunner, Result
 
 from orchestrator.cli import cli
 from orchestrator.errors import ConfigError
+from orchestrator.ledger.compare import comparability
+from orchestrator.ledger.sqlite import Ledger, RunRecord
 from orchestrator.parsers.bench import BenchResult
 from orchestrator.parsers.gpu_query import Sample
-from orchestrator.reports.compare import comparability
-from orchestrator.state.ledger import Ledger, RunRecord
 from orchestrator.telemetry.summary import TelemetrySummary, summarize
 from tests.shared import EXAMPLE_INVENTORY
 

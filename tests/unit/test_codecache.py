@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 # do; `new` is how many texts it had to compile.
 CHILD = r"""
 import json, sys
-from orchestrator import codecache
+from orchestrator.local import codecache
 codecache.install()
 from dataclasses import dataclass, field, replace, FrozenInstanceError
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from orchestrator.commands.result import RunResult
+from orchestrator.engine.runner import RunReport
 from orchestrator.envelope import envelope
 from orchestrator.errors import CheckFailed
 from orchestrator.fleet.engine import Event, HostEvents, HostOutcome, run_fleet
 from orchestrator.fleet.outcome import Refused, host_outcome
 from orchestrator.runlog import StepRecord
-from orchestrator.runner import RunReport
 
 
 class Tracker:

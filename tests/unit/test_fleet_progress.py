@@ -12,6 +12,7 @@ import pytest
 from rich.console import Console
 
 from orchestrator.commands.result import RunResult
+from orchestrator.engine.runner import RunReport
 from orchestrator.errors import RemoteError
 from orchestrator.fleet.engine import HostEvents, HostOutcome, run_fleet
 from orchestrator.fleet.outcome import Refused, host_outcome
@@ -23,7 +24,6 @@ from orchestrator.router import converge
 from orchestrator.router.facts import RouterFacts
 from orchestrator.router.places import SiteAddresses
 from orchestrator.runlog import StepRecord
-from orchestrator.runner import RunReport
 from tests.shared import EXAMPLE_INVENTORY
 
 STEPS = [("connect", "ok", 0.4), ("host_prereqs", "skipped", 0.0), ("container", "changed", 3.25),

@@ -17,10 +17,10 @@ from click.testing import CliRunner, Result
 from orchestrator.cli import cli
 from orchestrator.commands import doctor as doctor_command
 from orchestrator.commands.doctor import DoctorResult
+from orchestrator.engine.runner import RunReport
+from orchestrator.engine.state import RunState
+from orchestrator.engine.step import RunOptions
 from orchestrator.inventory.models import Host, Inventory
-from orchestrator.runner import RunReport
-from orchestrator.steps.base import RunOptions
-from orchestrator.steps.state import RunState
 from orchestrator.verdicts.host import Finding
 
 FINDINGS = {"pve-gpu-1": [Finding("driver", "ok", "595.58.03")],

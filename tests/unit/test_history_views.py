@@ -9,8 +9,8 @@ from datetime import datetime
 from orchestrator.cli.bench_cmd import ledger_table
 from orchestrator.cli.roll_cmd import _preset
 from orchestrator.commands.history import BenchRuns, ReleaseHistory
+from orchestrator.ledger.sqlite import RunRecord
 from orchestrator.parsers.bench import BenchResult
-from orchestrator.state.ledger import RunRecord
 from orchestrator.ui.tables import plain_lines
 
 BENCH = BenchResult(source="jsonl", completed=64, num_prompts=64, failed=0, output_throughput=1347.1,

@@ -19,9 +19,9 @@ from orchestrator.flags.limits import MAX_COMMAND_LINE_CHARS, MAX_VALUE_CHARS, r
 from orchestrator.flags.schema import version_key
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.inventory.models import ServerProfile
+from orchestrator.local.yamlfile import parse_yaml
 from orchestrator.playbooks import load_playbook
 from orchestrator.render.service import exec_start, render_unit
-from orchestrator.yamlfile import parse_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 OLD = FlagSchema.load("0.5.12.post1")

@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from orchestrator.caches import (
+from orchestrator.inventory.models import ContainerSpec
+from orchestrator.parsers.boot import BootPhase, BootStart
+from orchestrator.releases.documents import ReleaseMeta
+from orchestrator.stacks.kernel_caches import (
     CacheCheck,
     CacheShape,
     cache_dir,
@@ -21,9 +24,6 @@ from orchestrator.caches import (
     manifest,
     parse_check,
 )
-from orchestrator.inventory.models import ContainerSpec
-from orchestrator.parsers.boot import BootPhase, BootStart
-from orchestrator.releases.documents import ReleaseMeta
 
 
 def test_the_cache_key_is_the_stack_and_the_shape() -> None:
@@ -147,7 +147,7 @@ def test_set_aside_caches_are_pruned_to_the_newest_few(tmp_path: Path) -> None:
     KEEP_SET_ASIDE of the cache root (itself included); the working cache and others' caches stay."""
     import os
 
-    from orchestrator import caches
+    from orchestrator.stacks import kernel_caches as caches
 
     keep = getattr(caches, "KEEP_SET_ASIDE", 2)
     shape = CacheShape("/m", "auto", 8, "flashinfer_cutlass")

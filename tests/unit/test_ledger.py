@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ConfigError
+from orchestrator.ledger.sqlite import SCHEMA_VERSION, Ledger, default_ledger_path, new_run_id
 from orchestrator.parsers.bench import BenchResult
 from orchestrator.parsers.gpu_query import Sample
-from orchestrator.state.ledger import SCHEMA_VERSION, Ledger, default_ledger_path, new_run_id
 from orchestrator.telemetry.summary import summarize
 from orchestrator.verdicts.power import Diagnosis
 
@@ -187,7 +187,7 @@ def test_secrets_never_reach_the_ledger_file(tmp_path: Path) -> None:
 def test_a_run_id_drawn_twice_in_one_second_is_drawn_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """16 random bits per second collide when a fleet bench records many runs at once: the insert draws again,
     and a caller's own id is never silently replaced."""
-    from orchestrator.state import ledger as ledger_mod
+    from orchestrator.ledger import sqlite as ledger_mod
 
     drawn = iter(["r-20261130-020000-aaaa", "r-20261130-020000-aaaa", "r-20261130-020000-bbbb"])
     monkeypatch.setattr(ledger_mod, "new_run_id", lambda _now=None: next(drawn))

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.bench.report import SweepResult, write_sweep_report
 from orchestrator.errors import ConfigError
 from orchestrator.fleet.rollout import FleetRoll, HostRoll, RollSpec, RollStore
-from orchestrator.localfile import write_file
+from orchestrator.ledger.sqlite import Ledger
+from orchestrator.local.files import write_file
 from orchestrator.locks.claims import claim_hosts, claims_dir
 from orchestrator.locks.local_runs import runs_dir, start_run
-from orchestrator.reports.sweep import SweepResult, write_sweep_report
-from orchestrator.state.ledger import Ledger
 from orchestrator.tune import record as tune_record
 from tests.unit.test_reports import points
 

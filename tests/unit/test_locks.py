@@ -12,7 +12,7 @@ import pytest
 from orchestrator.cli.lock_cmd import lock_changes
 from orchestrator.errors import ConfigError
 from orchestrator.inventory.loader import load_inventory
-from orchestrator.stack_lock import (
+from orchestrator.stacks.lock import (
     Lock,
     LockEntry,
     hash_mismatches,
@@ -22,7 +22,7 @@ from orchestrator.stack_lock import (
     parse_lock,
     render_lock,
 )
-from orchestrator.stacks import Stack, build_command
+from orchestrator.stacks.stack import Stack, build_command
 from tests.shared import EXAMPLE_INVENTORY
 
 A, B, C = "a" * 64, "b" * 64, "c" * 64

@@ -18,7 +18,8 @@ import pytest
 from orchestrator.errors import ConfigError
 from orchestrator.inventory.example import AUTOTUNE_PATCH
 from orchestrator.inventory.loader import load_inventory
-from orchestrator.patches import (
+from orchestrator.resources import example_inventory_dir
+from orchestrator.stacks.patches import (
     NOT_APPLIED_RC,
     apply_script,
     not_applied_error,
@@ -27,8 +28,7 @@ from orchestrator.patches import (
     read_apply_output,
     read_dry_run,
 )
-from orchestrator.resources import example_inventory_dir
-from orchestrator.stacks import Stack, StackRecord, parse_stack_listing, record_for
+from orchestrator.stacks.stack import Stack, StackRecord, parse_stack_listing, record_for
 from tests.shared import EXAMPLE_INVENTORY
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.ledger.sqlite import RunRecord
 from orchestrator.profile.breakdown import breakdown
 from orchestrator.profile.capture import ProfileOutcome
 from orchestrator.profile.moved import LEVER_SHARE, MOVED_POINTS, share_move
 from orchestrator.profile.trace import read_trace
 from orchestrator.profile.verdict import NEXT_ACTION, judge
-from orchestrator.state.ledger import RunRecord
 from orchestrator.verdicts.power import Diagnosis
 from tests.unit.test_profile_standin_shapes import _window
 

@@ -8,9 +8,9 @@ import re
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from orchestrator.caches import CacheCheck, cache_env
 from orchestrator.parsers.bench import parse_bench_jsonl, parse_bench_summary
 from orchestrator.parsers.boot import BootPhase, BootStart, parse_boot, parse_systemd_time
+from orchestrator.stacks.kernel_caches import CacheCheck, cache_env
 from orchestrator.steps.checks import parse_health_probe
 from orchestrator.verdicts.power import autotune_lever, diagnose, held_concurrency
 from orchestrator.verdicts.server_log import CapturePhase, find_fatal

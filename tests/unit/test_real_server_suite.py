@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from orchestrator.caches import CacheCheck
 from orchestrator.parsers.bench import parse_bench_jsonl, parse_bench_summary
 from orchestrator.parsers.boot import BootStart, parse_boot
 from orchestrator.router.drain import in_flight
+from orchestrator.stacks.kernel_caches import CacheCheck
 from orchestrator.verdicts.power import diagnose, held_concurrency
 from orchestrator.verdicts.server_log import CapturePhase, find_fatal
 from orchestrator.watchdog.probe import PROGRESS_COUNTERS, metric_sum

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.reports.sweep import SweepResult, write_sweep_report
-from orchestrator.reports.tune import write_tune_report
+from orchestrator.bench.report import SweepResult, write_sweep_report
+from orchestrator.tune.report import write_tune_report
 from tests.browser import check_page
 from tests.unit.test_reports import points
 from tests.unit.test_tune_plan import _record

@@ -8,9 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.parsers.bench import BenchResult
-from orchestrator.parsers.gpu_query import Sample
-from orchestrator.reports.sweep import (
+from orchestrator.bench.report import (
     SWEEP_HEADERS,
     SweepPoint,
     SweepResult,
@@ -22,6 +20,8 @@ from orchestrator.reports.sweep import (
     sweep_table,
     write_sweep_report,
 )
+from orchestrator.parsers.bench import BenchResult
+from orchestrator.parsers.gpu_query import Sample
 from orchestrator.telemetry.summary import TelemetrySummary, summarize
 from orchestrator.verdicts.power import Diagnosis
 

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+from orchestrator.commands.roll import RollResult, judge, refused
+from orchestrator.engine.runner import RunReport
+from orchestrator.engine.state import Candidate, CurrentFlags, Rollback, RunState, ServerRun
 from orchestrator.envelope import envelope
 from orchestrator.errors import CheckFailed, ConfigError, LockLost
 from orchestrator.flags import FlagSchema, canonicalize
 from orchestrator.fleet.engine import HostOutcome
 from orchestrator.fleet.host_rolls import record_roll
 from orchestrator.fleet.rollout import HostRoll
-from orchestrator.roll import RollResult, judge, refused
 from orchestrator.runlog import StepRecord
-from orchestrator.runner import RunReport
-from orchestrator.steps.state import Candidate, CurrentFlags, Rollback, RunState, ServerRun
 
 
 def report(state: RunState | None = None, *, dry_run: bool = False) -> RunReport:

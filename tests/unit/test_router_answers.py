@@ -18,6 +18,7 @@ import pytest
 from rich.console import Console
 
 from orchestrator.cli.router_view import router_view
+from orchestrator.commands.roll import RollOutcome, RollResult
 from orchestrator.errors import RemoteError
 from orchestrator.fleet.engine import EngineStats, FleetRun, HostEvents, HostOutcome
 from orchestrator.fleet.fleet_roll import fleet_roll
@@ -26,7 +27,6 @@ from orchestrator.fleet.targets import TargetSpec
 from orchestrator.fleet.view import fleet_summary, totals_text
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.inventory.models import Inventory
-from orchestrator.roll import RollOutcome, RollResult
 from orchestrator.router.client import RouterClient
 from orchestrator.ui.output import Output
 from tests.shared import EXAMPLE_INVENTORY

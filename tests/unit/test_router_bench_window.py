@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from orchestrator.bench.fleet import FleetBenchPoint, HostShare, attribute
 from orchestrator.bench.run import BenchRun
 from orchestrator.cli.bench_cmd import _router_line
+from orchestrator.fleet.bench import FleetBenchPoint, HostShare, attribute
 from orchestrator.parsers.bench import BenchResult
 from orchestrator.router import metrics
 from tests.shared import fixture

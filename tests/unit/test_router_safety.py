@@ -24,6 +24,7 @@ import pytest
 import requests
 from rich.console import Console
 
+from orchestrator.commands.roll import RollOutcome, RollResult
 from orchestrator.errors import CheckFailed, Interrupted, LockHeld
 from orchestrator.fleet.engine import HostEvents, HostOutcome
 from orchestrator.fleet.fleet_roll import fleet_roll, fleet_rollback
@@ -31,7 +32,6 @@ from orchestrator.fleet.rollout import FleetRoll, HostRoll, RollSpec, RollStore
 from orchestrator.fleet.targets import TargetSpec
 from orchestrator.inventory.models import Inventory
 from orchestrator.locks.claims import ROUTER, claim_fleet, claim_hosts, claims_dir
-from orchestrator.roll import RollOutcome, RollResult
 from orchestrator.router.client import RouterClient
 from orchestrator.router.drain import Drainer
 from orchestrator.router.reconcile import Worker, reconcile

@@ -8,9 +8,9 @@ from datetime import datetime
 
 import pytest
 
-from orchestrator.bench.fleet import FleetBenchPoint, HostShare, bench_client, wait_command
 from orchestrator.bench.run import BenchRun
 from orchestrator.errors import ConfigError
+from orchestrator.fleet.bench import FleetBenchPoint, HostShare, bench_client, wait_command
 from orchestrator.inventory.models import Inventory
 from orchestrator.parsers.bench import BenchResult
 from orchestrator.parsers.server_metrics import GENERATION_TOKENS, counter, delta

@@ -6,13 +6,13 @@ import dataclasses
 
 import pytest
 
+from orchestrator.engine.runner import run_playbook_to_end
+from orchestrator.engine.step import RunOptions, StepContext
 from orchestrator.errors import RemoteError, error_code
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.parsers import ParseError
 from orchestrator.runlog import StepRecord
-from orchestrator.runner import run_playbook_to_end
 from orchestrator.steps import REGISTRY, load_all_steps
-from orchestrator.steps.base import RunOptions, StepContext
 from tests.shared import EXAMPLE_INVENTORY
 
 

@@ -23,7 +23,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.inventory.models import ServerProfile
 from orchestrator.resources import flags_probe_source
-from orchestrator.stack_lock import (
+from orchestrator.stacks.lock import (
     LockTarget,
     constraint_violations,
     lock_constraints,
@@ -31,7 +31,7 @@ from orchestrator.stack_lock import (
     parse_constraint,
     render_lock,
 )
-from orchestrator.stacks import CONSTRAINTS_FILE, ImportFailure, Stack, build_command
+from orchestrator.stacks.stack import CONSTRAINTS_FILE, ImportFailure, Stack, build_command
 from orchestrator.steps.locking import resolve_command
 from simulator.software.wheels import build_wheel, kernels_spec, sglang_spec
 from tests.shared import EXAMPLE_INVENTORY

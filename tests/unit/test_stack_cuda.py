@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.stack_lock import Lock, LockEntry, render_lock
+from orchestrator.stacks.lock import Lock, LockEntry, render_lock
 from orchestrator.verdicts.cuda import SGLANG_TORCH, TORCH_CUDA, stack_cuda, stack_driver_finding
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

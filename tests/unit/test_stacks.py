@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from orchestrator.engine.state import ServerStatus
 from orchestrator.flags import FlagSchema, canonicalize
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.render.service import launch_argv, render_unit
-from orchestrator.stacks import (
+from orchestrator.stacks.stack import (
     Stack,
     StackRecord,
     budget_prune_plan,
@@ -20,7 +21,6 @@ from orchestrator.stacks import (
     stack_usage_command,
     venv_sizes,
 )
-from orchestrator.steps.state import ServerStatus
 from tests.shared import EXAMPLE_INVENTORY
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import yamlcache
 from orchestrator.errors import ConfigError
+from orchestrator.local import yamlcache
 
 REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
@@ -134,8 +134,8 @@ def test_a_foreign_or_open_entry_in_roots_own_state_dir_is_not_read(tmp_path: Pa
 
 def test_a_state_dir_others_can_write_is_refused_with_the_fix(tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    from orchestrator.localfile import private_state_dir
-    from orchestrator.paths import state_dir_problem
+    from orchestrator.local.files import private_state_dir
+    from orchestrator.local.paths import state_dir_problem
 
     state = tmp_path / "state"
     state.mkdir()
@@ -156,7 +156,7 @@ def test_a_state_dir_others_can_write_is_refused_with_the_fix(tmp_path: Path,
 
 
 def test_a_state_file_is_read_without_following_a_link(tmp_path: Path) -> None:
-    from orchestrator.localfile import read_private_file
+    from orchestrator.local.files import read_private_file
 
     target = tmp_path / "t.json"
     target.write_text("{}")

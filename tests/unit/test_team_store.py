@@ -15,12 +15,12 @@ import pytest
 
 from orchestrator.errors import ConfigError, LockHeld, LockLost, RemoteError
 from orchestrator.inventory.loader import load_inventory
+from orchestrator.ledger.sqlite import Ledger
 from orchestrator.locks import claims
 from orchestrator.locks.claims import claim_fleet, claim_hosts
 from orchestrator.locks.lease import HostLease
 from orchestrator.remote.ssh import SshHost
-from orchestrator.state import pg, store
-from orchestrator.state.ledger import Ledger
+from orchestrator.store import pg, store
 from tests.pg_server import PgServer, TeamStore, free_port
 from tests.shared import EXAMPLE_INVENTORY
 
@@ -28,7 +28,7 @@ HOLD = """
 import sys, time
 from orchestrator.locks.claims import claim_fleet
 with claim_fleet(["gpu-1", "gpu-2"], "deploy roll group g --set x=1 --set api-key=s3cret", router=True):
-    from orchestrator.state import store
+    from orchestrator.store import store
     print("held", store.run_id(), flush=True)
     time.sleep(120)
 """
@@ -137,7 +137,7 @@ def test_the_ledger_and_records_are_the_teams(machine_a: TeamStore, tmp_path: Pa
     store.current().records.put("tunes", "t-1", '{"x": 1}')
     # machine B: another state dir, the same store, another process's connection
     out = subprocess.run([sys.executable, "-c", (
-        "from orchestrator.state import store\n"
+        "from orchestrator.store import store\n"
         "led = store.current().ledger()\n"
         "r = led.list_runs(hosts=['gpu-1'])[0]\n"
         "print(r.id, r.by, r.flags['api-key'], led.tune_runs('t-1'), [e.kind for e in led.events('gpu-1')],\n"
@@ -329,7 +329,7 @@ def test_this_machines_state_never_imports_the_driver(tmp_path: Path) -> None:
     """The default costs a command nothing: no DEPLOY_STATE_URL, no psycopg (claims, ledger, records)."""
     code = ("import sys\n"
             "from orchestrator.locks.claims import claim_hosts\n"
-            "from orchestrator.state import store\n"
+            "from orchestrator.store import store\n"
             "with claim_hosts(['gpu-1'], 'deploy roll group g'):\n"
             "    store.ledger().record_run(host='gpu-1', bench=None)\n"
             "    store.current().records.put('watch', 'g', '{}')\n"
@@ -350,17 +350,17 @@ def test_a_claim_in_the_team_store_imports_nothing_of_the_ledger(team_store: Tea
             "from orchestrator.locks.claims import claim_hosts\n"
             "with claim_hosts(['gpu-1'], 'deploy up host gpu-1', exclusive=False):\n"
             "    pass\n"
-            "print(sorted(m for m in sys.modules if m.startswith('orchestrator.state')))\n")
+            "print(sorted(m for m in sys.modules if m.startswith(('orchestrator.store', 'orchestrator.ledger'))))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, **team_store.env(), "DEPLOY_STATE_DIR": str(tmp_path)})
-    assert "orchestrator.state.pg" in out.stdout and "orchestrator.state.ledger" not in out.stdout, out.stdout
+    assert "orchestrator.store.pg" in out.stdout and "orchestrator.ledger.sqlite" not in out.stdout, out.stdout
     assert len(pg.migrations()) == pg.SCHEMA_VERSION
 
 
 def test_state_migrate_and_status_through_the_cli(team_store: TeamStore, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEPLOY_STATE_")}
     env |= {"DEPLOY_STATE_DIR": str(tmp_path / "state"), "DEPLOY_STATE_PASSWORD_FILE": str(team_store.password_file)}
-    subprocess.run([sys.executable, "-c", "from orchestrator.state.ledger import Ledger\n"
+    subprocess.run([sys.executable, "-c", "from orchestrator.ledger.sqlite import Ledger\n"
                     "Ledger().record_run(host='gpu-1', bench=None)\n"], env=env, check=True)
     deploy = [sys.executable, "-m", "orchestrator", "--inventory", str(tmp_path / "none")]
     first = subprocess.run([*deploy, "state", "migrate", "--to", team_store.url], capture_output=True, text=True,

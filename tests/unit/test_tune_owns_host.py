@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import signals
 from orchestrator.cli.tune_cmd import stopped
 from orchestrator.errors import HungUp, Interrupted, Terminated
+from orchestrator.local import signals
 from orchestrator.locks.claims import claim_hosts
 from orchestrator.tune.record import TuneRecord
 

@@ -11,10 +11,10 @@ import pytest
 
 from orchestrator.errors import ConfigError
 from orchestrator.flags.schema import FlagSchema
-from orchestrator.reports.tune import tune_table, write_tune_report
-from orchestrator.state.ledger import Ledger
+from orchestrator.ledger.sqlite import Ledger
 from orchestrator.tune.plan import make_plan, parse_budget, parse_range
 from orchestrator.tune.record import PointRecord, RunEntry, TuneRecord, load, save
+from orchestrator.tune.report import tune_table, write_tune_report
 
 SCHEMA = FlagSchema.load(FlagSchema.known_versions()[-1])
 

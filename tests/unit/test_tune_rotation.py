@@ -66,9 +66,9 @@ def test_a_host_without_a_router_is_tuned_as_before() -> None:
 def test_an_up_plan_restarts_the_server_only_through_its_restarting_steps() -> None:
     """`up host` of a worker is drained only when its plan would change a step that restarts the server."""
     from orchestrator.commands.up import UpResult
+    from orchestrator.engine.runner import RunReport
     from orchestrator.fleet.rotation import restarting_changes
     from orchestrator.runlog import StepRecord
-    from orchestrator.runner import RunReport
 
     def plan(*steps: tuple[str, str]) -> UpResult:
         return UpResult(RunReport(host="gpu-1", playbook="up", dry_run=True,

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from rich.console import Console
 
+from orchestrator.bench.report import SweepPoint, sweep_table
 from orchestrator.cli.bench_cmd import ledger_table, table_spec
+from orchestrator.ledger.sqlite import Ledger, RunRecord
 from orchestrator.parsers.bench import BenchResult
-from orchestrator.reports.sweep import SweepPoint, sweep_table
-from orchestrator.state.ledger import Ledger, RunRecord
 from orchestrator.ui.tables import fit_widths, plain_lines, print_table, spec
 from tests.shared import EXAMPLE_INVENTORY
 

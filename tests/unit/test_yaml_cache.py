@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import yamlcache as yaml_cache
-from orchestrator import yamlfile
 from orchestrator.errors import ConfigError
+from orchestrator.local import yamlcache as yaml_cache
+from orchestrator.local import yamlfile
 
 REPO = Path(__file__).resolve().parents[2]
 

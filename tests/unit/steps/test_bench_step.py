@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from orchestrator.bench.run import BenchRun
+from orchestrator.engine.state import RunInputs
 from orchestrator.steps import checks
-from orchestrator.steps.state import RunInputs
 from tests.unit.test_bench_failures import bench_run
 
 

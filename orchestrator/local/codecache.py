@@ -35,7 +35,7 @@ _path = ""
 def _cache_path() -> str:
     from importlib.util import MAGIC_NUMBER
 
-    from orchestrator.paths import state_dir
+    from orchestrator.local.paths import state_dir
 
     return os.path.join(str(state_dir()), "cache", f"dataclass-code-{MAGIC_NUMBER.hex()}.marshal")
 
@@ -47,7 +47,7 @@ def _owned_and_private(st: os.stat_result) -> bool:
 def _load(path: str) -> dict[str, CodeType]:
     from pathlib import Path
 
-    from orchestrator.paths import state_dir_problem
+    from orchestrator.local.paths import state_dir_problem
 
     try:
         if state_dir_problem(Path(path).parent.parent) is not None:  # the state dir: nobody else may write there

@@ -14,14 +14,14 @@ from enum import Enum
 from typing import Any
 
 from orchestrator.commands.result import RunResult
+from orchestrator.engine.runner import ProgressFn, RunReport, run_playbook_to_end
+from orchestrator.engine.state import Candidate, CurrentFlags, RollRequest, RunInputs, RunState
+from orchestrator.engine.step import RunOptions
 from orchestrator.errors import ConfigError, DeployError
 from orchestrator.flags.digest import flags_sha
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.locks.claims import claim_hosts
 from orchestrator.runlog import StepRecord
-from orchestrator.runner import ProgressFn, RunReport, run_playbook_to_end
-from orchestrator.steps.base import RunOptions
-from orchestrator.steps.state import Candidate, CurrentFlags, RollRequest, RunInputs, RunState
 
 Say = Callable[[str], None]
 

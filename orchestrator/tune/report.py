@@ -8,9 +8,9 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from orchestrator.localfile import write_file
+from orchestrator.bench.report import _CSS, TableData, _html_table, fmt, save_png
+from orchestrator.local.files import write_file
 from orchestrator.redact import redact_text
-from orchestrator.reports.sweep import _CSS, TableData, _html_table, fmt, save_png
 from orchestrator.tune.record import PointRecord, RunEntry, TuneRecord
 
 HEADERS = ("point", "result", "SLO limit (conc.)", "goodput tok/s (95 % CI)", "tok/s per W", "J/token",

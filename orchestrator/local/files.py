@@ -110,7 +110,7 @@ def private_state_dir() -> Path:
     """The state directory (paths.state_dir), refused (ConfigError, with the fix) when another local user could
     write into it: what the tool reads back from there (a cached inventory, a watch's cordoned hosts) is trusted as
     if the tool had just computed it."""
-    from orchestrator.paths import STATE_ENV, state_dir, state_dir_problem
+    from orchestrator.local.paths import STATE_ENV, state_dir, state_dir_problem
 
     path = state_dir()
     problem = state_dir_problem(path)

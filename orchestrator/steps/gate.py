@@ -4,10 +4,10 @@ the roll's undo, a regression fails the step, so the roll rolls back."""
 
 from __future__ import annotations
 
+from orchestrator.engine.step import StepContext, step
 from orchestrator.errors import CheckFailed, ConfigError
 from orchestrator.releases.documents import KEPT, ReleaseVerdict
 from orchestrator.runlog import StepRecord
-from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.release import bench_dict, write_verdict
 
 

@@ -15,7 +15,6 @@ from orchestrator.parsers.boot import BootStart
 
 if TYPE_CHECKING:  # types only: the modules that produce them import the steps package themselves
     from orchestrator.bench.run import BenchRun
-    from orchestrator.caches import CacheCheck
     from orchestrator.errors import DeployError
     from orchestrator.flags import FlagSet
     from orchestrator.gates.correctness import Verdict
@@ -32,7 +31,8 @@ if TYPE_CHECKING:  # types only: the modules that produce them import the steps 
     from orchestrator.render.bundle import Bundle
     from orchestrator.render.power_unit import PowerSetting
     from orchestrator.runlog import StepRecord
-    from orchestrator.stacks import StackRecord
+    from orchestrator.stacks.kernel_caches import CacheCheck
+    from orchestrator.stacks.stack import StackRecord
     from orchestrator.verdicts.host import Finding
     from orchestrator.watchdog.parse import WatchdogStatus
 

@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from orchestrator.localfile import private_state_dir
+from orchestrator.local.files import private_state_dir
 
 #: Bump when an entry's meaning changes without a change to the decoding code's own text.
 FORMAT = 1
@@ -61,7 +61,7 @@ def entry_path(text: str) -> Path:
 def lookup(text: str) -> Any:
     """The decoded document of `text` from an earlier run, or MISSING."""
     from orchestrator.errors import ConfigError
-    from orchestrator.localfile import read_private_file
+    from orchestrator.local.files import read_private_file
 
     path = entry_path(text)  # a state dir others can write: the ConfigError is the command's
     try:
@@ -84,7 +84,7 @@ def storable(data: Any) -> bool:
 
 def store(text: str, data: Any) -> None:
     """Keep the decoded document of `text` for the next run, when it is storable; never fails the caller."""
-    from orchestrator.localfile import write_file
+    from orchestrator.local.files import write_file
 
     if not storable(data):
         return

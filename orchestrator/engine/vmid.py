@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import shlex
 
+from orchestrator.engine.step import StepContext
 from orchestrator.errors import ConfigError
 from orchestrator.facts import CLUSTER_COMMAND
 from orchestrator.inventory.models import Host
 from orchestrator.locks.lease import LOCK_DIR
 from orchestrator.parsers.pve import AUTO_VMID_MARK, parse_auto_vmid
 from orchestrator.runlog import StepRecord
-from orchestrator.steps.base import StepContext
 from orchestrator.verdicts.cluster import choose_vmid
 
 #: Where `vmid: auto` keeps the VMID it chose, per inventory host, on the host's node (one number a file).
@@ -62,7 +62,7 @@ def resolve_auto_vmid(ctx: StepContext, record: StepRecord) -> None:
             how = f"chosen from /cluster/nextid and recorded in {path}"
     host = ctx.host.model_copy(update={"container": ctx.host.container.with_vmid(vmid)})
     if read.recorded is not None or not ctx.options.dry_run:  # the node's own record: this machine keeps a copy
-        from orchestrator.state.auto_vmids import remember
+        from orchestrator.inventory.auto_vmids import remember
 
         remember(host, vmid)
     ctx.host = host

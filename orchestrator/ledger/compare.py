@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.state.ledger import RunRecord
+from orchestrator.ledger.sqlite import RunRecord
 
 #: BenchResult fields that define the benchmark itself: a difference makes the runs incomparable.
 WORKLOAD: tuple[tuple[str, str], ...] = (

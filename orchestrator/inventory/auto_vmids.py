@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.inventory.models import Host, Inventory
-from orchestrator.localfile import private_state_dir, read_private_file, write_file
+from orchestrator.local.files import private_state_dir, read_private_file, write_file
 
 
 def _path(host: Host) -> Path:

@@ -35,11 +35,11 @@ import psycopg
 from psycopg import conninfo as pg_conninfo
 
 from orchestrator.errors import ConfigError, RemoteError
-from orchestrator.state import store as st
-from orchestrator.state.store import ClaimRow, Holder, LocalRecords, RecordKind, StoreSettings, StoreStatus
+from orchestrator.store import store as st
+from orchestrator.store.store import ClaimRow, Holder, LocalRecords, RecordKind, StoreSettings, StoreStatus
 
 if TYPE_CHECKING:
-    from orchestrator.state.ledger import Ledger
+    from orchestrator.ledger.sqlite import Ledger
 
 SCHEMA = "deploy"
 #: How often a process holding claims checks that its connection (so its claims) is still there.
@@ -58,7 +58,7 @@ SCHEMA_VERSION = 1
 
 def migrations() -> tuple[str, ...]:
     """MIGRATIONS[i] takes the schema from version i to i + 1."""
-    from orchestrator.state.ledger import MIGRATIONS as LOCAL_MIGRATIONS
+    from orchestrator.ledger.sqlite import MIGRATIONS as LOCAL_MIGRATIONS
 
     return (
         # 0 -> 1: the ledger's tables as on this machine (state/ledger.py), with each row's author, and the team's own
@@ -348,7 +348,7 @@ class PgStore:
         return version == SCHEMA_VERSION
 
     def ledger(self) -> Ledger:
-        from orchestrator.state.pg_ledger import PgLedger
+        from orchestrator.store.pg_ledger import PgLedger
 
         return PgLedger(self)
 

@@ -12,12 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.engine.state import FailureHandler, RunInputs, RunState
 from orchestrator.facts import CtFact, Facts, HostFact
 from orchestrator.inventory.models import Host, Inventory, ServerProfile
 from orchestrator.locks.lease import HostLease
 from orchestrator.remote.container import Container, Node
 from orchestrator.runlog import Metrics, StepRecord
-from orchestrator.steps.state import FailureHandler, RunInputs, RunState
 
 
 @dataclass
@@ -116,7 +116,7 @@ STEP_MODULES = (
     "orchestrator.steps.p2p",
     "orchestrator.steps.checks",
     "orchestrator.steps.correctness",
-    "orchestrator.steps.throughput",
+    "orchestrator.steps.gate",
     "orchestrator.steps.release",
     "orchestrator.steps.server",
     "orchestrator.steps.roll",

@@ -25,9 +25,9 @@ from pydantic import BaseModel, ConfigDict
 
 from orchestrator.errors import ConfigError
 from orchestrator.gates.throughput import DEFAULT_NOISE_PCT, delta_pct
-from orchestrator.localfile import open_no_follow, private_state_dir, refuse_link
+from orchestrator.local.files import open_no_follow, private_state_dir, refuse_link
+from orchestrator.local.paths import state_dir
 from orchestrator.parsers.bench import BenchParseError, BenchResult, BenchValueError, parse_bench_import
-from orchestrator.paths import state_dir
 from orchestrator.redact import redact
 from orchestrator.telemetry.summary import TelemetrySummary
 from orchestrator.verdicts.power import Diagnosis

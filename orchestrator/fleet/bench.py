@@ -35,6 +35,7 @@ from orchestrator.bench.command import connect_host
 from orchestrator.bench.run import BenchRun, run_bench
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, RemoteError
 from orchestrator.inventory.models import Host, Inventory, ServerProfile
+from orchestrator.ledger.sqlite import new_run_id
 from orchestrator.parsers.server_metrics import GENERATION_TOKENS, REQUESTS, delta
 from orchestrator.remote.container import Container
 from orchestrator.router.addresses import learn_fleet, learn_router
@@ -49,7 +50,6 @@ from orchestrator.router.places import (
     router_metrics_url,
 )
 from orchestrator.router.release import release_of
-from orchestrator.state.ledger import new_run_id
 from orchestrator.telemetry.sampler import (
     SampledRun,
     SamplerOutputError,

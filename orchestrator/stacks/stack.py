@@ -20,11 +20,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.caches import CACHE_ROOT
 from orchestrator.layout import PATHS
-from orchestrator.patches import Patch, patches_sha
 from orchestrator.releases.documents import ReleaseLine, ReleaseMeta
-from orchestrator.stack_lock import Lock, constraints_text
+from orchestrator.stacks.kernel_caches import CACHE_ROOT
+from orchestrator.stacks.lock import Lock, constraints_text
+from orchestrator.stacks.patches import Patch, patches_sha
 
 
 @dataclass(frozen=True)

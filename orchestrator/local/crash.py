@@ -11,7 +11,7 @@ import time
 import traceback
 from pathlib import Path
 
-from orchestrator.paths import state_dir
+from orchestrator.local.paths import state_dir
 from orchestrator.redact import redact_text
 
 

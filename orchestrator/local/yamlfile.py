@@ -16,9 +16,9 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator import yamlcache as yaml_cache
 from orchestrator.errors import ConfigError
-from orchestrator.localfile import read_text_file
+from orchestrator.local import yamlcache as yaml_cache
+from orchestrator.local.files import read_text_file
 
 if TYPE_CHECKING:
     from yaml.nodes import Node

@@ -11,6 +11,7 @@ import time
 from datetime import datetime
 from typing import Any
 
+from orchestrator.engine.step import StepContext
 from orchestrator.facts import CT, HOST, CtFact, HostFact
 from orchestrator.hardware.state import HardwareState
 from orchestrator.monitoring.events import events_of
@@ -29,7 +30,6 @@ from orchestrator.monitoring.state import (
     Watchdog,
     advance,
 )
-from orchestrator.steps.base import StepContext
 
 #: The steps whose playbooks change which release runs, and the command each stands for.
 PUBLISHING = {"server_unit": "up", "install_release": "roll", "rollback_release": "rollback"}

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from orchestrator.errors import ConfigError
-from orchestrator.localfile import write_file
-from orchestrator.paths import state_dir
+from orchestrator.local.files import write_file
+from orchestrator.local.paths import state_dir
 
 if TYPE_CHECKING:
-    from orchestrator.state.ledger import Ledger
+    from orchestrator.ledger.sqlite import Ledger
 
 URL_ENV = "DEPLOY_STATE_URL"
 PASSWORD_FILE_ENV = "DEPLOY_STATE_PASSWORD_FILE"
@@ -187,12 +187,12 @@ class LocalClaims:
         return state_dir() / "claims"
 
     def path(self, name: str) -> Path:
-        from orchestrator.localfile import file_name
+        from orchestrator.local.files import file_name
 
         return self.folder() / f"{file_name(name)}.claim"
 
     def take(self, name: str, holder: Holder, exclusive: bool) -> Holder | str | None:
-        from orchestrator.localfile import open_no_follow
+        from orchestrator.local.files import open_no_follow
 
         self.folder().mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = open_no_follow(self.path(name), os.O_RDWR | os.O_CREAT, 0o600, what="claim file")
@@ -255,7 +255,7 @@ class LocalStore:
         return f"this machine's state dir {state_dir()}"
 
     def ledger(self) -> Ledger:
-        from orchestrator.state.ledger import Ledger
+        from orchestrator.ledger.sqlite import Ledger
 
         return Ledger()
 
@@ -263,7 +263,7 @@ class LocalStore:
         return False
 
     def status(self) -> StoreStatus:
-        from orchestrator.state.ledger import SCHEMA_VERSION, default_ledger_path
+        from orchestrator.ledger.sqlite import SCHEMA_VERSION, default_ledger_path
 
         version = self.ledger().schema_version() if default_ledger_path().exists() else 0
         return StoreStatus("local", self.where, version, SCHEMA_VERSION, self.claims.held_now())
@@ -312,7 +312,7 @@ def current() -> StateStore:
     if wanted is None:
         chosen = LocalStore()
     else:
-        from orchestrator.state.pg import PgStore
+        from orchestrator.store.pg import PgStore
 
         chosen = PgStore.open(wanted)
     _current = chosen

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.localfile import write_file
+from orchestrator.local.files import write_file
 from orchestrator.parsers.bench import BenchResult
 from orchestrator.redact import redact_text
 from orchestrator.telemetry.summary import TelemetrySummary

@@ -7,8 +7,8 @@ import sys
 from rich.console import Console
 from rich.status import Status
 
+from orchestrator.engine.runner import RunReport
 from orchestrator.runlog import StepRecord
-from orchestrator.runner import RunReport
 
 STATUS_STYLE = {"ok": "green", "changed": "yellow", "would-change": "cyan", "skipped": "dim", "failed": "bold red"}
 

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.engine.state import RunInputs, RunState
+from orchestrator.engine.step import REGISTRY, RunOptions, StepContext, load_all_steps
 from orchestrator.errors import DeployError, Interrupted, RemoteError
 from orchestrator.facts import Facts
 from orchestrator.inventory.models import Host, Inventory, ServerProfile
@@ -18,8 +20,6 @@ from orchestrator.playbooks import Playbook, load_playbook
 from orchestrator.remote.container import Container
 from orchestrator.remote.ssh import SshHost
 from orchestrator.runlog import Metrics, StepRecord
-from orchestrator.steps.base import REGISTRY, RunOptions, StepContext, load_all_steps
-from orchestrator.steps.state import RunInputs, RunState
 
 ProgressFn = Callable[[str, StepRecord | None], None]
 

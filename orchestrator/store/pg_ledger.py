@@ -13,9 +13,9 @@ from typing import Any
 
 import psycopg
 
-from orchestrator.state import store as st
-from orchestrator.state.ledger import Ledger, RunRecord
-from orchestrator.state.pg import PgStore, _unavailable
+from orchestrator.ledger.sqlite import Ledger, RunRecord
+from orchestrator.store import store as st
+from orchestrator.store.pg import PgStore, _unavailable
 
 
 class _Row(tuple[Any, ...]):
