@@ -149,7 +149,7 @@ def test_no_room_is_one_clear_usage_error_not_an_internalerror(tmp_path: Path) -
     env.pop("PYTEST_XDIST_WORKER", None)
     env.pop(sim_hosts.BASE_ENV, None)
     res = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "--collect-only",
-                          "-q", "tests/unit/test_sim_address.py"], capture_output=True, text=True, cwd=REPO,
+                          "-q", "tests/unit/simulator/test_sim_address.py"], capture_output=True, text=True, cwd=REPO,
                          env=env, timeout=120)
     assert res.returncode == 4, res.stdout + res.stderr
     assert "INTERNALERROR" not in res.stdout + res.stderr

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from orchestrator.errors import ConfigError, RemoteError
-from tests.unit.test_pve_cluster import STATUS, fact
+from tests.unit.verdicts.test_pve_cluster import STATUS, fact
 
 
 def _cluster_run(make_run: Any, status: list[dict[str, Any]], vms: list[dict[str, Any]], mate_vmid: int) -> Any:
