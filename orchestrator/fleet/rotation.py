@@ -27,11 +27,11 @@ from orchestrator.engine.runner import ProgressFn, RunReport
 from orchestrator.engine.state import RollRequest
 from orchestrator.engine.step import RunOptions
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, unknown_name
-from orchestrator.fleet.fleet_roll import FleetRouter
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.locks.claims import claim_fleet
 from orchestrator.router.drain import Drainer
 from orchestrator.router.places import router_workers
+from orchestrator.router.session import RouterSession
 from orchestrator.runlog import StepRecord
 
 
@@ -65,7 +65,7 @@ def out_of_rotation(inv: Inventory, host: str, *, say: Callable[[str], None], dr
     if not routes_to(inv, host):
         yield rotation
         return
-    side = FleetRouter(inv, drain_timeout_s)
+    side = RouterSession(inv, drain_timeout_s)
     url = side.urls.get(host)
     if host in side.unknown:
         raise side.unknown[host].at(host=host, step="drain")
@@ -73,9 +73,7 @@ def out_of_rotation(inv: Inventory, host: str, *, say: Callable[[str], None], dr
         yield rotation
         return
     side.check()
-    drainer = Drainer(side.client(), drain_timeout_s=drain_timeout_s, say=say,
-                      guard=side.guard, policy=side.spec.policy if side.spec is not None else None,
-                      keys=side.url_keys)
+    drainer = side.drain_with(say)
 
     def drain() -> None:
         if rotation.drained:
