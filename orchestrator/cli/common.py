@@ -320,6 +320,6 @@ def is_router_worker(inventory: Inventory, host: str) -> bool:
     single-host command that restarts it drains it first (fleet/rotation.py)."""
     if inventory.router is None:
         return False
-    from orchestrator.fleet.rotation import routes_to
+    from orchestrator.commands.rotation import routes_to
 
     return routes_to(inventory, host)

@@ -163,7 +163,7 @@ def roll_one(app: AppContext, target: tuple[str, ...], request: RollRequest, *, 
     printer = app.step_printer()
     try:
         if drain_timeout_s is not None and not dry_run and is_router_worker(app.inventory, host.name):
-            from orchestrator.fleet.rotation import roll_out_of_rotation
+            from orchestrator.commands.rotation import roll_out_of_rotation
 
             printer.say(f"{host.name} is a router worker: the roll is checked first, then {host.name} is drained "
                         "from the router, rolled and added back (--no-drain: in place)")
@@ -238,7 +238,7 @@ def rollback(app: AppContext, target: tuple[str, ...], to_release: str | None, a
     options = RunOptions(tofu=tofu, command=command_line())
     try:
         if not no_drain and is_router_worker(app.inventory, host.name):
-            from orchestrator.fleet.rotation import rollback_out_of_rotation
+            from orchestrator.commands.rotation import rollback_out_of_rotation
 
             report = rollback_out_of_rotation(host, app.inventory, to_release, options, drain_timeout_s=drain_timeout,
                                               progress=printer, say=printer.say)

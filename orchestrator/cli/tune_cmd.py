@@ -11,9 +11,9 @@ from typing import Any
 import click
 
 from orchestrator.cli.common import AppContext, common_options, resolve_host, tofu_option
+from orchestrator.commands.rotation import out_of_rotation, routes_to
 from orchestrator.errors import ConfigError, HungUp, Interrupted, Terminated
 from orchestrator.flags.schema import FlagSchema
-from orchestrator.fleet.rotation import out_of_rotation, routes_to
 from orchestrator.inventory.models import Host
 from orchestrator.locks.claims import claim_fleet
 from orchestrator.tune.driver import TuneContext, ranked, run_tune

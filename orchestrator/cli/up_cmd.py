@@ -95,7 +95,7 @@ def run_and_report(app: AppContext, words: tuple[str, ...], playbook: str, optio
     request = UpRequest(host, playbook, options)
     try:
         if drain_timeout_s is not None and not options.dry_run and is_router_worker(app.inventory, host.name):
-            from orchestrator.fleet.rotation import up_out_of_rotation
+            from orchestrator.commands.rotation import up_out_of_rotation
 
             result = up_out_of_rotation(app.inventory, request, drain_timeout_s=drain_timeout_s, progress=printer,
                                         say=printer.say)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.commands.rotation import out_of_rotation, routes_to
 from orchestrator.errors import CheckFailed
-from orchestrator.fleet.rotation import out_of_rotation, routes_to
 from tests.unit.fleet.test_router_answers import _inventory
 from tests.unit.fleet.test_router_safety import _fleet_inventory, _listed, pool  # noqa: F401 - pool is a fixture
 
@@ -65,9 +65,9 @@ def test_a_host_without_a_router_is_tuned_as_before() -> None:
 
 def test_an_up_plan_restarts_the_server_only_through_its_restarting_steps() -> None:
     """`up host` of a worker is drained only when its plan would change a step that restarts the server."""
+    from orchestrator.commands.rotation import restarting_changes
     from orchestrator.commands.up import UpResult
     from orchestrator.engine.runner import RunReport
-    from orchestrator.fleet.rotation import restarting_changes
     from orchestrator.runlog import StepRecord
 
     def plan(*steps: tuple[str, str]) -> UpResult:
@@ -86,7 +86,7 @@ def test_a_lazy_drain_happens_at_the_first_restarting_step_and_an_interrupt_befo
     """Issue 50, 6: `up host` / `roll host --profile` of a worker build the new stack beside the running server;
     the host is drained only as the first step that restarts it begins, so a Ctrl-C during the build leaves it in
     the router (before, it was drained first and left out, "it does not run a release that passed its checks")."""
-    from orchestrator.fleet.rotation import drain_before, drain_points
+    from orchestrator.commands.rotation import drain_before, drain_points
 
     assert drain_points(["sglang_install", "server_unit"]) == {"server_unit"}
     assert drain_points(["sglang_install"]) == {"server_unit"}  # a new stack: its restart is server_unit's
