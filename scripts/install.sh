@@ -32,7 +32,7 @@ done
 [ -e /etc/ssl/certs/ca-certificates.crt ] || need_apt+=(ca-certificates)
 # chromium: the tests open every HTML report the tool writes in a real headless browser (tests/browser.py: rendered,
 # screenshot taken, no script error); its fontconfig dependency brings a font, so text renders without recommends.
-# patch: the unit tests run the stack-patch script (orchestrator/patches.py) with GNU patch, as a container does.
+# patch: the unit tests run the stack-patch script (orchestrator/stacks/patches.py) with GNU patch, as a container does.
 # prometheus brings promtool and the prometheus binary: the tests check the shipped alert rules, the metrics and
 # a scrape config with them, and tests run a real Prometheus on loopback (docs/monitoring.md); the end-to-end one
 # also runs a real node_exporter (textfile collector only) over a simulated host's textfile directory.

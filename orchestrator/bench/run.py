@@ -26,6 +26,7 @@ from orchestrator.hardware.links import (
 )
 from orchestrator.hardware.state import LOAD_UTIL_PCT
 from orchestrator.inventory.models import BenchPreset, Host, ServerProfile
+from orchestrator.ledger.sqlite import new_run_id
 from orchestrator.parsers.bench import BenchParseError, BenchResult, parse_bench_output
 from orchestrator.parsers.boot import BootStart
 from orchestrator.parsers.gpu_query import GpuQueryParseError
@@ -33,7 +34,6 @@ from orchestrator.profile.capture import ProfileOutcome, probe_command, read_out
 from orchestrator.redact import SECRET_JSON_SED
 from orchestrator.remote.container import Container
 from orchestrator.scripts import render_script
-from orchestrator.state.ledger import new_run_id
 from orchestrator.telemetry.sampler import (
     SamplerOutputError,
     build_sampled_bench_script,

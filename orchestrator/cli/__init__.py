@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from orchestrator import codecache
+from orchestrator.local import codecache
 
 codecache.install()  # before any dataclass is defined: their generated methods come compiled (codecache.py)
 
@@ -17,7 +17,7 @@ import click  # noqa: E402
 
 from orchestrator import DISTRIBUTION, __version__  # noqa: E402
 from orchestrator.cli.common import AppContext, SuggestingGroup  # noqa: E402
-from orchestrator.paths import default_inventory_dir  # noqa: E402
+from orchestrator.local.paths import default_inventory_dir  # noqa: E402
 
 # (module, attribute) of each command; modules are imported lazily so `deploy --help` stays fast.
 COMMANDS: dict[str, tuple[str, str]] = {

@@ -10,6 +10,16 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.text import Text
 
+from orchestrator.bench.repeat import repeat_stats, repeat_table
+from orchestrator.bench.report import (
+    SweepPoint,
+    SweepResult,
+    TableData,
+    bench_summary_table,
+    gpu_table,
+    sweep_table,
+    write_sweep_report,
+)
 from orchestrator.bench.run import BenchRun
 from orchestrator.bench.stats import median_index
 from orchestrator.cli.bench_import import imported_run_json, imported_run_line
@@ -24,30 +34,20 @@ from orchestrator.cli.common import (
 from orchestrator.cli.presets import BenchCommand
 from orchestrator.cli.run import command_line, run_with_progress
 from orchestrator.commands.history import BenchRuns, LedgerScope, bench_runs, host_bench_runs
+from orchestrator.engine.state import RollRequest, RunInputs
+from orchestrator.engine.step import RunOptions
 from orchestrator.errors import ConfigError
 from orchestrator.flags import FlagSchema, refuse_secret_dimension
 from orchestrator.fleet.targets import TargetSpec, parse_targets, resolve_targets
-from orchestrator.localfile import write_file
+from orchestrator.ledger.compare import comparability, flag_changes, header_lines
+from orchestrator.ledger.sqlite import RunRecord
+from orchestrator.local.files import write_file
 from orchestrator.redact import redact, redact_text
-from orchestrator.reports.compare import comparability, flag_changes, header_lines
-from orchestrator.reports.repeat import repeat_stats, repeat_table
-from orchestrator.reports.sweep import (
-    SweepPoint,
-    SweepResult,
-    TableData,
-    bench_summary_table,
-    gpu_table,
-    sweep_table,
-    write_sweep_report,
-)
-from orchestrator.state.ledger import RunRecord
-from orchestrator.state.store import ledger as store_ledger
-from orchestrator.steps.base import RunOptions
-from orchestrator.steps.state import RollRequest, RunInputs
+from orchestrator.store.store import ledger as store_ledger
 from orchestrator.ui.tables import Column, TableSpec, spec
 
 if TYPE_CHECKING:  # the fleet bench loads paramiko only when it runs
-    from orchestrator.bench.fleet import FleetBenchPoint
+    from orchestrator.fleet.bench import FleetBenchPoint
 
 
 def table_spec(data: TableData, title: str) -> TableSpec:
@@ -320,7 +320,7 @@ def fleet_bench(app: AppContext, targets: TargetSpec, preset: str | None, sets: 
                 sweep: str | None, tofu: bool) -> int:
     """`deploy bench group G`: through the router, every host's GPUs sampled at once (orchestrator/bench/fleet.py)."""
     from orchestrator.bench.command import bench_argv
-    from orchestrator.bench.fleet import bench_client_host, run_fleet_bench
+    from orchestrator.fleet.bench import bench_client_host, run_fleet_bench
 
     overrides = _parse_kv(sets, "--set")  # the command line first: it needs no inventory
     points, parameter, values = [overrides], "", list[str]()

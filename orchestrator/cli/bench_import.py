@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.state.ledger import RunRecord
+from orchestrator.ledger.sqlite import RunRecord
 
 UNKNOWN = "unknown"
 _COUNTS = ("num_prompts", "failed")

@@ -6,7 +6,7 @@ import click
 
 from orchestrator.cli.common import AppContext, common_options, tofu_option
 from orchestrator.cli.run import run_with_progress
-from orchestrator.steps.base import RunOptions
+from orchestrator.engine.step import RunOptions
 
 
 @click.command("check")

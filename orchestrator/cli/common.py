@@ -21,15 +21,15 @@ import click
 
 from orchestrator.envelope import failure, usage_failure
 from orchestrator.errors import ConfigError, DeployError, HungUp, Interrupted, Terminated, UsageError, did_you_mean
-from orchestrator.paths import INVENTORY_ENV, default_inventory_dir
+from orchestrator.local.paths import INVENTORY_ENV, default_inventory_dir
 from orchestrator.redact import install_stream_redaction
 
 # The inventory models (pydantic, the flag schemas), rich and the output layer are imported where they are used,
 # not here: `deploy --help` and a usage error need none of them (tests/unit/test_lazy_imports.py).
 if TYPE_CHECKING:
+    from orchestrator.engine.progress import StepPrinter
     from orchestrator.inventory.models import Host, Inventory
     from orchestrator.ui.output import Output
-    from orchestrator.ui.progress import StepPrinter
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -44,13 +44,13 @@ class AppContext:
         from orchestrator.inventory.loader import load_inventory
 
         inventory = load_inventory(self.inventory_dirs)
-        from orchestrator.state.store import configure_from_inventory  # the team store, or none (docs/team.md)
+        from orchestrator.store.store import configure_from_inventory  # the team store, or none (docs/team.md)
 
         configure_from_inventory(inventory.state_url, inventory.state_password_file,
                                  f"state_url in inventory {self.inventory_paths}")
         if not any(h.container.vmid_auto for h in inventory.hosts.values()):
             return inventory
-        from orchestrator.state.auto_vmids import with_recalled_vmids
+        from orchestrator.inventory.auto_vmids import with_recalled_vmids
 
         return with_recalled_vmids(inventory)
 
@@ -68,7 +68,7 @@ class AppContext:
 
     def step_printer(self, *, quiet: bool = False) -> StepPrinter:
         """Step progress of a run; a fleet run's per-host context forwards it to the live view instead."""
-        from orchestrator.ui.progress import StepPrinter
+        from orchestrator.engine.progress import StepPrinter
 
         return StepPrinter(self.out.console, enabled=not self.as_json and not quiet)
 
@@ -289,7 +289,7 @@ DEBUG_ENV = "DEPLOY_DEBUG"
 def internal_error(exc: Exception) -> DeployError:
     """An exception that no layer turned into a DeployError is a bug in deploy: one line for the user, and the
     traceback in a private file (orchestrator.crash) that the fix names, so the report can carry it."""
-    from orchestrator.crash import describe_bug
+    from orchestrator.local.crash import describe_bug
 
     what, path = describe_bug(exc)
     saved = f"; its traceback is in {path}" if path else f"; {DEBUG_ENV}=1 shows its traceback"
@@ -320,6 +320,6 @@ def is_router_worker(inventory: Inventory, host: str) -> bool:
     single-host command that restarts it drains it first (fleet/rotation.py)."""
     if inventory.router is None:
         return False
-    from orchestrator.fleet.rotation import routes_to
+    from orchestrator.commands.rotation import routes_to
 
     return routes_to(inventory, host)

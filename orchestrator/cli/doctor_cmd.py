@@ -10,8 +10,8 @@ from rich.text import Text
 from orchestrator.cli.common import AppContext, common_options, resolve_host, tofu_option
 from orchestrator.cli.fleet import fleet_options
 from orchestrator.commands.doctor import DoctorResult, HostRequest, doctor_host
+from orchestrator.engine.progress import StepPrinter
 from orchestrator.inventory.models import Inventory
-from orchestrator.ui.progress import StepPrinter
 from orchestrator.ui.tables import spec
 
 STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}

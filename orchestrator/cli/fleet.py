@@ -21,6 +21,7 @@ from typing import Any
 import click
 
 from orchestrator.cli.common import AppContext
+from orchestrator.engine.progress import StepPrinter
 from orchestrator.errors import DeployError, UsageError
 from orchestrator.fleet.engine import DEFAULT_PARALLEL, HostEvents, HostOutcome, run_fleet
 from orchestrator.fleet.outcome import HostResult, Refused, host_outcome
@@ -30,7 +31,6 @@ from orchestrator.fleet.view import FleetView, fleet_summary, summary_table, tot
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.locks.claims import claim_fleet
 from orchestrator.runlog import StepRecord
-from orchestrator.ui.progress import StepPrinter
 
 Payload = dict[str, Any]
 #: One host of a fleet run: the command's typed single-host function, given the inventory, the host's name, the

@@ -12,7 +12,7 @@ from orchestrator.cli.common import AppContext, common_options
 from orchestrator.errors import ConfigError
 from orchestrator.inventory.example import EXAMPLE_FILES, write_example
 from orchestrator.inventory.loader import inventory_files, load_inventory
-from orchestrator.paths import default_inventory_dir
+from orchestrator.local.paths import default_inventory_dir
 from orchestrator.resources import example_inventory_dir
 
 HELP = """Write an example inventory (hosts, profiles, bench presets; groups commented) into DIR.

@@ -8,11 +8,11 @@ import click
 
 from orchestrator.cli.common import AppContext, common_options, resolve_host, tofu_option
 from orchestrator.cli.run import run_with_progress
+from orchestrator.engine.step import RunOptions
 from orchestrator.errors import ConfigError, DeployError
 from orchestrator.inventory.loader import lock_path
-from orchestrator.localfile import write_file
-from orchestrator.stack_lock import Lock, normalize, parse_lock
-from orchestrator.steps.base import RunOptions
+from orchestrator.local.files import write_file
+from orchestrator.stacks.lock import Lock, normalize, parse_lock
 
 
 def lock_changes(old: Lock | None, new: Lock) -> list[str]:

@@ -13,7 +13,7 @@ import click
 
 from orchestrator.cli.common import AppContext, SuggestingGroup, common_options, tofu_option
 from orchestrator.errors import ConfigError
-from orchestrator.localfile import write_file
+from orchestrator.local.files import write_file
 from orchestrator.monitoring.sd import (
     NODE_EXPORTER_PORT,
     Discovery,

@@ -8,12 +8,12 @@ from __future__ import annotations
 import click
 
 from orchestrator.cli.common import AppContext, common_options, resolve_host, tofu_option
+from orchestrator.engine.progress import totals_line
+from orchestrator.engine.runner import run_playbook_to_end
+from orchestrator.engine.state import RunInputs
+from orchestrator.engine.step import RunOptions
 from orchestrator.errors import ConfigError
 from orchestrator.render.power_unit import UNIT_NAME, PowerSetting
-from orchestrator.runner import run_playbook_to_end
-from orchestrator.steps.base import RunOptions
-from orchestrator.steps.state import RunInputs
-from orchestrator.ui.progress import totals_line
 from orchestrator.ui.tables import spec
 
 

@@ -8,7 +8,7 @@ from orchestrator.cli.common import AppContext
 from orchestrator.errors import ConfigError
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.inventory.models import BenchPreset, Inventory
-from orchestrator.paths import default_inventory_dir
+from orchestrator.local.paths import default_inventory_dir
 from orchestrator.resources import example_inventory_dir
 
 

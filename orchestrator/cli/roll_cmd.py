@@ -21,22 +21,22 @@ from orchestrator.cli.fleet import fleet_options
 from orchestrator.cli.run import command_line, step_progress
 from orchestrator.commands.history import BenchRuns, HistoryRequest, ReleaseHistory, host_bench_runs, release_history
 from orchestrator.commands.result import HostRequest
+from orchestrator.commands.roll import RollOutcome, refused, roll_host, rollback_host, rollback_payload
 from orchestrator.commands.status import StatusResult, status_host
+from orchestrator.engine.progress import StepPrinter, totals_line
+from orchestrator.engine.state import RollRequest
+from orchestrator.engine.step import RunOptions
 from orchestrator.errors import ConfigError, DeployError
 from orchestrator.fleet.targets import parse_targets
 from orchestrator.hardware.state import HardwareState
 from orchestrator.inventory.models import Inventory
+from orchestrator.local.yamlfile import load_yaml
 from orchestrator.parsers.boot import BootStart
 from orchestrator.releases.documents import ReleaseMeta, ReleaseVerdict, StackMeta
 from orchestrator.releases.store import RELEASE_ID
-from orchestrator.roll import RollOutcome, refused, roll_host, rollback_host, rollback_payload
-from orchestrator.steps.base import RunOptions
 from orchestrator.steps.release import drift_line
-from orchestrator.steps.state import RollRequest
-from orchestrator.ui.progress import StepPrinter, totals_line
 from orchestrator.ui.tables import Column, spec
 from orchestrator.watchdog.parse import WatchdogStatus
-from orchestrator.yamlfile import load_yaml
 
 # The fleet roll, the router's view, the bench ledger and its table load in the commands that use them: every
 # single-host `status` imports this module, and they cost it ~0.1 s of CPU (tests/unit/test_lazy_imports.py).
@@ -164,7 +164,7 @@ def roll_one(app: AppContext, target: tuple[str, ...], request: RollRequest, *, 
     printer = app.step_printer()
     try:
         if drain_timeout_s is not None and not dry_run and is_router_worker(app.inventory, host.name):
-            from orchestrator.fleet.rotation import roll_out_of_rotation
+            from orchestrator.commands.rotation import roll_out_of_rotation
 
             printer.say(f"{host.name} is a router worker: the roll is checked first, then {host.name} is drained "
                         "from the router, rolled and added back (--no-drain: in place)")
@@ -239,7 +239,7 @@ def rollback(app: AppContext, target: tuple[str, ...], to_release: str | None, a
     options = RunOptions(tofu=tofu, command=command_line())
     try:
         if not no_drain and is_router_worker(app.inventory, host.name):
-            from orchestrator.fleet.rotation import rollback_out_of_rotation
+            from orchestrator.commands.rotation import rollback_out_of_rotation
 
             report = rollback_out_of_rotation(host, app.inventory, to_release, options, drain_timeout_s=drain_timeout,
                                               progress=printer, say=printer.say)
@@ -414,7 +414,7 @@ def history_on(inventory: Inventory, name: str, options: dict[str, Any], printer
                ) -> ReleaseHistory | BenchRuns:
     """One host of a fleet `history`: its releases, or (`--bench`) its runs in the local ledger."""
     if options["bench"]:
-        from orchestrator.state.store import ledger as store_ledger
+        from orchestrator.store.store import ledger as store_ledger
 
         ledger = store_ledger()
         return host_bench_runs(ledger, inventory.find_host(name).name, options["limit"])

@@ -8,10 +8,10 @@ import sys
 from collections.abc import Iterator
 
 from orchestrator.cli.common import AppContext, resolve_host
-from orchestrator.runner import RunReport, run_playbook
-from orchestrator.steps.base import RunOptions
-from orchestrator.steps.state import RunInputs
-from orchestrator.ui.progress import StepPrinter
+from orchestrator.engine.progress import StepPrinter
+from orchestrator.engine.runner import RunReport, run_playbook
+from orchestrator.engine.state import RunInputs
+from orchestrator.engine.step import RunOptions
 
 
 def command_line() -> str:

@@ -13,7 +13,7 @@ import click
 
 from orchestrator.cli.common import AppContext, SuggestingGroup, common_options
 from orchestrator.errors import ConfigError
-from orchestrator.state import store
+from orchestrator.store import store
 
 
 @click.group("state", cls=SuggestingGroup)
@@ -70,8 +70,8 @@ def migrate(app: AppContext, url: str, password_file: Path | None) -> int:
     """
     import os
 
-    from orchestrator.state.ledger import Ledger, default_ledger_path
-    from orchestrator.state.pg import PgStore
+    from orchestrator.ledger.sqlite import Ledger, default_ledger_path
+    from orchestrator.store.pg import PgStore
 
     if not password_file and os.environ.get(store.PASSWORD_FILE_ENV):
         password_file = Path(os.environ[store.PASSWORD_FILE_ENV])

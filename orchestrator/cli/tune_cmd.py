@@ -11,16 +11,16 @@ from typing import Any
 import click
 
 from orchestrator.cli.common import AppContext, common_options, resolve_host, tofu_option
+from orchestrator.commands.rotation import out_of_rotation, routes_to
 from orchestrator.errors import ConfigError, HungUp, Interrupted, Terminated
 from orchestrator.flags.schema import FlagSchema
-from orchestrator.fleet.rotation import out_of_rotation, routes_to
 from orchestrator.inventory.models import Host
 from orchestrator.locks.claims import claim_fleet
-from orchestrator.reports.tune import tune_table, write_tune_report
 from orchestrator.tune.driver import TuneContext, ranked, run_tune
 from orchestrator.tune.plan import TunePlan, make_plan
 from orchestrator.tune.power import parse_power_step
 from orchestrator.tune.record import CURRENT, PointRecord, TuneRecord, load, new_tune_id, save
+from orchestrator.tune.report import tune_table, write_tune_report
 from orchestrator.tune.search import choose
 from orchestrator.tune.slo import parse_slo
 from orchestrator.ui.tables import Column, spec

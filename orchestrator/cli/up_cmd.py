@@ -21,12 +21,12 @@ from orchestrator.cli.fleet import fleet_options
 from orchestrator.cli.run import command_line
 from orchestrator.commands.up import UpRequest, UpResult, up_host
 from orchestrator.commands.up import preflight as check_host
+from orchestrator.engine.progress import StepPrinter, totals_line
+from orchestrator.engine.step import RunOptions
 from orchestrator.errors import ConfigError
 from orchestrator.fleet.engine import HostOutcome
 from orchestrator.fleet.targets import parse_targets
 from orchestrator.inventory.models import Host, Inventory
-from orchestrator.steps.base import RunOptions
-from orchestrator.ui.progress import StepPrinter, totals_line
 
 
 def preflight(app: AppContext, words: tuple[str, ...]) -> None:
@@ -95,7 +95,7 @@ def run_and_report(app: AppContext, words: tuple[str, ...], playbook: str, optio
     request = UpRequest(host, playbook, options)
     try:
         if drain_timeout_s is not None and not options.dry_run and is_router_worker(app.inventory, host.name):
-            from orchestrator.fleet.rotation import up_out_of_rotation
+            from orchestrator.commands.rotation import up_out_of_rotation
 
             result = up_out_of_rotation(app.inventory, request, drain_timeout_s=drain_timeout_s, progress=printer,
                                         say=printer.say)

@@ -12,6 +12,7 @@ from rich.text import Text
 from orchestrator.cli.common import AppContext, common_options, existing_file, resolve_host, tofu_option
 from orchestrator.cli.fleet import fleet_options
 from orchestrator.commands.p2p import P2PRequest, P2PResult, p2p_host
+from orchestrator.engine.progress import StepPrinter
 from orchestrator.errors import ConfigError
 from orchestrator.inventory.models import Inventory
 from orchestrator.p2p.parse import parse_p2p
@@ -19,7 +20,6 @@ from orchestrator.p2p.verdict import P2PVerdict, p2p_verdict
 from orchestrator.parsers import ParseError
 from orchestrator.parsers.topo import TopoMatrix, parse_topo
 from orchestrator.ui.output import Output
-from orchestrator.ui.progress import StepPrinter
 from orchestrator.ui.tables import Cell, Column, TableSpec, spec
 
 VERDICT_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}

@@ -10,14 +10,14 @@ from types import FrameType
 import click
 
 from orchestrator.cli.common import AppContext, common_options, tofu_option
+from orchestrator.engine.runner import run_playbook_to_end
+from orchestrator.engine.state import RunInputs
+from orchestrator.engine.step import RunOptions
 from orchestrator.errors import ConfigError, DeployError
 from orchestrator.fleet.watch import Reading, Watch, WatchState, run_watch
 from orchestrator.hardware.policy import Remedy
 from orchestrator.monitoring.notify import Notifier
-from orchestrator.runner import run_playbook_to_end
-from orchestrator.state.store import ledger as store_ledger
-from orchestrator.steps.base import RunOptions
-from orchestrator.steps.state import RunInputs
+from orchestrator.store.store import ledger as store_ledger
 
 #: The playbooks of each remedy, run in order on the drained host (orchestrator/playbooks/remedy-*.yaml).
 #: How long an ending watch waits for its last posts (a receiver that hangs must not hold up a `systemctl stop`).
@@ -29,13 +29,13 @@ REMEDY_PLAYBOOKS: dict[str, tuple[str, ...]] = {"restart": ("remedy-restart",),
 def print_watch_unit(app: AppContext, group: str, interval_s: float, drain_timeout: float) -> int:
     """The unit for this group, started by this very interpreter (the venv deploy runs from), with the inventory
     and state directory this command resolved, as absolute paths."""
-    from orchestrator.paths import state_dir
+    from orchestrator.local.paths import state_dir
     from orchestrator.render.watch_unit import render_watch_unit, watch_unit_name
-    from orchestrator.state import store
+    from orchestrator.store import store
 
     team = store.settings()
     if team is not None:  # the URL (no password in it) and the password file (0600) checked as a connection would
-        from orchestrator.state.pg import connect_args
+        from orchestrator.store.pg import connect_args
 
         connect_args(team)
     pw_file = team.password_file if team is not None else None

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.commands.result import HostRequest, ViewResult
+from orchestrator.engine.runner import run_playbook
+from orchestrator.engine.step import RunOptions
 from orchestrator.hardware.state import HardwareState
 from orchestrator.inventory.models import Host, Inventory
-from orchestrator.runner import run_playbook
-from orchestrator.steps.base import RunOptions
 from orchestrator.verdicts.host import Finding, FindingStatus, worst_status
 
 

@@ -7,16 +7,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.engine.runner import ProgressFn, run_playbook
+from orchestrator.engine.state import RunInputs
+from orchestrator.engine.step import RunOptions
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.releases.documents import ReleaseLine, ReleaseMeta
 from orchestrator.runlog import StepRecord
-from orchestrator.runner import ProgressFn, run_playbook
-from orchestrator.steps.base import RunOptions
-from orchestrator.steps.state import RunInputs
 from orchestrator.watchdog.parse import WatchdogStatus
 
 if TYPE_CHECKING:  # the ledger (sqlite3, the bench models) loads in `history`, not in every `status`
-    from orchestrator.state.ledger import HostEvent, Ledger, RunRecord
+    from orchestrator.ledger.sqlite import HostEvent, Ledger, RunRecord
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def _events(host: str, limit: int, say: Callable[[str], None] | None) -> list[Ho
     """The host's events from the ledger; a team store that cannot be reached leaves them out and says so (the
     releases come from the host: a read-only command still works, docs/team.md)."""
     from orchestrator.errors import RemoteError
-    from orchestrator.state.store import ledger
+    from orchestrator.store.store import ledger
 
     try:
         return ledger().events(host, limit)

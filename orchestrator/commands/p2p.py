@@ -7,13 +7,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.commands.result import ViewResult
+from orchestrator.engine.runner import run_playbook
+from orchestrator.engine.state import RunInputs
+from orchestrator.engine.step import RunOptions
 from orchestrator.errors import CheckFailed
 from orchestrator.inventory.models import Host, Inventory
+from orchestrator.p2p.report import P2PReport
 from orchestrator.p2p.verdict import P2PVerdict
-from orchestrator.runner import run_playbook
-from orchestrator.steps.base import RunOptions
-from orchestrator.steps.p2p import P2PReport
-from orchestrator.steps.state import RunInputs
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.engine.runner import RunReport
 from orchestrator.errors import DeployError
 from orchestrator.inventory.models import Host
 from orchestrator.runlog import StepRecord
-from orchestrator.runner import RunReport
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.commands.result import HostRequest, ViewResult
+from orchestrator.engine.runner import ProgressFn, run_playbook
+from orchestrator.engine.state import ServerStatus
+from orchestrator.engine.step import RunOptions
 from orchestrator.errors import DeployError
 from orchestrator.hardware.state import HardwareState
 from orchestrator.inventory.models import Inventory
-from orchestrator.runner import ProgressFn, run_playbook
-from orchestrator.steps.base import RunOptions
-from orchestrator.steps.state import ServerStatus
 
 
 @dataclass(frozen=True)

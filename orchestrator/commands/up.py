@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.commands.result import RunResult
+from orchestrator.engine.runner import ProgressFn, run_playbook_to_end
+from orchestrator.engine.step import RunOptions
 from orchestrator.errors import DeployError
 from orchestrator.inventory.models import Host, Inventory, hf_token_for
-from orchestrator.runner import ProgressFn, run_playbook_to_end
-from orchestrator.steps.base import RunOptions
 
 
 def preflight(inventory: Inventory, host: Host) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.caches import check_shell, parse_check
 from orchestrator.facts.base import CtFact, of_stdout, q, read_with, text
 from orchestrator.facts.host import p2p_matrix
 from orchestrator.inventory.models import ServerProfile
@@ -20,13 +19,14 @@ from orchestrator.parsers.packages import DPKG_FORMAT, missing_packages
 from orchestrator.parsers.server_process import parse_server_process
 from orchestrator.parsers.topo import parse_topo
 from orchestrator.parsers.weights import RECORD_PATH, parse_weights_check
-from orchestrator.patches import PATCHED_FILES_PROGRAM, parse_patched_files
 from orchestrator.releases.documents import ReleaseMeta, ReleaseVerdict, StoredFlags, json_dict
 from orchestrator.releases.store import current_release, parse_release_ids
 from orchestrator.remote.batch import CommandOutput
 from orchestrator.scripts import render_script
-from orchestrator.stack_lock import TARGET_PROGRAM, installed_dists, parse_target
-from orchestrator.stacks import parse_stack_listing, parse_stack_usage, stack_usage_command
+from orchestrator.stacks.kernel_caches import check_shell, parse_check
+from orchestrator.stacks.lock import TARGET_PROGRAM, installed_dists, parse_target
+from orchestrator.stacks.patches import PATCHED_FILES_PROGRAM, parse_patched_files
+from orchestrator.stacks.stack import parse_stack_listing, parse_stack_usage, stack_usage_command
 from orchestrator.verdicts.toolchain import TOOLCHAIN_PROGRAM, parse_toolchain
 from orchestrator.watchdog.parse import RESULT_MARK as WATCHDOG_RESULT_MARK
 from orchestrator.watchdog.parse import parse_installed, parse_watchdog_fact

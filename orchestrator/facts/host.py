@@ -6,7 +6,6 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from orchestrator.caches import CACHE_DIR_MARK, CacheDirState
 from orchestrator.facts.base import HostFact, Read, if_ok, of_stdout, q, read_with
 from orchestrator.hardware.kernel_log import kernel_log_command
 from orchestrator.hardware.power_limit import QUERY_COMMAND as POWER_LIMIT_QUERY
@@ -41,6 +40,7 @@ from orchestrator.parsers.topo import parse_topo
 from orchestrator.remote.batch import CommandOutput
 from orchestrator.render.boot_unit import boot_unit_fact, parse_boot_unit
 from orchestrator.render.power_unit import UNIT_NAME as POWER_UNIT
+from orchestrator.stacks.kernel_caches import CACHE_DIR_MARK, CacheDirState
 
 #: The node's cluster and its guests, one JSON document a line (parsers.pve.parse_cluster_view).
 CLUSTER_COMMAND = ("pvesh get /cluster/status --output-format json && echo && "

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from orchestrator.crash import describe_bug
+from orchestrator.local.crash import describe_bug
 
 #: Hosts run at once unless --parallel says otherwise.
 DEFAULT_PARALLEL = 8

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from orchestrator.commands.roll import RollOutcome, RollResult
+from orchestrator.engine.step import RunOptions
 from orchestrator.envelope import failure
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, Interrupted, RemoteError
 from orchestrator.flags.digest import flags_sha
@@ -40,18 +42,8 @@ from orchestrator.fleet.view import FleetView
 from orchestrator.inventory.models import Inventory
 from orchestrator.locks.claims import claim_fleet, ensure_held
 from orchestrator.locks.lease import free_dead_runs_leases
-from orchestrator.roll import RollOutcome, RollResult
-from orchestrator.router.addresses import learn_fleet
-from orchestrator.router.client import RouterClient
 from orchestrator.router.drain import Drainer
-from orchestrator.router.places import (
-    known_worker_urls,
-    router_api_key,
-    router_base_url,
-    router_metrics_url,
-    router_workers,
-)
-from orchestrator.steps.base import RunOptions
+from orchestrator.router.session import RouterSession
 from orchestrator.ui.output import Output
 from orchestrator.ui.tables import Column
 from orchestrator.ui.tables import spec as table_spec
@@ -73,31 +65,12 @@ class Caller(Protocol):
     def out(self) -> Output: ...
 
 
-class FleetRouter:
-    """The router's side of a fleet roll: which hosts are its workers, and a Drainer per host job."""
+class FleetRouter(RouterSession):
+    """The router's side of a fleet roll: the run's router session (router/session.py) with each host's
+    router column, a Drainer per host job, and the drain around each host's roll."""
 
     def __init__(self, inv: Inventory, drain_timeout_s: float, cancel: threading.Event | None = None) -> None:
-        self.spec = inv.router
-        #: The roll's cancel event (Ctrl-C/SIGTERM/SIGHUP): a host stopped by it is out, not at fault.
-        self.cancel = cancel or threading.Event()
-        # Container addresses on the site network, read once before the first wave (workers keep their
-        # containers, so their addresses, through a roll).
-        addresses = learn_fleet(inv) if self.spec is not None else None
-        self.base = router_base_url(inv, addresses) if addresses is not None else None
-        self.key = router_api_key(inv) if self.spec is not None else None
-        self.metrics_url = router_metrics_url(inv, self.base) if self.base is not None else None
-        self.urls = known_worker_urls(inv, addresses) if addresses is not None else {}
-        #: Workers whose container address could not be read: rolled without a drain they would not be.
-        self.unknown = {h.name: addresses.errors[(h.name, h.container.vmid)] for h in router_workers(inv)
-                        if addresses is not None and (h.name, h.container.vmid) in addresses.errors}
-        self.worker_keys: dict[str, str | None] = {}
-        for h in router_workers(inv):
-            key = inv.profile_for(h).api_key
-            self.worker_keys[h.name] = key.read() if key is not None else None
-        #: Each worker's key by its URL: a drain asks the other workers' own /health with it (router/serving.py).
-        self.url_keys = {url: self.worker_keys.get(name) for name, url in self.urls.items()}
-        self.drain_timeout_s = drain_timeout_s
-        self.guard = threading.Lock()
+        super().__init__(inv, drain_timeout_s, cancel)
         #: Each host's router column in this run (one statement of where it is now, router_column.RouterColumn).
         self.columns: dict[str, RouterColumn] = {}
 
@@ -109,25 +82,8 @@ class FleetRouter:
             column.drained = drained
         host.router = column.text()
 
-    def client(self) -> RouterClient:
-        """The router's adapter, with smg's metrics endpoint where it has one (the drain reads its active count)."""
-        assert self.base is not None
-        return RouterClient(self.base, self.key, metrics_url=self.metrics_url)
-
-    def check(self) -> None:
-        if self.base is None:
-            return
-        with RouterClient(self.base, self.key, timeout_s=5.0) as client:
-            if not client.healthy():
-                raise RemoteError(f"router {self.base} does not answer /health: hosts cannot be drained",
-                                  fix="start the router (systemctl start sglang-router), or remove the router: "
-                                      "section to roll without draining; nothing was changed", step="drain")
-
     def drainer(self, events: HostEvents) -> Drainer:
-        assert self.base is not None
-        return Drainer(self.client(), drain_timeout_s=self.drain_timeout_s, say=events.say,
-                       guard=self.guard, policy=self.spec.policy if self.spec is not None else None,
-                       keys=self.url_keys)
+        return self.drain_with(events.say)
 
     def around(self, host: HostRoll, events: HostEvents, action: Callable[[], HostOutcome],
                undo: Callable[[], HostOutcome] | None = None) -> HostOutcome:

@@ -6,17 +6,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from orchestrator.commands.roll import RolledBack, RollOutcome, RollResult, refused, roll_host, rollback_host
+from orchestrator.engine.runner import run_playbook_to_end
+from orchestrator.engine.state import RollRequest, RunInputs
+from orchestrator.engine.step import RunOptions
 from orchestrator.errors import DeployError
 from orchestrator.fleet.engine import HostEvents, HostOutcome
 from orchestrator.fleet.outcome import Refused, host_outcome
 from orchestrator.fleet.progress import EventPrinter
 from orchestrator.fleet.rollout import HostRoll, RollSpec
 from orchestrator.inventory.models import Inventory
-from orchestrator.roll import RolledBack, RollOutcome, RollResult, refused, roll_host, rollback_host
 from orchestrator.runlog import StepRecord
-from orchestrator.runner import run_playbook_to_end
-from orchestrator.steps.base import RunOptions
-from orchestrator.steps.state import RollRequest, RunInputs
 
 
 def roll_request(spec: RollSpec) -> RollRequest:

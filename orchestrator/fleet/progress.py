@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from orchestrator.engine.progress import StepPrinter
 from orchestrator.fleet.engine import HostEvents
 from orchestrator.runlog import StepRecord
-from orchestrator.ui.progress import StepPrinter
 
 
 class EventPrinter(StepPrinter):

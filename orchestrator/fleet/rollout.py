@@ -25,9 +25,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from orchestrator.errors import ConfigError
-from orchestrator.localfile import private_state_dir, read_private_file, write_file
+from orchestrator.local.files import private_state_dir, read_private_file, write_file
 from orchestrator.redact import REDACTED, redact
-from orchestrator.state.store import Records, team_records
+from orchestrator.store.store import Records, team_records
 
 HostState = Literal["pending", "in_progress", "rolled", "rolled_back", "failed", "untouched", "reverted"]
 RollState = Literal["running", "done", "failed", "reverted"]

@@ -8,11 +8,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from orchestrator.engine.runner import run_playbook_to_end
+from orchestrator.engine.state import RollRequest, RunInputs
+from orchestrator.engine.step import RunOptions
 from orchestrator.errors import DeployError
 from orchestrator.inventory.models import Inventory
-from orchestrator.runner import run_playbook_to_end
-from orchestrator.steps.base import RunOptions
-from orchestrator.steps.state import RollRequest, RunInputs
 
 
 @dataclass(frozen=True)

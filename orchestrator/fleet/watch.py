@@ -36,17 +36,17 @@ from pathlib import Path
 from typing import Literal
 
 from orchestrator.errors import ConfigError, DeployError, LockHeld, RemoteError
-from orchestrator.fleet.fleet_roll import FleetRouter
 from orchestrator.hardware.policy import Remedy, RemedyPlan, plan_remedy
 from orchestrator.hardware.state import HardwareState
 from orchestrator.inventory.models import Inventory
-from orchestrator.localfile import open_no_follow, private_state_dir, read_private_file, write_file
+from orchestrator.local.files import open_no_follow, private_state_dir, read_private_file, write_file
 from orchestrator.locks.claims import claim_fleet
 from orchestrator.monitoring.events import Event
 from orchestrator.monitoring.notify import Notifier, deliver
 from orchestrator.router.client import RouterClient
 from orchestrator.router.drain import Drainer
-from orchestrator.state.store import team_records
+from orchestrator.router.session import RouterSession
+from orchestrator.store.store import team_records
 
 #: Hosts a cycle reads at once.
 READ_PARALLEL = 8
@@ -301,7 +301,7 @@ class Watch:
         with ThreadPoolExecutor(max_workers=max(1, min(READ_PARALLEL, len(self.hosts))),
                                 thread_name_prefix="watch-read") as pool:
             readings = dict(zip(self.hosts, pool.map(self.read, self.hosts), strict=True))
-        side = FleetRouter(self.inventory, self.drain_timeout_s)
+        side = RouterSession(self.inventory, self.drain_timeout_s)
         cordoned = self.state.load()
         was_listed = self.state.listed()
         listed: set[str] = set()
@@ -376,7 +376,7 @@ class Watch:
             except DeployError as err:  # the event is also said and posted: a full disk must not stop the watch
                 self.say(f"{host}: event not recorded in the ledger: {err.what}")
 
-    def _remedy(self, host: str, url: str, side: FleetRouter, cordoned: dict[str, dict[str, str | float]],
+    def _remedy(self, host: str, url: str, side: RouterSession, cordoned: dict[str, dict[str, str | float]],
                 r: Reading, plan: RemedyPlan) -> Decision:
         """Run the allowed remedy on a host this watch drained, then return it at once when it reads clean."""
         entry = cordoned[host]
@@ -427,7 +427,7 @@ class Watch:
         self.say(f"{host}: still out of the router after its remedy: {self._now(again, after, entry)}")
         return "hold"
 
-    def _verify(self, host: str, url: str, side: FleetRouter, cordoned: dict[str, dict[str, str | float]],
+    def _verify(self, host: str, url: str, side: RouterSession, cordoned: dict[str, dict[str, str | float]],
                 r: Reading) -> Decision:
         """A host whose remedy failed reads clean and serves: run the remedy's verification (P2P under load
         included) before it goes back; it stays out, said each cycle, while that fails."""
@@ -452,7 +452,7 @@ class Watch:
         self._act(host, url, side, cordoned, r, out=False)
         return "return"
 
-    def _act(self, host: str, url: str, side: FleetRouter, cordoned: dict[str, dict[str, str | float]],
+    def _act(self, host: str, url: str, side: RouterSession, cordoned: dict[str, dict[str, str | float]],
              r: Reading, *, out: bool) -> bool:
         """Cordon (`out`) or return one host; False when it did not happen (said)."""
         verb = "cordon" if out else "return"
@@ -521,7 +521,7 @@ class Watch:
             cordoned[host] = entry
 
     @staticmethod
-    def _still_listed(side: FleetRouter, url: str) -> bool:
+    def _still_listed(side: RouterSession, url: str) -> bool:
         """Whether the router lists `url` now (True when it cannot say: the record is not kept on a guess)."""
         try:
             with RouterClient(side.base or "", side.key, timeout_s=10.0) as client:

@@ -12,8 +12,8 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from orchestrator.errors import ConfigError
+from orchestrator.local.yamlfile import parse_yaml
 from orchestrator.resources import xid_catalog_file
-from orchestrator.yamlfile import parse_yaml
 
 
 class Action(StrEnum):

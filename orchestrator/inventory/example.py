@@ -13,7 +13,7 @@ from pathlib import Path
 
 from orchestrator.errors import ConfigError
 from orchestrator.inventory.loader import inventory_files
-from orchestrator.localfile import write_file
+from orchestrator.local.files import write_file
 from orchestrator.resources import example_inventory_dir
 
 #: The documented example patch (docs/stacks.md#patches): shipped beside the profiles that may name it.

@@ -17,10 +17,10 @@ from orchestrator.errors import ConfigError, did_you_mean
 from orchestrator.flags.limits import VALUE_FIX, UnitTextError
 from orchestrator.flags.schema import FlagSchema, ResolveError
 from orchestrator.inventory.models import PROFILE_NAME, Inventory, ServerProfile
-from orchestrator.localfile import read_text_file
-from orchestrator.patches import parse_patch
-from orchestrator.stack_lock import lock_constraints, parse_lock
-from orchestrator.yamlfile import key_line, load_yaml
+from orchestrator.local.files import read_text_file
+from orchestrator.local.yamlfile import key_line, load_yaml
+from orchestrator.stacks.lock import lock_constraints, parse_lock
+from orchestrator.stacks.patches import parse_patch
 
 SECTIONS = ("hosts", "profiles", "presets", "groups")
 #: Sections that are one mapping (not name → entry), defined in at most one file.

@@ -15,14 +15,14 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from orchestrator.caches import host_cache_dir
 from orchestrator.errors import ConfigError, did_you_mean, unknown_name
 from orchestrator.flags.limits import FlagValue, UnitTextError, flag_value_problem, text_problem
 from orchestrator.inventory.net0 import GRAMMAR, net0_problem
-from orchestrator.localfile import read_text_file
+from orchestrator.local.files import read_text_file
 from orchestrator.redact import register_secret
-from orchestrator.stack_lock import parse_constraint
-from orchestrator.stacks import requirement
+from orchestrator.stacks.kernel_caches import host_cache_dir
+from orchestrator.stacks.lock import parse_constraint
+from orchestrator.stacks.stack import requirement
 
 GateMetric = Literal["output_throughput", "mean_tpot_ms", "mean_ttft_ms"]
 DEFAULT_GATE: tuple[GateMetric, ...] = ("output_throughput",)
@@ -326,8 +326,8 @@ class GoldenPrompt(StrictModel):
 
 def shipped_golden_prompts() -> list[GoldenPrompt]:
     """The golden prompts shipped in the package (orchestrator/gates/golden.yaml)."""
+    from orchestrator.local.yamlfile import parse_yaml  # the one YAML reader: libyaml, keys once, decoded once
     from orchestrator.resources import golden_prompts_file
-    from orchestrator.yamlfile import parse_yaml  # the one YAML reader: libyaml, keys once, decoded once
 
     path = golden_prompts_file()
     return [GoldenPrompt.model_validate(p) for p in parse_yaml(path.read_text(), str(path))]

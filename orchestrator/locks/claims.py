@@ -34,8 +34,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from orchestrator.errors import LockHeld, LockLost
-from orchestrator.state import store
-from orchestrator.state.store import Claims, Holder, LocalClaims
+from orchestrator.store import store
+from orchestrator.store.store import Claims, Holder, LocalClaims
 
 #: The router's claim: host names start with a letter or digit (inventory/models.py), so none is this.
 ROUTER = "_router"

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from orchestrator import signals
 from orchestrator.errors import DeployError, LockHeld, LockLost, RemoteError
 from orchestrator.inventory.models import Host
+from orchestrator.local import signals
 from orchestrator.locks import claims, local_runs
 from orchestrator.monitoring.publish import FAILED as PUBLISH_FAILED
 from orchestrator.remote.container import Node

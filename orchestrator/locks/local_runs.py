@@ -16,8 +16,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.localfile import file_name
-from orchestrator.paths import state_dir
+from orchestrator.local.files import file_name
+from orchestrator.local.paths import state_dir
 
 
 def runs_dir(host: str) -> Path:

@@ -36,7 +36,6 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from orchestrator.caches import CacheCheck
 from orchestrator.parsers.sglang_lines import (
     AUTOTUNE_BEGIN,
     DECODE_CAPTURE_BEGIN,
@@ -46,6 +45,7 @@ from orchestrator.parsers.sglang_lines import (
     PREFILL_CAPTURE_END,
     READY,
 )
+from orchestrator.stacks.kernel_caches import CacheCheck
 
 PhaseName = Literal["imports", "startup", "weights", "autotune", "jit", "capture", "piecewise", "warmup"]
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ConfigError
+from orchestrator.local.yamlfile import load_yaml
 from orchestrator.resources import playbooks_dir
-from orchestrator.yamlfile import load_yaml
 
 DUPLICATE_MARK = "allow_duplicate"
 _TOP_KEYS = {"name", "description", "steps"}

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from orchestrator.ledger.sqlite import RunRecord
 from orchestrator.profile.kernels import KernelClass
-from orchestrator.state.ledger import RunRecord
 from orchestrator.verdicts.power import Diagnosis
 
 #: A share that fell by at least this much (of the step, 0.05 = 5 points) moved; less is noise between windows.

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from orchestrator.caches import cache_env
 from orchestrator.errors import ConfigError
 from orchestrator.flags import FlagSchema, FlagSet, canonicalize, secret_names, stored_flags
 from orchestrator.inventory.models import ServerProfile
@@ -19,6 +18,7 @@ from orchestrator.render.files import (
     split_header,
     systemd_exec_arg,
 )
+from orchestrator.stacks.kernel_caches import cache_env
 
 UNIT_PATH = PATHS.unit_path  # orchestrator.layout owns the layout
 ENV_PATH = PATHS.env_path

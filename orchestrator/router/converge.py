@@ -20,7 +20,6 @@ from orchestrator.errors import CheckFailed, ConfigError, DeployError, RemoteErr
 from orchestrator.flags import FlagSchema
 from orchestrator.inventory.models import Inventory, RouterSpec
 from orchestrator.remote.container import Container
-from orchestrator.render.pip_index import pip_index_options
 from orchestrator.router.addresses import learn_fleet
 from orchestrator.router.checks import generate_error
 from orchestrator.router.client import RouterClient
@@ -48,6 +47,7 @@ from orchestrator.router.staging import (
 )
 from orchestrator.runlog import Metrics, StepRecord
 from orchestrator.scripts import render_script
+from orchestrator.stacks.pip_index import pip_index_options
 
 #: How long `up` waits for the router's /health and for its workers to be listed healthy after a (re)start.
 HEALTH_TIMEOUT_S = 120.0

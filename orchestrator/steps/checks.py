@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING, Any
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential
 
 from orchestrator.bench.stats import estimate, median_index
+from orchestrator.engine.state import ExpectedServer, SmokeAnswer
+from orchestrator.engine.step import GateSpec, StepContext, step
+from orchestrator.engine.waiting import waiting_for
 from orchestrator.errors import CheckFailed, HostChanged, RemoteError
 from orchestrator.facts import CT, health_code_command
 from orchestrator.layout import PATHS
@@ -22,15 +25,12 @@ from orchestrator.releases.store import record_boot_script
 from orchestrator.render.service import public_flags
 from orchestrator.resources import probe_text
 from orchestrator.runlog import StepRecord
-from orchestrator.steps.base import GateSpec, StepContext, step
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts
-from orchestrator.steps.state import ExpectedServer, SmokeAnswer
-from orchestrator.steps.waiting import waiting_for
 from orchestrator.verdicts.server_log import CapturePhase, FatalLine, argparse_error, find_fatal
 
 if TYPE_CHECKING:  # the bench and its ledger load when a bench runs, not in every run (tests/perf/client_cost.py)
     from orchestrator.bench.run import BenchRun
-    from orchestrator.state.ledger import RunSource
+    from orchestrator.ledger.sqlite import RunSource
 
 JOURNAL_TAIL = 40
 XID_MARGIN_S = 60  # the host's kernel log is read from this long before the wait began
@@ -337,7 +337,7 @@ def bench_for_release(ctx: StepContext, preset_name: str, release: str | None,
                       overrides: dict[str, str] | None = None) -> BenchRun:
     """Run the preset with telemetry, store it in the local ledger, return the BenchRun."""
     from orchestrator.bench.run import bench_limit_s, run_bench
-    from orchestrator.state.store import ledger
+    from orchestrator.store.store import ledger
 
     preset = ctx.inventory.preset(preset_name)
     nvlink = False

@@ -3,14 +3,14 @@ every change) and a VMID that is this host's own across the cluster (orchestrato
 
 from __future__ import annotations
 
+from orchestrator.engine.step import StepContext, step
+from orchestrator.engine.vmid import auto_record
 from orchestrator.errors import ConfigError, RemoteError
 from orchestrator.facts import HOST
 from orchestrator.parsers.pve import ClusterView
 from orchestrator.remote.pve import NO_QUORUM, QUORUM_FIX
 from orchestrator.runlog import StepRecord
-from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.session import ensure_facts
-from orchestrator.steps.vmid import auto_record
 from orchestrator.verdicts.cluster import cluster_mates, vmid_conflict
 
 

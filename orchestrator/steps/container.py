@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.caches import CACHE_DIR_MARK, CACHE_ROOT
+from orchestrator.engine.step import StepContext, mark_change, step
+from orchestrator.engine.vmid import AUTO_VMID_DIR
 from orchestrator.errors import ConfigError, RemoteError, TaskFailed
 from orchestrator.facts import BOOT_STATES, BOOT_WAIT_S, CT, HOST
 from orchestrator.inventory.models import ContainerSpec
@@ -31,9 +32,8 @@ from orchestrator.remote.pve import PveClient, lifecycle_client, passthrough_cli
 from orchestrator.render.passthrough import dev_entries, raw_lines, resolve_method
 from orchestrator.runlog import StepRecord
 from orchestrator.scripts import render_script
-from orchestrator.steps.base import StepContext, mark_change, step
+from orchestrator.stacks.kernel_caches import CACHE_DIR_MARK, CACHE_ROOT
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts
-from orchestrator.steps.vmid import AUTO_VMID_DIR
 from orchestrator.verdicts.ownership import judge_ownership, ownership_tag, tags_of, with_tag
 
 DEV_KEY = re.compile(r"^dev(\d+)$")

@@ -12,6 +12,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from orchestrator.engine.state import CorrectnessRun
+from orchestrator.engine.step import GateSpec, StepContext, step
+from orchestrator.engine.waiting import waiting_for
 from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.facts import CT
 from orchestrator.gates.correctness import (
@@ -28,10 +31,7 @@ from orchestrator.inventory.models import CorrectnessGate
 from orchestrator.releases.documents import KEPT, ReleaseVerdict
 from orchestrator.resources import probe_text
 from orchestrator.runlog import StepRecord
-from orchestrator.steps.base import GateSpec, StepContext, step
 from orchestrator.steps.session import ensure_facts
-from orchestrator.steps.state import CorrectnessRun
-from orchestrator.steps.waiting import waiting_for
 
 GOLDEN_FILE = "golden.json"
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 
+from orchestrator.engine.step import StepContext, mark_change, step
 from orchestrator.errors import CheckFailed, ConfigError, RemoteError
 from orchestrator.facts import CT, HOST
 from orchestrator.parsers.driver import versions_match
 from orchestrator.runlog import StepRecord
-from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts, unknown_until_started
 
 #: nvidia-installer's own option names (its option table): userspace only, never a question or a prompt. The

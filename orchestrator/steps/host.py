@@ -3,6 +3,7 @@ IOMMU, ACS, PVE version; and `boot_nodes`, which installs that unit."""
 
 from __future__ import annotations
 
+from orchestrator.engine.step import StepContext, mark_change, step
 from orchestrator.errors import CheckFailed
 from orchestrator.facts import CT, HOST, Facts
 from orchestrator.hardware.state import HardwareState, judge_hardware
@@ -17,7 +18,6 @@ from orchestrator.render.boot_unit import (
     render_boot_unit,
 )
 from orchestrator.runlog import StepRecord
-from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.power import refuse_out_of_range, wanted_setting
 from orchestrator.steps.session import ensure_facts
 from orchestrator.verdicts.cuda import stack_cuda, stack_driver_finding

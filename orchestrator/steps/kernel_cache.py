@@ -3,11 +3,19 @@ what it found (orchestrator/caches.py has the pure parts; the check itself runs 
 
 from __future__ import annotations
 
-from orchestrator.caches import OWN_CACHE_VAR, CacheCheck, CacheShape, cache_dir, cache_key, check_shell, manifest
+from orchestrator.engine.step import StepContext
 from orchestrator.flags import FlagSet
 from orchestrator.layout import PATHS
 from orchestrator.releases.documents import CacheMeta
-from orchestrator.steps.base import StepContext
+from orchestrator.stacks.kernel_caches import (
+    OWN_CACHE_VAR,
+    CacheCheck,
+    CacheShape,
+    cache_dir,
+    cache_key,
+    check_shell,
+    manifest,
+)
 from orchestrator.steps.software import server_stack
 
 

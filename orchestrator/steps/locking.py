@@ -9,12 +9,12 @@ from __future__ import annotations
 import shlex
 from datetime import UTC, datetime
 
+from orchestrator.engine.step import StepContext, step
 from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.facts import CT
 from orchestrator.runlog import StepRecord
-from orchestrator.stack_lock import constraints_text, lock_from_report, render_lock, report_target
-from orchestrator.stacks import Stack
-from orchestrator.steps.base import StepContext, step
+from orchestrator.stacks.lock import constraints_text, lock_from_report, render_lock, report_target
+from orchestrator.stacks.stack import Stack
 from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.software import profile_stack
 

@@ -6,9 +6,9 @@ import json
 import re
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.engine.step import StepContext, step
 from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.facts import CT, HOST, Fact, Facts, Read
 from orchestrator.hardware.links import (
@@ -19,12 +19,12 @@ from orchestrator.hardware.links import (
     parse_link_samples,
 )
 from orchestrator.p2p.parse import P2PMatrix
-from orchestrator.p2p.verdict import P2PVerdict, TopoComparison, compare_topologies, p2p_verdict
+from orchestrator.p2p.report import P2PReport, P2PView
+from orchestrator.p2p.verdict import compare_topologies, p2p_verdict
 from orchestrator.parsers.gpu_query import GpuQueryParseError
 from orchestrator.parsers.topo import TopoMatrix
 from orchestrator.runlog import StepRecord
 from orchestrator.scripts import render_script
-from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.session import ensure_facts
 
 #: A side's facts: `topo -m` (kept with its evidence when it does not parse), then `-p2p r` and `-p2p w`.
@@ -38,15 +38,6 @@ CT_P2P = (CT.topo, CT.p2p_read, CT.p2p_write)
 HOST_P2P_STATUS = (HOST.p2p_read, HOST.p2p_write)
 
 
-@dataclass(frozen=True)
-class P2PView:
-    where: str
-    topo: TopoMatrix | None
-    read: P2PMatrix | None
-    write: P2PMatrix | None
-    error: str = ""
-
-
 def view_from(facts: Facts, which: P2PFacts, where: str) -> P2PView:
     """The topology and P2P matrices one side (host or container) reported; `which` = (topo, read, write)."""
     topo_fact, read_fact, write_fact = which
@@ -56,24 +47,6 @@ def view_from(facts: Facts, which: P2PFacts, where: str) -> P2PView:
     if topo.value is None:
         return P2PView(where, None, None, None, topo.said)
     return P2PView(where, topo.value, facts.find(read_fact), facts.find(write_fact))
-
-
-@dataclass(frozen=True)
-class P2PReport:
-    container: P2PView
-    host: P2PView
-    verdict: P2PVerdict | None
-    comparison: TopoComparison | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "verdict": self.verdict.to_dict() if self.verdict else None,
-            "container_error": self.container.error,
-            "host_error": self.host.error,
-            "container_topology": self.container.topo.to_dict() if self.container.topo else None,
-            "host_topology": self.host.topo.to_dict() if self.host.topo else None,
-            "matches_host": self.comparison.to_dict() if self.comparison else None,
-        }
 
 
 def p2p_report(facts: Facts, tp_gpus: int | None = None, env: Mapping[str, str] | None = None) -> P2PReport:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import shlex
 
+from orchestrator.engine.step import StepContext, mark_change, step
 from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.facts import CT, CT_PACKAGES
 from orchestrator.inventory.models import ContainerSpec
 from orchestrator.parsers import ParseError
 from orchestrator.runlog import StepRecord
-from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts, unknown_until_started
 
 APT_TIMEOUT_S = 1800

@@ -6,6 +6,7 @@ with the range named; nvidia-smi's own refusal, should the range move under us, 
 
 from __future__ import annotations
 
+from orchestrator.engine.step import StepContext, mark_change, step
 from orchestrator.errors import CheckFailed, ConfigError
 from orchestrator.facts import HOST
 from orchestrator.hardware.power_limit import (
@@ -21,7 +22,6 @@ from orchestrator.hardware.power_limit import (
 from orchestrator.render.boot_unit import BootUnitState
 from orchestrator.render.power_unit import UNIT_NAME, PowerSetting, apply_script, recorded, render_power_unit
 from orchestrator.runlog import StepRecord
-from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts
 
 

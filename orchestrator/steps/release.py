@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.caches import parse_check
+from orchestrator.engine.state import BaselineEvidence, Candidate, FlagDrift, Rollback
+from orchestrator.engine.step import REGISTRY, StepContext, step
+from orchestrator.engine.waiting import waiting_for
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, LockLost, RemoteError
 from orchestrator.facts import CT, health_code_command
 from orchestrator.facts.container import json_object
@@ -52,13 +54,11 @@ from orchestrator.releases.store import (
 from orchestrator.render.bundle import Bundle, render_bundle
 from orchestrator.render.service import launch_argv, public_flags, secret_flags
 from orchestrator.runlog import StepRecord
-from orchestrator.steps.base import REGISTRY, StepContext, step
+from orchestrator.stacks.kernel_caches import parse_check
 from orchestrator.steps.checks import bench_for_release, wait_healthy
 from orchestrator.steps.kernel_cache import note_cache, pre_start_check, release_cache
 from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.software import release_stack, server_stack, stack_records
-from orchestrator.steps.state import BaselineEvidence, Candidate, FlagDrift, Rollback
-from orchestrator.steps.waiting import waiting_for
 from orchestrator.watchdog.render import check_now_script
 
 if TYPE_CHECKING:  # bench results, the ledger and the gate load where a bench's figures are judged
@@ -286,7 +286,7 @@ def usable_baseline(ctx: StepContext, preset: str, release: str
                     ) -> tuple[BenchResult | None, BaselineEvidence | None, str]:
     """The stored baseline a roll's gate may use, its evidence, and otherwise why there is none: no plain run of
     the preset on `release`, or the newest is older than the profile's `baseline_max_age_h`."""
-    from orchestrator.state.ledger import run_started
+    from orchestrator.ledger.sqlite import run_started
 
     found = baseline_bench(ctx, preset)
     if found is None:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import shlex
 import time
 
+from orchestrator.engine.step import StepContext, step
 from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.facts import CT, HOST
 from orchestrator.hardware.kernel_log import CURSOR_PATH
 from orchestrator.remote.node import POLL_S, reboot_node
 from orchestrator.runlog import StepRecord
-from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.correctness import require_current_release
 from orchestrator.steps.release import make_current
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import difflib
 
+from orchestrator.engine.state import Candidate, CurrentFlags, RollRequest
+from orchestrator.engine.step import StepContext, step
 from orchestrator.errors import CheckFailed, ConfigError, RemoteError
 from orchestrator.facts import CT, HOST
 from orchestrator.flags import (
@@ -22,7 +24,6 @@ from orchestrator.flags import (
 from orchestrator.flags.schema import ResolveError
 from orchestrator.render.service import launch_argv, secret_flags
 from orchestrator.runlog import StepRecord
-from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.release import (
     RELEASE_FACTS,
     bundle_for,
@@ -42,7 +43,6 @@ from orchestrator.steps.software import (
     server_stack,
     sglang_install,
 )
-from orchestrator.steps.state import Candidate, CurrentFlags, RollRequest
 
 
 def installed_schema(ctx: StepContext, *, current: bool = False) -> tuple[str, FlagSchema]:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import shlex
 
+from orchestrator.engine.step import StepContext, mark_change, step
 from orchestrator.errors import ConfigError, RemoteError
 from orchestrator.facts import CT
 from orchestrator.flags import diff_flags, masked_diff
 from orchestrator.render.service import launch_argv, secret_flags
 from orchestrator.runlog import StepRecord
-from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.release import (
     abandon_interrupted_up,
     arm_rollback,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.engine import metrics
+from orchestrator.engine.metrics import publishing_command
+from orchestrator.engine.step import REGISTRY, StepContext, step
 from orchestrator.facts import CT, CtFact, HostFact
 from orchestrator.locks.lease import HostLease, takeover_message
 from orchestrator.runlog import StepRecord
-from orchestrator.steps import metrics
-from orchestrator.steps.base import REGISTRY, StepContext, step
-from orchestrator.steps.metrics import publishing_command
 
 
 def ensure_facts(ctx: StepContext) -> None:
@@ -69,7 +69,7 @@ def connect(ctx: StepContext, record: StepRecord) -> None:
     h = ctx.host
     record.summary = f"{h.ssh.user}@{h.address}:{h.ssh.port}" + (" (TOFU)" if ctx.options.tofu else "")
     if h.container.vmid_auto:
-        from orchestrator.steps.vmid import resolve_auto_vmid
+        from orchestrator.engine.vmid import resolve_auto_vmid
 
         resolve_auto_vmid(ctx, record)
         record.summary += f"; CT VMID {ctx.vmid} (auto)"

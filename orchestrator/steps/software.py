@@ -9,13 +9,26 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from orchestrator.engine.step import StepContext, mark_change, step
 from orchestrator.errors import CheckFailed, ConfigError, RemoteError
 from orchestrator.facts import CT, HOST, sglang_version_command
 from orchestrator.flags.schema import FlagSchema
 from orchestrator.inventory.models import ServerProfile, hf_token_for
 from orchestrator.layout import PATHS
 from orchestrator.parsers.weights import RECORD_PATH, WeightsState, parse_download_output
-from orchestrator.patches import (
+from orchestrator.releases.documents import ReleaseMeta
+from orchestrator.releases.store import read_releases_script, release_lines
+from orchestrator.resources import flags_probe_source, probe_text
+from orchestrator.runlog import StepRecord
+from orchestrator.stacks.lock import (
+    LockTarget,
+    constraint_violations,
+    hash_mismatches,
+    lock_drift,
+    lock_target,
+    parse_lock,
+)
+from orchestrator.stacks.patches import (
     NOT_APPLIED_RC,
     Patch,
     apply_script,
@@ -24,20 +37,8 @@ from orchestrator.patches import (
     patch_drift,
     read_apply_output,
 )
-from orchestrator.releases.documents import ReleaseMeta
-from orchestrator.releases.store import read_releases_script, release_lines
-from orchestrator.render.pip_index import pip_index_options
-from orchestrator.resources import flags_probe_source, probe_text
-from orchestrator.runlog import StepRecord
-from orchestrator.stack_lock import (
-    LockTarget,
-    constraint_violations,
-    hash_mismatches,
-    lock_drift,
-    lock_target,
-    parse_lock,
-)
-from orchestrator.stacks import (
+from orchestrator.stacks.pip_index import pip_index_options
+from orchestrator.stacks.stack import (
     ImportFailure,
     Stack,
     StackRecord,
@@ -57,7 +58,6 @@ from orchestrator.stacks import (
     venv_sizes,
     write_record_command,
 )
-from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts, unknown_until_started
 from orchestrator.verdicts.cuda import stack_cuda, stack_driver_finding
 from orchestrator.verdicts.weights import DownloadContext, download_error

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from orchestrator.engine.state import ServerStatus
+from orchestrator.engine.step import StepContext, step
 from orchestrator.errors import CheckFailed
 from orchestrator.facts import CT, HOST
 from orchestrator.layout import PATHS
@@ -10,7 +12,6 @@ from orchestrator.parsers.netaddr import net0_static_ip
 from orchestrator.releases.documents import ReleaseMeta, ReleaseVerdict
 from orchestrator.releases.store import read_releases_script, release_lines
 from orchestrator.runlog import StepRecord
-from orchestrator.steps.base import StepContext, step
 from orchestrator.steps.host import HARDWARE_FACTS, hardware_state
 from orchestrator.steps.release import (
     RELEASE_FACTS,
@@ -23,7 +24,6 @@ from orchestrator.steps.release import (
 )
 from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.software import patched_files_drift, stack_drift
-from orchestrator.steps.state import ServerStatus
 from orchestrator.watchdog.parse import parse_watchdog_fact, parse_watchdog_state
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import base64
 
+from orchestrator.engine.step import StepContext, mark_change, step
 from orchestrator.errors import RemoteError
 from orchestrator.facts import CT
 from orchestrator.runlog import StepRecord
 from orchestrator.scripts import render_script
-from orchestrator.steps.base import StepContext, mark_change, step
 from orchestrator.steps.release import profile_flags
 from orchestrator.steps.session import ensure_facts, unknown_until_started
 from orchestrator.watchdog.parse import parse_installed

@@ -18,18 +18,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from orchestrator import signals
 from orchestrator.bench.run import BenchRun
 from orchestrator.bench.stats import Estimate
+from orchestrator.commands.roll import RollResult, roll_host, rollback_host
+from orchestrator.engine.runner import ProgressFn, run_playbook_to_end
+from orchestrator.engine.state import ExpectedServer, RollRequest, RunInputs, TuneTrial
+from orchestrator.engine.step import RunOptions
 from orchestrator.errors import CheckFailed, DeployError, HostChanged
 from orchestrator.inventory.models import Host, Inventory
+from orchestrator.local import signals
 from orchestrator.parsers.server_process import ServerProcess
-from orchestrator.roll import RollResult, roll_host, rollback_host
-from orchestrator.runner import ProgressFn, run_playbook_to_end
-from orchestrator.state.store import ledger
 from orchestrator.steps import gate_registry
-from orchestrator.steps.base import RunOptions
-from orchestrator.steps.state import ExpectedServer, RollRequest, RunInputs, TuneTrial
+from orchestrator.store.store import ledger
 from orchestrator.tune.plan import TunePlan
 from orchestrator.tune.record import CURRENT, PointRecord, RunEntry, TuneRecord, save
 from orchestrator.tune.search import Measurement, Ranked, Verdict, bracket, choose, goodput

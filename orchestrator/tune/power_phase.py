@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import replace
 
+from orchestrator.engine.runner import run_playbook
+from orchestrator.engine.state import RunInputs
 from orchestrator.errors import CheckFailed
 from orchestrator.hardware.power_limit import GpuPowerLimit, common_range
 from orchestrator.render.power_unit import PowerSetting
-from orchestrator.runner import run_playbook
-from orchestrator.steps.state import RunInputs
 from orchestrator.tune.driver import Say, TuneContext, bench_at
 from orchestrator.tune.power import PowerTrial, choose_power, ladder, mean
 from orchestrator.tune.record import PointRecord, PowerPointRecord, save

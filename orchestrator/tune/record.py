@@ -17,8 +17,8 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from orchestrator.errors import ConfigError
-from orchestrator.localfile import private_state_dir, read_private_file, write_file
-from orchestrator.state.store import team_records
+from orchestrator.local.files import private_state_dir, read_private_file, write_file
+from orchestrator.store.store import team_records
 from orchestrator.tune.search import Measurement
 
 PointStatus = Literal["pending", "done", "lost", "skipped"]

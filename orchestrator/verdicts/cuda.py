@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.errors import ConfigError
-from orchestrator.stack_lock import parse_lock
+from orchestrator.stacks.lock import parse_lock
 from orchestrator.verdicts.host import Finding
 
 #: sglang release → the torch it pins (`Requires-Dist: torch==…` in the released wheels' METADATA, read 2026-12-07).

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.state.ledger import Ledger
+from orchestrator.ledger.sqlite import Ledger
 from tests.e2e.conftest import DeployEnv
 
 UNIT = "deploy-gpu-power.service"

@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from orchestrator.state import pg, store
+from orchestrator.store import pg, store
 from tests import sim_hosts
 from tests.e2e.conftest import until, wait_lease_expired
 from tests.e2e.fleet_harness import RoutedFleet, fleet_root, worker_urls

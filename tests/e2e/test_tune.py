@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.state.ledger import Ledger
+from orchestrator.ledger.sqlite import Ledger
 from tests.browser import check_page
 
 from .conftest import REPO, DeployEnv

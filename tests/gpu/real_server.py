@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.bench.command import bench_command
-from orchestrator.caches import CacheShape, cache_dir, cache_key, check_shell, manifest, parse_check
 from orchestrator.facts.container import health_code_command
 from orchestrator.flags import FlagSchema, canonicalize
 from orchestrator.gates.correctness import Record, Thresholds, judge, parse_answer
@@ -58,6 +57,7 @@ from orchestrator.render.service import (
 )
 from orchestrator.resources import probe_text
 from orchestrator.router.drain import in_flight
+from orchestrator.stacks.kernel_caches import CacheShape, cache_dir, cache_key, check_shell, manifest, parse_check
 from orchestrator.telemetry.sampler import build_sampled_bench_script, parse_sampled_output, run_samples
 from orchestrator.telemetry.summary import summarize
 from orchestrator.verdicts.power import diagnose

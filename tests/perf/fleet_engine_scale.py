@@ -20,11 +20,11 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from orchestrator.commands.result import RunResult  # noqa: E402
+from orchestrator.engine.runner import RunReport  # noqa: E402
 from orchestrator.fleet.engine import HostEvents, HostOutcome, run_fleet  # noqa: E402
 from orchestrator.fleet.outcome import host_outcome  # noqa: E402
 from orchestrator.fleet.view import fleet_summary  # noqa: E402
 from orchestrator.runlog import StepRecord  # noqa: E402
-from orchestrator.runner import RunReport  # noqa: E402
 
 STEPS = ["connect", "lock", "host_prereqs", "container", "driver_userspace", "container_gpus", "sglang_install",
          "model_weights", "verify_p2p", "server_unit", "health", "smoke", "throughput", "release_verdict", "unlock"]

@@ -36,7 +36,7 @@ def test_help_imports_nothing_heavy() -> None:
 #: invoke (paramiko.config imports invoke whenever it is installed; invoke brings unittest.mock and asyncio), requests
 #: (only a webhook post, the router and the PVE API use it), and the bench, its ledger and the P2P bandwidth probe.
 UNUSED_BY_A_CONVERGED_RUN = ("fabric", "invoke", "unittest", "asyncio", "requests", "urllib3", "sqlite3",
-                             "orchestrator.bench.run", "orchestrator.state.ledger", "orchestrator.p2p.bandwidth",
+                             "orchestrator.bench.run", "orchestrator.ledger.sqlite", "orchestrator.p2p.bandwidth",
                              "orchestrator.gates.throughput", "orchestrator.parsers.bench")
 
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from orchestrator.engine.state import RunInputs
+from orchestrator.engine.step import RunOptions, StepContext
 from orchestrator.errors import RemoteError
 from orchestrator.facts import CT_FACTS, HOST_FACTS, Facts
 from orchestrator.inventory.loader import load_inventory
@@ -26,9 +28,7 @@ from orchestrator.remote.ssh import CommandGuard, RemoteResult
 from orchestrator.render.boot_unit import SEPARATOR
 from orchestrator.runlog import Metrics, StepRecord
 from orchestrator.steps import REGISTRY, load_all_steps
-from orchestrator.steps.base import RunOptions, StepContext
 from orchestrator.steps.container import cache_owner
-from orchestrator.steps.state import RunInputs
 from tests.shared import EXAMPLE_INVENTORY
 
 REPO = Path(__file__).resolve().parents[3]

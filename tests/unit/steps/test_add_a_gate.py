@@ -17,6 +17,11 @@ from typing import Any
 import pytest
 
 from orchestrator.bench.run import BenchRun
+from orchestrator.engine import metrics
+from orchestrator.engine.runner import run_playbook_to_end
+from orchestrator.engine.state import Candidate
+from orchestrator.engine.state import Rollback as RolledBack
+from orchestrator.engine.step import GateSpec, RunOptions, StepContext, step
 from orchestrator.errors import CheckFailed
 from orchestrator.flags.flagset import canonicalize
 from orchestrator.flags.schema import FlagSchema
@@ -26,11 +31,7 @@ from orchestrator.monitoring.state import MetricsState, Observation, Rollback, a
 from orchestrator.parsers.bench import BenchResult
 from orchestrator.releases.documents import ROLLED_BACK, ReleaseVerdict
 from orchestrator.runlog import StepRecord
-from orchestrator.runner import run_playbook_to_end
-from orchestrator.steps import REGISTRY, gate_registry, load_all_steps, metrics, release
-from orchestrator.steps.base import GateSpec, RunOptions, StepContext, step
-from orchestrator.steps.state import Candidate
-from orchestrator.steps.state import Rollback as RolledBack
+from orchestrator.steps import REGISTRY, gate_registry, load_all_steps, release
 from tests.shared import EXAMPLE_INVENTORY
 
 

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from orchestrator.bench.run import BenchRun
+from orchestrator.engine.state import RunInputs
 from orchestrator.steps import checks
-from orchestrator.steps.state import RunInputs
-from tests.unit.test_bench_failures import bench_run
+from tests.unit.bench.test_bench_failures import bench_run
 
 
 def test_the_bench_step_runs_every_point_and_names_the_failed_ones(make_run, monkeypatch: pytest.MonkeyPatch

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from orchestrator.errors import ConfigError, RemoteError
-from tests.unit.test_pve_cluster import STATUS, fact
+from tests.unit.verdicts.test_pve_cluster import STATUS, fact
 
 
 def _cluster_run(make_run: Any, status: list[dict[str, Any]], vms: list[dict[str, Any]], mate_vmid: int) -> Any:
@@ -64,7 +64,7 @@ def _auto_run(make_run: Any, **options: Any) -> Any:
 
 
 def test_auto_vmid_is_chosen_once_and_recorded_on_the_node(make_run: Any, tmp_path: Any, monkeypatch: Any) -> None:
-    from orchestrator.state.auto_vmids import recalled, with_recalled_vmids
+    from orchestrator.inventory.auto_vmids import recalled, with_recalled_vmids
 
     monkeypatch.setenv("DEPLOY_STATE_DIR", str(tmp_path))
     run = _auto_run(make_run)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from orchestrator.runner import RunReport
-from orchestrator.steps.state import RollRequest, RunInputs
-from orchestrator.ui.progress import totals_line
+from orchestrator.engine.progress import totals_line
+from orchestrator.engine.runner import RunReport
+from orchestrator.engine.state import RollRequest, RunInputs
 
 
 def test_a_roll_plan_with_a_diff_says_would_change(make_run) -> None:

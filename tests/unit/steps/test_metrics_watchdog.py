@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from orchestrator.steps.metrics import observe
+from orchestrator.engine.metrics import observe
 from orchestrator.watchdog.parse import RESULT_MARK
 
 STATE = {"state": "healthy", "reason": "", "last_check": 1764583810.0, "restarts": [1764583000.0], "budget": 3,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.engine.state import RunInputs
 from orchestrator.errors import CheckFailed
-from orchestrator.steps.state import RunInputs
 from tests.shared import NVIDIA_SMI
 from tests.unit.steps.conftest import out
 

@@ -10,9 +10,9 @@ import pytest
 
 from orchestrator.errors import ConfigError
 from orchestrator.inventory.example import AUTOTUNE_PATCH
-from orchestrator.patches import FAILED_MARK, NOT_APPLIED_RC, PATCH_MARK, PATCHED_MARK, parse_patch
 from orchestrator.resources import example_inventory_dir
-from orchestrator.stacks import Stack
+from orchestrator.stacks.patches import FAILED_MARK, NOT_APPLIED_RC, PATCH_MARK, PATCHED_MARK, parse_patch
+from orchestrator.stacks.stack import Stack
 from tests.unit.steps.conftest import out
 from tests.unit.steps.test_provision_steps import with_profile
 from tests.unit.steps.test_software_steps import BARE_SHA, CONSTRAINTS, pip_succeeds

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.engine.state import RollRequest, RunInputs
 from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.steps.release import NOT_CANDIDATE, NOT_CANDIDATE_RC, candidate_guard
-from orchestrator.steps.state import RollRequest, RunInputs
 
 PREVIOUS = "20261130T000000-aaaaaaaa"
 CANDIDATE = "20261201T000000-bbbbbbbb"

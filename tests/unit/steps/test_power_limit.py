@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.engine.state import RunInputs
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.power_limit import (
     QUERY_COMMAND,
@@ -21,7 +22,6 @@ from orchestrator.hardware.power_limit import (
 )
 from orchestrator.render.boot_unit import SEPARATOR, BootUnitState, parse_boot_unit
 from orchestrator.render.power_unit import UNIT_NAME, PowerSetting, apply_script, recorded, render_power_unit
-from orchestrator.steps.state import RunInputs
 from orchestrator.verdicts.power_cap import power_finding
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia-smi-pl"

@@ -10,9 +10,9 @@ import subprocess
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from orchestrator.ledger.sqlite import new_run_id
 from orchestrator.releases.store import activate_script
 from orchestrator.render.files import body_sha256
-from orchestrator.state.ledger import new_run_id
 from orchestrator.steps.release import baseline_bench, bundle_for, desired_flags, usable_baseline
 from tests.unit.steps.test_server_steps import CURRENT, PREVIOUS, candidate, releases_accepted, unit_facts
 

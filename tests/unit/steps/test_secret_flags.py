@@ -12,13 +12,13 @@ import re
 import pytest
 import yaml
 
+from orchestrator.engine.state import RollRequest, RunInputs
 from orchestrator.errors import ConfigError
 from orchestrator.flags import FlagSchema, canonicalize
 from orchestrator.inventory.models import ServerProfile
 from orchestrator.redact import REDACTED, SECRET_REF
 from orchestrator.render.bundle import render_bundle
 from orchestrator.render.service import launch_argv, secret_flags
-from orchestrator.steps.state import RollRequest, RunInputs
 from tests.unit.steps.test_server_steps import CURRENT, PREVIOUS, releases_accepted
 
 SCHEMA = FlagSchema.load("0.5.12.post1")

@@ -9,12 +9,12 @@ import shlex
 
 import pytest
 
+from orchestrator.engine.state import Candidate
 from orchestrator.errors import CheckFailed, ConfigError, RemoteError
 from orchestrator.flags import FlagSchema, canonicalize
-from orchestrator.stacks import StackRecord
+from orchestrator.stacks.stack import StackRecord
 from orchestrator.steps.checks import raise_if_fatal_logged
 from orchestrator.steps.release import bundle_for, desired_flags
-from orchestrator.steps.state import Candidate
 
 CURRENT = "20261130T020000-abababab"
 PREVIOUS = "20261129T020000-cdcdcdcd"

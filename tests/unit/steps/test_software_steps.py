@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.errors import CheckFailed
-from orchestrator.stacks import Stack, StackRecord
+from orchestrator.stacks.stack import Stack, StackRecord
 from tests.unit.steps.conftest import out
 from tests.unit.steps.test_provision_steps import with_profile
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.errors import CheckFailed, ConfigError
-from orchestrator.stack_lock import Lock, LockEntry, LockTarget, render_lock
+from orchestrator.stacks.lock import Lock, LockEntry, LockTarget, render_lock
 from tests.unit.steps.test_provision_steps import with_profile
 from tests.unit.steps.test_software_steps import BARE_SHA, BASE_SHA, pip_succeeds, stack_line
 

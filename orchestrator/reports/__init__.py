@@ -1,1 +1,0 @@
-"""Reports over bench runs and sweeps: tables, PNG plots, self-contained HTML."""

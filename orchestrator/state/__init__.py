@@ -1,1 +1,0 @@
-"""Local state on this machine: the SQLite ledger of bench runs (ledger.py), automatic VMIDs."""
