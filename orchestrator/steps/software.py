@@ -24,6 +24,7 @@ from orchestrator.patches import (
     patch_drift,
     read_apply_output,
 )
+from orchestrator.pip_progress import PipProgress
 from orchestrator.releases.documents import ReleaseMeta
 from orchestrator.releases.store import read_releases_script, release_lines
 from orchestrator.render.pip_index import pip_index_options
@@ -278,8 +279,9 @@ def write_record(ctx: StepContext, rec: StackRecord, then: str = "") -> str:
 
 def pip_install(ctx: StepContext, command: str, stack: Stack, venv: str) -> None:
     """Run a pip install into `venv` (its lines shown as progress), then check pip's record of sglang there."""
+    shown = PipProgress(total=len(stack.lock.entries) if stack.lock is not None else None)
     res = ctx.ct.run(command, check=False, timeout=3600, what="pip install sglang",
-                     progress=lambda line: ctx.say(f"  pip: {line}"))
+                     progress=lambda line: ctx.say(f"  pip: {shown.line(line)}"))
     if res.rc != 0 and (bad := hash_mismatches(res.both)):
         raise ConfigError(f"the index no longer serves the locked build of {', '.join(b.describe() for b in bad)}; "
                           f"pip refused to install stack {stack.sha} and the server was not touched",
