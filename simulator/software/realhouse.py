@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -161,13 +161,29 @@ def _download(python: str, batch: Sequence[Pinned], wheels: Path) -> None:
             os.replace(got, wheels / p.filename)
 
 
-def fill(root: Path, release: str, python: str, say: Callable[[str], None] = print) -> Fill:
-    """Resolve sglang==release for `python`, download what is missing (resumable), write the closure's manifest
-    (`<root>/closure-<release>-py<python>.txt`: pip's requirement lines with hashes)."""
+def read_manifest(path: Path, want: dict[str, object]) -> list[Pinned] | None:
+    """The closure an earlier fill resolved (None: none, or for other constraints): a warm fill resolves nothing,
+    it checks the files' sha256 (pip's resolution re-reads ~190 projects' metadata from the index)."""
+    try:
+        doc = json.loads(path.read_text())
+        if {k: doc[k] for k in want} != want:
+            return None
+        return [Pinned(**f) for f in doc["files"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def fill(root: Path, release: str, python: str, say: Callable[[str], None] = print, refresh: bool = False) -> Fill:
+    """Resolve sglang==release for `python` (once: the closure is kept in `<root>/closure-<release>-py<python>.json`;
+    `refresh` resolves again), download what is missing (resumable), and say what it did."""
     t0 = time.monotonic()
     wheels = wheels_of(root)
     wheels.mkdir(parents=True, exist_ok=True)
-    files = resolve(python, release, RELEASES.get(release, ()))
+    manifest = root / f"closure-{release}-py{python}.json"
+    want = {"release": release, "python": python, "constraints": list(RELEASES.get(release, ()))}
+    files = None if refresh else read_manifest(manifest, want)
+    if files is None:
+        files = resolve(python, release, RELEASES.get(release, ()))
     todo = missing(files, wheels)
     say(f"sglang {release}, Python {python}: {len(files)} files resolved, {len(todo)} to fetch")
     fetched_bytes = 0
@@ -176,8 +192,8 @@ def fill(root: Path, release: str, python: str, say: Callable[[str], None] = pri
         got = sum((wheels / p.filename).stat().st_size for p in batch)
         fetched_bytes += got
         say(f"  [{i}] {', '.join(p.filename for p in batch)[:150]}: {got:,} bytes ({fetched_bytes:,} so far)")
-    manifest = root / f"closure-{release}-py{python}.txt"
-    manifest.write_text("".join(p.line + "\n" for p in files))
+        sys.stdout.flush()
+    manifest.write_text(json.dumps({**want, "files": [asdict(p) for p in files]}, indent=1) + "\n")
     return Fill(release, python, tuple(files), len(todo), fetched_bytes, time.monotonic() - t0)
 
 
@@ -188,12 +204,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--release", action="append", choices=sorted(RELEASES))
     parser.add_argument("--python", action="append")
+    parser.add_argument("--refresh", action="store_true", help="resolve again (the index moved)")
     parser.add_argument("dir", nargs="?", type=Path)
     args = parser.parse_args(argv)
     root = args.dir or real_wheelhouse_dir()
     for release in args.release or ["0.5.12.post1"]:
         for python in args.python or ["3.11"]:
-            print(fill(root, release, python).describe(root), flush=True)
+            print(fill(root, release, python, refresh=args.refresh).describe(root), flush=True)
     return 0
 
 

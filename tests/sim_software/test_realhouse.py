@@ -4,7 +4,9 @@ The fill itself downloads GBs; tests/perf/real_stack_roll.py runs it. Here the r
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import re
 import threading
 from pathlib import Path
@@ -81,3 +83,13 @@ def test_without_a_real_wheelhouse_the_real_index_is_empty(tmp_path: Path) -> No
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_warm_fill_reads_its_closure_and_resolves_nothing(tmp_path: Path) -> None:
+    pinned = realhouse.Pinned("a", "1", "a-1-py3-none-any.whl", "c" * 64, "https://files.example/a-1-py3-none-any.whl")
+    want = {"release": "0.5.12.post1", "python": "3.11", "constraints": ["kernels<0.15"]}
+    path = tmp_path / "closure.json"
+    path.write_text(json.dumps({**want, "files": [dataclasses.asdict(pinned)]}))
+    assert realhouse.read_manifest(path, want) == [pinned]
+    assert realhouse.read_manifest(path, {**want, "constraints": []}) is None  # other constraints: resolve again
+    assert realhouse.read_manifest(tmp_path / "none.json", want) is None
