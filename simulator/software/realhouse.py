@@ -180,7 +180,8 @@ def fill(root: Path, release: str, python: str, say: Callable[[str], None] = pri
     wheels = wheels_of(root)
     wheels.mkdir(parents=True, exist_ok=True)
     manifest = root / f"closure-{release}-py{python}.json"
-    want = {"release": release, "python": python, "constraints": list(RELEASES.get(release, ()))}
+    want: dict[str, object] = {"release": release, "python": python,
+                               "constraints": list(RELEASES.get(release, ()))}
     files = None if refresh else read_manifest(manifest, want)
     if files is None:
         files = resolve(python, release, RELEASES.get(release, ()))
