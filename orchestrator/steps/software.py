@@ -127,6 +127,11 @@ def release_stack(ctx: StepContext, meta: ReleaseMeta | None) -> StackRecord:
                        adopted=True)
 
 
+#: The flag check imports the stack's sglang: a real one reads torch, transformers and flashinfer cold from disk
+#: (`import sglang.srt.server_args` took about 60 s of a real 0.5.12.post1 start on the project's 2-core machine).
+FLAG_CHECK_TIMEOUT_S = 300
+
+
 def container_flag_check(ctx: StepContext, argv: list[str], venv: str | None = None) -> FlagCheck:
     """Validate argv with the parser of the sglang of `venv` (default: the stack the server runs), in the container
     (one round trip): a new stack's parser judges the flags before anything restarts.
@@ -136,7 +141,7 @@ def container_flag_check(ctx: StepContext, argv: list[str], venv: str | None = N
     venv = venv or server_stack(ctx).venv
     res = ctx.ct.run_python(venv, flags_probe_source(), ["sglang", json.dumps(argv)],
                             tag="DEPLOY_PROBE_EOF",
-                            timeout=120, what="flag validation in the container")
+                            timeout=FLAG_CHECK_TIMEOUT_S, what="flag validation in the container")
     try:
         data: dict[str, Any] = json.loads(res.last_line)
     except (json.JSONDecodeError, IndexError) as exc:
