@@ -38,9 +38,14 @@ class PipProgress:
     seen: set[str] = field(default_factory=set)
 
     def line(self, raw: str) -> str:
-        """The line to show for pip's line `raw`: pip's own, with the counts so far in front."""
+        """The line to show for pip's line `raw` (shown now and then): pip's own, with the counts so far in front.
+        The counts come from `observe`, which sees every line."""
         if m := VENV_BYTES.match(raw.strip()):
-            return f"[{self.where()}] unpacking: the venv holds {human(int(m['n']))} so far"
+            return f"[{self.where()}] the venv holds {human(int(m['n']))} so far"
+        return f"[{self.where()}] {raw.strip()}"
+
+    def observe(self, raw: str) -> None:
+        """Count one of pip's lines (every line, not the sampled ones shown)."""
         if COLLECTING.match(raw):
             self.collected += 1
         elif (m := FETCH.match(raw)) and m["what"] not in self.seen:
@@ -52,7 +57,6 @@ class PipProgress:
                 self.cached_bytes += n
         elif m := INSTALLING.match(raw):
             self.installing = len([x for x in m["names"].split(",") if x.strip()])
-        return f"[{self.where()}] {raw.strip()}"
 
     def where(self) -> str:
         of = f"/{self.total}" if self.total else ""

@@ -285,7 +285,7 @@ def write_record(ctx: StepContext, rec: StackRecord, then: str = "") -> str:
 def pip_install(ctx: StepContext, command: str, stack: Stack, venv: str) -> None:
     """Run a pip install into `venv` (its lines shown as progress), then check pip's record of sglang there."""
     shown = PipProgress(total=len(stack.lock.entries) if stack.lock is not None else None)
-    res = ctx.ct.run(command, check=False, timeout=3600, what="pip install sglang",
+    res = ctx.ct.run(command, check=False, timeout=3600, what="pip install sglang", each_line=shown.observe,
                      progress=lambda line: ctx.say(f"  pip: {shown.line(line)}"))
     if res.rc != 0 and (bad := hash_mismatches(res.both)):
         raise ConfigError(f"the index no longer serves the locked build of {', '.join(b.describe() for b in bad)}; "
