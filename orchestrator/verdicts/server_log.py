@@ -107,9 +107,10 @@ NO_NVCC = FatalPattern(
 #: sglang decides its device before anything else (`ServerArgs._handle_missing_default_values` → `get_device()`,
 #: sglang/srt/utils/common.py of 0.5.12.post1): where torch sees no CUDA device (no NVIDIA driver userspace in the
 #: container, the GPUs not passed through, a driver too old for the stack's CUDA) it raises this before any
-#: model file is read. Seen as the real server's death on a machine without a GPU (tests/fixtures/sglang/fatal).
+#: model file is read. Seen as the real server's death on a machine without a GPU (tests/fixtures/sglang/fatal). The
+#: exception's line, not the traceback's `raise RuntimeError("No accelerator …")` source line printed before it.
 NO_GPU = FatalPattern(
-    "no-gpu", re.compile(r"No accelerator \(CUDA, XPU, HPU, NPU(, MUSA, MPS)?\) is available"),
+    "no-gpu", re.compile(r"RuntimeError: No accelerator \(CUDA, XPU, HPU, NPU(, MUSA, MPS)?\) is available"),
     "the stack's torch sees no CUDA GPU in the container, so sglang found no device to run on (it raises this "
     "before reading the model)",
     "run `deploy doctor HOST`: `nvidia-smi` in the container must list the GPUs (the devN passthrough and the "
