@@ -66,8 +66,9 @@ def test_the_host_index_serves_the_real_wheels_apart_from_the_standins(tmp_path:
         page = requests.get(f"{base}{REAL_PREFIX}/simple/SGLang", timeout=10)  # the 301 keeps the prefix
         links = re.findall(r'href="([^"]+)"', page.text)
         assert len(links) == 1 and links[0].startswith(f"{REAL_PREFIX}/files/sglang-0.5.12.post1-cp311")
-        got = requests.get(base + links[0].split("#")[0], timeout=10).content
-        assert got == body and links[0].endswith(hashlib.sha256(body).hexdigest())
+        got = requests.get(base + links[0].split("#")[0], timeout=10)
+        assert got.content == body and links[0].endswith(hashlib.sha256(body).hexdigest())
+        assert "immutable" in got.headers["Cache-Control"]  # pip caches it, as from a public registry
         assert f'href="{REAL_PREFIX}/simple/sglang/"' in requests.get(f"{base}{REAL_PREFIX}/simple/", timeout=10).text
     finally:
         server.shutdown()
