@@ -26,6 +26,7 @@ Run as root, on a machine whose pip configuration reaches a package index. The s
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
 import re
 import shutil
@@ -48,9 +49,9 @@ from tests.e2e.conftest import EXAMPLE_INVENTORY, DeployEnv, make_env  # noqa: E
 PROFILE = "glm5-nvfp4"
 PATCH = "patches/sglang-autotune-flashinfer-cutlass.patch"
 #: Lines of the roll's output that mark the figures' events (the tool's own words, docs/roll.md).
-SERVER_START = re.compile(r"restart|start(ing)? (the )?server|sglang\.service", re.IGNORECASE)
-VERDICT = re.compile(r"\bverdict\b|died|fatal|rolled[- ]back|failed", re.IGNORECASE)
-BACK = re.compile(r"healthy again after|serving again|back on", re.IGNORECASE)
+SERVER_START = re.compile(r"journal: Started sglang\.service")
+VERDICT = re.compile(r"rolling back to \S+: sglang logged a fatal line")
+BACK = re.compile(r"healthy again after")
 
 
 def current(env: DeployEnv) -> str:
@@ -147,8 +148,10 @@ def run(info: SimHostInfo, tmp: Path, fill: realhouse.Fill, wall0: float, args: 
     print(f"real wheelhouse {'cold' if fill.fetched else 'warm'}: {len(fill.files)} files, fetched {fill.fetched} "
           f"({fill.fetched_bytes:,} bytes downloaded) in {fill.seconds:.1f} s")
     print(f"deploy up (stand-in R1) {up_s:.1f} s; deploy lock {lock_s:.1f} s; deploy roll {roll_s:.1f} s (exit {rc})")
-    for path, n in sorted(sizes.items()):
-        print(f"  du -sb {path}: {n:,} bytes")
+    for path in ("/opt/deploy/stacks/*/", "/root/ml-env", "/root/.cache/pip"):
+        found = {p: n for p, n in sizes.items() if fnmatch.fnmatch(p.rstrip("/") + "/", path.rstrip("/") + "/")}
+        for p, n in sorted(found.items()) or [(path, 0)]:
+            print(f"  du -sb {p}: {n:,} bytes" + ("" if found else " (absent)"))
     if start and verdict:
         print(f"server start → the tool's verdict: {verdict[0] - start[0]:.1f} s\n  start: {start[1]}\n"
               f"  verdict: {verdict[1]}")
