@@ -160,8 +160,9 @@ def build_command(stack: Stack, venv: str) -> str:
     lock exactly its distributions (`--require-hashes --no-deps -r LOCK`); a failed install removes the venv. While
     pip runs, a background loop prints the venv's bytes every PROGRESS_EVERY_S (`deploy-progress: venv N bytes`)."""
     q = shlex.quote(venv)
-    watch = (f"( while sleep {PROGRESS_EVERY_S}; do echo \"deploy-progress: venv $(du -sb {q} 2>/dev/null | "
-             "cut -f1) bytes\"; done ) & w=$!")
+    # sleep's output goes nowhere: a sleep outliving the killed loop must not hold the SSH channel open
+    watch = (f"( while sleep {PROGRESS_EVERY_S} >/dev/null 2>&1; do "
+             f"echo \"deploy-progress: venv $(du -sb {q} 2>/dev/null | cut -f1) bytes\"; done ) & w=$!")
     return (f"rm -rf {q} && mkdir -p {shlex.quote(PATHS.stacks_dir)} && python3 -m venv {q} && "
             f"{{ {watch}; {pip_install_command(stack, venv)}; rc=$?; kill $w 2>/dev/null; wait $w 2>/dev/null; "
             f"(exit $rc); }} || {{ rc=$?; rm -rf {q}; exit $rc; }}")

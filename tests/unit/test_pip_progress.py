@@ -51,7 +51,8 @@ def test_an_unlocked_build_counts_without_a_total() -> None:
 def test_the_build_prints_the_venv_bytes_while_pip_runs_and_keeps_pips_exit() -> None:
     stack = Stack("sglang==0.5.12.post1", "0.5.12.post1")
     cmd = build_command(stack, stack.venv)
-    assert f"while sleep {PROGRESS_EVERY_S}; do echo \"deploy-progress: venv $(du -sb {stack.venv}" in cmd
+    assert f"while sleep {PROGRESS_EVERY_S} >/dev/null 2>&1; do " in cmd
+    assert f"echo \"deploy-progress: venv $(du -sb {stack.venv} 2>/dev/null | cut -f1) bytes\"; done ) & w=$!" in cmd
     assert "rc=$?; kill $w 2>/dev/null; wait $w 2>/dev/null; (exit $rc); }" in cmd
     assert cmd.endswith(f"|| {{ rc=$?; rm -rf {stack.venv}; exit $rc; }}")
 
