@@ -26,13 +26,21 @@ class ChannelTimeout(Exception):
 
 @dataclass
 class LatestLine:
-    """Long downloads/installs: hand the latest output line to `progress` now and then (tqdm redraws with \\r)."""
+    """Long downloads/installs: hand the latest output line to `progress` now and then (tqdm redraws with \\r);
+    `each_line`, when given, sees every complete line (a build's counts must miss none: pip_progress.py)."""
 
     progress: Callable[[str], None] | None
     every_s: float = 2.0
     last: float = 0.0
+    each_line: Callable[[str], None] | None = None
+    partial: str = ""
 
     def __call__(self, chunk: bytes) -> None:
+        if self.each_line is not None:
+            *whole, self.partial = (self.partial + chunk.decode(errors="replace")).replace("\r", "\n").split("\n")
+            for line in whole:
+                if line.strip():
+                    self.each_line(line)
         if self.progress is None or time.monotonic() - self.last < self.every_s:
             return
         lines = [ln.strip() for ln in chunk.decode(errors="replace").replace("\r", "\n").split("\n")]

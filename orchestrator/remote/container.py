@@ -37,7 +37,7 @@ class NodeShell(Protocol):
 
     def run(self, command: str, *, stdin: str | None = None, timeout: float | None = None, check: bool = True,
             what: str = "", progress: Callable[[str], None] | None = None,
-            progress_every_s: float = 2.0) -> RemoteResult: ...
+            progress_every_s: float = 2.0, each_line: Callable[[str], None] | None = None) -> RemoteResult: ...
 
     def script(self, body: str, *, timeout: float | None = None, check: bool = True,
                what: str = "") -> RemoteResult: ...
@@ -120,11 +120,12 @@ class Container:
 
     # -- runners: one SSH round trip each ------------------------------------------------------------------
     def run(self, shell: str, *, timeout: float | None = None, check: bool = False, what: str = "",
-            progress: Callable[[str], None] | None = None, stdin: str | None = None) -> RemoteResult:
+            progress: Callable[[str], None] | None = None, stdin: str | None = None,
+            each_line: Callable[[str], None] | None = None) -> RemoteResult:
         """A shell snippet in the container (`bash -c`); use `script` for anything long or secret. `stdin` is
-        the snippet's input (a secret it reads, never in its argv)."""
+        the snippet's input (a secret it reads, never in its argv); `each_line` sees every output line."""
         return self.node.run(self.shell_command(shell), timeout=timeout, check=check, what=what, progress=progress,
-                             stdin=stdin)
+                             stdin=stdin, each_line=each_line)
 
     def read(self, shell: str, parse: Callable[[str], T], *, timeout: float | None = None, what: str = "") -> T:
         """A read of its own (one round trip): a shell snippet whose output `parse` judges, whatever its exit code

@@ -310,7 +310,7 @@ class SshHost:
     # -- commands -----------------------------------------------------------------------------------------
     def run(self, command: str, *, stdin: str | None = None, timeout: float | None = None,
             check: bool = True, what: str = "", progress: Callable[[str], None] | None = None,
-            progress_every_s: float = 2.0) -> RemoteResult:
+            progress_every_s: float = 2.0, each_line: Callable[[str], None] | None = None) -> RemoteResult:
         """One round trip on its own channel. `command` must already be quoted; prefer `script`.
 
         The channel is read by remote/channel.py; here is what the result means: the run guard wraps the
@@ -336,7 +336,7 @@ class SshHost:
         try:
             got = read_channel(chan, transport, stdin=stdin.encode() if stdin is not None else None,
                                deadline=None if timeout is None else start + timeout,
-                               on_output=LatestLine(progress, progress_every_s))
+                               on_output=LatestLine(progress, progress_every_s, each_line=each_line))
         except ChannelTimeout:
             raise RemoteError(f"{label} timed out after {timeout:.0f} s",
                               fix="the host or container is slow or hung; check it and re-run",

@@ -150,12 +150,22 @@ def write_record_command(record: StackRecord) -> str:
             f"> {path}.tmp && mv -f {path}.tmp {path}")
 
 
+#: How often the build prints the venv's bytes while pip runs (orchestrator/stacks/pip_progress.py shows them): pip is
+#: silent for minutes while it unpacks a real stack's ~10 GB.
+PROGRESS_EVERY_S = 20
+
+
 def build_command(stack: Stack, venv: str) -> str:
     """A fresh venv at `venv` (what a cut-short build left there removed first), then the requirement, or with a
-    lock exactly its distributions (`--require-hashes --no-deps -r LOCK`); a failed install removes the venv."""
+    lock exactly its distributions (`--require-hashes --no-deps -r LOCK`); a failed install removes the venv. While
+    pip runs, a background loop prints the venv's bytes every PROGRESS_EVERY_S (`deploy-progress: venv N bytes`)."""
     q = shlex.quote(venv)
+    # sleep's output goes nowhere: a sleep outliving the killed loop must not hold the SSH channel open
+    watch = (f"( while sleep {PROGRESS_EVERY_S} >/dev/null 2>&1; do "
+             f"echo \"deploy-progress: venv $(du -sb {q} 2>/dev/null | cut -f1) bytes\"; done ) & w=$!")
     return (f"rm -rf {q} && mkdir -p {shlex.quote(PATHS.stacks_dir)} && python3 -m venv {q} && "
-            + pip_install_command(stack, venv) + f" || {{ rc=$?; rm -rf {q}; exit $rc; }}")
+            f"{{ {watch}; {pip_install_command(stack, venv)}; rc=$?; kill $w 2>/dev/null; wait $w 2>/dev/null; "
+            f"(exit $rc); }} || {{ rc=$?; rm -rf {q}; exit $rc; }}")
 
 
 def pip_install_command(stack: Stack, venv: str) -> str:

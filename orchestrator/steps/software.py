@@ -58,6 +58,7 @@ from orchestrator.stacks.stack import (
     venv_sizes,
     write_record_command,
 )
+from orchestrator.stacks.stack.pip_progress import PipProgress
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts, unknown_until_started
 from orchestrator.verdicts.cuda import stack_cuda, stack_driver_finding
 from orchestrator.verdicts.weights import DownloadContext, download_error
@@ -126,6 +127,11 @@ def release_stack(ctx: StepContext, meta: ReleaseMeta | None) -> StackRecord:
                        adopted=True)
 
 
+#: The flag check imports the stack's sglang: a real one reads torch, transformers and flashinfer cold from disk
+#: (`import sglang.srt.server_args` took about 60 s of a real 0.5.12.post1 start on the project's 2-core machine).
+FLAG_CHECK_TIMEOUT_S = 300
+
+
 def container_flag_check(ctx: StepContext, argv: list[str], venv: str | None = None) -> FlagCheck:
     """Validate argv with the parser of the sglang of `venv` (default: the stack the server runs), in the container
     (one round trip): a new stack's parser judges the flags before anything restarts.
@@ -135,7 +141,7 @@ def container_flag_check(ctx: StepContext, argv: list[str], venv: str | None = N
     venv = venv or server_stack(ctx).venv
     res = ctx.ct.run_python(venv, flags_probe_source(), ["sglang", json.dumps(argv)],
                             tag="DEPLOY_PROBE_EOF",
-                            timeout=120, what="flag validation in the container")
+                            timeout=FLAG_CHECK_TIMEOUT_S, what="flag validation in the container")
     try:
         data: dict[str, Any] = json.loads(res.last_line)
     except (json.JSONDecodeError, IndexError) as exc:
@@ -278,8 +284,9 @@ def write_record(ctx: StepContext, rec: StackRecord, then: str = "") -> str:
 
 def pip_install(ctx: StepContext, command: str, stack: Stack, venv: str) -> None:
     """Run a pip install into `venv` (its lines shown as progress), then check pip's record of sglang there."""
-    res = ctx.ct.run(command, check=False, timeout=3600, what="pip install sglang",
-                     progress=lambda line: ctx.say(f"  pip: {line}"))
+    shown = PipProgress(total=len(stack.lock.entries) if stack.lock is not None else None)
+    res = ctx.ct.run(command, check=False, timeout=3600, what="pip install sglang", each_line=shown.observe,
+                     progress=lambda line: ctx.say(f"  pip: {shown.line(line)}"))
     if res.rc != 0 and (bad := hash_mismatches(res.both)):
         raise ConfigError(f"the index no longer serves the locked build of {', '.join(b.describe() for b in bad)}; "
                           f"pip refused to install stack {stack.sha} and the server was not touched",

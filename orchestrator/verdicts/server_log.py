@@ -112,6 +112,19 @@ NO_NVCC = FatalPattern(
     "where it carries one (sglang 0.5.23: <venv>/lib/python3.X/site-packages/nvidia/cu13), or install the CUDA "
     "toolkit of that version in the container (/usr/local/cuda)")
 
+#: sglang decides its device before anything else (`ServerArgs._handle_missing_default_values` → `get_device()`,
+#: sglang/srt/utils/common.py of 0.5.12.post1): where torch sees no CUDA device (no NVIDIA driver userspace in the
+#: container, the GPUs not passed through, a driver too old for the stack's CUDA) it raises this before any
+#: model file is read. Seen as the real server's death on a machine without a GPU (tests/fixtures/sglang/fatal). The
+#: exception's line, not the traceback's `raise RuntimeError("No accelerator …")` source line printed before it.
+NO_GPU = FatalPattern(
+    "no-gpu", re.compile(r"RuntimeError: No accelerator \(CUDA, XPU, HPU, NPU(, MUSA, MPS)?\) is available"),
+    "the stack's torch sees no CUDA GPU in the container, so sglang found no device to run on (it raises this "
+    "before reading the model)",
+    "run `deploy doctor HOST`: `nvidia-smi` in the container must list the GPUs (the devN passthrough and the "
+    "driver userspace of the host's driver version, which must be new enough for the stack's CUDA); then roll or "
+    "`deploy up` again")
+
 #: The server's own advice after a failed piecewise capture (sglang 0.5.12's `piecewise_cuda_graph_runner.py`).
 WORKAROUND = re.compile(r"To work around this error, (?P<advice>.+?)\s*$")
 PIECEWISE_CUDA_GRAPH = FatalPattern(
@@ -129,7 +142,7 @@ PIECEWISE_CUDA_GRAPH = FatalPattern(
 #: error text (an illegal memory access) would otherwise name a kernel bug with the wrong fix.
 FATAL_PATTERNS: tuple[FatalPattern, ...] = (PIECEWISE_CUDA_GRAPH, NAN, UNSUPPORTED_ARCH, CUDA_GRAPH_OOM, CUDA_OOM,
                                             ILLEGAL_MEMORY, NCCL_TIMEOUT, GPU_XID, NO_CUDA_ARCH, CUBIN_FETCH,
-                                            NO_C_COMPILER, NO_PYTHON_HEADERS, NO_NVCC)
+                                            NO_C_COMPILER, NO_PYTHON_HEADERS, NO_NVCC, NO_GPU)
 
 CAPTURE_STUCK = FatalPattern(
     "capture-stuck", DECODE_CAPTURE_BEGIN,

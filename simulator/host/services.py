@@ -70,6 +70,8 @@ def start(hp: HostPaths, cfg: HostConfig) -> None:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     if os.environ.get("DEPLOY_SIM_WHEELHOUSE"):  # serve the wheelhouse filled above, not the machine's shared one
         env["DEPLOY_SIM_WHEELHOUSE"] = os.environ["DEPLOY_SIM_WHEELHOUSE"]
+    if os.environ.get("DEPLOY_SIM_REAL_WHEELHOUSE"):  # the real stacks' wheels, served under /real/simple
+        env["DEPLOY_SIM_REAL_WHEELHOUSE"] = os.environ["DEPLOY_SIM_REAL_WHEELHOUSE"]
     proc = procs.start_detached([str(Path(sys.executable).resolve()), "-m", "simulator.host.services", str(hp.dir),
                                  cfg.bridge_address], log, env=env, cwd=hp.dir)
     if not _wait_listening(cfg.bridge_address, (INDEX_PORT, HUB_PORT), 120.0):

@@ -10,7 +10,9 @@ from __future__ import annotations
 import hashlib
 import html
 import json
+import os
 import re
+import shutil
 import tempfile
 import threading
 from dataclasses import dataclass, field
@@ -19,12 +21,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote
 
+from .realhouse import real_wheelhouse_dir, wheels_of
 from .wheelhouse import fill
 
 INDEX_FILE = "index.json"  # in the host dir: where this host's index listens
 #: In the sim root: wheels published while the hosts run (`deploy sim index publish`), served by every host's
 #: index beside the wheelhouse, as a site's mirror that picked up a new upload.
 PUBLISHED_DIR = "index-published"
+#: Where a host's index serves the real stacks' wheelhouse (realhouse.py, $DEPLOY_SIM_REAL_WHEELHOUSE), when set:
+#: `http://BRIDGE:3141/real/simple`, the index URL of a profile that installs the real sglang.
+REAL_PREFIX = "/real"
 
 
 def normalize(name: str) -> str:
@@ -72,6 +78,20 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
+    def _send_file(self, found: Path, cacheable: bool = False) -> None:
+        """A wheel streamed in 1 MiB chunks: a real one is up to GBs (torch), too big to read into memory.
+        `cacheable`: the real wheels say what a public registry says of a file (immutable), so the container's
+        pip keeps them in its cache as it does on a real site (the bytes the disk budget must know)."""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        if cacheable:
+            self.send_header("Cache-Control", "max-age=365000000, immutable, public")
+        self.send_header("Content-Length", str(found.stat().st_size))
+        self.end_headers()
+        if self.command != "HEAD":
+            with open(found, "rb") as fh:
+                shutil.copyfileobj(fh, self.wfile, 1 << 20)
+
     def do_HEAD(self) -> None:
         self.do_GET()
 
@@ -81,15 +101,22 @@ class _Handler(BaseHTTPRequestHandler):
         published = self.server.published
         extra = sorted(published.glob("*.whl")) if published is not None and published.is_dir() else []
         wheels = sorted([*root.glob("*.whl"), *extra], key=lambda w: w.name)
+        base = ""
+        if path == REAL_PREFIX or path.startswith(REAL_PREFIX + "/"):
+            # The real stacks' wheels, an index of their own: a real sglang beside a stand-in of the same
+            # version on one index would make pip's choice a matter of wheel tags.
+            real = self.server.real
+            wheels = sorted(real.glob("*.whl")) if real is not None and real.is_dir() else []
+            path, base = path[len(REAL_PREFIX):] or "/", REAL_PREFIX
         if path in ("/simple", "/simple/"):
             names = sorted({project_of(w.name) for w in wheels})
-            self._send(200, _page("Simple index", [(f"/simple/{n}/", n) for n in names]))
+            self._send(200, _page("Simple index", [(f"{base}/simple/{n}/", n) for n in names]))
             return
         m = re.fullmatch(r"/simple/([^/]+)/?", path)
         if m:
             if not path.endswith("/"):
                 self.send_response(301)
-                self.send_header("Location", path + "/")
+                self.send_header("Location", base + path + "/")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
@@ -97,13 +124,13 @@ class _Handler(BaseHTTPRequestHandler):
             if not files:
                 self._send(404, b"Not Found\n", "text/plain")
                 return
-            links = [(f"/files/{w.name}#sha256={sha256_of(w)}", w.name) for w in files]
+            links = [(f"{base}/files/{w.name}#sha256={sha256_of(w)}", w.name) for w in files]
             self._send(200, _page(f"Links for {m.group(1)}", links))
             return
         m = re.fullmatch(r"/files/([^/]+\.whl)", path)
         found = next((w for w in wheels if m and w.name == m.group(1)), None)
         if found is not None and found.is_file():
-            self._send(200, found.read_bytes(), "application/octet-stream")
+            self._send_file(found, cacheable=base == REAL_PREFIX)
             return
         self._send(404, b"Not Found\n", "text/plain")
 
@@ -111,10 +138,12 @@ class _Handler(BaseHTTPRequestHandler):
 class IndexHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], wheelhouse: Path, published: Path | None = None) -> None:
+    def __init__(self, address: tuple[str, int], wheelhouse: Path, published: Path | None = None,
+                 real: Path | None = None) -> None:
         super().__init__(address, _Handler)
         self.wheelhouse = wheelhouse
         self.published = published
+        self.real = real
         self.requests: list[str] = []
 
 
@@ -140,10 +169,12 @@ class PackageIndex:
 def start_index(host_dir: Path, address: str, port: int, wheelhouse: Path | None = None) -> PackageIndex:
     """Fill the wheelhouse if needed, serve it on address:port (port 0: any free one) in a daemon thread, and
     record the URL in <host_dir>/index.json. A host of a sim root (<root>/hosts/NAME) also serves the root's
-    published wheels (PUBLISHED_DIR, `deploy sim index publish`), read on every request."""
+    published wheels (PUBLISHED_DIR, `deploy sim index publish`), read on every request; with
+    $DEPLOY_SIM_REAL_WHEELHOUSE set, the real stacks' wheels under REAL_PREFIX."""
     wh = fill(wheelhouse)
     published = host_dir.parent.parent / PUBLISHED_DIR if host_dir.parent.name == "hosts" else None
-    server = IndexHTTPServer((address, port), wh.path, published)
+    real = wheels_of(real_wheelhouse_dir()) if os.environ.get("DEPLOY_SIM_REAL_WHEELHOUSE") else None
+    server = IndexHTTPServer((address, port), wh.path, published, real)
     thread = threading.Thread(target=server.serve_forever, name=f"pkg-index-{address}", daemon=True)
     thread.start()
     idx = PackageIndex(server, host_dir, thread)

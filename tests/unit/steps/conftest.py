@@ -129,7 +129,7 @@ so a new or changed remote command never passes unnoticed on an empty "success".
 
     def run(self, command: str, *, stdin: str | None = None, timeout: float | None = None, check: bool = True,
             what: str = "", progress: Callable[[str], None] | None = None,
-            progress_every_s: float = 2.0) -> RemoteResult:
+            progress_every_s: float = 2.0, each_line: Callable[[str], None] | None = None) -> RemoteResult:
         return self._reply("run", command, what, check, stdin)
 
     def script(self, body: str, *, timeout: float | None = None, check: bool = True,

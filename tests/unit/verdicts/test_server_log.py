@@ -62,6 +62,14 @@ def test_every_real_fatal_line_classifies_to_its_code(path: Path) -> None:
         assert hit.line == line.strip() and hit.meaning and hit.fix
 
 
+def test_the_real_servers_death_without_a_gpu_quotes_the_exception_not_the_source_line() -> None:
+    """The real sglang 0.5.12.post1's journal in a simulated container (no CUDA): the traceback shows the `raise`
+    line before the exception's; the verdict quotes the exception."""
+    hit = find_fatal(lines_of(FATAL / "no-gpu.traceback.log"))
+    assert hit is not None and hit.code == "no-gpu"
+    assert hit.line == "RuntimeError: No accelerator (CUDA, XPU, HPU, NPU, MUSA, MPS) is available."
+
+
 @pytest.mark.parametrize("path", sorted(FATAL.glob("*.*.log")), ids=lambda p: p.name)
 def test_a_fatal_sequence_classifies_to_its_code(path: Path) -> None:
     hit = find_fatal(lines_of(path))

@@ -1,0 +1,96 @@
+"""The real stacks' wheelhouse (simulator/software/realhouse.py) and the host index's /real/simple beside the
+stand-in index: what a fill resolves, what it downloads again after a cut, and what the container's pip is served.
+The fill itself downloads GBs; tests/perf/real_stack_roll.py runs it. Here the report and the files are small."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import threading
+from pathlib import Path
+
+import requests
+
+from simulator.software import realhouse
+from simulator.software.index import REAL_PREFIX, IndexHTTPServer
+
+#: A pip 25 `--report` item as pip writes it for a wheel from an index (format 1).
+ITEM = {"metadata": {"name": "torch", "version": "2.11.0"},
+        "download_info": {"url": "https://files.example/packages/torch-2.11.0-cp311-cp311-manylinux_2_28_x86_64.whl",
+                          "archive_info": {"hash": "sha256=" + "a" * 64, "hashes": {"sha256": "a" * 64}}}}
+#: pip 23.0's report has `hash` only; a file:// link from this machine's own find-links.
+OLD = {"metadata": {"name": "build", "version": "1.6.1"},
+       "download_info": {"url": "file:///opt/pypi/files/build-1.6.1-py3-none-any.whl",
+                         "archive_info": {"hash": "sha256=" + "b" * 64}}}
+
+
+def test_report_gives_each_file_with_its_hash() -> None:
+    files = realhouse.parse_report({"version": "1", "install": [ITEM, OLD]})
+    assert [(p.name, p.version, p.filename, p.sha256[:1]) for p in files] == [
+        ("build", "1.6.1", "build-1.6.1-py3-none-any.whl", "b"),
+        ("torch", "2.11.0", "torch-2.11.0-cp311-cp311-manylinux_2_28_x86_64.whl", "a")]
+    assert files[1].line == f"torch==2.11.0 --hash=sha256:{'a' * 64}"
+
+
+def test_a_cut_download_fetches_only_what_is_missing_or_wrong(tmp_path: Path) -> None:
+    whole, partial = b"whole wheel", b"whole wh"
+    files = [realhouse.Pinned(n, "1", f"{n}-1-py3-none-any.whl", hashlib.sha256(whole).hexdigest(), "")
+             for n in ("a", "b", "c")]
+    (tmp_path / files[0].filename).write_bytes(whole)
+    (tmp_path / files[1].filename).write_bytes(partial)  # what a cut left (never, by the rename; still checked)
+    assert [p.name for p in realhouse.missing(files, tmp_path)] == ["b", "c"]
+
+
+def test_big_distributions_download_alone() -> None:
+    names = ["torch", "nvidia-cublas", "aiohttp", "flashinfer-python", *(f"small{i}" for i in range(25))]
+    out = realhouse.batches([realhouse.Pinned(n, "1", f"{n}.whl", "", "") for n in names])
+    assert [[p.name for p in b] for b in out[:3]] == [["torch"], ["nvidia-cublas"], ["flashinfer-python"]]
+    assert [len(b) for b in out[3:]] == [realhouse.BATCH, 26 - realhouse.BATCH]
+
+
+def test_the_host_index_serves_the_real_wheels_apart_from_the_standins(tmp_path: Path) -> None:
+    standin, real = tmp_path / "standin", tmp_path / "real"
+    standin.mkdir()
+    real.mkdir()
+    (standin / "sglang-0.5.12.post1-py3-none-any.whl").write_bytes(b"stand-in")
+    body = b"real" * 100_000
+    (real / "sglang-0.5.12.post1-cp311-cp311-manylinux_2_34_x86_64.whl").write_bytes(body)
+    server = IndexHTTPServer(("127.0.0.1", 0), standin, None, real)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        plain = requests.get(f"{base}/simple/sglang/", timeout=10).text
+        assert "py3-none-any" in plain and "cp311" not in plain
+        page = requests.get(f"{base}{REAL_PREFIX}/simple/SGLang", timeout=10)  # the 301 keeps the prefix
+        links = re.findall(r'href="([^"]+)"', page.text)
+        assert len(links) == 1 and links[0].startswith(f"{REAL_PREFIX}/files/sglang-0.5.12.post1-cp311")
+        got = requests.get(base + links[0].split("#")[0], timeout=10)
+        assert got.content == body and links[0].endswith(hashlib.sha256(body).hexdigest())
+        assert "immutable" in got.headers["Cache-Control"]  # pip caches it, as from a public registry
+        assert f'href="{REAL_PREFIX}/simple/sglang/"' in requests.get(f"{base}{REAL_PREFIX}/simple/", timeout=10).text
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_without_a_real_wheelhouse_the_real_index_is_empty(tmp_path: Path) -> None:
+    server = IndexHTTPServer(("127.0.0.1", 0), tmp_path, None, None)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        assert requests.get(f"{base}{REAL_PREFIX}/simple/torch/", timeout=10).status_code == 404
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_warm_fill_reads_its_closure_and_resolves_nothing(tmp_path: Path) -> None:
+    pinned = realhouse.Pinned("a", "1", "a-1-py3-none-any.whl", "c" * 64, "https://files.example/a-1-py3-none-any.whl")
+    want = {"release": "0.5.12.post1", "python": "3.11", "constraints": ["kernels<0.15"]}
+    path = tmp_path / "closure.json"
+    path.write_text(json.dumps({**want, "files": [dataclasses.asdict(pinned)]}))
+    assert realhouse.read_manifest(path, want) == [pinned]
+    assert realhouse.read_manifest(path, {**want, "constraints": []}) is None  # other constraints: resolve again
+    assert realhouse.read_manifest(tmp_path / "none.json", want) is None
