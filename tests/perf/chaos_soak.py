@@ -96,6 +96,9 @@ class Step:
     failed_requests: list[str] = field(default_factory=list)  # each "what the client saw -> why"
     unexplained: int = 0
     took_s: float = 0.0
+    #: the fault itself changed the fleet as an operator would (a host taken out of the router on purpose): the
+    #: recovery runs even when every command exited 0
+    operator_changed: bool = False
 
 
 @dataclass
@@ -347,7 +350,7 @@ class Soak:
         """What an operator does after a fault: nothing when every command of the step exited 0 (the invariants
         then hold the commands themselves to a right fleet); else resume a tune or the roll, else converge the group
         (router included)."""
-        if all(rc == 0 for rc in self.exits):
+        if all(rc == 0 for rc in self.exits) and not step.operator_changed:
             step.recovery.append(f"none: all {len(self.exits)} command(s) exited 0")
             return
         self.recover_tunes(step)
@@ -454,6 +457,7 @@ def router_remove_mid_roll(soak: Soak, step: Step) -> None:
     proc = soak.start_roll()
     time.sleep(soak.rng.uniform(1.0, 20.0))
     other = soak.deploy("router", "remove", info.name, timeout=300)
+    step.operator_changed = other.rc == 0  # out of the router on purpose: `up group` puts it back
     rc = soak.finish(proc)
     step.detail = f"router remove {info.name} during a roll: exit {other.rc}; roll exit {rc}"
 
