@@ -281,12 +281,13 @@ def _converge(spec: RouterSpec, inventory: Inventory, ct: Container, report: Rou
         if dry_run:
             return
     else:
-        # A running smg whose unit changes (flags, version, the key) hands the public port over through a staging
-        # smg, as the migration does: a restart would refuse new connections for its whole graceful shutdown.
-        handover = running and bool(changed) and spec.package == "smg" and facts.migration.module == "smg"
+        # A running router whose unit changes (flags, version, the key) and whose package stays (smg, or 0.3.2) hands
+        # the public port over through a staging router of the new unit, as the migration does: a restart would
+        # refuse new connections for its whole graceful shutdown (issue 50, 11).
+        handover = running and bool(changed) and facts.migration.module == release_of(spec).module
         verb = "restart" if running else "start"
         what = (f"install {', '.join(changed)} and hand the public port over to the new router through a staging "
-                f"smg, no request dropped ({len(urls)} worker(s))" if handover
+                f"{spec.package}, no request dropped ({len(urls)} worker(s))" if handover
                 else f"install {', '.join(changed)} and {verb} the router ({len(urls)} worker(s))" if changed
                 else f"start the router (files unchanged, unit {facts.active})")
         record.changes.append(what)
@@ -329,7 +330,7 @@ def _migration(spec: RouterSpec, inventory: Inventory, ct: Container, report: Ro
         return True
     m, final = _staged(spec, ct, report.url, facts, bundle, urls, api_key, say=say, health_timeout_s=health_timeout_s)
     try:
-        resumed = resume(m, state, facts, final, to_smg=to_smg) if state.leftover else None
+        resumed = resume(m, state, facts, final) if state.leftover else None
         if resumed == "completed":
             what = "completed the interrupted migration to smg"
         elif migrate:
@@ -362,13 +363,14 @@ def _migration_text(spec: RouterSpec) -> str:
 def _staged(spec: RouterSpec, ct: Container, base_url: str, facts: RouterFacts, bundle: RouterBundle,
             urls: list[str], api_key: str | None, *, say: Callable[[str], None],
             health_timeout_s: float) -> tuple[Migration, BundleApply]:
-    """The staging path's context (router/migrate.py): a migration to smg, or a handover of a running smg to its
-    changed unit, and how the final router's files are written."""
+    """The staging path's context (router/migrate.py): a migration to smg, or a handover of a running router (smg
+    or 0.3.2) to its changed unit, and how the final router's files are written."""
     m = Migration(ct=ct, base_url=base_url, staging_port=staging_port(spec),
                   staging_metrics_port=staging_metrics_port(spec),
                   old_metrics_port=old_metrics_port(facts.execstart), api_key=api_key, urls=urls,
                   python=f"{spec.venv.rstrip('/')}/bin/python",
-                  gate=lambda url: _wait_healthy(url, api_key, urls, health_timeout_s, say), say=say)
+                  gate=lambda url: _wait_healthy(url, api_key, urls, health_timeout_s, say), say=say,
+                  router=spec.package)
     return m, BundleApply(bundle, lambda b, action: _apply(ct, b, action=action))
 
 

@@ -129,6 +129,7 @@ class Migration:
     gate: Callable[[str], dict[str, Any]]  # the operator-side gate of converge.py (health, workers, a generation)
     say: Callable[[str], None]
     drain_timeout_s: float = DRAIN_TIMEOUT_S
+    router: str = "smg"  # the package staged and started as the final unit (a 0.3.2 flag change stages 0.3.2)
     phases: dict[str, float] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
 
@@ -151,7 +152,7 @@ class Migration:
     def stage(self, bundle: RouterBundle) -> None:
         """(a) The staging smg beside 0.3.2, gated; on any failure it is removed and 0.3.2 is untouched."""
         began = time.monotonic()
-        self.say(f"migration: stage smg on :{self.staging_port} (unit {STAGING_UNIT}, metrics "
+        self.say(f"migration: stage {self.router} on :{self.staging_port} (unit {STAGING_UNIT}, metrics "
                  f":{self.staging_metrics_port}) with {len(self.urls)} worker(s)")
         try:
             self._run(apply_script(bundle, action=None, unit=STAGING_UNIT, enable=False), "staging files")
@@ -161,17 +162,17 @@ class Migration:
             health = self.gate(self.staging_url)
             not_ready = self._not_ready(self.staging_url)
             if not_ready:
-                raise CheckFailed(f"staging smg lists worker(s) not ready: {', '.join(not_ready)}")
+                raise CheckFailed(f"staging {self.router} lists worker(s) not ready: {', '.join(not_ready)}")
         except DeployError as err:
             self.remove_staging()
-            raise CheckFailed(f"the staging smg on :{self.staging_port} failed its gate: {err.what}; it was stopped "
-                              f"and removed, the running sglang-router still serves on :{self.public_port} "
+            raise CheckFailed(f"the staging {self.router} on :{self.staging_port} failed its gate: {err.what}; it "
+                              f"was stopped and removed, the running sglang-router still serves on :{self.public_port} "
                               "(nothing else changed)",
                               fix=f"see `journalctl -u {STAGING_UNIT}` in CT {self.ct.vmid} (kept after the unit is "
                                   "removed) and the evidence above; fix it, then re-run `deploy up`") from None
         self.details["staging_gate"] = health
         self.phases["stage"] = time.monotonic() - began
-        self.say(f"migration: staging smg ready, {len(self.urls)} worker(s) ready, a generation through it "
+        self.say(f"migration: staging {self.router} ready, {len(self.urls)} worker(s) ready, a generation through it "
                  f"answered ({self.phases['stage']:.1f} s)")
 
     def redirect(self) -> None:
@@ -183,15 +184,15 @@ class Migration:
         except DeployError as err:
             self._run(unredirect_script(), "nftables redirect removal")
             self.remove_staging()
-            raise CheckFailed(f"could not send new connections on :{self.public_port} to the staging smg: "
-                              f"{err.what}; the redirect and the staging smg were removed, the running "
+            raise CheckFailed(f"could not send new connections on :{self.public_port} to the staging {self.router}: "
+                              f"{err.what}; the redirect and the staging {self.router} were removed, the running "
                               f"sglang-router still serves on :{self.public_port}",
                               fix=f"check that `apt-get install nftables` works in CT {self.ct.vmid} and that its "
                                   "kernel has nftables nat (on PVE: nf_tables, nft_chain_nat loaded on the node)"
                               ) from None
         self.details["in_flight_at_redirect"] = self.in_flight(self.old_metrics_port, name=HTTP_ACTIVE)
         self.phases["redirect"] = time.monotonic() - began
-        self.say(f"migration: new connections on :{self.public_port} go to the staging smg (nft table ip "
+        self.say(f"migration: new connections on :{self.public_port} go to the staging {self.router} (nft table ip "
                  f"{NFT_TABLE}, SYN only); {self.details['in_flight_at_redirect']} request(s) in flight on "
                  f"sglang-router ({self.phases['redirect']:.1f} s)")
 
@@ -213,13 +214,13 @@ class Migration:
         try:
             self.final_gate()
         except DeployError as err:
-            raise CheckFailed(f"the final smg on :{self.public_port} failed its gate: {err.what}; the staging smg "
-                              "keeps serving the public port through the redirect",
+            raise CheckFailed(f"the final {self.router} on :{self.public_port} failed its gate: {err.what}; the "
+                              f"staging {self.router} keeps serving the public port through the redirect",
                               fix=f"see `journalctl -u {UNIT}` in CT {self.ct.vmid}, fix it, then re-run `deploy "
                                   "up`: it completes the migration") from None
         self.phases["switch"] = time.monotonic() - started
-        self.say(f"migration: smg runs as {UNIT} on :{self.public_port}, workers ready and a generation answered "
-                 f"from inside the container ({self.phases['switch']:.1f} s)")
+        self.say(f"migration: {self.router} runs as {UNIT} on :{self.public_port}, workers ready and a generation "
+                 f"answered from inside the container ({self.phases['switch']:.1f} s)")
 
     def finish(self, phase: str = "finish") -> None:
         """(d) New connections back to the public port (the port out of the redirect's set; the table stays, so
@@ -229,8 +230,8 @@ class Migration:
         staging unit removed. Also the undo of a migration stopped before its switch (then 0.3.2 gets them)."""
         began = time.monotonic()
         self._run(stop_redirecting_script(self.public_port), "nftables redirect stop")
-        self.say(f"migration: new connections on :{self.public_port} reach {UNIT} again; stopping the staging smg "
-                 f"gracefully (it finishes its requests, at most {self.drain_timeout_s:.0f} s)")
+        self.say(f"migration: new connections on :{self.public_port} reach {UNIT} again; stopping the staging "
+                 f"{self.router} gracefully (it finishes its requests, at most {self.drain_timeout_s:.0f} s)")
         in_flight = self.in_flight(self.staging_metrics_port)
         self.details["staging_in_flight_at_stop"] = in_flight
         stop = self.graceful_stop(STAGING_UNIT, self.staging_port)
@@ -238,12 +239,12 @@ class Migration:
         self.remove_staging()
         self.phases[phase] = time.monotonic() - began
         if not stop.was_active:
-            drained = "the staging smg was not running"
+            drained = f"the staging {self.router} was not running"
         elif in_flight is None:
-            drained = (f"the staging smg finished its requests in flight (its metrics did not answer, so their number "
-                       f"is not known) and stopped in {stop.waited_s:.1f} s")
+            drained = (f"the staging {self.router} finished its requests in flight (its metrics did not answer, so "
+                       f"their number is not known) and stopped in {stop.waited_s:.1f} s")
         else:
-            drained = (f"the staging smg finished its {in_flight} request(s) in flight and stopped in "
+            drained = (f"the staging {self.router} finished its {in_flight} request(s) in flight and stopped in "
                        f"{stop.waited_s:.1f} s")
         self.say(f"migration: redirect removed; {drained}, removed ({self.phases[phase]:.1f} s)")
 
@@ -293,7 +294,7 @@ class Migration:
             public = {w.id for w in client.list_workers()}
         if public != staging:
             raise CheckFailed(f"a new connection to {self.base_url} still reached the old router (worker ids "
-                              f"{sorted(public)[:2]}…, the staging smg's are {sorted(staging)[:2]}…)")
+                              f"{sorted(public)[:2]}…, the staging {self.router}'s are {sorted(staging)[:2]}…)")
         self.details["redirect_checked"] = "a new connection to the public port reached the staging smg"
 
     # ------------------------------------------------------------------------------------------- cleanup
@@ -329,14 +330,14 @@ def run_migration(m: Migration, staging: RouterBundle, final: BundleApply) -> di
     return m.record()
 
 
-def resume(m: Migration, state: MigrationState, facts: RouterFacts, final: BundleApply,
-           *, to_smg: bool) -> str:
+def resume(m: Migration, state: MigrationState, facts: RouterFacts, final: BundleApply) -> str:
     """What an interrupted migration (or handover of a running smg to its changed unit) left, judged by what serves
     the public port, never by the staging unit's `is-active` alone (a staging smg that drains after SIGTERM reads
     `active` too):
-    - the router's unit drains (the switch's graceful stop began, drain_mark) and the inventory wants smg: its
-      drain is waited for (no second SIGTERM), then the final smg is started and gated, then the finish:
-      'completed';
+    - the router's unit drains (the switch's graceful stop began, drain_mark): its drain is waited for (no second
+      SIGTERM), then the inventory's router (`final`: smg, or 0.3.2 whose flags changed) is started and gated, then
+      the finish: 'completed' (an undo would send new connections to a router that no longer accepts them, whatever
+      package the inventory names);
     - smg runs as the router's unit and does not drain: it is gated from inside the container, never stopped or
       restarted, then the finish runs: 'finished' (the usual converge follows: it hands over to a changed unit);
     - 0.3.2 serves: the redirect and the staging smg go, a new migration may start: 'undone';
@@ -349,7 +350,7 @@ def resume(m: Migration, state: MigrationState, facts: RouterFacts, final: Bundl
         state = MigrationState(module=state.module, staging=state.staging, staging_unit=state.staging_unit,
                                router_draining=state.router_draining)
     runs = facts.active == "active"
-    if to_smg and ((runs and state.router_draining) or (not runs and state.staging == "active")):
+    if (runs and state.router_draining) or (not runs and state.staging == "active"):
         m.say(f"migration: completing an interrupted migration ({state.text()}); {UNIT} "
               + ("is finishing its requests after the interrupted run's SIGTERM" if runs else "is stopped"))
         m.switch(final, old_running=runs)

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from tests.e2e.conftest import until
+from tests.e2e.conftest import Result, until
 from tests.e2e.fleet_harness import fleet_root
 from tests.e2e.test_fleet_roll import Client
 from tests.e2e.test_fleet_router import RouterFleet
@@ -62,6 +62,22 @@ def _serves(fleet: RouterFleet) -> bool:
     return requests.post(f"{fleet.url}/v1/chat/completions", json=body, timeout=60).status_code == 200
 
 
+def _up_under_load(fleet: RouterFleet, tail: int = 3000) -> tuple[Result, Client, Streams]:
+    """`up group prod` while a non-streaming and a streaming client send through the public address (from before
+    it starts until two more requests answered after it): its result (exit 0 checked) and the clients' counts."""
+    with Client(fleet.url, resend_closed_keepalive=True) as client, \
+            Streams(fleet.url, resend_closed_keepalive=True) as streams:
+        assert until(lambda: client.ok >= 2 and streams.ok >= 1, 60), (client.failed[:5], streams.failed[:5])
+        res = fleet.env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
+        after = client.ok
+        assert until(lambda: client.ok >= after + 2, 60), client.failed[:5]
+    print(res.stdout[-tail:])  # docs/fleet.md (pytest -s)
+    print("requests:", client.ok, "streams:", streams.ok, "sent again after a keep-alive close:",
+          client.resent + streams.resent)
+    assert res.rc == 0, res.text
+    return res, client, streams
+
+
 def test_a_failed_staging_gate_leaves_0_3_2_serving_and_nothing_behind(mfleet: RouterFleet) -> None:
     """The staging port is taken in the router's container (a real listener): the staging smg cannot start, the
     migration stops with exit 1 and the evidence, 0.3.2 still serves, no staging unit, no nft table."""
@@ -91,15 +107,7 @@ def test_migration_under_load_loses_no_request(mfleet: RouterFleet) -> None:
     (fleet.env.inventory / "router.yaml").write_text(ROUTER_YAML.format(package="smg", host=fleet.names[0]))
     # the router itself stops here (0.3.2, then the staging smg): a client racing the close of its kept-alive
     # connection sends that request again, as HTTP allows and the OpenAI SDK does (closed_before_any_response)
-    with Client(fleet.url, resend_closed_keepalive=True) as client, \
-            Streams(fleet.url, resend_closed_keepalive=True) as streams:
-        assert until(lambda: client.ok >= 2 and streams.ok >= 1, 60), (client.failed[:5], streams.failed[:5])
-        res = fleet.env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
-        after = client.ok
-        assert until(lambda: client.ok >= after + 2, 60), client.failed[:5]
-    print(res.stdout[-4000:])  # docs/fleet.md's example run (pytest -s)
-    print("requests:", client.ok, "streams:", streams.ok, "sent again after a keep-alive close:",
-          client.resent + streams.resent)
+    res, client, streams = _up_under_load(fleet, tail=4000)  # docs/fleet.md's example run (pytest -s)
     assert res.rc == 0, res.text
     assert client.failed == [] and streams.failed == [] and streams.truncated == 0, (
         client.failed[:5], streams.failed[:5], streams.truncated)
@@ -196,16 +204,7 @@ def test_a_migration_killed_in_its_finish_is_completed_without_stopping_the_serv
     assert _package(fleet) == "smg" and _left(fleet)["staging_file"], _left(fleet)
     serving_pid = _ct(fleet, "systemctl show -p MainPID --value sglang-router")
     assert serving_pid not in ("", "0")
-    with Client(fleet.url, resend_closed_keepalive=True) as client, \
-            Streams(fleet.url, resend_closed_keepalive=True) as streams:
-        assert until(lambda: client.ok >= 2 and streams.ok >= 1, 60), (client.failed[:5], streams.failed[:5])
-        res = fleet.env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
-        after = client.ok
-        assert until(lambda: client.ok >= after + 2, 60), client.failed[:5]
-    print(res.stdout[-3000:])  # docs/fleet.md (pytest -s)
-    print("requests:", client.ok, "streams:", streams.ok, "sent again after a keep-alive close:",
-          client.resent + streams.resent)
-    assert res.rc == 0, res.text
+    res, client, streams = _up_under_load(fleet)
     assert "router: migration: finishing an interrupted migration" in res.stdout, res.stdout
     assert "smg already serves :30000 as sglang-router: checked, not restarted" in res.stdout, res.stdout
     assert re.search(r"changed — finished what an interrupted migration left \(staging unit sglang-router-staging "
@@ -218,37 +217,33 @@ def test_a_migration_killed_in_its_finish_is_completed_without_stopping_the_serv
     assert _left(fleet) == {"staging": "inactive", "staging_file": "", "nft": ""}, _left(fleet)
 
 
-def test_a_flag_change_of_a_running_smg_hands_the_port_over_with_no_request_lost(mfleet: RouterFleet) -> None:
-    """smg serves the public port; a `router.flags` change under client load: `up` hands the port over through a
-    staging smg (stage, redirect, graceful stop, final unit, finish), not a restart, and no request fails; the unit
-    it writes lets smg's grace period run (TimeoutStopSec = 180 + 15: issue 50, 11; it was 30, which killed smg
-    while it finished its streams)."""
+@pytest.mark.parametrize(("package", "module", "value"), [("smg", "smg", 61), ("sglang-router", "sglang_router", 62)])
+def test_a_flag_change_of_a_running_router_hands_the_port_over_with_no_request_lost(
+        mfleet: RouterFleet, package: str, module: str, value: int) -> None:
+    """smg (or sglang-router 0.3.2: smg → 0.3.2 is a restart) serves the public port; a `router.flags` change under
+    client load: `up` hands the port over through a staging router of the same package (stage, redirect, graceful
+    stop, final unit, finish), not a restart, and no request fails (issue 50, 11: flag and version changes of the
+    router were plain restarts); the unit it writes lets the grace period run (TimeoutStopSec = 180 + 15; it was
+    30, which killed smg while it finished its streams)."""
     fleet = mfleet
-    yaml_smg = ROUTER_YAML.format(package="smg", host=fleet.names[0])
-    (fleet.env.inventory / "router.yaml").write_text(yaml_smg)
+    yaml = ROUTER_YAML.format(package=package, host=fleet.names[0])
+    (fleet.env.inventory / "router.yaml").write_text(yaml)
     first = fleet.env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
-    assert first.rc == 0 and _package(fleet) == "smg", first.text
+    assert first.rc == 0 and _package(fleet) == module, first.text
     old_pid = _ct(fleet, "systemctl show -p MainPID --value sglang-router")
-    (fleet.env.inventory / "router.yaml").write_text(yaml_smg + "  flags:\n    queue-timeout-secs: 61\n")
+    (fleet.env.inventory / "router.yaml").write_text(yaml + f"  flags:\n    queue-timeout-secs: {value}\n")
     plan = fleet.env.run("plan", "group", "prod", timeout=600)
-    assert "hand the public port over to the new router through a staging smg, no request dropped" in plan.stdout, \
-        plan.stdout
-    with Client(fleet.url, resend_closed_keepalive=True) as client, \
-            Streams(fleet.url, resend_closed_keepalive=True) as streams:
-        assert until(lambda: client.ok >= 2 and streams.ok >= 1, 60), (client.failed[:5], streams.failed[:5])
-        res = fleet.env.run("up", "group", "prod", "--skip-bench", "--skip-weights", timeout=900)
-        after = client.ok
-        assert until(lambda: client.ok >= after + 2, 60), client.failed[:5]
-    print(res.stdout[-3000:])  # docs/fleet.md (pytest -s)
-    print("requests:", client.ok, "streams:", streams.ok, "sent again after a keep-alive close:",
-          client.resent + streams.resent)
-    assert res.rc == 0, res.text
-    for line in ("router: migration: stage smg on :30010", "router: migration: smg runs as sglang-router on :30000",
+    assert (f"hand the public port over to the new router through a staging {package}, no request dropped"
+            in plan.stdout), plan.stdout
+    res, client, streams = _up_under_load(fleet)
+    for line in (f"router: migration: stage {package} on :30010",
+                 f"router: migration: {package} runs as sglang-router on :30000",
                  "router: migration: redirect removed;"):
         assert line in res.stdout, res.stdout
     assert client.failed == [] and streams.failed == [] and streams.truncated == 0, (
         client.failed[:5], streams.failed[:5], streams.truncated)
     unit = _ct(fleet, "cat /etc/systemd/system/sglang-router.service")
-    assert "TimeoutStopSec=195" in unit and "--queue-timeout-secs 61" in unit, unit
+    assert "TimeoutStopSec=195" in unit and f"--queue-timeout-secs {value}" in unit and _package(fleet) == module, \
+        unit
     assert _ct(fleet, "systemctl show -p MainPID --value sglang-router") != old_pid
     assert _left(fleet) == {"staging": "inactive", "staging_file": "", "nft": ""}, _left(fleet)

@@ -1,14 +1,16 @@
 """Chaos soak: random faults during fleet rolls behind the managed router, each followed by the recovery an operator
 would use, with the fleet's invariants checked over SSH (never through deploy's own report) after every step.
 
-    python tests/perf/chaos_soak.py [--hosts 4] [--faults 10] [--seed 1] [--first 60] [--clients 2]
+    python tests/perf/chaos_soak.py [--hosts 4] [--faults 10] [--seed 1 [--seed 2 ...]] [--first 60] [--clients 2]
                                     [--minutes M] [--fault NAME ...] [--keep] [--router smg|sglang-router]
 
 Starts `--hosts` simulated hosts (a site template, so the first `up` is short), converges them as group `prod` with
-the router managed by `deploy up` on the first host, starts `--clients` streaming clients through the router, then
-`--faults` times: picks a fault (seeded), injects it around a fleet roll, a single-host roll or a tune on one host
-(`deploy tune`, the soak's small preset: one rolled point, two concurrencies), runs the recovery an operator would
-(`tune --resume` for an unfinished tune, then `roll group --resume`, else `up group`), and checks:
+the router managed by `deploy up` on the first host, starts `--clients` streaming clients through the router, then,
+for each `--seed` in turn on that same site (a site costs minutes on a small machine: the faults are what is
+measured), `--faults` times: picks a fault (seeded), injects it around a fleet roll, a single-host roll or a tune on
+one host (`deploy tune`, the soak's small preset: one rolled point, two concurrencies), runs the recovery an operator
+would (nothing when every command of the step exited 0; else `tune --resume` for an unfinished tune, then `roll
+group --resume`, else `up group`), and checks:
 
 - every host serves (`/health` 200 from the container itself);
 - each server's command line is exactly the unit of the release the host's `current` link names, and that release
@@ -25,11 +27,14 @@ the router managed by `deploy up` on the first host, starts `--clients` streamin
   (read back right after it exited, before any recovery); a finished tune's record names the release the host
   runs; no command other than the tune succeeded on its host while the tune ran.
 
-Prints the seed, each fault with its recovery and the seconds until every host served again, every invariant
-violation, and the failed client requests grouped by the fault they happened in. Bounded: `--faults` faults, each
-roll with its own timeout; `--minutes M` starts no new fault after M minutes (the summary is still printed).
-Exit 1 when any invariant was violated. Run as root. A measurement, not a test; a violation it finds becomes a
-regression test.
+Prints each fault with its seed, its recovery, the seconds until every host served again and the step's own
+seconds, every invariant violation, and every failed client request with its explanation: the event of its step it
+fell in (tests/perf/soak_explain.py: an operator's router restart, a container rebooted without a drain), or
+"unexplained". Then per seed and in all: faults, violations, failed requests by fault and cause. Bounded: `--faults`
+faults per seed, each roll with its own timeout; `--minutes M` starts no new fault after M minutes from the first
+fault, each seed its equal share (the summary is still printed). The temporary folder (the site, its logs and
+releases) is removed at the end unless `--keep`. Exit 1 when any invariant was violated or a failed request is
+unexplained. Run as root. A measurement, not a test; a violation it finds becomes a regression test.
 """
 
 from __future__ import annotations
@@ -40,7 +45,9 @@ import json
 import os
 import random
 import shlex
+import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -57,6 +64,7 @@ sys.path.insert(0, str(REPO))
 
 from fleet_canary_roll import Clients, Phase  # noqa: E402  (this directory: the script's own)
 from hardware_faults import UnitProcess, wait  # noqa: E402
+from soak_explain import UNEXPLAINED, Window, explain  # noqa: E402
 
 from simulator.manager.lifecycle import sim_down, sim_up  # noqa: E402
 from tests.e2e import site_template  # noqa: E402
@@ -85,7 +93,12 @@ class Step:
     recovery: list[str] = field(default_factory=list)
     serving_after_s: float | None = None
     violations: list[str] = field(default_factory=list)
-    failed_requests: list[str] = field(default_factory=list)
+    failed_requests: list[str] = field(default_factory=list)  # each "what the client saw -> why"
+    unexplained: int = 0
+    took_s: float = 0.0
+    #: the fault itself changed the fleet as an operator would (a host taken out of the router on purpose): the
+    #: recovery runs even when every command exited 0
+    operator_changed: bool = False
 
 
 @dataclass
@@ -112,6 +125,15 @@ class Soak:
     router_package: str = "sglang-router"  # what the inventory's router section names now
     early: list[str] = field(default_factory=list)  # violations seen during the step, before its recovery
     router_url: str = ""
+    windows: list[Window] = field(default_factory=list)  # this step's events that may fail a client request
+    exits: list[int] = field(default_factory=list)  # every deploy process of this step, its exit status
+
+    def window(self, cause: str) -> Window:
+        """An event of this step that may fail client requests (an operator's router restart, the router's CT
+        rebooted): a failure during it, or within SETTLE_S after it, is explained by it."""
+        w = Window(cause, time.monotonic())
+        self.windows.append(w)
+        return w
 
     # -------------------------------------------------------------------------------- the tool, as operators run it
     def write_router(self, package: str, flags: dict[str, Any] | None = None) -> None:
@@ -124,6 +146,7 @@ class Soak:
     def deploy(self, *args: str, timeout: float = ROLL_TIMEOUT_S) -> Result:
         res = self.env.run(*args, timeout=timeout)
         self.outputs.append(res.text)
+        self.exits.append(res.rc)
         return res
 
     def roll_argv(self) -> list[str]:
@@ -140,6 +163,7 @@ class Soak:
     def finish(self, proc: subprocess.Popen[str], timeout: float = ROLL_TIMEOUT_S) -> int:
         out, _ = proc.communicate(timeout=timeout)
         self.outputs.append(out or "")
+        self.exits.append(proc.returncode)
         return proc.returncode
 
     def start(self, *args: str) -> subprocess.Popen[str]:
@@ -323,8 +347,12 @@ class Soak:
 
     # ------------------------------------------------------------------------------------------ the recoveries
     def recover(self, step: Step) -> None:
-        """What an operator does after a fault: resume a tune or the roll, else converge the group (router
-        included)."""
+        """What an operator does after a fault: nothing when every command of the step exited 0 (the invariants
+        then hold the commands themselves to a right fleet); else resume a tune or the roll, else converge the group
+        (router included)."""
+        if all(rc == 0 for rc in self.exits) and not step.operator_changed:
+            step.recovery.append(f"none: all {len(self.exits)} command(s) exited 0")
+            return
         self.recover_tunes(step)
         resume = self.deploy("roll", "group", GROUP, "--resume", "--skip-bench")
         step.recovery.append(f"roll --resume: exit {resume.rc}")
@@ -397,7 +425,12 @@ def container_reboot(soak: Soak, step: Step) -> None:
     step.host = info.name
     proc = soak.start_roll()
     time.sleep(soak.rng.uniform(1.0, 15.0))
+    window = soak.window(f"CT 120 of {info.name} rebooted with no drain ("
+                         + ("it runs the router: connections refused until smg listens again)" if info is soak.infos[0]
+                            else "a worker: its requests in flight cut, new ones sent to it until the router's "
+                                 "health check marks it down)"))
     res = soak.ssh(info, "pct reboot 120 || (pct stop 120 && pct start 120)", timeout=180)
+    window.close()
     rc = soak.finish(proc)
     step.detail = f"CT 120 of {info.name} rebooted during a roll (rc {res.returncode}): roll exit {rc}"
 
@@ -407,7 +440,10 @@ def router_restart(soak: Soak, step: Step) -> None:
     step.host = info.name
     proc = soak.start_roll()
     time.sleep(soak.rng.uniform(1.0, 15.0))
+    window = soak.window("the operator's `systemctl restart sglang-router` (no handover: streams in flight end "
+                         "with smg's graceful stop, new connections are refused until the new smg listens)")
     soak.in_ct(info, "systemctl restart sglang-router")
+    window.close()
     rc = soak.finish(proc)
     step.detail = f"router restarted during a roll: roll exit {rc}"
 
@@ -421,6 +457,7 @@ def router_remove_mid_roll(soak: Soak, step: Step) -> None:
     proc = soak.start_roll()
     time.sleep(soak.rng.uniform(1.0, 20.0))
     other = soak.deploy("router", "remove", info.name, timeout=300)
+    step.operator_changed = other.rc == 0  # out of the router on purpose: `up group` puts it back
     rc = soak.finish(proc)
     step.detail = f"router remove {info.name} during a roll: exit {other.rc}; roll exit {rc}"
 
@@ -546,6 +583,7 @@ def router_change_killed(phase: str) -> Callable[[Soak, Step], None]:
                 break
         rest, _ = proc.communicate(timeout=ROLL_TIMEOUT_S)
         soak.outputs.append("".join(out) + (rest or ""))
+        soak.exits.append(proc.returncode)
         what = f"migration to smg ({ROUTER_KNOB}={value})" if soak.router_package == "sglang-router" \
             else f"smg flag change ({ROUTER_KNOB}={value})"
         soak.router_package = "smg"
@@ -576,6 +614,7 @@ class WatchProcess:
             rc = self.proc.wait()
         self.unit.reader.join(timeout=10)
         self.soak.outputs.append("\n".join(line for _, line in self.lines))
+        self.soak.exits.append(rc)
         return rc
 
 
@@ -703,108 +742,180 @@ FAULTS: dict[str, Callable[[Soak, Step], None]] = {
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hosts", type=int, default=4)
-    ap.add_argument("--faults", type=int, default=10)
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--faults", type=int, default=10, help="faults per seed")
+    ap.add_argument("--seed", type=int, action="append", dest="seeds",
+                    help="repeatable: each seed's faults run in turn on the same site (default 1)")
     ap.add_argument("--first", type=int, default=int(os.environ.get("DEPLOY_SIM_FIRST", "60")))
     ap.add_argument("--clients", type=int, default=2)
-    ap.add_argument("--minutes", type=float, default=None, help="start no new fault after this long")
+    ap.add_argument("--minutes", type=float, default=None,
+                    help="start no new fault after this long (from the first fault; each seed its equal share)")
     ap.add_argument("--fault", action="append", choices=sorted(FAULTS), help="only these faults (repeatable)")
-    ap.add_argument("--keep", action="store_true", help="leave the simulated hosts up at the end")
+    ap.add_argument("--keep", action="store_true", help="leave the simulated hosts (and the temporary folder) up")
     ap.add_argument("--router", choices=("sglang-router", "smg"), default="sglang-router",
                     help="the router package the inventory names (the real wheel, in the first host's container)")
     args = ap.parse_args()
+    seeds: list[int] = args.seeds or [1]
     os.environ["DEPLOY_TEST_CLI"] = "process"  # every deploy command a real process, as an operator runs it
-    rng = random.Random(args.seed)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped soak still takes its hosts down (finally)
     # A soak started in a shell's background inherits SIGINT ignored, and so does every deploy it starts (an ignored
     # signal stays ignored across exec): its SIGINT faults were no faults, the roll ran on to exit 0.
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     names = args.fault or sorted(FAULTS)
-    print(f"chaos soak: seed {args.seed}, {args.faults} faults from {', '.join(names)}, {args.hosts} hosts, "
-          f"router {args.router}", flush=True)
+    print(f"chaos soak: seed(s) {', '.join(map(str, seeds))}, {args.faults} faults each from {', '.join(names)}, "
+          f"{args.hosts} hosts, router {args.router}", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="deploy-chaos-"))
     root = tmp / "sim"
-    infos = sim_up(root, hosts=args.hosts, first=args.first, time_scale=5.0)
-    steps: list[Step] = []
     try:
-        env_dir = tmp / "env"
-        env_dir.mkdir()
-        volids = {site_template.install(Path(i.host_dir)) for i in infos}
-        env = make_fleet_env(infos, env_dir, {GROUP: [i.name for i in infos]}, ostemplate=volids.pop())
-        env.env["DEPLOY_SIM_ROOT"] = str(root)  # `deploy sim fault` acts on this soak's hosts
-        key_file = env_dir / "fleet.key"
-        api_key = f"chaos-{rng.getrandbits(64):016x}"
-        key_file.write_text(api_key)
-        key_file.chmod(0o600)
-        env.set_profile(api_key={"file": str(key_file)})
-        presets = yaml.safe_load((env.inventory / "presets.yaml").read_text())
-        presets["presets"][TUNE_PRESET] = PRESET
-        (env.inventory / "presets.yaml").write_text(yaml.safe_dump(presets, sort_keys=False))
-        soak = Soak(env, infos, rng, api_key)
-        soak.write_router(args.router)
-        soak.router_package = args.router
+        infos = sim_up(root, hosts=args.hosts, first=args.first, time_scale=5.0)
+        try:
+            return soak_site(args, seeds, names, tmp, root, infos)
+        finally:
+            if not args.keep:
+                sim_down(root)
+    finally:
+        if not args.keep:  # the site's files, logs and releases: a 6 GB tmpfs filled up with them before
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def soak_site(args: argparse.Namespace, seeds: list[int], names: list[str], tmp: Path, root: Path,
+              infos: list[Any]) -> int:
+    """One site converged once, then every seed's faults on it in turn (a seed's site costs minutes: the faults
+    are what is measured)."""
+    env_dir = tmp / "env"
+    env_dir.mkdir()
+    volids = {site_template.install(Path(i.host_dir)) for i in infos}
+    env = make_fleet_env(infos, env_dir, {GROUP: [i.name for i in infos]}, ostemplate=volids.pop())
+    env.env["DEPLOY_SIM_ROOT"] = str(root)  # `deploy sim fault` acts on this soak's hosts
+    key_file = env_dir / "fleet.key"
+    api_key = f"chaos-{random.Random(seeds[0]).getrandbits(64):016x}"
+    key_file.write_text(api_key)
+    key_file.chmod(0o600)
+    env.set_profile(api_key={"file": str(key_file)})
+    presets = yaml.safe_load((env.inventory / "presets.yaml").read_text())
+    presets["presets"][TUNE_PRESET] = PRESET
+    (env.inventory / "presets.yaml").write_text(yaml.safe_dump(presets, sort_keys=False))
+    soak = Soak(env, infos, random.Random(seeds[0]), api_key)
+    soak.write_router(args.router)
+    soak.router_package = args.router
+    up = soak.deploy("--json", "up", "group", GROUP, "--skip-bench", timeout=3600)
+    if up.rc != 0:  # on a loaded machine a first converge can time out: an operator runs it again, once
+        print(f"the first up failed (exit {up.rc}): {first_up_failure(up)}; running it again", flush=True)
         up = soak.deploy("--json", "up", "group", GROUP, "--skip-bench", timeout=3600)
-        if up.rc != 0:
-            try:  # what failed, not the tail of a long JSON document
-                doc = json.loads(up.stdout)
-                hosts = [{k: h.get(k) for k in ("host", "result", "error")} for h in doc.get("hosts", [])]
-                print(json.dumps({"router": doc.get("router"), "hosts": hosts}, indent=1)[-3000:])
-            except json.JSONDecodeError:
-                print(up.text[-3000:])
-            return 1
-        router_url = (json.loads(up.stdout).get("router") or {}).get("url")
-        if not router_url:
-            print("no managed router in the up report")
-            return 1
-        soak.router_url = router_url
-        clients = Clients(router_url, args.clients, api_key=api_key)
-        threads = clients.start()
-        worst: float = 0.0
-        stop_at = time.monotonic() + args.minutes * 60 if args.minutes else None
-        for n in range(1, args.faults + 1):
-            if stop_at is not None and time.monotonic() > stop_at:
-                print(f"--minutes {args.minutes:g} reached: no new fault after {n - 1}", flush=True)
-                break
-            name = rng.choice(names)
-            step = Step(name, None, "")
-            clients.phase = Phase()
-            began = time.monotonic()
-            try:
-                FAULTS[name](soak, step)
-            except Exception as exc:  # the soak reports, it does not stop at the first surprise
-                step.detail += f" (injection raised {exc!r})"
-            soak.recover(step)
-            step.serving_after_s = soak.wait_serving(began)
-            step.violations = soak.invariants()
-            step.failed_requests = list(clients.phase.failed)
-            steps.append(step)
-            if step.serving_after_s is not None:
-                worst = max(worst, step.serving_after_s)
-            print(f"{n:3d} {name:<15} {step.detail}; {', '.join(step.recovery)}; serving again after "
-                  f"{'never' if step.serving_after_s is None else f'{step.serving_after_s:.0f} s'}; "
-                  f"{len(step.failed_requests)} failed request(s); "
-                  f"{len(step.violations)} violation(s)", flush=True)
-            for v in step.violations:
-                print(f"      VIOLATION: {v}", flush=True)
-            for text in soak.seen:  # every deploy command of this step, its last lines (secrets masked by deploy)
-                tail = "\n".join(text.strip().splitlines()[-15:])
-                print("      | " + tail.replace("\n", "\n      | "), flush=True)
+    if up.rc != 0:
+        print(f"the first up failed again (exit {up.rc}): {first_up_failure(up)}")
+        return 1
+    router_url = (json.loads(up.stdout).get("router") or {}).get("url")
+    if not router_url:
+        print("no managed router in the up report")
+        return 1
+    soak.router_url = router_url
+    clients = Clients(router_url, args.clients, api_key=api_key)
+    threads = clients.start()
+    began_all = time.monotonic()
+    stop_at = began_all + args.minutes * 60 if args.minutes else None  # from the first fault: the site's up is apart
+    steps: dict[int, list[Step]] = {}
+    try:
+        for n, seed in enumerate(seeds, 1):
+            soak.rng = random.Random(seed)
+            # each seed its share of --minutes, so every seed gets faults
+            share = began_all + (stop_at - began_all) * n / len(seeds) if stop_at is not None else None
+            steps[seed] = run_seed(soak, clients, seed, args.faults, names, share)
+    finally:
         clients.stop.set()
         for t in threads:
             t.join(timeout=150)
-        violations = sum(len(s.violations) for s in steps)
-        failed = sum(len(s.failed_requests) for s in steps)
-        print(f"\nseed {args.seed}: {len(steps)} faults, {violations} invariant violation(s), {failed} failed client "
-              f"request(s), worst time from a fault to every host serving {worst:.0f} s; load average "
-              f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-        for s in steps:
-            for f in s.failed_requests[:3]:
-                print(f"  failed during {s.fault} ({s.host or 'fleet'}): {f}")
-        return 1 if violations else 0
-    finally:
-        if not args.keep:
-            sim_down(root)
+    return summary(steps, time.monotonic() - began_all)
+
+
+def first_up_failure(up: Result) -> str:
+    """What failed in a first `up`: the router's and each failed host's error, not the tail of a long JSON."""
+    try:
+        doc = json.loads(up.stdout)
+    except json.JSONDecodeError:
+        return up.text[-2000:]
+    router = doc.get("router") or {}
+    failed = [{"host": h.get("host"), "error": h.get("error"),
+               "steps": [{k: st.get(k) for k in ("name", "status", "error", "summary")}
+                         for st in h.get("steps", []) if isinstance(st, dict) and st.get("status") == "failed"]}
+              for h in doc.get("hosts", []) if h.get("result") == "failed"]
+    return json.dumps({"router": {"result": router.get("result"), "error": router.get("error")},
+                       "hosts": failed})[-3000:]
+
+
+def run_seed(soak: Soak, clients: Clients, seed: int, faults: int, names: list[str],
+             stop_at: float | None) -> list[Step]:
+    steps: list[Step] = []
+    for n in range(1, faults + 1):
+        if stop_at is not None and time.monotonic() > stop_at:
+            print(f"seed {seed}: the time limit was reached: no new fault after {n - 1}", flush=True)
+            break
+        name = soak.rng.choice(names)
+        step = Step(name, None, "")
+        clients.phase = Phase()
+        soak.windows, soak.exits = [], []
+        began = time.monotonic()
+        try:
+            FAULTS[name](soak, step)
+        except Exception as exc:  # the soak reports, it does not stop at the first surprise
+            step.detail += f" (injection raised {exc!r})"
+        soak.recover(step)
+        step.serving_after_s = soak.wait_serving(began)
+        step.violations = soak.invariants()
+        step.took_s = time.monotonic() - began
+        phase = clients.phase
+        step.failed_requests = [f"{text} -> {explain(name, text, at, soak.windows)}"
+                                for text, at in zip(phase.failed, phase.failed_at, strict=True)]
+        step.unexplained = sum(1 for f in step.failed_requests if f.endswith(UNEXPLAINED))
+        steps.append(step)
+        print(f"{time.strftime('%H:%M:%S')} seed {seed} {n:3d} {name:<19} {step.detail}; "
+              f"{', '.join(step.recovery)}; serving again after "
+              f"{'never' if step.serving_after_s is None else f'{step.serving_after_s:.0f} s'}; "
+              f"{len(step.failed_requests)} failed request(s) ({step.unexplained} unexplained); "
+              f"{len(step.violations)} violation(s); step {step.took_s:.0f} s", flush=True)
+        for v in step.violations:
+            print(f"      VIOLATION: {v}", flush=True)
+        for f in step.failed_requests:
+            print(f"      failed request: {f}", flush=True)
+        for text in soak.seen:  # every deploy command of this step, its last lines (secrets masked by deploy)
+            tail = "\n".join(text.strip().splitlines()[-15:])
+            print("      | " + tail.replace("\n", "\n      | "), flush=True)
+    return steps
+
+
+def summary(steps: dict[int, list[Step]], wall_s: float) -> int:
+    """The figures: per seed and in all; exit 1 on any violation or unexplained failed request."""
+    every = [s for ss in steps.values() for s in ss]
+    violations = sum(len(s.violations) for s in every)
+    failed = sum(len(s.failed_requests) for s in every)
+    unexplained = sum(s.unexplained for s in every)
+    served = [s.serving_after_s for s in every if s.serving_after_s is not None]
+    print()
+    for seed, ss in steps.items():
+        print(f"seed {seed}: {len(ss)} faults ({', '.join(f'{k} {v}' for k, v in sorted(_count(ss).items()))}), "
+              f"{sum(len(s.violations) for s in ss)} invariant violation(s), "
+              f"{sum(len(s.failed_requests) for s in ss)} failed client request(s)")
+    print(f"all: {len(every)} faults over {len(steps)} seed(s) in {wall_s / 60:.1f} min "
+          f"(median step {statistics.median([s.took_s for s in every]) if every else 0:.0f} s), {violations} "
+          f"invariant violation(s), {failed} failed client request(s), {unexplained} unexplained; worst time from a "
+          f"fault to every host serving {max(served, default=0):.0f} s"
+          f"{'' if len(served) == len(every) else f', {len(every) - len(served)} never'}; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    reasons: dict[str, int] = {}
+    for s in every:
+        for f in s.failed_requests:
+            key = f"{s.fault}: {f.rsplit(' -> ', 1)[1]}"
+            reasons[key] = reasons.get(key, 0) + 1
+    for key, count in sorted(reasons.items()):
+        print(f"  {count:4d} failed during {key}")
+    return 1 if violations or unexplained else 0
+
+
+def _count(steps: list[Step]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for s in steps:
+        out[s.fault] = out.get(s.fault, 0) + 1
+    return out
 
 
 if __name__ == "__main__":

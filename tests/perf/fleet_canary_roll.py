@@ -44,6 +44,12 @@ CHAT = {"model": "glm-5", "max_tokens": 32, "stream": True,
 class Phase:
     ttft_s: list[float] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    failed_at: list[float] = field(default_factory=list)  # time.monotonic() of each failure, as failed
+
+    def fail(self, what: str) -> None:
+        """A failed request, with when it failed (the chaos soak explains each by the event around it)."""
+        self.failed.append(what)
+        self.failed_at.append(time.monotonic())
 
 
 FAILED_BACKOFF_S = 0.5
@@ -65,7 +71,7 @@ class Clients:
             with session.post(f"{self.base}/v1/chat/completions", json=CHAT, stream=True, timeout=120,
                               headers=headers) as resp:
                 if resp.status_code != 200:
-                    phase.failed.append(f"HTTP {resp.status_code}: {resp.text[:200]}")
+                    phase.fail(f"HTTP {resp.status_code}: {resp.text[:200]}")
                     return
                 first: float | None = None
                 done = False
@@ -77,16 +83,16 @@ class Clients:
                         break
                     chunk = json.loads(line[6:])
                     if "error" in chunk:
-                        phase.failed.append(f"stream error: {chunk['error']}")
+                        phase.fail(f"stream error: {chunk['error']}")
                         return
                     if first is None and (chunk.get("choices") or [{}])[0].get("delta", {}).get("content"):
                         first = time.monotonic() - start
                 if not done or first is None:
-                    phase.failed.append("stream ended without [DONE] or without a token")
+                    phase.fail("stream ended without [DONE] or without a token")
                     return
                 phase.ttft_s.append(first)
         except requests.RequestException as exc:
-            phase.failed.append(repr(exc))
+            phase.fail(repr(exc))
 
     def loop(self) -> None:
         with requests.Session() as s:

@@ -163,6 +163,27 @@ def test_catalog_rows_follow_nvidias_catalog(code: int) -> None:
     assert "NVIDIA Xid catalog" in rule.source
 
 
+def _nvidia_rows() -> dict[int, list[str]]:
+    """NVIDIA's catalog rows as read from its page (the fixture names the page and the day it was read)."""
+    text = fixture("hardware/nvidia-xid-catalog-rows.txt")
+    rows = [[c.strip() for c in ln.split("|")] for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+    return {int(r[0]): r for r in rows}
+
+
+def test_every_catalog_row_is_nvidias_row_with_its_source_and_the_day_it_was_read() -> None:
+    """Each rule's mnemonic and NVIDIA bucket are the page's, and its source names the page, the day it was read
+    and the row's two buckets (issue 50: the rows came from a third party's generated copy before)."""
+    nvidia = _nvidia_rows()
+    cat = load_catalog()
+    assert {r.code for r in cat.rules} == set(nvidia)
+    for rule in cat.rules:
+        _, mnemonic, immediate, investigatory, _ = nvidia[rule.code]
+        assert rule.mnemonic in mnemonic.split(" / "), rule.code
+        assert rule.nvidia.startswith(immediate), (rule.code, rule.nvidia, immediate)
+        assert cat.catalog in rule.source and "(read 2026-12-07)" in rule.source, rule.code
+        assert f"row {rule.code}: {immediate} / {investigatory}" in rule.source, rule.code
+
+
 def _klog(*lines: str) -> str:
     return "".join(f"2026-12-03T06:00:0{n}+0000 pve kernel: {ln}\n" for n, ln in enumerate(lines))
 

@@ -111,7 +111,7 @@ def test_resume_undoes_while_0_3_2_serves_and_completes_once_it_stopped(state: M
                                                                          want: str, steps: list[str]) -> None:
     m = Recorder()
     facts = RouterFacts(probe="", file_sha={}, active=active)
-    assert resume(m, state, facts, final=None, to_smg=True) == want  # type: ignore[arg-type]
+    assert resume(m, state, facts, final=None) == want  # type: ignore[arg-type]
     assert m.done == steps
 
 
