@@ -453,8 +453,7 @@ def measured_server(ctx: StepContext, release: str | None, expect: ExpectedServe
     release, the same process as the point's earlier runs, that release's flags. Else HostChanged, before any
     request is sent: a run of another server would be filed under the point's label."""
     from orchestrator.render.service import stored_launch_argv
-    from orchestrator.steps.roll import installed_schema
-    from orchestrator.steps.software import server_stack
+    from orchestrator.steps.software import installed_schema, server_stack
 
     proc = ctx.facts.get(CT.server_process) or parse_server_process("")
     if (release == expect.release and expect.restarts is not None and proc.restarts is not None

@@ -10,7 +10,7 @@ import difflib
 
 from orchestrator.engine.state import Candidate, CurrentFlags, RollRequest
 from orchestrator.engine.step import StepContext, step
-from orchestrator.errors import CheckFailed, ConfigError, RemoteError
+from orchestrator.errors import CheckFailed, ConfigError
 from orchestrator.facts import CT, HOST
 from orchestrator.flags import (
     FlagSchema,
@@ -37,25 +37,12 @@ from orchestrator.steps.release import (
 from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.software import (
     container_flag_check,
+    installed_schema,
     profile_stack,
     refuse_import_failure,
     release_stack,
-    server_stack,
     sglang_install,
 )
-
-
-def installed_schema(ctx: StepContext, *, current: bool = False) -> tuple[str, FlagSchema]:
-    """The flag schema of the sglang the server runs in this run (a stack roll: the new stack's; `current`: the
-    current release's stack); bundled when known, else probed in that venv."""
-    stack = release_stack(ctx, ctx.facts.get(CT.current_meta)) if current else server_stack(ctx)
-    version = stack.sglang_version or ctx.profile.sglang_version
-    if version in FlagSchema.known_versions():
-        return version, FlagSchema.load(version)
-    probe = container_flag_check(ctx, [], venv=stack.venv)
-    if probe.schema is None:
-        raise RemoteError(f"cannot read sglang's flags in CT {ctx.vmid}: {probe.error}", host=ctx.host.name)
-    return version, probe.schema
 
 
 def requested_names(request: RollRequest, schema: FlagSchema) -> set[str]:

@@ -58,7 +58,7 @@ from orchestrator.stacks.stack import (
     venv_sizes,
     write_record_command,
 )
-from orchestrator.stacks.stack.pip_progress import PipProgress
+from orchestrator.stacks.pip_progress import PipProgress
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts, unknown_until_started
 from orchestrator.verdicts.cuda import stack_cuda, stack_driver_finding
 from orchestrator.verdicts.weights import DownloadContext, download_error
@@ -152,6 +152,19 @@ def container_flag_check(ctx: StepContext, argv: list[str], venv: str | None = N
     schema = FlagSchema.from_dump(data["actions"], version=str(data.get("version"))) if data.get("actions") else None
     return FlagCheck(bool(data.get("ok")), str(data.get("error") or ""), data.get("version"), schema,
                      ImportFailure.of(data.get("import_error")))
+
+
+def installed_schema(ctx: StepContext, *, current: bool = False) -> tuple[str, FlagSchema]:
+    """The flag schema of the sglang the server runs in this run (a stack roll: the new stack's; `current`: the
+    current release's stack); bundled when known, else probed in that venv."""
+    stack = release_stack(ctx, ctx.facts.get(CT.current_meta)) if current else server_stack(ctx)
+    version = stack.sglang_version or ctx.profile.sglang_version
+    if version in FlagSchema.known_versions():
+        return version, FlagSchema.load(version)
+    probe = container_flag_check(ctx, [], venv=stack.venv)
+    if probe.schema is None:
+        raise RemoteError(f"cannot read sglang's flags in CT {ctx.vmid}: {probe.error}", host=ctx.host.name)
+    return version, probe.schema
 
 
 def sglang_install_command(ctx: StepContext) -> str:

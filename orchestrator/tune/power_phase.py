@@ -13,7 +13,7 @@ from orchestrator.engine.state import RunInputs
 from orchestrator.errors import CheckFailed
 from orchestrator.hardware.power_limit import GpuPowerLimit, common_range
 from orchestrator.render.power_unit import PowerSetting
-from orchestrator.tune.driver import Say, TuneContext, bench_at
+from orchestrator.tune.measure import Say, TuneContext, bench_at
 from orchestrator.tune.power import PowerTrial, choose_power, ladder, mean
 from orchestrator.tune.record import PointRecord, PowerPointRecord, save
 from orchestrator.tune.search import Measurement, probe

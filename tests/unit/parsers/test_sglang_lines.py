@@ -13,7 +13,7 @@ from orchestrator.parsers.boot import parse_boot
 from orchestrator.parsers.sglang_lines import AUTOTUNE_BEGIN
 from orchestrator.verdicts.server_log import CapturePhase, find_fatal
 
-LINES = Path(__file__).resolve().parents[1] / "fixtures" / "sglang" / "lines"
+LINES = Path(__file__).resolve().parents[2] / "fixtures" / "sglang" / "lines"
 
 
 def _log(name: str) -> list[str]:

@@ -3,7 +3,7 @@ with the packages and bytes so far in front, and the venv's bytes while pip unpa
 
 from __future__ import annotations
 
-from orchestrator.stacks.stack.pip_progress import PipProgress
+from orchestrator.stacks.pip_progress import PipProgress
 
 from orchestrator.remote.channel import LatestLine
 from orchestrator.stacks.stack import PROGRESS_EVERY_S, Stack, build_command

@@ -14,7 +14,7 @@ from packaging.utils import canonicalize_name
 
 from simulator.software.wheels import metadata_text, sglang_spec
 
-WHEELS = Path(__file__).resolve().parents[1] / "fixtures" / "sglang" / "wheels"
+WHEELS = Path(__file__).resolve().parents[2] / "fixtures" / "sglang" / "wheels"
 RELEASES = ("0.5.12.post1", "0.5.23")
 #: What the stand-in still declares otherwise than the release, by (release, name): its real value, and why not yet.
 #: sgl-kernel: upstream renamed the kernel `sglang-kernel`; torch: the stand-in torch is a local build the index
