@@ -38,6 +38,7 @@ from orchestrator.stacks.patches import (
     read_apply_output,
 )
 from orchestrator.stacks.pip_index import pip_index_options
+from orchestrator.stacks.pip_progress import PipProgress
 from orchestrator.stacks.stack import (
     ImportFailure,
     Stack,
@@ -58,7 +59,6 @@ from orchestrator.stacks.stack import (
     venv_sizes,
     write_record_command,
 )
-from orchestrator.stacks.pip_progress import PipProgress
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts, unknown_until_started
 from orchestrator.verdicts.cuda import stack_cuda, stack_driver_finding
 from orchestrator.verdicts.weights import DownloadContext, download_error

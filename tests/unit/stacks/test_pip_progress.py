@@ -3,9 +3,8 @@ with the packages and bytes so far in front, and the venv's bytes while pip unpa
 
 from __future__ import annotations
 
-from orchestrator.stacks.pip_progress import PipProgress
-
 from orchestrator.remote.channel import LatestLine
+from orchestrator.stacks.pip_progress import PipProgress
 from orchestrator.stacks.stack import PROGRESS_EVERY_S, Stack, build_command
 
 #: What pip 23.0.1 prints for a locked install from the host's index (one cached wheel, two downloaded).
