@@ -5,8 +5,9 @@ PostgreSQL refuses to run as root: as root (the CI, the developers' machines) th
 system user the package creates, in a directory it owns. Password authentication (scram-sha-256) is on, so the
 tests go through the tool's password file, as a team's setup does.
 
-The server's TCP keepalive settings are the ones docs/team.md recommends; a client killed on the same machine is
-seen at once anyway (the kernel closes its socket).
+The server's TCP keepalive and user-timeout settings are the ones docs/team.md recommends (SERVER_SETTINGS): a
+client killed on the same machine is seen at once anyway (the kernel closes its socket); a client whose machine
+vanished is seen through them (tests/e2e/test_team_store_vanish.py measures it).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ import pytest
 
 SERVER_SETTINGS = {"listen_addresses": "127.0.0.1", "fsync": "off", "synchronous_commit": "off",
                    "full_page_writes": "off", "tcp_keepalives_idle": "10", "tcp_keepalives_interval": "5",
-                   "tcp_keepalives_count": "2", "max_connections": "50", "shared_buffers": "16MB"}
+                   "tcp_keepalives_count": "2", "tcp_user_timeout": "20000",
+                   "client_connection_check_interval": "5000", "max_connections": "50", "shared_buffers": "16MB"}
 
 
 def server_bin() -> Path | None:
@@ -43,6 +45,8 @@ class PgServer:
     port: int
     password: str
     proc: subprocess.Popen[bytes] | None = None
+    #: Clients from elsewhere than loopback: (the server's own address there, the clients' network in CIDR).
+    also_on: tuple[str, str] | None = None
 
     @property
     def data(self) -> Path:
@@ -62,7 +66,11 @@ class PgServer:
                             "--no-instructions"],
                            check=True, capture_output=True, env=env)
             pwfile.unlink()
-        settings = [a for k, v in {**SERVER_SETTINGS, "port": str(self.port),
+            if self.also_on is not None:
+                with open(self.data / "pg_hba.conf", "a") as hba:
+                    hba.write(f"host all all {self.also_on[1]} scram-sha-256\n")
+        listen = SERVER_SETTINGS["listen_addresses"] + (f",{self.also_on[0]}" if self.also_on else "")
+        settings = [a for k, v in {**SERVER_SETTINGS, "listen_addresses": listen, "port": str(self.port),
                                    "unix_socket_directories": str(self.root)}.items() for a in ("-c", f"{k}={v}")]
         log = open(self.root / "server.log", "ab")  # noqa: SIM115 - the server's whole life
         self.proc = subprocess.Popen([*self._as_owner(), str(self.bindir / "postgres"), "-D", str(self.data),
