@@ -5,7 +5,8 @@ run on this machine's state.
 
 - One connection per process, autocommit, opened at the first use (before any planning: a store that cannot be
   reached refuses a command that would change a host before it changes anything). TCP keepalives and a TCP user
-  timeout are set unless the URL sets them, so a server that vanished is noticed within about 20 s.
+  timeout are set unless the URL sets them, so a server that vanished is noticed within about 16 s: before the
+  server's keepalives (about 20 s, docs/team.md) free this process's claims for another machine.
 - Claims are session advisory locks (`pg_try_advisory_lock`, `_shared` for a single-host run's claim): the server
   frees them when the holder's connection ends, SIGKILL included, as the kernel frees a flock. The holder's user,
   machine, pid, command and run id are a `claims` row written in the same statement; a refused command reads the
@@ -46,7 +47,7 @@ SCHEMA = "deploy"
 HEARTBEAT_S = 1.0
 #: Client-side settings for a dead server (libpq's names); a URL that sets one keeps its own.
 CLIENT_DEFAULTS: dict[str, str] = {"connect_timeout": "5", "keepalives": "1", "keepalives_idle": "10",
-                                   "keepalives_interval": "5", "keepalives_count": "2", "tcp_user_timeout": "20000",
+                                   "keepalives_interval": "5", "keepalives_count": "2", "tcp_user_timeout": "15000",
                                    "application_name": "deploy"}
 _MIGRATION_LOCK = 0x6465706C6F79  # "deploy"
 

@@ -77,12 +77,18 @@ def main() -> int:
         shutil.rmtree(pg_root, ignore_errors=True)
     med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in sides.items()}
     (lw, lc), (tw, tc) = med["this machine (default)"], med["team store"]
-    print(f"converged `up --skip-bench`, median of {args.runs} runs each (interleaved)")
-    print(f"{'state':<24} {'wall s':>8} {'client CPU s':>13}")
+    print(f"converged `up --skip-bench`, median of {args.runs} runs each (interleaved), spread min..max")
+    print(f"{'state':<24} {'wall s':>8} {'(spread)':>15} {'client CPU s':>13} {'(spread)':>15}")
     for k, (w, c) in med.items():
-        print(f"{k:<24} {w:>8.3f} {c:>13.3f}")
-    print(f"{'difference':<24} {tw - lw:>+8.3f} {tc - lc:>+13.3f}   "
+        walls, cpus = [x for x, _ in sides[k]], [x for _, x in sides[k]]
+        print(f"{k:<24} {w:>8.3f} {min(walls):>7.3f}..{max(walls):<6.3f} {c:>13.3f} "
+              f"{min(cpus):>7.3f}..{max(cpus):<6.3f}")
+    print(f"{'difference':<24} {tw - lw:>+8.3f} {'':>15} {tc - lc:>+13.3f}   "
           f"({(tw / lw - 1) * 100:+.1f} % wall, {(tc / lc - 1) * 100:+.1f} % CPU)")
+    pairs = [(t[1] - d[1]) / d[1] * 100 for d, t in zip(sides["this machine (default)"], sides["team store"],
+                                                          strict=True)]
+    print(f"client CPU, team store against the default run just before it: {min(pairs):+.1f} % .. "
+          f"{max(pairs):+.1f} % (median {statistics.median(pairs):+.1f} %)")
     print(f"load average (1 min) over the runs: {min(loads):.2f}..{max(loads):.2f}")
     return 0
 
