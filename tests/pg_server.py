@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.state.pg_conn import Lost, PgConn, conn_params, parse_url
+
 SERVER_SETTINGS = {"listen_addresses": "127.0.0.1", "fsync": "off", "synchronous_commit": "off",
                    "full_page_writes": "off", "tcp_keepalives_idle": "10", "tcp_keepalives_interval": "5",
                    "tcp_keepalives_count": "2", "tcp_user_timeout": "20000",
@@ -75,14 +77,12 @@ class PgServer:
         log = open(self.root / "server.log", "ab")  # noqa: SIM115 - the server's whole life
         self.proc = subprocess.Popen([*self._as_owner(), str(self.bindir / "postgres"), "-D", str(self.data),
                                       *settings], stdout=log, stderr=log, env=env, start_new_session=True)
-        import psycopg
-
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:  # listening is not enough: after a crash the server recovers before it accepts logins
-                psycopg.connect(self.url(), password=self.password, connect_timeout=2).close()
+                self.connect(connect_timeout=2).close()
                 return
-            except psycopg.OperationalError:
+            except Lost:
                 pass
             if self.proc.poll() is not None:
                 raise RuntimeError(f"postgres exited: {(self.root / 'server.log').read_text()[-2000:]}")
@@ -107,16 +107,22 @@ class PgServer:
             pw = pwd.getpwnam("postgres")
             os.chown(path, pw.pw_uid, pw.pw_gid)
 
+    def connect(self, dbname: str = "postgres", connect_timeout: int = 5) -> PgConn:
+        """An autocommit connection as the tool's own (state/pg_conn.py), for a test to look at the store."""
+        return connect_url(f"{self.url(dbname)}&connect_timeout={connect_timeout}", self.password)
+
     def url(self, dbname: str = "postgres") -> str:
         return f"postgresql://deploy@127.0.0.1:{self.port}/{dbname}?sslmode=disable"
 
     def create_database(self) -> str:
-        import psycopg
-
         name = f"t_{secrets.token_hex(4)}"
-        with psycopg.connect(self.url(), password=self.password, autocommit=True) as conn:
+        with self.connect() as conn:
             conn.execute(f"CREATE DATABASE {name}")
         return name
+
+
+def connect_url(url: str, password: str) -> PgConn:
+    return PgConn.connect(conn_params(parse_url(url), password))
 
 
 def free_port() -> int:

@@ -23,17 +23,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
-from orchestrator.state import pg
+from orchestrator.state import pg, pg_conn
+from orchestrator.state.pg_conn import PgConn
 from tests.pg_server import SERVER_SETTINGS, PgServer, free_port, server_bin
 
 #: The settings the detection time follows from (tests/pg_server.py, docs/team.md): idle + count × interval.
 SERVER_DETECT_S = (int(SERVER_SETTINGS["tcp_keepalives_idle"])
                    + int(SERVER_SETTINGS["tcp_keepalives_count"]) * int(SERVER_SETTINGS["tcp_keepalives_interval"]))
 #: The client's: tcp_user_timeout (ms) bounds a heartbeat that is never answered.
-CLIENT_DETECT_S = int(pg.CLIENT_DEFAULTS["tcp_user_timeout"]) / 1000
+CLIENT_DETECT_S = int(pg_conn.CLIENT_DEFAULTS["tcp_user_timeout"]) / 1000
 SLACK_S = 3.0  # the holder's last heartbeat (HEARTBEAT_S) before the cut, the kernel's timer granularity, a poll
 
 HOLD = """
@@ -111,7 +111,7 @@ def server_on_link() -> Iterator[tuple[PgServer, str]]:
             shutil.rmtree(root, ignore_errors=True)
 
 
-def _free(conn: psycopg.Connection[tuple[object, ...]], key: int) -> bool:
+def _free(conn: PgConn, key: int) -> bool:
     """The claim can be taken now (taken and given back at once)."""
     row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
     if row and row[0]:
@@ -137,7 +137,7 @@ def test_a_vanished_holders_claims_are_free_within_the_keepalive_detection_time(
         assert holder.stdout is not None
         assert holder.stdout.readline().split() == ["held"]
         key = pg.claim_key("gpu-1")
-        with psycopg.connect(server.url(db), password=server.password, autocommit=True) as conn:
+        with server.connect(db) as conn:
             assert not _free(conn, key), "the holder in the namespace does not hold its claim"
             time.sleep(2 * pg.HEARTBEAT_S)  # a heartbeat or two went through the link before it is cut
             cut(ns)
@@ -158,7 +158,7 @@ def test_a_vanished_holders_claims_are_free_within_the_keepalive_detection_time(
               f"{SERVER_SETTINGS['tcp_keepalives_idle']} s, interval {SERVER_SETTINGS['tcp_keepalives_interval']} s, "
               f"count {SERVER_SETTINGS['tcp_keepalives_count']}, tcp_user_timeout "
               f"{SERVER_SETTINGS['tcp_user_timeout']} ms); the holder saw its claims lost {lost_after} s after it "
-              f"(client tcp_user_timeout {pg.CLIENT_DEFAULTS['tcp_user_timeout']} ms): {' '.join(lost[2:])}")
+              f"(client tcp_user_timeout {pg_conn.CLIENT_DEFAULTS['tcp_user_timeout']} ms): {' '.join(lost[2:])}")
         assert free_after is not None, f"the vanished holder's claims were not free {SERVER_DETECT_S + SLACK_S} s " \
                                        "after the cut"
         assert free_after <= SERVER_DETECT_S + SLACK_S

@@ -5,7 +5,7 @@ real PostgreSQL on loopback (tests/pg_server.py), converges the host once, then 
 times each way, interleaved (so a drifting load weighs on both alike): with this machine's state (the default),
 and with DEPLOY_STATE_URL naming the store (the driver's import, the connect and login, the schema check, the
 claim taken and freed). Prints the medians of wall time and client CPU (user + system of the `deploy` process
-and its children), their spread and the differences; then the floor: the CPU of `import psycopg` alone in fresh
+and its children), their spread and the differences; then the floor: the CPU of `import pg8000.native` alone in fresh
 processes that have imported the tool, against the budget (+10 % of the default's CPU). Nothing is asserted: this
 is a measurement. Run as root:
     python tests/perf/state_store_cost.py [--runs 7]
@@ -94,14 +94,14 @@ def main() -> int:
           f"{max(pairs):+.1f} % (median {statistics.median(pairs):+.1f} %)")
     print(f"load average (1 min) over the runs: {min(loads):.2f}..{max(loads):.2f}")
     floor = sorted(import_cpu() for _ in range(args.runs))
-    print(f"`import psycopg` alone, CPU s in {args.runs} fresh processes that imported the tool: median "
+    print(f"`import pg8000.native` alone, CPU s in {args.runs} fresh processes that imported the tool: median "
           f"{statistics.median(floor):.3f} ({floor[0]:.3f}..{floor[-1]:.3f}); the budget (+10 % of the default's "
           f"median CPU): {lc * 0.10:.3f}")
     return 0
 
 
 IMPORT_CPU = ("import time, orchestrator.cli, orchestrator.cli.up_cmd, orchestrator.locks.claims\n"
-              "t = time.process_time()\nimport psycopg\nprint(time.process_time() - t)")
+              "t = time.process_time()\nimport pg8000.native\nprint(time.process_time() - t)")
 
 
 def import_cpu() -> float:

@@ -333,14 +333,14 @@ def test_the_watch_on_one_machine_and_a_roll_from_another_never_interleave(machi
 
 
 def test_this_machines_state_never_imports_the_driver(tmp_path: Path) -> None:
-    """The default costs a command nothing: no DEPLOY_STATE_URL, no psycopg (claims, ledger, records)."""
+    """The default costs a command nothing: no DEPLOY_STATE_URL, no pg8000 (claims, ledger, records)."""
     code = ("import sys\n"
             "from orchestrator.locks.claims import claim_hosts\n"
             "from orchestrator.state import store\n"
             "with claim_hosts(['gpu-1'], 'deploy roll group g'):\n"
             "    store.ledger().record_run(host='gpu-1', bench=None)\n"
             "    store.current().records.put('watch', 'g', '{}')\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('psycopg', 'psycopg_binary')))\n")
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pg8000', 'scramp')))\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEPLOY_STATE_")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**env, "DEPLOY_STATE_DIR": str(tmp_path)})

@@ -1,0 +1,108 @@
+"""The team store's connection settings (orchestrator/state/pg_conn.py): what the URL may set, what is refused
+before anything is sent, the password's sources, and the socket options on a real loopback socket."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import ConfigError
+from orchestrator.state import pg_conn
+from orchestrator.state.pg import connect_params
+from orchestrator.state.store import StoreSettings
+
+
+def _tcp_pair() -> tuple[socket.socket, socket.socket]:
+    """Both ends of a loopback TCP connection (TLS is never tried over a Unix socket, as libpq)."""
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        a = socket.create_connection(srv.getsockname())
+        b, _ = srv.accept()
+        return a, b
+
+
+def _params(url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pg_conn.ConnParams:
+    for k in ("PGHOST", "PGPORT", "PGUSER", "PGDATABASE", "PGSSLMODE", "PGPASSWORD", "PGPASSFILE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    return connect_params(StoreSettings(url))
+
+
+def test_the_url_and_the_client_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    p = _params("postgresql://deploy@db.example:6432/team?sslmode=verify-full&sslrootcert=/etc/ssl/db%20ca.pem"
+                "&keepalives_idle=30", monkeypatch, tmp_path)
+    assert (p.host, p.port, p.user, p.dbname, p.password) == ("db.example", 6432, "deploy", "team", None)
+    assert p.settings["sslrootcert"] == "/etc/ssl/db ca.pem" and p.settings["sslmode"] == "verify-full"
+    assert p.settings["keepalives_idle"] == "30" and p.settings["tcp_user_timeout"] == "15000"
+    assert p.settings["options"] == "-c search_path=deploy"
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("postgresql://deploy@db/x?sslmode=allow", "sslmode=allow"),
+    ("postgresql://deploy@db/x?sslcrl=/c.pem", "sslcrl"),
+    ("postgresql://deploy@db/x?sslpassword=s3cret", "sslpassword"),
+    ("postgresql://deploy@db/x?keepalives_idle=ten", "keepalives_idle=ten"),
+    ("postgresql://deploy:s3cret@db/x", "carries a password"),
+    ("host=db user=deploy", "not a PostgreSQL URL"),
+    ("postgresql://deploy@db1,db2/x", "not a PostgreSQL URL"),
+])
+def test_a_setting_it_cannot_honour_is_refused(url: str, says: str, monkeypatch: pytest.MonkeyPatch,
+                                               tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        _params(url, monkeypatch, tmp_path)
+    assert says in str(err.value)
+    assert "s3cret" not in str(err.value)
+
+
+def test_verify_full_without_the_ca_file_is_refused_before_the_login() -> None:
+    p = pg_conn.ConnParams("127.0.0.1", 1, "u", "d", None, {**pg_conn.CLIENT_DEFAULTS, "sslmode": "verify-full",
+                                                            "sslrootcert": "/nonexistent/ca.pem"})
+    a, b = _tcp_pair()
+    with a, b:
+        with pytest.raises(ConfigError, match="does not exist"):
+            pg_conn._tls(a, p)
+        b.setblocking(False)
+        with pytest.raises(BlockingIOError):  # nothing was sent
+            b.recv(8)
+
+
+def test_the_pgpass_line_that_matches_and_only_a_private_file(monkeypatch: pytest.MonkeyPatch,
+                                                             tmp_path: Path) -> None:
+    pgpass = tmp_path / "pgpass"
+    pgpass.write_text("other:*:*:*:no\n# a comment\ndb:5432:*:deploy:pa\\:ss\n")
+    os.chmod(pgpass, 0o600)
+    monkeypatch.setenv("PGPASSFILE", str(pgpass))
+    for k in ("PGPASSWORD", "PGHOST", "PGPORT", "PGUSER", "PGDATABASE"):
+        monkeypatch.delenv(k, raising=False)
+    assert pg_conn.conn_params(pg_conn.parse_url("postgresql://deploy@db/x"), None).password == "pa:ss"
+    os.chmod(pgpass, 0o644)
+    assert pg_conn.conn_params(pg_conn.parse_url("postgresql://deploy@db/x"), None).password is None
+
+
+def test_the_socket_carries_keepalives_and_the_user_timeout() -> None:
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        p = pg_conn.ConnParams("127.0.0.1", srv.getsockname()[1], "u", "d", None,
+                               {**pg_conn.CLIENT_DEFAULTS, "sslmode": "disable", "keepalives_idle": "7"})
+        with pg_conn._socket(p) as s:
+            assert s.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+            assert s.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 7
+            assert s.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 5
+            assert s.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 2
+            assert s.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 15000
+            assert s.gettimeout() == 5.0
+
+
+def test_a_server_that_offers_no_tls_is_refused_under_require() -> None:
+    p = pg_conn.ConnParams("127.0.0.1", 1, "u", "d", None, {**pg_conn.CLIENT_DEFAULTS, "sslmode": "require"})
+    a, b = _tcp_pair()
+    with a, b:
+        b.sendall(b"N")
+        with pytest.raises(pg_conn.Lost, match="does not offer TLS"):
+            pg_conn._tls(a, p)
+        assert b.recv(8) == pg_conn._SSL_REQUEST
