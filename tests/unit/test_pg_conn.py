@@ -106,3 +106,51 @@ def test_a_server_that_offers_no_tls_is_refused_under_require() -> None:
         with pytest.raises(pg_conn.Lost, match="does not offer TLS"):
             pg_conn._tls(a, p)
         assert b.recv(8) == pg_conn._SSL_REQUEST
+
+
+def test_tls_against_a_real_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TLS as sslmode says against a real PostgreSQL with a self-signed certificate: require and verify-full with
+    its CA connect over TLS; verify-full against the system's CAs is refused."""
+    import pwd
+    import secrets
+    import shutil
+    import subprocess
+    import tempfile
+
+    from tests import pg_server
+
+    bindir = pg_server.server_bin()
+    if bindir is None or shutil.which("openssl") is None:
+        pytest.skip("no PostgreSQL server binaries or openssl (scripts/install.sh installs both)")
+    root = Path(tempfile.mkdtemp(prefix="deploy-pg-tls-"))  # the server's user must reach it (tmp_path: root's)
+    certs = root / "certs"
+    certs.mkdir()
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", str(certs / "k.pem"),
+                    "-out", str(certs / "c.pem")], check=True, capture_output=True)
+    os.chmod(certs / "k.pem", 0o600)
+    data = root / "pg"
+    data.mkdir(mode=0o700)
+    if os.geteuid() == 0:
+        pw = pwd.getpwnam("postgres")
+        for path in (root, certs, certs / "k.pem", certs / "c.pem", data):
+            os.chown(path, pw.pw_uid, pw.pw_gid)
+    monkeypatch.setitem(pg_server.SERVER_SETTINGS, "ssl", "on")
+    monkeypatch.setitem(pg_server.SERVER_SETTINGS, "ssl_cert_file", str(certs / "c.pem"))
+    monkeypatch.setitem(pg_server.SERVER_SETTINGS, "ssl_key_file", str(certs / "k.pem"))
+    server = pg_server.PgServer(bindir, data, pg_server.free_port(), secrets.token_urlsafe(12))
+    server.start()
+    try:
+        base = f"postgresql://deploy@{{}}:{server.port}/postgres?sslmode="
+        ca = f"&sslrootcert={certs / 'c.pem'}"
+        for url in (base.format("127.0.0.1") + "require", base.format("localhost") + "verify-full" + ca,
+                    base.format("127.0.0.1") + "verify-full" + ca):
+            with pg_conn.PgConn.connect(pg_conn.conn_params(pg_conn.parse_url(url), server.password)) as conn:
+                row = conn.execute("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").fetchone()
+                assert row == (True,), url
+        with pytest.raises(pg_conn.Lost, match="CERTIFICATE_VERIFY_FAILED"):
+            pg_conn.PgConn.connect(pg_conn.conn_params(pg_conn.parse_url(
+                base.format("127.0.0.1") + "verify-full&sslrootcert=system"), server.password))
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
