@@ -5,8 +5,9 @@ PostgreSQL refuses to run as root: as root (the CI, the developers' machines) th
 system user the package creates, in a directory it owns. Password authentication (scram-sha-256) is on, so the
 tests go through the tool's password file, as a team's setup does.
 
-The server's TCP keepalive settings are the ones docs/team.md recommends; a client killed on the same machine is
-seen at once anyway (the kernel closes its socket).
+The server's TCP keepalive and user-timeout settings are the ones docs/team.md recommends (SERVER_SETTINGS): a
+client killed on the same machine is seen at once anyway (the kernel closes its socket); a client whose machine
+vanished is seen through them (tests/e2e/test_team_store_vanish.py measures it).
 """
 
 from __future__ import annotations
@@ -26,9 +27,12 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.store.pg_conn import Lost, PgConn, conn_params, parse_url
+
 SERVER_SETTINGS = {"listen_addresses": "127.0.0.1", "fsync": "off", "synchronous_commit": "off",
                    "full_page_writes": "off", "tcp_keepalives_idle": "10", "tcp_keepalives_interval": "5",
-                   "tcp_keepalives_count": "2", "max_connections": "50", "shared_buffers": "16MB"}
+                   "tcp_keepalives_count": "2", "tcp_user_timeout": "20000",
+                   "client_connection_check_interval": "5000", "max_connections": "50", "shared_buffers": "16MB"}
 
 
 def server_bin() -> Path | None:
@@ -43,6 +47,8 @@ class PgServer:
     port: int
     password: str
     proc: subprocess.Popen[bytes] | None = None
+    #: Clients from elsewhere than loopback: (the server's own address there, the clients' network in CIDR).
+    also_on: tuple[str, str] | None = None
 
     @property
     def data(self) -> Path:
@@ -62,19 +68,21 @@ class PgServer:
                             "--no-instructions"],
                            check=True, capture_output=True, env=env)
             pwfile.unlink()
-        settings = [a for k, v in {**SERVER_SETTINGS, "port": str(self.port),
+            if self.also_on is not None:
+                with open(self.data / "pg_hba.conf", "a") as hba:
+                    hba.write(f"host all all {self.also_on[1]} scram-sha-256\n")
+        listen = SERVER_SETTINGS["listen_addresses"] + (f",{self.also_on[0]}" if self.also_on else "")
+        settings = [a for k, v in {**SERVER_SETTINGS, "listen_addresses": listen, "port": str(self.port),
                                    "unix_socket_directories": str(self.root)}.items() for a in ("-c", f"{k}={v}")]
         log = open(self.root / "server.log", "ab")  # noqa: SIM115 - the server's whole life
         self.proc = subprocess.Popen([*self._as_owner(), str(self.bindir / "postgres"), "-D", str(self.data),
                                       *settings], stdout=log, stderr=log, env=env, start_new_session=True)
-        import psycopg
-
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:  # listening is not enough: after a crash the server recovers before it accepts logins
-                psycopg.connect(self.url(), password=self.password, connect_timeout=2).close()
+                self.connect(connect_timeout=2).close()
                 return
-            except psycopg.OperationalError:
+            except Lost:
                 pass
             if self.proc.poll() is not None:
                 raise RuntimeError(f"postgres exited: {(self.root / 'server.log').read_text()[-2000:]}")
@@ -99,16 +107,22 @@ class PgServer:
             pw = pwd.getpwnam("postgres")
             os.chown(path, pw.pw_uid, pw.pw_gid)
 
+    def connect(self, dbname: str = "postgres", connect_timeout: int = 5) -> PgConn:
+        """An autocommit connection as the tool's own (state/pg_conn.py), for a test to look at the store."""
+        return connect_url(f"{self.url(dbname)}&connect_timeout={connect_timeout}", self.password)
+
     def url(self, dbname: str = "postgres") -> str:
         return f"postgresql://deploy@127.0.0.1:{self.port}/{dbname}?sslmode=disable"
 
     def create_database(self) -> str:
-        import psycopg
-
         name = f"t_{secrets.token_hex(4)}"
-        with psycopg.connect(self.url(), password=self.password, autocommit=True) as conn:
+        with self.connect() as conn:
             conn.execute(f"CREATE DATABASE {name}")
         return name
+
+
+def connect_url(url: str, password: str) -> PgConn:
+    return PgConn.connect(conn_params(parse_url(url), password))
 
 
 def free_port() -> int:

@@ -35,9 +35,9 @@ def print_watch_unit(app: AppContext, group: str, interval_s: float, drain_timeo
 
     team = store.settings()
     if team is not None:  # the URL (no password in it) and the password file (0600) checked as a connection would
-        from orchestrator.store.pg import connect_args
+        from orchestrator.store.pg import connect_params
 
-        connect_args(team)
+        connect_params(team)
     pw_file = team.password_file if team is not None else None
     text = render_watch_unit(program=[sys.executable, "-m", "orchestrator"], group=group, interval_s=interval_s,
                              drain_timeout_s=drain_timeout, inventory=app.inventory_paths,

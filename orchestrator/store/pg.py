@@ -1,11 +1,12 @@
-"""The team's state store in PostgreSQL (issue 51): claims, ledger, records, through psycopg 3.
+"""The team's state store in PostgreSQL (issue 51): claims, ledger, records, through pg8000 (state/pg_conn.py).
 
-Imported only when a store URL is set (state/store.py): psycopg and its C extension cost nothing to a command
-run on this machine's state.
+Imported only when a store URL is set (state/store.py): the driver costs nothing to a command run on this
+machine's state.
 
 - One connection per process, autocommit, opened at the first use (before any planning: a store that cannot be
   reached refuses a command that would change a host before it changes anything). TCP keepalives and a TCP user
-  timeout are set unless the URL sets them, so a server that vanished is noticed within about 20 s.
+  timeout are set unless the URL sets them, so a server that vanished is noticed within about 16 s: before the
+  server's keepalives (about 20 s, docs/team.md) free this process's claims for another machine.
 - Claims are session advisory locks (`pg_try_advisory_lock`, `_shared` for a single-host run's claim): the server
   frees them when the holder's connection ends, SIGKILL included, as the kernel frees a flock. The holder's user,
   machine, pid, command and run id are a `claims` row written in the same statement; a refused command reads the
@@ -27,15 +28,13 @@ import threading
 import time
 from collections.abc import Sequence
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import psycopg
-from psycopg import conninfo as pg_conninfo
-
 from orchestrator.errors import ConfigError, RemoteError
 from orchestrator.store import store as st
+from orchestrator.store.pg_conn import ConnParams, DbError, Lost, PgConn, UndefinedTable, conn_params, parse_url
 from orchestrator.store.store import ClaimRow, Holder, LocalRecords, RecordKind, StoreSettings, StoreStatus
 
 if TYPE_CHECKING:
@@ -44,10 +43,6 @@ if TYPE_CHECKING:
 SCHEMA = "deploy"
 #: How often a process holding claims checks that its connection (so its claims) is still there.
 HEARTBEAT_S = 1.0
-#: Client-side settings for a dead server (libpq's names); a URL that sets one keeps its own.
-CLIENT_DEFAULTS: dict[str, str] = {"connect_timeout": "5", "keepalives": "1", "keepalives_idle": "10",
-                                   "keepalives_interval": "5", "keepalives_count": "2", "tcp_user_timeout": "20000",
-                                   "application_name": "deploy"}
 _MIGRATION_LOCK = 0x6465706C6F79  # "deploy"
 
 #: The schema's version: len(migrations()) (tests/unit/test_team_store.py checks it). A constant, so that a command
@@ -116,12 +111,12 @@ def _unavailable(settings: StoreSettings, exc: BaseException) -> RemoteError:
 def safe_url(url: str) -> str:
     """The URL as it may be printed: user, host, port and database only."""
     try:
-        d = pg_conninfo.conninfo_to_dict(url)
-    except psycopg.ProgrammingError:
+        d = parse_url(url)
+    except ValueError:
         return "(an unreadable URL)"
-    who = f"{d['user']}@" if d.get("user") else ""
-    port = f":{d['port']}" if d.get("port") else ""
-    return f"postgresql://{who}{d.get('host', '')}{port}/{d.get('dbname', '')}"
+    who = f"{d.user}@" if d.user else ""
+    port = f":{d.port}" if d.port else ""
+    return f"postgresql://{who}{d.host or ''}{port}/{d.dbname or ''}"
 
 
 def read_password_file(path: Path) -> str:
@@ -140,24 +135,22 @@ def read_password_file(path: Path) -> str:
         return f.read().strip("\r\n")
 
 
-def connect_args(settings: StoreSettings) -> tuple[str, dict[str, Any]]:
-    """(conninfo, keyword arguments) for psycopg.connect: the URL as given (TLS settings pass through), this
-    tool's client defaults where the URL sets none, the password from its file (never in the URL or argv)."""
+def connect_params(settings: StoreSettings) -> ConnParams:
+    """What to connect with: the URL as given (TLS settings honoured or refused, state/pg_conn.py), this tool's
+    client defaults where the URL sets none, the password from its file (never in the URL or argv)."""
     try:
-        given = pg_conninfo.conninfo_to_dict(settings.url)
-    except psycopg.ProgrammingError as exc:
+        given = parse_url(settings.url)
+    except ValueError as exc:
         raise ConfigError(f"state store URL ({settings.origin}) is not a PostgreSQL URL: {exc}",
                           fix="e.g. postgresql://deploy@db.example:5432/deploy?sslmode=verify-full") from None
-    if given.get("password"):
+    if given.password:
         raise ConfigError(f"the state store URL ({settings.origin}) carries a password",
                           fix="remove it from the URL; put it alone in a 0600 file named by state_password_file "
                               "or DEPLOY_STATE_PASSWORD_FILE (or use PGPASSFILE)")
-    kwargs: dict[str, Any] = {k: v for k, v in CLIENT_DEFAULTS.items() if k not in given}
     # The schema's tables by their plain names, set at login (no round trip of its own).
-    kwargs["options"] = f"{given.get('options', '')} -c search_path={SCHEMA}".strip()
-    if settings.password_file is not None:
-        kwargs["password"] = read_password_file(settings.password_file)
-    return settings.url, kwargs
+    query = {**given.query, "options": f"{given.query.get('options', '')} -c search_path={SCHEMA}".strip()}
+    password = read_password_file(settings.password_file) if settings.password_file is not None else None
+    return conn_params(replace(given, query=query), password)
 
 
 def claim_key(name: str) -> int:
@@ -193,7 +186,7 @@ class PgClaims:
                  holder.run_id, holder.since)).fetchone()
             if not (got and got[0]):
                 return self._holder(name)
-        except psycopg.OperationalError as exc:
+        except Lost as exc:
             raise _unavailable(self.pg.settings, exc) from None
         self._held[name] = exclusive
         self._start_heartbeat()
@@ -210,7 +203,7 @@ class PgClaims:
     def release(self, name: str) -> None:
         exclusive = self._held.pop(name)
         fn = "pg_advisory_unlock" if exclusive else "pg_advisory_unlock_shared"
-        with suppress(psycopg.Error):  # a lost connection freed it already
+        with suppress(DbError):  # a lost connection freed it already
             self.pg.conn.execute(f"WITH gone AS (DELETE FROM claims WHERE name = %s AND backend_pid = "
                                  f"pg_backend_pid()) SELECT {fn}(%s)", (name, claim_key(name)))
 
@@ -235,7 +228,7 @@ class PgClaims:
                 continue
             try:
                 self.pg.conn.execute("SELECT 1")
-            except psycopg.Error as exc:
+            except DbError as exc:
                 why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 self._lost = f"the connection to {safe_url(self.pg.settings.url)} was lost: {why}"
 
@@ -276,7 +269,7 @@ class PgStore:
 
     kind: Literal["local", "postgresql"] = "postgresql"
 
-    def __init__(self, settings: StoreSettings, conn: psycopg.Connection[Any]) -> None:
+    def __init__(self, settings: StoreSettings, conn: PgConn) -> None:
         self.settings = settings
         self.conn = conn
         self.where = safe_url(settings.url)
@@ -285,18 +278,18 @@ class PgStore:
 
     @classmethod
     def open(cls, settings: StoreSettings) -> PgStore:
-        info, kwargs = connect_args(settings)
+        params = connect_params(settings)
         try:
-            conn = psycopg.connect(info, autocommit=True, **kwargs)
-        except psycopg.Error as exc:
+            conn = PgConn.connect(params)
+        except DbError as exc:
             raise _unavailable(settings, exc) from None
         pg = cls(settings, conn)
         try:
             pg.migrate()
-        except psycopg.OperationalError as exc:
+        except Lost as exc:
             conn.close()
             raise _unavailable(settings, exc) from None
-        except psycopg.Error as exc:
+        except DbError as exc:
             conn.close()
             raise ConfigError(f"the team state store {pg.where} refused its schema: {exc}",
                               fix="the store's role must own its database (or hold CREATE on it): see "
@@ -304,16 +297,16 @@ class PgStore:
         return pg
 
     def close(self) -> None:
-        with suppress(psycopg.Error):
+        with suppress(DbError):
             self.conn.close()
 
     def stale(self) -> bool:
-        return (self.conn.closed or self.conn.broken) and not self.claims.holds_any()
+        return self.conn.closed and not self.claims.holds_any()
 
     def run(self, sql: str, args: Sequence[Any] = ()) -> Any:
         try:
             return self.conn.execute(sql, tuple(args))
-        except psycopg.OperationalError as exc:
+        except Lost as exc:
             raise _unavailable(self.settings, exc) from None
 
     def schema_version(self) -> int:
@@ -322,7 +315,7 @@ class PgStore:
 
     def migrate(self) -> None:
         """Bring the schema to this tool's version (one round trip when it is there already)."""
-        with suppress(psycopg.errors.UndefinedTable):
+        with suppress(UndefinedTable):
             if self._check_version(self.schema_version()):
                 return
         with self.conn.transaction():

@@ -11,11 +11,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
 from orchestrator.ledger.sqlite import Ledger, RunRecord
 from orchestrator.store import store as st
 from orchestrator.store.pg import PgStore, _unavailable
+from orchestrator.store.pg_conn import DbError, Lost, PgConn, UniqueViolation
 
 
 class _Row(tuple[Any, ...]):
@@ -30,32 +29,29 @@ class _Row(tuple[Any, ...]):
         return list(self.names)
 
 
-def _row_factory(cursor: Any) -> Any:
-    names = {d.name: i for i, d in enumerate(cursor.description or ())}
-
-    def make(values: Sequence[Any]) -> _Row:
-        row = _Row(values)
-        row.names = names
-        return row
-    return make
-
-
 class _Conn:
-    """The ledger's connection API (`?` parameters, rows by name) over the store's psycopg connection."""
+    """The ledger's connection API (`?` parameters, rows by name) over the store's connection."""
 
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+    def __init__(self, conn: PgConn) -> None:
         self._conn = conn
 
     def execute(self, sql: str, args: Sequence[Any] = ()) -> Any:
-        cur = self._conn.cursor(row_factory=_row_factory)
-        return cur.execute(sql.replace("?", "%s"), tuple(args))
+        res = self._conn.execute(sql.replace("?", "%s"), tuple(args))
+        names = {n: i for i, n in enumerate(res.names)}
+        rows = []
+        for values in res.rows:
+            row = _Row(values)
+            row.names = names
+            rows.append(row)
+        res.rows = list(rows)
+        return res
 
 
 class PgLedger(Ledger):
     """The ledger's queries (state/ledger.py) against the store; each run names who recorded it."""
 
-    integrity_errors = (psycopg.errors.UniqueViolation,)
-    db_errors = (psycopg.Error,)
+    integrity_errors = (UniqueViolation,)
+    db_errors = (DbError,)
 
     def __init__(self, pg: PgStore) -> None:  # no file, no local migration: the store's schema is migrated
         self.pg = pg
@@ -65,7 +61,7 @@ class PgLedger(Ledger):
     def _connect(self) -> Iterator[Any]:
         try:
             yield _Conn(self.pg.conn)
-        except psycopg.OperationalError as exc:
+        except Lost as exc:
             raise _unavailable(self.pg.settings, exc) from None
 
     def schema_version(self) -> int:

@@ -21,14 +21,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from orchestrator.store import pg, store
 from tests import sim_hosts
 from tests.e2e.conftest import until, wait_lease_expired
 from tests.e2e.fleet_harness import RoutedFleet, fleet_root, worker_urls
-from tests.pg_server import TeamStore
+from tests.pg_server import TeamStore, connect_url
 from tests.sim_hosts import OFFSET_FLEET, OFFSET_FLEET_ROUTER
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
@@ -74,7 +73,7 @@ class Sampler:
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def _loop(self) -> None:
-        with psycopg.connect(self.ts.url, password=self.ts.server.password, autocommit=True) as conn:
+        with connect_url(self.ts.url, self.ts.server.password) as conn:
             last_router = 0.0
             while not self._stop.is_set():
                 rows = [(r[0], r[1], r[2], bool(r[3])) for r in conn.execute(
@@ -113,13 +112,13 @@ def _machine(fleet: RoutedFleet, ts: TeamStore, state: Path) -> dict[str, str]:
 
 
 def _rolls(ts: TeamStore) -> list[dict[str, Any]]:
-    with psycopg.connect(ts.url, password=ts.server.password) as conn:
+    with connect_url(ts.url, ts.server.password) as conn:
         rows = conn.execute("SELECT doc FROM deploy.records WHERE kind = 'fleet-rolls'").fetchall()
     return [json.loads(r[0]) for r in rows]
 
 
 def _live_claims(ts: TeamStore) -> list[tuple[str, str, int]]:
-    with psycopg.connect(ts.url, password=ts.server.password) as conn:
+    with connect_url(ts.url, ts.server.password) as conn:
         return [(r[0], r[1], int(r[2])) for r in conn.execute(
             "SELECT name, run_id, pid FROM deploy.claims WHERE backend_pid IN (SELECT pid FROM pg_stat_activity)")]
 

@@ -4,8 +4,10 @@ Starts one simulated host from the site template (tests/perf/one_host.py; sim-N,
 real PostgreSQL on loopback (tests/pg_server.py), converges the host once, then runs `up --skip-bench` --runs
 times each way, interleaved (so a drifting load weighs on both alike): with this machine's state (the default),
 and with DEPLOY_STATE_URL naming the store (the driver's import, the connect and login, the schema check, the
-claim taken and freed). Prints the medians of wall time and client CPU (user + system of the `deploy` process)
-and the differences. Nothing is asserted: this is a measurement. Run as root:
+claim taken and freed). Prints the medians of wall time and client CPU (user + system of the `deploy` process
+and its children), their spread and the differences; then the floor: the CPU of `import pg8000.native` alone in fresh
+processes that have imported the tool, against the budget (+10 % of the default's CPU). Nothing is asserted: this
+is a measurement. Run as root:
     python tests/perf/state_store_cost.py [--runs 7]
 """
 
@@ -17,6 +19,7 @@ import pwd
 import secrets
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -77,14 +80,36 @@ def main() -> int:
         shutil.rmtree(pg_root, ignore_errors=True)
     med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in sides.items()}
     (lw, lc), (tw, tc) = med["this machine (default)"], med["team store"]
-    print(f"converged `up --skip-bench`, median of {args.runs} runs each (interleaved)")
-    print(f"{'state':<24} {'wall s':>8} {'client CPU s':>13}")
+    print(f"converged `up --skip-bench`, median of {args.runs} runs each (interleaved), spread min..max")
+    print(f"{'state':<24} {'wall s':>8} {'(spread)':>15} {'client CPU s':>13} {'(spread)':>15}")
     for k, (w, c) in med.items():
-        print(f"{k:<24} {w:>8.3f} {c:>13.3f}")
-    print(f"{'difference':<24} {tw - lw:>+8.3f} {tc - lc:>+13.3f}   "
+        walls, cpus = [x for x, _ in sides[k]], [x for _, x in sides[k]]
+        print(f"{k:<24} {w:>8.3f} {min(walls):>7.3f}..{max(walls):<6.3f} {c:>13.3f} "
+              f"{min(cpus):>7.3f}..{max(cpus):<6.3f}")
+    print(f"{'difference':<24} {tw - lw:>+8.3f} {'':>15} {tc - lc:>+13.3f}   "
           f"({(tw / lw - 1) * 100:+.1f} % wall, {(tc / lc - 1) * 100:+.1f} % CPU)")
+    pairs = [(t[1] - d[1]) / d[1] * 100 for d, t in zip(sides["this machine (default)"], sides["team store"],
+                                                          strict=True)]
+    print(f"client CPU, team store against the default run just before it: {min(pairs):+.1f} % .. "
+          f"{max(pairs):+.1f} % (median {statistics.median(pairs):+.1f} %)")
     print(f"load average (1 min) over the runs: {min(loads):.2f}..{max(loads):.2f}")
+    floor = sorted(import_cpu() for _ in range(args.runs))
+    print(f"`import pg8000.native` alone, CPU s in {args.runs} fresh processes that imported the tool: median "
+          f"{statistics.median(floor):.3f} ({floor[0]:.3f}..{floor[-1]:.3f}); the budget (+10 % of the default's "
+          f"median CPU): {lc * 0.10:.3f}")
     return 0
+
+
+IMPORT_CPU = ("import time, orchestrator.cli, orchestrator.cli.up_cmd, orchestrator.locks.claims\n"
+              "t = time.process_time()\nimport pg8000.native\nprint(time.process_time() - t)")
+
+
+def import_cpu() -> float:
+    """What the driver's import costs a `deploy` process that has loaded what a converged `up` loads before it."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    out = subprocess.run([sys.executable, "-c", IMPORT_CPU], capture_output=True, text=True, env=env, cwd=REPO,
+                         check=True, timeout=120)
+    return float(out.stdout.strip())
 
 
 if __name__ == "__main__":

@@ -280,13 +280,18 @@ def test_overlapping_fleet_rolls_from_two_machines_through_the_cli(team_store: T
 RACER = """
 import os, sys, time
 from orchestrator.errors import LockHeld
-from orchestrator.locks.claims import claim_fleet
+from orchestrator.locks.claims import claim_fleet, claim_hosts
 who, log, trials = sys.argv[1], sys.argv[2], int(sys.argv[3])
-command = "deploy watch (cordon gpu-1)" if who == "watch" else "deploy roll group g --set x=1"
+if who == "watch":  # fleet/watch.py: the host and the router, before it cordons
+    claim = lambda: claim_fleet(["gpu-1"], "deploy watch (cordon gpu-1)", router=True)
+elif who == "fleet-roll":  # cli/fleet.py
+    claim = lambda: claim_fleet(["gpu-1"], "deploy roll group g --set x=1", router=True)
+else:  # roll.py: a single-host roll claims its host shared
+    claim = lambda: claim_hosts(["gpu-1"], "deploy roll host gpu-1 --set x=1", exclusive=False)
 done = refused = 0
 while done < trials:
     try:
-        with claim_fleet(["gpu-1"], command, router=True):
+        with claim():
             fd = os.open(log, os.O_WRONLY | os.O_APPEND)
             os.write(fd, f"enter {who}\\n".encode())
             time.sleep(0.002)
@@ -300,15 +305,17 @@ print(refused)
 """
 
 
-def test_the_watch_on_one_machine_and_a_roll_from_another_never_interleave(machine_a: TeamStore,
-                                                                           tmp_path: Path) -> None:
+@pytest.mark.parametrize("roll", ["fleet-roll", "host-roll"])
+def test_the_watch_on_one_machine_and_a_roll_from_another_never_interleave(machine_a: TeamStore, tmp_path: Path,
+                                                                           roll: str) -> None:
     """100 trials each: the watch's claim before it cordons (claim_fleet, router included, as fleet/watch.py
-    takes it) and a fleet roll's, from two state dirs racing for one host: never both inside at once."""
+    takes it) and a roll's (a fleet roll's exclusive claim, or a single-host roll's shared one, as roll.py takes
+    it), from two state dirs racing for one host: never both inside at once."""
     log = tmp_path / "log"
     log.touch()
     procs = [subprocess.Popen([sys.executable, "-c", RACER, who, str(log), "100"], stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "DEPLOY_STATE_DIR": str(tmp_path / who)})
-             for who in ("watch", "roll")]
+             for who in ("watch", roll)]
     refused = [int(p.communicate(timeout=240)[0]) for p in procs]
     assert [p.returncode for p in procs] == [0, 0]
     lines = log.read_text().split()
@@ -322,18 +329,18 @@ def test_the_watch_on_one_machine_and_a_roll_from_another_never_interleave(machi
         else:
             assert inside == who
             inside = None
-    print(f"400 entries, never interleaved; refusals: watch {refused[0]}, roll {refused[1]}")
+    print(f"{roll}: 400 entries, never interleaved; refusals: watch {refused[0]}, {roll} {refused[1]}")
 
 
 def test_this_machines_state_never_imports_the_driver(tmp_path: Path) -> None:
-    """The default costs a command nothing: no DEPLOY_STATE_URL, no psycopg (claims, ledger, records)."""
+    """The default costs a command nothing: no DEPLOY_STATE_URL, no pg8000 (claims, ledger, records)."""
     code = ("import sys\n"
             "from orchestrator.locks.claims import claim_hosts\n"
             "from orchestrator.store import store\n"
             "with claim_hosts(['gpu-1'], 'deploy roll group g'):\n"
             "    store.ledger().record_run(host='gpu-1', bench=None)\n"
             "    store.current().records.put('watch', 'g', '{}')\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('psycopg', 'psycopg_binary')))\n")
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pg8000', 'scramp')))\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEPLOY_STATE_")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**env, "DEPLOY_STATE_DIR": str(tmp_path)})
