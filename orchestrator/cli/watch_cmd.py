@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _thread
 import signal
 import sys
 import threading
@@ -116,7 +117,9 @@ def watch(app: AppContext, word: str, group: str, once: bool, interval_s: float,
     stop = threading.Event()
 
     def _stop(_sig: int, _frame: FrameType | None) -> None:
-        stop.set()
+        # Set from a bare thread: the handler runs in the main thread, which may be inside `stop.wait()` holding
+        # the Event's lock at that moment (Event.set there would wait on its own thread's lock for good).
+        _thread.start_new_thread(stop.set, ())
 
     previous = signal.signal(signal.SIGTERM, _stop)
     notifier = Notifier(app.out.line)

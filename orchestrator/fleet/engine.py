@@ -5,12 +5,15 @@ transport thread each) and a socket per host would be the cost. Here a worker ta
 previous run has ended, and each run closes its own connection, so threads and sockets stay bounded by
 `parallel`. The engine samples both (threads, open socket descriptors) so the bound is measured, not assumed.
 
-Workers never print: they post events to a queue that the calling thread drains (live view, plain lines).
+Workers never print: they post events to a queue that the calling thread drains (live view, plain lines). That
+queue is a `queue.SimpleQueue` (C, no Python-level lock): a `queue.Queue` takes its mutex in Python code, and a
+signal landing just after that acquire (Condition.__enter__) left the mutex held, so the next get hung the run.
 A failing host never stops the others unless `fail_fast`; then hosts not yet started are reported as skipped.
 """
 
 from __future__ import annotations
 
+import _thread
 import os
 import queue
 import threading
@@ -63,7 +66,7 @@ class Event:
 class HostEvents:
     """The handle a job uses to report progress; thread-safe (a queue)."""
 
-    def __init__(self, host: str, sink: queue.Queue[Event]) -> None:
+    def __init__(self, host: str, sink: queue.SimpleQueue[Event]) -> None:
         self.host = host
         self._sink = sink
 
@@ -137,6 +140,17 @@ class FleetRun:
 _new_lock = threading.Lock  # a name tests can replace with a lock that is hit by a signal
 
 
+def _join(worker: threading.Thread) -> None:
+    """Wait for a worker. One the launcher is starting may run before `start()` has marked it started, which `join`
+    refuses (RuntimeError): the launcher marks it at once, so wait for that."""
+    while True:
+        try:
+            worker.join()
+            return
+        except RuntimeError:  # "cannot join thread before it is started"
+            time.sleep(0.005)
+
+
 def run_fleet(hosts: Sequence[str], job: Job, *, parallel: int, fail_fast: bool = False,
               on_event: Callable[[Event], None] | None = None, on_tick: Callable[[], None] | None = None,
               tick_s: float = 0.2, cancel: threading.Event | None = None) -> FleetRun:
@@ -155,7 +169,8 @@ def run_fleet(hosts: Sequence[str], job: Job, *, parallel: int, fail_fast: bool 
         raise ValueError("parallel must be >= 1")
     stats = EngineStats(parallel=parallel, baseline_threads=threading.active_count(),
                         baseline_open_sockets=open_sockets())
-    events: queue.Queue[Event] = queue.Queue()
+    # SimpleQueue, not Queue: the calling thread must hold no Python-level lock when a signal lands (see `lock`).
+    events: queue.SimpleQueue[Event] = queue.SimpleQueue()
     outcomes: dict[int, HostOutcome] = {}
     # Held by the workers only. The calling thread never takes it: a signal raised between a lock's acquire and
     # its `with` block leaves it held for good, and the next acquire (the workers', or the handler's own) would
@@ -163,6 +178,7 @@ def run_fleet(hosts: Sequence[str], job: Job, *, parallel: int, fail_fast: bool 
     lock = _new_lock()
     next_index = 0
     running = 0
+    ended = 0  # workers that ended (or never started): the calling thread reads it without the lock
     stop = False
     start = time.monotonic()
 
@@ -177,6 +193,17 @@ def run_fleet(hosts: Sequence[str], job: Job, *, parallel: int, fail_fast: bool 
             return index
 
     def worker() -> None:
+        try:
+            work()
+        finally:
+            end_one()
+
+    def end_one() -> None:
+        nonlocal ended
+        with lock:
+            ended += 1
+
+    def work() -> None:
         nonlocal running, stop
         while (index := take()) is not None:
             name = hosts[index]
@@ -210,10 +237,19 @@ def run_fleet(hosts: Sequence[str], job: Job, *, parallel: int, fail_fast: bool 
         cancel.set()  # before `stop`: take() checks both, so no host starts after this line
         stop = True
 
-    try:  # a signal can land while a worker starts: it already runs a host
+    def launch() -> None:
         for t in threads:
-            t.start()
-    except KeyboardInterrupt as exc:
+            try:
+                t.start()
+            except RuntimeError:  # can't start a new thread: the others run the hosts
+                end_one()
+
+    # Started from a bare thread, never from the calling thread: Thread.start waits on a Condition in Python code,
+    # and a signal raised just after that Condition's acquire left its lock held, so the new worker could never
+    # begin and the run waited for it for good. A bare thread gets no Python signal handler.
+    try:
+        _thread.start_new_thread(launch, ())
+    except KeyboardInterrupt as exc:  # the launcher may or may not run: no host starts now either way
         on_signal(exc)
     while True:
         try:
@@ -226,17 +262,19 @@ def run_fleet(hosts: Sequence[str], job: Job, *, parallel: int, fail_fast: bool 
                 on_event(event)
             elif event is None and on_tick is not None:
                 on_tick()
-            if event is None and not any(t.is_alive() for t in threads):
+            # all workers ended; or stopped with no host running (a worker that was not started yet, or is
+            # starting, takes none now): the joins below wait for the rest
+            if event is None and (ended == len(threads) or (stop and running == 0)):
                 break
         except KeyboardInterrupt as exc:
             on_signal(exc)
     for t in threads:
         if t.ident is not None:
             try:
-                t.join()
+                _join(t)
             except KeyboardInterrupt as exc:
                 on_signal(exc)
-                t.join()
+                _join(t)
     while not events.empty():  # events posted just before the last worker ended
         event = events.get_nowait()
         if on_event is not None:

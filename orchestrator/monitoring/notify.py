@@ -132,7 +132,8 @@ class Notifier:
 
     def __init__(self, say: Callable[[str], None]) -> None:
         self.say = say
-        self._queue: queue.Queue[tuple[NotifySpec | None, list[Event]] | None] = queue.Queue()
+        # SimpleQueue: the caller's put takes no Python-level lock that a SIGTERM landing mid-put could leave held.
+        self._queue: queue.SimpleQueue[tuple[NotifySpec | None, list[Event]] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="notify", daemon=True)
         self._thread.start()
 

@@ -148,6 +148,21 @@ class Client:
             t.join(timeout=90)
 
 
+def cycle_ended(fleet: RolledFleet, after: float, listed: bool = True) -> float | None:
+    """When the watch last ended a cycle, if after `after` (wall clock) and, with `listed`, with every host in the
+    router: its state file, written at each cycle's end. The tests wait for this, the event, where they slept a
+    fixed 6-8 s for "a clean cycle first" (too short under load, too long when idle)."""
+    path = Path(fleet.env.env["DEPLOY_STATE_DIR"]) / "watch" / "prod.json"
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):  # not written yet (or being replaced)
+        return None
+    at = float(doc.get("at", 0))
+    if at <= after or (listed and sorted(doc.get("listed", [])) != sorted(fleet.names)):
+        return None
+    return at
+
+
 def _hosts(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {h["host"]: h for h in doc["hosts"]}
 
@@ -333,11 +348,12 @@ def test_watch_cordons_a_host_whose_gpu_fell_off_the_bus_and_returns_it_once_cle
     out of the router with no operator command, the others keep serving, and the host comes back by itself once
     its sensors read clean. The time from the fault to the host out of the router is printed."""
     bad = fleet.names[1]
+    started = time.time()
     proc = fleet.env.popen("watch", "group", "prod", "--interval", "5", "--for", "240")
     try:
         with Client(fleet.router) as client:
             assert until(lambda: client.ok >= 2, 60), client.failed[:5]
-            time.sleep(6)  # a clean cycle first
+            assert until(lambda: cycle_ended(fleet, started), 120)  # a clean cycle first
             fleet.faults(bad, xid="79@2")
             injected = time.monotonic()
             assert until(lambda: not fleet.listed().get(bad, True), 120), fleet.listed()
@@ -368,6 +384,7 @@ class WatchRun:
     """`deploy watch group prod` in the background, its lines read as they come (each with its arrival time)."""
 
     def __init__(self, fleet: RolledFleet, *args: str) -> None:
+        self.fleet, self.started = fleet, time.time()
         self.proc = fleet.env.popen("watch", "group", "prod", "--interval", "5", *args)
         self.lines: list[tuple[float, str]] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -377,6 +394,12 @@ class WatchRun:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self.lines.append((time.monotonic(), line.rstrip("\n")))
+
+    def clean_cycle(self) -> float:
+        """Until this watch ended a cycle with every host listed; when it did (wall clock)."""
+        at = until(lambda: cycle_ended(self.fleet, self.started), 120)
+        assert at, self.text
+        return float(at)
 
     def seen(self, text: str) -> float | None:
         return next((t for t, line in self.lines if text in line), None)
@@ -445,14 +468,17 @@ def test_watch_remedies_each_catalog_action_under_the_health_policy(fleet: Rolle
         # restart_unit (Xid 13), the default policy: drained, restarted, verified, returned; the Xid then unread.
         watch = WatchRun(fleet)
         with RouterSampler(fleet, bad) as sampler:
-            time.sleep(6)
+            watch.clean_cycle()
             fleet.faults(bad, xid="13@1")
             assert until(lambda: watch.seen(f"{bad}: returned:") is not None, 300), watch.text
         assert sampler.fewest_others == 2, watch.text
         doctor = fleet.env.run("--json", "doctor", "host", bad)
         hardware = doctor.json["hardware"]
         assert hardware["action"] == "none", hardware  # the remedied Xid 13 is behind the stored cursor
-        time.sleep(6)  # a cycle after the return: the same Xid does not drain it again
+        # a whole cycle after the return (two cycle ends after it): the same Xid does not drain it again
+        returned = time.time()
+        first = until(lambda: cycle_ended(fleet, returned, listed=False), 120)
+        assert first and until(lambda: cycle_ended(fleet, first, listed=False), 120), watch.text
         assert watch.stop() == 0, watch.text
         assert watch.text.count(f"{bad}: cordoned (") == 1 and f"{bad}: remedied (restart) in " in watch.text
         print("\n".join(line for _, line in watch.lines if line.startswith(bad)))
@@ -483,7 +509,7 @@ def test_watch_remedies_each_catalog_action_under_the_health_policy(fleet: Rolle
         with RouterSampler(fleet, bad) as sampler, Client(fleet.router) as client:
             watch = WatchRun(fleet)
             assert until(lambda: client.ok >= 2, 60), client.failed[:5]
-            time.sleep(6)  # a clean cycle first
+            watch.clean_cycle()
             fleet.faults(bad, xid="79@2")
             injected = time.monotonic()
             assert until(lambda: sampler.back_at is not None, 540), watch.text
@@ -571,7 +597,7 @@ def test_a_watch_killed_mid_cordon_and_mid_remedy_leaves_the_host_to_its_next_cy
     try:
         for point, xid in (("mid-cordon", "13@1"), ("mid-remedy", "13@3")):
             watch = WatchRun(fleet, "--drain-timeout", "90")
-            time.sleep(interval + 3)  # a clean cycle: every host recorded as listed
+            watch.clean_cycle()  # every host recorded as listed
             if point == "mid-cordon":
                 with LongRequest(fleet.urls[bad]):
                     time.sleep(1)

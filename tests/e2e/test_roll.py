@@ -184,7 +184,6 @@ def test_failed_roll_rolls_back_to_the_previous_release(deploy_env: DeployEnv, c
     hook.write_text(receiver.url)
     hook.chmod(0o600)
     (env.inventory / "notify.yaml").write_text(f"notify:\n  webhook:\n    url: {{file: {hook}}}\n")
-    t0 = time.monotonic()
     try:
         res = env.run("--json", "roll", "host", env.host, *spec["args"])
     finally:
@@ -197,8 +196,10 @@ def test_failed_roll_rolls_back_to_the_previous_release(deploy_env: DeployEnv, c
     assert "rolled back" in err["what"] and re.search(spec["reason"], err["what"]), err["what"]
     cand = err["details"]["candidate"]
     assert err["details"]["rolled_back_to"] == base and cand != base
-    if case == "never-healthy":
-        assert time.monotonic() - t0 < 60  # the profile's 15 s start timeout, not the default
+    if case == "never-healthy":  # the profile's 15 s start timeout, not the default 900 s: the figure is the health
+        # wait's own (from the capture it saw begin), not the whole roll's, which a loaded machine stretches
+        waited = re.search(r"never ended within (\d+) s", err["what"])
+        assert waited is not None and int(waited.group(1)) < 60, err["what"]
 
     # The previous release is current, installed and healthy again.
     assert current(env) == base

@@ -122,14 +122,15 @@ def test_a_full_container_disk_is_named_and_nothing_is_read_as_missing(converged
 def test_nan_crash_fails_fast_quoting_the_line(converged: DeployEnv) -> None:
     converged.ct_faults(log_line=NAN_LINE)
     converged.set_profile(flags={"max-running-requests": 1024})  # a changed unit → restart → NaN
-    start = time.monotonic()
     res = converged.run("--json", "up", "host", converged.host, "--skip-bench")
-    elapsed = time.monotonic() - start
     assert res.rc == 1, res.text
     # The line comes right after "ready": the wait or the first request sees the crash; either way it is quoted.
     assert res.json["step"] in ("health", "smoke")
     assert "probability tensor contains" in res.json["what"]
-    assert elapsed < 45  # failed at the line, not after the 60 s start timeout
+    # Failed at the line, not after the 60 s start timeout: measured from the health wait's start (the server's
+    # start), not the command's, whose facts, stack and restart a loaded machine stretches.
+    waited = sum(s["duration_s"] for s in res.json["steps"] if s["name"] in ("health", "smoke"))
+    assert waited < 45, [(s["name"], s["duration_s"]) for s in res.json["steps"]]
 
 
 def test_killed_up_resumes_without_duplicates(deploy_env: DeployEnv) -> None:

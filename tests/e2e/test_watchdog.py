@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import shlex
 import threading
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -157,11 +156,23 @@ def test_a_health_that_blocks_behind_a_long_prefill_reads_slow_not_down(deploy_e
     assert until(lambda: env.ct("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/health"
                                 ).stdout == "200", 90)
 
+    def prefilling() -> bool:
+        """A generation is in its prefill: /get_load counts its tokens but not the request (num_reqs is the running
+        batch and the queue). A fixed 1.5 s sleep stood for this: on a loaded machine the generation's SSH and
+        pct exec could take longer, and /health was then timed idle."""
+        res = env.ct("KEY=$(sed -n 's/^SGLANG_API_KEY=//p' /etc/sglang/sglang.env | tr -d '\"'); "
+                     "curl -s -m 10 ${KEY:+-H \"Authorization: Bearer $KEY\"} http://127.0.0.1:8000/get_load")
+        try:
+            load = json.loads(res.stdout)[0]
+        except (ValueError, IndexError, KeyError):
+            return False
+        return bool(load["num_tokens"] > 0 and load["num_reqs"] == 0)
+
     def under_load(check: Callable[[], T]) -> T:
         load = threading.Thread(target=lambda: env.ct(generate_loop(2)))
         load.start()
-        time.sleep(1.5)  # the generation's prefill is running
         try:
+            assert until(prefilling, 60, 0.2, 0.2), "the generation's prefill never ran"
             return check()
         finally:
             load.join()

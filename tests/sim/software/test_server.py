@@ -201,6 +201,28 @@ def _generate_in_background(srv: Server, max_new: int = 4) -> tuple[threading.Th
     return thread, codes
 
 
+def _until(check: Callable[[], bool], within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def _in_prefill(srv: Server) -> bool:
+    """The background request is in its prefill (a fixed sleep for it was too short on a loaded machine: the check
+    then ran before the prefill and answered at once). /get_load counts its tokens (every request not finished)
+    but not the request: num_reqs is the running batch and the queue, not the prefill of the current round."""
+    load = requests.get(srv.url + "/get_load", timeout=5).json()[0]
+    return load["num_tokens"] > 0 and load["num_reqs"] == 0
+
+
+def _draining(srv: Server) -> bool:
+    """The server handled the SIGTERM (it logs this line and turns /health to 503 in one step of its loop)."""
+    return "SIGTERM received." in srv.output()
+
+
 def _timed_health(srv: Server) -> tuple[int, float]:
     t0 = time.monotonic()
     code = requests.get(srv.url + "/health", timeout=60).status_code
@@ -216,7 +238,7 @@ def test_health_blocks_for_a_running_prefill_then_latches_unhealthy(ct: CtRoot,
     srv = start_server(ct, "--tp", "8", start_s=0.3)
     assert srv.wait_status(200)[-1] == 200
     thread, codes = _generate_in_background(srv)
-    time.sleep(0.3)
+    assert _until(lambda: _in_prefill(srv), 10)
     code, took = _timed_health(srv)
     thread.join()
     assert code == 200 and took >= 1.2, (code, took)  # held by the prefill, not the 0.25 s of an idle check
@@ -226,7 +248,7 @@ def test_health_blocks_for_a_running_prefill_then_latches_unhealthy(ct: CtRoot,
     short = start_server(ct, "--tp", "8", start_s=0.3, env_extra={"SGLANG_HEALTH_CHECK_TIMEOUT": "1"})
     assert short.wait_status(200)[-1] == 200
     thread, codes = _generate_in_background(short)
-    time.sleep(0.3)
+    assert _until(lambda: _in_prefill(short), 10)
     code, took = _timed_health(short)
     assert code == 503 and 1.0 <= took < 3.0, (code, took)
     assert "Health check failed. Server couldn't get a response from detokenizer for last 1 seconds" \
@@ -243,9 +265,9 @@ def test_sigterm_answers_503_and_drains_in_flight_requests(ct: CtRoot, start_ser
     srv = start_server(ct, "--tp", "8", start_s=0.3)
     assert srv.wait_status(200)[-1] == 200
     thread, codes = _generate_in_background(srv)
-    time.sleep(0.3)
+    assert _until(lambda: _in_prefill(srv), 10)  # in flight when the signal comes
     srv.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.3)
+    assert _until(lambda: _draining(srv), 10)
     assert requests.get(srv.url + "/health", timeout=5).status_code == 503
     assert srv.proc.poll() is None  # still draining
     thread.join()
@@ -294,7 +316,7 @@ def test_the_lines_the_tool_keys_on_are_in_the_real_log_and_the_standins(
                        env_extra={"SGLANG_SIM_GPU": "hopper"})
     assert srv.wait_status(200)[-1] == 200
     srv.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.2)
+    assert _until(lambda: _draining(srv), 10)
     assert requests.get(srv.url + "/health", timeout=5).status_code == 503
     assert srv.proc.wait(10) == -signal.SIGKILL
     out = srv.output()

@@ -102,3 +102,66 @@ def test_a_signal_after_the_command_finished_does_not_turn_its_result_into_an_in
                           timeout=60)
     assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr
+
+
+EVERY_POINT = """
+import faulthandler, sys, threading, time
+faulthandler.dump_traceback_later(90, exit=True)  # a hung run shows where it waits
+from orchestrator.fleet.engine import HostOutcome, run_fleet
+
+def stopped_at(n):
+    cancel = threading.Event()
+    seen = 0
+    ran, ended = [], []
+
+    def job(name, events):
+        ran.append(name)
+        while not cancel.wait(0.001):
+            events.say("working")  # the workers keep posting while the calling thread is stopped
+        ended.append(name)
+        return HostOutcome(name, "failed", exit_code=130)
+
+    def signal_after_nth_call(frame, event, arg):  # what a signal does: raise when a C call returns
+        nonlocal seen
+        if event == "c_return":
+            seen += 1
+            if seen == n:
+                raise KeyboardInterrupt
+
+    sys.setprofile(signal_after_nth_call)
+    try:
+        run_fleet(["a", "b", "c"], job, parallel=2, cancel=cancel, tick_s=0.002, on_event=lambda e: None)
+    except KeyboardInterrupt as stop:
+        assert sorted(ended) == sorted(ran), (n, ran, ended)  # every host that started ended through its cleanup
+        workers = [t for t in threading.enumerate() if t.name.startswith("deploy-fleet")]
+        waited_from = time.monotonic()  # a worker the launcher started late takes no host: wait for its end
+        while any(t.is_alive() or not t._started.is_set() for t in workers):
+            assert time.monotonic() - waited_from < 10, (n, "a worker never started or never ended")
+            time.sleep(0.01)
+        assert sorted(ended) == sorted(ran), (n, ran, ended)
+        if not hasattr(stop, "run"):  # stopped before any worker was started: nothing ran
+            assert not ran, (n, ran)
+            return ["skipped"] * 3
+        return [o.result for o in stop.run.outcomes]
+    finally:
+        sys.setprofile(None)
+    raise AssertionError(f"call {n}: the run was not stopped")
+
+for n in range(1, int(sys.argv[1]) + 1):
+    results = stopped_at(n)
+    # a and b ran unless the stop came before a worker took them; c never starts (cancelled)
+    assert results[2] == "skipped" and set(results) <= {"failed", "skipped"}, (n, results)
+    print(n, flush=True)
+"""
+
+
+def test_a_signal_after_any_call_of_the_calling_thread_still_ends_the_run() -> None:
+    """The SIGHUP case above once waited 30 s for a child that never exited (under load). The cause: the events
+    queue was a `queue.Queue`, whose get takes its mutex in Python code (Condition.__enter__); a signal that landed
+    right after that acquire raised before the `with` block, the mutex stayed held, and the calling thread's next
+    get waited on it for good. `Thread.start` in the calling thread had the same hole (its wait for the new thread:
+    the worker could then never begin). Python raises a signal's exception when a call returns: here it is raised
+    after each C call of the calling thread in turn (the first 200 of the run), and every run must end."""
+    proc = subprocess.run([sys.executable, "-c", EVERY_POINT, "200"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, (proc.stdout[-300:], proc.stderr[-2000:])
+    assert proc.stdout.split()[-1] == "200"
