@@ -32,10 +32,21 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from orchestrator.errors import ConfigError, RemoteError
-from orchestrator.store import store as st
-from orchestrator.store.pg_conn import ConnParams, DbError, Lost, PgConn, UndefinedTable, conn_params, parse_url
-from orchestrator.store.store import ClaimRow, Holder, LocalRecords, RecordKind, StoreSettings, StoreStatus
+from orchestrator.errors import ConfigError
+from orchestrator.store import base as st
+from orchestrator.store.base import ClaimRow, Holder, RecordKind, StoreSettings, StoreStatus
+from orchestrator.store.local import LocalRecords
+from orchestrator.store.pg_conn import (
+    ConnParams,
+    DbError,
+    Lost,
+    PgConn,
+    UndefinedTable,
+    conn_params,
+    parse_url,
+    safe_url,
+    unavailable,
+)
 
 if TYPE_CHECKING:
     from orchestrator.ledger.sqlite import Ledger
@@ -97,26 +108,6 @@ _V1 = """
         PRIMARY KEY (name, backend_pid)
     );
     """
-
-
-def _unavailable(settings: StoreSettings, exc: BaseException) -> RemoteError:
-    why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return RemoteError(f"the team state store {safe_url(settings.url)} ({settings.origin}) cannot be reached: {why}",
-                       fix="nothing was planned or changed. Check that the server is up and this machine reaches it, "
-                           "the URL, and the password (state_password_file / DEPLOY_STATE_PASSWORD_FILE, or "
-                           "PGPASSFILE); `deploy state status` tries it. Read-only commands (status, plan, doctor) "
-                           "still work from the hosts", step="state store")
-
-
-def safe_url(url: str) -> str:
-    """The URL as it may be printed: user, host, port and database only."""
-    try:
-        d = parse_url(url)
-    except ValueError:
-        return "(an unreadable URL)"
-    who = f"{d.user}@" if d.user else ""
-    port = f":{d.port}" if d.port else ""
-    return f"postgresql://{who}{d.host or ''}{port}/{d.dbname or ''}"
 
 
 def read_password_file(path: Path) -> str:
@@ -187,7 +178,7 @@ class PgClaims:
             if not (got and got[0]):
                 return self._holder(name)
         except Lost as exc:
-            raise _unavailable(self.pg.settings, exc) from None
+            raise unavailable(self.pg.settings, exc) from None
         self._held[name] = exclusive
         self._start_heartbeat()
         return None
@@ -282,13 +273,13 @@ class PgStore:
         try:
             conn = PgConn.connect(params)
         except DbError as exc:
-            raise _unavailable(settings, exc) from None
+            raise unavailable(settings, exc) from None
         pg = cls(settings, conn)
         try:
             pg.migrate()
         except Lost as exc:
             conn.close()
-            raise _unavailable(settings, exc) from None
+            raise unavailable(settings, exc) from None
         except DbError as exc:
             conn.close()
             raise ConfigError(f"the team state store {pg.where} refused its schema: {exc}",
@@ -307,7 +298,7 @@ class PgStore:
         try:
             return self.conn.execute(sql, tuple(args))
         except Lost as exc:
-            raise _unavailable(self.settings, exc) from None
+            raise unavailable(self.settings, exc) from None
 
     def schema_version(self) -> int:
         row = self.conn.execute(f"SELECT max(version) FROM {SCHEMA}.schema_version").fetchone()

@@ -24,7 +24,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import pg8000.native
 
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, RemoteError
+from orchestrator.store.base import StoreSettings
 
 #: Client-side settings for a dead server (libpq's names); a URL that sets one keeps its own.
 CLIENT_DEFAULTS: dict[str, str] = {"connect_timeout": "5", "keepalives": "1", "keepalives_idle": "10",
@@ -335,3 +336,23 @@ class PgConn:
             self._closed = True
             with suppress(pg8000.native.Error, OSError):
                 self._raw.close()
+
+
+def unavailable(settings: StoreSettings, exc: BaseException) -> RemoteError:
+    why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return RemoteError(f"the team state store {safe_url(settings.url)} ({settings.origin}) cannot be reached: {why}",
+                       fix="nothing was planned or changed. Check that the server is up and this machine reaches it, "
+                           "the URL, and the password (state_password_file / DEPLOY_STATE_PASSWORD_FILE, or "
+                           "PGPASSFILE); `deploy state status` tries it. Read-only commands (status, plan, doctor) "
+                           "still work from the hosts", step="state store")
+
+
+def safe_url(url: str) -> str:
+    """The URL as it may be printed: user, host, port and database only."""
+    try:
+        d = parse_url(url)
+    except ValueError:
+        return "(an unreadable URL)"
+    who = f"{d.user}@" if d.user else ""
+    port = f":{d.port}" if d.port else ""
+    return f"postgresql://{who}{d.host or ''}{port}/{d.dbname or ''}"

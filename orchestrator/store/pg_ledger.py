@@ -9,12 +9,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.ledger.sqlite import Ledger, RunRecord
-from orchestrator.store import store as st
-from orchestrator.store.pg import PgStore, _unavailable
-from orchestrator.store.pg_conn import DbError, Lost, PgConn, UniqueViolation
+from orchestrator.store import base as st
+
+if TYPE_CHECKING:
+    from orchestrator.store.pg import PgStore
+
+from orchestrator.store.pg_conn import DbError, Lost, PgConn, UniqueViolation, unavailable
 
 
 class _Row(tuple[Any, ...]):
@@ -62,7 +65,7 @@ class PgLedger(Ledger):
         try:
             yield _Conn(self.pg.conn)
         except Lost as exc:
-            raise _unavailable(self.pg.settings, exc) from None
+            raise unavailable(self.pg.settings, exc) from None
 
     def schema_version(self) -> int:
         return self.pg.schema_version()
