@@ -1,7 +1,8 @@
-"""The data files shipped inside the package, and the only module that knows where they live.
+"""The data files shipped inside the package, and the only module that knows where they live (but the shell
+scripts, which sit beside their renderer: orchestrator/scripts).
 
-Templates, playbooks, shell scripts, flag schemas and the example inventory are package data: a wheel installs
-them next to the code, so they are found through `importlib.resources` (never relative to a checkout) and the
+Templates, playbooks, flag schemas and the example inventory are package data: a wheel installs them next to the
+code, so they are found through `importlib.resources` (never relative to a checkout) and the
 installed `deploy` works from any directory. Each function returns a real directory: the tool lists, globs and
 hands these paths to Jinja and to users (who copy playbooks and the example inventory), which a zipped install
 could not offer; such an install is refused with a clear error instead of a traceback.
@@ -35,11 +36,6 @@ def templates_dir() -> Path:
 def playbooks_dir() -> Path:
     """The shipped playbooks (`--playbook NAME`); users copy one and pass its path."""
     return _shipped("playbooks")
-
-
-def scripts_dir() -> Path:
-    """Shell scripts (Jinja) the steps run on the node or in the container."""
-    return _shipped("scripts")
 
 
 def flag_schemas_dir() -> Path:

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import shlex
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import jinja2
 
-from orchestrator.resources import scripts_dir
+#: The scripts' own directory: they ship inside this package, beside the module that renders them (so this
+#: layer of the tool, below every step and adapter, depends on nothing else of it).
+SCRIPTS_DIR = Path(__file__).resolve().parent
 
 
 @cache
 def _env() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(scripts_dir())), undefined=jinja2.StrictUndefined,
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(SCRIPTS_DIR)), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, autoescape=False, trim_blocks=True, lstrip_blocks=True)
     env.filters["q"] = lambda value: shlex.quote(str(value))
     env.filters["qjoin"] = lambda argv: shlex.join(str(a) for a in argv)

@@ -46,7 +46,7 @@ from orchestrator.router.render import router_schema
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.playbooks import available_playbooks, load_playbook
 from orchestrator.render.files import environment
-from orchestrator.scripts import _env as scripts_env
+from orchestrator.scripts import SCRIPTS_DIR, _env as scripts_env
 from orchestrator.steps import load_all_steps
 
 ROUTER_0_3_2 = RouterRelease("sglang-router", "0.3.2")
@@ -58,7 +58,7 @@ print(json.dumps({
     "version": metadata.version("%s"),
     "playbooks": {n: load_playbook(n, steps).step_names for n in available_playbooks()},
     "templates": sorted(environment().get_template(p.name).name for p in resources.templates_dir().glob("*.j2")),
-    "scripts": sorted(scripts_env().get_template(p.name).name for p in resources.scripts_dir().glob("*.j2")),
+    "scripts": sorted(scripts_env().get_template(p.name).name for p in SCRIPTS_DIR.glob("*.j2")),
     "flag_versions": FlagSchema.known_versions(),
     "router_options": len(router_schema(ROUTER_0_3_2).option_strings),
     "probes": sorted(p.name for p in resources.probes_dir().glob("*.py") if resources.probe_text(p.name)),
