@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything and run the checks CI runs: ruff, mypy, the whole pytest suite (unit + simulator + e2e).
 #
-# pytest runs in DEPLOY_TEST_JOBS processes (pytest-xdist, default 5; 0 = one process), each with its own
+# pytest runs in DEPLOY_TEST_JOBS processes (pytest-xdist; default: one per 5.5 GB of memory, at most 5, so 4 on a
+# 24 GiB machine; 0 = one process), each with its own
 # simulated host on free loopback addresses (tests/sim_hosts.py; DEPLOY_SIM_FIRST=N pins them to N..), so a
 # demo left running does not get in the way. Each test file runs whole in one process, in order (--dist loadfile;
 # `loadgroup` split modules across workers, and a module's first test converges the hosts its later tests use): the
@@ -37,5 +38,10 @@ if [ -z "${DEPLOY_TEST_TMP:-}" ] && [ "$(id -u)" = 0 ]; then
   fi
 fi
 if [ -n "${DEPLOY_TEST_TMP:-}" ]; then export TMPDIR=$DEPLOY_TEST_TMP; fi
-"$PY" -m pytest -q -p no:cacheprovider -n "${DEPLOY_TEST_JOBS:-5}" --dist loadfile \
+# Each process's simulated hosts keep their containers' root filesystems in memory: about 3.6 GB at a process's
+# peak since containers carry the C/C++ toolchain a real first start compiles with (520 MB a container, the site
+# template it came from beside it). Five processes on a 24 GiB machine reached 22 GB of tmpfs and the OOM killer.
+mem_kb=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)
+jobs=$(( mem_kb / 5500000 )); [ "$jobs" -gt 5 ] && jobs=5; [ "$jobs" -lt 1 ] && jobs=1
+"$PY" -m pytest -q -p no:cacheprovider -n "${DEPLOY_TEST_JOBS:-$jobs}" --dist loadfile \
   --no-loadscope-reorder --durations=15 "$@"
