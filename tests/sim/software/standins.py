@@ -79,7 +79,29 @@ def make_ct_root(path: Path, minors: list[int] | None = None, time_scale: float 
     wanted = [g.minor for g in gpus] if minors is None else minors
     for name in ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", *(f"nvidia{m}" for m in wanted)]:
         (dev / name).touch()
+    with_toolchain(ct)
     return ct
+
+
+def with_toolchain(ct: CtRoot) -> CtRoot:
+    """What `ct_packages` installs for the real first start: a C compiler on PATH and the Python headers, inside the
+    container's root (the stand-in looks there, never at the test machine's own gcc)."""
+    gcc = ct.root / "usr" / "bin" / "gcc"
+    gcc.parent.mkdir(parents=True, exist_ok=True)
+    gcc.write_text("#!/bin/sh\nexit 0\n")
+    gcc.chmod(0o755)
+    for include in {_include(sys.executable), _include(CT_PYTHON)}:  # the tests' interpreter, and the venvs' base
+        header = ct.root / include.lstrip("/") / "Python.h"
+        header.parent.mkdir(parents=True, exist_ok=True)
+        header.touch()
+    return ct
+
+
+def _include(python: str) -> str:
+    """The include dir Triton (and the stand-in) passes the compiler for `python` (sysconfig's `include`)."""
+    code = ("import sysconfig; s = sysconfig.get_default_scheme(); "
+            "print(sysconfig.get_paths(scheme='posix_prefix' if s == 'posix_local' else s)['include'])")
+    return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout.strip()
 
 
 def with_userspace(ct: CtRoot, version: str | None = HOST_DRIVER) -> CtRoot:

@@ -409,8 +409,8 @@ def test_each_start_leaves_its_prometheus_directory_as_the_real_one(
 
 # ------------------------------------------------ each release's own lines (tests/fixtures/sglang/lines)
 
-LINES = Path(__file__).resolve().parents[1] / "fixtures" / "sglang" / "lines"
-FATAL = Path(__file__).resolve().parents[1] / "fixtures" / "sglang" / "fatal"
+LINES = Path(__file__).resolve().parents[2] / "fixtures" / "sglang" / "lines"
+FATAL = Path(__file__).resolve().parents[2] / "fixtures" / "sglang" / "fatal"
 
 
 def test_the_0_5_23_stand_in_prints_0_5_23_s_capture_and_jit_lines(ct: CtRoot,
