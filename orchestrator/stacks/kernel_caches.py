@@ -13,6 +13,12 @@ flashinfer's JIT, triton, sglang's own JIT kernels through tvm-ffi in ~/.cache/t
 those of the paths the H100 did not take (DeepGEMM, TileLang's NSA indexer kernels, CuTe DSL, Inductor; sglang
 0.5.23's SGLANG_JIT_CACHE_DIR) is pointed under the directory, so none lands in $HOME or /tmp.
 
+FlashInfer's cubins (its TRT-LLM-gen kernels, fetched on first use when the stack carries no flashinfer-cubin
+package: sglang 0.5.23 pins none) would land in every stack × shape directory (`.cache/flashinfer/cubins` under
+FLASHINFER_WORKSPACE_BASE, flashinfer/jit/env.py of 0.6.11.post1 and 0.7.2). They depend on the flashinfer version
+only, so the check before a start links that directory to one shared place, `flashinfer-cubins/<version>/` in the
+cache root, keyed by the version the stack's venv holds.
+
 `/var/cache/deploy/kernels` is a bind mount of a host directory (container.kernel_cache, default
 /var/lib/deploy/kernel-cache/<vmid>), so a rebuilt container keeps its caches. A changed stack or shape is another
 directory, so it starts cold and never reads another stack's results; a rollback's env names its own directory again,
@@ -182,9 +188,53 @@ def say(state, reason="", moved=""):
             json.dump(want, fh, sort_keys=True)
         os.replace(m + ".tmp", m)
     print("DEPLOY_CACHE=" + json.dumps({"dir": d, "state": state, "reason": reason, "moved_to": moved}))
+# flashinfer's default cubin dir under FLASHINFER_WORKSPACE_BASE
+CUBINS = os.path.join(".cache", "flashinfer", "cubins")
+def written(d):
+    """Anything but the manifest and the shared-cubin link: a start wrote kernels."""
+    link = os.path.join(d, CUBINS)
+    for root, dirs, files in os.walk(d):
+        if [f for f in files if not (root == d and f == "deploy-cache.json")]:
+            return True
+        if [x for x in dirs if os.path.islink(os.path.join(root, x)) and os.path.join(root, x) != link]:
+            return True
+        if root != d and not dirs and not files and not link.startswith(root + os.sep):
+            return True  # an empty directory of its own (a start made it)
+    return False
+def link_cubins(d, venv):
+    """Point the cache's flashinfer cubin dir at one shared, version-keyed place: the cubins a stack without
+    flashinfer-cubin downloads are the same for every shape, and a few hundred MB each."""
+    try:
+        site = [p for p in os.listdir(os.path.join(venv, "lib")) if p.startswith("python3")]
+        infos = [n for s in site for n in os.listdir(os.path.join(venv, "lib", s, "site-packages"))
+                 if n.startswith("flashinfer_python-") and n.endswith(".dist-info")]
+    except OSError:
+        return
+    if len(infos) != 1:
+        return
+    version = infos[0][len("flashinfer_python-"):-len(".dist-info")]
+    shared = os.path.join(os.path.dirname(d), "flashinfer-cubins", version)
+    link = os.path.join(d, CUBINS)
+    try:
+        if os.path.islink(link):
+            if os.readlink(link) == shared:
+                return
+            os.unlink(link)
+        elif os.path.isdir(link):
+            if os.path.exists(shared):
+                return  # its own cubins beside a shared copy: left alone, still valid
+            os.makedirs(os.path.dirname(shared), exist_ok=True)
+            os.rename(link, shared)
+        os.makedirs(shared, exist_ok=True)
+        os.makedirs(os.path.dirname(link), exist_ok=True)
+        os.symlink(shared, link)
+    except OSError:
+        pass
 try:
     if not os.path.isdir(d):
         say("absent" if look else "fresh")
+        if not look:
+            link_cubins(d, want.get("venv") or "")
         sys.exit(0)
     reason = ""
     try:
@@ -206,7 +256,7 @@ try:
                         break
             if reason:
                 break
-    if not reason and not [e for e in os.listdir(d) if e != "deploy-cache.json"]:
+    if not reason and not written(d):
         # its manifest and nothing else: the start after the check ended before it wrote a kernel (a real
         # 0.5.12.post1 that died parsing its flags left exactly this); the next start compiles everything
         say("absent" if look else "fresh", "it holds only its manifest: no start has written a kernel to it yet")
@@ -228,6 +278,8 @@ try:
             if not os.path.islink(old):
                 shutil.rmtree(old, ignore_errors=True)
         say("set-aside", reason, moved)
+    if not look:
+        link_cubins(d, want.get("venv") or "")
 except OSError as exc:
     print("DEPLOY_CACHE=" + json.dumps({"dir": d, "state": "unchecked", "reason": str(exc), "moved_to": ""}))
 '''.replace("@KEEP@", str(KEEP_SET_ASIDE))

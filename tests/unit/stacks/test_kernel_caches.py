@@ -169,3 +169,55 @@ def test_set_aside_caches_are_pruned_to_the_newest_few(tmp_path: Path) -> None:
     aside = sorted(p.name for p in root.iterdir() if ".set-aside-" in p.name)
     assert len(aside) == keep and Path(check.moved_to).name in aside and old[-1].name in aside, aside
     assert d.is_dir() and other.is_dir()
+
+
+def test_flashinfer_cubins_are_shared_per_flashinfer_version(tmp_path: Path) -> None:
+    """Issue 48 (6): a stack without flashinfer-cubin (sglang 0.5.23) downloads its cubins into
+    FLASHINFER_WORKSPACE_BASE/.cache/flashinfer/cubins, i.e. into every stack × shape directory. The check before a
+    start links that directory to one place per flashinfer version, and a link alone is not a warm cache."""
+    venv = tmp_path / "venv"
+    (venv / "lib" / "python3.13" / "site-packages" / "flashinfer_python-0.7.2.dist-info").mkdir(parents=True)
+    root = tmp_path / "kernels"
+    shared = root / "flashinfer-cubins" / "0.7.2"
+    dirs = []
+    for tp in (4, 8):
+        shape = CacheShape("/m", "auto", tp, "flashinfer_cutlass")
+        d = root / cache_key("aaaaaaaaaaaa", str(venv), shape)
+        spec = {"dir": str(d), "manifest": manifest(d.name, "aaaaaaaaaaaa", str(venv), shape)}
+        first = parse_check(_check(tmp_path, spec))
+        assert first is not None and first.state == "fresh"
+        link = d / ".cache" / "flashinfer" / "cubins"
+        assert link.is_symlink() and link.resolve() == shared.resolve() and shared.is_dir()
+        again = parse_check(_check(tmp_path, spec))  # the start died before writing a kernel: still cold
+        assert again is not None and again.state == "fresh" and "holds only its manifest" in again.reason
+        dirs.append((d, spec))
+    (dirs[0][0] / ".cache" / "flashinfer" / "cubins" / "fmha").mkdir()  # a download through one shape's link
+    assert (dirs[1][0] / ".cache" / "flashinfer" / "cubins" / "fmha").is_dir()  # seen by the other
+    (dirs[0][0] / "triton").mkdir()
+    warm = parse_check(_check(tmp_path, dirs[0][1]))
+    assert warm is not None and warm.state == "warm"
+
+
+def test_a_cache_with_its_own_cubins_moves_them_to_the_shared_place(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    (venv / "lib" / "python3.11" / "site-packages" / "flashinfer_python-0.6.11.post1.dist-info").mkdir(parents=True)
+    shape = CacheShape("/m", "auto", 8, "flashinfer_cutlass")
+    d = tmp_path / "kernels" / cache_key("aaaaaaaaaaaa", str(venv), shape)
+    spec = {"dir": str(d), "manifest": manifest(d.name, "aaaaaaaaaaaa", str(venv), shape)}
+    own = d / ".cache" / "flashinfer" / "cubins"
+    own.mkdir(parents=True)
+    (own / "kernel.cubin").write_bytes(b"\x7fELF")
+    (d / "deploy-cache.json").write_text(json.dumps(spec["manifest"], sort_keys=True))
+    check = parse_check(_check(tmp_path, spec))
+    assert check is not None and check.state == "warm"  # an earlier start's cubins are kernels it wrote
+    shared = tmp_path / "kernels" / "flashinfer-cubins" / "0.6.11.post1"
+    assert own.is_symlink() and (shared / "kernel.cubin").read_bytes() == b"\x7fELF"
+
+
+def test_no_link_without_exactly_one_flashinfer_in_the_stack(tmp_path: Path) -> None:
+    shape = CacheShape("/m", "auto", 8, "flashinfer_cutlass")
+    d = tmp_path / "kernels" / cache_key("aaaaaaaaaaaa", "/nonexistent-venv", shape)
+    spec = {"dir": str(d), "manifest": manifest(d.name, "aaaaaaaaaaaa", "/nonexistent-venv", shape)}
+    check = parse_check(_check(tmp_path, spec))
+    assert check is not None and check.state == "fresh"
+    assert not (d / ".cache").exists() and not (tmp_path / "kernels" / "flashinfer-cubins").exists()
