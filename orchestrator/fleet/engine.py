@@ -16,9 +16,11 @@ from __future__ import annotations
 import _thread
 import os
 import queue
+import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -139,6 +141,45 @@ class FleetRun:
 
 _new_lock = threading.Lock  # a name tests can replace with a lock that is hit by a signal
 
+#: The signals a fleet run ends on (orchestrator/cli/common.py turns SIGTERM and SIGHUP into KeyboardInterrupt).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def noted_stops() -> Iterator[list[BaseException]]:
+    """While the block runs, each stop a signal handler raises is also recorded (yielded list) before it is raised.
+
+    Why: Python swallows an exception raised inside a weakref callback or a `__del__` ("Exception ignored in …"),
+    and a signal's handler runs wherever the main thread is, those included. A Ctrl-C that landed there was lost:
+    the run went on as if never stopped (a job waiting for the cancel waited for good). The record survives the
+    swallow, and the run's loop stops on it. Main thread only (signals are delivered there); handlers that are not
+    Python callables (SIG_DFL, SIG_IGN) are left alone."""
+    stops: list[BaseException] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield stops
+        return
+    old: dict[int, Any] = {}
+
+    def noting(prev: Callable[[int, Any], Any]) -> Callable[[int, Any], Any]:
+        def handler(signum: int, frame: Any) -> Any:
+            try:
+                return prev(signum, frame)
+            except BaseException as exc:
+                stops.append(exc)
+                raise
+        return handler
+
+    for sig in STOP_SIGNALS:
+        prev = signal.getsignal(sig)
+        if callable(prev):
+            old[sig] = prev
+            signal.signal(sig, noting(prev))
+    try:
+        yield stops
+    finally:
+        for sig, prev in old.items():
+            signal.signal(sig, prev)
+
 
 def _join(worker: threading.Thread) -> None:
     """Wait for a worker. One the launcher is starting may run before `start()` has marked it started, which `join`
@@ -165,6 +206,14 @@ def run_fleet(hosts: Sequence[str], job: Job, *, parallel: int, fail_fast: bool 
     own cleanup), no further host starts, the workers are waited for, then the KeyboardInterrupt is re-raised; a
     second one stops waiting. Without `cancel` it propagates at once.
     """
+    with noted_stops() as noted:
+        return _run_fleet(hosts, job, parallel=parallel, fail_fast=fail_fast, on_event=on_event, on_tick=on_tick,
+                          tick_s=tick_s, cancel=cancel, noted=noted)
+
+
+def _run_fleet(hosts: Sequence[str], job: Job, *, parallel: int, fail_fast: bool,
+               on_event: Callable[[Event], None] | None, on_tick: Callable[[], None] | None,
+               tick_s: float, cancel: threading.Event | None, noted: list[BaseException]) -> FleetRun:
     if parallel < 1:
         raise ValueError("parallel must be >= 1")
     stats = EngineStats(parallel=parallel, baseline_threads=threading.active_count(),
@@ -253,6 +302,9 @@ def run_fleet(hosts: Sequence[str], job: Job, *, parallel: int, fail_fast: bool 
         on_signal(exc)
     while True:
         try:
+            lost = [s for s in noted if isinstance(s, KeyboardInterrupt) and s is not interrupted]
+            if lost and interrupted is None:  # raised where Python swallowed it (see noted_stops)
+                on_signal(lost[0])
             try:
                 event = events.get(timeout=tick_s)
             except queue.Empty:
