@@ -177,8 +177,8 @@ def noted_stops() -> Iterator[list[BaseException]]:
     try:
         yield stops
     finally:
-        for sig, prev in old.items():
-            signal.signal(sig, prev)
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
 
 
 def _join(worker: threading.Thread) -> None:
