@@ -15,6 +15,7 @@ import re
 import shutil
 import tempfile
 import threading
+import zipfile
 from dataclasses import dataclass, field
 from functools import cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -57,8 +58,38 @@ def sha256_of(path: Path) -> str:
     return _sha256(path, st.st_mtime_ns, st.st_size)
 
 
-def _page(title: str, links: list[tuple[str, str]]) -> bytes:
-    body = "".join(f'    <a href="{html.escape(href)}">{html.escape(text)}</a><br/>\n' for href, text in links)
+@cache
+def _core_metadata(path: Path, mtime_ns: int, size: int) -> bytes | None:
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+            return zf.read(names[0]) if len(names) == 1 else None
+    except (OSError, zipfile.BadZipFile):
+        return None
+
+
+def core_metadata(wheel: Path) -> bytes | None:
+    """The wheel's METADATA, as a registry serves it beside the file (PEP 658 `<file>.metadata`): pip resolves from
+    it without downloading the wheel. None for a wheel without exactly one."""
+    st = wheel.stat()
+    return _core_metadata(wheel, st.st_mtime_ns, st.st_size)
+
+
+def _anchor_attrs(wheel: Path) -> dict[str, str]:
+    """PEP 658 and PEP 714 attributes of a file's link: the hash of its metadata file."""
+    meta = core_metadata(wheel)
+    if meta is None:
+        return {}
+    digest = "sha256=" + hashlib.sha256(meta).hexdigest()
+    return {"data-dist-info-metadata": digest, "data-core-metadata": digest}
+
+
+def _page(title: str, links: list[tuple[str, str]], attrs: list[dict[str, str]] | None = None) -> bytes:
+    def extra(i: int) -> str:
+        return "".join(f' {k}="{html.escape(v)}"' for k, v in (attrs[i] if attrs else {}).items())
+
+    body = "".join(f'    <a href="{html.escape(href)}"{extra(i)}>{html.escape(text)}</a><br/>\n'
+                   for i, (href, text) in enumerate(links))
     return (f"<!DOCTYPE html>\n<html>\n  <head><meta name=\"pypi:repository-version\" content=\"1.0\">"
             f"<title>{html.escape(title)}</title></head>\n  <body>\n{body}  </body>\n</html>\n").encode()
 
@@ -125,7 +156,16 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(404, b"Not Found\n", "text/plain")
                 return
             links = [(f"{base}/files/{w.name}#sha256={sha256_of(w)}", w.name) for w in files]
-            self._send(200, _page(f"Links for {m.group(1)}", links))
+            # The real wheels' links carry their metadata's hash, as a public registry's do (PEP 658/714): a
+            # resolution (`deploy lock`) then reads ~200 METADATA files instead of downloading ~4 GB of wheels.
+            attrs = [_anchor_attrs(w) for w in files] if base == REAL_PREFIX else None
+            self._send(200, _page(f"Links for {m.group(1)}", links, attrs))
+            return
+        m = re.fullmatch(r"/files/([^/]+\.whl)\.metadata", path)
+        wheel = next((w for w in wheels if m and base == REAL_PREFIX and w.name == m.group(1)), None)
+        meta = core_metadata(wheel) if wheel is not None and wheel.is_file() else None
+        if meta is not None:
+            self._send(200, meta, "application/octet-stream")
             return
         m = re.fullmatch(r"/files/([^/]+\.whl)", path)
         found = next((w for w in wheels if m and w.name == m.group(1)), None)

@@ -94,3 +94,63 @@ def test_a_warm_fill_reads_its_closure_and_resolves_nothing(tmp_path: Path) -> N
     assert realhouse.read_manifest(path, want) == [pinned]
     assert realhouse.read_manifest(path, {**want, "constraints": []}) is None  # other constraints: resolve again
     assert realhouse.read_manifest(tmp_path / "none.json", want) is None
+
+
+def _wheel(path: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> Path:
+    """A minimal valid wheel (METADATA, WHEEL, RECORD, one module)."""
+    import zipfile
+
+    dist = f"{name}-{version}"
+    wheel = path / f"{dist}-py3-none-any.whl"
+    meta = "".join([f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+                    *(f"Requires-Dist: {r}\n" for r in requires)])
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr(f"{name}/__init__.py", "")
+        zf.writestr(f"{dist}.dist-info/METADATA", meta)
+        zf.writestr(f"{dist}.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                               "Tag: py3-none-any\n")
+        zf.writestr(f"{dist}.dist-info/RECORD", "")
+    return wheel
+
+
+def test_the_real_index_serves_core_metadata_that_pip_resolves_from(tmp_path: Path) -> None:
+    """A public registry serves each wheel's METADATA beside it (PEP 658/714), and pip's resolver reads it before
+    any wheel. The container's own pip (Debian 12's python3-venv, 23.0.1) does here. It still downloads every wheel
+    afterwards for `install --dry-run --report` (so did pip 23.2.1 and 25.1.1, tried by hand): the ~4 GB that
+    `deploy lock` fetches on a real stack are pip's own doing, not a missing metadata file of this index."""
+    import subprocess
+
+    from tests.sim.software.standins import CT_PYTHON, clean_env
+
+    real = tmp_path / "real"
+    real.mkdir()
+    _wheel(real, "alpha", "1.0", ("beta>=2",))
+    beta = _wheel(real, "beta", "2.0")
+    server = IndexHTTPServer(("127.0.0.1", 0), tmp_path, None, real)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        page = requests.get(f"{base}{REAL_PREFIX}/simple/beta/", timeout=10).text
+        meta = requests.get(f"{base}{REAL_PREFIX}/files/{beta.name}.metadata", timeout=10)
+        digest = hashlib.sha256(meta.content).hexdigest()
+        assert meta.content.startswith(b"Metadata-Version: 2.1\nName: beta\n")
+        assert f'data-dist-info-metadata="sha256={digest}"' in page and f'data-core-metadata="sha256={digest}"' in page
+        assert requests.get(f"{base}/files/{beta.name}.metadata", timeout=10).status_code == 404  # stand-ins: none
+        venv = tmp_path / "venv"
+        subprocess.run([CT_PYTHON, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=120)
+        server.requests.clear()
+        res = subprocess.run([str(venv / "bin" / "pip"), "install", "--dry-run", "--quiet", "--report", "-",
+                              "--no-cache-dir", "--index-url", f"{base}{REAL_PREFIX}/simple", "alpha"],
+                             env=clean_env(), capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr[-2000:]
+        resolved = sorted(i["metadata"]["name"] for i in json.loads(res.stdout)["install"])
+        assert resolved == ["alpha", "beta"]
+        fetched = [r for r in server.requests if "/files/" in r]
+        metadata = [f"GET {REAL_PREFIX}/files/alpha-1.0-py3-none-any.whl.metadata",
+                    f"GET {REAL_PREFIX}/files/{beta.name}.metadata"]
+        assert fetched[:2] == metadata, server.requests  # the resolution ran on the metadata files
+        assert set(fetched[2:]) == {f"GET {REAL_PREFIX}/files/alpha-1.0-py3-none-any.whl",
+                                    f"GET {REAL_PREFIX}/files/{beta.name}"}, server.requests
+    finally:
+        server.shutdown()
+        server.server_close()
