@@ -74,6 +74,7 @@ class StackMeta(ReleaseDocument):
     sglang_version: str | None = None
     requirement: str | None = None
     patches: list[Any] | None = None  # the patches applied to it (stacks.py), when any
+    cuda_home: str | None = None  # the CUDA its venv carries, the unit's CUDA_HOME (a release before: none)
 
 
 class TuneMeta(ReleaseDocument):

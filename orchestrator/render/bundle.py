@@ -40,12 +40,14 @@ def render_bundle(host: Host, profile: ServerProfile, *, nodes: Sequence[DeviceN
                   proc_devices: Mapping[str, int] | None = None, existing_conf: Mapping[str, str] | None = None,
                   method: str | None = None, pve_version: str | None = None,
                   schema: FlagSchema | None = None, flags: FlagSet | None = None, api_key: str | None = None,
-                  release_id: str | None = None, venv: str | None = None, cache_dir: str | None = None) -> Bundle:
+                  release_id: str | None = None, venv: str | None = None, cache_dir: str | None = None,
+                  cuda_home: str | None = None) -> Bundle:
     """Render all files. Without `nodes` the passthrough is left out (a flag rollout does not touch it).
 
     The flag set is `flags` when given, else the profile's flags canonicalised against `schema` (default: the
     packaged schema of profile.sglang_version). The unit runs `venv`'s sglang (the release's stack), by default
     the profile's venv. `cache_dir`: the release's kernel cache directory (orchestrator/caches.py), in sglang.env.
+    `cuda_home`: the CUDA that stack carries, the unit's CUDA_HOME (render/service.py unit_cuda_home).
     """
     if flags is None:
         flags = canonicalize(profile.flags, schema or FlagSchema.load(profile.sglang_version))
@@ -56,7 +58,7 @@ def render_bundle(host: Host, profile: ServerProfile, *, nodes: Sequence[DeviceN
         chosen, reason = resolve_method(method or host.container.passthrough, pve_version)
         files.append(render_passthrough(nodes, existing_conf or {}, proc_devices or {}, chosen,
                                         vmid=host.container.vmid))
-    files.append(render_unit(profile, flags, release_id, venv))
+    files.append(render_unit(profile, flags, release_id, venv, cuda_home))
     files.append(render_env(profile, api_key, flags, cache_dir))
     files.extend(f for f in (render_secrets(profile, api_key, flags), render_logging(profile, flags)) if f is not None)
     notes = list(flags.notes)

@@ -123,11 +123,25 @@ def stored_launch_argv(profile: ServerProfile, stored: dict[str, Any], schema: F
     return launch_argv(profile, flags, venv=venv, withheld=bool(withheld))
 
 
+def unit_cuda_home(profile: ServerProfile, cuda_home: str | None, venv: str | None = None) -> str | None:
+    """The unit's CUDA_HOME: the CUDA the release's stack carries (`cuda_home`, inside its venv), unless the
+    profile's env: names one itself (that one wins, as the EnvironmentFile would anyway) or there is none. A path
+    outside the venv or with a character systemd would read is no stack's: left out (doctor then says nvcc is
+    missing)."""
+    if not cuda_home or "CUDA_HOME" in profile.env:
+        return None
+    inside = server_python(profile, venv).removesuffix("/bin/python") + "/lib/python3"
+    safe = re.fullmatch(r"/[A-Za-z0-9_./-]+", cuda_home) and "/../" not in cuda_home + "/"
+    return cuda_home.rstrip("/") if safe and cuda_home.startswith(inside) else None
+
+
 def render_unit(profile: ServerProfile, flags: FlagSet, release_id: str | None = None,
-                venv: str | None = None) -> RenderedFile:
-    """sglang.service, running `venv`'s sglang (the release's stack; default the profile's venv). The managed
-    header (release id, body hash) is excluded from `sha256`."""
+                venv: str | None = None, cuda_home: str | None = None) -> RenderedFile:
+    """sglang.service, running `venv`'s sglang (the release's stack; default the profile's venv), with CUDA_HOME the
+    CUDA that stack carries (`cuda_home`: unit_cuda_home). The managed header (release id, body hash) is excluded
+    from `sha256`."""
     ctx: dict[str, object] = {
+        "cuda_home": unit_cuda_home(profile, cuda_home, venv) or "",
         "served_model_name": profile.served_model_name,
         "model_path": profile.model_path,
         "env_file": ENV_PATH,

@@ -90,6 +90,10 @@ class StackRecord:
     patched: dict[str, str] = field(default_factory=dict)
     #: The constraints it was built with (the profile's `constraints:`).
     constraints: tuple[str, ...] = ()
+    #: The CUDA its venv carries (the directory holding bin/nvcc: sglang 0.5.23's nvidia-cuda-nvcc), read from the
+    #: venv (CT.toolchain, or the build's own check), never from the record file: the server's unit sets CUDA_HOME
+    #: to it (render/service.py), and a release records it in meta.json's `stack`.
+    cuda_home: str | None = None
 
     @property
     def usable(self) -> bool:
@@ -112,14 +116,16 @@ class StackRecord:
             meta["patches"] = list(self.patches)
         if self.constraints:
             meta["constraints"] = list(self.constraints)
+        if self.cuda_home:
+            meta["cuda_home"] = self.cuda_home
         return meta
 
 
 def record_for(stack: Stack, venv: str, *, adopted: bool, built_at: str,
-               patched: Mapping[str, str] | None = None) -> StackRecord:
+               patched: Mapping[str, str] | None = None, cuda_home: str | None = None) -> StackRecord:
     return StackRecord(stack.sha, venv, stack.sglang_version, stack.requirement, adopted, built_at,
                        installed=stack.sglang_version, patches=tuple(p.name for p in stack.patches),
-                       patched=dict(patched or {}), constraints=stack.constraints)
+                       patched=dict(patched or {}), constraints=stack.constraints, cuda_home=cuda_home)
 
 
 def parse_stack_listing(text: str) -> dict[str, StackRecord]:
@@ -166,6 +172,19 @@ def build_command(stack: Stack, venv: str) -> str:
     return (f"rm -rf {q} && mkdir -p {shlex.quote(PATHS.stacks_dir)} && python3 -m venv {q} && "
             f"{{ {watch}; {pip_install_command(stack, venv)}; rc=$?; kill $w 2>/dev/null; wait $w 2>/dev/null; "
             f"(exit $rc); }} || {{ rc=$?; rm -rf {q}; exit $rc; }}")
+
+
+def stack_nvcc_command(venv: str) -> str:
+    """The nvcc `venv` carries (sglang 0.5.23's nvidia-cuda-nvcc: site-packages/nvidia/cu13/bin/nvcc), the first in
+    name order as CT.toolchain's program takes it; nothing without one."""
+    return (f"ls -d {shlex.quote(venv.rstrip('/'))}/lib/python3*/site-packages/nvidia/cu*/bin/nvcc 2>/dev/null "
+            "| head -n 1")
+
+
+def nvcc_home(listed: str) -> str | None:
+    """stack_nvcc_command's answer → the CUDA home (the directory holding bin/nvcc); None without one."""
+    path = listed.strip().splitlines()[0] if listed.strip() else ""
+    return path.removesuffix("/bin/nvcc") if path.endswith("/bin/nvcc") else None
 
 
 def pip_install_command(stack: Stack, venv: str) -> str:

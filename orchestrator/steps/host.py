@@ -20,6 +20,7 @@ from orchestrator.render.boot_unit import (
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.power import refuse_out_of_range, wanted_setting
 from orchestrator.steps.session import ensure_facts
+from orchestrator.steps.software import release_stack
 from orchestrator.verdicts.cuda import stack_cuda, stack_driver_finding
 from orchestrator.verdicts.host import Finding, HostFacts, doctor_findings, host_facts_from_values, worst_status
 from orchestrator.verdicts.power_cap import power_finding
@@ -110,12 +111,14 @@ def findings_for(ctx: StepContext) -> list[Finding]:
     return findings + unread_findings(ctx.facts, findings) + hardware_findings(hardware, ctx.host.name) + [power]
 
 
-@step("doctor", host_facts=DOCTOR_FACTS, ct_facts=(CT.toolchain,))
+@step("doctor", host_facts=DOCTOR_FACTS, ct_facts=(CT.toolchain, CT.current_meta))
 def doctor(ctx: StepContext, record: StepRecord) -> None:
     """Read and judge the host prerequisites without failing (the doctor command reports them all), and, in a running
-    container, the toolchain a real sglang's first start compiles with."""
+    container, the toolchain a real sglang's first start compiles with (nvcc: the current release's stack's own,
+    which its unit names as CUDA_HOME, counts)."""
     findings = findings_for(ctx)
-    tool = toolchain_finding(ctx.facts.get(CT.toolchain), ctx.vmid)
+    tool = toolchain_finding(ctx.facts.get(CT.toolchain), ctx.vmid,
+                             release_stack(ctx, ctx.facts.get(CT.current_meta)).cuda_home)
     findings += [tool] if tool is not None else []
     ctx.state.doctor_findings = findings
     record.details["findings"] = [f.to_dict() for f in findings]

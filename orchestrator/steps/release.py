@@ -260,11 +260,14 @@ def drift_line(drift: list[FlagDrift], profile: str) -> str:
 
 def bundle_for(ctx: StepContext, flags: FlagSet, release_id: str | None = None) -> Bundle:
     """The files for `flags` on the stack the server runs in this run (server_stack: its venv is the unit's
-    interpreter); `release_id` goes into the unit's managed header only (not into any hash)."""
+    interpreter, the CUDA it carries the unit's CUDA_HOME); `release_id` goes into the unit's managed header only
+    (not into any hash)."""
     api_key = ctx.profile.api_key.read() if ctx.profile.api_key is not None else None
     cache = release_cache(ctx, flags)
+    stack = server_stack(ctx)
     return render_bundle(ctx.host, ctx.profile, flags=flags, api_key=api_key, release_id=release_id,
-                         venv=server_stack(ctx).venv, cache_dir=cache.dir if cache is not None else None)
+                         venv=stack.venv, cache_dir=cache.dir if cache is not None else None,
+                         cuda_home=stack.cuda_home)
 
 
 def baseline_bench(ctx: StepContext, preset: str) -> tuple[BenchResult, str] | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -48,6 +48,7 @@ from orchestrator.stacks.stack import (
     budget_prune_plan,
     budget_refusal,
     build_command,
+    nvcc_home,
     parse_stack_sizes,
     pip_install_command,
     protected_stacks,
@@ -55,12 +56,14 @@ from orchestrator.stacks.stack import (
     record_for,
     release_stack_sha,
     requirement,
+    stack_nvcc_command,
     stack_sizes_script,
     venv_sizes,
     write_record_command,
 )
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts, unknown_until_started
 from orchestrator.verdicts.cuda import stack_cuda, stack_driver_finding
+from orchestrator.verdicts.toolchain import Lack
 from orchestrator.verdicts.weights import DownloadContext, download_error
 
 
@@ -120,11 +123,20 @@ def release_stack(ctx: StepContext, meta: ReleaseMeta | None) -> StackRecord:
     profile's venv."""
     stack = meta.stack if meta is not None else None
     if stack is not None and stack.venv:
-        return StackRecord(stack.sha or "", stack.venv, stack.sglang_version or "", stack.requirement or "")
+        return StackRecord(stack.sha or "", stack.venv, stack.sglang_version or "", stack.requirement or "",
+                           cuda_home=stack.cuda_home or carried_cuda(ctx, stack.venv))
     version = ctx.facts.get(CT.sglang_version) or (
         (meta.sglang_version if meta is not None else None) or ctx.profile.sglang_version)
-    return StackRecord("", ctx.profile.venv.rstrip("/"), version, requirement(version, ctx.profile.sglang_extras),
-                       adopted=True)
+    venv = ctx.profile.venv.rstrip("/")
+    return StackRecord("", venv, version, requirement(version, ctx.profile.sglang_extras), adopted=True,
+                       cuda_home=carried_cuda(ctx, venv))
+
+
+def carried_cuda(ctx: StepContext, venv: str) -> str | None:
+    """The CUDA the venv `venv` carries (sglang 0.5.23's nvidia-cuda-nvcc), as this run's CT.toolchain read it
+    (None: none, or the fact not read in this run: a release before this one recorded none in its meta.json)."""
+    tool = ctx.facts.find(CT.toolchain)
+    return tool.home_of(venv) if tool is not None else None
 
 
 #: The flag check imports the stack's sglang: a real one reads torch, transformers and flashinfer cold from disk
@@ -190,12 +202,24 @@ def sglang_install(ctx: StepContext, record: StepRecord) -> None:
         return
     tool = ctx.facts.get(CT.toolchain)
     if tool is not None:  # what a real sglang's first start compiles with (docs/doctor.md#ct-toolchain)
-        record.details["toolchain_missing"] = tool.missing()
+        show_toolchain(ctx, record, tool.lacks(server_stack(ctx).cuda_home))
     running = release_stack_sha(ctx.facts.get(CT.current_meta))
     drift = stack_drift(ctx, running)
     record.details["stack_drift"] = drift
     if drift and ctx.state.stack is not None and ctx.state.stack.sha == running:
         record.summary += f"; stack drift against the lock: {', '.join(drift)}"
+
+
+def show_toolchain(ctx: StepContext, record: StepRecord, lacks: Sequence[Lack]) -> None:
+    """What the server's first start would not find, in the step's line and one line each with its fix (text), and
+    in its details (`--json`: `toolchain_missing`, `toolchain_fixes`, in the same order)."""
+    record.details["toolchain_missing"] = [lack.what for lack in lacks]
+    record.details["toolchain_fixes"] = [lack.fix for lack in lacks]
+    if not lacks:
+        return
+    record.summary += f"; the first start lacks {len(lacks)}: " + ", ".join(lack.what.split(" (")[0] for lack in lacks)
+    for lack in lacks:
+        ctx.say(f"  toolchain: missing {lack.describe()}")
 
 
 def install_stack(ctx: StepContext, record: StepRecord) -> None:
@@ -216,7 +240,7 @@ def install_stack(ctx: StepContext, record: StepRecord) -> None:
                            "stack": stack.sha, "stacks": sorted(records)})
     found = records.get(stack.sha)
     if found is not None and found.usable:
-        ctx.state.stack = found
+        ctx.state.stack = found = replace(found, cuda_home=carried_cuda(ctx, found.venv))
         record.summary = f"stack {stack.sha} (sglang {want}) in {found.venv}"
         if found.patches:
             record.summary += f", patched ({', '.join(found.patches)})"
@@ -275,7 +299,7 @@ def refuse_lock_of_another_python(ctx: StepContext, stack: Stack) -> None:
 
 def adopt_stack(ctx: StepContext, record: StepRecord, stack: Stack, venv: str, what: str) -> None:
     """Record the profile's venv as the stack it holds: no pip run, and no prune ever removes it."""
-    rec = record_for(stack, venv, adopted=True, built_at=now_iso())
+    rec = record_for(stack, venv, adopted=True, built_at=now_iso(), cuda_home=carried_cuda(ctx, venv))
     if stack.sha == profile_stack(ctx).sha:
         ctx.state.stack = rec
     if not mark_change(record, ctx, what):
@@ -295,8 +319,13 @@ def write_record(ctx: StepContext, rec: StackRecord, then: str = "") -> str:
     return res.stdout
 
 
-def pip_install(ctx: StepContext, command: str, stack: Stack, venv: str) -> None:
-    """Run a pip install into `venv` (its lines shown as progress), then check pip's record of sglang there."""
+#: Between the installed sglang's version and the nvcc the venv carries in the check after a pip install.
+NVCC_MARK = "__DEPLOY_STACK_NVCC__"
+
+
+def pip_install(ctx: StepContext, command: str, stack: Stack, venv: str) -> str | None:
+    """Run a pip install into `venv` (its lines shown as progress), then check pip's record of sglang there and, in
+    the same round trip, find the CUDA the venv now carries (returned: the unit's CUDA_HOME; None: none)."""
     shown = PipProgress(total=len(stack.lock.entries) if stack.lock is not None else None)
     res = ctx.ct.run(command, check=False, timeout=3600, what="pip install sglang", each_line=shown.observe,
                      progress=lambda line: ctx.say(f"  pip: {shown.line(line)}"))
@@ -312,13 +341,16 @@ def pip_install(ctx: StepContext, command: str, stack: Stack, venv: str) -> None
                           fix=("check the container's network or set container.pip_index_url to a reachable "
                                "index (air-gapped: a local mirror or wheelhouse); the server was not touched"),
                           host=ctx.host.name)
-    check = ctx.ct.run(sglang_version_command(venv), check=False, timeout=60, what="read the installed sglang")
-    got = check.stdout.strip() if check.rc == 0 else None
+    check = ctx.ct.run(f"{sglang_version_command(venv)}; rc=$?; echo {NVCC_MARK}; {stack_nvcc_command(venv)}; "
+                       "exit $rc", check=False, timeout=60, what="read the installed sglang")
+    said, _, nvcc = check.stdout.partition(f"{NVCC_MARK}\n")
+    got = said.strip() if check.rc == 0 else None
     if got != stack.sglang_version:
         raise CheckFailed(f"after installing, pip's record of sglang in {venv} says {got}, wanted "
                           f"{stack.sglang_version}", host=ctx.host.name,
                           fix=(f"look for a second sglang-*.dist-info in the venv (`ls {venv}/lib/python3*"
                                "/site-packages | grep -i sglang`) and remove the stale one"))
+    return nvcc_home(nvcc)
 
 
 def install_base(ctx: StepContext, record: StepRecord, stack: Stack) -> None:
@@ -331,9 +363,9 @@ def install_base(ctx: StepContext, record: StepRecord, stack: Stack) -> None:
         record.summary = what
         return
     ctx.say(what)
-    pip_install(ctx, sglang_install_command(ctx), stack, base)
+    rec = ctx.state.stack = replace(rec, cuda_home=pip_install(ctx, sglang_install_command(ctx), stack, base))
     if stack.patches:
-        rec = ctx.state.stack = record_for(stack, base, adopted=True, built_at=rec.built_at,
+        rec = ctx.state.stack = record_for(stack, base, adopted=True, built_at=rec.built_at, cuda_home=rec.cuda_home,
                                            patched=apply_patches(ctx, stack, base, remove_on_failure=False))
     write_record(ctx, rec)
     record.summary = f"installed sglang {stack.sglang_version} (stack {stack.sha} in {base})" + patched_note(stack)
@@ -383,9 +415,11 @@ def build_stack(ctx: StepContext, record: StepRecord, stack: Stack) -> None:
         record.summary = what
         return
     ctx.say(what)
-    pip_install(ctx, build_command(stack, stack.venv), stack, stack.venv)
+    rec = ctx.state.stack = replace(rec, cuda_home=pip_install(ctx, build_command(stack, stack.venv), stack,
+                                                               stack.venv))
     if stack.patches:
         rec = ctx.state.stack = record_for(stack, stack.venv, adopted=False, built_at=rec.built_at,
+                                           cuda_home=rec.cuda_home,
                                            patched=apply_patches(ctx, stack, stack.venv, remove_on_failure=True))
     gb = ctx.profile.stacks_disk_budget_gb
     budget = budget_bytes(gb) if gb is not None else None

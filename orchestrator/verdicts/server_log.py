@@ -107,10 +107,33 @@ NO_PYTHON_HEADERS = FatalPattern(
 NO_NVCC = FatalPattern(
     "no-nvcc", re.compile(r"Could not find nvcc"),
     "flashinfer found no nvcc to JIT-build its kernels (it looks at CUDA_HOME, CUDA_PATH, `which nvcc`, "
-    "/usr/local/cuda)",
-    "set CUDA_HOME in the profile's env: to a CUDA toolkit of the stack's CUDA: the stack's own nvidia-cuda-nvcc "
-    "where it carries one (sglang 0.5.23: <venv>/lib/python3.X/site-packages/nvidia/cu13), or install the CUDA "
-    "toolkit of that version in the container (/usr/local/cuda)")
+    "/usr/local/cuda), and the server's stack carries none (deploy sets the unit's CUDA_HOME to a stack's own)",
+    "use a stack that carries nvidia-cuda-nvcc (sglang 0.5.23 does; deploy then sets CUDA_HOME itself), or install "
+    "the CUDA toolkit of the stack's CUDA in the container (/usr/local/cuda), or set CUDA_HOME in the profile's env: "
+    "to one; `deploy doctor` (ct-toolchain) and `deploy plan` say what is missing")
+
+#: torch's CUDA initialisation on a driver older than the CUDA its wheel is built for (torch 2.11.0, the
+#: `TORCH_CHECK` text of c10/cuda/CUDAFunctions.cpp in the released wheel's torch/lib/libc10_cuda.so). sglang's
+#: `torch.cuda.is_available()` logs it as a warning (`UserWarning: CUDA initialization: The NVIDIA driver on your
+#: system is too old (found version 12080). …`, torch/cuda/__init__.py:180) and then dies of no-gpu's line; an
+#: explicit CUDA init raises it (`RuntimeError: The NVIDIA driver …`). It comes first in the journal, so the start is
+#: named by its cause, not by no-gpu. The found version is the CUDA version the driver runs (12080: CUDA 12.8).
+DRIVER_TOO_OLD = FatalPattern(
+    "driver-too-old", re.compile(r"The NVIDIA driver on your system is too old \(found version (?P<found>\d+)\)"),
+    "the host's NVIDIA driver is older than the CUDA the stack's torch is built for (both stacks deploy knows are "
+    "CUDA 13, which needs an R580 or newer driver)",
+    "install an NVIDIA driver of branch 580 or newer on the host (open kernel modules) and load it; `deploy up` then "
+    "puts the same userspace driver in the container; or pin an sglang whose torch is built for a CUDA this driver "
+    "runs (docs/troubleshooting.md#the-host-driver-is-too-old-for-the-stacks-cuda; `deploy doctor`'s stack-cuda "
+    "says it before a build)",
+    detail=lambda m: f"the driver runs CUDA {_cuda_of(m.group('found'))} at most")
+
+
+def _cuda_of(version: str) -> str:
+    """cudaDriverGetVersion's number as CUDA's version: 12080 → 12.8."""
+    n = int(version)
+    return f"{n // 1000}.{n % 1000 // 10}"
+
 
 #: sglang decides its device before anything else (`ServerArgs._handle_missing_default_values` → `get_device()`,
 #: sglang/srt/utils/common.py of 0.5.12.post1): where torch sees no CUDA device (no NVIDIA driver userspace in the
@@ -142,7 +165,7 @@ PIECEWISE_CUDA_GRAPH = FatalPattern(
 #: error text (an illegal memory access) would otherwise name a kernel bug with the wrong fix.
 FATAL_PATTERNS: tuple[FatalPattern, ...] = (PIECEWISE_CUDA_GRAPH, NAN, UNSUPPORTED_ARCH, CUDA_GRAPH_OOM, CUDA_OOM,
                                             ILLEGAL_MEMORY, NCCL_TIMEOUT, GPU_XID, NO_CUDA_ARCH, CUBIN_FETCH,
-                                            NO_C_COMPILER, NO_PYTHON_HEADERS, NO_NVCC, NO_GPU)
+                                            NO_C_COMPILER, NO_PYTHON_HEADERS, NO_NVCC, DRIVER_TOO_OLD, NO_GPU)
 
 CAPTURE_STUCK = FatalPattern(
     "capture-stuck", DECODE_CAPTURE_BEGIN,

@@ -140,3 +140,13 @@ def test_xid_verdict_names_the_xid_and_the_gpu() -> None:
 def test_an_illegal_access_in_the_nccl_watchdog_is_not_an_nccl_timeout() -> None:
     hit = find_fatal(lines_of(FATAL / "illegal-memory-access.log")[1:2])
     assert hit is not None and hit.code == "illegal-memory-access"
+
+
+def test_a_driver_too_old_names_its_cause_before_the_no_accelerator_death_and_the_cuda_it_runs() -> None:
+    """torch 2.11.0 warns at `torch.cuda.is_available()` and sglang then dies of no-gpu's line: the verdict is the
+    warning's, with the CUDA the driver runs read from torch's number (12080: CUDA 12.8)."""
+    hit = find_fatal(lines_of(FATAL / "driver-too-old.no-accelerator.log"))
+    assert hit is not None and hit.code == "driver-too-old"
+    assert hit.meaning.endswith(": the driver runs CUDA 12.8 at most"), hit.meaning
+    assert "branch 580 or newer" in hit.fix
+    assert hit.line.startswith("/opt/deploy/stacks/") and "UserWarning: CUDA initialization:" in hit.line

@@ -42,23 +42,45 @@ def test_a_stock_container_is_warned_with_each_missing_piece_and_the_fix() -> No
     assert parse_toolchain("not json") is None
 
 
-def test_a_stacks_own_nvcc_is_found_where_flashinfer_never_looks_and_named_in_the_finding(tmp_path) -> None:
+def test_a_stacks_own_nvcc_is_found_where_flashinfer_never_looks_and_counts_for_the_server_of_that_stack(
+        tmp_path) -> None:
     """sglang 0.5.23 pulls nvidia-cuda-nvcc into site-packages/nvidia/cu13/bin: the fact looks in the stacks' venvs
-    (argv[2:], globs) and the warning names the CUDA_HOME that makes flashinfer find it."""
-    nvcc = tmp_path / "stacks" / "abc" / "lib" / "python3.11" / "site-packages" / "nvidia" / "cu13" / "bin" / "nvcc"
+    (argv[2:], globs) and keys what each carries by its venv. The server's unit sets CUDA_HOME to its stack's
+    (render/service.py), so nvcc is missing only where the server's stack carries none and nothing else gives one;
+    a profile's own CUDA_HOME wins and is judged instead."""
+    venv = tmp_path / "stacks" / "abc"
+    nvcc = venv / "lib" / "python3.11" / "site-packages" / "nvidia" / "cu13" / "bin" / "nvcc"
     nvcc.parent.mkdir(parents=True)
     nvcc.write_text("#!/bin/sh\n")
+    (tmp_path / "stacks" / "abc.json").write_text("{}\n")  # a record beside its venv matches the glob too
     out = subprocess.run([sys.executable, "-c", TOOLCHAIN_PROGRAM, "", str(tmp_path / "ml-env"),
                           str(tmp_path / "stacks") + "/*"], capture_output=True, text=True, check=True,
                          env={"PATH": "/nonexistent"})
     tool = parse_toolchain(out.stdout)
     home = str(nvcc.parent.parent)
-    assert tool is not None and tool.stack_cuda_home == home
+    assert tool is not None and tool.stack_homes == {str(venv): home}
+    assert tool.home_of(str(venv) + "/") == home and tool.home_of(str(tmp_path / "ml-env")) is None
     lacking = Toolchain("/usr/bin/gcc", "/usr/bin/c++", "/usr/include/python3.11/Python.h",
-                        "/usr/include/python3.11", None, None, tool.stack_cuda_home)
-    found = toolchain_finding(lacking, 120)
-    assert found is not None and found.status == "warn"
-    assert f"the stack carries one: set CUDA_HOME={home} in the profile's env:" in found.observed
+                        "/usr/include/python3.11", None, None, tool.stack_homes)
+    found = toolchain_finding(lacking, 120, tool.home_of(str(venv)))
+    assert found is not None and found.status == "ok", found
+    assert f"{home}/bin/nvcc, the stack's own: the unit sets CUDA_HOME to it" in found.observed
+    other = toolchain_finding(lacking, 120, tool.home_of(str(tmp_path / "ml-env")))  # the server runs another stack
+    assert other is not None and other.status == "warn" and "nvcc (CUDA_HOME, CUDA_PATH, PATH" in other.observed
+    assert "deploy sets the unit's CUDA_HOME to it" in other.fix
+    own = Toolchain("/usr/bin/gcc", "/usr/bin/c++", "/usr/include/python3.11/Python.h", "/usr/include/python3.11",
+                    None, "/opt/cuda-13.0", tool.stack_homes)
+    assert own.missing(home) == ["nvcc (CUDA_HOME /opt/cuda-13.0: flashinfer's JIT)"]  # the profile's wins
     bare = parse_toolchain(subprocess.run([sys.executable, "-c", TOOLCHAIN_PROGRAM, "", str(tmp_path / "ml-env")],
                                           capture_output=True, text=True, check=True).stdout)
-    assert bare is not None and bare.stack_cuda_home is None
+    assert bare is not None and bare.stack_homes == {}
+
+
+def test_each_missing_piece_has_its_own_fix() -> None:
+    lacks = NONE.lacks()
+    assert [lack.what.split(" (")[0] for lack in lacks] == ["a C compiler", "a C++ compiler", "the Python headers",
+                                                            "nvcc"]
+    assert [lack.fix.split("`")[1] for lack in lacks[:3]] == ["apt-get install gcc", "apt-get install g++",
+                                                              "apt-get install python3-dev"]
+    assert "nvidia-cuda-nvcc" in lacks[3].fix and "/usr/local/cuda" in lacks[3].fix
+    assert lacks[0].describe().startswith("a C compiler (CC, gcc or clang: Triton's first kernel launch): `apt-get")
