@@ -32,7 +32,7 @@ def file_runs(report: RunReport, say: Callable[[str], None] | None = None) -> li
         return []
     # Here, not at the top: a run that measured nothing (a converged `up --skip-bench`) never loads the ledger's
     # module (tests/perf/client_cost.py).
-    from orchestrator.ledger.entry import as_record, verdict_of
+    from orchestrator.bench.measured import as_record, verdict_of
     from orchestrator.store.store import ledger
 
     tell = say or (lambda _msg: None)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.parsers.boot import BootStart
 
 if TYPE_CHECKING:  # types only: the modules that produce them import the steps package themselves
+    from orchestrator.bench.measured import MeasuredRun
     from orchestrator.bench.run import BenchRun
     from orchestrator.errors import DeployError
     from orchestrator.flags import FlagSet
@@ -21,7 +22,6 @@ if TYPE_CHECKING:  # types only: the modules that produce them import the steps 
     from orchestrator.gates.throughput import GateResult
     from orchestrator.hardware.power_limit import GpuPowerLimit
     from orchestrator.hardware.state import HardwareState
-    from orchestrator.ledger.sqlite import RunSource
     from orchestrator.monitoring.events import Event
     from orchestrator.p2p.report import P2PReport
     from orchestrator.parsers.bench import BenchResult
@@ -297,24 +297,6 @@ class CurrentFlags:
 
     release: str
     flags: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class MeasuredRun:
-    """A bench run a step measured, as this machine's ledger will hold it. Steps only measure: the command files
-    every measured run once its run has ended (commands/filing.py), with the verdict of the gates named in
-    `judged_by`, so a run a gate rejected is filed as rejected, never before a gate has judged it."""
-
-    run: BenchRun
-    step: str  # the step that measured it
-    source: RunSource
-    release: str | None
-    preset: str
-    flags: dict[str, Any]  # the server's public flags (the ledger never holds a secret flag's value)
-    label: str | None = None  # a sweep point's overrides, `k=v, …`
-    #: The playbook's gate steps from the measuring step on, which judge this run (the throughput gate's run of
-    #: `up` and `roll`: throughput, gate); empty for a run no gate judges (a plain bench, a roll's baseline).
-    judged_by: tuple[str, ...] = ()
 
 
 #: Undo of a started rollout: called with the error and the failed step's record, before the error propagates.

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential
 
+from orchestrator.bench.measured import MeasuredRun
 from orchestrator.bench.stats import estimate, median_index
-from orchestrator.engine.state import ExpectedServer, MeasuredRun, SmokeAnswer
+from orchestrator.engine.state import ExpectedServer, SmokeAnswer
 from orchestrator.engine.step import GateSpec, StepContext, step
 from orchestrator.engine.waiting import waiting_for
 from orchestrator.errors import CheckFailed, HostChanged, RemoteError
@@ -380,7 +381,7 @@ def gates_from(ctx: StepContext) -> tuple[str, ...]:
 def share_move(ctx: StepContext, run: BenchRun, release: str | None) -> ShareMove | None:
     """The last profiled run's verdict against this run's: the earlier runs are this run's own, newest first (not
     filed yet), then the ledger's. Reading only: the ledger is written by the command after the run."""
-    from orchestrator.ledger.entry import as_record
+    from orchestrator.bench.measured import as_record
     from orchestrator.profile.moved import share_move as moved
     from orchestrator.store.store import ledger
 

@@ -451,11 +451,12 @@ def test_the_command_files_its_runs_in_the_team_store_with_their_verdict(machine
                                                                          ) -> None:
     """Issue 47: the command's filing after the run goes to the team's ledger as it did from the step: each run
     names who recorded it, and carries its gates' verdict (schema 2); nothing lands on this machine."""
+    from orchestrator.bench.measured import MeasuredRun
     from orchestrator.commands.filing import file_runs
     from orchestrator.engine.runner import RunReport
-    from orchestrator.engine.state import MeasuredRun, RunState
+    from orchestrator.engine.state import RunState
     from orchestrator.runlog import StepRecord
-    from tests.unit.ledger.test_filing import bench_run
+    from tests.unit.commands.test_filing import bench_run
 
     gated = MeasuredRun(run=bench_run("r-20261201-030405-dddd", 500.0), step="throughput", source="roll",
                         release="rel-2", preset="e2e", flags={"api-key": "s3cret"}, judged_by=("throughput", "gate"))

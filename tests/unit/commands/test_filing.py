@@ -1,5 +1,5 @@
 """Issue 47: the ledger is written by the command once its run has ended, from the run's typed state, with the
-verdict of the gates that judge each run (commands/filing.py, ledger/entry.py); never by a step."""
+verdict of the gates that judge each run (commands/filing.py, bench/measured.py); never by a step."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
+from orchestrator.bench.measured import MeasuredRun, verdict_of
 from orchestrator.bench.run import BenchRun
 from orchestrator.commands import roll as roll_command
 from orchestrator.commands.filing import file_runs
 from orchestrator.engine.runner import RunReport
-from orchestrator.engine.state import MeasuredRun, RollRequest, RunState
+from orchestrator.engine.state import RollRequest, RunState
 from orchestrator.engine.step import RunOptions
 from orchestrator.errors import CheckFailed
 from orchestrator.inventory.loader import load_inventory
-from orchestrator.ledger.entry import verdict_of
 from orchestrator.ledger.sqlite import Ledger
 from orchestrator.parsers.bench import BenchResult
 from orchestrator.runlog import StepRecord
