@@ -8,8 +8,9 @@ import sys
 from collections.abc import Iterator
 
 from orchestrator.cli.common import AppContext, resolve_host
+from orchestrator.commands.filing import file_runs
 from orchestrator.engine.progress import StepPrinter
-from orchestrator.engine.runner import RunReport, run_playbook
+from orchestrator.engine.runner import RunReport, run_playbook_to_end
 from orchestrator.engine.state import RunInputs
 from orchestrator.engine.step import RunOptions
 
@@ -23,8 +24,12 @@ def run_with_progress(app: AppContext, target: tuple[str, ...], playbook: str, o
                       inputs: RunInputs | None = None, *, quiet: bool = False) -> RunReport:
     host = resolve_host(app, target)
     with step_progress(app, quiet=quiet) as printer:
-        return run_playbook(playbook, host, app.inventory, options, progress=printer, say=printer.say,
-                            inputs=inputs)
+        report = run_playbook_to_end(playbook, host, app.inventory, options, progress=printer, say=printer.say,
+                                     inputs=inputs)
+        file_runs(report, printer.say)  # a bench's runs (and a failed one's), after the run: commands/filing.py
+    if report.failure is not None:
+        raise report.failure
+    return report
 
 
 @contextlib.contextmanager

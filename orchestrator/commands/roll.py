@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from orchestrator.commands.filing import file_runs
 from orchestrator.commands.result import RunResult
 from orchestrator.engine.runner import ProgressFn, RunReport, run_playbook_to_end
 from orchestrator.engine.state import Candidate, CurrentFlags, RollRequest, RunInputs, RunState
@@ -177,6 +178,7 @@ def roll_host(host: Host, inventory: Inventory, request: RollRequest, options: R
         with claim_hosts([host.name], options.command, exclusive=False):  # before any planning: locks/claims.py
             report = run_playbook_to_end(playbook, host, inventory, options, progress=progress, say=say,
                                          inputs=RunInputs(roll=request))
+        file_runs(report, say)  # the ledger, after the gate kept the candidate or rolled it back
     except DeployError as err:
         return judge(host.name, None, err, dry_run=options.dry_run)
     return judge(host.name, report, report.failure, dry_run=options.dry_run)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.parsers.boot import BootStart
 
 if TYPE_CHECKING:  # types only: the modules that produce them import the steps package themselves
+    from orchestrator.bench.measured import MeasuredRun
     from orchestrator.bench.run import BenchRun
     from orchestrator.errors import DeployError
     from orchestrator.flags import FlagSet
@@ -310,6 +311,8 @@ class RunState:
     candidate: Candidate | None = None
     bench_run: BenchRun | None = None  # throughput: the gate's candidate figures
     bench_runs: list[BenchRun] = field(default_factory=list)  # bench: one per point
+    #: Every bench run of this run, in order, for the ledger that the command writes after the run.
+    measured: list[MeasuredRun] = field(default_factory=list)
     gate: GateResult | None = None
     correctness: CorrectnessRun | None = None  # the correctness gate's last judgement in this run
     smoke: SmokeAnswer | None = None  # the smoke check's last answer in this run

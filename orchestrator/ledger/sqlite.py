@@ -33,6 +33,10 @@ from orchestrator.telemetry.summary import TelemetrySummary
 from orchestrator.verdicts.power import Diagnosis
 
 RunSource = Literal["bench", "import", "roll", "sweep"]
+#: What the gates of the run that measured it said of a run a gate judges (the throughput gate's runs of `up` and
+#: `roll`): passed; rejected (a gate failed it); interrupted (its run ended, a step failing, before its gates had
+#: judged it). None: no gate judges the run (a plain bench, a sweep point, a roll's baseline, an import).
+RunVerdict = Literal["passed", "rejected", "interrupted"]
 
 MIGRATIONS: tuple[str, ...] = (
     # 0 -> 1
@@ -74,6 +78,10 @@ MIGRATIONS: tuple[str, ...] = (
         detail TEXT NOT NULL
     );
     CREATE INDEX host_events_host_at ON host_events (host, at);
+    """,
+    # 3 -> 4: the gates' verdict on a run they judged (written by the command after the run: commands/filing.py)
+    """
+    ALTER TABLE runs ADD COLUMN verdict TEXT;
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -139,6 +147,8 @@ class RunRecord(BaseModel):
     source: RunSource = "bench"
     label: str | None = None
     jsonl_path: str | None = None
+    #: What the gates said of it (RunVerdict); None for a run no gate judges, and for every run of an older ledger.
+    verdict: RunVerdict | None = None
     #: Who recorded it, `user@machine`: a team store's runs (state/pg.py); None on this machine's ledger.
     by: str | None = None
 
@@ -277,13 +287,15 @@ class Ledger:
         label: str | None = None,
         jsonl_path: str | None = None,
         run_id: str | None = None,
+        verdict: RunVerdict | None = None,
     ) -> RunRecord:
         """Insert one run and return it as stored (secrets redacted: sglang's server_info carries its API key)."""
         started = started_at or datetime.now()
         for attempt in range(ID_ATTEMPTS):
             raw = RunRecord(id=run_id or new_run_id(started), host=host, release_id=release_id, preset=preset,
                             started_at=started, flags=dict(flags or {}), bench=bench, telemetry=telemetry,
-                            diagnosis=tuple(diagnosis), source=source, label=label, jsonl_path=jsonl_path)
+                            diagnosis=tuple(diagnosis), source=source, label=label, jsonl_path=jsonl_path,
+                            verdict=verdict)
             rec = RunRecord.model_validate(redact(raw.model_dump(mode="json")))
             try:
                 self._insert(rec)
@@ -298,14 +310,14 @@ class Ledger:
     def _insert(self, rec: RunRecord) -> None:
         with self._connect() as conn:
             conn.execute(
-                "INSERT INTO runs (id, host, release_id, preset, started_at, flags_json, bench_json, "
-                "telemetry_json, diagnosis_json, source, label, jsonl_path) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO runs (id, host, release_id, preset, started_at, flags_json, bench_json, telemetry_json, "
+                "diagnosis_json, source, label, jsonl_path, verdict) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (rec.id, rec.host, rec.release_id, rec.preset, rec.started_at.isoformat(),
                  json.dumps(rec.flags, sort_keys=True, default=str),
                  rec.bench.model_dump_json() if rec.bench else None,
                  rec.telemetry.model_dump_json() if rec.telemetry else None,
                  json.dumps([d.model_dump(mode="json") for d in rec.diagnosis]),
-                 rec.source, rec.label, rec.jsonl_path))
+                 rec.source, rec.label, rec.jsonl_path, rec.verdict))
 
     @staticmethod
     def _row_to_record(row: sqlite3.Row) -> RunRecord:
@@ -324,6 +336,7 @@ class Ledger:
                        if row["telemetry_json"] else None),
             diagnosis=tuple(Diagnosis.model_validate(d) for d in json.loads(row["diagnosis_json"] or "[]")),
             source=row["source"], label=row["label"], jsonl_path=row["jsonl_path"],
+            verdict=row["verdict"] if "verdict" in row.keys() else None,  # noqa: SIM118 (as below)
             by=f"{row['by_user']}@{row['by_machine']}" if "by_user" in row.keys() and row["by_user"] else None)  # noqa: SIM118 (sqlite3.Row's `in` reads values)
 
     def get_run(self, run_id: str, hosts: Sequence[str] | None = None) -> RunRecord:

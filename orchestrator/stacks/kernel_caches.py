@@ -40,6 +40,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from orchestrator.releases.documents import CacheMeta
+
 #: Where the caches live in the container: the mount point of the host's cache directory.
 CACHE_ROOT = "/var/cache/deploy/kernels"
 #: The host directory mounted there when the inventory names none (one per container, so two CTs never share).
@@ -123,6 +125,19 @@ def cache_env(directory: str) -> list[tuple[str, str]]:
 
 def manifest(key: str, stack_sha: str, venv: str, shape: CacheShape) -> dict[str, Any]:
     return {"key": key, "stack": stack_sha, "venv": venv, "shape": shape.as_dict()}
+
+
+def release_cache(env: Mapping[str, str], model_path: str, stack_sha: str, venv: str,
+                  flags: Mapping[str, Any]) -> CacheMeta | None:
+    """The kernel cache of a release with `flags` on the stack (`stack_sha`, `venv`) the server runs; None when the
+    profile's `env` points the caches somewhere itself (SGLANG_CACHE_DIR): the operator's own directory is left
+    alone. Here, not in steps/: it is the stack's concern, and a step module importing steps/software for it made a
+    file circle (issue 47)."""
+    if OWN_CACHE_VAR in env:
+        return None
+    shape = CacheShape.from_flags(model_path, flags)
+    key = cache_key(stack_sha, venv, shape)
+    return CacheMeta(dir=cache_dir(key), key=key, manifest=manifest(key, stack_sha, venv, shape))
 
 
 CacheState = Literal["warm", "fresh", "set-aside", "unchecked", "absent", "failing"]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential
 
+from orchestrator.bench.measured import MeasuredRun
 from orchestrator.bench.stats import estimate, median_index
 from orchestrator.engine.state import ExpectedServer, SmokeAnswer
 from orchestrator.engine.step import GateSpec, StepContext, step
@@ -31,6 +32,7 @@ from orchestrator.verdicts.server_log import CapturePhase, FatalLine, argparse_e
 if TYPE_CHECKING:  # the bench and its ledger load when a bench runs, not in every run (tests/perf/client_cost.py)
     from orchestrator.bench.run import BenchRun
     from orchestrator.ledger.sqlite import RunSource
+    from orchestrator.profile.moved import ShareMove
 
 JOURNAL_TAIL = 40
 XID_MARGIN_S = 60  # the host's kernel log is read from this long before the wait began
@@ -334,10 +336,11 @@ def last_boot(ctx: StepContext) -> BootStart | None:
 
 
 def bench_for_release(ctx: StepContext, preset_name: str, release: str | None,
-                      overrides: dict[str, str] | None = None) -> BenchRun:
-    """Run the preset with telemetry, store it in the local ledger, return the BenchRun."""
+                      overrides: dict[str, str] | None = None, *, judged: bool = False) -> BenchRun:
+    """Run the preset with telemetry and return the BenchRun; it joins the run's measured runs (RunState.measured),
+    which the command files in the ledger once the run has ended (commands/filing.py), never this step: a gate
+    after it may still reject it. `judged`: the gates from this step on judge the run (the throughput gate's)."""
     from orchestrator.bench.run import bench_limit_s, run_bench
-    from orchestrator.store.store import ledger
 
     preset = ctx.inventory.preset(preset_name)
     nvlink = False
@@ -354,25 +357,41 @@ def bench_for_release(ctx: StepContext, preset_name: str, release: str | None,
         run = run_bench(ctx.ct, ctx.host, ctx.profile, preset_name, preset, overrides=overrides,
                         release_id=release, flags=flags, nvlink=nvlink, boot=last_boot(ctx),
                         profile_steps=ctx.inputs.profile_steps)
+    source: RunSource = "sweep" if overrides else "roll" if "roll" in ctx.options.command else "bench"
+    measured = MeasuredRun(run=run, step=ctx.records[-1].name if ctx.records else "", source=source,
+                           release=release, preset=preset_name, flags=flags,
+                           label=", ".join(f"{k}={v}" for k, v in overrides.items()) if overrides else None,
+                           judged_by=gates_from(ctx) if judged else ())
     if run.profile is not None:  # after a roll: did the share the last profiled run's verdict named move?
-        from orchestrator.profile.moved import share_move
-
-        try:
-            earlier = ledger().list_runs(host=ctx.host.name, limit=200)
-        except Exception as exc:  # as below: the ledger is a convenience
-            ctx.say(f"  warning: could not read the local ledger: {exc}")
-            earlier = []
-        run.profile = replace(run.profile, since=share_move(earlier, run.run_id, release, run.diagnosis))
-    try:
-        source: RunSource = "sweep" if overrides else "roll" if "roll" in ctx.options.command else "bench"
-        ledger().record_run(host=ctx.host.name, bench=run.result, source=source,
-                            release_id=release, preset=preset_name, started_at=run.started_at,
-                            flags=flags, telemetry=run.telemetry, diagnosis=run.diagnosis,
-                            jsonl_path=f"{ctx.host.name}:{run.remote_jsonl}", run_id=run.run_id,
-                            label=", ".join(f"{k}={v}" for k, v in overrides.items()) if overrides else None)
-    except Exception as exc:  # the ledger is a local convenience; never fail a rollout on it
-        ctx.say(f"  warning: could not write the local ledger: {exc}")
+        run.profile = replace(run.profile, since=share_move(ctx, run, release))
+    ctx.state.measured.append(measured)
     return run
+
+
+def gates_from(ctx: StepContext) -> tuple[str, ...]:
+    """The playbook's gate steps from the running step on: those that judge what it measures."""
+    from orchestrator.engine.step import REGISTRY
+
+    names = ctx.playbook_steps
+    here = ctx.records[-1].name if ctx.records else ""
+    after = names[names.index(here):] if here in names else []
+    return tuple(n for n in after if (s := REGISTRY.get(n)) is not None and s.gate is not None)
+
+
+def share_move(ctx: StepContext, run: BenchRun, release: str | None) -> ShareMove | None:
+    """The last profiled run's verdict against this run's: the earlier runs are this run's own, newest first (not
+    filed yet), then the ledger's. Reading only: the ledger is written by the command after the run."""
+    from orchestrator.bench.measured import as_record
+    from orchestrator.profile.moved import share_move as moved
+    from orchestrator.store.store import ledger
+
+    own = [as_record(ctx.host.name, m) for m in reversed(ctx.state.measured)]
+    try:
+        earlier = ledger().list_runs(host=ctx.host.name, limit=200)
+    except Exception as exc:  # the ledger is a local convenience; never fail a rollout on it
+        ctx.say(f"  warning: could not read the local ledger: {exc}")
+        earlier = []
+    return moved(own + earlier, run.run_id, release, run.diagnosis)
 
 
 def bench_due(ctx: StepContext) -> str | None:
@@ -404,7 +423,7 @@ def throughput(ctx: StepContext, record: StepRecord) -> None:
         record.summary = "nothing changed and the release passed its checks: no bench (--bench runs it)"
         return
     preset_name = ctx.options.preset or ctx.profile.bench_preset
-    repeats = [bench_for_release(ctx, preset_name, ctx.state.server.release)
+    repeats = [bench_for_release(ctx, preset_name, ctx.state.server.release, judged=True)
                for _ in range(ctx.profile.gate_repeats)]
     # With repeats the gate judges the median run: one slow run on a busy machine does not revert a release.
     rates = [x.result.output_throughput for x in repeats]

@@ -32,11 +32,13 @@ from orchestrator.errors import CheckFailed, ConfigError, DeployError, LockLost,
 from orchestrator.facts import CT, health_code_command
 from orchestrator.facts.container import json_object
 from orchestrator.flags import FlagSchema, FlagSet, canonicalize, diff_flags, with_secret_values
+from orchestrator.layout import PATHS
 from orchestrator.redact import REDACTED, SECRET_REF
 from orchestrator.releases.documents import (
     ABANDONED,
     KEPT,
     ROLLED_BACK,
+    CacheMeta,
     ReleaseMeta,
     ReleaseVerdict,
     StoredFlags,
@@ -54,9 +56,8 @@ from orchestrator.releases.store import (
 from orchestrator.render.bundle import Bundle, render_bundle
 from orchestrator.render.service import launch_argv, public_flags, secret_flags
 from orchestrator.runlog import StepRecord
-from orchestrator.stacks.kernel_caches import parse_check
+from orchestrator.stacks.kernel_caches import CacheCheck, check_shell, parse_check, release_cache
 from orchestrator.steps.checks import bench_for_release, wait_healthy
-from orchestrator.steps.kernel_cache import note_cache, pre_start_check, release_cache
 from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.software import release_stack, server_stack, stack_records
 from orchestrator.watchdog.render import check_now_script
@@ -263,7 +264,7 @@ def bundle_for(ctx: StepContext, flags: FlagSet, release_id: str | None = None) 
     interpreter, the CUDA it carries the unit's CUDA_HOME); `release_id` goes into the unit's managed header only
     (not into any hash)."""
     api_key = ctx.profile.api_key.read() if ctx.profile.api_key is not None else None
-    cache = release_cache(ctx, flags)
+    cache = stack_cache(ctx, flags)
     stack = server_stack(ctx)
     return render_bundle(ctx.host, ctx.profile, flags=flags, api_key=api_key, release_id=release_id,
                          venv=stack.venv, cache_dir=cache.dir if cache is not None else None,
@@ -308,6 +309,26 @@ def verdict_figures(result: BenchResult) -> VerdictFigures:
     return VerdictFigures.model_validate(result.model_dump(mode="json", exclude={"server_info"}))
 
 
+# ------------------------------------------------------------------------------------ the kernel cache
+def stack_cache(ctx: StepContext, flags: FlagSet) -> CacheMeta | None:
+    """The kernel cache of a release with `flags` on the stack this run serves with (stacks/kernel_caches.py)."""
+    stack = server_stack(ctx)
+    return release_cache(ctx.profile.env, ctx.profile.model_path, stack.sha, stack.venv, flags.values)
+
+
+def pre_start_check() -> str:
+    """The check the activation script runs before the server starts, on the release it made current."""
+    return check_shell(f"{PATHS.current_link}/meta.json")
+
+
+def note_cache(ctx: StepContext, check: CacheCheck | None) -> None:
+    """Keep what the check before this start found (the boot ledger records it); a cache set aside, or one that
+    could not be checked, is said in the command's output."""
+    ctx.state.server.cache = check
+    if check is not None and check.state in ("set-aside", "unchecked"):
+        ctx.say(check.line())
+
+
 # ------------------------------------------------------------------------- install, make current, undo
 def install_bundle(ctx: StepContext, bundle: Bundle, *, source: str, restart: bool, previous: str | None,
                    existing: list[str], extra_meta: dict[str, Any] | None = None) -> str:
@@ -328,7 +349,7 @@ def install_bundle(ctx: StepContext, bundle: Bundle, *, source: str, restart: bo
         "id": rid, "created_at": datetime.now(UTC).isoformat(timespec="seconds"), "source": source,
         "bundle_sha256": bundle.sha256, "previous": previous, "profile": ctx.host.profile,
         "sglang_version": bundle.flags.version, "argv": launch_argv(ctx.profile, bundle.flags, venv=stack.venv),
-        "stack": stack.to_meta(), **({"cache": cache} if (cache := release_cache(ctx, bundle.flags)) else {}),
+        "stack": stack.to_meta(), **({"cache": cache} if (cache := stack_cache(ctx, bundle.flags)) else {}),
         **(extra_meta or {})})
     rb = ReleaseBundle(rid, tuple(bundle.files), StoredFlags(public_flags(ctx.profile, bundle.flags)), meta)
     script = write_release_script(rb) + activate_script(rid, restart=restart, keep=ctx.profile.keep_releases,

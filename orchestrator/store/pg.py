@@ -59,7 +59,7 @@ _MIGRATION_LOCK = 0x6465706C6F79  # "deploy"
 #: The schema's version: len(migrations()) (tests/unit/test_team_store.py checks it). A constant, so that a command
 #: whose store is there already (every command but the first) never imports the ledger's module (its models and
 #: parsers: CPU a converged `up` on this machine's state does not spend, tests/perf/state_store_cost.py).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def migrations() -> tuple[str, ...]:
@@ -71,6 +71,8 @@ def migrations() -> tuple[str, ...]:
         _V1.format(runs=LOCAL_MIGRATIONS[0].replace("jsonl_path TEXT",
                                                     "jsonl_path TEXT, by_user TEXT, by_machine TEXT, by_run TEXT"),
                    tune_runs=LOCAL_MIGRATIONS[1]),
+        # 1 -> 2: the gates' verdict on a run they judged, as on this machine (the ledger's 3 -> 4)
+        LOCAL_MIGRATIONS[3],
     )
 
 
@@ -369,9 +371,11 @@ class PgStore:
             src.row_factory = sqlite3.Row
             cols = ("id, host, release_id, preset, started_at, flags_json, bench_json, telemetry_json, "
                     "diagnosis_json, source, label, jsonl_path")
+            if any(c[1] == "verdict" for c in src.execute("PRAGMA table_info(runs)")):  # a ledger before 4: none
+                cols += ", verdict"
             for row in src.execute(f"SELECT {cols} FROM runs ORDER BY started_at"):
                 cur = self.conn.execute(f"INSERT INTO runs ({cols}, by_user, by_machine, by_run) VALUES "
-                                        f"({', '.join(['%s'] * 15)}) ON CONFLICT (id) DO NOTHING",
+                                        f"({', '.join(['%s'] * (len(tuple(row)) + 3))}) ON CONFLICT (id) DO NOTHING",
                                         (*tuple(row), st.user(), st.machine(), "migrated"))
                 report.runs += cur.rowcount
                 report.already += 1 - cur.rowcount

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from orchestrator.bench.run import BenchRun
+from orchestrator.commands.filing import file_runs
 from orchestrator.engine.runner import ProgressFn, run_playbook_to_end
 from orchestrator.engine.state import ExpectedServer, RunInputs
 from orchestrator.engine.step import RunOptions
@@ -58,6 +59,7 @@ def bench_at(ctx: TuneContext, point: PointRecord, concurrency: int,
     report = run_playbook_to_end("bench", ctx.host, ctx.inventory, ctx.options("deploy tune"),
                                  progress=ctx.progress, say=ctx.say,
                                  inputs=RunInputs(bench_points=(overrides,), expect=expect))
+    file_runs(report, ctx.say)  # the ledger holds the run before the tune files it under its point
     if isinstance(report.failure, HostChanged):
         raise changed_under_tune(ctx, f"the bench at concurrency {concurrency} of point {point.label} (release "
                                       f"{point.release}) did not measure: {report.failure.what}")

@@ -39,12 +39,12 @@ def test_default_path_follows_state_dir(monkeypatch: pytest.MonkeyPatch, tmp_pat
 
 def test_schema_and_wal(tmp_path: Path) -> None:
     led = Ledger(tmp_path / "l.sqlite")
-    assert led.schema_version() == SCHEMA_VERSION == 3
+    assert led.schema_version() == SCHEMA_VERSION == 4
     conn = sqlite3.connect(tmp_path / "l.sqlite")
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     cols = [r[1] for r in conn.execute("PRAGMA table_info(runs)")]
     assert cols == ["id", "host", "release_id", "preset", "started_at", "flags_json", "bench_json",
-                    "telemetry_json", "diagnosis_json", "source", "label", "jsonl_path"]
+                    "telemetry_json", "diagnosis_json", "source", "label", "jsonl_path", "verdict"]
     conn.close()
     Ledger(tmp_path / "l.sqlite")  # reopening is a no-op migration
 
@@ -212,3 +212,24 @@ def test_host_events_are_kept_per_host_oldest_first_and_redacted(tmp_path: Path)
     assert [e.kind for e in events] == ["cordoned", "remedied"]
     assert "s3cr3t-token-value" not in events[1].detail and "<redacted>" in events[1].detail
     assert [e.kind for e in led.events("sim-1", limit=1)] == ["remedied"]
+
+
+def test_a_ledger_before_verdicts_upgrades_in_place(tmp_path: Path) -> None:
+    """Schema 3 -> 4 (issue 47): the runs recorded before keep every field, and no verdict (no gate's word on them)."""
+    from orchestrator.ledger.sqlite import MIGRATIONS
+
+    p = tmp_path / "l.sqlite"
+    conn = sqlite3.connect(p)
+    for migration in MIGRATIONS[:3]:
+        conn.executescript(migration)
+    conn.execute("PRAGMA user_version = 3")
+    conn.execute("INSERT INTO runs (id, host, started_at, source, bench_json) VALUES (?, ?, ?, ?, ?)",
+                 ("r-20261130-020000-aaaa", "h", T0.isoformat(), "roll", bench(123.0).model_dump_json()))
+    conn.commit()
+    conn.close()
+    led = Ledger(p)
+    [old] = led.list_runs()
+    assert led.schema_version() == 4 and old.verdict is None and old.source == "roll"
+    assert old.bench is not None and old.bench.output_throughput == 123.0
+    new = led.record_run(host="h", bench=bench(1.0), source="roll", verdict="rejected", started_at=T0)
+    assert led.get_run(new.id).verdict == "rejected"

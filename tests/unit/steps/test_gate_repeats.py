@@ -21,7 +21,8 @@ def test_the_gate_judges_the_median_of_the_repeats(make_run, monkeypatch: pytest
     rates = iter([1000.0, 400.0, 980.0])  # one slow run on a busy machine
     calls: list[Any] = []
 
-    def fake_bench(ctx: Any, preset: str, release: str | None, overrides: Any = None) -> BenchRun:
+    def fake_bench(ctx: Any, preset: str, release: str | None, overrides: Any = None, *, judged: bool = False
+                   ) -> BenchRun:
         calls.append(preset)
         return _run(len(calls), next(rates))
 
@@ -39,7 +40,8 @@ def test_the_gate_judges_the_median_of_the_repeats(make_run, monkeypatch: pytest
 def test_one_run_by_default(make_run, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
 
-    def fake_bench(ctx: Any, preset: str, release: str | None, overrides: Any = None) -> BenchRun:
+    def fake_bench(ctx: Any, preset: str, release: str | None, overrides: Any = None, *, judged: bool = False
+                   ) -> BenchRun:
         calls.append(preset)
         return _run(1, 1000.0)
 

@@ -445,3 +445,53 @@ def test_a_watch_save_that_loses_the_store_says_so_and_keeps_its_cordons(pg_serv
     assert not (tmp_path / "a" / "watch" / "prod.json").exists()
     assert store.current().records.get("watch", "prod") is not None
     assert WatchState("prod").load() == {"gpu-2": entry}
+
+
+def test_the_command_files_its_runs_in_the_team_store_with_their_verdict(machine_a: TeamStore, tmp_path: Path
+                                                                         ) -> None:
+    """Issue 47: the command's filing after the run goes to the team's ledger as it did from the step: each run
+    names who recorded it, and carries its gates' verdict (schema 2); nothing lands on this machine."""
+    from orchestrator.bench.measured import MeasuredRun
+    from orchestrator.commands.filing import file_runs
+    from orchestrator.engine.runner import RunReport
+    from orchestrator.engine.state import RunState
+    from orchestrator.runlog import StepRecord
+    from tests.unit.commands.test_filing import bench_run
+
+    gated = MeasuredRun(run=bench_run("r-20261201-030405-dddd", 500.0), step="throughput", source="roll",
+                        release="rel-2", preset="e2e", flags={"api-key": "s3cret"}, judged_by=("throughput", "gate"))
+    report = RunReport(host="gpu-1", playbook="roll", dry_run=False, state=RunState(measured=[gated]),
+                       steps=[StepRecord("throughput"), StepRecord("gate", status="failed")])
+    said: list[str] = []
+    [rec] = file_runs(report, said.append)
+    assert said == []
+    got = store.current().ledger().get_run(rec.id)
+    assert (got.verdict, got.by, got.flags["api-key"]) == ("rejected", f"{store.user()}@{store.machine()}",
+                                                           "<redacted>")
+    assert not (tmp_path / "a" / "ledger.sqlite").exists()
+
+
+def test_migrate_copies_a_ledger_from_before_verdicts(machine_a: TeamStore, tmp_path: Path) -> None:
+    """A ledger of schema 3 (no verdict column) copies in; its runs have no verdict. One of schema 4 keeps them."""
+    import sqlite3
+
+    from orchestrator.ledger.sqlite import MIGRATIONS
+
+    old = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(old)
+    for migration in MIGRATIONS[:3]:
+        conn.executescript(migration)
+    conn.execute("INSERT INTO runs (id, host, started_at, source) VALUES ('r-20261130-020000-eeee', 'gpu-1', "
+                 "'2026-11-30T02:00:00', 'roll')")
+    conn.commit()
+    conn.close()
+    new = Ledger(tmp_path / "new.sqlite")
+    kept = new.record_run(host="gpu-1", bench=None, source="roll", verdict="passed")
+    remote = pg.PgStore.open(store.StoreSettings(machine_a.url, machine_a.password_file))
+    try:
+        assert remote.import_local(old, store.LocalRecords()).runs == 1
+        assert remote.import_local(new.path, store.LocalRecords()).runs == 1
+        assert remote.ledger().get_run("r-20261130-020000-eeee").verdict is None
+        assert remote.ledger().get_run(kept.id).verdict == "passed"
+    finally:
+        remote.close()
