@@ -38,3 +38,29 @@ def doctor_host_facts(outputs: dict[Any, str | CommandOutput]) -> HostFacts:
     facts.host = {fact.name: out if isinstance(out, CommandOutput) else CommandOutput(0, out, "")
                   for fact, out in outputs.items()}
     return host_facts(facts)
+
+
+DEVELOPMENT_MD = Path(__file__).resolve().parents[1] / "docs" / "development.md"
+
+
+def doc_examples(heading: str) -> list[str]:
+    """The ```python blocks of docs/development.md's section `heading` (a heading line without its #s), in order,
+    to the next heading of the same or a higher level: a worked example's code as the reader sees it, for the test
+    that runs it (a section or block that went away fails that test)."""
+    lines = DEVELOPMENT_MD.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.lstrip("#").strip() == heading and line.startswith("#"))
+    level = len(lines[start]) - len(lines[start].lstrip("#"))
+    blocks: list[str] = []
+    block: list[str] | None = None
+    for line in lines[start + 1:]:
+        if block is None and line.startswith("#") and len(line) - len(line.lstrip("#")) <= level:
+            break
+        if block is None and line.strip() == "```python":
+            block = []
+        elif block is not None and line.strip() == "```":
+            blocks.append("\n".join(block) + "\n")
+            block = None
+        elif block is not None:
+            block.append(line)
+    assert blocks, f"no python example under {heading!r} in docs/development.md"
+    return blocks

@@ -25,9 +25,7 @@ from orchestrator.engine.progress import StepPrinter
 from orchestrator.errors import DeployError, UsageError
 from orchestrator.fleet.engine import DEFAULT_PARALLEL, HostEvents, HostOutcome, run_fleet
 from orchestrator.fleet.outcome import HostResult, Refused, host_outcome
-from orchestrator.fleet.progress import EventPrinter
 from orchestrator.fleet.targets import TargetSpec, parse_targets, resolve_targets
-from orchestrator.fleet.view import FleetView, fleet_summary, summary_table, totals_text
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.locks.claims import claim_fleet
 from orchestrator.runlog import StepRecord
@@ -88,6 +86,8 @@ def run_fleet_command(app: AppContext, spec: TargetSpec, host_run: HostRun, kwar
                       parallel: int, fail_fast: bool, preflight: Preflight | None = None,
                       annotate: Annotate | None = None, fleet_preflight: FleetPreflight | None = None,
                       claims: Claims | None = None) -> int:
+    from orchestrator.fleet.progress import EventPrinter  # the live view's side: loaded by fleet runs only
+
     hosts = resolve_targets(app.inventory, spec)
     if preflight is not None:
         for host in hosts:
@@ -119,6 +119,8 @@ def _run_and_print(app: AppContext, spec: TargetSpec, hosts: list[Host], job: Ca
                    command: str, *, parallel: int, fail_fast: bool, annotate: Annotate | None,
                    kwargs: dict[str, Any]) -> int:
     """The hosts' runs on the engine's pool, then the fleet annotation (the router), one report."""
+    from orchestrator.fleet.view import FleetView, fleet_summary, summary_table, totals_text  # rich's live view
+
     view = FleetView(app.out.console, [h.name for h in hosts], enabled=not app.as_json, tty=sys.stdout.isatty())
     with view:
         run = run_fleet([h.name for h in hosts], job, parallel=parallel, fail_fast=fail_fast, on_event=view,

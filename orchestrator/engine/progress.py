@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.status import Status
 
 from orchestrator.engine.runner import RunReport
 from orchestrator.runlog import StepRecord
+
+if TYPE_CHECKING:  # made by Console.status, on a terminal only: `--json` and piped runs never load rich.status
+    from rich.status import Status
 
 STATUS_STYLE = {"ok": "green", "changed": "yellow", "would-change": "cyan", "skipped": "dim", "failed": "bold red"}
 

@@ -103,6 +103,20 @@ def build_batch_script(commands: Mapping[str, str], nonce: str, parallel: int = 
          "end_prefix": f"@@DEPLOY:{nonce}:END:{name}:"} for name, command in commands.items()])
 
 
+#: What follows a command's END marker prefix: its exit code, the marker's end, a newline or the end of the output.
+_END_TAIL = re.compile(r"(-?\d+)@@(?:\n|$)")
+
+
+def _find_end(text: str, prefix: str, pos: int) -> tuple[int, re.Match[str]] | None:
+    """The first `prefix` at or after `pos` that `_END_TAIL` completes: (where the prefix starts, the tail's match).
+    A search by text and one shared pattern, not a pattern compiled per command (a batch has dozens)."""
+    while (at := text.find(prefix, pos)) >= 0:
+        if (tail := _END_TAIL.match(text, at + len(prefix))) is not None:
+            return at, tail
+        pos = at + 1
+    return None
+
+
 def split_batch_output(
     text: str, nonce: str, expected: Iterable[str] | None = None
 ) -> dict[str, CommandOutput]:
@@ -131,15 +145,15 @@ def split_batch_output(
         name = b.group(1)
         mid = f"\n{_marker(nonce, 'STDERR', name)}\n"
         i = text.find(mid, b.end())
-        end_re = re.compile(rf"\n@@DEPLOY:{esc}:END:{re.escape(name)}:(-?\d+)@@(?:\n|$)")
-        e = end_re.search(text, i + len(mid)) if i >= 0 else None
+        e = _find_end(text, f"\n@@DEPLOY:{nonce}:END:{name}:", i + len(mid)) if i >= 0 else None
         if i < 0 or e is None:
             cut_off.append(name)
             break
+        end_at, tail = e
         results[name] = CommandOutput(
-            rc=int(e.group(1)), stdout=text[b.end() : i], stderr=text[i + len(mid) : e.start()]
+            rc=int(tail.group(1)), stdout=text[b.end() : i], stderr=text[i + len(mid) : end_at]
         )
-        pos = e.end()
+        pos = tail.end()
 
     missing = [n for n in wanted if n not in results]
     for n in cut_off:

@@ -10,8 +10,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential
-
 from orchestrator.bench.measured import MeasuredRun
 from orchestrator.bench.stats import estimate, median_index
 from orchestrator.engine.state import ExpectedServer, SmokeAnswer
@@ -195,6 +193,8 @@ def wait_healthy(ctx: StepContext, record: StepRecord, *, timeout_s: float | Non
 
     # The first probes come quickly (a restart of a small or cached model is healthy within a second or two), then
     # settle at `interval`: a probe is one round trip, and a GLM-5 load takes minutes either way.
+    from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential  # waits only
+
     retrying = Retrying(stop=stop_after_delay(timeout), wait=wait_exponential(multiplier=0.25, min=0.5, max=interval),
                         retry=retry_if_result(lambda r: r is None))
     try:

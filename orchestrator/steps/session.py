@@ -16,7 +16,19 @@ def ensure_facts(ctx: StepContext) -> None:
     """Gather the union of the playbook's facts once; later steps read them for free."""
     if ctx.facts.gathered:
         return
-    names = ctx.playbook_steps or list(REGISTRY)
+    # A run that holds the host lock also stops what a dead run left running (its bench), in the same round trip.
+    stopping = ctx.host_lock is not None and not ctx.options.dry_run
+    host_facts, ct_facts = playbook_facts(ctx.playbook_steps or list(REGISTRY), stopping=stopping)
+    ctx.facts.gather(host_facts, ct_facts)
+    ctx.facts.gathered = True
+    if stopping:
+        report_leftovers(ctx)
+
+
+def playbook_facts(names: list[str], *, stopping: bool) -> tuple[set[HostFact[Any]], set[CtFact[Any]]]:
+    """The facts a run of these steps gathers in its first round trip: the union the steps name, and, for a run that
+    holds the host lock (`stopping`), the leftover benches' stop and what the lock's release publishes. Also what
+    tests/perf/pyinfra_compare.py hands a peer tool, so both read the same things."""
     host_facts: set[HostFact[Any]] = set()
     ct_facts: set[CtFact[Any]] = set()
     for name in names:
@@ -24,17 +36,12 @@ def ensure_facts(ctx: StepContext) -> None:
         if st is not None:
             host_facts.update(st.host_facts)
             ct_facts.update(st.ct_facts)
-    # A run that holds the host lock also stops what a dead run left running (its bench), in the same round trip.
-    stopping = ctx.host_lock is not None and not ctx.options.dry_run
     if stopping:
         ct_facts.add(CT.stop_leftovers)
         if publishing_command(names) is not None:  # what the lock's release publishes (steps/metrics.py)
             host_facts.update(metrics.HOST_FACTS)
             ct_facts.update(metrics.CT_FACTS)
-    ctx.facts.gather(host_facts, ct_facts)
-    ctx.facts.gathered = True
-    if stopping:
-        report_leftovers(ctx)
+    return host_facts, ct_facts
 
 
 def report_leftovers(ctx: StepContext) -> None:

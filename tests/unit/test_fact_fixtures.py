@@ -80,8 +80,13 @@ def test_every_fact_has_a_fixture_and_every_fixture_a_fact() -> None:
 
 @pytest.mark.parametrize("path", cases(), ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_fact_fixture(path: Path) -> None:
+    check_fixture(namespaces()[path.parent.name], path)
+
+
+def check_fixture(fact: Fact[Any] | RouterFact[Any], path: Path) -> None:
+    """One fixture case: the fact's command for the example host, and its parser's value (or error) of the output.
+    Also run on docs/development.md's example fact (tests/unit/steps/test_add_a_fact.py)."""
     case = json.loads(path.read_text())
-    fact = namespaces()[path.parent.name]
     assert fact.command(*context(fact)) == case["command"], "the fact's command changed: update its fixtures"
     out = CommandOutput(case["output"]["rc"], case["output"]["stdout"], case["output"]["stderr"])
     if "raises" in case:

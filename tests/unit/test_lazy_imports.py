@@ -34,10 +34,13 @@ def test_help_imports_nothing_heavy() -> None:
 
 #: What a single-host `up`, `plan` or `status` loads that none of them uses in a converged run (issue 41): fabric and
 #: invoke (paramiko.config imports invoke whenever it is installed; invoke brings unittest.mock and asyncio), requests
-#: (only a webhook post, the router and the PVE API use it), and the bench, its ledger and the P2P bandwidth probe.
+#: (only a webhook post, the router and the PVE API use it), and the bench, its ledger and the P2P bandwidth probe;
+#: (issue 47) tenacity and concurrent.futures (only a wait for /health after a restart retries), and the fleet's live
+#: view with rich's live display, tables and spinner (fleet runs, and a step's spinner on a terminal).
 UNUSED_BY_A_CONVERGED_RUN = ("fabric", "invoke", "unittest", "asyncio", "requests", "urllib3", "sqlite3",
                              "orchestrator.bench.run", "orchestrator.ledger.sqlite", "orchestrator.p2p.bandwidth",
-                             "orchestrator.gates.throughput", "orchestrator.parsers.bench")
+                             "orchestrator.gates.throughput", "orchestrator.parsers.bench", "tenacity",
+                             "concurrent.futures", "orchestrator.fleet.view", "rich.live", "rich.status")
 
 
 def test_a_single_host_run_loads_only_what_it_uses() -> None:
