@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator
 
 from orchestrator.cli.common import AppContext, resolve_host
-from orchestrator.commands.filing import file_runs
+from orchestrator.commands.filing import file_runs, filed_if_stopped
 from orchestrator.engine.progress import StepPrinter
 from orchestrator.engine.runner import RunReport, run_playbook_to_end
 from orchestrator.engine.state import RunInputs
@@ -23,7 +23,7 @@ def command_line() -> str:
 def run_with_progress(app: AppContext, target: tuple[str, ...], playbook: str, options: RunOptions,
                       inputs: RunInputs | None = None, *, quiet: bool = False) -> RunReport:
     host = resolve_host(app, target)
-    with step_progress(app, quiet=quiet) as printer:
+    with step_progress(app, quiet=quiet) as printer, filed_if_stopped(printer.say):
         report = run_playbook_to_end(playbook, host, app.inventory, options, progress=printer, say=printer.say,
                                      inputs=inputs)
         file_runs(report, printer.say)  # a bench's runs (and a failed one's), after the run: commands/filing.py

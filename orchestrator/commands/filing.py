@@ -8,16 +8,17 @@ the run's typed state after the run, with the verdict of the gates that judge it
 - a run whose gates all passed: `passed`; one a gate failed: `rejected`; one whose run ended (a step failing, a
   fleet's cancel) before its gates had judged it: `interrupted`; a run no gate judges (a plain bench, a sweep point,
   a roll's baseline, a tune's run): no verdict. Every other field is what the step used to write.
-- a run stopped by a signal (Ctrl-C, SIGTERM) files nothing: the signal unwinds the command before its run ends,
-  and its figures were never judged. Each bench's JSONL stays on the host beside its release (`deploy bench import`
-  files one by hand).
+- a run stopped by a signal (Ctrl-C, SIGTERM) files what it had measured before the signal (`filed_if_stopped`):
+  a run whose gates had all judged it keeps their verdict, one whose gate was still running (or not reached) is
+  `interrupted`; further signals wait until the few rows are written (local/signals.py `finishing`).
 
 The ledger is a convenience: a write that fails is said and never fails the command.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -25,11 +26,14 @@ if TYPE_CHECKING:
     from orchestrator.ledger.sqlite import RunRecord
 
 
-def file_runs(report: RunReport, say: Callable[[str], None] | None = None) -> list[RunRecord]:
+def file_runs(report: RunReport, say: Callable[[str], None] | None = None, *,
+              stopped: bool = False) -> list[RunRecord]:
     """Write every run the report's run measured into the command's ledger, once, with its gates' verdict; returns
-    the records as stored. Nothing measured (most playbooks): nothing is opened."""
+    the records as stored. Nothing measured (most playbooks): nothing is opened. `stopped`: a signal ended the run
+    in its last step, which therefore judged nothing (its record says "ok" only because it never ended)."""
     if not report.state.measured:
         return []
+    steps = report.steps[:-1] if stopped else report.steps
     # Here, not at the top: a run that measured nothing (a converged `up --skip-bench`) never loads the ledger's
     # module (tests/perf/client_cost.py).
     from orchestrator.bench.measured import as_record, verdict_of
@@ -38,7 +42,7 @@ def file_runs(report: RunReport, say: Callable[[str], None] | None = None) -> li
     tell = say or (lambda _msg: None)
     filed: list[RunRecord] = []
     for measured in report.state.measured:
-        rec = as_record(report.host, measured, verdict_of(measured, report.steps))
+        rec = as_record(report.host, measured, verdict_of(measured, steps))
         try:
             filed.append(ledger().record_run(
                 host=rec.host, bench=rec.bench, source=rec.source, release_id=rec.release_id, preset=rec.preset,
@@ -47,3 +51,19 @@ def file_runs(report: RunReport, say: Callable[[str], None] | None = None) -> li
         except Exception as exc:  # the ledger is a local convenience; never fail a rollout on it
             tell(f"  warning: could not write the local ledger: {exc}")
     return filed
+
+
+@contextmanager
+def filed_if_stopped(say: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Around a command's run: when a signal stops it, file what the run measured before re-raising the stop
+    (engine/runner.py hangs the run's report on it), so a finished bench is not lost to a late Ctrl-C."""
+    try:
+        yield
+    except KeyboardInterrupt as stop:
+        report = getattr(stop, "report", None)
+        if report is not None and report.state.measured:
+            from orchestrator.local.signals import finishing
+
+            with finishing("filing the stopped run's measurements", say or (lambda _msg: None)):
+                file_runs(report, say, stopped=True)
+        raise

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from orchestrator.commands.filing import file_runs
+from orchestrator.commands.filing import file_runs, filed_if_stopped
 from orchestrator.commands.result import RunResult
 from orchestrator.engine.runner import ProgressFn, RunReport, run_playbook_to_end
 from orchestrator.engine.state import Candidate, CurrentFlags, RollRequest, RunInputs, RunState
@@ -175,7 +175,7 @@ def roll_host(host: Host, inventory: Inventory, request: RollRequest, options: R
         # `roll --profile P`: the host runs this roll under P, so P's stack is the one built and rolled onto.
         host = host.model_copy(update={"profile": request.stack_profile})
     try:
-        with claim_hosts([host.name], options.command, exclusive=False):  # before any planning: locks/claims.py
+        with claim_hosts([host.name], options.command, exclusive=False), filed_if_stopped(say):  # locks/claims.py
             report = run_playbook_to_end(playbook, host, inventory, options, progress=progress, say=say,
                                          inputs=RunInputs(roll=request))
         file_runs(report, say)  # the ledger, after the gate kept the candidate or rolled it back

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.commands.filing import file_runs
+from orchestrator.commands.filing import file_runs, filed_if_stopped
 from orchestrator.commands.result import RunResult
 from orchestrator.engine.runner import ProgressFn, run_playbook_to_end
 from orchestrator.engine.step import RunOptions
@@ -63,7 +63,8 @@ def up_host(inventory: Inventory, request: UpRequest, *, progress: ProgressFn | 
     raises before any remote change."""
     host, options = request.host, request.options
     preflight(inventory, host)
-    report = run_playbook_to_end(request.playbook, host, inventory, options, progress=progress, say=say)
+    with filed_if_stopped(say):
+        report = run_playbook_to_end(request.playbook, host, inventory, options, progress=progress, say=say)
     file_runs(report, say)  # the ledger, after the gates have judged the run
     from orchestrator.verdicts.exposure import keyless_on_lan
 

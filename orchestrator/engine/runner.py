@@ -158,6 +158,9 @@ def _run_steps(playbook: Playbook, host: Host, inventory: Inventory, profile: Se
         report.ok = False
         report.error = err.to_dict()
         report.failure = err
+    except KeyboardInterrupt as stop:  # a signal: the command files what the run measured (commands/filing.py)
+        stop.report = report  # type: ignore[attr-defined]  # completed by `finally` below, before it propagates
+        raise
     finally:
         cleanups, ctx.cleanups = ctx.cleanups, []
         for cleanup in cleanups:

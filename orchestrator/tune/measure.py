@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from orchestrator.bench.run import BenchRun
-from orchestrator.commands.filing import file_runs
+from orchestrator.commands.filing import file_runs, filed_if_stopped
 from orchestrator.engine.runner import ProgressFn, run_playbook_to_end
 from orchestrator.engine.state import ExpectedServer, RunInputs
 from orchestrator.engine.step import RunOptions
@@ -56,9 +56,10 @@ def bench_at(ctx: TuneContext, point: PointRecord, concurrency: int,
     seen = ctx.measured.get(point.label)
     expect = (ExpectedServer(point.release, seen.pid if seen else None, seen.restarts if seen else None)
               if point.release is not None else None)
-    report = run_playbook_to_end("bench", ctx.host, ctx.inventory, ctx.options("deploy tune"),
-                                 progress=ctx.progress, say=ctx.say,
-                                 inputs=RunInputs(bench_points=(overrides,), expect=expect))
+    with filed_if_stopped(ctx.say):
+        report = run_playbook_to_end("bench", ctx.host, ctx.inventory, ctx.options("deploy tune"),
+                                     progress=ctx.progress, say=ctx.say,
+                                     inputs=RunInputs(bench_points=(overrides,), expect=expect))
     file_runs(report, ctx.say)  # the ledger holds the run before the tune files it under its point
     if isinstance(report.failure, HostChanged):
         raise changed_under_tune(ctx, f"the bench at concurrency {concurrency} of point {point.label} (release "

@@ -128,3 +128,57 @@ def test_a_sweep_point_is_filed_with_its_label_and_no_verdict(state_dir: Path) -
     [rec] = file_runs(report([("bench", "ok")], point))
     stored = Ledger(state_dir / "ledger.sqlite").get_run(rec.id)
     assert (stored.source, stored.label, stored.verdict) == ("sweep", "max-concurrency=16", None)
+
+
+def test_a_run_stopped_by_a_signal_files_what_it_measured(monkeypatch: pytest.MonkeyPatch, state_dir: Path) -> None:
+    """Ctrl-C during a roll's `gate` step: the baseline and the candidate were measured before it. Both are filed
+    (nothing the operator waited for is lost), the candidate `interrupted`: its gate was running, so it judged
+    nothing, though its record still reads "ok" (a step's record is only set when it ends). The stop goes on."""
+    baseline = measured("r-20261201-030405-cccc", 1200.0, judged_by=(), step="install_release", release="rel-1")
+    candidate = measured("r-20261201-030405-dddd", 1100.0)
+
+    def stopped_run(playbook: str, *_a: Any, **_kw: Any) -> RunReport:
+        stop = KeyboardInterrupt()
+        stop.report = report([("install_release", "changed"), ("throughput", "ok"), ("gate", "ok")],  # type: ignore[attr-defined]
+                             baseline, candidate)
+        raise stop
+
+    monkeypatch.setattr(roll_command, "run_playbook_to_end", stopped_run)
+    inventory = load_inventory(EXAMPLE_INVENTORY)
+    with pytest.raises(KeyboardInterrupt):
+        roll_command.roll_host(inventory.hosts[HOST], inventory, RollRequest(set=("x=1",)),
+                               RunOptions(command="deploy roll"))
+    runs = {r.id: r for r in Ledger(state_dir / "ledger.sqlite").list_runs(host=HOST)}
+    assert set(runs) == {baseline.run.run_id, candidate.run.run_id}
+    assert runs[candidate.run.run_id].verdict == "interrupted" and runs[baseline.run.run_id].verdict is None
+
+
+def test_a_signal_stops_the_real_runner_with_its_report_attached(monkeypatch: pytest.MonkeyPatch,
+                                                                  state_dir: Path) -> None:
+    """The real runner hangs the run's report on the stop, its state complete (filled by the runner's `finally`
+    before the stop leaves it), and `filed_if_stopped` files it with the step in progress counted as not ended."""
+    import dataclasses
+
+    from orchestrator.commands.filing import filed_if_stopped
+    from orchestrator.engine.runner import run_playbook_to_end
+    from orchestrator.engine.step import StepContext
+    from orchestrator.steps import REGISTRY, load_all_steps
+
+    load_all_steps()
+    run = measured("r-20261201-030405-eeee", judged_by=("smoke",), step="connect")
+
+    def connect(ctx: StepContext, record: StepRecord) -> None:
+        ctx.state.measured.append(run)
+
+    def smoke(ctx: StepContext, record: StepRecord) -> None:
+        raise KeyboardInterrupt  # Ctrl-C while the step that judges the run runs
+
+    monkeypatch.setitem(REGISTRY, "connect", dataclasses.replace(REGISTRY["connect"], fn=connect))
+    monkeypatch.setitem(REGISTRY, "smoke", dataclasses.replace(REGISTRY["smoke"], fn=smoke))
+    inv = load_inventory(EXAMPLE_INVENTORY)
+    with pytest.raises(KeyboardInterrupt) as stopped, filed_if_stopped():
+        run_playbook_to_end("smoke", inv.hosts[HOST], inv, RunOptions())
+    rep = stopped.value.report  # type: ignore[attr-defined]
+    assert rep.state.measured == [run] and [s.name for s in rep.steps] == ["connect", "smoke"]
+    got = Ledger(state_dir / "ledger.sqlite").list_runs(host=HOST)
+    assert [(r.id, r.verdict) for r in got] == [(run.run.run_id, "interrupted")]
