@@ -158,24 +158,17 @@ def test_a_disk_budget_prunes_the_oldest_stacks_and_refuses_a_stack_that_cannot_
     assert any(c.startswith(f"{stack}-") for c in caches), caches  # the first 0.5.23 stack's server made its own
     third = env.run("--json", "up", "host", env.host, "--skip-bench")
     assert third.rc == 0, third.text[-3000:]
-    lines = third.text.splitlines()
-    emptied = next(i for i, ln in enumerate(lines) if ln.startswith("emptied the pip cache "))
-    assert lines[emptied].startswith("emptied the pip cache /opt/deploy/stacks/.pip-cache (keep_stacks 3, "
-                                     "stacks_disk_budget_gb 0.25), ") and lines[emptied].endswith(" bytes freed")
-    pruned = next(i for i, ln in enumerate(lines) if ln.startswith("pruned stack(s)"))
-    assert emptied < pruned, lines
-    assert lines[pruned].startswith(f"pruned stack(s) {stack} (keep_stacks 3, stacks_disk_budget_gb 0.25), ")
-    assert lines[pruned].endswith(" bytes freed"), lines[pruned]
-    kept = next(ln for ln in lines if ln.startswith("kept stacks: "))
-    assert kept.count(" bytes") == 5 and "; pip cache 0 bytes; " in kept, kept
-    assert kept.endswith(" of a budget of 250,000,000"), kept
-    assert pip_cache_bytes(env, "/opt/deploy/stacks/.pip-cache") == 0
-    # What the budget counted and pruned, typed in `up --json`.
+    # What the budget counted, emptied and pruned, typed in `up --json` (the lines it prints: unit-tested).
     install = next(s for s in third.json["steps"] if s["name"] == "sglang_install")
     budget = install["details"]["disk_budget"]
-    assert budget["budget_bytes"] == 250_000_000 and budget["counted"]["pip_cache_bytes"] > 0
-    assert budget["pruned"]["pip_cache_bytes"] == budget["counted"]["pip_cache_bytes"]
-    assert [s["sha"] for s in budget["pruned"]["stacks"]] == [stack] and budget["kept"]["pip_cache_bytes"] == 0
+    print("\ndisk_budget:", budget)
+    assert budget["budget_bytes"] == 250_000_000 and budget["counted"]["pip_cache_bytes"] > 0, budget
+    assert budget["counted"]["total_bytes"] > 250_000_000 and len(budget["counted"]["stacks"]) == 4, budget
+    assert budget["pruned"]["pip_cache_bytes"] == budget["counted"]["pip_cache_bytes"]  # emptied, then one stack
+    assert [s["sha"] for s in budget["pruned"]["stacks"]] == [stack] == install["details"]["pruned"], budget
+    assert budget["kept"]["pip_cache_bytes"] == 0 and len(budget["kept"]["stacks"]) == 3 and not budget["over"]
+    assert budget["kept"]["total_bytes"] <= 250_000_000
+    assert pip_cache_bytes(env, "/opt/deploy/stacks/.pip-cache") == 0
     assert env.ct(f"test -e /opt/deploy/stacks/{stack}").rc != 0
     after = env.ct("ls /var/cache/deploy/kernels").stdout.split()  # its kernel caches went with it, no other
     assert not any(c.startswith(f"{stack}-") for c in after) and set(caches) - set(after) == \
