@@ -134,8 +134,9 @@ def cache_finding(kernel: DiskUsage | None, pip: DiskUsage | None, *, configured
     if kernel_low:
         fixes.append(f"point container.kernel_cache at a directory on a storage with room (e.g. "
                      f"/tank/kernel-cache/{vmid}; `deploy up` creates and mounts it, a new directory starts cold) or "
-                     f"free space on {kernel.mount or 'its filesystem'}; set-aside caches can be removed "
-                     f"(rm -rf {kernel.path}/*.set-aside-*)")
+                     f"free space on {kernel.mount or 'its filesystem'}"
+                     + (f"; the {kernel.set_aside} set-aside cache(s) can be removed "
+                        f"(rm -rf {kernel.path}/*.set-aside-*)" if kernel.set_aside else ""))
     if pip is not None and pip_low:
         fixes.append(f"grow the container's rootfs (container.rootfs_size_gb) or set the profile's "
                      f"stacks_disk_budget_gb, which empties the pip cache {pip.path} first and prunes old stacks "

@@ -52,7 +52,10 @@ def test_low_room_is_a_warning_with_the_fix_for_each_filesystem() -> None:
     found = cache_finding(low, roomy_pip, configured=False, vmid=120)
     assert found.status == "warn" and found.observed.endswith(": under 20.0 GB free"), found
     assert found.fix.startswith("point container.kernel_cache at a directory on a storage with room") and \
-        "free space on /" in found.fix and "pip cache" not in found.fix
+        found.fix.endswith("free space on /") and "pip cache" not in found.fix
+    aside = DiskUsage(low.path, low.filesystem, low.fstype, "/", 30 * GB, GB, 8 * GB, ("a-b", "a-b.set-aside-1"))
+    assert cache_finding(aside, None, configured=False, vmid=120).fix.endswith(
+        "; the 1 set-aside cache(s) can be removed (rm -rf /var/lib/deploy/kernel-cache/120/*.set-aside-*)")
     low_pip = DiskUsage("/opt/deploy/stacks/.pip-cache", "/dev/loop0", "ext4", "/", 60 * GB, GB, 4 * GB, ())
     roomy = DiskUsage(low.path, low.filesystem, low.fstype, "/", 2000 * GB, 900 * GB, 0, ())
     found = cache_finding(roomy, low_pip, configured=False, vmid=120)
