@@ -16,7 +16,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.stacks.kernel_caches import KEEP_SET_ASIDE
+from orchestrator.stacks.kernel_caches import KEEP_SET_ASIDE, SHARED_CUBINS
 from orchestrator.stacks.pip_progress import human
 from orchestrator.verdicts.host import Finding
 
@@ -61,8 +61,10 @@ class DiskUsage:
 
     @property
     def caches(self) -> int:
-        """Kernel cache directories in use (`<stack>-<shape>`): not set aside, not a file of deploy's."""
-        return sum(1 for e in self.entries or () if ".set-aside-" not in e and not e.startswith("."))
+        """Kernel cache directories in use (`<stack>-<shape>`): not set aside, not a file of deploy's, not the shared
+        flashinfer cubins."""
+        return sum(1 for e in self.entries or ()
+                   if ".set-aside-" not in e and not e.startswith(".") and e != SHARED_CUBINS)
 
     def where(self) -> str:
         if self.filesystem is None:

@@ -31,7 +31,7 @@ def test_the_usage_names_the_filesystem_the_free_space_and_the_caches() -> None:
 
 def test_a_roomy_cache_is_ok_and_shows_the_configured_root_and_both_caches() -> None:
     kernel = DiskUsage("/tank/kernel-cache/120", "tank/cache", "zfs", "/tank", 2000 * GB, 900 * GB, 6 * GB,
-                       (".deploy-made-this-dir", "a-b", "c-d", "a-b.set-aside-20261201T000000"))
+                       (".deploy-made-this-dir", "a-b", "c-d", "a-b.set-aside-20261201T000000", "flashinfer-cubins"))
     pip = DiskUsage("/opt/deploy/stacks/.pip-cache", "/dev/loop0", "ext4", "/", 200 * GB, 150 * GB, 4 * GB,
                     ("http-v2",))
     found = cache_finding(kernel, pip, configured=True, vmid=120)
