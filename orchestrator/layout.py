@@ -73,6 +73,13 @@ class ContainerPaths:
         """Last check, state word, restarts in the budget window, last actions (JSON, 0600)."""
         return f"{self.watchdog_dir}/state.json"
 
+    @property
+    def pip_cache_dir(self) -> str:
+        """pip's cache (PIP_CACHE_DIR) for every pip run of a stack, the build's and `deploy lock`'s: one managed
+        cache beside the stacks, counted in and emptied first by the disk budget (not root's ~/.cache/pip, which
+        nothing counted: ~4 GB of wheels per real stack). A dot directory, so no stack listing (`*.json`) sees it."""
+        return f"{self.stacks_dir}/.pip-cache"
+
     def stack_venv(self, sha: str) -> str:
         return f"{self.stacks_dir}/{sha}"
 

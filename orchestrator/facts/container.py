@@ -27,6 +27,7 @@ from orchestrator.stacks.kernel_caches import check_shell, parse_check
 from orchestrator.stacks.lock import TARGET_PROGRAM, installed_dists, parse_target
 from orchestrator.stacks.patches import PATCHED_FILES_PROGRAM, parse_patched_files
 from orchestrator.stacks.stack import parse_stack_listing, parse_stack_usage, stack_usage_command
+from orchestrator.verdicts.cache_disk import parse_usage, usage_command
 from orchestrator.verdicts.toolchain import TOOLCHAIN_PROGRAM, parse_toolchain
 from orchestrator.watchdog.parse import RESULT_MARK as WATCHDOG_RESULT_MARK
 from orchestrator.watchdog.parse import parse_installed, parse_watchdog_fact
@@ -169,6 +170,8 @@ class CT:
     #: for (cp311 wheels do not install on cp313; nothing read without a lock).
     python_target = CtFact("python_target", lambda h, p: (
         f"python3 -c {q(TARGET_PROGRAM)}" if p.lock_text is not None else "true"), of_stdout(parse_target))
+    #: The managed pip cache beside the stacks: its bytes and the container filesystem's free space (doctor).
+    pip_cache_usage = CtFact("pip_cache_usage", lambda h, p: usage_command(PATHS.pip_cache_dir), of_stdout(parse_usage))
     #: With a stacks_disk_budget_gb: bytes per stack and the newest verified release's stack (nothing read without).
     stack_usage = CtFact("stack_usage", lambda h, p: (
         stack_usage_command() if p.stacks_disk_budget_gb is not None else "true"), of_stdout(parse_stack_usage))

@@ -41,6 +41,7 @@ from orchestrator.remote.batch import CommandOutput
 from orchestrator.render.boot_unit import boot_unit_fact, parse_boot_unit
 from orchestrator.render.power_unit import UNIT_NAME as POWER_UNIT
 from orchestrator.stacks.kernel_caches import CACHE_DIR_MARK, CacheDirState
+from orchestrator.verdicts.cache_disk import parse_usage, usage_command
 
 #: The node's cluster and its guests, one JSON document a line (parsers.pve.parse_cluster_view).
 CLUSTER_COMMAND = ("pvesh get /cluster/status --output-format json && echo && "
@@ -183,6 +184,10 @@ class HOST:
         f"stat -c '%u:%g' {q(h.container.kernel_cache_dir)} 2>/dev/null && "
         f"{{ test -f {q(h.container.kernel_cache_dir + '/' + CACHE_DIR_MARK)} && echo {CACHE_DIR_MARK} || :; }} "
         "|| echo absent"), of_stdout(_owner))
+    #: The kernel cache directory's filesystem, free space, bytes and entries (doctor's kernel-cache row,
+    #: orchestrator/verdicts/cache_disk.py): the inventory's container.kernel_cache, else the default per VMID.
+    kernel_cache_usage = HostFact("kernel_cache_usage", lambda h, p: usage_command(h.container.kernel_cache_dir),
+                                  of_stdout(parse_usage))
     #: What the last publish of the tool's metrics carried over (orchestrator/monitoring/state.py).
     metrics_state = HostFact("metrics_state", lambda h, p: metrics_state_command(),
                              lambda o: MetricsState.from_json(o.stdout))

@@ -180,6 +180,8 @@ class CacheCheck(BaseModel):
 
 #: Set-aside cache directories kept in the cache root (the newest; older ones are removed by the next set-aside).
 KEEP_SET_ASIDE = 2
+#: The cache root's one shared place for flashinfer's cubins (`<this>/<flashinfer version>/`), not a stack's cache.
+SHARED_CUBINS = "flashinfer-cubins"
 
 #: Run inside the container with python3, argv: the release's meta.json and `start` (before a start: prepare the
 #: directory, set a failing one aside) or `look` (read only). Reads meta's `cache` ({"dir", "manifest"}); prints
@@ -228,7 +230,7 @@ def link_cubins(d, venv):
     if len(infos) != 1:
         return
     version = infos[0][len("flashinfer_python-"):-len(".dist-info")]
-    shared = os.path.join(os.path.dirname(d), "flashinfer-cubins", version)
+    shared = os.path.join(os.path.dirname(d), "@CUBINS@", version)
     link = os.path.join(d, CUBINS)
     try:
         if os.path.islink(link):
@@ -297,7 +299,7 @@ try:
         link_cubins(d, want.get("venv") or "")
 except OSError as exc:
     print("DEPLOY_CACHE=" + json.dumps({"dir": d, "state": "unchecked", "reason": str(exc), "moved_to": ""}))
-'''.replace("@KEEP@", str(KEEP_SET_ASIDE))
+'''.replace("@KEEP@", str(KEEP_SET_ASIDE)).replace("@CUBINS@", SHARED_CUBINS)
 
 
 def check_shell(meta_path: str, *, look: bool = False) -> str:

@@ -187,10 +187,17 @@ def nvcc_home(listed: str) -> str | None:
     return path.removesuffix("/bin/nvcc") if path.endswith("/bin/nvcc") else None
 
 
+def pip_cache_env() -> str:
+    """The environment every pip run of a stack gets (the build's and `deploy lock`'s resolution): the one managed
+    pip cache beside the stacks (PATHS.pip_cache_dir), which the disk budget counts and empties first."""
+    return f"PIP_CACHE_DIR={shlex.quote(PATHS.pip_cache_dir)}"
+
+
 def pip_install_command(stack: Stack, venv: str) -> str:
     """`VENV/bin/pip install` of the stack: its requirement (with its constraints, written into the venv, as pip's
     `-c`), or its lock (written next to its record first; the lock was resolved with the constraints)."""
-    pip = f"{shlex.quote(venv)}/bin/pip install --disable-pip-version-check --progress-bar off{stack.index_options}"
+    pip = (f"{pip_cache_env()} {shlex.quote(venv)}/bin/pip install --disable-pip-version-check --progress-bar off"
+           f"{stack.index_options}")
     if stack.lock is None and stack.constraints:
         file = shlex.quote(f"{venv}/{CONSTRAINTS_FILE}")
         return (f"printf '%s' {shlex.quote(constraints_text(stack.constraints))} > {file} && "
@@ -227,11 +234,12 @@ def prune_plan(records: Mapping[str, StackRecord], keep: int, protected: set[str
     return [r for r in built[keep:] if r.sha not in protected]
 
 
-def prune_command(doomed: Iterable[StackRecord]) -> str:
-    """Remove each record first (it stops being a stack), then its venv, then its kernel caches (every shape's
+def prune_command(doomed: Iterable[StackRecord], *, pip_cache: bool = False) -> str:
+    """With `pip_cache`, empty the managed pip cache first (only a cache: the next pip run downloads again); then
+    remove each record first (it stops being a stack), then its venv, then its kernel caches (every shape's
     directory and those set aside: results no other stack may read, and no release can start on a pruned stack);
     only paths under the stacks dir and the cache root."""
-    parts = []
+    parts = [f"rm -rf {shlex.quote(PATHS.pip_cache_dir)}"] if pip_cache else []
     for r in doomed:
         if r.adopted or r.venv != PATHS.stack_venv(r.sha):
             continue
@@ -246,11 +254,18 @@ def prune_command(doomed: Iterable[StackRecord]) -> str:
 VERIFIED_MARK = "__DEPLOY_VERIFIED_META__"
 
 
+#: The managed pip cache's line among the stacks' sizes (no stack sha is this word).
+PIP_CACHE_KEY = "pip-cache"
+
+
 def stack_sizes_script() -> str:
-    """`SHA<TAB>BYTES` (`du -sb` of its venv) for every stack record whose venv exists, one a line."""
+    """`SHA<TAB>BYTES` (`du -sb` of its venv) for every stack record whose venv exists, one a line; then
+    `pip-cache<TAB>BYTES` for the managed pip cache when it exists."""
+    pip = shlex.quote(PATHS.pip_cache_dir)
     return (f"if cd {shlex.quote(PATHS.stacks_dir)} 2>/dev/null; then for f in *.json; do [ -f \"$f\" ] || continue; "
             "v=$(sed -n 's/.*\"venv\": *\"\\([^\"]*\\)\".*/\\1/p' \"$f\"); [ -d \"$v\" ] || continue; "
-            "printf '%s\\t%s\\n' \"${f%.json}\" \"$(du -sb \"$v\" | cut -f1)\"; done; fi")
+            "printf '%s\\t%s\\n' \"${f%.json}\" \"$(du -sb \"$v\" | cut -f1)\"; done; "
+            f"if [ -d {pip} ]; then printf '{PIP_CACHE_KEY}\\t%s\\n' \"$(du -sb {pip} | cut -f1)\"; fi; fi")
 
 
 def stack_usage_command() -> str:
@@ -261,21 +276,35 @@ def stack_usage_command() -> str:
             f"&& {{ tr -d '\\n' < {rel}/\"$r\"/meta.json; echo; break; }}; done; true")
 
 
-def parse_stack_sizes(text: str) -> dict[str, int]:
-    """`SHA<TAB>BYTES` lines → bytes by sha; other lines are skipped."""
+@dataclass(frozen=True)
+class StackSizes:
+    """What the disk budget counts in the container: bytes per stack (`du -sb` of its venv) and of the managed pip
+    cache (0: none)."""
+
+    stacks: dict[str, int] = field(default_factory=dict)
+    pip_cache: int = 0
+
+
+def parse_stack_sizes(text: str) -> StackSizes:
+    """`SHA<TAB>BYTES` lines (and `pip-cache<TAB>BYTES`) → the sizes; other lines are skipped."""
     out: dict[str, int] = {}
+    pip = 0
     for line in text.splitlines():
         sha, _, size = line.partition("\t")
-        if sha.strip() and size.strip().isdigit():
+        if not sha.strip() or not size.strip().isdigit():
+            continue
+        if sha.strip() == PIP_CACHE_KEY:
+            pip = int(size.strip())
+        else:
             out[sha.strip()] = int(size.strip())
-    return out
+    return StackSizes(out, pip)
 
 
 @dataclass(frozen=True)
 class StackUsage:
-    """CT.stack_usage: bytes per stack (`du -sb` of its venv) and the stack of the newest verified release."""
+    """CT.stack_usage: the stacks' and the pip cache's bytes, and the stack of the newest verified release."""
 
-    sizes: dict[str, int]
+    sizes: StackSizes
     verified_stack: str | None = None
 
 
@@ -308,24 +337,80 @@ def kept_bytes(records: Mapping[str, StackRecord], sizes: Mapping[str, int], doo
     return sum(venv_sizes({k: v for k, v in records.items() if k not in gone}, sizes).values())
 
 
+@dataclass(frozen=True)
+class BudgetPlan:
+    """What a build's prune removes: the managed pip cache (emptied first when the kept stacks and the cache are
+    over the budget: it is only a cache) and the stacks (by count, then the oldest prunable until the rest fit)."""
+
+    stacks: list[StackRecord]
+    pip_cache: bool = False
+
+
 def budget_prune_plan(records: Mapping[str, StackRecord], keep: int, protected: set[str],
-                      sizes: Mapping[str, int], budget: int | None) -> list[StackRecord]:
-    """prune_plan's stacks, then (with a budget in bytes) the oldest prunable ones until the kept stacks fit it.
-    Never a protected stack nor an adopted venv; the kept stacks may stay over the budget when nothing else is
-    prunable (the build's refusal, budget_refusal, says so before a build)."""
+                      sizes: StackSizes, budget: int | None) -> BudgetPlan:
+    """prune_plan's stacks, then (with a budget in bytes) the pip cache when the kept stacks and it are over the
+    budget, then the oldest prunable stacks until the kept ones fit. Never a protected stack nor an adopted venv;
+    the kept stacks may stay over the budget when nothing else is prunable (the build's refusal, budget_refusal,
+    says so before a build)."""
     doomed = prune_plan(records, keep, protected)
     if budget is None:
-        return doomed
+        return BudgetPlan(doomed)
     gone = {r.sha for r in doomed}
     prunable = sorted((r for r in records.values()
                        if not r.adopted and r.sha not in protected and r.sha not in gone), key=lambda r: r.built_at)
-    total = kept_bytes(records, sizes, doomed)
+    total = kept_bytes(records, sizes.stacks, doomed)
+    empty_pip = sizes.pip_cache > 0 and total + sizes.pip_cache > budget
     for rec in prunable:
         if total <= budget:
             break
         doomed.append(rec)
-        total -= sizes.get(rec.sha, 0)
-    return doomed
+        total -= sizes.stacks.get(rec.sha, 0)
+    return BudgetPlan(doomed, empty_pip)
+
+
+@dataclass(frozen=True)
+class DiskTally:
+    """Bytes per stack (by sha, sorted) and of the managed pip cache: one side of what the budget saw."""
+
+    stacks: tuple[tuple[str, int], ...] = ()
+    pip_cache: int = 0
+
+    @classmethod
+    def of(cls, stacks: Mapping[str, int], pip_cache: int) -> DiskTally:
+        return cls(tuple(sorted(stacks.items())), pip_cache)
+
+    @property
+    def total(self) -> int:
+        return sum(n for _, n in self.stacks) + self.pip_cache
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stacks": [{"sha": sha, "bytes": n} for sha, n in self.stacks], "pip_cache_bytes": self.pip_cache,
+                "total_bytes": self.total}
+
+
+@dataclass(frozen=True)
+class BudgetReport:
+    """What the disk budget counted before a build's prune, what the prune removed and what is kept (sglang_install's
+    details `disk_budget`, in `up`/`roll --json`)."""
+
+    budget_bytes: int
+    counted: DiskTally
+    pruned: DiskTally
+    kept: DiskTally
+
+    @property
+    def over(self) -> bool:
+        return self.kept.total > self.budget_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"budget_bytes": self.budget_bytes, "counted": self.counted.to_dict(),
+                "pruned": self.pruned.to_dict(), "kept": self.kept.to_dict(), "over": self.over}
+
+    def kept_line(self) -> str:
+        """`kept stacks: SHA N bytes, …; pip cache N bytes; T bytes of a budget of B`."""
+        stacks = ", ".join(f"{sha} {n:,} bytes" for sha, n in self.kept.stacks) or "none"
+        return (f"kept stacks: {stacks}; pip cache {self.kept.pip_cache:,} bytes; {self.kept.total:,} bytes of a "
+                f"budget of {self.budget_bytes:,}")
 
 
 def estimate_stack_bytes(stack: Stack, records: Mapping[str, StackRecord],

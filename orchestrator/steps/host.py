@@ -21,6 +21,7 @@ from orchestrator.runlog import StepRecord
 from orchestrator.steps.power import refuse_out_of_range, wanted_setting
 from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.software import release_stack
+from orchestrator.verdicts.cache_disk import cache_finding
 from orchestrator.verdicts.cuda import stack_cuda, stack_driver_finding
 from orchestrator.verdicts.host import Finding, HostFacts, doctor_findings, host_facts_from_values, worst_status
 from orchestrator.verdicts.power_cap import power_finding
@@ -111,15 +112,22 @@ def findings_for(ctx: StepContext) -> list[Finding]:
     return findings + unread_findings(ctx.facts, findings) + hardware_findings(hardware, ctx.host.name) + [power]
 
 
-@step("doctor", host_facts=DOCTOR_FACTS, ct_facts=(CT.toolchain, CT.current_meta))
+@step("doctor", host_facts=(*DOCTOR_FACTS, HOST.kernel_cache_usage),
+      ct_facts=(CT.toolchain, CT.current_meta, CT.pip_cache_usage))
 def doctor(ctx: StepContext, record: StepRecord) -> None:
     """Read and judge the host prerequisites without failing (the doctor command reports them all), and, in a running
     container, the toolchain a real sglang's first start compiles with (nvcc: the current release's stack's own,
-    which its unit names as CUDA_HOME, counts)."""
+    which its unit names as CUDA_HOME, counts); then where the caches live and the room left there (the kernel
+    cache directory on the host, the pip cache in the container)."""
     findings = findings_for(ctx)
     tool = toolchain_finding(ctx.facts.get(CT.toolchain), ctx.vmid,
                              release_stack(ctx, ctx.facts.get(CT.current_meta)).cuda_home)
     findings += [tool] if tool is not None else []
+    kernel, pip = ctx.facts.get(HOST.kernel_cache_usage), ctx.facts.get(CT.pip_cache_usage)
+    findings.append(cache_finding(kernel, pip, configured=ctx.host.container.kernel_cache is not None,
+                                  vmid=ctx.vmid))
+    record.details["caches"] = {"kernel": kernel.to_dict() if kernel is not None else None,
+                                "pip": pip.to_dict() if pip is not None else None}
     ctx.state.doctor_findings = findings
     record.details["findings"] = [f.to_dict() for f in findings]
     if ctx.state.hardware is not None:

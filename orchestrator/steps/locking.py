@@ -14,7 +14,7 @@ from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.facts import CT
 from orchestrator.runlog import StepRecord
 from orchestrator.stacks.lock import constraints_text, lock_from_report, render_lock, report_target
-from orchestrator.stacks.stack import Stack
+from orchestrator.stacks.stack import Stack, pip_cache_env
 from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.software import profile_stack
 
@@ -23,13 +23,14 @@ LOCK_VENV = "/tmp/deploy-lock-venv"
 
 
 def resolve_command(stack: Stack) -> str:
-    """pip's resolution in a throwaway venv of the container's own python3, with the stack's constraints (`-c`)."""
+    """pip's resolution in a throwaway venv of the container's own python3, with the stack's constraints (`-c`), its
+    downloads in the managed pip cache the build then reuses (PATHS.pip_cache_dir)."""
     venv = shlex.quote(LOCK_VENV)
     constraints = ""
     if stack.constraints:
         file = shlex.quote(f"{LOCK_VENV}/constraints.txt")
         constraints = f"printf '%s' {shlex.quote(constraints_text(stack.constraints))} > {file} && "
-    return (f"rm -rf {venv} && python3 -m venv {venv} && {constraints}{venv}/bin/pip install "
+    return (f"rm -rf {venv} && python3 -m venv {venv} && {constraints}{pip_cache_env()} {venv}/bin/pip install "
             f"--disable-pip-version-check --quiet --dry-run --ignore-installed --report -{stack.index_options}"
             + (f" -c {shlex.quote(f'{LOCK_VENV}/constraints.txt')}" if stack.constraints else "")
             + f" {shlex.quote(stack.requirement)}; rc=$?; rm -rf {venv}; exit $rc")

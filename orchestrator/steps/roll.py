@@ -66,7 +66,8 @@ def stack_change(ctx: StepContext) -> bool:
         ctx.state.stack.venv != release_stack(ctx, ctx.facts.get(CT.current_meta)).venv)
 
 
-@step("roll_stack", ct_facts=(*RELEASE_FACTS, CT.sglang_version, CT.stacks, CT.python_target, CT.venv_dists),
+@step("roll_stack", ct_facts=(*RELEASE_FACTS, CT.sglang_version, CT.stacks, CT.python_target, CT.venv_dists,
+                              CT.stack_usage),
       host_facts=(HOST.driver_version,))
 def roll_stack(ctx: StepContext, record: StepRecord) -> None:
     """`roll --profile P`: P's stack, built (or found) beside the running server when it differs from the current

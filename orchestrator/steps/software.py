@@ -40,9 +40,13 @@ from orchestrator.stacks.patches import (
 from orchestrator.stacks.pip_index import pip_index_options
 from orchestrator.stacks.pip_progress import PipProgress
 from orchestrator.stacks.stack import (
+    BudgetPlan,
+    BudgetReport,
+    DiskTally,
     ImportFailure,
     Stack,
     StackRecord,
+    StackSizes,
     StackUsage,
     budget_bytes,
     budget_prune_plan,
@@ -384,20 +388,15 @@ def refuse_over_budget(ctx: StepContext, stack: Stack) -> None:
         return
     meta = ctx.facts.get(CT.current_meta)
     protected = {sha for sha in (release_stack_sha(meta), usage.verified_stack) if sha}
-    why = budget_refusal(stack, stack_records(ctx), usage.sizes, protected, gb)
+    why = budget_refusal(stack, stack_records(ctx), usage.sizes.stacks, protected, gb)
     if why is not None:
-        raise ConfigError(why,
-                          host=ctx.host.name, details={"budget_bytes": budget_bytes(gb), "sizes": usage.sizes},
+        raise ConfigError(why, host=ctx.host.name,
+                          details={"budget_bytes": budget_bytes(gb),
+                                   "counted": DiskTally.of(usage.sizes.stacks, usage.sizes.pip_cache).to_dict()},
                           fix=(f"raise profiles.{ctx.host.profile}.stacks_disk_budget_gb (the container's "
                                "rootfs_size_gb must hold it) or remove it; the stacks of the current and the newest "
                                "verified release and the adopted venv are never pruned "
                                "(docs/stacks.md#pruning-keep_stacks-and-a-disk-budget)"))
-
-
-def sizes_line(sizes: dict[str, int], budget: int | None) -> str:
-    total = sum(sizes.values())
-    return (", ".join(f"{sha} {n:,} bytes" for sha, n in sorted(sizes.items()))
-            + f"; {total:,} bytes" + (f" of a budget of {budget:,}" if budget is not None else ""))
 
 
 def build_stack(ctx: StepContext, record: StepRecord, stack: Stack) -> None:
@@ -430,27 +429,45 @@ def build_stack(ctx: StepContext, record: StepRecord, stack: Stack) -> None:
     current = next((r.current for r in rows if r.current is not None), None)
     records = {**stack_records(ctx), stack.sha: rec}
     sizes = parse_stack_sizes(sized)
-    doomed = budget_prune_plan(records, ctx.profile.keep_stacks, protected_stacks(rows, current) | {stack.sha},
-                               sizes, budget)
-    limits = f"keep_stacks {ctx.profile.keep_stacks}" + (f", stacks_disk_budget_gb {gb:g}" if gb is not None else "")
-    if doomed:
-        script = prune_command(doomed) + (f" && {stack_sizes_script()}" if budget is not None else "")
-        pruned = ctx.ct.run(script, check=False, timeout=600, what="prune stacks")
-        if pruned.rc == 0:
-            record.details["pruned"] = [r.sha for r in doomed]
-            freed = sum(sizes.get(r.sha, 0) for r in doomed)
-            ctx.say(f"pruned stack(s) {', '.join(r.sha for r in doomed)} ({limits})"
-                    + (f", {freed:,} bytes freed" if budget is not None else ""))
-            sizes = parse_stack_sizes(pruned.stdout) if budget is not None else sizes
-    if budget is not None:
-        gone = {r.sha for r in doomed}
-        sizes = venv_sizes({sha: r for sha, r in records.items() if sha not in gone}, sizes)
-        record.details["stack_bytes"] = sizes
-        ctx.say(f"kept stacks: {sizes_line(sizes, budget)}")
-        if sum(sizes.values()) > budget:
-            ctx.say(f"warning: the kept stacks take more than stacks_disk_budget_gb {gb:g}: none of the others may "
-                    "be pruned (the current and newest verified releases' stacks, the new stack, adopted venvs)")
+    plan = budget_prune_plan(records, ctx.profile.keep_stacks, protected_stacks(rows, current) | {stack.sha},
+                             sizes, budget)
+    prune_stacks(ctx, record, plan, records, sizes, budget)
     record.summary = f"built stack {stack.sha} (sglang {stack.sglang_version}) in {stack.venv}" + patched_note(stack)
+
+
+def prune_stacks(ctx: StepContext, record: StepRecord, plan: BudgetPlan, records: dict[str, StackRecord],
+                 sizes: StackSizes, budget: int | None) -> None:
+    """Run the prune (the pip cache first, then the stacks: one command, which reads the sizes again with a
+    budget) and say what it freed; with a budget, what it counted, pruned and kept (details `disk_budget`)."""
+    gb = ctx.profile.stacks_disk_budget_gb
+    limits = f"keep_stacks {ctx.profile.keep_stacks}" + (f", stacks_disk_budget_gb {gb:g}" if gb is not None else "")
+    counted = DiskTally.of(venv_sizes(records, sizes.stacks), sizes.pip_cache)
+    pruned, after = DiskTally(), sizes
+    if plan.stacks or plan.pip_cache:
+        script = prune_command(plan.stacks, pip_cache=plan.pip_cache) + (
+            f" && {stack_sizes_script()}" if budget is not None else "")
+        res = ctx.ct.run(script, check=False, timeout=600, what="prune stacks")
+        if res.rc == 0:
+            pruned = DiskTally.of({r.sha: sizes.stacks.get(r.sha, 0) for r in plan.stacks},
+                                  sizes.pip_cache if plan.pip_cache else 0)
+            if plan.pip_cache:
+                ctx.say(f"emptied the pip cache {PATHS.pip_cache_dir} ({limits}), {pruned.pip_cache:,} bytes freed")
+            if plan.stacks:
+                record.details["pruned"] = [r.sha for r in plan.stacks]
+                ctx.say(f"pruned stack(s) {', '.join(r.sha for r in plan.stacks)} ({limits})"
+                        + (f", {pruned.total - pruned.pip_cache:,} bytes freed" if budget is not None else ""))
+            after = parse_stack_sizes(res.stdout) if budget is not None else sizes
+    if budget is None:
+        return
+    gone = {sha for sha, _ in pruned.stacks}
+    kept = DiskTally.of(venv_sizes({sha: r for sha, r in records.items() if sha not in gone}, after.stacks),
+                        after.pip_cache)
+    report = BudgetReport(budget, counted, pruned, kept)
+    record.details["disk_budget"] = report.to_dict()
+    ctx.say(report.kept_line())
+    if report.over:
+        ctx.say(f"warning: the kept stacks take more than stacks_disk_budget_gb {gb:g}: none of the others may "
+                "be pruned (the current and newest verified releases' stacks, the new stack, adopted venvs)")
 
 
 def patched_note(stack: Stack) -> str:

@@ -109,14 +109,14 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def _send_file(self, found: Path, cacheable: bool = False) -> None:
-        """A wheel streamed in 1 MiB chunks: a real one is up to GBs (torch), too big to read into memory.
-        `cacheable`: the real wheels say what a public registry says of a file (immutable), so the container's
-        pip keeps them in its cache as it does on a real site (the bytes the disk budget must know)."""
+    def _send_file(self, found: Path) -> None:
+        """A wheel streamed in 1 MiB chunks: a real one is up to GBs (torch), too big to read into memory. Every
+        wheel (real or stand-in) says what a public registry says of a file (immutable: a file name is taken once,
+        `publish` refuses another build under it), so the container's pip keeps it in its cache as it does on a
+        real site (the bytes the disk budget counts and empties, issue 48)."""
         self.send_response(200)
         self.send_header("Content-Type", "application/octet-stream")
-        if cacheable:
-            self.send_header("Cache-Control", "max-age=365000000, immutable, public")
+        self.send_header("Cache-Control", "max-age=365000000, immutable, public")
         self.send_header("Content-Length", str(found.stat().st_size))
         self.end_headers()
         if self.command != "HEAD":
@@ -170,7 +170,7 @@ class _Handler(BaseHTTPRequestHandler):
         m = re.fullmatch(r"/files/([^/]+\.whl)", path)
         found = next((w for w in wheels if m and w.name == m.group(1)), None)
         if found is not None and found.is_file():
-            self._send_file(found, cacheable=base == REAL_PREFIX)
+            self._send_file(found)
             return
         self._send(404, b"Not Found\n", "text/plain")
 

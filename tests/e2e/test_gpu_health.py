@@ -21,6 +21,13 @@ def test_doctor_names_an_xid_and_a_failed_remap_with_the_catalogs_action(deploy_
     assert healthy.rc == 0, healthy.text
     ok = next(f for f in healthy.json["findings"] if f["check"] == "gpu-hardware")
     assert ok["status"] == "ok" and "8 GPU(s)" in ok["observed"]
+    # Issue 48: where the kernel caches live on the host, its filesystem and free space (no container yet: the
+    # directory is not there, the pip cache not read).
+    cache = next(f for f in healthy.json["findings"] if f["check"] == "kernel-cache")
+    print(f"\nkernel-cache row: {cache}")
+    assert cache["observed"].startswith("/var/lib/deploy/kernel-cache/120 (the default, one per container (CT 120)) "
+                                        "on "), cache
+    assert " free of " in cache["observed"] and "pip cache not read" in cache["observed"], cache
     trips = healthy.json["totals"]["ssh_round_trips"]
 
     env.faults(xid="79@2")  # a real Xid 79 line in the host's kernel log, and GPU 2 (75:00.0) off the bus

@@ -129,28 +129,46 @@ def test_a_lock_pins_every_file_and_a_hash_the_index_does_not_serve_is_refused_n
     assert env.ct("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/health").stdout == "200"
 
 
+def pip_cache_bytes(env: DeployEnv, path: str) -> int:
+    """`du -sb` of a pip cache in the container (0: none)."""
+    said = env.ct(f"du -sb {path} 2>/dev/null | cut -f1").stdout.strip()
+    return int(said) if said.isdigit() else 0
+
+
 def test_a_disk_budget_prunes_the_oldest_stacks_and_refuses_a_stack_that_cannot_fit(converged: DeployEnv) -> None:
     """Issue 35, a disk budget in bytes: with stacks_disk_budget_gb a build also prunes the oldest prunable stacks
     until the kept ones fit (printing the bytes per kept stack); a stack that cannot fit even then is exit 2 before
-    anything changes."""
+    anything changes. Issue 48 item 5: every pip run of a stack downloads into one managed pip cache beside the
+    stacks (not root's ~/.cache/pip, which nothing counted), which the budget counts and empties before any stack."""
     env = converged
     first = upgrade(env)["sglang_install"]  # 0.5.23 beside the adopted venv (~70 MB each on the simulator)
     env.set_profile(sglang_extras=["tracing"])
+    root_cache = pip_cache_bytes(env, "/root/.cache/pip")
     second = env.run("--json", "up", "host", env.host, "--skip-bench")
     assert second.rc == 0, second.text[-2000:]
-    # Four stacks of ~70 MB (the adopted venv, 0.5.23, 0.5.23[tracing], 0.5.23[http2]) do not fit 0.25 GB: the
-    # oldest prunable one (the first 0.5.23 stack) goes; the current and verified release's stack stays.
+    # The build's wheels went to the managed cache, none to root's.
+    assert pip_cache_bytes(env, "/opt/deploy/stacks/.pip-cache") > 0
+    assert pip_cache_bytes(env, "/root/.cache/pip") == root_cache
+    # Four stacks of ~70 MB (the adopted venv, 0.5.23, 0.5.23[tracing], 0.5.23[http2]) and the pip cache do not fit
+    # 0.25 GB: the pip cache is emptied first, then the oldest prunable stack (the first 0.5.23 stack) goes; the
+    # current and verified release's stack stays.
     env.set_profile(sglang_extras=["http2"], stacks_disk_budget_gb=0.25)
     stack = first["details"]["stack"]
     caches = env.ct("ls /var/cache/deploy/kernels").stdout.split()
     assert any(c.startswith(f"{stack}-") for c in caches), caches  # the first 0.5.23 stack's server made its own
-    third = env.run("up", "host", env.host, "--skip-bench")
+    third = env.run("--json", "up", "host", env.host, "--skip-bench")
     assert third.rc == 0, third.text[-3000:]
-    pruned = next(ln for ln in third.stdout.splitlines() if ln.startswith("pruned stack(s)"))
-    assert pruned.startswith(f"pruned stack(s) {stack} (keep_stacks 3, stacks_disk_budget_gb 0.25), "), pruned
-    assert pruned.endswith(" bytes freed"), pruned
-    kept = next(ln for ln in third.stdout.splitlines() if ln.startswith("kept stacks: "))
-    assert kept.count(" bytes") == 4 and kept.endswith(" of a budget of 250,000,000"), kept
+    # What the budget counted, emptied and pruned, typed in `up --json` (the lines it prints: unit-tested).
+    install = next(s for s in third.json["steps"] if s["name"] == "sglang_install")
+    budget = install["details"]["disk_budget"]
+    print("\ndisk_budget:", budget)
+    assert budget["budget_bytes"] == 250_000_000 and budget["counted"]["pip_cache_bytes"] > 0, budget
+    assert budget["counted"]["total_bytes"] > 250_000_000 and len(budget["counted"]["stacks"]) == 4, budget
+    assert budget["pruned"]["pip_cache_bytes"] == budget["counted"]["pip_cache_bytes"]  # emptied, then one stack
+    assert [s["sha"] for s in budget["pruned"]["stacks"]] == [stack] == install["details"]["pruned"], budget
+    assert budget["kept"]["pip_cache_bytes"] == 0 and len(budget["kept"]["stacks"]) == 3 and not budget["over"]
+    assert budget["kept"]["total_bytes"] <= 250_000_000
+    assert pip_cache_bytes(env, "/opt/deploy/stacks/.pip-cache") == 0
     assert env.ct(f"test -e /opt/deploy/stacks/{stack}").rc != 0
     after = env.ct("ls /var/cache/deploy/kernels").stdout.split()  # its kernel caches went with it, no other
     assert not any(c.startswith(f"{stack}-") for c in after) and set(caches) - set(after) == \

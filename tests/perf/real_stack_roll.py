@@ -140,7 +140,7 @@ def run(info: SimHostInfo, tmp: Path, fill: realhouse.Fill, wall0: float, args: 
     roll_s = time.monotonic() - t_roll
     after = current(env)
     health = env.ct("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/health").stdout
-    sizes = du(env, "/opt/deploy/stacks/*/ /root/ml-env /root/.cache/pip")
+    sizes = du(env, "/opt/deploy/stacks/*/ /root/ml-env /opt/deploy/stacks/.pip-cache /root/.cache/pip")
     start = first_at(log, SERVER_START, after=next((ts for ts, ln in log if "validat" in ln), t_roll))
     verdict = first_at(log, VERDICT, after=start[0] if start else t_roll)
     back = first_at(log, BACK, after=verdict[0] if verdict else t_roll)
@@ -148,7 +148,7 @@ def run(info: SimHostInfo, tmp: Path, fill: realhouse.Fill, wall0: float, args: 
     print(f"real wheelhouse {'cold' if fill.fetched else 'warm'}: {len(fill.files)} files, fetched {fill.fetched} "
           f"({fill.fetched_bytes:,} bytes downloaded) in {fill.seconds:.1f} s")
     print(f"deploy up (stand-in R1) {up_s:.1f} s; deploy lock {lock_s:.1f} s; deploy roll {roll_s:.1f} s (exit {rc})")
-    for path in ("/opt/deploy/stacks/*/", "/root/ml-env", "/root/.cache/pip"):
+    for path in ("/opt/deploy/stacks/*/", "/root/ml-env", "/opt/deploy/stacks/.pip-cache", "/root/.cache/pip"):
         found = {p: n for p, n in sizes.items() if fnmatch.fnmatch(p.rstrip("/") + "/", path.rstrip("/") + "/")}
         for p, n in sorted(found.items()) or [(path, 0)]:
             print(f"  du -sb {p}: {n:,} bytes" + ("" if found else " (absent)"))

@@ -48,8 +48,10 @@ def test_simple_index_follows_pep_503() -> None:
     files = {link.split("#")[0].rsplit("/", 1)[1]: link.split("#sha256=")[1] for link in links}
     assert set(files) == {"sglang-0.5.12.post1-py3-none-any.whl", "sglang-0.5.23-py3-none-any.whl"}
     for name, digest in files.items():
-        body = requests.get(idx.url.removesuffix("/simple") + f"/files/{name}", timeout=10).content
-        assert hashlib.sha256(body).hexdigest() == digest
+        got = requests.get(idx.url.removesuffix("/simple") + f"/files/{name}", timeout=10)
+        assert hashlib.sha256(got.content).hexdigest() == digest
+        # Immutable, as a registry serves a file: the container's pip caches it (the disk budget counts that cache).
+        assert "immutable" in got.headers["Cache-Control"]
     assert requests.get(idx.url + "/no-such-project/", timeout=10).status_code == 404
     assert normalize("Huggingface_Hub") == "huggingface-hub"
 

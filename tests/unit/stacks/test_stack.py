@@ -7,20 +7,27 @@ from orchestrator.flags import FlagSchema, canonicalize
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.render.service import launch_argv, render_unit
 from orchestrator.stacks.stack import (
+    BudgetReport,
+    DiskTally,
     Stack,
     StackRecord,
+    StackSizes,
     budget_prune_plan,
     budget_refusal,
+    build_command,
     estimate_stack_bytes,
     parse_stack_listing,
+    parse_stack_sizes,
     parse_stack_usage,
     protected_stacks,
     prune_command,
     prune_plan,
     requirement,
+    stack_sizes_script,
     stack_usage_command,
     venv_sizes,
 )
+from orchestrator.steps.locking import resolve_command
 from tests.shared import EXAMPLE_INVENTORY
 
 
@@ -79,20 +86,67 @@ def budget_case() -> dict[str, StackRecord]:
                                built("333333333333", "2026-12-03"), built("444444444444", "2026-12-04"))}
 
 
+def pruned(plan_records: dict[str, StackRecord], keep: int, protected: set[str], sizes: StackSizes,
+           budget: int | None) -> list[str]:
+    return [r.sha for r in budget_prune_plan(plan_records, keep, protected, sizes, budget).stacks]
+
+
 def test_a_budget_prunes_the_oldest_prunable_stacks_until_the_kept_ones_fit() -> None:
     records = budget_case()
-    sizes = {sha: 2 * GB for sha in records}  # 10 GB in all
+    sizes = StackSizes({sha: 2 * GB for sha in records})  # 10 GB in all
     protected = {"111111111111", "444444444444"}  # e.g. the newest verified release's, the one just built
     # keep_stacks alone (4) prunes nothing; a budget of 7 GB prunes the oldest prunable ones (222…, then 333…).
-    assert budget_prune_plan(records, 4, protected, sizes, None) == []
-    assert [r.sha for r in budget_prune_plan(records, 4, protected, sizes, 8 * GB)] == ["222222222222"]
-    assert [r.sha for r in budget_prune_plan(records, 4, protected, sizes, 7 * GB)] == ["222222222222",
-                                                                                         "333333333333"]
+    assert pruned(records, 4, protected, sizes, None) == []
+    assert pruned(records, 4, protected, sizes, 8 * GB) == ["222222222222"]
+    assert pruned(records, 4, protected, sizes, 7 * GB) == ["222222222222", "333333333333"]
     # Nothing more may go: never a protected stack nor the adopted venv, even over the budget.
-    assert [r.sha for r in budget_prune_plan(records, 4, protected, sizes, 1)] == ["222222222222", "333333333333"]
+    assert pruned(records, 4, protected, sizes, 1) == ["222222222222", "333333333333"]
     # The count's prune comes first, and the budget's adds to it only what is still needed.
-    assert [r.sha for r in budget_prune_plan(records, 1, {"444444444444"}, sizes, 9 * GB)] == [
-        "333333333333", "222222222222", "111111111111"]
+    assert pruned(records, 1, {"444444444444"}, sizes, 9 * GB) == ["333333333333", "222222222222", "111111111111"]
+
+
+def test_the_pip_cache_counts_against_the_budget_and_is_emptied_before_any_stack() -> None:
+    """Issue 48 item 5: a real stack's pip run leaves ~4 GB of wheels in the pip cache; the budget counts them and
+    empties that cache (only a cache) before it removes a stack."""
+    records = budget_case()
+    stacks = {sha: 2 * GB for sha in records}  # 10 GB of stacks
+    protected = {"111111111111", "444444444444"}
+    # The stacks fit 10 GB alone; with 4 GB of pip cache they do not: the cache goes, no stack.
+    plan = budget_prune_plan(records, 4, protected, StackSizes(stacks, 4 * GB), 10 * GB)
+    assert plan.pip_cache and plan.stacks == []
+    # Within the budget with the cache: nothing goes.
+    plan = budget_prune_plan(records, 4, protected, StackSizes(stacks, 4 * GB), 14 * GB)
+    assert not plan.pip_cache and plan.stacks == []
+    # Still over without the cache: the cache first, then the oldest prunable stack.
+    plan = budget_prune_plan(records, 4, protected, StackSizes(stacks, 4 * GB), 8 * GB)
+    assert plan.pip_cache and [r.sha for r in plan.stacks] == ["222222222222"]
+    # An empty (or absent) cache is not emptied; no budget: only the count decides, the cache stays.
+    assert not budget_prune_plan(records, 4, protected, StackSizes(stacks, 0), 8 * GB).pip_cache
+    assert budget_prune_plan(records, 1, protected, StackSizes(stacks, 4 * GB), None).pip_cache is False
+    # The command empties the cache before it removes any stack, and nothing else outside the stacks and caches.
+    command = prune_command(plan.stacks, pip_cache=True)
+    assert command.startswith("rm -rf /opt/deploy/stacks/.pip-cache && rm -f /opt/deploy/stacks/222222222222.json")
+    assert prune_command([], pip_cache=True) == "rm -rf /opt/deploy/stacks/.pip-cache"
+
+
+def test_the_sizes_read_the_pip_cache_beside_the_stacks() -> None:
+    sizes = parse_stack_sizes("aaaaaaaaaaaa\t70233394\npip-cache\t4012345678\nbroken\tx\n\t12\n")
+    assert sizes == StackSizes({"aaaaaaaaaaaa": 70233394}, 4012345678)
+    assert parse_stack_sizes("aaaaaaaaaaaa\t5\n").pip_cache == 0
+    assert "du -sb /opt/deploy/stacks/.pip-cache" in stack_sizes_script()
+
+
+def test_what_the_budget_counted_pruned_and_kept_is_typed() -> None:
+    report = BudgetReport(10 * GB, DiskTally.of({"bbbbbbbbbbbb": 6 * GB, "aaaaaaaaaaaa": 3 * GB}, 4 * GB),
+                          DiskTally.of({"aaaaaaaaaaaa": 3 * GB}, 4 * GB), DiskTally.of({"bbbbbbbbbbbb": 6 * GB}, 0))
+    doc = report.to_dict()
+    assert doc["counted"] == {"stacks": [{"sha": "aaaaaaaaaaaa", "bytes": 3 * GB}, {"sha": "bbbbbbbbbbbb",
+                                                                                   "bytes": 6 * GB}],
+                              "pip_cache_bytes": 4 * GB, "total_bytes": 13 * GB}
+    assert doc["pruned"]["total_bytes"] == 7 * GB and doc["kept"]["total_bytes"] == 6 * GB and doc["over"] is False
+    assert report.kept_line() == ("kept stacks: bbbbbbbbbbbb 6,000,000,000 bytes; pip cache 0 bytes; "
+                                  "6,000,000,000 bytes of a budget of 10,000,000,000")
+    assert BudgetReport(GB, report.counted, DiskTally(), report.counted).over
 
 
 def test_a_stack_that_cannot_fit_the_budget_even_after_pruning_is_refused_naming_the_sizes() -> None:
@@ -119,7 +173,7 @@ def test_the_usage_fact_reads_sizes_and_the_newest_verified_release_stack() -> N
     text = ('aaaaaaaaaaaa\t70233394\nbroken\tx\n__DEPLOY_VERIFIED_META__\n'
             '{"stack": {"sha": "bbbbbbbbbbbb", "venv": "/opt/deploy/stacks/bbbbbbbbbbbb"}}\n')
     usage = parse_stack_usage(text)
-    assert usage.sizes == {"aaaaaaaaaaaa": 70233394} and usage.verified_stack == "bbbbbbbbbbbb"
+    assert usage.sizes == StackSizes({"aaaaaaaaaaaa": 70233394}) and usage.verified_stack == "bbbbbbbbbbbb"
     assert parse_stack_usage("__DEPLOY_VERIFIED_META__\n").verified_stack is None
     assert "du -sb" in stack_usage_command() and "'/opt/deploy/stacks'" not in stack_usage_command()
 
@@ -155,5 +209,14 @@ def test_a_venv_recorded_under_two_shas_counts_once_against_the_budget() -> None
     records[twin.sha] = twin
     sizes = {sha: 2 * GB for sha in records}
     assert venv_sizes(records, sizes) == {sha: 2 * GB for sha in records if sha != twin.sha}
-    assert [r.sha for r in budget_prune_plan(records, 4, {"444444444444"}, sizes, 7 * GB)] == ["111111111111",
-                                                                                                "222222222222"]
+    assert pruned(records, 4, {"444444444444"}, StackSizes(sizes), 7 * GB) == ["111111111111", "222222222222"]
+
+
+def test_the_lock_and_the_build_share_one_managed_pip_cache() -> None:
+    """Issue 48 item 5: `deploy lock`'s resolution and the stack's build download into the same cache beside the
+    stacks (what the lock fetched, the build reuses), never root's ~/.cache/pip."""
+    stack = Stack("sglang==0.5.23", "0.5.23")
+    for command in (resolve_command(stack), build_command(stack, stack.venv)):
+        env, _, rest = command.partition(" PIP_CACHE_DIR=")[2].partition(" ")
+        assert env == "/opt/deploy/stacks/.pip-cache" and rest.startswith("/"), command
+        assert "/bin/pip install " in rest.split("&&")[0] and ".cache/pip" not in command

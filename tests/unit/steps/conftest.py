@@ -40,6 +40,12 @@ DEFAULT_POWER_LIMITS = "\n".join((Path(__file__).resolve().parents[2] / "fixture
                                  .read_text().splitlines()[:2]) + "\n"
 
 
+#: The kernel cache directory with room to spare (what HOST.kernel_cache_usage prints; its shape is the real
+#: output's, tests/facts/HOST.kernel_cache_usage/).
+ROOMY_CACHE = ("path\t/var/lib/deploy/kernel-cache/120\n"
+               "df\t/dev/mapper/pve-root ext4 100000000000 20000000000 80000000000 20% /\ndu\t4096\n")
+
+
 def out(stdout: str = "", rc: int = 0, stderr: str = "") -> CommandOutput:
     return CommandOutput(rc, stdout, stderr)
 
@@ -212,7 +218,7 @@ def make_run(inventory: Inventory) -> Callable[..., StepRun]:
         # The kernel cache's host directory is there, owned by the CT's root, and the GPUs run at their default
         # power limit with no power unit, unless a test says otherwise.
         given = {"kernel_cache_dir": f"{cache_owner(host.container)}\n", "power_limits": DEFAULT_POWER_LIMITS,
-                 "power_unit": f"\n{SEPARATOR}\n", **(host_facts or {})}
+                 "power_unit": f"\n{SEPARATOR}\n", "kernel_cache_usage": ROOMY_CACHE, **(host_facts or {})}
         facts.host = {_known(HOST_FACTS, k): _as_output(v) for k, v in given.items()}
         facts.ct = {_known(CT_FACTS, k): _as_output(v) for k, v in (ct_facts or {}).items()}
         facts.ct_running = ct_facts is not None

@@ -124,7 +124,8 @@ def test_venv_and_pinned_sglang_with_extras_from_the_configured_index(make_run) 
     shell = inner(run.node.commands("run")[0])
     # The profile's constraints (kernels<0.15) are written into the venv and given to pip with -c.
     assert shell.startswith("test -x /root/ml-env/bin/python || python3 -m venv /root/ml-env && printf '%s' "
-                            "'kernels<0.15\n' > /root/ml-env/deploy-constraints.txt && /root/ml-env/bin/pip install ")
+                            "'kernels<0.15\n' > /root/ml-env/deploy-constraints.txt && "
+                            "PIP_CACHE_DIR=/opt/deploy/stacks/.pip-cache /root/ml-env/bin/pip install ")
     # The requirement is one quoted word (brackets are shell globs); an http index is trusted by its host:port.
     assert shell.endswith(" --index-url http://10.9.0.2:8080/simple/ --trusted-host 10.9.0.2:8080 "
                           "-c /root/ml-env/deploy-constraints.txt 'sglang[srt]==0.5.12.post1'")

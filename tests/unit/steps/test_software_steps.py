@@ -201,3 +201,38 @@ def test_a_site_template_venv_recorded_from_another_index_is_adopted_not_rebuilt
     rec = run.step("sglang_install")
     assert rec.status == "changed" and rec.summary == f"adopt /root/ml-env (sglang 0.5.12.post1) as stack {BASE_SHA}"
     assert not run.node.sent("pip install")
+
+
+def test_a_build_uses_the_managed_pip_cache_and_the_budget_empties_it_before_any_stack(make_run) -> None:
+    """Issue 48 item 5: the build's pip run writes its wheels to the managed pip cache beside the stacks (not root's
+    ~/.cache/pip); over the budget, that cache is emptied first, and what the budget counted and pruned is typed
+    in the step's details (`up`/`roll --json`)."""
+    old = Stack("sglang==0.5.1", "0.5.1").sha
+    listing = stack_line(BASE_SHA, "/root/ml-env") + stack_line(old, f"/opt/deploy/stacks/{old}", "0.5.1",
+                                                                 adopted=False, built_at="2026-11-01")
+    run = make_run({}, {"sglang_version": "0.5.12.post1\n", "stacks": listing})
+    with_profile(run, sglang_version="0.5.23", stacks_disk_budget_gb=1)
+    pip_succeeds(run, "0.5.23")
+    releases = ('{"current":"20261101T000000-aaaaaaaa"}\n'
+                f'{{"id":"20261101T000000-aaaaaaaa","meta":{{"stack":{{"sha":"{old}"}}}},"verdict":null}}\n')
+    sizes = f"{BASE_SHA}\t300000000\n{old}\t200000000\n{NEW_SHA}\t300000000\n"
+    run.node.answer(".json.tmp", releases + "__DEPLOY_STACK_SIZES__\n" + sizes + "pip-cache\t400000000\n")
+    run.node.answer("rm -rf /opt/deploy/stacks/.pip-cache", sizes)
+    said: list[str] = []
+    run.ctx.say = said.append
+    rec = run.step("sglang_install")
+    assert rec.status == "changed"
+    build = next(c for c in run.node.commands("run") if "bin/pip install" in c)
+    assert f"PIP_CACHE_DIR=/opt/deploy/stacks/.pip-cache /opt/deploy/stacks/{NEW_SHA}/bin/pip install " in build
+    prune = run.node.commands("run")[-1]
+    assert prune.startswith("pct exec 120 -- bash -c 'rm -rf /opt/deploy/stacks/.pip-cache && if cd "), prune
+    assert "pruned" not in rec.details  # 800 MB of stacks fit 1 GB once the 400 MB of cache are gone
+    budget = rec.details["disk_budget"]
+    assert budget["counted"]["pip_cache_bytes"] == 400_000_000 and budget["counted"]["total_bytes"] == 1_200_000_000
+    assert budget["pruned"] == {"stacks": [], "pip_cache_bytes": 400_000_000, "total_bytes": 400_000_000}
+    assert budget["kept"]["total_bytes"] == 800_000_000 and budget["over"] is False
+    assert "emptied the pip cache /opt/deploy/stacks/.pip-cache (keep_stacks 3, stacks_disk_budget_gb 1), " \
+           "400,000,000 bytes freed" in said, said
+    kept = ", ".join(f"{sha} {n} bytes" for sha, n in sorted(
+        {BASE_SHA: "300,000,000", NEW_SHA: "300,000,000", old: "200,000,000"}.items()))
+    assert said[-1] == f"kept stacks: {kept}; pip cache 0 bytes; 800,000,000 bytes of a budget of 1,000,000,000"

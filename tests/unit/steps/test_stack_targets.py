@@ -8,6 +8,7 @@ import pytest
 
 from orchestrator.errors import CheckFailed, ConfigError
 from orchestrator.stacks.lock import Lock, LockEntry, LockTarget, render_lock
+from tests.unit.steps.conftest import with_container
 from tests.unit.steps.test_provision_steps import with_profile
 from tests.unit.steps.test_software_steps import BARE_SHA, BASE_SHA, pip_succeeds, stack_line
 
@@ -108,3 +109,23 @@ def test_doctor_shows_what_the_container_lacks_for_a_first_start_and_plan_record
                         "stacks": stack_line(BASE_SHA, "/root/ml-env")})
     rec = run.step("sglang_install")
     assert len(rec.details["toolchain_missing"]) == 4
+
+
+def test_doctor_shows_where_the_caches_live_and_warns_when_room_is_low(make_run) -> None:
+    """Issue 48 items 5 and 6: doctor's kernel-cache row names the configured cache root, its filesystem and free
+    space, and the pip cache beside the stacks."""
+    pip = ("path\t/opt/deploy/stacks/.pip-cache\n"
+           "df\t/dev/loop0 ext4 100000000000 10000000000 90000000000 10% /\ndu\t4000000000\nentry\thttp-v2\n")
+    run = make_run({"driver_version": nvrm("595.58.03")}, {"toolchain": STOCK, "pip_cache_usage": pip})
+    run.step("doctor")
+    (found,) = [f for f in run.ctx.state.doctor_findings if f.check == "kernel-cache"]
+    assert found.status == "ok" and found.observed.startswith("/var/lib/deploy/kernel-cache/120 (the default, ")
+    assert "pip cache /opt/deploy/stacks/.pip-cache 4.0 GB" in found.observed
+    full = ("path\t/tank/kc/120\ndf\ttank/kc zfs 100000000000 99000000000 1000000000 99% /tank\ndu\t90000000000\n"
+            "entry\ta-b\n")
+    run = with_container(make_run({"driver_version": nvrm("595.58.03"), "kernel_cache_usage": full}),
+                         kernel_cache="/tank/kc/120")
+    run.step("doctor")
+    (found,) = [f for f in run.ctx.state.doctor_findings if f.check == "kernel-cache"]
+    assert found.status == "warn" and found.observed.startswith("/tank/kc/120 (container.kernel_cache) on tank/kc")
+    assert "1.0 GB free of 100.0 GB" in found.observed and "container.kernel_cache" in found.fix
