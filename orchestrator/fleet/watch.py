@@ -459,7 +459,9 @@ class Watch:
         verb = "cordon" if out else "return"
         before = dict(cordoned[host]) if host in cordoned else None
         try:
-            with claim_fleet([host], f"deploy watch ({verb} {host})", router=True), side.client() as client:
+            # metrics=False: the watch's drain waits on the server's own gauges, not on smg's count (as before).
+            with claim_fleet([host], f"deploy watch ({verb} {host})", router=True), \
+                    side.client(metrics=False) as client:
                 # Recorded before the router is touched: a watch stopped mid-drain leaves a host its next cycle owns.
                 cordoned[host] = ({"since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "why": r.why(), "url": url,
                                    "phase": "cordoning"} if out else {**cordoned.get(host, {}), "phase": "returning"})
