@@ -124,7 +124,9 @@ def cli(ctx: click.Context, as_json: bool, inventory_dir: str | None) -> None:
     Exit codes: 0 ok, 1 a check failed, 2 usage or configuration error, 3 remote or connection error,
     129 hung up (SIGHUP), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
     """
-    ctx.obj = AppContext(inventory_dirs=inventory_dir or str(default_inventory_dir()), as_json=as_json)
+    given = ctx.obj if isinstance(ctx.obj, AppContext) else None  # a unit test's, with its HTTP handler
+    ctx.obj = AppContext(inventory_dirs=inventory_dir or str(default_inventory_dir()), as_json=as_json,
+                         http=given.http if given is not None else None)
 
 
 def main() -> None:

@@ -29,6 +29,7 @@ from orchestrator.redact import install_stream_redaction
 if TYPE_CHECKING:
     from orchestrator.engine.progress import StepPrinter
     from orchestrator.inventory.models import Host, Inventory
+    from orchestrator.remote.http import Transport
     from orchestrator.ui.output import Output
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -38,6 +39,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 class AppContext:
     inventory_dirs: str
     as_json: bool
+    #: How the router, its workers and the webhook are reached (remote/http.py): None is real HTTP; a unit test
+    #: that runs a command in this process passes a HandlerTransport (`cli.main(obj=AppContext(..., http=…))`).
+    http: Transport | None = None
 
     @functools.cached_property
     def inventory(self) -> Inventory:
@@ -171,6 +175,7 @@ def common_options(func: F) -> F:
         app = AppContext(
             inventory_dirs=inventory_dir or (parent.inventory_dirs if parent else str(default_inventory_dir())),
             as_json=bool(as_json) if as_json is not None else bool(parent and parent.as_json),
+            http=parent.http if parent else None,
         )
         return run_command(app, func, *args, **kwargs)
 

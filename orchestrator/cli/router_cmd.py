@@ -19,18 +19,9 @@ from orchestrator.cli.run import command_line
 from orchestrator.errors import ConfigError, DeployError
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.locks.claims import claim_fleet
-from orchestrator.router.addresses import learn_fleet
-from orchestrator.router.client import RouterClient
-from orchestrator.router.drain import Drainer
-from orchestrator.router.places import (
-    SiteAddresses,
-    router_api_key,
-    router_base_url,
-    router_metrics_url,
-    router_workers,
-)
+from orchestrator.router.places import SiteAddresses, router_workers
 from orchestrator.router.reconcile import Worker, workers_of
-from orchestrator.router.serving import ask
+from orchestrator.router.session import RouterSession
 from orchestrator.router.truth import problems
 from orchestrator.ui.tables import spec as table_spec
 
@@ -40,13 +31,15 @@ def router() -> None:
     """The router's live worker list: status, and a checked host put into (add) or taken out of (remove) rotation."""
 
 
-def _base(inventory: Inventory) -> tuple[str, str | None, SiteAddresses]:
-    """The router's URL and key, and the container addresses on the site network (one round trip per host whose
-    net0 has no static ip=): workers and the managed router are reached at their containers' addresses."""
-    if inventory.router is None:
+def _session(app: AppContext, drain_timeout_s: float) -> tuple[RouterSession, str, SiteAddresses]:
+    """The command's router session (router/session.py), the router's URL, and the container addresses on the site
+    network it read (one round trip per host whose net0 has no static ip=): workers and the managed router are
+    reached at their containers' addresses."""
+    if app.inventory.router is None:
         raise ConfigError("the inventory has no router: section", fix="see docs/fleet.md, 'The router'")
-    addresses = learn_fleet(inventory)
-    return router_base_url(inventory, addresses), router_api_key(inventory), addresses
+    side = RouterSession(app.inventory, drain_timeout_s, http=app.http)
+    assert side.base is not None and side.addresses is not None  # a router: section: both were read
+    return side, side.base, side.addresses
 
 
 def _workers(inventory: Inventory, names: tuple[str, ...], addresses: SiteAddresses) -> list[Worker]:
@@ -81,13 +74,13 @@ def status(app: AppContext, group: str | None) -> int:
     it lists that no host has. Exits 1 when a listed URL is no host's or no listed worker serves (router/truth.py),
     3 when the router does not answer."""
     inv = app.inventory
-    base, key, addresses = _base(inv)
+    side, base, addresses = _session(app, 0.0)
     wanted = workers_of(inv, addresses, inv.group_hosts(group) if group else None)
-    with RouterClient(base, key, timeout_s=5.0) as client:
+    with side.client(timeout_s=5.0, metrics=False) as client:
         live = {w.url: w for w in client.list_workers()}
         ready = client.ready()
     every = workers_of(inv, addresses)
-    answers = ask(live, {w.url: w.key for w in every}, key)
+    answers = side.ask(live)
     rows: list[dict[str, Any]] = []
     for w in wanted:
         seen = live.get(w.url)
@@ -140,25 +133,21 @@ def remove(app: AppContext, hosts: tuple[str, ...], timeout_s: float) -> int:
 
 def _each(app: AppContext, names: tuple[str, ...], action: str, timeout_s: float) -> int:
     inv = app.inventory
-    base, key, addresses = _base(inv)
+    side, _base, addresses = _session(app, timeout_s)
     workers = _workers(inv, names, addresses)
     if action == "add" and any(_is_url(w.name) for w in workers):
         raise ConfigError("`deploy router add` takes inventory hosts, not URLs",
                           fix="add the host: `deploy router add HOST` (its URL comes from the inventory)")
     hosts = [w.name for w in workers if not _is_url(w.name)]
     with claim_fleet(hosts, command_line(), router=True):  # locks/claims.py: the claim a fleet roll takes
-        return _change(app, workers, action, timeout_s, base, key, addresses)
+        return _change(app, workers, action, timeout_s, side)
 
 
-def _change(app: AppContext, workers: list[Worker], action: str, timeout_s: float, base: str, key: str | None,
-            addresses: SiteAddresses) -> int:
-    inv = app.inventory
+def _change(app: AppContext, workers: list[Worker], action: str, timeout_s: float, side: RouterSession) -> int:
     results: list[dict[str, Any]] = []
     code = 0
-    with RouterClient(base, key, timeout_s=10.0, metrics_url=router_metrics_url(inv, base)) as client:
-        drainer = Drainer(client, drain_timeout_s=timeout_s, join_timeout_s=timeout_s, say=app.out.line,
-                          policy=inv.router.policy if inv.router is not None else None,
-                          keys={w.url: w.key for w in workers_of(inv, addresses)})
+    with side.client() as client:
+        drainer = side.drain_with(app.out.line, client=client, join_timeout_s=timeout_s)
         for w in workers:
             began = time.monotonic()
             try:
@@ -181,6 +170,6 @@ def _change(app: AppContext, workers: list[Worker], action: str, timeout_s: floa
             results.append({"host": w.name, "url": w.url, "ok": True, "exit_code": 0, "what": note,
                             "duration_s": round(took, 3)})
             app.out.line(f"{w.name}: {note} ({took:.1f} s)")
-    app.out.emit({"ok": code == 0, "exit_code": code, "router": base, "action": action, "hosts": results,
+    app.out.emit({"ok": code == 0, "exit_code": code, "router": side.base, "action": action, "hosts": results,
                   "changed": any(r["ok"] for r in results)})
     return code

@@ -8,6 +8,7 @@ from typing import Any
 from orchestrator.cli.common import AppContext
 from orchestrator.errors import ConfigError, RemoteError
 from orchestrator.fleet.engine import HostOutcome
+from orchestrator.remote.http import HttpTransport
 from orchestrator.router import metrics
 from orchestrator.router.addresses import learn_fleet
 from orchestrator.router.client import RouterClient
@@ -38,7 +39,8 @@ def router_view(app: AppContext, outcomes: list[HostOutcome],
         return {"router": {"error": err.what, **unit}, "text": f"router{_unit_text(unit)}: {err.what}"}
     key = router_api_key(inventory)
     try:
-        with RouterClient(base, key, timeout_s=5.0, metrics_url=router_metrics_url(inventory, base)) as client:
+        with RouterClient(base, key, timeout_s=5.0, metrics_url=router_metrics_url(inventory, base),
+                          transport=app.http) as client:
             workers = {w.url: w for w in client.list_workers()}
             ready = client.ready()
             exported = client.router_metrics()  # smg's own series; None for sglang-router or when they do not answer
@@ -49,7 +51,7 @@ def router_view(app: AppContext, outcomes: list[HostOutcome],
         return {"router": {"url": base, "error": err.what, **unit, "problems": [down.to_dict()]},
                 "text": f"router {base}{_unit_text(unit)}: {err.what}\nproblem: {down.text()}",
                 "exit_code": RemoteError.exit_code}
-    answers = ask(workers, {w.url: w.key for w in workers_of(inventory, addresses)}, key)
+    answers = ask(app.http or HttpTransport(), workers, {w.url: w.key for w in workers_of(inventory, addresses)}, key)
     circuits = metrics.per_worker(exported, metrics.CB_STATE) if exported is not None else {}
     for o in outcomes:
         url = urls.get(o.host)

@@ -153,7 +153,7 @@ def tune(app: AppContext, target: tuple[str, ...], slo: str | None, over: tuple[
         if not drain:
             return _run(app, host, record, plan, out_dir, tofu)
         tuned = record
-        with out_of_rotation(app.inventory, host.name, say=app.out.line, drain_timeout_s=drain_timeout,
+        with out_of_rotation(app.inventory, host.name, say=app.out.line, drain_timeout_s=drain_timeout, http=app.http,
                              back_ok=lambda: tuned.host_release is not None
                              and tuned.host_release == tuned.original_release):
             return _run(app, host, record, plan, out_dir, tofu)

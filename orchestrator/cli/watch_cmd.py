@@ -122,11 +122,11 @@ def watch(app: AppContext, word: str, group: str, once: bool, interval_s: float,
         _thread.start_new_thread(stop.set, ())
 
     previous = signal.signal(signal.SIGTERM, _stop)
-    notifier = Notifier(app.out.line)
+    notifier = Notifier(app.out.line, http=app.http)
     try:
         code = run_watch(Watch(inv, [h.name for h in hosts], read, app.out.line, WatchState(group),
                                drain_timeout_s=drain_timeout, remedy=remedy, record=ledger.record_event,
-                               verify=verify, notifier=notifier),
+                               verify=verify, notifier=notifier, http=app.http),
                          once=once, interval_s=interval_s, for_s=for_s,
                          stop=stop)
     except KeyboardInterrupt:

@@ -29,6 +29,7 @@ from orchestrator.engine.step import RunOptions
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, unknown_name
 from orchestrator.inventory.models import Host, Inventory
 from orchestrator.locks.claims import claim_fleet
+from orchestrator.remote.http import Transport
 from orchestrator.router.drain import Drainer
 from orchestrator.router.places import router_workers
 from orchestrator.router.session import RouterSession
@@ -55,7 +56,8 @@ class Rotation:
 
 @contextmanager
 def out_of_rotation(inv: Inventory, host: str, *, say: Callable[[str], None], drain_timeout_s: float,
-                    back_ok: Callable[[], bool], lazy: bool = False) -> Iterator[Rotation]:
+                    back_ok: Callable[[], bool], lazy: bool = False,
+                    http: Transport | None = None) -> Iterator[Rotation]:
     """Drain `host` from the router for the block (at its start, or with `lazy` when the block calls
     `Rotation.drain`), then add it back when the block ended well (or set `Rotation.serving`) or `back_ok()` says
     it runs a release that may serve (an interrupted tune whose restore was read back). A drain the router's safety
@@ -65,7 +67,7 @@ def out_of_rotation(inv: Inventory, host: str, *, say: Callable[[str], None], dr
     if not routes_to(inv, host):
         yield rotation
         return
-    side = RouterSession(inv, drain_timeout_s)
+    side = RouterSession(inv, drain_timeout_s, http=http)
     url = side.urls.get(host)
     if host in side.unknown:
         raise side.unknown[host].at(host=host, step="drain")

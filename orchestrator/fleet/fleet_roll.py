@@ -42,6 +42,7 @@ from orchestrator.fleet.view import FleetView
 from orchestrator.inventory.models import Inventory
 from orchestrator.locks.claims import claim_fleet, ensure_held
 from orchestrator.locks.lease import free_dead_runs_leases
+from orchestrator.remote.http import Transport
 from orchestrator.router.drain import Drainer
 from orchestrator.router.session import RouterSession
 from orchestrator.ui.output import Output
@@ -64,13 +65,18 @@ class Caller(Protocol):
     @property
     def out(self) -> Output: ...
 
+    @property
+    def http(self) -> Transport | None:
+        """How the router and its workers are reached (None: real HTTP; a handler in unit tests)."""
+
 
 class FleetRouter(RouterSession):
     """The router's side of a fleet roll: the run's router session (router/session.py) with each host's
     router column, a Drainer per host job, and the drain around each host's roll."""
 
-    def __init__(self, inv: Inventory, drain_timeout_s: float, cancel: threading.Event | None = None) -> None:
-        super().__init__(inv, drain_timeout_s, cancel)
+    def __init__(self, inv: Inventory, drain_timeout_s: float, cancel: threading.Event | None = None, *,
+                 http: Transport | None = None) -> None:
+        super().__init__(inv, drain_timeout_s, cancel, http=http)
         #: Each host's router column in this run (one statement of where it is now, router_column.RouterColumn).
         self.columns: dict[str, RouterColumn] = {}
 
@@ -163,8 +169,7 @@ class FleetRouter(RouterSession):
             return missing
         with self.client() as client:
             listed = {w.url for w in client.list_workers()}
-            drainer = Drainer(client, drain_timeout_s=self.drain_timeout_s, guard=self.guard,
-                              policy=self.spec.policy if self.spec is not None else None, keys=self.url_keys)
+            drainer = self.drain_with(client=client)
             for host in hosts:
                 url = self.urls.get(host.host)
                 if url is None or url in listed:
@@ -208,7 +213,7 @@ class FleetRoller:
         self.app, self.roll, self.rolls, self.store = app, roll, rolls, store
         #: Set on Ctrl-C/SIGTERM/SIGHUP (the engine does it): each host's run stops before its next step.
         self.cancel = cancel or threading.Event()
-        self.router = FleetRouter(app.inventory, drain_timeout_s, self.cancel)
+        self.router = FleetRouter(app.inventory, drain_timeout_s, self.cancel, http=app.http)
         self.roll.router = self.router.base
         self._lock = threading.Lock()
         self.outcomes: dict[str, HostOutcome] = {}

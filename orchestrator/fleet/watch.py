@@ -43,8 +43,7 @@ from orchestrator.local.files import open_no_follow, private_state_dir, read_pri
 from orchestrator.locks.claims import claim_fleet
 from orchestrator.monitoring.events import Event
 from orchestrator.monitoring.notify import Notifier, deliver
-from orchestrator.router.client import RouterClient
-from orchestrator.router.drain import Drainer
+from orchestrator.remote.http import Transport
 from orchestrator.router.session import RouterSession
 from orchestrator.store.store import team_records
 
@@ -283,6 +282,8 @@ class Watch:
     notifier: Notifier | None = None
     interval_s: float | None = None  # recorded with each cycle: `deploy status group` tells a stopped watch
     loop: bool = False  # run_watch's, not `--once`: recorded too
+    #: How the router, its workers and the webhook are reached (None: real HTTP; a handler in unit tests).
+    http: Transport | None = None
     _listed: set[str] = field(default_factory=set)
 
     def _save(self, cordoned: dict[str, dict[str, str | float]]) -> None:
@@ -301,12 +302,12 @@ class Watch:
         with ThreadPoolExecutor(max_workers=max(1, min(READ_PARALLEL, len(self.hosts))),
                                 thread_name_prefix="watch-read") as pool:
             readings = dict(zip(self.hosts, pool.map(self.read, self.hosts), strict=True))
-        side = RouterSession(self.inventory, self.drain_timeout_s)
+        side = RouterSession(self.inventory, self.drain_timeout_s, http=self.http)
         cordoned = self.state.load()
         was_listed = self.state.listed()
         listed: set[str] = set()
         if side.base is not None:
-            with RouterClient(side.base, side.key, timeout_s=10.0) as client:
+            with side.client(metrics=False) as client:
                 listed = {w.url for w in client.list_workers()}
         self._listed = {h for h, u in side.urls.items() if u in listed}
         done: dict[str, Decision] = {}
@@ -458,14 +459,14 @@ class Watch:
         verb = "cordon" if out else "return"
         before = dict(cordoned[host]) if host in cordoned else None
         try:
+            # metrics=False: the watch's drain waits on the server's own gauges, not on smg's count (as before).
             with claim_fleet([host], f"deploy watch ({verb} {host})", router=True), \
-                    RouterClient(side.base or "", side.key) as client:
+                    side.client(metrics=False) as client:
                 # Recorded before the router is touched: a watch stopped mid-drain leaves a host its next cycle owns.
                 cordoned[host] = ({"since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "why": r.why(), "url": url,
                                    "phase": "cordoning"} if out else {**cordoned.get(host, {}), "phase": "returning"})
                 self._save(cordoned)
-                drainer = Drainer(client, drain_timeout_s=self.drain_timeout_s, say=self.say,
-                                  policy=side.spec.policy if side.spec is not None else None, keys=side.url_keys)
+                drainer = side.drain_with(self.say, client=client)
                 if out:
                     note = drainer.drain(url).note
                 else:
@@ -510,7 +511,7 @@ class Watch:
         if self.notifier is not None:
             self.notifier.submit(self.inventory.notify, events)
         else:
-            deliver(self.inventory.notify, events, self.say)
+            deliver(self.inventory.notify, events, self.say, http=self.http)
         return True
 
     @staticmethod
@@ -524,7 +525,7 @@ class Watch:
     def _still_listed(side: RouterSession, url: str) -> bool:
         """Whether the router lists `url` now (True when it cannot say: the record is not kept on a guess)."""
         try:
-            with RouterClient(side.base or "", side.key, timeout_s=10.0) as client:
+            with side.client(metrics=False) as client:
                 return url in {w.url for w in client.list_workers()}
         except DeployError:
             return True

@@ -7,7 +7,8 @@ inventory's retries and timeout (11 tries of 60 s with their waits were ~1,700 s
 side channel, and `deploy watch` must go on acting on its hosts (issue 50). The watch posts off its own thread
 (`Notifier`), so even that budget never delays a cordon. The body is redacted like every output: no key, token
 or password in it. The URL itself may hold a token (chat webhooks do), so it is read like any secret (`url: {file:
-…}` or `{env: …}`) and never printed: the lines name the receiver by its host only.
+…}` or `{env: …}`) and never printed: the lines name the receiver by its host only. The posts go through a
+`Transport` (remote/http.py): real HTTP unless the caller passes another (a handler in unit tests).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from orchestrator.errors import DeployError
 from orchestrator.inventory.models import NotifySpec
 from orchestrator.monitoring.events import ALERTS, Event
 from orchestrator.redact import redact
+from orchestrator.remote.http import HttpTransport, Transport, TransportError, send
 
 
 def _iso(at: float) -> str:
@@ -72,12 +74,11 @@ def receiver(url: str) -> str:
 
 
 def post(url: str, payload: dict[str, Any], *, retries: int, timeout_s: float, say: Callable[[str], None],
-         backoff_s: float = 1.0, budget_s: float = DELIVERY_BUDGET_S) -> bool:
+         backoff_s: float = 1.0, budget_s: float = DELIVERY_BUDGET_S, http: Transport | None = None) -> bool:
     """POST the payload; a 2xx is delivered. Connection errors and 5xx/429 are retried `retries` times with
     doubling waits; another 4xx is not (the receiver refuses it). Every try and wait fits in `budget_s`. Returns
     whether it was delivered."""
-    import requests  # here, not at the top: every run imports this module, few post (~0.06 s of CPU a command)
-
+    transport = http or HttpTransport()  # requests loads on the first send: few runs post
     deadline = time.monotonic() + budget_s
     wait = backoff_s
     last = ""
@@ -88,9 +89,9 @@ def post(url: str, payload: dict[str, Any], *, retries: int, timeout_s: float, s
             last += " (out of time)"
             break
         try:
-            resp = requests.post(url, json=payload, timeout=min(timeout_s, left))
-        except (requests.RequestException, ValueError) as exc:  # ValueError: a URL requests cannot post to
-            last = type(exc).__name__
+            resp = send(transport, "POST", url, json=payload, timeout_s=min(timeout_s, left))
+        except TransportError as exc:  # named by what the transport saw (requests' ReadTimeout, ConnectionError…)
+            last = type(exc.__cause__ or exc).__name__
         else:
             if 200 <= resp.status_code < 300:
                 return True
@@ -105,7 +106,8 @@ def post(url: str, payload: dict[str, Any], *, retries: int, timeout_s: float, s
     return False
 
 
-def deliver(spec: NotifySpec | None, events: Sequence[Event], say: Callable[[str], None]) -> bool | None:
+def deliver(spec: NotifySpec | None, events: Sequence[Event], say: Callable[[str], None], *,
+            http: Transport | None = None) -> bool | None:
     """Post a run's events where the inventory says (None: nothing to post or nowhere to post it). Never raises:
     whatever goes wrong is said, and the caller goes on."""
     if spec is None or not events:
@@ -113,7 +115,8 @@ def deliver(spec: NotifySpec | None, events: Sequence[Event], say: Callable[[str
     hook = spec.webhook
     try:
         url = hook.read_url()
-        delivered = post(url, body(events, hook.format), retries=hook.retries, timeout_s=hook.timeout_s, say=say)
+        delivered = post(url, body(events, hook.format), retries=hook.retries, timeout_s=hook.timeout_s, say=say,
+                         http=http)
     except DeployError as err:
         say(f"notify: {len(events)} event(s) not posted: {err.what}")
         return False
@@ -130,8 +133,9 @@ class Notifier:
     hosts, so a receiver that hangs delays only the next posts, never a cordon. `close` waits for what is queued
     at most `wait_s`, and says what it leaves unposted."""
 
-    def __init__(self, say: Callable[[str], None]) -> None:
+    def __init__(self, say: Callable[[str], None], *, http: Transport | None = None) -> None:
         self.say = say
+        self.http = http
         # SimpleQueue: the caller's put takes no Python-level lock that a SIGTERM landing mid-put could leave held.
         self._queue: queue.SimpleQueue[tuple[NotifySpec | None, list[Event]] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="notify", daemon=True)
@@ -143,7 +147,7 @@ class Notifier:
 
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
-            deliver(item[0], item[1], self.say)
+            deliver(item[0], item[1], self.say, http=self.http)
 
     def close(self, wait_s: float = DELIVERY_BUDGET_S) -> None:
         self._queue.put(None)

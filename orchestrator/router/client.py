@@ -10,68 +10,22 @@ even while requests it forwarded still run), and a `pending` job for a worker be
 `GET /workers/{id}`, not listed by `GET /workers`); a second POST of a listed URL answers 409
 `WORKER_ALREADY_EXISTS`. Its metrics (router/metrics.py) are on their own port, `metrics_url`.
 
-The requests go through a `Transport` (`HttpTransport` on a requests session; an in-memory router in unit tests
-that only check what is sent and how answers are read), so the API logic here never touches a socket itself.
+The requests go through a `Transport` (remote/http.py: `HttpTransport` with a pooled session, its connections kept
+while the client lives; a handler in unit tests), so the API logic here never touches a socket itself.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
-
-import requests
+from typing import Any
 
 from orchestrator.errors import RemoteError
+from orchestrator.remote.http import HttpTransport, Response, Transport, TransportError, bearer, send
 from orchestrator.router import metrics
 
 #: How long an add waits for smg to finish draining the same URL out (its drain window is 5 s).
 LEAVING_WAIT_S = 30.0
-
-
-@dataclass(frozen=True)
-class Answer:
-    """One HTTP answer as the client reads it: status, body text and content type (None: the header is absent)."""
-
-    status_code: int
-    text: str
-    content_type: str | None = None
-
-    def json(self) -> Any:
-        """The body as JSON; ValueError when it is none."""
-        return json.loads(self.text)
-
-
-class TransportError(Exception):
-    """No answer came (refused, reset, timed out, a TLS failure): its text says which."""
-
-
-class Transport(Protocol):
-    """How the client's requests reach the router: HTTP(S) here, an in-memory router in unit tests."""
-
-    def request(self, method: str, url: str, *, timeout: float, headers: dict[str, str],
-                json: dict[str, Any] | None = None) -> Answer: ...
-
-    def close(self) -> None: ...
-
-
-class HttpTransport:
-    """The real one: a requests session (its connection pool lives as long as the client)."""
-
-    def __init__(self, session: requests.Session | None = None) -> None:
-        self.session = session or requests.Session()
-
-    def request(self, method: str, url: str, *, timeout: float, headers: dict[str, str],
-                json: dict[str, Any] | None = None) -> Answer:
-        try:
-            resp = self.session.request(method, url, timeout=timeout, headers=headers or None, json=json)
-        except requests.RequestException as exc:
-            raise TransportError(str(exc)) from exc
-        return Answer(resp.status_code, resp.text, resp.headers.get("Content-Type"))
-
-    def close(self) -> None:
-        self.session.close()
 
 
 @dataclass(frozen=True)
@@ -93,15 +47,16 @@ class RouterClient:
     """The router's worker API over HTTP(S). Only this class talks to the router."""
 
     def __init__(self, base_url: str, api_key: str | None = None, *, timeout_s: float = 10.0,
-                 session: requests.Session | None = None, metrics_url: str | None = None,
-                 transport: Transport | None = None) -> None:
+                 metrics_url: str | None = None, transport: Transport | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         #: smg's Prometheus endpoint (http://HOST:29000/metrics); None: the router exports none deploy reads.
         self.metrics_url = metrics_url
         self.timeout_s = timeout_s
-        self.transport = transport or HttpTransport(session)
+        #: The client's own pooled connection when none is given (closed with the client); a given one is shared:
+        #: the workers' checks a Drainer runs go through it too.
+        self.transport: Transport = transport or HttpTransport(pooled=True)
         self.api_key = api_key
-        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.headers = bearer(api_key)
 
     def close(self) -> None:
         self.transport.close()
@@ -113,10 +68,10 @@ class RouterClient:
         self.close()
 
     def _call(self, method: str, path: str, *, expect: tuple[int, ...],
-              json: dict[str, Any] | None = None) -> Answer:
+              json: dict[str, Any] | None = None) -> Response:
         url = f"{self.base_url}{path}"
         try:
-            resp = self.transport.request(method, url, timeout=self.timeout_s, headers=self.headers, json=json)
+            resp = send(self.transport, method, url, timeout_s=self.timeout_s, headers=self.headers, json=json)
         except TransportError as exc:
             raise RemoteError(f"router {self.base_url}: {method} {path} failed: {exc}",
                               fix="check that the router runs (systemctl status sglang-router) and its address",
@@ -127,7 +82,7 @@ class RouterClient:
                               step="router")
         return resp
 
-    def _json(self, method: str, path: str, resp: Answer) -> dict[str, Any]:
+    def _json(self, method: str, path: str, resp: Response) -> dict[str, Any]:
         """The answer's JSON object; anything else (an HTML page from a proxy, a list, a string) is a RemoteError
         that says what came back."""
         try:
@@ -184,7 +139,7 @@ class RouterClient:
         if self.metrics_url is None:
             return None
         try:
-            resp = self.transport.request("GET", self.metrics_url, timeout=self.timeout_s, headers=self.headers)
+            resp = send(self.transport, "GET", self.metrics_url, timeout_s=self.timeout_s, headers=self.headers)
         except TransportError:
             return None
         return resp.text if resp.status_code == 200 else None

@@ -20,6 +20,7 @@ from orchestrator.errors import CheckFailed, ConfigError, DeployError, RemoteErr
 from orchestrator.flags import FlagSchema
 from orchestrator.inventory.models import Inventory, RouterSpec
 from orchestrator.remote.container import Container
+from orchestrator.remote.http import HttpTransport
 from orchestrator.router.addresses import learn_fleet
 from orchestrator.router.checks import generate_error
 from orchestrator.router.client import RouterClient
@@ -472,7 +473,7 @@ def _through_router(base_url: str, api_key: str | None, urls: list[str]) -> dict
     answered (a router that lists its workers healthy can still fail every request, issue 37). CheckFailed if not."""
     if not urls:
         return {}
-    error = generate_error(base_url, api_key)
+    error = generate_error(HttpTransport(), base_url, api_key)
     if error is not None:
         raise CheckFailed(f"router at {base_url} lists its {len(urls)} worker(s) healthy, but a request through it "
                           f"failed: {error}",

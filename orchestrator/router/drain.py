@@ -33,9 +33,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-import requests
-
 from orchestrator.errors import CheckFailed, RemoteError
+from orchestrator.remote.http import HttpTransport, Transport, TransportError, send
 from orchestrator.router.checks import Reach, add_check_error, reach_through_router
 from orchestrator.router.client import RouterClient, RouterWorker
 from orchestrator.router.serving import HEALTH_TIMEOUT_S, Removal, ask, judge
@@ -59,6 +58,9 @@ class DrainResult:
     #: server's (smg); None when the router counts none (sglang-router drops the worker at once).
     router_drain_s: float | None = None
 
+#: How long an add-back waits for the router to list the worker healthy, unless the command says.
+JOIN_TIMEOUT_S = 180.0
+
 #: smg's words for a listed worker that does not serve and is registered again on restore.
 REREGISTER = ("not_ready", "failed", "pending")
 
@@ -66,11 +68,15 @@ REREGISTER = ("not_ready", "failed", "pending")
 class Drainer:
     """One router, many workers: drain (remove + wait for in-flight) and restore (add + wait until healthy)."""
 
-    def __init__(self, client: RouterClient, *, drain_timeout_s: float = 120.0, join_timeout_s: float = 180.0,
+    def __init__(self, client: RouterClient, *, drain_timeout_s: float = 120.0, join_timeout_s: float = JOIN_TIMEOUT_S,
                  poll_s: float = 0.5, say: Callable[[str], None] | None = None,
                  guard: threading.Lock | None = None, policy: str | None = None,
-                 keys: Mapping[str, str | None] | None = None, health_timeout_s: float = HEALTH_TIMEOUT_S) -> None:
+                 keys: Mapping[str, str | None] | None = None, health_timeout_s: float = HEALTH_TIMEOUT_S,
+                 http: Transport | None = None) -> None:
         self.client = client
+        #: How the workers' own endpoints are reached (/health, /generate, /metrics); the router's go through the
+        #: client. Default: real HTTP, a connection per request.
+        self.http: Transport = http or HttpTransport()
         #: Each worker's key by URL, for asking its own /health (default: the router's key, one for the fleet).
         self.keys: Mapping[str, str | None] = keys or {}
         self.health_timeout_s = health_timeout_s
@@ -89,8 +95,8 @@ class Drainer:
 
     def _server_in_flight(self, url: str) -> int | None:
         try:
-            resp = requests.get(f"{url}/metrics", timeout=5)
-        except requests.RequestException:
+            resp = send(self.http, "GET", f"{url}/metrics", timeout_s=5)
+        except TransportError:
             return None
         return in_flight(resp.text) if resp.status_code == 200 else None
 
@@ -103,7 +109,8 @@ class Drainer:
         said = False
         while True:
             workers = self.client.serving_workers()  # one smg is draining out is leaving, not sick
-            answers = ask([w.url for w in workers], self.keys, self.client.api_key, timeout_s=self.health_timeout_s)
+            answers = ask(self.http, [w.url for w in workers], self.keys, self.client.api_key,
+                          timeout_s=self.health_timeout_s)
             removal = judge(url, [(w.url, w.healthy) for w in workers], answers)
             if removal.sick:
                 what = ("would leave the router no serving worker" if removal.protects_traffic
@@ -202,7 +209,7 @@ class Drainer:
         """Check the worker answers, add it back, wait until the router lists it healthy, then check that a
         request through the router reaches it; returns the seconds it took. CheckFailed when a check fails."""
         began = time.monotonic()
-        error = add_check_error(url, api_key)
+        error = add_check_error(self.http, url, api_key)
         if error is not None:
             what = "did not answer a generation" if error.startswith("POST /generate") else "failed its check"
             raise CheckFailed(f"{url} {what} before being added back: {error}",
@@ -249,4 +256,4 @@ class Drainer:
 
     def reach(self, url: str) -> Reach:
         workers = sum(1 for w in self.client.list_workers() if w.healthy)
-        return reach_through_router(self.client.base_url, self.client.api_key, url, workers=workers)
+        return reach_through_router(self.http, self.client.base_url, self.client.api_key, url, workers=workers)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from orchestrator.errors import RemoteError
 from orchestrator.inventory.models import Host, Inventory
+from orchestrator.remote.http import HttpTransport, Transport
 from orchestrator.router.checks import add_check_error
 from orchestrator.router.client import LEAVING_WAIT_S, RouterClient
 from orchestrator.router.places import SiteAddresses, known_worker_urls, router_workers
@@ -69,10 +70,11 @@ class Reconciled:
 
 
 def reconcile(client: RouterClient, keep: list[Worker], drop: list[Worker], *, dry_run: bool = False,
-              check: bool = True) -> Reconciled:
+              check: bool = True, http: Transport | None = None) -> Reconciled:
     """Add each `keep` worker the router does not list (after its check), remove each listed `drop` worker. A
     `keep` worker smg is draining out (a removal a moment ago) counts as missing: it is added once smg dropped it,
-    else it would leave with the drain."""
+    else it would leave with the drain. `http`: how the workers' checks reach them (default: real HTTP)."""
+    workers_http = http or HttpTransport()
     listed = client.list_workers()
     live = {w.url for w in listed if not w.leaving}
     leaving = {w.url for w in listed if w.leaving}
@@ -87,7 +89,7 @@ def reconcile(client: RouterClient, keep: list[Worker], drop: list[Worker], *, d
             except RemoteError as err:
                 done.refused[w.name] = err.what
                 continue
-        error = add_check_error(w.url, w.key) if check else None
+        error = add_check_error(workers_http, w.url, w.key) if check else None
         if error is not None:
             done.refused[w.name] = error
             continue

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from orchestrator.remote.http import Transport
 from orchestrator.router.checks import health_error
 
 #: Above sglang's own SGLANG_HEALTH_CHECK_TIMEOUT (20 s): a /health that is slow under load is not read as down.
@@ -34,7 +35,7 @@ class Answer:
         return {"url": self.url, "serving": self.serving, "answered": self.said}
 
 
-def ask(urls: Iterable[str], keys: Mapping[str, str | None], default_key: str | None = None, *,
+def ask(http: Transport, urls: Iterable[str], keys: Mapping[str, str | None], default_key: str | None = None, *,
         timeout_s: float = HEALTH_TIMEOUT_S) -> dict[str, Answer]:
     """Each worker's own `GET /health`, with its key (else `default_key`: one key for the fleet), in parallel."""
     wanted = list(dict.fromkeys(urls))
@@ -42,7 +43,7 @@ def ask(urls: Iterable[str], keys: Mapping[str, str | None], default_key: str | 
         return {}
 
     def one(url: str) -> Answer:
-        error = health_error(url, keys.get(url, default_key), timeout_s=timeout_s)
+        error = health_error(http, url, keys.get(url, default_key), timeout_s=timeout_s)
         return Answer(url, error is None, error or "GET /health answered 200")
 
     with ThreadPoolExecutor(max_workers=min(8, len(wanted))) as pool:

@@ -13,7 +13,7 @@ import pytest
 
 from orchestrator.monitoring.publish import PROM_PATH
 from tests.e2e.conftest import SHARED, DeployEnv, until
-from tests.unit.monitoring.test_notify import Receiver
+from tests.e2e.webhook_receiver import Receiver
 
 RELEASES = "/var/lib/deploy/releases"
 #: The lease of a run a test SIGKILLs: it holds the host lock that long after the kill.

@@ -315,7 +315,7 @@ class ScriptedServer:
                                if ln.lower().startswith(b"content-length:")), 0)
                 while len(body) < length:
                     body += conn.recv(65536)
-                self.requests.append(data)
+                self.requests.append(head + b"\r\n\r\n" + body)  # the whole request, its body read to its length
                 conn.sendall(self.script[head.split(b" ")[1].decode()])
 
     def close(self) -> None:

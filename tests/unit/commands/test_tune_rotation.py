@@ -1,6 +1,6 @@
-"""A tune of a router worker takes it out of the router for its restarts (fleet/rotation.py), against the real
-tiny HTTP router and workers of test_router_safety: removed before the block, added back after it only when the host
-runs a release that may serve, and never the last serving worker."""
+"""A tune of a router worker takes it out of the router for its restarts (fleet/rotation.py), against the handler router
+and workers of test_router_safety (passed as the HTTP transport, no socket): removed before the block, added back
+after it only when the host runs a release that may serve, and never the last serving worker."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ def test_a_tuned_worker_is_out_of_the_router_during_the_tune_and_back_after(pool
     router, a, b = _keyless(pool)
     said: list[str] = []
     inv = _fleet_inventory(router, a, b)
-    with out_of_rotation(inv, "gpu-1", say=said.append, drain_timeout_s=2.0, back_ok=lambda: False):
+    with out_of_rotation(inv, "gpu-1", say=said.append, drain_timeout_s=2.0, back_ok=lambda: False,
+                         http=router.http):
         assert a.url not in router.workers and b.url in router.workers  # the restarts meet no client
     assert a.url in router.workers, said
     assert any("out of the router" in s for s in said) and any("back in the router" in s for s in said)
@@ -34,13 +35,13 @@ def test_an_interrupted_tune_comes_back_only_when_its_restore_was_read_back(pool
     inv = _fleet_inventory(router, a, b)
     said: list[str] = []
     with pytest.raises(KeyboardInterrupt), out_of_rotation(inv, "gpu-1", say=said.append, drain_timeout_s=2.0,
-                                                           back_ok=lambda: False):
+                                                           back_ok=lambda: False, http=router.http):
         raise KeyboardInterrupt
     assert a.url not in router.workers  # a trial release is not put in front of clients
     assert any("deploy router add gpu-1" in s for s in said)
     _listed(router, a)  # the operator put it back
     with pytest.raises(KeyboardInterrupt), out_of_rotation(inv, "gpu-2", say=said.append, drain_timeout_s=2.0,
-                                                           back_ok=lambda: True):
+                                                           back_ok=lambda: True, http=router.http):
         raise KeyboardInterrupt
     assert b.url in router.workers  # restored and read back: it serves again
 
@@ -51,7 +52,7 @@ def test_the_last_serving_worker_is_not_drained_for_a_tune_and_nothing_runs(pool
     ran = []
     with pytest.raises(CheckFailed, match="not removed"), \
             out_of_rotation(_fleet_inventory(router, a, b), "gpu-1", say=lambda _s: None, drain_timeout_s=1.0,
-                            back_ok=lambda: True):
+                            back_ok=lambda: True, http=router.http):
         ran.append(True)
     assert not ran and a.url in router.workers
 
@@ -96,7 +97,8 @@ def test_a_lazy_drain_happens_at_the_first_restarting_step_and_an_interrupt_befo
     said: list[str] = []
     seen: list[str] = []
     with pytest.raises(KeyboardInterrupt), out_of_rotation(inv, "gpu-1", say=said.append, drain_timeout_s=2.0,
-                                                           back_ok=lambda: False, lazy=True) as rotation:
+                                                           back_ok=lambda: False, lazy=True,
+                                                           http=router.http) as rotation:
         hook = drain_before(rotation, drain_points(["sglang_install", "server_unit"]),
                             lambda name, _r: seen.append(name))
         for step in ("connect", "container", "sglang_install"):
@@ -106,7 +108,7 @@ def test_a_lazy_drain_happens_at_the_first_restarting_step_and_an_interrupt_befo
     assert a.url in router.workers and seen == ["connect", "container", "sglang_install"]
     assert not any("out of the router" in s for s in said), said
     with out_of_rotation(inv, "gpu-1", say=said.append, drain_timeout_s=2.0, back_ok=lambda: False,
-                         lazy=True) as rotation:
+                         lazy=True, http=router.http) as rotation:
         hook = drain_before(rotation, frozenset({"server_unit"}), None)
         hook("sglang_install", None)
         assert a.url in router.workers

@@ -2,17 +2,14 @@
 what came back (never a JSONDecodeError / AttributeError traceback), and a fleet roll whose host job fails that way,
 or raises, exits non-zero with the same code its summary line prints.
 
-The router here is a real tiny HTTP server on 127.0.0.1 (http.server in a thread)."""
+The router here is a handler passed as the HTTP transport (remote/http.py): no socket."""
 
 from __future__ import annotations
 
-import http.server
-import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import ClassVar
+from urllib.parse import urlsplit
 
 import pytest
 from rich.console import Console
@@ -27,6 +24,7 @@ from orchestrator.fleet.targets import TargetSpec
 from orchestrator.fleet.view import fleet_summary, totals_text
 from orchestrator.inventory.loader import load_inventory
 from orchestrator.inventory.models import Inventory
+from orchestrator.remote.http import HandlerTransport, Request, Response, Transport
 from orchestrator.router.client import RouterClient
 from orchestrator.ui.output import Output
 from tests.shared import EXAMPLE_INVENTORY
@@ -34,35 +32,20 @@ from tests.shared import EXAMPLE_INVENTORY
 HTML = "<html><body><h1>Welcome to nginx!</h1></body></html>"
 
 
-class _Router(http.server.BaseHTTPRequestHandler):
-    #: path → (status, content type, body); every answer is 200 unless given
-    answers: ClassVar[dict[str, tuple[int, str, str]]] = {}
-
-    def _answer(self) -> None:
-        status, kind, body = self.answers.get(self.path, (404, "text/plain", "not found"))
-        data = body.encode()
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    do_GET = do_POST = do_DELETE = _answer
-
-    def log_message(self, *args: object) -> None:
-        return None
+BASE = "http://127.0.0.1:41000"  # never bound: only the handler answers
 
 
 @pytest.fixture
-def router() -> Iterator[tuple[str, dict[str, tuple[int, str, str]]]]:
+def router() -> tuple[str, dict[str, tuple[int, str, str]], Transport]:
+    """The router's URL, its answers (path → (status, content type, body); 404 unless given) and the transport."""
     answers: dict[str, tuple[int, str, str]] = {"/health": (200, "text/plain", "ok")}
-    handler = type("Handler", (_Router,), {"answers": answers})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", answers
-    server.shutdown()
-    server.server_close()
+
+    def answer(req: Request) -> Response:
+        assert req.url.startswith(BASE)
+        status, kind, body = answers.get(urlsplit(req.url).path, (404, "text/plain", "not found"))
+        return Response(status, body, kind)
+
+    return BASE, answers, HandlerTransport(answer)
 
 
 @pytest.mark.parametrize("kind, body, said", [
@@ -73,17 +56,18 @@ def router() -> Iterator[tuple[str, dict[str, tuple[int, str, str]]]]:
 ])
 def test_a_router_answer_that_is_not_its_json_is_a_remote_error_saying_what_came_back(router, kind, body,
                                                                                         said) -> None:
-    base, answers = router
+    base, answers, http = router
     answers["/workers"] = (200, kind, body)
-    with RouterClient(base, timeout_s=5.0) as client, pytest.raises(RemoteError) as caught:
+    with RouterClient(base, timeout_s=5.0, transport=http) as client, pytest.raises(RemoteError) as caught:
         client.list_workers()
     assert said in caught.value.what and caught.value.fix
 
 
 def test_a_post_answered_with_html_is_a_remote_error(router) -> None:
-    base, answers = router
+    base, answers, http = router
     answers["/workers"] = (202, "text/html", HTML)
-    with RouterClient(base, timeout_s=5.0) as client, pytest.raises(RemoteError, match="not a JSON object"):
+    with RouterClient(base, timeout_s=5.0, transport=http) as client, \
+            pytest.raises(RemoteError, match="not a JSON object"):
         client.add_worker("http://10.0.0.1:8000")
 
 
@@ -93,6 +77,7 @@ class _App:
     inventory: Inventory
     inventory_paths: str = "inventory"
     out: Output = field(default_factory=lambda: Output(as_json=False, console=Console(record=True, width=200)))
+    http: Transport | None = None
 
 
 @dataclass
@@ -127,10 +112,11 @@ def _inventory(router_url: str | None, **router: object) -> Inventory:
                                      "router": {"url": router_url, **router} if router_url else None})
 
 
-def _roll(monkeypatch, tmp_path: Path, inventory: Inventory, rolls: _Rolls) -> tuple[int, str]:
+def _roll(monkeypatch, tmp_path: Path, inventory: Inventory, rolls: _Rolls,
+          http: Transport | None = None) -> tuple[int, str]:
     monkeypatch.setattr("orchestrator.fleet.fleet_roll._host_rolls", lambda *a, **k: rolls)
     monkeypatch.setenv("DEPLOY_STATE_DIR", str(tmp_path / "state"))  # its own host claims, not another test's
-    app = _App(inventory)
+    app = _App(inventory, http=http)
     code = fleet_roll(app, TargetSpec(groups=("g",)), RollSpec(set=["max-running-requests=64"]), tofu=False,
                       resume=False, drain_timeout_s=5.0, store=RollStore(tmp_path / "rolls"))
     return code, app.out.console.export_text()
@@ -138,9 +124,9 @@ def _roll(monkeypatch, tmp_path: Path, inventory: Inventory, rolls: _Rolls) -> t
 
 def test_a_fleet_roll_through_a_router_answering_html_exits_non_zero_as_its_summary_says(router, monkeypatch,
                                                                                          tmp_path) -> None:
-    base, answers = router
+    base, answers, http = router
     answers["/workers"] = (200, "text/html", HTML)
-    code, text = _roll(monkeypatch, tmp_path, _inventory(base), _Rolls())
+    code, text = _roll(monkeypatch, tmp_path, _inventory(base), _Rolls(), http)
     assert code == 3  # the worst host's: a RemoteError
     assert f"; failed; exit {code};" in text
     assert "JSONDecodeError" not in text and "not a JSON object" in text
@@ -162,9 +148,9 @@ def test_the_fleet_totals_line_says_the_process_exit_code() -> None:
 @pytest.mark.parametrize("kind, body", [("text/html", HTML), ("application/json", '["not", "an", "object"]')])
 def test_status_of_a_group_reports_a_router_answering_something_else(router, kind, body) -> None:
     """`deploy status group G` printed a JSONDecodeError / AttributeError traceback; now one line says why."""
-    base, answers = router
+    base, answers, http = router
     answers["/workers"] = (200, kind, body)
     outcomes = [HostOutcome("gpu-1", "ok"), HostOutcome("gpu-2", "ok")]
-    view = router_view(SimpleNamespace(inventory=_inventory(base)), outcomes)  # type: ignore[arg-type]
+    view = router_view(SimpleNamespace(inventory=_inventory(base), http=http), outcomes)  # type: ignore[arg-type]
     assert view is not None and "not a JSON object" in view["router"]["error"]
     assert view["text"].startswith(f"router {base}: ") and all("error" in o.extras["router"] for o in outcomes)

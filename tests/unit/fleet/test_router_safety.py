@@ -1,13 +1,15 @@
 """Router safety in fleet rolls (issue 22 §3), the live reconcile (issue 25 item 1) and the per-host claim (issue 21
-item 4), against real tiny HTTP servers on 127.0.0.1: a router with sglang-router 0.3.2's worker API that forwards
-`/generate` round robin to the workers it routes to, and workers with sglang's `/generate` and
-`sglang:num_requests_total` on `/metrics`.
+item 4), against handlers passed as the HTTP transport (remote/http.py, no socket): a router with sglang-router
+0.3.2's worker API that forwards `/generate` round robin to the workers it routes to, and workers with sglang's
+`/generate` and `sglang:num_requests_total` on `/metrics`. The production code sends every request through the
+transport it is given, so a request that went around it would reach no fake (their ports are never bound) and fail
+the test.
 """
 
 from __future__ import annotations
 
 import getpass
-import http.server
+import itertools
 import json
 import os
 import shutil
@@ -15,15 +17,18 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
-import requests
+from click.testing import CliRunner, Result
 from rich.console import Console
 
+from orchestrator.cli import cli
+from orchestrator.cli.common import AppContext
 from orchestrator.commands.roll import RollOutcome, RollResult
 from orchestrator.errors import CheckFailed, Interrupted, LockHeld
 from orchestrator.fleet.engine import HostEvents, HostOutcome
@@ -32,6 +37,7 @@ from orchestrator.fleet.rollout import FleetRoll, HostRoll, RollSpec, RollStore
 from orchestrator.fleet.targets import TargetSpec
 from orchestrator.inventory.models import Inventory
 from orchestrator.locks.claims import ROUTER, claim_fleet, claim_hosts, claims_dir
+from orchestrator.remote.http import HandlerTransport, Request, Response, Transport, Unreachable, bearer
 from orchestrator.router.client import RouterClient
 from orchestrator.router.drain import Drainer
 from orchestrator.router.reconcile import Worker, reconcile
@@ -39,6 +45,27 @@ from orchestrator.ui.output import Output
 from tests.unit.fleet.test_router_answers import _inventory
 
 KEY = "sk-unit-router-key"
+
+
+@dataclass
+class Net:
+    """The fakes by their address (`http://127.0.0.1:PORT`, a port nothing binds): a request to an address no fake
+    answers at is refused, as a stopped server's port is."""
+
+    servers: dict[str, Callable[[Request], Response]] = field(default_factory=dict)
+    ports: Iterator[int] = field(default_factory=lambda: itertools.count(41001))
+
+    def place(self, server: Callable[[Request], Response]) -> str:
+        url = f"http://127.0.0.1:{next(self.ports)}"
+        self.servers[url] = server
+        return url
+
+    def __call__(self, request: Request) -> Response:
+        parts = urlsplit(request.url)
+        server = self.servers.get(f"{parts.scheme}://{parts.netloc}")
+        if server is None:
+            raise Unreachable(f"ConnectionError: {parts.netloc}: connection refused")
+        return server(request)
 
 
 @dataclass
@@ -51,12 +78,30 @@ class FakeWorker:
     running: int = 0  # its sglang:num_running_reqs gauge
     key: str | None = KEY
     metrics: bool = True  # --enable-metrics: off, /metrics is FastAPI's 404
-    server: http.server.ThreadingHTTPServer | None = None
+    url: str = ""
 
-    @property
-    def url(self) -> str:
-        assert self.server is not None
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+    def __call__(self, req: Request) -> Response:
+        path = urlsplit(req.url).path
+        authorized = not self.key or req.headers.get("Authorization") == f"Bearer {self.key}"
+        if req.method == "GET":
+            if path == "/metrics" and not self.metrics:
+                return Response.of_json(404, {"detail": "Not Found"})
+            if path == "/metrics":
+                return Response(200, f'sglang:num_requests_total{{model_name="m"}} {float(self.served)}\n'
+                                     f'sglang:num_running_reqs{{model_name="m"}} {float(self.running)}\n',
+                                "text/plain")
+            if path == "/health" and not authorized:
+                return Response.of_json(401, {"error": "Unauthorized"})  # real sglang: every route needs the key
+            if path == "/health":
+                return Response(self.health, "", "text/plain")
+            return Response(200, "ok", "text/plain")
+        req.body()
+        if not authorized:
+            return Response.of_json(401, {"error": "Unauthorized"})
+        if self.broken:
+            return Response.of_json(500, {"error": "scheduler died"})
+        self.served += 1
+        return Response.of_json(200, {"text": " 42", "meta_info": {}})
 
 
 @dataclass
@@ -64,112 +109,58 @@ class FakeRouter:
     """sglang-router's worker API; `/generate` goes round robin over the workers in `routes_to` (default: all
     listed), so a router that lists a worker but never reaches it can be made."""
 
+    net: Net
     workers: dict[str, dict[str, Any]] = field(default_factory=dict)  # url → {"id", "is_healthy"}
     routes_to: list[str] | None = None
     turn: int = 0
-    server: http.server.ThreadingHTTPServer | None = None
+    url: str = ""
 
     @property
-    def url(self) -> str:
-        assert self.server is not None
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+    def http(self) -> Transport:
+        """The transport the code under test is given: every fake of this net answers through it."""
+        return HandlerTransport(self.net)
+
+    def __call__(self, req: Request) -> Response:
+        path = urlsplit(req.url).path
+        if req.method == "GET" and path == "/workers":
+            return Response.of_json(200, {"workers": [{"id": v["id"], "url": u, "is_healthy": v["is_healthy"],
+                                                       "load": 0} for u, v in self.workers.items()]})
+        if req.method == "GET":
+            return Response(200, "ok", "text/plain")
+        if req.method == "DELETE":
+            wid = path.rsplit("/", 1)[-1]
+            url = next((u for u, v in self.workers.items() if v["id"] == wid), None)
+            if url is not None:
+                del self.workers[url]
+            return Response.of_json(200 if url else 404, {"ok": url is not None})
+        body = req.body() or {}
+        if path == "/workers":
+            self.workers[body["url"]] = {"id": f"w{len(self.workers) + 1}-{body['url'][-5:]}", "is_healthy": True}
+            return Response.of_json(202, {"worker_id": self.workers[body["url"]]["id"]})
+        targets = [u for u in (self.routes_to if self.routes_to is not None else list(self.workers))
+                   if self.workers.get(u, {}).get("is_healthy")]
+        if not targets:
+            return Response.of_json(503, {"error": "no healthy worker"})
+        self.turn += 1
+        resp = self.net(Request("POST", f"{targets[self.turn % len(targets)]}{path}", 5.0, bearer(KEY), body))
+        return Response.of_json(resp.status_code, resp.json())
 
 
-def _reply(handler: http.server.BaseHTTPRequestHandler, status: int, body: object) -> None:
-    data = (body if isinstance(body, str) else json.dumps(body)).encode()
-    handler.send_response(status)
-    handler.send_header("Content-Type", "application/json" if not isinstance(body, str) else "text/plain")
-    handler.send_header("Content-Length", str(len(data)))
-    handler.end_headers()
-    handler.wfile.write(data)
-
-
-def _serve(handler: type[http.server.BaseHTTPRequestHandler]) -> http.server.ThreadingHTTPServer:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
-def _worker(w: FakeWorker) -> FakeWorker:
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path == "/metrics" and not w.metrics:
-                _reply(self, 404, {"detail": "Not Found"})
-            elif self.path == "/metrics":
-                _reply(self, 200, f'sglang:num_requests_total{{model_name="m"}} {float(w.served)}\n'
-                                  f'sglang:num_running_reqs{{model_name="m"}} {float(w.running)}\n')
-            elif self.path == "/health" and w.key and self.headers.get("Authorization") != f"Bearer {w.key}":
-                _reply(self, 401, {"error": "Unauthorized"})  # real sglang: every route needs the key
-            elif self.path == "/health":
-                _reply(self, w.health, "")
-            else:
-                _reply(self, 200, "ok")
-
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            if w.key and self.headers.get("Authorization") != f"Bearer {w.key}":
-                _reply(self, 401, {"error": "Unauthorized"})
-            elif w.broken:
-                _reply(self, 500, {"error": "scheduler died"})
-            else:
-                w.served += 1
-                _reply(self, 200, {"text": " 42", "meta_info": {}})
-
-        def log_message(self, *args: object) -> None:
-            return None
-
-    w.server = _serve(H)
+def _worker(net: Net, w: FakeWorker) -> FakeWorker:
+    w.url = net.place(w)
     return w
 
 
 def _router(r: FakeRouter) -> FakeRouter:
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path == "/workers":
-                _reply(self, 200, {"workers": [{"id": v["id"], "url": u, "is_healthy": v["is_healthy"], "load": 0}
-                                               for u, v in r.workers.items()]})
-            else:
-                _reply(self, 200, "ok")
-
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-            if self.path == "/workers":
-                r.workers[body["url"]] = {"id": f"w{len(r.workers) + 1}-{body['url'][-5:]}", "is_healthy": True}
-                _reply(self, 202, {"worker_id": r.workers[body["url"]]["id"]})
-                return
-            targets = [u for u in (r.routes_to if r.routes_to is not None else list(r.workers))
-                       if r.workers.get(u, {}).get("is_healthy")]
-            if not targets:
-                _reply(self, 503, {"error": "no healthy worker"})
-                return
-            r.turn += 1
-            resp = requests.post(f"{targets[r.turn % len(targets)]}{self.path}", json=body,
-                                 headers={"Authorization": f"Bearer {KEY}"}, timeout=5)
-            _reply(self, resp.status_code, resp.json())
-
-        def do_DELETE(self) -> None:
-            wid = self.path.rsplit("/", 1)[-1]
-            url = next((u for u, v in r.workers.items() if v["id"] == wid), None)
-            if url is not None:
-                del r.workers[url]
-            _reply(self, 200 if url else 404, {"ok": url is not None})
-
-        def log_message(self, *args: object) -> None:
-            return None
-
-    r.server = _serve(H)
+    r.url = r.net.place(r)
     return r
 
 
 @pytest.fixture
-def pool() -> Iterator[tuple[FakeRouter, list[FakeWorker]]]:
-    workers = [_worker(FakeWorker()) for _ in range(3)]
-    router = _router(FakeRouter())
-    yield router, workers
-    for s in [router.server, *(w.server for w in workers)]:
-        assert s is not None
-        s.shutdown()
-        s.server_close()
+def pool() -> tuple[FakeRouter, list[FakeWorker]]:
+    net = Net()
+    workers = [_worker(net, FakeWorker()) for _ in range(3)]
+    return _router(FakeRouter(net)), workers
 
 
 def _listed(router: FakeRouter, *workers: FakeWorker, healthy: bool = True) -> None:
@@ -177,9 +168,13 @@ def _listed(router: FakeRouter, *workers: FakeWorker, healthy: bool = True) -> N
         router.workers[w.url] = {"id": f"id-{w.url[-5:]}", "is_healthy": healthy}
 
 
+def _client(router: FakeRouter, timeout_s: float = 10.0) -> RouterClient:
+    return RouterClient(router.url, KEY, timeout_s=timeout_s, transport=router.http)
+
+
 def _drainer(router: FakeRouter, timeout_s: float = 1.0) -> Drainer:
-    return Drainer(RouterClient(router.url, KEY, timeout_s=5.0), drain_timeout_s=timeout_s, join_timeout_s=5.0,
-                   poll_s=0.1)
+    return Drainer(_client(router, 5.0), drain_timeout_s=timeout_s, join_timeout_s=5.0, poll_s=0.1,
+                   http=router.http)
 
 
 def test_the_last_healthy_worker_is_never_drained(pool) -> None:
@@ -196,11 +191,9 @@ def test_the_last_healthy_worker_is_never_drained(pool) -> None:
     assert _drainer(router).drain(a.url).removed and a.url not in router.workers
 
 
-def _stop(w: FakeWorker) -> None:
+def _stop(router: FakeRouter, w: FakeWorker) -> None:
     """Its server stopped: the port refuses connections (the router may still list it healthy)."""
-    assert w.server is not None
-    w.server.shutdown()
-    w.server.server_close()
+    del router.net.servers[w.url]
 
 
 def test_a_removal_asks_the_other_workers_themselves_not_the_routers_cached_flag(pool) -> None:
@@ -208,7 +201,7 @@ def test_a_removal_asks_the_other_workers_themselves_not_the_routers_cached_flag
     remove` took out the only serving worker (rc 0, then 500s). Now each other worker's own /health is asked."""
     router, (a, b, c) = pool
     _listed(router, a, b)  # the router's cached flag: b healthy
-    _stop(b)
+    _stop(router, b)
     with pytest.raises(CheckFailed) as caught:
         _drainer(router).drain(a.url)
     err = caught.value
@@ -280,8 +273,7 @@ def test_under_cache_aware_a_re_added_worker_the_router_does_not_pick_yet_stays_
     router, (a, b, _c) = pool
     _listed(router, a)
     router.routes_to = [a.url]
-    drainer = Drainer(RouterClient(router.url, KEY, timeout_s=5.0), join_timeout_s=5.0, poll_s=0.1,
-                      policy="cache_aware")
+    drainer = Drainer(_client(router, 5.0), join_timeout_s=5.0, poll_s=0.1, policy="cache_aware", http=router.http)
     drainer.restore(b.url, KEY)
     assert b.url in router.workers
     assert drainer.last_reach is not None and not drainer.last_reach.reached
@@ -292,14 +284,14 @@ def test_reconcile_adds_checked_workers_and_removes_the_others(pool) -> None:
     router, (a, b, c) = pool
     _listed(router, a, c)
     b_worker, c_worker = Worker("b", b.url, KEY), Worker("c", c.url, KEY)
-    with RouterClient(router.url, KEY) as client:
-        dry = reconcile(client, [Worker("a", a.url, KEY), b_worker], [c_worker], dry_run=True)
+    with _client(router) as client:
+        dry = reconcile(client, [Worker("a", a.url, KEY), b_worker], [c_worker], dry_run=True, http=router.http)
         assert (dry.added, dry.removed, dry.already) == (["b"], ["c"], ["a"]) and len(router.workers) == 2
         b.broken = True
-        refused = reconcile(client, [b_worker], [])
+        refused = reconcile(client, [b_worker], [], http=router.http)
         assert refused.added == [] and "answered 500" in refused.refused["b"] and b.url not in router.workers
         b.broken = False
-        done = reconcile(client, [Worker("a", a.url, KEY), b_worker], [c_worker])
+        done = reconcile(client, [Worker("a", a.url, KEY), b_worker], [c_worker], http=router.http)
     assert done.text() == "added b; removed c" and set(router.workers) == {a.url, b.url}
 
 
@@ -309,8 +301,8 @@ def test_reconcile_and_the_add_back_refuse_alike_a_worker_without_metrics(pool) 
     router, (a, b, _c) = pool
     _listed(router, a)
     b.metrics = False
-    with RouterClient(router.url, KEY) as client:
-        done = reconcile(client, [Worker("a", a.url, KEY), Worker("b", b.url, KEY)], [])
+    with _client(router) as client:
+        done = reconcile(client, [Worker("a", a.url, KEY), Worker("b", b.url, KEY)], [], http=router.http)
         assert done.added == [] and b.url not in router.workers, done
         assert done.refused["b"] == (f"{b.url}/metrics gives no sglang:num_requests_total (enable-metrics off?): "
                                      "cannot tell whether the router reaches this worker")
@@ -372,6 +364,7 @@ class _App:
     inventory: Inventory
     inventory_paths: str = "inventory"
     out: Output = field(default_factory=lambda: Output(as_json=False, console=Console(record=True, width=250)))
+    http: Transport | None = None
 
 
 class _Rolled(RollOutcome):
@@ -418,7 +411,7 @@ def fleet(pool, tmp_path, monkeypatch):
     monkeypatch.setenv("DEPLOY_STATE_DIR", str(tmp_path / "state"))
     rolls = _Rolls()
     monkeypatch.setattr("orchestrator.fleet.fleet_roll._host_rolls", lambda *args, **kw: rolls)
-    return router, a, b, rolls, _App(_fleet_inventory(router, a, b)), RollStore(tmp_path / "rolls")
+    return router, a, b, rolls, _App(_fleet_inventory(router, a, b), http=router.http), RollStore(tmp_path / "rolls")
 
 
 def test_a_host_the_router_does_not_reach_after_its_roll_is_rolled_back_and_the_roll_stops(fleet) -> None:
@@ -639,7 +632,26 @@ with claim_hosts(["gpu-1", "gpu-2", "_router"], "deploy roll group g --set x=1")
 """
 
 
-def test_router_add_and_up_group_are_refused_while_a_fleet_roll_holds_the_router(fleet, tmp_path) -> None:
+@dataclass(frozen=True)
+class _Ran:
+    """A command run in this process, read as a subprocess's result."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _deploy_here(router: FakeRouter, inventory: Path, *args: str) -> _Ran:
+    """`deploy --inventory INV ARGS` run in this process through click, its HTTP through the router's handlers."""
+    res: Result = CliRunner().invoke(cli, ["--inventory", str(inventory), *args],
+                                     obj=AppContext(str(inventory), False, http=router.http))
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        raise res.exception
+    return _Ran(res.exit_code, res.stdout, res.stderr)
+
+
+def test_router_add_and_up_group_are_refused_while_a_fleet_roll_holds_the_router(fleet, tmp_path,
+                                                                                  monkeypatch) -> None:
     """Issue 37 item 3: only `roll` claimed, so `router add` (and `up group`'s live reconcile) could put back a host
     the roll had drained, before its gates. Now they take the roll's claim, the router's included, and are refused
     before any request: the drained host stays out."""
@@ -652,11 +664,11 @@ def test_router_add_and_up_group_are_refused_while_a_fleet_roll_holds_the_router
     (inv / "inventory.yaml").write_text(yaml.safe_dump(app.inventory.model_dump(mode="json", exclude_unset=True)))
     env = {**os.environ, "DEPLOY_STATE_DIR": str(tmp_path / "state"), "DEPLOY_PVE_TOKEN_SECRET": "unit-not-used"}
     proc = subprocess.Popen([sys.executable, "-c", HOLD_ROLL], stdout=subprocess.PIPE, text=True, env=env)
+    monkeypatch.setenv("DEPLOY_PVE_TOKEN_SECRET", "unit-not-used")  # the fleet fixture set DEPLOY_STATE_DIR
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
         for args in (("router", "add", "gpu-1"), ("up", "group", "g", "--skip-bench")):
-            res = subprocess.run([sys.executable, "-m", "orchestrator", "--inventory", str(inv), *args],
-                                 capture_output=True, text=True, timeout=60, env=env)
+            res = _deploy_here(router, inv, *args)  # in this process: a request would reach the fakes
             assert res.returncode == 3, (args, res.stdout, res.stderr)
             held = "gpu-1, the router" if args[0] == "router" else "gpu-1, gpu-2, the router"
             assert f"another deploy command on this machine holds {held}: gpu-1: " in res.stderr, res.stderr
@@ -693,8 +705,8 @@ def test_status_group_exits_non_zero_when_the_router_is_down_stale_or_serves_not
     assert view["exit_code"] == 1 and "0 serving, ready" in view["text"]
     assert f"problem: no worker the router lists serves ({a.url}: GET /health answered 503" in view["text"]
     a.health = b.health = 200
-    moved = _worker(FakeWorker(key=None))  # gpu-2's container moved: the router still lists its old address
-    _stop(moved)
+    moved = _worker(router.net, FakeWorker(key=None))  # gpu-2's container moved: the router lists its old address
+    _stop(router, moved)
     _listed(router, moved)
     view = _status_view(app)
     assert view["exit_code"] == 1 and view["router"]["problems"][0]["fix"].startswith(
@@ -704,11 +716,9 @@ def test_status_group_exits_non_zero_when_the_router_is_down_stale_or_serves_not
     inv = tmp_path / "inv"
     inv.mkdir()
     (inv / "inventory.yaml").write_text(yaml.safe_dump(app.inventory.model_dump(mode="json", exclude_unset=True)))
-    env = {**os.environ, "DEPLOY_STATE_DIR": str(tmp_path / "state")}
 
-    def deploy(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "orchestrator", "--inventory", str(inv), *args],
-                              capture_output=True, text=True, timeout=60, env=env)
+    def deploy(*args: str) -> _Ran:  # DEPLOY_STATE_DIR: the fleet fixture's
+        return _deploy_here(router, inv, *args)
 
     res = deploy("router", "status")
     assert res.returncode == 1 and f"problem: the router lists {moved.url}" in res.stdout, res.stdout + res.stderr
@@ -716,6 +726,6 @@ def test_status_group_exits_non_zero_when_the_router_is_down_stale_or_serves_not
     fixed = deploy("router", "remove", moved.url, "--timeout", "5")
     assert fixed.returncode == 0 and moved.url not in router.workers, fixed.stdout + fixed.stderr
     assert deploy("router", "status").returncode == 0
-    down = _App(_inventory("http://127.0.0.1:9", worker_urls={"gpu-1": a.url, "gpu-2": b.url}))
+    down = _App(_inventory("http://127.0.0.1:9", worker_urls={"gpu-1": a.url, "gpu-2": b.url}), http=router.http)
     view = _status_view(down)  # nothing listens on port 9: GET /workers fails
     assert view["exit_code"] == 3 and "problem: router http://127.0.0.1:9 is down or unreachable" in view["text"]

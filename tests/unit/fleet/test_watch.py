@@ -1,7 +1,7 @@
-"""`deploy watch` (fleet/watch.py): the decision per host is pure; a cycle against the real tiny HTTP router and
-workers of test_router_safety cordons a host with a fatal GPU fault, keeps it out while it is faulty, returns only
-a host it cordoned itself once clean and serving, never drains the last serving worker, and posts each action to
-the notify: webhook."""
+"""`deploy watch` (fleet/watch.py): the decision per host is pure; a cycle against the handler router and workers of
+test_router_safety (passed as its HTTP transport, no socket) cordons a host with a fatal GPU fault, keeps it out
+while it is faulty, returns only a host it cordoned itself once clean and serving, never drains the last serving
+worker, and posts each action to the notify: webhook."""
 
 from __future__ import annotations
 
@@ -43,25 +43,22 @@ def test_a_cycle_cordons_holds_and_returns(pool, tmp_path: Path) -> None:  # noq
     router, (a, b, _c) = pool
     a.key = b.key = None
     _listed(router, a, b)
-    receiver = Receiver([200])
+    receiver = Receiver([200], router.net)
     inv = _fleet_inventory(router, a, b).model_copy(
         update={"notify": NotifySpec.model_validate({"webhook": {"url": receiver.url, "format": "json"}})})
     readings = {"gpu-1": Reading("gpu-1", hw(LOST), True), "gpu-2": Reading("gpu-2", hw(), True)}
     said: list[str] = []
     state = WatchState("g", tmp_path)
-    watch = Watch(inv, ["gpu-1", "gpu-2"], lambda h: readings[h], said.append, state, drain_timeout_s=2.0)
-    try:
-        assert watch.cycle() == {"gpu-1": "cordon", "gpu-2": "none"}
-        assert a.url not in router.workers and b.url in router.workers
-        assert "gpu-1" in state.load() and oct(state.path.stat().st_mode & 0o777) == "0o600"
-        assert watch.cycle()["gpu-1"] == "hold" and a.url not in router.workers
-        readings["gpu-1"] = Reading("gpu-1", hw(), True)  # remedied
-        assert watch.cycle()["gpu-1"] == "return" and a.url in router.workers and state.load() == {}
-        kinds = [(e["alert"], e["resolved"]) for body in receiver.bodies for e in body["events"]]
-        assert kinds == [("DeployGpuFault", False), ("DeployGpuFault", True)]
-    finally:
-        receiver.server.shutdown()
-        receiver.server.server_close()
+    watch = Watch(inv, ["gpu-1", "gpu-2"], lambda h: readings[h], said.append, state, drain_timeout_s=2.0,
+                  http=router.http)
+    assert watch.cycle() == {"gpu-1": "cordon", "gpu-2": "none"}
+    assert a.url not in router.workers and b.url in router.workers
+    assert "gpu-1" in state.load() and oct(state.path.stat().st_mode & 0o777) == "0o600"
+    assert watch.cycle()["gpu-1"] == "hold" and a.url not in router.workers
+    readings["gpu-1"] = Reading("gpu-1", hw(), True)  # remedied
+    assert watch.cycle()["gpu-1"] == "return" and a.url in router.workers and state.load() == {}
+    kinds = [(e["alert"], e["resolved"]) for body in receiver.bodies for e in body["events"]]
+    assert kinds == [("DeployGpuFault", False), ("DeployGpuFault", True)]
     assert any("gpu-1: cordoned (GPU 2 (00000000:75:00.0): lost (reboot_host))" in s for s in said), said
 
 
@@ -72,7 +69,7 @@ def test_the_last_serving_worker_is_not_cordoned(pool, tmp_path: Path) -> None: 
     b.health = 503  # the other worker does not serve
     said: list[str] = []
     watch = Watch(_fleet_inventory(router, a, b), ["gpu-1"], lambda h: Reading(h, hw(LOST), True), said.append,
-                  WatchState("g", tmp_path), drain_timeout_s=1.0)
+                  WatchState("g", tmp_path), drain_timeout_s=1.0, http=router.http)
     assert watch.cycle() == {"gpu-1": "cordon"}
     assert a.url in router.workers and WatchState("g", tmp_path).load() == {}
     assert any("gpu-1: NOT cordoned:" in s for s in said), said
@@ -128,7 +125,7 @@ def _setup(pool, tmp_path: Path, monkeypatch, fault: HardwareFault, health: Heal
     said: list[str] = []
     events: list[tuple[str, str, str]] = []
     watch = Watch(inv, ["gpu-1", "gpu-2"], lambda h: readings[h], said.append, WatchState("g", tmp_path),
-                  drain_timeout_s=2.0, remedy=remedies, record=lambda *e: events.append(e))
+                  drain_timeout_s=2.0, remedy=remedies, record=lambda *e: events.append(e), http=router.http)
     return Setup(router, a, watch, readings, remedies, said, events)
 
 
@@ -212,7 +209,7 @@ def _again(t: Setup, tmp_path: Path) -> Watch:
     """A new watch process over the same state file and hosts (the one before it was killed)."""
     old = t.watch
     return Watch(old.inventory, old.hosts, old.read, t.said.append, WatchState("g", tmp_path),
-                 drain_timeout_s=2.0, remedy=t.remedies, record=old.record)
+                 drain_timeout_s=2.0, remedy=t.remedies, record=old.record, http=old.http)
 
 
 def test_a_watch_killed_mid_cordon_leaves_the_host_to_its_next_cycle(pool, tmp_path, monkeypatch) -> None:  # noqa: F811

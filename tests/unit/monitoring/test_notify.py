@@ -1,14 +1,13 @@
-"""Run events posted to the inventory's webhook (monitoring/events.py, notify.py), against a real HTTP receiver
-on 127.0.0.1: what is posted, in which format, retried how, and that no secret is in it or in the lines."""
+"""Run events posted to the inventory's webhook (monitoring/events.py, notify.py), against a receiver passed as the
+HTTP transport (remote/http.py, no socket): what is posted, in which format, retried how, and that no secret is in
+it or in the lines. Posts that time out on a real socket are test_watch.py's (`Hanging`)."""
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -17,43 +16,40 @@ from orchestrator.monitoring.events import events_of
 from orchestrator.monitoring.notify import deliver
 from orchestrator.monitoring.state import MetricsState, Observation, Rollback, Watchdog
 from orchestrator.redact import forget_secrets, register_secret
+from orchestrator.remote.http import HandlerTransport, Request, Response, Transport
+from tests.unit.fleet.test_router_safety import Net
 
 from .conftest import B, C, history
 
 
 class Receiver:
-    def __init__(self, answers: list[int]) -> None:
+    """A webhook receiver on `net` (its own unless given): each body and path it got; answers `answers` in turn."""
+
+    def __init__(self, answers: list[int], net: Net | None = None) -> None:
         self.answers = answers  # status per request, the last one repeats
         self.bodies: list[dict[str, Any]] = []
         self.paths: list[str] = []
-        outer = self
+        self.net = net or Net()
+        self.base = self.net.place(self)
 
-        class H(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                outer.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                outer.paths.append(self.path)
-                code = outer.answers[min(len(outer.bodies), len(outer.answers)) - 1]
-                self.send_response(code)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                return None
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def __call__(self, req: Request) -> Response:
+        assert req.method == "POST"
+        self.bodies.append(req.body())
+        self.paths.append(urlsplit(req.url).path)
+        return Response(self.answers[min(len(self.bodies), len(self.answers)) - 1])
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/hook/SECRET-path-token-123"
+        return f"{self.base}/hook/SECRET-path-token-123"
+
+    @property
+    def http(self) -> Transport:
+        return HandlerTransport(self.net)
 
 
 @pytest.fixture
-def receiver(request: pytest.FixtureRequest) -> Iterator[Receiver]:
-    r = Receiver(getattr(request, "param", [200]))
-    yield r
-    r.server.shutdown()
-    r.server.server_close()
+def receiver(request: pytest.FixtureRequest) -> Receiver:
+    return Receiver(getattr(request, "param", [200]))
 
 
 def _rolled_back(key: str = "") -> Observation:
@@ -85,7 +81,7 @@ def test_alertmanager_payload_reaches_the_receiver_with_no_secret(receiver: Rece
         ev = events[0]
         object.__setattr__(ev, "description", ev.description + " key sk-live-apikey-0123456789 --api-key sk-x12345")
         said: list[str] = []
-        assert deliver(spec, events, said.append) is True
+        assert deliver(spec, events, said.append, http=receiver.http) is True
     finally:
         forget_secrets()
     (body,) = receiver.bodies
@@ -104,7 +100,7 @@ def test_alertmanager_payload_reaches_the_receiver_with_no_secret(receiver: Rece
 @pytest.mark.parametrize("receiver", [[503, 503, 200]], indirect=True)
 def test_a_receiver_that_fails_twice_is_retried(receiver: Receiver) -> None:
     spec = NotifySpec.model_validate({"webhook": {"url": receiver.url, "format": "json", "retries": 3}})
-    assert deliver(spec, events_of("gpu-1", history(), _rolled_back()), lambda _s: None) is True
+    assert deliver(spec, events_of("gpu-1", history(), _rolled_back()), lambda _s: None, http=receiver.http) is True
     assert len(receiver.bodies) == 3 and receiver.bodies[-1]["events"][0]["alert"] == "DeployReleaseRolledBack"
 
 
@@ -112,7 +108,7 @@ def test_a_receiver_that_fails_twice_is_retried(receiver: Receiver) -> None:
 def test_a_refusing_receiver_is_said_not_retried_and_the_run_goes_on(receiver: Receiver) -> None:
     spec = NotifySpec.model_validate({"webhook": {"url": receiver.url, "retries": 3}})
     said: list[str] = []
-    assert deliver(spec, events_of("gpu-1", history(), _rolled_back()), said.append) is False
+    assert deliver(spec, events_of("gpu-1", history(), _rolled_back()), said.append, http=receiver.http) is False
     assert len(receiver.bodies) == 1
     assert "did not take 1 event(s): HTTP 400" in said[0] and "SECRET-path-token" not in said[0]
 

@@ -1,34 +1,33 @@
-"""smg (the SGLang Model Gateway) through the one router adapter (issue 37): its worker list, metrics and 409 read
-from responses captured from the real smg 1.13.0 binary (tests/fixtures/router/smg-1.13.0/), and the drain and
-re-registration against a tiny HTTP router that answers with those captured shapes and behaves as the real one
-did on loopback: DELETE leaves the worker listed `draining` with its active requests counted until they finish or
-its drain window (about 5 s) ends, then drops it; a worker whose health checks failed is listed `not_ready`.
-"""
+"""smg (the SGLang Model Gateway) through the one router adapter (issue 37): its worker list, metrics and 409 read from
+responses captured from the real smg 1.13.0 binary (tests/fixtures/router/smg-1.13.0/), and the drain and re-
+registration against a handler router (remote/http.py, no socket) that answers with those captured shapes and behaves
+as the real one did on loopback: DELETE leaves the worker listed `draining` with its active requests counted until
+they finish or its drain window (about 5 s) ends, then drops it; a worker whose health checks failed is listed
+`not_ready`."""
 
 from __future__ import annotations
 
 import copy
-import http.server
 import json
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
-import requests
 
 from orchestrator.errors import ConfigError, RemoteError
 from orchestrator.inventory.models import RouterSpec
+from orchestrator.remote.http import HandlerTransport, Request, Response, Transport, bearer
 from orchestrator.router import metrics
-from orchestrator.router.client import Answer, RouterClient
+from orchestrator.router.client import RouterClient
 from orchestrator.router.drain import Drainer
 from orchestrator.router.reconcile import Worker, reconcile
 from orchestrator.router.release import SMG_HEALTH_FLAGS, RouterRelease, release_of
 from orchestrator.router.render import render_router, router_schema
 from tests.shared import fixture
-from tests.unit.fleet.test_router_safety import KEY, FakeWorker, _reply, _serve, _worker
+from tests.unit.fleet.test_router_safety import KEY, FakeWorker, Net, _worker
 
 SMG = "router/smg-1.13.0"
 URLS = ["http://127.0.0.141:8000", "http://127.0.0.142:8000"]
@@ -46,8 +45,8 @@ class _Canned:
     status: int
     body: str
 
-    def request(self, method: str, url: str, **_kw: Any) -> Answer:
-        return Answer(self.status, self.body, "application/json")
+    def send(self, request: Request) -> Response:
+        return Response(self.status, self.body, "application/json")
 
     def close(self) -> None:
         return None
@@ -93,13 +92,13 @@ class FakeSmg:
     deleted_at: dict[str, float] = field(default_factory=dict)
     calls: list[str] = field(default_factory=list)
     turn: int = 0
-    server: http.server.ThreadingHTTPServer | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    net: Net = field(default_factory=Net)
+    url: str = ""
 
     @property
-    def url(self) -> str:
-        assert self.server is not None
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+    def http(self) -> Transport:
+        return HandlerTransport(self.net)
 
     def put(self, url: str, status: str = "ready") -> None:
         w = copy.deepcopy(_captured("workers-ready.json")["workers"][0])
@@ -121,64 +120,52 @@ class FakeSmg:
 
 
 def _smg(r: FakeSmg) -> FakeSmg:
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
+    def answer(req: Request) -> Response:
+        path = urlsplit(req.url).path
+        if req.method == "GET":
             r.tick()
-            if self.path == "/workers":
-                _reply(self, 200, {"workers": list(r.workers.values()), "total": len(r.workers)})
-            elif self.path == "/metrics":
-                _reply(self, 200, r.metrics_text())
-            else:
-                _reply(self, 200, "OK")
-
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-            r.calls.append(f"POST {self.path}")
-            if self.path == "/workers":
-                if body["url"] in r.workers:
-                    _reply(self, 409, _captured("post-duplicate-409.json"))
-                    return
-                r.put(body["url"])
-                _reply(self, 202, {**_captured("post-accepted.json"), "worker_id": r.workers[body["url"]]["id"]})
-                return
-            ready = [u for u, w in r.workers.items() if w["status"] == "ready"]
-            r.turn += 1
-            resp = requests.post(f"{ready[r.turn % len(ready)]}{self.path}", json=body,
-                                 headers={"Authorization": f"Bearer {KEY}"}, timeout=5)
-            _reply(self, resp.status_code, resp.json())
-
-        def do_DELETE(self) -> None:
-            wid = self.path.rsplit("/", 1)[-1]
+            if path == "/workers":
+                return Response.of_json(200, {"workers": list(r.workers.values()), "total": len(r.workers)})
+            if path == "/metrics":
+                return Response(200, r.metrics_text(), "text/plain")
+            return Response(200, "OK", "text/plain")
+        if req.method == "DELETE":
+            wid = path.rsplit("/", 1)[-1]
             r.calls.append(f"DELETE {wid}")
             url = next((u for u, w in r.workers.items() if w["id"] == wid), None)
             if url is not None:
                 r.workers[url].update(status="draining", is_healthy=False)
                 r.deleted_at[url] = time.monotonic()
-            _reply(self, 202 if url else 404, _captured("delete-accepted.json"))
+            return Response.of_json(202 if url else 404, _captured("delete-accepted.json"))
+        body = req.body() or {}
+        r.calls.append(f"POST {path}")
+        if path == "/workers":
+            if body["url"] in r.workers:
+                return Response.of_json(409, _captured("post-duplicate-409.json"))
+            r.put(body["url"])
+            return Response.of_json(202, {**_captured("post-accepted.json"), "worker_id": r.workers[body["url"]]["id"]})
+        ready = [u for u, w in r.workers.items() if w["status"] == "ready"]
+        r.turn += 1
+        resp = r.net(Request("POST", f"{ready[r.turn % len(ready)]}{path}", 5.0, bearer(KEY), body))
+        return Response.of_json(resp.status_code, resp.json())
 
-        def log_message(self, *args: object) -> None:
-            return None
-
-    r.server = _serve(H)
+    r.url = r.net.place(answer)
     return r
 
 
 @pytest.fixture
-def smg() -> Iterator[tuple[FakeSmg, list[FakeWorker]]]:
-    workers = [_worker(FakeWorker()) for _ in range(3)]
-    router = _smg(FakeSmg())
+def smg() -> tuple[FakeSmg, list[FakeWorker]]:
+    router = FakeSmg()
+    workers = [_worker(router.net, FakeWorker()) for _ in range(3)]
+    _smg(router)
     for w in workers:
         router.put(w.url)
-    yield router, workers
-    for s in [router.server, *(w.server for w in workers)]:
-        assert s is not None
-        s.shutdown()
-        s.server_close()
+    return router, workers
 
 
 def _drainer(router: FakeSmg, timeout_s: float = 5.0) -> Drainer:
-    client = RouterClient(router.url, KEY, timeout_s=5.0, metrics_url=f"{router.url}/metrics")
-    return Drainer(client, drain_timeout_s=timeout_s, join_timeout_s=5.0, poll_s=0.05)
+    client = RouterClient(router.url, KEY, timeout_s=5.0, metrics_url=f"{router.url}/metrics", transport=router.http)
+    return Drainer(client, drain_timeout_s=timeout_s, join_timeout_s=5.0, poll_s=0.05, http=router.http)
 
 
 def test_the_drain_waits_until_smg_has_no_active_request_on_the_worker(smg) -> None:
@@ -230,7 +217,7 @@ def test_a_worker_smg_is_draining_does_not_stop_the_next_drain(smg) -> None:
 def test_a_second_add_of_a_url_smg_lists_is_not_an_error(smg) -> None:
     """smg answers 409 WORKER_ALREADY_EXISTS (the captured body; sglang-router never did): the listed id comes back."""
     router, (a, _b, _c) = smg
-    client = RouterClient(router.url, KEY)
+    client = RouterClient(router.url, KEY, transport=router.http)
     assert client.add_worker(a.url) == f"id-{a.url[-5:]}"
     router.workers.clear()
     router.put(a.url)
@@ -264,7 +251,7 @@ def test_an_add_while_smg_drains_the_same_url_waits_and_adds_it_again(smg) -> No
     router.workers[a.url].update(status="draining", is_healthy=False)
     router.active[a.url] = 1
     threading.Timer(0.4, lambda: router.active.update({a.url: 0})).start()
-    RouterClient(router.url, KEY).add_worker(a.url, KEY)
+    RouterClient(router.url, KEY, transport=router.http).add_worker(a.url, KEY)
     time.sleep(0.1)
     router.tick()
     assert router.workers[a.url]["status"] == "ready"
@@ -277,7 +264,8 @@ def test_up_puts_back_a_worker_smg_was_draining_once_smg_dropped_it(smg) -> None
     router.workers[a.url].update(status="draining", is_healthy=False)
     router.active[a.url] = 1
     threading.Timer(0.4, lambda: router.active.update({a.url: 0})).start()
-    done = reconcile(RouterClient(router.url, KEY), [Worker("a", a.url, KEY)], [])
+    done = reconcile(RouterClient(router.url, KEY, transport=router.http), [Worker("a", a.url, KEY)], [],
+                     http=router.http)
     assert done.added == ["a"] and router.workers[a.url]["status"] == "ready"
 
 

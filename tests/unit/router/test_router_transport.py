@@ -1,7 +1,7 @@
-"""RouterClient's request and response handling on an in-memory transport (issue 34: a narrow seam): what it
-sends (method, path, body, the bearer key on every request) and how it reads what comes back, with no socket.
-The tests that need real HTTP (timeouts, refused ports, a fleet roll's drain) stay on real servers
-(test_router_safety.py, test_router_answers.py)."""
+"""RouterClient's request and response handling on an in-memory transport (issue 34: a narrow seam; issue 47: the one
+transport of remote/http.py): what it sends (method, path, body, the bearer key on every request) and how it reads
+what comes back, with no socket. The real transport's own behaviour (refused ports, timeouts) is
+tests/unit/remote/test_http_transport.py's."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from orchestrator.errors import RemoteError
-from orchestrator.router.client import Answer, RouterClient, TransportError
+from orchestrator.remote.http import Request, Response, Unreachable
+from orchestrator.router.client import RouterClient
 
 BASE = "http://router.test:30000"
 KEY = "router-key-0123456789"
@@ -27,10 +28,10 @@ class MemoryRouter:
     down: bool = False
     closed: bool = False
 
-    def request(self, method: str, url: str, *, timeout: float, headers: dict[str, str],
-                json: dict[str, Any] | None = None) -> Answer:
+    def send(self, request: Request) -> Response:
+        method, url, headers, json = request.method, request.url, request.headers, request.json
         if self.down:
-            raise TransportError("connection refused")
+            raise Unreachable("connection refused")
         path = url.removeprefix(BASE)
         self.got.append((method, path, dict(headers), json))
         if (method, path) == ("GET", "/workers"):
@@ -42,17 +43,17 @@ class MemoryRouter:
             return _json(202, {"worker_id": wid})
         if method == "DELETE" and path.startswith("/workers/"):
             self.workers.pop(path.rsplit("/", 1)[1])
-            return Answer(204, "")
+            return Response(204, "")
         if (method, path) == ("GET", "/readiness"):
-            return Answer(200 if self.workers else 503, "")
-        return Answer(404, "not found", "text/plain")
+            return Response(200 if self.workers else 503, "")
+        return Response(404, "not found", "text/plain")
 
     def close(self) -> None:
         self.closed = True
 
 
-def _json(status: int, body: object) -> Answer:
-    return Answer(status, json.dumps(body), "application/json")
+def _json(status: int, body: object) -> Response:
+    return Response(status, json.dumps(body), "application/json")
 
 
 def test_add_list_remove_send_the_key_on_every_request() -> None:
@@ -78,13 +79,13 @@ def test_no_key_sends_no_authorization_header() -> None:
 
 
 @pytest.mark.parametrize(("answer", "said"), [
-    (Answer(200, "<html>login</html>", "text/html"), "answered 200 with no JSON (text/html)"),
-    (Answer(200, "[1, 2]", "application/json"), "answered 200 with a JSON list (application/json)"),
-    (Answer(200, "", None), "with no JSON (no content type), not a JSON object: (empty body)"),
+    (Response(200, "<html>login</html>", "text/html"), "answered 200 with no JSON (text/html)"),
+    (Response(200, "[1, 2]", "application/json"), "answered 200 with a JSON list (application/json)"),
+    (Response(200, "", None), "with no JSON (no content type), not a JSON object: (empty body)"),
 ])
-def test_an_answer_that_is_not_a_json_object_says_what_came(answer: Answer, said: str) -> None:
+def test_an_answer_that_is_not_a_json_object_says_what_came(answer: Response, said: str) -> None:
     class Odd(MemoryRouter):
-        def request(self, method: str, url: str, **_: Any) -> Answer:
+        def send(self, request: Request) -> Response:
             return answer
 
     with pytest.raises(RemoteError) as caught:
