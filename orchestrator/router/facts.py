@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from orchestrator.facts.base import RouterFact, text
+from orchestrator.facts.base import RouterFact, of_stdout, text
 from orchestrator.facts.gather import BOOT_WAIT_S, settled_batch, split_settled
 from orchestrator.flags import FlagSchema
 from orchestrator.inventory.models import RouterSpec
@@ -70,7 +70,7 @@ class ROUTER:
     active = RouterFact("active", lambda spec, argv: f"systemctl is-active {UNIT} 2>/dev/null || true",
                         lambda o: text(o) or "unknown")
     #: What an interrupted migration to smg left (staging unit, redirect table) and the running launcher's module.
-    migration = RouterFact("migration", lambda spec, argv: state_command(), lambda o: MigrationState.parse(o.stdout))
+    migration = RouterFact("migration", lambda spec, argv: state_command(), of_stdout(MigrationState.parse))
 
 
 #: The installed files by name, as RouterFacts.file_sha keys them: (path, the fact of its hash).
