@@ -3,21 +3,25 @@ decides on, each a pure parser of the command's output (as a fact's parser is, `
 
 Why: a step never parses another layer's printed text (`res.stdout`); it asks the remote adapter for a value
 (`ctx.ct.read_script(body, SWITCH, …)`, `node_read(ctx.ssh, command, parse, …)`), as it asks the batch for a fact.
-Fixtures for each read sit with the facts' (`tests/facts/READ.<name>/`).
+`READS` names each for its fixtures, which sit with the facts' (`tests/facts/READ.<name>/`, run by
+tests/unit/test_fact_fixtures.py; the router's reads are `orchestrator/router/facts.py`'s `ROUTER_READS`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.facts.base import Outcome, if_ok, outcome, outcome_if_ok
-from orchestrator.hardware.power_limit import SetOutcome, parse_set_output
+from orchestrator.facts.base import Outcome, if_ok, of_stdout, outcome, outcome_if_ok
+from orchestrator.hardware.power_limit import SetOutcome, parse_power_limits, parse_set_output
+from orchestrator.parsers.pve import parse_auto_vmid
 from orchestrator.releases.documents import ReleaseLine
 from orchestrator.releases.store import journal_cursor, not_candidate, release_lines
 from orchestrator.remote.batch import CommandOutput
 from orchestrator.stacks.kernel_caches import CacheCheck, parse_check
 from orchestrator.stacks.lock import Lock, LockTarget, lock_from_report, report_target
+from orchestrator.verdicts.server_log import gpu_xids
 from orchestrator.watchdog.parse import WatchdogStatus, parse_watchdog_state
 
 #: The line between the release listing and the watchdog's state file in the `history` step's one read.
@@ -51,6 +55,10 @@ def current_and_health(output: str) -> tuple[str, str]:
     current = lines[0].rsplit("/", 1)[-1] if lines else ""
     code = lines[-1].strip() if len(lines) > 1 else "000"
     return current, code
+
+
+#: After a rollback: the current release and /health's code, read together.
+CURRENT_AND_HEALTH = of_stdout(current_and_health)
 
 
 def secret_values(output: str) -> dict[str, Any]:
@@ -109,6 +117,39 @@ def history_report(out: CommandOutput) -> History | None:
     return History(release_lines(releases), parse_watchdog_state(state))
 
 
-__all__ = ["RESOLVED", "SECRETS", "SWITCH", "VERDICT_WRITE", "WATCHDOG_MARK", "History", "Outcome", "PowerSet",
-           "Switched", "current_and_health", "history_report", "power_set", "resolved_report", "secret_values",
-           "switch_report"]
+#: `vmid: auto`'s one read on the node: the recorded VMID, the cluster's next id and its guests.
+AUTO_VMID = of_stdout(parse_auto_vmid)
+#: The GPUs' power limits read back after a change (the `HOST.power_limits` command, run with check=True).
+POWER_LIMITS = of_stdout(parse_power_limits)
+#: The host kernel log's GPU Xid lines, read after a failed health wait.
+GPU_XIDS = of_stdout(gpu_xids)
+
+#: Every read by its fixture folder's name (`tests/facts/READ.<name>/`).
+READS: dict[str, Callable[[CommandOutput], Any]] = {
+    "switch": SWITCH, "verdict_write": VERDICT_WRITE, "current_and_health": CURRENT_AND_HEALTH, "secrets": SECRETS,
+    "resolved": RESOLVED, "power_set": power_set, "history": history_report, "auto_vmid": AUTO_VMID,
+    "power_limits": POWER_LIMITS, "gpu_xids": GPU_XIDS}
+
+
+__all__ = [
+    "AUTO_VMID",
+    "CURRENT_AND_HEALTH",
+    "GPU_XIDS",
+    "POWER_LIMITS",
+    "READS",
+    "RESOLVED",
+    "SECRETS",
+    "SWITCH",
+    "VERDICT_WRITE",
+    "WATCHDOG_MARK",
+    "History",
+    "Outcome",
+    "PowerSet",
+    "Switched",
+    "current_and_health",
+    "history_report",
+    "power_set",
+    "resolved_report",
+    "secret_values",
+    "switch_report",
+]

@@ -12,14 +12,10 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from orchestrator.errors import DeployError, RemoteError
-from orchestrator.facts.base import outcome_if_ok
 from orchestrator.inventory.models import Host, Inventory
-from orchestrator.parsers.netaddr import address_command, net0_ifname, net0_static_ip, parse_ip_addr
+from orchestrator.parsers.netaddr import address_command, net0_ifname, net0_static_ip
+from orchestrator.router.facts import ADDRESS
 from orchestrator.router.places import SiteAddresses, router_place, router_workers
-
-#: The container's address read on its own: the first global IPv4 (None without one or when `ip` failed) and
-#: what it said.
-ADDRESS = outcome_if_ok(parse_ip_addr)
 
 
 def static_address(host: Host, vmid: int) -> str | None:

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, RemoteError
-from orchestrator.facts.base import of_stdout
 from orchestrator.flags import FlagSchema
 from orchestrator.inventory.models import Inventory, RouterSpec
 from orchestrator.remote.container import Container
@@ -26,6 +25,7 @@ from orchestrator.router.checks import generate_error
 from orchestrator.router.client import RouterClient
 from orchestrator.router.facts import (
     UNIT,
+    UNIT_STATE,
     RouterFacts,
     apply_script,
     changed_files,
@@ -40,7 +40,6 @@ from orchestrator.router.release import release_of
 from orchestrator.router.render import RouterBundle, render_router, router_schema, schema_from_probe
 from orchestrator.router.staging import (
     OLD_MODULE,
-    UnitState,
     render_staging,
     staging_metrics_port,
     staging_port,
@@ -493,7 +492,7 @@ def managed_unit_state(inventory: Inventory, *, tofu: bool = False) -> dict[str,
     try:
         with SshHost(place.host, tofu=tofu) as ssh:
             read = Container(ssh, place.vmid).read_script(f"systemctl is-active {UNIT} || true\n{state_command()}",
-                                                          of_stdout(UnitState.parse), timeout=60,
+                                                          UNIT_STATE, timeout=60,
                                                           what="router unit state")
         state = read.migration
         package = {"smg": "smg", OLD_MODULE: "sglang-router"}.get(state.module)

@@ -29,10 +29,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from orchestrator.errors import CheckFailed, DeployError, RemoteError
-from orchestrator.facts.base import of_stdout
 from orchestrator.remote.container import Container, heredoc
 from orchestrator.router.client import RouterClient
-from orchestrator.router.facts import UNIT, RouterFacts, apply_script
+from orchestrator.router.facts import GRACEFUL_STOP, UNIT, RouterFacts, apply_script
 from orchestrator.router.metrics import ACTIVE, samples
 from orchestrator.router.release import SMG_METRICS_PORT
 from orchestrator.router.render import KEY_PATH, RouterBundle
@@ -40,7 +39,6 @@ from orchestrator.router.staging import (
     NFT_TABLE,
     STAGING_UNIT,
     MigrationState,
-    StopReport,
     clear_drain_mark_script,
     free_port_check,
     graceful_stop_script,
@@ -252,7 +250,7 @@ class Migration:
     def graceful_stop(self, unit: str, port: int) -> GracefulStop:
         """SIGTERM, then wait until the unit exited (router/staging.py graceful_stop_script)."""
         began = time.monotonic()
-        said = self.ct.read_script(graceful_stop_script(unit, port, self.drain_timeout_s), of_stdout(StopReport.parse),
+        said = self.ct.read_script(graceful_stop_script(unit, port, self.drain_timeout_s), GRACEFUL_STOP,
                                    timeout=int(self.drain_timeout_s) + 120, what=f"graceful stop of {unit}")
         return GracefulStop(connections=said.connections, waited_s=time.monotonic() - began,
                             was_active=said.was_active)

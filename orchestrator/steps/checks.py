@@ -18,7 +18,7 @@ from orchestrator.engine.step import GateSpec, StepContext, step
 from orchestrator.engine.waiting import waiting_for
 from orchestrator.errors import CheckFailed, HostChanged, RemoteError
 from orchestrator.facts import CT, health_code_command
-from orchestrator.facts.base import of_stdout
+from orchestrator.facts.reads import GPU_XIDS
 from orchestrator.layout import PATHS
 from orchestrator.parsers.boot import KEEP_STARTS, BootStart, parse_boot, parse_systemd_time
 from orchestrator.parsers.server_process import ServerProcess, argv_difference, parse_server_process
@@ -28,7 +28,7 @@ from orchestrator.render.service import public_flags
 from orchestrator.resources import probe_text
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.session import ensure_facts, refresh_ct_facts
-from orchestrator.verdicts.server_log import CapturePhase, FatalLine, argparse_error, find_fatal, gpu_xids
+from orchestrator.verdicts.server_log import CapturePhase, FatalLine, argparse_error, find_fatal
 
 if TYPE_CHECKING:  # the bench and its ledger load when a bench runs, not in every run (tests/perf/client_cost.py)
     from orchestrator.bench.run import BenchRun
@@ -122,7 +122,7 @@ def add_host_xids(ctx: StepContext, err: CheckFailed, since_s: float) -> None:
     """After a failed health wait, one read of the host's kernel log: a GPU Xid there is often the real cause of
     an illegal memory access, an NCCL timeout or a hung capture. Names the last one in `err`; never fails."""
     try:
-        xids = node_read(ctx.ssh, host_xid_shell(since_s), of_stdout(gpu_xids), timeout=30,
+        xids = node_read(ctx.ssh, host_xid_shell(since_s), GPU_XIDS, timeout=30,
                          what="host kernel log (Xid lines)")
     except RemoteError:
         return

@@ -9,14 +9,12 @@ from __future__ import annotations
 from orchestrator.engine.step import StepContext, mark_change, step
 from orchestrator.errors import CheckFailed, ConfigError
 from orchestrator.facts import HOST
-from orchestrator.facts.base import of_stdout
-from orchestrator.facts.reads import power_set
+from orchestrator.facts.reads import POWER_LIMITS, power_set
 from orchestrator.hardware.power_limit import (
     QUERY_COMMAND,
     GpuPowerLimit,
     common_range,
     in_force,
-    parse_power_limits,
     refusal,
     set_command,
 )
@@ -81,7 +79,7 @@ def power_limit(ctx: StepContext, record: StepRecord) -> None:
         raise CheckFailed(f"nvidia-smi refused the power limit: {lines}",
                           fix="run as root on the node; `nvidia-smi -q -d POWER` shows each GPU's range",
                           host=ctx.host.name)
-    back = node_read(ctx.ssh, QUERY_COMMAND, of_stdout(parse_power_limits), check=True,
+    back = node_read(ctx.ssh, QUERY_COMMAND, POWER_LIMITS, check=True,
                      what="read back the power limits")
     ctx.state.power_limits = back
     if want.persist:

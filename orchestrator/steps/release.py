@@ -31,7 +31,7 @@ from orchestrator.engine.waiting import waiting_for
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, LockLost, RemoteError
 from orchestrator.facts import CT, health_code_command
 from orchestrator.facts.container import json_object
-from orchestrator.facts.reads import SECRETS, SWITCH, VERDICT_WRITE, current_and_health
+from orchestrator.facts.reads import CURRENT_AND_HEALTH, SECRETS, SWITCH, VERDICT_WRITE
 from orchestrator.flags import FlagSchema, FlagSet, canonicalize, diff_flags, with_secret_values
 from orchestrator.redact import REDACTED, SECRET_REF
 from orchestrator.releases.documents import (
@@ -366,8 +366,8 @@ def read_back_current(ctx: StepContext, release: str) -> str:
     """After a rollback, report only what the host says: the current release and /health, read together."""
     p = ctx.profile
     inner = f"readlink {shlex.quote(ctx.ct.paths.current_link)}; {health_code_command(p)}; echo"
-    current, code = ctx.ct.read(inner, current_and_health, timeout=p.health_probe_timeout_s + 35,
-                                what="read back the current release")
+    current, code = ctx.ct.read_output(inner, CURRENT_AND_HEALTH, timeout=p.health_probe_timeout_s + 35,
+                                       what="read back the current release")
     if current != release or code != "200":
         raise CheckFailed(f"rolled back to {release}, but the host now reports current release "
                           f"{current or 'unknown'} with /health {code}",
