@@ -21,6 +21,7 @@ from orchestrator.releases.store import journal_cursor, not_candidate, release_l
 from orchestrator.remote.batch import CommandOutput
 from orchestrator.stacks.kernel_caches import CacheCheck, parse_check
 from orchestrator.stacks.lock import Lock, LockTarget, lock_from_report, report_target
+from orchestrator.stacks.stack import parse_stack_sizes
 from orchestrator.verdicts.server_log import gpu_xids
 from orchestrator.watchdog.parse import WatchdogStatus, parse_watchdog_state
 
@@ -86,6 +87,30 @@ def resolved_report(output: str) -> tuple[Lock, LockTarget | None]:
 RESOLVED = outcome_if_ok(resolved_report)
 
 
+#: Between the release lines and the stacks' sizes in the round trip that records a new stack.
+SIZES_MARK = "__DEPLOY_STACK_SIZES__"
+
+
+@dataclass(frozen=True)
+class StackRecorded:
+    """What the script that records a stack printed after the record: the release lines and the stacks' sizes in
+    bytes by sha (both empty when it was asked for neither)."""
+
+    releases: list[ReleaseLine]
+    sizes: dict[str, int]
+
+
+def stack_recorded(output: str) -> StackRecorded:
+    releases, _, sized = output.partition(f"{SIZES_MARK}\n")
+    return StackRecorded(release_lines(releases), parse_stack_sizes(sized))
+
+
+#: A stack record's write: its exit code, what the script run after it printed, the evidence of a failure.
+STACK_RECORDED = outcome(stack_recorded)
+#: A prune of stacks (and, with a disk budget, the kept stacks' sizes read after it).
+STACKS_PRUNED = outcome(parse_stack_sizes)
+
+
 @dataclass(frozen=True)
 class PowerSet:
     """What `nvidia-smi -pl` (or the power unit's apply script) reported: exit 0, what it set and refused, and
@@ -128,7 +153,8 @@ GPU_XIDS = of_stdout(gpu_xids)
 READS: dict[str, Callable[[CommandOutput], Any]] = {
     "switch": SWITCH, "verdict_write": VERDICT_WRITE, "current_and_health": CURRENT_AND_HEALTH, "secrets": SECRETS,
     "resolved": RESOLVED, "power_set": power_set, "history": history_report, "auto_vmid": AUTO_VMID,
-    "power_limits": POWER_LIMITS, "gpu_xids": GPU_XIDS}
+    "power_limits": POWER_LIMITS, "gpu_xids": GPU_XIDS, "stack_recorded": STACK_RECORDED,
+    "stacks_pruned": STACKS_PRUNED}
 
 
 __all__ = [
@@ -139,17 +165,22 @@ __all__ = [
     "READS",
     "RESOLVED",
     "SECRETS",
+    "SIZES_MARK",
+    "STACKS_PRUNED",
+    "STACK_RECORDED",
     "SWITCH",
     "VERDICT_WRITE",
     "WATCHDOG_MARK",
     "History",
     "Outcome",
     "PowerSet",
+    "StackRecorded",
     "Switched",
     "current_and_health",
     "history_report",
     "power_set",
     "resolved_report",
     "secret_values",
+    "stack_recorded",
     "switch_report",
 ]

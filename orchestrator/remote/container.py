@@ -7,7 +7,9 @@ heredoc, so neither their text nor a secret in it shows in a process argument li
 
 The builders (`exec_command`, `shell_command`, `script_command`, `if_running`) are pure and return the node-side
 command text, for callers that compose a larger node script (fact batches, the bench sampler); the runners
-(`run`, `script`, `run_python`, `push_and_run`) spend exactly one SSH round trip each.
+(`run`, `script`, `run_python`, `push_and_run`) spend exactly one SSH round trip each. The typed reads (`read`,
+`read_output`, `read_script`, and `node_read`/`node_read_script` on the node) spend one too and hand the caller
+the value its parser made of the output, never the printed text.
 """
 
 from __future__ import annotations

@@ -12,12 +12,13 @@ from typing import Any
 from orchestrator.engine.step import StepContext, mark_change, step
 from orchestrator.errors import CheckFailed, ConfigError, RemoteError
 from orchestrator.facts import CT, HOST, sglang_version_command
+from orchestrator.facts.reads import SIZES_MARK, STACK_RECORDED, STACKS_PRUNED, StackRecorded
 from orchestrator.flags.schema import FlagSchema
 from orchestrator.inventory.models import ServerProfile, hf_token_for
 from orchestrator.layout import PATHS
 from orchestrator.parsers.weights import RECORD_PATH, WeightsState, parse_download_output
 from orchestrator.releases.documents import ReleaseMeta
-from orchestrator.releases.store import read_releases_script, release_lines
+from orchestrator.releases.store import read_releases_script
 from orchestrator.resources import flags_probe_source, probe_text
 from orchestrator.runlog import StepRecord
 from orchestrator.stacks.lock import (
@@ -48,7 +49,6 @@ from orchestrator.stacks.stack import (
     budget_prune_plan,
     budget_refusal,
     build_command,
-    parse_stack_sizes,
     pip_install_command,
     protected_stacks,
     prune_command,
@@ -285,14 +285,15 @@ def adopt_stack(ctx: StepContext, record: StepRecord, stack: Stack, venv: str, w
     record.summary = what
 
 
-def write_record(ctx: StepContext, rec: StackRecord, then: str = "") -> str:
-    """Write a stack's record (its venv is complete), then run the script `then` in the same round trip."""
-    res = ctx.ct.script(f"{write_record_command(rec)} || exit 1\n{then}", check=False, timeout=120,
-                        what=f"record stack {rec.sha}")
+def write_record(ctx: StepContext, rec: StackRecord, then: str = "") -> StackRecorded:
+    """Write a stack's record (its venv is complete), then run the script `then` in the same round trip (the
+    release lines and the stacks' sizes it printed)."""
+    res = ctx.ct.read_script(f"{write_record_command(rec)} || exit 1\n{then}", STACK_RECORDED, timeout=120,
+                             what=f"record stack {rec.sha}")
     if res.rc != 0:
         raise RemoteError(f"could not record stack {rec.sha} in CT {ctx.vmid}: {res.said(300)}",
                           fix=f"check that {PATHS.stacks_dir} in the container is writable", host=ctx.host.name)
-    return res.stdout
+    return res.value
 
 
 def pip_install(ctx: StepContext, command: str, stack: Stack, venv: str) -> None:
@@ -337,10 +338,6 @@ def install_base(ctx: StepContext, record: StepRecord, stack: Stack) -> None:
                                            patched=apply_patches(ctx, stack, base, remove_on_failure=False))
     write_record(ctx, rec)
     record.summary = f"installed sglang {stack.sglang_version} (stack {stack.sha} in {base})" + patched_note(stack)
-
-
-#: Between the release lines and the stacks' sizes in the round trip that records a new stack.
-SIZES_MARK = "__DEPLOY_STACK_SIZES__"
 
 
 def refuse_over_budget(ctx: StepContext, stack: Stack) -> None:
@@ -391,23 +388,23 @@ def build_stack(ctx: StepContext, record: StepRecord, stack: Stack) -> None:
     budget = budget_bytes(gb) if gb is not None else None
     then = read_releases_script(limit=10_000) + (
         f"\necho {SIZES_MARK}\n{stack_sizes_script()}\n" if budget is not None else "")
-    releases, _, sized = write_record(ctx, rec, then=then).partition(f"{SIZES_MARK}\n")
-    rows = release_lines(releases)
+    recorded = write_record(ctx, rec, then=then)
+    rows = recorded.releases
     current = next((r.current for r in rows if r.current is not None), None)
     records = {**stack_records(ctx), stack.sha: rec}
-    sizes = parse_stack_sizes(sized)
+    sizes = recorded.sizes
     doomed = budget_prune_plan(records, ctx.profile.keep_stacks, protected_stacks(rows, current) | {stack.sha},
                                sizes, budget)
     limits = f"keep_stacks {ctx.profile.keep_stacks}" + (f", stacks_disk_budget_gb {gb:g}" if gb is not None else "")
     if doomed:
         script = prune_command(doomed) + (f" && {stack_sizes_script()}" if budget is not None else "")
-        pruned = ctx.ct.run(script, check=False, timeout=600, what="prune stacks")
-        if pruned.rc == 0:
+        pruned = ctx.ct.read_output(script, STACKS_PRUNED, timeout=600, what="prune stacks")
+        if pruned.ok:
             record.details["pruned"] = [r.sha for r in doomed]
             freed = sum(sizes.get(r.sha, 0) for r in doomed)
             ctx.say(f"pruned stack(s) {', '.join(r.sha for r in doomed)} ({limits})"
                     + (f", {freed:,} bytes freed" if budget is not None else ""))
-            sizes = parse_stack_sizes(pruned.stdout) if budget is not None else sizes
+            sizes = pruned.value if budget is not None else sizes
     if budget is not None:
         gone = {r.sha for r in doomed}
         sizes = venv_sizes({sha: r for sha, r in records.items() if sha not in gone}, sizes)
