@@ -9,9 +9,11 @@ import shlex
 from orchestrator.engine.step import StepContext
 from orchestrator.errors import ConfigError
 from orchestrator.facts import CLUSTER_COMMAND
+from orchestrator.facts.reads import AUTO_VMID
 from orchestrator.inventory.models import Host
 from orchestrator.locks.lease import LOCK_DIR
-from orchestrator.parsers.pve import AUTO_VMID_MARK, parse_auto_vmid
+from orchestrator.parsers.pve import AUTO_VMID_MARK
+from orchestrator.remote.container import node_read
 from orchestrator.runlog import StepRecord
 from orchestrator.verdicts.cluster import choose_vmid
 
@@ -44,7 +46,7 @@ def resolve_auto_vmid(ctx: StepContext, record: StepRecord) -> None:
     path = auto_record(ctx.host)
     if path is None:
         return
-    read = parse_auto_vmid(ctx.ssh.run(read_command(path), check=False, what="read the auto VMID").stdout)
+    read = node_read(ctx.ssh, read_command(path), AUTO_VMID, what="read the auto VMID")
     creates = any(name in ctx.playbook_steps for name in CREATING_STEPS)
     if read.recorded is not None:
         vmid, how = read.recorded, f"recorded in {path}"

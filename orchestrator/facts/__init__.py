@@ -2,6 +2,8 @@
 
 - `base.py`: `Fact[T]` (name, command, parser), `HostFact`/`CtFact`/`RouterFact`, `Read[T]`, the parser adapters;
 - `host.py`: the node's facts (`HOST.x`); `container.py`: the container's (`CT.x`) and their command builders;
+- `reads.py`: the typed reads outside the batch (what a change's script or a read of its own printed, as the
+  value a step decides on; `READS` by name for their fixtures);
 - `gather.py`: `Facts` (the one batch read, boot settle, `get` → the parsed value) and the settled container batch
   that the router's facts share (`ROUTER.x` live in orchestrator/router/facts.py: the router package imports
   this one, never the other way round).

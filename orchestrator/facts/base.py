@@ -106,3 +106,38 @@ def of_stdout(parse: Callable[[str], T]) -> Callable[[CommandOutput], T]:
         return parse(out.stdout)
 
     return read
+
+
+@dataclass(frozen=True)
+class Outcome(Generic[T]):
+    """What a change's command reported, typed: its exit code, the value parsed from its output, and `evidence`,
+    what it said (stderr, else stdout, stripped), which an error message quotes through `said(limit)`."""
+
+    rc: int
+    value: T
+    evidence: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+    def said(self, limit: int) -> str:
+        """The evidence's last `limit` characters (as `RemoteResult.said`)."""
+        return self.evidence[-limit:]
+
+
+def outcome(parse: Callable[[str], T]) -> Callable[[CommandOutput], Outcome[T]]:
+    """A parser of a change's report: the output parsed whatever the exit code, with the code and the evidence."""
+    def read(out: CommandOutput) -> Outcome[T]:
+        return Outcome(out.rc, parse(out.stdout), out.evidence)
+
+    return read
+
+
+def outcome_if_ok(parse: Callable[[str], T]) -> Callable[[CommandOutput], Outcome[T | None]]:
+    """As `outcome`, but the output is parsed only when the command exited 0 (else the value is None: a failed
+    command's output is evidence, not a value)."""
+    def read(out: CommandOutput) -> Outcome[T | None]:
+        return Outcome(out.rc, parse(out.stdout) if out.rc == 0 else None, out.evidence)
+
+    return read

@@ -125,6 +125,20 @@ def activate_script(release_id: str, *, restart: bool, keep: int, fresh: bool = 
                          unit=PATHS.unit_name, restart=restart, keep=keep, releases_dir=PATHS.releases_dir)
 
 
+#: What the guard of a "kept" verdict prints (and its exit code) when the server is no longer the candidate.
+NOT_CANDIDATE, NOT_CANDIDATE_RC = "DEPLOY_NOT_THE_CANDIDATE", 86
+
+
+def not_candidate(output: str) -> tuple[str, str] | None:
+    """The guard's refusal (`NOT_CANDIDATE current active`): the current release and sglang's state ("unknown"
+    where the line does not say); None when the guard did not refuse."""
+    if NOT_CANDIDATE not in output:
+        return None
+    words = next((ln.split()[1:] for ln in output.splitlines() if ln.startswith(NOT_CANDIDATE)), [])
+    current, active = [*words, "unknown", "unknown"][:2]
+    return current, active
+
+
 def journal_cursor(output: str) -> str | None:
     """The JOURNAL_CURSOR=… line an activation printed: the unit's last journal entry before this start.
 

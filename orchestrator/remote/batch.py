@@ -43,6 +43,15 @@ class CommandOutput:
     def ok(self) -> bool:
         return self.rc == 0
 
+    @property
+    def evidence(self) -> str:
+        """What the command said: its stderr, else its stdout, stripped (where a failing program says why)."""
+        return (self.stderr or self.stdout).strip()
+
+    def said(self, limit: int) -> str:
+        """The evidence for an error message: at most its last `limit` characters."""
+        return self.evidence[-limit:]
+
 
 def new_nonce() -> str:
     """A fresh random nonce (the only non-pure helper here; callers may pass their own for reproducibility)."""

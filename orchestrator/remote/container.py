@@ -7,7 +7,9 @@ heredoc, so neither their text nor a secret in it shows in a process argument li
 
 The builders (`exec_command`, `shell_command`, `script_command`, `if_running`) are pure and return the node-side
 command text, for callers that compose a larger node script (fact batches, the bench sampler); the runners
-(`run`, `script`, `run_python`, `push_and_run`) spend exactly one SSH round trip each.
+(`run`, `script`, `run_python`, `push_and_run`) spend exactly one SSH round trip each. The typed reads (`read`,
+`read_output`, `read_script`, and `node_read`/`node_read_script` on the node) spend one too and hand the caller
+the value its parser made of the output, never the printed text.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ if TYPE_CHECKING:  # paramiko loads only with the SSH adapter
     from orchestrator.inventory.models import Host
     from orchestrator.remote.ssh import CommandGuard, RemoteResult
 
-__all__ = ["NOT_RUNNING", "PATHS", "Container", "ContainerPaths", "Node", "NodeShell", "heredoc"]
+__all__ = ["NOT_RUNNING", "PATHS", "Container", "ContainerPaths", "Node", "NodeShell", "heredoc", "node_read",
+           "node_read_script"]
 
 
 T = TypeVar("T")
@@ -60,6 +63,19 @@ class Node(NodeShell, Protocol):
     def connect(self) -> object: ...
 
     def close(self) -> None: ...
+
+
+def node_read(node: NodeShell, command: str, parse: Callable[[CommandOutput], T], *, check: bool = False,
+              timeout: float | None = None, what: str = "") -> T:
+    """A read of its own on the node (one round trip): the value `parse` makes of the command's output (its exit
+    code and both streams, as a fact's parser reads them), never the printed text (`check`: a failure raises)."""
+    return parse(node.run(command, check=check, timeout=timeout, what=what).output)
+
+
+def node_read_script(node: NodeShell, body: str, parse: Callable[[CommandOutput], T], *,
+                     timeout: float | None = None, what: str = "") -> T:
+    """`node_read` for a script (its text on stdin): what a change's script reports, as `parse` types it."""
+    return parse(node.script(body, check=False, timeout=timeout, what=what).output)
 
 
 def heredoc(body: str, tag: str) -> str:
@@ -130,7 +146,17 @@ class Container:
     def read(self, shell: str, parse: Callable[[str], T], *, timeout: float | None = None, what: str = "") -> T:
         """A read of its own (one round trip): a shell snippet whose output `parse` judges, whatever its exit code
         (the parser's own errors reach the caller)."""
-        return parse(self.run(shell, timeout=timeout, what=what).stdout)
+        return self.read_output(shell, lambda out: parse(out.stdout), timeout=timeout, what=what)
+
+    def read_output(self, shell: str, parse: Callable[[CommandOutput], T], *, timeout: float | None = None,
+                    what: str = "") -> T:
+        """`read` for a parser that judges the exit code and both streams too (a `CommandOutput`, as a fact's)."""
+        return node_read(self.node, self.shell_command(shell), parse, timeout=timeout, what=what)
+
+    def read_script(self, body: str, parse: Callable[[CommandOutput], T], *, timeout: float | None = None,
+                    what: str = "") -> T:
+        """A script in the container (`script`) whose report `parse` types: a change's outcome, never its text."""
+        return node_read_script(self.node, self.script_command(body), parse, timeout=timeout, what=what)
 
     def running(self, *, timeout: float | None = 60) -> bool:
         """One round trip: whether the container exists and runs."""

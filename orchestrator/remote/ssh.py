@@ -44,7 +44,7 @@ class RemoteResult:
     def said(self, limit: int) -> str:
         """What the command said, for an error message: its stderr, else its stdout, stripped, at most the last
         `limit` characters (where a failing program says why)."""
-        return (self.stderr or self.stdout).strip()[-limit:]
+        return self.output.said(limit)
 
     @property
     def output(self) -> CommandOutput:

@@ -13,7 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from orchestrator.errors import DeployError, RemoteError
 from orchestrator.inventory.models import Host, Inventory
-from orchestrator.parsers.netaddr import address_command, net0_ifname, net0_static_ip, parse_ip_addr
+from orchestrator.parsers.netaddr import address_command, net0_ifname, net0_static_ip
+from orchestrator.router.facts import ADDRESS
 from orchestrator.router.places import SiteAddresses, router_place, router_workers
 
 
@@ -32,10 +33,11 @@ def _ask(host: Host, vmid: int, tofu: bool) -> str | RemoteError:
 
     try:
         with SshHost(host, tofu=tofu) as ssh:
-            res = Container(ssh, vmid).run(ct_address_command(host, vmid), what="the container's address")
+            res = Container(ssh, vmid).read_output(ct_address_command(host, vmid), ADDRESS,
+                                                   what="the container's address")
     except DeployError as err:
         return RemoteError(f"{host.name} CT {vmid}: its address could not be read: {err.what}", host=host.name)
-    address = parse_ip_addr(res.stdout) if res.rc == 0 else None
+    address = res.value
     if address is None:
         return RemoteError(f"{host.name} CT {vmid} has no IPv4 address on the site network "
                           f"({res.said(300) or 'no global inet address'})",

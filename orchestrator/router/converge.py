@@ -26,6 +26,7 @@ from orchestrator.router.checks import generate_error
 from orchestrator.router.client import RouterClient
 from orchestrator.router.facts import (
     UNIT,
+    UNIT_STATE,
     RouterFacts,
     apply_script,
     changed_files,
@@ -40,7 +41,6 @@ from orchestrator.router.release import release_of
 from orchestrator.router.render import RouterBundle, render_router, router_schema, schema_from_probe
 from orchestrator.router.staging import (
     OLD_MODULE,
-    MigrationState,
     render_staging,
     staging_metrics_port,
     staging_port,
@@ -492,12 +492,12 @@ def managed_unit_state(inventory: Inventory, *, tofu: bool = False) -> dict[str,
     where = {"runs_on": place.host.name, "vmid": place.vmid}
     try:
         with SshHost(place.host, tofu=tofu) as ssh:
-            res = Container(ssh, place.vmid).script(f"systemctl is-active {UNIT} || true\n{state_command()}",
-                                                    check=False, timeout=60, what="router unit state")
-        lines = res.stdout.strip().splitlines()
-        state = MigrationState.parse(res.stdout)
+            read = Container(ssh, place.vmid).read_script(f"systemctl is-active {UNIT} || true\n{state_command()}",
+                                                          UNIT_STATE, timeout=60,
+                                                          what="router unit state")
+        state = read.migration
         package = {"smg": "smg", OLD_MODULE: "sglang-router"}.get(state.module)
-        return {**where, "unit": (lines[0].strip() if lines and "=" not in lines[0] else "") or "unknown",
+        return {**where, "unit": read.unit,
                 **({"package": package} if package else {}),
                 **({"migration_left": state.text()} if state.leftover else {})}
     except RemoteError as err:

@@ -14,10 +14,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from orchestrator.facts.base import RouterFact, text
+from orchestrator.facts.base import RouterFact, of_stdout, outcome_if_ok, text
 from orchestrator.facts.gather import BOOT_WAIT_S, settled_batch, split_settled
 from orchestrator.flags import FlagSchema
 from orchestrator.inventory.models import RouterSpec
+from orchestrator.parsers.netaddr import parse_ip_addr
 from orchestrator.remote.batch import CommandOutput, new_nonce
 from orchestrator.remote.container import Container, heredoc
 from orchestrator.resources import flags_probe_source
@@ -32,7 +33,7 @@ from orchestrator.router.render import (
     render_router,
 )
 from orchestrator.router.staging import UNIT as UNIT  # the router's unit, named beside the staging unit
-from orchestrator.router.staging import MigrationState, state_command
+from orchestrator.router.staging import MigrationState, StopReport, UnitState, state_command
 from orchestrator.scripts import render_script
 
 T = TypeVar("T")
@@ -70,8 +71,18 @@ class ROUTER:
     active = RouterFact("active", lambda spec, argv: f"systemctl is-active {UNIT} 2>/dev/null || true",
                         lambda o: text(o) or "unknown")
     #: What an interrupted migration to smg left (staging unit, redirect table) and the running launcher's module.
-    migration = RouterFact("migration", lambda spec, argv: state_command(), lambda o: MigrationState.parse(o.stdout))
+    migration = RouterFact("migration", lambda spec, argv: state_command(), of_stdout(MigrationState.parse))
 
+
+
+#: The reads of the router's layer outside its batch, each by its fixture folder (`tests/facts/READ.<name>/`):
+#: the unit's state with the migration's facts (`deploy router status`), what a graceful stop reported, and a
+#: container's address on the site network (the first global IPv4; None without one or when `ip` failed).
+UNIT_STATE = of_stdout(UnitState.parse)
+GRACEFUL_STOP = of_stdout(StopReport.parse)
+ADDRESS = outcome_if_ok(parse_ip_addr)
+ROUTER_READS: dict[str, Callable[[CommandOutput], Any]] = {
+    "router_unit_state": UNIT_STATE, "graceful_stop": GRACEFUL_STOP, "ct_address": ADDRESS}
 
 #: The installed files by name, as RouterFacts.file_sha keys them: (path, the fact of its hash).
 FILE_SHA_FACTS: dict[str, tuple[str, RouterFact[str | None]]] = {

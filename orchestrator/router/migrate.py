@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 from orchestrator.errors import CheckFailed, DeployError, RemoteError
 from orchestrator.remote.container import Container, heredoc
 from orchestrator.router.client import RouterClient
-from orchestrator.router.facts import UNIT, RouterFacts, apply_script
+from orchestrator.router.facts import GRACEFUL_STOP, UNIT, RouterFacts, apply_script
 from orchestrator.router.metrics import ACTIVE, samples
 from orchestrator.router.release import SMG_METRICS_PORT
 from orchestrator.router.render import KEY_PATH, RouterBundle
@@ -42,7 +42,6 @@ from orchestrator.router.staging import (
     clear_drain_mark_script,
     free_port_check,
     graceful_stop_script,
-    key_values,
     redirect_script,
     remove_staging_script,
     stop_redirecting_script,
@@ -251,12 +250,10 @@ class Migration:
     def graceful_stop(self, unit: str, port: int) -> GracefulStop:
         """SIGTERM, then wait until the unit exited (router/staging.py graceful_stop_script)."""
         began = time.monotonic()
-        res = self.ct.script(graceful_stop_script(unit, port, self.drain_timeout_s), check=False,
-                             timeout=int(self.drain_timeout_s) + 120, what=f"graceful stop of {unit}")
-        kv = key_values(res.stdout)
-        conns = kv.get("connections", "")
-        return GracefulStop(connections=int(conns) if conns.isdigit() else -1,
-                            waited_s=time.monotonic() - began, was_active=kv.get("was_active") == "yes")
+        said = self.ct.read_script(graceful_stop_script(unit, port, self.drain_timeout_s), GRACEFUL_STOP,
+                                   timeout=int(self.drain_timeout_s) + 120, what=f"graceful stop of {unit}")
+        return GracefulStop(connections=said.connections, waited_s=time.monotonic() - began,
+                            was_active=said.was_active)
 
     # ------------------------------------------------------------------------------------------- reads
     def in_flight(self, metrics_port: int, *, name: str = ACTIVE) -> int | None:

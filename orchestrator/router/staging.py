@@ -210,3 +210,33 @@ class MigrationState:
         if self.redirect:
             parts.append(f"nft table ip {NFT_TABLE}" + ("" if self.redirecting else " (no longer redirecting)"))
         return " and ".join(parts) or "nothing"
+
+
+@dataclass(frozen=True)
+class UnitState:
+    """`systemctl is-active` of the router's unit ("unknown" when it printed none) and the migration's facts, read
+    together (`systemctl is-active UNIT || true` then state_command)."""
+
+    unit: str
+    migration: MigrationState
+
+    @classmethod
+    def parse(cls, output: str) -> UnitState:
+        lines = output.strip().splitlines()
+        unit = (lines[0].strip() if lines and "=" not in lines[0] else "") or "unknown"
+        return cls(unit, MigrationState.parse(output))
+
+
+@dataclass(frozen=True)
+class StopReport:
+    """What graceful_stop_script printed: the connections open when it sent SIGTERM (-1: not known) and whether
+    the unit was active."""
+
+    connections: int
+    was_active: bool
+
+    @classmethod
+    def parse(cls, output: str) -> StopReport:
+        kv = key_values(output)
+        conns = kv.get("connections", "")
+        return cls(int(conns) if conns.isdigit() else -1, kv.get("was_active") == "yes")

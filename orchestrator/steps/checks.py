@@ -17,10 +17,12 @@ from orchestrator.engine.step import GateSpec, StepContext, step
 from orchestrator.engine.waiting import waiting_for
 from orchestrator.errors import CheckFailed, HostChanged, RemoteError
 from orchestrator.facts import CT, health_code_command
+from orchestrator.facts.reads import GPU_XIDS
 from orchestrator.layout import PATHS
 from orchestrator.parsers.boot import KEEP_STARTS, BootStart, parse_boot, parse_systemd_time
 from orchestrator.parsers.server_process import ServerProcess, argv_difference, parse_server_process
 from orchestrator.releases.store import record_boot_script
+from orchestrator.remote.container import node_read
 from orchestrator.render.service import public_flags
 from orchestrator.resources import probe_text
 from orchestrator.runlog import StepRecord
@@ -120,10 +122,10 @@ def add_host_xids(ctx: StepContext, err: CheckFailed, since_s: float) -> None:
     """After a failed health wait, one read of the host's kernel log: a GPU Xid there is often the real cause of
     an illegal memory access, an NCCL timeout or a hung capture. Names the last one in `err`; never fails."""
     try:
-        res = ctx.ssh.run(host_xid_shell(since_s), check=False, timeout=30, what="host kernel log (Xid lines)")
+        xids = node_read(ctx.ssh, host_xid_shell(since_s), GPU_XIDS, timeout=30,
+                         what="host kernel log (Xid lines)")
     except RemoteError:
         return
-    xids = [hit for ln in res.stdout.splitlines() if (hit := find_fatal([ln])) is not None and hit.code == "gpu-xid"]
     if xids:
         err.what += f"; the host's kernel log has {len(xids)} Xid line(s), the last: {xids[-1].meaning}"
         err.details["host_xids"] = [x.line for x in xids]

@@ -12,8 +12,9 @@ from datetime import UTC, datetime
 from orchestrator.engine.step import StepContext, step
 from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.facts import CT
+from orchestrator.facts.reads import RESOLVED
 from orchestrator.runlog import StepRecord
-from orchestrator.stacks.lock import constraints_text, lock_from_report, render_lock, report_target
+from orchestrator.stacks.lock import constraints_text, render_lock
 from orchestrator.stacks.stack import Stack, pip_cache_env
 from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.software import profile_stack
@@ -44,11 +45,11 @@ def stack_lock(ctx: StepContext, record: StepRecord) -> None:
         raise CheckFailed(f"CT {ctx.vmid} is not running: the stack is resolved in the container",
                           fix=f"deploy up host {ctx.host.name}", host=ctx.host.name)
     stack = profile_stack(ctx)
-    res = ctx.ct.run(resolve_command(stack), check=False, timeout=1800, what=f"resolve {stack.requirement}")
     try:
-        if res.rc != 0:
+        res = ctx.ct.read_output(resolve_command(stack), RESOLVED, timeout=1800, what=f"resolve {stack.requirement}")
+        if res.value is None:
             raise ValueError(res.said(500))
-        lock = lock_from_report(res.stdout)
+        lock, target = res.value
     except ValueError as exc:
         raise RemoteError(f"resolving {stack.requirement} in CT {ctx.vmid} failed: {exc}",
                           fix="check the container's index (container.pip_index_url) and that the pin exists there",
@@ -56,5 +57,5 @@ def stack_lock(ctx: StepContext, record: StepRecord) -> None:
     ctx.state.lock_text = render_lock(lock, profile=ctx.host.profile, requirement=stack.requirement,
                                       index=stack.index_options, host=ctx.host.name,
                                       at=datetime.now(UTC).isoformat(timespec="seconds"),
-                                      target=report_target(res.stdout), constraints=stack.constraints)
+                                      target=target, constraints=stack.constraints)
     record.summary = f"{len(lock.entries)} distributions of {stack.requirement} resolved in CT {ctx.vmid}"

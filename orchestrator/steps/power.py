@@ -9,16 +9,16 @@ from __future__ import annotations
 from orchestrator.engine.step import StepContext, mark_change, step
 from orchestrator.errors import CheckFailed, ConfigError
 from orchestrator.facts import HOST
+from orchestrator.facts.reads import POWER_LIMITS, power_set
 from orchestrator.hardware.power_limit import (
     QUERY_COMMAND,
     GpuPowerLimit,
     common_range,
     in_force,
-    parse_power_limits,
-    parse_set_output,
     refusal,
     set_command,
 )
+from orchestrator.remote.container import node_read, node_read_script
 from orchestrator.render.boot_unit import BootUnitState
 from orchestrator.render.power_unit import UNIT_NAME, PowerSetting, apply_script, recorded, render_power_unit
 from orchestrator.runlog import StepRecord
@@ -73,14 +73,14 @@ def power_limit(ctx: StepContext, record: StepRecord) -> None:
         record.summary = what
         return
     script = apply_script(want) if want.persist else set_command(want.watts, want.indices)
-    res = ctx.ssh.script(script, check=False, what=f"set the GPU power limit to {want.watts} W")
-    said = parse_set_output(res.stdout + res.stderr)
-    if res.rc != 0 or said.refused:
-        lines = "; ".join(said.refused) or " ".join((res.stdout + res.stderr).split())[-300:]
+    done = node_read_script(ctx.ssh, script, power_set, what=f"set the GPU power limit to {want.watts} W")
+    if not done.ok or done.said.refused:
+        lines = "; ".join(done.said.refused) or done.words
         raise CheckFailed(f"nvidia-smi refused the power limit: {lines}",
                           fix="run as root on the node; `nvidia-smi -q -d POWER` shows each GPU's range",
                           host=ctx.host.name)
-    back = parse_power_limits(ctx.ssh.run(QUERY_COMMAND, check=True, what="read back the power limits").stdout)
+    back = node_read(ctx.ssh, QUERY_COMMAND, POWER_LIMITS, check=True,
+                     what="read back the power limits")
     ctx.state.power_limits = back
     if want.persist:
         ctx.state.power_recorded = want

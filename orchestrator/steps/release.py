@@ -31,6 +31,7 @@ from orchestrator.engine.waiting import waiting_for
 from orchestrator.errors import CheckFailed, ConfigError, DeployError, LockLost, RemoteError
 from orchestrator.facts import CT, health_code_command
 from orchestrator.facts.container import json_object
+from orchestrator.facts.reads import CURRENT_AND_HEALTH, SECRETS, SWITCH, VERDICT_WRITE
 from orchestrator.flags import FlagSchema, FlagSet, canonicalize, diff_flags, with_secret_values
 from orchestrator.layout import PATHS
 from orchestrator.redact import REDACTED, SECRET_REF
@@ -46,9 +47,10 @@ from orchestrator.releases.documents import (
     VerdictFigures,
 )
 from orchestrator.releases.store import (
+    NOT_CANDIDATE,
+    NOT_CANDIDATE_RC,
     ReleaseBundle,
     activate_script,
-    journal_cursor,
     record_file_script,
     unique_release_id,
     write_release_script,
@@ -56,7 +58,7 @@ from orchestrator.releases.store import (
 from orchestrator.render.bundle import Bundle, render_bundle
 from orchestrator.render.service import launch_argv, public_flags, secret_flags
 from orchestrator.runlog import StepRecord
-from orchestrator.stacks.kernel_caches import CacheCheck, check_shell, parse_check, release_cache
+from orchestrator.stacks.kernel_caches import CacheCheck, check_shell, release_cache
 from orchestrator.steps.checks import bench_for_release, wait_healthy
 from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.software import release_stack, server_stack, stack_records
@@ -153,15 +155,9 @@ def _with_secrets(ctx: StepContext, stored: dict[str, Any], release_dir: str, wh
                   given: Iterable[str]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     if SECRET_REF in stored.values():
-        import yaml  # here: a release's secrets file is read only where a flag refers to it (never cached)
-
         path = f"{release_dir}/secrets.yaml"
-        res = ctx.ct.run(f"cat {shlex.quote(path)}", check=False, timeout=60, what="read the secret flags")
-        try:
-            loaded = yaml.safe_load(res.stdout) if res.rc == 0 else None
-        except yaml.YAMLError:
-            loaded = None
-        values = loaded if isinstance(loaded, dict) else {}
+        read = ctx.ct.read_output(f"cat {shlex.quote(path)}", SECRETS, timeout=60, what="read the secret flags")
+        values = read or {}
     return with_secret_values(stored, values, where, given=given)
 
 
@@ -356,9 +352,9 @@ def install_bundle(ctx: StepContext, bundle: Bundle, *, source: str, restart: bo
                                                         fresh=True, pre_start=pre_start_check())
     with waiting_for(ctx.say, f"sglang to {'stop and restart' if restart else 'start'} with release {rid}",
                      ctx.profile.stop_timeout_s):
-        res = ctx.ct.script(script, check=False, timeout=switch_timeout_s(ctx), what=f"install release {rid}")
-    ctx.state.server.journal_cursor = journal_cursor(res.stdout)
-    note_cache(ctx, parse_check(res.stdout))
+        res = ctx.ct.read_script(script, SWITCH, timeout=switch_timeout_s(ctx), what=f"install release {rid}")
+    ctx.state.server.journal_cursor = res.value.journal_cursor
+    note_cache(ctx, res.value.cache)
     if res.rc != 0:
         raise RemoteError(f"installing release {rid} in CT {ctx.vmid} failed: "
                           f"{res.said(500)}",
@@ -380,11 +376,11 @@ def make_current(ctx: StepContext, release: str, *, what: str, restart: bool = T
     """Install an existing release's files, point `current` at it and (re)start sglang (one round trip)."""
     with waiting_for(ctx.say, f"sglang to {'stop and restart' if restart else 'start'} with release {release}",
                      ctx.profile.stop_timeout_s):
-        res = ctx.ct.script(activate_script(release, restart=restart, keep=ctx.profile.keep_releases,
-                                            pre_start=pre_start_check()),
-                            check=False, timeout=switch_timeout_s(ctx), what=what)
-    ctx.state.server.journal_cursor = journal_cursor(res.stdout)
-    note_cache(ctx, parse_check(res.stdout))
+        res = ctx.ct.read_script(activate_script(release, restart=restart, keep=ctx.profile.keep_releases,
+                                                 pre_start=pre_start_check()),
+                                 SWITCH, timeout=switch_timeout_s(ctx), what=what)
+    ctx.state.server.journal_cursor = res.value.journal_cursor
+    note_cache(ctx, res.value.cache)
     if res.rc != 0:
         raise RemoteError(f"{what}: activating release {release} failed: "
                           f"{res.said(400)}", host=ctx.host.name,
@@ -395,20 +391,14 @@ def read_back_current(ctx: StepContext, release: str) -> str:
     """After a rollback, report only what the host says: the current release and /health, read together."""
     p = ctx.profile
     inner = f"readlink {shlex.quote(ctx.ct.paths.current_link)}; {health_code_command(p)}; echo"
-    res = ctx.ct.run(inner, check=False, timeout=p.health_probe_timeout_s + 35, what="read back the current release")
-    lines = res.stdout.strip().splitlines()
-    current = lines[0].rsplit("/", 1)[-1] if lines else ""
-    code = lines[-1].strip() if len(lines) > 1 else "000"
+    current, code = ctx.ct.read_output(inner, CURRENT_AND_HEALTH, timeout=p.health_probe_timeout_s + 35,
+                                       what="read back the current release")
     if current != release or code != "200":
         raise CheckFailed(f"rolled back to {release}, but the host now reports current release "
                           f"{current or 'unknown'} with /health {code}",
                           fix="check the host (deploy status, deploy history) before anything else",
                           host=ctx.host.name)
     return f"current release read back: {current}, /health {code}"
-
-
-#: What the guard of a "kept" verdict prints (and its exit code) when the server is no longer the candidate.
-NOT_CANDIDATE, NOT_CANDIDATE_RC = "DEPLOY_NOT_THE_CANDIDATE", 86
 
 
 def candidate_guard(ctx: StepContext, release: str) -> str:
@@ -420,9 +410,7 @@ def candidate_guard(ctx: StepContext, release: str) -> str:
             f'echo "{NOT_CANDIDATE} ${{cur:-none}} ${{act:-unknown}}"; exit {NOT_CANDIDATE_RC}; fi\n')
 
 
-def not_the_candidate(ctx: StepContext, release: str, stdout: str) -> CheckFailed:
-    words = next((ln.split()[1:] for ln in stdout.splitlines() if ln.startswith(NOT_CANDIDATE)), [])
-    current, active = [*words, "unknown", "unknown"][:2]
+def not_the_candidate(ctx: StepContext, release: str, current: str, active: str) -> CheckFailed:
     return CheckFailed(f"the server the checks measured is not the candidate {release}: the current release is "
                        f"now {current} (sglang {active}); something outside this roll changed the host during it, "
                        "so its health, smoke and bench results do not describe the candidate",
@@ -439,10 +427,10 @@ def write_verdict(ctx: StepContext, release: str, verdict: ReleaseVerdict, *, gu
     script = record_file_script(release, "verdict.json", verdict.to_json())
     if verdict.kept:
         script += check_now_script()
-    res = ctx.ct.script(candidate_guard(ctx, release) + script if guard else script, check=False,
-                        timeout=120, what="record verdict")
-    if guard and res.rc == NOT_CANDIDATE_RC and NOT_CANDIDATE in res.stdout:
-        raise not_the_candidate(ctx, release, res.stdout)
+    res = ctx.ct.read_script(candidate_guard(ctx, release) + script if guard else script, VERDICT_WRITE,
+                             timeout=120, what="record verdict")
+    if guard and res.rc == NOT_CANDIDATE_RC and res.value is not None:
+        raise not_the_candidate(ctx, release, *res.value)
     if res.rc != 0:
         raise RemoteError(f"recording the verdict ({verdict.verdict}) of release {release} in CT {ctx.vmid} "
                           f"failed: {res.said(300) or f'exit code {res.rc}'}",

@@ -12,12 +12,13 @@ from typing import Any
 from orchestrator.engine.step import StepContext, mark_change, step
 from orchestrator.errors import CheckFailed, ConfigError, RemoteError
 from orchestrator.facts import CT, HOST, sglang_version_command
+from orchestrator.facts.reads import SIZES_MARK, STACK_RECORDED, STACKS_PRUNED, StackRecorded
 from orchestrator.flags.schema import FlagSchema
 from orchestrator.inventory.models import ServerProfile, hf_token_for
 from orchestrator.layout import PATHS
 from orchestrator.parsers.weights import RECORD_PATH, WeightsState, parse_download_output
 from orchestrator.releases.documents import ReleaseMeta
-from orchestrator.releases.store import read_releases_script, release_lines
+from orchestrator.releases.store import read_releases_script
 from orchestrator.resources import flags_probe_source, probe_text
 from orchestrator.runlog import StepRecord
 from orchestrator.stacks.lock import (
@@ -53,7 +54,6 @@ from orchestrator.stacks.stack import (
     budget_refusal,
     build_command,
     nvcc_home,
-    parse_stack_sizes,
     pip_install_command,
     protected_stacks,
     prune_command,
@@ -313,14 +313,15 @@ def adopt_stack(ctx: StepContext, record: StepRecord, stack: Stack, venv: str, w
     record.summary = what
 
 
-def write_record(ctx: StepContext, rec: StackRecord, then: str = "") -> str:
-    """Write a stack's record (its venv is complete), then run the script `then` in the same round trip."""
-    res = ctx.ct.script(f"{write_record_command(rec)} || exit 1\n{then}", check=False, timeout=120,
-                        what=f"record stack {rec.sha}")
+def write_record(ctx: StepContext, rec: StackRecord, then: str = "") -> StackRecorded:
+    """Write a stack's record (its venv is complete), then run the script `then` in the same round trip (the
+    release lines and the stacks' sizes it printed)."""
+    res = ctx.ct.read_script(f"{write_record_command(rec)} || exit 1\n{then}", STACK_RECORDED, timeout=120,
+                             what=f"record stack {rec.sha}")
     if res.rc != 0:
         raise RemoteError(f"could not record stack {rec.sha} in CT {ctx.vmid}: {res.said(300)}",
                           fix=f"check that {PATHS.stacks_dir} in the container is writable", host=ctx.host.name)
-    return res.stdout
+    return res.value
 
 
 #: Between the installed sglang's version and the nvcc the venv carries in the check after a pip install.
@@ -375,10 +376,6 @@ def install_base(ctx: StepContext, record: StepRecord, stack: Stack) -> None:
     record.summary = f"installed sglang {stack.sglang_version} (stack {stack.sha} in {base})" + patched_note(stack)
 
 
-#: Between the release lines and the stacks' sizes in the round trip that records a new stack.
-SIZES_MARK = "__DEPLOY_STACK_SIZES__"
-
-
 def refuse_over_budget(ctx: StepContext, stack: Stack) -> None:
     """With stacks_disk_budget_gb: a new stack that cannot fit even after pruning every prunable stack is refused
     (exit 2) before any change, from the sizes read in the facts round trip."""
@@ -424,11 +421,11 @@ def build_stack(ctx: StepContext, record: StepRecord, stack: Stack) -> None:
     budget = budget_bytes(gb) if gb is not None else None
     then = read_releases_script(limit=10_000) + (
         f"\necho {SIZES_MARK}\n{stack_sizes_script()}\n" if budget is not None else "")
-    releases, _, sized = write_record(ctx, rec, then=then).partition(f"{SIZES_MARK}\n")
-    rows = release_lines(releases)
+    recorded = write_record(ctx, rec, then=then)
+    rows = recorded.releases
     current = next((r.current for r in rows if r.current is not None), None)
     records = {**stack_records(ctx), stack.sha: rec}
-    sizes = parse_stack_sizes(sized)
+    sizes = recorded.sizes
     plan = budget_prune_plan(records, ctx.profile.keep_stacks, protected_stacks(rows, current) | {stack.sha},
                              sizes, budget)
     prune_stacks(ctx, record, plan, records, sizes, budget)
@@ -446,8 +443,8 @@ def prune_stacks(ctx: StepContext, record: StepRecord, plan: BudgetPlan, records
     if plan.stacks or plan.pip_cache:
         script = prune_command(plan.stacks, pip_cache=plan.pip_cache) + (
             f" && {stack_sizes_script()}" if budget is not None else "")
-        res = ctx.ct.run(script, check=False, timeout=600, what="prune stacks")
-        if res.rc == 0:
+        res = ctx.ct.read_output(script, STACKS_PRUNED, timeout=600, what="prune stacks")
+        if res.ok:
             pruned = DiskTally.of({r.sha: sizes.stacks.get(r.sha, 0) for r in plan.stacks},
                                   sizes.pip_cache if plan.pip_cache else 0)
             if plan.pip_cache:
@@ -456,7 +453,7 @@ def prune_stacks(ctx: StepContext, record: StepRecord, plan: BudgetPlan, records
                 record.details["pruned"] = [r.sha for r in plan.stacks]
                 ctx.say(f"pruned stack(s) {', '.join(r.sha for r in plan.stacks)} ({limits})"
                         + (f", {pruned.total - pruned.pip_cache:,} bytes freed" if budget is not None else ""))
-            after = parse_stack_sizes(res.stdout) if budget is not None else sizes
+            after = res.value if budget is not None else sizes
     if budget is None:
         return
     gone = {sha for sha, _ in pruned.stacks}

@@ -6,11 +6,12 @@ from orchestrator.engine.state import ServerStatus
 from orchestrator.engine.step import StepContext, step
 from orchestrator.errors import CheckFailed
 from orchestrator.facts import CT, HOST
+from orchestrator.facts.reads import WATCHDOG_MARK, history_report
 from orchestrator.layout import PATHS
 from orchestrator.parsers.boot import BootStart
 from orchestrator.parsers.netaddr import net0_static_ip
 from orchestrator.releases.documents import ReleaseMeta, ReleaseVerdict
-from orchestrator.releases.store import read_releases_script, release_lines
+from orchestrator.releases.store import read_releases_script
 from orchestrator.runlog import StepRecord
 from orchestrator.steps.host import HARDWARE_FACTS, hardware_state
 from orchestrator.steps.release import (
@@ -24,7 +25,7 @@ from orchestrator.steps.release import (
 )
 from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.software import patched_files_drift, stack_drift
-from orchestrator.watchdog.parse import parse_watchdog_fact, parse_watchdog_state
+from orchestrator.watchdog.parse import parse_watchdog_fact
 
 
 def gpu_power(ctx: StepContext) -> list[dict[str, float | int | None]]:
@@ -36,10 +37,6 @@ def container_state(ctx: StepContext) -> str:
     if ctx.facts.ct_running:
         return "running"
     return ctx.facts.ct_state or "absent"
-
-
-#: Between the release lines and the watchdog's state file in `history`'s one round trip.
-WATCHDOG_MARK = "__DEPLOY_WATCHDOG_STATE__"
 
 
 def read_watchdog(ctx: StepContext) -> None:
@@ -109,12 +106,11 @@ def history(ctx: StepContext, record: StepRecord) -> None:
     """Every release on the target with its verdict and figures (one round trip)."""
     script = (f"{read_releases_script(ctx.inputs.history_limit)}\necho {WATCHDOG_MARK}\n"
               f"cat {PATHS.watchdog_state} 2>/dev/null || true\n")
-    res = ctx.ct.script(script, check=False, what="read releases")
-    if res.rc != 0 and "not running" in res.both:
+    read = ctx.ct.read_script(script, history_report, what="read releases")
+    if read is None:
         raise CheckFailed(f"CT {ctx.vmid} is not running", host=ctx.host.name, fix="deploy up")
-    releases, _, state = res.stdout.partition(f"{WATCHDOG_MARK}\n")
-    rows = release_lines(releases)
+    rows = read.releases
     ctx.state.history = rows
-    ctx.state.watchdog = parse_watchdog_state(state)
+    ctx.state.watchdog = read.watchdog
     restarts = [a for a in ctx.state.watchdog.actions if a.action == "restart"]
     record.summary = f"{len(rows)} release(s), {len(restarts)} watchdog restart(s)"

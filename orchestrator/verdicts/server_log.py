@@ -249,6 +249,11 @@ def find_fatal(lines: list[str], phase: CapturePhase | None = None) -> FatalLine
     return None
 
 
+def gpu_xids(text: str) -> list[FatalLine]:
+    """The kernel log's GPU Xid lines (`journalctl -k | grep 'NVRM: Xid'`), each judged on its own."""
+    return [hit for ln in text.splitlines() if (hit := find_fatal([ln])) is not None and hit.code == "gpu-xid"]
+
+
 def _with_server_advice(hit: FatalLine, after: list[str]) -> FatalLine:
     """The piecewise verdict quoting the server's own workaround line when it follows (it does, two lines on)."""
     for line in after:
