@@ -13,7 +13,7 @@ from orchestrator.engine.step import StepContext, step
 from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.facts import CT
 from orchestrator.runlog import StepRecord
-from orchestrator.stacks.lock import constraints_text, lock_from_report, render_lock, report_target
+from orchestrator.stacks.lock import SourceOnly, constraints_text, lock_from_report, render_lock, report_target
 from orchestrator.stacks.stack import Stack
 from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.software import profile_stack
@@ -48,6 +48,9 @@ def stack_lock(ctx: StepContext, record: StepRecord) -> None:
         if res.rc != 0:
             raise ValueError(res.said(500))
         lock = lock_from_report(res.stdout)
+    except SourceOnly as exc:
+        raise CheckFailed(f"resolving {stack.requirement} in CT {ctx.vmid}: {exc}", fix=exc.fix,
+                          host=ctx.host.name) from exc
     except ValueError as exc:
         raise RemoteError(f"resolving {stack.requirement} in CT {ctx.vmid} failed: {exc}",
                           fix="check the container's index (container.pip_index_url) and that the pin exists there",

@@ -1,7 +1,7 @@
 """Issue 48's real-stack roll: a simulated host rolled from its stand-in release onto the REAL sglang stack, through
 the real CLI, and back.
 
-    python tests/perf/real_stack_roll.py [--release 0.5.12.post1] [--time-scale 5] [--log FILE]
+    python tests/perf/real_stack_roll.py [--release 0.5.12.post1|0.5.23] [--python 3.11|3.13] [--time-scale 5]
 
 Not a test: the real stack is GBs (torch, flashinfer, sglang-kernel) and its build takes minutes on this machine,
 beyond CI's time; README.md and docs/stacks.md#the-real-stack-on-a-simulated-host name it. What it does:
@@ -11,12 +11,14 @@ beyond CI's time; README.md and docs/stacks.md#the-real-stack-on-a-simulated-hos
    run downloads the closure (cold), later runs check the files' sha256 and download nothing (warm);
 2. starts sim-N (N from DEPLOY_SIM_FIRST) with its container on disk (`ct_storage="disk"`, its root under
    /var/tmp: a real venv is ~10 GB, too big for a tmpfs), whose index serves that wheelhouse at /real/simple;
+   `--python 3.13` makes the container PVE 9's Debian 13 (trixie: the trixie site template), 3.11 Debian 12's;
 3. `deploy up` on the site template: release R1 on the stand-in sglang, verified;
-4. points the host's `container.pip_index_url` at /real/simple, gives the profile the shipped autotune patch,
-   and runs `deploy lock` (pip's real resolution in the container) and `deploy roll host H --profile glm5-nvfp4`:
-   the stack is built side by side with `--require-hashes` from the lock, patched (hashes recorded), the flags are
-   validated by the real installed parser, the real server starts and dies (no GPU here), the tool names the
-   death, and R1 is put back, serving;
+4. points the host's `container.pip_index_url` at /real/simple, sets the profile to the release (RELEASE_PROFILE:
+   0.5.12.post1 with the shipped autotune patch, which targets its model_runner.py; 0.5.23 without it, as the
+   example says: 0.5.13 and later autotune flashinfer_cutlass upstream), and runs `deploy lock` (pip's real
+   resolution in the container) and `deploy roll host H --profile glm5-nvfp4`: the stack is built side by side
+   with `--require-hashes` from the lock, patched (hashes recorded), the flags are validated by the real installed
+   parser, the real server starts and dies (no GPU here), the tool names the death, and R1 is put back, serving;
 5. prints the figures: wall times, bytes downloaded, venv and pip-cache bytes, server start → verdict, start →
    R1 serving again. Nothing is asserted beyond the run's own outcome (exit 1 when the roll did not end as above).
 
@@ -40,6 +42,7 @@ sys.path.insert(0, str(REPO))
 
 import yaml  # noqa: E402
 
+from simulator.lxc import template as lxc_template  # noqa: E402
 from simulator.manager.lifecycle import SimHostInfo, sim_down, sim_up  # noqa: E402
 from simulator.software import realhouse  # noqa: E402
 from simulator.software.index import REAL_PREFIX  # noqa: E402
@@ -48,6 +51,10 @@ from tests.e2e.conftest import EXAMPLE_INVENTORY, DeployEnv, make_env  # noqa: E
 
 PROFILE = "glm5-nvfp4"
 PATCH = "patches/sglang-autotune-flashinfer-cutlass.patch"
+#: What the profile changes for each release: its sglang, its pins below sglang (realhouse.RELEASES, the same the
+#: wheelhouse resolved with) and its patches: the shipped patch is against 0.5.12.post1's model_runner.py; 0.5.13 and
+#: later autotune flashinfer_cutlass upstream, and the patch applies to none of them (the example profile's comment).
+RELEASE_PATCHES: dict[str, list[str]] = {"0.5.12.post1": [PATCH], "0.5.23": []}
 #: Lines of the roll's output that mark the figures' events (the tool's own words, docs/roll.md).
 SERVER_START = re.compile(r"journal: Started sglang\.service")
 VERDICT = re.compile(r"rolling back to \S+: sglang logged a fatal line")
@@ -93,7 +100,8 @@ def du(env: DeployEnv, paths: str) -> dict[str, int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--release", default="0.5.12.post1", choices=sorted(realhouse.RELEASES))
-    parser.add_argument("--python", default="3.11", help="the container's Python (Debian 12: 3.11)")
+    parser.add_argument("--python", default="3.11", choices=[r.python for r in lxc_template.RELEASES],
+                        help="the container's Python: 3.11 a Debian 12 container (PVE 8), 3.13 a Debian 13 one (PVE 9)")
     parser.add_argument("--time-scale", type=float, default=5.0)
     parser.add_argument("--sim-dir", type=Path, default=Path("/var/tmp"),
                         help="where the sim root goes: on disk (a real venv is ~10 GB)")
@@ -114,7 +122,8 @@ def main() -> int:
 
 
 def run(info: SimHostInfo, tmp: Path, fill: realhouse.Fill, wall0: float, args: argparse.Namespace) -> int:
-    env = make_env(info, tmp, site_template.install(Path(info.host_dir)))
+    debian = next(r for r in lxc_template.RELEASES if r.python == args.python)
+    env = make_env(info, tmp, site_template.install(Path(info.host_dir), debian))
     t = time.monotonic()
     up = env.run("up", "host", env.host, "--skip-bench", timeout=1800)
     up_s = time.monotonic() - t
@@ -122,11 +131,12 @@ def run(info: SimHostInfo, tmp: Path, fill: realhouse.Fill, wall0: float, args: 
     if up.rc != 0:
         print(f"up on the stand-in failed (exit {up.rc}):\n{up.text[-3000:]}")
         return 1
-    print(f"R1 {r1}: stand-in sglang, up in {up_s:.1f} s", flush=True)
+    print(f"R1 {r1}: stand-in sglang on {debian.family} (Python {debian.python}), up in {up_s:.1f} s", flush=True)
     standin_index = info.container_options["pip_index_url"]  # http://BRIDGE:3141/simple
     point_at_real_index(env, standin_index.removesuffix("/simple") + f"{REAL_PREFIX}/simple")
     shutil.copytree(EXAMPLE_INVENTORY / "patches", env.inventory / "patches")
-    env.set_profile(patches=[PATCH], start_timeout_s=900)
+    env.set_profile(sglang_version=args.release, constraints=list(realhouse.RELEASES[args.release]),
+                    patches=RELEASE_PATCHES[args.release], start_timeout_s=900)
     t = time.monotonic()
     lock = env.run("lock", PROFILE, "--host", env.host, timeout=3600)
     lock_s = time.monotonic() - t
