@@ -13,12 +13,13 @@ beyond CI's time; README.md and docs/stacks.md#the-real-stack-on-a-simulated-hos
    /var/tmp: a real venv is ~10 GB, too big for a tmpfs), whose index serves that wheelhouse at /real/simple;
    `--python 3.13` makes the container PVE 9's Debian 13 (trixie: the trixie site template), 3.11 Debian 12's;
 3. `deploy up` on the site template: release R1 on the stand-in sglang, verified;
-4. points the host's `container.pip_index_url` at /real/simple, sets the profile to the release (RELEASE_PROFILE:
-   0.5.12.post1 with the shipped autotune patch, which targets its model_runner.py; 0.5.23 without it, as the
-   example says: 0.5.13 and later autotune flashinfer_cutlass upstream), and runs `deploy lock` (pip's real
-   resolution in the container) and `deploy roll host H --profile glm5-nvfp4`: the stack is built side by side
-   with `--require-hashes` from the lock, patched (hashes recorded), the flags are validated by the real installed
-   parser, the real server starts and dies (no GPU here), the tool names the death, and R1 is put back, serving;
+4. points the host's `container.pip_index_url` at /real/simple, sets the profile to the release (RELEASE_PATCHES,
+   RELEASE_FLAGS: 0.5.12.post1 with the shipped autotune patch, which targets its model_runner.py; 0.5.23 without
+   it, as the example says: 0.5.13 and later autotune flashinfer_cutlass upstream, and with `--dsa-*` for
+   `--nsa-*`), and runs `deploy lock` (pip's real resolution in the container) and `deploy roll host H --profile
+   glm5-nvfp4`: the stack is built side by side with `--require-hashes` from the lock, patched (hashes recorded),
+   the flags are validated by the real installed parser, the real server starts and dies (no GPU here), the tool
+   names the death, and R1 is put back, serving; `deploy doctor` then names the nvcc the stack carries;
 5. prints the figures: wall times, bytes downloaded, venv and pip-cache bytes, server start → verdict, start →
    R1 serving again. Nothing is asserted beyond the run's own outcome (exit 1 when the roll did not end as above).
 
@@ -48,13 +49,16 @@ from simulator.software import realhouse  # noqa: E402
 from simulator.software.index import REAL_PREFIX  # noqa: E402
 from tests.e2e import site_template  # noqa: E402
 from tests.e2e.conftest import EXAMPLE_INVENTORY, DeployEnv, make_env  # noqa: E402
+from tests.e2e.test_stacks import RENAMED  # noqa: E402
 
 PROFILE = "glm5-nvfp4"
 PATCH = "patches/sglang-autotune-flashinfer-cutlass.patch"
 #: What the profile changes for each release: its sglang, its pins below sglang (realhouse.RELEASES, the same the
-#: wheelhouse resolved with) and its patches: the shipped patch is against 0.5.12.post1's model_runner.py; 0.5.13 and
-#: later autotune flashinfer_cutlass upstream, and the patch applies to none of them (the example profile's comment).
+#: wheelhouse resolved with), its patches and its flags. The shipped patch is against 0.5.12.post1's model_runner.py;
+#: 0.5.13 and later autotune flashinfer_cutlass upstream, and the patch applies to none of them (the example
+#: profile's comment). 0.5.23 renamed `--nsa-*` to `--dsa-*` (docs/roll.md; the example's flags are 0.5.12.post1's).
 RELEASE_PATCHES: dict[str, list[str]] = {"0.5.12.post1": [PATCH], "0.5.23": []}
+RELEASE_FLAGS: dict[str, dict[str, str | None]] = {"0.5.12.post1": {}, "0.5.23": RENAMED}
 #: Lines of the roll's output that mark the figures' events (the tool's own words, docs/roll.md).
 SERVER_START = re.compile(r"journal: Started sglang\.service")
 VERDICT = re.compile(r"rolling back to \S+: sglang logged a fatal line")
@@ -136,7 +140,7 @@ def run(info: SimHostInfo, tmp: Path, fill: realhouse.Fill, wall0: float, args: 
     point_at_real_index(env, standin_index.removesuffix("/simple") + f"{REAL_PREFIX}/simple")
     shutil.copytree(EXAMPLE_INVENTORY / "patches", env.inventory / "patches")
     env.set_profile(sglang_version=args.release, constraints=list(realhouse.RELEASES[args.release]),
-                    patches=RELEASE_PATCHES[args.release], start_timeout_s=900)
+                    patches=RELEASE_PATCHES[args.release], flags=RELEASE_FLAGS[args.release], start_timeout_s=900)
     t = time.monotonic()
     lock = env.run("lock", PROFILE, "--host", env.host, timeout=3600)
     lock_s = time.monotonic() - t
@@ -151,6 +155,15 @@ def run(info: SimHostInfo, tmp: Path, fill: realhouse.Fill, wall0: float, args: 
     after = current(env)
     health = env.ct("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/health").stdout
     sizes = du(env, "/opt/deploy/stacks/*/ /root/ml-env /root/.cache/pip")
+    # The toolchain the real first start would compile with: the nvcc a stack carries (0.5.23's nvidia-cuda-nvcc in
+    # site-packages/nvidia/cu13/bin), which none of flashinfer's lookups finds, named by doctor's ct-toolchain.
+    nvcc = env.ct("ls -l /opt/deploy/stacks/*/lib/python3*/site-packages/nvidia/cu*/bin/nvcc 2>&1").stdout.strip()
+    doctor = env.run("--json", "doctor", "host", env.host, timeout=600)
+    try:
+        findings = doctor.json.get("findings", [])
+    except ValueError:  # doctor printed no JSON: the figures go on without its line
+        findings = []
+    tool = next((f for f in findings if f.get("check") == "ct-toolchain"), None)
     start = first_at(log, SERVER_START, after=next((ts for ts, ln in log if "validat" in ln), t_roll))
     verdict = first_at(log, VERDICT, after=start[0] if start else t_roll)
     back = first_at(log, BACK, after=verdict[0] if verdict else t_roll)
@@ -167,6 +180,9 @@ def run(info: SimHostInfo, tmp: Path, fill: realhouse.Fill, wall0: float, args: 
               f"  verdict: {verdict[1]}")
     if start and back:
         print(f"server start → previous release serving again: {back[0] - start[0]:.1f} s ({back[1].strip()})")
+    print(f"a stack's own nvcc: {nvcc or '(none)'}")
+    if tool is not None:
+        print(f"doctor ct-toolchain: {tool.get('status')}: {tool.get('observed')}")
     print(f"after the roll: current {after} ({'R1' if after == r1 else 'NOT R1'}), /health {health}")
     print(f"wall time, fill to end: {time.monotonic() - wall0:.1f} s")
     return 0 if rc != 0 and after == r1 and health == "200" else 1
