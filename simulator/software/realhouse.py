@@ -199,7 +199,12 @@ def build_requires(sdist: Path) -> list[str]:
 
 def build_requirements_into(python: str, sdist: Path, wheels: Path) -> list[str]:
     """The wheels pip's isolated build of `sdist` installs (its build requirements and theirs), downloaded into
-    `wheels`: the container's pip reads a source archive's metadata by building it, from the same index."""
+    `wheels`: the container's pip reads a source archive's metadata by building it, from the same index. Their names
+    are kept in `<sdist>.build-requires`; a warm fill that finds them all downloads nothing."""
+    record = sdist.with_name(sdist.name + ".build-requires")
+    kept = record.read_text().split() if record.is_file() else []
+    if kept and all((wheels / n).is_file() for n in kept):
+        return kept
     reqs = build_requires(sdist)
     with tempfile.TemporaryDirectory(prefix=".dl-", dir=wheels.parent) as tmp:
         cmd = [interpreter(python), "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
@@ -211,6 +216,7 @@ def build_requirements_into(python: str, sdist: Path, wheels: Path) -> list[str]
         got = sorted(Path(tmp).iterdir())
         for f in got:
             os.replace(f, wheels / f.name)
+    record.write_text("".join(f"{f.name}\n" for f in got))
     return [f.name for f in got]
 
 

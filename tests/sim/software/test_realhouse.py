@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import re
+import tarfile
 import threading
 from pathlib import Path
 
+import pytest
 import requests
 
 from simulator.software import realhouse
@@ -112,9 +115,6 @@ def test_a_pin_without_a_wheel_for_the_python_is_named_and_its_archive_downloads
 
 
 def test_a_source_archives_build_requirements_are_read_from_its_pyproject(tmp_path: Path) -> None:
-    import io
-    import tarfile
-
     sdist = tmp_path / "outlines_core-0.1.26.tar.gz"
     with tarfile.open(sdist, "w:gz") as tar:
         for name, text in (("outlines_core-0.1.26/pyproject.toml",  # outlines_core 0.1.26's own build-system table
@@ -144,3 +144,14 @@ def test_the_real_index_serves_a_source_archive_beside_the_wheels(tmp_path: Path
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_warm_fill_downloads_no_build_requirements_it_kept(tmp_path: Path) -> None:
+    sdist = tmp_path / "outlines_core-0.1.26.tar.gz"
+    sdist.write_bytes(b"")  # never opened: the record answers
+    (tmp_path / "setuptools-84.2.1-py3-none-any.whl").write_bytes(b"w")
+    (tmp_path / "outlines_core-0.1.26.tar.gz.build-requires").write_text("setuptools-84.2.1-py3-none-any.whl\n")
+    assert realhouse.build_requirements_into("3.13", sdist, tmp_path) == ["setuptools-84.2.1-py3-none-any.whl"]
+    (tmp_path / "setuptools-84.2.1-py3-none-any.whl").unlink()  # one gone: downloaded again (here: no pyproject)
+    with pytest.raises(tarfile.ReadError):
+        realhouse.build_requirements_into("3.13", sdist, tmp_path)
