@@ -146,7 +146,8 @@ def run(info: SimHostInfo, tmp: Path, fill: realhouse.Fill, wall0: float, args: 
     lock_s = time.monotonic() - t
     print(lock.text[-1500:], flush=True)
     if lock.rc != 0:
-        print(f"deploy lock failed (exit {lock.rc})")
+        print(f"deploy lock failed (exit {lock.rc}) in {lock_s:.1f} s; wall time, fill to end: "
+              f"{time.monotonic() - wall0:.1f} s")
         return 1
     log: list[tuple[float, str]] = []
     t_roll = time.monotonic()
