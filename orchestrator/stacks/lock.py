@@ -85,8 +85,8 @@ class SourceOnly(ValueError):
         names = ", ".join(f"{n} {v} ({f})" for n, v, f in self.sdists)
         super().__init__(f"the index serves no {tag} wheel of {names}: pip would build "
                          f"{'it' if len(self.sdists) == 1 else 'them'} from source in the container at every stack "
-                         "build, with whatever toolchain the project needs (outlines_core: Rust and cargo, and its "
-                         "crates from their registry), which the container lacks and a locked stack must not need")
+                         "build, with whatever toolchain its build needs (a Rust extension such as outlines_core: "
+                         "Rust, cargo and its crates' registry), which a locked stack must not depend on")
 
     @property
     def fix(self) -> str:
