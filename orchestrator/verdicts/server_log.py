@@ -118,7 +118,7 @@ NO_NVCC = FatalPattern(
 #: model file is read. Seen as the real server's death on a machine without a GPU (tests/fixtures/sglang/fatal). The
 #: exception's line, not the traceback's `raise RuntimeError("No accelerator …")` source line printed before it.
 #: 0.5.23 asks its platform layer last and words it `… MUSA, MPS) or platform plugin is available.`
-#: (sglang/srt/utils/common.py:1125), raised while handling the platform's own error.
+#: (sglang/srt/utils/common.py:1124, the raise), raised while handling the platform's own error.
 NO_GPU = FatalPattern(
     "no-gpu", re.compile(r"RuntimeError: No accelerator \(CUDA, XPU, HPU, NPU(, MUSA, MPS)?\)"
                          r"( or platform plugin)? is available"),
