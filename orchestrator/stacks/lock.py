@@ -74,22 +74,50 @@ def parse_lock(text: str, where: str) -> Lock:
     return Lock(tuple(entries))
 
 
+class SourceOnly(ValueError):
+    """The resolution picked a source distribution: the index serves no wheel of it for the container's Python, so
+    every stack build would compile it in the container (sglang 0.5.23 on Python 3.13: outlines==0.1.11 pins
+    outlines_core==0.1.26, whose Rust extension has wheels up to cp312 only)."""
+
+    def __init__(self, sdists: Sequence[tuple[str, str, str]], tag: str) -> None:
+        self.sdists = tuple(sdists)  # (name, version, file name)
+        self.tag = tag
+        names = ", ".join(f"{n} {v} ({f})" for n, v, f in self.sdists)
+        super().__init__(f"the index serves no {tag} wheel of {names}: pip would build "
+                         f"{'it' if len(self.sdists) == 1 else 'them'} from source in the container at every stack "
+                         "build, with whatever toolchain its build needs (a Rust extension such as outlines_core: "
+                         "Rust, cargo and its crates' registry), which a locked stack must not depend on")
+
+    @property
+    def fix(self) -> str:
+        first = self.sdists[0]
+        return (f"build the wheel once for {self.tag} (`pip wheel --no-deps {first[0]}=={first[1]}` with its "
+                "toolchain) into the container's index (container.pip_index_url), or run this release on a Python "
+                "the index has wheels for (another container template: Debian 12's python3 is 3.11)")
+
+
 def lock_from_report(report_json: str) -> Lock:
     """pip's `install --dry-run --report` (format 1): each distribution it would install, with the sha256 the
-    index gave for the file it picked."""
+    index gave for the file it picked. A stack locks wheels only: a source distribution in the resolution is
+    refused (SourceOnly), naming it, before any multi-GB build would fail at compiling it."""
     try:
         report = json.loads(report_json)
     except json.JSONDecodeError as exc:
         raise ValueError(f"pip printed no installation report: {report_json.strip()[-300:]}") from exc
-    entries = []
+    entries, sdists = [], []
     for item in report.get("install") or []:
         meta = item.get("metadata") or {}
         info = (item.get("download_info") or {}).get("archive_info") or {}
         digest = (info.get("hashes") or {}).get("sha256") or str(info.get("hash") or "").removeprefix("sha256=")
+        url = str((item.get("download_info") or {}).get("url", "?"))
         if not re.fullmatch(r"[0-9a-f]{64}", digest or ""):
-            url = (item.get("download_info") or {}).get("url", "?")
             raise ValueError(f"the index gave no sha256 for {meta.get('name')} {meta.get('version')} ({url})")
         entries.append(LockEntry(str(meta["name"]), str(meta["version"]), digest))
+        if not (file := url.split("#", 1)[0].rsplit("/", 1)[-1]).endswith(".whl"):
+            sdists.append((str(meta["name"]), str(meta["version"]), file))
+    if sdists:
+        target = target_from_environment(report.get("environment") or {})
+        raise SourceOnly(sdists, target.tag if target is not None else "this Python's")
     if not entries:
         raise ValueError("pip's report lists nothing to install")
     return Lock(tuple(entries))

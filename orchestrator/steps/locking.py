@@ -14,7 +14,7 @@ from orchestrator.errors import CheckFailed, RemoteError
 from orchestrator.facts import CT
 from orchestrator.facts.reads import RESOLVED
 from orchestrator.runlog import StepRecord
-from orchestrator.stacks.lock import constraints_text, render_lock
+from orchestrator.stacks.lock import SourceOnly, constraints_text, render_lock
 from orchestrator.stacks.stack import Stack, pip_cache_env
 from orchestrator.steps.session import ensure_facts
 from orchestrator.steps.software import profile_stack
@@ -50,6 +50,9 @@ def stack_lock(ctx: StepContext, record: StepRecord) -> None:
         if res.value is None:
             raise ValueError(res.said(500))
         lock, target = res.value
+    except SourceOnly as exc:
+        raise CheckFailed(f"resolving {stack.requirement} in CT {ctx.vmid}: {exc}", fix=exc.fix,
+                          host=ctx.host.name) from exc
     except ValueError as exc:
         raise RemoteError(f"resolving {stack.requirement} in CT {ctx.vmid} failed: {exc}",
                           fix="check the container's index (container.pip_index_url) and that the pin exists there",

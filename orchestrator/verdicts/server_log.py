@@ -140,8 +140,11 @@ def _cuda_of(version: str) -> str:
 #: container, the GPUs not passed through, a driver too old for the stack's CUDA) it raises this before any
 #: model file is read. Seen as the real server's death on a machine without a GPU (tests/fixtures/sglang/fatal). The
 #: exception's line, not the traceback's `raise RuntimeError("No accelerator …")` source line printed before it.
+#: 0.5.23 asks its platform layer last and words it `… MUSA, MPS) or platform plugin is available.`
+#: (sglang/srt/utils/common.py:1124, the raise), raised while handling the platform's own error.
 NO_GPU = FatalPattern(
-    "no-gpu", re.compile(r"RuntimeError: No accelerator \(CUDA, XPU, HPU, NPU(, MUSA, MPS)?\) is available"),
+    "no-gpu", re.compile(r"RuntimeError: No accelerator \(CUDA, XPU, HPU, NPU(, MUSA, MPS)?\)"
+                         r"( or platform plugin)? is available"),
     "the stack's torch sees no CUDA GPU in the container, so sglang found no device to run on (it raises this "
     "before reading the model)",
     "run `deploy doctor HOST`: `nvidia-smi` in the container must list the GPUs (the devN passthrough and the "

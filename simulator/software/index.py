@@ -32,6 +32,9 @@ PUBLISHED_DIR = "index-published"
 #: Where a host's index serves the real stacks' wheelhouse (realhouse.py, $DEPLOY_SIM_REAL_WHEELHOUSE), when set:
 #: `http://BRIDGE:3141/real/simple`, the index URL of a profile that installs the real sglang.
 REAL_PREFIX = "/real"
+#: What the real index lists: wheels, and the source archives of a closure that has no wheel of a pin for its Python
+#: (sglang 0.5.23 on 3.13: outlines_core 0.1.26), so the container's pip resolves as against a public index.
+REAL_SUFFIXES = (".whl", ".tar.gz")
 
 
 def normalize(name: str) -> str:
@@ -137,7 +140,8 @@ class _Handler(BaseHTTPRequestHandler):
             # The real stacks' wheels, an index of their own: a real sglang beside a stand-in of the same
             # version on one index would make pip's choice a matter of wheel tags.
             real = self.server.real
-            wheels = sorted(real.glob("*.whl")) if real is not None and real.is_dir() else []
+            wheels = sorted(f for f in real.iterdir() if f.name.endswith(REAL_SUFFIXES)) \
+                if real is not None and real.is_dir() else []
             path, base = path[len(REAL_PREFIX):] or "/", REAL_PREFIX
         if path in ("/simple", "/simple/"):
             names = sorted({project_of(w.name) for w in wheels})
@@ -167,7 +171,7 @@ class _Handler(BaseHTTPRequestHandler):
         if meta is not None:
             self._send(200, meta, "application/octet-stream")
             return
-        m = re.fullmatch(r"/files/([^/]+\.whl)", path)
+        m = re.fullmatch(r"/files/([^/]+(?:\.whl|\.tar\.gz))", path)
         found = next((w for w in wheels if m and w.name == m.group(1)), None)
         if found is not None and found.is_file():
             self._send_file(found)

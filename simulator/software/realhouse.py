@@ -7,6 +7,12 @@ a fill resolves first (`pip install --dry-run --report`: the exact files and the
 files not already present with that sha256, in small batches with `--require-hashes`, so a cut download resumes
 where it stopped. The simulated host serves the directory to its container under `/real/simple`
 (index.py, `DEPLOY_SIM_REAL_WHEELHOUSE`).
+
+A closure may have no wheel of a pin for the Python it is resolved for (sglang 0.5.23 on 3.13: outlines==0.1.11 pins
+outlines_core==0.1.26, which has wheels up to cp312 only): the fill then resolves again with source archives where
+there is no wheel, as pip does against a public index, and serves each archive with the wheels of its build
+requirements (pip builds an archive's metadata in an isolated environment from the same index), so the container's
+own resolution meets what a real host's would, and `deploy lock` refuses it (orchestrator/stacks/lock.py).
 """
 
 from __future__ import annotations
@@ -99,14 +105,16 @@ def parse_report(report: dict[str, Any]) -> list[Pinned]:
     return sorted(out, key=lambda p: p.name.lower())
 
 
-def resolve(python: str, release: str, constraints: Sequence[str]) -> list[Pinned]:
-    """The closure of sglang==release for `python`, as this machine's pip configuration resolves it."""
+def resolve(python: str, release: str, constraints: Sequence[str], wheels_only: bool = True) -> list[Pinned]:
+    """The closure of sglang==release for `python`, as this machine's pip configuration resolves it: wheels only,
+    else (`wheels_only=False`) wheels where there are any and a source archive where there is none."""
     with tempfile.TemporaryDirectory(prefix="realhouse-") as tmp:
         cons = Path(tmp) / "constraints.txt"
         cons.write_text("".join(f"{c}\n" for c in constraints))
         report = Path(tmp) / "report.json"
         cmd = [interpreter(python), "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-               "--disable-pip-version-check", "--only-binary=:all:", "--report", str(report), "-c", str(cons),
+               "--disable-pip-version-check", "--only-binary=:all:" if wheels_only else "--prefer-binary",
+               "--report", str(report), "-c", str(cons),
                f"sglang=={release}"]
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
         if res.returncode != 0:
@@ -128,12 +136,17 @@ def missing(files: Sequence[Pinned], wheels: Path) -> list[Pinned]:
     return [p for p in files if not ((wheels / p.filename).is_file() and sha256_file(wheels / p.filename) == p.sha256)]
 
 
+def is_source(p: Pinned) -> bool:
+    """A source archive, not a wheel: the index has no wheel of it for the Python resolved for."""
+    return not p.filename.endswith(".whl")
+
+
 def batches(files: Sequence[Pinned]) -> list[list[Pinned]]:
-    """Pure: the download batches, the big distributions alone, the rest BATCH at a time."""
+    """Pure: the download batches, the big distributions and the source archives alone, the rest BATCH at a time."""
     out: list[list[Pinned]] = []
     small: list[Pinned] = []
     for p in files:
-        if p.name.lower().replace("_", "-").startswith(BIG_PREFIXES):
+        if p.name.lower().replace("_", "-").startswith(BIG_PREFIXES) or is_source(p):
             out.append([p])
         else:
             small.append(p)
@@ -148,8 +161,9 @@ def _download(python: str, batch: Sequence[Pinned], wheels: Path) -> None:
         req = Path(tmp) / "batch.txt"
         req.write_text("".join(p.line + "\n" for p in batch))
         dest = Path(tmp) / "files"
+        binary = [] if any(is_source(p) for p in batch) else ["--only-binary=:all:"]
         cmd = [interpreter(python), "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
-               "--only-binary=:all:", "--require-hashes", "-r", str(req), "-d", str(dest)]
+               *binary, "--require-hashes", "-r", str(req), "-d", str(dest)]
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
         if res.returncode != 0:
             raise RuntimeError(f"pip download of {', '.join(p.filename for p in batch)} failed (exit "
@@ -159,6 +173,51 @@ def _download(python: str, batch: Sequence[Pinned], wheels: Path) -> None:
             if not got.is_file():
                 raise RuntimeError(f"pip download gave no {p.filename} (got {sorted(x.name for x in dest.iterdir())})")
             os.replace(got, wheels / p.filename)
+
+
+#: pip's refusal when a pin has no file it may use (`--only-binary=:all:`: no wheel for this Python).
+NO_MATCH = "No matching distribution found for "
+
+
+def no_match(stderr: str) -> str:
+    """Pure: pip's `No matching distribution found for X` line, the pin that has no wheel."""
+    return next((ln.strip().removeprefix("ERROR: ") for ln in stderr.splitlines() if NO_MATCH in ln), "?")
+
+
+def build_requires(sdist: Path) -> list[str]:
+    """The `[build-system] requires` of a source archive's pyproject.toml (setuptools' default without one)."""
+    import tarfile
+    import tomllib
+
+    with tarfile.open(sdist) as tar:
+        member = next((m for m in tar.getmembers() if m.name.count("/") == 1 and m.name.endswith("/pyproject.toml")),
+                      None)
+        fh = tar.extractfile(member) if member is not None else None
+        doc = tomllib.loads(fh.read().decode()) if fh is not None else {}
+    return list(doc.get("build-system", {}).get("requires", ["setuptools>=40.8.0", "wheel"]))
+
+
+def build_requirements_into(python: str, sdist: Path, wheels: Path) -> list[str]:
+    """The wheels pip's isolated build of `sdist` installs (its build requirements and theirs), downloaded into
+    `wheels`: the container's pip reads a source archive's metadata by building it, from the same index. Their names
+    are kept in `<sdist>.build-requires`; a warm fill that finds them all downloads nothing."""
+    record = sdist.with_name(sdist.name + ".build-requires")
+    kept = record.read_text().split() if record.is_file() else []
+    if kept and all((wheels / n).is_file() for n in kept):
+        return kept
+    reqs = build_requires(sdist)
+    with tempfile.TemporaryDirectory(prefix=".dl-", dir=wheels.parent) as tmp:
+        cmd = [interpreter(python), "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+               "--only-binary=:all:", "-d", tmp, *reqs]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        if res.returncode != 0:
+            raise RuntimeError(f"pip download of {sdist.name}'s build requirements {reqs} failed (exit "
+                               f"{res.returncode}):\n{res.stderr[-3000:]}")
+        got = sorted(Path(tmp).iterdir())
+        for f in got:
+            os.replace(f, wheels / f.name)
+    record.write_text("".join(f"{f.name}\n" for f in got))
+    return [f.name for f in got]
 
 
 def read_manifest(path: Path, want: dict[str, object]) -> list[Pinned] | None:
@@ -184,7 +243,14 @@ def fill(root: Path, release: str, python: str, say: Callable[[str], None] = pri
                                "constraints": list(RELEASES.get(release, ()))}
     files = None if refresh else read_manifest(manifest, want)
     if files is None:
-        files = resolve(python, release, RELEASES.get(release, ()))
+        try:
+            files = resolve(python, release, RELEASES.get(release, ()))
+        except RuntimeError as exc:
+            if NO_MATCH not in str(exc):
+                raise
+            say(f"sglang {release}, Python {python}: no closure of wheels only ({no_match(str(exc))}); resolving "
+                "again with source archives where there is no wheel")
+            files = resolve(python, release, RELEASES.get(release, ()), wheels_only=False)
     todo = missing(files, wheels)
     say(f"sglang {release}, Python {python}: {len(files)} files resolved, {len(todo)} to fetch")
     fetched_bytes = 0
@@ -194,6 +260,9 @@ def fill(root: Path, release: str, python: str, say: Callable[[str], None] = pri
         fetched_bytes += got
         say(f"  [{i}] {', '.join(p.filename for p in batch)[:150]}: {got:,} bytes ({fetched_bytes:,} so far)")
         sys.stdout.flush()
+    for p in (p for p in files if is_source(p)):
+        say(f"  {p.filename}: no {python} wheel; its build requirements served beside it: "
+            + ", ".join(build_requirements_into(python, wheels / p.filename, wheels)))
     manifest.write_text(json.dumps({**want, "files": [asdict(p) for p in files]}, indent=1) + "\n")
     return Fill(release, python, tuple(files), len(todo), fetched_bytes, time.monotonic() - t0)
 

@@ -4,6 +4,8 @@ release back on its own stack."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from tests.e2e.conftest import DeployEnv
 
 OLD_VENV = "/root/ml-env"
@@ -25,7 +27,7 @@ def stacks_listing(env: DeployEnv) -> str:
     return env.ct("ls -l --time-style=+%s /opt/deploy/stacks; cat /opt/deploy/stacks/*.json").stdout
 
 
-def upgrade(env: DeployEnv) -> dict[str, dict]:
+def upgrade(env: DeployEnv) -> dict[str, Any]:
     """The profile moved to 0.5.23 with the renamed flags, and `up`: a new stack built beside the old venv."""
     env.set_profile(sglang_version="0.5.23", flags=RENAMED)
     res = env.run("--json", "up", "host", env.host, "--skip-bench")

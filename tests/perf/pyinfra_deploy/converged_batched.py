@@ -165,7 +165,7 @@ def container() -> None:
     expect("missing" not in weights and "record\tnone" not in weights, "weights incomplete")
     pkgs = out("ct:missing_pkgs").splitlines()
     expect(len(pkgs) == len(D.ct_packages) and all(p.endswith("\tinstalled") for p in pkgs), "a package is missing")
-    sums = dict(reversed(ln.split(" ", 1)) for ln in out("ct:unit_sha").splitlines() if " " in ln)
+    sums = {path: sha for sha, path in (ln.split(" ", 1) for ln in out("ct:unit_sha").splitlines() if " " in ln)}
     expect(sums.get(D.unit_path) == body_sha(rendered(f"{D.files_dir}/sglang.service")), "sglang.service differs")
     expect(sums.get(D.env_path) == body_sha(rendered(f"{D.files_dir}/sglang.env")), "sglang.env differs")
     current = out("ct:current_release").strip().rsplit("/", 1)[-1]

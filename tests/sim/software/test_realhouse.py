@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import re
+import tarfile
 import threading
 from pathlib import Path
 
+import pytest
 import requests
 
 from simulator.software import realhouse
@@ -94,6 +97,64 @@ def test_a_warm_fill_reads_its_closure_and_resolves_nothing(tmp_path: Path) -> N
     assert realhouse.read_manifest(path, want) == [pinned]
     assert realhouse.read_manifest(path, {**want, "constraints": []}) is None  # other constraints: resolve again
     assert realhouse.read_manifest(tmp_path / "none.json", want) is None
+
+
+#: pip's refusal of `sglang==0.5.23` for Python 3.13 with `--only-binary=:all:` (this machine, 2026-12-07): outlines
+#: 0.1.11 pins outlines_core==0.1.26, of which the index has no cp313 wheel.
+NO_CP313 = ("ERROR: Could not find a version that satisfies the requirement outlines_core==0.1.26 (from outlines) "
+            "(from versions: 0.1.17, 0.2.9, 0.2.10, 0.2.11, 0.2.13, 0.2.14)\n"
+            "ERROR: No matching distribution found for outlines_core==0.1.26\n")
+
+
+def test_a_pin_without_a_wheel_for_the_python_is_named_and_its_archive_downloads_alone() -> None:
+    assert realhouse.no_match(NO_CP313) == "No matching distribution found for outlines_core==0.1.26"
+    sdist = realhouse.Pinned("outlines_core", "0.1.26", "outlines_core-0.1.26.tar.gz", "d" * 64, "")
+    small = [realhouse.Pinned(f"s{i}", "1", f"s{i}-1-py3-none-any.whl", "", "") for i in range(3)]
+    assert realhouse.is_source(sdist) and not realhouse.is_source(small[0])
+    assert realhouse.batches([*small, sdist]) == [[sdist], small]
+
+
+def test_a_source_archives_build_requirements_are_read_from_its_pyproject(tmp_path: Path) -> None:
+    sdist = tmp_path / "outlines_core-0.1.26.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tar:
+        for name, text in (("outlines_core-0.1.26/pyproject.toml",  # outlines_core 0.1.26's own build-system table
+                            '[build-system]\nrequires = ["setuptools>=45", "setuptools_scm[toml]>=6.2", '
+                            '"setuptools-rust"]\nbuild-backend = "setuptools.build_meta"\n'),
+                           ("outlines_core-0.1.26/benchmarks/pyproject.toml", "[build-system]\nrequires = []\n")):
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    assert realhouse.build_requires(sdist) == ["setuptools>=45", "setuptools_scm[toml]>=6.2", "setuptools-rust"]
+
+
+def test_the_real_index_serves_a_source_archive_beside_the_wheels(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    body = b"sdist" * 1000
+    (real / "outlines_core-0.1.26.tar.gz").write_bytes(body)
+    server = IndexHTTPServer(("127.0.0.1", 0), tmp_path, None, real)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        page = requests.get(f"{base}{REAL_PREFIX}/simple/outlines-core/", timeout=10)
+        links = re.findall(r'href="([^"]+)"', page.text)
+        assert links == [f"{REAL_PREFIX}/files/outlines_core-0.1.26.tar.gz#sha256={hashlib.sha256(body).hexdigest()}"]
+        assert requests.get(base + links[0].split("#")[0], timeout=10).content == body
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_warm_fill_downloads_no_build_requirements_it_kept(tmp_path: Path) -> None:
+    sdist = tmp_path / "outlines_core-0.1.26.tar.gz"
+    sdist.write_bytes(b"")  # never opened: the record answers
+    (tmp_path / "setuptools-84.2.1-py3-none-any.whl").write_bytes(b"w")
+    (tmp_path / "outlines_core-0.1.26.tar.gz.build-requires").write_text("setuptools-84.2.1-py3-none-any.whl\n")
+    assert realhouse.build_requirements_into("3.13", sdist, tmp_path) == ["setuptools-84.2.1-py3-none-any.whl"]
+    (tmp_path / "setuptools-84.2.1-py3-none-any.whl").unlink()  # one gone: downloaded again (here: no pyproject)
+    with pytest.raises(tarfile.ReadError):
+        realhouse.build_requirements_into("3.13", sdist, tmp_path)
 
 
 def _wheel(path: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> Path:

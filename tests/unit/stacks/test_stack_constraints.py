@@ -111,11 +111,14 @@ def test_the_example_profile_carries_what_its_release_needs_to_import_today() ->
     assert constraint_violations(["kernels<0.15"], {"torch": "2.11.0"}) == []
 
 
+WHEEL = "http://10.0.0.2/files/sglang-0.5.12.post1-cp311-cp311-manylinux_2_34_x86_64.whl"
+
+
 def test_the_lock_records_its_constraints_and_a_lock_of_other_constraints_is_refused(tmp_path: Path) -> None:
     report = json.dumps({"version": "1", "environment": {"implementation_name": "cpython", "python_version": "3.11",
                                                          "sys_platform": "linux", "platform_machine": "x86_64"},
                          "install": [{"metadata": {"name": "sglang", "version": "0.5.12.post1"},
-                                      "download_info": {"url": "u", "archive_info": {"hash": f"sha256={A}"}}}]})
+                                      "download_info": {"url": WHEEL, "archive_info": {"hash": f"sha256={A}"}}}]})
     text = render_lock(lock_from_report(report), profile="glm5-nvfp4", requirement="sglang==0.5.12.post1", index="",
                        host="sim-1", at="2026-12-07T00:00:00+00:00", constraints=("kernels<0.15",),
                        target=LockTarget("cpython", "3.11", "linux", "x86_64"))

@@ -15,6 +15,7 @@ from orchestrator.inventory.loader import load_inventory
 from orchestrator.stacks.lock import (
     Lock,
     LockEntry,
+    SourceOnly,
     hash_mismatches,
     installed_dists,
     lock_drift,
@@ -23,7 +24,7 @@ from orchestrator.stacks.lock import (
     render_lock,
 )
 from orchestrator.stacks.stack import Stack, build_command
-from tests.shared import EXAMPLE_INVENTORY
+from tests.shared import EXAMPLE_INVENTORY, fixture
 
 A, B, C = "a" * 64, "b" * 64, "c" * 64
 
@@ -53,6 +54,20 @@ def test_a_report_without_a_hash_or_a_broken_line_is_refused() -> None:
     with pytest.raises(ConfigError) as err:
         parse_lock("# header\nsglang==0.5.23\n", "locks/p.txt")
     assert err.value.what == "locks/p.txt:2: 'sglang==0.5.23' is not `name==version --hash=sha256:HEX`"
+
+
+def test_a_source_distribution_in_the_resolution_is_refused_naming_it_and_the_python() -> None:
+    """pip's real report of sglang==0.5.23 for Python 3.13 (tests/fixtures/pip): outlines==0.1.11 pins
+    outlines_core==0.1.26, which the index serves for cp313 as a source archive only (a Rust build)."""
+    with pytest.raises(SourceOnly) as err:
+        lock_from_report(fixture("pip/report-sglang-0.5.23-cp313.json"))
+    assert err.value.sdists == (("outlines_core", "0.1.26", "outlines_core-0.1.26.tar.gz"),)
+    assert str(err.value).startswith("the index serves no cp313 wheel of outlines_core 0.1.26 "
+                                     "(outlines_core-0.1.26.tar.gz): pip would build it from source")
+    assert "pip wheel --no-deps outlines_core==0.1.26" in err.value.fix and "3.11" in err.value.fix
+    wheels_only = json.loads(fixture("pip/report-sglang-0.5.23-cp313.json"))
+    wheels_only["install"] = [i for i in wheels_only["install"] if i["download_info"]["url"].endswith(".whl")]
+    assert lock_from_report(json.dumps(wheels_only)).version_of("outlines") == "0.1.11"
 
 
 def test_a_lock_is_part_of_the_identity_and_installs_with_require_hashes() -> None:

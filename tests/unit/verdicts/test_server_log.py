@@ -70,6 +70,14 @@ def test_the_real_servers_death_without_a_gpu_quotes_the_exception_not_the_sourc
     assert hit.line == "RuntimeError: No accelerator (CUDA, XPU, HPU, NPU, MUSA, MPS) is available."
 
 
+def test_the_real_0_5_23_servers_death_without_a_gpu_is_no_gpu() -> None:
+    """sglang 0.5.23 words it `… MUSA, MPS) or platform plugin is available.` (common.py:1124), from its serving hook:
+    before, no verdict matched it and the roll waited out the whole start timeout."""
+    hit = find_fatal(lines_of(FATAL / "no-gpu.traceback-0.5.23.log"))
+    assert hit is not None and hit.code == "no-gpu"
+    assert hit.line == "RuntimeError: No accelerator (CUDA, XPU, HPU, NPU, MUSA, MPS) or platform plugin is available."
+
+
 @pytest.mark.parametrize("path", sorted(FATAL.glob("*.*.log")), ids=lambda p: p.name)
 def test_a_fatal_sequence_classifies_to_its_code(path: Path) -> None:
     hit = find_fatal(lines_of(path))
