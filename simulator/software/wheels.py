@@ -208,7 +208,7 @@ def pinned_standins(release: str) -> list[tuple[str, str]]:
         m = re.fullmatch(r"([A-Za-z0-9_.-]+)(?:\[[^]]*\])?==(\S+)", pin)
         if m:
             out.append((m.group(1).lower().replace("_", "-"), m.group(2)))
-    return out + [("kernels", KERNELS_VERSIONS[-1])]
+    return [*out, ("kernels", KERNELS_VERSIONS[-1])]
 
 
 def sglang_bytes(release: str) -> int | None:
@@ -265,7 +265,8 @@ def _kernel_package(package: str, version: str, what: str) -> dict[str, bytes]:
 
 def flashinfer_spec(version: str, regression: str | None = None) -> WheelSpec:
     """flashinfer-python at `version` (import name `flashinfer`): the autotune cache path keys on its version."""
-    files = {**_kernel_package("flashinfer", version, "FlashInfer"), **_sized("flashinfer-python", "flashinfer", version)}
+    files = {**_kernel_package("flashinfer", version, "FlashInfer"),
+             **_sized("flashinfer-python", "flashinfer", version)}
     extras = FLASHINFER_EXTRAS.get(public_version(version), FLASHINFER_EXTRAS[FLASHINFER_VERSIONS[-1]])
     return WheelSpec("flashinfer-python", version, _with_regression(files, "flashinfer", regression),
                      "FlashInfer stand-in of the deploy simulator", extras=extras)
@@ -282,7 +283,8 @@ def flashinfer_cubin_spec(version: str, regression: str | None = None) -> WheelS
 
 def sglang_kernel_spec(version: str, regression: str | None = None) -> WheelSpec:
     """sglang-kernel at `version` (import name `sgl_kernel`, as in the real wheel)."""
-    files = {**_kernel_package("sgl_kernel", version, "sglang-kernel"), **_sized("sglang-kernel", "sgl_kernel", version)}
+    files = {**_kernel_package("sgl_kernel", version, "sglang-kernel"),
+             **_sized("sglang-kernel", "sgl_kernel", version)}
     return WheelSpec("sglang-kernel", version, _with_regression(files, "sgl_kernel", regression),
                      "sglang-kernel stand-in of the deploy simulator")
 
