@@ -92,9 +92,11 @@ CLOSURES: dict[str, Closure] = {c.release: c for c in (
     Closure("0.5.12.post1", "3.11", 9_844_450_267,
             "`du -sb` of the real stack's venv a real roll built in a simulated Debian 12 container (python 3.11, "
             "192 distributions from a lock with `kernels<0.15`; docs/stacks.md, the real sglang stack's figures)"),
-    Closure("0.5.23", "3.11", 9_940_902_069,
-            "the sum of the RECORD sizes of the 207 wheels `python -m simulator.software.realhouse --release 0.5.23 "
-            "--python 3.11` resolved and fetched (4,345,210,781 bytes of wheels), before byte-compiling"),
+    Closure("0.5.23", "3.11", 10_738_793_890,
+            "`du -sb` of a venv on ext4 made by Debian 12's python3 3.11.2 (`python3 -m venv`, pip 23.0.1, as a "
+            "container's) with `pip install --no-index --no-deps` of the 207 real wheels `python -m "
+            "simulator.software.realhouse --release 0.5.23 --python 3.11` resolved (4,345,210,781 bytes of wheels, "
+            "9,940,902,069 bytes in their RECORDs; 2026-12-07)"),
 )}
 #: `du -sb` of a stand-in venv before its holes (pip, setuptools, the real aiohttp, requests, huggingface_hub, …
 #: and the stand-ins' own few KB): the part of the real venv the stand-in venv really holds.
