@@ -276,10 +276,10 @@ def index() -> None:
 @click.option("--root", default=None, help=ROOT_HELP)
 @common_options
 def index_publish(app: AppContext, name: str, version: str, regression: str | None, root: str | None) -> int:
-    """Publish a new build of a stand-in package (sglang, flashinfer-python, sgl-kernel, torch) while the hosts run,
-    e.g. `deploy sim index publish flashinfer-python 0.6.15+cu130 --regression nan`: every host's index of the root
-    serves it at once, so an unlocked `pip install sglang` picks it from then on (a local build `X+label` satisfies
-    sglang's exact pin `==X` and sorts above X) and a lock keeps the files it names."""
+    """Publish a new build of a stand-in package (sglang, torch, flashinfer-python, flashinfer-cubin, sglang-kernel,
+    kernels) while the hosts run, e.g. `deploy sim index publish flashinfer-python 0.7.2+cu130 --regression nan`:
+    every host's index of the root serves it at once, so an unlocked `pip install sglang` picks it from then on (a
+    local build `X+label` satisfies sglang's exact pin `==X` and sorts above X) and a lock keeps the files it names."""
     from simulator.software.index import PublishRefused, publish, published
 
     try:

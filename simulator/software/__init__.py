@@ -3,10 +3,11 @@
 Part 1 calls `provision_host(host_dir, cfg)` at `sim up`; `cfg` is part 1's HostConfig (simulator.config) or an
 equivalent dict. A new container gets nothing from here: like PVE's, it starts bare from the template.
 
-What a container installs (docs/simulator.md): `wheels` (sglang, flashinfer-python, sgl-kernel and torch stand-ins
-as real wheels), `wheelhouse` + `index` (`start_index`, a PEP 503 index per host; `publish`, a build published
-while hosts run, maybe a regressed one), `runfile` + `nvrun` (the .run's self-contained real-container install),
-`hub` (`start_hub`, the model hub stand-in for `hf download`).
+What a container installs (docs/simulator.md): `wheels` (sglang, torch, flashinfer-python, flashinfer-cubin and
+sglang-kernel stand-ins as real wheels under the real names and versions, each with its real installed size:
+`real_sizes`, `standin_size_hook`), `wheelhouse` + `index` (`start_index`, a PEP 503 index per host; `publish`, a
+build published while hosts run, maybe a regressed one), `runfile` + `nvrun` (the .run's self-contained
+real-container install), `hub` (`start_hub`, the model hub stand-in for `hf download`).
 """
 
 from __future__ import annotations

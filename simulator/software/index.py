@@ -244,10 +244,10 @@ def check_publish(name: str, version: str, regression: str | None = None) -> str
     if project not in SPECS:
         raise PublishRefused(f"no stand-in package {name!r} to publish",
                              f"publish one of {', '.join(SPECS)} (e.g. deploy sim index publish flashinfer-python "
-                             "0.6.15+cu130)")
+                             "0.7.2+cu130)")
     if not re.fullmatch(r"\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?(\+[a-z0-9]+(\.[a-z0-9]+)*)?", version):
         raise PublishRefused(f"{version!r} is not a version pip accepts (PEP 440)",
-                             "give a version such as 0.6.16 or a local build of a pinned one, 0.6.15+cu130")
+                             "give a version such as 0.7.3 or a local build of a pinned one, 0.7.2+cu130")
     if regression is not None and regression not in REGRESSIONS:
         raise PublishRefused(f"no regression {regression!r}", f"--regression takes {', '.join(REGRESSIONS)}")
     if project == "sglang" and public_version(version) not in SGLANG_PINS:

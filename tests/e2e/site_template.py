@@ -39,7 +39,11 @@ CLEAN = ("apt-get clean && rm -rf /var/lib/apt/lists/* /var/log/journal/* && : >
 #: docs/playbooks.md: the archive holds at most the rootfs (`du -x`; zstd only shrinks it); refuse to dump when the
 #: dump directory's filesystem (the host's root on a default install) cannot take it. The tests' 4 MB model stays
 #: in the archive (the recipe's `--exclude-path MODEL_PATH` would make every test's container download it again).
-SPACE_CHECK = ("need=$(pct exec 120 -- du -sxb / | cut -f1); free=$(df -B1 --output=avail /var/lib/vz/dump | "
+#: Allocated bytes (`du -sx -B1`), where the recipe counts apparent ones (`du -sxb`): on a real host the two agree; the
+#: simulator's stand-in venvs hold their real sizes as holes (docs/simulator.md, Real sizes), which vzdump's
+#: `tar --sparse` does not write, so apparent bytes (~10 GB a venv) would ask the dump directory for room no archive
+#: takes.
+SPACE_CHECK = ("need=$(pct exec 120 -- du -sx -B1 / | cut -f1); free=$(df -B1 --output=avail /var/lib/vz/dump | "
                "tail -n 1); echo \"archive at most $need bytes, $free free\"; [ \"$need\" -lt \"$free\" ]")
 INPUTS = ("orchestrator", "simulator/software", "simulator/sglang_standin",
           "simulator/gpu")

@@ -74,12 +74,12 @@ def test_a_build_published_between_the_hosts_changes_nothing_under_a_lock(fleet:
     assert env.run("lock", "glm5-nvfp4", "--host", a).rc == 0
     first = env.run("up", "host", a, "--skip-bench", timeout=900)
     assert first.rc == 0, first.text[-3000:]
-    pub = env.run("--json", "sim", "index", "publish", "torch", "2.9.2+deploysim", "--root", str(fleet.root))
-    assert pub.rc == 0 and pub.json["published"] == "torch-2.9.2+deploysim-py3-none-any.whl", pub.text
+    pub = env.run("--json", "sim", "index", "publish", "torch", "2.11.0+rebuild1", "--root", str(fleet.root))
+    assert pub.rc == 0 and pub.json["published"] == "torch-2.11.0+rebuild1-py3-none-any.whl", pub.text
     page = fleet.host_env(b).ct("curl -s http://$(ip -4 route show default | awk '{print $3}'):3141/simple/torch/")
     second = env.run("up", "host", b, "--skip-bench", timeout=900)
     assert second.rc == 0, second.text[-3000:]
     frozen = {name: freeze(fleet.host_env(name)) for name in fleet.names}
-    assert frozen[a] == frozen[b] and "torch==2.9.1+deploysim" in frozen[a], (frozen, page.stdout)
+    assert frozen[a] == frozen[b] and "torch==2.11.0" in frozen[a], (frozen, page.stdout)
     drift = env.run("--json", "status", "group", "prod").json
     assert [h["report"]["stack_drift"] for h in drift["hosts"]] == [[], []], drift

@@ -10,8 +10,8 @@ from tests.e2e.test_stack_roll import health
 from tests.e2e.test_stacks import OLD_VENV, RENAMED, current, server_python
 
 PROFILE = "glm5-nvfp4"
-#: A local build of the flashinfer 0.5.23 pins (==0.6.15): it satisfies the pin and sorts above 0.6.15 (PEP 440).
-BAD = "0.6.15+cu130"
+#: A local build of the flashinfer 0.5.23 pins (==0.7.2): it satisfies the pin and sorts above 0.7.2 (PEP 440).
+BAD = "0.7.2+cu130"
 
 
 def stack_freeze(env: DeployEnv, res_json: dict[str, object]) -> list[str]:
@@ -28,8 +28,9 @@ def test_a_regressed_flashinfer_fails_the_unlocked_roll_and_a_lock_keeps_the_goo
     locked = env.run("--json", "lock", PROFILE, "--host", env.host)  # before the publish
     assert locked.rc == 0, locked.text[-2000:]
     lock = env.inventory / "locks" / f"{PROFILE}.txt"
-    assert "flashinfer-python==0.6.15 --hash=sha256:" in lock.read_text(), lock.read_text()
-    assert "sgl-kernel==0.4.4 --hash=sha256:" in lock.read_text()
+    assert "flashinfer-python==0.7.2 --hash=sha256:" in lock.read_text(), lock.read_text()
+    assert "sglang-kernel==0.4.10 --hash=sha256:" in lock.read_text()
+    assert "torch==2.14.1 --hash=sha256:" in lock.read_text()
     aside = lock.rename(env.inventory / f"{PROFILE}.lock-aside")  # the unlocked change first
     pub = env.run("--json", "sim", "index", "publish", "flashinfer-python", BAD, "--regression", "nan",
                   "--root", str(env.root))
@@ -48,7 +49,7 @@ def test_a_regressed_flashinfer_fails_the_unlocked_roll_and_a_lock_keeps_the_goo
         good = env.run("--json", "roll", "host", env.host, "--profile", PROFILE, "--skip-bench", timeout=600)
         assert good.rc == 0, good.text[-3000:]
         freeze = stack_freeze(env, good.json)
-        assert "flashinfer-python==0.6.15" in freeze and "sgl-kernel==0.4.4" in freeze, freeze
+        assert "flashinfer-python==0.7.2" in freeze and "sglang-kernel==0.4.10" in freeze, freeze
         assert current(env) != old and health(env) == "200"
     finally:
         for wheel in (env.root / PUBLISHED_DIR).glob("*.whl"):
@@ -56,18 +57,18 @@ def test_a_regressed_flashinfer_fails_the_unlocked_roll_and_a_lock_keeps_the_goo
 
 
 def test_an_unsupported_arch_kernel_build_dies_at_start_and_the_previous_release_serves(converged: DeployEnv) -> None:
-    """The knob on another package: a sgl-kernel build whose server dies with the real line; no container fault."""
+    """The knob on another package: a sglang-kernel build whose server dies with the real line; no container fault."""
     env = converged
     old = current(env)
     env.set_profile(sglang_version="0.5.23", flags=RENAMED)
-    pub = env.run("sim", "index", "publish", "sgl-kernel", "0.4.4+cu130", "--regression", "unsupported-arch",
+    pub = env.run("sim", "index", "publish", "sglang-kernel", "0.4.10+cu130", "--regression", "unsupported-arch",
                   "--root", str(env.root))
     assert pub.rc == 0, pub.text
     try:
         res = env.run("--json", "roll", "host", env.host, "--profile", PROFILE, "--skip-bench", timeout=600)
         assert res.rc != 0, res.text[-3000:]
         assert "Unsupported architecture" in res.text and f"rolled back to {old}" in res.json["what"], res.json
-        assert "sgl-kernel==0.4.4+cu130" in stack_freeze(env, res.json)
+        assert "sglang-kernel==0.4.10+cu130" in stack_freeze(env, res.json)
         assert current(env) == old and server_python(env) == f"{OLD_VENV}/bin/python" and health(env) == "200"
     finally:
         for wheel in (env.root / PUBLISHED_DIR).glob("*.whl"):

@@ -7,12 +7,13 @@ installed file's hash are identical on all three.
 Starts three simulated hosts (sim-N.., N from DEPLOY_SIM_FIRST, default 40) on their own root, converged from the
 site template (their first stack adopted). Then:
   1. no lock: the profile moved to sglang 0.5.23; `up` sim-N (a new stack built by pip), then
-     `deploy sim index publish torch 2.9.2+deploysim` and `… flashinfer-python 0.6.15+cu130` (a local build that
-     satisfies 0.5.23's exact pin ==0.6.15 and sorts above it), then `up` on the two others: their freezes differ.
-  2. `deploy lock` (resolves today's index: torch 2.9.2, flashinfer 0.6.15+cu130); `status`/`plan` show each
+     `deploy sim index publish torch 2.14.1+rebuild1` and `… flashinfer-python 0.7.2+cu130` (local builds that
+     satisfy 0.5.23's exact pins ==2.14.1 and ==0.7.2 and sort above them), then `up` on the two others: their
+     freezes differ.
+  2. `deploy lock` (resolves today's index: torch 2.14.1+rebuild1, flashinfer 0.7.2+cu130); `status`/`plan` show each
      host's drift by name.
-  3. with the lock: `up` the first host, publish torch 2.9.3+deploysim and a regressed flashinfer-python
-     0.6.15+cu131 (`--regression nan`: an unlocked host would resolve it and fail the correctness gate), `up` the
+  3. with the lock: `up` the first host, publish torch 2.14.1+rebuild2 and a regressed flashinfer-python
+     0.7.2+cu131 (`--regression nan`: an unlocked host would resolve it and fail the correctness gate), `up` the
      two others: all three identical.
 "Identical" is `pip freeze --all` of the release's stack venv plus a sha256 over every dist-info RECORD line
 (every installed file with its hash) except console scripts, whose shebang names the venv's path. Run as root.
@@ -88,8 +89,8 @@ def main() -> int:
             a, b, c = (i.name for i in infos)
             # 1. no lock, the index moving between the hosts
             run(env, "up", "host", a, "--skip-bench")
-            run(env, "sim", "index", "publish", "torch", "2.9.2+deploysim", "--root", str(root))
-            run(env, "sim", "index", "publish", "flashinfer-python", "0.6.15+cu130", "--root", str(root))
+            run(env, "sim", "index", "publish", "torch", "2.14.1+rebuild1", "--root", str(root))
+            run(env, "sim", "index", "publish", "flashinfer-python", "0.7.2+cu130", "--root", str(root))
             run(env, "up", "host", b, "--skip-bench")
             run(env, "up", "host", c, "--skip-bench")
             show("without a lock: the first host before the publish, the others after", hosts)
@@ -104,13 +105,13 @@ def main() -> int:
             print("\n".join(ln for ln in plan.text.splitlines() if "drift" in ln or "sglang_install" in ln))
             # 3. with the lock: another build published between the hosts
             run(env, "up", "host", a, "--skip-bench")
-            run(env, "sim", "index", "publish", "torch", "2.9.3+deploysim", "--root", str(root))
-            run(env, "sim", "index", "publish", "flashinfer-python", "0.6.15+cu131", "--regression", "nan",
+            run(env, "sim", "index", "publish", "torch", "2.14.1+rebuild2", "--root", str(root))
+            run(env, "sim", "index", "publish", "flashinfer-python", "0.7.2+cu131", "--regression", "nan",
                 "--root", str(root))
             run(env, "up", "host", b, "--skip-bench")
             run(env, "up", "host", c, "--skip-bench")
-            ok = show("with the lock: torch 2.9.3 and a NaN flashinfer 0.6.15+cu131 published between the first "
-                      "host and the others", hosts)
+            ok = show("with the lock: torch 2.14.1+rebuild2 and a NaN flashinfer 0.7.2+cu131 published between the "
+                      "first host and the others", hosts)
             drift = [h["report"].get("stack_drift") for h in env.run("--json", "status", "group", "prod").json["hosts"]]
             print(f"stack_drift after: {drift}")
             return 0 if ok else 1

@@ -21,12 +21,12 @@ def test_a_published_build_is_served_by_every_host_index_of_the_root(tmp_path: P
     b = start_index(tmp_path / "hosts" / "sim-b", "127.0.0.1", 0)
     try:
         before = get(f"{a.url}/torch/")[1].decode()
-        assert "torch-2.9.1+deploysim" in before and "2.9.2" not in before
-        wheel = publish(tmp_path, "torch", "2.9.2+deploysim")
-        assert wheel.name == "torch-2.9.2+deploysim-py3-none-any.whl"
+        assert "torch-2.14.1-py3-none-any.whl" in before and "+rebuild1" not in before
+        wheel = publish(tmp_path, "torch", "2.14.1+rebuild1")  # a local build: satisfies 0.5.23's torch==2.14.1
+        assert wheel.name == "torch-2.14.1+rebuild1-py3-none-any.whl"
         for idx in (a, b):
             page = get(f"{idx.url}/torch/")[1].decode()
-            assert "torch-2.9.1+deploysim" in page and f"{wheel.name}#sha256=" in page
+            assert "torch-2.14.1-py3-none-any.whl" in page and f"{wheel.name}#sha256=" in page
             base = idx.url.removesuffix("/simple")
             status, body = get(f"{base}/files/{wheel.name}")
             assert status == 200 and body == wheel.read_bytes()
@@ -34,9 +34,9 @@ def test_a_published_build_is_served_by_every_host_index_of_the_root(tmp_path: P
         with pytest.raises(ValueError, match="no stand-in package 'flashinfer'"):
             publish(tmp_path, "flashinfer", "0.6.9")
         # a kernel library's local build: served beside the wheelhouse's builds of it
-        fi = publish(tmp_path, "flashinfer-python", "0.6.15+cu130", "slow")
+        fi = publish(tmp_path, "flashinfer-python", "0.7.2+cu130", "slow")
         page = get(f"{a.url}/flashinfer-python/")[1].decode()
-        assert "flashinfer_python-0.6.15-py3-none-any.whl" in page and f"{fi.name}#sha256=" in page
+        assert "flashinfer_python-0.7.2-py3-none-any.whl" in page and f"{fi.name}#sha256=" in page
         assert [r for _, _, r in published(tmp_path)] == ["slow", None]
     finally:
         a.stop()

@@ -13,19 +13,19 @@ import pytest
 import requests
 
 from simulator.software.index import PublishRefused, check_publish, publish, regression_of
-from simulator.software.wheels import flashinfer_spec, sgl_kernel_spec, sglang_spec, torch_spec
+from simulator.software.wheels import flashinfer_spec, sglang_kernel_spec, sglang_spec, torch_spec
 from tests.standin_model import perf_module
 
 from .conftest import Server, free_port
 from .standins import clean_env
 
-BAD = "0.6.15+cu130"
+BAD = "0.7.2+cu130"
 
 
 def venv_tree(tmp_path: Path, regression: str | None, tag: str) -> Path:
     """site-packages of a 0.5.23 stack whose flashinfer is BAD built with `regression` (None: a good build)."""
     tree = tmp_path / tag
-    for spec in (sglang_spec("0.5.23"), flashinfer_spec(BAD, regression), sgl_kernel_spec("0.4.4"), torch_spec()):
+    for spec in (sglang_spec("0.5.23"), flashinfer_spec(BAD, regression), sglang_kernel_spec("0.4.10"), torch_spec()):
         for name, data in spec.files.items():
             (tree / name).parent.mkdir(parents=True, exist_ok=True)
             (tree / name).write_bytes(data)
@@ -64,9 +64,9 @@ def generate(server: Server) -> requests.Response:
 def test_the_knob_is_read_from_the_venvs_own_build(tmp_path: Path) -> None:
     code = ("from sglang._sim import regression as r, autotune; k = r.installed(); "
             "print(k, r.faults(k), round(r.step_factor(k), 3), autotune.flashinfer_version())")
-    assert in_tree(venv_tree(tmp_path, None, "good"), code) == "{} {} 1.0 0.6.15+cu130"
+    assert in_tree(venv_tree(tmp_path, None, "good"), code) == "{} {} 1.0 0.7.2+cu130"
     assert in_tree(venv_tree(tmp_path, "nan", "nan"), code) == \
-        "{'flashinfer': 'nan'} {'output': 'nan'} 1.0 0.6.15+cu130"
+        "{'flashinfer': 'nan'} {'output': 'nan'} 1.0 0.7.2+cu130"
     assert in_tree(venv_tree(tmp_path, "slow", "slow"), code).startswith("{'flashinfer': 'slow'} {} 1.429 ")
     assert in_tree(venv_tree(tmp_path, "unsupported-arch", "arch"), code).startswith(
         "{'flashinfer': 'unsupported-arch'} {'fatal': 'unsupported-arch'} 1.0 ")
@@ -119,15 +119,15 @@ def test_a_published_regressed_build_carries_its_knob_and_keeps_its_file_name(tm
     assert publish(tmp_path, "flashinfer_python", BAD, "nan") == wheel  # the same file again: a no-op
     with pytest.raises(PublishRefused, match="already published as another build"):
         publish(tmp_path, "flashinfer-python", BAD, "slow")
-    good = publish(tmp_path, "sgl-kernel", "0.4.4+cu130")
+    good = publish(tmp_path, "sglang-kernel", "0.4.10+cu130")
     assert regression_of(good) is None
 
 
 @pytest.mark.parametrize(("name", "version", "regression", "what"), [
     ("flashinfer", "0.6.16", None, "no stand-in package 'flashinfer'"),
-    ("flashinfer-python", "0.6.15", None, "already serves the wheelhouse's flashinfer-python 0.6.15"),
+    ("flashinfer-python", "0.7.2", None, "already serves the wheelhouse's flashinfer-python 0.7.2"),
     ("flashinfer-python", "0.6.16", "fast", "no regression 'fast'"),
-    ("sgl-kernel", "latest", None, "not a version pip accepts"),
+    ("sglang-kernel", "latest", None, "not a version pip accepts"),
     ("sglang", "0.5.99", "nan", "no flag schema for sglang 0.5.99"),
 ])
 def test_refused_publishes_say_why_and_how(name: str, version: str, regression: str | None, what: str) -> None:
@@ -141,9 +141,9 @@ def test_the_cli_publishes_with_the_knob_and_refuses_with_a_fix_line(tmp_path: P
         return subprocess.run([sys.executable, "-m", "orchestrator", *args, "--root", str(tmp_path)],
                               capture_output=True, text=True, timeout=120)
 
-    ok = deploy("sim", "index", "publish", "sgl-kernel", "0.4.4+cu130", "--regression", "unsupported-arch")
+    ok = deploy("sim", "index", "publish", "sglang-kernel", "0.4.10+cu130", "--regression", "unsupported-arch")
     assert ok.returncode == 0, ok.stderr
-    assert ok.stdout.startswith("published sgl_kernel-0.4.4+cu130-py3-none-any.whl (regression: unsupported-arch) "
+    assert ok.stdout.startswith("published sglang_kernel-0.4.10+cu130-py3-none-any.whl (regression: unsupported-arch) "
                                 "to every host's index of "), ok.stdout
     assert "  regression: unsupported-arch" in ok.stdout
     bad = deploy("sim", "index", "publish", "flashinfer-python", "0.6.16", "--regression", "fast")

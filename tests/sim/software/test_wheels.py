@@ -29,13 +29,13 @@ def _metadata(whl: Path) -> str:
 
 
 def test_record_lists_every_file_with_its_hash(wheels: dict[str, Path]) -> None:
-    assert sorted(wheels) == [
-        "flashinfer_python-0.6.11.post1-py3-none-any.whl", "flashinfer_python-0.6.15-py3-none-any.whl",
-        "flashinfer_python-0.6.8.post1-py3-none-any.whl", "kernels-0.14.1-py3-none-any.whl",
-        "sgl_kernel-0.4.1.post1-py3-none-any.whl",
-        "sgl_kernel-0.4.2.post2-py3-none-any.whl", "sgl_kernel-0.4.4-py3-none-any.whl",
+    assert sorted(wheels) == [  # the real names and versions the releases pin (issue 48 item 5)
+        "flashinfer_cubin-0.6.11.post1-py3-none-any.whl",
+        "flashinfer_python-0.6.11.post1-py3-none-any.whl", "flashinfer_python-0.7.2-py3-none-any.whl",
+        "kernels-0.14.1-py3-none-any.whl",
         "sglang-0.5.12.post1-py3-none-any.whl", "sglang-0.5.23-py3-none-any.whl",
-        "torch-2.9.0+deploysim-py3-none-any.whl", "torch-2.9.1+deploysim-py3-none-any.whl"]
+        "sglang_kernel-0.4.10-py3-none-any.whl", "sglang_kernel-0.4.2.post2-py3-none-any.whl",
+        "torch-2.11.0-py3-none-any.whl", "torch-2.14.1-py3-none-any.whl"]
     for whl in wheels.values():
         with zipfile.ZipFile(whl) as zf:
             names = zf.namelist()
@@ -61,16 +61,18 @@ def test_each_sglang_wheel_carries_its_own_schema_and_metadata(wheels: dict[str,
         assert "sglang/_sim/ctside.py" in names
         meta = _metadata(whl)
         assert f"\nVersion: {version}\n" in meta
-        for req in ("aiohttp", "pyyaml", "torch"):
+        for req in ("aiohttp", "pyyaml"):
             assert f"Requires-Dist: {req}\n" in meta
         # the huggingface_hub range the real release's transformers pin implies (issue 36 item 7), not any hub
         hub = {"0.5.12.post1": "huggingface_hub>=1.5.0,<2.0", "0.5.23": "huggingface_hub>=1.31.0,<3.0"}[version]
         assert [line for line in meta.splitlines() if "huggingface" in line] == [f"Requires-Dist: {hub}"]
         assert "Provides-Extra: tracing\n" in meta and "Provides-Extra: srt\n" not in meta  # the real extras
-        # the kernel libraries pinned exactly, as the real release pins them
-        pins = {"0.5.12.post1": ("0.6.11.post1", "0.4.2.post2"), "0.5.23": ("0.6.15", "0.4.4")}[version]
-        assert f"Requires-Dist: flashinfer_python=={pins[0]}\n" in meta and f"Requires-Dist: sgl-kernel=={pins[1]}\n" \
-            in meta
+        # torch and the kernel libraries pinned exactly, as the real release pins them
+        pins = {"0.5.12.post1": ("flashinfer_python==0.6.11.post1", "flashinfer_cubin==0.6.11.post1",
+                                 "sglang-kernel==0.4.2.post2", "torch==2.11.0"),
+                "0.5.23": ("flashinfer_python[cu13]==0.7.2", "sglang-kernel==0.4.10", "torch==2.14.1")}[version]
+        for pin in pins:
+            assert f"Requires-Dist: {pin}\n" in meta, pin
         with zipfile.ZipFile(whl) as zf:
             ep = zf.read(f"sglang-{version}.dist-info/entry_points.txt").decode()
         assert "sglang = sglang.cli:main" in ep
@@ -82,7 +84,8 @@ def test_builds_are_byte_identical(wheels: dict[str, Path], tmp_path: Path) -> N
 
 
 def test_kernel_libraries_carry_their_version_in_code(wheels: dict[str, Path]) -> None:
-    for name, package in (("flashinfer_python-0.6.15", "flashinfer"), ("sgl_kernel-0.4.4", "sgl_kernel")):
+    for name, package in (("flashinfer_python-0.7.2", "flashinfer"), ("sglang_kernel-0.4.10", "sgl_kernel"),
+                          ("flashinfer_cubin-0.6.11.post1", "flashinfer_cubin")):
         with zipfile.ZipFile(wheels[f"{name}-py3-none-any.whl"]) as zf:
             init = zf.read(f"{package}/__init__.py").decode()
             assert f"__version__ = '{name.split('-')[1]}'" in init

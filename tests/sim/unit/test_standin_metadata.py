@@ -16,21 +16,20 @@ from simulator.software.wheels import metadata_text, sglang_spec
 
 WHEELS = Path(__file__).resolve().parents[2] / "fixtures" / "sglang" / "wheels"
 RELEASES = ("0.5.12.post1", "0.5.23")
-#: What the stand-in still declares otherwise than the release, by (release, name): its real value, and why not yet.
-#: sgl-kernel: upstream renamed the kernel `sglang-kernel`; torch: the stand-in torch is a local build the index
-#: moves; huggingface-hub (and pyyaml): the range transformers' pin implies (the stand-in carries no transformers);
-#: 0.5.23's flashinfer and kernel pins are older stand-in guesses. Each is a stand-in wheel the index must serve first.
+#: What the stand-in still declares otherwise than the release, by (release, name), and why it cannot be the real
+#: one: the stand-in carries no transformers, so it declares the huggingface_hub range transformers' pin implies
+#: (sglang's `hf` comes with it, and deploy must not replace that hub) and pyyaml, which the stand-in server itself
+#: imports to read `--config` files (real sglang gets it through huggingface_hub and transformers). Every pin the
+#: stand-in models (torch, sglang-kernel, flashinfer-python with its extras, flashinfer-cubin, kernels) is real.
 STILL_STAND_IN = {
-    ("0.5.12.post1", "sgl-kernel"): "sglang-kernel==0.4.2.post2",
-    ("0.5.12.post1", "torch"): "torch==2.11.0",
     ("0.5.12.post1", "huggingface-hub"): "(through transformers==5.6.0)",
     ("0.5.12.post1", "pyyaml"): "(through huggingface-hub; the stand-in reads --config files with it)",
-    ("0.5.23", "sgl-kernel"): "sglang-kernel==0.4.10",
-    ("0.5.23", "torch"): "torch==2.14.1",
     ("0.5.23", "huggingface-hub"): "(through transformers==5.19.0)",
     ("0.5.23", "pyyaml"): "(through huggingface-hub; the stand-in reads --config files with it)",
-    ("0.5.23", "flashinfer-python"): "flashinfer_python[cu13]==0.7.2",
 }
+#: The pins below sglang the stand-in models with stand-in wheels of the real names and versions (wheels.py).
+MODELLED = {"0.5.12.post1": {"torch", "sglang-kernel", "flashinfer-python", "flashinfer-cubin", "kernels"},
+            "0.5.23": {"torch", "sglang-kernel", "flashinfer-python", "kernels"}}
 
 
 def _meta(text: str) -> tuple[dict[str, Requirement], list[str]]:
@@ -61,8 +60,7 @@ def test_every_requirement_the_stand_in_declares_is_the_real_one_but_the_named_d
               if name not in real or (req.specifier, req.extras) != (real[name].specifier, real[name].extras)}
     assert differ == {name for r, name in STILL_STAND_IN if r == release}
     shared = set(mine) & set(real) - differ
-    assert {"aiohttp", "requests", "tqdm", "kernels"} <= shared  # what is real already
-    for (r, _name), value in STILL_STAND_IN.items():  # the real value each difference names is the wheel's
-        if r == release and not value.startswith("("):
-            want = Requirement(value)
-            assert real[canonicalize_name(want.name)].specifier == want.specifier, value
+    assert {"aiohttp", "requests", "tqdm"} | MODELLED[release] <= shared  # real names, pins and extras
+    for name in MODELLED[release]:
+        assert str(mine[name]) == str(real[name]), (mine[name], real[name])  # spelled as the real wheel spells it
+    assert all(name not in real for r, name in STILL_STAND_IN if r == release)  # neither is a direct pin
