@@ -206,7 +206,10 @@ def sglang_install(ctx: StepContext, record: StepRecord) -> None:
         return
     tool = ctx.facts.get(CT.toolchain)
     if tool is not None:  # what a real sglang's first start compiles with (docs/doctor.md#ct-toolchain)
-        show_toolchain(ctx, record, tool.lacks(server_stack(ctx).cuda_home))
+        # said where a first start is ahead (a plan, a stack built or changed now); a converged run only records it
+        # (`--json`), doctor's ct-toolchain says it on every look
+        show_toolchain(ctx, record, tool.lacks(server_stack(ctx).cuda_home),
+                       loud=ctx.options.dry_run or record.status in ("changed", "would-change"))
     running = release_stack_sha(ctx.facts.get(CT.current_meta))
     drift = stack_drift(ctx, running)
     record.details["stack_drift"] = drift
@@ -214,12 +217,12 @@ def sglang_install(ctx: StepContext, record: StepRecord) -> None:
         record.summary += f"; stack drift against the lock: {', '.join(drift)}"
 
 
-def show_toolchain(ctx: StepContext, record: StepRecord, lacks: Sequence[Lack]) -> None:
-    """What the server's first start would not find, in the step's line and one line each with its fix (text), and
-    in its details (`--json`: `toolchain_missing`, `toolchain_fixes`, in the same order)."""
+def show_toolchain(ctx: StepContext, record: StepRecord, lacks: Sequence[Lack], *, loud: bool = True) -> None:
+    """What the server's first start would not find, in its details (`--json`: `toolchain_missing`,
+    `toolchain_fixes`, in the same order) and, when `loud`, in the step's line and one line each with its fix."""
     record.details["toolchain_missing"] = [lack.what for lack in lacks]
     record.details["toolchain_fixes"] = [lack.fix for lack in lacks]
-    if not lacks:
+    if not lacks or not loud:
         return
     record.summary += f"; the first start lacks {len(lacks)}: " + ", ".join(lack.what.split(" (")[0] for lack in lacks)
     for lack in lacks:

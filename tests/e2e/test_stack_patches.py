@@ -39,8 +39,11 @@ def test_a_patched_profile_builds_a_new_stack_that_runs_patched_and_a_patch_that
     assert up.rc == 0, up.text[-3000:]
     install = next(s for s in up.json["steps"] if s["name"] == "sglang_install")
     sha = install["details"]["stack"]
-    assert install["summary"] == (f"built stack {sha} (sglang 0.5.12.post1) in /opt/deploy/stacks/{sha}, patched "
-                                  f"with {AUTOTUNE_PATCH}"), install
+    built = f"built stack {sha} (sglang 0.5.12.post1) in /opt/deploy/stacks/{sha}, patched with {AUTOTUNE_PATCH}"
+    # a new stack's first start is next: what it lacks is said (no stand-in stack carries nvcc, no simulated
+    # container has a CUDA toolkit)
+    assert install["summary"] == f"{built}; the first start lacks 1: nvcc", install
+    assert [w.split(" (")[0] for w in install["details"]["toolchain_missing"]] == ["nvcc"], install
     venv = f"/opt/deploy/stacks/{sha}"
     assert current(env) != unpatched_release and server_python(env) == f"{venv}/bin/python" != unpatched_python
     # the running stack's file is patched, its sha256 recorded; the profile's old venv is untouched

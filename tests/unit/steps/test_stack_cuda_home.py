@@ -8,6 +8,8 @@ sha256 52c6dbd1…d23551a and 770550a0…9c99bd8, read 2026-12-07). sglang 0.5.2
 
 from __future__ import annotations
 
+import dataclasses
+
 from orchestrator.flags import FlagSchema, canonicalize
 from orchestrator.steps.release import bundle_for
 from tests.unit.steps.test_provision_steps import with_profile
@@ -85,6 +87,7 @@ def test_plan_text_names_each_missing_piece_with_its_fix_as_json_does(make_run) 
                         "stacks": stack_line(BASE_SHA, "/root/ml-env")})
     said: list[str] = []
     run.ctx.say = said.append
+    run.ctx.options = dataclasses.replace(run.ctx.options, dry_run=True)  # `plan`: a first start may be ahead
     rec = run.step("sglang_install")
     assert rec.summary.endswith("; the first start lacks 4: a C compiler, a C++ compiler, the Python headers, nvcc")
     assert len(said) == 4 and all(line.startswith("  toolchain: missing ") for line in said)
@@ -93,6 +96,18 @@ def test_plan_text_names_each_missing_piece_with_its_fix_as_json_does(make_run) 
     assert "`apt-get install python3-dev`" in said[2] and "nvidia-cuda-nvcc" in said[3]
     assert [f"  toolchain: missing {w}: {f}" for w, f in zip(rec.details["toolchain_missing"],
                                                            rec.details["toolchain_fixes"], strict=True)] == said
+
+
+def test_a_converged_up_records_what_the_first_start_lacks_without_saying_it(make_run) -> None:
+    """An `up` that changes nothing (its server's first start is behind it) keeps the pieces in --json only; doctor's
+    ct-toolchain says them on every look."""
+    run = make_run({}, {"sglang_version": "0.5.12.post1\n", "toolchain": STOCK,
+                        "stacks": stack_line(BASE_SHA, "/root/ml-env")})
+    said: list[str] = []
+    run.ctx.say = said.append
+    rec = run.step("sglang_install")
+    assert rec.status == "ok" and "lacks" not in rec.summary and said == []
+    assert len(rec.details["toolchain_missing"]) == len(rec.details["toolchain_fixes"]) == 4
 
 
 def test_plan_of_a_stack_carrying_nvcc_lacks_only_what_apt_gives(make_run) -> None:
