@@ -11,6 +11,8 @@ import json
 import re
 import tarfile
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,18 @@ ITEM = {"metadata": {"name": "torch", "version": "2.11.0"},
 OLD = {"metadata": {"name": "build", "version": "1.6.1"},
        "download_info": {"url": "file:///opt/pypi/files/build-1.6.1-py3-none-any.whl",
                          "archive_info": {"hash": "sha256=" + "b" * 64}}}
+
+
+@contextmanager
+def serving(wheelhouse: Path, published: Path | None, real: Path | None) -> Iterator[IndexHTTPServer]:
+    """A host index on a free loopback port for the block, shut down after it."""
+    server = IndexHTTPServer(("127.0.0.1", 0), wheelhouse, published, real)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_report_gives_each_file_with_its_hash() -> None:
@@ -60,9 +74,7 @@ def test_the_host_index_serves_the_real_wheels_apart_from_the_standins(tmp_path:
     (standin / "sglang-0.5.12.post1-py3-none-any.whl").write_bytes(b"stand-in")
     body = b"real" * 100_000
     (real / "sglang-0.5.12.post1-cp311-cp311-manylinux_2_34_x86_64.whl").write_bytes(body)
-    server = IndexHTTPServer(("127.0.0.1", 0), standin, None, real)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serving(standin, None, real) as server:
         base = f"http://127.0.0.1:{server.server_address[1]}"
         plain = requests.get(f"{base}/simple/sglang/", timeout=10).text
         assert "py3-none-any" in plain and "cp311" not in plain
@@ -73,20 +85,12 @@ def test_the_host_index_serves_the_real_wheels_apart_from_the_standins(tmp_path:
         assert got.content == body and links[0].endswith(hashlib.sha256(body).hexdigest())
         assert "immutable" in got.headers["Cache-Control"]  # pip caches it, as from a public registry
         assert f'href="{REAL_PREFIX}/simple/sglang/"' in requests.get(f"{base}{REAL_PREFIX}/simple/", timeout=10).text
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_without_a_real_wheelhouse_the_real_index_is_empty(tmp_path: Path) -> None:
-    server = IndexHTTPServer(("127.0.0.1", 0), tmp_path, None, None)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serving(tmp_path, None, None) as server:
         base = f"http://127.0.0.1:{server.server_address[1]}"
         assert requests.get(f"{base}{REAL_PREFIX}/simple/torch/", timeout=10).status_code == 404
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_a_warm_fill_reads_its_closure_and_resolves_nothing(tmp_path: Path) -> None:
@@ -133,17 +137,12 @@ def test_the_real_index_serves_a_source_archive_beside_the_wheels(tmp_path: Path
     real.mkdir()
     body = b"sdist" * 1000
     (real / "outlines_core-0.1.26.tar.gz").write_bytes(body)
-    server = IndexHTTPServer(("127.0.0.1", 0), tmp_path, None, real)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serving(tmp_path, None, real) as server:
         base = f"http://127.0.0.1:{server.server_address[1]}"
         page = requests.get(f"{base}{REAL_PREFIX}/simple/outlines-core/", timeout=10)
         links = re.findall(r'href="([^"]+)"', page.text)
         assert links == [f"{REAL_PREFIX}/files/outlines_core-0.1.26.tar.gz#sha256={hashlib.sha256(body).hexdigest()}"]
         assert requests.get(base + links[0].split("#")[0], timeout=10).content == body
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_a_warm_fill_downloads_no_build_requirements_it_kept(tmp_path: Path) -> None:
@@ -187,9 +186,7 @@ def test_the_real_index_serves_core_metadata_that_pip_resolves_from(tmp_path: Pa
     real.mkdir()
     _wheel(real, "alpha", "1.0", ("beta>=2",))
     beta = _wheel(real, "beta", "2.0")
-    server = IndexHTTPServer(("127.0.0.1", 0), tmp_path, None, real)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serving(tmp_path, None, real) as server:
         base = f"http://127.0.0.1:{server.server_address[1]}"
         page = requests.get(f"{base}{REAL_PREFIX}/simple/beta/", timeout=10).text
         meta = requests.get(f"{base}{REAL_PREFIX}/files/{beta.name}.metadata", timeout=10)
@@ -212,6 +209,3 @@ def test_the_real_index_serves_core_metadata_that_pip_resolves_from(tmp_path: Pa
         assert fetched[:2] == metadata, server.requests  # the resolution ran on the metadata files
         assert set(fetched[2:]) == {f"GET {REAL_PREFIX}/files/alpha-1.0-py3-none-any.whl",
                                     f"GET {REAL_PREFIX}/files/{beta.name}"}, server.requests
-    finally:
-        server.shutdown()
-        server.server_close()
